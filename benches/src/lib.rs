@@ -1,0 +1,151 @@
+//! Shared helpers for the benchmark programs: wall-clock timing, peak resident memory,
+//! and a side-by-side table whose last line is one JSON object of all figures.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+/// Runs `f` `reps` times and returns the best wall-clock time in seconds
+/// (the minimum is the least noisy estimate on a shared machine).
+pub fn best_of<T>(reps: usize, mut f: impl FnMut() -> T) -> (f64, T) {
+    let mut best = f64::INFINITY;
+    let mut last = None;
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        let out = f();
+        best = best.min(t.elapsed().as_secs_f64());
+        last = Some(out);
+    }
+    (best, last.expect("at least one repetition"))
+}
+
+/// Peak resident set size of this process so far, in bytes (Linux `VmHWM`), or 0 if unknown.
+pub fn peak_rss_bytes() -> u64 {
+    status_field_kib("VmHWM:") * 1024
+}
+
+/// Peak resident set size of finished child processes (`getrusage(RUSAGE_CHILDREN)` via /proc is
+/// not available, so children report their own peak; this reads a `/usr/bin/time`-free figure
+/// from a child's stderr line `peak_rss_bytes=N` when a benchmark spawns one).
+pub fn parse_child_peak(stderr: &str) -> Option<u64> {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("peak_rss_bytes=")?.trim().parse().ok())
+}
+
+fn status_field_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// One row of a comparison: a Tessera figure beside its alternative.
+pub struct Row {
+    pub name: String,
+    pub unit: String,
+    pub tessera: f64,
+    pub alternative_name: String,
+    pub alternative: f64,
+    /// True when a larger figure is better (throughput); false for times.
+    pub higher_is_better: bool,
+}
+
+/// A table of rows printed as aligned text; the last printed line is a JSON object
+/// of every figure, so that scripts can read one run's results.
+#[derive(Default)]
+pub struct Table {
+    title: String,
+    rows: Vec<Row>,
+    extra: Vec<(String, f64)>,
+}
+
+impl Table {
+    pub fn new(title: &str) -> Self {
+        Table { title: title.to_string(), ..Default::default() }
+    }
+
+    /// Adds a row comparing Tessera with an alternative. The printed ratio is always
+    /// "Tessera relative to the alternative", > 1 meaning Tessera is better.
+    pub fn row(
+        &mut self,
+        name: &str,
+        unit: &str,
+        tessera: f64,
+        alternative_name: &str,
+        alternative: f64,
+        higher_is_better: bool,
+    ) {
+        self.rows.push(Row {
+            name: name.into(),
+            unit: unit.into(),
+            tessera,
+            alternative_name: alternative_name.into(),
+            alternative,
+            higher_is_better,
+        });
+    }
+
+    /// Adds a figure with no alternative (peak memory, a count), reported in the JSON line.
+    pub fn figure(&mut self, name: &str, value: f64) {
+        self.extra.push((name.into(), value));
+    }
+
+    /// Prints the table and, last, the JSON line.
+    pub fn print(&self) {
+        println!("{}", self.title);
+        println!(
+            "{:<40} {:>14} {:>18} {:>14} {:>8}",
+            "benchmark", "tessera", "alternative", "alt figure", "ratio"
+        );
+        for r in &self.rows {
+            println!(
+                "{:<40} {:>10.3} {:<3} {:>18} {:>14.3} {:>7.2}x",
+                r.name,
+                r.tessera,
+                r.unit,
+                r.alternative_name,
+                r.alternative,
+                ratio(r)
+            );
+        }
+        for (k, v) in &self.extra {
+            println!("{k:<40} {v:>14.3}");
+        }
+        println!("{}", self.json());
+    }
+
+    fn json(&self) -> String {
+        let mut s = String::from("{");
+        let mut first = true;
+        let mut put = |k: &str, v: f64| {
+            if !first {
+                s.push_str(", ");
+            }
+            first = false;
+            let v = if v.is_finite() { format!("{v}") } else { "null".into() };
+            let _ = write!(s, "\"{}\": {}", k.replace('"', "'"), v);
+        };
+        for r in &self.rows {
+            put(&format!("{} tessera ({})", r.name, r.unit), r.tessera);
+            put(&format!("{} {} ({})", r.name, r.alternative_name, r.unit), r.alternative);
+            put(&format!("{} ratio", r.name), ratio(r));
+        }
+        for (k, v) in &self.extra {
+            put(k, *v);
+        }
+        s.push('}');
+        s
+    }
+}
+
+fn ratio(r: &Row) -> f64 {
+    if r.higher_is_better {
+        r.tessera / r.alternative
+    } else {
+        r.alternative / r.tessera
+    }
+}

@@ -1,0 +1,1 @@
+//! Level formats, in-memory sparse tensors, `.tns`/`.mtx`/`.tcs` files and streaming conversion.

@@ -1,0 +1,1 @@
+//! The Tessera task runtime.
