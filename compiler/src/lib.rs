@@ -1,1 +1,2 @@
 //! The Tessera compiler.
+pub mod ast;
