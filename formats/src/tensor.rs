@@ -1,0 +1,371 @@
+//! In-memory tensors: level arrays in a [`Format`], built from coordinates or from parts.
+
+use crate::format::{Format, LevelType};
+use crate::pack::{PackError, Packer};
+use crate::value::{Index, Value};
+use crate::view::{validate_levels, LevelView, TensorView};
+
+/// Why a tensor could not be built, or why its level arrays are inconsistent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TensorError {
+    #[error("the format has rank {format} but the dimensions {dims:?} have rank {got}", got = dims.len())]
+    RankMismatch { format: usize, dims: Vec<usize> },
+    #[error("entry {entry} has {got} coordinates, expected {expected}")]
+    EntryRank {
+        entry: usize,
+        expected: usize,
+        got: usize,
+    },
+    #[error(
+        "entry {entry}: coordinate {coord} at level {level} is out of range (must be < {bound})"
+    )]
+    CoordOutOfRange {
+        entry: usize,
+        level: usize,
+        coord: usize,
+        bound: usize,
+    },
+    #[error("entry {entry}: coordinate {coord} at dense level {level} is outside [{offset}, {offset}+{size})")]
+    OutsideDenseRange {
+        entry: usize,
+        level: usize,
+        coord: usize,
+        offset: usize,
+        size: usize,
+    },
+    #[error("entry {entry} repeats the coordinates of the entry before it")]
+    Duplicate { entry: usize },
+    #[error("entry {entry} is not in increasing storage order")]
+    NotSorted { entry: usize },
+    #[error("value {value} does not fit in {bits}-bit coordinates; use 64-bit coordinates")]
+    IndexOverflow { value: u64, bits: u32 },
+    #[error("the tensor is too large to address (size overflows)")]
+    TooLarge,
+    #[error("dense data has {got} values but the dimensions {dims:?} need {expected}")]
+    DenseLength {
+        dims: Vec<usize>,
+        expected: usize,
+        got: usize,
+    },
+    #[error("{level_count} levels given for a rank-{rank} format")]
+    LevelCount { level_count: usize, rank: usize },
+    #[error("level {level} is {got:?} but the format says {expected:?}")]
+    LevelType {
+        level: usize,
+        expected: LevelType,
+        got: LevelType,
+    },
+    #[error("dense level {level}: range [{offset}, {offset}+{size}) exceeds dimension {dim}")]
+    DenseRange {
+        level: usize,
+        offset: usize,
+        size: usize,
+        dim: usize,
+    },
+    #[error("level {level}: pos has {got} entries, expected {expected} (parents + 1)")]
+    PosLength {
+        level: usize,
+        expected: usize,
+        got: usize,
+    },
+    #[error("level {level}: pos[0] is {got}, expected 0")]
+    PosStart { level: usize, got: usize },
+    #[error("level {level}: pos is not monotone at index {at} ({prev} > {next})")]
+    PosNotMonotone {
+        level: usize,
+        at: usize,
+        prev: usize,
+        next: usize,
+    },
+    #[error("level {level}: crd has {got} entries but pos ends at {expected}")]
+    CrdLength {
+        level: usize,
+        expected: usize,
+        got: usize,
+    },
+    #[error("level {level}: crd[{at}] = {coord} is out of range (must be < {bound})")]
+    CrdOutOfRange {
+        level: usize,
+        at: usize,
+        coord: usize,
+        bound: usize,
+    },
+    #[error("level {level}: crd is not strictly increasing within a segment at index {at}")]
+    CrdNotIncreasing { level: usize, at: usize },
+    #[error("vals has {got} entries, expected {expected}")]
+    ValsLength { expected: usize, got: usize },
+}
+
+/// One level of a tensor's storage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Level<I> {
+    /// Coordinates `offset..offset+size` are all present. Under parent position `p`, coordinate
+    /// `i` has child position `p * size + (i - offset)` (SuperTaco's dense offset lets a block
+    /// skip the indices before it).
+    Dense { size: usize, offset: usize },
+    /// The children of parent position `p` are positions `pos[p]..pos[p+1]`, whose
+    /// coordinates are `crd[pos[p]..pos[p+1]]` in increasing order.
+    Compressed { pos: Vec<I>, crd: Vec<I> },
+}
+
+impl<I: Index> Level<I> {
+    /// The level's type.
+    pub fn level_type(&self) -> LevelType {
+        match self {
+            Level::Dense { .. } => LevelType::Dense,
+            Level::Compressed { .. } => LevelType::Compressed,
+        }
+    }
+
+    /// A borrowed view of this level (dense window = the whole level).
+    pub fn view(&self) -> LevelView<'_, I> {
+        match self {
+            Level::Dense { size, offset } => LevelView::dense(*size, *offset),
+            Level::Compressed { pos, crd } => LevelView::Compressed { pos, crd },
+        }
+    }
+}
+
+/// A tensor stored as level arrays: `dims` are the mode-space extents, `format` the level
+/// types and mode order, `levels[k]` the storage of level `k`, `vals` the stored values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor<V: Value, I: Index = u32> {
+    dims: Vec<usize>,
+    format: Format,
+    levels: Vec<Level<I>>,
+    vals: Vec<V>,
+}
+
+impl<V: Value, I: Index> Tensor<V, I> {
+    /// Builds a tensor from entries with mode-space coordinates in any order; duplicates are
+    /// summed. Coordinates outside `dims` are an error.
+    pub fn from_entries(
+        dims: Vec<usize>,
+        format: Format,
+        entries: impl IntoIterator<Item = (Vec<usize>, V)>,
+    ) -> Result<Self, TensorError> {
+        check_rank(&dims, &format)?;
+        check_dims_fit::<I>(&dims)?;
+        let rank = dims.len();
+        let order = format.mode_order().to_vec();
+        // Coordinates permuted into level order, flattened: entry e is coords[e*rank..][..rank].
+        let mut coords = Vec::new();
+        let mut values = Vec::new();
+        for (e, (c, v)) in entries.into_iter().enumerate() {
+            if c.len() != rank {
+                return Err(TensorError::EntryRank {
+                    entry: e,
+                    expected: rank,
+                    got: c.len(),
+                });
+            }
+            for (k, &m) in order.iter().enumerate() {
+                if c[m] >= dims[m] {
+                    return Err(TensorError::CoordOutOfRange {
+                        entry: e,
+                        level: k,
+                        coord: c[m],
+                        bound: dims[m],
+                    });
+                }
+                coords.push(c[m]);
+            }
+            values.push(v);
+        }
+        let key = |e: usize| &coords[e * rank..(e + 1) * rank];
+        let mut perm: Vec<usize> = (0..values.len()).collect();
+        perm.sort_by(|&a, &b| key(a).cmp(key(b)));
+        let mut packer = Self::packer(&dims, &format);
+        let mut i = 0;
+        while i < perm.len() {
+            let mut sum = values[perm[i]];
+            let mut j = i + 1;
+            while j < perm.len() && key(perm[j]) == key(perm[i]) {
+                sum += values[perm[j]];
+                j += 1;
+            }
+            packer.push(key(perm[i]), sum).map_err(unwrap_pack)?;
+            i = j;
+        }
+        Self::from_packer(dims, format, packer)
+    }
+
+    /// A dense row-major tensor (all levels dense, identity mode order) holding `data`.
+    pub fn dense_from_vec(dims: Vec<usize>, data: Vec<V>) -> Result<Self, TensorError> {
+        let expected = checked_product(&dims)?;
+        if data.len() != expected {
+            return Err(TensorError::DenseLength {
+                dims,
+                expected,
+                got: data.len(),
+            });
+        }
+        let levels = dims
+            .iter()
+            .map(|&size| Level::Dense { size, offset: 0 })
+            .collect();
+        let format = Format::dense(dims.len());
+        Ok(Tensor {
+            dims,
+            format,
+            levels,
+            vals: data,
+        })
+    }
+
+    /// A tensor with no stored nonzeros (dense levels hold explicit zeros).
+    pub fn zeros(dims: Vec<usize>, format: Format) -> Result<Self, TensorError> {
+        check_rank(&dims, &format)?;
+        check_dims_fit::<I>(&dims)?;
+        let packer = Self::packer(&dims, &format);
+        Self::from_packer(dims, format, packer)
+    }
+
+    /// Assembles a tensor from level arrays after validating them: level types match the
+    /// format, dense ranges fit the dimensions, `pos` monotone and of the right length,
+    /// `crd` in range and increasing within each segment, `vals` of the right length.
+    pub fn from_parts(
+        dims: Vec<usize>,
+        format: Format,
+        levels: Vec<Level<I>>,
+        vals: Vec<V>,
+    ) -> Result<Self, TensorError> {
+        check_rank(&dims, &format)?;
+        let views: Vec<LevelView<'_, I>> = levels.iter().map(Level::view).collect();
+        validate_levels(&dims, &format, &views, vals.len())?;
+        Ok(Tensor {
+            dims,
+            format,
+            levels,
+            vals,
+        })
+    }
+
+    /// Mode-space extents.
+    pub fn dims(&self) -> &[usize] {
+        &self.dims
+    }
+
+    /// Storage format.
+    pub fn format(&self) -> &Format {
+        &self.format
+    }
+
+    /// Level storage, outermost first.
+    pub fn levels(&self) -> &[Level<I>] {
+        &self.levels
+    }
+
+    /// Stored values in storage order.
+    pub fn vals(&self) -> &[V] {
+        &self.vals
+    }
+
+    /// Stored values, mutable (the sparsity structure stays fixed).
+    pub fn vals_mut(&mut self) -> &mut [V] {
+        &mut self.vals
+    }
+
+    /// Number of stored values (explicit zeros of dense levels included).
+    pub fn nnz(&self) -> usize {
+        self.vals.len()
+    }
+
+    /// Splits the tensor into its parts (dims, format, levels, vals).
+    pub fn into_parts(self) -> (Vec<usize>, Format, Vec<Level<I>>, Vec<V>) {
+        (self.dims, self.format, self.levels, self.vals)
+    }
+
+    /// A zero-copy view of the whole tensor.
+    pub fn view(&self) -> TensorView<'_, V, I> {
+        let levels = self.levels.iter().map(Level::view).collect();
+        TensorView::new_unchecked(&self.dims, &self.format, levels, &self.vals)
+    }
+
+    /// Every stored entry as (mode-space coordinates, value), in storage order.
+    pub fn entries(&self) -> impl Iterator<Item = (Vec<usize>, V)> + '_ {
+        crate::view::Entries::new(self.view())
+    }
+
+    /// The tensor as a row-major dense array over `dims` (for tests and oracles; the caller
+    /// must know the dense size fits in memory).
+    pub fn to_dense(&self) -> Vec<V> {
+        self.view().to_dense()
+    }
+
+    fn packer(dims: &[usize], format: &Format) -> Packer<V, I, Vec<I>, Vec<V>> {
+        let dense = format.mode_order().iter().map(|&m| (dims[m], 0)).collect();
+        Packer::new(
+            dims,
+            format,
+            dense,
+            |_| (Vec::new(), Vec::new()),
+            Vec::new(),
+        )
+    }
+
+    fn from_packer(
+        dims: Vec<usize>,
+        format: Format,
+        packer: Packer<V, I, Vec<I>, Vec<V>>,
+    ) -> Result<Self, TensorError> {
+        let (arrays, vals, _) = packer.finish().map_err(unwrap_pack)?;
+        let levels = arrays
+            .into_iter()
+            .zip(format.mode_order())
+            .map(|(a, &m)| match a {
+                Some((pos, crd)) => Level::Compressed { pos, crd },
+                None => Level::Dense {
+                    size: dims[m],
+                    offset: 0,
+                },
+            })
+            .collect();
+        Ok(Tensor {
+            dims,
+            format,
+            levels,
+            vals,
+        })
+    }
+}
+
+fn unwrap_pack(e: PackError<std::convert::Infallible>) -> TensorError {
+    match e {
+        PackError::Tensor(t) => t,
+        PackError::Sink(never) => match never {},
+    }
+}
+
+fn check_rank(dims: &[usize], format: &Format) -> Result<(), TensorError> {
+    if dims.len() != format.rank() {
+        return Err(TensorError::RankMismatch {
+            format: format.rank(),
+            dims: dims.to_vec(),
+        });
+    }
+    Ok(())
+}
+
+/// Every coordinate (< dim) must be representable in the coordinate type.
+pub(crate) fn check_dims_fit<I: Index>(dims: &[usize]) -> Result<(), TensorError> {
+    for &d in dims {
+        if d > 0 && (d - 1) as u64 > I::MAX_U64 {
+            return Err(TensorError::IndexOverflow {
+                value: (d - 1) as u64,
+                bits: I::BITS,
+            });
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn checked_product(dims: &[usize]) -> Result<usize, TensorError> {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or(TensorError::TooLarge)
+}
+
+#[cfg(test)]
+#[path = "tensor_tests.rs"]
+mod tests;
