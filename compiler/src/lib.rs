@@ -1,2 +1,5 @@
 //! The Tessera compiler.
 pub mod ast;
+pub mod diagnostics;
+pub mod parse;
+pub mod check;

@@ -1,0 +1,536 @@
+//! The checker: turns a parsed [`Statement`] into a [`Checked`] one, or a [`Diagnostic`].
+//!
+//! It decides which index variables are free (they index the output) and which are reduced,
+//! gives every tensor one rank and one format, agrees one dimension per index variable across
+//! all its uses (when dimensions are known: from input files in the CLI; the `tensor!` macro
+//! knows them only at run time and calls [`crate::bind`] then), and validates the schedule.
+//!
+//! # Reduction semantics
+//! The right-hand side is split into top-level terms at `+` and `-` (through unary minus).
+//! Each term is summed over its own reduction variables — those it uses that the output does
+//! not. So `y(i) = A(i,j)*x(j) + z(i)` is `y(i) = (Σ_j A(i,j)*x(j)) + z(i)`, as in TACO.
+//! Inside a term (products, quotients, functions) the sum is over the whole term:
+//! `y(i) = exp(A(i,j))` is `y(i) = Σ_j exp(A(i,j))`.
+
+use crate::ast::*;
+use crate::diagnostics::Diagnostic;
+use std::collections::HashMap;
+use tessera_formats::Format;
+
+/// A statement the checker accepted: the contract between the front end and lowering.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checked {
+    /// The statement as parsed.
+    pub statement: Statement,
+    /// Every tensor of the statement: the output first, then the inputs in order of first
+    /// use on the right-hand side (a tensor used twice appears once).
+    pub tensors: Vec<TensorInfo>,
+    /// Every index variable: the output's in its index order, then the reduction variables
+    /// in order of first use.
+    pub vars: Vec<VarInfo>,
+    /// The top-level terms of the right-hand side (see the module docs).
+    pub terms: Vec<Term>,
+    /// The validated schedule.
+    pub schedule: Schedule,
+}
+
+/// One tensor of a statement.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorInfo {
+    pub name: String,
+    pub rank: usize,
+    /// From `-f NAME:FMT` / `NAME: fmt`; dense in identity mode order when not given.
+    pub format: Format,
+    pub is_output: bool,
+    /// The dimensions, when known at check time.
+    pub dims: Option<Vec<usize>>,
+    /// Where it is first used.
+    pub span: Span,
+}
+
+/// One index variable of a statement.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VarInfo {
+    pub name: String,
+    /// Its dimension, when known at check time.
+    pub dim: Option<usize>,
+    /// True when the variable indexes the output; false for a reduction variable.
+    pub free: bool,
+    /// Where it is first used.
+    pub span: Span,
+}
+
+/// A top-level term of the right-hand side, summed over `reduction`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Term {
+    /// True when the term is subtracted.
+    pub negated: bool,
+    pub expr: Expr,
+    /// Names of the reduction variables the term uses, in order of first use.
+    pub reduction: Vec<String>,
+}
+
+/// The schedule, validated: every name refers to a real variable.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Schedule {
+    pub splits: Vec<Split>,
+    /// The order of the block loops (outer variables of splits), if given.
+    pub order: Option<Vec<String>>,
+    /// Output-extension (parallel-hoisted) reduction block variables.
+    pub extend: Vec<String>,
+    /// Mapping variables (block variables that choose a block's owner).
+    pub map: Vec<String>,
+    /// The kernel loop to run over threads (a free index variable).
+    pub parallelize: Option<String>,
+}
+
+/// `split(var, outer, inner, kind)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Split {
+    pub var: String,
+    pub outer: String,
+    pub inner: String,
+    pub kind: SplitKind,
+}
+
+impl Checked {
+    pub fn output(&self) -> &TensorInfo {
+        &self.tensors[0]
+    }
+
+    /// The input tensors (everything but the output), in order of first use.
+    pub fn inputs(&self) -> &[TensorInfo] {
+        &self.tensors[1..]
+    }
+
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    pub fn var(&self, name: &str) -> Option<&VarInfo> {
+        self.vars.iter().find(|v| v.name == name)
+    }
+
+    /// The index-variable names of every use of tensor `name`, left-hand side first.
+    pub fn uses(&self, name: &str) -> Vec<&Access> {
+        let mut out = Vec::new();
+        let a = &self.statement.assignment;
+        if a.lhs.tensor.name == name {
+            out.push(&a.lhs);
+        }
+        visit_accesses(&a.rhs, &mut |acc| {
+            if acc.tensor.name == name {
+                out.push(acc);
+            }
+        });
+        out
+    }
+}
+
+/// Calls `f` on every tensor access of `e`, left to right.
+pub fn visit_accesses<'a>(e: &'a Expr, f: &mut impl FnMut(&'a Access)) {
+    match &e.kind {
+        ExprKind::Access(a) => f(a),
+        ExprKind::Const(_) => {}
+        ExprKind::Neg(x) | ExprKind::Call(_, x) => visit_accesses(x, f),
+        ExprKind::Binary(_, a, b) => {
+            visit_accesses(a, f);
+            visit_accesses(b, f);
+        }
+    }
+}
+
+/// Known dimensions of tensors, by name (may be empty).
+pub type Dims = HashMap<String, Vec<usize>>;
+
+/// Checks a statement; `dims` gives the dimensions of the tensors that are known now.
+pub fn check(statement: Statement, dims: &Dims) -> Result<Checked, Diagnostic> {
+    let a = &statement.assignment;
+    let mut accesses = vec![&a.lhs];
+    visit_accesses(&a.rhs, &mut |acc| accesses.push(acc));
+
+    let ranks = check_ranks(&accesses)?;
+    check_output(a)?;
+    let vars = index_vars(a, &accesses)?;
+    let terms = split_terms(&a.rhs, false, &vars);
+    let formats = check_formats(&statement.formats, &ranks)?;
+    let var_dims = agree_dims(&accesses, dims)?;
+
+    let tensors = ranks
+        .iter()
+        .map(|(name, rank, span)| TensorInfo {
+            name: name.clone(),
+            rank: *rank,
+            format: formats.get(name.as_str()).cloned().unwrap_or_else(|| Format::dense(*rank)),
+            is_output: *name == a.lhs.tensor.name,
+            dims: dims.get(name).cloned(),
+            span: span.clone(),
+        })
+        .collect();
+    let vars: Vec<VarInfo> = vars
+        .into_iter()
+        .map(|(name, free, span)| VarInfo {
+            dim: var_dims.get(&name).map(|d| d.0),
+            name,
+            free,
+            span,
+        })
+        .collect();
+    let schedule = check_schedule(&statement.schedule, &vars)?;
+    Ok(Checked { statement, tensors, vars, terms, schedule })
+}
+
+/// One rank per tensor; tensors in order (output, then first use). Rejects `A(i,i)`.
+fn check_ranks(accesses: &[&Access]) -> Result<Vec<(String, usize, Span)>, Diagnostic> {
+    let mut out: Vec<(String, usize, Span)> = Vec::new();
+    for acc in accesses {
+        let n = acc.indices.len();
+        for (k, i) in acc.indices.iter().enumerate() {
+            if let Some(first) = acc.indices[..k].iter().find(|j| j.name == i.name) {
+                return Err(Diagnostic::new(
+                    format!("index variable `{}` appears twice in one access of `{}`", i.name, acc.tensor.name),
+                    i.span.clone(),
+                )
+                .label("repeated here")
+                .related(first.span.clone(), "first here")
+                .hint("diagonal accesses are not supported; use a distinct variable per mode"));
+            }
+        }
+        match out.iter().find(|(name, _, _)| *name == acc.tensor.name) {
+            Some((_, rank, span)) if *rank != n => {
+                return Err(Diagnostic::new(
+                    format!("`{}` is used with {n} indices here but {rank} before", acc.tensor.name),
+                    acc.span.clone(),
+                )
+                .label(format!("{n} indices"))
+                .related(span.clone(), format!("{rank} indices"))
+                .hint("a tensor has one rank: use it with the same number of indices everywhere"))
+            }
+            Some(_) => {}
+            None => out.push((acc.tensor.name.clone(), n, acc.span.clone())),
+        }
+    }
+    Ok(out)
+}
+
+/// The output must not be read on the right-hand side (use `+=`).
+fn check_output(a: &Assignment) -> Result<(), Diagnostic> {
+    let mut err = None;
+    visit_accesses(&a.rhs, &mut |acc| {
+        if err.is_none() && acc.tensor.name == a.lhs.tensor.name {
+            err = Some(
+                Diagnostic::new(
+                    format!("the output `{}` also appears on the right-hand side", acc.tensor.name),
+                    acc.span.clone(),
+                )
+                .label("read here")
+                .related(a.lhs.span.clone(), "written here")
+                .hint(format!(
+                    "to add to the existing values of `{}`, write `{} += ...`",
+                    acc.tensor.name, a.lhs.span_text_hint()
+                )),
+            );
+        }
+    });
+    err.map_or(Ok(()), Err)
+}
+
+trait LhsHint {
+    fn span_text_hint(&self) -> String;
+}
+
+impl LhsHint for Access {
+    fn span_text_hint(&self) -> String {
+        if self.indices.is_empty() {
+            self.tensor.name.clone()
+        } else {
+            let idx: Vec<&str> = self.indices.iter().map(|i| i.name.as_str()).collect();
+            format!("{}({})", self.tensor.name, idx.join(","))
+        }
+    }
+}
+
+/// Free variables (the output's, in order) then reduction variables (in order of first use).
+fn index_vars(a: &Assignment, accesses: &[&Access]) -> Result<Vec<(String, bool, Span)>, Diagnostic> {
+    let tensor_names: Vec<&str> = accesses.iter().map(|a| a.tensor.name.as_str()).collect();
+    let mut vars: Vec<(String, bool, Span)> = Vec::new();
+    for acc in accesses {
+        for i in &acc.indices {
+            if tensor_names.contains(&i.name.as_str()) {
+                return Err(Diagnostic::new(
+                    format!("`{}` is used both as an index variable and as a tensor", i.name),
+                    i.span.clone(),
+                )
+                .label("index variable")
+                .hint("rename the tensor or the index variable"));
+            }
+            if !vars.iter().any(|(n, _, _)| *n == i.name) {
+                let free = a.lhs.indices.iter().any(|l| l.name == i.name);
+                vars.push((i.name.clone(), free, i.span.clone()));
+            }
+        }
+    }
+    // Every output index needs a use on the right-hand side: that is where its range comes from.
+    for i in &a.lhs.indices {
+        let mut used = false;
+        visit_accesses(&a.rhs, &mut |acc| used |= acc.indices.iter().any(|j| j.name == i.name));
+        if !used {
+            return Err(Diagnostic::new(
+                format!("output index `{}` does not appear on the right-hand side", i.name),
+                i.span.clone(),
+            )
+            .label("its range is unknown")
+            .hint(format!("every index of the output must index some input, e.g. `x({})`", i.name)));
+        }
+    }
+    Ok(vars)
+}
+
+/// Splits the right-hand side at top-level `+`/`-` and finds each term's reduction variables.
+fn split_terms(e: &Expr, negated: bool, vars: &[(String, bool, Span)]) -> Vec<Term> {
+    match &e.kind {
+        ExprKind::Binary(op @ (BinOp::Add | BinOp::Sub), a, b) => {
+            let mut out = split_terms(a, negated, vars);
+            out.extend(split_terms(b, negated ^ (*op == BinOp::Sub), vars));
+            out
+        }
+        ExprKind::Neg(x) => split_terms(x, !negated, vars),
+        _ => {
+            let mut reduction: Vec<String> = Vec::new();
+            visit_accesses(e, &mut |acc| {
+                for i in &acc.indices {
+                    let free = vars.iter().any(|(n, f, _)| *n == i.name && *f);
+                    if !free && !reduction.contains(&i.name) {
+                        reduction.push(i.name.clone());
+                    }
+                }
+            });
+            vec![Term { negated, expr: e.clone(), reduction }]
+        }
+    }
+}
+
+/// Resolves every `-f` against the rank of the tensor it names.
+fn check_formats(
+    specs: &[FormatSpec],
+    ranks: &[(String, usize, Span)],
+) -> Result<HashMap<String, Format>, Diagnostic> {
+    let mut out: HashMap<String, Format> = HashMap::new();
+    let mut seen: HashMap<&str, &Span> = HashMap::new();
+    for spec in specs {
+        let name = spec.tensor.name.as_str();
+        let Some((_, rank, _)) = ranks.iter().find(|(n, _, _)| n == name) else {
+            let known: Vec<&str> = ranks.iter().map(|(n, _, _)| n.as_str()).collect();
+            return Err(Diagnostic::new(
+                format!("a format is given for `{name}`, which is not a tensor of the statement"),
+                spec.tensor.span.clone(),
+            )
+            .label("unknown tensor")
+            .hint(format!("the tensors are: {}", known.join(", "))));
+        };
+        if let Some(first) = seen.insert(name, &spec.span) {
+            return Err(Diagnostic::new(format!("two formats are given for `{name}`"), spec.span.clone())
+                .label("second format")
+                .related(first.clone(), "first format"));
+        }
+        let format = Format::parse(&spec.format, *rank).map_err(|e| {
+            Diagnostic::new(format!("bad format for `{name}`: {e}"), spec.span.clone())
+                .label(format!("`{name}` has rank {rank}"))
+                .hint("formats are `d`/`s` per level, optionally `:mode,order` (e.g. `ds:1,0`), or dense, csr, csc, dcsr, csf")
+        })?;
+        out.insert(name.to_string(), format);
+    }
+    Ok(out)
+}
+
+/// Agrees one dimension per index variable across all uses whose tensor dimensions are known.
+/// Returns, per variable, its dimension and the access that fixed it.
+fn agree_dims<'a>(
+    accesses: &[&'a Access],
+    dims: &Dims,
+) -> Result<HashMap<String, (usize, &'a Access, usize)>, Diagnostic> {
+    let mut out: HashMap<String, (usize, &Access, usize)> = HashMap::new();
+    for acc in accesses {
+        let Some(d) = dims.get(&acc.tensor.name) else { continue };
+        if d.len() != acc.indices.len() {
+            return Err(Diagnostic::new(
+                format!(
+                    "`{}` has {} modes, but is used with {} indices",
+                    acc.tensor.name,
+                    d.len(),
+                    acc.indices.len()
+                ),
+                acc.span.clone(),
+            )
+            .label(format!("dimensions {d:?}"))
+            .hint("use one index per mode of the tensor"));
+        }
+        for (mode, (i, &n)) in acc.indices.iter().zip(d).enumerate() {
+            match out.get(&i.name) {
+                Some((m, first, first_mode)) if *m != n => {
+                    return Err(Diagnostic::new(
+                        format!(
+                            "dimension mismatch for index `{}`: {} in mode {} of `{}` but {} in mode {} of `{}`",
+                            i.name, n, mode, acc.tensor.name, m, first_mode, first.tensor.name
+                        ),
+                        i.span.clone(),
+                    )
+                    .label(format!("{n} here"))
+                    .related(first.span.clone(), format!("{m} here"))
+                    .hint("every use of an index variable must range over the same dimension"))
+                }
+                Some(_) => {}
+                None => {
+                    out.insert(i.name.clone(), (n, acc, mode));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A variable the schedule may name: a statement variable or one made by a split.
+struct SchedVar {
+    name: String,
+    /// The statement variable it derives from.
+    root: String,
+    /// True for the outer (block) variable of a split.
+    outer: bool,
+    split: bool,
+}
+
+/// Validates the schedule: names refer to real variables, splits make fresh names, block
+/// loops are outer variables of splits, and no reduction variable is parallelized.
+fn check_schedule(items: &[ScheduleItem], vars: &[VarInfo]) -> Result<Schedule, Diagnostic> {
+    let mut known: Vec<SchedVar> = vars
+        .iter()
+        .map(|v| SchedVar { name: v.name.clone(), root: v.name.clone(), outer: false, split: false })
+        .collect();
+    let is_free = |root: &str| vars.iter().any(|v| v.name == root && v.free);
+    let mut sched = Schedule::default();
+    let mut order_span: Option<&Span> = None;
+    let mut par_span: Option<&Span> = None;
+    for item in items {
+        match &item.directive {
+            Directive::Split { var, outer, inner, kind } => {
+                let k = lookup(&known, var)?;
+                if known[k].split {
+                    return Err(Diagnostic::new(format!("`{}` is split twice", var.name), var.span.clone())
+                        .label("already split")
+                        .hint("split each variable at most once; split the inner or outer variable to nest"));
+                }
+                for fresh in [outer, inner] {
+                    if known.iter().any(|v| v.name == fresh.name) || (fresh.name == inner.name && outer.name == inner.name) {
+                        return Err(Diagnostic::new(
+                            format!("`{}` already names an index variable", fresh.name),
+                            fresh.span.clone(),
+                        )
+                        .label("not a fresh name")
+                        .hint("a split introduces two new variable names, e.g. `split(i, io, ii, 4)`"));
+                    }
+                }
+                if let (SplitKind::Points(p), Some(dim)) = (kind, dim_of(vars, &known[k].root)) {
+                    if let Some(&last) = p.last().filter(|&&l| l >= dim) {
+                        return Err(Diagnostic::new(
+                            format!("split point {last} is not inside `{}`, whose dimension is {dim}", var.name),
+                            item.span.clone(),
+                        )
+                        .label("split point out of range")
+                        .hint(format!("split points must be below {dim}")));
+                    }
+                }
+                known[k].split = true;
+                let root = known[k].root.clone();
+                known.push(SchedVar { name: outer.name.clone(), root: root.clone(), outer: true, split: false });
+                known.push(SchedVar { name: inner.name.clone(), root, outer: false, split: false });
+                sched.splits.push(Split {
+                    var: var.name.clone(),
+                    outer: outer.name.clone(),
+                    inner: inner.name.clone(),
+                    kind: kind.clone(),
+                });
+            }
+            Directive::Order(names) => {
+                once(&mut order_span, &item.span, "order")?;
+                sched.order = Some(block_vars(&known, names, "order")?);
+            }
+            Directive::Map(names) => sched.map.extend(block_vars(&known, names, "map")?),
+            Directive::Extend(v) => {
+                let name = block_vars(&known, std::slice::from_ref(v), "extend")?.remove(0);
+                let root = &known[lookup(&known, v)?].root;
+                if is_free(root) {
+                    return Err(Diagnostic::new(
+                        format!("`{}` comes from the free variable `{root}`; only reduction variables are extended", v.name),
+                        v.span.clone(),
+                    )
+                    .label("not a reduction variable")
+                    .hint("extend the outer variable of a split reduction variable, e.g. `split(k, ko, ki, 2); extend(ko)`"));
+                }
+                sched.extend.push(name);
+            }
+            Directive::Parallelize(v) => {
+                once(&mut par_span, &item.span, "parallelize")?;
+                let root = known[lookup(&known, v)?].root.clone();
+                if !is_free(&root) {
+                    return Err(Diagnostic::new(
+                        format!("`{}` is a reduction variable; parallelizing it would race on the output", v.name),
+                        v.span.clone(),
+                    )
+                    .label("reduction variable")
+                    .hint("parallelize a variable of the output, usually the outermost one"));
+                }
+                sched.parallelize = Some(v.name.clone());
+            }
+        }
+    }
+    Ok(sched)
+}
+
+fn dim_of(vars: &[VarInfo], name: &str) -> Option<usize> {
+    vars.iter().find(|v| v.name == name).and_then(|v| v.dim)
+}
+
+fn lookup(known: &[SchedVar], v: &Ident) -> Result<usize, Diagnostic> {
+    known.iter().position(|k| k.name == v.name).ok_or_else(|| {
+        let names: Vec<&str> = known.iter().map(|k| k.name.as_str()).collect();
+        Diagnostic::new(format!("the schedule names `{}`, which is not an index variable", v.name), v.span.clone())
+            .label("unknown variable")
+            .hint(format!("the index variables are: {}", names.join(", ")))
+    })
+}
+
+/// Names that must be outer (block) variables of splits, each named once.
+fn block_vars(known: &[SchedVar], names: &[Ident], directive: &str) -> Result<Vec<String>, Diagnostic> {
+    let mut out: Vec<String> = Vec::new();
+    for n in names {
+        let k = lookup(known, n)?;
+        if !known[k].outer {
+            return Err(Diagnostic::new(
+                format!("`{directive}` takes block variables, but `{}` is not the outer variable of a split", n.name),
+                n.span.clone(),
+            )
+            .label("not a block variable")
+            .hint(format!("split it first, e.g. `split({0}, {0}o, {0}i, 2); {directive}({0}o)`", n.name)));
+        }
+        if out.contains(&n.name) {
+            return Err(Diagnostic::new(format!("`{}` is named twice in `{directive}`", n.name), n.span.clone())
+                .label("repeated"));
+        }
+        out.push(n.name.clone());
+    }
+    Ok(out)
+}
+
+fn once<'a>(seen: &mut Option<&'a Span>, span: &'a Span, directive: &str) -> Result<(), Diagnostic> {
+    if let Some(first) = seen.replace(span) {
+        return Err(Diagnostic::new(format!("`{directive}` is given twice"), span.clone())
+            .label("second")
+            .related(first.clone(), "first")
+            .hint(format!("give `{directive}` at most once")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "check_tests.rs"]
+mod tests;
