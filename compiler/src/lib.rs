@@ -3,3 +3,4 @@ pub mod ast;
 pub mod diagnostics;
 pub mod parse;
 pub mod check;
+pub mod oracle;

@@ -1,0 +1,166 @@
+//! The reference evaluator: the oracle every kernel is tested against.
+//!
+//! Dense, slow and obviously correct: for every point of the output's index space it sums
+//! each top-level term over every point of that term's reduction variables, evaluating the
+//! expression with plain `f64` arithmetic. It shares nothing with lowering or code
+//! generation except the checked statement, so a bug there cannot hide here. Meant for the
+//! small sizes of tests (its cost is the product of all dimensions).
+
+use crate::ast::{BinOp, Expr, ExprKind, Func};
+use crate::check::Checked;
+use std::collections::HashMap;
+
+/// A dense row-major array of `f64` (rank 0: one value, `dims` empty).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DenseArray {
+    pub dims: Vec<usize>,
+    pub data: Vec<f64>,
+}
+
+impl DenseArray {
+    pub fn new(dims: Vec<usize>, data: Vec<f64>) -> Result<DenseArray, OracleError> {
+        let len: usize = dims.iter().product();
+        if len != data.len() {
+            return Err(OracleError::Length { dims, len: data.len() });
+        }
+        Ok(DenseArray { dims, data })
+    }
+
+    pub fn zeros(dims: Vec<usize>) -> DenseArray {
+        let len = dims.iter().product();
+        DenseArray { dims, data: vec![0.0; len] }
+    }
+
+    /// The row-major position of a coordinate.
+    fn offset(&self, coord: impl Iterator<Item = usize>) -> usize {
+        coord.zip(&self.dims).fold(0, |acc, (c, &d)| acc * d + c)
+    }
+}
+
+/// Why the oracle could not evaluate (inputs that do not fit the statement).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum OracleError {
+    #[error("no input named `{0}`")]
+    MissingInput(String),
+    #[error("`{tensor}` has {found} dimensions but is used with {expected} indices")]
+    Rank { tensor: String, expected: usize, found: usize },
+    #[error("index `{var}` has dimension {first} in one use and {second} in another")]
+    Dim { var: String, first: usize, second: usize },
+    #[error("dense data of {len} values does not fit dimensions {dims:?}")]
+    Length { dims: Vec<usize>, len: usize },
+    #[error("the initial output has dimensions {found:?}, expected {expected:?}")]
+    Output { expected: Vec<usize>, found: Vec<usize> },
+}
+
+/// Evaluates `c` on dense inputs. `initial` is the output's previous value for `+=`
+/// (zeros when absent).
+pub fn evaluate(
+    c: &Checked,
+    inputs: &HashMap<String, DenseArray>,
+    initial: Option<&DenseArray>,
+) -> Result<DenseArray, OracleError> {
+    let dims = var_dims(c, inputs)?;
+    let slot = |name: &str| c.vars.iter().position(|v| v.name == name).expect("checked variable");
+    let lhs = &c.statement.assignment.lhs;
+    let out_vars: Vec<usize> = lhs.indices.iter().map(|i| slot(&i.name)).collect();
+    let mut out = DenseArray::zeros(out_vars.iter().map(|&v| dims[v]).collect());
+    if c.statement.assignment.accumulate {
+        if let Some(init) = initial {
+            if init.dims != out.dims {
+                return Err(OracleError::Output { expected: out.dims, found: init.dims.clone() });
+            }
+            out.data.copy_from_slice(&init.data);
+        }
+    }
+    let mut point = vec![0usize; c.vars.len()];
+    for_each_point(&out_vars, &dims, &mut point, &mut |point| {
+        let mut value = 0.0;
+        for term in &c.terms {
+            let red: Vec<usize> = term.reduction.iter().map(|n| slot(n)).collect();
+            let mut sum = 0.0;
+            let mut p = point.to_vec();
+            for_each_point(&red, &dims, &mut p, &mut |p| sum += eval(&term.expr, p, c, inputs));
+            value += if term.negated { -sum } else { sum };
+        }
+        let at = out.offset(out_vars.iter().map(|&v| point[v]));
+        out.data[at] += value;
+    });
+    Ok(out)
+}
+
+/// The dimension of every index variable (in `c.vars` order), agreed across all uses.
+fn var_dims(c: &Checked, inputs: &HashMap<String, DenseArray>) -> Result<Vec<usize>, OracleError> {
+    let mut dims: Vec<Option<usize>> = vec![None; c.vars.len()];
+    for t in c.inputs() {
+        let arr = inputs.get(&t.name).ok_or_else(|| OracleError::MissingInput(t.name.clone()))?;
+        for access in c.uses(&t.name) {
+            if arr.dims.len() != access.indices.len() {
+                return Err(OracleError::Rank {
+                    tensor: t.name.clone(),
+                    expected: access.indices.len(),
+                    found: arr.dims.len(),
+                });
+            }
+            for (i, &n) in access.indices.iter().zip(&arr.dims) {
+                let v = c.vars.iter().position(|v| v.name == i.name).expect("checked variable");
+                match dims[v] {
+                    Some(m) if m != n => {
+                        return Err(OracleError::Dim { var: i.name.clone(), first: m, second: n })
+                    }
+                    _ => dims[v] = Some(n),
+                }
+            }
+        }
+    }
+    // The checker guarantees every variable indexes some input.
+    Ok(dims.into_iter().map(|d| d.unwrap_or(0)).collect())
+}
+
+/// Calls `f` for every assignment of the variables `vars` (other slots of `point` fixed).
+fn for_each_point(vars: &[usize], dims: &[usize], point: &mut [usize], f: &mut impl FnMut(&[usize])) {
+    match vars.split_first() {
+        None => f(point),
+        Some((&v, rest)) => {
+            for x in 0..dims[v] {
+                point[v] = x;
+                for_each_point(rest, dims, point, f);
+            }
+        }
+    }
+}
+
+fn eval(e: &Expr, point: &[usize], c: &Checked, inputs: &HashMap<String, DenseArray>) -> f64 {
+    match &e.kind {
+        ExprKind::Const(x) => *x,
+        ExprKind::Access(a) => {
+            let arr = &inputs[&a.tensor.name];
+            let coord = a.indices.iter().map(|i| {
+                point[c.vars.iter().position(|v| v.name == i.name).expect("checked variable")]
+            });
+            arr.data[arr.offset(coord)]
+        }
+        ExprKind::Neg(x) => -eval(x, point, c, inputs),
+        ExprKind::Call(f, x) => {
+            let x = eval(x, point, c, inputs);
+            match f {
+                Func::Exp => x.exp(),
+                Func::Log => x.ln(),
+                Func::Sqrt => x.sqrt(),
+                Func::Abs => x.abs(),
+            }
+        }
+        ExprKind::Binary(op, a, b) => {
+            let (a, b) = (eval(a, point, c, inputs), eval(b, point, c, inputs));
+            match op {
+                BinOp::Add => a + b,
+                BinOp::Sub => a - b,
+                BinOp::Mul => a * b,
+                BinOp::Div => a / b,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "oracle_tests.rs"]
+mod tests;

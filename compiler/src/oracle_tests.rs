@@ -1,0 +1,96 @@
+//! The oracle against loops written out by hand for a few statements.
+use super::*;
+use crate::check::{check, Dims};
+use crate::parse;
+use proptest::prelude::*;
+
+fn checked(src: &str) -> Checked {
+    check(parse::program(src, 0).unwrap(), &Dims::new()).unwrap()
+}
+
+fn arr(dims: Vec<usize>, seed: &[f64]) -> DenseArray {
+    let len: usize = dims.iter().product();
+    DenseArray::new(dims, (0..len).map(|k| seed[k % seed.len()] + k as f64 * 0.25).collect()).unwrap()
+}
+
+fn inputs(list: Vec<(&str, DenseArray)>) -> HashMap<String, DenseArray> {
+    list.into_iter().map(|(n, a)| (n.to_string(), a)).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn spmv_plus_vector(m in 0usize..5, n in 0usize..5, seed in prop::collection::vec(-3.0f64..3.0, 1..8)) {
+        let a = arr(vec![m, n], &seed);
+        let x = arr(vec![n], &[seed[0] * 0.5 - 1.0]);
+        let z = arr(vec![m], &[2.0]);
+        let c = checked("y(i) = A(i,j) * x(j) - z(i)");
+        let y = evaluate(&c, &inputs(vec![("A", a.clone()), ("x", x.clone()), ("z", z.clone())]), None).unwrap();
+        let mut want = vec![0.0; m];
+        for i in 0..m {
+            for j in 0..n {
+                want[i] += a.data[i * n + j] * x.data[j];
+            }
+            want[i] -= z.data[i];
+        }
+        prop_assert_eq!(y.dims, vec![m]);
+        prop_assert_eq!(y.data, want);
+    }
+
+    #[test]
+    fn matmul_transposed_operand(m in 1usize..4, k in 0usize..4, n in 1usize..4, seed in prop::collection::vec(-3.0f64..3.0, 1..8)) {
+        let a = arr(vec![m, k], &seed);
+        let b = arr(vec![n, k], &seed);
+        let c = checked("C(i,j) = A(i,l) * B(j,l)");
+        let got = evaluate(&c, &inputs(vec![("A", a.clone()), ("B", b.clone())]), None).unwrap();
+        prop_assert_eq!(&got.dims, &vec![m, n]);
+        for i in 0..m {
+            for j in 0..n {
+                let want: f64 = (0..k).map(|l| a.data[i * k + l] * b.data[j * k + l]).sum();
+                prop_assert!((got.data[i * n + j] - want).abs() <= 1e-12 * (1.0 + want.abs()));
+            }
+        }
+    }
+}
+
+#[test]
+fn scalar_inner_product_and_accumulate() {
+    let c = checked("a += b(i) * b(i)");
+    let b = DenseArray::new(vec![3], vec![1.0, 2.0, 3.0]).unwrap();
+    let init = DenseArray::new(vec![], vec![10.0]).unwrap();
+    let got = evaluate(&c, &inputs(vec![("b", b)]), Some(&init)).unwrap();
+    assert_eq!(got.dims, Vec::<usize>::new());
+    assert_eq!(got.data, vec![24.0]);
+}
+
+#[test]
+fn functions_and_constants_elementwise() {
+    let c = checked("y(i) = sqrt(abs(x(i))) * 2 + exp(-x(i)) / 4 - log(w(i))");
+    let x = DenseArray::new(vec![2], vec![-4.0, 9.0]).unwrap();
+    let w = DenseArray::new(vec![2], vec![1.0, std::f64::consts::E]).unwrap();
+    let got = evaluate(&c, &inputs(vec![("x", x), ("w", w)]), None).unwrap();
+    let want = [2.0 * 2.0 + 4f64.exp() / 4.0, 3.0 * 2.0 + (-9f64).exp() / 4.0 - 1.0];
+    for (g, w) in got.data.iter().zip(want) {
+        assert!((g - w).abs() < 1e-12, "{g} vs {w}");
+    }
+}
+
+#[test]
+fn each_term_is_reduced_over_its_own_variables() {
+    // y(i) = Σ_j A(i,j) + z(i): z is added once, not once per j.
+    let c = checked("y(i) = A(i,j) + z(i)");
+    let a = DenseArray::new(vec![1, 3], vec![1.0, 2.0, 3.0]).unwrap();
+    let z = DenseArray::new(vec![1], vec![100.0]).unwrap();
+    let got = evaluate(&c, &inputs(vec![("A", a), ("z", z)]), None).unwrap();
+    assert_eq!(got.data, vec![106.0]);
+}
+
+#[test]
+fn mismatched_dimensions_are_an_error() {
+    let c = checked("y(i) = A(i,j) * x(j)");
+    let a = DenseArray::zeros(vec![2, 3]);
+    let x = DenseArray::zeros(vec![4]);
+    let err = evaluate(&c, &inputs(vec![("A", a), ("x", x)]), None).unwrap_err();
+    assert_eq!(err, OracleError::Dim { var: "j".into(), first: 3, second: 4 });
+}
