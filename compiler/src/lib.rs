@@ -4,3 +4,5 @@ pub mod diagnostics;
 pub mod parse;
 pub mod check;
 pub mod oracle;
+pub mod ir;
+pub mod lower;

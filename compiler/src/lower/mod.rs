@@ -1,0 +1,448 @@
+//! Lowering: a checked statement → [`Kernel`] (concrete index notation as loop nests).
+//!
+//! Stages, one module each: [`terms`] splits the right-hand side into nests by reduction
+//! variables; [`order`] picks each nest's loop order from the operands' mode orders;
+//! [`lattice`] gives each loop its merge formula; this module resolves levels loop by loop
+//! and picks the output's assembly strategy. The result is checked by [`Kernel::verify`].
+
+mod error;
+mod lattice;
+mod order;
+mod terms;
+
+use std::collections::{BTreeSet, HashMap};
+
+use tessera_formats::{Format, LevelType};
+
+use crate::ast::{self, Directive, Span};
+use crate::ir::{
+    Access, AccessId, Assembly, DimSource, Expr, Kernel, LevelRef, Loop, Nest, OutputKind,
+    TensorDecl, VarDecl, VarId,
+};
+pub use error::LowerError;
+use order::Preference;
+
+/// Lowers a checked statement (formats from the checker; `parallelize` from its schedule).
+pub fn lower(c: &crate::check::Checked) -> Result<Kernel, LowerError> {
+    let formats = c.tensors.iter().map(|t| (t.name.clone(), t.format.clone())).collect();
+    lower_statement(&c.statement, &formats)
+}
+
+/// Lowers a statement whose tensors have the given formats (tensors not listed are dense
+/// with the identity mode order). `+=` makes the output's previous value an extra input,
+/// named like the output and placed last: `A(i) += e` is `A(i) = e + A_old(i)`.
+pub fn lower_statement(
+    stmt: &ast::Statement,
+    formats: &HashMap<String, Format>,
+) -> Result<Kernel, LowerError> {
+    let mut b = Builder {
+        formats,
+        tensors: Vec::new(),
+        vars: Vec::new(),
+        accesses: Vec::new(),
+        by_name: HashMap::new(),
+        var_by_name: HashMap::new(),
+    };
+    let asg = &stmt.assignment;
+    for ix in &asg.lhs.indices {
+        b.var(ix, true);
+    }
+    let mut rhs = b.expr(&asg.rhs)?;
+    if asg.accumulate {
+        let old = b.access(&asg.lhs, true)?;
+        rhs = Expr::Binary(ast::BinOp::Add, Box::new(rhs), Box::new(Expr::Access(old)));
+    }
+    let output = b.tensors.len();
+    let out_format = b.format_for(&asg.lhs.tensor, asg.lhs.indices.len(), &asg.lhs.span)?;
+    b.tensors.push(TensorDecl {
+        name: asg.lhs.tensor.name.clone(),
+        span: asg.lhs.tensor.span.clone(),
+        format: out_format,
+        input_slot: None,
+    });
+    let output_access = b.push_access(output, &asg.lhs)?;
+    b.finish_dims(&asg.lhs);
+    let output_kind = if asg.lhs.indices.is_empty() {
+        OutputKind::Scalar
+    } else if b.tensors[output].format.levels().contains(&LevelType::Compressed) {
+        OutputKind::Sparse
+    } else {
+        OutputKind::Dense
+    };
+
+    let free: BTreeSet<VarId> = (0..b.vars.len()).filter(|v| b.vars[*v].free).collect();
+    let groups = terms::group_terms(&rhs, &b.accesses, &free);
+    let mut kernel = Kernel {
+        tensors: b.tensors,
+        output,
+        vars: b.vars,
+        accesses: b.accesses,
+        output_access,
+        output_kind,
+        nests: Vec::new(),
+        parallel: None,
+        source: source_text(stmt),
+    };
+    for g in &groups {
+        let nest = lower_nest(&kernel, g.expr.clone(), &asg.span)?;
+        kernel.nests.push(nest);
+    }
+    if kernel.output_kind == OutputKind::Sparse && kernel.nests.len() > 1 {
+        for n in &mut kernel.nests {
+            n.assembly = Assembly::Collect;
+        }
+    }
+    kernel.parallel = parallel_var(&kernel, stmt)?;
+    kernel.verify().map_err(|msg| LowerError::Internal { msg: format!("{msg}\n{kernel}") })?;
+    Ok(kernel)
+}
+
+/// Collects tensors, variables and accesses while converting the syntax tree.
+struct Builder<'a> {
+    formats: &'a HashMap<String, Format>,
+    tensors: Vec<TensorDecl>,
+    vars: Vec<VarDecl>,
+    accesses: Vec<Access>,
+    by_name: HashMap<String, usize>,
+    var_by_name: HashMap<String, VarId>,
+}
+
+impl Builder<'_> {
+    fn var(&mut self, ix: &ast::Ident, free: bool) -> VarId {
+        if let Some(v) = self.var_by_name.get(&ix.name) {
+            return *v;
+        }
+        self.vars.push(VarDecl {
+            name: ix.name.clone(),
+            span: ix.span.clone(),
+            free,
+            dim: DimSource::Output { mode: 0 },
+        });
+        self.var_by_name.insert(ix.name.clone(), self.vars.len() - 1);
+        self.vars.len() - 1
+    }
+
+    fn format_for(&self, t: &ast::Ident, rank: usize, span: &Span) -> Result<Format, LowerError> {
+        let Some(f) = self.formats.get(&t.name) else {
+            return Ok(Format::dense(rank));
+        };
+        if f.rank() != rank {
+            return Err(LowerError::FormatRank {
+                tensor: t.name.clone(),
+                rank,
+                format: f.to_string(),
+                levels: f.rank(),
+                span: span.clone(),
+            });
+        }
+        Ok(f.clone())
+    }
+
+    /// An input access; `old_output` marks the previous value of a `+=` output.
+    fn access(&mut self, acc: &ast::Access, old_output: bool) -> Result<AccessId, LowerError> {
+        let key = if old_output { format!("{}\u{0}old", acc.tensor.name) } else { acc.tensor.name.clone() };
+        let t = match self.by_name.get(&key) {
+            Some(t) => {
+                let first = self.tensors[*t].rank();
+                if first != acc.indices.len() {
+                    return Err(LowerError::RankMismatch {
+                        tensor: acc.tensor.name.clone(),
+                        first,
+                        second: acc.indices.len(),
+                        span: acc.span.clone(),
+                    });
+                }
+                *t
+            }
+            None => {
+                let format = self.format_for(&acc.tensor, acc.indices.len(), &acc.span)?;
+                let slot = self.tensors.len();
+                self.tensors.push(TensorDecl {
+                    name: acc.tensor.name.clone(),
+                    span: acc.tensor.span.clone(),
+                    format,
+                    input_slot: Some(slot),
+                });
+                self.by_name.insert(key, slot);
+                slot
+            }
+        };
+        for (mode, ix) in acc.indices.iter().enumerate() {
+            let v = self.var(ix, false);
+            if self.vars[v].dim == (DimSource::Output { mode: 0 }) && !self.vars[v].free {
+                self.vars[v].dim = DimSource::Input { slot: t, mode };
+            }
+        }
+        self.push_access(t, acc)
+    }
+
+    fn push_access(&mut self, t: usize, acc: &ast::Access) -> Result<AccessId, LowerError> {
+        let mut mode_vars = Vec::new();
+        for ix in &acc.indices {
+            if acc.indices.iter().filter(|o| o.name == ix.name).count() > 1 {
+                return Err(LowerError::RepeatedIndex {
+                    var: ix.name.clone(),
+                    tensor: acc.tensor.name.clone(),
+                    span: acc.span.clone(),
+                });
+            }
+            mode_vars.push(self.var_by_name[&ix.name]);
+        }
+        let order = self.tensors[t].format.mode_order().to_vec();
+        let level_vars = order.iter().map(|m| mode_vars[*m]).collect();
+        self.accesses.push(Access { tensor: t, level_vars, span: acc.span.clone() });
+        Ok(self.accesses.len() - 1)
+    }
+
+    /// Free variables take their extent from `out_dims`, which the caller validated
+    /// against the inputs; reduction variables from their first input.
+    fn finish_dims(&mut self, lhs: &ast::Access) {
+        for (mode, ix) in lhs.indices.iter().enumerate() {
+            let v = self.var_by_name[&ix.name];
+            self.vars[v].dim = DimSource::Output { mode };
+        }
+    }
+
+    fn expr(&mut self, e: &ast::Expr) -> Result<Expr, LowerError> {
+        Ok(match &e.kind {
+            ast::ExprKind::Access(a) => Expr::Access(self.access(a, false)?),
+            ast::ExprKind::Const(c) => Expr::Const(*c),
+            ast::ExprKind::Neg(x) => Expr::Neg(Box::new(self.expr(x)?)),
+            ast::ExprKind::Call(f, x) => Expr::Call(*f, Box::new(self.expr(x)?)),
+            ast::ExprKind::Binary(op, l, r) => {
+                Expr::Binary(*op, Box::new(self.expr(l)?), Box::new(self.expr(r)?))
+            }
+        })
+    }
+}
+
+/// Lowers one group of terms into a loop nest.
+fn lower_nest(k: &Kernel, expr: Expr, span: &Span) -> Result<Nest, LowerError> {
+    let operands = expr.accesses();
+    let out = &k.accesses[k.output_access];
+    let mut vars: Vec<VarId> = out.level_vars.clone();
+    vars.sort_unstable();
+    for a in &operands {
+        for v in &k.accesses[*a].level_vars {
+            if !vars.contains(v) {
+                vars.push(*v);
+            }
+        }
+    }
+    let order = loop_order(k, &vars, &operands, span)?;
+
+    let mut located = operands.clone();
+    if k.output_kind == OutputKind::Dense {
+        located.push(k.output_access);
+    }
+    let mut resolved = vec![0usize; k.accesses.len()];
+    let mut bound = vec![false; k.vars.len()];
+    let mut loops = Vec::new();
+    for &v in &order {
+        bound[v] = true;
+        let mut iterate = Vec::new();
+        for &a in &operands {
+            let r = LevelRef { access: a, level: resolved[a] };
+            if r.level < k.accesses[a].level_vars.len()
+                && k.level_type(r) == LevelType::Compressed
+                && k.level_var(r) == v
+            {
+                iterate.push(r);
+                resolved[a] += 1;
+            }
+        }
+        let mut locate = Vec::new();
+        for &a in &located {
+            loop {
+                let r = LevelRef { access: a, level: resolved[a] };
+                if r.level >= k.accesses[a].level_vars.len()
+                    || k.level_type(r) != LevelType::Dense
+                    || !bound[k.level_var(r)]
+                {
+                    break;
+                }
+                locate.push(r);
+                resolved[a] += 1;
+            }
+        }
+        let f = lattice::formula(&expr, &iterate);
+        let domain = lattice::domain(f, iterate.len());
+        loops.push(Loop { var: v, iterate, locate, domain });
+    }
+    let acc_depth = order.iter().rposition(|v| k.vars[*v].free).map_or(0, |d| d + 1);
+    let mut required = Vec::new();
+    terms::required_factors(&expr, &mut required);
+    let assembly = assembly(k, &order);
+    Ok(Nest { expr, loops, acc_depth, required, assembly })
+}
+
+/// The loop order of a nest over `vars`, or the error that says which operand to store
+/// differently.
+fn loop_order(
+    k: &Kernel,
+    vars: &[VarId],
+    operands: &[AccessId],
+    span: &Span,
+) -> Result<Vec<VarId>, LowerError> {
+    let out = &k.accesses[k.output_access];
+    let mut rank = vec![usize::MAX; k.vars.len()];
+    for (i, v) in out.level_vars.iter().chain(vars).enumerate() {
+        rank[*v] = rank[*v].min(i);
+    }
+    let mut pref = Preference {
+        sparse: BTreeSet::new(),
+        free: vars.iter().copied().filter(|v| k.vars[*v].free).collect(),
+        rank,
+    };
+    let per_access: Vec<Vec<(VarId, VarId)>> = operands
+        .iter()
+        .map(|a| order::access_edges(&k.accesses[*a], &k.tensors[k.accesses[*a].tensor]))
+        .collect();
+    for e in per_access.iter().flatten() {
+        pref.sparse.insert(e.0);
+        pref.sparse.insert(e.1);
+    }
+    for a in operands {
+        let acc = &k.accesses[*a];
+        for (l, t) in k.tensors[acc.tensor].format.levels().iter().enumerate() {
+            if *t == LevelType::Compressed {
+                pref.sparse.insert(acc.level_vars[l]);
+            }
+        }
+    }
+    let edges: Vec<(VarId, VarId)> = per_access.iter().flatten().copied().collect();
+    if k.output_kind == OutputKind::Sparse {
+        let mut with_out = edges.clone();
+        with_out.extend(order::output_edges(out));
+        if let Some(o) = order::topo_order(vars, &with_out, &pref) {
+            return Ok(o);
+        }
+    }
+    if let Some(o) = order::topo_order(vars, &edges, &pref) {
+        return Ok(o);
+    }
+    Err(no_order_error(k, operands, &per_access, vars, &pref, span))
+}
+
+/// Finds one operand whose re-storing would make a loop order exist, and says how.
+fn no_order_error(
+    k: &Kernel,
+    operands: &[AccessId],
+    per_access: &[Vec<(VarId, VarId)>],
+    vars: &[VarId],
+    pref: &Preference,
+    span: &Span,
+) -> LowerError {
+    for (i, a) in operands.iter().enumerate() {
+        if per_access[i].is_empty() {
+            continue;
+        }
+        let others: Vec<(VarId, VarId)> = per_access
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .flat_map(|(_, e)| e.iter().copied())
+            .collect();
+        let Some(order) = order::topo_order(vars, &others, pref) else { continue };
+        let acc = &k.accesses[*a];
+        let tensor = &k.tensors[acc.tensor];
+        // Mode m's variable is level_vars[level_of_mode[m]]; sort modes by loop position.
+        let level_of_mode = tensor.format.level_of_mode();
+        let mut modes: Vec<usize> = (0..tensor.rank()).collect();
+        modes.sort_by_key(|m| {
+            let v = acc.level_vars[level_of_mode[*m]];
+            order.iter().position(|o| *o == v)
+        });
+        let letters: String = tensor.format.levels().iter().map(|l| l.letter()).collect();
+        let mo: Vec<String> = modes.iter().map(|m| m.to_string()).collect();
+        let mo = mo.join(",");
+        return LowerError::NoLoopOrder {
+            span: acc.span.clone(),
+            hint: format!(
+                "store {name} with mode order {mo} (-f {name}:{letters}:{mo})",
+                name = tensor.name
+            ),
+        };
+    }
+    LowerError::NoLoopOrder {
+        span: span.clone(),
+        hint: "no single operand can be re-stored to fix this; give the operands mode orders that agree".into(),
+    }
+}
+
+/// How a sparse output is assembled, from the loop order (see [`Assembly`]).
+fn assembly(k: &Kernel, order: &[VarId]) -> Assembly {
+    if k.output_kind != OutputKind::Sparse {
+        return Assembly::None;
+    }
+    let out = &k.accesses[k.output_access].level_vars;
+    let r = out.len();
+    if order.len() >= r && order[..r] == out[..] {
+        return Assembly::InOrder;
+    }
+    if order[..r - 1] == out[..r - 1] {
+        return Assembly::Workspace { flush_depth: r - 1, var: out[r - 1] };
+    }
+    Assembly::Collect
+}
+
+/// The variable of `parallelize(v)`, checked to be the outermost loop of every nest and free.
+fn parallel_var(k: &Kernel, stmt: &ast::Statement) -> Result<Option<VarId>, LowerError> {
+    let mut chosen = None;
+    for item in &stmt.schedule {
+        let Directive::Parallelize(ix) = &item.directive else { continue };
+        let err = |reason: String| LowerError::Parallelize {
+            var: ix.name.clone(),
+            reason,
+            span: item.span.clone(),
+        };
+        let Some(v) = k.vars.iter().position(|d| d.name == ix.name) else {
+            return Err(err("no such index variable".into()));
+        };
+        if !k.vars[v].free {
+            return Err(err(format!("`{}` is a reduction variable", ix.name)));
+        }
+        for nest in &k.nests {
+            if nest.loops.first().map(|l| l.var) != Some(v) {
+                let names: Vec<&str> = nest.loops.iter().map(|l| k.vars[l.var].name.as_str()).collect();
+                return Err(err(format!(
+                    "`{}` is not the outermost loop (loop order: {})",
+                    ix.name,
+                    names.join(", ")
+                )));
+            }
+        }
+        chosen = Some(v);
+    }
+    Ok(chosen)
+}
+
+/// The statement as text, for the generated code's documentation.
+fn source_text(stmt: &ast::Statement) -> String {
+    fn expr(e: &ast::Expr) -> String {
+        match &e.kind {
+            ast::ExprKind::Access(a) => access(a),
+            ast::ExprKind::Const(c) => format!("{c}"),
+            ast::ExprKind::Neg(x) => format!("-({})", expr(x)),
+            ast::ExprKind::Call(f, x) => format!("{}({})", format!("{f:?}").to_lowercase(), expr(x)),
+            ast::ExprKind::Binary(op, l, r) => {
+                let o = match op {
+                    ast::BinOp::Add => "+",
+                    ast::BinOp::Sub => "-",
+                    ast::BinOp::Mul => "*",
+                    ast::BinOp::Div => "/",
+                };
+                format!("({} {o} {})", expr(l), expr(r))
+            }
+        }
+    }
+    fn access(a: &ast::Access) -> String {
+        if a.indices.is_empty() {
+            return a.tensor.name.clone();
+        }
+        let ix: Vec<&str> = a.indices.iter().map(|i| i.name.as_str()).collect();
+        format!("{}({})", a.tensor.name, ix.join(","))
+    }
+    let asg = &stmt.assignment;
+    format!("{} {} {}", access(&asg.lhs), if asg.accumulate { "+=" } else { "=" }, expr(&asg.rhs))
+}
