@@ -1,1 +1,4 @@
 //! The Tessera task runtime.
+
+pub mod io;
+pub mod transport;

@@ -1,0 +1,387 @@
+//! Building level arrays in pieces on many ranks and joining them (SuperTaco §4.4.2–§4.4.4,
+//! §4.6.3–§4.6.4).
+//!
+//! A tensor's entries (in storage order) are cut into contiguous pieces, one per rank.
+//! 1. Each rank makes a [`PartialHeader`] of its piece: entry count, first and last entry,
+//!    and how many compressed-level nodes the piece opens when read on its own.
+//! 2. [`combine`] pools the partial headers in rank order: where a piece's first entry shares
+//!    a prefix with the previous piece's last entry, the shared nodes are not new (the edge
+//!    effect). Prefix sums of the node counts give each rank its starting level counters
+//!    ([`PieceStart`]) and give the tensor's level sizes.
+//! 3. Each rank builds its [`Piece`] with a [`PieceBuilder`] started at those counters: the
+//!    `crd`, `pos` and `vals` segments it owns, at final positions.
+//! 4. The arrays of the whole tensor are the segments of all pieces concatenated in rank
+//!    order, plus the tails after the last entry ([`Assembly`]).
+
+use super::codec::{Reader, Writer};
+use super::IoError;
+
+/// Per level: `Some((size, offset))` for a dense level, `None` for a compressed one.
+pub(crate) type Shape = Vec<Option<(usize, usize)>>;
+
+/// What one rank saw of one tensor (or block) in pass one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PartialHeader {
+    pub count: u64,
+    pub first: Vec<usize>,
+    pub last: Vec<usize>,
+    /// Nodes opened per level, counting every level of the first entry as new.
+    pub new_nodes: Vec<u64>,
+}
+
+impl PartialHeader {
+    pub fn new(rank: usize) -> Self {
+        PartialHeader {
+            count: 0,
+            first: vec![0; rank],
+            last: vec![0; rank],
+            new_nodes: vec![0; rank],
+        }
+    }
+
+    /// Counts one entry (level-order coordinates), which must follow the previous one.
+    pub fn push(&mut self, coords: &[usize]) {
+        let d = if self.count == 0 {
+            self.first.copy_from_slice(coords);
+            0
+        } else {
+            common_prefix(&self.last, coords)
+        };
+        for n in &mut self.new_nodes[d..] {
+            *n += 1;
+        }
+        self.last.copy_from_slice(coords);
+        self.count += 1;
+    }
+
+    pub fn write(&self, w: &mut Writer) {
+        w.u64(self.count);
+        if self.count > 0 {
+            w.usizes(&self.first);
+            w.usizes(&self.last);
+            w.u64s(&self.new_nodes);
+        }
+    }
+
+    pub fn read(r: &mut Reader, rank: usize) -> Result<Self, IoError> {
+        let count = r.u64()?;
+        if count == 0 {
+            return Ok(PartialHeader::new(rank));
+        }
+        let h = PartialHeader {
+            count,
+            first: r.usizes()?,
+            last: r.usizes()?,
+            new_nodes: r.u64s()?,
+        };
+        if h.first.len() != rank || h.last.len() != rank || h.new_nodes.len() != rank {
+            return Err(r.malformed("partial header of the wrong rank"));
+        }
+        Ok(h)
+    }
+}
+
+/// Number of leading levels on which two entries agree.
+pub(crate) fn common_prefix(a: &[usize], b: &[usize]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Where one rank's piece starts: the level counters before it, the node positions of the
+/// last entry before it, and how many leading levels its first entry shares with that entry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PieceStart {
+    pub counters: Vec<u64>,
+    pub prev_path: Option<Vec<u64>>,
+    pub shared: usize,
+}
+
+/// The pooled header: per level the number of nodes (positions).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Totals {
+    pub positions: Vec<u64>,
+}
+
+impl Totals {
+    /// Number of parent positions of level `k`.
+    pub fn parents(&self, k: usize) -> u64 {
+        if k == 0 {
+            1
+        } else {
+            self.positions[k - 1]
+        }
+    }
+
+    /// Length of `vals`.
+    pub fn vals(&self) -> u64 {
+        *self.positions.last().expect("rank > 0")
+    }
+}
+
+/// Pools the partial headers of all ranks (in rank order) into each rank's start and the
+/// totals. Errors when pieces overlap or are out of order (two ranks saw the same entry).
+pub(crate) fn combine(
+    shape: &Shape,
+    parts: &[PartialHeader],
+) -> Result<(Vec<PieceStart>, Totals), IoError> {
+    let rank = shape.len();
+    let mut counters = vec![0u64; rank];
+    let mut prev_last: Option<&[usize]> = None;
+    let mut prev_path: Option<Vec<u64>> = None;
+    let mut starts = Vec::with_capacity(parts.len());
+    for part in parts {
+        let shared = match prev_last {
+            Some(last) if part.count > 0 => {
+                if part.first.as_slice() <= last {
+                    return Err(IoError::Overlap {
+                        coords: part.first.clone(),
+                    });
+                }
+                common_prefix(last, &part.first)
+            }
+            _ => 0,
+        };
+        starts.push(PieceStart {
+            counters: counters.clone(),
+            prev_path: prev_path.clone(),
+            shared,
+        });
+        if part.count == 0 {
+            continue;
+        }
+        for k in 0..rank {
+            if shape[k].is_none() {
+                counters[k] += part.new_nodes[k] - u64::from(k < shared);
+            }
+        }
+        prev_last = Some(&part.last);
+        prev_path = Some(node_path(shape, &part.last, &counters));
+    }
+    let mut positions = Vec::with_capacity(rank);
+    let mut parents = 1u64;
+    for k in 0..rank {
+        parents = match shape[k] {
+            Some((size, _)) => parents.checked_mul(size as u64).ok_or(IoError::TooLarge)?,
+            None => counters[k],
+        };
+        positions.push(parents);
+    }
+    Ok((starts, Totals { positions }))
+}
+
+/// Node positions of the most recent entry `coords`, given the counters after it.
+fn node_path(shape: &Shape, coords: &[usize], counters: &[u64]) -> Vec<u64> {
+    let mut parent = 0u64;
+    shape
+        .iter()
+        .enumerate()
+        .map(|(k, level)| {
+            parent = match level {
+                Some((size, offset)) => parent * *size as u64 + (coords[k] - offset) as u64,
+                None => counters[k] - 1,
+            };
+            parent
+        })
+        .collect()
+}
+
+/// The array segments one rank contributes to a tensor: per compressed level the `pos`
+/// entries from `pos_start` and the `crd` entries from `crd_start`; the `vals` from
+/// `val_start` (zeros of dense levels included).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Piece<V> {
+    pub pos_start: Vec<u64>,
+    pub pos: Vec<Vec<u64>>,
+    pub crd_start: Vec<u64>,
+    pub crd: Vec<Vec<u64>>,
+    pub val_start: u64,
+    pub vals: Vec<V>,
+}
+
+/// Pass two: appends the entries of one piece to its segments, at final positions.
+pub(crate) struct PieceBuilder<'s, V> {
+    shape: &'s Shape,
+    path: Vec<u64>,
+    counters: Vec<u64>,
+    next_pos: Vec<u64>,
+    next_val: u64,
+    last: Option<Vec<usize>>,
+    shared: usize,
+    piece: Piece<V>,
+}
+
+impl<'s, V: Copy + Default> PieceBuilder<'s, V> {
+    pub fn new(shape: &'s Shape, start: &PieceStart) -> Self {
+        let rank = shape.len();
+        let (path, next_pos, next_val) = match &start.prev_path {
+            Some(p) => {
+                let next_pos = (0..rank)
+                    .map(|k| if k == 0 { 1 } else { p[k - 1] + 1 })
+                    .collect();
+                (p.clone(), next_pos, p[rank - 1] + 1)
+            }
+            None => (vec![0; rank], vec![0; rank], 0),
+        };
+        let piece = Piece {
+            pos_start: next_pos.clone(),
+            pos: vec![Vec::new(); rank],
+            crd_start: start.counters.clone(),
+            crd: vec![Vec::new(); rank],
+            val_start: next_val,
+            vals: Vec::new(),
+        };
+        PieceBuilder {
+            shape,
+            path,
+            counters: start.counters.clone(),
+            next_pos,
+            next_val,
+            last: None,
+            shared: start.shared,
+            piece,
+        }
+    }
+
+    /// Appends one entry (level-order coordinates, strictly after the previous one).
+    pub fn push(&mut self, coords: &[usize], v: V) {
+        let d = match &self.last {
+            None => self.shared,
+            Some(last) => common_prefix(last, coords),
+        };
+        for k in d..self.shape.len() {
+            let parent = if k == 0 { 0 } else { self.path[k - 1] };
+            self.path[k] = match self.shape[k] {
+                Some((size, offset)) => parent * size as u64 + (coords[k] - offset) as u64,
+                None => {
+                    // pos[q] for every parent q up to this node's parent: the nodes before it.
+                    while self.next_pos[k] <= parent {
+                        self.piece.pos[k].push(self.counters[k]);
+                        self.next_pos[k] += 1;
+                    }
+                    self.piece.crd[k].push(coords[k] as u64);
+                    self.counters[k] += 1;
+                    self.counters[k] - 1
+                }
+            };
+        }
+        let leaf = *self.path.last().expect("rank > 0");
+        while self.next_val < leaf {
+            self.piece.vals.push(V::default());
+            self.next_val += 1;
+        }
+        self.piece.vals.push(v);
+        self.next_val += 1;
+        match &mut self.last {
+            Some(last) => last.copy_from_slice(coords),
+            None => self.last = Some(coords.to_vec()),
+        }
+    }
+
+    pub fn finish(self) -> Piece<V> {
+        self.piece
+    }
+}
+
+impl<V: bytemuck::Pod> Piece<V> {
+    pub fn write(&self, w: &mut Writer) {
+        w.u64s(&self.pos_start);
+        w.u64s(&self.crd_start);
+        w.u64(self.val_start);
+        for k in 0..self.pos.len() {
+            w.u64s(&self.pos[k]);
+            w.u64s(&self.crd[k]);
+        }
+        w.pods(&self.vals);
+    }
+
+    pub fn read(r: &mut Reader, rank: usize) -> Result<Self, IoError> {
+        let pos_start = r.u64s()?;
+        let crd_start = r.u64s()?;
+        let val_start = r.u64()?;
+        if pos_start.len() != rank || crd_start.len() != rank {
+            return Err(r.malformed("piece of the wrong rank"));
+        }
+        let mut pos = Vec::with_capacity(rank);
+        let mut crd = Vec::with_capacity(rank);
+        for _ in 0..rank {
+            pos.push(r.u64s()?);
+            crd.push(r.u64s()?);
+        }
+        Ok(Piece {
+            pos_start,
+            pos,
+            crd_start,
+            crd,
+            val_start,
+            vals: r.pods()?,
+        })
+    }
+}
+
+/// The arrays of a whole tensor, joined from pieces in rank order.
+pub(crate) struct Assembly<V> {
+    pub pos: Vec<Vec<u64>>,
+    pub crd: Vec<Vec<u64>>,
+    pub vals: Vec<V>,
+}
+
+impl<V: Copy + Default> Assembly<V> {
+    pub fn new(rank: usize) -> Self {
+        Assembly {
+            pos: vec![Vec::new(); rank],
+            crd: vec![Vec::new(); rank],
+            vals: Vec::new(),
+        }
+    }
+
+    /// Appends the next piece; its segments must start where the arrays end.
+    pub fn append(&mut self, piece: Piece<V>) -> Result<(), IoError> {
+        let gap = |what: &str, k: usize, at: u64, len: usize| {
+            IoError::Internal(format!(
+                "{what} of level {k}: piece starts at {at} but the array holds {len}"
+            ))
+        };
+        for (k, (pos, crd)) in piece.pos.into_iter().zip(piece.crd).enumerate() {
+            if !pos.is_empty() && piece.pos_start[k] != self.pos[k].len() as u64 {
+                return Err(gap("pos", k, piece.pos_start[k], self.pos[k].len()));
+            }
+            if !crd.is_empty() && piece.crd_start[k] != self.crd[k].len() as u64 {
+                return Err(gap("crd", k, piece.crd_start[k], self.crd[k].len()));
+            }
+            self.pos[k].extend(pos);
+            self.crd[k].extend(crd);
+        }
+        if !piece.vals.is_empty() && piece.val_start != self.vals.len() as u64 {
+            return Err(gap("vals", 0, piece.val_start, self.vals.len()));
+        }
+        self.vals.extend(piece.vals);
+        Ok(())
+    }
+
+    /// Appends the tails after the last entry: `pos` up to its sentinel, zeros of trailing
+    /// dense positions in `vals`.
+    pub fn finish(mut self, shape: &Shape, totals: &Totals) -> Result<Self, IoError> {
+        for k in 0..shape.len() {
+            if shape[k].is_none() {
+                let len = totals.parents(k) + 1;
+                let len = usize::try_from(len).map_err(|_| IoError::TooLarge)?;
+                self.pos[k].resize(len, totals.positions[k]);
+                if self.crd[k].len() as u64 != totals.positions[k] {
+                    return Err(IoError::Internal(format!(
+                        "level {k}: {} crd entries assembled, header says {}",
+                        self.crd[k].len(),
+                        totals.positions[k]
+                    )));
+                }
+            }
+        }
+        let vals = usize::try_from(totals.vals()).map_err(|_| IoError::TooLarge)?;
+        if self.vals.len() > vals {
+            return Err(IoError::Internal(format!(
+                "{} values assembled, header says {vals}",
+                self.vals.len()
+            )));
+        }
+        self.vals.resize(vals, V::default());
+        Ok(self)
+    }
+}

@@ -1,0 +1,448 @@
+//! Distributed loading of a tensor into blocks (SuperTaco §4.4).
+//!
+//! Every rank holds a view of the same tensor (for a file: its own memory map) and touches
+//! only its piece of it:
+//! 1. **Load balancing** (§4.4.1): rank `r` binary-searches the leaf whose size offset (bytes
+//!    of `pos`/`crd`/`vals` before it) is nearest `r/N` of the tensor; an all-gather of these
+//!    leaves cuts the tensor into `N` pieces of about equal bytes.
+//! 2. **Block header assembly** (§4.4.2): each rank walks its piece, assigns every entry to
+//!    its block by the split ranges, and gathers a partial header per block; the partial
+//!    headers are all-gathered and pooled ([`combine`]), which fixes each rank's level
+//!    counters by prefix sums.
+//! 3. **Block piece assembly** (§4.4.3): a second walk builds each block's piece at final
+//!    positions.
+//! 4. **Block assembly** (§4.4.4): an all-to-all sends every piece to its block's owner,
+//!    which concatenates the pieces in rank order.
+
+use super::assemble::{
+    combine, Assembly, PartialHeader, Piece, PieceBuilder, PieceStart, Shape, Totals,
+};
+use super::codec::{Reader, Writer};
+use super::split::{BlockGrid, BlockRange};
+use super::walk::{leaf_path_in, Tree, ViewTree, Walker};
+use super::{IoError, Progress};
+use crate::transport::Communicator;
+use std::collections::BTreeMap;
+use tessera_formats::{Format, Index, Level, LevelView, Tensor, TensorView, Value};
+
+/// One block of a split tensor, on the rank that owns it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Block<V: Value, I: Index> {
+    /// Mapping key (row-major index over the modes' range indices).
+    pub key: usize,
+    /// Per mode: the block's range, its index and the number of ranges.
+    pub ranges: Vec<BlockRange>,
+    /// The block: the same dimensions and format as the whole tensor; dense levels cover only
+    /// the block's range (their offset set to its start, SuperTaco §4.2).
+    pub tensor: Tensor<V, I>,
+}
+
+/// Loads `view` as the blocks of `grid`; returns the blocks this rank owns
+/// (`key % size == rank`), in key order. Collective: every rank calls it with the same
+/// tensor and grid.
+pub fn load_blocks<C, V, I>(
+    comm: &C,
+    view: &TensorView<'_, V, I>,
+    grid: &BlockGrid,
+    progress: &dyn Progress,
+) -> Result<Vec<Block<V, I>>, IoError>
+where
+    C: Communicator + ?Sized,
+    V: Value,
+    I: Index,
+{
+    let local = check_input(view, grid);
+    comm.check(local.as_ref().map(|_| ()).map_err(|e| e.to_string()))?;
+    local?;
+    let bounds = parent_bounds(view);
+    let tree = ViewTree(view);
+    let (me, n) = (comm.rank(), comm.size());
+    let (start, end) = piece_bounds(comm, view)?;
+    let first = if start < end {
+        leaf_path_in(&tree, start, &bounds)
+    } else {
+        vec![0; bounds.len()]
+    };
+    let mut walker = Walker::new(&tree, start, end, first);
+    let assign = Assigner::new(view.format(), grid);
+    let shapes = BlockShapes {
+        grid,
+        format: view.format(),
+        levels: view.levels(),
+    };
+
+    // 2. Partial block headers, pooled on every rank.
+    progress.start("load: headers", (end - start) as u64);
+    let mut headers: BTreeMap<usize, PartialHeader> = BTreeMap::new();
+    walk_blocks(&mut walker, &assign, progress, |key, coords, _| {
+        headers
+            .entry(key)
+            .or_insert_with(|| PartialHeader::new(coords.len()))
+            .push(coords)
+    });
+    let mut w = Writer::default();
+    for (key, h) in &headers {
+        w.u64(*key as u64);
+        h.write(&mut w);
+    }
+    let all_headers = comm.all_gather(&w.0)?;
+    let pooled = pool_headers(&all_headers, view.format().rank())?;
+    let owned = |key: &usize| BlockGrid::owner(*key, n) == me;
+    let mut starts_of: BTreeMap<usize, (PieceStart, Shape)> = BTreeMap::new();
+    let mut totals_of: BTreeMap<usize, Totals> = BTreeMap::new();
+    for (key, parts) in &pooled {
+        if headers.contains_key(key) || owned(key) {
+            let shape = shapes.shape(*key);
+            let (starts, totals) = combine(&shape, parts)?;
+            starts_of.insert(*key, (starts[me].clone(), shape));
+            totals_of.insert(*key, totals);
+        }
+    }
+
+    // 3. Block pieces at final positions.
+    progress.start("load: pieces", (end - start) as u64);
+    walker.restart();
+    let mut builders: BTreeMap<usize, PieceBuilder<'_, V>> = starts_of
+        .iter()
+        .filter(|(k, _)| headers.contains_key(k))
+        .map(|(k, (s, shape))| (*k, PieceBuilder::new(shape, s)))
+        .collect();
+    walk_blocks(&mut walker, &assign, progress, |key, coords, v| {
+        builders
+            .get_mut(&key)
+            .expect("a header for every block seen")
+            .push(coords, v)
+    });
+
+    // 4. Pieces to owners; owners concatenate them in rank order.
+    progress.start("load: exchange", 0);
+    let mut outgoing: Vec<Writer> = (0..n).map(|_| Writer::default()).collect();
+    for (key, b) in builders {
+        let w = &mut outgoing[BlockGrid::owner(key, n)];
+        w.u64(key as u64);
+        b.finish().write(w);
+    }
+    let incoming = comm.all_to_all(outgoing.into_iter().map(|w| w.0).collect())?;
+    drop(starts_of);
+    assemble_owned(
+        grid,
+        view,
+        &shapes,
+        &totals_of,
+        &incoming,
+        (me, n),
+        progress,
+    )
+}
+
+/// Step 1, load balancing: this rank's piece `[start, end)` of the leaves. Rank `r` searches
+/// the leaf at `r/N` of the tensor's bytes; an all-gather tells it where the next piece starts.
+pub(crate) fn piece_bounds<C, V, I>(
+    comm: &C,
+    view: &TensorView<'_, V, I>,
+) -> Result<(usize, usize), IoError>
+where
+    C: Communicator + ?Sized,
+    V: Value,
+    I: Index,
+{
+    let bounds = parent_bounds(view);
+    let tree = ViewTree(view);
+    let (me, n) = (comm.rank(), comm.size());
+    let leaves = view.vals().len();
+    let total = size_offset(&tree, &bounds, leaves, leaves);
+    let target = (u128::from(total) * me as u128 / n as u128) as u64;
+    let start = search_leaf(&tree, &bounds, leaves, target);
+    let starts = comm.all_gather_u64(&[start as u64])?;
+    let end = match starts.get(me + 1) {
+        Some(next) => *next
+            .first()
+            .ok_or_else(|| IoError::Internal("empty piece bound".into()))?
+            as usize,
+        None => leaves,
+    };
+    Ok((start, end.max(start)))
+}
+
+/// Per level, the parent positions a compressed level's `pos` covers (for binary search).
+fn parent_bounds<V: Value, I: Index>(view: &TensorView<'_, V, I>) -> Vec<(usize, usize)> {
+    view.levels()
+        .iter()
+        .map(|level| match level {
+            LevelView::Compressed { pos, .. } => (0, pos.len().saturating_sub(2)),
+            LevelView::Dense { .. } => (0, 0),
+        })
+        .collect()
+}
+
+/// Checks what load needs of its input.
+fn check_input<V: Value, I: Index>(
+    view: &TensorView<'_, V, I>,
+    grid: &BlockGrid,
+) -> Result<(), IoError> {
+    if view.dims().is_empty() {
+        return Err(IoError::Scalar);
+    }
+    if view.dims() != grid.dims() {
+        return Err(IoError::GridDims {
+            tensor: view.dims().to_vec(),
+            grid: grid.dims().to_vec(),
+        });
+    }
+    for (k, level) in view.levels().iter().enumerate() {
+        if let LevelView::Dense {
+            size,
+            offset,
+            lo,
+            hi,
+        } = *level
+        {
+            if lo != offset || hi != offset + size {
+                return Err(IoError::Windowed { level: k });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Bytes of `pos`, `crd` and `vals` before leaf `leaf` (SuperTaco's size offset); `leaves`
+/// gives the whole tensor.
+fn size_offset<V: Value, I: Index>(
+    tree: &ViewTree<'_, '_, V, I>,
+    bounds: &[(usize, usize)],
+    leaf: usize,
+    leaves: usize,
+) -> u64 {
+    let (iw, vw) = (
+        std::mem::size_of::<I>() as u64,
+        std::mem::size_of::<V>() as u64,
+    );
+    let mut bytes = leaf as u64 * vw;
+    if leaf >= leaves {
+        for level in tree.0.levels() {
+            if let LevelView::Compressed { pos, crd } = level {
+                bytes += (pos.len() + crd.len()) as u64 * iw;
+            }
+        }
+        return bytes;
+    }
+    let path = leaf_path_in(tree, leaf, bounds);
+    for k in 0..path.len() {
+        if tree.dense(k).is_none() {
+            let parent = if k == 0 { 0 } else { path[k - 1] };
+            bytes += (path[k] + parent) as u64 * iw;
+        }
+    }
+    bytes
+}
+
+/// The first leaf whose size offset reaches `target` (binary search; size offsets grow with
+/// the leaf).
+fn search_leaf<V: Value, I: Index>(
+    tree: &ViewTree<'_, '_, V, I>,
+    bounds: &[(usize, usize)],
+    leaves: usize,
+    target: u64,
+) -> usize {
+    let (mut lo, mut hi) = (0, leaves);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if size_offset(tree, bounds, mid, leaves) < target {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// Maps level-order coordinates to block keys, recomputing only the levels that changed.
+struct Assigner<'g> {
+    grid: &'g BlockGrid,
+    modes: Vec<usize>,
+    strides: Vec<usize>,
+    index: Vec<usize>,
+}
+
+impl<'g> Assigner<'g> {
+    fn new(format: &Format, grid: &'g BlockGrid) -> Self {
+        let rank = format.rank();
+        let mut stride_of_mode = vec![1usize; rank];
+        for m in (0..rank.saturating_sub(1)).rev() {
+            stride_of_mode[m] = stride_of_mode[m + 1] * grid.count(m + 1);
+        }
+        let modes = format.mode_order().to_vec();
+        let strides = modes.iter().map(|&m| stride_of_mode[m]).collect();
+        Assigner {
+            grid,
+            modes,
+            strides,
+            index: vec![0; rank],
+        }
+    }
+
+    fn key(&mut self, coords: &[usize], changed: usize) -> usize {
+        for k in changed..coords.len() {
+            self.index[k] = self.grid.range_index(self.modes[k], coords[k]);
+        }
+        self.index
+            .iter()
+            .zip(&self.strides)
+            .map(|(i, s)| i * s)
+            .sum()
+    }
+}
+
+/// Walks the rest of the walker's leaves, calling `f(block key, coords, value)`.
+fn walk_blocks<T: Tree>(
+    walker: &mut Walker<'_, T>,
+    assign: &Assigner<'_>,
+    progress: &dyn Progress,
+    mut f: impl FnMut(usize, &[usize], T::V),
+) {
+    let mut assign = Assigner {
+        grid: assign.grid,
+        modes: assign.modes.clone(),
+        strides: assign.strides.clone(),
+        index: assign.index.clone(),
+    };
+    let mut done = 0u64;
+    while let Some((changed, v)) = walker.advance() {
+        let key = assign.key(walker.coords(), changed);
+        f(key, walker.coords(), v);
+        done += 1;
+        if done % (1 << 16) == 0 {
+            progress.advance(1 << 16);
+        }
+    }
+    progress.advance(done % (1 << 16));
+}
+
+/// Per block key, every rank's partial header in rank order.
+fn pool_headers(
+    all: &[Vec<u8>],
+    rank: usize,
+) -> Result<BTreeMap<usize, Vec<PartialHeader>>, IoError> {
+    let mut pooled: BTreeMap<usize, Vec<PartialHeader>> = BTreeMap::new();
+    for (from, msg) in all.iter().enumerate() {
+        let mut r = Reader::new(msg, from);
+        while !r.is_empty() {
+            let key = r.u64()? as usize;
+            let h = PartialHeader::read(&mut r, rank)?;
+            let parts = pooled
+                .entry(key)
+                .or_insert_with(|| vec![PartialHeader::new(rank); all.len()]);
+            parts[from] = h;
+        }
+    }
+    Ok(pooled)
+}
+
+/// The storage shape of blocks: dense levels narrowed to the block's range.
+struct BlockShapes<'a, 'v, I> {
+    grid: &'a BlockGrid,
+    format: &'a Format,
+    levels: &'a [LevelView<'v, I>],
+}
+
+impl<I: Index> BlockShapes<'_, '_, I> {
+    fn shape(&self, key: usize) -> Shape {
+        let ranges = self.grid.block_ranges(key);
+        self.levels
+            .iter()
+            .zip(self.format.mode_order())
+            .map(|(level, &m)| match *level {
+                LevelView::Dense { size, offset, .. } => {
+                    let r = &ranges[m].range;
+                    let lo = r.start.clamp(offset, offset + size);
+                    let hi = r.end.clamp(lo, offset + size);
+                    Some((hi - lo, lo))
+                }
+                LevelView::Compressed { .. } => None,
+            })
+            .collect()
+    }
+}
+
+/// Builds the blocks this rank owns from the pieces every rank sent it.
+fn assemble_owned<V: Value, I: Index>(
+    grid: &BlockGrid,
+    view: &TensorView<'_, V, I>,
+    shapes: &BlockShapes<'_, '_, I>,
+    totals_of: &BTreeMap<usize, Totals>,
+    incoming: &[Vec<u8>],
+    (me, n): (usize, usize),
+    progress: &dyn Progress,
+) -> Result<Vec<Block<V, I>>, IoError> {
+    let rank = view.format().rank();
+    let mut pieces: BTreeMap<usize, Vec<Piece<V>>> = BTreeMap::new();
+    for (from, msg) in incoming.iter().enumerate() {
+        let mut r = Reader::new(msg, from);
+        while !r.is_empty() {
+            let key = r.u64()? as usize;
+            pieces
+                .entry(key)
+                .or_default()
+                .push(Piece::read(&mut r, rank)?);
+        }
+    }
+    let count = grid.block_count()?;
+    progress.start("load: blocks", count.div_ceil(n) as u64);
+    let mut blocks = Vec::new();
+    for key in (me..count).step_by(n) {
+        let shape = shapes.shape(key);
+        let mut asm = Assembly::new(rank);
+        for piece in pieces.remove(&key).unwrap_or_default() {
+            asm.append(piece)?;
+        }
+        // A block no rank saw an entry of has the totals of an empty header.
+        let totals = match totals_of.get(&key) {
+            Some(t) => t.clone(),
+            None => combine(&shape, &[])?.1,
+        };
+        let asm = asm.finish(&shape, &totals)?;
+        let tensor = to_tensor(view.dims(), view.format(), &shape, asm)?;
+        blocks.push(Block {
+            key,
+            ranges: grid.block_ranges(key),
+            tensor,
+        });
+        progress.advance(1);
+    }
+    Ok(blocks)
+}
+
+/// Turns assembled arrays into a validated tensor.
+pub(crate) fn to_tensor<V: Value, I: Index>(
+    dims: &[usize],
+    format: &Format,
+    shape: &Shape,
+    asm: Assembly<V>,
+) -> Result<Tensor<V, I>, IoError> {
+    let convert = |xs: Vec<u64>| -> Result<Vec<I>, IoError> {
+        xs.into_iter()
+            .map(|x| {
+                I::try_from_usize(x as usize).ok_or(IoError::IndexOverflow {
+                    value: x,
+                    bits: I::BITS,
+                })
+            })
+            .collect()
+    };
+    let mut levels = Vec::with_capacity(shape.len());
+    for (k, (pos, crd)) in asm.pos.into_iter().zip(asm.crd).enumerate() {
+        levels.push(match shape[k] {
+            Some((size, offset)) => Level::Dense { size, offset },
+            None => Level::Compressed {
+                pos: convert(pos)?,
+                crd: convert(crd)?,
+            },
+        });
+    }
+    Ok(Tensor::from_parts(
+        dims.to_vec(),
+        format.clone(),
+        levels,
+        asm.vals,
+    )?)
+}

@@ -1,0 +1,87 @@
+//! Distributed loading and storing of tensor blocks (SuperTaco §4.4, §4.6), over the
+//! [`transport`](crate::transport).
+//!
+//! - [`split`]: split points per mode, the block grid, mapping keys and owners.
+//! - [`load_blocks`]: one tensor → its blocks, each on its owner rank; every rank reads only
+//!   its piece of the tensor (SuperTaco §4.4).
+//! - [`store_blocks`]: blocks spread over ranks → one tensor, pieces balanced by coordinate
+//!   space and merged by tournament trees (SuperTaco §4.6).
+//!
+//! Inside: [`walk`](self) iterates leaf ranges by position vectors, `assemble` builds level
+//! arrays in pieces from pooled partial headers, `tournament` merges sorted pieces.
+
+mod assemble;
+mod codec;
+mod load;
+pub mod split;
+mod walk;
+
+pub use load::{load_blocks, Block};
+pub use split::{BlockGrid, BlockRange, ModeSplit, SplitSpec};
+
+use crate::transport::{CheckError, TransportError};
+
+/// Why a distributed load or store failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IoError {
+    #[error("split `{text}`: {why}")]
+    SplitSyntax { text: String, why: String },
+    #[error("split names mode {mode}, but the tensor has rank {rank}")]
+    SplitMode { mode: usize, rank: usize },
+    #[error("split names mode {mode} twice")]
+    SplitTwice { mode: usize },
+    #[error("split points of mode {mode}: {why}")]
+    SplitPoints { mode: usize, why: String },
+    #[error("the split gives more blocks than can be counted")]
+    TooManyBlocks,
+    #[error("a rank-0 tensor (scalar) has no modes to split")]
+    Scalar,
+    #[error("the block grid is for dimensions {grid:?} but the tensor has {tensor:?}")]
+    GridDims {
+        tensor: Vec<usize>,
+        grid: Vec<usize>,
+    },
+    #[error("dense level {level} is a narrowed window; load the whole tensor")]
+    Windowed { level: usize },
+    #[error("blocks overlap: the entry at level coordinates {coords:?} is in two blocks")]
+    Overlap { coords: Vec<usize> },
+    #[error("blocks disagree: {0}")]
+    Mismatch(String),
+    #[error("the tensor is too large to address")]
+    TooLarge,
+    #[error("value {value} does not fit in {bits}-bit coordinates")]
+    IndexOverflow { value: u64, bits: u32 },
+    #[error("invalid assembled tensor: {0}")]
+    Tensor(#[from] tessera_formats::TensorError),
+    #[error("{0}")]
+    Local(String),
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    #[error("internal error in distributed I/O (a bug): {0}")]
+    Internal(String),
+}
+
+impl From<CheckError> for IoError {
+    fn from(e: CheckError) -> Self {
+        match e {
+            CheckError::Local(msg) => IoError::Local(msg),
+            CheckError::Transport(t) => IoError::Transport(t),
+        }
+    }
+}
+
+/// Progress of long phases (shown by the CLI on rank 0; silent elsewhere).
+pub trait Progress: Sync {
+    /// A new phase with `total` units of work (0 when unknown).
+    fn start(&self, _phase: &str, _total: u64) {}
+    /// `n` more units done.
+    fn advance(&self, _n: u64) {}
+}
+
+/// Reports nothing.
+pub struct NoProgress;
+
+impl Progress for NoProgress {}
+
+#[cfg(test)]
+mod tests;

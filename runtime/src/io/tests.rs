@@ -1,0 +1,237 @@
+//! Distributed load/store tests with thread ranks, against an independent reference: the
+//! original tensor's entries filtered by each block's ranges.
+
+use super::*;
+use crate::transport::run_ranks;
+use proptest::prelude::*;
+use tessera_formats::{Format, LevelType, Tensor};
+
+type T = Tensor<f64, u32>;
+
+/// A random tensor: rank 1–3, small dimensions, a random format and mode order, a random
+/// subset of coordinates with nonzero values.
+fn tensor_strategy() -> impl Strategy<Value = T> {
+    (1usize..=3)
+        .prop_flat_map(|rank| {
+            (
+                prop::collection::vec(1usize..7, rank),
+                prop::collection::vec(any::<bool>(), rank),
+                Just((0..rank).collect::<Vec<usize>>()).prop_shuffle(),
+                any::<u64>(),
+                0u32..=100,
+            )
+        })
+        .prop_map(|(dims, dense, order, seed, density)| {
+            let levels = dense
+                .iter()
+                .map(|&d| {
+                    if d {
+                        LevelType::Dense
+                    } else {
+                        LevelType::Compressed
+                    }
+                })
+                .collect();
+            let format = Format::new(levels, order).expect("a permutation");
+            let total: usize = dims.iter().product();
+            let mut entries = Vec::new();
+            let mut state = seed | 1;
+            for flat in 0..total {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                if (state % 100) < u64::from(density) {
+                    let mut c = vec![0; dims.len()];
+                    let mut rest = flat;
+                    for m in (0..dims.len()).rev() {
+                        c[m] = rest % dims[m];
+                        rest /= dims[m];
+                    }
+                    entries.push((c, (state % 1000) as f64 + 1.0));
+                }
+            }
+            T::from_entries(dims, format, entries).expect("valid entries")
+        })
+}
+
+/// Per mode: equal ranges (possibly more ranges than coordinates) or explicit points
+/// (uneven, repeated points give empty ranges).
+fn split_strategy(dims: Vec<usize>) -> impl Strategy<Value = SplitSpec> {
+    let per_mode: Vec<_> = dims
+        .iter()
+        .map(|&d| {
+            prop_oneof![
+                (1usize..5).prop_map(ModeSplit::Equal),
+                prop::collection::vec(0..=d, 0..4).prop_map(|mut p| {
+                    p.sort();
+                    ModeSplit::Points(p)
+                }),
+            ]
+        })
+        .collect();
+    per_mode.prop_map(|splits| SplitSpec::new(splits.into_iter().enumerate().collect()))
+}
+
+fn case() -> impl Strategy<Value = (T, SplitSpec, usize)> {
+    tensor_strategy().prop_flat_map(|t| {
+        let dims = t.dims().to_vec();
+        (Just(t), split_strategy(dims), 1usize..=5)
+    })
+}
+
+fn load_on_threads(t: &T, grid: &BlockGrid, ranks: usize) -> Vec<Vec<Block<f64, u32>>> {
+    run_ranks(ranks, |c| load_blocks(c, &t.view(), grid, &NoProgress))
+        .into_iter()
+        .map(|r| r.expect("load succeeds"))
+        .collect()
+}
+
+fn in_block(coords: &[usize], ranges: &[BlockRange]) -> bool {
+    coords.iter().zip(ranges).all(|(c, r)| r.range.contains(c))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(160))]
+
+    /// Every block lands on its owner and holds exactly the original entries in its ranges,
+    /// with dense levels narrowed to the block's range.
+    #[test]
+    fn blocks_hold_exactly_their_entries((t, spec, ranks) in case()) {
+        let grid = spec.grid(t.dims()).unwrap();
+        let per_rank = load_on_threads(&t, &grid, ranks);
+        let mut keys = Vec::new();
+        for (rank, blocks) in per_rank.iter().enumerate() {
+            for b in blocks {
+                prop_assert_eq!(BlockGrid::owner(b.key, ranks), rank);
+                keys.push(b.key);
+                let expect: Vec<_> = t.entries().filter(|(c, _)| in_block(c, &b.ranges)).collect();
+                let got: Vec<_> = b.tensor.entries().collect();
+                prop_assert_eq!(&got, &expect, "block {:?}", b.ranges);
+                for (k, level) in b.tensor.levels().iter().enumerate() {
+                    if let tessera_formats::Level::Dense { size, offset } = level {
+                        let r = &b.ranges[t.format().mode_order()[k]].range;
+                        prop_assert_eq!((*offset, *size), (r.start, r.len()));
+                    }
+                }
+            }
+        }
+        keys.sort();
+        prop_assert_eq!(keys, (0..grid.block_count().unwrap()).collect::<Vec<_>>());
+    }
+
+    /// The blocks do not depend on the number of ranks that built them.
+    #[test]
+    fn blocks_do_not_depend_on_rank_count((t, spec, ranks) in case()) {
+        let grid = spec.grid(t.dims()).unwrap();
+        let by_key = |per_rank: Vec<Vec<Block<f64, u32>>>| {
+            let mut all: Vec<_> = per_rank.into_iter().flatten().collect();
+            all.sort_by_key(|b| b.key);
+            all
+        };
+        prop_assert_eq!(by_key(load_on_threads(&t, &grid, 1)), by_key(load_on_threads(&t, &grid, ranks)));
+    }
+}
+
+#[test]
+fn split_specs_parse_and_reject_bad_text() {
+    let g = SplitSpec::parse_blocks("0:2,1:3")
+        .unwrap()
+        .grid(&[4, 9])
+        .unwrap();
+    assert_eq!(g.block_count().unwrap(), 6);
+    assert_eq!(g.range(1, 2), 6..9);
+    let g = SplitSpec::parse_points("1:2/2/7")
+        .unwrap()
+        .grid(&[3, 9])
+        .unwrap();
+    assert_eq!(
+        (0..4).map(|i| g.range(1, i)).collect::<Vec<_>>(),
+        vec![0..2, 2..2, 2..7, 7..9]
+    );
+    assert_eq!(g.range_index(1, 2), 2, "empty ranges are skipped");
+    for bad in ["", "0", "x:2", "0:0", "0:-1"] {
+        assert!(
+            matches!(
+                SplitSpec::parse_blocks(bad),
+                Err(IoError::SplitSyntax { .. })
+            ),
+            "{bad}"
+        );
+    }
+    assert!(matches!(
+        SplitSpec::parse_points("0:3/1").unwrap().grid(&[5]),
+        Err(IoError::SplitPoints { mode: 0, .. })
+    ));
+    assert!(matches!(
+        SplitSpec::parse_points("0:9").unwrap().grid(&[5]),
+        Err(IoError::SplitPoints { mode: 0, .. })
+    ));
+    assert!(matches!(
+        SplitSpec::parse_blocks("2:2").unwrap().grid(&[5, 5]),
+        Err(IoError::SplitMode { mode: 2, rank: 2 })
+    ));
+    assert!(matches!(
+        SplitSpec::parse_blocks("0:2,0:3").unwrap().grid(&[5]),
+        Err(IoError::SplitTwice { mode: 0 })
+    ));
+}
+
+#[test]
+fn keys_and_indices_are_inverse() {
+    let g = SplitSpec::parse_blocks("0:3,1:4,2:2")
+        .unwrap()
+        .grid(&[10, 10, 10])
+        .unwrap();
+    for key in 0..24 {
+        assert_eq!(g.key(&g.index(key)), key);
+    }
+    assert_eq!(g.index(23), vec![2, 3, 1]);
+}
+
+#[test]
+fn a_grid_for_other_dimensions_fails_on_every_rank() {
+    let t = T::from_entries(
+        vec![4, 4],
+        Format::parse("csr", 2).unwrap(),
+        [(vec![1, 2], 3.0)],
+    )
+    .unwrap();
+    let grid = SplitSpec::parse_blocks("0:2")
+        .unwrap()
+        .grid(&[5, 4])
+        .unwrap();
+    let out = run_ranks(3, |c| load_blocks(c, &t.view(), &grid, &NoProgress));
+    for r in out {
+        assert!(
+            matches!(r, Err(IoError::Local(ref m)) if m.contains("[5, 4]")),
+            "{r:?}"
+        );
+    }
+}
+
+#[test]
+fn load_balancing_gives_every_rank_a_share() {
+    // 4 ranks over a 400x400 CSR matrix with 8 entries per row: each piece has about a
+    // quarter of the entries, so every rank assembles pieces of several blocks.
+    let entries =
+        (0..400).flat_map(|i| (0..8).map(move |j| (vec![i, (i * 7 + j * 50) % 400], 1.0)));
+    let t = T::from_entries(vec![400, 400], Format::parse("csr", 2).unwrap(), entries).unwrap();
+    let grid = SplitSpec::parse_blocks("1:4")
+        .unwrap()
+        .grid(t.dims())
+        .unwrap();
+    let out = run_ranks(4, |c| {
+        let bounds = load::piece_bounds(c, &t.view())?;
+        Ok::<_, IoError>(bounds)
+    });
+    let bounds: Vec<_> = out.into_iter().map(|r| r.unwrap()).collect();
+    for (r, (start, end)) in bounds.iter().enumerate() {
+        let share = end - start;
+        assert!(
+            (700..=900).contains(&share),
+            "rank {r} got {share} of 3200 entries"
+        );
+    }
+    assert_eq!(bounds.last().unwrap().1, 3200);
+    let _ = grid;
+}

@@ -1,0 +1,187 @@
+//! Walking the leaves of a level tree in storage order, by position vectors (SuperTaco §4.4.1,
+//! §4.4.2).
+//!
+//! A leaf (a position in `vals`) determines its position at every level: going up, a dense
+//! level's parent is `position / size` and a compressed level's parent is the segment of
+//! `pos` that contains the position (a binary search). [`Walker`] starts at any leaf from
+//! that position vector and then steps leaf by leaf, updating only the levels whose position
+//! changes, so a rank can iterate exactly its piece `[start, end)` of the leaves.
+
+use tessera_formats::{Index, LevelView, TensorView, Value};
+
+/// What a walk needs of a level tree: its levels and arrays, which may be sections of larger
+/// arrays (positions are always those of the whole tree).
+pub(crate) trait Tree {
+    type V: Copy;
+    /// Number of levels.
+    fn rank(&self) -> usize;
+    /// `Some((size, offset))` for a dense level, `None` for a compressed one.
+    fn dense(&self, k: usize) -> Option<(usize, usize)>;
+    /// `pos[q]` of compressed level `k`.
+    fn pos(&self, k: usize, q: usize) -> usize;
+    /// `crd[i]` of compressed level `k`.
+    fn crd(&self, k: usize, i: usize) -> usize;
+    /// `vals[p]`.
+    fn val(&self, p: usize) -> Self::V;
+}
+
+/// A whole tensor view as a [`Tree`].
+pub(crate) struct ViewTree<'v, 'a, V, I>(pub &'v TensorView<'a, V, I>);
+
+impl<V: Value, I: Index> Tree for ViewTree<'_, '_, V, I> {
+    type V = V;
+    fn rank(&self) -> usize {
+        self.0.levels().len()
+    }
+    fn dense(&self, k: usize) -> Option<(usize, usize)> {
+        match self.0.levels()[k] {
+            LevelView::Dense { size, offset, .. } => Some((size, offset)),
+            LevelView::Compressed { .. } => None,
+        }
+    }
+    fn pos(&self, k: usize, q: usize) -> usize {
+        match self.0.levels()[k] {
+            LevelView::Compressed { pos, .. } => pos[q].to_usize(),
+            LevelView::Dense { .. } => unreachable!("pos of a dense level"),
+        }
+    }
+    fn crd(&self, k: usize, i: usize) -> usize {
+        match self.0.levels()[k] {
+            LevelView::Compressed { crd, .. } => crd[i].to_usize(),
+            LevelView::Dense { .. } => unreachable!("crd of a dense level"),
+        }
+    }
+    fn val(&self, p: usize) -> V {
+        self.0.vals()[p]
+    }
+}
+
+/// The position at every level of leaf `leaf` (which must exist): `path[R-1] = leaf`.
+/// For a compressed level the parent is found by binary search over `pos`, restricted to
+/// `parent_bounds[k]` (the parent positions a section holds).
+pub(crate) fn leaf_path_in<T: Tree>(
+    tree: &T,
+    leaf: usize,
+    parent_bounds: &[(usize, usize)],
+) -> Vec<usize> {
+    let rank = tree.rank();
+    let mut path = vec![0; rank];
+    path[rank - 1] = leaf;
+    for k in (1..rank).rev() {
+        path[k - 1] = match tree.dense(k) {
+            Some((size, _)) => path[k] / size,
+            None => {
+                // Largest parent q in bounds with pos[q] <= position.
+                let (mut lo, mut hi) = parent_bounds[k];
+                while lo < hi {
+                    let mid = lo + (hi - lo).div_ceil(2);
+                    if tree.pos(k, mid) <= path[k] {
+                        lo = mid;
+                    } else {
+                        hi = mid - 1;
+                    }
+                }
+                lo
+            }
+        };
+    }
+    path
+}
+
+/// The coordinate at level `k` of the node at position `p` whose parent is at `parent`.
+fn coord<T: Tree>(tree: &T, k: usize, p: usize) -> usize {
+    match tree.dense(k) {
+        Some((size, offset)) => offset + p % size,
+        None => tree.crd(k, p),
+    }
+}
+
+/// Steps through leaves `[start, end)` of a tree in storage order.
+pub(crate) struct Walker<'t, T> {
+    tree: &'t T,
+    path: Vec<usize>,
+    coords: Vec<usize>,
+    next: usize,
+    end: usize,
+    started: bool,
+    /// Start path (to restart the walk).
+    first: Vec<usize>,
+    start: usize,
+}
+
+impl<'t, T: Tree> Walker<'t, T> {
+    /// A walker over leaves `[start, end)`, given the position vector of leaf `start` (any
+    /// value when the range is empty).
+    pub fn new(tree: &'t T, start: usize, end: usize, first: Vec<usize>) -> Self {
+        let rank = tree.rank();
+        Walker {
+            tree,
+            path: first.clone(),
+            coords: vec![0; rank],
+            next: start,
+            end,
+            started: false,
+            first,
+            start,
+        }
+    }
+
+    /// Back to the first leaf.
+    pub fn restart(&mut self) {
+        self.path.clone_from(&self.first);
+        self.next = self.start;
+        self.started = false;
+    }
+
+    /// True when every leaf has been visited.
+    pub fn is_done(&self) -> bool {
+        self.next >= self.end
+    }
+
+    /// Level-order coordinates of the current leaf (after [`Walker::advance`] returned it).
+    pub fn coords(&self) -> &[usize] {
+        &self.coords
+    }
+
+    /// Moves to the next leaf and returns its value and the highest level whose coordinate
+    /// may have changed; `None` past the end.
+    pub fn advance(&mut self) -> Option<(usize, T::V)> {
+        if self.next >= self.end {
+            return None;
+        }
+        let rank = self.tree.rank();
+        let p = self.next;
+        self.next += 1;
+        if !self.started {
+            self.started = true;
+            for k in 0..rank {
+                self.coords[k] = coord(self.tree, k, self.path[k]);
+            }
+            return Some((0, self.tree.val(p)));
+        }
+        let mut k = rank - 1;
+        self.path[k] = p;
+        loop {
+            self.coords[k] = coord(self.tree, k, self.path[k]);
+            if k == 0 {
+                break;
+            }
+            let parent = match self.tree.dense(k) {
+                Some((size, _)) => self.path[k] / size,
+                None => {
+                    let mut q = self.path[k - 1];
+                    while self.tree.pos(k, q + 1) <= self.path[k] {
+                        q += 1;
+                    }
+                    q
+                }
+            };
+            if parent == self.path[k - 1] {
+                break;
+            }
+            self.path[k - 1] = parent;
+            k -= 1;
+        }
+        Some((k, self.tree.val(p)))
+    }
+}
