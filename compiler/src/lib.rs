@@ -6,3 +6,5 @@ pub mod check;
 pub mod oracle;
 pub mod ir;
 pub mod lower;
+pub mod interp;
+pub mod bind;

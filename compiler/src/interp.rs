@@ -1,0 +1,441 @@
+//! Executes a [`Kernel`] at run time, loop by loop, exactly as the generated code would.
+//!
+//! This is the same plan as [`crate::codegen`]'s output (same loop order, merges, locates,
+//! accumulator and assembly), interpreted: it lets property tests cover random formats
+//! without compiling Rust for each, and lets tools run a statement without a Rust toolchain.
+//! Positions are tracked per access and level as `Option<usize>`; `None` means the access has
+//! no entry here (an operand absent from one side of a union), and its value is zero.
+
+use tessera_formats::{Format, Index, Level, Packer, Tensor, TensorError, Value};
+
+use crate::ast::{BinOp, Func};
+use crate::ir::{Assembly, DimSource, Domain, Expr, Kernel, LevelRef, Nest, OutputKind, VarId};
+
+/// Inputs that do not match what the kernel was compiled for.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InterpError {
+    #[error("expected {expected} inputs ({names}), got {got}")]
+    InputCount { expected: usize, got: usize, names: String },
+    #[error("input `{tensor}` has format {got}, but the kernel was compiled for {expected}")]
+    Format { tensor: String, expected: String, got: String },
+    #[error("output dimensions {got:?} do not have the output's rank {rank}")]
+    OutRank { rank: usize, got: Vec<usize> },
+    #[error("assembling the output failed: {0}")]
+    Assemble(#[from] TensorError),
+}
+
+/// Runs `k` on `inputs` (in [`Kernel::inputs`] order) and returns the output with dimensions
+/// `out_dims`. Formats and ranks are checked; that dimensions agree between operands is the
+/// caller's precondition (as for generated kernels): where they disagree, coordinates outside
+/// an operand's range read as zero rather than out of bounds.
+pub fn run<V: Value, I: Index>(
+    k: &Kernel,
+    inputs: &[&Tensor<V, I>],
+    out_dims: &[usize],
+) -> Result<Tensor<V, I>, InterpError> {
+    check_inputs(k, inputs, out_dims)?;
+    let out_decl = k.output_tensor();
+    let mut out_dense = match k.output_kind {
+        OutputKind::Sparse => None,
+        _ => Some(Tensor::<V, I>::zeros(out_dims.to_vec(), out_decl.format.clone())?),
+    };
+    let mut state = State::new(k, inputs, out_dims);
+    let mut sink = Sink::new(k, out_dims);
+    for nest in &k.nests {
+        let out_vals = out_dense.as_mut().map(|t| t.vals_mut());
+        let mut run = NestRun { s: &mut state, nest, out: out_vals, sink: &mut sink, acc: V::zero(), touched: false };
+        run.body(0);
+    }
+    match out_dense {
+        Some(t) => Ok(t),
+        None => sink.finish(out_dims, &out_decl.format),
+    }
+}
+
+fn check_inputs<V: Value, I: Index>(
+    k: &Kernel,
+    inputs: &[&Tensor<V, I>],
+    out_dims: &[usize],
+) -> Result<(), InterpError> {
+    let names = k.inputs();
+    if names.len() != inputs.len() {
+        return Err(InterpError::InputCount {
+            expected: names.len(),
+            got: inputs.len(),
+            names: names.join(", "),
+        });
+    }
+    for t in &k.tensors {
+        if let Some(slot) = t.input_slot {
+            let got = inputs[slot].format();
+            if *got != t.format || inputs[slot].dims().len() != t.rank() {
+                return Err(InterpError::Format {
+                    tensor: t.name.clone(),
+                    expected: t.format.to_string(),
+                    got: got.to_string(),
+                });
+            }
+        }
+    }
+    if out_dims.len() != k.output_tensor().rank() {
+        return Err(InterpError::OutRank { rank: k.output_tensor().rank(), got: out_dims.to_vec() });
+    }
+    Ok(())
+}
+
+/// Per-access level arrays, borrowed once.
+enum LevelData<'a, I> {
+    Dense { size: usize, offset: usize },
+    Compressed { pos: &'a [I], crd: &'a [I] },
+}
+
+struct State<'a, V, I> {
+    k: &'a Kernel,
+    levels: Vec<Vec<LevelData<'a, I>>>,
+    vals: Vec<&'a [V]>,
+    dims: Vec<usize>,
+    coord: Vec<usize>,
+    /// `pos[a][l]`: position of access `a` at level `l` under the current loop bindings.
+    pos: Vec<Vec<Option<usize>>>,
+}
+
+impl<'a, V: Value, I: Index> State<'a, V, I> {
+    fn new(k: &'a Kernel, inputs: &[&'a Tensor<V, I>], out_dims: &[usize]) -> Self {
+        let mut levels = Vec::new();
+        let mut vals: Vec<&'a [V]> = Vec::new();
+        for acc in &k.accesses {
+            let decl = &k.tensors[acc.tensor];
+            match decl.input_slot {
+                Some(slot) => {
+                    let t = inputs[slot];
+                    levels.push(t.levels().iter().map(level_data).collect());
+                    vals.push(t.vals());
+                }
+                None => {
+                    // The output: dense levels over `out_dims` (sparse outputs are never located).
+                    let order = decl.format.mode_order();
+                    levels.push(order.iter().map(|m| LevelData::Dense { size: out_dims[*m], offset: 0 }).collect());
+                    vals.push(&[]);
+                }
+            }
+        }
+        let dims = k
+            .vars
+            .iter()
+            .map(|v| match v.dim {
+                DimSource::Input { slot, mode } => inputs[slot].dims()[mode],
+                DimSource::Output { mode } => out_dims[mode],
+            })
+            .collect();
+        let pos = k.accesses.iter().map(|a| vec![None; a.level_vars.len()]).collect();
+        State { k, levels, vals, dims, coord: vec![0; k.vars.len()], pos }
+    }
+
+    /// Position of the parent of level `r.level` (the root is position 0).
+    fn parent(&self, r: LevelRef) -> Option<usize> {
+        if r.level == 0 {
+            Some(0)
+        } else {
+            self.pos[r.access][r.level - 1]
+        }
+    }
+
+    /// The value of an access under the current bindings (zero when absent).
+    fn value(&self, a: usize) -> V {
+        let p = match self.pos[a].last() {
+            Some(p) => *p,
+            None => Some(0),
+        };
+        p.and_then(|p| self.vals[a].get(p).copied()).unwrap_or_else(V::zero)
+    }
+
+    fn eval(&self, e: &Expr) -> V {
+        match e {
+            Expr::Access(a) => self.value(*a),
+            Expr::Const(c) => V::from_f64(*c),
+            Expr::Neg(x) => -self.eval(x),
+            Expr::Call(f, x) => {
+                let x = self.eval(x);
+                match f {
+                    Func::Exp => x.exp(),
+                    Func::Log => x.ln(),
+                    Func::Sqrt => x.sqrt(),
+                    Func::Abs => x.abs(),
+                }
+            }
+            Expr::Binary(op, l, r) => {
+                let (l, r) = (self.eval(l), self.eval(r));
+                match op {
+                    BinOp::Add => l + r,
+                    BinOp::Sub => l - r,
+                    BinOp::Mul => l * r,
+                    BinOp::Div => l / r,
+                }
+            }
+        }
+    }
+}
+
+fn level_data<I: Index>(l: &Level<I>) -> LevelData<'_, I> {
+    match l {
+        Level::Dense { size, offset } => LevelData::Dense { size: *size, offset: *offset },
+        Level::Compressed { pos, crd } => LevelData::Compressed { pos, crd },
+    }
+}
+
+/// Where the entries of a sparse output go.
+struct Sink<V, I> {
+    /// In-order assembly (entries arrive sorted in level order, each once).
+    packer: Option<Packer<V, I, Vec<I>, Vec<V>>>,
+    /// Entries in mode order, in any order (the `Collect` fallback).
+    entries: Vec<(Vec<usize>, V)>,
+    /// The dense workspace over the output's last level, with the coordinates it holds.
+    ws: Vec<V>,
+    ws_mark: Vec<bool>,
+    ws_list: Vec<usize>,
+}
+
+impl<V: Value, I: Index> Sink<V, I> {
+    fn new(k: &Kernel, out_dims: &[usize]) -> Self {
+        let fmt = &k.output_tensor().format;
+        let in_order = k.nests.iter().all(|n| matches!(n.assembly, Assembly::InOrder | Assembly::Workspace { .. }));
+        let packer = (k.output_kind == OutputKind::Sparse && in_order).then(|| {
+            let dense = fmt.mode_order().iter().map(|m| (out_dims[*m], 0)).collect();
+            Packer::new(out_dims, fmt, dense, |_| (Vec::new(), Vec::new()), Vec::new())
+        });
+        let ws_len = k
+            .nests
+            .iter()
+            .find_map(|n| match n.assembly {
+                Assembly::Workspace { var, .. } => {
+                    let out = &k.accesses[k.output_access].level_vars;
+                    let level = out.iter().position(|v| *v == var).unwrap_or(0);
+                    Some(out_dims[fmt.mode_order()[level]])
+                }
+                _ => None,
+            })
+            .unwrap_or(0);
+        Sink {
+            packer,
+            entries: Vec::new(),
+            ws: vec![V::zero(); ws_len],
+            ws_mark: vec![false; ws_len],
+            ws_list: Vec::new(),
+        }
+    }
+
+    fn finish(self, out_dims: &[usize], fmt: &Format) -> Result<Tensor<V, I>, InterpError> {
+        match self.packer {
+            Some(p) => Ok(packed_tensor(out_dims, fmt, p)?),
+            None => Ok(Tensor::from_entries(out_dims.to_vec(), fmt.clone(), self.entries)?),
+        }
+    }
+}
+
+/// Turns a finished packer into a validated tensor.
+fn packed_tensor<V: Value, I: Index>(
+    out_dims: &[usize],
+    fmt: &Format,
+    p: Packer<V, I, Vec<I>, Vec<V>>,
+) -> Result<Tensor<V, I>, TensorError> {
+    let (arrays, vals, _) = p.finish().map_err(|e| match e {
+        tessera_formats::PackError::Tensor(t) => t,
+        tessera_formats::PackError::Sink(never) => match never {},
+    })?;
+    let levels = arrays
+        .into_iter()
+        .zip(fmt.mode_order())
+        .map(|(a, m)| match a {
+            Some((pos, crd)) => Level::Compressed { pos, crd },
+            None => Level::Dense { size: out_dims[*m], offset: 0 },
+        })
+        .collect();
+    Tensor::from_parts(out_dims.to_vec(), fmt.clone(), levels, vals)
+}
+
+/// One nest's execution.
+struct NestRun<'s, 'a, V, I> {
+    s: &'s mut State<'a, V, I>,
+    nest: &'s Nest,
+    out: Option<&'s mut [V]>,
+    sink: &'s mut Sink<V, I>,
+    acc: V,
+    touched: bool,
+}
+
+impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
+    /// The body of loop `d - 1` (for `d == 0`, the whole nest).
+    fn body(&mut self, d: usize) {
+        let nest = self.nest;
+        if d == nest.acc_depth {
+            self.acc = V::zero();
+            self.touched = false;
+        }
+        if d == nest.loops.len() {
+            self.acc += self.s.eval(&nest.expr);
+            self.touched = true;
+        } else {
+            self.run_loop(d);
+        }
+        if d == nest.acc_depth {
+            self.write();
+        }
+        if let Assembly::Workspace { flush_depth, .. } = nest.assembly {
+            if d == flush_depth {
+                self.flush();
+            }
+        }
+    }
+
+    fn run_loop(&mut self, d: usize) {
+        let lp = &self.nest.loops[d];
+        // Each iterator: (level ref, crd, current pointer, end).
+        let mut its: Vec<(LevelRef, &[I], usize, usize)> = Vec::with_capacity(lp.iterate.len());
+        for r in &lp.iterate {
+            let LevelData::Compressed { pos, crd } = self.s.levels[r.access][r.level] else {
+                unreachable!("verified: iterated levels are compressed")
+            };
+            let (lo, hi) = match self.s.parent(*r) {
+                Some(p) => (pos[p].to_usize(), pos[p + 1].to_usize()),
+                None => (0, 0),
+            };
+            its.push((*r, crd, lo, hi));
+        }
+        let mut present = vec![false; its.len()];
+        match &lp.domain {
+            Domain::Empty => {}
+            Domain::Single => {
+                let (r, crd, lo, hi) = its[0];
+                for q in lo..hi {
+                    self.s.pos[r.access][r.level] = Some(q);
+                    self.visit(d, lp.var, crd[q].to_usize());
+                }
+            }
+            Domain::Universe => {
+                for c in 0..self.s.dims[lp.var] {
+                    for (n, (r, crd, p, end)) in its.iter().enumerate() {
+                        present[n] = *p < *end && crd[*p].to_usize() == c;
+                        self.s.pos[r.access][r.level] = present[n].then_some(*p);
+                    }
+                    self.visit(d, lp.var, c);
+                    advance(&mut its, &present);
+                }
+            }
+            Domain::Merge(f) => loop {
+                let active: Vec<bool> = its.iter().map(|(_, _, p, end)| p < end).collect();
+                if !f.eval(&active) {
+                    break;
+                }
+                let c = its
+                    .iter()
+                    .filter(|(_, _, p, end)| p < end)
+                    .map(|(_, crd, p, _)| crd[*p].to_usize())
+                    .min()
+                    .expect("an active iterator exists when the formula holds");
+                for (n, (r, crd, p, end)) in its.iter().enumerate() {
+                    present[n] = *p < *end && crd[*p].to_usize() == c;
+                    self.s.pos[r.access][r.level] = present[n].then_some(*p);
+                }
+                if f.eval(&present) {
+                    self.visit(d, lp.var, c);
+                }
+                advance(&mut its, &present);
+            },
+        }
+    }
+
+    /// Binds the loop variable to `c`, locates dense levels, and runs the body unless a
+    /// required operand is absent.
+    fn visit(&mut self, d: usize, var: VarId, c: usize) {
+        let lp = &self.nest.loops[d];
+        self.s.coord[var] = c;
+        for r in &lp.locate {
+            let LevelData::Dense { size, offset } = self.s.levels[r.access][r.level] else {
+                unreachable!("verified: located levels are dense")
+            };
+            let x = self.s.coord[self.s.k.level_var(*r)];
+            let p = self.s.parent(*r).and_then(|p| {
+                let i = x.checked_sub(offset).filter(|i| *i < size)?;
+                Some(p * size + i)
+            });
+            self.s.pos[r.access][r.level] = p;
+        }
+        let missing = lp
+            .iterate
+            .iter()
+            .chain(&lp.locate)
+            .any(|r| self.nest.required.contains(&r.access) && self.s.pos[r.access][r.level].is_none());
+        if !missing {
+            self.body(d + 1);
+        }
+    }
+
+    /// Writes the accumulator into the output (see [`Assembly`]).
+    fn write(&mut self) {
+        let k = self.s.k;
+        let out = &k.accesses[k.output_access];
+        match k.output_kind {
+            OutputKind::Scalar => {
+                if let Some(vals) = self.out.as_deref_mut() {
+                    vals[0] += self.acc;
+                }
+            }
+            OutputKind::Dense => {
+                if let (Some(vals), Some(Some(p))) = (self.out.as_deref_mut(), self.s.pos[k.output_access].last()) {
+                    vals[*p] += self.acc;
+                }
+            }
+            OutputKind::Sparse if self.touched => match self.nest.assembly {
+                Assembly::InOrder => {
+                    let coords: Vec<usize> = out.level_vars.iter().map(|v| self.s.coord[*v]).collect();
+                    let packer = self.sink.packer.as_mut().expect("in-order assembly has a packer");
+                    packer.push(&coords, self.acc).expect("loop order yields sorted unique entries");
+                }
+                Assembly::Workspace { var, .. } => {
+                    let c = self.s.coord[var];
+                    if !self.sink.ws_mark[c] {
+                        self.sink.ws_mark[c] = true;
+                        self.sink.ws_list.push(c);
+                    }
+                    self.sink.ws[c] += self.acc;
+                }
+                Assembly::Collect | Assembly::None => {
+                    let decl = &k.tensors[out.tensor];
+                    let mut coords = vec![0; out.level_vars.len()];
+                    for (l, m) in decl.format.mode_order().iter().enumerate() {
+                        coords[*m] = self.s.coord[out.level_vars[l]];
+                    }
+                    self.sink.entries.push((coords, self.acc));
+                }
+            },
+            OutputKind::Sparse => {}
+        }
+    }
+
+    /// Emits the workspace's entries in coordinate order and clears it.
+    fn flush(&mut self) {
+        let k = self.s.k;
+        let out = &k.accesses[k.output_access].level_vars;
+        let mut coords: Vec<usize> = out.iter().map(|v| self.s.coord[*v]).collect();
+        let last = coords.len() - 1;
+        let sink = &mut *self.sink;
+        sink.ws_list.sort_unstable();
+        let packer = sink.packer.as_mut().expect("workspace assembly has a packer");
+        for &c in &sink.ws_list {
+            coords[last] = c;
+            packer.push(&coords, sink.ws[c]).expect("workspace flushes sorted unique entries");
+            sink.ws[c] = V::zero();
+            sink.ws_mark[c] = false;
+        }
+        sink.ws_list.clear();
+    }
+}
+
+/// Moves past the current coordinate every iterator that had it.
+fn advance<I>(its: &mut [(LevelRef, &[I], usize, usize)], present: &[bool]) {
+    for (n, it) in its.iter_mut().enumerate() {
+        if present[n] {
+            it.2 += 1;
+        }
+    }
+}

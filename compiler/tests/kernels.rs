@@ -1,0 +1,169 @@
+//! Lowered kernels, run by the interpreter, against the dense reference evaluator (oracle):
+//! the catalogue of issue 3 × random formats × random mode orders × random shapes and
+//! densities (empty tensors, empty rows, single entries included).
+
+#[path = "kernels_support/mod.rs"]
+mod common;
+
+use common::{catalogue, Case, Rng};
+use proptest::prelude::*;
+use tessera_compiler::interp;
+use tessera_compiler::lower::LowerError;
+use tessera_formats::{Format, Level, LevelType, Tensor};
+
+/// Runs one random instance of `expr`; returns false when lowering rejected the random
+/// formats (no compatible loop order), after checking that rejection's message and hint.
+fn check_random<I: tessera_formats::Index>(expr: &str, seed: u64) -> bool {
+    let mut rng = Rng(seed);
+    let case = Case::random(expr, &mut rng);
+    let kernel = match case.lower() {
+        Ok(k) => k,
+        Err(LowerError::NoLoopOrder { hint, .. }) => {
+            assert!(hint.contains("store ") || hint.contains("no single operand"), "{hint}");
+            return false;
+        }
+        Err(e) => panic!("{}: {e}", case.describe()),
+    };
+    let inputs: Vec<Tensor<f64, I>> = case.input_tensors();
+    let refs: Vec<&Tensor<f64, I>> = inputs.iter().collect();
+    let got = interp::run(&kernel, &refs, &case.out_dims())
+        .unwrap_or_else(|e| panic!("{}: {e}\n{kernel}", case.describe()));
+    assert_eq!(got.format(), &case.format_of(&case.output_name()), "output format");
+    common::assert_close(&got.to_dense(), &case.oracle(), &format!("{}\n{kernel}", case.describe()));
+    true
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn catalogue_matches_oracle_u32(pick in 0..catalogue().len(), seed in any::<u64>()) {
+        check_random::<u32>(catalogue()[pick], seed);
+    }
+
+    #[test]
+    fn catalogue_matches_oracle_u64(pick in 0..catalogue().len(), seed in any::<u64>()) {
+        check_random::<u64>(catalogue()[pick], seed);
+    }
+}
+
+/// Every catalogue entry lowers and matches the oracle for some random formats (so no entry
+/// is silently skipped because every random format is rejected).
+#[test]
+fn every_catalogue_entry_runs() {
+    for expr in catalogue() {
+        let ran = (0..64u64).filter(|s| check_random::<u32>(expr, s * 7919 + 1)).count();
+        assert!(ran > 0, "`{expr}` never lowered");
+    }
+}
+
+/// f32 values go through the same kernels.
+#[test]
+fn f32_values() {
+    let case = Case::fixed("y(i) = A(i,j) * x(j)", &[("A", "ds")], &[("i", 5), ("j", 4)], 3);
+    let k = case.lower().unwrap();
+    let inputs: Vec<Tensor<f32, u32>> = case.input_tensors_as::<f32, u32>();
+    let refs: Vec<&Tensor<f32, u32>> = inputs.iter().collect();
+    let got = interp::run(&k, &refs, &case.out_dims()).unwrap();
+    let got: Vec<f64> = got.to_dense().iter().map(|v| *v as f64).collect();
+    common::assert_close(&got, &case.oracle(), "f32 spmv");
+}
+
+/// SpMV on a row block of a CSR matrix (dense level with an offset, SuperTaco §4.2) gives
+/// the block's rows of the full product and zeros elsewhere.
+#[test]
+fn spmv_on_row_blocks() {
+    for seed in 0..40u64 {
+        let mut rng = Rng(seed + 100);
+        let (m, n) = (rng.below(7) + 1, rng.below(6) + 1);
+        let case = Case::fixed("y(i) = A(i,j) * x(j)", &[("A", "ds")], &[("i", m), ("j", n)], seed);
+        let k = case.lower().unwrap();
+        let full: Vec<Tensor<f64, u32>> = case.input_tensors();
+        let lo = rng.below(m + 1);
+        let hi = lo + rng.below(m - lo + 1);
+        let (dims, format, levels, vals) = full[0].clone().into_parts();
+        let (pos, crd) = match &levels[1] {
+            Level::Compressed { pos, crd } => (pos.clone(), crd.clone()),
+            Level::Dense { .. } => unreachable!("ds"),
+        };
+        let (plo, phi) = (pos[lo] as usize, pos[hi] as usize);
+        let block_pos: Vec<u32> = pos[lo..=hi].iter().map(|p| p - pos[lo]).collect();
+        let block = Tensor::from_parts(
+            dims,
+            format,
+            vec![Level::Dense { size: hi - lo, offset: lo }, Level::Compressed { pos: block_pos, crd: crd[plo..phi].to_vec() }],
+            vals[plo..phi].to_vec(),
+        )
+        .unwrap();
+        let got = interp::run(&k, &[&block, &full[1]], &[m]).unwrap().to_dense();
+        let want = case.oracle();
+        let want: Vec<f64> = (0..m).map(|i| if (lo..hi).contains(&i) { want[i] } else { 0.0 }).collect();
+        common::assert_close(&got, &want, &format!("rows {lo}..{hi} of {m}x{n}"));
+    }
+}
+
+/// The loop orders TACO would pick for the classic kernels, and the assembly strategies.
+#[test]
+fn classic_plans() {
+    let order = |expr: &str, formats: &[(&str, &str)]| {
+        let k = Case::fixed(expr, formats, &[], 0).lower().unwrap();
+        k.nests.iter().map(|n| n.loops.iter().map(|l| k.vars[l.var].name.clone()).collect::<Vec<_>>().join(",")).collect::<Vec<_>>().join(" ; ")
+    };
+    assert_eq!(order("y(i) = A(i,j) * x(j)", &[("A", "csr")]), "i,j");
+    assert_eq!(order("y(j) = A(i,j) * x(i)", &[("A", "csr")]), "i,j");
+    assert_eq!(order("y(j) = A(i,j) * x(i)", &[("A", "csc")]), "j,i");
+    assert_eq!(order("y(i) = A(i,j) * x(j) + z(i)", &[("A", "csr")]), "i,j ; i");
+    assert_eq!(order("C(i,j) = A(i,k) * B(k,j)", &[("A", "csr"), ("B", "csr"), ("C", "csr")]), "i,k,j");
+    assert_eq!(order("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", &[("B", "sss")]), "i,k,l,j");
+    assert_eq!(order("A(i,j,k) = B(i,j,l) * C(k,l)", &[("B", "sss")]), "i,j,l,k");
+    let k = Case::fixed("C(i,j) = A(i,k) * B(k,j)", &[("A", "csr"), ("B", "csr"), ("C", "csr")], &[], 0)
+        .lower()
+        .unwrap();
+    assert!(matches!(k.nests[0].assembly, tessera_compiler::ir::Assembly::Workspace { flush_depth: 1, .. }));
+    let k = Case::fixed("C(i,j) = A(i,j) + B(i,j)", &[("A", "csr"), ("B", "csr"), ("C", "csr")], &[], 0)
+        .lower()
+        .unwrap();
+    assert_eq!(k.nests[0].assembly, tessera_compiler::ir::Assembly::InOrder);
+}
+
+/// Impossible orders are rejected with the operand to re-store, and following the hint works.
+#[test]
+fn impossible_order_names_the_fix() {
+    let case = Case::fixed("C(i,j) = A(i,j) + B(i,j)", &[("A", "csr"), ("B", "csc")], &[], 0);
+    let err = case.lower().unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.starts_with("no loop order is compatible with every operand's mode order: store "), "{msg}");
+    let named = &case.source[err.span()];
+    assert!(named == "A(i,j)" || named == "B(i,j)", "{named}");
+    // Follow the hint: `-f NAME:FMT` at the end of the message.
+    let flag = msg.rsplit("(-f ").next().unwrap().trim_end_matches(')');
+    let (name, fmt) = flag.split_once(':').unwrap();
+    assert_eq!(name, &named[..1]);
+    let other = if name == "A" { ("B", "csc") } else { ("A", "csr") };
+    let fixed = Case::fixed("C(i,j) = A(i,j) + B(i,j)", &[(name, fmt), other], &[], 0);
+    assert!(fixed.lower().is_ok(), "hint `{flag}` did not fix it");
+}
+
+/// `parallelize` must name the outermost free loop.
+#[test]
+fn parallelize_checks_the_loop() {
+    let ok = Case::fixed("y(i) = A(i,j) * x(j); parallelize(i)", &[("A", "csr")], &[], 0).lower();
+    assert_eq!(ok.unwrap().parallel, Some(0));
+    let bad = Case::fixed("y(j) = A(i,j) * x(i); parallelize(j)", &[("A", "csr")], &[], 0).lower().unwrap_err();
+    assert!(bad.to_string().contains("not the outermost loop (loop order: i, j)"), "{bad}");
+}
+
+/// Formats the property test draws cover both level types at every level of a rank-3 tensor.
+#[test]
+fn random_formats_cover_level_types() {
+    let mut rng = Rng(5);
+    let mut seen = [[false; 2]; 3];
+    for _ in 0..200 {
+        let f = common::random_format(3, &mut rng);
+        for (k, l) in f.levels().iter().enumerate() {
+            seen[k][(*l == LevelType::Compressed) as usize] = true;
+        }
+    }
+    assert_eq!(seen, [[true; 2]; 3]);
+    assert_eq!(Format::parse("ds", 2).unwrap(), common::format_from_text("ds", 2));
+}

@@ -1,0 +1,231 @@
+//! Shared by the kernel tests: the catalogue of issue 3, random cases (formats, mode orders,
+//! shapes, densities) and their oracle results.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+
+use tessera_compiler::check::{self, Checked};
+use tessera_compiler::ir::Kernel;
+use tessera_compiler::lower::{self, LowerError};
+use tessera_compiler::oracle::{self, DenseArray};
+use tessera_compiler::parse;
+use tessera_formats::{Format, Index, LevelType, Tensor, Value};
+
+/// The kernels that must work (issue 3), as statements.
+pub fn catalogue() -> Vec<&'static str> {
+    vec![
+        "y(i) = A(i,j) * x(j)",
+        "y(j) = A(i,j) * x(i)",
+        "y(i) = A(i,j) * x(j) + z(i)",
+        "y(i) = A(i,j) * x(j) - 2 * z(i)",
+        "C(i,k) = A(i,j) * B(j,k)",
+        "C(i,j) = A(i,k) * B(k,j)",
+        "A(i,j) = B(i,j) * C(i,k) * D(k,j)",
+        "C(i,j) = A(i,j) + B(i,j)",
+        "C(i,j) = A(i,j) - B(i,j)",
+        "C(i,j) = A(i,j) * B(i,j)",
+        "C(i,j) = 3 * A(i,j) + B(i,j) * D(i,j)",
+        "a = b(i) * c(i)",
+        "a = B(i,j,k) * B(i,j,k)",
+        "A(i,j) = B(i,j,k) * c(k)",
+        "A(i,j,k) = B(i,j,l) * C(k,l)",
+        "A(i,j) = B(i,k,l) * C(k,j) * D(l,j)",
+        "A(i,j) = B(i,k,l,m) * C(k,j) * D(l,j) * E(m,j)",
+        "y(i) = exp(x(i)) - abs(x(i)) * 2 + sqrt(abs(z(i)))",
+        "y(i) = log(abs(x(i)) + 1) - x(i)",
+        "A(i,j,k) = B(i,j,k) + C(i,j,k)",
+        "A(i,j,k) = B(i,j,k) * C(i,j,k) - D(i,j,k)",
+        "A(i,j,k,l,m) = B(i,j,k,l,m) * C(i,j,k,l,m)",
+        "y(i) = B(i,j,k,l,m) * c(m)",
+        "A(i,j) = B(i,j,k,l) * C(k,l)",
+        "y(i) = -A(i,j) * x(j)",
+        "C(i,j) = A(i,j) / 2 + x(i)",
+    ]
+}
+
+/// A tiny deterministic generator (the property tests draw only its seed).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        // splitmix64
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    pub fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+pub fn format_from_text(text: &str, rank: usize) -> Format {
+    Format::parse(text, rank).unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+/// Random level types and a random mode order.
+pub fn random_format(rank: usize, rng: &mut Rng) -> Format {
+    let levels = (0..rank)
+        .map(|_| if rng.below(2) == 0 { LevelType::Dense } else { LevelType::Compressed })
+        .collect();
+    let mut order: Vec<usize> = (0..rank).collect();
+    for i in (1..rank).rev() {
+        order.swap(i, rng.below(i + 1));
+    }
+    Format::new(levels, order).unwrap()
+}
+
+/// One statement with formats, dimensions and dense input data.
+pub struct Case {
+    pub source: String,
+    pub checked: Checked,
+    pub dims: HashMap<String, usize>,
+    pub data: HashMap<String, DenseArray>,
+}
+
+impl Case {
+    fn parse(source: &str) -> Checked {
+        let stmt = parse::program(source, 0).unwrap_or_else(|e| panic!("{source}: {e:?}"));
+        check::check(stmt, &check::Dims::new()).unwrap_or_else(|e| panic!("{source}: {e:?}"))
+    }
+
+    /// `expr` with random formats for every tensor, random dimensions and densities.
+    pub fn random(expr: &str, rng: &mut Rng) -> Case {
+        let plain = Case::parse(expr);
+        let mut source = expr.to_string();
+        for t in &plain.tensors {
+            if t.rank > 0 {
+                source.push_str(&format!("; {}: {}", t.name, random_format(t.rank, rng)));
+            }
+        }
+        let max = match plain.vars.len() {
+            0..=3 => 6,
+            4 => 4,
+            _ => 3,
+        };
+        let dims = plain.vars.iter().map(|v| (v.name.clone(), rng.below(max + 1))).collect();
+        Case::build(&source, dims, rng)
+    }
+
+    /// `source` (with its `; A: fmt` items given as pairs) and fixed dimensions (4 if not given).
+    pub fn fixed(expr: &str, formats: &[(&str, &str)], dims: &[(&str, usize)], seed: u64) -> Case {
+        let mut source = expr.to_string();
+        for (t, f) in formats {
+            source.push_str(&format!("; {t}: {f}"));
+        }
+        let plain = Case::parse(&source);
+        let dims = plain
+            .vars
+            .iter()
+            .map(|v| {
+                let d = dims.iter().find(|(n, _)| *n == v.name).map_or(4, |(_, d)| *d);
+                (v.name.clone(), d)
+            })
+            .collect();
+        Case::build(&source, dims, &mut Rng(seed))
+    }
+
+    fn build(source: &str, dims: HashMap<String, usize>, rng: &mut Rng) -> Case {
+        let checked = Case::parse(source);
+        let mut data = HashMap::new();
+        for t in checked.inputs() {
+            let shape: Vec<usize> = checked.uses(&t.name)[0]
+                .indices
+                .iter()
+                .map(|i| dims[&i.name])
+                .collect();
+            let density = [0.0, 0.15, 0.5, 1.0][rng.below(4)];
+            let len: usize = shape.iter().product();
+            let values = (0..len)
+                .map(|_| {
+                    if rng.unit() < density {
+                        let v = rng.below(6) as f64 - 3.0;
+                        if v >= 0.0 { v + 1.0 } else { v }
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            data.insert(t.name.clone(), DenseArray::new(shape, values).unwrap());
+        }
+        Case { source: source.to_string(), checked, dims, data }
+    }
+
+    pub fn lower(&self) -> Result<Kernel, LowerError> {
+        lower::lower(&self.checked)
+    }
+
+    pub fn output_name(&self) -> String {
+        self.checked.output().name.clone()
+    }
+
+    pub fn format_of(&self, name: &str) -> Format {
+        self.checked.tensor(name).unwrap().format.clone()
+    }
+
+    pub fn out_dims(&self) -> Vec<usize> {
+        let lhs = &self.checked.statement.assignment.lhs;
+        lhs.indices.iter().map(|i| self.dims[&i.name]).collect()
+    }
+
+    /// The inputs in the order the checker lists them (the kernel's argument order).
+    pub fn input_tensors<I: Index>(&self) -> Vec<Tensor<f64, I>> {
+        self.input_tensors_as::<f64, I>()
+    }
+
+    pub fn input_tensors_as<V: Value, I: Index>(&self) -> Vec<Tensor<V, I>> {
+        self.checked
+            .inputs()
+            .iter()
+            .map(|t| {
+                let d = &self.data[&t.name];
+                Tensor::from_entries(d.dims.clone(), t.format.clone(), dense_entries(d))
+                    .unwrap_or_else(|e| panic!("{}: {e}", t.name))
+            })
+            .collect()
+    }
+
+    pub fn oracle(&self) -> Vec<f64> {
+        oracle::evaluate(&self.checked, &self.data, None).unwrap().data
+    }
+
+    pub fn describe(&self) -> String {
+        format!("`{}` with dims {:?}", self.source, self.dims)
+    }
+}
+
+/// The nonzero entries of a dense array.
+pub fn dense_entries<V: Value>(d: &DenseArray) -> Vec<(Vec<usize>, V)> {
+    let mut out = Vec::new();
+    for (flat, v) in d.data.iter().enumerate() {
+        if *v != 0.0 {
+            let mut coords = vec![0; d.dims.len()];
+            let mut rest = flat;
+            for m in (0..d.dims.len()).rev() {
+                coords[m] = rest % d.dims[m];
+                rest /= d.dims[m];
+            }
+            out.push((coords, V::from_f64(*v)));
+        }
+    }
+    out
+}
+
+/// Element-wise equality up to rounding (NaN equals NaN).
+pub fn assert_close(got: &[f64], want: &[f64], what: &str) {
+    assert_eq!(got.len(), want.len(), "length differs: {what}");
+    for (n, (g, w)) in got.iter().zip(want).enumerate() {
+        let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= 1e-6 * (1.0 + w.abs());
+        assert!(ok, "element {n}: got {g}, want {w}\ngot  {got:?}\nwant {want:?}\n{what}");
+    }
+}
