@@ -7,4 +7,3 @@ pub mod oracle;
 pub mod ir;
 pub mod lower;
 pub mod interp;
-pub mod bind;
