@@ -333,8 +333,10 @@ fn check_formats(
                 .label("second format")
                 .related(first.clone(), "first format"));
         }
+        // Point at the format text, after `NAME:`.
+        let text_span = (spec.tensor.span.end + 1).min(spec.span.end)..spec.span.end;
         let format = Format::parse(&spec.format, *rank).map_err(|e| {
-            Diagnostic::new(format!("bad format for `{name}`: {e}"), spec.span.clone())
+            Diagnostic::new(format!("bad format for `{name}`: {e}"), text_span)
                 .label(format!("`{name}` has rank {rank}"))
                 .hint("formats are `d`/`s` per level, optionally `:mode,order` (e.g. `ds:1,0`), or dense, csr, csc, dcsr, csf")
         })?;

@@ -7,3 +7,4 @@ pub mod oracle;
 pub mod ir;
 pub mod lower;
 pub mod interp;
+pub mod bind;

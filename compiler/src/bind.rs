@@ -1,0 +1,176 @@
+//! Run-time binding of tensors to a compiled statement: the checks a kernel's caller makes
+//! before calling it.
+//!
+//! A kernel assumes that its inputs have the formats it was compiled for and dimensions that
+//! agree (one dimension per index variable). The `tensor!` macro only learns dimensions when
+//! the program runs, and the executables `tessera compile` builds only when they read their
+//! input files; both call [`Signature::bind`] first, which checks exactly that and computes
+//! the output's dimensions. Errors name the tensor, the mode and both dimensions.
+//!
+//! This file depends only on `std` and `tessera_formats`: `tessera compile` copies it
+//! verbatim into the crates it generates, so the executables need no compiler at run time.
+
+use std::fmt;
+use tessera_formats::Format;
+
+/// One tensor of a statement: its name, the format the kernel expects (format text as
+/// `Format::parse` reads it) and the index variable of each mode.
+#[derive(Clone, Copy, Debug)]
+pub struct Operand<'a> {
+    pub name: &'a str,
+    pub format: &'a str,
+    pub vars: &'a [&'a str],
+}
+
+/// What a kernel needs of its arguments.
+#[derive(Clone, Copy, Debug)]
+pub struct Signature<'a> {
+    pub output: Operand<'a>,
+    /// In the order the kernel takes its inputs.
+    pub inputs: &'a [Operand<'a>],
+}
+
+/// Why tensors cannot be bound to a statement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BindError {
+    /// The caller passed the wrong number of inputs (a bug in generated code).
+    Arity { expected: usize, found: usize },
+    /// A tensor has another number of modes than the statement uses.
+    Rank { tensor: String, expected: usize, found: usize },
+    /// A tensor is stored in another format than the kernel was compiled for.
+    Format { tensor: String, expected: String, found: String },
+    /// Two uses of an index variable have different dimensions.
+    Dim {
+        var: String,
+        tensor: String,
+        mode: usize,
+        dim: usize,
+        first_tensor: String,
+        first_mode: usize,
+        first_dim: usize,
+    },
+}
+
+impl fmt::Display for BindError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BindError::Arity { expected, found } => {
+                write!(f, "the kernel takes {expected} inputs, {found} were given")
+            }
+            BindError::Rank { tensor, expected, found } => write!(
+                f,
+                "`{tensor}` has {found} modes, but the statement uses it with {expected} indices"
+            ),
+            BindError::Format { tensor, expected, found } => write!(
+                f,
+                "`{tensor}` is stored as `{found}`, but the kernel was compiled for `{expected}` \
+                 (convert it, or compile with that format for `{tensor}`)"
+            ),
+            BindError::Dim { var, tensor, mode, dim, first_tensor, first_mode, first_dim } => {
+                write!(
+                    f,
+                    "dimension mismatch for index `{var}`: mode {mode} of `{tensor}` has \
+                     dimension {dim}, but mode {first_mode} of `{first_tensor}` has {first_dim}"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for BindError {}
+
+impl Signature<'_> {
+    /// Checks the inputs' formats and dimensions (in kernel order) and returns the
+    /// dimensions of the output.
+    pub fn bind(&self, inputs: &[(&[usize], &Format)]) -> Result<Vec<usize>, BindError> {
+        if inputs.len() != self.inputs.len() {
+            return Err(BindError::Arity { expected: self.inputs.len(), found: inputs.len() });
+        }
+        // (variable, dimension, tensor, mode) of the first use of each variable.
+        let mut seen: Vec<(&str, usize, &str, usize)> = Vec::new();
+        for (op, (dims, format)) in self.inputs.iter().zip(inputs) {
+            check_operand(op, dims, Some(format))?;
+            for (mode, (var, &dim)) in op.vars.iter().zip(dims.iter()).enumerate() {
+                agree(&mut seen, var, dim, op.name, mode)?;
+            }
+        }
+        // The checker guarantees every output variable indexes an input.
+        Ok(self
+            .output
+            .vars
+            .iter()
+            .map(|v| seen.iter().find(|s| s.0 == *v).map_or(0, |s| s.1))
+            .collect())
+    }
+
+    /// For `+=`: checks an existing output against the dimensions [`Signature::bind`]
+    /// computed and against the output format.
+    pub fn check_output(
+        &self,
+        dims: &[usize],
+        format: &Format,
+        expected: &[usize],
+    ) -> Result<(), BindError> {
+        check_operand(&self.output, dims, Some(format))?;
+        for (mode, (&d, &e)) in dims.iter().zip(expected).enumerate() {
+            if d != e {
+                return Err(BindError::Dim {
+                    var: self.output.vars[mode].to_string(),
+                    tensor: self.output.name.to_string(),
+                    mode,
+                    dim: d,
+                    first_tensor: String::from("the inputs"),
+                    first_mode: mode,
+                    first_dim: e,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_operand(op: &Operand<'_>, dims: &[usize], format: Option<&Format>) -> Result<(), BindError> {
+    if dims.len() != op.vars.len() {
+        return Err(BindError::Rank {
+            tensor: op.name.to_string(),
+            expected: op.vars.len(),
+            found: dims.len(),
+        });
+    }
+    if let Some(found) = format {
+        let matches = Format::parse(op.format, op.vars.len()).is_ok_and(|want| want == *found);
+        if !matches {
+            return Err(BindError::Format {
+                tensor: op.name.to_string(),
+                expected: op.format.to_string(),
+                found: found.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn agree<'a>(
+    seen: &mut Vec<(&'a str, usize, &'a str, usize)>,
+    var: &'a str,
+    dim: usize,
+    tensor: &'a str,
+    mode: usize,
+) -> Result<(), BindError> {
+    match seen.iter().find(|s| s.0 == var) {
+        Some(&(_, first_dim, first_tensor, first_mode)) if first_dim != dim => Err(BindError::Dim {
+            var: var.to_string(),
+            tensor: tensor.to_string(),
+            mode,
+            dim,
+            first_tensor: first_tensor.to_string(),
+            first_mode,
+            first_dim,
+        }),
+        Some(_) => Ok(()),
+        None => {
+            seen.push((var, dim, tensor, mode));
+            Ok(())
+        }
+    }
+}
