@@ -5,14 +5,27 @@
 //!   borrowed views with sub-block windows along dense levels.
 //! - [`Value`] (`f32`, `f64`) and [`Index`] (`u32`, `u64`): what kernels are generic over.
 
+mod atomic;
+mod error;
 mod format;
+mod lines;
+mod mtx;
 mod pack;
+pub mod tcs;
 mod tensor;
+mod text;
+mod tns;
 mod value;
 mod view;
 
+pub use atomic::AtomicFile;
+pub use error::{Error, Result, SyntaxError};
 pub use format::{Format, FormatError, LevelType};
+pub use mtx::{MtxReader, MtxWriter};
 pub use pack::{CountSink, PackError, PackedSizes, Packer, Sink};
+pub use tcs::{TcsError, TcsFile, TcsHeader, TcsWriter};
 pub use tensor::{Level, Tensor, TensorError};
+pub use text::{open_text, EntryReader, FileKind};
+pub use tns::{TnsReader, TnsWriter};
 pub use value::{Index, Value, ValueType};
 pub use view::{Entries, LevelView, TensorView};

@@ -1,0 +1,59 @@
+//! Output files that appear only when complete: written to a temporary file in the target's
+//! directory and renamed into place by [`AtomicFile::commit`]; dropped uncommitted, they vanish.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// A file being written that replaces `target` only on [`commit`](AtomicFile::commit).
+pub struct AtomicFile {
+    temp: tempfile::NamedTempFile,
+    target: PathBuf,
+}
+
+impl AtomicFile {
+    /// Creates the temporary file next to `target` (same file system, so rename is atomic).
+    pub fn create(target: &Path) -> Result<Self> {
+        let dir = match target.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let temp = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".partial")
+            .tempfile_in(&dir)
+            .map_err(|e| Error::io(target, e))?;
+        Ok(AtomicFile {
+            temp,
+            target: target.to_path_buf(),
+        })
+    }
+
+    /// The open temporary file.
+    pub fn file(&self) -> &File {
+        self.temp.as_file()
+    }
+
+    /// The final path.
+    pub fn target(&self) -> &Path {
+        &self.target
+    }
+
+    /// Flushes to disk and renames the temporary file onto the target.
+    pub fn commit(self) -> Result<()> {
+        let target = self.target;
+        self.temp
+            .as_file()
+            .sync_all()
+            .map_err(|e| Error::io(&target, e))?;
+        self.temp
+            .persist(&target)
+            .map_err(|e| Error::io(&target, e.error))?;
+        Ok(())
+    }
+}

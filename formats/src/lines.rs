@@ -1,0 +1,182 @@
+//! Buffered line splitting for text formats: reads large chunks, finds line ends with
+//! `memchr`, and never holds more than one chunk (plus one over-long line) in memory.
+
+use std::io::{self, Read};
+
+/// Lines longer than this are rejected rather than buffered without bound.
+const MAX_LINE: usize = 16 << 20;
+
+/// Splits a byte stream into lines (without `\n` or a trailing `\r`), counting line numbers.
+pub(crate) struct LineReader<R> {
+    inner: R,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    eof: bool,
+    line_no: u64,
+    consumed: u64,
+}
+
+impl<R: Read> LineReader<R> {
+    pub(crate) fn new(inner: R, capacity: usize) -> Self {
+        LineReader {
+            inner,
+            buf: vec![0; capacity.max(64)],
+            start: 0,
+            end: 0,
+            eof: false,
+            line_no: 0,
+            consumed: 0,
+        }
+    }
+
+    /// 1-based number of the line last returned.
+    pub(crate) fn line_no(&self) -> u64 {
+        self.line_no
+    }
+
+    /// Bytes of input consumed so far (for progress).
+    pub(crate) fn consumed(&self) -> u64 {
+        self.consumed
+    }
+
+    /// The next line with its 1-based number, or `None` at the end of the input.
+    pub(crate) fn next_line(&mut self) -> io::Result<Option<(u64, &[u8])>> {
+        loop {
+            if let Some(i) = memchr::memchr(b'\n', &self.buf[self.start..self.end]) {
+                let (s, e) = (self.start, self.start + i);
+                self.start = e + 1;
+                return Ok(Some(self.take(s, e, i as u64 + 1)));
+            }
+            if self.eof {
+                if self.start == self.end {
+                    return Ok(None);
+                }
+                let (s, e) = (self.start, self.end);
+                self.start = self.end;
+                return Ok(Some(self.take(s, e, (e - s) as u64)));
+            }
+            self.fill()?;
+        }
+    }
+
+    fn take(&mut self, s: usize, mut e: usize, bytes: u64) -> (u64, &[u8]) {
+        self.line_no += 1;
+        self.consumed += bytes;
+        if e > s && self.buf[e - 1] == b'\r' {
+            e -= 1;
+        }
+        (self.line_no, &self.buf[s..e])
+    }
+
+    /// Moves the partial line to the front and reads more; grows the buffer for long lines.
+    fn fill(&mut self) -> io::Result<()> {
+        self.buf.copy_within(self.start..self.end, 0);
+        self.end -= self.start;
+        self.start = 0;
+        if self.end == self.buf.len() {
+            if self.buf.len() >= MAX_LINE {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "line {} is longer than {} MiB",
+                        self.line_no + 1,
+                        MAX_LINE >> 20
+                    ),
+                ));
+            }
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
+        loop {
+            match self.inner.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(());
+                }
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Splits a line into fields separated by spaces or tabs, yielding (1-based column, field).
+pub(crate) fn fields(line: &[u8]) -> impl Iterator<Item = (u64, &[u8])> {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        while i < line.len() && (line[i] == b' ' || line[i] == b'\t') {
+            i += 1;
+        }
+        if i == line.len() {
+            return None;
+        }
+        let s = i;
+        while i < line.len() && line[i] != b' ' && line[i] != b'\t' {
+            i += 1;
+        }
+        Some((s as u64 + 1, &line[s..i]))
+    })
+}
+
+/// True for lines with only spaces/tabs.
+pub(crate) fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(|&b| b == b' ' || b == b'\t')
+}
+
+/// Parses an unsigned decimal integer, `None` if it is not one or overflows `u64`.
+pub(crate) fn parse_u64(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 20 {
+        return None;
+    }
+    let mut x: u64 = 0;
+    for &b in s {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        x = x.checked_mul(10)?.checked_add(d as u64)?;
+    }
+    Some(x)
+}
+
+/// Parses a real number (integers, decimals, exponents, `inf`, `nan`).
+pub(crate) fn parse_f64(s: &[u8]) -> Option<f64> {
+    fast_float2::parse::<f64, _>(s).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_lines_across_chunk_boundaries_and_grows_for_long_lines() {
+        let text = b"a b\r\n\nlong-line-that-exceeds-the-buffer\nlast";
+        let mut r = LineReader::new(&text[..], 64);
+        r.buf.truncate(4); // force refills and growth
+        let mut got = Vec::new();
+        while let Some((_, l)) = r.next_line().unwrap() {
+            got.push(String::from_utf8(l.to_vec()).unwrap());
+        }
+        assert_eq!(
+            got,
+            ["a b", "", "long-line-that-exceeds-the-buffer", "last"]
+        );
+        assert_eq!(r.line_no(), 4);
+        assert_eq!(r.consumed(), text.len() as u64);
+    }
+
+    #[test]
+    fn fields_report_columns() {
+        let f: Vec<_> = fields(b" 1\t 22  3.5").collect();
+        assert_eq!(f, vec![(2, &b"1"[..]), (5, &b"22"[..]), (9, &b"3.5"[..])]);
+        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_u64(b"18446744073709551616"), None);
+        assert_eq!(parse_u64(b"1x"), None);
+        assert_eq!(parse_f64(b"-1.5e3"), Some(-1500.0));
+        assert_eq!(parse_f64(b"1.5x"), None);
+    }
+}

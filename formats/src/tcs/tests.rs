@@ -1,0 +1,211 @@
+use super::*;
+use crate::{Format, Tensor};
+use std::path::Path;
+
+fn sample() -> Tensor<f64, u32> {
+    let entries = vec![
+        (vec![0, 1, 2], 1.0),
+        (vec![2, 0, 1], -2.5),
+        (vec![2, 3, 0], 4.0),
+        (vec![1, 1, 1], 0.5),
+    ];
+    Tensor::from_entries(
+        vec![3, 4, 3],
+        Format::parse("dss:1,0,2", 3).unwrap(),
+        entries,
+    )
+    .unwrap()
+}
+
+fn write(dir: &Path, t: &Tensor<f64, u32>) -> std::path::PathBuf {
+    let path = dir.join("t.tcs");
+    write_tensor(&path, t, None).unwrap();
+    path
+}
+
+#[test]
+fn round_trip_preserves_arrays_and_is_zero_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = sample();
+    let path = write(dir.path(), &t);
+    let f = TcsFile::open(&path).unwrap();
+    assert_eq!(f.header().file_len, std::fs::metadata(&path).unwrap().len());
+    assert_eq!(f.to_tensor::<f64, u32>().unwrap(), t);
+    let v = f.view::<f64, u32>().unwrap();
+    assert_eq!(
+        v.entries().collect::<Vec<_>>(),
+        t.entries().collect::<Vec<_>>()
+    );
+    // Every array starts 64-byte aligned in the mapping.
+    for a in &f.header().arrays {
+        assert_eq!(f.array_bytes(a).as_ptr() as usize % 64, 0, "{}", a.name());
+    }
+    assert!(matches!(
+        f.view::<f32, u32>(),
+        Err(crate::Error::Tcs {
+            source: TcsError::TypeMismatch { .. },
+            ..
+        })
+    ));
+}
+
+#[test]
+fn partial_reads_return_one_arrays_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = sample();
+    let path = write(dir.path(), &t);
+    let file = std::fs::File::open(&path).unwrap();
+    let h = TcsHeader::read_from(&file, &path).unwrap();
+    let vals_index = h.arrays.len() - 1;
+    let part: Vec<f64> = read_array_range(&file, &path, &h, vals_index, 1..3).unwrap();
+    assert_eq!(part, t.vals()[1..3]);
+    assert!(read_array_range::<f64>(&file, &path, &h, vals_index, 3..9).is_err());
+    assert!(
+        read_array_range::<u64>(&file, &path, &h, 0, 0..1).is_err(),
+        "u32 array read as u64"
+    );
+}
+
+#[test]
+fn pieces_written_at_offsets_make_a_valid_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = sample();
+    let whole = TcsFile::open(&write(dir.path(), &t)).unwrap();
+    let path = dir.path().join("pieces.tcs");
+    let w = TcsWriter::create(&path, whole.header().clone()).unwrap();
+    let n = whole.header().arrays.len();
+    for (i, a) in whole.header().arrays.iter().enumerate().rev() {
+        let bytes = whole.array_bytes(a);
+        let elems: Vec<u32> = bytemuck::cast_slice(bytes).to_vec();
+        if i == n - 1 {
+            let vals: &[f64] = bytemuck::cast_slice(bytes);
+            // Second half first: order of pieces must not matter.
+            let mid = vals.len() / 2;
+            w.write_at(i, mid as u64, &vals[mid..]).unwrap();
+            w.write_at(i, 0, &vals[..mid]).unwrap();
+        } else {
+            w.write_at(i, 0, &elems).unwrap();
+        }
+    }
+    assert!(w.write_at(0, 1000, &[0u32]).is_err());
+    assert!(!path.exists());
+    w.finish().unwrap();
+    assert_eq!(
+        TcsFile::open(&path)
+            .unwrap()
+            .to_tensor::<f64, u32>()
+            .unwrap(),
+        t
+    );
+}
+
+#[test]
+fn block_headers_record_and_check_split_ranges() {
+    let dir = tempfile::tempdir().unwrap();
+    let t: Tensor<f32, u64> = Tensor::from_entries(
+        vec![4, 4],
+        Format::all_compressed(2),
+        vec![(vec![2, 1], 1.0), (vec![3, 3], 2.0)],
+    )
+    .unwrap();
+    let modes = vec![
+        ModeInfo {
+            dim: 4,
+            split_lo: 2,
+            split_hi: 4,
+            split_index: 1,
+            split_count: 2,
+        },
+        ModeInfo::whole(4),
+    ];
+    let path = dir.path().join("b.tcs");
+    write_tensor(&path, &t, Some(modes.clone())).unwrap();
+    let f = TcsFile::open(&path).unwrap();
+    assert!(f.header().is_block);
+    assert_eq!(f.header().modes, modes);
+    // The same tensor claimed to be the first half of mode 0 has coordinates outside it.
+    let mut wrong = modes;
+    wrong[0] = ModeInfo {
+        dim: 4,
+        split_lo: 0,
+        split_hi: 2,
+        split_index: 0,
+        split_count: 2,
+    };
+    write_tensor(&path, &t, Some(wrong)).unwrap();
+    let e = TcsFile::open(&path).err().expect("outside split");
+    assert!(
+        matches!(
+            e,
+            crate::Error::Tcs {
+                source: TcsError::OutsideSplit { coord: 2, .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+/// Every truncation and every single-byte change of a valid file is an error, never a panic.
+#[test]
+fn every_truncation_and_byte_flip_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read(write(dir.path(), &sample())).unwrap();
+    let path = dir.path().join("bad.tcs");
+    for len in 0..good.len() {
+        std::fs::write(&path, &good[..len]).unwrap();
+        assert!(
+            TcsFile::open(&path).is_err(),
+            "truncated to {len} bytes was accepted"
+        );
+    }
+    let mut longer = good.clone();
+    longer.push(0);
+    std::fs::write(&path, &longer).unwrap();
+    assert!(TcsFile::open(&path).is_err(), "trailing byte accepted");
+    for at in 0..good.len() {
+        for mask in [0x01u8, 0x80, 0xff] {
+            let mut bad = good.clone();
+            bad[at] ^= mask;
+            std::fs::write(&path, &bad).unwrap();
+            assert!(
+                TcsFile::open(&path).is_err(),
+                "flip {mask:#x} at byte {at} was accepted"
+            );
+        }
+    }
+}
+
+/// A hostile header with a valid checksum but impossible sizes is rejected without
+/// allocating or reading out of bounds.
+#[test]
+fn hostile_headers_with_valid_checksums_are_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = sample();
+    let f = TcsFile::open(&write(dir.path(), &t)).unwrap();
+    let good = std::fs::read(f.path()).unwrap();
+    let path = dir.path().join("hostile.tcs");
+    let mut cases: Vec<TcsHeader> = Vec::new();
+    let mut h = f.header().clone();
+    h.levels[1].size = u64::MAX / 2;
+    cases.push(h);
+    let mut h = f.header().clone();
+    h.arrays[0].len += 4;
+    cases.push(h);
+    let mut h = f.header().clone();
+    h.modes[0].dim = 1;
+    cases.push(h);
+    let mut h = f.header().clone();
+    h.arrays[1].offset = 0;
+    cases.push(h);
+    let mut h = f.header().clone();
+    h.modes[2].split_index = 5;
+    cases.push(h);
+    for (i, h) in cases.into_iter().enumerate() {
+        let mut bytes = good.clone();
+        let head = h.to_bytes();
+        bytes[..head.len()].copy_from_slice(&head);
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(TcsFile::open(&path).is_err(), "hostile case {i} accepted");
+    }
+}

@@ -1,0 +1,68 @@
+//! What the `.tns` and `.mtx` readers have in common: a stream of entries with 0-based
+//! coordinates, read with bounded memory, and a way to open either by extension.
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::mtx::MtxReader;
+use crate::tns::TnsReader;
+
+/// Size of the read buffer of text readers.
+pub(crate) const READ_BUFFER: usize = 4 << 20;
+
+/// A streaming reader of tensor entries from a text file.
+pub trait EntryReader {
+    /// The file being read (for error messages).
+    fn path(&self) -> &Path;
+    /// Number of coordinates per entry.
+    fn rank(&self) -> usize;
+    /// Dimensions declared by the file (`.mtx` has them; `.tns` does not).
+    fn declared_dims(&self) -> Option<Vec<u64>>;
+    /// Reads the next entry: fills `coords` (0-based, `rank` of them) and returns the value,
+    /// or `None` at the end of the file.
+    fn next_entry(&mut self, coords: &mut [u64]) -> Result<Option<f64>>;
+    /// Line of the entry last returned (1-based).
+    fn line(&self) -> u64;
+    /// Bytes consumed so far.
+    fn bytes_read(&self) -> u64;
+    /// Size of the file in bytes.
+    fn total_bytes(&self) -> u64;
+}
+
+/// The text formats Tessera reads and writes, and `.tcs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    Tns,
+    Mtx,
+    Tcs,
+}
+
+impl FileKind {
+    /// The kind named by a path's extension.
+    pub fn of(path: &Path) -> Result<FileKind> {
+        let ext = path
+            .extension()
+            .map(|e| e.to_string_lossy().to_ascii_lowercase());
+        match ext.as_deref() {
+            Some("tns") => Ok(FileKind::Tns),
+            Some("mtx") => Ok(FileKind::Mtx),
+            Some("tcs") => Ok(FileKind::Tcs),
+            _ => Err(Error::Unsupported {
+                path: path.to_path_buf(),
+                what: "unknown file extension; expected .tns, .mtx or .tcs".into(),
+            }),
+        }
+    }
+}
+
+/// Opens a `.tns` or `.mtx` file as an entry stream.
+pub fn open_text(path: &Path) -> Result<Box<dyn EntryReader>> {
+    match FileKind::of(path)? {
+        FileKind::Tns => Ok(Box::new(TnsReader::open(path)?)),
+        FileKind::Mtx => Ok(Box::new(MtxReader::open(path)?)),
+        FileKind::Tcs => Err(Error::Unsupported {
+            path: path.to_path_buf(),
+            what: "expected a text file (.tns or .mtx)".into(),
+        }),
+    }
+}

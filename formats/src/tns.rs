@@ -1,0 +1,244 @@
+//! FROSTT `.tns` files: one entry per line, 1-based coordinates then the value, separated by
+//! spaces or tabs; `#` comments and blank lines are skipped. A file whose lines hold a single
+//! number is a rank-0 tensor (a scalar).
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use crate::atomic::AtomicFile;
+use crate::error::{Error, Result, SyntaxError};
+use crate::lines::{fields, is_blank, parse_f64, parse_u64, LineReader};
+use crate::text::{EntryReader, READ_BUFFER};
+
+/// Streaming `.tns` reader; the rank is taken from the first entry line.
+pub struct TnsReader {
+    path: PathBuf,
+    lines: LineReader<File>,
+    rank: usize,
+    total: u64,
+    /// The first entry, parsed while opening to learn the rank.
+    first: Option<(Vec<u64>, f64, u64)>,
+    line: u64,
+}
+
+impl TnsReader {
+    /// Opens `path` and reads up to its first entry.
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let total = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        let mut r = TnsReader {
+            path: path.to_path_buf(),
+            lines: LineReader::new(file, READ_BUFFER),
+            rank: 0,
+            total,
+            first: None,
+            line: 0,
+        };
+        let path = r.path.clone();
+        let (line_no, line) = loop {
+            match r.lines.next_line().map_err(|e| Error::io(&path, e))? {
+                None => {
+                    let line = r.lines.line_no() + 1;
+                    return Err(Error::Syntax {
+                        path,
+                        line,
+                        column: 1,
+                        kind: SyntaxError::Empty,
+                    });
+                }
+                Some((n, l)) if is_entry(l) => break (n, l),
+                Some(_) => {}
+            }
+        };
+        let rank = fields(line).count() - 1;
+        let mut coords = vec![0; rank];
+        let v = parse_entry(line, &mut coords).map_err(|(column, kind)| Error::Syntax {
+            path: path.clone(),
+            line: line_no,
+            column,
+            kind,
+        })?;
+        r.rank = rank;
+        r.first = Some((coords, v, line_no));
+        Ok(r)
+    }
+}
+
+fn is_entry(line: &[u8]) -> bool {
+    !is_blank(line) && line.iter().find(|&&b| b != b' ' && b != b'\t') != Some(&b'#')
+}
+
+/// Parses `rank` coordinates (made 0-based) and a value; errors carry the column.
+fn parse_entry(line: &[u8], coords: &mut [u64]) -> Result<f64, (u64, SyntaxError)> {
+    let rank = coords.len();
+    let mut it = fields(line);
+    for c in coords.iter_mut() {
+        let (col, f) = it.next().ok_or_else(|| field_count(line, rank))?;
+        *c = parse_coord(f).map_err(|k| (col, k))?;
+    }
+    let (col, f) = it.next().ok_or_else(|| field_count(line, rank))?;
+    let v = parse_f64(f).ok_or_else(|| (col, SyntaxError::BadValue(show(f))))?;
+    if it.next().is_some() {
+        return Err(field_count(line, rank));
+    }
+    Ok(v)
+}
+
+fn field_count(line: &[u8], rank: usize) -> (u64, SyntaxError) {
+    let found: Vec<(u64, &[u8])> = fields(line).collect();
+    // Point at the first surplus field, or just past the end when fields are missing.
+    let column = found
+        .get(rank + 1)
+        .map(|f| f.0)
+        .unwrap_or(line.len() as u64 + 1);
+    let what = format!("{rank} coordinates and a value");
+    (
+        column,
+        SyntaxError::FieldCount {
+            expected: rank + 1,
+            found: found.len(),
+            what,
+        },
+    )
+}
+
+/// A 1-based coordinate made 0-based.
+pub(crate) fn parse_coord(f: &[u8]) -> Result<u64, SyntaxError> {
+    match parse_u64(f) {
+        Some(0) => Err(SyntaxError::ZeroCoordinate),
+        Some(c) => Ok(c - 1),
+        None if !f.is_empty() && f.iter().all(u8::is_ascii_digit) => Err(SyntaxError::Overflow),
+        None => Err(SyntaxError::BadCoordinate(show(f))),
+    }
+}
+
+/// A field for an error message, shortened if long.
+pub(crate) fn show(f: &[u8]) -> String {
+    let s = String::from_utf8_lossy(f);
+    if s.chars().count() > 40 {
+        format!("{}…", s.chars().take(40).collect::<String>())
+    } else {
+        s.into_owned()
+    }
+}
+
+impl EntryReader for TnsReader {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn declared_dims(&self) -> Option<Vec<u64>> {
+        None
+    }
+    fn next_entry(&mut self, coords: &mut [u64]) -> Result<Option<f64>> {
+        if let Some((c, v, line)) = self.first.take() {
+            coords.copy_from_slice(&c);
+            self.line = line;
+            return Ok(Some(v));
+        }
+        loop {
+            let (line_no, line) = match self.lines.next_line() {
+                Ok(Some(l)) => l,
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(Error::io(&self.path, e)),
+            };
+            if !is_entry(line) {
+                continue;
+            }
+            return match parse_entry(line, coords) {
+                Ok(v) => {
+                    self.line = line_no;
+                    Ok(Some(v))
+                }
+                Err((column, kind)) => Err(Error::Syntax {
+                    path: self.path.clone(),
+                    line: line_no,
+                    column,
+                    kind,
+                }),
+            };
+        }
+    }
+    fn line(&self) -> u64 {
+        self.line
+    }
+    fn bytes_read(&self) -> u64 {
+        self.lines.consumed()
+    }
+    fn total_bytes(&self) -> u64 {
+        self.total
+    }
+}
+
+/// Writes entries as `.tns` lines (1-based coordinates), atomically.
+pub struct TnsWriter {
+    out: BufWriter<File>,
+    file: AtomicFile,
+    line: Vec<u8>,
+}
+
+impl TnsWriter {
+    /// Starts writing `path` (it appears only after [`finish`](TnsWriter::finish)).
+    pub fn create(path: &Path) -> Result<Self> {
+        let file = AtomicFile::create(path)?;
+        let handle = file.file().try_clone().map_err(|e| Error::io(path, e))?;
+        Ok(TnsWriter {
+            out: BufWriter::with_capacity(1 << 20, handle),
+            file,
+            line: Vec::new(),
+        })
+    }
+
+    /// Writes one entry with 0-based coordinates.
+    pub fn write_entry(&mut self, coords: &[u64], value: impl std::fmt::Display) -> Result<()> {
+        self.line.clear();
+        for &c in coords {
+            push_u64(&mut self.line, c + 1);
+            self.line.push(b' ');
+        }
+        let _ = write!(self.line, "{value}");
+        self.line.push(b'\n');
+        self.out
+            .write_all(&self.line)
+            .map_err(|e| Error::io(self.file.target(), e))
+    }
+
+    /// Writes a `#` comment line.
+    pub fn write_comment(&mut self, text: &str) -> Result<()> {
+        for l in text.lines() {
+            writeln!(self.out, "# {l}").map_err(|e| Error::io(self.file.target(), e))?;
+        }
+        Ok(())
+    }
+
+    /// Flushes and moves the file into place.
+    pub fn finish(self) -> Result<()> {
+        let target = self.file.target().to_path_buf();
+        self.out
+            .into_inner()
+            .map_err(|e| Error::io(&target, e.into_error()))?;
+        self.file.commit()
+    }
+}
+
+/// Appends the decimal digits of `x` (faster than `write!` for the common case).
+pub(crate) fn push_u64(out: &mut Vec<u8>, mut x: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (x % 10) as u8;
+        x /= 10;
+        if x == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+#[cfg(test)]
+#[path = "tns_tests.rs"]
+mod tests;

@@ -1,0 +1,96 @@
+use super::*;
+use crate::error::SyntaxError;
+
+fn read_all(text: &str) -> Result<(usize, Vec<(Vec<u64>, f64)>)> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.tns");
+    std::fs::write(&path, text).unwrap();
+    let mut r = TnsReader::open(&path)?;
+    let mut out = Vec::new();
+    let mut c = vec![0; r.rank()];
+    while let Some(v) = r.next_entry(&mut c)? {
+        out.push((c.clone(), v));
+    }
+    Ok((r.rank(), out))
+}
+
+fn syntax_at(text: &str) -> (u64, u64, SyntaxError) {
+    match read_all(text).unwrap_err() {
+        Error::Syntax {
+            line, column, kind, ..
+        } => (line, column, kind),
+        e => panic!("expected a syntax error, got {e}"),
+    }
+}
+
+#[test]
+fn reads_comments_blank_lines_tabs_and_crlf() {
+    let (rank, e) = read_all("# FROSTT\n\n1 2\t3 1.5\r\n  \n 4\t\t5 6 -2e1\n#end").unwrap();
+    assert_eq!(rank, 3);
+    assert_eq!(e, vec![(vec![0, 1, 2], 1.5), (vec![3, 4, 5], -20.0)]);
+}
+
+#[test]
+fn a_single_number_is_a_scalar() {
+    let (rank, e) = read_all("# scalar\n42\n").unwrap();
+    assert_eq!((rank, e), (0, vec![(vec![], 42.0)]));
+}
+
+#[test]
+fn malformed_lines_name_line_and_column() {
+    assert_eq!(syntax_at("1 1 1.0\n2 x 1.0\n").0, 2);
+    assert_eq!(syntax_at("1 1 1.0\n2 x 1.0\n").1, 3);
+    assert!(matches!(
+        syntax_at("1 1 1.0\n# c\n\n0 1 2\n"),
+        (4, 1, SyntaxError::ZeroCoordinate)
+    ));
+    assert!(matches!(
+        syntax_at("1 1 1.0\n1 2 3 4\n"),
+        (
+            2,
+            7,
+            SyntaxError::FieldCount {
+                expected: 3,
+                found: 4,
+                ..
+            }
+        )
+    ));
+    assert!(matches!(
+        syntax_at("1 1 1.0\n1 2\n"),
+        (2, 4, SyntaxError::FieldCount { found: 2, .. })
+    ));
+    assert!(matches!(
+        syntax_at("1 1 abc\n"),
+        (1, 5, SyntaxError::BadValue(_))
+    ));
+    assert!(matches!(
+        syntax_at("1 99999999999999999999999 1\n"),
+        (1, 3, SyntaxError::Overflow)
+    ));
+    assert!(matches!(
+        syntax_at("# only comments\n\n"),
+        (3, 1, SyntaxError::Empty)
+    ));
+    assert!(matches!(syntax_at(""), (1, 1, SyntaxError::Empty)));
+}
+
+#[test]
+fn writer_output_reads_back_and_is_atomic() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.tns");
+    let mut w = TnsWriter::create(&path).unwrap();
+    w.write_comment("made by a test").unwrap();
+    w.write_entry(&[0, 9], 0.25f64).unwrap();
+    w.write_entry(&[12345, 0], -3.0f32).unwrap();
+    assert!(!path.exists(), "nothing at the target before finish");
+    w.finish().unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (rank, e) = read_all(&text).unwrap();
+    assert_eq!(rank, 2);
+    assert_eq!(e, vec![(vec![0, 9], 0.25), (vec![12345, 0], -3.0)]);
+    // An abandoned writer leaves nothing behind.
+    let other = dir.path().join("x.tns");
+    drop(TnsWriter::create(&other).unwrap());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
