@@ -4,7 +4,7 @@
 //! - [`split`]: split points per mode, the block grid, mapping keys and owners.
 //! - [`load_blocks`]: one tensor → its blocks, each on its owner rank; every rank reads only
 //!   its piece of the tensor (SuperTaco §4.4).
-//! - [`store_blocks`]: blocks spread over ranks → one tensor, pieces balanced by coordinate
+//! - [`merge_blocks`]/[`store_to_root`]: blocks spread over ranks → one tensor, pieces balanced by coordinate
 //!   space and merged by tournament trees (SuperTaco §4.6).
 //!
 //! Inside: [`walk`](self) iterates leaf ranges by position vectors, `assemble` builds level
@@ -14,10 +14,13 @@ mod assemble;
 mod codec;
 mod load;
 pub mod split;
+mod store;
+mod tournament;
 mod walk;
 
 pub use load::{load_blocks, Block};
 pub use split::{BlockGrid, BlockRange, ModeSplit, SplitSpec};
+pub use store::{merge_blocks, store_to_root, Merged};
 
 use crate::transport::{CheckError, TransportError};
 

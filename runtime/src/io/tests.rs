@@ -2,7 +2,7 @@
 //! original tensor's entries filtered by each block's ranges.
 
 use super::*;
-use crate::transport::run_ranks;
+use crate::transport::{run_ranks, Communicator};
 use proptest::prelude::*;
 use tessera_formats::{Format, LevelType, Tensor};
 
@@ -234,4 +234,103 @@ fn load_balancing_gives_every_rank_a_share() {
     }
     assert_eq!(bounds.last().unwrap().1, 3200);
     let _ = grid;
+}
+
+fn round_trip(t: &T, grid: &BlockGrid, ranks: usize) -> T {
+    let out = run_ranks(ranks, |c| {
+        let blocks = load_blocks(c, &t.view(), grid, &NoProgress)?;
+        let views: Vec<_> = blocks.iter().map(|b| b.tensor.view()).collect();
+        store_to_root(c, &views, &NoProgress)
+    });
+    let mut out = out.into_iter().map(|r| r.expect("round trip succeeds"));
+    let root = out.next().unwrap().expect("rank 0 holds the tensor");
+    assert!(out.all(|r| r.is_none()));
+    root
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(160))]
+
+    /// Split then merge gives back the original tensor exactly (same arrays, not only the
+    /// same entries).
+    #[test]
+    fn split_then_merge_is_the_identity((t, spec, ranks) in case()) {
+        let grid = spec.grid(t.dims()).unwrap();
+        prop_assert_eq!(round_trip(&t, &grid, ranks), t);
+    }
+
+    /// Merging blocks held in any distribution over any number of ranks gives the same
+    /// tensor (the merge does not depend on where blocks live).
+    #[test]
+    fn merge_does_not_depend_on_block_placement((t, spec, ranks) in case(), shift in 0usize..5) {
+        let grid = spec.grid(t.dims()).unwrap();
+        let blocks: Vec<Block<f64, u32>> = load_on_threads(&t, &grid, 1).into_iter().flatten().collect();
+        let out = run_ranks(ranks, |c| {
+            let mine: Vec<_> = blocks.iter().enumerate().filter(|(i, _)| (i + shift) % c.size() == c.rank()).map(|(_, b)| b.tensor.view()).collect();
+            store_to_root(c, &mine, &NoProgress)
+        });
+        let merged = out.into_iter().next().unwrap().unwrap().unwrap();
+        prop_assert_eq!(merged, t);
+    }
+}
+
+#[test]
+fn a_large_sparse_tensor_round_trips_on_four_ranks() {
+    let entries =
+        (0..3000usize).map(|e| (vec![(e * 37) % 500, (e * 91) % 300, e % 7], e as f64 + 0.5));
+    let t = T::from_entries(vec![500, 300, 7], Format::parse("sds", 3).unwrap(), entries).unwrap();
+    let grid = SplitSpec::parse_points("0:100/100/450,1:17")
+        .unwrap()
+        .grid(t.dims())
+        .unwrap();
+    assert_eq!(round_trip(&t, &grid, 4), t);
+}
+
+#[test]
+fn overlapping_blocks_fail_on_every_rank() {
+    let t = T::from_entries(
+        vec![6, 6],
+        Format::parse("dcsr", 2).unwrap(),
+        (0..6).map(|i| (vec![i, 5 - i], 1.0)),
+    )
+    .unwrap();
+    let out = run_ranks(3, |c| {
+        // Ranks 0 and 1 both hold the whole tensor.
+        let mine: Vec<_> = if c.rank() < 2 { vec![t.view()] } else { vec![] };
+        store_to_root(c, &mine, &NoProgress).map(|_| ())
+    });
+    for r in out {
+        let msg = r.expect_err("overlap is an error").to_string();
+        assert!(msg.contains("overlap"), "{msg}");
+    }
+}
+
+#[test]
+fn blocks_of_different_tensors_fail_on_every_rank() {
+    let a = T::from_entries(
+        vec![4, 4],
+        Format::parse("csr", 2).unwrap(),
+        [(vec![0, 0], 1.0)],
+    )
+    .unwrap();
+    let b = T::from_entries(
+        vec![4, 5],
+        Format::parse("csr", 2).unwrap(),
+        [(vec![3, 3], 1.0)],
+    )
+    .unwrap();
+    let out = run_ranks(2, |c| {
+        let mine = if c.rank() == 0 {
+            vec![a.view()]
+        } else {
+            vec![b.view()]
+        };
+        store_to_root(c, &mine, &NoProgress).map(|_| ())
+    });
+    for r in out {
+        assert!(
+            matches!(r, Err(IoError::Mismatch(ref m)) if m.contains("[4, 5]")),
+            "{r:?}"
+        );
+    }
 }

@@ -89,7 +89,7 @@ pub(crate) fn leaf_path_in<T: Tree>(
 }
 
 /// The coordinate at level `k` of the node at position `p` whose parent is at `parent`.
-fn coord<T: Tree>(tree: &T, k: usize, p: usize) -> usize {
+pub(crate) fn coord<T: Tree>(tree: &T, k: usize, p: usize) -> usize {
     match tree.dense(k) {
         Some((size, offset)) => offset + p % size,
         None => tree.crd(k, p),
@@ -131,11 +131,6 @@ impl<'t, T: Tree> Walker<'t, T> {
         self.path.clone_from(&self.first);
         self.next = self.start;
         self.started = false;
-    }
-
-    /// True when every leaf has been visited.
-    pub fn is_done(&self) -> bool {
-        self.next >= self.end
     }
 
     /// Level-order coordinates of the current leaf (after [`Walker::advance`] returned it).
