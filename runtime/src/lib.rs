@@ -1,4 +1,51 @@
 //! The Tessera task runtime.
+//!
+//! An application issues a sequential stream of tasks over *stores* (n-d arrays). Each task
+//! names its stores with privileges and *partitioning constraints*; the runtime decides the
+//! partitions late, finds the parallelism, and runs point tasks on worker threads with results
+//! identical to executing the stream in order.
+//!
+//! ```text
+//!  submit ─► window ─► solver (Algorithm 1, key partitions) ─► partitions (None/Tiling/Image,
+//!  (issue)   (fusion     │                                        interned)
+//!           seam)        ▼
+//!                   dependence analysis (Definition 1) ─► graph of point tasks ─► executor
+//!                   (per-store reader/writer lists)        (in-edge counters)     (threads; actor seam)
+//! ```
+//!
+//! Module map: [`store`](Store) stores and views; `dtype` element types; `constraint` and
+//! `solver` the front end; `partition` the middle end; `window` the issue→analysis seam;
+//! `analysis` dependences; `graph`/`executor`/`launch` execution; `context` what task bodies
+//! see; `buffer` the single unsafe module (shared buffers guarded by a run-time range ledger).
 
-pub mod io;
-pub mod transport;
+mod analysis;
+mod buffer;
+mod constraint;
+mod context;
+mod dtype;
+mod error;
+mod executor;
+mod future;
+mod graph;
+mod launch;
+mod machine;
+mod partition;
+mod rect;
+mod runtime;
+mod solver;
+mod stats;
+mod store;
+mod task;
+mod window;
+
+pub use context::{ReadView, ReduceView, TaskContext, WriteView};
+pub use dtype::{DType, Element, PosRange, ReduceOp, Scalar};
+pub use error::{Result, RuntimeError};
+pub use future::Future;
+pub use partition::Domain;
+pub use rect::{Rect, MAX_DIMS};
+pub use runtime::{Runtime, RuntimeBuilder};
+pub use stats::Stats;
+pub use store::Store;
+pub use task::{Privilege, TaskLauncher};
+

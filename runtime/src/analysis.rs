@@ -1,0 +1,55 @@
+//! Dependence analysis (thesis Definition 1) over the sub-stores point tasks touch.
+//!
+//! Each root store keeps the nodes that last wrote each region and the nodes that read it since.
+//! A new reader depends on overlapping writers (true dependence); a new writer depends on
+//! overlapping writers (output dependence) and readers (anti dependence). Reductions are folded
+//! by a task's finish node, which counts as a writer: folds of different tasks into one store are
+//! therefore ordered, which is what makes reductions deterministic.
+
+use crate::graph::Node;
+use crate::rect::Rect;
+use std::sync::Arc;
+
+#[derive(Default)]
+pub(crate) struct AccessState {
+    writers: Vec<(Rect, Arc<Node>)>,
+    readers: Vec<(Rect, Arc<Node>)>,
+}
+
+impl AccessState {
+    /// Records that `node` reads `rect`, after the writers it overlaps.
+    pub(crate) fn read(&mut self, rect: Rect, node: &Arc<Node>) {
+        self.readers.retain(|(_, n)| !n.is_done());
+        for (r, w) in &self.writers {
+            if r.overlaps(&rect) {
+                Node::add_edge(w, node);
+            }
+        }
+        self.readers.push((rect, node.clone()));
+    }
+
+    /// Records that `node` writes `rect`, after every overlapping reader and writer.
+    pub(crate) fn write(&mut self, rect: Rect, node: &Arc<Node>) {
+        for (r, n) in self.writers.iter().chain(self.readers.iter()) {
+            if r.overlaps(&rect) {
+                Node::add_edge(n, node);
+            }
+        }
+        // Accesses wholly inside `rect` are now ordered before `node`: later tasks need only
+        // wait for `node`. Finished ones are dropped too.
+        self.writers
+            .retain(|(r, n)| !n.is_done() && !rect.contains(r));
+        self.readers
+            .retain(|(r, n)| !n.is_done() && !rect.contains(r));
+        self.writers.push((rect, node.clone()));
+    }
+
+    /// Writers of `rect` that have not finished (what a read-back must wait for).
+    pub(crate) fn pending_writers(&self, rect: &Rect) -> Vec<Arc<Node>> {
+        self.writers
+            .iter()
+            .filter(|(r, n)| !n.is_done() && r.overlaps(rect))
+            .map(|(_, n)| n.clone())
+            .collect()
+    }
+}

@@ -1,0 +1,122 @@
+//! Shared element buffers and the range ledger that guards them.
+//!
+//! Point tasks of one store run at the same time on disjoint (or read-shared) sub-stores, so a
+//! buffer hands out raw access to ranges of cells. This is the one place with `unsafe`. The
+//! dependence analysis is what makes concurrent access disjoint; the [`Ledger`] checks it again
+//! at run time: every view borrows its rectangle first, and a conflicting borrow (a write
+//! overlapping any other borrow) is refused before any cell is touched. A bug in the analysis
+//! therefore shows up as a failed task, never as a data race.
+
+use crate::dtype::{DType, Element};
+use crate::rect::Rect;
+use std::cell::UnsafeCell;
+use std::sync::Mutex;
+
+/// A fixed-size buffer of cells that several threads may access through ledger borrows.
+pub struct Buf<T> {
+    cells: Box<[UnsafeCell<T>]>,
+}
+
+// SAFETY: cells are only read or written through views that hold a ledger borrow; the ledger
+// refuses a write borrow that overlaps any other borrow, so no two threads race on a cell.
+unsafe impl<T: Send> Sync for Buf<T> {}
+
+impl<T: Copy> Buf<T> {
+    pub(crate) fn from_vec(v: Vec<T>) -> Buf<T> {
+        Buf {
+            cells: v.into_iter().map(UnsafeCell::new).collect(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// Pointer to the first cell. Dereferencing it requires a ledger borrow that covers the
+    /// cells touched, exclusive for writes.
+    pub(crate) fn base(&self) -> *mut T {
+        UnsafeCell::raw_get(self.cells.as_ptr())
+    }
+}
+
+/// The elements of one store, one variant per element type.
+pub enum Data {
+    F64(Buf<f64>),
+    F32(Buf<f32>),
+    I64(Buf<i64>),
+    I32(Buf<i32>),
+    U64(Buf<u64>),
+    Range(Buf<crate::dtype::PosRange>),
+}
+
+impl Data {
+    pub(crate) fn zeros(dtype: DType, len: usize) -> Data {
+        fn z<T: Element>(len: usize) -> Data {
+            T::wrap(Buf::from_vec(vec![T::default(); len]))
+        }
+        match dtype {
+            DType::F64 => z::<f64>(len),
+            DType::F32 => z::<f32>(len),
+            DType::I64 => z::<i64>(len),
+            DType::I32 => z::<i32>(len),
+            DType::U64 => z::<u64>(len),
+            DType::Range => z::<crate::dtype::PosRange>(len),
+        }
+    }
+}
+
+/// A record of which rectangles of one store are borrowed right now.
+#[derive(Default)]
+pub(crate) struct Ledger {
+    active: Mutex<Vec<(u64, Rect, bool)>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+/// A held borrow; released on drop.
+pub(crate) struct Borrow<'a> {
+    ledger: &'a Ledger,
+    id: u64,
+}
+
+impl Ledger {
+    /// Borrows `rect`, exclusively for writes. Fails (and borrows nothing) if the borrow
+    /// conflicts with one already held.
+    pub(crate) fn borrow(&self, rect: Rect, exclusive: bool) -> Result<Borrow<'_>, Rect> {
+        let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, other, _)) = active
+            .iter()
+            .find(|(_, r, ex)| (exclusive || *ex) && r.overlaps(&rect))
+        {
+            return Err(*other);
+        }
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        active.push((id, rect, exclusive));
+        Ok(Borrow { ledger: self, id })
+    }
+}
+
+impl Drop for Borrow<'_> {
+    fn drop(&mut self) {
+        let mut active = self.ledger.active.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = active.iter().position(|(id, _, _)| *id == self.id) {
+            active.swap_remove(i);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ledger_refuses_overlapping_writes_but_shares_reads() {
+        let l = Ledger::default();
+        let a = Rect::new(&[0], &[10]);
+        let b = Rect::new(&[5], &[15]);
+        let r1 = l.borrow(a, false).unwrap();
+        let _r2 = l.borrow(b, false).unwrap();
+        assert!(l.borrow(b, true).is_err());
+        drop(r1);
+        assert!(l.borrow(Rect::new(&[0], &[5]), true).is_ok());
+    }
+}

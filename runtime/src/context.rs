@@ -1,0 +1,367 @@
+//! What a task body sees: its point, scalar arguments, and bounds-checked views of its
+//! sub-stores. Indices passed to views are in the store view's coordinates (a slice starts at
+//! 0); an index outside the point's sub-store panics, which fails the task with a clear message.
+
+use crate::buffer::{Borrow, Buf};
+use crate::dtype::{DType, Element, ReduceOp, Scalar};
+use crate::launch::{Launched, PointOut};
+use crate::rect::{Rect, MAX_DIMS};
+use crate::task::{Privilege, ScalarArg};
+use std::ops::Range;
+use std::sync::Mutex;
+
+/// The context of one point task.
+pub struct TaskContext<'a> {
+    task: &'a Launched,
+    point: usize,
+    point_nd: [usize; MAX_DIMS],
+    pub(crate) out: Mutex<PointOut>,
+}
+
+impl<'a> TaskContext<'a> {
+    pub(crate) fn new(task: &'a Launched, point: usize) -> TaskContext<'a> {
+        TaskContext {
+            task,
+            point,
+            point_nd: task.domain.point(point),
+            out: Mutex::default(),
+        }
+    }
+
+    /// The point's coordinates in the launch domain.
+    pub fn point(&self) -> &[usize] {
+        &self.point_nd[..self.task.domain.dim()]
+    }
+
+    /// The point's row-major index in the launch domain.
+    pub fn linear_point(&self) -> usize {
+        self.point
+    }
+
+    /// The launch domain's extents.
+    pub fn domain(&self) -> Vec<usize> {
+        self.task.domain.extents()
+    }
+
+    /// The element type of store argument `arg`.
+    pub fn dtype(&self, arg: usize) -> DType {
+        self.task.args[arg].root.dtype
+    }
+
+    /// This point's sub-store of argument `arg`, in the store view's coordinates.
+    pub fn rect(&self, arg: usize) -> Rect {
+        let a = &self.task.args[arg];
+        a.rects[self.point].untranslate(a.view.lo())
+    }
+
+    /// Scalar argument `i` (scalars and futures, in the order they were added).
+    pub fn scalar(&self, i: usize) -> Scalar {
+        match &self.task.scalars[i] {
+            ScalarArg::Value(v) => *v,
+            ScalarArg::Future(cell) => match cell.value.get() {
+                Some(Ok(v)) => *v,
+                Some(Err(e)) => panic!("future argument {i} failed: {e}"),
+                None => panic!("internal error: future argument {i} not ready"),
+            },
+        }
+    }
+
+    /// This point's contribution to the task's result (see `submit_reduce`).
+    pub fn set_result(&self, v: impl Into<Scalar>) {
+        self.out.lock().unwrap_or_else(|e| e.into_inner()).result = Some(v.into());
+    }
+
+    /// Emits this point's piece of unbound argument `arg`.
+    pub fn emit<T: Element>(&self, arg: usize, piece: Vec<T>) {
+        self.check(
+            arg,
+            T::DTYPE,
+            |p| p == Privilege::WriteUnbound,
+            "write_unbound",
+        );
+        self.out
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pieces
+            .push((arg, T::wrap(Buf::from_vec(piece))));
+    }
+
+    fn check(&self, arg: usize, dtype: DType, ok: impl Fn(Privilege) -> bool, what: &str) {
+        let a = self.task.args.get(arg).unwrap_or_else(|| {
+            panic!(
+                "argument {arg} does not exist (the task has {})",
+                self.task.args.len()
+            )
+        });
+        if !ok(a.privilege) {
+            panic!(
+                "argument {arg} was passed with {:?}, which does not allow {what}",
+                a.privilege
+            );
+        }
+        if a.root.dtype != dtype {
+            panic!("argument {arg} holds {:?}, not {dtype:?}", a.root.dtype);
+        }
+    }
+
+    fn view<T: Element>(&self, arg: usize, exclusive: bool) -> RawView<'a, T> {
+        let a = &self.task.args[arg];
+        let bound = a.root.bound().expect("bound stores only");
+        let rect = a.rects[self.point];
+        let borrow = a
+            .root
+            .ledger
+            .borrow(rect, exclusive)
+            .unwrap_or_else(|other| {
+                panic!(
+                    "internal error: sub-store {rect:?} of store#{} is in use ({other:?})",
+                    a.root.id
+                )
+            });
+        RawView {
+            buf: T::buf(&bound.data).expect("dtype checked"),
+            whole: bound.rect,
+            rect,
+            origin: a.view,
+            _borrow: borrow,
+        }
+    }
+
+    /// A read-only view of argument `arg` (passed with `read` or `read_write`).
+    pub fn read<T: Element>(&self, arg: usize) -> ReadView<'a, T> {
+        self.check(
+            arg,
+            T::DTYPE,
+            |p| matches!(p, Privilege::Read | Privilege::ReadWrite),
+            "reading",
+        );
+        ReadView {
+            raw: self.view(arg, false),
+        }
+    }
+
+    /// A writable view of argument `arg` (passed with `write` or `read_write`).
+    pub fn write<T: Element>(&self, arg: usize) -> WriteView<'a, T> {
+        self.check(
+            arg,
+            T::DTYPE,
+            |p| matches!(p, Privilege::Write | Privilege::ReadWrite),
+            "writing",
+        );
+        WriteView {
+            raw: self.view(arg, true),
+        }
+    }
+
+    /// A reduction view of argument `arg`: starts at the operator's identity and is folded into
+    /// the store after all points, in point order.
+    pub fn reduce<T: Element>(&self, arg: usize) -> ReduceView<'_, T> {
+        self.check(
+            arg,
+            T::DTYPE,
+            |p| matches!(p, Privilege::Reduce(_)),
+            "reducing",
+        );
+        let a = &self.task.args[arg];
+        let Privilege::Reduce(op) = a.privilege else {
+            unreachable!()
+        };
+        let rect = a.rects[self.point];
+        let id = T::identity(op).expect("reduction operator checked at submit");
+        ReduceView {
+            values: vec![id; rect.volume()],
+            rect,
+            origin: a.view,
+            op,
+            arg,
+            sink: &self.out,
+        }
+    }
+}
+
+/// The shared part of read and write views.
+struct RawView<'a, T> {
+    buf: &'a Buf<T>,
+    /// The whole root store (the buffer's layout).
+    whole: Rect,
+    /// The sub-store, root coordinates.
+    rect: Rect,
+    /// The store view the task was given, root coordinates.
+    origin: Rect,
+    _borrow: Borrow<'a>,
+}
+
+impl<T: Element> RawView<'_, T> {
+    /// Buffer offset of view index `idx`, after checking it lies in the sub-store.
+    fn offset(&self, idx: &[usize]) -> usize {
+        let mut p = [0; MAX_DIMS];
+        let n = self.rect.dim();
+        if idx.len() == n {
+            for d in 0..n {
+                p[d] = idx[d] + self.origin.lo()[d];
+            }
+        }
+        if !self.rect.contains_point(&p[..n]) || idx.len() != n {
+            panic!(
+                "index {idx:?} is outside this point's sub-store {:?}",
+                self.rect.untranslate(self.origin.lo())
+            );
+        }
+        self.whole.linear(&p[..n])
+    }
+
+    fn contiguous(&self) -> Option<(usize, usize)> {
+        let n = self.rect.dim();
+        let whole_rows = (1..n).all(|d| {
+            self.rect.lo()[d] == self.whole.lo()[d] && self.rect.hi()[d] == self.whole.hi()[d]
+        });
+        if self.rect.is_empty() {
+            return Some((0, 0));
+        }
+        (n <= 1 || whole_rows).then(|| (self.whole.linear(self.rect.lo()), self.rect.volume()))
+    }
+
+    fn get(&self, idx: &[usize]) -> T {
+        let o = self.offset(idx);
+        // SAFETY: the view holds a ledger borrow of `rect`, which contains `o` (checked above).
+        unsafe { *self.buf.base().add(o) }
+    }
+
+    fn slice(&self) -> &[T] {
+        let (start, len) = self
+            .contiguous()
+            .unwrap_or_else(|| panic!("sub-store {:?} is not contiguous", self.rect));
+        // SAFETY: `[start, start+len)` is exactly the borrowed sub-store.
+        unsafe { std::slice::from_raw_parts(self.buf.base().add(start), len) }
+    }
+
+    fn range(&self) -> Range<usize> {
+        let lo = self.rect.lo()[0] - self.origin.lo()[0];
+        lo..lo + self.rect.extent(0)
+    }
+}
+
+/// A read-only, bounds-checked view of a sub-store.
+pub struct ReadView<'a, T> {
+    raw: RawView<'a, T>,
+}
+
+impl<T: Element> ReadView<'_, T> {
+    /// The sub-store's bounds in view coordinates.
+    pub fn rect(&self) -> Rect {
+        self.raw.rect.untranslate(self.raw.origin.lo())
+    }
+    /// The indices of dimension 0 this point owns.
+    pub fn range(&self) -> Range<usize> {
+        self.raw.range()
+    }
+    /// The element at n-d index `idx`.
+    pub fn get(&self, idx: &[usize]) -> T {
+        self.raw.get(idx)
+    }
+    /// The element at index `i` of a 1-d store.
+    pub fn at(&self, i: usize) -> T {
+        self.raw.get(&[i])
+    }
+    /// The sub-store as a slice (1-d stores, or n-d sub-stores of whole rows); element 0 is the
+    /// sub-store's first index.
+    pub fn as_slice(&self) -> &[T] {
+        self.raw.slice()
+    }
+}
+
+/// A writable, bounds-checked view of a sub-store.
+pub struct WriteView<'a, T> {
+    raw: RawView<'a, T>,
+}
+
+impl<T: Element> WriteView<'_, T> {
+    pub fn rect(&self) -> Rect {
+        self.raw.rect.untranslate(self.raw.origin.lo())
+    }
+    pub fn range(&self) -> Range<usize> {
+        self.raw.range()
+    }
+    pub fn get(&self, idx: &[usize]) -> T {
+        self.raw.get(idx)
+    }
+    pub fn at(&self, i: usize) -> T {
+        self.raw.get(&[i])
+    }
+    pub fn set(&mut self, idx: &[usize], v: T) {
+        let o = self.raw.offset(idx);
+        // SAFETY: exclusive ledger borrow of `rect`, which contains `o`.
+        unsafe { *self.raw.buf.base().add(o) = v }
+    }
+    pub fn set_at(&mut self, i: usize, v: T) {
+        self.set(&[i], v)
+    }
+    pub fn as_slice(&self) -> &[T] {
+        self.raw.slice()
+    }
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        let s = self.raw.slice();
+        // SAFETY: exclusive ledger borrow of exactly these cells; `&mut self` prevents aliases.
+        unsafe { std::slice::from_raw_parts_mut(s.as_ptr() as *mut T, s.len()) }
+    }
+    /// Sets every element of the sub-store to `v`.
+    pub fn fill(&mut self, v: T) {
+        let base = self.raw.buf.base();
+        self.raw.rect.for_each_run(&self.raw.whole, |start, len| {
+            for i in start..start + len {
+                // SAFETY: runs of `rect` lie in the exclusively borrowed sub-store.
+                unsafe { *base.add(i) = v }
+            }
+        });
+    }
+}
+
+/// A reduction view: a private buffer over the sub-store, starting at the operator's identity.
+pub struct ReduceView<'c, T: Element> {
+    values: Vec<T>,
+    rect: Rect,
+    origin: Rect,
+    op: ReduceOp,
+    arg: usize,
+    sink: &'c Mutex<PointOut>,
+}
+
+impl<T: Element> ReduceView<'_, T> {
+    pub fn rect(&self) -> Rect {
+        self.rect.untranslate(self.origin.lo())
+    }
+    pub fn range(&self) -> Range<usize> {
+        let lo = self.rect.lo()[0] - self.origin.lo()[0];
+        lo..lo + self.rect.extent(0)
+    }
+    /// Folds `v` into the element at n-d index `idx`.
+    pub fn reduce(&mut self, idx: &[usize], v: T) {
+        let mut p = [0; MAX_DIMS];
+        let n = self.rect.dim();
+        for d in 0..n.min(idx.len()) {
+            p[d] = idx[d] + self.origin.lo()[d];
+        }
+        if idx.len() != n || !self.rect.contains_point(&p[..n]) {
+            panic!(
+                "index {idx:?} is outside this point's sub-store {:?}",
+                self.rect()
+            );
+        }
+        let o = self.rect.linear(&p[..n]);
+        self.values[o] = T::combine(self.op, self.values[o], v);
+    }
+    pub fn reduce_at(&mut self, i: usize, v: T) {
+        self.reduce(&[i], v)
+    }
+}
+
+impl<T: Element> Drop for ReduceView<'_, T> {
+    fn drop(&mut self) {
+        let values = std::mem::take(&mut self.values);
+        self.sink
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .reduce
+            .push((self.arg, T::wrap(Buf::from_vec(values))));
+    }
+}

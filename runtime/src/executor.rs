@@ -1,0 +1,151 @@
+//! Executors: where ready point tasks run.
+//!
+//! The analysis hands a node to [`Executor::spawn`] once its in-edges are satisfied; the
+//! executor runs it and spawns the successors it makes ready. `ThreadPool` does this with event
+//! counting on worker threads. This trait is the seam where compiled actors (one worker per
+//! processor, atomic in-edge counters, messages per edge) replace event scheduling for traced
+//! graphs.
+
+use crate::graph::Node;
+use crate::launch::run_node;
+use crate::runtime::Shared;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+pub(crate) trait Executor: Send + Sync {
+    /// Runs `node`, whose dependences are all met.
+    fn spawn(&self, node: Arc<Node>);
+    /// Number of processors the executor runs on.
+    #[allow(dead_code)]
+    fn threads(&self) -> usize;
+}
+
+struct PoolState {
+    queue: Mutex<VecDeque<Arc<Node>>>,
+    cv: Condvar,
+    sleepers: AtomicUsize,
+    stop: AtomicBool,
+    shared: Arc<Shared>,
+}
+
+/// N worker threads sharing one FIFO of ready nodes.
+pub(crate) struct ThreadPool {
+    state: Arc<PoolState>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+    threads: usize,
+}
+
+/// Polls before sleeping: a worker that sleeps on every empty queue pays a futex wake-up
+/// (several µs) per dependent task.
+const SPINS: usize = 64;
+
+impl ThreadPool {
+    pub(crate) fn new(threads: usize, shared: Arc<Shared>) -> ThreadPool {
+        let state = Arc::new(PoolState {
+            queue: Mutex::default(),
+            cv: Condvar::new(),
+            sleepers: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            shared,
+        });
+        let workers = (0..threads)
+            .map(|i| {
+                let st = state.clone();
+                std::thread::Builder::new()
+                    .name(format!("tessera-worker-{i}"))
+                    .spawn(move || worker(&st))
+                    .expect("spawn worker thread")
+            })
+            .collect();
+        ThreadPool {
+            state,
+            workers: Mutex::new(workers),
+            threads,
+        }
+    }
+
+    /// Stops the workers once the queue is empty and joins them.
+    pub(crate) fn shutdown(&self) {
+        self.state.stop.store(true, Ordering::SeqCst);
+        {
+            let _q = self.state.queue.lock().unwrap_or_else(|e| e.into_inner());
+            self.state.cv.notify_all();
+        }
+        for h in self
+            .workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Executor for ThreadPool {
+    fn spawn(&self, node: Arc<Node>) {
+        push(&self.state, node);
+    }
+
+    fn threads(&self) -> usize {
+        self.threads
+    }
+}
+
+fn push(st: &PoolState, node: Arc<Node>) {
+    let sleepers = {
+        let mut q = st.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.push_back(node);
+        st.sleepers.load(Ordering::SeqCst)
+    };
+    if sleepers > 0 {
+        st.cv.notify_one();
+    }
+}
+
+fn pop(st: &PoolState) -> Option<Arc<Node>> {
+    for i in 0..SPINS {
+        if let Some(n) = st
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+        {
+            return Some(n);
+        }
+        if i % 8 == 7 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    let mut q = st.queue.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        if let Some(n) = q.pop_front() {
+            return Some(n);
+        }
+        if st.stop.load(Ordering::SeqCst) {
+            return None;
+        }
+        st.sleepers.fetch_add(1, Ordering::SeqCst);
+        q = st.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+        st.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn worker(st: &PoolState) {
+    while let Some(node) = pop(st) {
+        // Run one newly ready successor inline (it likely uses what this node just wrote) and
+        // queue the rest for other workers.
+        let mut next = Some(node);
+        while let Some(n) = next.take() {
+            let mut ready = run_node(&n, &st.shared).into_iter();
+            next = ready.next();
+            for r in ready {
+                push(st, r);
+            }
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! Futures: scalar results of tasks that later tasks take as arguments without the caller
+//! blocking.
+
+use crate::dtype::Scalar;
+use crate::error::{Result, RuntimeError};
+use crate::graph::Node;
+use crate::runtime::Inner;
+use std::sync::{Arc, OnceLock, Weak};
+
+pub(crate) struct FutureCell {
+    pub value: OnceLock<std::result::Result<Scalar, RuntimeError>>,
+    /// The node that sets the value (absent for ready futures).
+    pub node: OnceLock<Arc<Node>>,
+    pub rt: Weak<Inner>,
+}
+
+/// A scalar a task will produce.
+#[derive(Clone)]
+pub struct Future {
+    pub(crate) cell: Arc<FutureCell>,
+}
+
+impl Future {
+    pub(crate) fn pending(rt: Weak<Inner>) -> Future {
+        Future {
+            cell: Arc::new(FutureCell {
+                value: OnceLock::new(),
+                node: OnceLock::new(),
+                rt,
+            }),
+        }
+    }
+
+    /// A future that already holds `v`.
+    pub fn ready(v: impl Into<Scalar>) -> Future {
+        let cell = FutureCell {
+            value: OnceLock::new(),
+            node: OnceLock::new(),
+            rt: Weak::new(),
+        };
+        let _ = cell.value.set(Ok(v.into()));
+        Future {
+            cell: Arc::new(cell),
+        }
+    }
+
+    /// The value if it is known, without blocking.
+    pub fn try_get(&self) -> Option<Result<Scalar>> {
+        self.cell.value.get().cloned()
+    }
+
+    /// Blocks until the value is known (issuing any tasks still in the window first).
+    pub fn get(&self) -> Result<Scalar> {
+        if let Some(v) = self.try_get() {
+            return v;
+        }
+        if let Some(rt) = self.cell.rt.upgrade() {
+            rt.flush()?;
+            rt.shared
+                .completion
+                .wait_until(|| self.cell.value.get().is_some());
+        }
+        self.try_get()
+            .expect("a future's task sets it before the runtime shuts down")
+    }
+}
+
+impl std::fmt::Debug for Future {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Future({:?})", self.try_get())
+    }
+}

@@ -1,0 +1,104 @@
+//! The graph of point tasks: nodes with atomic in-edge counters and successor lists.
+//!
+//! A node starts with one extra pending count (the "issue guard") so that it cannot become ready
+//! while the analysis is still adding its in-edges; [`Node::release`] drops the guard.
+
+use crate::launch::Launched;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// What a node does when it runs.
+pub(crate) enum Work {
+    /// One point of an index task.
+    Point { task: Arc<Launched>, point: usize },
+    /// The step after all points: fold reductions in point order, bind unbound outputs,
+    /// complete the task's future.
+    Finish { task: Arc<Launched> },
+}
+
+pub(crate) struct Node {
+    pending: AtomicUsize,
+    done: AtomicBool,
+    succs: Mutex<Vec<Arc<Node>>>,
+    pub(crate) work: Work,
+}
+
+impl Node {
+    pub(crate) fn new(work: Work) -> Arc<Node> {
+        Arc::new(Node {
+            pending: AtomicUsize::new(1),
+            done: AtomicBool::new(false),
+            succs: Mutex::default(),
+            work,
+        })
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+
+    /// Makes `succ` wait for `pred` (nothing if `pred` already finished).
+    pub(crate) fn add_edge(pred: &Arc<Node>, succ: &Arc<Node>) {
+        if Arc::ptr_eq(pred, succ) {
+            return;
+        }
+        let mut succs = pred.succs.lock().unwrap_or_else(|e| e.into_inner());
+        // `done` is set under this lock, so checking it here cannot miss a completion.
+        if pred.done.load(Ordering::Acquire) {
+            return;
+        }
+        succ.pending.fetch_add(1, Ordering::AcqRel);
+        succs.push(succ.clone());
+    }
+
+    /// Drops one pending count; true when the node just became ready to run.
+    pub(crate) fn release(&self) -> bool {
+        self.pending.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+
+    /// Marks the node done and returns the successors that became ready.
+    pub(crate) fn complete(&self, completion: &Completion) -> Vec<Arc<Node>> {
+        let succs = {
+            let mut s = self.succs.lock().unwrap_or_else(|e| e.into_inner());
+            self.done.store(true, Ordering::Release);
+            std::mem::take(&mut *s)
+        };
+        completion.notify();
+        succs.into_iter().filter(|s| s.release()).collect()
+    }
+
+    /// Blocks the calling thread until the node is done.
+    pub(crate) fn wait(&self, completion: &Completion) {
+        completion.wait_until(|| self.is_done());
+    }
+}
+
+/// Wakes threads blocked on a node (read-back, futures, fences).
+#[derive(Default)]
+pub(crate) struct Completion {
+    lock: Mutex<()>,
+    cv: Condvar,
+    waiters: AtomicUsize,
+}
+
+impl Completion {
+    fn notify(&self) {
+        // Only pay for the lock when someone waits; `wait_until` registers before checking.
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.cv.notify_all();
+        }
+    }
+
+    pub(crate) fn wait_until(&self, mut ready: impl FnMut() -> bool) {
+        if ready() {
+            return;
+        }
+        let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        while !ready() {
+            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}

@@ -1,0 +1,225 @@
+//! An index task after analysis, and what running its points and its finish step does.
+
+use crate::buffer::{Buf, Data};
+use crate::context::TaskContext;
+use crate::dtype::{DType, Element, PosRange, ReduceOp, Scalar};
+use crate::error::RuntimeError;
+use crate::future::FutureCell;
+use crate::graph::{Node, Work};
+use crate::partition::Domain;
+use crate::rect::Rect;
+use crate::runtime::Shared;
+use crate::stats::Counters;
+use crate::store::{Bound, StoreRoot};
+use crate::task::{Privilege, ScalarArg, TaskBody};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub(crate) struct LaunchArg {
+    pub root: Arc<StoreRoot>,
+    /// The store view the task was given (root coordinates).
+    pub view: Rect,
+    pub privilege: Privilege,
+    /// Each point's sub-store (root coordinates); empty for unbound outputs.
+    pub rects: Vec<Rect>,
+}
+
+/// What one point leaves behind for the finish step.
+#[derive(Default)]
+pub(crate) struct PointOut {
+    pub reduce: Vec<(usize, Data)>,
+    pub pieces: Vec<(usize, Data)>,
+    pub result: Option<Scalar>,
+}
+
+pub(crate) struct Launched {
+    pub name: Arc<str>,
+    pub body: TaskBody,
+    pub domain: Domain,
+    #[allow(dead_code)] // read by tracing, a later layer
+    pub token: u64,
+    pub args: Vec<LaunchArg>,
+    pub scalars: Vec<ScalarArg>,
+    pub result: Option<(ReduceOp, Arc<FutureCell>)>,
+    /// Distinct stores the task uses (each holds one pending reference until the task ends).
+    pub roots: Vec<Arc<StoreRoot>>,
+    pub remaining: AtomicUsize,
+    pub outs: Vec<Mutex<PointOut>>,
+    pub failure: Mutex<Option<RuntimeError>>,
+    pub has_finish: bool,
+}
+
+impl Launched {
+    /// True when the task needs a finish step after its points.
+    pub(crate) fn needs_finish(args: &[LaunchArg], result: bool) -> bool {
+        result
+            || args
+                .iter()
+                .any(|a| matches!(a.privilege, Privilege::Reduce(_) | Privilege::WriteUnbound))
+    }
+
+    fn fail(&self, point: usize, message: String) {
+        let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        if f.is_none() {
+            let point = self.domain.point(point)[..self.domain.dim()].to_vec();
+            *f = Some(RuntimeError::TaskFailed {
+                task: self.name.to_string(),
+                point,
+                message,
+            });
+        }
+    }
+
+    /// Runs after the last point (or the finish step): poisons outputs of a failed task and
+    /// drops the task's pending references.
+    fn end(&self) {
+        if let Some(err) = self
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            for a in self.args.iter().filter(|a| a.privilege.writes()) {
+                let mut p = a.root.poison.lock().unwrap_or_else(|e| e.into_inner());
+                p.get_or_insert(err.clone());
+            }
+        }
+        for r in &self.roots {
+            r.pending_refs.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Runs a ready node and returns the successors it made ready.
+pub(crate) fn run_node(node: &Node, shared: &Shared) -> Vec<Arc<Node>> {
+    match &node.work {
+        Work::Point { task, point } => run_point(task, *point, &shared.counters),
+        Work::Finish { task } => run_finish(task),
+    }
+    shared.outstanding.fetch_sub(1, Ordering::AcqRel);
+    node.complete(&shared.completion)
+}
+
+fn run_point(task: &Launched, point: usize, counters: &Counters) {
+    let mut ctx = TaskContext::new(task, point);
+    let r = catch_unwind(AssertUnwindSafe(|| (task.body)(&mut ctx)));
+    match r {
+        Ok(()) => {
+            let out = std::mem::take(&mut *ctx.out.lock().unwrap_or_else(|e| e.into_inner()));
+            *task.outs[point].lock().unwrap_or_else(|e| e.into_inner()) = out;
+        }
+        Err(payload) => {
+            let msg = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "task body panicked".into());
+            task.fail(point, msg);
+        }
+    }
+    Counters::add(&counters.points_run, 1);
+    if task.remaining.fetch_sub(1, Ordering::AcqRel) == 1 && !task.has_finish {
+        task.end();
+    }
+}
+
+/// Folds reductions and results in point order, binds unbound outputs, completes the future.
+fn run_finish(task: &Launched) {
+    let mut outs: Vec<PointOut> = task
+        .outs
+        .iter()
+        .map(|o| std::mem::take(&mut *o.lock().unwrap_or_else(|e| e.into_inner())))
+        .collect();
+    let failed = task
+        .failure
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    for (i, a) in task.args.iter().enumerate() {
+        match a.privilege {
+            Privilege::Reduce(op) if failed.is_none() => {
+                for (p, out) in outs.iter_mut().enumerate() {
+                    for (_, data) in out.reduce.iter().filter(|(arg, _)| *arg == i) {
+                        fold(&a.root, a.rects[p], op, data);
+                    }
+                }
+            }
+            Privilege::WriteUnbound => bind(&a.root, i, &mut outs),
+            _ => {}
+        }
+    }
+    if let Some((op, cell)) = &task.result {
+        let value = match failed {
+            Some(e) => Err(e),
+            None => Ok(outs
+                .iter()
+                .filter_map(|o| o.result)
+                .reduce(|a, b| Scalar::combine(*op, a, b))
+                .unwrap_or(Scalar::F64(
+                    f64::identity(*op).expect("f64 has every identity"),
+                ))),
+        };
+        let _ = cell.value.set(value);
+    }
+    task.end();
+}
+
+/// Folds a point's private reduction buffer into the store.
+fn fold(root: &StoreRoot, rect: Rect, op: ReduceOp, data: &Data) {
+    fn go<T: Element>(root: &StoreRoot, rect: Rect, op: ReduceOp, data: &Data) {
+        let bound = root.bound().expect("reduced stores are bound");
+        let dst: &Buf<T> = T::buf(&bound.data).expect("dtype checked");
+        let src: &Buf<T> = T::buf(data).expect("same dtype");
+        let _b = root
+            .ledger
+            .borrow(rect, true)
+            .expect("fold is ordered after every other access");
+        let mut k = 0;
+        rect.for_each_run(&bound.rect, |start, len| {
+            for i in start..start + len {
+                // SAFETY: exclusive borrow of `rect` (dst); `src` is private to this step.
+                unsafe {
+                    let d = dst.base().add(i);
+                    *d = T::combine(op, *d, *src.base().add(k));
+                }
+                k += 1;
+            }
+        });
+    }
+    match root.dtype {
+        DType::F64 => go::<f64>(root, rect, op, data),
+        DType::F32 => go::<f32>(root, rect, op, data),
+        DType::I64 => go::<i64>(root, rect, op, data),
+        DType::I32 => go::<i32>(root, rect, op, data),
+        DType::U64 => go::<u64>(root, rect, op, data),
+        DType::Range => unreachable!("ranges are not reducible (checked at submit)"),
+    }
+}
+
+/// Concatenates the pieces emitted for unbound argument `arg` in point order and binds the store.
+fn bind(root: &StoreRoot, arg: usize, outs: &mut [PointOut]) {
+    fn go<T: Element>(root: &StoreRoot, arg: usize, outs: &mut [PointOut]) {
+        let mut all: Vec<T> = vec![];
+        for out in outs.iter() {
+            for (_, d) in out.pieces.iter().filter(|(a, _)| *a == arg) {
+                let b = T::buf(d).expect("emit checks the dtype");
+                // SAFETY: the piece buffer is private to this step.
+                all.extend_from_slice(unsafe { std::slice::from_raw_parts(b.base(), b.len()) });
+            }
+        }
+        let rect = Rect::from_shape(&[all.len()]);
+        root.bind(Bound {
+            rect,
+            data: T::wrap(Buf::from_vec(all)),
+        });
+    }
+    match root.dtype {
+        DType::F64 => go::<f64>(root, arg, outs),
+        DType::F32 => go::<f32>(root, arg, outs),
+        DType::I64 => go::<i64>(root, arg, outs),
+        DType::I32 => go::<i32>(root, arg, outs),
+        DType::U64 => go::<u64>(root, arg, outs),
+        DType::Range => go::<PosRange>(root, arg, outs),
+    }
+}

@@ -1,0 +1,766 @@
+//! The runtime: stores, task registration, issue → window → solve → analyse → execute.
+
+use crate::buffer::{Buf, Data};
+use crate::constraint::Constraint;
+use crate::dtype::{DType, Element, PosRange, ReduceOp, Scalar};
+use crate::error::{Result, RuntimeError};
+use crate::executor::{Executor, ThreadPool};
+use crate::future::Future;
+use crate::graph::{Completion, Node, Work};
+use crate::launch::{LaunchArg, Launched};
+use crate::machine::Machine;
+use crate::partition::{Domain, Interner, Partition};
+use crate::rect::{Rect, MAX_DIMS};
+use crate::solver::{Solution, Solver, SolverArg};
+use crate::stats::{Counters, Stats};
+use crate::store::{Bound, Store, StoreRoot};
+use crate::task::{
+    Issued, IssuedArg, Privilege, Registry, ScalarArg, TaskBody, TaskLauncher, UserConstraint,
+};
+use crate::window::Window;
+use crate::TaskContext;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+static NEXT_RUNTIME: AtomicU64 = AtomicU64::new(1);
+
+/// State the worker threads share with the issuing side.
+#[derive(Default)]
+pub(crate) struct Shared {
+    pub completion: Completion,
+    pub counters: Counters,
+    /// Nodes created and not yet run.
+    pub outstanding: AtomicUsize,
+}
+
+/// The issuing side's state: the window and the partition table.
+struct Front {
+    window: Window,
+    interner: Interner,
+}
+
+pub(crate) struct Inner {
+    id: u64,
+    machine: Machine,
+    pub(crate) shared: Arc<Shared>,
+    pool: ThreadPool,
+    registry: RwLock<Registry>,
+    front: Mutex<Front>,
+    next_store: AtomicU64,
+}
+
+/// Options for a [`Runtime`].
+#[derive(Clone, Debug)]
+pub struct RuntimeBuilder {
+    threads: usize,
+    min_piece: usize,
+    window: usize,
+}
+
+impl Default for RuntimeBuilder {
+    fn default() -> Self {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        RuntimeBuilder {
+            threads,
+            min_piece: 1024,
+            window: 1,
+        }
+    }
+}
+
+impl RuntimeBuilder {
+    /// Worker threads (at least one).
+    pub fn threads(mut self, n: usize) -> Self {
+        self.threads = n.max(1);
+        self
+    }
+
+    /// Smallest number of elements the solver gives one point task when it sizes a launch
+    /// domain itself (default 1024).
+    pub fn min_piece_size(mut self, n: usize) -> Self {
+        self.min_piece = n.max(1);
+        self
+    }
+
+    /// Tasks buffered between issue and analysis (default 1).
+    pub fn window_size(mut self, n: usize) -> Self {
+        self.window = n.max(1);
+        self
+    }
+
+    pub fn build(self) -> Runtime {
+        let shared = Arc::new(Shared::default());
+        let inner = Inner {
+            id: NEXT_RUNTIME.fetch_add(1, Ordering::Relaxed),
+            machine: Machine {
+                threads: self.threads,
+                ranks: 1,
+                rank: 0,
+                min_piece: self.min_piece,
+            },
+            pool: ThreadPool::new(self.threads, shared.clone()),
+            shared,
+            registry: RwLock::default(),
+            front: Mutex::new(Front {
+                window: Window::new(self.window),
+                interner: Interner::default(),
+            }),
+            next_store: AtomicU64::new(0),
+        };
+        let rt = Runtime {
+            inner: Arc::new(inner),
+        };
+        rt.register("tessera.fill", fill_body)
+            .expect("fresh registry");
+        rt
+    }
+}
+
+/// A task runtime: the application issues a sequential stream of tasks over stores; the runtime
+/// partitions the stores, finds the parallelism and runs point tasks on worker threads, with
+/// results identical to running the stream in order.
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+impl Runtime {
+    /// A runtime with `threads` workers and default options.
+    pub fn new(threads: usize) -> Runtime {
+        Runtime::builder().threads(threads).build()
+    }
+
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    /// Worker threads.
+    pub fn threads(&self) -> usize {
+        self.inner.machine.threads
+    }
+
+    /// Registers a task body under a stable name.
+    pub fn register(
+        &self,
+        name: &str,
+        body: impl Fn(&mut TaskContext<'_>) + Send + Sync + 'static,
+    ) -> Result<()> {
+        let body: TaskBody = Arc::new(body);
+        let mut reg = self
+            .inner
+            .registry
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        if reg.register(name, body) {
+            Ok(())
+        } else {
+            Err(RuntimeError::DuplicateTask(name.into()))
+        }
+    }
+
+    /// Starts building a launch of the task registered as `name`.
+    pub fn task(&self, name: &str) -> TaskLauncher<'_> {
+        TaskLauncher {
+            rt: self,
+            name: name.into(),
+            args: vec![],
+            constraints: vec![],
+            scalars: vec![],
+            domain: None,
+        }
+    }
+
+    fn new_root(&self, dtype: DType, dim: usize, bound: Option<Bound>) -> Store {
+        let id = self.inner.next_store.fetch_add(1, Ordering::Relaxed);
+        Store::from_root(
+            Arc::new(StoreRoot::new(id, self.inner.id, dtype, dim, bound)),
+            None,
+        )
+    }
+
+    fn check_shape(shape: &[usize]) -> Result<()> {
+        if shape.len() > MAX_DIMS {
+            return Err(RuntimeError::TooManyDims {
+                shape: shape.to_vec(),
+                dims: shape.len(),
+                max: MAX_DIMS,
+            });
+        }
+        Ok(())
+    }
+
+    /// A zero-filled store.
+    pub fn create(&self, dtype: DType, shape: &[usize]) -> Result<Store> {
+        Self::check_shape(shape)?;
+        let rect = Rect::from_shape(shape);
+        Ok(self.new_root(
+            dtype,
+            shape.len(),
+            Some(Bound {
+                rect,
+                data: Data::zeros(dtype, rect.volume()),
+            }),
+        ))
+    }
+
+    /// A store holding `data` (row-major).
+    pub fn from_vec<T: Element>(&self, shape: &[usize], data: Vec<T>) -> Result<Store> {
+        Self::check_shape(shape)?;
+        let rect = Rect::from_shape(shape);
+        if data.len() != rect.volume() {
+            return Err(RuntimeError::HostDataLength {
+                shape: shape.to_vec(),
+                expected: rect.volume(),
+                got: data.len(),
+            });
+        }
+        Ok(self.new_root(
+            T::DTYPE,
+            shape.len(),
+            Some(Bound {
+                rect,
+                data: T::wrap(Buf::from_vec(data)),
+            }),
+        ))
+    }
+
+    /// A 1-d store whose extent the task writing it decides (see `write_unbound`).
+    pub fn create_unbound(&self, dtype: DType) -> Store {
+        self.new_root(dtype, 1, None)
+    }
+
+    /// Sets every element of `store` to `value` (a deferred task).
+    pub fn fill(&self, store: &Store, value: impl Into<Scalar>) -> Result<()> {
+        let value = value.into();
+        let fits = match store.dtype() {
+            DType::F64 => f64::from_scalar(value).is_some(),
+            DType::F32 => f32::from_scalar(value).is_some(),
+            DType::I64 => i64::from_scalar(value).is_some(),
+            DType::I32 => i32::from_scalar(value).is_some(),
+            DType::U64 => u64::from_scalar(value).is_some(),
+            DType::Range => false,
+        };
+        if !fits {
+            return Err(RuntimeError::FillValue {
+                store: store.id(),
+                dtype: store.dtype(),
+                value,
+            });
+        }
+        self.task("tessera.fill")
+            .write(store)
+            .scalar(value)
+            .submit()
+    }
+
+    /// Waits for the tasks writing `store` and copies its elements out (row-major).
+    pub fn read<T: Element>(&self, store: &Store) -> Result<Vec<T>> {
+        self.check_store(store)?;
+        if store.dtype() != T::DTYPE {
+            return Err(RuntimeError::DTypeMismatch {
+                store: store.id(),
+                requested: T::DTYPE,
+                actual: store.dtype(),
+            });
+        }
+        self.inner.flush()?;
+        self.inner.wait_bound(&store.root, "read")?;
+        let rect = store.rect().expect("bound");
+        let writers = store.root.meta().access.pending_writers(&rect);
+        for w in writers {
+            w.wait(&self.inner.shared.completion);
+        }
+        if let Some(e) = store.root.poisoned() {
+            return Err(e);
+        }
+        let bound = store.root.bound().expect("bound");
+        let buf = T::buf(&bound.data).expect("dtype checked");
+        let _b =
+            store
+                .root
+                .ledger
+                .borrow(rect, false)
+                .map_err(|r| RuntimeError::ConcurrentAccess {
+                    store: store.id(),
+                    rect: format!("{r:?}"),
+                })?;
+        let mut out = Vec::with_capacity(rect.volume());
+        rect.for_each_run(&bound.rect, |start, len| {
+            // SAFETY: shared ledger borrow of `rect`; runs lie inside it.
+            out.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(buf.base().add(start), len)
+            });
+        });
+        Ok(out)
+    }
+
+    /// Waits until every issued task has run. Returns the first task failure, if any store was
+    /// poisoned by one (failures are also reported by `read` and futures).
+    pub fn fence(&self) -> Result<()> {
+        self.inner.flush()?;
+        let shared = &self.inner.shared;
+        shared
+            .completion
+            .wait_until(|| shared.outstanding.load(Ordering::Acquire) == 0);
+        Ok(())
+    }
+
+    /// A snapshot of the runtime's counters.
+    pub fn stats(&self) -> Stats {
+        self.inner.shared.counters.snapshot()
+    }
+
+    fn check_store(&self, s: &Store) -> Result<()> {
+        if s.root.runtime != self.inner.id {
+            return Err(RuntimeError::ForeignStore { store: s.id() });
+        }
+        Ok(())
+    }
+
+    /// Validates a launch and puts it in the window.
+    pub(crate) fn issue(
+        &self,
+        l: TaskLauncher<'_>,
+        result: Option<ReduceOp>,
+    ) -> Result<Option<Future>> {
+        let (name, body) = self
+            .inner
+            .registry
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&l.name)
+            .ok_or_else(|| RuntimeError::UnknownTask(l.name.clone()))?;
+        let task = name.to_string();
+        for (s, p) in &l.args {
+            self.check_store(s)?;
+            check_privilege(&task, s, *p)?;
+        }
+        let constraints = resolve_constraints(&task, &l.args, &l.constraints)?;
+        let domain = match &l.domain {
+            Some(d) => Some(Domain::new(d).ok_or_else(|| RuntimeError::BadLaunchDomain {
+                task: task.clone(),
+                domain: d.clone(),
+            })?),
+            None => None,
+        };
+        let future = result.map(|_| Future::pending(Arc::downgrade(&self.inner)));
+        let issued = Issued {
+            name,
+            body,
+            args: l
+                .args
+                .iter()
+                .map(|(s, p)| IssuedArg {
+                    root: s.root.clone(),
+                    view: s.view,
+                    privilege: *p,
+                })
+                .collect(),
+            constraints,
+            scalars: l.scalars,
+            domain,
+            result: result.zip(future.as_ref().map(|f| f.cell.clone())),
+        };
+        Counters::add(&self.inner.shared.counters.tasks_issued, 1);
+        let full = self
+            .inner
+            .front
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .window
+            .push(issued);
+        if full {
+            self.inner.flush()?;
+        }
+        Ok(future)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        let _ = self.fence();
+        self.inner.pool.shutdown();
+    }
+}
+
+/// Checks that a store can be passed with a privilege.
+fn check_privilege(task: &str, s: &Store, p: Privilege) -> Result<()> {
+    match p {
+        Privilege::WriteUnbound => {
+            if s.is_bound() || s.root.meta().producer.is_some() {
+                return Err(RuntimeError::UnboundMisuse {
+                    task: task.into(),
+                    store: s.id(),
+                });
+            }
+        }
+        Privilege::Reduce(op) => {
+            let ok = match s.dtype() {
+                DType::F64 => f64::identity(op).is_some(),
+                DType::F32 => f32::identity(op).is_some(),
+                DType::I64 => i64::identity(op).is_some(),
+                DType::I32 => i32::identity(op).is_some(),
+                DType::U64 => u64::identity(op).is_some(),
+                DType::Range => PosRange::identity(op).is_some(),
+            };
+            if !ok {
+                return Err(RuntimeError::UnsupportedReduction {
+                    task: task.into(),
+                    store: s.id(),
+                    dtype: s.dtype(),
+                    op,
+                });
+            }
+        }
+        _ => {}
+    }
+    if p != Privilege::WriteUnbound && !s.is_bound() && s.root.meta().producer.is_none() {
+        return Err(RuntimeError::NeverBound {
+            task: task.into(),
+            store: s.id(),
+        });
+    }
+    Ok(())
+}
+
+/// Turns constraints over stores into constraints over argument positions, checking what can be
+/// checked before shapes are known.
+fn resolve_constraints(
+    task: &str,
+    args: &[(Store, Privilege)],
+    cons: &[UserConstraint],
+) -> Result<Vec<Constraint>> {
+    let pos = |s: &Store, c: &'static str| {
+        args.iter()
+            .position(|(a, _)| a.same_view(s))
+            .ok_or_else(|| RuntimeError::NotAnArgument {
+                task: task.into(),
+                constraint: c,
+                store: s.id(),
+            })
+    };
+    cons.iter()
+        .map(|c| {
+            Ok(match c {
+                UserConstraint::Align(a, b) => {
+                    Constraint::Align(pos(a, "align")?, pos(b, "align")?)
+                }
+                UserConstraint::Broadcast(s, dims) => {
+                    let i = pos(s, "broadcast")?;
+                    if let Some(&d) = dims.iter().find(|&&d| d >= s.root.dim) {
+                        return Err(RuntimeError::BroadcastDim {
+                            task: task.into(),
+                            store: s.id(),
+                            dim: d,
+                            rank: s.root.dim,
+                        });
+                    }
+                    Constraint::Broadcast(i, dims.clone())
+                }
+                UserConstraint::Image(src, dst) => {
+                    let (i, j) = (pos(src, "image")?, pos(dst, "image")?);
+                    let ok_type = matches!(
+                        src.dtype(),
+                        DType::Range | DType::I64 | DType::I32 | DType::U64
+                    );
+                    if !ok_type || src.root.dim != 1 {
+                        return Err(RuntimeError::ImageSource {
+                            task: task.into(),
+                            store: src.id(),
+                            dtype: src.dtype(),
+                            rank: src.root.dim,
+                        });
+                    }
+                    Constraint::Image { src: i, dst: j }
+                }
+            })
+        })
+        .collect()
+}
+
+impl Inner {
+    /// Analyses every task in the window, in issue order.
+    pub(crate) fn flush(&self) -> Result<()> {
+        let mut front = self.front.lock().unwrap_or_else(|e| e.into_inner());
+        let mut first = Ok(());
+        while let Some(t) = front.window.pop() {
+            let t0 = Instant::now();
+            let r = self.analyze(&mut front, t);
+            Counters::add(
+                &self.shared.counters.analysis_ns,
+                t0.elapsed().as_nanos() as u64,
+            );
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+
+    /// Waits (on the issuing side) for an unbound store's producer to bind it.
+    fn wait_bound(&self, root: &StoreRoot, task: &str) -> Result<()> {
+        if root.bound().is_some() {
+            return Ok(());
+        }
+        let producer = root.meta().producer.clone();
+        let producer = producer.ok_or_else(|| RuntimeError::NeverBound {
+            task: task.into(),
+            store: root.id,
+        })?;
+        Counters::add(&self.shared.counters.blocking_waits, 1);
+        producer.wait(&self.shared.completion);
+        if let Some(e) = root.poisoned() {
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn analyze(&self, front: &mut Front, t: Issued) -> Result<()> {
+        let r = self.analyze_inner(front, &t);
+        if let (Err(e), Some((_, cell))) = (&r, &t.result) {
+            let _ = cell.value.set(Err(e.clone()));
+        }
+        r
+    }
+
+    fn analyze_inner(&self, front: &mut Front, t: &Issued) -> Result<()> {
+        for a in t
+            .args
+            .iter()
+            .filter(|a| a.privilege != Privilege::WriteUnbound)
+        {
+            self.wait_bound(&a.root, &t.name)?;
+        }
+        let sargs: Vec<SolverArg> = t
+            .args
+            .iter()
+            .map(|a| SolverArg {
+                root: a.root.clone(),
+                rect: (a.privilege != Privilege::WriteUnbound).then(|| {
+                    a.view
+                        .unwrap_or_else(|| a.root.bound().expect("waited").rect)
+                }),
+                writes: a.privilege.writes(),
+            })
+            .collect();
+        check_shapes(&t.name, &sargs, &t.constraints)?;
+        let mut solver = Solver {
+            task: &t.name,
+            machine: &self.machine,
+            interner: &mut front.interner,
+            counters: &self.shared.counters,
+            completion: &self.shared.completion,
+        };
+        let sol = solver.solve(&sargs, &t.constraints, t.domain)?;
+        let args = self.launch_args(front, t, &sargs, &sol);
+        check_aliasing(&t.name, &args, &sol, &front.interner)?;
+        self.schedule(t, args, &sol);
+        Ok(())
+    }
+
+    /// Each argument's per-point sub-stores.
+    fn launch_args(
+        &self,
+        front: &Front,
+        t: &Issued,
+        sargs: &[SolverArg],
+        sol: &Solution,
+    ) -> Vec<LaunchArg> {
+        t.args
+            .iter()
+            .zip(sargs)
+            .zip(&sol.parts)
+            .map(|((a, s), p)| {
+                let rects = match p {
+                    Some(p) => {
+                        let part = front.interner.get(*p);
+                        (0..sol.domain.len())
+                            .map(|i| part.substore(&sol.domain, i))
+                            .collect()
+                    }
+                    None => vec![],
+                };
+                LaunchArg {
+                    root: a.root.clone(),
+                    view: s.rect.unwrap_or_else(|| Rect::from_shape(&[0])),
+                    privilege: a.privilege,
+                    rects,
+                }
+            })
+            .collect()
+    }
+
+    /// Builds the point (and finish) nodes, adds their dependences, and hands ready ones to the
+    /// executor.
+    fn schedule(&self, t: &Issued, args: Vec<LaunchArg>, sol: &Solution) {
+        let n = sol.domain.len();
+        let has_finish = Launched::needs_finish(&args, t.result.is_some());
+        let mut roots: Vec<Arc<StoreRoot>> = vec![];
+        for a in &args {
+            if !roots.iter().any(|r| Arc::ptr_eq(r, &a.root)) {
+                a.root.pending_refs.fetch_add(1, Ordering::AcqRel);
+                roots.push(a.root.clone());
+            }
+        }
+        let task = Arc::new(Launched {
+            name: t.name.clone(),
+            body: t.body.clone(),
+            domain: sol.domain,
+            token: t.token(&sol.domain, &sol.parts),
+            args,
+            scalars: t.scalars.clone(),
+            result: t.result.clone(),
+            roots,
+            remaining: AtomicUsize::new(n),
+            outs: (0..n).map(|_| Mutex::default()).collect(),
+            failure: Mutex::new(None),
+            has_finish,
+        });
+        let points: Vec<Arc<Node>> = (0..n)
+            .map(|p| {
+                Node::new(Work::Point {
+                    task: task.clone(),
+                    point: p,
+                })
+            })
+            .collect();
+        let finish = has_finish.then(|| Node::new(Work::Finish { task: task.clone() }));
+        for s in &t.scalars {
+            if let ScalarArg::Future(cell) = s {
+                if let Some(pred) = cell.node.get() {
+                    points.iter().for_each(|p| Node::add_edge(pred, p));
+                }
+            }
+        }
+        for a in &task.args {
+            let mut meta = a.root.meta();
+            if a.privilege.writes() {
+                meta.version += 1;
+            }
+            match a.privilege {
+                Privilege::Read => points
+                    .iter()
+                    .zip(&a.rects)
+                    .for_each(|(p, r)| meta.access.read(*r, p)),
+                Privilege::Write | Privilege::ReadWrite => points
+                    .iter()
+                    .zip(&a.rects)
+                    .for_each(|(p, r)| meta.access.write(*r, p)),
+                Privilege::Reduce(_) => {
+                    let f = finish.as_ref().expect("reductions have a finish step");
+                    let mut seen: Vec<Rect> = vec![];
+                    for r in &a.rects {
+                        if !seen.contains(r) {
+                            seen.push(*r);
+                            meta.access.write(*r, f);
+                        }
+                    }
+                }
+                Privilege::WriteUnbound => {
+                    let f = finish.as_ref().expect("unbound outputs have a finish step");
+                    meta.access.write(Rect::new(&[0], &[usize::MAX]), f);
+                    meta.producer = Some(f.clone());
+                }
+            }
+        }
+        if let Some(f) = &finish {
+            points.iter().for_each(|p| Node::add_edge(p, f));
+            if let Some((_, cell)) = &t.result {
+                let _ = cell.node.set(f.clone());
+            }
+        }
+        let all = points.into_iter().chain(finish);
+        let count = n + has_finish as usize;
+        self.shared.outstanding.fetch_add(count, Ordering::AcqRel);
+        for node in all {
+            if node.release() {
+                self.pool.spawn(node);
+            }
+        }
+    }
+}
+
+/// `align` needs equal shapes; checked once shapes are known (unbound stores bind late).
+fn check_shapes(task: &str, args: &[SolverArg], cons: &[Constraint]) -> Result<()> {
+    for c in cons {
+        if let Constraint::Align(a, b) = *c {
+            let (Some(ra), Some(rb)) = (args[a].rect, args[b].rect) else {
+                return Err(RuntimeError::UnboundMisuse {
+                    task: task.into(),
+                    store: args[a].root.id,
+                });
+            };
+            if ra.shape() != rb.shape() {
+                return Err(RuntimeError::AlignShapes {
+                    task: task.into(),
+                    a: args[a].root.id,
+                    b: args[b].root.id,
+                    sa: ra.shape(),
+                    sb: rb.shape(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses tasks whose points would race: two arguments on overlapping parts of one store where
+/// one is written, or one written argument whose points' sub-stores overlap (reductions may
+/// overlap: they fold in point order).
+fn check_aliasing(
+    task: &str,
+    args: &[LaunchArg],
+    sol: &Solution,
+    interner: &Interner,
+) -> Result<()> {
+    let overlap = |a: &[Rect], b: &[Rect], distinct_points: bool| {
+        a.iter().enumerate().any(|(p, ra)| {
+            b.iter()
+                .enumerate()
+                .any(|(q, rb)| (!distinct_points || p != q) && ra.overlaps(rb))
+        })
+    };
+    for (i, a) in args.iter().enumerate() {
+        let written = matches!(a.privilege, Privilege::Write | Privilege::ReadWrite);
+        if written {
+            let part: &Partition = interner.get(sol.parts[i].expect("bound args are partitioned"));
+            if !part.disjoint_by_construction(&sol.domain) && overlap(&a.rects, &a.rects, true) {
+                return Err(RuntimeError::OverlappingWrites {
+                    task: task.into(),
+                    arg: i,
+                    store: a.root.id,
+                });
+            }
+        }
+        for (j, b) in args.iter().enumerate().skip(i + 1) {
+            if Arc::ptr_eq(&a.root, &b.root)
+                && (a.privilege.writes() || b.privilege.writes())
+                && overlap(&a.rects, &b.rects, false)
+            {
+                return Err(RuntimeError::AliasedArguments {
+                    task: task.into(),
+                    a: i,
+                    b: j,
+                    store: a.root.id,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The built-in body of [`Runtime::fill`].
+fn fill_body(ctx: &mut TaskContext<'_>) {
+    fn go<T: Element>(ctx: &TaskContext<'_>) {
+        let v = T::from_scalar(ctx.scalar(0)).expect("fill value checked at submit");
+        ctx.write::<T>(0).fill(v);
+    }
+    match ctx.dtype(0) {
+        DType::F64 => go::<f64>(ctx),
+        DType::F32 => go::<f32>(ctx),
+        DType::I64 => go::<i64>(ctx),
+        DType::I32 => go::<i32>(ctx),
+        DType::U64 => go::<u64>(ctx),
+        DType::Range => panic!("ranges cannot be filled"),
+    }
+}

@@ -1,0 +1,454 @@
+//! The constraint solver (thesis Algorithm 1): equivalence classes from `align`, a dependence
+//! order from `image`, key partitions reused for independent classes where they satisfy the
+//! constraints, new tilings otherwise, then images computed in topological order.
+
+use crate::buffer::Buf;
+use crate::constraint::Constraint;
+use crate::dtype::{DType, Element, PosRange};
+use crate::error::{Result, RuntimeError};
+use crate::graph::Completion;
+use crate::machine::Machine;
+use crate::partition::{Domain, ImageKey, Interner, Partition, PartitionId};
+use crate::rect::{Rect, MAX_DIMS};
+use crate::stats::Counters;
+use crate::store::StoreRoot;
+use std::sync::Arc;
+
+/// One store argument as the solver sees it.
+pub(crate) struct SolverArg {
+    pub root: Arc<StoreRoot>,
+    /// Bounds of the view in root coordinates; `None` for an unbound output (not partitioned).
+    pub rect: Option<Rect>,
+    pub writes: bool,
+}
+
+/// The launch domain and each argument's partition (`None` for unbound outputs).
+pub(crate) struct Solution {
+    pub domain: Domain,
+    pub parts: Vec<Option<PartitionId>>,
+}
+
+pub(crate) struct Solver<'a> {
+    pub task: &'a str,
+    pub machine: &'a Machine,
+    pub interner: &'a mut Interner,
+    pub counters: &'a Counters,
+    pub completion: &'a Completion,
+}
+
+/// An equivalence class of aligned arguments.
+struct Class {
+    members: Vec<usize>,
+    broadcast: [bool; MAX_DIMS],
+    image_src: Option<usize>,
+}
+
+impl Solver<'_> {
+    pub(crate) fn solve(
+        &mut self,
+        args: &[SolverArg],
+        cons: &[Constraint],
+        fixed: Option<Domain>,
+    ) -> Result<Solution> {
+        let mut classes = self.classes(args, cons)?;
+        let domain = match fixed {
+            Some(d) => d,
+            None => self.choose_domain(args, &classes),
+        };
+        let mut parts: Vec<Option<PartitionId>> = vec![None; args.len()];
+        for class in classes.iter().filter(|c| c.image_src.is_none()) {
+            self.solve_independent(args, class, domain, &mut parts);
+        }
+        self.solve_images(args, &mut classes, domain, &mut parts)?;
+        self.record_keys(args, &parts);
+        Ok(Solution { domain, parts })
+    }
+
+    /// Builds equivalence classes (union-find over `align`) with their broadcast dimensions and
+    /// image sources.
+    fn classes(&self, args: &[SolverArg], cons: &[Constraint]) -> Result<Vec<Class>> {
+        let mut parent: Vec<usize> = (0..args.len()).collect();
+        fn find(p: &mut [usize], mut i: usize) -> usize {
+            while p[i] != i {
+                p[i] = p[p[i]];
+                i = p[i];
+            }
+            i
+        }
+        for c in cons {
+            if let Constraint::Align(a, b) = *c {
+                let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
+                parent[ra.max(rb)] = ra.min(rb);
+            }
+        }
+        let mut classes: Vec<Class> = vec![];
+        let mut class_of = vec![usize::MAX; args.len()];
+        for i in 0..args.len() {
+            if args[i].rect.is_none() {
+                continue;
+            }
+            let r = find(&mut parent, i);
+            if class_of[r] == usize::MAX {
+                class_of[r] = classes.len();
+                classes.push(Class {
+                    members: vec![],
+                    broadcast: [false; MAX_DIMS],
+                    image_src: None,
+                });
+            }
+            class_of[i] = class_of[r];
+            classes[class_of[r]].members.push(i);
+        }
+        for c in cons {
+            match c {
+                Constraint::Broadcast(a, dims) => {
+                    for &d in dims {
+                        classes[class_of[*a]].broadcast[d] = true;
+                    }
+                }
+                Constraint::Image { src, dst } => {
+                    let cl = &mut classes[class_of[*dst]];
+                    if cl.image_src.is_some() {
+                        return Err(RuntimeError::ImageTwice {
+                            task: self.task.into(),
+                            dst: args[*dst].root.id,
+                        });
+                    }
+                    cl.image_src = Some(*src);
+                }
+                Constraint::Align(..) => {}
+            }
+        }
+        Ok(classes)
+    }
+
+    /// A key partition of some member of `class` that respects its broadcast dimensions (and
+    /// `domain`, if given): the member and the partition's tile shape.
+    fn find_key(
+        &self,
+        args: &[SolverArg],
+        class: &Class,
+        domain: Option<Domain>,
+    ) -> Option<(usize, PartitionId)> {
+        // Prefer written members: their key partition is where the data was last produced.
+        let mut order = class.members.clone();
+        order.sort_by_key(|&m| !args[m].writes);
+        for m in order {
+            let rect = args[m].rect?;
+            let keys = args[m].root.meta().keys.clone();
+            for k in keys {
+                if let Partition::Tiling {
+                    proj,
+                    bounds,
+                    domain: kd,
+                    ..
+                } = &**self.interner.get(k)
+                {
+                    let respects =
+                        (0..rect.dim()).all(|d| !class.broadcast[d] || proj[d].is_none());
+                    if *bounds == rect && respects && domain.is_none_or(|d| d == *kd) {
+                        return Some((m, k));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// The launch domain: a reusable key partition's, else one piece per processor for the
+    /// largest independent class (respecting the minimum piece size).
+    fn choose_domain(&self, args: &[SolverArg], classes: &[Class]) -> Domain {
+        let independent = || classes.iter().filter(|c| c.image_src.is_none());
+        for class in independent() {
+            if let Some((_, k)) = self.find_key(args, class, None) {
+                if let Partition::Tiling { domain, .. } = &**self.interner.get(k) {
+                    return *domain;
+                }
+            }
+        }
+        let volume = independent()
+            .filter(|c| {
+                let r = args[c.members[0]].rect.expect("classes hold bound args");
+                (0..r.dim()).any(|d| !c.broadcast[d])
+            })
+            .map(|c| args[c.members[0]].rect.map_or(0, |r| r.volume()))
+            .max();
+        let pieces = volume.map_or(1, |v| self.machine.pieces_for(v));
+        Domain::new(&[pieces]).expect("at least one piece")
+    }
+
+    fn solve_independent(
+        &mut self,
+        args: &[SolverArg],
+        class: &Class,
+        domain: Domain,
+        parts: &mut [Option<PartitionId>],
+    ) {
+        let (tile, proj) = match self.find_key(args, class, Some(domain)) {
+            Some((_, k)) => {
+                Counters::add(&self.counters.partitions_reused, 1);
+                match &**self.interner.get(k) {
+                    Partition::Tiling { tile, proj, .. } => (*tile, *proj),
+                    _ => unreachable!("find_key returns tilings"),
+                }
+            }
+            None => {
+                let shape = args[class.members[0]].rect.expect("bound").shape();
+                new_tiling(&shape, &class.broadcast, domain)
+            }
+        };
+        for &m in &class.members {
+            let rect = args[m].rect.expect("bound");
+            let p = if proj.iter().all(|p| p.is_none()) {
+                Partition::None { bounds: rect }
+            } else {
+                Partition::Tiling {
+                    tile,
+                    proj,
+                    offset: rect,
+                    bounds: rect,
+                    domain,
+                }
+            };
+            parts[m] = Some(self.intern(p));
+        }
+    }
+
+    fn intern(&mut self, p: Partition) -> PartitionId {
+        let (id, new) = self.interner.intern(p);
+        if new {
+            Counters::add(&self.counters.partitions_created, 1);
+        }
+        id
+    }
+
+    /// Solves image-dependent classes once their source's partition is known.
+    fn solve_images(
+        &mut self,
+        args: &[SolverArg],
+        classes: &mut [Class],
+        domain: Domain,
+        parts: &mut [Option<PartitionId>],
+    ) -> Result<()> {
+        let mut todo: Vec<usize> = (0..classes.len())
+            .filter(|&c| classes[c].image_src.is_some())
+            .collect();
+        while !todo.is_empty() {
+            let before = todo.len();
+            let mut i = 0;
+            while i < todo.len() {
+                let class = &classes[todo[i]];
+                let src = class.image_src.expect("dependent class");
+                let Some(src_part) = parts[src] else {
+                    i += 1;
+                    continue;
+                };
+                let dst = class.members[0];
+                let pid = self.image(args, src, src_part, dst, domain)?;
+                let rects = match &**self.interner.get(pid) {
+                    Partition::Image { rects, .. } => rects.clone(),
+                    _ => unreachable!(),
+                };
+                parts[dst] = Some(pid);
+                let dst_rect = args[dst].rect.expect("bound");
+                // Aligned members take the same rows of their own views.
+                for &m in &class.members[1..] {
+                    let mr = args[m].rect.expect("bound");
+                    let moved: Arc<[Rect]> = rects
+                        .iter()
+                        .map(|r| r.untranslate(dst_rect.lo()).translate(mr.lo()))
+                        .collect();
+                    let key = ImageKey {
+                        dst_bounds: mr,
+                        ..self.image_key(args, src, src_part, dst)
+                    };
+                    parts[m] = Some(self.intern(Partition::Image {
+                        key,
+                        rects: moved,
+                        domain,
+                    }));
+                }
+                todo.swap_remove(i);
+            }
+            if todo.len() == before {
+                let store = args[classes[todo[0]].members[0]].root.id;
+                return Err(RuntimeError::ImageCycle {
+                    task: self.task.into(),
+                    store,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn image_key(
+        &self,
+        args: &[SolverArg],
+        src: usize,
+        src_part: PartitionId,
+        dst: usize,
+    ) -> ImageKey {
+        ImageKey {
+            src_root: args[src].root.id,
+            src_partition: src_part,
+            src_version: args[src].root.meta().version,
+            dst_bounds: args[dst].rect.expect("bound"),
+        }
+    }
+
+    /// The image of `src`'s partition into `dst`, reused while `src` is unchanged.
+    fn image(
+        &mut self,
+        args: &[SolverArg],
+        src: usize,
+        src_part: PartitionId,
+        dst: usize,
+        domain: Domain,
+    ) -> Result<PartitionId> {
+        let key = self.image_key(args, src, src_part, dst);
+        if let Some(id) = self.interner.find_image(&key) {
+            return Ok(id);
+        }
+        let root = &args[src].root;
+        // The image needs the source's values: wait for the tasks still writing them.
+        let src_rect = args[src].rect.expect("bound");
+        let writers = root.meta().access.pending_writers(&src_rect);
+        if !writers.is_empty() {
+            Counters::add(&self.counters.blocking_waits, 1);
+            for w in writers {
+                w.wait(self.completion);
+            }
+        }
+        let part = self.interner.get(src_part).clone();
+        let dst_rect = args[dst].rect.expect("bound");
+        let extent = dst_rect.extent(0) as u64;
+        let mut rects = Vec::with_capacity(domain.len());
+        for p in 0..domain.len() {
+            let piece = part.substore(&domain, p);
+            let span = match root.dtype {
+                DType::Range => spans::<PosRange>(root, piece),
+                DType::I64 => spans::<i64>(root, piece),
+                DType::I32 => spans::<i32>(root, piece),
+                DType::U64 => spans::<u64>(root, piece),
+                _ => unreachable!("image sources are checked at issue"),
+            };
+            let (lo, hi) = match span {
+                Err(SpanError::Negative) => {
+                    return Err(RuntimeError::ImageNegative {
+                        task: self.task.into(),
+                        store: root.id,
+                    })
+                }
+                Err(SpanError::Busy(r)) => {
+                    return Err(RuntimeError::ConcurrentAccess {
+                        store: root.id,
+                        rect: format!("{r:?}"),
+                    })
+                }
+                Ok(None) => (0, 0),
+                Ok(Some(s)) => s,
+            };
+            if hi > extent {
+                return Err(RuntimeError::ImageOutOfBounds {
+                    task: self.task.into(),
+                    src: root.id,
+                    dst: args[dst].root.id,
+                    value: hi - 1,
+                    extent: extent as usize,
+                });
+            }
+            let base = dst_rect.lo()[0];
+            rects.push(dst_rect.with_range(0, base + lo as usize, base + hi as usize));
+        }
+        Ok(self.intern(Partition::Image {
+            key,
+            rects: rects.into(),
+            domain,
+        }))
+    }
+
+    /// Makes each argument's tiling its store's key partition: always for written arguments
+    /// (where the data now lives), for read ones only when the store has none for that view.
+    fn record_keys(&self, args: &[SolverArg], parts: &[Option<PartitionId>]) {
+        for (a, p) in args.iter().zip(parts) {
+            let (Some(p), Some(rect)) = (p, a.rect) else {
+                continue;
+            };
+            if !matches!(&**self.interner.get(*p), Partition::Tiling { .. }) {
+                continue;
+            }
+            let mut meta = a.root.meta();
+            let existing = meta
+                .keys
+                .iter()
+                .position(|k| self.interner.get(*k).bounds() == rect);
+            match existing {
+                Some(i) if a.writes => {
+                    meta.keys.remove(i);
+                    meta.keys.insert(0, *p);
+                }
+                Some(_) => {}
+                None => {
+                    meta.keys.insert(0, *p);
+                    meta.keys.truncate(4);
+                }
+            }
+        }
+    }
+}
+
+/// Tile shape and projection splitting `shape` over `domain`: launch dimension `k` splits the
+/// `k`-th dimension that is not broadcast.
+fn new_tiling(
+    shape: &[usize],
+    broadcast: &[bool; MAX_DIMS],
+    domain: Domain,
+) -> ([usize; MAX_DIMS], [Option<u8>; MAX_DIMS]) {
+    let mut tile = [0; MAX_DIMS];
+    tile[..shape.len()].copy_from_slice(shape);
+    let mut proj = [None; MAX_DIMS];
+    let free = (0..shape.len()).filter(|&d| !broadcast[d]);
+    for (k, d) in free.zip(0..domain.dim()).map(|(d, k)| (k, d)) {
+        let parts = domain.extents()[k];
+        proj[d] = Some(k as u8);
+        tile[d] = shape[d].div_ceil(parts).max(1);
+    }
+    (tile, proj)
+}
+
+/// Why the source of an image could not be read.
+enum SpanError {
+    Negative,
+    Busy(Rect),
+}
+
+/// The union `[min lo, max hi)` of what the source elements in `piece` point at; `None` when
+/// they point at nothing.
+fn spans<T: Element>(
+    root: &StoreRoot,
+    piece: Rect,
+) -> std::result::Result<Option<(u64, u64)>, SpanError> {
+    let bound = root.bound().expect("image sources are bound");
+    let buf: &Buf<T> = T::buf(&bound.data).expect("dtype checked");
+    let _borrow = root.ledger.borrow(piece, false).map_err(SpanError::Busy)?;
+    let mut acc: Option<(u64, u64)> = None;
+    let mut negative = false;
+    piece.for_each_run(&bound.rect, |start, len| {
+        for i in start..start + len {
+            // SAFETY: `_borrow` holds a shared borrow of `piece`, which contains cell `i`.
+            let v = unsafe { *buf.base().add(i) };
+            match v.image_span() {
+                Some((lo, hi)) if hi > lo => {
+                    acc = Some(acc.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
+                }
+                Some(_) => {}
+                None => negative = true,
+            }
+        }
+    });
+    if negative {
+        Err(SpanError::Negative)
+    } else {
+        Ok(acc)
+    }
+}

@@ -1,0 +1,195 @@
+//! Stores: n-d arrays of one element type, their views (slices), and the two reference counts.
+
+use crate::analysis::AccessState;
+use crate::buffer::{Data, Ledger};
+use crate::dtype::DType;
+use crate::error::{Result, RuntimeError};
+use crate::graph::Node;
+use crate::partition::PartitionId;
+use crate::rect::Rect;
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// The extent and elements of a bound store.
+pub(crate) struct Bound {
+    pub rect: Rect,
+    pub data: Data,
+}
+
+/// The shared state of one store; views of it share the root.
+pub(crate) struct StoreRoot {
+    pub id: u64,
+    pub runtime: u64,
+    pub dtype: DType,
+    pub dim: usize,
+    bound: OnceLock<Bound>,
+    pub ledger: Ledger,
+    /// Handles the application holds ([`Store`] clones).
+    pub app_refs: AtomicUsize,
+    /// Issued tasks that use the store and have not finished.
+    pub pending_refs: AtomicUsize,
+    pub meta: Mutex<RootMeta>,
+    /// Set when a task that writes this store failed: its contents are not to be trusted.
+    pub poison: Mutex<Option<RuntimeError>>,
+}
+
+/// Analysis-side metadata, touched only by the issuing side.
+#[derive(Default)]
+pub(crate) struct RootMeta {
+    pub access: AccessState,
+    /// Key partitions: the last partition used for each view (by bounds) of the store.
+    pub keys: Vec<PartitionId>,
+    /// Bumped on every write, so that images computed from old values are not reused.
+    pub version: u64,
+    /// For an unbound store: the node that will bind it.
+    pub producer: Option<Arc<Node>>,
+}
+
+impl StoreRoot {
+    pub(crate) fn new(
+        id: u64,
+        runtime: u64,
+        dtype: DType,
+        dim: usize,
+        bound: Option<Bound>,
+    ) -> StoreRoot {
+        let cell = OnceLock::new();
+        if let Some(b) = bound {
+            let _ = cell.set(b);
+        }
+        StoreRoot {
+            id,
+            runtime,
+            dtype,
+            dim,
+            bound: cell,
+            ledger: Ledger::default(),
+            app_refs: AtomicUsize::new(0),
+            pending_refs: AtomicUsize::new(0),
+            meta: Mutex::default(),
+            poison: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn bound(&self) -> Option<&Bound> {
+        self.bound.get()
+    }
+
+    /// Binds an unbound store; false if it was already bound.
+    pub(crate) fn bind(&self, b: Bound) -> bool {
+        self.bound.set(b).is_ok()
+    }
+
+    pub(crate) fn meta(&self) -> MutexGuard<'_, RootMeta> {
+        self.meta.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn poisoned(&self) -> Option<RuntimeError> {
+        self.poison
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// The application's handle to a store, or to a rectangular view (slice) of one.
+///
+/// Views of one store alias: tasks on overlapping views are ordered by the dependence analysis.
+/// Cloning or dropping a handle changes the store's application reference count; tasks hold the
+/// store separately (the pending count) so that data outlives handles dropped early.
+pub struct Store {
+    pub(crate) root: Arc<StoreRoot>,
+    /// The view in root coordinates; `None` means the whole store (the only option while unbound).
+    pub(crate) view: Option<Rect>,
+}
+
+impl Store {
+    pub(crate) fn from_root(root: Arc<StoreRoot>, view: Option<Rect>) -> Store {
+        root.app_refs.fetch_add(1, Ordering::Relaxed);
+        Store { root, view }
+    }
+
+    /// The store's id (stable for the runtime's lifetime; views share their store's id).
+    pub fn id(&self) -> u64 {
+        self.root.id
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.root.dtype
+    }
+
+    /// The view's shape, or `None` while the store is unbound.
+    pub fn shape(&self) -> Option<Vec<usize>> {
+        self.rect().map(|r| r.shape())
+    }
+
+    pub fn is_bound(&self) -> bool {
+        self.root.bound().is_some()
+    }
+
+    /// The view's bounds in the root store's coordinates (`None` while unbound).
+    pub fn rect(&self) -> Option<Rect> {
+        self.view.or_else(|| self.root.bound().map(|b| b.rect))
+    }
+
+    /// A view of `range` along dimension `dim`; indices of the view start at 0.
+    pub fn slice(&self, dim: usize, range: Range<usize>) -> Result<Store> {
+        let rect = self
+            .rect()
+            .ok_or(RuntimeError::Unbound { store: self.id() })?;
+        let bad = || RuntimeError::BadSlice {
+            store: self.id(),
+            dim,
+            lo: range.start,
+            hi: range.end,
+            shape: rect.shape(),
+        };
+        if dim >= rect.dim() || range.start > range.end || range.end > rect.extent(dim) {
+            return Err(bad());
+        }
+        let lo = rect.lo()[dim];
+        Ok(Store::from_root(
+            self.root.clone(),
+            Some(rect.with_range(dim, lo + range.start, lo + range.end)),
+        ))
+    }
+
+    /// Handles the application holds on this store (all views counted).
+    pub fn app_refs(&self) -> usize {
+        self.root.app_refs.load(Ordering::Relaxed)
+    }
+
+    /// Issued tasks using this store that have not finished.
+    pub fn pending_refs(&self) -> usize {
+        self.root.pending_refs.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn same_view(&self, other: &Store) -> bool {
+        Arc::ptr_eq(&self.root, &other.root) && self.view == other.view
+    }
+}
+
+impl Clone for Store {
+    fn clone(&self) -> Store {
+        Store::from_root(self.root.clone(), self.view)
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.root.app_refs.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "store#{}({:?}, {:?})",
+            self.id(),
+            self.dtype(),
+            self.rect()
+        )
+    }
+}

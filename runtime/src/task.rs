@@ -1,0 +1,241 @@
+//! Tasks: registration under stable names, privileges, and the launcher that issues an index
+//! task with its arguments and constraints.
+
+use crate::constraint::Constraint;
+use crate::context::TaskContext;
+use crate::dtype::{ReduceOp, Scalar};
+use crate::error::Result;
+use crate::future::{Future, FutureCell};
+use crate::partition::{Domain, PartitionId};
+use crate::rect::Rect;
+use crate::runtime::Runtime;
+use crate::store::{Store, StoreRoot};
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// A task body: called once per point with that point's sub-store views.
+pub type TaskBody = Arc<dyn Fn(&mut TaskContext<'_>) + Send + Sync>;
+
+/// How a task accesses a store argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Privilege {
+    Read,
+    /// Writes (some of) its sub-store; the old contents stay where it does not write.
+    Write,
+    ReadWrite,
+    /// Folds values into the store with an operator; points see an identity-filled buffer.
+    Reduce(ReduceOp),
+    /// Produces an unbound store: each point emits a piece, concatenated in point order.
+    WriteUnbound,
+}
+
+impl Privilege {
+    pub(crate) fn writes(self) -> bool {
+        !matches!(self, Privilege::Read)
+    }
+}
+
+/// Registered tasks, by stable name.
+#[derive(Default)]
+pub(crate) struct Registry {
+    by_name: HashMap<String, usize>,
+    bodies: Vec<(Arc<str>, TaskBody)>,
+}
+
+impl Registry {
+    /// Registers `body` under `name`; false if the name is taken.
+    pub(crate) fn register(&mut self, name: &str, body: TaskBody) -> bool {
+        if self.by_name.contains_key(name) {
+            return false;
+        }
+        self.by_name.insert(name.to_string(), self.bodies.len());
+        self.bodies.push((name.into(), body));
+        true
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<(Arc<str>, TaskBody)> {
+        self.by_name.get(name).map(|&i| self.bodies[i].clone())
+    }
+}
+
+/// A scalar argument: a value now, or a future filled by an earlier task.
+#[derive(Clone)]
+pub(crate) enum ScalarArg {
+    Value(Scalar),
+    Future(Arc<FutureCell>),
+}
+
+/// A constraint as the user wrote it, over stores (resolved to argument positions at submit).
+pub(crate) enum UserConstraint {
+    Align(Store, Store),
+    Broadcast(Store, Vec<usize>),
+    Image(Store, Store),
+}
+
+/// An issued task waiting in the window for analysis.
+pub(crate) struct Issued {
+    pub name: Arc<str>,
+    pub body: TaskBody,
+    pub args: Vec<IssuedArg>,
+    pub constraints: Vec<Constraint>,
+    pub scalars: Vec<ScalarArg>,
+    pub domain: Option<Domain>,
+    pub result: Option<(ReduceOp, Arc<FutureCell>)>,
+}
+
+pub(crate) struct IssuedArg {
+    pub root: Arc<StoreRoot>,
+    pub view: Option<Rect>,
+    pub privilege: Privilege,
+}
+
+impl Issued {
+    /// A hash of what the task does and to what: its name, scalar values, stores, privileges,
+    /// partitions and launch domain. Two tasks with the same token have the same analysis —
+    /// the seam automatic tracing builds on. Stable across ranks running the same stream.
+    pub(crate) fn token(&self, domain: &Domain, parts: &[Option<PartitionId>]) -> u64 {
+        let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+        self.name.hash(&mut h);
+        for s in &self.scalars {
+            match s {
+                ScalarArg::Value(v) => match v {
+                    Scalar::F64(x) => x.to_bits().hash(&mut h),
+                    Scalar::I64(x) => x.hash(&mut h),
+                    Scalar::U64(x) => x.hash(&mut h),
+                },
+                ScalarArg::Future(_) => 1u8.hash(&mut h),
+            }
+        }
+        for (a, p) in self.args.iter().zip(parts) {
+            a.root.id.hash(&mut h);
+            a.privilege.hash(&mut h);
+            p.hash(&mut h);
+        }
+        domain.hash(&mut h);
+        h.0
+    }
+}
+
+/// FNV-1a: a hasher whose output does not depend on the process (unlike `RandomState`).
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ *b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+}
+
+/// Builds one index task: arguments (in the order the body indexes them), scalars, constraints.
+///
+/// ```
+/// # use tessera_runtime::*;
+/// let rt = Runtime::new(2);
+/// rt.register("scale", |ctx| {
+///     let k = ctx.scalar(0).as_f64();
+///     let x = ctx.read::<f64>(0);
+///     let mut y = ctx.write::<f64>(1);
+///     for i in x.range() {
+///         y.set_at(i, k * x.at(i));
+///     }
+/// }).unwrap();
+/// let x = rt.from_vec(&[4], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+/// let y = rt.create(DType::F64, &[4]).unwrap();
+/// rt.task("scale").read(&x).write(&y).scalar(2.0).align(&x, &y).submit().unwrap();
+/// assert_eq!(rt.read::<f64>(&y).unwrap(), vec![2.0, 4.0, 6.0, 8.0]);
+/// ```
+pub struct TaskLauncher<'rt> {
+    pub(crate) rt: &'rt Runtime,
+    pub(crate) name: String,
+    pub(crate) args: Vec<(Store, Privilege)>,
+    pub(crate) constraints: Vec<UserConstraint>,
+    pub(crate) scalars: Vec<ScalarArg>,
+    pub(crate) domain: Option<Vec<usize>>,
+}
+
+impl<'rt> TaskLauncher<'rt> {
+    fn arg(mut self, s: &Store, p: Privilege) -> Self {
+        self.args.push((s.clone(), p));
+        self
+    }
+
+    pub fn read(self, s: &Store) -> Self {
+        self.arg(s, Privilege::Read)
+    }
+
+    pub fn write(self, s: &Store) -> Self {
+        self.arg(s, Privilege::Write)
+    }
+
+    pub fn read_write(self, s: &Store) -> Self {
+        self.arg(s, Privilege::ReadWrite)
+    }
+
+    pub fn reduce(self, s: &Store, op: ReduceOp) -> Self {
+        self.arg(s, Privilege::Reduce(op))
+    }
+
+    /// An unbound output: each point emits its piece with [`TaskContext::emit`].
+    pub fn write_unbound(self, s: &Store) -> Self {
+        self.arg(s, Privilege::WriteUnbound)
+    }
+
+    /// A scalar argument, read in the body with [`TaskContext::scalar`].
+    pub fn scalar(mut self, v: impl Into<Scalar>) -> Self {
+        self.scalars.push(ScalarArg::Value(v.into()));
+        self
+    }
+
+    /// A future as a scalar argument: the task waits for it, the caller does not.
+    pub fn future(mut self, f: &Future) -> Self {
+        self.scalars.push(ScalarArg::Future(f.cell.clone()));
+        self
+    }
+
+    /// `a` and `b` get the same partition (their shapes must be equal).
+    pub fn align(mut self, a: &Store, b: &Store) -> Self {
+        self.constraints
+            .push(UserConstraint::Align(a.clone(), b.clone()));
+        self
+    }
+
+    /// The listed dimensions of `s` are not split: every point sees them whole.
+    pub fn broadcast(mut self, s: &Store, dims: &[usize]) -> Self {
+        self.constraints
+            .push(UserConstraint::Broadcast(s.clone(), dims.to_vec()));
+        self
+    }
+
+    /// `dst`'s sub-store at each point covers what `src`'s sub-store points at (`src` holds
+    /// ranges, like `pos`, or coordinates, like `crd`).
+    pub fn image(mut self, src: &Store, dst: &Store) -> Self {
+        self.constraints
+            .push(UserConstraint::Image(src.clone(), dst.clone()));
+        self
+    }
+
+    /// Fixes the launch domain instead of sizing it from the machine.
+    pub fn launch_domain(mut self, extents: &[usize]) -> Self {
+        self.domain = Some(extents.to_vec());
+        self
+    }
+
+    /// Issues the task. Returns at once; errors in the arguments or constraints are reported
+    /// here.
+    pub fn submit(self) -> Result<()> {
+        self.rt.issue(self, None).map(|_| ())
+    }
+
+    /// Issues the task and returns a future of the points' results
+    /// ([`TaskContext::set_result`]) folded with `op` in point order.
+    pub fn submit_reduce(self, op: ReduceOp) -> Result<Future> {
+        self.rt
+            .issue(self, Some(op))
+            .map(|f| f.expect("a reduce submit makes a future"))
+    }
+}
