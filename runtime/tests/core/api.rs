@@ -1,0 +1,424 @@
+//! Stores, futures, reductions, unbound outputs, failures and reference counts.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use tessera_runtime::{DType, Future, PosRange, ReduceOp, Runtime, RuntimeError, Scalar};
+
+#[test]
+fn stores_of_every_type_round_trip_and_fill() {
+    let rt = Runtime::new(2);
+    let f = rt
+        .from_vec(&[2, 3], vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0])
+        .unwrap();
+    assert_eq!(
+        rt.read::<f32>(&f).unwrap(),
+        vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    );
+    let r = rt
+        .from_vec(&[2], vec![PosRange::new(0, 2), PosRange::new(2, 5)])
+        .unwrap();
+    assert_eq!(rt.read::<PosRange>(&r).unwrap()[1], PosRange::new(2, 5));
+    for dtype in [DType::F64, DType::F32, DType::I64, DType::I32, DType::U64] {
+        let s = rt.create(dtype, &[3, 4]).unwrap();
+        rt.fill(&s, 7u64).unwrap();
+        let got: Vec<f64> = match dtype {
+            DType::F64 => rt.read::<f64>(&s).unwrap(),
+            DType::F32 => rt
+                .read::<f32>(&s)
+                .unwrap()
+                .into_iter()
+                .map(f64::from)
+                .collect(),
+            DType::I64 => rt
+                .read::<i64>(&s)
+                .unwrap()
+                .into_iter()
+                .map(|v| v as f64)
+                .collect(),
+            DType::I32 => rt
+                .read::<i32>(&s)
+                .unwrap()
+                .into_iter()
+                .map(f64::from)
+                .collect(),
+            _ => rt
+                .read::<u64>(&s)
+                .unwrap()
+                .into_iter()
+                .map(|v| v as f64)
+                .collect(),
+        };
+        assert_eq!(got, vec![7.0; 12], "{dtype:?}");
+    }
+    let u = rt.create(DType::U64, &[2]).unwrap();
+    assert!(matches!(
+        rt.fill(&u, -1i64),
+        Err(RuntimeError::FillValue { .. })
+    ));
+    assert!(matches!(
+        rt.read::<f64>(&u),
+        Err(RuntimeError::DTypeMismatch { .. })
+    ));
+    assert!(matches!(
+        rt.from_vec(&[3], vec![1.0]),
+        Err(RuntimeError::HostDataLength {
+            expected: 3,
+            got: 1,
+            ..
+        })
+    ));
+    assert!(matches!(
+        rt.create(DType::F64, &[1, 1, 1, 1, 1]),
+        Err(RuntimeError::TooManyDims { .. })
+    ));
+}
+
+#[test]
+fn slices_of_a_matrix_read_and_fill_only_their_rectangle() {
+    let rt = Runtime::new(3);
+    let m = rt
+        .from_vec(&[4, 5], (0..20).map(|v| v as i64).collect())
+        .unwrap();
+    let band = m.slice(0, 1..3).unwrap().slice(1, 2..5).unwrap();
+    assert_eq!(band.shape(), Some(vec![2, 3]));
+    assert_eq!(rt.read::<i64>(&band).unwrap(), vec![7, 8, 9, 12, 13, 14]);
+    rt.fill(&band, -1i64).unwrap();
+    let all = rt.read::<i64>(&m).unwrap();
+    for (i, v) in all.iter().enumerate() {
+        let (r, c) = (i / 5, i % 5);
+        let inside = (1..3).contains(&r) && (2..5).contains(&c);
+        assert_eq!(*v, if inside { -1 } else { i as i64 });
+    }
+    assert!(matches!(
+        m.slice(1, 3..7),
+        Err(RuntimeError::BadSlice { dim: 1, .. })
+    ));
+}
+
+#[test]
+fn a_2d_launch_domain_tiles_both_dimensions() {
+    let rt = Runtime::new(4);
+    rt.register("mark", |ctx| {
+        let p = ctx.point().to_vec();
+        let mut w = ctx.write::<i64>(0);
+        w.fill((p[0] * 10 + p[1]) as i64);
+    })
+    .unwrap();
+    let m = rt.create(DType::I64, &[4, 6]).unwrap();
+    rt.task("mark")
+        .write(&m)
+        .launch_domain(&[2, 3])
+        .submit()
+        .unwrap();
+    let got = rt.read::<i64>(&m).unwrap();
+    for (i, v) in got.iter().enumerate() {
+        let (r, c) = (i / 6, i % 6);
+        assert_eq!(*v, ((r / 2) * 10 + c / 2) as i64);
+    }
+}
+
+#[test]
+fn futures_feed_later_tasks_without_blocking_the_caller() {
+    let rt = Runtime::new(2);
+    let gate = Arc::new(Barrier::new(2));
+    let g = gate.clone();
+    rt.register("slow_sum", move |ctx| {
+        g.wait(); // held until the caller has issued everything below
+        ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>());
+    })
+    .unwrap();
+    rt.register("add", |ctx| {
+        let v = ctx.scalar(0).as_f64();
+        ctx.write::<f64>(0)
+            .as_mut_slice()
+            .iter_mut()
+            .for_each(|x| *x += v);
+    })
+    .unwrap();
+    let x = rt.from_vec(&[4], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+    let y = rt.create(DType::F64, &[4]).unwrap();
+    let s = rt
+        .task("slow_sum")
+        .read(&x)
+        .launch_domain(&[1])
+        .submit_reduce(ReduceOp::Sum)
+        .unwrap();
+    rt.task("add").read_write(&y).future(&s).submit().unwrap();
+    assert!(
+        s.try_get().is_none(),
+        "the sum cannot be known: its task waits on the gate"
+    );
+    gate.wait();
+    assert_eq!(rt.read::<f64>(&y).unwrap(), vec![10.0; 4]);
+    assert_eq!(s.get().unwrap(), Scalar::F64(10.0));
+    let ready = Future::ready(2.0);
+    rt.task("add")
+        .read_write(&y)
+        .future(&ready)
+        .submit()
+        .unwrap();
+    assert_eq!(rt.read::<f64>(&y).unwrap(), vec![12.0; 4]);
+}
+
+/// Values whose floating-point sum depends on the order they are added in.
+fn awkward(n: usize) -> Vec<f64> {
+    (0..n)
+        .map(|i| {
+            if i % 3 == 0 {
+                1e16
+            } else if i % 3 == 1 {
+                1.0
+            } else {
+                -1e16 + 0.5
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn reductions_into_one_substore_fold_in_point_order() {
+    let n = 60;
+    let x = awkward(n);
+    // Point p sums its tile; folds go in point order 0, 1, 2, ... onto the store's value.
+    let pieces = 6;
+    let tile = n / pieces;
+    let want = (0..pieces).fold(0.0, |acc, p| {
+        acc + x[p * tile..(p + 1) * tile].iter().fold(0.0, |a, v| a + v)
+    });
+    for threads in [1, 2, 8] {
+        let rt = Runtime::builder().threads(threads).build();
+        rt.register("total", |ctx| {
+            let s = ctx.read::<f64>(0);
+            let mut acc = ctx.reduce::<f64>(1);
+            for i in s.range() {
+                acc.reduce_at(0, s.at(i));
+            }
+        })
+        .unwrap();
+        let xs = rt.from_vec(&[n], x.clone()).unwrap();
+        let acc = rt.create(DType::F64, &[1]).unwrap();
+        rt.task("total")
+            .read(&xs)
+            .reduce(&acc, ReduceOp::Sum)
+            .broadcast(&acc, &[0])
+            .launch_domain(&[pieces])
+            .submit()
+            .unwrap();
+        assert_eq!(
+            rt.read::<f64>(&acc).unwrap()[0].to_bits(),
+            want.to_bits(),
+            "threads {threads}"
+        );
+    }
+}
+
+#[test]
+fn min_max_prod_reductions_and_results() {
+    let rt = Runtime::new(3);
+    rt.register("ext", |ctx| {
+        let s = ctx.read::<i64>(0);
+        let (mut lo, mut hi) = (ctx.reduce::<i64>(1), ctx.reduce::<i64>(2));
+        for i in s.range() {
+            lo.reduce_at(0, s.at(i));
+            hi.reduce_at(0, s.at(i));
+        }
+        drop((lo, hi));
+        ctx.set_result(
+            s.as_slice()
+                .iter()
+                .map(|&v| v.abs().max(1))
+                .product::<i64>(),
+        );
+    })
+    .unwrap();
+    let v: Vec<i64> = vec![3, -7, 2, 9, -1, 4];
+    let s = rt.from_vec(&[6], v.clone()).unwrap();
+    let lo = rt.from_vec(&[1], vec![0i64]).unwrap();
+    let hi = rt.from_vec(&[1], vec![0i64]).unwrap();
+    let prod = rt
+        .task("ext")
+        .read(&s)
+        .reduce(&lo, ReduceOp::Min)
+        .reduce(&hi, ReduceOp::Max)
+        .broadcast(&lo, &[0])
+        .broadcast(&hi, &[0])
+        .launch_domain(&[3])
+        .submit_reduce(ReduceOp::Prod)
+        .unwrap();
+    assert_eq!(
+        rt.read::<i64>(&lo).unwrap(),
+        vec![-7],
+        "min folds onto the old value 0"
+    );
+    assert_eq!(rt.read::<i64>(&hi).unwrap(), vec![9]);
+    assert_eq!(prod.get().unwrap(), Scalar::I64(3 * 7 * 2 * 9 * 4));
+    let r = rt.from_vec(&[1], vec![PosRange::new(0, 1)]).unwrap();
+    assert!(matches!(
+        rt.task("ext").read(&s).reduce(&r, ReduceOp::Sum).submit(),
+        Err(RuntimeError::UnsupportedReduction { .. })
+    ));
+}
+
+#[test]
+fn unbound_outputs_concatenate_pieces_in_point_order() {
+    let rt = Runtime::builder().threads(4).min_piece_size(1).build();
+    rt.register("evens", |ctx| {
+        let s = ctx.read::<u64>(0);
+        ctx.emit(
+            1,
+            s.as_slice()
+                .iter()
+                .copied()
+                .filter(|v| v % 2 == 0)
+                .collect::<Vec<u64>>(),
+        );
+    })
+    .unwrap();
+    rt.register("inc", |ctx| {
+        ctx.write::<u64>(0)
+            .as_mut_slice()
+            .iter_mut()
+            .for_each(|v| *v += 1)
+    })
+    .unwrap();
+    let s = rt.from_vec(&[20], (0..20u64).rev().collect()).unwrap();
+    let out = rt.create_unbound(DType::U64);
+    assert_eq!(out.shape(), None);
+    rt.task("evens")
+        .read(&s)
+        .write_unbound(&out)
+        .submit()
+        .unwrap();
+    // A later task on the unbound store is issued before anyone reads it.
+    rt.task("inc").read_write(&out).submit().unwrap();
+    let want: Vec<u64> = (0..20u64)
+        .rev()
+        .filter(|v| v % 2 == 0)
+        .map(|v| v + 1)
+        .collect();
+    assert_eq!(rt.read::<u64>(&out).unwrap(), want);
+    assert_eq!(out.shape(), Some(vec![10]));
+    let e = rt
+        .task("evens")
+        .read(&s)
+        .write_unbound(&out)
+        .submit()
+        .unwrap_err();
+    assert!(matches!(e, RuntimeError::UnboundMisuse { .. }), "{e}");
+    let never = rt.create_unbound(DType::U64);
+    assert!(matches!(
+        rt.read::<u64>(&never),
+        Err(RuntimeError::NeverBound { .. })
+    ));
+}
+
+#[test]
+fn a_failing_task_poisons_what_it_writes_and_its_future() {
+    let rt = Runtime::new(2);
+    rt.register("oob", |ctx| {
+        let mut w = ctx.write::<f64>(0);
+        let end = w.range().end;
+        w.set_at(end, 1.0); // one past this point's sub-store
+    })
+    .unwrap();
+    rt.register("wrong_priv", |ctx| {
+        ctx.write::<f64>(0);
+    })
+    .unwrap();
+    let x = rt.create(DType::F64, &[8]).unwrap();
+    rt.task("oob")
+        .write(&x)
+        .launch_domain(&[2])
+        .submit()
+        .unwrap();
+    match rt.read::<f64>(&x) {
+        Err(RuntimeError::TaskFailed { task, message, .. }) => {
+            assert_eq!(task, "oob");
+            assert!(
+                message.contains("outside this point's sub-store"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a task failure, got {other:?}"),
+    }
+    let y = rt.create(DType::F64, &[8]).unwrap();
+    let f = rt
+        .task("wrong_priv")
+        .read(&y)
+        .submit_reduce(ReduceOp::Sum)
+        .unwrap();
+    match f.get() {
+        Err(RuntimeError::TaskFailed { message, .. }) => {
+            assert!(message.contains("does not allow writing"), "{message}")
+        }
+        other => panic!("expected a task failure, got {other:?}"),
+    }
+    // The runtime keeps working after failures.
+    rt.fill(&y, 3.0).unwrap();
+    assert_eq!(rt.read::<f64>(&y).unwrap(), vec![3.0; 8]);
+}
+
+#[test]
+fn reference_counts_split_application_and_pending_tasks() {
+    let rt = Runtime::new(2);
+    let release = Arc::new(AtomicBool::new(false));
+    let r = release.clone();
+    rt.register("hold", move |ctx| {
+        while !r.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        ctx.write::<f64>(0).fill(5.0);
+    })
+    .unwrap();
+    let x = rt.create(DType::F64, &[4]).unwrap();
+    assert_eq!((x.app_refs(), x.pending_refs()), (1, 0));
+    let view = x.slice(0, 1..3).unwrap();
+    assert_eq!(x.app_refs(), 2);
+    drop(view);
+    rt.task("hold")
+        .write(&x)
+        .launch_domain(&[1])
+        .submit()
+        .unwrap();
+    assert_eq!((x.app_refs(), x.pending_refs()), (1, 1));
+    let keep = x.clone();
+    drop(x); // the application lets go of one handle while the task is still pending
+    assert_eq!((keep.app_refs(), keep.pending_refs()), (1, 1));
+    release.store(true, Ordering::Release);
+    assert_eq!(rt.read::<f64>(&keep).unwrap(), vec![5.0; 4]);
+    rt.fence().unwrap();
+    assert_eq!(keep.pending_refs(), 0);
+}
+
+#[test]
+fn names_are_registered_once() {
+    let rt = Runtime::new(1);
+    rt.register("t", |_| {}).unwrap();
+    assert_eq!(
+        rt.register("t", |_| {}),
+        Err(RuntimeError::DuplicateTask("t".into()))
+    );
+    let other = Runtime::new(1);
+    let s = other.create(DType::F64, &[1]).unwrap();
+    assert!(matches!(
+        rt.task("t").read(&s).submit(),
+        Err(RuntimeError::ForeignStore { .. })
+    ));
+}
+
+#[test]
+fn statistics_count_tasks_points_and_analysis_time() {
+    let rt = Runtime::builder().threads(2).min_piece_size(1).build();
+    rt.register("nop", |_| {}).unwrap();
+    let x = rt.create(DType::F64, &[8]).unwrap();
+    for _ in 0..5 {
+        rt.task("nop").read_write(&x).submit().unwrap();
+    }
+    rt.fence().unwrap();
+    let s = rt.stats();
+    assert_eq!(s.tasks_issued, 5);
+    assert_eq!(s.points_run, 10);
+    assert_eq!(s.partitions_created, 1);
+    assert_eq!(s.partitions_reused, 4);
+    assert!(s.analysis_ns > 0);
+}

@@ -1,0 +1,9 @@
+//! Integration tests of the runtime core (one test binary).
+
+#[path = "../../examples/sparse/mod.rs"]
+mod sparse;
+
+mod api;
+mod cg;
+mod solver;
+mod streams;

@@ -1,0 +1,273 @@
+//! The constraint solver seen through the public API: partition reuse (statistics), images over
+//! skewed and empty rows (sub-store bounds seen by task bodies), and constraint errors.
+
+use crate::sparse::{self, Csr, HostCsr};
+use std::sync::{Arc, Mutex};
+use tessera_runtime::{DType, PosRange, Rect, Runtime, RuntimeError};
+
+fn rt(threads: usize) -> Runtime {
+    Runtime::builder()
+        .threads(threads)
+        .min_piece_size(1)
+        .build()
+}
+
+#[test]
+fn element_wise_tasks_after_spmv_reuse_its_partition() {
+    let rt = rt(4);
+    sparse::register_spmv(&rt).unwrap();
+    rt.register("double", |ctx| {
+        let y = ctx.read::<f64>(0);
+        let mut z = ctx.write::<f64>(1);
+        for i in y.range() {
+            z.set_at(i, 2.0 * y.at(i));
+        }
+    })
+    .unwrap();
+    let host = HostCsr::laplacian_2d(6);
+    let a = Csr::upload(&rt, &host).unwrap();
+    let x = rt
+        .from_vec(&[36], (0..36).map(|i| i as f64).collect())
+        .unwrap();
+    let y = sparse::spmv(&rt, &a, &x).unwrap();
+    let before = rt.stats();
+    let z = rt.create(DType::F64, &[36]).unwrap();
+    rt.task("double")
+        .read(&y)
+        .write(&z)
+        .align(&y, &z)
+        .submit()
+        .unwrap();
+    let after = rt.stats().since(&before);
+    assert_eq!(
+        after.partitions_reused, 1,
+        "the aligned class reuses y's key partition"
+    );
+    assert_eq!(
+        after.partitions_created, 0,
+        "no new partition for z: same tiling as y"
+    );
+    // And the answer is right.
+    let want: Vec<f64> = host
+        .spmv(&(0..36).map(|i| i as f64).collect::<Vec<_>>())
+        .iter()
+        .map(|v| 2.0 * v)
+        .collect();
+    assert_eq!(rt.read::<f64>(&z).unwrap(), want);
+    // A second SpMV with the same matrix finds every partition, images included.
+    let before = rt.stats();
+    sparse::spmv(&rt, &a, &x).unwrap();
+    assert_eq!(rt.stats().since(&before).partitions_created, 0);
+}
+
+/// Runs a gather over `image(pos -> crd)` and returns each point's (pos rows, crd bounds).
+fn image_bounds(rows: &[Vec<usize>], cols: usize, threads: usize) -> Vec<(Rect, Rect)> {
+    let rt = rt(threads);
+    let seen = Arc::new(Mutex::new(vec![]));
+    let s = seen.clone();
+    rt.register("rows", move |ctx| {
+        let (pos, crd) = (ctx.read::<PosRange>(1), ctx.read::<u64>(2));
+        // Touch every element the rows point at: out-of-bounds would fail the task.
+        let mut y = ctx.write::<f64>(0);
+        for i in pos.range() {
+            let r = pos.at(i);
+            y.set_at(i, (r.lo..r.hi).map(|k| crd.at(k as usize) as f64).sum());
+        }
+        s.lock()
+            .unwrap()
+            .push((ctx.linear_point(), ctx.rect(1), ctx.rect(2)));
+    })
+    .unwrap();
+    let m = HostCsr::from_rows(cols, rows);
+    let a = Csr::upload(&rt, &m).unwrap();
+    let y = rt.create(DType::F64, &[m.rows]).unwrap();
+    rt.task("rows")
+        .write(&y)
+        .read(&a.pos)
+        .read(&a.crd)
+        .align(&y, &a.pos)
+        .image(&a.pos, &a.crd)
+        .submit()
+        .unwrap();
+    let got = rt.read::<f64>(&y).unwrap();
+    let want: Vec<f64> = m
+        .pos
+        .iter()
+        .map(|r| (r.lo..r.hi).map(|k| m.crd[k as usize] as f64).sum())
+        .collect();
+    assert_eq!(got, want);
+    let mut v = seen.lock().unwrap().clone();
+    v.sort_by_key(|(p, _, _)| *p);
+    v.into_iter().map(|(_, a, b)| (a, b)).collect()
+}
+
+/// The image a point must get: exactly the positions its rows own.
+fn expected_image(rows: &[Vec<usize>], pos_rect: &Rect) -> (usize, usize) {
+    let start = |i: usize| rows[..i].iter().map(|r| r.len()).sum::<usize>();
+    let (lo, hi) = (pos_rect.lo()[0], pos_rect.hi()[0]);
+    if (lo..hi).all(|i| rows[i].is_empty()) {
+        (0, 0)
+    } else {
+        let first = (lo..hi).find(|&i| !rows[i].is_empty()).unwrap();
+        let last = (lo..hi).rev().find(|&i| !rows[i].is_empty()).unwrap();
+        (start(first), start(last) + rows[last].len())
+    }
+}
+
+#[test]
+fn images_follow_skewed_and_empty_rows() {
+    // One heavy row, runs of empty rows, an empty tail.
+    let mut rows: Vec<Vec<usize>> = vec![vec![]; 16];
+    rows[2] = (0..40).collect();
+    rows[3] = vec![1];
+    rows[9] = vec![0, 5, 7];
+    for threads in [1, 4] {
+        let b = image_bounds(&rows, 40, threads);
+        assert_eq!(b.len(), threads);
+        for (pos_rect, crd_rect) in &b {
+            let (lo, hi) = expected_image(&rows, pos_rect);
+            assert_eq!(
+                (crd_rect.lo()[0], crd_rect.hi()[0]),
+                (lo, hi),
+                "rows {pos_rect:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_all_empty_matrix_gives_empty_images() {
+    let rows: Vec<Vec<usize>> = vec![vec![]; 8];
+    for (_, crd) in image_bounds(&rows, 4, 4) {
+        assert!(crd.is_empty());
+    }
+}
+
+#[test]
+fn constraint_errors_name_the_task_and_store() {
+    let rt = rt(2);
+    rt.register("noop", |_| {}).unwrap();
+    let a = rt.create(DType::F64, &[4]).unwrap();
+    let b = rt.create(DType::F64, &[5]).unwrap();
+    let c = rt.create(DType::F64, &[4]).unwrap();
+    let e = rt
+        .task("noop")
+        .read(&a)
+        .write(&b)
+        .align(&a, &b)
+        .submit()
+        .unwrap_err();
+    assert!(
+        matches!(e, RuntimeError::AlignShapes { ref task, .. } if task == "noop"),
+        "{e}"
+    );
+    let e = rt.task("noop").read(&a).align(&a, &c).submit().unwrap_err();
+    assert_eq!(
+        e,
+        RuntimeError::NotAnArgument {
+            task: "noop".into(),
+            constraint: "align",
+            store: c.id()
+        }
+    );
+    let e = rt
+        .task("noop")
+        .read(&a)
+        .read(&b)
+        .image(&a, &b)
+        .submit()
+        .unwrap_err();
+    assert!(matches!(e, RuntimeError::ImageSource { .. }), "{e}");
+    let e = rt
+        .task("noop")
+        .read(&a)
+        .broadcast(&a, &[1])
+        .submit()
+        .unwrap_err();
+    assert!(
+        matches!(e, RuntimeError::BroadcastDim { dim: 1, .. }),
+        "{e}"
+    );
+    let e = rt.task("nope").read(&a).submit().unwrap_err();
+    assert_eq!(e, RuntimeError::UnknownTask("nope".into()));
+    let idx = rt.from_vec(&[2], vec![0u64, 9]).unwrap();
+    let e = rt
+        .task("noop")
+        .read(&idx)
+        .read(&a)
+        .image(&idx, &a)
+        .submit()
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            RuntimeError::ImageOutOfBounds {
+                value: 9,
+                extent: 4,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn racing_arguments_are_refused() {
+    let rt = rt(2);
+    rt.register("noop", |_| {}).unwrap();
+    let x = rt.create(DType::F64, &[10]).unwrap();
+    let (l, r) = (x.slice(0, 0..6).unwrap(), x.slice(0, 4..10).unwrap());
+    let e = rt
+        .task("noop")
+        .write(&l)
+        .read(&r)
+        .align(&l, &r)
+        .submit()
+        .unwrap_err();
+    assert!(matches!(e, RuntimeError::AliasedArguments { .. }), "{e}");
+    // Disjoint views of one store may be written and read by one task.
+    let (a, b) = (x.slice(0, 0..5).unwrap(), x.slice(0, 5..10).unwrap());
+    rt.task("noop")
+        .write(&a)
+        .read(&b)
+        .align(&a, &b)
+        .submit()
+        .unwrap();
+    // A replicated store written by several points would race.
+    let e = rt
+        .task("noop")
+        .write(&x)
+        .broadcast(&x, &[0])
+        .launch_domain(&[3])
+        .submit()
+        .unwrap_err();
+    assert!(matches!(e, RuntimeError::OverlappingWrites { .. }), "{e}");
+}
+
+#[test]
+fn launch_domain_follows_machine_and_minimum_piece() {
+    let seen = Arc::new(Mutex::new(0usize));
+    let rt = Runtime::builder().threads(4).min_piece_size(10).build();
+    let s = seen.clone();
+    rt.register("count", move |ctx| *s.lock().unwrap() = ctx.domain()[0])
+        .unwrap();
+    let tiny = rt.create(DType::F64, &[15]).unwrap();
+    rt.task("count").read(&tiny).submit().unwrap();
+    rt.fence().unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        2,
+        "15 elements with pieces of at least 10"
+    );
+    let big = rt.create(DType::F64, &[1000]).unwrap();
+    rt.task("count").read(&big).submit().unwrap();
+    rt.fence().unwrap();
+    assert_eq!(*seen.lock().unwrap(), 4, "one piece per thread");
+    rt.task("count")
+        .read(&big)
+        .launch_domain(&[7])
+        .submit()
+        .unwrap();
+    rt.fence().unwrap();
+    assert_eq!(*seen.lock().unwrap(), 7, "a fixed launch domain wins");
+}

@@ -1,0 +1,353 @@
+//! Random task streams run at 1, 2 and 8 threads must leave every store exactly as a sequential
+//! interpretation of the same stream does. Values are small integers in `f64`, so every sum is
+//! exact and any reordering bug shows as a difference, not as rounding.
+
+use proptest::prelude::*;
+use tessera_runtime::{DType, Future, PosRange, ReduceOp, Result, Runtime, Store, TaskLauncher};
+
+const STORES: usize = 4;
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// `d = a * s + t`
+    Axpy { d: usize, s: usize, t: usize, a: i8 },
+    /// `x = k * x + c` in place
+    Scale { x: usize, k: i8, c: i8 },
+    /// `d[1..n-1] = s[0..n-2] + s[1..n-1] + s[2..n]` (three aliasing views of `s`)
+    Stencil { d: usize, s: usize },
+    /// `d[i] = s[idx[i]]` through `image(idx -> s)`
+    Gather { d: usize, s: usize },
+    /// `d[i] = Σ s[pos[i]]` through `image(pos -> s)`
+    Segments { d: usize, s: usize },
+    /// `acc[i % m] += s[i]` with every point reducing into the whole (broadcast) `acc`
+    Histogram { s: usize },
+    /// `x += Σ s` with the sum passed as a future
+    AddSum { x: usize, s: usize },
+    /// the positive elements of `s` into a new unbound store
+    Filter { s: usize },
+    /// `x = c`
+    Fill { x: usize, c: i8 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let st = 0..STORES;
+    let sm = -2i8..=2;
+    prop_oneof![
+        (st.clone(), st.clone(), st.clone(), sm.clone()).prop_map(|(d, s, t, a)| Op::Axpy {
+            d,
+            s,
+            t,
+            a
+        }),
+        (st.clone(), sm.clone(), sm.clone()).prop_map(|(x, k, c)| Op::Scale { x, k, c }),
+        (st.clone(), st.clone()).prop_map(|(d, s)| Op::Stencil { d, s }),
+        (st.clone(), st.clone()).prop_map(|(d, s)| Op::Gather { d, s }),
+        (st.clone(), st.clone()).prop_map(|(d, s)| Op::Segments { d, s }),
+        st.clone().prop_map(|s| Op::Histogram { s }),
+        (st.clone(), st.clone()).prop_map(|(x, s)| Op::AddSum { x, s }),
+        st.clone().prop_map(|s| Op::Filter { s }),
+        (st, sm).prop_map(|(x, c)| Op::Fill { x, c }),
+    ]
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    n: usize,
+    init: Vec<Vec<f64>>,
+    idx: Vec<u64>,
+    pos: Vec<PosRange>,
+    ops: Vec<Op>,
+    min_piece: usize,
+    fixed: Option<usize>,
+}
+
+/// Rows of random length (some empty, some long) that tile a prefix of `[0, n)`.
+fn segments(n: usize, lens: &[usize]) -> Vec<PosRange> {
+    let mut at = 0u64;
+    lens.iter()
+        .take(n)
+        .map(|&l| {
+            let hi = (at + l as u64).min(n as u64);
+            let r = PosRange::new(at, hi);
+            at = hi;
+            r
+        })
+        .collect()
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (3usize..40).prop_flat_map(|n| {
+        (
+            proptest::collection::vec(proptest::collection::vec(-3i8..=3, n), STORES),
+            proptest::collection::vec(0..n as u64, n),
+            proptest::collection::vec(prop_oneof![Just(0usize), 0usize..3, 5usize..12], n),
+            proptest::collection::vec(op(), 1..14),
+            1usize..8,
+            proptest::option::of(1usize..6),
+        )
+            .prop_map(move |(init, idx, lens, ops, min_piece, fixed)| Case {
+                n,
+                init: init
+                    .into_iter()
+                    .map(|v| v.into_iter().map(f64::from).collect())
+                    .collect(),
+                idx,
+                pos: segments(n, &lens),
+                ops,
+                min_piece,
+                fixed,
+            })
+    })
+}
+
+const M: usize = 3; // histogram bins
+
+/// The stream run by plain loops: the reference.
+fn sequential(c: &Case) -> (Vec<Vec<f64>>, Vec<f64>, Vec<Vec<f64>>, Vec<f64>) {
+    let n = c.n;
+    let mut x = c.init.clone();
+    let mut acc = vec![0.0; M];
+    let mut filtered = vec![];
+    let mut sums = vec![];
+    for op in &c.ops {
+        match *op {
+            Op::Axpy { d, s, t, a } => {
+                if d != s && d != t {
+                    x[d] = (0..n).map(|i| a as f64 * x[s][i] + x[t][i]).collect();
+                }
+            }
+            Op::Scale { x: i, k, c } => x[i].iter_mut().for_each(|v| *v = k as f64 * *v + c as f64),
+            Op::Stencil { d, s } => {
+                if d != s {
+                    for i in 1..n - 1 {
+                        x[d][i] = x[s][i - 1] + x[s][i] + x[s][i + 1];
+                    }
+                }
+            }
+            Op::Gather { d, s } => {
+                if d != s {
+                    x[d] = c.idx.iter().map(|&j| x[s][j as usize]).collect();
+                }
+            }
+            Op::Segments { d, s } => {
+                if d != s {
+                    for (i, r) in c.pos.iter().enumerate() {
+                        x[d][i] = (r.lo..r.hi).map(|k| x[s][k as usize]).sum();
+                    }
+                }
+            }
+            Op::Histogram { s } => (0..n).for_each(|i| acc[i % M] += x[s][i]),
+            Op::AddSum { x: i, s } => {
+                let sum: f64 = x[s].iter().sum();
+                sums.push(sum);
+                x[i].iter_mut().for_each(|v| *v += sum);
+            }
+            Op::Filter { s } => filtered.push(x[s].iter().copied().filter(|&v| v > 0.0).collect()),
+            Op::Fill { x: i, c } => x[i].iter_mut().for_each(|v| *v = c as f64),
+        }
+    }
+    (x, acc, filtered, sums)
+}
+
+fn register(rt: &Runtime) -> Result<()> {
+    rt.register("axpy", |ctx| {
+        let a = ctx.scalar(0).as_f64();
+        let (s, t) = (ctx.read::<f64>(1), ctx.read::<f64>(2));
+        let mut d = ctx.write::<f64>(0);
+        for i in d.range() {
+            d.set_at(i, a * s.at(i) + t.at(i));
+        }
+    })?;
+    rt.register("scale", |ctx| {
+        let (k, c) = (ctx.scalar(0).as_f64(), ctx.scalar(1).as_f64());
+        let mut x = ctx.write::<f64>(0);
+        x.as_mut_slice().iter_mut().for_each(|v| *v = k * *v + c);
+    })?;
+    rt.register("stencil", |ctx| {
+        let mut d = ctx.write::<f64>(0);
+        let (l, c, r) = (ctx.read::<f64>(1), ctx.read::<f64>(2), ctx.read::<f64>(3));
+        for i in d.range() {
+            d.set_at(i, l.at(i) + c.at(i) + r.at(i));
+        }
+    })?;
+    rt.register("gather", |ctx| {
+        let mut d = ctx.write::<f64>(0);
+        let (idx, s) = (ctx.read::<u64>(1), ctx.read::<f64>(2));
+        for i in d.range() {
+            d.set_at(i, s.at(idx.at(i) as usize));
+        }
+    })?;
+    rt.register("segments", |ctx| {
+        let mut d = ctx.write::<f64>(0);
+        let (pos, s) = (ctx.read::<PosRange>(1), ctx.read::<f64>(2));
+        for i in d.range() {
+            let r = pos.at(i);
+            d.set_at(i, (r.lo..r.hi).map(|k| s.at(k as usize)).sum());
+        }
+    })?;
+    rt.register("histogram", |ctx| {
+        let s = ctx.read::<f64>(0);
+        let mut acc = ctx.reduce::<f64>(1);
+        for i in s.range() {
+            acc.reduce_at(i % M, s.at(i));
+        }
+    })?;
+    rt.register("sum", |ctx| {
+        ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
+    })?;
+    rt.register("add_future", |ctx| {
+        let v = ctx.scalar(0).as_f64();
+        ctx.write::<f64>(0)
+            .as_mut_slice()
+            .iter_mut()
+            .for_each(|x| *x += v);
+    })?;
+    rt.register("filter", |ctx| {
+        let s = ctx.read::<f64>(0);
+        ctx.emit(
+            1,
+            s.as_slice()
+                .iter()
+                .copied()
+                .filter(|&v| v > 0.0)
+                .collect::<Vec<f64>>(),
+        );
+    })
+}
+
+/// Fixes the launch domain when the case asks for one.
+fn fix<'a>(c: &Case, t: TaskLauncher<'a>) -> TaskLauncher<'a> {
+    match c.fixed {
+        Some(d) => t.launch_domain(&[d]),
+        None => t,
+    }
+}
+
+/// The stream issued to a runtime with `threads` workers.
+fn parallel(
+    case: &Case,
+    threads: usize,
+) -> Result<(Vec<Vec<f64>>, Vec<f64>, Vec<Vec<f64>>, Vec<f64>)> {
+    let rt = Runtime::builder()
+        .threads(threads)
+        .min_piece_size(case.min_piece)
+        .build();
+    register(&rt)?;
+    let n = case.n;
+    let x: Vec<Store> = case
+        .init
+        .iter()
+        .map(|v| rt.from_vec(&[n], v.clone()))
+        .collect::<Result<_>>()?;
+    let idx = rt.from_vec(&[n], case.idx.clone())?;
+    let pos = rt.from_vec(&[n], case.pos.clone())?;
+    let acc = rt.create(DType::F64, &[M])?;
+    let mut filtered = vec![];
+    let mut sums: Vec<Future> = vec![];
+    for op in &case.ops {
+        match *op {
+            Op::Axpy { d, s, t, a } if d != s && d != t => fix(
+                case,
+                rt.task("axpy")
+                    .write(&x[d])
+                    .read(&x[s])
+                    .read(&x[t])
+                    .scalar(a as f64)
+                    .align(&x[d], &x[s])
+                    .align(&x[d], &x[t]),
+            )
+            .submit()?,
+            Op::Scale { x: i, k, c } => fix(
+                case,
+                rt.task("scale")
+                    .read_write(&x[i])
+                    .scalar(k as f64)
+                    .scalar(c as f64),
+            )
+            .submit()?,
+            Op::Stencil { d, s } if d != s => {
+                let out = x[d].slice(0, 1..n - 1)?;
+                let (l, m, r) = (
+                    x[s].slice(0, 0..n - 2)?,
+                    x[s].slice(0, 1..n - 1)?,
+                    x[s].slice(0, 2..n)?,
+                );
+                fix(
+                    case,
+                    rt.task("stencil")
+                        .write(&out)
+                        .read(&l)
+                        .read(&m)
+                        .read(&r)
+                        .align(&out, &l)
+                        .align(&out, &m)
+                        .align(&out, &r),
+                )
+                .submit()?
+            }
+            Op::Gather { d, s } if d != s => fix(
+                case,
+                rt.task("gather")
+                    .write(&x[d])
+                    .read(&idx)
+                    .read(&x[s])
+                    .align(&x[d], &idx)
+                    .image(&idx, &x[s]),
+            )
+            .submit()?,
+            Op::Segments { d, s } if d != s => fix(
+                case,
+                rt.task("segments")
+                    .write(&x[d])
+                    .read(&pos)
+                    .read(&x[s])
+                    .align(&x[d], &pos)
+                    .image(&pos, &x[s]),
+            )
+            .submit()?,
+            Op::Histogram { s } => fix(
+                case,
+                rt.task("histogram")
+                    .read(&x[s])
+                    .reduce(&acc, ReduceOp::Sum)
+                    .broadcast(&acc, &[0]),
+            )
+            .submit()?,
+            Op::AddSum { x: i, s } => {
+                let f = fix(case, rt.task("sum").read(&x[s])).submit_reduce(ReduceOp::Sum)?;
+                fix(case, rt.task("add_future").read_write(&x[i]).future(&f)).submit()?;
+                sums.push(f);
+            }
+            Op::Filter { s } => {
+                let out = rt.create_unbound(DType::F64);
+                fix(case, rt.task("filter").read(&x[s]).write_unbound(&out)).submit()?;
+                filtered.push(out);
+            }
+            Op::Fill { x: i, c } => rt.fill(&x[i], c as f64)?,
+            _ => {}
+        }
+    }
+    let xs = x.iter().map(|s| rt.read::<f64>(s)).collect::<Result<_>>()?;
+    let fs = filtered
+        .iter()
+        .map(|s| rt.read::<f64>(s))
+        .collect::<Result<_>>()?;
+    let ss = sums
+        .iter()
+        .map(|f| f.get().map(|v| v.as_f64()))
+        .collect::<Result<_>>()?;
+    Ok((xs, rt.read::<f64>(&acc)?, fs, ss))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_streams_match_sequential_interpretation(c in case()) {
+        let want = sequential(&c);
+        for threads in [1, 2, 8] {
+            let got = parallel(&c, threads).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(&got, &want, "threads = {}", threads);
+        }
+    }
+}
