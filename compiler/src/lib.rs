@@ -7,4 +7,5 @@ pub mod oracle;
 pub mod ir;
 pub mod lower;
 pub mod interp;
+pub mod codegen;
 pub mod bind;

@@ -101,11 +101,21 @@ impl Case {
 
     /// `expr` with random formats for every tensor, random dimensions and densities.
     pub fn random(expr: &str, rng: &mut Rng) -> Case {
+        Case::random_opts(expr, rng, false)
+    }
+
+    /// As [`Case::random`]; with `dense_output` the output keeps a dense format (in a random
+    /// mode order).
+    pub fn random_opts(expr: &str, rng: &mut Rng, dense_output: bool) -> Case {
         let plain = Case::parse(expr);
         let mut source = expr.to_string();
         for t in &plain.tensors {
             if t.rank > 0 {
-                source.push_str(&format!("; {}: {}", t.name, random_format(t.rank, rng)));
+                let mut f = random_format(t.rank, rng);
+                if dense_output && t.is_output {
+                    f = Format::new(vec![LevelType::Dense; t.rank], f.mode_order().to_vec()).unwrap();
+                }
+                source.push_str(&format!("; {}: {}", t.name, f));
             }
         }
         let max = match plain.vars.len() {

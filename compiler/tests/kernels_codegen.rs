@@ -1,0 +1,184 @@
+//! The generated Rust is right: one crate holding `codegen::emit` output for the whole
+//! catalogue over several random formats (u32/u64 coordinates, f32/f64 values, some
+//! `parallelize`d), built ONCE with cargo (offline, against this workspace's Cargo.lock and
+//! tessera-formats) and run against the oracle's results embedded in it.
+
+#[path = "kernels_support/mod.rs"]
+mod common;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{catalogue, Case, Rng};
+use proc_macro2::Ident;
+use quote::format_ident;
+use tessera_compiler::codegen;
+
+/// One kernel instance to check in the generated crate.
+struct Instance {
+    case: Case,
+    kernel_fn: Ident,
+    value: &'static str,
+    index: &'static str,
+    threads: usize,
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Exact `f64` literals (the oracle's values, NaN and infinities included).
+fn lit(v: f64) -> String {
+    format!("f64::from_bits({:#x})", v.to_bits())
+}
+
+fn instances() -> Vec<Instance> {
+    let mut out = Vec::new();
+    let types = [("f64", "u32"), ("f64", "u64"), ("f32", "u32"), ("f32", "u64")];
+    for (e, expr) in catalogue().into_iter().enumerate() {
+        let mut found = 0;
+        for attempt in 0..60u64 {
+            if found == 3 {
+                break;
+            }
+            let mut rng = Rng(e as u64 * 1000 + attempt);
+            // A third of the instances run their outer loop over two threads.
+            let parallel = found == 2 && !expr.starts_with("a ");
+            let src = if parallel {
+                let first = expr.split('(').nth(1).and_then(|s| s.split([',', ')']).next()).unwrap();
+                format!("{expr}; parallelize({first})")
+            } else {
+                expr.to_string()
+            };
+            let case = Case::random_opts(&src, &mut rng, parallel);
+            let Ok(_) = case.lower() else { continue };
+            let n = out.len();
+            let (value, index) = types[n % types.len()];
+            out.push(Instance {
+                case,
+                kernel_fn: format_ident!("k{}", n),
+                value,
+                index,
+                threads: if parallel { 2 } else { 1 },
+            });
+            found += 1;
+        }
+        assert!(found > 0, "no random formats lowered for `{expr}`");
+    }
+    out
+}
+
+/// The `main` that builds each instance's inputs, runs its kernel and compares with the oracle.
+fn main_rs(instances: &[Instance]) -> String {
+    let mut s = String::from("use tessera_formats::{Format, Tensor, Value};\n\n");
+    s.push_str(
+        "fn close(got: &[f64], want: &[f64]) -> bool {\n\
+         got.len() == want.len() && got.iter().zip(want).all(|(g, w)| (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= 1e-4 * (1.0 + w.abs()))\n}\n\n",
+    );
+    s.push_str("fn main() {\n    let mut failures = 0usize;\n");
+    for (n, inst) in instances.iter().enumerate() {
+        let (v, i) = (inst.value, inst.index);
+        let c = &inst.case;
+        let _ = writeln!(s, "    {{ // {}", c.describe().replace('\n', " "));
+        let mut names = Vec::new();
+        for t in c.checked.inputs() {
+            let d = &c.data[&t.name];
+            let entries: Vec<String> = common::dense_entries::<f64>(d)
+                .into_iter()
+                .map(|(co, x)| format!("({co:?}.to_vec(), <{v}>::from_f64({}))", lit(x)))
+                .collect();
+            let var = format!("in_{}", t.name);
+            let _ = writeln!(
+                s,
+                "        let {var} = Tensor::<{v}, {i}>::from_entries(vec!{:?}, Format::parse({:?}, {}).unwrap(), vec![{}]).unwrap();",
+                d.dims,
+                t.format.to_string(),
+                t.rank,
+                entries.join(", ")
+            );
+            names.push(format!("&{var}"));
+        }
+        let want: Vec<String> = c.oracle().into_iter().map(lit).collect();
+        let _ = writeln!(
+            s,
+            "        let pool = rayon::ThreadPoolBuilder::new().num_threads({}).build().unwrap();\n\
+             \x20       let out = pool.install(|| kernels::{}::<{v}, {i}>(&[{}], &{:?}));\n\
+             \x20       let got: Vec<f64> = out.to_dense().iter().map(|x| x.to_f64()).collect();\n\
+             \x20       if out.format() != &Format::parse({:?}, {}).unwrap() || !close(&got, &[{}]) {{\n\
+             \x20           failures += 1;\n\
+             \x20           eprintln!(\"case {n} FAILED: {}\\n got {{got:?}}\");\n\
+             \x20       }}\n    }}",
+            inst.threads,
+            inst.kernel_fn,
+            names.join(", "),
+            c.out_dims(),
+            c.format_of(&c.output_name()).to_string(),
+            c.format_of(&c.output_name()).rank(),
+            want.join(", "),
+            c.describe().replace('"', "'").replace('{', "{{").replace('}', "}}"),
+        );
+    }
+    let _ = writeln!(s, "    println!(\"checked {} kernels, {{failures}} failed\");", instances.len());
+    s.push_str("    if failures > 0 { std::process::exit(1); }\n}\n");
+    s
+}
+
+#[test]
+fn generated_kernels_match_the_oracle() {
+    let instances = instances();
+    let mut kernels = String::new();
+    for inst in &instances {
+        let k = inst.case.lower().unwrap();
+        kernels.push_str(&codegen::pretty(&codegen::emit_named(&k, &inst.kernel_fn)));
+        kernels.push('\n');
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let dir = target.join("tessera-codegen-check");
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    let root = workspace_root();
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"tessera-codegen-check\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n\
+             [dependencies]\ntessera-formats = {{ path = {:?} }}\nrayon = \"1.12\"\n\n[workspace]\n",
+            root.join("formats")
+        ),
+    )
+    .unwrap();
+    std::fs::copy(root.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+    std::fs::write(dir.join("src/kernels.rs"), &kernels).unwrap();
+    std::fs::write(dir.join("src/main.rs"), format!("mod kernels;\n{}", main_rs(&instances))).unwrap();
+
+    let build = Command::new(env!("CARGO"))
+        .args(["run", "--offline", "--quiet", "--manifest-path"])
+        .arg(dir.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", target.join("tessera-codegen-check-target"))
+        .output()
+        .expect("cargo runs");
+    let stdout = String::from_utf8_lossy(&build.stdout);
+    let stderr = String::from_utf8_lossy(&build.stderr);
+    assert!(
+        build.status.success(),
+        "generated crate failed ({}):\n{stdout}\n{stderr}",
+        dir.display()
+    );
+    assert!(stdout.contains(&format!("checked {} kernels, 0 failed", instances.len())), "{stdout}");
+}
+
+/// `emit` produces exactly one public function named `kernel`, generic over value and index.
+#[test]
+fn emit_is_one_generic_function() {
+    let case = Case::fixed("y(i) = A(i,j) * x(j)", &[("A", "csr")], &[], 0);
+    let tokens = codegen::emit(&case.lower().unwrap());
+    let file: syn::File = syn::parse2(tokens.clone()).unwrap();
+    assert_eq!(file.items.len(), 1);
+    let syn::Item::Fn(f) = &file.items[0] else { panic!("not a function") };
+    assert_eq!(f.sig.ident, "kernel");
+    assert_eq!(f.sig.generics.params.len(), 2);
+    let text = codegen::pretty(&tokens);
+    assert!(text.contains("pub fn kernel<V: ::tessera_formats::Value, I: ::tessera_formats::Index>"), "{text}");
+    assert!(!text.contains("unsafe"), "{text}");
+}
