@@ -49,3 +49,5 @@ pub use stats::Stats;
 pub use store::Store;
 pub use task::{Privilege, TaskLauncher};
 
+pub mod io;
+pub mod transport;

@@ -12,12 +12,14 @@
 
 mod assemble;
 mod codec;
+mod files;
 mod load;
 pub mod split;
 mod store;
 mod tournament;
 mod walk;
 
+pub use files::{merge_dir, split_file, Summary};
 pub use load::{load_blocks, Block};
 pub use split::{BlockGrid, BlockRange, ModeSplit, SplitSpec};
 pub use store::{merge_blocks, store_to_root, Merged};
@@ -56,6 +58,8 @@ pub enum IoError {
     IndexOverflow { value: u64, bits: u32 },
     #[error("invalid assembled tensor: {0}")]
     Tensor(#[from] tessera_formats::TensorError),
+    #[error("{0}")]
+    File(String),
     #[error("{0}")]
     Local(String),
     #[error(transparent)]

@@ -334,3 +334,204 @@ fn blocks_of_different_tensors_fail_on_every_rank() {
         );
     }
 }
+
+mod files {
+    use super::*;
+    use tessera_formats::tcs::{write_tensor, TcsFile};
+
+    fn split_merge(
+        t: &T,
+        spec: &SplitSpec,
+        split_ranks: usize,
+        merge_ranks: usize,
+    ) -> (T, Summary) {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.tcs");
+        write_tensor(&input, t, None).unwrap();
+        let blocks = dir.path().join("blocks");
+        let out = run_ranks(split_ranks, |c| {
+            split_file(c, &input, spec, &blocks, &NoProgress)
+        });
+        let split = out[0].clone().expect("split succeeds");
+        assert!(
+            out.iter().all(|r| r.as_ref() == Ok(&split)),
+            "every rank reports the same"
+        );
+        let output = dir.path().join("out.tcs");
+        let out = run_ranks(merge_ranks, |c| merge_dir(c, &blocks, &output, &NoProgress));
+        let merged = out[0].clone().expect("merge succeeds");
+        assert_eq!(merged.blocks, split.blocks);
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n.to_string_lossy().starts_with('.'))
+            .collect();
+        assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+        (TcsFile::open(&output).unwrap().to_tensor().unwrap(), split)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        /// split → block files → merge gives back the input file's tensor, whatever the rank
+        /// counts of the two steps.
+        #[test]
+        fn files_split_then_merge_is_the_identity((t, spec, ranks) in case(), merge_ranks in 1usize..5) {
+            let grid = spec.grid(t.dims()).unwrap();
+            let (back, split) = split_merge(&t, &spec, ranks, merge_ranks);
+            prop_assert_eq!(split.blocks, grid.block_count().unwrap());
+            prop_assert_eq!(back, t);
+        }
+    }
+
+    #[test]
+    fn block_files_carry_their_split_metadata() {
+        let t = T::from_entries(
+            vec![6, 8],
+            Format::parse("csr", 2).unwrap(),
+            (0..6).map(|i| (vec![i, i + 1], i as f64)),
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("m.tcs");
+        write_tensor(&input, &t, None).unwrap();
+        let spec = SplitSpec::parse_points("0:4,1:2/5").unwrap();
+        run_ranks(2, |c| {
+            split_file(c, &input, &spec, &dir.path().join("b"), &NoProgress)
+        })
+        .into_iter()
+        .for_each(|r| {
+            r.unwrap();
+        });
+        let b = TcsFile::open(&dir.path().join("b/block-1-2.tcs")).unwrap();
+        let h = b.header();
+        assert!(h.is_block);
+        assert_eq!(
+            (
+                h.modes[0].split_lo,
+                h.modes[0].split_hi,
+                h.modes[0].split_index,
+                h.modes[0].split_count
+            ),
+            (4, 6, 1, 2)
+        );
+        assert_eq!(
+            (
+                h.modes[1].split_lo,
+                h.modes[1].split_hi,
+                h.modes[1].split_index,
+                h.modes[1].split_count
+            ),
+            (5, 8, 2, 3)
+        );
+        // Rows 4 and 5 hold (4,5) and (5,6): both in columns [5, 8). Dense rows start at 4.
+        assert_eq!(h.levels[0].offset, 4);
+        let got: Vec<_> = b.to_tensor::<f64, u32>().unwrap().entries().collect();
+        assert_eq!(got, vec![(vec![4, 5], 4.0), (vec![5, 6], 5.0)]);
+    }
+
+    #[test]
+    fn a_missing_input_fails_on_every_rank() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.tcs");
+        let spec = SplitSpec::parse_blocks("0:2").unwrap();
+        for r in run_ranks(3, |c| {
+            split_file(c, &missing, &spec, &dir.path().join("b"), &NoProgress)
+        }) {
+            let msg = r.expect_err("missing file").to_string();
+            assert!(msg.contains("nope.tcs"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn a_corrupt_block_fails_every_rank_and_leaves_no_output() {
+        let t = T::from_entries(
+            vec![9, 9],
+            Format::parse("dcsr", 2).unwrap(),
+            (0..9).map(|i| (vec![i, (i * 4) % 9], 1.0 + i as f64)),
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("m.tcs");
+        write_tensor(&input, &t, None).unwrap();
+        let blocks = dir.path().join("b");
+        let spec = SplitSpec::parse_blocks("0:3").unwrap();
+        run_ranks(2, |c| split_file(c, &input, &spec, &blocks, &NoProgress))
+            .into_iter()
+            .for_each(|r| {
+                r.unwrap();
+            });
+        // Flip one byte of the last block's data: its checksum no longer matches.
+        let victim = blocks.join("block-2-0.tcs");
+        let mut bytes = std::fs::read(&victim).unwrap();
+        let at = bytes.len() - 3;
+        bytes[at] ^= 0x40;
+        std::fs::write(&victim, bytes).unwrap();
+        let output = dir.path().join("out.tcs");
+        let out = run_ranks(3, |c| merge_dir(c, &blocks, &output, &NoProgress));
+        for r in out {
+            let msg = r.expect_err("corrupt block").to_string();
+            assert!(msg.contains("block-2-0.tcs"), "{msg}");
+        }
+        assert!(!output.exists());
+        assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with('.')));
+    }
+
+    #[test]
+    fn splitting_into_a_directory_with_blocks_is_refused() {
+        let t = T::from_entries(vec![4], Format::parse("s", 1).unwrap(), [(vec![1], 2.0)]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("v.tcs");
+        write_tensor(&input, &t, None).unwrap();
+        let spec = SplitSpec::parse_blocks("0:2").unwrap();
+        let blocks = dir.path().join("b");
+        assert!(
+            run_ranks(2, |c| split_file(c, &input, &spec, &blocks, &NoProgress))
+                .iter()
+                .all(|r| r.is_ok())
+        );
+        for r in run_ranks(2, |c| split_file(c, &input, &spec, &blocks, &NoProgress)) {
+            assert!(r
+                .expect_err("refused")
+                .to_string()
+                .contains("already holds"));
+        }
+    }
+
+    #[test]
+    fn f32_values_and_u64_coordinates_round_trip() {
+        let t = Tensor::<f32, u64>::from_entries(
+            vec![5, 7, 3],
+            Format::parse("sds:2,0,1", 3).unwrap(),
+            (0..20usize).map(|e| (vec![e % 5, (e * 3) % 7, e % 3], e as f32 * 0.25)),
+        )
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("t.tcs");
+        write_tensor(&input, &t, None).unwrap();
+        let blocks = dir.path().join("b");
+        let spec = SplitSpec::parse_blocks("0:2,1:3,2:2").unwrap();
+        assert!(
+            run_ranks(3, |c| split_file(c, &input, &spec, &blocks, &NoProgress))
+                .iter()
+                .all(|r| r.is_ok())
+        );
+        let output = dir.path().join("o.tcs");
+        assert!(
+            run_ranks(2, |c| merge_dir(c, &blocks, &output, &NoProgress))
+                .iter()
+                .all(|r| r.is_ok())
+        );
+        assert_eq!(
+            TcsFile::open(&output)
+                .unwrap()
+                .to_tensor::<f32, u64>()
+                .unwrap(),
+            t
+        );
+    }
+}
