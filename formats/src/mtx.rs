@@ -112,7 +112,7 @@ impl MtxReader {
         }
         let declared = match (layout, symmetry) {
             (Layout::Coordinate, _) => nums[2],
-            (Layout::Array, Symmetry::General) => rows.checked_mul(cols).unwrap_or(u64::MAX),
+            (Layout::Array, Symmetry::General) => rows.saturating_mul(cols),
             (Layout::Array, Symmetry::Symmetric) => rows * (rows + 1) / 2,
             (Layout::Array, Symmetry::Skew) => rows * rows.saturating_sub(1) / 2,
         };
@@ -244,25 +244,28 @@ fn parse_banner(line: &[u8]) -> Result<(Layout, Field, Symmetry), (u64, String)>
         "real" | "double" => Field::Real,
         "integer" => Field::Integer,
         "pattern" if layout == Layout::Coordinate => Field::Pattern,
-        other => return Err((
-            f[3].0,
-            format!(
+        other => {
+            return Err((
+                f[3].0,
+                format!(
                 "unsupported field `{other}`; expected real, integer or pattern (coordinate only)"
             ),
-        )),
+            ))
+        }
     };
-    let symmetry =
-        match f[4].1.as_str() {
-            "general" => Symmetry::General,
-            "symmetric" => Symmetry::Symmetric,
-            "skew-symmetric" => Symmetry::Skew,
-            other => return Err((
+    let symmetry = match f[4].1.as_str() {
+        "general" => Symmetry::General,
+        "symmetric" => Symmetry::Symmetric,
+        "skew-symmetric" => Symmetry::Skew,
+        other => {
+            return Err((
                 f[4].0,
                 format!(
                     "unsupported symmetry `{other}`; expected general, symmetric or skew-symmetric"
                 ),
-            )),
-        };
+            ))
+        }
+    };
     Ok((layout, field, symmetry))
 }
 

@@ -1,6 +1,8 @@
 //! FROSTT `.tns` files: one entry per line, 1-based coordinates then the value, separated by
 //! spaces or tabs; `#` comments and blank lines are skipped. A file whose lines hold a single
-//! number is a rank-0 tensor (a scalar).
+//! number is a rank-0 tensor (a scalar). A comment `# dims D1 D2 …` before the first entry
+//! declares the dimensions (Tessera writes one): entries are then checked against them, and a
+//! tensor without nonzeros or with empty trailing slices keeps its shape.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -19,6 +21,8 @@ pub struct TnsReader {
     total: u64,
     /// The first entry, parsed while opening to learn the rank.
     first: Option<(Vec<u64>, f64, u64)>,
+    /// Dimensions from a `# dims` comment.
+    dims: Option<Vec<u64>>,
     line: u64,
 }
 
@@ -33,36 +37,81 @@ impl TnsReader {
             rank: 0,
             total,
             first: None,
+            dims: None,
             line: 0,
         };
         let path = r.path.clone();
-        let (line_no, line) = loop {
-            match r.lines.next_line().map_err(|e| Error::io(&path, e))? {
-                None => {
-                    let line = r.lines.line_no() + 1;
-                    return Err(Error::Syntax {
-                        path,
-                        line,
-                        column: 1,
-                        kind: SyntaxError::Empty,
-                    });
-                }
-                Some((n, l)) if is_entry(l) => break (n, l),
-                Some(_) => {}
-            }
-        };
-        let rank = fields(line).count() - 1;
-        let mut coords = vec![0; rank];
-        let v = parse_entry(line, &mut coords).map_err(|(column, kind)| Error::Syntax {
+        let syntax = |line, (column, kind)| Error::Syntax {
             path: path.clone(),
-            line: line_no,
+            line,
             column,
             kind,
-        })?;
+        };
+        let (line_no, line) = loop {
+            match r.lines.next_line().map_err(|e| Error::io(&path, e))? {
+                None if r.dims.is_some() => {
+                    r.rank = r.dims.as_ref().map_or(0, Vec::len);
+                    return Ok(r);
+                }
+                None => {
+                    let line = r.lines.line_no() + 1;
+                    return Err(syntax(line, (1, SyntaxError::Empty)));
+                }
+                Some((n, l)) if is_entry(l) => break (n, l),
+                Some((n, l)) => {
+                    if r.dims.is_none() {
+                        r.dims = parse_dims_comment(l).map_err(|e| syntax(n, e))?;
+                    }
+                }
+            }
+        };
+        let rank = r.dims.as_ref().map_or(fields(line).count() - 1, Vec::len);
+        let mut coords = vec![0; rank];
+        let v = parse_entry(line, &mut coords)
+            .and_then(|v| check_bounds(line, &coords, r.dims.as_deref()).map(|_| v))
+            .map_err(|e| syntax(line_no, e))?;
         r.rank = rank;
         r.first = Some((coords, v, line_no));
         Ok(r)
     }
+}
+
+/// `# dims 3 4 5` declares the dimensions; other comments are ignored.
+fn parse_dims_comment(line: &[u8]) -> Result<Option<Vec<u64>>, (u64, SyntaxError)> {
+    let mut it = fields(line);
+    let rest: Vec<(u64, &[u8])> = match (it.next().map(|f| f.1), it.next().map(|f| f.1)) {
+        (Some(b"#"), Some(b"dims")) => it.collect(),
+        _ => return Ok(None),
+    };
+    let bad = |col, f: &[u8]| {
+        let msg = format!("`# dims` needs dimensions as integers, found `{}`", show(f));
+        (col, SyntaxError::Header(msg))
+    };
+    rest.iter()
+        .map(|&(col, f)| parse_u64(f).ok_or_else(|| bad(col, f)))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+/// Entries must lie inside declared dimensions.
+fn check_bounds(
+    line: &[u8],
+    coords: &[u64],
+    dims: Option<&[u64]>,
+) -> Result<(), (u64, SyntaxError)> {
+    let Some(dims) = dims else { return Ok(()) };
+    for ((&c, &d), (col, _)) in coords.iter().zip(dims).zip(fields(line)) {
+        if c >= d {
+            return Err((
+                col,
+                SyntaxError::OutOfBounds {
+                    coord: c + 1,
+                    dim: d,
+                },
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn is_entry(line: &[u8]) -> bool {
@@ -131,7 +180,7 @@ impl EntryReader for TnsReader {
         self.rank
     }
     fn declared_dims(&self) -> Option<Vec<u64>> {
-        None
+        self.dims.clone()
     }
     fn next_entry(&mut self, coords: &mut [u64]) -> Result<Option<f64>> {
         if let Some((c, v, line)) = self.first.take() {
@@ -148,7 +197,10 @@ impl EntryReader for TnsReader {
             if !is_entry(line) {
                 continue;
             }
-            return match parse_entry(line, coords) {
+            let dims = self.dims.as_deref();
+            return match parse_entry(line, coords)
+                .and_then(|v| check_bounds(line, coords, dims).map(|_| v))
+            {
                 Ok(v) => {
                     self.line = line_no;
                     Ok(Some(v))

@@ -1,7 +1,9 @@
 use super::*;
 use crate::error::SyntaxError;
 
-fn read_all(text: &str) -> Result<(usize, Vec<(Vec<u64>, f64)>)> {
+type Read = (usize, Vec<(Vec<u64>, f64)>);
+
+fn read_all(text: &str) -> Result<Read> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.tns");
     std::fs::write(&path, text).unwrap();
@@ -93,4 +95,26 @@ fn writer_output_reads_back_and_is_atomic() {
     let other = dir.path().join("x.tns");
     drop(TnsWriter::create(&other).unwrap());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+#[test]
+fn a_dims_comment_declares_the_shape_and_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.tns");
+    std::fs::write(&path, "# dims 3 4\n").unwrap();
+    let mut r = TnsReader::open(&path).unwrap();
+    assert_eq!((r.rank(), r.declared_dims()), (2, Some(vec![3, 4])));
+    assert_eq!(r.next_entry(&mut [0, 0]).unwrap(), None);
+    assert!(matches!(
+        syntax_at("# dims 3 4\n1 1 1\n1 5 1\n"),
+        (3, 3, SyntaxError::OutOfBounds { coord: 5, dim: 4 })
+    ));
+    assert!(matches!(
+        syntax_at("# dims 3 x\n"),
+        (1, 10, SyntaxError::Header(_))
+    ));
+    assert!(matches!(
+        syntax_at("# dims 3 4\n1 1 1 1\n"),
+        (1.., _, SyntaxError::FieldCount { .. })
+    ));
 }

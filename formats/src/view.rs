@@ -194,20 +194,38 @@ impl<'a, V: Value, I: Index> TensorView<'a, V, I> {
     /// Calls `f(level-order coordinates, value)` for every visible stored entry, in storage
     /// order, without allocating per entry.
     pub fn for_each_level_entry(&self, mut f: impl FnMut(&[usize], V)) {
-        let mut coords = vec![0; self.levels.len()];
-        self.walk(0, 0, &mut coords, &mut f);
+        let r: Result<(), std::convert::Infallible> = self.try_for_each_level_entry(|c, v| {
+            f(c, v);
+            Ok(())
+        });
+        let Ok(()) = r;
     }
 
-    fn walk(&self, k: usize, parent: usize, coords: &mut [usize], f: &mut impl FnMut(&[usize], V)) {
+    /// Like [`for_each_level_entry`](Self::for_each_level_entry), stopping at the first error.
+    pub fn try_for_each_level_entry<E>(
+        &self,
+        mut f: impl FnMut(&[usize], V) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut coords = vec![0; self.levels.len()];
+        self.walk(0, 0, &mut coords, &mut f)
+    }
+
+    fn walk<E>(
+        &self,
+        k: usize,
+        parent: usize,
+        coords: &mut [usize],
+        f: &mut impl FnMut(&[usize], V) -> Result<(), E>,
+    ) -> Result<(), E> {
         if k == self.levels.len() {
-            f(coords, self.vals[parent]);
-            return;
+            return f(coords, self.vals[parent]);
         }
         let level = self.levels[k];
         for child in level.children(parent) {
             coords[k] = level.coord(parent, child);
-            self.walk(k + 1, child, coords, f);
+            self.walk(k + 1, child, coords, f)?;
         }
+        Ok(())
     }
 
     /// Row-major dense array over `dims` holding the visible entries.

@@ -1,0 +1,287 @@
+//! Streaming conversion between `.tns`/`.mtx` and `.tcs` with bounded memory.
+//!
+//! Text → `.tcs` (SuperTaco §4.3): pass one ([`scan`]) reads the input once to find the
+//! dimensions, check whether the entries already come in the target storage order, and count
+//! the coordinates of every level; pass two ([`build`]) reads it again and streams `pos`/`crd`/
+//! `vals` into the output at offsets computed from those counts. Input that is not sorted goes
+//! through an external merge sort ([`runs`]) first: sorted runs in temporary files within the
+//! memory budget, merged k ways (in several rounds if there are more runs than buffers), and the
+//! merged stream takes the place of the input in both passes. Output goes to a temporary file
+//! renamed into place only when complete.
+
+mod back;
+mod build;
+mod runs;
+mod scan;
+
+use std::path::Path;
+
+pub use back::tcs_to_text;
+
+use crate::error::{Error, Result};
+use crate::format::Format;
+use crate::text::{open_text, FileKind};
+use crate::value::ValueType;
+
+/// What to do with entries that repeat coordinates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Duplicates {
+    /// Add their values.
+    #[default]
+    Sum,
+    /// Reject the input.
+    Error,
+}
+
+/// Reports progress of long work (the CLI draws bars; libraries pass [`NoProgress`]).
+pub trait Progress {
+    /// A new stage begins; `total` is in the stage's unit (bytes or entries), 0 if unknown.
+    fn stage(&self, name: &str, total: u64);
+    /// Work done so far in the current stage.
+    fn update(&self, done: u64);
+    /// The current stage ended.
+    fn end_stage(&self) {}
+}
+
+/// Progress that goes nowhere.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn stage(&self, _: &str, _: u64) {}
+    fn update(&self, _: u64) {}
+}
+
+/// Options of a conversion.
+#[derive(Clone, Debug)]
+pub struct ConvertOptions {
+    /// Output format string for `.tcs` (default: all levels compressed).
+    pub format: Option<String>,
+    /// Coordinate width of `.tcs` output: 32 or 64.
+    pub index_bits: u32,
+    /// Value type of `.tcs` output.
+    pub value_type: ValueType,
+    /// Memory budget in bytes for buffers and sorted runs.
+    pub memory: usize,
+    pub duplicates: Duplicates,
+    /// Where sorted runs go (default: the output's directory).
+    pub temp_dir: Option<std::path::PathBuf>,
+    /// Forces the external sort even for sorted input (tests and benchmarks).
+    pub force_external_sort: bool,
+    /// Entries per sorted run, overriding the budget (tests force many runs with this).
+    pub run_entries: Option<usize>,
+    /// Runs merged at once, overriding the budget (tests force merge rounds with this).
+    pub fan_in: Option<usize>,
+}
+
+impl Default for ConvertOptions {
+    fn default() -> Self {
+        ConvertOptions {
+            format: None,
+            index_bits: 32,
+            value_type: ValueType::F64,
+            memory: 256 << 20,
+            duplicates: Duplicates::Sum,
+            temp_dir: None,
+            force_external_sort: false,
+            run_entries: None,
+            fan_in: None,
+        }
+    }
+}
+
+/// What a conversion did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConvertReport {
+    /// Entries read from the input (after symmetric expansion, before summing duplicates).
+    pub entries_read: u64,
+    /// Entries stored (distinct coordinates).
+    pub entries_written: u64,
+    /// Dimensions of the tensor.
+    pub dims: Vec<u64>,
+    /// True if the input was already sorted in the target order (two passes, no sort).
+    pub presorted: bool,
+    /// Number of sorted runs the external sort made (0 when presorted).
+    pub runs: usize,
+    /// Merge rounds before the final merge.
+    pub merge_rounds: usize,
+    /// Bytes of the output file.
+    pub output_bytes: u64,
+}
+
+/// Converts `input` to `output`; the direction follows the extensions (`.tns`/`.mtx` to
+/// `.tcs`, `.tcs` to `.tns`/`.mtx`, or between the text formats).
+pub fn convert(
+    input: &Path,
+    output: &Path,
+    opts: &ConvertOptions,
+    progress: &dyn Progress,
+) -> Result<ConvertReport> {
+    if !matches!(opts.index_bits, 32 | 64) {
+        return Err(Error::Unsupported {
+            path: output.to_path_buf(),
+            what: format!("coordinate width {} (use 32 or 64)", opts.index_bits),
+        });
+    }
+    let same = match (std::fs::canonicalize(input), std::fs::canonicalize(output)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if same {
+        return Err(Error::Unsupported {
+            path: output.to_path_buf(),
+            what: "output is the same file as the input".into(),
+        });
+    }
+    match (FileKind::of(input)?, FileKind::of(output)?) {
+        (FileKind::Tcs, FileKind::Tcs) => Err(Error::Unsupported {
+            path: output.to_path_buf(),
+            what: ".tcs to .tcs conversion is not supported; convert from the text file".into(),
+        }),
+        (FileKind::Tcs, _) => back::tcs_to_text(input, output, progress),
+        (_, FileKind::Tcs) => text_to_tcs(input, output, opts, progress),
+        (_, _) => back::text_to_text(input, output, progress),
+    }
+}
+
+/// `.tns`/`.mtx` → `.tcs`.
+pub fn text_to_tcs(
+    input: &Path,
+    output: &Path,
+    opts: &ConvertOptions,
+    progress: &dyn Progress,
+) -> Result<ConvertReport> {
+    let reader = open_text(input)?;
+    let rank = reader.rank();
+    let format = match &opts.format {
+        None => Format::all_compressed(rank),
+        Some(s) => Format::parse(s, rank).map_err(|source| Error::Format {
+            path: input.to_path_buf(),
+            source,
+        })?,
+    };
+    drop(reader);
+    let scanned = if opts.force_external_sort {
+        None
+    } else {
+        scan::scan_sorted(input, &format, opts, progress)?
+    };
+    match scanned {
+        Some(s) => {
+            let mut source = scan::TextSource {
+                path: input.to_path_buf(),
+                format: format.clone(),
+            };
+            let out = build::build(
+                &mut source,
+                input,
+                output,
+                &format,
+                &s.dims,
+                &s.counts,
+                opts,
+                progress,
+            )?;
+            Ok(ConvertReport {
+                entries_read: s.entries,
+                entries_written: out.entries,
+                dims: s.dims,
+                presorted: true,
+                runs: 0,
+                merge_rounds: 0,
+                output_bytes: out.bytes,
+            })
+        }
+        None => {
+            let temp_parent = match &opts.temp_dir {
+                Some(d) => d.clone(),
+                None => output
+                    .parent()
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|| ".".into()),
+            };
+            let sorted = runs::sort_runs(input, &format, opts, &temp_parent, progress)?;
+            let mut source = sorted.source;
+            let counts = scan::count_levels(&mut source, input, &format, opts, progress)?;
+            let out = build::build(
+                &mut source,
+                input,
+                output,
+                &format,
+                &sorted.dims,
+                &counts,
+                opts,
+                progress,
+            )?;
+            Ok(ConvertReport {
+                entries_read: sorted.entries,
+                entries_written: out.entries,
+                dims: sorted.dims,
+                presorted: false,
+                runs: sorted.runs,
+                merge_rounds: sorted.merge_rounds,
+                output_bytes: out.bytes,
+            })
+        }
+    }
+}
+
+/// A stream of entries sorted in storage order (duplicates adjacent), that can be read again.
+pub(crate) trait SortedSource {
+    /// Calls `f(level-order coordinates, value)` for every entry, in order.
+    fn scan(
+        &mut self,
+        progress: &dyn Progress,
+        f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
+    ) -> Result<()>;
+}
+
+/// Feeds `f` with distinct entries: adjacent duplicates summed, or an error.
+pub(crate) fn scan_distinct(
+    source: &mut dyn SortedSource,
+    input: &Path,
+    format: &Format,
+    duplicates: Duplicates,
+    progress: &dyn Progress,
+    f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
+) -> Result<()> {
+    let mut pending: Option<(Vec<u64>, f64)> = None;
+    source.scan(progress, &mut |c, v| match &mut pending {
+        Some((p, acc)) if p.as_slice() == c => {
+            if duplicates == Duplicates::Error {
+                return Err(duplicate_error(input, format, c));
+            }
+            *acc += v;
+            Ok(())
+        }
+        Some((p, acc)) => {
+            f(p, *acc)?;
+            p.copy_from_slice(c);
+            *acc = v;
+            Ok(())
+        }
+        None => {
+            pending = Some((c.to_vec(), v));
+            Ok(())
+        }
+    })?;
+    if let Some((p, acc)) = pending {
+        f(&p, acc)?;
+    }
+    Ok(())
+}
+
+/// The error for a repeated entry, with 1-based coordinates in mode order.
+pub(crate) fn duplicate_error(input: &Path, format: &Format, level_coords: &[u64]) -> Error {
+    let mut coords = vec![0; level_coords.len()];
+    for (k, &m) in format.mode_order().iter().enumerate() {
+        coords[m] = level_coords[k] + 1;
+    }
+    Error::Duplicate {
+        path: input.to_path_buf(),
+        coords,
+    }
+}
+
+/// How often (in entries) progress is reported.
+pub(crate) const PROGRESS_EVERY: u64 = 1 << 16;

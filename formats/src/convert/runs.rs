@@ -1,0 +1,403 @@
+//! External merge sort of text input into storage order: sorted runs within the memory budget,
+//! written to temporary files, then merged k ways (in rounds when there are more runs than the
+//! budget has read buffers for).
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use super::{duplicate_error, ConvertOptions, Duplicates, Progress, SortedSource, PROGRESS_EVERY};
+use crate::error::{Error, Result};
+use crate::format::Format;
+use crate::text::{open_text, READ_BUFFER};
+
+/// The result of run generation: a source that merges the runs, and what was learned.
+pub(crate) struct Sorted {
+    pub source: MergeSource,
+    pub dims: Vec<u64>,
+    pub entries: u64,
+    pub runs: usize,
+    pub merge_rounds: usize,
+}
+
+/// Read buffer per run during a merge, derived from the budget.
+fn merge_buffer(memory: usize) -> usize {
+    (memory / 256).clamp(4 << 10, 1 << 20)
+}
+
+/// Reads `input`, sorts it into runs by storage order and merges runs until at most `fan_in`
+/// remain; the returned source performs the final merge each time it is scanned.
+pub(crate) fn sort_runs(
+    input: &Path,
+    format: &Format,
+    opts: &ConvertOptions,
+    temp_parent: &Path,
+    progress: &dyn Progress,
+) -> Result<Sorted> {
+    let mut reader = open_text(input)?;
+    let rank = reader.rank();
+    let per_entry = 8 * (rank + 1) + 4;
+    let run_bytes = (opts.memory / 8 * 5)
+        .saturating_sub(READ_BUFFER)
+        .max(64 << 10);
+    let cap = opts
+        .run_entries
+        .unwrap_or(run_bytes / per_entry)
+        .clamp(1, u32::MAX as usize);
+    let temp = tempfile::Builder::new()
+        .prefix(".tessera-sort.")
+        .tempdir_in(temp_parent)
+        .map_err(|e| Error::io(temp_parent, e))?;
+    let mut run = RunBuffer {
+        rank,
+        keys: Vec::with_capacity(cap * rank),
+        vals: Vec::with_capacity(cap),
+    };
+    let mut runs = Vec::new();
+    let mut coords = vec![0u64; rank];
+    let mut max = vec![0u64; rank];
+    let mut entries = 0u64;
+    let order = format.mode_order();
+    progress.stage("sort runs", reader.total_bytes());
+    while let Some(v) = reader.next_entry(&mut coords)? {
+        for &m in order {
+            run.keys.push(coords[m]);
+            max[m] = max[m].max(coords[m]);
+        }
+        run.vals.push(v);
+        entries += 1;
+        if run.vals.len() == cap {
+            runs.push(run.spill(temp.path(), runs.len(), input, format, opts.duplicates)?);
+        }
+        if entries.is_multiple_of(PROGRESS_EVERY) {
+            progress.update(reader.bytes_read());
+        }
+    }
+    progress.end_stage();
+    let dims = reader
+        .declared_dims()
+        .unwrap_or_else(|| max.iter().map(|&m| m + 1).collect());
+    drop(reader);
+    if runs.is_empty() {
+        // Everything fit in one buffer: merge from memory.
+        let perm = run.sorted_perm();
+        let n = run.vals.len();
+        let source = MergeSource {
+            rank,
+            runs: Vec::new(),
+            memory: Some((run, perm)),
+            buffer: 0,
+            _temp: temp,
+        };
+        return Ok(Sorted {
+            source,
+            dims,
+            entries,
+            runs: usize::from(n > 0),
+            merge_rounds: 0,
+        });
+    }
+    if !run.vals.is_empty() {
+        runs.push(run.spill(temp.path(), runs.len(), input, format, opts.duplicates)?);
+    }
+    drop(run);
+    let buffer = merge_buffer(opts.memory);
+    let fan_in = opts
+        .fan_in
+        .unwrap_or((opts.memory / 2 / buffer).max(2))
+        .max(2);
+    let run_count = runs.len();
+    let mut merge_rounds = 0;
+    let mut next_id = runs.len();
+    while runs.len() > fan_in {
+        merge_rounds += 1;
+        progress.stage(&format!("merge round {merge_rounds}"), runs.len() as u64);
+        let mut merged = Vec::new();
+        for (g, group) in runs.chunks(fan_in).enumerate() {
+            let path = temp.path().join(format!("run-{next_id}"));
+            next_id += 1;
+            let mut out = RunWriter::create(&path, rank)?;
+            let mut dedup = Dedup {
+                pending: None,
+                input,
+                format,
+                duplicates: opts.duplicates,
+            };
+            merge(group, rank, buffer, &mut |k, v| {
+                dedup.push(k, v, &mut |k, v| out.write(k, v))
+            })?;
+            dedup.flush(&mut |k, v| out.write(k, v))?;
+            out.finish()?;
+            for p in group {
+                let _ = std::fs::remove_file(p);
+            }
+            merged.push(path);
+            progress.update(((g + 1) * fan_in) as u64);
+        }
+        progress.end_stage();
+        runs = merged;
+    }
+    let source = MergeSource {
+        rank,
+        runs,
+        memory: None,
+        buffer,
+        _temp: temp,
+    };
+    Ok(Sorted {
+        source,
+        dims,
+        entries,
+        runs: run_count,
+        merge_rounds,
+    })
+}
+
+/// Entries of one run while they are collected: level-order keys, flattened, and values.
+pub(crate) struct RunBuffer {
+    rank: usize,
+    keys: Vec<u64>,
+    vals: Vec<f64>,
+}
+
+impl RunBuffer {
+    fn key(&self, e: u32) -> &[u64] {
+        let e = e as usize;
+        &self.keys[e * self.rank..(e + 1) * self.rank]
+    }
+
+    fn sorted_perm(&self) -> Vec<u32> {
+        let mut perm: Vec<u32> = (0..self.vals.len() as u32).collect();
+        // Stable for equal keys is not needed: duplicates are summed.
+        perm.sort_unstable_by(|&a, &b| self.key(a).cmp(self.key(b)));
+        perm
+    }
+
+    /// Sorts, sums adjacent duplicates (or rejects them) and writes one run file.
+    fn spill(
+        &mut self,
+        dir: &Path,
+        id: usize,
+        input: &Path,
+        format: &Format,
+        duplicates: Duplicates,
+    ) -> Result<PathBuf> {
+        let perm = self.sorted_perm();
+        let path = dir.join(format!("run-{id}"));
+        let mut out = RunWriter::create(&path, self.rank)?;
+        let mut dedup = Dedup {
+            pending: None,
+            input,
+            format,
+            duplicates,
+        };
+        for &e in &perm {
+            dedup.push(self.key(e), self.vals[e as usize], &mut |k, v| {
+                out.write(k, v)
+            })?;
+        }
+        dedup.flush(&mut |k, v| out.write(k, v))?;
+        out.finish()?;
+        self.keys.clear();
+        self.vals.clear();
+        Ok(path)
+    }
+}
+
+/// Sums (or rejects) adjacent equal keys before passing entries on.
+struct Dedup<'a> {
+    pending: Option<(Vec<u64>, f64)>,
+    input: &'a Path,
+    format: &'a Format,
+    duplicates: Duplicates,
+}
+
+impl Dedup<'_> {
+    fn push(
+        &mut self,
+        k: &[u64],
+        v: f64,
+        out: &mut dyn FnMut(&[u64], f64) -> Result<()>,
+    ) -> Result<()> {
+        match &mut self.pending {
+            Some((p, acc)) if p.as_slice() == k => {
+                if self.duplicates == Duplicates::Error {
+                    return Err(duplicate_error(self.input, self.format, k));
+                }
+                *acc += v;
+            }
+            Some((p, acc)) => {
+                out(p, *acc)?;
+                p.copy_from_slice(k);
+                *acc = v;
+            }
+            None => self.pending = Some((k.to_vec(), v)),
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, out: &mut dyn FnMut(&[u64], f64) -> Result<()>) -> Result<()> {
+        match self.pending.take() {
+            Some((p, acc)) => out(&p, acc),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A run file: records of `rank` little-endian `u64` coordinates and an `f64` value.
+struct RunWriter {
+    path: PathBuf,
+    out: BufWriter<File>,
+}
+
+impl RunWriter {
+    fn create(path: &Path, _rank: usize) -> Result<Self> {
+        let f = File::create(path).map_err(|e| Error::io(path, e))?;
+        Ok(RunWriter {
+            path: path.to_path_buf(),
+            out: BufWriter::with_capacity(1 << 20, f),
+        })
+    }
+
+    fn write(&mut self, key: &[u64], v: f64) -> Result<()> {
+        for &k in key {
+            self.out
+                .write_all(&k.to_le_bytes())
+                .map_err(|e| Error::io(&self.path, e))?;
+        }
+        self.out
+            .write_all(&v.to_le_bytes())
+            .map_err(|e| Error::io(&self.path, e))
+    }
+
+    fn finish(mut self) -> Result<()> {
+        self.out.flush().map_err(|e| Error::io(&self.path, e))
+    }
+}
+
+/// Reads one run's records in order.
+struct RunReader {
+    path: PathBuf,
+    input: BufReader<File>,
+    record: Vec<u8>,
+    key: Vec<u64>,
+    value: f64,
+}
+
+impl RunReader {
+    fn open(path: &Path, rank: usize, buffer: usize) -> Result<Self> {
+        let f = File::open(path).map_err(|e| Error::io(path, e))?;
+        Ok(RunReader {
+            path: path.to_path_buf(),
+            input: BufReader::with_capacity(buffer, f),
+            record: vec![0; 8 * (rank + 1)],
+            key: vec![0; rank],
+            value: 0.0,
+        })
+    }
+
+    /// Loads the next record; false at the end of the run.
+    fn advance(&mut self) -> Result<bool> {
+        match self.input.read_exact(&mut self.record) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(false),
+            Err(e) => return Err(Error::io(&self.path, e)),
+        }
+        for (k, chunk) in self.key.iter_mut().zip(self.record.chunks_exact(8)) {
+            *k = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        }
+        let tail = &self.record[self.record.len() - 8..];
+        self.value = f64::from_le_bytes(tail.try_into().expect("8 bytes"));
+        Ok(true)
+    }
+}
+
+/// K-way merge of sorted runs into `f`, using a binary min-heap of run indices.
+fn merge(
+    paths: &[PathBuf],
+    rank: usize,
+    buffer: usize,
+    f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
+) -> Result<()> {
+    let mut readers = Vec::with_capacity(paths.len());
+    for p in paths {
+        let mut r = RunReader::open(p, rank, buffer)?;
+        if r.advance()? {
+            readers.push(r);
+        }
+    }
+    let mut heap: Vec<usize> = (0..readers.len()).collect();
+    let less = |rs: &[RunReader], a: usize, b: usize| rs[a].key < rs[b].key;
+    for i in (0..heap.len() / 2).rev() {
+        sift_down(&mut heap, i, &readers, less);
+    }
+    while let Some(&top) = heap.first() {
+        f(&readers[top].key, readers[top].value)?;
+        if !readers[top].advance()? {
+            let last = heap.pop().expect("nonempty");
+            if heap.is_empty() {
+                break;
+            }
+            heap[0] = last;
+        }
+        sift_down(&mut heap, 0, &readers, less);
+    }
+    Ok(())
+}
+
+fn sift_down(
+    heap: &mut [usize],
+    mut i: usize,
+    rs: &[RunReader],
+    less: impl Fn(&[RunReader], usize, usize) -> bool,
+) {
+    loop {
+        let (l, r) = (2 * i + 1, 2 * i + 2);
+        let mut m = i;
+        if l < heap.len() && less(rs, heap[l], heap[m]) {
+            m = l;
+        }
+        if r < heap.len() && less(rs, heap[r], heap[m]) {
+            m = r;
+        }
+        if m == i {
+            return;
+        }
+        heap.swap(i, m);
+        i = m;
+    }
+}
+
+/// The final merge, repeated for each pass over the sorted entries.
+pub(crate) struct MergeSource {
+    rank: usize,
+    runs: Vec<PathBuf>,
+    /// When all input fit one buffer: the entries and their sorted order.
+    memory: Option<(RunBuffer, Vec<u32>)>,
+    buffer: usize,
+    /// Removed (with the runs) when the source is dropped, on success or failure.
+    _temp: tempfile::TempDir,
+}
+
+impl SortedSource for MergeSource {
+    fn scan(
+        &mut self,
+        progress: &dyn Progress,
+        f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
+    ) -> Result<()> {
+        let mut n = 0u64;
+        let mut counted = |k: &[u64], v: f64| {
+            n += 1;
+            if n.is_multiple_of(PROGRESS_EVERY) {
+                progress.update(n);
+            }
+            f(k, v)
+        };
+        match &self.memory {
+            Some((buf, perm)) => perm
+                .iter()
+                .try_for_each(|&e| counted(buf.key(e), buf.vals[e as usize])),
+            None => merge(&self.runs, self.rank, self.buffer, &mut counted),
+        }
+    }
+}

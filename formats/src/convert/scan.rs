@@ -1,0 +1,169 @@
+//! Pass one over sorted input: dimensions, sortedness in the target order, and the number of
+//! coordinates stored at each level (the count of distinct coordinate prefixes).
+
+use std::path::{Path, PathBuf};
+
+use super::{scan_distinct, ConvertOptions, Duplicates, Progress, SortedSource, PROGRESS_EVERY};
+use crate::error::{Error, Result, SyntaxError};
+use crate::format::Format;
+use crate::text::open_text;
+
+/// What pass one learned about presorted input.
+pub(crate) struct Scanned {
+    pub entries: u64,
+    pub dims: Vec<u64>,
+    pub counts: Vec<u64>,
+}
+
+/// Counts, per level, how many distinct coordinate prefixes end at that level.
+pub(crate) struct LevelCounter {
+    prev: Vec<u64>,
+    pub counts: Vec<u64>,
+    started: bool,
+}
+
+impl LevelCounter {
+    pub fn new(rank: usize) -> Self {
+        LevelCounter {
+            prev: vec![0; rank],
+            counts: vec![0; rank],
+            started: false,
+        }
+    }
+
+    /// Adds an entry that is strictly greater than the previous one.
+    pub fn push(&mut self, key: &[u64]) {
+        let first_new = if self.started {
+            key.iter()
+                .zip(&self.prev)
+                .position(|(a, b)| a != b)
+                .unwrap_or(key.len())
+        } else {
+            0
+        };
+        for c in &mut self.counts[first_new..] {
+            *c += 1;
+        }
+        self.prev.copy_from_slice(key);
+        self.started = true;
+    }
+}
+
+/// Pass one over a text file: `None` as soon as an entry comes out of storage order (the
+/// caller then sorts externally).
+pub(crate) fn scan_sorted(
+    input: &Path,
+    format: &Format,
+    opts: &ConvertOptions,
+    progress: &dyn Progress,
+) -> Result<Option<Scanned>> {
+    let mut reader = open_text(input)?;
+    let rank = reader.rank();
+    progress.stage("scan", reader.total_bytes());
+    let order = format.mode_order();
+    let mut coords = vec![0u64; rank];
+    let mut key = vec![0u64; rank];
+    let mut prev = vec![0u64; rank];
+    let mut max = vec![0u64; rank];
+    let mut counter = LevelCounter::new(rank);
+    let mut entries = 0u64;
+    while reader.next_entry(&mut coords)?.is_some() {
+        for (k, &m) in order.iter().enumerate() {
+            key[k] = coords[m];
+            max[m] = max[m].max(coords[m]);
+        }
+        if entries > 0 {
+            match key.cmp(&prev) {
+                std::cmp::Ordering::Less => {
+                    progress.end_stage();
+                    return Ok(None);
+                }
+                std::cmp::Ordering::Equal => {
+                    if opts.duplicates == Duplicates::Error {
+                        return Err(Error::Syntax {
+                            path: input.to_path_buf(),
+                            line: reader.line(),
+                            column: 1,
+                            kind: SyntaxError::Duplicate,
+                        });
+                    }
+                }
+                std::cmp::Ordering::Greater => counter.push(&key),
+            }
+        } else {
+            counter.push(&key);
+        }
+        std::mem::swap(&mut key, &mut prev);
+        entries += 1;
+        if entries.is_multiple_of(PROGRESS_EVERY) {
+            progress.update(reader.bytes_read());
+        }
+    }
+    progress.end_stage();
+    let dims = reader
+        .declared_dims()
+        .unwrap_or_else(|| max.iter().map(|&m| m + 1).collect());
+    Ok(Some(Scanned {
+        entries,
+        dims,
+        counts: counter.counts,
+    }))
+}
+
+/// Level counts of a sorted source (pass one of the external-sort path).
+pub(crate) fn count_levels(
+    source: &mut dyn SortedSource,
+    input: &Path,
+    format: &Format,
+    opts: &ConvertOptions,
+    progress: &dyn Progress,
+) -> Result<Vec<u64>> {
+    let mut counter = LevelCounter::new(format.rank());
+    progress.stage("count", 0);
+    scan_distinct(
+        source,
+        input,
+        format,
+        opts.duplicates,
+        progress,
+        &mut |key, _| {
+            counter.push(key);
+            Ok(())
+        },
+    )?;
+    progress.end_stage();
+    Ok(counter.counts)
+}
+
+/// A presorted text file read again for pass two.
+pub(crate) struct TextSource {
+    pub path: PathBuf,
+    pub format: Format,
+}
+
+impl SortedSource for TextSource {
+    fn scan(
+        &mut self,
+        progress: &dyn Progress,
+        f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
+    ) -> Result<()> {
+        let mut reader = open_text(&self.path)?;
+        progress.stage("write", reader.total_bytes());
+        let order = self.format.mode_order();
+        let mut coords = vec![0u64; reader.rank()];
+        let mut key = vec![0u64; reader.rank()];
+        let mut n = 0u64;
+        while let Some(v) = reader.next_entry(&mut coords)? {
+            for (k, &m) in order.iter().enumerate() {
+                key[k] = coords[m];
+            }
+            f(&key, v)?;
+            n += 1;
+            if n.is_multiple_of(PROGRESS_EVERY) {
+                progress.update(reader.bytes_read());
+            }
+        }
+        progress.end_stage();
+        Ok(())
+    }
+}

@@ -1,0 +1,362 @@
+//! Streaming conversion: round trips through both the two-pass and external-sort paths,
+//! duplicates, malformed input, and nothing left behind after a failure.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use proptest::prelude::*;
+use tessera_formats::{
+    convert, ConvertOptions, Duplicates, Error, Format, LevelType, NoProgress, TcsFile, ValueType,
+};
+
+type Entries = BTreeMap<Vec<u64>, f64>;
+
+fn write_tns(path: &Path, dims: Option<&[u64]>, entries: &[(Vec<u64>, f64)]) {
+    let mut s = String::from("# test tensor\n");
+    if let Some(d) = dims {
+        let d: Vec<String> = d.iter().map(|x| x.to_string()).collect();
+        s.push_str(&format!("# dims {}\n", d.join(" ")));
+    }
+    for (c, v) in entries {
+        for x in c {
+            s.push_str(&format!("{} ", x + 1));
+        }
+        s.push_str(&format!("{v}\n"));
+    }
+    std::fs::write(path, s).unwrap();
+}
+
+/// Reads any file through the library's own text readers or the .tcs reader, keeping nonzeros.
+fn read_nonzeros(path: &Path) -> Entries {
+    let mut out = Entries::new();
+    if path.extension().unwrap() == "tcs" {
+        let f = TcsFile::open(path).unwrap();
+        let h = f.header();
+        let mut add = |c: Vec<usize>, v: f64| {
+            if v != 0.0 {
+                assert!(out
+                    .insert(c.into_iter().map(|x| x as u64).collect(), v)
+                    .is_none());
+            }
+        };
+        match (h.value_type, h.index_bits) {
+            (ValueType::F32, 32) => f
+                .view::<f32, u32>()
+                .unwrap()
+                .entries()
+                .for_each(|(c, v)| add(c, v as f64)),
+            (ValueType::F32, _) => f
+                .view::<f32, u64>()
+                .unwrap()
+                .entries()
+                .for_each(|(c, v)| add(c, v as f64)),
+            (ValueType::F64, 32) => f
+                .view::<f64, u32>()
+                .unwrap()
+                .entries()
+                .for_each(|(c, v)| add(c, v)),
+            (ValueType::F64, _) => f
+                .view::<f64, u64>()
+                .unwrap()
+                .entries()
+                .for_each(|(c, v)| add(c, v)),
+        }
+    } else {
+        let mut r = tessera_formats::open_text(path).unwrap();
+        let mut c = vec![0; r.rank()];
+        while let Some(v) = r.next_entry(&mut c).unwrap() {
+            if v != 0.0 {
+                *out.entry(c.clone()).or_insert(0.0) += v;
+            }
+        }
+    }
+    out
+}
+
+/// The independent reference: duplicates summed in a map, zeros dropped.
+fn reference(entries: &[(Vec<u64>, f64)]) -> Entries {
+    let mut m = Entries::new();
+    for (c, v) in entries {
+        *m.entry(c.clone()).or_insert(0.0) += v;
+    }
+    m.retain(|_, v| *v != 0.0);
+    m
+}
+
+fn dir_names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    dims: Vec<u64>,
+    format: Format,
+    entries: Vec<(Vec<u64>, f64)>,
+    presorted: bool,
+    index_bits: u32,
+    f32: bool,
+    run_entries: usize,
+    fan_in: usize,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (1usize..=4)
+        .prop_flat_map(|rank| {
+            (
+                proptest::collection::vec(1u64..6, rank),
+                proptest::collection::vec(any::<bool>(), rank),
+                Just((0..rank).collect::<Vec<_>>()).prop_shuffle(),
+                any::<bool>(),
+                prop_oneof![Just(32u32), Just(64u32)],
+                any::<bool>(),
+                1usize..6,
+                2usize..4,
+            )
+        })
+        .prop_flat_map(
+            |(dims, dense, order, presorted, index_bits, f32, run_entries, fan_in)| {
+                let levels = dense
+                    .iter()
+                    .map(|&d| {
+                        if d {
+                            LevelType::Dense
+                        } else {
+                            LevelType::Compressed
+                        }
+                    })
+                    .collect();
+                let format = Format::new(levels, order).unwrap();
+                let coord: Vec<_> = dims.iter().map(|&d| 0..d).collect();
+                let entries =
+                    proptest::collection::vec((coord, (-4i32..5).prop_map(f64::from)), 1..30);
+                (
+                    Just(dims),
+                    Just(format),
+                    entries,
+                    Just(presorted),
+                    Just(index_bits),
+                    Just(f32),
+                    Just(run_entries),
+                    Just(fan_in),
+                )
+            },
+        )
+        .prop_map(
+            |(dims, format, mut entries, presorted, index_bits, f32, run_entries, fan_in)| {
+                if presorted {
+                    let order = format.mode_order().to_vec();
+                    entries.sort_by_key(|(c, _)| order.iter().map(|&m| c[m]).collect::<Vec<_>>());
+                }
+                Case {
+                    dims,
+                    format,
+                    entries,
+                    presorted,
+                    index_bits,
+                    f32,
+                    run_entries,
+                    fan_in,
+                }
+            },
+        )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// .tns → .tcs → .tns keeps every nonzero, whichever path the conversion takes.
+    #[test]
+    fn tns_tcs_tns_round_trip(c in case()) {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.tns");
+        let declared = c.index_bits == 64 && c.f32;
+        write_tns(&input, declared.then_some(&c.dims[..]), &c.entries);
+        let opts = ConvertOptions {
+            format: Some(c.format.to_string()),
+            index_bits: c.index_bits,
+            value_type: if c.f32 { ValueType::F32 } else { ValueType::F64 },
+            force_external_sort: !c.presorted,
+            run_entries: Some(c.run_entries),
+            fan_in: Some(c.fan_in),
+            ..ConvertOptions::default()
+        };
+        let tcs = dir.path().join("out.tcs");
+        let report = convert(&input, &tcs, &opts, &NoProgress).unwrap();
+        prop_assert_eq!(report.presorted, c.presorted);
+        if !c.presorted && c.entries.len() > c.run_entries {
+            prop_assert!(report.runs > 1);
+        }
+        let want = reference(&c.entries);
+        prop_assert_eq!(&read_nonzeros(&tcs), &want);
+        let f = TcsFile::open(&tcs).unwrap();
+        prop_assert_eq!(f.format(), &c.format);
+        // Dimensions are declared, or inferred from the largest coordinates.
+        for (m, &d) in f.dims().iter().enumerate() {
+            let max = c.entries.iter().map(|(x, _)| x[m]).max().unwrap();
+            prop_assert_eq!(d as u64, if declared { c.dims[m] } else { max + 1 });
+        }
+        let back = dir.path().join("back.tns");
+        convert(&tcs, &back, &opts, &NoProgress).unwrap();
+        prop_assert_eq!(&read_nonzeros(&back), &want);
+        // Written .tns files declare their dimensions, so the shape survives the way back.
+        let again = dir.path().join("again.tcs");
+        convert(&back, &again, &opts, &NoProgress).unwrap();
+        let again_dims = TcsFile::open(&again).unwrap().dims().to_vec();
+        prop_assert_eq!(again_dims.as_slice(), f.dims());
+        std::fs::remove_file(&again).unwrap();
+        prop_assert_eq!(dir_names(dir.path()), vec!["back.tns", "in.tns", "out.tcs"]);
+    }
+}
+
+fn opts_with(duplicates: Duplicates, external: bool) -> ConvertOptions {
+    ConvertOptions {
+        duplicates,
+        force_external_sort: external,
+        run_entries: Some(2),
+        fan_in: Some(2),
+        ..ConvertOptions::default()
+    }
+}
+
+#[test]
+fn duplicates_are_summed_or_rejected_on_both_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("d.tns");
+    std::fs::write(&input, "1 1 1\n1 2 2\n2 1 3\n2 1 4\n3 3 5\n").unwrap();
+    for external in [false, true] {
+        let out = dir.path().join("d.tcs");
+        convert(
+            &input,
+            &out,
+            &opts_with(Duplicates::Sum, external),
+            &NoProgress,
+        )
+        .unwrap();
+        assert_eq!(read_nonzeros(&out)[&vec![1, 0]], 7.0);
+        std::fs::remove_file(&out).unwrap();
+        let e = convert(
+            &input,
+            &out,
+            &opts_with(Duplicates::Error, external),
+            &NoProgress,
+        )
+        .unwrap_err();
+        match (&e, external) {
+            (Error::Syntax { line: 4, .. }, false) => {}
+            (Error::Duplicate { coords, .. }, true) => assert_eq!(coords, &vec![2, 1]),
+            _ => panic!("unexpected error {e}"),
+        }
+        assert_eq!(
+            dir_names(dir.path()),
+            vec!["d.tns"],
+            "nothing left after a failure"
+        );
+    }
+}
+
+#[test]
+fn malformed_input_fails_with_its_line_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("bad.tns");
+    // The bad line comes late, after runs were already spilled.
+    let mut text: String = (1..=20)
+        .map(|i| format!("{} {} 1.0\n", 21 - i, i))
+        .collect();
+    text.push_str("3 4 oops\n");
+    std::fs::write(&input, text).unwrap();
+    for external in [false, true] {
+        let out = dir.path().join("bad.tcs");
+        let e = convert(
+            &input,
+            &out,
+            &opts_with(Duplicates::Sum, external),
+            &NoProgress,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Syntax {
+                    line: 21,
+                    column: 5,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("bad.tns:21:5"), "{e}");
+        assert_eq!(dir_names(dir.path()), vec!["bad.tns"]);
+    }
+}
+
+#[test]
+fn symmetric_mtx_converts_to_its_full_matrix_and_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("s.mtx");
+    std::fs::write(
+        &input,
+        "%%MatrixMarket matrix coordinate real symmetric\n3 3 4\n1 1 1\n2 1 2\n3 1 3\n3 3 4\n",
+    )
+    .unwrap();
+    let out = dir.path().join("s.tcs");
+    let opts = ConvertOptions {
+        format: Some("csc".into()),
+        ..ConvertOptions::default()
+    };
+    let r = convert(&input, &out, &opts, &NoProgress).unwrap();
+    assert_eq!(r.dims, vec![3, 3]);
+    // The mirrored entries arrive out of CSC order: the external sort handles them.
+    let want: Entries = [
+        (vec![0, 0], 1.0),
+        (vec![1, 0], 2.0),
+        (vec![0, 1], 2.0),
+        (vec![2, 0], 3.0),
+        (vec![0, 2], 3.0),
+        (vec![2, 2], 4.0),
+    ]
+    .into();
+    assert_eq!(read_nonzeros(&out), want);
+    let back = dir.path().join("back.mtx");
+    convert(&out, &back, &opts, &NoProgress).unwrap();
+    assert_eq!(read_nonzeros(&back), want);
+    let tns = dir.path().join("s.tns");
+    convert(&input, &tns, &opts, &NoProgress).unwrap();
+    assert_eq!(read_nonzeros(&tns), want);
+}
+
+#[test]
+fn bad_options_are_reported_before_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("m.tns");
+    std::fs::write(&input, "1 1 1 1\n").unwrap();
+    let out = dir.path().join("m.tcs");
+    let opts = ConvertOptions {
+        format: Some("csr".into()),
+        ..ConvertOptions::default()
+    };
+    let e = convert(&input, &out, &opts, &NoProgress).unwrap_err();
+    assert!(matches!(e, Error::Format { .. }), "{e}");
+    let e = convert(
+        &input,
+        &dir.path().join("m.txt"),
+        &ConvertOptions::default(),
+        &NoProgress,
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+    let big = dir.path().join("big.tns");
+    std::fs::write(&big, "5000000000 1 1.0\n").unwrap();
+    let e = convert(&big, &out, &ConvertOptions::default(), &NoProgress).unwrap_err();
+    assert!(e.to_string().contains("64-bit"), "{e}");
+    let opts = ConvertOptions {
+        index_bits: 64,
+        ..ConvertOptions::default()
+    };
+    convert(&big, &out, &opts, &NoProgress).unwrap();
+    assert_eq!(TcsFile::open(&out).unwrap().dims(), &[5_000_000_000, 1]);
+}
