@@ -1,1 +1,49 @@
-fn main() {}
+//! `tessera-data`: convert tensors between `.tns`, `.mtx` and `.tcs`, inspect and validate
+//! files, and generate synthetic tensors.
+
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+const EXAMPLES: &str = "\
+Examples:
+  tessera-data generate --dims 1000,1000,1000 --nnz 1000000 --seed 1 -o t.tns
+  tessera-data convert t.tns t.tcs --format sss --memory 256M
+  tessera-data info t.tcs
+  tessera-data convert t.tcs back.tns";
+
+/// Convert, inspect and generate sparse tensors (.tns, .mtx, .tcs).
+#[derive(Parser)]
+#[command(name = "tessera-data", version, after_help = EXAMPLES)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Hide progress bars.
+    #[arg(long, short, global = true)]
+    quiet: bool,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Convert(cmd::convert::Args),
+    Info(cmd::info::Args),
+    Generate(cmd::generate::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Convert(a) => a.run(cli.quiet),
+        Command::Info(a) => a.run(cli.quiet),
+        Command::Generate(a) => a.run(cli.quiet),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

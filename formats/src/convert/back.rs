@@ -35,7 +35,7 @@ fn write_text<V: Value, I: Index>(
     let dims: Vec<u64> = view.dims().iter().map(|&d| d as u64).collect();
     let mut coords = vec![0u64; order.len()];
     let mut written = 0u64;
-    progress.stage("write", view.vals().len() as u64);
+    progress.stage("export", view.vals().len() as u64);
     let mut each = |f: &mut dyn FnMut(&[u64], V) -> Result<()>| {
         let mut seen = 0u64;
         view.try_for_each_level_entry(|c, v| {

@@ -1,0 +1,71 @@
+//! Progress bars (indicatif) for the stages that `tessera-formats` reports.
+
+use std::cell::RefCell;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tessera_formats::Progress;
+
+/// One bar per stage on stderr; hidden when stderr is not a terminal or when quiet.
+pub struct Bars {
+    bar: RefCell<Option<ProgressBar>>,
+    quiet: bool,
+}
+
+impl Bars {
+    pub fn new(quiet: bool) -> Self {
+        Bars {
+            bar: RefCell::new(None),
+            quiet,
+        }
+    }
+
+    fn make(&self, name: &str, total: u64, bytes: bool) -> ProgressBar {
+        if self.quiet {
+            return ProgressBar::hidden();
+        }
+        let bar = if total > 0 {
+            ProgressBar::new(total)
+        } else {
+            ProgressBar::new_spinner()
+        };
+        let counter = if bytes {
+            "{bytes}/{total_bytes} ({bytes_per_sec}, {eta})"
+        } else {
+            "{human_pos}/{human_len} ({per_sec}, {eta})"
+        };
+        let template = if total > 0 {
+            format!("{{prefix:>12}} [{{elapsed_precise}}] {{wide_bar}} {counter}")
+        } else {
+            "{prefix:>12} [{elapsed_precise}] {spinner} {human_pos}".to_string()
+        };
+        bar.set_style(ProgressStyle::with_template(&template).expect("valid template"));
+        bar.set_prefix(name.to_string());
+        bar
+    }
+
+    /// A bar counting items (not bytes), for the generator.
+    pub fn items(&self, name: &str, total: u64) -> ProgressBar {
+        self.make(name, total, false)
+    }
+}
+
+impl Progress for Bars {
+    fn stage(&self, name: &str, total: u64) {
+        // Byte-sized stages read files; merge and count stages count entries.
+        let bytes = matches!(name, "scan" | "write" | "sort runs");
+        let bar = self.make(name, total, bytes);
+        if let Some(old) = self.bar.replace(Some(bar)) {
+            old.finish_and_clear();
+        }
+    }
+    fn update(&self, done: u64) {
+        if let Some(b) = &*self.bar.borrow() {
+            b.set_position(done);
+        }
+    }
+    fn end_stage(&self) {
+        if let Some(b) = self.bar.borrow_mut().take() {
+            b.finish_and_clear();
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! The `tessera-data` binary as a user runs it: generate → convert → info, the way back,
+//! errors with locations and exit codes, and no output left after failures.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tessera-data"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("binary runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn generate_convert_info_and_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let o = run(
+        d,
+        &[
+            "generate", "--dims", "40,50,60", "--nnz", "3000", "--seed", "3", "-o", "t.tns",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    // Deterministic: the same seed gives the same bytes.
+    let o = run(
+        d,
+        &[
+            "generate", "--dims", "40,50,60", "--nnz", "3000", "--seed", "3", "-o", "u.tns",
+        ],
+    );
+    assert!(o.status.success());
+    assert_eq!(
+        std::fs::read(d.join("t.tns")).unwrap(),
+        std::fs::read(d.join("u.tns")).unwrap()
+    );
+    let o = run(
+        d,
+        &[
+            "convert",
+            "t.tns",
+            "t.tcs",
+            "--format",
+            "dss:2,0,1",
+            "--index-width",
+            "64",
+            "--value",
+            "f32",
+            "--memory",
+            "1M",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(d, &["info", "t.tcs"]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    for want in [
+        "dims:        40 x 50 x 60",
+        "format:      dss:2,0,1",
+        "f32, 64-bit",
+        "validation:  ok",
+    ] {
+        assert!(out.contains(want), "missing `{want}` in\n{out}");
+    }
+    let o = run(d, &["convert", "t.tcs", "back.tns"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let info = text(&run(d, &["info", "back.tns"]));
+    assert!(
+        info.contains("dims:        40 x 50 x 60 (declared)"),
+        "{info}"
+    );
+}
+
+#[test]
+fn generated_tcs_and_mtx_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let o = run(
+        d,
+        &[
+            "generate",
+            "--dims",
+            "10,12",
+            "--kind",
+            "poisson2d",
+            "-o",
+            "p.tcs",
+            "--format",
+            "csr",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let info = text(&run(d, &["info", "p.tcs"]));
+    // 120 cells, each with itself and its in-grid neighbours: 120 + 2*9*12 + 2*11*10.
+    assert!(
+        info.contains(&format!(
+            "nonzeros:    {} stored values",
+            120 + 2 * 9 * 12 + 2 * 11 * 10
+        )),
+        "{info}"
+    );
+    assert!(info.contains("format:      ds"), "{info}");
+    let o = run(
+        d,
+        &[
+            "generate",
+            "--dims",
+            "30,30",
+            "--density",
+            "0.1",
+            "--kind",
+            "powerlaw",
+            "-o",
+            "g.mtx",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let info = text(&run(d, &["info", "g.mtx"]));
+    assert!(info.contains("entries:     90 "), "{info}");
+    assert_eq!(
+        names(d),
+        vec!["g.mtx", "p.tcs"],
+        "no temporary files remain"
+    );
+}
+
+#[test]
+fn invalid_files_fail_with_locations_and_leave_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("bad.tns"), "# x\n1 2 3.0\n\n2 2 x\n").unwrap();
+    let o = run(d, &["convert", "bad.tns", "bad.tcs"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("bad.tns:4:5"), "{}", text(&o));
+    assert_eq!(names(d), vec!["bad.tns"]);
+    let o = run(d, &["info", "bad.tns"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("validation:  FAILED"));
+    std::fs::write(
+        d.join("junk.tcs"),
+        b"not a tensor at all, but long enough to hold a header prefix....",
+    )
+    .unwrap();
+    let o = run(d, &["info", "junk.tcs"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("bad magic"), "{}", text(&o));
+    let o = run(d, &["convert", "bad.tns", "out.tcs", "--memory", "lots"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("--memory"), "{}", text(&o));
+    let o = run(d, &["generate", "--dims", "3,3", "-o", "x.tns"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("--nnz or --density"), "{}", text(&o));
+    assert_eq!(names(d), vec!["bad.tns", "junk.tcs"]);
+}
+
+#[test]
+fn help_shows_examples() {
+    for sub in ["convert", "info", "generate"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_tessera-data"))
+            .args([sub, "--help"])
+            .output()
+            .unwrap();
+        let out = text(&o);
+        assert!(
+            out.contains("Examples:") && out.contains(&format!("tessera-data {sub}")),
+            "{out}"
+        );
+    }
+}
