@@ -73,6 +73,8 @@ pub struct FormatSpec {
     pub tensor: Ident,
     /// The text after `NAME:`, e.g. `ds:1,0`.
     pub format: String,
+    /// Where that text is.
+    pub format_span: Span,
     pub span: Span,
 }
 

@@ -36,9 +36,17 @@ pub enum BindError {
     /// The caller passed the wrong number of inputs (a bug in generated code).
     Arity { expected: usize, found: usize },
     /// A tensor has another number of modes than the statement uses.
-    Rank { tensor: String, expected: usize, found: usize },
+    Rank {
+        tensor: String,
+        expected: usize,
+        found: usize,
+    },
     /// A tensor is stored in another format than the kernel was compiled for.
-    Format { tensor: String, expected: String, found: String },
+    Format {
+        tensor: String,
+        expected: String,
+        found: String,
+    },
     /// Two uses of an index variable have different dimensions.
     Dim {
         var: String,
@@ -57,16 +65,32 @@ impl fmt::Display for BindError {
             BindError::Arity { expected, found } => {
                 write!(f, "the kernel takes {expected} inputs, {found} were given")
             }
-            BindError::Rank { tensor, expected, found } => write!(
+            BindError::Rank {
+                tensor,
+                expected,
+                found,
+            } => write!(
                 f,
                 "`{tensor}` has {found} modes, but the statement uses it with {expected} indices"
             ),
-            BindError::Format { tensor, expected, found } => write!(
+            BindError::Format {
+                tensor,
+                expected,
+                found,
+            } => write!(
                 f,
                 "`{tensor}` is stored as `{found}`, but the kernel was compiled for `{expected}` \
                  (convert it, or compile with that format for `{tensor}`)"
             ),
-            BindError::Dim { var, tensor, mode, dim, first_tensor, first_mode, first_dim } => {
+            BindError::Dim {
+                var,
+                tensor,
+                mode,
+                dim,
+                first_tensor,
+                first_mode,
+                first_dim,
+            } => {
                 write!(
                     f,
                     "dimension mismatch for index `{var}`: mode {mode} of `{tensor}` has \
@@ -84,7 +108,10 @@ impl Signature<'_> {
     /// dimensions of the output.
     pub fn bind(&self, inputs: &[(&[usize], &Format)]) -> Result<Vec<usize>, BindError> {
         if inputs.len() != self.inputs.len() {
-            return Err(BindError::Arity { expected: self.inputs.len(), found: inputs.len() });
+            return Err(BindError::Arity {
+                expected: self.inputs.len(),
+                found: inputs.len(),
+            });
         }
         // (variable, dimension, tensor, mode) of the first use of each variable.
         let mut seen: Vec<(&str, usize, &str, usize)> = Vec::new();
@@ -129,7 +156,11 @@ impl Signature<'_> {
     }
 }
 
-fn check_operand(op: &Operand<'_>, dims: &[usize], format: Option<&Format>) -> Result<(), BindError> {
+fn check_operand(
+    op: &Operand<'_>,
+    dims: &[usize],
+    format: Option<&Format>,
+) -> Result<(), BindError> {
     if dims.len() != op.vars.len() {
         return Err(BindError::Rank {
             tensor: op.name.to_string(),
@@ -158,15 +189,17 @@ fn agree<'a>(
     mode: usize,
 ) -> Result<(), BindError> {
     match seen.iter().find(|s| s.0 == var) {
-        Some(&(_, first_dim, first_tensor, first_mode)) if first_dim != dim => Err(BindError::Dim {
-            var: var.to_string(),
-            tensor: tensor.to_string(),
-            mode,
-            dim,
-            first_tensor: first_tensor.to_string(),
-            first_mode,
-            first_dim,
-        }),
+        Some(&(_, first_dim, first_tensor, first_mode)) if first_dim != dim => {
+            Err(BindError::Dim {
+                var: var.to_string(),
+                tensor: tensor.to_string(),
+                mode,
+                dim,
+                first_tensor: first_tensor.to_string(),
+                first_mode,
+                first_dim,
+            })
+        }
         Some(_) => Ok(()),
         None => {
             seen.push((var, dim, tensor, mode));

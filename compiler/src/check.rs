@@ -161,7 +161,10 @@ pub fn check(statement: Statement, dims: &Dims) -> Result<Checked, Diagnostic> {
         .map(|(name, rank, span)| TensorInfo {
             name: name.clone(),
             rank: *rank,
-            format: formats.get(name.as_str()).cloned().unwrap_or_else(|| Format::dense(*rank)),
+            format: formats
+                .get(name.as_str())
+                .cloned()
+                .unwrap_or_else(|| Format::dense(*rank)),
             is_output: *name == a.lhs.tensor.name,
             dims: dims.get(name).cloned(),
             span: span.clone(),
@@ -177,7 +180,13 @@ pub fn check(statement: Statement, dims: &Dims) -> Result<Checked, Diagnostic> {
         })
         .collect();
     let schedule = check_schedule(&statement.schedule, &vars)?;
-    Ok(Checked { statement, tensors, vars, terms, schedule })
+    Ok(Checked {
+        statement,
+        tensors,
+        vars,
+        terms,
+        schedule,
+    })
 }
 
 /// One rank per tensor; tensors in order (output, then first use). Rejects `A(i,i)`.
@@ -188,7 +197,10 @@ fn check_ranks(accesses: &[&Access]) -> Result<Vec<(String, usize, Span)>, Diagn
         for (k, i) in acc.indices.iter().enumerate() {
             if let Some(first) = acc.indices[..k].iter().find(|j| j.name == i.name) {
                 return Err(Diagnostic::new(
-                    format!("index variable `{}` appears twice in one access of `{}`", i.name, acc.tensor.name),
+                    format!(
+                        "index variable `{}` appears twice in one access of `{}`",
+                        i.name, acc.tensor.name
+                    ),
                     i.span.clone(),
                 )
                 .label("repeated here")
@@ -199,7 +211,10 @@ fn check_ranks(accesses: &[&Access]) -> Result<Vec<(String, usize, Span)>, Diagn
         match out.iter().find(|(name, _, _)| *name == acc.tensor.name) {
             Some((_, rank, span)) if *rank != n => {
                 return Err(Diagnostic::new(
-                    format!("`{}` is used with {n} indices here but {rank} before", acc.tensor.name),
+                    format!(
+                        "`{}` is used with {n} indices here but {rank} before",
+                        acc.tensor.name
+                    ),
                     acc.span.clone(),
                 )
                 .label(format!("{n} indices"))
@@ -220,14 +235,18 @@ fn check_output(a: &Assignment) -> Result<(), Diagnostic> {
         if err.is_none() && acc.tensor.name == a.lhs.tensor.name {
             err = Some(
                 Diagnostic::new(
-                    format!("the output `{}` also appears on the right-hand side", acc.tensor.name),
+                    format!(
+                        "the output `{}` also appears on the right-hand side",
+                        acc.tensor.name
+                    ),
                     acc.span.clone(),
                 )
                 .label("read here")
                 .related(a.lhs.span.clone(), "written here")
                 .hint(format!(
                     "to add to the existing values of `{}`, write `{} += ...`",
-                    acc.tensor.name, a.lhs.span_text_hint()
+                    acc.tensor.name,
+                    a.lhs.span_text_hint()
                 )),
             );
         }
@@ -251,14 +270,20 @@ impl LhsHint for Access {
 }
 
 /// Free variables (the output's, in order) then reduction variables (in order of first use).
-fn index_vars(a: &Assignment, accesses: &[&Access]) -> Result<Vec<(String, bool, Span)>, Diagnostic> {
+fn index_vars(
+    a: &Assignment,
+    accesses: &[&Access],
+) -> Result<Vec<(String, bool, Span)>, Diagnostic> {
     let tensor_names: Vec<&str> = accesses.iter().map(|a| a.tensor.name.as_str()).collect();
     let mut vars: Vec<(String, bool, Span)> = Vec::new();
     for acc in accesses {
         for i in &acc.indices {
             if tensor_names.contains(&i.name.as_str()) {
                 return Err(Diagnostic::new(
-                    format!("`{}` is used both as an index variable and as a tensor", i.name),
+                    format!(
+                        "`{}` is used both as an index variable and as a tensor",
+                        i.name
+                    ),
                     i.span.clone(),
                 )
                 .label("index variable")
@@ -273,14 +298,22 @@ fn index_vars(a: &Assignment, accesses: &[&Access]) -> Result<Vec<(String, bool,
     // Every output index needs a use on the right-hand side: that is where its range comes from.
     for i in &a.lhs.indices {
         let mut used = false;
-        visit_accesses(&a.rhs, &mut |acc| used |= acc.indices.iter().any(|j| j.name == i.name));
+        visit_accesses(&a.rhs, &mut |acc| {
+            used |= acc.indices.iter().any(|j| j.name == i.name)
+        });
         if !used {
             return Err(Diagnostic::new(
-                format!("output index `{}` does not appear on the right-hand side", i.name),
+                format!(
+                    "output index `{}` does not appear on the right-hand side",
+                    i.name
+                ),
                 i.span.clone(),
             )
             .label("its range is unknown")
-            .hint(format!("every index of the output must index some input, e.g. `x({})`", i.name)));
+            .hint(format!(
+                "every index of the output must index some input, e.g. `x({})`",
+                i.name
+            )));
         }
     }
     Ok(vars)
@@ -305,7 +338,11 @@ fn split_terms(e: &Expr, negated: bool, vars: &[(String, bool, Span)]) -> Vec<Te
                     }
                 }
             });
-            vec![Term { negated, expr: e.clone(), reduction }]
+            vec![Term {
+                negated,
+                expr: e.clone(),
+                reduction,
+            }]
         }
     }
 }
@@ -329,12 +366,14 @@ fn check_formats(
             .hint(format!("the tensors are: {}", known.join(", "))));
         };
         if let Some(first) = seen.insert(name, &spec.span) {
-            return Err(Diagnostic::new(format!("two formats are given for `{name}`"), spec.span.clone())
-                .label("second format")
-                .related(first.clone(), "first format"));
+            return Err(Diagnostic::new(
+                format!("two formats are given for `{name}`"),
+                spec.span.clone(),
+            )
+            .label("second format")
+            .related(first.clone(), "first format"));
         }
-        // Point at the format text, after `NAME:`.
-        let text_span = (spec.tensor.span.end + 1).min(spec.span.end)..spec.span.end;
+        let text_span = spec.format_span.clone();
         let format = Format::parse(&spec.format, *rank).map_err(|e| {
             Diagnostic::new(format!("bad format for `{name}`: {e}"), text_span)
                 .label(format!("`{name}` has rank {rank}"))
@@ -353,7 +392,9 @@ fn agree_dims<'a>(
 ) -> Result<HashMap<String, (usize, &'a Access, usize)>, Diagnostic> {
     let mut out: HashMap<String, (usize, &Access, usize)> = HashMap::new();
     for acc in accesses {
-        let Some(d) = dims.get(&acc.tensor.name) else { continue };
+        let Some(d) = dims.get(&acc.tensor.name) else {
+            continue;
+        };
         if d.len() != acc.indices.len() {
             return Err(Diagnostic::new(
                 format!(
@@ -406,7 +447,12 @@ struct SchedVar {
 fn check_schedule(items: &[ScheduleItem], vars: &[VarInfo]) -> Result<Schedule, Diagnostic> {
     let mut known: Vec<SchedVar> = vars
         .iter()
-        .map(|v| SchedVar { name: v.name.clone(), root: v.name.clone(), outer: false, split: false })
+        .map(|v| SchedVar {
+            name: v.name.clone(),
+            root: v.name.clone(),
+            outer: false,
+            split: false,
+        })
         .collect();
     let is_free = |root: &str| vars.iter().any(|v| v.name == root && v.free);
     let mut sched = Schedule::default();
@@ -414,7 +460,12 @@ fn check_schedule(items: &[ScheduleItem], vars: &[VarInfo]) -> Result<Schedule, 
     let mut par_span: Option<&Span> = None;
     for item in items {
         match &item.directive {
-            Directive::Split { var, outer, inner, kind } => {
+            Directive::Split {
+                var,
+                outer,
+                inner,
+                kind,
+            } => {
                 let k = lookup(&known, var)?;
                 if known[k].split {
                     return Err(Diagnostic::new(format!("`{}` is split twice", var.name), var.span.clone())
@@ -422,19 +473,26 @@ fn check_schedule(items: &[ScheduleItem], vars: &[VarInfo]) -> Result<Schedule, 
                         .hint("split each variable at most once; split the inner or outer variable to nest"));
                 }
                 for fresh in [outer, inner] {
-                    if known.iter().any(|v| v.name == fresh.name) || (fresh.name == inner.name && outer.name == inner.name) {
+                    if known.iter().any(|v| v.name == fresh.name)
+                        || (fresh.name == inner.name && outer.name == inner.name)
+                    {
                         return Err(Diagnostic::new(
                             format!("`{}` already names an index variable", fresh.name),
                             fresh.span.clone(),
                         )
                         .label("not a fresh name")
-                        .hint("a split introduces two new variable names, e.g. `split(i, io, ii, 4)`"));
+                        .hint(
+                            "a split introduces two new variable names, e.g. `split(i, io, ii, 4)`",
+                        ));
                     }
                 }
                 if let (SplitKind::Points(p), Some(dim)) = (kind, dim_of(vars, &known[k].root)) {
                     if let Some(&last) = p.last().filter(|&&l| l >= dim) {
                         return Err(Diagnostic::new(
-                            format!("split point {last} is not inside `{}`, whose dimension is {dim}", var.name),
+                            format!(
+                                "split point {last} is not inside `{}`, whose dimension is {dim}",
+                                var.name
+                            ),
                             item.span.clone(),
                         )
                         .label("split point out of range")
@@ -443,8 +501,18 @@ fn check_schedule(items: &[ScheduleItem], vars: &[VarInfo]) -> Result<Schedule, 
                 }
                 known[k].split = true;
                 let root = known[k].root.clone();
-                known.push(SchedVar { name: outer.name.clone(), root: root.clone(), outer: true, split: false });
-                known.push(SchedVar { name: inner.name.clone(), root, outer: false, split: false });
+                known.push(SchedVar {
+                    name: outer.name.clone(),
+                    root: root.clone(),
+                    outer: true,
+                    split: false,
+                });
+                known.push(SchedVar {
+                    name: inner.name.clone(),
+                    root,
+                    outer: false,
+                    split: false,
+                });
                 sched.splits.push(Split {
                     var: var.name.clone(),
                     outer: outer.name.clone(),
@@ -495,14 +563,24 @@ fn dim_of(vars: &[VarInfo], name: &str) -> Option<usize> {
 fn lookup(known: &[SchedVar], v: &Ident) -> Result<usize, Diagnostic> {
     known.iter().position(|k| k.name == v.name).ok_or_else(|| {
         let names: Vec<&str> = known.iter().map(|k| k.name.as_str()).collect();
-        Diagnostic::new(format!("the schedule names `{}`, which is not an index variable", v.name), v.span.clone())
-            .label("unknown variable")
-            .hint(format!("the index variables are: {}", names.join(", ")))
+        Diagnostic::new(
+            format!(
+                "the schedule names `{}`, which is not an index variable",
+                v.name
+            ),
+            v.span.clone(),
+        )
+        .label("unknown variable")
+        .hint(format!("the index variables are: {}", names.join(", ")))
     })
 }
 
 /// Names that must be outer (block) variables of splits, each named once.
-fn block_vars(known: &[SchedVar], names: &[Ident], directive: &str) -> Result<Vec<String>, Diagnostic> {
+fn block_vars(
+    known: &[SchedVar],
+    names: &[Ident],
+    directive: &str,
+) -> Result<Vec<String>, Diagnostic> {
     let mut out: Vec<String> = Vec::new();
     for n in names {
         let k = lookup(known, n)?;
@@ -515,20 +593,29 @@ fn block_vars(known: &[SchedVar], names: &[Ident], directive: &str) -> Result<Ve
             .hint(format!("split it first, e.g. `split({0}, {0}o, {0}i, 2); {directive}({0}o)`", n.name)));
         }
         if out.contains(&n.name) {
-            return Err(Diagnostic::new(format!("`{}` is named twice in `{directive}`", n.name), n.span.clone())
-                .label("repeated"));
+            return Err(Diagnostic::new(
+                format!("`{}` is named twice in `{directive}`", n.name),
+                n.span.clone(),
+            )
+            .label("repeated"));
         }
         out.push(n.name.clone());
     }
     Ok(out)
 }
 
-fn once<'a>(seen: &mut Option<&'a Span>, span: &'a Span, directive: &str) -> Result<(), Diagnostic> {
+fn once<'a>(
+    seen: &mut Option<&'a Span>,
+    span: &'a Span,
+    directive: &str,
+) -> Result<(), Diagnostic> {
     if let Some(first) = seen.replace(span) {
-        return Err(Diagnostic::new(format!("`{directive}` is given twice"), span.clone())
-            .label("second")
-            .related(first.clone(), "first")
-            .hint(format!("give `{directive}` at most once")));
+        return Err(
+            Diagnostic::new(format!("`{directive}` is given twice"), span.clone())
+                .label("second")
+                .related(first.clone(), "first")
+                .hint(format!("give `{directive}` at most once")),
+        );
     }
     Ok(())
 }

@@ -14,7 +14,11 @@ fn checked_with(src: &str, dims: &Dims) -> Result<Checked, Diagnostic> {
 /// Asserts that checking fails with a message containing `msg` at a span whose text is `at`.
 fn fails_with(src: &str, dims: &Dims, msg: &str, at: &str) -> Diagnostic {
     let d = checked_with(src, dims).expect_err(src);
-    assert!(d.message.contains(msg), "{src}: message {:?} lacks {msg:?}", d.message);
+    assert!(
+        d.message.contains(msg),
+        "{src}: message {:?} lacks {msg:?}",
+        d.message
+    );
     assert_eq!(&src[d.span.clone()], at, "{src}: span of {:?}", d.message);
     d
 }
@@ -24,17 +28,28 @@ fn fails(src: &str, msg: &str, at: &str) -> Diagnostic {
 }
 
 fn dims(list: &[(&str, &[usize])]) -> Dims {
-    list.iter().map(|(n, d)| (n.to_string(), d.to_vec())).collect()
+    list.iter()
+        .map(|(n, d)| (n.to_string(), d.to_vec()))
+        .collect()
 }
 
 #[test]
 fn spmv_has_free_and_reduction_vars() {
     let c = checked("y(i) = A(i,j) * x(j); A: csr");
     assert_eq!(c.output().name, "y");
-    assert_eq!(c.inputs().iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["A", "x"]);
+    assert_eq!(
+        c.inputs()
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>(),
+        ["A", "x"]
+    );
     assert!(c.var("i").unwrap().free);
     assert!(!c.var("j").unwrap().free);
-    assert_eq!(c.tensor("A").unwrap().format, Format::parse("csr", 2).unwrap());
+    assert_eq!(
+        c.tensor("A").unwrap().format,
+        Format::parse("csr", 2).unwrap()
+    );
     assert_eq!(c.tensor("x").unwrap().format, Format::dense(1));
     assert_eq!(c.terms.len(), 1);
     assert_eq!(c.terms[0].reduction, ["j"]);
@@ -43,8 +58,19 @@ fn spmv_has_free_and_reduction_vars() {
 #[test]
 fn terms_carry_sign_and_their_own_reductions() {
     let c = checked("y(i) = A(i,j)*x(j) - (z(i) - B(i,k)*w(k))");
-    let t: Vec<(bool, Vec<String>)> = c.terms.iter().map(|t| (t.negated, t.reduction.clone())).collect();
-    assert_eq!(t, [(false, vec!["j".to_string()]), (true, vec![]), (false, vec!["k".to_string()])]);
+    let t: Vec<(bool, Vec<String>)> = c
+        .terms
+        .iter()
+        .map(|t| (t.negated, t.reduction.clone()))
+        .collect();
+    assert_eq!(
+        t,
+        [
+            (false, vec!["j".to_string()]),
+            (true, vec![]),
+            (false, vec!["k".to_string()])
+        ]
+    );
     let c = checked("a = B(i,j,k) * B(i,j,k)");
     assert_eq!(c.tensors.len(), 2, "a tensor used twice is one tensor");
     assert_eq!(c.terms[0].reduction, ["i", "j", "k"]);
@@ -63,33 +89,98 @@ fn dims_are_agreed_and_recorded() {
         "j",
     );
     assert_eq!(e.related.len(), 1);
-    fails_with("y(i) = A(i,j) * x(j)", &dims(&[("A", &[3, 4, 2])]), "`A` has 3 modes", "A(i,j)");
+    fails_with(
+        "y(i) = A(i,j) * x(j)",
+        &dims(&[("A", &[3, 4, 2])]),
+        "`A` has 3 modes",
+        "A(i,j)",
+    );
 }
 
 #[test]
 fn semantic_errors_point_at_the_culprit() {
-    fails("y(i) = A(i,j) * A(j)", "`A` is used with 1 indices here but 2 before", "A(j)");
+    fails(
+        "y(i) = A(i,j) * A(j)",
+        "`A` is used with 1 indices here but 2 before",
+        "A(j)",
+    );
     fails("y(i) = A(i,i)", "appears twice in one access of `A`", "i");
-    fails("y(i) = A(i,j) * y(j)", "the output `y` also appears on the right-hand side", "y(j)");
-    fails("y(i,k) = A(i,j) * x(j)", "output index `k` does not appear", "k");
-    fails("y(i) = A(i,j) * j", "used both as an index variable and as a tensor", "j");
-    fails("y(i) = A(i,j) * x(j); B: csr", "not a tensor of the statement", "B");
-    fails("y(i) = A(i,j) * x(j); A: csr; A: dense", "two formats are given for `A`", "A: dense");
-    fails("y(i) = A(i,j) * x(j); A: sss", "bad format for `A`", " sss");
-    fails("y(i) = A(i,j) * x(j); x: csr", "bad format for `x`", " csr");
-    fails("y(i) = A(i,j) * x(j); A: ds:0,0", "bad format for `A`", " ds:0,0");
+    fails(
+        "y(i) = A(i,j) * y(j)",
+        "the output `y` also appears on the right-hand side",
+        "y(j)",
+    );
+    fails(
+        "y(i,k) = A(i,j) * x(j)",
+        "output index `k` does not appear",
+        "k",
+    );
+    fails(
+        "y(i) = A(i,j) * j",
+        "used both as an index variable and as a tensor",
+        "j",
+    );
+    fails(
+        "y(i) = A(i,j) * x(j); B: csr",
+        "not a tensor of the statement",
+        "B",
+    );
+    fails(
+        "y(i) = A(i,j) * x(j); A: csr; A: dense",
+        "two formats are given for `A`",
+        "A: dense",
+    );
+    fails("y(i) = A(i,j) * x(j); A: sss", "bad format for `A`", "sss");
+    fails("y(i) = A(i,j) * x(j); x: csr", "bad format for `x`", "csr");
+    fails(
+        "y(i) = A(i,j) * x(j); A: ds:0,0",
+        "bad format for `A`",
+        "ds:0,0",
+    );
 }
 
 #[test]
 fn schedule_errors_point_at_the_culprit() {
-    fails("y(i) = A(i,j) * x(j); split(k, ko, ki, 2)", "not an index variable", "k");
-    fails("y(i) = A(i,j) * x(j); split(i, io, ii, 2); split(i, a, b, 2)", "split twice", "i");
-    fails("y(i) = A(i,j) * x(j); split(i, j, ii, 2)", "already names an index variable", "j");
-    fails("y(i) = A(i,j) * x(j); order(i)", "not the outer variable of a split", "i");
-    fails("y(i) = A(i,j) * x(j); split(i, io, ii, 2); order(io, io)", "named twice", "io");
-    fails("y(i) = A(i,j) * x(j); split(i, io, ii, 2); extend(io)", "only reduction variables are extended", "io");
-    fails("y(i) = A(i,j) * x(j); parallelize(j)", "parallelizing it would race", "j");
-    fails("y(i) = A(i,j) * x(j); parallelize(i); parallelize(i)", "`parallelize` is given twice", "parallelize(i)");
+    fails(
+        "y(i) = A(i,j) * x(j); split(k, ko, ki, 2)",
+        "not an index variable",
+        "k",
+    );
+    fails(
+        "y(i) = A(i,j) * x(j); split(i, io, ii, 2); split(i, a, b, 2)",
+        "split twice",
+        "i",
+    );
+    fails(
+        "y(i) = A(i,j) * x(j); split(i, j, ii, 2)",
+        "already names an index variable",
+        "j",
+    );
+    fails(
+        "y(i) = A(i,j) * x(j); order(i)",
+        "not the outer variable of a split",
+        "i",
+    );
+    fails(
+        "y(i) = A(i,j) * x(j); split(i, io, ii, 2); order(io, io)",
+        "named twice",
+        "io",
+    );
+    fails(
+        "y(i) = A(i,j) * x(j); split(i, io, ii, 2); extend(io)",
+        "only reduction variables are extended",
+        "io",
+    );
+    fails(
+        "y(i) = A(i,j) * x(j); parallelize(j)",
+        "parallelizing it would race",
+        "j",
+    );
+    fails(
+        "y(i) = A(i,j) * x(j); parallelize(i); parallelize(i)",
+        "`parallelize` is given twice",
+        "parallelize(i)",
+    );
     fails_with(
         "y(i) = A(i,j) * x(j); split(j, jo, ji, [2, 9])",
         &dims(&[("A", &[3, 4])]),
@@ -98,7 +189,10 @@ fn schedule_errors_point_at_the_culprit() {
     );
     let c = checked("y(i) = A(i,j) * x(j); split(i, io, ii, 2); split(j, jo, ji, [2]); order(jo, io); extend(jo); map(io); parallelize(ii)");
     assert_eq!(c.schedule.splits.len(), 2);
-    assert_eq!(c.schedule.order.as_deref(), Some(&["jo".to_string(), "io".to_string()][..]));
+    assert_eq!(
+        c.schedule.order.as_deref(),
+        Some(&["jo".to_string(), "io".to_string()][..])
+    );
     assert_eq!(c.schedule.extend, ["jo"]);
     assert_eq!(c.schedule.map, ["io"]);
     assert_eq!(c.schedule.parallelize.as_deref(), Some("ii"));
@@ -143,10 +237,22 @@ proptest! {
 #[test]
 fn bind_names_tensor_mode_and_both_dims() {
     let sig = crate::bind::Signature {
-        output: crate::bind::Operand { name: "y", format: "d", vars: &["i"] },
+        output: crate::bind::Operand {
+            name: "y",
+            format: "d",
+            vars: &["i"],
+        },
         inputs: &[
-            crate::bind::Operand { name: "A", format: "ds", vars: &["i", "j"] },
-            crate::bind::Operand { name: "x", format: "d", vars: &["j"] },
+            crate::bind::Operand {
+                name: "A",
+                format: "ds",
+                vars: &["i", "j"],
+            },
+            crate::bind::Operand {
+                name: "x",
+                format: "d",
+                vars: &["j"],
+            },
         ],
     };
     let csr = Format::parse("csr", 2).unwrap();
@@ -158,7 +264,11 @@ fn bind_names_tensor_mode_and_both_dims() {
         "dimension mismatch for index `j`: mode 0 of `x` has dimension 5, but mode 1 of `A` has 4"
     );
     let e = sig.bind(&[(&[3, 4], &csc), (&[4], &v)]).unwrap_err();
-    assert!(e.to_string().contains("`A` is stored as `ds:1,0`, but the kernel was compiled for `ds`"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("`A` is stored as `ds:1,0`, but the kernel was compiled for `ds`"),
+        "{e}"
+    );
     let e = sig.bind(&[(&[3], &v), (&[4], &v)]).unwrap_err();
     assert!(e.to_string().contains("`A` has 1 modes"), "{e}");
     assert_eq!(sig.bind(&[(&[3, 4], &csr), (&[4], &v)]).unwrap(), vec![3]);

@@ -86,7 +86,11 @@ impl SourceMap {
     /// that an "unexpected end of input" span belongs to the piece it ends.
     pub fn add(&mut self, name: impl Into<String>, text: impl Into<String>) -> usize {
         let base = self.pieces.last().map_or(0, |p| p.base + p.text.len() + 1);
-        self.pieces.push(Piece { name: name.into(), text: text.into(), base });
+        self.pieces.push(Piece {
+            name: name.into(),
+            text: text.into(),
+            base,
+        });
         base
     }
 
@@ -126,21 +130,27 @@ impl SourceMap {
             }
         };
         let primary = labelled(&d.span);
-        let config = Config::default().with_color(color).with_index_type(IndexType::Byte);
+        let config = Config::default()
+            .with_color(color)
+            .with_index_type(IndexType::Byte);
         let mut report = Report::build(ReportKind::Error, primary.clone())
             .with_config(config)
             .with_message(&d.message)
             .with_label(Label::new(primary).with_message(&d.label).with_order(0));
         for (i, (span, text)) in d.related.iter().enumerate() {
             report = report.with_label(
-                Label::new(labelled(span)).with_message(text).with_order(i as i32 + 1),
+                Label::new(labelled(span))
+                    .with_message(text)
+                    .with_order(i as i32 + 1),
             );
         }
         if let Some(h) = &d.hint {
             report = report.with_help(h);
         }
         let sources = ariadne::sources(
-            self.pieces.iter().map(|p| (p.name.clone(), format!("{} ", p.text))),
+            self.pieces
+                .iter()
+                .map(|p| (p.name.clone(), format!("{} ", p.text))),
         );
         let mut out = Vec::new();
         match report.finish().write(sources, &mut out) {

@@ -9,3 +9,5 @@ pub mod lower;
 pub mod interp;
 pub mod codegen;
 pub mod bind;
+pub mod cli;
+pub mod driver;

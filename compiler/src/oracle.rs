@@ -21,14 +21,20 @@ impl DenseArray {
     pub fn new(dims: Vec<usize>, data: Vec<f64>) -> Result<DenseArray, OracleError> {
         let len: usize = dims.iter().product();
         if len != data.len() {
-            return Err(OracleError::Length { dims, len: data.len() });
+            return Err(OracleError::Length {
+                dims,
+                len: data.len(),
+            });
         }
         Ok(DenseArray { dims, data })
     }
 
     pub fn zeros(dims: Vec<usize>) -> DenseArray {
         let len = dims.iter().product();
-        DenseArray { dims, data: vec![0.0; len] }
+        DenseArray {
+            dims,
+            data: vec![0.0; len],
+        }
     }
 
     /// The row-major position of a coordinate.
@@ -43,13 +49,24 @@ pub enum OracleError {
     #[error("no input named `{0}`")]
     MissingInput(String),
     #[error("`{tensor}` has {found} dimensions but is used with {expected} indices")]
-    Rank { tensor: String, expected: usize, found: usize },
+    Rank {
+        tensor: String,
+        expected: usize,
+        found: usize,
+    },
     #[error("index `{var}` has dimension {first} in one use and {second} in another")]
-    Dim { var: String, first: usize, second: usize },
+    Dim {
+        var: String,
+        first: usize,
+        second: usize,
+    },
     #[error("dense data of {len} values does not fit dimensions {dims:?}")]
     Length { dims: Vec<usize>, len: usize },
     #[error("the initial output has dimensions {found:?}, expected {expected:?}")]
-    Output { expected: Vec<usize>, found: Vec<usize> },
+    Output {
+        expected: Vec<usize>,
+        found: Vec<usize>,
+    },
 }
 
 /// Evaluates `c` on dense inputs. `initial` is the output's previous value for `+=`
@@ -60,14 +77,22 @@ pub fn evaluate(
     initial: Option<&DenseArray>,
 ) -> Result<DenseArray, OracleError> {
     let dims = var_dims(c, inputs)?;
-    let slot = |name: &str| c.vars.iter().position(|v| v.name == name).expect("checked variable");
+    let slot = |name: &str| {
+        c.vars
+            .iter()
+            .position(|v| v.name == name)
+            .expect("checked variable")
+    };
     let lhs = &c.statement.assignment.lhs;
     let out_vars: Vec<usize> = lhs.indices.iter().map(|i| slot(&i.name)).collect();
     let mut out = DenseArray::zeros(out_vars.iter().map(|&v| dims[v]).collect());
     if c.statement.assignment.accumulate {
         if let Some(init) = initial {
             if init.dims != out.dims {
-                return Err(OracleError::Output { expected: out.dims, found: init.dims.clone() });
+                return Err(OracleError::Output {
+                    expected: out.dims,
+                    found: init.dims.clone(),
+                });
             }
             out.data.copy_from_slice(&init.data);
         }
@@ -79,7 +104,9 @@ pub fn evaluate(
             let red: Vec<usize> = term.reduction.iter().map(|n| slot(n)).collect();
             let mut sum = 0.0;
             let mut p = point.to_vec();
-            for_each_point(&red, &dims, &mut p, &mut |p| sum += eval(&term.expr, p, c, inputs));
+            for_each_point(&red, &dims, &mut p, &mut |p| {
+                sum += eval(&term.expr, p, c, inputs)
+            });
             value += if term.negated { -sum } else { sum };
         }
         let at = out.offset(out_vars.iter().map(|&v| point[v]));
@@ -92,7 +119,9 @@ pub fn evaluate(
 fn var_dims(c: &Checked, inputs: &HashMap<String, DenseArray>) -> Result<Vec<usize>, OracleError> {
     let mut dims: Vec<Option<usize>> = vec![None; c.vars.len()];
     for t in c.inputs() {
-        let arr = inputs.get(&t.name).ok_or_else(|| OracleError::MissingInput(t.name.clone()))?;
+        let arr = inputs
+            .get(&t.name)
+            .ok_or_else(|| OracleError::MissingInput(t.name.clone()))?;
         for access in c.uses(&t.name) {
             if arr.dims.len() != access.indices.len() {
                 return Err(OracleError::Rank {
@@ -102,10 +131,18 @@ fn var_dims(c: &Checked, inputs: &HashMap<String, DenseArray>) -> Result<Vec<usi
                 });
             }
             for (i, &n) in access.indices.iter().zip(&arr.dims) {
-                let v = c.vars.iter().position(|v| v.name == i.name).expect("checked variable");
+                let v = c
+                    .vars
+                    .iter()
+                    .position(|v| v.name == i.name)
+                    .expect("checked variable");
                 match dims[v] {
                     Some(m) if m != n => {
-                        return Err(OracleError::Dim { var: i.name.clone(), first: m, second: n })
+                        return Err(OracleError::Dim {
+                            var: i.name.clone(),
+                            first: m,
+                            second: n,
+                        })
                     }
                     _ => dims[v] = Some(n),
                 }
@@ -117,7 +154,12 @@ fn var_dims(c: &Checked, inputs: &HashMap<String, DenseArray>) -> Result<Vec<usi
 }
 
 /// Calls `f` for every assignment of the variables `vars` (other slots of `point` fixed).
-fn for_each_point(vars: &[usize], dims: &[usize], point: &mut [usize], f: &mut impl FnMut(&[usize])) {
+fn for_each_point(
+    vars: &[usize],
+    dims: &[usize],
+    point: &mut [usize],
+    f: &mut impl FnMut(&[usize]),
+) {
     match vars.split_first() {
         None => f(point),
         Some((&v, rest)) => {
@@ -135,7 +177,11 @@ fn eval(e: &Expr, point: &[usize], c: &Checked, inputs: &HashMap<String, DenseAr
         ExprKind::Access(a) => {
             let arr = &inputs[&a.tensor.name];
             let coord = a.indices.iter().map(|i| {
-                point[c.vars.iter().position(|v| v.name == i.name).expect("checked variable")]
+                point[c
+                    .vars
+                    .iter()
+                    .position(|v| v.name == i.name)
+                    .expect("checked variable")]
             });
             arr.data[arr.offset(coord)]
         }

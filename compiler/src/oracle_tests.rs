@@ -10,7 +10,13 @@ fn checked(src: &str) -> Checked {
 
 fn arr(dims: Vec<usize>, seed: &[f64]) -> DenseArray {
     let len: usize = dims.iter().product();
-    DenseArray::new(dims, (0..len).map(|k| seed[k % seed.len()] + k as f64 * 0.25).collect()).unwrap()
+    DenseArray::new(
+        dims,
+        (0..len)
+            .map(|k| seed[k % seed.len()] + k as f64 * 0.25)
+            .collect(),
+    )
+    .unwrap()
 }
 
 fn inputs(list: Vec<(&str, DenseArray)>) -> HashMap<String, DenseArray> {
@@ -70,7 +76,10 @@ fn functions_and_constants_elementwise() {
     let x = DenseArray::new(vec![2], vec![-4.0, 9.0]).unwrap();
     let w = DenseArray::new(vec![2], vec![1.0, std::f64::consts::E]).unwrap();
     let got = evaluate(&c, &inputs(vec![("x", x), ("w", w)]), None).unwrap();
-    let want = [2.0 * 2.0 + 4f64.exp() / 4.0, 3.0 * 2.0 + (-9f64).exp() / 4.0 - 1.0];
+    let want = [
+        2.0 * 2.0 + 4f64.exp() / 4.0,
+        3.0 * 2.0 + (-9f64).exp() / 4.0 - 1.0,
+    ];
     for (g, w) in got.data.iter().zip(want) {
         assert!((g - w).abs() < 1e-12, "{g} vs {w}");
     }
@@ -92,5 +101,12 @@ fn mismatched_dimensions_are_an_error() {
     let a = DenseArray::zeros(vec![2, 3]);
     let x = DenseArray::zeros(vec![4]);
     let err = evaluate(&c, &inputs(vec![("A", a), ("x", x)]), None).unwrap_err();
-    assert_eq!(err, OracleError::Dim { var: "j".into(), first: 3, second: 4 });
+    assert_eq!(
+        err,
+        OracleError::Dim {
+            var: "j".into(),
+            first: 3,
+            second: 4
+        }
+    );
 }

@@ -77,7 +77,11 @@ pub const DIRECTIVES: [&str; 5] = [
 ];
 
 fn function_names() -> String {
-    FUNCTIONS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+    FUNCTIONS
+        .iter()
+        .map(|(n, _)| *n)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `name(args)` in an expression is a function call when `name` is a function, else a tensor
@@ -94,17 +98,25 @@ pub fn resolve_call(name: Ident, args: Vec<Expr>, span: Span) -> Result<Expr, Sy
             return Err(d.into());
         }
         let arg = args.into_iter().next().expect("one argument");
-        return Ok(Expr { kind: ExprKind::Call(*func, Box::new(arg)), span });
+        return Ok(Expr {
+            kind: ExprKind::Call(*func, Box::new(arg)),
+            span,
+        });
     }
     let mut indices = Vec::with_capacity(args.len());
     for arg in args {
         match arg.kind {
-            ExprKind::Access(Access { tensor, indices: inner, .. }) if inner.is_empty() => {
-                indices.push(tensor)
-            }
+            ExprKind::Access(Access {
+                tensor,
+                indices: inner,
+                ..
+            }) if inner.is_empty() => indices.push(tensor),
             _ => {
                 let d = Diagnostic::new(
-                    format!("`{}(...)` is neither a tensor access nor a known function", name.name),
+                    format!(
+                        "`{}(...)` is neither a tensor access nor a known function",
+                        name.name
+                    ),
                     arg.span,
                 )
                 .label("an index must be an index-variable name such as `i`")
@@ -116,8 +128,15 @@ pub fn resolve_call(name: Ident, args: Vec<Expr>, span: Span) -> Result<Expr, Sy
             }
         }
     }
-    let access = Access { tensor: name, indices, span: span.clone() };
-    Ok(Expr { kind: ExprKind::Access(access), span })
+    let access = Access {
+        tensor: name,
+        indices,
+        span: span.clone(),
+    };
+    Ok(Expr {
+        kind: ExprKind::Access(access),
+        span,
+    })
 }
 
 /// Checks a schedule call against the directive it names and builds it.
@@ -143,10 +162,13 @@ pub fn resolve_directive(call: Call) -> Result<ScheduleItem, SyntaxError> {
 }
 
 fn arity_error(name: &Ident, form: &str, found: usize, span: &Span) -> SyntaxError {
-    Diagnostic::new(format!("`{}` expects {form}, found {found} argument(s)", name.name), span.clone())
-        .label("here")
-        .hint(format!("the directives are: {}", DIRECTIVES.join("; ")))
-        .into()
+    Diagnostic::new(
+        format!("`{}` expects {form}, found {found} argument(s)", name.name),
+        span.clone(),
+    )
+    .label("here")
+    .hint(format!("the directives are: {}", DIRECTIVES.join("; ")))
+    .into()
 }
 
 fn expect_name(directive: &Ident, arg: Arg) -> Result<Ident, SyntaxError> {
@@ -168,14 +190,26 @@ fn names(
     count: std::ops::Range<usize>,
 ) -> Result<Vec<Ident>, SyntaxError> {
     if !count.contains(&args.len()) {
-        return Err(arity_error(directive, "one or more index variables", args.len(), span));
+        return Err(arity_error(
+            directive,
+            "one or more index variables",
+            args.len(),
+            span,
+        ));
     }
-    args.into_iter().map(|a| expect_name(directive, a)).collect()
+    args.into_iter()
+        .map(|a| expect_name(directive, a))
+        .collect()
 }
 
 fn one_name(directive: &Ident, args: Vec<Arg>, span: &Span) -> Result<Ident, SyntaxError> {
     if args.len() != 1 {
-        return Err(arity_error(directive, "one index variable", args.len(), span));
+        return Err(arity_error(
+            directive,
+            "one index variable",
+            args.len(),
+            span,
+        ));
     }
     expect_name(directive, args.into_iter().next().expect("one argument"))
 }
@@ -223,31 +257,47 @@ fn resolve_split(name: &Ident, args: Vec<Arg>, span: &Span) -> Result<Directive,
             .into())
         }
     };
-    Ok(Directive::Split { var, outer, inner, kind })
+    Ok(Directive::Split {
+        var,
+        outer,
+        inner,
+        kind,
+    })
 }
 
 // ---------------------------------------------------------------- entry points
 
 /// Parses one assignment (`y(i) = A(i,j) * x(j)`) whose spans start at `base`.
 pub fn assignment(src: &str, base: usize) -> Result<Assignment, Diagnostic> {
-    grammar::AssignmentParser::new().parse(base, src).map_err(|e| convert(e, src, base))
+    grammar::AssignmentParser::new()
+        .parse(base, src)
+        .map_err(|e| convert(e, src, base))
 }
 
 /// Parses a format flag (`A:ds:1,0`).
 pub fn format_spec(src: &str, base: usize) -> Result<FormatSpec, Diagnostic> {
-    grammar::FormatSpecParser::new().parse(base, src).map_err(|e| convert(e, src, base))
+    grammar::FormatSpecParser::new()
+        .parse(base, src)
+        .map_err(|e| convert(e, src, base))
 }
 
 /// Parses a schedule (`split(i, io, ii, 4); parallelize(io)`).
 pub fn schedule(src: &str, base: usize) -> Result<Vec<ScheduleItem>, Diagnostic> {
-    grammar::ScheduleParser::new().parse(base, src).map_err(|e| convert(e, src, base))
+    grammar::ScheduleParser::new()
+        .parse(base, src)
+        .map_err(|e| convert(e, src, base))
 }
 
 /// Parses the `tensor!` form: `y(i) = A(i,j) * x(j); A: csr; parallelize(i)`.
 pub fn program(src: &str, base: usize) -> Result<Statement, Diagnostic> {
-    let (assignment, formats, schedule) =
-        grammar::ProgramParser::new().parse(base, src).map_err(|e| convert(e, src, base))?;
-    Ok(Statement { assignment, formats, schedule })
+    let (assignment, formats, schedule) = grammar::ProgramParser::new()
+        .parse(base, src)
+        .map_err(|e| convert(e, src, base))?;
+    Ok(Statement {
+        assignment,
+        formats,
+        schedule,
+    })
 }
 
 /// Parses the command-line form: the expression, each `-f` flag and the `-s` schedule, each
@@ -272,7 +322,11 @@ pub fn command_line(
         }
         None => Vec::new(),
     };
-    Ok(Statement { assignment, formats: specs, schedule })
+    Ok(Statement {
+        assignment,
+        formats: specs,
+        schedule,
+    })
 }
 
 // ---------------------------------------------------------------- lalrpop errors
@@ -294,7 +348,10 @@ fn convert(e: LalrpopError<'_>, src: &str, base: usize) -> Diagnostic {
             let d = Diagnostic::new("unexpected end of input", span).label("input ends here");
             with_expected(d, &expected)
         }
-        ParseError::UnrecognizedToken { token: (l, tok, r), expected } => {
+        ParseError::UnrecognizedToken {
+            token: (l, tok, r),
+            expected,
+        } => {
             let span = (base + l)..(base + r);
             let d = Diagnostic::new(format!("unexpected `{}`", tok.1), span).label("unexpected");
             let implicit_product = expected.iter().any(|e| e == "\"*\"")
@@ -305,10 +362,11 @@ fn convert(e: LalrpopError<'_>, src: &str, base: usize) -> Diagnostic {
                 with_expected(d, &expected)
             }
         }
-        ParseError::ExtraToken { token: (l, tok, r) } => {
-            Diagnostic::new(format!("unexpected `{}` after the end", tok.1), (base + l)..(base + r))
-                .label("extra input")
-        }
+        ParseError::ExtraToken { token: (l, tok, r) } => Diagnostic::new(
+            format!("unexpected `{}` after the end", tok.1),
+            (base + l)..(base + r),
+        )
+        .label("extra input"),
     }
 }
 

@@ -9,8 +9,17 @@ fn expr(src: &str) -> Assignment {
 /// at a span whose text is `at`.
 fn fails(src: &str, msg: &str, at: &str) -> Diagnostic {
     let d = program(src, 0).expect_err(src);
-    assert!(d.message.contains(msg), "{src}: message {:?} lacks {msg:?}", d.message);
-    assert_eq!(&src[d.span.start..d.span.end.min(src.len())], at, "{src}: span of {:?}", d.message);
+    assert!(
+        d.message.contains(msg),
+        "{src}: message {:?} lacks {msg:?}",
+        d.message
+    );
+    assert_eq!(
+        &src[d.span.start..d.span.end.min(src.len())],
+        at,
+        "{src}: span of {:?}",
+        d.message
+    );
     d
 }
 
@@ -20,10 +29,20 @@ fn spmv_parses_with_spans() {
     assert_eq!(a.lhs.tensor.name, "y");
     assert_eq!(a.lhs.span, 0..4);
     assert!(!a.accumulate);
-    let ExprKind::Binary(BinOp::Mul, l, r) = &a.rhs.kind else { panic!("{:?}", a.rhs) };
-    let ExprKind::Access(acc) = &l.kind else { panic!() };
+    let ExprKind::Binary(BinOp::Mul, l, r) = &a.rhs.kind else {
+        panic!("{:?}", a.rhs)
+    };
+    let ExprKind::Access(acc) = &l.kind else {
+        panic!()
+    };
     assert_eq!(acc.tensor.name, "A");
-    assert_eq!(acc.indices.iter().map(|i| i.name.as_str()).collect::<Vec<_>>(), ["i", "j"]);
+    assert_eq!(
+        acc.indices
+            .iter()
+            .map(|i| i.name.as_str())
+            .collect::<Vec<_>>(),
+        ["i", "j"]
+    );
     assert_eq!(acc.span, 7..13);
     assert_eq!(r.span, 16..20);
 }
@@ -32,13 +51,21 @@ fn spmv_parses_with_spans() {
 fn precedence_and_unary_minus() {
     // a - b * -c / d  ==  a - ((b * (-c)) / d)
     let a = expr("s = a - b * -c / d");
-    let ExprKind::Binary(BinOp::Sub, _, rhs) = &a.rhs.kind else { panic!("{:?}", a.rhs) };
-    let ExprKind::Binary(BinOp::Div, prod, _) = &rhs.kind else { panic!("{rhs:?}") };
-    let ExprKind::Binary(BinOp::Mul, _, neg) = &prod.kind else { panic!("{prod:?}") };
+    let ExprKind::Binary(BinOp::Sub, _, rhs) = &a.rhs.kind else {
+        panic!("{:?}", a.rhs)
+    };
+    let ExprKind::Binary(BinOp::Div, prod, _) = &rhs.kind else {
+        panic!("{rhs:?}")
+    };
+    let ExprKind::Binary(BinOp::Mul, _, neg) = &prod.kind else {
+        panic!("{prod:?}")
+    };
     assert!(matches!(neg.kind, ExprKind::Neg(_)));
     // Subtraction is left-associative.
     let a = expr("s = a - b - c");
-    let ExprKind::Binary(BinOp::Sub, l, _) = &a.rhs.kind else { panic!() };
+    let ExprKind::Binary(BinOp::Sub, l, _) = &a.rhs.kind else {
+        panic!()
+    };
     assert!(matches!(l.kind, ExprKind::Binary(BinOp::Sub, _, _)));
 }
 
@@ -75,8 +102,11 @@ fn program_with_formats_and_schedule() {
         0,
     )
     .unwrap();
-    let f: Vec<(&str, &str)> =
-        s.formats.iter().map(|f| (f.tensor.name.as_str(), f.format.as_str())).collect();
+    let f: Vec<(&str, &str)> = s
+        .formats
+        .iter()
+        .map(|f| (f.tensor.name.as_str(), f.format.as_str()))
+        .collect();
     assert_eq!(f, [("A", "csr"), ("B", "ds:1,0")]);
     assert_eq!(s.schedule.len(), 6);
     assert!(matches!(&s.schedule[1].directive,
@@ -88,8 +118,13 @@ fn program_with_formats_and_schedule() {
 fn command_line_pieces_have_their_own_offsets() {
     let mut sources = SourceMap::new();
     let formats = vec!["A:csr".to_string(), "x:cs".to_string()];
-    let stmt = command_line("y(i) = A(i,j) * x(j)", &formats, Some("parallelize(i)"), &mut sources)
-        .unwrap();
+    let stmt = command_line(
+        "y(i) = A(i,j) * x(j)",
+        &formats,
+        Some("parallelize(i)"),
+        &mut sources,
+    )
+    .unwrap();
     let (name, local) = sources.locate(&stmt.formats[1].span).unwrap();
     assert_eq!((name, local), ("-f x:cs", 0..4));
     let (name, local) = sources.locate(&stmt.schedule[0].span).unwrap();
@@ -98,9 +133,15 @@ fn command_line_pieces_have_their_own_offsets() {
     // An error in the schedule names the -s argument.
     let mut sources = SourceMap::new();
     let d = command_line("y(i) = x(i)", &[], Some("paralelize(i)"), &mut sources).unwrap_err();
-    assert_eq!(sources.locate(&d.span).unwrap(), ("-s paralelize(i)", 0..10));
+    assert_eq!(
+        sources.locate(&d.span).unwrap(),
+        ("-s paralelize(i)", 0..10)
+    );
     let text = sources.render(&d, false);
-    assert!(text.contains("unknown schedule directive `paralelize`"), "{text}");
+    assert!(
+        text.contains("unknown schedule directive `paralelize`"),
+        "{text}"
+    );
     assert!(text.contains("-s paralelize(i)"), "{text}");
 }
 
@@ -110,19 +151,55 @@ fn syntax_errors_point_at_the_culprit() {
     let d = fails("y(i) = A(i,j) x(j)", "", "x");
     assert!(d.hint.as_deref().unwrap().contains('*'), "{:?}", d.hint);
     fails("y(i) = A(i,j) * x(j", "unexpected end of input", "");
-    fails("y(i) = A(i+1)", "is neither a tensor access nor a known function", "i+1");
-    fails("y(i) = sin(x(i))", "is neither a tensor access nor a known function", "x(i)");
-    fails("y(i) = exp(x(i), 2)", "`exp` takes one argument, found 2", "exp(x(i), 2)");
+    fails(
+        "y(i) = A(i+1)",
+        "is neither a tensor access nor a known function",
+        "i+1",
+    );
+    fails(
+        "y(i) = sin(x(i))",
+        "is neither a tensor access nor a known function",
+        "x(i)",
+    );
+    fails(
+        "y(i) = exp(x(i), 2)",
+        "`exp` takes one argument, found 2",
+        "exp(x(i), 2)",
+    );
     fails("y(i) = x(i) $ 2", "unexpected character `$`", "$");
     fails("y(i) == x(i)", "unexpected `=`", "=");
-    fails("y(i) = x(i); A: csr; paralelize(i)", "unknown schedule directive", "paralelize");
-    fails("y(i) = x(i); split(i, io, 4)", "`split` expects", "split(i, io, 4)");
-    fails("y(i) = x(i); split(i, io, ii, 0)", "at least one range", "0");
-    fails("y(i) = x(i); split(i, io, ii, [5, 3])", "strictly increasing", "[5, 3]");
+    fails(
+        "y(i) = x(i); A: csr; paralelize(i)",
+        "unknown schedule directive",
+        "paralelize",
+    );
+    fails(
+        "y(i) = x(i); split(i, io, 4)",
+        "`split` expects",
+        "split(i, io, 4)",
+    );
+    fails(
+        "y(i) = x(i); split(i, io, ii, 0)",
+        "at least one range",
+        "0",
+    );
+    fails(
+        "y(i) = x(i); split(i, io, ii, [5, 3])",
+        "strictly increasing",
+        "[5, 3]",
+    );
     fails("y(i) = x(i); split(i, io, ii, k)", "number of ranges", "k");
-    fails("y(i) = x(i); parallelize(i, j)", "one index variable", "parallelize(i, j)");
+    fails(
+        "y(i) = x(i); parallelize(i, j)",
+        "one index variable",
+        "parallelize(i, j)",
+    );
     fails("y(i) = x(i); order(3)", "index-variable name", "3");
-    fails("y(i) = 99999999999999999999999 * x(i)", "too large", "99999999999999999999999");
+    fails(
+        "y(i) = 99999999999999999999999 * x(i)",
+        "too large",
+        "99999999999999999999999",
+    );
 }
 
 proptest! {

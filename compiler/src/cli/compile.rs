@@ -1,0 +1,48 @@
+//! `tessera compile`: build an executable for a statement.
+
+use super::StatementArgs;
+use crate::driver::{self, Options};
+use anyhow::Context;
+use clap::Args;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Args)]
+pub struct CompileArgs {
+    #[command(flatten)]
+    pub statement: StatementArgs,
+    /// Where to write the executable.
+    #[arg(short = 'o', long = "output", value_name = "PROG")]
+    pub output: PathBuf,
+    /// Also keep the generated crate's sources in this directory.
+    #[arg(long, value_name = "DIR")]
+    pub keep_source: Option<PathBuf>,
+}
+
+/// Generates and builds (or finds in the cache) the executable for a statement.
+pub fn build(statement: &StatementArgs) -> anyhow::Result<(driver::GeneratedCrate, PathBuf)> {
+    let c = super::front(statement)?;
+    let opts = Options {
+        wide_index: statement.wide_index,
+    };
+    let g = driver::generate(&c.checked, &c.kernel, &c.text, opts)?;
+    let bin = driver::build(&g, &driver::cache_dir(), std::io::stderr().is_terminal())?;
+    Ok((g, bin))
+}
+
+pub fn run(args: CompileArgs) -> anyhow::Result<ExitCode> {
+    let (g, bin) = build(&args.statement)?;
+    driver::copy_atomically(&bin, &args.output)
+        .with_context(|| format!("writing the executable to {}", args.output.display()))?;
+    if let Some(dir) = &args.keep_source {
+        for (rel, text) in &g.files {
+            let path = dir.join(rel);
+            if let Some(p) = path.parent() {
+                std::fs::create_dir_all(p).with_context(|| p.display().to_string())?;
+            }
+            std::fs::write(&path, text).with_context(|| path.display().to_string())?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

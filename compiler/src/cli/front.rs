@@ -1,0 +1,70 @@
+//! The front half of every subcommand: parse, check and lower a statement given on the
+//! command line, with errors rendered against the argument they are about.
+
+use super::StatementArgs;
+use crate::check::{self, Checked, Dims};
+use crate::diagnostics::{Diagnostic, SourceMap};
+use crate::ir::Kernel;
+use crate::lower::{self, LowerError};
+use crate::parse;
+use std::io::IsTerminal;
+
+/// A diagnostic already rendered for the terminal.
+#[derive(Debug)]
+pub struct Rendered(pub String);
+
+impl std::fmt::Display for Rendered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Rendered {}
+
+/// A statement ready for code generation.
+pub struct Compiled {
+    pub checked: Checked,
+    pub kernel: Kernel,
+    /// The statement as one line (`expr; A:csr; parallelize(i)`), for `--help` and messages.
+    pub text: String,
+}
+
+/// A lowering error as a diagnostic (same spans, same hint).
+pub fn lower_diagnostic(e: &LowerError) -> Diagnostic {
+    let d = Diagnostic::new(e.to_string(), e.span()).label("here");
+    match e.hint() {
+        Some(h) => d.hint(h),
+        None => d,
+    }
+}
+
+/// Parses, checks and lowers the statement of a command line.
+pub fn front(args: &StatementArgs) -> anyhow::Result<Compiled> {
+    let mut sources = SourceMap::new();
+    let render = |d: &Diagnostic, sources: &SourceMap| {
+        anyhow::Error::new(Rendered(sources.render(d, std::io::stderr().is_terminal())))
+    };
+    let stmt = parse::command_line(
+        &args.expr,
+        &args.formats,
+        args.schedule.as_deref(),
+        &mut sources,
+    )
+    .map_err(|d| render(&d, &sources))?;
+    let checked = check::check(stmt, &Dims::new()).map_err(|d| render(&d, &sources))?;
+    let kernel = lower::lower(&checked).map_err(|e| render(&lower_diagnostic(&e), &sources))?;
+    let mut text = args.expr.trim().to_string();
+    for f in &args.formats {
+        text += "; ";
+        text += f.trim();
+    }
+    if let Some(s) = &args.schedule {
+        text += "; ";
+        text += s.trim().trim_end_matches(';');
+    }
+    Ok(Compiled {
+        checked,
+        kernel,
+        text,
+    })
+}

@@ -1,0 +1,84 @@
+//! The `tessera` command line: `emit`, `compile` and `run`, one module each.
+
+mod compile;
+mod emit;
+mod front;
+mod run;
+
+use clap::{Args, Parser, Subcommand};
+use std::process::ExitCode;
+
+pub use front::{front, Compiled, Rendered};
+
+const EXAMPLES: &str = "\
+Examples:
+  tessera emit \"y(i) = A(i,j) * x(j)\" -f A:csr
+  tessera emit \"C(i,j) = A(i,k) * B(k,j)\" -f A:csr -f B:csr -f C:csr -s \"parallelize(i)\"
+  tessera compile \"y(i) = A(i,j) * x(j)\" -f A:csr -o spmv
+  ./spmv -i A=matrix.mtx -i x=x.tns -o y.tns --threads 2
+  tessera run \"a = b(i) * c(i)\" -i b=b.tns -i c=c.tns -o a.tns
+
+Formats (-f NAME:FMT): one letter per level, d (dense) or s (compressed), optionally followed
+by the mode order, e.g. A:ds (CSR), A:ds:1,0 (CSC), B:sss (CSF); or a name: dense, csr, csc,
+dcsr, csf. Tensors without -f are dense.
+Schedule (-s): directives separated by `;`: split(i, io, ii, 4), split(j, jo, ji, [100, 200]),
+order(io, jo), extend(ko), map(io), parallelize(i). See docs/language.md.";
+
+/// Compile tensor algebra in Einstein notation to sparse kernels in Rust.
+#[derive(Debug, Parser)]
+#[command(name = "tessera", version, after_help = EXAMPLES)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the generated kernel for a statement.
+    #[command(after_help = EXAMPLES)]
+    Emit(emit::EmitArgs),
+    /// Build an executable that computes a statement on tensor files.
+    #[command(after_help = EXAMPLES)]
+    Compile(compile::CompileArgs),
+    /// Compile (cached) and run a statement on tensor files.
+    #[command(after_help = EXAMPLES)]
+    Run(run::RunArgs),
+}
+
+/// The statement: expression, formats and schedule (shared by every subcommand).
+#[derive(Debug, Clone, Args)]
+pub struct StatementArgs {
+    /// The assignment, e.g. "y(i) = A(i,j) * x(j)".
+    #[arg(value_name = "EXPR")]
+    pub expr: String,
+    /// A tensor's storage format, e.g. A:csr, A:ds, B:ds:1,0, T:sss (repeatable).
+    #[arg(short = 'f', long = "format", value_name = "NAME:FMT")]
+    pub formats: Vec<String>,
+    /// The schedule, e.g. "split(i, io, ii, 4); parallelize(i)".
+    #[arg(short = 's', long = "schedule", value_name = "SCHEDULE")]
+    pub schedule: Option<String>,
+    /// Use 64-bit coordinates (default 32-bit).
+    #[arg(long)]
+    pub wide_index: bool,
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Emit(a) => emit::run(a),
+        Command::Compile(a) => compile::run(a),
+        Command::Run(a) => run::run(a),
+    }
+}
+
+/// Prints an error: diagnostics as rendered, everything else with its chain of causes.
+pub fn report(e: &anyhow::Error) {
+    if let Some(r) = e.downcast_ref::<Rendered>() {
+        eprint!("{}", r.0);
+        return;
+    }
+    eprintln!("error: {e}");
+    for cause in e.chain().skip(1) {
+        eprintln!("  caused by: {cause}");
+    }
+}

@@ -1,0 +1,300 @@
+//! From a checked, lowered statement to an executable: the generated crate around a kernel
+//! (a `main` that reads inputs, checks them, runs the kernel and writes the output), its
+//! offline cargo build, and the compile cache `tessera run` uses.
+//!
+//! The generated crate depends only on the workspace's `tessera-formats` (by path) and
+//! `rayon`. It is built with the workspace's `Cargo.lock` and one shared target directory
+//! under the cache, so builds are offline and only the kernel crate itself is compiled after
+//! the first one. Everything is written to a temporary directory and renamed into place, so
+//! an interrupted build never leaves a half-written crate or binary behind.
+
+use crate::check::Checked;
+use crate::ir::Kernel;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The verbatim sources copied into every generated crate.
+const TEMPLATE_MAIN: &str = include_str!("driver/template_main.rs");
+const TEMPLATE_IO: &str = include_str!("driver/template_io.rs");
+const BIND: &str = include_str!("bind.rs");
+
+/// Why a program could not be generated or built.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("cannot find the Tessera workspace at {0} (it must contain formats/Cargo.toml); set TESSERA_WORKSPACE to the repository root")]
+    Workspace(PathBuf),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the generated kernel is not valid Rust (a bug in tessera-compiler): {0}")]
+    Unparsable(String),
+    #[error("could not run cargo ({cargo}): {source}")]
+    CargoMissing {
+        cargo: String,
+        source: std::io::Error,
+    },
+    #[error("cargo failed to build the generated crate in {dir}:\n{stderr}")]
+    Cargo { dir: PathBuf, stderr: String },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> DriverError + '_ {
+    move |source| DriverError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Choices that change the generated program.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// 64-bit coordinates instead of 32-bit.
+    pub wide_index: bool,
+}
+
+/// The files of a generated crate, and the key that names it in the cache.
+#[derive(Clone, Debug)]
+pub struct GeneratedCrate {
+    /// `(path relative to the crate root, contents)`.
+    pub files: Vec<(String, String)>,
+    /// Hash of everything that affects the build.
+    pub key: String,
+    /// Package and binary name.
+    pub name: String,
+}
+
+/// Pretty-prints generated tokens as a Rust file.
+pub fn pretty(tokens: proc_macro2::TokenStream) -> Result<String, DriverError> {
+    let file: syn::File =
+        syn::parse2(tokens).map_err(|e| DriverError::Unparsable(e.to_string()))?;
+    Ok(prettyplease::unparse(&file))
+}
+
+/// The root of the Tessera workspace whose `tessera-formats` generated crates use.
+pub fn workspace_root() -> Result<PathBuf, DriverError> {
+    let root = match std::env::var_os("TESSERA_WORKSPACE") {
+        Some(p) => PathBuf::from(p),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
+    };
+    let root = root.canonicalize().unwrap_or(root);
+    if root.join("formats/Cargo.toml").is_file() {
+        Ok(root)
+    } else {
+        Err(DriverError::Workspace(root))
+    }
+}
+
+/// Where compiled programs are cached: `$TESSERA_CACHE`, else `$XDG_CACHE_HOME/tessera`,
+/// else `~/.cache/tessera`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(p) = std::env::var_os("TESSERA_CACHE") {
+        return PathBuf::from(p);
+    }
+    if let Some(p) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(p).join("tessera");
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => PathBuf::from(h).join(".cache/tessera"),
+        None => std::env::temp_dir().join("tessera-cache"),
+    }
+}
+
+/// Rust source for the `bind::Signature` of a kernel: each of its inputs (in argument order)
+/// and the output, with the format and index variables of its use in the statement.
+pub fn signature_source(c: &Checked, kernel_inputs: &[&str]) -> String {
+    let operand = |name: &str| -> String {
+        let info = c
+            .tensor(name)
+            .expect("kernel inputs are tensors of the statement");
+        let access = c.uses(name).into_iter().next().expect("a tensor is used");
+        let vars: Vec<String> = access
+            .indices
+            .iter()
+            .map(|i| format!("{:?}", i.name))
+            .collect();
+        format!(
+            "bind::Operand {{ name: {:?}, format: {:?}, vars: &[{}] }}",
+            name,
+            info.format.to_string(),
+            vars.join(", ")
+        )
+    };
+    let mut s = String::from("bind::Signature {\n    output: ");
+    s += &operand(&c.output().name);
+    s += ",\n    inputs: &[\n";
+    for name in kernel_inputs {
+        let _ = writeln!(s, "        {},", operand(name));
+    }
+    s += "    ],\n}";
+    s
+}
+
+/// Generates the crate for a statement: `statement` is its text (shown by `--help`).
+pub fn generate(
+    c: &Checked,
+    kernel: &Kernel,
+    statement: &str,
+    opts: Options,
+) -> Result<GeneratedCrate, DriverError> {
+    let workspace = workspace_root()?;
+    let kernel_src = pretty(crate::codegen::emit(kernel))?;
+    let inputs = kernel.inputs();
+    let main = TEMPLATE_MAIN
+        .replace("@STATEMENT@", &format!("{statement:?}"))
+        .replace("@SIGNATURE@", &signature_source(c, &inputs))
+        .replace("@INDEX@", if opts.wide_index { "u64" } else { "u32" });
+    let mut files = vec![
+        ("src/main.rs".to_string(), main),
+        ("src/io.rs".to_string(), TEMPLATE_IO.to_string()),
+        ("src/bind.rs".to_string(), BIND.to_string()),
+        ("src/kernel.rs".to_string(), kernel_src),
+    ];
+    let key = cache_key(&files, &workspace);
+    let name = format!("tessera-prog-{key}");
+    let manifest = format!(
+        "[package]\nname = {name:?}\nversion = \"0.1.0\"\nedition = \"2021\"\npublish = false\n\n\
+         [dependencies]\ntessera-formats = {{ path = {:?} }}\nrayon = \"1\"\n\n\
+         [profile.release]\ncodegen-units = 1\n\n\
+         # A crate of its own, not a member of any enclosing workspace.\n[workspace]\n",
+        workspace.join("formats").display().to_string()
+    );
+    files.push(("Cargo.toml".to_string(), manifest));
+    Ok(GeneratedCrate { files, key, name })
+}
+
+/// FNV-1a over everything that affects the build: stable across runs and Rust versions
+/// (unlike `DefaultHasher`), which a cache on disk needs.
+fn cache_key(files: &[(String, String)], workspace: &Path) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |bytes: &[u8]| {
+        for &b in bytes.iter().chain([0xffu8].iter()) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    feed(env!("CARGO_PKG_VERSION").as_bytes());
+    feed(workspace.to_string_lossy().as_bytes());
+    for (path, text) in files {
+        feed(path.as_bytes());
+        feed(text.as_bytes());
+    }
+    format!("{h:016x}")
+}
+
+/// The cached executable for a generated crate, if one was built before.
+pub fn cached_binary(g: &GeneratedCrate, cache: &Path) -> Option<PathBuf> {
+    let bin = cache.join("bin").join(&g.name);
+    bin.is_file().then_some(bin)
+}
+
+/// Builds a generated crate (or reuses the cached build) and returns the executable's path
+/// in the cache. `progress` shows a spinner while cargo runs.
+pub fn build(g: &GeneratedCrate, cache: &Path, progress: bool) -> Result<PathBuf, DriverError> {
+    if let Some(bin) = cached_binary(g, cache) {
+        return Ok(bin);
+    }
+    let dir = write_crate(g, cache)?;
+    let target = cache.join("target");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let spinner = progress.then(|| spinner(&g.name));
+    let output = Command::new(&cargo)
+        .args([
+            "build",
+            "--release",
+            "--offline",
+            "--quiet",
+            "--manifest-path",
+        ])
+        .arg(dir.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .map_err(|source| DriverError::CargoMissing {
+            cargo: cargo.clone(),
+            source,
+        })?;
+    if let Some(s) = spinner {
+        s.finish_and_clear();
+    }
+    if !output.status.success() {
+        return Err(DriverError::Cargo {
+            dir,
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        });
+    }
+    let built = target.join("release").join(&g.name);
+    let bin_dir = cache.join("bin");
+    std::fs::create_dir_all(&bin_dir).map_err(io_err(&bin_dir))?;
+    let bin = bin_dir.join(&g.name);
+    copy_atomically(&built, &bin)?;
+    Ok(bin)
+}
+
+/// Writes the crate under `cache/crates/NAME` (temporary directory, then rename) with the
+/// workspace's `Cargo.lock`, so cargo resolves the same versions offline.
+fn write_crate(g: &GeneratedCrate, cache: &Path) -> Result<PathBuf, DriverError> {
+    let crates = cache.join("crates");
+    let dir = crates.join(&g.name);
+    if dir.join("Cargo.toml").is_file() {
+        return Ok(dir);
+    }
+    std::fs::create_dir_all(&crates).map_err(io_err(&crates))?;
+    let tmp = crates.join(format!(".{}.{}.tmp", g.name, std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    for (rel, text) in &g.files {
+        let path = tmp.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+        }
+        std::fs::write(&path, text).map_err(io_err(&path))?;
+    }
+    let lock = workspace_root()?.join("Cargo.lock");
+    if lock.is_file() {
+        std::fs::copy(&lock, tmp.join("Cargo.lock")).map_err(io_err(&lock))?;
+    }
+    match std::fs::rename(&tmp, &dir) {
+        Ok(()) => Ok(dir),
+        // Another process finished the same crate first: use theirs.
+        Err(_) if dir.join("Cargo.toml").is_file() => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            Ok(dir)
+        }
+        Err(e) => Err(DriverError::Io {
+            path: dir,
+            source: e,
+        }),
+    }
+}
+
+/// Copies `from` to `to` through a temporary file in `to`'s directory.
+pub fn copy_atomically(from: &Path, to: &Path) -> Result<(), DriverError> {
+    let dir = to
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        to.file_name().and_then(|n| n.to_str()).unwrap_or("prog"),
+        std::process::id()
+    ));
+    std::fs::copy(from, &tmp).map_err(io_err(from))?;
+    std::fs::rename(&tmp, to).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        DriverError::Io {
+            path: to.to_path_buf(),
+            source: e,
+        }
+    })
+}
+
+fn spinner(name: &str) -> indicatif::ProgressBar {
+    let s = indicatif::ProgressBar::new_spinner();
+    s.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    s.set_message(format!("building {name} (cargo build --release --offline)"));
+    s.enable_steady_tick(std::time::Duration::from_millis(120));
+    s
+}

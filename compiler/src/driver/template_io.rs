@@ -1,0 +1,103 @@
+// Reading inputs and writing the output of a generated program, by file extension, with
+// the readers and writers of tessera-formats (errors name the file, line and column; output
+// files appear only when complete).
+
+use std::error::Error;
+use std::path::Path;
+use tessera_formats::tcs::{write_tensor, TcsFile};
+use tessera_formats::{open_text, FileKind, Format, Index, MtxWriter, Tensor, TnsWriter, Value};
+
+/// Rejects an output path that cannot hold the output before any work is done.
+pub fn check_output_path(path: &Path, format: &Format) -> Result<(), Box<dyn Error>> {
+    match FileKind::of(path)? {
+        FileKind::Mtx if format.rank() != 2 => Err(format!(
+            "{}: a .mtx file holds a matrix, but the output has rank {}; use .tns or .tcs",
+            path.display(),
+            format.rank()
+        )
+        .into()),
+        _ => Ok(()),
+    }
+}
+
+/// Reads a tensor file and stores it in `format`.
+pub fn read<V: Value, I: Index>(path: &Path, format: &Format) -> Result<Tensor<V, I>, Box<dyn Error>> {
+    let (dims, entries) = match FileKind::of(path)? {
+        FileKind::Tcs => {
+            let file = TcsFile::open(path)?;
+            let t: Tensor<V, I> = file.to_tensor()?;
+            if t.format() == format {
+                return Ok(t);
+            }
+            check_rank(path, t.dims().len(), format)?;
+            (t.dims().to_vec(), t.entries().collect())
+        }
+        FileKind::Tns | FileKind::Mtx => read_text::<V>(path, format)?,
+    };
+    Tensor::from_entries(dims, format.clone(), entries).map_err(|e| format!("{}: {e}", path.display()).into())
+}
+
+fn check_rank(path: &Path, rank: usize, format: &Format) -> Result<(), Box<dyn Error>> {
+    if rank != format.rank() {
+        return Err(format!(
+            "{}: the file holds a tensor of rank {rank}, but the statement uses it with {} indices",
+            path.display(),
+            format.rank()
+        )
+        .into());
+    }
+    Ok(())
+}
+
+type Entries<V> = Vec<(Vec<usize>, V)>;
+
+/// Reads a `.tns`/`.mtx` file: dimensions from the header, or (`.tns`) the largest
+/// coordinate per mode.
+fn read_text<V: Value>(path: &Path, format: &Format) -> Result<(Vec<usize>, Entries<V>), Box<dyn Error>> {
+    let mut r = open_text(path)?;
+    check_rank(path, r.rank(), format)?;
+    let rank = r.rank();
+    let mut coords = vec![0u64; rank];
+    let mut max = vec![0usize; rank];
+    let mut entries = Vec::new();
+    while let Some(v) = r.next_entry(&mut coords)? {
+        let c: Vec<usize> = coords.iter().map(|&x| x as usize).collect();
+        for (m, &x) in c.iter().enumerate() {
+            max[m] = max[m].max(x + 1);
+        }
+        entries.push((c, V::from_f64(v)));
+    }
+    let dims = match r.declared_dims() {
+        Some(d) => d.into_iter().map(|x| x as usize).collect(),
+        None => max,
+    };
+    Ok((dims, entries))
+}
+
+/// Writes the output; the file appears only when complete.
+pub fn write<V: Value, I: Index>(path: &Path, t: &Tensor<V, I>) -> Result<(), Box<dyn Error>> {
+    match FileKind::of(path)? {
+        FileKind::Tcs => write_tensor(path, t, None)?,
+        FileKind::Mtx => {
+            let d = t.dims();
+            let mut w = MtxWriter::create(path, d[0] as u64, d[1] as u64, Some(t.nnz() as u64))?;
+            for (c, v) in t.entries() {
+                w.write_entry(c[0] as u64, c[1] as u64, v)?;
+            }
+            w.finish()?;
+        }
+        FileKind::Tns => {
+            // Every stored entry, explicit zeros included, so a dense output keeps its
+            // dimensions; a scalar is one line holding its value.
+            let mut w = TnsWriter::create(path)?;
+            let mut c64 = Vec::with_capacity(t.dims().len());
+            for (c, v) in t.entries() {
+                c64.clear();
+                c64.extend(c.iter().map(|&x| x as u64));
+                w.write_entry(&c64, v)?;
+            }
+            w.finish()?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,297 @@
+//! The `tessera` binary end to end: compile and run statements on files, compare the output
+//! files with the oracle, and check that bad input gets clear errors and a failure status.
+//!
+//! Builds two generated programs (tens of seconds the first time; the cache and its target
+//! directory live under CARGO_TARGET_TMPDIR, so later runs are incremental).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use tessera_compiler::check::{check, Dims};
+use tessera_compiler::oracle::{evaluate, DenseArray};
+use tessera_compiler::parse;
+use tessera_formats::{open_text, Format, MtxWriter, Tensor, TnsWriter};
+
+fn tessera() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    c.env(
+        "TESSERA_CACHE",
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("tessera-cache"),
+    );
+    c
+}
+
+fn ok(out: Output, what: &str) -> Output {
+    assert!(
+        out.status.success(),
+        "{what} failed:\nstdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn failed(out: Output, what: &str) -> String {
+    assert!(!out.status.success(), "{what} should fail");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A small deterministic sparse tensor: entry k of the dense index space is present when
+/// `(k * 7 + seed) % 3 != 0`, and has a value that depends on k.
+fn tensor(dims: &[usize], seed: usize) -> Tensor<f64> {
+    let total: usize = dims.iter().product();
+    let entries = (0..total).filter(|k| (k * 7 + seed) % 3 != 0).map(|k| {
+        let mut c = vec![0; dims.len()];
+        let mut r = k;
+        for m in (0..dims.len()).rev() {
+            c[m] = r % dims[m];
+            r /= dims[m];
+        }
+        (c, (k as f64 * 0.37 + seed as f64).sin())
+    });
+    Tensor::from_entries(dims.to_vec(), Format::all_compressed(dims.len()), entries).unwrap()
+}
+
+fn write_tns(path: &Path, t: &Tensor<f64>) {
+    let mut w = TnsWriter::create(path).unwrap();
+    for (c, v) in t.entries() {
+        w.write_entry(&c.iter().map(|&x| x as u64).collect::<Vec<_>>(), v)
+            .unwrap();
+    }
+    w.finish().unwrap();
+}
+
+fn write_mtx(path: &Path, t: &Tensor<f64>) {
+    let mut w = MtxWriter::create(
+        path,
+        t.dims()[0] as u64,
+        t.dims()[1] as u64,
+        Some(t.nnz() as u64),
+    )
+    .unwrap();
+    for (c, v) in t.entries() {
+        w.write_entry(c[0] as u64, c[1] as u64, v).unwrap();
+    }
+    w.finish().unwrap();
+}
+
+/// Reads an output file into a dense array of the given dims.
+fn read_dense(path: &Path, dims: &[usize]) -> DenseArray {
+    let mut out = DenseArray::zeros(dims.to_vec());
+    let mut r = open_text(path).unwrap();
+    let mut c = vec![0u64; r.rank()];
+    while let Some(v) = r.next_entry(&mut c).unwrap() {
+        let at = c
+            .iter()
+            .zip(dims)
+            .fold(0, |acc, (&x, &d)| acc * d + x as usize);
+        out.data[at] += v;
+    }
+    out
+}
+
+fn oracle(statement: &str, inputs: &[(&str, &Tensor<f64>)]) -> DenseArray {
+    let c = check(parse::program(statement, 0).unwrap(), &Dims::new()).unwrap();
+    let map: HashMap<String, DenseArray> = inputs
+        .iter()
+        .map(|(n, t)| {
+            (
+                n.to_string(),
+                DenseArray::new(t.dims().to_vec(), t.to_dense()).unwrap(),
+            )
+        })
+        .collect();
+    evaluate(&c, &map, None).unwrap()
+}
+
+fn assert_close(got: &DenseArray, want: &DenseArray) {
+    assert_eq!(got.dims, want.dims);
+    for (g, w) in got.data.iter().zip(&want.data) {
+        assert!(
+            (g - w).abs() <= 1e-9 * (1.0 + w.abs()),
+            "got {:?}\nwant {:?}",
+            got.data,
+            want.data
+        );
+    }
+}
+
+fn arg(name: &str, path: &Path) -> String {
+    format!("{name}={}", path.display())
+}
+
+#[test]
+fn compile_and_run_on_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| -> PathBuf { dir.path().join(name) };
+
+    // `run`: y(i) = A(i,j) * x(j) + z(i) with A in CSR from a .mtx file, vectors from .tns.
+    let (a, x, z) = (tensor(&[5, 4], 1), tensor(&[4], 2), tensor(&[5], 0));
+    // The vectors must reach their last coordinate: a .tns has no header.
+    let x = Tensor::from_entries(
+        vec![4],
+        Format::dense(1),
+        x.entries().chain([(vec![3], 0.5)]),
+    )
+    .unwrap();
+    let z = Tensor::from_entries(
+        vec![5],
+        Format::dense(1),
+        z.entries().chain([(vec![4], 0.25)]),
+    )
+    .unwrap();
+    write_mtx(&p("A.mtx"), &a);
+    write_tns(&p("x.tns"), &x);
+    write_tns(&p("z.tns"), &z);
+    let expr = "y(i) = A(i,j) * x(j) + z(i)";
+    let out = tessera()
+        .args(["run", expr, "-f", "A:csr", "-s", "parallelize(i)"])
+        .args([
+            "-i",
+            &arg("A", &p("A.mtx")),
+            "-i",
+            &arg("x", &p("x.tns")),
+            "-i",
+            &arg("z", &p("z.tns")),
+        ])
+        .args(["-o", &p("y.tns").display().to_string(), "--threads", "2"])
+        .output()
+        .unwrap();
+    ok(out, "tessera run");
+    let want = oracle(expr, &[("A", &a), ("x", &x), ("z", &z)]);
+    assert_close(&read_dense(&p("y.tns"), &[5]), &want);
+
+    // A second run of the same statement comes from the cache: same result, new output file.
+    let out = tessera()
+        .args(["run", expr, "-f", "A:csr", "-s", "parallelize(i)"])
+        .args([
+            "-i",
+            &arg("A", &p("A.mtx")),
+            "-i",
+            &arg("x", &p("x.tns")),
+            "-i",
+            &arg("z", &p("z.tns")),
+        ])
+        .args(["-o", &p("y2.tns").display().to_string()])
+        .output()
+        .unwrap();
+    ok(out, "cached tessera run");
+    assert_eq!(
+        std::fs::read(p("y.tns")).unwrap(),
+        std::fs::read(p("y2.tns")).unwrap()
+    );
+
+    // A vector one element short: a run-time error naming the index, tensors and dimensions,
+    // and no output file.
+    let short = Tensor::from_entries(vec![3], Format::dense(1), [(vec![2], 1.0)]).unwrap();
+    write_tns(&p("short.tns"), &short);
+    let out = tessera()
+        .args(["run", expr, "-f", "A:csr", "-s", "parallelize(i)"])
+        .args([
+            "-i",
+            &arg("A", &p("A.mtx")),
+            "-i",
+            &arg("x", &p("short.tns")),
+            "-i",
+            &arg("z", &p("z.tns")),
+        ])
+        .args(["-o", &p("bad.tns").display().to_string()])
+        .output()
+        .unwrap();
+    let err = failed(out, "mismatched run");
+    assert!(err.contains("dimension mismatch for index `j`"), "{err}");
+    assert!(
+        err.contains("has dimension 3, but mode 1 of `A` has 4"),
+        "{err}"
+    );
+    assert!(!p("bad.tns").exists());
+
+    // `compile`: a scalar from a rank-3 tensor, written as a one-line .tns.
+    let b = tensor(&[3, 2, 4], 5);
+    let b = Tensor::from_entries(
+        vec![3, 2, 4],
+        Format::all_compressed(3),
+        b.entries().chain([(vec![2, 1, 3], 2.0)]),
+    )
+    .unwrap();
+    write_tns(&p("B.tns"), &b);
+    let prog = p("norm");
+    let out = tessera()
+        .args(["compile", "a = B(i,j,k) * B(i,j,k)", "-f", "B:sss", "-o"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    ok(out, "tessera compile");
+    let out = Command::new(&prog)
+        .args(["-i", &arg("B", &p("B.tns")), "-o"])
+        .arg(p("a.tns"))
+        .output()
+        .unwrap();
+    ok(out, "compiled program");
+    let text = std::fs::read_to_string(p("a.tns")).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    let got: f64 = text.trim().parse().unwrap();
+    let want = oracle("a = B(i,j,k) * B(i,j,k)", &[("B", &b)]);
+    assert!(
+        (got - want.data[0]).abs() <= 1e-9 * want.data[0].abs(),
+        "{got} vs {:?}",
+        want.data
+    );
+
+    // The program's own argument errors.
+    let err = failed(
+        Command::new(&prog)
+            .args(["-i", "C=x.tns", "-o", "a.tns"])
+            .output()
+            .unwrap(),
+        "bad -i",
+    );
+    assert!(err.contains("`C` is not an input"), "{err}");
+    let err = failed(
+        Command::new(&prog).args(["-o", "a.tns"]).output().unwrap(),
+        "missing -i",
+    );
+    assert!(err.contains("missing `-i B=PATH`"), "{err}");
+}
+
+#[test]
+fn statement_errors_are_rendered_with_the_argument_and_span() {
+    let out = tessera()
+        .args(["emit", "y(i) = A(i,j) x(j)", "-f", "A:csr"])
+        .output()
+        .unwrap();
+    let err = failed(out, "emit with a missing operator");
+    assert!(err.contains("unexpected `x`"), "{err}");
+    assert!(err.contains("expression:1:15"), "{err}");
+    assert!(err.contains("factors are multiplied with `*`"), "{err}");
+
+    let out = tessera()
+        .args(["emit", "y(i) = A(i,j) * x(j)", "-f", "A:csr", "-f", "x:ds"])
+        .output()
+        .unwrap();
+    let err = failed(out, "emit with a bad format");
+    assert!(err.contains("bad format for `x`"), "{err}");
+    assert!(err.contains("-f x:ds"), "{err}");
+
+    let out = tessera()
+        .args([
+            "emit",
+            "y(i) = A(i,j) * x(j)",
+            "-s",
+            "split(i, io, ii, 2); order(ii)",
+        ])
+        .output()
+        .unwrap();
+    let err = failed(out, "emit with a bad schedule");
+    assert!(err.contains("not the outer variable of a split"), "{err}");
+
+    let out = ok(
+        tessera()
+            .args(["emit", "y(i) = A(i,j) * x(j)", "-f", "A:csr"])
+            .output()
+            .unwrap(),
+        "emit",
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("pub fn kernel<"), "{text}");
+}

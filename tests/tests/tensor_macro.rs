@@ -1,0 +1,174 @@
+//! `tensor!` against the oracle on random inputs: shapes with empty rows, empty tensors and
+//! single elements, several formats and mode orders per statement.
+#![allow(non_snake_case)]
+
+use proptest::prelude::*;
+use tessera_compiler::bind::BindError;
+use tessera_formats::{Format, Tensor};
+use tessera_macros::tensor;
+use tessera_tests::{assert_close, dense, oracle, random_tensor, Rng};
+
+fn fmt(s: &str, rank: usize) -> Format {
+    Format::parse(s, rank).unwrap()
+}
+
+/// Shapes and densities: small, with zero-sized modes and all-empty or all-full tensors.
+fn dims_and_density(rank: usize) -> impl Strategy<Value = (Vec<usize>, f64, u64)> {
+    (
+        prop::collection::vec(0usize..5, rank),
+        prop_oneof![Just(0.0), Just(1.0), 0.0f64..1.0],
+        any::<u64>(),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn spmv_csr_and_csc((d, density, seed) in dims_and_density(2)) {
+        let mut rng = Rng::new(seed);
+        let A = random_tensor(&mut rng, &d, &fmt("csr", 2), density);
+        let x = random_tensor(&mut rng, &d[1..], &Format::dense(1), 0.8);
+        let y = tensor!(y(i) = A(i,j) * x(j); A: csr).unwrap();
+        let want = oracle("y(i) = A(i,j) * x(j)", &[("A", &A), ("x", &x)]);
+        assert_close(&dense(&y), &want, "csr spmv");
+        // The transposed product with A stored by columns.
+        let A = random_tensor(&mut rng, &d, &fmt("csc", 2), density);
+        let x = random_tensor(&mut rng, &d[..1], &Format::dense(1), 0.8);
+        let y = tensor!(y(j) = A(i,j) * x(i); A: csc).unwrap();
+        assert_close(&dense(&y), &oracle("y(j) = A(i,j) * x(i)", &[("A", &A), ("x", &x)]), "csc transposed");
+    }
+
+    #[test]
+    fn spmv_plus_vector_parallel((d, density, seed) in dims_and_density(2)) {
+        let mut rng = Rng::new(seed);
+        let A = random_tensor(&mut rng, &d, &fmt("csr", 2), density);
+        let x = random_tensor(&mut rng, &d[1..], &Format::dense(1), 1.0);
+        let z = random_tensor(&mut rng, &d[..1], &Format::dense(1), 1.0);
+        let y = tensor!(y(i) = A(i,j) * x(j) + z(i); A: csr; parallelize(i)).unwrap();
+        let want = oracle("y(i) = A(i,j) * x(j) + z(i)", &[("A", &A), ("x", &x), ("z", &z)]);
+        assert_close(&dense(&y), &want, "y = Ax + z");
+    }
+
+    #[test]
+    fn spgemm_csr_to_csr((d, density, seed) in dims_and_density(3)) {
+        let mut rng = Rng::new(seed);
+        let A = random_tensor(&mut rng, &[d[0], d[1]], &fmt("csr", 2), density);
+        let B = random_tensor(&mut rng, &[d[1], d[2]], &fmt("csr", 2), density);
+        let C = tensor!(C(i,j) = A(i,k) * B(k,j); A: csr; B: csr; C: csr).unwrap();
+        prop_assert_eq!(C.format(), &fmt("csr", 2));
+        assert_close(&dense(&C), &oracle("C(i,j) = A(i,k) * B(k,j)", &[("A", &A), ("B", &B)]), "spgemm");
+    }
+
+    #[test]
+    fn sddmm_and_sparse_add((d, density, seed) in dims_and_density(3)) {
+        let mut rng = Rng::new(seed);
+        let B = random_tensor(&mut rng, &[d[0], d[1]], &fmt("csr", 2), density);
+        let C = random_tensor(&mut rng, &[d[0], d[2]], &Format::dense(2), 1.0);
+        let D = random_tensor(&mut rng, &[d[2], d[1]], &Format::dense(2), 1.0);
+        let A = tensor!(A(i,j) = B(i,j) * C(i,k) * D(k,j); B: csr; A: csr).unwrap();
+        let want = oracle("A(i,j) = B(i,j) * C(i,k) * D(k,j)", &[("B", &B), ("C", &C), ("D", &D)]);
+        assert_close(&dense(&A), &want, "sddmm");
+        let E = random_tensor(&mut rng, &[d[0], d[1]], &fmt("dcsr", 2), 1.0 - density);
+        let S = tensor!(S(i,j) = B(i,j) - E(i,j); B: csr; E: dcsr; S: dcsr).unwrap();
+        assert_close(&dense(&S), &oracle("S(i,j) = B(i,j) - E(i,j)", &[("B", &B), ("E", &E)]), "sparse sub");
+    }
+
+    #[test]
+    fn tensor_kernels_rank3((d, density, seed) in dims_and_density(4)) {
+        let mut rng = Rng::new(seed);
+        let B = random_tensor(&mut rng, &d[..3], &fmt("sss", 3), density);
+        let c = random_tensor(&mut rng, &d[2..3], &Format::dense(1), 1.0);
+        let A = tensor!(A(i,j) = B(i,j,k) * c(k); B: sss).unwrap();
+        assert_close(&dense(&A), &oracle("A(i,j) = B(i,j,k) * c(k)", &[("B", &B), ("c", &c)]), "ttv");
+        let a = tensor!(a = B(i,j,k) * B(i,j,k); B: sss).unwrap();
+        assert_close(&dense(&a), &oracle("a = B(i,j,k) * B(i,j,k)", &[("B", &B)]), "norm");
+        // MTTKRP: A(i,j) = B(i,k,l) * C(k,j) * D(l,j)
+        let C = random_tensor(&mut rng, &[d[1], d[3]], &Format::dense(2), 1.0);
+        let D = random_tensor(&mut rng, &[d[2], d[3]], &Format::dense(2), 1.0);
+        let M = tensor!(M(i,j) = B(i,k,l) * C(k,j) * D(l,j); B: sss).unwrap();
+        let want = oracle("M(i,j) = B(i,k,l) * C(k,j) * D(l,j)", &[("B", &B), ("C", &C), ("D", &D)]);
+        assert_close(&dense(&M), &want, "mttkrp");
+    }
+}
+
+#[test]
+fn elementwise_math_and_accumulate() {
+    let mut rng = Rng::new(7);
+    let x = random_tensor(&mut rng, &[6], &Format::dense(1), 1.0);
+    let w = random_tensor(&mut rng, &[6], &Format::dense(1), 1.0);
+    let y = tensor!(y(i) = sqrt(abs(x(i))) * 2 - exp(-w(i)) / 4 + log(abs(w(i)) + 1)).unwrap();
+    let want = oracle(
+        "y(i) = sqrt(abs(x(i))) * 2 - exp(-w(i)) / 4 + log(abs(w(i)) + 1)",
+        &[("x", &x), ("w", &w)],
+    );
+    assert_close(&dense(&y), &want, "math");
+    let mut y = y;
+    let before = dense(&y);
+    y = tensor!(y(i) += x(i) * w(i)).unwrap();
+    let want = oracle(
+        "y(i) += x(i) * w(i)",
+        &[
+            ("x", &x),
+            ("w", &w),
+            (
+                "y",
+                &Tensor::dense_from_vec(vec![6], before.data.clone()).unwrap(),
+            ),
+        ],
+    );
+    assert_close(&dense(&y), &want, "accumulate");
+}
+
+#[test]
+fn references_and_f32_u64_tensors() {
+    let mut rng = Rng::new(11);
+    let A64 = random_tensor(&mut rng, &[5, 4], &fmt("csr", 2), 0.5);
+    let x64 = random_tensor(&mut rng, &[4], &Format::dense(1), 1.0);
+    let want = oracle("y(i) = A(i,j) * x(j)", &[("A", &A64), ("x", &x64)]);
+    // Same entries as f32 values with 64-bit coordinates, passed by reference.
+    let A: Tensor<f32, u64> = Tensor::from_entries(
+        vec![5, 4],
+        fmt("csr", 2),
+        A64.entries().map(|(c, v)| (c, v as f32)),
+    )
+    .unwrap();
+    let x: Tensor<f32, u64> =
+        Tensor::dense_from_vec(vec![4], x64.to_dense().iter().map(|&v| v as f32).collect())
+            .unwrap();
+    let (A, x) = (&A, &x);
+    let y = tensor!(y(i) = A(i,j) * x(j); A: csr).unwrap();
+    for (g, w) in y.to_dense().iter().zip(&want.data) {
+        assert!(
+            (f64::from(*g) - w).abs() < 1e-4 * (1.0 + w.abs()),
+            "{g} vs {w}"
+        );
+    }
+}
+
+#[test]
+fn run_time_checks_name_tensor_mode_and_dims() {
+    let mut rng = Rng::new(3);
+    let A = random_tensor(&mut rng, &[3, 4], &fmt("csr", 2), 0.5);
+    let x = random_tensor(&mut rng, &[5], &Format::dense(1), 1.0);
+    let err = tensor!(y(i) = A(i,j) * x(j); A: csr).unwrap_err();
+    assert_eq!(
+        err,
+        BindError::Dim {
+            var: "j".into(),
+            tensor: "x".into(),
+            mode: 0,
+            dim: 5,
+            first_tensor: "A".into(),
+            first_mode: 1,
+            first_dim: 4
+        }
+    );
+    // A stored by columns where the kernel was compiled for rows.
+    let A = random_tensor(&mut rng, &[3, 5], &fmt("csc", 2), 0.5);
+    let err = tensor!(y(i) = A(i,j) * x(j); A: csr).unwrap_err();
+    assert!(
+        matches!(&err, BindError::Format { tensor, .. } if tensor == "A"),
+        "{err}"
+    );
+}
