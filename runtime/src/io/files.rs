@@ -264,15 +264,20 @@ fn write_merged<C: Communicator + ?Sized, V: Value, I: Index>(
     progress: &dyn Progress,
 ) -> Result<Summary, IoError> {
     let header = merged_header::<V, I>(merged)?;
-    let temp = temp_path(output);
-    let created = if comm.rank() == 0 {
-        File::create(&temp)
+    // Rank 0 names and creates the temporary file; under MPI the ranks are processes with
+    // different ids, so the name travels with an all-gather.
+    let (temp, created) = if comm.rank() == 0 {
+        let temp = temp_path(output);
+        let created = File::create(&temp)
             .and_then(|f| f.set_len(header.file_len))
-            .map_err(|e| io_err(&temp, e))
+            .map_err(|e| io_err(&temp, e));
+        (temp, created)
     } else {
-        Ok(())
+        (PathBuf::new(), Ok(()))
     };
     agreed(comm, created)?;
+    let names = comm.all_gather(temp.to_string_lossy().as_bytes())?;
+    let temp = PathBuf::from(String::from_utf8_lossy(&names[0]).into_owned());
     progress.start("merge: write", header.file_len);
     let segs = agreed(comm, segments::<V, I>(&header, merged))?;
     // Where the tails start: the end of the last nonempty segment of each array.

@@ -64,7 +64,10 @@ pub trait Communicator {
     fn rank(&self) -> usize;
     /// Number of ranks in the job.
     fn size(&self) -> usize;
-    /// Sends `data` to rank `to` with a user tag; never waits for the receiver.
+    /// Sends `data` to rank `to` with a user tag. Thread ranks never wait here; MPI ranks may
+    /// wait until the receiver posts the matching receive (as `MPI_Send` does for large
+    /// messages), so ranks must not all send to each other before receiving: use
+    /// [`Communicator::exchange`] or the collectives for that.
     fn send(&self, to: usize, tag: Tag, data: Vec<u8>) -> Result<(), TransportError>;
     /// Receives the next message from rank `from` with tag `tag` (messages between two ranks
     /// with one tag arrive in the order they were sent).
