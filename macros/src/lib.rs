@@ -36,10 +36,10 @@ pub fn tensor(input: TokenStream) -> TokenStream {
             let span = source.span_of(&d.span);
             let mut msg = d.message.clone();
             if !d.label.is_empty() {
-                msg += &format!("\n  --> {}", d.label);
+                msg += &format!("\n  = note: {}", d.label);
             }
             if let Some(h) = &d.hint {
-                msg += &format!("\n  = hint: {h}");
+                msg += &format!("\n  = help: {h}");
             }
             quote_spanned!(span=> ::core::compile_error!(#msg)).into()
         }

@@ -1,0 +1,9 @@
+use tessera_formats::Tensor;
+use tessera_macros::tensor;
+
+#[allow(non_snake_case)]
+fn main() {
+    let A: Tensor<f64> = Tensor::dense_from_vec(vec![1, 1], vec![1.0]).unwrap();
+    let x: Tensor<f64> = Tensor::dense_from_vec(vec![1], vec![1.0]).unwrap();
+    let _ = tensor!(y(i) = A(i,j) x(j));
+}
