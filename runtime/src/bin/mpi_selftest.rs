@@ -53,7 +53,9 @@ fn main() {
     match result {
         Ok(()) => {}
         Err(e) => {
-            eprintln!("mpi-selftest: {e}");
+            // One write per line, so the lines of several ranks do not interleave.
+            let line = format!("mpi-selftest: {e}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
             std::process::exit(1);
         }
     }
