@@ -2,6 +2,8 @@
 //! files, and generate synthetic tensors.
 
 mod cmd;
+mod merge;
+mod split;
 
 use std::process::ExitCode;
 
@@ -30,6 +32,8 @@ enum Command {
     Convert(cmd::convert::Args),
     Info(cmd::info::Args),
     Generate(cmd::generate::Args),
+    Split(split::Args),
+    Merge(merge::Args),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +42,8 @@ fn main() -> ExitCode {
         Command::Convert(a) => a.run(cli.quiet),
         Command::Info(a) => a.run(cli.quiet),
         Command::Generate(a) => a.run(cli.quiet),
+        Command::Split(a) => a.run(cli.quiet),
+        Command::Merge(a) => a.run(cli.quiet),
     };
     match result {
         Ok(code) => code,

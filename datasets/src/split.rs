@@ -1,0 +1,167 @@
+//! `tessera-data split`: cut a `.tcs` tensor into one `.tcs` file per block, on several ranks
+//! (threads, or MPI processes under `mpirun`); and what `split` and `merge` share: starting
+//! the ranks and showing progress on rank 0.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use tessera_runtime::io::{split_file, IoError, NoProgress, Progress, SplitSpec, Summary};
+use tessera_runtime::transport::{run_ranks, Communicator};
+
+const EXAMPLES: &str = "\
+Examples:
+  tessera-data split t.tcs --blocks 0:4,1:2 -o blocks/            # 4 x 2 equal blocks, 2 thread ranks
+  tessera-data split t.tcs --split-points 0:100/250 -o blocks/ --ranks 4
+  mpirun -n 4 tessera-data split t.tcs --blocks 0:8 -o blocks/    # MPI ranks (built with --features mpi)
+  tessera-data merge blocks/ -o t2.tcs";
+
+/// Split a .tcs tensor into blocks, one .tcs file per block (with its split metadata).
+#[derive(clap::Args)]
+#[command(after_help = EXAMPLES)]
+pub struct Args {
+    /// The .tcs tensor to split.
+    input: PathBuf,
+    /// N equal ranges per mode: MODE:N[,MODE:N...] (modes not named are not split).
+    #[arg(
+        long,
+        value_name = "MODE:N,...",
+        conflicts_with = "split_points",
+        required_unless_present = "split_points"
+    )]
+    blocks: Option<String>,
+    /// Explicit split points per mode: MODE:P1/P2/...[,MODE:...]; ranges are [0,P1), [P1,P2), ...
+    #[arg(long, value_name = "MODE:P1/P2,...")]
+    split_points: Option<String>,
+    /// Directory for the block files (created; must not already hold .tcs files).
+    #[arg(short, long, value_name = "DIR")]
+    output: PathBuf,
+    #[command(flatten)]
+    ranks: Ranks,
+}
+
+/// How many ranks run the work.
+#[derive(clap::Args)]
+pub struct Ranks {
+    /// Thread ranks to run on (ignored under mpirun, where each MPI process is a rank).
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    ranks: usize,
+}
+
+impl Args {
+    pub fn run(&self, quiet: bool) -> anyhow::Result<ExitCode> {
+        let spec = match (&self.blocks, &self.split_points) {
+            (Some(b), _) => SplitSpec::parse_blocks(b).context("--blocks")?,
+            (None, Some(p)) => SplitSpec::parse_points(p).context("--split-points")?,
+            (None, None) => anyhow::bail!("give --blocks or --split-points"),
+        };
+        let start = Instant::now();
+        let (summary, how) = on_ranks(&self.ranks, quiet, |comm, progress| {
+            split_file(comm, &self.input, &spec, &self.output, progress)
+        })?;
+        if let Some(s) = summary {
+            report(
+                "split",
+                &self.input.display().to_string(),
+                &self.output.display().to_string(),
+                &s,
+                &how,
+                start,
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Prints a one-line summary with throughput.
+pub fn report(verb: &str, from: &str, to: &str, s: &Summary, how: &str, start: Instant) {
+    let secs = start.elapsed().as_secs_f64();
+    println!("{verb} {from} -> {to}: {} blocks, {} values, {:.1} MB in {secs:.2} s ({:.2} GB/s) on {how}", s.blocks, s.values, s.bytes as f64 / 1e6, s.bytes as f64 / 1e9 / secs.max(1e-9));
+}
+
+/// Runs `f` on every rank: MPI ranks when started by mpirun (and built with the `mpi`
+/// feature), else `ranks` threads. Returns rank 0's result (`None` on other MPI ranks) and a
+/// description of the ranks. Progress is drawn by rank 0 only.
+pub fn on_ranks<T: Send>(
+    ranks: &Ranks,
+    quiet: bool,
+    f: impl Fn(&dyn Communicator, &dyn Progress) -> Result<T, IoError> + Sync,
+) -> anyhow::Result<(Option<T>, String)> {
+    #[cfg(feature = "mpi")]
+    if tessera_runtime::transport::mpi::launched_by_mpirun() {
+        let bars = Bars::new(quiet);
+        let out = tessera_runtime::transport::mpi::run_world(|comm| {
+            let progress: &dyn Progress = if comm.rank() == 0 { &bars } else { &NoProgress };
+            f(comm, progress)
+                .map(|t| (comm.rank() == 0).then_some(t))
+                .map(|t| (t, comm.size()))
+        });
+        bars.finish();
+        let (t, size) = out?;
+        return Ok((t, format!("{size} MPI ranks")));
+    }
+    if ranks.ranks == 0 {
+        anyhow::bail!("--ranks must be at least 1");
+    }
+    let bars = Bars::new(quiet);
+    let mut results = run_ranks(ranks.ranks, |comm| {
+        let progress: &dyn Progress = if comm.rank() == 0 { &bars } else { &NoProgress };
+        f(comm, progress)
+    });
+    bars.finish();
+    let first = results.remove(0)?;
+    Ok((Some(first), format!("{} thread ranks", ranks.ranks)))
+}
+
+/// An indicatif bar per phase, on stderr.
+pub struct Bars {
+    bar: Mutex<Option<ProgressBar>>,
+    quiet: bool,
+}
+
+impl Bars {
+    pub fn new(quiet: bool) -> Self {
+        Bars {
+            bar: Mutex::new(None),
+            quiet,
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(b) = self.bar.lock().expect("progress lock").take() {
+            b.finish_and_clear();
+        }
+    }
+}
+
+impl Progress for Bars {
+    fn start(&self, phase: &str, total: u64) {
+        let bar = if self.quiet {
+            ProgressBar::hidden()
+        } else if total > 0 {
+            let b = ProgressBar::new(total);
+            b.set_style(
+                ProgressStyle::with_template(
+                    "{prefix:>16} [{elapsed_precise}] {wide_bar} {human_pos}/{human_len} ({eta})",
+                )
+                .expect("valid template"),
+            );
+            b
+        } else {
+            ProgressBar::new_spinner()
+        };
+        bar.set_prefix(phase.to_string());
+        if let Some(old) = self.bar.lock().expect("progress lock").replace(bar) {
+            old.finish_and_clear();
+        }
+    }
+
+    fn advance(&self, n: u64) {
+        if let Some(b) = &*self.bar.lock().expect("progress lock") {
+            b.inc(n);
+        }
+    }
+}
