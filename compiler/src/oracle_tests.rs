@@ -33,13 +33,15 @@ proptest! {
         let z = arr(vec![m], &[2.0]);
         let c = checked("y(i) = A(i,j) * x(j) - z(i)");
         let y = evaluate(&c, &inputs(vec![("A", a.clone()), ("x", x.clone()), ("z", z.clone())]), None).unwrap();
-        let mut want = vec![0.0; m];
-        for i in 0..m {
-            for j in 0..n {
-                want[i] += a.data[i * n + j] * x.data[j];
-            }
-            want[i] -= z.data[i];
-        }
+        let want: Vec<f64> = (0..m)
+            .map(|i| {
+                let mut s = 0.0;
+                for j in 0..n {
+                    s += a.data[i * n + j] * x.data[j];
+                }
+                s - z.data[i]
+            })
+            .collect();
         prop_assert_eq!(y.dims, vec![m]);
         prop_assert_eq!(y.data, want);
     }

@@ -40,7 +40,7 @@ fn failed(out: Output, what: &str) -> String {
 /// `(k * 7 + seed) % 3 != 0`, and has a value that depends on k.
 fn tensor(dims: &[usize], seed: usize) -> Tensor<f64> {
     let total: usize = dims.iter().product();
-    let entries = (0..total).filter(|k| (k * 7 + seed) % 3 != 0).map(|k| {
+    let entries = (0..total).filter(|k| !(k * 7 + seed).is_multiple_of(3)).map(|k| {
         let mut c = vec![0; dims.len()];
         let mut r = k;
         for m in (0..dims.len()).rev() {
