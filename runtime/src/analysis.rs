@@ -10,20 +10,35 @@ use crate::graph::Node;
 use crate::rect::Rect;
 use std::sync::Arc;
 
-#[derive(Default)]
 pub(crate) struct AccessState {
     writers: Vec<(Rect, Arc<Node>)>,
     readers: Vec<(Rect, Arc<Node>)>,
+    /// Reader-list length at which finished readers are next pruned.
+    prune_at: usize,
+}
+
+impl Default for AccessState {
+    fn default() -> Self {
+        AccessState {
+            writers: vec![],
+            readers: vec![],
+            prune_at: 16,
+        }
+    }
 }
 
 impl AccessState {
     /// Records that `node` reads `rect`, after the writers it overlaps.
     pub(crate) fn read(&mut self, rect: Rect, node: &Arc<Node>) {
-        self.readers.retain(|(_, n)| !n.is_done());
         for (r, w) in &self.writers {
             if r.overlaps(&rect) {
                 Node::add_edge(w, node);
             }
+        }
+        // Finished readers are dropped in batches (amortised O(1) per read).
+        if self.readers.len() >= self.prune_at {
+            self.readers.retain(|(_, n)| !n.is_done());
+            self.prune_at = (2 * self.readers.len()).max(16);
         }
         self.readers.push((rect, node.clone()));
     }

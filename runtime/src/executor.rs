@@ -24,6 +24,8 @@ pub(crate) trait Executor: Send + Sync {
 
 struct PoolState {
     queue: Mutex<VecDeque<Arc<Node>>>,
+    /// Queue length, readable without the lock: spinning workers poll this, not the mutex.
+    queued: AtomicUsize,
     cv: Condvar,
     sleepers: AtomicUsize,
     stop: AtomicBool,
@@ -45,6 +47,7 @@ impl ThreadPool {
     pub(crate) fn new(threads: usize, shared: Arc<Shared>) -> ThreadPool {
         let state = Arc::new(PoolState {
             queue: Mutex::default(),
+            queued: AtomicUsize::new(0),
             cv: Condvar::new(),
             sleepers: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
@@ -98,6 +101,7 @@ fn push(st: &PoolState, node: Arc<Node>) {
     let sleepers = {
         let mut q = st.queue.lock().unwrap_or_else(|e| e.into_inner());
         q.push_back(node);
+        st.queued.fetch_add(1, Ordering::SeqCst);
         st.sleepers.load(Ordering::SeqCst)
     };
     if sleepers > 0 {
@@ -105,14 +109,24 @@ fn push(st: &PoolState, node: Arc<Node>) {
     }
 }
 
+fn try_pop(st: &PoolState) -> Option<Arc<Node>> {
+    if st.queued.load(Ordering::SeqCst) == 0 {
+        return None;
+    }
+    let n = st
+        .queue
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .pop_front();
+    if n.is_some() {
+        st.queued.fetch_sub(1, Ordering::SeqCst);
+    }
+    n
+}
+
 fn pop(st: &PoolState) -> Option<Arc<Node>> {
     for i in 0..SPINS {
-        if let Some(n) = st
-            .queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front()
-        {
+        if let Some(n) = try_pop(st) {
             return Some(n);
         }
         if i % 8 == 7 {
@@ -124,6 +138,7 @@ fn pop(st: &PoolState) -> Option<Arc<Node>> {
     let mut q = st.queue.lock().unwrap_or_else(|e| e.into_inner());
     loop {
         if let Some(n) = q.pop_front() {
+            st.queued.fetch_sub(1, Ordering::SeqCst);
             return Some(n);
         }
         if st.stop.load(Ordering::SeqCst) {

@@ -3,7 +3,7 @@
 //! (in)equality without looking at sub-stores).
 
 use crate::rect::{Rect, MAX_DIMS};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 /// A rectangular launch domain `[0, extents)`; each point is one point task.

@@ -48,6 +48,7 @@ pub(crate) struct Inner {
     registry: RwLock<Registry>,
     front: Mutex<Front>,
     next_store: AtomicU64,
+    max_pending: usize,
 }
 
 /// Options for a [`Runtime`].
@@ -56,6 +57,7 @@ pub struct RuntimeBuilder {
     threads: usize,
     min_piece: usize,
     window: usize,
+    max_pending: usize,
 }
 
 impl Default for RuntimeBuilder {
@@ -65,6 +67,7 @@ impl Default for RuntimeBuilder {
             threads,
             min_piece: 1024,
             window: 1,
+            max_pending: 256,
         }
     }
 }
@@ -89,6 +92,14 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Point tasks that may be issued and not yet run before `submit` waits (default 256).
+    /// Bounds memory and the dependence lists when the application issues faster than the
+    /// workers run. (A task body must not wait for something the issuing thread does later.)
+    pub fn max_pending(mut self, n: usize) -> Self {
+        self.max_pending = n.max(1);
+        self
+    }
+
     pub fn build(self) -> Runtime {
         let shared = Arc::new(Shared::default());
         let inner = Inner {
@@ -107,6 +118,7 @@ impl RuntimeBuilder {
                 interner: Interner::default(),
             }),
             next_store: AtomicU64::new(0),
+            max_pending: self.max_pending,
         };
         let rt = Runtime {
             inner: Arc::new(inner),
@@ -372,6 +384,7 @@ impl Runtime {
         if full {
             self.inner.flush()?;
         }
+        self.inner.throttle();
         Ok(future)
     }
 }
@@ -495,6 +508,17 @@ impl Inner {
             }
         }
         first
+    }
+
+    /// Waits while more than `max_pending` point tasks are outstanding.
+    fn throttle(&self) {
+        let shared = &self.shared;
+        if shared.outstanding.load(Ordering::Acquire) > self.max_pending {
+            let low = self.max_pending / 2;
+            shared
+                .completion
+                .wait_until(|| shared.outstanding.load(Ordering::Acquire) <= low);
+        }
     }
 
     /// Waits (on the issuing side) for an unbound store's producer to bind it.
