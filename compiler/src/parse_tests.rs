@@ -245,3 +245,72 @@ fn strip(e: &Expr) -> String {
         ExprKind::Binary(op, a, b) => format!("({} {op:?} {})", strip(a), strip(b)),
     }
 }
+
+/// Random expressions as (minimally parenthesized text, fully parenthesized canonical form).
+fn arb_expr() -> impl Strategy<Value = (String, String, u8)> {
+    let name = prop::sample::select(vec!["A", "b", "x_1", "Tensor"]);
+    let idx = prop::sample::subsequence(vec!["i", "j", "k"], 0..=3);
+    let leaf = prop_oneof![
+        (name, idx).prop_map(|(n, ix)| {
+            let t = if ix.is_empty() { n.to_string() } else { format!("{n}({})", ix.join(", ")) };
+            let c = format!("{n}({})", ix.join(","));
+            (t, c, 4u8)
+        }),
+        (0u32..1000).prop_map(|n| (n.to_string(), f64::from(n).to_string(), 4u8)),
+    ];
+    leaf.prop_recursive(4, 24, 2, |inner| {
+        prop_oneof![
+            (inner.clone(), prop::sample::select(vec!["+", "-", "*", "/"]), inner.clone()).prop_map(
+                |((ta, ca, pa), op, (tb, cb, pb))| {
+                    let (prec, name) = match op {
+                        "+" => (1, "Add"),
+                        "-" => (1, "Sub"),
+                        "*" => (2, "Mul"),
+                        _ => (2, "Div"),
+                    };
+                    // Left-associative: the right operand needs parentheses at equal precedence.
+                    let l = if pa < prec { format!("({ta})") } else { ta };
+                    let r = if pb <= prec { format!("({tb})") } else { tb };
+                    (format!("{l} {op} {r}"), format!("({ca} {name} {cb})"), prec)
+                }
+            ),
+            inner.clone().prop_map(|(t, c, p)| {
+                let t = if p < 3 { format!("-({t})") } else { format!("-{t}") };
+                (t, format!("-({c})"), 3)
+            }),
+            (prop::sample::select(vec!["exp", "log", "sqrt", "abs"]), inner).prop_map(|(f, (t, c, _))| {
+                let name = match f {
+                    "exp" => "Exp",
+                    "log" => "Log",
+                    "sqrt" => "Sqrt",
+                    _ => "Abs",
+                };
+                (format!("{f}({t})"), format!("{name}({c})"), 4)
+            }),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Precedence, associativity, unary minus and calls parse as a printer with minimal
+    /// parentheses intends.
+    #[test]
+    fn printed_expressions_parse_back((text, canonical, _) in arb_expr()) {
+        let src = format!("out(i) = {text}");
+        let a = assignment(&src, 0).map_err(|d| TestCaseError::fail(format!("{src}: {}", d.plain())))?;
+        prop_assert_eq!(strip(&a.rhs), canonical);
+    }
+
+    /// Any input over the language's characters is parsed and checked without a panic, and
+    /// every error span lies inside the input.
+    #[test]
+    fn garbage_never_panics(src in "[a-cij()=+*/;:,\\[\\]0-9 .-]{0,40}") {
+        let result = program(&src, 0).and_then(|s| crate::check::check(s, &crate::check::Dims::new()));
+        if let Err(d) = result {
+            prop_assert!(d.span.start <= d.span.end && d.span.end <= src.len(), "{:?} in {src:?}", d.span);
+            prop_assert!(!d.message.is_empty());
+        }
+    }
+}

@@ -25,7 +25,7 @@ use proc_macro2::{Delimiter, Spacing, Span, TokenStream as TokenStream2, TokenTr
 use quote::{format_ident, quote, quote_spanned};
 use tessera_compiler::check::{self, Checked, Dims};
 use tessera_compiler::diagnostics::Diagnostic;
-use tessera_compiler::{codegen, lower, parse};
+use tessera_compiler::{cli, codegen, lower, parse};
 
 #[proc_macro]
 pub fn tensor(input: TokenStream) -> TokenStream {
@@ -124,13 +124,7 @@ impl Source {
 fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
     let stmt = parse::program(&source.text, 0)?;
     let checked = check::check(stmt, &Dims::new())?;
-    let kernel = lower::lower(&checked).map_err(|e| {
-        let d = Diagnostic::new(e.to_string(), e.span()).label("here");
-        match e.hint() {
-            Some(h) => d.hint(h),
-            None => d,
-        }
-    })?;
+    let kernel = lower::lower(&checked).map_err(|e| cli::lower_diagnostic(&e))?;
     let kernel_fn = codegen::emit(&kernel);
     let inputs = kernel.inputs();
     let signature = signature(&checked, &inputs);

@@ -31,10 +31,14 @@ pub struct Compiled {
 
 /// A lowering error as a diagnostic (same spans, same hint).
 pub fn lower_diagnostic(e: &LowerError) -> Diagnostic {
-    let d = Diagnostic::new(e.to_string(), e.span()).label("here");
+    let message = e.to_string();
     match e.hint() {
-        Some(h) => d.hint(h),
-        None => d,
+        // Some messages end with their hint; say it once, as the hint.
+        Some(h) => {
+            let short = message.strip_suffix(&format!(": {h}")).unwrap_or(&message);
+            Diagnostic::new(short, e.span()).label("here").hint(h)
+        }
+        None => Diagnostic::new(message, e.span()).label("here"),
     }
 }
 

@@ -8,7 +8,7 @@ mod run;
 use clap::{Args, Parser, Subcommand};
 use std::process::ExitCode;
 
-pub use front::{front, Compiled, Rendered};
+pub use front::{front, lower_diagnostic, Compiled, Rendered};
 
 const EXAMPLES: &str = "\
 Examples:
