@@ -1,1 +1,292 @@
-fn main() {}
+//! Runtime overheads (`cargo bench -p tessera-benches --bench runtime`).
+//!
+//! 1. Per-task overhead: issue + analysis + run of an empty task, independent and chained.
+//! 2. A Task Bench-style `stencil_1d` graph (width = threads, 1000 steps, each task a compute
+//!    loop of adjustable length) swept over task duration to find METG(50) — the smallest task
+//!    granularity at which 50 % of peak throughput is reached — beside the same graph run by a
+//!    hand-written rayon loop with a barrier per step.
+//!
+//! Options (environment): `TESSERA_BENCH_THREADS` (default: available cores),
+//! `TESSERA_BENCH_STEPS` (default 1000), `TESSERA_BENCH_QUICK=1` (a shorter sweep).
+
+use rayon::prelude::*;
+use std::hint::black_box;
+use std::time::Instant;
+use tessera_benches::{best_of, Table};
+use tessera_runtime::{DType, Runtime, Store};
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The compute kernel: a dependent multiply-add chain of `iters` steps (latency bound, so its
+/// time per iteration does not depend on how many cores run it).
+#[inline(never)]
+fn kernel(iters: u64, seed: f64) -> f64 {
+    let mut x = seed;
+    for _ in 0..iters {
+        x = black_box(x * 0.999_999_9 + 1e-7);
+    }
+    x
+}
+
+/// Seconds per kernel iteration on one core.
+fn calibrate() -> f64 {
+    let iters = 20_000_000;
+    let (t, _) = best_of(3, || kernel(iters, 1.0));
+    t / iters as f64
+}
+
+/// µs per empty task: `chained` tasks all read-write one store (each waits for the last);
+/// otherwise every task is independent.
+fn empty_task_overhead(threads: usize, n: usize, chained: bool) -> (f64, f64) {
+    let rt = Runtime::builder().threads(threads).build();
+    rt.register("empty", |_| {}).expect("register");
+    let stores: Vec<Store> = (0..64)
+        .map(|_| rt.create(DType::F64, &[1]).expect("store"))
+        .collect();
+    let (t, analysis) = best_of(3, || {
+        let before = rt.stats();
+        let t0 = Instant::now();
+        for i in 0..n {
+            let s = if chained {
+                &stores[0]
+            } else {
+                &stores[i % stores.len()]
+            };
+            let t = rt.task("empty");
+            let t = if chained { t.read_write(s) } else { t.read(s) };
+            t.launch_domain(&[1]).submit().expect("submit");
+        }
+        rt.fence().expect("fence");
+        let el = t0.elapsed().as_secs_f64();
+        (el, rt.stats().since(&before).analysis_us_per_task())
+    })
+    .1;
+    (t / n as f64 * 1e6, analysis)
+}
+
+/// One run of the stencil graph on Tessera: returns wall seconds.
+fn stencil_tessera(rt: &Runtime, width: usize, steps: usize, iters: u64) -> f64 {
+    let a = rt.create(DType::F64, &[width + 2]).expect("store");
+    let b = rt.create(DType::F64, &[width + 2]).expect("store");
+    rt.fill(&a, 1.0).expect("fill");
+    rt.fill(&b, 1.0).expect("fill");
+    rt.fence().expect("fence");
+    let views = |s: &Store| -> [Store; 4] {
+        [
+            s.slice(0, 1..width + 1).expect("view"),
+            s.slice(0, 0..width).expect("view"),
+            s.slice(0, 1..width + 1).expect("view"),
+            s.slice(0, 2..width + 2).expect("view"),
+        ]
+    };
+    let (va, vb) = (views(&a), views(&b));
+    let t0 = Instant::now();
+    for step in 0..steps {
+        let (cur, next) = if step % 2 == 0 {
+            (&va, &vb)
+        } else {
+            (&vb, &va)
+        };
+        rt.task("stencil_point")
+            .write(&next[0])
+            .read(&cur[1])
+            .read(&cur[2])
+            .read(&cur[3])
+            .align(&next[0], &cur[1])
+            .align(&next[0], &cur[2])
+            .align(&next[0], &cur[3])
+            .launch_domain(&[width])
+            .scalar(iters)
+            .submit()
+            .expect("submit");
+    }
+    rt.fence().expect("fence");
+    t0.elapsed().as_secs_f64()
+}
+
+fn register_stencil(rt: &Runtime) {
+    rt.register("stencil_point", |ctx| {
+        let iters = ctx.scalar(0).as_u64();
+        let (l, c, r) = (ctx.read::<f64>(1), ctx.read::<f64>(2), ctx.read::<f64>(3));
+        let mut out = ctx.write::<f64>(0);
+        for i in out.range() {
+            let seed = (l.at(i) + c.at(i) + r.at(i)) / 3.0;
+            out.set_at(i, kernel(iters, seed));
+        }
+    })
+    .expect("register");
+}
+
+/// The same graph by hand: a parallel loop over the width per step (the join is the barrier).
+fn stencil_rayon(pool: &rayon::ThreadPool, width: usize, steps: usize, iters: u64) -> f64 {
+    let mut cur = vec![1.0f64; width + 2];
+    let mut next = cur.clone();
+    let t0 = Instant::now();
+    pool.install(|| {
+        for _ in 0..steps {
+            next[1..width + 1]
+                .par_iter_mut()
+                .enumerate()
+                .for_each(|(i, o)| {
+                    *o = kernel(iters, (cur[i] + cur[i + 1] + cur[i + 2]) / 3.0);
+                });
+            std::mem::swap(&mut cur, &mut next);
+        }
+    });
+    black_box(&cur);
+    t0.elapsed().as_secs_f64()
+}
+
+/// One point of the sweep: task granularity (µs of wall × cores per task) and the useful work
+/// rate (kernel-seconds per wall-second, `threads` at best).
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    granularity_us: f64,
+    rate: f64,
+    efficiency: f64,
+}
+
+fn sample(wall: f64, tasks: usize, threads: usize, task_seconds: f64) -> Sample {
+    Sample {
+        granularity_us: wall * threads as f64 / tasks as f64 * 1e6,
+        rate: tasks as f64 * task_seconds / wall,
+        efficiency: 0.0,
+    }
+}
+
+/// Efficiency as Task Bench defines it: the work rate relative to the peak rate, where the peak
+/// is the best rate measured by either system (robust to cores lost to other processes).
+fn set_efficiency(samples: &mut [Sample], peak: f64) {
+    for s in samples {
+        s.efficiency = s.rate / peak;
+    }
+}
+
+/// METG(50): the granularity where efficiency crosses 50 %, interpolated in log space between
+/// the sweep points around the crossing (samples ordered by increasing task length).
+fn metg(samples: &[Sample]) -> f64 {
+    let first_ok = samples.iter().position(|s| s.efficiency >= 0.5);
+    match first_ok {
+        None => f64::INFINITY,
+        Some(0) => samples[0].granularity_us,
+        Some(i) => {
+            let (a, b) = (samples[i - 1], samples[i]);
+            let f = (0.5 - a.efficiency) / (b.efficiency - a.efficiency);
+            (a.granularity_us.ln() + f * (b.granularity_us.ln() - a.granularity_us.ln())).exp()
+        }
+    }
+}
+
+fn main() {
+    let threads = env(
+        "TESSERA_BENCH_THREADS",
+        std::thread::available_parallelism().map_or(2, |n| n.get()),
+    );
+    let steps = env("TESSERA_BENCH_STEPS", 1000);
+    let quick = env("TESSERA_BENCH_QUICK", 0) == 1;
+    let per_iter = calibrate();
+    eprintln!(
+        "kernel: {:.3} ns per iteration; {threads} threads, {steps} steps",
+        per_iter * 1e9
+    );
+
+    let n = if quick { 5_000 } else { 20_000 };
+    let (indep_us, indep_analysis) = empty_task_overhead(threads, n, false);
+    let (chain_us, chain_analysis) = empty_task_overhead(threads, n, true);
+
+    let rt = Runtime::builder().threads(threads).build();
+    register_stencil(&rt);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("rayon pool");
+    let width = threads;
+    let tasks = width * steps;
+    let max_pow = if quick { 14 } else { 17 };
+    let (mut ts, mut rs) = (vec![], vec![]);
+    for p in (0..=max_pow).step_by(1) {
+        let iters = 1u64 << p;
+        let task_seconds = iters as f64 * per_iter;
+        let reps = if p < 12 { 3 } else { 2 };
+        let (tw, _) = best_of(reps, || stencil_tessera(&rt, width, steps, iters));
+        let (rw, _) = best_of(reps, || stencil_rayon(&pool, width, steps, iters));
+        let (st, sr) = (
+            sample(tw, tasks, threads, task_seconds),
+            sample(rw, tasks, threads, task_seconds),
+        );
+        eprintln!(
+            "iters 2^{p:<2} task {:>9.2} µs | tessera: granularity {:>9.2} µs rate {:>5.2} | rayon: granularity {:>9.2} µs rate {:>5.2}",
+            task_seconds * 1e6,
+            st.granularity_us,
+            st.rate,
+            sr.granularity_us,
+            sr.rate
+        );
+        ts.push(st);
+        rs.push(sr);
+    }
+    let peak = ts.iter().chain(&rs).map(|s| s.rate).fold(0.0, f64::max);
+    set_efficiency(&mut ts, peak);
+    set_efficiency(&mut rs, peak);
+    eprintln!("peak rate {peak:.2} kernel-seconds per second ({threads} threads ideal)");
+    for (t, r) in ts.iter().zip(&rs) {
+        eprintln!(
+            "granularity {:>9.2} µs eff {:>5.1}%   |   rayon granularity {:>9.2} µs eff {:>5.1}%",
+            t.granularity_us,
+            t.efficiency * 100.0,
+            r.granularity_us,
+            r.efficiency * 100.0
+        );
+    }
+    let (metg_t, metg_r) = (metg(&ts), metg(&rs));
+
+    let mut table = Table::new(&format!(
+        "runtime overheads ({threads} threads; stencil_1d width {width}, {steps} steps)"
+    ));
+    table.row(
+        "empty task, independent (issue+analysis+run)",
+        "µs",
+        indep_us,
+        "goal",
+        20.0,
+        false,
+    );
+    table.row(
+        "empty task, chained (issue+analysis+run)",
+        "µs",
+        chain_us,
+        "goal",
+        20.0,
+        false,
+    );
+    table.row(
+        "stencil_1d METG(50)",
+        "µs",
+        metg_t,
+        "rayon+barrier",
+        metg_r,
+        false,
+    );
+    table.row(
+        "stencil_1d METG(50) vs goal (4x rayon)",
+        "µs",
+        metg_t,
+        "4x rayon",
+        4.0 * metg_r,
+        false,
+    );
+    table.figure("analysis per empty task, independent (µs)", indep_analysis);
+    table.figure("analysis per empty task, chained (µs)", chain_analysis);
+    table.figure(
+        "analysis per stencil task (µs)",
+        rt.stats().analysis_us_per_task(),
+    );
+    table.figure("kernel ns per iteration", per_iter * 1e9);
+    table.figure("peak work rate (of threads)", peak);
+    table.print();
+}

@@ -40,8 +40,11 @@ pub(crate) struct ThreadPool {
 }
 
 /// Polls before sleeping: a worker that sleeps on every empty queue pays a futex wake-up
-/// (several µs) per dependent task.
-const SPINS: usize = 64;
+/// (several µs, far more on a loaded machine) per dependent task. The first polls spin; the
+/// rest yield the core, so an issuing thread sharing it still makes progress (the shape of
+/// rayon's sleep protocol).
+const SPINS: usize = 16;
+const YIELDS: usize = 64;
 
 impl ThreadPool {
     pub(crate) fn new(threads: usize, shared: Arc<Shared>) -> ThreadPool {
@@ -125,14 +128,14 @@ fn try_pop(st: &PoolState) -> Option<Arc<Node>> {
 }
 
 fn pop(st: &PoolState) -> Option<Arc<Node>> {
-    for i in 0..SPINS {
+    for i in 0..SPINS + YIELDS {
         if let Some(n) = try_pop(st) {
             return Some(n);
         }
-        if i % 8 == 7 {
-            std::thread::yield_now();
-        } else {
+        if i < SPINS {
             std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
         }
     }
     let mut q = st.queue.lock().unwrap_or_else(|e| e.into_inner());
