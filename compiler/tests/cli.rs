@@ -40,15 +40,17 @@ fn failed(out: Output, what: &str) -> String {
 /// `(k * 7 + seed) % 3 != 0`, and has a value that depends on k.
 fn tensor(dims: &[usize], seed: usize) -> Tensor<f64> {
     let total: usize = dims.iter().product();
-    let entries = (0..total).filter(|k| !(k * 7 + seed).is_multiple_of(3)).map(|k| {
-        let mut c = vec![0; dims.len()];
-        let mut r = k;
-        for m in (0..dims.len()).rev() {
-            c[m] = r % dims[m];
-            r /= dims[m];
-        }
-        (c, (k as f64 * 0.37 + seed as f64).sin())
-    });
+    let entries = (0..total)
+        .filter(|k| !(k * 7 + seed).is_multiple_of(3))
+        .map(|k| {
+            let mut c = vec![0; dims.len()];
+            let mut r = k;
+            for m in (0..dims.len()).rev() {
+                c[m] = r % dims[m];
+                r /= dims[m];
+            }
+            (c, (k as f64 * 0.37 + seed as f64).sin())
+        });
     Tensor::from_entries(dims.to_vec(), Format::all_compressed(dims.len()), entries).unwrap()
 }
 
@@ -161,7 +163,7 @@ fn compile_and_run_on_files() {
     let want = oracle(expr, &[("A", &a), ("x", &x), ("z", &z)]);
     assert_close(&read_dense(&p("y.tns"), &[5]), &want);
 
-    // A second run of the same statement comes from the cache: same result, new output file.
+    // A second run of the same statement comes from the cache; this time written as .tcs.
     let out = tessera()
         .args(["run", expr, "-f", "A:csr", "-s", "parallelize(i)"])
         .args([
@@ -172,13 +174,17 @@ fn compile_and_run_on_files() {
             "-i",
             &arg("z", &p("z.tns")),
         ])
-        .args(["-o", &p("y2.tns").display().to_string()])
+        .args(["-o", &p("y2.tcs").display().to_string()])
         .output()
         .unwrap();
     ok(out, "cached tessera run");
-    assert_eq!(
-        std::fs::read(p("y.tns")).unwrap(),
-        std::fs::read(p("y2.tns")).unwrap()
+    let y2: Tensor<f64> = tessera_formats::TcsFile::open(&p("y2.tcs"))
+        .unwrap()
+        .to_tensor()
+        .unwrap();
+    assert_close(
+        &DenseArray::new(y2.dims().to_vec(), y2.to_dense()).unwrap(),
+        &want,
     );
 
     // A vector one element short: a run-time error naming the index, tensors and dimensions,

@@ -5,7 +5,9 @@
 use std::error::Error;
 use std::path::Path;
 use tessera_formats::tcs::{write_tensor, TcsFile};
-use tessera_formats::{open_text, FileKind, Format, Index, MtxWriter, Tensor, TnsWriter, Value};
+use tessera_formats::{
+    open_text, FileKind, Format, Index, MtxWriter, Tensor, TnsWriter, Value, ValueType,
+};
 
 /// Rejects an output path that cannot hold the output before any work is done.
 pub fn check_output_path(path: &Path, format: &Format) -> Result<(), Box<dyn Error>> {
@@ -21,20 +23,42 @@ pub fn check_output_path(path: &Path, format: &Format) -> Result<(), Box<dyn Err
 }
 
 /// Reads a tensor file and stores it in `format`.
-pub fn read<V: Value, I: Index>(path: &Path, format: &Format) -> Result<Tensor<V, I>, Box<dyn Error>> {
+pub fn read<V: Value, I: Index>(
+    path: &Path,
+    format: &Format,
+) -> Result<Tensor<V, I>, Box<dyn Error>> {
     let (dims, entries) = match FileKind::of(path)? {
         FileKind::Tcs => {
             let file = TcsFile::open(path)?;
-            let t: Tensor<V, I> = file.to_tensor()?;
-            if t.format() == format {
-                return Ok(t);
+            check_rank(path, file.dims().len(), format)?;
+            let h = file.header();
+            let same_types = h.value_type == V::TYPE && h.index_bits == I::BITS;
+            if same_types && file.format() == format {
+                return Ok(file.to_tensor()?);
             }
-            check_rank(path, t.dims().len(), format)?;
-            (t.dims().to_vec(), t.entries().collect())
+            (file.dims().to_vec(), tcs_entries(&file)?)
         }
         FileKind::Tns | FileKind::Mtx => read_text::<V>(path, format)?,
     };
-    Tensor::from_entries(dims, format.clone(), entries).map_err(|e| format!("{}: {e}", path.display()).into())
+    Tensor::from_entries(dims, format.clone(), entries)
+        .map_err(|e| format!("{}: {e}", path.display()).into())
+}
+
+/// The entries of a `.tcs` file of any value and coordinate type, as `V`.
+fn tcs_entries<V: Value>(file: &TcsFile) -> Result<Entries<V>, Box<dyn Error>> {
+    fn collect<W: Value, J: Index, V: Value>(file: &TcsFile) -> Result<Entries<V>, Box<dyn Error>> {
+        let view = file.view::<W, J>()?;
+        Ok(view
+            .entries()
+            .map(|(c, v)| (c, V::from_f64(v.to_f64())))
+            .collect())
+    }
+    match (file.header().value_type, file.header().index_bits) {
+        (ValueType::F64, 32) => collect::<f64, u32, V>(file),
+        (ValueType::F64, _) => collect::<f64, u64, V>(file),
+        (ValueType::F32, 32) => collect::<f32, u32, V>(file),
+        (ValueType::F32, _) => collect::<f32, u64, V>(file),
+    }
 }
 
 fn check_rank(path: &Path, rank: usize, format: &Format) -> Result<(), Box<dyn Error>> {
@@ -53,7 +77,10 @@ type Entries<V> = Vec<(Vec<usize>, V)>;
 
 /// Reads a `.tns`/`.mtx` file: dimensions from the header, or (`.tns`) the largest
 /// coordinate per mode.
-fn read_text<V: Value>(path: &Path, format: &Format) -> Result<(Vec<usize>, Entries<V>), Box<dyn Error>> {
+fn read_text<V: Value>(
+    path: &Path,
+    format: &Format,
+) -> Result<(Vec<usize>, Entries<V>), Box<dyn Error>> {
     let mut r = open_text(path)?;
     check_rank(path, r.rank(), format)?;
     let rank = r.rank();
