@@ -45,17 +45,19 @@ impl AccessState {
 
     /// Records that `node` writes `rect`, after every overlapping reader and writer.
     pub(crate) fn write(&mut self, rect: Rect, node: &Arc<Node>) {
-        for (r, n) in self.writers.iter().chain(self.readers.iter()) {
+        // One pass per list: order `node` after every overlapping access, then drop accesses
+        // wholly inside `rect` (later tasks need only wait for `node`) and finished ones.
+        let mut visit = |(r, n): &(Rect, Arc<Node>)| {
+            if n.is_done() {
+                return false;
+            }
             if r.overlaps(&rect) {
                 Node::add_edge(n, node);
             }
-        }
-        // Accesses wholly inside `rect` are now ordered before `node`: later tasks need only
-        // wait for `node`. Finished ones are dropped too.
-        self.writers
-            .retain(|(r, n)| !n.is_done() && !rect.contains(r));
-        self.readers
-            .retain(|(r, n)| !n.is_done() && !rect.contains(r));
+            !rect.contains(r)
+        };
+        self.writers.retain(&mut visit);
+        self.readers.retain(&mut visit);
         self.writers.push((rect, node.clone()));
     }
 

@@ -231,7 +231,8 @@ numeric!(
     |v| (v >= 0).then(|| (v as u64, v as u64 + 1)),
     |s| match s {
         Scalar::F64(_) => None,
-        s => i64::try_from(s.as_i64()).ok(),
+        Scalar::I64(v) => Some(v),
+        Scalar::U64(v) => i64::try_from(v).ok(),
     }
 );
 numeric!(

@@ -101,9 +101,9 @@ impl Rect {
     /// The box moved by `+by` in every dimension.
     pub fn translate(&self, by: &[usize]) -> Rect {
         let mut r = *self;
-        for d in 0..self.dim() {
-            r.lo[d] += by[d];
-            r.hi[d] += by[d];
+        for (d, b) in by.iter().enumerate().take(self.dim()) {
+            r.lo[d] += b;
+            r.hi[d] += b;
         }
         r
     }
@@ -111,9 +111,9 @@ impl Rect {
     /// The box moved by `-by` in every dimension (`by` must not exceed `lo`).
     pub fn untranslate(&self, by: &[usize]) -> Rect {
         let mut r = *self;
-        for d in 0..self.dim() {
-            r.lo[d] -= by[d];
-            r.hi[d] = r.hi[d].saturating_sub(by[d]).max(r.lo[d]);
+        for (d, b) in by.iter().enumerate().take(self.dim()) {
+            r.lo[d] -= b;
+            r.hi[d] = r.hi[d].saturating_sub(*b).max(r.lo[d]);
         }
         r
     }
@@ -129,8 +129,8 @@ impl Rect {
     /// Row-major linear offset of `point` inside a store whose full box is `self`.
     pub(crate) fn linear(&self, point: &[usize]) -> usize {
         let mut off = 0;
-        for d in 0..self.dim() {
-            off = off * self.extent(d) + (point[d] - self.lo[d]);
+        for (d, p) in point.iter().enumerate().take(self.dim()) {
+            off = off * self.extent(d) + (p - self.lo[d]);
         }
         off
     }

@@ -399,13 +399,11 @@ impl Drop for Runtime {
 /// Checks that a store can be passed with a privilege.
 fn check_privilege(task: &str, s: &Store, p: Privilege) -> Result<()> {
     match p {
-        Privilege::WriteUnbound => {
-            if s.is_bound() || s.root.meta().producer.is_some() {
-                return Err(RuntimeError::UnboundMisuse {
-                    task: task.into(),
-                    store: s.id(),
-                });
-            }
+        Privilege::WriteUnbound if s.is_bound() || s.root.meta().producer.is_some() => {
+            return Err(RuntimeError::UnboundMisuse {
+                task: task.into(),
+                store: s.id(),
+            });
         }
         Privilege::Reduce(op) => {
             let ok = match s.dtype() {

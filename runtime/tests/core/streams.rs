@@ -103,7 +103,10 @@ fn case() -> impl Strategy<Value = Case> {
 const M: usize = 3; // histogram bins
 
 /// The stream run by plain loops: the reference.
-fn sequential(c: &Case) -> (Vec<Vec<f64>>, Vec<f64>, Vec<Vec<f64>>, Vec<f64>) {
+/// Final stores, histogram, filtered (unbound) outputs, and future values.
+type Outcome = (Vec<Vec<f64>>, Vec<f64>, Vec<Vec<f64>>, Vec<f64>);
+
+fn sequential(c: &Case) -> Outcome {
     let n = c.n;
     let mut x = c.init.clone();
     let mut acc = vec![0.0; M];
@@ -224,10 +227,7 @@ fn fix<'a>(c: &Case, t: TaskLauncher<'a>) -> TaskLauncher<'a> {
 }
 
 /// The stream issued to a runtime with `threads` workers.
-fn parallel(
-    case: &Case,
-    threads: usize,
-) -> Result<(Vec<Vec<f64>>, Vec<f64>, Vec<Vec<f64>>, Vec<f64>)> {
+fn parallel(case: &Case, threads: usize) -> Result<Outcome> {
     let rt = Runtime::builder()
         .threads(threads)
         .min_piece_size(case.min_piece)
