@@ -102,8 +102,9 @@ pub fn cache_dir() -> PathBuf {
 }
 
 /// Rust source for the `bind::Signature` of a kernel: each of its inputs (in argument order)
-/// and the output, with the format and index variables of its use in the statement.
-pub fn signature_source(c: &Checked, kernel_inputs: &[&str]) -> String {
+/// and the output, with the format and index variables of its use in the statement. `bind` is
+/// the path of the `bind` module where the source is used.
+pub fn signature_source(c: &Checked, kernel_inputs: &[&str], bind: &str) -> String {
     let operand = |name: &str| -> String {
         let info = c
             .tensor(name)
@@ -115,13 +116,13 @@ pub fn signature_source(c: &Checked, kernel_inputs: &[&str]) -> String {
             .map(|i| format!("{:?}", i.name))
             .collect();
         format!(
-            "bind::Operand {{ name: {:?}, format: {:?}, vars: &[{}] }}",
+            "{bind}::Operand {{ name: {:?}, format: {:?}, vars: &[{}] }}",
             name,
             info.format.to_string(),
             vars.join(", ")
         )
     };
-    let mut s = String::from("bind::Signature {\n    output: ");
+    let mut s = format!("{bind}::Signature {{\n    output: ");
     s += &operand(&c.output().name);
     s += ",\n    inputs: &[\n";
     for name in kernel_inputs {
@@ -143,7 +144,7 @@ pub fn generate(
     let inputs = kernel.inputs();
     let main = TEMPLATE_MAIN
         .replace("@STATEMENT@", &format!("{statement:?}"))
-        .replace("@SIGNATURE@", &signature_source(c, &inputs))
+        .replace("@SIGNATURE@", &signature_source(c, &inputs, "bind"))
         .replace("@INDEX@", if opts.wide_index { "u64" } else { "u32" });
     let mut files = vec![
         ("src/main.rs".to_string(), main),

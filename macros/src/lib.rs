@@ -21,29 +21,55 @@
 //! `tessera-formats` and `tessera-compiler` (and `rayon` when it uses `parallelize`).
 
 use proc_macro::TokenStream;
-use proc_macro2::{Delimiter, Spacing, Span, TokenStream as TokenStream2, TokenTree};
-use quote::{format_ident, quote, quote_spanned};
-use tessera_compiler::check::{self, Checked, Dims};
+use proc_macro2::{
+    Delimiter, Group, Literal, Punct, Spacing, Span, TokenStream as TokenStream2, TokenTree,
+};
+use quote::{format_ident, quote};
+use tessera_compiler::check::{self, Dims};
 use tessera_compiler::diagnostics::Diagnostic;
-use tessera_compiler::{cli, codegen, lower, parse};
+use tessera_compiler::{cli, codegen, driver, lower, parse};
 
 #[proc_macro]
 pub fn tensor(input: TokenStream) -> TokenStream {
     let source = Source::from_tokens(input.into());
     match expand(&source) {
         Ok(ts) => ts.into(),
-        Err(d) => {
-            let span = source.span_of(&d.span);
-            let mut msg = d.message.clone();
-            if !d.label.is_empty() {
-                msg += &format!("\n  = note: {}", d.label);
-            }
-            if let Some(h) = &d.hint {
-                msg += &format!("\n  = help: {h}");
-            }
-            quote_spanned!(span=> ::core::compile_error!(#msg)).into()
-        }
+        Err(d) => compile_error(&d, source.span_range(&d.span)).into(),
     }
+}
+
+/// `::core::compile_error!{"..."}` covering `start..end`: the path carries the first span and
+/// the braces the last, so rustc underlines the whole range on stable (as `syn` does).
+fn compile_error(d: &Diagnostic, (start, end): (Span, Span)) -> TokenStream2 {
+    let mut msg = d.message.clone();
+    if !d.label.is_empty() {
+        msg += &format!("\n  = note: {}", d.label);
+    }
+    if let Some(h) = &d.hint {
+        msg += &format!("\n  = help: {h}");
+    }
+    let punct = |c: char, spacing: Spacing| {
+        let mut p = Punct::new(c, spacing);
+        p.set_span(start);
+        TokenTree::Punct(p)
+    };
+    let mut lit = Literal::string(&msg);
+    lit.set_span(end);
+    let mut body = Group::new(
+        Delimiter::Brace,
+        TokenStream2::from(TokenTree::Literal(lit)),
+    );
+    body.set_span(end);
+    TokenStream2::from_iter([
+        punct(':', Spacing::Joint),
+        punct(':', Spacing::Alone),
+        TokenTree::Ident(proc_macro2::Ident::new("core", start)),
+        punct(':', Spacing::Joint),
+        punct(':', Spacing::Alone),
+        TokenTree::Ident(proc_macro2::Ident::new("compile_error", start)),
+        punct('!', Spacing::Alone),
+        TokenTree::Group(body),
+    ])
 }
 
 /// The macro input as text for the parser, with the span of every token's byte range.
@@ -104,14 +130,26 @@ impl Source {
         }
     }
 
-    /// The span of the first token a byte range touches (the last token for the end of input).
-    fn span_of(&self, range: &std::ops::Range<usize>) -> Span {
+    /// The spans of the first and last tokens a byte range touches (the last token of the
+    /// input for an error at its end).
+    fn span_range(&self, range: &std::ops::Range<usize>) -> (Span, Span) {
         let end = range.end.max(range.start + 1);
-        self.tokens
+        let mut touched = self
+            .tokens
             .iter()
-            .find(|(r, _)| r.end > range.start && r.start < end)
-            .or(self.tokens.last())
-            .map_or(self.all, |(_, s)| *s)
+            .filter(|(r, _)| r.end > range.start && r.start < end);
+        match (touched.next(), touched.last()) {
+            (Some(first), last) => (first.1, last.map_or(first.1, |l| l.1)),
+            (None, _) => {
+                let s = self.tokens.last().map_or(self.all, |(_, s)| *s);
+                (s, s)
+            }
+        }
+    }
+
+    /// The span of the first token a byte range touches.
+    fn span_of(&self, range: &std::ops::Range<usize>) -> Span {
+        self.span_range(range).0
     }
 
     /// An identifier for tensor `name` spanned like its first use, so that it resolves to the
@@ -127,7 +165,12 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
     let kernel = lower::lower(&checked).map_err(|e| cli::lower_diagnostic(&e))?;
     let kernel_fn = codegen::emit(&kernel);
     let inputs = kernel.inputs();
-    let signature = signature(&checked, &inputs);
+    let signature: TokenStream2 =
+        driver::signature_source(&checked, &inputs, "::tessera_compiler::bind")
+            .parse()
+            .map_err(|e| {
+                Diagnostic::new(format!("internal error: bad signature source: {e}"), 0..0)
+            })?;
     let bindings: Vec<_> = inputs
         .iter()
         .enumerate()
@@ -157,25 +200,4 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
             }
         }
     })
-}
-
-/// The `bind::Signature` literal: per kernel input (and the output) its format and the
-/// index variables of its first use.
-fn signature(c: &Checked, inputs: &[&str]) -> TokenStream2 {
-    let operand = |name: &str| {
-        let info = c
-            .tensor(name)
-            .expect("kernel inputs are tensors of the statement");
-        let access = c.uses(name).into_iter().next().expect("a tensor is used");
-        let format = info.format.to_string();
-        let vars = access.indices.iter().map(|i| i.name.as_str());
-        quote! {
-            ::tessera_compiler::bind::Operand { name: #name, format: #format, vars: &[#(#vars),*] }
-        }
-    };
-    let output = operand(&c.output().name);
-    let ins = inputs.iter().map(|n| operand(n));
-    quote! {
-        ::tessera_compiler::bind::Signature { output: #output, inputs: &[#(#ins),*] }
-    }
 }
