@@ -74,15 +74,23 @@ impl Launched {
     /// Runs after the last point (or the finish step): poisons outputs of a failed task and
     /// drops the task's pending references.
     fn end(&self) {
-        if let Some(err) = self
+        let failure = self
             .failure
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
-        {
-            for a in self.args.iter().filter(|a| a.privilege.writes()) {
-                let mut p = a.root.poison.lock().unwrap_or_else(|e| e.into_inner());
-                p.get_or_insert(err.clone());
+            .clone();
+        for a in self.args.iter().filter(|a| a.privilege.writes()) {
+            match &failure {
+                Some(err) => a.root.set_poison(err.clone()),
+                // A successful write of the whole store makes it trustworthy again.
+                None if !matches!(a.privilege, Privilege::Reduce(_))
+                    && a.root.bound().is_some_and(|b| {
+                        b.rect == a.view || a.privilege == Privilege::WriteUnbound
+                    }) =>
+                {
+                    a.root.clear_poison()
+                }
+                None => {}
             }
         }
         for r in &self.roots {
@@ -95,13 +103,53 @@ impl Launched {
 pub(crate) fn run_node(node: &Node, shared: &Shared) -> Vec<Arc<Node>> {
     match &node.work {
         Work::Point { task, point } => run_point(task, *point, &shared.counters),
-        Work::Finish { task } => run_finish(task),
+        Work::Finish { task } => {
+            // The finish step has no user code; a panic here is a runtime bug. Report it as the
+            // task's failure rather than leave its future and dependents waiting forever.
+            if catch_unwind(AssertUnwindSafe(|| run_finish(task))).is_err() {
+                task.fail(0, "internal error in the finish step".into());
+                if let Some((_, cell)) = &task.result {
+                    let _ = cell.value.set(Err(task
+                        .failure
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .clone()
+                        .expect("just set")));
+                }
+                task.end();
+            }
+        }
     }
     shared.outstanding.fetch_sub(1, Ordering::AcqRel);
     node.complete(&shared.completion)
 }
 
+/// Why a point cannot run: an input written by a failed task, or a failed future argument.
+fn failed_input(task: &Launched) -> Option<String> {
+    for a in task
+        .args
+        .iter()
+        .filter(|a| matches!(a.privilege, Privilege::Read | Privilege::ReadWrite))
+    {
+        if let Some(e) = a.root.poisoned() {
+            return Some(format!("input store#{} was not computed: {e}", a.root.id));
+        }
+    }
+    task.scalars.iter().enumerate().find_map(|(i, s)| match s {
+        ScalarArg::Future(cell) => match cell.value.get() {
+            Some(Err(e)) => Some(format!("future argument {i} failed: {e}")),
+            _ => None,
+        },
+        ScalarArg::Value(_) => None,
+    })
+}
+
 fn run_point(task: &Launched, point: usize, counters: &Counters) {
+    if let Some(msg) = failed_input(task) {
+        task.fail(point, msg);
+        finish_point(task, counters);
+        return;
+    }
     let mut ctx = TaskContext::new(task, point);
     let r = catch_unwind(AssertUnwindSafe(|| (task.body)(&mut ctx)));
     match r {
@@ -118,6 +166,10 @@ fn run_point(task: &Launched, point: usize, counters: &Counters) {
             task.fail(point, msg);
         }
     }
+    finish_point(task, counters);
+}
+
+fn finish_point(task: &Launched, counters: &Counters) {
     Counters::add(&counters.points_run, 1);
     if task.remaining.fetch_sub(1, Ordering::AcqRel) == 1 && !task.has_finish {
         task.end();

@@ -8,7 +8,7 @@ use crate::graph::Node;
 use crate::partition::PartitionId;
 use crate::rect::Rect;
 use std::ops::Range;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// The extent and elements of a bound store.
@@ -31,7 +31,9 @@ pub(crate) struct StoreRoot {
     pub pending_refs: AtomicUsize,
     pub meta: Mutex<RootMeta>,
     /// Set when a task that writes this store failed: its contents are not to be trusted.
-    pub poison: Mutex<Option<RuntimeError>>,
+    poison: Mutex<Option<RuntimeError>>,
+    /// Fast check for `poison` (read by every point before it runs).
+    tainted: AtomicBool,
 }
 
 /// Analysis-side metadata, touched only by the issuing side.
@@ -69,6 +71,7 @@ impl StoreRoot {
             pending_refs: AtomicUsize::new(0),
             meta: Mutex::default(),
             poison: Mutex::new(None),
+            tainted: AtomicBool::new(false),
         }
     }
 
@@ -86,10 +89,28 @@ impl StoreRoot {
     }
 
     pub(crate) fn poisoned(&self) -> Option<RuntimeError> {
+        if !self.tainted.load(Ordering::Acquire) {
+            return None;
+        }
         self.poison
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Marks the contents as produced by a failed task (the first failure is kept).
+    pub(crate) fn set_poison(&self, err: RuntimeError) {
+        let mut p = self.poison.lock().unwrap_or_else(|e| e.into_inner());
+        p.get_or_insert(err);
+        self.tainted.store(true, Ordering::Release);
+    }
+
+    /// Marks the contents as trustworthy again (a task rewrote the whole store).
+    pub(crate) fn clear_poison(&self) {
+        if self.tainted.load(Ordering::Acquire) {
+            *self.poison.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            self.tainted.store(false, Ordering::Release);
+        }
     }
 }
 

@@ -356,6 +356,30 @@ fn a_failing_task_poisons_what_it_writes_and_its_future() {
     // The runtime keeps working after failures.
     rt.fill(&y, 3.0).unwrap();
     assert_eq!(rt.read::<f64>(&y).unwrap(), vec![3.0; 8]);
+    // A task reading the failed task's output fails too, instead of computing from garbage.
+    rt.register("copy", |ctx| {
+        let x = ctx.read::<f64>(0);
+        ctx.write::<f64>(1)
+            .as_mut_slice()
+            .copy_from_slice(x.as_slice());
+    })
+    .unwrap();
+    rt.task("copy")
+        .read(&x)
+        .write(&y)
+        .align(&x, &y)
+        .submit()
+        .unwrap();
+    match rt.read::<f64>(&y) {
+        Err(RuntimeError::TaskFailed { task, message, .. }) => {
+            assert_eq!(task, "copy");
+            assert!(message.contains("was not computed"), "{message}");
+        }
+        other => panic!("expected the failure to propagate, got {other:?}"),
+    }
+    // Rewriting the whole store makes it readable again.
+    rt.fill(&x, 1.0).unwrap();
+    assert_eq!(rt.read::<f64>(&x).unwrap(), vec![1.0; 8]);
 }
 
 #[test]
