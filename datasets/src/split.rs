@@ -100,6 +100,7 @@ pub fn on_ranks<T: Send>(
                 .map(|t| (t, comm.size()))
         });
         bars.finish();
+        report_peak_rss();
         let (t, size) = out?;
         return Ok((t, format!("{size} MPI ranks")));
     }
@@ -114,6 +115,26 @@ pub fn on_ranks<T: Send>(
     bars.finish();
     let first = results.remove(0)?;
     Ok((Some(first), format!("{} thread ranks", ranks.ranks)))
+}
+
+/// With `TESSERA_REPORT_PEAK_RSS` set, prints this process's peak resident memory as
+/// `peak_rss_bytes=N` on stderr (benchmarks read it per MPI rank).
+fn report_peak_rss() {
+    if std::env::var_os("TESSERA_REPORT_PEAK_RSS").is_none() {
+        return;
+    }
+    let kib = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("VmHWM:")?
+                    .split_whitespace()
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+        });
+    eprintln!("peak_rss_bytes={}", kib.unwrap_or(0) * 1024);
 }
 
 /// An indicatif bar per phase, on stderr.
