@@ -134,13 +134,15 @@ impl Source {
     /// input for an error at its end).
     fn span_range(&self, range: &std::ops::Range<usize>) -> (Span, Span) {
         let end = range.end.max(range.start + 1);
-        let mut touched = self
+        let touched: Vec<Span> = self
             .tokens
             .iter()
-            .filter(|(r, _)| r.end > range.start && r.start < end);
-        match (touched.next(), touched.last()) {
-            (Some(first), last) => (first.1, last.map_or(first.1, |l| l.1)),
-            (None, _) => {
+            .filter(|(r, _)| r.end > range.start && r.start < end)
+            .map(|(_, s)| *s)
+            .collect();
+        match (touched.first(), touched.last()) {
+            (Some(&first), Some(&last)) => (first, last),
+            _ => {
                 let s = self.tokens.last().map_or(self.all, |(_, s)| *s);
                 (s, s)
             }
