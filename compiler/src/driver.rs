@@ -177,11 +177,40 @@ fn cache_key(files: &[(String, String)], workspace: &Path) -> String {
     };
     feed(env!("CARGO_PKG_VERSION").as_bytes());
     feed(workspace.to_string_lossy().as_bytes());
+    // The sources of tessera-formats are compiled into the program too: a change there must
+    // not reuse a program built against the old ones.
+    for (path, bytes) in formats_sources(&workspace.join("formats")) {
+        feed(path.to_string_lossy().as_bytes());
+        feed(&bytes);
+    }
     for (path, text) in files {
         feed(path.as_bytes());
         feed(text.as_bytes());
     }
     format!("{h:016x}")
+}
+
+/// `formats/Cargo.toml` and every file under `formats/src`, sorted by path (unreadable files
+/// are skipped: they would fail the build anyway).
+fn formats_sources(formats: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut dirs = vec![formats.join("src")];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path) {
+                out.push((path, bytes));
+            }
+        }
+    }
+    if let Ok(bytes) = std::fs::read(formats.join("Cargo.toml")) {
+        out.push((formats.join("Cargo.toml"), bytes));
+    }
+    out.sort();
+    out
 }
 
 /// The cached executable for a generated crate, if one was built before.
