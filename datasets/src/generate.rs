@@ -313,7 +313,7 @@ pub fn generate(
             let mut n = 0u64;
             spec.for_each(|c, v| {
                 n += 1;
-                if n % 65536 == 0 {
+                if n.is_multiple_of(65536) {
                     entries_bar(n);
                 }
                 w.write_entry(c[0], c[1], v)
@@ -355,7 +355,7 @@ fn write_tns(
     let mut n = 0u64;
     spec.for_each(|c, v| {
         n += 1;
-        if n % 65536 == 0 {
+        if n.is_multiple_of(65536) {
             entries_bar(n);
         }
         w.write_entry(c, v)

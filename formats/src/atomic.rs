@@ -28,6 +28,11 @@ impl AtomicFile {
             .suffix(".partial")
             .tempfile_in(&dir)
             .map_err(|e| Error::io(target, e))?;
+        // Temporary files are created private (0600); the result is an ordinary data file.
+        let mode = std::os::unix::fs::PermissionsExt::from_mode(0o644);
+        temp.as_file()
+            .set_permissions(mode)
+            .map_err(|e| Error::io(target, e))?;
         Ok(AtomicFile {
             temp,
             target: target.to_path_buf(),

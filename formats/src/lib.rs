@@ -6,6 +6,7 @@
 //! - [`Value`] (`f32`, `f64`) and [`Index`] (`u32`, `u64`): what kernels are generic over.
 
 mod atomic;
+mod chunks;
 pub mod convert;
 mod error;
 mod format;
@@ -20,6 +21,7 @@ mod value;
 mod view;
 
 pub use atomic::AtomicFile;
+pub use chunks::Chunk;
 pub use convert::{convert, ConvertOptions, ConvertReport, Duplicates, NoProgress, Progress};
 pub use error::{Error, Result, SyntaxError};
 pub use format::{Format, FormatError, LevelType};

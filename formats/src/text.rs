@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use crate::chunks::Chunk;
 use crate::error::{Error, Result};
 use crate::mtx::MtxReader;
 use crate::tns::TnsReader;
@@ -21,12 +22,40 @@ pub trait EntryReader {
     /// Reads the next entry: fills `coords` (0-based, `rank` of them) and returns the value,
     /// or `None` at the end of the file.
     fn next_entry(&mut self, coords: &mut [u64]) -> Result<Option<f64>>;
+    /// Fills `chunk` (cleared first) with the next batch of entries, coordinates in mode
+    /// order; false at the end. Readers may parse batches in parallel; do not mix with
+    /// [`next_entry`](EntryReader::next_entry) on the same reader.
+    fn next_chunk(&mut self, chunk: &mut Chunk) -> Result<bool> {
+        sequential_chunk(self, chunk)
+    }
     /// Line of the entry last returned (1-based).
     fn line(&self) -> u64;
     /// Bytes consumed so far.
     fn bytes_read(&self) -> u64;
     /// Size of the file in bytes.
     fn total_bytes(&self) -> u64;
+}
+
+/// Entries per batch when a reader has no faster way than one entry at a time.
+const CHUNK_ENTRIES: usize = 1 << 16;
+
+/// A batch from repeated [`EntryReader::next_entry`] calls.
+pub(crate) fn sequential_chunk<R: EntryReader + ?Sized>(
+    r: &mut R,
+    chunk: &mut Chunk,
+) -> Result<bool> {
+    chunk.clear();
+    let mut coords = vec![0u64; r.rank()];
+    while chunk.len() < CHUNK_ENTRIES {
+        match r.next_entry(&mut coords)? {
+            Some(v) => {
+                chunk.coords.extend_from_slice(&coords);
+                chunk.vals.push(v);
+            }
+            None => break,
+        }
+    }
+    Ok(!chunk.is_empty())
 }
 
 /// The text formats Tessera reads and writes, and `.tcs`.

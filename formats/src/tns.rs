@@ -9,6 +9,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::atomic::AtomicFile;
+use crate::chunks::{parse_threads, Chunk, ParallelParser};
 use crate::error::{Error, Result, SyntaxError};
 use crate::lines::{fields, is_blank, parse_f64, parse_u64, LineReader};
 use crate::text::{EntryReader, READ_BUFFER};
@@ -23,6 +24,10 @@ pub struct TnsReader {
     first: Option<(Vec<u64>, f64, u64)>,
     /// Dimensions from a `# dims` comment.
     dims: Option<Vec<u64>>,
+    /// Started by the first [`EntryReader::next_chunk`] before any `next_entry`.
+    parallel: Option<ParallelParser>,
+    /// True once `next_entry` has been used (batches then come from the sequential reader).
+    sequential: bool,
     line: u64,
 }
 
@@ -38,6 +43,8 @@ impl TnsReader {
             total,
             first: None,
             dims: None,
+            parallel: None,
+            sequential: false,
             line: 0,
         };
         let path = r.path.clone();
@@ -118,8 +125,76 @@ fn is_entry(line: &[u8]) -> bool {
     !is_blank(line) && line.iter().find(|&&b| b != b' ' && b != b'\t') != Some(&b'#')
 }
 
+/// One `.tns` line for the parallel parser: an entry, nothing (comment or blank), or an error.
+pub(crate) fn parse_line(
+    line: &[u8],
+    coords: &mut [u64],
+    dims: Option<&[u64]>,
+) -> Result<Option<f64>, (u64, SyntaxError)> {
+    if let Some(v) = fast_entry(line, coords) {
+        if dims.is_none_or(|d| coords.iter().zip(d).all(|(c, d)| c < d)) {
+            return Ok(Some(v));
+        }
+    }
+    if !is_entry(line) {
+        return Ok(None);
+    }
+    let v = parse_entry(line, coords)?;
+    check_bounds(line, coords, dims)?;
+    Ok(Some(v))
+}
+
 /// Parses `rank` coordinates (made 0-based) and a value; errors carry the column.
-fn parse_entry(line: &[u8], coords: &mut [u64]) -> Result<f64, (u64, SyntaxError)> {
+pub(crate) fn parse_entry(line: &[u8], coords: &mut [u64]) -> Result<f64, (u64, SyntaxError)> {
+    match fast_entry(line, coords) {
+        Some(v) => Ok(v),
+        None => slow_entry(line, coords),
+    }
+}
+
+/// The common case in one pass over the bytes; `None` for anything unusual (including every
+/// error), which [`slow_entry`] then parses again to say exactly what is wrong.
+#[inline]
+fn fast_entry(line: &[u8], coords: &mut [u64]) -> Option<f64> {
+    let n = line.len();
+    let mut i = 0;
+    let is_space = |b: u8| b == b' ' || b == b'\t';
+    for c in coords.iter_mut() {
+        while i < n && is_space(line[i]) {
+            i += 1;
+        }
+        let start = i;
+        let mut x: u64 = 0;
+        while i < n {
+            let d = line[i].wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            x = x.wrapping_mul(10).wrapping_add(d as u64);
+            i += 1;
+        }
+        // At most 19 digits cannot overflow; longer numbers take the careful path.
+        if i == start || i - start > 19 || x == 0 || (i < n && !is_space(line[i])) {
+            return None;
+        }
+        *c = x - 1;
+    }
+    while i < n && is_space(line[i]) {
+        i += 1;
+    }
+    let start = i;
+    while i < n && !is_space(line[i]) {
+        i += 1;
+    }
+    let v = parse_f64(&line[start..i])?;
+    while i < n && is_space(line[i]) {
+        i += 1;
+    }
+    (i == n).then_some(v)
+}
+
+/// Field by field, with the column and kind of any error.
+fn slow_entry(line: &[u8], coords: &mut [u64]) -> Result<f64, (u64, SyntaxError)> {
     let rank = coords.len();
     let mut it = fields(line);
     for c in coords.iter_mut() {
@@ -182,7 +257,24 @@ impl EntryReader for TnsReader {
     fn declared_dims(&self) -> Option<Vec<u64>> {
         self.dims.clone()
     }
+    fn next_chunk(&mut self, chunk: &mut Chunk) -> Result<bool> {
+        if self.sequential {
+            return crate::text::sequential_chunk(self, chunk);
+        }
+        if self.parallel.is_none() {
+            let p = ParallelParser::start(
+                &self.path,
+                self.rank,
+                self.dims.clone(),
+                parse_line,
+                parse_threads(),
+            )?;
+            self.parallel = Some(p);
+        }
+        self.parallel.as_mut().expect("started").next_chunk(chunk)
+    }
     fn next_entry(&mut self, coords: &mut [u64]) -> Result<Option<f64>> {
+        self.sequential = true;
         if let Some((c, v, line)) = self.first.take() {
             coords.copy_from_slice(&c);
             self.line = line;
@@ -218,7 +310,10 @@ impl EntryReader for TnsReader {
         self.line
     }
     fn bytes_read(&self) -> u64 {
-        self.lines.consumed()
+        match &self.parallel {
+            Some(p) => p.bytes_done(),
+            None => self.lines.consumed(),
+        }
     }
     fn total_bytes(&self) -> u64 {
         self.total

@@ -118,3 +118,70 @@ fn a_dims_comment_declares_the_shape_and_bounds() {
         (1.., _, SyntaxError::FieldCount { .. })
     ));
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// The one-pass fast path agrees with the field-by-field parser on arbitrary lines.
+    #[test]
+    fn fast_and_careful_parsers_agree(line in "[0-9 \t.e+x-]{0,24}", rank in 0usize..4) {
+        let mut a = vec![0; rank];
+        let mut b = vec![0; rank];
+        let fast = parse_entry(line.as_bytes(), &mut a);
+        let slow = slow_entry(line.as_bytes(), &mut b);
+        proptest::prop_assert_eq!(fast.is_ok(), slow.is_ok());
+        if let (Ok(x), Ok(y)) = (fast, slow) {
+            proptest::prop_assert!(x == y || (x.is_nan() && y.is_nan()));
+            proptest::prop_assert_eq!(a, b);
+        }
+    }
+}
+
+#[test]
+fn parallel_batches_match_sequential_entries_and_report_global_lines() {
+    use crate::chunks::Chunk;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.tns");
+    // Enough lines for several 2 MiB blocks, with comments and blank lines mixed in.
+    let mut text = String::new();
+    for i in 0..300_000u64 {
+        if i % 1000 == 0 {
+            text.push_str("# comment\n\n");
+        }
+        text.push_str(&format!("{} {} {}.5\n", i % 977 + 1, i % 13 + 1, i));
+    }
+    std::fs::write(&path, &text).unwrap();
+    let mut seq = TnsReader::open(&path).unwrap();
+    let mut par = TnsReader::open(&path).unwrap();
+    let mut chunk = Chunk::default();
+    let mut c = vec![0; 2];
+    let mut n = 0;
+    while par.next_chunk(&mut chunk).unwrap() {
+        for e in 0..chunk.len() {
+            let v = seq.next_entry(&mut c).unwrap().unwrap();
+            assert_eq!(
+                (&chunk.coords[2 * e..2 * e + 2], chunk.vals[e]),
+                (&c[..], v)
+            );
+            n += 1;
+        }
+    }
+    assert_eq!(n, 300_000);
+    assert_eq!(seq.next_entry(&mut c).unwrap(), None);
+    // An error deep in the file names its global line.
+    text.push_str("1 2 3 4\n");
+    let lines = text.lines().count() as u64;
+    std::fs::write(&path, &text).unwrap();
+    let mut par = TnsReader::open(&path).unwrap();
+    let err = loop {
+        match par.next_chunk(&mut chunk) {
+            Ok(true) => {}
+            Ok(false) => panic!("error not found"),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(err, Error::Syntax { line, .. } if line == lines),
+        "{err}"
+    );
+}

@@ -113,7 +113,7 @@ fn text_info(path: &Path, bars: &Bars) -> Result<(), tessera_formats::Error> {
         zeros += u64::from(v == 0.0);
         prev.copy_from_slice(&c);
         n += 1;
-        if n % 65536 == 0 {
+        if n.is_multiple_of(65536) {
             bars.update(r.bytes_read());
         }
     }

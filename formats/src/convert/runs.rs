@@ -7,9 +7,10 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use super::{duplicate_error, ConvertOptions, Duplicates, Progress, SortedSource, PROGRESS_EVERY};
+use crate::chunks::Chunk;
 use crate::error::{Error, Result};
 use crate::format::Format;
-use crate::text::{open_text, READ_BUFFER};
+use crate::text::open_text;
 
 /// The result of run generation: a source that merges the runs, and what was learned.
 pub(crate) struct Sorted {
@@ -36,10 +37,10 @@ pub(crate) fn sort_runs(
 ) -> Result<Sorted> {
     let mut reader = open_text(input)?;
     let rank = reader.rank();
-    let per_entry = 8 * (rank + 1) + 4;
-    let run_bytes = (opts.memory / 8 * 5)
-        .saturating_sub(READ_BUFFER)
-        .max(64 << 10);
+    let per_entry = 8 * (rank + 1);
+    // Half the budget holds the run; the rest covers the parser's blocks in flight (at most
+    // 8 x ~5 MiB), the merge's read buffers and the writers' buffers.
+    let run_bytes = (opts.memory / 2).max(64 << 10);
     let cap = opts
         .run_entries
         .unwrap_or(run_bytes / per_entry)
@@ -50,28 +51,28 @@ pub(crate) fn sort_runs(
         .map_err(|e| Error::io(temp_parent, e))?;
     let mut run = RunBuffer {
         rank,
-        keys: Vec::with_capacity(cap * rank),
-        vals: Vec::with_capacity(cap),
+        recs: Vec::with_capacity(cap * (rank + 1)),
     };
     let mut runs = Vec::new();
-    let mut coords = vec![0u64; rank];
+    let mut chunk = Chunk::default();
     let mut max = vec![0u64; rank];
     let mut entries = 0u64;
     let order = format.mode_order();
     progress.stage("sort runs", reader.total_bytes());
-    while let Some(v) = reader.next_entry(&mut coords)? {
-        for &m in order {
-            run.keys.push(coords[m]);
-            max[m] = max[m].max(coords[m]);
+    while reader.next_chunk(&mut chunk)? {
+        for (e, &v) in chunk.vals.iter().enumerate() {
+            let coords = &chunk.coords[e * rank..(e + 1) * rank];
+            for &m in order {
+                run.recs.push(coords[m]);
+                max[m] = max[m].max(coords[m]);
+            }
+            run.recs.push(v.to_bits());
+            entries += 1;
+            if run.len() == cap {
+                runs.push(run.spill(temp.path(), runs.len(), input, format, opts.duplicates)?);
+            }
         }
-        run.vals.push(v);
-        entries += 1;
-        if run.vals.len() == cap {
-            runs.push(run.spill(temp.path(), runs.len(), input, format, opts.duplicates)?);
-        }
-        if entries.is_multiple_of(PROGRESS_EVERY) {
-            progress.update(reader.bytes_read());
-        }
+        progress.update(reader.bytes_read());
     }
     progress.end_stage();
     let dims = reader
@@ -80,12 +81,13 @@ pub(crate) fn sort_runs(
     drop(reader);
     if runs.is_empty() {
         // Everything fit in one buffer: merge from memory.
-        let perm = run.sorted_perm();
-        let n = run.vals.len();
+        run.sort();
+        run.dedup(input, format, opts.duplicates)?;
+        let n = run.len();
         let source = MergeSource {
             rank,
             runs: Vec::new(),
-            memory: Some((run, perm)),
+            memory: Some(run),
             buffer: 0,
             _temp: temp,
         };
@@ -97,7 +99,7 @@ pub(crate) fn sort_runs(
             merge_rounds: 0,
         });
     }
-    if !run.vals.is_empty() {
+    if run.len() > 0 {
         runs.push(run.spill(temp.path(), runs.len(), input, format, opts.duplicates)?);
     }
     drop(run);
@@ -153,27 +155,64 @@ pub(crate) fn sort_runs(
     })
 }
 
-/// Entries of one run while they are collected: level-order keys, flattened, and values.
+/// Entries of one run while they are collected: records of the level-order key followed by
+/// the value's bits, flattened.
 pub(crate) struct RunBuffer {
     rank: usize,
-    keys: Vec<u64>,
-    vals: Vec<f64>,
+    recs: Vec<u64>,
 }
 
 impl RunBuffer {
-    fn key(&self, e: u32) -> &[u64] {
-        let e = e as usize;
-        &self.keys[e * self.rank..(e + 1) * self.rank]
+    fn len(&self) -> usize {
+        self.recs.len() / (self.rank + 1)
     }
 
-    fn sorted_perm(&self) -> Vec<u32> {
-        let mut perm: Vec<u32> = (0..self.vals.len() as u32).collect();
-        // Stable for equal keys is not needed: duplicates are summed.
-        perm.sort_unstable_by(|&a, &b| self.key(a).cmp(self.key(b)));
-        perm
+    fn record(&self, e: usize) -> (&[u64], f64) {
+        let s = self.rank + 1;
+        let r = &self.recs[e * s..(e + 1) * s];
+        (&r[..self.rank], f64::from_bits(r[self.rank]))
     }
 
-    /// Sorts, sums adjacent duplicates (or rejects them) and writes one run file.
+    /// Sorts records by key; fixed-size records for ranks up to 8 sort without indirection.
+    fn sort(&mut self) {
+        macro_rules! fixed {
+            ($($s:literal)*) => {
+                match self.rank + 1 {
+                    $($s => sort_fixed::<$s>(&mut self.recs),)*
+                    s => sort_general(&mut self.recs, s),
+                }
+            };
+        }
+        fixed!(1 2 3 4 5 6 7 8 9)
+    }
+
+    /// Sums records with equal keys into one (or rejects them), in place.
+    fn dedup(&mut self, input: &Path, format: &Format, duplicates: Duplicates) -> Result<()> {
+        let (s, n) = (self.rank + 1, self.len());
+        if n == 0 {
+            return Ok(());
+        }
+        let r = &mut self.recs;
+        let mut w = 0;
+        for e in 1..n {
+            if r[e * s..e * s + s - 1] == r[w * s..w * s + s - 1] {
+                if duplicates == Duplicates::Error {
+                    return Err(duplicate_error(input, format, &r[e * s..e * s + s - 1]));
+                }
+                let sum = f64::from_bits(r[w * s + s - 1]) + f64::from_bits(r[e * s + s - 1]);
+                r[w * s + s - 1] = sum.to_bits();
+            } else {
+                w += 1;
+                if w != e {
+                    r.copy_within(e * s..(e + 1) * s, w * s);
+                }
+            }
+        }
+        r.truncate((w + 1) * s);
+        Ok(())
+    }
+
+    /// Sorts, sums duplicates (or rejects them) and writes one run file.
     fn spill(
         &mut self,
         dir: &Path,
@@ -182,26 +221,32 @@ impl RunBuffer {
         format: &Format,
         duplicates: Duplicates,
     ) -> Result<PathBuf> {
-        let perm = self.sorted_perm();
+        self.sort();
+        self.dedup(input, format, duplicates)?;
         let path = dir.join(format!("run-{id}"));
         let mut out = RunWriter::create(&path, self.rank)?;
-        let mut dedup = Dedup {
-            pending: None,
-            input,
-            format,
-            duplicates,
-        };
-        for &e in &perm {
-            dedup.push(self.key(e), self.vals[e as usize], &mut |k, v| {
-                out.write(k, v)
-            })?;
-        }
-        dedup.flush(&mut |k, v| out.write(k, v))?;
+        out.write_records(&self.recs)?;
         out.finish()?;
-        self.keys.clear();
-        self.vals.clear();
+        self.recs.clear();
         Ok(path)
     }
+}
+
+fn sort_fixed<const S: usize>(recs: &mut [u64]) {
+    let r: &mut [[u64; S]] = bytemuck::cast_slice_mut(recs);
+    r.sort_unstable_by(|a, b| a[..S - 1].cmp(&b[..S - 1]));
+}
+
+/// Ranks above 8: sort an index, then permute (needs a second copy of the run).
+fn sort_general(recs: &mut [u64], s: usize) {
+    let key = |e: u32| &recs[e as usize * s..e as usize * s + s - 1];
+    let mut perm: Vec<u32> = (0..(recs.len() / s) as u32).collect();
+    perm.sort_unstable_by(|&a, &b| key(a).cmp(key(b)));
+    let sorted: Vec<u64> = perm
+        .iter()
+        .flat_map(|&e| recs[e as usize * s..(e as usize + 1) * s].iter().copied())
+        .collect();
+    recs.copy_from_slice(&sorted);
 }
 
 /// Sums (or rejects) adjacent equal keys before passing entries on.
@@ -267,6 +312,14 @@ impl RunWriter {
         }
         self.out
             .write_all(&v.to_le_bytes())
+            .map_err(|e| Error::io(&self.path, e))
+    }
+
+    /// Writes whole records as stored in a [`RunBuffer`] (the same byte layout).
+    fn write_records(&mut self, recs: &[u64]) -> Result<()> {
+        let bytes: &[u8] = bytemuck::cast_slice(recs);
+        self.out
+            .write_all(bytes)
             .map_err(|e| Error::io(&self.path, e))
     }
 
@@ -372,8 +425,8 @@ fn sift_down(
 pub(crate) struct MergeSource {
     rank: usize,
     runs: Vec<PathBuf>,
-    /// When all input fit one buffer: the entries and their sorted order.
-    memory: Option<(RunBuffer, Vec<u32>)>,
+    /// When all input fit one buffer: the sorted, distinct records.
+    memory: Option<RunBuffer>,
     buffer: usize,
     /// Removed (with the runs) when the source is dropped, on success or failure.
     _temp: tempfile::TempDir,
@@ -394,9 +447,10 @@ impl SortedSource for MergeSource {
             f(k, v)
         };
         match &self.memory {
-            Some((buf, perm)) => perm
-                .iter()
-                .try_for_each(|&e| counted(buf.key(e), buf.vals[e as usize])),
+            Some(buf) => (0..buf.len()).try_for_each(|e| {
+                let (k, v) = buf.record(e);
+                counted(k, v)
+            }),
             None => merge(&self.runs, self.rank, self.buffer, &mut counted),
         }
     }

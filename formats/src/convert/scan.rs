@@ -3,8 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{scan_distinct, ConvertOptions, Duplicates, Progress, SortedSource, PROGRESS_EVERY};
-use crate::error::{Error, Result, SyntaxError};
+use super::{duplicate_error, scan_distinct, ConvertOptions, Duplicates, Progress, SortedSource};
+use crate::chunks::Chunk;
+use crate::error::Result;
 use crate::format::Format;
 use crate::text::open_text;
 
@@ -61,43 +62,39 @@ pub(crate) fn scan_sorted(
     let rank = reader.rank();
     progress.stage("scan", reader.total_bytes());
     let order = format.mode_order();
-    let mut coords = vec![0u64; rank];
+    let mut chunk = Chunk::default();
     let mut key = vec![0u64; rank];
     let mut prev = vec![0u64; rank];
     let mut max = vec![0u64; rank];
     let mut counter = LevelCounter::new(rank);
     let mut entries = 0u64;
-    while reader.next_entry(&mut coords)?.is_some() {
-        for (k, &m) in order.iter().enumerate() {
-            key[k] = coords[m];
-            max[m] = max[m].max(coords[m]);
-        }
-        if entries > 0 {
-            match key.cmp(&prev) {
+    while reader.next_chunk(&mut chunk)? {
+        for e in 0..chunk.len() {
+            let coords = &chunk.coords[e * rank..(e + 1) * rank];
+            for (k, &m) in order.iter().enumerate() {
+                key[k] = coords[m];
+                max[m] = max[m].max(coords[m]);
+            }
+            let cmp = if entries == 0 {
+                std::cmp::Ordering::Greater
+            } else {
+                key.cmp(&prev)
+            };
+            match cmp {
                 std::cmp::Ordering::Less => {
                     progress.end_stage();
                     return Ok(None);
                 }
-                std::cmp::Ordering::Equal => {
-                    if opts.duplicates == Duplicates::Error {
-                        return Err(Error::Syntax {
-                            path: input.to_path_buf(),
-                            line: reader.line(),
-                            column: 1,
-                            kind: SyntaxError::Duplicate,
-                        });
-                    }
+                std::cmp::Ordering::Equal if opts.duplicates == Duplicates::Error => {
+                    return Err(duplicate_error(input, format, &key));
                 }
+                std::cmp::Ordering::Equal => {}
                 std::cmp::Ordering::Greater => counter.push(&key),
             }
-        } else {
-            counter.push(&key);
+            std::mem::swap(&mut key, &mut prev);
+            entries += 1;
         }
-        std::mem::swap(&mut key, &mut prev);
-        entries += 1;
-        if entries.is_multiple_of(PROGRESS_EVERY) {
-            progress.update(reader.bytes_read());
-        }
+        progress.update(reader.bytes_read());
     }
     progress.end_stage();
     let dims = reader
@@ -150,18 +147,18 @@ impl SortedSource for TextSource {
         let mut reader = open_text(&self.path)?;
         progress.stage("write", reader.total_bytes());
         let order = self.format.mode_order();
-        let mut coords = vec![0u64; reader.rank()];
-        let mut key = vec![0u64; reader.rank()];
-        let mut n = 0u64;
-        while let Some(v) = reader.next_entry(&mut coords)? {
-            for (k, &m) in order.iter().enumerate() {
-                key[k] = coords[m];
+        let rank = reader.rank();
+        let mut chunk = Chunk::default();
+        let mut key = vec![0u64; rank];
+        while reader.next_chunk(&mut chunk)? {
+            for (e, &v) in chunk.vals.iter().enumerate() {
+                let coords = &chunk.coords[e * rank..(e + 1) * rank];
+                for (k, &m) in order.iter().enumerate() {
+                    key[k] = coords[m];
+                }
+                f(&key, v)?;
             }
-            f(&key, v)?;
-            n += 1;
-            if n.is_multiple_of(PROGRESS_EVERY) {
-                progress.update(reader.bytes_read());
-            }
+            progress.update(reader.bytes_read());
         }
         progress.end_stage();
         Ok(())

@@ -1,0 +1,270 @@
+//! Parsing `.tns` text on worker threads: the file is cut into blocks at line ends, blocks are
+//! parsed in parallel into batches of binary entries, and batches are handed out in file order
+//! with line numbers (for errors) restored from each block's count of newlines. At most a few
+//! blocks per worker are in flight, so memory stays bounded.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::error::{Error, Result, SyntaxError};
+
+/// Text read per block.
+const BLOCK: usize = 2 << 20;
+/// Lines longer than this are rejected (as by the sequential reader).
+const MAX_LINE: usize = 16 << 20;
+
+/// A batch of entries: `coords` holds `rank` 0-based coordinates per entry, in mode order.
+#[derive(Default, Debug)]
+pub struct Chunk {
+    pub coords: Vec<u64>,
+    pub vals: Vec<f64>,
+}
+
+impl Chunk {
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.vals.len()
+    }
+
+    /// True when the batch holds no entries.
+    pub fn is_empty(&self) -> bool {
+        self.vals.is_empty()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.coords.clear();
+        self.vals.clear();
+    }
+}
+
+/// How a line of a block is parsed: fills `coords` and returns the value, `None` for lines
+/// that hold no entry (comments, blank lines), or the column and kind of an error.
+pub(crate) type LineParser =
+    fn(&[u8], &mut [u64], Option<&[u64]>) -> Result<Option<f64>, (u64, SyntaxError)>;
+
+struct Parsed {
+    chunk: Chunk,
+    newlines: u64,
+    bytes: u64,
+    /// 1-based line within the block, column, kind.
+    error: Option<(u64, u64, SyntaxError)>,
+}
+
+/// The parallel block parser of one file.
+pub(crate) struct ParallelParser {
+    path: PathBuf,
+    file: File,
+    jobs: Option<mpsc::SyncSender<(u64, Vec<u8>)>>,
+    results: mpsc::Receiver<(u64, Parsed)>,
+    workers: Vec<JoinHandle<()>>,
+    carry: Vec<u8>,
+    eof: bool,
+    next_submit: u64,
+    next_take: u64,
+    pending: BTreeMap<u64, Parsed>,
+    max_in_flight: u64,
+    line_base: u64,
+    bytes_done: u64,
+}
+
+impl ParallelParser {
+    /// Starts parsing `path` from its beginning with `threads` workers.
+    pub fn start(
+        path: &Path,
+        rank: usize,
+        dims: Option<Vec<u64>>,
+        parse: LineParser,
+        threads: usize,
+    ) -> Result<Self> {
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let threads = threads.max(1);
+        let (job_tx, job_rx) = mpsc::sync_channel::<(u64, Vec<u8>)>(threads);
+        let (res_tx, res_rx) = mpsc::channel();
+        let job_rx = Arc::new(Mutex::new(job_rx));
+        let dims = Arc::new(dims);
+        let workers = (0..threads)
+            .map(|_| {
+                let (rx, tx, dims) = (Arc::clone(&job_rx), res_tx.clone(), Arc::clone(&dims));
+                std::thread::spawn(move || loop {
+                    let job = rx.lock().map(|r| r.recv());
+                    let Ok(Ok((seq, block))) = job else { return };
+                    let parsed = parse_block(&block, rank, dims.as_deref(), parse);
+                    if tx.send((seq, parsed)).is_err() {
+                        return;
+                    }
+                })
+            })
+            .collect();
+        Ok(ParallelParser {
+            path: path.to_path_buf(),
+            file,
+            jobs: Some(job_tx),
+            results: res_rx,
+            workers,
+            carry: Vec::new(),
+            eof: false,
+            next_submit: 0,
+            next_take: 0,
+            pending: BTreeMap::new(),
+            max_in_flight: 2 * threads as u64,
+            line_base: 0,
+            bytes_done: 0,
+        })
+    }
+
+    /// Bytes of the file whose entries have been handed out.
+    pub fn bytes_done(&self) -> u64 {
+        self.bytes_done
+    }
+
+    /// Fills `chunk` with the next nonempty batch; false at the end of the file.
+    pub fn next_chunk(&mut self, chunk: &mut Chunk) -> Result<bool> {
+        loop {
+            while !self.eof && self.next_submit - self.next_take < self.max_in_flight {
+                self.submit()?;
+            }
+            if self.next_take == self.next_submit {
+                return Ok(false);
+            }
+            let parsed = loop {
+                if let Some(p) = self.pending.remove(&self.next_take) {
+                    break p;
+                }
+                let (seq, p) = self
+                    .results
+                    .recv()
+                    .expect("workers live while blocks are in flight");
+                self.pending.insert(seq, p);
+            };
+            self.next_take += 1;
+            if let Some((line, column, kind)) = parsed.error {
+                self.eof = true;
+                return Err(Error::Syntax {
+                    path: self.path.clone(),
+                    line: self.line_base + line,
+                    column,
+                    kind,
+                });
+            }
+            self.line_base += parsed.newlines;
+            self.bytes_done += parsed.bytes;
+            let mut c = parsed.chunk;
+            std::mem::swap(chunk, &mut c);
+            if !chunk.is_empty() {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// Reads the next block, cut after its last newline, and hands it to a worker.
+    fn submit(&mut self) -> Result<()> {
+        let mut block = std::mem::take(&mut self.carry);
+        let mut filled = block.len();
+        block.resize(filled + BLOCK, 0);
+        loop {
+            let n = loop {
+                match self.file.read(&mut block[filled..]) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(Error::io(&self.path, e)),
+                }
+            };
+            filled += n;
+            if n == 0 {
+                self.eof = true;
+                break;
+            }
+            if let Some(last) = memchr::memrchr(b'\n', &block[..filled]) {
+                self.carry = block[last + 1..filled].to_vec();
+                filled = last + 1;
+                break;
+            }
+            if filled >= MAX_LINE {
+                let line = self.line_base + 1;
+                let msg = format!(
+                    "line {line} or one soon after it is longer than {} MiB",
+                    MAX_LINE >> 20
+                );
+                return Err(Error::io(
+                    &self.path,
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, msg),
+                ));
+            }
+            if filled == block.len() {
+                block.resize(block.len() * 2, 0);
+            }
+        }
+        block.truncate(filled);
+        let jobs = self.jobs.as_ref().expect("open until drop");
+        jobs.send((self.next_submit, block))
+            .expect("workers live until drop");
+        self.next_submit += 1;
+        Ok(())
+    }
+}
+
+impl Drop for ParallelParser {
+    fn drop(&mut self) {
+        self.jobs = None; // workers see the channel close and stop
+        while self.results.try_recv().is_ok() {}
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+fn parse_block(block: &[u8], rank: usize, dims: Option<&[u64]>, parse: LineParser) -> Parsed {
+    let mut chunk = Chunk::default();
+    chunk.vals.reserve(block.len() / 16);
+    chunk.coords.reserve(block.len() / 16 * rank);
+    let mut coords = vec![0u64; rank];
+    let mut start = 0;
+    let mut line_no = 0u64;
+    let mut newlines = 0u64;
+    while start < block.len() {
+        let end = memchr::memchr(b'\n', &block[start..]).map(|i| start + i);
+        let mut line = &block[start..end.unwrap_or(block.len())];
+        line_no += 1;
+        if end.is_some() {
+            newlines += 1;
+        }
+        if let Some(stripped) = line.strip_suffix(b"\r") {
+            line = stripped;
+        }
+        match parse(line, &mut coords, dims) {
+            Ok(Some(v)) => {
+                chunk.coords.extend_from_slice(&coords);
+                chunk.vals.push(v);
+            }
+            Ok(None) => {}
+            Err((column, kind)) => {
+                return Parsed {
+                    chunk,
+                    newlines,
+                    bytes: block.len() as u64,
+                    error: Some((line_no, column, kind)),
+                };
+            }
+        }
+        start = end.map_or(block.len(), |e| e + 1);
+    }
+    Parsed {
+        chunk,
+        newlines,
+        bytes: block.len() as u64,
+        error: None,
+    }
+}
+
+/// Worker threads for parsing: the machine's parallelism, at most 4 (beyond that the
+/// consumer of the batches is the bottleneck, and each worker holds two blocks in flight).
+pub(crate) fn parse_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(4)
+}
