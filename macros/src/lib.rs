@@ -164,6 +164,15 @@ impl Source {
 fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
     let stmt = parse::program(&source.text, 0)?;
     let checked = check::check(stmt, &Dims::new())?;
+    if checked.inputs().is_empty() {
+        let rhs = &checked.statement.assignment.rhs;
+        return Err(Diagnostic::new(
+            "`tensor!` needs at least one input tensor",
+            rhs.span.clone(),
+        )
+        .label("no tensor here")
+        .hint("the value and coordinate types of the output come from the input tensors"));
+    }
     let kernel = lower::lower(&checked).map_err(|e| cli::lower_diagnostic(&e))?;
     let kernel_fn = codegen::emit(&kernel);
     let inputs = kernel.inputs();
