@@ -252,7 +252,11 @@ fn arb_expr() -> impl Strategy<Value = (String, String, u8)> {
     let idx = prop::sample::subsequence(vec!["i", "j", "k"], 0..=3);
     let leaf = prop_oneof![
         (name, idx).prop_map(|(n, ix)| {
-            let t = if ix.is_empty() { n.to_string() } else { format!("{n}({})", ix.join(", ")) };
+            let t = if ix.is_empty() {
+                n.to_string()
+            } else {
+                format!("{n}({})", ix.join(", "))
+            };
             let c = format!("{n}({})", ix.join(","));
             (t, c, 4u8)
         }),
@@ -260,8 +264,12 @@ fn arb_expr() -> impl Strategy<Value = (String, String, u8)> {
     ];
     leaf.prop_recursive(4, 24, 2, |inner| {
         prop_oneof![
-            (inner.clone(), prop::sample::select(vec!["+", "-", "*", "/"]), inner.clone()).prop_map(
-                |((ta, ca, pa), op, (tb, cb, pb))| {
+            (
+                inner.clone(),
+                prop::sample::select(vec!["+", "-", "*", "/"]),
+                inner.clone()
+            )
+                .prop_map(|((ta, ca, pa), op, (tb, cb, pb))| {
                     let (prec, name) = match op {
                         "+" => (1, "Add"),
                         "-" => (1, "Sub"),
@@ -272,21 +280,28 @@ fn arb_expr() -> impl Strategy<Value = (String, String, u8)> {
                     let l = if pa < prec { format!("({ta})") } else { ta };
                     let r = if pb <= prec { format!("({tb})") } else { tb };
                     (format!("{l} {op} {r}"), format!("({ca} {name} {cb})"), prec)
-                }
-            ),
+                }),
             inner.clone().prop_map(|(t, c, p)| {
-                let t = if p < 3 { format!("-({t})") } else { format!("-{t}") };
+                let t = if p < 3 {
+                    format!("-({t})")
+                } else {
+                    format!("-{t}")
+                };
                 (t, format!("-({c})"), 3)
             }),
-            (prop::sample::select(vec!["exp", "log", "sqrt", "abs"]), inner).prop_map(|(f, (t, c, _))| {
-                let name = match f {
-                    "exp" => "Exp",
-                    "log" => "Log",
-                    "sqrt" => "Sqrt",
-                    _ => "Abs",
-                };
-                (format!("{f}({t})"), format!("{name}({c})"), 4)
-            }),
+            (
+                prop::sample::select(vec!["exp", "log", "sqrt", "abs"]),
+                inner
+            )
+                .prop_map(|(f, (t, c, _))| {
+                    let name = match f {
+                        "exp" => "Exp",
+                        "log" => "Log",
+                        "sqrt" => "Sqrt",
+                        _ => "Abs",
+                    };
+                    (format!("{f}({t})"), format!("{name}({c})"), 4)
+                }),
         ]
     })
 }
