@@ -20,6 +20,9 @@ pub struct RunArgs {
     /// Worker threads for a parallelized loop (default: all cores).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// Print the time spent reading, computing and writing to stderr.
+    #[arg(long)]
+    pub timings: bool,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {

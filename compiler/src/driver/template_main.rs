@@ -8,6 +8,7 @@ mod kernel;
 use std::error::Error;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
 use tessera_formats::{Format, Tensor};
 
 /// The statement this program computes, as it was compiled.
@@ -34,6 +35,7 @@ struct Args {
     inputs: Vec<(String, PathBuf)>,
     output: PathBuf,
     threads: Option<usize>,
+    timings: bool,
 }
 
 fn usage() -> String {
@@ -44,6 +46,7 @@ fn usage() -> String {
          Options:\n  -i NAME=PATH   an input tensor (.tns, .mtx or .tcs)\n  \
          -o PATH        the output (.tns, .mtx or .tcs); a scalar is a one-line .tns\n  \
          --threads N    worker threads for a parallelized loop (default: all cores)\n  \
+         --timings      print the time spent reading, computing and writing to stderr\n  \
          -h, --help     this text",
         std::env::args().next().unwrap_or_else(|| "prog".into()),
         names.join(" ")
@@ -54,6 +57,7 @@ fn parse_args() -> Result<Option<Args>, String> {
     let mut inputs = Vec::new();
     let mut output = None;
     let mut threads = None;
+    let mut timings = false;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |flag: &str| it.next().ok_or_else(|| format!("`{flag}` needs a value\n\n{}", usage()));
@@ -76,6 +80,7 @@ fn parse_args() -> Result<Option<Args>, String> {
                 }
                 inputs.push((name.to_string(), PathBuf::from(path)));
             }
+            "--timings" => timings = true,
             "-o" | "--output" => output = Some(PathBuf::from(value("-o")?)),
             "--threads" => {
                 let v = value("--threads")?;
@@ -90,7 +95,7 @@ fn parse_args() -> Result<Option<Args>, String> {
         }
     }
     let output = output.ok_or_else(|| format!("missing `-o PATH`\n\n{}", usage()))?;
-    Ok(Some(Args { inputs, output, threads }))
+    Ok(Some(Args { inputs, output, threads, timings }))
 }
 
 fn run() -> Result<(), Box<dyn Error>> {
@@ -100,6 +105,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     };
     let out_format = Format::parse(SIGNATURE.output.format, SIGNATURE.output.vars.len())?;
     io::check_output_path(&args.output, &out_format)?;
+    let start = Instant::now();
     let mut tensors: Vec<Tensor<V, I>> = Vec::with_capacity(SIGNATURE.inputs.len());
     for op in SIGNATURE.inputs {
         let (_, path) = args
@@ -127,7 +133,18 @@ fn run() -> Result<(), Box<dyn Error>> {
         }
         b.build()?
     };
+    let read = start.elapsed();
     let out = pool.install(|| kernel::kernel::<V, I>(&refs, &out_dims));
+    let compute = start.elapsed() - read;
     io::write(&args.output, &out)?;
+    if args.timings {
+        let write = start.elapsed() - read - compute;
+        eprintln!(
+            "read {:.6} s, kernel {:.6} s, write {:.6} s",
+            read.as_secs_f64(),
+            compute.as_secs_f64(),
+            write.as_secs_f64()
+        );
+    }
     Ok(())
 }
