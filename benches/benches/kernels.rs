@@ -1,1 +1,343 @@
-fn main() {}
+//! Generated kernels beside hand-written Rust loops and `sprs`, at 1 and 2 threads; SpMV also
+//! beside the memory-bandwidth bound (bytes it must move ÷ copy bandwidth measured here).
+//!
+//! The kernels come from the compiler itself: `build.rs` runs parse → check → lower → codegen
+//! on each statement and this program `include!`s the Rust it wrote. Every contestant does the
+//! same work per call: allocate a zeroed output and compute into it.
+//!
+//! Sizes scale with `TESSERA_BENCH_SCALE` (default 1.0; 0.05 for a quick run).
+
+use std::hint::black_box;
+
+use ndarray::{ArrayView2, ArrayViewMut2};
+use rayon::prelude::*;
+use sprs::CsMatI;
+use tessera_benches::{best_of, Table};
+use tessera_formats::{Format, Index, Level, Tensor};
+
+mod generated {
+    include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
+}
+
+const REPS: usize = 7;
+
+/// splitmix64: reproducible inputs without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn value(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+    }
+}
+
+/// Sorted, distinct random children (about `per` of them) out of `0..n` for each of `parents`.
+fn random_levels(parents: usize, n: usize, per: usize, rng: &mut Rng) -> (Vec<usize>, Vec<usize>) {
+    let mut pos = Vec::with_capacity(parents + 1);
+    let mut crd = Vec::with_capacity(parents * per);
+    pos.push(0);
+    let mut row = Vec::with_capacity(per);
+    for _ in 0..parents {
+        row.clear();
+        row.extend((0..per).map(|_| rng.below(n)));
+        row.sort_unstable();
+        row.dedup();
+        crd.extend_from_slice(&row);
+        pos.push(crd.len());
+    }
+    (pos, crd)
+}
+
+fn to_index<I: Index>(v: &[usize]) -> Vec<I> {
+    v.iter().map(|x| I::from_usize(*x)).collect()
+}
+
+/// A CSR matrix as a Tessera tensor.
+fn csr<I: Index>(rows: usize, cols: usize, pos: &[usize], crd: &[usize], vals: &[f64]) -> Tensor<f64, I> {
+    Tensor::from_parts(
+        vec![rows, cols],
+        Format::parse("csr", 2).unwrap(),
+        vec![
+            Level::Dense { size: rows, offset: 0 },
+            Level::Compressed { pos: to_index(pos), crd: to_index(crd) },
+        ],
+        vals.to_vec(),
+    )
+    .expect("valid CSR")
+}
+
+fn dense(dims: Vec<usize>, rng: &mut Rng) -> Tensor<f64, u32> {
+    let n = dims.iter().product();
+    Tensor::dense_from_vec(dims, (0..n).map(|_| rng.value()).collect()).unwrap()
+}
+
+fn pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap()
+}
+
+/// Time of one contestant, best of REPS, on a pool of `threads`.
+fn time<T: Send>(threads: usize, f: impl Fn() -> T + Sync) -> f64 {
+    pool(threads).install(|| best_of(REPS, || black_box(f())).0)
+}
+
+fn check_same(what: &str, a: &[f64], b: &[f64]) {
+    let ok = a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-9 * (1.0 + y.abs()));
+    assert!(ok, "{what}: results differ");
+}
+
+fn hand_spmv<I: Index>(pos: &[I], crd: &[I], vals: &[f64], x: &[f64], rows: usize) -> Vec<f64> {
+    let mut y = vec![0.0; rows];
+    for (i, yi) in y.iter_mut().enumerate() {
+        let (lo, hi) = (pos[i].to_usize(), pos[i + 1].to_usize());
+        let mut s = 0.0;
+        for (c, v) in crd[lo..hi].iter().zip(&vals[lo..hi]) {
+            s += v * x[c.to_usize()];
+        }
+        *yi = s;
+    }
+    y
+}
+
+fn hand_spmv_par<I: Index>(pos: &[I], crd: &[I], vals: &[f64], x: &[f64], rows: usize) -> Vec<f64> {
+    let mut y = vec![0.0; rows];
+    y.par_iter_mut().enumerate().for_each(|(i, yi)| {
+        let (lo, hi) = (pos[i].to_usize(), pos[i + 1].to_usize());
+        let mut s = 0.0;
+        for (c, v) in crd[lo..hi].iter().zip(&vals[lo..hi]) {
+            s += v * x[c.to_usize()];
+        }
+        *yi = s;
+    });
+    y
+}
+
+/// Copy bandwidth in bytes/s (read + write counted) over a buffer far larger than caches.
+fn copy_bandwidth(bytes: usize) -> f64 {
+    let n = bytes / 8;
+    let src: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    let mut dst = vec![0.0f64; n];
+    let (t, _) = best_of(REPS, || {
+        dst.copy_from_slice(black_box(&src));
+        black_box(dst[n / 2])
+    });
+    2.0 * (n * 8) as f64 / t
+}
+
+fn bench_spmv<I: Index + sprs::SpIndex>(table: &mut Table, scale: f64, bw: f64) {
+    let bits = I::BITS;
+    let rows = ((1usize << 21) as f64 * scale) as usize;
+    let cols = rows;
+    let mut rng = Rng(42);
+    let (pos, crd) = random_levels(rows, cols, 16, &mut rng);
+    let vals: Vec<f64> = (0..crd.len()).map(|_| rng.value()).collect();
+    let a = csr::<I>(rows, cols, &pos, &crd, &vals);
+    let xt = dense(vec![cols], &mut rng);
+    let x = xt.vals().to_vec();
+    let x_i: Tensor<f64, I> = Tensor::dense_from_vec(vec![cols], x.clone()).unwrap();
+    let (ip, ic): (Vec<I>, Vec<I>) = (to_index(&pos), to_index(&crd));
+    let sp: CsMatI<f64, I, I> = CsMatI::new((rows, cols), ip.clone(), ic.clone(), vals.clone());
+
+    let gen = generated::spmv::<f64, I>(&[&a, &x_i], &[rows]);
+    check_same("spmv", gen.vals(), &hand_spmv(&ip, &ic, &vals, &x, rows));
+    let gen_par = generated::spmv_par::<f64, I>(&[&a, &x_i], &[rows]);
+    check_same("spmv_par", gen_par.vals(), gen.vals());
+
+    // Bytes SpMV must move: the matrix once, x once (at best), y written once.
+    let bytes = crd.len() * (8 + (bits as usize / 8)) + (rows + 1) * (bits as usize / 8) + cols * 8 + rows * 8;
+    for threads in [1, 2] {
+        let t_gen = if threads == 1 {
+            time(1, || generated::spmv::<f64, I>(&[&a, &x_i], &[rows]))
+        } else {
+            time(threads, || generated::spmv_par::<f64, I>(&[&a, &x_i], &[rows]))
+        };
+        let t_hand = if threads == 1 {
+            time(1, || hand_spmv(&ip, &ic, &vals, &x, rows))
+        } else {
+            time(threads, || hand_spmv_par(&ip, &ic, &vals, &x, rows))
+        };
+        // sprs's SpMV is sequential: it runs on one thread in both rows.
+        let t_sprs = time(1, || {
+            let mut y = vec![0.0; rows];
+            sprs::prod::mul_acc_mat_vec_csr(sp.view(), &x[..], &mut y[..]);
+            y
+        });
+        let name = format!("spmv csr u{bits} {threads}t");
+        table.row(&format!("{name} vs hand-written"), "ms", t_gen * 1e3, "hand-written", t_hand * 1e3, false);
+        table.row(&format!("{name} vs sprs (1t)"), "ms", t_gen * 1e3, "sprs", t_sprs * 1e3, false);
+        table.row(&format!("{name} bandwidth"), "GB/s", bytes as f64 / t_gen / 1e9, "copy bw", bw / 1e9, true);
+    }
+}
+
+fn hand_spmm(pos: &[u32], crd: &[u32], vals: &[f64], b: &[f64], rows: usize, k: usize) -> Vec<f64> {
+    let mut c = vec![0.0; rows * k];
+    for (i, crow) in c.chunks_mut(k).enumerate() {
+        for q in pos[i] as usize..pos[i + 1] as usize {
+            let (v, brow) = (vals[q], &b[crd[q] as usize * k..][..k]);
+            for (cx, bx) in crow.iter_mut().zip(brow) {
+                *cx += v * bx;
+            }
+        }
+    }
+    c
+}
+
+fn hand_spmm_par(pos: &[u32], crd: &[u32], vals: &[f64], b: &[f64], rows: usize, k: usize) -> Vec<f64> {
+    let mut c = vec![0.0; rows * k];
+    c.par_chunks_mut(k).enumerate().for_each(|(i, crow)| {
+        for q in pos[i] as usize..pos[i + 1] as usize {
+            let (v, brow) = (vals[q], &b[crd[q] as usize * k..][..k]);
+            for (cx, bx) in crow.iter_mut().zip(brow) {
+                *cx += v * bx;
+            }
+        }
+    });
+    c
+}
+
+fn bench_spmm(table: &mut Table, scale: f64) {
+    let rows = ((1usize << 17) as f64 * scale) as usize;
+    let (cols, k) = (rows, 32);
+    let mut rng = Rng(7);
+    let (pos, crd) = random_levels(rows, cols, 8, &mut rng);
+    let vals: Vec<f64> = (0..crd.len()).map(|_| rng.value()).collect();
+    let a = csr::<u32>(rows, cols, &pos, &crd, &vals);
+    let bt = dense(vec![cols, k], &mut rng);
+    let b = bt.vals().to_vec();
+    let (ip, ic): (Vec<u32>, Vec<u32>) = (to_index(&pos), to_index(&crd));
+    let sp: CsMatI<f64, u32, u32> = CsMatI::new((rows, cols), ip.clone(), ic.clone(), vals.clone());
+    let gen = generated::spmm::<f64, u32>(&[&a, &bt], &[rows, k]);
+    check_same("spmm", gen.vals(), &hand_spmm(&ip, &ic, &vals, &b, rows, k));
+    check_same("spmm_par", generated::spmm_par::<f64, u32>(&[&a, &bt], &[rows, k]).vals(), gen.vals());
+    for threads in [1, 2] {
+        let t_gen = if threads == 1 {
+            time(1, || generated::spmm::<f64, u32>(&[&a, &bt], &[rows, k]))
+        } else {
+            time(threads, || generated::spmm_par::<f64, u32>(&[&a, &bt], &[rows, k]))
+        };
+        let t_hand = if threads == 1 {
+            time(1, || hand_spmm(&ip, &ic, &vals, &b, rows, k))
+        } else {
+            time(threads, || hand_spmm_par(&ip, &ic, &vals, &b, rows, k))
+        };
+        let t_sprs = time(1, || {
+            let mut c = vec![0.0; rows * k];
+            let bv = ArrayView2::from_shape((cols, k), &b[..]).unwrap();
+            let cv = ArrayViewMut2::from_shape((rows, k), &mut c[..]).unwrap();
+            sprs::prod::csr_mulacc_dense_rowmaj(sp.view(), bv, cv);
+            c
+        });
+        let name = format!("spmm csr x dense[{k}] {threads}t");
+        table.row(&format!("{name} vs hand-written"), "ms", t_gen * 1e3, "hand-written", t_hand * 1e3, false);
+        table.row(&format!("{name} vs sprs (1t)"), "ms", t_gen * 1e3, "sprs", t_sprs * 1e3, false);
+    }
+}
+
+/// A CSF order-3 tensor: (pos, crd) per level and values.
+struct Csf {
+    levels: Vec<(Vec<u32>, Vec<u32>)>,
+    vals: Vec<f64>,
+}
+
+fn hand_mttkrp_rows(t: &Csf, c: &[f64], d: &[f64], r: usize, out: &mut [f64], i0: usize, is: std::ops::Range<usize>) {
+    let (l0, l1, l2) = (&t.levels[0], &t.levels[1], &t.levels[2]);
+    for p0 in is {
+        let i = l0.1[p0] as usize;
+        let arow = &mut out[(i - i0) * r..][..r];
+        for p1 in l1.0[p0] as usize..l1.0[p0 + 1] as usize {
+            let crow = &c[l1.1[p1] as usize * r..][..r];
+            for p2 in l2.0[p1] as usize..l2.0[p1 + 1] as usize {
+                let v = t.vals[p2];
+                let drow = &d[l2.1[p2] as usize * r..][..r];
+                for ((a, cx), dx) in arow.iter_mut().zip(crow).zip(drow) {
+                    *a += v * cx * dx;
+                }
+            }
+        }
+    }
+}
+
+fn bench_mttkrp(table: &mut Table, scale: f64) {
+    let n = ((1usize << 14) as f64 * scale.sqrt()) as usize;
+    let r = 16;
+    let mut rng = Rng(9);
+    // Level 0: a random subset of rows; levels 1 and 2: ~8 children each.
+    let (pos0, crd0) = random_levels(1, n, n / 2, &mut rng);
+    let (pos1, crd1) = random_levels(crd0.len(), n, 8, &mut rng);
+    let (pos2, crd2) = random_levels(crd1.len(), n, 8, &mut rng);
+    let vals: Vec<f64> = (0..crd2.len()).map(|_| rng.value()).collect();
+    let csf = Csf {
+        levels: vec![(to_index(&pos0), to_index(&crd0)), (to_index(&pos1), to_index(&crd1)), (to_index(&pos2), to_index(&crd2))],
+        vals: vals.clone(),
+    };
+    let levels = csf
+        .levels
+        .iter()
+        .map(|(p, c)| Level::Compressed { pos: p.clone(), crd: c.clone() })
+        .collect();
+    let b: Tensor<f64, u32> = Tensor::from_parts(vec![n, n, n], Format::parse("sss", 3).unwrap(), levels, vals).unwrap();
+    let ct = dense(vec![n, r], &mut rng);
+    let dt = dense(vec![n, r], &mut rng);
+    let (c, d) = (ct.vals().to_vec(), dt.vals().to_vec());
+    let hand = || {
+        let mut out = vec![0.0; n * r];
+        hand_mttkrp_rows(&csf, &c, &d, r, &mut out, 0, 0..crd0.len());
+        out
+    };
+    // Parallel hand-written: each thread owns the output rows of its level-0 entries.
+    let hand_par = || {
+        let mut out = vec![0.0; n * r];
+        let mut parts: Vec<(usize, &mut [f64])> = Vec::new();
+        let mut rest: &mut [f64] = &mut out;
+        let mut start = 0;
+        for p0 in 0..crd0.len() {
+            let i = crd0[p0];
+            let (_, tail) = rest.split_at_mut((i - start) * r);
+            let (row, tail) = tail.split_at_mut(r);
+            parts.push((p0, row));
+            rest = tail;
+            start = i + 1;
+        }
+        parts.into_par_iter().for_each(|(p0, row)| {
+            let i = crd0[p0];
+            hand_mttkrp_rows(&csf, &c, &d, r, row, i, p0..p0 + 1);
+        });
+        out
+    };
+    let gen = generated::mttkrp::<f64, u32>(&[&b, &ct, &dt], &[n, r]);
+    check_same("mttkrp", gen.vals(), &hand());
+    check_same("mttkrp_par", generated::mttkrp_par::<f64, u32>(&[&b, &ct, &dt], &[n, r]).vals(), gen.vals());
+    for threads in [1, 2] {
+        let t_gen = if threads == 1 {
+            time(1, || generated::mttkrp::<f64, u32>(&[&b, &ct, &dt], &[n, r]))
+        } else {
+            time(threads, || generated::mttkrp_par::<f64, u32>(&[&b, &ct, &dt], &[n, r]))
+        };
+        let t_hand = if threads == 1 { time(1, hand) } else { time(threads, hand_par) };
+        let name = format!("mttkrp csf {n}^3 nnz {} r{r} {threads}t", crd2.len());
+        table.row(&format!("{name} vs hand-written"), "ms", t_gen * 1e3, "hand-written", t_hand * 1e3, false);
+    }
+}
+
+fn main() {
+    let scale: f64 = std::env::var("TESSERA_BENCH_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0);
+    let mut table = Table::new(&format!(
+        "Generated kernels vs hand-written Rust and sprs (scale {scale}, best of {REPS}; ratio > 1: Tessera faster)"
+    ));
+    let bw = copy_bandwidth(((512usize << 20) as f64 * scale.max(0.25)) as usize);
+    bench_spmv::<u32>(&mut table, scale, bw);
+    bench_spmv::<u64>(&mut table, scale, bw);
+    bench_spmm(&mut table, scale);
+    bench_mttkrp(&mut table, scale);
+    table.figure("copy bandwidth GB/s", bw / 1e9);
+    table.figure("peak rss MiB", tessera_benches::peak_rss_bytes() as f64 / (1 << 20) as f64);
+    table.print();
+}

@@ -15,9 +15,17 @@ use crate::ir::{Assembly, DimSource, Domain, Expr, Kernel, LevelRef, Nest, Outpu
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum InterpError {
     #[error("expected {expected} inputs ({names}), got {got}")]
-    InputCount { expected: usize, got: usize, names: String },
+    InputCount {
+        expected: usize,
+        got: usize,
+        names: String,
+    },
     #[error("input `{tensor}` has format {got}, but the kernel was compiled for {expected}")]
-    Format { tensor: String, expected: String, got: String },
+    Format {
+        tensor: String,
+        expected: String,
+        got: String,
+    },
     #[error("output dimensions {got:?} do not have the output's rank {rank}")]
     OutRank { rank: usize, got: Vec<usize> },
     #[error("assembling the output failed: {0}")]
@@ -37,13 +45,23 @@ pub fn run<V: Value, I: Index>(
     let out_decl = k.output_tensor();
     let mut out_dense = match k.output_kind {
         OutputKind::Sparse => None,
-        _ => Some(Tensor::<V, I>::zeros(out_dims.to_vec(), out_decl.format.clone())?),
+        _ => Some(Tensor::<V, I>::zeros(
+            out_dims.to_vec(),
+            out_decl.format.clone(),
+        )?),
     };
     let mut state = State::new(k, inputs, out_dims);
     let mut sink = Sink::new(k, out_dims);
     for nest in &k.nests {
         let out_vals = out_dense.as_mut().map(|t| t.vals_mut());
-        let mut run = NestRun { s: &mut state, nest, out: out_vals, sink: &mut sink, acc: V::zero(), touched: false };
+        let mut run = NestRun {
+            s: &mut state,
+            nest,
+            out: out_vals,
+            sink: &mut sink,
+            acc: V::zero(),
+            touched: false,
+        };
         run.body(0);
     }
     match out_dense {
@@ -78,7 +96,10 @@ fn check_inputs<V: Value, I: Index>(
         }
     }
     if out_dims.len() != k.output_tensor().rank() {
-        return Err(InterpError::OutRank { rank: k.output_tensor().rank(), got: out_dims.to_vec() });
+        return Err(InterpError::OutRank {
+            rank: k.output_tensor().rank(),
+            got: out_dims.to_vec(),
+        });
     }
     Ok(())
 }
@@ -114,7 +135,15 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
                 None => {
                     // The output: dense levels over `out_dims` (sparse outputs are never located).
                     let order = decl.format.mode_order();
-                    levels.push(order.iter().map(|m| LevelData::Dense { size: out_dims[*m], offset: 0 }).collect());
+                    levels.push(
+                        order
+                            .iter()
+                            .map(|m| LevelData::Dense {
+                                size: out_dims[*m],
+                                offset: 0,
+                            })
+                            .collect(),
+                    );
                     vals.push(&[]);
                 }
             }
@@ -127,8 +156,19 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
                 DimSource::Output { mode } => out_dims[mode],
             })
             .collect();
-        let pos = k.accesses.iter().map(|a| vec![None; a.level_vars.len()]).collect();
-        State { k, levels, vals, dims, coord: vec![0; k.vars.len()], pos }
+        let pos = k
+            .accesses
+            .iter()
+            .map(|a| vec![None; a.level_vars.len()])
+            .collect();
+        State {
+            k,
+            levels,
+            vals,
+            dims,
+            coord: vec![0; k.vars.len()],
+            pos,
+        }
     }
 
     /// Position of the parent of level `r.level` (the root is position 0).
@@ -146,7 +186,8 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
             Some(p) => *p,
             None => Some(0),
         };
-        p.and_then(|p| self.vals[a].get(p).copied()).unwrap_or_else(V::zero)
+        p.and_then(|p| self.vals[a].get(p).copied())
+            .unwrap_or_else(V::zero)
     }
 
     fn eval(&self, e: &Expr) -> V {
@@ -178,7 +219,10 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
 
 fn level_data<I: Index>(l: &Level<I>) -> LevelData<'_, I> {
     match l {
-        Level::Dense { size, offset } => LevelData::Dense { size: *size, offset: *offset },
+        Level::Dense { size, offset } => LevelData::Dense {
+            size: *size,
+            offset: *offset,
+        },
         Level::Compressed { pos, crd } => LevelData::Compressed { pos, crd },
     }
 }
@@ -198,10 +242,19 @@ struct Sink<V, I> {
 impl<V: Value, I: Index> Sink<V, I> {
     fn new(k: &Kernel, out_dims: &[usize]) -> Self {
         let fmt = &k.output_tensor().format;
-        let in_order = k.nests.iter().all(|n| matches!(n.assembly, Assembly::InOrder | Assembly::Workspace { .. }));
+        let in_order = k
+            .nests
+            .iter()
+            .all(|n| matches!(n.assembly, Assembly::InOrder | Assembly::Workspace { .. }));
         let packer = (k.output_kind == OutputKind::Sparse && in_order).then(|| {
             let dense = fmt.mode_order().iter().map(|m| (out_dims[*m], 0)).collect();
-            Packer::new(out_dims, fmt, dense, |_| (Vec::new(), Vec::new()), Vec::new())
+            Packer::new(
+                out_dims,
+                fmt,
+                dense,
+                |_| (Vec::new(), Vec::new()),
+                Vec::new(),
+            )
         });
         let ws_len = k
             .nests
@@ -227,7 +280,11 @@ impl<V: Value, I: Index> Sink<V, I> {
     fn finish(self, out_dims: &[usize], fmt: &Format) -> Result<Tensor<V, I>, InterpError> {
         match self.packer {
             Some(p) => Ok(packed_tensor(out_dims, fmt, p)?),
-            None => Ok(Tensor::from_entries(out_dims.to_vec(), fmt.clone(), self.entries)?),
+            None => Ok(Tensor::from_entries(
+                out_dims.to_vec(),
+                fmt.clone(),
+                self.entries,
+            )?),
         }
     }
 }
@@ -247,7 +304,10 @@ fn packed_tensor<V: Value, I: Index>(
         .zip(fmt.mode_order())
         .map(|(a, m)| match a {
             Some((pos, crd)) => Level::Compressed { pos, crd },
-            None => Level::Dense { size: out_dims[*m], offset: 0 },
+            None => Level::Dense {
+                size: out_dims[*m],
+                offset: 0,
+            },
         })
         .collect();
     Tensor::from_parts(out_dims.to_vec(), fmt.clone(), levels, vals)
@@ -306,9 +366,9 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
             Domain::Empty => {}
             Domain::Single => {
                 let (r, crd, lo, hi) = its[0];
-                for q in lo..hi {
+                for (q, c) in (lo..hi).zip(&crd[lo..hi]) {
                     self.s.pos[r.access][r.level] = Some(q);
-                    self.visit(d, lp.var, crd[q].to_usize());
+                    self.visit(d, lp.var, c.to_usize());
                 }
             }
             Domain::Universe => {
@@ -360,11 +420,9 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
             });
             self.s.pos[r.access][r.level] = p;
         }
-        let missing = lp
-            .iterate
-            .iter()
-            .chain(&lp.locate)
-            .any(|r| self.nest.required.contains(&r.access) && self.s.pos[r.access][r.level].is_none());
+        let missing = lp.iterate.iter().chain(&lp.locate).any(|r| {
+            self.nest.required.contains(&r.access) && self.s.pos[r.access][r.level].is_none()
+        });
         if !missing {
             self.body(d + 1);
         }
@@ -381,15 +439,24 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
                 }
             }
             OutputKind::Dense => {
-                if let (Some(vals), Some(Some(p))) = (self.out.as_deref_mut(), self.s.pos[k.output_access].last()) {
+                if let (Some(vals), Some(Some(p))) =
+                    (self.out.as_deref_mut(), self.s.pos[k.output_access].last())
+                {
                     vals[*p] += self.acc;
                 }
             }
             OutputKind::Sparse if self.touched => match self.nest.assembly {
                 Assembly::InOrder => {
-                    let coords: Vec<usize> = out.level_vars.iter().map(|v| self.s.coord[*v]).collect();
-                    let packer = self.sink.packer.as_mut().expect("in-order assembly has a packer");
-                    packer.push(&coords, self.acc).expect("loop order yields sorted unique entries");
+                    let coords: Vec<usize> =
+                        out.level_vars.iter().map(|v| self.s.coord[*v]).collect();
+                    let packer = self
+                        .sink
+                        .packer
+                        .as_mut()
+                        .expect("in-order assembly has a packer");
+                    packer
+                        .push(&coords, self.acc)
+                        .expect("loop order yields sorted unique entries");
                 }
                 Assembly::Workspace { var, .. } => {
                     let c = self.s.coord[var];
@@ -420,10 +487,15 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
         let last = coords.len() - 1;
         let sink = &mut *self.sink;
         sink.ws_list.sort_unstable();
-        let packer = sink.packer.as_mut().expect("workspace assembly has a packer");
+        let packer = sink
+            .packer
+            .as_mut()
+            .expect("workspace assembly has a packer");
         for &c in &sink.ws_list {
             coords[last] = c;
-            packer.push(&coords, sink.ws[c]).expect("workspace flushes sorted unique entries");
+            packer
+                .push(&coords, sink.ws[c])
+                .expect("workspace flushes sorted unique entries");
             sink.ws[c] = V::zero();
             sink.ws_mark[c] = false;
         }
