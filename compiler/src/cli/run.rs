@@ -35,6 +35,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(n) = args.threads {
         cmd.arg("--threads").arg(n.to_string());
     }
+    if args.timings {
+        cmd.arg("--timings");
+    }
     let status = cmd
         .status()
         .with_context(|| format!("running {}", bin.display()))?;
