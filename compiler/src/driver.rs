@@ -330,3 +330,7 @@ fn spinner(name: &str) -> indicatif::ProgressBar {
     s.enable_steady_tick(std::time::Duration::from_millis(120));
     s
 }
+
+#[cfg(test)]
+#[path = "driver_tests.rs"]
+mod tests;

@@ -1,0 +1,57 @@
+use super::*;
+use crate::check::{check, Dims};
+use crate::parse;
+
+fn generated(statement: &str, opts: Options) -> GeneratedCrate {
+    let c = check(parse::program(statement, 0).unwrap(), &Dims::new()).unwrap();
+    let k = crate::lower::lower(&c).unwrap();
+    generate(&c, &k, statement, opts).unwrap()
+}
+
+fn file<'a>(g: &'a GeneratedCrate, name: &str) -> &'a str {
+    &g.files.iter().find(|(p, _)| p == name).unwrap().1
+}
+
+#[test]
+fn cache_key_follows_what_is_built() {
+    let a = generated("y(i) = A(i,j) * x(j); A: csr", Options::default());
+    let again = generated("y(i) = A(i,j) * x(j); A: csr", Options::default());
+    assert_eq!(a.key, again.key, "the same statement reuses its build");
+    let csc = generated("y(i) = A(i,j) * x(j); A: csc", Options::default());
+    let wide = generated("y(i) = A(i,j) * x(j); A: csr", Options { wide_index: true });
+    let par = generated(
+        "y(i) = A(i,j) * x(j); A: csr; parallelize(i)",
+        Options::default(),
+    );
+    for other in [&csc, &wide, &par] {
+        assert_ne!(a.key, other.key);
+        assert_ne!(a.name, other.name);
+    }
+    assert!(file(&wide, "src/main.rs").contains("type I = u64;"));
+}
+
+#[test]
+fn generated_sources_are_rust_with_the_signature() {
+    let g = generated(
+        "C(i,k) += A(i,j) * B(j,k); A: csr; C: csr",
+        Options::default(),
+    );
+    for (path, text) in &g.files {
+        if path.ends_with(".rs") {
+            syn::parse_file(text).unwrap_or_else(|e| panic!("{path}: {e}"));
+        }
+    }
+    let main = file(&g, "src/main.rs");
+    // `+=` reads the old output as the kernel's last input.
+    let a = main.find("name: \"A\"").unwrap();
+    let b = main.find("name: \"B\"").unwrap();
+    let inputs = main.find("inputs: &[").unwrap();
+    let c_in = main[inputs..]
+        .find("name: \"C\"")
+        .map(|p| p + inputs)
+        .unwrap();
+    assert!(inputs < a && a < b && b < c_in, "{main}");
+    assert!(main.contains("format: \"ds\""), "{main}");
+    assert!(file(&g, "Cargo.toml").contains("tessera-formats = { path ="));
+    assert_eq!(file(&g, "src/bind.rs"), BIND);
+}
