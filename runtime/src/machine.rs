@@ -2,8 +2,10 @@
 //! which rank owns which point.
 //!
 //! Transport seam: under control replication every rank runs the same task stream and the same
-//! analysis; `owner` is the sharding function that decides which rank executes a point. With one
-//! rank (the only configuration this crate executes today) every point is local.
+//! (deterministic) analysis; `owner` is the sharding function that decides which rank executes a
+//! point, and the ranks exchange the sub-stores their points need over a
+//! [`crate::transport::Communicator`]. This crate executes one rank today (`ranks == 1`, every
+//! point local); `ranks`/`rank` are where a communicator's `size()`/`rank()` plug in.
 
 /// Processors and piece-size policy.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -59,6 +59,8 @@ struct Case {
     ops: Vec<Op>,
     min_piece: usize,
     fixed: Option<usize>,
+    /// Tasks buffered between issue and analysis.
+    window: usize,
 }
 
 /// Rows of random length (some empty, some long) that tile a prefix of `[0, n)`.
@@ -84,19 +86,23 @@ fn case() -> impl Strategy<Value = Case> {
             proptest::collection::vec(op(), 1..14),
             1usize..8,
             proptest::option::of(1usize..6),
+            prop_oneof![Just(1usize), 2usize..6],
         )
-            .prop_map(move |(init, idx, lens, ops, min_piece, fixed)| Case {
-                n,
-                init: init
-                    .into_iter()
-                    .map(|v| v.into_iter().map(f64::from).collect())
-                    .collect(),
-                idx,
-                pos: segments(n, &lens),
-                ops,
-                min_piece,
-                fixed,
-            })
+            .prop_map(
+                move |(init, idx, lens, ops, min_piece, fixed, window)| Case {
+                    n,
+                    init: init
+                        .into_iter()
+                        .map(|v| v.into_iter().map(f64::from).collect())
+                        .collect(),
+                    idx,
+                    pos: segments(n, &lens),
+                    ops,
+                    min_piece,
+                    fixed,
+                    window,
+                },
+            )
     })
 }
 
@@ -231,6 +237,7 @@ fn parallel(case: &Case, threads: usize) -> Result<Outcome> {
     let rt = Runtime::builder()
         .threads(threads)
         .min_piece_size(case.min_piece)
+        .window_size(case.window)
         .build();
     register(&rt)?;
     let n = case.n;
