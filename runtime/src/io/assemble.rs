@@ -210,6 +210,22 @@ pub(crate) struct PieceBuilder<'s, V> {
 }
 
 impl<'s, V: Copy + Default> PieceBuilder<'s, V> {
+    /// A builder starting at `start`; `header` (this rank's partial header of the piece)
+    /// sizes the segments up front.
+    pub fn with_header(shape: &'s Shape, start: &PieceStart, header: &PartialHeader) -> Self {
+        let mut b = Self::new(shape, start);
+        for k in 0..shape.len() {
+            if shape[k].is_none() {
+                b.piece.crd[k].reserve(header.new_nodes[k] as usize);
+                if k > 0 && shape[k - 1].is_none() {
+                    b.piece.pos[k].reserve(header.new_nodes[k - 1] as usize);
+                }
+            }
+        }
+        b.piece.vals.reserve(header.count as usize);
+        b
+    }
+
     pub fn new(shape: &'s Shape, start: &PieceStart) -> Self {
         let rank = shape.len();
         let (path, next_pos, next_val) = match &start.prev_path {
@@ -317,6 +333,16 @@ impl<V: bytemuck::Pod> Piece<V> {
     }
 }
 
+/// Appends `more` to `v`, moving it instead of copying when `v` is empty (the usual case of
+/// a block that one rank's piece holds whole).
+fn append_vec<T>(v: &mut Vec<T>, mut more: Vec<T>) {
+    if v.is_empty() {
+        std::mem::swap(v, &mut more);
+    } else {
+        v.append(&mut more);
+    }
+}
+
 /// The arrays of a whole tensor, joined from pieces in rank order.
 pub(crate) struct Assembly<V> {
     pub pos: Vec<Vec<u64>>,
@@ -347,13 +373,13 @@ impl<V: Copy + Default> Assembly<V> {
             if !crd.is_empty() && piece.crd_start[k] != self.crd[k].len() as u64 {
                 return Err(gap("crd", k, piece.crd_start[k], self.crd[k].len()));
             }
-            self.pos[k].extend(pos);
-            self.crd[k].extend(crd);
+            append_vec(&mut self.pos[k], pos);
+            append_vec(&mut self.crd[k], crd);
         }
         if !piece.vals.is_empty() && piece.val_start != self.vals.len() as u64 {
             return Err(gap("vals", 0, piece.val_start, self.vals.len()));
         }
-        self.vals.extend(piece.vals);
+        append_vec(&mut self.vals, piece.vals);
         Ok(())
     }
 

@@ -54,7 +54,26 @@ pub fn split_file<C: Communicator + ?Sized>(
     out_dir: &Path,
     progress: &dyn Progress,
 ) -> Result<Summary, IoError> {
-    let file = agreed(comm, TcsFile::open(input).map_err(file_err))?;
+    let opened = TcsFile::open(input).map_err(file_err);
+    split_opened(
+        comm,
+        opened.as_ref().map_err(Clone::clone),
+        spec,
+        out_dir,
+        progress,
+    )
+}
+
+/// [`split_file`] of a file this rank has already opened (or failed to open): thread ranks
+/// of one process share one mapping, validated once. Collective.
+pub fn split_opened<C: Communicator + ?Sized>(
+    comm: &C,
+    file: Result<&TcsFile, IoError>,
+    spec: &SplitSpec,
+    out_dir: &Path,
+    progress: &dyn Progress,
+) -> Result<Summary, IoError> {
+    let file = agreed(comm, file)?;
     let grid = agreed(comm, spec.grid(file.dims()))?;
     let prepared = if comm.rank() == 0 {
         prepare_out_dir(out_dir)
@@ -64,10 +83,10 @@ pub fn split_file<C: Communicator + ?Sized>(
     agreed(comm, prepared)?;
     let h = file.header();
     let written = match (h.value_type, h.index_bits) {
-        (ValueType::F32, 32) => split_typed::<C, f32, u32>(comm, &file, &grid, out_dir, progress),
-        (ValueType::F32, _) => split_typed::<C, f32, u64>(comm, &file, &grid, out_dir, progress),
-        (ValueType::F64, 32) => split_typed::<C, f64, u32>(comm, &file, &grid, out_dir, progress),
-        (ValueType::F64, _) => split_typed::<C, f64, u64>(comm, &file, &grid, out_dir, progress),
+        (ValueType::F32, 32) => split_typed::<C, f32, u32>(comm, file, &grid, out_dir, progress),
+        (ValueType::F32, _) => split_typed::<C, f32, u64>(comm, file, &grid, out_dir, progress),
+        (ValueType::F64, 32) => split_typed::<C, f64, u32>(comm, file, &grid, out_dir, progress),
+        (ValueType::F64, _) => split_typed::<C, f64, u64>(comm, file, &grid, out_dir, progress),
     }?;
     let total = comm.all_sum(&[written as u64])?;
     Ok(Summary {

@@ -105,7 +105,7 @@ where
     let mut builders: BTreeMap<usize, PieceBuilder<'_, V>> = starts_of
         .iter()
         .filter(|(k, _)| headers.contains_key(k))
-        .map(|(k, (s, shape))| (*k, PieceBuilder::new(shape, s)))
+        .map(|(k, (s, shape))| (*k, PieceBuilder::with_header(shape, s, &headers[k])))
         .collect();
     walk_blocks(&mut walker, &assign, progress, |key, coords, v| {
         builders
@@ -257,11 +257,14 @@ fn search_leaf<V: Value, I: Index>(
 }
 
 /// Maps level-order coordinates to block keys, recomputing only the levels that changed.
+#[derive(Clone)]
 struct Assigner<'g> {
     grid: &'g BlockGrid,
     modes: Vec<usize>,
     strides: Vec<usize>,
     index: Vec<usize>,
+    /// Per level, the coordinate range of the current index (most entries stay in it).
+    range: Vec<(usize, usize)>,
 }
 
 impl<'g> Assigner<'g> {
@@ -278,12 +281,21 @@ impl<'g> Assigner<'g> {
             modes,
             strides,
             index: vec![0; rank],
+            range: vec![(1, 0); rank],
         }
     }
 
     fn key(&mut self, coords: &[usize], changed: usize) -> usize {
         for k in changed..coords.len() {
-            self.index[k] = self.grid.range_index(self.modes[k], coords[k]);
+            let c = coords[k];
+            let (lo, hi) = self.range[k];
+            if c < lo || c >= hi {
+                let m = self.modes[k];
+                let i = self.grid.range_index(m, c);
+                let r = self.grid.range(m, i);
+                self.index[k] = i;
+                self.range[k] = (r.start, r.end);
+            }
         }
         self.index
             .iter()
@@ -300,12 +312,7 @@ fn walk_blocks<T: Tree>(
     progress: &dyn Progress,
     mut f: impl FnMut(usize, &[usize], T::V),
 ) {
-    let mut assign = Assigner {
-        grid: assign.grid,
-        modes: assign.modes.clone(),
-        strides: assign.strides.clone(),
-        index: assign.index.clone(),
-    };
+    let mut assign = assign.clone();
     let mut done = 0u64;
     while let Some((changed, v)) = walker.advance() {
         let key = assign.key(walker.coords(), changed);

@@ -133,7 +133,7 @@ where
     // 4. Pass two: this rank's piece at final positions.
     progress.start("merge: pieces", total_leaves as u64);
     merge.reset();
-    let mut builder = PieceBuilder::new(&layout.shape, &starts[me]);
+    let mut builder = PieceBuilder::with_header(&layout.shape, &starts[me], &header);
     while merge.next_with(|c, v| builder.push(c, v)) {}
     progress.advance(total_leaves as u64);
     Ok(Merged {
