@@ -173,7 +173,12 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
         .label("no tensor here")
         .hint("the value and coordinate types of the output come from the input tensors"));
     }
-    let kernel = lower::lower(&checked).map_err(|e| cli::lower_diagnostic(&e))?;
+    let kernel = lower::lower(&checked).map_err(|e| {
+        let mut d = cli::lower_diagnostic(&e);
+        // Lowering phrases format advice as a command-line flag; here it is a `NAME: FMT` item.
+        d.hint = d.hint.map(|h| h.replace("(-f ", "("));
+        d
+    })?;
     let kernel_fn = codegen::emit(&kernel);
     let inputs = kernel.inputs();
     let signature: TokenStream2 =

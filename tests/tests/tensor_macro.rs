@@ -90,6 +90,40 @@ proptest! {
         let want = oracle("M(i,j) = B(i,k,l) * C(k,j) * D(l,j)", &[("B", &B), ("C", &C), ("D", &D)]);
         assert_close(&dense(&M), &want, "mttkrp");
     }
+
+    #[test]
+    fn sparse_rank3_outputs_and_higher_ranks((d, density, seed) in dims_and_density(4)) {
+        let mut rng = Rng::new(seed);
+        // TTM into a sparse rank-3 output.
+        let B = random_tensor(&mut rng, &d[..3], &fmt("sss", 3), density);
+        let C = random_tensor(&mut rng, &[d[3], d[2]], &Format::dense(2), 1.0);
+        let A = tensor!(A(i,j,k) = B(i,j,l) * C(k,l); B: sss; A: sss).unwrap();
+        prop_assert_eq!(A.format(), &fmt("sss", 3));
+        assert_close(&dense(&A), &oracle("A(i,j,k) = B(i,j,l) * C(k,l)", &[("B", &B), ("C", &C)]), "ttm");
+        // Sparse element-wise product of rank-3 tensors with different level formats and sparsity.
+        let E = random_tensor(&mut rng, &d[..3], &fmt("dss", 3), 1.0 - density);
+        let P = tensor!(P(i,j,k) = B(i,j,k) * E(i,j,k); B: sss; E: dss; P: sss).unwrap();
+        assert_close(&dense(&P), &oracle("P(i,j,k) = B(i,j,k) * E(i,j,k)", &[("B", &B), ("E", &E)]), "mul3");
+        // 4th-order MTTKRP: A(i,j) = B(i,k,l,m) * C(k,j) * D(l,j) * F(m,j).
+        let B4 = random_tensor(&mut rng, &[d[0], d[1], d[2], d[1]], &fmt("ssss", 4), density);
+        let C = random_tensor(&mut rng, &[d[1], d[3]], &Format::dense(2), 1.0);
+        let D = random_tensor(&mut rng, &[d[2], d[3]], &Format::dense(2), 1.0);
+        let F = random_tensor(&mut rng, &[d[1], d[3]], &Format::dense(2), 1.0);
+        let B = &B4;
+        let M = tensor!(M(i,j) = B(i,k,l,m) * C(k,j) * D(l,j) * F(m,j); B: ssss).unwrap();
+        let want = oracle(
+            "M(i,j) = B(i,k,l,m) * C(k,j) * D(l,j) * F(m,j)",
+            &[("B", &B4), ("C", &C), ("D", &D), ("F", &F)],
+        );
+        assert_close(&dense(&M), &want, "mttkrp4");
+        // Rank 5: a sum of a sparse and a dense tensor, reduced over two modes.
+        let d5 = [d[0], d[1], d[2].min(2), d[3].min(2), 2];
+        let S = random_tensor(&mut rng, &d5, &fmt("dsdss", 5), density);
+        let T = random_tensor(&mut rng, &d5, &Format::dense(5), 1.0);
+        let R = tensor!(R(i,j,k) = S(i,j,k,l,m) + T(i,j,k,l,m); S: dsdss).unwrap();
+        let want = oracle("R(i,j,k) = S(i,j,k,l,m) + T(i,j,k,l,m)", &[("S", &S), ("T", &T)]);
+        assert_close(&dense(&R), &want, "rank5");
+    }
 }
 
 #[test]
