@@ -3,6 +3,7 @@
 // files appear only when complete).
 
 use std::error::Error;
+use std::io::IsTerminal;
 use std::path::Path;
 use tessera_formats::tcs::{write_tensor, TcsFile};
 use tessera_formats::{
@@ -87,18 +88,42 @@ fn read_text<V: Value>(
     let mut coords = vec![0u64; rank];
     let mut max = vec![0usize; rank];
     let mut entries = Vec::new();
+    let bar = progress(path, r.total_bytes());
     while let Some(v) = r.next_entry(&mut coords)? {
+        if entries.len() % (1 << 16) == 0 {
+            if let Some(b) = &bar {
+                b.set_position(r.bytes_read());
+            }
+        }
         let c: Vec<usize> = coords.iter().map(|&x| x as usize).collect();
         for (m, &x) in c.iter().enumerate() {
             max[m] = max[m].max(x + 1);
         }
         entries.push((c, V::from_f64(v)));
     }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
     let dims = match r.declared_dims() {
         Some(d) => d.into_iter().map(|x| x as usize).collect(),
         None => max,
     };
     Ok((dims, entries))
+}
+
+/// A progress bar for reading a large file, shown only on a terminal.
+fn progress(path: &Path, total: u64) -> Option<indicatif::ProgressBar> {
+    if total < (32 << 20) || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    let style = indicatif::ProgressStyle::with_template(
+        "{msg} [{bar:40}] {binary_bytes}/{binary_total_bytes} ({eta})",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.set_message(format!("reading {}", path.display()));
+    Some(bar)
 }
 
 /// Writes the output; the file appears only when complete.
