@@ -38,7 +38,13 @@ pub(crate) struct Shared {
 struct Front {
     window: Window,
     interner: Interner,
+    /// Tokens of the last analysed tasks, oldest first: the history buffer automatic tracing
+    /// will mine for repeats.
+    history: std::collections::VecDeque<u64>,
 }
+
+/// Tokens kept in [`Front::history`].
+const HISTORY: usize = 1024;
 
 pub(crate) struct Inner {
     id: u64,
@@ -116,6 +122,7 @@ impl RuntimeBuilder {
             front: Mutex::new(Front {
                 window: Window::new(self.window),
                 interner: Interner::default(),
+                history: Default::default(),
             }),
             next_store: AtomicU64::new(0),
             max_pending: self.max_pending,
@@ -576,7 +583,12 @@ impl Inner {
         let sol = solver.solve(&sargs, &t.constraints, t.domain)?;
         let args = self.launch_args(front, t, &sargs, &sol);
         check_aliasing(&t.name, &args, &sol, &front.interner)?;
-        self.schedule(t, args, &sol);
+        let token = t.token(&sol.domain, &sol.parts);
+        if front.history.len() == HISTORY {
+            front.history.pop_front();
+        }
+        front.history.push_back(token);
+        self.schedule(t, args, &sol, token);
         Ok(())
     }
 
@@ -614,7 +626,7 @@ impl Inner {
 
     /// Builds the point (and finish) nodes, adds their dependences, and hands ready ones to the
     /// executor.
-    fn schedule(&self, t: &Issued, args: Vec<LaunchArg>, sol: &Solution) {
+    fn schedule(&self, t: &Issued, args: Vec<LaunchArg>, sol: &Solution, token: u64) {
         let n = sol.domain.len();
         let has_finish = Launched::needs_finish(&args, t.result.is_some());
         let mut roots: Vec<Arc<StoreRoot>> = vec![];
@@ -628,7 +640,7 @@ impl Inner {
             name: t.name.clone(),
             body: t.body.clone(),
             domain: sol.domain,
-            token: t.token(&sol.domain, &sol.parts),
+            token,
             args,
             scalars: t.scalars.clone(),
             result: t.result.clone(),
@@ -786,3 +798,7 @@ fn fill_body(ctx: &mut TaskContext<'_>) {
         DType::Range => panic!("ranges cannot be filled"),
     }
 }
+
+#[cfg(test)]
+#[path = "runtime_tests.rs"]
+mod tests;

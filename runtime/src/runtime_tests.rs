@@ -1,0 +1,83 @@
+//! Crate-internal tests of the runtime's seams.
+
+use super::*;
+
+fn history(rt: &Runtime) -> Vec<u64> {
+    rt.fence().unwrap();
+    let front = rt.inner.front.lock().unwrap();
+    front.history.iter().copied().collect()
+}
+
+#[test]
+fn repeated_tasks_hash_to_repeated_tokens() {
+    let rt = Runtime::builder().threads(2).min_piece_size(1).build();
+    rt.register("step", |_| {}).unwrap();
+    let a = rt.create(DType::F64, &[8]).unwrap();
+    let b = rt.create(DType::F64, &[8]).unwrap();
+    for _ in 0..3 {
+        rt.task("step")
+            .read(&a)
+            .write(&b)
+            .align(&a, &b)
+            .scalar(1.0)
+            .submit()
+            .unwrap();
+        rt.task("step")
+            .read(&b)
+            .write(&a)
+            .align(&a, &b)
+            .scalar(1.0)
+            .submit()
+            .unwrap();
+    }
+    let h = history(&rt);
+    assert_eq!(h.len(), 6);
+    assert_eq!(h[0], h[2]);
+    assert_eq!(h[1], h[3]);
+    assert_ne!(
+        h[0], h[1],
+        "different stores or privileges give different tokens"
+    );
+    // A different scalar or launch domain changes the token.
+    rt.task("step")
+        .read(&a)
+        .write(&b)
+        .align(&a, &b)
+        .scalar(2.0)
+        .submit()
+        .unwrap();
+    rt.task("step")
+        .read(&a)
+        .write(&b)
+        .align(&a, &b)
+        .scalar(1.0)
+        .launch_domain(&[3])
+        .submit()
+        .unwrap();
+    let h = history(&rt);
+    assert_ne!(h[6], h[0]);
+    assert_ne!(h[7], h[0]);
+}
+
+#[test]
+fn a_larger_window_defers_analysis_until_full_or_needed() {
+    let rt = Runtime::builder().threads(1).window_size(4).build();
+    rt.register("nop", |_| {}).unwrap();
+    let a = rt.create(DType::F64, &[4]).unwrap();
+    for _ in 0..3 {
+        rt.task("nop").read_write(&a).submit().unwrap();
+    }
+    assert_eq!(
+        rt.inner.front.lock().unwrap().history.len(),
+        0,
+        "three tasks wait in the window"
+    );
+    rt.task("nop").read_write(&a).submit().unwrap();
+    assert_eq!(
+        rt.inner.front.lock().unwrap().history.len(),
+        4,
+        "the fourth fills it"
+    );
+    rt.task("nop").read_write(&a).submit().unwrap();
+    assert_eq!(history(&rt).len(), 5, "a fence analyses what is left");
+}
