@@ -9,9 +9,15 @@ const KERNELS: &[(&str, &str)] = &[
     ("spmv", "y(i) = A(i,j) * x(j); A: csr"),
     ("spmv_par", "y(i) = A(i,j) * x(j); A: csr; parallelize(i)"),
     ("spmm", "C(i,k) = A(i,j) * B(j,k); A: csr"),
-    ("spmm_par", "C(i,k) = A(i,j) * B(j,k); A: csr; parallelize(i)"),
+    (
+        "spmm_par",
+        "C(i,k) = A(i,j) * B(j,k); A: csr; parallelize(i)",
+    ),
     ("mttkrp", "A(i,j) = B(i,k,l) * C(k,j) * D(l,j); B: csf"),
-    ("mttkrp_par", "A(i,j) = B(i,k,l) * C(k,j) * D(l,j); B: csf; parallelize(i)"),
+    (
+        "mttkrp_par",
+        "A(i,j) = B(i,k,l) * C(k,j) * D(l,j); B: csf; parallelize(i)",
+    ),
 ];
 
 fn main() {
@@ -25,11 +31,13 @@ fn main() {
             .unwrap_or_else(|e| panic!("`{src}`: {}", e.message));
         let checked = tessera_compiler::check::check(stmt, &Default::default())
             .unwrap_or_else(|e| panic!("`{src}`: {}", e.message));
-        let kernel = tessera_compiler::lower::lower(&checked).unwrap_or_else(|e| panic!("`{src}`: {e}"));
+        let kernel =
+            tessera_compiler::lower::lower(&checked).unwrap_or_else(|e| panic!("`{src}`: {e}"));
         let ident = quote::format_ident!("{}", name);
         let tokens = tessera_compiler::codegen::emit_named(&kernel, &ident);
         let _ = writeln!(out, "{}", tessera_compiler::codegen::pretty(&tokens));
     }
-    let path = std::path::Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("kernels.rs");
+    let path = std::path::Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"))
+        .join("kernels.rs");
     std::fs::write(&path, out).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
 }

@@ -62,13 +62,25 @@ fn to_index<I: Index>(v: &[usize]) -> Vec<I> {
 }
 
 /// A CSR matrix as a Tessera tensor.
-fn csr<I: Index>(rows: usize, cols: usize, pos: &[usize], crd: &[usize], vals: &[f64]) -> Tensor<f64, I> {
+fn csr<I: Index>(
+    rows: usize,
+    cols: usize,
+    pos: &[usize],
+    crd: &[usize],
+    vals: &[f64],
+) -> Tensor<f64, I> {
     Tensor::from_parts(
         vec![rows, cols],
         Format::parse("csr", 2).unwrap(),
         vec![
-            Level::Dense { size: rows, offset: 0 },
-            Level::Compressed { pos: to_index(pos), crd: to_index(crd) },
+            Level::Dense {
+                size: rows,
+                offset: 0,
+            },
+            Level::Compressed {
+                pos: to_index(pos),
+                crd: to_index(crd),
+            },
         ],
         vals.to_vec(),
     )
@@ -81,7 +93,10 @@ fn dense(dims: Vec<usize>, rng: &mut Rng) -> Tensor<f64, u32> {
 }
 
 fn pool(threads: usize) -> rayon::ThreadPool {
-    rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap()
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
 }
 
 /// Time of one contestant, best of REPS, on a pool of `threads`.
@@ -90,7 +105,10 @@ fn time<T: Send>(threads: usize, f: impl Fn() -> T + Sync) -> f64 {
 }
 
 fn check_same(what: &str, a: &[f64], b: &[f64]) {
-    let ok = a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-9 * (1.0 + y.abs()));
+    let ok = a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| (x - y).abs() <= 1e-9 * (1.0 + y.abs()));
     assert!(ok, "{what}: results differ");
 }
 
@@ -152,12 +170,17 @@ fn bench_spmv<I: Index + sprs::SpIndex>(table: &mut Table, scale: f64, bw: f64) 
     check_same("spmv_par", gen_par.vals(), gen.vals());
 
     // Bytes SpMV must move: the matrix once, x once (at best), y written once.
-    let bytes = crd.len() * (8 + (bits as usize / 8)) + (rows + 1) * (bits as usize / 8) + cols * 8 + rows * 8;
+    let bytes = crd.len() * (8 + (bits as usize / 8))
+        + (rows + 1) * (bits as usize / 8)
+        + cols * 8
+        + rows * 8;
     for threads in [1, 2] {
         let t_gen = if threads == 1 {
             time(1, || generated::spmv::<f64, I>(&[&a, &x_i], &[rows]))
         } else {
-            time(threads, || generated::spmv_par::<f64, I>(&[&a, &x_i], &[rows]))
+            time(threads, || {
+                generated::spmv_par::<f64, I>(&[&a, &x_i], &[rows])
+            })
         };
         let t_hand = if threads == 1 {
             time(1, || hand_spmv(&ip, &ic, &vals, &x, rows))
@@ -171,9 +194,30 @@ fn bench_spmv<I: Index + sprs::SpIndex>(table: &mut Table, scale: f64, bw: f64) 
             y
         });
         let name = format!("spmv csr u{bits} {threads}t");
-        table.row(&format!("{name} vs hand-written"), "ms", t_gen * 1e3, "hand-written", t_hand * 1e3, false);
-        table.row(&format!("{name} vs sprs (1t)"), "ms", t_gen * 1e3, "sprs", t_sprs * 1e3, false);
-        table.row(&format!("{name} bandwidth"), "GB/s", bytes as f64 / t_gen / 1e9, "copy bw", bw / 1e9, true);
+        table.row(
+            &format!("{name} vs hand-written"),
+            "ms",
+            t_gen * 1e3,
+            "hand-written",
+            t_hand * 1e3,
+            false,
+        );
+        table.row(
+            &format!("{name} vs sprs (1t)"),
+            "ms",
+            t_gen * 1e3,
+            "sprs",
+            t_sprs * 1e3,
+            false,
+        );
+        table.row(
+            &format!("{name} bandwidth"),
+            "GB/s",
+            bytes as f64 / t_gen / 1e9,
+            "copy bw",
+            bw / 1e9,
+            true,
+        );
     }
 }
 
@@ -190,7 +234,14 @@ fn hand_spmm(pos: &[u32], crd: &[u32], vals: &[f64], b: &[f64], rows: usize, k: 
     c
 }
 
-fn hand_spmm_par(pos: &[u32], crd: &[u32], vals: &[f64], b: &[f64], rows: usize, k: usize) -> Vec<f64> {
+fn hand_spmm_par(
+    pos: &[u32],
+    crd: &[u32],
+    vals: &[f64],
+    b: &[f64],
+    rows: usize,
+    k: usize,
+) -> Vec<f64> {
     let mut c = vec![0.0; rows * k];
     c.par_chunks_mut(k).enumerate().for_each(|(i, crow)| {
         for q in pos[i] as usize..pos[i + 1] as usize {
@@ -216,12 +267,18 @@ fn bench_spmm(table: &mut Table, scale: f64) {
     let sp: CsMatI<f64, u32, u32> = CsMatI::new((rows, cols), ip.clone(), ic.clone(), vals.clone());
     let gen = generated::spmm::<f64, u32>(&[&a, &bt], &[rows, k]);
     check_same("spmm", gen.vals(), &hand_spmm(&ip, &ic, &vals, &b, rows, k));
-    check_same("spmm_par", generated::spmm_par::<f64, u32>(&[&a, &bt], &[rows, k]).vals(), gen.vals());
+    check_same(
+        "spmm_par",
+        generated::spmm_par::<f64, u32>(&[&a, &bt], &[rows, k]).vals(),
+        gen.vals(),
+    );
     for threads in [1, 2] {
         let t_gen = if threads == 1 {
             time(1, || generated::spmm::<f64, u32>(&[&a, &bt], &[rows, k]))
         } else {
-            time(threads, || generated::spmm_par::<f64, u32>(&[&a, &bt], &[rows, k]))
+            time(threads, || {
+                generated::spmm_par::<f64, u32>(&[&a, &bt], &[rows, k])
+            })
         };
         let t_hand = if threads == 1 {
             time(1, || hand_spmm(&ip, &ic, &vals, &b, rows, k))
@@ -236,8 +293,22 @@ fn bench_spmm(table: &mut Table, scale: f64) {
             c
         });
         let name = format!("spmm csr x dense[{k}] {threads}t");
-        table.row(&format!("{name} vs hand-written"), "ms", t_gen * 1e3, "hand-written", t_hand * 1e3, false);
-        table.row(&format!("{name} vs sprs (1t)"), "ms", t_gen * 1e3, "sprs", t_sprs * 1e3, false);
+        table.row(
+            &format!("{name} vs hand-written"),
+            "ms",
+            t_gen * 1e3,
+            "hand-written",
+            t_hand * 1e3,
+            false,
+        );
+        table.row(
+            &format!("{name} vs sprs (1t)"),
+            "ms",
+            t_gen * 1e3,
+            "sprs",
+            t_sprs * 1e3,
+            false,
+        );
     }
 }
 
@@ -247,7 +318,15 @@ struct Csf {
     vals: Vec<f64>,
 }
 
-fn hand_mttkrp_rows(t: &Csf, c: &[f64], d: &[f64], r: usize, out: &mut [f64], i0: usize, is: std::ops::Range<usize>) {
+fn hand_mttkrp_rows(
+    t: &Csf,
+    c: &[f64],
+    d: &[f64],
+    r: usize,
+    out: &mut [f64],
+    i0: usize,
+    is: std::ops::Range<usize>,
+) {
     let (l0, l1, l2) = (&t.levels[0], &t.levels[1], &t.levels[2]);
     for p0 in is {
         let i = l0.1[p0] as usize;
@@ -275,15 +354,28 @@ fn bench_mttkrp(table: &mut Table, scale: f64) {
     let (pos2, crd2) = random_levels(crd1.len(), n, 8, &mut rng);
     let vals: Vec<f64> = (0..crd2.len()).map(|_| rng.value()).collect();
     let csf = Csf {
-        levels: vec![(to_index(&pos0), to_index(&crd0)), (to_index(&pos1), to_index(&crd1)), (to_index(&pos2), to_index(&crd2))],
+        levels: vec![
+            (to_index(&pos0), to_index(&crd0)),
+            (to_index(&pos1), to_index(&crd1)),
+            (to_index(&pos2), to_index(&crd2)),
+        ],
         vals: vals.clone(),
     };
     let levels = csf
         .levels
         .iter()
-        .map(|(p, c)| Level::Compressed { pos: p.clone(), crd: c.clone() })
+        .map(|(p, c)| Level::Compressed {
+            pos: p.clone(),
+            crd: c.clone(),
+        })
         .collect();
-    let b: Tensor<f64, u32> = Tensor::from_parts(vec![n, n, n], Format::parse("sss", 3).unwrap(), levels, vals).unwrap();
+    let b: Tensor<f64, u32> = Tensor::from_parts(
+        vec![n, n, n],
+        Format::parse("sss", 3).unwrap(),
+        levels,
+        vals,
+    )
+    .unwrap();
     let ct = dense(vec![n, r], &mut rng);
     let dt = dense(vec![n, r], &mut rng);
     let (c, d) = (ct.vals().to_vec(), dt.vals().to_vec());
@@ -314,21 +406,43 @@ fn bench_mttkrp(table: &mut Table, scale: f64) {
     };
     let gen = generated::mttkrp::<f64, u32>(&[&b, &ct, &dt], &[n, r]);
     check_same("mttkrp", gen.vals(), &hand());
-    check_same("mttkrp_par", generated::mttkrp_par::<f64, u32>(&[&b, &ct, &dt], &[n, r]).vals(), gen.vals());
+    check_same(
+        "mttkrp_par",
+        generated::mttkrp_par::<f64, u32>(&[&b, &ct, &dt], &[n, r]).vals(),
+        gen.vals(),
+    );
     for threads in [1, 2] {
         let t_gen = if threads == 1 {
-            time(1, || generated::mttkrp::<f64, u32>(&[&b, &ct, &dt], &[n, r]))
+            time(1, || {
+                generated::mttkrp::<f64, u32>(&[&b, &ct, &dt], &[n, r])
+            })
         } else {
-            time(threads, || generated::mttkrp_par::<f64, u32>(&[&b, &ct, &dt], &[n, r]))
+            time(threads, || {
+                generated::mttkrp_par::<f64, u32>(&[&b, &ct, &dt], &[n, r])
+            })
         };
-        let t_hand = if threads == 1 { time(1, hand) } else { time(threads, hand_par) };
+        let t_hand = if threads == 1 {
+            time(1, hand)
+        } else {
+            time(threads, hand_par)
+        };
         let name = format!("mttkrp csf {n}^3 nnz {} r{r} {threads}t", crd2.len());
-        table.row(&format!("{name} vs hand-written"), "ms", t_gen * 1e3, "hand-written", t_hand * 1e3, false);
+        table.row(
+            &format!("{name} vs hand-written"),
+            "ms",
+            t_gen * 1e3,
+            "hand-written",
+            t_hand * 1e3,
+            false,
+        );
     }
 }
 
 fn main() {
-    let scale: f64 = std::env::var("TESSERA_BENCH_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0);
+    let scale: f64 = std::env::var("TESSERA_BENCH_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0);
     let mut table = Table::new(&format!(
         "Generated kernels vs hand-written Rust and sprs (scale {scale}, best of {REPS}; ratio > 1: Tessera faster)"
     ));
@@ -338,6 +452,9 @@ fn main() {
     bench_spmm(&mut table, scale);
     bench_mttkrp(&mut table, scale);
     table.figure("copy bandwidth GB/s", bw / 1e9);
-    table.figure("peak rss MiB", tessera_benches::peak_rss_bytes() as f64 / (1 << 20) as f64);
+    table.figure(
+        "peak rss MiB",
+        tessera_benches::peak_rss_bytes() as f64 / (1 << 20) as f64,
+    );
     table.print();
 }

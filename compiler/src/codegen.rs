@@ -284,10 +284,12 @@ impl Gen<'_> {
 
     fn nest(&self, nest: &Nest) -> TokenStream {
         if let Some(par) = self.parallel_nest(nest) {
-            return par;
+            let scalars = self.scalar_values(nest);
+            return quote! { { #scalars #par } };
         }
+        let scalars = self.scalar_values(nest);
         let body = self.body(nest, 0, OutTarget::Whole);
-        quote! { { #body } }
+        quote! { { #scalars #body } }
     }
 
     /// The body of loop `d - 1` (for `d == 0`, the whole nest).
@@ -342,6 +344,9 @@ impl Gen<'_> {
         let lp = &nest.loops[d];
         let label = syn::Lifetime::new(&format!("'l{d}"), proc_macro2::Span::call_site());
         let var = self.var(lp.var);
+        if let Some(ts) = self.dense_inner_loop(nest, d, target) {
+            return ts;
+        }
         let visit = self.visit(nest, d, &label, target);
         match &lp.domain {
             Domain::Empty => quote!(),
@@ -350,6 +355,19 @@ impl Gen<'_> {
                 let crd = self.lvl(self.tensor_of(r.access), r.level, "crd");
                 let p = self.pos(r);
                 let (lo, hi) = self.range(nest, r);
+                if r.level + 1 == self.k.accesses[r.access].level_vars.len() {
+                    // Last level: walk coordinates and values together, as a hand-written loop would.
+                    let vals = self.vals(self.tensor_of(r.access));
+                    let v = self.val(r.access);
+                    return quote! {
+                        let (lo, hi) = (#lo, #hi);
+                        for (c, #v) in #crd[lo..hi].iter().zip(&#vals[lo..hi]) {
+                            let #var = c.to_usize();
+                            let #v: V = *#v;
+                            #label: { #visit }
+                        }
+                    };
+                }
                 quote! {
                     let (lo, hi) = (#lo, #hi);
                     for #p in lo..hi {
@@ -415,6 +433,95 @@ impl Gen<'_> {
                 }
             }
         }
+    }
+
+    /// The innermost loop when it is a dense loop over rows: every level it locates is the last
+    /// level of its access and indexed by the loop's variable. Then each operand's row (and the
+    /// output's) is a contiguous slice, the range is narrowed to where every operand's block
+    /// has the coordinate, and the loop indexes slices of one common length — so bounds checks
+    /// vanish and the loop can vectorise like a hand-written `zip`. `None` when not applicable.
+    fn dense_inner_loop(&self, nest: &Nest, d: usize, target: OutTarget) -> Option<TokenStream> {
+        let lp = &nest.loops[d];
+        let out_here = nest.acc_depth == nest.loops.len();
+        if d + 1 != nest.loops.len() || lp.domain != Domain::Universe || !lp.iterate.is_empty() {
+            return None;
+        }
+        if out_here && self.k.output_kind != OutputKind::Dense {
+            return None;
+        }
+        let mut out_row = None;
+        let (mut lo, mut hi) = (
+            vec![quote!(0usize)],
+            vec![{
+                let dim = self.dim(lp.var);
+                quote!(#dim)
+            }],
+        );
+        let mut rows = TokenStream::new();
+        let mut binds = TokenStream::new();
+        for r in &lp.locate {
+            let acc = &self.k.accesses[r.access];
+            let is_out = r.access == self.k.output_access;
+            if self.k.level_var(*r) != lp.var
+                || r.level + 1 != acc.level_vars.len()
+                || !(is_out || self.required(nest, r.access))
+            {
+                return None;
+            }
+            let t = acc.tensor;
+            let (size, off) = (self.lvl(t, r.level, "size"), self.lvl(t, r.level, "off"));
+            let parent = self.parent(*r);
+            if is_out {
+                out_row = Some(quote!(#parent * #size + lo));
+                continue;
+            }
+            lo.push(quote!(#off));
+            hi.push(quote!(#off + #size));
+            let vals = self.vals(t);
+            let row = format_ident!("row{}", r.access);
+            let v = self.val(r.access);
+            rows.extend(quote!(let #row: &[V] = &#vals[#parent * #size + (lo - #off)..][..n];));
+            binds.extend(quote!(let #v: V = #row[t];));
+        }
+        if out_here && out_row.is_none() {
+            return None;
+        }
+        let var = self.var(lp.var);
+        let e = self.expr(nest, &nest.expr);
+        let (write, out_slice) = match out_row {
+            Some(start) if out_here => {
+                let slice = match target {
+                    OutTarget::Whole => quote!(let orow: &mut [V] = &mut out_vals[#start..][..n];),
+                    OutTarget::Row => {
+                        quote!(let orow: &mut [V] = &mut out_row[#start - out_base..][..n];)
+                    }
+                    OutTarget::Partial => quote!(let orow: &mut [V] = &mut buf[#start..][..n];),
+                };
+                (quote!(orow[t] += #e;), slice)
+            }
+            _ => {
+                let touched = if self.k.output_kind == OutputKind::Sparse {
+                    quote!(touched = true;)
+                } else {
+                    quote!()
+                };
+                (quote!(acc += #e; #touched), quote!())
+            }
+        };
+        Some(quote! {
+            let lo: usize = 0usize #(.max(#lo))*;
+            let hi: usize = usize::MAX #(.min(#hi))*;
+            if lo < hi {
+                let n = hi - lo;
+                #rows
+                #out_slice
+                for t in 0..n {
+                    let #var = lo + t;
+                    #binds
+                    #write
+                }
+            }
+        })
     }
 
     /// Pointer-walking iterators for Universe and Merge loops: their setup, the per-coordinate
@@ -491,28 +598,57 @@ impl Gen<'_> {
                 });
             }
         }
+        for r in lp.iterate.iter().chain(&lp.locate) {
+            let last = r.level + 1 == self.k.accesses[r.access].level_vars.len();
+            let zipped = matches!(lp.domain, Domain::Single) && lp.iterate[0] == *r;
+            if last && r.access != self.k.output_access && !zipped {
+                ts.extend(self.bind_value(nest, r.access));
+            }
+        }
         ts.extend(self.body(nest, d + 1, target));
+        ts
+    }
+
+    /// The local holding an access's value once its last level is resolved.
+    fn val(&self, a: AccessId) -> Ident {
+        format_ident!("val{}", a)
+    }
+
+    /// Binds `val{a}` for an access whose last level is at position `p` (zero when absent).
+    fn bind_value(&self, nest: &Nest, a: AccessId) -> TokenStream {
+        let vals = self.vals(self.tensor_of(a));
+        let v = self.val(a);
+        let levels = self.k.accesses[a].level_vars.len();
+        if levels == 0 {
+            return quote!(let #v: V = #vals[0];);
+        }
+        let p = self.pos(LevelRef {
+            access: a,
+            level: levels - 1,
+        });
+        if self.required(nest, a) {
+            quote!(let #v: V = #vals[#p];)
+        } else {
+            quote!(let #v: V = if #p != ABSENT { #vals[#p] } else { V::zero() };)
+        }
+    }
+
+    /// Accesses of the nest with rank 0 (their value is bound once, before the loops).
+    fn scalar_values(&self, nest: &Nest) -> TokenStream {
+        let mut ts = TokenStream::new();
+        for a in nest.accesses() {
+            if self.k.accesses[a].level_vars.is_empty() {
+                ts.extend(self.bind_value(nest, a));
+            }
+        }
         ts
     }
 
     fn expr(&self, nest: &Nest, e: &Expr) -> TokenStream {
         match e {
             Expr::Access(a) => {
-                let t = self.tensor_of(*a);
-                let vals = self.vals(t);
-                let levels = self.k.accesses[*a].level_vars.len();
-                if levels == 0 {
-                    return quote!(#vals[0]);
-                }
-                let p = self.pos(LevelRef {
-                    access: *a,
-                    level: levels - 1,
-                });
-                if self.required(nest, *a) {
-                    quote!(#vals[#p])
-                } else {
-                    quote!((if #p != ABSENT { #vals[#p] } else { V::zero() }))
-                }
+                let v = self.val(*a);
+                quote!(#v)
             }
             Expr::Const(c) => {
                 let lit = Literal::f64_suffixed(*c);
@@ -612,6 +748,57 @@ impl Gen<'_> {
 
     /// The nest with its outermost loop over threads, when the schedule asks and the loop and
     /// output allow it; `None` to run it sequentially.
+    /// Inside a parallel job over position `q` of the outer compressed level: its position
+    /// and, when it is the access's last level, its value.
+    fn single_bind(&self, r: LevelRef) -> TokenStream {
+        let p = self.pos(r);
+        if r.level + 1 == self.k.accesses[r.access].level_vars.len() {
+            let vals = self.vals(self.tensor_of(r.access));
+            let v = self.val(r.access);
+            quote!(let #p = q; let #v: V = #vals[q];)
+        } else {
+            quote!(let #p = q;)
+        }
+    }
+
+    /// The outer loop walks a compressed level whose coordinates index the dense output's
+    /// first level: the coordinates under one parent are distinct, so each job owns one output
+    /// row. Rows are handed out by one sequential pass pairing sorted coordinates with rows.
+    fn parallel_sparse_rows(&self, nest: &Nest) -> TokenStream {
+        let lp = &nest.loops[0];
+        let r = lp.iterate[0];
+        let var = self.var(lp.var);
+        let dim = self.dim(lp.var);
+        let crd = self.lvl(self.tensor_of(r.access), r.level, "crd");
+        let (lo, hi) = self.range(nest, r);
+        let label = syn::Lifetime::new("'l0", proc_macro2::Span::call_site());
+        let bind = self.single_bind(r);
+        let visit = self.visit(nest, 0, &label, OutTarget::Row);
+        quote! {
+            if #dim > 0 && !out_vals.is_empty() {
+                use ::rayon::prelude::*;
+                let row = out_vals.len() / #dim;
+                let (lo, hi) = (#lo, #hi);
+                let mut wanted = (lo..hi).map(|q| (q, #crd[q].to_usize())).peekable();
+                let mut jobs: Vec<(usize, usize, &mut [V])> = Vec::with_capacity(hi - lo);
+                for (c, out_row) in out_vals.chunks_mut(row).enumerate() {
+                    while wanted.peek().is_some_and(|w| w.1 < c) {
+                        wanted.next();
+                    }
+                    if let Some(&(q, _)) = wanted.peek().filter(|w| w.1 == c) {
+                        jobs.push((q, c, out_row));
+                        wanted.next();
+                    }
+                }
+                jobs.into_par_iter().for_each(|(q, #var, out_row)| {
+                    let out_base = #var * row;
+                    #bind
+                    #label: { #visit }
+                });
+            }
+        }
+    }
+
     fn parallel_nest(&self, nest: &Nest) -> Option<TokenStream> {
         let v = self.k.parallel?;
         let lp = nest.loops.first()?;
@@ -639,6 +826,12 @@ impl Gen<'_> {
                 }
             });
         }
+        let rows_by_coord = matches!(lp.domain, Domain::Single)
+            && self.k.output_kind == OutputKind::Dense
+            && out.level_vars.first() == Some(&v);
+        if rows_by_coord {
+            return Some(self.parallel_sparse_rows(nest));
+        }
         let visit = self.visit(nest, 0, &label, OutTarget::Partial);
         let items = match lp.domain {
             Domain::Universe if lp.iterate.is_empty() => {
@@ -654,10 +847,7 @@ impl Gen<'_> {
             _ => return None,
         };
         let bind_pos = match lp.domain {
-            Domain::Single => {
-                let p = self.pos(lp.iterate[0]);
-                quote!(let #p = q;)
-            }
+            Domain::Single => self.single_bind(lp.iterate[0]),
             _ => quote!(),
         };
         Some(quote! {
