@@ -142,6 +142,11 @@ pub fn write<V: Value, I: Index>(path: &Path, t: &Tensor<V, I>) -> Result<(), Bo
             // Every stored entry, explicit zeros included, so a dense output keeps its
             // dimensions; a scalar is one line holding its value.
             let mut w = TnsWriter::create(path)?;
+            if !t.dims().is_empty() {
+                // Declares the dimensions, which trailing zeros would otherwise lose.
+                let dims: Vec<String> = t.dims().iter().map(|d| d.to_string()).collect();
+                w.write_comment(&format!("dims {}", dims.join(" ")))?;
+            }
             let mut c64 = Vec::with_capacity(t.dims().len());
             for (c, v) in t.entries() {
                 c64.clear();

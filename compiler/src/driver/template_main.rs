@@ -120,7 +120,10 @@ fn run() -> Result<(), Box<dyn Error>> {
     let out_dims = SIGNATURE.bind(&dims).map_err(|e| {
         let tns = args.inputs.iter().any(|(_, p)| p.extension().is_some_and(|x| x == "tns"));
         if tns && matches!(e, bind::BindError::Dim { .. }) {
-            format!("{e}\n  note: a .tns file has no header, so each of its dimensions is the largest coordinate it contains")
+            format!(
+                "{e}\n  note: a .tns file without a `# dims D1 D2 ...` line has no header, so each of its \
+                 dimensions is the largest coordinate it contains; add that line to declare them"
+            )
         } else {
             e.to_string()
         }
