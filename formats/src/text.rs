@@ -28,6 +28,9 @@ pub trait EntryReader {
     fn next_chunk(&mut self, chunk: &mut Chunk) -> Result<bool> {
         sequential_chunk(self, chunk)
     }
+    /// Announces that only coordinates will be used: batches may then hold 0 for every value
+    /// and values need not be checked (a later full read reports bad ones).
+    fn skip_values(&mut self) {}
     /// Line of the entry last returned (1-based).
     fn line(&self) -> u64;
     /// Bytes consumed so far.

@@ -28,6 +28,8 @@ pub struct TnsReader {
     parallel: Option<ParallelParser>,
     /// True once `next_entry` has been used (batches then come from the sequential reader).
     sequential: bool,
+    /// False after [`EntryReader::skip_values`].
+    values: bool,
     line: u64,
 }
 
@@ -45,6 +47,7 @@ impl TnsReader {
             dims: None,
             parallel: None,
             sequential: false,
+            values: true,
             line: 0,
         };
         let path = r.path.clone();
@@ -131,7 +134,26 @@ pub(crate) fn parse_line(
     coords: &mut [u64],
     dims: Option<&[u64]>,
 ) -> Result<Option<f64>, (u64, SyntaxError)> {
-    if let Some(v) = fast_entry(line, coords) {
+    parse_line_impl::<true>(line, coords, dims)
+}
+
+/// [`parse_line`] for readers that only need coordinates: values are not converted (0 is
+/// returned) unless the line needs the careful parser, so a bad value may go unnoticed here.
+pub(crate) fn parse_line_coords(
+    line: &[u8],
+    coords: &mut [u64],
+    dims: Option<&[u64]>,
+) -> Result<Option<f64>, (u64, SyntaxError)> {
+    parse_line_impl::<false>(line, coords, dims)
+}
+
+#[inline]
+fn parse_line_impl<const VALUE: bool>(
+    line: &[u8],
+    coords: &mut [u64],
+    dims: Option<&[u64]>,
+) -> Result<Option<f64>, (u64, SyntaxError)> {
+    if let Some(v) = fast_fields::<VALUE>(line, coords) {
         if dims.is_none_or(|d| coords.iter().zip(d).all(|(c, d)| c < d)) {
             return Ok(Some(v));
         }
@@ -156,6 +178,12 @@ pub(crate) fn parse_entry(line: &[u8], coords: &mut [u64]) -> Result<f64, (u64, 
 /// error), which [`slow_entry`] then parses again to say exactly what is wrong.
 #[inline]
 fn fast_entry(line: &[u8], coords: &mut [u64]) -> Option<f64> {
+    fast_fields::<true>(line, coords)
+}
+
+/// [`fast_entry`], optionally without converting the value (then 0 is returned).
+#[inline]
+fn fast_fields<const VALUE: bool>(line: &[u8], coords: &mut [u64]) -> Option<f64> {
     let n = line.len();
     let mut i = 0;
     let is_space = |b: u8| b == b' ' || b == b'\t';
@@ -186,7 +214,13 @@ fn fast_entry(line: &[u8], coords: &mut [u64]) -> Option<f64> {
     while i < n && !is_space(line[i]) {
         i += 1;
     }
-    let v = parse_f64(&line[start..i])?;
+    let v = if VALUE {
+        parse_f64(&line[start..i])?
+    } else if i > start {
+        0.0
+    } else {
+        return None;
+    };
     while i < n && is_space(line[i]) {
         i += 1;
     }
@@ -257,6 +291,9 @@ impl EntryReader for TnsReader {
     fn declared_dims(&self) -> Option<Vec<u64>> {
         self.dims.clone()
     }
+    fn skip_values(&mut self) {
+        self.values = false;
+    }
     fn next_chunk(&mut self, chunk: &mut Chunk) -> Result<bool> {
         if self.sequential {
             return crate::text::sequential_chunk(self, chunk);
@@ -266,7 +303,11 @@ impl EntryReader for TnsReader {
                 &self.path,
                 self.rank,
                 self.dims.clone(),
-                parse_line,
+                if self.values {
+                    parse_line
+                } else {
+                    parse_line_coords
+                },
                 parse_threads(),
             )?;
             self.parallel = Some(p);

@@ -185,3 +185,26 @@ fn parallel_batches_match_sequential_entries_and_report_global_lines() {
         "{err}"
     );
 }
+
+#[test]
+fn coordinate_only_parsing_agrees_on_coordinates_and_still_rejects_bad_fields() {
+    for line in [
+        "1 2 3.5",
+        " 4\t5  -1e3 ",
+        "1 2 3 4",
+        "1 2",
+        "0 1 1",
+        "1 2 x",
+        "1 2 3.5 #",
+    ] {
+        let (mut a, mut b) = (vec![0; 2], vec![0; 2]);
+        let full = parse_line(line.as_bytes(), &mut a, None);
+        let coords = parse_line_coords(line.as_bytes(), &mut b, None);
+        match (&full, &coords) {
+            (Ok(Some(_)), Ok(Some(v))) => assert_eq!((a, *v), (b, 0.0), "{line}"),
+            // A malformed value is the one thing the coordinate pass may let through.
+            (Err((_, SyntaxError::BadValue(_))), _) => {}
+            _ => assert_eq!(full.is_err(), coords.is_err(), "{line}"),
+        }
+    }
+}

@@ -59,6 +59,8 @@ pub(crate) fn scan_sorted(
     progress: &dyn Progress,
 ) -> Result<Option<Scanned>> {
     let mut reader = open_text(input)?;
+    // Pass two parses (and checks) the values; pass one needs only coordinates.
+    reader.skip_values();
     let rank = reader.rank();
     progress.stage("scan", reader.total_bytes());
     let order = format.mode_order();
