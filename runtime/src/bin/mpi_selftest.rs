@@ -234,7 +234,7 @@ fn tensor(seed: u64, dims: &[usize], format: &str) -> Tensor<f64, u32> {
         state ^= state << 13;
         state ^= state >> 7;
         state ^= state << 17;
-        if state % 3 == 0 {
+        if state.is_multiple_of(3) {
             let mut c = vec![0; dims.len()];
             let mut rest = flat;
             for m in (0..dims.len()).rev() {

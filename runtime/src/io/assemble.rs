@@ -258,6 +258,7 @@ impl<'s, V: Copy + Default> PieceBuilder<'s, V> {
     }
 
     /// Appends one entry (level-order coordinates, strictly after the previous one).
+    #[allow(clippy::needless_range_loop)] // k indexes six per-level arrays in step
     pub fn push(&mut self, coords: &[usize], v: V) {
         let d = match &self.last {
             None => self.shared,
@@ -386,8 +387,8 @@ impl<V: Copy + Default> Assembly<V> {
     /// Appends the tails after the last entry: `pos` up to its sentinel, zeros of trailing
     /// dense positions in `vals`.
     pub fn finish(mut self, shape: &Shape, totals: &Totals) -> Result<Self, IoError> {
-        for k in 0..shape.len() {
-            if shape[k].is_none() {
+        for (k, level) in shape.iter().enumerate() {
+            if level.is_none() {
                 let len = totals.parents(k) + 1;
                 let len = usize::try_from(len).map_err(|_| IoError::TooLarge)?;
                 self.pos[k].resize(len, totals.positions[k]);

@@ -286,8 +286,7 @@ impl<'g> Assigner<'g> {
     }
 
     fn key(&mut self, coords: &[usize], changed: usize) -> usize {
-        for k in changed..coords.len() {
-            let c = coords[k];
+        for (k, &c) in coords.iter().enumerate().skip(changed) {
             let (lo, hi) = self.range[k];
             if c < lo || c >= hi {
                 let m = self.modes[k];
@@ -318,7 +317,7 @@ fn walk_blocks<T: Tree>(
         let key = assign.key(walker.coords(), changed);
         f(key, walker.coords(), v);
         done += 1;
-        if done % (1 << 16) == 0 {
+        if done.is_multiple_of(1 << 16) {
             progress.advance(1 << 16);
         }
     }

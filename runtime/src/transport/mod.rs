@@ -202,7 +202,7 @@ pub fn encode_u64s(v: &[u64]) -> Vec<u8> {
 
 /// Decodes [`encode_u64s`]; `rank` names the sender in the error.
 pub fn decode_u64s(b: &[u8], rank: usize) -> Result<Vec<u64>, TransportError> {
-    if b.len() % 8 != 0 {
+    if !b.len().is_multiple_of(8) {
         return Err(TransportError::Malformed {
             rank,
             what: format!("{} bytes is not a whole number of u64", b.len()),
