@@ -113,8 +113,8 @@ impl MtxReader {
         let declared = match (layout, symmetry) {
             (Layout::Coordinate, _) => nums[2],
             (Layout::Array, Symmetry::General) => rows.saturating_mul(cols),
-            (Layout::Array, Symmetry::Symmetric) => rows * (rows + 1) / 2,
-            (Layout::Array, Symmetry::Skew) => rows * rows.saturating_sub(1) / 2,
+            (Layout::Array, Symmetry::Symmetric) => rows.saturating_mul(rows.saturating_add(1)) / 2,
+            (Layout::Array, Symmetry::Skew) => rows.saturating_mul(rows.saturating_sub(1)) / 2,
         };
         let first_row = if symmetry == Symmetry::Skew { 1 } else { 0 };
         Ok(MtxReader {

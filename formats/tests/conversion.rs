@@ -359,3 +359,57 @@ fn bad_options_are_reported_before_writing() {
     convert(&big, &out, &opts, &NoProgress).unwrap();
     assert_eq!(TcsFile::open(&out).unwrap().dims(), &[5_000_000_000, 1]);
 }
+
+/// Lines that are mostly plausible with some garbage mixed in.
+fn messy_text(header: &'static str) -> impl Strategy<Value = String> {
+    let token = prop_oneof![
+        4 => (1u64..6).prop_map(|x| x.to_string()),
+        1 => Just("0".to_string()),
+        1 => Just("-2.5e1".to_string()),
+        1 => Just("x".to_string()),
+        1 => Just("99999999999999999999999".to_string()),
+        1 => Just("%".to_string()),
+        1 => Just("#".to_string()),
+        1 => Just("nan".to_string()),
+    ];
+    let line = proptest::collection::vec(token, 0..5).prop_map(|t| t.join(if t.len() % 2 == 0 { " " } else { "\t" }));
+    proptest::collection::vec(line, 0..12).prop_map(move |lines| format!("{header}{}\n", lines.join("\n")))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Whatever the text, conversion either succeeds with a valid file or fails with an error
+    /// and leaves nothing behind; it never panics or hangs.
+    #[test]
+    fn messy_text_never_panics_or_leaves_output(
+        text in prop_oneof![
+            messy_text(""),
+            messy_text("%%MatrixMarket matrix coordinate real general\n5 5 3\n"),
+            messy_text("%%MatrixMarket matrix coordinate pattern symmetric\n5 5 2\n"),
+            messy_text("%%MatrixMarket matrix array integer skew-symmetric\n3 3\n"),
+        ],
+        external in any::<bool>(),
+        dense in any::<bool>(),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let ext = if text.starts_with("%%") { "mtx" } else { "tns" };
+        let input = dir.path().join(format!("in.{ext}"));
+        std::fs::write(&input, &text).unwrap();
+        let out = dir.path().join("out.tcs");
+        let opts = ConvertOptions {
+            format: dense.then(|| "dense".to_string()),
+            force_external_sort: external,
+            run_entries: Some(2),
+            fan_in: Some(2),
+            ..ConvertOptions::default()
+        };
+        match convert(&input, &out, &opts, &NoProgress) {
+            Ok(_) => prop_assert!(TcsFile::open(&out).is_ok()),
+            Err(e) => {
+                prop_assert!(!e.to_string().is_empty());
+                prop_assert_eq!(dir_names(dir.path()), vec![format!("in.{ext}")]);
+            }
+        }
+    }
+}
