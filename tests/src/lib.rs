@@ -55,15 +55,18 @@ pub fn dense(t: &Tensor<f64>) -> DenseArray {
 
 /// Parses and checks a statement in the `tensor!` form (panics on error: test input).
 pub fn checked(statement: &str) -> Checked {
-    let stmt = parse::program(statement, 0).unwrap_or_else(|d| panic!("{statement}: {}", d.plain()));
+    let stmt =
+        parse::program(statement, 0).unwrap_or_else(|d| panic!("{statement}: {}", d.plain()));
     check::check(stmt, &Dims::new()).unwrap_or_else(|d| panic!("{statement}: {}", d.plain()))
 }
 
 /// The oracle's result for a statement on named tensors.
 pub fn oracle(statement: &str, inputs: &[(&str, &Tensor<f64>)]) -> DenseArray {
     let c = checked(statement);
-    let map: HashMap<String, DenseArray> =
-        inputs.iter().map(|(n, t)| (n.to_string(), dense(t))).collect();
+    let map: HashMap<String, DenseArray> = inputs
+        .iter()
+        .map(|(n, t)| (n.to_string(), dense(t)))
+        .collect();
     let init = if c.statement.assignment.accumulate {
         map.get(&c.output().name).cloned()
     } else {
@@ -77,6 +80,9 @@ pub fn assert_close(got: &DenseArray, want: &DenseArray, what: &str) {
     assert_eq!(got.dims, want.dims, "{what}: dimensions");
     for (k, (g, w)) in got.data.iter().zip(&want.data).enumerate() {
         let tol = 1e-9 * (1.0 + w.abs());
-        assert!((g - w).abs() <= tol, "{what}: element {k}: got {g}, want {w}");
+        assert!(
+            (g - w).abs() <= tol,
+            "{what}: element {k}: got {g}, want {w}"
+        );
     }
 }
