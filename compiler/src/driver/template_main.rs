@@ -114,7 +114,14 @@ fn run() -> Result<(), Box<dyn Error>> {
             .find(|(n, _)| n == op.name)
             .ok_or_else(|| format!("missing `-i {}=PATH` (an input of `{STATEMENT}`)", op.name))?;
         let format = Format::parse(op.format, op.vars.len())?;
-        tensors.push(io::read(path, &format)?);
+        let t = io::read(path, &format).map_err(|e| {
+            if e.to_string().contains("64-bit coordinates") {
+                format!("{e}\n  note: compile with `--wide-index` for 64-bit coordinates")
+            } else {
+                e.to_string()
+            }
+        })?;
+        tensors.push(t);
     }
     let dims: Vec<(&[usize], &Format)> = tensors.iter().map(|t| (t.dims(), t.format())).collect();
     let out_dims = SIGNATURE.bind(&dims).map_err(|e| {
