@@ -20,7 +20,9 @@ pub(crate) struct Node {
     pending: AtomicUsize,
     done: AtomicBool,
     succs: Mutex<Vec<Arc<Node>>>,
-    pub(crate) work: Work,
+    /// Taken when the node runs: finished nodes stay in the dependence lists of the stores
+    /// they touched, and must not keep the task (and through it those stores) alive.
+    work: Mutex<Option<Work>>,
 }
 
 impl Node {
@@ -29,8 +31,13 @@ impl Node {
             pending: AtomicUsize::new(1),
             done: AtomicBool::new(false),
             succs: Mutex::default(),
-            work,
+            work: Mutex::new(Some(work)),
         })
+    }
+
+    /// The node's work, once (`None` if it was already taken).
+    pub(crate) fn take_work(&self) -> Option<Work> {
+        self.work.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     pub(crate) fn is_done(&self) -> bool {

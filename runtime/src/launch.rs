@@ -101,9 +101,11 @@ impl Launched {
 
 /// Runs a ready node and returns the successors it made ready.
 pub(crate) fn run_node(node: &Node, shared: &Shared) -> Vec<Arc<Node>> {
-    match &node.work {
-        Work::Point { task, point } => run_point(task, *point, &shared.counters),
-        Work::Finish { task } => {
+    match node.take_work() {
+        None => {}
+        Some(Work::Point { task, point }) => run_point(&task, point, &shared.counters),
+        Some(Work::Finish { task }) => {
+            let task = &*task;
             // The finish step has no user code; a panic here is a runtime bug. Report it as the
             // task's failure rather than leave its future and dependents waiting forever.
             if catch_unwind(AssertUnwindSafe(|| run_finish(task))).is_err() {

@@ -144,6 +144,10 @@ impl Partition {
 pub(crate) struct Interner {
     ids: HashMap<Partition, PartitionId>,
     images: HashMap<ImageKey, PartitionId>,
+    /// The newest image per source, source partition and destination view: when the source's
+    /// values change, the image of the old values is dropped (its id is never handed out again,
+    /// so equality by id stays sound) and memory stays bounded.
+    latest_image: HashMap<(u64, PartitionId, Rect), ImageKey>,
     parts: Vec<Arc<Partition>>,
 }
 
@@ -161,6 +165,14 @@ impl Interner {
         self.parts.push(Arc::new(p.clone()));
         match p {
             Partition::Image { key, .. } => {
+                let slot = (key.src_root, key.src_partition, key.dst_bounds);
+                if let Some(old) = self.latest_image.insert(slot, key) {
+                    if let Some(old_id) = self.images.remove(&old) {
+                        self.parts[old_id.0 as usize] = Arc::new(Partition::None {
+                            bounds: old.dst_bounds,
+                        });
+                    }
+                }
                 self.images.insert(key, id);
             }
             p => {
@@ -213,6 +225,29 @@ mod tests {
             }
             assert!(seen.iter().all(|&c| c == 1), "n={n} t={t}: {seen:?}");
         }
+    }
+
+    #[test]
+    fn images_of_old_source_values_are_dropped() {
+        let mut i = Interner::default();
+        let domain = Domain::new(&[1]).unwrap();
+        let key = |v| ImageKey {
+            src_root: 1,
+            src_partition: PartitionId(0),
+            src_version: v,
+            dst_bounds: Rect::new(&[0], &[4]),
+        };
+        let img = |v| Partition::Image {
+            key: key(v),
+            rects: vec![Rect::new(&[0], &[v as usize])].into(),
+            domain,
+        };
+        let (a, _) = i.intern(img(1));
+        assert_eq!(i.find_image(&key(1)), Some(a));
+        let (b, new) = i.intern(img(2));
+        assert!(new && a != b);
+        assert_eq!(i.find_image(&key(1)), None, "the old version is gone");
+        assert_eq!(i.find_image(&key(2)), Some(b));
     }
 
     #[test]

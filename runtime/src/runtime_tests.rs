@@ -81,3 +81,25 @@ fn a_larger_window_defers_analysis_until_full_or_needed() {
     rt.task("nop").read_write(&a).submit().unwrap();
     assert_eq!(history(&rt).len(), 5, "a fence analyses what is left");
 }
+
+#[test]
+fn stores_are_freed_once_handles_and_tasks_are_gone() {
+    let rt = Runtime::new(2);
+    rt.register("inc", |ctx| {
+        ctx.write::<f64>(0)
+            .as_mut_slice()
+            .iter_mut()
+            .for_each(|v| *v += 1.0)
+    })
+    .unwrap();
+    let s = rt.create(DType::F64, &[100]).unwrap();
+    rt.task("inc").read_write(&s).submit().unwrap();
+    rt.task("inc").read_write(&s).submit().unwrap();
+    let weak = Arc::downgrade(&s.root);
+    drop(s);
+    rt.fence().unwrap();
+    assert!(
+        weak.upgrade().is_none(),
+        "finished tasks must not keep the store alive"
+    );
+}
