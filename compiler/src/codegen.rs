@@ -145,6 +145,16 @@ impl Gen<'_> {
         }
     }
 
+    /// A required rank-1 dense operand located at this level: `vals.len() == size` for a
+    /// valid tensor, so `vals.get(i - offset)` both range-checks and loads.
+    fn direct_vector(&self, nest: &Nest, r: LevelRef) -> bool {
+        r.level == 0
+            && self.k.level_type(r) == LevelType::Dense
+            && self.k.accesses[r.access].level_vars.len() == 1
+            && r.access != self.k.output_access
+            && self.required(nest, r.access)
+    }
+
     fn required(&self, nest: &Nest, a: AccessId) -> bool {
         nest.required.contains(&a)
     }
@@ -580,6 +590,14 @@ impl Gen<'_> {
             let is_output = r.access == self.k.output_access;
             if is_output {
                 ts.extend(quote!(let #p = #parent * #size + #x;));
+            } else if self.direct_vector(nest, *r) {
+                // A dense vector: its values are its level, so one checked `get` locates it.
+                let vals = self.vals(t);
+                let v = self.val(r.access);
+                ts.extend(quote! {
+                    let x = #x.wrapping_sub(#off);
+                    let Some(&#v) = #vals.get(x) else { break #label; };
+                });
             } else if self.required(nest, r.access) {
                 ts.extend(quote! {
                     let x = #x.wrapping_sub(#off);
@@ -601,7 +619,8 @@ impl Gen<'_> {
         for r in lp.iterate.iter().chain(&lp.locate) {
             let last = r.level + 1 == self.k.accesses[r.access].level_vars.len();
             let zipped = matches!(lp.domain, Domain::Single) && lp.iterate[0] == *r;
-            if last && r.access != self.k.output_access && !zipped {
+            if last && r.access != self.k.output_access && !zipped && !self.direct_vector(nest, *r)
+            {
                 ts.extend(self.bind_value(nest, r.access));
             }
         }

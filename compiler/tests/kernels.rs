@@ -19,7 +19,10 @@ fn check_random<I: tessera_formats::Index>(expr: &str, seed: u64) -> bool {
     let kernel = match case.lower() {
         Ok(k) => k,
         Err(LowerError::NoLoopOrder { hint, .. }) => {
-            assert!(hint.contains("store ") || hint.contains("no single operand"), "{hint}");
+            assert!(
+                hint.contains("store ") || hint.contains("no single operand"),
+                "{hint}"
+            );
             return false;
         }
         Err(e) => panic!("{}: {e}", case.describe()),
@@ -28,9 +31,30 @@ fn check_random<I: tessera_formats::Index>(expr: &str, seed: u64) -> bool {
     let refs: Vec<&Tensor<f64, I>> = inputs.iter().collect();
     let got = interp::run(&kernel, &refs, &case.out_dims())
         .unwrap_or_else(|e| panic!("{}: {e}\n{kernel}", case.describe()));
-    assert_eq!(got.format(), &case.format_of(&case.output_name()), "output format");
-    common::assert_close(&got.to_dense(), &case.oracle(), &format!("{}\n{kernel}", case.describe()));
+    assert_eq!(
+        got.format(),
+        &case.format_of(&case.output_name()),
+        "output format"
+    );
+    common::assert_close(
+        &got.to_dense(),
+        &case.oracle(),
+        &format!("{}\n{kernel}", case.describe()),
+    );
     true
+}
+
+/// As [`check_random`], with inputs that are block views (dense first levels with offsets).
+fn check_random_blocks(expr: &str, seed: u64) {
+    let mut rng = Rng(seed);
+    let case = Case::random(expr, &mut rng);
+    let Ok(kernel) = case.lower() else { return };
+    let (inputs, data) = common::block_inputs::<u32>(&case, &mut rng);
+    let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
+    let got = interp::run(&kernel, &refs, &case.out_dims())
+        .unwrap_or_else(|e| panic!("{}: {e}\n{kernel}", case.describe()));
+    let what = format!("blocks of {}\n{kernel}", case.describe());
+    common::assert_close(&got.to_dense(), &common::oracle_on(&case, &data), &what);
 }
 
 proptest! {
@@ -39,6 +63,11 @@ proptest! {
     #[test]
     fn catalogue_matches_oracle_u32(pick in 0..catalogue().len(), seed in any::<u64>()) {
         check_random::<u32>(catalogue()[pick], seed);
+    }
+
+    #[test]
+    fn catalogue_on_block_views_matches_oracle(pick in 0..catalogue().len(), seed in any::<u64>()) {
+        check_random_blocks(catalogue()[pick], seed);
     }
 
     #[test]
@@ -52,7 +81,9 @@ proptest! {
 #[test]
 fn every_catalogue_entry_runs() {
     for expr in catalogue() {
-        let ran = (0..64u64).filter(|s| check_random::<u32>(expr, s * 7919 + 1)).count();
+        let ran = (0..64u64)
+            .filter(|s| check_random::<u32>(expr, s * 7919 + 1))
+            .count();
         assert!(ran > 0, "`{expr}` never lowered");
     }
 }
@@ -60,7 +91,12 @@ fn every_catalogue_entry_runs() {
 /// f32 values go through the same kernels.
 #[test]
 fn f32_values() {
-    let case = Case::fixed("y(i) = A(i,j) * x(j)", &[("A", "ds")], &[("i", 5), ("j", 4)], 3);
+    let case = Case::fixed(
+        "y(i) = A(i,j) * x(j)",
+        &[("A", "ds")],
+        &[("i", 5), ("j", 4)],
+        3,
+    );
     let k = case.lower().unwrap();
     let inputs: Vec<Tensor<f32, u32>> = case.input_tensors_as::<f32, u32>();
     let refs: Vec<&Tensor<f32, u32>> = inputs.iter().collect();
@@ -76,7 +112,12 @@ fn spmv_on_row_blocks() {
     for seed in 0..40u64 {
         let mut rng = Rng(seed + 100);
         let (m, n) = (rng.below(7) + 1, rng.below(6) + 1);
-        let case = Case::fixed("y(i) = A(i,j) * x(j)", &[("A", "ds")], &[("i", m), ("j", n)], seed);
+        let case = Case::fixed(
+            "y(i) = A(i,j) * x(j)",
+            &[("A", "ds")],
+            &[("i", m), ("j", n)],
+            seed,
+        );
         let k = case.lower().unwrap();
         let full: Vec<Tensor<f64, u32>> = case.input_tensors();
         let lo = rng.below(m + 1);
@@ -91,13 +132,26 @@ fn spmv_on_row_blocks() {
         let block = Tensor::from_parts(
             dims,
             format,
-            vec![Level::Dense { size: hi - lo, offset: lo }, Level::Compressed { pos: block_pos, crd: crd[plo..phi].to_vec() }],
+            vec![
+                Level::Dense {
+                    size: hi - lo,
+                    offset: lo,
+                },
+                Level::Compressed {
+                    pos: block_pos,
+                    crd: crd[plo..phi].to_vec(),
+                },
+            ],
             vals[plo..phi].to_vec(),
         )
         .unwrap();
-        let got = interp::run(&k, &[&block, &full[1]], &[m]).unwrap().to_dense();
+        let got = interp::run(&k, &[&block, &full[1]], &[m])
+            .unwrap()
+            .to_dense();
         let want = case.oracle();
-        let want: Vec<f64> = (0..m).map(|i| if (lo..hi).contains(&i) { want[i] } else { 0.0 }).collect();
+        let want: Vec<f64> = (0..m)
+            .map(|i| if (lo..hi).contains(&i) { want[i] } else { 0.0 })
+            .collect();
         common::assert_close(&got, &want, &format!("rows {lo}..{hi} of {m}x{n}"));
     }
 }
@@ -107,39 +161,89 @@ fn spmv_on_row_blocks() {
 fn classic_plans() {
     let order = |expr: &str, formats: &[(&str, &str)]| {
         let k = Case::fixed(expr, formats, &[], 0).lower().unwrap();
-        k.nests.iter().map(|n| n.loops.iter().map(|l| k.vars[l.var].name.clone()).collect::<Vec<_>>().join(",")).collect::<Vec<_>>().join(" ; ")
+        k.nests
+            .iter()
+            .map(|n| {
+                n.loops
+                    .iter()
+                    .map(|l| k.vars[l.var].name.clone())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect::<Vec<_>>()
+            .join(" ; ")
     };
     assert_eq!(order("y(i) = A(i,j) * x(j)", &[("A", "csr")]), "i,j");
     assert_eq!(order("y(j) = A(i,j) * x(i)", &[("A", "csr")]), "i,j");
     assert_eq!(order("y(j) = A(i,j) * x(i)", &[("A", "csc")]), "j,i");
-    assert_eq!(order("y(i) = A(i,j) * x(j) + z(i)", &[("A", "csr")]), "i,j ; i");
-    assert_eq!(order("C(i,j) = A(i,k) * B(k,j)", &[("A", "csr"), ("B", "csr"), ("C", "csr")]), "i,k,j");
-    assert_eq!(order("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", &[("B", "sss")]), "i,k,l,j");
-    assert_eq!(order("A(i,j,k) = B(i,j,l) * C(k,l)", &[("B", "sss")]), "i,j,l,k");
-    let k = Case::fixed("C(i,j) = A(i,k) * B(k,j)", &[("A", "csr"), ("B", "csr"), ("C", "csr")], &[], 0)
-        .lower()
-        .unwrap();
-    assert!(matches!(k.nests[0].assembly, tessera_compiler::ir::Assembly::Workspace { flush_depth: 1, .. }));
-    let k = Case::fixed("C(i,j) = A(i,j) + B(i,j)", &[("A", "csr"), ("B", "csr"), ("C", "csr")], &[], 0)
-        .lower()
-        .unwrap();
+    assert_eq!(
+        order("y(i) = A(i,j) * x(j) + z(i)", &[("A", "csr")]),
+        "i,j ; i"
+    );
+    assert_eq!(
+        order(
+            "C(i,j) = A(i,k) * B(k,j)",
+            &[("A", "csr"), ("B", "csr"), ("C", "csr")]
+        ),
+        "i,k,j"
+    );
+    assert_eq!(
+        order("A(i,j) = B(i,k,l) * C(k,j) * D(l,j)", &[("B", "sss")]),
+        "i,k,l,j"
+    );
+    assert_eq!(
+        order("A(i,j,k) = B(i,j,l) * C(k,l)", &[("B", "sss")]),
+        "i,j,l,k"
+    );
+    let k = Case::fixed(
+        "C(i,j) = A(i,k) * B(k,j)",
+        &[("A", "csr"), ("B", "csr"), ("C", "csr")],
+        &[],
+        0,
+    )
+    .lower()
+    .unwrap();
+    assert!(matches!(
+        k.nests[0].assembly,
+        tessera_compiler::ir::Assembly::Workspace { flush_depth: 1, .. }
+    ));
+    let k = Case::fixed(
+        "C(i,j) = A(i,j) + B(i,j)",
+        &[("A", "csr"), ("B", "csr"), ("C", "csr")],
+        &[],
+        0,
+    )
+    .lower()
+    .unwrap();
     assert_eq!(k.nests[0].assembly, tessera_compiler::ir::Assembly::InOrder);
 }
 
 /// Impossible orders are rejected with the operand to re-store, and following the hint works.
 #[test]
 fn impossible_order_names_the_fix() {
-    let case = Case::fixed("C(i,j) = A(i,j) + B(i,j)", &[("A", "csr"), ("B", "csc")], &[], 0);
+    let case = Case::fixed(
+        "C(i,j) = A(i,j) + B(i,j)",
+        &[("A", "csr"), ("B", "csc")],
+        &[],
+        0,
+    );
     let err = case.lower().unwrap_err();
     let msg = err.to_string();
-    assert!(msg.starts_with("no loop order is compatible with every operand's mode order: store "), "{msg}");
+    assert!(
+        msg.starts_with("no loop order is compatible with every operand's mode order: store "),
+        "{msg}"
+    );
     let named = &case.source[err.span()];
     assert!(named == "A(i,j)" || named == "B(i,j)", "{named}");
     // Follow the hint: `-f NAME:FMT` at the end of the message.
     let flag = msg.rsplit("(-f ").next().unwrap().trim_end_matches(')');
     let (name, fmt) = flag.split_once(':').unwrap();
     assert_eq!(name, &named[..1]);
-    let other = if name == "A" { ("B", "csc") } else { ("A", "csr") };
+    let other = if name == "A" {
+        ("B", "csc")
+    } else {
+        ("A", "csr")
+    };
     let fixed = Case::fixed("C(i,j) = A(i,j) + B(i,j)", &[(name, fmt), other], &[], 0);
     assert!(fixed.lower().is_ok(), "hint `{flag}` did not fix it");
 }
@@ -147,10 +251,27 @@ fn impossible_order_names_the_fix() {
 /// `parallelize` must name the outermost free loop.
 #[test]
 fn parallelize_checks_the_loop() {
-    let ok = Case::fixed("y(i) = A(i,j) * x(j); parallelize(i)", &[("A", "csr")], &[], 0).lower();
+    let ok = Case::fixed(
+        "y(i) = A(i,j) * x(j); parallelize(i)",
+        &[("A", "csr")],
+        &[],
+        0,
+    )
+    .lower();
     assert_eq!(ok.unwrap().parallel, Some(0));
-    let bad = Case::fixed("y(j) = A(i,j) * x(i); parallelize(j)", &[("A", "csr")], &[], 0).lower().unwrap_err();
-    assert!(bad.to_string().contains("not the outermost loop (loop order: i, j)"), "{bad}");
+    let bad = Case::fixed(
+        "y(j) = A(i,j) * x(i); parallelize(j)",
+        &[("A", "csr")],
+        &[],
+        0,
+    )
+    .lower()
+    .unwrap_err();
+    assert!(
+        bad.to_string()
+            .contains("not the outermost loop (loop order: i, j)"),
+        "{bad}"
+    );
 }
 
 /// Formats the property test draws cover both level types at every level of a rank-3 tensor.
@@ -165,5 +286,8 @@ fn random_formats_cover_level_types() {
         }
     }
     assert_eq!(seen, [[true; 2]; 3]);
-    assert_eq!(Format::parse("ds", 2).unwrap(), common::format_from_text("ds", 2));
+    assert_eq!(
+        Format::parse("ds", 2).unwrap(),
+        common::format_from_text("ds", 2)
+    );
 }

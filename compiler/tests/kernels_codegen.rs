@@ -14,10 +14,14 @@ use common::{catalogue, Case, Rng};
 use proc_macro2::Ident;
 use quote::format_ident;
 use tessera_compiler::codegen;
+use tessera_formats::{Level, Tensor};
 
 /// One kernel instance to check in the generated crate.
 struct Instance {
     case: Case,
+    /// Block-view inputs (dense first levels with offsets) and the oracle's result on them;
+    /// `None` for whole tensors.
+    blocks: Option<(Vec<Tensor<f64, u64>>, Vec<f64>)>,
     kernel_fn: Ident,
     value: &'static str,
     index: &'static str,
@@ -25,7 +29,10 @@ struct Instance {
 }
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 /// Exact `f64` literals (the oracle's values, NaN and infinities included).
@@ -35,7 +42,12 @@ fn lit(v: f64) -> String {
 
 fn instances() -> Vec<Instance> {
     let mut out = Vec::new();
-    let types = [("f64", "u32"), ("f64", "u64"), ("f32", "u32"), ("f32", "u64")];
+    let types = [
+        ("f64", "u32"),
+        ("f64", "u64"),
+        ("f32", "u32"),
+        ("f32", "u64"),
+    ];
     for (e, expr) in catalogue().into_iter().enumerate() {
         let mut found = 0;
         for attempt in 0..60u64 {
@@ -46,7 +58,11 @@ fn instances() -> Vec<Instance> {
             // A third of the instances run their outer loop over two threads.
             let parallel = found == 2 && !expr.starts_with("a ");
             let src = if parallel {
-                let first = expr.split('(').nth(1).and_then(|s| s.split([',', ')']).next()).unwrap();
+                let first = expr
+                    .split('(')
+                    .nth(1)
+                    .and_then(|s| s.split([',', ')']).next())
+                    .unwrap();
                 format!("{expr}; parallelize({first})")
             } else {
                 expr.to_string()
@@ -55,8 +71,15 @@ fn instances() -> Vec<Instance> {
             let Ok(_) = case.lower() else { continue };
             let n = out.len();
             let (value, index) = types[n % types.len()];
+            // Every third instance runs on block views of its inputs.
+            let blocks = (n % 3 == 1).then(|| {
+                let (tensors, data) = common::block_inputs::<u64>(&case, &mut rng);
+                let want = common::oracle_on(&case, &data);
+                (tensors, want)
+            });
             out.push(Instance {
                 case,
+                blocks,
                 kernel_fn: format_ident!("k{}", n),
                 value,
                 index,
@@ -69,9 +92,37 @@ fn instances() -> Vec<Instance> {
     out
 }
 
+/// Rust code that rebuilds `t` with value type `v` and index type `i`, levels as they are
+/// (dense offsets included).
+fn tensor_code(t: &Tensor<f64, u64>, v: &str, i: &str) -> String {
+    let levels: Vec<String> = t
+        .levels()
+        .iter()
+        .map(|l| match l {
+            Level::Dense { size, offset } => format!("Level::Dense {{ size: {size}, offset: {offset} }}"),
+            Level::Compressed { pos, crd } => {
+                format!("Level::Compressed {{ pos: Vec::<{i}>::from({pos:?}), crd: Vec::<{i}>::from({crd:?}) }}")
+            }
+        })
+        .collect();
+    let vals: Vec<String> = t
+        .vals()
+        .iter()
+        .map(|x| format!("<{v}>::from_f64({})", lit(*x)))
+        .collect();
+    format!(
+        "Tensor::<{v}, {i}>::from_parts(vec!{:?}, Format::parse({:?}, {}).unwrap(), vec![{}], vec![{}]).unwrap()",
+        t.dims(),
+        t.format().to_string(),
+        t.format().rank(),
+        levels.join(", "),
+        vals.join(", ")
+    )
+}
+
 /// The `main` that builds each instance's inputs, runs its kernel and compares with the oracle.
 fn main_rs(instances: &[Instance]) -> String {
-    let mut s = String::from("use tessera_formats::{Format, Tensor, Value};\n\n");
+    let mut s = String::from("use tessera_formats::{Format, Level, Tensor, Value};\n\n");
     s.push_str(
         "fn close(got: &[f64], want: &[f64]) -> bool {\n\
          got.len() == want.len() && got.iter().zip(want).all(|(g, w)| (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= 1e-4 * (1.0 + w.abs()))\n}\n\n",
@@ -82,7 +133,17 @@ fn main_rs(instances: &[Instance]) -> String {
         let c = &inst.case;
         let _ = writeln!(s, "    {{ // {}", c.describe().replace('\n', " "));
         let mut names = Vec::new();
-        for t in c.checked.inputs() {
+        for (slot, t) in c.checked.inputs().iter().enumerate() {
+            if let Some((blocks, _)) = &inst.blocks {
+                let var = format!("in_{}", t.name);
+                let _ = writeln!(
+                    s,
+                    "        let {var} = {};",
+                    tensor_code(&blocks[slot], v, i)
+                );
+                names.push(format!("&{var}"));
+                continue;
+            }
             let d = &c.data[&t.name];
             let entries: Vec<String> = common::dense_entries::<f64>(d)
                 .into_iter()
@@ -99,7 +160,11 @@ fn main_rs(instances: &[Instance]) -> String {
             );
             names.push(format!("&{var}"));
         }
-        let want: Vec<String> = c.oracle().into_iter().map(lit).collect();
+        let want = match &inst.blocks {
+            Some((_, want)) => want.clone(),
+            None => c.oracle(),
+        };
+        let want: Vec<String> = want.into_iter().map(lit).collect();
         let _ = writeln!(
             s,
             "        let pool = rayon::ThreadPoolBuilder::new().num_threads({}).build().unwrap();\n\
@@ -119,7 +184,11 @@ fn main_rs(instances: &[Instance]) -> String {
             c.describe().replace('"', "'").replace('{', "{{").replace('}', "}}"),
         );
     }
-    let _ = writeln!(s, "    println!(\"checked {} kernels, {{failures}} failed\");", instances.len());
+    let _ = writeln!(
+        s,
+        "    println!(\"checked {} kernels, {{failures}} failed\");",
+        instances.len()
+    );
     s.push_str("    if failures > 0 { std::process::exit(1); }\n}\n");
     s
 }
@@ -150,12 +219,19 @@ fn generated_kernels_match_the_oracle() {
     .unwrap();
     std::fs::copy(root.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
     std::fs::write(dir.join("src/kernels.rs"), &kernels).unwrap();
-    std::fs::write(dir.join("src/main.rs"), format!("mod kernels;\n{}", main_rs(&instances))).unwrap();
+    std::fs::write(
+        dir.join("src/main.rs"),
+        format!("mod kernels;\n{}", main_rs(&instances)),
+    )
+    .unwrap();
 
     let build = Command::new(env!("CARGO"))
         .args(["run", "--offline", "--quiet", "--manifest-path"])
         .arg(dir.join("Cargo.toml"))
-        .env("CARGO_TARGET_DIR", target.join("tessera-codegen-check-target"))
+        .env(
+            "CARGO_TARGET_DIR",
+            target.join("tessera-codegen-check-target"),
+        )
         .output()
         .expect("cargo runs");
     let stdout = String::from_utf8_lossy(&build.stdout);
@@ -165,7 +241,10 @@ fn generated_kernels_match_the_oracle() {
         "generated crate failed ({}):\n{stdout}\n{stderr}",
         dir.display()
     );
-    assert!(stdout.contains(&format!("checked {} kernels, 0 failed", instances.len())), "{stdout}");
+    assert!(
+        stdout.contains(&format!("checked {} kernels, 0 failed", instances.len())),
+        "{stdout}"
+    );
 }
 
 /// `emit` produces exactly one public function named `kernel`, generic over value and index.
@@ -175,10 +254,15 @@ fn emit_is_one_generic_function() {
     let tokens = codegen::emit(&case.lower().unwrap());
     let file: syn::File = syn::parse2(tokens.clone()).unwrap();
     assert_eq!(file.items.len(), 1);
-    let syn::Item::Fn(f) = &file.items[0] else { panic!("not a function") };
+    let syn::Item::Fn(f) = &file.items[0] else {
+        panic!("not a function")
+    };
     assert_eq!(f.sig.ident, "kernel");
     assert_eq!(f.sig.generics.params.len(), 2);
     let text = codegen::pretty(&tokens);
-    assert!(text.contains("pub fn kernel<V: ::tessera_formats::Value, I: ::tessera_formats::Index>"), "{text}");
+    assert!(
+        text.contains("pub fn kernel<V: ::tessera_formats::Value, I: ::tessera_formats::Index>"),
+        "{text}"
+    );
     assert!(!text.contains("unsafe"), "{text}");
 }

@@ -76,7 +76,13 @@ pub fn format_from_text(text: &str, rank: usize) -> Format {
 /// Random level types and a random mode order.
 pub fn random_format(rank: usize, rng: &mut Rng) -> Format {
     let levels = (0..rank)
-        .map(|_| if rng.below(2) == 0 { LevelType::Dense } else { LevelType::Compressed })
+        .map(|_| {
+            if rng.below(2) == 0 {
+                LevelType::Dense
+            } else {
+                LevelType::Compressed
+            }
+        })
         .collect();
     let mut order: Vec<usize> = (0..rank).collect();
     for i in (1..rank).rev() {
@@ -113,7 +119,8 @@ impl Case {
             if t.rank > 0 {
                 let mut f = random_format(t.rank, rng);
                 if dense_output && t.is_output {
-                    f = Format::new(vec![LevelType::Dense; t.rank], f.mode_order().to_vec()).unwrap();
+                    f = Format::new(vec![LevelType::Dense; t.rank], f.mode_order().to_vec())
+                        .unwrap();
                 }
                 source.push_str(&format!("; {}: {}", t.name, f));
             }
@@ -123,7 +130,11 @@ impl Case {
             4 => 4,
             _ => 3,
         };
-        let dims = plain.vars.iter().map(|v| (v.name.clone(), rng.below(max + 1))).collect();
+        let dims = plain
+            .vars
+            .iter()
+            .map(|v| (v.name.clone(), rng.below(max + 1)))
+            .collect();
         Case::build(&source, dims, rng)
     }
 
@@ -138,7 +149,10 @@ impl Case {
             .vars
             .iter()
             .map(|v| {
-                let d = dims.iter().find(|(n, _)| *n == v.name).map_or(4, |(_, d)| *d);
+                let d = dims
+                    .iter()
+                    .find(|(n, _)| *n == v.name)
+                    .map_or(4, |(_, d)| *d);
                 (v.name.clone(), d)
             })
             .collect();
@@ -160,7 +174,11 @@ impl Case {
                 .map(|_| {
                     if rng.unit() < density {
                         let v = rng.below(6) as f64 - 3.0;
-                        if v >= 0.0 { v + 1.0 } else { v }
+                        if v >= 0.0 {
+                            v + 1.0
+                        } else {
+                            v
+                        }
                     } else {
                         0.0
                     }
@@ -168,7 +186,12 @@ impl Case {
                 .collect();
             data.insert(t.name.clone(), DenseArray::new(shape, values).unwrap());
         }
-        Case { source: source.to_string(), checked, dims, data }
+        Case {
+            source: source.to_string(),
+            checked,
+            dims,
+            data,
+        }
     }
 
     pub fn lower(&self) -> Result<Kernel, LowerError> {
@@ -206,7 +229,9 @@ impl Case {
     }
 
     pub fn oracle(&self) -> Vec<f64> {
-        oracle::evaluate(&self.checked, &self.data, None).unwrap().data
+        oracle::evaluate(&self.checked, &self.data, None)
+            .unwrap()
+            .data
     }
 
     pub fn describe(&self) -> String {
@@ -236,6 +261,64 @@ pub fn assert_close(got: &[f64], want: &[f64], what: &str) {
     assert_eq!(got.len(), want.len(), "length differs: {what}");
     for (n, (g, w)) in got.iter().zip(want).enumerate() {
         let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= 1e-6 * (1.0 + w.abs());
-        assert!(ok, "element {n}: got {g}, want {w}\ngot  {got:?}\nwant {want:?}\n{what}");
+        assert!(
+            ok,
+            "element {n}: got {g}, want {w}\ngot  {got:?}\nwant {want:?}\n{what}"
+        );
     }
+}
+
+/// Block views (SuperTaco §4.2): every input whose first level is dense keeps only a random
+/// window `[lo, hi)` of that level's coordinates, stored with `offset = lo`. Returns the
+/// blocks and the dense arrays they stand for (zeros outside the window), for the oracle.
+pub fn block_inputs<I: Index>(
+    case: &Case,
+    rng: &mut Rng,
+) -> (Vec<Tensor<f64, I>>, HashMap<String, DenseArray>) {
+    let mut tensors = Vec::new();
+    let mut data = HashMap::new();
+    for t in case.checked.inputs() {
+        let d = &case.data[&t.name];
+        let full: Tensor<f64, I> =
+            Tensor::from_entries(d.dims.clone(), t.format.clone(), dense_entries(d)).unwrap();
+        let block = match t.format.levels().first() {
+            Some(LevelType::Dense) => {
+                let mode = t.format.mode_order()[0];
+                let n = d.dims[mode];
+                let lo = rng.below(n + 1);
+                let hi = lo + rng.below(n - lo + 1);
+                let mut shifted_dims = d.dims.clone();
+                shifted_dims[mode] = hi - lo;
+                let entries = dense_entries::<f64>(d)
+                    .into_iter()
+                    .filter_map(|(mut c, v)| {
+                        (lo..hi).contains(&c[mode]).then(|| {
+                            c[mode] -= lo;
+                            (c, v)
+                        })
+                    });
+                let shifted: Tensor<f64, I> =
+                    Tensor::from_entries(shifted_dims, t.format.clone(), entries).unwrap();
+                let (_, format, mut levels, vals) = shifted.into_parts();
+                levels[0] = tessera_formats::Level::Dense {
+                    size: hi - lo,
+                    offset: lo,
+                };
+                Tensor::from_parts(d.dims.clone(), format, levels, vals)
+                    .unwrap_or_else(|e| panic!("block of {}: {e}", t.name))
+            }
+            _ => full,
+        };
+        data.insert(
+            t.name.clone(),
+            DenseArray::new(d.dims.clone(), block.to_dense()).unwrap(),
+        );
+        tensors.push(block);
+    }
+    (tensors, data)
+}
+
+/// The oracle on other data for the same statement.
+pub fn oracle_on(case: &Case, data: &HashMap<String, DenseArray>) -> Vec<f64> {
+    oracle::evaluate(&case.checked, data, None).unwrap().data
 }
