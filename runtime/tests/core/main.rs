@@ -5,5 +5,6 @@ mod sparse;
 
 mod api;
 mod cg;
+mod matrices;
 mod solver;
 mod streams;
