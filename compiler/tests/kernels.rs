@@ -291,3 +291,50 @@ fn random_formats_cover_level_types() {
         common::format_from_text("ds", 2)
     );
 }
+
+/// `+=`: the kernel takes the output's previous value as its last input (named like the
+/// output) and adds to it, in any output format.
+#[test]
+fn accumulate_adds_to_the_previous_output() {
+    let mut ran = 0;
+    for seed in 0..60u64 {
+        for expr in [
+            "y(i) += A(i,j) * x(j)",
+            "C(i,j) += A(i,j) * B(i,j)",
+            "a += b(i) * c(i)",
+        ] {
+            let mut rng = Rng(seed);
+            let case = Case::random(expr, &mut rng);
+            let Ok(kernel) = case.lower() else { continue };
+            let out = case.output_name();
+            assert_eq!(
+                kernel.inputs().last(),
+                Some(&out.as_str()),
+                "{}",
+                case.describe()
+            );
+            let out_dims = case.out_dims();
+            let len: usize = out_dims.iter().product();
+            let init: Vec<f64> = (0..len)
+                .map(|n| if n % 3 == 0 { 0.0 } else { n as f64 })
+                .collect();
+            let init = tessera_compiler::oracle::DenseArray::new(out_dims.clone(), init).unwrap();
+            let mut inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
+            let fmt = case.format_of(&out);
+            inputs.push(
+                Tensor::from_entries(out_dims.clone(), fmt, common::dense_entries(&init)).unwrap(),
+            );
+            let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
+            let got = interp::run(&kernel, &refs, &out_dims).unwrap();
+            let want =
+                tessera_compiler::oracle::evaluate(&case.checked, &case.data, Some(&init)).unwrap();
+            common::assert_close(
+                &got.to_dense(),
+                &want.data,
+                &format!("{}\n{kernel}", case.describe()),
+            );
+            ran += 1;
+        }
+    }
+    assert!(ran > 60, "only {ran} accumulate cases lowered");
+}
