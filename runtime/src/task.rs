@@ -95,7 +95,9 @@ impl Issued {
     /// partitions and launch domain. Two tasks with the same token have the same analysis —
     /// the seam automatic tracing builds on. Stable across ranks running the same stream.
     pub(crate) fn token(&self, domain: &Domain, parts: &[Option<PartitionId>]) -> u64 {
-        let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+        // FxHasher has no per-process seed (unlike `RandomState`): every rank computes the
+        // same token for the same task.
+        let mut h = rustc_hash::FxHasher::default();
         self.name.hash(&mut h);
         for s in &self.scalars {
             match s {
@@ -113,21 +115,7 @@ impl Issued {
             p.hash(&mut h);
         }
         domain.hash(&mut h);
-        h.0
-    }
-}
-
-/// FNV-1a: a hasher whose output does not depend on the process (unlike `RandomState`).
-struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ *b as u64).wrapping_mul(0x100_0000_01b3);
-        }
+        h.finish()
     }
 }
 
