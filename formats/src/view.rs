@@ -337,6 +337,21 @@ pub(crate) fn validate_levels<I: Index>(
     levels: &[LevelView<'_, I>],
     vals_len: usize,
 ) -> Result<(), TensorError> {
+    validate_levels_with(dims, format, levels, vals_len, &mut || {})
+}
+
+/// Elements checked between calls of the `tick` of [`validate_levels_with`].
+pub(crate) const TICK_ELEMENTS: usize = 1 << 22;
+
+/// [`validate_levels`], calling `tick` every [`TICK_ELEMENTS`] elements (a mapped file uses
+/// it to release pages it has checked, keeping resident memory bounded).
+pub(crate) fn validate_levels_with<I: Index>(
+    dims: &[usize],
+    format: &Format,
+    levels: &[LevelView<'_, I>],
+    vals_len: usize,
+    tick: &mut dyn FnMut(),
+) -> Result<(), TensorError> {
     if levels.len() != format.rank() {
         return Err(TensorError::LevelCount {
             level_count: levels.len(),
@@ -379,7 +394,9 @@ pub(crate) fn validate_levels<I: Index>(
                     });
                 }
             }
-            LevelView::Compressed { pos, crd } => validate_compressed(k, pos, crd, parents, dim)?,
+            LevelView::Compressed { pos, crd } => {
+                validate_compressed(k, pos, crd, parents, dim, tick)?
+            }
         }
         parents = level.positions(parents).ok_or(TensorError::TooLarge)?;
     }
@@ -398,6 +415,7 @@ fn validate_compressed<I: Index>(
     crd: &[I],
     parents: usize,
     dim: usize,
+    tick: &mut dyn FnMut(),
 ) -> Result<(), TensorError> {
     let expected = parents.checked_add(1).ok_or(TensorError::TooLarge)?;
     if pos.len() != expected {
@@ -414,6 +432,9 @@ fn validate_compressed<I: Index>(
         });
     }
     for (at, w) in pos.windows(2).enumerate() {
+        if at % TICK_ELEMENTS == TICK_ELEMENTS - 1 {
+            tick();
+        }
         if w[0] > w[1] {
             let (prev, next) = (w[0].to_usize(), w[1].to_usize());
             return Err(TensorError::PosNotMonotone {
@@ -432,7 +453,12 @@ fn validate_compressed<I: Index>(
             got: crd.len(),
         });
     }
+    let mut next_tick = TICK_ELEMENTS;
     for w in pos.windows(2) {
+        if w[1].to_usize() >= next_tick {
+            tick();
+            next_tick = w[1].to_usize() + TICK_ELEMENTS;
+        }
         let seg = &crd[w[0].to_usize()..w[1].to_usize()];
         for (i, pair) in seg.windows(2).enumerate() {
             if pair[0] >= pair[1] {

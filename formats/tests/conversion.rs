@@ -372,8 +372,10 @@ fn messy_text(header: &'static str) -> impl Strategy<Value = String> {
         1 => Just("#".to_string()),
         1 => Just("nan".to_string()),
     ];
-    let line = proptest::collection::vec(token, 0..5).prop_map(|t| t.join(if t.len() % 2 == 0 { " " } else { "\t" }));
-    proptest::collection::vec(line, 0..12).prop_map(move |lines| format!("{header}{}\n", lines.join("\n")))
+    let line = proptest::collection::vec(token, 0..5)
+        .prop_map(|t| t.join(if t.len() % 2 == 0 { " " } else { "\t" }));
+    proptest::collection::vec(line, 0..12)
+        .prop_map(move |lines| format!("{header}{}\n", lines.join("\n")))
 }
 
 proptest! {

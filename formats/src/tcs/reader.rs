@@ -12,7 +12,10 @@ use crate::error::{Error, Result};
 use crate::format::{Format, LevelType};
 use crate::tensor::Tensor;
 use crate::value::{Index, Value, ValueType};
-use crate::view::{validate_levels, LevelView, TensorView};
+use crate::view::{validate_levels_with, LevelView, TensorView};
+
+/// Bytes checksummed between releases of mapped pages.
+const RELEASE_BYTES: usize = 32 << 20;
 
 /// A validated, memory-mapped `.tcs` file.
 pub struct TcsFile {
@@ -91,7 +94,7 @@ impl TcsFile {
             {
                 return Err(TcsError::Padding(at + i as u64));
             }
-            let computed = crc32fast::hash(self.array_bytes(a));
+            let computed = self.crc_releasing(a);
             if computed != a.crc32 {
                 return Err(TcsError::ArrayChecksum {
                     array: a.name(),
@@ -109,9 +112,34 @@ impl TcsFile {
         }
     }
 
+    /// CRC of one array, releasing checked pages as it goes.
+    fn crc_releasing(&self, a: &ArrayInfo) -> u32 {
+        let mut h = crc32fast::Hasher::new();
+        for piece in self.array_bytes(a).chunks(RELEASE_BYTES) {
+            h.update(piece);
+            self.release_pages();
+        }
+        h.finalize()
+    }
+
+    /// Drops the mapping's resident pages (they are read again from the page cache or the
+    /// file when next touched). Long sequential passes call this now and then so that the
+    /// process's resident memory stays bounded however large the file is.
+    pub fn release_pages(&self) {
+        // SAFETY: the map is a read-only shared file mapping: MADV_DONTNEED discards the
+        // process's page table entries only, and later accesses fault the same file contents
+        // back in, so every slice handed out stays valid and unchanged. Failure is harmless.
+        let _ = unsafe {
+            self.map
+                .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
+        };
+    }
+
     fn validate_typed<V: Value, I: Index>(&self) -> Result<(), TcsError> {
         let (levels, vals) = self.slices::<V, I>()?;
-        validate_levels(&self.dims, &self.format, &levels, vals.len())?;
+        let mut tick = || self.release_pages();
+        validate_levels_with(&self.dims, &self.format, &levels, vals.len(), &mut tick)?;
+        self.release_pages();
         for (k, (level, info)) in levels.iter().zip(&self.header.levels).enumerate() {
             let mode = self.header.modes[info.mode as usize];
             if let LevelView::Compressed { pos, crd } = level {
