@@ -4,7 +4,7 @@
 
 use crate::buffer::{Borrow, Buf};
 use crate::dtype::{DType, Element, ReduceOp, Scalar};
-use crate::launch::{Launched, PointOut};
+use crate::launch::{LaunchArg, Launched, PointOut};
 use crate::rect::{Rect, MAX_DIMS};
 use crate::task::{Privilege, ScalarArg};
 use std::ops::Range;
@@ -50,8 +50,20 @@ impl<'a> TaskContext<'a> {
 
     /// This point's sub-store of argument `arg`, in the store view's coordinates.
     pub fn rect(&self, arg: usize) -> Rect {
-        let a = &self.task.args[arg];
+        let a = self.arg(arg);
+        if a.privilege == Privilege::WriteUnbound {
+            panic!("argument {arg} is unbound: it has no sub-store until its pieces are emitted");
+        }
         a.rects[self.point].untranslate(a.view.lo())
+    }
+
+    fn arg(&self, arg: usize) -> &'a LaunchArg {
+        self.task.args.get(arg).unwrap_or_else(|| {
+            panic!(
+                "argument {arg} does not exist (the task has {})",
+                self.task.args.len()
+            )
+        })
     }
 
     /// Scalar argument `i` (scalars and futures, in the order they were added).
@@ -87,12 +99,7 @@ impl<'a> TaskContext<'a> {
     }
 
     fn check(&self, arg: usize, dtype: DType, ok: impl Fn(Privilege) -> bool, what: &str) {
-        let a = self.task.args.get(arg).unwrap_or_else(|| {
-            panic!(
-                "argument {arg} does not exist (the task has {})",
-                self.task.args.len()
-            )
-        });
+        let a = self.arg(arg);
         if !ok(a.privilege) {
             panic!(
                 "argument {arg} was passed with {:?}, which does not allow {what}",

@@ -103,3 +103,11 @@ fn stores_are_freed_once_handles_and_tasks_are_gone() {
         "finished tasks must not keep the store alive"
     );
 }
+
+#[test]
+fn handles_can_be_shared_across_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Runtime>();
+    send_sync::<Store>();
+    send_sync::<crate::Future>();
+}
