@@ -14,12 +14,20 @@ use std::fmt;
 use tessera_formats::Format;
 
 /// One tensor of a statement: its name, the format the kernel expects (format text as
-/// `Format::parse` reads it) and the index variable of each mode.
+/// `Format::parse` reads it) and, for each of its uses, the index variable of each mode (a
+/// tensor may be used twice with different variables, as in `A(i,k) * A(k,j)`).
 #[derive(Clone, Copy, Debug)]
 pub struct Operand<'a> {
     pub name: &'a str,
     pub format: &'a str,
-    pub vars: &'a [&'a str],
+    pub uses: &'a [&'a [&'a str]],
+}
+
+impl Operand<'_> {
+    /// The number of modes (every use has the same number; the checker ensures it).
+    pub fn rank(&self) -> usize {
+        self.uses.first().map_or(0, |u| u.len())
+    }
 }
 
 /// What a kernel needs of its arguments.
@@ -117,14 +125,15 @@ impl Signature<'_> {
         let mut seen: Vec<(&str, usize, &str, usize)> = Vec::new();
         for (op, (dims, format)) in self.inputs.iter().zip(inputs) {
             check_operand(op, dims, Some(format))?;
-            for (mode, (var, &dim)) in op.vars.iter().zip(dims.iter()).enumerate() {
-                agree(&mut seen, var, dim, op.name, mode)?;
+            for vars in op.uses {
+                for (mode, (var, &dim)) in vars.iter().zip(dims.iter()).enumerate() {
+                    agree(&mut seen, var, dim, op.name, mode)?;
+                }
             }
         }
         // The checker guarantees every output variable indexes an input.
-        Ok(self
-            .output
-            .vars
+        let out_vars = self.output.uses.first().copied().unwrap_or(&[]);
+        Ok(out_vars
             .iter()
             .map(|v| seen.iter().find(|s| s.0 == *v).map_or(0, |s| s.1))
             .collect())
@@ -142,7 +151,7 @@ impl Signature<'_> {
         for (mode, (&d, &e)) in dims.iter().zip(expected).enumerate() {
             if d != e {
                 return Err(BindError::Dim {
-                    var: self.output.vars[mode].to_string(),
+                    var: self.output.uses[0][mode].to_string(),
                     tensor: self.output.name.to_string(),
                     mode,
                     dim: d,
@@ -161,15 +170,15 @@ fn check_operand(
     dims: &[usize],
     format: Option<&Format>,
 ) -> Result<(), BindError> {
-    if dims.len() != op.vars.len() {
+    if dims.len() != op.rank() {
         return Err(BindError::Rank {
             tensor: op.name.to_string(),
-            expected: op.vars.len(),
+            expected: op.rank(),
             found: dims.len(),
         });
     }
     if let Some(found) = format {
-        let matches = Format::parse(op.format, op.vars.len()).is_ok_and(|want| want == *found);
+        let matches = Format::parse(op.format, op.rank()).is_ok_and(|want| want == *found);
         if !matches {
             return Err(BindError::Format {
                 tensor: op.name.to_string(),

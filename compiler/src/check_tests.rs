@@ -215,11 +215,11 @@ proptest! {
         let dense = Format::dense(3);
         let (f2, f1) = (Format::dense(2), Format::dense(1));
         let sig = crate::bind::Signature {
-            output: crate::bind::Operand { name: "C", format: "dd", vars: &["i", "k"] },
+            output: crate::bind::Operand { name: "C", format: "dd", uses: &[&["i", "k"]] },
             inputs: &[
-                crate::bind::Operand { name: "A", format: "ddd", vars: &["i", "j", "l"] },
-                crate::bind::Operand { name: "B", format: "dd", vars: &["l", "k"] },
-                crate::bind::Operand { name: "x", format: "d", vars: &["j"] },
+                crate::bind::Operand { name: "A", format: "ddd", uses: &[&["i", "j", "l"]] },
+                crate::bind::Operand { name: "B", format: "dd", uses: &[&["l", "k"]] },
+                crate::bind::Operand { name: "x", format: "d", uses: &[&["j"]] },
             ],
         };
         let xd = [x];
@@ -240,18 +240,18 @@ fn bind_names_tensor_mode_and_both_dims() {
         output: crate::bind::Operand {
             name: "y",
             format: "d",
-            vars: &["i"],
+            uses: &[&["i"]],
         },
         inputs: &[
             crate::bind::Operand {
                 name: "A",
                 format: "ds",
-                vars: &["i", "j"],
+                uses: &[&["i", "j"]],
             },
             crate::bind::Operand {
                 name: "x",
                 format: "d",
-                vars: &["j"],
+                uses: &[&["j"]],
             },
         ],
     };
@@ -272,4 +272,28 @@ fn bind_names_tensor_mode_and_both_dims() {
     let e = sig.bind(&[(&[3], &v), (&[4], &v)]).unwrap_err();
     assert!(e.to_string().contains("`A` has 1 modes"), "{e}");
     assert_eq!(sig.bind(&[(&[3, 4], &csr), (&[4], &v)]).unwrap(), vec![3]);
+}
+
+#[test]
+fn bind_checks_every_use_of_a_tensor() {
+    // C(i,j) = A(i,k) * A(k,j): A's two uses tie both of its modes to k.
+    let sig = crate::bind::Signature {
+        output: crate::bind::Operand {
+            name: "C",
+            format: "ds",
+            uses: &[&["i", "j"]],
+        },
+        inputs: &[crate::bind::Operand {
+            name: "A",
+            format: "ds",
+            uses: &[&["i", "k"], &["k", "j"]],
+        }],
+    };
+    let csr = Format::parse("csr", 2).unwrap();
+    assert_eq!(sig.bind(&[(&[3, 3], &csr)]).unwrap(), vec![3, 3]);
+    let e = sig.bind(&[(&[3, 4], &csr)]).unwrap_err();
+    assert!(
+        matches!(&e, crate::bind::BindError::Dim { var, .. } if var == "k"),
+        "{e}"
+    );
 }

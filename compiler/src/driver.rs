@@ -109,17 +109,23 @@ pub fn signature_source(c: &Checked, kernel_inputs: &[&str], bind: &str) -> Stri
         let info = c
             .tensor(name)
             .expect("kernel inputs are tensors of the statement");
-        let access = c.uses(name).into_iter().next().expect("a tensor is used");
-        let vars: Vec<String> = access
-            .indices
+        let uses: Vec<String> = c
+            .uses(name)
             .iter()
-            .map(|i| format!("{:?}", i.name))
+            .map(|access| {
+                let vars: Vec<String> = access
+                    .indices
+                    .iter()
+                    .map(|i| format!("{:?}", i.name))
+                    .collect();
+                format!("&[{}]", vars.join(", "))
+            })
             .collect();
         format!(
-            "{bind}::Operand {{ name: {:?}, format: {:?}, vars: &[{}] }}",
+            "{bind}::Operand {{ name: {:?}, format: {:?}, uses: &[{}] }}",
             name,
             info.format.to_string(),
-            vars.join(", ")
+            uses.join(", ")
         )
     };
     let mut s = format!("{bind}::Signature {{\n    output: ");

@@ -58,6 +58,10 @@ proptest! {
         let C = tensor!(C(i,j) = A(i,k) * B(k,j); A: csr; B: csr; C: csr).unwrap();
         prop_assert_eq!(C.format(), &fmt("csr", 2));
         assert_close(&dense(&C), &oracle("C(i,j) = A(i,k) * B(k,j)", &[("A", &A), ("B", &B)]), "spgemm");
+        // The same tensor twice, with different index variables.
+        let S = random_tensor(&mut rng, &[d[0], d[0]], &fmt("csr", 2), density);
+        let SS = tensor!(C(i,j) = S(i,k) * S(k,j); S: csr; C: csr).unwrap();
+        assert_close(&dense(&SS), &oracle("C(i,j) = S(i,k) * S(k,j)", &[("S", &S)]), "square");
     }
 
     #[test]

@@ -103,7 +103,7 @@ fn run() -> Result<(), Box<dyn Error>> {
         println!("{}", usage());
         return Ok(());
     };
-    let out_format = Format::parse(SIGNATURE.output.format, SIGNATURE.output.vars.len())?;
+    let out_format = Format::parse(SIGNATURE.output.format, SIGNATURE.output.rank())?;
     io::check_output_path(&args.output, &out_format)?;
     let start = Instant::now();
     let mut tensors: Vec<Tensor<V, I>> = Vec::with_capacity(SIGNATURE.inputs.len());
@@ -113,7 +113,7 @@ fn run() -> Result<(), Box<dyn Error>> {
             .iter()
             .find(|(n, _)| n == op.name)
             .ok_or_else(|| format!("missing `-i {}=PATH` (an input of `{STATEMENT}`)", op.name))?;
-        let format = Format::parse(op.format, op.vars.len())?;
+        let format = Format::parse(op.format, op.rank())?;
         let t = io::read(path, &format).map_err(|e| {
             if e.to_string().contains("64-bit coordinates") {
                 format!("{e}\n  note: compile with `--wide-index` for 64-bit coordinates")
