@@ -42,7 +42,6 @@ pub use context::{ReadView, ReduceView, TaskContext, WriteView};
 pub use dtype::{DType, Element, PosRange, ReduceOp, Scalar};
 pub use error::{Result, RuntimeError};
 pub use future::Future;
-pub use partition::Domain;
 pub use rect::{Rect, MAX_DIMS};
 pub use runtime::{Runtime, RuntimeBuilder};
 pub use stats::Stats;

@@ -35,10 +35,6 @@ impl Domain {
         self.rect.volume()
     }
 
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
     /// The n-d point of linear (row-major) index `i`.
     pub fn point(&self, mut i: usize) -> [usize; MAX_DIMS] {
         let mut p = [0; MAX_DIMS];
