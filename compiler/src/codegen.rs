@@ -809,7 +809,8 @@ impl Gen<'_> {
                         wanted.next();
                     }
                 }
-                jobs.into_par_iter().for_each(|(q, #var, out_row)| {
+                let grain = (4096 / row.max(1)).max(1);
+                jobs.into_par_iter().with_min_len(grain).for_each(|(q, #var, out_row)| {
                     let out_base = #var * row;
                     #bind
                     #label: { #visit }
@@ -838,7 +839,9 @@ impl Gen<'_> {
                 if #dim > 0 && !out_vals.is_empty() {
                     use ::rayon::prelude::*;
                     let row = out_vals.len() / #dim;
-                    out_vals.par_chunks_mut(row).enumerate().for_each(|(#var, out_row)| {
+                    // Enough rows per task that scheduling stays negligible beside the work.
+                    let grain = (4096 / row.max(1)).max(1);
+                    out_vals.par_chunks_mut(row).enumerate().with_min_len(grain).for_each(|(#var, out_row)| {
                         let out_base = #var * row;
                         #label: { #visit }
                     });

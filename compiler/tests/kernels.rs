@@ -216,6 +216,29 @@ fn classic_plans() {
     .lower()
     .unwrap();
     assert_eq!(k.nests[0].assembly, tessera_compiler::ir::Assembly::InOrder);
+    // Co-iteration: addition unites the two rows, multiplication intersects them.
+    use tessera_compiler::ir::{Domain, Formula};
+    assert_eq!(
+        k.nests[0].loops[1].domain,
+        Domain::Merge(Formula::Any(vec![Formula::Iter(0), Formula::Iter(1)]))
+    );
+    let k = Case::fixed(
+        "C(i,j) = A(i,j) * B(i,j)",
+        &[("A", "csr"), ("B", "csr")],
+        &[],
+        0,
+    )
+    .lower()
+    .unwrap();
+    assert_eq!(
+        k.nests[0].loops[1].domain,
+        Domain::Merge(Formula::All(vec![Formula::Iter(0), Formula::Iter(1)]))
+    );
+    // exp(0) = 1: a sparse operand under exp does not restrict the loop.
+    let k = Case::fixed("y(i) = exp(x(i))", &[("x", "s")], &[], 0)
+        .lower()
+        .unwrap();
+    assert_eq!(k.nests[0].loops[0].domain, Domain::Universe);
 }
 
 /// Impossible orders are rejected with the operand to re-store, and following the hint works.
