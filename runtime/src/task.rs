@@ -220,7 +220,8 @@ impl<'rt> TaskLauncher<'rt> {
     }
 
     /// Issues the task and returns a future of the points' results
-    /// ([`TaskContext::set_result`]) folded with `op` in point order.
+    /// ([`TaskContext::set_result`]) folded with `op` in point order (the operator's `f64`
+    /// identity when no point sets one).
     pub fn submit_reduce(self, op: ReduceOp) -> Result<Future> {
         self.rt
             .issue(self, Some(op))
