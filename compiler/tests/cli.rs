@@ -301,3 +301,148 @@ fn statement_errors_are_rendered_with_the_argument_and_span() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("pub fn kernel<"), "{text}");
 }
+
+/// The kernel catalogue through `tessera run` on files, against the oracle. Builds
+/// one program per statement (minutes on two cores), so it is not part of the default run:
+/// `cargo test -p tessera-compiler --test cli -- --ignored`.
+#[test]
+#[ignore]
+fn catalogue_through_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    // (statement, formats, input dimensions)
+    let catalogue: &[(&str, &[&str], &[(&str, &[usize])])] = &[
+        (
+            "y(i) = A(i,j) * x(j)",
+            &["A:csr"],
+            &[("A", &[7, 5]), ("x", &[5])],
+        ),
+        (
+            "y(j) = A(i,j) * x(i)",
+            &["A:csr"],
+            &[("A", &[7, 5]), ("x", &[7])],
+        ),
+        (
+            "y(j) = A(i,j) * x(i)",
+            &["A:csc"],
+            &[("A", &[7, 5]), ("x", &[7])],
+        ),
+        (
+            "y(i) = A(j,i) * x(j)",
+            &["A:csc"],
+            &[("A", &[5, 7]), ("x", &[5])],
+        ),
+        (
+            "y(i) = A(i,j) * x(j) + z(i)",
+            &["A:csr"],
+            &[("A", &[6, 4]), ("x", &[4]), ("z", &[6])],
+        ),
+        (
+            "C(i,k) = A(i,j) * B(j,k)",
+            &["A:csr"],
+            &[("A", &[5, 6]), ("B", &[6, 3])],
+        ),
+        (
+            "C(i,j) = A(i,k) * B(k,j)",
+            &["A:csr", "B:csr", "C:csr"],
+            &[("A", &[5, 6]), ("B", &[6, 4])],
+        ),
+        (
+            "C(i,j) = A(i,k) * A(k,j)",
+            &["A:csr", "C:csr"],
+            &[("A", &[6, 6])],
+        ),
+        (
+            "A(i,j) = B(i,j) * C(i,k) * D(k,j)",
+            &["B:csr", "A:csr"],
+            &[("B", &[5, 4]), ("C", &[5, 3]), ("D", &[3, 4])],
+        ),
+        (
+            "C(i,j) = A(i,j) + B(i,j)",
+            &["A:csr", "B:dcsr", "C:dcsr"],
+            &[("A", &[5, 4]), ("B", &[5, 4])],
+        ),
+        (
+            "C(i,j) = A(i,j) - B(i,j)",
+            &["A:csr", "B:csr", "C:csr"],
+            &[("A", &[5, 4]), ("B", &[5, 4])],
+        ),
+        (
+            "C(i,j) = A(i,j) * B(i,j)",
+            &["A:csr", "B:dcsr", "C:csr"],
+            &[("A", &[5, 4]), ("B", &[5, 4])],
+        ),
+        ("a = b(i) * c(i)", &["b:s"], &[("b", &[9]), ("c", &[9])]),
+        ("a = B(i,j,k) * B(i,j,k)", &["B:sss"], &[("B", &[3, 4, 5])]),
+        (
+            "A(i,j) = B(i,j,k) * c(k)",
+            &["B:sss"],
+            &[("B", &[3, 4, 5]), ("c", &[5])],
+        ),
+        (
+            "A(i,j,k) = B(i,j,l) * C(k,l)",
+            &["B:sss", "A:sss"],
+            &[("B", &[3, 4, 5]), ("C", &[2, 5])],
+        ),
+        (
+            "A(i,j) = B(i,k,l) * C(k,j) * D(l,j)",
+            &["B:sss"],
+            &[("B", &[3, 4, 5]), ("C", &[4, 2]), ("D", &[5, 2])],
+        ),
+        (
+            "A(i,j) = B(i,k,l,m) * C(k,j) * D(l,j) * E(m,j)",
+            &["B:ssss"],
+            &[
+                ("B", &[3, 2, 3, 2]),
+                ("C", &[2, 2]),
+                ("D", &[3, 2]),
+                ("E", &[2, 2]),
+            ],
+        ),
+        (
+            "R(i,j,k,l,m) = S(i,j,k,l,m) * T(i,j,k,l,m)",
+            &["S:sssss", "R:sssss"],
+            &[("S", &[2, 3, 2, 2, 3]), ("T", &[2, 3, 2, 2, 3])],
+        ),
+        (
+            "y(i) = exp(x(i)) + sqrt(abs(z(i))) - log(abs(w(i)) + 1) / 2",
+            &[],
+            &[("x", &[6]), ("z", &[6]), ("w", &[6])],
+        ),
+    ];
+    for (n, (statement, formats, inputs)) in catalogue.iter().enumerate() {
+        let mut tensors = Vec::new();
+        let mut cmd = tessera();
+        cmd.args(["run", statement]);
+        for f in formats.iter() {
+            cmd.args(["-f", f]);
+        }
+        for (k, (name, dims)) in inputs.iter().enumerate() {
+            let t = tensor(dims, n * 7 + k);
+            let path = dir.path().join(format!("{n}_{name}.tns"));
+            let mut w = TnsWriter::create(&path).unwrap();
+            let d: Vec<String> = dims.iter().map(|x| x.to_string()).collect();
+            w.write_comment(&format!("dims {}", d.join(" "))).unwrap();
+            for (c, v) in t.entries() {
+                w.write_entry(&c.iter().map(|&x| x as u64).collect::<Vec<_>>(), v)
+                    .unwrap();
+            }
+            w.finish().unwrap();
+            cmd.args(["-i", &arg(name, &path)]);
+            tensors.push((*name, t));
+        }
+        let out = dir.path().join(format!("{n}_out.tns"));
+        cmd.args(["-o", &out.display().to_string()]);
+        ok(cmd.output().unwrap(), statement);
+        let named: Vec<(&str, &Tensor<f64>)> = tensors.iter().map(|(n, t)| (*n, t)).collect();
+        let want = oracle(statement, &named);
+        let got = read_dense(&out, &want.dims);
+        for (g, w) in got.data.iter().zip(&want.data) {
+            assert!(
+                (g - w).abs() <= 1e-9 * (1.0 + w.abs()),
+                "{statement}: got {:?}, want {:?}",
+                got.data,
+                want.data
+            );
+        }
+    }
+}
