@@ -26,6 +26,11 @@ impl Domain {
         self.rect.dim()
     }
 
+    /// Extent of launch dimension `k`.
+    pub fn extent(&self, k: usize) -> usize {
+        self.rect.extent(k)
+    }
+
     pub fn extents(&self) -> Vec<usize> {
         self.rect.shape()
     }
@@ -119,7 +124,7 @@ impl Partition {
                 // Disjoint when every launch dimension with more than one point splits some
                 // store dimension: then distinct points get distinct tiles.
                 (0..domain.dim()).all(|k| {
-                    domain.extents()[k] == 1 || (0..bounds.dim()).any(|d| proj[d] == Some(k as u8))
+                    domain.extent(k) == 1 || (0..bounds.dim()).any(|d| proj[d] == Some(k as u8))
                 })
             }
             Partition::Image { .. } => false,

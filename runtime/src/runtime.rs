@@ -63,7 +63,7 @@ pub struct RuntimeBuilder {
     threads: usize,
     min_piece: usize,
     window: usize,
-    max_pending: usize,
+    max_pending: Option<usize>,
 }
 
 impl Default for RuntimeBuilder {
@@ -73,7 +73,7 @@ impl Default for RuntimeBuilder {
             threads,
             min_piece: 1024,
             window: 1,
-            max_pending: 256,
+            max_pending: None,
         }
     }
 }
@@ -98,11 +98,13 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Point tasks that may be issued and not yet run before `submit` waits (default 256).
+    /// Point tasks that may be issued and not yet run before `submit` waits (default 32 per
+    /// thread, between 64 and 1024: enough lookahead to keep the workers fed, short enough that
+    /// the dependence lists the analysis scans stay short).
     /// Bounds memory and the dependence lists when the application issues faster than the
     /// workers run. (A task body must not wait for something the issuing thread does later.)
     pub fn max_pending(mut self, n: usize) -> Self {
-        self.max_pending = n.max(1);
+        self.max_pending = Some(n.max(1));
         self
     }
 
@@ -125,7 +127,9 @@ impl RuntimeBuilder {
                 history: Default::default(),
             }),
             next_store: AtomicU64::new(0),
-            max_pending: self.max_pending,
+            max_pending: self
+                .max_pending
+                .unwrap_or((32 * self.threads).clamp(64, 1024)),
         };
         let rt = Runtime {
             inner: Arc::new(inner),

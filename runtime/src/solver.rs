@@ -409,7 +409,7 @@ fn new_tiling(
     let mut proj = [None; MAX_DIMS];
     let free = (0..shape.len()).filter(|&d| !broadcast[d]);
     for (k, d) in free.zip(0..domain.dim()).map(|(d, k)| (k, d)) {
-        let parts = domain.extents()[k];
+        let parts = domain.extent(k);
         proj[d] = Some(k as u8);
         tile[d] = shape[d].div_ceil(parts).max(1);
     }
