@@ -15,6 +15,7 @@
 
 use super::codec::{Reader, Writer};
 use super::IoError;
+use tessera_formats::Index;
 
 /// Per level: `Some((size, offset))` for a dense level, `None` for a compressed one.
 pub(crate) type Shape = Vec<Option<(usize, usize)>>;
@@ -188,17 +189,17 @@ fn node_path(shape: &Shape, coords: &[usize], counters: &[u64]) -> Vec<u64> {
 /// entries from `pos_start` and the `crd` entries from `crd_start`; the `vals` from
 /// `val_start` (zeros of dense levels included).
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Piece<V> {
+pub(crate) struct Piece<V, I> {
     pub pos_start: Vec<u64>,
-    pub pos: Vec<Vec<u64>>,
+    pub pos: Vec<Vec<I>>,
     pub crd_start: Vec<u64>,
-    pub crd: Vec<Vec<u64>>,
+    pub crd: Vec<Vec<I>>,
     pub val_start: u64,
     pub vals: Vec<V>,
 }
 
 /// Pass two: appends the entries of one piece to its segments, at final positions.
-pub(crate) struct PieceBuilder<'s, V> {
+pub(crate) struct PieceBuilder<'s, V, I> {
     shape: &'s Shape,
     path: Vec<u64>,
     counters: Vec<u64>,
@@ -206,10 +207,12 @@ pub(crate) struct PieceBuilder<'s, V> {
     next_val: u64,
     last: Option<Vec<usize>>,
     shared: usize,
-    piece: Piece<V>,
+    piece: Piece<V, I>,
 }
 
-impl<'s, V: Copy + Default> PieceBuilder<'s, V> {
+/// Segments hold the tensor's own index type: every position and coordinate they store is
+/// at most a length or coordinate of the input, which fits it.
+impl<'s, V: Copy + Default, I: Index> PieceBuilder<'s, V, I> {
     /// A builder starting at `start`; `header` (this rank's partial header of the piece)
     /// sizes the segments up front.
     pub fn with_header(shape: &'s Shape, start: &PieceStart, header: &PartialHeader) -> Self {
@@ -271,10 +274,10 @@ impl<'s, V: Copy + Default> PieceBuilder<'s, V> {
                 None => {
                     // pos[q] for every parent q up to this node's parent: the nodes before it.
                     while self.next_pos[k] <= parent {
-                        self.piece.pos[k].push(self.counters[k]);
+                        self.piece.pos[k].push(I::from_usize(self.counters[k] as usize));
                         self.next_pos[k] += 1;
                     }
-                    self.piece.crd[k].push(coords[k] as u64);
+                    self.piece.crd[k].push(I::from_usize(coords[k]));
                     self.counters[k] += 1;
                     self.counters[k] - 1
                 }
@@ -293,19 +296,36 @@ impl<'s, V: Copy + Default> PieceBuilder<'s, V> {
         }
     }
 
-    pub fn finish(self) -> Piece<V> {
+    pub fn finish(self) -> Piece<V, I> {
         self.piece
     }
 }
 
-impl<V: bytemuck::Pod> Piece<V> {
+impl<V: bytemuck::Pod, I: Index> Piece<V, I> {
+    /// Bytes [`Piece::write`] appends.
+    pub fn encoded_len(&self) -> usize {
+        let arrays: usize = self
+            .pos
+            .iter()
+            .chain(&self.crd)
+            .map(|a| 8 + a.len() * std::mem::size_of::<I>())
+            .sum();
+        8 + 8 * self.pos_start.len()
+            + 8
+            + 8 * self.crd_start.len()
+            + 8
+            + arrays
+            + 8
+            + self.vals.len() * std::mem::size_of::<V>()
+    }
+
     pub fn write(&self, w: &mut Writer) {
         w.u64s(&self.pos_start);
         w.u64s(&self.crd_start);
         w.u64(self.val_start);
         for k in 0..self.pos.len() {
-            w.u64s(&self.pos[k]);
-            w.u64s(&self.crd[k]);
+            w.pods(&self.pos[k]);
+            w.pods(&self.crd[k]);
         }
         w.pods(&self.vals);
     }
@@ -320,8 +340,8 @@ impl<V: bytemuck::Pod> Piece<V> {
         let mut pos = Vec::with_capacity(rank);
         let mut crd = Vec::with_capacity(rank);
         for _ in 0..rank {
-            pos.push(r.u64s()?);
-            crd.push(r.u64s()?);
+            pos.push(r.pods()?);
+            crd.push(r.pods()?);
         }
         Ok(Piece {
             pos_start,
@@ -345,13 +365,13 @@ fn append_vec<T>(v: &mut Vec<T>, mut more: Vec<T>) {
 }
 
 /// The arrays of a whole tensor, joined from pieces in rank order.
-pub(crate) struct Assembly<V> {
-    pub pos: Vec<Vec<u64>>,
-    pub crd: Vec<Vec<u64>>,
+pub(crate) struct Assembly<V, I> {
+    pub pos: Vec<Vec<I>>,
+    pub crd: Vec<Vec<I>>,
     pub vals: Vec<V>,
 }
 
-impl<V: Copy + Default> Assembly<V> {
+impl<V: Copy + Default, I: Index> Assembly<V, I> {
     pub fn new(rank: usize) -> Self {
         Assembly {
             pos: vec![Vec::new(); rank],
@@ -361,7 +381,7 @@ impl<V: Copy + Default> Assembly<V> {
     }
 
     /// Appends the next piece; its segments must start where the arrays end.
-    pub fn append(&mut self, piece: Piece<V>) -> Result<(), IoError> {
+    pub fn append(&mut self, piece: Piece<V, I>) -> Result<(), IoError> {
         let gap = |what: &str, k: usize, at: u64, len: usize| {
             IoError::Internal(format!(
                 "{what} of level {k}: piece starts at {at} but the array holds {len}"
@@ -391,7 +411,13 @@ impl<V: Copy + Default> Assembly<V> {
             if level.is_none() {
                 let len = totals.parents(k) + 1;
                 let len = usize::try_from(len).map_err(|_| IoError::TooLarge)?;
-                self.pos[k].resize(len, totals.positions[k]);
+                let last = I::try_from_usize(totals.positions[k] as usize).ok_or(
+                    IoError::IndexOverflow {
+                        value: totals.positions[k],
+                        bits: I::BITS,
+                    },
+                )?;
+                self.pos[k].resize(len, last);
                 if self.crd[k].len() as u64 != totals.positions[k] {
                     return Err(IoError::Internal(format!(
                         "level {k}: {} crd entries assembled, header says {}",

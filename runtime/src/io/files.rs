@@ -236,7 +236,7 @@ fn merge_typed<C: Communicator + ?Sized, V: Value, I: Index>(
 }
 
 /// The header of the merged tensor, laid out by the formats crate.
-fn merged_header<V: Value, I: Index>(merged: &Merged<V>) -> Result<TcsHeader, IoError> {
+fn merged_header<V: Value, I: Index>(merged: &Merged<V, I>) -> Result<TcsHeader, IoError> {
     let modes = merged
         .dims
         .iter()
@@ -278,7 +278,7 @@ struct Written {
 /// Step 5, write-out: every rank writes its piece at its offsets; rank 0 finishes the file.
 fn write_merged<C: Communicator + ?Sized, V: Value, I: Index>(
     comm: &C,
-    merged: &Merged<V>,
+    merged: &Merged<V, I>,
     output: &Path,
     progress: &dyn Progress,
 ) -> Result<Summary, IoError> {
@@ -298,7 +298,7 @@ fn write_merged<C: Communicator + ?Sized, V: Value, I: Index>(
     let names = comm.all_gather(temp.to_string_lossy().as_bytes())?;
     let temp = PathBuf::from(String::from_utf8_lossy(&names[0]).into_owned());
     progress.start("merge: write", header.file_len);
-    let segs = agreed(comm, segments::<V, I>(&header, merged))?;
+    let segs = segments::<V, I>(&header, merged);
     // Where the tails start: the end of the last nonempty segment of each array.
     let ends: Vec<u64> = segs
         .iter()
@@ -369,37 +369,29 @@ fn temp_path(output: &Path) -> PathBuf {
     output.with_file_name(format!(".{name}.merge-{}.tmp", std::process::id()))
 }
 
-/// This rank's segment of each array as (first element, elements, bytes), in header order.
-fn segments<V: Value, I: Index>(
+/// This rank's segment of each array as (first element, bytes), in header order, borrowed
+/// from its piece.
+fn segments<'m, V: Value, I: Index>(
     header: &TcsHeader,
-    merged: &Merged<V>,
-) -> Result<Vec<(u64, Vec<u8>)>, IoError> {
+    merged: &'m Merged<V, I>,
+) -> Vec<(u64, &'m [u8])> {
     let piece = &merged.piece;
-    let narrow = |xs: &[u64]| -> Result<Vec<u8>, IoError> {
-        let out: Vec<I> = xs
-            .iter()
-            .map(|&x| {
-                I::try_from_usize(x as usize).ok_or(IoError::IndexOverflow {
-                    value: x,
-                    bits: I::BITS,
-                })
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(bytemuck::cast_slice(&out).to_vec())
-    };
     header
         .arrays
         .iter()
         .map(|a| {
             let k = a.level as usize;
-            Ok(match a.kind {
-                ArrayKind::Pos => (piece.pos_start[k], narrow(&piece.pos[k])?),
-                ArrayKind::Crd => (piece.crd_start[k], narrow(&piece.crd[k])?),
-                ArrayKind::Vals => (
-                    piece.val_start,
-                    bytemuck::cast_slice::<V, u8>(&piece.vals).to_vec(),
+            match a.kind {
+                ArrayKind::Pos => (
+                    piece.pos_start[k],
+                    bytemuck::cast_slice::<I, u8>(&piece.pos[k]),
                 ),
-            })
+                ArrayKind::Crd => (
+                    piece.crd_start[k],
+                    bytemuck::cast_slice::<I, u8>(&piece.crd[k]),
+                ),
+                ArrayKind::Vals => (piece.val_start, bytemuck::cast_slice::<V, u8>(&piece.vals)),
+            }
         })
         .collect()
 }
@@ -419,8 +411,8 @@ fn elem_size<V: Value, I: Index>(kind: ArrayKind) -> u64 {
 fn write_piece<V: Value, I: Index>(
     temp: &Path,
     header: &TcsHeader,
-    merged: &Merged<V>,
-    segs: Vec<(u64, Vec<u8>)>,
+    merged: &Merged<V, I>,
+    segs: Vec<(u64, &[u8])>,
     tail_start: Option<&[u64]>,
 ) -> Result<Vec<Written>, IoError> {
     let file = OpenOptions::new()
@@ -428,45 +420,66 @@ fn write_piece<V: Value, I: Index>(
         .open(temp)
         .map_err(|e| io_err(temp, e))?;
     let mut out = Vec::with_capacity(header.arrays.len());
-    for (i, (a, (start, mut bytes))) in header.arrays.iter().zip(segs).enumerate() {
+    for (i, (a, (start, bytes))) in header.arrays.iter().zip(segs).enumerate() {
         let elem = elem_size::<V, I>(a.kind);
         let mut start = if bytes.is_empty() { 0 } else { start };
+        let mut crc = crc32fast::Hasher::new();
+        if !bytes.is_empty() {
+            file.write_all_at(bytes, a.offset + start * elem)
+                .map_err(|e| io_err(temp, e))?;
+            crc.update(bytes);
+        }
+        let mut len = bytes.len() as u64 / elem;
         if let Some(tails) = tail_start {
-            let total = a.len / elem;
             if bytes.is_empty() {
                 start = tails[i];
             }
-            let fill: Vec<u8> = match a.kind {
-                ArrayKind::Pos => {
-                    let last = merged.totals.positions[a.level as usize];
-                    let v = I::try_from_usize(last as usize).ok_or(IoError::IndexOverflow {
-                        value: last,
-                        bits: I::BITS,
-                    })?;
-                    bytemuck::bytes_of(&v).to_vec()
-                }
-                _ => vec![0u8; elem as usize],
-            };
-            let missing = total.saturating_sub(tails[i]) as usize;
-            bytes.reserve(missing * fill.len());
-            for _ in 0..missing {
-                bytes.extend_from_slice(&fill);
+            let tail = tail_bytes::<V, I>(a, merged, tails[i])?;
+            if !tail.is_empty() {
+                file.write_all_at(&tail, a.offset + tails[i] * elem)
+                    .map_err(|e| io_err(temp, e))?;
+                crc.update(&tail);
+                len += tail.len() as u64 / elem;
             }
-        }
-        let len = bytes.len() as u64 / elem;
-        if len > 0 {
-            file.write_all_at(&bytes, a.offset + start * elem)
-                .map_err(|e| io_err(temp, e))?;
         }
         out.push(Written {
             start,
             len,
-            crc: crc32fast::hash(&bytes),
-            bytes: bytes.len() as u64,
+            crc: crc.clone().finalize(),
+            bytes: crc.total_len(),
         });
     }
     file.sync_all().map_err(|e| io_err(temp, e))?;
     Ok(out)
+}
+
+/// An array's tail from element `from` to its end: the final count repeated in `pos`
+/// (up to the sentinel), zeros in `vals` (trailing dense positions); `crd` has none.
+fn tail_bytes<V: Value, I: Index>(
+    a: &tessera_formats::tcs::ArrayInfo,
+    merged: &Merged<V, I>,
+    from: u64,
+) -> Result<Vec<u8>, IoError> {
+    let elem = elem_size::<V, I>(a.kind);
+    let missing = (a.len / elem).saturating_sub(from) as usize;
+    Ok(match a.kind {
+        ArrayKind::Pos => {
+            let last = merged.totals.positions[a.level as usize];
+            let v = I::try_from_usize(last as usize).ok_or(IoError::IndexOverflow {
+                value: last,
+                bits: I::BITS,
+            })?;
+            bytemuck::cast_slice(&vec![v; missing]).to_vec()
+        }
+        ArrayKind::Vals => vec![0u8; missing * elem as usize],
+        ArrayKind::Crd if missing == 0 => Vec::new(),
+        ArrayKind::Crd => {
+            return Err(IoError::Internal(format!(
+                "{}: {missing} coordinates were never written",
+                a.name()
+            )))
+        }
+    })
 }
 
 /// Rank 0: checks that the segments tile every array, combines checksums, writes the header

@@ -102,7 +102,7 @@ where
     // 3. Block pieces at final positions.
     progress.start("load: pieces", (end - start) as u64);
     walker.restart();
-    let mut builders: BTreeMap<usize, PieceBuilder<'_, V>> = starts_of
+    let mut builders: BTreeMap<usize, PieceBuilder<'_, V, I>> = starts_of
         .iter()
         .filter(|(k, _)| headers.contains_key(k))
         .map(|(k, (s, shape))| (*k, PieceBuilder::with_header(shape, s, &headers[k])))
@@ -116,12 +116,28 @@ where
 
     // 4. Pieces to owners; owners concatenate them in rank order.
     progress.start("load: exchange", 0);
-    let mut outgoing: Vec<Writer> = (0..n).map(|_| Writer::default()).collect();
-    for (key, b) in builders {
-        let w = &mut outgoing[BlockGrid::owner(key, n)];
-        w.u64(key as u64);
-        b.finish().write(w);
+    // Pieces of blocks this rank owns stay here, unencoded.
+    let mut local: Vec<(usize, Piece<V, I>)> = Vec::new();
+    let mut sizes = vec![0usize; n];
+    let pieces: Vec<(usize, Piece<V, I>)> =
+        builders.into_iter().map(|(k, b)| (k, b.finish())).collect();
+    for (key, p) in &pieces {
+        sizes[BlockGrid::owner(*key, n)] += 8 + p.encoded_len();
     }
+    let mut outgoing: Vec<Writer> = sizes
+        .iter()
+        .map(|&len| Writer(Vec::with_capacity(len)))
+        .collect();
+    for (key, p) in pieces {
+        let owner = BlockGrid::owner(key, n);
+        if owner == me {
+            local.push((key, p));
+        } else {
+            outgoing[owner].u64(key as u64);
+            p.write(&mut outgoing[owner]);
+        }
+    }
+    outgoing[me] = Writer::default();
     let incoming = comm.all_to_all(outgoing.into_iter().map(|w| w.0).collect())?;
     drop(starts_of);
     assemble_owned(
@@ -129,7 +145,8 @@ where
         view,
         &shapes,
         &totals_of,
-        &incoming,
+        incoming,
+        local,
         (me, n),
         progress,
     )
@@ -371,19 +388,29 @@ impl<I: Index> BlockShapes<'_, '_, I> {
 }
 
 /// Builds the blocks this rank owns from the pieces every rank sent it.
+#[allow(clippy::too_many_arguments)]
 fn assemble_owned<V: Value, I: Index>(
     grid: &BlockGrid,
     view: &TensorView<'_, V, I>,
     shapes: &BlockShapes<'_, '_, I>,
     totals_of: &BTreeMap<usize, Totals>,
-    incoming: &[Vec<u8>],
+    incoming: Vec<Vec<u8>>,
+    local: Vec<(usize, Piece<V, I>)>,
     (me, n): (usize, usize),
     progress: &dyn Progress,
 ) -> Result<Vec<Block<V, I>>, IoError> {
     let rank = view.format().rank();
-    let mut pieces: BTreeMap<usize, Vec<Piece<V>>> = BTreeMap::new();
-    for (from, msg) in incoming.iter().enumerate() {
-        let mut r = Reader::new(msg, from);
+    // Per block, its pieces in rank order (this rank's own come from `local`).
+    let mut pieces: BTreeMap<usize, Vec<Piece<V, I>>> = BTreeMap::new();
+    let mut local = Some(local);
+    for (from, msg) in incoming.into_iter().enumerate() {
+        if from == me {
+            for (key, p) in local.take().unwrap_or_default() {
+                pieces.entry(key).or_default().push(p);
+            }
+            continue;
+        }
+        let mut r = Reader::new(&msg, from);
         while !r.is_empty() {
             let key = r.u64()? as usize;
             pieces
@@ -391,6 +418,7 @@ fn assemble_owned<V: Value, I: Index>(
                 .or_default()
                 .push(Piece::read(&mut r, rank)?);
         }
+        // `msg` is dropped here: decoded messages do not stay alive.
     }
     let count = grid.block_count()?;
     progress.start("load: blocks", count.div_ceil(n) as u64);
@@ -423,26 +451,13 @@ pub(crate) fn to_tensor<V: Value, I: Index>(
     dims: &[usize],
     format: &Format,
     shape: &Shape,
-    asm: Assembly<V>,
+    asm: Assembly<V, I>,
 ) -> Result<Tensor<V, I>, IoError> {
-    let convert = |xs: Vec<u64>| -> Result<Vec<I>, IoError> {
-        xs.into_iter()
-            .map(|x| {
-                I::try_from_usize(x as usize).ok_or(IoError::IndexOverflow {
-                    value: x,
-                    bits: I::BITS,
-                })
-            })
-            .collect()
-    };
     let mut levels = Vec::with_capacity(shape.len());
     for (k, (pos, crd)) in asm.pos.into_iter().zip(asm.crd).enumerate() {
         levels.push(match shape[k] {
             Some((size, offset)) => Level::Dense { size, offset },
-            None => Level::Compressed {
-                pos: convert(pos)?,
-                crd: convert(crd)?,
-            },
+            None => Level::Compressed { pos, crd },
         });
     }
     Ok(Tensor::from_parts(

@@ -24,15 +24,15 @@ use crate::transport::Communicator;
 use tessera_formats::{Format, Index, LevelView, Tensor, TensorView, Value};
 
 /// This rank's piece of the stored tensor, with what every rank knows of the whole.
-pub struct Merged<V> {
+pub struct Merged<V, I> {
     pub(crate) dims: Vec<usize>,
     pub(crate) format: Format,
     pub(crate) shape: Shape,
     pub(crate) totals: Totals,
-    pub(crate) piece: Piece<V>,
+    pub(crate) piece: Piece<V, I>,
 }
 
-impl<V> Merged<V> {
+impl<V, I> Merged<V, I> {
     /// Mode-space dimensions of the stored tensor.
     pub fn dims(&self) -> &[usize] {
         &self.dims
@@ -54,7 +54,7 @@ pub fn merge_blocks<C, V, I>(
     comm: &C,
     blocks: &[TensorView<'_, V, I>],
     progress: &dyn Progress,
-) -> Result<Merged<V>, IoError>
+) -> Result<Merged<V, I>, IoError>
 where
     C: Communicator + ?Sized,
     V: Value,
@@ -89,13 +89,12 @@ where
     let incoming = comm.all_to_all(outgoing.into_iter().map(|w| w.0).collect())?;
     let rank = layout.shape.len();
     let mut sections = Vec::new();
-    for (from, msg) in incoming.iter().enumerate() {
-        let mut r = Reader::new(msg, from);
+    for (from, msg) in incoming.into_iter().enumerate() {
+        let mut r = Reader::new(&msg, from);
         while !r.is_empty() {
-            sections.push(Section::<V>::read(&mut r, rank)?);
+            sections.push(Section::<V, I>::read(&mut r, rank)?);
         }
     }
-    drop(incoming);
 
     // 2–3. Tournament merge, pass one: the partial header (overlapping blocks are an error,
     // agreed on by every rank).
@@ -364,9 +363,8 @@ fn write_section<V: Value, I: Index>(
             LevelView::Compressed { pos, crd } => {
                 let (pa, pz) = if k == 0 { (0, 0) } else { (a[k - 1], z[k - 1]) };
                 w.usizes(&[1, pa, a[k]]);
-                let widen = |xs: &[I]| xs.iter().map(|x| x.to_usize() as u64).collect::<Vec<u64>>();
-                w.u64s(&widen(&pos[pa..=pz + 1]));
-                w.u64s(&widen(&crd[a[k]..=z[k]]));
+                w.pods(&pos[pa..=pz + 1]);
+                w.pods(&crd[a[k]..=z[k]]);
             }
         }
     }
@@ -375,19 +373,19 @@ fn write_section<V: Value, I: Index>(
 
 /// A received section of one block: leaves `[start, end)` with the array parts they need,
 /// indexed by their positions in the whole block.
-struct Section<V> {
+struct Section<V, I> {
     first: Vec<usize>,
     start: usize,
     end: usize,
     dense: Vec<Option<(usize, usize)>>,
     pos_base: Vec<usize>,
     crd_base: Vec<usize>,
-    pos: Vec<Vec<u64>>,
-    crd: Vec<Vec<u64>>,
+    pos: Vec<Vec<I>>,
+    crd: Vec<Vec<I>>,
     vals: Vec<V>,
 }
 
-impl<V: Value> Section<V> {
+impl<V: Value, I: Index> Section<V, I> {
     fn read(r: &mut Reader<'_>, rank: usize) -> Result<Self, IoError> {
         let first = r.usizes()?;
         let (start, end) = (r.u64()? as usize, r.u64()? as usize);
@@ -417,8 +415,8 @@ impl<V: Value> Section<V> {
                 s.dense.push(None);
                 s.pos_base.push(x);
                 s.crd_base.push(y);
-                s.pos.push(r.u64s()?);
-                s.crd.push(r.u64s()?);
+                s.pos.push(r.pods()?);
+                s.crd.push(r.pods()?);
             }
         }
         s.vals = r.pods()?;
@@ -429,7 +427,7 @@ impl<V: Value> Section<V> {
     }
 }
 
-impl<V: Value> Tree for Section<V> {
+impl<V: Value, I: Index> Tree for Section<V, I> {
     type V = V;
     fn rank(&self) -> usize {
         self.dense.len()
@@ -438,10 +436,10 @@ impl<V: Value> Tree for Section<V> {
         self.dense[k]
     }
     fn pos(&self, k: usize, q: usize) -> usize {
-        self.pos[k][q - self.pos_base[k]] as usize
+        self.pos[k][q - self.pos_base[k]].to_usize()
     }
     fn crd(&self, k: usize, i: usize) -> usize {
-        self.crd[k][i - self.crd_base[k]] as usize
+        self.crd[k][i - self.crd_base[k]].to_usize()
     }
     fn val(&self, p: usize) -> V {
         self.vals[p - self.start]
