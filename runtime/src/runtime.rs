@@ -98,9 +98,9 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Point tasks that may be issued and not yet run before `submit` waits (default 32 per
-    /// thread, between 64 and 1024: enough lookahead to keep the workers fed, short enough that
-    /// the dependence lists the analysis scans stay short).
+    /// Point tasks that may be issued and not yet run before `submit` waits (default 128 per
+    /// thread, between 256 and 4096: enough lookahead to keep the workers fed without waking the
+    /// issuer too often, short enough that the dependence lists the analysis scans stay short).
     /// Bounds memory and the dependence lists when the application issues faster than the
     /// workers run. (A task body must not wait for something the issuing thread does later.)
     pub fn max_pending(mut self, n: usize) -> Self {
@@ -129,7 +129,7 @@ impl RuntimeBuilder {
             next_store: AtomicU64::new(0),
             max_pending: self
                 .max_pending
-                .unwrap_or((32 * self.threads).clamp(64, 1024)),
+                .unwrap_or((128 * self.threads).clamp(256, 4096)),
         };
         let rt = Runtime {
             inner: Arc::new(inner),
