@@ -302,6 +302,9 @@ fn statement_errors_are_rendered_with_the_argument_and_span() {
     assert!(text.contains("pub fn kernel<"), "{text}");
 }
 
+/// A statement, its `-f` formats and the dimensions of its inputs.
+type Case<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a [usize])]);
+
 /// The kernel catalogue through `tessera run` on files, against the oracle. Builds
 /// one program per statement (minutes on two cores), so it is not part of the default run:
 /// `cargo test -p tessera-compiler --test cli -- --ignored`.
@@ -310,7 +313,7 @@ fn statement_errors_are_rendered_with_the_argument_and_span() {
 fn catalogue_through_the_cli() {
     let dir = tempfile::tempdir().unwrap();
     // (statement, formats, input dimensions)
-    let catalogue: &[(&str, &[&str], &[(&str, &[usize])])] = &[
+    let catalogue: &[Case] = &[
         (
             "y(i) = A(i,j) * x(j)",
             &["A:csr"],
