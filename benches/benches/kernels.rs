@@ -60,11 +60,9 @@ fn banded_levels(
     let mut row = Vec::with_capacity(per);
     for _ in 0..parents {
         row.clear();
-        let centre = if parents == 0 {
-            0
-        } else {
-            pos.len().saturating_sub(1) * n / parents
-        };
+        let centre = (pos.len().saturating_sub(1) * n)
+            .checked_div(parents)
+            .unwrap_or(0);
         let start = centre.saturating_sub(band / 2).min(n.saturating_sub(band));
         row.extend((0..per).map(|_| start + rng.below(band.min(n))));
         row.sort_unstable();
@@ -432,8 +430,7 @@ fn bench_mttkrp(table: &mut Table, scale: f64) {
         let mut parts: Vec<(usize, &mut [f64])> = Vec::new();
         let mut rest: &mut [f64] = &mut out;
         let mut start = 0;
-        for p0 in 0..crd0.len() {
-            let i = crd0[p0];
+        for (p0, &i) in crd0.iter().enumerate() {
             let (_, tail) = rest.split_at_mut((i - start) * r);
             let (row, tail) = tail.split_at_mut(r);
             parts.push((p0, row));

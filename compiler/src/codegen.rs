@@ -313,7 +313,7 @@ impl Gen<'_> {
             }
         }
         if d == nest.loops.len() {
-            let e = self.expr(nest, &nest.expr);
+            let e = Self::expr(&nest.expr);
             ts.extend(quote!(acc += #e;));
             if sparse {
                 ts.extend(quote!(touched = true;));
@@ -497,7 +497,7 @@ impl Gen<'_> {
             return None;
         }
         let var = self.var(lp.var);
-        let e = self.expr(nest, &nest.expr);
+        let e = Self::expr(&nest.expr);
         let (write, out_slice) = match out_row {
             Some(start) if out_here => {
                 let slice = match target {
@@ -663,10 +663,10 @@ impl Gen<'_> {
         ts
     }
 
-    fn expr(&self, nest: &Nest, e: &Expr) -> TokenStream {
+    fn expr(e: &Expr) -> TokenStream {
         match e {
             Expr::Access(a) => {
-                let v = self.val(*a);
+                let v = format_ident!("val{}", a);
                 quote!(#v)
             }
             Expr::Const(c) => {
@@ -674,11 +674,11 @@ impl Gen<'_> {
                 quote!(V::from_f64(#lit))
             }
             Expr::Neg(x) => {
-                let x = self.expr(nest, x);
+                let x = Self::expr(x);
                 quote!((-#x))
             }
             Expr::Call(f, x) => {
-                let x = self.expr(nest, x);
+                let x = Self::expr(x);
                 match f {
                     Func::Exp => quote!(::tessera_formats::Value::exp(#x)),
                     Func::Log => quote!(::tessera_formats::Value::ln(#x)),
@@ -687,7 +687,7 @@ impl Gen<'_> {
                 }
             }
             Expr::Binary(op, l, r) => {
-                let (l, r) = (self.expr(nest, l), self.expr(nest, r));
+                let (l, r) = (Self::expr(l), Self::expr(r));
                 match op {
                     BinOp::Add => quote!((#l + #r)),
                     BinOp::Sub => quote!((#l - #r)),

@@ -16,12 +16,15 @@ use quote::format_ident;
 use tessera_compiler::codegen;
 use tessera_formats::{Level, Tensor};
 
+/// Block-view inputs and the oracle's result on them.
+type Blocks = (Vec<Tensor<f64, u64>>, Vec<f64>);
+
 /// One kernel instance to check in the generated crate.
 struct Instance {
     case: Case,
     /// Block-view inputs (dense first levels with offsets) and the oracle's result on them;
     /// `None` for whole tensors.
-    blocks: Option<(Vec<Tensor<f64, u64>>, Vec<f64>)>,
+    blocks: Option<Blocks>,
     kernel_fn: Ident,
     value: &'static str,
     index: &'static str,
