@@ -19,6 +19,8 @@ impl AtomicFile {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
+        // Checked first so that a missing directory gets a plain error naming it.
+        std::fs::metadata(&dir).map_err(|e| Error::io(&dir, e))?;
         let name = target
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())

@@ -200,6 +200,19 @@ proptest! {
             let max = c.entries.iter().map(|(x, _)| x[m]).max().unwrap();
             prop_assert_eq!(d as u64, if declared { c.dims[m] } else { max + 1 });
         }
+        // The streaming converter and the in-memory path write the same bytes.
+        let expected = dir.path().join("expected.tcs");
+        let dims = f.dims().to_vec();
+        let usize_entries: Vec<(Vec<usize>, f64)> =
+            c.entries.iter().map(|(k, v)| (k.iter().map(|&x| x as usize).collect(), *v)).collect();
+        match (c.f32, c.index_bits) {
+            (true, 32) => write_expected::<f32, u32>(&expected, dims, &c.format, &usize_entries),
+            (true, _) => write_expected::<f32, u64>(&expected, dims, &c.format, &usize_entries),
+            (false, 32) => write_expected::<f64, u32>(&expected, dims, &c.format, &usize_entries),
+            (false, _) => write_expected::<f64, u64>(&expected, dims, &c.format, &usize_entries),
+        }
+        prop_assert!(std::fs::read(&expected).unwrap() == std::fs::read(&tcs).unwrap());
+        std::fs::remove_file(&expected).unwrap();
         let back = dir.path().join("back.tns");
         convert(&tcs, &back, &opts, &NoProgress).unwrap();
         prop_assert_eq!(&read_nonzeros(&back), &want);
@@ -211,6 +224,18 @@ proptest! {
         std::fs::remove_file(&again).unwrap();
         prop_assert_eq!(dir_names(dir.path()), vec!["back.tns", "in.tns", "out.tcs"]);
     }
+}
+
+fn write_expected<V: tessera_formats::Value, I: tessera_formats::Index>(
+    path: &Path,
+    dims: Vec<usize>,
+    format: &Format,
+    entries: &[(Vec<usize>, f64)],
+) {
+    let entries = entries.iter().map(|(c, v)| (c.clone(), V::from_f64(*v)));
+    let t: tessera_formats::Tensor<V, I> =
+        tessera_formats::Tensor::from_entries(dims, format.clone(), entries).unwrap();
+    tessera_formats::tcs::write_tensor(path, &t, None).unwrap();
 }
 
 fn opts_with(duplicates: Duplicates, external: bool) -> ConvertOptions {

@@ -95,7 +95,13 @@ impl Args {
         let r = tessera_formats::convert(&self.input, &self.output, &self.tcs.to_options(), &bars)?;
         let secs = start.elapsed().as_secs_f64();
         let dims: Vec<String> = r.dims.iter().map(|d| d.to_string()).collect();
-        let path = if r.presorted {
+        let to_tcs = self
+            .output
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("tcs"));
+        let path = if !to_tcs {
+            "streamed".to_string()
+        } else if r.presorted {
             "presorted, two passes".to_string()
         } else {
             format!(
@@ -109,7 +115,7 @@ impl Args {
             self.output.display(),
             r.entries_read,
             r.entries_written,
-            dims.join("x"),
+            if dims.is_empty() { "() (scalar)".to_string() } else { dims.join("x") },
             r.output_bytes,
             input_bytes as f64 / secs / 1e6,
         );
