@@ -4,7 +4,7 @@
 //! while the analysis is still adding its in-edges; [`Node::release`] drops the guard.
 
 use crate::launch::Launched;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 /// What a node does when it runs.
@@ -89,8 +89,12 @@ pub(crate) struct Completion {
 }
 
 impl Completion {
-    fn notify(&self) {
-        // Only pay for the lock when someone waits; `wait_until` registers before checking.
+    /// Wakes the waiters. Call after making their condition true.
+    pub(crate) fn notify(&self) {
+        // Only pay for the lock when someone waits. Dekker pattern with `wait_until`: each side
+        // writes (the condition / the waiter count), fences, then reads the other's variable, so
+        // at least one of them sees the other and no wake-up is lost.
+        fence(Ordering::SeqCst);
         if self.waiters.load(Ordering::SeqCst) > 0 {
             let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
             self.cv.notify_all();
@@ -103,6 +107,7 @@ impl Completion {
         }
         let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         self.waiters.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
         while !ready() {
             g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
         }

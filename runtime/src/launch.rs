@@ -122,7 +122,7 @@ pub(crate) fn run_node(node: &Node, shared: &Shared) -> Vec<Arc<Node>> {
             }
         }
     }
-    shared.outstanding.fetch_sub(1, Ordering::AcqRel);
+    shared.node_ran();
     node.complete(&shared.completion)
 }
 

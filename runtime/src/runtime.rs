@@ -28,10 +28,25 @@ static NEXT_RUNTIME: AtomicU64 = AtomicU64::new(1);
 /// State the worker threads share with the issuing side.
 #[derive(Default)]
 pub(crate) struct Shared {
+    /// Signalled when any node completes (read-back, futures).
     pub completion: Completion,
     pub counters: Counters,
     /// Nodes created and not yet run.
     pub outstanding: AtomicUsize,
+    /// Signalled only when `outstanding` is at or below `low_water`: the issuer waiting on
+    /// back-pressure or a fence is not woken by every completion.
+    pub idle: Completion,
+    pub low_water: AtomicUsize,
+}
+
+impl Shared {
+    /// Counts one node as run.
+    pub(crate) fn node_ran(&self) {
+        let left = self.outstanding.fetch_sub(1, Ordering::AcqRel) - 1;
+        if left <= self.low_water.load(Ordering::Relaxed) {
+            self.idle.notify();
+        }
+    }
 }
 
 /// The issuing side's state: the window and the partition table.
@@ -110,6 +125,10 @@ impl RuntimeBuilder {
 
     pub fn build(self) -> Runtime {
         let shared = Arc::new(Shared::default());
+        let max_pending = self
+            .max_pending
+            .unwrap_or((128 * self.threads).clamp(256, 4096));
+        shared.low_water.store(max_pending / 2, Ordering::Relaxed);
         let inner = Inner {
             id: NEXT_RUNTIME.fetch_add(1, Ordering::Relaxed),
             machine: Machine {
@@ -127,9 +146,7 @@ impl RuntimeBuilder {
                 history: Default::default(),
             }),
             next_store: AtomicU64::new(0),
-            max_pending: self
-                .max_pending
-                .unwrap_or((128 * self.threads).clamp(256, 4096)),
+            max_pending,
         };
         let rt = Runtime {
             inner: Arc::new(inner),
@@ -317,13 +334,13 @@ impl Runtime {
         Ok(out)
     }
 
-    /// Waits until every issued task has run. Returns the first task failure, if any store was
-    /// poisoned by one (failures are also reported by `read` and futures).
+    /// Waits until every issued task has run. Fails only if analysing a task still in the window
+    /// fails; task failures are reported by `read` and futures.
     pub fn fence(&self) -> Result<()> {
         self.inner.flush()?;
         let shared = &self.inner.shared;
         shared
-            .completion
+            .idle
             .wait_until(|| shared.outstanding.load(Ordering::Acquire) == 0);
         Ok(())
     }
@@ -525,7 +542,7 @@ impl Inner {
         if shared.outstanding.load(Ordering::Acquire) > self.max_pending {
             let low = self.max_pending / 2;
             shared
-                .completion
+                .idle
                 .wait_until(|| shared.outstanding.load(Ordering::Acquire) <= low);
         }
     }
