@@ -421,7 +421,7 @@ fn agree_dims<'a>(
                         i.span.clone(),
                     )
                     .label(format!("{n} here"))
-                    .related(first.span.clone(), format!("{m} here"))
+                    .related(first.indices[*first_mode].span.clone(), format!("{m} here"))
                     .hint("every use of an index variable must range over the same dimension"))
                 }
                 Some(_) => {}

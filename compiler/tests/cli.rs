@@ -291,6 +291,33 @@ fn statement_errors_are_rendered_with_the_argument_and_span() {
     let err = failed(out, "emit with a bad schedule");
     assert!(err.contains("not the outer variable of a split"), "{err}");
 
+    // Dimensions declared in file headers are checked against the expression before anything
+    // is built.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, x) = (dir.path().join("A.mtx"), dir.path().join("x.tns"));
+    write_mtx(&a, &tensor(&[3, 4], 1));
+    std::fs::write(&x, "# dims 3\n1 1.0\n").unwrap();
+    let out = tessera()
+        .args([
+            "run",
+            "y(i) = A(i,j) * x(j)",
+            "-f",
+            "A:csr",
+            "-i",
+            &arg("A", &a),
+            "-i",
+            &arg("x", &x),
+        ])
+        .args(["-o", &dir.path().join("y.tns").display().to_string()])
+        .output()
+        .unwrap();
+    let err = failed(out, "run with mismatched header dimensions");
+    assert!(
+        err.contains("dimension mismatch for index `j`: 3 in mode 0 of `x` but 4 in mode 1 of `A`"),
+        "{err}"
+    );
+    assert!(err.contains("expression:1:19"), "{err}");
+
     let out = ok(
         tessera()
             .args(["emit", "y(i) = A(i,j) * x(j)", "-f", "A:csr"])

@@ -1,6 +1,7 @@
 //! `tessera compile`: build an executable for a statement.
 
 use super::StatementArgs;
+use crate::check::Dims;
 use crate::driver::{self, Options};
 use anyhow::Context;
 use clap::Args;
@@ -20,9 +21,13 @@ pub struct CompileArgs {
     pub keep_source: Option<PathBuf>,
 }
 
-/// Generates and builds (or finds in the cache) the executable for a statement.
-pub fn build(statement: &StatementArgs) -> anyhow::Result<(driver::GeneratedCrate, PathBuf)> {
-    let c = super::front(statement)?;
+/// Generates and builds (or finds in the cache) the executable for a statement; `dims` are
+/// tensor dimensions known before it runs (see [`super::front`]).
+pub fn build(
+    statement: &StatementArgs,
+    dims: &Dims,
+) -> anyhow::Result<(driver::GeneratedCrate, PathBuf)> {
+    let c = super::front(statement, dims)?;
     let opts = Options {
         wide_index: statement.wide_index,
     };
@@ -32,7 +37,7 @@ pub fn build(statement: &StatementArgs) -> anyhow::Result<(driver::GeneratedCrat
 }
 
 pub fn run(args: CompileArgs) -> anyhow::Result<ExitCode> {
-    let (g, bin) = build(&args.statement)?;
+    let (g, bin) = build(&args.statement, &Dims::new())?;
     driver::copy_atomically(&bin, &args.output)
         .with_context(|| format!("writing the executable to {}", args.output.display()))?;
     if let Some(dir) = &args.keep_source {

@@ -1,6 +1,7 @@
 //! `tessera emit`: print the generated kernel.
 
 use super::StatementArgs;
+use crate::check::Dims;
 use crate::driver;
 use clap::Args;
 use std::process::ExitCode;
@@ -15,7 +16,7 @@ pub struct EmitArgs {
 }
 
 pub fn run(args: EmitArgs) -> anyhow::Result<ExitCode> {
-    let c = super::front(&args.statement)?;
+    let c = super::front(&args.statement, &Dims::new())?;
     if args.ir {
         println!("{}", c.kernel);
     } else {

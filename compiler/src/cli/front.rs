@@ -42,8 +42,9 @@ pub fn lower_diagnostic(e: &LowerError) -> Diagnostic {
     }
 }
 
-/// Parses, checks and lowers the statement of a command line.
-pub fn front(args: &StatementArgs) -> anyhow::Result<Compiled> {
+/// Parses, checks and lowers the statement of a command line; `dims` are the dimensions of
+/// the tensors known now (from the headers of input files), checked with spans.
+pub fn front(args: &StatementArgs, dims: &Dims) -> anyhow::Result<Compiled> {
     let mut sources = SourceMap::new();
     let render = |d: &Diagnostic, sources: &SourceMap| {
         anyhow::Error::new(Rendered(sources.render(d, std::io::stderr().is_terminal())))
@@ -55,7 +56,7 @@ pub fn front(args: &StatementArgs) -> anyhow::Result<Compiled> {
         &mut sources,
     )
     .map_err(|d| render(&d, &sources))?;
-    let checked = check::check(stmt, &Dims::new()).map_err(|d| render(&d, &sources))?;
+    let checked = check::check(stmt, dims).map_err(|d| render(&d, &sources))?;
     let kernel = lower::lower(&checked).map_err(|e| render(&lower_diagnostic(&e), &sources))?;
     let mut text = args.expr.trim().to_string();
     for f in &args.formats {

@@ -2,10 +2,12 @@
 //! schedule) and run on files.
 
 use super::StatementArgs;
+use crate::check::Dims;
 use anyhow::Context;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
+use tessera_formats::{open_text, FileKind};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -25,8 +27,32 @@ pub struct RunArgs {
     pub timings: bool,
 }
 
+/// Dimensions that input files declare in a header (`.mtx`, or `.tns` with `# dims`), so that
+/// a mismatch is reported against the expression before anything is built. Files without a
+/// header, unreadable files and `.tcs` (whose header is checked with the whole file) are left
+/// to the program, which checks every input when it reads it.
+fn header_dims(inputs: &[String]) -> Dims {
+    let mut dims = Dims::new();
+    for i in inputs {
+        let Some((name, path)) = i.split_once('=') else {
+            continue;
+        };
+        let path = std::path::Path::new(path);
+        if !matches!(FileKind::of(path), Ok(FileKind::Tns | FileKind::Mtx)) {
+            continue;
+        }
+        if let Some(d) = open_text(path).ok().and_then(|r| r.declared_dims()) {
+            dims.insert(
+                name.to_string(),
+                d.into_iter().map(|x| x as usize).collect(),
+            );
+        }
+    }
+    dims
+}
+
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let (_, bin) = super::compile::build(&args.statement)?;
+    let (_, bin) = super::compile::build(&args.statement, &header_dims(&args.inputs))?;
     let mut cmd = Command::new(&bin);
     for i in &args.inputs {
         cmd.arg("-i").arg(i);
