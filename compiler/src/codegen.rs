@@ -12,8 +12,11 @@
 //!
 //! `parallelize(v)` runs the outermost loop over rayon's pool (generated code then refers to
 //! `::rayon`, so the crate that includes it must depend on rayon): row chunks of a dense
-//! output when `v` indexes its first level, otherwise per-thread partial outputs summed at the
-//! end. Sparse outputs and outer loops that merge several compressed levels run sequentially.
+//! output when `v` indexes its first level (by coordinate, also when the outer loop walks a
+//! compressed level), otherwise per-thread partial outputs summed at the end; a sparse output
+//! gets one ordered entry list per outer coordinate (with per-thread workspaces), appended in
+//! order. Outer loops that merge several compressed levels, and a workspace spanning the
+//! whole nest, run sequentially.
 
 use proc_macro2::{Ident, Literal, TokenStream};
 use quote::{format_ident, quote};
@@ -105,6 +108,8 @@ enum OutTarget {
     Row,
     /// `buf[p]` (a thread's partial output).
     Partial,
+    /// Sparse output: `local.push((level coordinates, value))`, one list per parallel job.
+    Entries,
 }
 
 impl Gen<'_> {
@@ -326,7 +331,7 @@ impl Gen<'_> {
         }
         if let Assembly::Workspace { flush_depth, .. } = nest.assembly {
             if d == flush_depth {
-                ts.extend(self.flush());
+                ts.extend(self.flush(target));
             }
         }
         ts
@@ -505,7 +510,9 @@ impl Gen<'_> {
                     OutTarget::Row => {
                         quote!(let orow: &mut [V] = &mut out_row[#start - out_base..][..n];)
                     }
-                    OutTarget::Partial => quote!(let orow: &mut [V] = &mut buf[#start..][..n];),
+                    OutTarget::Partial | OutTarget::Entries => {
+                        quote!(let orow: &mut [V] = &mut buf[#start..][..n];)
+                    }
                 };
                 (quote!(orow[t] += #e;), slice)
             }
@@ -702,7 +709,7 @@ impl Gen<'_> {
         match target {
             OutTarget::Whole => quote!(out_vals[#p]),
             OutTarget::Row => quote!(out_row[#p - out_base]),
-            OutTarget::Partial => quote!(buf[#p]),
+            OutTarget::Partial | OutTarget::Entries => quote!(buf[#p]),
         }
     }
 
@@ -725,6 +732,9 @@ impl Gen<'_> {
             OutputKind::Sparse => {
                 let coords: Vec<Ident> = out.level_vars.iter().map(|v| self.var(*v)).collect();
                 let inner = match nest.assembly {
+                    Assembly::InOrder if target == OutTarget::Entries => {
+                        quote!(local.push(([#(#coords),*], acc));)
+                    }
                     Assembly::InOrder => quote! {
                         packer.push(&[#(#coords),*], acc).expect("loop order yields sorted unique entries");
                     },
@@ -734,6 +744,9 @@ impl Gen<'_> {
                             if !ws_mark[#w] { ws_mark[#w] = true; ws_list.push(#w); }
                             ws[#w] += acc;
                         }
+                    }
+                    Assembly::Collect | Assembly::None if target == OutTarget::Entries => {
+                        quote!(local.push(([#(#coords),*], acc));)
                     }
                     Assembly::Collect | Assembly::None => {
                         let order = self.k.output_tensor().format.mode_order();
@@ -751,13 +764,18 @@ impl Gen<'_> {
     }
 
     /// Emits the workspace's entries in coordinate order and clears it.
-    fn flush(&self) -> TokenStream {
+    fn flush(&self, target: OutTarget) -> TokenStream {
         let out = &self.k.accesses[self.k.output_access].level_vars;
         let prefix: Vec<Ident> = out[..out.len() - 1].iter().map(|v| self.var(*v)).collect();
+        let emit = if target == OutTarget::Entries {
+            quote!(local.push(([#(#prefix,)* c], ws[c]));)
+        } else {
+            quote!(packer.push(&[#(#prefix,)* c], ws[c]).expect("workspace flushes sorted unique entries");)
+        };
         quote! {
             ws_list.sort_unstable();
-            for &c in &ws_list {
-                packer.push(&[#(#prefix,)* c], ws[c]).expect("workspace flushes sorted unique entries");
+            for &c in ws_list.iter() {
+                #emit
                 ws[c] = V::zero();
                 ws_mark[c] = false;
             }
@@ -765,8 +783,68 @@ impl Gen<'_> {
         }
     }
 
-    /// The nest with its outermost loop over threads, when the schedule asks and the loop and
-    /// output allow it; `None` to run it sequentially.
+    /// A sparse output with its outer loop over threads: each job (one outer coordinate)
+    /// lists its entries in order — through a per-thread workspace when the assembly uses
+    /// one — and the lists are appended in job order, so the output is assembled exactly as
+    /// the sequential loop would assemble it.
+    fn parallel_sparse(&self, nest: &Nest) -> Option<TokenStream> {
+        let lp = &nest.loops[0];
+        if let Assembly::Workspace { flush_depth: 0, .. } = nest.assembly {
+            return None; // one workspace for the whole nest: nothing to split
+        }
+        let var = self.var(lp.var);
+        let items = match lp.domain {
+            Domain::Universe if lp.iterate.is_empty() => {
+                let dim = self.dim(lp.var);
+                quote!((0..#dim).into_par_iter().map(|#var| (#var, 0usize)))
+            }
+            Domain::Single => {
+                let r = lp.iterate[0];
+                let crd = self.lvl(self.tensor_of(r.access), r.level, "crd");
+                let (lo, hi) = self.range(nest, r);
+                quote!(((#lo)..(#hi)).into_par_iter().map(|q| (#crd[q].to_usize(), q)))
+            }
+            _ => return None,
+        };
+        let bind_pos = match lp.domain {
+            Domain::Single => self.single_bind(lp.iterate[0]),
+            _ => quote!(),
+        };
+        let label = syn::Lifetime::new("'l0", proc_macro2::Span::call_site());
+        let visit = self.visit(nest, 0, &label, OutTarget::Entries);
+        let rank = self.k.output_tensor().rank();
+        let ws = self.workspace_len();
+        let sink = if nest.assembly == Assembly::Collect {
+            let order: Vec<usize> = self.k.output_tensor().format.mode_order().to_vec();
+            quote! {
+                let mut by_mode = vec![0usize; #rank];
+                for (l, m) in [#(#order),*].iter().enumerate() { by_mode[*m] = c[l]; }
+                entries.push((by_mode, v));
+            }
+        } else {
+            quote!(packer.push(&c, v).expect("jobs append in loop order");)
+        };
+        Some(quote! {
+            {
+                use ::rayon::prelude::*;
+                let parts: Vec<Vec<([usize; #rank], V)>> = #items
+                    .map_init(
+                        || (vec![V::zero(); #ws], vec![false; #ws], Vec::<usize>::new()),
+                        |(ws, ws_mark, ws_list), (#var, q)| {
+                            let mut local: Vec<([usize; #rank], V)> = Vec::new();
+                            #bind_pos
+                            #label: { #visit }
+                            local
+                        },
+                    )
+                    .collect();
+                for (c, v) in parts.into_iter().flatten() {
+                    #sink
+                }
+            }
+        })
+    }
+
     /// Inside a parallel job over position `q` of the outer compressed level: its position
     /// and, when it is the access's last level, its value.
     fn single_bind(&self, r: LevelRef) -> TokenStream {
@@ -819,11 +897,16 @@ impl Gen<'_> {
         }
     }
 
+    /// The nest with its outermost loop over threads, when the schedule asks and the loop and
+    /// output allow it; `None` to run it sequentially.
     fn parallel_nest(&self, nest: &Nest) -> Option<TokenStream> {
         let v = self.k.parallel?;
         let lp = nest.loops.first()?;
-        if lp.var != v || self.k.output_kind == OutputKind::Sparse || nest.acc_depth == 0 {
+        if lp.var != v || nest.acc_depth == 0 {
             return None;
+        }
+        if self.k.output_kind == OutputKind::Sparse {
+            return self.parallel_sparse(nest);
         }
         let var = self.var(v);
         let label = syn::Lifetime::new("'l0", proc_macro2::Span::call_site());
