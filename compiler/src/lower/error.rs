@@ -10,19 +10,38 @@ pub enum LowerError {
     NoLoopOrder { span: Span, hint: String },
     /// `A(i,i)`: one variable indexes two modes of one access.
     #[error("index variable `{var}` indexes two modes of `{tensor}`; diagonal accesses are not supported")]
-    RepeatedIndex { var: String, tensor: String, span: Span },
+    RepeatedIndex {
+        var: String,
+        tensor: String,
+        span: Span,
+    },
     /// A tensor used with two different numbers of indices.
     #[error("tensor `{tensor}` is used with {first} indices and with {second}")]
-    RankMismatch { tensor: String, first: usize, second: usize, span: Span },
+    RankMismatch {
+        tensor: String,
+        first: usize,
+        second: usize,
+        span: Span,
+    },
     /// A format whose rank differs from the tensor's use.
     #[error("tensor `{tensor}` has {rank} indices but its format `{format}` has {levels} levels")]
-    FormatRank { tensor: String, rank: usize, format: String, levels: usize, span: Span },
+    FormatRank {
+        tensor: String,
+        rank: usize,
+        format: String,
+        levels: usize,
+        span: Span,
+    },
     /// Lowering broke one of the IR's invariants: a bug in tessera-compiler, not the input's fault.
     #[error("internal error in lowering (please report): {msg}")]
     Internal { msg: String },
     /// `parallelize(v)` on a loop that cannot run over threads.
     #[error("parallelize({var}): {reason}")]
-    Parallelize { var: String, reason: String, span: Span },
+    Parallelize {
+        var: String,
+        reason: String,
+        span: Span,
+    },
 }
 
 impl LowerError {

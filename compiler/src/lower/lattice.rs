@@ -5,8 +5,8 @@
 //! the loop does not index) is present everywhere. Multiplication intersects, addition and
 //! subtraction unite; functions that map zero to zero (`abs`, `sqrt`, negation) keep their
 //! operand's sparsity, the others (`exp`, `log`) and a non-zero constant fill the whole range.
-//! A quotient keeps its numerator's sparsity only when its denominator is present everywhere
-//! (otherwise `0/0` would be skipped where the reference gives NaN).
+//! A quotient keeps its numerator's sparsity only when its denominator is a non-zero
+//! constant (otherwise `0/0` would be skipped where the reference gives NaN).
 
 use crate::ast::{BinOp, Func};
 use crate::ir::{Domain, Expr, Formula, LevelRef};
@@ -28,9 +28,13 @@ pub fn formula(e: &Expr, iterate: &[LevelRef]) -> Formula {
         Expr::Neg(x) | Expr::Call(Func::Abs | Func::Sqrt, x) => formula(x, iterate),
         Expr::Call(Func::Exp | Func::Log, _) => Formula::True,
         Expr::Binary(BinOp::Mul, l, r) => all(formula(l, iterate), formula(r, iterate)),
-        Expr::Binary(BinOp::Add | BinOp::Sub, l, r) => any(formula(l, iterate), formula(r, iterate)),
-        Expr::Binary(BinOp::Div, l, r) => match formula(r, iterate) {
-            Formula::True => formula(l, iterate),
+        Expr::Binary(BinOp::Add | BinOp::Sub, l, r) => {
+            any(formula(l, iterate), formula(r, iterate))
+        }
+        // Only a non-zero constant denominator keeps the numerator's zeros: with a tensor
+        // denominator, 0/0 is NaN (as in the reference), so every coordinate is visited.
+        Expr::Binary(BinOp::Div, l, r) => match **r {
+            Expr::Const(c) if c != 0.0 => formula(l, iterate),
             _ => Formula::True,
         },
     }

@@ -24,7 +24,11 @@ use order::Preference;
 
 /// Lowers a checked statement (formats from the checker; `parallelize` from its schedule).
 pub fn lower(c: &crate::check::Checked) -> Result<Kernel, LowerError> {
-    let formats = c.tensors.iter().map(|t| (t.name.clone(), t.format.clone())).collect();
+    let formats = c
+        .tensors
+        .iter()
+        .map(|t| (t.name.clone(), t.format.clone()))
+        .collect();
     lower_statement(&c.statement, &formats)
 }
 
@@ -64,7 +68,11 @@ pub fn lower_statement(
     b.finish_dims(&asg.lhs);
     let output_kind = if asg.lhs.indices.is_empty() {
         OutputKind::Scalar
-    } else if b.tensors[output].format.levels().contains(&LevelType::Compressed) {
+    } else if b.tensors[output]
+        .format
+        .levels()
+        .contains(&LevelType::Compressed)
+    {
         OutputKind::Sparse
     } else {
         OutputKind::Dense
@@ -93,7 +101,9 @@ pub fn lower_statement(
         }
     }
     kernel.parallel = parallel_var(&kernel, stmt)?;
-    kernel.verify().map_err(|msg| LowerError::Internal { msg: format!("{msg}\n{kernel}") })?;
+    kernel.verify().map_err(|msg| LowerError::Internal {
+        msg: format!("{msg}\n{kernel}"),
+    })?;
     Ok(kernel)
 }
 
@@ -118,7 +128,8 @@ impl Builder<'_> {
             free,
             dim: DimSource::Output { mode: 0 },
         });
-        self.var_by_name.insert(ix.name.clone(), self.vars.len() - 1);
+        self.var_by_name
+            .insert(ix.name.clone(), self.vars.len() - 1);
         self.vars.len() - 1
     }
 
@@ -140,7 +151,11 @@ impl Builder<'_> {
 
     /// An input access; `old_output` marks the previous value of a `+=` output.
     fn access(&mut self, acc: &ast::Access, old_output: bool) -> Result<AccessId, LowerError> {
-        let key = if old_output { format!("{}\u{0}old", acc.tensor.name) } else { acc.tensor.name.clone() };
+        let key = if old_output {
+            format!("{}\u{0}old", acc.tensor.name)
+        } else {
+            acc.tensor.name.clone()
+        };
         let t = match self.by_name.get(&key) {
             Some(t) => {
                 let first = self.tensors[*t].rank();
@@ -190,7 +205,11 @@ impl Builder<'_> {
         }
         let order = self.tensors[t].format.mode_order().to_vec();
         let level_vars = order.iter().map(|m| mode_vars[*m]).collect();
-        self.accesses.push(Access { tensor: t, level_vars, span: acc.span.clone() });
+        self.accesses.push(Access {
+            tensor: t,
+            level_vars,
+            span: acc.span.clone(),
+        });
         Ok(self.accesses.len() - 1)
     }
 
@@ -242,7 +261,10 @@ fn lower_nest(k: &Kernel, expr: Expr, span: &Span) -> Result<Nest, LowerError> {
         bound[v] = true;
         let mut iterate = Vec::new();
         for &a in &operands {
-            let r = LevelRef { access: a, level: resolved[a] };
+            let r = LevelRef {
+                access: a,
+                level: resolved[a],
+            };
             if r.level < k.accesses[a].level_vars.len()
                 && k.level_type(r) == LevelType::Compressed
                 && k.level_var(r) == v
@@ -254,7 +276,10 @@ fn lower_nest(k: &Kernel, expr: Expr, span: &Span) -> Result<Nest, LowerError> {
         let mut locate = Vec::new();
         for &a in &located {
             loop {
-                let r = LevelRef { access: a, level: resolved[a] };
+                let r = LevelRef {
+                    access: a,
+                    level: resolved[a],
+                };
                 if r.level >= k.accesses[a].level_vars.len()
                     || k.level_type(r) != LevelType::Dense
                     || !bound[k.level_var(r)]
@@ -267,13 +292,27 @@ fn lower_nest(k: &Kernel, expr: Expr, span: &Span) -> Result<Nest, LowerError> {
         }
         let f = lattice::formula(&expr, &iterate);
         let domain = lattice::domain(f, iterate.len());
-        loops.push(Loop { var: v, iterate, locate, domain });
+        loops.push(Loop {
+            var: v,
+            iterate,
+            locate,
+            domain,
+        });
     }
-    let acc_depth = order.iter().rposition(|v| k.vars[*v].free).map_or(0, |d| d + 1);
+    let acc_depth = order
+        .iter()
+        .rposition(|v| k.vars[*v].free)
+        .map_or(0, |d| d + 1);
     let mut required = Vec::new();
     terms::required_factors(&expr, &mut required);
     let assembly = assembly(k, &order);
-    Ok(Nest { expr, loops, acc_depth, required, assembly })
+    Ok(Nest {
+        expr,
+        loops,
+        acc_depth,
+        required,
+        assembly,
+    })
 }
 
 /// The loop order of a nest over `vars`, or the error that says which operand to store
@@ -343,7 +382,9 @@ fn no_order_error(
             .filter(|(j, _)| *j != i)
             .flat_map(|(_, e)| e.iter().copied())
             .collect();
-        let Some(order) = order::topo_order(vars, &others, pref) else { continue };
+        let Some(order) = order::topo_order(vars, &others, pref) else {
+            continue;
+        };
         let acc = &k.accesses[*a];
         let tensor = &k.tensors[acc.tensor];
         // Mode m's variable is level_vars[level_of_mode[m]]; sort modes by loop position.
@@ -381,7 +422,10 @@ fn assembly(k: &Kernel, order: &[VarId]) -> Assembly {
         return Assembly::InOrder;
     }
     if order[..r - 1] == out[..r - 1] {
-        return Assembly::Workspace { flush_depth: r - 1, var: out[r - 1] };
+        return Assembly::Workspace {
+            flush_depth: r - 1,
+            var: out[r - 1],
+        };
     }
     Assembly::Collect
 }
@@ -390,7 +434,9 @@ fn assembly(k: &Kernel, order: &[VarId]) -> Assembly {
 fn parallel_var(k: &Kernel, stmt: &ast::Statement) -> Result<Option<VarId>, LowerError> {
     let mut chosen = None;
     for item in &stmt.schedule {
-        let Directive::Parallelize(ix) = &item.directive else { continue };
+        let Directive::Parallelize(ix) = &item.directive else {
+            continue;
+        };
         let err = |reason: String| LowerError::Parallelize {
             var: ix.name.clone(),
             reason,
@@ -404,7 +450,11 @@ fn parallel_var(k: &Kernel, stmt: &ast::Statement) -> Result<Option<VarId>, Lowe
         }
         for nest in &k.nests {
             if nest.loops.first().map(|l| l.var) != Some(v) {
-                let names: Vec<&str> = nest.loops.iter().map(|l| k.vars[l.var].name.as_str()).collect();
+                let names: Vec<&str> = nest
+                    .loops
+                    .iter()
+                    .map(|l| k.vars[l.var].name.as_str())
+                    .collect();
                 return Err(err(format!(
                     "`{}` is not the outermost loop (loop order: {})",
                     ix.name,
@@ -424,7 +474,9 @@ fn source_text(stmt: &ast::Statement) -> String {
             ast::ExprKind::Access(a) => access(a),
             ast::ExprKind::Const(c) => format!("{c}"),
             ast::ExprKind::Neg(x) => format!("-({})", expr(x)),
-            ast::ExprKind::Call(f, x) => format!("{}({})", format!("{f:?}").to_lowercase(), expr(x)),
+            ast::ExprKind::Call(f, x) => {
+                format!("{}({})", format!("{f:?}").to_lowercase(), expr(x))
+            }
             ast::ExprKind::Binary(op, l, r) => {
                 let o = match op {
                     ast::BinOp::Add => "+",
@@ -444,5 +496,10 @@ fn source_text(stmt: &ast::Statement) -> String {
         format!("{}({})", a.tensor.name, ix.join(","))
     }
     let asg = &stmt.assignment;
-    format!("{} {} {}", access(&asg.lhs), if asg.accumulate { "+=" } else { "=" }, expr(&asg.rhs))
+    format!(
+        "{} {} {}",
+        access(&asg.lhs),
+        if asg.accumulate { "+=" } else { "=" },
+        expr(&asg.rhs)
+    )
 }

@@ -22,7 +22,10 @@ pub fn access_edges(access: &Access, tensor: &TensorDecl) -> Vec<(VarId, VarId)>
     let Some(last) = levels.iter().rposition(|l| *l == LevelType::Compressed) else {
         return Vec::new();
     };
-    access.level_vars[..=last].windows(2).map(|w| (w[0], w[1])).collect()
+    access.level_vars[..=last]
+        .windows(2)
+        .map(|w| (w[0], w[1]))
+        .collect()
 }
 
 /// Edges asked for by an output stored in a sparse format: all its levels, in order.
@@ -40,15 +43,25 @@ pub struct Preference {
 }
 
 /// A topological order of `vars` under `edges` by `pref`, or `None` if the edges have a cycle.
-pub fn topo_order(vars: &[VarId], edges: &[(VarId, VarId)], pref: &Preference) -> Option<Vec<VarId>> {
+pub fn topo_order(
+    vars: &[VarId],
+    edges: &[(VarId, VarId)],
+    pref: &Preference,
+) -> Option<Vec<VarId>> {
     let mut placed: Vec<VarId> = Vec::with_capacity(vars.len());
     while placed.len() < vars.len() {
         let ready = vars.iter().copied().filter(|v| {
             !placed.contains(v)
-                && edges.iter().all(|&(a, b)| b != *v || a == b || placed.contains(&a) || !vars.contains(&a))
+                && edges
+                    .iter()
+                    .all(|&(a, b)| b != *v || a == b || placed.contains(&a) || !vars.contains(&a))
         });
         let next = ready.min_by_key(|v| {
-            (!pref.sparse.contains(v), !pref.free.contains(v), pref.rank[*v])
+            (
+                !pref.sparse.contains(v),
+                !pref.free.contains(v),
+                pref.rank[*v],
+            )
         })?;
         placed.push(next);
     }

@@ -34,7 +34,10 @@ fn split_terms(rhs: &Expr, negate: bool, out: &mut Vec<Expr>) {
 
 /// Variables used by an expression.
 pub fn vars_of(e: &Expr, accesses: &[Access]) -> BTreeSet<VarId> {
-    e.accesses().iter().flat_map(|a| accesses[*a].level_vars.iter().copied()).collect()
+    e.accesses()
+        .iter()
+        .flat_map(|a| accesses[*a].level_vars.iter().copied())
+        .collect()
 }
 
 /// Groups the terms of `rhs` by reduction variables, in order of first appearance.
@@ -50,7 +53,10 @@ pub fn group_terms(rhs: &Expr, accesses: &[Access], free: &BTreeSet<VarId>) -> V
                 let prev = std::mem::replace(&mut g.expr, Expr::Const(0.0));
                 g.expr = Expr::Binary(BinOp::Add, Box::new(prev), Box::new(term));
             }
-            None => groups.push(TermGroup { expr: term, reductions }),
+            None => groups.push(TermGroup {
+                expr: term,
+                reductions,
+            }),
         }
     }
     groups
@@ -65,7 +71,10 @@ pub fn required_factors(e: &Expr, out: &mut Vec<usize>) {
             required_factors(l, out);
             required_factors(r, out);
         }
-        Expr::Binary(BinOp::Div, l, _) => required_factors(l, out),
+        // `0/x` is zero only for a non-zero constant `x` (0/0 is NaN).
+        Expr::Binary(BinOp::Div, l, r) if matches!(**r, Expr::Const(c) if c != 0.0) => {
+            required_factors(l, out)
+        }
         _ => {}
     }
 }

@@ -40,6 +40,13 @@ pub fn catalogue() -> Vec<&'static str> {
         "A(i,j) = B(i,j,k,l) * C(k,l)",
         "y(i) = -A(i,j) * x(j)",
         "C(i,j) = A(i,j) / 2 + x(i)",
+        "C(i,j) = A(i,j) / B(i,j)",
+        "a = 2",
+        "y(i) = A(i,j) * x(j) * s + t",
+        "a = b(i) * c(i) + D(i,j) * D(i,j) - 1",
+        "C(i,j) = A(i,k) * B(k,j) + D(i,j)",
+        "y(i) = A(j,i) * x(j)",
+        "A(i,j,k) = B(i,j,k) * c(k) + D(i,j,k) * e(i)",
     ]
 }
 
