@@ -163,42 +163,43 @@ impl ParallelParser {
     /// Reads the next block, cut after its last newline, and hands it to a worker.
     fn submit(&mut self) -> Result<()> {
         let mut block = std::mem::take(&mut self.carry);
-        let mut filled = block.len();
-        block.resize(filled + BLOCK, 0);
+        block.reserve(BLOCK);
         loop {
-            let n = loop {
-                match self.file.read(&mut block[filled..]) {
-                    Ok(n) => break n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(Error::io(&self.path, e)),
+            let before = block.len();
+            // Normally one block; more when a line is longer than what was read so far.
+            let want = BLOCK.max(before) as u64;
+            let n = (&mut self.file)
+                .take(want)
+                .read_to_end(&mut block)
+                .map_err(|e| Error::io(&self.path, e))?;
+            let at_eof = (n as u64) < want;
+            // The block starts at a line start and the carried part has no newline, so the
+            // first line ends at the first newline of the new bytes (or is still unfinished).
+            let first_line =
+                memchr::memchr(b'\n', &block[before..]).map_or(block.len(), |i| before + i);
+            // Without a newline in the new bytes, the whole block is one (unfinished) line.
+            match (memchr::memrchr(b'\n', &block[before..]), at_eof) {
+                (Some(i), false) => {
+                    self.carry = block[before + i + 1..].to_vec();
+                    block.truncate(before + i + 1);
+                    break;
                 }
-            };
-            filled += n;
-            if n == 0 {
-                self.eof = true;
-                break;
-            }
-            if let Some(last) = memchr::memrchr(b'\n', &block[..filled]) {
-                self.carry = block[last + 1..filled].to_vec();
-                filled = last + 1;
-                break;
-            }
-            if filled >= MAX_LINE {
-                let line = self.line_base + 1;
-                let msg = format!(
-                    "line {line} or one soon after it is longer than {} MiB",
-                    MAX_LINE >> 20
-                );
-                return Err(Error::io(
-                    &self.path,
-                    std::io::Error::new(std::io::ErrorKind::InvalidData, msg),
-                ));
-            }
-            if filled == block.len() {
-                block.resize(block.len() * 2, 0);
+                _ if first_line >= MAX_LINE => {
+                    let line = self.line_base + 1;
+                    let msg = format!(
+                        "line {line} or one soon after it is longer than {} MiB",
+                        MAX_LINE >> 20
+                    );
+                    let e = std::io::Error::new(std::io::ErrorKind::InvalidData, msg);
+                    return Err(Error::io(&self.path, e));
+                }
+                (_, true) => {
+                    self.eof = true;
+                    break;
+                }
+                (None, false) => {}
             }
         }
-        block.truncate(filled);
         let jobs = self.jobs.as_ref().expect("open until drop");
         jobs.send((self.next_submit, block))
             .expect("workers live until drop");

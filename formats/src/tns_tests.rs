@@ -208,3 +208,34 @@ fn coordinate_only_parsing_agrees_on_coordinates_and_still_rejects_bad_fields() 
         }
     }
 }
+
+#[test]
+fn parallel_parser_handles_lines_longer_than_a_block_and_rejects_huge_ones() {
+    use crate::chunks::Chunk;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long.tns");
+    let long_comment = format!("#{}\n", "x".repeat(3 << 20));
+    std::fs::write(&path, format!("1 1 1\n{long_comment}2 2 2\n3 3 3")).unwrap();
+    let mut r = TnsReader::open(&path).unwrap();
+    let mut chunk = Chunk::default();
+    let mut vals = Vec::new();
+    while r.next_chunk(&mut chunk).unwrap() {
+        vals.extend_from_slice(&chunk.vals);
+    }
+    assert_eq!(
+        vals,
+        vec![1.0, 2.0, 3.0],
+        "last line without a newline is read too"
+    );
+    let huge = format!("1 1 1\n#{}\n", "x".repeat(17 << 20));
+    std::fs::write(&path, huge).unwrap();
+    let mut r = TnsReader::open(&path).unwrap();
+    let err = loop {
+        match r.next_chunk(&mut chunk) {
+            Ok(true) => {}
+            Ok(false) => panic!("a 17 MiB line was accepted"),
+            Err(e) => break e,
+        }
+    };
+    assert!(err.to_string().contains("longer than"), "{err}");
+}
