@@ -244,7 +244,18 @@ impl Solver<'_> {
                     continue;
                 };
                 let dst = class.members[0];
-                let pid = self.image(args, src, src_part, dst, domain)?;
+                let read_only = class.members.iter().all(|&m| !args[m].writes);
+                let Some(pid) = self.image(args, src, src_part, dst, domain, read_only)? else {
+                    // The source is still being written and the destination is only read:
+                    // every point may read the whole destination (a correct, coarser image)
+                    // instead of the issuing thread waiting for the source's values.
+                    for &m in &class.members {
+                        let bounds = args[m].rect.expect("bound");
+                        parts[m] = Some(self.intern(Partition::None { bounds }));
+                    }
+                    todo.swap_remove(i);
+                    continue;
+                };
                 let rects = match &**self.interner.get(pid) {
                     Partition::Image { rects, .. } => rects.clone(),
                     _ => unreachable!(),
@@ -296,7 +307,8 @@ impl Solver<'_> {
         }
     }
 
-    /// The image of `src`'s partition into `dst`, reused while `src` is unchanged.
+    /// The image of `src`'s partition into `dst`, reused while `src` is unchanged; `None` when
+    /// `may_defer` and tasks still write `src`.
     fn image(
         &mut self,
         args: &[SolverArg],
@@ -304,15 +316,20 @@ impl Solver<'_> {
         src_part: PartitionId,
         dst: usize,
         domain: Domain,
-    ) -> Result<PartitionId> {
+        may_defer: bool,
+    ) -> Result<Option<PartitionId>> {
         let key = self.image_key(args, src, src_part, dst);
         if let Some(id) = self.interner.find_image(&key) {
-            return Ok(id);
+            return Ok(Some(id));
         }
         let root = &args[src].root;
-        // The image needs the source's values: wait for the tasks still writing them.
+        // The image needs the source's values: a read-only destination does without them
+        // (`None` here); otherwise wait for the tasks still writing them.
         let src_rect = args[src].rect.expect("bound");
         let writers = root.meta().access.pending_writers(&src_rect);
+        if !writers.is_empty() && may_defer {
+            return Ok(None);
+        }
         if !writers.is_empty() {
             Counters::add(&self.counters.blocking_waits, 1);
             for w in writers {
@@ -360,11 +377,11 @@ impl Solver<'_> {
             let base = dst_rect.lo()[0];
             rects.push(dst_rect.with_range(0, base + lo as usize, base + hi as usize));
         }
-        Ok(self.intern(Partition::Image {
+        Ok(Some(self.intern(Partition::Image {
             key,
             rects: rects.into(),
             domain,
-        }))
+        })))
     }
 
     /// Makes each argument's tiling its store's key partition: always for written arguments

@@ -271,3 +271,61 @@ fn launch_domain_follows_machine_and_minimum_piece() {
     rt.fence().unwrap();
     assert_eq!(*seen.lock().unwrap(), 7, "a fixed launch domain wins");
 }
+
+#[test]
+fn a_gather_does_not_wait_for_its_index_store_to_be_written() {
+    let rt = rt(2);
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let r = release.clone();
+    rt.register("slow_reverse", move |ctx| {
+        // Held until the caller has issued the gather (bounded, so a regression fails
+        // instead of hanging).
+        let t0 = std::time::Instant::now();
+        while !r.load(std::sync::atomic::Ordering::Acquire) && t0.elapsed().as_secs() < 5 {
+            std::thread::yield_now();
+        }
+        let mut idx = ctx.write::<u64>(0);
+        let n = idx.as_slice().len() as u64;
+        idx.as_mut_slice()
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, j)| *j = n - 1 - i as u64);
+    })
+    .unwrap();
+    rt.register("gather", |ctx| {
+        let mut d = ctx.write::<f64>(0);
+        let (idx, s) = (ctx.read::<u64>(1), ctx.read::<f64>(2));
+        for i in d.range() {
+            d.set_at(i, s.at(idx.at(i) as usize));
+        }
+    })
+    .unwrap();
+    let idx = rt.from_vec(&[6], vec![0u64; 6]).unwrap();
+    let x = rt
+        .from_vec(&[6], (0..6).map(|v| v as f64).collect())
+        .unwrap();
+    let y = rt.create(DType::F64, &[6]).unwrap();
+    rt.task("slow_reverse")
+        .read_write(&idx)
+        .launch_domain(&[1])
+        .submit()
+        .unwrap();
+    rt.task("gather")
+        .write(&y)
+        .read(&idx)
+        .read(&x)
+        .align(&y, &idx)
+        .image(&idx, &x)
+        .submit()
+        .unwrap();
+    assert_eq!(
+        rt.stats().blocking_waits,
+        0,
+        "submit returned without waiting for idx"
+    );
+    release.store(true, std::sync::atomic::Ordering::Release);
+    assert_eq!(
+        rt.read::<f64>(&y).unwrap(),
+        vec![5.0, 4.0, 3.0, 2.0, 1.0, 0.0]
+    );
+}

@@ -27,6 +27,8 @@ enum Op {
     Filter { s: usize },
     /// `x = c`
     Fill { x: usize, c: i8 },
+    /// `idx[i] = (idx[i] + k) % n`: later gathers find their image source still being written
+    Shift { k: u8 },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -47,6 +49,7 @@ fn op() -> impl Strategy<Value = Op> {
         (st.clone(), st.clone()).prop_map(|(x, s)| Op::AddSum { x, s }),
         st.clone().prop_map(|s| Op::Filter { s }),
         (st, sm).prop_map(|(x, c)| Op::Fill { x, c }),
+        (1u8..5).prop_map(|k| Op::Shift { k }),
     ]
 }
 
@@ -118,6 +121,7 @@ fn sequential(c: &Case) -> Outcome {
     let mut acc = vec![0.0; M];
     let mut filtered = vec![];
     let mut sums = vec![];
+    let mut idx = c.idx.clone();
     for op in &c.ops {
         match *op {
             Op::Axpy { d, s, t, a } => {
@@ -135,7 +139,7 @@ fn sequential(c: &Case) -> Outcome {
             }
             Op::Gather { d, s } => {
                 if d != s {
-                    x[d] = c.idx.iter().map(|&j| x[s][j as usize]).collect();
+                    x[d] = idx.iter().map(|&j| x[s][j as usize]).collect();
                 }
             }
             Op::Segments { d, s } => {
@@ -153,6 +157,7 @@ fn sequential(c: &Case) -> Outcome {
             }
             Op::Filter { s } => filtered.push(x[s].iter().copied().filter(|&v| v > 0.0).collect()),
             Op::Fill { x: i, c } => x[i].iter_mut().for_each(|v| *v = c as f64),
+            Op::Shift { k } => idx.iter_mut().for_each(|j| *j = (*j + k as u64) % n as u64),
         }
     }
     (x, acc, filtered, sums)
@@ -210,6 +215,13 @@ fn register(rt: &Runtime) -> Result<()> {
             .as_mut_slice()
             .iter_mut()
             .for_each(|x| *x += v);
+    })?;
+    rt.register("shift", |ctx| {
+        let (k, n) = (ctx.scalar(0).as_u64(), ctx.scalar(1).as_u64());
+        ctx.write::<u64>(0)
+            .as_mut_slice()
+            .iter_mut()
+            .for_each(|j| *j = (*j + k) % n);
     })?;
     rt.register("filter", |ctx| {
         let s = ctx.read::<f64>(0);
@@ -331,6 +343,14 @@ fn parallel(case: &Case, threads: usize) -> Result<Outcome> {
                 filtered.push(out);
             }
             Op::Fill { x: i, c } => rt.fill(&x[i], c as f64)?,
+            Op::Shift { k } => fix(
+                case,
+                rt.task("shift")
+                    .read_write(&idx)
+                    .scalar(k as u64)
+                    .scalar(n as u64),
+            )
+            .submit()?,
             _ => {}
         }
     }
