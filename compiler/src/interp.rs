@@ -28,14 +28,27 @@ pub enum InterpError {
     },
     #[error("output dimensions {got:?} do not have the output's rank {rank}")]
     OutRank { rank: usize, got: Vec<usize> },
+    #[error(
+        "index `{var}` has dimension {first_dim} in {first} but {dim} in {tensor} mode {mode}"
+    )]
+    Dim {
+        var: String,
+        first: String,
+        first_dim: usize,
+        tensor: String,
+        mode: usize,
+        dim: usize,
+    },
+    #[error("a coordinate lies outside `out_dims`: the inputs' dimensions disagree with them")]
+    OutOfRange,
     #[error("assembling the output failed: {0}")]
     Assemble(#[from] TensorError),
 }
 
 /// Runs `k` on `inputs` (in [`Kernel::inputs`] order) and returns the output with dimensions
-/// `out_dims`. Formats and ranks are checked; that dimensions agree between operands is the
-/// caller's precondition (as for generated kernels): where they disagree, coordinates outside
-/// an operand's range read as zero rather than out of bounds.
+/// `out_dims`. Unlike a generated kernel, the interpreter checks its inputs itself: formats,
+/// ranks, and one dimension per index variable across every input and `out_dims`; a
+/// mismatch is an [`InterpError`], never a panic or a truncated result.
 pub fn run<V: Value, I: Index>(
     k: &Kernel,
     inputs: &[&Tensor<V, I>],
@@ -63,6 +76,9 @@ pub fn run<V: Value, I: Index>(
             touched: false,
         };
         run.body(0);
+    }
+    if let Some(e) = sink.error.take() {
+        return Err(e);
     }
     match out_dense {
         Some(t) => Ok(t),
@@ -100,6 +116,33 @@ fn check_inputs<V: Value, I: Index>(
             rank: k.output_tensor().rank(),
             got: out_dims.to_vec(),
         });
+    }
+    // One extent per index variable, agreed by every use (inputs and `out_dims`).
+    let mut dims: Vec<Option<(usize, String)>> = vec![None; k.vars.len()];
+    for acc in &k.accesses {
+        let decl = &k.tensors[acc.tensor];
+        let tensor_dims = match decl.input_slot {
+            Some(slot) => inputs[slot].dims(),
+            None => out_dims,
+        };
+        for (level, &m) in decl.format.mode_order().iter().enumerate() {
+            let v = acc.level_vars[level];
+            let got = tensor_dims[m];
+            match &dims[v] {
+                Some((d, first)) if *d != got => {
+                    return Err(InterpError::Dim {
+                        var: k.vars[v].name.clone(),
+                        first: first.clone(),
+                        first_dim: *d,
+                        tensor: decl.name.clone(),
+                        mode: m,
+                        dim: got,
+                    })
+                }
+                Some(_) => {}
+                None => dims[v] = Some((got, format!("{} mode {m}", decl.name))),
+            }
+        }
     }
     Ok(())
 }
@@ -237,6 +280,9 @@ struct Sink<V, I> {
     ws: Vec<V>,
     ws_mark: Vec<bool>,
     ws_list: Vec<usize>,
+    /// The first assembly failure (inputs that broke the precondition, e.g. coordinates
+    /// beyond `out_dims`): reported by `run` instead of a panic.
+    error: Option<InterpError>,
 }
 
 impl<V: Value, I: Index> Sink<V, I> {
@@ -274,10 +320,32 @@ impl<V: Value, I: Index> Sink<V, I> {
             ws: vec![V::zero(); ws_len],
             ws_mark: vec![false; ws_len],
             ws_list: Vec::new(),
+            error: None,
+        }
+    }
+
+    fn fail(&mut self, e: InterpError) {
+        self.error.get_or_insert(e);
+    }
+
+    /// Appends one entry (level-order coordinates) to the in-order assembly.
+    fn push(&mut self, coords: &[usize], v: V) {
+        let Some(packer) = self.packer.as_mut() else {
+            return self.fail(InterpError::OutOfRange);
+        };
+        if let Err(e) = packer.push(coords, v) {
+            let e = match e {
+                tessera_formats::PackError::Tensor(t) => t,
+                tessera_formats::PackError::Sink(never) => match never {},
+            };
+            self.fail(e.into());
         }
     }
 
     fn finish(self, out_dims: &[usize], fmt: &Format) -> Result<Tensor<V, I>, InterpError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
         match self.packer {
             Some(p) => Ok(packed_tensor(out_dims, fmt, p)?),
             None => Ok(Tensor::from_entries(
@@ -442,24 +510,24 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
                 if let (Some(vals), Some(Some(p))) =
                     (self.out.as_deref_mut(), self.s.pos[k.output_access].last())
                 {
-                    vals[*p] += self.acc;
+                    match vals.get_mut(*p) {
+                        Some(x) => *x += self.acc,
+                        None => self.sink.fail(InterpError::OutOfRange),
+                    }
                 }
             }
             OutputKind::Sparse if self.touched => match self.nest.assembly {
                 Assembly::InOrder => {
                     let coords: Vec<usize> =
                         out.level_vars.iter().map(|v| self.s.coord[*v]).collect();
-                    let packer = self
-                        .sink
-                        .packer
-                        .as_mut()
-                        .expect("in-order assembly has a packer");
-                    packer
-                        .push(&coords, self.acc)
-                        .expect("loop order yields sorted unique entries");
+                    self.sink.push(&coords, self.acc);
                 }
                 Assembly::Workspace { var, .. } => {
                     let c = self.s.coord[var];
+                    if c >= self.sink.ws.len() {
+                        self.sink.fail(InterpError::OutOfRange);
+                        return;
+                    }
                     if !self.sink.ws_mark[c] {
                         self.sink.ws_mark[c] = true;
                         self.sink.ws_list.push(c);
@@ -486,20 +554,16 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
         let mut coords: Vec<usize> = out.iter().map(|v| self.s.coord[*v]).collect();
         let last = coords.len() - 1;
         let sink = &mut *self.sink;
-        sink.ws_list.sort_unstable();
-        let packer = sink
-            .packer
-            .as_mut()
-            .expect("workspace assembly has a packer");
-        for &c in &sink.ws_list {
+        let mut list = std::mem::take(&mut sink.ws_list);
+        list.sort_unstable();
+        for &c in &list {
             coords[last] = c;
-            packer
-                .push(&coords, sink.ws[c])
-                .expect("workspace flushes sorted unique entries");
-            sink.ws[c] = V::zero();
+            let v = std::mem::replace(&mut sink.ws[c], V::zero());
+            sink.push(&coords, v);
             sink.ws_mark[c] = false;
         }
-        sink.ws_list.clear();
+        list.clear();
+        sink.ws_list = list;
     }
 }
 

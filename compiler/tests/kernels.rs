@@ -361,3 +361,25 @@ fn accumulate_adds_to_the_previous_output() {
     }
     assert!(ran > 60, "only {ran} accumulate cases lowered");
 }
+
+/// Inputs that break the precondition (dimensions that disagree with `out_dims`) give an
+/// error from the interpreter, not a panic or a silently wrong tensor.
+#[test]
+fn disagreeing_dimensions_are_an_error() {
+    for (expr, formats) in [
+        ("y(i) = A(i,j) * x(j)", &[("A", "ds"), ("y", "d")]),
+        ("y(i) = A(i,j) * x(j)", &[("A", "ss"), ("y", "s")]),
+        ("C(i,j) = A(i,k) * B(k,j)", &[("A", "ds"), ("C", "ds")]),
+    ] {
+        let case = Case::fixed(expr, formats, &[("i", 5)], 1);
+        let k = case.lower().unwrap();
+        let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
+        let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
+        let mut small = case.out_dims();
+        small[0] = 2;
+        assert!(interp::run(&k, &refs, &case.out_dims()).is_ok());
+        let err = interp::run(&k, &refs, &small).unwrap_err().to_string();
+        assert!(err.starts_with("index `i` has dimension"), "{expr}: {err}");
+        assert!(err.contains(" 5 ") && err.contains(" 2 "), "{expr}: {err}");
+    }
+}
