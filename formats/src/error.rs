@@ -71,6 +71,8 @@ pub enum Error {
     Format { path: PathBuf, source: FormatError },
     #[error("{path}: {what}")]
     Unsupported { path: PathBuf, what: String },
+    #[error("interrupted; no output was written")]
+    Cancelled,
 }
 
 impl Error {

@@ -440,3 +440,33 @@ proptest! {
         }
     }
 }
+
+/// Cancels at the first progress report.
+struct CancelAtOnce;
+
+impl tessera_formats::Progress for CancelAtOnce {
+    fn stage(&self, _: &str, _: u64) {}
+    fn update(&self, _: u64) {}
+    fn cancelled(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn cancelled_conversions_stop_and_leave_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("c.tns");
+    std::fs::write(&input, "1 1 1\n2 2 2\n3 3 3\n").unwrap();
+    for external in [false, true] {
+        let out = dir.path().join("c.tcs");
+        let e = convert(
+            &input,
+            &out,
+            &opts_with(Duplicates::Sum, external),
+            &CancelAtOnce,
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::Cancelled), "{e}");
+        assert_eq!(dir_names(dir.path()), vec!["c.tns"]);
+    }
+}

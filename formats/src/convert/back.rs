@@ -45,7 +45,7 @@ fn write_text<V: Value, I: Index>(
         view.try_for_each_level_entry(|c, v| {
             seen += 1;
             if seen.is_multiple_of(PROGRESS_EVERY) {
-                progress.update(seen);
+                super::tick(progress, seen)?;
             }
             if seen.is_multiple_of(RELEASE_EVERY) {
                 file.release_pages();
@@ -144,7 +144,7 @@ pub(crate) fn text_to_text(
                 w.write_entry(&coords, v)?;
                 n += 1;
                 if n.is_multiple_of(PROGRESS_EVERY) {
-                    progress.update(reader.bytes_read());
+                    super::tick(progress, reader.bytes_read())?;
                 }
             }
             w.finish()?;

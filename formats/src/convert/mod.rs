@@ -41,6 +41,20 @@ pub trait Progress {
     fn update(&self, done: u64);
     /// The current stage ended.
     fn end_stage(&self) {}
+    /// True when the user asked to stop (e.g. Ctrl-C): long loops then return
+    /// [`Error::Cancelled`], and temporary files are removed as for any other failure.
+    fn cancelled(&self) -> bool {
+        false
+    }
+}
+
+/// Reports progress and stops the work if it was cancelled.
+pub(crate) fn tick(progress: &dyn Progress, done: u64) -> Result<()> {
+    progress.update(done);
+    if progress.cancelled() {
+        return Err(Error::Cancelled);
+    }
+    Ok(())
 }
 
 /// Progress that goes nowhere.

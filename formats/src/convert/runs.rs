@@ -72,7 +72,7 @@ pub(crate) fn sort_runs(
                 runs.push(run.spill(temp.path(), runs.len(), input, format, opts.duplicates)?);
             }
         }
-        progress.update(reader.bytes_read());
+        super::tick(progress, reader.bytes_read())?;
     }
     progress.end_stage();
     let dims = reader
@@ -134,7 +134,7 @@ pub(crate) fn sort_runs(
                 let _ = std::fs::remove_file(p);
             }
             merged.push(path);
-            progress.update(((g + 1) * fan_in) as u64);
+            super::tick(progress, ((g + 1) * fan_in) as u64)?;
         }
         progress.end_stage();
         runs = merged;
@@ -442,7 +442,7 @@ impl SortedSource for MergeSource {
         let mut counted = |k: &[u64], v: f64| {
             n += 1;
             if n.is_multiple_of(PROGRESS_EVERY) {
-                progress.update(n);
+                super::tick(progress, n)?;
             }
             f(k, v)
         };

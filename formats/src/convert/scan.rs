@@ -96,7 +96,7 @@ pub(crate) fn scan_sorted(
             std::mem::swap(&mut key, &mut prev);
             entries += 1;
         }
-        progress.update(reader.bytes_read());
+        super::tick(progress, reader.bytes_read())?;
     }
     progress.end_stage();
     let dims = reader
@@ -160,7 +160,7 @@ impl SortedSource for TextSource {
                 }
                 f(&key, v)?;
             }
-            progress.update(reader.bytes_read());
+            super::tick(progress, reader.bytes_read())?;
         }
         progress.end_stage();
         Ok(())
