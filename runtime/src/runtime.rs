@@ -469,14 +469,18 @@ fn resolve_constraints(
     args: &[(Store, Privilege)],
     cons: &[UserConstraint],
 ) -> Result<Vec<Constraint>> {
-    let pos = |s: &Store, c: &'static str| {
-        args.iter()
-            .position(|(a, _)| a.same_view(s))
-            .ok_or_else(|| RuntimeError::NotAnArgument {
-                task: task.into(),
-                constraint: c,
-                store: s.id(),
-            })
+    // Unbound outputs have no extent to partition: constraints cannot name them.
+    let pos = |s: &Store, c: &'static str| match args.iter().position(|(a, _)| a.same_view(s)) {
+        None => Err(RuntimeError::NotAnArgument {
+            task: task.into(),
+            constraint: c,
+            store: s.id(),
+        }),
+        Some(i) if args[i].1 == Privilege::WriteUnbound => Err(RuntimeError::UnboundMisuse {
+            task: task.into(),
+            store: s.id(),
+        }),
+        Some(i) => Ok(i),
     };
     cons.iter()
         .map(|c| {

@@ -305,6 +305,24 @@ fn unbound_outputs_concatenate_pieces_in_point_order() {
         .submit()
         .unwrap_err();
     assert!(matches!(e, RuntimeError::UnboundMisuse { .. }), "{e}");
+    let fresh = rt.create_unbound(DType::U64);
+    for t in [
+        rt.task("evens")
+            .read(&s)
+            .write_unbound(&fresh)
+            .image(&s, &fresh),
+        rt.task("evens")
+            .read(&s)
+            .write_unbound(&fresh)
+            .broadcast(&fresh, &[0]),
+        rt.task("evens")
+            .read(&s)
+            .write_unbound(&fresh)
+            .align(&s, &fresh),
+    ] {
+        let e = t.submit().unwrap_err();
+        assert!(matches!(e, RuntimeError::UnboundMisuse { .. }), "{e}");
+    }
     let never = rt.create_unbound(DType::U64);
     assert!(matches!(
         rt.read::<u64>(&never),
