@@ -16,6 +16,8 @@ pub enum RuntimeError {
         dims: usize,
         max: usize,
     },
+    #[error("shape {shape:?} is too large to allocate")]
+    ShapeTooLarge { shape: Vec<usize> },
     #[error("host data for store of shape {shape:?} has {got} elements, expected {expected}")]
     HostDataLength {
         shape: Vec<usize>,

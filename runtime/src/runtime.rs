@@ -218,7 +218,7 @@ impl Runtime {
         )
     }
 
-    fn check_shape(shape: &[usize]) -> Result<()> {
+    fn check_shape(dtype: DType, shape: &[usize]) -> Result<()> {
         if shape.len() > MAX_DIMS {
             return Err(RuntimeError::TooManyDims {
                 shape: shape.to_vec(),
@@ -226,12 +226,20 @@ impl Runtime {
                 max: MAX_DIMS,
             });
         }
+        let bytes = shape
+            .iter()
+            .try_fold(dtype.size(), |acc, &e| acc.checked_mul(e));
+        if bytes.is_none_or(|b| b > isize::MAX as usize) {
+            return Err(RuntimeError::ShapeTooLarge {
+                shape: shape.to_vec(),
+            });
+        }
         Ok(())
     }
 
     /// A zero-filled store.
     pub fn create(&self, dtype: DType, shape: &[usize]) -> Result<Store> {
-        Self::check_shape(shape)?;
+        Self::check_shape(dtype, shape)?;
         let rect = Rect::from_shape(shape);
         Ok(self.new_root(
             dtype,
@@ -245,7 +253,7 @@ impl Runtime {
 
     /// A store holding `data` (row-major).
     pub fn from_vec<T: Element>(&self, shape: &[usize], data: Vec<T>) -> Result<Store> {
-        Self::check_shape(shape)?;
+        Self::check_shape(T::DTYPE, shape)?;
         let rect = Rect::from_shape(shape);
         if data.len() != rect.volume() {
             return Err(RuntimeError::HostDataLength {

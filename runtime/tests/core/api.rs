@@ -71,6 +71,14 @@ fn stores_of_every_type_round_trip_and_fill() {
         rt.create(DType::F64, &[1, 1, 1, 1, 1]),
         Err(RuntimeError::TooManyDims { .. })
     ));
+    assert!(matches!(
+        rt.create(DType::F64, &[usize::MAX, 2]),
+        Err(RuntimeError::ShapeTooLarge { .. })
+    ));
+    assert!(matches!(
+        rt.create(DType::F64, &[1 << 40, 1 << 30]),
+        Err(RuntimeError::ShapeTooLarge { .. })
+    ));
 }
 
 #[test]
