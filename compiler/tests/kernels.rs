@@ -383,3 +383,26 @@ fn disagreeing_dimensions_are_an_error() {
         assert!(err.contains(" 5 ") && err.contains(" 2 "), "{expr}: {err}");
     }
 }
+
+/// The IR verifier rejects plans that break its invariants (so lowering bugs surface as an
+/// internal error, not as wrong results).
+#[test]
+fn verifier_rejects_broken_plans() {
+    let k = Case::fixed("y(i) = A(i,j) * x(j)", &[("A", "csr")], &[], 0)
+        .lower()
+        .unwrap();
+    assert_eq!(k.verify(), Ok(()));
+    // Iterate A's compressed level before its parent is resolved.
+    let mut bad = k.clone();
+    let it = bad.nests[0].loops[1].iterate.remove(0);
+    bad.nests[0].loops[0].iterate.push(it);
+    assert!(bad.verify().is_err());
+    // Forget to locate x.
+    let mut bad = k.clone();
+    bad.nests[0].loops[1].locate.clear();
+    assert!(bad.verify().unwrap_err().contains("not fully resolved"));
+    // Accumulate over the free variable.
+    let mut bad = k;
+    bad.nests[0].acc_depth = 0;
+    assert!(bad.verify().unwrap_err().contains("free variable"));
+}
