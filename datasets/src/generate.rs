@@ -315,6 +315,7 @@ pub fn generate(
                 n += 1;
                 if n.is_multiple_of(65536) {
                     entries_bar(n);
+                    stop_if_interrupted()?;
                 }
                 w.write_entry(c[0], c[1], v)
             })?;
@@ -357,11 +358,19 @@ fn write_tns(
         n += 1;
         if n.is_multiple_of(65536) {
             entries_bar(n);
+            stop_if_interrupted()?;
         }
         w.write_entry(c, v)
     })?;
     w.finish()?;
     Ok(n)
+}
+
+fn stop_if_interrupted() -> Result<(), tessera_formats::Error> {
+    if crate::progress::interrupted() {
+        return Err(tessera_formats::Error::Cancelled);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

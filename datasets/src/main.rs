@@ -38,6 +38,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    tessera_datasets::progress::install_interrupt_handler();
     let result = match &cli.command {
         Command::Convert(a) => a.run(cli.quiet),
         Command::Info(a) => a.run(cli.quiet),

@@ -1,9 +1,28 @@
 //! Progress bars (indicatif) for the stages that `tessera-formats` reports.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use tessera_formats::Progress;
+
+/// Set by the first Ctrl-C (or SIGTERM): long work stops at its next progress report and
+/// removes its temporary files; a second signal exits at once.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Installs the handler that sets the interruption flag (once per process).
+pub fn install_interrupt_handler() {
+    let _ = ctrlc::set_handler(|| {
+        if INTERRUPTED.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+    });
+}
+
+/// True once the user asked to stop.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
 
 /// One bar per stage on stderr; hidden when stderr is not a terminal or when quiet.
 pub struct Bars {
@@ -67,5 +86,8 @@ impl Progress for Bars {
         if let Some(b) = self.bar.borrow_mut().take() {
             b.finish_and_clear();
         }
+    }
+    fn cancelled(&self) -> bool {
+        interrupted()
     }
 }
