@@ -1,10 +1,10 @@
 //! Streaming conversion between `.tns`/`.mtx` and `.tcs` with bounded memory.
 //!
-//! Text → `.tcs` (SuperTaco §4.3): pass one ([`scan`]) reads the input once to find the
+//! Text → `.tcs` (SuperTaco §4.3): pass one (`scan`) reads the input once to find the
 //! dimensions, check whether the entries already come in the target storage order, and count
-//! the coordinates of every level; pass two ([`build`]) reads it again and streams `pos`/`crd`/
+//! the coordinates of every level; pass two (`build`) reads it again and streams `pos`/`crd`/
 //! `vals` into the output at offsets computed from those counts. Input that is not sorted goes
-//! through an external merge sort ([`runs`]) first: sorted runs in temporary files within the
+//! through an external merge sort (`runs`) first: sorted runs in temporary files within the
 //! memory budget, merged k ways (in several rounds if there are more runs than buffers), and the
 //! merged stream takes the place of the input in both passes. Output goes to a temporary file
 //! renamed into place only when complete.
