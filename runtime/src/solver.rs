@@ -131,12 +131,12 @@ impl Solver<'_> {
         domain: Option<Domain>,
     ) -> Option<(usize, PartitionId)> {
         // Prefer written members: their key partition is where the data was last produced.
-        let mut order = class.members.clone();
-        order.sort_by_key(|&m| !args[m].writes);
-        for m in order {
+        let written = class.members.iter().filter(|&&m| args[m].writes);
+        let read = class.members.iter().filter(|&&m| !args[m].writes);
+        for &m in written.chain(read) {
             let rect = args[m].rect?;
-            let keys = args[m].root.meta().keys.clone();
-            for k in keys {
+            let meta = args[m].root.meta();
+            for &k in &meta.keys {
                 if let Partition::Tiling {
                     proj,
                     bounds,
