@@ -5,7 +5,8 @@
 //! on each statement and this program `include!`s the Rust it wrote. Every contestant does the
 //! same work per call: allocate a zeroed output and compute into it.
 //!
-//! Sizes scale with `TESSERA_BENCH_SCALE` (default 1.0; 0.05 for a quick run).
+//! Sizes scale with `TESSERA_BENCH_SCALE` (default 1.0; 0.05 for a quick run); repetitions
+//! with `TESSERA_BENCH_REPS` (default 9; raise it on a loaded machine).
 
 use std::hint::black_box;
 
@@ -19,7 +20,13 @@ mod generated {
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 }
 
-const REPS: usize = 7;
+/// Repetitions per contestant (`TESSERA_BENCH_REPS`, default 9): the best is reported.
+fn reps() -> usize {
+    std::env::var("TESSERA_BENCH_REPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(9)
+}
 
 /// splitmix64: reproducible inputs without a dependency.
 struct Rng(u64);
@@ -118,12 +125,12 @@ fn pool(threads: usize) -> rayon::ThreadPool {
 /// A contestant: the threads it runs on and one call.
 type Contestant<'a> = (usize, &'a (dyn Fn() + Sync));
 
-/// Best time of each contestant over REPS rounds. Rounds interleave the contestants, so that
+/// Best time of each contestant over `reps()` rounds. Rounds interleave the contestants, so that
 /// load from other processes on a shared machine falls on all of them alike.
 fn race<const N: usize>(contestants: [Contestant<'_>; N]) -> [f64; N] {
     let pools: Vec<rayon::ThreadPool> = contestants.iter().map(|(t, _)| pool(*t)).collect();
     let mut best = [f64::INFINITY; N];
-    for _ in 0..REPS {
+    for _ in 0..reps() {
         for (n, (_, f)) in contestants.iter().enumerate() {
             let t = pools[n].install(|| best_of(1, f).0);
             best[n] = best[n].min(t);
@@ -171,7 +178,7 @@ fn copy_bandwidth(bytes: usize) -> f64 {
     let n = bytes / 8;
     let src: Vec<f64> = (0..n).map(|i| i as f64).collect();
     let mut dst = vec![0.0f64; n];
-    let (t, _) = best_of(REPS, || {
+    let (t, _) = best_of(reps(), || {
         dst.copy_from_slice(black_box(&src));
         black_box(dst[n / 2])
     });
@@ -489,7 +496,8 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1.0);
     let mut table = Table::new(&format!(
-        "Generated kernels vs hand-written Rust and sprs (scale {scale}, best of {REPS}; ratio > 1: Tessera faster)"
+        "Generated kernels vs hand-written Rust and sprs (scale {scale}, best of {}; ratio > 1: Tessera faster)",
+        reps()
     ));
     let bw = copy_bandwidth(((512usize << 20) as f64 * scale.max(0.25)) as usize);
     bench_spmv::<u32>(&mut table, scale, bw);
