@@ -18,10 +18,8 @@ use std::time::Instant;
 
 use tessera_benches::{parse_child_peak, peak_rss_bytes, Table};
 use tessera_datasets::generate::{generate, Kind, Spec};
-use tessera_formats::{convert, ConvertOptions, NoProgress, TcsFile};
-use tessera_runtime::io::{
-    merge_dir, split_opened, IoError, NoProgress as NoIoProgress, SplitSpec,
-};
+use tessera_formats::{convert, ConvertOptions, NoProgress};
+use tessera_runtime::io::{merge_dir, split_file, NoProgress as NoIoProgress, SplitSpec};
 use tessera_runtime::transport::run_ranks;
 
 /// Dimensions of the generated tensor (CSF, 32-bit coordinates, f64 values).
@@ -241,16 +239,8 @@ fn run_job(job: &str, args: &[String]) {
         "split" => {
             let spec = SplitSpec::parse_blocks(SPLIT).unwrap();
             let (input, out) = (Path::new(&args[1]), Path::new(&args[2]));
-            // Thread ranks share one mapping of the input, as `tessera-data split` does.
-            let file = TcsFile::open(input).map_err(|e| IoError::File(e.to_string()));
             for r in run_ranks(args[0].parse().unwrap(), |c| {
-                split_opened(
-                    c,
-                    file.as_ref().map_err(Clone::clone),
-                    &spec,
-                    out,
-                    &NoIoProgress,
-                )
+                split_file(c, input, &spec, out, &NoIoProgress)
             }) {
                 r.expect("split");
             }

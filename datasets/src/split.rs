@@ -4,13 +4,12 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use tessera_formats::TcsFile;
-use tessera_runtime::io::{split_opened, IoError, NoProgress, Progress, SplitSpec, Summary};
+use tessera_runtime::io::{split_file, IoError, NoProgress, Progress, SplitSpec, Summary};
 use tessera_runtime::transport::{run_ranks, Communicator};
 
 const EXAMPLES: &str = "\
@@ -60,20 +59,8 @@ impl Args {
             (None, None) => anyhow::bail!("give --blocks or --split-points"),
         };
         let start = Instant::now();
-        // Thread ranks share one mapping of the input (validated once); each MPI process
-        // opens its own.
-        let opened: OnceLock<Result<TcsFile, IoError>> = OnceLock::new();
         let (summary, how) = on_ranks(&self.ranks, quiet, |comm, progress| {
-            let file = opened.get_or_init(|| {
-                TcsFile::open(&self.input).map_err(|e| IoError::File(e.to_string()))
-            });
-            split_opened(
-                comm,
-                file.as_ref().map_err(Clone::clone),
-                &spec,
-                &self.output,
-                progress,
-            )
+            split_file(comm, &self.input, &spec, &self.output, progress)
         })?;
         if let Some(s) = summary {
             report(

@@ -11,8 +11,9 @@
 //! Every step that can fail on one rank (a missing file, a corrupt block, a full disk) is
 //! followed by [`Communicator::check`], so all ranks stop with an error together.
 
+use super::partial::load_file_blocks;
 use super::store::{merge_blocks, Merged};
-use super::{load_blocks, IoError, Progress, SplitSpec};
+use super::{IoError, Progress, SplitSpec};
 use crate::transport::Communicator;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -46,7 +47,8 @@ fn io_err(path: &Path, e: std::io::Error) -> IoError {
 }
 
 /// Splits the `.tcs` file `input` into blocks written to `out_dir` (which must not already
-/// hold `.tcs` files). Collective.
+/// hold `.tcs` files). Each rank reads the header and only its piece of the arrays.
+/// Collective.
 pub fn split_file<C: Communicator + ?Sized>(
     comm: &C,
     input: &Path,
@@ -54,39 +56,27 @@ pub fn split_file<C: Communicator + ?Sized>(
     out_dir: &Path,
     progress: &dyn Progress,
 ) -> Result<Summary, IoError> {
-    let opened = TcsFile::open(input).map_err(file_err);
-    split_opened(
-        comm,
-        opened.as_ref().map_err(Clone::clone),
-        spec,
-        out_dir,
-        progress,
-    )
-}
-
-/// [`split_file`] of a file this rank has already opened (or failed to open): thread ranks
-/// of one process share one mapping, validated once. Collective.
-pub fn split_opened<C: Communicator + ?Sized>(
-    comm: &C,
-    file: Result<&TcsFile, IoError>,
-    spec: &SplitSpec,
-    out_dir: &Path,
-    progress: &dyn Progress,
-) -> Result<Summary, IoError> {
-    let file = agreed(comm, file)?;
-    let grid = agreed(comm, spec.grid(file.dims()))?;
+    let opened = File::open(input)
+        .map_err(|e| io_err(input, e))
+        .and_then(|f| {
+            TcsHeader::read_from(&f, input)
+                .map(|h| (f, h))
+                .map_err(file_err)
+        });
+    let (file, h) = agreed(comm, opened)?;
+    let grid = agreed(comm, spec.grid(&h.dims()))?;
     let prepared = if comm.rank() == 0 {
         prepare_out_dir(out_dir)
     } else {
         Ok(())
     };
     agreed(comm, prepared)?;
-    let h = file.header();
+    let args = (&file, input, &h, &grid, out_dir, progress);
     let written = match (h.value_type, h.index_bits) {
-        (ValueType::F32, 32) => split_typed::<C, f32, u32>(comm, file, &grid, out_dir, progress),
-        (ValueType::F32, _) => split_typed::<C, f32, u64>(comm, file, &grid, out_dir, progress),
-        (ValueType::F64, 32) => split_typed::<C, f64, u32>(comm, file, &grid, out_dir, progress),
-        (ValueType::F64, _) => split_typed::<C, f64, u64>(comm, file, &grid, out_dir, progress),
+        (ValueType::F32, 32) => split_typed::<C, f32, u32>(comm, args),
+        (ValueType::F32, _) => split_typed::<C, f32, u64>(comm, args),
+        (ValueType::F64, 32) => split_typed::<C, f64, u32>(comm, args),
+        (ValueType::F64, _) => split_typed::<C, f64, u64>(comm, args),
     }?;
     let total = comm.all_sum(&[written as u64])?;
     Ok(Summary {
@@ -95,6 +85,15 @@ pub fn split_opened<C: Communicator + ?Sized>(
         bytes: h.file_len,
     })
 }
+
+type SplitArgs<'a> = (
+    &'a File,
+    &'a Path,
+    &'a TcsHeader,
+    &'a super::BlockGrid,
+    &'a Path,
+    &'a dyn Progress,
+);
 
 fn prepare_out_dir(dir: &Path) -> Result<(), IoError> {
     std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
@@ -109,13 +108,9 @@ fn prepare_out_dir(dir: &Path) -> Result<(), IoError> {
 
 fn split_typed<C: Communicator + ?Sized, V: Value, I: Index>(
     comm: &C,
-    file: &TcsFile,
-    grid: &super::BlockGrid,
-    out_dir: &Path,
-    progress: &dyn Progress,
+    (file, input, header, grid, out_dir, progress): SplitArgs<'_>,
 ) -> Result<usize, IoError> {
-    let view = agreed(comm, file.view::<V, I>().map_err(file_err))?;
-    let blocks = load_blocks(comm, &view, grid, progress)?;
+    let blocks = load_file_blocks::<C, V, I>(comm, file, input, header, grid, progress)?;
     progress.start("split: write blocks", blocks.len() as u64);
     let mut result = Ok(blocks.len());
     for b in &blocks {

@@ -1,7 +1,7 @@
 //! Distributed loading of a tensor into blocks (SuperTaco §4.4).
 //!
-//! Every rank holds a view of the same tensor (for a file: its own memory map) and touches
-//! only its piece of it:
+//! Every rank sees the same tensor (a view in memory, or a `.tcs` file of which it reads only
+//! its piece, see `partial`) and walks only its piece of it:
 //! 1. **Load balancing** (§4.4.1): rank `r` binary-searches the leaf whose size offset (bytes
 //!    of `pos`/`crd`/`vals` before it) is nearest `r/N` of the tensor; an all-gather of these
 //!    leaves cuts the tensor into `N` pieces of about equal bytes.
@@ -54,21 +54,90 @@ where
     let local = check_input(view, grid);
     comm.check(local.as_ref().map(|_| ()).map_err(|e| e.to_string()))?;
     local?;
-    let bounds = parent_bounds(view);
+    let meta = Meta::of_view(view);
     let tree = ViewTree(view);
-    let (me, n) = (comm.rank(), comm.size());
-    let (start, end) = piece_bounds(comm, view)?;
+    let (start, end) = piece_bounds(comm, &tree, &meta)?;
     let first = if start < end {
-        leaf_path_in(&tree, start, &bounds)
+        leaf_path_in(&tree, start, &meta.bounds)
     } else {
-        vec![0; bounds.len()]
+        vec![0; meta.bounds.len()]
     };
-    let mut walker = Walker::new(&tree, start, end, first);
-    let assign = Assigner::new(view.format(), grid);
+    load_walk(
+        comm,
+        Walker::new(&tree, start, end, first),
+        &meta,
+        grid,
+        progress,
+    )
+}
+
+/// What loading needs to know of a tensor besides its arrays.
+pub(crate) struct Meta {
+    pub dims: Vec<usize>,
+    pub format: Format,
+    /// Per level: `Some((size, offset))` if dense.
+    pub dense: Shape,
+    /// Per level: the parent positions its `pos` covers (binary search bounds).
+    pub bounds: Vec<(usize, usize)>,
+    pub leaves: usize,
+    /// Bytes of all `pos`, `crd` and `vals` arrays.
+    pub bytes: u64,
+    pub index_bytes: u64,
+    pub value_bytes: u64,
+}
+
+impl Meta {
+    pub(crate) fn of_view<V: Value, I: Index>(view: &TensorView<'_, V, I>) -> Meta {
+        let mut bytes = std::mem::size_of_val(view.vals()) as u64;
+        let mut dense = Vec::new();
+        let mut bounds = Vec::new();
+        for level in view.levels() {
+            match *level {
+                LevelView::Dense { size, offset, .. } => {
+                    dense.push(Some((size, offset)));
+                    bounds.push((0, 0));
+                }
+                LevelView::Compressed { pos, crd } => {
+                    bytes += ((pos.len() + crd.len()) * std::mem::size_of::<I>()) as u64;
+                    dense.push(None);
+                    bounds.push((0, pos.len().saturating_sub(2)));
+                }
+            }
+        }
+        Meta {
+            dims: view.dims().to_vec(),
+            format: view.format().clone(),
+            dense,
+            bounds,
+            leaves: view.vals().len(),
+            bytes,
+            index_bytes: std::mem::size_of::<I>() as u64,
+            value_bytes: std::mem::size_of::<V>() as u64,
+        }
+    }
+}
+
+/// Steps 2–4 over this rank's piece, walked by `walker`.
+pub(crate) fn load_walk<C, T, V, I>(
+    comm: &C,
+    mut walker: Walker<'_, T>,
+    meta: &Meta,
+    grid: &BlockGrid,
+    progress: &dyn Progress,
+) -> Result<Vec<Block<V, I>>, IoError>
+where
+    C: Communicator + ?Sized,
+    T: Tree<V = V>,
+    V: Value,
+    I: Index,
+{
+    let (me, n) = (comm.rank(), comm.size());
+    let (start, end) = walker.range();
+    let assign = Assigner::new(&meta.format, grid);
     let shapes = BlockShapes {
         grid,
-        format: view.format(),
-        levels: view.levels(),
+        format: &meta.format,
+        dense: &meta.dense,
     };
 
     // 2. Partial block headers, pooled on every rank.
@@ -86,7 +155,7 @@ where
         h.write(&mut w);
     }
     let all_headers = comm.all_gather(&w.0)?;
-    let pooled = pool_headers(&all_headers, view.format().rank())?;
+    let pooled = pool_headers(&all_headers, meta.format.rank())?;
     let owned = |key: &usize| BlockGrid::owner(*key, n) == me;
     let mut starts_of: BTreeMap<usize, (PieceStart, Shape)> = BTreeMap::new();
     let mut totals_of: BTreeMap<usize, Totals> = BTreeMap::new();
@@ -142,7 +211,7 @@ where
     drop(starts_of);
     assemble_owned(
         grid,
-        view,
+        meta,
         &shapes,
         &totals_of,
         incoming,
@@ -153,43 +222,26 @@ where
 }
 
 /// Step 1, load balancing: this rank's piece `[start, end)` of the leaves. Rank `r` searches
-/// the leaf at `r/N` of the tensor's bytes; an all-gather tells it where the next piece starts.
-pub(crate) fn piece_bounds<C, V, I>(
-    comm: &C,
-    view: &TensorView<'_, V, I>,
-) -> Result<(usize, usize), IoError>
+/// Step 1, load balancing: this rank's piece `[start, end)` of the leaves. Rank `r` searches
+/// the leaf at `r/N` of the tensor's bytes (probing the arrays through `tree`); an all-gather
+/// tells it where the next piece starts.
+pub(crate) fn piece_bounds<C, T>(comm: &C, tree: &T, meta: &Meta) -> Result<(usize, usize), IoError>
 where
     C: Communicator + ?Sized,
-    V: Value,
-    I: Index,
+    T: Tree,
 {
-    let bounds = parent_bounds(view);
-    let tree = ViewTree(view);
     let (me, n) = (comm.rank(), comm.size());
-    let leaves = view.vals().len();
-    let total = size_offset(&tree, &bounds, leaves, leaves);
-    let target = (u128::from(total) * me as u128 / n as u128) as u64;
-    let start = search_leaf(&tree, &bounds, leaves, target);
+    let target = (u128::from(meta.bytes) * me as u128 / n as u128) as u64;
+    let start = search_leaf(tree, meta, target);
     let starts = comm.all_gather_u64(&[start as u64])?;
     let end = match starts.get(me + 1) {
         Some(next) => *next
             .first()
             .ok_or_else(|| IoError::Internal("empty piece bound".into()))?
             as usize,
-        None => leaves,
+        None => meta.leaves,
     };
     Ok((start, end.max(start)))
-}
-
-/// Per level, the parent positions a compressed level's `pos` covers (for binary search).
-fn parent_bounds<V: Value, I: Index>(view: &TensorView<'_, V, I>) -> Vec<(usize, usize)> {
-    view.levels()
-        .iter()
-        .map(|level| match level {
-            LevelView::Compressed { pos, .. } => (0, pos.len().saturating_sub(2)),
-            LevelView::Dense { .. } => (0, 0),
-        })
-        .collect()
 }
 
 /// Checks what load needs of its input.
@@ -222,32 +274,17 @@ fn check_input<V: Value, I: Index>(
     Ok(())
 }
 
-/// Bytes of `pos`, `crd` and `vals` before leaf `leaf` (SuperTaco's size offset); `leaves`
-/// gives the whole tensor.
-fn size_offset<V: Value, I: Index>(
-    tree: &ViewTree<'_, '_, V, I>,
-    bounds: &[(usize, usize)],
-    leaf: usize,
-    leaves: usize,
-) -> u64 {
-    let (iw, vw) = (
-        std::mem::size_of::<I>() as u64,
-        std::mem::size_of::<V>() as u64,
-    );
-    let mut bytes = leaf as u64 * vw;
-    if leaf >= leaves {
-        for level in tree.0.levels() {
-            if let LevelView::Compressed { pos, crd } = level {
-                bytes += (pos.len() + crd.len()) as u64 * iw;
-            }
-        }
-        return bytes;
+/// Bytes of `pos`, `crd` and `vals` before leaf `leaf` (SuperTaco's size offset).
+fn size_offset<T: Tree>(tree: &T, meta: &Meta, leaf: usize) -> u64 {
+    if leaf >= meta.leaves {
+        return meta.bytes;
     }
-    let path = leaf_path_in(tree, leaf, bounds);
-    for k in 0..path.len() {
-        if tree.dense(k).is_none() {
+    let mut bytes = leaf as u64 * meta.value_bytes;
+    let path = leaf_path_in(tree, leaf, &meta.bounds);
+    for (k, &p) in path.iter().enumerate() {
+        if meta.dense[k].is_none() {
             let parent = if k == 0 { 0 } else { path[k - 1] };
-            bytes += (path[k] + parent) as u64 * iw;
+            bytes += (p + parent) as u64 * meta.index_bytes;
         }
     }
     bytes
@@ -255,16 +292,11 @@ fn size_offset<V: Value, I: Index>(
 
 /// The first leaf whose size offset reaches `target` (binary search; size offsets grow with
 /// the leaf).
-fn search_leaf<V: Value, I: Index>(
-    tree: &ViewTree<'_, '_, V, I>,
-    bounds: &[(usize, usize)],
-    leaves: usize,
-    target: u64,
-) -> usize {
-    let (mut lo, mut hi) = (0, leaves);
+fn search_leaf<T: Tree>(tree: &T, meta: &Meta, target: u64) -> usize {
+    let (mut lo, mut hi) = (0, meta.leaves);
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
-        if size_offset(tree, bounds, mid, leaves) < target {
+        if size_offset(tree, meta, mid) < target {
             lo = mid + 1;
         } else {
             hi = mid;
@@ -362,26 +394,25 @@ fn pool_headers(
 }
 
 /// The storage shape of blocks: dense levels narrowed to the block's range.
-struct BlockShapes<'a, 'v, I> {
+struct BlockShapes<'a> {
     grid: &'a BlockGrid,
     format: &'a Format,
-    levels: &'a [LevelView<'v, I>],
+    dense: &'a Shape,
 }
 
-impl<I: Index> BlockShapes<'_, '_, I> {
+impl BlockShapes<'_> {
     fn shape(&self, key: usize) -> Shape {
         let ranges = self.grid.block_ranges(key);
-        self.levels
+        self.dense
             .iter()
             .zip(self.format.mode_order())
-            .map(|(level, &m)| match *level {
-                LevelView::Dense { size, offset, .. } => {
+            .map(|(level, &m)| {
+                level.map(|(size, offset)| {
                     let r = &ranges[m].range;
                     let lo = r.start.clamp(offset, offset + size);
                     let hi = r.end.clamp(lo, offset + size);
-                    Some((hi - lo, lo))
-                }
-                LevelView::Compressed { .. } => None,
+                    (hi - lo, lo)
+                })
             })
             .collect()
     }
@@ -391,15 +422,15 @@ impl<I: Index> BlockShapes<'_, '_, I> {
 #[allow(clippy::too_many_arguments)]
 fn assemble_owned<V: Value, I: Index>(
     grid: &BlockGrid,
-    view: &TensorView<'_, V, I>,
-    shapes: &BlockShapes<'_, '_, I>,
+    meta: &Meta,
+    shapes: &BlockShapes<'_>,
     totals_of: &BTreeMap<usize, Totals>,
     incoming: Vec<Vec<u8>>,
     local: Vec<(usize, Piece<V, I>)>,
     (me, n): (usize, usize),
     progress: &dyn Progress,
 ) -> Result<Vec<Block<V, I>>, IoError> {
-    let rank = view.format().rank();
+    let rank = meta.format.rank();
     // Per block, its pieces in rank order (this rank's own come from `local`).
     let mut pieces: BTreeMap<usize, Vec<Piece<V, I>>> = BTreeMap::new();
     let mut local = Some(local);
@@ -435,7 +466,7 @@ fn assemble_owned<V: Value, I: Index>(
             None => combine(&shape, &[])?.1,
         };
         let asm = asm.finish(&shape, &totals)?;
-        let tensor = to_tensor(view.dims(), view.format(), &shape, asm)?;
+        let tensor = to_tensor(&meta.dims, &meta.format, &shape, asm)?;
         blocks.push(Block {
             key,
             ranges: grid.block_ranges(key),

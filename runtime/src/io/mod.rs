@@ -14,12 +14,14 @@ mod assemble;
 mod codec;
 mod files;
 mod load;
+mod partial;
+mod section;
 pub mod split;
 mod store;
 mod tournament;
 mod walk;
 
-pub use files::{merge_dir, split_file, split_opened, Summary};
+pub use files::{merge_dir, split_file, Summary};
 pub use load::{load_blocks, Block};
 pub use split::{BlockGrid, BlockRange, ModeSplit, SplitSpec};
 pub use store::{merge_blocks, store_to_root, Merged};

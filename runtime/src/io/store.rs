@@ -17,6 +17,7 @@
 use super::assemble::{combine, Assembly, PartialHeader, Piece, PieceBuilder, Shape, Totals};
 use super::codec::{Reader, Writer};
 use super::load::to_tensor;
+use super::section::Section;
 use super::tournament::Tournament;
 use super::walk::{coord, leaf_path_in, Tree, ViewTree, Walker};
 use super::{IoError, Progress};
@@ -371,20 +372,6 @@ fn write_section<V: Value, I: Index>(
     w.pods(&tree.0.vals()[start..end]);
 }
 
-/// A received section of one block: leaves `[start, end)` with the array parts they need,
-/// indexed by their positions in the whole block.
-struct Section<V, I> {
-    first: Vec<usize>,
-    start: usize,
-    end: usize,
-    dense: Vec<Option<(usize, usize)>>,
-    pos_base: Vec<usize>,
-    crd_base: Vec<usize>,
-    pos: Vec<Vec<I>>,
-    crd: Vec<Vec<I>>,
-    vals: Vec<V>,
-}
-
 impl<V: Value, I: Index> Section<V, I> {
     fn read(r: &mut Reader<'_>, rank: usize) -> Result<Self, IoError> {
         let first = r.usizes()?;
@@ -424,24 +411,5 @@ impl<V: Value, I: Index> Section<V, I> {
             return Err(r.malformed("section sizes"));
         }
         Ok(s)
-    }
-}
-
-impl<V: Value, I: Index> Tree for Section<V, I> {
-    type V = V;
-    fn rank(&self) -> usize {
-        self.dense.len()
-    }
-    fn dense(&self, k: usize) -> Option<(usize, usize)> {
-        self.dense[k]
-    }
-    fn pos(&self, k: usize, q: usize) -> usize {
-        self.pos[k][q - self.pos_base[k]].to_usize()
-    }
-    fn crd(&self, k: usize, i: usize) -> usize {
-        self.crd[k][i - self.crd_base[k]].to_usize()
-    }
-    fn val(&self, p: usize) -> V {
-        self.vals[p - self.start]
     }
 }

@@ -221,7 +221,8 @@ fn load_balancing_gives_every_rank_a_share() {
         .grid(t.dims())
         .unwrap();
     let out = run_ranks(4, |c| {
-        let bounds = load::piece_bounds(c, &t.view())?;
+        let view = t.view();
+        let bounds = load::piece_bounds(c, &walk::ViewTree(&view), &load::Meta::of_view(&view))?;
         Ok::<_, IoError>(bounds)
     });
     let bounds: Vec<_> = out.into_iter().map(|r| r.unwrap()).collect();
@@ -533,5 +534,79 @@ mod files {
                 .unwrap(),
             t
         );
+    }
+}
+
+mod partial_reads {
+    use super::*;
+    use tessera_formats::tcs::{write_tensor, ArrayKind, TcsHeader};
+
+    /// A CSR file whose array `kind` of level 1 (or vals) gets `patch` written at element
+    /// `at`; the header (and its checksum) stays intact, as after a bit flip in the data.
+    fn corrupt_file(
+        dir: &std::path::Path,
+        kind: ArrayKind,
+        at: u64,
+        patch: u32,
+    ) -> std::path::PathBuf {
+        let entries = (0..200usize).map(|i| (vec![i % 40, (i * 7) % 30], 1.0 + i as f64));
+        let t = T::from_entries(vec![40, 30], Format::parse("csr", 2).unwrap(), entries).unwrap();
+        let path = dir.join("c.tcs");
+        write_tensor(&path, &t, None).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        let h = TcsHeader::read_from(&f, &path).unwrap();
+        let a = h.arrays.iter().find(|a| a.kind == kind).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let off = (a.offset + at * 4) as usize;
+        bytes[off..off + 4].copy_from_slice(&patch.to_le_bytes());
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    fn split_fails(path: &std::path::Path, dir: &std::path::Path, ranks: usize) -> Vec<String> {
+        let spec = SplitSpec::parse_blocks("0:3,1:2").unwrap();
+        let msgs: Vec<String> = run_ranks(ranks, |c| {
+            split_file(c, path, &spec, &dir.join("b"), &NoProgress)
+        })
+        .into_iter()
+        .map(|r| r.expect_err("corrupt input").to_string())
+        .collect();
+        assert!(msgs.iter().all(|m| !m.contains("panicked")), "{msgs:?}");
+        msgs
+    }
+
+    #[test]
+    fn a_decreasing_pos_fails_every_rank_without_panicking() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = corrupt_file(dir.path(), ArrayKind::Pos, 20, 3);
+        let msgs = split_fails(&path, dir.path(), 3);
+        assert!(msgs.iter().any(|m| m.contains("c.tcs")), "{msgs:?}");
+    }
+
+    #[test]
+    fn a_coordinate_outside_the_dimension_fails_every_rank() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = corrupt_file(dir.path(), ArrayKind::Crd, 100, 1000);
+        let msgs = split_fails(&path, dir.path(), 2);
+        assert!(
+            msgs.iter().any(|m| m.contains("outside the dimension")),
+            "{msgs:?}"
+        );
+    }
+
+    #[test]
+    fn a_truncated_file_fails_every_rank() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = corrupt_file(dir.path(), ArrayKind::Crd, 0, 0);
+        let len = std::fs::metadata(&path).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len - 100)
+            .unwrap();
+        for msg in split_fails(&path, dir.path(), 2) {
+            assert!(msg.contains("c.tcs"), "{msg}");
+        }
     }
 }

@@ -1,0 +1,258 @@
+//! Reading only this rank's piece of a `.tcs` file (SuperTaco §4.4): each rank reads the
+//! header, probes single elements of `pos` for its load-balancing binary search, and then
+//! reads exactly the parts of `pos`, `crd` and `vals` its piece of leaves covers. No rank
+//! maps or reads the whole file, so a rank's memory is its share, not the tensor.
+//!
+//! The parts read are checked before they are walked ([`Section::check`]); the blocks built
+//! from them are validated again on their owners. Array checksums cover whole arrays and
+//! cannot be checked on a part: `tessera-data info` verifies them.
+
+use super::load::{load_walk, piece_bounds, Block, Meta};
+use super::section::Section;
+use super::split::BlockGrid;
+use super::walk::{leaf_path_in, Tree, Walker};
+use super::{IoError, Progress};
+use crate::transport::Communicator;
+use std::cell::RefCell;
+use std::fs::File;
+use std::marker::PhantomData;
+use std::path::Path;
+use tessera_formats::tcs::{read_array_range, ArrayKind, TcsHeader};
+use tessera_formats::{Index, LevelType, Value};
+
+/// An open `.tcs` file whose arrays are read element by element (for binary searches).
+/// A failed read is remembered and reported by [`FileProbe::take_error`]; the probe answers
+/// 0 meanwhile, which keeps any search finite.
+pub(crate) struct FileProbe<'a, V, I> {
+    file: &'a File,
+    path: &'a Path,
+    header: &'a TcsHeader,
+    /// Per level: the array numbers of its `pos` and `crd`.
+    arrays: Vec<Option<(usize, usize)>>,
+    vals: usize,
+    dense: Vec<Option<(usize, usize)>>,
+    error: RefCell<Option<IoError>>,
+    _types: PhantomData<(V, I)>,
+}
+
+impl<'a, V: Value, I: Index> FileProbe<'a, V, I> {
+    pub fn new(
+        file: &'a File,
+        path: &'a Path,
+        header: &'a TcsHeader,
+        meta: &Meta,
+    ) -> Result<Self, IoError> {
+        let rank = header.levels.len();
+        let mut arrays: Vec<(Option<usize>, Option<usize>)> = vec![(None, None); rank];
+        let mut vals = None;
+        for (i, a) in header.arrays.iter().enumerate() {
+            let k = a.level as usize;
+            match a.kind {
+                ArrayKind::Pos if k < rank => arrays[k].0 = Some(i),
+                ArrayKind::Crd if k < rank => arrays[k].1 = Some(i),
+                ArrayKind::Vals => vals = Some(i),
+                _ => {}
+            }
+        }
+        let missing = || IoError::File(format!("{}: header lacks an array", path.display()));
+        let arrays = arrays
+            .into_iter()
+            .zip(&meta.dense)
+            .map(|((p, c), d)| match d {
+                Some(_) => Ok(None),
+                None => Ok(Some((p.ok_or_else(missing)?, c.ok_or_else(missing)?))),
+            })
+            .collect::<Result<_, IoError>>()?;
+        Ok(FileProbe {
+            file,
+            path,
+            header,
+            arrays,
+            vals: vals.ok_or_else(missing)?,
+            dense: meta.dense.clone(),
+            error: RefCell::new(None),
+            _types: PhantomData,
+        })
+    }
+
+    fn read<T: bytemuck::Pod>(
+        &self,
+        array: usize,
+        range: std::ops::Range<usize>,
+    ) -> Result<Vec<T>, IoError> {
+        read_array_range::<T>(
+            self.file,
+            self.path,
+            self.header,
+            array,
+            range.start as u64..range.end as u64,
+        )
+        .map_err(|e| IoError::File(e.to_string()))
+    }
+
+    fn one<T: bytemuck::Pod>(&self, array: usize, i: usize) -> T {
+        match self.read::<T>(array, i..i + 1) {
+            Ok(v) => v[0],
+            Err(e) => {
+                self.error.borrow_mut().get_or_insert(e);
+                T::zeroed()
+            }
+        }
+    }
+
+    /// The first failed read, if any.
+    pub fn take_error(&self) -> Option<IoError> {
+        self.error.borrow_mut().take()
+    }
+
+    fn array(&self, k: usize) -> (usize, usize) {
+        self.arrays[k].expect("a compressed level has pos and crd")
+    }
+
+    /// Reads the section of leaves `[start, end)` (non-empty) and checks it.
+    pub fn section(&self, meta: &Meta, start: usize, end: usize) -> Result<Section<V, I>, IoError> {
+        let corrupt = |what: String| IoError::File(format!("{}: {what}", self.path.display()));
+        let a = leaf_path_in(self, start, &meta.bounds);
+        let z = leaf_path_in(self, end - 1, &meta.bounds);
+        if let Some(e) = self.take_error() {
+            return Err(e);
+        }
+        let rank = meta.dense.len();
+        let mut s = Section {
+            first: a.clone(),
+            start,
+            end,
+            dense: meta.dense.clone(),
+            pos_base: vec![0; rank],
+            crd_base: vec![0; rank],
+            pos: vec![Vec::new(); rank],
+            crd: vec![Vec::new(); rank],
+            vals: Vec::new(),
+        };
+        for k in 0..rank {
+            if meta.dense[k].is_some() {
+                continue;
+            }
+            let (pa, pz) = if k == 0 { (0, 0) } else { (a[k - 1], z[k - 1]) };
+            if pa > pz || a[k] > z[k] {
+                return Err(corrupt(format!("pos of level {k} is not monotone")));
+            }
+            let (pos, crd) = self.array(k);
+            s.pos_base[k] = pa;
+            s.crd_base[k] = a[k];
+            s.pos[k] = self.read(pos, pa..pz + 2)?;
+            s.crd[k] = self.read(crd, a[k]..z[k] + 1)?;
+        }
+        s.vals = self.read(self.vals, start..end)?;
+        let bound: Vec<usize> = meta
+            .format
+            .mode_order()
+            .iter()
+            .map(|&m| meta.dims[m])
+            .collect();
+        s.check(&bound).map_err(corrupt)?;
+        Ok(s)
+    }
+}
+
+impl<V: Value, I: Index> Tree for FileProbe<'_, V, I> {
+    type V = V;
+    fn rank(&self) -> usize {
+        self.dense.len()
+    }
+    fn dense(&self, k: usize) -> Option<(usize, usize)> {
+        self.dense[k]
+    }
+    fn pos(&self, k: usize, q: usize) -> usize {
+        self.one::<I>(self.array(k).0, q).to_usize()
+    }
+    fn crd(&self, k: usize, i: usize) -> usize {
+        self.one::<I>(self.array(k).1, i).to_usize()
+    }
+    fn val(&self, p: usize) -> V {
+        self.one::<V>(self.vals, p)
+    }
+}
+
+impl Meta {
+    /// What loading needs, from a checked `.tcs` header.
+    pub(crate) fn of_header<V: Value>(header: &TcsHeader) -> Result<Meta, IoError> {
+        let mut dense = Vec::new();
+        let mut bounds = Vec::new();
+        let mut parents: usize = 1;
+        for l in &header.levels {
+            match l.level_type {
+                LevelType::Dense => {
+                    dense.push(Some((l.size as usize, l.offset as usize)));
+                    bounds.push((0, 0));
+                    parents = parents
+                        .checked_mul(l.size as usize)
+                        .ok_or(IoError::TooLarge)?;
+                }
+                LevelType::Compressed => {
+                    dense.push(None);
+                    bounds.push((0, parents.saturating_sub(1)));
+                    parents = l.size as usize;
+                }
+            }
+        }
+        Ok(Meta {
+            dims: header.dims(),
+            format: header.format(),
+            dense,
+            bounds,
+            leaves: header.nnz as usize,
+            bytes: header.arrays.iter().map(|a| a.len).sum(),
+            index_bytes: u64::from(header.index_bits / 8),
+            value_bytes: std::mem::size_of::<V>() as u64,
+        })
+    }
+}
+
+/// Loads the `.tcs` file `path` (opened as `file`, header already read) as the blocks of
+/// `grid`, each rank reading only its piece. Collective.
+pub(crate) fn load_file_blocks<C, V, I>(
+    comm: &C,
+    file: &File,
+    path: &Path,
+    header: &TcsHeader,
+    grid: &BlockGrid,
+    progress: &dyn Progress,
+) -> Result<Vec<Block<V, I>>, IoError>
+where
+    C: Communicator + ?Sized,
+    V: Value,
+    I: Index,
+{
+    let local = match header.dims() {
+        d if d.is_empty() => Err(IoError::Scalar),
+        d if d != grid.dims() => Err(IoError::GridDims {
+            tensor: d,
+            grid: grid.dims().to_vec(),
+        }),
+        _ => Meta::of_header::<V>(header)
+            .and_then(|meta| Ok((FileProbe::<V, I>::new(file, path, header, &meta)?, meta))),
+    };
+    comm.check(local.as_ref().map(|_| ()).map_err(|e| e.to_string()))?;
+    let (probe, meta) = local?;
+    let (start, end) = piece_bounds(comm, &probe, &meta)?;
+    let section = match probe.take_error() {
+        Some(e) => Err(e),
+        None if start < end => probe.section(&meta, start, end),
+        None => Ok(Section {
+            first: vec![0; meta.dense.len()],
+            start,
+            end,
+            dense: meta.dense.clone(),
+            pos_base: vec![0; meta.dense.len()],
+            crd_base: vec![0; meta.dense.len()],
+            pos: vec![Vec::new(); meta.dense.len()],
+            crd: vec![Vec::new(); meta.dense.len()],
+            vals: Vec::new(),
+        }),
+    };
+    comm.check(section.as_ref().map(|_| ()).map_err(|e| e.to_string()))?;
+    let section = section?;
+    let walker = Walker::new(&section, start, end, section.first.clone());
+    load_walk(comm, walker, &meta, grid, progress)
+}

@@ -1,0 +1,74 @@
+//! A section of a level tree: leaves `[start, end)` with exactly the parts of the `pos`, `crd`
+//! and `vals` arrays that walking them touches, indexed by positions in the whole tree. Ranks
+//! exchange sections when storing (SuperTaco §4.6.1) and read their own from a file when
+//! loading (§4.4).
+
+use super::walk::Tree;
+use tessera_formats::{Index, Value};
+
+/// A received section of one block: leaves `[start, end)` with the array parts they need,
+/// indexed by their positions in the whole block.
+pub(crate) struct Section<V, I> {
+    pub first: Vec<usize>,
+    pub start: usize,
+    pub end: usize,
+    pub dense: Vec<Option<(usize, usize)>>,
+    pub pos_base: Vec<usize>,
+    pub crd_base: Vec<usize>,
+    pub pos: Vec<Vec<I>>,
+    pub crd: Vec<Vec<I>>,
+    pub vals: Vec<V>,
+}
+
+impl<V: Value, I: Index> Section<V, I> {
+    /// Checks what walking leaves `[start, end)` from path `first` relies on, so that a
+    /// corrupt file gives an error rather than a wrong walk or an out-of-bounds index: every
+    /// `pos` part non-decreasing and ending past the section's last node, every `crd` part
+    /// below the dimension `bound[k]` of its level.
+    pub fn check(&self, bound: &[usize]) -> Result<(), String> {
+        if self.start >= self.end {
+            return Ok(());
+        }
+        for (k, (dense, &bound)) in self.dense.iter().zip(bound).enumerate() {
+            if dense.is_some() {
+                continue;
+            }
+            let (pos, crd) = (&self.pos[k], &self.crd[k]);
+            if pos.windows(2).any(|w| w[1] < w[0]) {
+                return Err(format!("pos of level {k} decreases"));
+            }
+            let last_node = self.crd_base[k] + crd.len();
+            if crd.is_empty() || pos.last().map(|p| p.to_usize()) < Some(last_node) {
+                return Err(format!("pos of level {k} does not cover its coordinates"));
+            }
+            if let Some(c) = crd.iter().find(|c| c.to_usize() >= bound) {
+                return Err(format!(
+                    "crd of level {k} holds {c}, outside the dimension {bound}"
+                ));
+            }
+        }
+        if self.vals.len() != self.end - self.start {
+            return Err("vals part has the wrong length".into());
+        }
+        Ok(())
+    }
+}
+
+impl<V: Value, I: Index> Tree for Section<V, I> {
+    type V = V;
+    fn rank(&self) -> usize {
+        self.dense.len()
+    }
+    fn dense(&self, k: usize) -> Option<(usize, usize)> {
+        self.dense[k]
+    }
+    fn pos(&self, k: usize, q: usize) -> usize {
+        self.pos[k][q - self.pos_base[k]].to_usize()
+    }
+    fn crd(&self, k: usize, i: usize) -> usize {
+        self.crd[k][i - self.crd_base[k]].to_usize()
+    }
+    fn val(&self, p: usize) -> V {
+        self.vals[p - self.start]
+    }
+}
