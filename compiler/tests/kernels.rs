@@ -58,7 +58,7 @@ fn check_random_blocks(expr: &str, seed: u64) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn catalogue_matches_oracle_u32(pick in 0..catalogue().len(), seed in any::<u64>()) {
