@@ -5,6 +5,10 @@
 //! overlapping writers (output dependence) and readers (anti dependence). Reductions are folded
 //! by a task's finish node, which counts as a writer: folds of different tasks into one store are
 //! therefore ordered, which is what makes reductions deterministic.
+//!
+//! Readers are grouped by the rectangle they read. Index tasks read the same tiles again and
+//! again, so a write scans a handful of groups instead of every pending reader (pending readers
+//! of cells that are never written, like a stencil's boundary, would otherwise pile up).
 
 use crate::graph::Node;
 use crate::rect::Rect;
@@ -12,9 +16,9 @@ use std::sync::Arc;
 
 pub(crate) struct AccessState {
     writers: Vec<(Rect, Arc<Node>)>,
-    readers: Vec<(Rect, Arc<Node>)>,
-    /// Reader-list length at which finished readers are next pruned.
-    prune_at: usize,
+    readers: Vec<ReaderGroup>,
+    /// Group count at which groups of finished readers are next dropped.
+    groups_prune_at: usize,
 }
 
 impl Default for AccessState {
@@ -22,10 +26,20 @@ impl Default for AccessState {
         AccessState {
             writers: vec![],
             readers: vec![],
-            prune_at: 16,
+            groups_prune_at: PRUNE_MIN,
         }
     }
 }
+
+/// The pending readers of one rectangle.
+struct ReaderGroup {
+    rect: Rect,
+    nodes: Vec<Arc<Node>>,
+    /// Length at which finished nodes are next pruned (amortised O(1) per read).
+    prune_at: usize,
+}
+
+const PRUNE_MIN: usize = 8;
 
 impl AccessState {
     /// Records that `node` reads `rect`, after the writers it overlaps.
@@ -35,19 +49,36 @@ impl AccessState {
                 Node::add_edge(w, node);
             }
         }
-        // Finished readers are dropped in batches (amortised O(1) per read).
-        if self.readers.len() >= self.prune_at {
-            self.readers.retain(|(_, n)| !n.is_done());
-            self.prune_at = (2 * self.readers.len()).max(16);
+        let group = match self.readers.iter().position(|g| g.rect == rect) {
+            Some(i) => &mut self.readers[i],
+            None => {
+                if self.readers.len() >= self.groups_prune_at {
+                    self.readers.retain_mut(|g| {
+                        g.nodes.retain(|n| !n.is_done());
+                        !g.nodes.is_empty()
+                    });
+                    self.groups_prune_at = (2 * self.readers.len()).max(PRUNE_MIN);
+                }
+                self.readers.push(ReaderGroup {
+                    rect,
+                    nodes: vec![],
+                    prune_at: PRUNE_MIN,
+                });
+                self.readers.last_mut().expect("just pushed")
+            }
+        };
+        if group.nodes.len() >= group.prune_at {
+            group.nodes.retain(|n| !n.is_done());
+            group.prune_at = (2 * group.nodes.len()).max(PRUNE_MIN);
         }
-        self.readers.push((rect, node.clone()));
+        group.nodes.push(node.clone());
     }
 
     /// Records that `node` writes `rect`, after every overlapping reader and writer.
     pub(crate) fn write(&mut self, rect: Rect, node: &Arc<Node>) {
-        // One pass per list: order `node` after every overlapping access, then drop accesses
-        // wholly inside `rect` (later tasks need only wait for `node`) and finished ones.
-        let mut visit = |(r, n): &(Rect, Arc<Node>)| {
+        // Order `node` after every overlapping access, then drop accesses wholly inside `rect`
+        // (later tasks need only wait for `node`) and finished ones.
+        self.writers.retain(|(r, n)| {
             if n.is_done() {
                 return false;
             }
@@ -55,9 +86,17 @@ impl AccessState {
                 Node::add_edge(n, node);
             }
             !rect.contains(r)
-        };
-        self.writers.retain(&mut visit);
-        self.readers.retain(&mut visit);
+        });
+        self.readers.retain_mut(|g| {
+            if !g.rect.overlaps(&rect) {
+                return true;
+            }
+            g.nodes.retain(|n| !n.is_done());
+            for n in &g.nodes {
+                Node::add_edge(n, node);
+            }
+            !g.nodes.is_empty() && !rect.contains(&g.rect)
+        });
         self.writers.push((rect, node.clone()));
     }
 
