@@ -243,7 +243,11 @@ pub struct Kernel {
 impl Kernel {
     /// Tensor names in the order the kernel takes them as `inputs`.
     pub fn inputs(&self) -> Vec<&str> {
-        self.tensors.iter().filter(|t| t.input_slot.is_some()).map(|t| t.name.as_str()).collect()
+        self.tensors
+            .iter()
+            .filter(|t| t.input_slot.is_some())
+            .map(|t| t.name.as_str())
+            .collect()
     }
 
     /// The output tensor.
@@ -273,11 +277,15 @@ impl Kernel {
             let mut resolved: Vec<usize> = vec![0; self.accesses.len()];
             let mut bound = vec![false; self.vars.len()];
             for (d, lp) in nest.loops.iter().enumerate() {
-                let here = |msg: &str| format!("nest {n}, loop {d} ({}): {msg}", self.vars[lp.var].name);
+                let here =
+                    |msg: &str| format!("nest {n}, loop {d} ({}): {msg}", self.vars[lp.var].name);
                 bound[lp.var] = true;
                 for r in &lp.iterate {
-                    if self.level_type(*r) != LevelType::Compressed || self.level_var(*r) != lp.var {
-                        return Err(here("iterated level is not a compressed level of this variable"));
+                    if self.level_type(*r) != LevelType::Compressed || self.level_var(*r) != lp.var
+                    {
+                        return Err(here(
+                            "iterated level is not a compressed level of this variable",
+                        ));
                     }
                     if resolved[r.access] != r.level {
                         return Err(here("iterated level's parent is not resolved"));
@@ -286,7 +294,9 @@ impl Kernel {
                 }
                 for r in &lp.locate {
                     if self.level_type(*r) != LevelType::Dense || !bound[self.level_var(*r)] {
-                        return Err(here("located level is not dense or its variable is unbound"));
+                        return Err(here(
+                            "located level is not dense or its variable is unbound",
+                        ));
                     }
                     if resolved[r.access] != r.level {
                         return Err(here("located level's parent is not resolved"));
@@ -312,8 +322,13 @@ impl Kernel {
                     return Err(format!("nest {n}: access {a} is not fully resolved"));
                 }
             }
-            if nest.loops[nest.acc_depth.min(nest.loops.len())..].iter().any(|l| self.vars[l.var].free) {
-                return Err(format!("nest {n}: a free variable is inside the accumulator loops"));
+            if nest.loops[nest.acc_depth.min(nest.loops.len())..]
+                .iter()
+                .any(|l| self.vars[l.var].free)
+            {
+                return Err(format!(
+                    "nest {n}: a free variable is inside the accumulator loops"
+                ));
             }
         }
         Ok(())
@@ -337,7 +352,10 @@ impl fmt::Display for Kernel {
             for (d, lp) in nest.loops.iter().enumerate() {
                 let pad = "  ".repeat(d + 1);
                 let lv = |r: &LevelRef| {
-                    format!("{}#{}", self.tensors[self.accesses[r.access].tensor].name, r.level)
+                    format!(
+                        "{}#{}",
+                        self.tensors[self.accesses[r.access].tensor].name, r.level
+                    )
                 };
                 let it: Vec<String> = lp.iterate.iter().map(lv).collect();
                 let lo: Vec<String> = lp.locate.iter().map(lv).collect();
@@ -348,7 +366,11 @@ impl fmt::Display for Kernel {
                     lp.domain,
                     it.join(", "),
                     lo.join(", "),
-                    if d == nest.acc_depth { "  <- accumulate" } else { "" }
+                    if d == nest.acc_depth {
+                        "  <- accumulate"
+                    } else {
+                        ""
+                    }
                 )?;
             }
         }
