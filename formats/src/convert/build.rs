@@ -5,7 +5,7 @@ use std::path::Path;
 use super::{scan_distinct, ConvertOptions, Progress, SortedSource};
 use crate::error::{Error, Result};
 use crate::format::{Format, LevelType};
-use crate::pack::{PackError, Packer};
+use crate::pack::{PackError, Packer, Sink};
 use crate::tcs::{ArrayWriter, LevelInfo, ModeInfo, TcsHeader, TcsWriter};
 use crate::tensor::TensorError;
 use crate::value::{Index, Value, ValueType};
@@ -117,6 +117,171 @@ fn build_typed<V: Value, I: Index>(
     vals.finish()?;
     writer.finish()?;
     Ok(Built { entries, bytes })
+}
+
+/// One pass instead of two, for a source that is expensive to read twice (the merge of
+/// sorted runs): the arrays are spooled to temporary files in `temp_dir` while the level
+/// sizes are not yet known, then copied into the laid-out output.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn build_spooled(
+    source: &mut dyn SortedSource,
+    input: &Path,
+    output: &Path,
+    format: &Format,
+    dims: &[u64],
+    opts: &ConvertOptions,
+    temp_dir: &Path,
+    progress: &dyn Progress,
+) -> Result<Built> {
+    match (opts.value_type, opts.index_bits) {
+        (ValueType::F32, 32) => spooled_typed::<f32, u32>(
+            source, input, output, format, dims, opts, temp_dir, progress,
+        ),
+        (ValueType::F32, _) => spooled_typed::<f32, u64>(
+            source, input, output, format, dims, opts, temp_dir, progress,
+        ),
+        (ValueType::F64, 32) => spooled_typed::<f64, u32>(
+            source, input, output, format, dims, opts, temp_dir, progress,
+        ),
+        (ValueType::F64, _) => spooled_typed::<f64, u64>(
+            source, input, output, format, dims, opts, temp_dir, progress,
+        ),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn spooled_typed<V: Value, I: Index>(
+    source: &mut dyn SortedSource,
+    input: &Path,
+    output: &Path,
+    format: &Format,
+    dims: &[u64],
+    opts: &ConvertOptions,
+    temp_dir: &Path,
+    progress: &dyn Progress,
+) -> Result<Built> {
+    let tensor_err = |source| Error::Tensor {
+        path: input.to_path_buf(),
+        source,
+    };
+    check_width::<I>(dims, &[]).map_err(tensor_err)?;
+    let spool = || Spool::create(temp_dir);
+    let mut pairs = Vec::new();
+    for &t in format.levels() {
+        pairs.push(if t == LevelType::Compressed {
+            Some((spool()?, spool()?))
+        } else {
+            None
+        });
+    }
+    let udims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+    let dense = format.mode_order().iter().map(|&m| (udims[m], 0)).collect();
+    let mut packer: Packer<V, I, Spool, Spool> = Packer::new(
+        &udims,
+        format,
+        dense,
+        |k| pairs[k].take().expect("one pair per compressed level"),
+        spool()?,
+    );
+    let mut key = vec![0usize; format.rank()];
+    let pack_err = |e: PackError<Error>| match e {
+        PackError::Tensor(t) => tensor_err(t),
+        PackError::Sink(e) => e,
+    };
+    progress.stage("merge", 0);
+    scan_distinct(
+        source,
+        input,
+        format,
+        opts.duplicates,
+        progress,
+        &mut |c, v| {
+            for (k, &x) in c.iter().enumerate() {
+                key[k] = x as usize;
+            }
+            packer.push(&key, V::from_f64(v)).map_err(pack_err)
+        },
+    )?;
+    progress.end_stage();
+    let entries = packer.count() as u64;
+    let (levels, vals, sizes) = packer.finish().map_err(pack_err)?;
+    let counts: Vec<u64> = sizes.positions.iter().map(|&p| p as u64).collect();
+    let header = layout::<V, I>(format, dims, &counts).map_err(|source| Error::Tcs {
+        path: output.to_path_buf(),
+        source,
+    })?;
+    let bytes = header.file_len;
+    let writer = TcsWriter::create(output, header)?;
+    progress.stage("write", 0);
+    let mut array = 0;
+    for (pos, crd) in levels.into_iter().flatten() {
+        for s in [pos, crd] {
+            let (mut file, crc) = s.into_file()?;
+            writer.copy_array_from(array, &mut file, crc)?;
+            array += 1;
+        }
+    }
+    let (mut file, crc) = vals.into_file()?;
+    writer.copy_array_from(array, &mut file, crc)?;
+    writer.finish()?;
+    progress.end_stage();
+    Ok(Built { entries, bytes })
+}
+
+/// An array spooled to an anonymous temporary file (gone even if the process dies), with
+/// its checksum computed buffer by buffer.
+struct Spool {
+    file: std::fs::File,
+    buf: Vec<u8>,
+    crc: crc32fast::Hasher,
+    dir: std::path::PathBuf,
+}
+
+const SPOOL_BUFFER: usize = 1 << 20;
+
+impl Spool {
+    fn create(dir: &Path) -> Result<Spool> {
+        let file = tempfile::tempfile_in(dir).map_err(|e| Error::io(dir, e))?;
+        let buf = Vec::with_capacity(SPOOL_BUFFER);
+        Ok(Spool {
+            file,
+            buf,
+            crc: crc32fast::Hasher::new(),
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        use std::io::Write;
+        self.crc.update(&self.buf);
+        self.file
+            .write_all(&self.buf)
+            .map_err(|e| Error::io(&self.dir, e))?;
+        self.buf.clear();
+        Ok(())
+    }
+
+    fn into_file(mut self) -> Result<(std::fs::File, u32)> {
+        self.flush()?;
+        Ok((self.file, self.crc.finalize()))
+    }
+}
+
+impl<T: bytemuck::Pod> Sink<T> for Spool {
+    type Error = Error;
+    fn push_n(&mut self, x: T, n: usize) -> Result<()> {
+        for _ in 0..n {
+            Sink::<T>::push(self, x)?;
+        }
+        Ok(())
+    }
+    fn push(&mut self, x: T) -> Result<()> {
+        if self.buf.len() + std::mem::size_of::<T>() > SPOOL_BUFFER {
+            self.flush()?;
+        }
+        self.buf.extend_from_slice(bytemuck::bytes_of(&x));
+        Ok(())
+    }
 }
 
 /// Coordinates and positions must fit the chosen width; say how to fix it if not.

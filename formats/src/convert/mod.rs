@@ -216,15 +216,14 @@ pub fn text_to_tcs(
             };
             let sorted = runs::sort_runs(input, &format, opts, &temp_parent, progress)?;
             let mut source = sorted.source;
-            let counts = scan::count_levels(&mut source, input, &format, opts, progress)?;
-            let out = build::build(
+            let out = build::build_spooled(
                 &mut source,
                 input,
                 output,
                 &format,
                 &sorted.dims,
-                &counts,
                 opts,
+                &temp_parent,
                 progress,
             )?;
             Ok(ConvertReport {

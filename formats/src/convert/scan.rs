@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{duplicate_error, scan_distinct, ConvertOptions, Duplicates, Progress, SortedSource};
+use super::{duplicate_error, ConvertOptions, Duplicates, Progress, SortedSource};
 use crate::chunks::Chunk;
 use crate::error::Result;
 use crate::format::Format;
@@ -107,31 +107,6 @@ pub(crate) fn scan_sorted(
         dims,
         counts: counter.counts,
     }))
-}
-
-/// Level counts of a sorted source (pass one of the external-sort path).
-pub(crate) fn count_levels(
-    source: &mut dyn SortedSource,
-    input: &Path,
-    format: &Format,
-    opts: &ConvertOptions,
-    progress: &dyn Progress,
-) -> Result<Vec<u64>> {
-    let mut counter = LevelCounter::new(format.rank());
-    progress.stage("count", 0);
-    scan_distinct(
-        source,
-        input,
-        format,
-        opts.duplicates,
-        progress,
-        &mut |key, _| {
-            counter.push(key);
-            Ok(())
-        },
-    )?;
-    progress.end_stage();
-    Ok(counter.counts)
 }
 
 /// A presorted text file read again for pass two.

@@ -109,6 +109,39 @@ impl TcsWriter {
         }
     }
 
+    /// Copies array number `array` whole from `src` (read from its start; in the kernel where
+    /// the platform allows), recording `crc32` as its checksum, which the caller computed
+    /// while writing `src`.
+    pub fn copy_array_from(&self, array: usize, src: &mut std::fs::File, crc32: u32) -> Result<()> {
+        use std::io::{Read, Seek, SeekFrom};
+        let a = *self
+            .header
+            .arrays
+            .get(array)
+            .ok_or_else(|| self.misuse(format!("no array {array}")))?;
+        let target = self.file.target();
+        let len = src.metadata().map_err(|e| Error::io(target, e))?.len();
+        if len != a.len {
+            return Err(self.misuse(format!(
+                "{} needs {} bytes, the source has {len}",
+                a.name(),
+                a.len
+            )));
+        }
+        src.seek(SeekFrom::Start(0))
+            .map_err(|e| Error::io(target, e))?;
+        let mut dst = self.file.file();
+        dst.seek(SeekFrom::Start(a.offset))
+            .map_err(|e| Error::io(target, e))?;
+        let copied =
+            std::io::copy(&mut src.take(len), &mut dst).map_err(|e| Error::io(target, e))?;
+        if copied != len {
+            return Err(self.misuse(format!("{}: copied {copied} of {len} bytes", a.name())));
+        }
+        self.crcs.lock().expect("no panics while locked")[array] = Some(crc32);
+        Ok(())
+    }
+
     /// Computes missing checksums, writes the header and renames the file into place.
     pub fn finish(mut self) -> Result<()> {
         let target = self.file.target().to_path_buf();
