@@ -11,6 +11,9 @@ use std::ops::Range;
 use std::sync::Mutex;
 
 /// The context of one point task.
+///
+/// A body runs on a worker thread: it must not submit tasks, read stores back or wait on futures
+/// (the work it would wait for may need that worker).
 pub struct TaskContext<'a> {
     task: &'a Launched,
     point: usize,
