@@ -12,7 +12,7 @@
 //! followed by [`Communicator::check`], so all ranks stop with an error together.
 
 use super::partial::load_file_blocks;
-use super::store::{merge_blocks, Merged};
+use super::store::{merge_received, send_sections, Merged};
 use super::{IoError, Progress, SplitSpec};
 use crate::transport::Communicator;
 use std::fs::{File, OpenOptions};
@@ -203,10 +203,10 @@ pub fn merge_dir<C: Communicator + ?Sized>(
         )));
     };
     let summary = match (vsize, bits) {
-        (4, 32) => merge_typed::<C, f32, u32>(comm, &opened, output, progress),
-        (4, _) => merge_typed::<C, f32, u64>(comm, &opened, output, progress),
-        (_, 32) => merge_typed::<C, f64, u32>(comm, &opened, output, progress),
-        (_, _) => merge_typed::<C, f64, u64>(comm, &opened, output, progress),
+        (4, 32) => merge_typed::<C, f32, u32>(comm, opened, output, progress),
+        (4, _) => merge_typed::<C, f32, u64>(comm, opened, output, progress),
+        (_, 32) => merge_typed::<C, f64, u32>(comm, opened, output, progress),
+        (_, _) => merge_typed::<C, f64, u64>(comm, opened, output, progress),
     }?;
     Ok(Summary {
         blocks: files.len(),
@@ -216,17 +216,21 @@ pub fn merge_dir<C: Communicator + ?Sized>(
 
 fn merge_typed<C: Communicator + ?Sized, V: Value, I: Index>(
     comm: &C,
-    opened: &[TcsFile],
+    opened: Vec<TcsFile>,
     output: &Path,
     progress: &dyn Progress,
 ) -> Result<Summary, IoError> {
-    let views = opened
-        .iter()
-        .map(|f| f.view::<V, I>().map_err(file_err))
-        .collect::<Result<Vec<_>, _>>();
-    let views = agreed(comm, views)?;
-    let merged = merge_blocks(comm, &views, progress)?;
-    drop(views);
+    let (layout, incoming) = {
+        let views = opened
+            .iter()
+            .map(|f| f.view::<V, I>().map_err(file_err))
+            .collect::<Result<Vec<_>, _>>();
+        let views = agreed(comm, views)?;
+        send_sections(comm, &views, progress)?
+    };
+    // The local blocks went out as sections: unmap them before merging.
+    drop(opened);
+    let merged = merge_received::<C, V, I>(comm, layout, incoming, progress)?;
     write_merged::<C, V, I>(comm, &merged, output, progress)
 }
 

@@ -62,13 +62,7 @@ where
     } else {
         vec![0; meta.bounds.len()]
     };
-    load_walk(
-        comm,
-        Walker::new(&tree, start, end, first),
-        &meta,
-        grid,
-        progress,
-    )
+    load_walk(comm, tree, (start, end, first), &meta, grid, progress)
 }
 
 /// What loading needs to know of a tensor besides its arrays.
@@ -118,9 +112,12 @@ impl Meta {
 }
 
 /// Steps 2–4 over this rank's piece, walked by `walker`.
+/// `tree` is taken by value so that it (for a file: the parts read) is freed once both passes
+/// are done, before the pieces are exchanged.
 pub(crate) fn load_walk<C, T, V, I>(
     comm: &C,
-    mut walker: Walker<'_, T>,
+    tree: T,
+    (start, end, first): (usize, usize, Vec<usize>),
     meta: &Meta,
     grid: &BlockGrid,
     progress: &dyn Progress,
@@ -132,7 +129,7 @@ where
     I: Index,
 {
     let (me, n) = (comm.rank(), comm.size());
-    let (start, end) = walker.range();
+    let mut walker = Walker::new(&tree, start, end, first);
     let assign = Assigner::new(&meta.format, grid);
     let shapes = BlockShapes {
         grid,
@@ -182,6 +179,8 @@ where
             .expect("a header for every block seen")
             .push(coords, v)
     });
+    drop(walker);
+    drop(tree);
 
     // 4. Pieces to owners; owners concatenate them in rank order.
     progress.start("load: exchange", 0);

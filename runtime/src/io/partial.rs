@@ -10,7 +10,7 @@
 use super::load::{load_walk, piece_bounds, Block, Meta};
 use super::section::Section;
 use super::split::BlockGrid;
-use super::walk::{leaf_path_in, Tree, Walker};
+use super::walk::{leaf_path_in, Tree};
 use super::{IoError, Progress};
 use crate::transport::Communicator;
 use std::cell::RefCell;
@@ -253,6 +253,6 @@ where
     };
     comm.check(section.as_ref().map(|_| ()).map_err(|e| e.to_string()))?;
     let section = section?;
-    let walker = Walker::new(&section, start, end, section.first.clone());
-    load_walk(comm, walker, &meta, grid, progress)
+    let first = section.first.clone();
+    load_walk(comm, section, (start, end, first), &meta, grid, progress)
 }

@@ -61,7 +61,23 @@ where
     V: Value,
     I: Index,
 {
-    let (me, n) = (comm.rank(), comm.size());
+    let (layout, incoming) = send_sections(comm, blocks, progress)?;
+    merge_received(comm, layout, incoming, progress)
+}
+
+/// Step 1: pools the blocks' layout and sends every rank its sections of the local blocks;
+/// returns the layout and what the other ranks sent this one.
+pub(crate) fn send_sections<C, V, I>(
+    comm: &C,
+    blocks: &[TensorView<'_, V, I>],
+    progress: &dyn Progress,
+) -> Result<(Layout, Vec<Vec<u8>>), IoError>
+where
+    C: Communicator + ?Sized,
+    V: Value,
+    I: Index,
+{
+    let n = comm.size();
     let described = describe(blocks);
     let all = comm.all_gather(&described.0)?;
     let layout = Layout::pool(&all)?;
@@ -88,6 +104,23 @@ where
         progress.advance(1);
     }
     let incoming = comm.all_to_all(outgoing.into_iter().map(|w| w.0).collect())?;
+    Ok((layout, incoming))
+}
+
+/// Steps 2–4 on the sections every rank sent this one (the blocks themselves are no longer
+/// needed: a caller may unmap them before this).
+pub(crate) fn merge_received<C, V, I>(
+    comm: &C,
+    layout: Layout,
+    incoming: Vec<Vec<u8>>,
+    progress: &dyn Progress,
+) -> Result<Merged<V, I>, IoError>
+where
+    C: Communicator + ?Sized,
+    V: Value,
+    I: Index,
+{
+    let me = comm.rank();
     let rank = layout.shape.len();
     let mut sections = Vec::new();
     for (from, msg) in incoming.into_iter().enumerate() {
@@ -205,7 +238,7 @@ fn describe<V: Value, I: Index>(blocks: &[TensorView<'_, V, I>]) -> Writer {
 }
 
 /// The stored tensor's dims, format and level shape, and its coordinate box per level.
-struct Layout {
+pub(crate) struct Layout {
     dims: Vec<usize>,
     format: Format,
     shape: Shape,

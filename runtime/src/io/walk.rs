@@ -126,11 +126,6 @@ impl<'t, T: Tree> Walker<'t, T> {
         }
     }
 
-    /// The leaves `[start, end)` this walker covers.
-    pub fn range(&self) -> (usize, usize) {
-        (self.start, self.end)
-    }
-
     /// Back to the first leaf.
     pub fn restart(&mut self) {
         self.path.clone_from(&self.first);
