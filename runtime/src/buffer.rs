@@ -28,8 +28,9 @@ impl<T: Copy> Buf<T> {
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.cells.len()
+    /// The values, through exclusive access (no ledger needed: nothing else can see them).
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = T> + '_ {
+        self.cells.iter_mut().map(|c| *c.get_mut())
     }
 
     /// Pointer to the first cell. Dereferencing it requires a ledger borrow that covers the

@@ -237,12 +237,20 @@ impl<T: Element> RawView<'_, T> {
         unsafe { *self.buf.base().add(o) }
     }
 
-    fn slice(&self) -> &[T] {
+    /// Pointer to the first cell of a contiguous sub-store, and its length. The pointer comes
+    /// from the cells themselves (not from a shared slice), so writing through it is allowed.
+    fn run(&self) -> (*mut T, usize) {
         let (start, len) = self
             .contiguous()
             .unwrap_or_else(|| panic!("sub-store {:?} is not contiguous", self.rect));
-        // SAFETY: `[start, start+len)` is exactly the borrowed sub-store.
-        unsafe { std::slice::from_raw_parts(self.buf.base().add(start), len) }
+        // SAFETY: `start + len` lies inside the buffer (the sub-store is inside the store).
+        (unsafe { self.buf.base().add(start) }, len)
+    }
+
+    fn slice(&self) -> &[T] {
+        let (ptr, len) = self.run();
+        // SAFETY: `[ptr, ptr+len)` is exactly the borrowed sub-store.
+        unsafe { std::slice::from_raw_parts(ptr, len) }
     }
 
     fn range(&self) -> Range<usize> {
@@ -286,33 +294,41 @@ pub struct WriteView<'a, T> {
 }
 
 impl<T: Element> WriteView<'_, T> {
+    /// The sub-store's bounds in view coordinates.
     pub fn rect(&self) -> Rect {
         self.raw.rect.untranslate(self.raw.origin.lo())
     }
+    /// The indices of dimension 0 this point owns.
     pub fn range(&self) -> Range<usize> {
         self.raw.range()
     }
+    /// The element at n-d index `idx`.
     pub fn get(&self, idx: &[usize]) -> T {
         self.raw.get(idx)
     }
+    /// The element at index `i` of a 1-d store.
     pub fn at(&self, i: usize) -> T {
         self.raw.get(&[i])
     }
+    /// Sets the element at n-d index `idx`.
     pub fn set(&mut self, idx: &[usize], v: T) {
         let o = self.raw.offset(idx);
         // SAFETY: exclusive ledger borrow of `rect`, which contains `o`.
         unsafe { *self.raw.buf.base().add(o) = v }
     }
+    /// Sets the element at index `i` of a 1-d store.
     pub fn set_at(&mut self, i: usize, v: T) {
         self.set(&[i], v)
     }
+    /// The sub-store as a slice (1-d stores, or n-d sub-stores of whole rows).
     pub fn as_slice(&self) -> &[T] {
         self.raw.slice()
     }
+    /// The sub-store as a mutable slice (1-d stores, or n-d sub-stores of whole rows).
     pub fn as_mut_slice(&mut self) -> &mut [T] {
-        let s = self.raw.slice();
+        let (ptr, len) = self.raw.run();
         // SAFETY: exclusive ledger borrow of exactly these cells; `&mut self` prevents aliases.
-        unsafe { std::slice::from_raw_parts_mut(s.as_ptr() as *mut T, s.len()) }
+        unsafe { std::slice::from_raw_parts_mut(ptr, len) }
     }
     /// Sets every element of the sub-store to `v`.
     pub fn fill(&mut self, v: T) {
@@ -337,9 +353,11 @@ pub struct ReduceView<'c, T: Element> {
 }
 
 impl<T: Element> ReduceView<'_, T> {
+    /// The sub-store's bounds in view coordinates.
     pub fn rect(&self) -> Rect {
         self.rect.untranslate(self.origin.lo())
     }
+    /// The indices of dimension 0 this point owns.
     pub fn range(&self) -> Range<usize> {
         let lo = self.rect.lo()[0] - self.origin.lo()[0];
         lo..lo + self.rect.extent(0)

@@ -144,6 +144,8 @@ pub trait Element:
     #[doc(hidden)]
     fn buf(data: &Data) -> Option<&Buf<Self>>;
     #[doc(hidden)]
+    fn buf_mut(data: &mut Data) -> Option<&mut Buf<Self>>;
+    #[doc(hidden)]
     fn wrap(buf: Buf<Self>) -> Data;
 }
 
@@ -189,6 +191,12 @@ macro_rules! numeric {
                 f(self)
             }
             fn buf(data: &Data) -> Option<&Buf<Self>> {
+                match data {
+                    Data::$variant(b) => Some(b),
+                    _ => None,
+                }
+            }
+            fn buf_mut(data: &mut Data) -> Option<&mut Buf<Self>> {
                 match data {
                     Data::$variant(b) => Some(b),
                     _ => None,
@@ -280,6 +288,12 @@ impl Element for PosRange {
         Some((self.lo, self.hi))
     }
     fn buf(data: &Data) -> Option<&Buf<Self>> {
+        match data {
+            Data::Range(b) => Some(b),
+            _ => None,
+        }
+    }
+    fn buf_mut(data: &mut Data) -> Option<&mut Buf<Self>> {
         match data {
             Data::Range(b) => Some(b),
             _ => None,

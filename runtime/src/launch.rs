@@ -255,11 +255,9 @@ fn fold(root: &StoreRoot, rect: Rect, op: ReduceOp, data: &Data) {
 fn bind(root: &StoreRoot, arg: usize, outs: &mut [PointOut]) {
     fn go<T: Element>(root: &StoreRoot, arg: usize, outs: &mut [PointOut]) {
         let mut all: Vec<T> = vec![];
-        for out in outs.iter() {
-            for (_, d) in out.pieces.iter().filter(|(a, _)| *a == arg) {
-                let b = T::buf(d).expect("emit checks the dtype");
-                // SAFETY: the piece buffer is private to this step.
-                all.extend_from_slice(unsafe { std::slice::from_raw_parts(b.base(), b.len()) });
+        for out in outs.iter_mut() {
+            for (_, d) in out.pieces.iter_mut().filter(|(a, _)| *a == arg) {
+                all.extend(T::buf_mut(d).expect("emit checks the dtype").values_mut());
             }
         }
         let rect = Rect::from_shape(&[all.len()]);

@@ -16,7 +16,8 @@
 //! Module map: [`store`](Store) stores and views; `dtype` element types; `constraint` and
 //! `solver` the front end; `partition` the middle end; `window` the issue→analysis seam;
 //! `analysis` dependences; `graph`/`executor`/`launch` execution; `context` what task bodies
-//! see; `buffer` the single unsafe module (shared buffers guarded by a run-time range ledger).
+//! see; `buffer` the shared cell buffers and the run-time range ledger that guards every raw
+//! access (the only `unsafe` in the core is cell access under a ledger borrow).
 
 mod analysis;
 mod buffer;
