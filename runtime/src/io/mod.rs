@@ -2,13 +2,20 @@
 //! [`transport`](crate::transport).
 //!
 //! - [`split`]: split points per mode, the block grid, mapping keys and owners.
-//! - [`load_blocks`]: one tensor → its blocks, each on its owner rank; every rank reads only
-//!   its piece of the tensor (SuperTaco §4.4).
-//! - [`merge_blocks`]/[`store_to_root`]: blocks spread over ranks → one tensor, pieces balanced by coordinate
-//!   space and merged by tournament trees (SuperTaco §4.6).
+//! - [`load_blocks`]: a tensor in memory → its blocks, each on its owner rank (§4.4).
+//! - [`merge_blocks`] / [`store_to_root`]: blocks spread over ranks → one tensor, balanced
+//!   by coordinate space and merged by tournament trees (§4.6).
+//! - [`split_file`] / [`merge_dir`]: the same over `.tcs` files: a split rank reads only its
+//!   piece of the input (`partial`); merge ranks write their pieces of the output at computed
+//!   offsets into one temporary file, renamed when every rank is done (`files`).
 //!
-//! Inside: [`walk`](self) iterates leaf ranges by position vectors, `assemble` builds level
-//! arrays in pieces from pooled partial headers, `tournament` merges sorted pieces.
+//! Inside: `walk` steps through a range of leaves by position vectors (over a whole tensor,
+//! a file, or a `section` of arrays); `assemble` builds level arrays in pieces from pooled
+//! partial headers and joins them; `tournament` merges sorted pieces; `codec` encodes the
+//! messages ranks exchange.
+//!
+//! Every function here is collective: all ranks call it with the same arguments (their own
+//! blocks aside), and a failure on one rank is an error on all.
 
 mod assemble;
 mod codec;
