@@ -5,8 +5,10 @@
 //! the coordinates of every level; pass two (`build`) reads it again and streams `pos`/`crd`/
 //! `vals` into the output at offsets computed from those counts. Input that is not sorted goes
 //! through an external merge sort (`runs`) first: sorted runs in temporary files within the
-//! memory budget, merged k ways (in several rounds if there are more runs than buffers), and the
-//! merged stream takes the place of the input in both passes. Output goes to a temporary file
+//! memory budget, merged k ways (in several rounds if there are more runs than buffers). The
+//! final merge is read once: its arrays are spooled to anonymous temporary files while the level
+//! sizes are unknown, then copied (in the kernel) into the laid-out output, which costs less
+//! than merging twice. Output goes to a temporary file
 //! renamed into place only when complete.
 
 mod back;

@@ -54,6 +54,7 @@ pub(crate) fn sort_runs(
         recs: Vec::with_capacity(cap * (rank + 1)),
     };
     let mut runs = Vec::new();
+    let threads = crate::chunks::parse_threads();
     let mut chunk = Chunk::default();
     let mut max = vec![0u64; rank];
     let mut entries = 0u64;
@@ -69,7 +70,15 @@ pub(crate) fn sort_runs(
             run.recs.push(v.to_bits());
             entries += 1;
             if run.len() == cap {
-                runs.push(run.spill(temp.path(), runs.len(), input, format, opts.duplicates)?);
+                let spilled = run.spill(
+                    temp.path(),
+                    runs.len(),
+                    threads,
+                    input,
+                    format,
+                    opts.duplicates,
+                )?;
+                runs.extend(spilled);
             }
         }
         super::tick(progress, reader.bytes_read())?;
@@ -100,7 +109,15 @@ pub(crate) fn sort_runs(
         });
     }
     if run.len() > 0 {
-        runs.push(run.spill(temp.path(), runs.len(), input, format, opts.duplicates)?);
+        let spilled = run.spill(
+            temp.path(),
+            runs.len(),
+            threads,
+            input,
+            format,
+            opts.duplicates,
+        )?;
+        runs.extend(spilled);
     }
     drop(run);
     let buffer = merge_buffer(opts.memory);
@@ -173,63 +190,102 @@ impl RunBuffer {
         (&r[..self.rank], f64::from_bits(r[self.rank]))
     }
 
-    /// Sorts records by key; fixed-size records for ranks up to 8 sort without indirection.
     fn sort(&mut self) {
-        macro_rules! fixed {
-            ($($s:literal)*) => {
-                match self.rank + 1 {
-                    $($s => sort_fixed::<$s>(&mut self.recs),)*
-                    s => sort_general(&mut self.recs, s),
-                }
-            };
-        }
-        fixed!(1 2 3 4 5 6 7 8 9)
+        sort_records(&mut self.recs, self.rank);
     }
 
-    /// Sums records with equal keys into one (or rejects them), in place.
     fn dedup(&mut self, input: &Path, format: &Format, duplicates: Duplicates) -> Result<()> {
-        let (s, n) = (self.rank + 1, self.len());
-        if n == 0 {
-            return Ok(());
-        }
-        let r = &mut self.recs;
-        let mut w = 0;
-        for e in 1..n {
-            if r[e * s..e * s + s - 1] == r[w * s..w * s + s - 1] {
-                if duplicates == Duplicates::Error {
-                    return Err(duplicate_error(input, format, &r[e * s..e * s + s - 1]));
-                }
-                let sum = f64::from_bits(r[w * s + s - 1]) + f64::from_bits(r[e * s + s - 1]);
-                r[w * s + s - 1] = sum.to_bits();
-            } else {
-                w += 1;
-                if w != e {
-                    r.copy_within(e * s..(e + 1) * s, w * s);
-                }
-            }
-        }
-        r.truncate((w + 1) * s);
+        let n = dedup_records(&mut self.recs, self.rank, input, format, duplicates)?;
+        self.recs.truncate(n);
         Ok(())
     }
 
-    /// Sorts, sums duplicates (or rejects them) and writes one run file.
+    /// Cuts the buffer into up to `pieces` parts, and on one thread per part sorts it, sums
+    /// duplicates (or rejects them) and writes it as a run file `run-{first_id + i}`. Parts are
+    /// runs of their own, so sorting uses every core without any extra memory.
+    #[allow(clippy::too_many_arguments)]
     fn spill(
         &mut self,
         dir: &Path,
-        id: usize,
+        first_id: usize,
+        pieces: usize,
         input: &Path,
         format: &Format,
         duplicates: Duplicates,
-    ) -> Result<PathBuf> {
-        self.sort();
-        self.dedup(input, format, duplicates)?;
-        let path = dir.join(format!("run-{id}"));
-        let mut out = RunWriter::create(&path, self.rank)?;
-        out.write_records(&self.recs)?;
-        out.finish()?;
+    ) -> Result<Vec<PathBuf>> {
+        let stride = self.rank + 1;
+        let per_piece = self.len().div_ceil(pieces.max(1)).max(1) * stride;
+        let rank = self.rank;
+        let results: Vec<Result<PathBuf>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = self
+                .recs
+                .chunks_mut(per_piece)
+                .enumerate()
+                .map(|(i, piece)| {
+                    let path = dir.join(format!("run-{}", first_id + i));
+                    scope.spawn(move || -> Result<PathBuf> {
+                        sort_records(piece, rank);
+                        let n = dedup_records(piece, rank, input, format, duplicates)?;
+                        let mut out = RunWriter::create(&path, rank)?;
+                        out.write_records(&piece[..n])?;
+                        out.finish()?;
+                        Ok(path)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("sorting threads do not panic"))
+                .collect()
+        });
         self.recs.clear();
-        Ok(path)
+        results.into_iter().collect()
     }
+}
+
+/// Sorts records by key; fixed-size records for ranks up to 8 sort without indirection.
+fn sort_records(recs: &mut [u64], rank: usize) {
+    macro_rules! fixed {
+        ($($s:literal)*) => {
+            match rank + 1 {
+                $($s => sort_fixed::<$s>(recs),)*
+                s => sort_general(recs, s),
+            }
+        };
+    }
+    fixed!(1 2 3 4 5 6 7 8 9)
+}
+
+/// Sums sorted records with equal keys into one (or rejects them), in place; returns the
+/// length (in words) of the distinct records now at the front.
+fn dedup_records(
+    r: &mut [u64],
+    rank: usize,
+    input: &Path,
+    format: &Format,
+    duplicates: Duplicates,
+) -> Result<usize> {
+    let s = rank + 1;
+    let n = r.len() / s;
+    if n == 0 {
+        return Ok(0);
+    }
+    let mut w = 0;
+    for e in 1..n {
+        if r[e * s..e * s + s - 1] == r[w * s..w * s + s - 1] {
+            if duplicates == Duplicates::Error {
+                return Err(duplicate_error(input, format, &r[e * s..e * s + s - 1]));
+            }
+            let sum = f64::from_bits(r[w * s + s - 1]) + f64::from_bits(r[e * s + s - 1]);
+            r[w * s + s - 1] = sum.to_bits();
+        } else {
+            w += 1;
+            if w != e {
+                r.copy_within(e * s..(e + 1) * s, w * s);
+            }
+        }
+    }
+    Ok((w + 1) * s)
 }
 
 fn sort_fixed<const S: usize>(recs: &mut [u64]) {
