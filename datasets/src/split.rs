@@ -104,6 +104,10 @@ pub fn on_ranks<T: Send>(
         let (t, size) = out?;
         return Ok((t, format!("{size} MPI ranks")));
     }
+    if tessera_runtime::transport::launched_by_mpirun() {
+        // Without the feature every process would run all thread ranks and write the same files.
+        anyhow::bail!("started by mpirun, but this tessera-data was built without MPI support: rebuild with `cargo build --release -p tessera-datasets --features mpi`");
+    }
     if ranks.ranks == 0 {
         anyhow::bail!("--ranks must be at least 1");
     }

@@ -33,6 +33,19 @@ pub const RESERVED_TAG: Tag = 30_000;
 /// Tag used by the collectives built on [`Communicator::exchange`].
 pub(crate) const COLLECTIVE_TAG: Tag = RESERVED_TAG;
 
+/// True when this process was started by an MPI launcher (OpenMPI, MPICH/Hydra, PMIx/Slurm):
+/// a binary built without the `mpi` feature uses it to refuse running as N unaware copies.
+pub fn launched_by_mpirun() -> bool {
+    [
+        "OMPI_COMM_WORLD_SIZE",
+        "PMI_SIZE",
+        "PMIX_RANK",
+        "MPI_LOCALNRANKS",
+    ]
+    .iter()
+    .any(|v| std::env::var_os(v).is_some())
+}
+
 /// Why a transport operation did not complete.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TransportError {

@@ -100,17 +100,7 @@ impl Communicator for MpiComm {
     }
 }
 
-/// True when this process was started by an MPI launcher (OpenMPI, MPICH/Hydra, Slurm PMI).
-pub fn launched_by_mpirun() -> bool {
-    [
-        "OMPI_COMM_WORLD_SIZE",
-        "PMI_SIZE",
-        "PMIX_RANK",
-        "MPI_LOCALNRANKS",
-    ]
-    .iter()
-    .any(|v| std::env::var_os(v).is_some())
-}
+pub use super::launched_by_mpirun;
 
 /// Initialises MPI, runs `f` on this process's rank of the world, and finalises MPI.
 ///
