@@ -119,3 +119,18 @@ fn bad_splits_and_inputs_fail_with_a_message() {
         .to_string_lossy()
         .starts_with('.')));
 }
+
+/// A binary without MPI support started by mpirun would run as N copies writing the same
+/// files: it must refuse instead.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn without_mpi_support_a_launch_by_mpirun_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_tessera-data"))
+        .args(["merge", "blocks", "-o", "x.tcs"])
+        .env("OMPI_COMM_WORLD_SIZE", "2")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(failed(o).contains("--features mpi"));
+}
