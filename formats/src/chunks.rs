@@ -79,9 +79,13 @@ impl ParallelParser {
         dims: Option<Vec<u64>>,
         parse: LineParser,
         threads: usize,
+        memory: usize,
     ) -> Result<Self> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        let threads = threads.max(1);
+        // A block in flight holds its text and its parsed entries (about 2.5 blocks in all);
+        // a quarter of the memory budget bounds how many may be in flight.
+        let in_flight = (memory / 4 / (BLOCK * 5 / 2)).clamp(1, 2 * threads.max(1));
+        let threads = threads.clamp(1, in_flight);
         let (job_tx, job_rx) = mpsc::sync_channel::<(u64, Vec<u8>)>(threads);
         let (res_tx, res_rx) = mpsc::channel();
         let job_rx = Arc::new(Mutex::new(job_rx));
@@ -110,7 +114,7 @@ impl ParallelParser {
             next_submit: 0,
             next_take: 0,
             pending: BTreeMap::new(),
-            max_in_flight: 2 * threads as u64,
+            max_in_flight: in_flight as u64,
             line_base: 0,
             bytes_done: 0,
         })

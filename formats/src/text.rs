@@ -31,6 +31,9 @@ pub trait EntryReader {
     /// Announces that only coordinates will be used: batches may then hold 0 for every value
     /// and values need not be checked (a later full read reports bad ones).
     fn skip_values(&mut self) {}
+    /// The memory the reader's buffers may use (parallel readers keep fewer blocks in
+    /// flight under a small budget).
+    fn set_memory_budget(&mut self, _bytes: usize) {}
     /// Line of the entry last returned (1-based).
     fn line(&self) -> u64;
     /// Bytes consumed so far.

@@ -14,6 +14,9 @@ use crate::error::{Error, Result, SyntaxError};
 use crate::lines::{fields, is_blank, parse_f64, parse_u64, LineReader};
 use crate::text::{EntryReader, READ_BUFFER};
 
+/// Budget assumed when none is set: room for every worker's blocks.
+const DEFAULT_MEMORY: usize = 256 << 20;
+
 /// Streaming `.tns` reader; the rank is taken from the first entry line.
 pub struct TnsReader {
     path: PathBuf,
@@ -30,6 +33,8 @@ pub struct TnsReader {
     sequential: bool,
     /// False after [`EntryReader::skip_values`].
     values: bool,
+    /// From [`EntryReader::set_memory_budget`]: bounds the parallel parser's blocks in flight.
+    memory: usize,
     line: u64,
 }
 
@@ -48,6 +53,7 @@ impl TnsReader {
             parallel: None,
             sequential: false,
             values: true,
+            memory: DEFAULT_MEMORY,
             line: 0,
         };
         let path = r.path.clone();
@@ -294,6 +300,9 @@ impl EntryReader for TnsReader {
     fn skip_values(&mut self) {
         self.values = false;
     }
+    fn set_memory_budget(&mut self, bytes: usize) {
+        self.memory = bytes;
+    }
     fn next_chunk(&mut self, chunk: &mut Chunk) -> Result<bool> {
         if self.sequential {
             return crate::text::sequential_chunk(self, chunk);
@@ -309,6 +318,7 @@ impl EntryReader for TnsReader {
                     parse_line_coords
                 },
                 parse_threads(),
+                self.memory,
             )?;
             self.parallel = Some(p);
         }

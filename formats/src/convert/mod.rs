@@ -186,6 +186,7 @@ pub fn text_to_tcs(
             let mut source = scan::TextSource {
                 path: input.to_path_buf(),
                 format: format.clone(),
+                memory: opts.memory,
             };
             let out = build::build(
                 &mut source,

@@ -36,11 +36,13 @@ pub(crate) fn sort_runs(
     progress: &dyn Progress,
 ) -> Result<Sorted> {
     let mut reader = open_text(input)?;
+    reader.set_memory_budget(opts.memory);
     let rank = reader.rank();
     let per_entry = 8 * (rank + 1);
-    // Half the budget holds the run; the rest covers the parser's blocks in flight (at most
-    // 8 x ~5 MiB), the merge's read buffers and the writers' buffers.
-    let run_bytes = (opts.memory / 2).max(64 << 10);
+    // Half the budget, less about 16 MiB of fixed buffers (the parser's blocks in flight are
+    // bounded by a quarter of the budget; writers and the process itself take the rest),
+    // holds the run being collected.
+    let run_bytes = (opts.memory / 2).saturating_sub(16 << 20).max(64 << 10);
     let cap = opts
         .run_entries
         .unwrap_or(run_bytes / per_entry)

@@ -59,6 +59,7 @@ pub(crate) fn scan_sorted(
     progress: &dyn Progress,
 ) -> Result<Option<Scanned>> {
     let mut reader = open_text(input)?;
+    reader.set_memory_budget(opts.memory);
     // Pass two parses (and checks) the values; pass one needs only coordinates.
     reader.skip_values();
     let rank = reader.rank();
@@ -113,6 +114,8 @@ pub(crate) fn scan_sorted(
 pub(crate) struct TextSource {
     pub path: PathBuf,
     pub format: Format,
+    /// The conversion's memory budget, passed on to the reader.
+    pub memory: usize,
 }
 
 impl SortedSource for TextSource {
@@ -122,6 +125,7 @@ impl SortedSource for TextSource {
         f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
     ) -> Result<()> {
         let mut reader = open_text(&self.path)?;
+        reader.set_memory_budget(self.memory);
         progress.stage("write", reader.total_bytes());
         let order = self.format.mode_order();
         let rank = reader.rank();
