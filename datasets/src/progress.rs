@@ -71,7 +71,7 @@ impl Bars {
 impl Progress for Bars {
     fn stage(&self, name: &str, total: u64) {
         // Byte-sized stages read files; merge and count stages count entries.
-        let bytes = matches!(name, "scan" | "write" | "sort runs");
+        let bytes = matches!(name, "scan" | "write" | "sort runs" | "validate");
         let bar = self.make(name, total, bytes);
         if let Some(old) = self.bar.replace(Some(bar)) {
             old.finish_and_clear();

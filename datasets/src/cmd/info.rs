@@ -24,7 +24,7 @@ pub struct Args {
 impl Args {
     pub fn run(&self, quiet: bool) -> anyhow::Result<ExitCode> {
         let result = match FileKind::of(&self.file)? {
-            FileKind::Tcs => tcs_info(&self.file),
+            FileKind::Tcs => tcs_info(&self.file, &Bars::new(quiet)),
             _ => text_info(&self.file, &Bars::new(quiet)),
         };
         match result {
@@ -41,8 +41,8 @@ impl Args {
     }
 }
 
-fn tcs_info(path: &Path) -> Result<(), tessera_formats::Error> {
-    let f = TcsFile::open(path)?;
+fn tcs_info(path: &Path, bars: &Bars) -> Result<(), tessera_formats::Error> {
+    let f = TcsFile::open_with_progress(path, bars)?;
     let h = f.header();
     let dims: Vec<String> = h.modes.iter().map(|m| m.dim.to_string()).collect();
     println!("file:        {}", path.display());

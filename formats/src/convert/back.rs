@@ -18,7 +18,7 @@ const RELEASE_EVERY: u64 = 1 << 20;
 /// Writes a `.tcs` file's entries as `.tns` or `.mtx` (rank 2), in storage order. Explicit
 /// zeros that dense levels store are not written.
 pub fn tcs_to_text(input: &Path, output: &Path, progress: &dyn Progress) -> Result<ConvertReport> {
-    let file = TcsFile::open(input)?;
+    let file = TcsFile::open_with_progress(input, progress)?;
     let h = file.header();
     match (h.value_type, h.index_bits) {
         (ValueType::F32, 32) => write_text(&file, &file.view::<f32, u32>()?, output, progress),

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::header::{ArrayInfo, ArrayKind, TcsHeader};
 use super::TcsError;
+use crate::convert::{NoProgress, Progress};
 use crate::error::{Error, Result};
 use crate::format::{Format, LevelType};
 use crate::tensor::Tensor;
@@ -31,6 +32,11 @@ impl TcsFile {
     /// file length, every array's checksum, monotone `pos`, `crd` in range (and inside the
     /// block's split range), and level sizes that agree with the arrays.
     pub fn open(path: &Path) -> Result<TcsFile> {
+        Self::open_with_progress(path, &NoProgress)
+    }
+
+    /// [`open`](Self::open), reporting the checksum pass (in bytes) to `progress`.
+    pub fn open_with_progress(path: &Path, progress: &dyn Progress) -> Result<TcsFile> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let header = TcsHeader::read_from(&file, path)?;
         // SAFETY: the map is read-only and every access goes through slices checked against
@@ -55,7 +61,10 @@ impl TcsFile {
             header,
             map,
         };
-        f.validate().map_err(err)?;
+        progress.stage("validate", f.header.file_len);
+        let checked = f.validate(progress).map_err(err);
+        progress.end_stage();
+        checked?;
         Ok(f)
     }
 
@@ -84,7 +93,7 @@ impl TcsFile {
         &self.map[a.offset as usize..(a.offset + a.len) as usize]
     }
 
-    fn validate(&self) -> Result<(), TcsError> {
+    fn validate(&self, progress: &dyn Progress) -> Result<(), TcsError> {
         let mut at = self.header.header_len;
         for a in &self.header.arrays {
             // Gaps between arrays are alignment padding and must be zero.
@@ -94,7 +103,7 @@ impl TcsFile {
             {
                 return Err(TcsError::Padding(at + i as u64));
             }
-            let computed = self.crc_releasing(a);
+            let computed = self.crc_releasing(a, progress);
             if computed != a.crc32 {
                 return Err(TcsError::ArrayChecksum {
                     array: a.name(),
@@ -113,11 +122,14 @@ impl TcsFile {
     }
 
     /// CRC of one array, releasing checked pages as it goes.
-    fn crc_releasing(&self, a: &ArrayInfo) -> u32 {
+    fn crc_releasing(&self, a: &ArrayInfo, progress: &dyn Progress) -> u32 {
         let mut h = crc32fast::Hasher::new();
+        let mut done = a.offset;
         for piece in self.array_bytes(a).chunks(RELEASE_BYTES) {
             h.update(piece);
             self.release_pages();
+            done += piece.len() as u64;
+            progress.update(done);
         }
         h.finalize()
     }
