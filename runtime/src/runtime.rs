@@ -378,7 +378,8 @@ impl Runtime {
             .unwrap_or_else(|e| e.into_inner())
             .get(&l.name)
             .ok_or_else(|| RuntimeError::UnknownTask(l.name.clone()))?;
-        let task = name.to_string();
+        // An `Arc` clone, not a `String`: the name is only formatted when a check fails.
+        let task = name.clone();
         for (s, p) in &l.args {
             self.check_store(s)?;
             check_privilege(&task, s, *p)?;
@@ -386,7 +387,7 @@ impl Runtime {
         let constraints = resolve_constraints(&task, &l.args, &l.constraints)?;
         let domain = match &l.domain {
             Some(d) => Some(Domain::new(d).ok_or_else(|| RuntimeError::BadLaunchDomain {
-                task: task.clone(),
+                task: task.to_string(),
                 domain: d.clone(),
             })?),
             None => None,

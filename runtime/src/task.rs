@@ -10,7 +10,7 @@ use crate::partition::{Domain, PartitionId};
 use crate::rect::Rect;
 use crate::runtime::Runtime;
 use crate::store::{Store, StoreRoot};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
