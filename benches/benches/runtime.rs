@@ -7,7 +7,9 @@
 //!    hand-written rayon loop with a barrier per step.
 //!
 //! Options (environment): `TESSERA_BENCH_THREADS` (default: available cores),
-//! `TESSERA_BENCH_STEPS` (default 1000), `TESSERA_BENCH_QUICK=1` (a shorter sweep).
+//! `TESSERA_BENCH_STEPS` (default 1000), `TESSERA_BENCH_QUICK=1` (a shorter sweep),
+//! `TESSERA_BENCH_MIN_POW` / `TESSERA_BENCH_MAX_POW` (sweep kernel lengths 2^min..=2^max
+//! iterations; defaults 0 and 14 quick / 17 full).
 
 use rayon::prelude::*;
 use std::hint::black_box;
@@ -207,9 +209,10 @@ fn main() {
         .expect("rayon pool");
     let width = threads;
     let tasks = width * steps;
-    let max_pow = if quick { 14 } else { 17 };
+    let max_pow = env("TESSERA_BENCH_MAX_POW", if quick { 14 } else { 17 });
+    let min_pow = env("TESSERA_BENCH_MIN_POW", 0).min(max_pow);
     let (mut ts, mut rs) = (vec![], vec![]);
-    for p in (0..=max_pow).step_by(1) {
+    for p in min_pow..=max_pow {
         let iters = 1u64 << p;
         let task_seconds = iters as f64 * per_iter;
         let reps = if p < 12 { 3 } else { 2 };
@@ -285,6 +288,16 @@ fn main() {
     table.figure(
         "analysis per stencil task (µs)",
         rt.stats().analysis_us_per_task(),
+    );
+    // The granularity at the shortest task is the per-step overhead floor: with the issuing
+    // thread sharing the cores, METG cannot fall much below it.
+    table.figure(
+        "stencil granularity floor, shortest task (µs)",
+        ts[0].granularity_us,
+    );
+    table.figure(
+        "rayon granularity floor, shortest task (µs)",
+        rs[0].granularity_us,
     );
     table.figure("kernel ns per iteration", per_iter * 1e9);
     table.figure("peak work rate (of threads)", peak);
