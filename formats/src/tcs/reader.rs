@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::format::{Format, LevelType};
 use crate::tensor::Tensor;
 use crate::value::{Index, Value, ValueType};
-use crate::view::{validate_levels_with, LevelView, TensorView};
+use crate::view::{validate_levels_with, LevelView, TensorView, TICK_ELEMENTS};
 
 /// Bytes checksummed between releases of mapped pages.
 const RELEASE_BYTES: usize = 32 << 20;
@@ -163,17 +163,28 @@ impl TcsFile {
                     });
                 }
                 debug_assert_eq!(pos.last().map(|p| p.to_usize()), Some(crd.len()));
-                if let Some(c) = crd
-                    .iter()
-                    .map(|c| c.to_usize() as u64)
-                    .find(|&c| c < mode.split_lo || c >= mode.split_hi)
-                {
-                    return Err(TcsError::OutsideSplit {
-                        level: k,
-                        coord: c,
-                        lo: mode.split_lo,
-                        hi: mode.split_hi,
-                    });
+                // Coordinates are already known to be below the dimension; a block must also
+                // keep them inside its split range. Checked piecewise, releasing pages.
+                let whole = mode.split_lo == 0 && mode.split_hi == mode.dim;
+                let pieces = if whole {
+                    [].chunks(1)
+                } else {
+                    crd.chunks(TICK_ELEMENTS)
+                };
+                for piece in pieces {
+                    let outside = piece
+                        .iter()
+                        .map(|c| c.to_usize() as u64)
+                        .find(|&c| c < mode.split_lo || c >= mode.split_hi);
+                    if let Some(c) = outside {
+                        return Err(TcsError::OutsideSplit {
+                            level: k,
+                            coord: c,
+                            lo: mode.split_lo,
+                            hi: mode.split_hi,
+                        });
+                    }
+                    self.release_pages();
                 }
             }
         }
