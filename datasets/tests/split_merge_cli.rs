@@ -134,3 +134,36 @@ fn without_mpi_support_a_launch_by_mpirun_is_refused() {
         .unwrap();
     assert!(failed(o).contains("--features mpi"));
 }
+
+/// The same round trip with real MPI ranks: `mpirun -n 2` splits, `mpirun -n 4` merges, and
+/// the merged file equals the original byte for byte. The ranks' own report of how they ran
+/// ("MPI ranks") proves the binary was not started as N unaware single-rank copies.
+#[cfg(feature = "mpi")]
+#[test]
+fn split_and_merge_under_mpirun_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(run(
+        d,
+        &[
+            "generate", "--dims", "120,80,7", "--nnz", "3000", "--seed", "11", "-o", "t.tcs", "-q",
+        ],
+    ));
+    let mpirun = |n: &str, args: &[&str]| {
+        Command::new("mpirun")
+            .args(["--allow-run-as-root", "--oversubscribe", "-n", n])
+            .arg(env!("CARGO_BIN_EXE_tessera-data"))
+            .args(args)
+            .current_dir(d)
+            .output()
+            .expect("mpirun runs (install OpenMPI: scripts/install-deps.sh)")
+    };
+    let said = ok(mpirun("2", &["split", "t.tcs", "--blocks", "0:3,2:2", "-o", "b"]));
+    assert!(said.contains("2 MPI ranks"), "{said}");
+    let said = ok(mpirun("4", &["merge", "b", "-o", "back.tcs"]));
+    assert!(said.contains("4 MPI ranks"), "{said}");
+    assert_eq!(
+        std::fs::read(d.join("t.tcs")).unwrap(),
+        std::fs::read(d.join("back.tcs")).unwrap()
+    );
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (`bash .ci/run`) on a fresh Debian machine:
+#   1. system packages (OpenMPI, libclang) if missing,
+#   2. real public matrices and tensors for the real-data round trips (skipped if unreachable),
+#   3. every crate's unit, property, integration and CLI tests (thread ranks),
+#   4. the MPI tests: real `mpirun -n 2` and `-n 4` jobs over the `mpi` feature.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "system packages"
+bash scripts/install-deps.sh
+
+step "real data (target/real-data)"
+if ! bash scripts/fetch-real-data.sh; then
+  echo "warning: real data could not be fetched; the real-data tests will say they skipped" >&2
+fi
+
+step "workspace tests"
+cargo test --workspace
+
+step "MPI tests (mpirun -n 2 and -n 4)"
+# A separate target dir: mpi-sys does not rebuild when the MPI flavour changes.
+CARGO_TARGET_DIR=target/mpi cargo test -p tessera-runtime --features mpi --test mpi_launch
+CARGO_TARGET_DIR=target/mpi cargo test -p tessera-datasets --features mpi --test split_merge_cli
+
+step "all tests passed"
