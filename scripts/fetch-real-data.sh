@@ -70,15 +70,19 @@ EOF
   local orig
   orig=$(ls "$work/src"/suitesparse_*.orig.tar.* 2>/dev/null | head -n1)
   [ -n "$orig" ] || die "no suitesparse orig tarball downloaded"
-  rm -rf "$out/suitesparse" && mkdir -p "$out/suitesparse"
-  # Only the Matrix Market files are needed: list them, keep those of modest size.
-  local n=0 size name member
-  while read -r size member; do
-    [ "$size" -le "$max_bytes" ] || continue
-    name=$(echo "$member" | sed 's|^[^/]*/||; s|/|_|g')
-    tar -xOf "$orig" "$member" >"$out/suitesparse/$name" || die "extracting $member failed"
+  rm -rf "$out/suitesparse" "$work/x" && mkdir -p "$out/suitesparse" "$work/x"
+  # Only the Matrix Market files are needed: one pass over the tarball extracts them all,
+  # then those of modest size are kept, named after their directory (Mongoose_Matrix_G51.mtx).
+  tar -xf "$orig" -C "$work/x" --wildcards '*/Matrix/*.mtx' ||
+    die "extracting the Matrix Market files from $orig failed"
+  local n=0 f name
+  while IFS= read -r -d '' f; do
+    [ "$(stat -c %s "$f")" -le "$max_bytes" ] || continue
+    name=$(echo "${f#"$work/x/"}" | sed 's|^[^/]*/||; s|/|_|g')
+    cp "$f" "$out/suitesparse/$name"
     n=$((n + 1))
-  done < <(tar -tvf "$orig" | awk '$NF ~ /(Mongoose|SPQR|KLU|UMFPACK|CHOLMOD)\/Matrix\/[^/]+\.mtx$/ {print $3, $NF}')
+  done < <(find "$work/x" -path '*/Matrix/*.mtx' -print0)
+  rm -rf "$work/x"
   [ "$n" -gt 0 ] || die "no Matrix Market files found in $orig"
   touch "$out/suitesparse/.done"
   echo "   $n matrices in $out/suitesparse"
