@@ -4,6 +4,7 @@
 //! while the analysis is still adding its in-edges; [`Node::release`] drops the guard.
 
 use crate::launch::Launched;
+use smallvec::SmallVec;
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -16,10 +17,14 @@ pub(crate) enum Work {
     Finish { task: Arc<Launched> },
 }
 
+/// A short list of nodes: most nodes have a handful of successors, and inline storage saves the
+/// issuing thread an allocation per node (and the finishing worker one per completion).
+pub(crate) type NodeList = SmallVec<[Arc<Node>; 4]>;
+
 pub(crate) struct Node {
     pending: AtomicUsize,
     done: AtomicBool,
-    succs: Mutex<Vec<Arc<Node>>>,
+    succs: Mutex<NodeList>,
     /// Taken when the node runs: finished nodes stay in the dependence lists of the stores
     /// they touched, and must not keep the task (and through it those stores) alive.
     work: Mutex<Option<Work>>,
@@ -46,7 +51,9 @@ impl Node {
 
     /// Makes `succ` wait for `pred` (nothing if `pred` already finished).
     pub(crate) fn add_edge(pred: &Arc<Node>, succ: &Arc<Node>) {
-        if Arc::ptr_eq(pred, succ) {
+        // A finished predecessor needs no edge; seeing `done` without the lock skips a lock
+        // on a node the workers are touching (`done` never goes back to false).
+        if Arc::ptr_eq(pred, succ) || pred.is_done() {
             return;
         }
         let mut succs = pred.succs.lock().unwrap_or_else(|e| e.into_inner());
@@ -64,7 +71,7 @@ impl Node {
     }
 
     /// Marks the node done and returns the successors that became ready.
-    pub(crate) fn complete(&self, completion: &Completion) -> Vec<Arc<Node>> {
+    pub(crate) fn complete(&self, completion: &Completion) -> NodeList {
         let succs = {
             let mut s = self.succs.lock().unwrap_or_else(|e| e.into_inner());
             self.done.store(true, Ordering::Release);

@@ -5,7 +5,7 @@ use crate::context::TaskContext;
 use crate::dtype::{DType, Element, PosRange, ReduceOp, Scalar};
 use crate::error::RuntimeError;
 use crate::future::FutureCell;
-use crate::graph::{Node, Work};
+use crate::graph::{Node, NodeList, Work};
 use crate::partition::Domain;
 use crate::rect::Rect;
 use crate::runtime::Shared;
@@ -100,7 +100,7 @@ impl Launched {
 }
 
 /// Runs a ready node and returns the successors it made ready.
-pub(crate) fn run_node(node: &Node, shared: &Shared) -> Vec<Arc<Node>> {
+pub(crate) fn run_node(node: &Node, shared: &Shared) -> NodeList {
     match node.take_work() {
         None => {}
         Some(Work::Point { task, point }) => run_point(&task, point, &shared.counters),

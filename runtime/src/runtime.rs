@@ -6,7 +6,7 @@ use crate::dtype::{DType, Element, PosRange, ReduceOp, Scalar};
 use crate::error::{Result, RuntimeError};
 use crate::executor::{Executor, ThreadPool};
 use crate::future::Future;
-use crate::graph::{Completion, Node, Work};
+use crate::graph::{Completion, Node, NodeList, Work};
 use crate::launch::{LaunchArg, Launched};
 use crate::machine::Machine;
 use crate::partition::{Domain, Interner, Partition};
@@ -684,7 +684,7 @@ impl Inner {
             failure: Mutex::new(None),
             has_finish,
         });
-        let points: Vec<Arc<Node>> = (0..n)
+        let points: NodeList = (0..n)
             .map(|p| {
                 Node::new(Work::Point {
                     task: task.clone(),

@@ -12,6 +12,7 @@ use crate::partition::{Domain, ImageKey, Interner, Partition, PartitionId};
 use crate::rect::{Rect, MAX_DIMS};
 use crate::stats::Counters;
 use crate::store::StoreRoot;
+use smallvec::SmallVec;
 use std::sync::Arc;
 
 /// One store argument as the solver sees it.
@@ -37,8 +38,11 @@ pub(crate) struct Solver<'a> {
 }
 
 /// An equivalence class of aligned arguments.
+/// A task's equivalence classes (usually one or two).
+type Classes = SmallVec<[Class; 2]>;
+
 struct Class {
-    members: Vec<usize>,
+    members: SmallVec<[usize; 4]>,
     broadcast: [bool; MAX_DIMS],
     image_src: Option<usize>,
 }
@@ -66,8 +70,9 @@ impl Solver<'_> {
 
     /// Builds equivalence classes (union-find over `align`) with their broadcast dimensions and
     /// image sources.
-    fn classes(&self, args: &[SolverArg], cons: &[Constraint]) -> Result<Vec<Class>> {
-        let mut parent: Vec<usize> = (0..args.len()).collect();
+    fn classes(&self, args: &[SolverArg], cons: &[Constraint]) -> Result<Classes> {
+        // Inline storage: tasks have a few arguments, and these are built for every task.
+        let mut parent: SmallVec<[usize; 8]> = (0..args.len()).collect();
         fn find(p: &mut [usize], mut i: usize) -> usize {
             while p[i] != i {
                 p[i] = p[p[i]];
@@ -81,8 +86,8 @@ impl Solver<'_> {
                 parent[ra.max(rb)] = ra.min(rb);
             }
         }
-        let mut classes: Vec<Class> = vec![];
-        let mut class_of = vec![usize::MAX; args.len()];
+        let mut classes = Classes::new();
+        let mut class_of: SmallVec<[usize; 8]> = smallvec::smallvec![usize::MAX; args.len()];
         for i in 0..args.len() {
             if args[i].rect.is_none() {
                 continue;
@@ -91,7 +96,7 @@ impl Solver<'_> {
             if class_of[r] == usize::MAX {
                 class_of[r] = classes.len();
                 classes.push(Class {
-                    members: vec![],
+                    members: SmallVec::new(),
                     broadcast: [false; MAX_DIMS],
                     image_src: None,
                 });
