@@ -17,9 +17,10 @@ pub(crate) enum Work {
     Finish { task: Arc<Launched> },
 }
 
-/// A short list of nodes: most nodes have a handful of successors, and inline storage saves the
-/// issuing thread an allocation per node (and the finishing worker one per completion).
-pub(crate) type NodeList = SmallVec<[Arc<Node>; 4]>;
+/// A short list of nodes: most nodes have a handful of successors (a 1-d stencil point has
+/// more than four: the next step's readers of its tile and the next writer), and inline storage
+/// saves the issuing thread an allocation per node (and the finishing worker one per completion).
+pub(crate) type NodeList = SmallVec<[Arc<Node>; 8]>;
 
 pub(crate) struct Node {
     pending: AtomicUsize,
