@@ -91,7 +91,12 @@ pub enum SplitKind {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Directive {
     /// `split(i, io, ii, 4)` / `split(i, io, ii, [10, 20])`: block variable `outer`, element variable `inner`.
-    Split { var: Ident, outer: Ident, inner: Ident, kind: SplitKind },
+    Split {
+        var: Ident,
+        outer: Ident,
+        inner: Ident,
+        kind: SplitKind,
+    },
     /// `order(io, jo)`: the order of the block loops.
     Order(Vec<Ident>),
     /// `extend(ko)`: an output-extension (parallel-hoisted) reduction variable.

@@ -676,6 +676,17 @@ impl Gen<'_> {
                 let v = format_ident!("val{}", a);
                 quote!(#v)
             }
+            // Parsed literals are finite; the fallbacks keep a non-finite constant from
+            // panicking in `Literal` should one ever arrive from another front end.
+            Expr::Const(c) if c.is_nan() => quote!(V::from_f64(f64::NAN)),
+            Expr::Const(c) if c.is_infinite() => {
+                let inf = if *c > 0.0 {
+                    quote!(f64::INFINITY)
+                } else {
+                    quote!(f64::NEG_INFINITY)
+                };
+                quote!(V::from_f64(#inf))
+            }
             Expr::Const(c) => {
                 let lit = Literal::f64_suffixed(*c);
                 quote!(V::from_f64(#lit))

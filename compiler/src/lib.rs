@@ -1,13 +1,15 @@
-//! The Tessera compiler.
+//! The Tessera compiler. The pipeline, in order: `parse` (with `diagnostics`) → `check` →
+//! `lower` (to `ir`) → `codegen` / `interp`; `oracle` is the dense reference, `bind` the run-time
+//! checks of `tensor!`, `driver` and `cli` the `tessera` binary.
 pub mod ast;
-pub mod diagnostics;
-pub mod parse;
+pub mod bind;
 pub mod check;
-pub mod oracle;
+pub mod cli;
+pub mod codegen;
+pub mod diagnostics;
+pub mod driver;
+pub mod interp;
 pub mod ir;
 pub mod lower;
-pub mod interp;
-pub mod codegen;
-pub mod bind;
-pub mod cli;
-pub mod driver;
+pub mod oracle;
+pub mod parse;

@@ -200,6 +200,9 @@ fn syntax_errors_point_at_the_culprit() {
         "too large",
         "99999999999999999999999",
     );
+    // Overflowing literals would otherwise become `inf` (and panicked code generation).
+    fails("y(i) = 1e999 * x(i)", "not a finite number", "1e999");
+    fails("y(i) = x(i) / 2.5E+400", "not a finite number", "2.5E+400");
 }
 
 proptest! {

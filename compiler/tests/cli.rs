@@ -258,6 +258,26 @@ fn compile_and_run_on_files() {
         "missing -i",
     );
     assert!(err.contains("missing `-i B=PATH`"), "{err}");
+    let err = failed(
+        Command::new(&prog)
+            .args(["-i", "B=", "-o", "a.tns"])
+            .output()
+            .unwrap(),
+        "empty path",
+    );
+    assert!(err.contains("the path after `=` is empty"), "{err}");
+    // The output may not replace an input file; the input stays as it was.
+    let before = std::fs::read(p("B.tns")).unwrap();
+    let err = failed(
+        Command::new(&prog)
+            .args(["-i", &arg("B", &p("B.tns")), "-o"])
+            .arg(p("B.tns"))
+            .output()
+            .unwrap(),
+        "output over an input",
+    );
+    assert!(err.contains("this is the file of input `B`"), "{err}");
+    assert_eq!(std::fs::read(p("B.tns")).unwrap(), before);
 }
 
 #[test]

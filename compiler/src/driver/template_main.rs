@@ -75,6 +75,9 @@ fn parse_args() -> Result<Option<Args>, String> {
                         known.join(", ")
                     ));
                 }
+                if path.is_empty() {
+                    return Err(format!("`-i {v}`: the path after `=` is empty"));
+                }
                 if inputs.iter().any(|(n, _)| n == name) {
                     return Err(format!("`-i {v}`: `{name}` is given twice"));
                 }
@@ -95,6 +98,17 @@ fn parse_args() -> Result<Option<Args>, String> {
         }
     }
     let output = output.ok_or_else(|| format!("missing `-o PATH`\n\n{}", usage()))?;
+    // Replacing an input with the result would destroy the user's data on a typo.
+    let same = |p: &PathBuf| match (std::fs::canonicalize(p), std::fs::canonicalize(&output)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if let Some((name, _)) = inputs.iter().find(|(_, p)| same(p)) {
+        return Err(format!(
+            "`-o {}`: this is the file of input `{name}`; write the result to another file",
+            output.display()
+        ));
+    }
     Ok(Some(Args { inputs, output, threads, timings }))
 }
 
