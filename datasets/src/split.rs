@@ -95,8 +95,10 @@ pub fn on_ranks<T: Send>(
         let bars = Bars::new(quiet);
         let out = tessera_runtime::transport::mpi::run_world(|comm| {
             let progress: &dyn Progress = if comm.rank() == 0 { &bars } else { &NoProgress };
-            f(comm, progress)
-                .map(|t| (comm.rank() == 0).then_some(t))
+            let timed = Timed::new(comm.rank(), progress);
+            let out = f(comm, &timed);
+            timed.report();
+            out.map(|t| (comm.rank() == 0).then_some(t))
                 .map(|t| (t, comm.size()))
         });
         bars.finish();
@@ -114,7 +116,10 @@ pub fn on_ranks<T: Send>(
     let bars = Bars::new(quiet);
     let mut results = run_ranks(ranks.ranks, |comm| {
         let progress: &dyn Progress = if comm.rank() == 0 { &bars } else { &NoProgress };
-        f(comm, progress)
+        let timed = Timed::new(comm.rank(), progress);
+        let out = f(comm, &timed);
+        timed.report();
+        out
     });
     bars.finish();
     report_peak_rss();
@@ -140,6 +145,64 @@ fn report_peak_rss() {
             })
         });
     eprintln!("peak_rss_bytes={}", kib.unwrap_or(0) * 1024);
+}
+
+/// With `TESSERA_DATA_TIMING` set, each rank prints on stderr how long each of its phases
+/// took (wall time, from the phase's start to the next one's), to see where a run spends its
+/// time and whether the ranks work at the same time. Otherwise it only forwards.
+struct Timed<'p> {
+    rank: usize,
+    inner: &'p dyn Progress,
+    /// Phases in order with their start; `None` when timing is off.
+    phases: Option<Mutex<Vec<(String, Instant)>>>,
+    origin: Instant,
+}
+
+impl<'p> Timed<'p> {
+    fn new(rank: usize, inner: &'p dyn Progress) -> Self {
+        let on = std::env::var_os("TESSERA_DATA_TIMING").is_some();
+        Timed {
+            rank,
+            inner,
+            phases: on.then(|| Mutex::new(Vec::new())),
+            origin: Instant::now(),
+        }
+    }
+
+    /// One line per rank: `timing rank=R total=S phase=S ...` (seconds).
+    fn report(&self) {
+        let Some(phases) = &self.phases else { return };
+        let phases = phases.lock().expect("timing lock");
+        let end = Instant::now();
+        let mut line = format!(
+            "timing rank={} total={:.3}",
+            self.rank,
+            (end - self.origin).as_secs_f64()
+        );
+        let mut at = self.origin;
+        let mut name = "setup";
+        for (next, start) in phases.iter() {
+            line += &format!(" [{name}]={:.3}", (*start - at).as_secs_f64());
+            (name, at) = (next, *start);
+        }
+        line += &format!(" [{name}]={:.3}", (end - at).as_secs_f64());
+        eprintln!("{line}");
+    }
+}
+
+impl Progress for Timed<'_> {
+    fn start(&self, phase: &str, total: u64) {
+        if let Some(p) = &self.phases {
+            p.lock()
+                .expect("timing lock")
+                .push((phase.to_string(), Instant::now()));
+        }
+        self.inner.start(phase, total);
+    }
+
+    fn advance(&self, n: u64) {
+        self.inner.advance(n);
+    }
 }
 
 /// An indicatif bar per phase, on stderr.
