@@ -470,3 +470,47 @@ fn cancelled_conversions_stop_and_leave_nothing() {
         assert_eq!(dir_names(dir.path()), vec!["c.tns"]);
     }
 }
+
+/// Sorted input is converted in one pass; input found out of order part-way (after many
+/// sorted entries, so that arrays were already spooled) falls back to the external sort and
+/// still gives the right tensor, with or without a `# dims` comment, leaving no temporaries.
+#[test]
+fn out_of_order_input_found_late_falls_back_to_sorting() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut entries: Vec<(Vec<u64>, f64)> = (0..5000u64)
+        .map(|i| (vec![i / 100, (i * 7) % 100], (i % 13) as f64 + 0.5))
+        .collect();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    let sorted = entries.clone();
+    entries.push((vec![3, 3], 2.0)); // out of order, and a duplicate of an earlier entry
+    let dims = [50u64, 100];
+    for (name, declared, list, presorted) in [
+        ("a", Some(&dims[..]), &entries, false),
+        ("b", None, &entries, false),
+        ("c", None, &sorted, true),
+        ("d", Some(&dims[..]), &sorted, true),
+    ] {
+        let input = dir.path().join(format!("{name}.tns"));
+        let output = dir.path().join(format!("{name}.tcs"));
+        write_tns(&input, declared, list);
+        for fmt in ["ss", "ss:1,0", "ds", "sd"] {
+            let opts = ConvertOptions {
+                format: Some(fmt.into()),
+                run_entries: Some(700),
+                fan_in: Some(3),
+                ..ConvertOptions::default()
+            };
+            let report = convert(&input, &output, &opts, &NoProgress).unwrap();
+            // Sortedness is judged in the target order: a column-major order is unsorted.
+            let in_order = presorted && !fmt.contains(':');
+            assert_eq!(report.presorted, in_order, "{name} {fmt}");
+            assert_eq!(read_nonzeros(&output), reference(list), "{name} {fmt}");
+            assert_eq!(report.dims, vec![50, 100], "{name} {fmt}");
+            std::fs::remove_file(&output).unwrap();
+        }
+    }
+    assert_eq!(
+        dir_names(dir.path()),
+        vec!["a.tns", "b.tns", "c.tns", "d.tns"]
+    );
+}

@@ -120,7 +120,7 @@ fn build_typed<V: Value, I: Index>(
 }
 
 /// One pass instead of two, for a source that is expensive to read twice (the merge of
-/// sorted runs): the arrays are spooled to temporary files in `temp_dir` while the level
+/// sorted runs, or text read once): the arrays are spooled to temporary files in `temp_dir` while the level
 /// sizes are not yet known, then copied into the laid-out output.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn build_spooled(
@@ -128,23 +128,24 @@ pub(crate) fn build_spooled(
     input: &Path,
     output: &Path,
     format: &Format,
-    dims: &[u64],
+    dims: Option<&[u64]>,
     opts: &ConvertOptions,
     temp_dir: &Path,
+    stage: Option<&str>,
     progress: &dyn Progress,
 ) -> Result<Built> {
     match (opts.value_type, opts.index_bits) {
         (ValueType::F32, 32) => spooled_typed::<f32, u32>(
-            source, input, output, format, dims, opts, temp_dir, progress,
+            source, input, output, format, dims, opts, temp_dir, stage, progress,
         ),
         (ValueType::F32, _) => spooled_typed::<f32, u64>(
-            source, input, output, format, dims, opts, temp_dir, progress,
+            source, input, output, format, dims, opts, temp_dir, stage, progress,
         ),
         (ValueType::F64, 32) => spooled_typed::<f64, u32>(
-            source, input, output, format, dims, opts, temp_dir, progress,
+            source, input, output, format, dims, opts, temp_dir, stage, progress,
         ),
         (ValueType::F64, _) => spooled_typed::<f64, u64>(
-            source, input, output, format, dims, opts, temp_dir, progress,
+            source, input, output, format, dims, opts, temp_dir, stage, progress,
         ),
     }
 }
@@ -155,16 +156,19 @@ fn spooled_typed<V: Value, I: Index>(
     input: &Path,
     output: &Path,
     format: &Format,
-    dims: &[u64],
+    dims: Option<&[u64]>,
     opts: &ConvertOptions,
     temp_dir: &Path,
+    stage: Option<&str>,
     progress: &dyn Progress,
 ) -> Result<Built> {
     let tensor_err = |source| Error::Tensor {
         path: input.to_path_buf(),
         source,
     };
-    check_width::<I>(dims, &[]).map_err(tensor_err)?;
+    if let Some(dims) = dims {
+        check_width::<I>(dims, &[]).map_err(tensor_err)?;
+    }
     let spool = || Spool::create(temp_dir);
     let mut pairs = Vec::new();
     for &t in format.levels() {
@@ -174,7 +178,12 @@ fn spooled_typed<V: Value, I: Index>(
             None
         });
     }
-    let udims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+    // Without known dimensions (all levels compressed) coordinates are bounded only by the
+    // coordinate width, which the packer checks.
+    let udims: Vec<usize> = match dims {
+        Some(dims) => dims.iter().map(|&d| d as usize).collect(),
+        None => vec![usize::MAX; format.rank()],
+    };
     let dense = format.mode_order().iter().map(|&m| (udims[m], 0)).collect();
     let mut packer: Packer<V, I, Spool, Spool> = Packer::new(
         &udims,
@@ -188,7 +197,9 @@ fn spooled_typed<V: Value, I: Index>(
         PackError::Tensor(t) => tensor_err(t),
         PackError::Sink(e) => e,
     };
-    progress.stage("merge", 0);
+    if let Some(stage) = stage {
+        progress.stage(stage, 0);
+    }
     scan_distinct(
         source,
         input,
@@ -202,11 +213,23 @@ fn spooled_typed<V: Value, I: Index>(
             packer.push(&key, V::from_f64(v)).map_err(pack_err)
         },
     )?;
-    progress.end_stage();
+    if stage.is_some() {
+        progress.end_stage();
+    }
     let entries = packer.count() as u64;
+    let dims = match dims {
+        Some(dims) => dims.to_vec(),
+        None => {
+            let dims = source
+                .dims()
+                .expect("a source without dimensions reports them");
+            check_width::<I>(&dims, &[]).map_err(tensor_err)?;
+            dims
+        }
+    };
     let (levels, vals, sizes) = packer.finish().map_err(pack_err)?;
     let counts: Vec<u64> = sizes.positions.iter().map(|&p| p as u64).collect();
-    let header = layout::<V, I>(format, dims, &counts).map_err(|source| Error::Tcs {
+    let header = layout::<V, I>(format, &dims, &counts).map_err(|source| Error::Tcs {
         path: output.to_path_buf(),
         source,
     })?;

@@ -21,7 +21,7 @@ use std::path::Path;
 pub use back::tcs_to_text;
 
 use crate::error::{Error, Result};
-use crate::format::Format;
+use crate::format::{Format, LevelType};
 use crate::text::{open_text, FileKind};
 use crate::value::ValueType;
 
@@ -175,7 +175,59 @@ pub fn text_to_tcs(
             source,
         })?,
     };
+    let declared = reader.declared_dims();
     drop(reader);
+    let temp_parent = match &opts.temp_dir {
+        Some(d) => d.clone(),
+        None => output
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| ".".into()),
+    };
+    // Sorted input is parsed once when the dense level sizes need no first pass: arrays are
+    // spooled while the level sizes are unknown, then copied into place (far cheaper than
+    // parsing the text twice).
+    let has_dense = format.levels().contains(&LevelType::Dense);
+    if !opts.force_external_sort && (declared.is_some() || !has_dense) {
+        let mut source = scan::CheckedTextSource {
+            path: input.to_path_buf(),
+            format: format.clone(),
+            memory: opts.memory,
+            unsorted: false,
+            entries: 0,
+            max: Vec::new(),
+            declared: declared.clone(),
+        };
+        let built = build::build_spooled(
+            &mut source,
+            input,
+            output,
+            &format,
+            declared.as_deref(),
+            opts,
+            &temp_parent,
+            None,
+            progress,
+        );
+        match built {
+            Ok(out) => {
+                return Ok(ConvertReport {
+                    entries_read: source.entries,
+                    entries_written: out.entries,
+                    dims: source.dims(),
+                    presorted: true,
+                    runs: 0,
+                    merge_rounds: 0,
+                    output_bytes: out.bytes,
+                })
+            }
+            Err(_) if source.unsorted => {
+                return sort_and_build(input, output, &format, opts, &temp_parent, progress)
+            }
+            Err(e) => return Err(e),
+        }
+    }
     let scanned = if opts.force_external_sort {
         None
     } else {
@@ -208,38 +260,41 @@ pub fn text_to_tcs(
                 output_bytes: out.bytes,
             })
         }
-        None => {
-            let temp_parent = match &opts.temp_dir {
-                Some(d) => d.clone(),
-                None => output
-                    .parent()
-                    .filter(|p| !p.as_os_str().is_empty())
-                    .map(Path::to_path_buf)
-                    .unwrap_or_else(|| ".".into()),
-            };
-            let sorted = runs::sort_runs(input, &format, opts, &temp_parent, progress)?;
-            let mut source = sorted.source;
-            let out = build::build_spooled(
-                &mut source,
-                input,
-                output,
-                &format,
-                &sorted.dims,
-                opts,
-                &temp_parent,
-                progress,
-            )?;
-            Ok(ConvertReport {
-                entries_read: sorted.entries,
-                entries_written: out.entries,
-                dims: sorted.dims,
-                presorted: false,
-                runs: sorted.runs,
-                merge_rounds: sorted.merge_rounds,
-                output_bytes: out.bytes,
-            })
-        }
+        None => sort_and_build(input, output, &format, opts, &temp_parent, progress),
     }
+}
+
+/// Unsorted input: external merge sort, then one pass over the merged runs.
+fn sort_and_build(
+    input: &Path,
+    output: &Path,
+    format: &Format,
+    opts: &ConvertOptions,
+    temp_parent: &Path,
+    progress: &dyn Progress,
+) -> Result<ConvertReport> {
+    let sorted = runs::sort_runs(input, format, opts, temp_parent, progress)?;
+    let mut source = sorted.source;
+    let out = build::build_spooled(
+        &mut source,
+        input,
+        output,
+        format,
+        Some(&sorted.dims),
+        opts,
+        temp_parent,
+        Some("merge"),
+        progress,
+    )?;
+    Ok(ConvertReport {
+        entries_read: sorted.entries,
+        entries_written: out.entries,
+        dims: sorted.dims,
+        presorted: false,
+        runs: sorted.runs,
+        merge_rounds: sorted.merge_rounds,
+        output_bytes: out.bytes,
+    })
 }
 
 /// A stream of entries sorted in storage order (duplicates adjacent), that can be read again.
@@ -250,6 +305,11 @@ pub(crate) trait SortedSource {
         progress: &dyn Progress,
         f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
     ) -> Result<()>;
+
+    /// Dimensions learned while scanning, for sources that do not know them beforehand.
+    fn dims(&self) -> Option<Vec<u64>> {
+        None
+    }
 }
 
 /// Feeds `f` with distinct entries: adjacent duplicates summed, or an error.

@@ -110,6 +110,76 @@ pub(crate) fn scan_sorted(
     }))
 }
 
+/// A text file read once, in the hope that it is sorted in the target order: entries are
+/// handed on (in level order) while they keep that order; the first one out of order stops
+/// the scan with `unsorted` set, and the caller falls back to the external sort. Coordinate
+/// maxima are kept for files without a `# dims` comment.
+pub(crate) struct CheckedTextSource {
+    pub path: PathBuf,
+    pub format: Format,
+    pub memory: usize,
+    /// Set when an entry came out of order (the scan then ended with an error to ignore).
+    pub unsorted: bool,
+    /// Entries read.
+    pub entries: u64,
+    /// Largest coordinate seen per mode.
+    pub max: Vec<u64>,
+    /// Dimensions declared by the file, if any.
+    pub declared: Option<Vec<u64>>,
+}
+
+impl CheckedTextSource {
+    /// Dimensions: declared, or one past the largest coordinates.
+    pub fn dims(&self) -> Vec<u64> {
+        self.declared
+            .clone()
+            .unwrap_or_else(|| self.max.iter().map(|&m| m + 1).collect())
+    }
+}
+
+impl SortedSource for CheckedTextSource {
+    fn scan(
+        &mut self,
+        progress: &dyn Progress,
+        f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
+    ) -> Result<()> {
+        let mut reader = open_text(&self.path)?;
+        reader.set_memory_budget(self.memory);
+        self.declared = reader.declared_dims();
+        progress.stage("convert", reader.total_bytes());
+        let order = self.format.mode_order();
+        let rank = reader.rank();
+        self.max = vec![0; rank];
+        let mut chunk = Chunk::default();
+        let mut key = vec![0u64; rank];
+        let mut prev = vec![0u64; rank];
+        while reader.next_chunk(&mut chunk)? {
+            for (e, &v) in chunk.vals.iter().enumerate() {
+                let coords = &chunk.coords[e * rank..(e + 1) * rank];
+                for (k, &m) in order.iter().enumerate() {
+                    key[k] = coords[m];
+                    self.max[m] = self.max[m].max(coords[m]);
+                }
+                if self.entries > 0 && key < prev {
+                    self.unsorted = true;
+                    progress.end_stage();
+                    return Err(crate::error::Error::Cancelled);
+                }
+                f(&key, v)?;
+                std::mem::swap(&mut key, &mut prev);
+                self.entries += 1;
+            }
+            super::tick(progress, reader.bytes_read())?;
+        }
+        progress.end_stage();
+        Ok(())
+    }
+
+    fn dims(&self) -> Option<Vec<u64>> {
+        Some(CheckedTextSource::dims(self))
+    }
+}
+
 /// A presorted text file read again for pass two.
 pub(crate) struct TextSource {
     pub path: PathBuf,
