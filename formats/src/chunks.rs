@@ -242,7 +242,10 @@ fn parse_block(block: &[u8], rank: usize, dims: Option<&[u64]>, parse: LineParse
         }
         match parse(line, &mut coords, dims) {
             Ok(Some(v)) => {
-                chunk.coords.extend_from_slice(&coords);
+                // Element by element: a `memcpy` call per line costs more for a few words.
+                for &c in &coords {
+                    chunk.coords.push(c);
+                }
                 chunk.vals.push(v);
             }
             Ok(None) => {}

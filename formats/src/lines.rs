@@ -145,7 +145,55 @@ pub(crate) fn parse_u64(s: &[u8]) -> Option<u64> {
 
 /// Parses a real number (integers, decimals, exponents, `inf`, `nan`).
 pub(crate) fn parse_f64(s: &[u8]) -> Option<f64> {
-    fast_float2::parse::<f64, _>(s).ok()
+    simple_decimal(s).or_else(|| fast_float2::parse::<f64, _>(s).ok())
+}
+
+/// Powers of ten that are exact in an `f64`.
+const POW10: [f64; 16] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+];
+
+/// The common value form `[-+]digits[.digits]` with at most 15 digits, which is most of what
+/// tensor files hold: the digits form an integer below 2^53 and the divisor a power of ten,
+/// both exact, so one division rounds correctly (Clinger's fast path). Anything else (more
+/// digits, exponents, `inf`, `.5`, `1.`) is `None` and goes to the general parser.
+#[inline]
+fn simple_decimal(s: &[u8]) -> Option<f64> {
+    let (neg, digits) = match s.first()? {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let mut mantissa = 0u64;
+    let mut int_digits = 0;
+    while int_digits < digits.len() && digits[int_digits].is_ascii_digit() {
+        mantissa = mantissa * 10 + u64::from(digits[int_digits] - b'0');
+        int_digits += 1;
+        if int_digits > 15 {
+            return None;
+        }
+    }
+    if int_digits == 0 {
+        return None;
+    }
+    let mut frac_digits = 0;
+    if int_digits < digits.len() {
+        if digits[int_digits] != b'.' {
+            return None;
+        }
+        for &b in &digits[int_digits + 1..] {
+            if !b.is_ascii_digit() || int_digits + frac_digits >= 15 {
+                return None;
+            }
+            mantissa = mantissa * 10 + u64::from(b - b'0');
+            frac_digits += 1;
+        }
+        if frac_digits == 0 {
+            return None;
+        }
+    }
+    let v = mantissa as f64 / POW10[frac_digits];
+    Some(if neg { -v } else { v })
 }
 
 #[cfg(test)]
@@ -167,6 +215,44 @@ mod tests {
         );
         assert_eq!(r.line_no(), 4);
         assert_eq!(r.consumed(), text.len() as u64);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// The fast path agrees bit for bit with the general parser on decimal-looking text.
+        #[test]
+        fn parse_f64_matches_the_general_parser(
+            s in "[-+]?[0-9]{0,17}(\\.[0-9]{0,17})?",
+            x in proptest::num::f64::ANY,
+        ) {
+            let general = fast_float2::parse::<f64, _>(s.as_bytes()).ok();
+            let ours = parse_f64(s.as_bytes());
+            proptest::prop_assert_eq!(ours.map(f64::to_bits), general.map(f64::to_bits), "{}", s);
+            let shown = format!("{x}");
+            let general = fast_float2::parse::<f64, _>(shown.as_bytes()).ok();
+            let ours = parse_f64(shown.as_bytes());
+            proptest::prop_assert_eq!(ours.map(f64::to_bits), general.map(f64::to_bits), "{}", shown);
+        }
+    }
+
+    #[test]
+    fn simple_decimals_take_the_fast_path_and_round_correctly() {
+        assert_eq!(simple_decimal(b"0.143"), Some(0.143));
+        assert_eq!(simple_decimal(b"-2.5"), Some(-2.5));
+        assert_eq!(
+            simple_decimal(b"-0.0").map(f64::to_bits),
+            Some((-0.0f64).to_bits())
+        );
+        assert_eq!(simple_decimal(b"123456789012345"), Some(123456789012345.0));
+        // Beyond 15 digits, exponents and odd forms go to the general parser.
+        assert_eq!(simple_decimal(b"1234567890123456"), None);
+        assert_eq!(simple_decimal(b"1e5"), None);
+        assert_eq!(simple_decimal(b".5"), None);
+        assert_eq!(simple_decimal(b"1."), None);
+        assert_eq!(simple_decimal(b"-"), None);
+        assert_eq!(parse_f64(b"0.1"), Some(0.1));
+        assert_eq!(parse_f64(b"1e5"), Some(1e5));
+        assert_eq!(parse_f64(b"abc"), None);
     }
 
     #[test]
