@@ -163,9 +163,15 @@ fn tensor_entries(t: &Tensor<f64>) -> Entries {
     e
 }
 
+/// Converts to `.tcs` and reads the result back. `dcsr` goes through the external sort with
+/// small runs and merge rounds, so the spilling path sees real data too.
 fn to_tcs(input: &Path, output: &Path, format: &str) -> tessera_formats::Result<Tensor<f64>> {
+    let spill = format == "dcsr";
     let opts = ConvertOptions {
         format: Some(format.to_string()),
+        force_external_sort: spill,
+        run_entries: spill.then_some(97),
+        fan_in: spill.then_some(3),
         ..ConvertOptions::default()
     };
     convert(input, output, &opts, &NoProgress)?;
