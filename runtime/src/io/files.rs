@@ -134,7 +134,16 @@ fn split_typed<C: Communicator + ?Sized, V: Value, I: Index>(
         }
         progress.advance(1);
     }
-    agreed(comm, result)
+    // Each block file was flushed before its rename; the renames are flushed once, by rank 0,
+    // after every rank has written its blocks.
+    let written = agreed(comm, result)?;
+    let synced = if comm.rank() == 0 {
+        sync_dir(Some(out_dir))
+    } else {
+        Ok(())
+    };
+    agreed(comm, synced)?;
+    Ok(written)
 }
 
 /// The `.tcs` files of a directory, sorted by name.
@@ -527,5 +536,19 @@ fn finish_file(
     file.write_all_at(&header.to_bytes(), 0)
         .map_err(|e| io_err(temp, e))?;
     file.sync_all().map_err(|e| io_err(temp, e))?;
-    std::fs::rename(temp, output).map_err(|e| io_err(output, e))
+    std::fs::rename(temp, output).map_err(|e| io_err(output, e))?;
+    sync_dir(output.parent())
+}
+
+/// Flushes a directory, so that the renames into it survive a crash: without this, a
+/// command that reported success could lose its output file (or block files) on power loss.
+/// One call per command, after all its renames (a few ms).
+fn sync_dir(dir: Option<&Path>) -> Result<(), IoError> {
+    let dir = match dir {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| io_err(dir, e))
 }
