@@ -514,3 +514,32 @@ fn out_of_order_input_found_late_falls_back_to_sorting() {
         vec!["a.tns", "b.tns", "c.tns", "d.tns"]
     );
 }
+
+/// The external sort stores runs with 32-bit coordinates when they fit and 64-bit ones when
+/// not; runs of both kinds merged together (in several rounds) give the right tensor.
+#[test]
+fn external_sort_mixes_narrow_and_wide_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = 1u64 << 40;
+    // Runs of 8 entries: some have a coordinate beyond u32 range, others do not.
+    let entries: Vec<(Vec<u64>, f64)> = (0..200u64)
+        .map(|i| {
+            let j = (i * 37) % 200;
+            let c = if (j / 8) % 3 == 0 { big - 1 - j } else { j };
+            (vec![c, j % 5], (j % 7) as f64 + 1.0)
+        })
+        .collect();
+    let input = dir.path().join("wide.tns");
+    let output = dir.path().join("wide.tcs");
+    write_tns(&input, Some(&[big, 5]), &entries);
+    let opts = ConvertOptions {
+        index_bits: 64,
+        force_external_sort: true,
+        run_entries: Some(8),
+        fan_in: Some(3),
+        ..ConvertOptions::default()
+    };
+    let report = convert(&input, &output, &opts, &NoProgress).unwrap();
+    assert!(report.merge_rounds >= 2);
+    assert_eq!(read_nonzeros(&output), reference(&entries));
+}
