@@ -4,7 +4,8 @@
 #   - the binary package r-cran-matrix: small .mtx files shipped with R's Matrix package;
 #   - the source package suitesparse (via a private APT configuration with a deb-src entry, so
 #     the system's sources are untouched): a few modest Matrix Market files from Mongoose/SPQR;
-#   - optionally (TESSERA_REAL_DATA_PYKEEN=1) PyPI pykeen's kinships triples as a 3rd-order .tns.
+#   - PyPI pykeen's kinships triples as a 3rd-order .tns, when python3 has pip
+#     (TESSERA_REAL_DATA_PYKEEN=0 skips it, =1 makes it required).
 # Idempotent: a part already fetched (its stamp file exists) is skipped. Fails with a message
 # naming the step that failed. Works as root or a user on Debian bookworm.
 set -euo pipefail
@@ -29,7 +30,7 @@ fetch_r_matrix() {
   [ -e "$out/r-cran-matrix/.done" ] && return 0
   echo "== r-cran-matrix (apt-get download)"
   rm -rf "$work/r" && mkdir -p "$work/r"
-  (cd "$work/r" && apt-get download -q r-cran-matrix >/dev/null) ||
+  (cd "$work/r" && apt-get -o APT::Sandbox::User=root download -q r-cran-matrix >/dev/null) ||
     die "apt-get download r-cran-matrix failed (run 'apt-get update' first?)"
   dpkg-deb -x "$work/r"/r-cran-matrix_*.deb "$work/r/root" || die "dpkg-deb -x r-cran-matrix failed"
   rm -rf "$out/r-cran-matrix" && mkdir -p "$out/r-cran-matrix"
@@ -90,10 +91,15 @@ EOF
 
 # --- pykeen kinships triples as a 3rd-order tensor (optional) ---------------------------------
 fetch_pykeen() {
-  [ "${TESSERA_REAL_DATA_PYKEEN:-0}" = 1 ] || return 0
+  local want=${TESSERA_REAL_DATA_PYKEEN:-auto}
+  [ "$want" = 0 ] && return 0
   [ -e "$out/pykeen/.done" ] && return 0
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    [ "$want" = 1 ] && die "python3 with pip is needed for the pykeen triples"
+    echo "== pykeen kinships: skipped (no python3 -m pip; the 3rd-order real-data test will skip)"
+    return 0
+  fi
   echo "== pykeen kinships (pip download --no-deps)"
-  command -v python3 >/dev/null || die "python3 not found (needed for pip download)"
   rm -rf "$work/pykeen" && mkdir -p "$work/pykeen"
   python3 -m pip download -q --no-deps "pykeen==1.11.1" -d "$work/pykeen" || die "pip download pykeen failed"
   mkdir -p "$out/pykeen"

@@ -25,9 +25,11 @@ struct Reference {
 }
 
 fn data_dir() -> Option<PathBuf> {
+    // Relative to the workspace root, as in scripts/fetch-real-data.sh (tests run in tests/).
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let dir = std::env::var_os("TESSERA_REAL_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/real-data"));
+        .map(|d| root.join(d))
+        .unwrap_or_else(|| root.join("target/real-data"));
     if dir.is_dir() {
         Some(dir)
     } else {
@@ -278,6 +280,7 @@ fn real_third_order_tensor_round_trip_and_ttv() {
     let Some(dir) = data_dir() else { return };
     let mut files = Vec::new();
     files_with_ext(&dir, "tns", &mut files);
+    eprintln!("real_data: {} .tns files", files.len());
     let tmp = tempfile::tempdir().unwrap();
     for path in &files {
         let want = read_tns_reference(path);
