@@ -67,6 +67,8 @@ fn main() {
     table.row("unsorted vs sorted conversion", "MB/s", unsorted_mb / slow.seconds, "tessera sorted", sorted_mb / fast.seconds, true);
     table.row("sorted nonzeros/s", "M/s", entries(&fast), "naive in-memory", entries(&naive_sorted), true);
     table.row("unsorted nonzeros/s", "M/s", entries(&slow), "naive in-memory", entries(&naive_unsorted), true);
+    table.row("sorted conversion CPU time", "s", fast.cpu, "read all bytes", floor.cpu, false);
+    table.row("unsorted vs sorted CPU time", "s", slow.cpu, "tessera sorted", fast.cpu, false);
     table.row("sorted peak RSS", "MiB", mib(fast.peak), "naive in-memory", mib(naive_sorted.peak), false);
     table.row("unsorted peak RSS", "MiB", mib(slow.peak), "naive in-memory", mib(naive_unsorted.peak), false);
     table.figure("budget MiB", mib(memory));
@@ -88,6 +90,9 @@ fn generate(path: &Path, nnz: u64, sorted: bool) {
 /// What a child reports.
 struct Job {
     seconds: f64,
+    /// User + system CPU time of the job (all its threads): on a shared machine this is the
+    /// steadier figure, since wall time includes waiting for a core.
+    cpu: f64,
     entries: u64,
     peak: u64,
 }
@@ -97,8 +102,8 @@ fn child(job: &str, args: &[&Path]) -> Job {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "job {job} failed:\n{stderr}");
     let field = |name: &str| stderr.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok()).unwrap_or(0.0);
-    let r = Job { seconds: field("seconds="), entries: field("entries=") as u64, peak: parse_child_peak(&stderr).unwrap_or(0) };
-    eprintln!("{job:>8} {:?}: {:.2} s, {} entries, peak RSS {:.0} MiB", args[0].file_name().unwrap(), r.seconds, r.entries, mib(r.peak));
+    let r = Job { seconds: field("seconds="), cpu: field("cpu_seconds="), entries: field("entries=") as u64, peak: parse_child_peak(&stderr).unwrap_or(0) };
+    eprintln!("{job:>8} {:?}: {:.2} s ({:.2} CPU s), {} entries, peak RSS {:.0} MiB", args[0].file_name().unwrap(), r.seconds, r.cpu, r.entries, mib(r.peak));
     r
 }
 
@@ -114,8 +119,19 @@ fn run_job(job: &str, args: &[String]) {
         _ => panic!("unknown job {job}"),
     };
     eprintln!("seconds={}", t.elapsed().as_secs_f64());
+    eprintln!("cpu_seconds={}", cpu_seconds());
     eprintln!("entries={entries}");
     eprintln!("peak_rss_bytes={}", peak_rss_bytes());
+}
+
+/// User + system time of this process so far, from /proc/self/stat (clock ticks of 1/100 s,
+/// Linux's fixed USER_HZ); 0 where that is unavailable.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesized command name: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest.split_whitespace().skip(11).take(2).filter_map(|x| x.parse().ok()).collect();
+    f.iter().sum::<f64>() / 100.0
 }
 
 /// The I/O floor: every byte read once through an 8 MiB buffer, newlines counted so the
