@@ -1,6 +1,10 @@
 //! Pass two: stream sorted, distinct entries into a `.tcs` file laid out from the level counts.
 
+use std::fs::File;
+use std::io::Write;
 use std::path::Path;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
 
 use super::{scan_distinct, ConvertOptions, Progress, SortedSource};
 use crate::error::{Error, Result};
@@ -252,41 +256,93 @@ fn spooled_typed<V: Value, I: Index>(
 }
 
 /// An array spooled to an anonymous temporary file (gone even if the process dies), with
-/// its checksum computed buffer by buffer.
+/// its checksum computed buffer by buffer. Full buffers are checksummed and written by a
+/// thread of the spool's own, so that the thread packing entries (the serial part of a
+/// conversion) does not wait on the file system; buffers come back to be reused.
 struct Spool {
-    file: std::fs::File,
     buf: Vec<u8>,
-    crc: crc32fast::Hasher,
-    dir: std::path::PathBuf,
+    full: Option<mpsc::SyncSender<Vec<u8>>>,
+    empty: mpsc::Receiver<Vec<u8>>,
+    writer: Option<JoinHandle<Result<(File, u32)>>>,
 }
 
 const SPOOL_BUFFER: usize = 1 << 20;
 
 impl Spool {
     fn create(dir: &Path) -> Result<Spool> {
-        let file = tempfile::tempfile_in(dir).map_err(|e| Error::io(dir, e))?;
-        let buf = Vec::with_capacity(SPOOL_BUFFER);
+        let mut file = tempfile::tempfile_in(dir).map_err(|e| Error::io(dir, e))?;
+        // One buffer being filled, one queued, one being written: 3 MiB per spool at most.
+        let (full, full_rx) = mpsc::sync_channel::<Vec<u8>>(1);
+        let (empty_tx, empty) = mpsc::sync_channel::<Vec<u8>>(2);
+        let dir = dir.to_path_buf();
+        let writer = std::thread::spawn(move || -> Result<(File, u32)> {
+            let mut crc = crc32fast::Hasher::new();
+            for mut buf in full_rx {
+                crc.update(&buf);
+                file.write_all(&buf).map_err(|e| Error::io(&dir, e))?;
+                buf.clear();
+                let _ = empty_tx.try_send(buf);
+            }
+            Ok((file, crc.finalize()))
+        });
         Ok(Spool {
-            file,
-            buf,
-            crc: crc32fast::Hasher::new(),
-            dir: dir.to_path_buf(),
+            buf: Vec::with_capacity(SPOOL_BUFFER),
+            full: Some(full),
+            empty,
+            writer: Some(writer),
         })
     }
 
     fn flush(&mut self) -> Result<()> {
-        use std::io::Write;
-        self.crc.update(&self.buf);
-        self.file
-            .write_all(&self.buf)
-            .map_err(|e| Error::io(&self.dir, e))?;
-        self.buf.clear();
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let next = self
+            .empty
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(SPOOL_BUFFER));
+        let buf = std::mem::replace(&mut self.buf, next);
+        let sent = self.full.as_ref().map(|tx| tx.send(buf).is_ok());
+        if sent != Some(true) {
+            // The writer stopped: it failed, and says why.
+            return Err(self.finish().err().unwrap_or_else(|| {
+                Error::io(
+                    Path::new("spool"),
+                    std::io::Error::other("spool writer stopped early"),
+                )
+            }));
+        }
         Ok(())
     }
 
-    fn into_file(mut self) -> Result<(std::fs::File, u32)> {
+    /// Stops the writer and returns the file and checksum, or the writer's error.
+    fn finish(&mut self) -> Result<(File, u32)> {
+        self.full = None;
+        match self.writer.take().map(JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(Error::io(
+                Path::new("spool"),
+                std::io::Error::other("spool writer panicked"),
+            )),
+            None => Err(Error::io(
+                Path::new("spool"),
+                std::io::Error::other("spool writer already stopped"),
+            )),
+        }
+    }
+
+    fn into_file(mut self) -> Result<(File, u32)> {
         self.flush()?;
-        Ok((self.file, self.crc.finalize()))
+        self.finish()
+    }
+}
+
+impl Drop for Spool {
+    fn drop(&mut self) {
+        self.full = None;
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
     }
 }
 
@@ -298,6 +354,7 @@ impl<T: bytemuck::Pod> Sink<T> for Spool {
         }
         Ok(())
     }
+    #[inline]
     fn push(&mut self, x: T) -> Result<()> {
         if self.buf.len() + std::mem::size_of::<T>() > SPOOL_BUFFER {
             self.flush()?;
