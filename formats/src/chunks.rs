@@ -54,19 +54,28 @@ struct Parsed {
     error: Option<(u64, u64, SyntaxError)>,
 }
 
-/// The parallel block parser of one file.
+/// What the reader thread or a worker hands back for one block.
+enum Block {
+    Parsed(Parsed),
+    /// Reading failed (I/O error) before this block.
+    Failed(std::io::Error),
+    /// The next line is longer than [`MAX_LINE`].
+    LongLine,
+}
+
+/// The parallel block parser of one file: a reader thread cuts the file into blocks at line
+/// ends (so that the consumer never waits on `read`), workers parse them, and the consumer
+/// takes the results in file order. The consumer returns a credit for every block it takes;
+/// the reader needs one per block, which bounds the blocks in flight.
 pub(crate) struct ParallelParser {
     path: PathBuf,
-    file: File,
-    jobs: Option<mpsc::SyncSender<(u64, Vec<u8>)>>,
-    results: mpsc::Receiver<(u64, Parsed)>,
+    credits: Option<mpsc::SyncSender<()>>,
+    results: mpsc::Receiver<(u64, Block)>,
+    reader: Option<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
-    carry: Vec<u8>,
-    eof: bool,
-    next_submit: u64,
+    done: bool,
     next_take: u64,
-    pending: BTreeMap<u64, Parsed>,
-    max_in_flight: u64,
+    pending: BTreeMap<u64, Block>,
     line_base: u64,
     bytes_done: u64,
 }
@@ -88,6 +97,10 @@ impl ParallelParser {
         let threads = threads.clamp(1, in_flight);
         let (job_tx, job_rx) = mpsc::sync_channel::<(u64, Vec<u8>)>(threads);
         let (res_tx, res_rx) = mpsc::channel();
+        let (credit_tx, credit_rx) = mpsc::sync_channel::<()>(in_flight);
+        for _ in 0..in_flight {
+            credit_tx.send(()).expect("room for every credit");
+        }
         let job_rx = Arc::new(Mutex::new(job_rx));
         let dims = Arc::new(dims);
         let workers = (0..threads)
@@ -97,24 +110,22 @@ impl ParallelParser {
                     let job = rx.lock().map(|r| r.recv());
                     let Ok(Ok((seq, block))) = job else { return };
                     let parsed = parse_block(&block, rank, dims.as_deref(), parse);
-                    if tx.send((seq, parsed)).is_err() {
+                    if tx.send((seq, Block::Parsed(parsed))).is_err() {
                         return;
                     }
                 })
             })
             .collect();
+        let reader = std::thread::spawn(move || read_blocks(file, job_tx, res_tx, credit_rx));
         Ok(ParallelParser {
             path: path.to_path_buf(),
-            file,
-            jobs: Some(job_tx),
+            credits: Some(credit_tx),
             results: res_rx,
+            reader: Some(reader),
             workers,
-            carry: Vec::new(),
-            eof: false,
-            next_submit: 0,
+            done: false,
             next_take: 0,
             pending: BTreeMap::new(),
-            max_in_flight: in_flight as u64,
             line_base: 0,
             bytes_done: 0,
         })
@@ -128,25 +139,47 @@ impl ParallelParser {
     /// Fills `chunk` with the next nonempty batch; false at the end of the file.
     pub fn next_chunk(&mut self, chunk: &mut Chunk) -> Result<bool> {
         loop {
-            while !self.eof && self.next_submit - self.next_take < self.max_in_flight {
-                self.submit()?;
-            }
-            if self.next_take == self.next_submit {
+            if self.done {
                 return Ok(false);
             }
-            let parsed = loop {
-                if let Some(p) = self.pending.remove(&self.next_take) {
-                    break p;
+            let block = loop {
+                if let Some(b) = self.pending.remove(&self.next_take) {
+                    break b;
                 }
-                let (seq, p) = self
-                    .results
-                    .recv()
-                    .expect("workers live while blocks are in flight");
-                self.pending.insert(seq, p);
+                match self.results.recv() {
+                    Ok((seq, b)) => {
+                        self.pending.insert(seq, b);
+                    }
+                    // Reader and workers are gone and every block was taken: the end.
+                    Err(_) => {
+                        self.done = true;
+                        return Ok(false);
+                    }
+                }
             };
             self.next_take += 1;
+            if let Some(c) = &self.credits {
+                let _ = c.send(());
+            }
+            let parsed = match block {
+                Block::Parsed(p) => p,
+                Block::Failed(e) => {
+                    self.done = true;
+                    return Err(Error::io(&self.path, e));
+                }
+                Block::LongLine => {
+                    self.done = true;
+                    let line = self.line_base + 1;
+                    let msg = format!(
+                        "line {line} or one soon after it is longer than {} MiB",
+                        MAX_LINE >> 20
+                    );
+                    let e = std::io::Error::new(std::io::ErrorKind::InvalidData, msg);
+                    return Err(Error::io(&self.path, e));
+                }
+            };
             if let Some((line, column, kind)) = parsed.error {
-                self.eof = true;
+                self.done = true;
                 return Err(Error::Syntax {
                     path: self.path.clone(),
                     line: self.line_base + line,
@@ -163,19 +196,47 @@ impl ParallelParser {
             }
         }
     }
+}
 
-    /// Reads the next block, cut after its last newline, and hands it to a worker.
-    fn submit(&mut self) -> Result<()> {
-        let mut block = std::mem::take(&mut self.carry);
+impl Drop for ParallelParser {
+    fn drop(&mut self) {
+        // Without credits the reader stops, closing the jobs; the workers then stop too.
+        self.credits = None;
+        while self.results.try_recv().is_ok() {}
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+/// The reader thread: blocks cut after their last newline, one per credit, numbered in file
+/// order; a failure is reported as the next block.
+fn read_blocks(
+    mut file: File,
+    jobs: mpsc::SyncSender<(u64, Vec<u8>)>,
+    results: mpsc::Sender<(u64, Block)>,
+    credits: mpsc::Receiver<()>,
+) {
+    let mut carry = Vec::new();
+    let mut seq = 0u64;
+    let mut eof = false;
+    while !eof && credits.recv().is_ok() {
+        let mut block = std::mem::take(&mut carry);
         block.reserve(BLOCK);
         loop {
             let before = block.len();
             // Normally one block; more when a line is longer than what was read so far.
             let want = BLOCK.max(before) as u64;
-            let n = (&mut self.file)
-                .take(want)
-                .read_to_end(&mut block)
-                .map_err(|e| Error::io(&self.path, e))?;
+            let n = match (&mut file).take(want).read_to_end(&mut block) {
+                Ok(n) => n,
+                Err(e) => {
+                    let _ = results.send((seq, Block::Failed(e)));
+                    return;
+                }
+            };
             let at_eof = (n as u64) < want;
             // The block starts at a line start and the carried part has no newline, so the
             // first line ends at the first newline of the new bytes (or is still unfinished).
@@ -184,41 +245,25 @@ impl ParallelParser {
             // Without a newline in the new bytes, the whole block is one (unfinished) line.
             match (memchr::memrchr(b'\n', &block[before..]), at_eof) {
                 (Some(i), false) => {
-                    self.carry = block[before + i + 1..].to_vec();
+                    carry = block[before + i + 1..].to_vec();
                     block.truncate(before + i + 1);
                     break;
                 }
                 _ if first_line >= MAX_LINE => {
-                    let line = self.line_base + 1;
-                    let msg = format!(
-                        "line {line} or one soon after it is longer than {} MiB",
-                        MAX_LINE >> 20
-                    );
-                    let e = std::io::Error::new(std::io::ErrorKind::InvalidData, msg);
-                    return Err(Error::io(&self.path, e));
+                    let _ = results.send((seq, Block::LongLine));
+                    return;
                 }
                 (_, true) => {
-                    self.eof = true;
+                    eof = true;
                     break;
                 }
                 (None, false) => {}
             }
         }
-        let jobs = self.jobs.as_ref().expect("open until drop");
-        jobs.send((self.next_submit, block))
-            .expect("workers live until drop");
-        self.next_submit += 1;
-        Ok(())
-    }
-}
-
-impl Drop for ParallelParser {
-    fn drop(&mut self) {
-        self.jobs = None; // workers see the channel close and stop
-        while self.results.try_recv().is_ok() {}
-        for w in self.workers.drain(..) {
-            let _ = w.join();
+        if jobs.send((seq, block)).is_err() {
+            return;
         }
+        seq += 1;
     }
 }
 
