@@ -1,15 +1,16 @@
 //! Streaming conversion between `.tns`/`.mtx` and `.tcs` with bounded memory.
 //!
-//! Text → `.tcs` (SuperTaco §4.3): pass one (`scan`) reads the input once to find the
-//! dimensions, check whether the entries already come in the target storage order, and count
-//! the coordinates of every level; pass two (`build`) reads it again and streams `pos`/`crd`/
-//! `vals` into the output at offsets computed from those counts. Input that is not sorted goes
-//! through an external merge sort (`runs`) first: sorted runs in temporary files within the
-//! memory budget, merged k ways (in several rounds if there are more runs than buffers). The
-//! final merge is read once: its arrays are spooled to anonymous temporary files while the level
-//! sizes are unknown, then copied (in the kernel) into the laid-out output, which costs less
-//! than merging twice. Output goes to a temporary file
-//! renamed into place only when complete.
+//! Text → `.tcs`: sorted input is read once (`scan::CheckedTextSource`): entries are parsed
+//! on worker threads, checked to come in the target storage order, and packed into `pos`/
+//! `crd`/`vals` arrays spooled to anonymous temporary files while the level sizes are still
+//! unknown; the spools are then copied (in the kernel) into the laid-out output. Parsing is
+//! the expensive part, so this costs far less than SuperTaco's two passes (§4.3), which are
+//! kept only where dense level sizes are needed before the first entry and the file declares
+//! no dimensions (pass one, `scan`, counts; pass two, `build`, writes at computed offsets).
+//! Input found out of order falls back to an external merge sort (`runs`): sorted runs in
+//! temporary files within the memory budget, merged k ways (in several rounds if there are
+//! more runs than buffers), the final merge spooled the same way. Output goes to a temporary
+//! file renamed into place only when complete.
 
 mod back;
 mod build;
