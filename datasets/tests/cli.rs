@@ -185,3 +185,21 @@ fn help_shows_examples() {
         );
     }
 }
+
+/// An error is said once: the message of a file error already quotes its cause, so the
+/// printed chain must not repeat it.
+#[test]
+fn an_error_is_printed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("t.tcs"), b"TCS\0trunc").unwrap();
+    let o = run(d, &["convert", "t.tcs", "o.mtx"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(err.contains("t.tcs"), "{err}");
+    let first_line = err.lines().find(|l| l.starts_with("error:")).unwrap();
+    let words: Vec<&str> = first_line.split(": ").collect();
+    let mut seen = std::collections::HashSet::new();
+    assert!(words.iter().all(|w| seen.insert(*w)), "repeated cause: {first_line}");
+    assert!(!d.join("o.mtx").exists());
+}
