@@ -26,23 +26,35 @@ const DIMS: [u64; 3] = [100_000, 100_000, 100_000];
 const LINE_BYTES: u64 = 24;
 
 fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn main() {
     if let Ok(job) = std::env::var("TESSERA_BENCH_JOB") {
-        let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+        let args: Vec<String> = std::env::args()
+            .skip(1)
+            .filter(|a| a != "--bench")
+            .collect();
         run_job(&job, &args);
         return;
     }
     let bytes = env_u64("TESSERA_BENCH_CONVERSION_BYTES", 1 << 30);
     let memory = env_u64("TESSERA_BENCH_CONVERSION_MEMORY", 256 << 20);
-    let parent = std::env::var("TESSERA_BENCH_DIR").map(PathBuf::from).unwrap_or_else(|_| std::env::temp_dir());
+    let parent = std::env::var("TESSERA_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| std::env::temp_dir());
     let dir = tempfile::tempdir_in(&parent).expect("temporary directory");
     let nnz = bytes / LINE_BYTES;
     let sorted = dir.path().join("sorted.tns");
     let unsorted = dir.path().join("unsorted.tns");
-    eprintln!("generating two .tns files of ~{} MiB ({nnz} entries) in {}", bytes >> 20, dir.path().display());
+    eprintln!(
+        "generating two .tns files of ~{} MiB ({nnz} entries) in {}",
+        bytes >> 20,
+        dir.path().display()
+    );
     let t = Instant::now();
     generate(&sorted, nnz, true);
     generate(&unsorted, nnz, false);
@@ -51,8 +63,22 @@ fn main() {
     let (sorted_mb, unsorted_mb) = (mb(&sorted), mb(&unsorted));
 
     let floor = child("read", &[&sorted]);
-    let fast = child("convert", &[&sorted, &dir.path().join("s.tcs"), Path::new(&memory.to_string())]);
-    let slow = child("convert", &[&unsorted, &dir.path().join("u.tcs"), Path::new(&memory.to_string())]);
+    let fast = child(
+        "convert",
+        &[
+            &sorted,
+            &dir.path().join("s.tcs"),
+            Path::new(&memory.to_string()),
+        ],
+    );
+    let slow = child(
+        "convert",
+        &[
+            &unsorted,
+            &dir.path().join("u.tcs"),
+            Path::new(&memory.to_string()),
+        ],
+    );
     let naive_sorted = child("naive", &[&sorted, &dir.path().join("ns.tcs")]);
     let naive_unsorted = child("naive", &[&unsorted, &dir.path().join("nu.tcs")]);
     let entries = |r: &Job| r.entries as f64 / r.seconds / 1e6;
@@ -61,16 +87,86 @@ fn main() {
         "conversion .tns -> .tcs (sss, u32, f64), {sorted_mb:.0} MB sorted / {unsorted_mb:.0} MB unsorted, budget {} MiB",
         memory >> 20
     ));
-    table.row("sorted conversion vs read floor", "MB/s", sorted_mb / fast.seconds, "read all bytes", sorted_mb / floor.seconds, true);
-    table.row("sorted conversion vs naive", "MB/s", sorted_mb / fast.seconds, "naive in-memory", sorted_mb / naive_sorted.seconds, true);
-    table.row("unsorted conversion vs naive", "MB/s", unsorted_mb / slow.seconds, "naive in-memory", unsorted_mb / naive_unsorted.seconds, true);
-    table.row("unsorted vs sorted conversion", "MB/s", unsorted_mb / slow.seconds, "tessera sorted", sorted_mb / fast.seconds, true);
-    table.row("sorted nonzeros/s", "M/s", entries(&fast), "naive in-memory", entries(&naive_sorted), true);
-    table.row("unsorted nonzeros/s", "M/s", entries(&slow), "naive in-memory", entries(&naive_unsorted), true);
-    table.row("sorted conversion CPU time", "s", fast.cpu, "read all bytes", floor.cpu, false);
-    table.row("unsorted vs sorted CPU time", "s", slow.cpu, "tessera sorted", fast.cpu, false);
-    table.row("sorted peak RSS", "MiB", mib(fast.peak), "naive in-memory", mib(naive_sorted.peak), false);
-    table.row("unsorted peak RSS", "MiB", mib(slow.peak), "naive in-memory", mib(naive_unsorted.peak), false);
+    table.row(
+        "sorted conversion vs read floor",
+        "MB/s",
+        sorted_mb / fast.seconds,
+        "read all bytes",
+        sorted_mb / floor.seconds,
+        true,
+    );
+    table.row(
+        "sorted conversion vs naive",
+        "MB/s",
+        sorted_mb / fast.seconds,
+        "naive in-memory",
+        sorted_mb / naive_sorted.seconds,
+        true,
+    );
+    table.row(
+        "unsorted conversion vs naive",
+        "MB/s",
+        unsorted_mb / slow.seconds,
+        "naive in-memory",
+        unsorted_mb / naive_unsorted.seconds,
+        true,
+    );
+    table.row(
+        "unsorted vs sorted conversion",
+        "MB/s",
+        unsorted_mb / slow.seconds,
+        "tessera sorted",
+        sorted_mb / fast.seconds,
+        true,
+    );
+    table.row(
+        "sorted nonzeros/s",
+        "M/s",
+        entries(&fast),
+        "naive in-memory",
+        entries(&naive_sorted),
+        true,
+    );
+    table.row(
+        "unsorted nonzeros/s",
+        "M/s",
+        entries(&slow),
+        "naive in-memory",
+        entries(&naive_unsorted),
+        true,
+    );
+    table.row(
+        "sorted conversion CPU time",
+        "s",
+        fast.cpu,
+        "read all bytes",
+        floor.cpu,
+        false,
+    );
+    table.row(
+        "unsorted vs sorted CPU time",
+        "s",
+        slow.cpu,
+        "tessera sorted",
+        fast.cpu,
+        false,
+    );
+    table.row(
+        "sorted peak RSS",
+        "MiB",
+        mib(fast.peak),
+        "naive in-memory",
+        mib(naive_sorted.peak),
+        false,
+    );
+    table.row(
+        "unsorted peak RSS",
+        "MiB",
+        mib(slow.peak),
+        "naive in-memory",
+        mib(naive_unsorted.peak),
+        false,
+    );
     table.figure("budget MiB", mib(memory));
     table.figure("entries sorted", fast.entries as f64);
     table.figure("entries unsorted", slow.entries as f64);
@@ -83,8 +179,22 @@ fn mib(b: u64) -> f64 {
 }
 
 fn generate(path: &Path, nnz: u64, sorted: bool) {
-    let spec = Spec { dims: DIMS.to_vec(), nnz: Some(nnz), density: None, kind: Kind::Uniform, seed: 1, sorted };
-    tessera_datasets::generate::generate(&spec, path, &ConvertOptions::default(), &NoProgress, &|_| {}).expect("generate");
+    let spec = Spec {
+        dims: DIMS.to_vec(),
+        nnz: Some(nnz),
+        density: None,
+        kind: Kind::Uniform,
+        seed: 1,
+        sorted,
+    };
+    tessera_datasets::generate::generate(
+        &spec,
+        path,
+        &ConvertOptions::default(),
+        &NoProgress,
+        &|_| {},
+    )
+    .expect("generate");
 }
 
 /// What a child reports.
@@ -98,12 +208,33 @@ struct Job {
 }
 
 fn child(job: &str, args: &[&Path]) -> Job {
-    let out = Command::new(std::env::current_exe().unwrap()).env("TESSERA_BENCH_JOB", job).args(args).output().expect("spawn job");
+    let out = Command::new(std::env::current_exe().unwrap())
+        .env("TESSERA_BENCH_JOB", job)
+        .args(args)
+        .output()
+        .expect("spawn job");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "job {job} failed:\n{stderr}");
-    let field = |name: &str| stderr.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok()).unwrap_or(0.0);
-    let r = Job { seconds: field("seconds="), cpu: field("cpu_seconds="), entries: field("entries=") as u64, peak: parse_child_peak(&stderr).unwrap_or(0) };
-    eprintln!("{job:>8} {:?}: {:.2} s ({:.2} CPU s), {} entries, peak RSS {:.0} MiB", args[0].file_name().unwrap(), r.seconds, r.cpu, r.entries, mib(r.peak));
+    let field = |name: &str| {
+        stderr
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let r = Job {
+        seconds: field("seconds="),
+        cpu: field("cpu_seconds="),
+        entries: field("entries=") as u64,
+        peak: parse_child_peak(&stderr).unwrap_or(0),
+    };
+    eprintln!(
+        "{job:>8} {:?}: {:.2} s ({:.2} CPU s), {} entries, peak RSS {:.0} MiB",
+        args[0].file_name().unwrap(),
+        r.seconds,
+        r.cpu,
+        r.entries,
+        mib(r.peak)
+    );
     r
 }
 
@@ -112,8 +243,13 @@ fn run_job(job: &str, args: &[String]) {
     let entries = match job {
         "read" => read_all(Path::new(&args[0])),
         "convert" => {
-            let opts = ConvertOptions { memory: args[2].parse().unwrap(), ..ConvertOptions::default() };
-            convert(Path::new(&args[0]), Path::new(&args[1]), &opts, &NoProgress).expect("convert").entries_read
+            let opts = ConvertOptions {
+                memory: args[2].parse().unwrap(),
+                ..ConvertOptions::default()
+            };
+            convert(Path::new(&args[0]), Path::new(&args[1]), &opts, &NoProgress)
+                .expect("convert")
+                .entries_read
         }
         "naive" => naive(Path::new(&args[0]), Path::new(&args[1])),
         _ => panic!("unknown job {job}"),
@@ -130,7 +266,12 @@ fn cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
     // Fields after the parenthesized command name: state is field 3, utime 14, stime 15.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<f64> = rest.split_whitespace().skip(11).take(2).filter_map(|x| x.parse().ok()).collect();
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|x| x.parse().ok())
+        .collect();
     f.iter().sum::<f64>() / 100.0
 }
 
@@ -176,8 +317,13 @@ fn naive(input: &Path, output: &Path) -> u64 {
     perm.sort_unstable_by_key(|&i| keys[i as usize]);
     let dims: Vec<usize> = DIMS.iter().map(|&d| d as usize).collect();
     let format = Format::all_compressed(3);
-    let mut packer: Packer<f64, u32, Vec<u32>, Vec<f64>> =
-        Packer::new(&dims, &format, vec![(0, 0); 3], |_| (Vec::new(), Vec::new()), Vec::new());
+    let mut packer: Packer<f64, u32, Vec<u32>, Vec<f64>> = Packer::new(
+        &dims,
+        &format,
+        vec![(0, 0); 3],
+        |_| (Vec::new(), Vec::new()),
+        Vec::new(),
+    );
     let mut i = 0;
     while i < perm.len() {
         let k = keys[perm[i] as usize];
@@ -187,7 +333,9 @@ fn naive(input: &Path, output: &Path) -> u64 {
             v += vals[perm[i] as usize];
             i += 1;
         }
-        packer.push(&[k[0] as usize, k[1] as usize, k[2] as usize], v).unwrap();
+        packer
+            .push(&[k[0] as usize, k[1] as usize, k[2] as usize], v)
+            .unwrap();
     }
     let (levels, vals, _) = packer.finish().unwrap();
     let levels = levels

@@ -65,7 +65,10 @@ pub struct Table {
 
 impl Table {
     pub fn new(title: &str) -> Self {
-        Table { title: title.to_string(), ..Default::default() }
+        Table {
+            title: title.to_string(),
+            ..Default::default()
+        }
     }
 
     /// Adds a row comparing Tessera with an alternative. The printed ratio is always
@@ -126,12 +129,19 @@ impl Table {
                 s.push_str(", ");
             }
             first = false;
-            let v = if v.is_finite() { format!("{v}") } else { "null".into() };
+            let v = if v.is_finite() {
+                format!("{v}")
+            } else {
+                "null".into()
+            };
             let _ = write!(s, "\"{}\": {}", k.replace('"', "'"), v);
         };
         for r in &self.rows {
             put(&format!("{} tessera ({})", r.name, r.unit), r.tessera);
-            put(&format!("{} {} ({})", r.name, r.alternative_name, r.unit), r.alternative);
+            put(
+                &format!("{} {} ({})", r.name, r.alternative_name, r.unit),
+                r.alternative,
+            );
             put(&format!("{} ratio", r.name), ratio(r));
         }
         for (k, v) in &self.extra {

@@ -200,6 +200,9 @@ fn an_error_is_printed_once() {
     let first_line = err.lines().find(|l| l.starts_with("error:")).unwrap();
     let words: Vec<&str> = first_line.split(": ").collect();
     let mut seen = std::collections::HashSet::new();
-    assert!(words.iter().all(|w| seen.insert(*w)), "repeated cause: {first_line}");
+    assert!(
+        words.iter().all(|w| seen.insert(*w)),
+        "repeated cause: {first_line}"
+    );
     assert!(!d.join("o.mtx").exists());
 }

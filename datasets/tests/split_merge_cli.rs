@@ -158,7 +158,10 @@ fn split_and_merge_under_mpirun_round_trip() {
             .output()
             .expect("mpirun runs (install OpenMPI: scripts/install-deps.sh)")
     };
-    let said = ok(mpirun("2", &["split", "t.tcs", "--blocks", "0:3,2:2", "-o", "b"]));
+    let said = ok(mpirun(
+        "2",
+        &["split", "t.tcs", "--blocks", "0:3,2:2", "-o", "b"],
+    ));
     assert!(said.contains("2 MPI ranks"), "{said}");
     let said = ok(mpirun("4", &["merge", "b", "-o", "back.tcs"]));
     assert!(said.contains("4 MPI ranks"), "{said}");
