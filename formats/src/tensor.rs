@@ -41,6 +41,8 @@ pub enum TensorError {
     IndexOverflow { value: u64, bits: u32 },
     #[error("the tensor is too large to address (size overflows)")]
     TooLarge,
+    #[error("the tensor needs {bytes} bytes of memory, more than this machine can give; store it with compressed levels (e.g. `s` instead of `d`) or use a smaller tensor")]
+    OutOfMemory { bytes: u128 },
     #[error("dense data has {got} values but the dimensions {dims:?} need {expected}")]
     DenseLength {
         dims: Vec<usize>,
@@ -175,7 +177,7 @@ impl<V: Value, I: Index> Tensor<V, I> {
         let key = |e: usize| &coords[e * rank..(e + 1) * rank];
         let mut perm: Vec<usize> = (0..values.len()).collect();
         perm.sort_by(|&a, &b| key(a).cmp(key(b)));
-        let mut packer = Self::packer(&dims, &format);
+        let mut packer = Self::packer(&dims, &format)?;
         let mut i = 0;
         while i < perm.len() {
             let mut sum = values[perm[i]];
@@ -217,7 +219,7 @@ impl<V: Value, I: Index> Tensor<V, I> {
     pub fn zeros(dims: Vec<usize>, format: Format) -> Result<Self, TensorError> {
         check_rank(&dims, &format)?;
         check_dims_fit::<I>(&dims)?;
-        let packer = Self::packer(&dims, &format);
+        let packer = Self::packer(&dims, &format)?;
         Self::from_packer(dims, format, packer)
     }
 
@@ -293,15 +295,44 @@ impl<V: Value, I: Index> Tensor<V, I> {
         self.view().to_dense()
     }
 
-    fn packer(dims: &[usize], format: &Format) -> Packer<V, I, Vec<I>, Vec<V>> {
-        let dense = format.mode_order().iter().map(|&m| (dims[m], 0)).collect();
-        Packer::new(
+    /// A packer whose arrays already hold the memory the leading dense levels are sure to
+    /// fill (all their positions are materialised), reserved fallibly: a dense tensor too
+    /// large for this machine is an error here rather than an abort half-way through.
+    fn packer(
+        dims: &[usize],
+        format: &Format,
+    ) -> Result<Packer<V, I, Vec<I>, Vec<V>>, TensorError> {
+        let order = format.mode_order();
+        let first_compressed = format
+            .levels()
+            .iter()
+            .position(|t| *t == LevelType::Compressed);
+        let prefix: Vec<usize> = order[..first_compressed.unwrap_or(order.len())]
+            .iter()
+            .map(|&m| dims[m])
+            .collect();
+        let positions = checked_product(&prefix)?;
+        let mut vals = Vec::new();
+        let mut first_pos = Vec::new();
+        match first_compressed {
+            None => reserve(&mut vals, positions)?,
+            Some(_) => reserve(&mut first_pos, positions.saturating_add(1))?,
+        }
+        let mut first_pos = Some(first_pos);
+        let dense = order.iter().map(|&m| (dims[m], 0)).collect();
+        Ok(Packer::new(
             dims,
             format,
             dense,
-            |_| (Vec::new(), Vec::new()),
-            Vec::new(),
-        )
+            |k| {
+                let pos = match first_compressed {
+                    Some(f) if f == k => first_pos.take().unwrap_or_default(),
+                    _ => Vec::new(),
+                };
+                (pos, Vec::new())
+            },
+            vals,
+        ))
     }
 
     fn from_packer(
@@ -358,6 +389,14 @@ pub(crate) fn check_dims_fit<I: Index>(dims: &[usize]) -> Result<(), TensorError
         }
     }
     Ok(())
+}
+
+/// Reserves room for `n` more elements, or says how many bytes could not be had.
+fn reserve<T>(v: &mut Vec<T>, n: usize) -> Result<(), TensorError> {
+    v.try_reserve_exact(n)
+        .map_err(|_| TensorError::OutOfMemory {
+            bytes: (n as u128) * std::mem::size_of::<T>() as u128,
+        })
 }
 
 pub(crate) fn checked_product(dims: &[usize]) -> Result<usize, TensorError> {

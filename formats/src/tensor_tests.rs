@@ -268,3 +268,19 @@ proptest! {
         prop_assert_eq!(wide.entries().collect::<Vec<_>>(), t.entries().collect::<Vec<_>>());
     }
 }
+
+/// A dense tensor larger than any machine's memory is an error naming the bytes it needs,
+/// not an abort of the whole process.
+#[test]
+fn a_dense_tensor_too_large_for_memory_is_an_error() {
+    let dims = vec![1usize << 30, 1 << 20];
+    let err = Tensor::<f64, u64>::zeros(dims.clone(), Format::dense(2)).unwrap_err();
+    assert!(matches!(err, TensorError::OutOfMemory { bytes } if bytes == (1u128 << 50) * 8));
+    assert!(err.to_string().contains("compressed levels"), "{err}");
+    // The same through the first compressed level's `pos` (one entry per dense row, plus one).
+    let rows = vec![1usize << 50, 4];
+    let err = Tensor::<f64, u64>::from_entries(rows, Format::parse("ds", 2).unwrap(), [])
+        .map(|_| ())
+        .unwrap_err();
+    assert!(matches!(err, TensorError::OutOfMemory { .. }), "{err}");
+}

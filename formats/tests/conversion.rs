@@ -543,3 +543,29 @@ fn external_sort_mixes_narrow_and_wide_runs() {
     assert!(report.merge_rounds >= 2);
     assert_eq!(read_nonzeros(&output), reference(&entries));
 }
+
+/// `.mtx` → `.tns` → `.mtx` keeps the declared shape: empty trailing rows and columns are
+/// not lost, because the `.tns` states its dimensions.
+#[test]
+fn text_to_text_keeps_the_dimensions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mtx = dir.path().join("e.mtx");
+    std::fs::write(
+        &mtx,
+        "%%MatrixMarket matrix coordinate real general\n5 7 1\n1 1 2\n",
+    )
+    .unwrap();
+    let tns = dir.path().join("e.tns");
+    let back = dir.path().join("back.mtx");
+    let opts = ConvertOptions::default();
+    let report = convert(&mtx, &tns, &opts, &NoProgress).unwrap();
+    assert_eq!(report.dims, vec![5, 7]);
+    let report = convert(&tns, &back, &opts, &NoProgress).unwrap();
+    assert_eq!(report.dims, vec![5, 7]);
+    let text = std::fs::read_to_string(&back).unwrap();
+    let size_line = text.lines().find(|l| !l.starts_with('%')).unwrap();
+    assert_eq!(
+        size_line.split_whitespace().collect::<Vec<_>>(),
+        ["5", "7", "1"]
+    );
+}

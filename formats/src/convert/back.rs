@@ -76,9 +76,7 @@ fn write_text<V: Value, I: Index>(
             w.finish()?;
         }
         _ => {
-            let mut w = TnsWriter::create(output)?;
-            let shape: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
-            w.write_comment(&format!("dims {}", shape.join(" ")))?;
+            let mut w = tns_with_dims(output, &dims)?;
             each(&mut |c, v| w.write_entry(c, v))?;
             w.finish()?;
         }
@@ -94,6 +92,15 @@ fn write_text<V: Value, I: Index>(
         merge_rounds: 0,
         output_bytes: bytes,
     })
+}
+
+/// A `.tns` writer whose first line declares the dimensions, so that empty trailing rows
+/// and columns keep their place when the file is read back.
+fn tns_with_dims(output: &Path, dims: &[u64]) -> Result<TnsWriter> {
+    let mut w = TnsWriter::create(output)?;
+    let shape: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
+    w.write_comment(&format!("dims {}", shape.join(" ")))?;
+    Ok(w)
 }
 
 /// `.tns` ↔ `.mtx` (entries pass through unchanged; `.tns` → `.mtx` first finds the
@@ -139,7 +146,7 @@ pub(crate) fn text_to_text(
             w.finish()?;
         }
         _ => {
-            let mut w = TnsWriter::create(output)?;
+            let mut w = tns_with_dims(output, &dims)?;
             while let Some(v) = reader.next_entry(&mut coords)? {
                 w.write_entry(&coords, v)?;
                 n += 1;
