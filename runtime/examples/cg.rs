@@ -10,20 +10,7 @@ use std::process::ExitCode;
 use tessera_runtime::Runtime;
 
 fn main() -> ExitCode {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let k = args.first().copied().unwrap_or(48);
-    let threads = args.get(1).copied().unwrap_or(4);
-    match run(k, threads) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    sparse::example_main(&[48, 4], |a| run(a[0], a[1]))
 }
 
 fn run(k: usize, threads: usize) -> tessera_runtime::Result<bool> {

@@ -5,25 +5,13 @@
 //!
 //! Usage: `cargo run -p tessera-runtime --example stencil -- [n (default 10000)] [steps (100)] [threads]`
 
+mod sparse;
+
 use std::process::ExitCode;
 use tessera_runtime::{Result, Runtime, Store};
 
 fn main() -> ExitCode {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
-    let n = args.first().copied().unwrap_or(10_000);
-    let steps = args.get(1).copied().unwrap_or(100);
-    let threads = args.get(2).copied().unwrap_or(4);
-    match run(n, steps, threads) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    sparse::example_main(&[10_000, 100, 4], |a| run(a[0], a[1], a[2]))
 }
 
 /// `out[i] = (l[i] + c[i] + r[i]) / 3` over this point's sub-store.

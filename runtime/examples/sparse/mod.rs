@@ -5,7 +5,28 @@
 
 pub mod cg;
 
+use std::process::ExitCode;
 use tessera_runtime::{DType, PosRange, Result, Runtime, Store};
+
+/// The `main` the examples share: positional numbers from the command line, each defaulting
+/// to `defaults`; the exit status says whether `run` found the right answer.
+pub fn example_main(defaults: &[usize], run: impl FnOnce(&[usize]) -> Result<bool>) -> ExitCode {
+    let given: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let args: Vec<usize> = (0..defaults.len())
+        .map(|i| given.get(i).copied().unwrap_or(defaults[i]))
+        .collect();
+    match run(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 /// A CSR matrix on the host.
 #[derive(Clone, Debug)]
