@@ -231,10 +231,17 @@ impl Gen<'_> {
     fn output_init(&self) -> TokenStream {
         let fmt = self.format_expr();
         match self.k.output_kind {
+            // `vec![zero; n]` rather than `Tensor::zeros`: for floats it is a zeroed allocation
+            // (calloc), so the pages are zeroed lazily by whichever thread first writes them
+            // instead of in one sequential pass before a parallel loop.
             OutputKind::Scalar | OutputKind::Dense => quote! {
-                let mut out = Tensor::<V, I>::zeros(out_dims.to_vec(), #fmt)
-                    .expect("output dimensions fit the coordinate type");
-                let out_vals: &mut [V] = out.vals_mut();
+                let out_format = #fmt;
+                let out_len: usize = out_dims
+                    .iter()
+                    .try_fold(1usize, |n, d| n.checked_mul(*d))
+                    .expect("output dimensions fit in memory");
+                let mut out_buf: Vec<V> = vec![V::zero(); out_len];
+                let out_vals: &mut [V] = &mut out_buf;
             },
             OutputKind::Sparse => {
                 let fmt_val = quote!(let out_format = #fmt;);
@@ -270,7 +277,15 @@ impl Gen<'_> {
 
     fn output_finish(&self) -> TokenStream {
         match self.k.output_kind {
-            OutputKind::Scalar | OutputKind::Dense => quote!(out),
+            OutputKind::Scalar | OutputKind::Dense => quote! {
+                let levels: Vec<Level<I>> = out_format
+                    .mode_order()
+                    .iter()
+                    .map(|m| Level::Dense { size: out_dims[*m], offset: 0 })
+                    .collect();
+                Tensor::from_parts(out_dims.to_vec(), out_format, levels, out_buf)
+                    .expect("a dense output of out_dims is valid")
+            },
             OutputKind::Sparse => {
                 let collect = self.k.nests.iter().any(|n| n.assembly == Assembly::Collect);
                 if collect {
