@@ -126,13 +126,21 @@ fn pool(threads: usize) -> rayon::ThreadPool {
 type Contestant<'a> = (usize, &'a (dyn Fn() + Sync));
 
 /// Best time of each contestant over `reps()` rounds. Rounds interleave the contestants, so that
-/// load from other processes on a shared machine falls on all of them alike.
+/// load from other processes on a shared machine falls on all of them alike. Contestants with
+/// the same thread count share one pool: with a pool each, the idle workers of the pool that
+/// just finished still spin for the cores while the next contestant starts on its own.
 fn race<const N: usize>(contestants: [Contestant<'_>; N]) -> [f64; N] {
-    let pools: Vec<rayon::ThreadPool> = contestants.iter().map(|(t, _)| pool(*t)).collect();
+    let mut pools: Vec<(usize, rayon::ThreadPool)> = Vec::new();
+    for (t, _) in &contestants {
+        if !pools.iter().any(|(u, _)| u == t) {
+            pools.push((*t, pool(*t)));
+        }
+    }
+    let pool_of = |t: usize| &pools.iter().find(|(u, _)| *u == t).expect("made above").1;
     let mut best = [f64::INFINITY; N];
     for _ in 0..reps() {
-        for (n, (_, f)) in contestants.iter().enumerate() {
-            let t = pools[n].install(|| best_of(1, f).0);
+        for (n, (threads, f)) in contestants.iter().enumerate() {
+            let t = pool_of(*threads).install(|| best_of(1, f).0);
             best[n] = best[n].min(t);
         }
     }
