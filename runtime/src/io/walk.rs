@@ -96,11 +96,20 @@ pub(crate) fn coord<T: Tree>(tree: &T, k: usize, p: usize) -> usize {
     }
 }
 
+/// Padding, in `usize`s, on each side of a walker's hot state: 128 bytes, two cache lines
+/// (adjacent-line prefetch pairs them), so that no other allocation — in particular another
+/// rank thread's hot state, which one allocator arena may place right beside it — shares a
+/// line with the words written on every leaf (false sharing made the walk not scale over
+/// thread ranks).
+const PAD: usize = 16;
+
 /// Steps through leaves `[start, end)` of a tree in storage order.
 pub(crate) struct Walker<'t, T> {
     tree: &'t T,
-    path: Vec<usize>,
-    coords: Vec<usize>,
+    rank: usize,
+    /// The per-leaf state in one buffer the walker owns: `PAD` words, then the position at
+    /// every level (`path`), then the coordinate at every level (`coords`), then `PAD` words.
+    state: Vec<usize>,
     next: usize,
     end: usize,
     started: bool,
@@ -114,28 +123,34 @@ impl<'t, T: Tree> Walker<'t, T> {
     /// value when the range is empty).
     pub fn new(tree: &'t T, start: usize, end: usize, first: Vec<usize>) -> Self {
         let rank = tree.rank();
-        Walker {
+        let mut walker = Walker {
             tree,
-            path: first.clone(),
-            coords: vec![0; rank],
+            rank,
+            state: vec![0; PAD + 2 * rank + PAD],
             next: start,
             end,
             started: false,
             first,
             start,
-        }
+        };
+        walker.restart();
+        walker
     }
 
     /// Back to the first leaf.
     pub fn restart(&mut self) {
-        self.path.clone_from(&self.first);
+        // `first` may be shorter than the rank for an empty range (never walked).
+        let path = &mut self.state[PAD..PAD + self.rank];
+        for (p, &f) in path.iter_mut().zip(&self.first) {
+            *p = f;
+        }
         self.next = self.start;
         self.started = false;
     }
 
     /// Level-order coordinates of the current leaf (after [`Walker::advance`] returned it).
     pub fn coords(&self) -> &[usize] {
-        &self.coords
+        &self.state[PAD + self.rank..PAD + 2 * self.rank]
     }
 
     /// Moves to the next leaf and returns its value and the highest level whose coordinate
@@ -144,39 +159,40 @@ impl<'t, T: Tree> Walker<'t, T> {
         if self.next >= self.end {
             return None;
         }
-        let rank = self.tree.rank();
+        let (tree, rank) = (self.tree, self.rank);
         let p = self.next;
         self.next += 1;
+        let (path, coords) = self.state[PAD..PAD + 2 * rank].split_at_mut(rank);
         if !self.started {
             self.started = true;
             for k in 0..rank {
-                self.coords[k] = coord(self.tree, k, self.path[k]);
+                coords[k] = coord(tree, k, path[k]);
             }
-            return Some((0, self.tree.val(p)));
+            return Some((0, tree.val(p)));
         }
         let mut k = rank - 1;
-        self.path[k] = p;
+        path[k] = p;
         loop {
-            self.coords[k] = coord(self.tree, k, self.path[k]);
+            coords[k] = coord(tree, k, path[k]);
             if k == 0 {
                 break;
             }
-            let parent = match self.tree.dense(k) {
-                Some((size, _)) => self.path[k] / size,
+            let parent = match tree.dense(k) {
+                Some((size, _)) => path[k] / size,
                 None => {
-                    let mut q = self.path[k - 1];
-                    while self.tree.pos(k, q + 1) <= self.path[k] {
+                    let mut q = path[k - 1];
+                    while tree.pos(k, q + 1) <= path[k] {
                         q += 1;
                     }
                     q
                 }
             };
-            if parent == self.path[k - 1] {
+            if parent == path[k - 1] {
                 break;
             }
-            self.path[k - 1] = parent;
+            path[k - 1] = parent;
             k -= 1;
         }
-        Some((k, self.tree.val(p)))
+        Some((k, tree.val(p)))
     }
 }
