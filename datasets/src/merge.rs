@@ -3,11 +3,10 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
 
 use tessera_runtime::io::merge_dir;
 
-use crate::split::{on_ranks, report, Ranks};
+use crate::split::{run_and_report, Ranks};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -30,20 +29,13 @@ pub struct Args {
 
 impl Args {
     pub fn run(&self, quiet: bool) -> anyhow::Result<ExitCode> {
-        let start = Instant::now();
-        let (summary, how) = on_ranks(&self.ranks, quiet, |comm, progress| {
-            merge_dir(comm, &self.input, &self.output, progress)
-        })?;
-        if let Some(s) = summary {
-            report(
-                "merge",
-                &self.input.display().to_string(),
-                &self.output.display().to_string(),
-                &s,
-                &how,
-                start,
-            );
-        }
-        Ok(ExitCode::SUCCESS)
+        run_and_report(
+            "merge",
+            &self.ranks,
+            quiet,
+            &self.input,
+            &self.output,
+            |comm, p| merge_dir(comm, &self.input, &self.output, p),
+        )
     }
 }

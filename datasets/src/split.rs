@@ -58,22 +58,39 @@ impl Args {
             (None, Some(p)) => SplitSpec::parse_points(p).context("--split-points")?,
             (None, None) => anyhow::bail!("give --blocks or --split-points"),
         };
-        let start = Instant::now();
-        let (summary, how) = on_ranks(&self.ranks, quiet, |comm, progress| {
-            split_file(comm, &self.input, &spec, &self.output, progress)
-        })?;
-        if let Some(s) = summary {
-            report(
-                "split",
-                &self.input.display().to_string(),
-                &self.output.display().to_string(),
-                &s,
-                &how,
-                start,
-            );
-        }
-        Ok(ExitCode::SUCCESS)
+        run_and_report(
+            "split",
+            &self.ranks,
+            quiet,
+            &self.input,
+            &self.output,
+            |comm, p| split_file(comm, &self.input, &spec, &self.output, p),
+        )
     }
+}
+
+/// Runs `work` on the ranks (see [`on_ranks`]) and prints rank 0's one-line summary.
+pub fn run_and_report(
+    verb: &str,
+    ranks: &Ranks,
+    quiet: bool,
+    input: &std::path::Path,
+    output: &std::path::Path,
+    work: impl Fn(&dyn Communicator, &dyn Progress) -> Result<Summary, IoError> + Sync,
+) -> anyhow::Result<ExitCode> {
+    let start = Instant::now();
+    let (summary, how) = on_ranks(ranks, quiet, work)?;
+    if let Some(s) = summary {
+        report(
+            verb,
+            &input.display().to_string(),
+            &output.display().to_string(),
+            &s,
+            &how,
+            start,
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Prints a one-line summary with throughput.
