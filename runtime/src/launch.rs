@@ -11,7 +11,7 @@ use crate::rect::Rect;
 use crate::runtime::Shared;
 use crate::stats::Counters;
 use crate::store::{Bound, StoreRoot};
-use crate::task::{Privilege, ScalarArg, TaskBody};
+use crate::task::{Args, Privilege, ScalarArg, Scalars, TaskBody};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,8 +21,9 @@ pub(crate) struct LaunchArg {
     /// The store view the task was given (root coordinates).
     pub view: Rect,
     pub privilege: Privilege,
-    /// Each point's sub-store (root coordinates); empty for unbound outputs.
-    pub rects: Vec<Rect>,
+    /// Each point's sub-store (root coordinates); empty for unbound outputs. Shared with the
+    /// solve memo, which hands the same sub-stores to the next identical task.
+    pub rects: Arc<[Rect]>,
 }
 
 /// What one point leaves behind for the finish step.
@@ -39,12 +40,13 @@ pub(crate) struct Launched {
     pub domain: Domain,
     #[allow(dead_code)] // read by tracing, a later layer
     pub token: u64,
-    pub args: Vec<LaunchArg>,
-    pub scalars: Vec<ScalarArg>,
+    pub args: Args<LaunchArg>,
+    pub scalars: Scalars,
     pub result: Option<(ReduceOp, Arc<FutureCell>)>,
     /// Distinct stores the task uses (each holds one pending reference until the task ends).
-    pub roots: Vec<Arc<StoreRoot>>,
+    pub roots: Args<Arc<StoreRoot>>,
     pub remaining: AtomicUsize,
+    /// What each point left for the finish step (empty when there is none).
     pub outs: Vec<Mutex<PointOut>>,
     pub failure: Mutex<Option<RuntimeError>>,
     pub has_finish: bool,
@@ -155,10 +157,11 @@ fn run_point(task: &Launched, point: usize, counters: &Counters) {
     let mut ctx = TaskContext::new(task, point);
     let r = catch_unwind(AssertUnwindSafe(|| (task.body)(&mut ctx)));
     match r {
-        Ok(()) => {
+        Ok(()) if task.has_finish => {
             let out = std::mem::take(&mut *ctx.out.lock().unwrap_or_else(|e| e.into_inner()));
             *task.outs[point].lock().unwrap_or_else(|e| e.into_inner()) = out;
         }
+        Ok(()) => {}
         Err(payload) => {
             let msg = payload
                 .downcast_ref::<String>()

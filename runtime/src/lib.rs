@@ -33,6 +33,7 @@ mod machine;
 mod partition;
 mod rect;
 mod runtime;
+mod solve_memo;
 mod solver;
 mod stats;
 mod store;

@@ -11,11 +11,12 @@ use crate::launch::{LaunchArg, Launched};
 use crate::machine::Machine;
 use crate::partition::{Domain, Interner, Partition};
 use crate::rect::{Rect, MAX_DIMS};
-use crate::solver::{Solution, Solver, SolverArg};
+use crate::solve_memo::{SolveKey, SolveMemo, Solved};
+use crate::solver::{record_keys, Solution, Solver, SolverArg};
 use crate::stats::{Counters, Stats};
 use crate::store::{Bound, Store, StoreRoot};
 use crate::task::{
-    Issued, IssuedArg, Privilege, Registry, ScalarArg, TaskBody, TaskLauncher, UserConstraint,
+    Args, Issued, IssuedArg, Privilege, Registry, ScalarArg, TaskBody, TaskLauncher, UserConstraint,
 };
 use crate::window::Window;
 use crate::TaskContext;
@@ -53,6 +54,7 @@ impl Shared {
 struct Front {
     window: Window,
     interner: Interner,
+    memo: SolveMemo,
     /// Tokens of the last analysed tasks, oldest first: the history buffer automatic tracing
     /// will mine for repeats.
     history: std::collections::VecDeque<u64>,
@@ -143,6 +145,7 @@ impl RuntimeBuilder {
             front: Mutex::new(Front {
                 window: Window::new(self.window),
                 interner: Interner::default(),
+                memo: SolveMemo::default(),
                 history: Default::default(),
             }),
             next_store: AtomicU64::new(0),
@@ -198,14 +201,22 @@ impl Runtime {
         }
     }
 
-    /// Starts building a launch of the task registered as `name`.
+    /// Starts building a launch of the task registered as `name` (an unknown name is reported
+    /// by `submit`).
     pub fn task(&self, name: &str) -> TaskLauncher<'_> {
+        let task = self
+            .inner
+            .registry
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .ok_or_else(|| name.to_string());
         TaskLauncher {
             rt: self,
-            name: name.into(),
-            args: vec![],
-            constraints: vec![],
-            scalars: vec![],
+            task,
+            args: Default::default(),
+            constraints: Default::default(),
+            scalars: Default::default(),
             domain: None,
         }
     }
@@ -371,13 +382,7 @@ impl Runtime {
         l: TaskLauncher<'_>,
         result: Option<ReduceOp>,
     ) -> Result<Option<Future>> {
-        let (name, body) = self
-            .inner
-            .registry
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&l.name)
-            .ok_or_else(|| RuntimeError::UnknownTask(l.name.clone()))?;
+        let (name, body) = l.task.map_err(RuntimeError::UnknownTask)?;
         // An `Arc` clone, not a `String`: the name is only formatted when a check fails.
         let task = name.clone();
         for (s, p) in &l.args {
@@ -388,7 +393,7 @@ impl Runtime {
         let domain = match &l.domain {
             Some(d) => Some(Domain::new(d).ok_or_else(|| RuntimeError::BadLaunchDomain {
                 task: task.to_string(),
-                domain: d.clone(),
+                domain: d.to_vec(),
             })?),
             None => None,
         };
@@ -477,7 +482,7 @@ fn resolve_constraints(
     task: &str,
     args: &[(Store, Privilege)],
     cons: &[UserConstraint],
-) -> Result<Vec<Constraint>> {
+) -> Result<Args<Constraint>> {
     // Unbound outputs have no extent to partition: constraints cannot name them.
     let pos = |s: &Store, c: &'static str| match args.iter().position(|(a, _)| a.same_view(s)) {
         None => Err(RuntimeError::NotAnArgument {
@@ -578,15 +583,15 @@ impl Inner {
         Ok(())
     }
 
-    fn analyze(&self, front: &mut Front, t: Issued) -> Result<()> {
-        let r = self.analyze_inner(front, &t);
+    fn analyze(&self, front: &mut Front, mut t: Issued) -> Result<()> {
+        let r = self.analyze_inner(front, &mut t);
         if let (Err(e), Some((_, cell))) = (&r, &t.result) {
             let _ = cell.value.set(Err(e.clone()));
         }
         r
     }
 
-    fn analyze_inner(&self, front: &mut Front, t: &Issued) -> Result<()> {
+    fn analyze_inner(&self, front: &mut Front, t: &mut Issued) -> Result<()> {
         for a in t
             .args
             .iter()
@@ -594,11 +599,11 @@ impl Inner {
         {
             self.wait_bound(&a.root, &t.name)?;
         }
-        let sargs: Vec<SolverArg> = t
+        let sargs: Args<SolverArg> = t
             .args
             .iter()
             .map(|a| SolverArg {
-                root: a.root.clone(),
+                root: &a.root,
                 rect: (a.privilege != Privilege::WriteUnbound).then(|| {
                     a.view
                         .unwrap_or_else(|| a.root.bound().expect("waited").rect)
@@ -606,64 +611,52 @@ impl Inner {
                 writes: a.privilege.writes(),
             })
             .collect();
-        check_shapes(&t.name, &sargs, &t.constraints)?;
-        let mut solver = Solver {
-            task: &t.name,
-            machine: &self.machine,
-            interner: &mut front.interner,
-            counters: &self.shared.counters,
-            completion: &self.shared.completion,
+        let key = SolveKey::new(&t.name, &sargs, &t.constraints, t.domain);
+        let counters = &self.shared.counters;
+        let (solved, args) = match front.memo.get(&key) {
+            Some(solved) => {
+                let solved = solved.clone();
+                Counters::add(&counters.partitions_reused, solved.solution.reused);
+                Counters::add(&counters.solutions_replayed, 1);
+                record_keys(&front.interner, &sargs, &solved.solution.parts);
+                let args = launch_args(t, &sargs, &solved.rects);
+                (solved, args)
+            }
+            None => {
+                check_shapes(&t.name, &sargs, &t.constraints)?;
+                let mut solver = Solver {
+                    task: &t.name,
+                    machine: &self.machine,
+                    interner: &mut front.interner,
+                    counters,
+                    completion: &self.shared.completion,
+                };
+                let solution = solver.solve(&sargs, &t.constraints, t.domain)?;
+                let rects = sub_stores(&front.interner, &solution);
+                let args = launch_args(t, &sargs, &rects);
+                check_aliasing(&t.name, &args, &solution, &front.interner)?;
+                let solved = Solved { solution, rects };
+                front.memo.insert(key, solved.clone());
+                (solved, args)
+            }
         };
-        let sol = solver.solve(&sargs, &t.constraints, t.domain)?;
-        let args = self.launch_args(front, t, &sargs, &sol);
-        check_aliasing(&t.name, &args, &sol, &front.interner)?;
+        drop(sargs);
+        let sol = &solved.solution;
         let token = t.token(&sol.domain, &sol.parts);
         if front.history.len() == HISTORY {
             front.history.pop_front();
         }
         front.history.push_back(token);
-        self.schedule(t, args, &sol, token);
+        self.schedule(t, args, sol, token);
         Ok(())
-    }
-
-    /// Each argument's per-point sub-stores.
-    fn launch_args(
-        &self,
-        front: &Front,
-        t: &Issued,
-        sargs: &[SolverArg],
-        sol: &Solution,
-    ) -> Vec<LaunchArg> {
-        t.args
-            .iter()
-            .zip(sargs)
-            .zip(&sol.parts)
-            .map(|((a, s), p)| {
-                let rects = match p {
-                    Some(p) => {
-                        let part = front.interner.get(*p);
-                        (0..sol.domain.len())
-                            .map(|i| part.substore(&sol.domain, i))
-                            .collect()
-                    }
-                    None => vec![],
-                };
-                LaunchArg {
-                    root: a.root.clone(),
-                    view: s.rect.unwrap_or_else(|| Rect::from_shape(&[0])),
-                    privilege: a.privilege,
-                    rects,
-                }
-            })
-            .collect()
     }
 
     /// Builds the point (and finish) nodes, adds their dependences, and hands ready ones to the
     /// executor.
-    fn schedule(&self, t: &Issued, args: Vec<LaunchArg>, sol: &Solution, token: u64) {
+    fn schedule(&self, t: &mut Issued, args: Args<LaunchArg>, sol: &Solution, token: u64) {
         let n = sol.domain.len();
         let has_finish = Launched::needs_finish(&args, t.result.is_some());
-        let mut roots: Vec<Arc<StoreRoot>> = vec![];
+        let mut roots: Args<Arc<StoreRoot>> = Args::new();
         for a in &args {
             if !roots.iter().any(|r| Arc::ptr_eq(r, &a.root)) {
                 a.root.pending_refs.fetch_add(1, Ordering::AcqRel);
@@ -676,11 +669,16 @@ impl Inner {
             domain: sol.domain,
             token,
             args,
-            scalars: t.scalars.clone(),
+            scalars: std::mem::take(&mut t.scalars),
             result: t.result.clone(),
             roots,
             remaining: AtomicUsize::new(n),
-            outs: (0..n).map(|_| Mutex::default()).collect(),
+            // Only a finish step reads what points leave behind.
+            outs: if has_finish {
+                (0..n).map(|_| Mutex::default()).collect()
+            } else {
+                vec![]
+            },
             failure: Mutex::new(None),
             has_finish,
         });
@@ -693,7 +691,7 @@ impl Inner {
             })
             .collect();
         let finish = has_finish.then(|| Node::new(Work::Finish { task: task.clone() }));
-        for s in &t.scalars {
+        for s in &task.scalars {
             if let ScalarArg::Future(cell) = s {
                 if let Some(pred) = cell.node.get() {
                     points.iter().for_each(|p| Node::add_edge(pred, p));
@@ -708,16 +706,16 @@ impl Inner {
             match a.privilege {
                 Privilege::Read => points
                     .iter()
-                    .zip(&a.rects)
+                    .zip(a.rects.iter())
                     .for_each(|(p, r)| meta.access.read(*r, p)),
                 Privilege::Write | Privilege::ReadWrite => points
                     .iter()
-                    .zip(&a.rects)
+                    .zip(a.rects.iter())
                     .for_each(|(p, r)| meta.access.write(*r, p)),
                 Privilege::Reduce(_) => {
                     let f = finish.as_ref().expect("reductions have a finish step");
                     let mut seen: Vec<Rect> = vec![];
-                    for r in &a.rects {
+                    for r in a.rects.iter() {
                         if !seen.contains(r) {
                             seen.push(*r);
                             meta.access.write(*r, f);
@@ -746,6 +744,37 @@ impl Inner {
             }
         }
     }
+}
+
+/// Each argument's per-point sub-stores (empty for unbound outputs).
+fn sub_stores(interner: &Interner, sol: &Solution) -> Args<Arc<[Rect]>> {
+    sol.parts
+        .iter()
+        .map(|p| match p {
+            Some(p) => {
+                let part = interner.get(*p);
+                (0..sol.domain.len())
+                    .map(|i| part.substore(&sol.domain, i))
+                    .collect()
+            }
+            None => Arc::from([]),
+        })
+        .collect()
+}
+
+/// The task's arguments with their views and per-point sub-stores.
+fn launch_args(t: &Issued, sargs: &[SolverArg], rects: &[Arc<[Rect]>]) -> Args<LaunchArg> {
+    t.args
+        .iter()
+        .zip(sargs)
+        .zip(rects)
+        .map(|((a, s), r)| LaunchArg {
+            root: a.root.clone(),
+            view: s.rect.unwrap_or_else(|| Rect::from_shape(&[0])),
+            privilege: a.privilege,
+            rects: r.clone(),
+        })
+        .collect()
 }
 
 /// `align` needs equal shapes; checked once shapes are known (unbound stores bind late).

@@ -12,21 +12,28 @@ use crate::partition::{Domain, ImageKey, Interner, Partition, PartitionId};
 use crate::rect::{Rect, MAX_DIMS};
 use crate::stats::Counters;
 use crate::store::StoreRoot;
+use crate::task::Args;
 use smallvec::SmallVec;
 use std::sync::Arc;
 
 /// One store argument as the solver sees it.
-pub(crate) struct SolverArg {
-    pub root: Arc<StoreRoot>,
+pub(crate) struct SolverArg<'a> {
+    pub root: &'a Arc<StoreRoot>,
     /// Bounds of the view in root coordinates; `None` for an unbound output (not partitioned).
     pub rect: Option<Rect>,
     pub writes: bool,
 }
 
 /// The launch domain and each argument's partition (`None` for unbound outputs).
+#[derive(Clone)]
 pub(crate) struct Solution {
     pub domain: Domain,
-    pub parts: Vec<Option<PartitionId>>,
+    pub parts: Args<Option<PartitionId>>,
+    /// Classes that reused a key partition (counted again when the solution is replayed).
+    pub reused: u64,
+    /// False when an image was made coarse because its source was still being written: the
+    /// same inputs may give a finer answer later, so the solution must not be replayed.
+    pub replayable: bool,
 }
 
 pub(crate) struct Solver<'a> {
@@ -59,13 +66,18 @@ impl Solver<'_> {
             Some(d) => d,
             None => self.choose_domain(args, &classes),
         };
-        let mut parts: Vec<Option<PartitionId>> = vec![None; args.len()];
+        let mut sol = Solution {
+            domain,
+            parts: smallvec::smallvec![None; args.len()],
+            reused: 0,
+            replayable: true,
+        };
         for class in classes.iter().filter(|c| c.image_src.is_none()) {
-            self.solve_independent(args, class, domain, &mut parts);
+            self.solve_independent(args, class, &mut sol);
         }
-        self.solve_images(args, &mut classes, domain, &mut parts)?;
-        self.record_keys(args, &parts);
-        Ok(Solution { domain, parts })
+        self.solve_images(args, &mut classes, &mut sol)?;
+        record_keys(self.interner, args, &sol.parts);
+        Ok(sol)
     }
 
     /// Builds equivalence classes (union-find over `align`) with their broadcast dimensions and
@@ -182,16 +194,12 @@ impl Solver<'_> {
         Domain::new(&[pieces]).expect("at least one piece")
     }
 
-    fn solve_independent(
-        &mut self,
-        args: &[SolverArg],
-        class: &Class,
-        domain: Domain,
-        parts: &mut [Option<PartitionId>],
-    ) {
+    fn solve_independent(&mut self, args: &[SolverArg], class: &Class, sol: &mut Solution) {
+        let domain = sol.domain;
         let (tile, proj) = match self.find_key(args, class, Some(domain)) {
             Some((_, k)) => {
                 Counters::add(&self.counters.partitions_reused, 1);
+                sol.reused += 1;
                 match &**self.interner.get(k) {
                     Partition::Tiling { tile, proj, .. } => (*tile, *proj),
                     _ => unreachable!("find_key returns tilings"),
@@ -215,7 +223,7 @@ impl Solver<'_> {
                     domain,
                 }
             };
-            parts[m] = Some(self.intern(p));
+            sol.parts[m] = Some(self.intern(p));
         }
     }
 
@@ -232,9 +240,9 @@ impl Solver<'_> {
         &mut self,
         args: &[SolverArg],
         classes: &mut [Class],
-        domain: Domain,
-        parts: &mut [Option<PartitionId>],
+        sol: &mut Solution,
     ) -> Result<()> {
+        let (domain, parts) = (sol.domain, &mut sol.parts);
         let mut todo: Vec<usize> = (0..classes.len())
             .filter(|&c| classes[c].image_src.is_some())
             .collect();
@@ -258,6 +266,7 @@ impl Solver<'_> {
                         let bounds = args[m].rect.expect("bound");
                         parts[m] = Some(self.intern(Partition::None { bounds }));
                     }
+                    sol.replayable = false;
                     todo.swap_remove(i);
                     continue;
                 };
@@ -388,32 +397,32 @@ impl Solver<'_> {
             domain,
         })))
     }
+}
 
-    /// Makes each argument's tiling its store's key partition: always for written arguments
-    /// (where the data now lives), for read ones only when the store has none for that view.
-    fn record_keys(&self, args: &[SolverArg], parts: &[Option<PartitionId>]) {
-        for (a, p) in args.iter().zip(parts) {
-            let (Some(p), Some(rect)) = (p, a.rect) else {
-                continue;
-            };
-            if !matches!(&**self.interner.get(*p), Partition::Tiling { .. }) {
-                continue;
+/// Makes each argument's tiling its store's key partition: always for written arguments
+/// (where the data now lives), for read ones only when the store has none for that view.
+pub(crate) fn record_keys(interner: &Interner, args: &[SolverArg], parts: &[Option<PartitionId>]) {
+    for (a, p) in args.iter().zip(parts) {
+        let (Some(p), Some(rect)) = (p, a.rect) else {
+            continue;
+        };
+        if !matches!(&**interner.get(*p), Partition::Tiling { .. }) {
+            continue;
+        }
+        let mut meta = a.root.meta();
+        let existing = meta
+            .keys
+            .iter()
+            .position(|k| interner.get(*k).bounds() == rect);
+        match existing {
+            Some(i) if a.writes => {
+                meta.keys.remove(i);
+                meta.keys.insert(0, *p);
             }
-            let mut meta = a.root.meta();
-            let existing = meta
-                .keys
-                .iter()
-                .position(|k| self.interner.get(*k).bounds() == rect);
-            match existing {
-                Some(i) if a.writes => {
-                    meta.keys.remove(i);
-                    meta.keys.insert(0, *p);
-                }
-                Some(_) => {}
-                None => {
-                    meta.keys.insert(0, *p);
-                    meta.keys.truncate(4);
-                }
+            Some(_) => {}
+            None => {
+                meta.keys.insert(0, *p);
+                meta.keys.truncate(4);
             }
         }
     }

@@ -9,6 +9,7 @@ pub(crate) struct Counters {
     pub points_run: AtomicU64,
     pub partitions_created: AtomicU64,
     pub partitions_reused: AtomicU64,
+    pub solutions_replayed: AtomicU64,
     pub analysis_ns: AtomicU64,
     pub blocking_waits: AtomicU64,
 }
@@ -25,6 +26,7 @@ impl Counters {
             points_run: g(&self.points_run),
             partitions_created: g(&self.partitions_created),
             partitions_reused: g(&self.partitions_reused),
+            solutions_replayed: g(&self.solutions_replayed),
             analysis_ns: g(&self.analysis_ns),
             blocking_waits: g(&self.blocking_waits),
         }
@@ -42,6 +44,9 @@ pub struct Stats {
     pub partitions_created: u64,
     /// Equivalence classes that reused a store's key partition.
     pub partitions_reused: u64,
+    /// Tasks whose constraint solution was replayed from an earlier, identical solve (same
+    /// stores, views, constraints and key partitions) instead of solved again.
+    pub solutions_replayed: u64,
     /// Total time spent solving constraints and analysing dependences, in nanoseconds.
     pub analysis_ns: u64,
     /// Times the issuing thread had to wait for data (image sources, unbound extents).
@@ -65,6 +70,7 @@ impl Stats {
             points_run: self.points_run - earlier.points_run,
             partitions_created: self.partitions_created - earlier.partitions_created,
             partitions_reused: self.partitions_reused - earlier.partitions_reused,
+            solutions_replayed: self.solutions_replayed - earlier.solutions_replayed,
             analysis_ns: self.analysis_ns - earlier.analysis_ns,
             blocking_waits: self.blocking_waits - earlier.blocking_waits,
         }

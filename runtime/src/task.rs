@@ -11,6 +11,7 @@ use crate::rect::Rect;
 use crate::runtime::Runtime;
 use crate::store::{Store, StoreRoot};
 use rustc_hash::FxHashMap as HashMap;
+use smallvec::SmallVec;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -69,17 +70,22 @@ pub(crate) enum ScalarArg {
 /// A constraint as the user wrote it, over stores (resolved to argument positions at submit).
 pub(crate) enum UserConstraint {
     Align(Store, Store),
-    Broadcast(Store, Vec<usize>),
+    Broadcast(Store, crate::constraint::Dims),
     Image(Store, Store),
 }
+
+/// Inline capacities for a task's arguments, constraints and scalars: most tasks have a few,
+/// and the launcher and the issued task are built for every task (no allocation on that path).
+pub(crate) type Args<T> = SmallVec<[T; 4]>;
+pub(crate) type Scalars = SmallVec<[ScalarArg; 2]>;
 
 /// An issued task waiting in the window for analysis.
 pub(crate) struct Issued {
     pub name: Arc<str>,
     pub body: TaskBody,
-    pub args: Vec<IssuedArg>,
-    pub constraints: Vec<Constraint>,
-    pub scalars: Vec<ScalarArg>,
+    pub args: Args<IssuedArg>,
+    pub constraints: Args<Constraint>,
+    pub scalars: Scalars,
     pub domain: Option<Domain>,
     pub result: Option<(ReduceOp, Arc<FutureCell>)>,
 }
@@ -139,53 +145,66 @@ impl Issued {
 /// ```
 pub struct TaskLauncher<'rt> {
     pub(crate) rt: &'rt Runtime,
-    pub(crate) name: String,
-    pub(crate) args: Vec<(Store, Privilege)>,
-    pub(crate) constraints: Vec<UserConstraint>,
-    pub(crate) scalars: Vec<ScalarArg>,
-    pub(crate) domain: Option<Vec<usize>>,
+    /// The registered task, looked up once when the launcher is made; the unknown name
+    /// otherwise (reported by `submit`).
+    pub(crate) task: std::result::Result<(Arc<str>, TaskBody), String>,
+    pub(crate) args: Args<(Store, Privilege)>,
+    pub(crate) constraints: Args<UserConstraint>,
+    pub(crate) scalars: Scalars,
+    pub(crate) domain: Option<Args<usize>>,
 }
 
+// The builder methods are small and called once per task per argument: `#[inline]` lets
+// them inline across crates, so the launcher is built in place rather than moved per call.
 impl<'rt> TaskLauncher<'rt> {
+    #[inline]
     fn arg(mut self, s: &Store, p: Privilege) -> Self {
         self.args.push((s.clone(), p));
         self
     }
 
+    #[inline]
     pub fn read(self, s: &Store) -> Self {
         self.arg(s, Privilege::Read)
     }
 
+    #[inline]
     pub fn write(self, s: &Store) -> Self {
         self.arg(s, Privilege::Write)
     }
 
+    #[inline]
     pub fn read_write(self, s: &Store) -> Self {
         self.arg(s, Privilege::ReadWrite)
     }
 
+    #[inline]
     pub fn reduce(self, s: &Store, op: ReduceOp) -> Self {
         self.arg(s, Privilege::Reduce(op))
     }
 
     /// An unbound output: each point emits its piece with [`TaskContext::emit`].
+    #[inline]
     pub fn write_unbound(self, s: &Store) -> Self {
         self.arg(s, Privilege::WriteUnbound)
     }
 
     /// A scalar argument, read in the body with [`TaskContext::scalar`].
+    #[inline]
     pub fn scalar(mut self, v: impl Into<Scalar>) -> Self {
         self.scalars.push(ScalarArg::Value(v.into()));
         self
     }
 
     /// A future as a scalar argument: the task waits for it, the caller does not.
+    #[inline]
     pub fn future(mut self, f: &Future) -> Self {
         self.scalars.push(ScalarArg::Future(f.cell.clone()));
         self
     }
 
     /// `a` and `b` get the same partition (their shapes must be equal).
+    #[inline]
     pub fn align(mut self, a: &Store, b: &Store) -> Self {
         self.constraints
             .push(UserConstraint::Align(a.clone(), b.clone()));
@@ -193,14 +212,16 @@ impl<'rt> TaskLauncher<'rt> {
     }
 
     /// The listed dimensions of `s` are not split: every point sees them whole.
+    #[inline]
     pub fn broadcast(mut self, s: &Store, dims: &[usize]) -> Self {
         self.constraints
-            .push(UserConstraint::Broadcast(s.clone(), dims.to_vec()));
+            .push(UserConstraint::Broadcast(s.clone(), dims.into()));
         self
     }
 
     /// `dst`'s sub-store at each point covers what `src`'s sub-store points at (`src` holds
     /// ranges, like `pos`, or coordinates, like `crd`).
+    #[inline]
     pub fn image(mut self, src: &Store, dst: &Store) -> Self {
         self.constraints
             .push(UserConstraint::Image(src.clone(), dst.clone()));
@@ -208,13 +229,15 @@ impl<'rt> TaskLauncher<'rt> {
     }
 
     /// Fixes the launch domain instead of sizing it from the machine.
+    #[inline]
     pub fn launch_domain(mut self, extents: &[usize]) -> Self {
-        self.domain = Some(extents.to_vec());
+        self.domain = Some(extents.into());
         self
     }
 
     /// Issues the task. Returns at once; errors in the arguments or constraints are reported
     /// here.
+    #[inline]
     pub fn submit(self) -> Result<()> {
         self.rt.issue(self, None).map(|_| ())
     }
@@ -222,6 +245,7 @@ impl<'rt> TaskLauncher<'rt> {
     /// Issues the task and returns a future of the points' results
     /// ([`TaskContext::set_result`]) folded with `op` in point order (the operator's `f64`
     /// identity when no point sets one).
+    #[inline]
     pub fn submit_reduce(self, op: ReduceOp) -> Result<Future> {
         self.rt
             .issue(self, Some(op))

@@ -329,3 +329,130 @@ fn a_gather_does_not_wait_for_its_index_store_to_be_written() {
         vec![5.0, 4.0, 3.0, 2.0, 1.0, 0.0]
     );
 }
+
+#[test]
+fn repeated_tasks_replay_their_solution() {
+    let rt = rt(2);
+    rt.register("smooth", |ctx| {
+        let (l, c, r) = (ctx.read::<f64>(1), ctx.read::<f64>(2), ctx.read::<f64>(3));
+        let mut out = ctx.write::<f64>(0);
+        for i in out.range() {
+            out.set_at(i, l.at(i) + 2.0 * c.at(i) + r.at(i));
+        }
+    })
+    .unwrap();
+    let n = 10;
+    let init: Vec<f64> = (0..n).map(|i| (i * i % 7) as f64).collect();
+    let a = rt.from_vec(&[n], init.clone()).unwrap();
+    let b = rt.from_vec(&[n], init.clone()).unwrap();
+    let views = |s: &tessera_runtime::Store| {
+        [0..n - 2, 1..n - 1, 2..n, 1..n - 1].map(|r| s.slice(0, r).unwrap())
+    };
+    let (va, vb) = (views(&a), views(&b));
+    let steps = 40;
+    let before = rt.stats();
+    for step in 0..steps {
+        let (cur, next) = if step % 2 == 0 {
+            (&va, &vb)
+        } else {
+            (&vb, &va)
+        };
+        rt.task("smooth")
+            .write(&next[3])
+            .read(&cur[0])
+            .read(&cur[1])
+            .read(&cur[2])
+            .align(&next[3], &cur[0])
+            .align(&next[3], &cur[1])
+            .align(&next[3], &cur[2])
+            .submit()
+            .unwrap();
+    }
+    let s = rt.stats().since(&before);
+    // Key partitions settle within a few steps; from then on every solve is a replay.
+    assert!(
+        s.solutions_replayed >= steps - 6,
+        "{} of {steps} solutions replayed",
+        s.solutions_replayed
+    );
+    let (mut x, mut y) = (init.clone(), init);
+    for _ in 0..steps {
+        for i in 1..n - 1 {
+            y[i] = x[i - 1] + 2.0 * x[i] + x[i + 1];
+        }
+        std::mem::swap(&mut x, &mut y);
+    }
+    assert_eq!(rt.read::<f64>(&a).unwrap(), x);
+}
+
+#[test]
+fn a_coarse_image_is_not_replayed() {
+    let rt = rt(2);
+    let gate = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let g = gate.clone();
+    rt.register("slow_reverse", move |ctx| {
+        let t0 = std::time::Instant::now();
+        while !g.load(std::sync::atomic::Ordering::Acquire) && t0.elapsed().as_secs() < 5 {
+            std::thread::yield_now();
+        }
+        let mut idx = ctx.write::<u64>(0);
+        let n = idx.as_slice().len() as u64;
+        for (i, j) in idx.as_mut_slice().iter_mut().enumerate() {
+            *j = n - 1 - i as u64;
+        }
+    })
+    .unwrap();
+    let seen = Arc::new(Mutex::new(vec![]));
+    let s = seen.clone();
+    rt.register("gather", move |ctx| {
+        let mut d = ctx.write::<f64>(0);
+        let (idx, x) = (ctx.read::<u64>(1), ctx.read::<f64>(2));
+        for i in d.range() {
+            d.set_at(i, x.at(idx.at(i) as usize));
+        }
+        s.lock().unwrap().push((ctx.linear_point(), ctx.rect(2)));
+    })
+    .unwrap();
+    let idx = rt.from_vec(&[6], vec![0u64; 6]).unwrap();
+    let x = rt
+        .from_vec(&[6], (0..6).map(|v| v as f64).collect())
+        .unwrap();
+    let y = rt.create(DType::F64, &[6]).unwrap();
+    rt.task("slow_reverse")
+        .read_write(&idx)
+        .launch_domain(&[1])
+        .submit()
+        .unwrap();
+    let gather = || {
+        rt.task("gather")
+            .write(&y)
+            .read(&idx)
+            .read(&x)
+            .align(&y, &idx)
+            .image(&idx, &x)
+            .launch_domain(&[2])
+            .submit()
+            .unwrap()
+    };
+    // Issued while idx is being written: every point reads all of x (coarse, correct). The
+    // second one sees the key partitions the first left, as the third will.
+    gather();
+    gather();
+    gate.store(true, std::sync::atomic::Ordering::Release);
+    rt.fence().unwrap();
+    // The same task with idx written: the exact image, not a replay of the coarse one.
+    seen.lock().unwrap().clear();
+    gather();
+    rt.fence().unwrap();
+    let mut got = seen.lock().unwrap().clone();
+    got.sort_by_key(|(p, _)| *p);
+    assert_eq!(
+        got,
+        vec![(0, Rect::new(&[3], &[6])), (1, Rect::new(&[0], &[3]))],
+        "point 0 reads idx 5,4,3 and point 1 reads 2,1,0"
+    );
+    assert_eq!(
+        rt.read::<f64>(&y).unwrap(),
+        vec![5.0, 4.0, 3.0, 2.0, 1.0, 0.0]
+    );
+}

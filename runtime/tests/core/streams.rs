@@ -64,6 +64,9 @@ struct Case {
     fixed: Option<usize>,
     /// Tasks buffered between issue and analysis.
     window: usize,
+    /// Times the whole op list is issued: repeats find the solve memo (same stores, views and
+    /// key partitions), which must give the same answers as solving again.
+    repeat: usize,
 }
 
 /// Rows of random length (some empty, some long) that tile a prefix of `[0, n)`.
@@ -90,9 +93,10 @@ fn case() -> impl Strategy<Value = Case> {
             1usize..8,
             proptest::option::of(1usize..6),
             prop_oneof![Just(1usize), 2usize..6],
+            1usize..4,
         )
             .prop_map(
-                move |(init, idx, lens, ops, min_piece, fixed, window)| Case {
+                move |(init, idx, lens, ops, min_piece, fixed, window, repeat)| Case {
                     n,
                     init: init
                         .into_iter()
@@ -104,12 +108,17 @@ fn case() -> impl Strategy<Value = Case> {
                     min_piece,
                     fixed,
                     window,
+                    repeat,
                 },
             )
     })
 }
 
 const M: usize = 3; // histogram bins
+
+fn repeated(c: &Case) -> impl Iterator<Item = &Op> {
+    (0..c.repeat).flat_map(|_| &c.ops)
+}
 
 /// The stream run by plain loops: the reference.
 /// Final stores, histogram, filtered (unbound) outputs, and future values.
@@ -122,7 +131,7 @@ fn sequential(c: &Case) -> Outcome {
     let mut filtered = vec![];
     let mut sums = vec![];
     let mut idx = c.idx.clone();
-    for op in &c.ops {
+    for op in repeated(c) {
         match *op {
             Op::Axpy { d, s, t, a } => {
                 if d != s && d != t {
@@ -263,7 +272,7 @@ fn parallel(case: &Case, threads: usize) -> Result<Outcome> {
     let acc = rt.create(DType::F64, &[M])?;
     let mut filtered = vec![];
     let mut sums: Vec<Future> = vec![];
-    for op in &case.ops {
+    for op in repeated(case) {
         match *op {
             Op::Axpy { d, s, t, a } if d != s && d != t => fix(
                 case,
