@@ -11,12 +11,13 @@ use crate::launch::{LaunchArg, Launched};
 use crate::machine::Machine;
 use crate::partition::{Domain, Interner, Partition};
 use crate::rect::{Rect, MAX_DIMS};
-use crate::solve_memo::{SolveKey, SolveMemo, Solved};
+use crate::solve_memo::{Probe, SolveInputs, SolveMemo, Solved};
 use crate::solver::{record_keys, Solution, Solver, SolverArg};
 use crate::stats::{Counters, Stats};
 use crate::store::{Bound, Store, StoreRoot};
 use crate::task::{
-    Args, Issued, IssuedArg, Privilege, Registry, ScalarArg, TaskBody, TaskLauncher, UserConstraint,
+    Args, Issued, IssuedArg, LaunchSpec, Privilege, Registry, ScalarArg, TaskBody, TaskLauncher,
+    UserConstraint, ViewId,
 };
 use crate::window::Window;
 use crate::TaskContext;
@@ -213,11 +214,13 @@ impl Runtime {
             .ok_or_else(|| name.to_string());
         TaskLauncher {
             rt: self,
-            task,
-            args: Default::default(),
-            constraints: Default::default(),
-            scalars: Default::default(),
-            domain: None,
+            spec: Box::new(LaunchSpec {
+                task,
+                args: Default::default(),
+                constraints: Default::default(),
+                scalars: Default::default(),
+                domain: None,
+            }),
         }
     }
 
@@ -382,12 +385,17 @@ impl Runtime {
         l: TaskLauncher<'_>,
         result: Option<ReduceOp>,
     ) -> Result<Option<Future>> {
-        let (name, body) = l.task.map_err(RuntimeError::UnknownTask)?;
+        // Used in place: moving the spec out of its box would copy it.
+        let mut l = l.spec;
+        let found = std::mem::replace(&mut l.task, Err(String::new()));
+        let (name, body) = found.map_err(RuntimeError::UnknownTask)?;
         // An `Arc` clone, not a `String`: the name is only formatted when a check fails.
         let task = name.clone();
-        for (s, p) in &l.args {
-            self.check_store(s)?;
-            check_privilege(&task, s, *p)?;
+        for a in &l.args {
+            if a.root.runtime != self.inner.id {
+                return Err(RuntimeError::ForeignStore { store: a.root.id });
+            }
+            check_privilege(&task, &a.root, a.privilege)?;
         }
         let constraints = resolve_constraints(&task, &l.args, &l.constraints)?;
         let domain = match &l.domain {
@@ -401,31 +409,25 @@ impl Runtime {
         let issued = Issued {
             name,
             body,
-            args: l
-                .args
-                .iter()
-                .map(|(s, p)| IssuedArg {
-                    root: s.root.clone(),
-                    view: s.view,
-                    privilege: *p,
-                })
-                .collect(),
+            args: std::mem::take(&mut l.args),
             constraints,
-            scalars: l.scalars,
+            scalars: std::mem::take(&mut l.scalars),
             domain,
             result: result.zip(future.as_ref().map(|f| f.cell.clone())),
         };
         Counters::add(&self.inner.shared.counters.tasks_issued, 1);
-        let full = self
-            .inner
-            .front
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .window
-            .push(issued);
-        if full {
-            self.inner.flush()?;
-        }
+        let mut front = self.inner.front.lock().unwrap_or_else(|e| e.into_inner());
+        let r = if front.window.bypass() {
+            // Nothing buffered and nothing to buffer for: analyse now, without a copy of the
+            // task into the window and out again.
+            self.inner.analyze_timed(&mut front, issued)
+        } else if front.window.push(issued) {
+            self.inner.flush_locked(&mut front)
+        } else {
+            Ok(())
+        };
+        drop(front);
+        r?;
         self.inner.throttle();
         Ok(future)
     }
@@ -439,16 +441,17 @@ impl Drop for Runtime {
 }
 
 /// Checks that a store can be passed with a privilege.
-fn check_privilege(task: &str, s: &Store, p: Privilege) -> Result<()> {
+fn check_privilege(task: &str, root: &StoreRoot, p: Privilege) -> Result<()> {
+    let bound = root.bound().is_some();
     match p {
-        Privilege::WriteUnbound if s.is_bound() || s.root.meta().producer.is_some() => {
+        Privilege::WriteUnbound if bound || root.meta().producer.is_some() => {
             return Err(RuntimeError::UnboundMisuse {
                 task: task.into(),
-                store: s.id(),
+                store: root.id,
             });
         }
         Privilege::Reduce(op) => {
-            let ok = match s.dtype() {
+            let ok = match root.dtype {
                 DType::F64 => f64::identity(op).is_some(),
                 DType::F32 => f32::identity(op).is_some(),
                 DType::I64 => i64::identity(op).is_some(),
@@ -459,18 +462,18 @@ fn check_privilege(task: &str, s: &Store, p: Privilege) -> Result<()> {
             if !ok {
                 return Err(RuntimeError::UnsupportedReduction {
                     task: task.into(),
-                    store: s.id(),
-                    dtype: s.dtype(),
+                    store: root.id,
+                    dtype: root.dtype,
                     op,
                 });
             }
         }
         _ => {}
     }
-    if p != Privilege::WriteUnbound && !s.is_bound() && s.root.meta().producer.is_none() {
+    if p != Privilege::WriteUnbound && !bound && root.meta().producer.is_none() {
         return Err(RuntimeError::NeverBound {
             task: task.into(),
-            store: s.id(),
+            store: root.id,
         });
     }
     Ok(())
@@ -480,20 +483,22 @@ fn check_privilege(task: &str, s: &Store, p: Privilege) -> Result<()> {
 /// checked before shapes are known.
 fn resolve_constraints(
     task: &str,
-    args: &[(Store, Privilege)],
+    args: &[IssuedArg],
     cons: &[UserConstraint],
 ) -> Result<Args<Constraint>> {
     // Unbound outputs have no extent to partition: constraints cannot name them.
-    let pos = |s: &Store, c: &'static str| match args.iter().position(|(a, _)| a.same_view(s)) {
+    let pos = |v: &ViewId, c: &'static str| match args.iter().position(|a| v.names(a)) {
         None => Err(RuntimeError::NotAnArgument {
             task: task.into(),
             constraint: c,
-            store: s.id(),
+            store: v.store,
         }),
-        Some(i) if args[i].1 == Privilege::WriteUnbound => Err(RuntimeError::UnboundMisuse {
-            task: task.into(),
-            store: s.id(),
-        }),
+        Some(i) if args[i].privilege == Privilege::WriteUnbound => {
+            Err(RuntimeError::UnboundMisuse {
+                task: task.into(),
+                store: v.store,
+            })
+        }
         Some(i) => Ok(i),
     };
     cons.iter()
@@ -504,28 +509,32 @@ fn resolve_constraints(
                 }
                 UserConstraint::Broadcast(s, dims) => {
                     let i = pos(s, "broadcast")?;
-                    if let Some(&d) = dims.iter().find(|&&d| d >= s.root.dim) {
+                    let rank = args[i].root.dim;
+                    if let Some(&d) = dims.iter().find(|&&d| d >= rank) {
                         return Err(RuntimeError::BroadcastDim {
                             task: task.into(),
-                            store: s.id(),
+                            store: s.store,
                             dim: d,
-                            rank: s.root.dim,
+                            rank,
                         });
                     }
-                    Constraint::Broadcast(i, dims.clone())
+                    let mut mask = [false; MAX_DIMS];
+                    dims.iter().for_each(|&d| mask[d] = true);
+                    Constraint::Broadcast(i, mask)
                 }
                 UserConstraint::Image(src, dst) => {
                     let (i, j) = (pos(src, "image")?, pos(dst, "image")?);
+                    let root = &args[i].root;
                     let ok_type = matches!(
-                        src.dtype(),
+                        root.dtype,
                         DType::Range | DType::I64 | DType::I32 | DType::U64
                     );
-                    if !ok_type || src.root.dim != 1 {
+                    if !ok_type || root.dim != 1 {
                         return Err(RuntimeError::ImageSource {
                             task: task.into(),
-                            store: src.id(),
-                            dtype: src.dtype(),
-                            rank: src.root.dim,
+                            store: root.id,
+                            dtype: root.dtype,
+                            rank: root.dim,
                         });
                     }
                     Constraint::Image { src: i, dst: j }
@@ -538,20 +547,29 @@ fn resolve_constraints(
 impl Inner {
     /// Analyses every task in the window, in issue order.
     pub(crate) fn flush(&self) -> Result<()> {
-        let mut front = self.front.lock().unwrap_or_else(|e| e.into_inner());
+        self.flush_locked(&mut self.front.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn flush_locked(&self, front: &mut Front) -> Result<()> {
         let mut first = Ok(());
         while let Some(t) = front.window.pop() {
-            let t0 = Instant::now();
-            let r = self.analyze(&mut front, t);
-            Counters::add(
-                &self.shared.counters.analysis_ns,
-                t0.elapsed().as_nanos() as u64,
-            );
+            let r = self.analyze_timed(front, t);
             if first.is_ok() {
                 first = r;
             }
         }
         first
+    }
+
+    /// Analyses one task, adding the time taken to the statistics.
+    fn analyze_timed(&self, front: &mut Front, t: Issued) -> Result<()> {
+        let t0 = Instant::now();
+        let r = self.analyze(front, t);
+        Counters::add(
+            &self.shared.counters.analysis_ns,
+            t0.elapsed().as_nanos() as u64,
+        );
+        r
     }
 
     /// Waits while more than `max_pending` point tasks are outstanding.
@@ -611,16 +629,24 @@ impl Inner {
                 writes: a.privilege.writes(),
             })
             .collect();
-        let key = SolveKey::new(&t.name, &sargs, &t.constraints, t.domain);
+        let inputs = SolveInputs {
+            task: &t.name,
+            args: &sargs,
+            constraints: &t.constraints,
+            fixed: t.domain,
+        };
+        let probe = Probe::new(&inputs);
         let counters = &self.shared.counters;
-        let (solved, args) = match front.memo.get(&key) {
-            Some(solved) => {
-                let solved = solved.clone();
-                Counters::add(&counters.partitions_reused, solved.solution.reused);
+        // Both paths end with the launch domain, the task's token and its launch arguments.
+        let (domain, token, args) = match front.memo.get(&probe, &inputs) {
+            Some(Solved { solution, rects }) => {
+                Counters::add(&counters.partitions_reused, solution.reused);
                 Counters::add(&counters.solutions_replayed, 1);
-                record_keys(&front.interner, &sargs, &solved.solution.parts);
-                let args = launch_args(t, &sargs, &solved.rects);
-                (solved, args)
+                if solution.moved_keys {
+                    record_keys(&front.interner, &sargs, &solution.parts);
+                }
+                let token = t.token(&solution.domain, &solution.parts);
+                (solution.domain, token, launch_args(t, &sargs, rects))
             }
             None => {
                 check_shapes(&t.name, &sargs, &t.constraints)?;
@@ -635,26 +661,27 @@ impl Inner {
                 let rects = sub_stores(&front.interner, &solution);
                 let args = launch_args(t, &sargs, &rects);
                 check_aliasing(&t.name, &args, &solution, &front.interner)?;
-                let solved = Solved { solution, rects };
-                front.memo.insert(key, solved.clone());
-                (solved, args)
+                let token = t.token(&solution.domain, &solution.parts);
+                let domain = solution.domain;
+                front
+                    .memo
+                    .insert(probe, &inputs, Solved { solution, rects });
+                (domain, token, args)
             }
         };
         drop(sargs);
-        let sol = &solved.solution;
-        let token = t.token(&sol.domain, &sol.parts);
         if front.history.len() == HISTORY {
             front.history.pop_front();
         }
         front.history.push_back(token);
-        self.schedule(t, args, sol, token);
+        self.schedule(t, args, domain, token);
         Ok(())
     }
 
     /// Builds the point (and finish) nodes, adds their dependences, and hands ready ones to the
     /// executor.
-    fn schedule(&self, t: &mut Issued, args: Args<LaunchArg>, sol: &Solution, token: u64) {
-        let n = sol.domain.len();
+    fn schedule(&self, t: &mut Issued, args: Args<LaunchArg>, domain: Domain, token: u64) {
+        let n = domain.len();
         let has_finish = Launched::needs_finish(&args, t.result.is_some());
         let mut roots: Args<Arc<StoreRoot>> = Args::new();
         for a in &args {
@@ -666,7 +693,7 @@ impl Inner {
         let task = Arc::new(Launched {
             name: t.name.clone(),
             body: t.body.clone(),
-            domain: sol.domain,
+            domain,
             token,
             args,
             scalars: std::mem::take(&mut t.scalars),

@@ -6,86 +6,53 @@
 //! version of the source's values (thesis §3.1.3: key partitions make the answer a function of
 //! the stores' partitioning state). When all of these are unchanged the memo hands back the
 //! earlier solution and each argument's per-point sub-stores, so the issuing thread skips the
-//! solve, the sub-store arithmetic and the aliasing checks. The dependence analysis still runs
+//! solve, the sub-store arithmetic and the aliasing checks. Key partitions are compared by
+//! per-store epochs (bumped when they change), so a lookup takes no locks. The dependence analysis still runs
 //! for every task: it depends on what is pending, not on the shapes.
 //!
 //! This is the per-task half of memoised analysis; replaying whole recorded traces (automatic
 //! tracing) builds on the same tokens.
 
 use crate::constraint::Constraint;
-use crate::partition::{Domain, PartitionId};
+use crate::partition::Domain;
 use crate::rect::Rect;
 use crate::solver::{Solution, SolverArg};
 use crate::task::Args;
 use rustc_hash::{FxHashMap as HashMap, FxHasher};
 use smallvec::SmallVec;
 use std::hash::{Hash, Hasher};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Entries kept before the memo starts over (bounds memory for programs that never repeat).
 const CAPACITY: usize = 4096;
+/// Entries kept per task shape (the same task seen with different key partitions).
+const PER_SHAPE: usize = 8;
+
+/// The part of an argument's state that changes as tasks run: its store's key partitions (by
+/// their epoch) and, for an image source, the version of its values.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Partitioning {
+    key_epoch: u64,
+    version: Option<u64>,
+}
 
 /// What the solver's answer depends on, for one argument.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq)]
 struct ArgState {
     root: u64,
     rect: Option<Rect>,
     writes: bool,
-    /// The store's key partitions when the task was solved.
-    keys: SmallVec<[PartitionId; 4]>,
-    /// The store's version, for image sources (their values decide the image).
-    version: Option<u64>,
+    now: Partitioning,
 }
 
-/// Everything the solver's answer depends on.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub(crate) struct SolveKey {
+/// One solve: its inputs and its answer.
+struct Entry {
     task: Arc<str>,
     args: Args<ArgState>,
     constraints: Args<Constraint>,
     fixed: Option<Domain>,
-}
-
-impl SolveKey {
-    /// The current state of a task's inputs to the solver.
-    pub(crate) fn new(
-        task: &Arc<str>,
-        args: &[SolverArg],
-        constraints: &[Constraint],
-        fixed: Option<Domain>,
-    ) -> SolveKey {
-        let is_image_src = |i: usize| {
-            constraints
-                .iter()
-                .any(|c| matches!(c, Constraint::Image { src, .. } if *src == i))
-        };
-        let args = args
-            .iter()
-            .enumerate()
-            .map(|(i, a)| {
-                let meta = a.root.meta();
-                ArgState {
-                    root: a.root.id,
-                    rect: a.rect,
-                    writes: a.writes,
-                    keys: meta.keys.iter().copied().collect(),
-                    version: is_image_src(i).then_some(meta.version),
-                }
-            })
-            .collect();
-        SolveKey {
-            task: task.clone(),
-            args,
-            constraints: constraints.iter().cloned().collect(),
-            fixed,
-        }
-    }
-
-    fn hash64(&self) -> u64 {
-        let mut h = FxHasher::default();
-        self.hash(&mut h);
-        h.finish()
-    }
+    solved: Solved,
 }
 
 /// A solution with each argument's per-point sub-stores (empty for unbound outputs).
@@ -95,22 +62,91 @@ pub(crate) struct Solved {
     pub rects: Args<Arc<[Rect]>>,
 }
 
+/// A task as the solver sees it.
+pub(crate) struct SolveInputs<'a> {
+    pub task: &'a Arc<str>,
+    pub args: &'a [SolverArg<'a>],
+    pub constraints: &'a [Constraint],
+    pub fixed: Option<Domain>,
+}
+
+/// A task's inputs to the solver, read once per task: where to look in the memo and each
+/// argument's partitioning state.
+pub(crate) struct Probe {
+    shape: u64,
+    now: Args<Partitioning>,
+}
+
 #[derive(Default)]
 pub(crate) struct SolveMemo {
-    /// By the key's hash; a bucket holds the (rare) colliding keys.
-    entries: HashMap<u64, SmallVec<[(SolveKey, Solved); 1]>>,
+    /// By a hash of the task's shape (name, stores, views, privileges, constraints, domain);
+    /// a bucket holds that shape's solves under different partitioning states.
+    entries: HashMap<u64, SmallVec<[Entry; 1]>>,
     len: usize,
 }
 
+impl Probe {
+    pub(crate) fn new(t: &SolveInputs) -> Probe {
+        let (args, constraints) = (t.args, t.constraints);
+        // Hash small integers only (no derived `Hash` over whole rectangles): this runs for
+        // every task issued.
+        let mut h = FxHasher::default();
+        h.write_usize(Arc::as_ptr(t.task) as *const u8 as usize);
+        for a in args {
+            h.write_u64(a.root.id);
+            h.write_u8(a.writes as u8);
+            if let Some(r) = a.rect {
+                r.lo().iter().chain(r.hi()).for_each(|&x| h.write_usize(x));
+            }
+        }
+        constraints.hash(&mut h);
+        t.fixed.hash(&mut h);
+        let now = args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| Partitioning {
+                key_epoch: a.root.key_epoch.load(Ordering::Relaxed),
+                version: is_image_src(constraints, i).then(|| a.root.meta().version),
+            })
+            .collect();
+        Probe {
+            shape: h.finish(),
+            now,
+        }
+    }
+}
+
+fn is_image_src(constraints: &[Constraint], i: usize) -> bool {
+    constraints
+        .iter()
+        .any(|c| matches!(c, Constraint::Image { src, .. } if *src == i))
+}
+
+impl Entry {
+    fn matches(&self, t: &SolveInputs, now: &[Partitioning]) -> bool {
+        Arc::ptr_eq(&self.task, t.task)
+            && self.fixed == t.fixed
+            && self.args.len() == t.args.len()
+            && self.constraints[..] == *t.constraints
+            && self.args.iter().zip(t.args).zip(now).all(|((e, a), n)| {
+                e.root == a.root.id && e.rect == a.rect && e.writes == a.writes && e.now == *n
+            })
+    }
+}
+
 impl SolveMemo {
-    /// The solution recorded for `key`, if its inputs are unchanged.
-    pub(crate) fn get(&self, key: &SolveKey) -> Option<&Solved> {
-        let bucket = self.entries.get(&key.hash64())?;
-        bucket.iter().find(|(k, _)| k == key).map(|(_, s)| s)
+    /// The solution recorded for this task, if its inputs are unchanged.
+    pub(crate) fn get(&self, probe: &Probe, t: &SolveInputs) -> Option<&Solved> {
+        let bucket = self.entries.get(&probe.shape)?;
+        bucket
+            .iter()
+            .find(|e| e.matches(t, &probe.now))
+            .map(|e| &e.solved)
     }
 
-    /// Records a solution (replayable ones only: see [`Solution::replayable`]).
-    pub(crate) fn insert(&mut self, key: SolveKey, solved: Solved) {
+    /// Records a solution (replayable ones only: see [`Solution::replayable`]) under the state
+    /// `probe` read before solving.
+    pub(crate) fn insert(&mut self, probe: Probe, t: &SolveInputs, solved: Solved) {
         if !solved.solution.replayable {
             return;
         }
@@ -118,10 +154,28 @@ impl SolveMemo {
             self.entries.clear();
             self.len = 0;
         }
-        let bucket = self.entries.entry(key.hash64()).or_default();
-        if !bucket.iter().any(|(k, _)| *k == key) {
-            bucket.push((key, solved));
-            self.len += 1;
+        let bucket = self.entries.entry(probe.shape).or_default();
+        if bucket.len() >= PER_SHAPE {
+            bucket.remove(0);
+            self.len -= 1;
         }
+        bucket.push(Entry {
+            task: t.task.clone(),
+            args: t
+                .args
+                .iter()
+                .zip(probe.now)
+                .map(|(a, now)| ArgState {
+                    root: a.root.id,
+                    rect: a.rect,
+                    writes: a.writes,
+                    now,
+                })
+                .collect(),
+            constraints: t.constraints.into(),
+            fixed: t.fixed,
+            solved,
+        });
+        self.len += 1;
     }
 }

@@ -14,6 +14,7 @@ use crate::stats::Counters;
 use crate::store::StoreRoot;
 use crate::task::Args;
 use smallvec::SmallVec;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// One store argument as the solver sees it.
@@ -34,6 +35,9 @@ pub(crate) struct Solution {
     /// False when an image was made coarse because its source was still being written: the
     /// same inputs may give a finer answer later, so the solution must not be replayed.
     pub replayable: bool,
+    /// Whether solving changed some store's key partitions: a replay then records them again
+    /// (the first solves of a loop, before the key partitions settle).
+    pub moved_keys: bool,
 }
 
 pub(crate) struct Solver<'a> {
@@ -71,12 +75,13 @@ impl Solver<'_> {
             parts: smallvec::smallvec![None; args.len()],
             reused: 0,
             replayable: true,
+            moved_keys: false,
         };
         for class in classes.iter().filter(|c| c.image_src.is_none()) {
             self.solve_independent(args, class, &mut sol);
         }
         self.solve_images(args, &mut classes, &mut sol)?;
-        record_keys(self.interner, args, &sol.parts);
+        sol.moved_keys = record_keys(self.interner, args, &sol.parts);
         Ok(sol)
     }
 
@@ -119,9 +124,8 @@ impl Solver<'_> {
         for c in cons {
             match c {
                 Constraint::Broadcast(a, dims) => {
-                    for &d in dims {
-                        classes[class_of[*a]].broadcast[d] = true;
-                    }
+                    let b = &mut classes[class_of[*a]].broadcast;
+                    b.iter_mut().zip(dims).for_each(|(b, d)| *b |= d);
                 }
                 Constraint::Image { src, dst } => {
                     let cl = &mut classes[class_of[*dst]];
@@ -401,7 +405,13 @@ impl Solver<'_> {
 
 /// Makes each argument's tiling its store's key partition: always for written arguments
 /// (where the data now lives), for read ones only when the store has none for that view.
-pub(crate) fn record_keys(interner: &Interner, args: &[SolverArg], parts: &[Option<PartitionId>]) {
+/// Returns whether any store's key partitions changed (each such store's epoch is bumped).
+pub(crate) fn record_keys(
+    interner: &Interner,
+    args: &[SolverArg],
+    parts: &[Option<PartitionId>],
+) -> bool {
+    let mut changed = false;
     for (a, p) in args.iter().zip(parts) {
         let (Some(p), Some(rect)) = (p, a.rect) else {
             continue;
@@ -414,18 +424,25 @@ pub(crate) fn record_keys(interner: &Interner, args: &[SolverArg], parts: &[Opti
             .keys
             .iter()
             .position(|k| interner.get(*k).bounds() == rect);
-        match existing {
-            Some(i) if a.writes => {
+        let changes = match existing {
+            Some(i) if a.writes && (i != 0 || meta.keys[0] != *p) => {
                 meta.keys.remove(i);
                 meta.keys.insert(0, *p);
+                true
             }
-            Some(_) => {}
+            Some(_) => false,
             None => {
                 meta.keys.insert(0, *p);
                 meta.keys.truncate(4);
+                true
             }
+        };
+        if changes {
+            a.root.key_epoch.fetch_add(1, Ordering::Relaxed);
+            changed = true;
         }
     }
+    changed
 }
 
 /// Tile shape and projection splitting `shape` over `domain`: launch dimension `k` splits the

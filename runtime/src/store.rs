@@ -8,7 +8,7 @@ use crate::graph::Node;
 use crate::partition::PartitionId;
 use crate::rect::Rect;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// The extent and elements of a bound store.
@@ -30,6 +30,9 @@ pub(crate) struct StoreRoot {
     /// Issued tasks that use the store and have not finished.
     pub pending_refs: AtomicUsize,
     pub meta: Mutex<RootMeta>,
+    /// Bumped whenever `meta.keys` changes, so the solve memo can tell that a store's key
+    /// partitions are unchanged without locking and comparing them.
+    pub key_epoch: AtomicU64,
     /// Set when a task that writes this store failed: its contents are not to be trusted.
     poison: Mutex<Option<RuntimeError>>,
     /// Fast check for `poison` (read by every point before it runs).
@@ -70,6 +73,7 @@ impl StoreRoot {
             app_refs: AtomicUsize::new(0),
             pending_refs: AtomicUsize::new(0),
             meta: Mutex::default(),
+            key_epoch: AtomicU64::new(0),
             poison: Mutex::new(None),
             tainted: AtomicBool::new(false),
         }
@@ -184,10 +188,6 @@ impl Store {
     /// Issued tasks using this store that have not finished.
     pub fn pending_refs(&self) -> usize {
         self.root.pending_refs.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn same_view(&self, other: &Store) -> bool {
-        Arc::ptr_eq(&self.root, &other.root) && self.view == other.view
     }
 }
 

@@ -67,11 +67,36 @@ pub(crate) enum ScalarArg {
     Future(Arc<FutureCell>),
 }
 
-/// A constraint as the user wrote it, over stores (resolved to argument positions at submit).
+/// A constraint as the user wrote it, over store views (resolved to argument positions at
+/// submit).
 pub(crate) enum UserConstraint {
-    Align(Store, Store),
-    Broadcast(Store, crate::constraint::Dims),
-    Image(Store, Store),
+    Align(ViewId, ViewId),
+    Broadcast(ViewId, crate::constraint::Dims),
+    Image(ViewId, ViewId),
+}
+
+/// Which view of which store a constraint names. An identity, not a handle: naming a store
+/// in a constraint takes no reference to it (it must also be an argument, which does).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ViewId {
+    pub runtime: u64,
+    pub store: u64,
+    pub view: Option<Rect>,
+}
+
+impl ViewId {
+    fn of(s: &Store) -> ViewId {
+        ViewId {
+            runtime: s.root.runtime,
+            store: s.root.id,
+            view: s.view,
+        }
+    }
+
+    /// True when `a` is this view.
+    pub(crate) fn names(&self, a: &IssuedArg) -> bool {
+        a.root.runtime == self.runtime && a.root.id == self.store && a.view == self.view
+    }
 }
 
 /// Inline capacities for a task's arguments, constraints and scalars: most tasks have a few,
@@ -145,13 +170,22 @@ impl Issued {
 /// ```
 pub struct TaskLauncher<'rt> {
     pub(crate) rt: &'rt Runtime,
+    /// Boxed: the builder methods move the launcher by value, and a few inline arguments with
+    /// their views would be a kilobyte to copy per call.
+    pub(crate) spec: Box<LaunchSpec>,
+}
+
+/// What a launcher has been told so far.
+pub(crate) struct LaunchSpec {
     /// The registered task, looked up once when the launcher is made; the unknown name
     /// otherwise (reported by `submit`).
-    pub(crate) task: std::result::Result<(Arc<str>, TaskBody), String>,
-    pub(crate) args: Args<(Store, Privilege)>,
-    pub(crate) constraints: Args<UserConstraint>,
-    pub(crate) scalars: Scalars,
-    pub(crate) domain: Option<Args<usize>>,
+    pub task: std::result::Result<(Arc<str>, TaskBody), String>,
+    /// Arguments as the issued task will hold them: a reference to the store's root, not an
+    /// application handle.
+    pub args: Args<IssuedArg>,
+    pub constraints: Args<UserConstraint>,
+    pub scalars: Scalars,
+    pub domain: Option<Args<usize>>,
 }
 
 // The builder methods are small and called once per task per argument: `#[inline]` lets
@@ -159,7 +193,11 @@ pub struct TaskLauncher<'rt> {
 impl<'rt> TaskLauncher<'rt> {
     #[inline]
     fn arg(mut self, s: &Store, p: Privilege) -> Self {
-        self.args.push((s.clone(), p));
+        self.spec.args.push(IssuedArg {
+            root: s.root.clone(),
+            view: s.view,
+            privilege: p,
+        });
         self
     }
 
@@ -192,30 +230,32 @@ impl<'rt> TaskLauncher<'rt> {
     /// A scalar argument, read in the body with [`TaskContext::scalar`].
     #[inline]
     pub fn scalar(mut self, v: impl Into<Scalar>) -> Self {
-        self.scalars.push(ScalarArg::Value(v.into()));
+        self.spec.scalars.push(ScalarArg::Value(v.into()));
         self
     }
 
     /// A future as a scalar argument: the task waits for it, the caller does not.
     #[inline]
     pub fn future(mut self, f: &Future) -> Self {
-        self.scalars.push(ScalarArg::Future(f.cell.clone()));
+        self.spec.scalars.push(ScalarArg::Future(f.cell.clone()));
         self
     }
 
     /// `a` and `b` get the same partition (their shapes must be equal).
     #[inline]
     pub fn align(mut self, a: &Store, b: &Store) -> Self {
-        self.constraints
-            .push(UserConstraint::Align(a.clone(), b.clone()));
+        self.spec
+            .constraints
+            .push(UserConstraint::Align(ViewId::of(a), ViewId::of(b)));
         self
     }
 
     /// The listed dimensions of `s` are not split: every point sees them whole.
     #[inline]
     pub fn broadcast(mut self, s: &Store, dims: &[usize]) -> Self {
-        self.constraints
-            .push(UserConstraint::Broadcast(s.clone(), dims.into()));
+        self.spec
+            .constraints
+            .push(UserConstraint::Broadcast(ViewId::of(s), dims.into()));
         self
     }
 
@@ -223,15 +263,16 @@ impl<'rt> TaskLauncher<'rt> {
     /// ranges, like `pos`, or coordinates, like `crd`).
     #[inline]
     pub fn image(mut self, src: &Store, dst: &Store) -> Self {
-        self.constraints
-            .push(UserConstraint::Image(src.clone(), dst.clone()));
+        self.spec
+            .constraints
+            .push(UserConstraint::Image(ViewId::of(src), ViewId::of(dst)));
         self
     }
 
     /// Fixes the launch domain instead of sizing it from the machine.
     #[inline]
     pub fn launch_domain(mut self, extents: &[usize]) -> Self {
-        self.domain = Some(extents.into());
+        self.spec.domain = Some(extents.into());
         self
     }
 

@@ -27,6 +27,12 @@ impl Window {
         self.tasks.len() >= self.capacity
     }
 
+    /// True when a task issued now would be analysed at once (a window of one, empty): the
+    /// caller may analyse it without passing it through.
+    pub(crate) fn bypass(&self) -> bool {
+        self.capacity == 1 && self.tasks.is_empty()
+    }
+
     /// The oldest task, in issue order.
     pub(crate) fn pop(&mut self) -> Option<Issued> {
         self.tasks.pop_front()
