@@ -71,9 +71,9 @@ impl Rect {
     /// True when the two boxes share at least one point.
     pub fn overlaps(&self, other: &Rect) -> bool {
         debug_assert_eq!(self.dim, other.dim);
-        !self.is_empty()
-            && !other.is_empty()
-            && (0..self.dim()).all(|d| self.lo[d] < other.hi[d] && other.lo[d] < self.hi[d])
+        // The intersection is non-empty in every dimension; this also rules out an empty
+        // operand (one pass, no separate emptiness checks: the analysis calls this a lot).
+        (0..self.dim()).all(|d| self.lo[d].max(other.lo[d]) < self.hi[d].min(other.hi[d]))
     }
 
     /// True when every point of `other` lies in `self` (an empty `other` is contained).
@@ -194,6 +194,20 @@ mod tests {
         assert!(!a.overlaps(&c));
         assert!(a.intersect(&c).is_empty());
         assert!(a.contains(&a.intersect(&b)));
+    }
+
+    #[test]
+    fn overlap_means_a_shared_point_empty_boxes_included() {
+        // Every 1-d box over [0, 4) (empty ones too) against every other, by brute force.
+        let boxes: Vec<Rect> = (0..4)
+            .flat_map(|lo| (0..4).map(move |hi| Rect::new(&[lo], &[hi])))
+            .collect();
+        for a in &boxes {
+            for b in &boxes {
+                let shared = (0..4).any(|p| a.contains_point(&[p]) && b.contains_point(&[p]));
+                assert_eq!(a.overlaps(b), shared, "{a:?} {b:?}");
+            }
+        }
     }
 
     #[test]
