@@ -3,7 +3,7 @@
 
 use crate::sparse::{self, Csr, HostCsr};
 use std::sync::{Arc, Mutex};
-use tessera_runtime::{DType, PosRange, Rect, Runtime, RuntimeError};
+use tessera_runtime::{DType, PosRange, Rect, Runtime, RuntimeError, Store};
 
 fn rt(threads: usize) -> Runtime {
     Runtime::builder()
@@ -272,31 +272,21 @@ fn launch_domain_follows_machine_and_minimum_piece() {
     assert_eq!(*seen.lock().unwrap(), 7, "a fixed launch domain wins");
 }
 
-#[test]
-fn a_gather_does_not_wait_for_its_index_store_to_be_written() {
-    let rt = rt(2);
-    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let r = release.clone();
+/// Stores for a gather `y[i] = x[idx[i]]` (6 elements) and a task that writes `5, 4, …, 0`
+/// into `idx` once the returned gate is opened (bounded, so a regression fails instead of
+/// hanging): `idx` stays "being written" for as long as a test needs.
+fn reverse_later(rt: &Runtime) -> (Arc<std::sync::atomic::AtomicBool>, Store, Store, Store) {
+    let gate = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let g = gate.clone();
     rt.register("slow_reverse", move |ctx| {
-        // Held until the caller has issued the gather (bounded, so a regression fails
-        // instead of hanging).
         let t0 = std::time::Instant::now();
-        while !r.load(std::sync::atomic::Ordering::Acquire) && t0.elapsed().as_secs() < 5 {
+        while !g.load(std::sync::atomic::Ordering::Acquire) && t0.elapsed().as_secs() < 5 {
             std::thread::yield_now();
         }
         let mut idx = ctx.write::<u64>(0);
         let n = idx.as_slice().len() as u64;
-        idx.as_mut_slice()
-            .iter_mut()
-            .enumerate()
-            .for_each(|(i, j)| *j = n - 1 - i as u64);
-    })
-    .unwrap();
-    rt.register("gather", |ctx| {
-        let mut d = ctx.write::<f64>(0);
-        let (idx, s) = (ctx.read::<u64>(1), ctx.read::<f64>(2));
-        for i in d.range() {
-            d.set_at(i, s.at(idx.at(i) as usize));
+        for (i, j) in idx.as_mut_slice().iter_mut().enumerate() {
+            *j = n - 1 - i as u64;
         }
     })
     .unwrap();
@@ -310,6 +300,21 @@ fn a_gather_does_not_wait_for_its_index_store_to_be_written() {
         .launch_domain(&[1])
         .submit()
         .unwrap();
+    (gate, idx, x, y)
+}
+
+#[test]
+fn a_gather_does_not_wait_for_its_index_store_to_be_written() {
+    let rt = rt(2);
+    rt.register("gather", |ctx| {
+        let mut d = ctx.write::<f64>(0);
+        let (idx, s) = (ctx.read::<u64>(1), ctx.read::<f64>(2));
+        for i in d.range() {
+            d.set_at(i, s.at(idx.at(i) as usize));
+        }
+    })
+    .unwrap();
+    let (gate, idx, x, y) = reverse_later(&rt);
     rt.task("gather")
         .write(&y)
         .read(&idx)
@@ -323,7 +328,7 @@ fn a_gather_does_not_wait_for_its_index_store_to_be_written() {
         0,
         "submit returned without waiting for idx"
     );
-    release.store(true, std::sync::atomic::Ordering::Release);
+    gate.store(true, std::sync::atomic::Ordering::Release);
     assert_eq!(
         rt.read::<f64>(&y).unwrap(),
         vec![5.0, 4.0, 3.0, 2.0, 1.0, 0.0]
@@ -388,20 +393,6 @@ fn repeated_tasks_replay_their_solution() {
 #[test]
 fn a_coarse_image_is_not_replayed() {
     let rt = rt(2);
-    let gate = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let g = gate.clone();
-    rt.register("slow_reverse", move |ctx| {
-        let t0 = std::time::Instant::now();
-        while !g.load(std::sync::atomic::Ordering::Acquire) && t0.elapsed().as_secs() < 5 {
-            std::thread::yield_now();
-        }
-        let mut idx = ctx.write::<u64>(0);
-        let n = idx.as_slice().len() as u64;
-        for (i, j) in idx.as_mut_slice().iter_mut().enumerate() {
-            *j = n - 1 - i as u64;
-        }
-    })
-    .unwrap();
     let seen = Arc::new(Mutex::new(vec![]));
     let s = seen.clone();
     rt.register("gather", move |ctx| {
@@ -413,16 +404,7 @@ fn a_coarse_image_is_not_replayed() {
         s.lock().unwrap().push((ctx.linear_point(), ctx.rect(2)));
     })
     .unwrap();
-    let idx = rt.from_vec(&[6], vec![0u64; 6]).unwrap();
-    let x = rt
-        .from_vec(&[6], (0..6).map(|v| v as f64).collect())
-        .unwrap();
-    let y = rt.create(DType::F64, &[6]).unwrap();
-    rt.task("slow_reverse")
-        .read_write(&idx)
-        .launch_domain(&[1])
-        .submit()
-        .unwrap();
+    let (gate, idx, x, y) = reverse_later(&rt);
     let gather = || {
         rt.task("gather")
             .write(&y)
