@@ -146,37 +146,24 @@ fn compile_and_run_on_files() {
     write_tns(&p("x.tns"), &x);
     write_tns(&p("z.tns"), &z);
     let expr = "y(i) = A(i,j) * x(j) + z(i)";
-    let out = tessera()
-        .args(["run", expr, "-f", "A:csr", "-s", "parallelize(i)"])
-        .args([
-            "-i",
-            &arg("A", &p("A.mtx")),
-            "-i",
-            &arg("x", &p("x.tns")),
-            "-i",
-            &arg("z", &p("z.tns")),
-        ])
-        .args(["-o", &p("y.tns").display().to_string(), "--threads", "2"])
-        .output()
-        .unwrap();
+    // The same statement and matrix each time: only the vector x, the output and extra flags vary.
+    let run = |x: &str, out: &str, extra: &[&str]| {
+        tessera()
+            .args(["run", expr, "-f", "A:csr", "-s", "parallelize(i)"])
+            .args(["-i", &arg("A", &p("A.mtx")), "-i", &arg("x", &p(x))])
+            .args(["-i", &arg("z", &p("z.tns"))])
+            .args(["-o", &p(out).display().to_string()])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run("x.tns", "y.tns", &["--threads", "2"]);
     ok(out, "tessera run");
     let want = oracle(expr, &[("A", &a), ("x", &x), ("z", &z)]);
     assert_close(&read_dense(&p("y.tns"), &[5]), &want);
 
     // A second run of the same statement comes from the cache; this time written as .tcs.
-    let out = tessera()
-        .args(["run", expr, "-f", "A:csr", "-s", "parallelize(i)"])
-        .args([
-            "-i",
-            &arg("A", &p("A.mtx")),
-            "-i",
-            &arg("x", &p("x.tns")),
-            "-i",
-            &arg("z", &p("z.tns")),
-        ])
-        .args(["-o", &p("y2.tcs").display().to_string()])
-        .output()
-        .unwrap();
+    let out = run("x.tns", "y2.tcs", &[]);
     ok(out, "cached tessera run");
     let y2: Tensor<f64> = tessera_formats::TcsFile::open(&p("y2.tcs"))
         .unwrap()
@@ -191,19 +178,7 @@ fn compile_and_run_on_files() {
     // and no output file.
     let short = Tensor::from_entries(vec![3], Format::dense(1), [(vec![2], 1.0)]).unwrap();
     write_tns(&p("short.tns"), &short);
-    let out = tessera()
-        .args(["run", expr, "-f", "A:csr", "-s", "parallelize(i)"])
-        .args([
-            "-i",
-            &arg("A", &p("A.mtx")),
-            "-i",
-            &arg("x", &p("short.tns")),
-            "-i",
-            &arg("z", &p("z.tns")),
-        ])
-        .args(["-o", &p("bad.tns").display().to_string()])
-        .output()
-        .unwrap();
+    let out = run("short.tns", "bad.tns", &[]);
     let err = failed(out, "mismatched run");
     assert!(err.contains("dimension mismatch for index `j`"), "{err}");
     assert!(
