@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use tessera_benches::{parse_child_peak, peak_rss_bytes, Table};
+use tessera_benches::{child_job, env_or, parse_child_peak, peak_rss_bytes, Table};
 use tessera_datasets::generate::{Kind, Spec};
 use tessera_formats::{convert, tcs, ConvertOptions, Format, NoProgress, Packer, Tensor};
 
@@ -25,24 +25,13 @@ const DIMS: [u64; 3] = [100_000, 100_000, 100_000];
 /// Bytes per generated line, about: three 5-6 digit coordinates and a 3-decimal value.
 const LINE_BYTES: u64 = 24;
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn main() {
-    if let Ok(job) = std::env::var("TESSERA_BENCH_JOB") {
-        let args: Vec<String> = std::env::args()
-            .skip(1)
-            .filter(|a| a != "--bench")
-            .collect();
+    if let Some((job, args)) = child_job() {
         run_job(&job, &args);
         return;
     }
-    let bytes = env_u64("TESSERA_BENCH_CONVERSION_BYTES", 1 << 30);
-    let memory = env_u64("TESSERA_BENCH_CONVERSION_MEMORY", 256 << 20);
+    let bytes = env_or("TESSERA_BENCH_CONVERSION_BYTES", 1 << 30);
+    let memory = env_or("TESSERA_BENCH_CONVERSION_MEMORY", 256 << 20);
     let parent = std::env::var("TESSERA_BENCH_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| std::env::temp_dir());

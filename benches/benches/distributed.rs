@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use tessera_benches::{parse_child_peak, peak_rss_bytes, Table};
+use tessera_benches::{child_job, env_or, parse_child_peak, peak_rss_bytes, Table};
 use tessera_datasets::generate::{generate, Kind, Spec};
 use tessera_formats::{convert, ConvertOptions, NoProgress};
 use tessera_runtime::io::{merge_dir, split_file, NoProgress as NoIoProgress, SplitSpec};
@@ -30,13 +30,6 @@ const ENTRY_BYTES: u64 = 14;
 const SPLIT: &str = "0:4,1:2";
 const RANKS: [usize; 3] = [1, 2, 4];
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn mib(b: u64) -> f64 {
     b as f64 / (1u64 << 20) as f64
 }
@@ -47,15 +40,11 @@ struct Job {
 }
 
 fn main() {
-    if let Ok(job) = std::env::var("TESSERA_BENCH_JOB") {
-        let args: Vec<String> = std::env::args()
-            .skip(1)
-            .filter(|a| a != "--bench")
-            .collect();
+    if let Some((job, args)) = child_job() {
         run_job(&job, &args);
         return;
     }
-    let bytes = env_u64("TESSERA_BENCH_DISTRIBUTED_BYTES", 256 << 20);
+    let bytes = env_or("TESSERA_BENCH_DISTRIBUTED_BYTES", 256 << 20);
     let parent = std::env::var("TESSERA_BENCH_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| std::env::temp_dir());

@@ -15,15 +15,8 @@
 use rayon::prelude::*;
 use std::hint::black_box;
 use std::time::Instant;
-use tessera_benches::{best_of, Table};
+use tessera_benches::{best_of, env_or, Table};
 use tessera_runtime::{DType, Runtime, Store};
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// The compute kernel: a dependent multiply-add chain of `iters` steps (latency bound, so its
 /// time per iteration does not depend on how many cores run it).
@@ -245,12 +238,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let threads = env(
+    let threads = env_or(
         "TESSERA_BENCH_THREADS",
         std::thread::available_parallelism().map_or(2, |n| n.get()),
     );
-    let steps = env("TESSERA_BENCH_STEPS", 1000);
-    let quick = env("TESSERA_BENCH_QUICK", 0) == 1;
+    let steps = env_or("TESSERA_BENCH_STEPS", 1000);
+    let quick = env_or("TESSERA_BENCH_QUICK", 0) == 1;
     let per_iter = calibrate();
     eprintln!(
         "kernel: {:.3} ns per iteration; {threads} threads, {steps} steps",
@@ -267,12 +260,12 @@ fn main() {
         .num_threads(threads)
         .build()
         .expect("rayon pool");
-    let max_pow = env("TESSERA_BENCH_MAX_POW", if quick { 14 } else { 17 });
-    let min_pow = env("TESSERA_BENCH_MIN_POW", 0).min(max_pow);
+    let max_pow = env_or("TESSERA_BENCH_MAX_POW", if quick { 14 } else { 17 });
+    let min_pow = env_or("TESSERA_BENCH_MIN_POW", 0).min(max_pow);
     // METG moves a lot between sweeps on a shared 2-core machine (the rayon loop runs the two
     // points of a step on one thread when they are short, which sits right at 50 % efficiency):
     // run whole sweeps several times and report medians.
-    let sweeps = env("TESSERA_BENCH_SWEEPS", 3).max(1);
+    let sweeps = env_or("TESSERA_BENCH_SWEEPS", 3).max(1);
     let sweep = Sweep {
         rt: &rt,
         pool: &pool,

@@ -4,6 +4,25 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
+/// A number from environment variable `name`, or `default` when it is unset or not a number.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// When this process was started as a measured child job (`TESSERA_BENCH_JOB` set by the
+/// parent), the job's name and its arguments (cargo's `--bench` flag removed).
+pub fn child_job() -> Option<(String, Vec<String>)> {
+    let job = std::env::var("TESSERA_BENCH_JOB").ok()?;
+    let args = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    Some((job, args))
+}
+
 /// Runs `f` `reps` times and returns the best wall-clock time in seconds
 /// (the minimum is the least noisy estimate on a shared machine).
 pub fn best_of<T>(reps: usize, mut f: impl FnMut() -> T) -> (f64, T) {
