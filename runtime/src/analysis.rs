@@ -12,6 +12,7 @@
 
 use crate::graph::Node;
 use crate::rect::Rect;
+use smallvec::SmallVec;
 use std::sync::Arc;
 
 pub(crate) struct AccessState {
@@ -31,22 +32,42 @@ impl Default for AccessState {
     }
 }
 
-/// The pending readers of one rectangle.
+/// The pending readers of one rectangle. Groups come and go with every write over them (a
+/// stencil's tiles: one per step), so the first few readers are stored inline.
 struct ReaderGroup {
     rect: Rect,
-    nodes: Vec<Arc<Node>>,
+    nodes: SmallVec<[Arc<Node>; 4]>,
     /// Length at which finished nodes are next pruned (amortised O(1) per read).
     prune_at: usize,
 }
 
 const PRUNE_MIN: usize = 8;
 
+/// The predecessors one node has been given by its task's analysis so far. A task that reads a
+/// store through several views (a stencil's three slices) meets the same writers again, and
+/// each edge locks a node the workers are using: edges are added once per predecessor.
+#[derive(Default)]
+pub(crate) struct Preds(SmallVec<[*const Node; 8]>);
+
+impl Preds {
+    fn edge(&mut self, pred: &Arc<Node>, succ: &Arc<Node>) {
+        // Only compared, never dereferenced: every node met here is alive (the access lists
+        // hold it) and no node is allocated while one task is analysed, so addresses are not
+        // reused within a `Preds`' life.
+        let p = Arc::as_ptr(pred);
+        if !self.0.contains(&p) {
+            self.0.push(p);
+            Node::add_edge(pred, succ);
+        }
+    }
+}
+
 impl AccessState {
     /// Records that `node` reads `rect`, after the writers it overlaps.
-    pub(crate) fn read(&mut self, rect: Rect, node: &Arc<Node>) {
+    pub(crate) fn read(&mut self, rect: Rect, node: &Arc<Node>, preds: &mut Preds) {
         for (r, w) in &self.writers {
             if r.overlaps(&rect) {
-                Node::add_edge(w, node);
+                preds.edge(w, node);
             }
         }
         let group = match self.readers.iter().position(|g| g.rect == rect) {
@@ -61,7 +82,7 @@ impl AccessState {
                 }
                 self.readers.push(ReaderGroup {
                     rect,
-                    nodes: vec![],
+                    nodes: SmallVec::new(),
                     prune_at: PRUNE_MIN,
                 });
                 self.readers.last_mut().expect("just pushed")
@@ -75,7 +96,7 @@ impl AccessState {
     }
 
     /// Records that `node` writes `rect`, after every overlapping reader and writer.
-    pub(crate) fn write(&mut self, rect: Rect, node: &Arc<Node>) {
+    pub(crate) fn write(&mut self, rect: Rect, node: &Arc<Node>, preds: &mut Preds) {
         // Order `node` after every overlapping access, then drop accesses wholly inside `rect`
         // (later tasks need only wait for `node`) and finished ones.
         self.writers.retain(|(r, n)| {
@@ -83,7 +104,7 @@ impl AccessState {
                 return false;
             }
             if r.overlaps(&rect) {
-                Node::add_edge(n, node);
+                preds.edge(n, node);
             }
             !rect.contains(r)
         });
@@ -93,7 +114,7 @@ impl AccessState {
             }
             g.nodes.retain(|n| !n.is_done());
             for n in &g.nodes {
-                Node::add_edge(n, node);
+                preds.edge(n, node);
             }
             !g.nodes.is_empty() && !rect.contains(&g.rect)
         });

@@ -1,5 +1,6 @@
 //! The runtime: stores, task registration, issue → window → solve → analyse → execute.
 
+use crate::analysis::Preds;
 use crate::buffer::{Buf, Data};
 use crate::constraint::Constraint;
 use crate::dtype::{DType, Element, PosRange, ReduceOp, Scalar};
@@ -21,6 +22,7 @@ use crate::task::{
 };
 use crate::window::Window;
 use crate::TaskContext;
+use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -725,33 +727,35 @@ impl Inner {
                 }
             }
         }
+        let mut preds: SmallVec<[Preds; 4]> = (0..n).map(|_| Preds::default()).collect();
+        let mut finish_preds = Preds::default();
         for a in &task.args {
             let mut meta = a.root.meta();
             if a.privilege.writes() {
                 meta.version += 1;
             }
+            let per_point = points.iter().zip(a.rects.iter()).zip(&mut preds);
             match a.privilege {
-                Privilege::Read => points
-                    .iter()
-                    .zip(a.rects.iter())
-                    .for_each(|(p, r)| meta.access.read(*r, p)),
-                Privilege::Write | Privilege::ReadWrite => points
-                    .iter()
-                    .zip(a.rects.iter())
-                    .for_each(|(p, r)| meta.access.write(*r, p)),
+                Privilege::Read => {
+                    per_point.for_each(|((p, r), pr)| meta.access.read(*r, p, pr));
+                }
+                Privilege::Write | Privilege::ReadWrite => {
+                    per_point.for_each(|((p, r), pr)| meta.access.write(*r, p, pr));
+                }
                 Privilege::Reduce(_) => {
                     let f = finish.as_ref().expect("reductions have a finish step");
                     let mut seen: Vec<Rect> = vec![];
                     for r in a.rects.iter() {
                         if !seen.contains(r) {
                             seen.push(*r);
-                            meta.access.write(*r, f);
+                            meta.access.write(*r, f, &mut finish_preds);
                         }
                     }
                 }
                 Privilege::WriteUnbound => {
                     let f = finish.as_ref().expect("unbound outputs have a finish step");
-                    meta.access.write(Rect::new(&[0], &[usize::MAX]), f);
+                    let all = Rect::new(&[0], &[usize::MAX]);
+                    meta.access.write(all, f, &mut finish_preds);
                     meta.producer = Some(f.clone());
                 }
             }
