@@ -332,6 +332,12 @@ fn main() {
         "stencil tasks whose solution was replayed (%)",
         100.0 * st.solutions_replayed as f64 / st.tasks_issued.max(1) as f64,
     );
+    // The issuing thread is one of the `threads` processors: the share of points it ran while
+    // throttled or fencing instead of sleeping.
+    table.figure(
+        "stencil points run by the issuing thread (%)",
+        100.0 * st.nodes_helped as f64 / st.points_run.max(1) as f64,
+    );
     // The granularity at the shortest task is the per-step overhead floor: with the issuing
     // thread sharing the cores, METG cannot fall much below it.
     table.figure("stencil granularity floor, shortest task (µs)", floor);

@@ -5,10 +5,18 @@
 //! counting on worker threads. This trait is the seam where compiled actors (one worker per
 //! processor, atomic in-edge counters, messages per edge) replace event scheduling for traced
 //! graphs.
+//!
+//! The issuing thread is one of the processors: a runtime of `n` threads starts `n - 1` workers
+//! (at least one), and the issuing thread runs ready nodes through [`Executor::help`] whenever it
+//! waits (back-pressure, fences, read-back, futures). With a worker per core *plus* an issuer,
+//! the issuer's bursts preempt a worker in the middle of a point, and every point of the next
+//! step waits for that one; with the issuer as a processor, no core is oversubscribed and it
+//! goes from running points back to issuing without a wake-up.
 
 use crate::graph::Node;
 use crate::launch::run_node;
 use crate::runtime::Shared;
+use crate::stats::Counters;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -17,9 +25,15 @@ use std::thread::JoinHandle;
 pub(crate) trait Executor: Send + Sync {
     /// Runs `node`, whose dependences are all met.
     fn spawn(&self, node: Arc<Node>);
-    /// Number of processors the executor runs on.
+    /// Number of worker threads the executor runs on (the issuing thread not counted).
     #[allow(dead_code)]
     fn threads(&self) -> usize;
+    /// Runs ready nodes on the calling thread until `done()` holds (true), or until none has been
+    /// ready for a short while (false: the caller then blocks until `done()` or
+    /// [`Executor::has_ready`]; queueing a node signals both of the issuer's completions).
+    fn help(&self, done: &mut dyn FnMut() -> bool) -> bool;
+    /// True when a node is waiting for a thread.
+    fn has_ready(&self) -> bool;
 }
 
 struct PoolState {
@@ -98,6 +112,39 @@ impl Executor for ThreadPool {
     fn threads(&self) -> usize {
         self.threads
     }
+
+    fn help(&self, done: &mut dyn FnMut() -> bool) -> bool {
+        let st = &*self.state;
+        let mut polls = 0;
+        loop {
+            if done() {
+                return true;
+            }
+            let Some(node) = try_pop(st) else {
+                // A point of the step in flight on a worker is about to make more ready:
+                // poll like an idle worker does before giving up and blocking.
+                polls += 1;
+                if polls > SPINS + YIELDS {
+                    return false;
+                }
+                if polls <= SPINS {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+                continue;
+            };
+            polls = 0;
+            // Once the wait is over the issuer goes back to its own work and leaves the next
+            // ready node to the workers.
+            let ran = run_chain(st, node, || !done());
+            Counters::add(&st.shared.counters.nodes_helped, ran);
+        }
+    }
+
+    fn has_ready(&self) -> bool {
+        self.state.queued.load(Ordering::SeqCst) > 0
+    }
 }
 
 fn push(st: &PoolState, node: Arc<Node>) {
@@ -110,6 +157,10 @@ fn push(st: &PoolState, node: Arc<Node>) {
     if sleepers > 0 {
         st.cv.notify_one();
     }
+    // The issuing thread may be blocked in a wait it would rather spend running this node
+    // (`Inner::wait_helping`). Each notify costs a fence and a load unless someone waits.
+    st.shared.idle.notify();
+    st.shared.completion.notify();
 }
 
 fn try_pop(st: &PoolState) -> Option<Arc<Node>> {
@@ -153,17 +204,26 @@ fn pop(st: &PoolState) -> Option<Arc<Node>> {
     }
 }
 
+/// Runs `node`, then one newly ready successor at a time (it likely uses what the node before
+/// just wrote) while `more()` holds, queueing the others for other threads. Returns the number
+/// of nodes run.
+fn run_chain(st: &PoolState, node: Arc<Node>, mut more: impl FnMut() -> bool) -> u64 {
+    let mut ran = 0;
+    let mut next = Some(node);
+    while let Some(n) = next.take() {
+        let mut ready = run_node(&n, &st.shared).into_iter();
+        ran += 1;
+        next = ready.next();
+        ready.for_each(|r| push(st, r));
+        if let Some(r) = next.take_if(|_| !more()) {
+            push(st, r);
+        }
+    }
+    ran
+}
+
 fn worker(st: &PoolState) {
     while let Some(node) = pop(st) {
-        // Run one newly ready successor inline (it likely uses what this node just wrote) and
-        // queue the rest for other workers.
-        let mut next = Some(node);
-        while let Some(n) = next.take() {
-            let mut ready = run_node(&n, &st.shared).into_iter();
-            next = ready.next();
-            for r in ready {
-                push(st, r);
-            }
-        }
+        run_chain(st, node, || true);
     }
 }

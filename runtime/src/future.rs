@@ -56,9 +56,7 @@ impl Future {
         }
         if let Some(rt) = self.cell.rt.upgrade() {
             rt.flush()?;
-            rt.shared
-                .completion
-                .wait_until(|| self.cell.value.get().is_some());
+            rt.wait_helping(&rt.shared.completion, || self.cell.value.get().is_some());
         }
         self.try_get()
             .expect("a future's task sets it before the runtime shuts down")

@@ -99,7 +99,11 @@ impl Default for RuntimeBuilder {
 }
 
 impl RuntimeBuilder {
-    /// Worker threads (at least one).
+    /// Processors that run point tasks (at least one; default: the available cores): `n - 1`
+    /// worker threads (at least one) and the application's own thread, which runs ready tasks
+    /// whenever it waits on the runtime (back-pressure in `submit`, `fence`, `read`,
+    /// `Future::get`) instead of sleeping. `n` threads therefore keep `n` cores busy without an
+    /// extra thread competing for them.
     pub fn threads(mut self, n: usize) -> Self {
         self.threads = n.max(1);
         self
@@ -142,7 +146,7 @@ impl RuntimeBuilder {
                 rank: 0,
                 min_piece: self.min_piece,
             },
-            pool: ThreadPool::new(self.threads, shared.clone()),
+            pool: ThreadPool::new(self.threads.saturating_sub(1).max(1), shared.clone()),
             shared,
             registry: RwLock::default(),
             front: Mutex::new(Front {
@@ -332,7 +336,8 @@ impl Runtime {
         let rect = store.rect().expect("bound");
         let writers = store.root.meta().access.pending_writers(&rect);
         for w in writers {
-            w.wait(&self.inner.shared.completion);
+            let shared = &self.inner.shared;
+            self.inner.wait_helping(&shared.completion, || w.is_done());
         }
         if let Some(e) = store.root.poisoned() {
             return Err(e);
@@ -363,9 +368,9 @@ impl Runtime {
     pub fn fence(&self) -> Result<()> {
         self.inner.flush()?;
         let shared = &self.inner.shared;
-        shared
-            .idle
-            .wait_until(|| shared.outstanding.load(Ordering::Acquire) == 0);
+        self.inner.wait_helping(&shared.idle, || {
+            shared.outstanding.load(Ordering::Acquire) == 0
+        });
         Ok(())
     }
 
@@ -579,9 +584,19 @@ impl Inner {
         let shared = &self.shared;
         if shared.outstanding.load(Ordering::Acquire) > self.max_pending {
             let low = self.max_pending / 2;
-            shared
-                .idle
-                .wait_until(|| shared.outstanding.load(Ordering::Acquire) <= low);
+            self.wait_helping(&shared.idle, || {
+                shared.outstanding.load(Ordering::Acquire) <= low
+            });
+        }
+    }
+
+    /// Waits until `done()` holds, running ready tasks on this thread meanwhile; sleeps on
+    /// `completion` (which must be signalled when `done` may have become true; the pool signals
+    /// it when it queues a node) only while none are ready. Never call it holding the front
+    /// lock: a task body runs here.
+    pub(crate) fn wait_helping(&self, completion: &Completion, mut done: impl FnMut() -> bool) {
+        while !self.pool.help(&mut done) {
+            completion.wait_until(|| done() || self.pool.has_ready());
         }
     }
 

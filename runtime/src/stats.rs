@@ -12,6 +12,7 @@ pub(crate) struct Counters {
     pub solutions_replayed: AtomicU64,
     pub analysis_ns: AtomicU64,
     pub blocking_waits: AtomicU64,
+    pub nodes_helped: AtomicU64,
 }
 
 impl Counters {
@@ -29,6 +30,7 @@ impl Counters {
             solutions_replayed: g(&self.solutions_replayed),
             analysis_ns: g(&self.analysis_ns),
             blocking_waits: g(&self.blocking_waits),
+            nodes_helped: g(&self.nodes_helped),
         }
     }
 }
@@ -51,6 +53,9 @@ pub struct Stats {
     pub analysis_ns: u64,
     /// Times the issuing thread had to wait for data (image sources, unbound extents).
     pub blocking_waits: u64,
+    /// Point tasks and finish steps the issuing thread ran itself while it waited
+    /// (back-pressure, fences, read-back, futures) instead of sleeping.
+    pub nodes_helped: u64,
 }
 
 impl Stats {
@@ -73,6 +78,7 @@ impl Stats {
             solutions_replayed: self.solutions_replayed - earlier.solutions_replayed,
             analysis_ns: self.analysis_ns - earlier.analysis_ns,
             blocking_waits: self.blocking_waits - earlier.blocking_waits,
+            nodes_helped: self.nodes_helped - earlier.nodes_helped,
         }
     }
 }

@@ -1,7 +1,9 @@
 //! Stores, futures, reductions, unbound outputs, failures and reference counts.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, Condvar, Mutex};
+use std::thread::ThreadId;
+use std::time::Duration;
 use tessera_runtime::{DType, Future, PosRange, ReduceOp, Runtime, RuntimeError, Scalar};
 
 #[test]
@@ -471,4 +473,92 @@ fn statistics_count_tasks_points_and_analysis_time() {
     assert_eq!(s.partitions_created, 1);
     assert_eq!(s.partitions_reused, 4);
     assert!(s.analysis_ns > 0);
+}
+
+/// Registers `name`: a task whose points meet — each waits (up to 10 s) until every one of
+/// `points` has started — then record the thread they ran on and whether they met, then run
+/// `then`. Under `threads(n)` a runtime has `n - 1` workers, so `n` points meet only if the
+/// application's thread runs one of them while it waits.
+fn register_meeting(
+    rt: &Runtime,
+    name: &str,
+    points: usize,
+    then: fn(),
+) -> Arc<Mutex<Vec<(ThreadId, bool)>>> {
+    let arrived = Arc::new((Mutex::new(0usize), Condvar::new()));
+    let log = Arc::new(Mutex::new(vec![]));
+    let l = log.clone();
+    rt.register(name, move |_| {
+        let (count, cv) = &*arrived;
+        let mut n = count.lock().unwrap();
+        *n += 1;
+        cv.notify_all();
+        let (n, wait) = cv
+            .wait_timeout_while(n, Duration::from_secs(10), |n| *n < points)
+            .unwrap();
+        drop(n);
+        l.lock()
+            .unwrap()
+            .push((std::thread::current().id(), !wait.timed_out()));
+        then();
+    })
+    .unwrap();
+    log
+}
+
+#[test]
+fn the_issuing_thread_runs_points_while_it_waits() {
+    for threads in [1, 2, 3] {
+        // `threads(1)` still has one worker: two points can meet there too.
+        let points = threads.max(2);
+        let rt = Runtime::new(threads);
+        let log = register_meeting(&rt, "meet", points, || {});
+        let x = rt.create(DType::F64, &[points]).unwrap();
+        let before = rt.stats();
+        rt.task("meet")
+            .write(&x)
+            .launch_domain(&[points])
+            .submit()
+            .unwrap();
+        rt.fence().unwrap();
+        let log = log.lock().unwrap();
+        assert_eq!(log.len(), points);
+        assert!(
+            log.iter().all(|&(_, met)| met),
+            "{threads} threads: the points never all ran at once: {log:?}"
+        );
+        assert!(
+            log.iter().any(|&(t, _)| t == std::thread::current().id()),
+            "{threads} threads: no point ran on the application's thread"
+        );
+        assert!(rt.stats().since(&before).nodes_helped >= 1);
+    }
+}
+
+#[test]
+fn a_body_panicking_on_the_issuing_thread_fails_its_task_not_the_caller() {
+    let rt = Runtime::new(2);
+    let log = register_meeting(&rt, "meet_then_fail", 2, || panic!("boom"));
+    let x = rt.create(DType::F64, &[2]).unwrap();
+    rt.task("meet_then_fail")
+        .write(&x)
+        .launch_domain(&[2])
+        .submit()
+        .unwrap();
+    // The panic on this thread is the task's failure: `fence` returns normally.
+    rt.fence().unwrap();
+    assert!(log
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|&(t, met)| met && t == std::thread::current().id()));
+    match rt.read::<f64>(&x) {
+        Err(RuntimeError::TaskFailed { task, message, .. }) => {
+            assert_eq!(task, "meet_then_fail");
+            assert_eq!(message, "boom");
+        }
+        other => panic!("expected a task failure, got {other:?}"),
+    }
+    rt.fill(&x, 2.0).unwrap();
+    assert_eq!(rt.read::<f64>(&x).unwrap(), vec![2.0; 2]);
 }
