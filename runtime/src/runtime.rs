@@ -37,8 +37,9 @@ pub(crate) struct Shared {
     pub counters: Counters,
     /// Nodes created and not yet run.
     pub outstanding: AtomicUsize,
-    /// Signalled only when `outstanding` is at or below `low_water`: the issuer waiting on
-    /// back-pressure or a fence is not woken by every completion.
+    /// Signalled when `outstanding` is at or below `low_water` and when the pool queues a node:
+    /// the issuer waiting on back-pressure or a fence is woken to run ready work or to go on,
+    /// not by every completion.
     pub idle: Completion,
     pub low_water: AtomicUsize,
 }
@@ -168,14 +169,15 @@ impl RuntimeBuilder {
 }
 
 /// A task runtime: the application issues a sequential stream of tasks over stores; the runtime
-/// partitions the stores, finds the parallelism and runs point tasks on worker threads, with
-/// results identical to running the stream in order.
+/// partitions the stores, finds the parallelism and runs point tasks on worker threads (and on
+/// the application's thread while it waits), with results identical to running the stream in
+/// order.
 pub struct Runtime {
     inner: Arc<Inner>,
 }
 
 impl Runtime {
-    /// A runtime with `threads` workers and default options.
+    /// A runtime on `threads` processors ([`RuntimeBuilder::threads`]) and default options.
     pub fn new(threads: usize) -> Runtime {
         Runtime::builder().threads(threads).build()
     }
@@ -184,7 +186,7 @@ impl Runtime {
         RuntimeBuilder::default()
     }
 
-    /// Worker threads.
+    /// Processors that run point tasks, the application's thread included.
     pub fn threads(&self) -> usize {
         self.inner.machine.threads
     }
