@@ -338,8 +338,7 @@ impl Runtime {
         let rect = store.rect().expect("bound");
         let writers = store.root.meta().access.pending_writers(&rect);
         for w in writers {
-            let shared = &self.inner.shared;
-            self.inner.wait_helping(&shared.completion, || w.is_done());
+            self.inner.wait_done(&w);
         }
         if let Some(e) = store.root.poisoned() {
             return Err(e);
@@ -595,11 +594,17 @@ impl Inner {
     /// Waits until `done()` holds, running ready tasks on this thread meanwhile; sleeps on
     /// `completion` (which must be signalled when `done` may have become true; the pool signals
     /// it when it queues a node) only while none are ready. Never call it holding the front
-    /// lock: a task body runs here.
+    /// lock unless nothing a node runs can need what it holds: a task body runs here.
     pub(crate) fn wait_helping(&self, completion: &Completion, mut done: impl FnMut() -> bool) {
         while !self.pool.help(&mut done) {
             completion.wait_until(|| done() || self.pool.has_ready());
         }
+    }
+
+    /// Waits for one node, running ready tasks meanwhile. Safe under the front lock too (the
+    /// analysis waits for image sources and unbound producers): nothing a node runs takes it.
+    fn wait_done(&self, node: &Node) {
+        self.wait_helping(&self.shared.completion, || node.is_done());
     }
 
     /// Waits (on the issuing side) for an unbound store's producer to bind it.
@@ -613,7 +618,7 @@ impl Inner {
             store: root.id,
         })?;
         Counters::add(&self.shared.counters.blocking_waits, 1);
-        producer.wait(&self.shared.completion);
+        self.wait_done(&producer);
         if let Some(e) = root.poisoned() {
             return Err(e);
         }
@@ -674,7 +679,7 @@ impl Inner {
                     machine: &self.machine,
                     interner: &mut front.interner,
                     counters,
-                    completion: &self.shared.completion,
+                    wait_done: &|n| self.wait_done(n),
                 };
                 let solution = solver.solve(&sargs, &t.constraints, t.domain)?;
                 let rects = sub_stores(&front.interner, &solution);

@@ -438,3 +438,56 @@ fn a_coarse_image_is_not_replayed() {
         vec![5.0, 4.0, 3.0, 2.0, 1.0, 0.0]
     );
 }
+
+#[test]
+fn waiting_for_an_image_source_runs_its_writers_on_the_issuing_thread() {
+    // Two threads: one worker and the application's thread. The two points writing `idx` must
+    // meet, and the scatter's image into `x` (a written destination) needs `idx`'s values, so
+    // `submit` waits for them: it can only return if the application's thread, waiting inside
+    // the analysis, runs one of those points.
+    let rt = rt(2);
+    let log = crate::api::register_meeting(&rt, "meet_then_reverse", 2, |ctx| {
+        let mut idx = ctx.write::<u64>(0);
+        for i in idx.range() {
+            idx.set_at(i, 5 - i as u64);
+        }
+    });
+    rt.register("scatter", |ctx| {
+        let (idx, v) = (ctx.read::<u64>(0), ctx.read::<f64>(1));
+        let mut x = ctx.write::<f64>(2);
+        for i in idx.range() {
+            x.set_at(idx.at(i) as usize, v.at(i));
+        }
+    })
+    .unwrap();
+    let idx = rt.create(DType::U64, &[6]).unwrap();
+    let v = rt
+        .from_vec(&[6], (0..6).map(|v| v as f64).collect())
+        .unwrap();
+    let x = rt.create(DType::F64, &[6]).unwrap();
+    rt.task("meet_then_reverse")
+        .write(&idx)
+        .launch_domain(&[2])
+        .submit()
+        .unwrap();
+    let before = rt.stats();
+    rt.task("scatter")
+        .read(&idx)
+        .read(&v)
+        .write(&x)
+        .align(&idx, &v)
+        .image(&idx, &x)
+        .submit()
+        .unwrap();
+    let during = rt.stats().since(&before);
+    assert_eq!(during.blocking_waits, 1, "the image waited for idx");
+    assert!(during.nodes_helped >= 1);
+    assert!(
+        log.lock().unwrap().iter().all(|&(_, met)| met),
+        "the writers of idx never ran together"
+    );
+    assert_eq!(
+        rt.read::<f64>(&x).unwrap(),
+        vec![5.0, 4.0, 3.0, 2.0, 1.0, 0.0]
+    );
+}
