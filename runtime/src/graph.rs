@@ -81,6 +81,11 @@ impl Node {
         completion.notify();
         succs.into_iter().filter(|s| s.release()).collect()
     }
+
+    /// Blocks the calling thread until the node is done.
+    pub(crate) fn wait(&self, completion: &Completion) {
+        completion.wait_until(|| self.is_done());
+    }
 }
 
 /// Wakes threads blocked on a node (read-back, futures, fences).

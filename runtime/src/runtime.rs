@@ -338,7 +338,8 @@ impl Runtime {
         let rect = store.rect().expect("bound");
         let writers = store.root.meta().access.pending_writers(&rect);
         for w in writers {
-            self.inner.wait_done(&w);
+            let shared = &self.inner.shared;
+            self.inner.wait_helping(&shared.completion, || w.is_done());
         }
         if let Some(e) = store.root.poisoned() {
             return Err(e);
@@ -594,17 +595,11 @@ impl Inner {
     /// Waits until `done()` holds, running ready tasks on this thread meanwhile; sleeps on
     /// `completion` (which must be signalled when `done` may have become true; the pool signals
     /// it when it queues a node) only while none are ready. Never call it holding the front
-    /// lock unless nothing a node runs can need what it holds: a task body runs here.
+    /// lock: a task body runs here.
     pub(crate) fn wait_helping(&self, completion: &Completion, mut done: impl FnMut() -> bool) {
         while !self.pool.help(&mut done) {
             completion.wait_until(|| done() || self.pool.has_ready());
         }
-    }
-
-    /// Waits for one node, running ready tasks meanwhile. Safe under the front lock too (the
-    /// analysis waits for image sources and unbound producers): nothing a node runs takes it.
-    fn wait_done(&self, node: &Node) {
-        self.wait_helping(&self.shared.completion, || node.is_done());
     }
 
     /// Waits (on the issuing side) for an unbound store's producer to bind it.
@@ -618,7 +613,7 @@ impl Inner {
             store: root.id,
         })?;
         Counters::add(&self.shared.counters.blocking_waits, 1);
-        self.wait_done(&producer);
+        producer.wait(&self.shared.completion);
         if let Some(e) = root.poisoned() {
             return Err(e);
         }
@@ -679,7 +674,7 @@ impl Inner {
                     machine: &self.machine,
                     interner: &mut front.interner,
                     counters,
-                    wait_done: &|n| self.wait_done(n),
+                    completion: &self.shared.completion,
                 };
                 let solution = solver.solve(&sargs, &t.constraints, t.domain)?;
                 let rects = sub_stores(&front.interner, &solution);

@@ -6,7 +6,7 @@ use crate::buffer::Buf;
 use crate::constraint::Constraint;
 use crate::dtype::{DType, Element, PosRange};
 use crate::error::{Result, RuntimeError};
-use crate::graph::Node;
+use crate::graph::Completion;
 use crate::machine::Machine;
 use crate::partition::{Domain, ImageKey, Interner, Partition, PartitionId};
 use crate::rect::{Rect, MAX_DIMS};
@@ -45,8 +45,7 @@ pub(crate) struct Solver<'a> {
     pub machine: &'a Machine,
     pub interner: &'a mut Interner,
     pub counters: &'a Counters,
-    /// Blocks until a node is done (running ready tasks meanwhile).
-    pub wait_done: &'a dyn Fn(&Node),
+    pub completion: &'a Completion,
 }
 
 /// An equivalence class of aligned arguments.
@@ -352,7 +351,7 @@ impl Solver<'_> {
         if !writers.is_empty() {
             Counters::add(&self.counters.blocking_waits, 1);
             for w in writers {
-                (self.wait_done)(&w);
+                w.wait(self.completion);
             }
         }
         let part = self.interner.get(src_part).clone();

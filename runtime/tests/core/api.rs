@@ -4,9 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Condvar, Mutex};
 use std::thread::ThreadId;
 use std::time::Duration;
-use tessera_runtime::{
-    DType, Future, PosRange, ReduceOp, Runtime, RuntimeError, Scalar, TaskContext,
-};
+use tessera_runtime::{DType, Future, PosRange, ReduceOp, Runtime, RuntimeError, Scalar};
 
 #[test]
 fn stores_of_every_type_round_trip_and_fill() {
@@ -481,16 +479,16 @@ fn statistics_count_tasks_points_and_analysis_time() {
 /// `points` has started — then record the thread they ran on and whether they met, then run
 /// `then`. Under `threads(n)` a runtime has `n - 1` workers, so `n` points meet only if the
 /// application's thread runs one of them while it waits.
-pub(crate) fn register_meeting(
+fn register_meeting(
     rt: &Runtime,
     name: &str,
     points: usize,
-    then: fn(&mut TaskContext<'_>),
+    then: fn(),
 ) -> Arc<Mutex<Vec<(ThreadId, bool)>>> {
     let arrived = Arc::new((Mutex::new(0usize), Condvar::new()));
     let log = Arc::new(Mutex::new(vec![]));
     let l = log.clone();
-    rt.register(name, move |ctx| {
+    rt.register(name, move |_| {
         let (count, cv) = &*arrived;
         let mut n = count.lock().unwrap();
         *n += 1;
@@ -502,7 +500,7 @@ pub(crate) fn register_meeting(
         l.lock()
             .unwrap()
             .push((std::thread::current().id(), !wait.timed_out()));
-        then(ctx);
+        then();
     })
     .unwrap();
     log
@@ -514,7 +512,7 @@ fn the_issuing_thread_runs_points_while_it_waits() {
         // `threads(1)` still has one worker: two points can meet there too.
         let points = threads.max(2);
         let rt = Runtime::new(threads);
-        let log = register_meeting(&rt, "meet", points, |_| {});
+        let log = register_meeting(&rt, "meet", points, || {});
         let x = rt.create(DType::F64, &[points]).unwrap();
         let before = rt.stats();
         rt.task("meet")
@@ -540,7 +538,7 @@ fn the_issuing_thread_runs_points_while_it_waits() {
 #[test]
 fn a_body_panicking_on_the_issuing_thread_fails_its_task_not_the_caller() {
     let rt = Runtime::new(2);
-    let log = register_meeting(&rt, "meet_then_fail", 2, |_| panic!("boom"));
+    let log = register_meeting(&rt, "meet_then_fail", 2, || panic!("boom"));
     let x = rt.create(DType::F64, &[2]).unwrap();
     rt.task("meet_then_fail")
         .write(&x)
