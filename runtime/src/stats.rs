@@ -53,8 +53,8 @@ pub struct Stats {
     pub analysis_ns: u64,
     /// Times the issuing thread had to wait for data (image sources, unbound extents).
     pub blocking_waits: u64,
-    /// Point tasks and finish steps the issuing thread ran itself while it waited
-    /// (back-pressure, fences, read-back, futures) instead of sleeping.
+    /// Point tasks and finish steps run by threads waiting on the runtime (the application's
+    /// thread in back-pressure, fences, read-back and futures) instead of by workers.
     pub nodes_helped: u64,
 }
 

@@ -438,3 +438,47 @@ fn a_coarse_image_is_not_replayed() {
         vec![5.0, 4.0, 3.0, 2.0, 1.0, 0.0]
     );
 }
+
+#[test]
+fn the_analysis_waits_without_running_bodies_on_the_issuing_thread() {
+    // The analysis holds the issuing lock while it waits for an image source; a body run there
+    // that called into the runtime (a captured future's `get`, say) would deadlock for good. So
+    // while `submit` waits for `idx`, the ready `noop` is left to the worker.
+    let rt = rt(2);
+    rt.register("noop", |_| {}).unwrap();
+    rt.register("scatter", |ctx| {
+        let (idx, v) = (ctx.read::<u64>(0), ctx.read::<f64>(1));
+        let mut y = ctx.write::<f64>(2);
+        for i in idx.range() {
+            y.set_at(idx.at(i) as usize, v.at(i));
+        }
+    })
+    .unwrap();
+    let (gate, idx, x, y) = reverse_later(&rt);
+    let other = rt.create(DType::F64, &[1]).unwrap();
+    rt.task("noop").write(&other).submit().unwrap();
+    let opener = {
+        let gate = gate.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            gate.store(true, std::sync::atomic::Ordering::Release);
+        })
+    };
+    let before = rt.stats();
+    rt.task("scatter")
+        .read(&idx)
+        .read(&x)
+        .write(&y)
+        .align(&idx, &x)
+        .image(&idx, &y)
+        .submit()
+        .unwrap();
+    let during = rt.stats().since(&before);
+    opener.join().unwrap();
+    assert_eq!(during.blocking_waits, 1, "the image waited for idx");
+    assert_eq!(during.nodes_helped, 0, "a body ran under the issuing lock");
+    assert_eq!(
+        rt.read::<f64>(&y).unwrap(),
+        vec![5.0, 4.0, 3.0, 2.0, 1.0, 0.0]
+    );
+}
