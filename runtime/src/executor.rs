@@ -115,31 +115,18 @@ impl Executor for ThreadPool {
 
     fn help(&self, done: &mut dyn FnMut() -> bool) -> bool {
         let st = &*self.state;
-        let mut polls = 0;
-        loop {
-            if done() {
-                return true;
-            }
-            let Some(node) = try_pop(st) else {
-                // A point of the step in flight on a worker is about to make more ready:
-                // poll like an idle worker does before giving up and blocking.
-                polls += 1;
-                if polls > SPINS + YIELDS {
-                    return false;
-                }
-                if polls <= SPINS {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-                continue;
+        while !done() {
+            // A point in flight on a worker is about to make more ready: poll as an idle worker
+            // does before giving up (the caller then blocks).
+            let Some(node) = poll(st, &mut *done) else {
+                return done();
             };
-            polls = 0;
             // Once the wait is over the issuer goes back to its own work and leaves the next
             // ready node to the workers.
             let ran = run_chain(st, node, || !done());
             Counters::add(&st.shared.counters.nodes_helped, ran);
         }
+        true
     }
 
     fn has_ready(&self) -> bool {
@@ -178,16 +165,28 @@ fn try_pop(st: &PoolState) -> Option<Arc<Node>> {
     n
 }
 
-fn pop(st: &PoolState) -> Option<Arc<Node>> {
+/// Polls the queue `SPINS` times spinning, then `YIELDS` times yielding, until a node is
+/// there or `stop()` holds.
+fn poll(st: &PoolState, mut stop: impl FnMut() -> bool) -> Option<Arc<Node>> {
     for i in 0..SPINS + YIELDS {
         if let Some(n) = try_pop(st) {
             return Some(n);
+        }
+        if stop() {
+            return None;
         }
         if i < SPINS {
             std::hint::spin_loop();
         } else {
             std::thread::yield_now();
         }
+    }
+    None
+}
+
+fn pop(st: &PoolState) -> Option<Arc<Node>> {
+    if let Some(n) = poll(st, || false) {
+        return Some(n);
     }
     let mut q = st.queue.lock().unwrap_or_else(|e| e.into_inner());
     loop {

@@ -338,8 +338,8 @@ impl Runtime {
         let rect = store.rect().expect("bound");
         let writers = store.root.meta().access.pending_writers(&rect);
         for w in writers {
-            let shared = &self.inner.shared;
-            self.inner.wait_helping(&shared.completion, || w.is_done());
+            self.inner
+                .wait_helping(&self.inner.shared.completion, || w.is_done());
         }
         if let Some(e) = store.root.poisoned() {
             return Err(e);
