@@ -82,7 +82,8 @@ pub struct Schedule {
     pub extend: Vec<String>,
     /// Mapping variables (block variables that choose a block's owner).
     pub map: Vec<String>,
-    /// The kernel loop to run over threads (a free index variable).
+    /// The kernel loop to run over threads: a free statement variable (`parallelize(io)` of
+    /// a split `i` names `i`).
     pub parallelize: Option<String>,
 }
 

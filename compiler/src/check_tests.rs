@@ -195,7 +195,22 @@ fn schedule_errors_point_at_the_culprit() {
     );
     assert_eq!(c.schedule.extend, ["jo"]);
     assert_eq!(c.schedule.map, ["io"]);
-    assert_eq!(c.schedule.parallelize.as_deref(), Some("ii"));
+    // The inner variable of a split parallelizes its statement variable's loop.
+    assert_eq!(c.schedule.parallelize.as_deref(), Some("i"));
+}
+
+/// `parallelize` of a split's block variable passes the checker and lowers (the two agree).
+#[test]
+fn parallelize_of_a_block_variable_lowers() {
+    for s in [
+        "split(i,io,ii,4); parallelize(io)",
+        "split(i,io,ii,4); parallelize(ii)",
+    ] {
+        let c = checked(&format!("y(i) = A(i,j) * x(j); A: csr; {s}"));
+        assert_eq!(c.schedule.parallelize.as_deref(), Some("i"), "{s}");
+        let k = crate::lower::lower(&c).unwrap_or_else(|e| panic!("{s}: {e}"));
+        assert_eq!(k.parallel, Some(0), "{s}");
+    }
 }
 
 proptest! {

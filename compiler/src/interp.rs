@@ -9,7 +9,9 @@
 use tessera_formats::{Format, Index, Level, Packer, Tensor, TensorError, Value};
 
 use crate::ast::{BinOp, Func};
-use crate::ir::{Assembly, DimSource, Domain, Expr, Kernel, LevelRef, Nest, OutputKind, VarId};
+use crate::ir::{
+    Assembly, Block, DimSource, Domain, Expr, Kernel, LevelRef, Nest, OutputKind, VarId,
+};
 
 /// Inputs that do not match what the kernel was compiled for.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -41,6 +43,11 @@ pub enum InterpError {
     },
     #[error("a coordinate lies outside `out_dims`: the inputs' dimensions disagree with them")]
     OutOfRange,
+    #[error("block bounds {bounds:?} do not fit the index variables' dimensions {dims:?}")]
+    Block {
+        bounds: Vec<std::ops::Range<usize>>,
+        dims: Vec<usize>,
+    },
     #[error("assembling the output failed: {0}")]
     Assemble(#[from] TensorError),
 }
@@ -55,6 +62,90 @@ pub fn run<V: Value, I: Index>(
     out_dims: &[usize],
 ) -> Result<Tensor<V, I>, InterpError> {
     check_inputs(k, inputs, out_dims)?;
+    let whole = Block::whole(&var_dims(k, inputs, out_dims));
+    Ok(run_checked(k, inputs, out_dims, &whole)?.0)
+}
+
+/// What a run visited: the block-cost measure that timing noise cannot fool.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Work {
+    /// `visits[n][d]`: how many coordinates loop `d` of nest `n` bound.
+    pub visits: Vec<Vec<u64>>,
+    /// How many times a nest's expression was evaluated.
+    pub leaves: u64,
+}
+
+impl Work {
+    /// Adds another run's counts.
+    pub fn add(&mut self, other: &Work) {
+        if self.visits.is_empty() {
+            self.visits = other.visits.iter().map(|n| vec![0; n.len()]).collect();
+        }
+        for (a, b) in self.visits.iter_mut().zip(&other.visits) {
+            for (x, y) in a.iter_mut().zip(b) {
+                *x += y;
+            }
+        }
+        self.leaves += other.leaves;
+    }
+}
+
+/// The block entry point: runs `k` on the part of its iteration space that `block` covers
+/// (see [`Block`]) and returns that block's contribution to the output (zero elsewhere; a
+/// sparse output holds only the block's entries) with what the run visited. Inputs are the
+/// whole tensors; each loop is bounded by the block, so the cost is the block's.
+pub fn run_block<V: Value, I: Index>(
+    k: &Kernel,
+    inputs: &[&Tensor<V, I>],
+    out_dims: &[usize],
+    block: &Block,
+) -> Result<(Tensor<V, I>, Work), InterpError> {
+    check_inputs(k, inputs, out_dims)?;
+    let dims = var_dims(k, inputs, out_dims);
+    if block.bounds.len() != dims.len()
+        || block.first.len() != dims.len()
+        || block.bounds.iter().zip(&dims).any(|(b, d)| b.end > *d)
+    {
+        return Err(InterpError::Block {
+            bounds: block.bounds.clone(),
+            dims,
+        });
+    }
+    run_checked(k, inputs, out_dims, block)
+}
+
+/// Checks `inputs` and `out_dims` against the kernel (as [`run`] does) and returns the
+/// extent of every index variable, in [`Kernel::vars`] order.
+pub fn checked_dims<V: Value, I: Index>(
+    k: &Kernel,
+    inputs: &[&Tensor<V, I>],
+    out_dims: &[usize],
+) -> Result<Vec<usize>, InterpError> {
+    check_inputs(k, inputs, out_dims)?;
+    Ok(var_dims(k, inputs, out_dims))
+}
+
+/// The extent of every index variable (inputs already checked).
+fn var_dims<V: Value, I: Index>(
+    k: &Kernel,
+    inputs: &[&Tensor<V, I>],
+    out_dims: &[usize],
+) -> Vec<usize> {
+    k.vars
+        .iter()
+        .map(|v| match v.dim {
+            DimSource::Input { slot, mode } => inputs[slot].dims()[mode],
+            DimSource::Output { mode } => out_dims[mode],
+        })
+        .collect()
+}
+
+fn run_checked<V: Value, I: Index>(
+    k: &Kernel,
+    inputs: &[&Tensor<V, I>],
+    out_dims: &[usize],
+    block: &Block,
+) -> Result<(Tensor<V, I>, Work), InterpError> {
     let out_decl = k.output_tensor();
     let mut out_dense = match k.output_kind {
         OutputKind::Sparse => None,
@@ -63,12 +154,13 @@ pub fn run<V: Value, I: Index>(
             out_decl.format.clone(),
         )?),
     };
-    let mut state = State::new(k, inputs, out_dims);
+    let mut state = State::new(k, inputs, out_dims, &block.bounds);
     let mut sink = Sink::new(k, out_dims);
-    for nest in &k.nests {
+    for (n, nest) in k.nests.iter().enumerate().filter(|(_, n)| block.runs(n)) {
         let out_vals = out_dense.as_mut().map(|t| t.vals_mut());
         let mut run = NestRun {
             s: &mut state,
+            n,
             nest,
             out: out_vals,
             sink: &mut sink,
@@ -80,10 +172,12 @@ pub fn run<V: Value, I: Index>(
     if let Some(e) = sink.error.take() {
         return Err(e);
     }
-    match out_dense {
-        Some(t) => Ok(t),
-        None => sink.finish(out_dims, &out_decl.format),
-    }
+    let work = std::mem::take(&mut state.work);
+    let out = match out_dense {
+        Some(t) => t,
+        None => sink.finish(out_dims, &out_decl.format)?,
+    };
+    Ok((out, work))
 }
 
 fn check_inputs<V: Value, I: Index>(
@@ -157,14 +251,23 @@ struct State<'a, V, I> {
     k: &'a Kernel,
     levels: Vec<Vec<LevelData<'a, I>>>,
     vals: Vec<&'a [V]>,
-    dims: Vec<usize>,
+    /// Per index variable, the coordinates the block covers.
+    bounds: Vec<std::ops::Range<usize>>,
+    /// Per index variable, true when the block narrows it (compressed levels are searched).
+    narrowed: Vec<bool>,
+    work: Work,
     coord: Vec<usize>,
     /// `pos[a][l]`: position of access `a` at level `l` under the current loop bindings.
     pos: Vec<Vec<Option<usize>>>,
 }
 
 impl<'a, V: Value, I: Index> State<'a, V, I> {
-    fn new(k: &'a Kernel, inputs: &[&'a Tensor<V, I>], out_dims: &[usize]) -> Self {
+    fn new(
+        k: &'a Kernel,
+        inputs: &[&'a Tensor<V, I>],
+        out_dims: &[usize],
+        bounds: &[std::ops::Range<usize>],
+    ) -> Self {
         let mut levels = Vec::new();
         let mut vals: Vec<&'a [V]> = Vec::new();
         for acc in &k.accesses {
@@ -191,13 +294,11 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
                 }
             }
         }
-        let dims = k
-            .vars
+        let dims = var_dims(k, inputs, out_dims);
+        let narrowed = bounds
             .iter()
-            .map(|v| match v.dim {
-                DimSource::Input { slot, mode } => inputs[slot].dims()[mode],
-                DimSource::Output { mode } => out_dims[mode],
-            })
+            .zip(&dims)
+            .map(|(b, d)| *b != (0..*d))
             .collect();
         let pos = k
             .accesses
@@ -208,7 +309,12 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
             k,
             levels,
             vals,
-            dims,
+            bounds: bounds.to_vec(),
+            narrowed,
+            work: Work {
+                visits: k.nests.iter().map(|n| vec![0; n.loops.len()]).collect(),
+                leaves: 0,
+            },
             coord: vec![0; k.vars.len()],
             pos,
         }
@@ -384,6 +490,8 @@ fn packed_tensor<V: Value, I: Index>(
 /// One nest's execution.
 struct NestRun<'s, 'a, V, I> {
     s: &'s mut State<'a, V, I>,
+    /// The nest's index in the kernel.
+    n: usize,
     nest: &'s Nest,
     out: Option<&'s mut [V]>,
     sink: &'s mut Sink<V, I>,
@@ -400,6 +508,7 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
             self.touched = false;
         }
         if d == nest.loops.len() {
+            self.s.work.leaves += 1;
             self.acc += self.s.eval(&nest.expr);
             self.touched = true;
         } else {
@@ -423,10 +532,18 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
             let LevelData::Compressed { pos, crd } = self.s.levels[r.access][r.level] else {
                 unreachable!("verified: iterated levels are compressed")
             };
-            let (lo, hi) = match self.s.parent(*r) {
+            let (mut lo, mut hi) = match self.s.parent(*r) {
                 Some(p) => (pos[p].to_usize(), pos[p + 1].to_usize()),
                 None => (0, 0),
             };
+            if self.s.narrowed[lp.var] {
+                // Coordinates are sorted within a segment: keep those inside the block.
+                let b = &self.s.bounds[lp.var];
+                let seg = &crd[lo..hi];
+                let first = seg.partition_point(|c| c.to_usize() < b.start);
+                hi = lo + seg.partition_point(|c| c.to_usize() < b.end);
+                lo += first;
+            }
             its.push((*r, crd, lo, hi));
         }
         let mut present = vec![false; its.len()];
@@ -440,7 +557,7 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
                 }
             }
             Domain::Universe => {
-                for c in 0..self.s.dims[lp.var] {
+                for c in self.s.bounds[lp.var].clone() {
                     for (n, (r, crd, p, end)) in its.iter().enumerate() {
                         present[n] = *p < *end && crd[*p].to_usize() == c;
                         self.s.pos[r.access][r.level] = present[n].then_some(*p);
@@ -477,6 +594,7 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
     fn visit(&mut self, d: usize, var: VarId, c: usize) {
         let lp = &self.nest.loops[d];
         self.s.coord[var] = c;
+        self.s.work.visits[self.n][d] += 1;
         for r in &lp.locate {
             let LevelData::Dense { size, offset } = self.s.levels[r.access][r.level] else {
                 unreachable!("verified: located levels are dense")

@@ -377,3 +377,38 @@ impl fmt::Display for Kernel {
         Ok(())
     }
 }
+
+/// The part of a kernel's iteration space one block task computes (SuperTaco §4.5.2): a
+/// coordinate range per index variable, and which nests run in it.
+///
+/// A block kernel visits only coordinates inside `bounds`: dense loops run over the range,
+/// compressed levels are narrowed to it by binary search, so P blocks together cost what one
+/// unsplit run costs (plus a search per visited segment). A nest that does not loop over a
+/// split variable (a term without the hoisted reduction variable, like `z(i)` in
+/// `y(i) = A(i,j)*x(j) + z(i)` split on `j`) must be counted once, not once per block of that
+/// variable: it runs only in the block whose index along that variable is the first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// Per index variable ([`Kernel::vars`] order), the coordinates this block covers.
+    pub bounds: Vec<std::ops::Range<usize>>,
+    /// Per index variable, true when the variable is not split or this is its first block.
+    pub first: Vec<bool>,
+}
+
+impl Block {
+    /// The whole iteration space (the plain kernel).
+    pub fn whole(dims: &[usize]) -> Block {
+        Block {
+            bounds: dims.iter().map(|&d| 0..d).collect(),
+            first: vec![true; dims.len()],
+        }
+    }
+
+    /// True when nest `n` of `k` contributes in this block.
+    pub fn runs(&self, nest: &Nest) -> bool {
+        self.first
+            .iter()
+            .enumerate()
+            .all(|(v, &first)| first || nest.loops.iter().any(|l| l.var == v))
+    }
+}

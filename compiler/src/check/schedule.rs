@@ -75,7 +75,9 @@ pub(super) fn check_schedule(
                     .label("reduction variable")
                     .hint("parallelize a variable of the output, usually the outermost one"));
                 }
-                sched.parallelize = Some(v.name.clone());
+                // A split's block or inner variable parallelizes its statement variable's
+                // kernel loop: lowering then sees only statement variables.
+                sched.parallelize = Some(root);
             }
         }
     }

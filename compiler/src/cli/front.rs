@@ -7,6 +7,7 @@ use crate::diagnostics::{Diagnostic, SourceMap};
 use crate::ir::Kernel;
 use crate::lower::{self, LowerError};
 use crate::parse;
+use crate::plan::{self, Plan};
 use std::io::IsTerminal;
 
 /// A diagnostic already rendered for the terminal.
@@ -25,6 +26,8 @@ impl std::error::Error for Rendered {}
 pub struct Compiled {
     pub checked: Checked,
     pub kernel: Kernel,
+    /// The block tasks of its distribution schedule.
+    pub plan: Plan,
     /// The statement as one line (`expr; A:csr; parallelize(i)`), for `--help` and messages.
     pub text: String,
 }
@@ -58,6 +61,7 @@ pub fn front(args: &StatementArgs, dims: &Dims) -> anyhow::Result<Compiled> {
     .map_err(|d| render(&d, &sources))?;
     let checked = check::check(stmt, dims).map_err(|d| render(&d, &sources))?;
     let kernel = lower::lower(&checked).map_err(|e| render(&lower_diagnostic(&e), &sources))?;
+    let plan = plan::plan(&checked, &kernel).map_err(|d| render(&d, &sources))?;
     let mut text = args.expr.trim().to_string();
     for f in &args.formats {
         text += "; ";
@@ -70,6 +74,7 @@ pub fn front(args: &StatementArgs, dims: &Dims) -> anyhow::Result<Compiled> {
     Ok(Compiled {
         checked,
         kernel,
+        plan,
         text,
     })
 }

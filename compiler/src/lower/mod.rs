@@ -22,22 +22,25 @@ use crate::ir::{
 pub use error::LowerError;
 use order::Preference;
 
-/// Lowers a checked statement (formats from the checker; `parallelize` from its schedule).
+/// Lowers a checked statement: formats, and the loop to parallelize, as the checker decided
+/// them (the checker and lowering never re-derive the same thing twice).
 pub fn lower(c: &crate::check::Checked) -> Result<Kernel, LowerError> {
     let formats = c
         .tensors
         .iter()
         .map(|t| (t.name.clone(), t.format.clone()))
         .collect();
-    lower_statement(&c.statement, &formats)
+    lower_statement(&c.statement, &formats, c.schedule.parallelize.as_deref())
 }
 
 /// Lowers a statement whose tensors have the given formats (tensors not listed are dense
 /// with the identity mode order). `+=` makes the output's previous value an extra input,
 /// named like the output and placed last: `A(i) += e` is `A(i) = e + A_old(i)`.
+/// `parallelize` names the statement variable whose loop runs over threads.
 pub fn lower_statement(
     stmt: &ast::Statement,
     formats: &HashMap<String, Format>,
+    parallelize: Option<&str>,
 ) -> Result<Kernel, LowerError> {
     let mut b = Builder {
         formats,
@@ -100,7 +103,7 @@ pub fn lower_statement(
             n.assembly = Assembly::Collect;
         }
     }
-    kernel.parallel = parallel_var(&kernel, stmt)?;
+    kernel.parallel = parallel_var(&kernel, stmt, parallelize)?;
     kernel.verify().map_err(|msg| LowerError::Internal {
         msg: format!("{msg}\n{kernel}"),
     })?;
@@ -430,41 +433,46 @@ fn assembly(k: &Kernel, order: &[VarId]) -> Assembly {
     Assembly::Collect
 }
 
-/// The variable of `parallelize(v)`, checked to be the outermost loop of every nest and free.
-fn parallel_var(k: &Kernel, stmt: &ast::Statement) -> Result<Option<VarId>, LowerError> {
-    let mut chosen = None;
-    for item in &stmt.schedule {
-        let Directive::Parallelize(ix) = &item.directive else {
-            continue;
-        };
-        let err = |reason: String| LowerError::Parallelize {
-            var: ix.name.clone(),
-            reason,
-            span: item.span.clone(),
-        };
-        let Some(v) = k.vars.iter().position(|d| d.name == ix.name) else {
-            return Err(err("no such index variable".into()));
-        };
-        if !k.vars[v].free {
-            return Err(err(format!("`{}` is a reduction variable", ix.name)));
-        }
-        for nest in &k.nests {
-            if nest.loops.first().map(|l| l.var) != Some(v) {
-                let names: Vec<&str> = nest
-                    .loops
-                    .iter()
-                    .map(|l| k.vars[l.var].name.as_str())
-                    .collect();
-                return Err(err(format!(
-                    "`{}` is not the outermost loop (loop order: {})",
-                    ix.name,
-                    names.join(", ")
-                )));
-            }
-        }
-        chosen = Some(v);
+/// The variable of `parallelize(v)` (`name`, resolved by the checker to a statement
+/// variable), checked to be the outermost loop of every nest and free.
+fn parallel_var(
+    k: &Kernel,
+    stmt: &ast::Statement,
+    name: Option<&str>,
+) -> Result<Option<VarId>, LowerError> {
+    let Some(name) = name else {
+        return Ok(None);
+    };
+    let span = stmt
+        .schedule
+        .iter()
+        .find(|item| matches!(item.directive, Directive::Parallelize(_)))
+        .map_or_else(|| stmt.assignment.span.clone(), |item| item.span.clone());
+    let err = |reason: String| LowerError::Parallelize {
+        var: name.to_string(),
+        reason,
+        span: span.clone(),
+    };
+    let Some(v) = k.vars.iter().position(|d| d.name == name) else {
+        return Err(err("no such index variable".into()));
+    };
+    if !k.vars[v].free {
+        return Err(err(format!("`{name}` is a reduction variable")));
     }
-    Ok(chosen)
+    for nest in &k.nests {
+        if nest.loops.first().map(|l| l.var) != Some(v) {
+            let names: Vec<&str> = nest
+                .loops
+                .iter()
+                .map(|l| k.vars[l.var].name.as_str())
+                .collect();
+            return Err(err(format!(
+                "`{name}` is not the outermost loop (loop order: {})",
+                names.join(", ")
+            )));
+        }
+    }
+    Ok(Some(v))
 }
 
 /// The statement as text, for the generated code's documentation.

@@ -1,0 +1,141 @@
+//! Distribution plans: a checked, scheduled statement lowered to block tasks (SuperTaco §4.5,
+//! Legate thesis Fig. 7.2, ARCHITECTURE §5 "Plans").
+//!
+//! A [`Plan`] is the one place where the distribution decisions live:
+//! - the block grid ([`grid`]): the split variables in `order(...)` order, each cut into
+//!   equal ranges or at split points, each parallel (free), extended or sequential;
+//! - the block task's arguments ([`stores`]): every tensor as stores, each with a privilege
+//!   and a partitioning constraint — output tiles aligned with the grid, unsplit operands
+//!   broadcast, compressed levels through images, other splits through tensor blocks;
+//! - the reductions: extended variables fold partial outputs with a summation tree,
+//!   sequential ones make a loop of dependent launches (terms without the hoisted variable
+//!   are computed once, in the first block — see [`crate::ir::Block`]);
+//! - the sharding key: the `map` variables, or the output tile's variables (owner computes).
+//!
+//! The kernel inside each block task is the ordinary kernel run on a [`crate::ir::Block`];
+//! [`exec`] runs a plan's blocks with the interpreter, which is what the property tests check.
+
+pub mod exec;
+pub mod grid;
+pub mod stores;
+
+mod display;
+
+use crate::ast::{Directive, Span};
+use crate::check::Checked;
+use crate::diagnostics::Diagnostic;
+use crate::ir::Kernel;
+pub use grid::{BlockVar, Grid, Role};
+pub use stores::{Arg, Partition, Privilege, StoreKind, StoreRef};
+
+/// A statement as block tasks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The statement as written.
+    pub source: String,
+    pub grid: Grid,
+    /// The block task's arguments: the output's stores, then each input's.
+    pub args: Vec<Arg>,
+    pub sharding: Sharding,
+}
+
+/// Which rank owns a point task (SuperTaco §4.5.5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Sharding {
+    /// `map(...)`: the point's indices along these grid variables pick its owner.
+    Map(Vec<usize>),
+    /// Owner computes: the point's output tile (its parallel variables) picks its owner.
+    OwnerComputes(Vec<usize>),
+}
+
+impl Plan {
+    /// True when the schedule distributes the statement at all (`split` makes blocks).
+    pub fn is_distributed(&self) -> bool {
+        !self.grid.vars.is_empty()
+    }
+}
+
+/// Builds the plan of a checked statement lowered to `kernel`. The checker has validated the
+/// names; what a plan cannot express yet is refused here with the directive's span.
+pub fn plan(c: &Checked, kernel: &Kernel) -> Result<Plan, Diagnostic> {
+    let grid = build_grid(c, kernel)?;
+    let args = stores::arguments(kernel, &grid);
+    let by_name = |n: &String| grid.vars.iter().position(|b| &b.name == n);
+    let sharding = if c.schedule.map.is_empty() {
+        Sharding::OwnerComputes(
+            (0..grid.vars.len())
+                .filter(|&g| grid.vars[g].role == Role::Parallel)
+                .collect(),
+        )
+    } else {
+        Sharding::Map(c.schedule.map.iter().filter_map(by_name).collect())
+    };
+    Ok(Plan {
+        source: kernel.source.clone(),
+        grid,
+        args,
+        sharding,
+    })
+}
+
+/// The block variables of the schedule's splits, in `order(...)` order (named ones first,
+/// then the rest in the order of their splits).
+fn build_grid(c: &Checked, kernel: &Kernel) -> Result<Grid, Diagnostic> {
+    let mut vars = Vec::new();
+    for split in &c.schedule.splits {
+        let span = directive_span(
+            c,
+            |d| matches!(d, Directive::Split { outer, .. } if outer.name == split.outer),
+        );
+        let Some(var_id) = kernel.vars.iter().position(|v| v.name == split.var) else {
+            return Err(Diagnostic::new(
+                format!(
+                    "`{}` is itself made by a split; a plan splits each statement variable once",
+                    split.var
+                ),
+                span,
+            )
+            .label("nested split")
+            .hint(format!(
+                "split `{}`'s statement variable once into as many ranges as you need",
+                split.var
+            )));
+        };
+        let role = if kernel.vars[var_id].free {
+            Role::Parallel
+        } else if c.schedule.extend.contains(&split.outer) {
+            Role::Extend
+        } else {
+            Role::Sequential
+        };
+        vars.push(BlockVar {
+            name: split.outer.clone(),
+            var: split.var.clone(),
+            var_id,
+            inner: split.inner.clone(),
+            kind: split.kind.clone(),
+            role,
+            span,
+        });
+    }
+    if let Some(order) = &c.schedule.order {
+        let rank = |b: &BlockVar| {
+            order
+                .iter()
+                .position(|n| *n == b.name)
+                .unwrap_or(usize::MAX)
+        };
+        vars.sort_by_key(rank); // stable: unnamed block variables keep their split order
+    }
+    Ok(Grid { vars })
+}
+
+/// The span of the first schedule directive matching `is`, or the statement's.
+fn directive_span(c: &Checked, is: impl Fn(&Directive) -> bool) -> Span {
+    c.statement
+        .schedule
+        .iter()
+        .find(|item| is(&item.directive))
+        .map(|item| item.span.clone())
+        .unwrap_or_else(|| c.statement.assignment.span.clone())
+}

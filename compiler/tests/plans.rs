@@ -1,0 +1,320 @@
+//! Distribution plans: their shapes against SuperTaco §4.5 / thesis Fig. 7.2, and their block
+//! tasks — run by the interpreter on random formats × random schedules × 1, 2 and 4 threads —
+//! against the dense reference evaluator.
+
+#[path = "kernels_support/mod.rs"]
+mod common;
+
+use common::{catalogue, Case, Rng};
+use proptest::prelude::*;
+use tessera_compiler::check::{self, Checked};
+use tessera_compiler::ir::Kernel;
+use tessera_compiler::plan::{self, exec, Partition, Plan, Privilege, Role, StoreKind};
+use tessera_compiler::{interp, lower, parse};
+use tessera_formats::Tensor;
+
+fn checked(src: &str) -> Checked {
+    let stmt = parse::program(src, 0).unwrap_or_else(|e| panic!("{src}: {e:?}"));
+    check::check(stmt, &check::Dims::new()).unwrap_or_else(|e| panic!("{src}: {e:?}"))
+}
+
+fn planned(src: &str) -> (Kernel, Plan) {
+    let c = checked(src);
+    let k = lower::lower(&c).unwrap_or_else(|e| panic!("{src}: {e}"));
+    let p = plan::plan(&c, &k).unwrap_or_else(|d| panic!("{src}: {d:?}"));
+    (k, p)
+}
+
+/// `(store, privilege, partition)` of every argument, as text.
+fn shape(p: &Plan) -> Vec<(String, Privilege, String)> {
+    p.args
+        .iter()
+        .map(|a| {
+            let part = match &a.partition {
+                Partition::Tiled { dims } => format!(
+                    "tiled {:?}",
+                    dims.iter()
+                        .map(|d| d.map(|g| p.grid.vars[g].name.clone()))
+                        .collect::<Vec<_>>()
+                ),
+                Partition::Aligned(s) => format!("align {s}"),
+                Partition::Image(s) => format!("image {s}"),
+                Partition::Broadcast => "broadcast".into(),
+                Partition::Blocks { by } => format!("blocks {by:?}"),
+                Partition::Pieces => "pieces".into(),
+            };
+            (a.store.to_string(), a.privilege, part)
+        })
+        .collect()
+}
+
+fn row(s: &str, p: Privilege, part: &str) -> (String, Privilege, String) {
+    (s.to_string(), p, part.to_string())
+}
+
+#[test]
+fn row_split_spmv_has_exactly_figure_7_2s_constraints() {
+    let (_, p) = planned("y(i) = A(i,j) * x(j); A: csr; split(i, io, ii, 4)");
+    use Privilege::*;
+    assert_eq!(
+        shape(&p),
+        vec![
+            row("y.vals", Write, "tiled [Some(\"io\")]"),
+            row("A.pos1", Read, "align y.vals"),
+            row("A.crd1", Read, "image A.pos1"),
+            row("A.vals", Read, "image A.pos1"),
+            row("x.vals", Read, "image A.crd1"),
+        ]
+    );
+    assert_eq!((p.grid.launches(), p.grid.domain()), (1, vec![4]));
+    assert_eq!(p.sharding, plan::Sharding::OwnerComputes(vec![0]));
+    let text = p.to_string();
+    for want in [
+        "align(y.vals)",
+        "image(A.pos1)",
+        "image(A.crd1)",
+        "launch domain [4]",
+    ] {
+        assert!(text.contains(want), "{want} missing from\n{text}");
+    }
+}
+
+#[test]
+fn csf_chains_images_level_by_level() {
+    let (_, p) = planned("A(i,j) = B(i,j,k) * c(k); B: dss; split(i, io, ii, 3)");
+    use Privilege::*;
+    assert_eq!(
+        shape(&p),
+        vec![
+            row("A.vals", Write, "tiled [Some(\"io\"), None]"),
+            // Not the output's shape: tiled by the same block variable instead of aligned.
+            row("B.pos1", Read, "tiled [Some(\"io\")]"),
+            row("B.crd1", Read, "image B.pos1"),
+            row("B.pos2", Read, "image B.pos1"),
+            row("B.crd2", Read, "image B.pos2"),
+            row("B.vals", Read, "image B.pos2"),
+            row("c.vals", Read, "image B.crd2"),
+        ]
+    );
+}
+
+#[test]
+fn an_operand_no_split_variable_reaches_is_broadcast() {
+    // `x` is dense and visited by `j`, which A's dense level binds: nothing to image from.
+    let (_, p) = planned("y(i) = B(i,j) * x(j); split(i, io, ii, 2)");
+    let s = shape(&p);
+    assert_eq!(
+        s[1],
+        row("B.vals", Privilege::Read, "tiled [Some(\"io\"), None]")
+    );
+    assert_eq!(s[2], row("x.vals", Privilege::Read, "broadcast"));
+}
+
+#[test]
+fn inner_and_compressed_splits_use_tensor_blocks() {
+    let (_, p) = planned("y(i) = A(i,j) * x(j); A: csr; split(j, jo, ji, 2); extend(jo)");
+    let s = shape(&p);
+    assert_eq!(s[0], row("y.vals", Privilege::ReduceSum, "broadcast"));
+    assert_eq!(s[1], row("A.blocks", Privilege::Read, "blocks [0]"));
+    let (_, p) = planned("y(i) = A(i,j) * x(j); A: dcsr; split(i, io, ii, 2)");
+    assert_eq!(shape(&p)[1], row("A.blocks", Privilege::Read, "blocks [0]"));
+}
+
+#[test]
+fn extend_reduces_and_sequential_splits_launch_in_turn() {
+    let (_, p) = planned(
+        "C(i,j) = A(i,k) * B(k,j); A: csr; split(i, io, ii, 2); split(k, ko, ki, 3); split(j, jo, ji, [1, 2, 3]); extend(ko)",
+    );
+    assert_eq!(p.args[0].privilege, Privilege::ReduceSum);
+    assert_eq!(p.grid.domain(), vec![2, 3, 4]);
+    assert_eq!(p.grid.launches(), 1);
+    let (_, p) = planned(
+        "C(i,j) = A(i,k) * B(k,j); A: csr; split(i, io, ii, 2); split(k, ko, ki, 3); split(j, jo, ji, [1, 2, 3]); order(ko, jo, io)",
+    );
+    assert_eq!(p.args[0].privilege, Privilege::ReadWrite);
+    let names: Vec<&str> = p.grid.vars.iter().map(|b| b.name.as_str()).collect();
+    assert_eq!(names, ["ko", "jo", "io"]);
+    assert_eq!(p.grid.vars[0].role, Role::Sequential);
+    // The number of launches is the product of the sequential splits, the launch domain the
+    // product of the parallel ones.
+    assert_eq!((p.grid.launches(), p.grid.domain()), (3, vec![4, 2]));
+    let (_, p) = planned("y(i) = A(i,j) * x(j); A: csr; split(i, io, ii, 2); map(io)");
+    assert_eq!(p.sharding, plan::Sharding::Map(vec![0]));
+}
+
+#[test]
+fn a_sparse_output_is_emitted_in_pieces() {
+    let (_, p) = planned("C(i,j) = A(i,k) * B(k,j); A: csr; B: csr; C: csr; split(i, io, ii, 2)");
+    let s = shape(&p);
+    assert_eq!(s[0], row("C.pos1", Privilege::WriteUnbound, "pieces"));
+    assert!(p.args.iter().any(|a| a.store.kind == StoreKind::Crd(1)));
+}
+
+#[test]
+fn a_nested_split_is_refused_with_the_directive_span() {
+    let src = "y(i) = A(i,j) * x(j); split(i, io, ii, 2); split(ii, iio, iii, 2)";
+    let c = checked(src);
+    let k = lower::lower(&c).unwrap();
+    let d = plan::plan(&c, &k).unwrap_err();
+    let span = &d.span;
+    assert_eq!(&src[span.start..span.end], "split(ii, iio, iii, 2)");
+    assert!(d.message.contains("made by a split"), "{}", d.message);
+    assert!(
+        d.hint.as_deref().unwrap_or("").contains("once"),
+        "{:?}",
+        d.hint
+    );
+}
+
+/// A random schedule for `c`: up to two split variables (equal ranges, or split points that
+/// may lie past the dimension: empty blocks), a random `order`, random `extend`s and `map`.
+fn random_schedule(c: &Checked, rng: &mut Rng) -> String {
+    let mut items = Vec::new();
+    let mut outers = Vec::new();
+    let mut reduction_outers = Vec::new();
+    let mut vars: Vec<&check::VarInfo> = c.vars.iter().collect();
+    for n in (1..vars.len()).rev() {
+        vars.swap(n, rng.below(n + 1));
+    }
+    let splits = rng.below(3).min(vars.len());
+    for v in &vars[..splits] {
+        let kind = if rng.below(2) == 0 {
+            (1 + rng.below(5)).to_string()
+        } else {
+            let mut p = Vec::new();
+            let mut at = 0;
+            for _ in 0..1 + rng.below(3) {
+                at += 1 + rng.below(4);
+                p.push(at.to_string());
+            }
+            format!("[{}]", p.join(", "))
+        };
+        let outer = format!("{}o", v.name);
+        items.push(format!("split({}, {outer}, {}i, {kind})", v.name, v.name));
+        if !v.free {
+            reduction_outers.push(outer.clone());
+        }
+        outers.push(outer);
+    }
+    for o in &reduction_outers {
+        if rng.below(2) == 0 {
+            items.push(format!("extend({o})"));
+        }
+    }
+    if outers.len() > 1 && rng.below(2) == 0 {
+        outers.reverse();
+        items.push(format!("order({})", outers.join(", ")));
+    }
+    if !outers.is_empty() && rng.below(3) == 0 {
+        items.push(format!("map({})", outers[rng.below(outers.len())]));
+    }
+    items.join("; ")
+}
+
+/// Runs one random case with a random schedule at 1, 2 and 4 threads; returns false when the
+/// random formats had no loop order.
+fn check_planned(expr: &str, seed: u64) -> bool {
+    let mut rng = Rng(seed);
+    let case = Case::random(expr, &mut rng);
+    let schedule = random_schedule(&case.checked, &mut rng);
+    let src = if schedule.is_empty() {
+        case.source.clone()
+    } else {
+        format!("{}; {schedule}", case.source)
+    };
+    let c = checked(&src);
+    let Ok(kernel) = lower::lower(&c) else {
+        return false;
+    };
+    let plan = plan::plan(&c, &kernel).unwrap_or_else(|d| panic!("{src}: {d:?}"));
+    let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
+    let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
+    let what = format!("{src} with dims {:?}\n{plan}", case.dims);
+    let mut first: Option<Vec<f64>> = None;
+    for threads in [1, 2, 4] {
+        let run = exec::run_interp(&plan, &kernel, &refs, &case.out_dims(), threads)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(run.output.format(), &case.format_of(&case.output_name()));
+        let got = run.output.to_dense();
+        match &first {
+            None => {
+                common::assert_close(&got, &case.oracle(), &what);
+                first = Some(got);
+            }
+            // The same plan gives bitwise the same answer at every thread count.
+            Some(f) => assert!(
+                f.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{threads} threads differ: {f:?} vs {got:?}\n{what}"
+            ),
+        }
+    }
+    true
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn planned_catalogue_matches_oracle(pick in 0..catalogue().len(), seed in any::<u64>()) {
+        check_planned(catalogue()[pick], seed);
+    }
+
+    /// Block tasks cost what their blocks cost: summed over every block, each nest evaluates
+    /// its expression exactly as often as one unsplit run, and every loop at or inside the
+    /// innermost split loop of its nest visits exactly the coordinates the unsplit loop visits
+    /// (loops outside it run once per block of the variables inside: SuperTaco's blocks
+    /// keep their outer dense levels whole too).
+    #[test]
+    fn blocks_together_cost_one_unsplit_run(pick in 0..catalogue().len(), seed in any::<u64>()) {
+        let mut rng = Rng(seed);
+        let case = Case::random(catalogue()[pick], &mut rng);
+        let schedule = random_schedule(&case.checked, &mut rng);
+        let src = format!("{}; {schedule}", case.source);
+        let c = checked(src.trim_end_matches("; "));
+        let Ok(kernel) = lower::lower(&c) else { return Ok(()) };
+        let plan = plan::plan(&c, &kernel).unwrap();
+        let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
+        let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
+        let dims = interp::checked_dims(&kernel, &refs, &case.out_dims()).unwrap();
+        let whole = tessera_compiler::ir::Block::whole(&dims);
+        let (_, one) = interp::run_block(&kernel, &refs, &case.out_dims(), &whole).unwrap();
+        let run = exec::run_interp(&plan, &kernel, &refs, &case.out_dims(), 1).unwrap();
+        prop_assert_eq!(run.work.leaves, one.leaves, "{}", src);
+        let split = |v: usize| plan.grid.vars.iter().any(|b| b.var_id == v);
+        for (n, nest) in kernel.nests.iter().enumerate() {
+            let inner = nest.loops.iter().rposition(|l| split(l.var)).unwrap_or(0);
+            prop_assert_eq!(&run.work.visits[n][inner..], &one.visits[n][inner..], "{} nest {}", src, n);
+        }
+    }
+}
+
+/// Every catalogue entry runs planned for some random schedule (none is silently skipped).
+#[test]
+fn every_catalogue_entry_runs_planned() {
+    for (n, expr) in catalogue().iter().enumerate() {
+        let ran = (0..64u64)
+            .filter(|s| check_planned(expr, *s * 7919 + n as u64))
+            .count();
+        assert!(ran > 0, "{expr}: no random instance lowered");
+    }
+}
+
+/// A row split of SpMV over many more ranges than rows (empty blocks) still matches.
+#[test]
+fn more_ranges_than_rows_give_empty_blocks() {
+    let case = Case::fixed(
+        "y(i) = A(i,j) * x(j)",
+        &[("A", "csr")],
+        &[("i", 3), ("j", 5)],
+        7,
+    );
+    let src = format!("{}; split(i, io, ii, 8)", case.source);
+    let c = checked(&src);
+    let kernel = lower::lower(&c).unwrap();
+    let plan = plan::plan(&c, &kernel).unwrap();
+    let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
+    let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
+    let run = exec::run_interp(&plan, &kernel, &refs, &case.out_dims(), 2).unwrap();
+    assert_eq!(run.points, 8);
+    common::assert_close(&run.output.to_dense(), &case.oracle(), &src);
+}
