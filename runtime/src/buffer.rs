@@ -47,6 +47,7 @@ pub enum Data {
     I64(Buf<i64>),
     I32(Buf<i32>),
     U64(Buf<u64>),
+    U32(Buf<u32>),
     Range(Buf<crate::dtype::PosRange>),
 }
 
@@ -61,6 +62,7 @@ impl Data {
             DType::I64 => z::<i64>(len),
             DType::I32 => z::<i32>(len),
             DType::U64 => z::<u64>(len),
+            DType::U32 => z::<u32>(len),
             DType::Range => z::<crate::dtype::PosRange>(len),
         }
     }

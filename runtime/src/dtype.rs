@@ -11,6 +11,8 @@ pub enum DType {
     I64,
     I32,
     U64,
+    /// 32-bit coordinates (the compiler's default index width: half the index traffic).
+    U32,
     /// A 1-d range of positions (the `pos` array of a compressed level).
     Range,
 }
@@ -20,7 +22,7 @@ impl DType {
     pub fn size(self) -> usize {
         match self {
             DType::F64 | DType::I64 | DType::U64 => 8,
-            DType::F32 | DType::I32 => 4,
+            DType::F32 | DType::I32 | DType::U32 => 4,
             DType::Range => 16,
         }
     }
@@ -126,7 +128,7 @@ mod sealed {
 }
 
 /// A type that can be the element of a store. Implemented for `f64`, `f32`, `i64`, `i32`,
-/// `u64` and [`PosRange`]; sealed because the runtime stores each kind in its own buffer.
+/// `u64`, `u32` and [`PosRange`]; sealed because the runtime stores each kind in its own buffer.
 pub trait Element:
     Copy + Send + Sync + Debug + PartialEq + Default + 'static + sealed::Sealed
 {
@@ -269,6 +271,20 @@ numeric!(
         Scalar::F64(_) => None,
         Scalar::I64(v) => u64::try_from(v).ok(),
         Scalar::U64(v) => Some(v),
+    }
+);
+numeric!(
+    u32,
+    U32,
+    0,
+    1,
+    0,
+    u32::MAX,
+    |v| Some((v as u64, v as u64 + 1)),
+    |s| match s {
+        Scalar::F64(_) => None,
+        Scalar::I64(v) => u32::try_from(v).ok(),
+        Scalar::U64(v) => u32::try_from(v).ok(),
     }
 );
 

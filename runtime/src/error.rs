@@ -86,6 +86,12 @@ pub enum RuntimeError {
     ImageNegative { task: String, store: u64 },
     #[error("task `{task}`: image constraints form a cycle through store#{store}")]
     ImageCycle { task: String, store: u64 },
+    #[error("task `{task}`: tiling of store#{store}: {reason}")]
+    Tile {
+        task: String,
+        store: u64,
+        reason: String,
+    },
     #[error("task `{task}`: store#{dst} is the destination of more than one image")]
     ImageTwice { task: String, dst: u64 },
     #[error("task `{task}`: arguments {a} and {b} alias store#{store} and one of them is written")]

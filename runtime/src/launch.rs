@@ -250,6 +250,7 @@ fn fold(root: &StoreRoot, rect: Rect, op: ReduceOp, data: &Data) {
         DType::I64 => go::<i64>(root, rect, op, data),
         DType::I32 => go::<i32>(root, rect, op, data),
         DType::U64 => go::<u64>(root, rect, op, data),
+        DType::U32 => go::<u32>(root, rect, op, data),
         DType::Range => unreachable!("ranges are not reducible (checked at submit)"),
     }
 }
@@ -275,6 +276,7 @@ fn bind(root: &StoreRoot, arg: usize, outs: &mut [PointOut]) {
         DType::I64 => go::<i64>(root, arg, outs),
         DType::I32 => go::<i32>(root, arg, outs),
         DType::U64 => go::<u64>(root, arg, outs),
+        DType::U32 => go::<u32>(root, arg, outs),
         DType::Range => go::<PosRange>(root, arg, outs),
     }
 }

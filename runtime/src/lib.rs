@@ -40,6 +40,7 @@ mod store;
 mod task;
 mod window;
 
+pub use constraint::Cut;
 pub use context::{ReadView, ReduceView, TaskContext, WriteView};
 pub use dtype::{DType, Element, PosRange, ReduceOp, Scalar};
 pub use error::{Result, RuntimeError};

@@ -71,6 +71,17 @@ pub(crate) enum Partition {
         bounds: Rect,
         domain: Domain,
     },
+    /// Tiles at boundaries the application chose (split points): store dimension `d`, driven
+    /// by launch dimension `proj[d]`, gives point coordinate `c` the cells
+    /// `[cuts[d][c], cuts[d][c+1])` past `offset`; undriven dimensions are whole. Clipped to
+    /// `bounds`.
+    Cuts {
+        cuts: Arc<[Arc<[usize]>]>,
+        proj: [Option<u8>; MAX_DIMS],
+        offset: Rect,
+        bounds: Rect,
+        domain: Domain,
+    },
     /// Data-dependent sub-stores computed from a source store's values; `key` says which source
     /// values, so that the same image is found again while the source is unchanged.
     Image {
@@ -112,6 +123,27 @@ impl Partition {
                 }
                 Rect::new(&lo[..n], &hi[..n]).intersect(bounds)
             }
+            Partition::Cuts {
+                cuts,
+                proj,
+                offset,
+                bounds,
+                ..
+            } => {
+                let p = domain.point(i);
+                let n = bounds.dim();
+                let (mut lo, mut hi) = ([0; MAX_DIMS], [0; MAX_DIMS]);
+                for d in 0..n {
+                    (lo[d], hi[d]) = match proj[d] {
+                        Some(k) => {
+                            let c = p[k as usize];
+                            (offset.lo()[d] + cuts[d][c], offset.lo()[d] + cuts[d][c + 1])
+                        }
+                        None => (bounds.lo()[d], bounds.hi()[d]),
+                    };
+                }
+                Rect::new(&lo[..n], &hi[..n]).intersect(bounds)
+            }
             Partition::Image { rects, .. } => rects[i],
         }
     }
@@ -120,7 +152,7 @@ impl Partition {
     pub(crate) fn disjoint_by_construction(&self, domain: &Domain) -> bool {
         match self {
             Partition::None { .. } => domain.len() == 1,
-            Partition::Tiling { proj, bounds, .. } => {
+            Partition::Tiling { proj, bounds, .. } | Partition::Cuts { proj, bounds, .. } => {
                 // Disjoint when every launch dimension with more than one point splits some
                 // store dimension: then distinct points get distinct tiles.
                 (0..domain.dim()).all(|k| {
@@ -134,7 +166,9 @@ impl Partition {
     /// The bounds of the view this partition splits.
     pub(crate) fn bounds(&self) -> Rect {
         match self {
-            Partition::None { bounds } | Partition::Tiling { bounds, .. } => *bounds,
+            Partition::None { bounds }
+            | Partition::Tiling { bounds, .. }
+            | Partition::Cuts { bounds, .. } => *bounds,
             Partition::Image { key, .. } => key.dst_bounds,
         }
     }

@@ -308,6 +308,7 @@ impl Runtime {
             DType::I64 => i64::from_scalar(value).is_some(),
             DType::I32 => i32::from_scalar(value).is_some(),
             DType::U64 => u64::from_scalar(value).is_some(),
+            DType::U32 => u32::from_scalar(value).is_some(),
             DType::Range => false,
         };
         if !fits {
@@ -466,6 +467,7 @@ fn check_privilege(task: &str, root: &StoreRoot, p: Privilege) -> Result<()> {
                 DType::I64 => i64::identity(op).is_some(),
                 DType::I32 => i32::identity(op).is_some(),
                 DType::U64 => u64::identity(op).is_some(),
+                DType::U32 => u32::identity(op).is_some(),
                 DType::Range => PosRange::identity(op).is_some(),
             };
             if !ok {
@@ -536,7 +538,7 @@ fn resolve_constraints(
                     let root = &args[i].root;
                     let ok_type = matches!(
                         root.dtype,
-                        DType::Range | DType::I64 | DType::I32 | DType::U64
+                        DType::Range | DType::I64 | DType::I32 | DType::U64 | DType::U32
                     );
                     if !ok_type || root.dim != 1 {
                         return Err(RuntimeError::ImageSource {
@@ -548,9 +550,40 @@ fn resolve_constraints(
                     }
                     Constraint::Image { src: i, dst: j }
                 }
+                UserConstraint::Tile(s, cuts) => {
+                    let i = pos(s, "tile")?;
+                    check_cuts(task, s.store, args[i].root.dim, cuts)?;
+                    Constraint::Tile(i, cuts.clone())
+                }
             })
         })
         .collect()
+}
+
+/// What can be checked of a tiling before the launch domain is known: one cut per
+/// dimension, split points strictly increasing.
+fn check_cuts(task: &str, store: u64, rank: usize, cuts: &[crate::Cut]) -> Result<()> {
+    let err = |reason: String| RuntimeError::Tile {
+        task: task.into(),
+        store,
+        reason,
+    };
+    if cuts.len() != rank {
+        return Err(err(format!(
+            "{} cuts given for a store of {rank} dimensions",
+            cuts.len()
+        )));
+    }
+    for c in cuts {
+        if let crate::Cut::At(_, p) = c {
+            if p.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(err(format!(
+                    "split points {p:?} are not strictly increasing"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Inner {
@@ -906,6 +939,7 @@ fn fill_body(ctx: &mut TaskContext<'_>) {
         DType::I64 => go::<i64>(ctx),
         DType::I32 => go::<i32>(ctx),
         DType::U64 => go::<u64>(ctx),
+        DType::U32 => go::<u32>(ctx),
         DType::Range => panic!("ranges cannot be filled"),
     }
 }

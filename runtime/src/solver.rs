@@ -3,7 +3,7 @@
 //! constraints, new tilings otherwise, then images computed in topological order.
 
 use crate::buffer::Buf;
-use crate::constraint::Constraint;
+use crate::constraint::{Constraint, Cut};
 use crate::dtype::{DType, Element, PosRange};
 use crate::error::{Result, RuntimeError};
 use crate::graph::Completion;
@@ -56,6 +56,8 @@ struct Class {
     members: SmallVec<[usize; 4]>,
     broadcast: [bool; MAX_DIMS],
     image_src: Option<usize>,
+    /// The tiling the application chose for the class (`tile`), if any.
+    tile: Option<Arc<[Cut]>>,
 }
 
 impl Solver<'_> {
@@ -68,7 +70,12 @@ impl Solver<'_> {
         let mut classes = self.classes(args, cons)?;
         let domain = match fixed {
             Some(d) => d,
-            None => self.choose_domain(args, &classes),
+            None => {
+                if let Some(c) = classes.iter().find(|c| c.tile.is_some()) {
+                    return Err(self.tile_error(args, c, "`tile` needs a fixed launch domain"));
+                }
+                self.choose_domain(args, &classes)
+            }
         };
         let mut sol = Solution {
             domain,
@@ -78,7 +85,10 @@ impl Solver<'_> {
             moved_keys: false,
         };
         for class in classes.iter().filter(|c| c.image_src.is_none()) {
-            self.solve_independent(args, class, &mut sol);
+            match &class.tile {
+                Some(cuts) => self.solve_tiled(args, class, cuts, &mut sol)?,
+                None => self.solve_independent(args, class, &mut sol),
+            }
         }
         self.solve_images(args, &mut classes, &mut sol)?;
         sol.moved_keys = record_keys(self.interner, args, &sol.parts);
@@ -116,6 +126,7 @@ impl Solver<'_> {
                     members: SmallVec::new(),
                     broadcast: [false; MAX_DIMS],
                     image_src: None,
+                    tile: None,
                 });
             }
             class_of[i] = class_of[r];
@@ -137,10 +148,51 @@ impl Solver<'_> {
                     }
                     cl.image_src = Some(*src);
                 }
+                Constraint::Tile(a, cuts) => {
+                    let cl = &mut classes[class_of[*a]];
+                    if cl.tile.as_ref().is_some_and(|t| t != cuts) {
+                        return Err(self.tile_error(args, cl, "aligned arguments tiled twice"));
+                    }
+                    cl.tile = Some(cuts.clone());
+                }
                 Constraint::Align(..) => {}
             }
         }
+        if let Some(c) = classes
+            .iter()
+            .find(|c| c.tile.is_some() && c.image_src.is_some())
+        {
+            return Err(self.tile_error(args, c, "a tiled argument cannot also be an image"));
+        }
         Ok(classes)
+    }
+
+    fn tile_error(&self, args: &[SolverArg], class: &Class, reason: &str) -> RuntimeError {
+        RuntimeError::Tile {
+            task: self.task.into(),
+            store: args[class.members[0]].root.id,
+            reason: reason.into(),
+        }
+    }
+
+    /// A class the application tiled: every member gets the tiles `cuts` describe over its
+    /// own view (equal tiles become a `Tiling`, which can be a key partition; split points
+    /// become `Cuts`).
+    fn solve_tiled(
+        &mut self,
+        args: &[SolverArg],
+        class: &Class,
+        cuts: &[Cut],
+        sol: &mut Solution,
+    ) -> Result<()> {
+        let domain = sol.domain;
+        for &m in &class.members {
+            let rect = args[m].rect.expect("bound");
+            let p = tiled_partition(cuts, rect, domain)
+                .map_err(|reason| self.tile_error(args, class, &reason))?;
+            sol.parts[m] = Some(self.intern(p));
+        }
+        Ok(())
     }
 
     /// A key partition of some member of `class` that respects its broadcast dimensions (and
@@ -365,6 +417,7 @@ impl Solver<'_> {
                 DType::I64 => spans::<i64>(root, piece),
                 DType::I32 => spans::<i32>(root, piece),
                 DType::U64 => spans::<u64>(root, piece),
+                DType::U32 => spans::<u32>(root, piece),
                 _ => unreachable!("image sources are checked at issue"),
             };
             let (lo, hi) = match span {
@@ -443,6 +496,77 @@ pub(crate) fn record_keys(
         }
     }
     changed
+}
+
+/// The partition `cuts` describe over `rect`, or why they do not fit `domain`.
+fn tiled_partition(
+    cuts: &[Cut],
+    rect: Rect,
+    domain: Domain,
+) -> std::result::Result<Partition, String> {
+    let mut proj = [None; MAX_DIMS];
+    let mut tile = [0; MAX_DIMS];
+    let mut bounds: Vec<Arc<[usize]>> = Vec::with_capacity(cuts.len());
+    if cuts.len() != rect.dim() {
+        return Err(format!(
+            "{} cuts for a view of {} dimensions",
+            cuts.len(),
+            rect.dim()
+        ));
+    }
+    for (d, cut) in cuts.iter().enumerate() {
+        let n = rect.extent(d);
+        tile[d] = n;
+        let Some(k) = cut.launch_dim() else {
+            bounds.push(Arc::from([]));
+            continue;
+        };
+        if k >= domain.dim() {
+            return Err(format!(
+                "dimension {d} follows launch dimension {k}, but the launch domain has {}",
+                domain.dim()
+            ));
+        }
+        if proj[..d].contains(&Some(k as u8)) {
+            return Err(format!("launch dimension {k} cuts two dimensions"));
+        }
+        proj[d] = Some(k as u8);
+        let parts = domain.extent(k);
+        let edges: Vec<usize> = match cut {
+            Cut::At(_, p) if p.len() + 1 != parts => {
+                return Err(format!(
+                    "{} split points make {} tiles, but launch dimension {k} has {parts} points",
+                    p.len(),
+                    p.len() + 1
+                ))
+            }
+            Cut::At(_, p) => std::iter::once(0)
+                .chain(p.iter().map(|&x| x.min(n)))
+                .chain([n])
+                .collect(),
+            _ => {
+                tile[d] = n.div_ceil(parts).max(1);
+                (0..=parts).map(|c| (c * tile[d]).min(n)).collect()
+            }
+        };
+        bounds.push(edges.into());
+    }
+    if cuts.iter().all(|c| !matches!(c, Cut::At(..))) {
+        return Ok(Partition::Tiling {
+            tile,
+            proj,
+            offset: rect,
+            bounds: rect,
+            domain,
+        });
+    }
+    Ok(Partition::Cuts {
+        cuts: bounds.into(),
+        proj,
+        offset: rect,
+        bounds: rect,
+        domain,
+    })
 }
 
 /// Tile shape and projection splitting `shape` over `domain`: launch dimension `k` splits the

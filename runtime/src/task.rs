@@ -73,6 +73,7 @@ pub(crate) enum UserConstraint {
     Align(ViewId, ViewId),
     Broadcast(ViewId, crate::constraint::Dims),
     Image(ViewId, ViewId),
+    Tile(ViewId, std::sync::Arc<[crate::constraint::Cut]>),
 }
 
 /// Which view of which store a constraint names. An identity, not a handle: naming a store
@@ -266,6 +267,17 @@ impl<'rt> TaskLauncher<'rt> {
         self.spec
             .constraints
             .push(UserConstraint::Image(ViewId::of(src), ViewId::of(dst)));
+        self
+    }
+
+    /// `s` is cut as `cuts` says, one [`Cut`](crate::Cut) per dimension: which launch
+    /// dimension drives which store dimension, in equal tiles or at split points. Aligned
+    /// arguments get the same tiles. Needs a fixed [`launch_domain`](Self::launch_domain).
+    #[inline]
+    pub fn tile(mut self, s: &Store, cuts: &[crate::constraint::Cut]) -> Self {
+        self.spec
+            .constraints
+            .push(UserConstraint::Tile(ViewId::of(s), cuts.into()));
         self
     }
 

@@ -8,3 +8,4 @@ mod cg;
 mod matrices;
 mod solver;
 mod streams;
+mod tiles;
