@@ -12,9 +12,9 @@ pub enum Cut {
     /// Cut along launch dimension `k` into equal tiles of `⌈n / extent(k)⌉` (the last may be
     /// shorter, and tiles past the end are empty).
     Equal(usize),
-    /// Cut along launch dimension `k` at split points `p`: tiles `[0, p[0])`, `[p[0], p[1])`,
-    /// …, `[p[last], n)`; `extent(k)` must be `p.len() + 1`. Points past the end give empty
-    /// tiles.
+    /// Cut along launch dimension `k` at split points `p` (non-decreasing): tiles `[0, p[0])`,
+    /// `[p[0], p[1])`, …, `[p[last], n)`; `extent(k)` must be `p.len() + 1`. Equal points and
+    /// points past the end give empty tiles.
     At(usize, Vec<usize>),
 }
 

@@ -576,10 +576,8 @@ fn check_cuts(task: &str, store: u64, rank: usize, cuts: &[crate::Cut]) -> Resul
     }
     for c in cuts {
         if let crate::Cut::At(_, p) = c {
-            if p.windows(2).any(|w| w[0] >= w[1]) {
-                return Err(err(format!(
-                    "split points {p:?} are not strictly increasing"
-                )));
+            if p.windows(2).any(|w| w[0] > w[1]) {
+                return Err(err(format!("split points {p:?} decrease")));
             }
         }
     }

@@ -12,11 +12,13 @@
 //!   are computed once, in the first block — see [`crate::ir::Block`]);
 //! - the sharding key: the `map` variables, or the output tile's variables (owner computes).
 //!
-//! The kernel inside each block task is the ordinary kernel run on a [`crate::ir::Block`];
-//! [`exec`] runs a plan's blocks with the interpreter, which is what the property tests check.
+//! The kernel inside each block task is the ordinary kernel run on a [`crate::ir::Block`].
+//! [`on_runtime`] runs a plan as block tasks on `tessera-runtime`; [`exec`] runs the same
+//! blocks on a plain thread pool (the reference the runtime path is tested against).
 
 pub mod exec;
 pub mod grid;
+pub mod on_runtime;
 pub mod stores;
 
 mod display;

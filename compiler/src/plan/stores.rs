@@ -42,6 +42,8 @@ pub enum StoreKind {
     Crd(usize),
     /// The directory of a tensor cut into blocks, shaped like the block variables that cut it.
     Blocks,
+    /// A sparse output's entries (coordinates), emitted piece by piece.
+    Coords,
 }
 
 impl fmt::Display for StoreRef {
@@ -51,6 +53,7 @@ impl fmt::Display for StoreRef {
             StoreKind::Pos(l) => write!(f, "{}.pos{l}", self.tensor),
             StoreKind::Crd(l) => write!(f, "{}.crd{l}", self.tensor),
             StoreKind::Blocks => write!(f, "{}.blocks", self.tensor),
+            StoreKind::Coords => write!(f, "{}.coords", self.tensor),
         }
     }
 }
@@ -65,10 +68,11 @@ pub enum Privilege {
     ReadWrite,
     /// Points that share a tile fold their partial outputs with `+` (output extension).
     ReduceSum,
-    /// A sparse output level: each point emits a piece; `pos` is assembled by a prefix sum.
+    /// A sparse output: each point emits a piece of entries; the pieces, in point order,
+    /// are assembled into the output's levels.
     WriteUnbound,
-    /// A sparse output that extended points all contribute to: pieces merged by coordinate,
-    /// values summed in a fixed order.
+    /// A sparse output that extended or hoisted blocks all contribute to: the pieces are
+    /// merged by coordinate, values summed in point order.
     ReduceUnbound,
 }
 
@@ -100,25 +104,17 @@ pub struct Arg {
 /// The arguments of the block task: the output's stores first, then each input's.
 pub(super) fn arguments(k: &Kernel, grid: &Grid) -> Vec<Arg> {
     let mut args = output_args(k, grid);
-    let partitioned: Vec<bool> = (0..k.tensors.len())
-        .map(|t| !split_vars(k, grid, t).is_empty())
+    let tiled: Vec<bool> = (0..k.tensors.len())
+        .map(|t| tiled_by_first_level(k, grid, t))
         .collect();
     for (t, decl) in k.tensors.iter().enumerate() {
         if decl.input_slot.is_none() {
             continue;
         }
-        let first_var = first_level_var(k, t);
         let split = split_vars(k, grid, t);
-        let top_dense = decl.format.levels().first() == Some(&LevelType::Dense);
-        let chainable = chainable(&decl.format.levels().to_vec());
         if split.is_empty() {
-            args.extend(unsplit_input(k, t, &partitioned));
-        } else if top_dense
-            && chainable
-            && split
-                .iter()
-                .all(|&g| Some(grid.vars[g].var_id) == first_var)
-        {
+            args.extend(unsplit_input(k, t, &tiled));
+        } else if tiled[t] {
             args.extend(tiled_input(k, t, split[0], &args));
         } else {
             args.push(Arg {
@@ -161,6 +157,19 @@ fn split_vars(k: &Kernel, grid: &Grid, t: TensorId) -> Vec<usize> {
         .collect()
 }
 
+/// True when only tensor `t`'s first level's variable is split, that level is dense and the
+/// rest is a chain images can follow.
+fn tiled_by_first_level(k: &Kernel, grid: &Grid, t: TensorId) -> bool {
+    let levels = k.tensors[t].format.levels();
+    let split = split_vars(k, grid, t);
+    let first = first_level_var(k, t);
+    k.tensors[t].input_slot.is_some()
+        && !split.is_empty()
+        && levels.first() == Some(&LevelType::Dense)
+        && chainable(levels)
+        && split.iter().all(|&g| Some(grid.vars[g].var_id) == first)
+}
+
 /// Dense levels first, then only compressed ones: the shape images can follow.
 fn chainable(levels: &[LevelType]) -> bool {
     let dense = levels
@@ -197,15 +206,16 @@ fn chain(k: &Kernel, t: TensorId) -> Vec<(StoreRef, Option<StoreRef>)> {
 /// An input tiled by its first level: Fig. 7.2 (`pos` tiled or aligned with the output, then
 /// images down the chain).
 fn tiled_input(k: &Kernel, t: TensorId, g: usize, so_far: &[Arg]) -> Vec<Arg> {
+    // Stores are 1-d: the dense prefix is flattened, so a tile of the first level is one
+    // contiguous range of the store below it. With a prefix of one level that store has the
+    // output's shape when the output is a vector: then it is aligned with it (Fig. 7.2).
     let levels = k.tensors[t].format.levels();
-    let dense = levels
-        .iter()
-        .take_while(|l| **l == LevelType::Dense)
-        .count();
-    let mut dims = vec![None; dense.max(1)];
-    dims[0] = Some(g);
+    let one_level_prefix = levels.get(1) != Some(&LevelType::Dense);
+    let dims = vec![Some(g)];
     let partition_of_first = match so_far.first() {
-        Some(out) if out.partition == (Partition::Tiled { dims: dims.clone() }) => {
+        Some(out)
+            if one_level_prefix && out.partition == (Partition::Tiled { dims: dims.clone() }) =>
+        {
             Partition::Aligned(out.store.clone())
         }
         _ => Partition::Tiled { dims },
@@ -225,17 +235,13 @@ fn tiled_input(k: &Kernel, t: TensorId, g: usize, so_far: &[Arg]) -> Vec<Arg> {
         .collect()
 }
 
-/// An input no split variable indexes: broadcast, or imaged through the coordinates of a
-/// partitioned operand's compressed level that visits its first mode (Fig. 7.2's `x`).
-fn unsplit_input(k: &Kernel, t: TensorId, partitioned: &[bool]) -> Vec<Arg> {
-    let all_dense = k.tensors[t]
-        .format
-        .levels()
-        .iter()
-        .all(|l| *l == LevelType::Dense);
+/// An input no split variable indexes: broadcast, or — a dense vector — imaged through the
+/// coordinates of a tiled operand's compressed level that visits it (Fig. 7.2's `x`).
+fn unsplit_input(k: &Kernel, t: TensorId, tiled: &[bool]) -> Vec<Arg> {
+    let vector = k.tensors[t].format.levels() == [LevelType::Dense];
     let source = first_level_var(k, t)
-        .filter(|_| all_dense)
-        .and_then(|v| crd_source(k, t, v, partitioned));
+        .filter(|_| vector)
+        .and_then(|v| crd_source(k, t, v, tiled));
     chain(k, t)
         .into_iter()
         .map(|(s, _)| Arg {
@@ -249,9 +255,9 @@ fn unsplit_input(k: &Kernel, t: TensorId, partitioned: &[bool]) -> Vec<Arg> {
         .collect()
 }
 
-/// The `crd` store of a compressed level of another, partitioned input that is iterated by
-/// the loop binding `v`, in a nest that also reads tensor `t`.
-fn crd_source(k: &Kernel, t: TensorId, v: usize, partitioned: &[bool]) -> Option<StoreRef> {
+/// The `crd` store of a compressed level of another, tiled input that is iterated by the
+/// loop binding `v`, in a nest that also reads tensor `t`.
+fn crd_source(k: &Kernel, t: TensorId, v: usize, tiled: &[bool]) -> Option<StoreRef> {
     for nest in &k.nests {
         if !nest.accesses().iter().any(|&a| k.accesses[a].tensor == t) {
             continue;
@@ -262,7 +268,7 @@ fn crd_source(k: &Kernel, t: TensorId, v: usize, partitioned: &[bool]) -> Option
             }
             let r = lp.iterate[0];
             let src = k.accesses[r.access].tensor;
-            if src != t && partitioned[src] && k.tensors[src].input_slot.is_some() {
+            if src != t && tiled[src] {
                 return Some(store(k, src, StoreKind::Crd(r.level)));
             }
         }
@@ -271,7 +277,7 @@ fn crd_source(k: &Kernel, t: TensorId, v: usize, partitioned: &[bool]) -> Option
 }
 
 /// The output's stores: a dense (or scalar) output is one `vals` store tiled along the free
-/// block variables; a sparse output's levels are unbound stores, one piece per point.
+/// block variables; a sparse output is emitted as entries, one piece per point.
 fn output_args(k: &Kernel, grid: &Grid) -> Vec<Arg> {
     let out = &k.accesses[k.output_access];
     let has = |r: Role| grid.vars.iter().any(|b| b.role == r);
@@ -280,8 +286,8 @@ fn output_args(k: &Kernel, grid: &Grid) -> Vec<Arg> {
         (true, true, _) => Privilege::ReduceSum,
         (true, false, true) => Privilege::ReadWrite,
         (true, false, false) => Privilege::Write,
-        (false, true, _) => Privilege::ReduceUnbound,
-        (false, false, _) => Privilege::WriteUnbound,
+        (false, false, false) => Privilege::WriteUnbound,
+        (false, _, _) => Privilege::ReduceUnbound,
     };
     if dense {
         let dims: Vec<Option<usize>> = out
@@ -304,23 +310,12 @@ fn output_args(k: &Kernel, grid: &Grid) -> Vec<Arg> {
             partition,
         }];
     }
-    let levels = k.output_tensor().format.levels();
-    let mut args = Vec::new();
-    for (l, lt) in levels.iter().enumerate() {
-        if *lt == LevelType::Compressed {
-            for kind in [StoreKind::Pos(l), StoreKind::Crd(l)] {
-                args.push(Arg {
-                    store: store(k, k.output, kind),
-                    privilege,
-                    partition: Partition::Pieces,
-                });
-            }
-        }
-    }
-    args.push(Arg {
-        store: store(k, k.output, StoreKind::Vals),
-        privilege,
-        partition: Partition::Pieces,
-    });
-    args
+    [StoreKind::Coords, StoreKind::Vals]
+        .into_iter()
+        .map(|kind| Arg {
+            store: store(k, k.output, kind),
+            privilege,
+            partition: Partition::Pieces,
+        })
+        .collect()
 }

@@ -122,7 +122,7 @@ fn tilings_that_do_not_fit_are_errors_naming_the_store() {
         (
             vec![Cut::At(0, vec![4, 2])],
             Some(vec![3]),
-            "not strictly increasing",
+            "decrease",
         ),
         (
             vec![Cut::At(0, vec![4])],

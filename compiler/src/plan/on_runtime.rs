@@ -1,0 +1,583 @@
+//! Running a plan on `tessera-runtime`: the tensors become stores, the plan's partitioning
+//! constraints become the runtime's (`tile` at the grid's split points, `align`, `image`,
+//! `broadcast`), and each point task runs the kernel's block entry point on the sub-stores
+//! the runtime hands it. Sequential block variables become a loop of dependent launches;
+//! extended ones a reduction privilege the runtime folds in point order.
+//!
+//! Store layout (one representation, chosen so that images work on it): every input store is
+//! 1-d. `pos` of a compressed level holds one [`PosRange`] per parent position (the thesis'
+//! ranges; made once from `formats`' offsets at upload), `crd` the coordinates at the
+//! tensor's index width (`u32` by default), `vals` the values; a dense prefix of levels is
+//! flattened into the positions of the store below it, so a tile of the first level is a
+//! contiguous range. A dense output is one n-d store over its levels (trailing untiled levels
+//! merged when there are more than the runtime's dimensions); a sparse output is emitted as
+//! entries, one piece per point, assembled once at the end.
+//!
+//! A point rebuilds its operands as block tensors (dense offsets, `pos` rebased to its `crd`
+//! sub-range) and runs the interpreter's block entry point. Inputs the plan cuts into
+//! *tensor blocks* are, on one process, passed whole and narrowed by the block kernel's
+//! bounded loops; cutting them with the distributed loader is the multi-rank step.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tessera_formats::{Format, Index, Level, LevelType, Tensor, Value};
+use tessera_runtime::{
+    Cut, DType, Element, PosRange, Rect, ReduceOp, Runtime, RuntimeError, Store, TaskContext,
+    MAX_DIMS,
+};
+
+use super::{Grid, Partition, Plan, Privilege, StoreKind};
+use crate::interp::{self, InterpError};
+use crate::ir::{Kernel, OutputKind};
+
+/// Why a plan could not run on the runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanRunError {
+    #[error(transparent)]
+    Inputs(#[from] InterpError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error("assembling the output failed: {0}")]
+    Output(#[from] tessera_formats::TensorError),
+    #[error(
+        "the output has {rank} levels and is tiled at level {level}; the runtime's stores have \
+         at most {MAX_DIMS} dimensions"
+    )]
+    OutputRank { rank: usize, level: usize },
+}
+
+/// The element types a plan runs with: values and coordinates the runtime can store.
+pub trait PlanValue: Value + Element {}
+impl<T: Value + Element> PlanValue for T {}
+pub trait PlanIndex: Index + Element {}
+impl<T: Index + Element> PlanIndex for T {}
+
+/// Runs `plan` (made from `kernel`) on `rt` and returns the output tensor.
+pub fn run<V: PlanValue, I: PlanIndex>(
+    rt: &Runtime,
+    plan: &Plan,
+    kernel: &Kernel,
+    inputs: &[&Tensor<V, I>],
+    out_dims: &[usize],
+) -> Result<Tensor<V, I>, PlanRunError> {
+    let dims = interp::checked_dims(kernel, inputs, out_dims)?;
+    let grid = &plan.grid;
+    let out = OutputLayout::new(kernel, out_dims, plan)?;
+    let mut stores = Vec::new();
+    let mut layouts = Vec::new();
+    for t in inputs {
+        let (s, l) = upload(rt, t)?;
+        stores.push(s);
+        layouts.push(l);
+    }
+    let shared = Arc::new(Body {
+        kernel: kernel.clone(),
+        grid: grid.clone(),
+        dims: dims.clone(),
+        out_dims: out_dims.to_vec(),
+        formats: inputs.iter().map(|t| t.format().clone()).collect(),
+        in_dims: inputs.iter().map(|t| t.dims().to_vec()).collect(),
+        seq_tiled: sequential_tiles(plan, kernel, inputs.len()),
+        layouts,
+        out: out.clone(),
+    });
+    let name = task_name(plan);
+    let body = shared.clone();
+    rt.register(&name, move |ctx| body.run::<V, I>(ctx))?;
+    let output = match out.dense {
+        true => {
+            let y = rt.create(V::DTYPE, &out.shape)?;
+            for launch in 0..grid.launches() {
+                launch_task(rt, &name, plan, &shared, &stores, &[y.clone()], launch)?;
+            }
+            let vals = rt.read::<V>(&y)?;
+            let format = kernel.output_tensor().format.clone();
+            Tensor::from_parts(
+                out_dims.to_vec(),
+                format.clone(),
+                dense_levels(&format, out_dims),
+                vals,
+            )?
+        }
+        false => {
+            let mut entries = Vec::new();
+            for launch in 0..grid.launches() {
+                let coords = rt.create_unbound(DType::U64);
+                let vals = rt.create_unbound(V::DTYPE);
+                let outs = [coords.clone(), vals.clone()];
+                launch_task(rt, &name, plan, &shared, &stores, &outs, launch)?;
+                let (c, v) = (rt.read::<u64>(&coords)?, rt.read::<V>(&vals)?);
+                let rank = out_dims.len();
+                for (e, x) in v.into_iter().enumerate() {
+                    let at = c[e * rank..(e + 1) * rank].iter().map(|&c| c as usize);
+                    entries.push((at.collect::<Vec<_>>(), x));
+                }
+            }
+            // Entries in launch, then point order: duplicates (extended blocks) are summed in
+            // that fixed order.
+            let format = kernel.output_tensor().format.clone();
+            Tensor::from_entries(out_dims.to_vec(), format, entries)?
+        }
+    };
+    Ok(output)
+}
+
+/// Tasks are registered by name; each run of a plan gets its own.
+fn task_name(plan: &Plan) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "plan#{} {}",
+        NEXT.fetch_add(1, Ordering::Relaxed),
+        plan.source
+    )
+}
+
+/// Issues one launch of the block task: outputs first, then every input's stores, with the
+/// plan's constraints.
+fn launch_task(
+    rt: &Runtime,
+    name: &str,
+    plan: &Plan,
+    body: &Body,
+    inputs: &[Vec<Store>],
+    outs: &[Store],
+    launch: usize,
+) -> Result<(), PlanRunError> {
+    let grid = &plan.grid;
+    let mut t = rt
+        .task(name)
+        .scalar(launch as u64)
+        .launch_domain(&grid.domain());
+    let out_arg = &plan.args[0];
+    for s in outs {
+        t = match out_arg.privilege {
+            Privilege::Write => t.write(s),
+            Privilege::ReadWrite => t.read_write(s),
+            Privilege::ReduceSum => t.reduce(s, ReduceOp::Sum),
+            Privilege::Read | Privilege::WriteUnbound | Privilege::ReduceUnbound => {
+                t.write_unbound(s)
+            }
+        };
+    }
+    if body.out.dense {
+        t = match &out_arg.partition {
+            Partition::Tiled { dims } => {
+                let cuts = body.out.cuts(dims, grid, &body.dims);
+                t.tile(&outs[0], &cuts)
+            }
+            _ => t.broadcast(&outs[0], &(0..body.out.shape.len()).collect::<Vec<_>>()),
+        };
+    }
+    let views = launch_views(body, inputs, launch)?;
+    // The store (or this launch's view of it) a plan argument names.
+    let find = |tensor: &str, kind: StoreKind| -> Option<&Store> {
+        let slot = input_slot(&body.kernel, tensor);
+        let idx = body.layouts[slot].index_of(kind)?;
+        Some(&views[slot][idx])
+    };
+    for stores in &views {
+        for s in stores {
+            t = t.read(s);
+        }
+    }
+    for arg in &plan.args[outs.len()..] {
+        let tensor = &arg.store.tensor;
+        let slot = input_slot(&body.kernel, tensor);
+        let store = |kind: StoreKind| find(tensor, kind).expect("the plan's stores were uploaded");
+        t = match &arg.partition {
+            // On one process a tensor cut into blocks is read whole by every point; the block
+            // kernel's bounded loops visit only its block.
+            Partition::Blocks { .. } => views[slot].iter().fold(t, |t, s| t.broadcast(s, &[0])),
+            Partition::Broadcast => t.broadcast(store(arg.store.kind), &[0]),
+            // Tiled by a sequential variable: this launch reads its range, whole.
+            Partition::Tiled { dims } if sequential(grid, dims[0]) => {
+                t.broadcast(store(arg.store.kind), &[0])
+            }
+            Partition::Tiled { dims } => {
+                let g = dims[0].expect("inputs are tiled by their first level");
+                let scale = body.layouts[slot].prefix_inner;
+                let cut = grid_cut(grid, g, body.dims[grid.vars[g].var_id], scale);
+                t.tile(store(arg.store.kind), &[cut])
+            }
+            Partition::Aligned(_) => t.align(&outs[0], store(arg.store.kind)),
+            Partition::Image(src) => {
+                let from = find(&src.tensor, src.kind).expect("image sources were uploaded");
+                t.image(from, store(arg.store.kind))
+            }
+            Partition::Pieces => t,
+        };
+    }
+    t.submit()?;
+    Ok(())
+}
+
+/// The input slot of the kernel's input `tensor` (with `+=`, the output's old value is an
+/// input of the output's name).
+fn input_slot(kernel: &Kernel, tensor: &str) -> usize {
+    kernel
+        .tensors
+        .iter()
+        .find_map(|d| d.input_slot.filter(|_| d.name == tensor))
+        .expect("plan arguments name the kernel's inputs")
+}
+
+fn sequential(grid: &Grid, g: Option<usize>) -> bool {
+    g.is_some_and(|g| grid.vars[g].role == super::Role::Sequential)
+}
+
+/// The input stores one launch reads: the first store of an input tiled by a sequential
+/// block variable is replaced by its view of this launch's range (images then follow from
+/// the view).
+fn launch_views(
+    body: &Body,
+    inputs: &[Vec<Store>],
+    launch: usize,
+) -> Result<Vec<Vec<Store>>, RuntimeError> {
+    let mut views: Vec<Vec<Store>> = inputs.to_vec();
+    for (slot, layout) in body.layouts.iter().enumerate() {
+        if let Some(r) = body.launch_range(slot, launch) {
+            let first = layout.first();
+            views[slot][first] = inputs[slot][first].slice(0, r)?;
+        }
+    }
+    Ok(views)
+}
+
+/// The grid variable tiling each input's first store, when it is a sequential one.
+fn sequential_tiles(plan: &Plan, kernel: &Kernel, slots: usize) -> Vec<Option<usize>> {
+    let mut out = vec![None; slots];
+    for arg in &plan.args {
+        if let (Partition::Tiled { dims }, Privilege::Read) = (&arg.partition, arg.privilege) {
+            if sequential(&plan.grid, dims[0]) {
+                out[input_slot(kernel, &arg.store.tensor)] = dims[0];
+            }
+        }
+    }
+    out
+}
+
+/// The runtime cut of a store dimension that follows grid variable `g` over a dimension of
+/// extent `dim`, each coordinate standing for `scale` cells (a flattened dense prefix).
+fn grid_cut(grid: &Grid, g: usize, dim: usize, scale: usize) -> Cut {
+    let bv = &grid.vars[g];
+    let launch_dim = grid
+        .domain_vars()
+        .iter()
+        .position(|&d| d == g)
+        .expect("tiled variables are launch dimensions");
+    let points = (1..bv.count())
+        .map(|b| bv.range(b, dim).start * scale)
+        .collect();
+    Cut::At(launch_dim, points)
+}
+
+/// How a dense output is stored: its level sizes, trailing untiled levels merged to fit the
+/// runtime's dimensions.
+#[derive(Clone, Debug)]
+struct OutputLayout {
+    dense: bool,
+    shape: Vec<usize>,
+}
+
+impl OutputLayout {
+    fn new(kernel: &Kernel, out_dims: &[usize], plan: &Plan) -> Result<Self, PlanRunError> {
+        if kernel.output_kind == OutputKind::Sparse {
+            return Ok(OutputLayout {
+                dense: false,
+                shape: vec![],
+            });
+        }
+        let order = kernel.output_tensor().format.mode_order().to_vec();
+        let mut sizes: Vec<usize> = order.iter().map(|&m| out_dims[m]).collect();
+        if sizes.is_empty() {
+            sizes.push(1);
+        }
+        if sizes.len() > MAX_DIMS {
+            let last_tiled = match &plan.args[0].partition {
+                Partition::Tiled { dims } => dims.iter().rposition(Option::is_some).unwrap_or(0),
+                _ => 0,
+            };
+            if last_tiled >= MAX_DIMS - 1 {
+                return Err(PlanRunError::OutputRank {
+                    rank: sizes.len(),
+                    level: last_tiled,
+                });
+            }
+            let rest: usize = sizes[MAX_DIMS - 1..].iter().product();
+            sizes.truncate(MAX_DIMS - 1);
+            sizes.push(rest);
+        }
+        Ok(OutputLayout {
+            dense: true,
+            shape: sizes,
+        })
+    }
+
+    /// The output store's cuts: levels tiled by parallel grid variables at the grid's ranges
+    /// (a merged trailing dimension is never tiled: checked in `new`).
+    fn cuts(&self, tiled: &[Option<usize>], grid: &Grid, dims: &[usize]) -> Vec<Cut> {
+        (0..self.shape.len())
+            .map(|d| match tiled.get(d).copied().flatten() {
+                Some(g) => grid_cut(grid, g, dims[grid.vars[g].var_id], 1),
+                None => Cut::Whole,
+            })
+            .collect()
+    }
+}
+
+/// Where an input's stores are, in the order `upload` made them.
+#[derive(Clone, Debug)]
+struct InputLayout {
+    /// Per level: for compressed levels, the indices of its `pos` and `crd` stores.
+    levels: Vec<Option<(usize, usize)>>,
+    vals: usize,
+    /// Leading dense levels.
+    prefix: usize,
+    /// Cells per coordinate of the first level in the store below the dense prefix.
+    prefix_inner: usize,
+}
+
+impl InputLayout {
+    fn index_of(&self, kind: StoreKind) -> Option<usize> {
+        match kind {
+            StoreKind::Vals => Some(self.vals),
+            StoreKind::Pos(l) => self.levels.get(l).copied().flatten().map(|p| p.0),
+            StoreKind::Crd(l) => self.levels.get(l).copied().flatten().map(|p| p.1),
+            StoreKind::Blocks | StoreKind::Coords => None,
+        }
+    }
+
+    /// The store that holds the dense prefix's positions (`pos` of the first compressed
+    /// level, or `vals`).
+    fn first(&self) -> usize {
+        self.levels
+            .iter()
+            .flatten()
+            .next()
+            .map_or(self.vals, |p| p.0)
+    }
+}
+
+/// Uploads a tensor's arrays as 1-d stores: per compressed level `pos` (ranges) and `crd`,
+/// then `vals`.
+fn upload<V: PlanValue, I: PlanIndex>(
+    rt: &Runtime,
+    t: &Tensor<V, I>,
+) -> Result<(Vec<Store>, InputLayout), RuntimeError> {
+    let mut stores = Vec::new();
+    let mut levels = Vec::new();
+    for l in t.levels() {
+        match l {
+            Level::Dense { .. } => levels.push(None),
+            Level::Compressed { pos, crd } => {
+                let ranges: Vec<PosRange> = pos
+                    .windows(2)
+                    .map(|w| PosRange::new(w[0].to_usize() as u64, w[1].to_usize() as u64))
+                    .collect();
+                levels.push(Some((stores.len(), stores.len() + 1)));
+                stores.push(rt.from_vec(&[ranges.len()], ranges)?);
+                stores.push(rt.from_vec(&[crd.len()], crd.clone())?);
+            }
+        }
+    }
+    let vals = stores.len();
+    stores.push(rt.from_vec(&[t.vals().len()], t.vals().to_vec())?);
+    let kinds = t.format().levels();
+    let prefix = kinds.iter().take_while(|l| **l == LevelType::Dense).count();
+    let prefix_inner = t.levels()[1.min(prefix)..prefix]
+        .iter()
+        .map(|l| match l {
+            Level::Dense { size, .. } => *size,
+            Level::Compressed { .. } => 1,
+        })
+        .product();
+    Ok((
+        stores,
+        InputLayout {
+            levels,
+            vals,
+            prefix,
+            prefix_inner,
+        },
+    ))
+}
+
+/// What every point of a plan's task shares.
+struct Body {
+    kernel: Kernel,
+    grid: Grid,
+    dims: Vec<usize>,
+    out_dims: Vec<usize>,
+    formats: Vec<Format>,
+    in_dims: Vec<Vec<usize>>,
+    layouts: Vec<InputLayout>,
+    /// Per input, the sequential grid variable that tiles its first store, if any.
+    seq_tiled: Vec<Option<usize>>,
+    out: OutputLayout,
+}
+
+impl Body {
+    /// The cells of input `slot`'s first store that launch `launch` reads, when a sequential
+    /// block variable tiles it.
+    fn launch_range(&self, slot: usize, launch: usize) -> Option<std::ops::Range<usize>> {
+        let g = self.seq_tiled[slot]?;
+        let bv = &self.grid.vars[g];
+        let r = bv.range(self.grid.index(launch, 0)[g], self.dims[bv.var_id]);
+        let scale = self.layouts[slot].prefix_inner;
+        Some(r.start * scale..r.end * scale)
+    }
+
+    fn run<V: PlanValue, I: PlanIndex>(&self, ctx: &TaskContext) {
+        let launch = ctx.scalar(0).as_u64() as usize;
+        let point = ctx.linear_point();
+        let idx = self.grid.index(launch, point);
+        let block = self.grid.block(&self.kernel, &self.dims, &idx);
+        let n_out = if self.out.dense { 1 } else { 2 };
+        let mut arg = n_out;
+        let mut tensors = Vec::with_capacity(self.layouts.len());
+        for (slot, layout) in self.layouts.iter().enumerate() {
+            let n = layout.vals + 1;
+            let origin = self.launch_range(slot, launch).map_or(0, |r| r.start);
+            tensors.push(self.rebuild::<V, I>(ctx, slot, arg, origin));
+            arg += n;
+        }
+        let refs: Vec<&Tensor<V, I>> = tensors.iter().collect();
+        let (result, _) = interp::run_block(&self.kernel, &refs, &self.out_dims, &block)
+            .unwrap_or_else(|e| panic!("block {idx:?}: {e}"));
+        if self.out.dense {
+            self.write_tile(ctx, &result);
+        } else {
+            let mut coords = Vec::new();
+            let mut vals = Vec::new();
+            for (c, v) in result.entries() {
+                coords.extend(c.iter().map(|&c| c as u64));
+                vals.push(v);
+            }
+            ctx.emit(0, coords);
+            ctx.emit(1, vals);
+        }
+    }
+
+    /// The input in slot `slot` as a block tensor over the sub-stores of arguments
+    /// `first_arg..`: dense levels of the prefix with the offset of the first store's range
+    /// (its view starts at cell `origin`), `pos` rebased to the start of its `crd` sub-range.
+    fn rebuild<V: PlanValue, I: PlanIndex>(
+        &self,
+        ctx: &TaskContext,
+        slot: usize,
+        first_arg: usize,
+        origin: usize,
+    ) -> Tensor<V, I> {
+        let layout = &self.layouts[slot];
+        let format = &self.formats[slot];
+        let dims = &self.in_dims[slot];
+        let first = ctx.rect(first_arg + layout.first());
+        let (lo, hi) = (origin + first.lo()[0], origin + first.hi()[0]);
+        let mut levels = Vec::with_capacity(format.rank());
+        for (l, &m) in format.mode_order().iter().enumerate() {
+            if l < layout.prefix {
+                let (size, offset) = match (l, layout.prefix_inner) {
+                    // A prefix with no cells (an inner extent of 0) holds nothing to offset.
+                    (0, 0) => (dims[m], 0),
+                    (0, inner) => ((hi - lo) / inner, lo / inner),
+                    _ => (dims[m], 0),
+                };
+                levels.push(Level::Dense { size, offset });
+                continue;
+            }
+            match layout.levels[l] {
+                None => levels.push(Level::Dense {
+                    size: dims[m],
+                    offset: 0,
+                }),
+                Some((p, c)) => {
+                    let pos = ctx.read::<PosRange>(first_arg + p);
+                    let crd = ctx.read::<I>(first_arg + c);
+                    // Positions are global; this point's `crd` starts at `base`. An empty
+                    // image may sit anywhere: then every range is empty and rebases to 0.
+                    let base = match crd.as_slice().is_empty() {
+                        true => pos.as_slice().first().map_or(0, |r| r.lo),
+                        false => crd.range().start as u64,
+                    };
+                    let mut offsets = Vec::with_capacity(pos.as_slice().len() + 1);
+                    offsets.push(I::from_usize(
+                        pos.as_slice().first().map_or(0, |r| (r.lo - base) as usize),
+                    ));
+                    for r in pos.as_slice() {
+                        offsets.push(I::from_usize((r.hi - base) as usize));
+                    }
+                    levels.push(Level::Compressed {
+                        pos: offsets,
+                        crd: crd.as_slice().to_vec(),
+                    });
+                }
+            }
+        }
+        let vals = ctx.read::<V>(first_arg + layout.vals).as_slice().to_vec();
+        Tensor::from_parts(dims.clone(), format.clone(), levels, vals)
+            .unwrap_or_else(|e| panic!("block of input {slot}: {e}"))
+    }
+
+    /// Writes (or adds, or folds) the block's output tile into the output store.
+    fn write_tile<V: PlanValue, I: PlanIndex>(&self, ctx: &TaskContext, result: &Tensor<V, I>) {
+        let vals = result.vals();
+        let shape = &self.out.shape;
+        let rect = ctx.rect(0);
+        let flat = |p: &[usize]| p.iter().zip(shape).fold(0, |acc, (c, n)| acc * n + c);
+        if self.reduces() {
+            let mut r = ctx.reduce::<V>(0);
+            for_each_cell(&rect, |p| r.reduce(p, vals[flat(p)]));
+        } else if self.grid.launches() > 1 {
+            let mut w = ctx.write::<V>(0);
+            for_each_cell(&rect, |p| {
+                let v = w.get(p) + vals[flat(p)];
+                w.set(p, v)
+            });
+        } else {
+            let mut w = ctx.write::<V>(0);
+            for_each_cell(&rect, |p| w.set(p, vals[flat(p)]));
+        }
+    }
+
+    fn reduces(&self) -> bool {
+        self.grid.vars.iter().any(|b| b.role == super::Role::Extend)
+    }
+}
+
+/// Calls `f` on every cell of `r`, row-major.
+fn for_each_cell(r: &Rect, mut f: impl FnMut(&[usize])) {
+    let n = r.dim();
+    if (0..n).any(|d| r.lo()[d] >= r.hi()[d]) {
+        return;
+    }
+    let mut p = [0; MAX_DIMS];
+    p[..n].copy_from_slice(r.lo());
+    loop {
+        f(&p[..n]);
+        let mut d = n;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            p[d] += 1;
+            if p[d] < r.hi()[d] {
+                break;
+            }
+            p[d] = r.lo()[d];
+        }
+    }
+}
+
+/// The levels of a dense tensor with these dimensions.
+fn dense_levels<I: Index>(format: &Format, dims: &[usize]) -> Vec<Level<I>> {
+    format
+        .mode_order()
+        .iter()
+        .map(|&m| Level::Dense {
+            size: dims[m],
+            offset: 0,
+        })
+        .collect()
+}
