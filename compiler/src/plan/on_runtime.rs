@@ -41,8 +41,8 @@ pub enum PlanRunError {
     #[error("assembling the output failed: {0}")]
     Output(#[from] tessera_formats::TensorError),
     #[error(
-        "the output has {rank} levels and is tiled at level {level}; the runtime's stores have \
-         at most {MAX_DIMS} dimensions"
+        "the output has {rank} levels tiled at more than {MAX_DIMS} places (level {level}); the \
+         runtime's stores have at most {MAX_DIMS} dimensions"
     )]
     OutputRank { rank: usize, level: usize },
 }
@@ -272,12 +272,15 @@ fn grid_cut(grid: &Grid, g: usize, dim: usize, scale: usize) -> Cut {
     Cut::At(launch_dim, points)
 }
 
-/// How a dense output is stored: its level sizes, trailing untiled levels merged to fit the
-/// runtime's dimensions.
+/// How a dense output is stored: its levels in groups, each group one store dimension. A
+/// group starts at level 0 and at every tiled level and takes in the untiled levels after
+/// it, so that a tile of its first level is a contiguous range of the merged dimension.
 #[derive(Clone, Debug)]
 struct OutputLayout {
     dense: bool,
     shape: Vec<usize>,
+    /// Per store dimension: its first level and the cells per coordinate of that level.
+    groups: Vec<(usize, usize)>,
 }
 
 impl OutputLayout {
@@ -286,40 +289,51 @@ impl OutputLayout {
             return Ok(OutputLayout {
                 dense: false,
                 shape: vec![],
+                groups: vec![],
             });
         }
-        let order = kernel.output_tensor().format.mode_order().to_vec();
-        let mut sizes: Vec<usize> = order.iter().map(|&m| out_dims[m]).collect();
+        let order = kernel.output_tensor().format.mode_order();
+        let sizes: Vec<usize> = order.iter().map(|&m| out_dims[m]).collect();
         if sizes.is_empty() {
-            sizes.push(1);
+            return Ok(OutputLayout {
+                dense: true,
+                shape: vec![1],
+                groups: vec![(0, 1)],
+            });
         }
-        if sizes.len() > MAX_DIMS {
-            let last_tiled = match &plan.args[0].partition {
-                Partition::Tiled { dims } => dims.iter().rposition(Option::is_some).unwrap_or(0),
-                _ => 0,
-            };
-            if last_tiled >= MAX_DIMS - 1 {
-                return Err(PlanRunError::OutputRank {
-                    rank: sizes.len(),
-                    level: last_tiled,
-                });
-            }
-            let rest: usize = sizes[MAX_DIMS - 1..].iter().product();
-            sizes.truncate(MAX_DIMS - 1);
-            sizes.push(rest);
+        let tiled = |l: usize| match &plan.args[0].partition {
+            Partition::Tiled { dims } => dims[l].is_some(),
+            _ => false,
+        };
+        let starts: Vec<usize> = (0..sizes.len()).filter(|&l| l == 0 || tiled(l)).collect();
+        if starts.len() > MAX_DIMS {
+            return Err(PlanRunError::OutputRank {
+                rank: sizes.len(),
+                level: starts[MAX_DIMS],
+            });
+        }
+        let mut shape = Vec::new();
+        let mut groups = Vec::new();
+        for (n, &l) in starts.iter().enumerate() {
+            let end = starts.get(n + 1).copied().unwrap_or(sizes.len());
+            let inner: usize = sizes[l + 1..end].iter().product();
+            shape.push(sizes[l] * inner);
+            groups.push((l, inner));
         }
         Ok(OutputLayout {
             dense: true,
-            shape: sizes,
+            shape,
+            groups,
         })
     }
 
-    /// The output store's cuts: levels tiled by parallel grid variables at the grid's ranges
-    /// (a merged trailing dimension is never tiled: checked in `new`).
+    /// The output store's cuts: a group whose first level a parallel grid variable tiles is
+    /// cut at the grid's ranges, scaled by the group's inner cells.
     fn cuts(&self, tiled: &[Option<usize>], grid: &Grid, dims: &[usize]) -> Vec<Cut> {
-        (0..self.shape.len())
-            .map(|d| match tiled.get(d).copied().flatten() {
-                Some(g) => grid_cut(grid, g, dims[grid.vars[g].var_id], 1),
+        self.groups
+            .iter()
+            .map(|&(l, inner)| match tiled.get(l).copied().flatten() {
+                Some(g) => grid_cut(grid, g, dims[grid.vars[g].var_id], inner),
                 None => Cut::Whole,
             })
             .collect()
