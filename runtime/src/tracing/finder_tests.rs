@@ -2,6 +2,7 @@
 //! and properties against a naive O(n²)-per-step version of the same definition.
 
 use super::*;
+use crate::tracing::suffix::tests::{common, naive_sa};
 use proptest::prelude::*;
 
 fn tokens(s: &str) -> Vec<u64> {
@@ -123,7 +124,6 @@ fn finder_counts_its_cost() {
     assert_eq!((c.runs, c.tokens), (2, 21));
     assert_eq!(c.candidates, 2 * 14 + 2 * 5, "two per adjacent pair");
     assert!(c.groups >= 2);
-    assert_eq!(c.since(&c), FinderCost::default());
     assert_eq!(FinderCost::default().ns_per_task(0), 0.0);
 }
 
@@ -162,21 +162,13 @@ fn naive(s: &[u64], lo: usize, hi: usize, rep: usize) -> Vec<Vec<Range<usize>>> 
         rep >= 1,
         "the empty-group quirk of min_repeats = 0 is left to the golden cases"
     );
-    let mut sa: Vec<usize> = (0..s.len()).collect();
-    sa.sort_by(|&a, &b| s[a..].cmp(&s[b..]));
-    let common = |a: usize, b: usize| {
-        s[a..]
-            .iter()
-            .zip(&s[b..])
-            .take_while(|(x, y)| x == y)
-            .count()
-    };
+    let sa = naive_sa(s);
     // (length, first start, second start) per adjacent pair.
     let pairs: Vec<(usize, usize, usize)> = sa
         .windows(2)
         .map(|w| {
             let (a, b) = (w[0].min(w[1]), w[0].max(w[1]));
-            let p = common(a, b);
+            let p = common(s, a, b);
             if a + p <= b {
                 (p, a, b)
             } else {

@@ -53,7 +53,9 @@ impl FinderCost {
         self.tokens += tokens as u64;
         self.candidates += candidates as u64;
         self.groups += groups as u64;
-        self.ns += u64::try_from(ns).unwrap_or(u64::MAX);
+        self.ns = self
+            .ns
+            .saturating_add(u64::try_from(ns).unwrap_or(u64::MAX));
     }
 
     /// Mean finder time per issued task, in nanoseconds (`issued` tasks in the same period).
@@ -62,17 +64,6 @@ impl FinderCost {
             0.0
         } else {
             self.ns as f64 / issued as f64
-        }
-    }
-
-    /// The costs accumulated since `earlier`.
-    pub fn since(&self, earlier: &FinderCost) -> FinderCost {
-        FinderCost {
-            runs: self.runs - earlier.runs,
-            tokens: self.tokens - earlier.tokens,
-            candidates: self.candidates - earlier.candidates,
-            groups: self.groups - earlier.groups,
-            ns: self.ns - earlier.ns,
         }
     }
 }

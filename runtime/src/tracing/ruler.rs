@@ -41,7 +41,7 @@ impl RulerSampler {
     /// The window after the `count`-th token (counting from 1), if the finder runs then.
     pub fn window_at(&self, count: u64) -> Option<usize> {
         let unit = self.unit as u64;
-        if count == 0 || count % unit != 0 {
+        if count == 0 || !count.is_multiple_of(unit) {
             return None;
         }
         let ruler = (count / unit).trailing_zeros();

@@ -116,25 +116,28 @@ pub(crate) fn lcp_array(s: &[u64], sa: &[usize]) -> Vec<usize> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn naive_sa(s: &[u64]) -> Vec<usize> {
+    /// The suffix array by sorting the suffixes as slices: O(n² log n).
+    pub(in crate::tracing) fn naive_sa(s: &[u64]) -> Vec<usize> {
         let mut sa: Vec<usize> = (0..s.len()).collect();
         sa.sort_by(|&a, &b| s[a..].cmp(&s[b..]));
         sa
     }
 
+    /// The common prefix of the suffixes at `a` and `b`, by scanning.
+    pub(in crate::tracing) fn common(s: &[u64], a: usize, b: usize) -> usize {
+        s[a..]
+            .iter()
+            .zip(&s[b..])
+            .take_while(|(x, y)| x == y)
+            .count()
+    }
+
     fn naive_lcp(s: &[u64], sa: &[usize]) -> Vec<usize> {
-        let common = |a: usize, b: usize| {
-            s[a..]
-                .iter()
-                .zip(&s[b..])
-                .take_while(|(x, y)| x == y)
-                .count()
-        };
-        let mut lcp: Vec<usize> = sa.windows(2).map(|w| common(w[0], w[1])).collect();
+        let mut lcp: Vec<usize> = sa.windows(2).map(|w| common(s, w[0], w[1])).collect();
         if !sa.is_empty() {
             lcp.push(0);
         }
