@@ -15,7 +15,8 @@
 //!    whenever a pair's candidate length differs from the previous pair's (length 0 pairs
 //!    included). Consecutive pairs of equal length share a group (and then the same
 //!    sub-string); the same sub-string may still land in several groups.
-//! 3. Candidates are sorted by (length descending, group ascending, start ascending).
+//! 3. Candidates are sorted by (length descending, group ascending, start ascending). (All
+//!    candidates of a group share its length, so this sorts groups, then starts within each.)
 //! 4. Walking them in that order, a group's occurrences are collected while the candidate is
 //!    non-empty, `min_len <= length <= max_len`, starts at or after the end of the group's
 //!    previous occurrence, and neither its first nor its last position is covered yet. When
@@ -68,13 +69,17 @@ pub struct Finder {
     cost: FinderCost,
 }
 
-/// One candidate occurrence: a sub-string of `len` tokens at `start`, in group `group`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Candidate {
-    /// Sort key: `Reverse(len)` first, so longer candidates come first.
-    neg_len: std::cmp::Reverse<usize>,
-    group: usize,
-    start: usize,
+/// The candidates, group by group: the `len`-token sub-strings at `starts[at]` form group
+/// `id`. Generation fills `groups` in increasing `id`, each group's starts contiguous.
+struct Candidates {
+    starts: Vec<usize>,
+    groups: Vec<Group>,
+}
+
+struct Group {
+    len: usize,
+    id: usize,
+    at: Range<usize>,
 }
 
 impl Finder {
@@ -96,12 +101,12 @@ impl Finder {
         min_repeats: usize,
     ) -> Vec<Vec<Range<usize>>> {
         let t0 = Instant::now();
-        let mut candidates = candidates(tokens);
-        candidates.sort_unstable();
-        let groups = select(tokens.len(), &candidates, min_len, max_len, min_repeats);
+        let mut c = candidates(tokens);
+        c.sort();
+        let groups = select(tokens.len(), &c, min_len, max_len, min_repeats);
         self.cost.record(
             tokens.len(),
-            candidates.len(),
+            c.starts.len(),
             groups.len(),
             t0.elapsed().as_nanos(),
         );
@@ -110,11 +115,14 @@ impl Finder {
 }
 
 /// Steps 1 and 2: two candidates per adjacent pair of the suffix array.
-fn candidates(tokens: &[u64]) -> Vec<Candidate> {
+fn candidates(tokens: &[u64]) -> Candidates {
     let sa = suffix_array(tokens);
     let lcp = lcp_array(tokens, &sa);
-    let mut out = Vec::with_capacity(2 * sa.len().saturating_sub(1));
-    let (mut group, mut prev_len) = (0usize, 0usize);
+    let mut c = Candidates {
+        starts: Vec::with_capacity(2 * sa.len().saturating_sub(1)),
+        groups: Vec::new(),
+    };
+    let (mut id, mut prev_len) = (0usize, 0usize);
     for (i, pair) in sa.windows(2).enumerate() {
         // Signed positions: `a - p` may be negative (see the module documentation).
         let (a, b, p) = (pair[0] as isize, pair[1] as isize, lcp[i] as isize);
@@ -128,33 +136,46 @@ fn candidates(tokens: &[u64]) -> Vec<Candidate> {
         };
         let len = len as usize;
         if len != prev_len {
-            group += 1;
+            id += 1;
         }
         prev_len = len;
-        for start in [first, second] {
-            out.push(Candidate {
-                neg_len: std::cmp::Reverse(len),
-                group,
-                start: start as usize,
-            });
+        let at = c.starts.len();
+        c.starts.extend([first as usize, second as usize]);
+        match c.groups.last_mut() {
+            Some(g) if g.id == id => g.at.end = c.starts.len(),
+            _ => c.groups.push(Group {
+                len,
+                id,
+                at: at..c.starts.len(),
+            }),
         }
     }
-    out
+    c
 }
 
-/// Steps 3 and 4 (the candidates already sorted): greedy selection, group by group.
+impl Candidates {
+    /// Step 3: the order (length descending, group ascending, start ascending), as groups
+    /// by (length descending, id ascending) with each group's starts ascending.
+    fn sort(&mut self) {
+        for g in &self.groups {
+            self.starts[g.at.clone()].sort_unstable();
+        }
+        // Stable: groups of equal length stay in increasing id.
+        self.groups.sort_by_key(|g| std::cmp::Reverse(g.len));
+    }
+}
+
+/// Step 4 (the candidates sorted): greedy selection, group by group.
 fn select(
     n: usize,
-    sorted: &[Candidate],
+    c: &Candidates,
     min_len: usize,
     max_len: usize,
     min_repeats: usize,
 ) -> Vec<Vec<Range<usize>>> {
     let mut covered = vec![false; n];
     let mut out = Vec::new();
-    let mut group_ranges: Vec<Range<usize>> = Vec::new();
-    let mut group = 0;
-    let mut next_start = 0;
+    let mut ranges: Vec<Range<usize>> = Vec::new();
     // Ends a group: kept (and its positions covered) with enough occurrences, else dropped.
     let close = |ranges: &mut Vec<Range<usize>>, covered: &mut [bool], out: &mut Vec<_>| {
         if ranges.len() >= min_repeats {
@@ -166,24 +187,26 @@ fn select(
             ranges.clear();
         }
     };
-    for c in sorted {
-        let (len, start) = (c.neg_len.0, c.start);
-        if c.group != group {
-            close(&mut group_ranges, &mut covered, &mut out);
-            next_start = 0;
-            group = c.group;
+    // The reference starts "in" group 0, so a first group with another id closes an empty one.
+    let mut current = 0;
+    for g in &c.groups {
+        if g.id != current {
+            close(&mut ranges, &mut covered, &mut out);
+            current = g.id;
         }
-        if len != 0
-            && (min_len..=max_len).contains(&len)
-            && start >= next_start
-            && !covered[start]
-            && !covered[start + len - 1]
-        {
-            group_ranges.push(start..start + len);
-            next_start = start + len;
+        let len = g.len;
+        if len == 0 || !(min_len..=max_len).contains(&len) {
+            continue;
+        }
+        let mut next_start = 0;
+        for &start in &c.starts[g.at.clone()] {
+            if start >= next_start && !covered[start] && !covered[start + len - 1] {
+                ranges.push(start..start + len);
+                next_start = start + len;
+            }
         }
     }
-    close(&mut group_ranges, &mut covered, &mut out);
+    close(&mut ranges, &mut covered, &mut out);
     out
 }
 
