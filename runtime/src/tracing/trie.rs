@@ -298,20 +298,28 @@ impl Replayer {
     fn decide(&mut self, closing: bool) -> Vec<Action> {
         let mut out = Vec::new();
         let holder = self.earliest_holder(closing);
-        if !self.complete.is_empty() {
+        let end = |m: &Match| m.start + self.traces[m.trace.0 as usize].len();
+        // Only a match ending at or before the earliest live pointer can be replayed now;
+        // most tokens inside a loop find none, and then the order does not matter.
+        if self
+            .complete
+            .iter()
+            .any(|m| holder.is_none_or(|h| end(m) <= h))
+        {
             let (now, params) = (self.now(), self.params);
-            let traces = &self.traces;
-            let score = |m: &Match| traces[m.trace.0 as usize].score(now, &params);
+            let mut ranked: Vec<(f64, Match)> = self
+                .complete
+                .drain(..)
+                .map(|m| (self.traces[m.trace.0 as usize].score(now, &params), m))
+                .collect();
             // Best first: highest score, then earliest start, then lowest id.
-            self.complete.sort_by(|a, b| {
-                score(b)
-                    .total_cmp(&score(a))
+            ranked.sort_by(|(sa, a), (sb, b)| {
+                sb.total_cmp(sa)
                     .then(a.start.cmp(&b.start))
                     .then(a.trace.cmp(&b.trace))
             });
             let mut waiting_from = u64::MAX;
-            let mut keep = Vec::new();
-            for m in std::mem::take(&mut self.complete) {
+            for (_, m) in ranked {
                 let end = m.start + self.traces[m.trace.0 as usize].len();
                 if m.start < self.buffer_start {
                     continue; // overlaps a match taken before it
@@ -320,11 +328,11 @@ impl Replayer {
                     // A live pointer could still complete a match over this one: wait, and
                     // let nothing worse cut into this one meanwhile.
                     waiting_from = waiting_from.min(m.start);
-                    keep.push(m);
+                    self.complete.push(m);
                     continue;
                 }
                 if end > waiting_from {
-                    keep.push(m);
+                    self.complete.push(m);
                     continue;
                 }
                 self.release_to(m.start, &mut out);
@@ -335,8 +343,8 @@ impl Replayer {
                     tokens,
                 });
             }
-            keep.retain(|m| m.start >= self.buffer_start);
-            self.complete = keep;
+            let buffer_start = self.buffer_start;
+            self.complete.retain(|m| m.start >= buffer_start);
         }
         // Release what no live pointer or waiting match can still use.
         let first_needed = self
