@@ -16,6 +16,8 @@
 //! * [`Replayer`]: candidates in a trie, matched against the stream without speculation
 //!   (§5.4.2), scored by length × decayed appearances.
 //! * [`FinderCost`]: what finding cost, for the runtime's statistics.
+//! * [`Tracer`]: the three together, one call per issued token, as the issue path will use
+//!   them (not wired into the runtime yet).
 //!
 //! A token is a 64-bit hash of what a task does (`Issued::token`): equal tokens make two
 //! tasks *candidates* for the same trace entry, never proof that they are equal. Whatever
@@ -26,10 +28,12 @@
 mod finder;
 mod ruler;
 mod suffix;
+mod tracer;
 mod trie;
 
 pub use finder::{find_repeats, Finder};
 pub use ruler::RulerSampler;
+pub use tracer::{Tracer, TracerConfig};
 pub use trie::{Action, Replayer, ScoreParams, TraceId, TraceInfo};
 
 /// What the repeat finder has cost: a counter the runtime's statistics can carry.
