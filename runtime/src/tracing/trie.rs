@@ -19,6 +19,11 @@
 //! than L tokens, a match waiting for it starts less than L before it, and a match waiting
 //! for that one less than L before that.
 //!
+//! When a trace is replayed for the first time, the candidates it contains are retired, and
+//! the finder's later proposals contained in a replayed trace are not admitted: in a loop the
+//! finder's windows propose many pieces of the body, which only cost pointers and matches
+//! once the body is being replayed.
+//!
 //! **Score** (§5.3.3): length × appearances, the appearance count decayed exponentially with
 //! the time since the trace last appeared and capped, and raised slightly once the trace has
 //! been replayed. Time is counted in trace lengths (as Legion's implementation does), so a
@@ -70,6 +75,8 @@ pub struct TraceInfo {
     pub counts_from: u64,
     /// Times the replayer chose it.
     pub replays: u64,
+    /// Dropped because a replayed trace contains it (it no longer matches).
+    pub retired: bool,
 }
 
 impl TraceInfo {
@@ -117,6 +124,12 @@ pub enum Action {
     Replay { trace: TraceId, tokens: Vec<u64> },
 }
 
+/// True when `needle` occurs in `hay`. Tokens are hashes, so a window's first token rarely
+/// matches by chance: in practice linear.
+fn contains(hay: &[u64], needle: &[u64]) -> bool {
+    needle.is_empty() || hay.windows(needle.len()).any(|w| w == needle)
+}
+
 /// A pointer into the trie: the node reached and the stream index where its match began.
 #[derive(Clone, Copy, Debug)]
 struct Pointer {
@@ -143,6 +156,8 @@ pub struct Replayer {
     ends: Vec<Option<TraceId>>,
     children: Vec<u32>,
     traces: Vec<TraceInfo>,
+    /// Traces replayed at least once, in the order of their first replay.
+    replayed: Vec<TraceId>,
     /// Live pointers, oldest first (some may have started before `buffer_start`: they still
     /// count appearances but hold nothing back).
     live: Vec<Pointer>,
@@ -167,6 +182,7 @@ impl Replayer {
             ends: vec![None],
             children: vec![0],
             traces: Vec::new(),
+            replayed: Vec::new(),
             live: Vec::new(),
             complete: Vec::new(),
             buffer: VecDeque::new(),
@@ -204,19 +220,48 @@ impl Replayer {
             last_seen: self.now(),
             counts_from: self.now(),
             replays: 0,
+            retired: false,
         });
         self.ends[node as usize] = Some(id);
         Some(id)
     }
 
     /// Adds the finder's groups over `history` as candidates, each seeded with its number of
-    /// occurrences.
+    /// occurrences, except those contained in a trace that has been replayed (see
+    /// [`Replayer::retire_pieces_of`]).
     pub fn ingest(&mut self, history: &[u64], groups: &[Vec<Range<usize>>]) {
         for g in groups {
             if let Some(r) = g.first() {
-                self.insert(&history[r.clone()], g.len());
+                let tokens = &history[r.clone()];
+                let covered = self.replayed.iter().any(|&id| {
+                    let t = &self.traces[id.0 as usize];
+                    !t.retired && t.tokens.len() > tokens.len() && contains(&t.tokens, tokens)
+                });
+                if !covered {
+                    self.insert(tokens, g.len());
+                }
             }
         }
+    }
+
+    /// Retires the candidates that `id` (being replayed for the first time) contains: in a
+    /// loop, the finder's windows at other phases propose many pieces of the loop body, and
+    /// each keeps pointers live and matches completing for nothing while the body is replayed
+    /// (measured: 8.3k → 3.4k instructions per issued task with sampling every 64 tasks; see
+    /// runtime/DESIGN.md). The price: a piece that also occurs on its own elsewhere is no
+    /// longer replayed there.
+    fn retire_pieces_of(&mut self, id: TraceId) {
+        self.replayed.push(id);
+        let whole = std::mem::take(&mut self.traces[id.0 as usize].tokens);
+        for end in &mut self.ends {
+            let Some(piece) = *end else { continue };
+            let t = &mut self.traces[piece.0 as usize];
+            if piece != id && t.tokens.len() < whole.len() && contains(&whole, &t.tokens) {
+                t.retired = true;
+                *end = None;
+            }
+        }
+        self.traces[id.0 as usize].tokens = whole;
     }
 
     /// The candidate `id`.
@@ -321,8 +366,8 @@ impl Replayer {
             let mut waiting_from = u64::MAX;
             for (_, m) in ranked {
                 let end = m.start + self.traces[m.trace.0 as usize].len();
-                if m.start < self.buffer_start {
-                    continue; // overlaps a match taken before it
+                if m.start < self.buffer_start || self.traces[m.trace.0 as usize].retired {
+                    continue; // overlaps a match taken before it, or retired meanwhile
                 }
                 if holder.is_some_and(|h| end > h) {
                     // A live pointer could still complete a match over this one: wait, and
@@ -337,14 +382,19 @@ impl Replayer {
                 }
                 self.release_to(m.start, &mut out);
                 let tokens = self.take(end);
-                self.traces[m.trace.0 as usize].replays += 1;
+                let info = &mut self.traces[m.trace.0 as usize];
+                info.replays += 1;
+                if info.replays == 1 {
+                    self.retire_pieces_of(m.trace);
+                }
                 out.push(Action::Replay {
                     trace: m.trace,
                     tokens,
                 });
             }
-            let buffer_start = self.buffer_start;
-            self.complete.retain(|m| m.start >= buffer_start);
+            let (buffer_start, traces) = (self.buffer_start, &self.traces);
+            self.complete
+                .retain(|m| m.start >= buffer_start && !traces[m.trace.0 as usize].retired);
         }
         // Release what no live pointer or waiting match can still use.
         let first_needed = self

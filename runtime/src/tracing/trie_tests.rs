@@ -103,7 +103,15 @@ fn nested_candidates_wait_for_the_longer_one() {
         "ab waits while abcd still matches"
     );
     assert_eq!(steps[3], [replay(abcd, "abcd")], "4 × 2 beats 2 × 2");
+    assert!(
+        r.trace(ab).retired,
+        "abcd replayed: ab, inside it, is retired"
+    );
+
     // The longer one fails after the shorter one completed: the shorter one replays.
+    let mut r = Replayer::default();
+    let ab = r.insert(&t("ab"), 2).unwrap();
+    r.insert(&t("abcd"), 2).unwrap();
     let steps = feed_all(&mut r, "abcx");
     assert_eq!(steps[3], [replay(ab, "ab"), release("cx")]);
 }
@@ -170,6 +178,7 @@ fn score_is_length_times_capped_decayed_appearances() {
         last_seen: 10,
         counts_from: 12,
         replays: 0,
+        retired: false,
     };
     assert_eq!(info.score(10, &p), 6.0, "2 × 3");
     assert_eq!(
@@ -236,6 +245,37 @@ fn appearances_are_counted_even_where_another_trace_replays() {
         "ab appeared at 2, inside the replay"
     );
     assert_eq!(r.trace(ab).replays, 0);
+}
+
+#[test]
+fn replaying_a_trace_retires_its_pieces() {
+    let mut r = Replayer::default();
+    let bc = r.insert(&t("bc"), 2).unwrap();
+    let abcd = r.insert(&t("abcd"), 2).unwrap();
+    let other = r.insert(&t("xy"), 2).unwrap();
+    assert_eq!(
+        feed_all(&mut r, "xbc")[2],
+        [replay(bc, "bc")],
+        "bc replays on its own"
+    );
+    assert_eq!(feed_all(&mut r, "abcd")[3], [replay(abcd, "abcd")]);
+    assert!(r.trace(bc).retired && !r.trace(abcd).retired && !r.trace(other).retired);
+    // bc still walks the trie (a prefix of nothing now) but never completes.
+    assert_eq!(
+        feed_all(&mut r, "qbcq"),
+        [
+            vec![release("q")],
+            vec![],
+            vec![release("bc")],
+            vec![release("q")]
+        ]
+    );
+    // The finder proposing bc again is ignored; a trace not inside abcd is admitted.
+    let n = r.traces();
+    r.ingest(&t("bcbc"), &[vec![0..2, 2..4]]);
+    assert_eq!(r.traces(), n);
+    r.ingest(&t("cdecde"), &[vec![0..3, 3..6]]);
+    assert_eq!(r.traces(), n + 1);
 }
 
 proptest! {
