@@ -14,6 +14,13 @@ fn feed_all(r: &mut Replayer, s: &str) -> Vec<Vec<Action>> {
     t(s).into_iter().map(|x| r.feed(x)).collect()
 }
 
+/// A replayer holding `candidates` (tokens, appearances), and their ids.
+fn with<const N: usize>(candidates: [(&str, usize); N]) -> (Replayer, [TraceId; N]) {
+    let mut r = Replayer::default();
+    let ids = candidates.map(|(c, n)| r.insert(&t(c), n).unwrap());
+    (r, ids)
+}
+
 fn release(s: &str) -> Action {
     Action::Release(t(s))
 }
@@ -38,8 +45,7 @@ fn no_candidates_release_at_once() {
 
 #[test]
 fn a_partial_match_is_never_replayed() {
-    let mut r = Replayer::default();
-    let abc = r.insert(&t("abc"), 2).unwrap();
+    let (mut r, [abc]) = with([("abc", 2)]);
     let steps = feed_all(&mut r, "abx");
     assert!(steps[0].is_empty() && steps[1].is_empty(), "a, b held back");
     assert_eq!(r.buffered(), 0);
@@ -55,8 +61,7 @@ fn a_partial_match_is_never_replayed() {
 
 #[test]
 fn a_mismatch_restarts_matching_inside_the_buffer() {
-    let mut r = Replayer::default();
-    let aab = r.insert(&t("aab"), 2).unwrap();
+    let (mut r, [aab]) = with([("aab", 2)]);
     // "aaab": the match starting at 0 fails at the third a, the one starting at 1 completes.
     let steps = feed_all(&mut r, "aaab");
     assert_eq!(steps[2], [release("a")]);
@@ -66,9 +71,7 @@ fn a_mismatch_restarts_matching_inside_the_buffer() {
 #[test]
 fn overlapping_candidates_take_the_better_score() {
     // "abc" and "bcd" overlap in "abcd": only one can be replayed.
-    let mut r = Replayer::default();
-    let abc = r.insert(&t("abc"), 2).unwrap();
-    r.insert(&t("bcd"), 2).unwrap();
+    let (mut r, [abc, _]) = with([("abc", 2), ("bcd", 2)]);
     let steps = feed_all(&mut r, "abcd");
     assert!(
         steps[2].is_empty(),
@@ -80,9 +83,7 @@ fn overlapping_candidates_take_the_better_score() {
         "equal scores: the earlier"
     );
 
-    let mut r = Replayer::default();
-    let abc = r.insert(&t("abc"), 2).unwrap();
-    let bcd = r.insert(&t("bcd"), 5).unwrap();
+    let (mut r, [abc, bcd]) = with([("abc", 2), ("bcd", 5)]);
     assert!(r.score(bcd) > r.score(abc));
     let steps = feed_all(&mut r, "abcd");
     assert_eq!(steps[3], [release("a"), replay(bcd, "bcd")]);
@@ -94,9 +95,7 @@ fn overlapping_candidates_take_the_better_score() {
 
 #[test]
 fn nested_candidates_wait_for_the_longer_one() {
-    let mut r = Replayer::default();
-    let ab = r.insert(&t("ab"), 2).unwrap();
-    let abcd = r.insert(&t("abcd"), 2).unwrap();
+    let (mut r, [ab, abcd]) = with([("ab", 2), ("abcd", 2)]);
     let steps = feed_all(&mut r, "abcd");
     assert!(
         steps[..3].iter().all(Vec::is_empty),
@@ -109,17 +108,14 @@ fn nested_candidates_wait_for_the_longer_one() {
     );
 
     // The longer one fails after the shorter one completed: the shorter one replays.
-    let mut r = Replayer::default();
-    let ab = r.insert(&t("ab"), 2).unwrap();
-    r.insert(&t("abcd"), 2).unwrap();
+    let (mut r, [ab, _]) = with([("ab", 2), ("abcd", 2)]);
     let steps = feed_all(&mut r, "abcx");
     assert_eq!(steps[3], [replay(ab, "ab"), release("cx")]);
 }
 
 #[test]
 fn back_to_back_occurrences_replay_each_time() {
-    let mut r = Replayer::default();
-    let id = r.insert(&t("xyz"), 3).unwrap();
+    let (mut r, [id]) = with([("xyz", 3)]);
     let mut replays = 0;
     for a in feed_all(&mut r, "xyzxyzxyzq").into_iter().flatten() {
         match a {
@@ -138,10 +134,7 @@ fn back_to_back_occurrences_replay_each_time() {
 fn a_waiting_match_goes_ahead_of_a_later_live_pointer() {
     // ab waits for abcd; when abcd fails, a match of cef has begun after ab: ab does not
     // overlap it, so ab need not wait any longer.
-    let mut r = Replayer::default();
-    let ab = r.insert(&t("ab"), 2).unwrap();
-    r.insert(&t("abcd"), 2).unwrap();
-    let cef = r.insert(&t("cef"), 2).unwrap();
+    let (mut r, [ab, _, cef]) = with([("ab", 2), ("abcd", 2), ("cef", 2)]);
     let steps = feed_all(&mut r, "abce");
     assert!(steps[1].is_empty() && steps[2].is_empty());
     assert_eq!(steps[3], [replay(ab, "ab")]);
@@ -232,9 +225,7 @@ fn decay_lets_a_newer_trace_win() {
 
 #[test]
 fn appearances_are_counted_even_where_another_trace_replays() {
-    let mut r = Replayer::default();
-    let ab = r.insert(&t("ab"), 1).unwrap();
-    let abcd = r.insert(&t("abcd"), 2).unwrap();
+    let (mut r, [ab, abcd]) = with([("ab", 1), ("abcd", 2)]);
     r.feed(0);
     r.feed(0);
     let steps = feed_all(&mut r, "abcd");
@@ -249,10 +240,7 @@ fn appearances_are_counted_even_where_another_trace_replays() {
 
 #[test]
 fn replaying_a_trace_retires_its_pieces() {
-    let mut r = Replayer::default();
-    let bc = r.insert(&t("bc"), 2).unwrap();
-    let abcd = r.insert(&t("abcd"), 2).unwrap();
-    let other = r.insert(&t("xy"), 2).unwrap();
+    let (mut r, [bc, abcd, other]) = with([("bc", 2), ("abcd", 2), ("xy", 2)]);
     assert_eq!(
         feed_all(&mut r, "xbc")[2],
         [replay(bc, "bc")],
