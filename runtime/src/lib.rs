@@ -52,4 +52,5 @@ pub use store::Store;
 pub use task::{Privilege, TaskLauncher};
 
 pub mod io;
+pub mod tracing;
 pub mod transport;

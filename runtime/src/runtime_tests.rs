@@ -111,3 +111,39 @@ fn handles_can_be_shared_across_threads() {
     send_sync::<Store>();
     send_sync::<crate::Future>();
 }
+
+#[test]
+fn tokens_tell_apart_what_the_analysis_tells_apart() {
+    let rt = Runtime::builder().threads(2).min_piece_size(1).build();
+    rt.register("t", |_| {}).unwrap();
+    let a = rt.create(DType::F64, &[8]).unwrap();
+    let one = || rt.task("t").read_write(&a).launch_domain(&[1]);
+    one().scalar(1u64).submit().unwrap();
+    one().scalar(1i64).submit().unwrap();
+    one().future(&Future::ready(1u64)).submit().unwrap();
+    one().scalar(1u64).submit_reduce(ReduceOp::Sum).unwrap();
+    one().scalar(1u64).submit_reduce(ReduceOp::Max).unwrap();
+    // Two views of one store, each launched whole (no partition tells them apart).
+    let view = |lo, hi| a.slice(0, lo..hi).unwrap();
+    rt.task("t")
+        .read_write(&view(0, 4))
+        .launch_domain(&[1])
+        .submit()
+        .unwrap();
+    rt.task("t")
+        .read_write(&view(4, 8))
+        .launch_domain(&[1])
+        .submit()
+        .unwrap();
+    // The same task again, with another future: a candidate for the same trace entry.
+    one().future(&Future::ready(2u64)).submit().unwrap();
+    let h = history(&rt);
+    assert_eq!(h.len(), 8);
+    let distinct: std::collections::HashSet<u64> = h[..7].iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        7,
+        "scalar kinds, futures, results and views differ: {h:x?}"
+    );
+    assert_eq!(h[7], h[2], "a future hashes as a future, whichever it is");
+}

@@ -123,30 +123,49 @@ pub(crate) struct IssuedArg {
 }
 
 impl Issued {
-    /// A hash of what the task does and to what: its name, scalar values, stores, privileges,
-    /// partitions and launch domain. Two tasks with the same token have the same analysis —
-    /// the seam automatic tracing builds on. Stable across ranks running the same stream.
+    /// A hash of what the task does and to what: its name, each scalar's kind and value, its
+    /// stores with their views, privileges and partitions, its launch domain, and whether it
+    /// folds a result (and with which operator). Stable across ranks running the same stream.
+    ///
+    /// A token *identifies a candidate*: tasks with different tokens differ, but equal tokens
+    /// are no proof of equality (a 64-bit hash collides). Whatever replays a recorded analysis
+    /// must compare the recorded fields of every task it replaces and analyse as usual on
+    /// any difference. A future argument hashes as "a future" without its identity: in a loop
+    /// each iteration passes a different future (made by the iteration before), so its
+    /// producer is one of the fields a replay verifies, not part of the token.
     pub(crate) fn token(&self, domain: &Domain, parts: &[Option<PartitionId>]) -> u64 {
         // FxHasher has no per-process seed (unlike `RandomState`): every rank computes the
-        // same token for the same task.
+        // same token for the same task. FxHasher mixes every integer width the same way, so
+        // each scalar hashes a kind tag first: a future, `U64(1)` and `I64(1)` must differ.
         let mut h = rustc_hash::FxHasher::default();
         self.name.hash(&mut h);
+        self.scalars.len().hash(&mut h);
         for s in &self.scalars {
-            match s {
-                ScalarArg::Value(v) => match v {
-                    Scalar::F64(x) => x.to_bits().hash(&mut h),
-                    Scalar::I64(x) => x.hash(&mut h),
-                    Scalar::U64(x) => x.hash(&mut h),
-                },
-                ScalarArg::Future(_) => 1u8.hash(&mut h),
-            }
+            let (kind, bits) = match s {
+                ScalarArg::Value(Scalar::F64(x)) => (0u8, x.to_bits()),
+                ScalarArg::Value(Scalar::I64(x)) => (1, *x as u64),
+                ScalarArg::Value(Scalar::U64(x)) => (2, *x),
+                ScalarArg::Future(_) => (3, 0),
+            };
+            (kind, bits).hash(&mut h);
         }
+        self.args.len().hash(&mut h);
         for (a, p) in self.args.iter().zip(parts) {
             a.root.id.hash(&mut h);
+            // The view's bounds as small integers (no derived `Hash` over a whole `Rect`, as in
+            // the solve memo's probe: this runs for every task issued).
+            match &a.view {
+                None => h.write_usize(usize::MAX),
+                Some(r) => {
+                    h.write_usize(r.dim());
+                    r.lo().iter().chain(r.hi()).for_each(|&x| h.write_usize(x));
+                }
+            }
             a.privilege.hash(&mut h);
             p.hash(&mut h);
         }
         domain.hash(&mut h);
+        self.result.as_ref().map(|(op, _)| *op).hash(&mut h);
         h.finish()
     }
 }

@@ -1,0 +1,217 @@
+//! The finder and the matcher put together as the issue path will call them (Algorithm 2,
+//! synchronously): one call per issued task's token.
+
+use std::collections::VecDeque;
+
+use super::{Action, Finder, FinderCost, Replayer, RulerSampler, ScoreParams};
+
+/// Settings of a [`Tracer`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TracerConfig {
+    /// Tokens of history kept for the finder (its largest window).
+    pub history: usize,
+    /// The finder runs every `sample_unit` tokens (over ruler-function windows).
+    pub sample_unit: usize,
+    /// Shortest and longest trace worth recording.
+    pub min_len: usize,
+    pub max_len: usize,
+    /// Occurrences the finder must see in a window to propose a candidate.
+    pub min_repeats: usize,
+    pub score: ScoreParams,
+}
+
+impl Default for TracerConfig {
+    fn default() -> TracerConfig {
+        TracerConfig {
+            history: 1024,
+            sample_unit: 64,
+            min_len: 2,
+            max_len: usize::MAX,
+            min_repeats: 2,
+            score: ScoreParams::default(),
+        }
+    }
+}
+
+/// History, sampler, finder and matcher: tokens in, actions out. Its decisions are a function
+/// of the tokens alone, so every rank issuing the same stream decides the same (§5.4.1).
+#[derive(Debug)]
+pub struct Tracer {
+    config: TracerConfig,
+    history: VecDeque<u64>,
+    sampler: RulerSampler,
+    finder: Finder,
+    replayer: Replayer,
+}
+
+impl Tracer {
+    pub fn new(config: TracerConfig) -> Tracer {
+        let history = config.history.max(1);
+        Tracer {
+            config,
+            history: VecDeque::with_capacity(history),
+            sampler: RulerSampler::new(config.sample_unit, history),
+            finder: Finder::new(),
+            replayer: Replayer::new(config.score),
+        }
+    }
+
+    /// One issued task's token: records it, runs the finder if this is a sample point (its
+    /// candidates apply from this token on), and feeds the matcher. An empty answer means the
+    /// task is held back; actions hand back held tasks in issue order.
+    pub fn issue(&mut self, token: u64) -> Vec<Action> {
+        if self.history.len() == self.config.history.max(1) {
+            self.history.pop_front();
+        }
+        self.history.push_back(token);
+        if let Some(window) = self.sampler.observe() {
+            let history = self.history.make_contiguous();
+            let recent = &history[history.len().saturating_sub(window)..];
+            let c = &self.config;
+            let groups = self.finder.run(recent, c.min_len, c.max_len, c.min_repeats);
+            self.replayer.ingest(recent, &groups);
+        }
+        self.replayer.feed(token)
+    }
+
+    /// Hands back every held task (a fence, a read, the end of the program).
+    pub fn flush(&mut self) -> Vec<Action> {
+        self.replayer.flush()
+    }
+
+    /// Tokens issued so far.
+    pub fn issued(&self) -> u64 {
+        self.sampler.seen()
+    }
+
+    pub fn finder_cost(&self) -> &FinderCost {
+        self.finder.cost()
+    }
+
+    pub fn replayer(&self) -> &Replayer {
+        &self.replayer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A loop body of `period` tokens, with a stray token after every `stray_every`-th
+    /// iteration (a convergence check).
+    fn loop_stream(iterations: usize, period: u64, stray_every: usize) -> Vec<u64> {
+        let mut s = Vec::new();
+        for i in 1..=iterations {
+            s.extend(1..=period);
+            if i % stray_every == 0 {
+                s.push(1000 + i as u64);
+            }
+        }
+        s
+    }
+
+    /// Issues `stream` and flushes; returns the actions and the share of tokens replayed.
+    fn run(tracer: &mut Tracer, stream: &[u64]) -> (Vec<Action>, f64) {
+        let mut out: Vec<Action> = stream.iter().flat_map(|&t| tracer.issue(t)).collect();
+        out.extend(tracer.flush());
+        let replayed: usize = out
+            .iter()
+            .map(|a| match a {
+                Action::Replay { tokens, .. } => tokens.len(),
+                Action::Release(_) => 0,
+            })
+            .sum();
+        (out, replayed as f64 / stream.len().max(1) as f64)
+    }
+
+    fn tokens_of(actions: &[Action]) -> Vec<u64> {
+        actions
+            .iter()
+            .flat_map(|a| match a {
+                Action::Release(t) | Action::Replay { tokens: t, .. } => t.iter().copied(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_loop_is_found_and_replayed() {
+        let stream = loop_stream(200, 10, 7);
+        let mut tracer = Tracer::new(TracerConfig::default());
+        let (actions, replayed) = run(&mut tracer, &stream);
+        assert_eq!(
+            tokens_of(&actions),
+            stream,
+            "every task handed back once, in order"
+        );
+        assert!(replayed > 0.9, "replayed {:.1} %", replayed * 100.0);
+        let cost = *tracer.finder_cost();
+        assert_eq!(cost.runs, tracer.issued() / 64);
+        assert!(cost.tokens > 0 && cost.groups > 0);
+        // Nothing is replayed before the first sample point found a candidate.
+        let before: usize = actions
+            .iter()
+            .take_while(|a| matches!(a, Action::Release(_)))
+            .map(|a| tokens_of(std::slice::from_ref(a)).len())
+            .sum();
+        assert!(before >= 64, "released {before} before the first candidate");
+    }
+
+    #[test]
+    fn every_rank_decides_the_same() {
+        // Ranks issuing the same stream take the same actions at the same tokens.
+        let stream = loop_stream(150, 6, 4);
+        let per_token = |config| {
+            let mut tracer = Tracer::new(config);
+            stream.iter().map(|&t| tracer.issue(t)).collect::<Vec<_>>()
+        };
+        let config = TracerConfig {
+            sample_unit: 16,
+            history: 256,
+            ..TracerConfig::default()
+        };
+        let first = per_token(config);
+        for _ in 0..3 {
+            assert_eq!(per_token(config), first);
+        }
+    }
+
+    #[test]
+    fn a_stream_without_repeats_is_released_as_it_comes() {
+        let stream: Vec<u64> = (0..500).collect();
+        let mut tracer = Tracer::new(TracerConfig {
+            history: 1,
+            sample_unit: 1,
+            ..TracerConfig::default()
+        });
+        for &t in &stream {
+            assert_eq!(tracer.issue(t), [Action::Release(vec![t])]);
+        }
+        assert_eq!(tracer.replayer().traces(), 0);
+    }
+
+    #[test]
+    fn a_divergence_mid_trace_releases_the_held_tasks() {
+        let mut tracer = Tracer::new(TracerConfig {
+            sample_unit: 8,
+            ..TracerConfig::default()
+        });
+        let body = [1, 2, 3, 4];
+        for _ in 0..8 {
+            for &t in &body {
+                tracer.issue(t);
+            }
+        }
+        assert!(tracer.replayer().traces() > 0);
+        tracer.flush();
+        // Half a body, then something else: the held half comes back unreplayed.
+        let mut out = Vec::new();
+        for t in [1, 2, 99] {
+            out.extend(tracer.issue(t));
+        }
+        assert!(
+            out.iter().all(|a| matches!(a, Action::Release(_))),
+            "{out:?}"
+        );
+        assert_eq!(tokens_of(&out), [1, 2, 99]);
+    }
+}
