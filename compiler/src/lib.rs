@@ -2,7 +2,6 @@
 //! `lower` (to `ir`) → `codegen` / `interp`; `oracle` is the dense reference, `bind` the run-time
 //! checks of `tensor!`, `driver` and `cli` the `tessera` binary.
 pub mod ast;
-pub mod bind;
 pub mod check;
 pub mod cli;
 pub mod codegen;
@@ -13,3 +12,7 @@ pub mod ir;
 pub mod lower;
 pub mod oracle;
 pub mod parse;
+
+/// The run-time checks of `tensor!` and generated programs; lives in `tessera-kernel-rt` so
+/// that programs need no compiler when they run.
+pub use tessera_kernel_rt::bind;

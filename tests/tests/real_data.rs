@@ -10,8 +10,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use tessera::tensor;
 use tessera_formats::{convert, ConvertOptions, NoProgress, TcsFile, Tensor};
-use tessera_macros::tensor;
 
 /// Files above these sizes are skipped to keep the test fast (kinships.tns is ~110 KB).
 const MAX_MTX_BYTES: u64 = 100_000;
