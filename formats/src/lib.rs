@@ -10,6 +10,7 @@ mod chunks;
 pub mod convert;
 mod error;
 mod format;
+mod interop;
 mod io;
 mod lines;
 mod mtx;

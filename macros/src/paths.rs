@@ -43,7 +43,11 @@ pub fn rebase(tokens: TokenStream) -> TokenStream {
             let sep = a.as_char() == ':' && a.spacing() == Spacing::Joint && b.as_char() == ':';
             let leading = match k.checked_sub(1).map(|p| &tts[p]) {
                 Some(TokenTree::Ident(i)) => KEYWORDS.iter().any(|kw| i == kw),
-                Some(TokenTree::Punct(p)) => p.as_char() != '>',
+                // `Vec::<u8>::new` continues a path; `-> ::rayon::…` starts one.
+                Some(TokenTree::Punct(p)) if p.as_char() == '>' => {
+                    matches!(k.checked_sub(2).map(|q| &tts[q]),
+                        Some(TokenTree::Punct(q)) if q.as_char() == '-' && q.spacing() == Spacing::Joint)
+                }
                 _ => true,
             };
             if sep && leading && ROOTS.iter().any(|r| root == r) {
@@ -81,7 +85,7 @@ mod tests {
     #[test]
     fn rebases_crate_roots_only() {
         let ts: TokenStream = "use ::rayon::prelude::*; fn f(x: &::tessera_formats::Tensor<f64>) \
-                               { Vec::<u8>::new(); a::rayon::b(); }"
+                               -> ::tessera_formats::Format { Vec::<u8>::new(); a::rayon::b(); }"
             .parse()
             .unwrap();
         let got = rebase(ts).to_string();

@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 use tessera::tensor;
 use tessera::BindError;
-use tessera_formats::{Format, Tensor};
+use tessera::{Format, Tensor};
 use tessera_tests::{assert_close, dense, oracle, random_tensor, Rng};
 
 fn fmt(s: &str, rank: usize) -> Format {
