@@ -13,6 +13,9 @@
 //! - [`formats`]: everything else about formats and files (streaming conversion, `.tcs`
 //!   memory mapping, the readers and writers).
 //! - [`runtime`]: the task runtime (stores, partitioning constraints, parallel execution).
+//! - Features `sprs`, `nalgebra`, `faer`, `ndarray`: `Tensor::from_sprs`, `into_nalgebra_csr`,
+//!   `from_faer`, `from_ndarray` and the other conversions, moving the arrays where the
+//!   layouts agree (see the README).
 //!
 //! The README's examples are compiled and run as this crate's doctests
 //! (`cargo test -p tessera --doc`).
@@ -30,8 +33,19 @@ pub use tessera_macros::tensor;
 /// conversion (the `tessera-formats` crate).
 pub use tessera_formats as formats;
 
-/// The task runtime (the `tessera-runtime` crate).
+/// The task runtime (the `tessera-runtime` crate; default feature `runtime`).
+#[cfg(feature = "runtime")]
 pub use tessera_runtime as runtime;
+
+// With the interop features, the crates converted to and from, at the versions Tessera uses.
+#[cfg(feature = "faer")]
+pub use tessera_formats::faer;
+#[cfg(feature = "nalgebra")]
+pub use tessera_formats::nalgebra_sparse;
+#[cfg(feature = "ndarray")]
+pub use tessera_formats::ndarray;
+#[cfg(feature = "sprs")]
+pub use tessera_formats::sprs;
 
 /// What the expansion of [`tensor!`] names at run time. Not a public API: it changes with
 /// the macro.

@@ -14,7 +14,6 @@
 
 use faer::sparse::{SparseColMat, SymbolicSparseColMat};
 
-use super::Compressed;
 use crate::tensor::{Tensor, TensorError};
 use crate::value::{Index, Value};
 
@@ -30,22 +29,15 @@ impl<V: Value, I: Index> Tensor<V, I> {
         }
         let (symbolic, vals) = m.into_parts();
         let (_, _, pos, _, crd) = symbolic.into_parts();
-        let parts = Compressed {
-            rows,
-            cols,
-            pos,
-            crd,
-            vals,
-        };
-        Tensor::from_compressed(parts, true)
+        Tensor::from_compressed((rows, cols), (pos, crd, vals), true)
     }
 
     /// The matrix as a faer `SparseColMat`: arrays moved from a CSC tensor with `u64`
     /// coordinates, otherwise converted (a copy; another format also drops explicit zeros).
     pub fn into_faer(self) -> Result<SparseColMat<usize, V>, TensorError> {
-        let m = self.into_compressed(true)?;
-        let symbolic = SymbolicSparseColMat::new_checked(m.rows, m.cols, m.pos, None, m.crd);
-        Ok(SparseColMat::new(symbolic, m.vals))
+        let ((rows, cols), (pos, crd, vals)) = self.into_compressed(true)?;
+        let symbolic = SymbolicSparseColMat::new_checked(rows, cols, pos, None, crd);
+        Ok(SparseColMat::new(symbolic, vals))
     }
 }
 

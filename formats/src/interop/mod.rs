@@ -50,13 +50,7 @@ pub(crate) fn from_usize<I: Index>(v: Vec<usize>) -> Result<Vec<I>, TensorError>
 }
 
 /// The arrays of a compressed sparse matrix: outer positions, inner coordinates, values.
-pub(crate) struct Compressed<V> {
-    pub rows: usize,
-    pub cols: usize,
-    pub pos: Vec<usize>,
-    pub crd: Vec<usize>,
-    pub vals: Vec<V>,
-}
+pub(crate) type Arrays<V> = (Vec<usize>, Vec<usize>, Vec<V>);
 
 /// `csr` (rows outer) or `csc` (columns outer).
 fn matrix_format(by_columns: bool) -> Format {
@@ -67,29 +61,31 @@ fn matrix_format(by_columns: bool) -> Format {
 impl<V: Value, I: Index> Tensor<V, I> {
     /// A CSR (`by_columns` false) or CSC matrix from its arrays, validated, not copied when
     /// `J` and `I` have the same width.
-    pub(crate) fn from_compressed(m: Compressed<V>, by_columns: bool) -> Result<Self, TensorError> {
-        let outer = if by_columns { m.cols } else { m.rows };
+    pub(crate) fn from_compressed(
+        (rows, cols): (usize, usize),
+        (pos, crd, vals): Arrays<V>,
+        by_columns: bool,
+    ) -> Result<Self, TensorError> {
+        let outer = if by_columns { cols } else { rows };
         let levels = vec![
             Level::Dense {
                 size: outer,
                 offset: 0,
             },
             Level::Compressed {
-                pos: from_usize(m.pos)?,
-                crd: from_usize(m.crd)?,
+                pos: from_usize(pos)?,
+                crd: from_usize(crd)?,
             },
         ];
-        Tensor::from_parts(
-            vec![m.rows, m.cols],
-            matrix_format(by_columns),
-            levels,
-            m.vals,
-        )
+        Tensor::from_parts(vec![rows, cols], matrix_format(by_columns), levels, vals)
     }
 
     /// The matrix's CSR (`by_columns` false) or CSC arrays: moved out when the tensor is
     /// stored that way, else converted first (a copy, dropping explicit zeros).
-    pub(crate) fn into_compressed(self, by_columns: bool) -> Result<Compressed<V>, TensorError> {
+    pub(crate) fn into_compressed(
+        self,
+        by_columns: bool,
+    ) -> Result<((usize, usize), Arrays<V>), TensorError> {
         let format = matrix_format(by_columns);
         let t = if self.format() == &format && is_whole(&self) {
             self
@@ -100,13 +96,7 @@ impl<V: Value, I: Index> Tensor<V, I> {
         let Some(Level::Compressed { pos, crd }) = levels.pop() else {
             unreachable!("csr and csc end in a compressed level")
         };
-        Ok(Compressed {
-            rows: dims[0],
-            cols: dims[1],
-            pos: to_usize(pos),
-            crd: to_usize(crd),
-            vals,
-        })
+        Ok(((dims[0], dims[1]), (to_usize(pos), to_usize(crd), vals)))
     }
 
     /// A matrix from `(row, column, value)` triplets in any order, duplicates summed (a copy).

@@ -14,7 +14,6 @@
 
 use nalgebra_sparse::{CooMatrix, CscMatrix, CsrMatrix};
 
-use super::Compressed;
 use crate::tensor::{Tensor, TensorError};
 use crate::value::{Index, Value};
 use crate::IntoFormat;
@@ -23,30 +22,12 @@ impl<V: Value, I: Index> Tensor<V, I> {
     /// A CSR tensor holding the matrix's arrays: moved, not copied, when `I` is as wide as
     /// `usize` (`u64`); `u32` coordinates are a narrowing copy.
     pub fn from_nalgebra_csr(m: CsrMatrix<V>) -> Result<Self, TensorError> {
-        let (rows, cols) = (m.nrows(), m.ncols());
-        let (pos, crd, vals) = m.disassemble();
-        let parts = Compressed {
-            rows,
-            cols,
-            pos,
-            crd,
-            vals,
-        };
-        Tensor::from_compressed(parts, false)
+        Tensor::from_compressed((m.nrows(), m.ncols()), m.disassemble(), false)
     }
 
     /// A CSC tensor holding the matrix's arrays (moved when `I` is `u64`).
     pub fn from_nalgebra_csc(m: CscMatrix<V>) -> Result<Self, TensorError> {
-        let (rows, cols) = (m.nrows(), m.ncols());
-        let (pos, crd, vals) = m.disassemble();
-        let parts = Compressed {
-            rows,
-            cols,
-            pos,
-            crd,
-            vals,
-        };
-        Tensor::from_compressed(parts, true)
+        Tensor::from_compressed((m.nrows(), m.ncols()), m.disassemble(), true)
     }
 
     /// A tensor in `format` from a COO matrix (a copy; repeated entries are summed).
@@ -61,15 +42,15 @@ impl<V: Value, I: Index> Tensor<V, I> {
     /// The matrix as a `CsrMatrix`: arrays moved from a CSR tensor with `u64` coordinates,
     /// otherwise converted (a copy; another format also drops explicit zeros).
     pub fn into_nalgebra_csr(self) -> Result<CsrMatrix<V>, TensorError> {
-        let m = self.into_compressed(false)?;
-        let made = CsrMatrix::try_from_csr_data(m.rows, m.cols, m.pos, m.crd, m.vals);
+        let ((rows, cols), (pos, crd, vals)) = self.into_compressed(false)?;
+        let made = CsrMatrix::try_from_csr_data(rows, cols, pos, crd, vals);
         Ok(made.unwrap_or_else(|e| unreachable!("a valid tensor is a valid matrix: {e}")))
     }
 
     /// The matrix as a `CscMatrix` (arrays moved from a CSC tensor with `u64` coordinates).
     pub fn into_nalgebra_csc(self) -> Result<CscMatrix<V>, TensorError> {
-        let m = self.into_compressed(true)?;
-        let made = CscMatrix::try_from_csc_data(m.rows, m.cols, m.pos, m.crd, m.vals);
+        let ((rows, cols), (pos, crd, vals)) = self.into_compressed(true)?;
+        let made = CscMatrix::try_from_csc_data(rows, cols, pos, crd, vals);
         Ok(made.unwrap_or_else(|e| unreachable!("a valid tensor is a valid matrix: {e}")))
     }
 

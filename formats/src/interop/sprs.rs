@@ -12,7 +12,6 @@
 
 use sprs::{CsMat, TriMat};
 
-use super::Compressed;
 use crate::tensor::{Tensor, TensorError};
 use crate::value::{Index, Value};
 use crate::IntoFormat;
@@ -22,19 +21,8 @@ impl<V: Value, I: Index> Tensor<V, I> {
     /// arrays: moved, not copied, when `I` is as wide as `usize` (`u64`); `u32` coordinates
     /// are a narrowing copy (an error if one does not fit).
     pub fn from_sprs(m: CsMat<V>) -> Result<Self, TensorError> {
-        let by_columns = m.is_csc();
-        let (rows, cols) = m.shape();
-        let (pos, crd, vals) = m.into_raw_storage();
-        Tensor::from_compressed(
-            Compressed {
-                rows,
-                cols,
-                pos,
-                crd,
-                vals,
-            },
-            by_columns,
-        )
+        let (by_columns, shape) = (m.is_csc(), m.shape());
+        Tensor::from_compressed(shape, m.into_raw_storage(), by_columns)
     }
 
     /// The matrix as a `sprs` matrix: a CSC tensor becomes a CSC matrix and a CSR tensor a
@@ -42,11 +30,10 @@ impl<V: Value, I: Index> Tensor<V, I> {
     /// CSR first (a copy, dropping explicit zeros).
     pub fn into_sprs(self) -> Result<CsMat<V>, TensorError> {
         let by_columns = self.format() == &crate::Format::parse("csc", 2)?;
-        let m = self.into_compressed(by_columns)?;
-        let shape = (m.rows, m.cols);
+        let (shape, (pos, crd, vals)) = self.into_compressed(by_columns)?;
         let made = match by_columns {
-            true => CsMat::try_new_csc(shape, m.pos, m.crd, m.vals),
-            false => CsMat::try_new(shape, m.pos, m.crd, m.vals),
+            true => CsMat::try_new_csc(shape, pos, crd, vals),
+            false => CsMat::try_new(shape, pos, crd, vals),
         };
         Ok(made.unwrap_or_else(|e| unreachable!("a valid tensor is a valid matrix: {}", e.3)))
     }
