@@ -175,6 +175,7 @@ fn generate(path: &Path, nnz: u64, sorted: bool) {
         kind: Kind::Uniform,
         seed: 1,
         sorted,
+        duplicates: false,
     };
     tessera_datasets::generate::generate(
         &spec,

@@ -60,6 +60,7 @@ fn main() {
         kind: Kind::Uniform,
         seed: 11,
         sorted: true,
+        duplicates: false,
     };
     generate(
         &spec,

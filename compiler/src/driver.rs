@@ -17,7 +17,8 @@ use std::process::Command;
 /// The verbatim sources copied into every generated crate.
 const TEMPLATE_MAIN: &str = include_str!("driver/template_main.rs");
 const TEMPLATE_IO: &str = include_str!("driver/template_io.rs");
-const BIND: &str = include_str!("bind.rs");
+// bind.rs lives in tessera-kernel-rt (what `tensor!` needs at run time) and is copied as is.
+const BIND: &str = include_str!("../../kernel-rt/src/bind.rs");
 
 /// Why a program could not be generated or built.
 #[derive(Debug, thiserror::Error)]

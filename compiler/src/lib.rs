@@ -1,8 +1,8 @@
 //! The Tessera compiler. The pipeline, in order: `parse` (with `diagnostics`) → `check` →
-//! `lower` (to `ir`) → `codegen` / `interp`, and `plan` (block tasks of a distribution schedule); `oracle` is the dense reference, `bind` the run-time
+//! `lower` (to `ir`) → `codegen` / `interp`, and `plan` (the block tasks of a distribution
+//! schedule, run on `tessera-runtime`); `oracle` is the dense reference, `bind` the run-time
 //! checks of `tensor!`, `driver` and `cli` the `tessera` binary.
 pub mod ast;
-pub mod bind;
 pub mod check;
 pub mod cli;
 pub mod codegen;
@@ -14,3 +14,7 @@ pub mod lower;
 pub mod oracle;
 pub mod parse;
 pub mod plan;
+
+/// The run-time checks of `tensor!` and generated programs; lives in `tessera-kernel-rt` so
+/// that programs need no compiler when they run.
+pub use tessera_kernel_rt::bind;

@@ -1,7 +1,14 @@
-//! Deterministic synthetic tensors, streamed to disk entry by entry so that multi-gigabyte
-//! outputs need no more memory than the writer's buffer (and, for `.tcs`, the conversion's
-//! budget).
+//! Deterministic synthetic tensors, streamed to disk entry by entry.
+//!
+//! A tensor gets exactly the entries asked for (`nnz`, or `density` times the cells, rounded),
+//! all at distinct coordinates unless [`Spec::duplicates`] asks for independent draws. Memory
+//! stays bounded whatever the size: independent draws remember the coordinates they gave in a
+//! set of at most [`BUCKET_ENTRIES`] at a time (larger tensors are drawn bucket by bucket, each
+//! bucket a fixed share of the index space); sorted sampling splits the index space
+//! recursively and samples leaves of at most [`LEAF_ENTRIES`] entries.
 
+use std::collections::HashSet;
+use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
 
 use tessera_formats::{ConvertOptions, FileKind, MtxWriter, Progress, TnsWriter};
@@ -36,6 +43,9 @@ pub struct Spec {
     /// Uniform only: emit entries in sorted (row-major) order, by sampling the index space in
     /// order instead of drawing coordinates independently.
     pub sorted: bool,
+    /// Uniform and powerlaw only: draw every entry independently, so coordinates may repeat
+    /// (exactly `nnz` entries are written, fewer distinct ones).
+    pub duplicates: bool,
 }
 
 /// Why a specification cannot be generated.
@@ -63,6 +73,21 @@ pub enum SpecError {
     Sorted,
     #[error("the tensor has more than 2^64 cells")]
     TooLarge,
+    #[error("{nnz} distinct entries do not fit in {capacity} cells{what}; lower --nnz, or give --duplicates to allow repeated coordinates")]
+    TooMany {
+        nnz: u64,
+        capacity: u64,
+        what: &'static str,
+    },
+    #[error("--duplicates applies to --kind uniform and powerlaw without --sorted (the other kinds have distinct entries by construction)")]
+    Duplicates,
+    #[error("{kind}: only {got} distinct entries of the {want} asked for after {draws} draws (the distribution puts too little weight on the cells left); lower --nnz, or give --duplicates")]
+    Exhausted {
+        kind: &'static str,
+        want: u64,
+        got: u64,
+        draws: u64,
+    },
 }
 
 impl Kind {
@@ -93,8 +118,8 @@ impl Spec {
         }
     }
 
-    /// Checks the specification and returns the number of entries to generate (exact for the
-    /// stencils and the independent kinds, expected for sorted sampling).
+    /// Checks the specification and returns the number of entries to generate (exactly that
+    /// many are generated).
     pub fn entries(&self) -> Result<u64, SpecError> {
         if self.dims.is_empty() || self.dims.contains(&0) {
             return Err(SpecError::Dims);
@@ -109,6 +134,10 @@ impl Spec {
         }
         if self.sorted && self.kind != Kind::Uniform {
             return Err(SpecError::Sorted);
+        }
+        if self.duplicates && (self.sorted || !matches!(self.kind, Kind::Uniform | Kind::Powerlaw))
+        {
+            return Err(SpecError::Duplicates);
         }
         match self.kind {
             Kind::Poisson2d | Kind::Poisson3d => {
@@ -136,39 +165,154 @@ impl Spec {
                 if self.kind == Kind::Banded && self.dims.len() < 2 {
                     return Err(SpecError::BandRank);
                 }
-                match (self.nnz, self.density) {
-                    (Some(n), _) => Ok(n),
-                    (None, Some(p)) if p > 0.0 && p <= 1.0 => Ok((p * cells as f64).round() as u64),
-                    (None, Some(p)) => Err(SpecError::Density(p)),
-                    (None, None) => Err(SpecError::NeedCount(self.kind.name())),
+                let n = match (self.nnz, self.density) {
+                    (Some(n), _) => n,
+                    (None, Some(p)) if p > 0.0 && p <= 1.0 => (p * cells as f64).round() as u64,
+                    (None, Some(p)) => return Err(SpecError::Density(p)),
+                    (None, None) => return Err(SpecError::NeedCount(self.kind.name())),
+                };
+                // Banded entries are distinct in the first two modes.
+                let (capacity, what) = match self.kind {
+                    Kind::Banded => (
+                        self.dims[0].saturating_mul(self.dims[1]),
+                        " of the first two modes",
+                    ),
+                    _ => (cells as u64, ""),
+                };
+                if n > capacity && !self.duplicates {
+                    return Err(SpecError::TooMany {
+                        nnz: n,
+                        capacity,
+                        what,
+                    });
                 }
+                Ok(n)
             }
         }
     }
 
-    /// Calls `f(coordinates, value)` for every generated entry (0-based coordinates).
-    pub fn for_each<E>(&self, mut f: impl FnMut(&[u64], f64) -> Result<(), E>) -> Result<(), E> {
-        let n = self.entries().expect("checked by the caller");
+    /// Calls `f(coordinates, value)` for every generated entry (0-based coordinates). Fails
+    /// on a bad specification, or when independent draws cannot find enough distinct cells
+    /// ([`SpecError::Exhausted`]).
+    pub fn for_each<E: From<SpecError>>(
+        &self,
+        mut f: impl FnMut(&[u64], f64) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let n = self.entries()?;
         let mut rng = SplitMix64::new(self.seed);
-        let mut c = vec![0u64; self.dims.len()];
+        let cells: u64 = self.dims.iter().product();
         match self.kind {
-            Kind::Uniform if self.sorted => sorted_uniform(&self.dims, n, &mut rng, &mut f),
-            Kind::Uniform | Kind::Powerlaw => {
+            // Dense enough that drawing distinct cells at random would mostly repeat: sample
+            // the index space in order instead.
+            Kind::Uniform if self.sorted || (!self.duplicates && n > cells / 2) => {
+                sorted_uniform(&self.dims, n, &mut rng, &mut f)
+            }
+            Kind::Uniform | Kind::Powerlaw if self.duplicates => {
+                let mut c = vec![0u64; self.dims.len()];
                 for _ in 0..n {
-                    for (x, &d) in c.iter_mut().zip(&self.dims) {
-                        *x = if self.kind == Kind::Uniform {
-                            rng.below(d)
-                        } else {
-                            log_uniform(&mut rng, d)
-                        };
-                    }
+                    self.draw(&mut rng, &mut c);
                     f(&c, value(&mut rng))?;
                 }
                 Ok(())
             }
+            Kind::Uniform | Kind::Powerlaw => self.distinct(n, BUCKET_ENTRIES, &mut f),
             Kind::Banded => banded(&self.dims, n, &mut rng, &mut f),
             Kind::Poisson2d | Kind::Poisson3d => stencil(&self.dims, &mut f),
         }
+    }
+
+    /// Independent coordinates of the kind's distribution.
+    fn draw(&self, rng: &mut SplitMix64, c: &mut [u64]) {
+        for (x, &d) in c.iter_mut().zip(&self.dims) {
+            *x = if self.kind == Kind::Uniform {
+                rng.below(d)
+            } else {
+                log_uniform(rng, d)
+            };
+        }
+    }
+
+    /// `n` entries at distinct coordinates, in the order drawn: draws that repeat a cell are
+    /// dropped. Above `bucket_entries` ([`BUCKET_ENTRIES`]) the cells are cut into buckets by a hash of their
+    /// linear index, each bucket drawn in turn (with its own stream, keeping only draws that
+    /// fall in it) for an equal share of `n`, so only one bucket's set is held at a time.
+    fn distinct<E: From<SpecError>>(
+        &self,
+        n: u64,
+        bucket_entries: u64,
+        f: &mut impl FnMut(&[u64], f64) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let buckets = n.div_ceil(bucket_entries).max(1);
+        let mut c = vec![0u64; self.dims.len()];
+        for b in 0..buckets {
+            let quota = n / buckets + u64::from(b < n % buckets);
+            let mut rng = match buckets {
+                1 => SplitMix64::new(self.seed),
+                _ => SplitMix64::new(mix(self.seed ^ mix(b + 1))),
+            };
+            let mut seen = HashSet::with_capacity_and_hasher(quota as usize, Mix);
+            let limit = quota.saturating_mul(32 * buckets).saturating_add(1 << 20);
+            let mut draws = 0u64;
+            while (seen.len() as u64) < quota {
+                if draws == limit {
+                    return Err(SpecError::Exhausted {
+                        kind: self.kind.name(),
+                        want: n,
+                        got: seen.len() as u64,
+                        draws,
+                    }
+                    .into());
+                }
+                draws += 1;
+                self.draw(&mut rng, &mut c);
+                let at = c.iter().zip(&self.dims).fold(0u64, |a, (&x, &d)| a * d + x);
+                if (buckets == 1 || mix(at) % buckets == b) && seen.insert(at) {
+                    f(&c, value(&mut rng))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Distinct entries held in memory at a time by independent draws (a set of linear indices).
+pub const BUCKET_ENTRIES: u64 = 1 << 22;
+
+/// Entries sampled at once, in a set, by sorted sampling.
+pub const LEAF_ENTRIES: u64 = 1 << 16;
+
+/// SplitMix64's finaliser: a bijection of `u64` that spreads nearby values apart.
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Hashes linear indices with [`mix`] (cheap, and stable across runs and machines).
+#[derive(Clone, Copy, Default)]
+struct Mix;
+
+impl BuildHasher for Mix {
+    type Hasher = MixHasher;
+    fn build_hasher(&self) -> MixHasher {
+        MixHasher(0)
+    }
+}
+
+struct MixHasher(u64);
+
+impl Hasher for MixHasher {
+    fn finish(&self) -> u64 {
+        mix(self.0)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | self.0 >> 56) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 ^= x;
     }
 }
 
@@ -183,8 +327,10 @@ fn log_uniform(rng: &mut SplitMix64, d: u64) -> u64 {
     x.saturating_sub(1).min(d - 1)
 }
 
-/// Bernoulli sampling of the row-major index space with geometric skips: each cell is kept
-/// with probability n/cells, in increasing order.
+/// Exactly `n` distinct cells of the row-major index space, uniformly, in increasing order:
+/// a range's count is split between its halves by a (normal approximation of the)
+/// hypergeometric draw, clamped to what each half can hold, down to leaves of at most
+/// [`LEAF_ENTRIES`] entries sampled with Floyd's algorithm (or ranges taken whole).
 fn sorted_uniform<E>(
     dims: &[u64],
     n: u64,
@@ -192,30 +338,61 @@ fn sorted_uniform<E>(
     f: &mut impl FnMut(&[u64], f64) -> Result<(), E>,
 ) -> Result<(), E> {
     let cells: u64 = dims.iter().product();
-    let p = (n as f64 / cells as f64).min(1.0);
     let mut c = vec![0u64; dims.len()];
-    let mut at: u64 = 0;
-    let log_q = (1.0 - p).ln();
-    loop {
-        if p < 1.0 {
-            // Number of cells skipped before the next kept one: geometric with parameter p.
-            let skip = ((1.0 - rng.unit()).ln() / log_q).floor();
-            if !skip.is_finite() || skip >= (cells - at) as f64 {
-                return Ok(());
-            }
-            at += skip as u64;
-        }
-        if at >= cells {
-            return Ok(());
-        }
+    let mut emit = |at: u64, rng: &mut SplitMix64| {
         let mut rest = at;
         for (x, &d) in c.iter_mut().zip(dims).rev() {
             *x = rest % d;
             rest /= d;
         }
-        f(&c, value(rng))?;
-        at += 1;
+        f(&c, value(rng))
+    };
+    // Ranges (start, length, count) still to sample, the leftmost on top.
+    let mut todo = vec![(0u64, cells, n)];
+    let mut leaf = Vec::new();
+    while let Some((lo, len, k)) = todo.pop() {
+        if k == len {
+            for at in lo..lo + len {
+                emit(at, rng)?;
+            }
+        } else if k <= LEAF_ENTRIES {
+            floyd(len, k, rng, &mut leaf);
+            for &at in &leaf {
+                emit(lo + at, rng)?;
+            }
+        } else {
+            let half = len / 2;
+            let left = split_count(len, half, k, rng);
+            todo.push((lo + half, len - half, k - left));
+            todo.push((lo, half, left));
+        }
     }
+    Ok(())
+}
+
+/// How many of `k` distinct cells drawn from `len` fall in the first `half`: hypergeometric,
+/// approximated by a normal draw and clamped so that both sides can hold their share.
+fn split_count(len: u64, half: u64, k: u64, rng: &mut SplitMix64) -> u64 {
+    let (n, p, kf) = (len as f64, half as f64 / len as f64, k as f64);
+    let var = kf * p * (1.0 - p) * (n - kf) / (n - 1.0).max(1.0);
+    // Box-Muller: a standard normal from two uniforms.
+    let z = (-2.0 * (1.0 - rng.unit()).ln()).sqrt() * (std::f64::consts::TAU * rng.unit()).cos();
+    let x = (kf * p + var.max(0.0).sqrt() * z).round().max(0.0) as u64;
+    x.clamp(k.saturating_sub(len - half), k.min(half))
+}
+
+/// `k` distinct values of `0..len`, sorted, into `out` (Floyd's algorithm: `k` draws).
+fn floyd(len: u64, k: u64, rng: &mut SplitMix64, out: &mut Vec<u64>) {
+    let mut set = HashSet::with_capacity_and_hasher(k as usize, Mix);
+    for j in len - k..len {
+        let t = rng.below(j + 1);
+        if !set.insert(t) {
+            set.insert(j);
+        }
+    }
+    out.clear();
+    out.extend(set);
+    out.sort_unstable();
 }
 
 /// `ceil(n / rows)` consecutive columns around the diagonal of each row (scaled to the second
@@ -311,13 +488,13 @@ pub fn generate(
             );
             let mut w = MtxWriter::create(out, dims[0], dims[1], None)?;
             let mut n = 0u64;
-            spec.for_each(|c, v| {
+            spec.for_each(|c, v| -> anyhow::Result<()> {
                 n += 1;
                 if n.is_multiple_of(65536) {
                     entries_bar(n);
                     stop_if_interrupted()?;
                 }
-                w.write_entry(c[0], c[1], v)
+                Ok(w.write_entry(c[0], c[1], v)?)
             })?;
             w.finish()?;
             let _ = total;
@@ -354,13 +531,13 @@ fn write_tns(
     ))?;
     w.write_comment(&format!("dims {}", shape.join(" ")))?;
     let mut n = 0u64;
-    spec.for_each(|c, v| {
+    spec.for_each(|c, v| -> anyhow::Result<()> {
         n += 1;
         if n.is_multiple_of(65536) {
             entries_bar(n);
             stop_if_interrupted()?;
         }
-        w.write_entry(c, v)
+        Ok(w.write_entry(c, v)?)
     })?;
     w.finish()?;
     Ok(n)

@@ -9,6 +9,7 @@ fn spec(kind: Kind, dims: &[u64], nnz: Option<u64>) -> Spec {
         kind,
         seed: 42,
         sorted: false,
+        duplicates: false,
     }
 }
 
@@ -16,10 +17,18 @@ fn collect(s: &Spec) -> Vec<(Vec<u64>, f64)> {
     let mut out = Vec::new();
     s.for_each(|c, v| {
         out.push((c.to_vec(), v));
-        Ok::<(), ()>(())
+        Ok::<(), SpecError>(())
     })
     .unwrap();
     out
+}
+
+/// The number of distinct coordinates.
+fn distinct(e: &[(Vec<u64>, f64)]) -> usize {
+    e.iter()
+        .map(|(c, _)| c.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
 }
 
 #[test]
@@ -48,7 +57,10 @@ fn independent_kinds_emit_exactly_nnz_in_range() {
 
 #[test]
 fn powerlaw_concentrates_on_low_indices() {
-    let e = collect(&spec(Kind::Powerlaw, &[1000], Some(20_000)));
+    let e = collect(&Spec {
+        duplicates: true,
+        ..spec(Kind::Powerlaw, &[1000], Some(20_000))
+    });
     let low = e.iter().filter(|(c, _)| c[0] < 10).count();
     let high = e.iter().filter(|(c, _)| c[0] >= 990).count();
     // log-uniform: the first 10 indices get ~ln(11)/ln(1001) ≈ 35 %, the last 10 ≈ 0.15 %.
@@ -56,14 +68,27 @@ fn powerlaw_concentrates_on_low_indices() {
 }
 
 #[test]
-fn sorted_uniform_is_strictly_increasing_with_about_nnz_entries() {
+fn sorted_uniform_is_strictly_increasing_with_exactly_nnz_entries() {
     let s = Spec {
         sorted: true,
         ..spec(Kind::Uniform, &[100, 100], Some(2000))
     };
     let e = collect(&s);
     assert!(e.windows(2).all(|w| w[0].0 < w[1].0));
-    assert!((1700..2300).contains(&e.len()), "{}", e.len());
+    assert_eq!(e.len(), 2000);
+    // Large enough to split the index space several times before the leaves.
+    let big = Spec {
+        sorted: true,
+        ..spec(Kind::Uniform, &[1000, 1000], Some(300_000))
+    };
+    let e = collect(&big);
+    assert_eq!(e.len(), 300_000);
+    assert!(e.windows(2).all(|w| w[0].0 < w[1].0));
+    // Spread over the whole space: each quarter of the rows holds about a quarter.
+    for q in 0..4 {
+        let inside = e.iter().filter(|(c, _)| c[0] / 250 == q).count();
+        assert!((70_000..80_000).contains(&inside), "quarter {q}: {inside}");
+    }
     let dense = Spec {
         sorted: true,
         density: Some(1.0),
@@ -144,4 +169,114 @@ fn bad_specifications_say_what_is_wrong() {
         .entries(),
         Err(SpecError::Sorted)
     );
+}
+
+/// What the issue found: `--nnz 2000000 --kind powerlaw` stored 1.43 M entries. Every kind now
+/// gives exactly the entries asked for, at distinct coordinates, with `--density` as well.
+#[test]
+fn generate_gives_exactly_what_it_was_asked_for() {
+    for kind in [Kind::Uniform, Kind::Powerlaw, Kind::Banded] {
+        // (Banded entries are distinct in the first two modes: at most 40 x 50 of them.)
+        let third = if kind == Kind::Banded { 1_900 } else { 11_000 };
+        for (dims, n) in [
+            (&[20_000u64, 20_000][..], 200_000),
+            (&[40, 50, 6], third),
+            (&[7, 9], 63),
+        ] {
+            let e = collect(&spec(kind, dims, Some(n)));
+            assert_eq!(e.len() as u64, n, "{kind:?} {dims:?}");
+            assert_eq!(distinct(&e) as u64, n, "{kind:?} {dims:?}: distinct");
+        }
+    }
+    for (p, want) in [(1.0, 2_000), (0.75, 1_500), (0.001, 2)] {
+        let s = Spec {
+            density: Some(p),
+            ..spec(Kind::Uniform, &[40, 50], None)
+        };
+        let e = collect(&s);
+        assert_eq!((e.len(), distinct(&e)), (want, want), "density {p}");
+    }
+    // Too many for the space: an error before anything is written.
+    assert!(matches!(
+        spec(Kind::Uniform, &[7, 9], Some(64)).entries(),
+        Err(SpecError::TooMany { capacity: 63, .. })
+    ));
+    assert!(matches!(
+        spec(Kind::Banded, &[7, 9, 100], Some(64)).entries(),
+        Err(SpecError::TooMany { capacity: 63, .. })
+    ));
+}
+
+#[test]
+fn duplicates_are_opt_in() {
+    let s = Spec {
+        duplicates: true,
+        ..spec(Kind::Powerlaw, &[100, 100], Some(5_000))
+    };
+    let e = collect(&s);
+    assert_eq!(e.len(), 5_000);
+    assert!(
+        distinct(&e) < 4_000,
+        "powerlaw draws repeat: {}",
+        distinct(&e)
+    );
+    // More entries than cells is then allowed; not for kinds that are distinct by nature.
+    assert_eq!(
+        Spec {
+            nnz: Some(20_000),
+            ..s.clone()
+        }
+        .entries(),
+        Ok(20_000)
+    );
+    assert_eq!(
+        Spec {
+            kind: Kind::Banded,
+            ..s.clone()
+        }
+        .entries(),
+        Err(SpecError::Duplicates)
+    );
+    assert_eq!(
+        Spec {
+            sorted: true,
+            kind: Kind::Uniform,
+            ..s
+        }
+        .entries(),
+        Err(SpecError::Duplicates)
+    );
+}
+
+#[test]
+fn large_tensors_are_drawn_bucket_by_bucket() {
+    let s = spec(Kind::Powerlaw, &[3_000, 3_000], Some(50_000));
+    let mut e = Vec::new();
+    s.distinct(50_000, 4_096, &mut |c: &[u64], v| {
+        e.push((c.to_vec(), v));
+        Ok::<(), SpecError>(())
+    })
+    .unwrap();
+    assert_eq!((e.len(), distinct(&e)), (50_000, 50_000));
+    // The same distribution as drawn in one bucket: as many in the first tenth of the rows.
+    let low = |e: &[(Vec<u64>, f64)]| e.iter().filter(|(c, _)| c[0] < 300).count() as f64;
+    let one = collect(&s);
+    assert!(
+        (low(&e) / low(&one) - 1.0).abs() < 0.03,
+        "{} vs {}",
+        low(&e),
+        low(&one)
+    );
+}
+
+#[test]
+fn a_distribution_too_thin_for_the_count_is_an_error() {
+    let e = spec(Kind::Powerlaw, &[100_000], Some(100_000))
+        .for_each(|_, _| Ok::<(), SpecError>(()))
+        .unwrap_err();
+    assert!(
+        matches!(e, SpecError::Exhausted { want: 100_000, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("--duplicates"), "{e}");
 }

@@ -231,6 +231,45 @@ impl fmt::Display for Format {
     }
 }
 
+/// A format given as a [`Format`] or as a TACO format string, for a tensor of known rank:
+/// what [`Tensor::read`](crate::Tensor::read), [`Tensor::from_entries`](crate::Tensor::from_entries)
+/// and [`Tensor::to_format`](crate::Tensor::to_format) take.
+pub trait IntoFormat {
+    /// The format for a tensor of `rank` modes: text is parsed for that rank; a [`Format`]
+    /// is returned as it is (the tensor's constructor checks its rank).
+    fn into_format(self, rank: usize) -> Result<Format, FormatError>;
+}
+
+impl IntoFormat for Format {
+    fn into_format(self, _rank: usize) -> Result<Format, FormatError> {
+        Ok(self)
+    }
+}
+
+impl IntoFormat for &Format {
+    fn into_format(self, rank: usize) -> Result<Format, FormatError> {
+        self.clone().into_format(rank)
+    }
+}
+
+impl IntoFormat for &str {
+    fn into_format(self, rank: usize) -> Result<Format, FormatError> {
+        Format::parse(self, rank)
+    }
+}
+
+impl IntoFormat for &String {
+    fn into_format(self, rank: usize) -> Result<Format, FormatError> {
+        Format::parse(self, rank)
+    }
+}
+
+impl IntoFormat for String {
+    fn into_format(self, rank: usize) -> Result<Format, FormatError> {
+        Format::parse(&self, rank)
+    }
+}
+
 fn display_parts(levels: &[LevelType], order: &[usize]) -> String {
     let mut s: String = levels.iter().map(|l| l.letter()).collect();
     if order.iter().enumerate().any(|(k, &m)| k != m) {

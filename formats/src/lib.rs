@@ -4,12 +4,24 @@
 //! - [`Tensor`] / [`Level`]: level arrays in memory; [`TensorView`] / [`LevelView`]: zero-copy
 //!   borrowed views with sub-block windows along dense levels.
 //! - [`Value`] (`f32`, `f64`) and [`Index`] (`u32`, `u64`): what kernels are generic over.
+//! - [`Tensor::read`] / [`Tensor::write`]: `.tns`, `.mtx` and `.tcs` files; [`Tensor::to_format`]:
+//!   conversion in memory.
+//! - Features `sprs`, `nalgebra`, `faer`, `ndarray`: conversions to and from those crates'
+//!   matrices and arrays (`interop/`), zero-copy where the layouts agree.
 
 mod atomic;
 mod chunks;
 pub mod convert;
 mod error;
 mod format;
+#[cfg(any(
+    feature = "sprs",
+    feature = "nalgebra",
+    feature = "faer",
+    feature = "ndarray"
+))]
+mod interop;
+mod io;
 mod lines;
 mod mtx;
 mod pack;
@@ -24,7 +36,7 @@ pub use atomic::AtomicFile;
 pub use chunks::Chunk;
 pub use convert::{convert, ConvertOptions, ConvertReport, Duplicates, NoProgress, Progress};
 pub use error::{Error, Result, SyntaxError};
-pub use format::{Format, FormatError, LevelType};
+pub use format::{Format, FormatError, IntoFormat, LevelType};
 pub use mtx::{MtxReader, MtxWriter};
 pub use pack::{CountSink, PackError, PackedSizes, Packer, Sink};
 pub use tcs::{TcsError, TcsFile, TcsHeader, TcsWriter};
@@ -33,3 +45,14 @@ pub use text::{open_text, EntryReader, FileKind};
 pub use tns::{TnsReader, TnsWriter};
 pub use value::{Index, Value, ValueType};
 pub use view::{Entries, LevelView, TensorView};
+
+// The crates the interop features convert to and from (one module each in `interop/`),
+// re-exported so that a program can name the versions Tessera was built with.
+#[cfg(feature = "faer")]
+pub use faer;
+#[cfg(feature = "nalgebra")]
+pub use nalgebra_sparse;
+#[cfg(feature = "ndarray")]
+pub use ndarray;
+#[cfg(feature = "sprs")]
+pub use sprs;

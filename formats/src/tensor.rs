@@ -1,6 +1,6 @@
 //! In-memory tensors: level arrays in a [`Format`], built from coordinates or from parts.
 
-use crate::format::{Format, LevelType};
+use crate::format::{Format, FormatError, IntoFormat, LevelType};
 use crate::pack::{PackError, Packer};
 use crate::value::{Index, Value};
 use crate::view::{validate_levels, LevelView, TensorView};
@@ -96,6 +96,8 @@ pub enum TensorError {
     CrdNotIncreasing { level: usize, at: usize },
     #[error("vals has {got} entries, expected {expected}")]
     ValsLength { expected: usize, got: usize },
+    #[error(transparent)]
+    Format(#[from] FormatError),
 }
 
 /// One level of a tensor's storage.
@@ -140,56 +142,36 @@ pub struct Tensor<V: Value, I: Index = u32> {
 
 impl<V: Value, I: Index> Tensor<V, I> {
     /// Builds a tensor from entries with mode-space coordinates in any order; duplicates are
-    /// summed. Coordinates outside `dims` are an error.
+    /// summed. Coordinates outside `dims` are an error. `format` is a [`Format`] or a TACO
+    /// format string (`"csr"`, `"ds:1,0"`, `"sss"`).
     pub fn from_entries(
         dims: Vec<usize>,
-        format: Format,
+        format: impl IntoFormat,
         entries: impl IntoIterator<Item = (Vec<usize>, V)>,
     ) -> Result<Self, TensorError> {
-        check_rank(&dims, &format)?;
-        check_dims_fit::<I>(&dims)?;
-        let rank = dims.len();
-        let order = format.mode_order().to_vec();
-        // Coordinates permuted into level order, flattened: entry e is coords[e*rank..][..rank].
-        let mut coords = Vec::new();
-        let mut values = Vec::new();
-        for (e, (c, v)) in entries.into_iter().enumerate() {
-            if c.len() != rank {
-                return Err(TensorError::EntryRank {
-                    entry: e,
-                    expected: rank,
-                    got: c.len(),
-                });
-            }
-            for (k, &m) in order.iter().enumerate() {
-                if c[m] >= dims[m] {
-                    return Err(TensorError::CoordOutOfRange {
-                        entry: e,
-                        level: k,
-                        coord: c[m],
-                        bound: dims[m],
-                    });
-                }
-                coords.push(c[m]);
-            }
-            values.push(v);
+        let format = format.into_format(dims.len())?;
+        let mut coo = Coo::new::<I>(&dims, &format)?;
+        for (c, v) in entries {
+            coo.push(&c, v)?;
         }
-        let key = |e: usize| &coords[e * rank..(e + 1) * rank];
-        let mut perm: Vec<usize> = (0..values.len()).collect();
-        perm.sort_by(|&a, &b| key(a).cmp(key(b)));
-        let mut packer = Self::packer(&dims, &format)?;
-        let mut i = 0;
-        while i < perm.len() {
-            let mut sum = values[perm[i]];
-            let mut j = i + 1;
-            while j < perm.len() && key(perm[j]) == key(perm[i]) {
-                sum += values[perm[j]];
-                j += 1;
-            }
-            packer.push(key(perm[i]), sum).map_err(unwrap_pack)?;
-            i = j;
+        coo.into_tensor(dims, format)
+    }
+
+    /// The same tensor stored in another format (in memory). Explicitly stored zeros are
+    /// dropped: a dense tensor converted to CSR keeps only its nonzeros (the target's dense
+    /// levels hold zeros anyway).
+    pub fn to_format(&self, format: impl IntoFormat) -> Result<Self, TensorError> {
+        let format = format.into_format(self.dims.len())?;
+        if format == self.format {
+            return Ok(self.clone());
         }
-        Self::from_packer(dims, format, packer)
+        let mut coo = Coo::new::<I>(&self.dims, &format)?;
+        for (c, v) in self.entries() {
+            if v != V::zero() {
+                coo.push(&c, v)?;
+            }
+        }
+        coo.into_tensor(self.dims.clone(), format)
     }
 
     /// A dense row-major tensor (all levels dense, identity mode order) holding `data`.
@@ -216,7 +198,8 @@ impl<V: Value, I: Index> Tensor<V, I> {
     }
 
     /// A tensor with no stored nonzeros (dense levels hold explicit zeros).
-    pub fn zeros(dims: Vec<usize>, format: Format) -> Result<Self, TensorError> {
+    pub fn zeros(dims: Vec<usize>, format: impl IntoFormat) -> Result<Self, TensorError> {
+        let format = format.into_format(dims.len())?;
         check_rank(&dims, &format)?;
         check_dims_fit::<I>(&dims)?;
         let packer = Self::packer(&dims, &format)?;
@@ -361,6 +344,79 @@ impl<V: Value, I: Index> Tensor<V, I> {
     }
 }
 
+/// Entries gathered for packing: coordinates permuted into level order and flattened
+/// (entry `e` is `coords[e*rank..][..rank]`), checked against the dimensions as they come.
+pub(crate) struct Coo<V> {
+    dims: Vec<usize>,
+    order: Vec<usize>,
+    coords: Vec<usize>,
+    vals: Vec<V>,
+}
+
+impl<V: Value> Coo<V> {
+    pub(crate) fn new<I: Index>(dims: &[usize], format: &Format) -> Result<Self, TensorError> {
+        check_rank(dims, format)?;
+        check_dims_fit::<I>(dims)?;
+        Ok(Coo {
+            dims: dims.to_vec(),
+            order: format.mode_order().to_vec(),
+            coords: Vec::new(),
+            vals: Vec::new(),
+        })
+    }
+
+    /// Adds an entry with mode-space coordinates `c`.
+    pub(crate) fn push(&mut self, c: &[usize], v: V) -> Result<(), TensorError> {
+        let entry = self.vals.len();
+        if c.len() != self.dims.len() {
+            return Err(TensorError::EntryRank {
+                entry,
+                expected: self.dims.len(),
+                got: c.len(),
+            });
+        }
+        for (level, &m) in self.order.iter().enumerate() {
+            if c[m] >= self.dims[m] {
+                return Err(TensorError::CoordOutOfRange {
+                    entry,
+                    level,
+                    coord: c[m],
+                    bound: self.dims[m],
+                });
+            }
+            self.coords.push(c[m]);
+        }
+        self.vals.push(v);
+        Ok(())
+    }
+
+    /// Sorts the entries into storage order, sums duplicates and packs them.
+    pub(crate) fn into_tensor<I: Index>(
+        self,
+        dims: Vec<usize>,
+        format: Format,
+    ) -> Result<Tensor<V, I>, TensorError> {
+        check_dims_fit::<I>(&dims)?;
+        let rank = self.order.len();
+        let key = |e: usize| &self.coords[e * rank..(e + 1) * rank];
+        let mut perm: Vec<usize> = (0..self.vals.len()).collect();
+        perm.sort_by(|&a, &b| key(a).cmp(key(b)));
+        let mut packer = Tensor::<V, I>::packer(&dims, &format)?;
+        let mut i = 0;
+        while i < perm.len() {
+            let mut sum = self.vals[perm[i]];
+            let mut j = i + 1;
+            while j < perm.len() && key(perm[j]) == key(perm[i]) {
+                sum += self.vals[perm[j]];
+                j += 1;
+            }
+            packer.push(key(perm[i]), sum).map_err(unwrap_pack)?;
+            i = j;
+        }
+        Tensor::from_packer(dims, format, packer)
+    }
+}
+
 fn unwrap_pack(e: PackError<std::convert::Infallible>) -> TensorError {
     match e {
         PackError::Tensor(t) => t,
@@ -407,4 +463,4 @@ pub(crate) fn checked_product(dims: &[usize]) -> Result<usize, TensorError> {
 
 #[cfg(test)]
 #[path = "tensor_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -197,9 +197,9 @@ fn sub_block_views_a_window_without_copying() {
 }
 
 /// Random dims, format (level types + mode order) and entries (with duplicates).
-type Case = (Vec<usize>, Format, Vec<(Vec<usize>, f64)>);
+pub(crate) type Case = (Vec<usize>, Format, Vec<(Vec<usize>, f64)>);
 
-fn tensor_case() -> impl Strategy<Value = Case> {
+pub(crate) fn tensor_case() -> impl Strategy<Value = Case> {
     (0usize..=4)
         .prop_flat_map(|rank| {
             (
@@ -267,6 +267,57 @@ proptest! {
         let wide: Tensor<f64, u64> = Tensor::from_entries(dims, format, entries).unwrap();
         prop_assert_eq!(wide.entries().collect::<Vec<_>>(), t.entries().collect::<Vec<_>>());
     }
+}
+
+/// A random format of `rank` levels.
+pub(crate) fn format_of(rank: usize) -> impl Strategy<Value = Format> {
+    (
+        proptest::collection::vec(prop::bool::ANY, rank),
+        Just((0..rank).collect::<Vec<_>>()).prop_shuffle(),
+    )
+        .prop_map(|(dense, order)| {
+            let levels = dense.iter().map(|&d| if d { D } else { S }).collect();
+            Format::new(levels, order).unwrap()
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn to_format_keeps_the_values_and_drops_explicit_zeros(
+        ((dims, format, entries), other) in tensor_case()
+            .prop_flat_map(|c| { let rank = c.0.len(); (Just(c), format_of(rank)) })
+    ) {
+        let t: Tensor<f64> = Tensor::from_entries(dims, format.clone(), entries).unwrap();
+        let u = t.to_format(&other).unwrap();
+        prop_assert_eq!(u.format(), &other);
+        prop_assert_eq!(u.dims(), t.dims());
+        prop_assert_eq!(u.to_dense(), t.to_dense());
+        let back = u.to_format(format.to_string()).unwrap();
+        prop_assert_eq!(back.to_dense(), t.to_dense());
+        if other.rank() > 0 && other.levels().iter().all(|&l| l == S) {
+            prop_assert!(u.vals().iter().all(|&v| v != 0.0), "no explicit zeros in {:?}", u);
+        }
+    }
+}
+
+#[test]
+fn formats_given_as_text_or_values_must_fit_the_rank() {
+    let t = csr_example();
+    assert_eq!(
+        t.to_format("csc").unwrap().format(),
+        &Format::parse("csc", 2).unwrap()
+    );
+    let err = t.to_format("sss").unwrap_err();
+    assert!(
+        matches!(err, TensorError::Format(FormatError::LevelCount { .. })),
+        "{err}"
+    );
+    let err = t.to_format(Format::dense(3)).unwrap_err();
+    assert!(err.to_string().contains("rank 2"), "{err}");
+    let err = Tensor::<f64>::from_entries(vec![2], "csr", []).unwrap_err();
+    assert!(err.to_string().contains("csr"), "{err}");
 }
 
 /// A dense tensor larger than any machine's memory is an error naming the bytes it needs,

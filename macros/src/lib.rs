@@ -1,24 +1,27 @@
 //! The `tensor!` macro: Einstein notation compiled to a sparse kernel at build time.
 //!
+//! Use it through the `tessera` facade (`tessera::tensor`), which is the only dependency a
+//! program needs:
+//!
 //! ```ignore
-//! use tessera_formats::Tensor;
-//! use tessera_macros::tensor;
-//! fn spmv(A: &Tensor<f64>, x: &Tensor<f64>) -> Result<Tensor<f64>, tessera_compiler::bind::BindError> {
+//! use tessera::{tensor, BindError, Tensor};
+//! fn spmv(A: &Tensor<f64>, x: &Tensor<f64>) -> Result<Tensor<f64>, BindError> {
 //!     tensor!(y(i) = A(i,j) * x(j); A: csr)
 //! }
 //! ```
 //!
 //! The input is a statement in the language of `docs/language.md`: an assignment, then
 //! `;`-separated formats (`A: csr`, `B: ds:1,0`) and schedule directives (`parallelize(i)`).
-//! Every tensor on the right-hand side names a `tessera_formats::Tensor<V, I>` (or a
-//! reference to one) in scope. The expansion checks, when it runs, that each tensor has the
-//! declared format and that dimensions agree (`tessera_compiler::bind`), then calls the
-//! generated kernel; it evaluates to `Result<Tensor<V, I>, BindError>` holding the output.
+//! Every tensor on the right-hand side names a `tessera::Tensor<V, I>` (or a reference to
+//! one) in scope. The expansion checks, when it runs, that each tensor has the declared
+//! format and that dimensions agree (`tessera_kernel_rt::bind`), then calls the generated
+//! kernel; it evaluates to `Result<Tensor<V, I>, BindError>` holding the output.
 //! `y(i) += ...` reads the tensor `y` in scope and returns the updated tensor.
 //!
 //! Errors in the statement (syntax, ranks, formats, schedule, impossible loop orders) are
-//! `compile_error!`s at the tokens they are about. The calling crate depends on
-//! `tessera-formats` and `tessera-compiler` (and `rayon` when it uses `parallelize`).
+//! `compile_error!`s at the tokens they are about. The expansion names only paths under
+//! `::tessera::__private` (see the `paths` module), so this crate's own dependencies — the
+//! compiler and its front end — run inside rustc and never link into the user's program.
 
 use proc_macro::TokenStream;
 use proc_macro2::{
@@ -28,6 +31,8 @@ use quote::{format_ident, quote};
 use tessera_compiler::check::{self, Dims};
 use tessera_compiler::diagnostics::Diagnostic;
 use tessera_compiler::{cli, codegen, driver, lower, parse};
+
+mod paths;
 
 #[proc_macro]
 pub fn tensor(input: TokenStream) -> TokenStream {
@@ -179,10 +184,11 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
         d.hint = d.hint.map(|h| h.replace("(-f ", "("));
         d
     })?;
-    let kernel_fn = codegen::emit(&kernel);
+    let kernel_fn = paths::rebase(codegen::emit(&kernel));
+    let private = paths::private();
     let inputs = kernel.inputs();
     let signature: TokenStream2 =
-        driver::signature_source(&checked, &inputs, "::tessera_compiler::bind")
+        driver::signature_source(&checked, &inputs, &format!("{private}::bind"))
             .parse()
             .map_err(|e| {
                 Diagnostic::new(format!("internal error: bad signature source: {e}"), 0..0)
@@ -194,7 +200,7 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
             let var = format_ident!("__tessera_in{}", k);
             let span = &checked.tensor(name).expect("input is a tensor").span;
             let user = source.ident(name, &(span.start..span.start + name.len()));
-            quote! { let #var: &::tessera_formats::Tensor<_, _> = &#user; }
+            quote! { let #var: &#private::tessera_formats::Tensor<_, _> = &#user; }
         })
         .collect();
     let vars: Vec<_> = (0..inputs.len())
@@ -206,7 +212,7 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
             mod __tessera_kernel {
                 #kernel_fn
             }
-            const __TESSERA_SIGNATURE: ::tessera_compiler::bind::Signature<'static> = #signature;
+            const __TESSERA_SIGNATURE: #private::bind::Signature<'static> = #signature;
             #(#bindings)*
             match __TESSERA_SIGNATURE.bind(&[#((#vars.dims(), #vars.format())),*]) {
                 ::core::result::Result::Ok(__out_dims) => ::core::result::Result::Ok(

@@ -1,10 +1,10 @@
 //! Shared helpers for the end-to-end tests: random sparse tensors and the oracle on them.
 
 use std::collections::HashMap;
+use tessera::{Format, Tensor};
 use tessera_compiler::check::{self, Checked, Dims};
 use tessera_compiler::oracle::{self, DenseArray};
 use tessera_compiler::parse;
-use tessera_formats::{Format, Tensor};
 
 /// A small deterministic generator (xorshift), so tests need no extra dependency to make data.
 pub struct Rng(u64);

@@ -10,8 +10,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use tessera_formats::{convert, ConvertOptions, NoProgress, TcsFile, Tensor};
-use tessera_macros::tensor;
+use tessera::formats::{convert, ConvertOptions, NoProgress, TcsFile, Tensor};
+use tessera::tensor;
 
 /// Files above these sizes are skipped to keep the test fast (kinships.tns is ~110 KB).
 const MAX_MTX_BYTES: u64 = 100_000;
@@ -168,7 +168,7 @@ fn tensor_entries(t: &Tensor<f64>) -> Entries {
 
 /// Converts to `.tcs` and reads the result back. `dcsr` goes through the external sort with
 /// small runs and merge rounds, so the spilling path sees real data too.
-fn to_tcs(input: &Path, output: &Path, format: &str) -> tessera_formats::Result<Tensor<f64>> {
+fn to_tcs(input: &Path, output: &Path, format: &str) -> tessera::formats::Result<Tensor<f64>> {
     let spill = format == "dcsr";
     let opts = ConvertOptions {
         format: Some(format.to_string()),

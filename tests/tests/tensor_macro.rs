@@ -3,9 +3,9 @@
 #![allow(non_snake_case)]
 
 use proptest::prelude::*;
-use tessera_compiler::bind::BindError;
-use tessera_formats::{Format, Tensor};
-use tessera_macros::tensor;
+use tessera::tensor;
+use tessera::BindError;
+use tessera::{Format, Tensor};
 use tessera_tests::{assert_close, dense, oracle, random_tensor, Rng};
 
 fn fmt(s: &str, rank: usize) -> Format {

@@ -1,5 +1,5 @@
-use tessera_formats::Tensor;
-use tessera_macros::tensor;
+use tessera::Tensor;
+use tessera::tensor;
 
 #[allow(non_snake_case)]
 fn main() {

@@ -1,5 +1,5 @@
-use tessera_formats::Tensor;
-use tessera_macros::tensor;
+use tessera::Tensor;
+use tessera::tensor;
 
 // A constant that overflows f64 is a compile error at the literal, not a panic in the macro.
 #[allow(non_snake_case)]

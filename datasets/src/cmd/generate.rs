@@ -14,6 +14,7 @@ Examples:
   tessera-data generate --dims 1000,2000,3000 --nnz 5000000 --seed 7 -o t.tns
   tessera-data generate --dims 100000,100000 --density 0.0001 --kind powerlaw -o g.mtx
   tessera-data generate --dims 10000,10000 --nnz 1000000 --kind uniform --sorted -o s.tns
+  tessera-data generate --dims 1000,1000 --nnz 50000 --duplicates -o d.tns   # repeats allowed
   tessera-data generate --dims 300,300 --kind poisson2d -o p.tcs --format csr
   tessera-data generate --dims 50,50,50 --kind poisson3d -o p3.mtx";
 
@@ -24,10 +25,10 @@ pub struct Args {
     /// Dimensions, comma-separated (for poisson2d/poisson3d: the grid).
     #[arg(long, value_delimiter = ',', required = true)]
     dims: Vec<u64>,
-    /// Number of nonzeros to draw.
+    /// Number of entries, at distinct coordinates (unless --duplicates).
     #[arg(long, conflicts_with = "density")]
     nnz: Option<u64>,
-    /// Fraction of cells that are nonzero, in (0, 1].
+    /// Fraction of cells that are nonzero, in (0, 1] (rounded to a whole number of entries).
     #[arg(long)]
     density: Option<f64>,
     /// Kind of tensor.
@@ -36,9 +37,13 @@ pub struct Args {
     /// Seed of the generator.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Uniform only: write entries in sorted order (sampled in order, so no duplicates).
+    /// Uniform only: write entries in sorted order (sampled in order).
     #[arg(long)]
     sorted: bool,
+    /// Uniform and powerlaw: draw every entry independently, so coordinates may repeat
+    /// (exactly --nnz lines, fewer distinct entries; what `convert` sums).
+    #[arg(long)]
+    duplicates: bool,
     /// Output file: .tns, .mtx (matrices) or .tcs (converted with the options below).
     #[arg(short, long)]
     output: PathBuf,
@@ -48,7 +53,7 @@ pub struct Args {
 
 #[derive(Clone, Copy, ValueEnum)]
 enum KindArg {
-    /// Coordinates uniform over the index space (unsorted, may repeat).
+    /// Coordinates uniform over the index space (unsorted; in order above density 1/2).
     Uniform,
     /// Log-uniform coordinates: Zipf-like slice sizes (unsorted).
     Powerlaw,
@@ -76,6 +81,7 @@ impl Args {
             kind,
             seed: self.seed,
             sorted: self.sorted,
+            duplicates: self.duplicates,
         };
         let total = spec.entries()?;
         let bars = Bars::new(quiet);

@@ -1,0 +1,143 @@
+//! Tensors to and from files: [`Tensor::read`] and [`Tensor::write`] for `.tns`, `.mtx` and
+//! `.tcs`, chosen by extension. Every error names the file (and, for text, line and column).
+
+use std::path::Path;
+
+use crate::error::{Error, Result};
+use crate::format::{Format, IntoFormat};
+use crate::tcs::{write_tensor, TcsFile};
+use crate::tensor::{Coo, Tensor, TensorError};
+use crate::text::{open_text, FileKind};
+use crate::value::{Index, Value, ValueType};
+use crate::{Chunk, MtxWriter, TnsWriter};
+
+impl<V: Value, I: Index> Tensor<V, I> {
+    /// Reads a `.tns`, `.mtx` or `.tcs` file (by extension) and stores it in `format`, a
+    /// [`Format`] or a TACO format string (`"csr"`, `"ds:1,0"`, `"sss"`).
+    ///
+    /// Dimensions come from the file: the `.mtx` header, the `.tcs` header, or a `.tns`
+    /// file's `# dims` comment (else the largest coordinate of each mode). Duplicate entries
+    /// of text files are summed. A `.tcs` file in the requested format, value and coordinate
+    /// types is copied as it is; any other is converted.
+    pub fn read(path: impl AsRef<Path>, format: impl IntoFormat) -> Result<Self> {
+        let path = path.as_ref();
+        let tensor_err = |source| Error::Tensor {
+            path: path.to_path_buf(),
+            source,
+        };
+        match FileKind::of(path)? {
+            FileKind::Tcs => {
+                let file = TcsFile::open(path)?;
+                let format = parse_for(path, format, file.dims().len())?;
+                let h = file.header();
+                if h.value_type == V::TYPE && h.index_bits == I::BITS && file.format() == &format {
+                    return file.to_tensor();
+                }
+                let mut coo = Coo::new::<I>(file.dims(), &format).map_err(tensor_err)?;
+                tcs_entries(&file, &mut coo)?;
+                coo.into_tensor(file.dims().to_vec(), format)
+                    .map_err(tensor_err)
+            }
+            FileKind::Tns | FileKind::Mtx => {
+                let mut r = open_text(path)?;
+                let rank = r.rank();
+                let format = parse_for(path, format, rank)?;
+                // Gathered with dimensions as large as the coordinates allow; the real ones
+                // (declared, or the largest coordinate + 1) are known at the end.
+                let unbounded = vec![I::MAX_U64 as usize; rank];
+                let mut coo = Coo::new::<I>(&unbounded, &format).map_err(tensor_err)?;
+                let mut max = vec![0usize; rank];
+                let mut chunk = Chunk::default();
+                let mut c = vec![0usize; rank];
+                while r.next_chunk(&mut chunk)? {
+                    for (e, &v) in chunk.vals.iter().enumerate() {
+                        for (m, x) in c.iter_mut().enumerate() {
+                            *x = usize::try_from(chunk.coords[e * rank + m]).unwrap_or(usize::MAX);
+                            max[m] = max[m].max(x.saturating_add(1));
+                        }
+                        coo.push(&c, V::from_f64(v)).map_err(tensor_err)?;
+                    }
+                }
+                let dims = match r.declared_dims() {
+                    Some(d) => d.into_iter().map(|x| x as usize).collect(),
+                    None => max,
+                };
+                coo.into_tensor(dims, format).map_err(tensor_err)
+            }
+        }
+    }
+
+    /// Writes the tensor to a `.tns`, `.mtx` or `.tcs` file (by extension); the file appears
+    /// only when complete. Text files get every stored entry (the explicit zeros of dense
+    /// levels included); a `.tns` file starts with a `# dims` comment so that trailing zeros
+    /// keep their place, and a `.mtx` file needs a matrix.
+    pub fn write(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        match FileKind::of(path)? {
+            FileKind::Tcs => write_tensor(path, self, None),
+            FileKind::Mtx => {
+                let &[rows, cols] = self.dims() else {
+                    return Err(Error::Unsupported {
+                        path: path.to_path_buf(),
+                        what: format!(
+                            "a .mtx file holds a matrix, but the tensor has rank {}; use .tns or .tcs",
+                            self.dims().len()
+                        ),
+                    });
+                };
+                let mut w =
+                    MtxWriter::create(path, rows as u64, cols as u64, Some(self.nnz() as u64))?;
+                for (c, v) in self.entries() {
+                    w.write_entry(c[0] as u64, c[1] as u64, v)?;
+                }
+                w.finish()
+            }
+            FileKind::Tns => {
+                let mut w = TnsWriter::create(path)?;
+                if !self.dims().is_empty() {
+                    let dims: Vec<String> = self.dims().iter().map(|d| d.to_string()).collect();
+                    w.write_comment(&format!("dims {}", dims.join(" ")))?;
+                }
+                let mut c64 = Vec::with_capacity(self.dims().len());
+                for (c, v) in self.entries() {
+                    c64.clear();
+                    c64.extend(c.iter().map(|&x| x as u64));
+                    w.write_entry(&c64, v)?;
+                }
+                w.finish()
+            }
+        }
+    }
+}
+
+/// The requested format for a file's tensor of `rank` modes; a misfit names the file.
+fn parse_for(path: &Path, format: impl IntoFormat, rank: usize) -> Result<Format> {
+    format.into_format(rank).map_err(|source| Error::Format {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Adds the entries of a `.tcs` file of any value and coordinate type to `coo`, as `V`.
+fn tcs_entries<V: Value>(file: &TcsFile, coo: &mut Coo<V>) -> Result<()> {
+    fn add<W: Value, J: Index, V: Value>(file: &TcsFile, coo: &mut Coo<V>) -> Result<()> {
+        for (c, v) in file.view::<W, J>()?.entries() {
+            coo.push(&c, V::from_f64(v.to_f64()))
+                .map_err(|source: TensorError| Error::Tensor {
+                    path: file.path().to_path_buf(),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+    match (file.header().value_type, file.header().index_bits) {
+        (ValueType::F64, 32) => add::<f64, u32, V>(file, coo),
+        (ValueType::F64, _) => add::<f64, u64, V>(file, coo),
+        (ValueType::F32, 32) => add::<f32, u32, V>(file, coo),
+        (ValueType::F32, _) => add::<f32, u64, V>(file, coo),
+    }
+}
+
+#[cfg(test)]
+#[path = "io_tests.rs"]
+mod tests;

@@ -1,0 +1,83 @@
+use super::*;
+use crate::tensor::tests::{format_of, tensor_case};
+use proptest::prelude::*;
+
+/// The file kinds a tensor of `rank` modes can be written to.
+fn kinds(rank: usize) -> Vec<&'static str> {
+    match rank {
+        2 => vec!["tns", "mtx", "tcs"],
+        _ => vec!["tns", "tcs"],
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random tensors × formats × file kinds: what is written reads back the same, in any
+    /// format, and `.tcs` also with other value and coordinate types.
+    #[test]
+    fn files_round_trip_in_every_format(
+        ((dims, format, entries), other) in tensor_case()
+            .prop_filter("a .tns file needs a rank", |c| !c.0.is_empty())
+            .prop_flat_map(|c| { let rank = c.0.len(); (Just(c), format_of(rank)) })
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let t: Tensor<f64> = Tensor::from_entries(dims, format.clone(), entries).unwrap();
+        for kind in kinds(t.dims().len()) {
+            let path = dir.path().join(format!("t.{kind}"));
+            t.write(&path).unwrap();
+            let same: Tensor<f64> = Tensor::read(&path, &format).unwrap();
+            prop_assert_eq!(same.dims(), t.dims(), "{}", kind);
+            prop_assert_eq!(same.to_dense(), t.to_dense(), "{}", kind);
+            let u: Tensor<f64, u64> = Tensor::read(&path, other.to_string()).unwrap();
+            prop_assert_eq!(u.format(), &other);
+            prop_assert_eq!(u.to_dense(), t.to_dense(), "{} as {}", kind, other);
+            let narrow: Tensor<f32> = Tensor::read(&path, &other).unwrap();
+            let widened: Vec<f64> = narrow.to_dense().iter().map(|&v| f64::from(v)).collect();
+            prop_assert_eq!(widened, t.to_dense(), "{} as f32", kind);
+        }
+    }
+}
+
+#[test]
+fn a_tcs_file_in_the_requested_format_reads_back_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.tcs");
+    let t: Tensor<f64, u64> =
+        Tensor::from_entries(vec![3, 4], "csc", [(vec![2, 1], 1.5), (vec![0, 3], -2.0)]).unwrap();
+    t.write(&path).unwrap();
+    assert_eq!(Tensor::<f64, u64>::read(&path, "csc").unwrap(), t);
+}
+
+#[test]
+fn errors_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let t: Tensor<f64> =
+        Tensor::from_entries(vec![2, 2, 2], "sss", [(vec![1, 0, 1], 1.0)]).unwrap();
+    let shown = |e: Error| e.to_string();
+
+    let missing = dir.path().join("missing.tns");
+    let e = shown(Tensor::<f64>::read(&missing, "ss").unwrap_err());
+    assert!(e.contains("missing.tns"), "{e}");
+
+    let odd = dir.path().join("t.csv");
+    let e = shown(t.write(&odd).unwrap_err());
+    assert!(e.contains("t.csv") && e.contains(".tns"), "{e}");
+
+    let mtx = dir.path().join("t.mtx");
+    let e = shown(t.write(&mtx).unwrap_err());
+    assert!(e.contains("t.mtx") && e.contains("rank 3"), "{e}");
+    assert!(!mtx.exists());
+
+    let tns = dir.path().join("t.tns");
+    t.write(&tns).unwrap();
+    let e = shown(Tensor::<f64>::read(&tns, "csr").unwrap_err());
+    assert!(e.contains("t.tns") && e.contains("csr"), "{e}");
+    let e = shown(Tensor::<f64>::read(&tns, "sxs").unwrap_err());
+    assert!(e.contains("t.tns") && e.contains("`x`"), "{e}");
+
+    // A coordinate that 32-bit coordinates cannot hold.
+    std::fs::write(&tns, "1 1 5000000000 1.0\n").unwrap();
+    let e = shown(Tensor::<f64>::read(&tns, "sss").unwrap_err());
+    assert!(e.contains("t.tns") && e.contains("4999999999"), "{e}");
+}

@@ -1,0 +1,65 @@
+//! Tessera: sparse tensor algebra in Einstein notation.
+//!
+//! This crate is the one dependency a program adds (`tessera = { path = "..." }`); it
+//! re-exports what a user needs from the workspace's crates:
+//!
+//! - [`tensor!`]: a statement such as `y(i) = A(i,j) * x(j); A: csr` compiled into a kernel
+//!   when your program is compiled; it returns `Result<Tensor, BindError>`.
+//! - [`Tensor`] and [`Format`]: tensors in memory as level arrays (dense or compressed
+//!   levels in a mode order, TACO's format strings), built from coordinates
+//!   ([`Tensor::from_entries`]) or dense data ([`Tensor::dense_from_vec`]), read from and
+//!   written to `.tns`, `.mtx` and `.tcs` files ([`Tensor::read`], [`Tensor::write`]),
+//!   converted between formats ([`Tensor::to_format`]).
+//! - [`formats`]: everything else about formats and files (streaming conversion, `.tcs`
+//!   memory mapping, the readers and writers).
+//! - [`runtime`]: the task runtime (stores, partitioning constraints, parallel execution).
+//! - Features `sprs`, `nalgebra`, `faer`, `ndarray`: `Tensor::from_sprs`, `into_nalgebra_csr`,
+//!   `from_faer`, `from_ndarray` and the other conversions, moving the arrays where the
+//!   layouts agree (see the README).
+//!
+//! The README's examples are compiled and run as this crate's doctests
+//! (`cargo test -p tessera --doc`).
+
+// `tensor!` expands to paths under `::tessera`; this lets the crate's own tests use it.
+extern crate self as tessera;
+
+pub use tessera_formats::{
+    Format, FormatError, Index, Level, LevelType, Tensor, TensorError, TensorView, Value,
+};
+pub use tessera_kernel_rt::bind::BindError;
+pub use tessera_macros::tensor;
+
+/// Level formats, tensors, views, and the `.tns`/`.mtx`/`.tcs` readers, writers and streaming
+/// conversion (the `tessera-formats` crate).
+pub use tessera_formats as formats;
+
+/// The task runtime (the `tessera-runtime` crate; default feature `runtime`).
+#[cfg(feature = "runtime")]
+pub use tessera_runtime as runtime;
+
+// With the interop features, the crates converted to and from, at the versions Tessera uses.
+#[cfg(feature = "faer")]
+pub use tessera_formats::faer;
+#[cfg(feature = "nalgebra")]
+pub use tessera_formats::nalgebra_sparse;
+#[cfg(feature = "ndarray")]
+pub use tessera_formats::ndarray;
+#[cfg(feature = "sprs")]
+pub use tessera_formats::sprs;
+
+/// What the expansion of [`tensor!`] names at run time. Not a public API: it changes with
+/// the macro.
+#[doc(hidden)]
+pub mod __private {
+    pub use tessera_kernel_rt::{bind, rayon, tessera_formats};
+}
+
+/// The README's Rust examples, compiled and run by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
+/// The Rust examples of `docs/language.md`, compiled and run by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/language.md")]
+pub struct LanguageDoctests;
