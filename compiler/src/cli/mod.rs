@@ -3,6 +3,7 @@
 mod compile;
 mod emit;
 mod front;
+mod planned;
 mod run;
 
 use clap::{Args, Parser, Subcommand};
@@ -22,7 +23,9 @@ Formats (-f NAME:FMT): one letter per level, d (dense) or s (compressed), option
 by the mode order, e.g. A:ds (CSR), A:ds:1,0 (CSC), B:sss (CSF); or a name: dense, csr, csc,
 dcsr, csf. Tensors without -f are dense.
 Schedule (-s): directives separated by `;`: split(i, io, ii, 4), split(j, jo, ji, [100, 200]),
-order(io, jo), extend(ko), map(io), parallelize(i). See docs/language.md.";
+order(io, jo), extend(ko), map(io), parallelize(i). See docs/language.md.
+A schedule with `split` distributes the statement: `emit --plan` shows its block tasks, and
+`run` runs them on the task runtime (`--threads N`, `--stats`).";
 
 /// Compile tensor algebra in Einstein notation to sparse kernels in Rust.
 #[derive(Debug, Parser)]

@@ -25,6 +25,10 @@ pub struct RunArgs {
     /// Print the time spent reading, computing and writing to stderr.
     #[arg(long)]
     pub timings: bool,
+    /// After a run on the task runtime (a schedule with `split`), print its statistics to
+    /// stderr: tasks issued, point tasks run, partitions created and reused, analysis time.
+    #[arg(long)]
+    pub stats: bool,
 }
 
 /// Dimensions that input files declare in a header (`.mtx`, or `.tns` with `# dims`), so that
@@ -52,7 +56,17 @@ fn header_dims(inputs: &[String]) -> Dims {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let (_, bin) = super::compile::build(&args.statement, &header_dims(&args.inputs))?;
+    let dims = header_dims(&args.inputs);
+    let c = super::front(&args.statement, &dims)?;
+    if c.plan.is_distributed() {
+        return super::planned::run(&args, &c);
+    }
+    if args.stats {
+        eprintln!(
+            "note: --stats: without `split` in the schedule nothing runs on the task runtime"
+        );
+    }
+    let (_, bin) = super::compile::build(&args.statement, &dims)?;
     let mut cmd = Command::new(&bin);
     for i in &args.inputs {
         cmd.arg("-i").arg(i);
