@@ -79,6 +79,7 @@ pub fn run<V: PlanValue, I: PlanIndex>(
         formats: inputs.iter().map(|t| t.format().clone()).collect(),
         in_dims: inputs.iter().map(|t| t.dims().to_vec()).collect(),
         seq_tiled: sequential_tiles(plan, kernel, inputs.len()),
+        whole: read_whole(plan, kernel, inputs.len()),
         layouts,
         out: out.clone(),
     });
@@ -428,6 +429,10 @@ struct Body {
     layouts: Vec<InputLayout>,
     /// Per input, the sequential grid variable that tiles its first store, if any.
     seq_tiled: Vec<Option<usize>>,
+    /// Per input that every point reads whole (broadcast, or tensor blocks on one process):
+    /// the block tensor made from its stores, built by the first point of a launch and shared
+    /// by the others instead of copied by each.
+    whole: Vec<Option<WholeCache>>,
     out: OutputLayout,
 }
 
@@ -449,14 +454,17 @@ impl Body {
         let block = self.grid.block(&self.kernel, &self.dims, &idx);
         let n_out = if self.out.dense { 1 } else { 2 };
         let mut arg = n_out;
-        let mut tensors = Vec::with_capacity(self.layouts.len());
+        let mut tensors: Vec<Arc<Tensor<V, I>>> = Vec::with_capacity(self.layouts.len());
         for (slot, layout) in self.layouts.iter().enumerate() {
-            let n = layout.vals + 1;
             let origin = self.launch_range(slot, launch).map_or(0, |r| r.start);
-            tensors.push(self.rebuild::<V, I>(ctx, slot, arg, origin));
-            arg += n;
+            let rebuild = || Arc::new(self.rebuild::<V, I>(ctx, slot, arg, origin));
+            tensors.push(match &self.whole[slot] {
+                Some(cache) => cached(cache, launch, rebuild),
+                None => rebuild(),
+            });
+            arg += layout.vals + 1;
         }
-        let refs: Vec<&Tensor<V, I>> = tensors.iter().collect();
+        let refs: Vec<&Tensor<V, I>> = tensors.iter().map(|t| &**t).collect();
         let (result, _) = interp::run_block(&self.kernel, &refs, &self.out_dims, &block)
             .unwrap_or_else(|e| panic!("block {idx:?}: {e}"));
         if self.out.dense {
@@ -557,6 +565,46 @@ impl Body {
     fn reduces(&self) -> bool {
         self.grid.vars.iter().any(|b| b.role == super::Role::Extend)
     }
+}
+
+/// A tensor shared by the points of one launch (typed at run time: `Body` is not generic).
+type WholeCache = std::sync::Mutex<Option<(usize, Arc<dyn std::any::Any + Send + Sync>)>>;
+
+/// The cached tensor of launch `launch`, built by `make` on first use.
+fn cached<T: Send + Sync + 'static>(
+    cache: &WholeCache,
+    launch: usize,
+    make: impl FnOnce() -> Arc<T>,
+) -> Arc<T> {
+    let mut slot = cache.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((l, t)) = slot.as_ref() {
+        if *l == launch {
+            if let Ok(t) = t.clone().downcast::<T>() {
+                return t;
+            }
+        }
+    }
+    let t = make();
+    *slot = Some((launch, t.clone()));
+    t
+}
+
+/// Which inputs every point reads whole: those whose every argument is broadcast or a tensor
+/// cut into blocks.
+fn read_whole(plan: &Plan, kernel: &Kernel, slots: usize) -> Vec<Option<WholeCache>> {
+    let mut whole = vec![true; slots];
+    for arg in plan.args.iter().filter(|a| a.privilege == Privilege::Read) {
+        if !matches!(
+            arg.partition,
+            Partition::Broadcast | Partition::Blocks { .. }
+        ) {
+            whole[input_slot(kernel, &arg.store.tensor)] = false;
+        }
+    }
+    whole
+        .into_iter()
+        .map(|w| w.then(|| std::sync::Mutex::new(None)))
+        .collect()
 }
 
 /// Calls `f` on every cell of `r`, row-major.
