@@ -77,7 +77,7 @@ fn scheduled_runs_equal_the_unscheduled_kernel() {
     let dir = tempfile::tempdir().unwrap();
     let (m, n) = (37, 23);
     let entries: Vec<(Vec<usize>, f64)> = (0..m * n)
-        .filter(|k| (k * 2654435761usize) % 7 == 0)
+        .filter(|k| (k * 2654435761usize).is_multiple_of(7))
         .map(|k| (vec![k / n, k % n], (k % 13) as f64 - 6.5))
         .collect();
     let a = dir.path().join("A.mtx");

@@ -11,6 +11,9 @@ use super::{Plan, Role};
 use crate::interp::{self, InterpError, Work};
 use crate::ir::{Kernel, OutputKind};
 
+/// An output tile's index and the partial outputs of its extended blocks, in grid order.
+type Tile<V, I> = (Vec<usize>, Vec<Tensor<V, I>>);
+
 /// A plan's result with what it cost.
 #[derive(Debug)]
 pub struct Run<V: Value, I: Index> {
@@ -51,7 +54,8 @@ where
                 })
                 .collect::<Result<_, _>>()
         })?;
-        let mut tiles: Vec<(Vec<usize>, Vec<Tensor<V, I>>)> = Vec::new();
+        // Partial outputs grouped by output tile (the parallel variables' block indices).
+        let mut tiles: Vec<Tile<V, I>> = Vec::new();
         for (p, (t, w)) in partials.into_iter().enumerate() {
             work.add(&w);
             let idx = grid.index(launch, p);

@@ -90,7 +90,15 @@ pub fn run<V: PlanValue, I: PlanIndex>(
         true => {
             let y = rt.create(V::DTYPE, &out.shape)?;
             for launch in 0..grid.launches() {
-                launch_task(rt, &name, plan, &shared, &stores, &[y.clone()], launch)?;
+                launch_task(
+                    rt,
+                    &name,
+                    plan,
+                    &shared,
+                    &stores,
+                    std::slice::from_ref(&y),
+                    launch,
+                )?;
             }
             let vals = rt.read::<V>(&y)?;
             let format = kernel.output_tensor().format.clone();

@@ -113,17 +113,15 @@ fn tilings_that_do_not_fit_are_errors_naming_the_store() {
     let rt = Runtime::new(2);
     rt.register("noop", |_| {}).unwrap();
     let s = rt.create(DType::F64, &[8]).unwrap();
-    let cases: Vec<(Vec<Cut>, Option<Vec<usize>>, &str)> = vec![
+    // (cuts, launch domain, what the error says)
+    type Case = (Vec<Cut>, Option<Vec<usize>>, &'static str);
+    let cases: Vec<Case> = vec![
         (
             vec![Cut::Equal(0), Cut::Whole],
             Some(vec![2]),
             "2 cuts given for a store of 1",
         ),
-        (
-            vec![Cut::At(0, vec![4, 2])],
-            Some(vec![3]),
-            "decrease",
-        ),
+        (vec![Cut::At(0, vec![4, 2])], Some(vec![3]), "decrease"),
         (
             vec![Cut::At(0, vec![4])],
             Some(vec![3]),
