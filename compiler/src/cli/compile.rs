@@ -28,6 +28,13 @@ pub fn build(
     dims: &Dims,
 ) -> anyhow::Result<(driver::GeneratedCrate, PathBuf)> {
     let c = super::front(statement, dims)?;
+    if c.plan.is_distributed() {
+        // Say so rather than let a schedule be silently ignored.
+        eprintln!(
+            "note: the program runs the plain kernel (`parallelize` applies); its `split` plan \
+             runs as block tasks on the task runtime with `tessera run` (see `tessera emit --plan`)"
+        );
+    }
     let opts = Options {
         wide_index: statement.wide_index,
     };
