@@ -104,7 +104,11 @@ pub fn run_block<V: Value, I: Index>(
     let dims = var_dims(k, inputs, out_dims);
     if block.bounds.len() != dims.len()
         || block.first.len() != dims.len()
-        || block.bounds.iter().zip(&dims).any(|(b, d)| b.end > *d)
+        || block
+            .bounds
+            .iter()
+            .zip(&dims)
+            .any(|(b, d)| b.start > b.end || b.end > *d)
     {
         return Err(InterpError::Block {
             bounds: block.bounds.clone(),

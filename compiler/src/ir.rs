@@ -382,8 +382,10 @@ impl fmt::Display for Kernel {
 /// coordinate range per index variable, and which nests run in it.
 ///
 /// A block kernel visits only coordinates inside `bounds`: dense loops run over the range,
-/// compressed levels are narrowed to it by binary search, so P blocks together cost what one
-/// unsplit run costs (plus a search per visited segment). A nest that does not loop over a
+/// compressed levels are narrowed to it by binary search, so P blocks together visit what one
+/// unsplit run visits (plus a search per visited segment). (The interpreter still allocates a
+/// whole-size dense output per block and the caller keeps the block's tile: O(P·|output|)
+/// more, to be removed with output offsets.) A nest that does not loop over a
 /// split variable (a term without the hoisted reduction variable, like `z(i)` in
 /// `y(i) = A(i,j)*x(j) + z(i)` split on `j`) must be counted once, not once per block of that
 /// variable: it runs only in the block whose index along that variable is the first.

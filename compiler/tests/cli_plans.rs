@@ -135,3 +135,25 @@ fn scheduled_runs_on_real_matrices() {
     }
     eprintln!("cli_plans: {ran} real matrices checked");
 }
+
+/// A schedule the planner refuses (a nested split) still compiles and emits as before; only
+/// `emit --plan` and `run` report the refusal, with the directive's span.
+#[test]
+fn a_refused_plan_fails_only_where_the_plan_is_used() {
+    let sched = "split(i, io, ii, 4); split(ii, iio, iii, 2)";
+    let emit = |extra: &[&str]| {
+        tessera()
+            .args(["emit", "y(i) = A(i,j) * x(j)", "-f", "A:csr", "-s", sched])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    assert!(emit(&[]).status.success());
+    let r = emit(&["--plan"]);
+    assert!(!r.status.success());
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains("made by a split") && err.contains("split(ii, iio, iii, 2)"),
+        "{err}"
+    );
+}

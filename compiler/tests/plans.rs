@@ -320,6 +320,17 @@ fn more_ranges_than_rows_give_empty_blocks() {
     common::assert_close(&run.output.to_dense(), &case.oracle(), &src);
 }
 
+/// The kernel catalogue and statements that stress plans: an operand read by two nests at
+/// different coordinates.
+fn plan_catalogue() -> Vec<&'static str> {
+    let mut c = catalogue();
+    c.extend([
+        "y(i) = A(i,j) * x(j) + B(i,j,k) * x(j)",
+        "y(i) = A(i,j) * x(j) + B(i,j) * x(j) + z(i)",
+    ]);
+    c
+}
+
 /// As [`check_planned`], with the block tasks run on `tessera-runtime` (1, 2 and 4 threads):
 /// the oracle's answer, and bitwise the same at every thread count.
 fn check_on_runtime(expr: &str, seed: u64) -> bool {
@@ -361,8 +372,8 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn planned_catalogue_on_the_runtime_matches_oracle(pick in 0..catalogue().len(), seed in any::<u64>()) {
-        check_on_runtime(catalogue()[pick], seed);
+    fn planned_catalogue_on_the_runtime_matches_oracle(pick in 0..plan_catalogue().len(), seed in any::<u64>()) {
+        check_on_runtime(plan_catalogue()[pick], seed);
     }
 }
 
@@ -394,4 +405,49 @@ fn row_split_spmv_runs_as_block_tasks_on_the_runtime() {
         assert_eq!(s.tasks_issued, 1, "{src}");
         assert_eq!(s.points_run as usize, nonempty, "{src}");
     }
+}
+
+/// A dense vector that one nest reads at an operand's coordinates and another at every
+/// coordinate is broadcast, not imaged (an image would drop the second nest's reads).
+#[test]
+fn a_vector_read_by_another_nest_at_every_coordinate_is_not_imaged() {
+    let src = "y(i) = A(i,j) * x(j) + B(i,j,k) * x(j); A: csr; split(i, io, ii, 2)";
+    let (kernel, plan) = planned(src);
+    let x = shape(&plan).into_iter().find(|r| r.0 == "x.vals").unwrap();
+    assert_eq!(x.2, "broadcast", "{plan}");
+    let a: Tensor<f64, u32> =
+        Tensor::from_entries(vec![2, 4], "csr", vec![(vec![0, 0], 1.0)]).unwrap();
+    let x: Tensor<f64, u32> = Tensor::dense_from_vec(vec![4], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+    let b: Tensor<f64, u32> = Tensor::dense_from_vec(vec![2, 4, 1], vec![1.0; 8]).unwrap();
+    let refs = [&a, &x, &b];
+    let rt = tessera_runtime::Runtime::new(2);
+    let out = plan::on_runtime::run(&rt, &plan, &kernel, &refs, &[2]).unwrap();
+    assert_eq!(out.vals(), &[11.0, 10.0]);
+}
+
+#[test]
+fn a_grid_of_too_many_blocks_is_refused_at_its_split() {
+    let src = "y(i) = A(i,j) * x(j); split(i, io, ii, 4096); split(j, jo, ji, 4096); extend(jo)";
+    let c = checked(src);
+    let k = lower::lower(&c).unwrap();
+    let d = plan::plan(&c, &k).unwrap_err();
+    assert_eq!(&src[d.span.start..d.span.end], "split(j, jo, ji, 4096)");
+    assert!(d.message.contains("blocks"), "{}", d.message);
+    let huge = "y(i) = A(i,j) * x(j); split(i, io, ii, 100000000000000)";
+    let c = checked(huge);
+    assert!(plan::plan(&c, &lower::lower(&c).unwrap()).is_err());
+}
+
+#[test]
+fn reversed_block_bounds_are_an_error_not_a_panic() {
+    let (kernel, _) = planned("y(i) = A(i,j) * x(j); A: csr");
+    let a: Tensor<f64, u32> =
+        Tensor::from_entries(vec![1, 4], "csr", (0..4).map(|j| (vec![0, j], 1.0))).unwrap();
+    let x: Tensor<f64, u32> = Tensor::dense_from_vec(vec![4], vec![1.0; 4]).unwrap();
+    let block = tessera_compiler::ir::Block {
+        bounds: vec![0..1, 3..1],
+        first: vec![true, true],
+    };
+    let err = interp::run_block(&kernel, &[&a, &x], &[1], &block).unwrap_err();
+    assert!(matches!(err, interp::InterpError::Block { .. }), "{err}");
 }

@@ -561,7 +561,7 @@ fn resolve_constraints(
 }
 
 /// What can be checked of a tiling before the launch domain is known: one cut per
-/// dimension, split points strictly increasing.
+/// dimension, split points that never decrease (equal points make empty tiles).
 fn check_cuts(task: &str, store: u64, rank: usize, cuts: &[crate::Cut]) -> Result<()> {
     let err = |reason: String| RuntimeError::Tile {
         task: task.into(),

@@ -28,7 +28,7 @@ pub fn build(
     dims: &Dims,
 ) -> anyhow::Result<(driver::GeneratedCrate, PathBuf)> {
     let c = super::front(statement, dims)?;
-    if c.plan.is_distributed() {
+    if c.plan.as_ref().is_ok_and(|p| p.is_distributed()) {
         // Say so rather than let a schedule be silently ignored.
         eprintln!(
             "note: the program runs the plain kernel (`parallelize` applies); its `split` plan \

@@ -23,7 +23,7 @@ pub struct EmitArgs {
 pub fn run(args: EmitArgs) -> anyhow::Result<ExitCode> {
     let c = super::front(&args.statement, &Dims::new())?;
     if args.plan {
-        print!("{}", c.plan);
+        print!("{}", c.plan?);
     } else if args.ir {
         println!("{}", c.kernel);
     } else {

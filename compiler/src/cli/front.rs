@@ -26,8 +26,10 @@ impl std::error::Error for Rendered {}
 pub struct Compiled {
     pub checked: Checked,
     pub kernel: Kernel,
-    /// The block tasks of its distribution schedule.
-    pub plan: Plan,
+    /// The block tasks of its distribution schedule, or why the planner refused it (rendered;
+    /// reported only by the subcommands that use the plan: `emit --plan` and `run` with
+    /// `split`).
+    pub plan: Result<Plan, Rendered>,
     /// The statement as one line (`expr; A:csr; parallelize(i)`), for `--help` and messages.
     pub text: String,
 }
@@ -61,7 +63,8 @@ pub fn front(args: &StatementArgs, dims: &Dims) -> anyhow::Result<Compiled> {
     .map_err(|d| render(&d, &sources))?;
     let checked = check::check(stmt, dims).map_err(|d| render(&d, &sources))?;
     let kernel = lower::lower(&checked).map_err(|e| render(&lower_diagnostic(&e), &sources))?;
-    let plan = plan::plan(&checked, &kernel).map_err(|d| render(&d, &sources))?;
+    let plan = plan::plan(&checked, &kernel)
+        .map_err(|d| Rendered(sources.render(&d, std::io::stderr().is_terminal())));
     let mut text = args.expr.trim().to_string();
     for f in &args.formats {
         text += "; ";

@@ -6,6 +6,7 @@
 use super::run::RunArgs;
 use super::Compiled;
 use crate::plan::on_runtime::{self, PlanIndex};
+use crate::plan::Plan;
 use anyhow::{bail, Context};
 use std::path::Path;
 use std::process::ExitCode;
@@ -13,15 +14,15 @@ use std::time::Instant;
 use tessera_formats::Tensor;
 use tessera_runtime::Runtime;
 
-pub fn run(args: &RunArgs, c: &Compiled) -> anyhow::Result<ExitCode> {
+pub fn run(args: &RunArgs, c: &Compiled, plan: &Plan) -> anyhow::Result<ExitCode> {
     if args.statement.wide_index {
-        go::<u64>(args, c)
+        go::<u64>(args, c, plan)
     } else {
-        go::<u32>(args, c)
+        go::<u32>(args, c, plan)
     }
 }
 
-fn go<I: PlanIndex>(args: &RunArgs, c: &Compiled) -> anyhow::Result<ExitCode> {
+fn go<I: PlanIndex>(args: &RunArgs, c: &Compiled, plan: &Plan) -> anyhow::Result<ExitCode> {
     let k = &c.kernel;
     let t0 = Instant::now();
     let mut tensors: Vec<Tensor<f64, I>> = Vec::new();
@@ -38,7 +39,7 @@ fn go<I: PlanIndex>(args: &RunArgs, c: &Compiled) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let rt = Runtime::builder().threads(threads).build();
     let t1 = Instant::now();
-    let out = on_runtime::run(&rt, &c.plan, k, &refs, &out_dims)?;
+    let out = on_runtime::run(&rt, plan, k, &refs, &out_dims)?;
     let t2 = Instant::now();
     out.write(&args.output)
         .with_context(|| format!("writing the output `{}`", k.output_tensor().name))?;

@@ -58,8 +58,12 @@ fn header_dims(inputs: &[String]) -> Dims {
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let dims = header_dims(&args.inputs);
     let c = super::front(&args.statement, &dims)?;
-    if c.plan.is_distributed() {
-        return super::planned::run(&args, &c);
+    if !c.checked.schedule.splits.is_empty() {
+        let plan = match &c.plan {
+            Ok(p) => p,
+            Err(e) => return Err(super::Rendered(e.0.clone()).into()),
+        };
+        return super::planned::run(&args, &c, plan);
     }
     if args.stats {
         eprintln!(

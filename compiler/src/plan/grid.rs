@@ -13,7 +13,7 @@ pub enum Role {
     /// parallel (a dimension of the launch domain).
     Parallel,
     /// An output-extended reduction variable (`extend`): its blocks run in parallel, each
-    /// producing a partial output that a summation tree folds (SuperTaco §4.5.4).
+    /// producing a partial output, folded in a fixed order (SuperTaco §4.5.4).
     Extend,
     /// A reduction variable that is not extended: hoisted out as a sequential loop of
     /// dependent launches, each adding its part into the output.

@@ -7,8 +7,9 @@
 //! - the block task's arguments ([`stores`]): every tensor as stores, each with a privilege
 //!   and a partitioning constraint — output tiles aligned with the grid, unsplit operands
 //!   broadcast, compressed levels through images, other splits through tensor blocks;
-//! - the reductions: extended variables fold partial outputs with a summation tree,
-//!   sequential ones make a loop of dependent launches (terms without the hoisted variable
+//! - the reductions: extended variables fold partial outputs in a fixed order (a summation
+//!   tree in [`exec`], the runtime's point-order fold in [`on_runtime`]), sequential ones
+//!   make a loop of dependent launches (terms without the hoisted variable
 //!   are computed once, in the first block — see [`crate::ir::Block`]);
 //! - the sharding key: the `map` variables, or the output tile's variables (owner computes).
 //!
@@ -40,6 +41,9 @@ pub struct Plan {
     pub args: Vec<Arg>,
     pub sharding: Sharding,
 }
+
+/// The most blocks a plan's grid may have (every launch is a task per block).
+pub const MAX_BLOCKS: usize = 1 << 20;
 
 /// Which rank owns a point task (SuperTaco §4.5.5).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,6 +123,20 @@ fn build_grid(c: &Checked, kernel: &Kernel) -> Result<Grid, Diagnostic> {
             role,
             span,
         });
+    }
+    let mut blocks: usize = 1;
+    for b in &vars {
+        match blocks.checked_mul(b.count()).filter(|&n| n <= MAX_BLOCKS) {
+            Some(n) => blocks = n,
+            None => {
+                return Err(Diagnostic::new(
+                    format!("the splits make more than {MAX_BLOCKS} blocks in all"),
+                    b.span.clone(),
+                )
+                .label("too many blocks")
+                .hint("use fewer ranges: a block per processor or a few per processor is the usual grain (ranges past a dimension are empty anyway)"));
+            }
+        }
     }
     if let Some(order) = &c.schedule.order {
         let rank = |b: &BlockVar| {

@@ -84,6 +84,9 @@ pub fn run<V: PlanValue, I: PlanIndex>(
         out: out.clone(),
     });
     let name = task_name(plan);
+    // The registered body outlives this call (tasks are never unregistered): drop what it
+    // caches when the run ends.
+    let _clear = ClearOnDrop(shared.clone());
     let body = shared.clone();
     rt.register(&name, move |ctx| body.run::<V, I>(ctx))?;
     let output = match out.dense {
@@ -572,6 +575,17 @@ impl Body {
 
     fn reduces(&self) -> bool {
         self.grid.vars.iter().any(|b| b.role == super::Role::Extend)
+    }
+}
+
+/// Empties a run's caches of whole inputs when the run ends, however it ends.
+struct ClearOnDrop(Arc<Body>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        for c in self.0.whole.iter().flatten() {
+            *c.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
     }
 }
 

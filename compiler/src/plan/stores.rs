@@ -241,7 +241,8 @@ fn unsplit_input(k: &Kernel, t: TensorId, tiled: &[bool]) -> Vec<Arg> {
     let vector = k.tensors[t].format.levels() == [LevelType::Dense];
     let source = first_level_var(k, t)
         .filter(|_| vector)
-        .and_then(|v| crd_source(k, t, v, tiled));
+        .and_then(|v| crd_source(k, t, v, tiled))
+        .map(|(src, level)| store(k, src, StoreKind::Crd(level)));
     chain(k, t)
         .into_iter()
         .map(|(s, _)| Arg {
@@ -255,25 +256,27 @@ fn unsplit_input(k: &Kernel, t: TensorId, tiled: &[bool]) -> Vec<Arg> {
         .collect()
 }
 
-/// The `crd` store of a compressed level of another, tiled input that is iterated by the
-/// loop binding `v`, in a nest that also reads tensor `t`.
-fn crd_source(k: &Kernel, t: TensorId, v: usize, tiled: &[bool]) -> Option<StoreRef> {
+/// The `crd` store of a compressed level of another, tiled input that every nest reading
+/// tensor `t` iterates to bind `v`: then `t` is read only at that level's coordinates. If one
+/// nest binds `v` any other way (a term visiting all of `v`), `t` must be seen whole.
+fn crd_source(k: &Kernel, t: TensorId, v: usize, tiled: &[bool]) -> Option<(TensorId, usize)> {
+    let mut source = None;
     for nest in &k.nests {
         if !nest.accesses().iter().any(|&a| k.accesses[a].tensor == t) {
             continue;
         }
-        for lp in nest.loops.iter().filter(|l| l.var == v) {
-            if !matches!(lp.domain, Domain::Single) {
-                continue;
-            }
-            let r = lp.iterate[0];
-            let src = k.accesses[r.access].tensor;
-            if src != t && tiled[src] {
-                return Some(store(k, src, StoreKind::Crd(r.level)));
-            }
+        let lp = nest.loops.iter().find(|l| l.var == v)?;
+        if !matches!(lp.domain, Domain::Single) {
+            return None;
         }
+        let r = lp.iterate[0];
+        let here = (k.accesses[r.access].tensor, r.level);
+        if here.0 == t || !tiled[here.0] || source.is_some_and(|s| s != here) {
+            return None;
+        }
+        source = Some(here);
     }
-    None
+    source
 }
 
 /// The output's stores: a dense (or scalar) output is one `vals` store tiled along the free
