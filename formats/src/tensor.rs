@@ -158,13 +158,10 @@ impl<V: Value, I: Index> Tensor<V, I> {
     }
 
     /// The same tensor stored in another format (in memory). Explicitly stored zeros are
-    /// dropped: a dense tensor converted to CSR keeps only its nonzeros (the target's dense
-    /// levels hold zeros anyway).
+    /// dropped, also when the format is the same: a dense tensor converted to CSR keeps only
+    /// its nonzeros (the target's dense levels hold zeros anyway).
     pub fn to_format(&self, format: impl IntoFormat) -> Result<Self, TensorError> {
         let format = format.into_format(self.dims.len())?;
-        if format == self.format {
-            return Ok(self.clone());
-        }
         let mut coo = Coo::new::<I>(&self.dims, &format)?;
         for (c, v) in self.entries() {
             if v != V::zero() {

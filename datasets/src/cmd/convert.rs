@@ -27,6 +27,9 @@ pub struct Args {
     output: PathBuf,
     #[command(flatten)]
     tcs: TcsOptions,
+    /// What to do with repeated coordinates.
+    #[arg(long, value_enum, default_value_t = DupArg::Sum)]
+    duplicates: DupArg,
 }
 
 /// Options that shape `.tcs` output (shared with `generate`).
@@ -45,9 +48,6 @@ pub struct TcsOptions {
     /// Memory budget for sorting and buffers (e.g. 64M, 256MiB, 2G).
     #[arg(long, default_value = "256M", value_parser = parse_size)]
     pub memory: usize,
-    /// What to do with repeated coordinates.
-    #[arg(long, value_enum, default_value_t = DupArg::Sum)]
-    pub duplicates: DupArg,
     /// Directory for sorted runs (default: the output's directory).
     #[arg(long)]
     pub temp_dir: Option<PathBuf>,
@@ -67,8 +67,18 @@ pub enum DupArg {
     Error,
 }
 
+impl From<DupArg> for Duplicates {
+    fn from(d: DupArg) -> Duplicates {
+        match d {
+            DupArg::Sum => Duplicates::Sum,
+            DupArg::Error => Duplicates::Error,
+        }
+    }
+}
+
 impl TcsOptions {
-    pub fn to_options(&self) -> ConvertOptions {
+    /// The conversion's options; `duplicates` says what to do with repeated coordinates.
+    pub fn to_options(&self, duplicates: Duplicates) -> ConvertOptions {
         ConvertOptions {
             format: self.format.clone(),
             index_bits: if self.index_width == "64" { 64 } else { 32 },
@@ -77,10 +87,7 @@ impl TcsOptions {
                 ValueArg::F64 => ValueType::F64,
             },
             memory: self.memory,
-            duplicates: match self.duplicates {
-                DupArg::Sum => Duplicates::Sum,
-                DupArg::Error => Duplicates::Error,
-            },
+            duplicates,
             temp_dir: self.temp_dir.clone(),
             ..ConvertOptions::default()
         }
@@ -92,7 +99,12 @@ impl Args {
         let start = Instant::now();
         let bars = Bars::new(quiet);
         let input_bytes = std::fs::metadata(&self.input).map(|m| m.len()).unwrap_or(0);
-        let r = tessera_formats::convert(&self.input, &self.output, &self.tcs.to_options(), &bars)?;
+        let r = tessera_formats::convert(
+            &self.input,
+            &self.output,
+            &self.tcs.to_options(self.duplicates.into()),
+            &bars,
+        )?;
         let secs = start.elapsed().as_secs_f64();
         let dims: Vec<String> = r.dims.iter().map(|d| d.to_string()).collect();
         let to_tcs = self

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::ValueEnum;
 use tessera_datasets::generate::{generate, Kind, Spec};
 use tessera_datasets::progress::Bars;
+use tessera_formats::Duplicates;
 
 use super::convert::TcsOptions;
 
@@ -41,7 +42,7 @@ pub struct Args {
     #[arg(long)]
     sorted: bool,
     /// Uniform and powerlaw: draw every entry independently, so coordinates may repeat
-    /// (exactly --nnz lines, fewer distinct entries; what `convert` sums).
+    /// (exactly --nnz lines, fewer distinct entries; summed in a .tcs output).
     #[arg(long)]
     duplicates: bool,
     /// Output file: .tns, .mtx (matrices) or .tcs (converted with the options below).
@@ -86,9 +87,13 @@ impl Args {
         let total = spec.entries()?;
         let bars = Bars::new(quiet);
         let bar = bars.items("generate", total);
-        let n = generate(&spec, &self.output, &self.tcs.to_options(), &bars, &|n| {
-            bar.set_position(n)
-        })?;
+        let n = generate(
+            &spec,
+            &self.output,
+            &self.tcs.to_options(Duplicates::Sum),
+            &bars,
+            &|n| bar.set_position(n),
+        )?;
         bar.finish_and_clear();
         eprintln!(
             "{}: {n} entries ({} {}, seed {})",

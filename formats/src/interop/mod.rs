@@ -49,7 +49,8 @@ pub(crate) fn from_usize<I: Index>(v: Vec<usize>) -> Result<Vec<I>, TensorError>
         .collect()
 }
 
-/// The arrays of a compressed sparse matrix: outer positions, inner coordinates, values.
+/// Three arrays of a matrix: a compressed one's outer positions, inner coordinates and
+/// values, or a triplet list's rows, columns and values.
 pub(crate) type Arrays<V> = (Vec<usize>, Vec<usize>, Vec<V>);
 
 /// `csr` (rows outer) or `csc` (columns outer).
@@ -111,7 +112,7 @@ impl<V: Value, I: Index> Tensor<V, I> {
     }
 
     /// The stored entries of a matrix as `(rows, columns, values)` arrays, in storage order.
-    pub(crate) fn to_triplets(&self) -> Result<(Vec<usize>, Vec<usize>, Vec<V>), TensorError> {
+    pub(crate) fn to_triplets(&self) -> Result<Arrays<V>, TensorError> {
         if self.dims().len() != 2 {
             return Err(TensorError::RankMismatch {
                 format: 2,
