@@ -212,17 +212,41 @@ fn random_schedule(c: &Checked, rng: &mut Rng) -> String {
     items.join("; ")
 }
 
-/// Runs one random case with a random schedule at 1, 2 and 4 threads; returns false when the
+/// How a test runs a plan's block tasks: on `threads` threads, returning the output.
+type Runner = fn(&Plan, &Kernel, &[&Tensor<f64, u32>], &[usize], usize) -> Tensor<f64, u32>;
+
+fn by_thread_pool(
+    p: &Plan,
+    k: &Kernel,
+    ins: &[&Tensor<f64, u32>],
+    out: &[usize],
+    threads: usize,
+) -> Tensor<f64, u32> {
+    exec::run_interp(p, k, ins, out, threads)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .output
+}
+
+fn on_the_runtime(
+    p: &Plan,
+    k: &Kernel,
+    ins: &[&Tensor<f64, u32>],
+    out: &[usize],
+    threads: usize,
+) -> Tensor<f64, u32> {
+    let rt = tessera_runtime::Runtime::new(threads);
+    plan::on_runtime::run(&rt, p, k, ins, out).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs one random case of `expr` with a random schedule at 1, 2 and 4 threads through `run`:
+/// the oracle's answer, and bitwise the same at every thread count. Returns false when the
 /// random formats had no loop order.
-fn check_planned(expr: &str, seed: u64) -> bool {
+fn check_planned(expr: &str, seed: u64, run: Runner) -> bool {
     let mut rng = Rng(seed);
     let case = Case::random(expr, &mut rng);
     let schedule = random_schedule(&case.checked, &mut rng);
-    let src = if schedule.is_empty() {
-        case.source.clone()
-    } else {
-        format!("{}; {schedule}", case.source)
-    };
+    let src = format!("{}; {schedule}", case.source);
+    let src = src.trim_end_matches("; ").to_string();
     let c = checked(&src);
     let Ok(kernel) = lower::lower(&c) else {
         return false;
@@ -233,16 +257,16 @@ fn check_planned(expr: &str, seed: u64) -> bool {
     let what = format!("{src} with dims {:?}\n{plan}", case.dims);
     let mut first: Option<Vec<f64>> = None;
     for threads in [1, 2, 4] {
-        let run = exec::run_interp(&plan, &kernel, &refs, &case.out_dims(), threads)
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_eq!(run.output.format(), &case.format_of(&case.output_name()));
-        let got = run.output.to_dense();
+        let out =
+            std::panic::catch_unwind(|| run(&plan, &kernel, &refs, &case.out_dims(), threads))
+                .unwrap_or_else(|_| panic!("{what}"));
+        assert_eq!(out.format(), &case.format_of(&case.output_name()));
+        let got = out.to_dense();
         match &first {
             None => {
                 common::assert_close(&got, &case.oracle(), &what);
                 first = Some(got);
             }
-            // The same plan gives bitwise the same answer at every thread count.
             Some(f) => assert!(
                 f.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
                 "{threads} threads differ: {f:?} vs {got:?}\n{what}"
@@ -257,7 +281,7 @@ proptest! {
 
     #[test]
     fn planned_catalogue_matches_oracle(pick in 0..catalogue().len(), seed in any::<u64>()) {
-        check_planned(catalogue()[pick], seed);
+        check_planned(catalogue()[pick], seed, by_thread_pool);
     }
 
     /// Block tasks cost what their blocks cost: summed over every block, each nest evaluates
@@ -294,7 +318,7 @@ proptest! {
 fn every_catalogue_entry_runs_planned() {
     for (n, expr) in catalogue().iter().enumerate() {
         let ran = (0..64u64)
-            .filter(|s| check_planned(expr, *s * 7919 + n as u64))
+            .filter(|s| check_planned(expr, *s * 7919 + n as u64, by_thread_pool))
             .count();
         assert!(ran > 0, "{expr}: no random instance lowered");
     }
@@ -331,49 +355,12 @@ fn plan_catalogue() -> Vec<&'static str> {
     c
 }
 
-/// As [`check_planned`], with the block tasks run on `tessera-runtime` (1, 2 and 4 threads):
-/// the oracle's answer, and bitwise the same at every thread count.
-fn check_on_runtime(expr: &str, seed: u64) -> bool {
-    let mut rng = Rng(seed);
-    let case = Case::random(expr, &mut rng);
-    let schedule = random_schedule(&case.checked, &mut rng);
-    let src = format!("{}; {schedule}", case.source);
-    let src = src.trim_end_matches("; ").to_string();
-    let c = checked(&src);
-    let Ok(kernel) = lower::lower(&c) else {
-        return false;
-    };
-    let plan = plan::plan(&c, &kernel).unwrap_or_else(|d| panic!("{src}: {d:?}"));
-    let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
-    let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
-    let what = format!("{src} with dims {:?}\n{plan}", case.dims);
-    let mut first: Option<Vec<f64>> = None;
-    for threads in [1, 2, 4] {
-        let rt = tessera_runtime::Runtime::new(threads);
-        let out = plan::on_runtime::run(&rt, &plan, &kernel, &refs, &case.out_dims())
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        assert_eq!(out.format(), &case.format_of(&case.output_name()));
-        let got = out.to_dense();
-        match &first {
-            None => {
-                common::assert_close(&got, &case.oracle(), &what);
-                first = Some(got);
-            }
-            Some(f) => assert!(
-                f.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
-                "{threads} threads differ: {f:?} vs {got:?}\n{what}"
-            ),
-        }
-    }
-    true
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn planned_catalogue_on_the_runtime_matches_oracle(pick in 0..plan_catalogue().len(), seed in any::<u64>()) {
-        check_on_runtime(plan_catalogue()[pick], seed);
+        check_planned(plan_catalogue()[pick], seed, on_the_runtime);
     }
 }
 
