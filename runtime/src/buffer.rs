@@ -33,6 +33,11 @@ impl<T: Copy> Buf<T> {
         self.cells.iter_mut().map(|c| *c.get_mut())
     }
 
+    /// The cells, through exclusive access (no ledger needed: nothing else can see them).
+    pub(crate) fn cells_mut(&mut self) -> impl Iterator<Item = &mut T> + '_ {
+        self.cells.iter_mut().map(|c| c.get_mut())
+    }
+
     /// Pointer to the first cell. Dereferencing it requires a ledger borrow that covers the
     /// cells touched, exclusive for writes.
     pub(crate) fn base(&self) -> *mut T {

@@ -181,7 +181,8 @@ fn finish_point(task: &Launched, counters: &Counters) {
     }
 }
 
-/// Folds reductions and results in point order, binds unbound outputs, completes the future.
+/// Folds reductions (a summation tree per sub-store) and results in point order, binds unbound
+/// outputs, completes the future.
 fn run_finish(task: &Launched) {
     let mut outs: Vec<PointOut> = task
         .outs
@@ -196,10 +197,8 @@ fn run_finish(task: &Launched) {
     for (i, a) in task.args.iter().enumerate() {
         match a.privilege {
             Privilege::Reduce(op) if failed.is_none() => {
-                for (p, out) in outs.iter_mut().enumerate() {
-                    for (_, data) in out.reduce.iter().filter(|(arg, _)| *arg == i) {
-                        fold(&a.root, a.rects[p], op, data);
-                    }
+                for (rect, data) in summation_trees(a, i, op, &mut outs) {
+                    fold(&a.root, rect, op, &data);
                 }
             }
             Privilege::WriteUnbound => bind(&a.root, i, &mut outs),
@@ -220,6 +219,74 @@ fn run_finish(task: &Launched) {
         let _ = cell.value.set(value);
     }
     task.end();
+}
+
+/// The points' private buffers for reduction argument `arg`, combined per sub-store by a
+/// summation tree: the points that reduce into the same rectangle, in point order, are folded
+/// pairwise, neighbours first (`((p0+p1)+(p2+p3))+p4`): a fixed shape for a given launch, depth
+/// log2 of the points, and the association a tree of partial sums is expected to have
+/// (SuperTaco §4.5.4). Returns one buffer per rectangle, in order of its first point.
+fn summation_trees(
+    a: &LaunchArg,
+    arg: usize,
+    op: ReduceOp,
+    outs: &mut [PointOut],
+) -> Vec<(Rect, Data)> {
+    let mut groups: Vec<(Rect, Vec<Data>)> = Vec::new();
+    for (p, out) in outs.iter_mut().enumerate() {
+        let mut mine = Vec::new();
+        out.reduce.retain_mut(|(i, data)| {
+            if *i == arg {
+                mine.push(std::mem::replace(data, Data::zeros(DType::F64, 0)));
+            }
+            *i != arg
+        });
+        let rect = a.rects[p];
+        for data in mine {
+            match groups.iter_mut().find(|(r, _)| *r == rect) {
+                Some((_, list)) => list.push(data),
+                None => groups.push((rect, vec![data])),
+            }
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(rect, mut level)| {
+            while level.len() > 1 {
+                let mut next = Vec::with_capacity(level.len().div_ceil(2));
+                let mut it = level.into_iter();
+                while let Some(mut x) = it.next() {
+                    if let Some(y) = it.next() {
+                        combine_into(op, &mut x, y);
+                    }
+                    next.push(x);
+                }
+                level = next;
+            }
+            (rect, level.pop().expect("a group has a buffer"))
+        })
+        .collect()
+}
+
+/// `x = op(x, y)` element by element, for two private buffers of the same rectangle.
+fn combine_into(op: ReduceOp, x: &mut Data, mut y: Data) {
+    fn go<T: Element>(op: ReduceOp, x: &mut Data, y: &mut Data) {
+        let dst = T::buf_mut(x).expect("same dtype");
+        let src = T::buf_mut(y).expect("same dtype");
+        for (d, s) in dst.cells_mut().zip(src.values_mut()) {
+            *d = T::combine(op, *d, s);
+        }
+    }
+    let y = &mut y;
+    match x {
+        Data::F64(_) => go::<f64>(op, x, y),
+        Data::F32(_) => go::<f32>(op, x, y),
+        Data::I64(_) => go::<i64>(op, x, y),
+        Data::I32(_) => go::<i32>(op, x, y),
+        Data::U64(_) => go::<u64>(op, x, y),
+        Data::U32(_) => go::<u32>(op, x, y),
+        Data::Range(_) => unreachable!("ranges are not reducible (checked at submit)"),
+    }
 }
 
 /// Folds a point's private reduction buffer into the store.

@@ -25,7 +25,8 @@ pub enum Privilege {
     /// Writes (some of) its sub-store; the old contents stay where it does not write.
     Write,
     ReadWrite,
-    /// Folds values into the store with an operator; points see an identity-filled buffer.
+    /// Folds values into the store with an operator; points see an identity-filled buffer,
+    /// and the buffers of points that share a sub-store are folded by a summation tree.
     Reduce(ReduceOp),
     /// Produces an unbound store: each point emits a piece, concatenated in point order.
     WriteUnbound,

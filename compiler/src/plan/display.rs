@@ -100,7 +100,7 @@ fn reduction(g: &Grid) -> String {
     let mut parts = Vec::new();
     if !ext.is_empty() {
         parts.push(format!(
-            "partial outputs of ({}) folded in a fixed order",
+            "partial outputs of ({}) folded by a summation tree",
             names(g, &ext)
         ));
     }

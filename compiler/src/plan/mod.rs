@@ -7,9 +7,9 @@
 //! - the block task's arguments ([`stores`]): every tensor as stores, each with a privilege
 //!   and a partitioning constraint — output tiles aligned with the grid, unsplit operands
 //!   broadcast, compressed levels through images, other splits through tensor blocks;
-//! - the reductions: extended variables fold partial outputs in a fixed order (a summation
-//!   tree in [`exec`], the runtime's point-order fold in [`on_runtime`]), sequential ones
-//!   make a loop of dependent launches (terms without the hoisted variable
+//! - the reductions: extended variables fold partial outputs by a summation tree (in
+//!   [`exec`] and, through the reduction privilege, in the runtime), sequential ones make a
+//!   loop of dependent launches (terms without the hoisted variable
 //!   are computed once, in the first block — see [`crate::ir::Block`]);
 //! - the sharding key: the `map` variables, or the output tile's variables (owner computes).
 //!

@@ -2,7 +2,7 @@
 //! constraints become the runtime's (`tile` at the grid's split points, `align`, `image`,
 //! `broadcast`), and each point task runs the kernel's block entry point on the sub-stores
 //! the runtime hands it. Sequential block variables become a loop of dependent launches;
-//! extended ones a reduction privilege the runtime folds in point order.
+//! extended ones a reduction privilege the runtime folds by a summation tree.
 //!
 //! Store layout (one representation, chosen so that images work on it): every input store is
 //! 1-d. `pos` of a compressed level holds one [`PosRange`] per parent position (the thesis'

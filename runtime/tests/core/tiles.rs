@@ -202,3 +202,30 @@ fn u32_coordinates_are_image_sources() {
     assert_eq!(rt.read::<f64>(&y).unwrap(), vec![50.0, 0.0, 120.0]);
     assert_eq!(crd.dtype(), DType::U32);
 }
+
+/// Points reducing into one cell are folded by a summation tree, neighbours first:
+/// `((p0 + p1) + (p2 + p3)) + p4`, whatever order they finished in. These values give a
+/// different sum in any other association (in point order: 1 + 1e16 … = 2).
+#[test]
+fn reductions_of_many_points_fold_as_a_summation_tree() {
+    let vals = [1e16, 1.0, -1e16, 1.0, 3.0];
+    for threads in [1, 2, 4] {
+        let rt = Runtime::new(threads);
+        rt.register("contribute", move |ctx| {
+            let mut r = ctx.reduce::<f64>(0);
+            r.reduce(&[0], vals[ctx.linear_point()]);
+        })
+        .unwrap();
+        let s = rt.create(DType::F64, &[1]).unwrap();
+        rt.task("contribute")
+            .reduce(&s, tessera_runtime::ReduceOp::Sum)
+            .broadcast(&s, &[0])
+            .launch_domain(&[5])
+            .submit()
+            .unwrap();
+        let tree = ((vals[0] + vals[1]) + (vals[2] + vals[3])) + vals[4];
+        let serial = vals.iter().fold(0.0, |a, b| a + b);
+        assert_ne!(tree, serial, "the values must tell the two apart");
+        assert_eq!(rt.read::<f64>(&s).unwrap(), vec![tree], "{threads} threads");
+    }
+}
