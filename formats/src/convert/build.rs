@@ -173,7 +173,7 @@ fn spooled_typed<V: Value, I: Index>(
     if let Some(dims) = dims {
         check_width::<I>(dims, &[]).map_err(tensor_err)?;
     }
-    let spool = || Spool::create(temp_dir);
+    let spool = || Spool::create(temp_dir, output);
     let mut pairs = Vec::new();
     for &t in format.levels() {
         pairs.push(if t == LevelType::Compressed {
@@ -269,8 +269,14 @@ struct Spool {
 const SPOOL_BUFFER: usize = 1 << 20;
 
 impl Spool {
-    fn create(dir: &Path) -> Result<Spool> {
-        let mut file = tempfile::tempfile_in(dir).map_err(|e| Error::io(dir, e))?;
+    /// A spool in `dir` for the output file `output` (which errors name: the spool has none).
+    fn create(dir: &Path, output: &Path) -> Result<Spool> {
+        let output = output.to_path_buf();
+        let fail = move |dir: &Path, e: std::io::Error| {
+            let what = format!("temporary file in {}: {e}", dir.display());
+            Error::io(&output, std::io::Error::new(e.kind(), what))
+        };
+        let mut file = tempfile::tempfile_in(dir).map_err(|e| fail(dir, e))?;
         // One buffer being filled, one queued, one being written: 3 MiB per spool at most.
         let (full, full_rx) = mpsc::sync_channel::<Vec<u8>>(1);
         let (empty_tx, empty) = mpsc::sync_channel::<Vec<u8>>(2);
@@ -279,7 +285,7 @@ impl Spool {
             let mut crc = crc32fast::Hasher::new();
             for mut buf in full_rx {
                 crc.update(&buf);
-                file.write_all(&buf).map_err(|e| Error::io(&dir, e))?;
+                file.write_all(&buf).map_err(|e| fail(&dir, e))?;
                 buf.clear();
                 let _ = empty_tx.try_send(buf);
             }
