@@ -436,3 +436,35 @@ fn a_tcs_file_truncated_while_it_is_read_is_an_error_not_a_crash() {
         let _ = std::fs::remove_file(d.join("v.tns"));
     }
 }
+
+/// Found by hand (hostile inputs): one entry far from the origin, converted to a dense
+/// format, writes zeros for minutes (80 GB for 100000 x 100000) and ignored SIGINT/SIGTERM,
+/// which were checked only between entries; a dense size beyond what a file can address
+/// spun forever. Now the zeros stop at a signal, and the impossible size is refused.
+#[test]
+fn a_huge_dense_output_stops_at_a_signal_and_an_impossible_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("far.tns"), "100000 100000 1\n").unwrap();
+    std::fs::write(
+        d.join("far.mtx"),
+        "%%MatrixMarket matrix coordinate real general\n100000 100000 1\n100000 100000 1\n",
+    )
+    .unwrap();
+    for (input, signal) in [("far.tns", "INT"), ("far.mtx", "TERM")] {
+        let o = interrupt(
+            d,
+            &["convert", input, "far.tcs", "-f", "dense", "-q"],
+            signal,
+            any_temporary(d.to_path_buf()),
+        );
+        check_interrupted(d, &o, "far.tcs", &format!("dense {input}, SIG{signal}"));
+        assert!(!o.status.success(), "80 GB were written that fast?");
+    }
+    std::fs::write(d.join("huge.tns"), "# dims 4000000000 4000000000\n1 1 1\n").unwrap();
+    let said = failed(run(d, &["convert", "huge.tns", "huge.tcs", "-f", "dense"]));
+    assert!(said.contains("too large"), "{said}");
+    assert!(files(d)
+        .iter()
+        .all(|n| !n.starts_with("huge.tcs") && !n.starts_with('.')));
+}
