@@ -11,42 +11,13 @@
 //! Every assertion holds whenever the fault lands; how far the command got is not assumed.
 //! Every wait is bounded.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tessera-data"))
-}
-
-fn run(dir: &Path, args: &[&str]) -> Output {
-    bin()
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("binary runs")
-}
-
-fn ok(o: Output) -> String {
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(o.status.success(), "{text}");
-    text
-}
-
-fn failed(o: Output) -> String {
-    let text = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!o.status.success(), "expected a failure: {text}");
-    assert!(
-        o.status.code().is_some(),
-        "killed by a signal instead of failing: {:?}\n{text}",
-        o.status
-    );
-    text
-}
+use common::{bin, failed, ok, run, Tmpfs};
 
 /// Names in `dir` (recursively), sorted.
 fn files(dir: &Path) -> Vec<String> {
@@ -78,49 +49,6 @@ fn temporaries(dir: &Path) -> Vec<String> {
         .into_iter()
         .filter(|n| n.split('/').any(|part| part.starts_with('.')))
         .collect()
-}
-
-/// A small tmpfs that fills up: mounted over a fresh directory, unmounted on drop.
-struct Tmpfs {
-    dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    /// `None` (after saying why) where mounting is not allowed.
-    fn mount(size: &str) -> Option<Tmpfs> {
-        let dir = tempfile::tempdir().unwrap();
-        let o = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .output();
-        match o {
-            Ok(o) if o.status.success() => Some(Tmpfs { dir }),
-            Ok(o) => {
-                eprintln!(
-                    "SKIPPED: cannot mount a tmpfs (needs root): {}",
-                    String::from_utf8_lossy(&o.stderr).trim()
-                );
-                None
-            }
-            Err(e) => {
-                eprintln!("SKIPPED: cannot run mount: {e}");
-                None
-            }
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
-    }
 }
 
 /// A tensor big enough to fill the small disks below: 2000 x 2000 with 200 000 nonzeros

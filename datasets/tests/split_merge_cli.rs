@@ -1,32 +1,11 @@
 //! `tessera-data split` / `merge` as a user runs them: the round trip is byte-identical for
 //! any split and rank counts, and bad input fails with a message and no partial output.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
-fn run(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessera-data"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("binary runs")
-}
+use std::process::Command;
 
-fn ok(o: Output) -> String {
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(o.status.success(), "{text}");
-    text
-}
-
-fn failed(o: Output) -> String {
-    let text = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!o.status.success(), "expected failure: {text}");
-    text
-}
+use common::{failed, ok, run};
 
 #[test]
 fn split_then_merge_gives_the_same_file() {
@@ -176,6 +155,7 @@ fn split_and_merge_under_mpirun_round_trip() {
 #[cfg(feature = "mpi")]
 #[test]
 fn a_rank_killed_during_split_or_merge_fails_the_job_without_output() {
+    use std::path::Path;
     use std::process::Stdio;
     use std::time::{Duration, Instant};
 
