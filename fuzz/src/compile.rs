@@ -48,7 +48,7 @@ fn name(list: &[&'static str], k: u8) -> &'static str {
 
 fn access(t: u8, idx: &[u8]) -> String {
     let idx: Vec<&str> = idx.iter().take(4).map(|&k| name(&INDICES, k)).collect();
-    if idx.is_empty() && t % 2 == 0 {
+    if idx.is_empty() && t.is_multiple_of(2) {
         name(&TENSORS, t).to_string()
     } else {
         format!("{}({})", name(&TENSORS, t), idx.join(","))
