@@ -220,6 +220,10 @@ impl Progress for Timed<'_> {
     fn advance(&self, n: u64) {
         self.inner.advance(n);
     }
+
+    fn cancelled(&self) -> bool {
+        tessera_datasets::progress::interrupted()
+    }
 }
 
 /// An indicatif bar per phase, on stderr.

@@ -1,32 +1,11 @@
 //! `tessera-data split` / `merge` as a user runs them: the round trip is byte-identical for
 //! any split and rank counts, and bad input fails with a message and no partial output.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
-fn run(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessera-data"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("binary runs")
-}
+use std::process::Command;
 
-fn ok(o: Output) -> String {
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    assert!(o.status.success(), "{text}");
-    text
-}
-
-fn failed(o: Output) -> String {
-    let text = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(!o.status.success(), "expected failure: {text}");
-    text
-}
+use common::{failed, ok, run};
 
 #[test]
 fn split_then_merge_gives_the_same_file() {
@@ -169,4 +148,135 @@ fn split_and_merge_under_mpirun_round_trip() {
         std::fs::read(d.join("t.tcs")).unwrap(),
         std::fs::read(d.join("back.tcs")).unwrap()
     );
+}
+
+/// `mpirun -n 4`, one rank killed with SIGKILL in the middle of a split and of a merge: the
+/// job ends (every rank, within a bounded time) with a failure, and no output file appears.
+#[cfg(feature = "mpi")]
+#[test]
+fn a_rank_killed_during_split_or_merge_fails_the_job_without_output() {
+    use std::path::Path;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(run(
+        d,
+        &[
+            "generate",
+            "--dims",
+            "3000,3000",
+            "--nnz",
+            "1000000",
+            "--seed",
+            "3",
+            "-o",
+            "t.tcs",
+            "-q",
+        ],
+    ));
+    ok(run(
+        d,
+        &["split", "t.tcs", "--blocks", "0:4,1:2", "-o", "b", "-q"],
+    ));
+    let children = |pid: u32| -> Vec<u32> {
+        let o = Command::new("pgrep")
+            .args(["-P", &pid.to_string()])
+            .output()
+            .expect("pgrep runs");
+        String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect()
+    };
+    let temporary = |d: &Path| {
+        std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().contains(".merge-"))
+    };
+    type Started<'a> = &'a dyn Fn() -> bool;
+    let s_started = || d.join("s").exists();
+    let m_started = || temporary(d);
+    let cases: [(&[&str], &str, Started); 2] = [
+        (
+            &["split", "t.tcs", "--blocks", "0:16,1:16", "-o", "s", "-q"],
+            "s",
+            &s_started,
+        ),
+        (&["merge", "b", "-o", "m.tcs", "-q"], "m.tcs", &m_started),
+    ];
+    for (args, output, started) in cases {
+        let mut job = Command::new("mpirun")
+            .args(["--allow-run-as-root", "--oversubscribe", "-n", "4"])
+            .arg(env!("CARGO_BIN_EXE_tessera-data"))
+            .args(args)
+            .current_dir(d)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("mpirun runs (install OpenMPI: scripts/install-deps.sh)");
+        // The four ranks, once they exist and the work has begun (at most 60 s).
+        let start = Instant::now();
+        let mut ranks = Vec::new();
+        while start.elapsed() < Duration::from_secs(60) && job.try_wait().unwrap().is_none() {
+            ranks = children(job.id());
+            if ranks.len() == 4 && started() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(ranks.len(), 4, "{args:?}: the ranks did not start");
+        let victim = ranks[2];
+        let _ = Command::new("kill")
+            .args(["-9", &victim.to_string()])
+            .status();
+        // Every rank must end: mpirun returns only when all have (bounded: 120 s).
+        let waited = Instant::now();
+        while job.try_wait().unwrap().is_none() {
+            if waited.elapsed() > Duration::from_secs(120) {
+                let _ = job.kill();
+                panic!("{args:?}: the job did not end after a rank was killed");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let o = job.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success(),
+            "{args:?}: killed job reported success: {said}"
+        );
+        // A rank still running (not a zombie) 30 s after mpirun returned is a rank that hung.
+        let running = |r: &u32| {
+            std::fs::read_to_string(format!("/proc/{r}/stat")).is_ok_and(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        };
+        let after = Instant::now();
+        while ranks.iter().any(running) && after.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let hung: Vec<&u32> = ranks.iter().filter(|r| running(r)).collect();
+        assert!(
+            hung.is_empty(),
+            "{args:?}: rank processes {hung:?} outlived the job"
+        );
+        let out = d.join(output);
+        let outputs = if out.is_dir() {
+            std::fs::read_dir(&out)
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".tcs"))
+                .count()
+        } else {
+            usize::from(out.exists())
+        };
+        assert_eq!(outputs, 0, "{args:?}: output appeared: {said}");
+        let _ = std::fs::remove_dir_all(d.join("s"));
+    }
 }

@@ -143,9 +143,13 @@ pub(crate) fn parse_u64(s: &[u8]) -> Option<u64> {
     Some(x)
 }
 
-/// Parses a real number (integers, decimals, exponents, `inf`, `nan`).
+/// Parses a real number (integers, decimals, exponents, `inf`, `nan`), correctly rounded to
+/// the nearest `f64` (beyond its range: ±inf; subnormals kept). Every NaN (`nan`, `-NaN`, …)
+/// becomes the one canonical NaN: text carries no payload, and a sign on NaN means nothing.
 pub(crate) fn parse_f64(s: &[u8]) -> Option<f64> {
-    simple_decimal(s).or_else(|| fast_float2::parse::<f64, _>(s).ok())
+    simple_decimal(s)
+        .or_else(|| fast_float2::parse::<f64, _>(s).ok())
+        .map(crate::value::canonical_nan)
 }
 
 /// Powers of ten that are exact in an `f64`.

@@ -144,6 +144,18 @@ impl_index!(u64);
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("tessera-formats assumes a 64-bit target (u64 coordinates must fit in usize)");
 
+/// `x`, or the canonical quiet NaN (`f64::NAN`, bits `0x7ff8000000000000`) if `x` is any
+/// NaN: what files store for NaN, so that output does not depend on which NaN an input spelled
+/// or which NaN the hardware made when adding duplicates (`inf + -inf`).
+#[inline]
+pub(crate) fn canonical_nan(x: f64) -> f64 {
+    if x.is_nan() {
+        f64::NAN
+    } else {
+        x
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

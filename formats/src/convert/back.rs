@@ -12,24 +12,20 @@ use crate::tns::TnsWriter;
 use crate::value::{Index, Value, ValueType};
 use crate::view::TensorView;
 
-/// Entries exported between releases of the input's mapped pages (bounded resident memory).
-const RELEASE_EVERY: u64 = 1 << 20;
-
 /// Writes a `.tcs` file's entries as `.tns` or `.mtx` (rank 2), in storage order. Explicit
 /// zeros that dense levels store are not written.
 pub fn tcs_to_text(input: &Path, output: &Path, progress: &dyn Progress) -> Result<ConvertReport> {
     let file = TcsFile::open_with_progress(input, progress)?;
     let h = file.header();
     match (h.value_type, h.index_bits) {
-        (ValueType::F32, 32) => write_text(&file, &file.view::<f32, u32>()?, output, progress),
-        (ValueType::F32, _) => write_text(&file, &file.view::<f32, u64>()?, output, progress),
-        (ValueType::F64, 32) => write_text(&file, &file.view::<f64, u32>()?, output, progress),
-        (ValueType::F64, _) => write_text(&file, &file.view::<f64, u64>()?, output, progress),
+        (ValueType::F32, 32) => write_text(&file.view::<f32, u32>()?, output, progress),
+        (ValueType::F32, _) => write_text(&file.view::<f32, u64>()?, output, progress),
+        (ValueType::F64, 32) => write_text(&file.view::<f64, u32>()?, output, progress),
+        (ValueType::F64, _) => write_text(&file.view::<f64, u64>()?, output, progress),
     }
 }
 
 fn write_text<V: Value, I: Index>(
-    file: &TcsFile,
     view: &TensorView<'_, V, I>,
     output: &Path,
     progress: &dyn Progress,
@@ -46,9 +42,6 @@ fn write_text<V: Value, I: Index>(
             seen += 1;
             if seen.is_multiple_of(PROGRESS_EVERY) {
                 super::tick(progress, seen)?;
-            }
-            if seen.is_multiple_of(RELEASE_EVERY) {
-                file.release_pages();
             }
             if skip_zeros && v == V::zero() {
                 return Ok(());

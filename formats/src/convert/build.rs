@@ -76,18 +76,19 @@ fn build_typed<V: Value, I: Index>(
     for &t in format.levels() {
         if t == LevelType::Compressed {
             pairs.push(Some((
-                writer.array_writer::<I>(array)?,
-                writer.array_writer::<I>(array + 1)?,
+                Stoppable::new(writer.array_writer::<I>(array)?, progress),
+                Stoppable::new(writer.array_writer::<I>(array + 1)?, progress),
             )));
             array += 2;
         } else {
             pairs.push(None);
         }
     }
-    let vals = writer.array_writer::<V>(array)?;
+    let vals = Stoppable::new(writer.array_writer::<V>(array)?, progress);
     let udims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
     let dense = format.mode_order().iter().map(|&m| (udims[m], 0)).collect();
-    let mut packer: Packer<V, I, ArrayWriter<'_, I>, ArrayWriter<'_, V>> = Packer::new(
+    type Out<'w, 'p, T> = Stoppable<'p, ArrayWriter<'w, T>>;
+    let mut packer: Packer<V, I, Out<'_, '_, I>, Out<'_, '_, V>> = Packer::new(
         &udims,
         format,
         dense,
@@ -115,10 +116,10 @@ fn build_typed<V: Value, I: Index>(
     let entries = packer.count() as u64;
     let (levels, vals, _) = packer.finish().map_err(pack_err)?;
     for (pos, crd) in levels.into_iter().flatten() {
-        pos.finish()?;
-        crd.finish()?;
+        pos.inner.finish()?;
+        crd.inner.finish()?;
     }
-    vals.finish()?;
+    vals.inner.finish()?;
     writer.finish()?;
     Ok(Built { entries, bytes })
 }
@@ -172,8 +173,9 @@ fn spooled_typed<V: Value, I: Index>(
     };
     if let Some(dims) = dims {
         check_width::<I>(dims, &[]).map_err(tensor_err)?;
+        check_dense_size::<V>(format, dims).map_err(tensor_err)?;
     }
-    let spool = || Spool::create(temp_dir);
+    let spool = || Spool::create(temp_dir, output, progress);
     let mut pairs = Vec::new();
     for &t in format.levels() {
         pairs.push(if t == LevelType::Compressed {
@@ -189,7 +191,7 @@ fn spooled_typed<V: Value, I: Index>(
         None => vec![usize::MAX; format.rank()],
     };
     let dense = format.mode_order().iter().map(|&m| (udims[m], 0)).collect();
-    let mut packer: Packer<V, I, Spool, Spool> = Packer::new(
+    let mut packer: Packer<V, I, Spool<'_>, Spool<'_>> = Packer::new(
         &udims,
         format,
         dense,
@@ -259,7 +261,10 @@ fn spooled_typed<V: Value, I: Index>(
 /// its checksum computed buffer by buffer. Full buffers are checksummed and written by a
 /// thread of the spool's own, so that the thread packing entries (the serial part of a
 /// conversion) does not wait on the file system; buffers come back to be reused.
-struct Spool {
+struct Spool<'p> {
+    /// Asked at every full buffer whether to stop (a dense gap can be long: many buffers of
+    /// zeros from one entry).
+    progress: &'p dyn Progress,
     buf: Vec<u8>,
     full: Option<mpsc::SyncSender<Vec<u8>>>,
     empty: mpsc::Receiver<Vec<u8>>,
@@ -268,9 +273,15 @@ struct Spool {
 
 const SPOOL_BUFFER: usize = 1 << 20;
 
-impl Spool {
-    fn create(dir: &Path) -> Result<Spool> {
-        let mut file = tempfile::tempfile_in(dir).map_err(|e| Error::io(dir, e))?;
+impl<'p> Spool<'p> {
+    /// A spool in `dir` for the output file `output` (which errors name: the spool has none).
+    fn create(dir: &Path, output: &Path, progress: &'p dyn Progress) -> Result<Spool<'p>> {
+        let output = output.to_path_buf();
+        let fail = move |dir: &Path, e: std::io::Error| {
+            let what = format!("temporary file in {}: {e}", dir.display());
+            Error::io(&output, std::io::Error::new(e.kind(), what))
+        };
+        let mut file = tempfile::tempfile_in(dir).map_err(|e| fail(dir, e))?;
         // One buffer being filled, one queued, one being written: 3 MiB per spool at most.
         let (full, full_rx) = mpsc::sync_channel::<Vec<u8>>(1);
         let (empty_tx, empty) = mpsc::sync_channel::<Vec<u8>>(2);
@@ -279,13 +290,14 @@ impl Spool {
             let mut crc = crc32fast::Hasher::new();
             for mut buf in full_rx {
                 crc.update(&buf);
-                file.write_all(&buf).map_err(|e| Error::io(&dir, e))?;
+                file.write_all(&buf).map_err(|e| fail(&dir, e))?;
                 buf.clear();
                 let _ = empty_tx.try_send(buf);
             }
             Ok((file, crc.finalize()))
         });
         Ok(Spool {
+            progress,
             buf: Vec::with_capacity(SPOOL_BUFFER),
             full: Some(full),
             empty,
@@ -296,6 +308,9 @@ impl Spool {
     fn flush(&mut self) -> Result<()> {
         if self.buf.is_empty() {
             return Ok(());
+        }
+        if self.progress.cancelled() {
+            return Err(Error::Cancelled);
         }
         let next = self
             .empty
@@ -337,7 +352,7 @@ impl Spool {
     }
 }
 
-impl Drop for Spool {
+impl Drop for Spool<'_> {
     fn drop(&mut self) {
         self.full = None;
         if let Some(w) = self.writer.take() {
@@ -346,7 +361,7 @@ impl Drop for Spool {
     }
 }
 
-impl<T: bytemuck::Pod> Sink<T> for Spool {
+impl<T: bytemuck::Pod> Sink<T> for Spool<'_> {
     type Error = Error;
     fn push_n(&mut self, x: T, n: usize) -> Result<()> {
         for _ in 0..n {
@@ -362,6 +377,57 @@ impl<T: bytemuck::Pod> Sink<T> for Spool {
         self.buf.extend_from_slice(bytemuck::bytes_of(&x));
         Ok(())
     }
+}
+
+/// A sink that asks `progress` between long runs of copies whether to stop: one entry after
+/// a gap in a dense level writes as many zeros as the gap is long.
+struct Stoppable<'p, S> {
+    inner: S,
+    progress: &'p dyn Progress,
+}
+
+impl<'p, S> Stoppable<'p, S> {
+    fn new(inner: S, progress: &'p dyn Progress) -> Self {
+        Stoppable { inner, progress }
+    }
+}
+
+/// Copies between two questions to a [`Stoppable`]'s progress.
+const STOP_EVERY: usize = 1 << 20;
+
+impl<T: Copy, S: Sink<T, Error = Error>> Sink<T> for Stoppable<'_, S> {
+    type Error = Error;
+    fn push_n(&mut self, x: T, mut n: usize) -> Result<()> {
+        while n > 0 {
+            let k = n.min(STOP_EVERY);
+            self.inner.push_n(x, k)?;
+            n -= k;
+            if n > 0 && self.progress.cancelled() {
+                return Err(Error::Cancelled);
+            }
+        }
+        Ok(())
+    }
+    #[inline]
+    fn push(&mut self, x: T) -> Result<()> {
+        self.inner.push(x)
+    }
+}
+
+/// The values of the dense levels alone (the product of their dimensions, a lower bound on
+/// the values of any nonempty tensor in `format`) must be addressable in a file: otherwise
+/// the conversion is refused before it starts writing zeros it could never finish.
+fn check_dense_size<V: Value>(format: &Format, dims: &[u64]) -> Result<(), TensorError> {
+    format
+        .levels()
+        .iter()
+        .zip(format.mode_order())
+        .filter(|(t, _)| **t == LevelType::Dense)
+        .try_fold(V::TYPE.size() as u64, |bytes, (_, &m)| {
+            bytes.checked_mul(dims[m])
+        })
+        .map(|_| ())
+        .ok_or(TensorError::TooLarge)
 }
 
 /// Coordinates and positions must fit the chosen width; say how to fix it if not.

@@ -313,7 +313,9 @@ pub(crate) trait SortedSource {
     }
 }
 
-/// Feeds `f` with distinct entries: adjacent duplicates summed, or an error.
+/// Feeds `f` with distinct entries: adjacent duplicates summed left to right in the order
+/// the source gives them (input order: see `runs::merge`), or an error. A NaN sum is stored
+/// as the canonical NaN.
 pub(crate) fn scan_distinct(
     source: &mut dyn SortedSource,
     input: &Path,
@@ -332,7 +334,7 @@ pub(crate) fn scan_distinct(
             Ok(())
         }
         Some((p, acc)) => {
-            f(p, *acc)?;
+            f(p, crate::value::canonical_nan(*acc))?;
             p.copy_from_slice(c);
             *acc = v;
             Ok(())
@@ -343,7 +345,7 @@ pub(crate) fn scan_distinct(
         }
     })?;
     if let Some((p, acc)) = pending {
-        f(&p, acc)?;
+        f(&p, crate::value::canonical_nan(acc))?;
     }
     Ok(())
 }

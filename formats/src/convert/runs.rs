@@ -139,14 +139,17 @@ pub(crate) fn sort_runs(
             next_id += 1;
             let narrow = group.iter().all(|r| r.narrow);
             let mut out = RunWriter::create(&path, narrow)?;
+            // Consecutive runs merge into one that keeps their place in input order; sums
+            // wait for the final merge (see `spill`), only rejection happens here.
             let mut dedup = Dedup {
                 pending: None,
                 input,
                 format,
                 duplicates: opts.duplicates,
             };
-            merge(group, rank, buffer, &mut |k, v| {
-                dedup.push(k, v, &mut |k, v| out.write(k, v))
+            merge(group, rank, buffer, &mut |k, v| match opts.duplicates {
+                Duplicates::Error => dedup.push(k, v, &mut |k, v| out.write(k, v)),
+                Duplicates::Sum => out.write(k, v),
             })?;
             dedup.flush(&mut |k, v| out.write(k, v))?;
             out.finish()?;
@@ -210,9 +213,12 @@ impl RunBuffer {
         Ok(())
     }
 
-    /// Cuts the buffer into up to `pieces` parts, and on one thread per part sorts it, sums
-    /// duplicates (or rejects them) and writes it as a run file `run-{first_id + i}`. Parts are
-    /// runs of their own, so sorting uses every core without any extra memory.
+    /// Cuts the buffer into up to `pieces` parts, and on one thread per part sorts it (stably),
+    /// rejects duplicates if asked to, and writes it as a run file `run-{first_id + i}`. Parts
+    /// are runs of their own, so sorting uses every core without any extra memory.
+    /// Duplicates are *not* summed here: a run's partial sums would group the additions by
+    /// run, and runs depend on the memory budget and the thread count. They are summed once,
+    /// in input order, by the final merge (see [`merge`]).
     #[allow(clippy::too_many_arguments)]
     fn spill(
         &mut self,
@@ -235,8 +241,10 @@ impl RunBuffer {
                     let path = dir.join(format!("run-{}", first_id + i));
                     scope.spawn(move || -> Result<Run> {
                         sort_records(piece, rank);
-                        let n = dedup_records(piece, rank, input, format, duplicates)?;
-                        let recs = &piece[..n];
+                        if duplicates == Duplicates::Error {
+                            dedup_records(piece, rank, input, format, duplicates)?;
+                        }
+                        let recs = &piece[..];
                         let narrow = recs
                             .chunks_exact(rank + 1)
                             .all(|r| r[..rank].iter().all(|&c| c <= u64::from(u32::MAX)));
@@ -257,7 +265,8 @@ impl RunBuffer {
     }
 }
 
-/// Sorts records by key; fixed-size records for ranks up to 8 sort without indirection.
+/// Sorts records by key, stably; fixed-size records for ranks up to 8 sort without
+/// indirection.
 fn sort_records(recs: &mut [u64], rank: usize) {
     macro_rules! fixed {
         ($($s:literal)*) => {
@@ -302,16 +311,19 @@ fn dedup_records(
     Ok((w + 1) * s)
 }
 
+/// Stable: records with equal keys keep their input order, so that duplicates are summed in
+/// the order of the file whatever the runs are.
 fn sort_fixed<const S: usize>(recs: &mut [u64]) {
     let r: &mut [[u64; S]] = bytemuck::cast_slice_mut(recs);
-    r.sort_unstable_by(|a, b| a[..S - 1].cmp(&b[..S - 1]));
+    r.sort_by(|a, b| a[..S - 1].cmp(&b[..S - 1]));
 }
 
 /// Ranks above 8: sort an index, then permute (needs a second copy of the run).
 fn sort_general(recs: &mut [u64], s: usize) {
     let key = |e: u32| &recs[e as usize * s..e as usize * s + s - 1];
     let mut perm: Vec<u32> = (0..(recs.len() / s) as u32).collect();
-    perm.sort_unstable_by(|&a, &b| key(a).cmp(key(b)));
+    // Ties by position: a stable order without the stable sort's buffer.
+    perm.sort_unstable_by(|&a, &b| key(a).cmp(key(b)).then(a.cmp(&b)));
     let sorted: Vec<u64> = perm
         .iter()
         .flat_map(|&e| recs[e as usize * s..(e as usize + 1) * s].iter().copied())
@@ -457,7 +469,10 @@ impl RunReader {
     }
 }
 
-/// K-way merge of sorted runs into `f`, using a binary min-heap of run indices.
+/// K-way merge of sorted runs into `f`, using a binary min-heap of run indices. Equal keys
+/// come out in run order (runs are numbered in input order and sorted stably), so every
+/// entry of a coordinate comes out in input order, and the sum of duplicates is the same
+/// left-to-right sum at every memory budget and thread count.
 fn merge(
     paths: &[Run],
     rank: usize,
@@ -472,7 +487,7 @@ fn merge(
         }
     }
     let mut heap: Vec<usize> = (0..readers.len()).collect();
-    let less = |rs: &[RunReader], a: usize, b: usize| rs[a].key < rs[b].key;
+    let less = |rs: &[RunReader], a: usize, b: usize| (&rs[a].key, a) < (&rs[b].key, b);
     for i in (0..heap.len() / 2).rev() {
         sift_down(&mut heap, i, &readers, less);
     }

@@ -1,9 +1,9 @@
 //! The `.tcs` binary tensor format (specified in `docs/tcs.md`): a checksummed header and
-//! 64-byte-aligned `pos`/`crd`/`vals` arrays that can be used in place from a memory map.
+//! 64-byte-aligned `pos`/`crd`/`vals` arrays that can be used in place once read.
 //!
 //! - [`header`]: the header's fields, its layout computation and its checked parsing;
-//! - [`reader`]: [`TcsFile`], a validated memory map handing out zero-copy [`TensorView`]s,
-//!   and partial reads of one array's range without mapping the file;
+//! - [`reader`]: [`TcsFile`], a validated in-memory copy handing out zero-copy [`TensorView`]s,
+//!   and partial reads of one array's range without reading the whole file;
 //! - [`writer`]: [`TcsWriter`], which writes arrays sequentially or at computed offsets into a
 //!   temporary file and renames it into place.
 //!
@@ -51,6 +51,8 @@ pub enum TcsError {
     Truncated { needed: u64, len: u64 },
     #[error("file length is {actual} bytes but the header records {recorded}")]
     FileLength { recorded: u64, actual: u64 },
+    #[error("the file changed while it was being read (another process truncated or extended it)")]
+    Changed,
     #[error("header checksum mismatch (recorded {recorded:#010x}, computed {computed:#010x})")]
     HeaderChecksum { recorded: u32, computed: u32 },
     #[error("{what}: recorded {recorded}, expected {expected}")]

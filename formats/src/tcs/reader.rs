@@ -1,5 +1,15 @@
-//! Reading `.tcs` files: a memory map validated in full before any slice is handed out, and
-//! partial reads of one array's element range for distributed loading.
+//! Reading `.tcs` files: read into memory with positioned reads and validated in full before
+//! any slice is handed out, and partial reads of one array's element range for distributed
+//! loading.
+//!
+//! Why not a memory map: a map shows whatever the file holds *now*. If another process
+//! truncates the file while it is mapped, touching a page past the new end raises SIGBUS (a
+//! crash no error handling can turn into a message), and if it rewrites bytes in place, data
+//! that passed validation changes under the kernels that trust it. A copy taken with `pread`
+//! cannot change after validation, and a file that shrinks while it is read is an ordinary
+//! error. Validation touches every byte anyway (checksums), so the copy costs one `memcpy` per
+//! byte from the page cache; the price is resident memory equal to the file's size (readers of
+//! files larger than memory use [`read_array_range`], as `split` does).
 
 use std::fs::File;
 use std::ops::Range;
@@ -13,58 +23,99 @@ use crate::error::{Error, Result};
 use crate::format::{Format, LevelType};
 use crate::tensor::Tensor;
 use crate::value::{Index, Value, ValueType};
-use crate::view::{validate_levels_with, LevelView, TensorView, TICK_ELEMENTS};
+use crate::view::{validate_levels_with, LevelView, TensorView};
 
-/// Bytes checksummed between releases of mapped pages.
-const RELEASE_BYTES: usize = 32 << 20;
+/// Bytes read (and checksummed) per step, between progress reports.
+const STEP_BYTES: usize = 32 << 20;
 
-/// A validated, memory-mapped `.tcs` file.
+/// A validated `.tcs` file, held in memory.
 pub struct TcsFile {
     path: PathBuf,
     header: TcsHeader,
     dims: Vec<usize>,
     format: Format,
-    map: memmap2::Mmap,
+    /// The whole file, in 64-byte lines so that every array (at a multiple of 64 bytes in the
+    /// file) is 64-byte aligned in memory, as in a page-aligned map.
+    data: Vec<Line>,
+}
+
+/// 64 bytes, 64-byte aligned.
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// Zeroed, 64-byte aligned memory for `len` bytes.
+fn lines(len: usize) -> Vec<Line> {
+    vec![Line([0; 64]); len.div_ceil(64)]
 }
 
 impl TcsFile {
-    /// Maps `path` and validates everything: header fields and checksum, layout against the
+    /// Reads `path` and validates everything: header fields and checksum, layout against the
     /// file length, every array's checksum, monotone `pos`, `crd` in range (and inside the
     /// block's split range), and level sizes that agree with the arrays.
     pub fn open(path: &Path) -> Result<TcsFile> {
         Self::open_with_progress(path, &NoProgress)
     }
 
-    /// [`open`](Self::open), reporting the checksum pass (in bytes) to `progress`.
+    /// [`open`](Self::open), reporting the read and checksum pass (in bytes) to `progress`.
     pub fn open_with_progress(path: &Path, progress: &dyn Progress) -> Result<TcsFile> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let header = TcsHeader::read_from(&file, path)?;
-        // SAFETY: the map is read-only and every access goes through slices checked against
-        // its length. Like any file-backed map it assumes no other process truncates or
-        // rewrites the file while it is open; Tessera's writers never modify a file in place
-        // (they rename a new file over it), so its own files keep the mapped contents intact.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
         let err = |source| Error::Tcs {
             path: path.to_path_buf(),
             source,
         };
-        if map.len() as u64 != header.file_len {
-            return Err(err(TcsError::FileLength {
-                recorded: header.file_len,
-                actual: map.len() as u64,
-            }));
+        let mut data = lines(header.file_len as usize);
+        let bytes =
+            &mut bytemuck::cast_slice_mut::<Line, u8>(&mut data)[..header.file_len as usize];
+        progress.stage("validate", header.file_len);
+        let mut done = 0usize;
+        for piece in bytes.chunks_mut(STEP_BYTES) {
+            if let Err(e) = file.read_exact_at(piece, done as u64) {
+                progress.end_stage();
+                // The header was read from a file of `file_len` bytes: it shrank since.
+                return Err(if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    err(TcsError::Changed)
+                } else {
+                    Error::io(path, e)
+                });
+            }
+            done += piece.len();
+            progress.update(done as u64);
         }
+        // A file that grew while it was read is not the file the header describes either.
+        let grown = file.metadata().map(|m| m.len() != header.file_len);
+        progress.end_stage();
+        if grown.map_err(|e| Error::io(path, e))? {
+            return Err(err(TcsError::Changed));
+        }
+        Self::validated(path, header, data)
+    }
+
+    /// Validates a whole file given as bytes (for tools and fuzzing); `path` only names it in
+    /// errors.
+    pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<TcsFile> {
+        let header = TcsHeader::parse(bytes, bytes.len() as u64).map_err(|source| Error::Tcs {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut data = lines(bytes.len());
+        bytemuck::cast_slice_mut::<Line, u8>(&mut data)[..bytes.len()].copy_from_slice(bytes);
+        Self::validated(path, header, data)
+    }
+
+    fn validated(path: &Path, header: TcsHeader, data: Vec<Line>) -> Result<TcsFile> {
         let f = TcsFile {
             path: path.to_path_buf(),
             dims: header.dims(),
             format: header.format(),
             header,
-            map,
+            data,
         };
-        progress.stage("validate", f.header.file_len);
-        let checked = f.validate(progress).map_err(err);
-        progress.end_stage();
-        checked?;
+        f.validate().map_err(|source| Error::Tcs {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Ok(f)
     }
 
@@ -88,22 +139,27 @@ impl TcsFile {
         &self.format
     }
 
-    /// The raw bytes of one array.
-    pub fn array_bytes(&self, a: &ArrayInfo) -> &[u8] {
-        &self.map[a.offset as usize..(a.offset + a.len) as usize]
+    /// The whole file's bytes.
+    fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice::<Line, u8>(&self.data)[..self.header.file_len as usize]
     }
 
-    fn validate(&self, progress: &dyn Progress) -> Result<(), TcsError> {
+    /// The raw bytes of one array.
+    pub fn array_bytes(&self, a: &ArrayInfo) -> &[u8] {
+        &self.bytes()[a.offset as usize..(a.offset + a.len) as usize]
+    }
+
+    fn validate(&self) -> Result<(), TcsError> {
         let mut at = self.header.header_len;
         for a in &self.header.arrays {
             // Gaps between arrays are alignment padding and must be zero.
-            if let Some(i) = self.map[at as usize..a.offset as usize]
+            if let Some(i) = self.bytes()[at as usize..a.offset as usize]
                 .iter()
                 .position(|&b| b != 0)
             {
                 return Err(TcsError::Padding(at + i as u64));
             }
-            let computed = self.crc_releasing(a, progress);
+            let computed = crc32fast::hash(self.array_bytes(a));
             if computed != a.crc32 {
                 return Err(TcsError::ArrayChecksum {
                     array: a.name(),
@@ -121,37 +177,9 @@ impl TcsFile {
         }
     }
 
-    /// CRC of one array, releasing checked pages as it goes.
-    fn crc_releasing(&self, a: &ArrayInfo, progress: &dyn Progress) -> u32 {
-        let mut h = crc32fast::Hasher::new();
-        let mut done = a.offset;
-        for piece in self.array_bytes(a).chunks(RELEASE_BYTES) {
-            h.update(piece);
-            self.release_pages();
-            done += piece.len() as u64;
-            progress.update(done);
-        }
-        h.finalize()
-    }
-
-    /// Drops the mapping's resident pages (they are read again from the page cache or the
-    /// file when next touched). Long sequential passes call this now and then so that the
-    /// process's resident memory stays bounded however large the file is.
-    pub fn release_pages(&self) {
-        // SAFETY: the map is a read-only shared file mapping: MADV_DONTNEED discards the
-        // process's page table entries only, and later accesses fault the same file contents
-        // back in, so every slice handed out stays valid and unchanged. Failure is harmless.
-        let _ = unsafe {
-            self.map
-                .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
-        };
-    }
-
     fn validate_typed<V: Value, I: Index>(&self) -> Result<(), TcsError> {
         let (levels, vals) = self.slices::<V, I>()?;
-        let mut tick = || self.release_pages();
-        validate_levels_with(&self.dims, &self.format, &levels, vals.len(), &mut tick)?;
-        self.release_pages();
+        validate_levels_with(&self.dims, &self.format, &levels, vals.len(), &mut || {})?;
         for (k, (level, info)) in levels.iter().zip(&self.header.levels).enumerate() {
             let mode = self.header.modes[info.mode as usize];
             if let LevelView::Compressed { pos, crd } = level {
@@ -164,15 +192,10 @@ impl TcsFile {
                 }
                 debug_assert_eq!(pos.last().map(|p| p.to_usize()), Some(crd.len()));
                 // Coordinates are already known to be below the dimension; a block must also
-                // keep them inside its split range. Checked piecewise, releasing pages.
+                // keep them inside its split range.
                 let whole = mode.split_lo == 0 && mode.split_hi == mode.dim;
-                let pieces = if whole {
-                    [].chunks(1)
-                } else {
-                    crd.chunks(TICK_ELEMENTS)
-                };
-                for piece in pieces {
-                    let outside = piece
+                if !whole {
+                    let outside = crd
                         .iter()
                         .map(|c| c.to_usize() as u64)
                         .find(|&c| c < mode.split_lo || c >= mode.split_hi);
@@ -184,14 +207,13 @@ impl TcsFile {
                             hi: mode.split_hi,
                         });
                     }
-                    self.release_pages();
                 }
             }
         }
         Ok(())
     }
 
-    /// Level views and values, cast from the map (alignment is guaranteed by the layout and
+    /// Level views and values, cast from the data (alignment is guaranteed by the layout and
     /// checked again by `bytemuck`).
     #[allow(clippy::type_complexity)]
     fn slices<V: Value, I: Index>(&self) -> Result<(Vec<LevelView<'_, I>>, &[V]), TcsError> {

@@ -112,10 +112,19 @@ fn split_typed<C: Communicator + ?Sized, V: Value, I: Index>(
 ) -> Result<usize, IoError> {
     let blocks = load_file_blocks::<C, V, I>(comm, file, input, header, grid, progress)?;
     progress.start("split: write blocks", blocks.len() as u64);
+    // Blocks are written under hidden names and get their `.tcs` names only once every rank
+    // has written all of its blocks: a split that fails anywhere (a full disk, a signal, a
+    // rank that died) leaves no block files, only a complete set or nothing.
     let mut result = Ok(blocks.len());
+    let mut names: Vec<(PathBuf, PathBuf)> = Vec::with_capacity(blocks.len());
     for b in &blocks {
+        if progress.cancelled() {
+            result = Err(IoError::Cancelled);
+            break;
+        }
         let name: Vec<String> = b.ranges.iter().map(|r| r.index.to_string()).collect();
-        let path = out_dir.join(format!("block-{}.tcs", name.join("-")));
+        let name = format!("block-{}.tcs", name.join("-"));
+        let path = out_dir.join(format!(".{name}.partial"));
         let modes = b
             .ranges
             .iter()
@@ -132,11 +141,33 @@ fn split_typed<C: Communicator + ?Sized, V: Value, I: Index>(
             result = Err(file_err(e));
             break;
         }
+        names.push((path, out_dir.join(name)));
         progress.advance(1);
     }
+    let remove_all = |names: &[(PathBuf, PathBuf)]| {
+        for (hidden, shown) in names {
+            let _ = std::fs::remove_file(hidden);
+            let _ = std::fs::remove_file(shown);
+        }
+    };
+    let written = agreed(comm, result).and_then(|n| {
+        let renamed = names
+            .iter()
+            .try_for_each(|(hidden, shown)| {
+                std::fs::rename(hidden, shown).map_err(|e| io_err(shown, e))
+            })
+            .map(|()| n);
+        agreed(comm, renamed)
+    });
+    let written = match written {
+        Ok(n) => n,
+        Err(e) => {
+            remove_all(&names);
+            return Err(e);
+        }
+    };
     // Each block file was flushed before its rename; the renames are flushed once, by rank 0,
     // after every rank has written its blocks.
-    let written = agreed(comm, result)?;
     let synced = if comm.rank() == 0 {
         sync_dir(Some(out_dir))
     } else {
@@ -303,10 +334,33 @@ fn write_merged<C: Communicator + ?Sized, V: Value, I: Index>(
         (PathBuf::new(), Ok(()))
     };
     agreed(comm, created)?;
+    // From here on, any failure (a full disk, a signal, a rank that died) removes the
+    // temporary file, on whichever ranks know its name.
+    let result = write_into_temp::<C, V, I>(comm, merged, output, progress, &header, &temp);
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result
+}
+
+/// [`write_merged`] once the temporary file exists: every rank writes its segments, rank 0
+/// finishes the file.
+fn write_into_temp<C: Communicator + ?Sized, V: Value, I: Index>(
+    comm: &C,
+    merged: &Merged<V, I>,
+    output: &Path,
+    progress: &dyn Progress,
+    header: &TcsHeader,
+    temp: &Path,
+) -> Result<Summary, IoError> {
     let names = comm.all_gather(temp.to_string_lossy().as_bytes())?;
     let temp = PathBuf::from(String::from_utf8_lossy(&names[0]).into_owned());
+    if progress.cancelled() {
+        agreed(comm, Err::<(), _>(IoError::Cancelled))?;
+    }
+    agreed(comm, Ok(()))?;
     progress.start("merge: write", header.file_len);
-    let segs = segments::<V, I>(&header, merged);
+    let segs = segments::<V, I>(header, merged);
     // Where the tails start: the end of the last nonempty segment of each array.
     let ends: Vec<u64> = segs
         .iter()
@@ -330,17 +384,12 @@ fn write_merged<C: Communicator + ?Sized, V: Value, I: Index>(
         })
         .collect();
     let last = comm.rank() + 1 == comm.size();
-    let written = write_piece::<V, I>(
-        &temp,
-        &header,
-        merged,
-        segs,
-        last.then_some(&tail_start[..]),
-    );
+    let written = write_piece::<V, I>(&temp, header, merged, segs, last.then_some(&tail_start[..]));
     let written = agreed(comm, written);
     let written = match written {
         Ok(w) => w,
         Err(e) => {
+            // Every rank knows the name now; the first to get here removes the file.
             let _ = std::fs::remove_file(&temp);
             return Err(e);
         }
@@ -356,11 +405,7 @@ fn write_merged<C: Communicator + ?Sized, V: Value, I: Index>(
     } else {
         Ok(())
     };
-    let finished = agreed(comm, finished);
-    if finished.is_err() && comm.rank() == 0 {
-        let _ = std::fs::remove_file(&temp);
-    }
-    finished?;
+    agreed(comm, finished)?;
     progress.advance(header.file_len);
     Ok(Summary {
         blocks: 0,

@@ -73,6 +73,8 @@ pub enum IoError {
     Local(String),
     #[error(transparent)]
     Transport(#[from] TransportError),
+    #[error("interrupted; no output was written")]
+    Cancelled,
     #[error("internal error in distributed I/O (a bug): {0}")]
     Internal(String),
 }
@@ -92,6 +94,11 @@ pub trait Progress: Sync {
     fn start(&self, _phase: &str, _total: u64) {}
     /// `n` more units done.
     fn advance(&self, _n: u64) {}
+    /// True when the user asked to stop (a signal): the work stops at its next step with
+    /// [`IoError::Cancelled`] on every rank, removing what it wrote.
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
 
 /// Reports nothing.

@@ -98,6 +98,12 @@ impl SplitSpec {
                 return Err(IoError::SplitTwice { mode: *mode });
             }
             bounds[*mode] = Some(match split {
+                ModeSplit::Equal(0) => {
+                    return Err(IoError::SplitPoints {
+                        mode: *mode,
+                        why: "a mode splits into at least one range".into(),
+                    })
+                }
                 ModeSplit::Equal(n) => (0..=*n)
                     .map(|i| (i as u128 * dim as u128 / *n as u128) as usize)
                     .collect(),

@@ -132,6 +132,17 @@ proptest! {
     }
 }
 
+/// Found by the `split_merge` fuzz target: a split built in code (not parsed) into zero equal
+/// ranges divided by zero in `grid`.
+#[test]
+fn an_equal_split_into_zero_ranges_is_an_error_not_a_panic() {
+    let spec = SplitSpec::new(vec![(0, ModeSplit::Equal(0))]);
+    assert!(matches!(
+        spec.grid(&[5]),
+        Err(IoError::SplitPoints { mode: 0, .. })
+    ));
+}
+
 #[test]
 fn split_specs_parse_and_reject_bad_text() {
     let g = SplitSpec::parse_blocks("0:2,1:3")

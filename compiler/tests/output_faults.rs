@@ -1,0 +1,115 @@
+//! A compiled program whose output disk fills up: a clear error naming the output file, a
+//! failure status (not a panic), no temporary file left, and an older file of the same name
+//! untouched. The disk is a small tmpfs mounted by the test (as root; skipped with a message
+//! where mounting is not allowed).
+//!
+//! Uses the statement of `cli.rs`, so both share one cached program build.
+
+use std::path::Path;
+use std::process::Command;
+
+use tessera_formats::{MtxWriter, TnsWriter};
+
+fn tessera() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    c.env(
+        "TESSERA_CACHE",
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("tessera-cache"),
+    );
+    c
+}
+
+/// A small tmpfs over a fresh directory, unmounted on drop.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().unwrap();
+        let o = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output();
+        match o {
+            Ok(o) if o.status.success() => Some(Tmpfs(dir)),
+            Ok(o) => {
+                eprintln!(
+                    "SKIPPED: cannot mount a tmpfs (needs root): {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("SKIPPED: cannot run mount: {e}");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.0.path()).status();
+    }
+}
+
+const OLD: &[u8] = b"an older output\n";
+
+#[test]
+fn a_full_disk_under_a_programs_output_fails_naming_the_file() {
+    let Some(disk) = Tmpfs::mount("256k") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name);
+    // y = A x + z with A the identity: 60 000 output lines, about 1 MB of text.
+    let n = 60_000u64;
+    let mut a = MtxWriter::create(&p("A.mtx"), n, n, Some(n)).unwrap();
+    let mut x = TnsWriter::create(&p("x.tns")).unwrap();
+    let mut z = TnsWriter::create(&p("z.tns")).unwrap();
+    for i in 0..n {
+        a.write_entry(i, i, 1.0).unwrap();
+        x.write_entry(&[i], 0.5 + i as f64).unwrap();
+        z.write_entry(&[i], 0.25).unwrap();
+    }
+    a.finish().unwrap();
+    x.finish().unwrap();
+    z.finish().unwrap();
+    for out in ["y.tns", "y.tcs"] {
+        let y = disk.0.path().join(out);
+        std::fs::write(&y, OLD).unwrap();
+        let arg = |name: &str, file: &str| format!("{name}={}", p(file).display());
+        let o = tessera()
+            .args(["run", "y(i) = A(i,j) * x(j) + z(i)", "-f", "A:csr"])
+            .args(["-s", "parallelize(i)"])
+            .args(["-i", &arg("A", "A.mtx"), "-i", &arg("x", "x.tns")])
+            .args(["-i", &arg("z", "z.tns")])
+            .args(["-o", &y.display().to_string()])
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success(),
+            "{out}: a full disk went unnoticed: {said}"
+        );
+        assert!(!said.contains("panicked"), "{out}: {said}");
+        assert!(
+            said.contains(out),
+            "{out}: the error names the file: {said}"
+        );
+        assert!(said.contains("No space left on device"), "{out}: {said}");
+        assert_eq!(
+            std::fs::read(&y).unwrap(),
+            OLD,
+            "{out}: the old output changed"
+        );
+        let left: Vec<String> = std::fs::read_dir(disk.0.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(left.iter().any(|n| n == out), "{left:?}");
+        assert!(
+            left.iter().all(|n| !n.starts_with('.')),
+            "temporary left: {left:?}"
+        );
+    }
+}

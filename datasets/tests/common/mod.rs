@@ -1,0 +1,86 @@
+//! What the `tessera-data` CLI tests share: running the binary, expecting success or a
+//! clean failure, and a small disk that fills up.
+#![allow(dead_code)] // each test file uses its own part
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// The binary, not yet started.
+pub fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tessera-data"))
+}
+
+/// Runs `tessera-data ARGS` in `dir`.
+pub fn run(dir: &Path, args: &[&str]) -> Output {
+    bin()
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("binary runs")
+}
+
+/// Asserts success; returns stdout and stderr.
+pub fn ok(o: Output) -> String {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{text}");
+    text
+}
+
+/// Asserts a failure with an exit status (not death by a signal); returns stderr.
+pub fn failed(o: Output) -> String {
+    let text = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "expected a failure: {text}");
+    assert!(
+        o.status.code().is_some(),
+        "killed by a signal instead of failing: {:?}\n{text}",
+        o.status
+    );
+    text
+}
+
+/// A small tmpfs that fills up: mounted over a fresh directory, unmounted on drop.
+pub struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// `None` (after saying why) where mounting is not allowed.
+    pub fn mount(size: &str) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().unwrap();
+        let o = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output();
+        match o {
+            Ok(o) if o.status.success() => Some(Tmpfs { dir }),
+            Ok(o) => {
+                eprintln!(
+                    "SKIPPED: cannot mount a tmpfs (needs root): {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("SKIPPED: cannot run mount: {e}");
+                None
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
