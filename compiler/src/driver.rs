@@ -163,7 +163,7 @@ pub fn generate(
     let name = format!("tessera-prog-{key}");
     let manifest = format!(
         "[package]\nname = {name:?}\nversion = \"0.1.0\"\nedition = \"2021\"\npublish = false\n\n\
-         [dependencies]\ntessera-formats = {{ path = {:?} }}\nrayon = \"1\"\nindicatif = \"0.18\"\n\n\
+         [dependencies]\ntessera-formats = {{ path = {:?} }}\nrayon = \"1\"\nindicatif = \"0.18\"\nctrlc = {{ version = \"3\", features = [\"termination\"] }}\n\n\
          [profile.release]\ncodegen-units = 1\n\n\
          # A crate of its own, not a member of any enclosing workspace.\n[workspace]\n",
         workspace.join("formats").display().to_string()

@@ -113,3 +113,83 @@ fn a_full_disk_under_a_programs_output_fails_naming_the_file() {
         );
     }
 }
+
+/// A compiled program interrupted (SIGINT, then SIGTERM) while it writes its output leaves
+/// nothing half-written: either it finished and the output is complete, or it stopped with
+/// no output and no temporary. The signal is sent as soon as the temporary appears, so the
+/// test does not depend on how fast the machine is (a program that finishes first passes too).
+#[test]
+fn a_program_interrupted_while_writing_leaves_nothing_half_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name);
+    let n = 400_000u64;
+    let mut a = MtxWriter::create(&p("A.mtx"), n, n, Some(n)).unwrap();
+    let mut x = TnsWriter::create(&p("x.tns")).unwrap();
+    let mut z = TnsWriter::create(&p("z.tns")).unwrap();
+    for i in 0..n {
+        a.write_entry(i, i, 1.0).unwrap();
+        x.write_entry(&[i], 0.5 + i as f64).unwrap();
+        z.write_entry(&[i], 0.25).unwrap();
+    }
+    a.finish().unwrap();
+    x.finish().unwrap();
+    z.finish().unwrap();
+    let prog = p("prog");
+    let o = tessera()
+        .args(["compile", "y(i) = A(i,j) * x(j) + z(i)", "-f", "A:csr"])
+        .args(["-s", "parallelize(i)", "-o"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out_dir = tempfile::tempdir().unwrap();
+    for signal in ["-INT", "-TERM"] {
+        let y = out_dir.path().join("y.tns");
+        let _ = std::fs::remove_file(&y);
+        let arg = |name: &str, file: &str| format!("{name}={}", p(file).display());
+        let mut child = Command::new(&prog)
+            .args(["-i", &arg("A", "A.mtx"), "-i", &arg("x", "x.tns")])
+            .args(["-i", &arg("z", "z.tns"), "-o"])
+            .arg(&y)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let partial = || {
+            std::fs::read_dir(out_dir.path()).unwrap().any(|e| {
+                e.unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".partial")
+            })
+        };
+        let start = std::time::Instant::now();
+        let mut signalled = false;
+        while child.try_wait().unwrap().is_none() && start.elapsed().as_secs() < 120 {
+            if partial() {
+                Command::new("kill")
+                    .args([signal, &child.id().to_string()])
+                    .status()
+                    .unwrap();
+                signalled = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        let status = child.wait().unwrap();
+        eprintln!("{signal}: signalled while writing: {signalled}, {status:?}");
+        assert!(!partial(), "{signal}: a temporary was left behind");
+        if status.success() {
+            let lines = std::fs::read_to_string(&y).unwrap().lines().count() as u64;
+            assert!(
+                lines >= n,
+                "{signal}: the output is incomplete ({lines} lines)"
+            );
+        } else {
+            assert!(signalled, "{signal}: failed without a signal: {status:?}");
+            assert!(
+                !y.exists(),
+                "{signal}: an output appeared though the run was stopped"
+            );
+        }
+    }
+}

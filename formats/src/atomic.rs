@@ -1,8 +1,47 @@
 //! Output files that appear only when complete: written to a temporary file in the target's
 //! directory and renamed into place by [`AtomicFile::commit`]; dropped uncommitted, they vanish.
+//! A program stopped by a signal does not unwind, so the temporaries being written are also
+//! listed here for its signal handler to remove ([`remove_pending_files`]).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// Temporary files of the [`AtomicFile`]s not yet committed or dropped.
+static PENDING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Removes every temporary file an [`AtomicFile`] is still writing: for a signal handler
+/// (a thread, as `ctrlc` runs it) to call just before the process exits, so that an
+/// interrupted program leaves nothing half-written behind. A file renamed into place in the
+/// meantime is complete and stays.
+pub fn remove_pending_files() {
+    let pending = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|e| e.into_inner()));
+    for p in pending {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// A temporary's entry in [`PENDING`], removed when the `AtomicFile` is committed or dropped.
+struct Listed(PathBuf);
+
+impl Listed {
+    fn new(path: &Path) -> Listed {
+        PENDING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(path.to_path_buf());
+        Listed(path.to_path_buf())
+    }
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        PENDING
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|p| *p != self.0);
+    }
+}
 
 use crate::error::{Error, Result};
 
@@ -10,6 +49,7 @@ use crate::error::{Error, Result};
 pub struct AtomicFile {
     temp: tempfile::NamedTempFile,
     target: PathBuf,
+    _listed: Listed,
 }
 
 impl AtomicFile {
@@ -36,6 +76,7 @@ impl AtomicFile {
             .set_permissions(mode)
             .map_err(|e| Error::io(target, e))?;
         Ok(AtomicFile {
+            _listed: Listed::new(temp.path()),
             temp,
             target: target.to_path_buf(),
         })

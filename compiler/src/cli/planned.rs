@@ -23,6 +23,11 @@ pub fn run(args: &RunArgs, c: &Compiled, plan: &Plan) -> anyhow::Result<ExitCode
 }
 
 fn go<I: PlanIndex>(args: &RunArgs, c: &Compiled, plan: &Plan) -> anyhow::Result<ExitCode> {
+    // Ctrl-C or SIGTERM while the output is written: remove its temporary, then stop.
+    let _ = ctrlc::set_handler(|| {
+        tessera_formats::remove_pending_files();
+        std::process::exit(130);
+    });
     let k = &c.kernel;
     let t0 = Instant::now();
     let mut tensors: Vec<Tensor<f64, I>> = Vec::new();

@@ -22,6 +22,11 @@ type V = f64;
 type I = @INDEX@;
 
 fn main() -> ExitCode {
+    // Ctrl-C or SIGTERM while the output is written: remove its temporary, then stop.
+    let _ = ctrlc::set_handler(|| {
+        tessera_formats::remove_pending_files();
+        std::process::exit(130);
+    });
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
