@@ -435,6 +435,7 @@ fn reversed_block_bounds_are_an_error_not_a_panic() {
     let a: Tensor<f64, u32> =
         Tensor::from_entries(vec![1, 4], "csr", (0..4).map(|j| (vec![0, j], 1.0))).unwrap();
     let x: Tensor<f64, u32> = Tensor::dense_from_vec(vec![4], vec![1.0; 4]).unwrap();
+    #[allow(clippy::reversed_empty_ranges)] // the point of the test
     let block = tessera_compiler::ir::Block {
         bounds: vec![0..1, 3..1],
         first: vec![true, true],
