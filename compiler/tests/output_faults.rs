@@ -54,15 +54,10 @@ impl Drop for Tmpfs {
 
 const OLD: &[u8] = b"an older output\n";
 
-#[test]
-fn a_full_disk_under_a_programs_output_fails_naming_the_file() {
-    let Some(disk) = Tmpfs::mount("256k") else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let p = |name: &str| dir.path().join(name);
-    // y = A x + z with A the identity: 60 000 output lines, about 1 MB of text.
-    let n = 60_000u64;
+/// The inputs of `y = A x + z` in `dir`: `A.mtx` the `n × n` identity, `x.tns` and `z.tns`
+/// dense (so the output has `n` lines).
+fn write_identity_system(dir: &Path, n: u64) {
+    let p = |name: &str| dir.join(name);
     let mut a = MtxWriter::create(&p("A.mtx"), n, n, Some(n)).unwrap();
     let mut x = TnsWriter::create(&p("x.tns")).unwrap();
     let mut z = TnsWriter::create(&p("z.tns")).unwrap();
@@ -74,6 +69,18 @@ fn a_full_disk_under_a_programs_output_fails_naming_the_file() {
     a.finish().unwrap();
     x.finish().unwrap();
     z.finish().unwrap();
+}
+
+#[test]
+fn a_full_disk_under_a_programs_output_fails_naming_the_file() {
+    let Some(disk) = Tmpfs::mount("256k") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name);
+    // y = A x + z with A the identity: 60 000 output lines, about 1 MB of text.
+    let n = 60_000u64;
+    write_identity_system(dir.path(), n);
     for out in ["y.tns", "y.tcs"] {
         let y = disk.0.path().join(out);
         std::fs::write(&y, OLD).unwrap();
@@ -123,17 +130,7 @@ fn a_program_interrupted_while_writing_leaves_nothing_half_written() {
     let dir = tempfile::tempdir().unwrap();
     let p = |name: &str| dir.path().join(name);
     let n = 400_000u64;
-    let mut a = MtxWriter::create(&p("A.mtx"), n, n, Some(n)).unwrap();
-    let mut x = TnsWriter::create(&p("x.tns")).unwrap();
-    let mut z = TnsWriter::create(&p("z.tns")).unwrap();
-    for i in 0..n {
-        a.write_entry(i, i, 1.0).unwrap();
-        x.write_entry(&[i], 0.5 + i as f64).unwrap();
-        z.write_entry(&[i], 0.25).unwrap();
-    }
-    a.finish().unwrap();
-    x.finish().unwrap();
-    z.finish().unwrap();
+    write_identity_system(dir.path(), n);
     let prog = p("prog");
     let o = tessera()
         .args(["compile", "y(i) = A(i,j) * x(j) + z(i)", "-f", "A:csr"])
