@@ -82,6 +82,7 @@ pub fn run<V: PlanValue, I: PlanIndex>(
         whole: read_whole(plan, kernel, inputs.len()),
         layouts,
         out: out.clone(),
+        privilege: plan.args[0].privilege,
     });
     let name = task_name(plan);
     // The registered body outlives this call (tasks are never unregistered): drop what it
@@ -103,14 +104,11 @@ pub fn run<V: PlanValue, I: PlanIndex>(
                     launch,
                 )?;
             }
-            let vals = rt.read::<V>(&y)?;
+            // The store holds the values in the output's level order, as a dense tensor does.
             let format = kernel.output_tensor().format.clone();
-            Tensor::from_parts(
-                out_dims.to_vec(),
-                format.clone(),
-                dense_levels(&format, out_dims),
-                vals,
-            )?
+            let mut out = Tensor::zeros(out_dims.to_vec(), format)?;
+            out.vals_mut().copy_from_slice(&rt.read::<V>(&y)?);
+            out
         }
         false => {
             let mut entries = Vec::new();
@@ -445,6 +443,8 @@ struct Body {
     /// by the others instead of copied by each.
     whole: Vec<Option<WholeCache>>,
     out: OutputLayout,
+    /// The output's privilege in the plan.
+    privilege: Privilege,
 }
 
 impl Body {
@@ -558,23 +558,24 @@ impl Body {
         let shape = &self.out.shape;
         let rect = ctx.rect(0);
         let flat = |p: &[usize]| p.iter().zip(shape).fold(0, |acc, (c, n)| acc * n + c);
-        if self.reduces() {
-            let mut r = ctx.reduce::<V>(0);
-            for_each_cell(&rect, |p| r.reduce(p, vals[flat(p)]));
-        } else if self.grid.launches() > 1 {
-            let mut w = ctx.write::<V>(0);
-            for_each_cell(&rect, |p| {
-                let v = w.get(p) + vals[flat(p)];
-                w.set(p, v)
-            });
-        } else {
-            let mut w = ctx.write::<V>(0);
-            for_each_cell(&rect, |p| w.set(p, vals[flat(p)]));
+        // What the plan's output privilege says to do with the block's tile.
+        match self.privilege {
+            Privilege::ReduceSum => {
+                let mut r = ctx.reduce::<V>(0);
+                for_each_cell(&rect, |p| r.reduce(p, vals[flat(p)]));
+            }
+            Privilege::ReadWrite => {
+                let mut w = ctx.write::<V>(0);
+                for_each_cell(&rect, |p| {
+                    let v = w.get(p) + vals[flat(p)];
+                    w.set(p, v)
+                });
+            }
+            _ => {
+                let mut w = ctx.write::<V>(0);
+                for_each_cell(&rect, |p| w.set(p, vals[flat(p)]));
+            }
         }
-    }
-
-    fn reduces(&self) -> bool {
-        self.grid.vars.iter().any(|b| b.role == super::Role::Extend)
     }
 }
 
@@ -654,14 +655,3 @@ fn for_each_cell(r: &Rect, mut f: impl FnMut(&[usize])) {
     }
 }
 
-/// The levels of a dense tensor with these dimensions.
-fn dense_levels<I: Index>(format: &Format, dims: &[usize]) -> Vec<Level<I>> {
-    format
-        .mode_order()
-        .iter()
-        .map(|&m| Level::Dense {
-            size: dims[m],
-            offset: 0,
-        })
-        .collect()
-}
