@@ -654,4 +654,3 @@ fn for_each_cell(r: &Rect, mut f: impl FnMut(&[usize])) {
         }
     }
 }
-
