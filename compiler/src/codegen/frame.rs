@@ -1,0 +1,159 @@
+//! The function's frame: inputs bound to local slices and extents, the output allocated
+//! before the nests and assembled into a `Tensor` after them.
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+use tessera_formats::LevelType;
+
+use super::Gen;
+use crate::ir::{Assembly, DimSource, OutputKind};
+
+impl Gen<'_> {
+    /// Binds every input's values and level arrays, and every variable's extent.
+    pub(super) fn prelude(&self) -> TokenStream {
+        let mut out = TokenStream::new();
+        for (t, decl) in self.k.tensors.iter().enumerate() {
+            let Some(slot) = decl.input_slot else {
+                continue;
+            };
+            let vals = self.vals(t);
+            let tv = format_ident!("t{}", t);
+            let name = &decl.name;
+            out.extend(quote! {
+                let #tv = inputs[#slot];
+                let #vals: &[V] = #tv.vals();
+            });
+            for (l, lt) in decl.format.levels().iter().enumerate() {
+                let msg = format!("input `{name}` level {l} is not {lt:?} as compiled");
+                match lt {
+                    LevelType::Dense => {
+                        let (size, off) = (self.lvl(t, l, "size"), self.lvl(t, l, "off"));
+                        out.extend(quote! {
+                            let (#size, #off) = match &#tv.levels()[#l] {
+                                Level::Dense { size, offset } => (*size, *offset),
+                                _ => panic!(#msg),
+                            };
+                        });
+                    }
+                    LevelType::Compressed => {
+                        let (pos, crd) = (self.lvl(t, l, "pos"), self.lvl(t, l, "crd"));
+                        out.extend(quote! {
+                            let (#pos, #crd): (&[I], &[I]) = match &#tv.levels()[#l] {
+                                Level::Compressed { pos, crd } => (pos.as_slice(), crd.as_slice()),
+                                _ => panic!(#msg),
+                            };
+                        });
+                    }
+                }
+            }
+        }
+        for (v, decl) in self.k.vars.iter().enumerate() {
+            let dim = self.dim(v);
+            let src = match decl.dim {
+                DimSource::Input { slot, mode } => quote!(inputs[#slot].dims()[#mode]),
+                DimSource::Output { mode } => quote!(out_dims[#mode]),
+            };
+            out.extend(quote!(let #dim: usize = #src;));
+        }
+        // The output's dense levels: size from `out_dims`, offset 0.
+        let decl = self.k.output_tensor();
+        let t = self.k.output;
+        for (l, m) in decl.format.mode_order().iter().enumerate() {
+            let (size, off) = (self.lvl(t, l, "size"), self.lvl(t, l, "off"));
+            out.extend(quote! { let #size: usize = out_dims[#m]; let #off: usize = 0; });
+        }
+        out
+    }
+
+    pub(super) fn format_expr(&self) -> TokenStream {
+        let f = self.k.output_tensor().format.to_string();
+        let rank = self.k.output_tensor().rank();
+        quote! {
+            ::tessera_formats::Format::parse(#f, #rank).expect("the output format was valid at compile time")
+        }
+    }
+
+    pub(super) fn output_init(&self) -> TokenStream {
+        let fmt = self.format_expr();
+        match self.k.output_kind {
+            // `vec![zero; n]` rather than `Tensor::zeros`: for floats it is a zeroed allocation
+            // (calloc), so the pages are zeroed lazily by whichever thread first writes them
+            // instead of in one sequential pass before a parallel loop.
+            OutputKind::Scalar | OutputKind::Dense => quote! {
+                let out_format = #fmt;
+                let out_len: usize = out_dims
+                    .iter()
+                    .try_fold(1usize, |n, d| n.checked_mul(*d))
+                    .expect("output dimensions fit in memory");
+                let mut out_buf: Vec<V> = vec![V::zero(); out_len];
+                let out_vals: &mut [V] = &mut out_buf;
+            },
+            OutputKind::Sparse => {
+                let fmt_val = quote!(let out_format = #fmt;);
+                let ws = self.workspace_len();
+                quote! {
+                    #fmt_val
+                    let mut packer = ::tessera_formats::Packer::<V, I, Vec<I>, Vec<V>>::new(
+                        out_dims,
+                        &out_format,
+                        out_format.mode_order().iter().map(|m| (out_dims[*m], 0)).collect(),
+                        |_| (Vec::new(), Vec::new()),
+                        Vec::new(),
+                    );
+                    let mut entries: Vec<(Vec<usize>, V)> = Vec::new();
+                    let mut ws: Vec<V> = vec![V::zero(); #ws];
+                    let mut ws_mark: Vec<bool> = vec![false; #ws];
+                    let mut ws_list: Vec<usize> = Vec::new();
+                }
+            }
+        }
+    }
+
+    /// The extent of the workspace variable (0 when no nest uses one).
+    pub(super) fn workspace_len(&self) -> TokenStream {
+        for n in &self.k.nests {
+            if let Assembly::Workspace { var, .. } = n.assembly {
+                let dim = self.dim(var);
+                return quote!(#dim);
+            }
+        }
+        quote!(0usize)
+    }
+
+    pub(super) fn output_finish(&self) -> TokenStream {
+        match self.k.output_kind {
+            OutputKind::Scalar | OutputKind::Dense => quote! {
+                let levels: Vec<Level<I>> = out_format
+                    .mode_order()
+                    .iter()
+                    .map(|m| Level::Dense { size: out_dims[*m], offset: 0 })
+                    .collect();
+                Tensor::from_parts(out_dims.to_vec(), out_format, levels, out_buf)
+                    .expect("a dense output of out_dims is valid")
+            },
+            OutputKind::Sparse => {
+                let collect = self.k.nests.iter().any(|n| n.assembly == Assembly::Collect);
+                if collect {
+                    quote! {
+                        Tensor::from_entries(out_dims.to_vec(), out_format, entries)
+                            .expect("entries lie inside out_dims")
+                    }
+                } else {
+                    quote! {
+                        let (arrays, vals, _) = packer.finish().expect("assembly appends in order");
+                        let levels: Vec<Level<I>> = arrays
+                            .into_iter()
+                            .zip(out_format.mode_order())
+                            .map(|(a, m)| match a {
+                                Some((pos, crd)) => Level::Compressed { pos, crd },
+                                None => Level::Dense { size: out_dims[*m], offset: 0 },
+                            })
+                            .collect();
+                        Tensor::from_parts(out_dims.to_vec(), out_format, levels, vals)
+                            .expect("assembled levels are valid")
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,264 @@
+//! Loops: one per IR loop, over a compressed level, a dense universe or a merge of several
+//! levels, and the visit of each coordinate (locates, absence tests, the body below).
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+
+use super::{Gen, OutTarget};
+use crate::ir::{Assembly, Domain, Formula, LevelRef, Nest, OutputKind};
+
+impl Gen<'_> {
+    /// The body of loop `d - 1` (for `d == 0`, the whole nest).
+    pub(super) fn body(&self, nest: &Nest, d: usize, target: OutTarget) -> TokenStream {
+        let sparse = self.k.output_kind == OutputKind::Sparse;
+        let mut ts = TokenStream::new();
+        if d == nest.acc_depth {
+            ts.extend(quote!(let mut acc = V::zero();));
+            if sparse {
+                ts.extend(quote!(let mut touched = false;));
+            }
+        }
+        if d == nest.loops.len() {
+            let e = Self::expr(&nest.expr);
+            ts.extend(quote!(acc += #e;));
+            if sparse {
+                ts.extend(quote!(touched = true;));
+            }
+        } else {
+            ts.extend(self.run_loop(nest, d, target));
+        }
+        if d == nest.acc_depth {
+            ts.extend(self.write(nest, target));
+        }
+        if let Assembly::Workspace { flush_depth, .. } = nest.assembly {
+            if d == flush_depth {
+                ts.extend(self.flush(target));
+            }
+        }
+        ts
+    }
+
+    /// `(lo, hi)` of a compressed level's children, empty under an absent parent.
+    pub(super) fn range(&self, nest: &Nest, r: LevelRef) -> (TokenStream, TokenStream) {
+        let t = self.tensor_of(r.access);
+        let pos = self.lvl(t, r.level, "pos");
+        let parent = self.parent(r);
+        if r.level == 0 || self.required(nest, r.access) {
+            (
+                quote!(#pos[#parent].to_usize()),
+                quote!(#pos[#parent + 1].to_usize()),
+            )
+        } else {
+            (
+                quote!(if #parent != ABSENT { #pos[#parent].to_usize() } else { 0 }),
+                quote!(if #parent != ABSENT { #pos[#parent + 1].to_usize() } else { 0 }),
+            )
+        }
+    }
+
+    pub(super) fn run_loop(&self, nest: &Nest, d: usize, target: OutTarget) -> TokenStream {
+        let lp = &nest.loops[d];
+        let label = syn::Lifetime::new(&format!("'l{d}"), proc_macro2::Span::call_site());
+        let var = self.var(lp.var);
+        if let Some(ts) = self.dense_inner_loop(nest, d, target) {
+            return ts;
+        }
+        let visit = self.visit(nest, d, &label, target);
+        match &lp.domain {
+            Domain::Empty => quote!(),
+            Domain::Single => {
+                let r = lp.iterate[0];
+                let crd = self.lvl(self.tensor_of(r.access), r.level, "crd");
+                let p = self.pos(r);
+                let (lo, hi) = self.range(nest, r);
+                if r.level + 1 == self.k.accesses[r.access].level_vars.len() {
+                    // Last level: walk coordinates and values together, as a hand-written loop would.
+                    let vals = self.vals(self.tensor_of(r.access));
+                    let v = self.val(r.access);
+                    return quote! {
+                        let (lo, hi) = (#lo, #hi);
+                        for (c, #v) in #crd[lo..hi].iter().zip(&#vals[lo..hi]) {
+                            let #var = c.to_usize();
+                            let #v: V = *#v;
+                            #label: { #visit }
+                        }
+                    };
+                }
+                quote! {
+                    let (lo, hi) = (#lo, #hi);
+                    for #p in lo..hi {
+                        let #var = #crd[#p].to_usize();
+                        #label: { #visit }
+                    }
+                }
+            }
+            Domain::Universe => {
+                let dim = self.dim(lp.var);
+                let (setup, present, advance) = self.iterators(nest, d, quote!(#var));
+                quote! {
+                    #setup
+                    for #var in 0..#dim {
+                        #present
+                        #label: { #visit }
+                        #advance
+                    }
+                }
+            }
+            Domain::Merge(f) => {
+                let n = lp.iterate.len();
+                let active: Vec<TokenStream> = (0..n)
+                    .map(|i| {
+                        let (it, end) = (
+                            format_ident!("it{}_{}", d, i),
+                            format_ident!("end{}_{}", d, i),
+                        );
+                        quote!((#it < #end))
+                    })
+                    .collect();
+                let cond_active = formula_tokens(f, &active);
+                let mins: Vec<TokenStream> = lp
+                    .iterate
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        let crd = self.lvl(self.tensor_of(r.access), r.level, "crd");
+                        let (it, a) = (format_ident!("it{}_{}", d, i), &active[i]);
+                        quote!(if #a { #var = #var.min(#crd[#it].to_usize()); })
+                    })
+                    .collect();
+                let (setup, present, advance) = self.iterators(nest, d, quote!(#var));
+                let pr: Vec<TokenStream> = (0..n)
+                    .map(|i| {
+                        let p = format_ident!("pr{}_{}", d, i);
+                        quote!(#p)
+                    })
+                    .collect();
+                let cond_present = formula_tokens(f, &pr);
+                quote! {
+                    #setup
+                    loop {
+                        if !(#cond_active) { break; }
+                        let mut #var = usize::MAX;
+                        #(#mins)*
+                        #present
+                        if #cond_present {
+                            #label: { #visit }
+                        }
+                        #advance
+                    }
+                }
+            }
+        }
+    }
+
+    /// Pointer-walking iterators for Universe and Merge loops: their setup, the per-coordinate
+    /// presence test binding each iterated level's position, and the advance past it.
+    pub(super) fn iterators(
+        &self,
+        nest: &Nest,
+        d: usize,
+        coord: TokenStream,
+    ) -> (TokenStream, TokenStream, TokenStream) {
+        let lp = &nest.loops[d];
+        let (mut setup, mut present, mut advance) =
+            (TokenStream::new(), TokenStream::new(), TokenStream::new());
+        for (i, r) in lp.iterate.iter().enumerate() {
+            let (it, end, pr) = (
+                format_ident!("it{}_{}", d, i),
+                format_ident!("end{}_{}", d, i),
+                format_ident!("pr{}_{}", d, i),
+            );
+            let crd = self.lvl(self.tensor_of(r.access), r.level, "crd");
+            let p = self.pos(*r);
+            let (lo, hi) = self.range(nest, *r);
+            setup.extend(quote! { let mut #it: usize = #lo; let #end: usize = #hi; });
+            present.extend(quote! {
+                let #pr = #it < #end && #crd[#it].to_usize() == #coord;
+                let #p = if #pr { #it } else { ABSENT };
+            });
+            advance.extend(quote! { if #pr { #it += 1; } });
+        }
+        (setup, present, advance)
+    }
+
+    /// After binding the loop variable: locate dense levels, skip when a required operand is
+    /// absent, and run the body.
+    pub(super) fn visit(
+        &self,
+        nest: &Nest,
+        d: usize,
+        label: &syn::Lifetime,
+        target: OutTarget,
+    ) -> TokenStream {
+        let lp = &nest.loops[d];
+        let mut ts = TokenStream::new();
+        for r in &lp.iterate {
+            if self.required(nest, r.access) && !matches!(lp.domain, Domain::Single) {
+                let p = self.pos(*r);
+                ts.extend(quote!(if #p == ABSENT { break #label; }));
+            }
+        }
+        for r in &lp.locate {
+            let t = self.tensor_of(r.access);
+            let (size, off) = (self.lvl(t, r.level, "size"), self.lvl(t, r.level, "off"));
+            let x = self.var(self.k.level_var(*r));
+            let p = self.pos(*r);
+            let parent = self.parent(*r);
+            let is_output = r.access == self.k.output_access;
+            if is_output {
+                ts.extend(quote!(let #p = #parent * #size + #x;));
+            } else if self.direct_vector(nest, *r) {
+                // A dense vector: its values are its level, so one checked `get` locates it.
+                let vals = self.vals(t);
+                let v = self.val(r.access);
+                ts.extend(quote! {
+                    let x = #x.wrapping_sub(#off);
+                    let Some(&#v) = #vals.get(x) else { break #label; };
+                });
+            } else if self.required(nest, r.access) {
+                ts.extend(quote! {
+                    let x = #x.wrapping_sub(#off);
+                    if x >= #size { break #label; }
+                    let #p = #parent * #size + x;
+                });
+            } else if r.level == 0 {
+                ts.extend(quote! {
+                    let x = #x.wrapping_sub(#off);
+                    let #p = if x < #size { x } else { ABSENT };
+                });
+            } else {
+                ts.extend(quote! {
+                    let x = #x.wrapping_sub(#off);
+                    let #p = if #parent != ABSENT && x < #size { #parent * #size + x } else { ABSENT };
+                });
+            }
+        }
+        for r in lp.iterate.iter().chain(&lp.locate) {
+            let last = r.level + 1 == self.k.accesses[r.access].level_vars.len();
+            let zipped = matches!(lp.domain, Domain::Single) && lp.iterate[0] == *r;
+            if last && r.access != self.k.output_access && !zipped && !self.direct_vector(nest, *r)
+            {
+                ts.extend(self.bind_value(nest, r.access));
+            }
+        }
+        ts.extend(self.body(nest, d + 1, target));
+        ts
+    }
+}
+
+/// The condition of a formula over per-iterator boolean expressions.
+fn formula_tokens(f: &Formula, flags: &[TokenStream]) -> TokenStream {
+    match f {
+        Formula::True => quote!(true),
+        Formula::False => quote!(false),
+        Formula::Iter(n) => flags[*n].clone(),
+        Formula::All(fs) => {
+            let parts: Vec<TokenStream> = fs.iter().map(|f| formula_tokens(f, flags)).collect();
+            quote!((#(#parts)&&*))
+        }
+        Formula::Any(fs) => {
+            let parts: Vec<TokenStream> = fs.iter().map(|f| formula_tokens(f, flags)).collect();
+            quote!((#(#parts)||*))
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! Writing results: the accumulator into a dense slot, a sparse entry or the workspace.
+
+use proc_macro2::{Ident, TokenStream};
+use quote::quote;
+
+use super::{Gen, OutTarget};
+use crate::ir::{Assembly, LevelRef, Nest, OutputKind};
+
+impl Gen<'_> {
+    pub(super) fn out_slot(&self, p: TokenStream, target: OutTarget) -> TokenStream {
+        match target {
+            OutTarget::Whole => quote!(out_vals[#p]),
+            OutTarget::Row => quote!(out_row[#p - out_base]),
+            OutTarget::Partial | OutTarget::Entries => quote!(buf[#p]),
+        }
+    }
+
+    /// Writes the accumulator into the output (see [`Assembly`]).
+    pub(super) fn write(&self, nest: &Nest, target: OutTarget) -> TokenStream {
+        let out = &self.k.accesses[self.k.output_access];
+        match self.k.output_kind {
+            OutputKind::Scalar => {
+                let slot = self.out_slot(quote!(0usize), target);
+                quote!(#slot += acc;)
+            }
+            OutputKind::Dense => {
+                let p = self.pos(LevelRef {
+                    access: self.k.output_access,
+                    level: out.level_vars.len() - 1,
+                });
+                let slot = self.out_slot(quote!(#p), target);
+                quote!(#slot += acc;)
+            }
+            OutputKind::Sparse => {
+                let coords: Vec<Ident> = out.level_vars.iter().map(|v| self.var(*v)).collect();
+                let inner = match nest.assembly {
+                    Assembly::InOrder if target == OutTarget::Entries => {
+                        quote!(local.push(([#(#coords),*], acc));)
+                    }
+                    Assembly::InOrder => quote! {
+                        packer.push(&[#(#coords),*], acc).expect("loop order yields sorted unique entries");
+                    },
+                    Assembly::Workspace { var, .. } => {
+                        let w = self.var(var);
+                        quote! {
+                            if !ws_mark[#w] { ws_mark[#w] = true; ws_list.push(#w); }
+                            ws[#w] += acc;
+                        }
+                    }
+                    Assembly::Collect | Assembly::None if target == OutTarget::Entries => {
+                        quote!(local.push(([#(#coords),*], acc));)
+                    }
+                    Assembly::Collect | Assembly::None => {
+                        let order = self.k.output_tensor().format.mode_order();
+                        let mut by_mode = vec![quote!(); order.len()];
+                        for (l, m) in order.iter().enumerate() {
+                            let c = &coords[l];
+                            by_mode[*m] = quote!(#c);
+                        }
+                        quote!(entries.push((vec![#(#by_mode),*], acc));)
+                    }
+                };
+                quote!(if touched { #inner })
+            }
+        }
+    }
+
+    /// Emits the workspace's entries in coordinate order and clears it.
+    pub(super) fn flush(&self, target: OutTarget) -> TokenStream {
+        let out = &self.k.accesses[self.k.output_access].level_vars;
+        let prefix: Vec<Ident> = out[..out.len() - 1].iter().map(|v| self.var(*v)).collect();
+        let emit = if target == OutTarget::Entries {
+            quote!(local.push(([#(#prefix,)* c], ws[c]));)
+        } else {
+            quote!(packer.push(&[#(#prefix,)* c], ws[c]).expect("workspace flushes sorted unique entries");)
+        };
+        quote! {
+            ws_list.sort_unstable();
+            for &c in ws_list.iter() {
+                #emit
+                ws[c] = V::zero();
+                ws_mark[c] = false;
+            }
+            ws_list.clear();
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! The outermost loop over rayon's pool (`parallelize`).
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use super::{Gen, OutTarget};
+use crate::ir::{Assembly, Domain, LevelRef, Nest, OutputKind};
+
+impl Gen<'_> {
+    /// The nest with its outermost loop over threads, when the schedule asks and the loop and
+    /// output allow it; `None` to run it sequentially.
+    pub(super) fn parallel_nest(&self, nest: &Nest) -> Option<TokenStream> {
+        let v = self.k.parallel?;
+        let lp = nest.loops.first()?;
+        if lp.var != v || nest.acc_depth == 0 {
+            return None;
+        }
+        if self.k.output_kind == OutputKind::Sparse {
+            return self.parallel_sparse(nest);
+        }
+        let var = self.var(v);
+        let label = syn::Lifetime::new("'l0", proc_macro2::Span::call_site());
+        let out = &self.k.accesses[self.k.output_access];
+        let chunked = matches!(lp.domain, Domain::Universe)
+            && lp.iterate.is_empty()
+            && self.k.output_kind == OutputKind::Dense
+            && out.level_vars.first() == Some(&v);
+        if chunked {
+            let visit = self.visit(nest, 0, &label, OutTarget::Row);
+            let dim = self.dim(v);
+            return Some(quote! {
+                if #dim > 0 && !out_vals.is_empty() {
+                    use ::rayon::prelude::*;
+                    let row = out_vals.len() / #dim;
+                    // Enough rows per task that scheduling stays negligible beside the work.
+                    let grain = (4096 / row.max(1)).max(1);
+                    out_vals.par_chunks_mut(row).enumerate().with_min_len(grain).for_each(move |(#var, out_row)| {
+                        let out_base = #var * row;
+                        #label: { #visit }
+                    });
+                }
+            });
+        }
+        let rows_by_coord = matches!(lp.domain, Domain::Single)
+            && self.k.output_kind == OutputKind::Dense
+            && out.level_vars.first() == Some(&v);
+        if rows_by_coord {
+            return Some(self.parallel_sparse_rows(nest));
+        }
+        let visit = self.visit(nest, 0, &label, OutTarget::Partial);
+        let (items, bind_pos) = self.parallel_items(nest)?;
+        Some(quote! {
+            {
+                use ::rayon::prelude::*;
+                let len = out_vals.len();
+                let partial = #items
+                    .fold(
+                        || vec![V::zero(); len],
+                        |mut buf, (#var, q)| {
+                            #bind_pos
+                            #label: { #visit }
+                            buf
+                        },
+                    )
+                    .reduce(
+                        || vec![V::zero(); len],
+                        |mut a, b| {
+                            for (x, y) in a.iter_mut().zip(&b) { *x += *y; }
+                            a
+                        },
+                    );
+                for (x, y) in out_vals.iter_mut().zip(&partial) { *x += *y; }
+            }
+        })
+    }
+
+    /// A sparse output with its outer loop over threads: each job (one outer coordinate)
+    /// lists its entries in order — through a per-thread workspace when the assembly uses
+    /// one — and the lists are appended in job order, so the output is assembled exactly as
+    /// the sequential loop would assemble it.
+    pub(super) fn parallel_sparse(&self, nest: &Nest) -> Option<TokenStream> {
+        let lp = &nest.loops[0];
+        if let Assembly::Workspace { flush_depth: 0, .. } = nest.assembly {
+            return None; // one workspace for the whole nest: nothing to split
+        }
+        let var = self.var(lp.var);
+        let (items, bind_pos) = self.parallel_items(nest)?;
+        let label = syn::Lifetime::new("'l0", proc_macro2::Span::call_site());
+        let visit = self.visit(nest, 0, &label, OutTarget::Entries);
+        let rank = self.k.output_tensor().rank();
+        let ws = self.workspace_len();
+        let sink = if nest.assembly == Assembly::Collect {
+            let order: Vec<usize> = self.k.output_tensor().format.mode_order().to_vec();
+            quote! {
+                let mut by_mode = vec![0usize; #rank];
+                for (l, m) in [#(#order),*].iter().enumerate() { by_mode[*m] = c[l]; }
+                entries.push((by_mode, v));
+            }
+        } else {
+            quote!(packer.push(&c, v).expect("jobs append in loop order");)
+        };
+        Some(quote! {
+            {
+                use ::rayon::prelude::*;
+                let parts: Vec<Vec<([usize; #rank], V)>> = #items
+                    .map_init(
+                        || (vec![V::zero(); #ws], vec![false; #ws], Vec::<usize>::new()),
+                        |(ws, ws_mark, ws_list), (#var, q)| {
+                            let mut local: Vec<([usize; #rank], V)> = Vec::new();
+                            #bind_pos
+                            #label: { #visit }
+                            local
+                        },
+                    )
+                    .collect();
+                for (c, v) in parts.into_iter().flatten() {
+                    #sink
+                }
+            }
+        })
+    }
+
+    /// The parallel iterator of `(coordinate, position)` jobs over the outer loop, and what
+    /// binds a job's position inside it; `None` when the loop cannot be split into jobs.
+    fn parallel_items(&self, nest: &Nest) -> Option<(TokenStream, TokenStream)> {
+        let lp = &nest.loops[0];
+        let var = self.var(lp.var);
+        match lp.domain {
+            Domain::Universe if lp.iterate.is_empty() => {
+                let dim = self.dim(lp.var);
+                let items = quote!((0..#dim).into_par_iter().map(|#var| (#var, 0usize)));
+                Some((items, quote!()))
+            }
+            Domain::Single => {
+                let r = lp.iterate[0];
+                let crd = self.lvl(self.tensor_of(r.access), r.level, "crd");
+                let (lo, hi) = self.range(nest, r);
+                let items = quote!(((#lo)..(#hi)).into_par_iter().map(|q| (#crd[q].to_usize(), q)));
+                Some((items, self.single_bind(r)))
+            }
+            _ => None,
+        }
+    }
+
+    /// Inside a parallel job over position `q` of the outer compressed level: its position
+    /// and, when it is the access's last level, its value.
+    pub(super) fn single_bind(&self, r: LevelRef) -> TokenStream {
+        let p = self.pos(r);
+        if r.level + 1 == self.k.accesses[r.access].level_vars.len() {
+            let vals = self.vals(self.tensor_of(r.access));
+            let v = self.val(r.access);
+            quote!(let #p = q; let #v: V = #vals[q];)
+        } else {
+            quote!(let #p = q;)
+        }
+    }
+
+    /// The outer loop walks a compressed level whose coordinates index the dense output's
+    /// first level: the coordinates under one parent are distinct, so each job owns one output
+    /// row. Rows are handed out by one sequential pass pairing sorted coordinates with rows.
+    pub(super) fn parallel_sparse_rows(&self, nest: &Nest) -> TokenStream {
+        let lp = &nest.loops[0];
+        let r = lp.iterate[0];
+        let var = self.var(lp.var);
+        let dim = self.dim(lp.var);
+        let crd = self.lvl(self.tensor_of(r.access), r.level, "crd");
+        let (lo, hi) = self.range(nest, r);
+        let label = syn::Lifetime::new("'l0", proc_macro2::Span::call_site());
+        let bind = self.single_bind(r);
+        let visit = self.visit(nest, 0, &label, OutTarget::Row);
+        quote! {
+            if #dim > 0 && !out_vals.is_empty() {
+                use ::rayon::prelude::*;
+                let row = out_vals.len() / #dim;
+                let (lo, hi) = (#lo, #hi);
+                let mut wanted = (lo..hi).map(|q| (q, #crd[q].to_usize())).peekable();
+                let mut jobs: Vec<(usize, usize, &mut [V])> = Vec::with_capacity(hi - lo);
+                for (c, out_row) in out_vals.chunks_mut(row).enumerate() {
+                    while wanted.peek().is_some_and(|w| w.1 < c) {
+                        wanted.next();
+                    }
+                    if let Some(&(q, _)) = wanted.peek().filter(|w| w.1 == c) {
+                        jobs.push((q, c, out_row));
+                        wanted.next();
+                    }
+                }
+                let grain = (4096 / row.max(1)).max(1);
+                // `move`: the closure holds copies of the slices and extents it reads, so LLVM
+                // knows stores to `out_row` cannot change them (captured by reference, they
+                // were reloaded after every store and the inner loops ran ~1.6x slower).
+                jobs.into_par_iter().with_min_len(grain).for_each(move |(q, #var, out_row)| {
+                    let out_base = #var * row;
+                    #bind
+                    #label: { #visit }
+                });
+            }
+        }
+    }
+}
