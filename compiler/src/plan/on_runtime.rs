@@ -18,6 +18,7 @@
 //! *tensor blocks* are, on one process, passed whole and narrowed by the block kernel's
 //! bounded loops; cutting them with the distributed loader is the multi-rank step.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -53,13 +54,43 @@ impl<T: Value + Element> PlanValue for T {}
 pub trait PlanIndex: Index + Element {}
 impl<T: Index + Element> PlanIndex for T {}
 
-/// Runs `plan` (made from `kernel`) on `rt` and returns the output tensor.
+/// A generated block kernel ([`crate::codegen::emit_block`]): inputs, output dimensions, and
+/// the block's range and first flag per index variable.
+pub type BlockFn<V, I> = fn(&[&Tensor<V, I>], &[usize], &[Range<usize>], &[bool]) -> Tensor<V, I>;
+
+/// Runs `plan` (made from `kernel`) on `rt`, each point running the interpreter's block entry
+/// point, and returns the output tensor.
 pub fn run<V: PlanValue, I: PlanIndex>(
     rt: &Runtime,
     plan: &Plan,
     kernel: &Kernel,
     inputs: &[&Tensor<V, I>],
     out_dims: &[usize],
+) -> Result<Tensor<V, I>, PlanRunError> {
+    run_with(rt, plan, kernel, inputs, out_dims, None)
+}
+
+/// As [`run`], each point running `block`, the kernel's generated block entry point (what a
+/// compiled program of a distributed schedule passes). `block` must be generated from
+/// `kernel`; the inputs are checked against `kernel` here, once, before any point runs.
+pub fn run_compiled<V: PlanValue, I: PlanIndex>(
+    rt: &Runtime,
+    plan: &Plan,
+    kernel: &Kernel,
+    inputs: &[&Tensor<V, I>],
+    out_dims: &[usize],
+    block: BlockFn<V, I>,
+) -> Result<Tensor<V, I>, PlanRunError> {
+    run_with(rt, plan, kernel, inputs, out_dims, Some(block))
+}
+
+fn run_with<V: PlanValue, I: PlanIndex>(
+    rt: &Runtime,
+    plan: &Plan,
+    kernel: &Kernel,
+    inputs: &[&Tensor<V, I>],
+    out_dims: &[usize],
+    compiled: Option<BlockFn<V, I>>,
 ) -> Result<Tensor<V, I>, PlanRunError> {
     let dims = interp::checked_dims(kernel, inputs, out_dims)?;
     let grid = &plan.grid;
@@ -89,7 +120,7 @@ pub fn run<V: PlanValue, I: PlanIndex>(
     // caches when the run ends.
     let _clear = ClearOnDrop(shared.clone());
     let body = shared.clone();
-    rt.register(&name, move |ctx| body.run::<V, I>(ctx))?;
+    rt.register(&name, move |ctx| body.run::<V, I>(ctx, compiled))?;
     let output = match out.dense {
         true => {
             let y = rt.create(V::DTYPE, &out.shape)?;
@@ -131,6 +162,21 @@ pub fn run<V: PlanValue, I: PlanIndex>(
         }
     };
     Ok(output)
+}
+
+/// The runtime's statistics as `--stats` prints them after a plan ran.
+pub fn stats_line(rt: &Runtime) -> String {
+    let s = rt.stats();
+    format!(
+        "runtime: {} tasks issued, {} point tasks run, partitions {} created / {} reused, \
+         {} solutions replayed, analysis {:.1} µs per task",
+        s.tasks_issued,
+        s.points_run,
+        s.partitions_created,
+        s.partitions_reused,
+        s.solutions_replayed,
+        s.analysis_us_per_task()
+    )
 }
 
 /// Tasks are registered by name; each run of a plan gets its own.
@@ -458,7 +504,7 @@ impl Body {
         Some(r.start * scale..r.end * scale)
     }
 
-    fn run<V: PlanValue, I: PlanIndex>(&self, ctx: &TaskContext) {
+    fn run<V: PlanValue, I: PlanIndex>(&self, ctx: &TaskContext, compiled: Option<BlockFn<V, I>>) {
         let launch = ctx.scalar(0).as_u64() as usize;
         let point = ctx.linear_point();
         let idx = self.grid.index(launch, point);
@@ -476,8 +522,14 @@ impl Body {
             arg += layout.vals + 1;
         }
         let refs: Vec<&Tensor<V, I>> = tensors.iter().map(|t| &**t).collect();
-        let (result, _) = interp::run_block(&self.kernel, &refs, &self.out_dims, &block)
-            .unwrap_or_else(|e| panic!("block {idx:?}: {e}"));
+        let result = match compiled {
+            Some(f) => f(&refs, &self.out_dims, &block.bounds, &block.first),
+            None => {
+                interp::run_block(&self.kernel, &refs, &self.out_dims, &block)
+                    .unwrap_or_else(|e| panic!("block {idx:?}: {e}"))
+                    .0
+            }
+        };
         if self.out.dense {
             self.write_tile(ctx, &result);
         } else {
