@@ -3,15 +3,16 @@
 //! The same loops as the plain kernel, but every loop is bounded by the block it is given —
 //! dense loops run over the block's range of their variable, compressed levels are narrowed
 //! to it by two binary searches on their (sorted) coordinates — so P blocks cost what one
-//! unsplit run costs, not P times it. The result is what [`crate::interp::run_block`]
-//! returns: the block's contribution to the whole output. A block kernel is sequential: the
+//! unsplit run costs, not P times it. The result is the block's contribution to the output,
+//! as [`crate::interp::run_block`] returns it, except that a dense output holds only the
+//! block's range of its first level (a `Dense` level with an offset). A block kernel is sequential: the
 //! plan's point tasks are the parallelism.
 
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
 use super::{sanitize, Gen, OutTarget};
-use crate::ir::{Kernel, Nest};
+use crate::ir::{Kernel, Nest, OutputKind};
 
 /// The block kernel as one function item: `pub fn kernel_block<V: Value, I: Index>(inputs:
 /// &[&Tensor<V, I>], out_dims: &[usize], bounds: &[Range<usize>], first: &[bool]) -> Tensor<V,
@@ -65,6 +66,16 @@ impl Gen<'_> {
                 let #lo: usize = bounds[#v].start.min(#hi);
                 let #nar: bool = #lo > 0 || #hi < #dim;
             });
+        }
+        // A dense output holds only the block's range of its first level's variable: that
+        // level becomes `Dense { size: hi - lo, offset: lo }`, so a block allocates and zeroes
+        // its own rows, not the whole output.
+        if self.k.output_kind == OutputKind::Dense {
+            let v = self.k.accesses[self.k.output_access].level_vars[0];
+            let t = self.k.output;
+            let (size, off) = (self.lvl(t, 0, "size"), self.lvl(t, 0, "off"));
+            let (lo, hi) = (self.bound(v, "lo"), self.bound(v, "hi"));
+            ts.extend(quote!(let (#size, #off): (usize, usize) = (#hi - #lo, #lo);));
         }
         ts
     }

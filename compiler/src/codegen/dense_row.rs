@@ -44,7 +44,7 @@ impl Gen<'_> {
             let (size, off) = (self.lvl(t, r.level, "size"), self.lvl(t, r.level, "off"));
             let parent = self.parent(*r);
             if is_out {
-                out_row = Some(quote!(#parent * #size + lo));
+                out_row = Some(quote!(#parent * #size + (lo - #off)));
                 continue;
             }
             lo.push(quote!(#off));

@@ -214,7 +214,7 @@ impl Gen<'_> {
             let parent = self.parent(*r);
             let is_output = r.access == self.k.output_access;
             if is_output {
-                ts.extend(quote!(let #p = #parent * #size + #x;));
+                ts.extend(quote!(let #p = #parent * #size + (#x - #off);));
             } else if self.direct_vector(nest, *r) {
                 // A dense vector: its values are its level, so one checked `get` locates it.
                 let vals = self.vals(t);

@@ -609,7 +609,13 @@ impl Body {
         let vals = result.vals();
         let shape = &self.out.shape;
         let rect = ctx.rect(0);
-        let flat = |p: &[usize]| p.iter().zip(shape).fold(0, |acc, (c, n)| acc * n + c);
+        // A compiled block kernel's output holds only its rows of the first level (`offset`
+        // rows before it); the interpreter's holds them all (offset 0).
+        let skip = match result.levels().first() {
+            Some(Level::Dense { size, offset }) if *size > 0 => offset * (vals.len() / size),
+            _ => 0,
+        };
+        let flat = |p: &[usize]| p.iter().zip(shape).fold(0, |acc, (c, n)| acc * n + c) - skip;
         // What the plan's output privilege says to do with the block's tile.
         match self.privilege {
             Privilege::ReduceSum => {
