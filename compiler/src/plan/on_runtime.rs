@@ -135,11 +135,18 @@ fn run_with<V: PlanValue, I: PlanIndex>(
                     launch,
                 )?;
             }
-            // The store holds the values in the output's level order, as a dense tensor does.
+            // The store holds the values in the output's level order, as a dense tensor does:
+            // they become its values without another copy.
             let format = kernel.output_tensor().format.clone();
-            let mut out = Tensor::zeros(out_dims.to_vec(), format)?;
-            out.vals_mut().copy_from_slice(&rt.read::<V>(&y)?);
-            out
+            let levels = format
+                .mode_order()
+                .iter()
+                .map(|m| Level::Dense {
+                    size: out_dims[*m],
+                    offset: 0,
+                })
+                .collect();
+            Tensor::from_parts(out_dims.to_vec(), format, levels, rt.read::<V>(&y)?)?
         }
         false => {
             let mut entries = Vec::new();
@@ -631,7 +638,16 @@ impl Body {
             }
             _ => {
                 let mut w = ctx.write::<V>(0);
-                for_each_cell(&rect, |p| w.set(p, vals[flat(p)]));
+                // A tile of whole rows (the usual row split) is one contiguous run: copy it.
+                let whole_rows = (1..rect.dim()).all(|d| rect.extent(d) == shape[d]);
+                if whole_rows && !rect.is_empty() {
+                    let dst = w.as_mut_slice();
+                    let start = flat(rect.lo());
+                    dst.copy_from_slice(&vals[start..start + dst.len()]);
+                } else {
+                    // (An empty tile has no cells.)
+                    for_each_cell(&rect, |p| w.set(p, vals[flat(p)]));
+                }
             }
         }
     }
