@@ -10,7 +10,6 @@
 
 use crate::check::Checked;
 use crate::ir::Kernel;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -111,42 +110,7 @@ pub fn cache_dir() -> PathBuf {
     }
 }
 
-/// Rust source for the `bind::Signature` of a kernel: each of its inputs (in argument order)
-/// and the output, with the format and index variables of its use in the statement. `bind` is
-/// the path of the `bind` module where the source is used.
-pub fn signature_source(c: &Checked, kernel_inputs: &[&str], bind: &str) -> String {
-    let operand = |name: &str| -> String {
-        let info = c
-            .tensor(name)
-            .expect("kernel inputs are tensors of the statement");
-        let uses: Vec<String> = c
-            .uses(name)
-            .iter()
-            .map(|access| {
-                let vars: Vec<String> = access
-                    .indices
-                    .iter()
-                    .map(|i| format!("{:?}", i.name))
-                    .collect();
-                format!("&[{}]", vars.join(", "))
-            })
-            .collect();
-        format!(
-            "{bind}::Operand {{ name: {:?}, format: {:?}, uses: &[{}] }}",
-            name,
-            info.format.to_string(),
-            uses.join(", ")
-        )
-    };
-    let mut s = format!("{bind}::Signature {{\n    output: ");
-    s += &operand(&c.output().name);
-    s += ",\n    inputs: &[\n";
-    for name in kernel_inputs {
-        let _ = writeln!(s, "        {},", operand(name));
-    }
-    s += "    ],\n}";
-    s
-}
+pub use crate::codegen::signature_source;
 
 /// Generates the crate for a statement: `statement` is its text (shown by `--help`).
 pub fn generate(
@@ -194,16 +158,17 @@ pub fn generate(
     };
     let key = cache_key(&files, &workspace, crates);
     let name = format!("tessera-prog-{key}");
-    let path_dep = |krate: &str| {
+    let path_dep = |krate: &str, extra: &str| {
         format!(
-            "tessera-{krate} = {{ path = {:?} }}\n",
+            "tessera-{krate} = {{ path = {:?}{extra} }}\n",
             workspace.join(krate).display().to_string()
         )
     };
-    let mut deps = path_dep("formats");
+    let mut deps = path_dep("formats", "");
     if opts.distributed {
-        deps += &path_dep("compiler");
-        deps += &path_dep("runtime");
+        // The compiler without its command line and code generation: plans and interpreter.
+        deps += &path_dep("compiler", ", default-features = false");
+        deps += &path_dep("runtime", "");
     }
     let manifest = format!(
         "[package]\nname = {name:?}\nversion = \"0.1.0\"\nedition = \"2021\"\npublish = false\n\n\

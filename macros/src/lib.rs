@@ -30,7 +30,7 @@ use proc_macro2::{
 use quote::{format_ident, quote};
 use tessera_compiler::check::{self, Dims};
 use tessera_compiler::diagnostics::Diagnostic;
-use tessera_compiler::{cli, codegen, driver, lower, parse};
+use tessera_compiler::{codegen, diagnostics, lower, parse};
 
 mod paths;
 
@@ -179,7 +179,7 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
         .hint("the value and coordinate types of the output come from the input tensors"));
     }
     let kernel = lower::lower(&checked).map_err(|e| {
-        let mut d = cli::lower_diagnostic(&e);
+        let mut d = diagnostics::lower_diagnostic(&e);
         // Lowering phrases format advice as a command-line flag; here it is a `NAME: FMT` item.
         d.hint = d.hint.map(|h| h.replace("(-f ", "("));
         d
@@ -188,7 +188,7 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
     let private = paths::private();
     let inputs = kernel.inputs();
     let signature: TokenStream2 =
-        driver::signature_source(&checked, &inputs, &format!("{private}::bind"))
+        codegen::signature_source(&checked, &inputs, &format!("{private}::bind"))
             .parse()
             .map_err(|e| {
                 Diagnostic::new(format!("internal error: bad signature source: {e}"), 0..0)

@@ -24,6 +24,7 @@ mod frame;
 mod loops;
 mod output;
 mod parallel;
+mod signature;
 mod values;
 
 use proc_macro2::{Ident, TokenStream};
@@ -31,6 +32,7 @@ use quote::{format_ident, quote};
 use tessera_formats::LevelType;
 
 pub use block::{emit_block, emit_block_named};
+pub use signature::signature_source;
 
 use crate::ir::{AccessId, Kernel, LevelRef, Nest};
 

@@ -71,8 +71,8 @@ pub fn from_text(text: &str) -> Result<(Kernel, Plan), String> {
     let render = |d: &Diagnostic| sources.render(d, false);
     let stmt = crate::parse::program(text, base).map_err(|d| render(&d))?;
     let checked = crate::check::check(stmt, &crate::check::Dims::new()).map_err(|d| render(&d))?;
-    let kernel =
-        crate::lower::lower(&checked).map_err(|e| render(&crate::cli::lower_diagnostic(&e)))?;
+    let kernel = crate::lower::lower(&checked)
+        .map_err(|e| render(&crate::diagnostics::lower_diagnostic(&e)))?;
     let plan = plan(&checked, &kernel).map_err(|d| render(&d))?;
     Ok((kernel, plan))
 }
