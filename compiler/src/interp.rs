@@ -4,11 +4,12 @@
 //! accumulator and assembly), interpreted: it lets property tests cover random formats
 //! without compiling Rust for each, and lets tools run a statement without a Rust toolchain.
 //! Positions are tracked per access and level as `Option<usize>`; `None` means the access has
-//! no entry here (an operand absent from one side of a union), and its value is zero.
+//! no entry here (an operand absent from one side of a union), and its value is the
+//! statement's fill (zero under `+`; see [`crate::semiring`]).
 
 use tessera_formats::{Format, Index, Level, Packer, Tensor, TensorError, Value};
 
-use crate::ast::{BinOp, Func};
+use crate::ast::{BinOp, Func, ReduceOp};
 use crate::ir::{
     Assembly, Block, DimSource, Domain, Expr, Kernel, LevelRef, Nest, OutputKind, VarId,
 };
@@ -151,6 +152,7 @@ fn run_checked<V: Value, I: Index>(
     block: &Block,
 ) -> Result<(Tensor<V, I>, Work), InterpError> {
     let out_decl = k.output_tensor();
+    let fill = V::from_f64(k.reduce.fill());
     let mut out_dense = match k.output_kind {
         OutputKind::Sparse => None,
         _ => Some(Tensor::<V, I>::zeros(
@@ -158,6 +160,9 @@ fn run_checked<V: Value, I: Index>(
             out_decl.format.clone(),
         )?),
     };
+    if let Some(t) = out_dense.as_mut() {
+        t.vals_mut().fill(fill);
+    }
     let mut state = State::new(k, inputs, out_dims, &block.bounds);
     let mut sink = Sink::new(k, out_dims);
     for (n, nest) in k.nests.iter().enumerate().filter(|(_, n)| block.runs(n)) {
@@ -168,7 +173,7 @@ fn run_checked<V: Value, I: Index>(
             nest,
             out: out_vals,
             sink: &mut sink,
-            acc: V::zero(),
+            acc: fill,
             touched: false,
         };
         run.body(0);
@@ -179,7 +184,7 @@ fn run_checked<V: Value, I: Index>(
     let work = std::mem::take(&mut state.work);
     let out = match out_dense {
         Some(t) => t,
-        None => sink.finish(out_dims, &out_decl.format)?,
+        None => sink.finish(out_dims, &out_decl.format, k.reduce)?,
     };
     Ok((out, work))
 }
@@ -340,7 +345,7 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
             None => Some(0),
         };
         p.and_then(|p| self.vals[a].get(p).copied())
-            .unwrap_or_else(V::zero)
+            .unwrap_or_else(|| V::from_f64(self.k.reduce.fill()))
     }
 
     fn eval(&self, e: &Expr) -> V {
@@ -355,16 +360,60 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
                     Func::Log => x.ln(),
                     Func::Sqrt => x.sqrt(),
                     Func::Abs => x.abs(),
+                    // Computed in f64 and rounded, as the generated code does.
+                    Func::Sin | Func::Cos | Func::Tanh => {
+                        V::from_f64(crate::semiring::unary(*f, x.to_f64()))
+                    }
                 }
             }
             Expr::Binary(op, l, r) => {
                 let (l, r) = (self.eval(l), self.eval(r));
+                let red = self.k.reduce;
                 match op {
                     BinOp::Add => l + r,
                     BinOp::Sub => l - r,
+                    BinOp::Mul if red.guards(BinOp::Mul) => {
+                        let fill = V::from_f64(red.fill());
+                        if l == fill || r == fill {
+                            fill
+                        } else {
+                            l * r
+                        }
+                    }
                     BinOp::Mul => l * r,
                     BinOp::Div => l / r,
+                    // Exact in f64 for f32 and f64 values (comparisons, min/max), or
+                    // computed in f64 and rounded (pow), as the generated code does.
+                    _ => V::from_f64(crate::semiring::binary(*op, l.to_f64(), r.to_f64())),
                 }
+            }
+        }
+    }
+}
+
+/// `a ⊕ x` for the kernel's reduction, in the value type.
+pub fn combine<V: Value>(r: ReduceOp, a: V, x: V) -> V {
+    match r {
+        ReduceOp::Sum => a + x,
+        ReduceOp::Min => {
+            if x < a {
+                x
+            } else {
+                a
+            }
+        }
+        ReduceOp::Max => {
+            if x > a {
+                x
+            } else {
+                a
+            }
+        }
+        ReduceOp::Or => {
+            if a != V::zero() || x != V::zero() {
+                V::from_f64(1.0)
+            } else {
+                V::zero()
             }
         }
     }
@@ -398,6 +447,7 @@ struct Sink<V, I> {
 impl<V: Value, I: Index> Sink<V, I> {
     fn new(k: &Kernel, out_dims: &[usize]) -> Self {
         let fmt = &k.output_tensor().format;
+        let fill = V::from_f64(k.reduce.fill());
         let in_order = k
             .nests
             .iter()
@@ -427,7 +477,7 @@ impl<V: Value, I: Index> Sink<V, I> {
         Sink {
             packer,
             entries: Vec::new(),
-            ws: vec![V::zero(); ws_len],
+            ws: vec![fill; ws_len],
             ws_mark: vec![false; ws_len],
             ws_list: Vec::new(),
             error: None,
@@ -452,7 +502,12 @@ impl<V: Value, I: Index> Sink<V, I> {
         }
     }
 
-    fn finish(self, out_dims: &[usize], fmt: &Format) -> Result<Tensor<V, I>, InterpError> {
+    fn finish(
+        self,
+        out_dims: &[usize],
+        fmt: &Format,
+        r: ReduceOp,
+    ) -> Result<Tensor<V, I>, InterpError> {
         if let Some(e) = self.error {
             return Err(e);
         }
@@ -461,10 +516,30 @@ impl<V: Value, I: Index> Sink<V, I> {
             None => Ok(Tensor::from_entries(
                 out_dims.to_vec(),
                 fmt.clone(),
-                self.entries,
+                combine_duplicates(r, self.entries),
             )?),
         }
     }
+}
+
+/// Entries with equal coordinates combined with `r` (`from_entries` sums duplicates, which is
+/// right only for `+`): the `Collect` assembly of a `min[k](...)` output.
+pub fn combine_duplicates<V: Value>(
+    r: ReduceOp,
+    mut entries: Vec<(Vec<usize>, V)>,
+) -> Vec<(Vec<usize>, V)> {
+    if r == ReduceOp::Sum {
+        return entries;
+    }
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out: Vec<(Vec<usize>, V)> = Vec::with_capacity(entries.len());
+    for (c, v) in entries {
+        match out.last_mut() {
+            Some(last) if last.0 == c => last.1 = combine(r, last.1, v),
+            _ => out.push((c, v)),
+        }
+    }
+    out
 }
 
 /// Turns a finished packer into a validated tensor.
@@ -507,13 +582,14 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
     /// The body of loop `d - 1` (for `d == 0`, the whole nest).
     fn body(&mut self, d: usize) {
         let nest = self.nest;
+        let red = self.s.k.reduce;
         if d == nest.acc_depth {
-            self.acc = V::zero();
+            self.acc = V::from_f64(red.fill());
             self.touched = false;
         }
         if d == nest.loops.len() {
             self.s.work.leaves += 1;
-            self.acc += self.s.eval(&nest.expr);
+            self.acc = combine(red, self.acc, self.s.eval(&nest.expr));
             self.touched = true;
         } else {
             self.run_loop(d);
@@ -600,14 +676,19 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
         self.s.coord[var] = c;
         self.s.work.visits[self.n][d] += 1;
         for r in &lp.locate {
-            let LevelData::Dense { size, offset } = self.s.levels[r.access][r.level] else {
-                unreachable!("verified: located levels are dense")
-            };
             let x = self.s.coord[self.s.k.level_var(*r)];
-            let p = self.s.parent(*r).and_then(|p| {
-                let i = x.checked_sub(offset).filter(|i| *i < size)?;
-                Some(p * size + i)
-            });
+            let p = match self.s.levels[r.access][r.level] {
+                LevelData::Dense { size, offset } => self.s.parent(*r).and_then(|p| {
+                    let i = x.checked_sub(offset).filter(|i| *i < size)?;
+                    Some(p * size + i)
+                }),
+                // The second mode of a diagonal: search the parent's segment.
+                LevelData::Compressed { pos, crd } => self.s.parent(*r).and_then(|p| {
+                    let (lo, hi) = (pos[p].to_usize(), pos[p + 1].to_usize());
+                    let k = crd[lo..hi].binary_search_by(|c| c.to_usize().cmp(&x)).ok()?;
+                    Some(lo + k)
+                }),
+            };
             self.s.pos[r.access][r.level] = p;
         }
         let missing = lp.iterate.iter().chain(&lp.locate).any(|r| {
@@ -625,7 +706,7 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
         match k.output_kind {
             OutputKind::Scalar => {
                 if let Some(vals) = self.out.as_deref_mut() {
-                    vals[0] += self.acc;
+                    vals[0] = combine(k.reduce, vals[0], self.acc);
                 }
             }
             OutputKind::Dense => {
@@ -633,7 +714,7 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
                     (self.out.as_deref_mut(), self.s.pos[k.output_access].last())
                 {
                     match vals.get_mut(*p) {
-                        Some(x) => *x += self.acc,
+                        Some(x) => *x = combine(k.reduce, *x, self.acc),
                         None => self.sink.fail(InterpError::OutOfRange),
                     }
                 }
@@ -654,7 +735,7 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
                         self.sink.ws_mark[c] = true;
                         self.sink.ws_list.push(c);
                     }
-                    self.sink.ws[c] += self.acc;
+                    self.sink.ws[c] = combine(k.reduce, self.sink.ws[c], self.acc);
                 }
                 Assembly::Collect | Assembly::None => {
                     let decl = &k.tensors[out.tensor];
@@ -680,7 +761,7 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
         list.sort_unstable();
         for &c in &list {
             coords[last] = c;
-            let v = std::mem::replace(&mut sink.ws[c], V::zero());
+            let v = std::mem::replace(&mut sink.ws[c], V::from_f64(k.reduce.fill()));
             sink.push(&coords, v);
             sink.ws_mark[c] = false;
         }

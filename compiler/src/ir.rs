@@ -16,14 +16,15 @@
 //!   workspace, or sorted as a fallback — see [`Assembly`]).
 //!
 //! Invariants (checked by [`Kernel::verify`]): every level of every access is resolved by
-//! exactly one loop, after its parent level; iterated levels are compressed, located ones
-//! dense; every formula only names iterators of its own loop.
+//! exactly one loop, after its parent level; iterated levels are compressed and indexed by
+//! their loop's variable; located ones are indexed by a bound variable (dense, or compressed
+//! and searched); every formula only names iterators of its own loop.
 
 use std::fmt;
 
 use tessera_formats::{Format, LevelType};
 
-use crate::ast::{BinOp, Func, Span};
+use crate::ast::{BinOp, Func, ReduceOp, Span};
 
 /// Index of a tensor in [`Kernel::tensors`].
 pub type TensorId = usize;
@@ -164,8 +165,11 @@ pub struct Loop {
     pub var: VarId,
     /// Compressed levels whose variable is this loop's (their parents are already resolved).
     pub iterate: Vec<LevelRef>,
-    /// Dense levels resolved once this loop binds its variable, in dependency order (a level
-    /// may be indexed by an outer variable and become locatable only now, when its parent is).
+    /// Levels resolved once this loop binds its variable, in dependency order (a level may be
+    /// indexed by an outer variable and become locatable only now, when its parent is). Dense
+    /// levels are located by offset; a compressed level here is one whose variable was bound
+    /// before its parent was resolved — the second mode of a diagonal `A(i,i)` — and is
+    /// located by binary search in its segment.
     pub locate: Vec<LevelRef>,
     pub domain: Domain,
 }
@@ -236,6 +240,9 @@ pub struct Kernel {
     pub nests: Vec<Nest>,
     /// `parallelize(v)`: the outermost loop of every nest runs over threads.
     pub parallel: Option<VarId>,
+    /// The operator every nest reduces with; its identity is the value of absent entries,
+    /// the accumulators' start and a dense output's initial value (see [`crate::semiring`]).
+    pub reduce: ReduceOp,
     /// The statement as written, for documentation of the generated code.
     pub source: String,
 }
@@ -293,10 +300,8 @@ impl Kernel {
                     resolved[r.access] += 1;
                 }
                 for r in &lp.locate {
-                    if self.level_type(*r) != LevelType::Dense || !bound[self.level_var(*r)] {
-                        return Err(here(
-                            "located level is not dense or its variable is unbound",
-                        ));
+                    if !bound[self.level_var(*r)] {
+                        return Err(here("located level's variable is unbound"));
                     }
                     if resolved[r.access] != r.level {
                         return Err(here("located level's parent is not resolved"));
@@ -347,6 +352,14 @@ fn formula_in_range(f: &Formula, n: usize) -> bool {
 impl fmt::Display for Kernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "kernel {}", self.source)?;
+        if self.reduce != ReduceOp::Sum {
+            writeln!(
+                f,
+                "reduce with {} (absent entries are {})",
+                self.reduce.name(),
+                self.reduce.fill()
+            )?;
+        }
         for (n, nest) in self.nests.iter().enumerate() {
             writeln!(f, "nest {n} ({:?}):", nest.assembly)?;
             for (d, lp) in nest.loops.iter().enumerate() {

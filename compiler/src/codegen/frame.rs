@@ -75,6 +75,7 @@ impl Gen<'_> {
 
     pub(super) fn output_init(&self) -> TokenStream {
         let fmt = self.format_expr();
+        let fill = self.fill();
         match self.k.output_kind {
             // `vec![zero; n]` rather than `Tensor::zeros`: for floats it is a zeroed allocation
             // (calloc), so the pages are zeroed lazily by whichever thread first writes them
@@ -85,7 +86,7 @@ impl Gen<'_> {
                     .iter()
                     .try_fold(1usize, |n, d| n.checked_mul(*d))
                     .expect("output dimensions fit in memory");
-                let mut out_buf: Vec<V> = vec![V::zero(); out_len];
+                let mut out_buf: Vec<V> = vec![#fill; out_len];
                 let out_vals: &mut [V] = &mut out_buf;
             },
             OutputKind::Sparse => {
@@ -101,7 +102,7 @@ impl Gen<'_> {
                         Vec::new(),
                     );
                     let mut entries: Vec<(Vec<usize>, V)> = Vec::new();
-                    let mut ws: Vec<V> = vec![V::zero(); #ws];
+                    let mut ws: Vec<V> = vec![#fill; #ws];
                     let mut ws_mark: Vec<bool> = vec![false; #ws];
                     let mut ws_list: Vec<usize> = Vec::new();
                 }
@@ -134,7 +135,25 @@ impl Gen<'_> {
             OutputKind::Sparse => {
                 let collect = self.k.nests.iter().any(|n| n.assembly == Assembly::Collect);
                 if collect {
+                    // `from_entries` sums duplicates; other reductions combine them first.
+                    let merge = if self.k.reduce == crate::ast::ReduceOp::Sum {
+                        quote!()
+                    } else {
+                        let c = self.combine(quote!(last.1), quote!(v));
+                        quote! {
+                            entries.sort_by(|a, b| a.0.cmp(&b.0));
+                            let mut merged: Vec<(Vec<usize>, V)> = Vec::with_capacity(entries.len());
+                            for (c, v) in entries {
+                                match merged.last_mut() {
+                                    Some(last) if last.0 == c => last.1 = #c,
+                                    _ => merged.push((c, v)),
+                                }
+                            }
+                            let entries = merged;
+                        }
+                    };
                     quote! {
+                        #merge
                         Tensor::from_entries(out_dims.to_vec(), out_format, entries)
                             .expect("entries lie inside out_dims")
                     }

@@ -54,7 +54,11 @@ pub fn lower_statement(
     for ix in &asg.lhs.indices {
         b.var(ix, true);
     }
-    let mut rhs = b.expr(&asg.rhs)?;
+    let (reduce, body) = match &asg.rhs.kind {
+        ast::ExprKind::Reduce(op, _, body) => (*op, &**body),
+        _ => (ast::ReduceOp::Sum, &asg.rhs),
+    };
+    let mut rhs = b.expr(body)?;
     if asg.accumulate {
         let old = b.access(&asg.lhs, true)?;
         rhs = Expr::Binary(ast::BinOp::Add, Box::new(rhs), Box::new(Expr::Access(old)));
@@ -67,6 +71,15 @@ pub fn lower_statement(
         format: out_format,
         input_slot: None,
     });
+    let lhs_ix = &asg.lhs.indices;
+    let repeated = (0..lhs_ix.len()).find(|k| lhs_ix[..*k].iter().any(|o| o.name == lhs_ix[*k].name));
+    if let Some(ix) = repeated.map(|k| &lhs_ix[k]) {
+        return Err(LowerError::RepeatedIndex {
+            var: ix.name.clone(),
+            tensor: asg.lhs.tensor.name.clone(),
+            span: asg.lhs.span.clone(),
+        });
+    }
     let output_access = b.push_access(output, &asg.lhs)?;
     b.finish_dims(&asg.lhs);
     let output_kind = if asg.lhs.indices.is_empty() {
@@ -82,7 +95,18 @@ pub fn lower_statement(
     };
 
     let free: BTreeSet<VarId> = (0..b.vars.len()).filter(|v| b.vars[*v].free).collect();
-    let groups = terms::group_terms(&rhs, &b.accesses, &free);
+    // A `min[k](...)` body is one term: its `+` is the semiring's product, not a sum of terms.
+    let groups = if reduce == ast::ReduceOp::Sum {
+        terms::group_terms(&rhs, &b.accesses, &free)
+    } else {
+        vec![terms::TermGroup {
+            reductions: terms::vars_of(&rhs, &b.accesses)
+                .difference(&free)
+                .copied()
+                .collect(),
+            expr: rhs,
+        }]
+    };
     let mut kernel = Kernel {
         tensors: b.tensors,
         output,
@@ -92,6 +116,7 @@ pub fn lower_statement(
         output_kind,
         nests: Vec::new(),
         parallel: None,
+        reduce,
         source: source_text(stmt),
     };
     for g in &groups {
@@ -197,13 +222,6 @@ impl Builder<'_> {
     fn push_access(&mut self, t: usize, acc: &ast::Access) -> Result<AccessId, LowerError> {
         let mut mode_vars = Vec::new();
         for ix in &acc.indices {
-            if acc.indices.iter().filter(|o| o.name == ix.name).count() > 1 {
-                return Err(LowerError::RepeatedIndex {
-                    var: ix.name.clone(),
-                    tensor: acc.tensor.name.clone(),
-                    span: acc.span.clone(),
-                });
-            }
             mode_vars.push(self.var_by_name[&ix.name]);
         }
         let order = self.tensors[t].format.mode_order().to_vec();
@@ -233,6 +251,12 @@ impl Builder<'_> {
             ast::ExprKind::Call(f, x) => Expr::Call(*f, Box::new(self.expr(x)?)),
             ast::ExprKind::Binary(op, l, r) => {
                 Expr::Binary(*op, Box::new(self.expr(l)?), Box::new(self.expr(r)?))
+            }
+            ast::ExprKind::Reduce(..) => {
+                return Err(LowerError::Internal {
+                    msg: "a reduction inside an expression reached lowering (the checker rejects it)"
+                        .into(),
+                })
             }
         })
     }
@@ -283,9 +307,11 @@ fn lower_nest(k: &Kernel, expr: Expr, span: &Span) -> Result<Nest, LowerError> {
                     access: a,
                     level: resolved[a],
                 };
+                // A compressed level whose variable is already bound is searched: in a
+                // compatible loop order that is only the second mode of a diagonal `A(i,i)`.
                 if r.level >= k.accesses[a].level_vars.len()
-                    || k.level_type(r) != LevelType::Dense
                     || !bound[k.level_var(r)]
+                    || (k.level_type(r) != LevelType::Dense && a == k.output_access)
                 {
                     break;
                 }
@@ -293,7 +319,7 @@ fn lower_nest(k: &Kernel, expr: Expr, span: &Span) -> Result<Nest, LowerError> {
                 resolved[a] += 1;
             }
         }
-        let f = lattice::formula(&expr, &iterate);
+        let f = lattice::formula(&expr, &iterate, k.reduce);
         let domain = lattice::domain(f, iterate.len());
         loops.push(Loop {
             var: v,
@@ -307,7 +333,7 @@ fn lower_nest(k: &Kernel, expr: Expr, span: &Span) -> Result<Nest, LowerError> {
         .rposition(|v| k.vars[*v].free)
         .map_or(0, |d| d + 1);
     let mut required = Vec::new();
-    terms::required_factors(&expr, &mut required);
+    terms::required_factors(&expr, k.reduce, &mut required);
     let assembly = assembly(k, &order);
     Ok(Nest {
         expr,
@@ -486,13 +512,16 @@ fn source_text(stmt: &ast::Statement) -> String {
                 format!("{}({})", format!("{f:?}").to_lowercase(), expr(x))
             }
             ast::ExprKind::Binary(op, l, r) => {
-                let o = match op {
-                    ast::BinOp::Add => "+",
-                    ast::BinOp::Sub => "-",
-                    ast::BinOp::Mul => "*",
-                    ast::BinOp::Div => "/",
-                };
-                format!("({} {o} {})", expr(l), expr(r))
+                let o = crate::semiring::binop_name(*op);
+                if crate::semiring::is_infix(*op) {
+                    format!("({} {o} {})", expr(l), expr(r))
+                } else {
+                    format!("{o}({}, {})", expr(l), expr(r))
+                }
+            }
+            ast::ExprKind::Reduce(op, vars, body) => {
+                let v: Vec<&str> = vars.iter().map(|i| i.name.as_str()).collect();
+                format!("{}[{}]({})", op.name(), v.join(","), expr(body))
             }
         }
     }
