@@ -116,9 +116,9 @@ fn arity_mismatch(name: &Ident, want: usize, found: usize, span: Span) -> Syntax
     };
     let mut d = Diagnostic::new(
         format!(
-            "`{}` takes {want} argument{}, found {found}",
+            "`{}` takes {}, found {found}",
             name.name,
-            if want == 1 { "" } else { "s" }
+            if want == 1 { "one argument" } else { "2 arguments" }
         ),
         span,
     )

@@ -414,7 +414,7 @@ fn check_semiring<I: tessera_formats::Index>(expr: &str, seed: u64) -> bool {
     let case = Case::random(expr, &mut rng);
     let kernel = match case.lower() {
         Ok(k) => k,
-        Err(LowerError::NoLoopOrder { .. }) => return false,
+        Err(LowerError::NoLoopOrder { .. } | LowerError::PaddedOutput { .. }) => return false,
         Err(e) => panic!("{}: {e}", case.describe()),
     };
     let inputs: Vec<Tensor<f64, I>> = case.input_tensors();
@@ -446,5 +446,31 @@ fn every_semiring_entry_runs() {
             .filter(|s| check_semiring::<u64>(expr, s * 7919 + 3))
             .count();
         assert!(ran > 0, "`{expr}` never lowered");
+    }
+}
+
+/// A sparse output with a dense level below a compressed one pads that level: under `min`
+/// the padding must read as +∞ (absent), not 0.
+#[test]
+fn min_plus_into_padded_sparse_output() {
+    for (seed, out) in (0..24u64).flat_map(|s| ["sd", "sd:1,0", "ds", "ss"].map(|f| (s, f))) {
+        let case = Case::fixed(
+            "C(i,j) = min[k](A(i,k) + B(k,j))",
+            &[("A", "ds"), ("B", "ss"), ("C", out)],
+            &[("i", 4), ("j", 5), ("k", 3)],
+            seed,
+        );
+        let k = match case.lower() {
+            Err(LowerError::PaddedOutput { .. }) if out.starts_with("sd") => continue,
+            other => other.unwrap(),
+        };
+        let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
+        let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
+        let got = interp::run(&k, &refs, &case.out_dims()).unwrap();
+        common::assert_close(
+            &common::densify(&got, f64::INFINITY),
+            &case.oracle(),
+            &format!("{}\n{k}", case.describe()),
+        );
     }
 }

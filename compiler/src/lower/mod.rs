@@ -94,6 +94,20 @@ pub fn lower_statement(
         OutputKind::Dense
     };
 
+    let levels = b.tensors[output].format.levels();
+    let padded = levels
+        .iter()
+        .skip_while(|l| **l == LevelType::Dense)
+        .any(|l| *l == LevelType::Dense);
+    if padded && reduce.fill() != 0.0 {
+        return Err(LowerError::PaddedOutput {
+            op: reduce.name(),
+            tensor: asg.lhs.tensor.name.clone(),
+            format: b.tensors[output].format.to_string(),
+            fill: reduce.fill(),
+            span: asg.lhs.span.clone(),
+        });
+    }
     let free: BTreeSet<VarId> = (0..b.vars.len()).filter(|v| b.vars[*v].free).collect();
     // A `min[k](...)` body is one term: its `+` is the semiring's product, not a sum of terms.
     let groups = if reduce == ast::ReduceOp::Sum {
