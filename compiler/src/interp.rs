@@ -57,14 +57,43 @@ pub enum InterpError {
 /// `out_dims`. Unlike a generated kernel, the interpreter checks its inputs itself: formats,
 /// ranks, and one dimension per index variable across every input and `out_dims`; a
 /// mismatch is an [`InterpError`], never a panic or a truncated result.
+///
+/// An input the kernel re-packs ([`Kernel::repacks`]) may come in its given format or in the
+/// kernel's; it is transposed once before the loops.
 pub fn run<V: Value, I: Index>(
     k: &Kernel,
     inputs: &[&Tensor<V, I>],
     out_dims: &[usize],
 ) -> Result<Tensor<V, I>, InterpError> {
+    let repacked = repack_inputs(k, inputs)?;
+    let inputs: Vec<&Tensor<V, I>> = inputs
+        .iter()
+        .zip(&repacked)
+        .map(|(t, r)| r.as_ref().unwrap_or(*t))
+        .collect();
+    let inputs = &inputs[..];
     check_inputs(k, inputs, out_dims)?;
     let whole = Block::whole(&var_dims(k, inputs, out_dims));
     Ok(run_checked(k, inputs, out_dims, &whole)?.0)
+}
+
+/// The inputs the kernel re-packs, transposed into the kernel's format (`None` for the others
+/// and for inputs already in it). Stored zeros are kept: under `min` a stored 0 is a value.
+pub fn repack_inputs<V: Value, I: Index>(
+    k: &Kernel,
+    inputs: &[&Tensor<V, I>],
+) -> Result<Vec<Option<Tensor<V, I>>>, InterpError> {
+    let mut out: Vec<Option<Tensor<V, I>>> = inputs.iter().map(|_| None).collect();
+    for r in &k.repacks {
+        let Some(t) = inputs.get(r.slot) else {
+            continue; // the count is checked with the other inputs
+        };
+        if t.format() == &r.from {
+            let dims = t.dims().to_vec();
+            out[r.slot] = Some(Tensor::from_entries(dims, r.to.clone(), t.entries())?);
+        }
+    }
+    Ok(out)
 }
 
 /// What a run visited: the block-cost measure that timing noise cannot fool.

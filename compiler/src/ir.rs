@@ -226,6 +226,16 @@ pub enum OutputKind {
     Sparse,
 }
 
+/// An input the kernel transposes once before its loops: given in `from`, iterated in `to`
+/// (the kernel's [`TensorDecl::format`]). The kernel accepts the input in either format.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Repack {
+    pub slot: usize,
+    pub name: String,
+    pub from: Format,
+    pub to: Format,
+}
+
 /// A lowered statement.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Kernel {
@@ -240,6 +250,9 @@ pub struct Kernel {
     pub nests: Vec<Nest>,
     /// `parallelize(v)`: the outermost loop of every nest runs over threads.
     pub parallel: Option<VarId>,
+    /// Inputs re-packed into another mode order before the loops, because the mode orders of
+    /// the operands as given agree with no loop order (see [`Repack`]).
+    pub repacks: Vec<Repack>,
     /// The operator every nest reduces with; its identity is the value of absent entries,
     /// the accumulators' start and a dense output's initial value (see [`crate::semiring`]).
     pub reduce: ReduceOp,
@@ -352,6 +365,13 @@ fn formula_in_range(f: &Formula, n: usize) -> bool {
 impl fmt::Display for Kernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "kernel {}", self.source)?;
+        for r in &self.repacks {
+            writeln!(
+                f,
+                "repack {} from {} to {} (once, before the loops: its mode order agrees with no loop order)",
+                r.name, r.from, r.to
+            )?;
+        }
         if self.reduce != ReduceOp::Sum {
             writeln!(
                 f,

@@ -241,11 +241,36 @@ fn classic_plans() {
     assert_eq!(k.nests[0].loops[0].domain, Domain::Universe);
 }
 
-/// Impossible orders are rejected with the operand to re-store, and following the hint works.
+/// Conflicting mode orders re-pack the cheapest operand once, and say so; with a distribution
+/// schedule they are rejected with the operand to re-store, and following the hint works.
 #[test]
-fn impossible_order_names_the_fix() {
+fn impossible_order_repacks_or_names_the_fix() {
     let case = Case::fixed(
         "C(i,j) = A(i,j) + B(i,j)",
+        &[("A", "csr"), ("B", "csc")],
+        &[],
+        0,
+    );
+    let k = case.lower().unwrap();
+    assert_eq!(k.repacks.len(), 1, "{k}");
+    assert!(k.to_string().contains("repack "), "{k}");
+    let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
+    let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
+    let got = interp::run(&k, &refs, &case.out_dims()).unwrap();
+    common::assert_close(&got.to_dense(), &case.oracle(), &k.to_string());
+    // A vector and a matrix conflict: the vector is the cheaper one to re-pack.
+    let k = Case::fixed(
+        "y(i) = A(i,j) * B(j,i) * x(i)",
+        &[("A", "ds"), ("B", "ds")],
+        &[],
+        0,
+    )
+    .lower()
+    .unwrap();
+    assert_eq!(k.repacks.len(), 1, "{k}");
+
+    let case = Case::fixed(
+        "C(i,j) = A(i,j) + B(i,j); split(i, io, ii, 2)",
         &[("A", "csr"), ("B", "csc")],
         &[],
         0,
@@ -267,7 +292,12 @@ fn impossible_order_names_the_fix() {
     } else {
         ("A", "csr")
     };
-    let fixed = Case::fixed("C(i,j) = A(i,j) + B(i,j)", &[(name, fmt), other], &[], 0);
+    let fixed = Case::fixed(
+        "C(i,j) = A(i,j) + B(i,j); split(i, io, ii, 2)",
+        &[(name, fmt), other],
+        &[],
+        0,
+    );
     assert!(fixed.lower().is_ok(), "hint `{flag}` did not fix it");
 }
 

@@ -19,10 +19,23 @@ impl Gen<'_> {
             let vals = self.vals(t);
             let tv = format_ident!("t{}", t);
             let name = &decl.name;
-            out.extend(quote! {
-                let #tv = inputs[#slot];
-                let #vals: &[V] = #tv.vals();
-            });
+            out.extend(quote!(let #tv: &Tensor<V, I> = inputs[#slot];));
+            if self.k.repacks.iter().any(|r| r.slot == slot) {
+                // Its mode order agrees with no loop order: transposed once, here (unless the
+                // caller already passes it in the kernel's format).
+                let (f, rank) = (decl.format.to_string(), decl.rank());
+                let owned = format_ident!("t{}_repacked", t);
+                out.extend(quote! {
+                    let to_format = ::tessera_formats::Format::parse(#f, #rank)
+                        .expect("the re-pack format was valid at compile time");
+                    let #owned: Option<Tensor<V, I>> = (#tv.format() != &to_format).then(|| {
+                        Tensor::from_entries(#tv.dims().to_vec(), to_format, #tv.entries())
+                            .expect("a valid tensor re-packs into another mode order")
+                    });
+                    let #tv: &Tensor<V, I> = #owned.as_ref().unwrap_or(#tv);
+                });
+            }
+            out.extend(quote!(let #vals: &[V] = #tv.vals();));
             for (l, lt) in decl.format.levels().iter().enumerate() {
                 let msg = format!("input `{name}` level {l} is not {lt:?} as compiled");
                 match lt {

@@ -7,7 +7,12 @@ use crate::ast::Span;
 pub enum LowerError {
     /// The operands' mode orders demand contradictory loop orders.
     #[error("no loop order is compatible with every operand's mode order: {hint}")]
-    NoLoopOrder { span: Span, hint: String },
+    NoLoopOrder {
+        span: Span,
+        hint: String,
+        /// The input whose re-packing into this format makes a loop order exist.
+        repack: Option<(String, tessera_formats::Format)>,
+    },
     /// `A(i,i)`: one variable indexes two modes of one access.
     #[error("index variable `{var}` indexes two modes of `{tensor}`; diagonal accesses are not supported")]
     RepeatedIndex {

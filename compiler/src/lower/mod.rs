@@ -37,7 +37,56 @@ pub fn lower(c: &crate::check::Checked) -> Result<Kernel, LowerError> {
 /// with the identity mode order). `+=` makes the output's previous value an extra input,
 /// named like the output and placed last: `A(i) += e` is `A(i) = e + A_old(i)`.
 /// `parallelize` names the statement variable whose loop runs over threads.
+///
+/// When the operands' mode orders agree with no loop order, the cheapest input that fixes it
+/// (lowest rank, then fewest compressed levels) is re-packed once into the mode order that
+/// does, and the kernel records it in [`Kernel::repacks`]. Statements with a distribution
+/// schedule (`split`) are not re-packed (their plans partition the inputs as given): they get
+/// the error with the hint instead.
 pub fn lower_statement(
+    stmt: &ast::Statement,
+    formats: &HashMap<String, Format>,
+    parallelize: Option<&str>,
+) -> Result<Kernel, LowerError> {
+    let mut formats = formats.clone();
+    let mut repacks: Vec<(String, Format, Format)> = Vec::new();
+    let distributed = stmt
+        .schedule
+        .iter()
+        .any(|i| matches!(i.directive, Directive::Split { .. }));
+    loop {
+        match lower_with(stmt, &formats, parallelize) {
+            Err(LowerError::NoLoopOrder {
+                repack: Some((name, to)),
+                ..
+            }) if !distributed && !repacks.iter().any(|r| r.0 == name) => {
+                let from = formats.insert(name.clone(), to.clone());
+                let from = from.expect("only a tensor with a format has levels to conflict");
+                repacks.push((name, from, to));
+            }
+            Ok(mut k) => {
+                for (name, from, to) in repacks {
+                    let slot = k
+                        .tensors
+                        .iter()
+                        .find(|t| t.name == name && t.input_slot.is_some())
+                        .and_then(|t| t.input_slot)
+                        .expect("a re-packed tensor is an input");
+                    k.repacks.push(crate::ir::Repack {
+                        slot,
+                        name,
+                        from,
+                        to,
+                    });
+                }
+                return Ok(k);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn lower_with(
     stmt: &ast::Statement,
     formats: &HashMap<String, Format>,
     parallelize: Option<&str>,
@@ -130,6 +179,7 @@ pub fn lower_statement(
         output_kind,
         nests: Vec::new(),
         parallel: None,
+        repacks: Vec::new(),
         reduce,
         source: source_text(stmt),
     };
@@ -406,7 +456,8 @@ fn loop_order(
     Err(no_order_error(k, operands, &per_access, vars, &pref, span))
 }
 
-/// Finds one operand whose re-storing would make a loop order exist, and says how.
+/// Finds the cheapest operand whose re-storing would make a loop order exist (lowest rank,
+/// then fewest compressed levels), and says how.
 fn no_order_error(
     k: &Kernel,
     operands: &[AccessId],
@@ -415,6 +466,7 @@ fn no_order_error(
     pref: &Preference,
     span: &Span,
 ) -> LowerError {
+    let mut best: Option<((usize, usize), LowerError)> = None;
     for (i, a) in operands.iter().enumerate() {
         if per_access[i].is_empty() {
             continue;
@@ -440,18 +492,37 @@ fn no_order_error(
         let letters: String = tensor.format.levels().iter().map(|l| l.letter()).collect();
         let mo: Vec<String> = modes.iter().map(|m| m.to_string()).collect();
         let mo = mo.join(",");
-        return LowerError::NoLoopOrder {
+        // The previous value of a `+=` output shares the output's format: never re-packed.
+        let repack = (tensor.name != k.output_tensor().name)
+            .then(|| Format::new(tensor.format.levels().to_vec(), modes.clone()).ok())
+            .flatten()
+            .map(|f| (tensor.name.clone(), f));
+        let cost = (
+            tensor.rank(),
+            tensor
+                .format
+                .levels()
+                .iter()
+                .filter(|l| **l == LevelType::Compressed)
+                .count(),
+        );
+        let err = LowerError::NoLoopOrder {
             span: acc.span.clone(),
             hint: format!(
                 "store {name} with mode order {mo} (-f {name}:{letters}:{mo})",
                 name = tensor.name
             ),
+            repack,
         };
+        if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+            best = Some((cost, err));
+        }
     }
-    LowerError::NoLoopOrder {
+    best.map(|b| b.1).unwrap_or_else(|| LowerError::NoLoopOrder {
         span: span.clone(),
         hint: "no single operand can be re-stored to fix this; give the operands mode orders that agree".into(),
-    }
+        repack: None,
+    })
 }
 
 /// How a sparse output is assembled, from the loop order (see [`Assembly`]).

@@ -79,6 +79,9 @@ pub fn semiring_catalogue() -> Vec<&'static str> {
         "a = A(i,i)",
         "y(i) = B(i,i,j) * x(j)",
         "y(i) = min[j](A(i,i) + B(i,j) + x(j))",
+        "C(i,j) = A(i,j) * B(j,i)",
+        "C(i,j) = B(j,i)",
+        "y(i) = min[j](A(i,j) + B(j,i) + x(j))",
     ]
 }
 
