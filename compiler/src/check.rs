@@ -208,7 +208,9 @@ pub fn check(statement: Statement, dims: &Dims) -> Result<Checked, Diagnostic> {
                 item.span.clone(),
             )
             .label("a split")
-            .hint("block results are combined by summation; drop the split (`parallelize` works)"));
+            .hint(
+                "block results are combined by summation; drop the split (`parallelize` works)",
+            ));
         }
     }
     Ok(Checked {
@@ -232,14 +234,19 @@ fn check_reduction(a: &Assignment, vars: &[(String, bool, Span)]) -> Result<Redu
             span,
         )
         .label("inside another expression")
-        .hint("write it as `y(i) = min[j](...)`; to combine two values element-wise use `min(a, b)`"));
+        .hint(
+            "write it as `y(i) = min[j](...)`; to combine two values element-wise use `min(a, b)`",
+        ));
     }
     let ExprKind::Reduce(op, named, body) = &a.rhs.kind else {
         return Ok(ReduceOp::Sum);
     };
     if a.accumulate {
         return Err(Diagnostic::new(
-            format!("`+=` adds to the output, which a `{}` reduction does not do", op.name()),
+            format!(
+                "`+=` adds to the output, which a `{}` reduction does not do",
+                op.name()
+            ),
             a.rhs.span.clone(),
         )
         .label(format!("a `{}` reduction", op.name()))
@@ -257,9 +264,11 @@ fn check_reduction(a: &Assignment, vars: &[(String, bool, Span)]) -> Result<Redu
     });
     for (k, n) in named.iter().enumerate() {
         if let Some(first) = named[..k].iter().find(|m| m.name == n.name) {
-            return Err(Diagnostic::new(format!("`{}` is named twice", n.name), n.span.clone())
-                .label("again here")
-                .related(first.span.clone(), "first here"));
+            return Err(
+                Diagnostic::new(format!("`{}` is named twice", n.name), n.span.clone())
+                    .label("again here")
+                    .related(first.span.clone(), "first here"),
+            );
         }
         if free(&n.name) {
             return Err(Diagnostic::new(
@@ -278,7 +287,10 @@ fn check_reduction(a: &Assignment, vars: &[(String, bool, Span)]) -> Result<Redu
             .hint("name only the index variables the reduced expression uses"));
         }
     }
-    if let Some(u) = used.iter().find(|u| !named.iter().any(|n| n.name == u.name)) {
+    if let Some(u) = used
+        .iter()
+        .find(|u| !named.iter().any(|n| n.name == u.name))
+    {
         let mut all: Vec<&str> = named.iter().map(|n| n.name.as_str()).collect();
         all.push(&u.name);
         return Err(Diagnostic::new(

@@ -110,7 +110,11 @@ fn semantic_errors_point_at_the_culprit() {
         "must be the whole right-hand side",
         "min[j](B(i,j))",
     );
-    fails("y(i) += min[j](B(i,j))", "`+=` adds to the output", "min[j](B(i,j))");
+    fails(
+        "y(i) += min[j](B(i,j))",
+        "`+=` adds to the output",
+        "min[j](B(i,j))",
+    );
     fails("y(i) = min[i](B(i,j))", "`i` indexes the output", "i");
     fails("y(i) = min[j,k](B(i,j))", "`k` is not used", "k");
     fails("C(i,j) = min[k](A(i,k) + B(l,j))", "`l` is reduced", "l");

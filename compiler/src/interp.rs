@@ -714,7 +714,9 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
                 // The second mode of a diagonal: search the parent's segment.
                 LevelData::Compressed { pos, crd } => self.s.parent(*r).and_then(|p| {
                     let (lo, hi) = (pos[p].to_usize(), pos[p + 1].to_usize());
-                    let k = crd[lo..hi].binary_search_by(|c| c.to_usize().cmp(&x)).ok()?;
+                    let k = crd[lo..hi]
+                        .binary_search_by(|c| c.to_usize().cmp(&x))
+                        .ok()?;
                     Some(lo + k)
                 }),
             };

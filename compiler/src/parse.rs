@@ -118,7 +118,11 @@ fn arity_mismatch(name: &Ident, want: usize, found: usize, span: Span) -> Syntax
         format!(
             "`{}` takes {}, found {found}",
             name.name,
-            if want == 1 { "one argument" } else { "2 arguments" }
+            if want == 1 {
+                "one argument"
+            } else {
+                "2 arguments"
+            }
         ),
         span,
     )
@@ -202,11 +206,17 @@ fn index_arithmetic(tensor: &Ident, span: Span) -> Diagnostic {
 
 /// `foo(x(i))`: neither a tensor access (its argument is not a name) nor a function.
 fn unknown_function(name: &Ident, arg_span: Span) -> Diagnostic {
-    Diagnostic::new(format!("unknown function `{}`", name.name), name.span.clone())
-        .label("not a function")
-        .related(arg_span, "a tensor's indices are index-variable names, so this is not a tensor access")
-        .hint(format!("the functions are: {}", function_names()))
-        .hint("reductions other than `+` are written `min[k](...)`, `max[k](...)`, `or[k](...)`")
+    Diagnostic::new(
+        format!("unknown function `{}`", name.name),
+        name.span.clone(),
+    )
+    .label("not a function")
+    .related(
+        arg_span,
+        "a tensor's indices are index-variable names, so this is not a tensor access",
+    )
+    .hint(format!("the functions are: {}", function_names()))
+    .hint("reductions other than `+` are written `min[k](...)`, `max[k](...)`, `or[k](...)`")
 }
 
 /// `min[k, l](e)`: a reduction with another operator than `+`.
@@ -231,7 +241,10 @@ pub fn resolve_reduction(
     };
     if vars.is_empty() {
         return Err(Diagnostic::new(
-            format!("`{}[...]` names no index variable to reduce over", name.name),
+            format!(
+                "`{}[...]` names no index variable to reduce over",
+                name.name
+            ),
             span,
         )
         .label("empty brackets")
@@ -446,7 +459,9 @@ fn convert(e: LalrpopError<'_>, src: &str, base: usize) -> Diagnostic {
             let span = (base + location)..(base + location + ch.len_utf8());
             Diagnostic::new(format!("unexpected character `{ch}`"), span)
                 .label("not part of the language")
-                .hint("expressions use names, numbers, `( ) [ ] , + - * / = +=`; schedules also `;`")
+                .hint(
+                    "expressions use names, numbers, `( ) [ ] , + - * / = +=`; schedules also `;`",
+                )
         }
         ParseError::UnrecognizedEof { location, expected } => {
             let span = (base + location)..(base + location);

@@ -152,10 +152,17 @@ fn syntax_errors_point_at_the_culprit() {
     assert!(d.hint.as_deref().unwrap().contains('*'), "{:?}", d.hint);
     fails("y(i) = A(i,j) * x(j", "unexpected end of input", "");
     let d = fails("y(i) = A(i+1)", "index arithmetic is not supported", "i+1");
-    assert!(d.hint.as_deref().unwrap().contains("plain variable"), "{:?}", d.hint);
+    assert!(
+        d.hint.as_deref().unwrap().contains("plain variable"),
+        "{:?}",
+        d.hint
+    );
     let d = fails("y(i) = sinh(x(i))", "unknown function `sinh`", "sinh");
     let hint = d.hint.unwrap();
-    assert!(hint.contains("tanh(x)") && hint.contains("max(x, y)"), "{hint}");
+    assert!(
+        hint.contains("tanh(x)") && hint.contains("max(x, y)"),
+        "{hint}"
+    );
     fails(
         "y(i) = max(x(i))",
         "`max` takes 2 arguments, found 1",
@@ -164,7 +171,11 @@ fn syntax_errors_point_at_the_culprit() {
     let d = fails("y(i) = max(x(i))", "", "max(x(i))");
     assert!(d.hint.unwrap().contains("max[k]("));
     fails("y(i) = sum[j](A(i,j))", "unknown reduction `sum`", "sum");
-    fails("y(i) = min[](A(i,j))", "names no index variable", "min[](A(i,j))");
+    fails(
+        "y(i) = min[](A(i,j))",
+        "names no index variable",
+        "min[](A(i,j))",
+    );
     fails(
         "y(i) = exp(x(i), 2)",
         "`exp` takes one argument, found 2",

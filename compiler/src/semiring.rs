@@ -57,10 +57,7 @@ impl ReduceOp {
     /// True when `op` must test for the fill explicitly to annihilate it (IEEE arithmetic
     /// does not: `−∞ · −2 = +∞`).
     pub fn guards(self, op: BinOp) -> bool {
-        matches!(
-            (self, op),
-            (ReduceOp::Min | ReduceOp::Max, BinOp::Mul)
-        )
+        matches!((self, op), (ReduceOp::Min | ReduceOp::Max, BinOp::Mul))
     }
 
     /// `op` applied under this reduction (with the guard where [`ReduceOp::guards`] says).
@@ -162,7 +159,11 @@ mod tests {
     fn fills_are_identities_of_their_reduction() {
         for r in [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max, ReduceOp::Or] {
             for x in [-2.0, 0.0, 1.0, 3.5] {
-                let want = if r == ReduceOp::Or { truth(x != 0.0) } else { x };
+                let want = if r == ReduceOp::Or {
+                    truth(x != 0.0)
+                } else {
+                    x
+                };
                 assert_eq!(r.combine(r.fill(), x), want, "{r:?} {x}");
             }
         }

@@ -127,8 +127,12 @@ impl Gen<'_> {
                     }
                     BinOp::Mul => quote!((#l * #r)),
                     BinOp::Div => quote!((#l / #r)),
-                    BinOp::Min => quote!({ let (a, b): (V, V) = (#l, #r); if b < a { b } else { a } }),
-                    BinOp::Max => quote!({ let (a, b): (V, V) = (#l, #r); if b > a { b } else { a } }),
+                    BinOp::Min => {
+                        quote!({ let (a, b): (V, V) = (#l, #r); if b < a { b } else { a } })
+                    }
+                    BinOp::Max => {
+                        quote!({ let (a, b): (V, V) = (#l, #r); if b > a { b } else { a } })
+                    }
                     BinOp::Pow => {
                         let (l, r) = (to_f64(&l), to_f64(&r));
                         quote!(V::from_f64(#l.powf(#r)))

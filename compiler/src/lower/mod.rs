@@ -121,7 +121,8 @@ fn lower_with(
         input_slot: None,
     });
     let lhs_ix = &asg.lhs.indices;
-    let repeated = (0..lhs_ix.len()).find(|k| lhs_ix[..*k].iter().any(|o| o.name == lhs_ix[*k].name));
+    let repeated =
+        (0..lhs_ix.len()).find(|k| lhs_ix[..*k].iter().any(|o| o.name == lhs_ix[*k].name));
     if let Some(ix) = repeated.map(|k| &lhs_ix[k]) {
         return Err(LowerError::RepeatedIndex {
             var: ix.name.clone(),
@@ -318,8 +319,9 @@ impl Builder<'_> {
             }
             ast::ExprKind::Reduce(..) => {
                 return Err(LowerError::Internal {
-                    msg: "a reduction inside an expression reached lowering (the checker rejects it)"
-                        .into(),
+                    msg:
+                        "a reduction inside an expression reached lowering (the checker rejects it)"
+                            .into(),
                 })
             }
         })
