@@ -24,6 +24,7 @@ const KERNELS: &[(&str, &str)] = &[
     ("minplus_mm", "C(i,k) = min[j](A(i,j) + B(j,k)); A: csr"),
     ("add_csr_csc", "C(i,j) = A(i,j) + B(i,j); A: csr; B: csc"),
     ("add_csr_csr", "C(i,j) = A(i,j) + B(i,j); A: csr; B: csr"),
+    ("transpose_csr", "A(i,j) = B(j,i); A: csr; B: csr"),
 ];
 
 fn main() {

@@ -9,6 +9,9 @@
 //!   (A, into CSC: the first of two equally cheap candidates); beside the same sum given both
 //!   in CSR (no transpose), and the transpose of A alone (what the re-pack does).
 //!
+//! - `A(i,j) = B(j,i)`, both CSR: the output assembled by counting sorts, beside collecting
+//!   the entries and sorting them (`Tensor::from_entries`, what the kernel did before).
+//!
 //! Each figure is the median of `TESSERA_BENCH_REPS` (default 9) rounds that interleave the
 //! contestants. Sizes scale with `TESSERA_BENCH_SCALE` (default 1.0).
 
@@ -251,6 +254,42 @@ fn main() {
         false,
     );
     table.figure("transpose of A alone (ms)", t_transpose);
+
+    // A transpose into a sparse output: counting sorts beside collect-and-sort.
+    let tr = generated::transpose_csr::<f64, u32>(&[&bt_csr], &dims);
+    let sorted = Tensor::<f64, u32>::from_entries(
+        dims.to_vec(),
+        "csr",
+        bt_csr.entries().map(|(c, v)| (vec![c[1], c[0]], v)),
+    )
+    .unwrap();
+    assert_eq!(tr, sorted, "the scattered transpose differs");
+    let [t_tr, t_sort] = race(
+        reps,
+        [
+            &|| {
+                black_box(generated::transpose_csr::<f64, u32>(&[&bt_csr], &dims));
+            },
+            &|| {
+                black_box(
+                    Tensor::<f64, u32>::from_entries(
+                        dims.to_vec(),
+                        "csr",
+                        bt_csr.entries().map(|(c, v)| (vec![c[1], c[0]], v)),
+                    )
+                    .unwrap(),
+                );
+            },
+        ],
+    );
+    table.row(
+        "A(i,j) = B(j,i) into CSR",
+        "ms",
+        t_tr,
+        "collect+sort",
+        t_sort,
+        false,
+    );
     table.figure(
         "transpose share of the re-packed run",
         t_transpose / t_repack,

@@ -295,6 +295,8 @@ struct State<'a, V, I> {
     narrowed: Vec<bool>,
     work: Work,
     coord: Vec<usize>,
+    /// The output's extent per level (for `Scatter`'s range check).
+    out_level_dims: Vec<usize>,
     /// `pos[a][l]`: position of access `a` at level `l` under the current loop bindings.
     pos: Vec<Vec<Option<usize>>>,
 }
@@ -354,6 +356,13 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
                 leaves: 0,
             },
             coord: vec![0; k.vars.len()],
+            out_level_dims: k
+                .output_tensor()
+                .format
+                .mode_order()
+                .iter()
+                .map(|m| out_dims[*m])
+                .collect(),
             pos,
         }
     }
@@ -464,6 +473,8 @@ struct Sink<V, I> {
     packer: Option<Packer<V, I, Vec<I>, Vec<V>>>,
     /// Entries in mode order, in any order (the `Collect` fallback).
     entries: Vec<(Vec<usize>, V)>,
+    /// Entries in level-order coordinates, in loop order, each once (`Scatter`).
+    scatter: Vec<(Vec<usize>, V)>,
     /// The dense workspace over the output's last level, with the coordinates it holds.
     ws: Vec<V>,
     ws_mark: Vec<bool>,
@@ -480,7 +491,12 @@ impl<V: Value, I: Index> Sink<V, I> {
         let in_order = k
             .nests
             .iter()
-            .all(|n| matches!(n.assembly, Assembly::InOrder | Assembly::Workspace { .. }));
+            .all(|n| {
+                matches!(
+                    n.assembly,
+                    Assembly::InOrder | Assembly::Workspace { .. } | Assembly::Scatter
+                )
+            });
         let packer = (k.output_kind == OutputKind::Sparse && in_order).then(|| {
             let dense = fmt.mode_order().iter().map(|m| (out_dims[*m], 0)).collect();
             Packer::new(
@@ -506,6 +522,7 @@ impl<V: Value, I: Index> Sink<V, I> {
         Sink {
             packer,
             entries: Vec::new(),
+            scatter: Vec::new(),
             ws: vec![fill; ws_len],
             ws_mark: vec![false; ws_len],
             ws_list: Vec::new(),
@@ -532,13 +549,22 @@ impl<V: Value, I: Index> Sink<V, I> {
     }
 
     fn finish(
-        self,
+        mut self,
         out_dims: &[usize],
         fmt: &Format,
         r: ReduceOp,
     ) -> Result<Tensor<V, I>, InterpError> {
-        if let Some(e) = self.error {
+        if let Some(e) = self.error.take() {
             return Err(e);
+        }
+        if !self.scatter.is_empty() {
+            let dims: Vec<usize> = fmt.mode_order().iter().map(|m| out_dims[*m]).collect();
+            for (c, v) in counting_sort(std::mem::take(&mut self.scatter), &dims) {
+                self.push(&c, v);
+            }
+            if let Some(e) = self.error.take() {
+                return Err(e);
+            }
         }
         match self.packer {
             Some(p) => Ok(packed_tensor(out_dims, fmt, p)?),
@@ -569,6 +595,28 @@ pub fn combine_duplicates<V: Value>(
         }
     }
     out
+}
+
+/// Entries with level-order coordinates, stably sorted into level order by one counting sort
+/// per level, last level first (LSD radix): linear, where a comparison sort is not.
+fn counting_sort<V: Copy>(mut entries: Vec<(Vec<usize>, V)>, dims: &[usize]) -> Vec<(Vec<usize>, V)> {
+    for l in (0..dims.len()).rev() {
+        let mut start = vec![0usize; dims[l] + 1];
+        for (c, _) in &entries {
+            start[c[l] + 1] += 1;
+        }
+        for k in 1..start.len() {
+            start[k] += start[k - 1];
+        }
+        let mut slots: Vec<Option<(Vec<usize>, V)>> = vec![None; entries.len()];
+        for e in entries {
+            let at = &mut start[e.0[l]];
+            slots[*at] = Some(e);
+            *at += 1;
+        }
+        entries = slots.into_iter().flatten().collect();
+    }
+    entries
 }
 
 /// Turns a finished packer into a validated tensor.
@@ -755,6 +803,15 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
                     let coords: Vec<usize> =
                         out.level_vars.iter().map(|v| self.s.coord[*v]).collect();
                     self.sink.push(&coords, self.acc);
+                }
+                Assembly::Scatter => {
+                    let coords: Vec<usize> =
+                        out.level_vars.iter().map(|v| self.s.coord[*v]).collect();
+                    if coords.iter().zip(&self.s.out_level_dims).any(|(c, d)| c >= d) {
+                        self.sink.fail(InterpError::OutOfRange);
+                        return;
+                    }
+                    self.sink.scatter.push((coords, self.acc));
                 }
                 Assembly::Workspace { var, .. } => {
                     let c = self.s.coord[var];

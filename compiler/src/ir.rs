@@ -211,6 +211,11 @@ pub enum Assembly {
     /// that variable, flushed in coordinate order after each iteration of loop
     /// `flush_depth - 1` (Gustavson's row workspace for SpGEMM).
     Workspace { flush_depth: usize, var: VarId },
+    /// The first loops bind every output level's variable, in another order (`A(i,j) =
+    /// B(j,i)`), and the rest are reductions: each entry comes out once, in loop order. They
+    /// are put in level order by one stable counting sort per level (linear in the entries
+    /// plus the level's dimension, TACO's transposition) and appended as `InOrder` ones.
+    Scatter,
     /// Entries are produced in any order (possibly repeated) and sorted and summed at the end.
     Collect,
 }

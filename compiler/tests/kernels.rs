@@ -504,3 +504,24 @@ fn min_plus_into_padded_sparse_output() {
         );
     }
 }
+
+/// `A(i,j) = B(j,i)` into CSR: entries come out once, column by column, and are put in row
+/// order by counting sorts (`Scatter`), not collected and comparison-sorted.
+#[test]
+fn transpose_into_a_sparse_output_scatters() {
+    for seed in 0..16u64 {
+        let case = Case::fixed(
+            "A(i,j) = B(j,i)",
+            &[("A", "csr"), ("B", "csr")],
+            &[("i", 5), ("j", 7)],
+            seed,
+        );
+        let k = case.lower().unwrap();
+        assert_eq!(k.nests[0].assembly, tessera_compiler::ir::Assembly::Scatter);
+        let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
+        let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
+        let got = interp::run(&k, &refs, &case.out_dims()).unwrap();
+        assert_eq!(got.format(), &case.format_of("A"));
+        common::assert_close(&got.to_dense(), &case.oracle(), &case.describe());
+    }
+}

@@ -103,6 +103,7 @@ impl Gen<'_> {
                 let out_vals: &mut [V] = &mut out_buf;
             },
             OutputKind::Sparse => {
+                let rank = self.k.output_tensor().rank();
                 let fmt_val = quote!(let out_format = #fmt;);
                 let ws = self.workspace_len();
                 quote! {
@@ -115,6 +116,7 @@ impl Gen<'_> {
                         Vec::new(),
                     );
                     let mut entries: Vec<(Vec<usize>, V)> = Vec::new();
+                    let mut scatter: Vec<([usize; #rank], V)> = Vec::new();
                     let mut ws: Vec<V> = vec![#fill; #ws];
                     let mut ws_mark: Vec<bool> = vec![false; #ws];
                     let mut ws_list: Vec<usize> = Vec::new();
@@ -171,7 +173,37 @@ impl Gen<'_> {
                             .expect("entries lie inside out_dims")
                     }
                 } else {
+                    let scatter = if self.k.nests.iter().any(|n| n.assembly == Assembly::Scatter) {
+                        // Entries in loop order, each once: into level order by one stable
+                        // counting sort per level, last level first (linear, no comparisons).
+                        quote! {
+                            let level_dims: Vec<usize> =
+                                out_format.mode_order().iter().map(|m| out_dims[*m]).collect();
+                            for l in (0..level_dims.len()).rev() {
+                                let mut start = vec![0usize; level_dims[l] + 1];
+                                for (c, _) in &scatter {
+                                    start[c[l] + 1] += 1;
+                                }
+                                for k in 1..start.len() {
+                                    start[k] += start[k - 1];
+                                }
+                                let mut sorted = scatter.clone();
+                                for e in &scatter {
+                                    let at = &mut start[e.0[l]];
+                                    sorted[*at] = *e;
+                                    *at += 1;
+                                }
+                                scatter = sorted;
+                            }
+                            for (c, v) in &scatter {
+                                packer.push(c, *v).expect("sorted entries append in order");
+                            }
+                        }
+                    } else {
+                        quote!()
+                    };
                     quote! {
+                        #scatter
                         let (arrays, vals, _) = packer.finish().expect("assembly appends in order");
                         let levels: Vec<Level<I>> = arrays
                             .into_iter()

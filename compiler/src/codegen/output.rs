@@ -40,6 +40,10 @@ impl Gen<'_> {
                     Assembly::InOrder => quote! {
                         packer.push(&[#(#coords),*], acc).expect("loop order yields sorted unique entries");
                     },
+                    Assembly::Scatter if target == OutTarget::Entries => {
+                        quote!(local.push(([#(#coords),*], acc));)
+                    }
+                    Assembly::Scatter => quote!(scatter.push(([#(#coords),*], acc));),
                     Assembly::Workspace { var, .. } => {
                         let w = self.var(var);
                         let add = self.accumulate(quote!(ws[#w]), quote!(acc));

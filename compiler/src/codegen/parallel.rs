@@ -100,6 +100,8 @@ impl Gen<'_> {
                 for (l, m) in [#(#order),*].iter().enumerate() { by_mode[*m] = c[l]; }
                 entries.push((by_mode, v));
             }
+        } else if nest.assembly == Assembly::Scatter {
+            quote!(scatter.push((c, v));)
         } else {
             quote!(packer.push(&c, v).expect("jobs append in loop order");)
         };

@@ -543,6 +543,9 @@ fn assembly(k: &Kernel, order: &[VarId]) -> Assembly {
             var: out[r - 1],
         };
     }
+    if order.len() >= r && out.iter().all(|v| order[..r].contains(v)) {
+        return Assembly::Scatter;
+    }
     Assembly::Collect
 }
 
