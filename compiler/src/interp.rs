@@ -488,15 +488,12 @@ impl<V: Value, I: Index> Sink<V, I> {
     fn new(k: &Kernel, out_dims: &[usize]) -> Self {
         let fmt = &k.output_tensor().format;
         let fill = V::from_f64(k.reduce.fill());
-        let in_order = k
-            .nests
-            .iter()
-            .all(|n| {
-                matches!(
-                    n.assembly,
-                    Assembly::InOrder | Assembly::Workspace { .. } | Assembly::Scatter
-                )
-            });
+        let in_order = k.nests.iter().all(|n| {
+            matches!(
+                n.assembly,
+                Assembly::InOrder | Assembly::Workspace { .. } | Assembly::Scatter
+            )
+        });
         let packer = (k.output_kind == OutputKind::Sparse && in_order).then(|| {
             let dense = fmt.mode_order().iter().map(|m| (out_dims[*m], 0)).collect();
             Packer::new(
@@ -599,7 +596,10 @@ pub fn combine_duplicates<V: Value>(
 
 /// Entries with level-order coordinates, stably sorted into level order by one counting sort
 /// per level, last level first (LSD radix): linear, where a comparison sort is not.
-fn counting_sort<V: Copy>(mut entries: Vec<(Vec<usize>, V)>, dims: &[usize]) -> Vec<(Vec<usize>, V)> {
+fn counting_sort<V: Copy>(
+    mut entries: Vec<(Vec<usize>, V)>,
+    dims: &[usize],
+) -> Vec<(Vec<usize>, V)> {
     for l in (0..dims.len()).rev() {
         let mut start = vec![0usize; dims[l] + 1];
         for (c, _) in &entries {
@@ -807,7 +807,11 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
                 Assembly::Scatter => {
                     let coords: Vec<usize> =
                         out.level_vars.iter().map(|v| self.s.coord[*v]).collect();
-                    if coords.iter().zip(&self.s.out_level_dims).any(|(c, d)| c >= d) {
+                    if coords
+                        .iter()
+                        .zip(&self.s.out_level_dims)
+                        .any(|(c, d)| c >= d)
+                    {
                         self.sink.fail(InterpError::OutOfRange);
                         return;
                     }
