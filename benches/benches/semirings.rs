@@ -5,9 +5,9 @@
 //! - min-plus SpMV `y(i) = min[j](A(i,j) + x(j))` (a Bellman-Ford relaxation) and max-times
 //!   SpMV `y(i) = max[j](A(i,j) * x(j))`, A in CSR, beside the obvious loop over CSR;
 //! - min-plus SpMM `C(i,k) = min[j](A(i,j) + B(j,k))`, B and C dense, beside the loop;
-//! - `C(i,j) = A(i,j) + B(i,j)` with A CSR and B CSC: the kernel re-packs one operand once
-//!   (A, into CSC: the first of two equally cheap candidates); beside the same sum given both
-//!   in CSR (no transpose), and the transpose of A alone (what the re-pack does).
+//! - `C(i,j) = A(i,j) + B(i,j)` with A CSR, B CSC and C CSR: the kernel re-packs one operand once
+//!   (B, into CSR: of two equally cheap candidates, the one that keeps C in its level order);
+//!   beside the same sum given both in CSR (no transpose), and the transpose of B alone.
 //!
 //! - `A(i,j) = B(j,i)`, both CSR: the output assembled by counting sorts, beside collecting
 //!   the entries and sorting them (`Tensor::from_entries`, what the kernel did before).
@@ -240,7 +240,7 @@ fn main() {
             },
             &|| {
                 black_box(
-                    Tensor::<f64, u32>::from_entries(dims.to_vec(), "csc", at.entries()).unwrap(),
+                    Tensor::<f64, u32>::from_entries(dims.to_vec(), "csr", bt_csc.entries()).unwrap(),
                 );
             },
         ],
@@ -253,7 +253,7 @@ fn main() {
         t_kernel,
         false,
     );
-    table.figure("transpose of A alone (ms)", t_transpose);
+    table.figure("transpose of B alone (ms)", t_transpose);
 
     // A transpose into a sparse output: counting sorts beside collect-and-sort.
     let tr = generated::transpose_csr::<f64, u32>(&[&bt_csr], &dims);

@@ -459,7 +459,8 @@ fn loop_order(
 }
 
 /// Finds the cheapest operand whose re-storing would make a loop order exist (lowest rank,
-/// then fewest compressed levels), and says how.
+/// then fewest compressed levels, then one that leaves a sparse output in its level order),
+/// and says how.
 fn no_order_error(
     k: &Kernel,
     operands: &[AccessId],
@@ -468,7 +469,12 @@ fn no_order_error(
     pref: &Preference,
     span: &Span,
 ) -> LowerError {
-    let mut best: Option<((usize, usize), LowerError)> = None;
+    let mut best: Option<((usize, usize, bool), LowerError)> = None;
+    let out_edges = if k.output_kind == OutputKind::Sparse {
+        order::output_edges(&k.accesses[k.output_access])
+    } else {
+        Vec::new()
+    };
     for (i, a) in operands.iter().enumerate() {
         if per_access[i].is_empty() {
             continue;
@@ -482,6 +488,8 @@ fn no_order_error(
         let Some(order) = order::topo_order(vars, &others, pref) else {
             continue;
         };
+        let with_out: Vec<(VarId, VarId)> = others.iter().chain(&out_edges).copied().collect();
+        let out_in_order = order::topo_order(vars, &with_out, pref).is_some();
         let acc = &k.accesses[*a];
         let tensor = &k.tensors[acc.tensor];
         // Mode m's variable is level_vars[level_of_mode[m]]; sort modes by loop position.
@@ -507,6 +515,7 @@ fn no_order_error(
                 .iter()
                 .filter(|l| **l == LevelType::Compressed)
                 .count(),
+            !out_in_order,
         );
         let err = LowerError::NoLoopOrder {
             span: acc.span.clone(),
