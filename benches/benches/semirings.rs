@@ -240,7 +240,8 @@ fn main() {
             },
             &|| {
                 black_box(
-                    Tensor::<f64, u32>::from_entries(dims.to_vec(), "csr", bt_csc.entries()).unwrap(),
+                    Tensor::<f64, u32>::from_entries(dims.to_vec(), "csr", bt_csc.entries())
+                        .unwrap(),
                 );
             },
         ],

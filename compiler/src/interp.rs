@@ -89,11 +89,35 @@ pub fn repack_inputs<V: Value, I: Index>(
             continue; // the count is checked with the other inputs
         };
         if t.format() == &r.from {
-            let dims = t.dims().to_vec();
-            out[r.slot] = Some(Tensor::from_entries(dims, r.to.clone(), t.entries())?);
+            out[r.slot] = Some(repack(t, &r.to)?);
         }
     }
     Ok(out)
+}
+
+/// `t` in format `to` (another mode order): its entries in `to`'s level order by counting
+/// sorts, appended to a packer — linear, like the generated code's re-pack.
+fn repack<V: Value, I: Index>(t: &Tensor<V, I>, to: &Format) -> Result<Tensor<V, I>, TensorError> {
+    let order = to.mode_order();
+    let level_dims: Vec<usize> = order.iter().map(|m| t.dims()[*m]).collect();
+    let entries = t
+        .entries()
+        .map(|(c, v)| (order.iter().map(|m| c[*m]).collect(), v))
+        .collect();
+    let mut p = Packer::new(
+        t.dims(),
+        to,
+        level_dims.iter().map(|d| (*d, 0)).collect(),
+        |_| (Vec::new(), Vec::new()),
+        Vec::new(),
+    );
+    for (c, v) in counting_sort(entries, &level_dims) {
+        p.push(&c, v).map_err(|e| match e {
+            tessera_formats::PackError::Tensor(t) => t,
+            tessera_formats::PackError::Sink(never) => match never {},
+        })?;
+    }
+    packed_tensor(t.dims(), to, p)
 }
 
 /// What a run visited: the block-cost measure that timing noise cannot fool.

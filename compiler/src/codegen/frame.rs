@@ -25,12 +25,30 @@ impl Gen<'_> {
                 // caller already passes it in the kernel's format).
                 let (f, rank) = (decl.format.to_string(), decl.rank());
                 let owned = format_ident!("t{}_repacked", t);
+                let order = decl.format.mode_order();
+                let sort = counting_sort(quote!(scatter), quote!(level_dims));
+                let finish = packed(quote!(#tv.dims()), quote!(to_format));
+                // Entries in the new level order by counting sorts (linear), then packed.
                 out.extend(quote! {
                     let to_format = ::tessera_formats::Format::parse(#f, #rank)
                         .expect("the re-pack format was valid at compile time");
                     let #owned: Option<Tensor<V, I>> = (#tv.format() != &to_format).then(|| {
-                        Tensor::from_entries(#tv.dims().to_vec(), to_format, #tv.entries())
-                            .expect("a valid tensor re-packs into another mode order")
+                        let order: [usize; #rank] = [#(#order),*];
+                        let level_dims: Vec<usize> = order.iter().map(|m| #tv.dims()[*m]).collect();
+                        let mut scatter: Vec<([usize; #rank], V)> =
+                            #tv.entries().map(|(c, v)| (order.map(|m| c[m]), v)).collect();
+                        #sort
+                        let mut packer = ::tessera_formats::Packer::<V, I, Vec<I>, Vec<V>>::new(
+                            #tv.dims(),
+                            &to_format,
+                            level_dims.iter().map(|d| (*d, 0)).collect(),
+                            |_| (Vec::new(), Vec::new()),
+                            Vec::new(),
+                        );
+                        for (c, v) in &scatter {
+                            packer.push(c, *v).expect("sorted entries append in order");
+                        }
+                        #finish
                     });
                     let #tv: &Tensor<V, I> = #owned.as_ref().unwrap_or(#tv);
                 });
@@ -174,27 +192,12 @@ impl Gen<'_> {
                     }
                 } else {
                     let scatter = if self.k.nests.iter().any(|n| n.assembly == Assembly::Scatter) {
-                        // Entries in loop order, each once: into level order by one stable
-                        // counting sort per level, last level first (linear, no comparisons).
+                        // Entries in loop order, each once: into level order (linear).
+                        let sort = counting_sort(quote!(scatter), quote!(level_dims));
                         quote! {
                             let level_dims: Vec<usize> =
                                 out_format.mode_order().iter().map(|m| out_dims[*m]).collect();
-                            for l in (0..level_dims.len()).rev() {
-                                let mut start = vec![0usize; level_dims[l] + 1];
-                                for (c, _) in &scatter {
-                                    start[c[l] + 1] += 1;
-                                }
-                                for k in 1..start.len() {
-                                    start[k] += start[k - 1];
-                                }
-                                let mut sorted = scatter.clone();
-                                for e in &scatter {
-                                    let at = &mut start[e.0[l]];
-                                    sorted[*at] = *e;
-                                    *at += 1;
-                                }
-                                scatter = sorted;
-                            }
+                            #sort
                             for (c, v) in &scatter {
                                 packer.push(c, *v).expect("sorted entries append in order");
                             }
@@ -202,22 +205,54 @@ impl Gen<'_> {
                     } else {
                         quote!()
                     };
+                    let finish = packed(quote!(out_dims), quote!(out_format));
                     quote! {
                         #scatter
-                        let (arrays, vals, _) = packer.finish().expect("assembly appends in order");
-                        let levels: Vec<Level<I>> = arrays
-                            .into_iter()
-                            .zip(out_format.mode_order())
-                            .map(|(a, m)| match a {
-                                Some((pos, crd)) => Level::Compressed { pos, crd },
-                                None => Level::Dense { size: out_dims[*m], offset: 0 },
-                            })
-                            .collect();
-                        Tensor::from_parts(out_dims.to_vec(), out_format, levels, vals)
-                            .expect("assembled levels are valid")
+                        #finish
                     }
                 }
             }
         }
+    }
+}
+
+/// Sorts `entries` (a `Vec<([usize; R], V)>` in scope) into level order by one stable
+/// counting sort per level, last level first (LSD radix: linear, no comparisons);
+/// `level_dims` is each level's extent.
+fn counting_sort(entries: TokenStream, level_dims: TokenStream) -> TokenStream {
+    quote! {
+        for l in (0..#level_dims.len()).rev() {
+            let mut start = vec![0usize; #level_dims[l] + 1];
+            for (c, _) in &#entries {
+                start[c[l] + 1] += 1;
+            }
+            for k in 1..start.len() {
+                start[k] += start[k - 1];
+            }
+            let mut sorted = #entries.clone();
+            for e in &#entries {
+                let at = &mut start[e.0[l]];
+                sorted[*at] = *e;
+                *at += 1;
+            }
+            #entries = sorted;
+        }
+    }
+}
+
+/// The tensor of a finished `packer` in scope, with dimensions `dims` and format `format`.
+fn packed(dims: TokenStream, format: TokenStream) -> TokenStream {
+    quote! {
+        let (arrays, vals, _) = packer.finish().expect("assembly appends in order");
+        let levels: Vec<Level<I>> = arrays
+            .into_iter()
+            .zip(#format.mode_order())
+            .map(|(a, m)| match a {
+                Some((pos, crd)) => Level::Compressed { pos, crd },
+                None => Level::Dense { size: #dims[*m], offset: 0 },
+            })
+            .collect();
+        Tensor::from_parts(#dims.to_vec(), #format, levels, vals)
+            .expect("assembled levels are valid")
     }
 }

@@ -502,8 +502,16 @@ fn no_order_error(
         let letters: String = tensor.format.levels().iter().map(|l| l.letter()).collect();
         let mo: Vec<String> = modes.iter().map(|m| m.to_string()).collect();
         let mo = mo.join(",");
-        // The previous value of a `+=` output shares the output's format: never re-packed.
-        let repack = (tensor.name != k.output_tensor().name)
+        // The previous value of a `+=` output shares the output's format: never re-packed;
+        // nor, under `min`/`max`, a format whose dense levels below a compressed one would be
+        // padded with 0 rather than the fill.
+        let padded = tensor
+            .format
+            .levels()
+            .iter()
+            .skip_while(|l| **l == LevelType::Dense)
+            .any(|l| *l == LevelType::Dense);
+        let repack = (tensor.name != k.output_tensor().name && !(padded && k.reduce.fill() != 0.0))
             .then(|| Format::new(tensor.format.levels().to_vec(), modes.clone()).ok())
             .flatten()
             .map(|f| (tensor.name.clone(), f));
