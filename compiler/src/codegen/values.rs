@@ -119,10 +119,12 @@ impl Gen<'_> {
                     BinOp::Mul if self.k.reduce.guards(BinOp::Mul) => {
                         // The fill annihilates the product (−∞ · −2 is −∞ under `max`).
                         let fill = self.fill();
+                        // The product first, then a select: no branch in the loop.
                         quote!({
                             let (a, b): (V, V) = (#l, #r);
                             let fill: V = #fill;
-                            if a == fill || b == fill { fill } else { a * b }
+                            let p = a * b;
+                            if (a == fill) | (b == fill) { fill } else { p }
                         })
                     }
                     BinOp::Mul => quote!((#l * #r)),
