@@ -18,6 +18,19 @@ const KERNELS: &[(&str, &str)] = &[
         "mttkrp_par",
         "A(i,j) = B(i,k,l) * C(k,j) * D(l,j); B: csf; parallelize(i)",
     ),
+    // The `semirings` bench: other reductions, and an operand re-packed automatically.
+    ("minplus_mv", "y(i) = min[j](A(i,j) + x(j)); A: csr"),
+    ("maxtimes_mv", "y(i) = max[j](A(i,j) * x(j)); A: csr"),
+    ("minplus_mm", "C(i,k) = min[j](A(i,j) + B(j,k)); A: csr"),
+    (
+        "add_csr_csc",
+        "C(i,j) = A(i,j) + B(i,j); A: csr; B: csc; C: csr",
+    ),
+    (
+        "add_csr_csr",
+        "C(i,j) = A(i,j) + B(i,j); A: csr; B: csr; C: csr",
+    ),
+    ("transpose_csr", "A(i,j) = B(j,i); A: csr; B: csr"),
 ];
 
 /// (function name, statement) of the block kernels (`codegen::emit_block`) the `plans` bench

@@ -25,12 +25,27 @@ pub struct Access {
     pub span: Span,
 }
 
+/// Binary operators: the arithmetic ones written infix, and the element-wise functions of two
+/// arguments (`min(a, b)`, `lt(a, b)`, ...), which lower exactly like them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BinOp {
     Add,
     Sub,
     Mul,
     Div,
+    Min,
+    Max,
+    Pow,
+    /// Comparisons give 1 where they hold and 0 elsewhere.
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+    /// Logical and/or on truth values (non-zero is true), giving 1 or 0.
+    And,
+    Or,
 }
 
 /// Element-wise functions of one argument.
@@ -40,6 +55,19 @@ pub enum Func {
     Log,
     Sqrt,
     Abs,
+    Sin,
+    Cos,
+    Tanh,
+}
+
+/// The operator a reduction combines its terms with (`min[k](...)`; `+` by default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    #[default]
+    Sum,
+    Min,
+    Max,
+    Or,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -49,6 +77,9 @@ pub enum ExprKind {
     Neg(Box<Expr>),
     Call(Func, Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// `min[k, l](e)`: `e` reduced with `op` over the listed variables; only the whole
+    /// right-hand side may be one (the checker enforces it).
+    Reduce(ReduceOp, Vec<Ident>, Box<Expr>),
 }
 
 #[derive(Clone, Debug, PartialEq)]

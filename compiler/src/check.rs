@@ -11,6 +11,10 @@
 //! not. So `y(i) = A(i,j)*x(j) + z(i)` is `y(i) = (Σ_j A(i,j)*x(j)) + z(i)`, as in TACO.
 //! Inside a term (products, quotients, functions) the sum is over the whole term:
 //! `y(i) = exp(A(i,j))` is `y(i) = Σ_j exp(A(i,j))`.
+//!
+//! A reduction with another operator, `min[k](e)` (`max`, `or`), must be the whole
+//! right-hand side and name exactly the variables it reduces (those of `e` that the output
+//! does not have): it is one term, combined with its operator (see [`crate::semiring`]).
 
 use crate::ast::*;
 use crate::diagnostics::Diagnostic;
@@ -34,6 +38,8 @@ pub struct Checked {
     pub terms: Vec<Term>,
     /// The validated schedule.
     pub schedule: Schedule,
+    /// The operator the terms are reduced with (`+` unless the right-hand side is `min[k](...)`).
+    pub reduce: ReduceOp,
 }
 
 /// One tensor of a statement.
@@ -140,6 +146,7 @@ pub fn visit_accesses<'a>(e: &'a Expr, f: &mut impl FnMut(&'a Access)) {
             visit_accesses(a, f);
             visit_accesses(b, f);
         }
+        ExprKind::Reduce(_, _, x) => visit_accesses(x, f),
     }
 }
 
@@ -155,7 +162,11 @@ pub fn check(statement: Statement, dims: &Dims) -> Result<Checked, Diagnostic> {
     let ranks = check_ranks(&accesses)?;
     check_output(a)?;
     let vars = index_vars(a, &accesses)?;
-    let terms = split_terms(&a.rhs, false, &vars);
+    let reduce = check_reduction(a, &vars)?;
+    let terms = match &a.rhs.kind {
+        ExprKind::Reduce(_, _, body) => vec![term(body, false, &vars)],
+        _ => split_terms(&a.rhs, false, &vars),
+    };
     let formats = check_formats(&statement.formats, &ranks)?;
     let var_dims = agree_dims(&accesses, dims)?;
 
@@ -183,21 +194,150 @@ pub fn check(statement: Statement, dims: &Dims) -> Result<Checked, Diagnostic> {
         })
         .collect();
     let schedule = schedule::check_schedule(&statement.schedule, &vars)?;
+    if reduce != ReduceOp::Sum {
+        if let Some(item) = statement
+            .schedule
+            .iter()
+            .find(|i| matches!(i.directive, Directive::Split { .. }))
+        {
+            return Err(Diagnostic::new(
+                format!(
+                    "distribution schedules of `{}` reductions are not supported yet",
+                    reduce.name()
+                ),
+                item.span.clone(),
+            )
+            .label("a split")
+            .hint(
+                "block results are combined by summation; drop the split (`parallelize` works)",
+            ));
+        }
+    }
     Ok(Checked {
         statement,
         tensors,
         vars,
         terms,
         schedule,
+        reduce,
     })
 }
 
-/// One rank per tensor; tensors in order (output, then first use). Rejects `A(i,i)`.
+/// The reduction operator, after checking that a `min[k](...)` form is the whole right-hand
+/// side, is not accumulated with `+=`, and names exactly the variables it reduces.
+fn check_reduction(a: &Assignment, vars: &[(String, bool, Span)]) -> Result<ReduceOp, Diagnostic> {
+    let mut nested = None;
+    find_nested_reduce(&a.rhs, true, &mut nested);
+    if let Some(span) = nested {
+        return Err(Diagnostic::new(
+            "a `min[..]`/`max[..]`/`or[..]` reduction must be the whole right-hand side",
+            span,
+        )
+        .label("inside another expression")
+        .hint(
+            "write it as `y(i) = min[j](...)`; to combine two values element-wise use `min(a, b)`",
+        ));
+    }
+    let ExprKind::Reduce(op, named, body) = &a.rhs.kind else {
+        return Ok(ReduceOp::Sum);
+    };
+    if a.accumulate {
+        return Err(Diagnostic::new(
+            format!(
+                "`+=` adds to the output, which a `{}` reduction does not do",
+                op.name()
+            ),
+            a.rhs.span.clone(),
+        )
+        .label(format!("a `{}` reduction", op.name()))
+        .related(a.lhs.span.clone(), "accumulated here")
+        .hint("write `=`"));
+    }
+    let free = |n: &str| vars.iter().any(|(v, f, _)| v == n && *f);
+    let mut used: Vec<&Ident> = Vec::new();
+    visit_accesses(body, &mut |acc| {
+        for i in &acc.indices {
+            if !free(&i.name) && !used.iter().any(|u| u.name == i.name) {
+                used.push(i);
+            }
+        }
+    });
+    for (k, n) in named.iter().enumerate() {
+        if let Some(first) = named[..k].iter().find(|m| m.name == n.name) {
+            return Err(
+                Diagnostic::new(format!("`{}` is named twice", n.name), n.span.clone())
+                    .label("again here")
+                    .related(first.span.clone(), "first here"),
+            );
+        }
+        if free(&n.name) {
+            return Err(Diagnostic::new(
+                format!("`{}` indexes the output, so it cannot be reduced", n.name),
+                n.span.clone(),
+            )
+            .label("an output index")
+            .related(a.lhs.span.clone(), "the output"));
+        }
+        if !used.iter().any(|u| u.name == n.name) {
+            return Err(Diagnostic::new(
+                format!("`{}` is not used inside the reduction", n.name),
+                n.span.clone(),
+            )
+            .label("not used")
+            .hint("name only the index variables the reduced expression uses"));
+        }
+    }
+    if let Some(u) = used
+        .iter()
+        .find(|u| !named.iter().any(|n| n.name == u.name))
+    {
+        let mut all: Vec<&str> = named.iter().map(|n| n.name.as_str()).collect();
+        all.push(&u.name);
+        return Err(Diagnostic::new(
+            format!(
+                "`{}` is reduced (it does not index the output) but not named in `{}[...]`",
+                u.name,
+                op.name()
+            ),
+            u.span.clone(),
+        )
+        .label("reduced here")
+        .hint(format!("write `{}[{}](...)`", op.name(), all.join(","))));
+    }
+    Ok(*op)
+}
+
+/// The span of a reduction that is not the root of the right-hand side.
+fn find_nested_reduce(e: &Expr, root: bool, found: &mut Option<Span>) {
+    if found.is_some() {
+        return;
+    }
+    match &e.kind {
+        ExprKind::Reduce(_, _, body) => {
+            if !root {
+                *found = Some(e.span.clone());
+            }
+            find_nested_reduce(body, false, found);
+        }
+        ExprKind::Access(_) | ExprKind::Const(_) => {}
+        ExprKind::Neg(x) | ExprKind::Call(_, x) => find_nested_reduce(x, false, found),
+        ExprKind::Binary(_, a, b) => {
+            find_nested_reduce(a, false, found);
+            find_nested_reduce(b, false, found);
+        }
+    }
+}
+
+/// One rank per tensor; tensors in order (output, then first use). Rejects a repeated index
+/// in the output (`A(i,i) = ...`); on the right-hand side `A(i,i)` is the diagonal.
 fn check_ranks(accesses: &[&Access]) -> Result<Vec<(String, usize, Span)>, Diagnostic> {
     let mut out: Vec<(String, usize, Span)> = Vec::new();
-    for acc in accesses {
+    for (n_acc, acc) in accesses.iter().enumerate() {
         let n = acc.indices.len();
         for (k, i) in acc.indices.iter().enumerate() {
+            if n_acc > 0 {
+                break;
+            }
             if let Some(first) = acc.indices[..k].iter().find(|j| j.name == i.name) {
                 return Err(Diagnostic::new(
                     format!(
@@ -208,7 +348,7 @@ fn check_ranks(accesses: &[&Access]) -> Result<Vec<(String, usize, Span)>, Diagn
                 )
                 .label("repeated here")
                 .related(first.span.clone(), "first here")
-                .hint("diagonal accesses are not supported; use a distinct variable per mode"));
+                .hint("the output needs a distinct variable per mode; a diagonal is read, not written: `x(i) = A(i,i)`"));
             }
         }
         match out.iter().find(|(name, _, _)| *name == acc.tensor.name) {
@@ -331,22 +471,26 @@ fn split_terms(e: &Expr, negated: bool, vars: &[(String, bool, Span)]) -> Vec<Te
             out
         }
         ExprKind::Neg(x) => split_terms(x, !negated, vars),
-        _ => {
-            let mut reduction: Vec<String> = Vec::new();
-            visit_accesses(e, &mut |acc| {
-                for i in &acc.indices {
-                    let free = vars.iter().any(|(n, f, _)| *n == i.name && *f);
-                    if !free && !reduction.contains(&i.name) {
-                        reduction.push(i.name.clone());
-                    }
-                }
-            });
-            vec![Term {
-                negated,
-                expr: e.clone(),
-                reduction,
-            }]
+        ExprKind::Reduce(_, _, body) => split_terms(body, negated, vars),
+        _ => vec![term(e, negated, vars)],
+    }
+}
+
+/// One term, summed (or reduced) over the variables it uses that the output does not have.
+fn term(e: &Expr, negated: bool, vars: &[(String, bool, Span)]) -> Term {
+    let mut reduction: Vec<String> = Vec::new();
+    visit_accesses(e, &mut |acc| {
+        for i in &acc.indices {
+            let free = vars.iter().any(|(n, f, _)| *n == i.name && *f);
+            if !free && !reduction.contains(&i.name) {
+                reduction.push(i.name.clone());
+            }
         }
+    });
+    Term {
+        negated,
+        expr: e.clone(),
+        reduction,
     }
 }
 

@@ -104,7 +104,25 @@ fn semantic_errors_point_at_the_culprit() {
         "`A` is used with 1 indices here but 2 before",
         "A(j)",
     );
-    fails("y(i) = A(i,i)", "appears twice in one access of `A`", "i");
+    fails("A(i,i) = x(i)", "appears twice in one access of `A`", "i");
+    fails(
+        "y(i) = A(i,j) + min[j](B(i,j))",
+        "must be the whole right-hand side",
+        "min[j](B(i,j))",
+    );
+    fails(
+        "y(i) += min[j](B(i,j))",
+        "`+=` adds to the output",
+        "min[j](B(i,j))",
+    );
+    fails("y(i) = min[i](B(i,j))", "`i` indexes the output", "i");
+    fails("y(i) = min[j,k](B(i,j))", "`k` is not used", "k");
+    fails("C(i,j) = min[k](A(i,k) + B(l,j))", "`l` is reduced", "l");
+    fails(
+        "y(i) = min[j](B(i,j)); split(i, io, ii, 2)",
+        "distribution schedules of `min` reductions",
+        "split(i, io, ii, 2)",
+    );
     fails(
         "y(i) = A(i,j) * y(j)",
         "the output `y` also appears on the right-hand side",

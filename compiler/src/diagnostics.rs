@@ -42,8 +42,13 @@ impl Diagnostic {
         self
     }
 
+    /// Adds a hint; a second one goes on its own line after the first.
     pub fn hint(mut self, hint: impl Into<String>) -> Diagnostic {
-        self.hint = Some(hint.into());
+        let hint = hint.into();
+        self.hint = Some(match self.hint.take() {
+            Some(first) => format!("{first}\n{hint}"),
+            None => hint,
+        });
         self
     }
 

@@ -329,7 +329,15 @@ pub fn copy_atomically(from: &Path, to: &Path) -> Result<(), DriverError> {
         to.file_name().and_then(|n| n.to_str()).unwrap_or("prog"),
         std::process::id()
     ));
-    std::fs::copy(from, &tmp).map_err(io_err(from))?;
+    // Blame the side that failed: a missing source, else the destination's directory.
+    std::fs::copy(from, &tmp).map_err(|e| DriverError::Io {
+        path: if from.is_file() {
+            tmp.clone()
+        } else {
+            from.to_path_buf()
+        },
+        source: e,
+    })?;
     std::fs::rename(&tmp, to).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         DriverError::Io {

@@ -4,11 +4,12 @@
 //! accumulator and assembly), interpreted: it lets property tests cover random formats
 //! without compiling Rust for each, and lets tools run a statement without a Rust toolchain.
 //! Positions are tracked per access and level as `Option<usize>`; `None` means the access has
-//! no entry here (an operand absent from one side of a union), and its value is zero.
+//! no entry here (an operand absent from one side of a union), and its value is the
+//! statement's fill (zero under `+`; see [`crate::semiring`]).
 
 use tessera_formats::{Format, Index, Level, Packer, Tensor, TensorError, Value};
 
-use crate::ast::{BinOp, Func};
+use crate::ast::{BinOp, Func, ReduceOp};
 use crate::ir::{
     Assembly, Block, DimSource, Domain, Expr, Kernel, LevelRef, Nest, OutputKind, VarId,
 };
@@ -56,14 +57,67 @@ pub enum InterpError {
 /// `out_dims`. Unlike a generated kernel, the interpreter checks its inputs itself: formats,
 /// ranks, and one dimension per index variable across every input and `out_dims`; a
 /// mismatch is an [`InterpError`], never a panic or a truncated result.
+///
+/// An input the kernel re-packs ([`Kernel::repacks`]) may come in its given format or in the
+/// kernel's; it is transposed once before the loops.
 pub fn run<V: Value, I: Index>(
     k: &Kernel,
     inputs: &[&Tensor<V, I>],
     out_dims: &[usize],
 ) -> Result<Tensor<V, I>, InterpError> {
+    let repacked = repack_inputs(k, inputs)?;
+    let inputs: Vec<&Tensor<V, I>> = inputs
+        .iter()
+        .zip(&repacked)
+        .map(|(t, r)| r.as_ref().unwrap_or(*t))
+        .collect();
+    let inputs = &inputs[..];
     check_inputs(k, inputs, out_dims)?;
     let whole = Block::whole(&var_dims(k, inputs, out_dims));
     Ok(run_checked(k, inputs, out_dims, &whole)?.0)
+}
+
+/// The inputs the kernel re-packs, transposed into the kernel's format (`None` for the others
+/// and for inputs already in it). Stored zeros are kept: under `min` a stored 0 is a value.
+pub fn repack_inputs<V: Value, I: Index>(
+    k: &Kernel,
+    inputs: &[&Tensor<V, I>],
+) -> Result<Vec<Option<Tensor<V, I>>>, InterpError> {
+    let mut out: Vec<Option<Tensor<V, I>>> = inputs.iter().map(|_| None).collect();
+    for r in &k.repacks {
+        let Some(t) = inputs.get(r.slot) else {
+            continue; // the count is checked with the other inputs
+        };
+        if t.format() == &r.from {
+            out[r.slot] = Some(repack(t, &r.to)?);
+        }
+    }
+    Ok(out)
+}
+
+/// `t` in format `to` (another mode order): its entries in `to`'s level order by counting
+/// sorts, appended to a packer — linear, like the generated code's re-pack.
+fn repack<V: Value, I: Index>(t: &Tensor<V, I>, to: &Format) -> Result<Tensor<V, I>, TensorError> {
+    let order = to.mode_order();
+    let level_dims: Vec<usize> = order.iter().map(|m| t.dims()[*m]).collect();
+    let entries = t
+        .entries()
+        .map(|(c, v)| (order.iter().map(|m| c[*m]).collect(), v))
+        .collect();
+    let mut p = Packer::new(
+        t.dims(),
+        to,
+        level_dims.iter().map(|d| (*d, 0)).collect(),
+        |_| (Vec::new(), Vec::new()),
+        Vec::new(),
+    );
+    for (c, v) in counting_sort(entries, &level_dims) {
+        p.push(&c, v).map_err(|e| match e {
+            tessera_formats::PackError::Tensor(t) => t,
+            tessera_formats::PackError::Sink(never) => match never {},
+        })?;
+    }
+    packed_tensor(t.dims(), to, p)
 }
 
 /// What a run visited: the block-cost measure that timing noise cannot fool.
@@ -151,6 +205,7 @@ fn run_checked<V: Value, I: Index>(
     block: &Block,
 ) -> Result<(Tensor<V, I>, Work), InterpError> {
     let out_decl = k.output_tensor();
+    let fill = V::from_f64(k.reduce.fill());
     let mut out_dense = match k.output_kind {
         OutputKind::Sparse => None,
         _ => Some(Tensor::<V, I>::zeros(
@@ -158,6 +213,9 @@ fn run_checked<V: Value, I: Index>(
             out_decl.format.clone(),
         )?),
     };
+    if let Some(t) = out_dense.as_mut() {
+        t.vals_mut().fill(fill);
+    }
     let mut state = State::new(k, inputs, out_dims, &block.bounds);
     let mut sink = Sink::new(k, out_dims);
     for (n, nest) in k.nests.iter().enumerate().filter(|(_, n)| block.runs(n)) {
@@ -168,7 +226,7 @@ fn run_checked<V: Value, I: Index>(
             nest,
             out: out_vals,
             sink: &mut sink,
-            acc: V::zero(),
+            acc: fill,
             touched: false,
         };
         run.body(0);
@@ -179,7 +237,7 @@ fn run_checked<V: Value, I: Index>(
     let work = std::mem::take(&mut state.work);
     let out = match out_dense {
         Some(t) => t,
-        None => sink.finish(out_dims, &out_decl.format)?,
+        None => sink.finish(out_dims, &out_decl.format, k.reduce)?,
     };
     Ok((out, work))
 }
@@ -287,6 +345,8 @@ struct State<'a, V, I> {
     narrowed: Vec<bool>,
     work: Work,
     coord: Vec<usize>,
+    /// The output's extent per level (for `Scatter`'s range check).
+    out_level_dims: Vec<usize>,
     /// `pos[a][l]`: position of access `a` at level `l` under the current loop bindings.
     pos: Vec<Vec<Option<usize>>>,
 }
@@ -346,6 +406,13 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
                 leaves: 0,
             },
             coord: vec![0; k.vars.len()],
+            out_level_dims: k
+                .output_tensor()
+                .format
+                .mode_order()
+                .iter()
+                .map(|m| out_dims[*m])
+                .collect(),
             pos,
         }
     }
@@ -366,7 +433,7 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
             None => Some(0),
         };
         p.and_then(|p| self.vals[a].get(p).copied())
-            .unwrap_or_else(V::zero)
+            .unwrap_or_else(|| V::from_f64(self.k.reduce.fill()))
     }
 
     fn eval(&self, e: &Expr) -> V {
@@ -381,16 +448,60 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
                     Func::Log => x.ln(),
                     Func::Sqrt => x.sqrt(),
                     Func::Abs => x.abs(),
+                    // Computed in f64 and rounded, as the generated code does.
+                    Func::Sin | Func::Cos | Func::Tanh => {
+                        V::from_f64(crate::semiring::unary(*f, x.to_f64()))
+                    }
                 }
             }
             Expr::Binary(op, l, r) => {
                 let (l, r) = (self.eval(l), self.eval(r));
+                let red = self.k.reduce;
                 match op {
                     BinOp::Add => l + r,
                     BinOp::Sub => l - r,
+                    BinOp::Mul if red.guards(BinOp::Mul) => {
+                        let fill = V::from_f64(red.fill());
+                        if l == fill || r == fill {
+                            fill
+                        } else {
+                            l * r
+                        }
+                    }
                     BinOp::Mul => l * r,
                     BinOp::Div => l / r,
+                    // Exact in f64 for f32 and f64 values (comparisons, min/max), or
+                    // computed in f64 and rounded (pow), as the generated code does.
+                    _ => V::from_f64(crate::semiring::binary(*op, l.to_f64(), r.to_f64())),
                 }
+            }
+        }
+    }
+}
+
+/// `a ⊕ x` for the kernel's reduction, in the value type.
+pub fn combine<V: Value>(r: ReduceOp, a: V, x: V) -> V {
+    match r {
+        ReduceOp::Sum => a + x,
+        ReduceOp::Min => {
+            if x < a {
+                x
+            } else {
+                a
+            }
+        }
+        ReduceOp::Max => {
+            if x > a {
+                x
+            } else {
+                a
+            }
+        }
+        ReduceOp::Or => {
+            if a != V::zero() || x != V::zero() {
+                V::from_f64(1.0)
+            } else {
+                V::zero()
             }
         }
     }
@@ -412,6 +523,8 @@ struct Sink<V, I> {
     packer: Option<Packer<V, I, Vec<I>, Vec<V>>>,
     /// Entries in mode order, in any order (the `Collect` fallback).
     entries: Vec<(Vec<usize>, V)>,
+    /// Entries in level-order coordinates, in loop order, each once (`Scatter`).
+    scatter: Vec<(Vec<usize>, V)>,
     /// The dense workspace over the output's last level, with the coordinates it holds.
     ws: Vec<V>,
     ws_mark: Vec<bool>,
@@ -424,10 +537,13 @@ struct Sink<V, I> {
 impl<V: Value, I: Index> Sink<V, I> {
     fn new(k: &Kernel, out_dims: &[usize]) -> Self {
         let fmt = &k.output_tensor().format;
-        let in_order = k
-            .nests
-            .iter()
-            .all(|n| matches!(n.assembly, Assembly::InOrder | Assembly::Workspace { .. }));
+        let fill = V::from_f64(k.reduce.fill());
+        let in_order = k.nests.iter().all(|n| {
+            matches!(
+                n.assembly,
+                Assembly::InOrder | Assembly::Workspace { .. } | Assembly::Scatter
+            )
+        });
         let packer = (k.output_kind == OutputKind::Sparse && in_order).then(|| {
             let dense = fmt.mode_order().iter().map(|m| (out_dims[*m], 0)).collect();
             Packer::new(
@@ -453,7 +569,8 @@ impl<V: Value, I: Index> Sink<V, I> {
         Sink {
             packer,
             entries: Vec::new(),
-            ws: vec![V::zero(); ws_len],
+            scatter: Vec::new(),
+            ws: vec![fill; ws_len],
             ws_mark: vec![false; ws_len],
             ws_list: Vec::new(),
             error: None,
@@ -478,19 +595,78 @@ impl<V: Value, I: Index> Sink<V, I> {
         }
     }
 
-    fn finish(self, out_dims: &[usize], fmt: &Format) -> Result<Tensor<V, I>, InterpError> {
-        if let Some(e) = self.error {
+    fn finish(
+        mut self,
+        out_dims: &[usize],
+        fmt: &Format,
+        r: ReduceOp,
+    ) -> Result<Tensor<V, I>, InterpError> {
+        if let Some(e) = self.error.take() {
             return Err(e);
+        }
+        if !self.scatter.is_empty() {
+            let dims: Vec<usize> = fmt.mode_order().iter().map(|m| out_dims[*m]).collect();
+            for (c, v) in counting_sort(std::mem::take(&mut self.scatter), &dims) {
+                self.push(&c, v);
+            }
+            if let Some(e) = self.error.take() {
+                return Err(e);
+            }
         }
         match self.packer {
             Some(p) => Ok(packed_tensor(out_dims, fmt, p)?),
             None => Ok(Tensor::from_entries(
                 out_dims.to_vec(),
                 fmt.clone(),
-                self.entries,
+                combine_duplicates(r, self.entries),
             )?),
         }
     }
+}
+
+/// Entries with equal coordinates combined with `r` (`from_entries` sums duplicates, which is
+/// right only for `+`): the `Collect` assembly of a `min[k](...)` output.
+pub fn combine_duplicates<V: Value>(
+    r: ReduceOp,
+    mut entries: Vec<(Vec<usize>, V)>,
+) -> Vec<(Vec<usize>, V)> {
+    if r == ReduceOp::Sum {
+        return entries;
+    }
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out: Vec<(Vec<usize>, V)> = Vec::with_capacity(entries.len());
+    for (c, v) in entries {
+        match out.last_mut() {
+            Some(last) if last.0 == c => last.1 = combine(r, last.1, v),
+            _ => out.push((c, v)),
+        }
+    }
+    out
+}
+
+/// Entries with level-order coordinates, stably sorted into level order by one counting sort
+/// per level, last level first (LSD radix): linear, where a comparison sort is not.
+fn counting_sort<V: Copy>(
+    mut entries: Vec<(Vec<usize>, V)>,
+    dims: &[usize],
+) -> Vec<(Vec<usize>, V)> {
+    for l in (0..dims.len()).rev() {
+        let mut start = vec![0usize; dims[l] + 1];
+        for (c, _) in &entries {
+            start[c[l] + 1] += 1;
+        }
+        for k in 1..start.len() {
+            start[k] += start[k - 1];
+        }
+        let mut slots: Vec<Option<(Vec<usize>, V)>> = vec![None; entries.len()];
+        for e in entries {
+            let at = &mut start[e.0[l]];
+            slots[*at] = Some(e);
+            *at += 1;
+        }
+        entries = slots.into_iter().flatten().collect();
+    }
+    entries
 }
 
 /// Turns a finished packer into a validated tensor.
@@ -533,13 +709,14 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
     /// The body of loop `d - 1` (for `d == 0`, the whole nest).
     fn body(&mut self, d: usize) {
         let nest = self.nest;
+        let red = self.s.k.reduce;
         if d == nest.acc_depth {
-            self.acc = V::zero();
+            self.acc = V::from_f64(red.fill());
             self.touched = false;
         }
         if d == nest.loops.len() {
             self.s.work.leaves += 1;
-            self.acc += self.s.eval(&nest.expr);
+            self.acc = combine(red, self.acc, self.s.eval(&nest.expr));
             self.touched = true;
         } else {
             self.run_loop(d);
@@ -626,14 +803,21 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
         self.s.coord[var] = c;
         self.s.work.visits[self.n][d] += 1;
         for r in &lp.locate {
-            let LevelData::Dense { size, offset } = self.s.levels[r.access][r.level] else {
-                unreachable!("verified: located levels are dense")
-            };
             let x = self.s.coord[self.s.k.level_var(*r)];
-            let p = self.s.parent(*r).and_then(|p| {
-                let i = x.checked_sub(offset).filter(|i| *i < size)?;
-                Some(p * size + i)
-            });
+            let p = match self.s.levels[r.access][r.level] {
+                LevelData::Dense { size, offset } => self.s.parent(*r).and_then(|p| {
+                    let i = x.checked_sub(offset).filter(|i| *i < size)?;
+                    Some(p * size + i)
+                }),
+                // The second mode of a diagonal: search the parent's segment.
+                LevelData::Compressed { pos, crd } => self.s.parent(*r).and_then(|p| {
+                    let (lo, hi) = (pos[p].to_usize(), pos[p + 1].to_usize());
+                    let k = crd[lo..hi]
+                        .binary_search_by(|c| c.to_usize().cmp(&x))
+                        .ok()?;
+                    Some(lo + k)
+                }),
+            };
             self.s.pos[r.access][r.level] = p;
         }
         let missing = lp.iterate.iter().chain(&lp.locate).any(|r| {
@@ -651,7 +835,7 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
         match k.output_kind {
             OutputKind::Scalar => {
                 if let Some(vals) = self.out.as_deref_mut() {
-                    vals[0] += self.acc;
+                    vals[0] = combine(k.reduce, vals[0], self.acc);
                 }
             }
             OutputKind::Dense => {
@@ -659,7 +843,7 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
                     (self.out.as_deref_mut(), self.s.pos[k.output_access].last())
                 {
                     match vals.get_mut(*p) {
-                        Some(x) => *x += self.acc,
+                        Some(x) => *x = combine(k.reduce, *x, self.acc),
                         None => self.sink.fail(InterpError::OutOfRange),
                     }
                 }
@@ -669,6 +853,19 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
                     let coords: Vec<usize> =
                         out.level_vars.iter().map(|v| self.s.coord[*v]).collect();
                     self.sink.push(&coords, self.acc);
+                }
+                Assembly::Scatter => {
+                    let coords: Vec<usize> =
+                        out.level_vars.iter().map(|v| self.s.coord[*v]).collect();
+                    if coords
+                        .iter()
+                        .zip(&self.s.out_level_dims)
+                        .any(|(c, d)| c >= d)
+                    {
+                        self.sink.fail(InterpError::OutOfRange);
+                        return;
+                    }
+                    self.sink.scatter.push((coords, self.acc));
                 }
                 Assembly::Workspace { var, .. } => {
                     let c = self.s.coord[var];
@@ -680,7 +877,7 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
                         self.sink.ws_mark[c] = true;
                         self.sink.ws_list.push(c);
                     }
-                    self.sink.ws[c] += self.acc;
+                    self.sink.ws[c] = combine(k.reduce, self.sink.ws[c], self.acc);
                 }
                 Assembly::Collect | Assembly::None => {
                     let decl = &k.tensors[out.tensor];
@@ -706,7 +903,7 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
         list.sort_unstable();
         for &c in &list {
             coords[last] = c;
-            let v = std::mem::replace(&mut sink.ws[c], V::zero());
+            let v = std::mem::replace(&mut sink.ws[c], V::from_f64(k.reduce.fill()));
             sink.push(&coords, v);
             sink.ws_mark[c] = false;
         }

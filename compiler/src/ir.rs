@@ -16,14 +16,15 @@
 //!   workspace, or sorted as a fallback — see [`Assembly`]).
 //!
 //! Invariants (checked by [`Kernel::verify`]): every level of every access is resolved by
-//! exactly one loop, after its parent level; iterated levels are compressed, located ones
-//! dense; every formula only names iterators of its own loop.
+//! exactly one loop, after its parent level; iterated levels are compressed and indexed by
+//! their loop's variable; located ones are indexed by a bound variable (dense, or compressed
+//! and searched); every formula only names iterators of its own loop.
 
 use std::fmt;
 
 use tessera_formats::{Format, LevelType};
 
-use crate::ast::{BinOp, Func, Span};
+use crate::ast::{BinOp, Func, ReduceOp, Span};
 
 /// Index of a tensor in [`Kernel::tensors`].
 pub type TensorId = usize;
@@ -164,8 +165,11 @@ pub struct Loop {
     pub var: VarId,
     /// Compressed levels whose variable is this loop's (their parents are already resolved).
     pub iterate: Vec<LevelRef>,
-    /// Dense levels resolved once this loop binds its variable, in dependency order (a level
-    /// may be indexed by an outer variable and become locatable only now, when its parent is).
+    /// Levels resolved once this loop binds its variable, in dependency order (a level may be
+    /// indexed by an outer variable and become locatable only now, when its parent is). Dense
+    /// levels are located by offset; a compressed level here is one whose variable was bound
+    /// before its parent was resolved — the second mode of a diagonal `A(i,i)` — and is
+    /// located by binary search in its segment.
     pub locate: Vec<LevelRef>,
     pub domain: Domain,
 }
@@ -207,6 +211,11 @@ pub enum Assembly {
     /// that variable, flushed in coordinate order after each iteration of loop
     /// `flush_depth - 1` (Gustavson's row workspace for SpGEMM).
     Workspace { flush_depth: usize, var: VarId },
+    /// The first loops bind every output level's variable, in another order (`A(i,j) =
+    /// B(j,i)`), and the rest are reductions: each entry comes out once, in loop order. They
+    /// are put in level order by one stable counting sort per level (linear in the entries
+    /// plus the level's dimension, TACO's transposition) and appended as `InOrder` ones.
+    Scatter,
     /// Entries are produced in any order (possibly repeated) and sorted and summed at the end.
     Collect,
 }
@@ -220,6 +229,16 @@ pub enum OutputKind {
     Dense,
     /// At least one compressed level: assembled from entries.
     Sparse,
+}
+
+/// An input the kernel transposes once before its loops: given in `from`, iterated in `to`
+/// (the kernel's [`TensorDecl::format`]). The kernel accepts the input in either format.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Repack {
+    pub slot: usize,
+    pub name: String,
+    pub from: Format,
+    pub to: Format,
 }
 
 /// A lowered statement.
@@ -236,6 +255,12 @@ pub struct Kernel {
     pub nests: Vec<Nest>,
     /// `parallelize(v)`: the outermost loop of every nest runs over threads.
     pub parallel: Option<VarId>,
+    /// Inputs re-packed into another mode order before the loops, because the mode orders of
+    /// the operands as given agree with no loop order (see [`Repack`]).
+    pub repacks: Vec<Repack>,
+    /// The operator every nest reduces with; its identity is the value of absent entries,
+    /// the accumulators' start and a dense output's initial value (see [`crate::semiring`]).
+    pub reduce: ReduceOp,
     /// The statement as written, for documentation of the generated code.
     pub source: String,
 }
@@ -293,10 +318,8 @@ impl Kernel {
                     resolved[r.access] += 1;
                 }
                 for r in &lp.locate {
-                    if self.level_type(*r) != LevelType::Dense || !bound[self.level_var(*r)] {
-                        return Err(here(
-                            "located level is not dense or its variable is unbound",
-                        ));
+                    if !bound[self.level_var(*r)] {
+                        return Err(here("located level's variable is unbound"));
                     }
                     if resolved[r.access] != r.level {
                         return Err(here("located level's parent is not resolved"));
@@ -347,6 +370,21 @@ fn formula_in_range(f: &Formula, n: usize) -> bool {
 impl fmt::Display for Kernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "kernel {}", self.source)?;
+        for r in &self.repacks {
+            writeln!(
+                f,
+                "repack {} from {} to {} (once, before the loops: its mode order agrees with no loop order)",
+                r.name, r.from, r.to
+            )?;
+        }
+        if self.reduce != ReduceOp::Sum {
+            writeln!(
+                f,
+                "reduce with {} (absent entries are {})",
+                self.reduce.name(),
+                self.reduce.fill()
+            )?;
+        }
         for (n, nest) in self.nests.iter().enumerate() {
             writeln!(f, "nest {n} ({:?}):", nest.assembly)?;
             for (d, lp) in nest.loops.iter().enumerate() {

@@ -17,6 +17,7 @@ pub mod lower;
 pub mod oracle;
 pub mod parse;
 pub mod plan;
+pub mod semiring;
 
 /// The run-time checks of `tensor!` and generated programs; lives in `tessera-kernel-rt` so
 /// that programs need no compiler when they run.

@@ -1,13 +1,17 @@
 //! The reference evaluator: the oracle every kernel is tested against.
 //!
-//! Dense, slow and obviously correct: for every point of the output's index space it sums
-//! each top-level term over every point of that term's reduction variables, evaluating the
-//! expression with plain `f64` arithmetic. It shares nothing with lowering or code
+//! Dense, slow and obviously correct: for every point of the output's index space it reduces
+//! each top-level term over every point of that term's reduction variables (summing, or with
+//! the `min[k](...)` operator), evaluating the expression with the `f64` definitions of
+//! [`crate::semiring`]. Inputs are dense arrays in which an entry the sparse tensor does not
+//! store holds the statement's fill (`ReduceOp::fill`: 0, or +∞ for `min`, ...); the output
+//! uses the same convention. It shares nothing with lowering or code
 //! generation except the checked statement, so a bug there cannot hide here. Meant for the
 //! small sizes of tests (its cost is the product of all dimensions).
 
-use crate::ast::{BinOp, Expr, ExprKind, Func};
+use crate::ast::{Expr, ExprKind, ReduceOp};
 use crate::check::Checked;
+use crate::semiring;
 use std::collections::HashMap;
 
 /// A dense row-major array of `f64` (rank 0: one value, `dims` empty).
@@ -85,7 +89,9 @@ pub fn evaluate(
     };
     let lhs = &c.statement.assignment.lhs;
     let out_vars: Vec<usize> = lhs.indices.iter().map(|i| slot(&i.name)).collect();
+    let r = c.reduce;
     let mut out = DenseArray::zeros(out_vars.iter().map(|&v| dims[v]).collect());
+    out.data.fill(r.fill());
     if c.statement.assignment.accumulate {
         if let Some(init) = initial {
             if init.dims != out.dims {
@@ -99,18 +105,18 @@ pub fn evaluate(
     }
     let mut point = vec![0usize; c.vars.len()];
     for_each_point(&out_vars, &dims, &mut point, &mut |point| {
-        let mut value = 0.0;
+        let mut value = r.fill();
         for term in &c.terms {
             let red: Vec<usize> = term.reduction.iter().map(|n| slot(n)).collect();
-            let mut sum = 0.0;
+            let mut folded = r.fill();
             let mut p = point.to_vec();
             for_each_point(&red, &dims, &mut p, &mut |p| {
-                sum += eval(&term.expr, p, c, inputs)
+                folded = r.combine(folded, eval(&term.expr, p, c, inputs))
             });
-            value += if term.negated { -sum } else { sum };
+            value = r.combine(value, if term.negated { -folded } else { folded });
         }
         let at = out.offset(out_vars.iter().map(|&v| point[v]));
-        out.data[at] += value;
+        out.data[at] = r.combine(out.data[at], value);
     });
     Ok(out)
 }
@@ -172,6 +178,7 @@ fn for_each_point(
 }
 
 fn eval(e: &Expr, point: &[usize], c: &Checked, inputs: &HashMap<String, DenseArray>) -> f64 {
+    let r: ReduceOp = c.reduce;
     match &e.kind {
         ExprKind::Const(x) => *x,
         ExprKind::Access(a) => {
@@ -186,24 +193,13 @@ fn eval(e: &Expr, point: &[usize], c: &Checked, inputs: &HashMap<String, DenseAr
             arr.data[arr.offset(coord)]
         }
         ExprKind::Neg(x) => -eval(x, point, c, inputs),
-        ExprKind::Call(f, x) => {
-            let x = eval(x, point, c, inputs);
-            match f {
-                Func::Exp => x.exp(),
-                Func::Log => x.ln(),
-                Func::Sqrt => x.sqrt(),
-                Func::Abs => x.abs(),
-            }
-        }
+        ExprKind::Call(f, x) => semiring::unary(*f, eval(x, point, c, inputs)),
         ExprKind::Binary(op, a, b) => {
-            let (a, b) = (eval(a, point, c, inputs), eval(b, point, c, inputs));
-            match op {
-                BinOp::Add => a + b,
-                BinOp::Sub => a - b,
-                BinOp::Mul => a * b,
-                BinOp::Div => a / b,
-            }
+            r.apply(*op, eval(a, point, c, inputs), eval(b, point, c, inputs))
         }
+        // The checker allows a reduction only as the whole right-hand side, whose body the
+        // terms hold; evaluated here it is that body.
+        ExprKind::Reduce(_, _, x) => eval(x, point, c, inputs),
     }
 }
 

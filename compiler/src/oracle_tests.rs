@@ -112,3 +112,45 @@ fn mismatched_dimensions_are_an_error() {
         }
     );
 }
+
+/// Shortest paths of two hops by hand: absent edges are +∞ and an unreachable pair stays +∞.
+#[test]
+fn min_plus_by_hand() {
+    let inf = f64::INFINITY;
+    // 0 -> 1 (1), 1 -> 2 (2), 0 -> 2 (5); nothing leaves 2.
+    let w = DenseArray::new(
+        vec![3, 3],
+        vec![inf, 1.0, 5.0, inf, inf, 2.0, inf, inf, inf],
+    )
+    .unwrap();
+    let c = checked("D(i,j) = min[k](W(i,k) + W(k,j))");
+    let d = evaluate(&c, &inputs(vec![("W", w)]), None).unwrap();
+    assert_eq!(d.data, vec![inf, inf, 3.0, inf, inf, inf, inf, inf, inf]);
+}
+
+/// max-times with the fill −∞ annihilating `*` also for negative factors; or-and on 0/1.
+#[test]
+fn max_times_and_or_and_by_hand() {
+    let ninf = f64::NEG_INFINITY;
+    let a = DenseArray::new(vec![1, 3], vec![2.0, ninf, -1.0]).unwrap();
+    let x = DenseArray::new(vec![3], vec![-3.0, -4.0, 0.5]).unwrap();
+    let c = checked("y(i) = max[j](A(i,j) * x(j))");
+    let y = evaluate(&c, &inputs(vec![("A", a), ("x", x)]), None).unwrap();
+    // −∞ · −4 would be +∞ in IEEE; here it is absent: max(−6, −0.5) = −0.5.
+    assert_eq!(y.data, vec![-0.5]);
+    let g = DenseArray::new(vec![2, 2], vec![0.0, 1.0, 1.0, 0.0]).unwrap();
+    let f = DenseArray::new(vec![2], vec![1.0, 0.0]).unwrap();
+    let c = checked("r(j) = or[i](and(f(i), G(i,j)))");
+    let r = evaluate(&c, &inputs(vec![("f", f), ("G", g)]), None).unwrap();
+    assert_eq!(r.data, vec![0.0, 1.0]);
+}
+
+/// A diagonal is read with one variable for both modes.
+#[test]
+fn diagonal_by_hand() {
+    let a = DenseArray::new(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+    let z = DenseArray::new(vec![2], vec![10.0, 100.0]).unwrap();
+    let c = checked("y(i) = A(i,i) * z(i)");
+    let y = evaluate(&c, &inputs(vec![("A", a), ("z", z)]), None).unwrap();
+    assert_eq!(y.data, vec![10.0, 400.0]);
+}

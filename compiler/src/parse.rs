@@ -59,12 +59,37 @@ pub enum Item {
     Directive(ScheduleItem),
 }
 
-/// The element-wise functions, by the name they are called with.
-pub const FUNCTIONS: [(&str, Func); 4] = [
+/// The element-wise functions of one argument, by the name they are called with.
+pub const FUNCTIONS: [(&str, Func); 7] = [
     ("exp", Func::Exp),
     ("log", Func::Log),
     ("sqrt", Func::Sqrt),
     ("abs", Func::Abs),
+    ("sin", Func::Sin),
+    ("cos", Func::Cos),
+    ("tanh", Func::Tanh),
+];
+
+/// The element-wise functions of two arguments.
+pub const BINARY_FUNCTIONS: [(&str, BinOp); 11] = [
+    ("min", BinOp::Min),
+    ("max", BinOp::Max),
+    ("pow", BinOp::Pow),
+    ("lt", BinOp::Lt),
+    ("le", BinOp::Le),
+    ("gt", BinOp::Gt),
+    ("ge", BinOp::Ge),
+    ("eq", BinOp::Eq),
+    ("ne", BinOp::Ne),
+    ("and", BinOp::And),
+    ("or", BinOp::Or),
+];
+
+/// The reductions written `op[vars](e)` (`+` is the default and written without one).
+pub const REDUCTIONS: [(&str, ReduceOp); 3] = [
+    ("min", ReduceOp::Min),
+    ("max", ReduceOp::Max),
+    ("or", ReduceOp::Or),
 ];
 
 /// The schedule directives with their argument forms, for hints.
@@ -76,12 +101,40 @@ pub const DIRECTIVES: [&str; 5] = [
     "parallelize(i)",
 ];
 
-fn function_names() -> String {
-    FUNCTIONS
-        .iter()
-        .map(|(n, _)| *n)
-        .collect::<Vec<_>>()
-        .join(", ")
+/// Every function, with its arity, for hints.
+pub fn function_names() -> String {
+    let one = FUNCTIONS.iter().map(|(n, _)| format!("{n}(x)"));
+    let two = BINARY_FUNCTIONS.iter().map(|(n, _)| format!("{n}(x, y)"));
+    one.chain(two).collect::<Vec<_>>().join(", ")
+}
+
+fn arity_mismatch(name: &Ident, want: usize, found: usize, span: Span) -> SyntaxError {
+    let example = if want == 1 {
+        format!("`{}(x(i))`", name.name)
+    } else {
+        format!("`{}(x(i), y(i))`", name.name)
+    };
+    let mut d = Diagnostic::new(
+        format!(
+            "`{}` takes {}, found {found}",
+            name.name,
+            if want == 1 {
+                "one argument"
+            } else {
+                "2 arguments"
+            }
+        ),
+        span,
+    )
+    .label(format!("{found} argument(s)"))
+    .hint(format!("write e.g. {example}"));
+    if want == 2 && found == 1 && REDUCTIONS.iter().any(|(n, _)| *n == name.name) {
+        d = d.hint(format!(
+            "to reduce over an index variable with `{0}`, name it in brackets: `{0}[k](A(i,k) + B(k,j))`",
+            name.name
+        ));
+    }
+    d.into()
 }
 
 /// `name(args)` in an expression is a function call when `name` is a function, else a tensor
@@ -89,17 +142,22 @@ fn function_names() -> String {
 pub fn resolve_call(name: Ident, args: Vec<Expr>, span: Span) -> Result<Expr, SyntaxError> {
     if let Some((_, func)) = FUNCTIONS.iter().find(|(n, _)| *n == name.name) {
         if args.len() != 1 {
-            let d = Diagnostic::new(
-                format!("`{}` takes one argument, found {}", name.name, args.len()),
-                span,
-            )
-            .label("here")
-            .hint(format!("write e.g. `{}(x(i))`", name.name));
-            return Err(d.into());
+            return Err(arity_mismatch(&name, 1, args.len(), span));
         }
         let arg = args.into_iter().next().expect("one argument");
         return Ok(Expr {
             kind: ExprKind::Call(*func, Box::new(arg)),
+            span,
+        });
+    }
+    if let Some((_, op)) = BINARY_FUNCTIONS.iter().find(|(n, _)| *n == name.name) {
+        if args.len() != 2 {
+            return Err(arity_mismatch(&name, 2, args.len(), span));
+        }
+        let mut it = args.into_iter();
+        let (a, b) = (it.next().expect("two"), it.next().expect("two"));
+        return Ok(Expr {
+            kind: ExprKind::Binary(*op, Box::new(a), Box::new(b)),
             span,
         });
     }
@@ -111,21 +169,10 @@ pub fn resolve_call(name: Ident, args: Vec<Expr>, span: Span) -> Result<Expr, Sy
                 indices: inner,
                 ..
             }) if inner.is_empty() => indices.push(tensor),
-            _ => {
-                let d = Diagnostic::new(
-                    format!(
-                        "`{}(...)` is neither a tensor access nor a known function",
-                        name.name
-                    ),
-                    arg.span,
-                )
-                .label("an index must be an index-variable name such as `i`")
-                .hint(format!(
-                    "tensor indices are plain names (no arithmetic); the functions are {}",
-                    function_names()
-                ));
-                return Err(d.into());
+            ExprKind::Binary(..) | ExprKind::Neg(_) | ExprKind::Const(_) => {
+                return Err(index_arithmetic(&name, arg.span).into())
             }
+            _ => return Err(unknown_function(&name, arg.span).into()),
         }
     }
     let access = Access {
@@ -135,6 +182,77 @@ pub fn resolve_call(name: Ident, args: Vec<Expr>, span: Span) -> Result<Expr, Sy
     };
     Ok(Expr {
         kind: ExprKind::Access(access),
+        span,
+    })
+}
+
+/// `A(i+1, j)`, `A(2, j)`: indices are names only.
+fn index_arithmetic(tensor: &Ident, span: Span) -> Diagnostic {
+    Diagnostic::new(
+        format!(
+            "index arithmetic is not supported: the indices of `{}` must be index-variable names",
+            tensor.name
+        ),
+        span,
+    )
+    .label("not an index-variable name")
+    .hint("shifted or constant indices (`i+1`, `2`) are not supported; write a plain variable such as `i`, and shift or slice the data when you build the tensor")
+    .hint(format!(
+        "if `{}` was meant as a function, the functions are: {}",
+        tensor.name,
+        function_names()
+    ))
+}
+
+/// `foo(x(i))`: neither a tensor access (its argument is not a name) nor a function.
+fn unknown_function(name: &Ident, arg_span: Span) -> Diagnostic {
+    Diagnostic::new(
+        format!("unknown function `{}`", name.name),
+        name.span.clone(),
+    )
+    .label("not a function")
+    .related(
+        arg_span,
+        "a tensor's indices are index-variable names, so this is not a tensor access",
+    )
+    .hint(format!("the functions are: {}", function_names()))
+    .hint("reductions other than `+` are written `min[k](...)`, `max[k](...)`, `or[k](...)`")
+}
+
+/// `min[k, l](e)`: a reduction with another operator than `+`.
+pub fn resolve_reduction(
+    name: Ident,
+    vars: Vec<Ident>,
+    body: Expr,
+    span: Span,
+) -> Result<Expr, SyntaxError> {
+    let Some((_, op)) = REDUCTIONS.iter().find(|(n, _)| *n == name.name) else {
+        let names: Vec<&str> = REDUCTIONS.iter().map(|(n, _)| *n).collect();
+        let mut d = Diagnostic::new(format!("unknown reduction `{}`", name.name), name.span)
+            .label("not a reduction")
+            .hint(format!(
+                "the reductions are {} (written `min[k](...)`)",
+                names.join(", ")
+            ));
+        if name.name == "sum" {
+            d = d.hint("sums need no operator: `y(i) = A(i,j) * x(j)` sums over `j`");
+        }
+        return Err(d.into());
+    };
+    if vars.is_empty() {
+        return Err(Diagnostic::new(
+            format!(
+                "`{}[...]` names no index variable to reduce over",
+                name.name
+            ),
+            span,
+        )
+        .label("empty brackets")
+        .hint(format!("write e.g. `{}[k](A(i,k) + B(k,j))`", name.name))
+        .into());
+    }
+    Ok(Expr {
+        kind: ExprKind::Reduce(*op, vars, Box::new(body)),
         span,
     })
 }
@@ -341,7 +459,9 @@ fn convert(e: LalrpopError<'_>, src: &str, base: usize) -> Diagnostic {
             let span = (base + location)..(base + location + ch.len_utf8());
             Diagnostic::new(format!("unexpected character `{ch}`"), span)
                 .label("not part of the language")
-                .hint("expressions use names, numbers, `( ) , + - * / = +=`; schedules also `[ ]` and `;`")
+                .hint(
+                    "expressions use names, numbers, `( ) [ ] , + - * / = +=`; schedules also `;`",
+                )
         }
         ParseError::UnrecognizedEof { location, expected } => {
             let span = (base + location)..(base + location);

@@ -151,15 +151,30 @@ fn syntax_errors_point_at_the_culprit() {
     let d = fails("y(i) = A(i,j) x(j)", "", "x");
     assert!(d.hint.as_deref().unwrap().contains('*'), "{:?}", d.hint);
     fails("y(i) = A(i,j) * x(j", "unexpected end of input", "");
-    fails(
-        "y(i) = A(i+1)",
-        "is neither a tensor access nor a known function",
-        "i+1",
+    let d = fails("y(i) = A(i+1)", "index arithmetic is not supported", "i+1");
+    assert!(
+        d.hint.as_deref().unwrap().contains("plain variable"),
+        "{:?}",
+        d.hint
+    );
+    let d = fails("y(i) = sinh(x(i))", "unknown function `sinh`", "sinh");
+    let hint = d.hint.unwrap();
+    assert!(
+        hint.contains("tanh(x)") && hint.contains("max(x, y)"),
+        "{hint}"
     );
     fails(
-        "y(i) = sin(x(i))",
-        "is neither a tensor access nor a known function",
-        "x(i)",
+        "y(i) = max(x(i))",
+        "`max` takes 2 arguments, found 1",
+        "max(x(i))",
+    );
+    let d = fails("y(i) = max(x(i))", "", "max(x(i))");
+    assert!(d.hint.unwrap().contains("max[k]("));
+    fails("y(i) = sum[j](A(i,j))", "unknown reduction `sum`", "sum");
+    fails(
+        "y(i) = min[](A(i,j))",
+        "names no index variable",
+        "min[](A(i,j))",
     );
     fails(
         "y(i) = exp(x(i), 2)",
@@ -246,6 +261,10 @@ fn strip(e: &Expr) -> String {
         ExprKind::Neg(x) => format!("-({})", strip(x)),
         ExprKind::Call(f, x) => format!("{f:?}({})", strip(x)),
         ExprKind::Binary(op, a, b) => format!("({} {op:?} {})", strip(a), strip(b)),
+        ExprKind::Reduce(op, vars, x) => {
+            let v: Vec<&str> = vars.iter().map(|i| i.name.as_str()).collect();
+            format!("{op:?}[{}]({})", v.join(","), strip(x))
+        }
     }
 }
 
@@ -331,4 +350,21 @@ proptest! {
             prop_assert!(!d.message.is_empty());
         }
     }
+}
+
+#[test]
+fn functions_of_two_arguments_and_reductions_parse() {
+    let a = expr("y(i) = max(x(i), 0) + pow(z(i), 2)");
+    let ExprKind::Binary(BinOp::Add, l, r) = &a.rhs.kind else {
+        panic!("{:?}", a.rhs)
+    };
+    assert!(matches!(l.kind, ExprKind::Binary(BinOp::Max, _, _)));
+    assert!(matches!(r.kind, ExprKind::Binary(BinOp::Pow, _, _)));
+    let a = expr("C(i,j) = min[k](A(i,k) + B(k,j))");
+    let ExprKind::Reduce(ReduceOp::Min, vars, body) = &a.rhs.kind else {
+        panic!("{:?}", a.rhs)
+    };
+    assert_eq!(vars[0].name, "k");
+    assert_eq!(strip(body), "(A(i,k) Add B(k,j))");
+    assert_eq!(a.rhs.span, 9..32);
 }

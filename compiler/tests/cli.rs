@@ -471,3 +471,122 @@ fn catalogue_through_the_cli() {
         }
     }
 }
+
+/// Paths are checked before anything is built: the error names the path and the flag, and
+/// the (fresh) cache stays empty.
+#[test]
+fn paths_are_checked_before_any_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let cmd = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_tessera"))
+            .env("TESSERA_CACHE", &cache)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let nodir = dir.path().join("nodir/prog").display().to_string();
+    let err = failed(
+        cmd(&[
+            "compile",
+            "y(i) = A(i,j) * x(j)",
+            "-f",
+            "A:csr",
+            "-o",
+            &nodir,
+        ]),
+        "compile into a missing directory",
+    );
+    assert!(
+        err.contains("nodir") && err.contains("does not exist"),
+        "{err}"
+    );
+    assert!(!err.contains("bin/"), "blames the cached binary: {err}");
+    let missing = format!("A={}", dir.path().join("A.mtx").display());
+    let out = dir.path().join("y.tns").display().to_string();
+    let err = failed(
+        cmd(&[
+            "run",
+            "y(i) = A(i,j) * x(j)",
+            "-i",
+            &missing,
+            "-i",
+            "x=x.tns",
+            "-o",
+            &out,
+        ]),
+        "run on a missing input",
+    );
+    assert!(
+        err.contains("A.mtx") && err.contains("cannot read"),
+        "{err}"
+    );
+    assert!(!cache.exists(), "something was built");
+
+    // `cache info` and `cache clean` on that cache.
+    std::fs::create_dir_all(cache.join("bin")).unwrap();
+    std::fs::write(cache.join("bin/tessera-prog-x"), [0u8; 10]).unwrap();
+    let info = String::from_utf8(ok(cmd(&["cache", "info"]), "cache info").stdout).unwrap();
+    assert!(
+        info.contains("1 program(s)") && info.contains("MiB"),
+        "{info}"
+    );
+    ok(cmd(&["cache", "clean"]), "cache clean");
+    assert!(!cache.exists());
+}
+
+/// A min-plus product through the command line, with mode orders that agree with no loop
+/// order (one operand re-packed, and said so): the entries the program stores are the
+/// oracle's finite ones, absent entries being +∞.
+#[test]
+fn min_plus_through_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| -> PathBuf { dir.path().join(name) };
+    let (a, b, d) = (tensor(&[4, 3], 1), tensor(&[3, 5], 2), tensor(&[4, 5], 3));
+    write_mtx(&p("A.mtx"), &a);
+    write_mtx(&p("B.mtx"), &b);
+    write_mtx(&p("D.mtx"), &d);
+    let expr = "C(i,j) = min[k](A(i,k) + B(k,j) + D(i,j))";
+    let out = tessera()
+        .args([
+            "run", expr, "-f", "A:csr", "-f", "B:csr", "-f", "D:csc", "-f", "C:dcsr",
+        ])
+        .args(["-i", &arg("A", &p("A.mtx")), "-i", &arg("B", &p("B.mtx"))])
+        .args(["-i", &arg("D", &p("D.mtx"))])
+        .args(["-o", &p("C.mtx").display().to_string()])
+        .output()
+        .unwrap();
+    let out = ok(out, "tessera run min-plus");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("re-packed"), "{err}");
+    let dense_inf = |t: &Tensor<f64>| {
+        let mut d = DenseArray::new(
+            t.dims().to_vec(),
+            vec![f64::INFINITY; t.dims().iter().product()],
+        )
+        .unwrap();
+        for (c, v) in t.entries() {
+            d.data[c[0] * t.dims()[1] + c[1]] = v;
+        }
+        d
+    };
+    let c = check(parse::program(expr, 0).unwrap(), &Dims::new()).unwrap();
+    let inputs: HashMap<String, DenseArray> = [("A", &a), ("B", &b), ("D", &d)]
+        .map(|(n, t)| (n.to_string(), dense_inf(t)))
+        .into();
+    let want = evaluate(&c, &inputs, None).unwrap();
+    let mut got = DenseArray::new(vec![4, 5], vec![f64::INFINITY; 20]).unwrap();
+    let mut r = open_text(&p("C.mtx")).unwrap();
+    let mut co = vec![0u64; 2];
+    while let Some(v) = r.next_entry(&mut co).unwrap() {
+        got.data[co[0] as usize * 5 + co[1] as usize] = v;
+    }
+    for (g, w) in got.data.iter().zip(&want.data) {
+        assert!(
+            g == w || (g - w).abs() <= 1e-9 * (1.0 + w.abs()),
+            "got {:?}\nwant {:?}",
+            got.data,
+            want.data
+        );
+    }
+}

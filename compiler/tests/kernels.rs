@@ -241,11 +241,36 @@ fn classic_plans() {
     assert_eq!(k.nests[0].loops[0].domain, Domain::Universe);
 }
 
-/// Impossible orders are rejected with the operand to re-store, and following the hint works.
+/// Conflicting mode orders re-pack the cheapest operand once, and say so; with a distribution
+/// schedule they are rejected with the operand to re-store, and following the hint works.
 #[test]
-fn impossible_order_names_the_fix() {
+fn impossible_order_repacks_or_names_the_fix() {
     let case = Case::fixed(
         "C(i,j) = A(i,j) + B(i,j)",
+        &[("A", "csr"), ("B", "csc")],
+        &[],
+        0,
+    );
+    let k = case.lower().unwrap();
+    assert_eq!(k.repacks.len(), 1, "{k}");
+    assert!(k.to_string().contains("repack "), "{k}");
+    let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
+    let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
+    let got = interp::run(&k, &refs, &case.out_dims()).unwrap();
+    common::assert_close(&got.to_dense(), &case.oracle(), &k.to_string());
+    // A vector and a matrix conflict: the vector is the cheaper one to re-pack.
+    let k = Case::fixed(
+        "y(i) = A(i,j) * B(j,i) * x(i)",
+        &[("A", "ds"), ("B", "ds")],
+        &[],
+        0,
+    )
+    .lower()
+    .unwrap();
+    assert_eq!(k.repacks.len(), 1, "{k}");
+
+    let case = Case::fixed(
+        "C(i,j) = A(i,j) + B(i,j); split(i, io, ii, 2)",
         &[("A", "csr"), ("B", "csc")],
         &[],
         0,
@@ -267,7 +292,12 @@ fn impossible_order_names_the_fix() {
     } else {
         ("A", "csr")
     };
-    let fixed = Case::fixed("C(i,j) = A(i,j) + B(i,j)", &[(name, fmt), other], &[], 0);
+    let fixed = Case::fixed(
+        "C(i,j) = A(i,j) + B(i,j); split(i, io, ii, 2)",
+        &[(name, fmt), other],
+        &[],
+        0,
+    );
     assert!(fixed.lower().is_ok(), "hint `{flag}` did not fix it");
 }
 
@@ -405,4 +435,93 @@ fn verifier_rejects_broken_plans() {
     let mut bad = k;
     bad.nests[0].acc_depth = 0;
     assert!(bad.verify().unwrap_err().contains("free variable"));
+}
+
+/// Runs one random instance of a semiring-catalogue statement through the interpreter and
+/// compares it, with absent entries read as the reduction's identity, against the oracle.
+fn check_semiring<I: tessera_formats::Index>(expr: &str, seed: u64) -> bool {
+    let mut rng = Rng(seed);
+    let case = Case::random(expr, &mut rng);
+    let kernel = match case.lower() {
+        Ok(k) => k,
+        Err(LowerError::NoLoopOrder { .. } | LowerError::PaddedOutput { .. }) => return false,
+        Err(e) => panic!("{}: {e}", case.describe()),
+    };
+    let inputs: Vec<Tensor<f64, I>> = case.input_tensors();
+    let refs: Vec<&Tensor<f64, I>> = inputs.iter().collect();
+    let got = interp::run(&kernel, &refs, &case.out_dims())
+        .unwrap_or_else(|e| panic!("{}: {e}\n{kernel}", case.describe()));
+    common::assert_close(
+        &common::densify(&got, case.fill()),
+        &case.oracle(),
+        &format!("{}\n{kernel}", case.describe()),
+    );
+    true
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn semirings_match_oracle(pick in 0..common::semiring_catalogue().len(), seed in any::<u64>()) {
+        check_semiring::<u32>(common::semiring_catalogue()[pick], seed);
+    }
+}
+
+/// Every semiring-catalogue entry runs for some random formats.
+#[test]
+fn every_semiring_entry_runs() {
+    for expr in common::semiring_catalogue() {
+        let ran = (0..64u64)
+            .filter(|s| check_semiring::<u64>(expr, s * 7919 + 3))
+            .count();
+        assert!(ran > 0, "`{expr}` never lowered");
+    }
+}
+
+/// A sparse output with a dense level below a compressed one pads that level: under `min`
+/// the padding must read as +∞ (absent), not 0.
+#[test]
+fn min_plus_into_padded_sparse_output() {
+    for (seed, out) in (0..24u64).flat_map(|s| ["sd", "sd:1,0", "ds", "ss"].map(|f| (s, f))) {
+        let case = Case::fixed(
+            "C(i,j) = min[k](A(i,k) + B(k,j))",
+            &[("A", "ds"), ("B", "ss"), ("C", out)],
+            &[("i", 4), ("j", 5), ("k", 3)],
+            seed,
+        );
+        let k = match case.lower() {
+            Err(LowerError::PaddedOutput { .. }) if out.starts_with("sd") => continue,
+            other => other.unwrap(),
+        };
+        let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
+        let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
+        let got = interp::run(&k, &refs, &case.out_dims()).unwrap();
+        common::assert_close(
+            &common::densify(&got, f64::INFINITY),
+            &case.oracle(),
+            &format!("{}\n{k}", case.describe()),
+        );
+    }
+}
+
+/// `A(i,j) = B(j,i)` into CSR: entries come out once, column by column, and are put in row
+/// order by counting sorts (`Scatter`), not collected and comparison-sorted.
+#[test]
+fn transpose_into_a_sparse_output_scatters() {
+    for seed in 0..16u64 {
+        let case = Case::fixed(
+            "A(i,j) = B(j,i)",
+            &[("A", "csr"), ("B", "csr")],
+            &[("i", 5), ("j", 7)],
+            seed,
+        );
+        let k = case.lower().unwrap();
+        assert_eq!(k.nests[0].assembly, tessera_compiler::ir::Assembly::Scatter);
+        let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
+        let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
+        let got = interp::run(&k, &refs, &case.out_dims()).unwrap();
+        assert_eq!(got.format(), &case.format_of("A"));
+        common::assert_close(&got.to_dense(), &case.oracle(), &case.describe());
+    }
 }

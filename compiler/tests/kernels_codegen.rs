@@ -51,7 +51,10 @@ fn instances() -> Vec<Instance> {
         ("f32", "u32"),
         ("f32", "u64"),
     ];
-    for (e, expr) in catalogue().into_iter().enumerate() {
+    let semirings = common::semiring_catalogue();
+    let all = catalogue().into_iter().chain(semirings.iter().copied());
+    for (e, expr) in all.enumerate() {
+        let semiring = semirings.contains(&expr);
         let mut found = 0;
         for attempt in 0..60u64 {
             if found == 3 {
@@ -76,7 +79,7 @@ fn instances() -> Vec<Instance> {
             let n = out.len();
             let (value, index) = types[n % types.len()];
             // Every third instance runs on block views of its inputs.
-            let blocks = (n % 3 == 1).then(|| {
+            let blocks = (n % 3 == 1 && !semiring).then(|| {
                 let (tensors, data) = common::block_inputs::<u64>(&case, &mut rng);
                 let want = common::oracle_on(&case, &data);
                 (tensors, want)
@@ -129,7 +132,13 @@ fn main_rs(instances: &[Instance]) -> String {
     let mut s = String::from("use tessera_formats::{Format, Level, Tensor, Value};\n\n");
     s.push_str(
         "fn close(got: &[f64], want: &[f64]) -> bool {\n\
-         got.len() == want.len() && got.iter().zip(want).all(|(g, w)| (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= 1e-4 * (1.0 + w.abs()))\n}\n\n",
+         got.len() == want.len() && got.iter().zip(want).all(|(g, w)| (g.is_nan() && w.is_nan()) || g == w || (w.is_finite() && (g - w).abs() <= 1e-4 * (1.0 + w.abs())))\n}\n\n",
+    );
+    s.push_str(
+        "fn dense_of<V: Value, I: tessera_formats::Index>(t: &Tensor<V, I>, fill: f64) -> Vec<f64> {\n\
+         let mut out = vec![fill; t.dims().iter().product()];\n\
+         for (c, v) in t.entries() { let at = c.iter().zip(t.dims()).fold(0, |a, (c, d)| a * d + c); out[at] = v.to_f64(); }\n\
+         out\n}\n\n",
     );
     s.push_str("fn main() {\n    let mut failures = 0usize;\n");
     for (n, inst) in instances.iter().enumerate() {
@@ -145,6 +154,14 @@ fn main_rs(instances: &[Instance]) -> String {
                     "        let {var} = {};",
                     tensor_code(&blocks[slot], v, i)
                 );
+                names.push(format!("&{var}"));
+                continue;
+            }
+            if c.fill() != 0.0 {
+                // Dense levels must hold the fill where nothing is stored: rebuild exactly.
+                let var = format!("in_{}", t.name);
+                let tensor = &c.input_tensors::<u64>()[slot];
+                let _ = writeln!(s, "        let {var} = {};", tensor_code(tensor, v, i));
                 names.push(format!("&{var}"));
                 continue;
             }
@@ -173,7 +190,7 @@ fn main_rs(instances: &[Instance]) -> String {
             s,
             "        let pool = rayon::ThreadPoolBuilder::new().num_threads({}).build().unwrap();\n\
              \x20       let out = pool.install(|| kernels::{}::<{v}, {i}>(&[{}], &{:?}));\n\
-             \x20       let got: Vec<f64> = out.to_dense().iter().map(|x| x.to_f64()).collect();\n\
+             \x20       let got: Vec<f64> = dense_of(&out, {});\n\
              \x20       if out.format() != &Format::parse({:?}, {}).unwrap() || !close(&got, &[{}]) {{\n\
              \x20           failures += 1;\n\
              \x20           eprintln!(\"case {n} FAILED: {}\\n got {{got:?}}\");\n\
@@ -182,6 +199,7 @@ fn main_rs(instances: &[Instance]) -> String {
             inst.kernel_fn,
             names.join(", "),
             c.out_dims(),
+            lit(c.fill()),
             c.format_of(&c.output_name()).to_string(),
             c.format_of(&c.output_name()).rank(),
             want.join(", "),

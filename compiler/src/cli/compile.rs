@@ -42,11 +42,27 @@ pub fn build(
         distributed,
     };
     let g = driver::generate(&c.checked, &c.kernel, &c.text, opts)?;
-    let bin = driver::build(&g, &driver::cache_dir(), std::io::stderr().is_terminal())?;
+    let cache = driver::cache_dir();
+    let bin = driver::build(&g, &cache, std::io::stderr().is_terminal())?;
+    super::cache::touch(&bin);
+    let freed = super::cache::enforce(&cache, super::cache::limit()?, &bin);
+    if freed > 0 {
+        eprintln!(
+            "note: removed {:.1} MiB of least recently used programs from {} (TESSERA_CACHE_LIMIT)",
+            freed as f64 / (1 << 20) as f64,
+            cache.display()
+        );
+    }
     Ok((g, bin))
 }
 
 pub fn run(args: CompileArgs) -> anyhow::Result<ExitCode> {
+    super::paths::check_output(&args.output, "-o")?;
+    if let Some(dir) = &args.keep_source {
+        if dir.exists() && !dir.is_dir() {
+            anyhow::bail!("`--keep-source {}`: not a directory", dir.display());
+        }
+    }
     let (g, bin) = build(&args.statement, &Dims::new())?;
     driver::copy_atomically(&bin, &args.output)
         .with_context(|| format!("writing the executable to {}", args.output.display()))?;

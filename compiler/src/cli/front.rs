@@ -52,6 +52,16 @@ pub fn front(args: &StatementArgs, dims: &Dims) -> anyhow::Result<Compiled> {
     .map_err(|d| render(&d, &sources))?;
     let checked = check::check(stmt, dims).map_err(|d| render(&d, &sources))?;
     let kernel = lower::lower(&checked).map_err(|e| render(&lower_diagnostic(&e), &sources))?;
+    for r in &kernel.repacks {
+        eprintln!(
+            "note: `{n}` is re-packed from {} to {} once before the kernel (its mode order agrees \
+             with no loop order); give `-f {n}:{}` to store it that way and skip the transpose",
+            r.from,
+            r.to,
+            r.to,
+            n = r.name
+        );
+    }
     let plan = plan::plan(&checked, &kernel)
         .map_err(|d| Rendered(sources.render(&d, std::io::stderr().is_terminal())));
     let mut text = args.expr.trim().to_string();

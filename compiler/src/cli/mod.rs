@@ -1,8 +1,10 @@
 //! The `tessera` command line: `emit`, `compile` and `run`, one module each.
 
+mod cache;
 mod compile;
 mod emit;
 mod front;
+mod paths;
 mod planned;
 mod run;
 
@@ -46,6 +48,8 @@ pub enum Command {
     /// Compile (cached) and run a statement on tensor files.
     #[command(after_help = EXAMPLES)]
     Run(run::RunArgs),
+    /// The cache of compiled programs: `info`, `clean` (size limit: TESSERA_CACHE_LIMIT MiB).
+    Cache(cache::CacheArgs),
 }
 
 /// The statement: expression, formats and schedule (shared by every subcommand).
@@ -71,6 +75,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Emit(a) => emit::run(a),
         Command::Compile(a) => compile::run(a),
         Command::Run(a) => run::run(a),
+        Command::Cache(a) => cache::run(a),
     }
 }
 

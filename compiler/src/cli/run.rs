@@ -60,6 +60,9 @@ fn header_dims(inputs: &[String]) -> Dims {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    // Before any build: every input readable, the output's directory there.
+    super::paths::check_inputs(&args.inputs)?;
+    super::paths::check_output(&args.output, "-o")?;
     let dims = header_dims(&args.inputs);
     let c = super::front(&args.statement, &dims)?;
     if args.interpret {

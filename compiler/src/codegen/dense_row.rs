@@ -59,7 +59,7 @@ impl Gen<'_> {
             return None;
         }
         let var = self.var(lp.var);
-        let e = Self::expr(&nest.expr);
+        let e = self.expr(&nest.expr);
         let (write, out_slice) = match out_row {
             Some(start) if out_here => {
                 let slice = match target {
@@ -71,7 +71,7 @@ impl Gen<'_> {
                         quote!(let orow: &mut [V] = &mut buf[#start..][..n];)
                     }
                 };
-                (quote!(orow[t] += #e;), slice)
+                (self.accumulate(quote!(orow[t]), e), slice)
             }
             _ => {
                 let touched = if self.k.output_kind == OutputKind::Sparse {
@@ -79,7 +79,8 @@ impl Gen<'_> {
                 } else {
                     quote!()
                 };
-                (quote!(acc += #e; #touched), quote!())
+                let acc = self.accumulate(quote!(acc), e);
+                (quote!(#acc #touched), quote!())
             }
         };
         Some(quote! {

@@ -19,10 +19,41 @@ impl Gen<'_> {
             let vals = self.vals(t);
             let tv = format_ident!("t{}", t);
             let name = &decl.name;
-            out.extend(quote! {
-                let #tv = inputs[#slot];
-                let #vals: &[V] = #tv.vals();
-            });
+            out.extend(quote!(let #tv: &Tensor<V, I> = inputs[#slot];));
+            if self.k.repacks.iter().any(|r| r.slot == slot) {
+                // Its mode order agrees with no loop order: transposed once, here (unless the
+                // caller already passes it in the kernel's format).
+                let (f, rank) = (decl.format.to_string(), decl.rank());
+                let owned = format_ident!("t{}_repacked", t);
+                let order = decl.format.mode_order();
+                let sort = counting_sort(quote!(scatter), quote!(level_dims));
+                let finish = packed(quote!(#tv.dims()), quote!(to_format));
+                // Entries in the new level order by counting sorts (linear), then packed.
+                out.extend(quote! {
+                    let to_format = ::tessera_formats::Format::parse(#f, #rank)
+                        .expect("the re-pack format was valid at compile time");
+                    let #owned: Option<Tensor<V, I>> = (#tv.format() != &to_format).then(|| {
+                        let order: [usize; #rank] = [#(#order),*];
+                        let level_dims: Vec<usize> = order.iter().map(|m| #tv.dims()[*m]).collect();
+                        let mut scatter: Vec<([usize; #rank], V)> =
+                            #tv.entries().map(|(c, v)| (order.map(|m| c[m]), v)).collect();
+                        #sort
+                        let mut packer = ::tessera_formats::Packer::<V, I, Vec<I>, Vec<V>>::new(
+                            #tv.dims(),
+                            &to_format,
+                            level_dims.iter().map(|d| (*d, 0)).collect(),
+                            |_| (Vec::new(), Vec::new()),
+                            Vec::new(),
+                        );
+                        for (c, v) in &scatter {
+                            packer.push(c, *v).expect("sorted entries append in order");
+                        }
+                        #finish
+                    });
+                    let #tv: &Tensor<V, I> = #owned.as_ref().unwrap_or(#tv);
+                });
+            }
+            out.extend(quote!(let #vals: &[V] = #tv.vals();));
             for (l, lt) in decl.format.levels().iter().enumerate() {
                 let msg = format!("input `{name}` level {l} is not {lt:?} as compiled");
                 match lt {
@@ -75,6 +106,7 @@ impl Gen<'_> {
 
     pub(super) fn output_init(&self) -> TokenStream {
         let fmt = self.format_expr();
+        let fill = self.fill();
         match self.k.output_kind {
             // `vec![zero; n]` rather than `Tensor::zeros`: for floats it is a zeroed allocation
             // (calloc), so the pages are zeroed lazily by whichever thread first writes them
@@ -88,11 +120,12 @@ impl Gen<'_> {
                     .iter()
                     .try_fold(1usize, |n, d| n.checked_mul(*d))
                     .expect("output dimensions fit in memory");
-                let mut out_buf: Vec<V> = vec![V::zero(); out_len];
+                let mut out_buf: Vec<V> = vec![#fill; out_len];
                 let out_vals: &mut [V] = &mut out_buf;
                 }
             }
             OutputKind::Sparse => {
+                let rank = self.k.output_tensor().rank();
                 let fmt_val = quote!(let out_format = #fmt;);
                 let ws = self.workspace_len();
                 quote! {
@@ -105,7 +138,8 @@ impl Gen<'_> {
                         Vec::new(),
                     );
                     let mut entries: Vec<(Vec<usize>, V)> = Vec::new();
-                    let mut ws: Vec<V> = vec![V::zero(); #ws];
+                    let mut scatter: Vec<([usize; #rank], V)> = Vec::new();
+                    let mut ws: Vec<V> = vec![#fill; #ws];
                     let mut ws_mark: Vec<bool> = vec![false; #ws];
                     let mut ws_list: Vec<usize> = Vec::new();
                 }
@@ -146,26 +180,91 @@ impl Gen<'_> {
             OutputKind::Sparse => {
                 let collect = self.k.nests.iter().any(|n| n.assembly == Assembly::Collect);
                 if collect {
+                    // `from_entries` sums duplicates; other reductions combine them first.
+                    let merge = if self.k.reduce == crate::ast::ReduceOp::Sum {
+                        quote!()
+                    } else {
+                        let c = self.combine(quote!(last.1), quote!(v));
+                        quote! {
+                            entries.sort_by(|a, b| a.0.cmp(&b.0));
+                            let mut merged: Vec<(Vec<usize>, V)> = Vec::with_capacity(entries.len());
+                            for (c, v) in entries {
+                                match merged.last_mut() {
+                                    Some(last) if last.0 == c => last.1 = #c,
+                                    _ => merged.push((c, v)),
+                                }
+                            }
+                            let entries = merged;
+                        }
+                    };
                     quote! {
+                        #merge
                         Tensor::from_entries(out_dims.to_vec(), out_format, entries)
                             .expect("entries lie inside out_dims")
                     }
                 } else {
+                    let scatter = if self.k.nests.iter().any(|n| n.assembly == Assembly::Scatter) {
+                        // Entries in loop order, each once: into level order (linear).
+                        let sort = counting_sort(quote!(scatter), quote!(level_dims));
+                        quote! {
+                            let level_dims: Vec<usize> =
+                                out_format.mode_order().iter().map(|m| out_dims[*m]).collect();
+                            #sort
+                            for (c, v) in &scatter {
+                                packer.push(c, *v).expect("sorted entries append in order");
+                            }
+                        }
+                    } else {
+                        quote!()
+                    };
+                    let finish = packed(quote!(out_dims), quote!(out_format));
                     quote! {
-                        let (arrays, vals, _) = packer.finish().expect("assembly appends in order");
-                        let levels: Vec<Level<I>> = arrays
-                            .into_iter()
-                            .zip(out_format.mode_order())
-                            .map(|(a, m)| match a {
-                                Some((pos, crd)) => Level::Compressed { pos, crd },
-                                None => Level::Dense { size: out_dims[*m], offset: 0 },
-                            })
-                            .collect();
-                        Tensor::from_parts(out_dims.to_vec(), out_format, levels, vals)
-                            .expect("assembled levels are valid")
+                        #scatter
+                        #finish
                     }
                 }
             }
         }
+    }
+}
+
+/// Sorts `entries` (a `Vec<([usize; R], V)>` in scope) into level order by one stable
+/// counting sort per level, last level first (LSD radix: linear, no comparisons);
+/// `level_dims` is each level's extent.
+fn counting_sort(entries: TokenStream, level_dims: TokenStream) -> TokenStream {
+    quote! {
+        for l in (0..#level_dims.len()).rev() {
+            let mut start = vec![0usize; #level_dims[l] + 1];
+            for (c, _) in &#entries {
+                start[c[l] + 1] += 1;
+            }
+            for k in 1..start.len() {
+                start[k] += start[k - 1];
+            }
+            let mut sorted = #entries.clone();
+            for e in &#entries {
+                let at = &mut start[e.0[l]];
+                sorted[*at] = *e;
+                *at += 1;
+            }
+            #entries = sorted;
+        }
+    }
+}
+
+/// The tensor of a finished `packer` in scope, with dimensions `dims` and format `format`.
+fn packed(dims: TokenStream, format: TokenStream) -> TokenStream {
+    quote! {
+        let (arrays, vals, _) = packer.finish().expect("assembly appends in order");
+        let levels: Vec<Level<I>> = arrays
+            .into_iter()
+            .zip(#format.mode_order())
+            .map(|(a, m)| match a {
+                Some((pos, crd)) => Level::Compressed { pos, crd },
+                None => Level::Dense { size: #dims[*m], offset: 0 },
+            })
+            .collect();
+        Tensor::from_parts(#dims.to_vec(), #format, levels, vals)
+            .expect("assembled levels are valid")
     }
 }

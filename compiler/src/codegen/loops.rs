@@ -6,6 +6,7 @@ use quote::{format_ident, quote};
 
 use super::{Gen, OutTarget};
 use crate::ir::{Assembly, Domain, Formula, LevelRef, Nest, OutputKind};
+use tessera_formats::LevelType;
 
 impl Gen<'_> {
     /// The body of loop `d - 1` (for `d == 0`, the whole nest).
@@ -13,14 +14,15 @@ impl Gen<'_> {
         let sparse = self.k.output_kind == OutputKind::Sparse;
         let mut ts = TokenStream::new();
         if d == nest.acc_depth {
-            ts.extend(quote!(let mut acc = V::zero();));
+            let fill = self.fill();
+            ts.extend(quote!(let mut acc: V = #fill;));
             if sparse {
                 ts.extend(quote!(let mut touched = false;));
             }
         }
         if d == nest.loops.len() {
-            let e = Self::expr(&nest.expr);
-            ts.extend(quote!(acc += #e;));
+            let e = self.expr(&nest.expr);
+            ts.extend(self.accumulate(quote!(acc), e));
             if sparse {
                 ts.extend(quote!(touched = true;));
             }
@@ -213,7 +215,26 @@ impl Gen<'_> {
             let p = self.pos(*r);
             let parent = self.parent(*r);
             let is_output = r.access == self.k.output_access;
-            if is_output {
+            if self.k.level_type(*r) == LevelType::Compressed {
+                // The second mode of a diagonal `A(i,i)`: search the parent's segment.
+                let (pos, crd) = (self.lvl(t, r.level, "pos"), self.lvl(t, r.level, "crd"));
+                let found = quote! {
+                    let (lo, hi) = (#pos[#parent].to_usize(), #pos[#parent + 1].to_usize());
+                    match #crd[lo..hi].binary_search_by(|c| c.to_usize().cmp(&#x)) {
+                        Ok(k) => lo + k,
+                        Err(_) => ABSENT,
+                    }
+                };
+                let guarded = if r.level == 0 {
+                    quote!({ #found })
+                } else {
+                    quote!(if #parent != ABSENT { #found } else { ABSENT })
+                };
+                ts.extend(quote!(let #p = #guarded;));
+                if self.required(nest, r.access) {
+                    ts.extend(quote!(if #p == ABSENT { break #label; }));
+                }
+            } else if is_output {
                 ts.extend(quote!(let #p = #parent * #size + (#x - #off);));
             } else if self.direct_vector(nest, *r) {
                 // A dense vector: its values are its level, so one checked `get` locates it.

@@ -81,6 +81,12 @@ fn doc_comment(k: &Kernel) -> TokenStream {
     if k.parallel.is_some() {
         lines.push(" Runs its outermost loop over threads with `::rayon`.".into());
     }
+    for r in &k.repacks {
+        lines.push(format!(
+            " Re-packs `{}` from {} to {} once before the loops (its mode order agrees with no loop order).",
+            r.name, r.from, r.to
+        ));
+    }
     quote! { #(#[doc = #lines])* }
 }
 

@@ -21,7 +21,7 @@ impl Gen<'_> {
         match self.k.output_kind {
             OutputKind::Scalar => {
                 let slot = self.out_slot(quote!(0usize), target);
-                quote!(#slot += acc;)
+                self.accumulate(slot, quote!(acc))
             }
             OutputKind::Dense => {
                 let p = self.pos(LevelRef {
@@ -29,7 +29,7 @@ impl Gen<'_> {
                     level: out.level_vars.len() - 1,
                 });
                 let slot = self.out_slot(quote!(#p), target);
-                quote!(#slot += acc;)
+                self.accumulate(slot, quote!(acc))
             }
             OutputKind::Sparse => {
                 let coords: Vec<Ident> = out.level_vars.iter().map(|v| self.var(*v)).collect();
@@ -40,11 +40,16 @@ impl Gen<'_> {
                     Assembly::InOrder => quote! {
                         packer.push(&[#(#coords),*], acc).expect("loop order yields sorted unique entries");
                     },
+                    Assembly::Scatter if target == OutTarget::Entries => {
+                        quote!(local.push(([#(#coords),*], acc));)
+                    }
+                    Assembly::Scatter => quote!(scatter.push(([#(#coords),*], acc));),
                     Assembly::Workspace { var, .. } => {
                         let w = self.var(var);
+                        let add = self.accumulate(quote!(ws[#w]), quote!(acc));
                         quote! {
                             if !ws_mark[#w] { ws_mark[#w] = true; ws_list.push(#w); }
-                            ws[#w] += acc;
+                            #add
                         }
                     }
                     Assembly::Collect | Assembly::None if target == OutTarget::Entries => {
@@ -74,11 +79,12 @@ impl Gen<'_> {
         } else {
             quote!(packer.push(&[#(#prefix,)* c], ws[c]).expect("workspace flushes sorted unique entries");)
         };
+        let fill = self.fill();
         quote! {
             ws_list.sort_unstable();
             for &c in ws_list.iter() {
                 #emit
-                ws[c] = V::zero();
+                ws[c] = #fill;
                 ws_mark[c] = false;
             }
             ws_list.clear();

@@ -49,13 +49,16 @@ impl Gen<'_> {
         }
         let visit = self.visit(nest, 0, &label, OutTarget::Partial);
         let (items, bind_pos) = self.parallel_items(nest)?;
+        // Partial outputs start at the reduction's identity and are combined with it.
+        let fill = self.fill();
+        let fold = self.accumulate(quote!(*x), quote!(*y));
         Some(quote! {
             {
                 use ::rayon::prelude::*;
                 let len = out_vals.len();
                 let partial = #items
                     .fold(
-                        || vec![V::zero(); len],
+                        || vec![#fill; len],
                         |mut buf, (#var, q)| {
                             #bind_pos
                             #label: { #visit }
@@ -63,13 +66,13 @@ impl Gen<'_> {
                         },
                     )
                     .reduce(
-                        || vec![V::zero(); len],
+                        || vec![#fill; len],
                         |mut a, b| {
-                            for (x, y) in a.iter_mut().zip(&b) { *x += *y; }
+                            for (x, y) in a.iter_mut().zip(&b) { #fold }
                             a
                         },
                     );
-                for (x, y) in out_vals.iter_mut().zip(&partial) { *x += *y; }
+                for (x, y) in out_vals.iter_mut().zip(&partial) { #fold }
             }
         })
     }
@@ -89,6 +92,7 @@ impl Gen<'_> {
         let visit = self.visit(nest, 0, &label, OutTarget::Entries);
         let rank = self.k.output_tensor().rank();
         let ws = self.workspace_len();
+        let fill = self.fill();
         let sink = if nest.assembly == Assembly::Collect {
             let order: Vec<usize> = self.k.output_tensor().format.mode_order().to_vec();
             quote! {
@@ -96,6 +100,8 @@ impl Gen<'_> {
                 for (l, m) in [#(#order),*].iter().enumerate() { by_mode[*m] = c[l]; }
                 entries.push((by_mode, v));
             }
+        } else if nest.assembly == Assembly::Scatter {
+            quote!(scatter.push((c, v));)
         } else {
             quote!(packer.push(&c, v).expect("jobs append in loop order");)
         };
@@ -104,7 +110,7 @@ impl Gen<'_> {
                 use ::rayon::prelude::*;
                 let parts: Vec<Vec<([usize; #rank], V)>> = #items
                     .map_init(
-                        || (vec![V::zero(); #ws], vec![false; #ws], Vec::<usize>::new()),
+                        || (vec![#fill; #ws], vec![false; #ws], Vec::<usize>::new()),
                         |(ws, ws_mark, ws_list), (#var, q)| {
                             let mut local: Vec<([usize; #rank], V)> = Vec::new();
                             #bind_pos

@@ -4,7 +4,7 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 
 use super::Gen;
-use crate::ast::{BinOp, Func};
+use crate::ast::{BinOp, Func, ReduceOp};
 use crate::ir::{AccessId, Expr, LevelRef, Nest};
 
 impl Gen<'_> {
@@ -23,7 +23,8 @@ impl Gen<'_> {
         if self.required(nest, a) {
             quote!(let #v: V = #vals[#p];)
         } else {
-            quote!(let #v: V = if #p != ABSENT { #vals[#p] } else { V::zero() };)
+            let fill = self.fill();
+            quote!(let #v: V = if #p != ABSENT { #vals[#p] } else { #fill };)
         }
     }
 
@@ -38,47 +39,114 @@ impl Gen<'_> {
         ts
     }
 
-    pub(super) fn expr(e: &Expr) -> TokenStream {
+    /// The value of an absent entry: the identity of the kernel's reduction.
+    pub(super) fn fill(&self) -> TokenStream {
+        Self::constant(self.k.reduce.fill())
+    }
+
+    /// `slot ⊕= x` for the kernel's reduction (`+=` under `+`).
+    pub(super) fn accumulate(&self, slot: TokenStream, x: TokenStream) -> TokenStream {
+        if self.k.reduce == ReduceOp::Sum {
+            return quote!(#slot += #x;);
+        }
+        let c = self.combine(quote!(*s), quote!(x));
+        quote!({ let x: V = #x; let s = &mut #slot; *s = #c; })
+    }
+
+    /// `a ⊕ x` for the kernel's reduction, as an expression (operands evaluated once).
+    pub(super) fn combine(&self, a: TokenStream, x: TokenStream) -> TokenStream {
+        match self.k.reduce {
+            ReduceOp::Sum => quote!((#a + #x)),
+            ReduceOp::Min => quote!({ let (a, x): (V, V) = (#a, #x); if x < a { x } else { a } }),
+            ReduceOp::Max => quote!({ let (a, x): (V, V) = (#a, #x); if x > a { x } else { a } }),
+            ReduceOp::Or => quote!({
+                let (a, x): (V, V) = (#a, #x);
+                if a != V::zero() || x != V::zero() { V::from_f64(1.0) } else { V::zero() }
+            }),
+        }
+    }
+
+    fn constant(c: f64) -> TokenStream {
+        // Parsed literals are finite; fills are not (+∞ for `min`), and NaN keeps a
+        // non-finite constant from panicking in `Literal` should one ever arrive.
+        if c.is_nan() {
+            quote!(V::from_f64(f64::NAN))
+        } else if c == f64::INFINITY {
+            quote!(V::from_f64(f64::INFINITY))
+        } else if c == f64::NEG_INFINITY {
+            quote!(V::from_f64(f64::NEG_INFINITY))
+        } else if c == 0.0 && c.is_sign_positive() {
+            quote!(V::zero())
+        } else {
+            let lit = Literal::f64_suffixed(c);
+            quote!(V::from_f64(#lit))
+        }
+    }
+
+    pub(super) fn expr(&self, e: &Expr) -> TokenStream {
+        let to_f64 = |x: &TokenStream| quote!(::tessera_formats::Value::to_f64(#x));
+        let truth = |cond: TokenStream| quote!((if #cond { V::from_f64(1.0) } else { V::zero() }));
         match e {
             Expr::Access(a) => {
                 let v = format_ident!("val{}", a);
                 quote!(#v)
             }
-            // Parsed literals are finite; the fallbacks keep a non-finite constant from
-            // panicking in `Literal` should one ever arrive from another front end.
-            Expr::Const(c) if c.is_nan() => quote!(V::from_f64(f64::NAN)),
-            Expr::Const(c) if c.is_infinite() => {
-                let inf = if *c > 0.0 {
-                    quote!(f64::INFINITY)
-                } else {
-                    quote!(f64::NEG_INFINITY)
-                };
-                quote!(V::from_f64(#inf))
-            }
-            Expr::Const(c) => {
-                let lit = Literal::f64_suffixed(*c);
-                quote!(V::from_f64(#lit))
-            }
+            Expr::Const(c) => Self::constant(*c),
             Expr::Neg(x) => {
-                let x = Self::expr(x);
+                let x = self.expr(x);
                 quote!((-#x))
             }
             Expr::Call(f, x) => {
-                let x = Self::expr(x);
+                let x = self.expr(x);
                 match f {
                     Func::Exp => quote!(::tessera_formats::Value::exp(#x)),
                     Func::Log => quote!(::tessera_formats::Value::ln(#x)),
                     Func::Sqrt => quote!(::tessera_formats::Value::sqrt(#x)),
                     Func::Abs => quote!(::tessera_formats::Value::abs(#x)),
+                    // In f64, rounded back (as the interpreter does).
+                    Func::Sin | Func::Cos | Func::Tanh => {
+                        let x = to_f64(&x);
+                        let m = format_ident!("{}", format!("{f:?}").to_lowercase());
+                        quote!(V::from_f64(#x.#m()))
+                    }
                 }
             }
             Expr::Binary(op, l, r) => {
-                let (l, r) = (Self::expr(l), Self::expr(r));
+                let (l, r) = (self.expr(l), self.expr(r));
                 match op {
                     BinOp::Add => quote!((#l + #r)),
                     BinOp::Sub => quote!((#l - #r)),
+                    BinOp::Mul if self.k.reduce.guards(BinOp::Mul) => {
+                        // The fill annihilates the product (−∞ · −2 is −∞ under `max`).
+                        let fill = self.fill();
+                        // The product first, then a select: no branch in the loop.
+                        quote!({
+                            let (a, b): (V, V) = (#l, #r);
+                            let fill: V = #fill;
+                            let p = a * b;
+                            if (a == fill) | (b == fill) { fill } else { p }
+                        })
+                    }
                     BinOp::Mul => quote!((#l * #r)),
                     BinOp::Div => quote!((#l / #r)),
+                    BinOp::Min => {
+                        quote!({ let (a, b): (V, V) = (#l, #r); if b < a { b } else { a } })
+                    }
+                    BinOp::Max => {
+                        quote!({ let (a, b): (V, V) = (#l, #r); if b > a { b } else { a } })
+                    }
+                    BinOp::Pow => {
+                        let (l, r) = (to_f64(&l), to_f64(&r));
+                        quote!(V::from_f64(#l.powf(#r)))
+                    }
+                    BinOp::Lt => truth(quote!(#l < #r)),
+                    BinOp::Le => truth(quote!(#l <= #r)),
+                    BinOp::Gt => truth(quote!(#l > #r)),
+                    BinOp::Ge => truth(quote!(#l >= #r)),
+                    BinOp::Eq => truth(quote!(#l == #r)),
+                    BinOp::Ne => truth(quote!(#l != #r)),
+                    BinOp::And => truth(quote!((#l != V::zero()) & (#r != V::zero()))),
+                    BinOp::Or => truth(quote!((#l != V::zero()) | (#r != V::zero()))),
                 }
             }
         }

@@ -7,7 +7,12 @@ use crate::ast::Span;
 pub enum LowerError {
     /// The operands' mode orders demand contradictory loop orders.
     #[error("no loop order is compatible with every operand's mode order: {hint}")]
-    NoLoopOrder { span: Span, hint: String },
+    NoLoopOrder {
+        span: Span,
+        hint: String,
+        /// The input whose re-packing into this format makes a loop order exist.
+        repack: Option<(String, tessera_formats::Format)>,
+    },
     /// `A(i,i)`: one variable indexes two modes of one access.
     #[error("index variable `{var}` indexes two modes of `{tensor}`; diagonal accesses are not supported")]
     RepeatedIndex {
@@ -32,6 +37,16 @@ pub enum LowerError {
         levels: usize,
         span: Span,
     },
+    /// A sparse output whose dense levels below a compressed one would be padded with zeros,
+    /// where a `min`/`max` reduction's absent entries are its identity.
+    #[error("a `{op}` reduction cannot write `{tensor}` in format {format}: its dense levels under a compressed level would hold 0 where nothing was reduced, not {fill}")]
+    PaddedOutput {
+        op: &'static str,
+        tensor: String,
+        format: String,
+        fill: f64,
+        span: Span,
+    },
     /// Lowering broke one of the IR's invariants: a bug in tessera-compiler, not the input's fault.
     #[error("internal error in lowering (please report): {msg}")]
     Internal { msg: String },
@@ -52,6 +67,7 @@ impl LowerError {
             | LowerError::RepeatedIndex { span, .. }
             | LowerError::RankMismatch { span, .. }
             | LowerError::FormatRank { span, .. }
+            | LowerError::PaddedOutput { span, .. }
             | LowerError::Parallelize { span, .. } => span.clone(),
             LowerError::Internal { .. } => 0..0,
         }
@@ -67,6 +83,9 @@ impl LowerError {
             LowerError::Parallelize { .. } => {
                 Some("parallelize the outermost loop over a free variable".into())
             }
+            LowerError::PaddedOutput { tensor, .. } => Some(format!(
+                "store `{tensor}` with compressed levels after its first compressed one (e.g. `ss`, `ds`), or dense"
+            )),
             LowerError::RankMismatch { .. }
             | LowerError::FormatRank { .. }
             | LowerError::Internal { .. } => None,

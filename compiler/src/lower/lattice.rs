@@ -1,42 +1,60 @@
 //! Merge formulas: at one loop, which coordinates must be visited.
 //!
-//! This is TACO's merge lattice in its boolean form. An access iterated at the loop is
-//! present only where its level has the coordinate; everything else (dense levels, operands
-//! the loop does not index) is present everywhere. Multiplication intersects, addition and
-//! subtraction unite; functions that map zero to zero (`abs`, `sqrt`, negation) keep their
-//! operand's sparsity, the others (`exp`, `log`) and a non-zero constant fill the whole range.
-//! A quotient keeps its numerator's sparsity only when its denominator is a non-zero
-//! constant (otherwise `0/0` would be skipped where the reference gives NaN).
+//! This is TACO's merge lattice in its boolean form, over the statement's *fill* (the value
+//! of an absent entry: the reduction's identity, see [`crate::semiring`]). An access
+//! iterated at the loop is present only where its level has the coordinate; everything else
+//! (dense levels, operands the loop does not index) is present everywhere. A formula says
+//! where the expression may differ from the fill; elsewhere the coordinate contributes the
+//! reduction's identity and is skipped. An operator the fill annihilates intersects (`*`
+//! under `+`, `+` and `*` under `min`/`max`, `and` under `or`); one that maps two fills to
+//! the fill unites (`+` under `+`, `min` under `min`); one that maps a fill and a constant to
+//! the fill keeps its operand's sparsity (`x / 2`, `pow(x, 2)`); a function keeps its
+//! operand's sparsity when it maps the fill to itself (`abs`, `sqrt`, `sin`, `tanh` under
+//! `+`); anything else fills the whole range (`exp`, `cos`, `0/0`).
 
-use crate::ast::{BinOp, Func};
+use crate::ast::{BinOp, ReduceOp};
 use crate::ir::{Domain, Expr, Formula, LevelRef};
+use crate::semiring;
 
-/// The formula of `e` at a loop that iterates `iterate`.
-pub fn formula(e: &Expr, iterate: &[LevelRef]) -> Formula {
+/// The formula of `e` at a loop that iterates `iterate`, under reduction `r`.
+pub fn formula(e: &Expr, iterate: &[LevelRef], r: ReduceOp) -> Formula {
+    let fill = r.fill();
+    let keeps = |x: f64| x == fill;
     match e {
-        Expr::Access(a) => match iterate.iter().position(|r| r.access == *a) {
+        Expr::Access(a) => match iterate.iter().position(|l| l.access == *a) {
             Some(n) => Formula::Iter(n),
             None => Formula::True,
         },
         Expr::Const(c) => {
-            if *c == 0.0 {
+            if keeps(*c) {
                 Formula::False
             } else {
                 Formula::True
             }
         }
-        Expr::Neg(x) | Expr::Call(Func::Abs | Func::Sqrt, x) => formula(x, iterate),
-        Expr::Call(Func::Exp | Func::Log, _) => Formula::True,
-        Expr::Binary(BinOp::Mul, l, r) => all(formula(l, iterate), formula(r, iterate)),
-        Expr::Binary(BinOp::Add | BinOp::Sub, l, r) => {
-            any(formula(l, iterate), formula(r, iterate))
-        }
-        // Only a non-zero constant denominator keeps the numerator's zeros: with a tensor
-        // denominator, 0/0 is NaN (as in the reference), so every coordinate is visited.
-        Expr::Binary(BinOp::Div, l, r) => match **r {
-            Expr::Const(c) if c != 0.0 => formula(l, iterate),
-            _ => Formula::True,
-        },
+        Expr::Neg(x) if keeps(-fill) => formula(x, iterate, r),
+        Expr::Call(f, x) if keeps(semiring::unary(*f, fill)) => formula(x, iterate, r),
+        Expr::Neg(_) | Expr::Call(..) => Formula::True,
+        Expr::Binary(op, a, b) => binary(*op, a, b, iterate, r),
+    }
+}
+
+fn binary(op: BinOp, a: &Expr, b: &Expr, iterate: &[LevelRef], r: ReduceOp) -> Formula {
+    let fill = r.fill();
+    if r.annihilates(op) {
+        return all(formula(a, iterate, r), formula(b, iterate, r));
+    }
+    // A constant operand: the other one decides, if a fill there gives the fill.
+    match (a, b) {
+        (_, Expr::Const(c)) if r.apply(op, fill, *c) == fill => return formula(a, iterate, r),
+        (Expr::Const(c), _) if r.apply(op, *c, fill) == fill => return formula(b, iterate, r),
+        (_, Expr::Const(_)) | (Expr::Const(_), _) => return Formula::True,
+        _ => {}
+    }
+    if r.apply(op, fill, fill) == fill {
+        any(formula(a, iterate, r), formula(b, iterate, r))
+    } else {
+        Formula::True
     }
 }
 

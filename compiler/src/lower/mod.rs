@@ -37,7 +37,56 @@ pub fn lower(c: &crate::check::Checked) -> Result<Kernel, LowerError> {
 /// with the identity mode order). `+=` makes the output's previous value an extra input,
 /// named like the output and placed last: `A(i) += e` is `A(i) = e + A_old(i)`.
 /// `parallelize` names the statement variable whose loop runs over threads.
+///
+/// When the operands' mode orders agree with no loop order, the cheapest input that fixes it
+/// (lowest rank, then fewest compressed levels) is re-packed once into the mode order that
+/// does, and the kernel records it in [`Kernel::repacks`]. Statements with a distribution
+/// schedule (`split`) are not re-packed (their plans partition the inputs as given): they get
+/// the error with the hint instead.
 pub fn lower_statement(
+    stmt: &ast::Statement,
+    formats: &HashMap<String, Format>,
+    parallelize: Option<&str>,
+) -> Result<Kernel, LowerError> {
+    let mut formats = formats.clone();
+    let mut repacks: Vec<(String, Format, Format)> = Vec::new();
+    let distributed = stmt
+        .schedule
+        .iter()
+        .any(|i| matches!(i.directive, Directive::Split { .. }));
+    loop {
+        match lower_with(stmt, &formats, parallelize) {
+            Err(LowerError::NoLoopOrder {
+                repack: Some((name, to)),
+                ..
+            }) if !distributed && !repacks.iter().any(|r| r.0 == name) => {
+                let from = formats.insert(name.clone(), to.clone());
+                let from = from.expect("only a tensor with a format has levels to conflict");
+                repacks.push((name, from, to));
+            }
+            Ok(mut k) => {
+                for (name, from, to) in repacks {
+                    let slot = k
+                        .tensors
+                        .iter()
+                        .find(|t| t.name == name && t.input_slot.is_some())
+                        .and_then(|t| t.input_slot)
+                        .expect("a re-packed tensor is an input");
+                    k.repacks.push(crate::ir::Repack {
+                        slot,
+                        name,
+                        from,
+                        to,
+                    });
+                }
+                return Ok(k);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn lower_with(
     stmt: &ast::Statement,
     formats: &HashMap<String, Format>,
     parallelize: Option<&str>,
@@ -54,7 +103,11 @@ pub fn lower_statement(
     for ix in &asg.lhs.indices {
         b.var(ix, true);
     }
-    let mut rhs = b.expr(&asg.rhs)?;
+    let (reduce, body) = match &asg.rhs.kind {
+        ast::ExprKind::Reduce(op, _, body) => (*op, &**body),
+        _ => (ast::ReduceOp::Sum, &asg.rhs),
+    };
+    let mut rhs = b.expr(body)?;
     if asg.accumulate {
         let old = b.access(&asg.lhs, true)?;
         rhs = Expr::Binary(ast::BinOp::Add, Box::new(rhs), Box::new(Expr::Access(old)));
@@ -67,6 +120,16 @@ pub fn lower_statement(
         format: out_format,
         input_slot: None,
     });
+    let lhs_ix = &asg.lhs.indices;
+    let repeated =
+        (0..lhs_ix.len()).find(|k| lhs_ix[..*k].iter().any(|o| o.name == lhs_ix[*k].name));
+    if let Some(ix) = repeated.map(|k| &lhs_ix[k]) {
+        return Err(LowerError::RepeatedIndex {
+            var: ix.name.clone(),
+            tensor: asg.lhs.tensor.name.clone(),
+            span: asg.lhs.span.clone(),
+        });
+    }
     let output_access = b.push_access(output, &asg.lhs)?;
     b.finish_dims(&asg.lhs);
     let output_kind = if asg.lhs.indices.is_empty() {
@@ -81,8 +144,33 @@ pub fn lower_statement(
         OutputKind::Dense
     };
 
+    let levels = b.tensors[output].format.levels();
+    let padded = levels
+        .iter()
+        .skip_while(|l| **l == LevelType::Dense)
+        .any(|l| *l == LevelType::Dense);
+    if padded && reduce.fill() != 0.0 {
+        return Err(LowerError::PaddedOutput {
+            op: reduce.name(),
+            tensor: asg.lhs.tensor.name.clone(),
+            format: b.tensors[output].format.to_string(),
+            fill: reduce.fill(),
+            span: asg.lhs.span.clone(),
+        });
+    }
     let free: BTreeSet<VarId> = (0..b.vars.len()).filter(|v| b.vars[*v].free).collect();
-    let groups = terms::group_terms(&rhs, &b.accesses, &free);
+    // A `min[k](...)` body is one term: its `+` is the semiring's product, not a sum of terms.
+    let groups = if reduce == ast::ReduceOp::Sum {
+        terms::group_terms(&rhs, &b.accesses, &free)
+    } else {
+        vec![terms::TermGroup {
+            reductions: terms::vars_of(&rhs, &b.accesses)
+                .difference(&free)
+                .copied()
+                .collect(),
+            expr: rhs,
+        }]
+    };
     let mut kernel = Kernel {
         tensors: b.tensors,
         output,
@@ -92,6 +180,8 @@ pub fn lower_statement(
         output_kind,
         nests: Vec::new(),
         parallel: None,
+        repacks: Vec::new(),
+        reduce,
         source: source_text(stmt),
     };
     for g in &groups {
@@ -197,13 +287,6 @@ impl Builder<'_> {
     fn push_access(&mut self, t: usize, acc: &ast::Access) -> Result<AccessId, LowerError> {
         let mut mode_vars = Vec::new();
         for ix in &acc.indices {
-            if acc.indices.iter().filter(|o| o.name == ix.name).count() > 1 {
-                return Err(LowerError::RepeatedIndex {
-                    var: ix.name.clone(),
-                    tensor: acc.tensor.name.clone(),
-                    span: acc.span.clone(),
-                });
-            }
             mode_vars.push(self.var_by_name[&ix.name]);
         }
         let order = self.tensors[t].format.mode_order().to_vec();
@@ -233,6 +316,13 @@ impl Builder<'_> {
             ast::ExprKind::Call(f, x) => Expr::Call(*f, Box::new(self.expr(x)?)),
             ast::ExprKind::Binary(op, l, r) => {
                 Expr::Binary(*op, Box::new(self.expr(l)?), Box::new(self.expr(r)?))
+            }
+            ast::ExprKind::Reduce(..) => {
+                return Err(LowerError::Internal {
+                    msg:
+                        "a reduction inside an expression reached lowering (the checker rejects it)"
+                            .into(),
+                })
             }
         })
     }
@@ -283,9 +373,11 @@ fn lower_nest(k: &Kernel, expr: Expr, span: &Span) -> Result<Nest, LowerError> {
                     access: a,
                     level: resolved[a],
                 };
+                // A compressed level whose variable is already bound is searched: in a
+                // compatible loop order that is only the second mode of a diagonal `A(i,i)`.
                 if r.level >= k.accesses[a].level_vars.len()
-                    || k.level_type(r) != LevelType::Dense
                     || !bound[k.level_var(r)]
+                    || (k.level_type(r) != LevelType::Dense && a == k.output_access)
                 {
                     break;
                 }
@@ -293,7 +385,7 @@ fn lower_nest(k: &Kernel, expr: Expr, span: &Span) -> Result<Nest, LowerError> {
                 resolved[a] += 1;
             }
         }
-        let f = lattice::formula(&expr, &iterate);
+        let f = lattice::formula(&expr, &iterate, k.reduce);
         let domain = lattice::domain(f, iterate.len());
         loops.push(Loop {
             var: v,
@@ -307,7 +399,7 @@ fn lower_nest(k: &Kernel, expr: Expr, span: &Span) -> Result<Nest, LowerError> {
         .rposition(|v| k.vars[*v].free)
         .map_or(0, |d| d + 1);
     let mut required = Vec::new();
-    terms::required_factors(&expr, &mut required);
+    terms::required_factors(&expr, k.reduce, &mut required);
     let assembly = assembly(k, &order);
     Ok(Nest {
         expr,
@@ -366,7 +458,9 @@ fn loop_order(
     Err(no_order_error(k, operands, &per_access, vars, &pref, span))
 }
 
-/// Finds one operand whose re-storing would make a loop order exist, and says how.
+/// Finds the cheapest operand whose re-storing would make a loop order exist (lowest rank,
+/// then fewest compressed levels, then one that leaves a sparse output in its level order),
+/// and says how.
 fn no_order_error(
     k: &Kernel,
     operands: &[AccessId],
@@ -375,6 +469,12 @@ fn no_order_error(
     pref: &Preference,
     span: &Span,
 ) -> LowerError {
+    let mut best: Option<((usize, usize, bool), LowerError)> = None;
+    let out_edges = if k.output_kind == OutputKind::Sparse {
+        order::output_edges(&k.accesses[k.output_access])
+    } else {
+        Vec::new()
+    };
     for (i, a) in operands.iter().enumerate() {
         if per_access[i].is_empty() {
             continue;
@@ -388,6 +488,8 @@ fn no_order_error(
         let Some(order) = order::topo_order(vars, &others, pref) else {
             continue;
         };
+        let with_out: Vec<(VarId, VarId)> = others.iter().chain(&out_edges).copied().collect();
+        let out_in_order = order::topo_order(vars, &with_out, pref).is_some();
         let acc = &k.accesses[*a];
         let tensor = &k.tensors[acc.tensor];
         // Mode m's variable is level_vars[level_of_mode[m]]; sort modes by loop position.
@@ -400,18 +502,46 @@ fn no_order_error(
         let letters: String = tensor.format.levels().iter().map(|l| l.letter()).collect();
         let mo: Vec<String> = modes.iter().map(|m| m.to_string()).collect();
         let mo = mo.join(",");
-        return LowerError::NoLoopOrder {
+        // The previous value of a `+=` output shares the output's format: never re-packed;
+        // nor, under `min`/`max`, a format whose dense levels below a compressed one would be
+        // padded with 0 rather than the fill.
+        let padded = tensor
+            .format
+            .levels()
+            .iter()
+            .skip_while(|l| **l == LevelType::Dense)
+            .any(|l| *l == LevelType::Dense);
+        let repack = (tensor.name != k.output_tensor().name && !(padded && k.reduce.fill() != 0.0))
+            .then(|| Format::new(tensor.format.levels().to_vec(), modes.clone()).ok())
+            .flatten()
+            .map(|f| (tensor.name.clone(), f));
+        let cost = (
+            tensor.rank(),
+            tensor
+                .format
+                .levels()
+                .iter()
+                .filter(|l| **l == LevelType::Compressed)
+                .count(),
+            !out_in_order,
+        );
+        let err = LowerError::NoLoopOrder {
             span: acc.span.clone(),
             hint: format!(
                 "store {name} with mode order {mo} (-f {name}:{letters}:{mo})",
                 name = tensor.name
             ),
+            repack,
         };
+        if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+            best = Some((cost, err));
+        }
     }
-    LowerError::NoLoopOrder {
+    best.map(|b| b.1).unwrap_or_else(|| LowerError::NoLoopOrder {
         span: span.clone(),
         hint: "no single operand can be re-stored to fix this; give the operands mode orders that agree".into(),
-    }
+        repack: None,
+    })
 }
 
 /// How a sparse output is assembled, from the loop order (see [`Assembly`]).
@@ -429,6 +559,9 @@ fn assembly(k: &Kernel, order: &[VarId]) -> Assembly {
             flush_depth: r - 1,
             var: out[r - 1],
         };
+    }
+    if order.len() >= r && out.iter().all(|v| order[..r].contains(v)) {
+        return Assembly::Scatter;
     }
     Assembly::Collect
 }
@@ -486,13 +619,16 @@ fn source_text(stmt: &ast::Statement) -> String {
                 format!("{}({})", format!("{f:?}").to_lowercase(), expr(x))
             }
             ast::ExprKind::Binary(op, l, r) => {
-                let o = match op {
-                    ast::BinOp::Add => "+",
-                    ast::BinOp::Sub => "-",
-                    ast::BinOp::Mul => "*",
-                    ast::BinOp::Div => "/",
-                };
-                format!("({} {o} {})", expr(l), expr(r))
+                let o = crate::semiring::binop_name(*op);
+                if crate::semiring::is_infix(*op) {
+                    format!("({} {o} {})", expr(l), expr(r))
+                } else {
+                    format!("{o}({}, {})", expr(l), expr(r))
+                }
+            }
+            ast::ExprKind::Reduce(op, vars, body) => {
+                let v: Vec<&str> = vars.iter().map(|i| i.name.as_str()).collect();
+                format!("{}[{}]({})", op.name(), v.join(","), expr(body))
             }
         }
     }

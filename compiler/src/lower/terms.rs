@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::ast::BinOp;
+use crate::ast::{BinOp, ReduceOp};
 use crate::ir::{Access, Expr, VarId};
 
 /// A group of terms summed by one nest, and its reduction variables.
@@ -62,19 +62,25 @@ pub fn group_terms(rhs: &Expr, accesses: &[Access], free: &BTreeSet<VarId>) -> V
     groups
 }
 
-/// Accesses whose absence makes `e` zero: the factors of its top-level product.
-pub fn required_factors(e: &Expr, out: &mut Vec<usize>) {
+/// Accesses whose absence makes `e` the fill of reduction `r` (so an iteration where one is
+/// absent contributes nothing and is skipped): the operands of the operators the fill
+/// annihilates (the factors of a product under `+`, the summands under `min`), and the
+/// operand that decides an operation with a constant that keeps the fill (`x / 2`).
+pub fn required_factors(e: &Expr, r: ReduceOp, out: &mut Vec<usize>) {
+    let fill = r.fill();
     match e {
         Expr::Access(a) => out.push(*a),
-        Expr::Neg(x) => required_factors(x, out),
-        Expr::Binary(BinOp::Mul, l, r) => {
-            required_factors(l, out);
-            required_factors(r, out);
+        Expr::Neg(x) if -fill == fill => required_factors(x, r, out),
+        Expr::Binary(op, a, b) if r.annihilates(*op) => {
+            required_factors(a, r, out);
+            required_factors(b, r, out);
         }
         // `0/x` is zero only for a non-zero constant `x` (0/0 is NaN).
-        Expr::Binary(BinOp::Div, l, r) if matches!(**r, Expr::Const(c) if c != 0.0) => {
-            required_factors(l, out)
-        }
+        Expr::Binary(op, a, b) => match (&**a, &**b) {
+            (_, Expr::Const(c)) if r.apply(*op, fill, *c) == fill => required_factors(a, r, out),
+            (Expr::Const(c), _) if r.apply(*op, *c, fill) == fill => required_factors(b, r, out),
+            _ => {}
+        },
         _ => {}
     }
 }

@@ -50,6 +50,57 @@ pub fn catalogue() -> Vec<&'static str> {
     ]
 }
 
+/// Element-wise operators and reductions with another operator than `+` (issue 17): each is
+/// checked against the oracle, which evaluates densely with the reduction's identity (+∞ for
+/// `min`, −∞ for `max`, 0 for `or`) in every entry a sparse operand does not store.
+pub fn semiring_catalogue() -> Vec<&'static str> {
+    vec![
+        "C(i,j) = min[k](A(i,k) + B(k,j))",
+        "y(i) = min[j](A(i,j) + x(j))",
+        "C(i,j) = max[k](A(i,k) * B(k,j))",
+        "y(i) = max[j](A(i,j) * x(j))",
+        "y(i) = max[j](A(i,j) + x(j))",
+        "y(i) = or[j](and(A(i,j), x(j)))",
+        "C(i,j) = or[k](and(A(i,k), B(k,j)))",
+        "a = min[i,j](A(i,j))",
+        "y(j) = max[i](A(i,j))",
+        "y(i) = min[j](min(A(i,j), B(i,j)) + x(j))",
+        "y(i) = max[j](max(A(i,j) * x(j), B(i,j)))",
+        "C(i,j) = min(A(i,j), B(i,j))",
+        "C(i,j) = max(A(i,j), B(i,j)) - min(A(i,j), 0)",
+        "C(i,j) = pow(A(i,j), 2) + pow(abs(B(i,j)), 0.5)",
+        "y(i) = sin(x(i)) + tanh(A(i,j) * z(j)) - cos(x(i))",
+        "C(i,j) = lt(A(i,j), B(i,j)) + 2 * ge(A(i,j), B(i,j)) * A(i,j)",
+        "C(i,j) = eq(A(i,j), B(i,j)) * ne(A(i,j), 1) + gt(A(i,j), 0) - le(B(i,j), 0)",
+        "C(i,j) = and(A(i,j), B(i,j)) + or(A(i,j), B(i,j))",
+        "x(i) = A(i,i)",
+        "y(i) = A(i,i) * z(i)",
+        "y(i) = A(i,i) * z(i) + B(i,j) * w(j)",
+        "a = A(i,i)",
+        "y(i) = B(i,i,j) * x(j)",
+        "y(i) = min[j](A(i,i) + B(i,j) + x(j))",
+        "C(i,j) = A(i,j) * B(j,i)",
+        "C(i,j) = B(j,i)",
+        "y(i) = min[j](A(i,j) + B(j,i) + x(j))",
+    ]
+}
+
+/// The value of an absent entry under the statement's reduction.
+pub fn fill_of(c: &Checked) -> f64 {
+    c.reduce.fill()
+}
+
+/// The stored entries of `t` as a dense row-major array, `fill` where nothing is stored.
+pub fn densify<V: Value, I: Index>(t: &Tensor<V, I>, fill: f64) -> Vec<f64> {
+    let dims = t.dims();
+    let mut out = vec![fill; dims.iter().product()];
+    for (c, v) in t.entries() {
+        let at = c.iter().zip(dims).fold(0, |acc, (c, d)| acc * d + c);
+        out[at] = v.to_f64();
+    }
+    out
+}
+
 /// A tiny deterministic generator (the property tests draw only its seed).
 pub struct Rng(pub u64);
 
@@ -168,6 +219,7 @@ impl Case {
 
     fn build(source: &str, dims: HashMap<String, usize>, rng: &mut Rng) -> Case {
         let checked = Case::parse(source);
+        let fill = fill_of(&checked);
         let mut data = HashMap::new();
         for t in checked.inputs() {
             let shape: Vec<usize> = checked.uses(&t.name)[0]
@@ -191,7 +243,19 @@ impl Case {
                     }
                 })
                 .collect();
-            data.insert(t.name.clone(), DenseArray::new(shape, values).unwrap());
+            let mut d = DenseArray::new(shape, values).unwrap();
+            if fill != 0.0 {
+                // Absent entries read as the fill. A dense level stores every entry (zeros
+                // included), so the oracle sees the tensor exactly as it is stored.
+                for v in d.data.iter_mut().filter(|v| **v == 0.0) {
+                    *v = fill;
+                }
+                let stored: Tensor<f64, u64> =
+                    Tensor::from_entries(d.dims.clone(), t.format.clone(), fill_entries(&d, fill))
+                        .unwrap_or_else(|e| panic!("{}: {e}", t.name));
+                d.data = densify(&stored, fill);
+            }
+            data.insert(t.name.clone(), d);
         }
         Case {
             source: source.to_string(),
@@ -229,10 +293,16 @@ impl Case {
             .iter()
             .map(|t| {
                 let d = &self.data[&t.name];
-                Tensor::from_entries(d.dims.clone(), t.format.clone(), dense_entries(d))
+                let entries = fill_entries(d, self.fill());
+                Tensor::from_entries(d.dims.clone(), t.format.clone(), entries)
                     .unwrap_or_else(|e| panic!("{}: {e}", t.name))
             })
             .collect()
+    }
+
+    /// The value of an absent entry (the reduction's identity).
+    pub fn fill(&self) -> f64 {
+        fill_of(&self.checked)
     }
 
     pub fn oracle(&self) -> Vec<f64> {
@@ -248,9 +318,14 @@ impl Case {
 
 /// The nonzero entries of a dense array.
 pub fn dense_entries<V: Value>(d: &DenseArray) -> Vec<(Vec<usize>, V)> {
+    fill_entries(d, 0.0)
+}
+
+/// The entries of a dense array that differ from `fill`.
+pub fn fill_entries<V: Value>(d: &DenseArray, fill: f64) -> Vec<(Vec<usize>, V)> {
     let mut out = Vec::new();
     for (flat, v) in d.data.iter().enumerate() {
-        if *v != 0.0 {
+        if *v != fill {
             let mut coords = vec![0; d.dims.len()];
             let mut rest = flat;
             for m in (0..d.dims.len()).rev() {
@@ -267,7 +342,10 @@ pub fn dense_entries<V: Value>(d: &DenseArray) -> Vec<(Vec<usize>, V)> {
 pub fn assert_close(got: &[f64], want: &[f64], what: &str) {
     assert_eq!(got.len(), want.len(), "length differs: {what}");
     for (n, (g, w)) in got.iter().zip(want).enumerate() {
-        let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= 1e-6 * (1.0 + w.abs());
+        // Infinities (the fills of `min`/`max`) must match exactly: `|0 - ∞| <= 1e-6·∞` holds.
+        let ok = (g.is_nan() && w.is_nan())
+            || g == w
+            || (w.is_finite() && (g - w).abs() <= 1e-6 * (1.0 + w.abs()));
         assert!(
             ok,
             "element {n}: got {g}, want {w}\ngot  {got:?}\nwant {want:?}\n{what}"
