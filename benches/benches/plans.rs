@@ -11,6 +11,10 @@
 //! 5. Compiled block kernels (what `tessera run`/`compile` programs run): the row-split SpMV
 //!    and SpMM plans at 1 and 2 threads beside the unscheduled generated kernel with
 //!    `parallelize(i)` at the same thread count (goal at 2 threads: ≥ 0.9× its speed).
+//! 6. Reductions of P extended blocks (`split(j, jo, ji, P); extend(jo)`, compiled, 2
+//!    threads) for P = 2…64: partial outputs folded by the runtime's summation tree, beside
+//!    the same blocks as P dependent launches adding into the output one after another (the
+//!    serial fold), with peak RSS after each.
 //!
 //! Options (environment): `TESSERA_BENCH_N` rows (default 100 000), `TESSERA_BENCH_NNZ_ROW`
 //! nonzeros per row (default 8), `TESSERA_BENCH_BLOCKS` (default 8), `TESSERA_BENCH_REPS`
@@ -158,7 +162,46 @@ fn main() {
         );
     }
     compiled_rows(&mut t, &a, &x, blocks, reps);
+    tree_vs_serial(&mut t, &a, &x, reps);
     t.print();
+}
+
+/// Section 6: P extended blocks (summation tree) vs P sequential launches (serial fold).
+fn tree_vs_serial(t: &mut Table, a: &Tensor<f64, u32>, x: &Tensor<f64, u32>, reps: usize) {
+    let n = a.dims()[0];
+    let inputs = [a, x];
+    let rt = Runtime::new(2);
+    let block: on_runtime::BlockFn<f64, u32> = generated::spmv_block::<f64, u32>;
+    for p in [2, 4, 8, 16, 32, 64] {
+        let src = "y(i) = A(i,j) * x(j); A: csr";
+        let (ke, pe) = planned(&format!("{src}; split(j, jo, ji, {p}); extend(jo)"));
+        let (ks, ps) = planned(&format!("{src}; split(j, jo, ji, {p})"));
+        let (mut t_tree, mut t_serial) = (f64::MAX, f64::MAX);
+        for _ in 0..reps {
+            let (s, y) = best_of(1, || {
+                on_runtime::run_compiled(&rt, &pe, &ke, &inputs, &[n], block).unwrap()
+            });
+            t_tree = t_tree.min(s);
+            black_box(y);
+            let (s, y) = best_of(1, || {
+                on_runtime::run_compiled(&rt, &ps, &ks, &inputs, &[n], block).unwrap()
+            });
+            t_serial = t_serial.min(s);
+            black_box(y);
+        }
+        t.row(
+            &format!("{p} extended blocks, summation tree"),
+            "ms",
+            t_tree * 1e3,
+            &format!("{p} sequential launches"),
+            t_serial * 1e3,
+            false,
+        );
+    }
+    t.figure(
+        "peak_rss_mib_after_reductions",
+        tessera_benches::peak_rss_bytes() as f64 / (1 << 20) as f64,
+    );
 }
 
 /// Section 5: compiled row-split plans vs the unscheduled parallel kernel, SpMV and SpMM.
