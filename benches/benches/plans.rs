@@ -217,14 +217,16 @@ fn compiled_rows(
     let bs: Vec<f64> = (0..n * cols).map(|i| (i % 7) as f64 - 3.0).collect();
     let b = Tensor::<f64, u32>::dense_from_vec(vec![n, cols], bs).unwrap();
     type Par = fn(&[&Tensor<f64, u32>], &[usize]) -> Tensor<f64, u32>;
-    let cases: [(
-        &str,
-        &str,
-        Vec<&Tensor<f64, u32>>,
+    /// (name, statement, inputs, output dimensions, parallel kernel, block kernel).
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        Vec<&'a Tensor<f64, u32>>,
         Vec<usize>,
         Par,
         on_runtime::BlockFn<f64, u32>,
-    ); 2] = [
+    );
+    let cases: [Case; 2] = [
         (
             "SpMV",
             "y(i) = A(i,j) * x(j); A: csr",
