@@ -65,16 +65,23 @@ pub fn run<V: Value, I: Index>(
     inputs: &[&Tensor<V, I>],
     out_dims: &[usize],
 ) -> Result<Tensor<V, I>, InterpError> {
-    let repacked = repack_inputs(k, inputs)?;
-    let inputs: Vec<&Tensor<V, I>> = inputs
-        .iter()
-        .zip(&repacked)
-        .map(|(t, r)| r.as_ref().unwrap_or(*t))
-        .collect();
-    let inputs = &inputs[..];
+    let owned = repack_inputs(k, inputs)?;
+    let inputs = &repacked(inputs, &owned)[..];
     check_inputs(k, inputs, out_dims)?;
     let whole = Block::whole(&var_dims(k, inputs, out_dims));
     Ok(run_checked(k, inputs, out_dims, &whole)?.0)
+}
+
+/// `inputs` with the re-packed ones replaced.
+fn repacked<'a, V: Value, I: Index>(
+    inputs: &[&'a Tensor<V, I>],
+    owned: &'a [Option<Tensor<V, I>>],
+) -> Vec<&'a Tensor<V, I>> {
+    inputs
+        .iter()
+        .zip(owned)
+        .map(|(t, r)| r.as_ref().unwrap_or(*t))
+        .collect()
 }
 
 /// The inputs the kernel re-packs, transposed into the kernel's format (`None` for the others
@@ -154,6 +161,9 @@ pub fn run_block<V: Value, I: Index>(
     out_dims: &[usize],
     block: &Block,
 ) -> Result<(Tensor<V, I>, Work), InterpError> {
+    // Only statements without `split` are re-packed: then there is one block.
+    let owned = repack_inputs(k, inputs)?;
+    let inputs = &repacked(inputs, &owned)[..];
     check_inputs(k, inputs, out_dims)?;
     let dims = var_dims(k, inputs, out_dims);
     if block.bounds.len() != dims.len()
@@ -179,6 +189,8 @@ pub fn checked_dims<V: Value, I: Index>(
     inputs: &[&Tensor<V, I>],
     out_dims: &[usize],
 ) -> Result<Vec<usize>, InterpError> {
+    let owned = repack_inputs(k, inputs)?;
+    let inputs = &repacked(inputs, &owned)[..];
     check_inputs(k, inputs, out_dims)?;
     Ok(var_dims(k, inputs, out_dims))
 }
