@@ -229,7 +229,10 @@ fn generated_kernels_match_the_oracle() {
         kernels.push('\n');
     }
     // The generated re-pack and scatter assembly are among what runs.
-    assert!(repacked > 0 && scattered > 0, "{repacked} re-packed, {scattered} scattered");
+    assert!(
+        repacked > 0 && scattered > 0,
+        "{repacked} re-packed, {scattered} scattered"
+    );
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("target"));
