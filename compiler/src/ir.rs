@@ -217,6 +217,9 @@ pub enum Assembly {
     /// plus the level's dimension, TACO's transposition) and appended as `InOrder` ones.
     Scatter,
     /// Entries are produced in any order (possibly repeated) and sorted and summed at the end.
+    /// Also the strategy of a `min`/`max` output with a dense level below a compressed one
+    /// (`sd`): after assembly, the positions no entry was written to are set to the fill
+    /// (assembly pads them with 0).
     Collect,
 }
 
