@@ -1,4 +1,4 @@
-//! Generates the kernels the `kernels` bench times: each statement goes through the real
+//! Generates the kernels the `kernels` and `plans` benches time: each statement goes through the real
 //! compiler pipeline (parse → check → lower → codegen) and the Rust it emits is written to
 //! `$OUT_DIR/kernels.rs`, which the bench `include!`s. A failure names the statement.
 
@@ -33,13 +33,21 @@ const KERNELS: &[(&str, &str)] = &[
     ("transpose_csr", "A(i,j) = B(j,i); A: csr; B: csr"),
 ];
 
+/// (function name, statement) of the block kernels (`codegen::emit_block`) the `plans` bench
+/// runs as its plans' point tasks.
+const BLOCK_KERNELS: &[(&str, &str)] = &[
+    ("spmv_block", "y(i) = A(i,j) * x(j); A: csr"),
+    ("spmm_block", "C(i,k) = A(i,j) * B(j,k); A: csr"),
+];
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     for dir in ["src", "build.rs"] {
         println!("cargo:rerun-if-changed=../compiler/{dir}");
     }
     let mut out = String::new();
-    for (name, src) in KERNELS {
+    let block = KERNELS.iter().map(|k| (k, false));
+    for ((name, src), block) in block.chain(BLOCK_KERNELS.iter().map(|k| (k, true))) {
         let stmt = tessera_compiler::parse::program(src, 0)
             .unwrap_or_else(|e| panic!("`{src}`: {}", e.message));
         let checked = tessera_compiler::check::check(stmt, &Default::default())
@@ -47,7 +55,11 @@ fn main() {
         let kernel =
             tessera_compiler::lower::lower(&checked).unwrap_or_else(|e| panic!("`{src}`: {e}"));
         let ident = quote::format_ident!("{}", name);
-        let tokens = tessera_compiler::codegen::emit_named(&kernel, &ident);
+        let tokens = if block {
+            tessera_compiler::codegen::emit_block_named(&kernel, &ident)
+        } else {
+            tessera_compiler::codegen::emit_named(&kernel, &ident)
+        };
         let _ = writeln!(out, "{}", tessera_compiler::codegen::pretty(&tokens));
     }
     let path = std::path::Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"))

@@ -37,6 +37,13 @@ pub use tessera_formats as formats;
 #[cfg(feature = "runtime")]
 pub use tessera_runtime as runtime;
 
+/// Tensors held in the runtime's stores, and errors of statements run on it
+/// (`tensor!(rt => ...)`; feature `plans`).
+#[cfg(feature = "plans")]
+pub mod plans {
+    pub use tessera_compiler::plan::on_runtime::{PlanRunError, Stored};
+}
+
 // With the interop features, the crates converted to and from, at the versions Tessera uses.
 #[cfg(feature = "faer")]
 pub use tessera_formats::faer;
@@ -51,6 +58,8 @@ pub use tessera_formats::sprs;
 /// the macro.
 #[doc(hidden)]
 pub mod __private {
+    #[cfg(feature = "plans")]
+    pub use tessera_compiler::plan::on_runtime as plans;
     pub use tessera_kernel_rt::{bind, rayon, tessera_formats};
 }
 

@@ -8,6 +8,9 @@
 //! 2. Block work: entries visited summed over the blocks ÷ one unsplit run (must be 1.0).
 //! 3. A column split: `extend` (parallel partials, reduced) vs sequential launches.
 //! 4. Runtime overhead per launch (analysis µs per task from `Stats`).
+//! 5. Compiled block kernels (what `tessera run`/`compile` programs run): the row-split SpMV
+//!    and SpMM plans at 1 and 2 threads beside the unscheduled generated kernel with
+//!    `parallelize(i)` at the same thread count (goal at 2 threads: ≥ 0.9× its speed).
 //!
 //! Options (environment): `TESSERA_BENCH_N` rows (default 100 000), `TESSERA_BENCH_NNZ_ROW`
 //! nonzeros per row (default 8), `TESSERA_BENCH_BLOCKS` (default 8), `TESSERA_BENCH_REPS`
@@ -20,6 +23,10 @@ use tessera_compiler::plan::{self, on_runtime, Plan};
 use tessera_compiler::{check, interp, lower, parse};
 use tessera_formats::{Level, Tensor};
 use tessera_runtime::Runtime;
+
+mod generated {
+    include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
+}
 
 fn planned(src: &str) -> (Kernel, Plan) {
     let c = check::check(parse::program(src, 0).unwrap(), &check::Dims::new()).unwrap();
@@ -150,5 +157,79 @@ fn main() {
             false,
         );
     }
+    compiled_rows(&mut t, &a, &x, blocks, reps);
     t.print();
+}
+
+/// Section 5: compiled row-split plans vs the unscheduled parallel kernel, SpMV and SpMM.
+fn compiled_rows(
+    t: &mut Table,
+    a: &Tensor<f64, u32>,
+    x: &Tensor<f64, u32>,
+    blocks: usize,
+    reps: usize,
+) {
+    let n = a.dims()[0];
+    let cols = 16;
+    let bs: Vec<f64> = (0..n * cols).map(|i| (i % 7) as f64 - 3.0).collect();
+    let b = Tensor::<f64, u32>::dense_from_vec(vec![n, cols], bs).unwrap();
+    type Par = fn(&[&Tensor<f64, u32>], &[usize]) -> Tensor<f64, u32>;
+    let cases: [(
+        &str,
+        &str,
+        Vec<&Tensor<f64, u32>>,
+        Vec<usize>,
+        Par,
+        on_runtime::BlockFn<f64, u32>,
+    ); 2] = [
+        (
+            "SpMV",
+            "y(i) = A(i,j) * x(j); A: csr",
+            vec![a, x],
+            vec![n],
+            generated::spmv_par::<f64, u32>,
+            generated::spmv_block::<f64, u32>,
+        ),
+        (
+            "SpMM (16 columns)",
+            "C(i,k) = A(i,j) * B(j,k); A: csr",
+            vec![a, &b],
+            vec![n, cols],
+            generated::spmm_par::<f64, u32>,
+            generated::spmm_block::<f64, u32>,
+        ),
+    ];
+    for (name, src, inputs, out_dims, par, block) in cases {
+        let (k, p) = planned(&format!("{src}; split(i, io, ii, {blocks})"));
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let rt = Runtime::new(threads);
+            // Interleaved: the plan, then the kernel, repeated; best of each.
+            let (mut t_plan, mut t_par) = (f64::MAX, f64::MAX);
+            for _ in 0..reps {
+                let (s, y) = best_of(1, || {
+                    on_runtime::run_compiled(&rt, &p, &k, &inputs, &out_dims, block).unwrap()
+                });
+                t_plan = t_plan.min(s);
+                let (s, want) = best_of(1, || pool.install(|| par(&inputs, &out_dims)));
+                t_par = t_par.min(s);
+                assert_eq!(
+                    y.vals(),
+                    want.vals(),
+                    "{name}: the plan gives the kernel's answer"
+                );
+            }
+            t.row(
+                &format!("{name} row-split plan, compiled, {threads}t"),
+                "ms",
+                t_plan * 1e3,
+                &format!("parallelize(i) kernel, {threads}t"),
+                t_par * 1e3,
+                false,
+            );
+        }
+    }
 }

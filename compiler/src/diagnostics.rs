@@ -165,3 +165,16 @@ impl SourceMap {
         }
     }
 }
+
+/// A lowering error as a diagnostic (same spans, same hint).
+pub fn lower_diagnostic(e: &crate::lower::LowerError) -> Diagnostic {
+    let message = e.to_string();
+    match e.hint() {
+        // Some messages end with their hint; say it once, as the hint.
+        Some(h) => {
+            let short = message.strip_suffix(&format!(": {h}")).unwrap_or(&message);
+            Diagnostic::new(short, e.span()).label("here").hint(h)
+        }
+        None => Diagnostic::new(message, e.span()).label("here"),
+    }
+}

@@ -10,13 +10,16 @@
 
 use crate::check::Checked;
 use crate::ir::Kernel;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The verbatim sources copied into every generated crate.
 const TEMPLATE_MAIN: &str = include_str!("driver/template_main.rs");
 const TEMPLATE_IO: &str = include_str!("driver/template_io.rs");
+/// How the program computes: the plain kernel on rayon's pool, or a distribution plan's
+/// block tasks on tessera-runtime.
+const TEMPLATE_COMPUTE: &str = include_str!("driver/template_compute.rs");
+const TEMPLATE_PLANNED: &str = include_str!("driver/template_planned.rs");
 // bind.rs lives in tessera-kernel-rt (what `tensor!` needs at run time) and is copied as is.
 const BIND: &str = include_str!("../../kernel-rt/src/bind.rs");
 
@@ -30,6 +33,8 @@ pub enum DriverError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("the statement's distribution plan could not be made:\n{0}")]
+    Plan(String),
     #[error("the generated kernel is not valid Rust (a bug in tessera-compiler): {0}")]
     Unparsable(String),
     #[error("could not run cargo ({cargo}): {source}")]
@@ -53,6 +58,9 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> DriverError + '_ {
 pub struct Options {
     /// 64-bit coordinates instead of 32-bit.
     pub wide_index: bool,
+    /// The schedule distributes the statement (`split`): the program runs its plan's block
+    /// tasks on tessera-runtime, with the generated block kernel.
+    pub distributed: bool,
 }
 
 /// The files of a generated crate, and the key that names it in the cache.
@@ -102,42 +110,7 @@ pub fn cache_dir() -> PathBuf {
     }
 }
 
-/// Rust source for the `bind::Signature` of a kernel: each of its inputs (in argument order)
-/// and the output, with the format and index variables of its use in the statement. `bind` is
-/// the path of the `bind` module where the source is used.
-pub fn signature_source(c: &Checked, kernel_inputs: &[&str], bind: &str) -> String {
-    let operand = |name: &str| -> String {
-        let info = c
-            .tensor(name)
-            .expect("kernel inputs are tensors of the statement");
-        let uses: Vec<String> = c
-            .uses(name)
-            .iter()
-            .map(|access| {
-                let vars: Vec<String> = access
-                    .indices
-                    .iter()
-                    .map(|i| format!("{:?}", i.name))
-                    .collect();
-                format!("&[{}]", vars.join(", "))
-            })
-            .collect();
-        format!(
-            "{bind}::Operand {{ name: {:?}, format: {:?}, uses: &[{}] }}",
-            name,
-            info.format.to_string(),
-            uses.join(", ")
-        )
-    };
-    let mut s = format!("{bind}::Signature {{\n    output: ");
-    s += &operand(&c.output().name);
-    s += ",\n    inputs: &[\n";
-    for name in kernel_inputs {
-        let _ = writeln!(s, "        {},", operand(name));
-    }
-    s += "    ],\n}";
-    s
-}
+pub use crate::codegen::signature_source;
 
 /// Generates the crate for a statement: `statement` is its text (shown by `--help`).
 pub fn generate(
@@ -147,9 +120,26 @@ pub fn generate(
     opts: Options,
 ) -> Result<GeneratedCrate, DriverError> {
     let workspace = workspace_root()?;
-    let kernel_src = pretty(crate::codegen::emit(kernel))?;
     let inputs = kernel.inputs();
+    let (kernel_mods, compute, kernel_src) = if opts.distributed {
+        // The kernel the program's plan will be rebuilt from at start, from the same text.
+        let (k, _) = crate::plan::from_text(statement).map_err(DriverError::Plan)?;
+        let compute = TEMPLATE_PLANNED.replace(
+            "@FINGERPRINT@",
+            &format!("{:#x}", crate::plan::kernel_fingerprint(&k)),
+        );
+        let src = pretty(crate::codegen::emit_block(&k))?;
+        ("mod kernel_block;", compute, ("src/kernel_block.rs", src))
+    } else {
+        let src = pretty(crate::codegen::emit(kernel))?;
+        (
+            "mod kernel;",
+            TEMPLATE_COMPUTE.to_string(),
+            ("src/kernel.rs", src),
+        )
+    };
     let main = TEMPLATE_MAIN
+        .replace("@KERNEL_MODS@", kernel_mods)
         .replace("@STATEMENT@", &format!("{statement:?}"))
         .replace("@SIGNATURE@", &signature_source(c, &inputs, "bind"))
         .replace("@INDEX@", if opts.wide_index { "u64" } else { "u32" });
@@ -157,16 +147,34 @@ pub fn generate(
         ("src/main.rs".to_string(), main),
         ("src/io.rs".to_string(), TEMPLATE_IO.to_string()),
         ("src/bind.rs".to_string(), BIND.to_string()),
-        ("src/kernel.rs".to_string(), kernel_src),
+        ("src/compute.rs".to_string(), compute),
+        (kernel_src.0.to_string(), kernel_src.1),
     ];
-    let key = cache_key(&files, &workspace);
+    // A planned program also compiles the compiler (its plans) and the runtime.
+    let crates: &[&str] = if opts.distributed {
+        &["formats", "compiler", "runtime", "kernel-rt"]
+    } else {
+        &["formats"]
+    };
+    let key = cache_key(&files, &workspace, crates);
     let name = format!("tessera-prog-{key}");
+    let path_dep = |krate: &str, extra: &str| {
+        format!(
+            "tessera-{krate} = {{ path = {:?}{extra} }}\n",
+            workspace.join(krate).display().to_string()
+        )
+    };
+    let mut deps = path_dep("formats", "");
+    if opts.distributed {
+        // The compiler without its command line and code generation: plans and interpreter.
+        deps += &path_dep("compiler", ", default-features = false");
+        deps += &path_dep("runtime", "");
+    }
     let manifest = format!(
         "[package]\nname = {name:?}\nversion = \"0.1.0\"\nedition = \"2021\"\npublish = false\n\n\
-         [dependencies]\ntessera-formats = {{ path = {:?} }}\nrayon = \"1\"\nindicatif = \"0.18\"\nctrlc = {{ version = \"3\", features = [\"termination\"] }}\n\n\
+         [dependencies]\n{deps}rayon = \"1\"\nindicatif = \"0.18\"\nctrlc = {{ version = \"3\", features = [\"termination\"] }}\n\n\
          [profile.release]\ncodegen-units = 1\n\n\
-         # A crate of its own, not a member of any enclosing workspace.\n[workspace]\n",
-        workspace.join("formats").display().to_string()
+         # A crate of its own, not a member of any enclosing workspace.\n[workspace]\n"
     );
     files.push(("Cargo.toml".to_string(), manifest));
     Ok(GeneratedCrate { files, key, name })
@@ -174,7 +182,7 @@ pub fn generate(
 
 /// FNV-1a over everything that affects the build: stable across runs and Rust versions
 /// (unlike `DefaultHasher`), which a cache on disk needs.
-fn cache_key(files: &[(String, String)], workspace: &Path) -> String {
+fn cache_key(files: &[(String, String)], workspace: &Path, crates: &[&str]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut feed = |bytes: &[u8]| {
         for &b in bytes.iter().chain([0xffu8].iter()) {
@@ -184,11 +192,13 @@ fn cache_key(files: &[(String, String)], workspace: &Path) -> String {
     };
     feed(env!("CARGO_PKG_VERSION").as_bytes());
     feed(workspace.to_string_lossy().as_bytes());
-    // The sources of tessera-formats are compiled into the program too: a change there must
-    // not reuse a program built against the old ones.
-    for (path, bytes) in formats_sources(&workspace.join("formats")) {
-        feed(path.to_string_lossy().as_bytes());
-        feed(&bytes);
+    // The sources of the workspace crates are compiled into the program too: a change there
+    // must not reuse a program built against the old ones.
+    for krate in crates {
+        for (path, bytes) in crate_sources(&workspace.join(krate)) {
+            feed(path.to_string_lossy().as_bytes());
+            feed(&bytes);
+        }
     }
     for (path, text) in files {
         feed(path.as_bytes());
@@ -197,11 +207,11 @@ fn cache_key(files: &[(String, String)], workspace: &Path) -> String {
     format!("{h:016x}")
 }
 
-/// `formats/Cargo.toml` and every file under `formats/src`, sorted by path (unreadable files
-/// are skipped: they would fail the build anyway).
-fn formats_sources(formats: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+/// A crate's `Cargo.toml`, `build.rs` and every file under its `src`, sorted by path
+/// (unreadable files are skipped: they would fail the build anyway).
+fn crate_sources(krate: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
-    let mut dirs = vec![formats.join("src")];
+    let mut dirs = vec![krate.join("src")];
     while let Some(dir) = dirs.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
@@ -215,8 +225,10 @@ fn formats_sources(formats: &Path) -> Vec<(PathBuf, Vec<u8>)> {
             }
         }
     }
-    if let Ok(bytes) = std::fs::read(formats.join("Cargo.toml")) {
-        out.push((formats.join("Cargo.toml"), bytes));
+    for file in ["Cargo.toml", "build.rs"] {
+        if let Ok(bytes) = std::fs::read(krate.join(file)) {
+            out.push((krate.join(file), bytes));
+        }
     }
     out.sort();
     out

@@ -18,7 +18,13 @@ fn cache_key_follows_what_is_built() {
     let again = generated("y(i) = A(i,j) * x(j); A: csr", Options::default());
     assert_eq!(a.key, again.key, "the same statement reuses its build");
     let csc = generated("y(i) = A(i,j) * x(j); A: csc", Options::default());
-    let wide = generated("y(i) = A(i,j) * x(j); A: csr", Options { wide_index: true });
+    let wide = generated(
+        "y(i) = A(i,j) * x(j); A: csr",
+        Options {
+            wide_index: true,
+            distributed: false,
+        },
+    );
     let par = generated(
         "y(i) = A(i,j) * x(j); A: csr; parallelize(i)",
         Options::default(),

@@ -259,6 +259,32 @@ fn check_inputs<V: Value, I: Index>(
     inputs: &[&Tensor<V, I>],
     out_dims: &[usize],
 ) -> Result<(), InterpError> {
+    let shapes: Vec<(&Format, &[usize])> = inputs.iter().map(|t| (t.format(), t.dims())).collect();
+    check_shapes(k, &shapes, out_dims)
+}
+
+/// [`checked_dims`] for inputs given by format and dimensions only (tensors held elsewhere,
+/// as a plan's runtime stores).
+pub fn checked_dims_of(
+    k: &Kernel,
+    inputs: &[(&Format, &[usize])],
+    out_dims: &[usize],
+) -> Result<Vec<usize>, InterpError> {
+    check_shapes(k, inputs, out_dims)?;
+    Ok(k.vars
+        .iter()
+        .map(|v| match v.dim {
+            DimSource::Input { slot, mode } => inputs[slot].1[mode],
+            DimSource::Output { mode } => out_dims[mode],
+        })
+        .collect())
+}
+
+fn check_shapes(
+    k: &Kernel,
+    inputs: &[(&Format, &[usize])],
+    out_dims: &[usize],
+) -> Result<(), InterpError> {
     let names = k.inputs();
     if names.len() != inputs.len() {
         return Err(InterpError::InputCount {
@@ -269,8 +295,8 @@ fn check_inputs<V: Value, I: Index>(
     }
     for t in &k.tensors {
         if let Some(slot) = t.input_slot {
-            let got = inputs[slot].format();
-            if *got != t.format || inputs[slot].dims().len() != t.rank() {
+            let (got, dims) = inputs[slot];
+            if *got != t.format || dims.len() != t.rank() {
                 return Err(InterpError::Format {
                     tensor: t.name.clone(),
                     expected: t.format.to_string(),
@@ -290,7 +316,7 @@ fn check_inputs<V: Value, I: Index>(
     for acc in &k.accesses {
         let decl = &k.tensors[acc.tensor];
         let tensor_dims = match decl.input_slot {
-            Some(slot) => inputs[slot].dims(),
+            Some(slot) => inputs[slot].1,
             None => out_dims,
         };
         for (level, &m) in decl.format.mode_order().iter().enumerate() {

@@ -4,9 +4,12 @@
 //! checks of `tensor!`, `driver` and `cli` the `tessera` binary.
 pub mod ast;
 pub mod check;
+#[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "codegen")]
 pub mod codegen;
 pub mod diagnostics;
+#[cfg(feature = "cli")]
 pub mod driver;
 pub mod interp;
 pub mod ir;

@@ -9,7 +9,13 @@ use tessera_compiler::{check, interp, lower, parse};
 use tessera_formats::Tensor;
 
 fn tessera() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tessera"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    // The program cache the other CLI tests share: its build directory is reused.
+    c.env(
+        "TESSERA_CACHE",
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("tessera-cache"),
+    );
+    c
 }
 
 /// The unscheduled kernel's output for `y(i) = A(i,j) * x(j)` on these files, by the
@@ -25,8 +31,16 @@ fn reference(a: &Path, x: &Path) -> Vec<f64> {
         .to_dense()
 }
 
+/// How `tessera run` runs a plan: the compiled program (block kernels generated and built), or
+/// `--interpret` (the interpreter's block entry point, in process).
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Compiled,
+    Interpreted,
+}
+
 /// Runs `tessera run` with `schedule` and returns the output and what `--stats` printed.
-fn run_scheduled(dir: &Path, a: &Path, x: &Path, schedule: &str) -> (Vec<f64>, String) {
+fn run_scheduled(dir: &Path, a: &Path, x: &Path, schedule: &str, mode: Mode) -> (Vec<f64>, String) {
     let out = dir.join("y.tns");
     let r = tessera()
         .args(["run", "y(i) = A(i,j) * x(j)", "-f", "A:csr", "-s", schedule])
@@ -37,10 +51,11 @@ fn run_scheduled(dir: &Path, a: &Path, x: &Path, schedule: &str) -> (Vec<f64>, S
         .arg("-o")
         .arg(&out)
         .args(["--threads", "2", "--stats"])
+        .args(matches!(mode, Mode::Interpreted).then_some("--interpret"))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&r.stderr).to_string();
-    assert!(r.status.success(), "{schedule}: {stderr}");
+    assert!(r.status.success(), "{schedule} ({mode:?}): {stderr}");
     let y: Tensor<f64, u32> = Tensor::read(&out, "d").unwrap();
     (y.to_dense(), stderr)
 }
@@ -88,12 +103,14 @@ fn scheduled_runs_equal_the_unscheduled_kernel() {
     let x = vector(dir.path(), n);
     let want = reference(&a, &x);
     for s in SCHEDULES {
-        let (got, stats) = run_scheduled(dir.path(), &a, &x, s);
-        assert!(close(&got, &want), "{s}: {got:?}\nwant {want:?}");
-        assert!(
-            stats.contains("tasks issued") && stats.contains("point tasks run"),
-            "{stats}"
-        );
+        for mode in [Mode::Interpreted, Mode::Compiled] {
+            let (got, stats) = run_scheduled(dir.path(), &a, &x, s, mode);
+            assert!(close(&got, &want), "{s} ({mode:?}): {got:?}\nwant {want:?}");
+            assert!(
+                stats.contains("tasks issued") && stats.contains("point tasks run"),
+                "{stats}"
+            );
+        }
     }
 }
 
@@ -128,7 +145,7 @@ fn scheduled_runs_on_real_matrices() {
         let x = vector(tmp.path(), t.dims()[1]);
         let want = reference(a, &x);
         for s in ["split(i, io, ii, 4)", "split(j, jo, ji, 3); extend(jo)"] {
-            let (got, _) = run_scheduled(tmp.path(), a, &x, s);
+            let (got, _) = run_scheduled(tmp.path(), a, &x, s, Mode::Compiled);
             assert!(close(&got, &want), "{} with {s}", a.display());
         }
         ran += 1;
@@ -136,8 +153,9 @@ fn scheduled_runs_on_real_matrices() {
     eprintln!("cli_plans: {ran} real matrices checked");
 }
 
-/// A schedule the planner refuses (a nested split) still compiles and emits as before; only
-/// `emit --plan` and `run` report the refusal, with the directive's span.
+/// A schedule the planner refuses (a nested split) still emits its plain kernel; `emit --plan`
+/// and `compile` (whose program would run the plan) report the refusal, with the directive's
+/// span.
 #[test]
 fn a_refused_plan_fails_only_where_the_plan_is_used() {
     let sched = "split(i, io, ii, 4); split(ii, iio, iii, 2)";
@@ -156,4 +174,24 @@ fn a_refused_plan_fails_only_where_the_plan_is_used() {
         err.contains("made by a split") && err.contains("split(ii, iio, iii, 2)"),
         "{err}"
     );
+    let dir = tempfile::tempdir().unwrap();
+    let r = tessera()
+        .args([
+            "compile",
+            "y(i) = A(i,j) * x(j)",
+            "-f",
+            "A:csr",
+            "-s",
+            sched,
+            "-o",
+        ])
+        .arg(dir.path().join("prog"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        !r.status.success() && err.contains("split(ii, iio, iii, 2)"),
+        "{err}"
+    );
+    assert!(!dir.path().join("prog").exists());
 }

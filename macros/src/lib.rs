@@ -30,17 +30,37 @@ use proc_macro2::{
 use quote::{format_ident, quote};
 use tessera_compiler::check::{self, Dims};
 use tessera_compiler::diagnostics::Diagnostic;
-use tessera_compiler::{cli, codegen, driver, lower, parse};
+use tessera_compiler::ir::Kernel;
+use tessera_compiler::{codegen, diagnostics, lower, parse, plan};
 
 mod paths;
 
 #[proc_macro]
 pub fn tensor(input: TokenStream) -> TokenStream {
-    let source = Source::from_tokens(input.into());
-    match expand(&source) {
+    let (runtime, statement) = split_runtime(input.into());
+    let source = Source::from_tokens(statement);
+    let expanded = match runtime {
+        None => expand(&source),
+        Some(rt) => expand_on_runtime(&source, rt),
+    };
+    match expanded {
         Ok(ts) => ts.into(),
         Err(d) => compile_error(&d, source.span_range(&d.span)).into(),
     }
+}
+
+/// `RT => STATEMENT`: the runtime the statement runs on (a name, or an expression in
+/// parentheses), when the input starts with one.
+fn split_runtime(ts: TokenStream2) -> (Option<TokenTree>, TokenStream2) {
+    let tts: Vec<TokenTree> = ts.into_iter().collect();
+    if let [first @ (TokenTree::Ident(_) | TokenTree::Group(_)), TokenTree::Punct(a), TokenTree::Punct(b), ..] =
+        &tts[..]
+    {
+        if a.as_char() == '=' && a.spacing() == Spacing::Joint && b.as_char() == '>' {
+            return (Some(first.clone()), tts[3..].iter().cloned().collect());
+        }
+    }
+    (None, tts.into_iter().collect())
 }
 
 /// `::core::compile_error!{"..."}` covering `start..end`: the path carries the first span and
@@ -166,7 +186,8 @@ impl Source {
     }
 }
 
-fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
+/// The statement checked and lowered, with errors at their spans.
+fn front(source: &Source) -> Result<(check::Checked, Kernel), Diagnostic> {
     let stmt = parse::program(&source.text, 0)?;
     let checked = check::check(stmt, &Dims::new())?;
     if checked.inputs().is_empty() {
@@ -179,16 +200,32 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
         .hint("the value and coordinate types of the output come from the input tensors"));
     }
     let kernel = lower::lower(&checked).map_err(|e| {
-        let mut d = cli::lower_diagnostic(&e);
+        let mut d = diagnostics::lower_diagnostic(&e);
         // Lowering phrases format advice as a command-line flag; here it is a `NAME: FMT` item.
         d.hint = d.hint.map(|h| h.replace("(-f ", "("));
         d
     })?;
-    let kernel_fn = paths::rebase(codegen::emit(&kernel));
+    Ok((checked, kernel))
+}
+
+/// The statement's signature and the bindings of its input tensors (`__tessera_in{k}`, each
+/// a reference of type `ty<_, _>` to the user's variable).
+struct Bound {
+    signature: TokenStream2,
+    bindings: Vec<TokenStream2>,
+    vars: Vec<proc_macro2::Ident>,
+}
+
+fn bind_inputs(
+    source: &Source,
+    checked: &check::Checked,
+    kernel: &Kernel,
+    ty: TokenStream2,
+) -> Result<Bound, Diagnostic> {
     let private = paths::private();
     let inputs = kernel.inputs();
     let signature: TokenStream2 =
-        driver::signature_source(&checked, &inputs, &format!("{private}::bind"))
+        codegen::signature_source(checked, &inputs, &format!("{private}::bind"))
             .parse()
             .map_err(|e| {
                 Diagnostic::new(format!("internal error: bad signature source: {e}"), 0..0)
@@ -200,12 +237,33 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
             let var = format_ident!("__tessera_in{}", k);
             let span = &checked.tensor(name).expect("input is a tensor").span;
             let user = source.ident(name, &(span.start..span.start + name.len()));
-            quote! { let #var: &#private::tessera_formats::Tensor<_, _> = &#user; }
+            quote! { let #var: &#ty<_, _> = &#user; }
         })
         .collect();
     let vars: Vec<_> = (0..inputs.len())
         .map(|k| format_ident!("__tessera_in{}", k))
         .collect();
+    Ok(Bound {
+        signature,
+        bindings,
+        vars,
+    })
+}
+
+fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
+    let (checked, kernel) = front(source)?;
+    let kernel_fn = paths::rebase(codegen::emit(&kernel));
+    let private = paths::private();
+    let Bound {
+        signature,
+        bindings,
+        vars,
+    } = bind_inputs(
+        source,
+        &checked,
+        &kernel,
+        quote!(#private::tessera_formats::Tensor),
+    )?;
     Ok(quote! {
         {
             #[allow(clippy::all, unused, non_snake_case)]
@@ -219,6 +277,48 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
                     __tessera_kernel::kernel(&[#(#vars),*], &__out_dims)
                 ),
                 ::core::result::Result::Err(e) => ::core::result::Result::Err(e),
+            }
+        }
+    })
+}
+
+/// `tensor!(rt => ...)`: the statement's plan runs as block tasks on the runtime `rt`, over
+/// `tessera::plans::Stored` tensors, each point running the generated block kernel; it
+/// evaluates to `Result<Stored<V, I>, PlanRunError>` without waiting for the tasks.
+fn expand_on_runtime(source: &Source, rt: TokenTree) -> Result<TokenStream2, Diagnostic> {
+    let (checked, kernel) = front(source)?;
+    // The plan is made again from the same text when the program runs; refuse here what the
+    // planner refuses, at the directive's span.
+    plan::plan(&checked, &kernel)?;
+    let fingerprint = plan::kernel_fingerprint(&kernel);
+    let block_fn = paths::rebase(codegen::emit_block(&kernel));
+    let private = paths::private();
+    let Bound {
+        signature,
+        bindings,
+        vars,
+    } = bind_inputs(source, &checked, &kernel, quote!(#private::plans::Stored))?;
+    let text = &source.text;
+    Ok(quote! {
+        {
+            #[allow(clippy::all, unused, non_snake_case)]
+            mod __tessera_kernel {
+                #block_fn
+            }
+            const __TESSERA_SIGNATURE: #private::bind::Signature<'static> = #signature;
+            #(#bindings)*
+            match __TESSERA_SIGNATURE.bind(&[#((#vars.dims(), #vars.format())),*]) {
+                ::core::result::Result::Ok(__out_dims) => #private::plans::run_text(
+                    &#rt,
+                    #text,
+                    #fingerprint,
+                    &[#(#vars),*],
+                    &__out_dims,
+                    __tessera_kernel::kernel_block,
+                ),
+                ::core::result::Result::Err(e) => {
+                    ::core::result::Result::Err(#private::plans::PlanRunError::from(e))
+                }
             }
         }
     })

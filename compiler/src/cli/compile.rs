@@ -28,15 +28,18 @@ pub fn build(
     dims: &Dims,
 ) -> anyhow::Result<(driver::GeneratedCrate, PathBuf)> {
     let c = super::front(statement, dims)?;
-    if c.plan.as_ref().is_ok_and(|p| p.is_distributed()) {
-        // Say so rather than let a schedule be silently ignored.
-        eprintln!(
-            "note: the program runs the plain kernel (`parallelize` applies); its `split` plan \
-             runs as block tasks on the task runtime with `tessera run` (see `tessera emit --plan`)"
-        );
-    }
+    // A schedule with `split` compiles to a program running its plan on the task runtime;
+    // a plan the planner refuses is reported, never silently replaced by the plain kernel.
+    let distributed = match &c.plan {
+        Ok(p) => p.is_distributed(),
+        Err(e) if !c.checked.schedule.splits.is_empty() => {
+            return Err(super::Rendered(e.0.clone()).into())
+        }
+        Err(_) => false,
+    };
     let opts = Options {
         wide_index: statement.wide_index,
+        distributed,
     };
     let g = driver::generate(&c.checked, &c.kernel, &c.text, opts)?;
     let cache = driver::cache_dir();

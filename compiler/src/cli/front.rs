@@ -5,7 +5,7 @@ use super::StatementArgs;
 use crate::check::{self, Checked, Dims};
 use crate::diagnostics::{Diagnostic, SourceMap};
 use crate::ir::Kernel;
-use crate::lower::{self, LowerError};
+use crate::lower;
 use crate::parse;
 use crate::plan::{self, Plan};
 use std::io::IsTerminal;
@@ -34,18 +34,7 @@ pub struct Compiled {
     pub text: String,
 }
 
-/// A lowering error as a diagnostic (same spans, same hint).
-pub fn lower_diagnostic(e: &LowerError) -> Diagnostic {
-    let message = e.to_string();
-    match e.hint() {
-        // Some messages end with their hint; say it once, as the hint.
-        Some(h) => {
-            let short = message.strip_suffix(&format!(": {h}")).unwrap_or(&message);
-            Diagnostic::new(short, e.span()).label("here").hint(h)
-        }
-        None => Diagnostic::new(message, e.span()).label("here"),
-    }
-}
+pub use crate::diagnostics::lower_diagnostic;
 
 /// Parses, checks and lowers the statement of a command line; `dims` are the dimensions of
 /// the tensors known now (from the headers of input files), checked with spans.

@@ -57,17 +57,7 @@ fn go<I: PlanIndex>(args: &RunArgs, c: &Compiled, plan: &Plan) -> anyhow::Result
         );
     }
     if args.stats {
-        let s = rt.stats();
-        eprintln!(
-            "runtime: {} tasks issued, {} point tasks run, partitions {} created / {} reused, \
-             {} solutions replayed, analysis {:.1} µs per task",
-            s.tasks_issued,
-            s.points_run,
-            s.partitions_created,
-            s.partitions_reused,
-            s.solutions_replayed,
-            s.analysis_us_per_task()
-        );
+        eprintln!("{}", on_runtime::stats_line(&rt));
     }
     Ok(ExitCode::SUCCESS)
 }

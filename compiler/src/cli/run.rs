@@ -29,6 +29,10 @@ pub struct RunArgs {
     /// stderr: tasks issued, point tasks run, partitions created and reused, analysis time.
     #[arg(long)]
     pub stats: bool,
+    /// With a distribution schedule: run the block tasks in this process with the
+    /// interpreter instead of building the compiled program (no build wait; slower kernels).
+    #[arg(long)]
+    pub interpret: bool,
 }
 
 /// Dimensions that input files declare in a header (`.mtx`, or `.tns` with `# dims`), so that
@@ -61,17 +65,15 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     super::paths::check_output(&args.output, "-o")?;
     let dims = header_dims(&args.inputs);
     let c = super::front(&args.statement, &dims)?;
-    if !c.checked.schedule.splits.is_empty() {
-        let plan = match &c.plan {
-            Ok(p) => p,
+    if args.interpret {
+        match &c.plan {
+            Ok(plan) if plan.is_distributed() => return super::planned::run(&args, &c, plan),
             Err(e) => return Err(super::Rendered(e.0.clone()).into()),
-        };
-        return super::planned::run(&args, &c, plan);
-    }
-    if args.stats {
-        eprintln!(
-            "note: --stats: without `split` in the schedule nothing runs on the task runtime"
-        );
+            Ok(_) => eprintln!(
+                "note: --interpret applies to a distribution schedule (`split`); this statement \
+                 runs its compiled kernel"
+            ),
+        }
     }
     let (_, bin) = super::compile::build(&args.statement, &dims)?;
     let mut cmd = Command::new(&bin);
@@ -84,6 +86,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     if args.timings {
         cmd.arg("--timings");
+    }
+    if args.stats {
+        cmd.arg("--stats");
     }
     let status = cmd
         .status()

@@ -27,13 +27,8 @@ impl Gen<'_> {
             return None;
         }
         let mut out_row = None;
-        let (mut lo, mut hi) = (
-            vec![quote!(0usize)],
-            vec![{
-                let dim = self.dim(lp.var);
-                quote!(#dim)
-            }],
-        );
+        let (first, end) = self.span(lp.var);
+        let (mut lo, mut hi) = (vec![first], vec![end]);
         let mut rows = TokenStream::new();
         let mut binds = TokenStream::new();
         for r in &lp.locate {
@@ -49,7 +44,7 @@ impl Gen<'_> {
             let (size, off) = (self.lvl(t, r.level, "size"), self.lvl(t, r.level, "off"));
             let parent = self.parent(*r);
             if is_out {
-                out_row = Some(quote!(#parent * #size + lo));
+                out_row = Some(quote!(#parent * #size + (lo - #off)));
                 continue;
             }
             lo.push(quote!(#off));

@@ -111,15 +111,19 @@ impl Gen<'_> {
             // `vec![zero; n]` rather than `Tensor::zeros`: for floats it is a zeroed allocation
             // (calloc), so the pages are zeroed lazily by whichever thread first writes them
             // instead of in one sequential pass before a parallel loop.
-            OutputKind::Scalar | OutputKind::Dense => quote! {
+            OutputKind::Scalar | OutputKind::Dense => {
+                let (sizes, _) = self.output_levels();
+                quote! {
                 let out_format = #fmt;
-                let out_len: usize = out_dims
+                // The output's levels (a block kernel's first level is the block's rows).
+                let out_len: usize = [#(#sizes),*]
                     .iter()
                     .try_fold(1usize, |n, d| n.checked_mul(*d))
                     .expect("output dimensions fit in memory");
                 let mut out_buf: Vec<V> = vec![#fill; out_len];
                 let out_vals: &mut [V] = &mut out_buf;
-            },
+                }
+            }
             OutputKind::Sparse => {
                 let rank = self.k.output_tensor().rank();
                 let fmt_val = quote!(let out_format = #fmt;);
@@ -143,6 +147,15 @@ impl Gen<'_> {
         }
     }
 
+    /// The locals holding each output level's size and offset (the offset is 0 but in a
+    /// block kernel's first level).
+    fn output_levels(&self) -> (Vec<proc_macro2::Ident>, Vec<proc_macro2::Ident>) {
+        let t = self.k.output;
+        (0..self.k.output_tensor().rank())
+            .map(|l| (self.lvl(t, l, "size"), self.lvl(t, l, "off")))
+            .unzip()
+    }
+
     /// The extent of the workspace variable (0 when no nest uses one).
     pub(super) fn workspace_len(&self) -> TokenStream {
         for n in &self.k.nests {
@@ -156,15 +169,14 @@ impl Gen<'_> {
 
     pub(super) fn output_finish(&self) -> TokenStream {
         match self.k.output_kind {
-            OutputKind::Scalar | OutputKind::Dense => quote! {
-                let levels: Vec<Level<I>> = out_format
-                    .mode_order()
-                    .iter()
-                    .map(|m| Level::Dense { size: out_dims[*m], offset: 0 })
-                    .collect();
-                Tensor::from_parts(out_dims.to_vec(), out_format, levels, out_buf)
-                    .expect("a dense output of out_dims is valid")
-            },
+            OutputKind::Scalar | OutputKind::Dense => {
+                let (sizes, offs) = self.output_levels();
+                quote! {
+                    let levels: Vec<Level<I>> = vec![#(Level::Dense { size: #sizes, offset: #offs }),*];
+                    Tensor::from_parts(out_dims.to_vec(), out_format, levels, out_buf)
+                        .expect("a dense output of out_dims is valid")
+                }
+            }
             OutputKind::Sparse => {
                 let collect = self.k.nests.iter().any(|n| n.assembly == Assembly::Collect);
                 if collect {

@@ -73,12 +73,14 @@ impl Gen<'_> {
                 let crd = self.lvl(self.tensor_of(r.access), r.level, "crd");
                 let p = self.pos(r);
                 let (lo, hi) = self.range(nest, r);
+                let narrow = self.narrow(&crd, lp.var, &format_ident!("lo"), &format_ident!("hi"));
                 if r.level + 1 == self.k.accesses[r.access].level_vars.len() {
                     // Last level: walk coordinates and values together, as a hand-written loop would.
                     let vals = self.vals(self.tensor_of(r.access));
                     let v = self.val(r.access);
                     return quote! {
                         let (lo, hi) = (#lo, #hi);
+                        #narrow
                         for (c, #v) in #crd[lo..hi].iter().zip(&#vals[lo..hi]) {
                             let #var = c.to_usize();
                             let #v: V = *#v;
@@ -88,6 +90,7 @@ impl Gen<'_> {
                 }
                 quote! {
                     let (lo, hi) = (#lo, #hi);
+                    #narrow
                     for #p in lo..hi {
                         let #var = #crd[#p].to_usize();
                         #label: { #visit }
@@ -95,11 +98,11 @@ impl Gen<'_> {
                 }
             }
             Domain::Universe => {
-                let dim = self.dim(lp.var);
+                let (first, end) = self.span(lp.var);
                 let (setup, present, advance) = self.iterators(nest, d, quote!(#var));
                 quote! {
                     #setup
-                    for #var in 0..#dim {
+                    for #var in #first..#end {
                         #present
                         #label: { #visit }
                         #advance
@@ -173,7 +176,12 @@ impl Gen<'_> {
             let crd = self.lvl(self.tensor_of(r.access), r.level, "crd");
             let p = self.pos(*r);
             let (lo, hi) = self.range(nest, *r);
-            setup.extend(quote! { let mut #it: usize = #lo; let #end: usize = #hi; });
+            let narrow = self.narrow(&crd, lp.var, &it, &end);
+            setup.extend(quote! {
+                let (#it, #end): (usize, usize) = (#lo, #hi);
+                #narrow
+                let mut #it: usize = #it;
+            });
             present.extend(quote! {
                 let #pr = #it < #end && #crd[#it].to_usize() == #coord;
                 let #p = if #pr { #it } else { ABSENT };
@@ -227,7 +235,7 @@ impl Gen<'_> {
                     ts.extend(quote!(if #p == ABSENT { break #label; }));
                 }
             } else if is_output {
-                ts.extend(quote!(let #p = #parent * #size + #x;));
+                ts.extend(quote!(let #p = #parent * #size + (#x - #off);));
             } else if self.direct_vector(nest, *r) {
                 // A dense vector: its values are its level, so one checked `get` locates it.
                 let vals = self.vals(t);

@@ -18,16 +18,21 @@
 //! order. Outer loops that merge several compressed levels, and a workspace spanning the
 //! whole nest, run sequentially.
 
+mod block;
 mod dense_row;
 mod frame;
 mod loops;
 mod output;
 mod parallel;
+mod signature;
 mod values;
 
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 use tessera_formats::LevelType;
+
+pub use block::{emit_block, emit_block_named};
+pub use signature::signature_source;
 
 use crate::ir::{AccessId, Kernel, LevelRef, Nest};
 
@@ -39,28 +44,8 @@ pub fn emit(k: &Kernel) -> TokenStream {
 
 /// The kernel under another function name (several kernels in one module).
 pub fn emit_named(k: &Kernel, name: &Ident) -> TokenStream {
-    let g = Gen { k };
-    let doc = doc_comment(k);
-    let prelude = g.prelude();
-    let out_init = g.output_init();
-    let nests: Vec<TokenStream> = k.nests.iter().map(|n| g.nest(n)).collect();
-    let finish = g.output_finish();
-    quote! {
-        #doc
-        #[allow(unused_variables, unused_mut, unused_assignments, unused_labels, unused_parens, unused_imports, dead_code,
-            unreachable_code, non_snake_case, clippy::all)]
-        pub fn #name<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
-            inputs: &[&::tessera_formats::Tensor<V, I>],
-            out_dims: &[usize],
-        ) -> ::tessera_formats::Tensor<V, I> {
-            use ::tessera_formats::{Index as _, Level, Tensor, Value as _};
-            const ABSENT: usize = usize::MAX;
-            #prelude
-            #out_init
-            #(#nests)*
-            #finish
-        }
-    }
+    let g = Gen { k, block: false };
+    g.function(name, quote!(), quote!())
 }
 
 /// The generated code as formatted Rust source (for `tessera emit`).
@@ -108,6 +93,8 @@ fn doc_comment(k: &Kernel) -> TokenStream {
 /// The generator: one kernel, and helpers that name its generated locals.
 struct Gen<'k> {
     k: &'k Kernel,
+    /// A block kernel ([`emit_block_named`]): every loop bounded by the block, sequential.
+    block: bool,
 }
 
 /// Where a nest writes its dense or scalar output.
@@ -180,7 +167,37 @@ impl Gen<'_> {
         format_ident!("val{}", a)
     }
 
+    /// The kernel as a function item; `params` and `setup` are what a block kernel adds.
+    fn function(&self, name: &Ident, params: TokenStream, setup: TokenStream) -> TokenStream {
+        let doc = doc_comment(self.k);
+        let prelude = self.prelude();
+        let out_init = self.output_init();
+        let nests: Vec<TokenStream> = self.k.nests.iter().map(|n| self.nest(n)).collect();
+        let finish = self.output_finish();
+        quote! {
+            #doc
+            #[allow(unused_variables, unused_mut, unused_assignments, unused_labels, unused_parens, unused_imports, dead_code,
+                unreachable_code, non_snake_case, clippy::all)]
+            pub fn #name<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
+                inputs: &[&::tessera_formats::Tensor<V, I>],
+                out_dims: &[usize],
+                #params
+            ) -> ::tessera_formats::Tensor<V, I> {
+                use ::tessera_formats::{Index as _, Level, Tensor, Value as _};
+                const ABSENT: usize = usize::MAX;
+                #prelude
+                #setup
+                #out_init
+                #(#nests)*
+                #finish
+            }
+        }
+    }
+
     fn nest(&self, nest: &Nest) -> TokenStream {
+        if self.block {
+            return self.block_nest(nest);
+        }
         if let Some(par) = self.parallel_nest(nest) {
             let scalars = self.scalar_values(nest);
             return quote! { { #scalars #par } };

@@ -2,8 +2,9 @@
 // against the statement, runs the kernel and writes the output.
 
 mod bind;
+mod compute;
 mod io;
-mod kernel;
+@KERNEL_MODS@
 
 use std::error::Error;
 use std::path::PathBuf;
@@ -41,6 +42,7 @@ struct Args {
     output: PathBuf,
     threads: Option<usize>,
     timings: bool,
+    stats: bool,
 }
 
 fn usage() -> String {
@@ -50,8 +52,9 @@ fn usage() -> String {
          Usage: {} {} -o PATH [--threads N]\n\n\
          Options:\n  -i NAME=PATH   an input tensor (.tns, .mtx or .tcs)\n  \
          -o PATH        the output (.tns, .mtx or .tcs); a scalar is a one-line .tns\n  \
-         --threads N    worker threads for a parallelized loop (default: all cores)\n  \
+         --threads N    worker threads (default: all cores)\n  \
          --timings      print the time spent reading, computing and writing to stderr\n  \
+         --stats        print the task runtime's statistics (a distributed schedule's program)\n  \
          -h, --help     this text",
         std::env::args().next().unwrap_or_else(|| "prog".into()),
         names.join(" ")
@@ -63,6 +66,7 @@ fn parse_args() -> Result<Option<Args>, String> {
     let mut output = None;
     let mut threads = None;
     let mut timings = false;
+    let mut stats = false;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |flag: &str| it.next().ok_or_else(|| format!("`{flag}` needs a value\n\n{}", usage()));
@@ -89,6 +93,7 @@ fn parse_args() -> Result<Option<Args>, String> {
                 inputs.push((name.to_string(), PathBuf::from(path)));
             }
             "--timings" => timings = true,
+            "--stats" => stats = true,
             "-o" | "--output" => output = Some(PathBuf::from(value("-o")?)),
             "--threads" => {
                 let v = value("--threads")?;
@@ -114,7 +119,7 @@ fn parse_args() -> Result<Option<Args>, String> {
             output.display()
         ));
     }
-    Ok(Some(Args { inputs, output, threads, timings }))
+    Ok(Some(Args { inputs, output, threads, timings, stats }))
 }
 
 fn run() -> Result<(), Box<dyn Error>> {
@@ -155,15 +160,8 @@ fn run() -> Result<(), Box<dyn Error>> {
         }
     })?;
     let refs: Vec<&Tensor<V, I>> = tensors.iter().collect();
-    let pool = {
-        let mut b = rayon::ThreadPoolBuilder::new();
-        if let Some(n) = args.threads {
-            b = b.num_threads(n);
-        }
-        b.build()?
-    };
     let read = start.elapsed();
-    let out = pool.install(|| kernel::kernel::<V, I>(&refs, &out_dims));
+    let out = compute::compute(&refs, &out_dims, args.threads, args.stats)?;
     let compute = start.elapsed() - read;
     io::write(&args.output, &out)?;
     if args.timings {

@@ -61,6 +61,33 @@ impl Plan {
     }
 }
 
+/// The kernel and plan of a statement written as one text (`expr; A: csr; split(...)`, the
+/// form `tensor!` takes). A compiled program of a distributed schedule rebuilds its plan with
+/// this when it starts (well under a millisecond), so that the plan has one definition — the
+/// compiler's — rather than a serialized copy; errors are rendered diagnostics.
+pub fn from_text(text: &str) -> Result<(Kernel, Plan), String> {
+    let mut sources = crate::diagnostics::SourceMap::new();
+    let base = sources.add("statement", text);
+    let render = |d: &Diagnostic| sources.render(d, false);
+    let stmt = crate::parse::program(text, base).map_err(|d| render(&d))?;
+    let checked = crate::check::check(stmt, &crate::check::Dims::new()).map_err(|d| render(&d))?;
+    let kernel = crate::lower::lower(&checked)
+        .map_err(|e| render(&crate::diagnostics::lower_diagnostic(&e)))?;
+    let plan = plan(&checked, &kernel).map_err(|d| render(&d))?;
+    Ok((kernel, plan))
+}
+
+/// A fingerprint of a kernel's IR (FNV-1a of its debug form): a compiled program checks that
+/// the plan it rebuilds at start comes from the same kernel as the block entry point it was
+/// built with.
+pub fn kernel_fingerprint(kernel: &Kernel) -> u64 {
+    format!("{kernel:?}")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+}
+
 /// Builds the plan of a checked statement lowered to `kernel`. The checker has validated the
 /// names; what a plan cannot express yet is refused here with the directive's span.
 pub fn plan(c: &Checked, kernel: &Kernel) -> Result<Plan, Diagnostic> {

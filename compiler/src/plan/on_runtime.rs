@@ -18,6 +18,7 @@
 //! *tensor blocks* are, on one process, passed whole and narrowed by the block kernel's
 //! bounded loops; cutting them with the distributed loader is the multi-rank step.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -38,6 +39,10 @@ pub enum PlanRunError {
     Inputs(#[from] InterpError),
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    #[error(transparent)]
+    Bind(#[from] tessera_kernel_rt::bind::BindError),
+    #[error("{0}")]
+    Plan(String),
     #[error("assembling the output failed: {0}")]
     Output(#[from] tessera_formats::TensorError),
     #[error(
@@ -53,7 +58,12 @@ impl<T: Value + Element> PlanValue for T {}
 pub trait PlanIndex: Index + Element {}
 impl<T: Index + Element> PlanIndex for T {}
 
-/// Runs `plan` (made from `kernel`) on `rt` and returns the output tensor.
+/// A generated block kernel ([`crate::codegen::emit_block`]): inputs, output dimensions, and
+/// the block's range and first flag per index variable.
+pub type BlockFn<V, I> = fn(&[&Tensor<V, I>], &[usize], &[Range<usize>], &[bool]) -> Tensor<V, I>;
+
+/// Runs `plan` (made from `kernel`) on `rt`, each point running the interpreter's block entry
+/// point, and returns the output tensor.
 pub fn run<V: PlanValue, I: PlanIndex>(
     rt: &Runtime,
     plan: &Plan,
@@ -61,76 +71,283 @@ pub fn run<V: PlanValue, I: PlanIndex>(
     inputs: &[&Tensor<V, I>],
     out_dims: &[usize],
 ) -> Result<Tensor<V, I>, PlanRunError> {
-    let dims = interp::checked_dims(kernel, inputs, out_dims)?;
+    run_with(rt, plan, kernel, inputs, out_dims, None)
+}
+
+/// As [`run`], each point running `block`, the kernel's generated block entry point (what a
+/// compiled program of a distributed schedule passes). `block` must be generated from
+/// `kernel`; the inputs are checked against `kernel` here, once, before any point runs.
+pub fn run_compiled<V: PlanValue, I: PlanIndex>(
+    rt: &Runtime,
+    plan: &Plan,
+    kernel: &Kernel,
+    inputs: &[&Tensor<V, I>],
+    out_dims: &[usize],
+    block: BlockFn<V, I>,
+) -> Result<Tensor<V, I>, PlanRunError> {
+    run_with(rt, plan, kernel, inputs, out_dims, Some(block))
+}
+
+fn run_with<V: PlanValue, I: PlanIndex>(
+    rt: &Runtime,
+    plan: &Plan,
+    kernel: &Kernel,
+    inputs: &[&Tensor<V, I>],
+    out_dims: &[usize],
+    compiled: Option<BlockFn<V, I>>,
+) -> Result<Tensor<V, I>, PlanRunError> {
+    interp::checked_dims(kernel, inputs, out_dims)?;
+    let stored = inputs
+        .iter()
+        .map(|t| Stored::upload(rt, t))
+        .collect::<Result<Vec<_>, _>>()?;
+    let refs: Vec<&Stored<V, I>> = stored.iter().collect();
+    match execute(rt, plan, kernel, &refs, out_dims, compiled)? {
+        Output::Dense(y) => dense_tensor(kernel, out_dims, rt.read::<V>(&y)?),
+        Output::Tensor(t) => Ok(t),
+    }
+}
+
+/// A tensor held as runtime stores, in the layout a plan's block tasks read (see the module
+/// documentation): what [`run_stored`] takes and returns, so that statements in a row are one
+/// task stream on the runtime and their results stay in its stores.
+pub struct Stored<V, I = u32> {
+    stores: Vec<Store>,
+    layout: InputLayout,
+    dims: Vec<usize>,
+    format: Format,
+    _types: std::marker::PhantomData<fn() -> (V, I)>,
+}
+
+impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
+    /// Copies a tensor into new stores of `rt`.
+    pub fn upload(rt: &Runtime, t: &Tensor<V, I>) -> Result<Self, PlanRunError> {
+        let (stores, layout) = upload(rt, t)?;
+        Ok(Stored {
+            stores,
+            layout,
+            dims: t.dims().to_vec(),
+            format: t.format().clone(),
+            _types: std::marker::PhantomData,
+        })
+    }
+
+    pub fn dims(&self) -> &[usize] {
+        &self.dims
+    }
+
+    pub fn format(&self) -> &Format {
+        &self.format
+    }
+
+    /// Reads the stores back into a tensor (waits for the tasks that write them).
+    pub fn to_tensor(&self, rt: &Runtime) -> Result<Tensor<V, I>, PlanRunError> {
+        let order = self.format.mode_order();
+        let mut levels = Vec::new();
+        for (l, at) in self.layout.levels.iter().enumerate() {
+            levels.push(match at {
+                None => Level::Dense {
+                    size: self.dims[order[l]],
+                    offset: 0,
+                },
+                Some((pos, crd)) => {
+                    let ranges = rt.read::<PosRange>(&self.stores[*pos])?;
+                    let mut offsets = Vec::with_capacity(ranges.len() + 1);
+                    offsets.push(I::from_usize(ranges.first().map_or(0, |r| r.lo as usize)));
+                    offsets.extend(ranges.iter().map(|r| I::from_usize(r.hi as usize)));
+                    Level::Compressed {
+                        pos: offsets,
+                        crd: rt.read::<I>(&self.stores[*crd])?,
+                    }
+                }
+            });
+        }
+        let vals = rt.read::<V>(&self.stores[self.layout.vals])?;
+        Ok(Tensor::from_parts(
+            self.dims.clone(),
+            self.format.clone(),
+            levels,
+            vals,
+        )?)
+    }
+}
+
+/// Runs `plan` on tensors held in `rt`'s stores and returns the output as stores, without
+/// waiting for it: a dense output of one store dimension (vectors, scalars, matrices tiled by
+/// rows) stays the store the block tasks write; any other output is assembled (a sparse one
+/// from its pieces) and stored again. `block` as in [`run_compiled`], or the interpreter.
+pub fn run_stored<V: PlanValue, I: PlanIndex>(
+    rt: &Runtime,
+    plan: &Plan,
+    kernel: &Kernel,
+    inputs: &[&Stored<V, I>],
+    out_dims: &[usize],
+    block: Option<BlockFn<V, I>>,
+) -> Result<Stored<V, I>, PlanRunError> {
+    let format = kernel.output_tensor().format.clone();
+    let t = match execute(rt, plan, kernel, inputs, out_dims, block)? {
+        // One store dimension: exactly the layout `upload` gives a dense tensor (its values
+        // as one 1-d store, the prefix of every level).
+        Output::Dense(y) if y.shape().is_some_and(|s| s.len() == 1) => {
+            let sizes: Vec<usize> = format.mode_order().iter().map(|&m| out_dims[m]).collect();
+            return Ok(Stored {
+                stores: vec![y],
+                layout: InputLayout {
+                    levels: vec![None; sizes.len()],
+                    vals: 0,
+                    prefix: sizes.len(),
+                    prefix_inner: sizes.iter().skip(1).product(),
+                },
+                dims: out_dims.to_vec(),
+                format,
+                _types: std::marker::PhantomData,
+            });
+        }
+        Output::Dense(y) => dense_tensor(kernel, out_dims, rt.read::<V>(&y)?)?,
+        Output::Tensor(t) => t,
+    };
+    Stored::upload(rt, &t)
+}
+
+/// Runs the statement `text` (a `tensor!` statement with a distribution schedule) on stored
+/// tensors, each point running `block`, the statement's generated block kernel. The plan is
+/// made from `text` on first use and kept for the process (keyed by the text); `fingerprint`
+/// ([`super::kernel_fingerprint`] of the kernel `block` was generated from) must match it.
+/// This is what `tensor!(rt => ...)` expands to.
+pub fn run_text<V: PlanValue, I: PlanIndex>(
+    rt: &Runtime,
+    text: &'static str,
+    fingerprint: u64,
+    inputs: &[&Stored<V, I>],
+    out_dims: &[usize],
+    block: BlockFn<V, I>,
+) -> Result<Stored<V, I>, PlanRunError> {
+    type Plans = std::collections::HashMap<&'static str, Arc<(Kernel, Plan)>>;
+    static PLANS: std::sync::OnceLock<std::sync::Mutex<Plans>> = std::sync::OnceLock::new();
+    let planned = {
+        let mut plans = PLANS
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match plans.get(text) {
+            Some(p) => p.clone(),
+            None => {
+                let p = Arc::new(super::from_text(text).map_err(PlanRunError::Plan)?);
+                plans.insert(text, p.clone());
+                p
+            }
+        }
+    };
+    let (kernel, plan) = &*planned;
+    if super::kernel_fingerprint(kernel) != fingerprint {
+        return Err(PlanRunError::Plan(format!(
+            "`{text}`: the plan made at run time does not come from the kernel compiled in \
+             (tessera-compiler differs between build and run); rebuild the program"
+        )));
+    }
+    run_stored(rt, plan, kernel, inputs, out_dims, Some(block))
+}
+
+/// What a plan's launches produced: a dense output's store, or an assembled tensor.
+enum Output<V: Value, I: Index> {
+    Dense(Store),
+    Tensor(Tensor<V, I>),
+}
+
+/// The dense output tensor over the values of its store (in level order, as a dense tensor
+/// holds them: no copy).
+fn dense_tensor<V: PlanValue, I: PlanIndex>(
+    kernel: &Kernel,
+    out_dims: &[usize],
+    vals: Vec<V>,
+) -> Result<Tensor<V, I>, PlanRunError> {
+    let format = kernel.output_tensor().format.clone();
+    let levels = format
+        .mode_order()
+        .iter()
+        .map(|m| Level::Dense {
+            size: out_dims[*m],
+            offset: 0,
+        })
+        .collect();
+    Ok(Tensor::from_parts(out_dims.to_vec(), format, levels, vals)?)
+}
+
+/// Issues the plan's launches over stored inputs.
+fn execute<V: PlanValue, I: PlanIndex>(
+    rt: &Runtime,
+    plan: &Plan,
+    kernel: &Kernel,
+    inputs: &[&Stored<V, I>],
+    out_dims: &[usize],
+    compiled: Option<BlockFn<V, I>>,
+) -> Result<Output<V, I>, PlanRunError> {
+    let shapes: Vec<(&Format, &[usize])> =
+        inputs.iter().map(|t| (&t.format, &t.dims[..])).collect();
+    let dims = interp::checked_dims_of(kernel, &shapes, out_dims)?;
     let grid = &plan.grid;
     let out = OutputLayout::new(kernel, out_dims, plan)?;
-    let mut stores = Vec::new();
-    let mut layouts = Vec::new();
-    for t in inputs {
-        let (s, l) = upload(rt, t)?;
-        stores.push(s);
-        layouts.push(l);
-    }
+    let stores: Vec<Vec<Store>> = inputs.iter().map(|t| t.stores.clone()).collect();
     let shared = Arc::new(Body {
         kernel: kernel.clone(),
         grid: grid.clone(),
         dims: dims.clone(),
         out_dims: out_dims.to_vec(),
-        formats: inputs.iter().map(|t| t.format().clone()).collect(),
-        in_dims: inputs.iter().map(|t| t.dims().to_vec()).collect(),
+        formats: inputs.iter().map(|t| t.format.clone()).collect(),
+        in_dims: inputs.iter().map(|t| t.dims.clone()).collect(),
         seq_tiled: sequential_tiles(plan, kernel, inputs.len()),
         whole: read_whole(plan, kernel, inputs.len()),
-        layouts,
+        layouts: inputs.iter().map(|t| t.layout.clone()).collect(),
         out: out.clone(),
         privilege: plan.args[0].privilege,
     });
     let name = task_name(plan);
-    // The registered body outlives this call (tasks are never unregistered): drop what it
-    // caches when the run ends.
-    let _clear = ClearOnDrop(shared.clone());
     let body = shared.clone();
-    rt.register(&name, move |ctx| body.run::<V, I>(ctx))?;
-    let output = match out.dense {
-        true => {
-            let y = rt.create(V::DTYPE, &out.shape)?;
-            for launch in 0..grid.launches() {
-                launch_task(
-                    rt,
-                    &name,
-                    plan,
-                    &shared,
-                    &stores,
-                    std::slice::from_ref(&y),
-                    launch,
-                )?;
-            }
-            // The store holds the values in the output's level order, as a dense tensor does.
-            let format = kernel.output_tensor().format.clone();
-            let mut out = Tensor::zeros(out_dims.to_vec(), format)?;
-            out.vals_mut().copy_from_slice(&rt.read::<V>(&y)?);
-            out
+    rt.register(&name, move |ctx| body.run::<V, I>(ctx, compiled))?;
+    if out.dense {
+        let y = rt.create(V::DTYPE, &out.shape)?;
+        for launch in 0..grid.launches() {
+            let outs = std::slice::from_ref(&y);
+            launch_task(rt, &name, plan, &shared, &stores, outs, launch)?;
         }
-        false => {
-            let mut entries = Vec::new();
-            for launch in 0..grid.launches() {
-                let coords = rt.create_unbound(DType::U64);
-                let vals = rt.create_unbound(V::DTYPE);
-                let outs = [coords.clone(), vals.clone()];
-                launch_task(rt, &name, plan, &shared, &stores, &outs, launch)?;
-                let (c, v) = (rt.read::<u64>(&coords)?, rt.read::<V>(&vals)?);
-                let rank = out_dims.len();
-                for (e, x) in v.into_iter().enumerate() {
-                    let at = c[e * rank..(e + 1) * rank].iter().map(|&c| c as usize);
-                    entries.push((at.collect::<Vec<_>>(), x));
-                }
-            }
-            // Entries in launch, then point order: duplicates (extended blocks) are summed in
-            // that fixed order.
-            let format = kernel.output_tensor().format.clone();
-            Tensor::from_entries(out_dims.to_vec(), format, entries)?
+        return Ok(Output::Dense(y));
+    }
+    let mut entries = Vec::new();
+    for launch in 0..grid.launches() {
+        let coords = rt.create_unbound(DType::U64);
+        let vals = rt.create_unbound(V::DTYPE);
+        let outs = [coords.clone(), vals.clone()];
+        launch_task(rt, &name, plan, &shared, &stores, &outs, launch)?;
+        let (c, v) = (rt.read::<u64>(&coords)?, rt.read::<V>(&vals)?);
+        let rank = out_dims.len();
+        for (e, x) in v.into_iter().enumerate() {
+            let at = c[e * rank..(e + 1) * rank].iter().map(|&c| c as usize);
+            entries.push((at.collect::<Vec<_>>(), x));
         }
-    };
-    Ok(output)
+    }
+    // Entries in launch, then point order: duplicates (extended blocks) are summed in that
+    // fixed order.
+    let format = kernel.output_tensor().format.clone();
+    Ok(Output::Tensor(Tensor::from_entries(
+        out_dims.to_vec(),
+        format,
+        entries,
+    )?))
+}
+
+/// The runtime's statistics as `--stats` prints them after a plan ran.
+pub fn stats_line(rt: &Runtime) -> String {
+    let s = rt.stats();
+    format!(
+        "runtime: {} tasks issued, {} point tasks run, partitions {} created / {} reused, \
+         {} solutions replayed, analysis {:.1} µs per task",
+        s.tasks_issued,
+        s.points_run,
+        s.partitions_created,
+        s.partitions_reused,
+        s.solutions_replayed,
+        s.analysis_us_per_task()
+    )
 }
 
 /// Tasks are registered by name; each run of a plan gets its own.
@@ -458,7 +675,7 @@ impl Body {
         Some(r.start * scale..r.end * scale)
     }
 
-    fn run<V: PlanValue, I: PlanIndex>(&self, ctx: &TaskContext) {
+    fn run<V: PlanValue, I: PlanIndex>(&self, ctx: &TaskContext, compiled: Option<BlockFn<V, I>>) {
         let launch = ctx.scalar(0).as_u64() as usize;
         let point = ctx.linear_point();
         let idx = self.grid.index(launch, point);
@@ -470,14 +687,20 @@ impl Body {
             let origin = self.launch_range(slot, launch).map_or(0, |r| r.start);
             let rebuild = || Arc::new(self.rebuild::<V, I>(ctx, slot, arg, origin));
             tensors.push(match &self.whole[slot] {
-                Some(cache) => cached(cache, launch, rebuild),
+                Some(cache) => cached(cache, launch, self.grid.points(), rebuild),
                 None => rebuild(),
             });
             arg += layout.vals + 1;
         }
         let refs: Vec<&Tensor<V, I>> = tensors.iter().map(|t| &**t).collect();
-        let (result, _) = interp::run_block(&self.kernel, &refs, &self.out_dims, &block)
-            .unwrap_or_else(|e| panic!("block {idx:?}: {e}"));
+        let result = match compiled {
+            Some(f) => f(&refs, &self.out_dims, &block.bounds, &block.first),
+            None => {
+                interp::run_block(&self.kernel, &refs, &self.out_dims, &block)
+                    .unwrap_or_else(|e| panic!("block {idx:?}: {e}"))
+                    .0
+            }
+        };
         if self.out.dense {
             self.write_tile(ctx, &result);
         } else {
@@ -557,7 +780,13 @@ impl Body {
         let vals = result.vals();
         let shape = &self.out.shape;
         let rect = ctx.rect(0);
-        let flat = |p: &[usize]| p.iter().zip(shape).fold(0, |acc, (c, n)| acc * n + c);
+        // A compiled block kernel's output holds only its rows of the first level (`offset`
+        // rows before it); the interpreter's holds them all (offset 0).
+        let skip = match result.levels().first() {
+            Some(Level::Dense { size, offset }) if *size > 0 => offset * (vals.len() / size),
+            _ => 0,
+        };
+        let flat = |p: &[usize]| p.iter().zip(shape).fold(0, |acc, (c, n)| acc * n + c) - skip;
         // What the plan's output privilege says to do with the block's tile.
         match self.privilege {
             Privilege::ReduceSum => {
@@ -573,42 +802,54 @@ impl Body {
             }
             _ => {
                 let mut w = ctx.write::<V>(0);
-                for_each_cell(&rect, |p| w.set(p, vals[flat(p)]));
+                // A tile of whole rows (the usual row split) is one contiguous run: copy it.
+                let whole_rows = (1..rect.dim()).all(|d| rect.extent(d) == shape[d]);
+                if whole_rows && !rect.is_empty() {
+                    let dst = w.as_mut_slice();
+                    let start = flat(rect.lo());
+                    dst.copy_from_slice(&vals[start..start + dst.len()]);
+                } else {
+                    // (An empty tile has no cells.)
+                    for_each_cell(&rect, |p| w.set(p, vals[flat(p)]));
+                }
             }
         }
     }
 }
 
-/// Empties a run's caches of whole inputs when the run ends, however it ends.
-struct ClearOnDrop(Arc<Body>);
+/// A tensor shared by the points of one launch (typed at run time: `Body` is not generic),
+/// with how many of the launch's points have not taken it yet.
+type WholeCache = std::sync::Mutex<Option<(usize, usize, Arc<dyn std::any::Any + Send + Sync>)>>;
 
-impl Drop for ClearOnDrop {
-    fn drop(&mut self) {
-        for c in self.0.whole.iter().flatten() {
-            *c.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        }
-    }
-}
-
-/// A tensor shared by the points of one launch (typed at run time: `Body` is not generic).
-type WholeCache = std::sync::Mutex<Option<(usize, Arc<dyn std::any::Any + Send + Sync>)>>;
-
-/// The cached tensor of launch `launch`, built by `make` on first use.
+/// The cached tensor of launch `launch`, built by `make` on first use and dropped from the
+/// cache when the last of the launch's `points` has taken it (a run may return before its
+/// points ran, and the registered body outlives it: nothing is kept after the launch).
 fn cached<T: Send + Sync + 'static>(
     cache: &WholeCache,
     launch: usize,
+    points: usize,
     make: impl FnOnce() -> Arc<T>,
 ) -> Arc<T> {
     let mut slot = cache.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((l, t)) = slot.as_ref() {
+    if let Some((l, left, t)) = slot.as_mut() {
         if *l == launch {
             if let Ok(t) = t.clone().downcast::<T>() {
+                *left -= 1;
+                if *left == 0 {
+                    *slot = None;
+                }
                 return t;
             }
         }
     }
     let t = make();
-    *slot = Some((launch, t.clone()));
+    *slot = (points > 1).then(|| {
+        (
+            launch,
+            points - 1,
+            t.clone() as Arc<dyn std::any::Any + Send + Sync>,
+        )
+    });
     t
 }
 

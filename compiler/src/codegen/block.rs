@@ -1,0 +1,123 @@
+//! Block kernels: the entry point a distribution plan's point task calls (SuperTaco §4.5.3).
+//!
+//! The same loops as the plain kernel, but every loop is bounded by the block it is given —
+//! dense loops run over the block's range of their variable, compressed levels are narrowed
+//! to it by two binary searches on their (sorted) coordinates — so P blocks cost what one
+//! unsplit run costs, not P times it. The result is the block's contribution to the output,
+//! as [`crate::interp::run_block`] returns it, except that a dense output holds only the
+//! block's range of its first level (a `Dense` level with an offset). A block kernel is sequential: the
+//! plan's point tasks are the parallelism.
+
+use proc_macro2::{Ident, TokenStream};
+use quote::{format_ident, quote};
+
+use super::{sanitize, Gen, OutTarget};
+use crate::ir::{Kernel, Nest, OutputKind};
+
+/// The block kernel as one function item: `pub fn kernel_block<V: Value, I: Index>(inputs:
+/// &[&Tensor<V, I>], out_dims: &[usize], bounds: &[Range<usize>], first: &[bool]) -> Tensor<V,
+/// I>`, with `bounds` and `first` per index variable as in [`crate::ir::Block`].
+pub fn emit_block(k: &Kernel) -> TokenStream {
+    emit_block_named(k, &format_ident!("kernel_block"))
+}
+
+/// The block kernel under another function name.
+pub fn emit_block_named(k: &Kernel, name: &Ident) -> TokenStream {
+    let g = Gen { k, block: true };
+    let params = quote!(bounds: &[::core::ops::Range<usize>], first: &[bool],);
+    g.function(name, params, g.block_prelude())
+}
+
+impl Gen<'_> {
+    fn bound(&self, v: usize, what: &str) -> Ident {
+        format_ident!("b{}_{}", what, sanitize(&self.k.vars[v].name, v))
+    }
+
+    /// The first and past-the-end coordinate a loop over variable `v` visits.
+    pub(super) fn span(&self, v: usize) -> (TokenStream, TokenStream) {
+        if self.block {
+            let (lo, hi) = (self.bound(v, "lo"), self.bound(v, "hi"));
+            (quote!(#lo), quote!(#hi))
+        } else {
+            let dim = self.dim(v);
+            (quote!(0usize), quote!(#dim))
+        }
+    }
+
+    /// Binds each variable's block range (clipped to its extent, so a malformed block is
+    /// empty instead of out of bounds) and whether the block narrows it.
+    pub(super) fn block_prelude(&self) -> TokenStream {
+        let n = self.k.vars.len();
+        let mut ts = quote! {
+            assert!(
+                bounds.len() == #n && first.len() == #n,
+                "a block of this kernel has one range and one flag per index variable"
+            );
+        };
+        for v in 0..n {
+            let (lo, hi, nar) = (
+                self.bound(v, "lo"),
+                self.bound(v, "hi"),
+                self.bound(v, "nar"),
+            );
+            let dim = self.dim(v);
+            ts.extend(quote! {
+                let #hi: usize = bounds[#v].end.min(#dim);
+                let #lo: usize = bounds[#v].start.min(#hi);
+                let #nar: bool = #lo > 0 || #hi < #dim;
+            });
+        }
+        // A dense output holds only the block's range of its first level's variable: that
+        // level becomes `Dense { size: hi - lo, offset: lo }`, so a block allocates and zeroes
+        // its own rows, not the whole output.
+        if self.k.output_kind == OutputKind::Dense {
+            let v = self.k.accesses[self.k.output_access].level_vars[0];
+            let t = self.k.output;
+            let (size, off) = (self.lvl(t, 0, "size"), self.lvl(t, 0, "off"));
+            let (lo, hi) = (self.bound(v, "lo"), self.bound(v, "hi"));
+            ts.extend(quote!(let (#size, #off): (usize, usize) = (#hi - #lo, #lo);));
+        }
+        ts
+    }
+
+    /// In a block kernel, narrows the children range `lo..hi` of a compressed level whose
+    /// coordinates are variable `v` to the block's range of `v`: coordinates are sorted under
+    /// one parent, so two binary searches (only when the block narrows `v`).
+    pub(super) fn narrow(&self, crd: &Ident, v: usize, lo: &Ident, hi: &Ident) -> TokenStream {
+        if !self.block {
+            return quote!();
+        }
+        let (blo, bhi, nar) = (
+            self.bound(v, "lo"),
+            self.bound(v, "hi"),
+            self.bound(v, "nar"),
+        );
+        quote! {
+            let (#lo, #hi) = if #nar {
+                let s = &#crd[#lo..#hi];
+                (
+                    #lo + s.partition_point(|c| c.to_usize() < #blo),
+                    #lo + s.partition_point(|c| c.to_usize() < #bhi),
+                )
+            } else {
+                (#lo, #hi)
+            };
+        }
+    }
+
+    /// A nest in a block kernel: run sequentially, and only in the blocks that are first along
+    /// every split variable it does not loop over (see [`crate::ir::Block::runs`]).
+    pub(super) fn block_nest(&self, nest: &Nest) -> TokenStream {
+        let unlooped: Vec<usize> = (0..self.k.vars.len())
+            .filter(|v| nest.loops.iter().all(|l| l.var != *v))
+            .collect();
+        let scalars = self.scalar_values(nest);
+        let body = self.body(nest, 0, OutTarget::Whole);
+        quote! {
+            if true #(&& first[#unlooped])* {
+                #scalars
+                #body
+            }
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! Generated block kernels (`codegen::emit_block`) compute exactly what the interpreter's
+//! block entry point computes, on random formats and random blocks (empty ones, blocks that
+//! are not first along a split variable), and the blocks of a partition of the iteration
+//! space sum to the oracle's whole result. One crate holds every instance, built once.
+
+#[path = "kernels_support/mod.rs"]
+mod common;
+#[path = "kernels_support/generated.rs"]
+mod generated;
+
+use std::fmt::Write as _;
+use std::ops::Range;
+
+use common::{catalogue, Case, Rng};
+use generated::{lit, run_crate, tensor_code};
+use quote::format_ident;
+use tessera_compiler::ir::{Block, Kernel};
+use tessera_compiler::{codegen, interp};
+use tessera_formats::Tensor;
+
+struct Instance {
+    case: Case,
+    kernel: Kernel,
+    /// Random blocks and the interpreter's result on each.
+    blocks: Vec<(Block, Vec<f64>)>,
+    /// A partition of one variable's range into pieces (the others whole).
+    partition: Vec<Block>,
+    value: &'static str,
+    index: &'static str,
+}
+
+fn random_block(dims: &[usize], rng: &mut Rng) -> Block {
+    let mut bounds = Vec::new();
+    let mut first = Vec::new();
+    for &d in dims {
+        if rng.below(3) == 0 {
+            bounds.push(0..d);
+            first.push(true);
+        } else {
+            let lo = rng.below(d + 1);
+            bounds.push(lo..lo + rng.below(d - lo + 1));
+            first.push(rng.below(2) == 0);
+        }
+    }
+    Block { bounds, first }
+}
+
+/// Variable `v` cut at two random points; the first piece is the first block along `v`.
+fn partition(dims: &[usize], v: usize, rng: &mut Rng) -> Vec<Block> {
+    let mut cuts = [rng.below(dims[v] + 1), rng.below(dims[v] + 1)];
+    cuts.sort_unstable();
+    let pieces = [0..cuts[0], cuts[0]..cuts[1], cuts[1]..dims[v]];
+    pieces
+        .into_iter()
+        .enumerate()
+        .map(|(n, piece)| {
+            let mut b = Block::whole(dims);
+            b.bounds[v] = piece;
+            b.first[v] = n == 0;
+            b
+        })
+        .collect()
+}
+
+fn instances() -> Vec<Instance> {
+    let types = [("f64", "u32"), ("f64", "u64"), ("f32", "u32")];
+    let mut out = Vec::new();
+    for (e, expr) in catalogue().into_iter().enumerate() {
+        let mut found = 0;
+        for attempt in 0..40u64 {
+            if found == 2 {
+                break;
+            }
+            let mut rng = Rng(e as u64 * 7919 + attempt);
+            let case = Case::random(expr, &mut rng);
+            // Plans refuse statements whose kernel re-packs an operand: so do block kernels.
+            let Some(kernel) = case.lower().ok().filter(|k| k.repacks.is_empty()) else {
+                continue;
+            };
+            let inputs: Vec<Tensor<f64, u64>> = case.input_tensors();
+            let refs: Vec<&Tensor<f64, u64>> = inputs.iter().collect();
+            let out_dims = case.out_dims();
+            let dims = interp::checked_dims(&kernel, &refs, &out_dims).unwrap();
+            let blocks = (0..3)
+                .map(|_| {
+                    let b = random_block(&dims, &mut rng);
+                    let (t, _) = interp::run_block(&kernel, &refs, &out_dims, &b).unwrap();
+                    (b, t.to_dense())
+                })
+                .collect();
+            let v = rng.below(dims.len().max(1));
+            let partition = if dims.is_empty() {
+                vec![Block::whole(&dims)]
+            } else {
+                partition(&dims, v, &mut rng)
+            };
+            let (value, index) = types[out.len() % types.len()];
+            out.push(Instance {
+                case,
+                kernel,
+                blocks,
+                partition,
+                value,
+                index,
+            });
+            found += 1;
+        }
+        assert!(found > 0, "no random formats lowered for `{expr}`");
+    }
+    out
+}
+
+fn block_code(b: &Block) -> String {
+    let bounds: Vec<String> = b
+        .bounds
+        .iter()
+        .map(|r: &Range<usize>| format!("{r:?}"))
+        .collect();
+    format!("(vec![{}], vec!{:?})", bounds.join(", "), b.first)
+}
+
+fn floats(xs: &[f64]) -> String {
+    let xs: Vec<String> = xs.iter().map(|x| lit(*x)).collect();
+    format!("vec![{}]", xs.join(", "))
+}
+
+fn main_rs(instances: &[Instance]) -> String {
+    let mut s = String::from(
+        "use tessera_formats::{Format, Level, Tensor, Value};\n\n\
+         fn close(got: &[f64], want: &[f64]) -> bool {\n\
+         got.len() == want.len() && got.iter().zip(want).all(|(g, w)| (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= 1e-4 * (1.0 + w.abs()))\n}\n\n\
+         fn main() {\n    let mut failures = 0usize;\n",
+    );
+    for (n, inst) in instances.iter().enumerate() {
+        let (v, i) = (inst.value, inst.index);
+        let what = inst.case.describe().replace('\n', " ").replace('"', "'");
+        let what = what.replace('{', "{{").replace('}', "}}");
+        let inputs: Vec<String> = inst
+            .case
+            .input_tensors::<u64>()
+            .iter()
+            .map(|t| tensor_code(t, v, i))
+            .collect();
+        let random: Vec<String> = inst
+            .blocks
+            .iter()
+            .map(|(b, want)| {
+                let bounds: Vec<String> = b.bounds.iter().map(|r| format!("{r:?}")).collect();
+                format!(
+                    "(vec![{}], vec!{:?}, {})",
+                    bounds.join(", "),
+                    b.first,
+                    floats(want)
+                )
+            })
+            .collect();
+        let pieces: Vec<String> = inst.partition.iter().map(block_code).collect();
+        let _ = writeln!(
+            s,
+            "    {{ // {what}\n\
+             \x20       let inputs = [{inputs}];\n\
+             \x20       let refs: Vec<&Tensor<{v}, {i}>> = inputs.iter().collect();\n\
+             \x20       let out_dims = {out_dims:?};\n\
+             \x20       let run = |bounds: &[std::ops::Range<usize>], first: &[bool]| -> Vec<f64> {{\n\
+             \x20           kernels::k{n}::<{v}, {i}>(&refs, &out_dims, bounds, first).to_dense().iter().map(|x| x.to_f64()).collect()\n\
+             \x20       }};\n\
+             \x20       for (bounds, first, want) in [{random}] {{\n\
+             \x20           let got = run(&bounds, &first);\n\
+             \x20           if !close(&got, &want) {{ failures += 1; eprintln!(\"case {n} block {{bounds:?}} {{first:?}} FAILED: {what}\\n got {{got:?}}\\n want {{want:?}}\"); }}\n\
+             \x20       }}\n\
+             \x20       let mut sum: Vec<f64> = Vec::new();\n\
+             \x20       for (bounds, first) in [{pieces}] {{\n\
+             \x20           let got = run(&bounds, &first);\n\
+             \x20           if sum.is_empty() {{ sum = got; }} else {{ for (s, g) in sum.iter_mut().zip(&got) {{ *s += *g; }} }}\n\
+             \x20       }}\n\
+             \x20       let want = {whole};\n\
+             \x20       if !close(&sum, &want) {{ failures += 1; eprintln!(\"case {n} partition FAILED: {what}\\n got {{sum:?}}\\n want {{want:?}}\"); }}\n\
+             \x20   }}",
+            inputs = inputs.join(", "),
+            out_dims = inst.case.out_dims(),
+            random = random.join(", "),
+            pieces = pieces.join(", "),
+            whole = floats(&inst.case.oracle()),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "    println!(\"checked {} block kernels, {{failures}} failed\");\n    if failures > 0 {{ std::process::exit(1); }}\n}}",
+        instances.len()
+    );
+    s
+}
+
+#[test]
+fn block_kernels_match_the_interpreter_and_partitions_sum_to_the_oracle() {
+    let instances = instances();
+    let mut kernels = String::new();
+    for (n, inst) in instances.iter().enumerate() {
+        let name = format_ident!("k{}", n);
+        kernels.push_str(&codegen::pretty(&codegen::emit_block_named(
+            &inst.kernel,
+            &name,
+        )));
+        kernels.push('\n');
+    }
+    let stdout = run_crate("tessera-block-check", &kernels, &main_rs(&instances));
+    assert!(
+        stdout.contains(&format!(
+            "checked {} block kernels, 0 failed",
+            instances.len()
+        )),
+        "{stdout}"
+    );
+}
