@@ -29,6 +29,8 @@ pub enum InterpError {
         expected: String,
         got: String,
     },
+    #[error("`{0}` is a Rust function of the caller's: only the generated kernel can call it")]
+    UserFunction(String),
     #[error("output dimensions {got:?} do not have the output's rank {rank}")]
     OutRank { rank: usize, got: Vec<usize> },
     #[error(
@@ -259,6 +261,9 @@ fn check_inputs<V: Value, I: Index>(
     inputs: &[&Tensor<V, I>],
     out_dims: &[usize],
 ) -> Result<(), InterpError> {
+    if let Some(f) = k.user_functions.first() {
+        return Err(InterpError::UserFunction(f.clone()));
+    }
     let shapes: Vec<(&Format, &[usize])> = inputs.iter().map(|t| (t.format(), t.dims())).collect();
     check_shapes(k, &shapes, out_dims)
 }
@@ -285,6 +290,9 @@ fn check_shapes(
     inputs: &[(&Format, &[usize])],
     out_dims: &[usize],
 ) -> Result<(), InterpError> {
+    if let Some(f) = k.user_functions.first() {
+        return Err(InterpError::UserFunction(f.clone()));
+    }
     let names = k.inputs();
     if names.len() != inputs.len() {
         return Err(InterpError::InputCount {
@@ -450,6 +458,8 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
 
     fn eval(&self, e: &Expr) -> V {
         match e {
+            // `check_inputs` refuses kernels that call a user's function.
+            Expr::UserCall(..) => V::from_f64(f64::NAN),
             Expr::Access(a) => self.value(*a),
             Expr::Const(c) => V::from_f64(*c),
             Expr::Neg(x) => -self.eval(x),

@@ -92,6 +92,10 @@ impl Gen<'_> {
                 quote!(#v)
             }
             Expr::Const(c) => Self::constant(*c),
+            Expr::UserCall(k, x) => {
+                let x = self.expr(x);
+                quote!((user_fns[#k])(#x))
+            }
             Expr::Neg(x) => {
                 let x = self.expr(x);
                 quote!((-#x))

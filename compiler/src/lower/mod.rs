@@ -98,6 +98,7 @@ fn lower_with(
         accesses: Vec::new(),
         by_name: HashMap::new(),
         var_by_name: HashMap::new(),
+        user_functions: Vec::new(),
     };
     let asg = &stmt.assignment;
     for ix in &asg.lhs.indices {
@@ -172,6 +173,7 @@ fn lower_with(
         nests: Vec::new(),
         parallel: None,
         repacks: Vec::new(),
+        user_functions: std::mem::take(&mut b.user_functions),
         reduce,
         source: source_text(stmt),
     };
@@ -199,6 +201,8 @@ struct Builder<'a> {
     accesses: Vec<Access>,
     by_name: HashMap<String, usize>,
     var_by_name: HashMap<String, VarId>,
+    /// The user's functions called (`tensor!`), in order of first call.
+    user_functions: Vec<String>,
 }
 
 impl Builder<'_> {
@@ -307,6 +311,16 @@ impl Builder<'_> {
             ast::ExprKind::Call(f, x) => Expr::Call(*f, Box::new(self.expr(x)?)),
             ast::ExprKind::Binary(op, l, r) => {
                 Expr::Binary(*op, Box::new(self.expr(l)?), Box::new(self.expr(r)?))
+            }
+            ast::ExprKind::UserCall(name, x) => {
+                let k = match self.user_functions.iter().position(|n| *n == name.name) {
+                    Some(k) => k,
+                    None => {
+                        self.user_functions.push(name.name.clone());
+                        self.user_functions.len() - 1
+                    }
+                };
+                Expr::UserCall(k, Box::new(self.expr(x)?))
             }
             ast::ExprKind::Reduce(..) => {
                 return Err(LowerError::Internal {
@@ -621,6 +635,7 @@ fn source_text(stmt: &ast::Statement) -> String {
                     format!("{o}({}, {})", expr(l), expr(r))
                 }
             }
+            ast::ExprKind::UserCall(name, x) => format!("{}({})", name.name, expr(x)),
             ast::ExprKind::Reduce(op, vars, body) => {
                 let v: Vec<&str> = vars.iter().map(|i| i.name.as_str()).collect();
                 format!("{}[{}]({})", op.name(), v.join(","), expr(body))
