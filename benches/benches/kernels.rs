@@ -13,7 +13,7 @@ use std::hint::black_box;
 use ndarray::{ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 use sprs::CsMatI;
-use tessera_benches::{best_of, Table};
+use tessera_benches::{best_of, Rng, Table};
 use tessera_formats::{Format, Index, Level, Tensor};
 
 mod generated {
@@ -26,25 +26,6 @@ fn reps() -> usize {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(9)
-}
-
-/// splitmix64: reproducible inputs without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn value(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 - 0.5
-    }
 }
 
 /// Sorted, distinct random children (about `per` of them) out of `0..n` for each of `parents`.

@@ -18,31 +18,12 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use tessera_benches::{env_or, Table};
+use tessera_benches::{env_or, Rng, Table};
 use tessera_formats::{Format, Level, Tensor};
 
 #[allow(dead_code)]
 mod generated {
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
-}
-
-/// splitmix64: reproducible inputs without a dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn value(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 + 0.01
-    }
 }
 
 /// A random n×n CSR matrix with about `per` entries per row (positive weights).
@@ -57,7 +38,8 @@ fn random_csr(n: usize, per: usize, rng: &mut Rng) -> Tensor<f64, u32> {
         row.sort_unstable();
         row.dedup();
         crd.extend_from_slice(&row);
-        vals.extend(row.iter().map(|_| rng.value()));
+        // Positive weights (shortest paths; max-times over probabilities).
+        vals.extend(row.iter().map(|_| rng.value() + 0.51));
         pos.push(crd.len() as u32);
     }
     Tensor::from_parts(
@@ -81,7 +63,7 @@ fn csr_arrays(t: &Tensor<f64, u32>) -> (&[u32], &[u32], &[f64]) {
 
 fn dense(dims: Vec<usize>, rng: &mut Rng) -> Tensor<f64, u32> {
     let n = dims.iter().product();
-    Tensor::dense_from_vec(dims, (0..n).map(|_| rng.value()).collect()).unwrap()
+    Tensor::dense_from_vec(dims, (0..n).map(|_| rng.value() + 0.51).collect()).unwrap()
 }
 
 /// The median time in ms of each contestant over `reps` interleaved rounds.

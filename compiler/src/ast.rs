@@ -80,6 +80,9 @@ pub enum ExprKind {
     /// `min[k, l](e)`: `e` reduced with `op` over the listed variables; only the whole
     /// right-hand side may be one (the checker enforces it).
     Reduce(ReduceOp, Vec<Ident>, Box<Expr>),
+    /// `f(e)` for a name that is no built-in function: in `tensor!` a Rust function of the
+    /// value type in scope (`fn f(x: f64) -> f64`); elsewhere an error.
+    UserCall(Ident, Box<Expr>),
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -141,7 +141,7 @@ pub fn visit_accesses<'a>(e: &'a Expr, f: &mut impl FnMut(&'a Access)) {
     match &e.kind {
         ExprKind::Access(a) => f(a),
         ExprKind::Const(_) => {}
-        ExprKind::Neg(x) | ExprKind::Call(_, x) => visit_accesses(x, f),
+        ExprKind::Neg(x) | ExprKind::Call(_, x) | ExprKind::UserCall(_, x) => visit_accesses(x, f),
         ExprKind::Binary(_, a, b) => {
             visit_accesses(a, f);
             visit_accesses(b, f);
@@ -155,6 +155,15 @@ pub type Dims = HashMap<String, Vec<usize>>;
 
 /// Checks a statement; `dims` gives the dimensions of the tensors that are known now.
 pub fn check(statement: Statement, dims: &Dims) -> Result<Checked, Diagnostic> {
+    if let Some((name, arg)) = first_user_call(&statement.assignment.rhs) {
+        return Err(crate::parse::unknown_function(name, arg.span.clone()));
+    }
+    check_tensor_macro(statement, dims)
+}
+
+/// As [`check`], also accepting calls of other functions (`f(x(i))`), which `tensor!` turns
+/// into calls of the Rust functions of those names in scope.
+pub fn check_tensor_macro(statement: Statement, dims: &Dims) -> Result<Checked, Diagnostic> {
     let a = &statement.assignment;
     let mut accesses = vec![&a.lhs];
     visit_accesses(&a.rhs, &mut |acc| accesses.push(acc));
@@ -307,6 +316,16 @@ fn check_reduction(a: &Assignment, vars: &[(String, bool, Span)]) -> Result<Redu
     Ok(*op)
 }
 
+/// The first call of a function that is not built in, with its argument.
+pub fn first_user_call(e: &Expr) -> Option<(&Ident, &Expr)> {
+    match &e.kind {
+        ExprKind::UserCall(name, x) => Some((name, x)),
+        ExprKind::Access(_) | ExprKind::Const(_) => None,
+        ExprKind::Neg(x) | ExprKind::Call(_, x) | ExprKind::Reduce(_, _, x) => first_user_call(x),
+        ExprKind::Binary(_, a, b) => first_user_call(a).or_else(|| first_user_call(b)),
+    }
+}
+
 /// The span of a reduction that is not the root of the right-hand side.
 fn find_nested_reduce(e: &Expr, root: bool, found: &mut Option<Span>) {
     if found.is_some() {
@@ -320,7 +339,9 @@ fn find_nested_reduce(e: &Expr, root: bool, found: &mut Option<Span>) {
             find_nested_reduce(body, false, found);
         }
         ExprKind::Access(_) | ExprKind::Const(_) => {}
-        ExprKind::Neg(x) | ExprKind::Call(_, x) => find_nested_reduce(x, false, found),
+        ExprKind::Neg(x) | ExprKind::Call(_, x) | ExprKind::UserCall(_, x) => {
+            find_nested_reduce(x, false, found)
+        }
         ExprKind::Binary(_, a, b) => {
             find_nested_reduce(a, false, found);
             find_nested_reduce(b, false, found);

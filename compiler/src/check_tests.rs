@@ -105,6 +105,18 @@ fn semantic_errors_point_at_the_culprit() {
         "A(j)",
     );
     fails("A(i,i) = x(i)", "appears twice in one access of `A`", "i");
+    let d = fails("y(i) = sinh(x(i))", "unknown function `sinh`", "sinh");
+    let hint = d.hint.unwrap();
+    assert!(
+        hint.contains("tanh(x)") && hint.contains("max(x, y)"),
+        "{hint}"
+    );
+    assert!(hint.contains("in `tensor!`, a Rust function"), "{hint}");
+    // `tensor!` accepts it: a call of the Rust function in scope.
+    let stmt = crate::parse::program("y(i) = sinh(x(i)) * 2", 0).unwrap();
+    let c = check_tensor_macro(stmt, &Dims::new()).unwrap();
+    let k = crate::lower::lower(&c).unwrap();
+    assert_eq!(k.user_functions, vec!["sinh".to_string()]);
     fails(
         "y(i) = A(i,j) + min[j](B(i,j))",
         "must be the whole right-hand side",

@@ -29,6 +29,8 @@ pub enum InterpError {
         expected: String,
         got: String,
     },
+    #[error("`{0}` is a Rust function of the caller's: only the generated kernel can call it")]
+    UserFunction(String),
     #[error("output dimensions {got:?} do not have the output's rank {rank}")]
     OutRank { rank: usize, got: Vec<usize> },
     #[error(
@@ -65,16 +67,23 @@ pub fn run<V: Value, I: Index>(
     inputs: &[&Tensor<V, I>],
     out_dims: &[usize],
 ) -> Result<Tensor<V, I>, InterpError> {
-    let repacked = repack_inputs(k, inputs)?;
-    let inputs: Vec<&Tensor<V, I>> = inputs
-        .iter()
-        .zip(&repacked)
-        .map(|(t, r)| r.as_ref().unwrap_or(*t))
-        .collect();
-    let inputs = &inputs[..];
+    let owned = repack_inputs(k, inputs)?;
+    let inputs = &repacked(inputs, &owned)[..];
     check_inputs(k, inputs, out_dims)?;
     let whole = Block::whole(&var_dims(k, inputs, out_dims));
     Ok(run_checked(k, inputs, out_dims, &whole)?.0)
+}
+
+/// `inputs` with the re-packed ones replaced.
+fn repacked<'a, V: Value, I: Index>(
+    inputs: &[&'a Tensor<V, I>],
+    owned: &'a [Option<Tensor<V, I>>],
+) -> Vec<&'a Tensor<V, I>> {
+    inputs
+        .iter()
+        .zip(owned)
+        .map(|(t, r)| r.as_ref().unwrap_or(*t))
+        .collect()
 }
 
 /// The inputs the kernel re-packs, transposed into the kernel's format (`None` for the others
@@ -154,6 +163,9 @@ pub fn run_block<V: Value, I: Index>(
     out_dims: &[usize],
     block: &Block,
 ) -> Result<(Tensor<V, I>, Work), InterpError> {
+    // Only statements without `split` are re-packed: then there is one block.
+    let owned = repack_inputs(k, inputs)?;
+    let inputs = &repacked(inputs, &owned)[..];
     check_inputs(k, inputs, out_dims)?;
     let dims = var_dims(k, inputs, out_dims);
     if block.bounds.len() != dims.len()
@@ -179,6 +191,8 @@ pub fn checked_dims<V: Value, I: Index>(
     inputs: &[&Tensor<V, I>],
     out_dims: &[usize],
 ) -> Result<Vec<usize>, InterpError> {
+    let owned = repack_inputs(k, inputs)?;
+    let inputs = &repacked(inputs, &owned)[..];
     check_inputs(k, inputs, out_dims)?;
     Ok(var_dims(k, inputs, out_dims))
 }
@@ -247,6 +261,9 @@ fn check_inputs<V: Value, I: Index>(
     inputs: &[&Tensor<V, I>],
     out_dims: &[usize],
 ) -> Result<(), InterpError> {
+    if let Some(f) = k.user_functions.first() {
+        return Err(InterpError::UserFunction(f.clone()));
+    }
     let shapes: Vec<(&Format, &[usize])> = inputs.iter().map(|t| (t.format(), t.dims())).collect();
     check_shapes(k, &shapes, out_dims)
 }
@@ -273,6 +290,9 @@ fn check_shapes(
     inputs: &[(&Format, &[usize])],
     out_dims: &[usize],
 ) -> Result<(), InterpError> {
+    if let Some(f) = k.user_functions.first() {
+        return Err(InterpError::UserFunction(f.clone()));
+    }
     let names = k.inputs();
     if names.len() != inputs.len() {
         return Err(InterpError::InputCount {
@@ -438,6 +458,8 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
 
     fn eval(&self, e: &Expr) -> V {
         match e {
+            // `check_inputs` refuses kernels that call a user's function.
+            Expr::UserCall(..) => V::from_f64(f64::NAN),
             Expr::Access(a) => self.value(*a),
             Expr::Const(c) => V::from_f64(*c),
             Expr::Neg(x) => -self.eval(x),
@@ -615,12 +637,36 @@ impl<V: Value, I: Index> Sink<V, I> {
         }
         match self.packer {
             Some(p) => Ok(packed_tensor(out_dims, fmt, p)?),
-            None => Ok(Tensor::from_entries(
-                out_dims.to_vec(),
-                fmt.clone(),
-                combine_duplicates(r, self.entries),
-            )?),
+            None => {
+                let entries = combine_duplicates(r, self.entries);
+                let written: std::collections::HashSet<Vec<usize>> =
+                    entries.iter().map(|e| e.0.clone()).collect();
+                let mut t = Tensor::from_entries(out_dims.to_vec(), fmt.clone(), entries)?;
+                if r.fill() != 0.0 && crate::lower::padded_levels(fmt) {
+                    fill_padding(&mut t, &written, V::from_f64(r.fill()));
+                }
+                Ok(t)
+            }
         }
+    }
+}
+
+/// Sets every stored position of `t` that is not in `written` (dense padding below a
+/// compressed level) to `fill`.
+fn fill_padding<V: Value, I: Index>(
+    t: &mut Tensor<V, I>,
+    written: &std::collections::HashSet<Vec<usize>>,
+    fill: V,
+) {
+    let padding: Vec<usize> = t
+        .entries()
+        .enumerate()
+        .filter(|(_, (c, _))| !written.contains(c))
+        .map(|(k, _)| k)
+        .collect();
+    let vals = t.vals_mut();
+    for k in padding {
+        vals[k] = fill;
     }
 }
 

@@ -85,6 +85,8 @@ pub enum Expr {
     Neg(Box<Expr>),
     Call(Func, Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// The `k`th of [`Kernel::user_functions`] applied to a value.
+    UserCall(usize, Box<Expr>),
 }
 
 impl Expr {
@@ -99,7 +101,7 @@ impl Expr {
         match self {
             Expr::Access(a) => out.push(*a),
             Expr::Const(_) => {}
-            Expr::Neg(e) | Expr::Call(_, e) => e.collect_accesses(out),
+            Expr::Neg(e) | Expr::Call(_, e) | Expr::UserCall(_, e) => e.collect_accesses(out),
             Expr::Binary(_, l, r) => {
                 l.collect_accesses(out);
                 r.collect_accesses(out);
@@ -217,6 +219,9 @@ pub enum Assembly {
     /// plus the level's dimension, TACO's transposition) and appended as `InOrder` ones.
     Scatter,
     /// Entries are produced in any order (possibly repeated) and sorted and summed at the end.
+    /// Also the strategy of a `min`/`max` output with a dense level below a compressed one
+    /// (`sd`): after assembly, the positions no entry was written to are set to the fill
+    /// (assembly pads them with 0).
     Collect,
 }
 
@@ -258,6 +263,9 @@ pub struct Kernel {
     /// Inputs re-packed into another mode order before the loops, because the mode orders of
     /// the operands as given agree with no loop order (see [`Repack`]).
     pub repacks: Vec<Repack>,
+    /// Rust functions of the caller's called in the statement (`tensor!` only), by name; the
+    /// generated kernel takes them as a slice of `&dyn Fn(V) -> V` in this order.
+    pub user_functions: Vec<String>,
     /// The operator every nest reduces with; its identity is the value of absent entries,
     /// the accumulators' start and a dense output's initial value (see [`crate::semiring`]).
     pub reduce: ReduceOp,

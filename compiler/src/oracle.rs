@@ -50,6 +50,8 @@ impl DenseArray {
 /// Why the oracle could not evaluate (inputs that do not fit the statement).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum OracleError {
+    #[error("`{0}` is a Rust function of the caller's: the oracle cannot evaluate it")]
+    UserFunction(String),
     #[error("no input named `{0}`")]
     MissingInput(String),
     #[error("`{tensor}` has {found} dimensions but is used with {expected} indices")]
@@ -80,6 +82,9 @@ pub fn evaluate(
     inputs: &HashMap<String, DenseArray>,
     initial: Option<&DenseArray>,
 ) -> Result<DenseArray, OracleError> {
+    if let Some((name, _)) = crate::check::first_user_call(&c.statement.assignment.rhs) {
+        return Err(OracleError::UserFunction(name.name.clone()));
+    }
     let dims = var_dims(c, inputs)?;
     let slot = |name: &str| {
         c.vars
@@ -200,6 +205,8 @@ fn eval(e: &Expr, point: &[usize], c: &Checked, inputs: &HashMap<String, DenseAr
         // The checker allows a reduction only as the whole right-hand side, whose body the
         // terms hold; evaluated here it is that body.
         ExprKind::Reduce(_, _, x) => eval(x, point, c, inputs),
+        // `evaluate` refuses statements that call a user's function.
+        ExprKind::UserCall(..) => f64::NAN,
     }
 }
 

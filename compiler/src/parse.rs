@@ -161,6 +161,17 @@ pub fn resolve_call(name: Ident, args: Vec<Expr>, span: Span) -> Result<Expr, Sy
             span,
         });
     }
+    // `f(x(i))`, `f(A(i,j) * 2)`: a function of a value, not a tensor access. Whether it may
+    // be a user's function is the checker's decision (only `tensor!` has them).
+    if let [arg] = &args[..] {
+        if reads_a_tensor(arg) {
+            let arg = args.into_iter().next().expect("one argument");
+            return Ok(Expr {
+                kind: ExprKind::UserCall(name, Box::new(arg)),
+                span,
+            });
+        }
+    }
     let mut indices = Vec::with_capacity(args.len());
     for arg in args {
         match arg.kind {
@@ -186,6 +197,18 @@ pub fn resolve_call(name: Ident, args: Vec<Expr>, span: Span) -> Result<Expr, Sy
     })
 }
 
+/// True when `e` reads a tensor with indices or calls a function (so it is a value, where
+/// `i + 1` over bare names is index arithmetic).
+fn reads_a_tensor(e: &Expr) -> bool {
+    match &e.kind {
+        ExprKind::Access(a) => !a.indices.is_empty(),
+        ExprKind::Const(_) => false,
+        ExprKind::Call(..) | ExprKind::Reduce(..) | ExprKind::UserCall(..) => true,
+        ExprKind::Neg(x) => reads_a_tensor(x),
+        ExprKind::Binary(_, a, b) => reads_a_tensor(a) || reads_a_tensor(b),
+    }
+}
+
 /// `A(i+1, j)`, `A(2, j)`: indices are names only.
 fn index_arithmetic(tensor: &Ident, span: Span) -> Diagnostic {
     Diagnostic::new(
@@ -205,7 +228,7 @@ fn index_arithmetic(tensor: &Ident, span: Span) -> Diagnostic {
 }
 
 /// `foo(x(i))`: neither a tensor access (its argument is not a name) nor a function.
-fn unknown_function(name: &Ident, arg_span: Span) -> Diagnostic {
+pub fn unknown_function(name: &Ident, arg_span: Span) -> Diagnostic {
     Diagnostic::new(
         format!("unknown function `{}`", name.name),
         name.span.clone(),
@@ -217,6 +240,10 @@ fn unknown_function(name: &Ident, arg_span: Span) -> Diagnostic {
     )
     .hint(format!("the functions are: {}", function_names()))
     .hint("reductions other than `+` are written `min[k](...)`, `max[k](...)`, `or[k](...)`")
+    .hint(format!(
+        "in `tensor!`, a Rust function `fn {}(x: f64) -> f64` in scope may be called on a value",
+        name.name
+    ))
 }
 
 /// `min[k, l](e)`: a reduction with another operator than `+`.

@@ -14,6 +14,7 @@ use common::{catalogue, Case, Rng};
 use proc_macro2::Ident;
 use quote::format_ident;
 use tessera_compiler::codegen;
+use tessera_compiler::ir::Assembly;
 use tessera_formats::{Level, Tensor};
 
 /// Block-view inputs and the oracle's result on them.
@@ -219,11 +220,19 @@ fn main_rs(instances: &[Instance]) -> String {
 fn generated_kernels_match_the_oracle() {
     let instances = instances();
     let mut kernels = String::new();
+    let (mut repacked, mut scattered) = (0, 0);
     for inst in &instances {
         let k = inst.case.lower().unwrap();
+        repacked += usize::from(!k.repacks.is_empty());
+        scattered += usize::from(k.nests.iter().any(|n| n.assembly == Assembly::Scatter));
         kernels.push_str(&codegen::pretty(&codegen::emit_named(&k, &inst.kernel_fn)));
         kernels.push('\n');
     }
+    // The generated re-pack and scatter assembly are among what runs.
+    assert!(
+        repacked > 0 && scattered > 0,
+        "{repacked} re-packed, {scattered} scattered"
+    );
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("target"));

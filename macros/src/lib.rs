@@ -187,9 +187,15 @@ impl Source {
 }
 
 /// The statement checked and lowered, with errors at their spans.
-fn front(source: &Source) -> Result<(check::Checked, Kernel), Diagnostic> {
+/// `user_functions`: whether `f(x(i))` may call a Rust function `f` in scope (the plain
+/// form; a plan's block kernels run where the caller's functions are not).
+fn front(source: &Source, user_functions: bool) -> Result<(check::Checked, Kernel), Diagnostic> {
     let stmt = parse::program(&source.text, 0)?;
-    let checked = check::check(stmt, &Dims::new())?;
+    let checked = if user_functions {
+        check::check_tensor_macro(stmt, &Dims::new())?
+    } else {
+        check::check(stmt, &Dims::new())?
+    };
     if checked.inputs().is_empty() {
         let rhs = &checked.statement.assignment.rhs;
         return Err(Diagnostic::new(
@@ -250,8 +256,45 @@ fn bind_inputs(
     })
 }
 
+/// The caller's functions a statement calls (`f(x(i))`), by name, each at its first call.
+fn user_calls(e: &tessera_compiler::ast::Expr, out: &mut Vec<(String, std::ops::Range<usize>)>) {
+    use tessera_compiler::ast::ExprKind;
+    match &e.kind {
+        ExprKind::UserCall(name, x) => {
+            if !out.iter().any(|(n, _)| *n == name.name) {
+                out.push((name.name.clone(), name.span.clone()));
+            }
+            user_calls(x, out);
+        }
+        ExprKind::Access(_) | ExprKind::Const(_) => {}
+        ExprKind::Neg(x) | ExprKind::Call(_, x) | ExprKind::Reduce(_, _, x) => user_calls(x, out),
+        ExprKind::Binary(_, a, b) => {
+            user_calls(a, out);
+            user_calls(b, out);
+        }
+    }
+}
+
 fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
-    let (checked, kernel) = front(source)?;
+    let (checked, kernel) = front(source, true)?;
+    // The caller's functions, as `&dyn Fn(V) -> V` in the kernel's order, named at their call
+    // so that a type error points there.
+    let mut calls = Vec::new();
+    user_calls(&checked.statement.assignment.rhs, &mut calls);
+    let fns: Vec<TokenStream2> = kernel
+        .user_functions
+        .iter()
+        .map(|name| {
+            let span = &calls.iter().find(|(n, _)| n == name).expect("called").1;
+            let f = source.ident(name, span);
+            quote!({ let f: &(dyn Fn(_) -> _ + Sync) = &#f; f })
+        })
+        .collect();
+    let user_fns = if fns.is_empty() {
+        quote!()
+    } else {
+        quote!(&[#(#fns),*],)
+    };
     let kernel_fn = paths::rebase(codegen::emit(&kernel));
     let private = paths::private();
     let Bound {
@@ -274,7 +317,7 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
             #(#bindings)*
             match __TESSERA_SIGNATURE.bind(&[#((#vars.dims(), #vars.format())),*]) {
                 ::core::result::Result::Ok(__out_dims) => ::core::result::Result::Ok(
-                    __tessera_kernel::kernel(&[#(#vars),*], &__out_dims)
+                    __tessera_kernel::kernel(&[#(#vars),*], &__out_dims, #user_fns)
                 ),
                 ::core::result::Result::Err(e) => ::core::result::Result::Err(e),
             }
@@ -286,7 +329,7 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
 /// `tessera::plans::Stored` tensors, each point running the generated block kernel; it
 /// evaluates to `Result<Stored<V, I>, PlanRunError>` without waiting for the tasks.
 fn expand_on_runtime(source: &Source, rt: TokenTree) -> Result<TokenStream2, Diagnostic> {
-    let (checked, kernel) = front(source)?;
+    let (checked, kernel) = front(source, false)?;
     // The plan is made again from the same text when the program runs; refuse here what the
     // planner refuses, at the directive's span.
     plan::plan(&checked, &kernel)?;

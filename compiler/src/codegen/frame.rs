@@ -197,6 +197,31 @@ impl Gen<'_> {
                             let entries = merged;
                         }
                     };
+                    let padded = self.k.reduce.fill() != 0.0
+                        && crate::lower::padded_levels(&self.k.output_tensor().format);
+                    if padded {
+                        // Dense levels below a compressed one are padded with 0 by assembly:
+                        // where nothing was written, the value is the fill.
+                        let fill = self.fill();
+                        return quote! {
+                            #merge
+                            let written: ::std::collections::HashSet<Vec<usize>> =
+                                entries.iter().map(|e| e.0.clone()).collect();
+                            let mut t = Tensor::from_entries(out_dims.to_vec(), out_format, entries)
+                                .expect("entries lie inside out_dims");
+                            let padding: Vec<usize> = t
+                                .entries()
+                                .enumerate()
+                                .filter(|(_, (c, _))| !written.contains(c))
+                                .map(|(k, _)| k)
+                                .collect();
+                            let vals = t.vals_mut();
+                            for k in padding {
+                                vals[k] = #fill;
+                            }
+                            t
+                        };
+                    }
                     quote! {
                         #merge
                         Tensor::from_entries(out_dims.to_vec(), out_format, entries)

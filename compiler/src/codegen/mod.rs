@@ -174,6 +174,12 @@ impl Gen<'_> {
         let out_init = self.output_init();
         let nests: Vec<TokenStream> = self.k.nests.iter().map(|n| self.nest(n)).collect();
         let finish = self.output_finish();
+        // The caller's functions named in a `tensor!` statement, in `user_functions` order.
+        let user = if self.k.user_functions.is_empty() {
+            quote!()
+        } else {
+            quote!(user_fns: &[&(dyn Fn(V) -> V + Sync)],)
+        };
         quote! {
             #doc
             #[allow(unused_variables, unused_mut, unused_assignments, unused_labels, unused_parens, unused_imports, dead_code,
@@ -181,6 +187,7 @@ impl Gen<'_> {
             pub fn #name<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
                 inputs: &[&::tessera_formats::Tensor<V, I>],
                 out_dims: &[usize],
+                #user
                 #params
             ) -> ::tessera_formats::Tensor<V, I> {
                 use ::tessera_formats::{Index as _, Level, Tensor, Value as _};

@@ -92,6 +92,10 @@ impl Gen<'_> {
                 quote!(#v)
             }
             Expr::Const(c) => Self::constant(*c),
+            Expr::UserCall(k, x) => {
+                let x = self.expr(x);
+                quote!((user_fns[#k])(#x))
+            }
             Expr::Neg(x) => {
                 let x = self.expr(x);
                 quote!((-#x))
@@ -119,12 +123,23 @@ impl Gen<'_> {
                     BinOp::Mul if self.k.reduce.guards(BinOp::Mul) => {
                         // The fill annihilates the product (−∞ · −2 is −∞ under `max`).
                         let fill = self.fill();
-                        // The product first, then a select: no branch in the loop.
+                        // A fill factor makes IEEE give the fill itself (fine), the opposite
+                        // infinity or NaN: only those two take the test, off the hot path.
+                        let beyond = Self::constant(-self.k.reduce.fill());
+                        let ok = if self.k.reduce.fill() < 0.0 {
+                            quote!(p < #beyond)
+                        } else {
+                            quote!(p > #beyond)
+                        };
                         quote!({
                             let (a, b): (V, V) = (#l, #r);
-                            let fill: V = #fill;
                             let p = a * b;
-                            if (a == fill) | (b == fill) { fill } else { p }
+                            if #ok {
+                                p
+                            } else {
+                                let fill: V = #fill;
+                                if a == fill || b == fill { fill } else { p }
+                            }
                         })
                     }
                     BinOp::Mul => quote!((#l * #r)),

@@ -37,16 +37,6 @@ pub enum LowerError {
         levels: usize,
         span: Span,
     },
-    /// A sparse output whose dense levels below a compressed one would be padded with zeros,
-    /// where a `min`/`max` reduction's absent entries are its identity.
-    #[error("a `{op}` reduction cannot write `{tensor}` in format {format}: its dense levels under a compressed level would hold 0 where nothing was reduced, not {fill}")]
-    PaddedOutput {
-        op: &'static str,
-        tensor: String,
-        format: String,
-        fill: f64,
-        span: Span,
-    },
     /// Lowering broke one of the IR's invariants: a bug in tessera-compiler, not the input's fault.
     #[error("internal error in lowering (please report): {msg}")]
     Internal { msg: String },
@@ -67,7 +57,6 @@ impl LowerError {
             | LowerError::RepeatedIndex { span, .. }
             | LowerError::RankMismatch { span, .. }
             | LowerError::FormatRank { span, .. }
-            | LowerError::PaddedOutput { span, .. }
             | LowerError::Parallelize { span, .. } => span.clone(),
             LowerError::Internal { .. } => 0..0,
         }
@@ -83,9 +72,6 @@ impl LowerError {
             LowerError::Parallelize { .. } => {
                 Some("parallelize the outermost loop over a free variable".into())
             }
-            LowerError::PaddedOutput { tensor, .. } => Some(format!(
-                "store `{tensor}` with compressed levels after its first compressed one (e.g. `ss`, `ds`), or dense"
-            )),
             LowerError::RankMismatch { .. }
             | LowerError::FormatRank { .. }
             | LowerError::Internal { .. } => None,

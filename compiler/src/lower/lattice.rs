@@ -34,7 +34,8 @@ pub fn formula(e: &Expr, iterate: &[LevelRef], r: ReduceOp) -> Formula {
         }
         Expr::Neg(x) if keeps(-fill) => formula(x, iterate, r),
         Expr::Call(f, x) if keeps(semiring::unary(*f, fill)) => formula(x, iterate, r),
-        Expr::Neg(_) | Expr::Call(..) => Formula::True,
+        // A user's function may map the fill to anything.
+        Expr::Neg(_) | Expr::Call(..) | Expr::UserCall(..) => Formula::True,
         Expr::Binary(op, a, b) => binary(*op, a, b, iterate, r),
     }
 }

@@ -98,6 +98,7 @@ fn lower_with(
         accesses: Vec::new(),
         by_name: HashMap::new(),
         var_by_name: HashMap::new(),
+        user_functions: Vec::new(),
     };
     let asg = &stmt.assignment;
     for ix in &asg.lhs.indices {
@@ -144,20 +145,11 @@ fn lower_with(
         OutputKind::Dense
     };
 
-    let levels = b.tensors[output].format.levels();
-    let padded = levels
-        .iter()
-        .skip_while(|l| **l == LevelType::Dense)
-        .any(|l| *l == LevelType::Dense);
-    if padded && reduce.fill() != 0.0 {
-        return Err(LowerError::PaddedOutput {
-            op: reduce.name(),
-            tensor: asg.lhs.tensor.name.clone(),
-            format: b.tensors[output].format.to_string(),
-            fill: reduce.fill(),
-            span: asg.lhs.span.clone(),
-        });
-    }
+    // Dense levels below a compressed one are padded by the assembly with zeros; under
+    // `min`/`max` the padding must be the fill, which `Collect` patches (see `Assembly`).
+    let padded = output_kind == OutputKind::Sparse
+        && reduce.fill() != 0.0
+        && padded_levels(&b.tensors[output].format);
     let free: BTreeSet<VarId> = (0..b.vars.len()).filter(|v| b.vars[*v].free).collect();
     // A `min[k](...)` body is one term: its `+` is the semiring's product, not a sum of terms.
     let groups = if reduce == ast::ReduceOp::Sum {
@@ -181,6 +173,7 @@ fn lower_with(
         nests: Vec::new(),
         parallel: None,
         repacks: Vec::new(),
+        user_functions: std::mem::take(&mut b.user_functions),
         reduce,
         source: source_text(stmt),
     };
@@ -188,7 +181,7 @@ fn lower_with(
         let nest = lower_nest(&kernel, g.expr.clone(), &asg.span)?;
         kernel.nests.push(nest);
     }
-    if kernel.output_kind == OutputKind::Sparse && kernel.nests.len() > 1 {
+    if kernel.output_kind == OutputKind::Sparse && (kernel.nests.len() > 1 || padded) {
         for n in &mut kernel.nests {
             n.assembly = Assembly::Collect;
         }
@@ -208,6 +201,8 @@ struct Builder<'a> {
     accesses: Vec<Access>,
     by_name: HashMap<String, usize>,
     var_by_name: HashMap<String, VarId>,
+    /// The user's functions called (`tensor!`), in order of first call.
+    user_functions: Vec<String>,
 }
 
 impl Builder<'_> {
@@ -316,6 +311,16 @@ impl Builder<'_> {
             ast::ExprKind::Call(f, x) => Expr::Call(*f, Box::new(self.expr(x)?)),
             ast::ExprKind::Binary(op, l, r) => {
                 Expr::Binary(*op, Box::new(self.expr(l)?), Box::new(self.expr(r)?))
+            }
+            ast::ExprKind::UserCall(name, x) => {
+                let k = match self.user_functions.iter().position(|n| *n == name.name) {
+                    Some(k) => k,
+                    None => {
+                        self.user_functions.push(name.name.clone());
+                        self.user_functions.len() - 1
+                    }
+                };
+                Expr::UserCall(k, Box::new(self.expr(x)?))
             }
             ast::ExprKind::Reduce(..) => {
                 return Err(LowerError::Internal {
@@ -505,12 +510,7 @@ fn no_order_error(
         // The previous value of a `+=` output shares the output's format: never re-packed;
         // nor, under `min`/`max`, a format whose dense levels below a compressed one would be
         // padded with 0 rather than the fill.
-        let padded = tensor
-            .format
-            .levels()
-            .iter()
-            .skip_while(|l| **l == LevelType::Dense)
-            .any(|l| *l == LevelType::Dense);
+        let padded = padded_levels(&tensor.format);
         let repack = (tensor.name != k.output_tensor().name && !(padded && k.reduce.fill() != 0.0))
             .then(|| Format::new(tensor.format.levels().to_vec(), modes.clone()).ok())
             .flatten()
@@ -542,6 +542,15 @@ fn no_order_error(
         hint: "no single operand can be re-stored to fix this; give the operands mode orders that agree".into(),
         repack: None,
     })
+}
+
+/// True when a dense level lies below a compressed one (`sd`): stored with zeros in the
+/// positions nothing was written to.
+pub fn padded_levels(f: &Format) -> bool {
+    f.levels()
+        .iter()
+        .skip_while(|l| **l == LevelType::Dense)
+        .any(|l| *l == LevelType::Dense)
 }
 
 /// How a sparse output is assembled, from the loop order (see [`Assembly`]).
@@ -626,6 +635,7 @@ fn source_text(stmt: &ast::Statement) -> String {
                     format!("{o}({}, {})", expr(l), expr(r))
                 }
             }
+            ast::ExprKind::UserCall(name, x) => format!("{}({})", name.name, expr(x)),
             ast::ExprKind::Reduce(op, vars, body) => {
                 let v: Vec<&str> = vars.iter().map(|i| i.name.as_str()).collect();
                 format!("{}[{}]({})", op.name(), v.join(","), expr(body))
