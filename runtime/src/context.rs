@@ -128,7 +128,7 @@ impl<'a> TaskContext<'a> {
 
     /// The element type of store argument `arg`.
     pub fn dtype(&self, arg: usize) -> DType {
-        self.task.args[arg].root.dtype
+        self.arg(arg).root.dtype
     }
 
     /// This point's sub-store of argument `arg`, in the store view's coordinates.
