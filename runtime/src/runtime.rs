@@ -789,33 +789,35 @@ impl Inner {
     }
 
     /// How many solved tasks to fuse, and the fused task's shape (`None`: launch one task as
-    /// issued). Looked up by the window's canonical form when the memo is on.
+    /// issued). The prefix is found by the constraints (linear in its length); the shape is
+    /// looked up by the prefix' canonical form when the memo is on, so an isomorphic prefix
+    /// reuses the fused task built before (its name, body and argument maps).
     fn decide(&self, front: &mut Front) -> (usize, Option<Arc<FusedShape>>) {
         if !self.fusion.enabled || front.window.ready.len() == 1 {
             return (1, None);
         }
         let (ready, unsolved) = (&front.window.ready, &front.window.tasks);
-        let dead = |r: &Arc<StoreRoot>| temporaries::outside_dead(r, unsolved);
-        let key = self.fusion.memo.then(|| memo::canonical(ready, dead));
-        if let Some(d) = key.as_ref().and_then(|k| front.fusion_memo.get(k)) {
-            Counters::add(&self.shared.counters.fusion_memo_hits, 1);
-            return (d.prefix, d.shape);
-        }
         let n = constraints::fusible_prefix(ready);
-        let shape = (n > 1).then(|| {
-            Arc::new(build::shape(&ready[..n], |r| {
-                dead(r) && temporaries::is_temporary(r, ready, n)
-            }))
-        });
+        if n == 1 {
+            return (1, None);
+        }
+        let temporary = |r: &Arc<StoreRoot>| {
+            temporaries::outside_dead(r, unsolved) && temporaries::is_temporary(r, ready, n)
+        };
+        let key = self
+            .fusion
+            .memo
+            .then(|| memo::canonical(&ready[..n], temporary));
+        if let Some(shape) = key.as_ref().and_then(|k| front.fusion_memo.get(k)) {
+            Counters::add(&self.shared.counters.fusion_memo_hits, 1);
+            return (n, Some(shape));
+        }
+        let shape = Arc::new(build::shape(&ready[..n], temporary));
         if let Some(key) = key {
             Counters::add(&self.shared.counters.fusion_memo_misses, 1);
-            let decision = memo::Decision {
-                prefix: n,
-                shape: shape.clone(),
-            };
-            front.fusion_memo.insert(key, decision);
+            front.fusion_memo.insert(key, shape.clone());
         }
-        (n, shape)
+        (n, Some(shape))
     }
 
     /// Waits while more than `max_pending` point tasks are outstanding.
