@@ -23,9 +23,12 @@
 use rayon::prelude::*;
 use std::time::Instant;
 use tessera_benches::{env_or, Table};
-use tessera_runtime::{
-    Chunk, DType, Future, PosRange, ReduceOp, Result, Runtime, Scalar, Stats, Store,
-};
+use tessera_runtime::{Chunk, DType, Future, ReduceOp, Result, Runtime, Scalar, Stats, Store};
+
+/// CSR matrices as stores and the row-split SpMV task, shared with the runtime's examples.
+#[path = "../../runtime/examples/sparse/mod.rs"]
+mod sparse;
+use sparse::{Csr, HostCsr};
 
 // ---------------------------------------------------------------- element-wise tasks
 
@@ -103,7 +106,7 @@ fn register(rt: &Runtime) -> Result<()> {
             *o = 0.5 * (b[i] + l[i] + r[i]);
         }
     })?;
-    register_spmv(rt)
+    sparse::register_spmv(rt)
 }
 
 fn scalar(c: &Chunk<'_, f64>, i: usize) -> f64 {
@@ -208,99 +211,18 @@ fn black_scholes_hand(s: &[f64], k: &[f64], t: &[f64], call: &mut [f64], put: &m
 
 // ---------------------------------------------------------------- sparse (CG, BiCGSTAB)
 
-const SPMV: &str = "spmv";
-
-fn register_spmv(rt: &Runtime) -> Result<()> {
-    rt.register(SPMV, |ctx| {
-        let mut y = ctx.write::<f64>(0);
-        let pos = ctx.read::<PosRange>(1);
-        let crd = ctx.read::<u64>(2);
-        let vals = ctx.read::<f64>(3);
-        let x = ctx.read::<f64>(4);
-        let (crd_lo, x_lo) = (crd.range().start, x.range().start);
-        let (crd_s, vals_s, x_s) = (crd.as_slice(), vals.as_slice(), x.as_slice());
-        let out = y.as_mut_slice();
-        let lo = pos.range().start;
-        for i in pos.range() {
-            let r = pos.at(i);
-            let mut sum = 0.0;
-            for k in r.lo as usize - crd_lo..r.hi as usize - crd_lo {
-                sum += vals_s[k] * x_s[crd_s[k] as usize - x_lo];
-            }
-            out[i - lo] = sum;
-        }
-    })
-}
-
-/// The 5-point Laplacian on a `k × k` grid, as host CSR (ranges per row).
-struct HostCsr {
-    pos: Vec<PosRange>,
-    crd: Vec<u64>,
-    vals: Vec<f64>,
-}
-
-fn laplacian(k: usize) -> HostCsr {
-    let (mut pos, mut crd, mut vals) = (vec![], vec![], vec![]);
-    for i in 0..k {
-        for j in 0..k {
-            let lo = crd.len() as u64;
-            let mut put = |r: usize, c: usize, v: f64| {
-                crd.push((r * k + c) as u64);
-                vals.push(v);
-            };
-            if i > 0 {
-                put(i - 1, j, -1.0);
-            }
-            if j > 0 {
-                put(i, j - 1, -1.0);
-            }
-            put(i, j, 4.0);
-            if j + 1 < k {
-                put(i, j + 1, -1.0);
-            }
-            if i + 1 < k {
-                put(i + 1, j, -1.0);
-            }
-            pos.push(PosRange::new(lo, crd.len() as u64));
-        }
-    }
-    HostCsr { pos, crd, vals }
-}
-
-impl HostCsr {
-    fn spmv(&self, x: &[f64], y: &mut [f64]) {
-        y.par_iter_mut().enumerate().for_each(|(i, yi)| {
-            let r = self.pos[i];
-            *yi = (r.lo..r.hi)
-                .map(|k| self.vals[k as usize] * x[self.crd[k as usize] as usize])
-                .sum();
-        });
-    }
-}
-
-struct Csr {
-    pos: Store,
-    crd: Store,
-    vals: Store,
+/// `y = A x` on the host, rows split over rayon (the hand loops' SpMV).
+fn host_spmv(a: &HostCsr, x: &[f64], y: &mut [f64]) {
+    y.par_iter_mut().enumerate().for_each(|(i, yi)| {
+        let r = a.pos[i];
+        *yi = (r.lo..r.hi)
+            .map(|k| a.vals[k as usize] * x[a.crd[k as usize] as usize])
+            .sum();
+    });
 }
 
 fn spmv(rt: &Runtime, a: &Csr, x: &Store) -> Store {
-    let y = rt
-        .create(DType::F64, &[a.pos.shape().expect("bound")[0]])
-        .expect("store");
-    rt.task(SPMV)
-        .write(&y)
-        .read(&a.pos)
-        .read(&a.crd)
-        .read(&a.vals)
-        .read(x)
-        .align(&y, &a.pos)
-        .image(&a.pos, &a.crd)
-        .image(&a.pos, &a.vals)
-        .image(&a.crd, x)
-        .submit()
-        .expect("submit");
-    y
+    sparse::spmv(rt, a, x).expect("submit")
 }
 
 fn dot(rt: &Runtime, x: &Store, y: &Store) -> Future {
@@ -354,7 +276,7 @@ fn cg_iteration(rt: &Runtime, a: &Csr, s: &mut Cg) {
 
 /// The same iteration by hand (rayon), with the same reduction order per element.
 fn cg_hand(a: &HostCsr, x: &mut [f64], r: &mut [f64], p: &mut [f64], q: &mut [f64], rs: &mut f64) {
-    a.spmv(p, q);
+    host_spmv(a, p, q);
     let pq: f64 = p.par_iter().zip(q.par_iter()).map(|(a, b)| a * b).sum();
     let alpha = *rs / pq;
     let rs_new: f64 = x
@@ -709,7 +631,7 @@ fn bench_black_scholes(threads: usize, window: usize, n: usize, reps: usize) -> 
     };
     let (mut call, mut put) = (vec![0.0; n], vec![0.0; n]);
     let before = rts.each_ref().map(|rt| rt.stats());
-    let (fused, unfused, hand) = interleave(
+    let times = interleave(
         reps,
         || run(0),
         || run(1),
@@ -730,46 +652,25 @@ fn bench_black_scholes(threads: usize, window: usize, n: usize, reps: usize) -> 
         c == call && p == put,
         "fused Black-Scholes differs from the hand loop"
     );
-    let per_run = |i: usize| {
-        let s = after[i].since(&before[i]);
-        let runs = (reps + 1) as u64;
-        Stats {
-            tasks_issued: s.tasks_issued / runs,
-            tasks_launched: s.tasks_launched / runs,
-            temporaries_eliminated: s.temporaries_eliminated / runs,
-            bytes_not_allocated: s.bytes_not_allocated / runs,
-            ..s
-        }
-    };
-    Measured {
-        fused,
-        unfused,
-        hand,
-        stats_fused: per_run(0),
-        stats_unfused: per_run(1),
-    }
+    measured(&before, &after, (reps + 1) as u64, times)
 }
 
-fn upload(rt: &Runtime, a: &HostCsr) -> Csr {
-    Csr {
-        pos: rt.from_vec(&[a.pos.len()], a.pos.clone()).expect("store"),
-        crd: rt.from_vec(&[a.crd.len()], a.crd.clone()).expect("store"),
-        vals: rt.from_vec(&[a.vals.len()], a.vals.clone()).expect("store"),
-    }
-}
-
-/// Iterations per timed CG (or BiCGSTAB) run.
-const ITERS: usize = 20;
+/// Iterations per timed CG, BiCGSTAB or Jacobi run (enough that filling the window at the
+/// start is a small part of it).
+const ITERS: usize = 100;
 
 fn bench_cg(threads: usize, window: usize, k: usize, reps: usize) -> Measured {
-    let host = laplacian(k);
+    let host = HostCsr::laplacian_2d(k);
     let n = k * k;
     let b: Vec<f64> = (0..n).map(|i| 1.0 + (i % 5) as f64).collect();
     let rts = [
         runtime(threads, window, true, true),
         runtime(threads, window, false, true),
     ];
-    let mats: Vec<Csr> = rts.iter().map(|rt| upload(rt, &host)).collect();
+    let mats: Vec<Csr> = rts
+        .iter()
+        .map(|rt| Csr::upload(rt, &host).expect("upload"))
+        .collect();
     let run = |i: usize| {
         let rt = &rts[i];
         let r = rt.from_vec(&[n], b.clone()).expect("store");
@@ -789,7 +690,7 @@ fn bench_cg(threads: usize, window: usize, k: usize, reps: usize) -> Measured {
         el
     };
     let before = rts.each_ref().map(|rt| rt.stats());
-    let (fused, unfused, hand) = interleave(
+    let times = interleave(
         reps,
         || run(0),
         || run(1),
@@ -804,25 +705,24 @@ fn bench_cg(threads: usize, window: usize, k: usize, reps: usize) -> Measured {
             t0.elapsed().as_secs_f64() / ITERS as f64
         },
     );
-    measured_per_iteration(&rts, &before, fused, unfused, hand, reps)
+    per_iteration(&rts, &before, times, reps)
 }
 
-fn measured_per_iteration(
-    rts: &[Runtime; 2],
+/// The figures of one program: times, and the fused and unfused runtimes' counters per unit
+/// (a run, or an iteration) between `before` and `after`.
+fn measured(
     before: &[Stats; 2],
-    fused: f64,
-    unfused: f64,
-    hand: f64,
-    reps: usize,
+    after: &[Stats; 2],
+    units: u64,
+    (fused, unfused, hand): (f64, f64, f64),
 ) -> Measured {
     let per = |i: usize| {
-        let s = rts[i].stats().since(&before[i]);
-        let iters = ((reps + 1) * ITERS) as u64;
+        let s = after[i].since(&before[i]);
         Stats {
-            tasks_issued: s.tasks_issued / iters,
-            tasks_launched: s.tasks_launched / iters,
-            temporaries_eliminated: s.temporaries_eliminated / iters,
-            bytes_not_allocated: s.bytes_not_allocated / iters,
+            tasks_issued: s.tasks_issued / units,
+            tasks_launched: s.tasks_launched / units,
+            temporaries_eliminated: s.temporaries_eliminated / units,
+            bytes_not_allocated: s.bytes_not_allocated / units,
             ..s
         }
     };
@@ -835,15 +735,29 @@ fn measured_per_iteration(
     }
 }
 
+/// [`measured`] per iteration of runs of [`ITERS`] iterations.
+fn per_iteration(
+    rts: &[Runtime; 2],
+    before: &[Stats; 2],
+    times: (f64, f64, f64),
+    reps: usize,
+) -> Measured {
+    let after = rts.each_ref().map(|rt| rt.stats());
+    measured(before, &after, ((reps + 1) * ITERS) as u64, times)
+}
+
 fn bench_bicgstab(threads: usize, window: usize, k: usize, reps: usize) -> Measured {
-    let host = laplacian(k);
+    let host = HostCsr::laplacian_2d(k);
     let n = k * k;
     let b: Vec<f64> = (0..n).map(|i| 1.0 + (i % 5) as f64).collect();
     let rts = [
         runtime(threads, window, true, true),
         runtime(threads, window, false, true),
     ];
-    let mats: Vec<Csr> = rts.iter().map(|rt| upload(rt, &host)).collect();
+    let mats: Vec<Csr> = rts
+        .iter()
+        .map(|rt| Csr::upload(rt, &host).expect("upload"))
+        .collect();
     let run = |i: usize| {
         let rt = &rts[i];
         let store = |v: &[f64]| rt.from_vec(&[n], v.to_vec()).expect("store");
@@ -861,7 +775,7 @@ fn bench_bicgstab(threads: usize, window: usize, k: usize, reps: usize) -> Measu
     };
     let before = rts.each_ref().map(|rt| rt.stats());
     let (fused, unfused, _) = interleave(reps, || run(0), || run(1), || 0.0);
-    measured_per_iteration(&rts, &before, fused, unfused, f64::NAN, reps)
+    per_iteration(&rts, &before, (fused, unfused, f64::NAN), reps)
 }
 
 fn bench_jacobi(threads: usize, window: usize, n: usize, reps: usize) -> Measured {
@@ -888,7 +802,7 @@ fn bench_jacobi(threads: usize, window: usize, n: usize, reps: usize) -> Measure
     };
     let (mut x, mut y) = (vec![0.0; n], vec![0.0; n]);
     let before = rts.each_ref().map(|rt| rt.stats());
-    let (fused, unfused, hand) = interleave(
+    let times = interleave(
         reps,
         || run(0),
         || run(1),
@@ -903,7 +817,7 @@ fn bench_jacobi(threads: usize, window: usize, n: usize, reps: usize) -> Measure
             t0.elapsed().as_secs_f64() / ITERS as f64
         },
     );
-    measured_per_iteration(&rts, &before, fused, unfused, hand, reps)
+    per_iteration(&rts, &before, times, reps)
 }
 
 /// Analysis µs per issued task for small Black-Scholes windows issued again and again, with

@@ -14,7 +14,8 @@
 //! ```
 //!
 //! Module map: [`store`](Store) stores and views; `dtype` element types; `constraint` and
-//! `solver` the front end; `partition` the middle end; `window` the issue→analysis seam;
+//! `solver` the front end; `partition` the middle end; `window` the issue→analysis seam and
+//! `fusion` the pass there (task fusion, temporaries, memo, element-wise kernel fusion);
 //! `analysis` dependences; `graph`/`executor`/`launch` execution; `context` what task bodies
 //! see; `buffer` the shared cell buffers and the run-time range ledger that guards every raw
 //! access (the only `unsafe` in the core is cell access under a ledger borrow).

@@ -126,11 +126,7 @@ impl Prefix {
             let e = self.effects(&a.root);
             match (a.privilege, part) {
                 (Privilege::Reduce(op), _) => e.reduced = Some(op),
-                (Privilege::Read, Some(p)) => {
-                    if !e.read.contains(p) {
-                        e.read.push(*p)
-                    }
-                }
+                (Privilege::Read, Some(p)) if !e.read.contains(p) => e.read.push(*p),
                 (Privilege::Write | Privilege::ReadWrite, Some(p)) => e.written = Some(*p),
                 // Unbound outputs have no partition; nothing in the window can read them
                 // before they are bound (solving ahead stops at such a reader).

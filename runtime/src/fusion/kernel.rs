@@ -15,9 +15,10 @@ use crate::task::Privilege;
 use crate::TaskContext;
 use smallvec::SmallVec;
 
-/// Elements per chunk: every live array of a fused chain keeps one chunk in cache (20 arrays
-/// of `f64` take 320 KiB). Measured with the fusion bench's Black-Scholes (see DESIGN.md).
-pub(crate) const CHUNK: usize = 2048;
+/// Elements per chunk: every live array of a fused chain keeps one chunk in cache (Black-Scholes'
+/// 21 arrays of `f64` take 168 KiB, inside a 1 MiB L2). 256, 512 and 2048 were tried on the
+/// fusion bench; their differences were inside the noise of the shared 2-core VM.
+pub(crate) const CHUNK: usize = 1024;
 
 /// One chunk of an element-wise task: equal-length slices of its arguments, inputs (arguments
 /// passed with `read`) and outputs (`write` or `read_write`) each in argument order.
