@@ -612,10 +612,7 @@ fn bench_black_scholes(threads: usize, window: usize, n: usize, reps: usize) -> 
     let s_host: Vec<f64> = (0..n).map(|i| 80.0 + (i % 41) as f64).collect();
     let k_host: Vec<f64> = (0..n).map(|i| 90.0 + (i % 23) as f64).collect();
     let t_host: Vec<f64> = (0..n).map(|i| 0.25 + (i % 7) as f64 * 0.25).collect();
-    let rts = [
-        runtime(threads, window, true, true),
-        runtime(threads, window, false, true),
-    ];
+    let rts = fused_and_unfused(threads, window);
     let inputs: Vec<[Store; 3]> = rts
         .iter()
         .map(|rt| [&s_host, &k_host, &t_host].map(|v| rt.from_vec(&[n], v.clone()).expect("store")))
@@ -655,22 +652,52 @@ fn bench_black_scholes(threads: usize, window: usize, n: usize, reps: usize) -> 
     measured(&before, &after, (reps + 1) as u64, times)
 }
 
+/// A fused and an unfused runtime with the same window.
+fn fused_and_unfused(threads: usize, window: usize) -> [Runtime; 2] {
+    [
+        runtime(threads, window, true, true),
+        runtime(threads, window, false, true),
+    ]
+}
+
+/// The Laplacian on a `k × k` grid, a right-hand side, and the matrix on both runtimes.
+struct Problem {
+    host: HostCsr,
+    n: usize,
+    b: Vec<f64>,
+    rts: [Runtime; 2],
+    mats: Vec<Csr>,
+}
+
+fn problem(threads: usize, window: usize, k: usize) -> Problem {
+    let host = HostCsr::laplacian_2d(k);
+    let n = k * k;
+    let rts = fused_and_unfused(threads, window);
+    let mats = rts
+        .iter()
+        .map(|rt| Csr::upload(rt, &host).expect("upload"))
+        .collect();
+    Problem {
+        host,
+        n,
+        b: (0..n).map(|i| 1.0 + (i % 5) as f64).collect(),
+        rts,
+        mats,
+    }
+}
+
 /// Iterations per timed CG, BiCGSTAB or Jacobi run (enough that filling the window at the
 /// start is a small part of it).
 const ITERS: usize = 100;
 
 fn bench_cg(threads: usize, window: usize, k: usize, reps: usize) -> Measured {
-    let host = HostCsr::laplacian_2d(k);
-    let n = k * k;
-    let b: Vec<f64> = (0..n).map(|i| 1.0 + (i % 5) as f64).collect();
-    let rts = [
-        runtime(threads, window, true, true),
-        runtime(threads, window, false, true),
-    ];
-    let mats: Vec<Csr> = rts
-        .iter()
-        .map(|rt| Csr::upload(rt, &host).expect("upload"))
-        .collect();
+    let Problem {
+        host,
+        n,
+        b,
+        rts,
+        mats,
+    } = problem(threads, window, k);
     let run = |i: usize| {
         let rt = &rts[i];
         let r = rt.from_vec(&[n], b.clone()).expect("store");
@@ -747,17 +774,13 @@ fn per_iteration(
 }
 
 fn bench_bicgstab(threads: usize, window: usize, k: usize, reps: usize) -> Measured {
-    let host = HostCsr::laplacian_2d(k);
-    let n = k * k;
-    let b: Vec<f64> = (0..n).map(|i| 1.0 + (i % 5) as f64).collect();
-    let rts = [
-        runtime(threads, window, true, true),
-        runtime(threads, window, false, true),
-    ];
-    let mats: Vec<Csr> = rts
-        .iter()
-        .map(|rt| Csr::upload(rt, &host).expect("upload"))
-        .collect();
+    let Problem {
+        host: _,
+        n,
+        b,
+        rts,
+        mats,
+    } = problem(threads, window, k);
     let run = |i: usize| {
         let rt = &rts[i];
         let store = |v: &[f64]| rt.from_vec(&[n], v.to_vec()).expect("store");
@@ -780,10 +803,7 @@ fn bench_bicgstab(threads: usize, window: usize, k: usize, reps: usize) -> Measu
 
 fn bench_jacobi(threads: usize, window: usize, n: usize, reps: usize) -> Measured {
     let b_host: Vec<f64> = (0..n).map(|i| (i % 3) as f64).collect();
-    let rts = [
-        runtime(threads, window, true, true),
-        runtime(threads, window, false, true),
-    ];
+    let rts = fused_and_unfused(threads, window);
     let run = |i: usize| {
         let rt = &rts[i];
         let b = rt.from_vec(&[n], b_host.clone()).expect("store");
