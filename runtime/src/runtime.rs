@@ -101,8 +101,8 @@ pub struct RuntimeBuilder {
 
 /// Tasks the window holds by default (see `RuntimeBuilder::window_size`): one, so that a task
 /// starts as soon as it is submitted, which code that synchronises with running bodies
-/// outside the runtime relies on. Fusion needs a larger window: 16 to 32 is where the
-/// fusion bench stops gaining (runtime/DESIGN.md, "Task fusion").
+/// outside the runtime relies on. Fusion needs a larger window: at least the length of the
+/// chain to fuse (runtime/DESIGN.md, "Task fusion", window size).
 pub const DEFAULT_WINDOW: usize = 1;
 
 impl Default for RuntimeBuilder {
