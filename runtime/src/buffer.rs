@@ -57,6 +57,18 @@ pub enum Data {
 }
 
 impl Data {
+    pub(crate) fn dtype(&self) -> DType {
+        match self {
+            Data::F64(_) => DType::F64,
+            Data::F32(_) => DType::F32,
+            Data::I64(_) => DType::I64,
+            Data::I32(_) => DType::I32,
+            Data::U64(_) => DType::U64,
+            Data::U32(_) => DType::U32,
+            Data::Range(_) => DType::Range,
+        }
+    }
+
     pub(crate) fn zeros(dtype: DType, len: usize) -> Data {
         fn z<T: Element>(len: usize) -> Data {
             T::wrap(Buf::from_vec(vec![T::default(); len]))

@@ -2,8 +2,9 @@
 //! sub-stores. Indices passed to views are in the store view's coordinates (a slice starts at
 //! 0); an index outside the point's sub-store panics, which fails the task with a clear message.
 
-use crate::buffer::{Borrow, Buf};
+use crate::buffer::{Borrow, Buf, Data, Ledger};
 use crate::dtype::{DType, Element, ReduceOp, Scalar};
+use crate::fusion::SubShape;
 use crate::launch::{LaunchArg, Launched, PointOut};
 use crate::rect::{Rect, MAX_DIMS};
 use crate::task::{Privilege, ScalarArg};
@@ -19,6 +20,33 @@ pub struct TaskContext<'a> {
     point: usize,
     point_nd: [usize; MAX_DIMS],
     pub(crate) out: Mutex<PointOut>,
+    /// In a fused task: the sub-task whose body runs (its argument and scalar numbering).
+    sub: Option<&'a SubShape>,
+    /// In a fused task: this point's scratch for arguments that became temporaries.
+    locals: Option<&'a Locals>,
+}
+
+/// One point's task-local buffers for a fused task's temporaries, by fused argument: each
+/// holds the point's sub-store, zero-filled like the lazily allocated store it replaces.
+pub(crate) struct Locals {
+    bufs: Vec<Option<(Data, Ledger)>>,
+}
+
+impl Locals {
+    pub(crate) fn new(task: &Launched, point: usize) -> Locals {
+        Locals {
+            bufs: task
+                .args
+                .iter()
+                .map(|a| {
+                    a.local.then(|| {
+                        let len = a.rects[point].volume();
+                        (Data::zeros(a.root.dtype, len), Ledger::default())
+                    })
+                })
+                .collect(),
+        }
+    }
 }
 
 impl<'a> TaskContext<'a> {
@@ -28,6 +56,58 @@ impl<'a> TaskContext<'a> {
             point,
             point_nd: task.domain.point(point),
             out: Mutex::default(),
+            sub: None,
+            locals: None,
+        }
+    }
+
+    /// The context sub-task `sub` of a fused task sees at `point`.
+    pub(crate) fn for_sub(
+        task: &'a Launched,
+        point: usize,
+        sub: &'a SubShape,
+        locals: &'a Locals,
+    ) -> TaskContext<'a> {
+        TaskContext {
+            sub: Some(sub),
+            locals: Some(locals),
+            ..TaskContext::new(task, point)
+        }
+    }
+
+    /// The fused argument behind the body's argument `arg`.
+    fn map(&self, arg: usize) -> usize {
+        let n = self.args_len();
+        if arg >= n {
+            panic!("argument {arg} does not exist (the task has {n})");
+        }
+        self.sub.map_or(arg, |s| s.args[arg].0)
+    }
+
+    /// Number of store arguments the body was given.
+    pub(crate) fn args_len(&self) -> usize {
+        self.sub.map_or(self.task.args.len(), |s| s.args.len())
+    }
+
+    /// Number of scalar arguments the body was given.
+    pub(crate) fn scalars_len(&self) -> usize {
+        self.sub
+            .map_or(self.task.scalars.len(), |s| s.scalars.len())
+    }
+
+    /// The privilege the body's argument `arg` was passed with.
+    pub(crate) fn privilege(&self, arg: usize) -> Privilege {
+        match self.sub {
+            Some(s) => s.args[arg].1,
+            None => self.arg(arg).privilege,
+        }
+    }
+
+    /// The operator of the result this body contributes to, if it was submitted with one.
+    pub(crate) fn result_op(&self) -> Option<ReduceOp> {
+        match self.sub {
+            Some(s) => s.result.map(|slot| self.task.results[slot].0),
+            None => self.task.results.first().map(|r| r.0),
         }
     }
 
@@ -48,7 +128,7 @@ impl<'a> TaskContext<'a> {
 
     /// The element type of store argument `arg`.
     pub fn dtype(&self, arg: usize) -> DType {
-        self.task.args[arg].root.dtype
+        self.arg(arg).root.dtype
     }
 
     /// This point's sub-store of argument `arg`, in the store view's coordinates.
@@ -61,17 +141,17 @@ impl<'a> TaskContext<'a> {
     }
 
     fn arg(&self, arg: usize) -> &'a LaunchArg {
-        self.task.args.get(arg).unwrap_or_else(|| {
-            panic!(
-                "argument {arg} does not exist (the task has {})",
-                self.task.args.len()
-            )
-        })
+        &self.task.args[self.map(arg)]
     }
 
     /// Scalar argument `i` (scalars and futures, in the order they were added).
     pub fn scalar(&self, i: usize) -> Scalar {
-        match &self.task.scalars[i] {
+        let n = self.scalars_len();
+        if i >= n {
+            panic!("scalar {i} does not exist (the task has {n})");
+        }
+        let at = self.sub.map_or(i, |s| s.scalars.start + i);
+        match &self.task.scalars[at] {
             ScalarArg::Value(v) => *v,
             ScalarArg::Future(cell) => match cell.value.get() {
                 Some(Ok(v)) => *v,
@@ -83,7 +163,18 @@ impl<'a> TaskContext<'a> {
 
     /// This point's contribution to the task's result (see `submit_reduce`).
     pub fn set_result(&self, v: impl Into<Scalar>) {
-        self.out.lock().unwrap_or_else(|e| e.into_inner()).result = Some(v.into());
+        let slot = match self.sub {
+            Some(s) => s.result,
+            None => (!self.task.results.is_empty()).then_some(0),
+        };
+        // A result nobody asked for (a plain `submit`) is dropped, as it always was.
+        if let Some(slot) = slot {
+            let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+            if out.results.len() <= slot {
+                out.results.resize(slot + 1, None);
+            }
+            out.results[slot] = Some(v.into());
+        }
     }
 
     /// Emits this point's piece of unbound argument `arg`.
@@ -98,16 +189,14 @@ impl<'a> TaskContext<'a> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .pieces
-            .push((arg, T::wrap(Buf::from_vec(piece))));
+            .push((self.map(arg), T::wrap(Buf::from_vec(piece))));
     }
 
     fn check(&self, arg: usize, dtype: DType, ok: impl Fn(Privilege) -> bool, what: &str) {
         let a = self.arg(arg);
-        if !ok(a.privilege) {
-            panic!(
-                "argument {arg} was passed with {:?}, which does not allow {what}",
-                a.privilege
-            );
+        let p = self.privilege(arg);
+        if !ok(p) {
+            panic!("argument {arg} was passed with {p:?}, which does not allow {what}");
         }
         if a.root.dtype != dtype {
             panic!("argument {arg} holds {:?}, not {dtype:?}", a.root.dtype);
@@ -115,7 +204,10 @@ impl<'a> TaskContext<'a> {
     }
 
     fn view<T: Element>(&self, arg: usize, exclusive: bool) -> RawView<'a, T> {
-        let a = &self.task.args[arg];
+        let a = self.arg(arg);
+        if a.local {
+            return self.local_view(arg, exclusive);
+        }
         let bound = a.root.bound().expect("bound stores only");
         let rect = a.rects[self.point];
         let borrow = a
@@ -129,11 +221,30 @@ impl<'a> TaskContext<'a> {
                 )
             });
         RawView {
-            buf: T::buf(&bound.data).expect("dtype checked"),
+            buf: T::buf(a.root.data().expect("bound")).expect("dtype checked"),
             whole: bound.rect,
             rect,
             origin: a.view,
             _borrow: borrow,
+        }
+    }
+
+    /// A view of a temporary's scratch: the point's sub-store, laid out on its own.
+    fn local_view<T: Element>(&self, arg: usize, exclusive: bool) -> RawView<'a, T> {
+        let a = self.arg(arg);
+        let (data, ledger) = self
+            .locals
+            .and_then(|l| l.bufs[self.map(arg)].as_ref())
+            .expect("a local argument has scratch in its point");
+        let rect = a.rects[self.point];
+        RawView {
+            buf: T::buf(data).expect("dtype checked"),
+            whole: rect,
+            rect,
+            origin: a.view,
+            _borrow: ledger
+                .borrow(rect, exclusive)
+                .unwrap_or_else(|_| panic!("internal error: scratch of argument {arg} in use")),
         }
     }
 
@@ -172,8 +283,8 @@ impl<'a> TaskContext<'a> {
             |p| matches!(p, Privilege::Reduce(_)),
             "reducing",
         );
-        let a = &self.task.args[arg];
-        let Privilege::Reduce(op) = a.privilege else {
+        let a = self.arg(arg);
+        let Privilege::Reduce(op) = self.privilege(arg) else {
             unreachable!()
         };
         let rect = a.rects[self.point];
@@ -183,7 +294,7 @@ impl<'a> TaskContext<'a> {
             rect,
             origin: a.view,
             op,
-            arg,
+            arg: self.map(arg),
             sink: &self.out,
         }
     }

@@ -4,6 +4,7 @@ use crate::buffer::{Buf, Data};
 use crate::context::TaskContext;
 use crate::dtype::{DType, Element, PosRange, ReduceOp, Scalar};
 use crate::error::RuntimeError;
+use crate::fusion::FusedShape;
 use crate::future::FutureCell;
 use crate::graph::{Node, NodeList, Work};
 use crate::partition::Domain;
@@ -24,6 +25,8 @@ pub(crate) struct LaunchArg {
     /// Each point's sub-store (root coordinates); empty for unbound outputs. Shared with the
     /// solve memo, which hands the same sub-stores to the next identical task.
     pub rects: Arc<[Rect]>,
+    /// A fused task's temporary: each point works on scratch, the store is never touched.
+    pub local: bool,
 }
 
 /// What one point leaves behind for the finish step.
@@ -31,7 +34,8 @@ pub(crate) struct LaunchArg {
 pub(crate) struct PointOut {
     pub reduce: Vec<(usize, Data)>,
     pub pieces: Vec<(usize, Data)>,
-    pub result: Option<Scalar>,
+    /// The point's contribution to each of the task's results (a fused task may have several).
+    pub results: smallvec::SmallVec<[Option<Scalar>; 1]>,
 }
 
 pub(crate) struct Launched {
@@ -42,7 +46,11 @@ pub(crate) struct Launched {
     pub token: u64,
     pub args: Args<LaunchArg>,
     pub scalars: Scalars,
-    pub result: Option<(ReduceOp, Arc<FutureCell>)>,
+    /// Folded results, each with its future: one for `submit_reduce`, one per sub-task that
+    /// has one in a fused task.
+    pub results: Args<(ReduceOp, Arc<FutureCell>)>,
+    /// For a fused task: its sub-tasks and how their arguments map onto the task's.
+    pub fused: Option<Arc<FusedShape>>,
     /// Distinct stores the task uses (each holds one pending reference until the task ends).
     pub roots: Args<Arc<StoreRoot>>,
     pub remaining: AtomicUsize,
@@ -81,7 +89,11 @@ impl Launched {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        for a in self.args.iter().filter(|a| a.privilege.writes()) {
+        for a in self
+            .args
+            .iter()
+            .filter(|a| a.privilege.writes() && !a.local)
+        {
             match &failure {
                 Some(err) => a.root.set_poison(err.clone()),
                 // A successful write of the whole store makes it trustworthy again.
@@ -112,13 +124,13 @@ pub(crate) fn run_node(node: &Node, shared: &Shared) -> NodeList {
             // task's failure rather than leave its future and dependents waiting forever.
             if catch_unwind(AssertUnwindSafe(|| run_finish(task))).is_err() {
                 task.fail(0, "internal error in the finish step".into());
-                if let Some((_, cell)) = &task.result {
-                    let _ = cell.value.set(Err(task
-                        .failure
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .clone()
-                        .expect("just set")));
+                let err = task
+                    .failure
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                for (_, cell) in &task.results {
+                    let _ = cell.value.set(Err(err.clone().expect("just set")));
                 }
                 task.end();
             }
@@ -133,7 +145,7 @@ fn failed_input(task: &Launched) -> Option<String> {
     for a in task
         .args
         .iter()
-        .filter(|a| matches!(a.privilege, Privilege::Read | Privilege::ReadWrite))
+        .filter(|a| !a.local && matches!(a.privilege, Privilege::Read | Privilege::ReadWrite))
     {
         if let Some(e) = a.root.poisoned() {
             return Some(format!("input store#{} was not computed: {e}", a.root.id));
@@ -154,14 +166,20 @@ fn run_point(task: &Launched, point: usize, counters: &Counters) {
         finish_point(task, counters);
         return;
     }
-    let mut ctx = TaskContext::new(task, point);
-    let r = catch_unwind(AssertUnwindSafe(|| (task.body)(&mut ctx)));
-    match r {
-        Ok(()) if task.has_finish => {
+    let r = catch_unwind(AssertUnwindSafe(|| match &task.fused {
+        Some(shape) => crate::fusion::run::run_fused_point(task, shape, point),
+        None => {
+            let mut ctx = TaskContext::new(task, point);
+            (task.body)(&mut ctx);
             let out = std::mem::take(&mut *ctx.out.lock().unwrap_or_else(|e| e.into_inner()));
+            out
+        }
+    }));
+    match r {
+        Ok(out) if task.has_finish => {
             *task.outs[point].lock().unwrap_or_else(|e| e.into_inner()) = out;
         }
-        Ok(()) => {}
+        Ok(_) => {}
         Err(payload) => {
             let msg = payload
                 .downcast_ref::<String>()
@@ -205,12 +223,12 @@ fn run_finish(task: &Launched) {
             _ => {}
         }
     }
-    if let Some((op, cell)) = &task.result {
-        let value = match failed {
-            Some(e) => Err(e),
+    for (slot, (op, cell)) in task.results.iter().enumerate() {
+        let value = match &failed {
+            Some(e) => Err(e.clone()),
             None => Ok(outs
                 .iter()
-                .filter_map(|o| o.result)
+                .filter_map(|o| o.results.get(slot).copied().flatten())
                 .reduce(|a, b| Scalar::combine(*op, a, b))
                 .unwrap_or(Scalar::F64(
                     f64::identity(*op).expect("f64 has every identity"),
@@ -293,7 +311,7 @@ fn combine_into(op: ReduceOp, x: &mut Data, mut y: Data) {
 fn fold(root: &StoreRoot, rect: Rect, op: ReduceOp, data: &Data) {
     fn go<T: Element>(root: &StoreRoot, rect: Rect, op: ReduceOp, data: &Data) {
         let bound = root.bound().expect("reduced stores are bound");
-        let dst: &Buf<T> = T::buf(&bound.data).expect("dtype checked");
+        let dst: &Buf<T> = T::buf(root.data().expect("bound")).expect("dtype checked");
         let src: &Buf<T> = T::buf(data).expect("same dtype");
         let _b = root
             .ledger
@@ -332,10 +350,7 @@ fn bind(root: &StoreRoot, arg: usize, outs: &mut [PointOut]) {
             }
         }
         let rect = Rect::from_shape(&[all.len()]);
-        root.bind(Bound {
-            rect,
-            data: T::wrap(Buf::from_vec(all)),
-        });
+        root.bind(Bound::with_data(rect, T::wrap(Buf::from_vec(all))));
     }
     match root.dtype {
         DType::F64 => go::<f64>(root, arg, outs),

@@ -14,7 +14,8 @@
 //! ```
 //!
 //! Module map: [`store`](Store) stores and views; `dtype` element types; `constraint` and
-//! `solver` the front end; `partition` the middle end; `window` the issue→analysis seam;
+//! `solver` the front end; `partition` the middle end; `window` the issue→analysis seam and
+//! `fusion` the pass there (task fusion, temporaries, memo, element-wise kernel fusion);
 //! `analysis` dependences; `graph`/`executor`/`launch` execution; `context` what task bodies
 //! see; `buffer` the shared cell buffers and the run-time range ledger that guards every raw
 //! access (the only `unsafe` in the core is cell access under a ledger borrow).
@@ -26,6 +27,7 @@ mod context;
 mod dtype;
 mod error;
 mod executor;
+mod fusion;
 mod future;
 mod graph;
 mod launch;
@@ -44,9 +46,10 @@ pub use constraint::Cut;
 pub use context::{ReadView, ReduceView, TaskContext, WriteView};
 pub use dtype::{DType, Element, PosRange, ReduceOp, Scalar};
 pub use error::{Result, RuntimeError};
+pub use fusion::kernel::Chunk;
 pub use future::Future;
 pub use rect::{Rect, MAX_DIMS};
-pub use runtime::{Runtime, RuntimeBuilder};
+pub use runtime::{Runtime, RuntimeBuilder, DEFAULT_WINDOW};
 pub use stats::Stats;
 pub use store::Store;
 pub use task::{Privilege, TaskLauncher};

@@ -1,24 +1,27 @@
 //! The runtime: stores, task registration, issue → window → solve → analyse → execute.
 
 use crate::analysis::Preds;
-use crate::buffer::{Buf, Data};
+use crate::buffer::Buf;
 use crate::constraint::Constraint;
 use crate::dtype::{DType, Element, PosRange, ReduceOp, Scalar};
 use crate::error::{Result, RuntimeError};
 use crate::executor::{Executor, ThreadPool};
+use crate::fusion::kernel::{unfused_body, Chunk, Elementwise};
+use crate::fusion::memo::{self, FusionMemo};
+use crate::fusion::{build, constraints, temporaries, FusedShape, FusionConfig, Ready};
 use crate::future::Future;
 use crate::graph::{Completion, Node, NodeList, Work};
 use crate::launch::{LaunchArg, Launched};
 use crate::machine::Machine;
-use crate::partition::{Domain, Interner, Partition};
+use crate::partition::{Domain, Interner, Partition, PartitionId};
 use crate::rect::{Rect, MAX_DIMS};
 use crate::solve_memo::{Probe, SolveInputs, SolveMemo, Solved};
 use crate::solver::{record_keys, Solution, Solver, SolverArg};
 use crate::stats::{Counters, Stats};
 use crate::store::{Bound, Store, StoreRoot};
 use crate::task::{
-    Args, Issued, IssuedArg, LaunchSpec, Privilege, Registry, ScalarArg, TaskBody, TaskLauncher,
-    UserConstraint, ViewId,
+    Args, Issued, IssuedArg, LaunchSpec, Privilege, Registered, Registry, ScalarArg, Scalars,
+    TaskBody, TaskLauncher, UserConstraint, ViewId,
 };
 use crate::window::Window;
 use crate::TaskContext;
@@ -59,6 +62,7 @@ struct Front {
     window: Window,
     interner: Interner,
     memo: SolveMemo,
+    fusion_memo: FusionMemo,
     /// Tokens of the last analysed tasks, oldest first: the history buffer automatic tracing
     /// will mine for repeats.
     history: std::collections::VecDeque<u64>,
@@ -76,6 +80,12 @@ pub(crate) struct Inner {
     front: Mutex<Front>,
     next_store: AtomicU64,
     max_pending: usize,
+    fusion: FusionConfig,
+    /// The body a fused task's `Launched` carries (never called: its points run the
+    /// sub-tasks' bodies).
+    fused_body: TaskBody,
+    /// Bytes of store elements allocated so far (lazily, at first access).
+    alloc_bytes: Arc<AtomicU64>,
 }
 
 /// Options for a [`Runtime`].
@@ -85,7 +95,15 @@ pub struct RuntimeBuilder {
     min_piece: usize,
     window: usize,
     max_pending: Option<usize>,
+    fusion: bool,
+    fusion_memo: bool,
 }
+
+/// Tasks the window holds by default (see `RuntimeBuilder::window_size`): one, so that a task
+/// starts as soon as it is submitted, which code that synchronises with running bodies
+/// outside the runtime relies on. Fusion needs a larger window: at least the length of the
+/// chain to fuse (runtime/DESIGN.md, "Task fusion", window size).
+pub const DEFAULT_WINDOW: usize = 1;
 
 impl Default for RuntimeBuilder {
     fn default() -> Self {
@@ -93,8 +111,10 @@ impl Default for RuntimeBuilder {
         RuntimeBuilder {
             threads,
             min_piece: 1024,
-            window: 1,
+            window: DEFAULT_WINDOW,
             max_pending: None,
+            fusion: true,
+            fusion_memo: true,
         }
     }
 }
@@ -117,9 +137,24 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Tasks buffered between issue and analysis (default 1).
+    /// Tasks buffered between issue and analysis (default [`DEFAULT_WINDOW`]); the fusion
+    /// pass looks for a fusible prefix among them. A read, a fence, a future's `get` and
+    /// dropping the runtime analyse whatever the window holds. 1 launches each task at once.
     pub fn window_size(mut self, n: usize) -> Self {
         self.window = n.max(1);
+        self
+    }
+
+    /// Fuses adjacent tasks the four fusion constraints allow into one (default on). Off,
+    /// every task is launched as issued (the window still buffers them).
+    pub fn fusion(mut self, on: bool) -> Self {
+        self.fusion = on;
+        self
+    }
+
+    /// Reuses the fusion decision for windows isomorphic to one seen before (default on).
+    pub fn fusion_memo(mut self, on: bool) -> Self {
+        self.fusion_memo = on;
         self
     }
 
@@ -154,10 +189,19 @@ impl RuntimeBuilder {
                 window: Window::new(self.window),
                 interner: Interner::default(),
                 memo: SolveMemo::default(),
+                fusion_memo: FusionMemo::default(),
                 history: Default::default(),
             }),
             next_store: AtomicU64::new(0),
             max_pending,
+            fusion: FusionConfig {
+                enabled: self.fusion,
+                memo: self.fusion_memo,
+            },
+            fused_body: Arc::new(|_: &mut TaskContext<'_>| {
+                unreachable!("a fused task runs its sub-tasks' bodies")
+            }),
+            alloc_bytes: Arc::default(),
         };
         let rt = Runtime {
             inner: Arc::new(inner),
@@ -197,13 +241,40 @@ impl Runtime {
         name: &str,
         body: impl Fn(&mut TaskContext<'_>) + Send + Sync + 'static,
     ) -> Result<()> {
-        let body: TaskBody = Arc::new(body);
+        self.register_with(name, Arc::new(body), None)
+    }
+
+    /// Registers an element-wise task: every argument (all of element type `T`, passed with
+    /// `read`, `write` or `read_write`, sub-stores of equal length) is accessed at the same
+    /// index, and `body` runs over one [`Chunk`] of them at a time. Launched alone it runs
+    /// over the point's sub-stores chunk by chunk; fused with other element-wise tasks, one
+    /// loop applies every one of them to a cache-sized chunk before the next, and fused
+    /// temporaries live in chunk-sized scratch. The body must assign every element of each
+    /// output passed with `write`; results (`submit_reduce`) are folded with
+    /// [`Chunk::add_result`].
+    pub fn register_elementwise<T: Element>(
+        &self,
+        name: &str,
+        body: impl Fn(&mut Chunk<'_, T>) + Send + Sync + 'static,
+    ) -> Result<()> {
+        let kernel = Arc::new(Elementwise::new(body));
+        let k = kernel.clone();
+        let body: TaskBody = Arc::new(move |ctx: &mut TaskContext<'_>| unfused_body(&k, ctx));
+        self.register_with(name, body, Some(kernel))
+    }
+
+    fn register_with(
+        &self,
+        name: &str,
+        body: TaskBody,
+        kernel: Option<Arc<Elementwise>>,
+    ) -> Result<()> {
         let mut reg = self
             .inner
             .registry
             .write()
             .unwrap_or_else(|e| e.into_inner());
-        if reg.register(name, body) {
+        if reg.register(name, body, kernel) {
             Ok(())
         } else {
             Err(RuntimeError::DuplicateTask(name.into()))
@@ -235,7 +306,14 @@ impl Runtime {
     fn new_root(&self, dtype: DType, dim: usize, bound: Option<Bound>) -> Store {
         let id = self.inner.next_store.fetch_add(1, Ordering::Relaxed);
         Store::from_root(
-            Arc::new(StoreRoot::new(id, self.inner.id, dtype, dim, bound)),
+            Arc::new(StoreRoot::new(
+                id,
+                self.inner.id,
+                dtype,
+                dim,
+                bound,
+                self.inner.alloc_bytes.clone(),
+            )),
             None,
         )
     }
@@ -263,14 +341,7 @@ impl Runtime {
     pub fn create(&self, dtype: DType, shape: &[usize]) -> Result<Store> {
         Self::check_shape(dtype, shape)?;
         let rect = Rect::from_shape(shape);
-        Ok(self.new_root(
-            dtype,
-            shape.len(),
-            Some(Bound {
-                rect,
-                data: Data::zeros(dtype, rect.volume()),
-            }),
-        ))
+        Ok(self.new_root(dtype, shape.len(), Some(Bound::zeros(rect, dtype))))
     }
 
     /// A store holding `data` (row-major).
@@ -287,10 +358,7 @@ impl Runtime {
         Ok(self.new_root(
             T::DTYPE,
             shape.len(),
-            Some(Bound {
-                rect,
-                data: T::wrap(Buf::from_vec(data)),
-            }),
+            Some(Bound::with_data(rect, T::wrap(Buf::from_vec(data)))),
         ))
     }
 
@@ -346,7 +414,7 @@ impl Runtime {
             return Err(e);
         }
         let bound = store.root.bound().expect("bound");
-        let buf = T::buf(&bound.data).expect("dtype checked");
+        let buf = T::buf(store.root.data().expect("bound")).expect("dtype checked");
         let _b =
             store
                 .root
@@ -379,7 +447,9 @@ impl Runtime {
 
     /// A snapshot of the runtime's counters.
     pub fn stats(&self) -> Stats {
-        self.inner.shared.counters.snapshot()
+        let mut s = self.inner.shared.counters.snapshot();
+        s.bytes_allocated = self.inner.alloc_bytes.load(Ordering::Relaxed);
+        s
     }
 
     fn check_store(&self, s: &Store) -> Result<()> {
@@ -398,7 +468,7 @@ impl Runtime {
         // Used in place: moving the spec out of its box would copy it.
         let mut l = l.spec;
         let found = std::mem::replace(&mut l.task, Err(String::new()));
-        let (name, body) = found.map_err(RuntimeError::UnknownTask)?;
+        let Registered { name, body, kernel } = found.map_err(RuntimeError::UnknownTask)?;
         // An `Arc` clone, not a `String`: the name is only formatted when a check fails.
         let task = name.clone();
         for a in &l.args {
@@ -419,6 +489,7 @@ impl Runtime {
         let issued = Issued {
             name,
             body,
+            kernel,
             args: std::mem::take(&mut l.args),
             constraints,
             scalars: std::mem::take(&mut l.scalars),
@@ -427,12 +498,19 @@ impl Runtime {
         };
         Counters::add(&self.inner.shared.counters.tasks_issued, 1);
         let mut front = self.inner.front.lock().unwrap_or_else(|e| e.into_inner());
+        // Later tasks may read the store before this one is analysed (it may wait in the
+        // window): it is as good as bound for them.
+        for a in &issued.args {
+            if a.privilege == Privilege::WriteUnbound {
+                a.root.meta().unbound_issued = true;
+            }
+        }
         let r = if front.window.bypass() {
             // Nothing buffered and nothing to buffer for: analyse now, without a copy of the
             // task into the window and out again.
-            self.inner.analyze_timed(&mut front, issued)
+            self.inner.analyze_now(&mut front, issued)
         } else if front.window.push(issued) {
-            self.inner.flush_locked(&mut front)
+            self.inner.drain(&mut front, false)
         } else {
             Ok(())
         };
@@ -454,7 +532,7 @@ impl Drop for Runtime {
 fn check_privilege(task: &str, root: &StoreRoot, p: Privilege) -> Result<()> {
     let bound = root.bound().is_some();
     match p {
-        Privilege::WriteUnbound if bound || root.meta().producer.is_some() => {
+        Privilege::WriteUnbound if bound || root.meta().unbound_issued => {
             return Err(RuntimeError::UnboundMisuse {
                 task: task.into(),
                 store: root.id,
@@ -481,7 +559,7 @@ fn check_privilege(task: &str, root: &StoreRoot, p: Privilege) -> Result<()> {
         }
         _ => {}
     }
-    if p != Privilege::WriteUnbound && !bound && root.meta().producer.is_none() {
+    if p != Privilege::WriteUnbound && !bound && !root.meta().unbound_issued {
         return Err(RuntimeError::NeverBound {
             task: task.into(),
             store: root.id,
@@ -585,31 +663,161 @@ fn check_cuts(task: &str, store: u64, rank: usize, cuts: &[crate::Cut]) -> Resul
 }
 
 impl Inner {
-    /// Analyses every task in the window, in issue order.
+    /// Analyses every task in the window, in issue order (fusing what may be fused).
     pub(crate) fn flush(&self) -> Result<()> {
         self.flush_locked(&mut self.front.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     fn flush_locked(&self, front: &mut Front) -> Result<()> {
-        let mut first = Ok(());
-        while let Some(t) = front.window.pop() {
-            let r = self.analyze_timed(front, t);
-            if first.is_ok() {
-                first = r;
-            }
-        }
-        first
+        self.drain(front, true)
     }
 
-    /// Analyses one task, adding the time taken to the statistics.
-    fn analyze_timed(&self, front: &mut Front, t: Issued) -> Result<()> {
+    /// Solves and launches one task without passing it through the window.
+    fn analyze_now(&self, front: &mut Front, t: Issued) -> Result<()> {
         let t0 = Instant::now();
-        let r = self.analyze(front, t);
+        let r = self.solve(front, t).map(|ready| {
+            Counters::add(&self.shared.counters.tasks_launched, 1);
+            let plan = Plan::single(ready);
+            if front.history.len() == HISTORY {
+                front.history.pop_front();
+            }
+            front.history.push_back(plan.token);
+            self.schedule(plan);
+        });
         Counters::add(
             &self.shared.counters.analysis_ns,
             t0.elapsed().as_nanos() as u64,
         );
         r
+    }
+
+    /// Fusion passes over the window: until it is empty (`all`: a read, fence, future or
+    /// drop), or, with fusion on, until it is no longer full (the rest waits for more tasks,
+    /// so that the next prefix can grow).
+    fn drain(&self, front: &mut Front, all: bool) -> Result<()> {
+        let mut first = Ok(());
+        loop {
+            self.solve_ahead(front, &mut first);
+            if front.window.ready.is_empty() {
+                break;
+            }
+            let t0 = Instant::now();
+            self.launch_prefix(front);
+            Counters::add(
+                &self.shared.counters.analysis_ns,
+                t0.elapsed().as_nanos() as u64,
+            );
+            // Without fusion there is no prefix to grow: a full window is analysed whole.
+            let one_pass = !all && self.fusion.enabled;
+            if front.window.is_empty() || (one_pass && !front.window.is_full()) {
+                break;
+            }
+        }
+        first
+    }
+
+    /// Solves the window's tasks in issue order until one needs values that a solved, not yet
+    /// launched task produces (an unbound store it reads, an image of a store written in the
+    /// window) or would block the issuing thread: the fusible prefix ends before it, and it
+    /// is solved after the tasks ahead of it are launched. A task that fails to solve is
+    /// dropped (its future gets the error), and the first error is kept for the caller.
+    fn solve_ahead(&self, front: &mut Front, first: &mut Result<()>) {
+        while let Some(t) = front.window.tasks.front() {
+            if !front.window.ready.is_empty() && needs_values(t, &front.window.ready) {
+                break;
+            }
+            let t = front.window.tasks.pop_front().expect("just seen");
+            let t0 = Instant::now();
+            let r = self.solve(front, t);
+            Counters::add(
+                &self.shared.counters.analysis_ns,
+                t0.elapsed().as_nanos() as u64,
+            );
+            match r {
+                Ok(ready) => front.window.ready.push(ready),
+                Err(e) => {
+                    if first.is_ok() {
+                        *first = Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Launches the longest fusible prefix of the solved tasks: one fused task, or the first
+    /// task alone.
+    fn launch_prefix(&self, front: &mut Front) {
+        let counters = &self.shared.counters;
+        let (n, shape) = self.decide(front);
+        let mut prefix: Vec<Ready> = front.window.ready.drain(..n).collect();
+        Counters::add(&counters.tasks_launched, 1);
+        let plan = match shape {
+            None => {
+                let t = prefix.pop().expect("a prefix has a task");
+                Plan::single(t)
+            }
+            Some(shape) => {
+                Counters::add(&counters.fused_launches, 1);
+                Counters::add(&counters.tasks_fused, n as u64);
+                counters
+                    .max_fused_prefix
+                    .fetch_max(n as u64, Ordering::Relaxed);
+                for a in shape.args.iter().filter(|a| a.local) {
+                    let root = &prefix[a.from.0].args[a.from.1].root;
+                    Counters::add(&counters.temporaries_eliminated, 1);
+                    let bytes = root.bound().map_or(0, |b| b.bytes());
+                    Counters::add(&counters.bytes_not_allocated, bytes);
+                }
+                let inst = build::instantiate(&shape, &mut prefix);
+                Plan {
+                    name: shape.name.clone(),
+                    body: self.fused_body.clone(),
+                    domain: prefix[0].domain,
+                    token: inst.token,
+                    args: inst.args,
+                    scalars: inst.scalars,
+                    results: inst.results,
+                    fused: Some(shape),
+                }
+            }
+        };
+        if front.history.len() == HISTORY {
+            front.history.pop_front();
+        }
+        front.history.push_back(plan.token);
+        self.schedule(plan);
+    }
+
+    /// How many solved tasks to fuse, and the fused task's shape (`None`: launch one task as
+    /// issued). The prefix is found by the constraints (linear in its length); the shape is
+    /// looked up by the prefix' canonical form when the memo is on, so an isomorphic prefix
+    /// reuses the fused task built before (its name, body and argument maps).
+    fn decide(&self, front: &mut Front) -> (usize, Option<Arc<FusedShape>>) {
+        if !self.fusion.enabled || front.window.ready.len() == 1 {
+            return (1, None);
+        }
+        let (ready, unsolved) = (&front.window.ready, &front.window.tasks);
+        let n = constraints::fusible_prefix(ready);
+        if n == 1 {
+            return (1, None);
+        }
+        let temporary = |r: &Arc<StoreRoot>| {
+            temporaries::outside_dead(r, unsolved) && temporaries::is_temporary(r, ready, n)
+        };
+        let key = self
+            .fusion
+            .memo
+            .then(|| memo::canonical(&ready[..n], temporary));
+        if let Some(shape) = key.as_ref().and_then(|k| front.fusion_memo.get(k)) {
+            Counters::add(&self.shared.counters.fusion_memo_hits, 1);
+            return (n, Some(shape));
+        }
+        let shape = Arc::new(build::shape(&ready[..n], temporary));
+        if let Some(key) = key {
+            Counters::add(&self.shared.counters.fusion_memo_misses, 1);
+            front.fusion_memo.insert(key, shape.clone());
+        }
+        (n, Some(shape))
     }
 
     /// Waits while more than `max_pending` point tasks are outstanding.
@@ -651,15 +859,33 @@ impl Inner {
         Ok(())
     }
 
-    fn analyze(&self, front: &mut Front, mut t: Issued) -> Result<()> {
-        let r = self.analyze_inner(front, &mut t);
-        if let (Err(e), Some((_, cell))) = (&r, &t.result) {
-            let _ = cell.value.set(Err(e.clone()));
+    /// Solves one task (its launch domain, partitions and sub-stores); on failure its future
+    /// gets the error.
+    fn solve(&self, front: &mut Front, t: Issued) -> Result<Ready> {
+        let r = self.solve_inner(front, &t);
+        match r {
+            Ok((domain, token, args, parts)) => Ok(Ready {
+                issued: t,
+                domain,
+                token,
+                args,
+                parts,
+            }),
+            Err(e) => {
+                if let Some((_, cell)) = &t.result {
+                    let _ = cell.value.set(Err(e.clone()));
+                }
+                Err(e)
+            }
         }
-        r
     }
 
-    fn analyze_inner(&self, front: &mut Front, t: &mut Issued) -> Result<()> {
+    #[allow(clippy::type_complexity)]
+    fn solve_inner(
+        &self,
+        front: &mut Front,
+        t: &Issued,
+    ) -> Result<(Domain, u64, Args<LaunchArg>, Args<Option<PartitionId>>)> {
         for a in t
             .args
             .iter()
@@ -687,8 +913,7 @@ impl Inner {
         };
         let probe = Probe::new(&inputs);
         let counters = &self.shared.counters;
-        // Both paths end with the launch domain, the task's token and its launch arguments.
-        let (domain, token, args) = match front.memo.get(&probe, &inputs) {
+        match front.memo.get(&probe, &inputs) {
             Some(Solved { solution, rects }) => {
                 Counters::add(&counters.partitions_reused, solution.reused);
                 Counters::add(&counters.solutions_replayed, 1);
@@ -696,7 +921,8 @@ impl Inner {
                     record_keys(&front.interner, &sargs, &solution.parts);
                 }
                 let token = t.token(&solution.domain, &solution.parts);
-                (solution.domain, token, launch_args(t, &sargs, rects))
+                let args = launch_args(t, &sargs, rects);
+                Ok((solution.domain, token, args, solution.parts.clone()))
             }
             None => {
                 check_shapes(&t.name, &sargs, &t.constraints)?;
@@ -712,42 +938,37 @@ impl Inner {
                 let args = launch_args(t, &sargs, &rects);
                 check_aliasing(&t.name, &args, &solution, &front.interner)?;
                 let token = t.token(&solution.domain, &solution.parts);
-                let domain = solution.domain;
+                let (domain, parts) = (solution.domain, solution.parts.clone());
                 front
                     .memo
                     .insert(probe, &inputs, Solved { solution, rects });
-                (domain, token, args)
+                Ok((domain, token, args, parts))
             }
-        };
-        drop(sargs);
-        if front.history.len() == HISTORY {
-            front.history.pop_front();
         }
-        front.history.push_back(token);
-        self.schedule(t, args, domain, token);
-        Ok(())
     }
 
     /// Builds the point (and finish) nodes, adds their dependences, and hands ready ones to the
     /// executor.
-    fn schedule(&self, t: &mut Issued, args: Args<LaunchArg>, domain: Domain, token: u64) {
+    fn schedule(&self, t: Plan) {
+        let domain = t.domain;
         let n = domain.len();
-        let has_finish = Launched::needs_finish(&args, t.result.is_some());
+        let has_finish = Launched::needs_finish(&t.args, !t.results.is_empty());
         let mut roots: Args<Arc<StoreRoot>> = Args::new();
-        for a in &args {
+        for a in &t.args {
             if !roots.iter().any(|r| Arc::ptr_eq(r, &a.root)) {
                 a.root.pending_refs.fetch_add(1, Ordering::AcqRel);
                 roots.push(a.root.clone());
             }
         }
         let task = Arc::new(Launched {
-            name: t.name.clone(),
-            body: t.body.clone(),
+            name: t.name,
+            body: t.body,
             domain,
-            token,
-            args,
-            scalars: std::mem::take(&mut t.scalars),
-            result: t.result.clone(),
+            token: t.token,
+            args: t.args,
+            scalars: t.scalars,
+            results: t.results,
+            fused: t.fused,
             roots,
             remaining: AtomicUsize::new(n),
             // Only a finish step reads what points leave behind.
@@ -777,7 +998,8 @@ impl Inner {
         }
         let mut preds: SmallVec<[Preds; 4]> = (0..n).map(|_| Preds::default()).collect();
         let mut finish_preds = Preds::default();
-        for a in &task.args {
+        // A temporary's points work on scratch: no one else can see the store.
+        for a in task.args.iter().filter(|a| !a.local) {
             let mut meta = a.root.meta();
             if a.privilege.writes() {
                 meta.version += 1;
@@ -810,7 +1032,7 @@ impl Inner {
         }
         if let Some(f) = &finish {
             points.iter().for_each(|p| Node::add_edge(p, f));
-            if let Some((_, cell)) = &t.result {
+            for (_, cell) in &task.results {
                 let _ = cell.node.set(f.clone());
             }
         }
@@ -823,6 +1045,55 @@ impl Inner {
             }
         }
     }
+}
+
+/// A task ready for the dependence analysis: one solved task, or a fused one.
+struct Plan {
+    name: Arc<str>,
+    body: TaskBody,
+    domain: Domain,
+    token: u64,
+    args: Args<LaunchArg>,
+    scalars: Scalars,
+    results: Args<(ReduceOp, Arc<crate::future::FutureCell>)>,
+    fused: Option<Arc<FusedShape>>,
+}
+
+impl Plan {
+    fn single(mut t: Ready) -> Plan {
+        Plan {
+            name: t.issued.name,
+            body: t.issued.body,
+            domain: t.domain,
+            token: t.token,
+            args: t.args,
+            scalars: std::mem::take(&mut t.issued.scalars),
+            results: t.issued.result.take().into_iter().collect(),
+            fused: None,
+        }
+    }
+}
+
+/// Whether solving `t` now needs values a solved, not yet launched task produces, or would
+/// make the issuing thread wait: an input that is still unbound, or an image whose source a
+/// solved task writes.
+fn needs_values(t: &Issued, ready: &[Ready]) -> bool {
+    let unbound_input = t
+        .args
+        .iter()
+        .any(|a| a.privilege != Privilege::WriteUnbound && a.root.bound().is_none());
+    let written_here = |root: &Arc<StoreRoot>| {
+        ready.iter().any(|r| {
+            r.args
+                .iter()
+                .any(|a| a.privilege.writes() && Arc::ptr_eq(&a.root, root))
+        })
+    };
+    let image_of_written = t.constraints.iter().any(|c| match c {
+        Constraint::Image { src, .. } => written_here(&t.args[*src].root),
+        _ => false,
+    });
+    unbound_input || image_of_written
 }
 
 /// Each argument's per-point sub-stores (empty for unbound outputs).
@@ -852,6 +1123,7 @@ fn launch_args(t: &Issued, sargs: &[SolverArg], rects: &[Arc<[Rect]>]) -> Args<L
             view: s.rect.unwrap_or_else(|| Rect::from_shape(&[0])),
             privilege: a.privilege,
             rects: r.clone(),
+            local: false,
         })
         .collect()
 }

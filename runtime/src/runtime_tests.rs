@@ -61,7 +61,12 @@ fn repeated_tasks_hash_to_repeated_tokens() {
 
 #[test]
 fn a_larger_window_defers_analysis_until_full_or_needed() {
-    let rt = Runtime::builder().threads(1).window_size(4).build();
+    // Fusion off: four tasks on one store would fuse into one launch.
+    let rt = Runtime::builder()
+        .threads(1)
+        .window_size(4)
+        .fusion(false)
+        .build();
     rt.register("nop", |_| {}).unwrap();
     let a = rt.create(DType::F64, &[4]).unwrap();
     for _ in 0..3 {

@@ -601,7 +601,7 @@ fn spans<T: Element>(
     piece: Rect,
 ) -> std::result::Result<Option<(u64, u64)>, SpanError> {
     let bound = root.bound().expect("image sources are bound");
-    let buf: &Buf<T> = T::buf(&bound.data).expect("dtype checked");
+    let buf: &Buf<T> = T::buf(root.data().expect("bound")).expect("dtype checked");
     let _borrow = root.ledger.borrow(piece, false).map_err(SpanError::Busy)?;
     let mut acc: Option<(u64, u64)> = None;
     let mut negative = false;

@@ -13,6 +13,14 @@ pub(crate) struct Counters {
     pub analysis_ns: AtomicU64,
     pub blocking_waits: AtomicU64,
     pub nodes_helped: AtomicU64,
+    pub tasks_launched: AtomicU64,
+    pub fused_launches: AtomicU64,
+    pub tasks_fused: AtomicU64,
+    pub max_fused_prefix: AtomicU64,
+    pub temporaries_eliminated: AtomicU64,
+    pub bytes_not_allocated: AtomicU64,
+    pub fusion_memo_hits: AtomicU64,
+    pub fusion_memo_misses: AtomicU64,
 }
 
 impl Counters {
@@ -31,6 +39,15 @@ impl Counters {
             analysis_ns: g(&self.analysis_ns),
             blocking_waits: g(&self.blocking_waits),
             nodes_helped: g(&self.nodes_helped),
+            tasks_launched: g(&self.tasks_launched),
+            fused_launches: g(&self.fused_launches),
+            tasks_fused: g(&self.tasks_fused),
+            max_fused_prefix: g(&self.max_fused_prefix),
+            temporaries_eliminated: g(&self.temporaries_eliminated),
+            bytes_not_allocated: g(&self.bytes_not_allocated),
+            bytes_allocated: 0,
+            fusion_memo_hits: g(&self.fusion_memo_hits),
+            fusion_memo_misses: g(&self.fusion_memo_misses),
         }
     }
 }
@@ -56,9 +73,37 @@ pub struct Stats {
     /// Point tasks and finish steps run by threads waiting on the runtime (the application's
     /// thread in back-pressure, fences, read-back and futures) instead of by workers.
     pub nodes_helped: u64,
+    /// Index tasks handed to the dependence analysis: a fused task counts once, so
+    /// `tasks_issued - tasks_launched` tasks were saved by fusion.
+    pub tasks_launched: u64,
+    /// Launched tasks that fuse two or more issued ones.
+    pub fused_launches: u64,
+    /// Issued tasks that ran inside a fused task (the sum of fused prefix lengths).
+    pub tasks_fused: u64,
+    /// The longest fused prefix so far.
+    pub max_fused_prefix: u64,
+    /// Stores that fusion turned into task-local scratch (Definition 4 temporaries).
+    pub temporaries_eliminated: u64,
+    /// Bytes those temporaries would have taken as stores: never allocated.
+    pub bytes_not_allocated: u64,
+    /// Bytes of store elements allocated (stores are allocated at their first access).
+    pub bytes_allocated: u64,
+    /// Fusion decisions reused for a window isomorphic to an earlier one.
+    pub fusion_memo_hits: u64,
+    /// Fusion decisions computed and remembered.
+    pub fusion_memo_misses: u64,
 }
 
 impl Stats {
+    /// Mean number of issued tasks per fused task.
+    pub fn mean_fused_prefix(&self) -> f64 {
+        if self.fused_launches == 0 {
+            0.0
+        } else {
+            self.tasks_fused as f64 / self.fused_launches as f64
+        }
+    }
+
     /// Mean analysis time per issued task, in microseconds.
     pub fn analysis_us_per_task(&self) -> f64 {
         if self.tasks_issued == 0 {
@@ -79,6 +124,15 @@ impl Stats {
             analysis_ns: self.analysis_ns - earlier.analysis_ns,
             blocking_waits: self.blocking_waits - earlier.blocking_waits,
             nodes_helped: self.nodes_helped - earlier.nodes_helped,
+            tasks_launched: self.tasks_launched - earlier.tasks_launched,
+            fused_launches: self.fused_launches - earlier.fused_launches,
+            tasks_fused: self.tasks_fused - earlier.tasks_fused,
+            max_fused_prefix: self.max_fused_prefix,
+            temporaries_eliminated: self.temporaries_eliminated - earlier.temporaries_eliminated,
+            bytes_not_allocated: self.bytes_not_allocated - earlier.bytes_not_allocated,
+            bytes_allocated: self.bytes_allocated - earlier.bytes_allocated,
+            fusion_memo_hits: self.fusion_memo_hits - earlier.fusion_memo_hits,
+            fusion_memo_misses: self.fusion_memo_misses - earlier.fusion_memo_misses,
         }
     }
 }

@@ -11,10 +11,45 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-/// The extent and elements of a bound store.
+/// The extent and elements of a bound store. A store made by `create` is allocated lazily, at
+/// its first access: a store that fusion turns into task-local scratch (a temporary) is never
+/// allocated at full size.
 pub(crate) struct Bound {
     pub rect: Rect,
-    pub data: Data,
+    dtype: DType,
+    data: OnceLock<Data>,
+}
+
+impl Bound {
+    /// A bound store whose elements are `data`.
+    pub(crate) fn with_data(rect: Rect, data: Data) -> Bound {
+        let cell = OnceLock::new();
+        let dtype = data.dtype();
+        let _ = cell.set(data);
+        Bound {
+            rect,
+            dtype,
+            data: cell,
+        }
+    }
+
+    /// A zero-filled store, allocated at its first access.
+    pub(crate) fn zeros(rect: Rect, dtype: DType) -> Bound {
+        Bound {
+            rect,
+            dtype,
+            data: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn is_allocated(&self) -> bool {
+        self.data.get().is_some()
+    }
+
+    /// Bytes the elements take (or will take once allocated).
+    pub(crate) fn bytes(&self) -> u64 {
+        (self.rect.volume() * self.dtype.size()) as u64
+    }
 }
 
 /// The shared state of one store; views of it share the root.
@@ -33,6 +68,8 @@ pub(crate) struct StoreRoot {
     /// Bumped whenever `meta.keys` changes, so the solve memo can tell that a store's key
     /// partitions are unchanged without locking and comparing them.
     pub key_epoch: AtomicU64,
+    /// Bytes of store elements allocated by this store's runtime (shared by its stores).
+    allocated: Arc<AtomicU64>,
     /// Set when a task that writes this store failed: its contents are not to be trusted.
     poison: Mutex<Option<RuntimeError>>,
     /// Fast check for `poison` (read by every point before it runs).
@@ -49,6 +86,9 @@ pub(crate) struct RootMeta {
     pub version: u64,
     /// For an unbound store: the node that will bind it.
     pub producer: Option<Arc<Node>>,
+    /// For an unbound store: a task writing it has been issued (it may still wait in the
+    /// window, unanalysed, so `producer` is not known yet).
+    pub unbound_issued: bool,
 }
 
 impl StoreRoot {
@@ -58,9 +98,13 @@ impl StoreRoot {
         dtype: DType,
         dim: usize,
         bound: Option<Bound>,
+        allocated: Arc<AtomicU64>,
     ) -> StoreRoot {
         let cell = OnceLock::new();
         if let Some(b) = bound {
+            if b.is_allocated() {
+                allocated.fetch_add(b.bytes(), Ordering::Relaxed);
+            }
             let _ = cell.set(b);
         }
         StoreRoot {
@@ -74,6 +118,7 @@ impl StoreRoot {
             pending_refs: AtomicUsize::new(0),
             meta: Mutex::default(),
             key_epoch: AtomicU64::new(0),
+            allocated,
             poison: Mutex::new(None),
             tainted: AtomicBool::new(false),
         }
@@ -83,9 +128,23 @@ impl StoreRoot {
         self.bound.get()
     }
 
+    /// The elements of a bound store, allocated (zero-filled) at the first call.
+    pub(crate) fn data(&self) -> Option<&Data> {
+        let b = self.bound.get()?;
+        Some(b.data.get_or_init(|| {
+            self.allocated.fetch_add(b.bytes(), Ordering::Relaxed);
+            Data::zeros(b.dtype, b.rect.volume())
+        }))
+    }
+
     /// Binds an unbound store; false if it was already bound.
     pub(crate) fn bind(&self, b: Bound) -> bool {
-        self.bound.set(b).is_ok()
+        let bytes = b.bytes();
+        let ok = self.bound.set(b).is_ok();
+        if ok {
+            self.allocated.fetch_add(bytes, Ordering::Relaxed);
+        }
+        ok
     }
 
     pub(crate) fn meta(&self) -> MutexGuard<'_, RootMeta> {
@@ -151,6 +210,13 @@ impl Store {
 
     pub fn is_bound(&self) -> bool {
         self.root.bound().is_some()
+    }
+
+    /// Whether the store's elements occupy memory yet: a store made by
+    /// [`Runtime::create`](crate::Runtime::create) is allocated at its first access, and a
+    /// temporary that task fusion keeps in task-local scratch never is.
+    pub fn is_allocated(&self) -> bool {
+        self.root.bound().is_some_and(|b| b.is_allocated())
     }
 
     /// The view's bounds in the root store's coordinates (`None` while unbound).

@@ -5,6 +5,7 @@ use crate::constraint::Constraint;
 use crate::context::TaskContext;
 use crate::dtype::{ReduceOp, Scalar};
 use crate::error::Result;
+use crate::fusion::kernel::Elementwise;
 use crate::future::{Future, FutureCell};
 use crate::partition::{Domain, PartitionId};
 use crate::rect::Rect;
@@ -38,25 +39,43 @@ impl Privilege {
     }
 }
 
+/// A registered task: its stable name, its body, and its element-wise description if it has
+/// one (what kernel fusion needs to run it over cache-sized chunks).
+#[derive(Clone)]
+pub(crate) struct Registered {
+    pub name: Arc<str>,
+    pub body: TaskBody,
+    pub kernel: Option<Arc<Elementwise>>,
+}
+
 /// Registered tasks, by stable name.
 #[derive(Default)]
 pub(crate) struct Registry {
     by_name: HashMap<String, usize>,
-    bodies: Vec<(Arc<str>, TaskBody)>,
+    bodies: Vec<Registered>,
 }
 
 impl Registry {
     /// Registers `body` under `name`; false if the name is taken.
-    pub(crate) fn register(&mut self, name: &str, body: TaskBody) -> bool {
+    pub(crate) fn register(
+        &mut self,
+        name: &str,
+        body: TaskBody,
+        kernel: Option<Arc<Elementwise>>,
+    ) -> bool {
         if self.by_name.contains_key(name) {
             return false;
         }
         self.by_name.insert(name.to_string(), self.bodies.len());
-        self.bodies.push((name.into(), body));
+        self.bodies.push(Registered {
+            name: name.into(),
+            body,
+            kernel,
+        });
         true
     }
 
-    pub(crate) fn get(&self, name: &str) -> Option<(Arc<str>, TaskBody)> {
+    pub(crate) fn get(&self, name: &str) -> Option<Registered> {
         self.by_name.get(name).map(|&i| self.bodies[i].clone())
     }
 }
@@ -110,6 +129,7 @@ pub(crate) type Scalars = SmallVec<[ScalarArg; 2]>;
 pub(crate) struct Issued {
     pub name: Arc<str>,
     pub body: TaskBody,
+    pub kernel: Option<Arc<Elementwise>>,
     pub args: Args<IssuedArg>,
     pub constraints: Args<Constraint>,
     pub scalars: Scalars,
@@ -200,7 +220,7 @@ pub struct TaskLauncher<'rt> {
 pub(crate) struct LaunchSpec {
     /// The registered task, looked up once when the launcher is made; the unknown name
     /// otherwise (reported by `submit`).
-    pub task: std::result::Result<(Arc<str>, TaskBody), String>,
+    pub task: std::result::Result<Registered, String>,
     /// Arguments as the issued task will hold them: a reference to the store's root, not an
     /// application handle.
     pub args: Args<IssuedArg>,

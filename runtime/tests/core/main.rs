@@ -5,6 +5,7 @@ mod sparse;
 
 mod api;
 mod cg;
+mod fusion;
 mod matrices;
 mod solver;
 mod streams;

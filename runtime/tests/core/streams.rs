@@ -1,9 +1,12 @@
-//! Random task streams run at 1, 2 and 8 threads must leave every store exactly as a sequential
-//! interpretation of the same stream does. Values are small integers in `f64`, so every sum is
+//! Random task streams run at 1, 2 and 8 threads, with windows of 1, 4 and 16 and fusion on
+//! and off, must leave every store exactly as a sequential interpretation of the same stream
+//! does. Values are small integers in `f64`, so every sum is
 //! exact and any reordering bug shows as a difference, not as rounding.
 
 use proptest::prelude::*;
-use tessera_runtime::{DType, Future, PosRange, ReduceOp, Result, Runtime, Store, TaskLauncher};
+use tessera_runtime::{
+    Chunk, DType, Future, PosRange, ReduceOp, Result, Runtime, Store, TaskLauncher,
+};
 
 const STORES: usize = 4;
 
@@ -29,6 +32,12 @@ enum Op {
     Fill { x: usize, c: i8 },
     /// `idx[i] = (idx[i] + k) % n`: later gathers find their image source still being written
     Shift { k: u8 },
+    /// `d = a * s + t` as an element-wise task (kernel fusion)
+    AxpyEw { d: usize, s: usize, t: usize, a: i8 },
+    /// `x += Σ s` with an element-wise sum passed as a future
+    AddSumEw { x: usize, s: usize },
+    /// `x += Σ last filtered`: reads an unbound store whose producer may still be in the window
+    AddFiltered { x: usize },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -50,6 +59,14 @@ fn op() -> impl Strategy<Value = Op> {
         st.clone().prop_map(|s| Op::Filter { s }),
         (st, sm).prop_map(|(x, c)| Op::Fill { x, c }),
         (1u8..5).prop_map(|k| Op::Shift { k }),
+        (0..STORES, 0..STORES, 0..STORES, -2i8..=2).prop_map(|(d, s, t, a)| Op::AxpyEw {
+            d,
+            s,
+            t,
+            a
+        }),
+        (0..STORES, 0..STORES).prop_map(|(x, s)| Op::AddSumEw { x, s }),
+        (0..STORES).prop_map(|x| Op::AddFiltered { x }),
     ]
 }
 
@@ -92,7 +109,7 @@ fn case() -> impl Strategy<Value = Case> {
             proptest::collection::vec(op(), 1..14),
             1usize..8,
             proptest::option::of(1usize..6),
-            prop_oneof![Just(1usize), 2usize..6],
+            prop_oneof![Just(1usize), Just(4), Just(16), 2usize..6],
             1usize..4,
         )
             .prop_map(
@@ -167,6 +184,23 @@ fn sequential(c: &Case) -> Outcome {
             Op::Filter { s } => filtered.push(x[s].iter().copied().filter(|&v| v > 0.0).collect()),
             Op::Fill { x: i, c } => x[i].iter_mut().for_each(|v| *v = c as f64),
             Op::Shift { k } => idx.iter_mut().for_each(|j| *j = (*j + k as u64) % n as u64),
+            Op::AxpyEw { d, s, t, a } => {
+                if d != s && d != t {
+                    x[d] = (0..n).map(|i| a as f64 * x[s][i] + x[t][i]).collect();
+                }
+            }
+            Op::AddSumEw { x: i, s } => {
+                let dot: f64 = x[s].iter().sum();
+                sums.push(dot);
+                x[i].iter_mut().for_each(|v| *v += dot);
+            }
+            Op::AddFiltered { x: i } => {
+                if let Some(f) = filtered.last() {
+                    let f: &Vec<f64> = f;
+                    let sum: f64 = f.iter().sum();
+                    x[i].iter_mut().for_each(|v| *v += sum);
+                }
+            }
         }
     }
     (x, acc, filtered, sums)
@@ -232,6 +266,18 @@ fn register(rt: &Runtime) -> Result<()> {
             .iter_mut()
             .for_each(|j| *j = (*j + k) % n);
     })?;
+    rt.register_elementwise::<f64>("axpy_ew", |c: &mut Chunk<'_, f64>| {
+        let a = c.scalar(0).as_f64();
+        let (ins, outs) = c.split();
+        for ((d, s), t) in outs[0].iter_mut().zip(ins[0].iter()).zip(ins[1].iter()) {
+            *d = a * s + t;
+        }
+    })?;
+    rt.register_elementwise::<f64>("sum_ew", |c: &mut Chunk<'_, f64>| {
+        let (ins, _) = c.split();
+        let s: f64 = ins[0].iter().sum();
+        c.add_result(s);
+    })?;
     rt.register("filter", |ctx| {
         let s = ctx.read::<f64>(0);
         ctx.emit(
@@ -253,12 +299,14 @@ fn fix<'a>(c: &Case, t: TaskLauncher<'a>) -> TaskLauncher<'a> {
     }
 }
 
-/// The stream issued to a runtime with `threads` workers.
-fn parallel(case: &Case, threads: usize) -> Result<Outcome> {
+/// The stream issued to a runtime with `threads` workers, a window of `window` tasks, fusing
+/// or not.
+fn parallel(case: &Case, threads: usize, window: usize, fusion: bool) -> Result<Outcome> {
     let rt = Runtime::builder()
         .threads(threads)
         .min_piece_size(case.min_piece)
-        .window_size(case.window)
+        .window_size(window)
+        .fusion(fusion)
         .build();
     register(&rt)?;
     let n = case.n;
@@ -360,6 +408,28 @@ fn parallel(case: &Case, threads: usize) -> Result<Outcome> {
                     .scalar(n as u64),
             )
             .submit()?,
+            Op::AxpyEw { d, s, t, a } if d != s && d != t => fix(
+                case,
+                rt.task("axpy_ew")
+                    .read(&x[s])
+                    .read(&x[t])
+                    .write(&x[d])
+                    .scalar(a as f64)
+                    .align(&x[d], &x[s])
+                    .align(&x[d], &x[t]),
+            )
+            .submit()?,
+            Op::AddSumEw { x: i, s } => {
+                let f = fix(case, rt.task("sum_ew").read(&x[s])).submit_reduce(ReduceOp::Sum)?;
+                fix(case, rt.task("add_future").read_write(&x[i]).future(&f)).submit()?;
+                sums.push(f);
+            }
+            Op::AddFiltered { x: i } => {
+                if let Some(f) = filtered.last() {
+                    let s = rt.task("sum").read(f).submit_reduce(ReduceOp::Sum)?;
+                    fix(case, rt.task("add_future").read_write(&x[i]).future(&s)).submit()?;
+                }
+            }
             _ => {}
         }
     }
@@ -381,9 +451,19 @@ proptest! {
     #[test]
     fn random_streams_match_sequential_interpretation(c in case()) {
         let want = sequential(&c);
-        for threads in [1, 2, 8] {
-            let got = parallel(&c, threads).map_err(|e| TestCaseError::fail(e.to_string()))?;
-            prop_assert_eq!(&got, &want, "threads = {}", threads);
+        let configs = [
+            (1, 1, false),
+            (2, c.window, true),
+            (8, 4, true),
+            (2, 16, true),
+            (2, 16, false),
+        ];
+        for (threads, window, fusion) in configs {
+            let got = parallel(&c, threads, window, fusion)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(
+                &got, &want, "threads = {}, window = {}, fusion = {}", threads, window, fusion
+            );
         }
     }
 }

@@ -1,0 +1,869 @@
+//! Task fusion and kernel fusion (`cargo bench -p tessera-benches --bench fusion`).
+//!
+//! Four programs written task by task with the runtime API (as `cupynumeric`-style code
+//! would issue them: one element-wise operation per task), each run
+//! * **fused**: a window large enough for the program's chain, fusion on (element-wise tasks
+//!   run as one chunked loop, dead intermediates never allocated);
+//! * **unfused**: the runtime's default configuration, a window of one and no fusion (every
+//!   task launched at submit, streaming whole stores);
+//! * **hand**: one hand-written Rust loop doing the same arithmetic over rayon chunks.
+//!
+//! Programs: Black-Scholes over 5 arrays larger than the last-level cache (3 inputs, 2
+//! outputs, 19 tasks), a CG iteration (SpMV, dots with futures, axpys), a BiCGSTAB-like chain
+//! (two SpMVs and the vector updates between them) and a Jacobi sweep with its residual.
+//! Times are medians of interleaved repetitions (fused, unfused, hand, fused, ...); GB/s is
+//! the bytes a single pass must move (inputs read once, outputs written once) over the time,
+//! beside the copy-bandwidth bound measured the same way on a parallel copy.
+//!
+//! Options (environment): `TESSERA_BENCH_THREADS` (default: available cores),
+//! `TESSERA_BENCH_REPS` (default 5), `TESSERA_BENCH_BS_N` (Black-Scholes elements, default
+//! 4 Mi: 32 MiB per array), `TESSERA_BENCH_CG_K` (grid side of the CG and BiCGSTAB Laplacian, default 64: tasks short
+//! enough that launching them is a visible part of an iteration),
+//! `TESSERA_BENCH_WINDOW` (window for the fused runs, default 32).
+
+use rayon::prelude::*;
+use std::time::Instant;
+use tessera_benches::{env_or, Table};
+use tessera_runtime::{Chunk, DType, Future, ReduceOp, Result, Runtime, Scalar, Stats, Store};
+
+/// CSR matrices as stores and the row-split SpMV task, shared with the runtime's examples.
+#[path = "../../runtime/examples/sparse/mod.rs"]
+mod sparse;
+use sparse::{Csr, HostCsr};
+
+// ---------------------------------------------------------------- element-wise tasks
+
+/// Registers the element-wise operations the programs are made of.
+fn register(rt: &Runtime) -> Result<()> {
+    // Generic over the operation (not a `fn` pointer) so that each registration's loop is
+    // compiled with its arithmetic inlined, as the hand loop is.
+    fn unary(
+        rt: &Runtime,
+        name: &str,
+        f: impl Fn(f64, f64) -> f64 + Copy + Send + Sync + 'static,
+    ) -> Result<()> {
+        rt.register_elementwise::<f64>(name, move |c: &mut Chunk<'_, f64>| {
+            let k = if c.is_empty() { 0.0 } else { scalar(c, 0) };
+            let (ins, outs) = c.split();
+            for (o, x) in outs[0].iter_mut().zip(ins[0].iter()) {
+                *o = f(*x, k);
+            }
+        })
+    }
+    fn binary(
+        rt: &Runtime,
+        name: &str,
+        f: impl Fn(f64, f64) -> f64 + Copy + Send + Sync + 'static,
+    ) -> Result<()> {
+        rt.register_elementwise::<f64>(name, move |c: &mut Chunk<'_, f64>| {
+            let (ins, outs) = c.split();
+            for ((o, x), y) in outs[0].iter_mut().zip(ins[0].iter()).zip(ins[1].iter()) {
+                *o = f(*x, *y);
+            }
+        })
+    }
+    unary(rt, "sqrt", |x, _| x.sqrt())?;
+    unary(rt, "ln", |x, _| x.ln())?;
+    unary(rt, "exp", |x, _| x.exp())?;
+    unary(rt, "scale", |x, k| x * k)?;
+    unary(rt, "cnd", |x, _| cnd(x))?;
+    binary(rt, "add", |x, y| x + y)?;
+    binary(rt, "sub", |x, y| x - y)?;
+    binary(rt, "mul", |x, y| x * y)?;
+    binary(rt, "div", |x, y| x / y)?;
+    // y += (sign * num / den) * x, the step a future carries (in place: `y` is read-write).
+    rt.register_elementwise::<f64>("axpy_ratio", |c: &mut Chunk<'_, f64>| {
+        if c.is_empty() {
+            return;
+        }
+        let a = scalar(c, 0) * scalar(c, 1) / scalar(c, 2);
+        let (ins, outs) = c.split();
+        for (y, x) in outs[0].iter_mut().zip(ins[0].iter()) {
+            *y += a * x;
+        }
+    })?;
+    // p = r + (num / den) * (p - w * v): the BiCGSTAB direction update (`w` 0 for CG).
+    rt.register_elementwise::<f64>("direction", |c: &mut Chunk<'_, f64>| {
+        if c.is_empty() {
+            return;
+        }
+        let b = scalar(c, 0) / scalar(c, 1);
+        let w = scalar(c, 2);
+        let (ins, outs) = c.split();
+        for ((p, r), v) in outs[0].iter_mut().zip(ins[0].iter()).zip(ins[1].iter()) {
+            *p = r + b * (*p - w * v);
+        }
+    })?;
+    rt.register_elementwise::<f64>("dot", |c: &mut Chunk<'_, f64>| {
+        let (ins, _) = c.split();
+        let s: f64 = ins[0].iter().zip(ins[1].iter()).map(|(x, y)| x * y).sum();
+        c.add_result(s);
+    })?;
+    // Jacobi on the 1-d Poisson problem: x' = (b + left + right) / 2 over three views.
+    rt.register_elementwise::<f64>("jacobi", |c: &mut Chunk<'_, f64>| {
+        let (ins, outs) = c.split();
+        let (b, l, r) = (ins[0], ins[1], ins[2]);
+        for (i, o) in outs[0].iter_mut().enumerate() {
+            *o = 0.5 * (b[i] + l[i] + r[i]);
+        }
+    })?;
+    sparse::register_spmv(rt)
+}
+
+fn scalar(c: &Chunk<'_, f64>, i: usize) -> f64 {
+    match c.scalar(i) {
+        Scalar::F64(x) => x,
+        s => s.as_f64(),
+    }
+}
+
+/// The cumulative normal distribution (Abramowitz–Stegun 26.2.17, as the Black-Scholes
+/// benchmarks use).
+fn cnd(x: f64) -> f64 {
+    let k = 1.0 / (1.0 + 0.231_641_9 * x.abs());
+    let poly = k
+        * (0.319_381_530
+            + k * (-0.356_563_782
+                + k * (1.781_477_937 + k * (-1.821_255_978 + k * 1.330_274_429))));
+    let w = 1.0 - 0.398_942_280_401_432_7 * (-0.5 * x * x).exp() * poly;
+    if x < 0.0 {
+        1.0 - w
+    } else {
+        w
+    }
+}
+
+fn un(rt: &Runtime, op: &str, x: &Store, k: f64) -> Store {
+    let n = x.shape().expect("bound")[0];
+    let y = rt.create(DType::F64, &[n]).expect("store");
+    rt.task(op)
+        .read(x)
+        .write(&y)
+        .scalar(k)
+        .align(x, &y)
+        .submit()
+        .expect("submit");
+    y
+}
+
+fn bin(rt: &Runtime, op: &str, x: &Store, y: &Store) -> Store {
+    let n = x.shape().expect("bound")[0];
+    let z = rt.create(DType::F64, &[n]).expect("store");
+    rt.task(op)
+        .read(x)
+        .read(y)
+        .write(&z)
+        .align(x, y)
+        .align(x, &z)
+        .submit()
+        .expect("submit");
+    z
+}
+
+// ---------------------------------------------------------------- Black-Scholes
+
+const RATE: f64 = 0.02;
+const VOL: f64 = 0.30;
+
+/// Issues Black-Scholes as 19 element-wise tasks; every intermediate's handle is dropped when
+/// this function returns, as in any Rust code.
+fn black_scholes_tasks(rt: &Runtime, s: &Store, k: &Store, t: &Store) -> (Store, Store) {
+    let sqrt_t = un(rt, "sqrt", t, 0.0);
+    let ratio = bin(rt, "div", s, k);
+    let log = un(rt, "ln", &ratio, 0.0);
+    let drift = un(rt, "scale", t, RATE + 0.5 * VOL * VOL);
+    let num = bin(rt, "add", &log, &drift);
+    let vol_t = un(rt, "scale", &sqrt_t, VOL);
+    let d1 = bin(rt, "div", &num, &vol_t);
+    let d2 = bin(rt, "sub", &d1, &vol_t);
+    let n1 = un(rt, "cnd", &d1, 0.0);
+    let n2 = un(rt, "cnd", &d2, 0.0);
+    let rt_ = un(rt, "scale", t, -RATE);
+    let disc = un(rt, "exp", &rt_, 0.0);
+    let k_disc = bin(rt, "mul", k, &disc);
+    let a = bin(rt, "mul", s, &n1);
+    let b = bin(rt, "mul", &k_disc, &n2);
+    let call = bin(rt, "sub", &a, &b);
+    let call_minus_s = bin(rt, "sub", &call, s);
+    let put = bin(rt, "add", &call_minus_s, &k_disc);
+    (call, put)
+}
+
+/// The same arithmetic as one loop.
+fn black_scholes_hand(s: &[f64], k: &[f64], t: &[f64], call: &mut [f64], put: &mut [f64]) {
+    const CH: usize = 4096;
+    call.par_chunks_mut(CH)
+        .zip(put.par_chunks_mut(CH))
+        .enumerate()
+        .for_each(|(c, (call, put))| {
+            let o = c * CH;
+            for i in 0..call.len() {
+                let (s, k, t) = (s[o + i], k[o + i], t[o + i]);
+                let vol_t = t.sqrt() * VOL;
+                let d1 = ((s / k).ln() + t * (RATE + 0.5 * VOL * VOL)) / vol_t;
+                let d2 = d1 - vol_t;
+                let k_disc = k * (t * -RATE).exp();
+                let c_ = s * cnd(d1) - k_disc * cnd(d2);
+                call[i] = c_;
+                put[i] = c_ - s + k_disc;
+            }
+        });
+}
+
+// ---------------------------------------------------------------- sparse (CG, BiCGSTAB)
+
+/// `y = A x` on the host, rows split over rayon (the hand loops' SpMV).
+fn host_spmv(a: &HostCsr, x: &[f64], y: &mut [f64]) {
+    y.par_iter_mut().enumerate().for_each(|(i, yi)| {
+        let r = a.pos[i];
+        *yi = (r.lo..r.hi)
+            .map(|k| a.vals[k as usize] * x[a.crd[k as usize] as usize])
+            .sum();
+    });
+}
+
+fn spmv(rt: &Runtime, a: &Csr, x: &Store) -> Store {
+    sparse::spmv(rt, a, x).expect("submit")
+}
+
+fn dot(rt: &Runtime, x: &Store, y: &Store) -> Future {
+    rt.task("dot")
+        .read(x)
+        .read(y)
+        .align(x, y)
+        .submit_reduce(ReduceOp::Sum)
+        .expect("submit")
+}
+
+fn axpy_ratio(rt: &Runtime, sign: f64, num: &Future, den: &Future, x: &Store, y: &Store) {
+    rt.task("axpy_ratio")
+        .read(x)
+        .read_write(y)
+        .scalar(sign)
+        .future(num)
+        .future(den)
+        .align(x, y)
+        .submit()
+        .expect("submit");
+}
+
+/// The CG state: iterate, residual, direction and `r·r`.
+struct Cg {
+    x: Store,
+    r: Store,
+    p: Store,
+    rs: Future,
+}
+
+/// One CG iteration: `q = A p; α = rs / p·q; x += α p; r -= α q; rs' = r·r; p = r + rs'/rs p`.
+fn cg_iteration(rt: &Runtime, a: &Csr, s: &mut Cg) {
+    let q = spmv(rt, a, &s.p);
+    let pq = dot(rt, &s.p, &q);
+    axpy_ratio(rt, 1.0, &s.rs, &pq, &s.p, &s.x);
+    axpy_ratio(rt, -1.0, &s.rs, &pq, &q, &s.r);
+    let rs_new = dot(rt, &s.r, &s.r);
+    rt.task("direction")
+        .read(&s.r)
+        .read(&s.r)
+        .read_write(&s.p)
+        .future(&rs_new)
+        .future(&s.rs)
+        .scalar(0.0)
+        .align(&s.r, &s.p)
+        .submit()
+        .expect("submit");
+    s.rs = rs_new;
+}
+
+/// The same iteration by hand (rayon), with the same reduction order per element.
+fn cg_hand(a: &HostCsr, x: &mut [f64], r: &mut [f64], p: &mut [f64], q: &mut [f64], rs: &mut f64) {
+    host_spmv(a, p, q);
+    let pq: f64 = p.par_iter().zip(q.par_iter()).map(|(a, b)| a * b).sum();
+    let alpha = *rs / pq;
+    let rs_new: f64 = x
+        .par_iter_mut()
+        .zip(r.par_iter_mut())
+        .zip(p.par_iter())
+        .zip(q.par_iter())
+        .map(|(((x, r), p), q)| {
+            *x += alpha * p;
+            *r -= alpha * q;
+            *r * *r
+        })
+        .sum();
+    let beta = rs_new / *rs;
+    p.par_iter_mut()
+        .zip(r.par_iter())
+        .for_each(|(p, r)| *p = r + beta * *p);
+    *rs = rs_new;
+}
+
+/// A BiCGSTAB-like chain: `v = A p; α = ρ / r0·v; s = r − α v; t = A s; ω = t·s / t·t;
+/// x += α p + ω s; r = s − ω t; ρ' = r0·r; p = r + (ρ'/ρ)(p − ω v)` with the step sizes as
+/// futures, resolved once per iteration (ω is needed as a value in the direction update).
+struct Bicg {
+    x: Store,
+    r: Store,
+    r0: Store,
+    p: Store,
+    rho: Future,
+}
+
+fn bicgstab_iteration(rt: &Runtime, a: &Csr, st: &mut Bicg) -> Result<()> {
+    let v = spmv(rt, a, &st.p);
+    let r0v = dot(rt, &st.r0, &v);
+    let s = rt.create(DType::F64, &[v.shape().expect("bound")[0]])?;
+    rt.task("scale")
+        .read(&st.r)
+        .write(&s)
+        .scalar(1.0)
+        .align(&st.r, &s)
+        .submit()?;
+    axpy_ratio(rt, -1.0, &st.rho, &r0v, &v, &s);
+    let t = spmv(rt, a, &s);
+    let ts = dot(rt, &t, &s);
+    let tt = dot(rt, &t, &t);
+    axpy_ratio(rt, 1.0, &st.rho, &r0v, &st.p, &st.x);
+    axpy_ratio(rt, 1.0, &ts, &tt, &s, &st.x);
+    // r = s − ω t
+    rt.task("scale")
+        .read(&s)
+        .write(&st.r)
+        .scalar(1.0)
+        .align(&s, &st.r)
+        .submit()?;
+    axpy_ratio(rt, -1.0, &ts, &tt, &t, &st.r);
+    let rho_new = dot(rt, &st.r0, &st.r);
+    let omega = ts.get()?.as_f64() / tt.get()?.as_f64();
+    // β = (ρ'/ρ)(α/ω): folded as ρ'·α / (ρ·ω), with α = ρ / r0·v.
+    let beta_num =
+        Future::ready(rho_new.get()?.as_f64() * st.rho.get()?.as_f64() / r0v.get()?.as_f64());
+    let beta_den = Future::ready(st.rho.get()?.as_f64() * omega);
+    rt.task("direction")
+        .read(&st.r)
+        .read(&v)
+        .read_write(&st.p)
+        .future(&beta_num)
+        .future(&beta_den)
+        .scalar(omega)
+        .align(&st.r, &st.p)
+        .align(&v, &st.p)
+        .submit()?;
+    st.rho = rho_new;
+    Ok(())
+}
+
+// ---------------------------------------------------------------- Jacobi
+
+/// One Jacobi sweep over the interior `[1, n-1)` of `x` into `y`, then `res = Σ (y − x)²` over
+/// the interior: three tasks.
+fn jacobi_sweep(rt: &Runtime, b: &Store, x: &Store, y: &Store, n: usize) -> Future {
+    let view = |s: &Store, lo: usize| s.slice(0, lo..lo + n - 2).expect("view");
+    let (bi, l, c, r, out) = (view(b, 1), view(x, 0), view(x, 1), view(x, 2), view(y, 1));
+    rt.task("jacobi")
+        .read(&bi)
+        .read(&l)
+        .read(&r)
+        .write(&out)
+        .align(&bi, &l)
+        .align(&bi, &r)
+        .align(&bi, &out)
+        .submit()
+        .expect("submit");
+    let d = bin(rt, "sub", &out, &c);
+    dot(rt, &d, &d)
+}
+
+fn jacobi_hand(b: &[f64], x: &[f64], y: &mut [f64]) -> f64 {
+    let n = x.len();
+    y[1..n - 1]
+        .par_iter_mut()
+        .enumerate()
+        .map(|(i, o)| {
+            *o = 0.5 * (b[i + 1] + x[i] + x[i + 2]);
+            (*o - x[i + 1]) * (*o - x[i + 1])
+        })
+        .sum()
+}
+
+// ---------------------------------------------------------------- measurement
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn runtime(threads: usize, window: usize, fusion: bool, memo: bool) -> Runtime {
+    let rt = Runtime::builder()
+        .threads(threads)
+        .window_size(window)
+        .fusion(fusion)
+        .fusion_memo(memo)
+        .build();
+    register(&rt).expect("register");
+    rt
+}
+
+/// Parallel copy bandwidth (bytes read + written per second) on `n` doubles.
+fn copy_bandwidth(n: usize, reps: usize) -> f64 {
+    let src = vec![1.0f64; n];
+    let mut dst = vec![0.0f64; n];
+    let mut times = vec![];
+    for _ in 0..reps {
+        let t0 = Instant::now();
+        dst.par_chunks_mut(1 << 16)
+            .zip(src.par_chunks(1 << 16))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+        times.push(t0.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(&dst);
+    (16 * n) as f64 / median(times)
+}
+
+struct Measured {
+    fused: f64,
+    unfused: f64,
+    hand: f64,
+    stats_fused: Stats,
+    stats_unfused: Stats,
+}
+
+fn main() {
+    let threads = env_or(
+        "TESSERA_BENCH_THREADS",
+        std::thread::available_parallelism().map_or(2, |n| n.get()),
+    );
+    let reps = env_or("TESSERA_BENCH_REPS", 5usize).max(1);
+    let bs_n = env_or("TESSERA_BENCH_BS_N", 4usize << 20);
+    let cg_k = env_or("TESSERA_BENCH_CG_K", 64usize);
+    let window = env_or("TESSERA_BENCH_WINDOW", 32usize);
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()
+        .ok();
+    eprintln!("{threads} threads, window {window}, {reps} interleaved repetitions");
+    let mut table = Table::new(&format!(
+        "Task and kernel fusion ({threads} threads, window {window}; medians of {reps})"
+    ));
+    let copy_bw = copy_bandwidth(bs_n, reps);
+
+    let bs = bench_black_scholes(threads, window, bs_n, reps);
+    let bs_bytes = (5 * 8 * bs_n) as f64;
+    table.row(
+        "black-scholes fused vs unfused",
+        "ms",
+        bs.fused * 1e3,
+        "unfused",
+        bs.unfused * 1e3,
+        false,
+    );
+    table.row(
+        "black-scholes fused vs hand loop",
+        "ms",
+        bs.fused * 1e3,
+        "hand loop",
+        bs.hand * 1e3,
+        false,
+    );
+    table.row(
+        "black-scholes fused GB/s vs copy bound",
+        "GB/s",
+        bs_bytes / bs.fused / 1e9,
+        "copy",
+        copy_bw / 1e9,
+        true,
+    );
+    table.row(
+        "black-scholes unfused GB/s vs copy bound",
+        "GB/s",
+        bs_bytes / bs.unfused / 1e9,
+        "copy",
+        copy_bw / 1e9,
+        true,
+    );
+    table.row(
+        "black-scholes hand GB/s vs copy bound",
+        "GB/s",
+        bs_bytes / bs.hand / 1e9,
+        "copy",
+        copy_bw / 1e9,
+        true,
+    );
+    report_tasks(&mut table, "black-scholes", &bs);
+
+    let cg = bench_cg(threads, window, cg_k, reps);
+    table.row(
+        "cg iteration fused vs unfused",
+        "ms",
+        cg.fused * 1e3,
+        "unfused",
+        cg.unfused * 1e3,
+        false,
+    );
+    table.row(
+        "cg iteration fused vs hand loop",
+        "ms",
+        cg.fused * 1e3,
+        "hand loop",
+        cg.hand * 1e3,
+        false,
+    );
+    report_tasks(&mut table, "cg", &cg);
+
+    let bi = bench_bicgstab(threads, window, cg_k, reps);
+    table.row(
+        "bicgstab-like fused vs unfused",
+        "ms",
+        bi.fused * 1e3,
+        "unfused",
+        bi.unfused * 1e3,
+        false,
+    );
+    report_tasks(&mut table, "bicgstab", &bi);
+
+    let ja = bench_jacobi(threads, window, bs_n, reps);
+    let ja_bytes = (3 * 8 * bs_n) as f64;
+    table.row(
+        "jacobi sweep fused vs unfused",
+        "ms",
+        ja.fused * 1e3,
+        "unfused",
+        ja.unfused * 1e3,
+        false,
+    );
+    table.row(
+        "jacobi sweep fused vs hand loop",
+        "ms",
+        ja.fused * 1e3,
+        "hand loop",
+        ja.hand * 1e3,
+        false,
+    );
+    table.row(
+        "jacobi fused GB/s vs copy bound",
+        "GB/s",
+        ja_bytes / ja.fused / 1e9,
+        "copy",
+        copy_bw / 1e9,
+        true,
+    );
+    report_tasks(&mut table, "jacobi", &ja);
+
+    let (memo_us, no_memo_us) = analysis_cost(threads, window, reps);
+    table.row(
+        "analysis per issued task, memo on vs off",
+        "us",
+        memo_us,
+        "memo off",
+        no_memo_us,
+        false,
+    );
+
+    table.figure("black_scholes_speedup_vs_unfused", bs.unfused / bs.fused);
+    table.figure("black_scholes_time_vs_hand", bs.fused / bs.hand);
+    table.figure("cg_speedup_vs_unfused", cg.unfused / cg.fused);
+    table.figure("bicgstab_speedup_vs_unfused", bi.unfused / bi.fused);
+    table.figure("jacobi_speedup_vs_unfused", ja.unfused / ja.fused);
+    table.print();
+}
+
+fn report_tasks(table: &mut Table, name: &str, m: &Measured) {
+    let (f, u) = (&m.stats_fused, &m.stats_unfused);
+    table.figure(&format!("{name} tasks issued"), f.tasks_issued as f64);
+    table.figure(
+        &format!("{name} tasks launched fused"),
+        f.tasks_launched as f64,
+    );
+    table.figure(
+        &format!("{name} tasks launched unfused"),
+        u.tasks_launched as f64,
+    );
+    table.figure(&format!("{name} mean fused prefix"), f.mean_fused_prefix());
+    table.figure(
+        &format!("{name} temporaries eliminated"),
+        f.temporaries_eliminated as f64,
+    );
+    table.figure(
+        &format!("{name} MiB not allocated"),
+        f.bytes_not_allocated as f64 / (1 << 20) as f64,
+    );
+    table.figure(&format!("{name} memo hits"), f.fusion_memo_hits as f64);
+}
+
+/// Times `fused`, `unfused` and `hand` interleaved, `reps` times each, after one warm-up.
+fn interleave(
+    reps: usize,
+    mut fused: impl FnMut() -> f64,
+    mut unfused: impl FnMut() -> f64,
+    mut hand: impl FnMut() -> f64,
+) -> (f64, f64, f64) {
+    fused();
+    unfused();
+    hand();
+    let (mut a, mut b, mut c) = (vec![], vec![], vec![]);
+    for _ in 0..reps {
+        a.push(fused());
+        b.push(unfused());
+        c.push(hand());
+    }
+    (median(a), median(b), median(c))
+}
+
+fn bench_black_scholes(threads: usize, window: usize, n: usize, reps: usize) -> Measured {
+    let s_host: Vec<f64> = (0..n).map(|i| 80.0 + (i % 41) as f64).collect();
+    let k_host: Vec<f64> = (0..n).map(|i| 90.0 + (i % 23) as f64).collect();
+    let t_host: Vec<f64> = (0..n).map(|i| 0.25 + (i % 7) as f64 * 0.25).collect();
+    let rts = fused_and_unfused(threads, window);
+    let inputs: Vec<[Store; 3]> = rts
+        .iter()
+        .map(|rt| [&s_host, &k_host, &t_host].map(|v| rt.from_vec(&[n], v.clone()).expect("store")))
+        .collect();
+    let run = |i: usize| {
+        let (rt, [s, k, t]) = (&rts[i], &inputs[i]);
+        let t0 = Instant::now();
+        let (call, put) = black_scholes_tasks(rt, s, k, t);
+        rt.fence().expect("fence");
+        let el = t0.elapsed().as_secs_f64();
+        std::hint::black_box((call, put));
+        el
+    };
+    let (mut call, mut put) = (vec![], vec![]);
+    let before = rts.each_ref().map(|rt| rt.stats());
+    let times = interleave(
+        reps,
+        || run(0),
+        || run(1),
+        || {
+            // New outputs each run, as the task versions make (both fault their pages in).
+            let t0 = Instant::now();
+            (call, put) = (vec![0.0; n], vec![0.0; n]);
+            black_scholes_hand(&s_host, &k_host, &t_host, &mut call, &mut put);
+            t0.elapsed().as_secs_f64()
+        },
+    );
+    let after = rts.each_ref().map(|rt| rt.stats());
+    // The fused answer is the hand loop's (same operations, same order per element).
+    let (c, p) = black_scholes_tasks(&rts[0], &inputs[0][0], &inputs[0][1], &inputs[0][2]);
+    let (c, p) = (
+        rts[0].read::<f64>(&c).expect("read"),
+        rts[0].read::<f64>(&p).expect("read"),
+    );
+    assert!(
+        c == call && p == put,
+        "fused Black-Scholes differs from the hand loop"
+    );
+    measured(&before, &after, (reps + 1) as u64, times)
+}
+
+/// A fused runtime with window `window`, and the unfused baseline: the runtime as configured
+/// by default (window 1, each task launched at submit). An unfused runtime with a large window
+/// flushes it whole when full, which leaves the workers idle while the next window fills.
+fn fused_and_unfused(threads: usize, window: usize) -> [Runtime; 2] {
+    [
+        runtime(threads, window, true, true),
+        runtime(threads, 1, false, true),
+    ]
+}
+
+/// The Laplacian on a `k × k` grid, a right-hand side, and the matrix on both runtimes.
+struct Problem {
+    host: HostCsr,
+    n: usize,
+    b: Vec<f64>,
+    rts: [Runtime; 2],
+    mats: Vec<Csr>,
+}
+
+fn problem(threads: usize, window: usize, k: usize) -> Problem {
+    let host = HostCsr::laplacian_2d(k);
+    let n = k * k;
+    let rts = fused_and_unfused(threads, window);
+    let mats = rts
+        .iter()
+        .map(|rt| Csr::upload(rt, &host).expect("upload"))
+        .collect();
+    Problem {
+        host,
+        n,
+        b: (0..n).map(|i| 1.0 + (i % 5) as f64).collect(),
+        rts,
+        mats,
+    }
+}
+
+/// Iterations per timed CG, BiCGSTAB or Jacobi run (enough that filling the window at the
+/// start is a small part of it).
+const ITERS: usize = 100;
+
+fn bench_cg(threads: usize, window: usize, k: usize, reps: usize) -> Measured {
+    let Problem {
+        host,
+        n,
+        b,
+        rts,
+        mats,
+    } = problem(threads, window, k);
+    let run = |i: usize| {
+        let rt = &rts[i];
+        let r = rt.from_vec(&[n], b.clone()).expect("store");
+        let p = rt.from_vec(&[n], b.clone()).expect("store");
+        let x = rt.create(DType::F64, &[n]).expect("store");
+        let rs = dot(rt, &r, &r);
+        rt.fence().expect("fence");
+        let mut st = Cg { x, r, p, rs };
+        let t0 = Instant::now();
+        for _ in 0..ITERS {
+            cg_iteration(rt, &mats[i], &mut st);
+        }
+        let v = st.rs.get().expect("rs").as_f64();
+        rt.fence().expect("fence");
+        let el = t0.elapsed().as_secs_f64() / ITERS as f64;
+        std::hint::black_box(v);
+        el
+    };
+    let before = rts.each_ref().map(|rt| rt.stats());
+    let times = interleave(
+        reps,
+        || run(0),
+        || run(1),
+        || {
+            let (mut x, mut r, mut p, mut q) = (vec![0.0; n], b.clone(), b.clone(), vec![0.0; n]);
+            let mut rs: f64 = b.iter().map(|v| v * v).sum();
+            let t0 = Instant::now();
+            for _ in 0..ITERS {
+                cg_hand(&host, &mut x, &mut r, &mut p, &mut q, &mut rs);
+            }
+            std::hint::black_box(rs);
+            t0.elapsed().as_secs_f64() / ITERS as f64
+        },
+    );
+    per_iteration(&rts, &before, times, reps)
+}
+
+/// The figures of one program: times, and the fused and unfused runtimes' counters per unit
+/// (a run, or an iteration) between `before` and `after`.
+fn measured(
+    before: &[Stats; 2],
+    after: &[Stats; 2],
+    units: u64,
+    (fused, unfused, hand): (f64, f64, f64),
+) -> Measured {
+    let per = |i: usize| {
+        let s = after[i].since(&before[i]);
+        Stats {
+            tasks_issued: s.tasks_issued / units,
+            tasks_launched: s.tasks_launched / units,
+            temporaries_eliminated: s.temporaries_eliminated / units,
+            bytes_not_allocated: s.bytes_not_allocated / units,
+            ..s
+        }
+    };
+    Measured {
+        fused,
+        unfused,
+        hand,
+        stats_fused: per(0),
+        stats_unfused: per(1),
+    }
+}
+
+/// [`measured`] per iteration of runs of [`ITERS`] iterations.
+fn per_iteration(
+    rts: &[Runtime; 2],
+    before: &[Stats; 2],
+    times: (f64, f64, f64),
+    reps: usize,
+) -> Measured {
+    let after = rts.each_ref().map(|rt| rt.stats());
+    measured(before, &after, ((reps + 1) * ITERS) as u64, times)
+}
+
+fn bench_bicgstab(threads: usize, window: usize, k: usize, reps: usize) -> Measured {
+    let Problem {
+        host: _,
+        n,
+        b,
+        rts,
+        mats,
+    } = problem(threads, window, k);
+    let run = |i: usize| {
+        let rt = &rts[i];
+        let store = |v: &[f64]| rt.from_vec(&[n], v.to_vec()).expect("store");
+        let (r, r0, p) = (store(&b), store(&b), store(&b));
+        let x = rt.create(DType::F64, &[n]).expect("store");
+        let rho = dot(rt, &r0, &r);
+        rt.fence().expect("fence");
+        let mut st = Bicg { x, r, r0, p, rho };
+        let t0 = Instant::now();
+        for _ in 0..ITERS {
+            bicgstab_iteration(rt, &mats[i], &mut st).expect("iteration");
+        }
+        rt.fence().expect("fence");
+        t0.elapsed().as_secs_f64() / ITERS as f64
+    };
+    let before = rts.each_ref().map(|rt| rt.stats());
+    let (fused, unfused, _) = interleave(reps, || run(0), || run(1), || 0.0);
+    per_iteration(&rts, &before, (fused, unfused, f64::NAN), reps)
+}
+
+fn bench_jacobi(threads: usize, window: usize, n: usize, reps: usize) -> Measured {
+    let b_host: Vec<f64> = (0..n).map(|i| (i % 3) as f64).collect();
+    let rts = fused_and_unfused(threads, window);
+    let run = |i: usize| {
+        let rt = &rts[i];
+        let b = rt.from_vec(&[n], b_host.clone()).expect("store");
+        let x = rt.from_vec(&[n], vec![0.0; n]).expect("store");
+        let y = rt.from_vec(&[n], vec![0.0; n]).expect("store");
+        rt.fence().expect("fence");
+        let t0 = Instant::now();
+        let mut res = Future::ready(0.0);
+        for it in 0..ITERS {
+            let (from, to) = if it % 2 == 0 { (&x, &y) } else { (&y, &x) };
+            res = jacobi_sweep(rt, &b, from, to, n);
+        }
+        std::hint::black_box(res.get().expect("residual"));
+        rt.fence().expect("fence");
+        t0.elapsed().as_secs_f64() / ITERS as f64
+    };
+    let (mut x, mut y) = (vec![0.0; n], vec![0.0; n]);
+    let before = rts.each_ref().map(|rt| rt.stats());
+    let times = interleave(
+        reps,
+        || run(0),
+        || run(1),
+        || {
+            let t0 = Instant::now();
+            let mut res = 0.0;
+            for _ in 0..ITERS {
+                res = jacobi_hand(&b_host, &x, &mut y);
+                std::mem::swap(&mut x, &mut y);
+            }
+            std::hint::black_box(res);
+            t0.elapsed().as_secs_f64() / ITERS as f64
+        },
+    );
+    per_iteration(&rts, &before, times, reps)
+}
+
+/// Analysis µs per issued task for small Black-Scholes windows issued again and again, with
+/// the fusion memo on and off.
+fn analysis_cost(threads: usize, window: usize, reps: usize) -> (f64, f64) {
+    let cost = |memo: bool| {
+        let rt = runtime(threads, window, true, memo);
+        let n = 4096;
+        let v = |x: f64| rt.from_vec(&[n], vec![x; n]).expect("store");
+        let (s, k, t) = (v(100.0), v(95.0), v(1.0));
+        let mut per = vec![];
+        for _ in 0..reps {
+            let before = rt.stats();
+            for _ in 0..50 {
+                let out = black_scholes_tasks(&rt, &s, &k, &t);
+                rt.fence().expect("fence");
+                drop(out);
+            }
+            per.push(rt.stats().since(&before).analysis_us_per_task());
+        }
+        median(per)
+    };
+    (cost(true), cost(false))
+}

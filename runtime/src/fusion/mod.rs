@@ -1,0 +1,43 @@
+//! Task fusion (thesis ch. 4 §4.2–§4.4): the pass between the window and the dependence
+//! analysis.
+//!
+//! Tasks in the window are solved ahead, in issue order ([`Ready`]: launch domain and each
+//! argument's partition known, nothing scheduled). The pass takes the longest prefix of the
+//! solved tasks that the four fusion constraints allow ([`constraints`]), decides which of
+//! its stores are temporaries ([`temporaries`], Definition 4), looks the decision up by a
+//! canonical renaming of the window ([`memo`]), builds one task from the prefix ([`build`]),
+//! and runs its points by calling the sub-task bodies in order or, when every sub-task is
+//! element-wise, one loop over cache-sized chunks ([`kernel`], [`run`]).
+
+pub(crate) mod build;
+pub(crate) mod constraints;
+pub(crate) mod kernel;
+pub(crate) mod memo;
+pub(crate) mod run;
+pub(crate) mod temporaries;
+
+pub(crate) use build::{FusedShape, SubShape};
+
+use crate::launch::LaunchArg;
+use crate::partition::{Domain, PartitionId};
+use crate::task::{Args, Issued};
+
+/// A task solved ahead in the window: its launch domain and each argument's partition and
+/// sub-stores are known; it has not been given to the dependence analysis.
+pub(crate) struct Ready {
+    pub issued: Issued,
+    pub domain: Domain,
+    pub token: u64,
+    pub args: Args<LaunchArg>,
+    /// Each argument's partition (`None` for unbound outputs).
+    pub parts: Args<Option<PartitionId>>,
+}
+
+/// What the pass does with a window: fuse, and how.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FusionConfig {
+    /// Fuse at all (off: every task is launched alone, as issued).
+    pub enabled: bool,
+    /// Reuse fusion decisions for windows isomorphic to one seen before.
+    pub memo: bool,
+}

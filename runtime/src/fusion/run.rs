@@ -1,0 +1,178 @@
+//! Running one point of a fused task: the element-wise chunk loop when every sub-task is
+//! element-wise and the point's sub-stores line up, else each sub-task's body in issue order.
+
+use super::kernel::{run_chunks, Slot, Step, CHUNK};
+use super::FusedShape;
+use crate::buffer::{Borrow, Data};
+use crate::context::{Locals, TaskContext};
+use crate::dtype::Scalar;
+use crate::launch::{Launched, PointOut};
+use crate::rect::Rect;
+use crate::task::{Privilege, ScalarArg};
+use smallvec::SmallVec;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+
+/// Runs `point` of fused task `task` and returns what it leaves for the finish step.
+pub(crate) fn run_fused_point(task: &Launched, shape: &FusedShape, point: usize) -> PointOut {
+    if shape.kernel {
+        if let Some(out) = kernel_point(task, shape, point) {
+            return out;
+        }
+    }
+    let locals = Locals::new(task, point);
+    let mut out = PointOut {
+        results: smallvec::smallvec![None; task.results.len()],
+        ..PointOut::default()
+    };
+    for sub in &shape.subs {
+        let mut ctx = TaskContext::for_sub(task, point, sub, &locals);
+        if let Err(p) = catch_unwind(AssertUnwindSafe(|| (sub.body)(&mut ctx))) {
+            // Name the sub-task whose body failed, not just the fused task.
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+            match msg {
+                Some(m) => panic!("in sub-task {}: {m}", sub.name),
+                None => resume_unwind(p),
+            }
+        }
+        let o = std::mem::take(&mut *ctx.out.lock().unwrap_or_else(|e| e.into_inner()));
+        out.reduce.extend(o.reduce);
+        out.pieces.extend(o.pieces);
+        for (slot, v) in o.results.into_iter().enumerate() {
+            if v.is_some() {
+                out.results[slot] = v;
+            }
+        }
+    }
+    out
+}
+
+/// The cells `rect` covers in a store laid out over `whole`, when they are one run.
+fn contiguous(rect: &Rect, whole: &Rect) -> Option<(usize, usize)> {
+    if rect.is_empty() {
+        return Some((0, 0));
+    }
+    let whole_rows =
+        (1..rect.dim()).all(|d| rect.lo()[d] == whole.lo()[d] && rect.hi()[d] == whole.hi()[d]);
+    whole_rows.then(|| (whole.linear(rect.lo()), rect.volume()))
+}
+
+fn base(d: &Data) -> *mut u8 {
+    match d {
+        Data::F64(b) => b.base() as *mut u8,
+        Data::F32(b) => b.base() as *mut u8,
+        Data::I64(b) => b.base() as *mut u8,
+        Data::I32(b) => b.base() as *mut u8,
+        Data::U64(b) => b.base() as *mut u8,
+        Data::U32(b) => b.base() as *mut u8,
+        Data::Range(b) => b.base() as *mut u8,
+    }
+}
+
+/// The chunk loop over `point`, or `None` when the point's sub-stores do not line up (not
+/// contiguous, different lengths, or an element type other than a kernel's): the caller then
+/// runs the bodies.
+fn kernel_point(task: &Launched, shape: &FusedShape, point: usize) -> Option<PointOut> {
+    let mut n = None;
+    let mut spans: SmallVec<[(usize, usize); 8]> = SmallVec::new();
+    for a in &task.args {
+        let rect = a.rects[point];
+        let span = if a.local {
+            (0, rect.volume())
+        } else {
+            contiguous(&rect, &a.root.bound()?.rect)?
+        };
+        if *n.get_or_insert(span.1) != span.1 {
+            return None;
+        }
+        spans.push(span);
+    }
+    for s in &shape.subs {
+        let dtype = s.kernel.as_ref()?.dtype;
+        if s.args
+            .iter()
+            .any(|(j, _)| task.args[*j].root.dtype != dtype)
+        {
+            return None;
+        }
+    }
+    let n = n.unwrap_or(0);
+    // Held for the whole loop: every store cell the point touches, exclusive where written.
+    let mut borrows: SmallVec<[Borrow<'_>; 8]> = SmallVec::new();
+    let mut scratch: SmallVec<[Data; 4]> = SmallVec::new();
+    let mut slots: SmallVec<[Slot; 8]> = SmallVec::new();
+    for (a, &(start, _)) in task.args.iter().zip(&spans) {
+        let size = a.root.dtype.size();
+        if a.local {
+            scratch.push(Data::zeros(a.root.dtype, CHUNK.min(n)));
+            slots.push(Slot {
+                base: base(scratch.last().expect("just pushed")),
+                size,
+                scratch: true,
+            });
+            continue;
+        }
+        let rect = a.rects[point];
+        let b = a
+            .root
+            .ledger
+            .borrow(rect, a.privilege.writes())
+            .unwrap_or_else(|o| {
+                panic!(
+                    "internal error: sub-store {rect:?} of store#{} is in use ({o:?})",
+                    a.root.id
+                )
+            });
+        borrows.push(b);
+        let data = a.root.data().expect("bound");
+        slots.push(Slot {
+            base: base(data).wrapping_add(start * size),
+            size,
+            scratch: false,
+        });
+    }
+    let steps: SmallVec<[Step; 8]> = shape
+        .subs
+        .iter()
+        .map(|s| Step {
+            kernel: s.kernel.as_deref().expect("checked above"),
+            ins: s
+                .args
+                .iter()
+                .filter(|(_, p)| *p == Privilege::Read)
+                .map(|(j, _)| slots[*j])
+                .collect(),
+            outs: s
+                .args
+                .iter()
+                .filter(|(_, p)| *p != Privilege::Read)
+                .map(|(j, _)| slots[*j])
+                .collect(),
+            scalars: task.scalars[s.scalars.clone()]
+                .iter()
+                .map(scalar_value)
+                .collect(),
+            result: s.result.map(|slot| (task.results[slot].0, slot)),
+        })
+        .collect();
+    let mut results: SmallVec<[Option<Scalar>; 1]> = smallvec::smallvec![None; task.results.len()];
+    run_chunks(n, CHUNK, &steps, &mut results);
+    drop((borrows, scratch));
+    Some(PointOut {
+        results,
+        ..PointOut::default()
+    })
+}
+
+fn scalar_value(s: &ScalarArg) -> Scalar {
+    match s {
+        ScalarArg::Value(v) => *v,
+        ScalarArg::Future(cell) => match cell.value.get() {
+            Some(Ok(v)) => *v,
+            Some(Err(e)) => panic!("future argument failed: {e}"),
+            None => panic!("internal error: future argument not ready"),
+        },
+    }
+}

@@ -1,0 +1,51 @@
+//! Temporary store elimination (thesis Definition 4, §4.3.1).
+//!
+//! A store is temporary in a fused prefix when nothing outside the prefix can see what the
+//! prefix does to it:
+//! 1. it is created in the prefix: written by it, and fresh before it (made by `create`, never
+//!    allocated and never written by a launched task, so its old contents are the zeros a
+//!    scratch buffer starts with; this stands in for the thesis' "every read is preceded by a
+//!    covering write" and also admits partial writes);
+//! 2. no task after the prefix (solved or not yet solved in the window) uses it;
+//! 3. the application holds no handle to it (the split reference count: `app_refs`).
+//!
+//! Every access of a written store in a fused prefix goes through one partition (the true- and
+//! anti-dependence constraints), so each point's scratch is exactly its sub-store. Reduced and
+//! unbound stores are kept.
+
+use super::Ready;
+use crate::store::StoreRoot;
+use crate::task::{Issued, Privilege};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Whether `root` may be a temporary as far as the world outside the window goes: no
+/// application handle, never allocated, never written by a launched task, and not named by
+/// a task still waiting in the window unsolved.
+pub(crate) fn outside_dead(root: &Arc<StoreRoot>, unsolved: &VecDeque<Issued>) -> bool {
+    root.app_refs.load(Ordering::Acquire) == 0
+        && root.bound().is_some_and(|b| !b.is_allocated())
+        && root.meta().version == 0
+        && !unsolved
+            .iter()
+            .any(|t| t.args.iter().any(|a| Arc::ptr_eq(&a.root, root)))
+}
+
+/// Whether `root`, for which `outside_dead` holds, is a temporary of `ready[..prefix]`.
+pub(crate) fn is_temporary(root: &Arc<StoreRoot>, ready: &[Ready], prefix: usize) -> bool {
+    let mut written = false;
+    for t in &ready[..prefix] {
+        for a in t.args.iter().filter(|a| Arc::ptr_eq(&a.root, root)) {
+            match a.privilege {
+                Privilege::Write | Privilege::ReadWrite => written = true,
+                Privilege::Read => {}
+                Privilege::Reduce(_) | Privilege::WriteUnbound => return false,
+            }
+        }
+    }
+    written
+        && ready[prefix..]
+            .iter()
+            .all(|t| t.args.iter().all(|a| !Arc::ptr_eq(&a.root, root)))
+}

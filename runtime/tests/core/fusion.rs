@@ -1,0 +1,428 @@
+//! Task fusion: solving ahead in the window, the four constraints on hand-built windows,
+//! temporaries (Definition 4), the memo, and element-wise kernels fused into one loop.
+
+use tessera_runtime::{Chunk, DType, ReduceOp, Result, Runtime, Stats, Store};
+
+fn rt(window: usize, fusion: bool) -> Runtime {
+    let rt = Runtime::builder()
+        .threads(2)
+        .min_piece_size(4)
+        .window_size(window)
+        .fusion(fusion)
+        .build();
+    register(&rt).unwrap();
+    rt
+}
+
+fn register(rt: &Runtime) -> Result<()> {
+    // y = a * x + b, by hand and element-wise.
+    rt.register("axpb", |ctx| {
+        let (a, b) = (ctx.scalar(0).as_f64(), ctx.scalar(1).as_f64());
+        let x = ctx.read::<f64>(0);
+        let mut y = ctx.write::<f64>(1);
+        for i in y.range() {
+            y.set_at(i, a * x.at(i) + b);
+        }
+    })?;
+    rt.register_elementwise::<f64>("ew_axpb", |c: &mut Chunk<'_, f64>| {
+        let (a, b) = (c.scalar(0).as_f64(), c.scalar(1).as_f64());
+        let (ins, outs) = c.split();
+        for (y, x) in outs[0].iter_mut().zip(ins[0].iter()) {
+            *y = a * x + b;
+        }
+    })?;
+    rt.register_elementwise::<f64>("ew_mul", |c: &mut Chunk<'_, f64>| {
+        let (ins, outs) = c.split();
+        for ((z, x), y) in outs[0].iter_mut().zip(ins[0].iter()).zip(ins[1].iter()) {
+            *z = x * y;
+        }
+    })?;
+    rt.register_elementwise::<f64>("ew_dot", |c: &mut Chunk<'_, f64>| {
+        let (ins, _) = c.split();
+        let s: f64 = ins[0].iter().zip(ins[1].iter()).map(|(x, y)| x * y).sum();
+        c.add_result(s);
+    })?;
+    rt.register("sum_into", |ctx| {
+        let x = ctx.read::<f64>(0);
+        let mut acc = ctx.reduce::<f64>(1);
+        for i in x.range() {
+            acc.reduce_at(0, x.at(i));
+        }
+    })?;
+    rt.register("positives", |ctx| {
+        let x = ctx.read::<f64>(0);
+        ctx.emit(
+            1,
+            x.as_slice()
+                .iter()
+                .copied()
+                .filter(|&v| v > 0.0)
+                .collect::<Vec<f64>>(),
+        );
+    })?;
+    rt.register("total", |ctx| {
+        ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
+    })
+}
+
+fn axpb(rt: &Runtime, name: &str, x: &Store, y: &Store, a: f64, b: f64) {
+    rt.task(name)
+        .read(x)
+        .write(y)
+        .scalar(a)
+        .scalar(b)
+        .align(x, y)
+        .submit()
+        .unwrap();
+}
+
+fn input(rt: &Runtime, n: usize) -> Store {
+    rt.from_vec(&[n], (0..n).map(|i| i as f64 - 3.0).collect())
+        .unwrap()
+}
+
+fn launched(rt: &Runtime) -> Stats {
+    rt.fence().unwrap();
+    rt.stats()
+}
+
+#[test]
+fn an_unbound_store_read_inside_the_window_is_not_never_bound() {
+    // Regression: the reader used to fail with `NeverBound` at issue while its producer still
+    // waited in a window larger than one.
+    for window in [1, 4, 16] {
+        let rt = rt(window, true);
+        let x = input(&rt, 16);
+        let pos = rt.create_unbound(DType::F64);
+        rt.task("positives")
+            .read(&x)
+            .write_unbound(&pos)
+            .submit()
+            .unwrap();
+        let t = rt
+            .task("total")
+            .read(&pos)
+            .submit_reduce(ReduceOp::Sum)
+            .unwrap();
+        assert_eq!(t.get().unwrap().as_f64(), (1..=12).sum::<i32>() as f64);
+    }
+}
+
+#[test]
+fn an_aligned_chain_fuses_into_one_task() {
+    let rt = rt(8, true);
+    let x = input(&rt, 64);
+    let (y, z) = (
+        rt.create(DType::F64, &[64]).unwrap(),
+        rt.create(DType::F64, &[64]).unwrap(),
+    );
+    axpb(&rt, "axpb", &x, &y, 2.0, 1.0);
+    axpb(&rt, "axpb", &y, &z, 3.0, -1.0);
+    axpb(&rt, "axpb", &z, &y, 1.0, 1.0);
+    let s = launched(&rt);
+    assert_eq!(
+        (s.tasks_issued, s.tasks_launched, s.fused_launches),
+        (3, 1, 1)
+    );
+    let want: Vec<f64> = (0..64)
+        .map(|i| 3.0 * (2.0 * (i as f64 - 3.0) + 1.0))
+        .collect();
+    assert_eq!(rt.read::<f64>(&y).unwrap(), want);
+}
+
+#[test]
+fn different_launch_domains_end_the_prefix() {
+    let rt = rt(8, true);
+    let x = input(&rt, 64);
+    let y = rt.create(DType::F64, &[64]).unwrap();
+    let z = rt.create(DType::F64, &[64]).unwrap();
+    let go = |a: &Store, b: &Store, d: usize| {
+        rt.task("axpb")
+            .read(a)
+            .write(b)
+            .scalar(1.0)
+            .scalar(1.0)
+            .align(a, b)
+            .launch_domain(&[d])
+            .submit()
+            .unwrap()
+    };
+    go(&x, &y, 4);
+    go(&y, &z, 2);
+    let s = launched(&rt);
+    assert_eq!((s.tasks_launched, s.fused_launches), (2, 0));
+    assert_eq!(rt.read::<f64>(&z).unwrap()[10], 7.0 + 2.0);
+}
+
+#[test]
+fn a_write_then_a_read_through_another_partition_ends_the_prefix() {
+    let rt = rt(8, true);
+    let x = input(&rt, 64);
+    let y = rt.create(DType::F64, &[64]).unwrap();
+    let acc = rt.create(DType::F64, &[1]).unwrap();
+    axpb(&rt, "axpb", &x, &y, 1.0, 0.0);
+    // Every point reads the whole of `y` (broadcast): not the tiles it was written through.
+    rt.task("sum_into")
+        .read(&y)
+        .reduce(&acc, ReduceOp::Sum)
+        .broadcast(&y, &[0])
+        .broadcast(&acc, &[0])
+        .launch_domain(&[2])
+        .submit()
+        .unwrap();
+    let s = launched(&rt);
+    assert_eq!((s.tasks_launched, s.fused_launches), (2, 0), "{s:?}");
+    let total: f64 = (0..64).map(|i| i as f64 - 3.0).sum();
+    assert_eq!(
+        rt.read::<f64>(&acc).unwrap(),
+        vec![2.0 * total],
+        "each point read all of y"
+    );
+}
+
+#[test]
+fn a_read_then_a_write_through_another_partition_ends_the_prefix() {
+    let rt = rt(8, true);
+    let x = input(&rt, 64);
+    let y = rt.create(DType::F64, &[64]).unwrap();
+    // Reads `x` through the left half of its views, then a task writes all of `x`.
+    let left = x.slice(0, 0..32).unwrap();
+    let half = rt.create(DType::F64, &[32]).unwrap();
+    axpb(&rt, "axpb", &left, &half, 1.0, 0.0);
+    axpb(&rt, "axpb", &y, &x, 0.0, 5.0);
+    let s = launched(&rt);
+    assert_eq!(s.fused_launches, 0, "{s:?}");
+    assert_eq!(
+        rt.read::<f64>(&half).unwrap()[0],
+        -3.0,
+        "read before the write"
+    );
+    assert_eq!(rt.read::<f64>(&x).unwrap(), vec![5.0; 64]);
+}
+
+#[test]
+fn reductions_with_one_operator_fuse_and_a_read_after_a_reduction_does_not() {
+    let rt = rt(8, true);
+    let x = input(&rt, 64);
+    let acc = rt.create(DType::F64, &[1]).unwrap();
+    let sum = |r: &Runtime| {
+        r.task("sum_into")
+            .read(&x)
+            .reduce(&acc, ReduceOp::Sum)
+            .broadcast(&acc, &[0])
+            .submit()
+            .unwrap()
+    };
+    sum(&rt);
+    sum(&rt);
+    let s = launched(&rt);
+    assert_eq!((s.tasks_launched, s.fused_launches), (1, 1), "{s:?}");
+    let total: f64 = (0..64).map(|i| i as f64 - 3.0).sum();
+    assert_eq!(rt.read::<f64>(&acc).unwrap(), vec![2.0 * total]);
+    let before = rt.stats();
+    sum(&rt);
+    let t = rt
+        .task("total")
+        .read(&acc)
+        .launch_domain(&[1])
+        .submit_reduce(ReduceOp::Sum)
+        .unwrap();
+    assert_eq!(t.get().unwrap().as_f64(), 3.0 * total);
+    let s = launched(&rt).since(&before);
+    assert_eq!((s.tasks_launched, s.fused_launches), (2, 0), "{s:?}");
+}
+
+/// One step of the idiomatic pattern: the temporary's handle is dropped at the end of the
+/// scope, after its tasks are issued and before the window is flushed.
+fn two_step(rt: &Runtime, x: &Store, y: &Store, name: &str) {
+    let t = rt.create(DType::F64, &[x.shape().unwrap()[0]]).unwrap();
+    axpb(rt, name, x, &t, 2.0, 0.0);
+    axpb(rt, name, &t, y, 1.0, 1.0);
+}
+
+#[test]
+fn a_dead_intermediate_is_never_allocated() {
+    for name in ["axpb", "ew_axpb"] {
+        let n = 4096;
+        let rt = rt(8, true);
+        let x = input(&rt, n);
+        let y = rt.create(DType::F64, &[n]).unwrap();
+        let before = rt.stats();
+        two_step(&rt, &x, &y, name);
+        let s = launched(&rt).since(&before);
+        assert_eq!(s.temporaries_eliminated, 1, "{name}: {s:?}");
+        assert_eq!(s.bytes_not_allocated, 8 * n as u64);
+        assert_eq!(
+            s.bytes_allocated,
+            8 * n as u64,
+            "{name}: only `y` is allocated"
+        );
+        let want: Vec<f64> = (0..n).map(|i| 2.0 * (i as f64 - 3.0) + 1.0).collect();
+        assert_eq!(rt.read::<f64>(&y).unwrap(), want);
+    }
+}
+
+#[test]
+fn each_negative_case_of_definition_4_keeps_the_store() {
+    let n = 64;
+    let check = |what: &str, f: &dyn Fn(&Runtime, &Store, &Store) -> Option<Store>| {
+        let rt = rt(8, true);
+        let x = input(&rt, n);
+        let y = rt.create(DType::F64, &[n]).unwrap();
+        let kept = f(&rt, &x, &y);
+        let s = launched(&rt);
+        assert_eq!(s.temporaries_eliminated, 0, "{what}: {s:?}");
+        if let Some(t) = kept {
+            assert!(t.is_allocated(), "{what}");
+            assert_eq!(rt.read::<f64>(&t).unwrap()[3], 0.0 * 2.0, "{what}");
+        }
+    };
+    check("an application handle is alive", &|rt, x, y| {
+        let t = rt.create(DType::F64, &[n]).unwrap();
+        axpb(rt, "axpb", x, &t, 2.0, 0.0);
+        axpb(rt, "axpb", &t, y, 1.0, 1.0);
+        Some(t)
+    });
+    check("a later task reads it", &|rt, x, y| {
+        let t = rt.create(DType::F64, &[n]).unwrap();
+        axpb(rt, "axpb", x, &t, 2.0, 0.0);
+        axpb(rt, "axpb", &t, y, 1.0, 1.0);
+        // A reduction over it ends the prefix (partition `None`) and still needs it.
+        let acc = rt.create(DType::F64, &[1]).unwrap();
+        rt.task("sum_into")
+            .read(&t)
+            .reduce(&acc, ReduceOp::Sum)
+            .broadcast(&t, &[0])
+            .submit()
+            .unwrap();
+        None
+    });
+    check("it holds data the prefix did not write", &|rt, x, y| {
+        let t = input(rt, n);
+        axpb(rt, "axpb", x, &t, 2.0, 0.0);
+        axpb(rt, "axpb", &t, y, 1.0, 1.0);
+        None
+    });
+    check("a launched task wrote it before", &|rt, x, y| {
+        let t = rt.create(DType::F64, &[n]).unwrap();
+        rt.fill(&t, 1.0).unwrap();
+        rt.fence().unwrap();
+        axpb(rt, "axpb", x, &t, 2.0, 0.0);
+        axpb(rt, "axpb", &t, y, 1.0, 1.0);
+        None
+    });
+    check("it is only reduced", &|rt, x, _| {
+        let t = rt.create(DType::F64, &[1]).unwrap();
+        for _ in 0..2 {
+            rt.task("sum_into")
+                .read(x)
+                .reduce(&t, ReduceOp::Sum)
+                .broadcast(&t, &[0])
+                .submit()
+                .unwrap();
+        }
+        None
+    });
+}
+
+/// The thesis' Figure 4.6: four tasks over three stores, issued twice over other stores.
+fn figure_4_6(rt: &Runtime, s: &[Store; 3], broadcast_third: bool) {
+    let step = |a: &Store, b: &Store, k: f64| axpb(rt, "axpb", a, b, k, 1.0);
+    step(&s[0], &s[1], 1.0);
+    step(&s[1], &s[0], 2.0);
+    if broadcast_third {
+        rt.task("axpb")
+            .read(&s[0])
+            .write(&s[2])
+            .scalar(3.0)
+            .scalar(1.0)
+            .broadcast(&s[0], &[0])
+            .submit()
+            .unwrap();
+    } else {
+        step(&s[0], &s[2], 3.0);
+    }
+    step(&s[2], &s[0], 4.0);
+    rt.fence().unwrap();
+}
+
+#[test]
+fn isomorphic_windows_hit_the_memo_and_a_different_partition_misses() {
+    let rt = Runtime::builder()
+        .threads(2)
+        .min_piece_size(4)
+        .window_size(4)
+        .build();
+    register(&rt).unwrap();
+    let stores = || -> [Store; 3] { std::array::from_fn(|_| input(&rt, 64)) };
+    let (a, b) = (stores(), stores());
+    figure_4_6(&rt, &a, false);
+    let first = rt.stats();
+    assert_eq!((first.fusion_memo_misses, first.fusion_memo_hits), (1, 0));
+    figure_4_6(&rt, &b, false);
+    let s = rt.stats().since(&first);
+    assert_eq!(
+        (s.fusion_memo_misses, s.fusion_memo_hits),
+        (0, 1),
+        "renamed stores: {s:?}"
+    );
+    assert_eq!(
+        rt.read::<f64>(&a[0]).unwrap(),
+        rt.read::<f64>(&b[0]).unwrap()
+    );
+    let before = rt.stats();
+    let c = stores();
+    figure_4_6(&rt, &c, true);
+    let s = rt.stats().since(&before);
+    assert_eq!(s.fusion_memo_hits, 0, "one partition differs: {s:?}");
+    assert!(s.fusion_memo_misses >= 1);
+}
+
+#[test]
+fn kernel_fused_results_equal_unfused_ones() {
+    // Long enough for several chunks per point, odd so the last chunk is short.
+    let n = 3 * 2048 * 2 + 17;
+    let run = |fusion: bool| {
+        let rt = rt(16, fusion);
+        let x = input(&rt, n);
+        let y = rt
+            .from_vec(&[n], (0..n).map(|i| (i % 7) as f64 * 0.25).collect())
+            .unwrap();
+        let out = rt.create(DType::F64, &[n]).unwrap();
+        let dot = {
+            let t = rt.create(DType::F64, &[n]).unwrap();
+            let u = rt.create(DType::F64, &[n]).unwrap();
+            axpb(&rt, "ew_axpb", &x, &t, 0.5, 0.1);
+            rt.task("ew_mul")
+                .read(&t)
+                .read(&y)
+                .write(&u)
+                .align(&t, &y)
+                .align(&t, &u)
+                .submit()
+                .unwrap();
+            axpb(&rt, "ew_axpb", &u, &out, 3.0, -0.3);
+            rt.task("ew_dot")
+                .read(&out)
+                .read(&y)
+                .align(&out, &y)
+                .submit_reduce(ReduceOp::Sum)
+                .unwrap()
+        };
+        let d = dot.get().unwrap().as_f64();
+        (rt.read::<f64>(&out).unwrap(), d.to_bits(), launched(&rt))
+    };
+    let (fused, unfused) = (run(true), run(false));
+    assert_eq!(fused.0, unfused.0);
+    assert_eq!(
+        fused.1, unfused.1,
+        "the dot folds chunk by chunk either way"
+    );
+    assert_eq!(
+        (fused.2.tasks_launched, fused.2.temporaries_eliminated),
+        (1, 2),
+        "{:?}",
+        fused.2
+    );
+    assert_eq!(unfused.2.tasks_launched, 4);
+}
