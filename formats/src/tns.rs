@@ -143,6 +143,18 @@ pub(crate) fn parse_line(
     parse_line_impl::<true>(line, coords, dims)
 }
 
+/// `.tns` lines for the block packer of a conversion, checked against declared dimensions.
+pub(crate) struct TnsSyntax {
+    pub dims: Option<Vec<u64>>,
+}
+
+impl crate::convert::LineSyntax for TnsSyntax {
+    #[inline]
+    fn parse(&self, line: &[u8], coords: &mut [u64]) -> Result<Option<f64>, (u64, SyntaxError)> {
+        parse_line_impl::<true>(line, coords, self.dims.as_deref())
+    }
+}
+
 /// [`parse_line`] for readers that only need coordinates: values are not converted (0 is
 /// returned) unless the line needs the careful parser, so a bad value may go unnoticed here.
 pub(crate) fn parse_line_coords(
@@ -189,7 +201,7 @@ fn fast_entry(line: &[u8], coords: &mut [u64]) -> Option<f64> {
 
 /// [`fast_entry`], optionally without converting the value (then 0 is returned).
 #[inline]
-fn fast_fields<const VALUE: bool>(line: &[u8], coords: &mut [u64]) -> Option<f64> {
+pub(crate) fn fast_fields<const VALUE: bool>(line: &[u8], coords: &mut [u64]) -> Option<f64> {
     let n = line.len();
     let mut i = 0;
     let is_space = |b: u8| b == b' ' || b == b'\t';

@@ -417,7 +417,7 @@ impl<T: Copy, S: Sink<T, Error = Error>> Sink<T> for Stoppable<'_, S> {
 /// The values of the dense levels alone (the product of their dimensions, a lower bound on
 /// the values of any nonempty tensor in `format`) must be addressable in a file: otherwise
 /// the conversion is refused before it starts writing zeros it could never finish.
-fn check_dense_size<V: Value>(format: &Format, dims: &[u64]) -> Result<(), TensorError> {
+pub(crate) fn check_dense_size<V: Value>(format: &Format, dims: &[u64]) -> Result<(), TensorError> {
     format
         .levels()
         .iter()
@@ -431,7 +431,7 @@ fn check_dense_size<V: Value>(format: &Format, dims: &[u64]) -> Result<(), Tenso
 }
 
 /// Coordinates and positions must fit the chosen width; say how to fix it if not.
-fn check_width<I: Index>(dims: &[u64], counts: &[u64]) -> Result<(), TensorError> {
+pub(crate) fn check_width<I: Index>(dims: &[u64], counts: &[u64]) -> Result<(), TensorError> {
     for x in dims
         .iter()
         .map(|d| d.saturating_sub(1))
@@ -447,7 +447,7 @@ fn check_width<I: Index>(dims: &[u64], counts: &[u64]) -> Result<(), TensorError
     Ok(())
 }
 
-fn layout<V: Value, I: Index>(
+pub(crate) fn layout<V: Value, I: Index>(
     format: &Format,
     dims: &[u64],
     counts: &[u64],

@@ -13,13 +13,16 @@
 //! file renamed into place only when complete.
 
 mod back;
+mod blocks;
 mod build;
 mod runs;
 mod scan;
+mod stitch;
 
 use std::path::Path;
 
 pub use back::tcs_to_text;
+pub(crate) use blocks::LineSyntax;
 
 use crate::error::{Error, Result};
 use crate::format::{Format, LevelType};
@@ -186,10 +189,42 @@ pub fn text_to_tcs(
             .map(Path::to_path_buf)
             .unwrap_or_else(|| ".".into()),
     };
+    let has_dense = format.levels().contains(&LevelType::Dense);
+    if !opts.force_external_sort && stitch::supports(&format) && (declared.is_some() || !has_dense) {
+        let done = match FileKind::of(input)? {
+            FileKind::Tns => {
+                let dims = declared.clone();
+                let syntax = crate::tns::TnsSyntax { dims: dims.clone() };
+                fast(input, syntax, 0, 0, dims, None, output, &format, opts, &temp_parent, progress)?
+            }
+            _ => match crate::mtx::MtxReader::open(input)?.block_input() {
+                Some((syntax, start, lines, entries)) => fast(
+                    input,
+                    syntax,
+                    start,
+                    lines,
+                    declared.clone(),
+                    Some(entries),
+                    output,
+                    &format,
+                    opts,
+                    &temp_parent,
+                    progress,
+                )?,
+                None => None,
+            },
+        };
+        if let Some(report) = done {
+            return Ok(report);
+        }
+        if FileKind::of(input)? == FileKind::Tns {
+            // Out of order: sort (the general path also finds any later syntax error).
+            return sort_and_build(input, output, &format, opts, &temp_parent, progress);
+        }
+    }
     // Sorted input is parsed once when the dense level sizes need no first pass: arrays are
     // spooled while the level sizes are unknown, then copied into place (far cheaper than
     // parsing the text twice).
-    let has_dense = format.levels().contains(&LevelType::Dense);
     if !opts.force_external_sort && (declared.is_some() || !has_dense) {
         let mut source = scan::CheckedTextSource {
             path: input.to_path_buf(),
@@ -263,6 +298,46 @@ pub fn text_to_tcs(
         }
         None => sort_and_build(input, output, &format, opts, &temp_parent, progress),
     }
+}
+
+/// The block packer (`stitch`) on a text file; `None` when the file must take the general
+/// path (out of order, or an `.mtx` entry count to be checked line by line).
+#[allow(clippy::too_many_arguments)]
+fn fast<S: LineSyntax>(
+    input: &Path,
+    syntax: S,
+    data_start: u64,
+    lines_before: u64,
+    dims: Option<Vec<u64>>,
+    entries: Option<u64>,
+    output: &Path,
+    format: &Format,
+    opts: &ConvertOptions,
+    temp_parent: &Path,
+    progress: &dyn Progress,
+) -> Result<Option<ConvertReport>> {
+    let text = stitch::Input {
+        path: input.to_path_buf(),
+        syntax,
+        data_start,
+        lines_before,
+        dims,
+        entries,
+    };
+    Ok(
+        match stitch::convert(&text, output, format, opts, temp_parent, progress)? {
+            stitch::Outcome::Done(d) => Some(ConvertReport {
+                entries_read: d.entries_read,
+                entries_written: d.entries_written,
+                dims: d.dims,
+                presorted: true,
+                runs: 0,
+                merge_rounds: 0,
+                output_bytes: d.bytes,
+            }),
+            stitch::Outcome::Fallback => None,
+        },
+    )
 }
 
 /// Unsorted input: external merge sort, then one pass over the merged runs.

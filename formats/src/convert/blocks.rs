@@ -1,0 +1,378 @@
+//! Sorted text parsed *and packed* in parallel: the file is cut into blocks of bytes, each
+//! block is read (positioned reads, so nothing is shared but the file descriptor), its lines
+//! are parsed, and its entries are packed straight into a [`Piece`] of the level arrays — the
+//! coordinates of the nodes it starts at every level, the positions where their children
+//! start (counted from the block's own beginning), and the values, duplicates summed — on
+//! the worker that parsed it. The consumer (`stitch`) joins the pieces in file order: only
+//! the first entry of a block can continue a node of the previous block, so joining drops
+//! at most one element per array and adds an offset to the positions.
+//!
+//! Workers take blocks in file order; a consumer credit per block bounds the pieces in flight
+//! (and recycles their buffers), so memory stays within the budget whatever the file size.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Mutex};
+
+use super::Duplicates;
+use crate::error::SyntaxError;
+use crate::value::{canonical_nan, Index};
+
+/// Lines longer than this are rejected (as by the sequential readers).
+pub(crate) const MAX_LINE: usize = 16 << 20;
+
+/// How one line of a text format is parsed: coordinates (0-based, mode order) and the value,
+/// `None` for a line without an entry (comment, blank), or the column and kind of an error.
+pub(crate) trait LineSyntax: Sync {
+    fn parse(&self, line: &[u8], coords: &mut [u64]) -> Result<Option<f64>, (u64, SyntaxError)>;
+}
+
+/// What the packing of every block needs to know.
+pub(crate) struct Plan {
+    /// Mode of each level.
+    pub order: Vec<usize>,
+    /// Level 0 is dense (its children's positions are indexed by coordinate, not by node).
+    pub dense_top: bool,
+    pub duplicates: Duplicates,
+}
+
+/// Why a block stopped before its end.
+#[derive(Debug)]
+pub(crate) enum Stop {
+    /// A syntax error at a 1-based line of the block.
+    Syntax {
+        line: u64,
+        column: u64,
+        kind: SyntaxError,
+    },
+    /// An entry came before the one above it in storage order.
+    Unsorted,
+    /// A repeated entry (level-order coordinates) with `--duplicates error`.
+    Duplicate(Vec<u64>),
+    /// A coordinate too large for the coordinate width.
+    Overflow(u64),
+    Io(std::io::Error),
+    /// A line longer than [`MAX_LINE`] starts in this block.
+    LongLine,
+}
+
+/// The level arrays of one block, as if the block were the whole input.
+#[derive(Default)]
+pub(crate) struct Piece<I> {
+    /// Per level: coordinates of the nodes the block starts (empty for a dense level).
+    pub crd: Vec<Vec<I>>,
+    /// Per level k >= 1 under a compressed parent: for every node the block starts at level
+    /// k-1, where its children begin in `crd[k]` (counted from the block's beginning).
+    pub pos: Vec<Vec<I>>,
+    /// Under a dense level 0: (coordinate, where its children begin in `crd[1]`) per node.
+    pub starts: Vec<(u64, I)>,
+    /// One value per distinct entry, duplicates summed left to right (the last one may still
+    /// grow in the next block).
+    pub vals: Vec<f64>,
+    /// The values of the first entry's duplicates, in order: the previous block's last entry
+    /// may have the same coordinates, and then these are added to its value one by one.
+    pub head: Vec<f64>,
+    /// Level-order coordinates of the first and the last entry.
+    pub first: Vec<u64>,
+    pub last: Vec<u64>,
+    /// Largest coordinate per level.
+    pub max: Vec<u64>,
+    /// Lines holding entries.
+    pub entries: u64,
+    /// Newlines in the block (for line numbers of later blocks).
+    pub newlines: u64,
+    /// Bytes of the block.
+    pub bytes: u64,
+    /// True when the block's last line has no newline (the file's last line).
+    pub open_last_line: bool,
+    pub stop: Option<Stop>,
+}
+
+impl<I> Piece<I> {
+    fn reset(&mut self, rank: usize) {
+        for v in [&mut self.crd, &mut self.pos] {
+            v.resize_with(rank, Vec::new);
+            v.iter_mut().for_each(Vec::clear);
+        }
+        self.starts.clear();
+        self.vals.clear();
+        self.head.clear();
+        self.first.clear();
+        self.last.clear();
+        self.max.clear();
+        self.max.resize(rank, 0);
+        self.entries = 0;
+        self.newlines = 0;
+        self.bytes = 0;
+        self.open_last_line = false;
+        self.stop = None;
+    }
+}
+
+/// Bytes of a piece per byte of text at most: the shortest line (one digit per field) holds
+/// `rank + 1` fields in `2 (rank + 1)` bytes, and its entry packs into at most `rank`
+/// coordinates, `rank - 1` positions (or a start pair) and a value.
+pub(crate) fn piece_bytes_per_text_byte(rank: usize, index_bytes: usize) -> usize {
+    let entry = rank * index_bytes + rank.saturating_sub(1) * index_bytes + 8 + 16;
+    entry.div_ceil(2 * (rank + 1))
+}
+
+/// The blocks of a file's data section `[start, len)`, `size` bytes each.
+pub(crate) struct Blocks {
+    pub file: File,
+    pub start: u64,
+    pub len: u64,
+    pub size: u64,
+}
+
+impl Blocks {
+    pub fn count(&self) -> usize {
+        (self.len.saturating_sub(self.start)).div_ceil(self.size) as usize
+    }
+
+    /// Reads into `buf` the lines that start in block `i` (the last one to its end) and
+    /// returns where they begin in `buf`; `Err(None)` for a line longer than [`MAX_LINE`].
+    fn read(&self, i: usize, buf: &mut Vec<u8>) -> Result<usize, Option<std::io::Error>> {
+        let lo = self.start + i as u64 * self.size;
+        let hi = (lo + self.size).min(self.len);
+        // One byte before the block says whether the block begins at a line start.
+        let from = if i == 0 { lo } else { lo - 1 };
+        buf.clear();
+        read_range(&self.file, from, hi, buf).map_err(Some)?;
+        let begin = if i == 0 {
+            0
+        } else {
+            match memchr::memchr(b'\n', buf) {
+                Some(j) => j + 1,
+                // No line starts in this block.
+                None => return Ok(buf.len()),
+            }
+        };
+        if begin >= buf.len() {
+            return Ok(buf.len());
+        }
+        // The last line that starts in the block ends at the first newline from `hi - 1` on.
+        let tail = (hi - from) as usize - 1;
+        let mut search = tail;
+        loop {
+            if let Some(j) = memchr::memchr(b'\n', &buf[search..]) {
+                buf.truncate(search + j + 1);
+                break;
+            }
+            let end = from + buf.len() as u64;
+            if end >= self.len {
+                break;
+            }
+            if buf.len() - tail > MAX_LINE {
+                return Err(None);
+            }
+            search = buf.len();
+            read_range(&self.file, end, (end + (64 << 10)).min(self.len), buf).map_err(Some)?;
+        }
+        Ok(begin)
+    }
+}
+
+/// Appends bytes `[from, to)` of `file` to `buf`.
+fn read_range(file: &File, from: u64, to: u64, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    let old = buf.len();
+    let n = (to - from) as usize;
+    buf.resize(old + n, 0);
+    file.read_exact_at(&mut buf[old..], from)
+}
+
+/// Runs `threads` workers over `blocks`, handing each block's piece to `consume` in file
+/// order; at most `in_flight` pieces exist at once. `consume` returns false to stop early.
+pub(crate) fn run<const R: usize, I: Index, S: LineSyntax, E>(
+    blocks: &Blocks,
+    syntax: &S,
+    plan: &Plan,
+    threads: usize,
+    in_flight: usize,
+    mut consume: impl FnMut(&mut Piece<I>) -> Result<bool, E>,
+) -> Result<(), E> {
+    let n = blocks.count();
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let in_flight = in_flight.max(1);
+    // A credit carries a piece to reuse (or none yet).
+    let (credit_tx, credit_rx) = mpsc::sync_channel::<Piece<I>>(in_flight);
+    for _ in 0..in_flight {
+        credit_tx.send(Piece::default()).expect("room for every credit");
+    }
+    let credit_rx = Mutex::new(credit_rx);
+    let (done_tx, done_rx) = mpsc::channel::<(usize, Piece<I>)>();
+    std::thread::scope(|scope| {
+        for _ in 0..threads.clamp(1, in_flight) {
+            let done_tx = done_tx.clone();
+            let (next, stop, credit_rx) = (&next, &stop, &credit_rx);
+            scope.spawn(move || {
+                let mut text = Vec::new();
+                loop {
+                    let credit = credit_rx.lock().map(|rx| rx.recv());
+                    let Ok(Ok(mut piece)) = credit else { return };
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n || stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    piece.reset(R);
+                    match blocks.read(i, &mut text) {
+                        Ok(begin) => {
+                            piece.bytes = text.len() as u64;
+                            pack::<R, I, S>(&text[begin..], syntax, plan, &mut piece);
+                        }
+                        Err(Some(e)) => piece.stop = Some(Stop::Io(e)),
+                        Err(None) => piece.stop = Some(Stop::LongLine),
+                    }
+                    if done_tx.send((i, piece)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(done_tx);
+        let mut waiting = std::collections::BTreeMap::new();
+        let mut result = Ok(());
+        'blocks: for want in 0..n {
+            let mut piece = loop {
+                if let Some(p) = waiting.remove(&want) {
+                    break p;
+                }
+                match done_rx.recv() {
+                    Ok((i, p)) => {
+                        waiting.insert(i, p);
+                    }
+                    Err(_) => break 'blocks,
+                }
+            };
+            match consume(&mut piece) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+            let _ = credit_tx.send(piece);
+        }
+        // Workers waiting for a credit see the channel close; those working finish their
+        // block, find `stop` set and return.
+        stop.store(true, Ordering::Relaxed);
+        drop(credit_tx);
+        drop(done_rx);
+        result
+    })
+}
+
+/// Parses the lines of `text` and packs their entries into `piece`.
+fn pack<const R: usize, I: Index, S: LineSyntax>(
+    text: &[u8],
+    syntax: &S,
+    plan: &Plan,
+    piece: &mut Piece<I>,
+) {
+    let mut order = [0usize; R];
+    order.copy_from_slice(&plan.order);
+    let dense_top = plan.dense_top;
+    let mut coords = [0u64; R];
+    let mut key = [0u64; R];
+    let mut prev = [0u64; R];
+    let mut max = [0u64; R];
+    let mut have = false;
+    let mut in_head = true;
+    let mut line_no = 0u64;
+    let mut at = 0;
+    let Piece {
+        crd,
+        pos,
+        starts,
+        vals,
+        head,
+        ..
+    } = piece;
+    let mut stop = None;
+    while at < text.len() {
+        let nl = memchr::memchr(b'\n', &text[at..]);
+        let end = nl.map_or(text.len(), |j| at + j);
+        let mut line = &text[at..end];
+        at = end + 1;
+        line_no += 1;
+        if let Some(l) = line.strip_suffix(b"\r") {
+            line = l;
+        }
+        let v = match syntax.parse(line, &mut coords) {
+            Ok(Some(v)) => v,
+            Ok(None) => continue,
+            Err((column, kind)) => {
+                stop = Some(Stop::Syntax {
+                    line: line_no,
+                    column,
+                    kind,
+                });
+                break;
+            }
+        };
+        for k in 0..R {
+            key[k] = coords[order[k]];
+        }
+        piece.entries += 1;
+        let f = if have {
+            (0..R).position(|k| key[k] != prev[k]).unwrap_or(R)
+        } else {
+            0
+        };
+        if have {
+            if f == R {
+                if plan.duplicates == Duplicates::Error {
+                    stop = Some(Stop::Duplicate(key.to_vec()));
+                    break;
+                }
+                let last = vals.last_mut().expect("an entry before");
+                *last = canonical_nan(*last + v);
+                if in_head {
+                    head.push(v);
+                }
+                continue;
+            }
+            if key[f] < prev[f] {
+                stop = Some(Stop::Unsorted);
+                break;
+            }
+            in_head = false;
+        } else {
+            head.push(v);
+            piece.first.extend_from_slice(&key);
+        }
+        for k in f..R {
+            let c = key[k];
+            if c > I::MAX_U64 {
+                stop = Some(Stop::Overflow(c));
+                break;
+            }
+            max[k] = max[k].max(c);
+            if k == 0 && dense_top {
+                starts.push((c, I::from_usize(crd[1].len())));
+                continue;
+            }
+            if k > f && !(k == 1 && dense_top) {
+                pos[k].push(I::from_usize(crd[k].len()));
+            }
+            crd[k].push(I::from_usize(c as usize));
+        }
+        if stop.is_some() {
+            break;
+        }
+        vals.push(v);
+        prev = key;
+        have = true;
+    }
+    // Every line ends with a newline but perhaps the file's last one.
+    piece.open_last_line = stop.is_none() && !text.is_empty() && text.last() != Some(&b'\n');
+    piece.newlines = line_no - u64::from(piece.open_last_line);
+    if have {
+        piece.last.extend_from_slice(&prev);
+    }
+    piece.max.copy_from_slice(&max);
+    piece.stop = stop;
+}
