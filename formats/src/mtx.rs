@@ -146,7 +146,12 @@ impl MtxReader {
             rows: self.rows,
             cols: self.cols,
         };
-        Some((syntax, self.lines.consumed(), self.lines.line_no(), self.declared))
+        Some((
+            syntax,
+            self.lines.consumed(),
+            self.lines.line_no(),
+            self.declared,
+        ))
     }
 
     fn syntax(&self, line: u64, column: u64, kind: SyntaxError) -> Error {

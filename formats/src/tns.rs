@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use crate::atomic::AtomicFile;
 use crate::chunks::{parse_threads, Chunk, ParallelParser};
 use crate::error::{Error, Result, SyntaxError};
-use crate::lines::{fields, is_blank, parse_f64, parse_u64, LineReader};
+use crate::lines::{decimal_prefix, fields, is_blank, parse_f64, parse_u64, LineReader};
 use crate::text::{EntryReader, READ_BUFFER};
 
 /// Budget assumed when none is set: room for every worker's blocks.
@@ -229,15 +229,31 @@ pub(crate) fn fast_fields<const VALUE: bool>(line: &[u8], coords: &mut [u64]) ->
         i += 1;
     }
     let start = i;
-    while i < n && !is_space(line[i]) {
-        i += 1;
-    }
-    let v = if VALUE {
-        parse_f64(&line[start..i])?
-    } else if i > start {
-        0.0
+    // The common decimal form converts as it is scanned; anything else ends at the field's
+    // end and goes to the general parser.
+    let fast = if VALUE {
+        decimal_prefix(&line[start..])
+            .filter(|&(_, len)| start + len == n || is_space(line[start + len]))
     } else {
-        return None;
+        None
+    };
+    let v = match fast {
+        Some((v, len)) => {
+            i = start + len;
+            v
+        }
+        None => {
+            while i < n && !is_space(line[i]) {
+                i += 1;
+            }
+            if VALUE {
+                parse_f64(&line[start..i])?
+            } else if i > start {
+                0.0
+            } else {
+                return None;
+            }
+        }
     };
     while i < n && is_space(line[i]) {
         i += 1;

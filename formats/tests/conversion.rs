@@ -571,8 +571,8 @@ fn text_to_text_keeps_the_dimensions() {
 }
 
 /// Sorted text with runs of duplicates, long enough to span many blocks at a small budget.
-fn sorted_text_case() -> impl Strategy<Value = (usize, Vec<(Vec<u64>, usize)>, bool, u32, bool, bool)>
-{
+fn sorted_text_case(
+) -> impl Strategy<Value = (usize, Vec<(Vec<u64>, usize)>, bool, u32, bool, bool)> {
     (1usize..=4).prop_flat_map(|rank| {
         let coord = proptest::collection::vec(0u64..4, rank);
         (
@@ -588,7 +588,16 @@ fn sorted_text_case() -> impl Strategy<Value = (usize, Vec<(Vec<u64>, usize)>, b
 
 /// Values whose sums depend on the order of addition, and the special ones kept bit for bit.
 const VALUES: [&str; 10] = [
-    "0.1", "0.2", "0.3", "1e-17", "-0.7", "0.3333333333333333", "nan", "inf", "-inf", "-0",
+    "0.1",
+    "0.2",
+    "0.3",
+    "1e-17",
+    "-0.7",
+    "0.3333333333333333",
+    "nan",
+    "inf",
+    "-inf",
+    "-0",
 ];
 
 proptest! {
@@ -651,6 +660,16 @@ fn errors_in_later_blocks_name_their_line() {
         ..ConvertOptions::default()
     };
     let err = convert(&input, &dir.path().join("o.tcs"), &opts, &NoProgress).unwrap_err();
-    assert!(matches!(err, Error::Syntax { line: 20001, column: 7, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Syntax {
+                line: 20001,
+                column: 7,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert_eq!(dir_names(dir.path()), vec!["late.tns"]);
 }

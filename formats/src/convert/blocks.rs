@@ -11,9 +11,11 @@
 //! (and recycles their buffers), so memory stays within the budget whatever the file size.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex};
+
+use memmap2::{Mmap, MmapOptions};
 
 use super::Duplicates;
 use crate::error::SyntaxError;
@@ -131,55 +133,56 @@ impl Blocks {
         (self.len.saturating_sub(self.start)).div_ceil(self.size) as usize
     }
 
-    /// Reads into `buf` the lines that start in block `i` (the last one to its end) and
-    /// returns where they begin in `buf`; `Err(None)` for a line longer than [`MAX_LINE`].
-    fn read(&self, i: usize, buf: &mut Vec<u8>) -> Result<usize, Option<std::io::Error>> {
+    /// Maps the lines that start in block `i` (the last one to its end): the mapping and
+    /// where those lines lie in it; `Err(None)` for a line longer than [`MAX_LINE`]. Each
+    /// block is a mapping of its own, unmapped once packed, so that the resident text stays
+    /// within the blocks in flight however large the file.
+    fn map(&self, i: usize) -> Result<(Mmap, Range<usize>), Option<std::io::Error>> {
         let lo = self.start + i as u64 * self.size;
         let hi = (lo + self.size).min(self.len);
         // One byte before the block says whether the block begins at a line start.
         let from = if i == 0 { lo } else { lo - 1 };
-        buf.clear();
-        read_range(&self.file, from, hi, buf).map_err(Some)?;
-        let begin = if i == 0 {
-            0
-        } else {
-            match memchr::memchr(b'\n', buf) {
-                Some(j) => j + 1,
-                // No line starts in this block.
-                None => return Ok(buf.len()),
-            }
-        };
-        if begin >= buf.len() {
-            return Ok(buf.len());
-        }
-        // The last line that starts in the block ends at the first newline from `hi - 1` on.
-        let tail = (hi - from) as usize - 1;
-        let mut search = tail;
+        let own = (hi - from) as usize;
+        let mut extra = 64u64 << 10;
         loop {
-            if let Some(j) = memchr::memchr(b'\n', &buf[search..]) {
-                buf.truncate(search + j + 1);
-                break;
+            let to = (hi + extra).min(self.len);
+            let map = map_range(&self.file, from, to).map_err(Some)?;
+            let begin = if i == 0 {
+                0
+            } else {
+                // No newline in the block: no line starts in it.
+                memchr::memchr(b'\n', &map[..own]).map_or(own, |j| j + 1)
+            };
+            if begin >= own {
+                return Ok((map, own..own));
             }
-            let end = from + buf.len() as u64;
-            if end >= self.len {
-                break;
+            // The last line that starts in the block ends at the first newline from `hi - 1`.
+            match memchr::memchr(b'\n', &map[own - 1..]) {
+                Some(j) => return Ok((map, begin..own + j)),
+                None if to == self.len => {
+                    let end = map.len();
+                    return Ok((map, begin..end));
+                }
+                None if extra as usize > MAX_LINE => return Err(None),
+                None => extra *= 4,
             }
-            if buf.len() - tail > MAX_LINE {
-                return Err(None);
-            }
-            search = buf.len();
-            read_range(&self.file, end, (end + (64 << 10)).min(self.len), buf).map_err(Some)?;
         }
-        Ok(begin)
     }
 }
 
-/// Appends bytes `[from, to)` of `file` to `buf`.
-fn read_range(file: &File, from: u64, to: u64, buf: &mut Vec<u8>) -> std::io::Result<()> {
-    let old = buf.len();
-    let n = (to - from) as usize;
-    buf.resize(old + n, 0);
-    file.read_exact_at(&mut buf[old..], from)
+/// Maps bytes `[from, to)` of `file` read-only.
+fn map_range(file: &File, from: u64, to: u64) -> std::io::Result<Mmap> {
+    // SAFETY: a mapping of a file is sound as long as the file does not change under it;
+    // the input is a file the user asked to convert, which nothing in this process writes.
+    // Another process truncating it meanwhile could fault the read (SIGBUS), as with any
+    // tool that maps its input; this is the one place text is mapped.
+    unsafe {
+        MmapOptions::new()
+            .offset(from)
+            .len((to - from) as usize)
+            .populate()
+            .map(file)
+    }
 }
 
 /// Runs `threads` workers over `blocks`, handing each block's piece to `consume` in file
@@ -199,7 +202,9 @@ pub(crate) fn run<const R: usize, I: Index, S: LineSyntax, E>(
     // A credit carries a piece to reuse (or none yet).
     let (credit_tx, credit_rx) = mpsc::sync_channel::<Piece<I>>(in_flight);
     for _ in 0..in_flight {
-        credit_tx.send(Piece::default()).expect("room for every credit");
+        credit_tx
+            .send(Piece::default())
+            .expect("room for every credit");
     }
     let credit_rx = Mutex::new(credit_rx);
     let (done_tx, done_rx) = mpsc::channel::<(usize, Piece<I>)>();
@@ -207,27 +212,24 @@ pub(crate) fn run<const R: usize, I: Index, S: LineSyntax, E>(
         for _ in 0..threads.clamp(1, in_flight) {
             let done_tx = done_tx.clone();
             let (next, stop, credit_rx) = (&next, &stop, &credit_rx);
-            scope.spawn(move || {
-                let mut text = Vec::new();
-                loop {
-                    let credit = credit_rx.lock().map(|rx| rx.recv());
-                    let Ok(Ok(mut piece)) = credit else { return };
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= n || stop.load(Ordering::Relaxed) {
-                        return;
+            scope.spawn(move || loop {
+                let credit = credit_rx.lock().map(|rx| rx.recv());
+                let Ok(Ok(mut piece)) = credit else { return };
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n || stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                piece.reset(R);
+                match blocks.map(i) {
+                    Ok((text, lines)) => {
+                        piece.bytes = (lines.end - lines.start) as u64;
+                        pack::<R, I, S>(&text[lines], syntax, plan, &mut piece);
                     }
-                    piece.reset(R);
-                    match blocks.read(i, &mut text) {
-                        Ok(begin) => {
-                            piece.bytes = text.len() as u64;
-                            pack::<R, I, S>(&text[begin..], syntax, plan, &mut piece);
-                        }
-                        Err(Some(e)) => piece.stop = Some(Stop::Io(e)),
-                        Err(None) => piece.stop = Some(Stop::LongLine),
-                    }
-                    if done_tx.send((i, piece)).is_err() {
-                        return;
-                    }
+                    Err(Some(e)) => piece.stop = Some(Stop::Io(e)),
+                    Err(None) => piece.stop = Some(Stop::LongLine),
+                }
+                if done_tx.send((i, piece)).is_err() {
+                    return;
                 }
             });
         }
@@ -283,13 +285,12 @@ fn pack<const R: usize, I: Index, S: LineSyntax>(
     let mut in_head = true;
     let mut line_no = 0u64;
     let mut at = 0;
+    // The level arrays as fixed-size arrays of their own, so that the loops over levels
+    // unroll and index without bounds checks; given back at the end.
+    let mut crd: [Vec<I>; R] = std::array::from_fn(|k| std::mem::take(&mut piece.crd[k]));
+    let mut pos: [Vec<I>; R] = std::array::from_fn(|k| std::mem::take(&mut piece.pos[k]));
     let Piece {
-        crd,
-        pos,
-        starts,
-        vals,
-        head,
-        ..
+        starts, vals, head, ..
     } = piece;
     let mut stop = None;
     while at < text.len() {
@@ -366,6 +367,10 @@ fn pack<const R: usize, I: Index, S: LineSyntax>(
         vals.push(v);
         prev = key;
         have = true;
+    }
+    for (k, (c, p)) in crd.iter_mut().zip(&mut pos).enumerate() {
+        piece.crd[k] = std::mem::take(c);
+        piece.pos[k] = std::mem::take(p);
     }
     // Every line ends with a newline but perhaps the file's last one.
     piece.open_last_line = stop.is_none() && !text.is_empty() && text.last() != Some(&b'\n');

@@ -170,6 +170,10 @@ pub fn text_to_tcs(
     opts: &ConvertOptions,
     progress: &dyn Progress,
 ) -> Result<ConvertReport> {
+    let opts = &ConvertOptions {
+        memory: working_memory(opts.memory),
+        ..opts.clone()
+    };
     let reader = open_text(input)?;
     let rank = reader.rank();
     let format = match &opts.format {
@@ -190,12 +194,25 @@ pub fn text_to_tcs(
             .unwrap_or_else(|| ".".into()),
     };
     let has_dense = format.levels().contains(&LevelType::Dense);
-    if !opts.force_external_sort && stitch::supports(&format) && (declared.is_some() || !has_dense) {
+    if !opts.force_external_sort && stitch::supports(&format) && (declared.is_some() || !has_dense)
+    {
         let done = match FileKind::of(input)? {
             FileKind::Tns => {
                 let dims = declared.clone();
                 let syntax = crate::tns::TnsSyntax { dims: dims.clone() };
-                fast(input, syntax, 0, 0, dims, None, output, &format, opts, &temp_parent, progress)?
+                fast(
+                    input,
+                    syntax,
+                    0,
+                    0,
+                    dims,
+                    None,
+                    output,
+                    &format,
+                    opts,
+                    &temp_parent,
+                    progress,
+                )?
             }
             _ => match crate::mtx::MtxReader::open(input)?.block_input() {
                 Some((syntax, start, lines, entries)) => fast(
@@ -338,6 +355,13 @@ fn fast<S: LineSyntax>(
             stitch::Outcome::Fallback => None,
         },
     )
+}
+
+/// The part of the memory budget the conversion's buffers and runs may take: the process
+/// itself (its code, stacks, the allocator's own keeping) needs about 4 MiB whatever they
+/// take, which matters under a small budget.
+fn working_memory(budget: usize) -> usize {
+    budget - (budget / 4).min(4 << 20)
 }
 
 /// Unsorted input: external merge sort, then one pass over the merged runs.

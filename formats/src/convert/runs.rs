@@ -39,10 +39,10 @@ pub(crate) fn sort_runs(
     reader.set_memory_budget(opts.memory);
     let rank = reader.rank();
     let per_entry = 8 * (rank + 1);
-    // Half the budget, less about 16 MiB of fixed buffers (the parser's blocks in flight are
-    // bounded by a quarter of the budget; writers and the process itself take the rest),
-    // holds the run being collected.
-    let run_bytes = (opts.memory / 2).saturating_sub(16 << 20).max(64 << 10);
+    // A quarter of the budget holds the run being collected; sorting a part of it stably
+    // takes a scratch half its size, the parser's blocks in flight an eighth (see
+    // `chunks`), and the rest is left to the process and to what the allocator keeps.
+    let run_bytes = (opts.memory / 4).max(64 << 10);
     let cap = opts
         .run_entries
         .unwrap_or(run_bytes / per_entry)
@@ -54,6 +54,7 @@ pub(crate) fn sort_runs(
     let mut run = RunBuffer {
         rank,
         recs: Vec::with_capacity(cap * (rank + 1)),
+        writer_buffer: merge_buffer(opts.memory),
     };
     let mut runs = Vec::new();
     let threads = crate::chunks::parse_threads();
@@ -125,7 +126,7 @@ pub(crate) fn sort_runs(
     let buffer = merge_buffer(opts.memory);
     let fan_in = opts
         .fan_in
-        .unwrap_or((opts.memory / 2 / buffer).max(2))
+        .unwrap_or((opts.memory / 3 / buffer).max(2))
         .max(2);
     let run_count = runs.len();
     let mut merge_rounds = 0;
@@ -138,7 +139,7 @@ pub(crate) fn sort_runs(
             let path = temp.path().join(format!("run-{next_id}"));
             next_id += 1;
             let narrow = group.iter().all(|r| r.narrow);
-            let mut out = RunWriter::create(&path, narrow)?;
+            let mut out = RunWriter::create(&path, narrow, buffer)?;
             // Consecutive runs merge into one that keeps their place in input order; sums
             // wait for the final merge (see `spill`), only rejection happens here.
             let mut dedup = Dedup {
@@ -190,6 +191,8 @@ pub(crate) struct Run {
 pub(crate) struct RunBuffer {
     rank: usize,
     recs: Vec<u64>,
+    /// Bytes buffered by each run writer.
+    writer_buffer: usize,
 }
 
 impl RunBuffer {
@@ -231,7 +234,7 @@ impl RunBuffer {
     ) -> Result<Vec<Run>> {
         let stride = self.rank + 1;
         let per_piece = self.len().div_ceil(pieces.max(1)).max(1) * stride;
-        let rank = self.rank;
+        let (rank, writer_buffer) = (self.rank, self.writer_buffer);
         let results: Vec<Result<Run>> = std::thread::scope(|scope| {
             let handles: Vec<_> = self
                 .recs
@@ -248,7 +251,7 @@ impl RunBuffer {
                         let narrow = recs
                             .chunks_exact(rank + 1)
                             .all(|r| r[..rank].iter().all(|&c| c <= u64::from(u32::MAX)));
-                        let mut out = RunWriter::create(&path, narrow)?;
+                        let mut out = RunWriter::create(&path, narrow, writer_buffer)?;
                         out.write_records(recs, rank)?;
                         out.finish()?;
                         Ok(Run { path, narrow })
@@ -380,11 +383,11 @@ struct RunWriter {
 }
 
 impl RunWriter {
-    fn create(path: &Path, narrow: bool) -> Result<Self> {
+    fn create(path: &Path, narrow: bool, buffer: usize) -> Result<Self> {
         let f = File::create(path).map_err(|e| Error::io(path, e))?;
         Ok(RunWriter {
             path: path.to_path_buf(),
-            out: BufWriter::with_capacity(1 << 20, f),
+            out: BufWriter::with_capacity(buffer, f),
             narrow,
         })
     }
@@ -428,6 +431,8 @@ struct RunReader {
     input: BufReader<File>,
     record: Vec<u8>,
     key: Vec<u64>,
+    /// A narrow key of up to 4 coordinates as one number, ordered as the key.
+    packed: u128,
     value: f64,
     narrow: bool,
 }
@@ -442,6 +447,7 @@ impl RunReader {
             input: BufReader::with_capacity(buffer, f),
             record: vec![0; width * rank + 8],
             key: vec![0; rank],
+            packed: 0,
             value: 0.0,
             narrow: run.narrow,
         })
@@ -455,8 +461,10 @@ impl RunReader {
             Err(e) => return Err(Error::io(&self.path, e)),
         }
         if self.narrow {
+            self.packed = 0;
             for (k, chunk) in self.key.iter_mut().zip(self.record.chunks_exact(4)) {
                 *k = u64::from(u32::from_le_bytes(chunk.try_into().expect("4 bytes")));
+                self.packed = (self.packed << 32) | u128::from(*k);
             }
         } else {
             for (k, chunk) in self.key.iter_mut().zip(self.record.chunks_exact(8)) {
@@ -486,8 +494,22 @@ fn merge(
             readers.push(r);
         }
     }
+    // Narrow keys of up to 4 coordinates compare as one 128-bit number (most of a merge's
+    // time is comparisons); others compare coordinate by coordinate.
+    if rank <= 4 && paths.iter().all(|r| r.narrow) {
+        merge_heap(readers, f, |rs, a, b| (rs[a].packed, a) < (rs[b].packed, b))
+    } else {
+        merge_heap(readers, f, |rs, a, b| (&rs[a].key, a) < (&rs[b].key, b))
+    }
+}
+
+/// The k-way merge of open runs by a binary min-heap under `less`.
+fn merge_heap(
+    mut readers: Vec<RunReader>,
+    f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
+    less: impl Fn(&[RunReader], usize, usize) -> bool + Copy,
+) -> Result<()> {
     let mut heap: Vec<usize> = (0..readers.len()).collect();
-    let less = |rs: &[RunReader], a: usize, b: usize| (&rs[a].key, a) < (&rs[b].key, b);
     for i in (0..heap.len() / 2).rev() {
         sift_down(&mut heap, i, &readers, less);
     }
@@ -578,7 +600,7 @@ mod tests {
             rank in 0usize..11,
             raw in proptest::collection::vec((proptest::collection::vec(0u64..3, 10), -3i32..4), 0..40),
         ) {
-            let mut run = RunBuffer { rank, recs: Vec::new() };
+            let mut run = RunBuffer { rank, recs: Vec::new(), writer_buffer: 4096 };
             let mut reference: std::collections::BTreeMap<Vec<u64>, f64> = Default::default();
             for (key, v) in &raw {
                 run.recs.extend_from_slice(&key[..rank]);

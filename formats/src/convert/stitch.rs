@@ -129,9 +129,10 @@ fn typed<const R: usize, I: Index, V: Value, S: LineSyntax>(
     };
     let mut st = Stitcher::<I, V, S>::new(input, output, format, opts, temp_dir)?;
     progress.stage("convert", len);
-    let ran = blocks::run::<R, I, S, Error>(&blocks, &input.syntax, &plan, threads, in_flight, |p| {
-        st.take(p, progress)
-    });
+    let ran =
+        blocks::run::<R, I, S, Error>(&blocks, &input.syntax, &plan, threads, in_flight, |p| {
+            st.take(p, progress)
+        });
     progress.end_stage();
     ran?;
     if st.fallback || input.entries.is_some_and(|n| n != st.entries_read) {
@@ -185,7 +186,8 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
     ) -> Result<Self> {
         let rank = format.rank();
         let spool = || -> Result<Spool> {
-            let file = tempfile::tempfile_in(temp_dir).map_err(|e| spool_err(output, temp_dir, e))?;
+            let file =
+                tempfile::tempfile_in(temp_dir).map_err(|e| spool_err(output, temp_dir, e))?;
             Ok(Spool {
                 file,
                 crc: crc32fast::Hasher::new(),
@@ -331,7 +333,11 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
             out.resize(out.len() + n, s);
             self.filled = row + 1;
         }
-        let r = write(self.pos[1].as_mut().expect("a pos spool"), &out, self.output);
+        let r = write(
+            self.pos[1].as_mut().expect("a pos spool"),
+            &out,
+            self.output,
+        );
         self.scratch_i = out;
         r
     }
@@ -411,7 +417,11 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
             } else {
                 continue;
             };
-            write(self.pos[k].as_mut().expect("a pos spool"), &tail, self.output)?;
+            write(
+                self.pos[k].as_mut().expect("a pos spool"),
+                &tail,
+                self.output,
+            )?;
         }
         let counts: Vec<u64> = (0..rank)
             .map(|k| match self.format.levels()[k] {
