@@ -89,10 +89,50 @@ pub(crate) struct Piece<I> {
     /// True when the block's last line has no newline (the file's last line).
     pub open_last_line: bool,
     pub stop: Option<Stop>,
+    /// Writes of this piece's arrays the consumer laid out, done by the worker that takes
+    /// the piece next (so that the consumer, the serial part, only computes where).
+    pub writes: Vec<Deferred>,
+}
+
+/// A part of a piece's array to be written at a byte offset of a file.
+#[derive(Debug)]
+pub(crate) struct Deferred {
+    pub file: usize,
+    pub at: u64,
+    pub array: PieceArray,
+    pub range: Range<usize>,
+}
+
+/// Which array of a piece.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum PieceArray {
+    Crd(usize),
+    Pos(usize),
+    Vals,
+}
+
+impl<I: Index> Piece<I> {
+    /// Does the deferred writes into `files`; the first failure is kept in `failed`.
+    pub fn write_deferred(&mut self, files: &[File], failed: &Mutex<Option<std::io::Error>>) {
+        use std::os::unix::fs::FileExt;
+        for w in self.writes.drain(..) {
+            let bytes: &[u8] = match w.array {
+                PieceArray::Crd(k) => bytemuck::cast_slice(&self.crd[k][w.range]),
+                PieceArray::Pos(k) => bytemuck::cast_slice(&self.pos[k][w.range]),
+                PieceArray::Vals => bytemuck::cast_slice(&self.vals[w.range]),
+            };
+            if let Err(e) = files[w.file].write_all_at(bytes, w.at) {
+                if let Ok(mut f) = failed.lock() {
+                    f.get_or_insert(e);
+                }
+            }
+        }
+    }
 }
 
 impl<I> Piece<I> {
     fn reset(&mut self, rank: usize) {
+        self.writes.clear();
         for v in [&mut self.crd, &mut self.pos] {
             v.resize_with(rank, Vec::new);
             v.iter_mut().for_each(Vec::clear);
@@ -187,12 +227,14 @@ fn map_range(file: &File, from: u64, to: u64) -> std::io::Result<Mmap> {
 
 /// Runs `threads` workers over `blocks`, handing each block's piece to `consume` in file
 /// order; at most `in_flight` pieces exist at once. `consume` returns false to stop early.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run<const R: usize, I: Index, S: LineSyntax, E>(
     blocks: &Blocks,
     syntax: &S,
     plan: &Plan,
     threads: usize,
     in_flight: usize,
+    before_reuse: &(dyn Fn(&mut Piece<I>) + Sync),
     mut consume: impl FnMut(&mut Piece<I>) -> Result<bool, E>,
 ) -> Result<(), E> {
     let n = blocks.count();
@@ -215,6 +257,7 @@ pub(crate) fn run<const R: usize, I: Index, S: LineSyntax, E>(
             scope.spawn(move || loop {
                 let credit = credit_rx.lock().map(|rx| rx.recv());
                 let Ok(Ok(mut piece)) = credit else { return };
+                before_reuse(&mut piece);
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= n || stop.load(Ordering::Relaxed) {
                     return;
@@ -264,7 +307,14 @@ pub(crate) fn run<const R: usize, I: Index, S: LineSyntax, E>(
         drop(credit_tx);
         drop(done_rx);
         result
-    })
+    })?;
+    // Pieces handed back after the workers stopped still hold their deferred writes.
+    if let Ok(rx) = credit_rx.into_inner() {
+        for mut piece in rx.try_iter() {
+            before_reuse(&mut piece);
+        }
+    }
+    Ok(())
 }
 
 /// Parses the lines of `text` and packs their entries into `piece`.

@@ -6,10 +6,11 @@
 //! levels (CSR and its higher-order kin), of rank 1 to 4. Others take the general path.
 
 use std::fs::File;
-use std::io::Write;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
-use super::blocks::{self, Blocks, LineSyntax, Piece, Plan, Stop, MAX_LINE};
+use super::blocks::{self, Blocks, Deferred, LineSyntax, Piece, PieceArray, Plan, Stop, MAX_LINE};
 use super::build::{check_dense_size, check_width, layout};
 use super::{duplicate_error, ConvertOptions, Duplicates, Progress};
 use crate::error::{Error, Result};
@@ -127,29 +128,61 @@ fn typed<const R: usize, I: Index, V: Value, S: LineSyntax>(
         dense_top,
         duplicates: opts.duplicates,
     };
-    let mut st = Stitcher::<I, V, S>::new(input, output, format, opts, temp_dir)?;
+    // One spool per array of the output, in header order.
+    let arrays = 1 + 2 * format
+        .levels()
+        .iter()
+        .filter(|&&t| t == LevelType::Compressed)
+        .count();
+    let files = (0..arrays)
+        .map(|_| tempfile::tempfile_in(temp_dir).map_err(|e| spool_err(output, temp_dir, e)))
+        .collect::<Result<Vec<File>>>()?;
+    let failed = Mutex::new(None);
+    let mut st = Stitcher::<I, V, S>::new(input, output, format, opts, &files);
     progress.stage("convert", len);
-    let ran =
-        blocks::run::<R, I, S, Error>(&blocks, &input.syntax, &plan, threads, in_flight, |p| {
-            st.take(p, progress)
-        });
+    let write = |p: &mut Piece<I>| p.write_deferred(&files, &failed);
+    let ran = blocks::run::<R, I, S, Error>(
+        &blocks,
+        &input.syntax,
+        &plan,
+        threads,
+        in_flight,
+        &write,
+        |p| st.take(p, progress),
+    );
     progress.end_stage();
     ran?;
+    if let Some(e) = failed.lock().ok().and_then(|mut f| f.take()) {
+        return Err(spool_err(output, temp_dir, e));
+    }
     if st.fallback || input.entries.is_some_and(|n| n != st.entries_read) {
         return Ok(Outcome::Fallback);
     }
     st.finish(progress).map(Outcome::Done)
 }
 
-/// An array spooled to an anonymous temporary file, with its checksum.
+/// An array spooled to an anonymous temporary file (number `file` of the spools): its
+/// length and checksum so far.
 struct Spool {
-    file: File,
+    file: usize,
+    len: u64,
     crc: crc32fast::Hasher,
+}
+
+impl Spool {
+    /// Reserves the next `bytes.len()` bytes for `bytes` and returns where they go.
+    fn reserve(&mut self, bytes: &[u8]) -> u64 {
+        self.crc.update(bytes);
+        let at = self.len;
+        self.len += bytes.len() as u64;
+        at
+    }
 }
 
 /// Joins pieces in file order (see `blocks`).
 struct Stitcher<'a, I, V, S> {
     input: &'a Input<S>,
+    files: &'a [File],
     output: &'a Path,
     format: &'a Format,
     duplicates: Duplicates,
@@ -182,34 +215,37 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
         output: &'a Path,
         format: &'a Format,
         opts: &ConvertOptions,
-        temp_dir: &Path,
-    ) -> Result<Self> {
+        files: &'a [File],
+    ) -> Self {
         let rank = format.rank();
-        let spool = || -> Result<Spool> {
-            let file =
-                tempfile::tempfile_in(temp_dir).map_err(|e| spool_err(output, temp_dir, e))?;
-            Ok(Spool {
-                file,
+        let mut next = 0;
+        let mut spool = || {
+            next += 1;
+            Spool {
+                file: next - 1,
+                len: 0,
                 crc: crc32fast::Hasher::new(),
-            })
+            }
         };
         let dense_top = format.levels()[0] == LevelType::Dense;
         let mut pos = Vec::new();
         let mut crd = Vec::new();
         for k in 0..rank {
             let compressed = format.levels()[k] == LevelType::Compressed;
-            pos.push(if compressed { Some(spool()?) } else { None });
-            crd.push(if compressed { Some(spool()?) } else { None });
+            pos.push(compressed.then(&mut spool));
+            crd.push(compressed.then(&mut spool));
         }
-        Ok(Stitcher {
+        let vals = spool();
+        Stitcher {
             input,
+            files,
             output,
             format,
             duplicates: opts.duplicates,
             dense_top,
             pos,
             crd,
-            vals: spool()?,
+            vals,
             base: vec![0; rank],
             filled: 0,
             last: Vec::new(),
@@ -222,7 +258,7 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
             fallback: false,
             scratch_i: Vec::new(),
             scratch_v: Vec::new(),
-        })
+        }
     }
 
     fn overflow(&self, value: u64) -> Error {
@@ -278,11 +314,19 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
             self.pending = Some(canonical_nan(v));
             vals = &vals[1..];
         }
-        if let Some((&last, done)) = vals.split_last() {
+        let first = piece.vals.len() - vals.len();
+        if let Some(&last) = vals.last() {
             if let Some(p) = self.pending.take() {
                 self.emit(&[p])?;
             }
-            self.emit(done)?;
+            let done = first..piece.vals.len() - 1;
+            if V::TYPE == ValueType::F64 {
+                self.entries_written += done.len() as u64;
+                defer_range(&mut self.vals, piece, PieceArray::Vals, done);
+            } else {
+                let done = piece.vals[done].to_vec();
+                self.emit(&done)?;
+            }
             self.pending = Some(last);
         }
         // Arrays: levels above the first new one continue the previous block's nodes.
@@ -303,11 +347,13 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
                     let offset = I::from_usize(offset as usize);
                     add_offset(pos, offset);
                 }
-                write(self.pos[k].as_mut().expect("a pos spool"), pos, self.output)?;
+                let start = usize::from(k <= f);
+                let spool = self.pos[k].as_mut().expect("a pos spool");
+                defer(spool, piece, PieceArray::Pos(k), start);
             }
-            let crd = &piece.crd[k][dropped..];
-            write(self.crd[k].as_mut().expect("a crd spool"), crd, self.output)?;
-            self.base[k] += crd.len() as u64;
+            let spool = self.crd[k].as_mut().expect("a crd spool");
+            defer(spool, piece, PieceArray::Crd(k), dropped);
+            self.base[k] += (piece.crd[k].len() - dropped) as u64;
         }
         for (m, p) in self.max.iter_mut().zip(&piece.max) {
             *m = (*m).max(*p);
@@ -334,6 +380,7 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
             self.filled = row + 1;
         }
         let r = write(
+            self.files,
             self.pos[1].as_mut().expect("a pos spool"),
             &out,
             self.output,
@@ -346,11 +393,19 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
     fn emit(&mut self, vals: &[f64]) -> Result<()> {
         self.entries_written += vals.len() as u64;
         if V::TYPE == ValueType::F64 {
-            return write(&mut self.vals, vals, self.output);
+            return write(self.files, &mut self.vals, vals, self.output);
         }
         self.scratch_v.clear();
         self.scratch_v.extend(vals.iter().map(|&x| V::from_f64(x)));
-        write(&mut self.vals, &self.scratch_v, self.output)
+        write(self.files, &mut self.vals, &self.scratch_v, self.output)
+    }
+
+    /// Copies a spool into array number `array` of the output.
+    fn copy(&self, writer: &TcsWriter, array: usize, s: Spool) -> Result<()> {
+        let mut file = self.files[s.file]
+            .try_clone()
+            .map_err(|e| spool_err(self.output, Path::new("the temporary directory"), e))?;
+        writer.copy_array_from(array, &mut file, s.crc.finalize())
     }
 
     /// The error (or fallback) a piece stopped with; its line counted from the file's start.
@@ -418,6 +473,7 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
                 continue;
             };
             write(
+                self.files,
                 self.pos[k].as_mut().expect("a pos spool"),
                 &tail,
                 self.output,
@@ -442,13 +498,20 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
                 continue;
             }
             for s in [self.pos[k].take(), self.crd[k].take()] {
-                let mut s = s.expect("a spool per array");
-                writer.copy_array_from(array, &mut s.file, s.crc.finalize())?;
+                let s = s.expect("a spool per array");
+                self.copy(&writer, array, s)?;
                 array += 1;
             }
         }
-        let mut s = self.vals;
-        writer.copy_array_from(array, &mut s.file, s.crc.finalize())?;
+        let vals = std::mem::replace(
+            &mut self.vals,
+            Spool {
+                file: 0,
+                len: 0,
+                crc: Default::default(),
+            },
+        );
+        self.copy(&writer, array, vals)?;
         writer.finish()?;
         progress.end_stage();
         Ok(Done {
@@ -460,14 +523,53 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
     }
 }
 
-/// Appends `data` to a spool.
-fn write<T: bytemuck::Pod>(spool: &mut Spool, data: &[T], output: &Path) -> Result<()> {
+/// Appends `data` to a spool now.
+fn write<T: bytemuck::Pod>(
+    files: &[File],
+    spool: &mut Spool,
+    data: &[T],
+    output: &Path,
+) -> Result<()> {
+    use std::os::unix::fs::FileExt;
     let b: &[u8] = bytemuck::cast_slice(data);
-    spool.crc.update(b);
-    spool
-        .file
-        .write_all(b)
+    let at = spool.reserve(b);
+    files[spool.file]
+        .write_all_at(b, at)
         .map_err(|e| spool_err(output, Path::new("the temporary directory"), e))
+}
+
+/// Appends an array of `piece` from element `from` on to a spool, written later by a
+/// worker (see `Piece::writes`).
+fn defer<I: Index>(spool: &mut Spool, piece: &mut Piece<I>, array: PieceArray, from: usize) {
+    let len = match array {
+        PieceArray::Crd(k) => piece.crd[k].len(),
+        PieceArray::Pos(k) => piece.pos[k].len(),
+        PieceArray::Vals => piece.vals.len(),
+    };
+    defer_range(spool, piece, array, from..len);
+}
+
+fn defer_range<I: Index>(
+    spool: &mut Spool,
+    piece: &mut Piece<I>,
+    array: PieceArray,
+    range: Range<usize>,
+) {
+    if range.is_empty() {
+        return;
+    }
+    let bytes: &[u8] = match array {
+        PieceArray::Crd(k) => bytemuck::cast_slice(&piece.crd[k][range.clone()]),
+        PieceArray::Pos(k) => bytemuck::cast_slice(&piece.pos[k][range.clone()]),
+        PieceArray::Vals => bytemuck::cast_slice(&piece.vals[range.clone()]),
+    };
+    let at = spool.reserve(bytes);
+    piece.writes.push(Deferred {
+        file: spool.file,
+        at,
+        array,
+        range,
+    });
 }
 
 /// Adds `offset` to every position (a loop the compiler vectorizes).
