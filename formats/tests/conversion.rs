@@ -570,9 +570,12 @@ fn text_to_text_keeps_the_dimensions() {
     );
 }
 
+/// Rank, entries (coordinates and an index into [`VALUES`]), dense level 0, coordinate
+/// width, f32 values, `.mtx` (for rank 2).
+type SortedTextCase = (usize, Vec<(Vec<u64>, usize)>, bool, u32, bool, bool);
+
 /// Sorted text with runs of duplicates, long enough to span many blocks at a small budget.
-fn sorted_text_case(
-) -> impl Strategy<Value = (usize, Vec<(Vec<u64>, usize)>, bool, u32, bool, bool)> {
+fn sorted_text_case() -> impl Strategy<Value = SortedTextCase> {
     (1usize..=4).prop_flat_map(|rank| {
         let coord = proptest::collection::vec(0u64..4, rank);
         (

@@ -63,21 +63,21 @@ pub(crate) fn convert<S: LineSyntax>(
     temp_dir: &Path,
     progress: &dyn Progress,
 ) -> Result<Outcome> {
+    let job = Job {
+        input,
+        output,
+        format,
+        opts,
+        temp_dir,
+        progress,
+    };
     macro_rules! typed {
         ($r:literal) => {
             match (opts.value_type, opts.index_bits) {
-                (ValueType::F32, 32) => {
-                    typed::<$r, u32, f32, S>(input, output, format, opts, temp_dir, progress)
-                }
-                (ValueType::F32, _) => {
-                    typed::<$r, u64, f32, S>(input, output, format, opts, temp_dir, progress)
-                }
-                (ValueType::F64, 32) => {
-                    typed::<$r, u32, f64, S>(input, output, format, opts, temp_dir, progress)
-                }
-                (ValueType::F64, _) => {
-                    typed::<$r, u64, f64, S>(input, output, format, opts, temp_dir, progress)
-                }
+                (ValueType::F32, 32) => typed::<$r, u32, f32, S>(&job),
+                (ValueType::F32, _) => typed::<$r, u64, f32, S>(&job),
+                (ValueType::F64, 32) => typed::<$r, u32, f64, S>(&job),
+                (ValueType::F64, _) => typed::<$r, u64, f64, S>(&job),
             }
         };
     }
@@ -90,14 +90,25 @@ pub(crate) fn convert<S: LineSyntax>(
     }
 }
 
-fn typed<const R: usize, I: Index, V: Value, S: LineSyntax>(
-    input: &Input<S>,
-    output: &Path,
-    format: &Format,
-    opts: &ConvertOptions,
-    temp_dir: &Path,
-    progress: &dyn Progress,
-) -> Result<Outcome> {
+/// The arguments of a conversion, passed on to its typed body.
+struct Job<'a, S> {
+    input: &'a Input<S>,
+    output: &'a Path,
+    format: &'a Format,
+    opts: &'a ConvertOptions,
+    temp_dir: &'a Path,
+    progress: &'a dyn Progress,
+}
+
+fn typed<const R: usize, I: Index, V: Value, S: LineSyntax>(job: &Job<'_, S>) -> Result<Outcome> {
+    let Job {
+        input,
+        output,
+        format,
+        opts,
+        temp_dir,
+        progress,
+    } = *job;
     let tensor_err = |source| Error::Tensor {
         path: input.path.clone(),
         source,
