@@ -131,7 +131,7 @@ impl<I: Index> Piece<I> {
 }
 
 impl<I> Piece<I> {
-    fn reset(&mut self, rank: usize) {
+    pub fn reset(&mut self, rank: usize) {
         self.writes.clear();
         for v in [&mut self.crd, &mut self.pos] {
             v.resize_with(rank, Vec::new);
@@ -262,14 +262,16 @@ pub(crate) fn run<const R: usize, I: Index, S: LineSyntax, E>(
                 if i >= n || stop.load(Ordering::Relaxed) {
                     return;
                 }
-                piece.reset(R);
                 match blocks.map(i) {
                     Ok((text, lines)) => {
-                        piece.bytes = (lines.end - lines.start) as u64;
+                        let bytes = (lines.end - lines.start) as u64;
                         pack::<R, I, S>(&text[lines], syntax, plan, &mut piece);
+                        piece.bytes = bytes;
                     }
-                    Err(Some(e)) => piece.stop = Some(Stop::Io(e)),
-                    Err(None) => piece.stop = Some(Stop::LongLine),
+                    Err(e) => {
+                        piece.reset(R);
+                        piece.stop = Some(e.map_or(Stop::LongLine, Stop::Io));
+                    }
                 }
                 if done_tx.send((i, piece)).is_err() {
                     return;
@@ -326,22 +328,11 @@ fn pack<const R: usize, I: Index, S: LineSyntax>(
 ) {
     let mut order = [0usize; R];
     order.copy_from_slice(&plan.order);
-    let dense_top = plan.dense_top;
     let mut coords = [0u64; R];
     let mut key = [0u64; R];
-    let mut prev = [0u64; R];
-    let mut max = [0u64; R];
-    let mut have = false;
-    let mut in_head = true;
     let mut line_no = 0u64;
     let mut at = 0;
-    // The level arrays as fixed-size arrays of their own, so that the loops over levels
-    // unroll and index without bounds checks; given back at the end.
-    let mut crd: [Vec<I>; R] = std::array::from_fn(|k| std::mem::take(&mut piece.crd[k]));
-    let mut pos: [Vec<I>; R] = std::array::from_fn(|k| std::mem::take(&mut piece.pos[k]));
-    let Piece {
-        starts, vals, head, ..
-    } = piece;
+    let mut builder = Builder::<R, I>::new(std::mem::take(piece), plan);
     let mut stop = None;
     while at < text.len() {
         let nl = memchr::memchr(b'\n', &text[at..]);
@@ -367,67 +358,120 @@ fn pack<const R: usize, I: Index, S: LineSyntax>(
         for k in 0..R {
             key[k] = coords[order[k]];
         }
+        if let Err(s) = builder.push(key, v) {
+            stop = Some(s);
+            break;
+        }
+    }
+    *piece = builder.finish();
+    // Every line ends with a newline but perhaps the file's last one.
+    piece.open_last_line = stop.is_none() && !text.is_empty() && text.last() != Some(&b'\n');
+    piece.newlines = line_no - u64::from(piece.open_last_line);
+    piece.stop = stop;
+}
+
+/// Packs entries (level-order coordinates) that come in storage order into a piece.
+pub(crate) struct Builder<const R: usize, I> {
+    piece: Piece<I>,
+    /// The level arrays as fixed-size arrays of their own, so that the loops over levels
+    /// unroll and index without bounds checks; given back by [`Builder::finish`].
+    crd: [Vec<I>; R],
+    pos: [Vec<I>; R],
+    prev: [u64; R],
+    max: [u64; R],
+    have: bool,
+    in_head: bool,
+    dense_top: bool,
+    duplicates: Duplicates,
+}
+
+impl<const R: usize, I: Index> Builder<R, I> {
+    /// Starts filling `piece` (emptied first).
+    pub fn new(mut piece: Piece<I>, plan: &Plan) -> Self {
+        piece.reset(R);
+        Builder {
+            crd: std::array::from_fn(|k| std::mem::take(&mut piece.crd[k])),
+            pos: std::array::from_fn(|k| std::mem::take(&mut piece.pos[k])),
+            piece,
+            prev: [0; R],
+            max: [0; R],
+            have: false,
+            in_head: true,
+            dense_top: plan.dense_top,
+            duplicates: plan.duplicates,
+        }
+    }
+
+    /// Distinct entries so far.
+    pub fn len(&self) -> usize {
+        self.piece.vals.len()
+    }
+
+    /// Adds an entry; an error when it comes out of order, repeats one that may not be
+    /// repeated, or has a coordinate too large for the width.
+    #[inline]
+    pub fn push(&mut self, key: [u64; R], v: f64) -> Result<(), Stop> {
+        let piece = &mut self.piece;
         piece.entries += 1;
-        let f = if have {
-            (0..R).position(|k| key[k] != prev[k]).unwrap_or(R)
+        let f = if self.have {
+            (0..R).position(|k| key[k] != self.prev[k]).unwrap_or(R)
         } else {
             0
         };
-        if have {
+        if self.have {
             if f == R {
-                if plan.duplicates == Duplicates::Error {
-                    stop = Some(Stop::Duplicate(key.to_vec()));
-                    break;
+                if self.duplicates == Duplicates::Error {
+                    return Err(Stop::Duplicate(key.to_vec()));
                 }
-                let last = vals.last_mut().expect("an entry before");
+                let last = piece.vals.last_mut().expect("an entry before");
                 *last = canonical_nan(*last + v);
-                if in_head {
-                    head.push(v);
+                if self.in_head {
+                    piece.head.push(v);
                 }
-                continue;
+                return Ok(());
             }
-            if key[f] < prev[f] {
-                stop = Some(Stop::Unsorted);
-                break;
+            if key[f] < self.prev[f] {
+                return Err(Stop::Unsorted);
             }
-            in_head = false;
+            self.in_head = false;
         } else {
-            head.push(v);
+            piece.head.push(v);
             piece.first.extend_from_slice(&key);
         }
         for k in f..R {
             let c = key[k];
             if c > I::MAX_U64 {
-                stop = Some(Stop::Overflow(c));
-                break;
+                return Err(Stop::Overflow(c));
             }
-            max[k] = max[k].max(c);
-            if k == 0 && dense_top {
-                starts.push((c, I::from_usize(crd[1].len())));
+            self.max[k] = self.max[k].max(c);
+            if k == 0 && self.dense_top {
+                piece.starts.push((c, I::from_usize(self.crd[1].len())));
                 continue;
             }
-            if k > f && !(k == 1 && dense_top) {
-                pos[k].push(I::from_usize(crd[k].len()));
+            if k > f && !(k == 1 && self.dense_top) {
+                self.pos[k].push(I::from_usize(self.crd[k].len()));
             }
-            crd[k].push(I::from_usize(c as usize));
+            self.crd[k].push(I::from_usize(c as usize));
         }
-        if stop.is_some() {
-            break;
+        // Values parsed from text are canonical already; sums made by the external sort's
+        // in-memory run (`inf + -inf`) may not be.
+        piece.vals.push(canonical_nan(v));
+        self.prev = key;
+        self.have = true;
+        Ok(())
+    }
+
+    /// The piece, with its arrays, last entry and maxima.
+    pub fn finish(mut self) -> Piece<I> {
+        let mut piece = self.piece;
+        for (k, (c, p)) in self.crd.iter_mut().zip(&mut self.pos).enumerate() {
+            piece.crd[k] = std::mem::take(c);
+            piece.pos[k] = std::mem::take(p);
         }
-        vals.push(v);
-        prev = key;
-        have = true;
+        if self.have {
+            piece.last.extend_from_slice(&self.prev);
+        }
+        piece.max.copy_from_slice(&self.max);
+        piece
     }
-    for (k, (c, p)) in crd.iter_mut().zip(&mut pos).enumerate() {
-        piece.crd[k] = std::mem::take(c);
-        piece.pos[k] = std::mem::take(p);
-    }
-    // Every line ends with a newline but perhaps the file's last one.
-    piece.open_last_line = stop.is_none() && !text.is_empty() && text.last() != Some(&b'\n');
-    piece.newlines = line_no - u64::from(piece.open_last_line);
-    if have {
-        piece.last.extend_from_slice(&prev);
-    }
-    piece.max.copy_from_slice(&max);
-    piece.stop = stop;
 }

@@ -382,6 +382,34 @@ fn sort_and_build(
 ) -> Result<ConvertReport> {
     let sorted = runs::sort_runs(input, format, opts, temp_parent, progress)?;
     let mut source = sorted.source;
+    if stitch::supports(format) {
+        let text = stitch::Input {
+            path: input.to_path_buf(),
+            syntax: (),
+            data_start: 0,
+            lines_before: 0,
+            dims: Some(sorted.dims.clone()),
+            entries: None,
+        };
+        let out = stitch::convert_merged(
+            &mut source,
+            &text,
+            output,
+            format,
+            opts,
+            temp_parent,
+            progress,
+        )?;
+        return Ok(ConvertReport {
+            entries_read: sorted.entries,
+            entries_written: out.entries_written,
+            dims: sorted.dims,
+            presorted: false,
+            runs: sorted.runs,
+            merge_rounds: sorted.merge_rounds,
+            output_bytes: out.bytes,
+        });
+    }
     let out = build::build_spooled(
         &mut source,
         input,

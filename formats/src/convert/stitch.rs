@@ -10,9 +10,11 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::blocks::{self, Blocks, Deferred, LineSyntax, Piece, PieceArray, Plan, Stop, MAX_LINE};
+use super::blocks::{
+    self, Blocks, Builder, Deferred, LineSyntax, Piece, PieceArray, Plan, Stop, MAX_LINE,
+};
 use super::build::{check_dense_size, check_width, layout};
-use super::{duplicate_error, ConvertOptions, Duplicates, Progress};
+use super::{duplicate_error, ConvertOptions, Duplicates, Progress, SortedSource};
 use crate::error::{Error, Result};
 use crate::format::{Format, LevelType};
 use crate::tcs::TcsWriter;
@@ -71,23 +73,135 @@ pub(crate) fn convert<S: LineSyntax>(
         temp_dir,
         progress,
     };
-    macro_rules! typed {
-        ($r:literal) => {
-            match (opts.value_type, opts.index_bits) {
-                (ValueType::F32, 32) => typed::<$r, u32, f32, S>(&job),
-                (ValueType::F32, _) => typed::<$r, u64, f32, S>(&job),
-                (ValueType::F64, 32) => typed::<$r, u32, f64, S>(&job),
-                (ValueType::F64, _) => typed::<$r, u64, f64, S>(&job),
-            }
-        };
+    dispatch!(typed, S, &job, format.rank(), opts)
+}
+
+/// Calls `$body::<R, I, V, $s>($job)` for the rank and the options' widths.
+macro_rules! dispatch {
+    ($body:ident, $s:ty, $job:expr, $rank:expr, $opts:expr) => {{
+        macro_rules! widths {
+            ($r:literal) => {
+                match ($opts.value_type, $opts.index_bits) {
+                    (ValueType::F32, 32) => $body::<$r, u32, f32, $s>($job),
+                    (ValueType::F32, _) => $body::<$r, u64, f32, $s>($job),
+                    (ValueType::F64, 32) => $body::<$r, u32, f64, $s>($job),
+                    (ValueType::F64, _) => $body::<$r, u64, f64, $s>($job),
+                }
+            };
+        }
+        match $rank {
+            1 => widths!(1),
+            2 => widths!(2),
+            3 => widths!(3),
+            4 => widths!(4),
+            r => unreachable!("rank {r} is not packed in blocks (see `supports`)"),
+        }
+    }};
+}
+use dispatch;
+
+/// The external sort's merged entries (`source`, in storage order), packed and written
+/// like sorted text; on one thread, as the merge that feeds it is serial.
+pub(crate) fn convert_merged(
+    source: &mut dyn SortedSource,
+    input: &Input<()>,
+    output: &Path,
+    format: &Format,
+    opts: &ConvertOptions,
+    temp_dir: &Path,
+    progress: &dyn Progress,
+) -> Result<Done> {
+    let job = Job {
+        input,
+        output,
+        format,
+        opts,
+        temp_dir,
+        progress,
+    };
+    let mut job = (job, source);
+    dispatch!(merged, (), &mut job, format.rank(), opts)
+}
+
+/// Entries per piece when packing merged entries.
+const MERGED_PIECE: usize = 1 << 16;
+
+fn merged<const R: usize, I: Index, V: Value, S>(
+    (job, source): &mut (Job<'_, ()>, &mut dyn SortedSource),
+) -> Result<Done> {
+    let Job {
+        input,
+        output,
+        format,
+        opts,
+        temp_dir,
+        progress,
+    } = *job;
+    check_dims::<I, V, ()>(input, format)?;
+    let files = spool_files(format, output, temp_dir)?;
+    let failed = Mutex::new(None);
+    let mut st = Stitcher::<I, V, ()>::new(input, output, format, opts, &files);
+    let plan = Plan {
+        order: (0..R).collect(),
+        dense_top: format.levels()[0] == LevelType::Dense,
+        duplicates: opts.duplicates,
+    };
+    let mut builder = Some(Builder::<R, I>::new(Piece::default(), &plan));
+    // Joins the builder's piece, has its writes done, and starts the next one.
+    let mut flush = |builder: &mut Option<Builder<R, I>>, stop: Option<Stop>| -> Result<()> {
+        let mut piece = builder.take().expect("a builder").finish();
+        piece.bytes = piece.entries;
+        piece.stop = stop;
+        let joined = st.take(&mut piece, progress)?;
+        piece.write_deferred(&files, &failed);
+        if !joined {
+            let e = std::io::Error::other("merged entries came out of order (a bug)");
+            return Err(Error::io(&input.path, e));
+        }
+        *builder = Some(Builder::new(piece, &plan));
+        Ok(())
+    };
+    progress.stage("merge", 0);
+    source.scan(progress, &mut |k, v| {
+        let key: [u64; R] = k.try_into().expect("keys of the tensor's rank");
+        let b = builder.as_mut().expect("a builder");
+        match b.push(key, v) {
+            Err(stop) => flush(&mut builder, Some(stop)),
+            Ok(()) if b.len() >= MERGED_PIECE => flush(&mut builder, None),
+            Ok(()) => Ok(()),
+        }
+    })?;
+    flush(&mut builder, None)?;
+    progress.end_stage();
+    if let Some(e) = failed.lock().ok().and_then(|mut f| f.take()) {
+        return Err(spool_err(output, temp_dir, e));
     }
-    match format.rank() {
-        1 => typed!(1),
-        2 => typed!(2),
-        3 => typed!(3),
-        4 => typed!(4),
-        r => unreachable!("rank {r} is not packed in blocks (see `supports`)"),
+    st.finish(progress)
+}
+
+/// Declared dimensions must fit the coordinate width, and the dense levels' values a file.
+fn check_dims<I: Index, V: Value, S>(input: &Input<S>, format: &Format) -> Result<()> {
+    let tensor_err = |source| Error::Tensor {
+        path: input.path.clone(),
+        source,
+    };
+    if let Some(dims) = &input.dims {
+        check_width::<I>(dims, &[]).map_err(tensor_err)?;
+        check_dense_size::<V>(format, dims).map_err(tensor_err)?;
     }
+    Ok(())
+}
+
+/// One anonymous temporary file per array of the output, in header order.
+fn spool_files(format: &Format, output: &Path, temp_dir: &Path) -> Result<Vec<File>> {
+    let arrays = 1 + 2 * format
+        .levels()
+        .iter()
+        .filter(|&&t| t == LevelType::Compressed)
+        .count();
+    (0..arrays)
+        .map(|_| tempfile::tempfile_in(temp_dir).map_err(|e| spool_err(output, temp_dir, e)))
+        .collect()
 }
 
 /// The arguments of a conversion, passed on to its typed body.
@@ -109,14 +223,7 @@ fn typed<const R: usize, I: Index, V: Value, S: LineSyntax>(job: &Job<'_, S>) ->
         temp_dir,
         progress,
     } = *job;
-    let tensor_err = |source| Error::Tensor {
-        path: input.path.clone(),
-        source,
-    };
-    if let Some(dims) = &input.dims {
-        check_width::<I>(dims, &[]).map_err(tensor_err)?;
-        check_dense_size::<V>(format, dims).map_err(tensor_err)?;
-    }
+    check_dims::<I, V, S>(input, format)?;
     let file = File::open(&input.path).map_err(|e| Error::io(&input.path, e))?;
     let len = file
         .metadata()
@@ -139,15 +246,7 @@ fn typed<const R: usize, I: Index, V: Value, S: LineSyntax>(job: &Job<'_, S>) ->
         dense_top,
         duplicates: opts.duplicates,
     };
-    // One spool per array of the output, in header order.
-    let arrays = 1 + 2 * format
-        .levels()
-        .iter()
-        .filter(|&&t| t == LevelType::Compressed)
-        .count();
-    let files = (0..arrays)
-        .map(|_| tempfile::tempfile_in(temp_dir).map_err(|e| spool_err(output, temp_dir, e)))
-        .collect::<Result<Vec<File>>>()?;
+    let files = spool_files(format, output, temp_dir)?;
     let failed = Mutex::new(None);
     let mut st = Stitcher::<I, V, S>::new(input, output, format, opts, &files);
     progress.stage("convert", len);
