@@ -438,8 +438,7 @@ impl<const R: usize, I: Index> Builder<R, I> {
             piece.head.push(v);
             piece.first.extend_from_slice(&key);
         }
-        for k in f..R {
-            let c = key[k];
+        for (k, &c) in key.iter().enumerate().skip(f) {
             if c > I::MAX_U64 {
                 return Err(Stop::Overflow(c));
             }

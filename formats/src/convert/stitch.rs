@@ -127,7 +127,7 @@ pub(crate) fn convert_merged(
 const MERGED_PIECE: usize = 1 << 16;
 
 fn merged<const R: usize, I: Index, V: Value, S>(
-    (job, source): &mut (Job<'_, ()>, &mut dyn SortedSource),
+    (job, source): &mut (Job<'_, S>, &mut dyn SortedSource),
 ) -> Result<Done> {
     let Job {
         input,
@@ -137,10 +137,10 @@ fn merged<const R: usize, I: Index, V: Value, S>(
         temp_dir,
         progress,
     } = *job;
-    check_dims::<I, V, ()>(input, format)?;
+    check_dims::<I, V, S>(input, format)?;
     let files = spool_files(format, output, temp_dir)?;
     let failed = Mutex::new(None);
-    let mut st = Stitcher::<I, V, ()>::new(input, output, format, opts, &files);
+    let mut st = Stitcher::<I, V, S>::new(input, output, format, opts, &files);
     let plan = Plan {
         order: (0..R).collect(),
         dense_top: format.levels()[0] == LevelType::Dense,
