@@ -12,8 +12,9 @@
 //! the file declares no dimensions (pass one, `scan`, counts; pass two, `build`, writes at
 //! computed offsets). Input found out of order falls back to an external merge sort
 //! (`runs`): sorted runs in temporary files within the memory budget, merged k ways (in
-//! several rounds if there are more runs than buffers), the final merge spooled the same
-//! way. Output goes to a temporary file renamed into place only when complete.
+//! several rounds if there are more runs than buffers); the final merge is packed by the
+//! block packer's `Builder` and `Stitcher` (`stitch::convert_merged`) for the formats it
+//! handles, by the general packer otherwise. Output goes to a temporary file renamed into place only when complete.
 //!
 //! Memory: the budget less what the process itself needs (`working_memory`) is shared out
 //! as block sizes, run sizes and buffer sizes; peak RSS stays within the budget down to
