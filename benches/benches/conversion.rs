@@ -1,15 +1,24 @@
-//! Streaming `.tns` → `.tcs` conversion of a generated tensor, sorted and unsorted, beside
-//! (a) merely reading all its bytes (the I/O floor) and (b) a naive in-memory converter
-//! (read everything, sort, build, write).
+//! Streaming `.tns`/`.mtx` → `.tcs` conversion of generated files beside its floors:
 //!
-//! Each measured job runs in a child process (this program, re-run with
-//! `TESSERA_BENCH_JOB` set) so that its peak RSS is its own. Files are generated once into a
-//! temporary directory and read warm from the page cache, so the floor is memory bandwidth
-//! through `read(2)`, not disk.
+//! - the *parse floor*: the best pass we can write that only tokenizes and parses every number
+//!   of the file (memory-mapped, on every core, digits accumulated by hand, decimals by the
+//!   exact fast path with `fast-float2` behind it) and does nothing else;
+//! - the *read floor*: every byte read once through `read(2)`;
+//! - sorted against unsorted input, and the peak RSS of a sorted and an unsorted conversion at
+//!   each memory budget (the budget is the reference: a ratio ≥ 1 is within it).
+//!
+//! Each measured job runs in a child process (this program, re-run with `TESSERA_BENCH_JOB`
+//! set) so that its peak RSS is its own; jobs are interleaved (floor, read, sorted, unsorted,
+//! .mtx floor, .mtx, in turn) and repeated, and the medians are reported, with each job's CPU
+//! time (user + system, the steadier figure on a shared machine). Files are generated once and
+//! read warm from the page cache.
 //!
 //! Environment:
-//! - `TESSERA_BENCH_CONVERSION_BYTES`: approximate size of each `.tns` (default 1 GiB);
-//! - `TESSERA_BENCH_CONVERSION_MEMORY`: the converter's budget (default 256 MiB);
+//! - `TESSERA_BENCH_CONVERSION_BYTES`: approximate size of each `.tns` (default 256 MiB; the
+//!   issue's figure is for 1 GiB, 40 M entries);
+//! - `TESSERA_BENCH_CONVERSION_REPS`: repetitions (default 3);
+//! - `TESSERA_BENCH_CONVERSION_BUDGETS`: memory budgets in MiB for the RSS rows (default
+//!   `16,64,256`); the timed conversions use the largest;
 //! - `TESSERA_BENCH_DIR`: where to put the files (default: the system temp directory).
 
 use std::io::Read;
@@ -19,9 +28,11 @@ use std::time::Instant;
 
 use tessera_benches::{child_job, env_or, parse_child_peak, peak_rss_bytes, Table};
 use tessera_datasets::generate::{Kind, Spec};
-use tessera_formats::{convert, tcs, ConvertOptions, Format, NoProgress, Packer, Tensor};
+use tessera_formats::{convert, ConvertOptions, NoProgress};
 
 const DIMS: [u64; 3] = [100_000, 100_000, 100_000];
+/// A matrix for the `.mtx` rows.
+const MTX_DIMS: [u64; 2] = [4_000_000, 4_000_000];
 /// Bytes per generated line, about: three 5-6 digit coordinates and a 3-decimal value.
 const LINE_BYTES: u64 = 24;
 
@@ -30,105 +41,108 @@ fn main() {
         run_job(&job, &args);
         return;
     }
-    let bytes = env_or("TESSERA_BENCH_CONVERSION_BYTES", 1 << 30);
-    let memory = env_or("TESSERA_BENCH_CONVERSION_MEMORY", 256 << 20);
+    let bytes = env_or("TESSERA_BENCH_CONVERSION_BYTES", 256u64 << 20);
+    let reps = env_or("TESSERA_BENCH_CONVERSION_REPS", 3usize).max(1);
+    let budgets: Vec<u64> = std::env::var("TESSERA_BENCH_CONVERSION_BUDGETS")
+        .unwrap_or_else(|_| "16,64,256".into())
+        .split(',')
+        .filter_map(|b| b.trim().parse::<u64>().ok())
+        .map(|b| b << 20)
+        .collect();
+    let memory = *budgets.iter().max().unwrap_or(&(256 << 20));
     let parent = std::env::var("TESSERA_BENCH_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| std::env::temp_dir());
     let dir = tempfile::tempdir_in(&parent).expect("temporary directory");
+    let d = dir.path();
     let nnz = bytes / LINE_BYTES;
-    let sorted = dir.path().join("sorted.tns");
-    let unsorted = dir.path().join("unsorted.tns");
+    let (sorted, unsorted, mtx) = (
+        d.join("sorted.tns"),
+        d.join("unsorted.tns"),
+        d.join("m.mtx"),
+    );
     eprintln!(
-        "generating two .tns files of ~{} MiB ({nnz} entries) in {}",
+        "generating .tns files of ~{} MiB ({nnz} entries) and a .mtx in {}",
         bytes >> 20,
-        dir.path().display()
+        d.display()
     );
     let t = Instant::now();
-    generate(&sorted, nnz, true);
-    generate(&unsorted, nnz, false);
+    generate(&sorted, &DIMS, nnz, true);
+    generate(&unsorted, &DIMS, nnz, false);
+    generate(&mtx, &MTX_DIMS, nnz, true);
     eprintln!("generated in {:.1} s", t.elapsed().as_secs_f64());
     let mb = |p: &Path| std::fs::metadata(p).unwrap().len() as f64 / 1e6;
-    let (sorted_mb, unsorted_mb) = (mb(&sorted), mb(&unsorted));
+    let (sorted_mb, unsorted_mb, mtx_mb) = (mb(&sorted), mb(&unsorted), mb(&mtx));
+    let mem = memory.to_string();
+    let out = d.join("out.tcs");
 
-    let floor = child("read", &[&sorted]);
-    let fast = child(
-        "convert",
-        &[
-            &sorted,
-            &dir.path().join("s.tcs"),
-            Path::new(&memory.to_string()),
-        ],
-    );
-    let slow = child(
-        "convert",
-        &[
-            &unsorted,
-            &dir.path().join("u.tcs"),
-            Path::new(&memory.to_string()),
-        ],
-    );
-    let naive_sorted = child("naive", &[&sorted, &dir.path().join("ns.tcs")]);
-    let naive_unsorted = child("naive", &[&unsorted, &dir.path().join("nu.tcs")]);
-    let entries = |r: &Job| r.entries as f64 / r.seconds / 1e6;
+    // Interleaved repetitions: each round runs every job once.
+    let names = ["floor", "read", "sorted", "unsorted", "mtx floor", "mtx"];
+    let mut runs: Vec<Vec<Job>> = names.iter().map(|_| Vec::new()).collect();
+    for rep in 0..reps {
+        eprintln!("round {}/{reps}", rep + 1);
+        runs[0].push(child("floor", &[s(&sorted)]));
+        runs[1].push(child("read", &[s(&sorted)]));
+        runs[2].push(child("convert", &[s(&sorted), s(&out), &mem]));
+        runs[3].push(child("convert", &[s(&unsorted), s(&out), &mem]));
+        runs[4].push(child("floor", &[s(&mtx)]));
+        runs[5].push(child("convert", &[s(&mtx), s(&out), &mem]));
+    }
+    let med: Vec<Job> = runs.iter().map(|r| median(r)).collect();
+    let [floor, read, fast, slow, mtx_floor, mtx_conv] = &med[..] else {
+        unreachable!()
+    };
+    // Peak RSS against the budget, one run per budget (the smallest first).
+    let mut rss = Vec::new();
+    for &b in &budgets {
+        let m = b.to_string();
+        let sp = child("convert", &[s(&sorted), s(&out), &m]);
+        let up = child("convert", &[s(&unsorted), s(&out), &m]);
+        let mp = child("convert", &[s(&mtx), s(&out), &m]);
+        rss.push((b, sp, up, mp));
+    }
 
     let mut table = Table::new(&format!(
-        "conversion .tns -> .tcs (sss, u32, f64), {sorted_mb:.0} MB sorted / {unsorted_mb:.0} MB unsorted, budget {} MiB",
+        "conversion -> .tcs (sss, u32, f64), {sorted_mb:.0} MB sorted / {unsorted_mb:.0} MB unsorted .tns, {mtx_mb:.0} MB sorted .mtx; budget {} MiB; medians of {reps} interleaved rounds",
         memory >> 20
     ));
     table.row(
-        "sorted conversion vs read floor",
+        "sorted .tns vs parse floor",
         "MB/s",
         sorted_mb / fast.seconds,
-        "read all bytes",
+        "parse floor",
         sorted_mb / floor.seconds,
         true,
     );
     table.row(
-        "sorted conversion vs naive",
+        "sorted .tns vs read floor",
         "MB/s",
         sorted_mb / fast.seconds,
-        "naive in-memory",
-        sorted_mb / naive_sorted.seconds,
+        "read floor",
+        sorted_mb / read.seconds,
         true,
     );
     table.row(
-        "unsorted conversion vs naive",
+        "unsorted vs sorted .tns time",
+        "s",
+        slow.seconds,
+        "sorted",
+        fast.seconds,
+        false,
+    );
+    table.row(
+        "sorted .mtx vs parse floor",
         "MB/s",
-        unsorted_mb / slow.seconds,
-        "naive in-memory",
-        unsorted_mb / naive_unsorted.seconds,
+        mtx_mb / mtx_conv.seconds,
+        "parse floor",
+        mtx_mb / mtx_floor.seconds,
         true,
     );
     table.row(
-        "unsorted vs sorted conversion",
-        "MB/s",
-        unsorted_mb / slow.seconds,
-        "tessera sorted",
-        sorted_mb / fast.seconds,
-        true,
-    );
-    table.row(
-        "sorted nonzeros/s",
-        "M/s",
-        entries(&fast),
-        "naive in-memory",
-        entries(&naive_sorted),
-        true,
-    );
-    table.row(
-        "unsorted nonzeros/s",
-        "M/s",
-        entries(&slow),
-        "naive in-memory",
-        entries(&naive_unsorted),
-        true,
-    );
-    table.row(
-        "sorted conversion CPU time",
+        "sorted .tns CPU time vs parse floor",
         "s",
         fast.cpu,
-        "read all bytes",
+        "parse floor",
         floor.cpu,
         false,
     );
@@ -136,40 +150,79 @@ fn main() {
         "unsorted vs sorted CPU time",
         "s",
         slow.cpu,
-        "tessera sorted",
+        "sorted",
         fast.cpu,
         false,
     );
     table.row(
-        "sorted peak RSS",
-        "MiB",
-        mib(fast.peak),
-        "naive in-memory",
-        mib(naive_sorted.peak),
+        "sorted .mtx CPU time vs parse floor",
+        "s",
+        mtx_conv.cpu,
+        "parse floor",
+        mtx_floor.cpu,
         false,
     );
-    table.row(
-        "unsorted peak RSS",
-        "MiB",
-        mib(slow.peak),
-        "naive in-memory",
-        mib(naive_unsorted.peak),
-        false,
-    );
-    table.figure("budget MiB", mib(memory));
-    table.figure("entries sorted", fast.entries as f64);
-    table.figure("entries unsorted", slow.entries as f64);
-    table.figure("read floor peak RSS MiB", mib(floor.peak));
+    for (b, sp, up, mp) in &rss {
+        let budget = mib(*b);
+        table.row(
+            &format!("sorted .tns peak RSS, budget {budget:.0}"),
+            "MiB",
+            mib(sp.peak),
+            "budget",
+            budget,
+            false,
+        );
+        table.row(
+            &format!("unsorted .tns peak RSS, budget {budget:.0}"),
+            "MiB",
+            mib(up.peak),
+            "budget",
+            budget,
+            false,
+        );
+        table.row(
+            &format!("sorted .mtx peak RSS, budget {budget:.0}"),
+            "MiB",
+            mib(mp.peak),
+            "budget",
+            budget,
+            false,
+        );
+        table.figure(
+            &format!("sorted .tns seconds at budget {budget:.0} MiB"),
+            sp.seconds,
+        );
+        table.figure(
+            &format!("unsorted .tns seconds at budget {budget:.0} MiB"),
+            up.seconds,
+        );
+    }
+    table.figure("sorted .tns GB/s", sorted_mb / 1e3 / fast.seconds);
+    table.figure("sorted .tns seconds", fast.seconds);
+    table.figure("parse floor seconds", floor.seconds);
+    table.figure("entries", fast.entries as f64);
+    table.figure("load average at the end", load_average());
     table.print();
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 temporary path")
 }
 
 fn mib(b: u64) -> f64 {
     b as f64 / (1u64 << 20) as f64
 }
 
-fn generate(path: &Path, nnz: u64, sorted: bool) {
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+fn generate(path: &Path, dims: &[u64], nnz: u64, sorted: bool) {
     let spec = Spec {
-        dims: DIMS.to_vec(),
+        dims: dims.to_vec(),
         nnz: Some(nnz),
         density: None,
         kind: Kind::Uniform,
@@ -188,16 +241,23 @@ fn generate(path: &Path, nnz: u64, sorted: bool) {
 }
 
 /// What a child reports.
+#[derive(Clone, Copy)]
 struct Job {
     seconds: f64,
-    /// User + system CPU time of the job (all its threads): on a shared machine this is the
-    /// steadier figure, since wall time includes waiting for a core.
+    /// User + system CPU time of the job (all its threads).
     cpu: f64,
     entries: u64,
     peak: u64,
 }
 
-fn child(job: &str, args: &[&Path]) -> Job {
+/// The job of median wall time.
+fn median(jobs: &[Job]) -> Job {
+    let mut v = jobs.to_vec();
+    v.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    v[v.len() / 2]
+}
+
+fn child(job: &str, args: &[&str]) -> Job {
     let out = Command::new(std::env::current_exe().unwrap())
         .env("TESSERA_BENCH_JOB", job)
         .args(args)
@@ -218,8 +278,12 @@ fn child(job: &str, args: &[&Path]) -> Job {
         peak: parse_child_peak(&stderr).unwrap_or(0),
     };
     eprintln!(
-        "{job:>8} {:?}: {:.2} s ({:.2} CPU s), {} entries, peak RSS {:.0} MiB",
-        args[0].file_name().unwrap(),
+        "{job:>8} {:?} {}: {:.2} s ({:.2} CPU s), {} entries, peak RSS {:.0} MiB",
+        Path::new(args[0]).file_name().unwrap(),
+        args.get(2).map_or(String::new(), |m| format!(
+            "budget {:.0} MiB",
+            mib(m.parse().unwrap_or(0))
+        )),
         r.seconds,
         r.cpu,
         r.entries,
@@ -232,6 +296,7 @@ fn run_job(job: &str, args: &[String]) {
     let t = Instant::now();
     let entries = match job {
         "read" => read_all(Path::new(&args[0])),
+        "floor" => parse_floor(Path::new(&args[0])),
         "convert" => {
             let opts = ConvertOptions {
                 memory: args[2].parse().unwrap(),
@@ -241,7 +306,6 @@ fn run_job(job: &str, args: &[String]) {
                 .expect("convert")
                 .entries_read
         }
-        "naive" => naive(Path::new(&args[0]), Path::new(&args[1])),
         _ => panic!("unknown job {job}"),
     };
     eprintln!("seconds={}", t.elapsed().as_secs_f64());
@@ -265,7 +329,7 @@ fn cpu_seconds() -> f64 {
     f.iter().sum::<f64>() / 100.0
 }
 
-/// The I/O floor: every byte read once through an 8 MiB buffer, newlines counted so the
+/// The read floor: every byte read once through an 8 MiB buffer, newlines counted so the
 /// loop cannot be optimized away.
 fn read_all(path: &Path) -> u64 {
     let mut f = std::fs::File::open(path).unwrap();
@@ -276,66 +340,116 @@ fn read_all(path: &Path) -> u64 {
         if n == 0 {
             return lines;
         }
-        lines += memchr_count(&buf[..n]);
+        lines += buf[..n].iter().filter(|&&c| c == b'\n').count() as u64;
     }
 }
 
-fn memchr_count(b: &[u8]) -> u64 {
-    b.iter().filter(|&&c| c == b'\n').count() as u64
+/// The parse floor: the file mapped, cut at newlines into one part per core, and every
+/// number of every line parsed (all fields but the last as integers, the last as a float);
+/// comment lines (`#`, `%`) skipped. Returns the lines with numbers; the sums keep the
+/// parsing from being optimized away.
+fn parse_floor(path: &Path) -> u64 {
+    let file = std::fs::File::open(path).unwrap();
+    // SAFETY: the benchmark's own file, which nothing writes while it is mapped.
+    let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut cuts = vec![0];
+    for t in 1..threads {
+        let at = (map.len() * t / threads).max(*cuts.last().unwrap());
+        let next = map[at..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(map.len(), |i| at + i + 1);
+        cuts.push(next);
+    }
+    cuts.push(map.len());
+    let parts: Vec<(u64, u64, f64)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = cuts
+            .windows(2)
+            .map(|w| {
+                let part = &map[w[0]..w[1]];
+                scope.spawn(move || parse_numbers(part))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let (lines, ints, floats) = parts.iter().fold((0, 0u64, 0.0), |a, p| {
+        (a.0 + p.0, a.1.wrapping_add(p.1), a.2 + p.2)
+    });
+    std::hint::black_box((ints, floats));
+    lines
 }
 
-/// What one would write without streaming: read the file into memory, parse every line,
-/// sort, build the level arrays, write.
-fn naive(input: &Path, output: &Path) -> u64 {
-    let text = std::fs::read_to_string(input).unwrap();
-    let mut keys: Vec<[u64; 3]> = Vec::new();
-    let mut vals: Vec<f64> = Vec::new();
-    for line in text.lines() {
-        if line.starts_with('#') || line.trim().is_empty() {
+/// Lines, the wrapping sum of the integers and the sum of the floats of `text`.
+fn parse_numbers(text: &[u8]) -> (u64, u64, f64) {
+    const POW10: [f64; 16] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+    ];
+    let (mut lines, mut ints, mut floats) = (0u64, 0u64, 0.0f64);
+    let n = text.len();
+    let mut i = 0;
+    while i < n {
+        if text[i] == b'#' || text[i] == b'%' {
+            i += text[i..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(n - i, |p| p + 1);
             continue;
         }
-        let mut it = line.split_whitespace();
-        let mut k = [0u64; 3];
-        for x in &mut k {
-            *x = it.next().unwrap().parse::<u64>().unwrap() - 1;
+        lines += 1;
+        loop {
+            while i < n && (text[i] == b' ' || text[i] == b'\t') {
+                i += 1;
+            }
+            if i >= n || text[i] == b'\n' || text[i] == b'\r' {
+                while i < n && text[i] != b'\n' {
+                    i += 1;
+                }
+                i += 1;
+                break;
+            }
+            // A field: digits first (all an integer field has).
+            let start = i;
+            let neg = text[i] == b'-';
+            if neg || text[i] == b'+' {
+                i += 1;
+            }
+            let mut m = 0u64;
+            let mut digits = 0;
+            while i < n && text[i].is_ascii_digit() {
+                m = m.wrapping_mul(10).wrapping_add(u64::from(text[i] - b'0'));
+                digits += 1;
+                i += 1;
+            }
+            let mut frac = 0usize;
+            if i < n && text[i] == b'.' {
+                i += 1;
+                while i < n && text[i].is_ascii_digit() {
+                    m = m.wrapping_mul(10).wrapping_add(u64::from(text[i] - b'0'));
+                    frac += 1;
+                    i += 1;
+                }
+            }
+            let end_of_field = i >= n || matches!(text[i], b' ' | b'\t' | b'\n' | b'\r');
+            let last = {
+                let mut j = i;
+                while j < n && (text[j] == b' ' || text[j] == b'\t') {
+                    j += 1;
+                }
+                j >= n || text[j] == b'\n' || text[j] == b'\r'
+            };
+            if !last && end_of_field && frac == 0 && !neg {
+                ints = ints.wrapping_add(m);
+            } else if end_of_field && digits + frac <= 15 {
+                let v = m as f64 / POW10[frac];
+                floats += if neg { -v } else { v };
+            } else {
+                let (v, len) =
+                    fast_float2::parse_partial::<f64, _>(&text[start..]).unwrap_or((0.0, 1));
+                floats += v;
+                i = start + len.max(1);
+            }
         }
-        keys.push(k);
-        vals.push(it.next().unwrap().parse().unwrap());
     }
-    drop(text);
-    let mut perm: Vec<u32> = (0..keys.len() as u32).collect();
-    perm.sort_unstable_by_key(|&i| keys[i as usize]);
-    let dims: Vec<usize> = DIMS.iter().map(|&d| d as usize).collect();
-    let format = Format::all_compressed(3);
-    let mut packer: Packer<f64, u32, Vec<u32>, Vec<f64>> = Packer::new(
-        &dims,
-        &format,
-        vec![(0, 0); 3],
-        |_| (Vec::new(), Vec::new()),
-        Vec::new(),
-    );
-    let mut i = 0;
-    while i < perm.len() {
-        let k = keys[perm[i] as usize];
-        let mut v = vals[perm[i] as usize];
-        i += 1;
-        while i < perm.len() && keys[perm[i] as usize] == k {
-            v += vals[perm[i] as usize];
-            i += 1;
-        }
-        packer
-            .push(&[k[0] as usize, k[1] as usize, k[2] as usize], v)
-            .unwrap();
-    }
-    let (levels, vals, _) = packer.finish().unwrap();
-    let levels = levels
-        .into_iter()
-        .map(|l| {
-            let (pos, crd) = l.unwrap();
-            tessera_formats::Level::Compressed { pos, crd }
-        })
-        .collect();
-    let t: Tensor<f64, u32> = Tensor::from_parts(dims, format, levels, vals).unwrap();
-    tcs::write_tensor(output, &t, None).unwrap();
-    keys.len() as u64
+    (lines, ints, floats)
 }

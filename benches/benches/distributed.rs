@@ -9,6 +9,7 @@
 //!
 //! Environment:
 //! - `TESSERA_BENCH_DISTRIBUTED_BYTES`: approximate size of the `.tcs` tensor (default 256 MiB);
+//! - `TESSERA_BENCH_DISTRIBUTED_REPS`: interleaved rounds, medians reported (default 3);
 //! - `TESSERA_BENCH_DIR`: where to put the files (default: the system temp directory);
 //! - `TESSERA_DATA_MPI`: path of an MPI-enabled `tessera-data` (optional).
 
@@ -34,9 +35,17 @@ fn mib(b: u64) -> f64 {
     b as f64 / (1u64 << 20) as f64
 }
 
+#[derive(Clone, Copy)]
 struct Job {
     seconds: f64,
     peak: u64,
+}
+
+/// The job of median wall time.
+fn median(jobs: &[Job]) -> Job {
+    let mut v = jobs.to_vec();
+    v.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    v[v.len() / 2]
 }
 
 fn main() {
@@ -75,35 +84,42 @@ fn main() {
     let convert = child("convert", &[&d.join("t.tns"), &d.join("t.tcs")]);
     let tcs_bytes = std::fs::metadata(d.join("t.tcs")).unwrap().len();
     let gb = tcs_bytes as f64 / 1e9;
-    let mut split = Vec::new();
-    let mut merge = Vec::new();
-    for r in RANKS {
-        let blocks = d.join(format!("blocks{r}"));
-        split.push(child(
-            "split",
-            &[Path::new(&r.to_string()), &d.join("t.tcs"), &blocks],
-        ));
-        merge.push(child(
-            "merge",
-            &[
-                Path::new(&r.to_string()),
-                &blocks,
-                &d.join(format!("m{r}.tcs")),
-            ],
-        ));
-        assert_eq!(
-            std::fs::read(d.join("t.tcs")).unwrap(),
-            std::fs::read(d.join(format!("m{r}.tcs"))).unwrap(),
-            "merge at {r} ranks gives the input back"
-        );
-        std::fs::remove_file(d.join(format!("m{r}.tcs"))).unwrap();
+    // Interleaved repetitions: every round splits and merges at every rank count.
+    let reps = env_or("TESSERA_BENCH_DISTRIBUTED_REPS", 3usize).max(1);
+    let mut split_runs: Vec<Vec<Job>> = RANKS.iter().map(|_| Vec::new()).collect();
+    let mut merge_runs: Vec<Vec<Job>> = RANKS.iter().map(|_| Vec::new()).collect();
+    for _ in 0..reps {
+        for (i, r) in RANKS.iter().enumerate() {
+            let blocks = d.join(format!("blocks{r}"));
+            let _ = std::fs::remove_dir_all(&blocks);
+            split_runs[i].push(child(
+                "split",
+                &[Path::new(&r.to_string()), &d.join("t.tcs"), &blocks],
+            ));
+            merge_runs[i].push(child(
+                "merge",
+                &[
+                    Path::new(&r.to_string()),
+                    &blocks,
+                    &d.join(format!("m{r}.tcs")),
+                ],
+            ));
+            assert_eq!(
+                std::fs::read(d.join("t.tcs")).unwrap(),
+                std::fs::read(d.join(format!("m{r}.tcs"))).unwrap(),
+                "merge at {r} ranks gives the input back"
+            );
+            std::fs::remove_file(d.join(format!("m{r}.tcs"))).unwrap();
+        }
     }
+    let split: Vec<Job> = split_runs.iter().map(|r| median(r)).collect();
+    let merge: Vec<Job> = merge_runs.iter().map(|r| median(r)).collect();
     let mpi = std::env::var("TESSERA_DATA_MPI")
         .ok()
         .map(|bin| mpi_jobs(&bin, d));
 
     let mut table = Table::new(&format!(
-        "distributed split ({SPLIT}) and merge of a {:.0} MB .tcs (csf, u32, f64), thread ranks",
+        "distributed split ({SPLIT}) and merge of a {:.0} MB .tcs (csf, u32, f64), thread ranks; medians of {reps} interleaved rounds",
         tcs_bytes as f64 / 1e6
     ));
     for (i, r) in RANKS.iter().enumerate() {
@@ -139,6 +155,26 @@ fn main() {
             merge[i].seconds,
             "1 rank",
             merge[0].seconds,
+            false,
+        );
+    }
+    // Peak RSS of the whole process (all its thread ranks) beside the tensor: the target is
+    // the tensor (every rank's share) plus a bounded buffer.
+    for (i, r) in RANKS.iter().enumerate() {
+        table.row(
+            &format!("split peak RSS, {r} thread ranks"),
+            "MiB",
+            mib(split[i].peak),
+            "tensor",
+            mib(tcs_bytes),
+            false,
+        );
+        table.row(
+            &format!("merge peak RSS, {r} thread ranks"),
+            "MiB",
+            mib(merge[i].peak),
+            "tensor",
+            mib(tcs_bytes),
             false,
         );
     }

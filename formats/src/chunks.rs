@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 
 use crate::error::{Error, Result, SyntaxError};
 
-/// Text read per block.
+/// Text read per block at most (less under a small memory budget).
 const BLOCK: usize = 2 << 20;
 /// Lines longer than this are rejected (as by the sequential reader).
 const MAX_LINE: usize = 16 << 20;
@@ -54,6 +54,50 @@ struct Parsed {
     error: Option<(u64, u64, SyntaxError)>,
 }
 
+/// Buffers handed back for reuse: allocating a fresh block and batch for every block lets
+/// the allocator's arenas grow well past what is in use (their peak RSS, not the
+/// parser's, then broke small memory budgets).
+#[derive(Default)]
+struct Spare {
+    texts: Mutex<Vec<Vec<u8>>>,
+    chunks: Mutex<Vec<Chunk>>,
+}
+
+impl Spare {
+    fn take_text(&self) -> Vec<u8> {
+        let mut t = self
+            .texts
+            .lock()
+            .map(|mut v| v.pop())
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        t.clear();
+        t
+    }
+
+    fn give_text(&self, t: Vec<u8>) {
+        if let Ok(mut v) = self.texts.lock() {
+            v.push(t);
+        }
+    }
+
+    fn take_chunk(&self) -> Chunk {
+        self.chunks
+            .lock()
+            .map(|mut v| v.pop())
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+    }
+
+    fn give_chunk(&self, c: Chunk) {
+        if let Ok(mut v) = self.chunks.lock() {
+            v.push(c);
+        }
+    }
+}
+
 /// What the reader thread or a worker hands back for one block.
 enum Block {
     Parsed(Parsed),
@@ -78,6 +122,7 @@ pub(crate) struct ParallelParser {
     pending: BTreeMap<u64, Block>,
     line_base: u64,
     bytes_done: u64,
+    spare: Arc<Spare>,
 }
 
 impl ParallelParser {
@@ -92,8 +137,10 @@ impl ParallelParser {
     ) -> Result<Self> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         // A block in flight holds its text and its parsed entries (about 2.5 blocks in all);
-        // a quarter of the memory budget bounds how many may be in flight.
-        let in_flight = (memory / 4 / (BLOCK * 5 / 2)).clamp(1, 2 * threads.max(1));
+        // an eighth of the memory budget bounds how many may be in flight.
+        // Under a small budget the blocks shrink before their number does.
+        let block = (memory / 128).clamp(64 << 10, BLOCK);
+        let in_flight = (memory / 8 / (block * 5 / 2)).clamp(1, 2 * threads.max(1));
         let threads = threads.clamp(1, in_flight);
         let (job_tx, job_rx) = mpsc::sync_channel::<(u64, Vec<u8>)>(threads);
         let (res_tx, res_rx) = mpsc::channel();
@@ -102,21 +149,27 @@ impl ParallelParser {
             credit_tx.send(()).expect("room for every credit");
         }
         let job_rx = Arc::new(Mutex::new(job_rx));
+        let spare = Arc::new(Spare::default());
         let dims = Arc::new(dims);
         let workers = (0..threads)
             .map(|_| {
                 let (rx, tx, dims) = (Arc::clone(&job_rx), res_tx.clone(), Arc::clone(&dims));
+                let spare = Arc::clone(&spare);
                 std::thread::spawn(move || loop {
                     let job = rx.lock().map(|r| r.recv());
                     let Ok(Ok((seq, block))) = job else { return };
-                    let parsed = parse_block(&block, rank, dims.as_deref(), parse);
+                    let chunk = spare.take_chunk();
+                    let parsed = parse_block(&block, rank, dims.as_deref(), parse, chunk);
+                    spare.give_text(block);
                     if tx.send((seq, Block::Parsed(parsed))).is_err() {
                         return;
                     }
                 })
             })
             .collect();
-        let reader = std::thread::spawn(move || read_blocks(file, job_tx, res_tx, credit_rx));
+        let texts = Arc::clone(&spare);
+        let reader =
+            std::thread::spawn(move || read_blocks(file, block, &texts, job_tx, res_tx, credit_rx));
         Ok(ParallelParser {
             path: path.to_path_buf(),
             credits: Some(credit_tx),
@@ -128,6 +181,7 @@ impl ParallelParser {
             pending: BTreeMap::new(),
             line_base: 0,
             bytes_done: 0,
+            spare,
         })
     }
 
@@ -191,6 +245,7 @@ impl ParallelParser {
             self.bytes_done += parsed.bytes;
             let mut c = parsed.chunk;
             std::mem::swap(chunk, &mut c);
+            self.spare.give_chunk(c);
             if !chunk.is_empty() {
                 return Ok(true);
             }
@@ -216,6 +271,8 @@ impl Drop for ParallelParser {
 /// order; a failure is reported as the next block.
 fn read_blocks(
     mut file: File,
+    block_bytes: usize,
+    spare: &Spare,
     jobs: mpsc::SyncSender<(u64, Vec<u8>)>,
     results: mpsc::Sender<(u64, Block)>,
     credits: mpsc::Receiver<()>,
@@ -224,12 +281,13 @@ fn read_blocks(
     let mut seq = 0u64;
     let mut eof = false;
     while !eof && credits.recv().is_ok() {
-        let mut block = std::mem::take(&mut carry);
-        block.reserve(BLOCK);
+        let mut block = spare.take_text();
+        block.append(&mut carry);
+        block.reserve(block_bytes);
         loop {
             let before = block.len();
             // Normally one block; more when a line is longer than what was read so far.
-            let want = BLOCK.max(before) as u64;
+            let want = block_bytes.max(before) as u64;
             let n = match (&mut file).take(want).read_to_end(&mut block) {
                 Ok(n) => n,
                 Err(e) => {
@@ -267,8 +325,14 @@ fn read_blocks(
     }
 }
 
-fn parse_block(block: &[u8], rank: usize, dims: Option<&[u64]>, parse: LineParser) -> Parsed {
-    let mut chunk = Chunk::default();
+fn parse_block(
+    block: &[u8],
+    rank: usize,
+    dims: Option<&[u64]>,
+    parse: LineParser,
+    mut chunk: Chunk,
+) -> Parsed {
+    chunk.clear();
     chunk.vals.reserve(block.len() / 16);
     chunk.coords.reserve(block.len() / 16 * rank);
     let mut coords = vec![0u64; rank];

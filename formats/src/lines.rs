@@ -163,41 +163,51 @@ const POW10: [f64; 16] = [
 /// digits, exponents, `inf`, `.5`, `1.`) is `None` and goes to the general parser.
 #[inline]
 fn simple_decimal(s: &[u8]) -> Option<f64> {
-    let (neg, digits) = match s.first()? {
-        b'-' => (true, &s[1..]),
-        b'+' => (false, &s[1..]),
-        _ => (false, s),
+    decimal_prefix(s).and_then(|(v, n)| (n == s.len()).then_some(v))
+}
+
+/// [`simple_decimal`] of the longest prefix of `s` in that form, with its length: a line
+/// parser converts a value where it finds it, without first looking for its end. `None`
+/// when the prefix has too many digits or is no number (the caller then takes the general
+/// parser over the whole field).
+#[inline]
+pub(crate) fn decimal_prefix(s: &[u8]) -> Option<(f64, usize)> {
+    let (neg, skip) = match s.first()? {
+        b'-' => (true, 1),
+        b'+' => (false, 1),
+        _ => (false, 0),
     };
+    let digits = &s[skip..];
     let mut mantissa = 0u64;
-    let mut int_digits = 0;
-    while int_digits < digits.len() && digits[int_digits].is_ascii_digit() {
-        mantissa = mantissa * 10 + u64::from(digits[int_digits] - b'0');
-        int_digits += 1;
-        if int_digits > 15 {
+    let mut i = 0;
+    while i < digits.len() && digits[i].is_ascii_digit() {
+        mantissa = mantissa * 10 + u64::from(digits[i] - b'0');
+        i += 1;
+        if i > 15 {
             return None;
         }
     }
-    if int_digits == 0 {
+    if i == 0 {
         return None;
     }
     let mut frac_digits = 0;
-    if int_digits < digits.len() {
-        if digits[int_digits] != b'.' {
-            return None;
-        }
-        for &b in &digits[int_digits + 1..] {
-            if !b.is_ascii_digit() || int_digits + frac_digits >= 15 {
+    if i < digits.len() && digits[i] == b'.' {
+        let int_digits = i;
+        i += 1;
+        while i < digits.len() && digits[i].is_ascii_digit() {
+            if int_digits + frac_digits >= 15 {
                 return None;
             }
-            mantissa = mantissa * 10 + u64::from(b - b'0');
+            mantissa = mantissa * 10 + u64::from(digits[i] - b'0');
             frac_digits += 1;
+            i += 1;
         }
         if frac_digits == 0 {
             return None;
         }
     }
     let v = mantissa as f64 / POW10[frac_digits];
-    Some(if neg { -v } else { v })
+    Some((if neg { -v } else { v }, skip + i))
 }
 
 #[cfg(test)]

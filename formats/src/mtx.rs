@@ -134,6 +134,26 @@ impl MtxReader {
         })
     }
 
+    /// For a `coordinate general` file: the syntax of its data lines, where they begin (byte
+    /// offset and lines before), and the entries the header declares. The block packer of a
+    /// conversion reads such files in parallel; other layouts are read line by line.
+    pub(crate) fn block_input(&self) -> Option<(MtxSyntax, u64, u64, u64)> {
+        if self.layout != Layout::Coordinate || self.symmetry != Symmetry::General {
+            return None;
+        }
+        let syntax = MtxSyntax {
+            field: self.field,
+            rows: self.rows,
+            cols: self.cols,
+        };
+        Some((
+            syntax,
+            self.lines.consumed(),
+            self.lines.line_no(),
+            self.declared,
+        ))
+    }
+
     fn syntax(&self, line: u64, column: u64, kind: SyntaxError) -> Error {
         Error::Syntax {
             path: self.path.clone(),
@@ -207,6 +227,34 @@ impl MtxReader {
             };
         }
         self.next_cell = (i, j);
+    }
+}
+
+/// Data lines of a `coordinate general` file, for the block packer.
+pub(crate) struct MtxSyntax {
+    field: Field,
+    rows: u64,
+    cols: u64,
+}
+
+impl crate::convert::LineSyntax for MtxSyntax {
+    #[inline]
+    fn parse(&self, line: &[u8], coords: &mut [u64]) -> Result<Option<f64>, (u64, SyntaxError)> {
+        // Real values take the `.tns` fast path (integer ones must reject decimals).
+        if self.field == Field::Real {
+            if let Some(v) = crate::tns::fast_fields::<true>(line, coords) {
+                if coords[0] < self.rows && coords[1] < self.cols {
+                    return Ok(Some(v));
+                }
+            }
+        }
+        if is_blank(line) || line.first() == Some(&b'%') {
+            return Ok(None);
+        }
+        let (i, j, v) = parse_coordinate_line(line, self.field, self.rows, self.cols)?;
+        coords[0] = i;
+        coords[1] = j;
+        Ok(Some(v))
     }
 }
 

@@ -9,7 +9,7 @@ use crate::mtx::MtxReader;
 use crate::tns::TnsReader;
 
 /// Size of the read buffer of text readers.
-pub(crate) const READ_BUFFER: usize = 4 << 20;
+pub(crate) const READ_BUFFER: usize = 256 << 10;
 
 /// A streaming reader of tensor entries from a text file.
 pub trait EntryReader {

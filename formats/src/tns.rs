@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use crate::atomic::AtomicFile;
 use crate::chunks::{parse_threads, Chunk, ParallelParser};
 use crate::error::{Error, Result, SyntaxError};
-use crate::lines::{fields, is_blank, parse_f64, parse_u64, LineReader};
+use crate::lines::{decimal_prefix, fields, is_blank, parse_f64, parse_u64, LineReader};
 use crate::text::{EntryReader, READ_BUFFER};
 
 /// Budget assumed when none is set: room for every worker's blocks.
@@ -143,6 +143,18 @@ pub(crate) fn parse_line(
     parse_line_impl::<true>(line, coords, dims)
 }
 
+/// `.tns` lines for the block packer of a conversion, checked against declared dimensions.
+pub(crate) struct TnsSyntax {
+    pub dims: Option<Vec<u64>>,
+}
+
+impl crate::convert::LineSyntax for TnsSyntax {
+    #[inline]
+    fn parse(&self, line: &[u8], coords: &mut [u64]) -> Result<Option<f64>, (u64, SyntaxError)> {
+        parse_line_impl::<true>(line, coords, self.dims.as_deref())
+    }
+}
+
 /// [`parse_line`] for readers that only need coordinates: values are not converted (0 is
 /// returned) unless the line needs the careful parser, so a bad value may go unnoticed here.
 pub(crate) fn parse_line_coords(
@@ -189,7 +201,7 @@ fn fast_entry(line: &[u8], coords: &mut [u64]) -> Option<f64> {
 
 /// [`fast_entry`], optionally without converting the value (then 0 is returned).
 #[inline]
-fn fast_fields<const VALUE: bool>(line: &[u8], coords: &mut [u64]) -> Option<f64> {
+pub(crate) fn fast_fields<const VALUE: bool>(line: &[u8], coords: &mut [u64]) -> Option<f64> {
     let n = line.len();
     let mut i = 0;
     let is_space = |b: u8| b == b' ' || b == b'\t';
@@ -217,15 +229,31 @@ fn fast_fields<const VALUE: bool>(line: &[u8], coords: &mut [u64]) -> Option<f64
         i += 1;
     }
     let start = i;
-    while i < n && !is_space(line[i]) {
-        i += 1;
-    }
-    let v = if VALUE {
-        parse_f64(&line[start..i])?
-    } else if i > start {
-        0.0
+    // The common decimal form converts as it is scanned; anything else ends at the field's
+    // end and goes to the general parser.
+    let fast = if VALUE {
+        decimal_prefix(&line[start..])
+            .filter(|&(_, len)| start + len == n || is_space(line[start + len]))
     } else {
-        return None;
+        None
+    };
+    let v = match fast {
+        Some((v, len)) => {
+            i = start + len;
+            v
+        }
+        None => {
+            while i < n && !is_space(line[i]) {
+                i += 1;
+            }
+            if VALUE {
+                parse_f64(&line[start..i])?
+            } else if i > start {
+                0.0
+            } else {
+                return None;
+            }
+        }
     };
     while i < n && is_space(line[i]) {
         i += 1;

@@ -569,3 +569,110 @@ fn text_to_text_keeps_the_dimensions() {
         ["5", "7", "1"]
     );
 }
+
+/// Rank, entries (coordinates and an index into [`VALUES`]), dense level 0, coordinate
+/// width, f32 values, `.mtx` (for rank 2).
+type SortedTextCase = (usize, Vec<(Vec<u64>, usize)>, bool, u32, bool, bool);
+
+/// Sorted text with runs of duplicates, long enough to span many blocks at a small budget.
+fn sorted_text_case() -> impl Strategy<Value = SortedTextCase> {
+    (1usize..=4).prop_flat_map(|rank| {
+        let coord = proptest::collection::vec(0u64..4, rank);
+        (
+            Just(rank),
+            proptest::collection::vec((coord, 0usize..VALUES.len()), 1..2500),
+            any::<bool>(),
+            prop_oneof![Just(32u32), Just(64u32)],
+            any::<bool>(),
+            any::<bool>(),
+        )
+    })
+}
+
+/// Values whose sums depend on the order of addition, and the special ones kept bit for bit.
+const VALUES: [&str; 10] = [
+    "0.1",
+    "0.2",
+    "0.3",
+    "1e-17",
+    "-0.7",
+    "0.3333333333333333",
+    "nan",
+    "inf",
+    "-inf",
+    "-0",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Sorted input packed in parallel blocks (a 64 KiB budget makes 4 KiB blocks) gives the
+    /// bytes of the external sort, duplicates summed left to right across block boundaries,
+    /// for `.tns` and `.mtx`, compressed and dense-top formats.
+    #[test]
+    fn blocks_give_the_bytes_of_the_external_sort(
+        (rank, raw, dense_top, index_bits, f32, mtx) in sorted_text_case()
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mtx = mtx && rank == 2;
+        let mut entries = raw;
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut text = if mtx {
+            format!("%%MatrixMarket matrix coordinate real general\n% c\n4 4 {}\n", entries.len())
+        } else {
+            "# dims 4 4 4 4\n".replace("4 4 4 4", &vec!["4"; rank].join(" "))
+        };
+        for (k, (c, v)) in entries.iter().enumerate() {
+            for x in c {
+                text += &format!("{} ", x + 1);
+            }
+            text += VALUES[*v];
+            text += if k % 7 == 3 { "\r\n" } else { "\n" };
+        }
+        let input = dir.path().join(if mtx { "in.mtx" } else { "in.tns" });
+        std::fs::write(&input, text).unwrap();
+        let levels: Vec<char> = (0..rank).map(|k| if k == 0 && dense_top && rank > 1 { 'd' } else { 's' }).collect();
+        let opts = |external| ConvertOptions {
+            format: Some(levels.iter().collect()),
+            index_bits,
+            value_type: if f32 { ValueType::F32 } else { ValueType::F64 },
+            memory: 64 << 10,
+            force_external_sort: external,
+            ..ConvertOptions::default()
+        };
+        let (fast, slow) = (dir.path().join("fast.tcs"), dir.path().join("slow.tcs"));
+        let r = convert(&input, &fast, &opts(false), &NoProgress).unwrap();
+        prop_assert!(r.presorted);
+        convert(&input, &slow, &opts(true), &NoProgress).unwrap();
+        prop_assert!(std::fs::read(&fast).unwrap() == std::fs::read(&slow).unwrap());
+    }
+}
+
+#[test]
+fn errors_in_later_blocks_name_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("late.tns");
+    let mut text = String::new();
+    for i in 1..=20_000 {
+        text += &format!("{i} 1 0.5\n");
+    }
+    text += "20001 x 0.5\n";
+    std::fs::write(&input, text).unwrap();
+    let opts = ConvertOptions {
+        memory: 64 << 10,
+        ..ConvertOptions::default()
+    };
+    let err = convert(&input, &dir.path().join("o.tcs"), &opts, &NoProgress).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Syntax {
+                line: 20001,
+                column: 7,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(dir_names(dir.path()), vec!["late.tns"]);
+}

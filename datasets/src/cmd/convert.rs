@@ -114,7 +114,7 @@ impl Args {
         let path = if !to_tcs {
             "streamed".to_string()
         } else if r.presorted {
-            "presorted, two passes".to_string()
+            "presorted, read once".to_string()
         } else {
             format!(
                 "external sort: {} runs, {} extra merge rounds",

@@ -130,7 +130,7 @@ fn text_info(path: &Path, bars: &Bars) -> Result<(), tessera_formats::Error> {
     println!(
         "order:       {}",
         if sorted {
-            "sorted, no repeats (converts in two passes)"
+            "sorted, no repeats (converts in one pass, no sort)"
         } else {
             "unsorted or with repeats (converts by external sort)"
         }

@@ -175,7 +175,8 @@ fn spooled_typed<V: Value, I: Index>(
         check_width::<I>(dims, &[]).map_err(tensor_err)?;
         check_dense_size::<V>(format, dims).map_err(tensor_err)?;
     }
-    let spool = || Spool::create(temp_dir, output, progress);
+    let buffer = spool_buffer(opts.memory);
+    let spool = || Spool::create(temp_dir, output, buffer, progress);
     let mut pairs = Vec::new();
     for &t in format.levels() {
         pairs.push(if t == LevelType::Compressed {
@@ -266,16 +267,27 @@ struct Spool<'p> {
     /// zeros from one entry).
     progress: &'p dyn Progress,
     buf: Vec<u8>,
+    /// Bytes per buffer.
+    capacity: usize,
     full: Option<mpsc::SyncSender<Vec<u8>>>,
     empty: mpsc::Receiver<Vec<u8>>,
     writer: Option<JoinHandle<Result<(File, u32)>>>,
 }
 
-const SPOOL_BUFFER: usize = 1 << 20;
+/// Bytes a spool buffers: up to 1 MiB, less under a small budget (a spool holds up to three
+/// buffers, and a conversion has two spools per compressed level and one for the values).
+fn spool_buffer(memory: usize) -> usize {
+    (memory / 128).clamp(16 << 10, 1 << 20)
+}
 
 impl<'p> Spool<'p> {
     /// A spool in `dir` for the output file `output` (which errors name: the spool has none).
-    fn create(dir: &Path, output: &Path, progress: &'p dyn Progress) -> Result<Spool<'p>> {
+    fn create(
+        dir: &Path,
+        output: &Path,
+        capacity: usize,
+        progress: &'p dyn Progress,
+    ) -> Result<Spool<'p>> {
         let output = output.to_path_buf();
         let fail = move |dir: &Path, e: std::io::Error| {
             let what = format!("temporary file in {}: {e}", dir.display());
@@ -298,7 +310,8 @@ impl<'p> Spool<'p> {
         });
         Ok(Spool {
             progress,
-            buf: Vec::with_capacity(SPOOL_BUFFER),
+            buf: Vec::with_capacity(capacity),
+            capacity,
             full: Some(full),
             empty,
             writer: Some(writer),
@@ -315,7 +328,7 @@ impl<'p> Spool<'p> {
         let next = self
             .empty
             .try_recv()
-            .unwrap_or_else(|_| Vec::with_capacity(SPOOL_BUFFER));
+            .unwrap_or_else(|_| Vec::with_capacity(self.capacity));
         let buf = std::mem::replace(&mut self.buf, next);
         let sent = self.full.as_ref().map(|tx| tx.send(buf).is_ok());
         if sent != Some(true) {
@@ -371,7 +384,7 @@ impl<T: bytemuck::Pod> Sink<T> for Spool<'_> {
     }
     #[inline]
     fn push(&mut self, x: T) -> Result<()> {
-        if self.buf.len() + std::mem::size_of::<T>() > SPOOL_BUFFER {
+        if self.buf.len() + std::mem::size_of::<T>() > self.capacity {
             self.flush()?;
         }
         self.buf.extend_from_slice(bytemuck::bytes_of(&x));
@@ -417,7 +430,7 @@ impl<T: Copy, S: Sink<T, Error = Error>> Sink<T> for Stoppable<'_, S> {
 /// The values of the dense levels alone (the product of their dimensions, a lower bound on
 /// the values of any nonempty tensor in `format`) must be addressable in a file: otherwise
 /// the conversion is refused before it starts writing zeros it could never finish.
-fn check_dense_size<V: Value>(format: &Format, dims: &[u64]) -> Result<(), TensorError> {
+pub(crate) fn check_dense_size<V: Value>(format: &Format, dims: &[u64]) -> Result<(), TensorError> {
     format
         .levels()
         .iter()
@@ -431,7 +444,7 @@ fn check_dense_size<V: Value>(format: &Format, dims: &[u64]) -> Result<(), Tenso
 }
 
 /// Coordinates and positions must fit the chosen width; say how to fix it if not.
-fn check_width<I: Index>(dims: &[u64], counts: &[u64]) -> Result<(), TensorError> {
+pub(crate) fn check_width<I: Index>(dims: &[u64], counts: &[u64]) -> Result<(), TensorError> {
     for x in dims
         .iter()
         .map(|d| d.saturating_sub(1))
@@ -447,7 +460,7 @@ fn check_width<I: Index>(dims: &[u64], counts: &[u64]) -> Result<(), TensorError
     Ok(())
 }
 
-fn layout<V: Value, I: Index>(
+pub(crate) fn layout<V: Value, I: Index>(
     format: &Format,
     dims: &[u64],
     counts: &[u64],

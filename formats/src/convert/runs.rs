@@ -39,10 +39,10 @@ pub(crate) fn sort_runs(
     reader.set_memory_budget(opts.memory);
     let rank = reader.rank();
     let per_entry = 8 * (rank + 1);
-    // Half the budget, less about 16 MiB of fixed buffers (the parser's blocks in flight are
-    // bounded by a quarter of the budget; writers and the process itself take the rest),
-    // holds the run being collected.
-    let run_bytes = (opts.memory / 2).saturating_sub(16 << 20).max(64 << 10);
+    // A quarter of the budget holds the run being collected; sorting a part of it stably
+    // takes a scratch half its size, the parser's blocks in flight an eighth (see
+    // `chunks`), and the rest is left to the process and to what the allocator keeps.
+    let run_bytes = (opts.memory / 4).max(64 << 10);
     let cap = opts
         .run_entries
         .unwrap_or(run_bytes / per_entry)
@@ -54,6 +54,7 @@ pub(crate) fn sort_runs(
     let mut run = RunBuffer {
         rank,
         recs: Vec::with_capacity(cap * (rank + 1)),
+        writer_buffer: merge_buffer(opts.memory),
     };
     let mut runs = Vec::new();
     let threads = crate::chunks::parse_threads();
@@ -125,7 +126,7 @@ pub(crate) fn sort_runs(
     let buffer = merge_buffer(opts.memory);
     let fan_in = opts
         .fan_in
-        .unwrap_or((opts.memory / 2 / buffer).max(2))
+        .unwrap_or((opts.memory / 3 / buffer).max(2))
         .max(2);
     let run_count = runs.len();
     let mut merge_rounds = 0;
@@ -138,7 +139,7 @@ pub(crate) fn sort_runs(
             let path = temp.path().join(format!("run-{next_id}"));
             next_id += 1;
             let narrow = group.iter().all(|r| r.narrow);
-            let mut out = RunWriter::create(&path, narrow)?;
+            let mut out = RunWriter::create(&path, narrow, buffer)?;
             // Consecutive runs merge into one that keeps their place in input order; sums
             // wait for the final merge (see `spill`), only rejection happens here.
             let mut dedup = Dedup {
@@ -190,6 +191,8 @@ pub(crate) struct Run {
 pub(crate) struct RunBuffer {
     rank: usize,
     recs: Vec<u64>,
+    /// Bytes buffered by each run writer.
+    writer_buffer: usize,
 }
 
 impl RunBuffer {
@@ -231,7 +234,7 @@ impl RunBuffer {
     ) -> Result<Vec<Run>> {
         let stride = self.rank + 1;
         let per_piece = self.len().div_ceil(pieces.max(1)).max(1) * stride;
-        let rank = self.rank;
+        let (rank, writer_buffer) = (self.rank, self.writer_buffer);
         let results: Vec<Result<Run>> = std::thread::scope(|scope| {
             let handles: Vec<_> = self
                 .recs
@@ -240,7 +243,9 @@ impl RunBuffer {
                 .map(|(i, piece)| {
                     let path = dir.join(format!("run-{}", first_id + i));
                     scope.spawn(move || -> Result<Run> {
-                        sort_records(piece, rank);
+                        if !sort_packed(piece, rank) {
+                            sort_records(piece, rank);
+                        }
                         if duplicates == Duplicates::Error {
                             dedup_records(piece, rank, input, format, duplicates)?;
                         }
@@ -248,7 +253,7 @@ impl RunBuffer {
                         let narrow = recs
                             .chunks_exact(rank + 1)
                             .all(|r| r[..rank].iter().all(|&c| c <= u64::from(u32::MAX)));
-                        let mut out = RunWriter::create(&path, narrow)?;
+                        let mut out = RunWriter::create(&path, narrow, writer_buffer)?;
                         out.write_records(recs, rank)?;
                         out.finish()?;
                         Ok(Run { path, narrow })
@@ -277,6 +282,53 @@ fn sort_records(recs: &mut [u64], rank: usize) {
         };
     }
     fixed!(1 2 3 4 5 6 7 8 9)
+}
+
+/// Sorts records (stably) by keys packed into one `u64` each, when their coordinates' bits
+/// fit: the records are compacted in place into (packed key, value) pairs, which sort with
+/// half the bytes moved and one comparison each, and are then spread back. False (and
+/// nothing changed) when the keys do not fit.
+fn sort_packed(recs: &mut [u64], rank: usize) -> bool {
+    let s = rank + 1;
+    let n = recs.len() / s;
+    let mut bits = vec![0u32; rank];
+    for r in recs.chunks_exact(s) {
+        for (b, &c) in bits.iter_mut().zip(r) {
+            *b = (*b).max(64 - c.leading_zeros());
+        }
+    }
+    if rank == 0 || bits.iter().sum::<u32>() > 64 {
+        return false;
+    }
+    let pack = |r: &[u64]| {
+        r.iter()
+            .zip(&bits)
+            .fold(0u64, |p, (&c, &b)| if b == 0 { p } else { (p << b) | c })
+    };
+    // Pair i (words 2i, 2i+1) never lies past record i (words s*i ..), so compacting in
+    // order reads every record before it is overwritten; spreading back goes in reverse.
+    for i in 0..n {
+        let p = pack(&recs[i * s..i * s + rank]);
+        let v = recs[i * s + rank];
+        recs[2 * i] = p;
+        recs[2 * i + 1] = v;
+    }
+    let pairs: &mut [[u64; 2]] = bytemuck::cast_slice_mut(&mut recs[..2 * n]);
+    pairs.sort_by_key(|p| p[0]);
+    for i in (0..n).rev() {
+        let (mut p, v) = (recs[2 * i], recs[2 * i + 1]);
+        for k in (0..rank).rev() {
+            let b = bits[k];
+            recs[i * s + k] = if b == 0 {
+                0
+            } else {
+                p & (u64::MAX >> (64 - b))
+            };
+            p = p.checked_shr(b).unwrap_or(0);
+        }
+        recs[i * s + rank] = v;
+    }
+    true
 }
 
 /// Sums sorted records with equal keys into one (or rejects them), in place; returns the
@@ -380,11 +432,11 @@ struct RunWriter {
 }
 
 impl RunWriter {
-    fn create(path: &Path, narrow: bool) -> Result<Self> {
+    fn create(path: &Path, narrow: bool, buffer: usize) -> Result<Self> {
         let f = File::create(path).map_err(|e| Error::io(path, e))?;
         Ok(RunWriter {
             path: path.to_path_buf(),
-            out: BufWriter::with_capacity(1 << 20, f),
+            out: BufWriter::with_capacity(buffer, f),
             narrow,
         })
     }
@@ -428,6 +480,8 @@ struct RunReader {
     input: BufReader<File>,
     record: Vec<u8>,
     key: Vec<u64>,
+    /// A narrow key of up to 4 coordinates as one number, ordered as the key.
+    packed: u128,
     value: f64,
     narrow: bool,
 }
@@ -442,6 +496,7 @@ impl RunReader {
             input: BufReader::with_capacity(buffer, f),
             record: vec![0; width * rank + 8],
             key: vec![0; rank],
+            packed: 0,
             value: 0.0,
             narrow: run.narrow,
         })
@@ -449,24 +504,57 @@ impl RunReader {
 
     /// Loads the next record; false at the end of the run.
     fn advance(&mut self) -> Result<bool> {
+        use std::io::BufRead;
+        let len = self.record.len();
+        // Decoded where it lies in the read buffer; a record split by a refill (or the end
+        // of the run) is copied out first.
+        let buf = self
+            .input
+            .fill_buf()
+            .map_err(|e| Error::io(&self.path, e))?;
+        if buf.len() >= len {
+            decode(
+                &buf[..len],
+                self.narrow,
+                &mut self.key,
+                &mut self.packed,
+                &mut self.value,
+            );
+            self.input.consume(len);
+            return Ok(true);
+        }
         match self.input.read_exact(&mut self.record) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(false),
             Err(e) => return Err(Error::io(&self.path, e)),
         }
-        if self.narrow {
-            for (k, chunk) in self.key.iter_mut().zip(self.record.chunks_exact(4)) {
-                *k = u64::from(u32::from_le_bytes(chunk.try_into().expect("4 bytes")));
-            }
-        } else {
-            for (k, chunk) in self.key.iter_mut().zip(self.record.chunks_exact(8)) {
-                *k = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
-            }
-        }
-        let tail = &self.record[self.record.len() - 8..];
-        self.value = f64::from_le_bytes(tail.try_into().expect("8 bytes"));
+        decode(
+            &self.record,
+            self.narrow,
+            &mut self.key,
+            &mut self.packed,
+            &mut self.value,
+        );
         Ok(true)
     }
+}
+
+/// One run record: its key (and the key packed, when narrow) and its value.
+#[inline]
+fn decode(record: &[u8], narrow: bool, key: &mut [u64], packed: &mut u128, value: &mut f64) {
+    if narrow {
+        *packed = 0;
+        for (k, chunk) in key.iter_mut().zip(record.chunks_exact(4)) {
+            *k = u64::from(u32::from_le_bytes(chunk.try_into().expect("4 bytes")));
+            *packed = (*packed << 32) | u128::from(*k);
+        }
+    } else {
+        for (k, chunk) in key.iter_mut().zip(record.chunks_exact(8)) {
+            *k = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        }
+    }
+    let tail = &record[record.len() - 8..];
+    *value = f64::from_le_bytes(tail.try_into().expect("8 bytes"));
 }
 
 /// K-way merge of sorted runs into `f`, using a binary min-heap of run indices. Equal keys
@@ -486,8 +574,22 @@ fn merge(
             readers.push(r);
         }
     }
+    // Narrow keys of up to 4 coordinates compare as one 128-bit number (most of a merge's
+    // time is comparisons); others compare coordinate by coordinate.
+    if rank <= 4 && paths.iter().all(|r| r.narrow) {
+        merge_heap(readers, f, |rs, a, b| (rs[a].packed, a) < (rs[b].packed, b))
+    } else {
+        merge_heap(readers, f, |rs, a, b| (&rs[a].key, a) < (&rs[b].key, b))
+    }
+}
+
+/// The k-way merge of open runs by a binary min-heap under `less`.
+fn merge_heap(
+    mut readers: Vec<RunReader>,
+    f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
+    less: impl Fn(&[RunReader], usize, usize) -> bool + Copy,
+) -> Result<()> {
     let mut heap: Vec<usize> = (0..readers.len()).collect();
-    let less = |rs: &[RunReader], a: usize, b: usize| (&rs[a].key, a) < (&rs[b].key, b);
     for i in (0..heap.len() / 2).rev() {
         sift_down(&mut heap, i, &readers, less);
     }
@@ -571,6 +673,27 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
+        /// Packed sorting agrees with the record sort on keys of any width (or declines).
+        #[test]
+        fn packed_sort_matches_the_record_sort(
+            rank in 1usize..5,
+            shift in 0u32..40,
+            raw in proptest::collection::vec((proptest::collection::vec(0u64..1 << 24, 4), any::<u64>()), 0..200),
+        ) {
+            let mut recs = Vec::new();
+            for (key, v) in &raw {
+                recs.extend(key[..rank].iter().map(|&c| c << shift));
+                recs.push(*v);
+            }
+            let mut want = recs.clone();
+            sort_records(&mut want, rank);
+            let fits = sort_packed(&mut recs, rank);
+            prop_assert_eq!(fits, rank as u32 * (24 + shift) <= 64 || recs.is_empty() || fits);
+            if fits {
+                prop_assert_eq!(recs, want);
+            }
+        }
+
         /// Fixed-size and general sorts agree with sorting (key, value) pairs, for every rank
         /// the dispatch distinguishes, and dedup sums equal keys.
         #[test]
@@ -578,14 +701,18 @@ mod tests {
             rank in 0usize..11,
             raw in proptest::collection::vec((proptest::collection::vec(0u64..3, 10), -3i32..4), 0..40),
         ) {
-            let mut run = RunBuffer { rank, recs: Vec::new() };
+            let mut run = RunBuffer { rank, recs: Vec::new(), writer_buffer: 4096 };
             let mut reference: std::collections::BTreeMap<Vec<u64>, f64> = Default::default();
             for (key, v) in &raw {
                 run.recs.extend_from_slice(&key[..rank]);
                 run.recs.push(f64::from(*v).to_bits());
                 *reference.entry(key[..rank].to_vec()).or_insert(0.0) += f64::from(*v);
             }
+            let mut packed = run.recs.clone();
             run.sort();
+            if sort_packed(&mut packed, rank) {
+                prop_assert_eq!(&packed, &run.recs);
+            }
             run.dedup(Path::new("x"), &Format::all_compressed(rank), Duplicates::Sum).unwrap();
             let got: Vec<(Vec<u64>, f64)> = (0..run.len()).map(|e| {
                 let (k, v) = run.record(e);

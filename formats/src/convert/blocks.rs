@@ -1,0 +1,476 @@
+//! Sorted text parsed *and packed* in parallel: the file is cut into blocks of bytes, each
+//! block is read (positioned reads, so nothing is shared but the file descriptor), its lines
+//! are parsed, and its entries are packed straight into a [`Piece`] of the level arrays — the
+//! coordinates of the nodes it starts at every level, the positions where their children
+//! start (counted from the block's own beginning), and the values, duplicates summed — on
+//! the worker that parsed it. The consumer (`stitch`) joins the pieces in file order: only
+//! the first entry of a block can continue a node of the previous block, so joining drops
+//! at most one element per array and adds an offset to the positions.
+//!
+//! Workers take blocks in file order; a consumer credit per block bounds the pieces in flight
+//! (and recycles their buffers), so memory stays within the budget whatever the file size.
+
+use std::fs::File;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Mutex};
+
+use memmap2::{Mmap, MmapOptions};
+
+use super::Duplicates;
+use crate::error::SyntaxError;
+use crate::value::{canonical_nan, Index};
+
+/// Lines longer than this are rejected (as by the sequential readers).
+pub(crate) const MAX_LINE: usize = 16 << 20;
+
+/// How one line of a text format is parsed: coordinates (0-based, mode order) and the value,
+/// `None` for a line without an entry (comment, blank), or the column and kind of an error.
+pub(crate) trait LineSyntax: Sync {
+    fn parse(&self, line: &[u8], coords: &mut [u64]) -> Result<Option<f64>, (u64, SyntaxError)>;
+}
+
+/// What the packing of every block needs to know.
+pub(crate) struct Plan {
+    /// Mode of each level.
+    pub order: Vec<usize>,
+    /// Level 0 is dense (its children's positions are indexed by coordinate, not by node).
+    pub dense_top: bool,
+    pub duplicates: Duplicates,
+}
+
+/// Why a block stopped before its end.
+#[derive(Debug)]
+pub(crate) enum Stop {
+    /// A syntax error at a 1-based line of the block.
+    Syntax {
+        line: u64,
+        column: u64,
+        kind: SyntaxError,
+    },
+    /// An entry came before the one above it in storage order.
+    Unsorted,
+    /// A repeated entry (level-order coordinates) with `--duplicates error`.
+    Duplicate(Vec<u64>),
+    /// A coordinate too large for the coordinate width.
+    Overflow(u64),
+    Io(std::io::Error),
+    /// A line longer than [`MAX_LINE`] starts in this block.
+    LongLine,
+}
+
+/// The level arrays of one block, as if the block were the whole input.
+#[derive(Default)]
+pub(crate) struct Piece<I> {
+    /// Per level: coordinates of the nodes the block starts (empty for a dense level).
+    pub crd: Vec<Vec<I>>,
+    /// Per level k >= 1 under a compressed parent: for every node the block starts at level
+    /// k-1, where its children begin in `crd[k]` (counted from the block's beginning).
+    pub pos: Vec<Vec<I>>,
+    /// Under a dense level 0: (coordinate, where its children begin in `crd[1]`) per node.
+    pub starts: Vec<(u64, I)>,
+    /// One value per distinct entry, duplicates summed left to right (the last one may still
+    /// grow in the next block).
+    pub vals: Vec<f64>,
+    /// The values of the first entry's duplicates, in order: the previous block's last entry
+    /// may have the same coordinates, and then these are added to its value one by one.
+    pub head: Vec<f64>,
+    /// Level-order coordinates of the first and the last entry.
+    pub first: Vec<u64>,
+    pub last: Vec<u64>,
+    /// Largest coordinate per level.
+    pub max: Vec<u64>,
+    /// Lines holding entries.
+    pub entries: u64,
+    /// Newlines in the block (for line numbers of later blocks).
+    pub newlines: u64,
+    /// Bytes of the block.
+    pub bytes: u64,
+    /// True when the block's last line has no newline (the file's last line).
+    pub open_last_line: bool,
+    pub stop: Option<Stop>,
+    /// Writes of this piece's arrays the consumer laid out, done by the worker that takes
+    /// the piece next (so that the consumer, the serial part, only computes where).
+    pub writes: Vec<Deferred>,
+}
+
+/// A part of a piece's array to be written at a byte offset of a file.
+#[derive(Debug)]
+pub(crate) struct Deferred {
+    pub file: usize,
+    pub at: u64,
+    pub array: PieceArray,
+    pub range: Range<usize>,
+}
+
+/// Which array of a piece.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum PieceArray {
+    Crd(usize),
+    Pos(usize),
+    Vals,
+}
+
+impl<I: Index> Piece<I> {
+    /// Does the deferred writes into `files`; the first failure is kept in `failed`.
+    pub fn write_deferred(&mut self, files: &[File], failed: &Mutex<Option<std::io::Error>>) {
+        use std::os::unix::fs::FileExt;
+        for w in self.writes.drain(..) {
+            let bytes: &[u8] = match w.array {
+                PieceArray::Crd(k) => bytemuck::cast_slice(&self.crd[k][w.range]),
+                PieceArray::Pos(k) => bytemuck::cast_slice(&self.pos[k][w.range]),
+                PieceArray::Vals => bytemuck::cast_slice(&self.vals[w.range]),
+            };
+            if let Err(e) = files[w.file].write_all_at(bytes, w.at) {
+                if let Ok(mut f) = failed.lock() {
+                    f.get_or_insert(e);
+                }
+            }
+        }
+    }
+}
+
+impl<I> Piece<I> {
+    pub fn reset(&mut self, rank: usize) {
+        self.writes.clear();
+        for v in [&mut self.crd, &mut self.pos] {
+            v.resize_with(rank, Vec::new);
+            v.iter_mut().for_each(Vec::clear);
+        }
+        self.starts.clear();
+        self.vals.clear();
+        self.head.clear();
+        self.first.clear();
+        self.last.clear();
+        self.max.clear();
+        self.max.resize(rank, 0);
+        self.entries = 0;
+        self.newlines = 0;
+        self.bytes = 0;
+        self.open_last_line = false;
+        self.stop = None;
+    }
+}
+
+/// Bytes of a piece per byte of text at most: the shortest line (one digit per field) holds
+/// `rank + 1` fields in `2 (rank + 1)` bytes, and its entry packs into at most `rank`
+/// coordinates, `rank - 1` positions (or a start pair) and a value.
+pub(crate) fn piece_bytes_per_text_byte(rank: usize, index_bytes: usize) -> usize {
+    let entry = rank * index_bytes + rank.saturating_sub(1) * index_bytes + 8 + 16;
+    entry.div_ceil(2 * (rank + 1))
+}
+
+/// The blocks of a file's data section `[start, len)`, `size` bytes each.
+pub(crate) struct Blocks {
+    pub file: File,
+    pub start: u64,
+    pub len: u64,
+    pub size: u64,
+}
+
+impl Blocks {
+    pub fn count(&self) -> usize {
+        (self.len.saturating_sub(self.start)).div_ceil(self.size) as usize
+    }
+
+    /// Maps the lines that start in block `i` (the last one to its end): the mapping and
+    /// where those lines lie in it; `Err(None)` for a line longer than [`MAX_LINE`]. Each
+    /// block is a mapping of its own, unmapped once packed, so that the resident text stays
+    /// within the blocks in flight however large the file.
+    fn map(&self, i: usize) -> Result<(Mmap, Range<usize>), Option<std::io::Error>> {
+        let lo = self.start + i as u64 * self.size;
+        let hi = (lo + self.size).min(self.len);
+        // One byte before the block says whether the block begins at a line start.
+        let from = if i == 0 { lo } else { lo - 1 };
+        let own = (hi - from) as usize;
+        let mut extra = 64u64 << 10;
+        loop {
+            let to = (hi + extra).min(self.len);
+            let map = map_range(&self.file, from, to).map_err(Some)?;
+            let begin = if i == 0 {
+                0
+            } else {
+                // No newline in the block: no line starts in it.
+                memchr::memchr(b'\n', &map[..own]).map_or(own, |j| j + 1)
+            };
+            if begin >= own {
+                return Ok((map, own..own));
+            }
+            // The last line that starts in the block ends at the first newline from `hi - 1`.
+            match memchr::memchr(b'\n', &map[own - 1..]) {
+                Some(j) => return Ok((map, begin..own + j)),
+                None if to == self.len => {
+                    let end = map.len();
+                    return Ok((map, begin..end));
+                }
+                None if extra as usize > MAX_LINE => return Err(None),
+                None => extra *= 4,
+            }
+        }
+    }
+}
+
+/// Maps bytes `[from, to)` of `file` read-only.
+fn map_range(file: &File, from: u64, to: u64) -> std::io::Result<Mmap> {
+    // SAFETY: a mapping of a file is sound as long as the file does not change under it;
+    // the input is a file the user asked to convert, which nothing in this process writes.
+    // Another process truncating it meanwhile could fault the read (SIGBUS), as with any
+    // tool that maps its input; this is the one place text is mapped.
+    unsafe {
+        MmapOptions::new()
+            .offset(from)
+            .len((to - from) as usize)
+            .populate()
+            .map(file)
+    }
+}
+
+/// Runs `threads` workers over `blocks`, handing each block's piece to `consume` in file
+/// order; at most `in_flight` pieces exist at once. `consume` returns false to stop early.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run<const R: usize, I: Index, S: LineSyntax, E>(
+    blocks: &Blocks,
+    syntax: &S,
+    plan: &Plan,
+    threads: usize,
+    in_flight: usize,
+    before_reuse: &(dyn Fn(&mut Piece<I>) + Sync),
+    mut consume: impl FnMut(&mut Piece<I>) -> Result<bool, E>,
+) -> Result<(), E> {
+    let n = blocks.count();
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let in_flight = in_flight.max(1);
+    // A credit carries a piece to reuse (or none yet).
+    let (credit_tx, credit_rx) = mpsc::sync_channel::<Piece<I>>(in_flight);
+    for _ in 0..in_flight {
+        credit_tx
+            .send(Piece::default())
+            .expect("room for every credit");
+    }
+    let credit_rx = Mutex::new(credit_rx);
+    let (done_tx, done_rx) = mpsc::channel::<(usize, Piece<I>)>();
+    std::thread::scope(|scope| {
+        for _ in 0..threads.clamp(1, in_flight) {
+            let done_tx = done_tx.clone();
+            let (next, stop, credit_rx) = (&next, &stop, &credit_rx);
+            scope.spawn(move || loop {
+                let credit = credit_rx.lock().map(|rx| rx.recv());
+                let Ok(Ok(mut piece)) = credit else { return };
+                before_reuse(&mut piece);
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n || stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                match blocks.map(i) {
+                    Ok((text, lines)) => {
+                        let bytes = (lines.end - lines.start) as u64;
+                        pack::<R, I, S>(&text[lines], syntax, plan, &mut piece);
+                        piece.bytes = bytes;
+                    }
+                    Err(e) => {
+                        piece.reset(R);
+                        piece.stop = Some(e.map_or(Stop::LongLine, Stop::Io));
+                    }
+                }
+                if done_tx.send((i, piece)).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(done_tx);
+        let mut waiting = std::collections::BTreeMap::new();
+        let mut result = Ok(());
+        'blocks: for want in 0..n {
+            let mut piece = loop {
+                if let Some(p) = waiting.remove(&want) {
+                    break p;
+                }
+                match done_rx.recv() {
+                    Ok((i, p)) => {
+                        waiting.insert(i, p);
+                    }
+                    Err(_) => break 'blocks,
+                }
+            };
+            match consume(&mut piece) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+            let _ = credit_tx.send(piece);
+        }
+        // Workers waiting for a credit see the channel close; those working finish their
+        // block, find `stop` set and return.
+        stop.store(true, Ordering::Relaxed);
+        drop(credit_tx);
+        drop(done_rx);
+        result
+    })?;
+    // Pieces handed back after the workers stopped still hold their deferred writes.
+    if let Ok(rx) = credit_rx.into_inner() {
+        for mut piece in rx.try_iter() {
+            before_reuse(&mut piece);
+        }
+    }
+    Ok(())
+}
+
+/// Parses the lines of `text` and packs their entries into `piece`.
+fn pack<const R: usize, I: Index, S: LineSyntax>(
+    text: &[u8],
+    syntax: &S,
+    plan: &Plan,
+    piece: &mut Piece<I>,
+) {
+    let mut order = [0usize; R];
+    order.copy_from_slice(&plan.order);
+    let mut coords = [0u64; R];
+    let mut key = [0u64; R];
+    let mut line_no = 0u64;
+    let mut at = 0;
+    let mut builder = Builder::<R, I>::new(std::mem::take(piece), plan);
+    let mut stop = None;
+    while at < text.len() {
+        let nl = memchr::memchr(b'\n', &text[at..]);
+        let end = nl.map_or(text.len(), |j| at + j);
+        let mut line = &text[at..end];
+        at = end + 1;
+        line_no += 1;
+        if let Some(l) = line.strip_suffix(b"\r") {
+            line = l;
+        }
+        let v = match syntax.parse(line, &mut coords) {
+            Ok(Some(v)) => v,
+            Ok(None) => continue,
+            Err((column, kind)) => {
+                stop = Some(Stop::Syntax {
+                    line: line_no,
+                    column,
+                    kind,
+                });
+                break;
+            }
+        };
+        for k in 0..R {
+            key[k] = coords[order[k]];
+        }
+        if let Err(s) = builder.push(key, v) {
+            stop = Some(s);
+            break;
+        }
+    }
+    *piece = builder.finish();
+    // Every line ends with a newline but perhaps the file's last one.
+    piece.open_last_line = stop.is_none() && !text.is_empty() && text.last() != Some(&b'\n');
+    piece.newlines = line_no - u64::from(piece.open_last_line);
+    piece.stop = stop;
+}
+
+/// Packs entries (level-order coordinates) that come in storage order into a piece.
+pub(crate) struct Builder<const R: usize, I> {
+    piece: Piece<I>,
+    /// The level arrays as fixed-size arrays of their own, so that the loops over levels
+    /// unroll and index without bounds checks; given back by [`Builder::finish`].
+    crd: [Vec<I>; R],
+    pos: [Vec<I>; R],
+    prev: [u64; R],
+    max: [u64; R],
+    have: bool,
+    in_head: bool,
+    dense_top: bool,
+    duplicates: Duplicates,
+}
+
+impl<const R: usize, I: Index> Builder<R, I> {
+    /// Starts filling `piece` (emptied first).
+    pub fn new(mut piece: Piece<I>, plan: &Plan) -> Self {
+        piece.reset(R);
+        Builder {
+            crd: std::array::from_fn(|k| std::mem::take(&mut piece.crd[k])),
+            pos: std::array::from_fn(|k| std::mem::take(&mut piece.pos[k])),
+            piece,
+            prev: [0; R],
+            max: [0; R],
+            have: false,
+            in_head: true,
+            dense_top: plan.dense_top,
+            duplicates: plan.duplicates,
+        }
+    }
+
+    /// Distinct entries so far.
+    pub fn len(&self) -> usize {
+        self.piece.vals.len()
+    }
+
+    /// Adds an entry; an error when it comes out of order, repeats one that may not be
+    /// repeated, or has a coordinate too large for the width.
+    #[inline]
+    pub fn push(&mut self, key: [u64; R], v: f64) -> Result<(), Stop> {
+        let piece = &mut self.piece;
+        piece.entries += 1;
+        let f = if self.have {
+            (0..R).position(|k| key[k] != self.prev[k]).unwrap_or(R)
+        } else {
+            0
+        };
+        if self.have {
+            if f == R {
+                if self.duplicates == Duplicates::Error {
+                    return Err(Stop::Duplicate(key.to_vec()));
+                }
+                let last = piece.vals.last_mut().expect("an entry before");
+                *last = canonical_nan(*last + v);
+                if self.in_head {
+                    piece.head.push(v);
+                }
+                return Ok(());
+            }
+            if key[f] < self.prev[f] {
+                return Err(Stop::Unsorted);
+            }
+            self.in_head = false;
+        } else {
+            piece.head.push(v);
+            piece.first.extend_from_slice(&key);
+        }
+        for (k, &c) in key.iter().enumerate().skip(f) {
+            if c > I::MAX_U64 {
+                return Err(Stop::Overflow(c));
+            }
+            self.max[k] = self.max[k].max(c);
+            if k == 0 && self.dense_top {
+                piece.starts.push((c, I::from_usize(self.crd[1].len())));
+                continue;
+            }
+            if k > f && !(k == 1 && self.dense_top) {
+                self.pos[k].push(I::from_usize(self.crd[k].len()));
+            }
+            self.crd[k].push(I::from_usize(c as usize));
+        }
+        // Values parsed from text are canonical already; sums made by the external sort's
+        // in-memory run (`inf + -inf`) may not be.
+        piece.vals.push(canonical_nan(v));
+        self.prev = key;
+        self.have = true;
+        Ok(())
+    }
+
+    /// The piece, with its arrays, last entry and maxima.
+    pub fn finish(mut self) -> Piece<I> {
+        let mut piece = self.piece;
+        for (k, (c, p)) in self.crd.iter_mut().zip(&mut self.pos).enumerate() {
+            piece.crd[k] = std::mem::take(c);
+            piece.pos[k] = std::mem::take(p);
+        }
+        if self.have {
+            piece.last.extend_from_slice(&self.prev);
+        }
+        piece.max.copy_from_slice(&self.max);
+        piece
+    }
+}

@@ -1,0 +1,699 @@
+//! Sorted text → `.tcs` in one parallel pass (see `blocks`): the pieces of the blocks are
+//! joined in file order into level arrays spooled to anonymous temporary files, and the
+//! spools are copied into the laid-out output once the level sizes are known.
+//!
+//! The formats this path packs: every level compressed, or a dense level 0 over compressed
+//! levels (CSR and its higher-order kin), of rank 1 to 4. Others take the general path.
+
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::blocks::{
+    self, Blocks, Builder, Deferred, LineSyntax, Piece, PieceArray, Plan, Stop, MAX_LINE,
+};
+use super::build::{check_dense_size, check_width, layout};
+use super::{duplicate_error, ConvertOptions, Duplicates, Progress, SortedSource};
+use crate::error::{Error, Result};
+use crate::format::{Format, LevelType};
+use crate::tcs::TcsWriter;
+use crate::tensor::TensorError;
+use crate::value::{canonical_nan, Index, Value, ValueType};
+
+/// A text file to convert: its line syntax and where its data lines begin.
+pub(crate) struct Input<S> {
+    pub path: PathBuf,
+    pub syntax: S,
+    /// Byte offset of the first data line, and the number of lines before it.
+    pub data_start: u64,
+    pub lines_before: u64,
+    pub dims: Option<Vec<u64>>,
+    /// Entries the file's header promises (`.mtx`).
+    pub entries: Option<u64>,
+}
+
+/// What the fast path did.
+pub(crate) enum Outcome {
+    Done(Done),
+    /// The input is not sorted in storage order, or does not hold the entries its header
+    /// promises: the general path sorts it (or says on which line it is wrong).
+    Fallback,
+}
+
+pub(crate) struct Done {
+    pub entries_read: u64,
+    pub entries_written: u64,
+    pub dims: Vec<u64>,
+    pub bytes: u64,
+}
+
+/// True for the formats the fast path packs.
+pub(crate) fn supports(format: &Format) -> bool {
+    let levels = format.levels();
+    (1..=4).contains(&levels.len())
+        && levels[1..].iter().all(|&t| t == LevelType::Compressed)
+        && (levels[0] == LevelType::Compressed || levels.len() >= 2)
+}
+
+/// Converts sorted text to `.tcs` (see the module documentation).
+pub(crate) fn convert<S: LineSyntax>(
+    input: &Input<S>,
+    output: &Path,
+    format: &Format,
+    opts: &ConvertOptions,
+    temp_dir: &Path,
+    progress: &dyn Progress,
+) -> Result<Outcome> {
+    let job = Job {
+        input,
+        output,
+        format,
+        opts,
+        temp_dir,
+        progress,
+    };
+    dispatch!(typed, S, &job, format.rank(), opts)
+}
+
+/// Calls `$body::<R, I, V, $s>($job)` for the rank and the options' widths.
+macro_rules! dispatch {
+    ($body:ident, $s:ty, $job:expr, $rank:expr, $opts:expr) => {{
+        macro_rules! widths {
+            ($r:literal) => {
+                match ($opts.value_type, $opts.index_bits) {
+                    (ValueType::F32, 32) => $body::<$r, u32, f32, $s>($job),
+                    (ValueType::F32, _) => $body::<$r, u64, f32, $s>($job),
+                    (ValueType::F64, 32) => $body::<$r, u32, f64, $s>($job),
+                    (ValueType::F64, _) => $body::<$r, u64, f64, $s>($job),
+                }
+            };
+        }
+        match $rank {
+            1 => widths!(1),
+            2 => widths!(2),
+            3 => widths!(3),
+            4 => widths!(4),
+            r => unreachable!("rank {r} is not packed in blocks (see `supports`)"),
+        }
+    }};
+}
+use dispatch;
+
+/// The external sort's merged entries (`source`, in storage order), packed and written
+/// like sorted text; on one thread, as the merge that feeds it is serial.
+pub(crate) fn convert_merged(
+    source: &mut dyn SortedSource,
+    input: &Input<()>,
+    output: &Path,
+    format: &Format,
+    opts: &ConvertOptions,
+    temp_dir: &Path,
+    progress: &dyn Progress,
+) -> Result<Done> {
+    let job = Job {
+        input,
+        output,
+        format,
+        opts,
+        temp_dir,
+        progress,
+    };
+    let mut job = (job, source);
+    dispatch!(merged, (), &mut job, format.rank(), opts)
+}
+
+/// Entries per piece when packing merged entries.
+const MERGED_PIECE: usize = 1 << 16;
+
+fn merged<const R: usize, I: Index, V: Value, S>(
+    (job, source): &mut (Job<'_, S>, &mut dyn SortedSource),
+) -> Result<Done> {
+    let Job {
+        input,
+        output,
+        format,
+        opts,
+        temp_dir,
+        progress,
+    } = *job;
+    check_dims::<I, V, S>(input, format)?;
+    let files = spool_files(format, output, temp_dir)?;
+    let failed = Mutex::new(None);
+    let mut st = Stitcher::<I, V, S>::new(input, output, format, opts, &files);
+    let plan = Plan {
+        order: (0..R).collect(),
+        dense_top: format.levels()[0] == LevelType::Dense,
+        duplicates: opts.duplicates,
+    };
+    let mut builder = Some(Builder::<R, I>::new(Piece::default(), &plan));
+    // Joins the builder's piece, has its writes done, and starts the next one.
+    let mut flush = |builder: &mut Option<Builder<R, I>>, stop: Option<Stop>| -> Result<()> {
+        let mut piece = builder.take().expect("a builder").finish();
+        piece.bytes = piece.entries;
+        piece.stop = stop;
+        let joined = st.take(&mut piece, progress)?;
+        piece.write_deferred(&files, &failed);
+        if !joined {
+            let e = std::io::Error::other("merged entries came out of order (a bug)");
+            return Err(Error::io(&input.path, e));
+        }
+        *builder = Some(Builder::new(piece, &plan));
+        Ok(())
+    };
+    progress.stage("merge", 0);
+    source.scan(progress, &mut |k, v| {
+        let key: [u64; R] = k.try_into().expect("keys of the tensor's rank");
+        let b = builder.as_mut().expect("a builder");
+        match b.push(key, v) {
+            Err(stop) => flush(&mut builder, Some(stop)),
+            Ok(()) if b.len() >= MERGED_PIECE => flush(&mut builder, None),
+            Ok(()) => Ok(()),
+        }
+    })?;
+    flush(&mut builder, None)?;
+    progress.end_stage();
+    if let Some(e) = failed.lock().ok().and_then(|mut f| f.take()) {
+        return Err(spool_err(output, temp_dir, e));
+    }
+    st.finish(progress)
+}
+
+/// Declared dimensions must fit the coordinate width, and the dense levels' values a file.
+fn check_dims<I: Index, V: Value, S>(input: &Input<S>, format: &Format) -> Result<()> {
+    let tensor_err = |source| Error::Tensor {
+        path: input.path.clone(),
+        source,
+    };
+    if let Some(dims) = &input.dims {
+        check_width::<I>(dims, &[]).map_err(tensor_err)?;
+        check_dense_size::<V>(format, dims).map_err(tensor_err)?;
+    }
+    Ok(())
+}
+
+/// One anonymous temporary file per array of the output, in header order.
+fn spool_files(format: &Format, output: &Path, temp_dir: &Path) -> Result<Vec<File>> {
+    let arrays = 1 + 2 * format
+        .levels()
+        .iter()
+        .filter(|&&t| t == LevelType::Compressed)
+        .count();
+    (0..arrays)
+        .map(|_| tempfile::tempfile_in(temp_dir).map_err(|e| spool_err(output, temp_dir, e)))
+        .collect()
+}
+
+/// The arguments of a conversion, passed on to its typed body.
+struct Job<'a, S> {
+    input: &'a Input<S>,
+    output: &'a Path,
+    format: &'a Format,
+    opts: &'a ConvertOptions,
+    temp_dir: &'a Path,
+    progress: &'a dyn Progress,
+}
+
+fn typed<const R: usize, I: Index, V: Value, S: LineSyntax>(job: &Job<'_, S>) -> Result<Outcome> {
+    let Job {
+        input,
+        output,
+        format,
+        opts,
+        temp_dir,
+        progress,
+    } = *job;
+    check_dims::<I, V, S>(input, format)?;
+    let file = File::open(&input.path).map_err(|e| Error::io(&input.path, e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| Error::io(&input.path, e))?
+        .len();
+    let threads = crate::chunks::parse_threads();
+    // Each worker holds a block it packs and one waiting for the consumer.
+    let in_flight = 2 * threads;
+    let per_block = 1 + blocks::piece_bytes_per_text_byte(R, std::mem::size_of::<I>());
+    let size = (opts.memory / 2 / in_flight / per_block).clamp(4 << 10, 4 << 20) & !4095;
+    let blocks = Blocks {
+        file,
+        start: input.data_start,
+        len,
+        size: size as u64,
+    };
+    let dense_top = format.levels()[0] == LevelType::Dense;
+    let plan = Plan {
+        order: format.mode_order().to_vec(),
+        dense_top,
+        duplicates: opts.duplicates,
+    };
+    let files = spool_files(format, output, temp_dir)?;
+    let failed = Mutex::new(None);
+    let mut st = Stitcher::<I, V, S>::new(input, output, format, opts, &files);
+    progress.stage("convert", len);
+    let write = |p: &mut Piece<I>| p.write_deferred(&files, &failed);
+    let ran = blocks::run::<R, I, S, Error>(
+        &blocks,
+        &input.syntax,
+        &plan,
+        threads,
+        in_flight,
+        &write,
+        |p| st.take(p, progress),
+    );
+    progress.end_stage();
+    ran?;
+    if let Some(e) = failed.lock().ok().and_then(|mut f| f.take()) {
+        return Err(spool_err(output, temp_dir, e));
+    }
+    if st.fallback || input.entries.is_some_and(|n| n != st.entries_read) {
+        return Ok(Outcome::Fallback);
+    }
+    st.finish(progress).map(Outcome::Done)
+}
+
+/// An array spooled to an anonymous temporary file (number `file` of the spools): its
+/// length and checksum so far.
+struct Spool {
+    file: usize,
+    len: u64,
+    crc: crc32fast::Hasher,
+}
+
+impl Spool {
+    /// Reserves the next `bytes.len()` bytes for `bytes` and returns where they go.
+    fn reserve(&mut self, bytes: &[u8]) -> u64 {
+        self.crc.update(bytes);
+        let at = self.len;
+        self.len += bytes.len() as u64;
+        at
+    }
+}
+
+/// Joins pieces in file order (see `blocks`).
+struct Stitcher<'a, I, V, S> {
+    input: &'a Input<S>,
+    files: &'a [File],
+    output: &'a Path,
+    format: &'a Format,
+    duplicates: Duplicates,
+    dense_top: bool,
+    /// Per level: `pos` (None for level 1 under a dense level 0, which `starts` fill) and
+    /// `crd` (None for a dense level).
+    pos: Vec<Option<Spool>>,
+    crd: Vec<Option<Spool>>,
+    vals: Spool,
+    /// Coordinates stored so far per level.
+    base: Vec<u64>,
+    /// Under a dense level 0: positions of level 1 written so far.
+    filled: u64,
+    /// The last entry so far (level order) and its value, which may still grow.
+    last: Vec<u64>,
+    pending: Option<f64>,
+    max: Vec<u64>,
+    entries_read: u64,
+    entries_written: u64,
+    lines: u64,
+    bytes: u64,
+    fallback: bool,
+    scratch_i: Vec<I>,
+    scratch_v: Vec<V>,
+}
+
+impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
+    fn new(
+        input: &'a Input<S>,
+        output: &'a Path,
+        format: &'a Format,
+        opts: &ConvertOptions,
+        files: &'a [File],
+    ) -> Self {
+        let rank = format.rank();
+        let mut next = 0;
+        let mut spool = || {
+            next += 1;
+            Spool {
+                file: next - 1,
+                len: 0,
+                crc: crc32fast::Hasher::new(),
+            }
+        };
+        let dense_top = format.levels()[0] == LevelType::Dense;
+        let mut pos = Vec::new();
+        let mut crd = Vec::new();
+        for k in 0..rank {
+            let compressed = format.levels()[k] == LevelType::Compressed;
+            pos.push(compressed.then(&mut spool));
+            crd.push(compressed.then(&mut spool));
+        }
+        let vals = spool();
+        Stitcher {
+            input,
+            files,
+            output,
+            format,
+            duplicates: opts.duplicates,
+            dense_top,
+            pos,
+            crd,
+            vals,
+            base: vec![0; rank],
+            filled: 0,
+            last: Vec::new(),
+            pending: None,
+            max: vec![0; rank],
+            entries_read: 0,
+            entries_written: 0,
+            lines: input.lines_before,
+            bytes: input.data_start,
+            fallback: false,
+            scratch_i: Vec::new(),
+            scratch_v: Vec::new(),
+        }
+    }
+
+    fn overflow(&self, value: u64) -> Error {
+        Error::Tensor {
+            path: self.input.path.clone(),
+            source: TensorError::IndexOverflow {
+                value,
+                bits: I::BITS,
+            },
+        }
+    }
+
+    /// Joins the next piece; false to stop and take the general path.
+    fn take(&mut self, piece: &mut Piece<I>, progress: &dyn Progress) -> Result<bool> {
+        let rank = self.base.len();
+        if let Some(stop) = piece.stop.take() {
+            return self.stopped(stop);
+        }
+        self.entries_read += piece.entries;
+        if self.input.entries.is_some_and(|n| self.entries_read > n) {
+            self.fallback = true;
+            return Ok(false);
+        }
+        self.lines += piece.newlines;
+        self.bytes += piece.bytes;
+        super::tick(progress, self.bytes)?;
+        if piece.vals.is_empty() {
+            return Ok(true);
+        }
+        let have = !self.last.is_empty();
+        let f = if have {
+            let f = (0..rank)
+                .position(|k| piece.first[k] != self.last[k])
+                .unwrap_or(rank);
+            if f < rank && piece.first[f] < self.last[f] {
+                self.fallback = true;
+                return Ok(false);
+            }
+            if f == rank && self.duplicates == Duplicates::Error {
+                return Err(duplicate_error(&self.input.path, self.format, &piece.first));
+            }
+            f
+        } else {
+            0
+        };
+        // Values: the first entry continues the last one when their coordinates agree.
+        let mut vals = &piece.vals[..];
+        if f == rank {
+            let mut v = self.pending.take().expect("a value before");
+            for h in &piece.head {
+                v += h;
+            }
+            self.pending = Some(canonical_nan(v));
+            vals = &vals[1..];
+        }
+        let first = piece.vals.len() - vals.len();
+        if let Some(&last) = vals.last() {
+            if let Some(p) = self.pending.take() {
+                self.emit(&[p])?;
+            }
+            let done = first..piece.vals.len() - 1;
+            if V::TYPE == ValueType::F64 {
+                self.entries_written += done.len() as u64;
+                defer_range(&mut self.vals, piece, PieceArray::Vals, done);
+            } else {
+                let done = piece.vals[done].to_vec();
+                self.emit(&done)?;
+            }
+            self.pending = Some(last);
+        }
+        // Arrays: levels above the first new one continue the previous block's nodes.
+        for k in 0..rank {
+            if k == 0 && self.dense_top {
+                self.join_starts(piece, f)?;
+                continue;
+            }
+            let dropped = usize::from(k < f);
+            if k >= 1 && !(k == 1 && self.dense_top) {
+                let offset = self.base[k] - dropped as u64;
+                let pos = &mut piece.pos[k][usize::from(k <= f)..];
+                if let Some(&top) = pos.last() {
+                    let top = top.to_usize() as u64 + offset;
+                    if top > I::MAX_U64 {
+                        return Err(self.overflow(top));
+                    }
+                    let offset = I::from_usize(offset as usize);
+                    add_offset(pos, offset);
+                }
+                let start = usize::from(k <= f);
+                let spool = self.pos[k].as_mut().expect("a pos spool");
+                defer(spool, piece, PieceArray::Pos(k), start);
+            }
+            let spool = self.crd[k].as_mut().expect("a crd spool");
+            defer(spool, piece, PieceArray::Crd(k), dropped);
+            self.base[k] += (piece.crd[k].len() - dropped) as u64;
+        }
+        for (m, p) in self.max.iter_mut().zip(&piece.max) {
+            *m = (*m).max(*p);
+        }
+        self.last.clear();
+        self.last.extend_from_slice(&piece.last);
+        Ok(true)
+    }
+
+    /// Under a dense level 0: the positions of level 1 for the rows up to the piece's last,
+    /// empty rows repeating the next row's start.
+    fn join_starts(&mut self, piece: &Piece<I>, f: usize) -> Result<()> {
+        let offset = self.base[1] - u64::from(1 < f);
+        let mut out = std::mem::take(&mut self.scratch_i);
+        out.clear();
+        for &(row, start) in &piece.starts[usize::from(f > 0)..] {
+            let s = start.to_usize() as u64 + offset;
+            if s > I::MAX_U64 {
+                return Err(self.overflow(s));
+            }
+            let s = I::from_usize(s as usize);
+            let n = (row + 1 - self.filled) as usize;
+            out.resize(out.len() + n, s);
+            self.filled = row + 1;
+        }
+        let r = write(
+            self.files,
+            self.pos[1].as_mut().expect("a pos spool"),
+            &out,
+            self.output,
+        );
+        self.scratch_i = out;
+        r
+    }
+
+    /// Appends final values.
+    fn emit(&mut self, vals: &[f64]) -> Result<()> {
+        self.entries_written += vals.len() as u64;
+        if V::TYPE == ValueType::F64 {
+            return write(self.files, &mut self.vals, vals, self.output);
+        }
+        self.scratch_v.clear();
+        self.scratch_v.extend(vals.iter().map(|&x| V::from_f64(x)));
+        write(self.files, &mut self.vals, &self.scratch_v, self.output)
+    }
+
+    /// Copies a spool into array number `array` of the output.
+    fn copy(&self, writer: &TcsWriter, array: usize, s: Spool) -> Result<()> {
+        let mut file = self.files[s.file]
+            .try_clone()
+            .map_err(|e| spool_err(self.output, Path::new("the temporary directory"), e))?;
+        writer.copy_array_from(array, &mut file, s.crc.finalize())
+    }
+
+    /// The error (or fallback) a piece stopped with; its line counted from the file's start.
+    fn stopped(&mut self, stop: Stop) -> Result<bool> {
+        let path = self.input.path.clone();
+        Err(match stop {
+            Stop::Unsorted => {
+                self.fallback = true;
+                return Ok(false);
+            }
+            Stop::Syntax { line, column, kind } => Error::Syntax {
+                path,
+                line: self.lines + line,
+                column,
+                kind,
+            },
+            Stop::Duplicate(key) => duplicate_error(&path, self.format, &key),
+            Stop::Overflow(c) => self.overflow(c),
+            Stop::Io(e) => Error::io(&path, e),
+            Stop::LongLine => {
+                let msg = format!(
+                    "line {} or one soon after it is longer than {} MiB",
+                    self.lines + 1,
+                    MAX_LINE >> 20
+                );
+                Error::io(
+                    &path,
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, msg),
+                )
+            }
+        })
+    }
+
+    /// Completes the arrays, lays out the output and copies the spools into it.
+    fn finish(mut self, progress: &dyn Progress) -> Result<Done> {
+        let rank = self.base.len();
+        if let Some(p) = self.pending.take() {
+            self.emit(&[p])?;
+        }
+        let order = self.format.mode_order();
+        let dims: Vec<u64> = match &self.input.dims {
+            Some(d) => d.clone(),
+            None => {
+                let mut d = vec![0; rank];
+                for (k, &m) in order.iter().enumerate() {
+                    d[m] = self.max[k] + 1;
+                }
+                d
+            }
+        };
+        let tensor_err = |source| Error::Tensor {
+            path: self.input.path.clone(),
+            source,
+        };
+        check_width::<I>(&dims, &self.base).map_err(tensor_err)?;
+        for k in 0..rank {
+            let end = I::from_usize(self.base[k] as usize);
+            let tail = if k == 0 && !self.dense_top {
+                vec![I::from_usize(0), end]
+            } else if k == 1 && self.dense_top {
+                vec![end; (dims[order[0]] + 1 - self.filled) as usize]
+            } else if k >= 1 {
+                vec![end]
+            } else {
+                continue;
+            };
+            write(
+                self.files,
+                self.pos[k].as_mut().expect("a pos spool"),
+                &tail,
+                self.output,
+            )?;
+        }
+        let counts: Vec<u64> = (0..rank)
+            .map(|k| match self.format.levels()[k] {
+                LevelType::Dense => dims[order[k]],
+                LevelType::Compressed => self.base[k],
+            })
+            .collect();
+        let header = layout::<V, I>(self.format, &dims, &counts).map_err(|source| Error::Tcs {
+            path: self.output.to_path_buf(),
+            source,
+        })?;
+        let bytes = header.file_len;
+        let writer = TcsWriter::create(self.output, header)?;
+        progress.stage("write", 0);
+        let mut array = 0;
+        for k in 0..rank {
+            if self.format.levels()[k] == LevelType::Dense {
+                continue;
+            }
+            for s in [self.pos[k].take(), self.crd[k].take()] {
+                let s = s.expect("a spool per array");
+                self.copy(&writer, array, s)?;
+                array += 1;
+            }
+        }
+        let vals = std::mem::replace(
+            &mut self.vals,
+            Spool {
+                file: 0,
+                len: 0,
+                crc: Default::default(),
+            },
+        );
+        self.copy(&writer, array, vals)?;
+        writer.finish()?;
+        progress.end_stage();
+        Ok(Done {
+            entries_read: self.entries_read,
+            entries_written: self.entries_written,
+            dims,
+            bytes,
+        })
+    }
+}
+
+/// Appends `data` to a spool now.
+fn write<T: bytemuck::Pod>(
+    files: &[File],
+    spool: &mut Spool,
+    data: &[T],
+    output: &Path,
+) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let b: &[u8] = bytemuck::cast_slice(data);
+    let at = spool.reserve(b);
+    files[spool.file]
+        .write_all_at(b, at)
+        .map_err(|e| spool_err(output, Path::new("the temporary directory"), e))
+}
+
+/// Appends an array of `piece` from element `from` on to a spool, written later by a
+/// worker (see `Piece::writes`).
+fn defer<I: Index>(spool: &mut Spool, piece: &mut Piece<I>, array: PieceArray, from: usize) {
+    let len = match array {
+        PieceArray::Crd(k) => piece.crd[k].len(),
+        PieceArray::Pos(k) => piece.pos[k].len(),
+        PieceArray::Vals => piece.vals.len(),
+    };
+    defer_range(spool, piece, array, from..len);
+}
+
+fn defer_range<I: Index>(
+    spool: &mut Spool,
+    piece: &mut Piece<I>,
+    array: PieceArray,
+    range: Range<usize>,
+) {
+    if range.is_empty() {
+        return;
+    }
+    let bytes: &[u8] = match array {
+        PieceArray::Crd(k) => bytemuck::cast_slice(&piece.crd[k][range.clone()]),
+        PieceArray::Pos(k) => bytemuck::cast_slice(&piece.pos[k][range.clone()]),
+        PieceArray::Vals => bytemuck::cast_slice(&piece.vals[range.clone()]),
+    };
+    let at = spool.reserve(bytes);
+    piece.writes.push(Deferred {
+        file: spool.file,
+        at,
+        array,
+        range,
+    });
+}
+
+/// Adds `offset` to every position (a loop the compiler vectorizes).
+fn add_offset<I: Index>(pos: &mut [I], offset: I) {
+    if offset.to_usize() == 0 {
+        return;
+    }
+    let off = offset.to_usize();
+    for p in pos {
+        *p = I::from_usize(p.to_usize() + off);
+    }
+}
+
+fn spool_err(output: &Path, dir: &Path, e: std::io::Error) -> Error {
+    let what = format!("temporary file in {}: {e}", dir.display());
+    Error::io(output, std::io::Error::new(e.kind(), what))
+}
