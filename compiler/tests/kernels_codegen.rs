@@ -5,17 +5,18 @@
 
 #[path = "kernels_support/mod.rs"]
 mod common;
+#[path = "kernels_support/generated.rs"]
+mod generated;
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::{catalogue, Case, Rng};
+use generated::{lit, run_crate, tensor_code};
 use proc_macro2::Ident;
 use quote::format_ident;
 use tessera_compiler::codegen;
 use tessera_compiler::ir::Assembly;
-use tessera_formats::{Level, Tensor};
+use tessera_formats::Tensor;
 
 /// Block-view inputs and the oracle's result on them.
 type Blocks = (Vec<Tensor<f64, u64>>, Vec<f64>);
@@ -30,18 +31,6 @@ struct Instance {
     value: &'static str,
     index: &'static str,
     threads: usize,
-}
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// Exact `f64` literals (the oracle's values, NaN and infinities included).
-fn lit(v: f64) -> String {
-    format!("f64::from_bits({:#x})", v.to_bits())
 }
 
 fn instances() -> Vec<Instance> {
@@ -98,34 +87,6 @@ fn instances() -> Vec<Instance> {
         assert!(found > 0, "no random formats lowered for `{expr}`");
     }
     out
-}
-
-/// Rust code that rebuilds `t` with value type `v` and index type `i`, levels as they are
-/// (dense offsets included).
-fn tensor_code(t: &Tensor<f64, u64>, v: &str, i: &str) -> String {
-    let levels: Vec<String> = t
-        .levels()
-        .iter()
-        .map(|l| match l {
-            Level::Dense { size, offset } => format!("Level::Dense {{ size: {size}, offset: {offset} }}"),
-            Level::Compressed { pos, crd } => {
-                format!("Level::Compressed {{ pos: Vec::<{i}>::from({pos:?}), crd: Vec::<{i}>::from({crd:?}) }}")
-            }
-        })
-        .collect();
-    let vals: Vec<String> = t
-        .vals()
-        .iter()
-        .map(|x| format!("<{v}>::from_f64({})", lit(*x)))
-        .collect();
-    format!(
-        "Tensor::<{v}, {i}>::from_parts(vec!{:?}, Format::parse({:?}, {}).unwrap(), vec![{}], vec![{}]).unwrap()",
-        t.dims(),
-        t.format().to_string(),
-        t.format().rank(),
-        levels.join(", "),
-        vals.join(", ")
-    )
 }
 
 /// The `main` that builds each instance's inputs, runs its kernel and compares with the oracle.
@@ -233,45 +194,7 @@ fn generated_kernels_match_the_oracle() {
         repacked > 0 && scattered > 0,
         "{repacked} re-packed, {scattered} scattered"
     );
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"));
-    let dir = target.join("tessera-codegen-check");
-    std::fs::create_dir_all(dir.join("src")).unwrap();
-    let root = workspace_root();
-    std::fs::write(
-        dir.join("Cargo.toml"),
-        format!(
-            "[package]\nname = \"tessera-codegen-check\"\nversion = \"0.0.0\"\nedition = \"2021\"\npublish = false\n\n\
-             [dependencies]\ntessera-formats = {{ path = {:?} }}\nrayon = \"1.12\"\n\n[workspace]\n",
-            root.join("formats")
-        ),
-    )
-    .unwrap();
-    std::fs::copy(root.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
-    std::fs::write(dir.join("src/kernels.rs"), &kernels).unwrap();
-    std::fs::write(
-        dir.join("src/main.rs"),
-        format!("mod kernels;\n{}", main_rs(&instances)),
-    )
-    .unwrap();
-
-    let build = Command::new(env!("CARGO"))
-        .args(["run", "--offline", "--quiet", "--manifest-path"])
-        .arg(dir.join("Cargo.toml"))
-        .env(
-            "CARGO_TARGET_DIR",
-            target.join("tessera-codegen-check-target"),
-        )
-        .output()
-        .expect("cargo runs");
-    let stdout = String::from_utf8_lossy(&build.stdout);
-    let stderr = String::from_utf8_lossy(&build.stderr);
-    assert!(
-        build.status.success(),
-        "generated crate failed ({}):\n{stdout}\n{stderr}",
-        dir.display()
-    );
+    let stdout = run_crate("tessera-codegen-check", &kernels, &main_rs(&instances));
     assert!(
         stdout.contains(&format!("checked {} kernels, 0 failed", instances.len())),
         "{stdout}"
