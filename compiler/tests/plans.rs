@@ -410,6 +410,44 @@ fn row_split_spmv_runs_as_block_tasks_on_the_runtime() {
     }
 }
 
+/// Runs of one plan on one runtime (its registered task reused for equal shapes, another for
+/// other shapes), issued without waiting so that they are in flight together, each give the
+/// plain kernel's answer: the broadcast input cached per launch is told apart by run.
+#[test]
+fn runs_of_one_plan_in_flight_together_each_give_their_answer() {
+    let src = "y(i) = A(i,j) * x(j) + B(i,j,k) * x(j); A: csr; split(i, io, ii, 3)";
+    let (kernel, plan) = planned(src);
+    let rt = tessera_runtime::Runtime::new(2);
+    let mut runs = Vec::new();
+    for (m, n) in [(5, 4), (5, 4), (7, 3)] {
+        let entries = (0..m * n)
+            .filter(|k| k % 3 != 1)
+            .map(|k| (vec![k / n, k % n], k as f64));
+        let a: Tensor<f64, u32> = Tensor::from_entries(vec![m, n], "csr", entries).unwrap();
+        let x: Tensor<f64, u32> =
+            Tensor::dense_from_vec(vec![n], (0..n).map(|j| j as f64 - 1.5).collect()).unwrap();
+        let b: Tensor<f64, u32> =
+            Tensor::dense_from_vec(vec![m, n, 2], (0..m * n * 2).map(|v| v as f64).collect())
+                .unwrap();
+        let a = plan::on_runtime::Stored::upload(&rt, &a).unwrap();
+        let x = plan::on_runtime::Stored::upload(&rt, &x).unwrap();
+        let b = plan::on_runtime::Stored::upload(&rt, &b).unwrap();
+        let y =
+            plan::on_runtime::run_stored(&rt, &plan, &kernel, &[&a, &x, &b], &[m], None).unwrap();
+        runs.push((a, x, b, y, m));
+    }
+    for (a, x, b, y, m) in &runs {
+        let (a, x, b) = (
+            a.to_tensor(&rt).unwrap(),
+            x.to_tensor(&rt).unwrap(),
+            b.to_tensor(&rt).unwrap(),
+        );
+        let want = interp::run(&kernel, &[&a, &x, &b], &[*m]).unwrap();
+        assert_eq!(y.to_tensor(&rt).unwrap().vals(), want.vals(), "{m} rows");
+    }
+    assert_eq!(rt.stats().tasks_issued, 3);
+}
+
 /// A dense vector that one nest reads at an operand's coordinates and another at every
 /// coordinate is broadcast, not imaged (an image would drop the second nest's reads).
 #[test]

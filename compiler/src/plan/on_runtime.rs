@@ -301,14 +301,25 @@ fn execute<V: PlanValue, I: PlanIndex>(
         out: out.clone(),
         privilege: plan.args[0].privilege,
     });
-    let name = task_name(plan);
+    let name = task_name(plan, &shared, compiled);
     let body = shared.clone();
-    rt.register(&name, move |ctx| body.run::<V, I>(ctx, compiled))?;
+    match rt.register(&name, move |ctx| body.run::<V, I>(ctx, compiled)) {
+        // The same plan over tensors of the same shapes ran on `rt` before: its task (an
+        // equal body) is reused, so the runtime sees the statement as one task each time.
+        Ok(()) | Err(RuntimeError::DuplicateTask(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let run = Run {
+        name: &name,
+        plan,
+        body: &shared,
+        inputs: &stores,
+        id: NEXT_RUN.fetch_add(1, Ordering::Relaxed),
+    };
     if out.dense {
         let y = rt.create(V::DTYPE, &out.shape)?;
         for launch in 0..grid.launches() {
-            let outs = std::slice::from_ref(&y);
-            launch_task(rt, &name, plan, &shared, &stores, outs, launch)?;
+            run.launch(rt, std::slice::from_ref(&y), launch)?;
         }
         return Ok(Output::Dense(y));
     }
@@ -317,7 +328,7 @@ fn execute<V: PlanValue, I: PlanIndex>(
         let coords = rt.create_unbound(DType::U64);
         let vals = rt.create_unbound(V::DTYPE);
         let outs = [coords.clone(), vals.clone()];
-        launch_task(rt, &name, plan, &shared, &stores, &outs, launch)?;
+        run.launch(rt, &outs, launch)?;
         let (c, v) = (rt.read::<u64>(&coords)?, rt.read::<V>(&vals)?);
         let rank = out_dims.len();
         for (e, x) in v.into_iter().enumerate() {
@@ -350,31 +361,60 @@ pub fn stats_line(rt: &Runtime) -> String {
     )
 }
 
-/// Tasks are registered by name; each run of a plan gets its own.
-fn task_name(plan: &Plan) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "plan#{} {}",
-        NEXT.fetch_add(1, Ordering::Relaxed),
-        plan.source
-    )
+/// Runs of plans, numbered: a point's run tells its launch's cached inputs from those of
+/// another run of the same task in flight.
+static NEXT_RUN: AtomicU64 = AtomicU64::new(0);
+
+/// The task's name: the statement, and a hash of everything its registered body depends on
+/// (the plan, the tensors' shapes and formats, the element types and the block kernel). A
+/// statement run again over tensors of the same shapes is then the same task, which the
+/// runtime's memos (and tracing) can recognise; tasks are never unregistered, so one is
+/// registered per statement and shape, not per run.
+fn task_name<V: PlanValue, I: PlanIndex>(
+    plan: &Plan,
+    body: &Body,
+    compiled: Option<BlockFn<V, I>>,
+) -> String {
+    let formats: Vec<String> = body.formats.iter().map(|f| f.to_string()).collect();
+    let key = format!(
+        "{plan:?}|{:?}|{:?}|{:?}|{formats:?}|{}|{}|{:?}",
+        body.dims,
+        body.out_dims,
+        body.in_dims,
+        std::any::type_name::<V>(),
+        std::any::type_name::<I>(),
+        compiled.map(|f| f as usize),
+    );
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("plan {} #{hash:016x}", plan.source)
+}
+
+/// One run of a plan: what each of its launches needs.
+struct Run<'a> {
+    name: &'a str,
+    plan: &'a Plan,
+    body: &'a Body,
+    inputs: &'a [Vec<Store>],
+    id: u64,
+}
+
+impl Run<'_> {
+    fn launch(&self, rt: &Runtime, outs: &[Store], launch: usize) -> Result<(), PlanRunError> {
+        launch_task(rt, self, outs, launch)
+    }
 }
 
 /// Issues one launch of the block task: outputs first, then every input's stores, with the
 /// plan's constraints.
-fn launch_task(
-    rt: &Runtime,
-    name: &str,
-    plan: &Plan,
-    body: &Body,
-    inputs: &[Vec<Store>],
-    outs: &[Store],
-    launch: usize,
-) -> Result<(), PlanRunError> {
+fn launch_task(rt: &Runtime, run: &Run, outs: &[Store], launch: usize) -> Result<(), PlanRunError> {
+    let (plan, body, inputs) = (run.plan, run.body, run.inputs);
     let grid = &plan.grid;
     let mut t = rt
-        .task(name)
+        .task(run.name)
         .scalar(launch as u64)
+        .scalar(run.id)
         .launch_domain(&grid.domain());
     let out_arg = &plan.args[0];
     for s in outs {
@@ -677,6 +717,7 @@ impl Body {
 
     fn run<V: PlanValue, I: PlanIndex>(&self, ctx: &TaskContext, compiled: Option<BlockFn<V, I>>) {
         let launch = ctx.scalar(0).as_u64() as usize;
+        let run = ctx.scalar(1).as_u64();
         let point = ctx.linear_point();
         let idx = self.grid.index(launch, point);
         let block = self.grid.block(&self.kernel, &self.dims, &idx);
@@ -687,7 +728,7 @@ impl Body {
             let origin = self.launch_range(slot, launch).map_or(0, |r| r.start);
             let rebuild = || Arc::new(self.rebuild::<V, I>(ctx, slot, arg, origin));
             tensors.push(match &self.whole[slot] {
-                Some(cache) => cached(cache, launch, self.grid.points(), rebuild),
+                Some(cache) => cached(cache, (run, launch), self.grid.points(), rebuild),
                 None => rebuild(),
             });
             arg += layout.vals + 1;
@@ -818,21 +859,24 @@ impl Body {
 }
 
 /// A tensor shared by the points of one launch (typed at run time: `Body` is not generic),
-/// with how many of the launch's points have not taken it yet.
-type WholeCache = std::sync::Mutex<Option<(usize, usize, Arc<dyn std::any::Any + Send + Sync>)>>;
+/// with its (run, launch) and how many of the launch's points have not taken it yet.
+type WholeCache =
+    std::sync::Mutex<Option<((u64, usize), usize, Arc<dyn std::any::Any + Send + Sync>)>>;
 
-/// The cached tensor of launch `launch`, built by `make` on first use and dropped from the
-/// cache when the last of the launch's `points` has taken it (a run may return before its
-/// points ran, and the registered body outlives it: nothing is kept after the launch).
+/// The cached tensor of launch `at` = (run, launch), built by `make` on first use and
+/// dropped from the cache when the last of the launch's `points` has taken it (a run may
+/// return before its points ran, and the registered body outlives it: nothing is kept after
+/// the launch). Another run of the same task in flight may take the slot over: its points
+/// then build their own (correct, if more work).
 fn cached<T: Send + Sync + 'static>(
     cache: &WholeCache,
-    launch: usize,
+    at: (u64, usize),
     points: usize,
     make: impl FnOnce() -> Arc<T>,
 ) -> Arc<T> {
     let mut slot = cache.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((l, left, t)) = slot.as_mut() {
-        if *l == launch {
+    if let Some((key, left, t)) = slot.as_mut() {
+        if *key == at {
             if let Ok(t) = t.clone().downcast::<T>() {
                 *left -= 1;
                 if *left == 0 {
@@ -845,7 +889,7 @@ fn cached<T: Send + Sync + 'static>(
     let t = make();
     *slot = (points > 1).then(|| {
         (
-            launch,
+            at,
             points - 1,
             t.clone() as Arc<dyn std::any::Any + Send + Sync>,
         )
