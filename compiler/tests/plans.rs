@@ -250,18 +250,24 @@ fn on_the_runtime(
 /// Runs one random case of `expr` with a random schedule at 1, 2 and 4 threads through `run`:
 /// the oracle's answer, and bitwise the same at every thread count. Returns false when the
 /// random formats had no loop order.
-fn check_planned(expr: &str, seed: u64, run: Runner) -> bool {
-    let mut rng = Rng(seed);
-    let case = Case::random(expr, &mut rng);
-    let schedule = random_schedule(&case.checked, &mut rng);
+/// A random case of `expr` with a random schedule: the case, the statement, its kernel and
+/// its plan; `None` when the random formats agree with no loop order (lowering then asks for
+/// another format under a split, and re-packs without one: neither is a plan to check).
+fn random_planned(expr: &str, rng: &mut Rng) -> Option<(Case, String, Kernel, Plan)> {
+    let case = Case::random(expr, rng);
+    let schedule = random_schedule(&case.checked, rng);
     let src = format!("{}; {schedule}", case.source);
     let src = src.trim_end_matches("; ").to_string();
     let c = checked(&src);
-    // Random formats with no common loop order are re-packed, which plans refuse (tested below).
-    let Some(kernel) = lower::lower(&c).ok().filter(|k| k.repacks.is_empty()) else {
+    let kernel = lower::lower(&c).ok().filter(|k| k.repacks.is_empty())?;
+    let plan = plan::plan(&c, &kernel).unwrap_or_else(|d| panic!("{src}: {d:?}"));
+    Some((case, src, kernel, plan))
+}
+
+fn check_planned(expr: &str, seed: u64, run: Runner) -> bool {
+    let Some((case, src, kernel, plan)) = random_planned(expr, &mut Rng(seed)) else {
         return false;
     };
-    let plan = plan::plan(&c, &kernel).unwrap_or_else(|d| panic!("{src}: {d:?}"));
     let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
     let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
     let what = format!("{src} with dims {:?}\n{plan}", case.dims);
@@ -301,15 +307,9 @@ proptest! {
     /// keep their outer dense levels whole too).
     #[test]
     fn blocks_together_cost_one_unsplit_run(pick in 0..catalogue().len(), seed in any::<u64>()) {
-        let mut rng = Rng(seed);
-        let case = Case::random(catalogue()[pick], &mut rng);
-        let schedule = random_schedule(&case.checked, &mut rng);
-        let src = format!("{}; {schedule}", case.source);
-        let c = checked(src.trim_end_matches("; "));
-        let Some(kernel) = lower::lower(&c).ok().filter(|k| k.repacks.is_empty()) else {
+        let Some((case, src, kernel, plan)) = random_planned(catalogue()[pick], &mut Rng(seed)) else {
             return Ok(());
         };
-        let plan = plan::plan(&c, &kernel).unwrap();
         let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
         let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
         let dims = interp::checked_dims(&kernel, &refs, &case.out_dims()).unwrap();
