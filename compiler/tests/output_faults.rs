@@ -19,38 +19,10 @@ fn tessera() -> Command {
     c
 }
 
-/// A small tmpfs over a fresh directory, unmounted on drop.
-struct Tmpfs(tempfile::TempDir);
-
-impl Tmpfs {
-    fn mount(size: &str) -> Option<Tmpfs> {
-        let dir = tempfile::tempdir().unwrap();
-        let o = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .output();
-        match o {
-            Ok(o) if o.status.success() => Some(Tmpfs(dir)),
-            Ok(o) => {
-                eprintln!(
-                    "SKIPPED: cannot mount a tmpfs (needs root): {}",
-                    String::from_utf8_lossy(&o.stderr).trim()
-                );
-                None
-            }
-            Err(e) => {
-                eprintln!("SKIPPED: cannot run mount: {e}");
-                None
-            }
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(self.0.path()).status();
-    }
-}
+// The tmpfs of `tessera-data`'s fault tests (one definition for both crates' tests).
+#[path = "../../datasets/tests/common/tmpfs.rs"]
+mod tmpfs;
+use tmpfs::Tmpfs;
 
 const OLD: &[u8] = b"an older output\n";
 
@@ -82,7 +54,7 @@ fn a_full_disk_under_a_programs_output_fails_naming_the_file() {
     let n = 60_000u64;
     write_identity_system(dir.path(), n);
     for out in ["y.tns", "y.tcs"] {
-        let y = disk.0.path().join(out);
+        let y = disk.path().join(out);
         std::fs::write(&y, OLD).unwrap();
         let arg = |name: &str, file: &str| format!("{name}={}", p(file).display());
         let o = tessera()
@@ -109,7 +81,7 @@ fn a_full_disk_under_a_programs_output_fails_naming_the_file() {
             OLD,
             "{out}: the old output changed"
         );
-        let left: Vec<String> = std::fs::read_dir(disk.0.path())
+        let left: Vec<String> = std::fs::read_dir(disk.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();

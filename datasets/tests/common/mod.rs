@@ -1,6 +1,8 @@
 //! What the `tessera-data` CLI tests share: running the binary, expecting success or a
 //! clean failure, and a small disk that fills up.
-#![allow(dead_code)] // each test file uses its own part
+#![allow(dead_code, unused_imports)] // each test file uses its own part
+
+mod tmpfs;
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -42,45 +44,4 @@ pub fn failed(o: Output) -> String {
     text
 }
 
-/// A small tmpfs that fills up: mounted over a fresh directory, unmounted on drop.
-pub struct Tmpfs {
-    dir: tempfile::TempDir,
-}
-
-impl Tmpfs {
-    /// `None` (after saying why) where mounting is not allowed.
-    pub fn mount(size: &str) -> Option<Tmpfs> {
-        let dir = tempfile::tempdir().unwrap();
-        let o = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .output();
-        match o {
-            Ok(o) if o.status.success() => Some(Tmpfs { dir }),
-            Ok(o) => {
-                eprintln!(
-                    "SKIPPED: cannot mount a tmpfs (needs root): {}",
-                    String::from_utf8_lossy(&o.stderr).trim()
-                );
-                None
-            }
-            Err(e) => {
-                eprintln!("SKIPPED: cannot run mount: {e}");
-                None
-            }
-        }
-    }
-
-    pub fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
-    }
-}
+pub use tmpfs::Tmpfs;
