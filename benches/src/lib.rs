@@ -4,7 +4,6 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
-/// A number from environment variable `name`, or `default` when it is unset or not a number.
 /// splitmix64: reproducible inputs without a dependency.
 pub struct Rng(pub u64);
 
@@ -29,6 +28,7 @@ impl Rng {
     }
 }
 
+/// A number from environment variable `name`, or `default` when it is unset or not a number.
 pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
         .ok()
