@@ -639,34 +639,14 @@ impl<V: Value, I: Index> Sink<V, I> {
             Some(p) => Ok(packed_tensor(out_dims, fmt, p)?),
             None => {
                 let entries = combine_duplicates(r, self.entries);
-                let written: std::collections::HashSet<Vec<usize>> =
-                    entries.iter().map(|e| e.0.clone()).collect();
-                let mut t = Tensor::from_entries(out_dims.to_vec(), fmt.clone(), entries)?;
-                if r.fill() != 0.0 && crate::lower::padded_levels(fmt) {
-                    fill_padding(&mut t, &written, V::from_f64(r.fill()));
+                let (dims, fmt) = (out_dims.to_vec(), fmt.clone());
+                if r.fill() != 0.0 && crate::lower::padded_levels(&fmt) {
+                    let fill = V::from_f64(r.fill());
+                    return Ok(Tensor::from_entries_padded(dims, fmt, entries, fill)?);
                 }
-                Ok(t)
+                Ok(Tensor::from_entries(dims, fmt, entries)?)
             }
         }
-    }
-}
-
-/// Sets every stored position of `t` that is not in `written` (dense padding below a
-/// compressed level) to `fill`.
-fn fill_padding<V: Value, I: Index>(
-    t: &mut Tensor<V, I>,
-    written: &std::collections::HashSet<Vec<usize>>,
-    fill: V,
-) {
-    let padding: Vec<usize> = t
-        .entries()
-        .enumerate()
-        .filter(|(_, (c, _))| !written.contains(c))
-        .map(|(k, _)| k)
-        .collect();
-    let vals = t.vals_mut();
-    for k in padding {
-        vals[k] = fill;
     }
 }
 

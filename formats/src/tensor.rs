@@ -157,6 +157,30 @@ impl<V: Value, I: Index> Tensor<V, I> {
         coo.into_tensor(dims, format)
     }
 
+    /// As [`Tensor::from_entries`] (duplicates summed), with every stored position that no
+    /// entry gives — the padding of dense levels below a compressed one — set to `fill`
+    /// instead of zero: the value of a missing entry under a `min` or `max` reduction.
+    pub fn from_entries_padded(
+        dims: Vec<usize>,
+        format: impl IntoFormat,
+        entries: Vec<(Vec<usize>, V)>,
+        fill: V,
+    ) -> Result<Self, TensorError> {
+        let written: std::collections::HashSet<Vec<usize>> =
+            entries.iter().map(|e| e.0.clone()).collect();
+        let mut t = Self::from_entries(dims, format, entries)?;
+        let padding: Vec<usize> = t
+            .entries()
+            .enumerate()
+            .filter(|(_, (c, _))| !written.contains(c))
+            .map(|(k, _)| k)
+            .collect();
+        for k in padding {
+            t.vals[k] = fill;
+        }
+        Ok(t)
+    }
+
     /// The same tensor stored in another format (in memory). Explicitly stored zeros are
     /// dropped, also when the format is the same: a dense tensor converted to CSR keeps only
     /// its nonzeros (the target's dense levels hold zeros anyway).

@@ -205,21 +205,8 @@ impl Gen<'_> {
                         let fill = self.fill();
                         return quote! {
                             #merge
-                            let written: ::std::collections::HashSet<Vec<usize>> =
-                                entries.iter().map(|e| e.0.clone()).collect();
-                            let mut t = Tensor::from_entries(out_dims.to_vec(), out_format, entries)
-                                .expect("entries lie inside out_dims");
-                            let padding: Vec<usize> = t
-                                .entries()
-                                .enumerate()
-                                .filter(|(_, (c, _))| !written.contains(c))
-                                .map(|(k, _)| k)
-                                .collect();
-                            let vals = t.vals_mut();
-                            for k in padding {
-                                vals[k] = #fill;
-                            }
-                            t
+                            Tensor::from_entries_padded(out_dims.to_vec(), out_format, entries, #fill)
+                                .expect("entries lie inside out_dims")
                         };
                     }
                     quote! {
