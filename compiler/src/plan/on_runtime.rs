@@ -96,7 +96,7 @@ fn run_with<V: PlanValue, I: PlanIndex>(
     out_dims: &[usize],
     compiled: Option<BlockFn<V, I>>,
 ) -> Result<Tensor<V, I>, PlanRunError> {
-    interp::checked_dims(kernel, inputs, out_dims)?;
+    // `execute` checks the inputs' formats and dimensions against the kernel.
     let stored = inputs
         .iter()
         .map(|t| Stored::upload(rt, t))
@@ -319,7 +319,7 @@ fn execute<V: PlanValue, I: PlanIndex>(
     if out.dense {
         let y = rt.create(V::DTYPE, &out.shape)?;
         for launch in 0..grid.launches() {
-            run.launch(rt, std::slice::from_ref(&y), launch)?;
+            launch_task(rt, &run, std::slice::from_ref(&y), launch)?;
         }
         return Ok(Output::Dense(y));
     }
@@ -328,7 +328,7 @@ fn execute<V: PlanValue, I: PlanIndex>(
         let coords = rt.create_unbound(DType::U64);
         let vals = rt.create_unbound(V::DTYPE);
         let outs = [coords.clone(), vals.clone()];
-        run.launch(rt, &outs, launch)?;
+        launch_task(rt, &run, &outs, launch)?;
         let (c, v) = (rt.read::<u64>(&coords)?, rt.read::<V>(&vals)?);
         let rank = out_dims.len();
         for (e, x) in v.into_iter().enumerate() {
@@ -398,12 +398,6 @@ struct Run<'a> {
     body: &'a Body,
     inputs: &'a [Vec<Store>],
     id: u64,
-}
-
-impl Run<'_> {
-    fn launch(&self, rt: &Runtime, outs: &[Store], launch: usize) -> Result<(), PlanRunError> {
-        launch_task(rt, self, outs, launch)
-    }
 }
 
 /// Issues one launch of the block task: outputs first, then every input's stores, with the
