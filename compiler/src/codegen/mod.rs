@@ -173,6 +173,7 @@ impl Gen<'_> {
         let prelude = self.prelude();
         let out_init = self.output_init();
         let nests: Vec<TokenStream> = self.k.nests.iter().map(|n| self.nest(n)).collect();
+        let nests = self.zero_offsets_specialised(quote!(#(#nests)*));
         let finish = self.output_finish();
         // The caller's functions named in a `tensor!` statement, in `user_functions` order.
         let user = if self.k.user_functions.is_empty() {
@@ -195,8 +196,38 @@ impl Gen<'_> {
                 #prelude
                 #setup
                 #out_init
-                #(#nests)*
+                #nests
                 #finish
+            }
+        }
+    }
+
+    /// The nests twice: once for the common case where every input's dense levels start at
+    /// offset 0 (whole tensors, not windows), with the offsets shadowed by literal zeros so
+    /// that every `x - off` folds away in the inner loops, and once for any offsets.
+    fn zero_offsets_specialised(&self, nests: TokenStream) -> TokenStream {
+        let offsets: Vec<Ident> = self
+            .k
+            .tensors
+            .iter()
+            .enumerate()
+            .filter(|(_, decl)| decl.input_slot.is_some())
+            .flat_map(|(t, decl)| {
+                let levels = decl.format.levels().iter().enumerate();
+                levels
+                    .filter(|(_, lt)| **lt == LevelType::Dense)
+                    .map(move |(l, _)| self.lvl(t, l, "off"))
+            })
+            .collect();
+        if offsets.is_empty() {
+            return nests;
+        }
+        quote! {
+            if #(#offsets == 0)&&* {
+                #(let #offsets: usize = 0;)*
+                #nests
+            } else {
+                #nests
             }
         }
     }
