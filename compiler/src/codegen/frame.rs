@@ -124,6 +124,7 @@ impl Gen<'_> {
                 let out_vals: &mut [V] = &mut out_buf;
                 }
             }
+            OutputKind::Sparse if self.mirror.is_some() => self.mirror_init(self.mirror.unwrap()),
             OutputKind::Sparse => {
                 let rank = self.k.output_tensor().rank();
                 let fmt_val = quote!(let out_format = #fmt;);
@@ -177,6 +178,7 @@ impl Gen<'_> {
                         .expect("a dense output of out_dims is valid")
                 }
             }
+            OutputKind::Sparse if self.mirror.is_some() => self.mirror_finish(self.mirror.unwrap()),
             OutputKind::Sparse => {
                 let collect = self.k.nests.iter().any(|n| n.assembly == Assembly::Collect);
                 if collect {

@@ -22,6 +22,7 @@ mod block;
 mod dense_row;
 mod frame;
 mod loops;
+mod mirror;
 mod output;
 mod parallel;
 mod signature;
@@ -44,7 +45,11 @@ pub fn emit(k: &Kernel) -> TokenStream {
 
 /// The kernel under another function name (several kernels in one module).
 pub fn emit_named(k: &Kernel, name: &Ident) -> TokenStream {
-    let g = Gen { k, block: false };
+    let g = Gen {
+        k,
+        block: false,
+        mirror: crate::lower::mirror(k),
+    };
     g.function(name, quote!(), quote!())
 }
 
@@ -95,6 +100,9 @@ struct Gen<'k> {
     k: &'k Kernel,
     /// A block kernel ([`emit_block_named`]): every loop bounded by the block, sequential.
     block: bool,
+    /// The operand whose structure the sparse output copies (never in a block kernel, whose
+    /// output holds only its block's entries).
+    mirror: Option<crate::lower::Mirror>,
 }
 
 /// Where a nest writes its dense or scalar output.

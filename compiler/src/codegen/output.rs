@@ -31,6 +31,12 @@ impl Gen<'_> {
                 let slot = self.out_slot(quote!(#p), target);
                 self.accumulate(slot, quote!(acc))
             }
+            OutputKind::Sparse if self.mirror.is_some() => {
+                let m = self.mirror.unwrap();
+                let p = self.mirror_pos(m, out.level_vars.len() - 1);
+                let slot = self.out_slot(p, target);
+                self.accumulate(slot, quote!(acc))
+            }
             OutputKind::Sparse => {
                 let coords: Vec<Ident> = out.level_vars.iter().map(|v| self.var(*v)).collect();
                 let inner = match nest.assembly {

@@ -15,6 +15,9 @@ impl Gen<'_> {
         if lp.var != v || nest.acc_depth == 0 {
             return None;
         }
+        if let Some(m) = self.mirror {
+            return self.parallel_mirror(nest, m);
+        }
         if self.k.output_kind == OutputKind::Sparse {
             return self.parallel_sparse(nest);
         }
