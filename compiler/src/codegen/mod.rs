@@ -18,6 +18,7 @@
 //! order. Outer loops that merge several compressed levels, and a workspace spanning the
 //! whole nest, run sequentially.
 
+mod appended;
 mod block;
 mod dense_row;
 mod frame;

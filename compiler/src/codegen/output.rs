@@ -43,6 +43,9 @@ impl Gen<'_> {
                     Assembly::InOrder if target == OutTarget::Entries => {
                         quote!(local.push(([#(#coords),*], acc));)
                     }
+                    Assembly::InOrder if self.appends_rows() => {
+                        self.append(quote!([#(#coords),*]), quote!(acc))
+                    }
                     Assembly::InOrder => quote! {
                         packer.push(&[#(#coords),*], acc).expect("loop order yields sorted unique entries");
                     },
@@ -82,6 +85,8 @@ impl Gen<'_> {
         let prefix: Vec<Ident> = out[..out.len() - 1].iter().map(|v| self.var(*v)).collect();
         let emit = if target == OutTarget::Entries {
             quote!(local.push(([#(#prefix,)* c], ws[c]));)
+        } else if self.appends_rows() {
+            self.append(quote!([#(#prefix,)* c]), quote!(ws[c]))
         } else {
             quote!(packer.push(&[#(#prefix,)* c], ws[c]).expect("workspace flushes sorted unique entries");)
         };

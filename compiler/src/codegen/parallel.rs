@@ -105,6 +105,8 @@ impl Gen<'_> {
             }
         } else if nest.assembly == Assembly::Scatter {
             quote!(scatter.push((c, v));)
+        } else if self.appends_rows() {
+            self.append(quote!(c), quote!(v))
         } else {
             quote!(packer.push(&c, v).expect("jobs append in loop order");)
         };
