@@ -59,7 +59,7 @@ impl Gen<'_> {
             return None;
         }
         let var = self.var(lp.var);
-        let e = self.expr(&nest.expr);
+        let e = self.expr(&self.step_expr(nest));
         let (write, out_slice) = match out_row {
             Some(start) if out_here => {
                 let slice = match target {

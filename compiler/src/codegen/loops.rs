@@ -21,7 +21,7 @@ impl Gen<'_> {
             }
         }
         if d == nest.loops.len() {
-            let e = self.expr(&nest.expr);
+            let e = self.expr(&self.step_expr(nest));
             ts.extend(self.accumulate(quote!(acc), e));
             if sparse {
                 ts.extend(quote!(touched = true;));
@@ -30,6 +30,7 @@ impl Gen<'_> {
             ts.extend(self.run_loop(nest, d, target));
         }
         if d == nest.acc_depth {
+            ts.extend(self.apply_entry_factor(nest));
             ts.extend(self.write(nest, target));
         }
         if let Assembly::Workspace { flush_depth, .. } = nest.assembly {

@@ -22,6 +22,7 @@ mod appended;
 mod block;
 mod dense_row;
 mod frame;
+mod hoist;
 mod loops;
 mod mirror;
 mod output;
