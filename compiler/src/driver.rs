@@ -249,7 +249,17 @@ pub fn build(g: &GeneratedCrate, cache: &Path, progress: bool) -> Result<PathBuf
     let dir = write_crate(g, cache)?;
     let target = cache.join("target");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let started = std::time::Instant::now();
+    // On a terminal a spinner; otherwise (CI logs, pipes) one line per phase, so a build of
+    // tens of seconds is never silent.
     let spinner = progress.then(|| spinner(&g.name));
+    if !progress {
+        eprintln!(
+            "tessera: building program {} with cargo (once per statement, formats and schedule; \
+             later runs reuse it)",
+            g.name
+        );
+    }
     let output = Command::new(&cargo)
         .args([
             "build",
@@ -273,6 +283,13 @@ pub fn build(g: &GeneratedCrate, cache: &Path, progress: bool) -> Result<PathBuf
             dir,
             stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
         });
+    }
+    if !progress {
+        eprintln!(
+            "tessera: built {} in {:.1} s",
+            g.name,
+            started.elapsed().as_secs_f64()
+        );
     }
     let built = target.join("release").join(&g.name);
     let bin_dir = cache.join("bin");
