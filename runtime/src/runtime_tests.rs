@@ -4,13 +4,22 @@ use super::*;
 
 fn history(rt: &Runtime) -> Vec<u64> {
     rt.fence().unwrap();
+    launched_tokens(rt)
+}
+
+/// Tokens of the traceable tasks launched so far (the tracer's history).
+fn launched_tokens(rt: &Runtime) -> Vec<u64> {
     let front = rt.inner.front.lock().unwrap();
-    front.history.iter().copied().collect()
+    front.tracing.as_ref().expect("tracing on").history()
 }
 
 #[test]
 fn repeated_tasks_hash_to_repeated_tokens() {
-    let rt = Runtime::builder().threads(2).min_piece_size(1).build();
+    let rt = Runtime::builder()
+        .threads(2)
+        .min_piece_size(1)
+        .tracing(true)
+        .build();
     rt.register("step", |_| {}).unwrap();
     let a = rt.create(DType::F64, &[8]).unwrap();
     let b = rt.create(DType::F64, &[8]).unwrap();
@@ -66,6 +75,7 @@ fn a_larger_window_defers_analysis_until_full_or_needed() {
         .threads(1)
         .window_size(4)
         .fusion(false)
+        .tracing(true)
         .build();
     rt.register("nop", |_| {}).unwrap();
     let a = rt.create(DType::F64, &[4]).unwrap();
@@ -73,16 +83,12 @@ fn a_larger_window_defers_analysis_until_full_or_needed() {
         rt.task("nop").read_write(&a).submit().unwrap();
     }
     assert_eq!(
-        rt.inner.front.lock().unwrap().history.len(),
+        launched_tokens(&rt).len(),
         0,
         "three tasks wait in the window"
     );
     rt.task("nop").read_write(&a).submit().unwrap();
-    assert_eq!(
-        rt.inner.front.lock().unwrap().history.len(),
-        4,
-        "the fourth fills it"
-    );
+    assert_eq!(launched_tokens(&rt).len(), 4, "the fourth fills it");
     rt.task("nop").read_write(&a).submit().unwrap();
     assert_eq!(history(&rt).len(), 5, "a fence analyses what is left");
 }
@@ -119,7 +125,11 @@ fn handles_can_be_shared_across_threads() {
 
 #[test]
 fn tokens_tell_apart_what_the_analysis_tells_apart() {
-    let rt = Runtime::builder().threads(2).min_piece_size(1).build();
+    let rt = Runtime::builder()
+        .threads(2)
+        .min_piece_size(1)
+        .tracing(true)
+        .build();
     rt.register("t", |_| {}).unwrap();
     let a = rt.create(DType::F64, &[8]).unwrap();
     let one = || rt.task("t").read_write(&a).launch_domain(&[1]);

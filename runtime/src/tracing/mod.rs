@@ -26,6 +26,8 @@
 //! yet (runtime/DESIGN.md, "Tracing: repeat finding").
 
 mod finder;
+mod record;
+pub(crate) mod replay;
 mod ruler;
 mod suffix;
 mod tracer;

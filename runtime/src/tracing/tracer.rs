@@ -79,6 +79,11 @@ impl Tracer {
         self.replayer.flush()
     }
 
+    /// The tokens kept for the finder, oldest first.
+    pub fn history(&self) -> impl Iterator<Item = u64> + '_ {
+        self.history.iter().copied()
+    }
+
     /// Tokens issued so far.
     pub fn issued(&self) -> u64 {
         self.sampler.seen()
