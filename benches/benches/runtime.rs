@@ -20,7 +20,7 @@ use rayon::prelude::*;
 use std::hint::black_box;
 use std::time::Instant;
 use tessera_benches::{best_of, env_or, Table};
-use tessera_runtime::{DType, Runtime, Store};
+use tessera_runtime::{DType, Future, ReduceOp, Runtime, Store};
 
 /// The compute kernel: a dependent multiply-add chain of `iters` steps (latency bound, so its
 /// time per iteration does not depend on how many cores run it).
@@ -277,7 +277,12 @@ fn register_cg(rt: &Runtime) {
     .expect("register");
     rt.register("cg_dot", |ctx| {
         let (x, y) = (ctx.read::<f64>(0), ctx.read::<f64>(1));
-        let s: f64 = x.as_slice().iter().zip(y.as_slice()).map(|(a, b)| a * b).sum();
+        let s: f64 = x
+            .as_slice()
+            .iter()
+            .zip(y.as_slice())
+            .map(|(a, b)| a * b)
+            .sum();
         ctx.set_result(s);
     })
     .expect("register");
@@ -324,8 +329,8 @@ fn cg_tracing(threads: usize, n: usize, iterations: usize, warm_up: usize) -> (f
     rt.task("cg_xpay")
         .read(&r)
         .read_write(&p)
-        .future(&tessera_runtime::Future::ready(0.0))
-        .future(&tessera_runtime::Future::ready(1.0))
+        .future(&Future::ready(0.0))
+        .future(&Future::ready(1.0))
         .align(&r, &p)
         .submit()
         .expect("submit");
@@ -334,10 +339,10 @@ fn cg_tracing(threads: usize, n: usize, iterations: usize, warm_up: usize) -> (f
             .read(u)
             .read(v)
             .align(u, v)
-            .submit_reduce(tessera_runtime::ReduceOp::Sum)
+            .submit_reduce(ReduceOp::Sum)
             .expect("submit")
     };
-    let axpy = |sign: f64, num, den, u: &Store, v: &Store| {
+    let axpy = |sign: f64, num: &Future, den: &Future, u: &Store, v: &Store| {
         rt.task("cg_axpy")
             .read(u)
             .read_write(v)
@@ -546,14 +551,23 @@ fn main() {
         "traced stencil: tracing path ns per launched task",
         tst.tracing_ns as f64 / (tst.tasks_traced + tst.tasks_analysed).max(1) as f64,
     );
-    table.figure("traced stencil: traces abandoned", tst.traces_abandoned as f64);
-    table.figure("CG: tasks replayed in iterations 21-60 (%)", 100.0 * cg_share);
+    table.figure(
+        "traced stencil: traces abandoned",
+        tst.traces_abandoned as f64,
+    );
+    table.figure(
+        "CG: tasks replayed in iterations 21-60 (%)",
+        100.0 * cg_share,
+    );
     table.figure("CG: first iteration with a replay", cg_first as f64);
     table.figure("stencil granularity floor, shortest task (µs)", floor);
     table.figure("traced stencil granularity floor (µs)", floor_traced);
     table.figure("stencil METG / rayon METG, median over sweeps", ratio);
     table.figure("traced stencil METG / rayon METG, median", ratio_traced);
-    table.figure("traced / untraced stencil METG, median", ratio_traced_untraced);
+    table.figure(
+        "traced / untraced stencil METG, median",
+        ratio_traced_untraced,
+    );
     table.figure("metg_us_untraced", metg_t);
     table.figure("metg_us_traced", metg_tr);
     // Actors (issue 14 item 5) are not built: no figure to report.

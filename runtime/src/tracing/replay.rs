@@ -45,6 +45,8 @@ impl Tracing {
             tracer: Tracer::new(TracerConfig {
                 sample_unit,
                 max_len: MAX_TRACE,
+                one_pointer: true,
+                skip_replayed: true,
                 ..TracerConfig::default()
             }),
             held: VecDeque::new(),

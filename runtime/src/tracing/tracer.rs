@@ -18,6 +18,11 @@ pub struct TracerConfig {
     /// Occurrences the finder must see in a window to propose a candidate.
     pub min_repeats: usize,
     pub score: ScoreParams,
+    /// Greedy matching, one pursued match at a time (`Replayer::set_one_pointer`).
+    pub one_pointer: bool,
+    /// Skip a sample whose whole window was replayed: the finder would only find the
+    /// traces being replayed (or pieces of them) again.
+    pub skip_replayed: bool,
 }
 
 impl Default for TracerConfig {
@@ -29,6 +34,8 @@ impl Default for TracerConfig {
             max_len: usize::MAX,
             min_repeats: 2,
             score: ScoreParams::default(),
+            one_pointer: false,
+            skip_replayed: false,
         }
     }
 }
@@ -42,17 +49,26 @@ pub struct Tracer {
     sampler: RulerSampler,
     finder: Finder,
     replayer: Replayer,
+    /// Tokens issued up to and including the last one handed back unreplayed (or still
+    /// held): the finder's window is all replayed when it starts after this.
+    not_replayed_until: u64,
+    /// Samples skipped because their window was all replayed.
+    skipped: u64,
 }
 
 impl Tracer {
     pub fn new(config: TracerConfig) -> Tracer {
         let history = config.history.max(1);
+        let mut replayer = Replayer::new(config.score);
+        replayer.set_one_pointer(config.one_pointer);
         Tracer {
             config,
             history: VecDeque::with_capacity(history),
             sampler: RulerSampler::new(config.sample_unit, history),
             finder: Finder::new(),
-            replayer: Replayer::new(config.score),
+            replayer,
+            not_replayed_until: 0,
+            skipped: 0,
         }
     }
 
@@ -67,16 +83,46 @@ impl Tracer {
         if let Some(window) = self.sampler.observe() {
             let history = self.history.make_contiguous();
             let recent = &history[history.len().saturating_sub(window)..];
-            let c = &self.config;
-            let groups = self.finder.run(recent, c.min_len, c.max_len, c.min_repeats);
-            self.replayer.ingest(recent, &groups);
+            // Held tokens are not decided yet; they do not keep the finder running.
+            let first = self.sampler.seen() - recent.len() as u64 + 1;
+            let all_replayed = first > self.not_replayed_until;
+            if self.config.skip_replayed && all_replayed {
+                self.skipped += 1;
+            } else {
+                let c = &self.config;
+                let groups = self.finder.run(recent, c.min_len, c.max_len, c.min_repeats);
+                self.replayer.ingest(recent, &groups);
+            }
         }
-        self.replayer.feed(token)
+        let actions = self.replayer.feed(token);
+        self.note(&actions);
+        actions
+    }
+
+    /// Remembers the last token handed back unreplayed (stream indices count from 1).
+    fn note(&mut self, actions: &[Action]) {
+        let mut end = self.sampler.seen() - self.replayer.buffered() as u64;
+        for a in actions.iter().rev() {
+            match a {
+                Action::Release(_) => {
+                    self.not_replayed_until = self.not_replayed_until.max(end);
+                    return;
+                }
+                Action::Replay { tokens, .. } => end -= tokens.len() as u64,
+            }
+        }
+    }
+
+    /// Samples skipped because their whole window had been replayed.
+    pub fn skipped_samples(&self) -> u64 {
+        self.skipped
     }
 
     /// Hands back every held task (a fence, a read, the end of the program).
     pub fn flush(&mut self) -> Vec<Action> {
-        self.replayer.flush()
+        let actions = self.replayer.flush();
+        self.note(&actions);
+        actions
     }
 
     /// The tokens kept for the finder, oldest first.
@@ -159,6 +205,37 @@ mod tests {
             .map(|a| tokens_of(std::slice::from_ref(a)).len())
             .sum();
         assert!(before >= 64, "released {before} before the first candidate");
+    }
+
+    #[test]
+    fn one_pointer_and_skipped_samples_still_replay_a_loop() {
+        // The runtime's configuration: greedy matching, no finder over replayed windows.
+        for (stream, min_share) in [
+            ((0..3000).map(|i| i % 2).collect::<Vec<u64>>(), 0.95),
+            // True period 71, longer than the longest trace (64): a 57-token piece of it
+            // is replayed, and the body alone (10) was retired as a piece of it (80 %).
+            (loop_stream(300, 10, 7), 0.75),
+            (loop_stream(300, 10, 3), 0.9),
+        ] {
+            let config = TracerConfig {
+                sample_unit: 8,
+                max_len: 64,
+                one_pointer: true,
+                skip_replayed: true,
+                ..TracerConfig::default()
+            };
+            let mut tracer = Tracer::new(config);
+            let (actions, replayed) = run(&mut tracer, &stream);
+            assert_eq!(tokens_of(&actions), stream, "every task handed back once");
+            assert!(replayed > min_share, "replayed {:.1} %", replayed * 100.0);
+            let samples = stream.len() as u64 / 8;
+            let runs = tracer.finder_cost().runs;
+            assert_eq!(runs + tracer.skipped_samples(), samples);
+            assert!(
+                runs < samples / 2,
+                "{runs} finder runs of {samples} samples"
+            );
+        }
     }
 
     #[test]
