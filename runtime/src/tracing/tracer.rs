@@ -2,6 +2,7 @@
 //! synchronously): one call per issued task's token.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 
 use super::{Action, Finder, FinderCost, Replayer, RulerSampler, ScoreParams};
 
@@ -54,6 +55,9 @@ pub struct Tracer {
     not_replayed_until: u64,
     /// Samples skipped because their window was all replayed.
     skipped: u64,
+    /// Token counts at which the stream was flushed (a read, fence or future wait): no
+    /// match can span one, so candidates are cut there (oldest first, within the history).
+    barriers: VecDeque<u64>,
 }
 
 impl Tracer {
@@ -69,6 +73,7 @@ impl Tracer {
             replayer,
             not_replayed_until: 0,
             skipped: 0,
+            barriers: VecDeque::new(),
         }
     }
 
@@ -91,7 +96,18 @@ impl Tracer {
             } else {
                 let c = &self.config;
                 let groups = self.finder.run(recent, c.min_len, c.max_len, c.min_repeats);
-                self.replayer.ingest(recent, &groups);
+                let cuts: Vec<usize> = self
+                    .barriers
+                    .iter()
+                    .filter(|&&b| b >= first && b < self.sampler.seen())
+                    .map(|&b| (b - first + 1) as usize)
+                    .collect();
+                if cuts.is_empty() {
+                    self.replayer.ingest(recent, &groups);
+                } else {
+                    let pieces = cut_groups(&groups, &cuts, c.min_len);
+                    self.replayer.ingest(recent, &pieces);
+                }
             }
         }
         let actions = self.replayer.feed(token);
@@ -120,6 +136,14 @@ impl Tracer {
 
     /// Hands back every held task (a fence, a read, the end of the program).
     pub fn flush(&mut self) -> Vec<Action> {
+        let seen = self.sampler.seen();
+        if seen > 0 && self.barriers.back() != Some(&seen) {
+            self.barriers.push_back(seen);
+            let oldest = seen.saturating_sub(self.config.history as u64);
+            while self.barriers.front().is_some_and(|&b| b < oldest) {
+                self.barriers.pop_front();
+            }
+        }
         let actions = self.replayer.flush();
         self.note(&actions);
         actions
@@ -142,6 +166,33 @@ impl Tracer {
     pub fn replayer(&self) -> &Replayer {
         &self.replayer
     }
+}
+
+/// Cuts each group's occurrences where its first occurrence spans a flush (`cuts`: indices
+/// into the window before which the stream was flushed): a candidate spanning a flush could
+/// never complete, but its pieces between flushes can. Pieces shorter than `min_len` go.
+fn cut_groups(
+    groups: &[Vec<Range<usize>>],
+    cuts: &[usize],
+    min_len: usize,
+) -> Vec<Vec<Range<usize>>> {
+    let mut out = Vec::with_capacity(groups.len());
+    for g in groups {
+        let Some(first) = g.first() else { continue };
+        let mut at = first.start;
+        let inner = cuts
+            .iter()
+            .copied()
+            .filter(|&c| c > first.start && c < first.end);
+        for end in inner.chain(std::iter::once(first.end)) {
+            if end - at >= min_len.max(1) {
+                let (a, b) = (at - first.start, end - first.start);
+                out.push(g.iter().map(|r| r.start + a..r.start + b).collect());
+            }
+            at = end;
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -236,6 +287,44 @@ mod tests {
                 "{runs} finder runs of {samples} samples"
             );
         }
+    }
+
+    #[test]
+    fn candidates_are_cut_at_flushes() {
+        // An iteration of 6 tasks, then a wait on a future (a flush): the finder's repeats
+        // straddle the flushes at some phase, and only their pieces between flushes can match.
+        let mut tracer = Tracer::new(TracerConfig {
+            max_len: 64,
+            one_pointer: true,
+            skip_replayed: true,
+            ..TracerConfig::default()
+        });
+        let (mut handed, mut replayed_late) = (0, 0);
+        for it in 0..100 {
+            let mut actions: Vec<Action> = (1..=6).flat_map(|t| tracer.issue(t)).collect();
+            actions.extend(tracer.flush());
+            handed += tokens_of(&actions).len();
+            if it >= 20 {
+                replayed_late += actions
+                    .iter()
+                    .map(|a| match a {
+                        Action::Replay { tokens, .. } => tokens.len(),
+                        Action::Release(_) => 0,
+                    })
+                    .sum::<usize>();
+            }
+        }
+        assert_eq!(handed, 600);
+        assert_eq!(
+            replayed_late,
+            80 * 6,
+            "every iteration after the 20th is replayed"
+        );
+        assert_eq!(
+            cut_groups(&[vec![2..8, 8..14]], &[4, 10], 2),
+            [vec![2..4, 8..10], vec![4..8, 10..14]]
+        );
+        assert_eq!(cut_groups(&[vec![0..3, 3..6]], &[1], 2), [vec![1..3, 4..6]]);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! most of their tasks are replayed, and divergence, failures and later readers behave as
 //! without tracing.
 
-use crate::sparse::{register_spmv, Csr, HostCsr, SPMV};
+use crate::sparse::{cg, Csr, HostCsr, SPMV};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tessera_runtime::transport::{run_ranks, TransportError};
@@ -82,33 +82,8 @@ fn a_traced_stencil_equals_the_untraced_one_bitwise() {
 /// the runtime's statistics.
 fn cg(threads: usize, tracing: bool, iterations: usize) -> Result<(Vec<f64>, Stats)> {
     let rt = runtime(threads, tracing);
-    register_spmv(&rt)?;
-    rt.register("dot", |ctx| {
-        let (x, y) = (ctx.read::<f64>(0), ctx.read::<f64>(1));
-        let s: f64 = x
-            .as_slice()
-            .iter()
-            .zip(y.as_slice())
-            .map(|(a, b)| a * b)
-            .sum();
-        ctx.set_result(s);
-    })?;
-    rt.register("axpy_ratio", |ctx| {
-        let a = ctx.scalar(0).as_f64() * ctx.scalar(1).as_f64() / ctx.scalar(2).as_f64();
-        let x = ctx.read::<f64>(0);
-        let mut y = ctx.write::<f64>(1);
-        for (yi, xi) in y.as_mut_slice().iter_mut().zip(x.as_slice()) {
-            *yi += a * xi;
-        }
-    })?;
-    rt.register("xpay_ratio", |ctx| {
-        let b = ctx.scalar(0).as_f64() / ctx.scalar(1).as_f64();
-        let r = ctx.read::<f64>(0);
-        let mut p = ctx.write::<f64>(1);
-        for (pi, ri) in p.as_mut_slice().iter_mut().zip(r.as_slice()) {
-            *pi = ri + b * *pi;
-        }
-    })?;
+    // SpMV, dot, axpy_ratio and xpay_ratio of the CG example.
+    cg::register(&rt)?;
     let host = HostCsr::laplacian_2d(8);
     let n = host.rows;
     let a = Csr::upload(&rt, &host)?;
