@@ -16,6 +16,9 @@
 //! `TESSERA_BENCH_MIN_POW` / `TESSERA_BENCH_MAX_POW` (sweep kernel lengths 2^min..=2^max
 //! iterations; defaults 0 and 14 quick / 17 full).
 
+#[path = "../../runtime/examples/sparse/mod.rs"]
+mod sparse;
+
 use rayon::prelude::*;
 use std::hint::black_box;
 use std::time::Instant;
@@ -275,35 +278,8 @@ fn register_cg(rt: &Runtime) {
         }
     })
     .expect("register");
-    rt.register("cg_dot", |ctx| {
-        let (x, y) = (ctx.read::<f64>(0), ctx.read::<f64>(1));
-        let s: f64 = x
-            .as_slice()
-            .iter()
-            .zip(y.as_slice())
-            .map(|(a, b)| a * b)
-            .sum();
-        ctx.set_result(s);
-    })
-    .expect("register");
-    rt.register("cg_axpy", |ctx| {
-        let a = ctx.scalar(0).as_f64() * ctx.scalar(1).as_f64() / ctx.scalar(2).as_f64();
-        let x = ctx.read::<f64>(0);
-        let mut y = ctx.write::<f64>(1);
-        for (yi, xi) in y.as_mut_slice().iter_mut().zip(x.as_slice()) {
-            *yi += a * xi;
-        }
-    })
-    .expect("register");
-    rt.register("cg_xpay", |ctx| {
-        let b = ctx.scalar(0).as_f64() / ctx.scalar(1).as_f64();
-        let r = ctx.read::<f64>(0);
-        let mut p = ctx.write::<f64>(1);
-        for (pi, ri) in p.as_mut_slice().iter_mut().zip(r.as_slice()) {
-            *pi = ri + b * *pi;
-        }
-    })
-    .expect("register");
+    // dot, axpy_ratio and xpay_ratio: the runtime's CG example's bodies.
+    sparse::cg::register(rt).expect("register");
 }
 
 /// CG on a 1-d Laplacian of `n` unknowns for `iterations` iterations (the issuing thread
@@ -326,7 +302,7 @@ fn cg_tracing(threads: usize, n: usize, iterations: usize, warm_up: usize) -> (f
     let x = zeros(n);
     let r = rt.from_vec(&[n], b.clone()).expect("store");
     let ap = zeros(n);
-    rt.task("cg_xpay")
+    rt.task("xpay_ratio")
         .read(&r)
         .read_write(&p)
         .future(&Future::ready(0.0))
@@ -335,7 +311,7 @@ fn cg_tracing(threads: usize, n: usize, iterations: usize, warm_up: usize) -> (f
         .submit()
         .expect("submit");
     let dot = |u: &Store, v: &Store| {
-        rt.task("cg_dot")
+        rt.task("dot")
             .read(u)
             .read(v)
             .align(u, v)
@@ -343,7 +319,7 @@ fn cg_tracing(threads: usize, n: usize, iterations: usize, warm_up: usize) -> (f
             .expect("submit")
     };
     let axpy = |sign: f64, num: &Future, den: &Future, u: &Store, v: &Store| {
-        rt.task("cg_axpy")
+        rt.task("axpy_ratio")
             .read(u)
             .read_write(v)
             .scalar(sign)
@@ -370,7 +346,7 @@ fn cg_tracing(threads: usize, n: usize, iterations: usize, warm_up: usize) -> (f
         axpy(1.0, &rs, &pap, &p, &x);
         axpy(-1.0, &rs, &pap, &ap, &r);
         let rs_new = dot(&r, &r);
-        rt.task("cg_xpay")
+        rt.task("xpay_ratio")
             .read(&r)
             .read_write(&p)
             .future(&rs_new)
