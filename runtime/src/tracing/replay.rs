@@ -25,7 +25,7 @@ use std::time::Instant;
 
 /// Longest trace the runtime records: tasks are held back while a candidate matches, so a
 /// long trace delays its first tasks (and the buffer holds up to three times this).
-pub(crate) const MAX_TRACE: usize = 64;
+pub(crate) const MAX_TRACE: usize = 16;
 
 /// The issuing side's tracing state.
 pub(crate) struct Tracing {
