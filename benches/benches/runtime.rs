@@ -3,8 +3,12 @@
 //! 1. Per-task overhead: issue + analysis + run of an empty task, independent and chained.
 //! 2. A Task Bench-style `stencil_1d` graph (width = threads, 1000 steps, each task a compute
 //!    loop of adjustable length) swept over task duration to find METG(50) — the smallest task
-//!    granularity at which 50 % of peak throughput is reached — beside the same graph run by a
-//!    hand-written rayon loop with a barrier per step.
+//!    granularity at which 50 % of peak throughput is reached — without and with automatic
+//!    tracing, beside the same graph run by a hand-written rayon loop with a barrier per step
+//!    (the three interleaved at every sweep point).
+//! 3. CG (1-d Laplacian as a stencil matvec, dot products as futures, stores reused) with
+//!    tracing: share of launched tasks replayed in iterations 21–60 and the first iteration
+//!    with a replay.
 //!
 //! Options (environment): `TESSERA_BENCH_THREADS` (default: available cores),
 //! `TESSERA_BENCH_STEPS` (default 1000), `TESSERA_BENCH_QUICK=1` (a shorter sweep),
@@ -12,11 +16,14 @@
 //! `TESSERA_BENCH_MIN_POW` / `TESSERA_BENCH_MAX_POW` (sweep kernel lengths 2^min..=2^max
 //! iterations; defaults 0 and 14 quick / 17 full).
 
+#[path = "../../runtime/examples/sparse/mod.rs"]
+mod sparse;
+
 use rayon::prelude::*;
 use std::hint::black_box;
 use std::time::Instant;
 use tessera_benches::{best_of, env_or, Table};
-use tessera_runtime::{DType, Runtime, Store};
+use tessera_runtime::{DType, Future, ReduceOp, Runtime, Store};
 
 /// The compute kernel: a dependent multiply-add chain of `iters` steps (latency bound, so its
 /// time per iteration does not depend on how many cores run it).
@@ -38,8 +45,8 @@ fn calibrate() -> f64 {
 
 /// µs per empty task: `chained` tasks all read-write one store (each waits for the last);
 /// otherwise every task is independent.
-fn empty_task_overhead(threads: usize, n: usize, chained: bool) -> (f64, f64) {
-    let rt = Runtime::builder().threads(threads).build();
+fn empty_task_overhead(threads: usize, n: usize, chained: bool, tracing: bool) -> (f64, f64) {
+    let rt = Runtime::builder().threads(threads).tracing(tracing).build();
     rt.register("empty", |_| {}).expect("register");
     let stores: Vec<Store> = (0..64)
         .map(|_| rt.create(DType::F64, &[1]).expect("store"))
@@ -178,9 +185,10 @@ fn metg(samples: &[Sample]) -> f64 {
     }
 }
 
-/// One sweep over kernel lengths, Tessera and rayon side by side.
+/// One sweep over kernel lengths, Tessera (untraced and traced) and rayon side by side.
 struct Sweep<'a> {
-    rt: &'a Runtime,
+    untraced: &'a Runtime,
+    traced: &'a Runtime,
     pool: &'a rayon::ThreadPool,
     threads: usize,
     steps: usize,
@@ -189,47 +197,173 @@ struct Sweep<'a> {
 }
 
 impl Sweep<'_> {
-    /// METG(50) of Tessera and of rayon (µs), and Tessera's granularity at the shortest task.
-    fn run(&self) -> (f64, f64, f64) {
+    /// METG(50) untraced, traced and of rayon (µs), and the untraced and traced
+    /// granularity at the shortest task.
+    fn run(&self) -> SweepResult {
         let (threads, width) = (self.threads, self.threads);
         let tasks = width * self.steps;
-        let (mut ts, mut rs) = (vec![], vec![]);
+        let (mut us, mut ts, mut rs) = (vec![], vec![], vec![]);
         for p in self.pows.clone() {
             let iters = 1u64 << p;
             let task_seconds = iters as f64 * self.per_iter;
             let reps = if p < 12 { 3 } else { 2 };
-            let (tw, _) = best_of(reps, || stencil_tessera(self.rt, width, self.steps, iters));
+            let stencil = |rt| stencil_tessera(rt, width, self.steps, iters);
+            let (uw, _) = best_of(reps, || stencil(self.untraced));
+            let (tw, _) = best_of(reps, || stencil(self.traced));
             let (rw, _) = best_of(reps, || stencil_rayon(self.pool, width, self.steps, iters));
-            let (st, sr) = (
-                sample(tw, tasks, threads, task_seconds),
-                sample(rw, tasks, threads, task_seconds),
-            );
+            let s = |wall| sample(wall, tasks, threads, task_seconds);
+            let (su, st, sr) = (s(uw), s(tw), s(rw));
             eprintln!(
-                "iters 2^{p:<2} task {:>9.2} µs | tessera: granularity {:>9.2} µs rate {:>5.2} | rayon: granularity {:>9.2} µs rate {:>5.2}",
+                "iters 2^{p:<2} task {:>9.2} µs | granularity µs (rate): untraced {:>9.2} ({:>5.2}) traced {:>9.2} ({:>5.2}) rayon {:>9.2} ({:>5.2})",
                 task_seconds * 1e6,
+                su.granularity_us,
+                su.rate,
                 st.granularity_us,
                 st.rate,
                 sr.granularity_us,
                 sr.rate
             );
+            us.push(su);
             ts.push(st);
             rs.push(sr);
         }
-        let peak = ts.iter().chain(&rs).map(|s| s.rate).fold(0.0, f64::max);
-        set_efficiency(&mut ts, peak);
-        set_efficiency(&mut rs, peak);
+        let peak = us
+            .iter()
+            .chain(&ts)
+            .chain(&rs)
+            .map(|s| s.rate)
+            .fold(0.0, f64::max);
+        for v in [&mut us, &mut ts, &mut rs] {
+            set_efficiency(v, peak);
+        }
         eprintln!("peak rate {peak:.2} kernel-seconds per second ({threads} threads ideal)");
-        for (t, r) in ts.iter().zip(&rs) {
+        for ((u, t), r) in us.iter().zip(&ts).zip(&rs) {
             eprintln!(
-                "granularity {:>9.2} µs eff {:>5.1}%   |   rayon granularity {:>9.2} µs eff {:>5.1}%",
+                "granularity µs (eff %): untraced {:>9.2} ({:>5.1}) traced {:>9.2} ({:>5.1}) rayon {:>9.2} ({:>5.1})",
+                u.granularity_us,
+                u.efficiency * 100.0,
                 t.granularity_us,
                 t.efficiency * 100.0,
                 r.granularity_us,
                 r.efficiency * 100.0
             );
         }
-        (metg(&ts), metg(&rs), ts[0].granularity_us)
+        SweepResult {
+            untraced: metg(&us),
+            traced: metg(&ts),
+            rayon: metg(&rs),
+            floor_untraced: us[0].granularity_us,
+            floor_traced: ts[0].granularity_us,
+        }
     }
+}
+
+/// One sweep's METG(50) values (µs) and shortest-task granularities.
+#[derive(Clone, Copy, Debug)]
+struct SweepResult {
+    untraced: f64,
+    traced: f64,
+    rayon: f64,
+    floor_untraced: f64,
+    floor_traced: f64,
+}
+
+fn register_cg(rt: &Runtime) {
+    // ap[i] = 2 p[i] - p[i-1] - p[i+1] on the interior (p's two ends stay 0).
+    rt.register("cg_matvec", |ctx| {
+        let (l, c, r) = (ctx.read::<f64>(1), ctx.read::<f64>(2), ctx.read::<f64>(3));
+        let mut out = ctx.write::<f64>(0);
+        for i in out.range() {
+            out.set_at(i, 2.0 * c.at(i) - l.at(i) - r.at(i));
+        }
+    })
+    .expect("register");
+    // dot, axpy_ratio and xpay_ratio: the runtime's CG example's bodies.
+    sparse::cg::register(rt).expect("register");
+}
+
+/// CG on a 1-d Laplacian of `n` unknowns for `iterations` iterations (the issuing thread
+/// waits for the residual each iteration, as a convergence test does). Returns the share of
+/// launched tasks replayed after iteration `warm_up`, and the first iteration (from 1) in
+/// which any task was replayed.
+fn cg_tracing(threads: usize, n: usize, iterations: usize, warm_up: usize) -> (f64, usize) {
+    let rt = Runtime::builder().threads(threads).tracing(true).build();
+    register_cg(&rt);
+    let zeros = |len| rt.create(DType::F64, &[len]).expect("store");
+    let full = |s: &Store| s.slice(0, 1..n + 1).expect("view");
+    // p has a zero halo; the others are plain vectors of n.
+    let p_all = zeros(n + 2);
+    let (p, l, r_) = (
+        full(&p_all),
+        p_all.slice(0, 0..n).expect("view"),
+        p_all.slice(0, 2..n + 2).expect("view"),
+    );
+    let b: Vec<f64> = (0..n).map(|i| ((i * 37) % 11) as f64 - 5.0).collect();
+    let x = zeros(n);
+    let r = rt.from_vec(&[n], b.clone()).expect("store");
+    let ap = zeros(n);
+    rt.task("xpay_ratio")
+        .read(&r)
+        .read_write(&p)
+        .future(&Future::ready(0.0))
+        .future(&Future::ready(1.0))
+        .align(&r, &p)
+        .submit()
+        .expect("submit");
+    let dot = |u: &Store, v: &Store| {
+        rt.task("dot")
+            .read(u)
+            .read(v)
+            .align(u, v)
+            .submit_reduce(ReduceOp::Sum)
+            .expect("submit")
+    };
+    let axpy = |sign: f64, num: &Future, den: &Future, u: &Store, v: &Store| {
+        rt.task("axpy_ratio")
+            .read(u)
+            .read_write(v)
+            .scalar(sign)
+            .future(num)
+            .future(den)
+            .align(u, v)
+            .submit()
+            .expect("submit")
+    };
+    let mut rs = dot(&r, &r);
+    let (mut before, mut first) = (rt.stats(), 0);
+    for it in 1..=iterations {
+        rt.task("cg_matvec")
+            .write(&ap)
+            .read(&l)
+            .read(&p)
+            .read(&r_)
+            .align(&ap, &l)
+            .align(&ap, &p)
+            .align(&ap, &r_)
+            .submit()
+            .expect("submit");
+        let pap = dot(&p, &ap);
+        axpy(1.0, &rs, &pap, &p, &x);
+        axpy(-1.0, &rs, &pap, &ap, &r);
+        let rs_new = dot(&r, &r);
+        rt.task("xpay_ratio")
+            .read(&r)
+            .read_write(&p)
+            .future(&rs_new)
+            .future(&rs)
+            .align(&r, &p)
+            .submit()
+            .expect("submit");
+        rs = rs_new;
+        black_box(rs.get().expect("residual"));
+        if first == 0 && rt.stats().tasks_traced > 0 {
+            first = it;
+        }
+        if it == warm_up {
+            before = rt.stats();
+        }
+    }
+    (rt.stats().since(&before).traced_share(), first)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -251,11 +385,16 @@ fn main() {
     );
 
     let n = if quick { 5_000 } else { 20_000 };
-    let (indep_us, indep_analysis) = empty_task_overhead(threads, n, false);
-    let (chain_us, chain_analysis) = empty_task_overhead(threads, n, true);
+    let (indep_us, indep_analysis) = empty_task_overhead(threads, n, false, false);
+    let (chain_us, chain_analysis) = empty_task_overhead(threads, n, true, false);
+    let (indep_traced_us, _) = empty_task_overhead(threads, n, false, true);
+    let (chain_traced_us, _) = empty_task_overhead(threads, n, true, true);
+    let (cg_share, cg_first) = cg_tracing(threads, 4096, 60, 20);
 
-    let rt = Runtime::builder().threads(threads).build();
+    let rt = Runtime::builder().threads(threads).tracing(false).build();
+    let traced = Runtime::builder().threads(threads).tracing(true).build();
     register_stencil(&rt);
+    register_stencil(&traced);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
@@ -267,27 +406,30 @@ fn main() {
     // run whole sweeps several times and report medians.
     let sweeps = env_or("TESSERA_BENCH_SWEEPS", 3).max(1);
     let sweep = Sweep {
-        rt: &rt,
+        untraced: &rt,
+        traced: &traced,
         pool: &pool,
         threads,
         steps,
         per_iter,
         pows: min_pow..=max_pow,
     };
-    let runs: Vec<(f64, f64, f64)> = (0..sweeps)
+    let runs: Vec<SweepResult> = (0..sweeps)
         .map(|i| {
             eprintln!("sweep {} of {sweeps}", i + 1);
             sweep.run()
         })
         .collect();
-    let metg_t = median(runs.iter().map(|r| r.0).collect());
-    let metg_r = median(runs.iter().map(|r| r.1).collect());
-    let ratio = median(runs.iter().map(|r| r.0 / r.1).collect());
-    let floor = median(runs.iter().map(|r| r.2).collect());
-    eprintln!(
-        "METG(50) per sweep (tessera, rayon): {:?}",
-        runs.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>()
-    );
+    let med = |f: fn(&SweepResult) -> f64| median(runs.iter().map(f).collect());
+    let metg_t = med(|r| r.untraced);
+    let metg_tr = med(|r| r.traced);
+    let metg_r = med(|r| r.rayon);
+    let ratio = med(|r| r.untraced / r.rayon);
+    let ratio_traced = med(|r| r.traced / r.rayon);
+    let ratio_traced_untraced = med(|r| r.traced / r.untraced);
+    let floor = med(|r| r.floor_untraced);
+    let floor_traced = med(|r| r.floor_traced);
+    eprintln!("METG(50) per sweep: {runs:?}");
 
     let mut table = Table::new(&format!(
         "runtime overheads ({threads} threads; stencil_1d width {threads}, {steps} steps)"
@@ -309,11 +451,43 @@ fn main() {
         false,
     );
     table.row(
+        "empty task, independent, traced",
+        "µs",
+        indep_traced_us,
+        "untraced",
+        indep_us,
+        false,
+    );
+    table.row(
+        "empty task, chained, traced",
+        "µs",
+        chain_traced_us,
+        "untraced",
+        chain_us,
+        false,
+    );
+    table.row(
         "stencil_1d METG(50)",
         "µs",
         metg_t,
         "rayon+barrier",
         metg_r,
+        false,
+    );
+    table.row(
+        "stencil_1d METG(50), traced",
+        "µs",
+        metg_tr,
+        "rayon+barrier",
+        metg_r,
+        false,
+    );
+    table.row(
+        "stencil_1d METG(50), traced vs untraced",
+        "µs",
+        metg_tr,
+        "untraced",
+        metg_t,
         false,
     );
     table.row(
@@ -340,8 +514,41 @@ fn main() {
     );
     // The granularity at the shortest task is the per-step overhead floor: with the issuing
     // thread sharing the cores, METG cannot fall much below it.
+    let tst = traced.stats();
+    table.figure(
+        "traced stencil: launched tasks replayed (%)",
+        100.0 * tst.traced_share(),
+    );
+    table.figure(
+        "traced stencil: finder ns per launched task",
+        tst.finder_ns_per_task(),
+    );
+    table.figure(
+        "traced stencil: tracing path ns per launched task",
+        tst.tracing_ns as f64 / (tst.tasks_traced + tst.tasks_analysed).max(1) as f64,
+    );
+    table.figure(
+        "traced stencil: traces abandoned",
+        tst.traces_abandoned as f64,
+    );
+    table.figure(
+        "CG: tasks replayed in iterations 21-60 (%)",
+        100.0 * cg_share,
+    );
+    table.figure("CG: first iteration with a replay", cg_first as f64);
     table.figure("stencil granularity floor, shortest task (µs)", floor);
+    table.figure("traced stencil granularity floor (µs)", floor_traced);
     table.figure("stencil METG / rayon METG, median over sweeps", ratio);
+    table.figure("traced stencil METG / rayon METG, median", ratio_traced);
+    table.figure(
+        "traced / untraced stencil METG, median",
+        ratio_traced_untraced,
+    );
+    table.figure("metg_us_untraced", metg_t);
+    table.figure("metg_us_traced", metg_tr);
+    // Actors (issue 14 item 5) are not built: no figure to report.
+    table.figure("metg_us_traced_actors", f64::NAN);
+    table.figure("metg_us_rayon", metg_r);
     table.figure("sweeps", sweeps as f64);
     table.figure("kernel ns per iteration", per_iter * 1e9);
     table.print();

@@ -121,6 +121,42 @@ impl AccessState {
         self.writers.push((rect, node.clone()));
     }
 
+    /// A replayed trace's postcondition (`tracing::record`): `entry` waits for every pending
+    /// access (they are its predecessors in `preds`) and stands for them as a writer of `whole`;
+    /// the trace's final accesses come after it.
+    pub(crate) fn replace<'a>(
+        &mut self,
+        whole: Rect,
+        entry: &Arc<Node>,
+        preds: &mut Preds,
+        writers: impl Iterator<Item = (Rect, &'a Arc<Node>)>,
+        readers: impl Iterator<Item = (Rect, &'a Arc<Node>)>,
+    ) {
+        for (_, w) in self.writers.drain(..) {
+            if !w.is_done() {
+                preds.edge(&w, entry);
+            }
+        }
+        for g in self.readers.drain(..) {
+            for n in g.nodes.iter().filter(|n| !n.is_done()) {
+                preds.edge(n, entry);
+            }
+        }
+        self.groups_prune_at = PRUNE_MIN;
+        self.writers.push((whole, entry.clone()));
+        self.writers.extend(writers.map(|(r, n)| (r, n.clone())));
+        for (rect, n) in readers {
+            match self.readers.iter_mut().find(|g| g.rect == rect) {
+                Some(g) => g.nodes.push(n.clone()),
+                None => self.readers.push(ReaderGroup {
+                    rect,
+                    nodes: smallvec::smallvec![n.clone()],
+                    prune_at: PRUNE_MIN,
+                }),
+            }
+        }
+    }
+
     /// Writers of `rect` that have not finished (what a read-back must wait for).
     pub(crate) fn pending_writers(&self, rect: &Rect) -> Vec<Arc<Node>> {
         self.writers

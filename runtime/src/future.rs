@@ -12,6 +12,8 @@ pub(crate) struct FutureCell {
     /// The node that sets the value (absent for ready futures).
     pub node: OnceLock<Arc<Node>>,
     pub rt: Weak<Inner>,
+    /// Launch number of the producing task (tracing's tokens hash how far back it was).
+    pub launched_as: OnceLock<u64>,
 }
 
 /// A scalar a task will produce.
@@ -27,6 +29,7 @@ impl Future {
                 value: OnceLock::new(),
                 node: OnceLock::new(),
                 rt,
+                launched_as: OnceLock::new(),
             }),
         }
     }
@@ -37,6 +40,7 @@ impl Future {
             value: OnceLock::new(),
             node: OnceLock::new(),
             rt: Weak::new(),
+            launched_as: OnceLock::new(),
         };
         let _ = cell.value.set(Ok(v.into()));
         Future {

@@ -15,6 +15,8 @@ pub(crate) enum Work {
     /// The step after all points: fold reductions in point order, bind unbound outputs,
     /// complete the task's future.
     Finish { task: Arc<Launched> },
+    /// A replayed trace's entry: it waits for what came before the trace (no work).
+    Boundary,
 }
 
 /// A short list of nodes: most nodes have a handful of successors (a 1-d stencil point has

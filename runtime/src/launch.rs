@@ -116,7 +116,7 @@ impl Launched {
 /// Runs a ready node and returns the successors it made ready.
 pub(crate) fn run_node(node: &Node, shared: &Shared) -> NodeList {
     match node.take_work() {
-        None => {}
+        None | Some(Work::Boundary) => {}
         Some(Work::Point { task, point }) => run_point(&task, point, &shared.counters),
         Some(Work::Finish { task }) => {
             let task = &*task;

@@ -49,7 +49,7 @@ pub use error::{Result, RuntimeError};
 pub use fusion::kernel::Chunk;
 pub use future::Future;
 pub use rect::{Rect, MAX_DIMS};
-pub use runtime::{Runtime, RuntimeBuilder, DEFAULT_WINDOW};
+pub use runtime::{Runtime, RuntimeBuilder, DEFAULT_TRACING, DEFAULT_WINDOW};
 pub use stats::Stats;
 pub use store::Store;
 pub use task::{Privilege, TaskLauncher};

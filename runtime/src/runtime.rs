@@ -23,6 +23,7 @@ use crate::task::{
     Args, Issued, IssuedArg, LaunchSpec, Privilege, Registered, Registry, ScalarArg, Scalars,
     TaskBody, TaskLauncher, UserConstraint, ViewId,
 };
+use crate::tracing::replay::Tracing;
 use crate::window::Window;
 use crate::TaskContext;
 use smallvec::SmallVec;
@@ -63,13 +64,9 @@ struct Front {
     interner: Interner,
     memo: SolveMemo,
     fusion_memo: FusionMemo,
-    /// Tokens of the last analysed tasks, oldest first: the history buffer automatic tracing
-    /// will mine for repeats.
-    history: std::collections::VecDeque<u64>,
+    /// Automatic tracing (`None` when switched off).
+    tracing: Option<Tracing>,
 }
-
-/// Tokens kept in [`Front::history`].
-const HISTORY: usize = 1024;
 
 pub(crate) struct Inner {
     id: u64,
@@ -97,7 +94,25 @@ pub struct RuntimeBuilder {
     max_pending: Option<usize>,
     fusion: bool,
     fusion_memo: bool,
+    tracing: bool,
+    trace_sampling: usize,
 }
+
+/// Whether automatic tracing is on unless the builder says otherwise: the environment
+/// variable `TESSERA_TRACING` (`0` off, `1` on), else [`DEFAULT_TRACING`].
+fn tracing_default() -> bool {
+    match std::env::var("TESSERA_TRACING").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => DEFAULT_TRACING,
+    }
+}
+
+/// Automatic tracing's default: off. Held tasks start late (a body that waits for something
+/// the issuing thread does later would deadlock, as with a larger window), and the stencil's
+/// METG was worse traced on the runtime bench (runtime/DESIGN.md, "Tracing in the launch
+/// path"). The runtime's tests and the workspace's CG test pass with it on as well.
+pub const DEFAULT_TRACING: bool = false;
 
 /// Tasks the window holds by default (see `RuntimeBuilder::window_size`): one, so that a task
 /// starts as soon as it is submitted, which code that synchronises with running bodies
@@ -115,6 +130,8 @@ impl Default for RuntimeBuilder {
             max_pending: None,
             fusion: true,
             fusion_memo: true,
+            tracing: tracing_default(),
+            trace_sampling: 64,
         }
     }
 }
@@ -158,6 +175,23 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Automatic tracing (default [`DEFAULT_TRACING`], or the environment variable
+    /// `TESSERA_TRACING=0|1`): launched tasks are matched against repeated sequences found in
+    /// the history, and a repeated sequence's dependences are replayed from a recording
+    /// instead of analysed. While a candidate sequence still matches, its tasks are held back
+    /// (not started); a read, fence or future's `get` hands them back.
+    pub fn tracing(mut self, on: bool) -> Self {
+        self.tracing = on;
+        self
+    }
+
+    /// How often (in launched tasks) tracing looks for repeats in its history (default 64;
+    /// windows follow the ruler function, thesis §5.3.4).
+    pub fn trace_sampling(mut self, unit: usize) -> Self {
+        self.trace_sampling = unit.max(1);
+        self
+    }
+
     /// Point tasks that may be issued and not yet run before `submit` waits (default 128 per
     /// thread, between 256 and 4096: enough lookahead to keep the workers fed without waking the
     /// issuer too often, short enough that the dependence lists the analysis scans stay short).
@@ -190,7 +224,7 @@ impl RuntimeBuilder {
                 interner: Interner::default(),
                 memo: SolveMemo::default(),
                 fusion_memo: FusionMemo::default(),
-                history: Default::default(),
+                tracing: self.tracing.then(|| Tracing::new(self.trace_sampling)),
             }),
             next_store: AtomicU64::new(0),
             max_pending,
@@ -669,7 +703,11 @@ impl Inner {
     }
 
     fn flush_locked(&self, front: &mut Front) -> Result<()> {
-        self.drain(front, true)
+        let r = self.drain(front, true);
+        if let Some(tr) = front.tracing.as_mut() {
+            self.release_held(tr);
+        }
+        r
     }
 
     /// Solves and launches one task without passing it through the window.
@@ -677,12 +715,7 @@ impl Inner {
         let t0 = Instant::now();
         let r = self.solve(front, t).map(|ready| {
             Counters::add(&self.shared.counters.tasks_launched, 1);
-            let plan = Plan::single(ready);
-            if front.history.len() == HISTORY {
-                front.history.pop_front();
-            }
-            front.history.push_back(plan.token);
-            self.schedule(plan);
+            self.launch(front.tracing.as_mut(), Plan::single(ready));
         });
         Counters::add(
             &self.shared.counters.analysis_ns,
@@ -781,11 +814,7 @@ impl Inner {
                 }
             }
         };
-        if front.history.len() == HISTORY {
-            front.history.pop_front();
-        }
-        front.history.push_back(plan.token);
-        self.schedule(plan);
+        self.launch(front.tracing.as_mut(), plan);
     }
 
     /// How many solved tasks to fuse, and the fused task's shape (`None`: launch one task as
@@ -862,6 +891,9 @@ impl Inner {
     /// Solves one task (its launch domain, partitions and sub-stores); on failure its future
     /// gets the error.
     fn solve(&self, front: &mut Front, t: Issued) -> Result<Ready> {
+        if let Some(tr) = front.tracing.as_mut().filter(|tr| tr.must_release_for(&t)) {
+            self.release_held(tr);
+        }
         let r = self.solve_inner(front, &t);
         match r {
             Ok((domain, token, args, parts)) => Ok(Ready {
@@ -949,7 +981,54 @@ impl Inner {
 
     /// Builds the point (and finish) nodes, adds their dependences, and hands ready ones to the
     /// executor.
-    fn schedule(&self, t: Plan) {
+    pub(crate) fn schedule(&self, t: Plan) {
+        let b = self.build_nodes(t);
+        let task = &b.task;
+        let n = b.points.len();
+        for s in &task.scalars {
+            if let ScalarArg::Future(cell) = s {
+                if let Some(pred) = cell.node.get() {
+                    b.points.iter().for_each(|p| Node::add_edge(pred, p));
+                }
+            }
+        }
+        let mut preds: SmallVec<[Preds; 4]> = (0..n).map(|_| Preds::default()).collect();
+        let mut finish_preds = Preds::default();
+        // A temporary's points work on scratch: no one else can see the store. (Versions were
+        // bumped when the task was launched: `note_writes`.)
+        for a in task.args.iter().filter(|a| !a.local) {
+            let mut meta = a.root.meta();
+            let per_point = b.points.iter().zip(a.rects.iter()).zip(&mut preds);
+            match a.privilege {
+                Privilege::Read => {
+                    per_point.for_each(|((p, r), pr)| meta.access.read(*r, p, pr));
+                }
+                Privilege::Write | Privilege::ReadWrite => {
+                    per_point.for_each(|((p, r), pr)| meta.access.write(*r, p, pr));
+                }
+                Privilege::Reduce(_) => {
+                    let f = b.finish.as_ref().expect("reductions have a finish step");
+                    for r in distinct(&a.rects) {
+                        meta.access.write(r, f, &mut finish_preds);
+                    }
+                }
+                Privilege::WriteUnbound => {
+                    let f = b
+                        .finish
+                        .as_ref()
+                        .expect("unbound outputs have a finish step");
+                    let all = Rect::new(&[0], &[usize::MAX]);
+                    meta.access.write(all, f, &mut finish_preds);
+                    meta.producer = Some(f.clone());
+                }
+            }
+        }
+        self.start(b.link_finish());
+    }
+
+    /// A plan's task and its point (and finish) nodes, not yet connected to anything; each
+    /// store it uses holds a pending reference from now on.
+    pub(crate) fn build_nodes(&self, t: Plan) -> Built {
         let domain = t.domain;
         let n = domain.len();
         let has_finish = Launched::needs_finish(&t.args, !t.results.is_empty());
@@ -989,57 +1068,20 @@ impl Inner {
             })
             .collect();
         let finish = has_finish.then(|| Node::new(Work::Finish { task: task.clone() }));
-        for s in &task.scalars {
-            if let ScalarArg::Future(cell) = s {
-                if let Some(pred) = cell.node.get() {
-                    points.iter().for_each(|p| Node::add_edge(pred, p));
-                }
-            }
+        Built {
+            task,
+            points,
+            finish,
         }
-        let mut preds: SmallVec<[Preds; 4]> = (0..n).map(|_| Preds::default()).collect();
-        let mut finish_preds = Preds::default();
-        // A temporary's points work on scratch: no one else can see the store.
-        for a in task.args.iter().filter(|a| !a.local) {
-            let mut meta = a.root.meta();
-            if a.privilege.writes() {
-                meta.version += 1;
-            }
-            let per_point = points.iter().zip(a.rects.iter()).zip(&mut preds);
-            match a.privilege {
-                Privilege::Read => {
-                    per_point.for_each(|((p, r), pr)| meta.access.read(*r, p, pr));
-                }
-                Privilege::Write | Privilege::ReadWrite => {
-                    per_point.for_each(|((p, r), pr)| meta.access.write(*r, p, pr));
-                }
-                Privilege::Reduce(_) => {
-                    let f = finish.as_ref().expect("reductions have a finish step");
-                    let mut seen: Vec<Rect> = vec![];
-                    for r in a.rects.iter() {
-                        if !seen.contains(r) {
-                            seen.push(*r);
-                            meta.access.write(*r, f, &mut finish_preds);
-                        }
-                    }
-                }
-                Privilege::WriteUnbound => {
-                    let f = finish.as_ref().expect("unbound outputs have a finish step");
-                    let all = Rect::new(&[0], &[usize::MAX]);
-                    meta.access.write(all, f, &mut finish_preds);
-                    meta.producer = Some(f.clone());
-                }
-            }
-        }
-        if let Some(f) = &finish {
-            points.iter().for_each(|p| Node::add_edge(p, f));
-            for (_, cell) in &task.results {
-                let _ = cell.node.set(f.clone());
-            }
-        }
-        let all = points.into_iter().chain(finish);
-        let count = n + has_finish as usize;
-        self.shared.outstanding.fetch_add(count, Ordering::AcqRel);
-        for node in all {
+    }
+
+    /// Counts `nodes` as outstanding and hands the ready ones to the executor (each node's
+    /// issue guard is dropped: its in-edges must all be in place).
+    pub(crate) fn start(&self, nodes: impl ExactSizeIterator<Item = Arc<Node>>) {
+        self.shared
+            .outstanding
+            .fetch_add(nodes.len(), Ordering::AcqRel);
+        for node in nodes {
             if node.release() {
                 self.pool.spawn(node);
             }
@@ -1047,16 +1089,51 @@ impl Inner {
     }
 }
 
+/// A launched task's nodes (see `Inner::build_nodes`).
+pub(crate) struct Built {
+    pub task: Arc<Launched>,
+    pub points: NodeList,
+    pub finish: Option<Arc<Node>>,
+}
+
+impl Built {
+    /// Orders the finish step after the points, makes it the producer of the task's futures,
+    /// and returns every node, points first.
+    pub(crate) fn link_finish(self) -> impl ExactSizeIterator<Item = Arc<Node>> {
+        if let Some(f) = &self.finish {
+            self.points.iter().for_each(|p| Node::add_edge(p, f));
+            for (_, cell) in &self.task.results {
+                let _ = cell.node.set(f.clone());
+            }
+        }
+        let mut all = self.points;
+        all.extend(self.finish);
+        all.into_iter()
+    }
+}
+
+/// The distinct rectangles of `rects`, in first-appearance order (a reduction's finish step
+/// writes each sub-store once, however many points share it).
+pub(crate) fn distinct(rects: &[Rect]) -> SmallVec<[Rect; 4]> {
+    let mut seen: SmallVec<[Rect; 4]> = SmallVec::new();
+    for r in rects {
+        if !seen.contains(r) {
+            seen.push(*r);
+        }
+    }
+    seen
+}
+
 /// A task ready for the dependence analysis: one solved task, or a fused one.
-struct Plan {
-    name: Arc<str>,
-    body: TaskBody,
-    domain: Domain,
-    token: u64,
-    args: Args<LaunchArg>,
-    scalars: Scalars,
-    results: Args<(ReduceOp, Arc<crate::future::FutureCell>)>,
-    fused: Option<Arc<FusedShape>>,
+pub(crate) struct Plan {
+    pub name: Arc<str>,
+    pub body: TaskBody,
+    pub domain: Domain,
+    pub token: u64,
+    pub args: Args<LaunchArg>,
+    pub scalars: Scalars,
+    pub results: Args<(ReduceOp, Arc<crate::future::FutureCell>)>,
+    pub fused: Option<Arc<FusedShape>>,
 }
 
 impl Plan {

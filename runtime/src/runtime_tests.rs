@@ -4,13 +4,22 @@ use super::*;
 
 fn history(rt: &Runtime) -> Vec<u64> {
     rt.fence().unwrap();
+    launched_tokens(rt)
+}
+
+/// Tokens of the traceable tasks launched so far (the tracer's history).
+fn launched_tokens(rt: &Runtime) -> Vec<u64> {
     let front = rt.inner.front.lock().unwrap();
-    front.history.iter().copied().collect()
+    front.tracing.as_ref().expect("tracing on").history()
 }
 
 #[test]
 fn repeated_tasks_hash_to_repeated_tokens() {
-    let rt = Runtime::builder().threads(2).min_piece_size(1).build();
+    let rt = Runtime::builder()
+        .threads(2)
+        .min_piece_size(1)
+        .tracing(true)
+        .build();
     rt.register("step", |_| {}).unwrap();
     let a = rt.create(DType::F64, &[8]).unwrap();
     let b = rt.create(DType::F64, &[8]).unwrap();
@@ -66,6 +75,7 @@ fn a_larger_window_defers_analysis_until_full_or_needed() {
         .threads(1)
         .window_size(4)
         .fusion(false)
+        .tracing(true)
         .build();
     rt.register("nop", |_| {}).unwrap();
     let a = rt.create(DType::F64, &[4]).unwrap();
@@ -73,16 +83,12 @@ fn a_larger_window_defers_analysis_until_full_or_needed() {
         rt.task("nop").read_write(&a).submit().unwrap();
     }
     assert_eq!(
-        rt.inner.front.lock().unwrap().history.len(),
+        launched_tokens(&rt).len(),
         0,
         "three tasks wait in the window"
     );
     rt.task("nop").read_write(&a).submit().unwrap();
-    assert_eq!(
-        rt.inner.front.lock().unwrap().history.len(),
-        4,
-        "the fourth fills it"
-    );
+    assert_eq!(launched_tokens(&rt).len(), 4, "the fourth fills it");
     rt.task("nop").read_write(&a).submit().unwrap();
     assert_eq!(history(&rt).len(), 5, "a fence analyses what is left");
 }
@@ -119,7 +125,11 @@ fn handles_can_be_shared_across_threads() {
 
 #[test]
 fn tokens_tell_apart_what_the_analysis_tells_apart() {
-    let rt = Runtime::builder().threads(2).min_piece_size(1).build();
+    let rt = Runtime::builder()
+        .threads(2)
+        .min_piece_size(1)
+        .tracing(true)
+        .build();
     rt.register("t", |_| {}).unwrap();
     let a = rt.create(DType::F64, &[8]).unwrap();
     let one = || rt.task("t").read_write(&a).launch_domain(&[1]);
@@ -151,4 +161,56 @@ fn tokens_tell_apart_what_the_analysis_tells_apart() {
         "scalar kinds, futures, results and views differ: {h:x?}"
     );
     assert_eq!(h[7], h[2], "a future hashes as a future, whichever it is");
+}
+
+/// Issues a loop whose iterations differ in what the analysis depends on (which store is
+/// written, and through which view), on a runtime whose tracer sees every token as equal.
+fn colliding_stream(tracing: bool, mask: u64) -> (Vec<f64>, Vec<f64>, Stats) {
+    let rt = Runtime::builder()
+        .threads(2)
+        .min_piece_size(1)
+        .tracing(tracing)
+        .trace_sampling(4)
+        .build();
+    if let Some(tr) = rt.inner.front.lock().unwrap().tracing.as_mut() {
+        tr.token_mask = mask;
+    }
+    rt.register("inc", |ctx| {
+        let x = ctx.read::<f64>(0);
+        let mut y = ctx.write::<f64>(1);
+        for (o, i) in y.as_mut_slice().iter_mut().zip(x.as_slice()) {
+            *o = *o * 0.5 + i + 1.0;
+        }
+    })
+    .unwrap();
+    let a = rt.from_vec(&[8], (0..8).map(f64::from).collect()).unwrap();
+    let b = rt.create(DType::F64, &[8]).unwrap();
+    for i in 0..120u32 {
+        let (x, y) = if i % 3 == 0 { (&a, &b) } else { (&b, &a) };
+        let (x, y) = if i % 5 == 0 {
+            (x.slice(0, 0..4).unwrap(), y.slice(0, 4..8).unwrap())
+        } else {
+            (x.clone(), y.clone())
+        };
+        rt.task("inc")
+            .read(&x)
+            .write(&y)
+            .align(&x, &y)
+            .launch_domain(&[1 + (i % 2) as usize])
+            .submit()
+            .unwrap();
+    }
+    let out = (rt.read::<f64>(&a).unwrap(), rt.read::<f64>(&b).unwrap());
+    (out.0, out.1, rt.stats())
+}
+
+#[test]
+fn a_forced_token_collision_is_caught_by_verification() {
+    let (a, b, _) = colliding_stream(false, u64::MAX);
+    // Every token 0: the finder sees one long repeat, and replays are attempted over tasks
+    // that differ from the recording.
+    let (a2, b2, st) = colliding_stream(true, 0);
+    assert_eq!((a2, b2), (a, b));
+    assert!(st.traces_abandoned > 0, "{st:?}");
+    assert!(st.traces_recorded > 0, "{st:?}");
 }

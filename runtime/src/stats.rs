@@ -21,6 +21,14 @@ pub(crate) struct Counters {
     pub bytes_not_allocated: AtomicU64,
     pub fusion_memo_hits: AtomicU64,
     pub fusion_memo_misses: AtomicU64,
+    pub tasks_traced: AtomicU64,
+    pub tasks_analysed: AtomicU64,
+    pub traces_recorded: AtomicU64,
+    pub traces_replayed: AtomicU64,
+    pub traces_abandoned: AtomicU64,
+    pub finder_runs: AtomicU64,
+    pub finder_ns: AtomicU64,
+    pub tracing_ns: AtomicU64,
 }
 
 impl Counters {
@@ -48,6 +56,14 @@ impl Counters {
             bytes_allocated: 0,
             fusion_memo_hits: g(&self.fusion_memo_hits),
             fusion_memo_misses: g(&self.fusion_memo_misses),
+            tasks_traced: g(&self.tasks_traced),
+            tasks_analysed: g(&self.tasks_analysed),
+            traces_recorded: g(&self.traces_recorded),
+            traces_replayed: g(&self.traces_replayed),
+            traces_abandoned: g(&self.traces_abandoned),
+            finder_runs: g(&self.finder_runs),
+            finder_ns: g(&self.finder_ns),
+            tracing_ns: g(&self.tracing_ns),
         }
     }
 }
@@ -92,6 +108,21 @@ pub struct Stats {
     pub fusion_memo_hits: u64,
     /// Fusion decisions computed and remembered.
     pub fusion_memo_misses: u64,
+    /// Launched tasks whose dependences came from a replayed trace (automatic tracing).
+    pub tasks_traced: u64,
+    /// Launched tasks that went through ordinary dependence analysis.
+    pub tasks_analysed: u64,
+    /// Traces recorded (the first replay of a candidate records it).
+    pub traces_recorded: u64,
+    /// Replays of a recorded trace (the recording one included).
+    pub traces_replayed: u64,
+    /// Replays refused because a task differed from the recording (analysed as usual).
+    pub traces_abandoned: u64,
+    /// Runs of the repeat finder, and the time they took, in nanoseconds.
+    pub finder_runs: u64,
+    pub finder_ns: u64,
+    /// Time in the tracing path (tokens, finder, matcher, recording, replay), nanoseconds.
+    pub tracing_ns: u64,
 }
 
 impl Stats {
@@ -101,6 +132,26 @@ impl Stats {
             0.0
         } else {
             self.tasks_fused as f64 / self.fused_launches as f64
+        }
+    }
+
+    /// Share of launched tasks whose dependences were replayed from a trace (0 to 1).
+    pub fn traced_share(&self) -> f64 {
+        let all = self.tasks_traced + self.tasks_analysed;
+        if all == 0 {
+            0.0
+        } else {
+            self.tasks_traced as f64 / all as f64
+        }
+    }
+
+    /// Mean repeat-finder time per launched task, in nanoseconds.
+    pub fn finder_ns_per_task(&self) -> f64 {
+        let all = self.tasks_traced + self.tasks_analysed;
+        if all == 0 {
+            0.0
+        } else {
+            self.finder_ns as f64 / all as f64
         }
     }
 
@@ -133,6 +184,14 @@ impl Stats {
             bytes_allocated: self.bytes_allocated - earlier.bytes_allocated,
             fusion_memo_hits: self.fusion_memo_hits - earlier.fusion_memo_hits,
             fusion_memo_misses: self.fusion_memo_misses - earlier.fusion_memo_misses,
+            tasks_traced: self.tasks_traced - earlier.tasks_traced,
+            tasks_analysed: self.tasks_analysed - earlier.tasks_analysed,
+            traces_recorded: self.traces_recorded - earlier.traces_recorded,
+            traces_replayed: self.traces_replayed - earlier.traces_replayed,
+            traces_abandoned: self.traces_abandoned - earlier.traces_abandoned,
+            finder_runs: self.finder_runs - earlier.finder_runs,
+            finder_ns: self.finder_ns - earlier.finder_ns,
+            tracing_ns: self.tracing_ns - earlier.tracing_ns,
         }
     }
 }

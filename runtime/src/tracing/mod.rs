@@ -16,16 +16,19 @@
 //! * [`Replayer`]: candidates in a trie, matched against the stream without speculation
 //!   (§5.4.2), scored by length × decayed appearances.
 //! * [`FinderCost`]: what finding cost, for the runtime's statistics.
-//! * [`Tracer`]: the three together, one call per issued token, as the issue path will use
-//!   them (not wired into the runtime yet).
+//! * [`Tracer`]: the three together, one call per launched task's token.
+//! * `replay` (crate-private): the runtime's launch path through the tracer (held tasks,
+//!   releases, replays); `record`: a trace's recorded tasks and logical dependence graph.
 //!
-//! A token is a 64-bit hash of what a task does (`Issued::token`): equal tokens make two
-//! tasks *candidates* for the same trace entry, never proof that they are equal. Whatever
-//! replays a recording must compare the recorded fields of each task it replaces and fall
-//! back to ordinary analysis on any difference. Recording, replay and actors are not here
-//! yet (runtime/DESIGN.md, "Tracing: repeat finding").
+//! A token is a 64-bit hash of what a task does (`Issued::token`, mixed with where its
+//! futures come from): equal tokens make two tasks *candidates* for the same trace entry,
+//! never proof that they are equal. A replay compares the recorded fields of each task it
+//! replaces and falls back to ordinary analysis on any difference. Actors are not built
+//! (runtime/DESIGN.md, "Tracing in the launch path").
 
 mod finder;
+mod record;
+pub(crate) mod replay;
 mod ruler;
 mod suffix;
 mod tracer;

@@ -2,6 +2,7 @@
 //! synchronously): one call per issued task's token.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 
 use super::{Action, Finder, FinderCost, Replayer, RulerSampler, ScoreParams};
 
@@ -18,6 +19,11 @@ pub struct TracerConfig {
     /// Occurrences the finder must see in a window to propose a candidate.
     pub min_repeats: usize,
     pub score: ScoreParams,
+    /// Greedy matching, one pursued match at a time (`Replayer::set_one_pointer`).
+    pub one_pointer: bool,
+    /// Skip a sample whose whole window was replayed: the finder would only find the
+    /// traces being replayed (or pieces of them) again.
+    pub skip_replayed: bool,
 }
 
 impl Default for TracerConfig {
@@ -29,6 +35,8 @@ impl Default for TracerConfig {
             max_len: usize::MAX,
             min_repeats: 2,
             score: ScoreParams::default(),
+            one_pointer: false,
+            skip_replayed: false,
         }
     }
 }
@@ -42,17 +50,30 @@ pub struct Tracer {
     sampler: RulerSampler,
     finder: Finder,
     replayer: Replayer,
+    /// Tokens issued up to and including the last one handed back unreplayed (or still
+    /// held): the finder's window is all replayed when it starts after this.
+    not_replayed_until: u64,
+    /// Samples skipped because their window was all replayed.
+    skipped: u64,
+    /// Token counts at which the stream was flushed (a read, fence or future wait): no
+    /// match can span one, so candidates are cut there (oldest first, within the history).
+    barriers: VecDeque<u64>,
 }
 
 impl Tracer {
     pub fn new(config: TracerConfig) -> Tracer {
         let history = config.history.max(1);
+        let mut replayer = Replayer::new(config.score);
+        replayer.set_one_pointer(config.one_pointer);
         Tracer {
             config,
             history: VecDeque::with_capacity(history),
             sampler: RulerSampler::new(config.sample_unit, history),
             finder: Finder::new(),
-            replayer: Replayer::new(config.score),
+            replayer,
+            not_replayed_until: 0,
+            skipped: 0,
+            barriers: VecDeque::new(),
         }
     }
 
@@ -67,16 +88,70 @@ impl Tracer {
         if let Some(window) = self.sampler.observe() {
             let history = self.history.make_contiguous();
             let recent = &history[history.len().saturating_sub(window)..];
-            let c = &self.config;
-            let groups = self.finder.run(recent, c.min_len, c.max_len, c.min_repeats);
-            self.replayer.ingest(recent, &groups);
+            // Held tokens are not decided yet; they do not keep the finder running.
+            let first = self.sampler.seen() - recent.len() as u64 + 1;
+            let all_replayed = first > self.not_replayed_until;
+            if self.config.skip_replayed && all_replayed {
+                self.skipped += 1;
+            } else {
+                let c = &self.config;
+                let groups = self.finder.run(recent, c.min_len, c.max_len, c.min_repeats);
+                let cuts: Vec<usize> = self
+                    .barriers
+                    .iter()
+                    .filter(|&&b| b >= first && b < self.sampler.seen())
+                    .map(|&b| (b - first + 1) as usize)
+                    .collect();
+                if cuts.is_empty() {
+                    self.replayer.ingest(recent, &groups);
+                } else {
+                    let pieces = cut_groups(&groups, &cuts, c.min_len);
+                    self.replayer.ingest(recent, &pieces);
+                }
+            }
         }
-        self.replayer.feed(token)
+        let actions = self.replayer.feed(token);
+        self.note(&actions);
+        actions
+    }
+
+    /// Remembers the last token handed back unreplayed (stream indices count from 1).
+    fn note(&mut self, actions: &[Action]) {
+        let mut end = self.sampler.seen() - self.replayer.buffered() as u64;
+        for a in actions.iter().rev() {
+            match a {
+                Action::Release(_) => {
+                    self.not_replayed_until = self.not_replayed_until.max(end);
+                    return;
+                }
+                Action::Replay { tokens, .. } => end -= tokens.len() as u64,
+            }
+        }
+    }
+
+    /// Samples skipped because their whole window had been replayed.
+    pub fn skipped_samples(&self) -> u64 {
+        self.skipped
     }
 
     /// Hands back every held task (a fence, a read, the end of the program).
     pub fn flush(&mut self) -> Vec<Action> {
-        self.replayer.flush()
+        let seen = self.sampler.seen();
+        if seen > 0 && self.barriers.back() != Some(&seen) {
+            self.barriers.push_back(seen);
+            let oldest = seen.saturating_sub(self.config.history as u64);
+            while self.barriers.front().is_some_and(|&b| b < oldest) {
+                self.barriers.pop_front();
+            }
+        }
+        let actions = self.replayer.flush();
+        self.note(&actions);
+        actions
+    }
+
+    /// The tokens kept for the finder, oldest first.
+    pub fn history(&self) -> impl Iterator<Item = u64> + '_ {
+        self.history.iter().copied()
     }
 
     /// Tokens issued so far.
@@ -91,6 +166,33 @@ impl Tracer {
     pub fn replayer(&self) -> &Replayer {
         &self.replayer
     }
+}
+
+/// Cuts each group's occurrences where its first occurrence spans a flush (`cuts`: indices
+/// into the window before which the stream was flushed): a candidate spanning a flush could
+/// never complete, but its pieces between flushes can. Pieces shorter than `min_len` go.
+fn cut_groups(
+    groups: &[Vec<Range<usize>>],
+    cuts: &[usize],
+    min_len: usize,
+) -> Vec<Vec<Range<usize>>> {
+    let mut out = Vec::with_capacity(groups.len());
+    for g in groups {
+        let Some(first) = g.first() else { continue };
+        let mut at = first.start;
+        let inner = cuts
+            .iter()
+            .copied()
+            .filter(|&c| c > first.start && c < first.end);
+        for end in inner.chain(std::iter::once(first.end)) {
+            if end - at >= min_len.max(1) {
+                let (a, b) = (at - first.start, end - first.start);
+                out.push(g.iter().map(|r| r.start + a..r.start + b).collect());
+            }
+            at = end;
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -154,6 +256,75 @@ mod tests {
             .map(|a| tokens_of(std::slice::from_ref(a)).len())
             .sum();
         assert!(before >= 64, "released {before} before the first candidate");
+    }
+
+    #[test]
+    fn one_pointer_and_skipped_samples_still_replay_a_loop() {
+        // The runtime's configuration: greedy matching, no finder over replayed windows.
+        for (stream, min_share) in [
+            ((0..3000).map(|i| i % 2).collect::<Vec<u64>>(), 0.95),
+            // True period 71, longer than the longest trace (64): a 57-token piece of it
+            // is replayed, and the body alone (10) was retired as a piece of it (80 %).
+            (loop_stream(300, 10, 7), 0.75),
+            (loop_stream(300, 10, 3), 0.9),
+        ] {
+            let config = TracerConfig {
+                sample_unit: 8,
+                max_len: 64,
+                one_pointer: true,
+                skip_replayed: true,
+                ..TracerConfig::default()
+            };
+            let mut tracer = Tracer::new(config);
+            let (actions, replayed) = run(&mut tracer, &stream);
+            assert_eq!(tokens_of(&actions), stream, "every task handed back once");
+            assert!(replayed > min_share, "replayed {:.1} %", replayed * 100.0);
+            let samples = stream.len() as u64 / 8;
+            let runs = tracer.finder_cost().runs;
+            assert_eq!(runs + tracer.skipped_samples(), samples);
+            assert!(
+                runs < samples / 2,
+                "{runs} finder runs of {samples} samples"
+            );
+        }
+    }
+
+    #[test]
+    fn candidates_are_cut_at_flushes() {
+        // An iteration of 6 tasks, then a wait on a future (a flush): the finder's repeats
+        // straddle the flushes at some phase, and only their pieces between flushes can match.
+        let mut tracer = Tracer::new(TracerConfig {
+            max_len: 64,
+            one_pointer: true,
+            skip_replayed: true,
+            ..TracerConfig::default()
+        });
+        let (mut handed, mut replayed_late) = (0, 0);
+        for it in 0..100 {
+            let mut actions: Vec<Action> = (1..=6).flat_map(|t| tracer.issue(t)).collect();
+            actions.extend(tracer.flush());
+            handed += tokens_of(&actions).len();
+            if it >= 20 {
+                replayed_late += actions
+                    .iter()
+                    .map(|a| match a {
+                        Action::Replay { tokens, .. } => tokens.len(),
+                        Action::Release(_) => 0,
+                    })
+                    .sum::<usize>();
+            }
+        }
+        assert_eq!(handed, 600);
+        assert_eq!(
+            replayed_late,
+            80 * 6,
+            "every iteration after the 20th is replayed"
+        );
+        assert_eq!(
+            cut_groups(&[vec![2..8, 8..14]], &[4, 10], 2),
+            [vec![2..4, 8..10], vec![4..8, 10..14]]
+        );
+        assert_eq!(cut_groups(&[vec![0..3, 3..6]], &[1], 2), [vec![1..3, 4..6]]);
     }
 
     #[test]

@@ -166,6 +166,8 @@ pub struct Replayer {
     buffer: VecDeque<u64>,
     /// Stream index of `buffer[0]`.
     buffer_start: u64,
+    /// Start a pointer only where no live pointer holds buffered tokens (see `one_pointer`).
+    one_pointer: bool,
 }
 
 impl Default for Replayer {
@@ -187,7 +189,19 @@ impl Replayer {
             complete: Vec::new(),
             buffer: VecDeque::new(),
             buffer_start: 0,
+            one_pointer: false,
         }
+    }
+
+    /// Matches greedily: a token starts a pointer only when no live pointer holds buffered
+    /// tokens back, and pointers that hold nothing are dropped. Still no speculation (a match
+    /// is replayed only when complete), but at most one match is pursued at a time: in a
+    /// periodic stream every token would otherwise start a pointer that lives for a whole
+    /// trace (a stencil with traces of 64: about 64 live pointers, 6k instructions per
+    /// token). The price: when the pursued match fails, matches that started inside it are
+    /// not seen, and appearances are counted only for pursued matches.
+    pub fn set_one_pointer(&mut self, on: bool) {
+        self.one_pointer = on;
     }
 
     /// Adds a candidate (an existing one keeps its id and history); `None` for no tokens.
@@ -294,10 +308,16 @@ impl Replayer {
     pub fn feed(&mut self, token: u64) -> Vec<Action> {
         let at = self.now();
         self.buffer.push_back(token);
-        self.live.push(Pointer {
-            node: ROOT,
-            start: at,
-        });
+        if self.one_pointer {
+            let from = self.buffer_start;
+            self.live.retain(|p| p.start >= from);
+        }
+        if !self.one_pointer || self.live.is_empty() {
+            self.live.push(Pointer {
+                node: ROOT,
+                start: at,
+            });
+        }
         let mut kept = 0;
         for i in 0..self.live.len() {
             let p = self.live[i];
@@ -395,6 +415,26 @@ impl Replayer {
             let (buffer_start, traces) = (self.buffer_start, &self.traces);
             self.complete
                 .retain(|m| m.start >= buffer_start && !traces[m.trace.0 as usize].retired);
+        }
+        // One pointer, and nothing pursued any more: matches may start inside the buffer
+        // (after a replay, or one token after a failed match's start). Hand back the first
+        // token unless a replay just took tokens, and match the rest again from the root.
+        let replayed = out.iter().any(|a| matches!(a, Action::Replay { .. }));
+        if self.one_pointer
+            && !closing
+            && holder.is_none()
+            && self.complete.is_empty()
+            && !self.buffer.is_empty()
+        {
+            if !replayed {
+                self.release_to(self.buffer_start + 1, &mut out);
+            }
+            let rest: Vec<u64> = self.buffer.drain(..).collect();
+            self.live.clear();
+            for t in rest {
+                out.extend(self.feed(t));
+            }
+            return out;
         }
         // Release what no live pointer or waiting match can still use.
         let first_needed = self

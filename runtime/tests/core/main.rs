@@ -10,3 +10,4 @@ mod matrices;
 mod solver;
 mod streams;
 mod tiles;
+mod tracing;

@@ -300,13 +300,21 @@ fn fix<'a>(c: &Case, t: TaskLauncher<'a>) -> TaskLauncher<'a> {
 }
 
 /// The stream issued to a runtime with `threads` workers, a window of `window` tasks, fusing
-/// or not.
-fn parallel(case: &Case, threads: usize, window: usize, fusion: bool) -> Result<Outcome> {
+/// or not, tracing or not (looking for repeats every 4 tasks, so that short streams replay).
+fn parallel(
+    case: &Case,
+    threads: usize,
+    window: usize,
+    fusion: bool,
+    tracing: bool,
+) -> Result<Outcome> {
     let rt = Runtime::builder()
         .threads(threads)
         .min_piece_size(case.min_piece)
         .window_size(window)
         .fusion(fusion)
+        .tracing(tracing)
+        .trace_sampling(4)
         .build();
     register(&rt)?;
     let n = case.n;
@@ -452,17 +460,20 @@ proptest! {
     fn random_streams_match_sequential_interpretation(c in case()) {
         let want = sequential(&c);
         let configs = [
-            (1, 1, false),
-            (2, c.window, true),
-            (8, 4, true),
-            (2, 16, true),
-            (2, 16, false),
+            (1, 1, false, false),
+            (2, 1, false, true),
+            (1, 1, false, true),
+            (2, c.window, true, true),
+            (8, 4, true, false),
+            (2, 16, true, true),
+            (2, 16, false, false),
         ];
-        for (threads, window, fusion) in configs {
-            let got = parallel(&c, threads, window, fusion)
+        for (threads, window, fusion, tracing) in configs {
+            let got = parallel(&c, threads, window, fusion, tracing)
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert_eq!(
-                &got, &want, "threads = {}, window = {}, fusion = {}", threads, window, fusion
+                &got, &want, "threads = {}, window = {}, fusion = {}, tracing = {}",
+                threads, window, fusion, tracing
             );
         }
     }

@@ -1,0 +1,289 @@
+//! A recorded trace: what each launched task of one occurrence was (the fields the dependence
+//! analysis depends on, checked before every replay) and the *logical* dependence graph of the
+//! occurrence (thesis §5.2–5.3, issue 14 item 4).
+//!
+//! The graph is computed from the tasks alone, by Definition 1 over their sub-stores, never
+//! from the live graph: the live analysis skips edges to finished nodes and prunes finished
+//! accesses, so what it leaves depends on timing. Vertices are (task, point) pairs and each
+//! task's finish step; edges come from overlapping accesses (reads after writes, writes after
+//! reads and writes, a reduction's finish step as a writer), from a future made inside the
+//! trace to the points that take it, and from each task's points to its finish step.
+//!
+//! What came before the trace is not part of the recording: a replay orders the graph's
+//! sources after one *entry* vertex that waits for every pending access to the trace's stores
+//! (its precondition, taken from the live state at each replay), and leaves as each store's
+//! access state the entry vertex (standing for everything before) plus the trace's final
+//! accesses (its postcondition). Because nothing about the state before the trace is assumed,
+//! a trace whose first occurrence saw a different state (§5.4.3, non-idempotent traces) replays
+//! correctly from any state; key partitions and image sub-stores are the solver's, which still
+//! runs for every task, and a replay only proceeds when they equal the recorded ones.
+
+use crate::dtype::ReduceOp;
+use crate::fusion::FusedShape;
+use crate::launch::{LaunchArg, Launched};
+use crate::partition::Domain;
+use crate::rect::Rect;
+use crate::runtime::{distinct, Plan};
+use crate::task::{Privilege, ScalarArg};
+use smallvec::SmallVec;
+use std::sync::Arc;
+
+/// Where a task's scalar comes from, as far as dependences go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Producer {
+    Value,
+    /// A future made before the trace (or a ready one): its producer is found at replay.
+    External,
+    /// A future made by the trace's `plan`-th task.
+    Internal {
+        plan: u32,
+    },
+}
+
+/// One argument as the analysis sees it.
+#[derive(Debug)]
+struct ArgSig {
+    root: u64,
+    privilege: Privilege,
+    local: bool,
+    rects: Arc<[Rect]>,
+}
+
+/// The fields of one launched task that its analysis depends on. A replay compares them with
+/// the task it replaces: tokens are hashes, and equal hashes prove nothing.
+struct Sig {
+    name: Arc<str>,
+    fused: Option<Arc<FusedShape>>,
+    domain: Domain,
+    args: SmallVec<[ArgSig; 4]>,
+    scalars: SmallVec<[Producer; 2]>,
+    results: SmallVec<[ReduceOp; 1]>,
+}
+
+/// A store's accesses left by the trace: (rectangle, vertex).
+#[derive(Debug, Default)]
+pub(crate) struct FinalAccess {
+    /// Where the store is found in a replay's tasks: (task, argument).
+    pub at: (usize, usize),
+    pub root: u64,
+    pub writers: Vec<(Rect, u32)>,
+    pub readers: Vec<(Rect, u32)>,
+}
+
+/// The logical dependence graph of one occurrence.
+#[derive(Debug, Default)]
+pub(crate) struct Graph {
+    /// Vertices: per task its points, then its finish step if it has one.
+    pub vertices: usize,
+    pub edges: Vec<(u32, u32)>,
+    /// Vertices without an in-edge inside the trace: they wait for the entry vertex.
+    pub sources: Vec<u32>,
+    pub stores: Vec<FinalAccess>,
+}
+
+/// A recorded trace: signatures of its tasks and its logical graph.
+pub(crate) struct Recording {
+    sigs: Vec<Sig>,
+    pub graph: Graph,
+}
+
+impl Recording {
+    /// Records the occurrence `plans` (tasks the tracer holds are traceable: no unbound
+    /// outputs).
+    pub(crate) fn new(plans: &[Plan]) -> Recording {
+        let sigs: Vec<Sig> = plans
+            .iter()
+            .enumerate()
+            .map(|(i, p)| sig(p, &plans[..i]))
+            .collect();
+        let graph = graph(plans, &sigs);
+        Recording { sigs, graph }
+    }
+
+    /// Whether `plans` are, field for field, the tasks recorded.
+    pub(crate) fn matches(&self, plans: &[Plan]) -> bool {
+        plans.len() == self.sigs.len()
+            && plans
+                .iter()
+                .enumerate()
+                .zip(&self.sigs)
+                .all(|((i, p), s)| same(s, p, &plans[..i]))
+    }
+
+    /// Where each task's scalars come from (as recorded and verified).
+    pub(crate) fn producers(&self, task: usize) -> &[Producer] {
+        &self.sigs[task].scalars
+    }
+}
+
+/// Whether `p` can be held back and replayed: tasks producing unbound stores bind them in
+/// their finish step, which later tasks' solving waits for, so they are never held.
+pub(crate) fn traceable(p: &Plan) -> bool {
+    p.args
+        .iter()
+        .all(|a| a.privilege != Privilege::WriteUnbound)
+}
+
+fn producer(s: &ScalarArg, before: &[Plan]) -> Producer {
+    match s {
+        ScalarArg::Value(_) => Producer::Value,
+        ScalarArg::Future(cell) => before
+            .iter()
+            .position(|p| p.results.iter().any(|(_, c)| Arc::ptr_eq(c, cell)))
+            .map_or(Producer::External, |i| Producer::Internal {
+                plan: i as u32,
+            }),
+    }
+}
+
+fn sig(p: &Plan, before: &[Plan]) -> Sig {
+    Sig {
+        name: p.name.clone(),
+        fused: p.fused.clone(),
+        domain: p.domain,
+        args: p
+            .args
+            .iter()
+            .map(|a| ArgSig {
+                root: a.root.id,
+                privilege: a.privilege,
+                local: a.local,
+                rects: a.rects.clone(),
+            })
+            .collect(),
+        scalars: p.scalars.iter().map(|s| producer(s, before)).collect(),
+        results: p.results.iter().map(|(op, _)| *op).collect(),
+    }
+}
+
+fn same_arg(s: &ArgSig, a: &LaunchArg) -> bool {
+    s.root == a.root.id
+        && s.privilege == a.privilege
+        && s.local == a.local
+        && (Arc::ptr_eq(&s.rects, &a.rects) || *s.rects == *a.rects)
+}
+
+fn same(s: &Sig, p: &Plan, before: &[Plan]) -> bool {
+    let same_shape = match (&s.fused, &p.fused) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        _ => false,
+    };
+    same_shape
+        && (Arc::ptr_eq(&s.name, &p.name) || s.name == p.name)
+        && s.domain == p.domain
+        && s.args.len() == p.args.len()
+        && s.args.iter().zip(&p.args).all(|(s, a)| same_arg(s, a))
+        && s.scalars.len() == p.scalars.len()
+        && s.scalars
+            .iter()
+            .zip(&p.scalars)
+            .all(|(&s, a)| s == producer(a, before))
+        && s.results.len() == p.results.len()
+        && s.results.iter().zip(&p.results).all(|(a, (b, _))| a == b)
+}
+
+/// Definition 1 over vertex numbers, for one store (no pruning: nothing has run).
+#[derive(Default)]
+struct Logical {
+    writers: Vec<(Rect, u32)>,
+    readers: Vec<(Rect, u32)>,
+}
+
+impl Logical {
+    fn read(&mut self, rect: Rect, v: u32, edges: &mut Vec<(u32, u32)>) {
+        for &(r, w) in &self.writers {
+            if r.overlaps(&rect) && w != v {
+                edges.push((w, v));
+            }
+        }
+        self.readers.push((rect, v));
+    }
+
+    fn write(&mut self, rect: Rect, v: u32, edges: &mut Vec<(u32, u32)>) {
+        for &(r, u) in self.writers.iter().chain(&self.readers) {
+            if r.overlaps(&rect) && u != v {
+                edges.push((u, v));
+            }
+        }
+        self.writers.retain(|(r, _)| !rect.contains(r));
+        self.readers.retain(|(r, _)| !rect.contains(r));
+        self.writers.push((rect, v));
+    }
+}
+
+/// The trace's logical graph, in the order `Inner::schedule` analyses (futures, arguments,
+/// then points before the finish step), so that it has the edges ordinary analysis of the same
+/// tasks would add with nothing finished.
+fn graph(plans: &[Plan], sigs: &[Sig]) -> Graph {
+    let mut edges = Vec::new();
+    let mut stores: Vec<(FinalAccess, Logical)> = Vec::new();
+    let mut finish_of: Vec<Option<u32>> = Vec::with_capacity(plans.len());
+    let mut next = 0u32;
+    for (i, (p, s)) in plans.iter().zip(sigs).enumerate() {
+        let n = p.domain.len() as u32;
+        let points = next..next + n;
+        let finish = Launched::needs_finish(&p.args, !p.results.is_empty()).then_some(next + n);
+        next += n + finish.is_some() as u32;
+        finish_of.push(finish);
+        for prod in &s.scalars {
+            if let Producer::Internal { plan } = *prod {
+                let f = finish_of[plan as usize].expect("a task with a result has a finish step");
+                edges.extend(points.clone().map(|v| (f, v)));
+            }
+        }
+        for (j, a) in p.args.iter().enumerate().filter(|(_, a)| !a.local) {
+            let k = match stores.iter().position(|(f, _)| f.root == a.root.id) {
+                Some(k) => k,
+                None => {
+                    let at = (i, j);
+                    let root = a.root.id;
+                    stores.push((
+                        FinalAccess {
+                            at,
+                            root,
+                            ..FinalAccess::default()
+                        },
+                        Logical::default(),
+                    ));
+                    stores.len() - 1
+                }
+            };
+            let st = &mut stores[k].1;
+            let per_point = points.clone().zip(a.rects.iter());
+            match a.privilege {
+                Privilege::Read => per_point.for_each(|(v, r)| st.read(*r, v, &mut edges)),
+                Privilege::Write | Privilege::ReadWrite => {
+                    per_point.for_each(|(v, r)| st.write(*r, v, &mut edges))
+                }
+                Privilege::Reduce(_) => {
+                    let f = finish.expect("reductions have a finish step");
+                    for r in distinct(&a.rects) {
+                        st.write(r, f, &mut edges);
+                    }
+                }
+                Privilege::WriteUnbound => unreachable!("unbound outputs are never traced"),
+            }
+        }
+        if let Some(f) = finish {
+            edges.extend(points.map(|v| (v, f)));
+        }
+    }
+    edges.sort_unstable();
+    edges.dedup();
+    let mut has_pred = vec![false; next as usize];
+    edges.iter().for_each(|&(_, b)| has_pred[b as usize] = true);
+    Graph {
+        vertices: next as usize,
+        sources: (0..next).filter(|&v| !has_pred[v as usize]).collect(),
+        edges,
+        stores: stores
+            .into_iter()
+            .map(|(mut f, l)| {
+                f.writers = l.writers;
+                f.readers = l.readers;
+                f
+            })
+            .collect(),
+    }
+}

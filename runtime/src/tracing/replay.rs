@@ -1,0 +1,231 @@
+//! Automatic tracing in the runtime's launch path: every launched task (after solving and
+//! fusion) passes through the [`Tracer`]; tasks a candidate may still match are held back, a
+//! release sends them to ordinary dependence analysis in order, and a replay instantiates the
+//! trace's recorded logical graph (`record.rs`) with no per-argument analysis.
+//!
+//! Held tasks are invisible to the analysis until released, so whatever needs their effects
+//! first hands them back (`Tracing::flush`): a read, a fence, a future's `get` (through
+//! `Inner::flush`), a task producing an unbound store (never held), and a task whose image
+//! source a held task writes (the image is computed from values). A trace therefore never
+//! spans either of the last two.
+
+use super::record::{traceable, Producer, Recording};
+use super::{Action, TraceId, Tracer, TracerConfig};
+use crate::analysis::Preds;
+use crate::constraint::Constraint;
+use crate::graph::{Node, Work};
+use crate::runtime::{Inner, Plan};
+use crate::stats::Counters;
+use crate::task::{Issued, ScalarArg};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Longest trace the runtime records: tasks are held back while a candidate matches, so a
+/// long trace delays its first tasks (and the buffer holds up to three times this).
+pub(crate) const MAX_TRACE: usize = 16;
+
+/// The issuing side's tracing state.
+pub(crate) struct Tracing {
+    tracer: Tracer,
+    /// Tasks the tracer holds back, in launch order (one per buffered token).
+    held: VecDeque<Plan>,
+    recordings: HashMap<TraceId, Recording>,
+    /// Tasks launched so far (a future's producer is numbered by it).
+    seq: u64,
+    /// Tokens are masked with it (tests force collisions with 0).
+    pub(crate) token_mask: u64,
+}
+
+impl Tracing {
+    pub(crate) fn new(sample_unit: usize) -> Tracing {
+        Tracing {
+            tracer: Tracer::new(TracerConfig {
+                sample_unit,
+                max_len: MAX_TRACE,
+                one_pointer: true,
+                skip_replayed: true,
+                ..TracerConfig::default()
+            }),
+            held: VecDeque::new(),
+            recordings: HashMap::default(),
+            seq: 0,
+            token_mask: u64::MAX,
+        }
+    }
+
+    /// The tracer's history of tokens, oldest first.
+    #[cfg(test)]
+    pub(crate) fn history(&self) -> Vec<u64> {
+        self.tracer.history().collect()
+    }
+
+    /// Whether solving `t` needs a held task's effects: an image whose source it writes.
+    pub(crate) fn must_release_for(&self, t: &Issued) -> bool {
+        !self.held.is_empty()
+            && t.constraints.iter().any(|c| match c {
+                Constraint::Image { src, .. } => {
+                    let root = &t.args[*src].root;
+                    self.held.iter().any(|p| {
+                        p.args
+                            .iter()
+                            .any(|a| a.privilege.writes() && Arc::ptr_eq(&a.root, root))
+                    })
+                }
+                _ => false,
+            })
+    }
+
+    /// The task's token as the tracer sees it: the solved task's token and, for each future
+    /// argument, how many launches ago its producer was launched (a loop passes a new future
+    /// every iteration, made the same distance back). Numbers the task's own futures.
+    fn token(&mut self, p: &Plan) -> u64 {
+        self.seq += 1;
+        let mut h = rustc_hash::FxHasher::default();
+        p.token.hash(&mut h);
+        for (i, s) in p.scalars.iter().enumerate() {
+            if let ScalarArg::Future(cell) = s {
+                (i, cell.launched_as.get().map(|&at| self.seq - at)).hash(&mut h);
+            }
+        }
+        for (_, cell) in &p.results {
+            let _ = cell.launched_as.set(self.seq);
+        }
+        h.finish() & self.token_mask
+    }
+}
+
+impl Inner {
+    /// Launches a solved (possibly fused) task: through the tracer when tracing is on.
+    pub(crate) fn launch(&self, tr: Option<&mut Tracing>, plan: Plan) {
+        // Versions count writes as launched, held or not (fusion's temporaries test them).
+        for a in plan
+            .args
+            .iter()
+            .filter(|a| !a.local && a.privilege.writes())
+        {
+            a.root.meta().version += 1;
+        }
+        let Some(tr) = tr else {
+            Counters::add(&self.shared.counters.tasks_analysed, 1);
+            return self.schedule(plan);
+        };
+        let t0 = Instant::now();
+        let token = tr.token(&plan);
+        if !traceable(&plan) {
+            self.release_held(tr);
+            Counters::add(&self.shared.counters.tasks_analysed, 1);
+            self.schedule(plan);
+        } else {
+            tr.held.push_back(plan);
+            let before = *tr.tracer.finder_cost();
+            let actions = tr.tracer.issue(token);
+            let after = tr.tracer.finder_cost();
+            Counters::add(&self.shared.counters.finder_ns, after.ns - before.ns);
+            Counters::add(&self.shared.counters.finder_runs, after.runs - before.runs);
+            self.act(tr, actions);
+        }
+        Counters::add(
+            &self.shared.counters.tracing_ns,
+            t0.elapsed().as_nanos() as u64,
+        );
+    }
+
+    /// Hands every held task back (a replay of complete matches, the rest to analysis).
+    pub(crate) fn release_held(&self, tr: &mut Tracing) {
+        let actions = tr.tracer.flush();
+        self.act(tr, actions);
+    }
+
+    fn act(&self, tr: &mut Tracing, actions: Vec<Action>) {
+        let counters = &self.shared.counters;
+        for a in actions {
+            match a {
+                Action::Release(tokens) => {
+                    Counters::add(&counters.tasks_analysed, tokens.len() as u64);
+                    for _ in 0..tokens.len() {
+                        let p = tr.held.pop_front().expect("one held task per token");
+                        self.schedule(p);
+                    }
+                }
+                Action::Replay { trace, tokens } => {
+                    let plans: Vec<Plan> = tr.held.drain(..tokens.len()).collect();
+                    self.replay(tr, trace, plans);
+                }
+            }
+        }
+    }
+
+    /// Replays `trace` over `plans` (recording it first if new); analyses them as usual if
+    /// they differ from the recording in anything the analysis depends on.
+    fn replay(&self, tr: &mut Tracing, trace: TraceId, plans: Vec<Plan>) {
+        let counters = &self.shared.counters;
+        let rec = tr.recordings.entry(trace).or_insert_with(|| {
+            Counters::add(&counters.traces_recorded, 1);
+            Recording::new(&plans)
+        });
+        if !rec.matches(&plans) {
+            Counters::add(&counters.traces_abandoned, 1);
+            Counters::add(&counters.tasks_analysed, plans.len() as u64);
+            plans.into_iter().for_each(|p| self.schedule(p));
+            return;
+        }
+        Counters::add(&counters.traces_replayed, 1);
+        Counters::add(&counters.tasks_traced, plans.len() as u64);
+        self.instantiate(rec, plans);
+    }
+
+    /// The recorded graph over `plans`' nodes: the entry vertex after every pending access
+    /// to the trace's stores, the recorded edges, futures made before the trace, and each
+    /// store's access state set to the trace's postcondition.
+    fn instantiate(&self, rec: &Recording, plans: Vec<Plan>) {
+        let g = &rec.graph;
+        let built: Vec<_> = plans.into_iter().map(|p| self.build_nodes(p)).collect();
+        let mut nodes: Vec<Arc<Node>> = Vec::with_capacity(g.vertices + 1);
+        for b in &built {
+            nodes.extend(b.points.iter().cloned());
+            nodes.extend(b.finish.iter().cloned());
+        }
+        debug_assert_eq!(nodes.len(), g.vertices);
+        let entry = Node::new(Work::Boundary);
+        let mut preds = Preds::default();
+        for st in &g.stores {
+            let root = &built[st.at.0].task.args[st.at.1].root;
+            let whole = root.bound().expect("traced stores are bound").rect;
+            let v = |&(r, i): &(_, u32)| (r, &nodes[i as usize]);
+            root.meta().access.replace(
+                whole,
+                &entry,
+                &mut preds,
+                st.writers.iter().map(v),
+                st.readers.iter().map(v),
+            );
+        }
+        for (i, b) in built.iter().enumerate() {
+            for (s, p) in b.task.scalars.iter().zip(rec.producers(i)) {
+                if let (ScalarArg::Future(cell), Producer::External) = (s, p) {
+                    if let Some(pred) = cell.node.get() {
+                        b.points.iter().for_each(|p| Node::add_edge(pred, p));
+                    }
+                }
+            }
+        }
+        for &(a, b) in &g.edges {
+            Node::add_edge(&nodes[a as usize], &nodes[b as usize]);
+        }
+        for &s in &g.sources {
+            Node::add_edge(&entry, &nodes[s as usize]);
+        }
+        for b in &built {
+            if let Some(f) = &b.finish {
+                for (_, cell) in &b.task.results {
+                    let _ = cell.node.set(f.clone());
+                }
+            }
+        }
+        nodes.push(entry);
+        self.start(nodes.into_iter());
+    }
+}

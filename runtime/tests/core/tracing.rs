@@ -1,0 +1,347 @@
+//! Automatic tracing: iterative programs give bitwise the same stores with tracing on and off,
+//! most of their tasks are replayed, and divergence, failures and later readers behave as
+//! without tracing.
+
+use crate::sparse::{cg, Csr, HostCsr, SPMV};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use tessera_runtime::transport::{run_ranks, TransportError};
+use tessera_runtime::{DType, Future, ReduceOp, Result, Runtime, RuntimeError, Stats, Store};
+
+fn runtime(threads: usize, tracing: bool) -> Runtime {
+    Runtime::builder()
+        .threads(threads)
+        .min_piece_size(4)
+        .tracing(tracing)
+        .trace_sampling(8)
+        .build()
+}
+
+fn register_stencil(rt: &Runtime) -> Result<()> {
+    rt.register("stencil", |ctx| {
+        let (l, c, r) = (ctx.read::<f64>(1), ctx.read::<f64>(2), ctx.read::<f64>(3));
+        let mut out = ctx.write::<f64>(0);
+        for i in out.range() {
+            out.set_at(i, 0.25 * l.at(i) + 0.5 * c.at(i) + 0.25 * r.at(i) + 1.0);
+        }
+    })
+}
+
+/// One step of a 1-d stencil from `cur` into `next` (both `n + 2` long) on `width` points.
+fn stencil_step(rt: &Runtime, cur: &Store, next: &Store, n: usize, width: usize) -> Result<()> {
+    let out = next.slice(0, 1..n + 1)?;
+    let (l, c, r) = (
+        cur.slice(0, 0..n)?,
+        cur.slice(0, 1..n + 1)?,
+        cur.slice(0, 2..n + 2)?,
+    );
+    rt.task("stencil")
+        .write(&out)
+        .read(&l)
+        .read(&c)
+        .read(&r)
+        .align(&out, &l)
+        .align(&out, &c)
+        .align(&out, &r)
+        .launch_domain(&[width])
+        .submit()
+}
+
+fn stencil(threads: usize, tracing: bool, steps: usize) -> Result<(Vec<f64>, Stats)> {
+    let rt = runtime(threads, tracing);
+    register_stencil(&rt)?;
+    let n = 40;
+    let init: Vec<f64> = (0..n + 2).map(|i| (i * 7 % 5) as f64).collect();
+    let a = rt.from_vec(&[n + 2], init.clone())?;
+    let b = rt.from_vec(&[n + 2], init)?;
+    for s in 0..steps {
+        let (cur, next) = if s % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        stencil_step(&rt, cur, next, n, 4)?;
+    }
+    let out = rt.read::<f64>(&a)?;
+    Ok((out, rt.stats()))
+}
+
+#[test]
+fn a_traced_stencil_equals_the_untraced_one_bitwise() {
+    let (want, untraced) = stencil(2, false, 300).unwrap();
+    assert_eq!(untraced.tasks_traced, 0);
+    for threads in [1, 2, 3] {
+        let (got, st) = stencil(threads, true, 300).unwrap();
+        assert_eq!(got, want, "threads = {threads}");
+        assert!(st.traces_recorded >= 1, "{st:?}");
+        assert!(st.traced_share() > 0.8, "{st:?}");
+        assert_eq!(st.traces_abandoned, 0);
+        assert_eq!(st.tasks_traced + st.tasks_analysed, 300);
+    }
+}
+
+/// CG with its stores reused across iterations (`ap` is written by SpMV each time), so each
+/// iteration issues the same tasks: an SpMV through images, two dot products (results),
+/// updates taking futures made inside and before the iteration. Returns x, its iterations and
+/// the runtime's statistics.
+fn cg(threads: usize, tracing: bool, iterations: usize) -> Result<(Vec<f64>, Stats)> {
+    let rt = runtime(threads, tracing);
+    // SpMV, dot, axpy_ratio and xpay_ratio of the CG example.
+    cg::register(&rt)?;
+    let host = HostCsr::laplacian_2d(8);
+    let n = host.rows;
+    let a = Csr::upload(&rt, &host)?;
+    let bvec: Vec<f64> = (0..n).map(|i| ((i * 37) % 11) as f64 - 5.0).collect();
+    let x = rt.create(DType::F64, &[n])?;
+    let r = rt.from_vec(&[n], bvec.clone())?;
+    let p = rt.from_vec(&[n], bvec)?;
+    let ap = rt.create(DType::F64, &[n])?;
+    let dot = |u: &Store, v: &Store| {
+        rt.task("dot")
+            .read(u)
+            .read(v)
+            .align(u, v)
+            .submit_reduce(ReduceOp::Sum)
+    };
+    let axpy = |sign: f64, num: &Future, den: &Future, u: &Store, v: &Store| {
+        rt.task("axpy_ratio")
+            .read(u)
+            .read_write(v)
+            .scalar(sign)
+            .future(num)
+            .future(den)
+            .align(u, v)
+            .submit()
+    };
+    let mut rs = dot(&r, &r)?;
+    for _ in 0..iterations {
+        rt.task(SPMV)
+            .write(&ap)
+            .read(&a.pos)
+            .read(&a.crd)
+            .read(&a.vals)
+            .read(&p)
+            .align(&ap, &a.pos)
+            .image(&a.pos, &a.crd)
+            .image(&a.pos, &a.vals)
+            .image(&a.crd, &p)
+            .submit()?;
+        let pap = dot(&p, &ap)?;
+        axpy(1.0, &rs, &pap, &p, &x)?;
+        axpy(-1.0, &rs, &pap, &ap, &r)?;
+        let rs_new = dot(&r, &r)?;
+        rt.task("xpay_ratio")
+            .read(&r)
+            .read_write(&p)
+            .future(&rs_new)
+            .future(&rs)
+            .align(&r, &p)
+            .submit()?;
+        rs = rs_new;
+        // What a convergence test does: the issuing thread waits for a future.
+        rs.get()?;
+    }
+    Ok((rt.read::<f64>(&x)?, rt.stats()))
+}
+
+#[test]
+fn traced_cg_equals_untraced_cg_bitwise_and_is_mostly_replayed() {
+    // The launch domain follows the processors, and with it the dot products' rounding:
+    // compare at equal thread counts.
+    for threads in [1, 2, 4] {
+        let (want, _) = cg(threads, false, 20).unwrap();
+        let (got, st) = cg(threads, true, 20).unwrap();
+        assert_eq!(got, want, "threads = {threads}");
+        assert!(st.tasks_traced > 0, "{st:?}");
+        assert_eq!(st.traces_abandoned, 0, "{st:?}");
+        eprintln!(
+            "cg threads {threads}: {:.1} % traced",
+            100.0 * st.traced_share()
+        );
+    }
+}
+
+/// A random DAG over a few stores: each task reads two stores (whole or a half) and updates
+/// a third, some fold a sum that a later task takes as a future. The same DAG is issued
+/// `rounds` times, so it repeats.
+fn random_dag(seed: u64, threads: usize, tracing: bool) -> Result<(Vec<Vec<f64>>, Stats)> {
+    let rt = runtime(threads, tracing);
+    rt.register("mix", |ctx| {
+        let k = ctx.scalar(0).as_f64();
+        let f = ctx.scalar(1).as_f64();
+        let (u, v) = (ctx.read::<f64>(0), ctx.read::<f64>(1));
+        let mut w = ctx.write::<f64>(2);
+        let s: f64 = u.as_slice().iter().chain(v.as_slice()).sum();
+        for x in w.as_mut_slice() {
+            *x = (*x * k + s * 1e-3 + f).sin();
+        }
+        ctx.set_result(s);
+    })?;
+    let n = 32;
+    let stores: Vec<Store> = (0..5)
+        .map(|i| rt.from_vec(&[n], (0..n).map(|j| (i * n + j) as f64).collect()))
+        .collect::<Result<_>>()?;
+    let mut rng = seed;
+    let mut next = move |m: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % m
+    };
+    let body: Vec<[u64; 5]> = (0..7)
+        .map(|_| [next(5), next(5), next(5), next(3), next(2)])
+        .collect();
+    let mut last = Future::ready(0.0);
+    for _ in 0..12 {
+        for &[a, b, c, half, reduce] in &body {
+            let (a, b, c) = (a as usize, b as usize, c as usize);
+            if c == a || c == b {
+                continue;
+            }
+            let view = |s: &Store| match half {
+                0 => Ok(s.clone()),
+                1 => s.slice(0, 0..n / 2),
+                _ => s.slice(0, n / 2..n),
+            };
+            let t = rt
+                .task("mix")
+                .read(&view(&stores[a])?)
+                .read(&view(&stores[b])?)
+                .read_write(&view(&stores[c])?)
+                .scalar(0.5 + c as f64)
+                .future(&last)
+                .launch_domain(&[2]);
+            if reduce == 1 {
+                last = t.submit_reduce(ReduceOp::Sum)?;
+            } else {
+                t.submit()?;
+            }
+        }
+    }
+    let out = stores
+        .iter()
+        .map(|s| rt.read::<f64>(s))
+        .collect::<Result<_>>()?;
+    Ok((out, rt.stats()))
+}
+
+#[test]
+fn random_dags_under_tracing_equal_untraced_bitwise() {
+    for seed in 1..=12u64 {
+        let (want, _) = random_dag(seed, 2, false).unwrap();
+        for threads in [1, 2] {
+            let (got, st) = random_dag(seed, threads, true).unwrap();
+            assert_eq!(got, want, "seed {seed}, threads {threads}: {st:?}");
+        }
+    }
+}
+
+#[test]
+fn a_stream_that_leaves_a_trace_midway_falls_back() {
+    // The stencil loop is traced; then the loop body changes halfway through an iteration
+    // (a different width), then returns. Every store equals the untraced run.
+    let run = |tracing| -> Result<(Vec<f64>, Stats)> {
+        let rt = runtime(2, tracing);
+        register_stencil(&rt)?;
+        let n = 24;
+        let a = rt.from_vec(&[n + 2], (0..n + 2).map(|i| i as f64).collect())?;
+        let b = rt.create(DType::F64, &[n + 2])?;
+        for s in 0..200 {
+            let (cur, next) = if s % 2 == 0 { (&a, &b) } else { (&b, &a) };
+            let width = if (101..=103).contains(&s) { 3 } else { 4 };
+            stencil_step(&rt, cur, next, n, width)?;
+        }
+        Ok((rt.read::<f64>(&a)?, rt.stats()))
+    };
+    let (want, _) = run(false).unwrap();
+    let (got, st) = run(true).unwrap();
+    assert_eq!(got, want);
+    assert!(st.tasks_traced > 0 && st.tasks_analysed > 3, "{st:?}");
+}
+
+#[test]
+fn a_reader_outside_the_trace_waits_for_its_writes() {
+    let rt = runtime(2, true);
+    register_stencil(&rt).unwrap();
+    rt.register("sum_into", |ctx| {
+        let s: f64 = ctx.read::<f64>(0).as_slice().iter().sum();
+        ctx.write::<f64>(1).as_mut_slice()[0] = s;
+    })
+    .unwrap();
+    let n = 16;
+    let a = rt.from_vec(&[n + 2], vec![1.0; n + 2]).unwrap();
+    let b = rt.from_vec(&[n + 2], vec![1.0; n + 2]).unwrap();
+    let total = rt.create(DType::F64, &[1]).unwrap();
+    let mut host = vec![1.0; n + 2];
+    for s in 0..120 {
+        let (cur, next) = if s % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        stencil_step(&rt, cur, next, n, 2).unwrap();
+        let mut new = host.clone();
+        for i in 1..=n {
+            new[i] = 0.25 * host[i - 1] + 0.5 * host[i] + 0.25 * host[i + 1] + 1.0;
+        }
+        host = new;
+    }
+    // Not part of any trace: it must wait for the replayed tasks' writes of `a`.
+    rt.task("sum_into")
+        .read(&a)
+        .write(&total)
+        .launch_domain(&[1])
+        .submit()
+        .unwrap();
+    assert_eq!(rt.read::<f64>(&total).unwrap(), [host.iter().sum::<f64>()]);
+    assert!(rt.stats().tasks_traced > 0);
+}
+
+#[test]
+fn a_panicking_body_in_a_replayed_trace_fails_its_task() {
+    let rt = runtime(2, true);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    rt.register("step", move |ctx| {
+        // Fails on one point of a late step, when the loop is being replayed.
+        if c.fetch_add(1, Ordering::Relaxed) == 2 * 150 {
+            panic!("boom");
+        }
+        let x = ctx.read::<f64>(0);
+        let mut y = ctx.write::<f64>(1);
+        for (o, i) in y.as_mut_slice().iter_mut().zip(x.as_slice()) {
+            *o = i + 1.0;
+        }
+    })
+    .unwrap();
+    let a = rt.create(DType::F64, &[8]).unwrap();
+    let b = rt.create(DType::F64, &[8]).unwrap();
+    for s in 0..200 {
+        let (x, y) = if s % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        rt.task("step")
+            .read(x)
+            .write(y)
+            .align(x, y)
+            .launch_domain(&[2])
+            .submit()
+            .unwrap();
+    }
+    let st = rt.stats();
+    let err = rt.read::<f64>(&a).unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::TaskFailed { task, .. } if task == "step"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("boom") || err.to_string().contains("not computed"));
+    assert!(st.tasks_traced > 0, "{st:?}");
+}
+
+#[test]
+fn every_rank_takes_the_same_trace_decisions() {
+    for ranks in 2..=4 {
+        let out = run_ranks(ranks, |_| -> std::result::Result<_, TransportError> {
+            let (_, st) = stencil(2, true, 150).expect("stencil");
+            Ok((
+                st.tasks_traced,
+                st.traces_recorded,
+                st.traces_replayed,
+                st.finder_runs,
+            ))
+        });
+        let out: Vec<_> = out.into_iter().map(|r| r.unwrap()).collect();
+        assert!(out[0].0 > 0);
+        assert!(out.iter().all(|o| *o == out[0]), "{out:?}");
+    }
+}
