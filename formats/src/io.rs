@@ -8,7 +8,7 @@ use crate::format::{Format, IntoFormat};
 use crate::tcs::{write_tensor, TcsFile};
 use crate::tensor::{Coo, Tensor, TensorError};
 use crate::text::{open_text, FileKind};
-use crate::value::{Index, Value, ValueType};
+use crate::value::{Index, Value};
 use crate::{Chunk, MtxWriter, TnsWriter};
 
 impl<V: Value, I: Index> Tensor<V, I> {
@@ -55,7 +55,7 @@ impl<V: Value, I: Index> Tensor<V, I> {
                             *x = usize::try_from(chunk.coords[e * rank + m]).unwrap_or(usize::MAX);
                             max[m] = max[m].max(x.saturating_add(1));
                         }
-                        coo.push(&c, V::from_f64(v)).map_err(tensor_err)?;
+                        coo.push(&c, exact(path, &c, v)?).map_err(tensor_err)?;
                     }
                 }
                 let dims = match r.declared_dims() {
@@ -118,11 +118,33 @@ fn parse_for(path: &Path, format: impl IntoFormat, rank: usize) -> Result<Format
     })
 }
 
+/// `x` as `V`, or an error naming the file and the entry (1-based coordinates) when `V`
+/// cannot hold it: a fraction or a non-finite value read as `i64`.
+pub(crate) fn exact<V: Value>(path: &Path, coords: &[usize], x: f64) -> Result<V> {
+    V::from_f64_exact(x).ok_or_else(|| {
+        let at: Vec<String> = coords.iter().map(|c| (c + 1).to_string()).collect();
+        Error::Unsupported {
+            path: path.to_path_buf(),
+            what: format!(
+                "the entry at ({}) is {x}, which is not a value of type {}",
+                at.join(", "),
+                V::TYPE.name()
+            ),
+        }
+    })
+}
+
 /// Adds the entries of a `.tcs` file of any value and coordinate type to `coo`, as `V`.
 fn tcs_entries<V: Value>(file: &TcsFile, coo: &mut Coo<V>) -> Result<()> {
     fn add<W: Value, J: Index, V: Value>(file: &TcsFile, coo: &mut Coo<V>) -> Result<()> {
         for (c, v) in file.view::<W, J>()?.entries() {
-            coo.push(&c, V::from_f64(v.to_f64()))
+            // The same type is copied as it is (i64 counts beyond 2^53 survive).
+            let v = if W::TYPE == V::TYPE {
+                bytemuck::cast::<W, V>(v)
+            } else {
+                exact(file.path(), &c, v.to_f64())?
+            };
+            coo.push(&c, v)
                 .map_err(|source: TensorError| Error::Tensor {
                     path: file.path().to_path_buf(),
                     source,
@@ -130,12 +152,8 @@ fn tcs_entries<V: Value>(file: &TcsFile, coo: &mut Coo<V>) -> Result<()> {
         }
         Ok(())
     }
-    match (file.header().value_type, file.header().index_bits) {
-        (ValueType::F64, 32) => add::<f64, u32, V>(file, coo),
-        (ValueType::F64, _) => add::<f64, u64, V>(file, coo),
-        (ValueType::F32, 32) => add::<f32, u32, V>(file, coo),
-        (ValueType::F32, _) => add::<f32, u64, V>(file, coo),
-    }
+    let h = file.header();
+    crate::with_types!(h.value_type, h.index_bits, |W, J| add::<W, J, V>(file, coo))
 }
 
 #[cfg(test)]

@@ -81,3 +81,42 @@ fn errors_name_the_file() {
     let e = shown(Tensor::<f64>::read(&tns, "sss").unwrap_err());
     assert!(e.contains("t.tns") && e.contains("4999999999"), "{e}");
 }
+
+/// Counting tensors: i64 values round-trip exactly through every file kind (beyond 2^53 in
+/// `.tcs`, kept as it is in any format), and a fraction read as i64 is an error naming the
+/// file and the entry, not a truncation.
+#[test]
+fn i64_tensors_round_trip_and_refuse_fractions() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = (1i64 << 60) + 1;
+    let t: Tensor<i64> =
+        Tensor::from_entries(vec![3, 4], "csr", [(vec![2, 1], 7), (vec![0, 3], -3)]).unwrap();
+    for kind in kinds(2) {
+        let path = dir.path().join(format!("t.{kind}"));
+        t.write(&path).unwrap();
+        let back: Tensor<i64> = Tensor::read(&path, "csc").unwrap();
+        assert_eq!(back.to_dense(), t.to_dense(), "{kind}");
+    }
+    let wide: Tensor<i64, u64> = Tensor::from_entries(vec![2], "s", [(vec![1], big)]).unwrap();
+    let path = dir.path().join("big.tcs");
+    wide.write(&path).unwrap();
+    assert_eq!(
+        TcsFile::open(&path).unwrap().header().value_type,
+        crate::ValueType::I64
+    );
+    let dense: Tensor<i64> = Tensor::read(&path, "d").unwrap();
+    assert_eq!(dense.to_dense(), vec![0, big]);
+
+    let frac = dir.path().join("frac.tns");
+    std::fs::write(&frac, "1 1 2\n2 3 0.5\n").unwrap();
+    let e = Tensor::<i64>::read(&frac, "csr").unwrap_err().to_string();
+    assert!(
+        e.contains("frac.tns") && e.contains("(2, 3)") && e.contains("0.5") && e.contains("i64"),
+        "{e}"
+    );
+    let f: Tensor<f64> = Tensor::read(&frac, "csr").unwrap();
+    let path = dir.path().join("frac.tcs");
+    f.write(&path).unwrap();
+    let e = Tensor::<i64>::read(&path, "csr").unwrap_err().to_string();
+    assert!(e.contains("frac.tcs") && e.contains("0.5"), "{e}");
+}
