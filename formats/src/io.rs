@@ -55,7 +55,7 @@ impl<V: Value, I: Index> Tensor<V, I> {
                             *x = usize::try_from(chunk.coords[e * rank + m]).unwrap_or(usize::MAX);
                             max[m] = max[m].max(x.saturating_add(1));
                         }
-                        coo.push(&c, exact(path, &c, v)?).map_err(tensor_err)?;
+                        coo.push(&c, exact_value(path, &c, v)?).map_err(tensor_err)?;
                     }
                 }
                 let dims = match r.declared_dims() {
@@ -120,7 +120,7 @@ fn parse_for(path: &Path, format: impl IntoFormat, rank: usize) -> Result<Format
 
 /// `x` as `V`, or an error naming the file and the entry (1-based coordinates) when `V`
 /// cannot hold it: a fraction or a non-finite value read as `i64`.
-pub(crate) fn exact<V: Value>(path: &Path, coords: &[usize], x: f64) -> Result<V> {
+pub fn exact_value<V: Value>(path: &Path, coords: &[usize], x: f64) -> Result<V> {
     V::from_f64_exact(x).ok_or_else(|| {
         let at: Vec<String> = coords.iter().map(|c| (c + 1).to_string()).collect();
         Error::Unsupported {
@@ -142,7 +142,7 @@ fn tcs_entries<V: Value>(file: &TcsFile, coo: &mut Coo<V>) -> Result<()> {
             let v = if W::TYPE == V::TYPE {
                 bytemuck::cast::<W, V>(v)
             } else {
-                exact(file.path(), &c, v.to_f64())?
+                exact_value(file.path(), &c, v.to_f64())?
             };
             coo.push(&c, v)
                 .map_err(|source: TensorError| Error::Tensor {

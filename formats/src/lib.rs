@@ -36,6 +36,7 @@ pub use atomic::{remove_pending_files, AtomicFile};
 pub use chunks::Chunk;
 pub use convert::{convert, ConvertOptions, ConvertReport, Duplicates, NoProgress, Progress};
 pub use error::{Error, Result, SyntaxError};
+pub use io::exact_value;
 pub use format::{Format, FormatError, IntoFormat, LevelType};
 pub use mtx::{MtxReader, MtxWriter};
 pub use pack::{CountSink, PackError, PackedSizes, Packer, Sink};

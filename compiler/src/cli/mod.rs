@@ -7,9 +7,11 @@ mod front;
 mod paths;
 mod planned;
 mod run;
+mod types;
 
 use clap::{Args, Parser, Subcommand};
 use std::process::ExitCode;
+use tessera_formats::ValueType;
 
 pub use front::{front, lower_diagnostic, Compiled, Rendered};
 
@@ -24,6 +26,8 @@ Examples:
 Formats (-f NAME:FMT): one letter per level, d (dense) or s (compressed), optionally followed
 by the mode order, e.g. A:ds (CSR), A:ds:1,0 (CSC), B:sss (CSF); or a name: dense, csr, csc,
 dcsr, csf. Tensors without -f are dense.
+Types: values are f64 and coordinates u32 unless .tcs inputs record others or --type f32|i64,
+--index u64 say so; the output file holds the program's value type.
 Schedule (-s): directives separated by `;`: split(i, io, ii, 4), split(j, jo, ji, [100, 200]),
 order(io, jo), extend(ko), map(io), parallelize(i). See docs/language.md.
 A schedule with `split` distributes the statement: `emit --plan` shows its block tasks, and
@@ -64,8 +68,18 @@ pub struct StatementArgs {
     /// The schedule, e.g. "split(i, io, ii, 4); parallelize(i)".
     #[arg(short = 's', long = "schedule", value_name = "SCHEDULE")]
     pub schedule: Option<String>,
-    /// Use 64-bit coordinates (default 32-bit).
-    #[arg(long)]
+    /// The value type the program computes in and writes: f32, f64, or i64 for counting
+    /// (paths, triangles; refuses `/`, fractions and min/max reductions). Default: the type
+    /// the .tcs inputs record (an error if they differ), else f64, as .tns/.mtx record none.
+    /// Inputs of another type are converted to it; a fraction read as i64 is an error.
+    #[arg(long = "type", value_name = "TYPE", value_parser = types::parse_value_type)]
+    pub value_type: Option<ValueType>,
+    /// Coordinate width: u32 or u64. Default: u64 if a .tcs input records 64-bit
+    /// coordinates, else u32 (half the index traffic).
+    #[arg(long, value_name = "WIDTH", value_parser = ["u32", "u64"])]
+    pub index: Option<String>,
+    /// The same as `--index u64`.
+    #[arg(long, conflicts_with = "index")]
     pub wide_index: bool,
 }
 

@@ -67,7 +67,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let c = super::front(&args.statement, &dims)?;
     if args.interpret {
         match &c.plan {
-            Ok(plan) if plan.is_distributed() => return super::planned::run(&args, &c, plan),
+            Ok(plan) if plan.is_distributed() => {
+                let types = super::types::choose(&args.statement, &args.inputs, &c.kernel)?;
+                return super::planned::run(&args, &c, plan, &types);
+            }
             Err(e) => return Err(super::Rendered(e.0.clone()).into()),
             Ok(_) => eprintln!(
                 "note: --interpret applies to a distribution schedule (`split`); this statement \
@@ -75,7 +78,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             ),
         }
     }
-    let (_, bin) = super::compile::build(&args.statement, &dims)?;
+    let (_, bin) = super::compile::build(&args.statement, &dims, &args.inputs)?;
     let mut cmd = Command::new(&bin);
     for i in &args.inputs {
         cmd.arg("-i").arg(i);
