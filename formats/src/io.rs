@@ -8,7 +8,7 @@ use crate::format::{Format, IntoFormat};
 use crate::tcs::{write_tensor, TcsFile};
 use crate::tensor::{Coo, Tensor, TensorError};
 use crate::text::{open_text, FileKind};
-use crate::value::{Index, Value};
+use crate::value::{Index, Value, ValueType};
 use crate::{Chunk, MtxWriter, TnsWriter};
 
 impl<V: Value, I: Index> Tensor<V, I> {
@@ -55,7 +55,7 @@ impl<V: Value, I: Index> Tensor<V, I> {
                             *x = usize::try_from(chunk.coords[e * rank + m]).unwrap_or(usize::MAX);
                             max[m] = max[m].max(x.saturating_add(1));
                         }
-                        coo.push(&c, exact_value(path, &c, v)?).map_err(tensor_err)?;
+                        coo.push(&c, text_value(path, &c, v)?).map_err(tensor_err)?;
                     }
                 }
                 let dims = match r.declared_dims() {
@@ -118,20 +118,38 @@ fn parse_for(path: &Path, format: impl IntoFormat, rank: usize) -> Result<Format
     })
 }
 
-/// `x` as `V`, or an error naming the file and the entry (1-based coordinates) when `V`
-/// cannot hold it: a fraction or a non-finite value read as `i64`.
-pub fn exact_value<V: Value>(path: &Path, coords: &[usize], x: f64) -> Result<V> {
-    V::from_f64_exact(x).ok_or_else(|| {
-        let at: Vec<String> = coords.iter().map(|c| (c + 1).to_string()).collect();
-        Error::Unsupported {
-            path: path.to_path_buf(),
-            what: format!(
-                "the entry at ({}) is {x}, which is not a value of type {}",
-                at.join(", "),
-                V::TYPE.name()
-            ),
-        }
-    })
+/// A value of a `.tns`/`.mtx` file as `V`, or an error naming the file and the entry (1-based
+/// coordinates) when `V` cannot hold it: a fraction or a non-finite value read as `i64`.
+/// Text values are parsed as `f64`, exact for integers below 2^53 only, so an `i64` value
+/// of that size or more is an error too (a `.tcs` file holds any `i64` exactly).
+pub fn text_value<V: Value>(path: &Path, coords: &[usize], x: f64) -> Result<V> {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    if V::TYPE == ValueType::I64 && x.abs() >= EXACT {
+        return Err(unfit::<V>(
+            path,
+            coords,
+            x,
+            "integers of 2^53 or more are not read exactly from text; store the tensor as .tcs",
+        ));
+    }
+    exact_value(path, coords, x)
+}
+
+/// `x` as `V`, or an error naming the file and the entry (see [`text_value`]).
+fn exact_value<V: Value>(path: &Path, coords: &[usize], x: f64) -> Result<V> {
+    V::from_f64_exact(x).ok_or_else(|| unfit::<V>(path, coords, x, "it is not an integer"))
+}
+
+fn unfit<V: Value>(path: &Path, coords: &[usize], x: f64, why: &str) -> Error {
+    let at: Vec<String> = coords.iter().map(|c| (c + 1).to_string()).collect();
+    Error::Unsupported {
+        path: path.to_path_buf(),
+        what: format!(
+            "the entry at ({}) is {x}, which is no {} value ({why})",
+            at.join(", "),
+            V::TYPE.name()
+        ),
+    }
 }
 
 /// Adds the entries of a `.tcs` file of any value and coordinate type to `coo`, as `V`.

@@ -120,3 +120,27 @@ fn i64_tensors_round_trip_and_refuse_fractions() {
     let e = Tensor::<i64>::read(&path, "csr").unwrap_err().to_string();
     assert!(e.contains("frac.tcs") && e.contains("0.5"), "{e}");
 }
+
+/// Text values are parsed as f64: an i64 of 2^53 or more would come back rounded, so it is
+/// refused with the way out (`.tcs`), while one just below reads exactly.
+#[test]
+fn i64_text_values_of_2_pow_53_or_more_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let below = dir.path().join("below.tns");
+    std::fs::write(&below, "1 9007199254740991\n2 -9007199254740991\n").unwrap();
+    let t: Tensor<i64> = Tensor::read(&below, "s").unwrap();
+    assert_eq!(t.to_dense(), vec![(1 << 53) - 1, 1 - (1 << 53)]);
+    let big = dir.path().join("big.tns");
+    std::fs::write(&big, "1 5\n3 9007199254740993\n").unwrap();
+    let e = Tensor::<i64>::read(&big, "s").unwrap_err().to_string();
+    assert!(
+        e.contains("big.tns") && e.contains("(3)") && e.contains(".tcs"),
+        "{e}"
+    );
+    let f: Tensor<f64> = Tensor::read(&big, "s").unwrap();
+    assert_eq!(
+        f.to_dense()[2],
+        9007199254740992.0,
+        "f64 reads it, rounded as f64 must"
+    );
+}

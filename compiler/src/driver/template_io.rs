@@ -7,7 +7,7 @@ use std::io::IsTerminal;
 use std::path::Path;
 use tessera_formats::tcs::write_tensor;
 use tessera_formats::{
-    exact_value, open_text, FileKind, Format, Index, MtxWriter, TcsHeader, Tensor, TnsWriter,
+    text_value, open_text, FileKind, Format, Index, MtxWriter, TcsHeader, Tensor, TnsWriter,
     Value,
 };
 
@@ -80,7 +80,7 @@ fn read_text<V: Value>(
         for (m, &x) in c.iter().enumerate() {
             max[m] = max[m].max(x + 1);
         }
-        let v = exact_value(path, &c, v)?;
+        let v = text_value(path, &c, v)?;
         entries.push((c, v));
     }
     if let Some(b) = bar {
