@@ -281,11 +281,8 @@ mod tests {
         assert_eq!(i64::from_f64_exact(1.5), None);
         assert_eq!(i64::from_f64_exact(f64::NAN), None);
         assert_eq!(i64::from_f64_exact(f64::INFINITY), None);
-        assert_eq!(i64::from_f64_exact(9.223_372_036_854_775_807e18), None);
-        assert_eq!(
-            i64::from_f64_exact(-9.223_372_036_854_775_808e18),
-            Some(i64::MIN)
-        );
+        assert_eq!(i64::from_f64_exact(2f64.powi(63)), None);
+        assert_eq!(i64::from_f64_exact(-(2f64.powi(63))), Some(i64::MIN));
         assert_eq!(f64::from_f64_exact(1.5), Some(1.5));
         assert_eq!(<i64 as Value>::sqrt(10), 3);
         assert_eq!(<i64 as Value>::abs(-4), 4);

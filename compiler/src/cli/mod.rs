@@ -11,7 +11,6 @@ mod types;
 
 use clap::{Args, Parser, Subcommand};
 use std::process::ExitCode;
-use tessera_formats::ValueType;
 
 pub use front::{front, lower_diagnostic, Compiled, Rendered};
 
@@ -68,19 +67,6 @@ pub struct StatementArgs {
     /// The schedule, e.g. "split(i, io, ii, 4); parallelize(i)".
     #[arg(short = 's', long = "schedule", value_name = "SCHEDULE")]
     pub schedule: Option<String>,
-    /// The value type the program computes in and writes: f32, f64, or i64 for counting
-    /// (paths, triangles; refuses `/`, fractions and min/max reductions). Default: the type
-    /// the .tcs inputs record (an error if they differ), else f64, as .tns/.mtx record none.
-    /// Inputs of another type are converted to it; a fraction read as i64 is an error.
-    #[arg(long = "type", value_name = "TYPE", value_parser = types::parse_value_type)]
-    pub value_type: Option<ValueType>,
-    /// Coordinate width: u32 or u64. Default: u64 if a .tcs input records 64-bit
-    /// coordinates, else u32 (half the index traffic).
-    #[arg(long, value_name = "WIDTH", value_parser = ["u32", "u64"])]
-    pub index: Option<String>,
-    /// The same as `--index u64`.
-    #[arg(long, conflicts_with = "index")]
-    pub wide_index: bool,
 }
 
 /// Runs a parsed command line.

@@ -5,12 +5,31 @@
 //! naming both, unless `--type` says which one to convert every input to. Coordinate widths
 //! widen losslessly, so one `.tcs` input with 64-bit coordinates makes the program's u64.
 
-use super::StatementArgs;
 use crate::ast::{BinOp, ReduceOp};
 use crate::ir::{Expr, Kernel};
 use anyhow::bail;
+use clap::Args;
 use std::path::Path;
 use tessera_formats::{FileKind, TcsHeader, ValueType};
+
+/// The type flags of `run` and `compile`.
+#[derive(Debug, Clone, Args)]
+pub struct TypeArgs {
+    /// The value type the program computes in and writes: f32, f64, or i64 for counting
+    /// (paths, triangles; refuses `/`, fractions and min/max reductions). Default: the type
+    /// the .tcs inputs of `run` record (an error if they differ), else f64, as .tns/.mtx
+    /// record none. Inputs of another type are converted to it; a fraction read as i64 is an
+    /// error.
+    #[arg(long = "type", value_name = "TYPE", value_parser = parse_value_type)]
+    pub value_type: Option<ValueType>,
+    /// Coordinate width: u32 or u64. Default: u64 if a .tcs input of `run` records 64-bit
+    /// coordinates, else u32 (half the index traffic).
+    #[arg(long, value_name = "WIDTH", value_parser = ["u32", "u64"])]
+    pub index: Option<String>,
+    /// The same as `--index u64`.
+    #[arg(long, conflicts_with = "index")]
+    pub wide_index: bool,
+}
 
 /// What a program is built for, and why (for messages).
 #[derive(Clone, Debug, PartialEq)]
@@ -28,7 +47,7 @@ pub fn parse_value_type(s: &str) -> Result<ValueType, String> {
 
 /// The types for a statement's program, from its flags and the `.tcs` headers of `inputs`
 /// (`NAME=PATH`); checked against what the kernel computes.
-pub fn choose(args: &StatementArgs, inputs: &[String], k: &Kernel) -> anyhow::Result<Types> {
+pub fn choose(args: &TypeArgs, inputs: &[String], k: &Kernel) -> anyhow::Result<Types> {
     let recorded = tcs_types(inputs)?;
     let value_from;
     let value = if let Some(t) = args.value_type {
