@@ -18,6 +18,35 @@ const KERNELS: &[(&str, &str)] = &[
         "mttkrp_par",
         "A(i,j) = B(i,k,l) * C(k,j) * D(l,j); B: csf; parallelize(i)",
     ),
+    // The `tensor_kernels` bench: the rest of the kernel list.
+    ("sddmm", "A(i,j) = B(i,j) * C(i,k) * D(j,k); B: csr; A: csr"),
+    (
+        "sddmm_par",
+        "A(i,j) = B(i,j) * C(i,k) * D(j,k); B: csr; A: csr; parallelize(i)",
+    ),
+    ("ttv", "A(i,j) = B(i,j,k) * c(k); B: csf; A: ss"),
+    (
+        "ttv_par",
+        "A(i,j) = B(i,j,k) * c(k); B: csf; A: ss; parallelize(i)",
+    ),
+    ("ttm", "A(i,j,k) = B(i,j,l) * C(l,k); B: csf; A: ssd"),
+    (
+        "ttm_par",
+        "A(i,j,k) = B(i,j,l) * C(l,k); B: csf; A: ssd; parallelize(i)",
+    ),
+    (
+        "mttkrp4",
+        "A(i,j) = B(i,k,l,m) * C(k,j) * D(l,j) * E(m,j); B: ssss",
+    ),
+    (
+        "mttkrp4_par",
+        "A(i,j) = B(i,k,l,m) * C(k,j) * D(l,j) * E(m,j); B: ssss; parallelize(i)",
+    ),
+    ("spgemm", "A(i,j) = B(i,k) * C(k,j); A: csr; B: csr; C: csr"),
+    (
+        "spgemm_par",
+        "A(i,j) = B(i,k) * C(k,j); A: csr; B: csr; C: csr; parallelize(i)",
+    ),
     // The `semirings` bench: other reductions, and an operand re-packed automatically.
     ("minplus_mv", "y(i) = min[j](A(i,j) + x(j)); A: csr"),
     ("maxtimes_mv", "y(i) = max[j](A(i,j) * x(j)); A: csr"),

@@ -13,127 +13,14 @@ use std::hint::black_box;
 use ndarray::{ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 use sprs::CsMatI;
+use tessera_benches::contest::{
+    check_same, csr, dense, race, reps, sparse_level, to_index, versus_hand, Spread,
+};
 use tessera_benches::{best_of, Rng, Table};
 use tessera_formats::{Format, Index, Level, Tensor};
 
 mod generated {
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
-}
-
-/// Repetitions per contestant (`TESSERA_BENCH_REPS`, default 9): the best is reported.
-fn reps() -> usize {
-    std::env::var("TESSERA_BENCH_REPS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(9)
-}
-
-/// Sorted, distinct random children (about `per` of them) out of `0..n` for each of `parents`.
-fn random_levels(parents: usize, n: usize, per: usize, rng: &mut Rng) -> (Vec<usize>, Vec<usize>) {
-    banded_levels(parents, n, per, n, rng)
-}
-
-/// As [`random_levels`], with parent `p`'s children within `band` of `p * n / parents` (the
-/// locality of matrices from meshes; `band = n` is uniformly random).
-fn banded_levels(
-    parents: usize,
-    n: usize,
-    per: usize,
-    band: usize,
-    rng: &mut Rng,
-) -> (Vec<usize>, Vec<usize>) {
-    let mut pos = Vec::with_capacity(parents + 1);
-    let mut crd = Vec::with_capacity(parents * per);
-    pos.push(0);
-    let mut row = Vec::with_capacity(per);
-    for _ in 0..parents {
-        row.clear();
-        let centre = (pos.len().saturating_sub(1) * n)
-            .checked_div(parents)
-            .unwrap_or(0);
-        let start = centre.saturating_sub(band / 2).min(n.saturating_sub(band));
-        row.extend((0..per).map(|_| start + rng.below(band.min(n))));
-        row.sort_unstable();
-        row.dedup();
-        crd.extend_from_slice(&row);
-        pos.push(crd.len());
-    }
-    (pos, crd)
-}
-
-fn to_index<I: Index>(v: &[usize]) -> Vec<I> {
-    v.iter().map(|x| I::from_usize(*x)).collect()
-}
-
-/// A CSR matrix as a Tessera tensor.
-fn csr<I: Index>(
-    rows: usize,
-    cols: usize,
-    pos: &[usize],
-    crd: &[usize],
-    vals: &[f64],
-) -> Tensor<f64, I> {
-    Tensor::from_parts(
-        vec![rows, cols],
-        Format::parse("csr", 2).unwrap(),
-        vec![
-            Level::Dense {
-                size: rows,
-                offset: 0,
-            },
-            Level::Compressed {
-                pos: to_index(pos),
-                crd: to_index(crd),
-            },
-        ],
-        vals.to_vec(),
-    )
-    .expect("valid CSR")
-}
-
-fn dense(dims: Vec<usize>, rng: &mut Rng) -> Tensor<f64, u32> {
-    let n = dims.iter().product();
-    Tensor::dense_from_vec(dims, (0..n).map(|_| rng.value()).collect()).unwrap()
-}
-
-fn pool(threads: usize) -> rayon::ThreadPool {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .unwrap()
-}
-
-/// A contestant: the threads it runs on and one call.
-type Contestant<'a> = (usize, &'a (dyn Fn() + Sync));
-
-/// Best time of each contestant over `reps()` rounds. Rounds interleave the contestants, so that
-/// load from other processes on a shared machine falls on all of them alike. Contestants with
-/// the same thread count share one pool: with a pool each, the idle workers of the pool that
-/// just finished still spin for the cores while the next contestant starts on its own.
-fn race<const N: usize>(contestants: [Contestant<'_>; N]) -> [f64; N] {
-    let mut pools: Vec<(usize, rayon::ThreadPool)> = Vec::new();
-    for (t, _) in &contestants {
-        if !pools.iter().any(|(u, _)| u == t) {
-            pools.push((*t, pool(*t)));
-        }
-    }
-    let pool_of = |t: usize| &pools.iter().find(|(u, _)| *u == t).expect("made above").1;
-    let mut best = [f64::INFINITY; N];
-    for _ in 0..reps() {
-        for (n, (threads, f)) in contestants.iter().enumerate() {
-            let t = pool_of(*threads).install(|| best_of(1, f).0);
-            best[n] = best[n].min(t);
-        }
-    }
-    best
-}
-
-fn check_same(what: &str, a: &[f64], b: &[f64]) {
-    let ok = a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|(x, y)| (x - y).abs() <= 1e-9 * (1.0 + y.abs()));
-    assert!(ok, "{what}: results differ");
 }
 
 fn hand_spmv<I: Index>(pos: &[I], crd: &[I], vals: &[f64], x: &[f64], rows: usize) -> Vec<f64> {
@@ -174,13 +61,12 @@ fn copy_bandwidth(bytes: usize) -> f64 {
     2.0 * (n * 8) as f64 / t
 }
 
-fn bench_spmv<I: Index + sprs::SpIndex>(table: &mut Table, scale: f64, bw: f64) {
+fn bench_spmv<I: Index + sprs::SpIndex>(table: &mut Table, scale: f64, bw: f64, spread: Spread) {
     let bits = I::BITS;
     let rows = ((1usize << 21) as f64 * scale) as usize;
     let cols = rows;
     let mut rng = Rng(42);
-    // Banded: each row's 16 columns lie within 4096 of the diagonal.
-    let (pos, crd) = banded_levels(rows, cols, 16, 4096, &mut rng);
+    let (pos, crd) = sparse_level(rows, cols, 16, spread, &mut rng);
     let vals: Vec<f64> = (0..crd.len()).map(|_| rng.value()).collect();
     let a = csr::<I>(rows, cols, &pos, &crd, &vals);
     let xt = dense(vec![cols], &mut rng);
@@ -221,7 +107,7 @@ fn bench_spmv<I: Index + sprs::SpIndex>(table: &mut Table, scale: f64, bw: f64) 
             (&gen2, &hand2)
         };
         let [t_gen, t_hand, t_sprs] = race([(threads, g), (threads, h), (1, &sprs1)]);
-        let name = format!("spmv csr u{bits} {threads}t");
+        let name = format!("spmv csr u{bits} {} {threads}t", spread.name());
         table.row(
             &format!("{name} vs hand-written"),
             "ms",
@@ -282,11 +168,11 @@ fn hand_spmm_par(
     c
 }
 
-fn bench_spmm(table: &mut Table, scale: f64) {
+fn bench_spmm(table: &mut Table, scale: f64, spread: Spread) {
     let rows = ((1usize << 17) as f64 * scale) as usize;
     let (cols, k) = (rows, 32);
     let mut rng = Rng(7);
-    let (pos, crd) = random_levels(rows, cols, 8, &mut rng);
+    let (pos, crd) = sparse_level(rows, cols, 8, spread, &mut rng);
     let vals: Vec<f64> = (0..crd.len()).map(|_| rng.value()).collect();
     let a = csr::<u32>(rows, cols, &pos, &crd, &vals);
     let bt = dense(vec![cols, k], &mut rng);
@@ -328,7 +214,7 @@ fn bench_spmm(table: &mut Table, scale: f64) {
             (&gen2, &hand2)
         };
         let [t_gen, t_hand, t_sprs] = race([(threads, g), (threads, h), (1, &sprs1)]);
-        let name = format!("spmm csr x dense[{k}] {threads}t");
+        let name = format!("spmm csr {} x dense[{k}] {threads}t", spread.name());
         table.row(
             &format!("{name} vs hand-written"),
             "ms",
@@ -385,9 +271,9 @@ fn bench_mttkrp(table: &mut Table, scale: f64) {
     let r = 16;
     let mut rng = Rng(9);
     // Level 0: a random subset of rows; levels 1 and 2: ~8 children each.
-    let (pos0, crd0) = random_levels(1, n, n / 2, &mut rng);
-    let (pos1, crd1) = random_levels(crd0.len(), n, 8, &mut rng);
-    let (pos2, crd2) = random_levels(crd1.len(), n, 8, &mut rng);
+    let (pos0, crd0) = sparse_level(1, n, n / 2, Spread::Uniform, &mut rng);
+    let (pos1, crd1) = sparse_level(crd0.len(), n, 8, Spread::Uniform, &mut rng);
+    let (pos2, crd2) = sparse_level(crd1.len(), n, 8, Spread::Uniform, &mut rng);
     let vals: Vec<f64> = (0..crd2.len()).map(|_| rng.value()).collect();
     let csf = Csf {
         levels: vec![
@@ -446,37 +332,21 @@ fn bench_mttkrp(table: &mut Table, scale: f64) {
         generated::mttkrp_par::<f64, u32>(&[&b, &ct, &dt], &[n, r]).vals(),
         gen.vals(),
     );
-    for threads in [1, 2] {
-        let gen1 = || {
-            drop(black_box(generated::mttkrp::<f64, u32>(
-                &[&b, &ct, &dt],
-                &[n, r],
-            )))
-        };
-        let gen2 = || {
-            drop(black_box(generated::mttkrp_par::<f64, u32>(
-                &[&b, &ct, &dt],
-                &[n, r],
-            )))
-        };
-        let hand1 = || drop(black_box(hand()));
-        let hand2 = || drop(black_box(hand_par()));
-        let (g, h): (&(dyn Fn() + Sync), &(dyn Fn() + Sync)) = if threads == 1 {
-            (&gen1, &hand1)
-        } else {
-            (&gen2, &hand2)
-        };
-        let [t_gen, t_hand] = race([(threads, g), (threads, h)]);
-        let name = format!("mttkrp csf {n}^3 nnz {} r{r} {threads}t", crd2.len());
-        table.row(
-            &format!("{name} vs hand-written"),
-            "ms",
-            t_gen * 1e3,
-            "hand-written",
-            t_hand * 1e3,
-            false,
-        );
-    }
+    let gen1 = || {
+        drop(black_box(generated::mttkrp::<f64, u32>(
+            &[&b, &ct, &dt],
+            &[n, r],
+        )))
+    };
+    let gen2 = || {
+        drop(black_box(generated::mttkrp_par::<f64, u32>(
+            &[&b, &ct, &dt],
+            &[n, r],
+        )))
+    };
+    let (hand1, hand2) = (|| drop(black_box(hand())), || drop(black_box(hand_par())));
+    let name = format!("mttkrp csf {n}^3 nnz {} r{r}", crd2.len());
+    versus_hand(table, &name, [&gen1, &hand1], [&gen2, &hand2]);
 }
 
 fn main() {
@@ -489,9 +359,15 @@ fn main() {
         reps()
     ));
     let bw = copy_bandwidth(((512usize << 20) as f64 * scale.max(0.25)) as usize);
-    bench_spmv::<u32>(&mut table, scale, bw);
-    bench_spmv::<u64>(&mut table, scale, bw);
-    bench_spmm(&mut table, scale);
+    // Banded: each row's 16 columns lie within 4096 of the diagonal (a mesh); power-law: a
+    // graph's skewed rows and hub columns.
+    for spread in [Spread::Banded(4096), Spread::PowerLaw] {
+        bench_spmv::<u32>(&mut table, scale, bw, spread);
+        bench_spmv::<u64>(&mut table, scale, bw, spread);
+    }
+    for spread in [Spread::Uniform, Spread::PowerLaw] {
+        bench_spmm(&mut table, scale, spread);
+    }
     bench_mttkrp(&mut table, scale);
     table.figure("copy bandwidth GB/s", bw / 1e9);
     table.figure(

@@ -4,6 +4,8 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
+pub mod contest;
+
 /// splitmix64: reproducible inputs without a dependency.
 pub struct Rng(pub u64);
 

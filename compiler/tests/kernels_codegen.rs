@@ -86,7 +86,74 @@ fn instances() -> Vec<Instance> {
         }
         assert!(found > 0, "no random formats lowered for `{expr}`");
     }
+    mirrored_instances(&mut out);
     out
+}
+
+/// Sparse outputs that copy an operand's structure (`lower::mirror`), sequential and over two
+/// threads, some on block views (dense first levels with offsets, copied into the output).
+fn mirrored_instances(out: &mut Vec<Instance>) {
+    let cases: [(&str, &[(&str, &str)]); 7] = [
+        (
+            "A(i,j) = B(i,j) * C(i,k) * D(j,k)",
+            &[("A", "csr"), ("B", "csr")],
+        ),
+        (
+            "A(i,j) = B(i,j) * C(i,k) * D(j,k)",
+            &[("A", "ss"), ("B", "ss")],
+        ),
+        ("A(i,j) = B(i,j,k) * c(k)", &[("A", "ss"), ("B", "sss")]),
+        (
+            "A(i,j,k) = B(i,j,l) * C(l,k)",
+            &[("A", "ssd"), ("B", "sss")],
+        ),
+        (
+            "A(i,j,k) = B(i,j,l) * C(l,k)",
+            &[("A", "dsd"), ("B", "dss")],
+        ),
+        // `k` bound above the reduction over `l`: the dense level is written element-wise.
+        (
+            "A(i,j,k) = B(i,j,l) * C(k,l)",
+            &[("A", "ssd"), ("B", "sss")],
+        ),
+        ("A(i,j) = 2 * B(i,j) * c(j)", &[("A", "csc"), ("B", "csc")]),
+    ];
+    for (e, (expr, formats)) in cases.into_iter().enumerate() {
+        for threads in [1, 2] {
+            let first = if formats.iter().any(|f| f.1 == "csc") {
+                "j"
+            } else {
+                "i"
+            };
+            let src = if threads == 2 {
+                format!("{expr}; parallelize({first})")
+            } else {
+                expr.to_string()
+            };
+            let mut rng = Rng(7000 + e as u64 * 2 + threads as u64);
+            let dims = [("i", 5), ("j", 6), ("k", 3), ("l", 4)];
+            let case = Case::fixed(&src, formats, &dims, rng.next());
+            let kernel = case.lower().unwrap_or_else(|err| panic!("{src}: {err}"));
+            assert!(
+                tessera_compiler::lower::mirror(&kernel).is_some(),
+                "`{src}` with {formats:?} should copy its operand's structure"
+            );
+            let n = out.len();
+            let blocks = (e % 2 == 1).then(|| {
+                let (tensors, data) = common::block_inputs::<u64>(&case, &mut rng);
+                let want = common::oracle_on(&case, &data);
+                (tensors, want)
+            });
+            out.push(Instance {
+                case,
+                blocks,
+                kernel_fn: format_ident!("k{}", n),
+                value: "f64",
+                index: ["u32", "u64"][n % 2],
+                threads,
+            });
+        }
+    }
 }
 
 /// The `main` that builds each instance's inputs, runs its kernel and compares with the oracle.

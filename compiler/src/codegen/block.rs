@@ -23,7 +23,11 @@ pub fn emit_block(k: &Kernel) -> TokenStream {
 
 /// The block kernel under another function name.
 pub fn emit_block_named(k: &Kernel, name: &Ident) -> TokenStream {
-    let g = Gen { k, block: true };
+    let g = Gen {
+        k,
+        block: true,
+        mirror: None,
+    };
     let params = quote!(bounds: &[::core::ops::Range<usize>], first: &[bool],);
     g.function(name, params, g.block_prelude())
 }

@@ -23,10 +23,10 @@ impl Gen<'_> {
         if d + 1 != nest.loops.len() || lp.domain != Domain::Universe || !lp.iterate.is_empty() {
             return None;
         }
-        if out_here && self.k.output_kind != OutputKind::Dense {
+        let mut out_row = self.mirror_row(lp.var).filter(|_| out_here);
+        if out_here && self.k.output_kind != OutputKind::Dense && out_row.is_none() {
             return None;
         }
-        let mut out_row = None;
         let (first, end) = self.span(lp.var);
         let (mut lo, mut hi) = (vec![first], vec![end]);
         let mut rows = TokenStream::new();
@@ -97,5 +97,19 @@ impl Gen<'_> {
                 }
             }
         })
+    }
+
+    /// Under a mirrored output whose last level is dense and bound by `var`: where the row of
+    /// output values this loop writes starts (`lo` is the loop's first coordinate).
+    fn mirror_row(&self, var: crate::ir::VarId) -> Option<TokenStream> {
+        let m = self.mirror?;
+        let out = &self.k.accesses[self.k.output_access].level_vars;
+        let last = out.len() - 1;
+        if out[last] != var || last < m.levels {
+            return None;
+        }
+        let parent = self.mirror_pos(m, last - 1);
+        let size = self.lvl(self.k.output, last, "size");
+        Some(quote!(#parent * #size + lo))
     }
 }

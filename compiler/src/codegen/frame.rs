@@ -124,10 +124,20 @@ impl Gen<'_> {
                 let out_vals: &mut [V] = &mut out_buf;
                 }
             }
+            OutputKind::Sparse if self.mirror.is_some() => self.mirror_init(self.mirror.unwrap()),
             OutputKind::Sparse => {
                 let rank = self.k.output_tensor().rank();
                 let fmt_val = quote!(let out_format = #fmt;);
                 let ws = self.workspace_len();
+                let workspace = quote! {
+                    let mut ws: Vec<V> = vec![#fill; #ws];
+                    let mut ws_mark: Vec<bool> = vec![false; #ws];
+                    let mut ws_list: Vec<usize> = Vec::new();
+                };
+                if self.appends_rows() {
+                    let init = self.appended_init();
+                    return quote!(#fmt_val #init #workspace);
+                }
                 quote! {
                     #fmt_val
                     let mut packer = ::tessera_formats::Packer::<V, I, Vec<I>, Vec<V>>::new(
@@ -139,9 +149,7 @@ impl Gen<'_> {
                     );
                     let mut entries: Vec<(Vec<usize>, V)> = Vec::new();
                     let mut scatter: Vec<([usize; #rank], V)> = Vec::new();
-                    let mut ws: Vec<V> = vec![#fill; #ws];
-                    let mut ws_mark: Vec<bool> = vec![false; #ws];
-                    let mut ws_list: Vec<usize> = Vec::new();
+                    #workspace
                 }
             }
         }
@@ -177,6 +185,8 @@ impl Gen<'_> {
                         .expect("a dense output of out_dims is valid")
                 }
             }
+            OutputKind::Sparse if self.mirror.is_some() => self.mirror_finish(self.mirror.unwrap()),
+            OutputKind::Sparse if self.appends_rows() => self.appended_finish(),
             OutputKind::Sparse => {
                 let collect = self.k.nests.iter().any(|n| n.assembly == Assembly::Collect);
                 if collect {

@@ -33,11 +33,25 @@ impl Gen<'_> {
             ts.extend(self.write(nest, target));
         }
         if let Assembly::Workspace { flush_depth, .. } = nest.assembly {
-            if d == flush_depth {
+            if d == flush_depth && self.mirror.is_none() {
                 ts.extend(self.flush(target));
             }
         }
         ts
+    }
+
+    /// Whether loop `d` walks level `r` with its values zipped to its coordinates (no position
+    /// bound): a last level iterated alone, unless a mirrored output is written at its
+    /// positions.
+    fn zipped(&self, nest: &Nest, d: usize, r: LevelRef) -> bool {
+        let lp = &nest.loops[d];
+        let mirrored = self
+            .mirror
+            .is_some_and(|m| r.access == m.access && r.level + 1 == m.levels);
+        matches!(lp.domain, Domain::Single)
+            && lp.iterate[0] == r
+            && r.level + 1 == self.k.accesses[r.access].level_vars.len()
+            && !mirrored
     }
 
     /// `(lo, hi)` of a compressed level's children, empty under an absent parent.
@@ -74,7 +88,7 @@ impl Gen<'_> {
                 let p = self.pos(r);
                 let (lo, hi) = self.range(nest, r);
                 let narrow = self.narrow(&crd, lp.var, &format_ident!("lo"), &format_ident!("hi"));
-                if r.level + 1 == self.k.accesses[r.access].level_vars.len() {
+                if self.zipped(nest, d, r) {
                     // Last level: walk coordinates and values together, as a hand-written loop would.
                     let vals = self.vals(self.tensor_of(r.access));
                     let v = self.val(r.access);
@@ -264,8 +278,10 @@ impl Gen<'_> {
         }
         for r in lp.iterate.iter().chain(&lp.locate) {
             let last = r.level + 1 == self.k.accesses[r.access].level_vars.len();
-            let zipped = matches!(lp.domain, Domain::Single) && lp.iterate[0] == *r;
-            if last && r.access != self.k.output_access && !zipped && !self.direct_vector(nest, *r)
+            if last
+                && r.access != self.k.output_access
+                && !self.zipped(nest, d, *r)
+                && !self.direct_vector(nest, *r)
             {
                 ts.extend(self.bind_value(nest, r.access));
             }

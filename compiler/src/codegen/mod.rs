@@ -18,10 +18,12 @@
 //! order. Outer loops that merge several compressed levels, and a workspace spanning the
 //! whole nest, run sequentially.
 
+mod appended;
 mod block;
 mod dense_row;
 mod frame;
 mod loops;
+mod mirror;
 mod output;
 mod parallel;
 mod signature;
@@ -44,7 +46,11 @@ pub fn emit(k: &Kernel) -> TokenStream {
 
 /// The kernel under another function name (several kernels in one module).
 pub fn emit_named(k: &Kernel, name: &Ident) -> TokenStream {
-    let g = Gen { k, block: false };
+    let g = Gen {
+        k,
+        block: false,
+        mirror: crate::lower::mirror(k),
+    };
     g.function(name, quote!(), quote!())
 }
 
@@ -95,6 +101,9 @@ struct Gen<'k> {
     k: &'k Kernel,
     /// A block kernel ([`emit_block_named`]): every loop bounded by the block, sequential.
     block: bool,
+    /// The operand whose structure the sparse output copies (never in a block kernel, whose
+    /// output holds only its block's entries).
+    mirror: Option<crate::lower::Mirror>,
 }
 
 /// Where a nest writes its dense or scalar output.
@@ -173,6 +182,7 @@ impl Gen<'_> {
         let prelude = self.prelude();
         let out_init = self.output_init();
         let nests: Vec<TokenStream> = self.k.nests.iter().map(|n| self.nest(n)).collect();
+        let nests = self.zero_offsets_specialised(quote!(#(#nests)*));
         let finish = self.output_finish();
         // The caller's functions named in a `tensor!` statement, in `user_functions` order.
         let user = if self.k.user_functions.is_empty() {
@@ -195,8 +205,38 @@ impl Gen<'_> {
                 #prelude
                 #setup
                 #out_init
-                #(#nests)*
+                #nests
                 #finish
+            }
+        }
+    }
+
+    /// The nests twice: once for the common case where every input's dense levels start at
+    /// offset 0 (whole tensors, not windows), with the offsets shadowed by literal zeros so
+    /// that every `x - off` folds away in the inner loops, and once for any offsets.
+    fn zero_offsets_specialised(&self, nests: TokenStream) -> TokenStream {
+        let offsets: Vec<Ident> = self
+            .k
+            .tensors
+            .iter()
+            .enumerate()
+            .filter(|(_, decl)| decl.input_slot.is_some())
+            .flat_map(|(t, decl)| {
+                let levels = decl.format.levels().iter().enumerate();
+                levels
+                    .filter(|(_, lt)| **lt == LevelType::Dense)
+                    .map(move |(l, _)| self.lvl(t, l, "off"))
+            })
+            .collect();
+        if offsets.is_empty() {
+            return nests;
+        }
+        quote! {
+            if #(#offsets == 0)&&* {
+                #(let #offsets: usize = 0;)*
+                #nests
+            } else {
+                #nests
             }
         }
     }

@@ -31,11 +31,20 @@ impl Gen<'_> {
                 let slot = self.out_slot(quote!(#p), target);
                 self.accumulate(slot, quote!(acc))
             }
+            OutputKind::Sparse if self.mirror.is_some() => {
+                let m = self.mirror.unwrap();
+                let p = self.mirror_pos(m, out.level_vars.len() - 1);
+                let slot = self.out_slot(p, target);
+                self.accumulate(slot, quote!(acc))
+            }
             OutputKind::Sparse => {
                 let coords: Vec<Ident> = out.level_vars.iter().map(|v| self.var(*v)).collect();
                 let inner = match nest.assembly {
                     Assembly::InOrder if target == OutTarget::Entries => {
                         quote!(local.push(([#(#coords),*], acc));)
+                    }
+                    Assembly::InOrder if self.appends_rows() => {
+                        self.append(quote!([#(#coords),*]), quote!(acc))
                     }
                     Assembly::InOrder => quote! {
                         packer.push(&[#(#coords),*], acc).expect("loop order yields sorted unique entries");
@@ -76,6 +85,8 @@ impl Gen<'_> {
         let prefix: Vec<Ident> = out[..out.len() - 1].iter().map(|v| self.var(*v)).collect();
         let emit = if target == OutTarget::Entries {
             quote!(local.push(([#(#prefix,)* c], ws[c]));)
+        } else if self.appends_rows() {
+            self.append(quote!([#(#prefix,)* c]), quote!(ws[c]))
         } else {
             quote!(packer.push(&[#(#prefix,)* c], ws[c]).expect("workspace flushes sorted unique entries");)
         };

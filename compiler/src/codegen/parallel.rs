@@ -15,6 +15,9 @@ impl Gen<'_> {
         if lp.var != v || nest.acc_depth == 0 {
             return None;
         }
+        if let Some(m) = self.mirror {
+            return self.parallel_mirror(nest, m);
+        }
         if self.k.output_kind == OutputKind::Sparse {
             return self.parallel_sparse(nest);
         }
@@ -102,6 +105,8 @@ impl Gen<'_> {
             }
         } else if nest.assembly == Assembly::Scatter {
             quote!(scatter.push((c, v));)
+        } else if self.appends_rows() {
+            self.append(quote!(c), quote!(v))
         } else {
             quote!(packer.push(&c, v).expect("jobs append in loop order");)
         };

@@ -7,6 +7,7 @@
 
 mod error;
 mod lattice;
+mod mirror;
 mod order;
 mod terms;
 
@@ -20,6 +21,7 @@ use crate::ir::{
     TensorDecl, VarDecl, VarId,
 };
 pub use error::LowerError;
+pub use mirror::{mirror, Mirror};
 use order::Preference;
 
 /// Lowers a checked statement: formats, and the loop to parallelize, as the checker decided

@@ -1,0 +1,89 @@
+//! A sparse output whose levels are all dense but the last (CSR, a sparse vector, `dds`),
+//! produced in order (`InOrder`, or a row workspace flushed row by row): its entries are
+//! appended straight to `crd` and `vals`, each row's end recorded in `pos`, instead of going
+//! through the general `Packer`, whose per-entry checks cost as much as SpGEMM's arithmetic.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+use tessera_formats::LevelType;
+
+use super::Gen;
+use crate::ir::{Assembly, OutputKind};
+
+impl Gen<'_> {
+    /// Whether the output is assembled by appending rows (see the module comment).
+    pub(super) fn appends_rows(&self) -> bool {
+        let levels = self.k.output_tensor().format.levels();
+        let in_order = self
+            .k
+            .nests
+            .iter()
+            .all(|n| matches!(n.assembly, Assembly::InOrder | Assembly::Workspace { .. }));
+        self.k.output_kind == OutputKind::Sparse
+            && self.mirror.is_none()
+            && in_order
+            && levels.last() == Some(&LevelType::Compressed)
+            && levels[..levels.len() - 1].iter().all(|l| *l == LevelType::Dense)
+    }
+
+    /// The output's dense-level sizes (every level but the last).
+    fn row_sizes(&self) -> Vec<proc_macro2::Ident> {
+        let rank = self.k.output_tensor().rank();
+        (0..rank - 1)
+            .map(|l| self.lvl(self.k.output, l, "size"))
+            .collect()
+    }
+
+    /// The output's `pos` (one slot per row, plus one), `crd` and `vals`.
+    pub(super) fn appended_init(&self) -> TokenStream {
+        let sizes = self.row_sizes();
+        quote! {
+            let out_rows: usize = [#(#sizes),*]
+                .iter()
+                .try_fold(1usize, |n, d| n.checked_mul(*d))
+                .expect("output dimensions fit in memory");
+            let mut out_pos: Vec<I> = vec![I::from_usize(0); out_rows + 1];
+            let mut out_crd: Vec<I> = Vec::new();
+            let mut out_vals: Vec<V> = Vec::new();
+        }
+    }
+
+    /// Appends the entry at output coordinates `coords` (level order) with value `v`; entries
+    /// come in level order, each once.
+    pub(super) fn append(&self, coords: TokenStream, v: TokenStream) -> TokenStream {
+        let rank = self.k.output_tensor().rank();
+        let last = rank - 1;
+        let mut row = quote!(0usize);
+        for (l, size) in self.row_sizes().iter().enumerate() {
+            row = quote!((#row * #size + at[#l]));
+        }
+        quote! {{
+            let (at, v): ([usize; #rank], V) = (#coords, #v);
+            out_crd.push(I::from_usize(at[#last]));
+            out_vals.push(v);
+            out_pos[#row + 1] = I::from_usize(out_crd.len());
+        }}
+    }
+
+    /// Rows nothing was appended to end where the row before them ends; then the tensor.
+    pub(super) fn appended_finish(&self) -> TokenStream {
+        let sizes = self.row_sizes();
+        quote! {
+            // `from_usize` truncates in release builds: no entry count may exceed the width.
+            assert!(
+                I::try_from_usize(out_crd.len()).is_some(),
+                "the output's {} entries do not fit its coordinate type: use 64-bit coordinates",
+                out_crd.len()
+            );
+            for r in 1..out_pos.len() {
+                if out_pos[r].to_usize() < out_pos[r - 1].to_usize() {
+                    out_pos[r] = out_pos[r - 1];
+                }
+            }
+            let mut levels: Vec<Level<I>> = vec![#(Level::Dense { size: #sizes, offset: 0 }),*];
+            levels.push(Level::Compressed { pos: out_pos, crd: out_crd });
+            Tensor::from_parts(out_dims.to_vec(), out_format, levels, out_vals)
+                .expect("rows appended in order are a valid output")
+        }
+    }
+}
