@@ -496,16 +496,12 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
                     // not survive a trip through f64.
                     BinOp::Min => combine(ReduceOp::Min, l, r),
                     BinOp::Max => combine(ReduceOp::Max, l, r),
-                    BinOp::Lt => truth(l < r),
-                    BinOp::Le => truth(l <= r),
-                    BinOp::Gt => truth(l > r),
-                    BinOp::Ge => truth(l >= r),
-                    BinOp::Eq => truth(l == r),
-                    BinOp::Ne => truth(l != r),
-                    BinOp::And => truth(l != V::zero() && r != V::zero()),
-                    BinOp::Or => truth(l != V::zero() || r != V::zero()),
                     // Computed in f64 and rounded, as the generated code does.
                     BinOp::Pow => V::from_f64(l.to_f64().powf(r.to_f64())),
+                    _ => truth(
+                        crate::semiring::logical(*op, l, r, V::zero())
+                            .expect("the other operators compare"),
+                    ),
                 }
             }
         }

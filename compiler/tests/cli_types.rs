@@ -27,8 +27,12 @@ fn tessera() -> Command {
 
 /// `tessera run EXPR -f A:csr -i A=a -i x=x -o out` with `extra` flags.
 fn run(a: &Path, x: &Path, out: &Path, extra: &[&str]) -> Output {
+    run_expr(EXPR, a, x, out, extra)
+}
+
+fn run_expr(expr: &str, a: &Path, x: &Path, out: &Path, extra: &[&str]) -> Output {
     tessera()
-        .args(["run", EXPR, "-f", "A:csr"])
+        .args(["run", expr, "-f", "A:csr"])
         .arg("-i")
         .arg(format!("A={}", a.display()))
         .arg("-i")
@@ -251,17 +255,10 @@ fn what_i64_cannot_compute_is_refused_before_any_build() {
         ("y(i) = min[j](A(i,j) + x(j))", "min or max"),
     ];
     for (expr, why) in cases {
-        let out = tessera()
-            .args(["run", expr, "-f", "A:csr"])
-            .arg("-i")
-            .arg(format!("A={}", ia.display()))
-            .arg("-i")
-            .arg(format!("x={}", x.display()))
-            .arg("-o")
-            .arg(dir.path().join("y.tns"))
-            .output()
-            .unwrap();
-        let e = failed(out, expr);
+        let e = failed(
+            run_expr(expr, &ia, &x, &dir.path().join("y.tns"), &[]),
+            expr,
+        );
         assert!(
             e.contains(why) && e.contains("input `A`") && e.contains("--type f64"),
             "{expr}: {e}"

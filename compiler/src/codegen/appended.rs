@@ -23,7 +23,9 @@ impl Gen<'_> {
             && self.mirror.is_none()
             && in_order
             && levels.last() == Some(&LevelType::Compressed)
-            && levels[..levels.len() - 1].iter().all(|l| *l == LevelType::Dense)
+            && levels[..levels.len() - 1]
+                .iter()
+                .all(|l| *l == LevelType::Dense)
     }
 
     /// The output's dense-level sizes (every level but the last).
