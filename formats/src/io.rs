@@ -85,8 +85,8 @@ impl<V: Value, I: Index> Tensor<V, I> {
                         ),
                     });
                 };
-                let mut w =
-                    MtxWriter::create(path, rows as u64, cols as u64, Some(self.nnz() as u64))?;
+                let (rows, cols, nnz) = (rows as u64, cols as u64, Some(self.nnz() as u64));
+                let mut w = MtxWriter::create_of(path, rows, cols, nnz, V::TYPE)?;
                 for (c, v) in self.entries() {
                     w.write_entry(c[0] as u64, c[1] as u64, v)?;
                 }

@@ -97,6 +97,11 @@ fn i64_tensors_round_trip_and_refuse_fractions() {
         let back: Tensor<i64> = Tensor::read(&path, "csc").unwrap();
         assert_eq!(back.to_dense(), t.to_dense(), "{kind}");
     }
+    let mtx = std::fs::read_to_string(dir.path().join("t.mtx")).unwrap();
+    assert!(
+        mtx.starts_with("%%MatrixMarket matrix coordinate integer general\n"),
+        "{mtx}"
+    );
     let wide: Tensor<i64, u64> = Tensor::from_entries(vec![2], "s", [(vec![1], big)]).unwrap();
     let path = dir.path().join("big.tcs");
     wide.write(&path).unwrap();

@@ -114,7 +114,8 @@ pub fn write<V: Value, I: Index>(path: &Path, t: &Tensor<V, I>) -> Result<(), Bo
         FileKind::Tcs => write_tensor(path, t, None)?,
         FileKind::Mtx => {
             let d = t.dims();
-            let mut w = MtxWriter::create(path, d[0] as u64, d[1] as u64, Some(t.nnz() as u64))?;
+            let (rows, cols, nnz) = (d[0] as u64, d[1] as u64, Some(t.nnz() as u64));
+            let mut w = MtxWriter::create_of(path, rows, cols, nnz, V::TYPE)?;
             for (c, v) in t.entries() {
                 w.write_entry(c[0] as u64, c[1] as u64, v)?;
             }
