@@ -492,12 +492,28 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
                     }
                     BinOp::Mul => l * r,
                     BinOp::Div => l / r,
-                    // Exact in f64 for f32 and f64 values (comparisons, min/max), or
-                    // computed in f64 and rounded (pow), as the generated code does.
-                    _ => V::from_f64(crate::semiring::binary(*op, l.to_f64(), r.to_f64())),
+                    // In the value type, as the generated code does: i64 beyond 2^53 does
+                    // not survive a trip through f64.
+                    BinOp::Min => combine(ReduceOp::Min, l, r),
+                    BinOp::Max => combine(ReduceOp::Max, l, r),
+                    // Computed in f64 and rounded, as the generated code does.
+                    BinOp::Pow => V::from_f64(l.to_f64().powf(r.to_f64())),
+                    _ => truth(
+                        crate::semiring::logical(*op, l, r, V::zero())
+                            .expect("the other operators compare"),
+                    ),
                 }
             }
         }
+    }
+}
+
+/// 1 for true, 0 for false: what comparisons and logic give.
+fn truth<V: Value>(b: bool) -> V {
+    if b {
+        V::from_f64(1.0)
+    } else {
+        V::zero()
     }
 }
 
@@ -519,13 +535,7 @@ pub fn combine<V: Value>(r: ReduceOp, a: V, x: V) -> V {
                 a
             }
         }
-        ReduceOp::Or => {
-            if a != V::zero() || x != V::zero() {
-                V::from_f64(1.0)
-            } else {
-                V::zero()
-            }
-        }
+        ReduceOp::Or => truth(a != V::zero() || x != V::zero()),
     }
 }
 

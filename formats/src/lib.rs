@@ -37,6 +37,7 @@ pub use chunks::Chunk;
 pub use convert::{convert, ConvertOptions, ConvertReport, Duplicates, NoProgress, Progress};
 pub use error::{Error, Result, SyntaxError};
 pub use format::{Format, FormatError, IntoFormat, LevelType};
+pub use io::text_value;
 pub use mtx::{MtxReader, MtxWriter};
 pub use pack::{CountSink, PackError, PackedSizes, Packer, Sink};
 pub use tcs::{TcsError, TcsFile, TcsHeader, TcsWriter};

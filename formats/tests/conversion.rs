@@ -6,7 +6,8 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use tessera_formats::{
-    convert, ConvertOptions, Duplicates, Error, Format, LevelType, NoProgress, TcsFile, ValueType,
+    convert, ConvertOptions, Duplicates, Error, Format, LevelType, NoProgress, TcsFile, Value,
+    ValueType,
 };
 
 type Entries = BTreeMap<Vec<u64>, f64>;
@@ -39,28 +40,11 @@ fn read_nonzeros(path: &Path) -> Entries {
                     .is_none());
             }
         };
-        match (h.value_type, h.index_bits) {
-            (ValueType::F32, 32) => f
-                .view::<f32, u32>()
-                .unwrap()
-                .entries()
-                .for_each(|(c, v)| add(c, v as f64)),
-            (ValueType::F32, _) => f
-                .view::<f32, u64>()
-                .unwrap()
-                .entries()
-                .for_each(|(c, v)| add(c, v as f64)),
-            (ValueType::F64, 32) => f
-                .view::<f64, u32>()
-                .unwrap()
-                .entries()
-                .for_each(|(c, v)| add(c, v)),
-            (ValueType::F64, _) => f
-                .view::<f64, u64>()
-                .unwrap()
-                .entries()
-                .for_each(|(c, v)| add(c, v)),
-        }
+        tessera_formats::with_types!(h.value_type, h.index_bits, |V, I| f
+            .view::<V, I>()
+            .unwrap()
+            .entries()
+            .for_each(|(c, v)| add(c, Value::to_f64(v))));
     } else {
         let mut r = tessera_formats::open_text(path).unwrap();
         let mut c = vec![0; r.rank()];

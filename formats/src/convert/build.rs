@@ -12,7 +12,7 @@ use crate::format::{Format, LevelType};
 use crate::pack::{PackError, Packer, Sink};
 use crate::tcs::{ArrayWriter, LevelInfo, ModeInfo, TcsHeader, TcsWriter};
 use crate::tensor::TensorError;
-use crate::value::{Index, Value, ValueType};
+use crate::value::{Index, Value};
 
 /// What pass two wrote.
 pub(crate) struct Built {
@@ -33,20 +33,9 @@ pub(crate) fn build(
     opts: &ConvertOptions,
     progress: &dyn Progress,
 ) -> Result<Built> {
-    match (opts.value_type, opts.index_bits) {
-        (ValueType::F32, 32) => {
-            build_typed::<f32, u32>(source, input, output, format, dims, counts, opts, progress)
-        }
-        (ValueType::F32, _) => {
-            build_typed::<f32, u64>(source, input, output, format, dims, counts, opts, progress)
-        }
-        (ValueType::F64, 32) => {
-            build_typed::<f64, u32>(source, input, output, format, dims, counts, opts, progress)
-        }
-        (ValueType::F64, _) => {
-            build_typed::<f64, u64>(source, input, output, format, dims, counts, opts, progress)
-        }
-    }
+    crate::with_types!(opts.value_type, opts.index_bits, |W, J| {
+        build_typed::<W, J>(source, input, output, format, dims, counts, opts, progress)
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -139,20 +128,11 @@ pub(crate) fn build_spooled(
     stage: Option<&str>,
     progress: &dyn Progress,
 ) -> Result<Built> {
-    match (opts.value_type, opts.index_bits) {
-        (ValueType::F32, 32) => spooled_typed::<f32, u32>(
+    crate::with_types!(opts.value_type, opts.index_bits, |W, J| {
+        spooled_typed::<W, J>(
             source, input, output, format, dims, opts, temp_dir, stage, progress,
-        ),
-        (ValueType::F32, _) => spooled_typed::<f32, u64>(
-            source, input, output, format, dims, opts, temp_dir, stage, progress,
-        ),
-        (ValueType::F64, 32) => spooled_typed::<f64, u32>(
-            source, input, output, format, dims, opts, temp_dir, stage, progress,
-        ),
-        (ValueType::F64, _) => spooled_typed::<f64, u64>(
-            source, input, output, format, dims, opts, temp_dir, stage, progress,
-        ),
-    }
+        )
+    })
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -81,12 +81,9 @@ macro_rules! dispatch {
     ($body:ident, $s:ty, $job:expr, $rank:expr, $opts:expr) => {{
         macro_rules! widths {
             ($r:literal) => {
-                match ($opts.value_type, $opts.index_bits) {
-                    (ValueType::F32, 32) => $body::<$r, u32, f32, $s>($job),
-                    (ValueType::F32, _) => $body::<$r, u64, f32, $s>($job),
-                    (ValueType::F64, 32) => $body::<$r, u32, f64, $s>($job),
-                    (ValueType::F64, _) => $body::<$r, u64, f64, $s>($job),
-                }
+                $crate::with_types!($opts.value_type, $opts.index_bits, |W, J| {
+                    $body::<$r, J, W, $s>($job)
+                })
             };
         }
         match $rank {

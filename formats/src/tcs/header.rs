@@ -238,6 +238,7 @@ impl TcsHeader {
         let value_type = match c.u8()? {
             1 => ValueType::F32,
             2 => ValueType::F64,
+            3 => ValueType::I64,
             t => return Err(TcsError::ValueTypeTag(t)),
         };
         let index_bits = match c.u8()? {

@@ -41,7 +41,7 @@ pub enum TcsError {
     Version(u32),
     #[error("unsupported byte order tag {0} (only 1 = little-endian is supported)")]
     Endianness(u8),
-    #[error("unknown value type tag {0} (1 = f32, 2 = f64)")]
+    #[error("unknown value type tag {0} (1 = f32, 2 = f64, 3 = i64)")]
     ValueTypeTag(u8),
     #[error("unsupported coordinate width {0} (32 or 64)")]
     IndexWidth(u8),
@@ -94,6 +94,7 @@ pub(crate) fn value_tag(v: ValueType) -> u8 {
     match v {
         ValueType::F32 => 1,
         ValueType::F64 => 2,
+        ValueType::I64 => 3,
     }
 }
 

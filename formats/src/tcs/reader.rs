@@ -22,7 +22,7 @@ use crate::convert::{NoProgress, Progress};
 use crate::error::{Error, Result};
 use crate::format::{Format, LevelType};
 use crate::tensor::Tensor;
-use crate::value::{Index, Value, ValueType};
+use crate::value::{Index, Value};
 use crate::view::{validate_levels_with, LevelView, TensorView};
 
 /// Bytes read (and checksummed) per step, between progress reports.
@@ -169,12 +169,9 @@ impl TcsFile {
             }
             at = a.offset + a.len;
         }
-        match (self.header.value_type, self.header.index_bits) {
-            (ValueType::F32, 32) => self.validate_typed::<f32, u32>(),
-            (ValueType::F32, _) => self.validate_typed::<f32, u64>(),
-            (ValueType::F64, 32) => self.validate_typed::<f64, u32>(),
-            (ValueType::F64, _) => self.validate_typed::<f64, u64>(),
-        }
+        let h = &self.header;
+        crate::with_types!(h.value_type, h.index_bits, |W, J| self
+            .validate_typed::<W, J>())
     }
 
     fn validate_typed<V: Value, I: Index>(&self) -> Result<(), TcsError> {

@@ -77,6 +77,8 @@ pub fn split_file<C: Communicator + ?Sized>(
         (ValueType::F32, _) => split_typed::<C, f32, u64>(comm, args),
         (ValueType::F64, 32) => split_typed::<C, f64, u32>(comm, args),
         (ValueType::F64, _) => split_typed::<C, f64, u64>(comm, args),
+        (ValueType::I64, 32) => split_typed::<C, i64, u32>(comm, args),
+        (ValueType::I64, _) => split_typed::<C, i64, u64>(comm, args),
     }?;
     let total = comm.all_sum(&[written as u64])?;
     Ok(Summary {
