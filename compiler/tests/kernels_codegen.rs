@@ -69,11 +69,7 @@ fn instances() -> Vec<Instance> {
             let n = out.len();
             let (value, index) = types[n % types.len()];
             // Every third instance runs on block views of its inputs.
-            let blocks = (n % 3 == 1 && !semiring).then(|| {
-                let (tensors, data) = common::block_inputs::<u64>(&case, &mut rng);
-                let want = common::oracle_on(&case, &data);
-                (tensors, want)
-            });
+            let blocks = (n % 3 == 1 && !semiring).then(|| block_views(&case, &mut rng));
             out.push(Instance {
                 case,
                 blocks,
@@ -88,6 +84,13 @@ fn instances() -> Vec<Instance> {
     }
     mirrored_instances(&mut out);
     out
+}
+
+/// Block views of the case's inputs and the oracle's result on them.
+fn block_views(case: &Case, rng: &mut Rng) -> Blocks {
+    let (tensors, data) = common::block_inputs::<u64>(case, rng);
+    let want = common::oracle_on(case, &data);
+    (tensors, want)
 }
 
 /// Sparse outputs that copy an operand's structure (`lower::mirror`), sequential and over two
@@ -139,11 +142,7 @@ fn mirrored_instances(out: &mut Vec<Instance>) {
                 "`{src}` with {formats:?} should copy its operand's structure"
             );
             let n = out.len();
-            let blocks = (e % 2 == 1).then(|| {
-                let (tensors, data) = common::block_inputs::<u64>(&case, &mut rng);
-                let want = common::oracle_on(&case, &data);
-                (tensors, want)
-            });
+            let blocks = (e % 2 == 1).then(|| block_views(&case, &mut rng));
             out.push(Instance {
                 case,
                 blocks,
