@@ -109,7 +109,7 @@ fn case() -> impl Strategy<Value = Case> {
         .prop_flat_map(|rank| {
             (
                 proptest::collection::vec(1u64..6, rank),
-                proptest::collection::vec(any::<bool>(), rank),
+                (proptest::collection::vec(any::<bool>(), rank), 0..3 * rank),
                 Just((0..rank).collect::<Vec<_>>()).prop_shuffle(),
                 any::<bool>(),
                 prop_oneof![Just(32u32), Just(64u32)],
@@ -119,8 +119,8 @@ fn case() -> impl Strategy<Value = Case> {
             )
         })
         .prop_flat_map(
-            |(dims, dense, order, presorted, index_bits, f32, run_entries, fan_in)| {
-                let levels = dense
+            |(dims, (dense, coo), order, presorted, index_bits, f32, run_entries, fan_in)| {
+                let mut levels: Vec<LevelType> = dense
                     .iter()
                     .map(|&d| {
                         if d {
@@ -130,6 +130,13 @@ fn case() -> impl Strategy<Value = Case> {
                         }
                     })
                     .collect();
+                // A third of the formats end in a COO run below level `coo` (`sq`, `dsq`, ...).
+                if coo + 1 < levels.len() {
+                    levels[coo] = LevelType::Compressed;
+                    for l in &mut levels[coo + 1..] {
+                        *l = LevelType::Singleton;
+                    }
+                }
                 let format = Format::new(levels, order).unwrap();
                 let coord: Vec<_> = dims.iter().map(|&d| 0..d).collect();
                 let entries =

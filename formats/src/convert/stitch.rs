@@ -592,7 +592,7 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
         let counts: Vec<u64> = (0..rank)
             .map(|k| match self.format.levels()[k] {
                 LevelType::Dense => dims[order[k]],
-                LevelType::Compressed => self.base[k],
+                LevelType::Compressed | LevelType::Singleton => self.base[k],
             })
             .collect();
         let header = layout::<V, I>(self.format, &dims, &counts).map_err(|source| Error::Tcs {
