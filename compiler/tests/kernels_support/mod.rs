@@ -131,9 +131,10 @@ pub fn format_from_text(text: &str, rank: usize) -> Format {
     Format::parse(text, rank).unwrap_or_else(|e| panic!("{text}: {e}"))
 }
 
-/// Random level types and a random mode order.
+/// Random level types and a random mode order; for about a third of the matrices and
+/// higher-order tensors a COO tail (a compressed level then singletons: `sq`, `dsq`, `sqq`).
 pub fn random_format(rank: usize, rng: &mut Rng) -> Format {
-    let levels = (0..rank)
+    let mut levels: Vec<LevelType> = (0..rank)
         .map(|_| {
             if rng.below(2) == 0 {
                 LevelType::Dense
@@ -142,6 +143,13 @@ pub fn random_format(rank: usize, rng: &mut Rng) -> Format {
             }
         })
         .collect();
+    let coo = rng.below(3 * rank.max(1));
+    if coo + 1 < rank {
+        levels[coo] = LevelType::Compressed;
+        for l in &mut levels[coo + 1..] {
+            *l = LevelType::Singleton;
+        }
+    }
     let mut order: Vec<usize> = (0..rank).collect();
     for i in (1..rank).rev() {
         order.swap(i, rng.below(i + 1));
