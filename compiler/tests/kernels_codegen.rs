@@ -86,6 +86,37 @@ fn instances() -> Vec<Instance> {
         }
         assert!(found > 0, "no random formats lowered for `{expr}`");
     }
+    // COO operands in each role of the merge lattice, and a parallelized loop over a
+    // non-unique level (which runs sequentially).
+    let coo: [(&str, &[(&str, &str)]); 6] = [
+        (
+            "C(i,j) = A(i,j) * B(i,j)",
+            &[("A", "sq"), ("B", "sq"), ("C", "sq")],
+        ),
+        (
+            "C(i,j) = A(i,j) + B(i,j)",
+            &[("A", "sq"), ("B", "ds"), ("C", "ss")],
+        ),
+        ("x(i) = A(i,i)", &[("A", "sq")]),
+        ("a = A(i,j,k) * B(i,j,k)", &[("A", "sqq"), ("B", "dsq")]),
+        (
+            "y(j) = A(i,j,k) * B(i,k)",
+            &[("A", "ssq:0,2,1"), ("B", "sq")],
+        ),
+        ("y(i) = A(i,j) * x(j); parallelize(i)", &[("A", "sq")]),
+    ];
+    for (seed, (expr, formats)) in coo.into_iter().enumerate() {
+        let case = Case::fixed(expr, formats, &[], seed as u64);
+        let n = out.len();
+        out.push(Instance {
+            case,
+            blocks: None,
+            kernel_fn: format_ident!("k{}", n),
+            value: "f64",
+            index: "u32",
+            threads: if expr.contains("parallelize") { 2 } else { 1 },
+        });
+    }
     out
 }
 
