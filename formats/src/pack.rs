@@ -68,6 +68,10 @@ struct CompressedState<S> {
     crd_len: usize,
 }
 
+/// A finished packer's arrays per level: `None` for a dense level, else its `pos` (`None`
+/// for a singleton level) and its `crd`.
+pub type PackedArrays<S> = Vec<Option<(Option<S>, S)>>;
+
 /// Final number of positions per level and the arrays' lengths, from [`Packer::finish`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PackedSizes {
@@ -234,9 +238,7 @@ where
     /// returns the sinks with the final sizes: per level `None` when dense, else its `pos`
     /// (`None` for a singleton level) and `crd`.
     #[allow(clippy::type_complexity)]
-    pub fn finish(
-        mut self,
-    ) -> Result<(Vec<Option<(Option<S>, S)>>, VS, PackedSizes), PackError<E>> {
+    pub fn finish(mut self) -> Result<(PackedArrays<S>, VS, PackedSizes), PackError<E>> {
         let mut parents = 1usize;
         let mut positions = Vec::with_capacity(self.types.len());
         for k in 0..self.types.len() {

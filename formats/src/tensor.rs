@@ -1,7 +1,7 @@
 //! In-memory tensors: level arrays in a [`Format`], built from coordinates or from parts.
 
 use crate::format::{Format, FormatError, IntoFormat, LevelType};
-use crate::pack::{PackError, Packer};
+use crate::pack::{PackError, PackedArrays, Packer};
 use crate::value::{Index, Value};
 use crate::view::{validate_levels, LevelView, TensorView};
 
@@ -121,7 +121,7 @@ impl<I: Index> Level<I> {
     pub fn from_packed(
         dims: &[usize],
         format: &Format,
-        arrays: Vec<Option<(Option<Vec<I>>, Vec<I>)>>,
+        arrays: PackedArrays<Vec<I>>,
     ) -> Vec<Level<I>> {
         let dense: Vec<(usize, usize)> =
             format.mode_order().iter().map(|&m| (dims[m], 0)).collect();
@@ -129,10 +129,7 @@ impl<I: Index> Level<I> {
     }
 
     /// As [`Level::from_packed`], with dense level `k` of (size, offset) `dense[k]`.
-    fn from_packed_dense(
-        dense: &[(usize, usize)],
-        arrays: Vec<Option<(Option<Vec<I>>, Vec<I>)>>,
-    ) -> Vec<Level<I>> {
+    fn from_packed_dense(dense: &[(usize, usize)], arrays: PackedArrays<Vec<I>>) -> Vec<Level<I>> {
         arrays
             .into_iter()
             .zip(dense)

@@ -78,6 +78,10 @@ fn tcs_info(path: &Path, bars: &Bars) -> Result<(), tessera_formats::Error> {
                 "level {k}:     compressed, mode {}, {} coordinates",
                 l.mode, l.size
             ),
+            LevelType::Singleton => println!(
+                "level {k}:     singleton, mode {}, {} coordinates",
+                l.mode, l.size
+            ),
         }
     }
     for a in &h.arrays {
