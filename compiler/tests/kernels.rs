@@ -527,36 +527,11 @@ fn transpose_into_a_sparse_output_scatters() {
     }
 }
 
-/// COO operands (`sq`, `sqq`, `dsq`) in every role the lattice has: alone, intersected and
-/// united with unique levels, a diagonal, an output indexed by fewer variables, and COO
-/// outputs. Non-unique levels group equal coordinates, so each result equals the oracle's.
+/// COO operands in every role the lattice has ([`common::coo_catalogue`]): non-unique levels
+/// group equal coordinates, so each result equals the oracle's.
 #[test]
 fn coo_operands_match_the_oracle() {
-    let cases: [(&str, &[(&str, &str)]); 10] = [
-        ("y(i) = A(i,j) * x(j)", &[("A", "sq")]),
-        ("y(j) = A(i,j)", &[("A", "sq")]),
-        (
-            "C(i,j) = A(i,j) + B(i,j)",
-            &[("A", "sq"), ("B", "ds"), ("C", "sq")],
-        ),
-        (
-            "C(i,j) = A(i,j) * B(i,j)",
-            &[("A", "sq"), ("B", "sq"), ("C", "ss")],
-        ),
-        (
-            "C(i,j) = A(i,j) + B(i,j)",
-            &[("A", "sq:1,0"), ("B", "sq:1,0"), ("C", "ds:1,0")],
-        ),
-        (
-            "C(i,k) = A(i,j) * B(j,k)",
-            &[("A", "sq"), ("B", "sq"), ("C", "sq")],
-        ),
-        ("x(i) = A(i,i)", &[("A", "sq")]),
-        ("a = A(i,j,k) * B(i,j,k)", &[("A", "sqq"), ("B", "dsq")]),
-        ("y(i) = A(i,j,k) * B(j,k)", &[("A", "sqq"), ("B", "sq")]),
-        ("C(j,i) = A(i,j)", &[("A", "sq"), ("C", "sq")]),
-    ];
-    for (expr, formats) in cases {
+    for (expr, formats) in common::coo_catalogue() {
         for seed in 0..12u64 {
             let case = Case::fixed(expr, formats, &[], seed);
             let kernel = case

@@ -86,26 +86,9 @@ fn instances() -> Vec<Instance> {
         }
         assert!(found > 0, "no random formats lowered for `{expr}`");
     }
-    // COO operands in each role of the merge lattice, and a parallelized loop over a
-    // non-unique level (which runs sequentially).
-    let coo: [(&str, &[(&str, &str)]); 6] = [
-        (
-            "C(i,j) = A(i,j) * B(i,j)",
-            &[("A", "sq"), ("B", "sq"), ("C", "sq")],
-        ),
-        (
-            "C(i,j) = A(i,j) + B(i,j)",
-            &[("A", "sq"), ("B", "ds"), ("C", "ss")],
-        ),
-        ("x(i) = A(i,i)", &[("A", "sq")]),
-        ("a = A(i,j,k) * B(i,j,k)", &[("A", "sqq"), ("B", "dsq")]),
-        (
-            "y(j) = A(i,j,k) * B(i,k)",
-            &[("A", "ssq:0,2,1"), ("B", "sq")],
-        ),
-        ("y(i) = A(i,j) * x(j); parallelize(i)", &[("A", "sq")]),
-    ];
-    for (seed, (expr, formats)) in coo.into_iter().enumerate() {
+    // COO operands in each role of the merge lattice (a parallelized loop over a non-unique
+    // level runs sequentially).
+    for (seed, (expr, formats)) in common::coo_catalogue().into_iter().enumerate() {
         let case = Case::fixed(expr, formats, &[], seed as u64);
         let n = out.len();
         out.push(Instance {
