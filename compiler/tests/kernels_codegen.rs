@@ -83,6 +83,20 @@ fn instances() -> Vec<Instance> {
         assert!(found > 0, "no random formats lowered for `{expr}`");
     }
     mirrored_instances(&mut out);
+    // COO operands in each role of the merge lattice (a parallelized loop over a non-unique
+    // level runs sequentially).
+    for (seed, (expr, formats)) in common::coo_catalogue().into_iter().enumerate() {
+        let case = Case::fixed(expr, formats, &[], seed as u64);
+        let n = out.len();
+        out.push(Instance {
+            case,
+            blocks: None,
+            kernel_fn: format_ident!("k{}", n),
+            value: "f64",
+            index: "u32",
+            threads: if expr.contains("parallelize") { 2 } else { 1 },
+        });
+    }
     out
 }
 

@@ -39,7 +39,7 @@ pub use error::{Error, Result, SyntaxError};
 pub use format::{Format, FormatError, IntoFormat, LevelType};
 pub use io::text_value;
 pub use mtx::{MtxReader, MtxWriter};
-pub use pack::{CountSink, PackError, PackedSizes, Packer, Sink};
+pub use pack::{CountSink, PackError, PackedArrays, PackedSizes, Packer, Sink};
 pub use tcs::{TcsError, TcsFile, TcsHeader, TcsWriter};
 pub use tensor::{Level, Tensor, TensorError};
 pub use text::{open_text, EntryReader, FileKind};

@@ -179,7 +179,7 @@ impl TcsFile {
         validate_levels_with(&self.dims, &self.format, &levels, vals.len(), &mut || {})?;
         for (k, (level, info)) in levels.iter().zip(&self.header.levels).enumerate() {
             let mode = self.header.modes[info.mode as usize];
-            if let LevelView::Compressed { pos, crd } = level {
+            if let LevelView::Compressed { crd, .. } | LevelView::Singleton { crd } = level {
                 if info.size != crd.len() as u64 {
                     return Err(TcsError::Field {
                         what: format!("size of level {k}"),
@@ -187,7 +187,6 @@ impl TcsFile {
                         expected: crd.len() as u64,
                     });
                 }
-                debug_assert_eq!(pos.last().map(|p| p.to_usize()), Some(crd.len()));
                 // Coordinates are already known to be below the dimension; a block must also
                 // keep them inside its split range.
                 let whole = mode.split_lo == 0 && mode.split_hi == mode.dim;
@@ -233,6 +232,11 @@ impl TcsFile {
                         pos: cast(pos)?,
                         crd: cast(crd)?,
                     }
+                }
+                LevelType::Singleton => {
+                    let crd = arrays.next().expect("layout");
+                    debug_assert_eq!(crd.kind, ArrayKind::Crd);
+                    LevelView::Singleton { crd: cast(crd)? }
                 }
             });
         }
@@ -284,6 +288,7 @@ impl TcsFile {
                     pos: pos.to_vec(),
                     crd: crd.to_vec(),
                 },
+                LevelView::Singleton { crd } => crate::Level::Singleton { crd: crd.to_vec() },
             })
             .collect();
         Tensor::from_parts(

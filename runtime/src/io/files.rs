@@ -217,7 +217,13 @@ pub fn merge_dir<C: Communicator + ?Sized>(
     let opened = agreed(
         comm,
         mine.iter()
-            .map(|p| TcsFile::open(p).map_err(file_err))
+            .map(|p| {
+                let f = TcsFile::open(p).map_err(file_err)?;
+                match f.format().coo_start() {
+                    Some(_) => Err(super::coo::file_error(f.format())),
+                    None => Ok(f),
+                }
+            })
             .collect::<Result<Vec<_>, _>>(),
     )?;
     // Every file must hold the same value type and coordinate width.
