@@ -4,7 +4,7 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
 use super::{Gen, OutTarget};
-use crate::ir::{Domain, Nest, OutputKind};
+use crate::ir::{Domain, LevelRef, Nest, OutputKind};
 
 impl Gen<'_> {
     /// The innermost loop when it is a dense loop over rows: every level it locates is the last
@@ -18,29 +18,19 @@ impl Gen<'_> {
         d: usize,
         target: OutTarget,
     ) -> Option<TokenStream> {
+        if !self.dense_inner_applies(nest, d) {
+            return None;
+        }
         let lp = &nest.loops[d];
         let out_here = nest.acc_depth == nest.loops.len();
-        if d + 1 != nest.loops.len() || lp.domain != Domain::Universe || !lp.iterate.is_empty() {
-            return None;
-        }
         let mut out_row = self.mirror_row(lp.var).filter(|_| out_here);
-        if out_here && self.k.output_kind != OutputKind::Dense && out_row.is_none() {
-            return None;
-        }
         let (first, end) = self.span(lp.var);
         let (mut lo, mut hi) = (vec![first], vec![end]);
         let mut rows = TokenStream::new();
         let mut binds = TokenStream::new();
         for r in &lp.locate {
-            let acc = &self.k.accesses[r.access];
             let is_out = r.access == self.k.output_access;
-            if self.k.level_var(*r) != lp.var
-                || r.level + 1 != acc.level_vars.len()
-                || !(is_out || self.required(nest, r.access))
-            {
-                return None;
-            }
-            let t = acc.tensor;
+            let t = self.tensor_of(r.access);
             let (size, off) = (self.lvl(t, r.level, "size"), self.lvl(t, r.level, "off"));
             let parent = self.parent(*r);
             if is_out {
@@ -49,14 +39,17 @@ impl Gen<'_> {
             }
             lo.push(quote!(#off));
             hi.push(quote!(#off + #size));
-            let vals = self.vals(t);
             let row = format_ident!("row{}", r.access);
             let v = self.val(r.access);
-            rows.extend(quote!(let #row: &[V] = &#vals[#parent * #size + (lo - #off)..][..n];));
+            if self.row_hoisted_to(nest, *r).is_some() {
+                // Sliced outside to the same range; re-sliced to `n` so the loop's indexing
+                // is visibly in bounds (one check here, none per element).
+                rows.extend(quote!(let #row: &[V] = &#row[..n];));
+            } else {
+                let vals = self.vals(t);
+                rows.extend(quote!(let #row: &[V] = &#vals[#parent * #size + (lo - #off)..][..n];));
+            }
             binds.extend(quote!(let #v: V = #row[t];));
-        }
-        if out_here && out_row.is_none() {
-            return None;
         }
         let var = self.var(lp.var);
         let e = self.expr(&self.step_expr(nest));
@@ -111,5 +104,96 @@ impl Gen<'_> {
         let parent = self.mirror_pos(m, last - 1);
         let size = self.lvl(self.k.output, last, "size");
         Some(quote!(#parent * #size + lo))
+    }
+
+    /// Whether loop `d` is emitted by [`Self::dense_inner_loop`]: the innermost loop, dense,
+    /// every level it locates the last of its access, indexed by its variable and required
+    /// (or the output's), and the output, if written here, a row of it.
+    fn dense_inner_applies(&self, nest: &Nest, d: usize) -> bool {
+        let lp = &nest.loops[d];
+        let out_here = nest.acc_depth == nest.loops.len();
+        if d + 1 != nest.loops.len() || lp.domain != Domain::Universe || !lp.iterate.is_empty() {
+            return false;
+        }
+        let rows_ok = lp.locate.iter().all(|r| {
+            let is_out = r.access == self.k.output_access;
+            self.k.level_var(*r) == lp.var
+                && r.level + 1 == self.k.accesses[r.access].level_vars.len()
+                && (is_out || self.required(nest, r.access))
+        });
+        let out_located = lp.locate.iter().any(|r| r.access == self.k.output_access);
+        let out_ok = !out_here
+            || if self.k.output_kind == OutputKind::Dense {
+                out_located
+            } else {
+                self.mirror_row(lp.var).is_some()
+            };
+        rows_ok && out_ok
+    }
+
+    /// The outer loop a row of the innermost dense loop is sliced in, when that loop is not
+    /// the innermost's parent: an operand row whose parent position is fixed two or more loops
+    /// out (MTTKRP's `C(k,j)` under loops `k, l, m`) is then sliced once per iteration of the
+    /// loop that fixes it, not once per innermost nonzero.
+    fn row_hoisted_to(&self, nest: &Nest, r: LevelRef) -> Option<usize> {
+        let last = nest.loops.len() - 1;
+        if r.level == 0 || r.access == self.k.output_access || !nest.loops[last].locate.contains(&r)
+        {
+            return None;
+        }
+        let parent = LevelRef {
+            access: r.access,
+            level: r.level - 1,
+        };
+        let d = nest
+            .loops
+            .iter()
+            .position(|lp| lp.iterate.contains(&parent) || lp.locate.contains(&parent))?;
+        (d + 1 < last && self.dense_inner_applies(nest, last)).then_some(d)
+    }
+
+    /// The rows hoisted to loop `d` (see [`Self::row_hoisted_to`]), sliced over the innermost
+    /// loop's common range; empty where that range is.
+    pub(super) fn hoisted_rows(&self, nest: &Nest, d: usize) -> TokenStream {
+        let Some(lp) = nest.loops.last() else {
+            return quote!();
+        };
+        let hoisted: Vec<LevelRef> = lp
+            .locate
+            .iter()
+            .copied()
+            .filter(|r| self.row_hoisted_to(nest, *r) == Some(d))
+            .collect();
+        if hoisted.is_empty() {
+            return quote!();
+        }
+        // The innermost loop's range, as `dense_inner_loop` computes it.
+        let (first, end) = self.span(lp.var);
+        let (mut lo, mut hi) = (vec![first], vec![end]);
+        for r in lp
+            .locate
+            .iter()
+            .filter(|r| r.access != self.k.output_access)
+        {
+            let t = self.tensor_of(r.access);
+            let (size, off) = (self.lvl(t, r.level, "size"), self.lvl(t, r.level, "off"));
+            lo.push(quote!(#off));
+            hi.push(quote!(#off + #size));
+        }
+        let mut ts = TokenStream::new();
+        for r in hoisted {
+            let t = self.tensor_of(r.access);
+            let (size, off) = (self.lvl(t, r.level, "size"), self.lvl(t, r.level, "off"));
+            let (vals, parent) = (self.vals(t), self.parent(r));
+            let row = format_ident!("row{}", r.access);
+            ts.extend(quote! {
+                let #row: &[V] = {
+                    let lo: usize = 0usize #(.max(#lo))*;
+                    let hi: usize = usize::MAX #(.min(#hi))*;
+                    if lo < hi { &#vals[#parent * #size + (lo - #off)..][..hi - lo] } else { &[] }
+                };
+            });
+        }
+        ts
     }
 }
