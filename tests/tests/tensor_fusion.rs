@@ -192,3 +192,24 @@ fn matrices_accumulation_and_repeated_operands() -> Res<()> {
     }
     Ok(())
 }
+
+/// Empty and one-element vectors, one tensor passed as two operands, and `f32` values.
+#[test]
+fn empty_vectors_aliased_operands_and_f32() -> Res<()> {
+    for n in [0, 1, 3000] {
+        let a: Tensor<f32> =
+            Tensor::dense_from_vec(vec![n], (0..n).map(|i| i as f32 * 0.5 - 7.0).collect())?;
+        let b = &a;
+        let want = tensor!(t(i) = a(i) * b(i) + abs(a(i)))?;
+        for window in [1, 4] {
+            let rt = runtime(window);
+            let a = Stored::upload(&rt, &a)?;
+            let b = &a;
+            let t = tensor!(rt => t(i) = a(i) * b(i) + abs(a(i)))?;
+            let got = t.to_tensor(&rt)?;
+            assert_eq!(got.dims(), &[n]);
+            assert_eq!(got.vals(), want.vals(), "n {n}, window {window}");
+        }
+    }
+    Ok(())
+}

@@ -103,7 +103,7 @@ fn task_name<V: PlanValue>(text: &str, body: ChunkFn<V>) -> String {
 }
 
 fn register<V: PlanValue>(rt: &Runtime, name: &str, body: ChunkFn<V>) -> Result<(), PlanRunError> {
-    match rt.register_elementwise::<V>(name, move |c| body(c)) {
+    match rt.register_elementwise::<V>(name, body) {
         // Run before on `rt`: the same body under the same name.
         Ok(()) | Err(tessera_runtime::RuntimeError::DuplicateTask(_)) => Ok(()),
         Err(e) => Err(e.into()),
