@@ -8,6 +8,8 @@ use std::fmt::Write as _;
 const KERNELS: &[(&str, &str)] = &[
     ("spmv", "y(i) = A(i,j) * x(j); A: csr"),
     ("spmv_par", "y(i) = A(i,j) * x(j); A: csr; parallelize(i)"),
+    // COO (a non-unique row level over a singleton column level) beside CSR.
+    ("spmv_coo", "y(i) = A(i,j) * x(j); A: sq"),
     ("spmm", "C(i,k) = A(i,j) * B(j,k); A: csr"),
     (
         "spmm_par",

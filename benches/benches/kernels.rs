@@ -79,6 +79,9 @@ fn bench_spmv<I: Index + sprs::SpIndex>(table: &mut Table, scale: f64, bw: f64, 
     check_same("spmv", gen.vals(), &hand_spmv(&ip, &ic, &vals, &x, rows));
     let gen_par = generated::spmv_par::<f64, I>(&[&a, &x_i], &[rows]);
     check_same("spmv_par", gen_par.vals(), gen.vals());
+    let a_coo = a.to_format("sq").expect("COO of the same matrix");
+    let gen_coo = generated::spmv_coo::<f64, I>(&[&a_coo, &x_i], &[rows]);
+    check_same("spmv_coo", gen_coo.vals(), gen.vals());
 
     // Bytes SpMV must move: the matrix once, x once (at best), y written once.
     let bytes = crd.len() * (8 + (bits as usize / 8))
@@ -108,6 +111,24 @@ fn bench_spmv<I: Index + sprs::SpIndex>(table: &mut Table, scale: f64, bw: f64, 
         };
         let [t_gen, t_hand, t_sprs] = race([(threads, g), (threads, h), (1, &sprs1)]);
         let name = format!("spmv csr u{bits} {} {threads}t", spread.name());
+        if threads == 1 {
+            // COO walks a row index per entry (and groups each row's run) instead of `pos`.
+            let coo = || {
+                drop(black_box(generated::spmv_coo::<f64, I>(
+                    &[&a_coo, &x_i],
+                    &[rows],
+                )))
+            };
+            let [t_coo, t_csr] = race([(1, &coo), (1, &gen1)]);
+            table.row(
+                &format!("spmv coo u{bits} 1t vs csr"),
+                "ms",
+                t_coo * 1e3,
+                "csr",
+                t_csr * 1e3,
+                false,
+            );
+        }
         table.row(
             &format!("{name} vs hand-written"),
             "ms",

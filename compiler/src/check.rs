@@ -545,7 +545,7 @@ fn check_formats(
         let format = Format::parse(&spec.format, *rank).map_err(|e| {
             Diagnostic::new(format!("bad format for `{name}`: {e}"), text_span)
                 .label(format!("`{name}` has rank {rank}"))
-                .hint("formats are `d`/`s` per level, optionally `:mode,order` (e.g. `ds:1,0`), or dense, csr, csc, dcsr, csf")
+                .hint("formats are `d`/`s`/`q` per level, optionally `:mode,order` (e.g. `ds:1,0`, COO `sq`), or dense, csr, csc, dcsr, csf, coo")
         })?;
         out.insert(name.to_string(), format);
     }

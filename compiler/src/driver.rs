@@ -12,6 +12,7 @@ use crate::check::Checked;
 use crate::ir::Kernel;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use tessera_formats::ValueType;
 
 /// The verbatim sources copied into every generated crate.
 const TEMPLATE_MAIN: &str = include_str!("driver/template_main.rs");
@@ -53,14 +54,28 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> DriverError + '_ {
     }
 }
 
-/// Choices that change the generated program.
-#[derive(Clone, Copy, Debug, Default)]
+/// Choices that change the generated program (all of them are in its sources, so in its
+/// cache key: an f32 program never reuses an f64 one's build).
+#[derive(Clone, Copy, Debug)]
 pub struct Options {
+    /// The value type the program computes in and writes.
+    pub value: ValueType,
     /// 64-bit coordinates instead of 32-bit.
     pub wide_index: bool,
     /// The schedule distributes the statement (`split`): the program runs its plan's block
     /// tasks on tessera-runtime, with the generated block kernel.
     pub distributed: bool,
+}
+
+impl Default for Options {
+    /// f64 values, 32-bit coordinates, the plain kernel.
+    fn default() -> Self {
+        Options {
+            value: ValueType::F64,
+            wide_index: false,
+            distributed: false,
+        }
+    }
 }
 
 /// The files of a generated crate, and the key that names it in the cache.
@@ -142,6 +157,7 @@ pub fn generate(
         .replace("@KERNEL_MODS@", kernel_mods)
         .replace("@STATEMENT@", &format!("{statement:?}"))
         .replace("@SIGNATURE@", &signature_source(c, &inputs, "bind"))
+        .replace("@VALUE@", opts.value.name())
         .replace("@INDEX@", if opts.wide_index { "u64" } else { "u32" });
     let mut files = vec![
         ("src/main.rs".to_string(), main),

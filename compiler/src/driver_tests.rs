@@ -22,18 +22,28 @@ fn cache_key_follows_what_is_built() {
         "y(i) = A(i,j) * x(j); A: csr",
         Options {
             wide_index: true,
-            distributed: false,
+            ..Options::default()
         },
     );
+    let narrow = |value| Options {
+        value,
+        ..Options::default()
+    };
+    let f32 = generated("y(i) = A(i,j) * x(j); A: csr", narrow(ValueType::F32));
+    let i64 = generated("y(i) = A(i,j) * x(j); A: csr", narrow(ValueType::I64));
     let par = generated(
         "y(i) = A(i,j) * x(j); A: csr; parallelize(i)",
         Options::default(),
     );
-    for other in [&csc, &wide, &par] {
+    for other in [&csc, &wide, &par, &f32, &i64] {
         assert_ne!(a.key, other.key);
         assert_ne!(a.name, other.name);
     }
+    assert_ne!(f32.key, i64.key);
     assert!(file(&wide, "src/main.rs").contains("type I = u64;"));
+    assert!(file(&a, "src/main.rs").contains("type V = f64;"));
+    assert!(file(&f32, "src/main.rs").contains("type V = f32;"));
+    assert!(file(&i64, "src/main.rs").contains("type V = i64;"));
 }
 
 #[test]

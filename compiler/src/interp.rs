@@ -113,13 +113,7 @@ fn repack<V: Value, I: Index>(t: &Tensor<V, I>, to: &Format) -> Result<Tensor<V,
         .entries()
         .map(|(c, v)| (order.iter().map(|m| c[*m]).collect(), v))
         .collect();
-    let mut p = Packer::new(
-        t.dims(),
-        to,
-        level_dims.iter().map(|d| (*d, 0)).collect(),
-        |_| (Vec::new(), Vec::new()),
-        Vec::new(),
-    );
+    let mut p = Packer::in_memory(t.dims(), to, level_dims.iter().map(|d| (*d, 0)).collect());
     for (c, v) in counting_sort(entries, &level_dims) {
         p.push(&c, v).map_err(|e| match e {
             tessera_formats::PackError::Tensor(t) => t,
@@ -353,6 +347,7 @@ fn check_shapes(
 enum LevelData<'a, I> {
     Dense { size: usize, offset: usize },
     Compressed { pos: &'a [I], crd: &'a [I] },
+    Singleton { crd: &'a [I] },
 }
 
 struct State<'a, V, I> {
@@ -369,6 +364,13 @@ struct State<'a, V, I> {
     out_level_dims: Vec<usize>,
     /// `pos[a][l]`: position of access `a` at level `l` under the current loop bindings.
     pos: Vec<Vec<Option<usize>>>,
+    /// `ends[a][l]`: for a non-unique level (one above a singleton level), the end of the
+    /// group of positions sharing the coordinate at `pos[a][l]`: the singleton level below
+    /// iterates `pos[a][l]..ends[a][l]`.
+    ends: Vec<Vec<usize>>,
+    /// `non_unique[a][l]`: level `l` of access `a` is non-unique (its iteration groups equal
+    /// coordinates).
+    non_unique: Vec<Vec<bool>>,
 }
 
 impl<'a, V: Value, I: Index> State<'a, V, I> {
@@ -415,6 +417,21 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
             .iter()
             .map(|a| vec![None; a.level_vars.len()])
             .collect();
+        let ends = k
+            .accesses
+            .iter()
+            .map(|a| vec![0; a.level_vars.len()])
+            .collect();
+        let non_unique = k
+            .accesses
+            .iter()
+            .map(|a| {
+                let f = &k.tensors[a.tensor].format;
+                (0..a.level_vars.len())
+                    .map(|l| f.is_non_unique(l))
+                    .collect()
+            })
+            .collect();
         State {
             k,
             levels,
@@ -434,7 +451,37 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
                 .map(|m| out_dims[*m])
                 .collect(),
             pos,
+            ends,
+            non_unique,
         }
+    }
+
+    /// The positions `lo..hi` of level `r`'s children of the parent's position: `pos` of a
+    /// compressed level, the parent's group of a singleton level (empty under an absent
+    /// parent).
+    fn segment(&self, r: LevelRef) -> (&'a [I], usize, usize) {
+        let parent = self.parent(r);
+        match self.levels[r.access][r.level] {
+            LevelData::Compressed { pos, crd } => match parent {
+                Some(p) => (crd, pos[p].to_usize(), pos[p + 1].to_usize()),
+                None => (crd, 0, 0),
+            },
+            LevelData::Singleton { crd } => match parent {
+                Some(p) => (crd, p, self.ends[r.access][r.level - 1]),
+                None => (crd, 0, 0),
+            },
+            LevelData::Dense { .. } => unreachable!("verified: iterated levels are sparse"),
+        }
+    }
+
+    /// The end of the group of positions from `p` (below `hi`) with `p`'s coordinate: `p + 1`
+    /// for a unique level.
+    fn group_end(&self, r: LevelRef, crd: &[I], p: usize, hi: usize) -> usize {
+        if !self.non_unique[r.access][r.level] {
+            return p + 1;
+        }
+        let c = crd[p];
+        p + 1 + crd[p + 1..hi].iter().take_while(|x| **x == c).count()
     }
 
     /// Position of the parent of level `r.level` (the root is position 0).
@@ -492,12 +539,28 @@ impl<'a, V: Value, I: Index> State<'a, V, I> {
                     }
                     BinOp::Mul => l * r,
                     BinOp::Div => l / r,
-                    // Exact in f64 for f32 and f64 values (comparisons, min/max), or
-                    // computed in f64 and rounded (pow), as the generated code does.
-                    _ => V::from_f64(crate::semiring::binary(*op, l.to_f64(), r.to_f64())),
+                    // In the value type, as the generated code does: i64 beyond 2^53 does
+                    // not survive a trip through f64.
+                    BinOp::Min => combine(ReduceOp::Min, l, r),
+                    BinOp::Max => combine(ReduceOp::Max, l, r),
+                    // Computed in f64 and rounded, as the generated code does.
+                    BinOp::Pow => V::from_f64(l.to_f64().powf(r.to_f64())),
+                    _ => truth(
+                        crate::semiring::logical(*op, l, r, V::zero())
+                            .expect("the other operators compare"),
+                    ),
                 }
             }
         }
+    }
+}
+
+/// 1 for true, 0 for false: what comparisons and logic give.
+fn truth<V: Value>(b: bool) -> V {
+    if b {
+        V::from_f64(1.0)
+    } else {
+        V::zero()
     }
 }
 
@@ -519,13 +582,7 @@ pub fn combine<V: Value>(r: ReduceOp, a: V, x: V) -> V {
                 a
             }
         }
-        ReduceOp::Or => {
-            if a != V::zero() || x != V::zero() {
-                V::from_f64(1.0)
-            } else {
-                V::zero()
-            }
-        }
+        ReduceOp::Or => truth(a != V::zero() || x != V::zero()),
     }
 }
 
@@ -536,6 +593,7 @@ fn level_data<I: Index>(l: &Level<I>) -> LevelData<'_, I> {
             offset: *offset,
         },
         Level::Compressed { pos, crd } => LevelData::Compressed { pos, crd },
+        Level::Singleton { crd } => LevelData::Singleton { crd },
     }
 }
 
@@ -568,13 +626,7 @@ impl<V: Value, I: Index> Sink<V, I> {
         });
         let packer = (k.output_kind == OutputKind::Sparse && in_order).then(|| {
             let dense = fmt.mode_order().iter().map(|m| (out_dims[*m], 0)).collect();
-            Packer::new(
-                out_dims,
-                fmt,
-                dense,
-                |_| (Vec::new(), Vec::new()),
-                Vec::new(),
-            )
+            Packer::in_memory(out_dims, fmt, dense)
         });
         let ws_len = k
             .nests
@@ -705,17 +757,7 @@ fn packed_tensor<V: Value, I: Index>(
         tessera_formats::PackError::Tensor(t) => t,
         tessera_formats::PackError::Sink(never) => match never {},
     })?;
-    let levels = arrays
-        .into_iter()
-        .zip(fmt.mode_order())
-        .map(|(a, m)| match a {
-            Some((pos, crd)) => Level::Compressed { pos, crd },
-            None => Level::Dense {
-                size: out_dims[*m],
-                offset: 0,
-            },
-        })
-        .collect();
+    let levels = Level::from_packed(out_dims, fmt, arrays);
     Tensor::from_parts(out_dims.to_vec(), fmt.clone(), levels, vals)
 }
 
@@ -760,15 +802,9 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
     fn run_loop(&mut self, d: usize) {
         let lp = &self.nest.loops[d];
         // Each iterator: (level ref, crd, current pointer, end).
-        let mut its: Vec<(LevelRef, &[I], usize, usize)> = Vec::with_capacity(lp.iterate.len());
+        let mut its: Vec<Iter<'_, I>> = Vec::with_capacity(lp.iterate.len());
         for r in &lp.iterate {
-            let LevelData::Compressed { pos, crd } = self.s.levels[r.access][r.level] else {
-                unreachable!("verified: iterated levels are compressed")
-            };
-            let (mut lo, mut hi) = match self.s.parent(*r) {
-                Some(p) => (pos[p].to_usize(), pos[p + 1].to_usize()),
-                None => (0, 0),
-            };
+            let (crd, mut lo, mut hi) = self.s.segment(*r);
             if self.s.narrowed[lp.var] {
                 // Coordinates are sorted within a segment: keep those inside the block.
                 let b = &self.s.bounds[lp.var];
@@ -784,19 +820,20 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
             Domain::Empty => {}
             Domain::Single => {
                 let (r, crd, lo, hi) = its[0];
-                for (q, c) in (lo..hi).zip(&crd[lo..hi]) {
+                let mut q = lo;
+                while q < hi {
+                    let e = self.s.group_end(r, crd, q, hi);
                     self.s.pos[r.access][r.level] = Some(q);
-                    self.visit(d, lp.var, c.to_usize());
+                    self.s.ends[r.access][r.level] = e;
+                    self.visit(d, lp.var, crd[q].to_usize());
+                    q = e;
                 }
             }
             Domain::Universe => {
                 for c in self.s.bounds[lp.var].clone() {
-                    for (n, (r, crd, p, end)) in its.iter().enumerate() {
-                        present[n] = *p < *end && crd[*p].to_usize() == c;
-                        self.s.pos[r.access][r.level] = present[n].then_some(*p);
-                    }
+                    self.bind_present(&its, c, &mut present);
                     self.visit(d, lp.var, c);
-                    advance(&mut its, &present);
+                    self.advance(&mut its, &present);
                 }
             }
             Domain::Merge(f) => loop {
@@ -810,15 +847,33 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
                     .map(|(_, crd, p, _)| crd[*p].to_usize())
                     .min()
                     .expect("an active iterator exists when the formula holds");
-                for (n, (r, crd, p, end)) in its.iter().enumerate() {
-                    present[n] = *p < *end && crd[*p].to_usize() == c;
-                    self.s.pos[r.access][r.level] = present[n].then_some(*p);
-                }
+                self.bind_present(&its, c, &mut present);
                 if f.eval(&present) {
                     self.visit(d, lp.var, c);
                 }
-                advance(&mut its, &present);
+                self.advance(&mut its, &present);
             },
+        }
+    }
+
+    /// Marks which iterators are at coordinate `c` and binds their positions (and group
+    /// ends) for the body.
+    fn bind_present(&mut self, its: &[Iter<'_, I>], c: usize, present: &mut [bool]) {
+        for (n, (r, crd, p, end)) in its.iter().enumerate() {
+            present[n] = *p < *end && crd[*p].to_usize() == c;
+            self.s.pos[r.access][r.level] = present[n].then_some(*p);
+            if present[n] {
+                self.s.ends[r.access][r.level] = self.s.group_end(*r, crd, *p, *end);
+            }
+        }
+    }
+
+    /// Moves past the current coordinate (its whole group) every iterator that had it.
+    fn advance(&self, its: &mut [Iter<'_, I>], present: &[bool]) {
+        for (n, it) in its.iter_mut().enumerate() {
+            if present[n] {
+                it.2 = self.s.ends[it.0.access][it.0.level];
+            }
         }
     }
 
@@ -835,14 +890,18 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
                     let i = x.checked_sub(offset).filter(|i| *i < size)?;
                     Some(p * size + i)
                 }),
-                // The second mode of a diagonal: search the parent's segment.
-                LevelData::Compressed { pos, crd } => self.s.parent(*r).and_then(|p| {
-                    let (lo, hi) = (pos[p].to_usize(), pos[p + 1].to_usize());
-                    let k = crd[lo..hi]
-                        .binary_search_by(|c| c.to_usize().cmp(&x))
-                        .ok()?;
-                    Some(lo + k)
-                }),
+                // The second mode of a diagonal: search the parent's segment (sorted; a
+                // non-unique level's group of `x` is where it starts and ends).
+                LevelData::Compressed { .. } | LevelData::Singleton { .. } => {
+                    let (crd, lo, hi) = self.s.segment(*r);
+                    let seg = &crd[lo..hi];
+                    let (first, end) = (
+                        lo + seg.partition_point(|c| c.to_usize() < x),
+                        lo + seg.partition_point(|c| c.to_usize() <= x),
+                    );
+                    self.s.ends[r.access][r.level] = end;
+                    (first < end).then_some(first)
+                }
             };
             self.s.pos[r.access][r.level] = p;
         }
@@ -938,11 +997,6 @@ impl<V: Value, I: Index> NestRun<'_, '_, V, I> {
     }
 }
 
-/// Moves past the current coordinate every iterator that had it.
-fn advance<I>(its: &mut [(LevelRef, &[I], usize, usize)], present: &[bool]) {
-    for (n, it) in its.iter_mut().enumerate() {
-        if present[n] {
-            it.2 += 1;
-        }
-    }
-}
+/// A loop's iterator over one level: the level, its `crd`, the current position and the
+/// end of its segment.
+type Iter<'a, I> = (LevelRef, &'a [I], usize, usize);

@@ -314,10 +314,9 @@ impl Kernel {
                     |msg: &str| format!("nest {n}, loop {d} ({}): {msg}", self.vars[lp.var].name);
                 bound[lp.var] = true;
                 for r in &lp.iterate {
-                    if self.level_type(*r) != LevelType::Compressed || self.level_var(*r) != lp.var
-                    {
+                    if !self.level_type(*r).is_sparse() || self.level_var(*r) != lp.var {
                         return Err(here(
-                            "iterated level is not a compressed level of this variable",
+                            "iterated level is not a sparse level of this variable",
                         ));
                     }
                     if resolved[r.access] != r.level {

@@ -101,15 +101,30 @@ pub fn binary(op: BinOp, a: f64, b: f64) -> f64 {
             }
         }
         BinOp::Pow => a.powf(b),
-        BinOp::Lt => truth(a < b),
-        BinOp::Le => truth(a <= b),
-        BinOp::Gt => truth(a > b),
-        BinOp::Ge => truth(a >= b),
-        BinOp::Eq => truth(a == b),
-        BinOp::Ne => truth(a != b),
-        BinOp::And => truth(a != 0.0 && b != 0.0),
-        BinOp::Or => truth(a != 0.0 || b != 0.0),
+        _ => truth(logical(op, a, b, 0.0).expect("the other operators compare")),
     }
+}
+
+/// A comparison or logic operator on values of any ordered type (the interpreter's value
+/// type too: i64 beyond 2^53 does not survive f64), or `None` for arithmetic ones.
+pub fn logical<T: PartialOrd>(op: BinOp, a: T, b: T, zero: T) -> Option<bool> {
+    Some(match op {
+        BinOp::Lt => a < b,
+        BinOp::Le => a <= b,
+        BinOp::Gt => a > b,
+        BinOp::Ge => a >= b,
+        BinOp::Eq => a == b,
+        BinOp::Ne => a != b,
+        BinOp::And => a != zero && b != zero,
+        BinOp::Or => a != zero || b != zero,
+        BinOp::Add
+        | BinOp::Sub
+        | BinOp::Mul
+        | BinOp::Div
+        | BinOp::Min
+        | BinOp::Max
+        | BinOp::Pow => return None,
+    })
 }
 
 /// A function of one value.

@@ -9,7 +9,7 @@ use common::{catalogue, Case, Rng};
 use proptest::prelude::*;
 use tessera_compiler::interp;
 use tessera_compiler::lower::LowerError;
-use tessera_formats::{Format, Level, LevelType, Tensor};
+use tessera_formats::{Format, Level, Tensor};
 
 /// Runs one random instance of `expr`; returns false when lowering rejected the random
 /// formats (no compatible loop order), after checking that rejection's message and hint.
@@ -125,7 +125,7 @@ fn spmv_on_row_blocks() {
         let (dims, format, levels, vals) = full[0].clone().into_parts();
         let (pos, crd) = match &levels[1] {
             Level::Compressed { pos, crd } => (pos.clone(), crd.clone()),
-            Level::Dense { .. } => unreachable!("ds"),
+            _ => unreachable!("ds"),
         };
         let (plo, phi) = (pos[lo] as usize, pos[hi] as usize);
         let block_pos: Vec<u32> = pos[lo..=hi].iter().map(|p| p - pos[lo]).collect();
@@ -327,18 +327,22 @@ fn parallelize_checks_the_loop() {
     );
 }
 
-/// Formats the property test draws cover both level types at every level of a rank-3 tensor.
+/// Formats the property test draws cover every level type at every level of a rank-3
+/// tensor where it is legal (no singleton at level 0), COO tails `sqq` and `?sq` included.
 #[test]
 fn random_formats_cover_level_types() {
     let mut rng = Rng(5);
-    let mut seen = [[false; 2]; 3];
-    for _ in 0..200 {
+    let mut seen = [[false; 3]; 3];
+    let mut coo = std::collections::BTreeSet::new();
+    for _ in 0..300 {
         let f = common::random_format(3, &mut rng);
         for (k, l) in f.levels().iter().enumerate() {
-            seen[k][(*l == LevelType::Compressed) as usize] = true;
+            seen[k][*l as usize] = true;
         }
+        coo.extend(f.coo_start());
     }
-    assert_eq!(seen, [[true; 2]; 3]);
+    assert_eq!(seen, [[true, true, false], [true; 3], [true; 3]]);
+    assert_eq!(coo.into_iter().collect::<Vec<_>>(), [0, 1]);
     assert_eq!(
         Format::parse("ds", 2).unwrap(),
         common::format_from_text("ds", 2)
@@ -520,5 +524,29 @@ fn transpose_into_a_sparse_output_scatters() {
         let got = interp::run(&k, &refs, &case.out_dims()).unwrap();
         assert_eq!(got.format(), &case.format_of("A"));
         common::assert_close(&got.to_dense(), &case.oracle(), &case.describe());
+    }
+}
+
+/// COO operands in every role the lattice has ([`common::coo_catalogue`]): non-unique levels
+/// group equal coordinates, so each result equals the oracle's.
+#[test]
+fn coo_operands_match_the_oracle() {
+    for (expr, formats) in common::coo_catalogue() {
+        for seed in 0..12u64 {
+            let case = Case::fixed(expr, formats, &[], seed);
+            let kernel = case
+                .lower()
+                .unwrap_or_else(|e| panic!("{}: {e}", case.describe()));
+            let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
+            let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
+            let got = interp::run(&kernel, &refs, &case.out_dims())
+                .unwrap_or_else(|e| panic!("{}: {e}\n{kernel}", case.describe()));
+            assert_eq!(got.format(), &case.format_of(&case.output_name()));
+            common::assert_close(
+                &got.to_dense(),
+                &case.oracle(),
+                &format!("{}\n{kernel}", case.describe()),
+            );
+        }
     }
 }

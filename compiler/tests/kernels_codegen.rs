@@ -69,11 +69,7 @@ fn instances() -> Vec<Instance> {
             let n = out.len();
             let (value, index) = types[n % types.len()];
             // Every third instance runs on block views of its inputs.
-            let blocks = (n % 3 == 1 && !semiring).then(|| {
-                let (tensors, data) = common::block_inputs::<u64>(&case, &mut rng);
-                let want = common::oracle_on(&case, &data);
-                (tensors, want)
-            });
+            let blocks = (n % 3 == 1 && !semiring).then(|| block_views(&case, &mut rng));
             out.push(Instance {
                 case,
                 blocks,
@@ -87,7 +83,28 @@ fn instances() -> Vec<Instance> {
         assert!(found > 0, "no random formats lowered for `{expr}`");
     }
     mirrored_instances(&mut out);
+    // COO operands in each role of the merge lattice (a parallelized loop over a non-unique
+    // level runs sequentially).
+    for (seed, (expr, formats)) in common::coo_catalogue().into_iter().enumerate() {
+        let case = Case::fixed(expr, formats, &[], seed as u64);
+        let n = out.len();
+        out.push(Instance {
+            case,
+            blocks: None,
+            kernel_fn: format_ident!("k{}", n),
+            value: "f64",
+            index: "u32",
+            threads: if expr.contains("parallelize") { 2 } else { 1 },
+        });
+    }
     out
+}
+
+/// Block views of the case's inputs and the oracle's result on them.
+fn block_views(case: &Case, rng: &mut Rng) -> Blocks {
+    let (tensors, data) = common::block_inputs::<u64>(case, rng);
+    let want = common::oracle_on(case, &data);
+    (tensors, want)
 }
 
 /// Sparse outputs that copy an operand's structure (`lower::mirror`), sequential and over two
@@ -139,11 +156,7 @@ fn mirrored_instances(out: &mut Vec<Instance>) {
                 "`{src}` with {formats:?} should copy its operand's structure"
             );
             let n = out.len();
-            let blocks = (e % 2 == 1).then(|| {
-                let (tensors, data) = common::block_inputs::<u64>(&case, &mut rng);
-                let want = common::oracle_on(&case, &data);
-                (tensors, want)
-            });
+            let blocks = (e % 2 == 1).then(|| block_views(&case, &mut rng));
             out.push(Instance {
                 case,
                 blocks,

@@ -493,3 +493,31 @@ fn reversed_block_bounds_are_an_error_not_a_panic() {
     let err = interp::run_block(&kernel, &[&a, &x], &[1], &block).unwrap_err();
     assert!(matches!(err, interp::InterpError::Block { .. }), "{err}");
 }
+
+/// A COO operand is planned as its unique form (`dsq` as `dss`: a singleton level's `pos`
+/// is an image of its parent's positions), and its blocks, re-levelled into COO at each
+/// point, give the plain kernel's answer on the runtime.
+#[test]
+fn coo_operands_plan_as_their_unique_form_and_run_on_the_runtime() {
+    let coo = shape(&planned("A(i,j) = B(i,j,k) * c(k); B: dsq; split(i, io, ii, 3)").1);
+    let unique = shape(&planned("A(i,j) = B(i,j,k) * c(k); B: dss; split(i, io, ii, 3)").1);
+    assert_eq!(coo, unique);
+    for (expr, formats) in [
+        ("A(i,j) = B(i,j,k) * c(k)", [("B", "dsq"), ("A", "ds")]),
+        ("y(i) = A(i,j) * x(j)", [("A", "sq"), ("y", "d")]),
+        ("C(i,j) = A(i,j) + B(i,j)", [("A", "sq"), ("C", "sq")]),
+    ] {
+        for schedule in ["split(i, io, ii, 3)", "split(j, jo, ji, 2)"] {
+            let case = Case::fixed(expr, &formats, &[], 7);
+            let src = format!("{}; {schedule}", case.source);
+            let (kernel, plan) = planned(&src);
+            let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
+            let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
+            let rt = tessera_runtime::Runtime::new(2);
+            let out = plan::on_runtime::run(&rt, &plan, &kernel, &refs, &case.out_dims())
+                .unwrap_or_else(|e| panic!("{src}: {e}"));
+            assert_eq!(out.format(), &case.format_of(&case.output_name()), "{src}");
+            common::assert_close(&out.to_dense(), &case.oracle(), &src);
+        }
+    }
+}

@@ -1,8 +1,15 @@
 //! Level formats: a mode order plus one level type per level, in TACO's string convention.
 //!
-//! A format string is either a name (`dense`, `csr`, `csc`, `dcsr`, `csf`) or one letter per
-//! level (`d` dense, `s` compressed) optionally followed by `:` and the mode order, e.g. `ds:1,0`
-//! (CSC). `mode_order[k]` is the tensor mode stored at level `k`.
+//! A format string is either a name (`dense`, `csr`, `csc`, `dcsr`, `csf`, `coo`) or one letter
+//! per level (`d` dense, `s` compressed, `q` singleton) optionally followed by `:` and the mode
+//! order, e.g. `ds:1,0` (CSC). `mode_order[k]` is the tensor mode stored at level `k`.
+//!
+//! Singleton levels follow TACO's COO convention: `sq` is COO for a matrix, `sqq` for a
+//! 3-tensor. A `q` level stores one coordinate per position of the level above it (no `pos`),
+//! and the compressed level that starts the run of singletons is *non-unique*: it stores its
+//! coordinate once per entry below it. So a `q` may only follow an `s` or another `q`, and
+//! every level after the first `q` is a `q` (`dsq`, `ssq`, `sqq` are legal; `q`, `dq`, `sqs`
+//! are not).
 
 use std::fmt;
 
@@ -12,16 +19,26 @@ pub enum LevelType {
     /// Every coordinate of the level's range is stored implicitly (`d`).
     Dense,
     /// Only coordinates that have children are stored, in `pos`/`crd` arrays (`s`).
+    /// Non-unique (one coordinate per entry below it) when a singleton level follows it.
     Compressed,
+    /// One coordinate per position of the parent level, in a `crd` array (`q`): the
+    /// position of the child equals the position of its parent (TACO's singleton level).
+    Singleton,
 }
 
 impl LevelType {
-    /// The letter used in format strings: `d` or `s`.
+    /// The letter used in format strings: `d`, `s` or `q`.
     pub fn letter(self) -> char {
         match self {
             LevelType::Dense => 'd',
             LevelType::Compressed => 's',
+            LevelType::Singleton => 'q',
         }
+    }
+
+    /// True for levels that store coordinates (`s`, `q`): iterated, never located in O(1).
+    pub fn is_sparse(self) -> bool {
+        self != LevelType::Dense
     }
 }
 
@@ -42,8 +59,8 @@ pub enum FormatError {
         levels: usize,
         rank: usize,
     },
-    /// A character other than `d` or `s` in the level part.
-    #[error("format `{text}`: unexpected character `{ch}` at column {column}; expected `d` (dense) or `s` (compressed), or a name: dense, csr, csc, dcsr, csf")]
+    /// A character other than `d`, `s` or `q` in the level part.
+    #[error("format `{text}`: unexpected character `{ch}` at column {column}; expected `d` (dense), `s` (compressed) or `q` (singleton), or a name: dense, csr, csc, dcsr, csf, coo")]
     BadLetter {
         text: String,
         ch: char,
@@ -60,6 +77,15 @@ pub enum FormatError {
         text: String,
         order: Vec<usize>,
         rank: usize,
+    },
+    /// A singleton level `q` where it cannot be: first, after a dense level, or followed by a
+    /// level that is not a singleton. `fix` is the level letters to write instead.
+    #[error("format `{text}`: {problem} at column {column}; a singleton level `q` stores one coordinate per entry of the compressed level `s` before it, and only `q` levels may follow it (COO is `sq` for a matrix, `sqq` for a 3-tensor): write `{fix}`")]
+    Singleton {
+        text: String,
+        problem: &'static str,
+        column: usize,
+        fix: String,
     },
     /// An empty format string.
     #[error("empty format string; expected e.g. `ds`, `ds:1,0`, `csr` or `dense`")]
@@ -92,7 +118,21 @@ impl Format {
                 rank: levels.len(),
             });
         }
+        check_singletons(&text(), &levels)?;
         Ok(Format { levels, mode_order })
+    }
+
+    /// COO: a compressed (non-unique) level followed by `rank - 1` singleton levels; for a
+    /// vector, a compressed level.
+    pub fn coo(rank: usize) -> Format {
+        let mut levels = vec![LevelType::Singleton; rank];
+        if let Some(first) = levels.first_mut() {
+            *first = LevelType::Compressed;
+        }
+        Format {
+            levels,
+            mode_order: (0..rank).collect(),
+        }
     }
 
     /// All levels dense, identity mode order (row-major dense array).
@@ -134,6 +174,7 @@ impl Format {
             levels.push(match ch {
                 'd' | 'D' => LevelType::Dense,
                 's' | 'S' | 'c' | 'C' => LevelType::Compressed,
+                'q' | 'Q' => LevelType::Singleton,
                 _ => {
                     return Err(FormatError::BadLetter {
                         text: text.into(),
@@ -161,6 +202,7 @@ impl Format {
                 rank,
             });
         }
+        check_singletons(text, &levels)?;
         Ok(Format { levels, mode_order })
     }
 
@@ -183,6 +225,7 @@ impl Format {
         match text.to_ascii_lowercase().as_str() {
             "dense" => Ok(Some(Format::dense(rank))),
             "csf" => Ok(Some(Format::all_compressed(rank))),
+            "coo" => Ok(Some(Format::coo(rank))),
             "csr" => matrix([D, S], [0, 1]),
             "csc" => matrix([D, S], [1, 0]),
             "dcsr" => matrix([S, S], [0, 1]),
@@ -212,6 +255,39 @@ impl Format {
             inv[mode] = level;
         }
         inv
+    }
+
+    /// The non-unique compressed level that starts the format's run of singleton levels
+    /// (`Some(0)` for `sq`, `Some(1)` for `dsq`), or `None` without singleton levels.
+    pub fn coo_start(&self) -> Option<usize> {
+        let first = self
+            .levels
+            .iter()
+            .position(|l| *l == LevelType::Singleton)?;
+        Some(first - 1)
+    }
+
+    /// True when level `k` may store a coordinate more than once under one parent: the
+    /// compressed or singleton level directly above a singleton level.
+    pub fn is_non_unique(&self, k: usize) -> bool {
+        self.levels.get(k + 1) == Some(&LevelType::Singleton)
+    }
+
+    /// This format with every singleton level compressed (`sq` → `ss`, `dsqq` → `dsss`):
+    /// the same storage order, each coordinate stored once under its parent.
+    pub fn unique(&self) -> Format {
+        let levels = self
+            .levels
+            .iter()
+            .map(|l| match l {
+                LevelType::Singleton => LevelType::Compressed,
+                l => *l,
+            })
+            .collect();
+        Format {
+            levels,
+            mode_order: self.mode_order.clone(),
+        }
     }
 
     /// True when the mode order is the identity.
@@ -278,6 +354,49 @@ fn display_parts(levels: &[LevelType], order: &[usize]) -> String {
         s.push_str(&parts.join(","));
     }
     s
+}
+
+/// Singleton levels only in a run at the end, right after a compressed level (see the module
+/// docs); the error names the offending column and the letters to write instead.
+fn check_singletons(text: &str, levels: &[LevelType]) -> Result<(), FormatError> {
+    let Some(first) = levels.iter().position(|l| *l == LevelType::Singleton) else {
+        return Ok(());
+    };
+    let order = text
+        .split_once(':')
+        .map_or(String::new(), |(_, o)| format!(":{o}"));
+    let fix = |levels: &[LevelType]| -> String {
+        let letters: String = levels.iter().map(|l| l.letter()).collect();
+        letters + &order
+    };
+    let mut fixed = levels.to_vec();
+    for l in &mut fixed[first..] {
+        *l = LevelType::Singleton;
+    }
+    if first == 0 {
+        fixed[0] = LevelType::Compressed;
+        let problem = "singleton level `q` is the first level (it has no parent)";
+        return Err(singleton_error(text, problem, 1, fix(&fixed)));
+    }
+    if levels[first - 1] == LevelType::Dense {
+        fixed[first - 1] = LevelType::Compressed;
+        let problem = "singleton level `q` follows a dense level `d`";
+        return Err(singleton_error(text, problem, first + 1, fix(&fixed)));
+    }
+    if let Some(k) = (first..levels.len()).find(|k| levels[*k] != LevelType::Singleton) {
+        let problem = "a level other than `q` follows a singleton level";
+        return Err(singleton_error(text, problem, k + 1, fix(&fixed)));
+    }
+    Ok(())
+}
+
+fn singleton_error(text: &str, problem: &'static str, column: usize, fix: String) -> FormatError {
+    FormatError::Singleton {
+        text: text.into(),
+        problem,
+        column,
+        fix,
+    }
 }
 
 fn parse_order(text: &str, order: &str) -> Result<Vec<usize>, FormatError> {

@@ -96,3 +96,49 @@ fn level_of_mode_inverts_the_mode_order() {
         assert_eq!(inv[mode], level);
     }
 }
+
+#[test]
+fn singleton_levels_parse_as_coo() {
+    use LevelType::Singleton as Q;
+    assert_eq!(Format::parse("sq", 2).unwrap().levels(), &[S, Q]);
+    assert_eq!(
+        Format::parse("coo", 2).unwrap(),
+        Format::parse("sq", 2).unwrap()
+    );
+    assert_eq!(Format::parse("coo", 3).unwrap().levels(), &[S, Q, Q]);
+    assert_eq!(Format::parse("coo", 1).unwrap().levels(), &[S]);
+    let f = Format::parse("dsq:2,0,1", 3).unwrap();
+    assert_eq!(f.levels(), &[D, S, Q]);
+    assert_eq!(f.coo_start(), Some(1));
+    assert!(f.is_non_unique(1) && !f.is_non_unique(2) && !f.is_non_unique(0));
+    assert_eq!(f.to_string(), "dsq:2,0,1");
+    assert_eq!(Format::parse("ssqq", 4).unwrap().coo_start(), Some(1));
+    assert_eq!(Format::parse("ds", 2).unwrap().coo_start(), None);
+}
+
+#[test]
+fn misplaced_singleton_levels_name_the_column_and_the_fix() {
+    let msg = |s: &str, r: usize| Format::parse(s, r).unwrap_err().to_string();
+    let first = msg("qs", 2);
+    assert!(
+        first.contains("column 1") && first.contains("first level"),
+        "{first}"
+    );
+    assert!(first.contains("write `sq`"), "{first}");
+    let after_dense = msg("dq:1,0", 2);
+    assert!(
+        after_dense.contains("column 2") && after_dense.contains("dense"),
+        "{after_dense}"
+    );
+    assert!(after_dense.contains("write `sq:1,0`"), "{after_dense}");
+    let after_q = msg("sqs", 3);
+    assert!(
+        after_q.contains("column 3") && after_q.contains("write `sqq`"),
+        "{after_q}"
+    );
+    assert!(msg("dsqd", 4).contains("write `dsqq`"));
+    // The same rule holds for formats built from parts.
+    use LevelType::Singleton as Q;
+    let e = Format::new(vec![D, Q], vec![0, 1]).unwrap_err();
+    assert!(matches!(e, FormatError::Singleton { column: 2, .. }), "{e}");
+}

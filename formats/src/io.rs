@@ -55,7 +55,7 @@ impl<V: Value, I: Index> Tensor<V, I> {
                             *x = usize::try_from(chunk.coords[e * rank + m]).unwrap_or(usize::MAX);
                             max[m] = max[m].max(x.saturating_add(1));
                         }
-                        coo.push(&c, V::from_f64(v)).map_err(tensor_err)?;
+                        coo.push(&c, text_value(path, &c, v)?).map_err(tensor_err)?;
                     }
                 }
                 let dims = match r.declared_dims() {
@@ -85,8 +85,8 @@ impl<V: Value, I: Index> Tensor<V, I> {
                         ),
                     });
                 };
-                let mut w =
-                    MtxWriter::create(path, rows as u64, cols as u64, Some(self.nnz() as u64))?;
+                let (rows, cols, nnz) = (rows as u64, cols as u64, Some(self.nnz() as u64));
+                let mut w = MtxWriter::create_of(path, rows, cols, nnz, V::TYPE)?;
                 for (c, v) in self.entries() {
                     w.write_entry(c[0] as u64, c[1] as u64, v)?;
                 }
@@ -118,11 +118,51 @@ fn parse_for(path: &Path, format: impl IntoFormat, rank: usize) -> Result<Format
     })
 }
 
+/// A value of a `.tns`/`.mtx` file as `V`, or an error naming the file and the entry (1-based
+/// coordinates) when `V` cannot hold it: a fraction or a non-finite value read as `i64`.
+/// Text values are parsed as `f64`, exact for integers below 2^53 only, so an `i64` value
+/// of that size or more is an error too (a `.tcs` file holds any `i64` exactly).
+pub fn text_value<V: Value>(path: &Path, coords: &[usize], x: f64) -> Result<V> {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    if V::TYPE == ValueType::I64 && x.abs() >= EXACT {
+        return Err(unfit::<V>(
+            path,
+            coords,
+            x,
+            "integers of 2^53 or more are not read exactly from text; store the tensor as .tcs",
+        ));
+    }
+    exact_value(path, coords, x)
+}
+
+/// `x` as `V`, or an error naming the file and the entry (see [`text_value`]).
+fn exact_value<V: Value>(path: &Path, coords: &[usize], x: f64) -> Result<V> {
+    V::from_f64_exact(x).ok_or_else(|| unfit::<V>(path, coords, x, "it is not an integer"))
+}
+
+fn unfit<V: Value>(path: &Path, coords: &[usize], x: f64, why: &str) -> Error {
+    let at: Vec<String> = coords.iter().map(|c| (c + 1).to_string()).collect();
+    Error::Unsupported {
+        path: path.to_path_buf(),
+        what: format!(
+            "the entry at ({}) is {x}, which is no {} value ({why})",
+            at.join(", "),
+            V::TYPE.name()
+        ),
+    }
+}
+
 /// Adds the entries of a `.tcs` file of any value and coordinate type to `coo`, as `V`.
 fn tcs_entries<V: Value>(file: &TcsFile, coo: &mut Coo<V>) -> Result<()> {
     fn add<W: Value, J: Index, V: Value>(file: &TcsFile, coo: &mut Coo<V>) -> Result<()> {
         for (c, v) in file.view::<W, J>()?.entries() {
-            coo.push(&c, V::from_f64(v.to_f64()))
+            // The same type is copied as it is (i64 counts beyond 2^53 survive).
+            let v = if W::TYPE == V::TYPE {
+                bytemuck::cast::<W, V>(v)
+            } else {
+                exact_value(file.path(), &c, v.to_f64())?
+            };
+            coo.push(&c, v)
                 .map_err(|source: TensorError| Error::Tensor {
                     path: file.path().to_path_buf(),
                     source,
@@ -130,12 +170,8 @@ fn tcs_entries<V: Value>(file: &TcsFile, coo: &mut Coo<V>) -> Result<()> {
         }
         Ok(())
     }
-    match (file.header().value_type, file.header().index_bits) {
-        (ValueType::F64, 32) => add::<f64, u32, V>(file, coo),
-        (ValueType::F64, _) => add::<f64, u64, V>(file, coo),
-        (ValueType::F32, 32) => add::<f32, u32, V>(file, coo),
-        (ValueType::F32, _) => add::<f32, u64, V>(file, coo),
-    }
+    let h = file.header();
+    crate::with_types!(h.value_type, h.index_bits, |W, J| add::<W, J, V>(file, coo))
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use crate::error::{Error, Result, SyntaxError};
 use crate::lines::{fields, is_blank, parse_f64, parse_u64, LineReader};
 use crate::text::{EntryReader, READ_BUFFER};
 use crate::tns::{parse_coord, push_u64, show};
+use crate::value::ValueType;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Layout {
@@ -470,9 +471,25 @@ impl MtxWriter {
     /// Starts `path` for a `rows` x `cols` matrix; `entries` may be unknown (`None`): then the
     /// count is written when the file is finished.
     pub fn create(path: &Path, rows: u64, cols: u64, entries: Option<u64>) -> Result<Self> {
+        Self::create_of(path, rows, cols, entries, ValueType::F64)
+    }
+
+    /// [`create`](Self::create) for values of type `values`: the header's field is `integer`
+    /// for `i64`, else `real`.
+    pub fn create_of(
+        path: &Path,
+        rows: u64,
+        cols: u64,
+        entries: Option<u64>,
+        values: ValueType,
+    ) -> Result<Self> {
         let file = AtomicFile::create(path)?;
         let handle = file.file().try_clone().map_err(|e| Error::io(path, e))?;
-        let mut head = b"%%MatrixMarket matrix coordinate real general\n".to_vec();
+        let field = match values {
+            ValueType::I64 => "integer",
+            ValueType::F32 | ValueType::F64 => "real",
+        };
+        let mut head = format!("%%MatrixMarket matrix coordinate {field} general\n").into_bytes();
         push_u64(&mut head, rows);
         head.push(b' ');
         push_u64(&mut head, cols);

@@ -58,13 +58,19 @@ impl<E> From<TensorError> for PackError<E> {
     }
 }
 
-/// The arrays of one compressed level while it is being built.
+/// The arrays of one compressed or singleton level while it is being built (a singleton
+/// level never appends to `pos`).
 struct CompressedState<S> {
-    pos: S,
+    singleton: bool,
+    pos: Option<S>,
     crd: S,
     pos_len: usize,
     crd_len: usize,
 }
+
+/// A finished packer's arrays per level: `None` for a dense level, else its `pos` (`None`
+/// for a singleton level) and its `crd`.
+pub type PackedArrays<S> = Vec<Option<(Option<S>, S)>>;
 
 /// Final number of positions per level and the arrays' lengths, from [`Packer::finish`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,6 +89,9 @@ pub struct Packer<V, I, S, VS> {
     /// Exclusive upper bound of coordinates per level (the dimension of its mode).
     bounds: Vec<usize>,
     compressed: Vec<Option<CompressedState<S>>>,
+    /// The non-unique level that starts a run of singletons: from it down, every entry gets
+    /// new positions, even where its coordinates equal the previous entry's.
+    coo_start: usize,
     vals: VS,
     vals_len: usize,
     prev: Vec<usize>,
@@ -100,21 +109,23 @@ where
     VS: Sink<V, Error = E>,
 {
     /// A packer for `format` over mode-space `dims`; dense level `k` covers `dense[k]` =
-    /// (size, offset) (ignored for compressed levels). `sinks` yields (pos, crd) per level.
+    /// (size, offset) (ignored for other levels). `sinks` yields (pos, crd) per compressed
+    /// level and (`None`, crd) per singleton level.
     pub fn new(
         dims: &[usize],
         format: &Format,
         dense: Vec<(usize, usize)>,
-        mut sinks: impl FnMut(usize) -> (S, S),
+        mut sinks: impl FnMut(usize) -> (Option<S>, S),
         vals: VS,
     ) -> Self {
         let rank = format.rank();
         let types = format.levels().to_vec();
         let compressed = (0..rank)
             .map(|k| match types[k] {
-                LevelType::Compressed => {
+                LevelType::Compressed | LevelType::Singleton => {
                     let (pos, crd) = sinks(k);
                     Some(CompressedState {
+                        singleton: types[k] == LevelType::Singleton,
                         pos,
                         crd,
                         pos_len: 0,
@@ -130,6 +141,7 @@ where
             dense,
             bounds,
             compressed,
+            coo_start: format.coo_start().unwrap_or(rank),
             vals,
             vals_len: 0,
             prev: vec![0; rank],
@@ -155,7 +167,7 @@ where
                 Some(k) if coords[k] < self.prev[k] => {
                     return Err(TensorError::NotSorted { entry: self.count }.into())
                 }
-                Some(k) => k,
+                Some(k) => k.min(self.coo_start),
             }
         } else {
             0
@@ -189,11 +201,16 @@ where
                         .and_then(|b| b.checked_add(c - offset))
                         .ok_or(TensorError::TooLarge)?
                 }
+                Some(st) if st.singleton => {
+                    st.crd.push(index::<I>(c)?).map_err(PackError::Sink)?;
+                    st.crd_len += 1;
+                    parent
+                }
                 Some(st) => {
                     if st.pos_len <= parent {
                         // Parents before this one are complete: record where this one starts.
                         let start = index::<I>(st.crd_len)?;
-                        st.pos
+                        pos_sink(&mut st.pos)
                             .push_n(start, parent + 1 - st.pos_len)
                             .map_err(PackError::Sink)?;
                         st.pos_len = parent + 1;
@@ -218,9 +235,10 @@ where
     }
 
     /// Completes every array (trailing `pos` entries, trailing zeros of dense levels) and
-    /// returns the sinks with the final sizes.
+    /// returns the sinks with the final sizes: per level `None` when dense, else its `pos`
+    /// (`None` for a singleton level) and `crd`.
     #[allow(clippy::type_complexity)]
-    pub fn finish(mut self) -> Result<(Vec<Option<(S, S)>>, VS, PackedSizes), PackError<E>> {
+    pub fn finish(mut self) -> Result<(PackedArrays<S>, VS, PackedSizes), PackError<E>> {
         let mut parents = 1usize;
         let mut positions = Vec::with_capacity(self.types.len());
         for k in 0..self.types.len() {
@@ -228,9 +246,10 @@ where
                 None => parents
                     .checked_mul(self.dense[k].0)
                     .ok_or(TensorError::TooLarge)?,
+                Some(st) if st.singleton => parents,
                 Some(st) => {
                     let end = index::<I>(st.crd_len)?;
-                    st.pos
+                    pos_sink(&mut st.pos)
                         .push_n(end, parents + 1 - st.pos_len)
                         .map_err(PackError::Sink)?;
                     st.pos_len = parents + 1;
@@ -256,6 +275,31 @@ where
             },
         ))
     }
+}
+
+impl<V: Value, I: Index> Packer<V, I, Vec<I>, Vec<V>> {
+    /// A packer into vectors (see [`Packer::new`]); [`Level::from_packed`](crate::Level::from_packed)
+    /// turns its finished arrays into levels.
+    pub fn in_memory(dims: &[usize], format: &Format, dense: Vec<(usize, usize)>) -> Self {
+        let compressed: Vec<bool> = format
+            .levels()
+            .iter()
+            .map(|l| *l == LevelType::Compressed)
+            .collect();
+        Packer::new(
+            dims,
+            format,
+            dense,
+            |k| (compressed[k].then(Vec::new), Vec::new()),
+            Vec::new(),
+        )
+    }
+}
+
+/// The `pos` sink of a compressed level (only singleton levels have none).
+fn pos_sink<S>(pos: &mut Option<S>) -> &mut S {
+    pos.as_mut()
+        .expect("the caller gives a pos sink for every compressed level")
 }
 
 fn index<I: Index>(x: usize) -> Result<I, TensorError> {

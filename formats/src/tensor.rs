@@ -1,7 +1,7 @@
 //! In-memory tensors: level arrays in a [`Format`], built from coordinates or from parts.
 
 use crate::format::{Format, FormatError, IntoFormat, LevelType};
-use crate::pack::{PackError, Packer};
+use crate::pack::{PackError, PackedArrays, Packer};
 use crate::value::{Index, Value};
 use crate::view::{validate_levels, LevelView, TensorView};
 
@@ -110,14 +110,43 @@ pub enum Level<I> {
     /// The children of parent position `p` are positions `pos[p]..pos[p+1]`, whose
     /// coordinates are `crd[pos[p]..pos[p+1]]` in increasing order.
     Compressed { pos: Vec<I>, crd: Vec<I> },
+    /// Position `p` has one child, position `p` of this level, whose coordinate is `crd[p]`
+    /// (TACO's singleton level; `crd` has one entry per parent position).
+    Singleton { crd: Vec<I> },
 }
 
 impl<I: Index> Level<I> {
+    /// The levels of a finished [`Packer`] over `dims` in `format` (dense levels cover their
+    /// whole mode, from offset 0).
+    pub fn from_packed(
+        dims: &[usize],
+        format: &Format,
+        arrays: PackedArrays<Vec<I>>,
+    ) -> Vec<Level<I>> {
+        let dense: Vec<(usize, usize)> =
+            format.mode_order().iter().map(|&m| (dims[m], 0)).collect();
+        Self::from_packed_dense(&dense, arrays)
+    }
+
+    /// As [`Level::from_packed`], with dense level `k` of (size, offset) `dense[k]`.
+    fn from_packed_dense(dense: &[(usize, usize)], arrays: PackedArrays<Vec<I>>) -> Vec<Level<I>> {
+        arrays
+            .into_iter()
+            .zip(dense)
+            .map(|(a, &(size, offset))| match a {
+                Some((Some(pos), crd)) => Level::Compressed { pos, crd },
+                Some((None, crd)) => Level::Singleton { crd },
+                None => Level::Dense { size, offset },
+            })
+            .collect()
+    }
+
     /// The level's type.
     pub fn level_type(&self) -> LevelType {
         match self {
             Level::Dense { .. } => LevelType::Dense,
             Level::Compressed { .. } => LevelType::Compressed,
+            Level::Singleton { .. } => LevelType::Singleton,
         }
     }
 
@@ -126,6 +155,7 @@ impl<I: Index> Level<I> {
         match self {
             Level::Dense { size, offset } => LevelView::dense(*size, *offset),
             Level::Compressed { pos, crd } => LevelView::Compressed { pos, crd },
+            Level::Singleton { crd } => LevelView::Singleton { crd },
         }
     }
 }
@@ -307,10 +337,7 @@ impl<V: Value, I: Index> Tensor<V, I> {
         format: &Format,
     ) -> Result<Packer<V, I, Vec<I>, Vec<V>>, TensorError> {
         let order = format.mode_order();
-        let first_compressed = format
-            .levels()
-            .iter()
-            .position(|t| *t == LevelType::Compressed);
+        let first_compressed = format.levels().iter().position(|t| t.is_sparse());
         let prefix: Vec<usize> = order[..first_compressed.unwrap_or(order.len())]
             .iter()
             .map(|&m| dims[m])
@@ -333,6 +360,7 @@ impl<V: Value, I: Index> Tensor<V, I> {
                     Some(f) if f == k => first_pos.take().unwrap_or_default(),
                     _ => Vec::new(),
                 };
+                let pos = (format.levels()[k] == LevelType::Compressed).then_some(pos);
                 (pos, Vec::new())
             },
             vals,
@@ -345,23 +373,58 @@ impl<V: Value, I: Index> Tensor<V, I> {
         packer: Packer<V, I, Vec<I>, Vec<V>>,
     ) -> Result<Self, TensorError> {
         let (arrays, vals, _) = packer.finish().map_err(unwrap_pack)?;
-        let levels = arrays
-            .into_iter()
-            .zip(format.mode_order())
-            .map(|(a, &m)| match a {
-                Some((pos, crd)) => Level::Compressed { pos, crd },
-                None => Level::Dense {
-                    size: dims[m],
-                    offset: 0,
-                },
-            })
-            .collect();
+        let levels = Level::from_packed(&dims, &format, arrays);
         Ok(Tensor {
             dims,
             format,
             levels,
             vals,
         })
+    }
+}
+
+impl<V: Value, I: Index> TensorView<'_, V, I> {
+    /// The same stored entries in the same storage order, in `format`, which differs from
+    /// this tensor's only in its sparse levels (`q` for `s` or back: COO ↔ its unique form,
+    /// `sq` ↔ `ss`). Linear (no sort), keeps explicitly stored zeros, and keeps each dense
+    /// level's size and offset (a block stays a block). The view must show whole dense levels.
+    pub fn relevel(&self, format: &Format) -> Result<Tensor<V, I>, TensorError> {
+        let mut dense = Vec::with_capacity(self.levels().len());
+        for (k, level) in self.levels().iter().enumerate() {
+            let want = format.levels().get(k).copied();
+            let same_kind = want.is_some_and(|w| w.is_sparse() == level.level_type().is_sparse());
+            if !same_kind || format.mode_order() != self.format().mode_order() {
+                return Err(TensorError::LevelType {
+                    level: k,
+                    expected: level.level_type(),
+                    got: want.unwrap_or(level.level_type()),
+                });
+            }
+            dense.push(match *level {
+                LevelView::Dense {
+                    size,
+                    offset,
+                    lo,
+                    hi,
+                } if lo == offset && hi == offset + size => (size, offset),
+                LevelView::Dense { lo, hi, .. } => {
+                    return Err(TensorError::OutsideDenseRange {
+                        entry: 0,
+                        level: k,
+                        coord: lo,
+                        offset: lo,
+                        size: hi - lo,
+                    })
+                }
+                _ => (0, 0),
+            });
+        }
+        let mut packer = Packer::in_memory(self.dims(), format, dense.clone());
+        self.try_for_each_level_entry(|c, v| packer.push(c, v))
+            .map_err(unwrap_pack)?;
+        let (arrays, vals, _) = packer.finish().map_err(unwrap_pack)?;
+        let levels = Level::from_packed_dense(&dense, arrays);
+        Tensor::from_parts(self.dims().to_vec(), format.clone(), levels, vals)
     }
 }
 

@@ -201,16 +201,8 @@ pub(crate) type Case = (Vec<usize>, Format, Vec<(Vec<usize>, f64)>);
 
 pub(crate) fn tensor_case() -> impl Strategy<Value = Case> {
     (0usize..=4)
-        .prop_flat_map(|rank| {
-            (
-                proptest::collection::vec(1usize..5, rank),
-                proptest::collection::vec(prop::bool::ANY, rank),
-                Just((0..rank).collect::<Vec<_>>()).prop_shuffle(),
-            )
-        })
-        .prop_flat_map(|(dims, dense, order)| {
-            let levels = dense.iter().map(|&d| if d { D } else { S }).collect();
-            let format = Format::new(levels, order).unwrap();
+        .prop_flat_map(|rank| (proptest::collection::vec(1usize..5, rank), format_of(rank)))
+        .prop_flat_map(|(dims, format)| {
             let coord = dims.iter().map(|&d| 0..d).collect::<Vec<_>>();
             let entry = (coord, (-8i32..8).prop_map(f64::from));
             (
@@ -269,14 +261,23 @@ proptest! {
     }
 }
 
-/// A random format of `rank` levels.
+/// A random format of `rank` levels: dense and compressed levels, and in about a third of
+/// the matrices and higher-order tensors a COO tail (`sq`, `dsq`, `sqq`, ...).
 pub(crate) fn format_of(rank: usize) -> impl Strategy<Value = Format> {
     (
         proptest::collection::vec(prop::bool::ANY, rank),
         Just((0..rank).collect::<Vec<_>>()).prop_shuffle(),
+        0..3 * rank.max(1),
     )
-        .prop_map(|(dense, order)| {
-            let levels = dense.iter().map(|&d| if d { D } else { S }).collect();
+        .prop_map(move |(dense, order, coo)| {
+            let mut levels: Vec<LevelType> = dense.iter().map(|&d| if d { D } else { S }).collect();
+            // `coo < rank - 1` starts a singleton run below level `coo`.
+            if coo + 1 < rank {
+                levels[coo] = S;
+                for l in &mut levels[coo + 1..] {
+                    *l = LevelType::Singleton;
+                }
+            }
             Format::new(levels, order).unwrap()
         })
 }
@@ -296,7 +297,7 @@ proptest! {
         prop_assert_eq!(u.to_dense(), t.to_dense());
         let back = u.to_format(format.to_string()).unwrap();
         prop_assert_eq!(back.to_dense(), t.to_dense());
-        if other.rank() > 0 && other.levels().iter().all(|&l| l == S) {
+        if other.rank() > 0 && other.levels().iter().all(|l| l.is_sparse()) {
             prop_assert!(u.vals().iter().all(|&v| v != 0.0), "no explicit zeros in {:?}", u);
         }
     }
@@ -334,4 +335,67 @@ fn a_dense_tensor_too_large_for_memory_is_an_error() {
         .map(|_| ())
         .unwrap_err();
     assert!(matches!(err, TensorError::OutOfMemory { .. }), "{err}");
+}
+
+#[test]
+fn coo_stores_one_position_per_entry_and_validates_its_order() {
+    use LevelType::Singleton as Q;
+    let entries = vec![
+        (vec![2, 0], 1.0),
+        (vec![0, 3], 2.0),
+        (vec![0, 1], 3.0),
+        (vec![2, 0], 4.0),
+    ];
+    let t: Tensor<f64> = Tensor::from_entries(vec![3, 4], "sq", entries).unwrap();
+    assert_eq!(t.format().levels(), &[S, Q]);
+    let (dims, format, levels, vals) = t.clone().into_parts();
+    // Row 0 is stored twice (once per entry), duplicates of (2,0) summed.
+    assert_eq!(
+        levels,
+        vec![
+            Level::Compressed {
+                pos: vec![0u32, 3],
+                crd: vec![0, 0, 2]
+            },
+            Level::Singleton { crd: vec![1, 3, 0] },
+        ]
+    );
+    assert_eq!(vals, vec![3.0, 2.0, 5.0]);
+    // Out of lexicographic order, or an entry twice: rejected by validation.
+    let unsorted = vec![
+        Level::Compressed {
+            pos: vec![0u32, 3],
+            crd: vec![0, 0, 2],
+        },
+        Level::Singleton { crd: vec![3, 1, 0] },
+    ];
+    let e = Tensor::from_parts(dims.clone(), format.clone(), unsorted, vals.clone());
+    assert!(
+        matches!(e, Err(TensorError::CrdNotIncreasing { level: 1, at: 1 })),
+        "{e:?}"
+    );
+    let twice = vec![
+        Level::Compressed {
+            pos: vec![0u32, 3],
+            crd: vec![0, 0, 2],
+        },
+        Level::Singleton { crd: vec![1, 1, 0] },
+    ];
+    assert!(Tensor::from_parts(dims.clone(), format.clone(), twice, vals.clone()).is_err());
+    let short = vec![
+        Level::Compressed {
+            pos: vec![0u32, 3],
+            crd: vec![0, 0, 2],
+        },
+        Level::Singleton { crd: vec![1, 3] },
+    ];
+    assert!(matches!(
+        Tensor::from_parts(dims, format, short, vals),
+        Err(TensorError::CrdLength {
+            level: 1,
+            expected: 3,
+            got: 2
+        })
+    ));
+    assert_eq!(t.to_format("csr").unwrap().to_dense(), t.to_dense());
 }

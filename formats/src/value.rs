@@ -1,5 +1,6 @@
-//! Element and coordinate types: kernels are generic over the value type (`f32`, `f64`) and the
-//! coordinate width (`u32`, `u64`; 32-bit coordinates halve the index traffic of sparse kernels).
+//! Element and coordinate types: kernels are generic over the value type (`f32`, `f64`, and
+//! `i64` for counting tensors) and the coordinate width (`u32`, `u64`; 32-bit coordinates halve
+//! the index traffic of sparse kernels).
 
 use std::fmt::{Debug, Display};
 use std::ops::{Add, AddAssign, Div, Mul, Neg, Sub};
@@ -9,6 +10,8 @@ use std::ops::{Add, AddAssign, Div, Mul, Neg, Sub};
 pub enum ValueType {
     F32,
     F64,
+    /// Signed 64-bit integers: counts (paths, triangles) exact beyond f64's 2^53.
+    I64,
 }
 
 impl ValueType {
@@ -16,7 +19,7 @@ impl ValueType {
     pub fn size(self) -> usize {
         match self {
             ValueType::F32 => 4,
-            ValueType::F64 => 8,
+            ValueType::F64 | ValueType::I64 => 8,
         }
     }
 
@@ -25,11 +28,61 @@ impl ValueType {
         match self {
             ValueType::F32 => "f32",
             ValueType::F64 => "f64",
+            ValueType::I64 => "i64",
         }
+    }
+
+    /// The type named `f32`, `f64` or `i64` (what [`ValueType::name`] gives).
+    pub fn parse(name: &str) -> Option<ValueType> {
+        [ValueType::F32, ValueType::F64, ValueType::I64]
+            .into_iter()
+            .find(|t| t.name() == name)
     }
 }
 
-/// A tensor element type: `f32` or `f64`.
+/// Evaluates `$body` with type aliases `$v` (the value type) and `$i` (the coordinate type)
+/// bound to the Rust types of a run-time `ValueType` and coordinate width (32, else 64): the
+/// one place a file's recorded types become a monomorphised call, e.g.
+/// `with_types!(h.value_type, h.index_bits, |V, I| file.view::<V, I>())`.
+#[macro_export]
+macro_rules! with_types {
+    ($vt:expr, $bits:expr, |$v:ident, $i:ident| $body:expr) => {
+        match ($vt, $bits) {
+            ($crate::ValueType::F32, 32) => {
+                type $v = f32;
+                type $i = u32;
+                $body
+            }
+            ($crate::ValueType::F32, _) => {
+                type $v = f32;
+                type $i = u64;
+                $body
+            }
+            ($crate::ValueType::F64, 32) => {
+                type $v = f64;
+                type $i = u32;
+                $body
+            }
+            ($crate::ValueType::F64, _) => {
+                type $v = f64;
+                type $i = u64;
+                $body
+            }
+            ($crate::ValueType::I64, 32) => {
+                type $v = i64;
+                type $i = u32;
+                $body
+            }
+            ($crate::ValueType::I64, _) => {
+                type $v = i64;
+                type $i = u64;
+                $body
+            }
+        }
+    };
+}
+
+/// A tensor element type: `f32`, `f64` or `i64`.
 ///
 /// `bytemuck::Pod` lets `.tcs` arrays be handed out as zero-copy slices of a mapped file.
 pub trait Value:
@@ -54,8 +107,14 @@ pub trait Value:
     const TYPE: ValueType;
     /// The additive identity.
     fn zero() -> Self;
-    /// Converts from `f64`, rounding to the nearest representable value.
+    /// Converts from `f64`, rounding to the nearest representable value (`i64`: toward zero,
+    /// saturating at its bounds, NaN to 0 — Rust's `as`).
     fn from_f64(x: f64) -> Self;
+    /// Converts a value read from a file: `None` when this type cannot hold it (a fraction or
+    /// a non-finite value for `i64`), so that readers report it instead of truncating.
+    fn from_f64_exact(x: f64) -> Option<Self> {
+        Some(Self::from_f64(x))
+    }
     /// Widens to `f64`.
     fn to_f64(self) -> f64;
     /// `e^self`.
@@ -98,6 +157,39 @@ macro_rules! impl_value {
 }
 impl_value!(f32, ValueType::F32);
 impl_value!(f64, ValueType::F64);
+
+/// Counting tensors. Arithmetic is the integers' (a product of two counts is exact); the
+/// transcendental functions, defined for every value type, go through `f64` and truncate.
+impl Value for i64 {
+    const TYPE: ValueType = ValueType::I64;
+    fn zero() -> Self {
+        0
+    }
+    fn from_f64(x: f64) -> Self {
+        x as i64
+    }
+    fn from_f64_exact(x: f64) -> Option<Self> {
+        // 2^63 itself is out of range; every integral f64 below it converts exactly.
+        let fits =
+            x.fract() == 0.0 && (-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&x);
+        fits.then_some(x as i64)
+    }
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn exp(self) -> Self {
+        Self::from_f64((self as f64).exp())
+    }
+    fn ln(self) -> Self {
+        Self::from_f64((self as f64).ln())
+    }
+    fn sqrt(self) -> Self {
+        Self::from_f64((self as f64).sqrt())
+    }
+    fn abs(self) -> Self {
+        i64::abs(self)
+    }
+}
 
 /// A coordinate/position type: `u32` or `u64`.
 pub trait Index:
@@ -180,5 +272,24 @@ mod tests {
         assert_eq!(f64::TYPE.size(), 8);
         assert_eq!(f32::TYPE.name(), "f32");
         assert!((<f64 as Value>::ln(<f64 as Value>::exp(2.0)) - 2.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn i64_values_are_exact_and_refuse_fractions() {
+        assert_eq!(i64::from_f64_exact(3.0), Some(3));
+        assert_eq!(i64::from_f64_exact(-7.0), Some(-7));
+        assert_eq!(i64::from_f64_exact(1.5), None);
+        assert_eq!(i64::from_f64_exact(f64::NAN), None);
+        assert_eq!(i64::from_f64_exact(f64::INFINITY), None);
+        assert_eq!(i64::from_f64_exact(2f64.powi(63)), None);
+        assert_eq!(i64::from_f64_exact(-(2f64.powi(63))), Some(i64::MIN));
+        assert_eq!(f64::from_f64_exact(1.5), Some(1.5));
+        assert_eq!(<i64 as Value>::sqrt(10), 3);
+        assert_eq!(<i64 as Value>::abs(-4), 4);
+        assert_eq!(i64::TYPE.size(), 8);
+        for t in [ValueType::F32, ValueType::F64, ValueType::I64] {
+            assert_eq!(ValueType::parse(t.name()), Some(t));
+        }
+        assert_eq!(ValueType::parse("u8"), None);
     }
 }

@@ -22,6 +22,8 @@ pub enum LevelView<'a, I> {
     },
     /// `pos`/`crd` arrays as in [`Level::Compressed`](crate::Level::Compressed).
     Compressed { pos: &'a [I], crd: &'a [I] },
+    /// A `crd` array as in [`Level::Singleton`](crate::Level::Singleton).
+    Singleton { crd: &'a [I] },
 }
 
 impl<'a, I: Index> LevelView<'a, I> {
@@ -40,6 +42,7 @@ impl<'a, I: Index> LevelView<'a, I> {
         match self {
             LevelView::Dense { .. } => LevelType::Dense,
             LevelView::Compressed { .. } => LevelType::Compressed,
+            LevelView::Singleton { .. } => LevelType::Singleton,
         }
     }
 
@@ -56,6 +59,7 @@ impl<'a, I: Index> LevelView<'a, I> {
                 base + (lo - offset)..base + (hi - offset)
             }
             LevelView::Compressed { pos, .. } => pos[parent].to_usize()..pos[parent + 1].to_usize(),
+            LevelView::Singleton { .. } => parent..parent + 1,
         }
     }
 
@@ -63,7 +67,9 @@ impl<'a, I: Index> LevelView<'a, I> {
     pub fn coord(&self, parent: usize, child: usize) -> usize {
         match *self {
             LevelView::Dense { size, offset, .. } => offset + (child - parent * size),
-            LevelView::Compressed { crd, .. } => crd[child].to_usize(),
+            LevelView::Compressed { crd, .. } | LevelView::Singleton { crd } => {
+                crd[child].to_usize()
+            }
         }
     }
 
@@ -72,6 +78,7 @@ impl<'a, I: Index> LevelView<'a, I> {
         match *self {
             LevelView::Dense { size, .. } => parents.checked_mul(size),
             LevelView::Compressed { pos, .. } => pos.last().map(|p| p.to_usize()),
+            LevelView::Singleton { .. } => Some(parents),
         }
     }
 }
@@ -174,10 +181,10 @@ impl<'a, V: Value, I: Index> TensorView<'a, V, I> {
                 *hi = range.end;
                 Ok(out)
             }
-            Some(LevelView::Compressed { .. }) => Err(TensorError::LevelType {
+            Some(l) => Err(TensorError::LevelType {
                 level,
                 expected: LevelType::Dense,
-                got: LevelType::Compressed,
+                got: l.level_type(),
             }),
             None => Err(TensorError::LevelCount {
                 level_count: level + 1,
@@ -395,8 +402,10 @@ pub(crate) fn validate_levels_with<I: Index>(
                 }
             }
             LevelView::Compressed { pos, crd } => {
-                validate_compressed(k, pos, crd, parents, dim, tick)?
+                let strict = !format.is_non_unique(k);
+                validate_compressed(k, pos, crd, parents, dim, strict, tick)?
             }
+            LevelView::Singleton { crd } => validate_singleton(k, crd, parents, dim)?,
         }
         parents = level.positions(parents).ok_or(TensorError::TooLarge)?;
     }
@@ -405,6 +414,74 @@ pub(crate) fn validate_levels_with<I: Index>(
             expected: parents,
             got: vals_len,
         });
+    }
+    if let Some(start) = format.coo_start() {
+        validate_coo_order(start, levels)?;
+    }
+    Ok(())
+}
+
+fn validate_singleton<I: Index>(
+    level: usize,
+    crd: &[I],
+    parents: usize,
+    dim: usize,
+) -> Result<(), TensorError> {
+    if crd.len() != parents {
+        return Err(TensorError::CrdLength {
+            level,
+            expected: parents,
+            got: crd.len(),
+        });
+    }
+    match crd.iter().position(|c| c.to_usize() >= dim) {
+        Some(at) => Err(TensorError::CrdOutOfRange {
+            level,
+            at,
+            coord: crd[at].to_usize(),
+            bound: dim,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Within each segment of the non-unique level `start`, the entries' coordinates from
+/// `start` down (a position is shared by `start` and every singleton level below it) must be
+/// strictly increasing in lexicographic order: sorted, no entry twice. Iteration groups
+/// equal coordinates of a non-unique level by this order.
+fn validate_coo_order<I: Index>(
+    start: usize,
+    levels: &[LevelView<'_, I>],
+) -> Result<(), TensorError> {
+    let LevelView::Compressed { pos, .. } = levels[start] else {
+        unreachable!("Format checks that a compressed level starts the singletons")
+    };
+    let crds: Vec<&[I]> = levels[start..]
+        .iter()
+        .map(|l| match l {
+            LevelView::Compressed { crd, .. } | LevelView::Singleton { crd } => *crd,
+            LevelView::Dense { .. } => unreachable!("only singletons follow"),
+        })
+        .collect();
+    for w in pos.windows(2) {
+        for p in w[0].to_usize() + 1..w[1].to_usize() {
+            let differs = crds.iter().position(|c| c[p] != c[p - 1]);
+            match differs {
+                Some(k) if crds[k][p] > crds[k][p - 1] => {}
+                Some(k) => {
+                    return Err(TensorError::CrdNotIncreasing {
+                        level: start + k,
+                        at: p,
+                    })
+                }
+                None => {
+                    return Err(TensorError::CrdNotIncreasing {
+                        level: levels.len() - 1,
+                        at: p,
+                    })
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -415,6 +492,7 @@ fn validate_compressed<I: Index>(
     crd: &[I],
     parents: usize,
     dim: usize,
+    strict: bool,
     tick: &mut dyn FnMut(),
 ) -> Result<(), TensorError> {
     let expected = parents.checked_add(1).ok_or(TensorError::TooLarge)?;
@@ -461,7 +539,8 @@ fn validate_compressed<I: Index>(
         }
         let seg = &crd[w[0].to_usize()..w[1].to_usize()];
         for (i, pair) in seg.windows(2).enumerate() {
-            if pair[0] >= pair[1] {
+            // A non-unique level repeats a coordinate for each entry below it.
+            if pair[0] > pair[1] || (strict && pair[0] == pair[1]) {
                 return Err(TensorError::CrdNotIncreasing {
                     level,
                     at: w[0].to_usize() + i + 1,

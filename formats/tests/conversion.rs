@@ -6,7 +6,8 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use tessera_formats::{
-    convert, ConvertOptions, Duplicates, Error, Format, LevelType, NoProgress, TcsFile, ValueType,
+    convert, ConvertOptions, Duplicates, Error, Format, LevelType, NoProgress, TcsFile, Value,
+    ValueType,
 };
 
 type Entries = BTreeMap<Vec<u64>, f64>;
@@ -39,28 +40,11 @@ fn read_nonzeros(path: &Path) -> Entries {
                     .is_none());
             }
         };
-        match (h.value_type, h.index_bits) {
-            (ValueType::F32, 32) => f
-                .view::<f32, u32>()
-                .unwrap()
-                .entries()
-                .for_each(|(c, v)| add(c, v as f64)),
-            (ValueType::F32, _) => f
-                .view::<f32, u64>()
-                .unwrap()
-                .entries()
-                .for_each(|(c, v)| add(c, v as f64)),
-            (ValueType::F64, 32) => f
-                .view::<f64, u32>()
-                .unwrap()
-                .entries()
-                .for_each(|(c, v)| add(c, v)),
-            (ValueType::F64, _) => f
-                .view::<f64, u64>()
-                .unwrap()
-                .entries()
-                .for_each(|(c, v)| add(c, v)),
-        }
+        tessera_formats::with_types!(h.value_type, h.index_bits, |V, I| f
+            .view::<V, I>()
+            .unwrap()
+            .entries()
+            .for_each(|(c, v)| add(c, Value::to_f64(v))));
     } else {
         let mut r = tessera_formats::open_text(path).unwrap();
         let mut c = vec![0; r.rank()];
@@ -109,7 +93,7 @@ fn case() -> impl Strategy<Value = Case> {
         .prop_flat_map(|rank| {
             (
                 proptest::collection::vec(1u64..6, rank),
-                proptest::collection::vec(any::<bool>(), rank),
+                (proptest::collection::vec(any::<bool>(), rank), 0..3 * rank),
                 Just((0..rank).collect::<Vec<_>>()).prop_shuffle(),
                 any::<bool>(),
                 prop_oneof![Just(32u32), Just(64u32)],
@@ -119,8 +103,8 @@ fn case() -> impl Strategy<Value = Case> {
             )
         })
         .prop_flat_map(
-            |(dims, dense, order, presorted, index_bits, f32, run_entries, fan_in)| {
-                let levels = dense
+            |(dims, (dense, coo), order, presorted, index_bits, f32, run_entries, fan_in)| {
+                let mut levels: Vec<LevelType> = dense
                     .iter()
                     .map(|&d| {
                         if d {
@@ -130,6 +114,13 @@ fn case() -> impl Strategy<Value = Case> {
                         }
                     })
                     .collect();
+                // A third of the formats end in a COO run below level `coo` (`sq`, `dsq`, ...).
+                if coo + 1 < levels.len() {
+                    levels[coo] = LevelType::Compressed;
+                    for l in &mut levels[coo + 1..] {
+                        *l = LevelType::Singleton;
+                    }
+                }
                 let format = Format::new(levels, order).unwrap();
                 let coord: Vec<_> = dims.iter().map(|&d| 0..d).collect();
                 let entries =
@@ -572,7 +563,8 @@ fn text_to_text_keeps_the_dimensions() {
 
 /// Rank, entries (coordinates and an index into [`VALUES`]), dense level 0, coordinate
 /// width, f32 values, `.mtx` (for rank 2).
-type SortedTextCase = (usize, Vec<(Vec<u64>, usize)>, bool, u32, bool, bool);
+/// (rank, entries, dense top, index bits, f32, (mtx, COO tail)).
+type SortedTextCase = (usize, Vec<(Vec<u64>, usize)>, bool, u32, bool, (bool, bool));
 
 /// Sorted text with runs of duplicates, long enough to span many blocks at a small budget.
 fn sorted_text_case() -> impl Strategy<Value = SortedTextCase> {
@@ -584,9 +576,21 @@ fn sorted_text_case() -> impl Strategy<Value = SortedTextCase> {
             any::<bool>(),
             prop_oneof![Just(32u32), Just(64u32)],
             any::<bool>(),
-            any::<bool>(),
+            (any::<bool>(), any::<bool>()),
         )
     })
+}
+
+/// The `.tcs` file at `path` re-levelled into `format` and written again: its bytes.
+fn relevelled<V: tessera_formats::Value, I: tessera_formats::Index>(
+    path: &Path,
+    format: &Format,
+) -> Vec<u8> {
+    let f = TcsFile::open(path).unwrap();
+    let t = f.view::<V, I>().unwrap().relevel(format).unwrap();
+    let out = path.with_extension("relevelled.tcs");
+    tessera_formats::tcs::write_tensor(&out, &t, None).unwrap();
+    std::fs::read(&out).unwrap()
 }
 
 /// Values whose sums depend on the order of addition, and the special ones kept bit for bit.
@@ -611,7 +615,7 @@ proptest! {
     /// for `.tns` and `.mtx`, compressed and dense-top formats.
     #[test]
     fn blocks_give_the_bytes_of_the_external_sort(
-        (rank, raw, dense_top, index_bits, f32, mtx) in sorted_text_case()
+        (rank, raw, dense_top, index_bits, f32, (mtx, coo)) in sorted_text_case()
     ) {
         let dir = tempfile::tempdir().unwrap();
         let mtx = mtx && rank == 2;
@@ -631,7 +635,14 @@ proptest! {
         }
         let input = dir.path().join(if mtx { "in.mtx" } else { "in.tns" });
         std::fs::write(&input, text).unwrap();
-        let levels: Vec<char> = (0..rank).map(|k| if k == 0 && dense_top && rank > 1 { 'd' } else { 's' }).collect();
+        let mut levels: Vec<char> = (0..rank).map(|k| if k == 0 && dense_top && rank > 1 { 'd' } else { 's' }).collect();
+        // COO tails (`sq`, `dsq`, `sqqq`): every level below the first compressed one a `q`.
+        let first_sparse = usize::from(levels[0] == 'd');
+        if coo {
+            for l in levels.iter_mut().skip(first_sparse + 1) {
+                *l = 'q';
+            }
+        }
         let opts = |external| ConvertOptions {
             format: Some(levels.iter().collect()),
             index_bits,
@@ -645,6 +656,21 @@ proptest! {
         prop_assert!(r.presorted);
         convert(&input, &slow, &opts(true), &NoProgress).unwrap();
         prop_assert!(std::fs::read(&fast).unwrap() == std::fs::read(&slow).unwrap());
+        if levels.contains(&'q') {
+            // Its unique form (`ss` for `sq`), packed by the blocks too, holds the same
+            // entries: re-levelled into it, the COO file gives its bytes.
+            let format = Format::parse(&levels.iter().collect::<String>(), rank).unwrap();
+            let unique = dir.path().join("unique.tcs");
+            let u_opts = ConvertOptions { format: Some(format.unique().to_string()), ..opts(false) };
+            convert(&input, &unique, &u_opts, &NoProgress).unwrap();
+            let got = match (f32, index_bits) {
+                (true, 32) => relevelled::<f32, u32>(&fast, &format.unique()),
+                (true, _) => relevelled::<f32, u64>(&fast, &format.unique()),
+                (false, 32) => relevelled::<f64, u32>(&fast, &format.unique()),
+                (false, _) => relevelled::<f64, u64>(&fast, &format.unique()),
+            };
+            prop_assert!(got == std::fs::read(&unique).unwrap());
+        }
     }
 }
 

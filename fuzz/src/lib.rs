@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use arbitrary::Arbitrary;
 use tessera_formats::tcs::{ArrayInfo, TcsFile};
-use tessera_formats::{Index, LevelView, TensorView, Value, ValueType};
+use tessera_formats::{Index, LevelView, TensorView, Value};
 
 /// A directory private to this process (in `/dev/shm` when it exists: no disk writes).
 pub fn scratch() -> &'static Path {
@@ -106,12 +106,7 @@ pub fn walk_tcs(f: &TcsFile) {
         sum = sum.wrapping_add(f.array_bytes(a).iter().map(|&x| x as u64).sum::<u64>());
     }
     std::hint::black_box(sum);
-    match (h.value_type, h.index_bits) {
-        (ValueType::F32, 32) => walk_typed::<f32, u32>(f),
-        (ValueType::F32, _) => walk_typed::<f32, u64>(f),
-        (ValueType::F64, 32) => walk_typed::<f64, u32>(f),
-        (ValueType::F64, _) => walk_typed::<f64, u64>(f),
-    }
+    tessera_formats::with_types!(h.value_type, h.index_bits, |V, I| walk_typed::<V, I>(f))
 }
 
 fn walk_typed<V: Value, I: Index>(f: &TcsFile) {
@@ -334,10 +329,5 @@ pub fn entries_f64(f: &TcsFile) -> Vec<(Vec<usize>, f64)> {
         out
     }
     let h = f.header();
-    match (h.value_type, h.index_bits) {
-        (ValueType::F32, 32) => collect::<f32, u32>(f),
-        (ValueType::F32, _) => collect::<f32, u64>(f),
-        (ValueType::F64, 32) => collect::<f64, u32>(f),
-        (ValueType::F64, _) => collect::<f64, u64>(f),
-    }
+    tessera_formats::with_types!(h.value_type, h.index_bits, |V, I| collect::<V, I>(f))
 }

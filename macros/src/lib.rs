@@ -27,7 +27,7 @@ use proc_macro::TokenStream;
 use proc_macro2::{
     Delimiter, Group, Literal, Punct, Spacing, Span, TokenStream as TokenStream2, TokenTree,
 };
-use quote::{format_ident, quote};
+use quote::{format_ident, quote, quote_spanned};
 use tessera_compiler::check::{self, Dims};
 use tessera_compiler::diagnostics::Diagnostic;
 use tessera_compiler::ir::Kernel;
@@ -243,7 +243,16 @@ fn bind_inputs(
             let var = format_ident!("__tessera_in{}", k);
             let span = &checked.tensor(name).expect("input is a tensor").span;
             let user = source.ident(name, &(span.start..span.start + name.len()));
-            quote! { let #var: &#ty<_, _> = &#user; }
+            if k == 0 {
+                return quote! { let #var: &#ty<_, _> = &#user; };
+            }
+            // Every input has the first one's value and coordinate types; unified here, at
+            // the operand's span, a mismatch is reported at that operand (`expected
+            // &Tensor<f32>, found &Tensor<f64>`), not at the whole macro.
+            let first = format_ident!("__tessera_in0");
+            quote_spanned! {user.span()=>
+                let [_, #var]: [&#ty<_, _>; 2] = [#first, &#user];
+            }
         })
         .collect();
     let vars: Vec<_> = (0..inputs.len())

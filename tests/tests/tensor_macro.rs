@@ -184,6 +184,60 @@ fn references_and_f32_u64_tensors() {
     }
 }
 
+/// Counting in i64: paths of length two with counts whose sums pass 2^53 (where f64 rounds)
+/// and the triangles of a graph, both exact against brute force in i128.
+#[test]
+fn i64_counting_tensors_are_exact() {
+    let mut rng = Rng::new(17);
+    let n = 9;
+    // Multiplicities near 2^28: a product is near 2^56, beyond f64's exact integers, and a
+    // sum of nine fits in i64.
+    let mut entries = |density: f64| -> Vec<(Vec<usize>, i64)> {
+        (0..n * n)
+            .filter(|_| rng.unit() < density)
+            .map(|k| (vec![k / n, k % n], (1 << 28) + (k as i64 * 7919) % 4096))
+            .collect()
+    };
+    let A: Tensor<i64> = Tensor::from_entries(vec![n, n], fmt("csr", 2), entries(0.5)).unwrap();
+    let B: Tensor<i64> = Tensor::from_entries(vec![n, n], fmt("csr", 2), entries(0.5)).unwrap();
+    let P = tensor!(P(i,k) = A(i,j) * B(j,k); A: csr; B: csr; P: csr).unwrap();
+    let (a, b) = (A.to_dense(), B.to_dense());
+    let mut beyond_f64 = false;
+    for (at, &got) in P.to_dense().iter().enumerate() {
+        let (i, k) = (at / n, at % n);
+        let want: i128 = (0..n)
+            .map(|j| i128::from(a[i * n + j]) * i128::from(b[j * n + k]))
+            .sum();
+        assert_eq!(i128::from(got), want, "P({i},{k})");
+        beyond_f64 |= want > 1 << 53;
+    }
+    assert!(
+        beyond_f64,
+        "some count must pass 2^53, or this proves nothing about i64"
+    );
+
+    // Triangles i < j < k of an undirected graph: the strictly lower triangle L of its
+    // adjacency counts each once as L(j,i) L(k,j) L(k,i).
+    let edges: Vec<(Vec<usize>, i64)> = (0..n * n)
+        .filter(|&k| k / n > k % n && rng.unit() < 0.6)
+        .map(|k| (vec![k / n, k % n], 1))
+        .collect();
+    let L: Tensor<i64> = Tensor::from_entries(vec![n, n], fmt("csr", 2), edges).unwrap();
+    let t = tensor!(t = L(k,j) * L(j,i) * L(k,i); L: csr).unwrap();
+    let l = L.to_dense();
+    let edge = |x: usize, y: usize| l[x * n + y] != 0;
+    let mut want = 0;
+    for i in 0..n {
+        for j in i + 1..n {
+            for k in j + 1..n {
+                want += i64::from(edge(j, i) && edge(k, j) && edge(k, i));
+            }
+        }
+    }
+    assert!(want > 0);
+    assert_eq!(t.to_dense(), vec![want]);
+}
+
 #[test]
 fn run_time_checks_name_tensor_mode_and_dims() {
     let mut rng = Rng::new(3);

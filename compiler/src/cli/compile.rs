@@ -1,5 +1,6 @@
 //! `tessera compile`: build an executable for a statement.
 
+use super::types::TypeArgs;
 use super::StatementArgs;
 use crate::check::Dims;
 use crate::driver::{self, Options};
@@ -13,6 +14,8 @@ use std::process::ExitCode;
 pub struct CompileArgs {
     #[command(flatten)]
     pub statement: StatementArgs,
+    #[command(flatten)]
+    pub types: TypeArgs,
     /// Where to write the executable.
     #[arg(short = 'o', long = "output", value_name = "PROG")]
     pub output: PathBuf,
@@ -22,12 +25,16 @@ pub struct CompileArgs {
 }
 
 /// Generates and builds (or finds in the cache) the executable for a statement; `dims` are
-/// tensor dimensions known before it runs (see [`super::front`]).
+/// tensor dimensions known before it runs (see [`super::front`]), `inputs` the `-i NAME=PATH`
+/// files whose `.tcs` headers may choose the types (see [`super::types`]).
 pub fn build(
     statement: &StatementArgs,
+    types: &TypeArgs,
     dims: &Dims,
+    inputs: &[String],
 ) -> anyhow::Result<(driver::GeneratedCrate, PathBuf)> {
     let c = super::front(statement, dims)?;
+    let types = super::types::choose(types, inputs, &c.kernel)?;
     // A schedule with `split` compiles to a program running its plan on the task runtime;
     // a plan the planner refuses is reported, never silently replaced by the plain kernel.
     let distributed = match &c.plan {
@@ -38,7 +45,8 @@ pub fn build(
         Err(_) => false,
     };
     let opts = Options {
-        wide_index: statement.wide_index,
+        value: types.value,
+        wide_index: types.wide_index,
         distributed,
     };
     let g = driver::generate(&c.checked, &c.kernel, &c.text, opts)?;
@@ -63,7 +71,7 @@ pub fn run(args: CompileArgs) -> anyhow::Result<ExitCode> {
             anyhow::bail!("`--keep-source {}`: not a directory", dir.display());
         }
     }
-    let (g, bin) = build(&args.statement, &Dims::new())?;
+    let (g, bin) = build(&args.statement, &args.types, &Dims::new(), &[])?;
     driver::copy_atomically(&bin, &args.output)
         .with_context(|| format!("writing the executable to {}", args.output.display()))?;
     if let Some(dir) = &args.keep_source {

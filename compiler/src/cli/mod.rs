@@ -7,6 +7,7 @@ mod front;
 mod paths;
 mod planned;
 mod run;
+mod types;
 
 use clap::{Args, Parser, Subcommand};
 use std::process::ExitCode;
@@ -21,9 +22,11 @@ Examples:
   ./spmv -i A=matrix.mtx -i x=x.tns -o y.tns --threads 2
   tessera run \"a = b(i) * c(i)\" -i b=b.tns -i c=c.tns -o a.tns
 
-Formats (-f NAME:FMT): one letter per level, d (dense) or s (compressed), optionally followed
-by the mode order, e.g. A:ds (CSR), A:ds:1,0 (CSC), B:sss (CSF); or a name: dense, csr, csc,
-dcsr, csf. Tensors without -f are dense.
+Formats (-f NAME:FMT): one letter per level, d (dense), s (compressed) or q (singleton),
+optionally followed by the mode order, e.g. A:ds (CSR), A:ds:1,0 (CSC), B:sss (CSF), A:sq (COO);
+or a name: dense, csr, csc, dcsr, csf, coo. Tensors without -f are dense.
+Types: values are f64 and coordinates u32 unless .tcs inputs record others or --type f32|i64,
+--index u64 say so; the output file holds the program's value type.
 Schedule (-s): directives separated by `;`: split(i, io, ii, 4), split(j, jo, ji, [100, 200]),
 order(io, jo), extend(ko), map(io), parallelize(i). See docs/language.md.
 A schedule with `split` distributes the statement: `emit --plan` shows its block tasks, and
@@ -64,9 +67,6 @@ pub struct StatementArgs {
     /// The schedule, e.g. "split(i, io, ii, 4); parallelize(i)".
     #[arg(short = 's', long = "schedule", value_name = "SCHEDULE")]
     pub schedule: Option<String>,
-    /// Use 64-bit coordinates (default 32-bit).
-    #[arg(long)]
-    pub wide_index: bool,
 }
 
 /// Runs a parsed command line.

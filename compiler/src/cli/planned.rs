@@ -4,8 +4,9 @@
 //! still compile to a native program (see `run.rs`).
 
 use super::run::RunArgs;
+use super::types::Types;
 use super::Compiled;
-use crate::plan::on_runtime::{self, PlanIndex};
+use crate::plan::on_runtime::{self, PlanIndex, PlanValue};
 use crate::plan::Plan;
 use anyhow::{bail, Context};
 use std::path::Path;
@@ -14,15 +15,16 @@ use std::time::Instant;
 use tessera_formats::Tensor;
 use tessera_runtime::Runtime;
 
-pub fn run(args: &RunArgs, c: &Compiled, plan: &Plan) -> anyhow::Result<ExitCode> {
-    if args.statement.wide_index {
-        go::<u64>(args, c, plan)
-    } else {
-        go::<u32>(args, c, plan)
-    }
+pub fn run(args: &RunArgs, c: &Compiled, plan: &Plan, t: &Types) -> anyhow::Result<ExitCode> {
+    let bits = if t.wide_index { 64 } else { 32 };
+    tessera_formats::with_types!(t.value, bits, |V, I| go::<V, I>(args, c, plan))
 }
 
-fn go<I: PlanIndex>(args: &RunArgs, c: &Compiled, plan: &Plan) -> anyhow::Result<ExitCode> {
+fn go<V: PlanValue, I: PlanIndex>(
+    args: &RunArgs,
+    c: &Compiled,
+    plan: &Plan,
+) -> anyhow::Result<ExitCode> {
     // Ctrl-C or SIGTERM while the output is written: remove its temporary, then stop.
     let _ = ctrlc::set_handler(|| {
         tessera_formats::remove_pending_files();
@@ -30,7 +32,7 @@ fn go<I: PlanIndex>(args: &RunArgs, c: &Compiled, plan: &Plan) -> anyhow::Result
     });
     let k = &c.kernel;
     let t0 = Instant::now();
-    let mut tensors: Vec<Tensor<f64, I>> = Vec::new();
+    let mut tensors: Vec<Tensor<V, I>> = Vec::new();
     for decl in k.tensors.iter().filter(|t| t.input_slot.is_some()) {
         let path = input_path(&args.inputs, &decl.name)?;
         let t = Tensor::read(path, decl.format.clone())
@@ -38,7 +40,7 @@ fn go<I: PlanIndex>(args: &RunArgs, c: &Compiled, plan: &Plan) -> anyhow::Result
         tensors.push(t);
     }
     let out_dims = output_dims(c, &tensors)?;
-    let refs: Vec<&Tensor<f64, I>> = tensors.iter().collect();
+    let refs: Vec<&Tensor<V, I>> = tensors.iter().collect();
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -75,9 +77,9 @@ fn input_path<'a>(inputs: &'a [String], name: &str) -> anyhow::Result<&'a Path> 
 }
 
 /// The output's dimensions, from the inputs that share its index variables.
-fn output_dims<I: PlanIndex>(
+fn output_dims<V: PlanValue, I: PlanIndex>(
     c: &Compiled,
-    tensors: &[Tensor<f64, I>],
+    tensors: &[Tensor<V, I>],
 ) -> anyhow::Result<Vec<usize>> {
     let k = &c.kernel;
     let out = &k.accesses[k.output_access];
@@ -97,9 +99,9 @@ fn output_dims<I: PlanIndex>(
 }
 
 /// The extent of index variable `v` in the first input that uses it.
-fn extent_from_inputs<I: PlanIndex>(
+fn extent_from_inputs<V: PlanValue, I: PlanIndex>(
     c: &Compiled,
-    tensors: &[Tensor<f64, I>],
+    tensors: &[Tensor<V, I>],
     v: usize,
 ) -> Option<usize> {
     let k = &c.kernel;

@@ -1,6 +1,7 @@
 //! `tessera run`: compile (cached by the generated sources, so by expression, formats and
 //! schedule) and run on files.
 
+use super::types::TypeArgs;
 use super::StatementArgs;
 use crate::check::Dims;
 use anyhow::Context;
@@ -13,6 +14,8 @@ use tessera_formats::{open_text, FileKind};
 pub struct RunArgs {
     #[command(flatten)]
     pub statement: StatementArgs,
+    #[command(flatten)]
+    pub types: TypeArgs,
     /// An input tensor file: NAME=PATH (.tns, .mtx or .tcs; repeatable).
     #[arg(short = 'i', long = "input", value_name = "NAME=PATH", required = true)]
     pub inputs: Vec<String>,
@@ -67,7 +70,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let c = super::front(&args.statement, &dims)?;
     if args.interpret {
         match &c.plan {
-            Ok(plan) if plan.is_distributed() => return super::planned::run(&args, &c, plan),
+            Ok(plan) if plan.is_distributed() => {
+                let types = super::types::choose(&args.types, &args.inputs, &c.kernel)?;
+                return super::planned::run(&args, &c, plan, &types);
+            }
             Err(e) => return Err(super::Rendered(e.0.clone()).into()),
             Ok(_) => eprintln!(
                 "note: --interpret applies to a distribution schedule (`split`); this statement \
@@ -75,7 +81,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             ),
         }
     }
-    let (_, bin) = super::compile::build(&args.statement, &dims)?;
+    let (_, bin) = super::compile::build(&args.statement, &args.types, &dims, &args.inputs)?;
     let mut cmd = Command::new(&bin);
     for i in &args.inputs {
         cmd.arg("-i").arg(i);

@@ -38,12 +38,10 @@ impl Gen<'_> {
                         let mut scatter: Vec<([usize; #rank], V)> =
                             #tv.entries().map(|(c, v)| (order.map(|m| c[m]), v)).collect();
                         #sort
-                        let mut packer = ::tessera_formats::Packer::<V, I, Vec<I>, Vec<V>>::new(
+                        let mut packer = ::tessera_formats::Packer::<V, I, Vec<I>, Vec<V>>::in_memory(
                             #tv.dims(),
                             &to_format,
                             level_dims.iter().map(|d| (*d, 0)).collect(),
-                            |_| (Vec::new(), Vec::new()),
-                            Vec::new(),
                         );
                         for (c, v) in &scatter {
                             packer.push(c, *v).expect("sorted entries append in order");
@@ -71,6 +69,15 @@ impl Gen<'_> {
                         out.extend(quote! {
                             let (#pos, #crd): (&[I], &[I]) = match &#tv.levels()[#l] {
                                 Level::Compressed { pos, crd } => (pos.as_slice(), crd.as_slice()),
+                                _ => panic!(#msg),
+                            };
+                        });
+                    }
+                    LevelType::Singleton => {
+                        let crd = self.lvl(t, l, "crd");
+                        out.extend(quote! {
+                            let #crd: &[I] = match &#tv.levels()[#l] {
+                                Level::Singleton { crd } => crd.as_slice(),
                                 _ => panic!(#msg),
                             };
                         });
@@ -140,12 +147,10 @@ impl Gen<'_> {
                 }
                 quote! {
                     #fmt_val
-                    let mut packer = ::tessera_formats::Packer::<V, I, Vec<I>, Vec<V>>::new(
+                    let mut packer = ::tessera_formats::Packer::<V, I, Vec<I>, Vec<V>>::in_memory(
                         out_dims,
                         &out_format,
                         out_format.mode_order().iter().map(|m| (out_dims[*m], 0)).collect(),
-                        |_| (Vec::new(), Vec::new()),
-                        Vec::new(),
                     );
                     let mut entries: Vec<(Vec<usize>, V)> = Vec::new();
                     let mut scatter: Vec<([usize; #rank], V)> = Vec::new();
@@ -278,14 +283,7 @@ fn counting_sort(entries: TokenStream, level_dims: TokenStream) -> TokenStream {
 fn packed(dims: TokenStream, format: TokenStream) -> TokenStream {
     quote! {
         let (arrays, vals, _) = packer.finish().expect("assembly appends in order");
-        let levels: Vec<Level<I>> = arrays
-            .into_iter()
-            .zip(#format.mode_order())
-            .map(|(a, m)| match a {
-                Some((pos, crd)) => Level::Compressed { pos, crd },
-                None => Level::Dense { size: #dims[*m], offset: 0 },
-            })
-            .collect();
+        let levels: Vec<Level<I>> = Level::from_packed(&#dims, &#format, arrays);
         Tensor::from_parts(#dims.to_vec(), #format, levels, vals)
             .expect("assembled levels are valid")
     }

@@ -55,11 +55,26 @@ impl Gen<'_> {
             && !mirrored
     }
 
-    /// `(lo, hi)` of a compressed level's children, empty under an absent parent.
+    /// `(lo, hi)` of a compressed level's children, empty under an absent parent; for a
+    /// singleton level, the parent's group of positions.
     pub(super) fn range(&self, nest: &Nest, r: LevelRef) -> (TokenStream, TokenStream) {
         let t = self.tensor_of(r.access);
-        let pos = self.lvl(t, r.level, "pos");
         let parent = self.parent(r);
+        if self.k.level_type(r) == LevelType::Singleton {
+            let end = self.end(LevelRef {
+                access: r.access,
+                level: r.level - 1,
+            });
+            return if self.required(nest, r.access) {
+                (quote!(#parent), quote!(#end))
+            } else {
+                (
+                    quote!(if #parent != ABSENT { #parent } else { 0 }),
+                    quote!(if #parent != ABSENT { #end } else { 0 }),
+                )
+            };
+        }
+        let pos = self.lvl(t, r.level, "pos");
         if r.level == 0 || self.required(nest, r.access) {
             (
                 quote!(#pos[#parent].to_usize()),
@@ -100,6 +115,22 @@ impl Gen<'_> {
                             let #var = c.to_usize();
                             let #v: V = *#v;
                             #label: { #visit }
+                        }
+                    };
+                }
+                if self.non_unique(r) {
+                    // One visit per coordinate, over its group of positions.
+                    let e = self.end(r);
+                    let group_end = self.group_end(&crd, &quote!(#p), &quote!(hi));
+                    return quote! {
+                        let (lo, hi) = (#lo, #hi);
+                        #narrow
+                        let mut #p = lo;
+                        while #p < hi {
+                            let #var = #crd[#p].to_usize();
+                            let #e: usize = #group_end;
+                            #label: { #visit }
+                            #p = #e;
                         }
                     };
                 }
@@ -201,7 +232,14 @@ impl Gen<'_> {
                 let #pr = #it < #end && #crd[#it].to_usize() == #coord;
                 let #p = if #pr { #it } else { ABSENT };
             });
-            advance.extend(quote! { if #pr { #it += 1; } });
+            if self.non_unique(*r) {
+                let e = self.end(*r);
+                let group_end = self.group_end(&crd, &quote!(#it), &quote!(#end));
+                present.extend(quote!(let #e: usize = if #pr { #group_end } else { #it };));
+                advance.extend(quote! { if #pr { #it = #e; } });
+            } else {
+                advance.extend(quote! { if #pr { #it += 1; } });
+            }
         }
         (setup, present, advance)
     }
@@ -230,7 +268,23 @@ impl Gen<'_> {
             let p = self.pos(*r);
             let parent = self.parent(*r);
             let is_output = r.access == self.k.output_access;
-            if self.k.level_type(*r) == LevelType::Compressed {
+            if self.k.level_type(*r) == LevelType::Singleton || self.non_unique(*r) {
+                // The second mode of a diagonal on a COO level: the group of `x` in the
+                // parent's (sorted) segment, found by two binary searches.
+                let crd = self.lvl(t, r.level, "crd");
+                let e = self.end(*r);
+                let (lo, hi) = self.range(nest, *r);
+                ts.extend(quote! {
+                    let (lo, hi) = (#lo, #hi);
+                    let s = &#crd[lo..hi];
+                    let #e: usize = lo + s.partition_point(|c| c.to_usize() <= #x);
+                    let #p = lo + s.partition_point(|c| c.to_usize() < #x);
+                    let #p = if #p < #e { #p } else { ABSENT };
+                });
+                if self.required(nest, r.access) {
+                    ts.extend(quote!(if #p == ABSENT { break #label; }));
+                }
+            } else if self.k.level_type(*r) == LevelType::Compressed {
                 // The second mode of a diagonal `A(i,i)`: search the parent's segment.
                 let (pos, crd) = (self.lvl(t, r.level, "pos"), self.lvl(t, r.level, "crd"));
                 let found = quote! {

@@ -139,6 +139,34 @@ impl Gen<'_> {
         format_ident!("p{}_{}", r.access, r.level)
     }
 
+    /// The end of the group of positions at a non-unique level's current coordinate (see
+    /// [`Gen::group_end`]): a singleton level below iterates `pos..end`.
+    fn end(&self, r: LevelRef) -> Ident {
+        format_ident!("e{}_{}", r.access, r.level)
+    }
+
+    /// True when level `r` may repeat a coordinate under one parent (a singleton level
+    /// follows it): its iteration visits each coordinate once, over the group of positions
+    /// that share it.
+    fn non_unique(&self, r: LevelRef) -> bool {
+        self.k.tensors[self.tensor_of(r.access)]
+            .format
+            .is_non_unique(r.level)
+    }
+
+    /// The end of the group of positions from `p` (before `hi`) whose coordinates equal
+    /// `crd[p]`: COO stores its entries sorted, so equal coordinates are adjacent.
+    fn group_end(&self, crd: &Ident, p: &TokenStream, hi: &TokenStream) -> TokenStream {
+        quote! {{
+            let c = #crd[#p];
+            let mut e = #p + 1;
+            while e < #hi && #crd[e] == c {
+                e += 1;
+            }
+            e
+        }}
+    }
+
     fn var(&self, v: usize) -> Ident {
         format_ident!("{}", sanitize(&self.k.vars[v].name, v))
     }

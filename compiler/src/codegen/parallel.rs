@@ -15,6 +15,11 @@ impl Gen<'_> {
         if lp.var != v || nest.acc_depth == 0 {
             return None;
         }
+        // A non-unique (COO) level's positions are not one job per coordinate: two jobs could
+        // own one output row. Such a loop runs sequentially.
+        if lp.iterate.iter().any(|r| self.non_unique(*r)) {
+            return None;
+        }
         if let Some(m) = self.mirror {
             return self.parallel_mirror(nest, m);
         }

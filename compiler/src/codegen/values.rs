@@ -50,7 +50,9 @@ impl Gen<'_> {
             return quote!(#slot += #x;);
         }
         let c = self.combine(quote!(*s), quote!(x));
-        quote!({ let x: V = #x; let s = &mut #slot; *s = #c; })
+        // The slot is borrowed before `x` is bound: a slot written `*x` (the parallel fold's
+        // `for (x, y) in ...`) must not name the value.
+        quote!({ let s = &mut #slot; let x: V = #x; *s = #c; })
     }
 
     /// `a ⊕ x` for the kernel's reduction, as an expression (operands evaluated once).

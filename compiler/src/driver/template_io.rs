@@ -5,9 +5,10 @@
 use std::error::Error;
 use std::io::IsTerminal;
 use std::path::Path;
-use tessera_formats::tcs::{write_tensor, TcsFile};
+use tessera_formats::tcs::write_tensor;
 use tessera_formats::{
-    open_text, FileKind, Format, Index, MtxWriter, Tensor, TnsWriter, Value, ValueType,
+    text_value, open_text, FileKind, Format, Index, MtxWriter, TcsHeader, Tensor, TnsWriter,
+    Value,
 };
 
 /// Rejects an output path that cannot hold the output before any work is done.
@@ -23,43 +24,23 @@ pub fn check_output_path(path: &Path, format: &Format) -> Result<(), Box<dyn Err
     }
 }
 
-/// Reads a tensor file and stores it in `format`.
+/// Reads a tensor file and stores it in `format`, converting its values to the program's
+/// type `V` (an error names the entry `V` cannot hold: a fraction read as i64).
 pub fn read<V: Value, I: Index>(
     path: &Path,
     format: &Format,
 ) -> Result<Tensor<V, I>, Box<dyn Error>> {
     let (dims, entries) = match FileKind::of(path)? {
         FileKind::Tcs => {
-            let file = TcsFile::open(path)?;
-            check_rank(path, file.dims().len(), format)?;
-            let h = file.header();
-            let same_types = h.value_type == V::TYPE && h.index_bits == I::BITS;
-            if same_types && file.format() == format {
-                return Ok(file.to_tensor()?);
-            }
-            (file.dims().to_vec(), tcs_entries(&file)?)
+            let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            check_rank(path, TcsHeader::read_from(&file, path)?.rank(), format)?;
+            // Copied as it is when its types and format are the program's, else converted.
+            return Ok(Tensor::read(path, format)?);
         }
         FileKind::Tns | FileKind::Mtx => read_text::<V>(path, format)?,
     };
     Tensor::from_entries(dims, format.clone(), entries)
         .map_err(|e| format!("{}: {e}", path.display()).into())
-}
-
-/// The entries of a `.tcs` file of any value and coordinate type, as `V`.
-fn tcs_entries<V: Value>(file: &TcsFile) -> Result<Entries<V>, Box<dyn Error>> {
-    fn collect<W: Value, J: Index, V: Value>(file: &TcsFile) -> Result<Entries<V>, Box<dyn Error>> {
-        let view = file.view::<W, J>()?;
-        Ok(view
-            .entries()
-            .map(|(c, v)| (c, V::from_f64(v.to_f64())))
-            .collect())
-    }
-    match (file.header().value_type, file.header().index_bits) {
-        (ValueType::F64, 32) => collect::<f64, u32, V>(file),
-        (ValueType::F64, _) => collect::<f64, u64, V>(file),
-        (ValueType::F32, 32) => collect::<f32, u32, V>(file),
-        (ValueType::F32, _) => collect::<f32, u64, V>(file),
-    }
 }
 
 fn check_rank(path: &Path, rank: usize, format: &Format) -> Result<(), Box<dyn Error>> {
@@ -99,7 +80,8 @@ fn read_text<V: Value>(
         for (m, &x) in c.iter().enumerate() {
             max[m] = max[m].max(x + 1);
         }
-        entries.push((c, V::from_f64(v)));
+        let v = text_value(path, &c, v)?;
+        entries.push((c, v));
     }
     if let Some(b) = bar {
         b.finish_and_clear();
@@ -132,7 +114,8 @@ pub fn write<V: Value, I: Index>(path: &Path, t: &Tensor<V, I>) -> Result<(), Bo
         FileKind::Tcs => write_tensor(path, t, None)?,
         FileKind::Mtx => {
             let d = t.dims();
-            let mut w = MtxWriter::create(path, d[0] as u64, d[1] as u64, Some(t.nnz() as u64))?;
+            let (rows, cols, nnz) = (d[0] as u64, d[1] as u64, Some(t.nnz() as u64));
+            let mut w = MtxWriter::create_of(path, rows, cols, nnz, V::TYPE)?;
             for (c, v) in t.entries() {
                 w.write_entry(c[0] as u64, c[1] as u64, v)?;
             }

@@ -39,9 +39,15 @@ pub fn mirror(k: &Kernel) -> Option<Mirror> {
     if nest.loops.len() < levels || (0..levels).any(|d| nest.loops[d].var != out.level_vars[d]) {
         return None;
     }
+    // COO levels may repeat a coordinate: their positions are not the output's entries.
+    let coo = |a: AccessId| k.tensors[k.accesses[a].tensor].format.coo_start().is_some();
+    if coo(k.output_access) {
+        return None;
+    }
     let access = nest.required.iter().copied().find(|&a| {
         let vars = &k.accesses[a].level_vars;
         a != k.output_access
+            && !coo(a)
             && vars.len() >= levels
             && vars[..levels] == out.level_vars[..levels]
             && (0..levels).all(|l| {
@@ -56,7 +62,8 @@ pub fn mirror(k: &Kernel) -> Option<Mirror> {
         let r = LevelRef { access, level: d };
         match out_types[d] {
             LevelType::Dense => lp.iterate.is_empty() && lp.locate.contains(&r),
-            _ => matches!(lp.domain, Domain::Single) && lp.iterate == [r],
+            LevelType::Compressed => matches!(lp.domain, Domain::Single) && lp.iterate == [r],
+            LevelType::Singleton => false,
         }
     });
     walked_alone.then_some(Mirror { access, levels })
@@ -90,5 +97,8 @@ mod tests {
         assert!(!mirrors("y(i) = min[j](A(i,j) + x(j)); A: csr; y: s"));
         // Output levels that the operand stores differently.
         assert!(!mirrors("A(i,j) = B(i,j) * c(j); A: csr; B: dcsr"));
+        // COO levels may store a coordinate twice.
+        assert!(!mirrors("A(i,j) = B(i,j) * c(j); A: coo; B: coo"));
+        assert!(!mirrors("A(i,j) = B(i,j) * c(j); A: ss; B: coo"));
     }
 }

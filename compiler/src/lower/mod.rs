@@ -140,7 +140,8 @@ fn lower_with(
     } else if b.tensors[output]
         .format
         .levels()
-        .contains(&LevelType::Compressed)
+        .iter()
+        .any(|l| l.is_sparse())
     {
         OutputKind::Sparse
     } else {
@@ -366,7 +367,7 @@ fn lower_nest(k: &Kernel, expr: Expr, span: &Span) -> Result<Nest, LowerError> {
                 level: resolved[a],
             };
             if r.level < k.accesses[a].level_vars.len()
-                && k.level_type(r) == LevelType::Compressed
+                && k.level_type(r).is_sparse()
                 && k.level_var(r) == v
             {
                 iterate.push(r);
@@ -446,7 +447,7 @@ fn loop_order(
     for a in operands {
         let acc = &k.accesses[*a];
         for (l, t) in k.tensors[acc.tensor].format.levels().iter().enumerate() {
-            if *t == LevelType::Compressed {
+            if t.is_sparse() {
                 pref.sparse.insert(acc.level_vars[l]);
             }
         }
@@ -523,7 +524,7 @@ fn no_order_error(
                 .format
                 .levels()
                 .iter()
-                .filter(|l| **l == LevelType::Compressed)
+                .filter(|l| l.is_sparse())
                 .count(),
             !out_in_order,
         );

@@ -12,14 +12,12 @@
 
 use std::collections::BTreeSet;
 
-use tessera_formats::LevelType;
-
 use crate::ir::{Access, TensorDecl, VarId};
 
 /// Precedence edges `before → after` that one access asks for.
 pub fn access_edges(access: &Access, tensor: &TensorDecl) -> Vec<(VarId, VarId)> {
     let levels = tensor.format.levels();
-    let Some(last) = levels.iter().rposition(|l| *l == LevelType::Compressed) else {
+    let Some(last) = levels.iter().rposition(|l| l.is_sparse()) else {
         return Vec::new();
     };
     access.level_vars[..=last]

@@ -128,7 +128,17 @@ pub struct Stored<V, I = u32> {
 impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
     /// Copies a tensor into new stores of `rt`.
     pub fn upload(rt: &Runtime, t: &Tensor<V, I>) -> Result<Self, PlanRunError> {
-        let (stores, layout) = upload(rt, t)?;
+        // Singleton (COO) levels are stored in their unique form (`sq` as `ss`): the same
+        // entries in the same order, so every point re-levels its block (see `in_format`).
+        let unique;
+        let stored = match t.format().coo_start() {
+            Some(_) => {
+                unique = t.view().relevel(&t.format().unique())?;
+                &unique
+            }
+            None => t,
+        };
+        let (stores, layout) = upload(rt, stored)?;
         Ok(Stored {
             stores,
             layout,
@@ -188,12 +198,8 @@ impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
             });
         }
         let vals = rt.read::<V>(&self.stores[self.layout.vals])?;
-        Ok(Tensor::from_parts(
-            self.dims.clone(),
-            self.format.clone(),
-            levels,
-            vals,
-        )?)
+        let t = Tensor::from_parts(self.dims.clone(), self.format.unique(), levels, vals)?;
+        Ok(in_format(t, &self.format)?)
     }
 }
 
@@ -655,6 +661,17 @@ impl InputLayout {
     }
 }
 
+/// `t`, stored in `format`'s unique form (see [`Stored::upload`]), in `format`.
+fn in_format<V: Value, I: Index>(
+    t: Tensor<V, I>,
+    format: &Format,
+) -> Result<Tensor<V, I>, tessera_formats::TensorError> {
+    if t.format() == format {
+        return Ok(t);
+    }
+    t.view().relevel(format)
+}
+
 /// Uploads a tensor's arrays as 1-d stores: per compressed level `pos` (ranges) and `crd`,
 /// then `vals`.
 fn upload<V: PlanValue, I: PlanIndex>(
@@ -666,6 +683,7 @@ fn upload<V: PlanValue, I: PlanIndex>(
     for l in t.levels() {
         match l {
             Level::Dense { .. } => levels.push(None),
+            Level::Singleton { .. } => unreachable!("`Stored::upload` stores the unique form"),
             Level::Compressed { pos, crd } => {
                 let ranges: Vec<PosRange> = pos
                     .windows(2)
@@ -685,7 +703,7 @@ fn upload<V: PlanValue, I: PlanIndex>(
         .iter()
         .map(|l| match l {
             Level::Dense { size, .. } => *size,
-            Level::Compressed { .. } => 1,
+            Level::Compressed { .. } | Level::Singleton { .. } => 1,
         })
         .product();
     Ok((
@@ -827,7 +845,8 @@ impl Body {
             }
         }
         let vals = ctx.read::<V>(first_arg + layout.vals).as_slice().to_vec();
-        Tensor::from_parts(dims.clone(), format.clone(), levels, vals)
+        Tensor::from_parts(dims.clone(), format.unique(), levels, vals)
+            .and_then(|t| in_format(t, format))
             .unwrap_or_else(|e| panic!("block of input {slot}: {e}"))
     }
 

@@ -17,6 +17,12 @@
 //! - anything else (a split of a compressed or inner level): SuperTaco's tensor blocks — the
 //!   distributed loader cuts the tensor into blocks with dense offsets, stored concatenated
 //!   with a directory aligned with the grid.
+//!
+//! A singleton (COO) level is stored as in the tensor's unique form (`sq` as `ss`, the same
+//! entries in the same order; see `Stored::upload`): it has a `pos{l}` and a `crd{l}` like a
+//! compressed level, `pos{l}` imaged from the parent's positions, and each point re-levels
+//! its block into the COO format before the kernel runs. So a COO operand gets exactly the
+//! plan of its unique form, images and tensor blocks alike.
 
 use std::fmt;
 
@@ -170,13 +176,13 @@ fn tiled_by_first_level(k: &Kernel, grid: &Grid, t: TensorId) -> bool {
         && split.iter().all(|&g| Some(grid.vars[g].var_id) == first)
 }
 
-/// Dense levels first, then only compressed ones: the shape images can follow.
+/// Dense levels first, then only compressed (or singleton) ones: the shape images can follow.
 fn chainable(levels: &[LevelType]) -> bool {
     let dense = levels
         .iter()
         .take_while(|l| **l == LevelType::Dense)
         .count();
-    levels[dense..].iter().all(|l| *l == LevelType::Compressed)
+    levels[dense..].iter().all(|l| l.is_sparse())
 }
 
 /// The stores of a tensor whose levels are dense then compressed, outermost first: the store
@@ -185,7 +191,7 @@ fn chainable(levels: &[LevelType]) -> bool {
 fn chain(k: &Kernel, t: TensorId) -> Vec<(StoreRef, Option<StoreRef>)> {
     let levels = k.tensors[t].format.levels();
     let compressed: Vec<usize> = (0..levels.len())
-        .filter(|&l| levels[l] == LevelType::Compressed)
+        .filter(|&l| levels[l].is_sparse())
         .collect();
     let Some(&first) = compressed.first() else {
         return vec![(store(k, t, StoreKind::Vals), None)];

@@ -32,6 +32,9 @@ pub fn tensor_code(t: &Tensor<f64, u64>, v: &str, i: &str) -> String {
             Level::Compressed { pos, crd } => format!(
                 "Level::Compressed {{ pos: Vec::<{i}>::from({pos:?}), crd: Vec::<{i}>::from({crd:?}) }}"
             ),
+            Level::Singleton { crd } => {
+                format!("Level::Singleton {{ crd: Vec::<{i}>::from({crd:?}) }}")
+            }
         })
         .collect();
     let vals: Vec<String> = t

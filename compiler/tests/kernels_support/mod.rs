@@ -127,13 +127,50 @@ impl Rng {
     }
 }
 
+/// Statements with COO operands (`sq`, `sqq`, `dsq`) in every role the merge lattice has:
+/// alone, intersected and united with unique levels, a diagonal, an output indexed by fewer
+/// variables, COO outputs, and a `parallelize`d loop over a non-unique level.
+pub type FormatsOf = &'static [(&'static str, &'static str)];
+pub fn coo_catalogue() -> Vec<(&'static str, FormatsOf)> {
+    vec![
+        ("y(i) = A(i,j) * x(j)", &[("A", "sq")]),
+        ("y(j) = A(i,j)", &[("A", "sq")]),
+        (
+            "C(i,j) = A(i,j) + B(i,j)",
+            &[("A", "sq"), ("B", "ds"), ("C", "sq")],
+        ),
+        (
+            "C(i,j) = A(i,j) * B(i,j)",
+            &[("A", "sq"), ("B", "sq"), ("C", "ss")],
+        ),
+        (
+            "C(i,j) = A(i,j) + B(i,j)",
+            &[("A", "sq:1,0"), ("B", "sq:1,0"), ("C", "ds:1,0")],
+        ),
+        (
+            "C(i,k) = A(i,j) * B(j,k)",
+            &[("A", "sq"), ("B", "sq"), ("C", "sq")],
+        ),
+        ("x(i) = A(i,i)", &[("A", "sq")]),
+        ("a = A(i,j,k) * B(i,j,k)", &[("A", "sqq"), ("B", "dsq")]),
+        ("y(i) = A(i,j,k) * B(j,k)", &[("A", "sqq"), ("B", "sq")]),
+        (
+            "y(j) = A(i,j,k) * B(i,k)",
+            &[("A", "ssq:0,2,1"), ("B", "sq")],
+        ),
+        ("C(j,i) = A(i,j)", &[("A", "sq"), ("C", "sq")]),
+        ("y(i) = A(i,j) * x(j); parallelize(i)", &[("A", "sq")]),
+    ]
+}
+
 pub fn format_from_text(text: &str, rank: usize) -> Format {
     Format::parse(text, rank).unwrap_or_else(|e| panic!("{text}: {e}"))
 }
 
-/// Random level types and a random mode order.
+/// Random level types and a random mode order; for about a third of the matrices and
+/// higher-order tensors a COO tail (a compressed level then singletons: `sq`, `dsq`, `sqq`).
 pub fn random_format(rank: usize, rng: &mut Rng) -> Format {
-    let levels = (0..rank)
+    let mut levels: Vec<LevelType> = (0..rank)
         .map(|_| {
             if rng.below(2) == 0 {
                 LevelType::Dense
@@ -142,6 +179,13 @@ pub fn random_format(rank: usize, rng: &mut Rng) -> Format {
             }
         })
         .collect();
+    let coo = rng.below(3 * rank.max(1));
+    if coo + 1 < rank {
+        levels[coo] = LevelType::Compressed;
+        for l in &mut levels[coo + 1..] {
+            *l = LevelType::Singleton;
+        }
+    }
     let mut order: Vec<usize> = (0..rank).collect();
     for i in (1..rank).rev() {
         order.swap(i, rng.below(i + 1));

@@ -35,8 +35,8 @@ pub struct Args {
 /// Options that shape `.tcs` output (shared with `generate`).
 #[derive(clap::Args)]
 pub struct TcsOptions {
-    /// Level format of .tcs output: letters d/s with an optional mode order (ds, ds:1,0, sss)
-    /// or a name (dense, csr, csc, dcsr, csf). Default: all levels compressed.
+    /// Level format of .tcs output: letters d/s/q with an optional mode order (ds, ds:1,0, sss,
+    /// sq for COO) or a name (dense, csr, csc, dcsr, csf, coo). Default: all levels compressed.
     #[arg(long, short)]
     pub format: Option<String>,
     /// Coordinate width in bits.

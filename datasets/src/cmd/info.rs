@@ -48,7 +48,7 @@ fn tcs_info(path: &Path, bars: &Bars) -> Result<(), tessera_formats::Error> {
     println!("file:        {}", path.display());
     println!(
         "kind:        .tcs version {} ({})",
-        tessera_formats::tcs::VERSION,
+        h.version,
         if h.is_block { "block" } else { "whole tensor" }
     );
     println!(
@@ -76,6 +76,10 @@ fn tcs_info(path: &Path, bars: &Bars) -> Result<(), tessera_formats::Error> {
             ),
             LevelType::Compressed => println!(
                 "level {k}:     compressed, mode {}, {} coordinates",
+                l.mode, l.size
+            ),
+            LevelType::Singleton => println!(
+                "level {k}:     singleton, mode {}, {} coordinates",
                 l.mode, l.size
             ),
         }

@@ -9,7 +9,7 @@ use crate::mtx::MtxWriter;
 use crate::tcs::TcsFile;
 use crate::text::{open_text, FileKind};
 use crate::tns::TnsWriter;
-use crate::value::{Index, Value, ValueType};
+use crate::value::{Index, Value};
 use crate::view::TensorView;
 
 /// Writes a `.tcs` file's entries as `.tns` or `.mtx` (rank 2), in storage order. Explicit
@@ -17,12 +17,9 @@ use crate::view::TensorView;
 pub fn tcs_to_text(input: &Path, output: &Path, progress: &dyn Progress) -> Result<ConvertReport> {
     let file = TcsFile::open_with_progress(input, progress)?;
     let h = file.header();
-    match (h.value_type, h.index_bits) {
-        (ValueType::F32, 32) => write_text(&file.view::<f32, u32>()?, output, progress),
-        (ValueType::F32, _) => write_text(&file.view::<f32, u64>()?, output, progress),
-        (ValueType::F64, 32) => write_text(&file.view::<f64, u32>()?, output, progress),
-        (ValueType::F64, _) => write_text(&file.view::<f64, u64>()?, output, progress),
-    }
+    crate::with_types!(h.value_type, h.index_bits, |W, J| {
+        write_text(&file.view::<W, J>()?, output, progress)
+    })
 }
 
 fn write_text<V: Value, I: Index>(

@@ -36,6 +36,9 @@ pub(crate) struct Plan {
     pub order: Vec<usize>,
     /// Level 0 is dense (its children's positions are indexed by coordinate, not by node).
     pub dense_top: bool,
+    /// The non-unique level that starts a run of singleton levels (the rank if none): from
+    /// it down, every entry gets new nodes, and singleton levels have no `pos`.
+    pub coo: usize,
     pub duplicates: Duplicates,
 }
 
@@ -382,6 +385,7 @@ pub(crate) struct Builder<const R: usize, I> {
     have: bool,
     in_head: bool,
     dense_top: bool,
+    coo: usize,
     duplicates: Duplicates,
 }
 
@@ -398,6 +402,7 @@ impl<const R: usize, I: Index> Builder<R, I> {
             have: false,
             in_head: true,
             dense_top: plan.dense_top,
+            coo: plan.coo,
             duplicates: plan.duplicates,
         }
     }
@@ -438,6 +443,8 @@ impl<const R: usize, I: Index> Builder<R, I> {
             piece.head.push(v);
             piece.first.extend_from_slice(&key);
         }
+        // A distinct entry is a new node at every level from the non-unique one down.
+        let f = f.min(self.coo);
         for (k, &c) in key.iter().enumerate().skip(f) {
             if c > I::MAX_U64 {
                 return Err(Stop::Overflow(c));
@@ -447,7 +454,7 @@ impl<const R: usize, I: Index> Builder<R, I> {
                 piece.starts.push((c, I::from_usize(self.crd[1].len())));
                 continue;
             }
-            if k > f && !(k == 1 && self.dense_top) {
+            if k > f && k <= self.coo && !(k == 1 && self.dense_top) {
                 self.pos[k].push(I::from_usize(self.crd[k].len()));
             }
             self.crd[k].push(I::from_usize(c as usize));

@@ -12,7 +12,7 @@ use crate::format::{Format, LevelType};
 use crate::pack::{PackError, Packer, Sink};
 use crate::tcs::{ArrayWriter, LevelInfo, ModeInfo, TcsHeader, TcsWriter};
 use crate::tensor::TensorError;
-use crate::value::{Index, Value, ValueType};
+use crate::value::{Index, Value};
 
 /// What pass two wrote.
 pub(crate) struct Built {
@@ -33,20 +33,9 @@ pub(crate) fn build(
     opts: &ConvertOptions,
     progress: &dyn Progress,
 ) -> Result<Built> {
-    match (opts.value_type, opts.index_bits) {
-        (ValueType::F32, 32) => {
-            build_typed::<f32, u32>(source, input, output, format, dims, counts, opts, progress)
-        }
-        (ValueType::F32, _) => {
-            build_typed::<f32, u64>(source, input, output, format, dims, counts, opts, progress)
-        }
-        (ValueType::F64, 32) => {
-            build_typed::<f64, u32>(source, input, output, format, dims, counts, opts, progress)
-        }
-        (ValueType::F64, _) => {
-            build_typed::<f64, u64>(source, input, output, format, dims, counts, opts, progress)
-        }
-    }
+    crate::with_types!(opts.value_type, opts.index_bits, |W, J| {
+        build_typed::<W, J>(source, input, output, format, dims, counts, opts, progress)
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -74,15 +63,18 @@ fn build_typed<V: Value, I: Index>(
     let mut pairs = Vec::new();
     let mut array = 0;
     for &t in format.levels() {
-        if t == LevelType::Compressed {
-            pairs.push(Some((
-                Stoppable::new(writer.array_writer::<I>(array)?, progress),
-                Stoppable::new(writer.array_writer::<I>(array + 1)?, progress),
-            )));
-            array += 2;
-        } else {
-            pairs.push(None);
-        }
+        let mut next = || -> Result<_> {
+            array += 1;
+            Ok(Stoppable::new(
+                writer.array_writer::<I>(array - 1)?,
+                progress,
+            ))
+        };
+        pairs.push(match t {
+            LevelType::Compressed => Some((Some(next()?), next()?)),
+            LevelType::Singleton => Some((None, next()?)),
+            LevelType::Dense => None,
+        });
     }
     let vals = Stoppable::new(writer.array_writer::<V>(array)?, progress);
     let udims: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
@@ -92,7 +84,7 @@ fn build_typed<V: Value, I: Index>(
         &udims,
         format,
         dense,
-        |k| pairs[k].take().expect("one pair per compressed level"),
+        |k| pairs[k].take().expect("arrays for every sparse level"),
         vals,
     );
     let mut key = vec![0usize; format.rank()];
@@ -116,7 +108,9 @@ fn build_typed<V: Value, I: Index>(
     let entries = packer.count() as u64;
     let (levels, vals, _) = packer.finish().map_err(pack_err)?;
     for (pos, crd) in levels.into_iter().flatten() {
-        pos.inner.finish()?;
+        if let Some(pos) = pos {
+            pos.inner.finish()?;
+        }
         crd.inner.finish()?;
     }
     vals.inner.finish()?;
@@ -139,20 +133,11 @@ pub(crate) fn build_spooled(
     stage: Option<&str>,
     progress: &dyn Progress,
 ) -> Result<Built> {
-    match (opts.value_type, opts.index_bits) {
-        (ValueType::F32, 32) => spooled_typed::<f32, u32>(
+    crate::with_types!(opts.value_type, opts.index_bits, |W, J| {
+        spooled_typed::<W, J>(
             source, input, output, format, dims, opts, temp_dir, stage, progress,
-        ),
-        (ValueType::F32, _) => spooled_typed::<f32, u64>(
-            source, input, output, format, dims, opts, temp_dir, stage, progress,
-        ),
-        (ValueType::F64, 32) => spooled_typed::<f64, u32>(
-            source, input, output, format, dims, opts, temp_dir, stage, progress,
-        ),
-        (ValueType::F64, _) => spooled_typed::<f64, u64>(
-            source, input, output, format, dims, opts, temp_dir, stage, progress,
-        ),
-    }
+        )
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -179,10 +164,10 @@ fn spooled_typed<V: Value, I: Index>(
     let spool = || Spool::create(temp_dir, output, buffer, progress);
     let mut pairs = Vec::new();
     for &t in format.levels() {
-        pairs.push(if t == LevelType::Compressed {
-            Some((spool()?, spool()?))
-        } else {
-            None
+        pairs.push(match t {
+            LevelType::Compressed => Some((Some(spool()?), spool()?)),
+            LevelType::Singleton => Some((None, spool()?)),
+            LevelType::Dense => None,
         });
     }
     // Without known dimensions (all levels compressed) coordinates are bounded only by the
@@ -196,7 +181,7 @@ fn spooled_typed<V: Value, I: Index>(
         &udims,
         format,
         dense,
-        |k| pairs[k].take().expect("one pair per compressed level"),
+        |k| pairs[k].take().expect("arrays for every sparse level"),
         spool()?,
     );
     let mut key = vec![0usize; format.rank()];
@@ -245,7 +230,7 @@ fn spooled_typed<V: Value, I: Index>(
     progress.stage("write", 0);
     let mut array = 0;
     for (pos, crd) in levels.into_iter().flatten() {
-        for s in [pos, crd] {
+        for s in pos.into_iter().chain([crd]) {
             let (mut file, crc) = s.into_file()?;
             writer.copy_array_from(array, &mut file, crc)?;
             array += 1;

@@ -1,5 +1,6 @@
 //! Pass one over sorted input: dimensions, sortedness in the target order, and the number of
-//! coordinates stored at each level (the count of distinct coordinate prefixes).
+//! coordinates stored at each level (the count of distinct coordinate prefixes; from the
+//! non-unique level of a COO format down, the count of distinct entries).
 
 use std::path::{Path, PathBuf};
 
@@ -16,19 +17,23 @@ pub(crate) struct Scanned {
     pub counts: Vec<u64>,
 }
 
-/// Counts, per level, how many distinct coordinate prefixes end at that level.
+/// Counts, per level, how many distinct coordinate prefixes end at that level (every
+/// distinct entry counts at the levels from `coo`, a COO format's non-unique level, down).
 pub(crate) struct LevelCounter {
     prev: Vec<u64>,
     pub counts: Vec<u64>,
     started: bool,
+    coo: usize,
 }
 
 impl LevelCounter {
-    pub fn new(rank: usize) -> Self {
+    pub fn new(format: &Format) -> Self {
+        let rank = format.rank();
         LevelCounter {
             prev: vec![0; rank],
             counts: vec![0; rank],
             started: false,
+            coo: format.coo_start().unwrap_or(rank),
         }
     }
 
@@ -42,7 +47,7 @@ impl LevelCounter {
         } else {
             0
         };
-        for c in &mut self.counts[first_new..] {
+        for c in &mut self.counts[first_new.min(self.coo)..] {
             *c += 1;
         }
         self.prev.copy_from_slice(key);
@@ -69,7 +74,7 @@ pub(crate) fn scan_sorted(
     let mut key = vec![0u64; rank];
     let mut prev = vec![0u64; rank];
     let mut max = vec![0u64; rank];
-    let mut counter = LevelCounter::new(rank);
+    let mut counter = LevelCounter::new(format);
     let mut entries = 0u64;
     while reader.next_chunk(&mut chunk)? {
         for e in 0..chunk.len() {

@@ -52,7 +52,7 @@ pub(crate) struct Done {
 pub(crate) fn supports(format: &Format) -> bool {
     let levels = format.levels();
     (1..=4).contains(&levels.len())
-        && levels[1..].iter().all(|&t| t == LevelType::Compressed)
+        && levels[1..].iter().all(|t| t.is_sparse())
         && (levels[0] == LevelType::Compressed || levels.len() >= 2)
 }
 
@@ -81,12 +81,9 @@ macro_rules! dispatch {
     ($body:ident, $s:ty, $job:expr, $rank:expr, $opts:expr) => {{
         macro_rules! widths {
             ($r:literal) => {
-                match ($opts.value_type, $opts.index_bits) {
-                    (ValueType::F32, 32) => $body::<$r, u32, f32, $s>($job),
-                    (ValueType::F32, _) => $body::<$r, u64, f32, $s>($job),
-                    (ValueType::F64, 32) => $body::<$r, u32, f64, $s>($job),
-                    (ValueType::F64, _) => $body::<$r, u64, f64, $s>($job),
-                }
+                $crate::with_types!($opts.value_type, $opts.index_bits, |W, J| {
+                    $body::<$r, J, W, $s>($job)
+                })
             };
         }
         match $rank {
@@ -144,6 +141,7 @@ fn merged<const R: usize, I: Index, V: Value, S>(
     let plan = Plan {
         order: (0..R).collect(),
         dense_top: format.levels()[0] == LevelType::Dense,
+        coo: format.coo_start().unwrap_or(R),
         duplicates: opts.duplicates,
     };
     let mut builder = Some(Builder::<R, I>::new(Piece::default(), &plan));
@@ -194,11 +192,15 @@ fn check_dims<I: Index, V: Value, S>(input: &Input<S>, format: &Format) -> Resul
 
 /// One anonymous temporary file per array of the output, in header order.
 fn spool_files(format: &Format, output: &Path, temp_dir: &Path) -> Result<Vec<File>> {
-    let arrays = 1 + 2 * format
+    let arrays: usize = 1 + format
         .levels()
         .iter()
-        .filter(|&&t| t == LevelType::Compressed)
-        .count();
+        .map(|t| match t {
+            LevelType::Compressed => 2,
+            LevelType::Singleton => 1,
+            LevelType::Dense => 0,
+        })
+        .sum::<usize>();
     (0..arrays)
         .map(|_| tempfile::tempfile_in(temp_dir).map_err(|e| spool_err(output, temp_dir, e)))
         .collect()
@@ -244,6 +246,7 @@ fn typed<const R: usize, I: Index, V: Value, S: LineSyntax>(job: &Job<'_, S>) ->
     let plan = Plan {
         order: format.mode_order().to_vec(),
         dense_top,
+        coo: format.coo_start().unwrap_or(R),
         duplicates: opts.duplicates,
     };
     let files = spool_files(format, output, temp_dir)?;
@@ -343,7 +346,7 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
         for k in 0..rank {
             let compressed = format.levels()[k] == LevelType::Compressed;
             pos.push(compressed.then(&mut spool));
-            crd.push(compressed.then(&mut spool));
+            crd.push(format.levels()[k].is_sparse().then(&mut spool));
         }
         let vals = spool();
         Stitcher {
@@ -439,14 +442,21 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
             }
             self.pending = Some(last);
         }
-        // Arrays: levels above the first new one continue the previous block's nodes.
+        // Arrays: levels above the first new one continue the previous block's nodes (a
+        // distinct entry is new from the non-unique level of a COO format down).
+        let f = if f < rank {
+            f.min(self.format.coo_start().unwrap_or(rank))
+        } else {
+            f
+        };
         for k in 0..rank {
             if k == 0 && self.dense_top {
                 self.join_starts(piece, f)?;
                 continue;
             }
             let dropped = usize::from(k < f);
-            if k >= 1 && !(k == 1 && self.dense_top) {
+            let singleton = self.format.levels()[k] == LevelType::Singleton;
+            if k >= 1 && !(k == 1 && self.dense_top) && !singleton {
                 let offset = self.base[k] - dropped as u64;
                 let pos = &mut piece.pos[k][usize::from(k <= f)..];
                 if let Some(&top) = pos.last() {
@@ -572,6 +582,9 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
         };
         check_width::<I>(&dims, &self.base).map_err(tensor_err)?;
         for k in 0..rank {
+            if self.format.levels()[k] == LevelType::Singleton {
+                continue;
+            }
             let end = I::from_usize(self.base[k] as usize);
             let tail = if k == 0 && !self.dense_top {
                 vec![I::from_usize(0), end]
@@ -592,7 +605,7 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
         let counts: Vec<u64> = (0..rank)
             .map(|k| match self.format.levels()[k] {
                 LevelType::Dense => dims[order[k]],
-                LevelType::Compressed => self.base[k],
+                LevelType::Compressed | LevelType::Singleton => self.base[k],
             })
             .collect();
         let header = layout::<V, I>(self.format, &dims, &counts).map_err(|source| Error::Tcs {
@@ -607,8 +620,9 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
             if self.format.levels()[k] == LevelType::Dense {
                 continue;
             }
-            for s in [self.pos[k].take(), self.crd[k].take()] {
-                let s = s.expect("a spool per array");
+            // A singleton level has no `pos` spool.
+            let pos = self.pos[k].take();
+            for s in pos.into_iter().chain(self.crd[k].take()) {
                 self.copy(&writer, array, s)?;
                 array += 1;
             }

@@ -136,7 +136,7 @@ pub(crate) fn is_whole<V: Value, I: Index>(t: &Tensor<V, I>) -> bool {
         .zip(t.format().mode_order())
         .all(|(l, &m)| match l {
             Level::Dense { size, offset } => *offset == 0 && *size == t.dims()[m],
-            Level::Compressed { .. } => true,
+            Level::Compressed { .. } | Level::Singleton { .. } => true,
         })
 }
 

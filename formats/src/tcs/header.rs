@@ -4,7 +4,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::{align_up, value_tag, TcsError, ALIGN, MAGIC, MAX_RANK, VERSION};
+use super::{align_up, value_tag, TcsError, ALIGN, MAGIC, MAX_RANK, MIN_VERSION, VERSION};
 use crate::error::{Error, Result};
 use crate::format::{Format, LevelType};
 use crate::value::ValueType;
@@ -46,9 +46,10 @@ pub struct LevelInfo {
     /// The tensor mode stored at this level.
     pub mode: u32,
     pub level_type: LevelType,
-    /// Dense: number of coordinates. Compressed: number of stored coordinates (`crd` length).
+    /// Dense: number of coordinates. Compressed or singleton: number of stored coordinates
+    /// (`crd` length).
     pub size: u64,
-    /// Dense: first coordinate. Compressed: 0.
+    /// Dense: first coordinate. Compressed or singleton: 0.
     pub offset: u64,
 }
 
@@ -88,6 +89,8 @@ impl ArrayInfo {
 /// Everything a `.tcs` header records.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcsHeader {
+    /// The format version recorded (1, or 2 when a level is a singleton).
+    pub version: u32,
     pub value_type: ValueType,
     /// Coordinate width: 32 or 64.
     pub index_bits: u32,
@@ -95,7 +98,8 @@ pub struct TcsHeader {
     pub is_block: bool,
     pub modes: Vec<ModeInfo>,
     pub levels: Vec<LevelInfo>,
-    /// For each compressed level in order its `pos` then `crd`, then `vals`.
+    /// For each compressed level in order its `pos` then `crd`, for each singleton level its
+    /// `crd`, then `vals`.
     pub arrays: Vec<ArrayInfo>,
     /// Number of stored values (length of `vals`).
     pub nnz: u64,
@@ -115,7 +119,9 @@ impl TcsHeader {
         modes: Vec<ModeInfo>,
         levels: Vec<LevelInfo>,
     ) -> Result<TcsHeader, TcsError> {
+        let singleton = levels.iter().any(|l| l.level_type == LevelType::Singleton);
         let mut h = TcsHeader {
+            version: if singleton { VERSION } else { MIN_VERSION },
             value_type,
             index_bits,
             is_block,
@@ -171,7 +177,7 @@ impl TcsHeader {
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(self.header_len as usize);
         b.extend_from_slice(&MAGIC);
-        b.extend_from_slice(&VERSION.to_le_bytes());
+        b.extend_from_slice(&self.version.to_le_bytes());
         b.push(1); // little-endian
         b.push(value_tag(self.value_type));
         b.push(self.index_bits as u8);
@@ -188,10 +194,10 @@ impl TcsHeader {
         }
         for l in &self.levels {
             b.extend_from_slice(&l.mode.to_le_bytes());
-            let t: u32 = if l.level_type == LevelType::Dense {
-                0
-            } else {
-                1
+            let t: u32 = match l.level_type {
+                LevelType::Dense => 0,
+                LevelType::Compressed => 1,
+                LevelType::Singleton => 2,
             };
             b.extend_from_slice(&t.to_le_bytes());
             b.extend_from_slice(&l.size.to_le_bytes());
@@ -228,7 +234,7 @@ impl TcsHeader {
             return Err(TcsError::BadMagic);
         }
         let version = c.u32()?;
-        if version != VERSION {
+        if !(MIN_VERSION..=VERSION).contains(&version) {
             return Err(TcsError::Version(version));
         }
         let endian = c.u8()?;
@@ -238,6 +244,7 @@ impl TcsHeader {
         let value_type = match c.u8()? {
             1 => ValueType::F32,
             2 => ValueType::F64,
+            3 => ValueType::I64,
             t => return Err(TcsError::ValueTypeTag(t)),
         };
         let index_bits = match c.u8()? {
@@ -295,7 +302,18 @@ impl TcsHeader {
                 actual: file_len,
             });
         }
+        if version < 2 {
+            if let Some(k) = levels
+                .iter()
+                .position(|l| l.level_type == LevelType::Singleton)
+            {
+                return Err(TcsError::Invalid(format!(
+                    "level {k} is a singleton level, which version {version} files cannot hold (version 2 added them)"
+                )));
+            }
+        }
         let h = TcsHeader {
+            version,
             value_type,
             index_bits,
             is_block: flags == 1,
@@ -394,14 +412,10 @@ impl TcsHeader {
                         )));
                     }
                 }
-                LevelType::Compressed if l.offset != 0 => {
-                    return Err(field(
-                        &format!("offset of compressed level {k}"),
-                        l.offset,
-                        0,
-                    ));
+                LevelType::Compressed | LevelType::Singleton if l.offset != 0 => {
+                    return Err(field(&format!("offset of sparse level {k}"), l.offset, 0));
                 }
-                LevelType::Compressed => {}
+                LevelType::Compressed | LevelType::Singleton => {}
             }
         }
         Ok(())
@@ -429,6 +443,20 @@ impl TcsHeader {
                         l.size.checked_mul(w).ok_or_else(too_large)?,
                     ));
                     parents = l.size;
+                }
+                LevelType::Singleton => {
+                    if l.size != parents {
+                        return Err(field(
+                            &format!("size of singleton level {k}"),
+                            l.size,
+                            parents,
+                        ));
+                    }
+                    out.push((
+                        ArrayKind::Crd,
+                        k as u32,
+                        l.size.checked_mul(w).ok_or_else(too_large)?,
+                    ));
                 }
             }
         }
@@ -554,7 +582,14 @@ impl<'a> Cursor<'a> {
         let level_type = match self.u32()? {
             0 => LevelType::Dense,
             1 => LevelType::Compressed,
-            t => return Err(field("level type (0 dense, 1 compressed)", t as u64, 0)),
+            2 => LevelType::Singleton,
+            t => {
+                return Err(field(
+                    "level type (0 dense, 1 compressed, 2 singleton)",
+                    t as u64,
+                    0,
+                ))
+            }
         };
         Ok(LevelInfo {
             mode,

@@ -25,8 +25,12 @@ compile_error!("the .tcs reader and writer assume a little-endian host");
 
 /// File signature: a non-ASCII byte, `TCS`, then CR LF, SUB, LF (catches text-mode mangling).
 pub const MAGIC: [u8; 8] = *b"\x89TCS\r\n\x1a\n";
-/// The format version this crate reads and writes.
-pub const VERSION: u32 = 1;
+/// The newest format version this crate reads and writes: 2 added singleton (COO) levels.
+/// A file is written with the oldest version that can hold it (1 unless it has a singleton
+/// level), so older readers still read every file they could express.
+pub const VERSION: u32 = 2;
+/// The oldest version this crate reads.
+pub const MIN_VERSION: u32 = 1;
 /// Alignment of the header length and of every array's offset.
 pub const ALIGN: u64 = 64;
 /// Largest rank a `.tcs` file may declare (bounds the header size of hostile files).
@@ -37,11 +41,11 @@ pub const MAX_RANK: usize = 64;
 pub enum TcsError {
     #[error("not a .tcs file (bad magic bytes)")]
     BadMagic,
-    #[error("unsupported version {0} (this reader supports version {VERSION})")]
+    #[error("unsupported version {0} (this reader supports versions {MIN_VERSION} to {VERSION})")]
     Version(u32),
     #[error("unsupported byte order tag {0} (only 1 = little-endian is supported)")]
     Endianness(u8),
-    #[error("unknown value type tag {0} (1 = f32, 2 = f64)")]
+    #[error("unknown value type tag {0} (1 = f32, 2 = f64, 3 = i64)")]
     ValueTypeTag(u8),
     #[error("unsupported coordinate width {0} (32 or 64)")]
     IndexWidth(u8),
@@ -94,6 +98,7 @@ pub(crate) fn value_tag(v: ValueType) -> u8 {
     match v {
         ValueType::F32 => 1,
         ValueType::F64 => 2,
+        ValueType::I64 => 3,
     }
 }
 

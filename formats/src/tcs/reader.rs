@@ -22,7 +22,7 @@ use crate::convert::{NoProgress, Progress};
 use crate::error::{Error, Result};
 use crate::format::{Format, LevelType};
 use crate::tensor::Tensor;
-use crate::value::{Index, Value, ValueType};
+use crate::value::{Index, Value};
 use crate::view::{validate_levels_with, LevelView, TensorView};
 
 /// Bytes read (and checksummed) per step, between progress reports.
@@ -169,12 +169,9 @@ impl TcsFile {
             }
             at = a.offset + a.len;
         }
-        match (self.header.value_type, self.header.index_bits) {
-            (ValueType::F32, 32) => self.validate_typed::<f32, u32>(),
-            (ValueType::F32, _) => self.validate_typed::<f32, u64>(),
-            (ValueType::F64, 32) => self.validate_typed::<f64, u32>(),
-            (ValueType::F64, _) => self.validate_typed::<f64, u64>(),
-        }
+        let h = &self.header;
+        crate::with_types!(h.value_type, h.index_bits, |W, J| self
+            .validate_typed::<W, J>())
     }
 
     fn validate_typed<V: Value, I: Index>(&self) -> Result<(), TcsError> {
@@ -182,7 +179,7 @@ impl TcsFile {
         validate_levels_with(&self.dims, &self.format, &levels, vals.len(), &mut || {})?;
         for (k, (level, info)) in levels.iter().zip(&self.header.levels).enumerate() {
             let mode = self.header.modes[info.mode as usize];
-            if let LevelView::Compressed { pos, crd } = level {
+            if let LevelView::Compressed { crd, .. } | LevelView::Singleton { crd } = level {
                 if info.size != crd.len() as u64 {
                     return Err(TcsError::Field {
                         what: format!("size of level {k}"),
@@ -190,7 +187,6 @@ impl TcsFile {
                         expected: crd.len() as u64,
                     });
                 }
-                debug_assert_eq!(pos.last().map(|p| p.to_usize()), Some(crd.len()));
                 // Coordinates are already known to be below the dimension; a block must also
                 // keep them inside its split range.
                 let whole = mode.split_lo == 0 && mode.split_hi == mode.dim;
@@ -236,6 +232,11 @@ impl TcsFile {
                         pos: cast(pos)?,
                         crd: cast(crd)?,
                     }
+                }
+                LevelType::Singleton => {
+                    let crd = arrays.next().expect("layout");
+                    debug_assert_eq!(crd.kind, ArrayKind::Crd);
+                    LevelView::Singleton { crd: cast(crd)? }
                 }
             });
         }
@@ -287,6 +288,7 @@ impl TcsFile {
                     pos: pos.to_vec(),
                     crd: crd.to_vec(),
                 },
+                LevelView::Singleton { crd } => crate::Level::Singleton { crd: crd.to_vec() },
             })
             .collect();
         Tensor::from_parts(

@@ -209,3 +209,66 @@ fn hostile_headers_with_valid_checksums_are_rejected() {
         assert!(TcsFile::open(&path).is_err(), "hostile case {i} accepted");
     }
 }
+
+/// Version 1 files (written by the code before singleton levels existed, and kept in
+/// `tests/fixtures`) still read, to the tensor of the `.tns` they were converted from.
+#[test]
+fn version_1_files_still_read() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let source: Tensor<f64, u32> = Tensor::read(dir.join("v1_source.tns"), "sq").unwrap();
+    for (name, format) in [("csr_v1.tcs", "ds"), ("dcsc_v1.tcs", "ss:1,0")] {
+        let f = TcsFile::open(&dir.join(name)).unwrap();
+        assert_eq!(f.header().version, 1, "{name}");
+        let t = f.to_tensor::<f64, u32>().unwrap();
+        assert_eq!(t.format(), &Format::parse(format, 2).unwrap());
+        assert_eq!(t.to_dense(), source.to_dense(), "{name}");
+        // Written again without singleton levels, a file stays version 1.
+        let again = dir_path_write(&t);
+        assert_eq!(TcsFile::open(&again.1).unwrap().header().version, 1);
+    }
+}
+
+fn dir_path_write(t: &Tensor<f64, u32>) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), t);
+    (dir, path)
+}
+
+#[test]
+fn coo_files_are_version_2_with_one_crd_per_singleton_level() {
+    let t = sample().to_format("sqq:1,0,2").unwrap();
+    let (_dir, path) = dir_path_write(&t);
+    let f = TcsFile::open(&path).unwrap();
+    let h = f.header();
+    assert_eq!(h.version, 2);
+    let kinds: Vec<(ArrayKind, u32)> = h.arrays.iter().map(|a| (a.kind, a.level)).collect();
+    assert_eq!(
+        kinds,
+        [
+            (ArrayKind::Pos, 0),
+            (ArrayKind::Crd, 0),
+            (ArrayKind::Crd, 1),
+            (ArrayKind::Crd, 2),
+            (ArrayKind::Vals, 3)
+        ]
+    );
+    assert_eq!(f.to_tensor::<f64, u32>().unwrap(), t);
+    // The same bytes labelled version 1 (checksum fixed) are refused: version 1 has no
+    // singleton levels.
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let mut h1 = h.clone();
+    h1.version = 1;
+    let header = h1.to_bytes();
+    bytes[..header.len()].copy_from_slice(&header);
+    let e = TcsHeader::parse(&bytes, bytes.len() as u64).unwrap_err();
+    assert!(e.to_string().contains("version 1 files cannot hold"), "{e}");
+    // A future version is refused with the versions this reader knows.
+    let mut future = h.clone();
+    future.version = 3;
+    let header = future.to_bytes();
+    bytes[..header.len()].copy_from_slice(&header);
+    let e = TcsHeader::parse(&bytes, bytes.len() as u64).unwrap_err();
+    assert_eq!(e, TcsError::Version(3));
+    assert!(e.to_string().contains("versions 1 to 2"), "{e}");
+}

@@ -266,9 +266,9 @@ pub fn write_tensor<V: Value, I: Index>(
                 size: *size as u64,
                 offset: *offset as u64,
             },
-            Level::Compressed { crd, .. } => LevelInfo {
+            Level::Compressed { crd, .. } | Level::Singleton { crd } => LevelInfo {
                 mode: m as u32,
-                level_type: crate::LevelType::Compressed,
+                level_type: l.level_type(),
                 size: crd.len() as u64,
                 offset: 0,
             },
@@ -282,10 +282,17 @@ pub fn write_tensor<V: Value, I: Index>(
     let w = TcsWriter::create(path, header)?;
     let mut array = 0;
     for l in t.levels() {
-        if let Level::Compressed { pos, crd } = l {
-            w.write_at(array, 0, pos)?;
-            w.write_at(array + 1, 0, crd)?;
-            array += 2;
+        match l {
+            Level::Compressed { pos, crd } => {
+                w.write_at(array, 0, pos)?;
+                w.write_at(array + 1, 0, crd)?;
+                array += 2;
+            }
+            Level::Singleton { crd } => {
+                w.write_at(array, 0, crd)?;
+                array += 1;
+            }
+            Level::Dense { .. } => {}
         }
     }
     w.write_at(array, 0, t.vals())?;

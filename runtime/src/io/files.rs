@@ -77,6 +77,8 @@ pub fn split_file<C: Communicator + ?Sized>(
         (ValueType::F32, _) => split_typed::<C, f32, u64>(comm, args),
         (ValueType::F64, 32) => split_typed::<C, f64, u32>(comm, args),
         (ValueType::F64, _) => split_typed::<C, f64, u64>(comm, args),
+        (ValueType::I64, 32) => split_typed::<C, i64, u32>(comm, args),
+        (ValueType::I64, _) => split_typed::<C, i64, u64>(comm, args),
     }?;
     let total = comm.all_sum(&[written as u64])?;
     Ok(Summary {
@@ -215,7 +217,13 @@ pub fn merge_dir<C: Communicator + ?Sized>(
     let opened = agreed(
         comm,
         mine.iter()
-            .map(|p| TcsFile::open(p).map_err(file_err))
+            .map(|p| {
+                let f = TcsFile::open(p).map_err(file_err)?;
+                match f.format().coo_start() {
+                    Some(_) => Err(super::coo::file_error(f.format())),
+                    None => Ok(f),
+                }
+            })
             .collect::<Result<Vec<_>, _>>(),
     )?;
     // Every file must hold the same value type and coordinate width.

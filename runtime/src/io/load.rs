@@ -51,6 +51,17 @@ where
     V: Value,
     I: Index,
 {
+    // Every rank holds the same tensor, so all take this branch or none.
+    if let Some(unique) = super::coo::unique(view)? {
+        let blocks = load_blocks(comm, &unique.view(), grid, progress)?;
+        return blocks
+            .into_iter()
+            .map(|b| {
+                let tensor = super::coo::relevel(b.tensor, view.format())?;
+                Ok(Block { tensor, ..b })
+            })
+            .collect();
+    }
     let local = check_input(view, grid);
     comm.check(local.as_ref().map(|_| ()).map_err(|e| e.to_string()))?;
     local?;
@@ -95,6 +106,9 @@ impl Meta {
                     bytes += ((pos.len() + crd.len()) * std::mem::size_of::<I>()) as u64;
                     dense.push(None);
                     bounds.push((0, pos.len().saturating_sub(2)));
+                }
+                LevelView::Singleton { .. } => {
+                    unreachable!("COO views are re-levelled at the public entry points (see `coo`)")
                 }
             }
         }
@@ -490,10 +504,7 @@ pub(crate) fn to_tensor<V: Value, I: Index>(
             None => Level::Compressed { pos, crd },
         });
     }
-    Ok(Tensor::from_parts(
-        dims.to_vec(),
-        format.clone(),
-        levels,
-        asm.vals,
-    )?)
+    // Assembled in the unique form; a COO format gets its singleton levels back here.
+    let t = Tensor::from_parts(dims.to_vec(), format.unique(), levels, asm.vals)?;
+    super::coo::relevel(t, format)
 }

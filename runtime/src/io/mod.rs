@@ -19,6 +19,7 @@
 
 mod assemble;
 mod codec;
+mod coo;
 mod files;
 mod load;
 mod partial;

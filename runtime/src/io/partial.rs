@@ -194,6 +194,7 @@ impl Meta {
                     bounds.push((0, parents.saturating_sub(1)));
                     parents = l.size as usize;
                 }
+                LevelType::Singleton => return Err(super::coo::file_error(&header.format())),
             }
         }
         Ok(Meta {

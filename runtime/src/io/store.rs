@@ -78,7 +78,21 @@ where
     I: Index,
 {
     let n = comm.size();
-    let described = describe(blocks);
+    // COO blocks travel in their unique form; the layout keeps their format (see `coo`).
+    let uniques = blocks
+        .iter()
+        .map(super::coo::unique)
+        .collect::<Result<Vec<_>, _>>();
+    comm.check(uniques.as_ref().map(|_| ()).map_err(|e| e.to_string()))?;
+    let uniques = uniques?;
+    let views: Vec<TensorView<'_, V, I>> = blocks
+        .iter()
+        .zip(&uniques)
+        .map(|(b, u)| u.as_ref().map_or_else(|| b.clone(), Tensor::view))
+        .collect();
+    let formats: Vec<&Format> = blocks.iter().map(|b| b.format()).collect();
+    let blocks = &views[..];
+    let described = describe(blocks, &formats);
     let all = comm.all_gather(&described.0)?;
     let layout = Layout::pool(&all)?;
     let cuts = layout.cuts(n);
@@ -215,11 +229,11 @@ where
 
 /// What a rank tells the others about its blocks: dims, format, per level its coordinate
 /// bounds (dense range, or for a compressed level the smallest/largest coordinate known).
-fn describe<V: Value, I: Index>(blocks: &[TensorView<'_, V, I>]) -> Writer {
+fn describe<V: Value, I: Index>(blocks: &[TensorView<'_, V, I>], formats: &[&Format]) -> Writer {
     let mut w = Writer::default();
-    for view in blocks {
+    for (view, format) in blocks.iter().zip(formats) {
         w.usizes(view.dims());
-        w.bytes(view.format().to_string().as_bytes());
+        w.bytes(format.to_string().as_bytes());
         for (k, level) in view.levels().iter().enumerate() {
             let dim = view.dims()[view.format().mode_order()[k]];
             let (kind, lo, hi) = match *level {
@@ -230,6 +244,9 @@ fn describe<V: Value, I: Index>(blocks: &[TensorView<'_, V, I>]) -> Writer {
                     _ => (1, 0, 0),
                 },
                 LevelView::Compressed { .. } => (1, 0, dim),
+                LevelView::Singleton { .. } => {
+                    unreachable!("COO views are re-levelled at the public entry points (see `coo`)")
+                }
             };
             w.usizes(&[kind, lo, hi]);
         }
@@ -300,7 +317,9 @@ impl Layout {
             .enumerate()
             .map(|(k, t)| match t {
                 tessera_formats::LevelType::Dense => Some((bounds[k].1 - bounds[k].0, bounds[k].0)),
-                tessera_formats::LevelType::Compressed => None,
+                tessera_formats::LevelType::Compressed | tessera_formats::LevelType::Singleton => {
+                    None
+                }
             })
             .collect();
         Ok(Layout {
@@ -347,6 +366,9 @@ fn parent_bounds<V: Value, I: Index>(view: &TensorView<'_, V, I>) -> Vec<(usize,
         .map(|level| match level {
             LevelView::Compressed { pos, .. } => (0, pos.len().saturating_sub(2)),
             LevelView::Dense { .. } => (0, 0),
+            LevelView::Singleton { .. } => {
+                unreachable!("COO views are re-levelled at the public entry points (see `coo`)")
+            }
         })
         .collect()
 }
@@ -399,6 +421,9 @@ fn write_section<V: Value, I: Index>(
                 w.usizes(&[1, pa, a[k]]);
                 w.pods(&pos[pa..=pz + 1]);
                 w.pods(&crd[a[k]..=z[k]]);
+            }
+            LevelView::Singleton { .. } => {
+                unreachable!("COO views are re-levelled at the public entry points (see `coo`)")
             }
         }
     }

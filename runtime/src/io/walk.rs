@@ -37,17 +37,22 @@ impl<V: Value, I: Index> Tree for ViewTree<'_, '_, V, I> {
         match self.0.levels()[k] {
             LevelView::Dense { size, offset, .. } => Some((size, offset)),
             LevelView::Compressed { .. } => None,
+            LevelView::Singleton { .. } => {
+                unreachable!("COO views are re-levelled at the public entry points (see `coo`)")
+            }
         }
     }
     fn pos(&self, k: usize, q: usize) -> usize {
         match self.0.levels()[k] {
             LevelView::Compressed { pos, .. } => pos[q].to_usize(),
-            LevelView::Dense { .. } => unreachable!("pos of a dense level"),
+            LevelView::Dense { .. } | LevelView::Singleton { .. } => {
+                unreachable!("pos of a dense or singleton level")
+            }
         }
     }
     fn crd(&self, k: usize, i: usize) -> usize {
         match self.0.levels()[k] {
-            LevelView::Compressed { crd, .. } => crd[i].to_usize(),
+            LevelView::Compressed { crd, .. } | LevelView::Singleton { crd } => crd[i].to_usize(),
             LevelView::Dense { .. } => unreachable!("crd of a dense level"),
         }
     }

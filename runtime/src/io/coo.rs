@@ -1,0 +1,45 @@
+//! COO (singleton) levels at the seams of distributed loading and storing.
+//!
+//! The walks, partial headers and piece assembly of this module know dense and compressed
+//! levels. A tensor with singleton levels (`sq`, `dsqq`) stores its entries in the same order
+//! as its unique form ([`Format::unique`]: `ss`, `dsss`), and re-levelling between the two is
+//! one linear pass that keeps every stored entry ([`TensorView::relevel`]). So the in-memory
+//! entry points re-level at the seams: [`load_blocks`](super::load_blocks) loads the unique
+//! form and hands out blocks in the COO format; [`merge_blocks`](super::merge_blocks) merges
+//! the blocks' unique forms while the pooled layout keeps the COO format, which
+//! [`store_to_root`](super::store_to_root) re-levels the result into. Files with singleton
+//! levels (`split_file`, `merge_dir`, which read and write pieces of files without holding
+//! a whole tensor) are refused with [`file_error`] rather than converted whole in memory.
+
+use super::IoError;
+use tessera_formats::{Format, Index, Tensor, TensorView, Value};
+
+/// The unique form of a COO view (`None` when `view` has no singleton level).
+pub(crate) fn unique<V: Value, I: Index>(
+    view: &TensorView<'_, V, I>,
+) -> Result<Option<Tensor<V, I>>, IoError> {
+    if view.format().coo_start().is_none() {
+        return Ok(None);
+    }
+    Ok(Some(view.relevel(&view.format().unique())?))
+}
+
+/// `t` (in `format`'s unique form) in `format`.
+pub(crate) fn relevel<V: Value, I: Index>(
+    t: Tensor<V, I>,
+    format: &Format,
+) -> Result<Tensor<V, I>, IoError> {
+    if t.format() == format {
+        return Ok(t);
+    }
+    Ok(t.view().relevel(format)?)
+}
+
+/// The error for a `.tcs` file with singleton levels given to a file split or merge.
+pub(crate) fn file_error(format: &Format) -> IoError {
+    IoError::File(format!(
+        "format `{format}` has singleton (COO) levels, which splitting and merging .tcs files do not handle yet; convert the file to `{}` first (tessera-data convert -f {} IN.tcs OUT.tcs)",
+        format.unique(),
+        format.unique()
+    ))
+}
