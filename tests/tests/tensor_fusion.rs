@@ -193,7 +193,7 @@ fn matrices_accumulation_and_repeated_operands() -> Res<()> {
     Ok(())
 }
 
-/// Empty and one-element vectors, one tensor passed as two operands, and `f32` values.
+/// Empty and one-element vectors, one tensor passed as two operands, `f32` and `i64` values.
 #[test]
 fn empty_vectors_aliased_operands_and_f32() -> Res<()> {
     for n in [0, 1, 3000] {
@@ -211,5 +211,11 @@ fn empty_vectors_aliased_operands_and_f32() -> Res<()> {
             assert_eq!(got.vals(), want.vals(), "n {n}, window {window}");
         }
     }
+    let c: Tensor<i64> = Tensor::dense_from_vec(vec![5], vec![-3, 0, 7, i64::MAX / 4, 9])?;
+    let want = tensor!(t(i) = c(i) * 3 - abs(c(i)))?;
+    let rt = runtime(4);
+    let c = Stored::upload(&rt, &c)?;
+    let t = tensor!(rt => t(i) = c(i) * 3 - abs(c(i)))?;
+    assert_eq!(t.to_tensor(&rt)?.vals(), want.vals());
     Ok(())
 }
