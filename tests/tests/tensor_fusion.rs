@@ -64,7 +64,8 @@ fn bits(t: &Tensor<f64>) -> Vec<u64> {
     t.vals().iter().map(|v| v.to_bits()).collect()
 }
 
-/// Runs the chain on a runtime with `window` and returns (call, put, the runtime's stats).
+/// Runs the chain twice on a runtime with `window` and returns (call, put, the runtime's
+/// stats).
 fn black_scholes_with_window(
     window: usize,
     inputs: &[Tensor<f64>; 3],
@@ -78,6 +79,13 @@ fn black_scholes_with_window(
     );
     let (call, put) = black_scholes_on(&rt, &S, &K, &T)?;
     let (call, put) = (call.to_tensor(&rt)?, put.to_tensor(&rt)?);
+    // Again: the same statements are the same tasks, so the fused shape is reused.
+    let (again, _put) = black_scholes_on(&rt, &S, &K, &T)?;
+    assert_eq!(
+        bits(&again.to_tensor(&rt)?),
+        bits(&call),
+        "window {window}: second run"
+    );
     Ok((call, put, rt.stats()))
 }
 
@@ -92,12 +100,14 @@ fn an_element_wise_chain_fuses_and_equals_plain_tensor_bitwise() -> Res<()> {
     let (call, put, fused) = black_scholes_with_window(32, &inputs)?;
     assert_eq!(bits(&call), bits(&want_call), "window 32: call prices");
     assert_eq!(bits(&put), bits(&want_put), "window 32: put prices");
-    // 12 statements (and 3 uploads); the whole chain is one fused task.
-    assert!(fused.fused_launches > 0, "{fused:?}");
-    assert!(fused.tasks_launched + 10 <= fused.tasks_issued, "{fused:?}");
-    // The 10 intermediates are dropped before the window is flushed: none is allocated.
-    assert_eq!(fused.temporaries_eliminated, 10, "{fused:?}");
-    assert!(fused.bytes_not_allocated >= 10 * 8 * n as u64, "{fused:?}");
+    // Twice 12 statements; each chain is one fused task, the second a memo hit.
+    assert!(fused.fused_launches >= 2, "{fused:?}");
+    assert!(fused.tasks_launched + 20 <= fused.tasks_issued, "{fused:?}");
+    assert!(fused.fusion_memo_hits >= 1, "{fused:?}");
+    // The 10 intermediates of each chain are dropped before the window is flushed: none is
+    // allocated.
+    assert_eq!(fused.temporaries_eliminated, 20, "{fused:?}");
+    assert!(fused.bytes_not_allocated >= 20 * 8 * n as u64, "{fused:?}");
 
     let (call, put, unfused) = black_scholes_with_window(1, &inputs)?;
     assert_eq!(bits(&call), bits(&want_call), "window 1: call prices");
@@ -107,7 +117,7 @@ fn an_element_wise_chain_fuses_and_equals_plain_tensor_bitwise() -> Res<()> {
     // Each statement is an element-wise task over the domain the solver sizes (one piece per
     // processor), not the single block task an unsplit statement's plan has.
     assert!(
-        unfused.points_run >= 2 * 12,
+        unfused.points_run >= 2 * 24,
         "statements run as element-wise tasks over both processors: {unfused:?}"
     );
     Ok(())
