@@ -61,6 +61,8 @@ pub mod __private {
     #[cfg(feature = "plans")]
     pub use tessera_compiler::plan::on_runtime as plans;
     pub use tessera_kernel_rt::{bind, rayon, tessera_formats};
+    #[cfg(feature = "plans")]
+    pub use tessera_runtime;
 }
 
 /// The README's Rust examples, compiled and run by `cargo test --doc`.

@@ -8,6 +8,9 @@
 //!   task launched at submit, streaming whole stores);
 //! * **hand**: one hand-written Rust loop doing the same arithmetic over rayon chunks.
 //!
+//! Black-Scholes is also written as 12 `tensor!(rt => ...)` statements (each compiled to an
+//! element-wise task) and timed fused vs window 1 vs the hand-registered tasks fused.
+//!
 //! Programs: Black-Scholes over 5 arrays larger than the last-level cache (3 inputs, 2
 //! outputs, 19 tasks), a CG iteration (SpMV, dots with futures, axpys), a BiCGSTAB-like chain
 //! (two SpMVs and the vector updates between them) and a Jacobi sweep with its residual.
@@ -23,6 +26,8 @@
 
 use rayon::prelude::*;
 use std::time::Instant;
+use tessera::plans::{PlanRunError, Stored};
+use tessera::{tensor, Tensor};
 use tessera_benches::{env_or, Table};
 use tessera_runtime::{Chunk, DType, Future, ReduceOp, Result, Runtime, Scalar, Stats, Store};
 
@@ -208,6 +213,138 @@ fn black_scholes_hand(s: &[f64], k: &[f64], t: &[f64], call: &mut [f64], put: &m
                 put[i] = c_ - s + k_disc;
             }
         });
+}
+
+// ---------------------------------------------------------------- Black-Scholes as `tensor!`
+
+/// Black-Scholes as 12 `tensor!(rt => ...)` statements: the compiler emits each as an
+/// element-wise task with a generated chunk body, so the chain fuses like the hand-registered
+/// tasks above. Same formula and constants; the distribution function is three statements
+/// (its branch as `lt`/`ge` masks), so the rounding differs from the hand loop's in the last bits.
+#[allow(non_snake_case)]
+fn black_scholes_statements(
+    rt: &Runtime,
+    S: &Stored<f64>,
+    K: &Stored<f64>,
+    T: &Stored<f64>,
+) -> std::result::Result<(Stored<f64>, Stored<f64>), PlanRunError> {
+    let sq = tensor!(rt => q(i) = sqrt(T(i)))?;
+    let d1 = tensor!(rt => d(i) = (log(S(i) / K(i)) + 0.065 * T(i)) / (0.3 * sq(i)))?;
+    let d2 = tensor!(rt => d(i) = d1(i) - 0.3 * sq(i))?;
+    let k1 = tensor!(rt => k(i) = 1 / (1 + 0.2316419 * abs(d1(i))))?;
+    let w1 = tensor!(rt => w(i) = 1 - 0.3989422804014327 * exp(-0.5 * d1(i) * d1(i))
+        * k1(i) * (0.31938153 + k1(i) * (-0.356563782 + k1(i) * (1.781477937
+        + k1(i) * (-1.821255978 + k1(i) * 1.330274429)))))?;
+    let n1 = tensor!(rt => n(i) = lt(d1(i), 0) * (1 - w1(i)) + ge(d1(i), 0) * w1(i))?;
+    let k2 = tensor!(rt => k(i) = 1 / (1 + 0.2316419 * abs(d2(i))))?;
+    let w2 = tensor!(rt => w(i) = 1 - 0.3989422804014327 * exp(-0.5 * d2(i) * d2(i))
+        * k2(i) * (0.31938153 + k2(i) * (-0.356563782 + k2(i) * (1.781477937
+        + k2(i) * (-1.821255978 + k2(i) * 1.330274429)))))?;
+    let n2 = tensor!(rt => n(i) = lt(d2(i), 0) * (1 - w2(i)) + ge(d2(i), 0) * w2(i))?;
+    let kd = tensor!(rt => k(i) = K(i) * exp(-0.02 * T(i)))?;
+    let call = tensor!(rt => c(i) = S(i) * n1(i) - kd(i) * n2(i))?;
+    let put = tensor!(rt => p(i) = call(i) - S(i) + kd(i))?;
+    Ok((call, put))
+}
+
+/// Times for the `tensor!` chain: fused (window `window`), window 1 (no fusion), and the
+/// hand-registered tasks fused on the same runtime; interleaved.
+struct Statements {
+    fused: f64,
+    window1: f64,
+    hand_registered: f64,
+    stats_fused: Stats,
+}
+
+fn bench_black_scholes_statements(
+    threads: usize,
+    window: usize,
+    n: usize,
+    reps: usize,
+) -> Statements {
+    let host = [
+        (0..n).map(|i| 80.0 + (i % 41) as f64).collect::<Vec<f64>>(),
+        (0..n).map(|i| 90.0 + (i % 23) as f64).collect(),
+        (0..n).map(|i| 0.25 + (i % 7) as f64 * 0.25).collect(),
+    ];
+    let rts = fused_and_unfused(threads, window);
+    let stored: Vec<[Stored<f64>; 3]> = rts
+        .iter()
+        .map(|rt| {
+            host.each_ref().map(|v| {
+                let t = Tensor::dense_from_vec(vec![n], v.clone()).expect("tensor");
+                Stored::upload(rt, &t).expect("upload")
+            })
+        })
+        .collect();
+    // The hand-registered tasks on a runtime of their own (the same configuration as rts[0]).
+    let tasks_rt = runtime(threads, window, true, true);
+    let stores = host
+        .each_ref()
+        .map(|v| tasks_rt.from_vec(&[n], v.clone()).expect("store"));
+    let run = |i: usize| {
+        let (rt, [s, k, t]) = (&rts[i], &stored[i]);
+        let t0 = Instant::now();
+        let out = black_scholes_statements(rt, s, k, t).expect("statements");
+        rt.fence().expect("fence");
+        let el = t0.elapsed().as_secs_f64();
+        std::hint::black_box(out);
+        el
+    };
+    let before = rts[0].stats();
+    let (fused, window1, hand_registered) = interleave(
+        reps,
+        || run(0),
+        || run(1),
+        || {
+            let t0 = Instant::now();
+            let out = black_scholes_tasks(&tasks_rt, &stores[0], &stores[1], &stores[2]);
+            tasks_rt.fence().expect("fence");
+            let el = t0.elapsed().as_secs_f64();
+            std::hint::black_box(out);
+            el
+        },
+    );
+    let stats = rts[0].stats().since(&before);
+    // Fused and unfused statements agree bitwise; both agree with the hand-registered tasks
+    // up to rounding.
+    let read = |i: usize| {
+        let [s, k, t] = &stored[i];
+        let (c, p) = black_scholes_statements(&rts[i], s, k, t).expect("statements");
+        (
+            c.to_tensor(&rts[i]).expect("read"),
+            p.to_tensor(&rts[i]).expect("read"),
+        )
+    };
+    let ((c0, p0), (c1, p1)) = (read(0), read(1));
+    assert!(
+        c0.vals() == c1.vals() && p0.vals() == p1.vals(),
+        "fused statements differ"
+    );
+    let (c, _) = black_scholes_tasks(&tasks_rt, &stores[0], &stores[1], &stores[2]);
+    let c = tasks_rt.read::<f64>(&c).expect("read");
+    let worst = c
+        .iter()
+        .zip(c0.vals())
+        .map(|(a, b)| (a - b).abs() / a.abs().max(1.0))
+        .fold(0.0, f64::max);
+    assert!(
+        worst < 1e-9,
+        "tensor! Black-Scholes differs from the tasks by {worst:e}"
+    );
+    // Per fused run (each rep and the warm-up).
+    let runs = (reps + 1) as u64;
+    Statements {
+        fused,
+        window1,
+        hand_registered,
+        stats_fused: Stats {
+            tasks_issued: stats.tasks_issued / runs,
+            tasks_launched: stats.tasks_launched / runs,
+            temporaries_eliminated: stats.temporaries_eliminated / runs,
+            ..stats
+        },
+    }
 }
 
 // ---------------------------------------------------------------- sparse (CG, BiCGSTAB)
@@ -489,6 +626,23 @@ fn main() {
         copy_bw / 1e9,
         true,
     );
+    let st = bench_black_scholes_statements(threads, window, bs_n, reps);
+    table.row(
+        "black-scholes tensor! fused vs window 1",
+        "ms",
+        st.fused * 1e3,
+        "window 1",
+        st.window1 * 1e3,
+        false,
+    );
+    table.row(
+        "black-scholes tensor! fused vs hand-registered tasks",
+        "ms",
+        st.fused * 1e3,
+        "tasks",
+        st.hand_registered * 1e3,
+        false,
+    );
     report_tasks(&mut table, "black-scholes", &bs);
 
     let cg = bench_cg(threads, window, cg_k, reps);
@@ -561,6 +715,23 @@ fn main() {
 
     table.figure("black_scholes_speedup_vs_unfused", bs.unfused / bs.fused);
     table.figure("black_scholes_time_vs_hand", bs.fused / bs.hand);
+    table.figure(
+        "black_scholes_statements_speedup_vs_window1",
+        st.window1 / st.fused,
+    );
+    table.figure(
+        "black_scholes_statements_time_vs_tasks",
+        st.fused / st.hand_registered,
+    );
+    table.figure("black_scholes_statements_time_vs_hand", st.fused / bs.hand);
+    table.figure(
+        "black_scholes_statements tasks launched per run",
+        st.stats_fused.tasks_launched as f64,
+    );
+    table.figure(
+        "black_scholes_statements temporaries per run",
+        st.stats_fused.temporaries_eliminated as f64,
+    );
     table.figure("cg_speedup_vs_unfused", cg.unfused / cg.fused);
     table.figure("bicgstab_speedup_vs_unfused", bi.unfused / bi.fused);
     table.figure("jacobi_speedup_vs_unfused", ja.unfused / ja.fused);

@@ -335,7 +335,8 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
 }
 
 /// `tensor!(rt => ...)`: the statement's plan runs as block tasks on the runtime `rt`, over
-/// `tessera::plans::Stored` tensors, each point running the generated block kernel; it
+/// `tessera::plans::Stored` tensors, each point running the generated block kernel (an
+/// element-wise statement: one element-wise task running the generated chunk body); it
 /// evaluates to `Result<Stored<V, I>, PlanRunError>` without waiting for the tasks.
 fn expand_on_runtime(source: &Source, rt: TokenTree) -> Result<TokenStream2, Diagnostic> {
     let (checked, kernel) = front(source, false)?;
@@ -343,7 +344,16 @@ fn expand_on_runtime(source: &Source, rt: TokenTree) -> Result<TokenStream2, Dia
     // planner refuses, at the directive's span.
     plan::plan(&checked, &kernel)?;
     let fingerprint = plan::kernel_fingerprint(&kernel);
-    let block_fn = paths::rebase(codegen::emit_block(&kernel));
+    // An element-wise statement is one element-wise task (a chain of them fuses into one
+    // loop); any other runs its plan's block tasks.
+    let (kernel_fn, run, entry) = if plan::on_runtime::is_elementwise(&kernel) {
+        let f = codegen::emit_elementwise(&kernel);
+        (f, quote!(run_elementwise), quote!(kernel_chunk))
+    } else {
+        let f = codegen::emit_block(&kernel);
+        (f, quote!(run_text), quote!(kernel_block))
+    };
+    let kernel_fn = paths::rebase(kernel_fn);
     let private = paths::private();
     let Bound {
         signature,
@@ -355,18 +365,18 @@ fn expand_on_runtime(source: &Source, rt: TokenTree) -> Result<TokenStream2, Dia
         {
             #[allow(clippy::all, unused, non_snake_case)]
             mod __tessera_kernel {
-                #block_fn
+                #kernel_fn
             }
             const __TESSERA_SIGNATURE: #private::bind::Signature<'static> = #signature;
             #(#bindings)*
             match __TESSERA_SIGNATURE.bind(&[#((#vars.dims(), #vars.format())),*]) {
-                ::core::result::Result::Ok(__out_dims) => #private::plans::run_text(
+                ::core::result::Result::Ok(__out_dims) => #private::plans::#run(
                     &#rt,
                     #text,
                     #fingerprint,
                     &[#(#vars),*],
                     &__out_dims,
-                    __tessera_kernel::kernel_block,
+                    __tessera_kernel::#entry,
                 ),
                 ::core::result::Result::Err(e) => {
                     ::core::result::Result::Err(#private::plans::PlanRunError::from(e))

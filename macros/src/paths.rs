@@ -2,10 +2,11 @@
 //! `tessera` facade, so a user's `Cargo.toml` lists `tessera` and nothing else.
 //!
 //! Kernels from `tessera_compiler::codegen` name the crates they use by absolute paths
-//! (`::tessera_formats::Tensor`, `::rayon::prelude::*`), as a crate that depends on those
-//! crates directly needs (the programs `tessera compile` builds, the benches). [`rebase`]
-//! rewrites those roots to the facade's re-exports: it only touches a leading `::` (not
-//! preceded by a name other than a keyword, nor by `>`) followed by one of the [`ROOTS`].
+//! (`::tessera_formats::Tensor`, `::rayon::prelude::*`, an element-wise chunk body's
+//! `::tessera_runtime::Chunk`), as a crate that depends on those crates directly needs (the
+//! programs `tessera compile` builds, the benches). [`rebase`] rewrites those roots to the
+//! facade's re-exports: it only touches a leading `::` (not preceded by a name other than a
+//! keyword, nor by `>`) followed by one of the [`ROOTS`].
 
 use proc_macro2::{Group, Ident, Punct, Spacing, Span, TokenStream, TokenTree};
 
@@ -13,7 +14,7 @@ use proc_macro2::{Group, Ident, Punct, Spacing, Span, TokenStream, TokenTree};
 pub const PRIVATE: [&str; 2] = ["tessera", "__private"];
 
 /// The crate roots generated code names, all re-exported under [`PRIVATE`].
-const ROOTS: [&str; 2] = ["tessera_formats", "rayon"];
+const ROOTS: [&str; 3] = ["tessera_formats", "rayon", "tessera_runtime"];
 
 /// Keywords a path may follow (`use ::rayon::prelude::*`); after any other name, `::`
 /// continues a path (`a::rayon`).

@@ -21,6 +21,7 @@
 mod appended;
 mod block;
 mod dense_row;
+mod elementwise;
 mod frame;
 mod hoist;
 mod loops;
@@ -35,6 +36,7 @@ use quote::{format_ident, quote};
 use tessera_formats::LevelType;
 
 pub use block::{emit_block, emit_block_named};
+pub use elementwise::{emit_elementwise, emit_elementwise_named, is_elementwise};
 pub use signature::signature_source;
 
 use crate::ir::{AccessId, Kernel, LevelRef, Nest};

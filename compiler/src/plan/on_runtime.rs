@@ -17,6 +17,9 @@
 //! sub-range) and runs the interpreter's block entry point. Inputs the plan cuts into
 //! *tensor blocks* are, on one process, passed whole and narrowed by the block kernel's
 //! bounded loops; cutting them with the distributed loader is the multi-rank step.
+//!
+//! An element-wise statement needs no plan: it is one element-wise task of the runtime
+//! (`elementwise`), so that a chain of them fuses into one loop over chunks.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,6 +34,9 @@ use tessera_runtime::{
 use super::{Grid, Partition, Plan, Privilege, StoreKind};
 use crate::interp::{self, InterpError};
 use crate::ir::{Kernel, OutputKind};
+
+mod elementwise;
+pub use elementwise::{is_elementwise, run_elementwise, ChunkFn};
 
 /// Why a plan could not run on the runtime.
 #[derive(Debug, thiserror::Error)]
@@ -150,6 +156,25 @@ impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
         &self.format
     }
 
+    /// The dense tensor of `format` and dimensions `dims` whose values (in level order) are
+    /// the 1-d store `vals`: exactly the layout `upload` gives a dense tensor (its values as
+    /// one store, the prefix of every level).
+    fn dense_values(vals: Store, format: Format, dims: &[usize]) -> Self {
+        let sizes: Vec<usize> = format.mode_order().iter().map(|&m| dims[m]).collect();
+        Stored {
+            stores: vec![vals],
+            layout: InputLayout {
+                levels: vec![None; sizes.len()],
+                vals: 0,
+                prefix: sizes.len(),
+                prefix_inner: sizes.iter().skip(1).product(),
+            },
+            dims: dims.to_vec(),
+            format,
+            _types: std::marker::PhantomData,
+        }
+    }
+
     /// Reads the stores back into a tensor (waits for the tasks that write them).
     pub fn to_tensor(&self, rt: &Runtime) -> Result<Tensor<V, I>, PlanRunError> {
         let order = self.format.mode_order();
@@ -192,22 +217,9 @@ pub fn run_stored<V: PlanValue, I: PlanIndex>(
 ) -> Result<Stored<V, I>, PlanRunError> {
     let format = kernel.output_tensor().format.clone();
     let t = match execute(rt, plan, kernel, inputs, out_dims, block)? {
-        // One store dimension: exactly the layout `upload` gives a dense tensor (its values
-        // as one 1-d store, the prefix of every level).
+        // One store dimension: the layout `upload` gives a dense tensor.
         Output::Dense(y) if y.shape().is_some_and(|s| s.len() == 1) => {
-            let sizes: Vec<usize> = format.mode_order().iter().map(|&m| out_dims[m]).collect();
-            return Ok(Stored {
-                stores: vec![y],
-                layout: InputLayout {
-                    levels: vec![None; sizes.len()],
-                    vals: 0,
-                    prefix: sizes.len(),
-                    prefix_inner: sizes.iter().skip(1).product(),
-                },
-                dims: out_dims.to_vec(),
-                format,
-                _types: std::marker::PhantomData,
-            });
+            return Ok(Stored::dense_values(y, format, out_dims));
         }
         Output::Dense(y) => dense_tensor(kernel, out_dims, rt.read::<V>(&y)?)?,
         Output::Tensor(t) => t,
@@ -219,7 +231,8 @@ pub fn run_stored<V: PlanValue, I: PlanIndex>(
 /// tensors, each point running `block`, the statement's generated block kernel. The plan is
 /// made from `text` on first use and kept for the process (keyed by the text); `fingerprint`
 /// ([`super::kernel_fingerprint`] of the kernel `block` was generated from) must match it.
-/// This is what `tensor!(rt => ...)` expands to.
+/// This is what `tensor!(rt => ...)` expands to for a statement that is not element-wise
+/// ([`run_elementwise`] for one that is).
 pub fn run_text<V: PlanValue, I: PlanIndex>(
     rt: &Runtime,
     text: &'static str,
@@ -228,6 +241,15 @@ pub fn run_text<V: PlanValue, I: PlanIndex>(
     out_dims: &[usize],
     block: BlockFn<V, I>,
 ) -> Result<Stored<V, I>, PlanRunError> {
+    let planned = planned(text, fingerprint)?;
+    let (kernel, plan) = &*planned;
+    run_stored(rt, plan, kernel, inputs, out_dims, Some(block))
+}
+
+/// The kernel and plan of the statement `text`, made on first use and kept for the process
+/// (keyed by the text); `fingerprint` ([`super::kernel_fingerprint`] of the kernel the
+/// caller's code was generated from) must match the kernel made here.
+fn planned(text: &'static str, fingerprint: u64) -> Result<Arc<(Kernel, Plan)>, PlanRunError> {
     type Plans = std::collections::HashMap<&'static str, Arc<(Kernel, Plan)>>;
     static PLANS: std::sync::OnceLock<std::sync::Mutex<Plans>> = std::sync::OnceLock::new();
     let planned = {
@@ -244,14 +266,13 @@ pub fn run_text<V: PlanValue, I: PlanIndex>(
             }
         }
     };
-    let (kernel, plan) = &*planned;
-    if super::kernel_fingerprint(kernel) != fingerprint {
+    if super::kernel_fingerprint(&planned.0) != fingerprint {
         return Err(PlanRunError::Plan(format!(
             "`{text}`: the plan made at run time does not come from the kernel compiled in \
              (tessera-compiler differs between build and run); rebuild the program"
         )));
     }
-    run_stored(rt, plan, kernel, inputs, out_dims, Some(block))
+    Ok(planned)
 }
 
 /// What a plan's launches produced: a dense output's store, or an assembled tensor.

@@ -1,0 +1,231 @@
+//! `tensor!(rt => ...)` element-wise statements are element-wise tasks: a chain of them in a
+//! fusion window runs as one fused task over cache-sized chunks, its dead intermediates never
+//! allocated, and gives exactly the values of the same statements run by plain `tensor!`.
+//! Statements that are not element-wise (SpMV, a dot product) keep running their plans in the
+//! same stream.
+#![allow(non_snake_case)]
+
+use tessera::plans::Stored;
+use tessera::runtime::{Runtime, Stats};
+use tessera::{tensor, Tensor};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Black-Scholes (call and put prices, rate 0.02, volatility 0.3) as 12 element-wise
+/// statements, written once for plain tensors (`$name(S, K, T)`) and once on a runtime
+/// (`$name(rt, S, K, T)`, with `rt =>` before every statement). The intermediates are dropped
+/// when the function returns, as in any Rust code.
+macro_rules! black_scholes {
+    ($name:ident, $ty:ty $(, $rt:ident)?) => {
+        fn $name($($rt: &Runtime,)? S: &$ty, K: &$ty, T: &$ty) -> Res<($ty, $ty)> {
+            let sq = tensor!($($rt =>)? q(i) = sqrt(T(i)))?;
+            let d1 = tensor!($($rt =>)? d(i) = (log(S(i) / K(i)) + 0.065 * T(i)) / (0.3 * sq(i)))?;
+            let d2 = tensor!($($rt =>)? d(i) = d1(i) - 0.3 * sq(i))?;
+            // The cumulative normal distribution (Abramowitz–Stegun 26.2.17) of d1 and d2.
+            let k1 = tensor!($($rt =>)? k(i) = 1 / (1 + 0.2316419 * abs(d1(i))))?;
+            let w1 = tensor!($($rt =>)? w(i) = 1 - 0.3989422804014327 * exp(-0.5 * d1(i) * d1(i))
+                * k1(i) * (0.31938153 + k1(i) * (-0.356563782 + k1(i) * (1.781477937
+                + k1(i) * (-1.821255978 + k1(i) * 1.330274429)))))?;
+            let n1 = tensor!($($rt =>)? n(i) = lt(d1(i), 0) * (1 - w1(i)) + ge(d1(i), 0) * w1(i))?;
+            let k2 = tensor!($($rt =>)? k(i) = 1 / (1 + 0.2316419 * abs(d2(i))))?;
+            let w2 = tensor!($($rt =>)? w(i) = 1 - 0.3989422804014327 * exp(-0.5 * d2(i) * d2(i))
+                * k2(i) * (0.31938153 + k2(i) * (-0.356563782 + k2(i) * (1.781477937
+                + k2(i) * (-1.821255978 + k2(i) * 1.330274429)))))?;
+            let n2 = tensor!($($rt =>)? n(i) = lt(d2(i), 0) * (1 - w2(i)) + ge(d2(i), 0) * w2(i))?;
+            let kd = tensor!($($rt =>)? k(i) = K(i) * exp(-0.02 * T(i)))?;
+            let call = tensor!($($rt =>)? c(i) = S(i) * n1(i) - kd(i) * n2(i))?;
+            let put = tensor!($($rt =>)? p(i) = call(i) - S(i) + kd(i))?;
+            Ok((call, put))
+        }
+    };
+}
+
+black_scholes!(black_scholes_plain, Tensor<f64>);
+black_scholes!(black_scholes_on, Stored<f64>, rt);
+
+/// Spot, strike and time to expiry for `n` options (deterministic, positive, both sides of
+/// the money so that both branches of the distribution function run).
+fn options(n: usize) -> [Tensor<f64>; 3] {
+    let f = |g: &dyn Fn(usize) -> f64| {
+        Tensor::dense_from_vec(vec![n], (0..n).map(g).collect()).unwrap()
+    };
+    [
+        f(&|i| 10.0 + (i % 97) as f64),
+        f(&|i| 10.0 + (i % 89) as f64 * 1.1),
+        f(&|i| 0.25 + (i % 13) as f64 * 0.2),
+    ]
+}
+
+fn runtime(window: usize) -> Runtime {
+    Runtime::builder().threads(2).window_size(window).build()
+}
+
+fn bits(t: &Tensor<f64>) -> Vec<u64> {
+    t.vals().iter().map(|v| v.to_bits()).collect()
+}
+
+/// Runs the chain twice on a runtime with `window` and returns (call, put, the runtime's
+/// stats).
+fn black_scholes_with_window(
+    window: usize,
+    inputs: &[Tensor<f64>; 3],
+) -> Res<(Tensor<f64>, Tensor<f64>, Stats)> {
+    let rt = runtime(window);
+    let [s, k, t] = inputs;
+    let (S, K, T) = (
+        Stored::upload(&rt, s)?,
+        Stored::upload(&rt, k)?,
+        Stored::upload(&rt, t)?,
+    );
+    let (call, put) = black_scholes_on(&rt, &S, &K, &T)?;
+    let (call, put) = (call.to_tensor(&rt)?, put.to_tensor(&rt)?);
+    // Again: the same statements are the same tasks, so the fused shape is reused.
+    let (again, _put) = black_scholes_on(&rt, &S, &K, &T)?;
+    assert_eq!(
+        bits(&again.to_tensor(&rt)?),
+        bits(&call),
+        "window {window}: second run"
+    );
+    Ok((call, put, rt.stats()))
+}
+
+#[test]
+fn an_element_wise_chain_fuses_and_equals_plain_tensor_bitwise() -> Res<()> {
+    let n = 200_000;
+    let inputs = options(n);
+    let [s, k, t] = &inputs;
+    let (want_call, want_put) = black_scholes_plain(s, k, t)?;
+    assert!(want_call.vals().iter().all(|v| v.is_finite()));
+
+    let (call, put, fused) = black_scholes_with_window(32, &inputs)?;
+    assert_eq!(bits(&call), bits(&want_call), "window 32: call prices");
+    assert_eq!(bits(&put), bits(&want_put), "window 32: put prices");
+    // Twice 12 statements; each chain is one fused task, the second a memo hit.
+    assert!(fused.fused_launches >= 2, "{fused:?}");
+    assert!(fused.tasks_launched + 20 <= fused.tasks_issued, "{fused:?}");
+    assert!(fused.fusion_memo_hits >= 1, "{fused:?}");
+    // The 10 intermediates of each chain are dropped before the window is flushed: none is
+    // allocated.
+    assert_eq!(fused.temporaries_eliminated, 20, "{fused:?}");
+    assert!(fused.bytes_not_allocated >= 20 * 8 * n as u64, "{fused:?}");
+
+    let (call, put, unfused) = black_scholes_with_window(1, &inputs)?;
+    assert_eq!(bits(&call), bits(&want_call), "window 1: call prices");
+    assert_eq!(bits(&put), bits(&want_put), "window 1: put prices");
+    assert_eq!(unfused.fused_launches, 0, "{unfused:?}");
+    assert_eq!(unfused.tasks_launched, unfused.tasks_issued, "{unfused:?}");
+    // Each statement is an element-wise task over the domain the solver sizes (one piece per
+    // processor), not the single block task an unsplit statement's plan has.
+    assert!(
+        unfused.points_run >= 2 * 24,
+        "statements run as element-wise tasks over both processors: {unfused:?}"
+    );
+    Ok(())
+}
+
+/// y = A x (a plan), then element-wise statements over y and x, then a dot product (a plan):
+/// the element-wise tasks fuse between the plans' tasks and every value matches plain
+/// `tensor!`.
+fn mixed_plain(A: &Tensor<f64>, x: &Tensor<f64>) -> Res<(Tensor<f64>, Tensor<f64>)> {
+    let y = tensor!(y(i) = A(i,j) * x(j); A: csr)?;
+    let t = tensor!(t(i) = y(i) * y(i))?;
+    let u = tensor!(u(i) = t(i) + x(i))?;
+    let z = tensor!(z(i) = sqrt(u(i)))?;
+    let d = tensor!(d = z(i) * x(i))?;
+    Ok((z, d))
+}
+
+fn mixed_on(rt: &Runtime, A: &Stored<f64>, x: &Stored<f64>) -> Res<(Stored<f64>, Stored<f64>)> {
+    let y = tensor!(rt => y(i) = A(i,j) * x(j); A: csr; split(i, io, ii, 4))?;
+    let t = tensor!(rt => t(i) = y(i) * y(i))?;
+    let u = tensor!(rt => u(i) = t(i) + x(i))?;
+    let z = tensor!(rt => z(i) = sqrt(u(i)))?;
+    let d = tensor!(rt => d = z(i) * x(i); split(i, io, ii, 4); extend(io))?;
+    Ok((z, d))
+}
+
+#[test]
+fn element_wise_statements_between_plans_give_the_plain_values() -> Res<()> {
+    let n = 20_000;
+    let entries = (0..n).flat_map(|i| {
+        [
+            (vec![i, i], 2.0 + (i % 7) as f64),
+            (vec![i, (i * 31 + 5) % n], -0.5),
+        ]
+    });
+    let a = Tensor::from_entries(vec![n, n], "csr", entries.collect::<Vec<_>>())?;
+    let x = Tensor::dense_from_vec(vec![n], (0..n).map(|i| (i % 11) as f64 * 0.25).collect())?;
+    let (want_z, want_d) = mixed_plain(&a, &x)?;
+    for window in [1, 32] {
+        let rt = runtime(window);
+        let (A, X) = (Stored::upload(&rt, &a)?, Stored::upload(&rt, &x)?);
+        let (z, d) = mixed_on(&rt, &A, &X)?;
+        assert_eq!(bits(&z.to_tensor(&rt)?), bits(&want_z), "window {window}");
+        // The dot product sums in blocks: equal up to rounding.
+        let (got, want) = (d.to_tensor(&rt)?.vals()[0], want_d.vals()[0]);
+        assert!(
+            (got - want).abs() <= 1e-12 * want.abs(),
+            "window {window}: {got} vs {want}"
+        );
+        let stats = rt.stats();
+        if window > 1 {
+            assert!(stats.fused_launches > 0, "{stats:?}");
+            assert!(stats.tasks_launched < stats.tasks_issued, "{stats:?}");
+        }
+    }
+    Ok(())
+}
+
+/// `+=`, a matrix (two dense levels) and repeated operands are element-wise too.
+#[test]
+fn matrices_accumulation_and_repeated_operands() -> Res<()> {
+    let (m, n) = (300, 200);
+    let vals = |k: usize| {
+        (0..m * n)
+            .map(move |i| ((i * k) % 17) as f64 - 8.0)
+            .collect()
+    };
+    let a = Tensor::dense_from_vec(vec![m, n], vals(3))?;
+    let b = Tensor::dense_from_vec(vec![m, n], vals(5))?;
+    let plain = {
+        let c = tensor!(c(i, j) = a(i, j) * a(i, j) - b(i, j))?;
+        tensor!(c(i, j) += max(a(i, j), b(i, j)) / 3)?
+    };
+    for window in [1, 8] {
+        let rt = runtime(window);
+        let (a, b) = (Stored::upload(&rt, &a)?, Stored::upload(&rt, &b)?);
+        let c = tensor!(rt => c(i,j) = a(i,j) * a(i,j) - b(i,j))?;
+        let c = tensor!(rt => c(i,j) += max(a(i,j), b(i,j)) / 3)?;
+        let got = c.to_tensor(&rt)?;
+        assert_eq!(got.dims(), &[m, n]);
+        assert_eq!(bits(&got), bits(&plain), "window {window}");
+    }
+    Ok(())
+}
+
+/// Empty and one-element vectors, one tensor passed as two operands, `f32` and `i64` values.
+#[test]
+fn empty_vectors_aliased_operands_and_f32() -> Res<()> {
+    for n in [0, 1, 3000] {
+        let a: Tensor<f32> =
+            Tensor::dense_from_vec(vec![n], (0..n).map(|i| i as f32 * 0.5 - 7.0).collect())?;
+        let b = &a;
+        let want = tensor!(t(i) = a(i) * b(i) + abs(a(i)))?;
+        for window in [1, 4] {
+            let rt = runtime(window);
+            let a = Stored::upload(&rt, &a)?;
+            let b = &a;
+            let t = tensor!(rt => t(i) = a(i) * b(i) + abs(a(i)))?;
+            let got = t.to_tensor(&rt)?;
+            assert_eq!(got.dims(), &[n]);
+            assert_eq!(got.vals(), want.vals(), "n {n}, window {window}");
+        }
+    }
+    let c: Tensor<i64> = Tensor::dense_from_vec(vec![5], vec![-3, 0, 7, i64::MAX / 4, 9])?;
+    let want = tensor!(t(i) = c(i) * 3 - abs(c(i)))?;
+    let rt = runtime(4);
+    let c = Stored::upload(&rt, &c)?;
+    let t = tensor!(rt => t(i) = c(i) * 3 - abs(c(i)))?;
+    assert_eq!(t.to_tensor(&rt)?.vals(), want.vals());
+    Ok(())
+}
