@@ -7,6 +7,19 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+/// Runs a file-system call again while a signal interrupts it (`EINTR`). `write_all` and
+/// `read_exact` already do; `ftruncate` (`set_len`) and `fsync` (`sync_all`) do not, and a
+/// signal arriving during them (a profiler's or a fuzzer's timer, a child's SIGCHLD) would
+/// otherwise fail a conversion that had nothing wrong with it.
+pub fn retry_interrupted<T>(mut call: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
+    loop {
+        match call() {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
 /// Temporary files of the [`AtomicFile`]s not yet committed or dropped.
 static PENDING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
@@ -95,13 +108,37 @@ impl AtomicFile {
     /// Flushes to disk and renames the temporary file onto the target.
     pub fn commit(self) -> Result<()> {
         let target = self.target;
-        self.temp
-            .as_file()
-            .sync_all()
-            .map_err(|e| Error::io(&target, e))?;
+        retry_interrupted(|| self.temp.as_file().sync_all()).map_err(|e| Error::io(&target, e))?;
         self.temp
             .persist(&target)
             .map_err(|e| Error::io(&target, e.error))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::retry_interrupted;
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn interrupted_calls_are_retried_and_other_errors_are_not() {
+        let mut calls = 0;
+        let ok = retry_interrupted(|| {
+            calls += 1;
+            if calls < 3 {
+                Err(Error::from(ErrorKind::Interrupted))
+            } else {
+                Ok(calls)
+            }
+        });
+        assert_eq!(ok.unwrap(), 3);
+        let mut calls = 0;
+        let err = retry_interrupted(|| -> std::io::Result<()> {
+            calls += 1;
+            Err(Error::from(ErrorKind::PermissionDenied))
+        });
+        assert_eq!(err.unwrap_err().kind(), ErrorKind::PermissionDenied);
+        assert_eq!(calls, 1);
     }
 }

@@ -29,8 +29,7 @@ impl TcsWriter {
     /// Creates the temporary file, sized to `header.file_len`.
     pub fn create(path: &Path, header: TcsHeader) -> Result<Self> {
         let file = AtomicFile::create(path)?;
-        file.file()
-            .set_len(header.file_len)
+        crate::retry_interrupted(|| file.file().set_len(header.file_len))
             .map_err(|e| Error::io(path, e))?;
         let crcs = Mutex::new(vec![None; header.arrays.len()]);
         Ok(TcsWriter { file, header, crcs })

@@ -19,7 +19,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use tessera_formats::tcs::{write_tensor, ArrayKind, LevelInfo, ModeInfo, TcsFile, TcsHeader};
-use tessera_formats::{Index, Value, ValueType};
+use tessera_formats::{retry_interrupted, Index, Value, ValueType};
 
 /// What a split or merge did, the same on every rank.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -335,7 +335,7 @@ fn write_merged<C: Communicator + ?Sized, V: Value, I: Index>(
     let (temp, created) = if comm.rank() == 0 {
         let temp = temp_path(output);
         let created = File::create(&temp)
-            .and_then(|f| f.set_len(header.file_len))
+            .and_then(|f| retry_interrupted(|| f.set_len(header.file_len)))
             .map_err(|e| io_err(&temp, e));
         (temp, created)
     } else {
@@ -510,7 +510,7 @@ fn write_piece<V: Value, I: Index>(
             bytes: crc.total_len(),
         });
     }
-    file.sync_all().map_err(|e| io_err(temp, e))?;
+    retry_interrupted(|| file.sync_all()).map_err(|e| io_err(temp, e))?;
     Ok(out)
 }
 
@@ -588,7 +588,7 @@ fn finish_file(
         .map_err(|e| io_err(temp, e))?;
     file.write_all_at(&header.to_bytes(), 0)
         .map_err(|e| io_err(temp, e))?;
-    file.sync_all().map_err(|e| io_err(temp, e))?;
+    retry_interrupted(|| file.sync_all()).map_err(|e| io_err(temp, e))?;
     std::fs::rename(temp, output).map_err(|e| io_err(output, e))?;
     sync_dir(output.parent())
 }
@@ -602,6 +602,6 @@ fn sync_dir(dir: Option<&Path>) -> Result<(), IoError> {
         _ => Path::new("."),
     };
     File::open(dir)
-        .and_then(|d| d.sync_all())
+        .and_then(|d| retry_interrupted(|| d.sync_all()))
         .map_err(|e| io_err(dir, e))
 }
