@@ -7,8 +7,8 @@ use proc_macro2::TokenStream;
 use quote::quote;
 use tessera_formats::LevelType;
 
-use super::Gen;
-use crate::ir::{Assembly, OutputKind};
+use super::{Gen, OutTarget};
+use crate::ir::{Assembly, Nest, OutputKind};
 
 impl Gen<'_> {
     /// Whether the output is assembled by appending rows (see the module comment).
@@ -55,10 +55,7 @@ impl Gen<'_> {
     pub(super) fn append(&self, coords: TokenStream, v: TokenStream) -> TokenStream {
         let rank = self.k.output_tensor().rank();
         let last = rank - 1;
-        let mut row = quote!(0usize);
-        for (l, size) in self.row_sizes().iter().enumerate() {
-            row = quote!((#row * #size + at[#l]));
-        }
+        let row = self.row_of(quote!(at));
         quote! {{
             let (at, v): ([usize; #rank], V) = (#coords, #v);
             out_crd.push(I::from_usize(at[#last]));
@@ -87,5 +84,74 @@ impl Gen<'_> {
             Tensor::from_parts(out_dims.to_vec(), out_format, levels, out_vals)
                 .expect("rows appended in order are a valid output")
         }
+    }
+
+    /// Inside a parallel job: appends the entry to the job's own `crd`/`vals` (`local.1`,
+    /// `local.2`) and records where its row ends in them (`local.0`).
+    pub(super) fn append_local(&self, coords: TokenStream, v: TokenStream) -> TokenStream {
+        let rank = self.k.output_tensor().rank();
+        let last = rank - 1;
+        let row = self.row_of(quote!(at));
+        quote! {{
+            let (at, v): ([usize; #rank], V) = (#coords, #v);
+            local.1.push(I::from_usize(at[#last]));
+            local.2.push(v);
+            let (row, end) = (#row, local.1.len());
+            match local.0.last_mut() {
+                Some(last) if last.0 == row => last.1 = end,
+                _ => local.0.push((row, end)),
+            }
+        }}
+    }
+
+    /// The flat row index of output coordinates `at` (its dense levels, row-major).
+    fn row_of(&self, at: TokenStream) -> TokenStream {
+        let mut row = quote!(0usize);
+        for (l, size) in self.row_sizes().iter().enumerate() {
+            row = quote!((#row * #size + #at[#l]));
+        }
+        row
+    }
+
+    /// The outer loop over threads in jobs of consecutive outer coordinates: each job fills
+    /// its own `crd`/`vals` (through a per-thread workspace when the nest uses one), and the
+    /// jobs' arrays are concatenated in order, each row's end recorded in `pos` — so the
+    /// output is the sequential loop's, assembled at memory-copy speed.
+    pub(super) fn parallel_appended(&self, nest: &Nest) -> Option<TokenStream> {
+        let var = self.var(nest.loops[0].var);
+        let (items, bind_pos) = self.parallel_items(nest)?;
+        let label = syn::Lifetime::new("'l0", proc_macro2::Span::call_site());
+        let visit = self.visit(nest, 0, &label, OutTarget::Entries);
+        let (ws, fill) = (self.workspace_len(), self.fill());
+        Some(quote! {
+            {
+                use ::rayon::prelude::*;
+                let items: Vec<(usize, usize)> = #items.collect();
+                // Outer coordinates per job: enough that a job's arrays amortise their growth.
+                const JOB: usize = 256;
+                let parts: Vec<(Vec<(usize, usize)>, Vec<I>, Vec<V>)> = items
+                    .par_chunks(JOB)
+                    .map_init(
+                        || (vec![#fill; #ws], vec![false; #ws], Vec::<usize>::new()),
+                        |(ws, ws_mark, ws_list), job| {
+                            let mut local = (Vec::<(usize, usize)>::new(), Vec::<I>::new(), Vec::<V>::new());
+                            for &(#var, q) in job {
+                                #bind_pos
+                                #label: { #visit }
+                            }
+                            local
+                        },
+                    )
+                    .collect();
+                for (rows, crd, vals) in parts {
+                    let base = out_crd.len();
+                    out_crd.extend(crd);
+                    out_vals.extend(vals);
+                    for (row, end) in rows {
+                        out_pos[row + 1] = I::from_usize(base + end);
+                    }
+                }
+            }
+        })
     }
 }

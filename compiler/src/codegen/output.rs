@@ -40,6 +40,9 @@ impl Gen<'_> {
             OutputKind::Sparse => {
                 let coords: Vec<Ident> = out.level_vars.iter().map(|v| self.var(*v)).collect();
                 let inner = match nest.assembly {
+                    Assembly::InOrder if target == OutTarget::Entries && self.appends_rows() => {
+                        self.append_local(quote!([#(#coords),*]), quote!(acc))
+                    }
                     Assembly::InOrder if target == OutTarget::Entries => {
                         quote!(local.push(([#(#coords),*], acc));)
                     }
@@ -83,7 +86,9 @@ impl Gen<'_> {
     pub(super) fn flush(&self, target: OutTarget) -> TokenStream {
         let out = &self.k.accesses[self.k.output_access].level_vars;
         let prefix: Vec<Ident> = out[..out.len() - 1].iter().map(|v| self.var(*v)).collect();
-        let emit = if target == OutTarget::Entries {
+        let emit = if target == OutTarget::Entries && self.appends_rows() {
+            self.append_local(quote!([#(#prefix,)* c]), quote!(ws[c]))
+        } else if target == OutTarget::Entries {
             quote!(local.push(([#(#prefix,)* c], ws[c]));)
         } else if self.appends_rows() {
             self.append(quote!([#(#prefix,)* c]), quote!(ws[c]))

@@ -94,6 +94,9 @@ impl Gen<'_> {
         if let Assembly::Workspace { flush_depth: 0, .. } = nest.assembly {
             return None; // one workspace for the whole nest: nothing to split
         }
+        if self.appends_rows() {
+            return self.parallel_appended(nest);
+        }
         let var = self.var(lp.var);
         let (items, bind_pos) = self.parallel_items(nest)?;
         let label = syn::Lifetime::new("'l0", proc_macro2::Span::call_site());
@@ -110,8 +113,6 @@ impl Gen<'_> {
             }
         } else if nest.assembly == Assembly::Scatter {
             quote!(scatter.push((c, v));)
-        } else if self.appends_rows() {
-            self.append(quote!(c), quote!(v))
         } else {
             quote!(packer.push(&c, v).expect("jobs append in loop order");)
         };
@@ -138,7 +139,7 @@ impl Gen<'_> {
 
     /// The parallel iterator of `(coordinate, position)` jobs over the outer loop, and what
     /// binds a job's position inside it; `None` when the loop cannot be split into jobs.
-    fn parallel_items(&self, nest: &Nest) -> Option<(TokenStream, TokenStream)> {
+    pub(super) fn parallel_items(&self, nest: &Nest) -> Option<(TokenStream, TokenStream)> {
         let lp = &nest.loops[0];
         let var = self.var(lp.var);
         match lp.domain {
