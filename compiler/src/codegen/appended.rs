@@ -53,14 +53,29 @@ impl Gen<'_> {
     /// Appends the entry at output coordinates `coords` (level order) with value `v`; entries
     /// come in level order, each once.
     pub(super) fn append(&self, coords: TokenStream, v: TokenStream) -> TokenStream {
+        let record = quote!(out_pos[row + 1] = I::from_usize(end););
+        self.push_entry(coords, v, quote!(out_crd), quote!(out_vals), record)
+    }
+
+    /// Pushes the entry's last coordinate and value onto `crd` and `vals`, then runs
+    /// `record` with `row` (the entry's flat row) and `end` (`crd`'s new length) bound.
+    fn push_entry(
+        &self,
+        coords: TokenStream,
+        v: TokenStream,
+        crd: TokenStream,
+        vals: TokenStream,
+        record: TokenStream,
+    ) -> TokenStream {
         let rank = self.k.output_tensor().rank();
         let last = rank - 1;
         let row = self.row_of(quote!(at));
         quote! {{
             let (at, v): ([usize; #rank], V) = (#coords, #v);
-            out_crd.push(I::from_usize(at[#last]));
-            out_vals.push(v);
-            out_pos[#row + 1] = I::from_usize(out_crd.len());
+            #crd.push(I::from_usize(at[#last]));
+            #vals.push(v);
+            let (row, end) = (#row, #crd.len());
+            #record
         }}
     }
 
@@ -89,19 +104,13 @@ impl Gen<'_> {
     /// Inside a parallel job: appends the entry to the job's own `crd`/`vals` (`local.1`,
     /// `local.2`) and records where its row ends in them (`local.0`).
     pub(super) fn append_local(&self, coords: TokenStream, v: TokenStream) -> TokenStream {
-        let rank = self.k.output_tensor().rank();
-        let last = rank - 1;
-        let row = self.row_of(quote!(at));
-        quote! {{
-            let (at, v): ([usize; #rank], V) = (#coords, #v);
-            local.1.push(I::from_usize(at[#last]));
-            local.2.push(v);
-            let (row, end) = (#row, local.1.len());
+        let record = quote! {
             match local.0.last_mut() {
                 Some(last) if last.0 == row => last.1 = end,
                 _ => local.0.push((row, end)),
             }
-        }}
+        };
+        self.push_entry(coords, v, quote!(local.1), quote!(local.2), record)
     }
 
     /// The flat row index of output coordinates `at` (its dense levels, row-major).

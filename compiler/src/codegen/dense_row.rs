@@ -24,8 +24,7 @@ impl Gen<'_> {
         let lp = &nest.loops[d];
         let out_here = nest.acc_depth == nest.loops.len();
         let mut out_row = self.mirror_row(lp.var).filter(|_| out_here);
-        let (first, end) = self.span(lp.var);
-        let (mut lo, mut hi) = (vec![first], vec![end]);
+        let range = self.row_range(nest);
         let mut rows = TokenStream::new();
         let mut binds = TokenStream::new();
         for r in &lp.locate {
@@ -37,8 +36,6 @@ impl Gen<'_> {
                 out_row = Some(quote!(#parent * #size + (lo - #off)));
                 continue;
             }
-            lo.push(quote!(#off));
-            hi.push(quote!(#off + #size));
             let row = format_ident!("row{}", r.access);
             let v = self.val(r.access);
             if self.row_hoisted_to(nest, *r).is_some() {
@@ -77,8 +74,7 @@ impl Gen<'_> {
             }
         };
         Some(quote! {
-            let lo: usize = 0usize #(.max(#lo))*;
-            let hi: usize = usize::MAX #(.min(#hi))*;
+            #range
             if lo < hi {
                 let n = hi - lo;
                 #rows
@@ -131,6 +127,28 @@ impl Gen<'_> {
         rows_ok && out_ok
     }
 
+    /// `let lo` and `let hi`: the innermost dense loop's range narrowed to where every operand
+    /// row it reads has the coordinate (the same bounds wherever its rows are sliced).
+    fn row_range(&self, nest: &Nest) -> TokenStream {
+        let lp = nest.loops.last().expect("a dense inner loop");
+        let (first, end) = self.span(lp.var);
+        let (mut lo, mut hi) = (vec![first], vec![end]);
+        for r in lp
+            .locate
+            .iter()
+            .filter(|r| r.access != self.k.output_access)
+        {
+            let t = self.tensor_of(r.access);
+            let (size, off) = (self.lvl(t, r.level, "size"), self.lvl(t, r.level, "off"));
+            lo.push(quote!(#off));
+            hi.push(quote!(#off + #size));
+        }
+        quote! {
+            let lo: usize = 0usize #(.max(#lo))*;
+            let hi: usize = usize::MAX #(.min(#hi))*;
+        }
+    }
+
     /// The outer loop a row of the innermost dense loop is sliced in, when that loop is not
     /// the innermost's parent: an operand row whose parent position is fixed two or more loops
     /// out (MTTKRP's `C(k,j)` under loops `k, l, m`) is then sliced once per iteration of the
@@ -167,19 +185,7 @@ impl Gen<'_> {
         if hoisted.is_empty() {
             return quote!();
         }
-        // The innermost loop's range, as `dense_inner_loop` computes it.
-        let (first, end) = self.span(lp.var);
-        let (mut lo, mut hi) = (vec![first], vec![end]);
-        for r in lp
-            .locate
-            .iter()
-            .filter(|r| r.access != self.k.output_access)
-        {
-            let t = self.tensor_of(r.access);
-            let (size, off) = (self.lvl(t, r.level, "size"), self.lvl(t, r.level, "off"));
-            lo.push(quote!(#off));
-            hi.push(quote!(#off + #size));
-        }
+        let range = self.row_range(nest);
         let mut ts = TokenStream::new();
         for r in hoisted {
             let t = self.tensor_of(r.access);
@@ -188,8 +194,7 @@ impl Gen<'_> {
             let row = format_ident!("row{}", r.access);
             ts.extend(quote! {
                 let #row: &[V] = {
-                    let lo: usize = 0usize #(.max(#lo))*;
-                    let hi: usize = usize::MAX #(.min(#hi))*;
+                    #range
                     if lo < hi { &#vals[#parent * #size + (lo - #off)..][..hi - lo] } else { &[] }
                 };
             });
