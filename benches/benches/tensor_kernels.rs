@@ -6,7 +6,8 @@
 //! own copies of the index arrays, as a library call must return) and compute into it. The
 //! generated kernels come from `build.rs`, through the real compiler pipeline.
 //!
-//! Sizes scale with `TESSERA_BENCH_SCALE` (default 1.0); repetitions with `TESSERA_BENCH_REPS`.
+//! Sizes scale with `TESSERA_BENCH_SCALE` (default 1.0); repetitions with `TESSERA_BENCH_REPS`;
+//! `TESSERA_BENCH_ONLY=ttv,ttm` runs only the named kernels.
 
 use std::hint::black_box;
 use std::ops::Range;
@@ -469,12 +470,23 @@ fn main() {
         "Generated tensor kernels vs hand-written Rust (scale {scale}, best of {}; ratio > 1: Tessera faster)",
         tessera_benches::contest::reps()
     ));
+    type Bench = fn(&mut Table, f64, Spread);
+    let kernels: [(&str, Bench); 5] = [
+        ("sddmm", bench_sddmm),
+        ("ttv", bench_ttv),
+        ("ttm", bench_ttm),
+        ("mttkrp", bench_mttkrp4),
+        ("spgemm", bench_spgemm),
+    ];
+    // `TESSERA_BENCH_ONLY=ttv,ttm` runs only those kernels (all when unset).
+    let only = std::env::var("TESSERA_BENCH_ONLY").unwrap_or_default();
+    let wanted = |name: &str| only.is_empty() || only.split(',').any(|w| w.trim() == name);
     for spread in [Spread::Uniform, Spread::PowerLaw] {
-        bench_sddmm(&mut table, scale, spread);
-        bench_ttv(&mut table, scale, spread);
-        bench_ttm(&mut table, scale, spread);
-        bench_mttkrp4(&mut table, scale, spread);
-        bench_spgemm(&mut table, scale, spread);
+        for (name, bench) in kernels {
+            if wanted(name) {
+                bench(&mut table, scale, spread);
+            }
+        }
     }
     table.figure(
         "peak rss MiB",
