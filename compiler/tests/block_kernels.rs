@@ -126,7 +126,7 @@ fn floats(xs: &[f64]) -> String {
 
 fn main_rs(instances: &[Instance]) -> String {
     let mut s = String::from(
-        "use tessera_formats::{Format, Level, Tensor, Value};\n\n\
+        "use tessera_formats::{Format, Level, Tensor, TensorView, Value};\n\n\
          fn close(got: &[f64], want: &[f64]) -> bool {\n\
          got.len() == want.len() && got.iter().zip(want).all(|(g, w)| (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= 1e-4 * (1.0 + w.abs()))\n}\n\n\
          fn main() {\n    let mut failures = 0usize;\n",
@@ -159,10 +159,10 @@ fn main_rs(instances: &[Instance]) -> String {
             s,
             "    {{ // {what}\n\
              \x20       let inputs = [{inputs}];\n\
-             \x20       let refs: Vec<&Tensor<{v}, {i}>> = inputs.iter().collect();\n\
+             \x20       let views: Vec<TensorView<{v}, {i}>> = inputs.iter().map(|t| t.view()).collect();\n\
              \x20       let out_dims = {out_dims:?};\n\
              \x20       let run = |bounds: &[std::ops::Range<usize>], first: &[bool]| -> Vec<f64> {{\n\
-             \x20           kernels::k{n}::<{v}, {i}>(&refs, &out_dims, bounds, first).to_dense().iter().map(|x| x.to_f64()).collect()\n\
+             \x20           kernels::k{n}::<{v}, {i}>(&views, &out_dims, bounds, first).to_dense().iter().map(|x| x.to_f64()).collect()\n\
              \x20       }};\n\
              \x20       for (bounds, first, want) in [{random}] {{\n\
              \x20           let got = run(&bounds, &first);\n\

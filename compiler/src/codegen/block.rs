@@ -15,8 +15,10 @@ use super::{sanitize, Gen, OutTarget};
 use crate::ir::{Kernel, Nest, OutputKind};
 
 /// The block kernel as one function item: `pub fn kernel_block<V: Value, I: Index>(inputs:
-/// &[&Tensor<V, I>], out_dims: &[usize], bounds: &[Range<usize>], first: &[bool]) -> Tensor<V,
-/// I>`, with `bounds` and `first` per index variable as in [`crate::ir::Block`].
+/// &[TensorView<V, I>], out_dims: &[usize], bounds: &[Range<usize>], first: &[bool]) ->
+/// Tensor<V, I>`, with `bounds` and `first` per index variable as in [`crate::ir::Block`].
+/// The inputs are views, so that a point task hands over windows of its stores without
+/// copying them (a whole tensor is `t.view()`).
 pub fn emit_block(k: &Kernel) -> TokenStream {
     emit_block_named(k, &format_ident!("kernel_block"))
 }

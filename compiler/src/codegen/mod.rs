@@ -221,17 +221,21 @@ impl Gen<'_> {
         } else {
             quote!(user_fns: &[&(dyn Fn(V) -> V + Sync)],)
         };
+        let inputs = match self.block {
+            true => quote!(&[::tessera_formats::TensorView<'_, V, I>]),
+            false => quote!(&[&::tessera_formats::Tensor<V, I>]),
+        };
         quote! {
             #doc
             #[allow(unused_variables, unused_mut, unused_assignments, unused_labels, unused_parens, unused_imports, dead_code,
                 unreachable_code, non_snake_case, clippy::all)]
             pub fn #name<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
-                inputs: &[&::tessera_formats::Tensor<V, I>],
+                inputs: #inputs,
                 out_dims: &[usize],
                 #user
                 #params
             ) -> ::tessera_formats::Tensor<V, I> {
-                use ::tessera_formats::{Index as _, Level, Tensor, Value as _};
+                use ::tessera_formats::{Index as _, Level, LevelView, Tensor, Value as _};
                 const ABSENT: usize = usize::MAX;
                 #prelude
                 #setup
