@@ -158,7 +158,7 @@ fn main_rs(instances: &[Instance]) -> String {
         let _ = writeln!(
             s,
             "    {{ // {what}\n\
-             \x20       let inputs = [{inputs}];\n\
+             \x20       let inputs: Vec<Tensor<{v}, {i}>> = vec![{inputs}];\n\
              \x20       let views: Vec<TensorView<{v}, {i}>> = inputs.iter().map(|t| t.view()).collect();\n\
              \x20       let out_dims = {out_dims:?};\n\
              \x20       let run = |bounds: &[std::ops::Range<usize>], first: &[bool]| -> Vec<f64> {{\n\
