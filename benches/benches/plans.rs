@@ -272,16 +272,26 @@ fn compiled_rows(
             // Interleaved: the plan over host tensors, over stored ones, then the kernel,
             // repeated; the median of each.
             let (mut t_plan, mut t_stored, mut t_par) = (vec![], vec![], vec![]);
+            // Analysis (ns, launches) of the runs over host tensors and over stored ones.
+            let (mut a_host, mut a_stored) = ((0, 0), (0, 0));
+            let analysed = |acc: &mut (u64, u64), before: &tessera_runtime::Stats| {
+                let d = rt.stats().since(before);
+                *acc = (acc.0 + d.analysis_ns, acc.1 + d.tasks_issued);
+            };
             for _ in 0..reps {
+                let before = rt.stats();
                 let (s, y) = best_of(1, || {
                     on_runtime::run_compiled(&rt, &p, &k, &inputs, &out_dims, block).unwrap()
                 });
                 t_plan.push(s);
+                analysed(&mut a_host, &before);
+                let before = rt.stats();
                 let (s, ys) = best_of(1, || {
                     let y = on_runtime::run_stored(&rt, &p, &k, &stored, &out_dims, Some(block));
                     y.unwrap().to_tensor(&rt).unwrap()
                 });
                 t_stored.push(s);
+                analysed(&mut a_stored, &before);
                 let (s, want) = best_of(1, || pool.install(|| par(&inputs, &out_dims)));
                 t_par.push(s);
                 for got in [&y, &ys] {
@@ -309,6 +319,14 @@ fn compiled_rows(
                 t_par * 1e3,
                 false,
             );
+            if threads == 2 {
+                let per = |(ns, n): (u64, u64)| ns as f64 / 1e3 / n.max(1) as f64;
+                t.figure(&format!("{name} analysis_us_per_launch, host"), per(a_host));
+                t.figure(
+                    &format!("{name} analysis_us_per_launch, stored"),
+                    per(a_stored),
+                );
+            }
         }
     }
 }

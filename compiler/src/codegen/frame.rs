@@ -79,7 +79,10 @@ impl Gen<'_> {
                     LevelType::Compressed => {
                         let (pos, crd) = (self.lvl(t, l, "pos"), self.lvl(t, l, "crd"));
                         let (pat, arrays) = match self.block {
-                            true => (quote!(LevelView::Compressed { pos, crd }), quote!((*pos, *crd))),
+                            true => (
+                                quote!(LevelView::Compressed { pos, crd }),
+                                quote!((*pos, *crd)),
+                            ),
                             false => (
                                 quote!(Level::Compressed { pos, crd }),
                                 quote!((pos.as_slice(), crd.as_slice())),
@@ -151,6 +154,13 @@ impl Gen<'_> {
             // instead of in one sequential pass before a parallel loop.
             OutputKind::Scalar | OutputKind::Dense => {
                 let (sizes, _) = self.output_levels();
+                let alloc = match self.block {
+                    true => self.block_output(),
+                    false => quote! {
+                        let mut out_buf: Vec<V> = vec![#fill; out_len];
+                        let out_vals: &mut [V] = &mut out_buf;
+                    },
+                };
                 quote! {
                 let out_format = #fmt;
                 // The output's levels (a block kernel's first level is the block's rows).
@@ -158,8 +168,7 @@ impl Gen<'_> {
                     .iter()
                     .try_fold(1usize, |n, d| n.checked_mul(*d))
                     .expect("output dimensions fit in memory");
-                let mut out_buf: Vec<V> = vec![#fill; out_len];
-                let out_vals: &mut [V] = &mut out_buf;
+                #alloc
                 }
             }
             OutputKind::Sparse if self.mirror.is_some() => self.mirror_init(self.mirror.unwrap()),

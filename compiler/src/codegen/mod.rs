@@ -214,16 +214,25 @@ impl Gen<'_> {
         let out_init = self.output_init();
         let nests: Vec<TokenStream> = self.k.nests.iter().map(|n| self.nest(n)).collect();
         let nests = self.zero_offsets_specialised(quote!(#(#nests)*));
-        let finish = self.output_finish();
+        let finish = match self.block {
+            true => self.block_finish(self.output_finish()),
+            false => self.output_finish(),
+        };
         // The caller's functions named in a `tensor!` statement, in `user_functions` order.
         let user = if self.k.user_functions.is_empty() {
             quote!()
         } else {
             quote!(user_fns: &[&(dyn Fn(V) -> V + Sync)],)
         };
-        let inputs = match self.block {
-            true => quote!(&[::tessera_formats::TensorView<'_, V, I>]),
-            false => quote!(&[&::tessera_formats::Tensor<V, I>]),
+        let (inputs, output) = match self.block {
+            true => (
+                quote!(&[::tessera_formats::TensorView<'_, V, I>]),
+                quote!(Option<::tessera_formats::Tensor<V, I>>),
+            ),
+            false => (
+                quote!(&[&::tessera_formats::Tensor<V, I>]),
+                quote!(::tessera_formats::Tensor<V, I>),
+            ),
         };
         quote! {
             #doc
@@ -234,7 +243,7 @@ impl Gen<'_> {
                 out_dims: &[usize],
                 #user
                 #params
-            ) -> ::tessera_formats::Tensor<V, I> {
+            ) -> #output {
                 use ::tessera_formats::{Index as _, Level, LevelView, Tensor, Value as _};
                 const ABSENT: usize = usize::MAX;
                 #prelude

@@ -64,10 +64,16 @@ impl<T: Value + Element> PlanValue for T {}
 pub trait PlanIndex: Index + Element {}
 impl<T: Index + Element> PlanIndex for T {}
 
-/// A generated block kernel ([`crate::codegen::emit_block`]): inputs, output dimensions, and
-/// the block's range and first flag per index variable.
-pub type BlockFn<V, I> =
-    fn(&[TensorView<'_, V, I>], &[usize], &[Range<usize>], &[bool]) -> Tensor<V, I>;
+/// A generated block kernel ([`crate::codegen::emit_block`]): views of the inputs, output
+/// dimensions, the block's range and first flag per index variable, and the point's tile of a
+/// dense output to write in place (then it returns `None`).
+pub type BlockFn<V, I> = fn(
+    &[TensorView<'_, V, I>],
+    &[usize],
+    &[Range<usize>],
+    &[bool],
+    Option<&mut [V]>,
+) -> Option<Tensor<V, I>>;
 
 /// Runs `plan` (made from `kernel`) on `rt`, each point running the interpreter's block entry
 /// point, and returns the output tensor.
@@ -779,7 +785,25 @@ impl Body {
             .map(|(v, r)| r.as_ref().map_or(v, |t| t.view()))
             .collect();
         let result = match compiled {
-            Some(f) => f(&views, &self.out_dims, &block.bounds, &block.first),
+            // A written dense tile that is exactly the block's values: the kernel writes it
+            // in place (no buffer of its own, no copy).
+            Some(f) if self.in_place(ctx, &block) => {
+                let mut tile = ctx.write::<V>(0);
+                let none = f(
+                    &views,
+                    &self.out_dims,
+                    &block.bounds,
+                    &block.first,
+                    Some(tile.as_mut_slice()),
+                );
+                debug_assert!(
+                    none.is_none(),
+                    "a block kernel given its tile returns nothing"
+                );
+                return;
+            }
+            Some(f) => f(&views, &self.out_dims, &block.bounds, &block.first, None)
+                .expect("a block kernel given no tile returns its output"),
             None => {
                 // The interpreter takes tensors: the views copied (`--interpret` and the
                 // property tests only).
@@ -852,6 +876,39 @@ impl Body {
         }
     }
 
+    /// The flat index in the output store of a cell (store coordinates).
+    fn flat(&self, p: &[usize]) -> usize {
+        let shape = &self.out.shape;
+        p.iter().zip(shape).fold(0, |acc, (c, n)| acc * n + c)
+    }
+
+    /// Whether this point's tile of the output is written (not added to or folded) and is
+    /// one contiguous run of exactly the cells a compiled block kernel's dense output holds
+    /// (its first level's block range, whole below it): then the kernel writes the tile.
+    fn in_place(&self, ctx: &TaskContext, block: &crate::ir::Block) -> bool {
+        if !self.out.dense || self.privilege != Privilege::Write {
+            return false;
+        }
+        let rect = ctx.rect(0);
+        let whole_rows = (1..rect.dim()).all(|d| rect.extent(d) == self.out.shape[d]);
+        if !whole_rows || rect.is_empty() {
+            return false;
+        }
+        // The kernel's output: the block's range of its first level's variable (clipped as
+        // the kernel clips it), times the cells below one coordinate of that level.
+        let order = self.kernel.output_tensor().format.mode_order();
+        let row: usize = order.iter().skip(1).map(|&m| self.out_dims[m]).product();
+        let access = &self.kernel.accesses[self.kernel.output_access];
+        let (lo, hi) = match access.level_vars.first() {
+            Some(&v) => {
+                let hi = block.bounds[v].end.min(self.dims[v]);
+                (block.bounds[v].start.min(hi), hi)
+            }
+            None => (0, 1),
+        };
+        self.flat(rect.lo()) == lo * row && rect.volume() == (hi - lo) * row
+    }
+
     /// Writes (or adds, or folds) the block's output tile into the output store.
     fn write_tile<V: PlanValue, I: PlanIndex>(&self, ctx: &TaskContext, result: &Tensor<V, I>) {
         let vals = result.vals();
@@ -863,7 +920,7 @@ impl Body {
             Some(Level::Dense { size, offset }) if *size > 0 => offset * (vals.len() / size),
             _ => 0,
         };
-        let flat = |p: &[usize]| p.iter().zip(shape).fold(0, |acc, (c, n)| acc * n + c) - skip;
+        let flat = |p: &[usize]| self.flat(p) - skip;
         // A tile of whole rows (the usual row split, or every row) is one contiguous run of
         // the block's values: written, added or folded as slices, not cell by cell.
         let whole_rows = (1..rect.dim()).all(|d| rect.extent(d) == shape[d]);
@@ -871,7 +928,8 @@ impl Body {
             let start = flat(rect.lo());
             &vals[start..start + rect.volume()]
         });
-        let add = |dst: &mut [V], src: &[V]| dst.iter_mut().zip(src).for_each(|(d, v)| *d = *d + *v);
+        let add =
+            |dst: &mut [V], src: &[V]| dst.iter_mut().zip(src).for_each(|(d, v)| *d = *d + *v);
         // What the plan's output privilege says to do with the block's tile. (An empty tile
         // has no cells.)
         match (self.privilege, run) {
@@ -905,9 +963,15 @@ struct Window<'a, V, I> {
 }
 
 enum WindowLevel<'a, I> {
-    Dense { size: usize, offset: usize },
+    Dense {
+        size: usize,
+        offset: usize,
+    },
     /// `pos` rebased to the window of `crd`.
-    Compressed { pos: Vec<I>, crd: ReadView<'a, I> },
+    Compressed {
+        pos: Vec<I>,
+        crd: ReadView<'a, I>,
+    },
 }
 
 impl<V: PlanValue, I: PlanIndex> Window<'_, V, I> {
@@ -939,7 +1003,9 @@ fn rebased<I: PlanIndex>(pos: &[PosRange], crd: &ReadView<I>) -> Vec<I> {
         false => crd.range().start as u64,
     };
     let mut offsets = Vec::with_capacity(pos.len() + 1);
-    offsets.push(I::from_usize(pos.first().map_or(0, |r| (r.lo - base) as usize)));
+    offsets.push(I::from_usize(
+        pos.first().map_or(0, |r| (r.lo - base) as usize),
+    ));
     offsets.extend(pos.iter().map(|r| I::from_usize((r.hi - base) as usize)));
     offsets
 }
@@ -958,8 +1024,13 @@ fn owned<V: Value, I: Index>(v: &TensorView<V, I>) -> Tensor<V, I> {
             LevelView::Singleton { crd } => Level::Singleton { crd: crd.to_vec() },
         })
         .collect();
-    Tensor::from_parts(v.dims().to_vec(), v.format().clone(), levels, v.vals().to_vec())
-        .unwrap_or_else(|e| panic!("a block of a valid tensor: {e}"))
+    Tensor::from_parts(
+        v.dims().to_vec(),
+        v.format().clone(),
+        levels,
+        v.vals().to_vec(),
+    )
+    .unwrap_or_else(|e| panic!("a block of a valid tensor: {e}"))
 }
 
 /// Calls `f` on every cell of `r`, row-major.
