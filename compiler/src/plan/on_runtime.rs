@@ -101,6 +101,23 @@ pub fn run_compiled<V: PlanValue, I: PlanIndex>(
     run_with(rt, plan, kernel, inputs, out_dims, Some(block))
 }
 
+/// As [`run_compiled`], over tensors the caller gives up: their arrays move into the stores
+/// instead of being copied (what a compiled program does with the tensors it loaded).
+pub fn run_compiled_owned<V: PlanValue, I: PlanIndex>(
+    rt: &Runtime,
+    plan: &Plan,
+    kernel: &Kernel,
+    inputs: Vec<Tensor<V, I>>,
+    out_dims: &[usize],
+    block: BlockFn<V, I>,
+) -> Result<Tensor<V, I>, PlanRunError> {
+    let stored = inputs
+        .into_iter()
+        .map(|t| Stored::from_tensor(rt, t))
+        .collect::<Result<Vec<_>, _>>()?;
+    run_on(rt, plan, kernel, &stored, out_dims, Some(block))
+}
+
 fn run_with<V: PlanValue, I: PlanIndex>(
     rt: &Runtime,
     plan: &Plan,
@@ -109,11 +126,23 @@ fn run_with<V: PlanValue, I: PlanIndex>(
     out_dims: &[usize],
     compiled: Option<BlockFn<V, I>>,
 ) -> Result<Tensor<V, I>, PlanRunError> {
-    // `execute` checks the inputs' formats and dimensions against the kernel.
     let stored = inputs
         .iter()
         .map(|t| Stored::upload(rt, t))
         .collect::<Result<Vec<_>, _>>()?;
+    run_on(rt, plan, kernel, &stored, out_dims, compiled)
+}
+
+/// Runs the plan over stored inputs and reads the output back.
+fn run_on<V: PlanValue, I: PlanIndex>(
+    rt: &Runtime,
+    plan: &Plan,
+    kernel: &Kernel,
+    stored: &[Stored<V, I>],
+    out_dims: &[usize],
+    compiled: Option<BlockFn<V, I>>,
+) -> Result<Tensor<V, I>, PlanRunError> {
+    // `execute` checks the inputs' formats and dimensions against the kernel.
     let refs: Vec<&Stored<V, I>> = stored.iter().collect();
     match execute(rt, plan, kernel, &refs, out_dims, compiled)? {
         Output::Dense(y) => dense_tensor(kernel, out_dims, rt.read::<V>(&y)?),
