@@ -957,8 +957,7 @@ impl Body {
             let start = flat(rect.lo());
             &vals[start..start + rect.volume()]
         });
-        let add =
-            |dst: &mut [V], src: &[V]| dst.iter_mut().zip(src).for_each(|(d, v)| *d = *d + *v);
+        let add = |dst: &mut [V], src: &[V]| dst.iter_mut().zip(src).for_each(|(d, v)| *d += *v);
         // What the plan's output privilege says to do with the block's tile. (An empty tile
         // has no cells.)
         match (self.privilege, run) {
@@ -991,6 +990,8 @@ struct Window<'a, V, I> {
     vals: ReadView<'a, V>,
 }
 
+// A few per point (one per level of each input): not worth boxing the larger variant.
+#[allow(clippy::large_enum_variant)]
 enum WindowLevel<'a, I> {
     Dense {
         size: usize,
