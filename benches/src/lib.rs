@@ -63,6 +63,13 @@ pub fn best_of<T>(reps: usize, mut f: impl FnMut() -> T) -> (f64, T) {
     (best, last.expect("at least one repetition"))
 }
 
+/// The median of `v` (the upper one of an even count): what the benches report of
+/// interleaved repetitions.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 /// Peak resident set size of this process so far, in bytes (Linux `VmHWM`), or 0 if unknown.
 pub fn peak_rss_bytes() -> u64 {
     status_field_kib("VmHWM:") * 1024

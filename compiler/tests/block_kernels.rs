@@ -126,9 +126,16 @@ fn floats(xs: &[f64]) -> String {
 
 fn main_rs(instances: &[Instance]) -> String {
     let mut s = String::from(
-        "use tessera_formats::{Format, Level, Tensor, Value};\n\n\
+        "use tessera_formats::{Format, Level, Tensor, TensorView, Value};\n\n\
          fn close(got: &[f64], want: &[f64]) -> bool {\n\
          got.len() == want.len() && got.iter().zip(want).all(|(g, w)| (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= 1e-4 * (1.0 + w.abs()))\n}\n\n\
+         /// A dense output written into a given tile (holding garbage first) equals the one the\n\
+         /// kernel returns, bitwise, and the kernel then returns nothing.\n\
+         fn in_place_agrees<V: Value, I: tessera_formats::Index>(run: impl Fn(Option<&mut [V]>) -> Option<Tensor<V, I>>) -> bool {\n\
+         let t = run(None).expect(\"no tile given\");\n\
+         if !t.levels().iter().all(|l| matches!(l, Level::Dense { .. })) { return true; }\n\
+         let mut tile = vec![V::from_f64(7.5); t.vals().len()];\n\
+         run(Some(&mut tile)).is_none() && tile.iter().zip(t.vals()).all(|(a, b)| a.to_f64().to_bits() == b.to_f64().to_bits())\n}\n\n\
          fn main() {\n    let mut failures = 0usize;\n",
     );
     for (n, inst) in instances.iter().enumerate() {
@@ -158,15 +165,16 @@ fn main_rs(instances: &[Instance]) -> String {
         let _ = writeln!(
             s,
             "    {{ // {what}\n\
-             \x20       let inputs = [{inputs}];\n\
-             \x20       let refs: Vec<&Tensor<{v}, {i}>> = inputs.iter().collect();\n\
+             \x20       let inputs: Vec<Tensor<{v}, {i}>> = vec![{inputs}];\n\
+             \x20       let views: Vec<TensorView<{v}, {i}>> = inputs.iter().map(|t| t.view()).collect();\n\
              \x20       let out_dims = {out_dims:?};\n\
              \x20       let run = |bounds: &[std::ops::Range<usize>], first: &[bool]| -> Vec<f64> {{\n\
-             \x20           kernels::k{n}::<{v}, {i}>(&refs, &out_dims, bounds, first).to_dense().iter().map(|x| x.to_f64()).collect()\n\
+             \x20           kernels::k{n}::<{v}, {i}>(&views, &out_dims, bounds, first, None).expect(\"no tile given\").to_dense().iter().map(|x| x.to_f64()).collect()\n\
              \x20       }};\n\
              \x20       for (bounds, first, want) in [{random}] {{\n\
              \x20           let got = run(&bounds, &first);\n\
              \x20           if !close(&got, &want) {{ failures += 1; eprintln!(\"case {n} block {{bounds:?}} {{first:?}} FAILED: {what}\\n got {{got:?}}\\n want {{want:?}}\"); }}\n\
+             \x20           if !in_place_agrees(|out| kernels::k{n}::<{v}, {i}>(&views, &out_dims, &bounds, &first, out)) {{ failures += 1; eprintln!(\"case {n} block {{bounds:?}} {{first:?}} FAILED in place: {what}\"); }}\n\
              \x20       }}\n\
              \x20       let mut sum: Vec<f64> = Vec::new();\n\
              \x20       for (bounds, first) in [{pieces}] {{\n\

@@ -93,8 +93,12 @@ pub struct TensorView<'a, V, I> {
 }
 
 impl<'a, V: Value, I: Index> TensorView<'a, V, I> {
-    /// A view over arrays that are already known to be valid.
-    pub(crate) fn new_unchecked(
+    /// A view over arrays that are already known to be valid (they come from a validated
+    /// tensor, or windows of one): nothing is checked, so it costs no pass over the arrays.
+    /// Arrays that are not valid make readers panic (all indexing here is bounds-checked),
+    /// never read out of bounds. What a distribution plan's point tasks hand their block
+    /// kernels: windows of stores uploaded from tensors.
+    pub fn new_unchecked(
         dims: &'a [usize],
         format: &'a Format,
         levels: Vec<LevelView<'a, I>>,

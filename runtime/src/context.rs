@@ -492,6 +492,11 @@ impl<T: Element> ReduceView<'_, T> {
     pub fn reduce_at(&mut self, i: usize, v: T) {
         self.reduce(&[i], v)
     }
+    /// The private buffer over the whole sub-store, row-major: for folding a whole tile at
+    /// once instead of cell by cell (element 0 is the sub-store's first cell).
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        &mut self.values
+    }
 }
 
 impl<T: Element> Drop for ReduceView<'_, T> {

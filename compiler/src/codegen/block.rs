@@ -15,8 +15,13 @@ use super::{sanitize, Gen, OutTarget};
 use crate::ir::{Kernel, Nest, OutputKind};
 
 /// The block kernel as one function item: `pub fn kernel_block<V: Value, I: Index>(inputs:
-/// &[&Tensor<V, I>], out_dims: &[usize], bounds: &[Range<usize>], first: &[bool]) -> Tensor<V,
-/// I>`, with `bounds` and `first` per index variable as in [`crate::ir::Block`].
+/// &[TensorView<V, I>], out_dims: &[usize], bounds: &[Range<usize>], first: &[bool], out:
+/// Option<&mut [V]>) -> Option<Tensor<V, I>>`, with `bounds` and `first` per index variable as
+/// in [`crate::ir::Block`]. The inputs are views, so that a point task hands over windows of
+/// its stores without copying them (a whole tensor is `t.view()`). A dense output is written
+/// into `out` when given (the point's tile of the output store: exactly the block's values,
+/// row-major) and then `None` is returned; otherwise, and for sparse outputs, the block's
+/// output is returned as a tensor.
 pub fn emit_block(k: &Kernel) -> TokenStream {
     emit_block_named(k, &format_ident!("kernel_block"))
 }
@@ -28,7 +33,8 @@ pub fn emit_block_named(k: &Kernel, name: &Ident) -> TokenStream {
         block: true,
         mirror: None,
     };
-    let params = quote!(bounds: &[::core::ops::Range<usize>], first: &[bool],);
+    let params =
+        quote!(bounds: &[::core::ops::Range<usize>], first: &[bool], out: Option<&mut [V]>,);
     g.function(name, params, g.block_prelude())
 }
 
@@ -57,6 +63,7 @@ impl Gen<'_> {
                 bounds.len() == #n && first.len() == #n,
                 "a block of this kernel has one range and one flag per index variable"
             );
+            let in_place: bool = out.is_some();
         };
         for v in 0..n {
             let (lo, hi, nar) = (
@@ -82,6 +89,37 @@ impl Gen<'_> {
             ts.extend(quote!(let (#size, #off): (usize, usize) = (#hi - #lo, #lo);));
         }
         ts
+    }
+
+    /// A dense output's values: the caller's tile (filled first: the output is written, not
+    /// added to) or a new buffer.
+    pub(super) fn block_output(&self) -> TokenStream {
+        let fill = self.fill();
+        quote! {
+            let mut out_buf: Vec<V> = Vec::new();
+            let out_vals: &mut [V] = match out {
+                Some(tile) => {
+                    assert!(tile.len() == out_len, "the output tile holds exactly the block's values");
+                    tile.fill(#fill);
+                    tile
+                }
+                None => {
+                    out_buf = vec![#fill; out_len];
+                    &mut out_buf
+                }
+            };
+        }
+    }
+
+    /// A block kernel's result: `None` when a dense output was written into the caller's
+    /// tile, else the output tensor `finish` assembles.
+    pub(super) fn block_finish(&self, finish: TokenStream) -> TokenStream {
+        match self.k.output_kind {
+            OutputKind::Sparse => quote!(Some({ #finish })),
+            OutputKind::Scalar | OutputKind::Dense => quote! {
+                if in_place { None } else { Some({ #finish }) }
+            },
+        }
     }
 
     /// In a block kernel, narrows the children range `lo..hi` of a compressed level whose

@@ -19,7 +19,9 @@ impl Gen<'_> {
             let vals = self.vals(t);
             let tv = format_ident!("t{}", t);
             let name = &decl.name;
-            out.extend(quote!(let #tv: &Tensor<V, I> = inputs[#slot];));
+            // A block kernel's inputs are views (windows of a plan's stores, no copy).
+            let input_ty = self.input_type();
+            out.extend(quote!(let #tv: &#input_ty = &inputs[#slot];));
             if self.k.repacks.iter().any(|r| r.slot == slot) {
                 // Its mode order agrees with no loop order: transposed once, here (unless the
                 // caller already passes it in the kernel's format).
@@ -48,7 +50,13 @@ impl Gen<'_> {
                         }
                         #finish
                     });
-                    let #tv: &Tensor<V, I> = #owned.as_ref().unwrap_or(#tv);
+                });
+                out.extend(match self.block {
+                    true => quote! {
+                        let #owned = #owned.as_ref().map(|t| t.view());
+                        let #tv: &#input_ty = #owned.as_ref().unwrap_or(#tv);
+                    },
+                    false => quote!(let #tv: &#input_ty = #owned.as_ref().unwrap_or(#tv);),
                 });
             }
             out.extend(quote!(let #vals: &[V] = #tv.vals();));
@@ -57,27 +65,45 @@ impl Gen<'_> {
                 match lt {
                     LevelType::Dense => {
                         let (size, off) = (self.lvl(t, l, "size"), self.lvl(t, l, "off"));
+                        let pat = match self.block {
+                            true => quote!(LevelView::Dense { size, offset, .. }),
+                            false => quote!(Level::Dense { size, offset }),
+                        };
                         out.extend(quote! {
                             let (#size, #off) = match &#tv.levels()[#l] {
-                                Level::Dense { size, offset } => (*size, *offset),
+                                #pat => (*size, *offset),
                                 _ => panic!(#msg),
                             };
                         });
                     }
                     LevelType::Compressed => {
                         let (pos, crd) = (self.lvl(t, l, "pos"), self.lvl(t, l, "crd"));
+                        let (pat, arrays) = match self.block {
+                            true => (
+                                quote!(LevelView::Compressed { pos, crd }),
+                                quote!((*pos, *crd)),
+                            ),
+                            false => (
+                                quote!(Level::Compressed { pos, crd }),
+                                quote!((pos.as_slice(), crd.as_slice())),
+                            ),
+                        };
                         out.extend(quote! {
                             let (#pos, #crd): (&[I], &[I]) = match &#tv.levels()[#l] {
-                                Level::Compressed { pos, crd } => (pos.as_slice(), crd.as_slice()),
+                                #pat => #arrays,
                                 _ => panic!(#msg),
                             };
                         });
                     }
                     LevelType::Singleton => {
                         let crd = self.lvl(t, l, "crd");
+                        let (pat, array) = match self.block {
+                            true => (quote!(LevelView::Singleton { crd }), quote!(*crd)),
+                            false => (quote!(Level::Singleton { crd }), quote!(crd.as_slice())),
+                        };
                         out.extend(quote! {
                             let #crd: &[I] = match &#tv.levels()[#l] {
-                                Level::Singleton { crd } => crd.as_slice(),
+                                #pat => #array,
                                 _ => panic!(#msg),
                             };
                         });
@@ -103,6 +129,14 @@ impl Gen<'_> {
         out
     }
 
+    /// The type of one input: a tensor, or in a block kernel a view of one.
+    pub(super) fn input_type(&self) -> TokenStream {
+        match self.block {
+            true => quote!(::tessera_formats::TensorView<'_, V, I>),
+            false => quote!(Tensor<V, I>),
+        }
+    }
+
     pub(super) fn format_expr(&self) -> TokenStream {
         let f = self.k.output_tensor().format.to_string();
         let rank = self.k.output_tensor().rank();
@@ -120,6 +154,13 @@ impl Gen<'_> {
             // instead of in one sequential pass before a parallel loop.
             OutputKind::Scalar | OutputKind::Dense => {
                 let (sizes, _) = self.output_levels();
+                let alloc = match self.block {
+                    true => self.block_output(),
+                    false => quote! {
+                        let mut out_buf: Vec<V> = vec![#fill; out_len];
+                        let out_vals: &mut [V] = &mut out_buf;
+                    },
+                };
                 quote! {
                 let out_format = #fmt;
                 // The output's levels (a block kernel's first level is the block's rows).
@@ -127,8 +168,7 @@ impl Gen<'_> {
                     .iter()
                     .try_fold(1usize, |n, d| n.checked_mul(*d))
                     .expect("output dimensions fit in memory");
-                let mut out_buf: Vec<V> = vec![#fill; out_len];
-                let out_vals: &mut [V] = &mut out_buf;
+                #alloc
                 }
             }
             OutputKind::Sparse if self.mirror.is_some() => self.mirror_init(self.mirror.unwrap()),

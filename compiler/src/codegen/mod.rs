@@ -214,24 +214,37 @@ impl Gen<'_> {
         let out_init = self.output_init();
         let nests: Vec<TokenStream> = self.k.nests.iter().map(|n| self.nest(n)).collect();
         let nests = self.zero_offsets_specialised(quote!(#(#nests)*));
-        let finish = self.output_finish();
+        let finish = match self.block {
+            true => self.block_finish(self.output_finish()),
+            false => self.output_finish(),
+        };
         // The caller's functions named in a `tensor!` statement, in `user_functions` order.
         let user = if self.k.user_functions.is_empty() {
             quote!()
         } else {
             quote!(user_fns: &[&(dyn Fn(V) -> V + Sync)],)
         };
+        let (inputs, output) = match self.block {
+            true => (
+                quote!(&[::tessera_formats::TensorView<'_, V, I>]),
+                quote!(Option<::tessera_formats::Tensor<V, I>>),
+            ),
+            false => (
+                quote!(&[&::tessera_formats::Tensor<V, I>]),
+                quote!(::tessera_formats::Tensor<V, I>),
+            ),
+        };
         quote! {
             #doc
             #[allow(unused_variables, unused_mut, unused_assignments, unused_labels, unused_parens, unused_imports, dead_code,
                 unreachable_code, non_snake_case, clippy::all)]
             pub fn #name<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
-                inputs: &[&::tessera_formats::Tensor<V, I>],
+                inputs: #inputs,
                 out_dims: &[usize],
                 #user
                 #params
-            ) -> ::tessera_formats::Tensor<V, I> {
-                use ::tessera_formats::{Index as _, Level, Tensor, Value as _};
+            ) -> #output {
+                use ::tessera_formats::{Index as _, Level, LevelView, Tensor, Value as _};
                 const ABSENT: usize = usize::MAX;
                 #prelude
                 #setup

@@ -5,7 +5,7 @@ use std::error::Error;
 use tessera_formats::Tensor;
 
 pub fn compute(
-    refs: &[&Tensor<V, I>],
+    tensors: Vec<Tensor<V, I>>,
     out_dims: &[usize],
     threads: Option<usize>,
     stats: bool,
@@ -21,5 +21,6 @@ pub fn compute(
              schedule (`split`) use; this one runs the plain kernel"
         );
     }
-    Ok(pool.install(|| kernel::kernel::<V, I>(refs, out_dims)))
+    let refs: Vec<&Tensor<V, I>> = tensors.iter().collect();
+    Ok(pool.install(|| kernel::kernel::<V, I>(&refs, out_dims)))
 }

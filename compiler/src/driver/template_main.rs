@@ -163,9 +163,8 @@ fn run() -> Result<(), Box<dyn Error>> {
             e.to_string()
         }
     })?;
-    let refs: Vec<&Tensor<V, I>> = tensors.iter().collect();
     let read = start.elapsed();
-    let out = compute::compute(&refs, &out_dims, args.threads, args.stats)?;
+    let out = compute::compute(tensors, &out_dims, args.threads, args.stats)?;
     let compute = start.elapsed() - read;
     io::write(&args.output, &out)?;
     if args.timings {

@@ -13,7 +13,7 @@ use tessera_runtime::Runtime;
 const FINGERPRINT: u64 = @FINGERPRINT@;
 
 pub fn compute(
-    refs: &[&Tensor<V, I>],
+    tensors: Vec<Tensor<V, I>>,
     out_dims: &[usize],
     threads: Option<usize>,
     stats: bool,
@@ -27,11 +27,12 @@ pub fn compute(
     let threads = threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let rt = Runtime::builder().threads(threads).build();
-    let out = on_runtime::run_compiled(
+    // The loaded tensors move into the runtime's stores (no copy).
+    let out = on_runtime::run_compiled_owned(
         &rt,
         &plan,
         &kernel,
-        refs,
+        tensors,
         out_dims,
         kernel_block::kernel_block::<V, I>,
     )?;

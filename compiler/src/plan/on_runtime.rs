@@ -13,8 +13,9 @@
 //! merged when there are more than the runtime's dimensions); a sparse output is emitted as
 //! entries, one piece per point, assembled once at the end.
 //!
-//! A point rebuilds its operands as block tensors (dense offsets, `pos` rebased to its `crd`
-//! sub-range) and runs the interpreter's block entry point. Inputs the plan cuts into
+//! A point hands its block kernel views of its sub-stores, without copying them: dense
+//! levels with offsets, `crd` and `vals` as the runtime's windows, and `pos` (the one array
+//! made per point, one entry per parent in the block) rebased to its `crd` window. Inputs the plan cuts into
 //! *tensor blocks* are, on one process, passed whole and narrowed by the block kernel's
 //! bounded loops; cutting them with the distributed loader is the multi-rank step.
 //!
@@ -22,13 +23,12 @@
 //! (`elementwise`), so that a chain of them fuses into one loop over chunks.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use tessera_formats::{Format, Index, Level, LevelType, Tensor, Value};
+use tessera_formats::{Format, Index, Level, LevelType, LevelView, Tensor, TensorView, Value};
 use tessera_runtime::{
-    Cut, DType, Element, PosRange, Rect, ReduceOp, Runtime, RuntimeError, Store, TaskContext,
-    MAX_DIMS,
+    Cut, DType, Element, PosRange, ReadView, Rect, ReduceOp, Runtime, RuntimeError, Store,
+    TaskContext, MAX_DIMS,
 };
 
 use super::{Grid, Partition, Plan, Privilege, StoreKind};
@@ -64,9 +64,16 @@ impl<T: Value + Element> PlanValue for T {}
 pub trait PlanIndex: Index + Element {}
 impl<T: Index + Element> PlanIndex for T {}
 
-/// A generated block kernel ([`crate::codegen::emit_block`]): inputs, output dimensions, and
-/// the block's range and first flag per index variable.
-pub type BlockFn<V, I> = fn(&[&Tensor<V, I>], &[usize], &[Range<usize>], &[bool]) -> Tensor<V, I>;
+/// A generated block kernel ([`crate::codegen::emit_block`]): views of the inputs, output
+/// dimensions, the block's range and first flag per index variable, and the point's tile of a
+/// dense output to write in place (then it returns `None`).
+pub type BlockFn<V, I> = fn(
+    &[TensorView<'_, V, I>],
+    &[usize],
+    &[Range<usize>],
+    &[bool],
+    Option<&mut [V]>,
+) -> Option<Tensor<V, I>>;
 
 /// Runs `plan` (made from `kernel`) on `rt`, each point running the interpreter's block entry
 /// point, and returns the output tensor.
@@ -94,6 +101,23 @@ pub fn run_compiled<V: PlanValue, I: PlanIndex>(
     run_with(rt, plan, kernel, inputs, out_dims, Some(block))
 }
 
+/// As [`run_compiled`], over tensors the caller gives up: their arrays move into the stores
+/// instead of being copied (what a compiled program does with the tensors it loaded).
+pub fn run_compiled_owned<V: PlanValue, I: PlanIndex>(
+    rt: &Runtime,
+    plan: &Plan,
+    kernel: &Kernel,
+    inputs: Vec<Tensor<V, I>>,
+    out_dims: &[usize],
+    block: BlockFn<V, I>,
+) -> Result<Tensor<V, I>, PlanRunError> {
+    let stored = inputs
+        .into_iter()
+        .map(|t| Stored::from_tensor(rt, t))
+        .collect::<Result<Vec<_>, _>>()?;
+    run_on(rt, plan, kernel, &stored, out_dims, Some(block))
+}
+
 fn run_with<V: PlanValue, I: PlanIndex>(
     rt: &Runtime,
     plan: &Plan,
@@ -102,11 +126,23 @@ fn run_with<V: PlanValue, I: PlanIndex>(
     out_dims: &[usize],
     compiled: Option<BlockFn<V, I>>,
 ) -> Result<Tensor<V, I>, PlanRunError> {
-    // `execute` checks the inputs' formats and dimensions against the kernel.
     let stored = inputs
         .iter()
         .map(|t| Stored::upload(rt, t))
         .collect::<Result<Vec<_>, _>>()?;
+    run_on(rt, plan, kernel, &stored, out_dims, compiled)
+}
+
+/// Runs the plan over stored inputs and reads the output back.
+fn run_on<V: PlanValue, I: PlanIndex>(
+    rt: &Runtime,
+    plan: &Plan,
+    kernel: &Kernel,
+    stored: &[Stored<V, I>],
+    out_dims: &[usize],
+    compiled: Option<BlockFn<V, I>>,
+) -> Result<Tensor<V, I>, PlanRunError> {
+    // `execute` checks the inputs' formats and dimensions against the kernel.
     let refs: Vec<&Stored<V, I>> = stored.iter().collect();
     match execute(rt, plan, kernel, &refs, out_dims, compiled)? {
         Output::Dense(y) => dense_tensor(kernel, out_dims, rt.read::<V>(&y)?),
@@ -126,24 +162,27 @@ pub struct Stored<V, I = u32> {
 }
 
 impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
-    /// Copies a tensor into new stores of `rt`.
+    /// Copies a tensor into new stores of `rt` (see [`Stored::from_tensor`], which moves it).
     pub fn upload(rt: &Runtime, t: &Tensor<V, I>) -> Result<Self, PlanRunError> {
+        Self::from_tensor(rt, t.clone())
+    }
+
+    /// Moves a tensor's arrays into new stores of `rt`: its `crd` and `vals` become stores
+    /// without a copy; each compressed level's `pos` becomes its ranges (one per parent).
+    pub fn from_tensor(rt: &Runtime, t: Tensor<V, I>) -> Result<Self, PlanRunError> {
+        let (dims, format) = (t.dims().to_vec(), t.format().clone());
         // Singleton (COO) levels are stored in their unique form (`sq` as `ss`): the same
-        // entries in the same order, so every point re-levels its block (see `in_format`).
-        let unique;
-        let stored = match t.format().coo_start() {
-            Some(_) => {
-                unique = t.view().relevel(&t.format().unique())?;
-                &unique
-            }
+        // entries in the same order, so every point re-levels its block (see `Body::run`).
+        let t = match format.coo_start() {
+            Some(_) => t.view().relevel(&format.unique())?,
             None => t,
         };
-        let (stores, layout) = upload(rt, stored)?;
+        let (stores, layout) = upload(rt, t)?;
         Ok(Stored {
             stores,
             layout,
-            dims: t.dims().to_vec(),
-            format: t.format().clone(),
+            dims,
+            format,
             _types: std::marker::PhantomData,
         })
     }
@@ -224,7 +263,7 @@ pub fn run_stored<V: PlanValue, I: PlanIndex>(
         Output::Dense(y) => dense_tensor(kernel, out_dims, rt.read::<V>(&y)?)?,
         Output::Tensor(t) => t,
     };
-    Stored::upload(rt, &t)
+    Stored::from_tensor(rt, t)
 }
 
 /// Runs the statement `text` (a `tensor!` statement with a distribution schedule) on stored
@@ -323,7 +362,7 @@ fn execute<V: PlanValue, I: PlanIndex>(
         formats: inputs.iter().map(|t| t.format.clone()).collect(),
         in_dims: inputs.iter().map(|t| t.dims.clone()).collect(),
         seq_tiled: sequential_tiles(plan, kernel, inputs.len()),
-        whole: read_whole(plan, kernel, inputs.len()),
+        stored_formats: inputs.iter().map(|t| t.format.unique()).collect(),
         layouts: inputs.iter().map(|t| t.layout.clone()).collect(),
         out: out.clone(),
         privilege: plan.args[0].privilege,
@@ -341,7 +380,6 @@ fn execute<V: PlanValue, I: PlanIndex>(
         plan,
         body: &shared,
         inputs: &stores,
-        id: NEXT_RUN.fetch_add(1, Ordering::Relaxed),
     };
     if out.dense {
         let y = rt.create(V::DTYPE, &out.shape)?;
@@ -388,10 +426,6 @@ pub fn stats_line(rt: &Runtime) -> String {
     )
 }
 
-/// Runs of plans, numbered: a point's run tells its launch's cached inputs from those of
-/// another run of the same task in flight.
-static NEXT_RUN: AtomicU64 = AtomicU64::new(0);
-
 /// The task's name: the statement, and a hash of everything its registered body depends on
 /// (the plan, the tensors' shapes and formats, the element types and the block kernel). A
 /// statement run again over tensors of the same shapes is then the same task, which the
@@ -424,7 +458,6 @@ struct Run<'a> {
     plan: &'a Plan,
     body: &'a Body,
     inputs: &'a [Vec<Store>],
-    id: u64,
 }
 
 /// Issues one launch of the block task: outputs first, then every input's stores, with the
@@ -435,7 +468,6 @@ fn launch_task(rt: &Runtime, run: &Run, outs: &[Store], launch: usize) -> Result
     let mut t = rt
         .task(run.name)
         .scalar(launch as u64)
-        .scalar(run.id)
         .launch_domain(&grid.domain());
     let out_arg = &plan.args[0];
     for s in outs {
@@ -661,7 +693,7 @@ impl InputLayout {
     }
 }
 
-/// `t`, stored in `format`'s unique form (see [`Stored::upload`]), in `format`.
+/// `t`, stored in `format`'s unique form (see [`Stored::from_tensor`]), in `format`.
 fn in_format<V: Value, I: Index>(
     t: Tensor<V, I>,
     format: &Format,
@@ -672,31 +704,12 @@ fn in_format<V: Value, I: Index>(
     t.view().relevel(format)
 }
 
-/// Uploads a tensor's arrays as 1-d stores: per compressed level `pos` (ranges) and `crd`,
+/// Moves a tensor's arrays into 1-d stores: per compressed level `pos` (ranges) and `crd`,
 /// then `vals`.
 fn upload<V: PlanValue, I: PlanIndex>(
     rt: &Runtime,
-    t: &Tensor<V, I>,
+    t: Tensor<V, I>,
 ) -> Result<(Vec<Store>, InputLayout), RuntimeError> {
-    let mut stores = Vec::new();
-    let mut levels = Vec::new();
-    for l in t.levels() {
-        match l {
-            Level::Dense { .. } => levels.push(None),
-            Level::Singleton { .. } => unreachable!("`Stored::upload` stores the unique form"),
-            Level::Compressed { pos, crd } => {
-                let ranges: Vec<PosRange> = pos
-                    .windows(2)
-                    .map(|w| PosRange::new(w[0].to_usize() as u64, w[1].to_usize() as u64))
-                    .collect();
-                levels.push(Some((stores.len(), stores.len() + 1)));
-                stores.push(rt.from_vec(&[ranges.len()], ranges)?);
-                stores.push(rt.from_vec(&[crd.len()], crd.clone())?);
-            }
-        }
-    }
-    let vals = stores.len();
-    stores.push(rt.from_vec(&[t.vals().len()], t.vals().to_vec())?);
     let kinds = t.format().levels();
     let prefix = kinds.iter().take_while(|l| **l == LevelType::Dense).count();
     let prefix_inner = t.levels()[1.min(prefix)..prefix]
@@ -706,11 +719,31 @@ fn upload<V: PlanValue, I: PlanIndex>(
             Level::Compressed { .. } | Level::Singleton { .. } => 1,
         })
         .product();
+    let (_, _, tensor_levels, vals) = t.into_parts();
+    let mut stores = Vec::new();
+    let mut levels = Vec::new();
+    for l in tensor_levels {
+        match l {
+            Level::Dense { .. } => levels.push(None),
+            Level::Singleton { .. } => unreachable!("`Stored::from_tensor` stores the unique form"),
+            Level::Compressed { pos, crd } => {
+                let ranges: Vec<PosRange> = pos
+                    .windows(2)
+                    .map(|w| PosRange::new(w[0].to_usize() as u64, w[1].to_usize() as u64))
+                    .collect();
+                levels.push(Some((stores.len(), stores.len() + 1)));
+                stores.push(rt.from_vec(&[ranges.len()], ranges)?);
+                stores.push(rt.from_vec(&[crd.len()], crd)?);
+            }
+        }
+    }
+    let vals_at = stores.len();
+    stores.push(rt.from_vec(&[vals.len()], vals)?);
     Ok((
         stores,
         InputLayout {
             levels,
-            vals,
+            vals: vals_at,
             prefix,
             prefix_inner,
         },
@@ -728,10 +761,8 @@ struct Body {
     layouts: Vec<InputLayout>,
     /// Per input, the sequential grid variable that tiles its first store, if any.
     seq_tiled: Vec<Option<usize>>,
-    /// Per input that every point reads whole (broadcast, or tensor blocks on one process):
-    /// the block tensor made from its stores, built by the first point of a launch and shared
-    /// by the others instead of copied by each.
-    whole: Vec<Option<WholeCache>>,
+    /// Per input, the format its stores hold (COO inputs in their unique form).
+    stored_formats: Vec<Format>,
     out: OutputLayout,
     /// The output's privilege in the plan.
     privilege: Privilege,
@@ -750,26 +781,63 @@ impl Body {
 
     fn run<V: PlanValue, I: PlanIndex>(&self, ctx: &TaskContext, compiled: Option<BlockFn<V, I>>) {
         let launch = ctx.scalar(0).as_u64() as usize;
-        let run = ctx.scalar(1).as_u64();
         let point = ctx.linear_point();
         let idx = self.grid.index(launch, point);
         let block = self.grid.block(&self.kernel, &self.dims, &idx);
         let n_out = if self.out.dense { 1 } else { 2 };
         let mut arg = n_out;
-        let mut tensors: Vec<Arc<Tensor<V, I>>> = Vec::with_capacity(self.layouts.len());
+        let mut windows: Vec<Window<V, I>> = Vec::with_capacity(self.layouts.len());
         for (slot, layout) in self.layouts.iter().enumerate() {
             let origin = self.launch_range(slot, launch).map_or(0, |r| r.start);
-            let rebuild = || Arc::new(self.rebuild::<V, I>(ctx, slot, arg, origin));
-            tensors.push(match &self.whole[slot] {
-                Some(cache) => cached(cache, (run, launch), self.grid.points(), rebuild),
-                None => rebuild(),
-            });
+            windows.push(self.window(ctx, slot, arg, origin));
             arg += layout.vals + 1;
         }
-        let refs: Vec<&Tensor<V, I>> = tensors.iter().map(|t| &**t).collect();
+        let views: Vec<TensorView<V, I>> = windows
+            .iter()
+            .enumerate()
+            .map(|(slot, w)| w.view(&self.in_dims[slot], &self.stored_formats[slot]))
+            .collect();
+        // COO inputs are stored in their unique form: re-levelled here (a copy, COO only).
+        let relevelled: Vec<Option<Tensor<V, I>>> = views
+            .iter()
+            .zip(&self.formats)
+            .map(|(v, f)| {
+                (v.format() != f).then(|| {
+                    v.relevel(f)
+                        .unwrap_or_else(|e| panic!("block of a COO input: {e}"))
+                })
+            })
+            .collect();
+        let views: Vec<TensorView<V, I>> = views
+            .into_iter()
+            .zip(&relevelled)
+            .map(|(v, r)| r.as_ref().map_or(v, |t| t.view()))
+            .collect();
         let result = match compiled {
-            Some(f) => f(&refs, &self.out_dims, &block.bounds, &block.first),
+            // A written dense tile that is exactly the block's values: the kernel writes it
+            // in place (no buffer of its own, no copy).
+            Some(f) if self.in_place(ctx, &block) => {
+                let mut tile = ctx.write::<V>(0);
+                let none = f(
+                    &views,
+                    &self.out_dims,
+                    &block.bounds,
+                    &block.first,
+                    Some(tile.as_mut_slice()),
+                );
+                debug_assert!(
+                    none.is_none(),
+                    "a block kernel given its tile returns nothing"
+                );
+                return;
+            }
+            Some(f) => f(&views, &self.out_dims, &block.bounds, &block.first, None)
+                .expect("a block kernel given no tile returns its output"),
             None => {
+                // The interpreter takes tensors: the views copied (`--interpret` and the
+                // property tests only).
+                let owned: Vec<Tensor<V, I>> = views.iter().map(owned).collect();
+                let refs: Vec<&Tensor<V, I>> = owned.iter().collect();
                 interp::run_block(&self.kernel, &refs, &self.out_dims, &block)
                     .unwrap_or_else(|e| panic!("block {idx:?}: {e}"))
                     .0
@@ -789,23 +857,24 @@ impl Body {
         }
     }
 
-    /// The input in slot `slot` as a block tensor over the sub-stores of arguments
-    /// `first_arg..`: dense levels of the prefix with the offset of the first store's range
-    /// (its view starts at cell `origin`), `pos` rebased to the start of its `crd` sub-range.
-    fn rebuild<V: PlanValue, I: PlanIndex>(
+    /// The input in slot `slot` as this point's windows of the sub-stores of arguments
+    /// `first_arg..` (no copy of `crd` or `vals`): dense levels of the prefix with the offset
+    /// of the first store's range (its view starts at cell `origin`), `pos` rebased to the
+    /// start of its `crd` sub-range (the one array made here, one entry per parent in the
+    /// block).
+    fn window<'a, V: PlanValue, I: PlanIndex>(
         &self,
-        ctx: &TaskContext,
+        ctx: &TaskContext<'a>,
         slot: usize,
         first_arg: usize,
         origin: usize,
-    ) -> Tensor<V, I> {
+    ) -> Window<'a, V, I> {
         let layout = &self.layouts[slot];
-        let format = &self.formats[slot];
         let dims = &self.in_dims[slot];
         let first = ctx.rect(first_arg + layout.first());
         let (lo, hi) = (origin + first.lo()[0], origin + first.hi()[0]);
-        let mut levels = Vec::with_capacity(format.rank());
-        for (l, &m) in format.mode_order().iter().enumerate() {
+        let mut levels = Vec::with_capacity(layout.levels.len());
+        for (l, &m) in self.formats[slot].mode_order().iter().enumerate() {
             if l < layout.prefix {
                 let (size, offset) = match (l, layout.prefix_inner) {
                     // A prefix with no cells (an inner extent of 0) holds nothing to offset.
@@ -813,41 +882,60 @@ impl Body {
                     (0, inner) => ((hi - lo) / inner, lo / inner),
                     _ => (dims[m], 0),
                 };
-                levels.push(Level::Dense { size, offset });
+                levels.push(WindowLevel::Dense { size, offset });
                 continue;
             }
-            match layout.levels[l] {
-                None => levels.push(Level::Dense {
+            levels.push(match layout.levels[l] {
+                None => WindowLevel::Dense {
                     size: dims[m],
                     offset: 0,
-                }),
+                },
                 Some((p, c)) => {
-                    let pos = ctx.read::<PosRange>(first_arg + p);
                     let crd = ctx.read::<I>(first_arg + c);
-                    // Positions are global; this point's `crd` starts at `base`. An empty
-                    // image may sit anywhere: then every range is empty and rebases to 0.
-                    let base = match crd.as_slice().is_empty() {
-                        true => pos.as_slice().first().map_or(0, |r| r.lo),
-                        false => crd.range().start as u64,
-                    };
-                    let mut offsets = Vec::with_capacity(pos.as_slice().len() + 1);
-                    offsets.push(I::from_usize(
-                        pos.as_slice().first().map_or(0, |r| (r.lo - base) as usize),
-                    ));
-                    for r in pos.as_slice() {
-                        offsets.push(I::from_usize((r.hi - base) as usize));
+                    WindowLevel::Compressed {
+                        pos: rebased(ctx.read::<PosRange>(first_arg + p).as_slice(), &crd),
+                        crd,
                     }
-                    levels.push(Level::Compressed {
-                        pos: offsets,
-                        crd: crd.as_slice().to_vec(),
-                    });
                 }
-            }
+            });
         }
-        let vals = ctx.read::<V>(first_arg + layout.vals).as_slice().to_vec();
-        Tensor::from_parts(dims.clone(), format.unique(), levels, vals)
-            .and_then(|t| in_format(t, format))
-            .unwrap_or_else(|e| panic!("block of input {slot}: {e}"))
+        Window {
+            levels,
+            vals: ctx.read::<V>(first_arg + layout.vals),
+        }
+    }
+
+    /// The flat index in the output store of a cell (store coordinates).
+    fn flat(&self, p: &[usize]) -> usize {
+        let shape = &self.out.shape;
+        p.iter().zip(shape).fold(0, |acc, (c, n)| acc * n + c)
+    }
+
+    /// Whether this point's tile of the output is written (not added to or folded) and is
+    /// one contiguous run of exactly the cells a compiled block kernel's dense output holds
+    /// (its first level's block range, whole below it): then the kernel writes the tile.
+    fn in_place(&self, ctx: &TaskContext, block: &crate::ir::Block) -> bool {
+        if !self.out.dense || self.privilege != Privilege::Write {
+            return false;
+        }
+        let rect = ctx.rect(0);
+        let whole_rows = (1..rect.dim()).all(|d| rect.extent(d) == self.out.shape[d]);
+        if !whole_rows || rect.is_empty() {
+            return false;
+        }
+        // The kernel's output: the block's range of its first level's variable (clipped as
+        // the kernel clips it), times the cells below one coordinate of that level.
+        let order = self.kernel.output_tensor().format.mode_order();
+        let row: usize = order.iter().skip(1).map(|&m| self.out_dims[m]).product();
+        let access = &self.kernel.accesses[self.kernel.output_access];
+        let (lo, hi) = match access.level_vars.first() {
+            Some(&v) => {
+                let hi = block.bounds[v].end.min(self.dims[v]);
+                (block.bounds[v].start.min(hi), hi)
+            }
+            None => (0, 1),
+        };
+        self.flat(rect.lo()) == lo * row && rect.volume() == (hi - lo) * row
     }
 
     /// Writes (or adds, or folds) the block's output tile into the output store.
@@ -861,92 +949,118 @@ impl Body {
             Some(Level::Dense { size, offset }) if *size > 0 => offset * (vals.len() / size),
             _ => 0,
         };
-        let flat = |p: &[usize]| p.iter().zip(shape).fold(0, |acc, (c, n)| acc * n + c) - skip;
-        // What the plan's output privilege says to do with the block's tile.
-        match self.privilege {
-            Privilege::ReduceSum => {
+        let flat = |p: &[usize]| self.flat(p) - skip;
+        // A tile of whole rows (the usual row split, or every row) is one contiguous run of
+        // the block's values: written, added or folded as slices, not cell by cell.
+        let whole_rows = (1..rect.dim()).all(|d| rect.extent(d) == shape[d]);
+        let run = (whole_rows && !rect.is_empty()).then(|| {
+            let start = flat(rect.lo());
+            &vals[start..start + rect.volume()]
+        });
+        let add = |dst: &mut [V], src: &[V]| dst.iter_mut().zip(src).for_each(|(d, v)| *d += *v);
+        // What the plan's output privilege says to do with the block's tile. (An empty tile
+        // has no cells.)
+        match (self.privilege, run) {
+            (Privilege::ReduceSum, Some(src)) => add(ctx.reduce::<V>(0).as_mut_slice(), src),
+            (Privilege::ReduceSum, None) => {
                 let mut r = ctx.reduce::<V>(0);
                 for_each_cell(&rect, |p| r.reduce(p, vals[flat(p)]));
             }
-            Privilege::ReadWrite => {
+            (Privilege::ReadWrite, Some(src)) => add(ctx.write::<V>(0).as_mut_slice(), src),
+            (Privilege::ReadWrite, None) => {
                 let mut w = ctx.write::<V>(0);
                 for_each_cell(&rect, |p| {
                     let v = w.get(p) + vals[flat(p)];
                     w.set(p, v)
                 });
             }
-            _ => {
+            (_, Some(src)) => ctx.write::<V>(0).as_mut_slice().copy_from_slice(src),
+            (_, None) => {
                 let mut w = ctx.write::<V>(0);
-                // A tile of whole rows (the usual row split) is one contiguous run: copy it.
-                let whole_rows = (1..rect.dim()).all(|d| rect.extent(d) == shape[d]);
-                if whole_rows && !rect.is_empty() {
-                    let dst = w.as_mut_slice();
-                    let start = flat(rect.lo());
-                    dst.copy_from_slice(&vals[start..start + dst.len()]);
-                } else {
-                    // (An empty tile has no cells.)
-                    for_each_cell(&rect, |p| w.set(p, vals[flat(p)]));
-                }
+                for_each_cell(&rect, |p| w.set(p, vals[flat(p)]));
             }
         }
     }
 }
 
-/// A tensor shared by the points of one launch (typed at run time: `Body` is not generic),
-/// with its (run, launch) and how many of the launch's points have not taken it yet.
-type WholeCache =
-    std::sync::Mutex<Option<((u64, usize), usize, Arc<dyn std::any::Any + Send + Sync>)>>;
-
-/// The cached tensor of launch `at` = (run, launch), built by `make` on first use and
-/// dropped from the cache when the last of the launch's `points` has taken it (a run may
-/// return before its points ran, and the registered body outlives it: nothing is kept after
-/// the launch). Another run of the same task in flight may take the slot over: its points
-/// then build their own (correct, if more work).
-fn cached<T: Send + Sync + 'static>(
-    cache: &WholeCache,
-    at: (u64, usize),
-    points: usize,
-    make: impl FnOnce() -> Arc<T>,
-) -> Arc<T> {
-    let mut slot = cache.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((key, left, t)) = slot.as_mut() {
-        if *key == at {
-            if let Ok(t) = t.clone().downcast::<T>() {
-                *left -= 1;
-                if *left == 0 {
-                    *slot = None;
-                }
-                return t;
-            }
-        }
-    }
-    let t = make();
-    *slot = (points > 1).then(|| {
-        (
-            at,
-            points - 1,
-            t.clone() as Arc<dyn std::any::Any + Send + Sync>,
-        )
-    });
-    t
+/// One input as a point sees it: its windows of the input's stores, held (and so borrowed)
+/// for the block kernel's call.
+struct Window<'a, V, I> {
+    levels: Vec<WindowLevel<'a, I>>,
+    vals: ReadView<'a, V>,
 }
 
-/// Which inputs every point reads whole: those whose every argument is broadcast or a tensor
-/// cut into blocks.
-fn read_whole(plan: &Plan, kernel: &Kernel, slots: usize) -> Vec<Option<WholeCache>> {
-    let mut whole = vec![true; slots];
-    for arg in plan.args.iter().filter(|a| a.privilege == Privilege::Read) {
-        if !matches!(
-            arg.partition,
-            Partition::Broadcast | Partition::Blocks { .. }
-        ) {
-            whole[input_slot(kernel, &arg.store.tensor)] = false;
-        }
+// A few per point (one per level of each input): not worth boxing the larger variant.
+#[allow(clippy::large_enum_variant)]
+enum WindowLevel<'a, I> {
+    Dense {
+        size: usize,
+        offset: usize,
+    },
+    /// `pos` rebased to the window of `crd`.
+    Compressed {
+        pos: Vec<I>,
+        crd: ReadView<'a, I>,
+    },
+}
+
+impl<V: PlanValue, I: PlanIndex> Window<'_, V, I> {
+    /// The window as a tensor view in `format` (the stored, unique form).
+    fn view<'s>(&'s self, dims: &'s [usize], format: &'s Format) -> TensorView<'s, V, I> {
+        let levels = self
+            .levels
+            .iter()
+            .map(|l| match l {
+                WindowLevel::Dense { size, offset } => LevelView::dense(*size, *offset),
+                WindowLevel::Compressed { pos, crd } => LevelView::Compressed {
+                    pos,
+                    crd: crd.as_slice(),
+                },
+            })
+            .collect();
+        // Valid by construction: windows of a validated tensor's arrays, cut where its `pos`
+        // says (the runtime's images), with `pos` rebased to the window. No pass over them.
+        TensorView::new_unchecked(dims, format, levels, self.vals.as_slice())
     }
-    whole
-        .into_iter()
-        .map(|w| w.then(|| std::sync::Mutex::new(None)))
-        .collect()
+}
+
+/// The global ranges `pos` of a point's window of a compressed level as offsets into its
+/// window `crd` of the level's coordinates. An empty image may sit anywhere: then every range
+/// is empty and rebases to 0.
+fn rebased<I: PlanIndex>(pos: &[PosRange], crd: &ReadView<I>) -> Vec<I> {
+    let base = match crd.as_slice().is_empty() {
+        true => pos.first().map_or(0, |r| r.lo),
+        false => crd.range().start as u64,
+    };
+    let mut offsets = Vec::with_capacity(pos.len() + 1);
+    offsets.push(I::from_usize(
+        pos.first().map_or(0, |r| (r.lo - base) as usize),
+    ));
+    offsets.extend(pos.iter().map(|r| I::from_usize((r.hi - base) as usize)));
+    offsets
+}
+
+/// A tensor holding a copy of `v`'s arrays (for the interpreter, which takes tensors).
+fn owned<V: Value, I: Index>(v: &TensorView<V, I>) -> Tensor<V, I> {
+    let levels = v
+        .levels()
+        .iter()
+        .map(|l| match *l {
+            LevelView::Dense { size, offset, .. } => Level::Dense { size, offset },
+            LevelView::Compressed { pos, crd } => Level::Compressed {
+                pos: pos.to_vec(),
+                crd: crd.to_vec(),
+            },
+            LevelView::Singleton { crd } => Level::Singleton { crd: crd.to_vec() },
+        })
+        .collect();
+    Tensor::from_parts(
+        v.dims().to_vec(),
+        v.format().clone(),
+        levels,
+        v.vals().to_vec(),
+    )
+    .unwrap_or_else(|e| panic!("a block of a valid tensor: {e}"))
 }
 
 /// Calls `f` on every cell of `r`, row-major.
