@@ -313,19 +313,7 @@ impl Solver<'_> {
                     continue;
                 };
                 let dst = class.members[0];
-                let read_only = class.members.iter().all(|&m| !args[m].writes);
-                let Some(pid) = self.image(args, src, src_part, dst, domain, read_only)? else {
-                    // The source is still being written and the destination is only read:
-                    // every point may read the whole destination (a correct, coarser image)
-                    // instead of the issuing thread waiting for the source's values.
-                    for &m in &class.members {
-                        let bounds = args[m].rect.expect("bound");
-                        parts[m] = Some(self.intern(Partition::None { bounds }));
-                    }
-                    sol.replayable = false;
-                    todo.swap_remove(i);
-                    continue;
-                };
+                let pid = self.image(args, src, src_part, dst, domain)?;
                 let rects = match &**self.interner.get(pid) {
                     Partition::Image { rects, .. } => rects.clone(),
                     _ => unreachable!(),
@@ -377,8 +365,11 @@ impl Solver<'_> {
         }
     }
 
-    /// The image of `src`'s partition into `dst`, reused while `src` is unchanged; `None` when
-    /// `may_defer` and tasks still write `src`.
+    /// The image of `src`'s partition into `dst`, reused while `src` is unchanged.
+    ///
+    /// It is always exact: the issuing thread waits for the tasks still writing `src`. (It used
+    /// to give a read-only destination `None` instead when `src` still had writers; whether a
+    /// worker had finished then decided the partition, and ranks could disagree.)
     fn image(
         &mut self,
         args: &[SolverArg],
@@ -386,20 +377,14 @@ impl Solver<'_> {
         src_part: PartitionId,
         dst: usize,
         domain: Domain,
-        may_defer: bool,
-    ) -> Result<Option<PartitionId>> {
+    ) -> Result<PartitionId> {
         let key = self.image_key(args, src, src_part, dst);
         if let Some(id) = self.interner.find_image(&key) {
-            return Ok(Some(id));
+            return Ok(id);
         }
         let root = &args[src].root;
-        // The image needs the source's values: a read-only destination does without them
-        // (`None` here); otherwise wait for the tasks still writing them.
         let src_rect = args[src].rect.expect("bound");
         let writers = root.meta().access.pending_writers(&src_rect);
-        if !writers.is_empty() && may_defer {
-            return Ok(None);
-        }
         if !writers.is_empty() {
             Counters::add(&self.counters.blocking_waits, 1);
             for w in writers {
@@ -448,11 +433,11 @@ impl Solver<'_> {
             let base = dst_rect.lo()[0];
             rects.push(dst_rect.with_range(0, base + lo as usize, base + hi as usize));
         }
-        Ok(Some(self.intern(Partition::Image {
+        Ok(self.intern(Partition::Image {
             key,
             rects: rects.into(),
             domain,
-        })))
+        }))
     }
 }
 
