@@ -1048,23 +1048,6 @@ impl Inner {
         {
             self.wait_bound(&a.root, &t.name)?;
         }
-        if let Some(ch) = self.shared.channel.get() {
-            // An image is computed from its source's values: across ranks every rank first
-            // gets the latest value of the whole source view (a collective at the same point
-            // of the stream on every rank; nothing moves while every rank holds it).
-            for c in t.constraints.iter() {
-                if let Constraint::Image { src, .. } = c {
-                    let a = &t.args[*src];
-                    let rect = a
-                        .view
-                        .unwrap_or_else(|| a.root.bound().expect("waited").rect);
-                    let completion = &self.shared.completion;
-                    crate::replicate::gather(ch, &a.root, rect, &self.shared.counters, &mut |n| {
-                        n.wait(completion)
-                    })?;
-                }
-            }
-        }
         let sargs: Args<SolverArg> = t
             .args
             .iter()
@@ -1105,6 +1088,7 @@ impl Inner {
                     interner: &mut front.interner,
                     counters,
                     completion: &self.shared.completion,
+                    channel: self.shared.channel.get().map(|c| &**c),
                 };
                 let solution = solver.solve(&sargs, &t.constraints, t.domain)?;
                 let rects = sub_stores(&front.interner, &solution);

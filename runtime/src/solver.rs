@@ -32,9 +32,6 @@ pub(crate) struct Solution {
     pub parts: Args<Option<PartitionId>>,
     /// Classes that reused a key partition (counted again when the solution is replayed).
     pub reused: u64,
-    /// False when an image was made coarse because its source was still being written: the
-    /// same inputs may give a finer answer later, so the solution must not be replayed.
-    pub replayable: bool,
     /// Whether solving changed some store's key partitions: a replay then records them again
     /// (the first solves of a loop, before the key partitions settle).
     pub moved_keys: bool,
@@ -46,6 +43,8 @@ pub(crate) struct Solver<'a> {
     pub interner: &'a mut Interner,
     pub counters: &'a Counters,
     pub completion: &'a Completion,
+    /// Across ranks: image bounds are computed by the ranks holding the source's values.
+    pub channel: Option<&'a crate::replicate::channel::Channel>,
 }
 
 /// An equivalence class of aligned arguments.
@@ -81,7 +80,6 @@ impl Solver<'_> {
             domain,
             parts: smallvec::smallvec![None; args.len()],
             reused: 0,
-            replayable: true,
             moved_keys: false,
         };
         for class in classes.iter().filter(|c| c.image_src.is_none()) {
@@ -394,17 +392,23 @@ impl Solver<'_> {
         let part = self.interner.get(src_part).clone();
         let dst_rect = args[dst].rect.expect("bound");
         let extent = dst_rect.extent(0) as u64;
+        let pieces: Vec<Rect> = (0..domain.len())
+            .map(|p| part.substore(&domain, p))
+            .collect();
+        let local = |piece: Rect| match root.dtype {
+            DType::Range => spans::<PosRange>(root, piece),
+            DType::I64 => spans::<i64>(root, piece),
+            DType::I32 => spans::<i32>(root, piece),
+            DType::U64 => spans::<u64>(root, piece),
+            DType::U32 => spans::<u32>(root, piece),
+            _ => unreachable!("image sources are checked at issue"),
+        };
+        let all_spans = match self.channel {
+            None => pieces.iter().map(|&p| local(p)).collect(),
+            Some(ch) => crate::replicate::image_spans(ch, root, &pieces, &local)?,
+        };
         let mut rects = Vec::with_capacity(domain.len());
-        for p in 0..domain.len() {
-            let piece = part.substore(&domain, p);
-            let span = match root.dtype {
-                DType::Range => spans::<PosRange>(root, piece),
-                DType::I64 => spans::<i64>(root, piece),
-                DType::I32 => spans::<i32>(root, piece),
-                DType::U64 => spans::<u64>(root, piece),
-                DType::U32 => spans::<u32>(root, piece),
-                _ => unreachable!("image sources are checked at issue"),
-            };
+        for span in all_spans {
             let (lo, hi) = match span {
                 Err(SpanError::Negative) => {
                     return Err(RuntimeError::ImageNegative {
@@ -574,17 +578,18 @@ fn new_tiling(
 }
 
 /// Why the source of an image could not be read.
-enum SpanError {
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum SpanError {
     Negative,
     Busy(Rect),
 }
 
-/// The union `[min lo, max hi)` of what the source elements in `piece` point at; `None` when
-/// they point at nothing.
-fn spans<T: Element>(
-    root: &StoreRoot,
-    piece: Rect,
-) -> std::result::Result<Option<(u64, u64)>, SpanError> {
+/// What the elements of a piece of an image source point at: the union `[min lo, max hi)`,
+/// `None` when they point at nothing.
+pub(crate) type Span = std::result::Result<Option<(u64, u64)>, SpanError>;
+
+/// The [`Span`] of `piece` of `root`, from this rank's copy.
+fn spans<T: Element>(root: &StoreRoot, piece: Rect) -> Span {
     let bound = root.bound().expect("image sources are bound");
     let buf: &Buf<T> = T::buf(root.data().expect("bound")).expect("dtype checked");
     let _borrow = root.ledger.borrow(piece, false).map_err(SpanError::Busy)?;

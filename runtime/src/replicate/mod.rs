@@ -20,6 +20,7 @@ pub(crate) mod valid;
 use crate::error::RuntimeError;
 use crate::graph::Node;
 use crate::rect::Rect;
+use crate::solver::{Span, SpanError};
 use crate::stats::Counters;
 use crate::store::StoreRoot;
 use channel::{Channel, Key};
@@ -157,4 +158,83 @@ pub(crate) fn agree(ch: &Channel, task: &str, seq: u64, hash: u64) -> Result<(),
         });
     }
     Ok(())
+}
+
+/// The image bounds of each of `pieces` of the image source `root`, computed by the ranks that
+/// hold the source's values and exchanged (one all-gather of a few words per piece): each
+/// piece is cut along the valid-copy map, the lowest holder of each part computes its span,
+/// and every rank unites the parts' spans of each piece in the same order. No source values
+/// move. When every rank holds every part, each computes them itself (no collective; the
+/// condition is the same on every rank).
+pub(crate) fn image_spans(
+    ch: &Channel,
+    root: &StoreRoot,
+    pieces: &[Rect],
+    local: &dyn Fn(Rect) -> Span,
+) -> Result<Vec<Span>, RuntimeError> {
+    let everyone = valid::everyone(ch.ranks);
+    let parts: Vec<Vec<(Rect, u64)>> = {
+        let meta = root.meta();
+        pieces
+            .iter()
+            .map(|p| match &meta.valid {
+                Some(v) => v.split(p),
+                None => vec![(*p, everyone)],
+            })
+            .collect()
+    };
+    if parts.iter().flatten().all(|(_, m)| *m == everyone) {
+        return Ok(pieces.iter().map(|&p| local(p)).collect());
+    }
+    // Per part this rank computes: [piece, part, code, lo, hi].
+    let mut mine = vec![];
+    for (p, list) in parts.iter().enumerate() {
+        for (j, (rect, m)) in list.iter().enumerate() {
+            if m.trailing_zeros() as usize != ch.rank {
+                continue;
+            }
+            let (code, lo, hi) = match local(*rect) {
+                Ok(None) => (0, 0, 0),
+                Ok(Some((lo, hi))) => (1, lo, hi),
+                Err(SpanError::Negative) => (2, 0, 0),
+                Err(SpanError::Busy(_)) => (3, 0, 0),
+            };
+            mine.extend([p as u64, j as u64, code, lo, hi]);
+        }
+    }
+    let all = ch.comm.all_gather_u64(&mine).map_err(transport)?;
+    let mut table: Vec<Vec<Option<[u64; 3]>>> = parts.iter().map(|l| vec![None; l.len()]).collect();
+    for (from, words) in all.iter().enumerate() {
+        for w in words.chunks_exact(5) {
+            let slot = table
+                .get_mut(w[0] as usize)
+                .and_then(|l| l.get_mut(w[1] as usize))
+                .ok_or_else(|| RuntimeError::Remote {
+                    rank: from,
+                    message: "image bounds for a piece that does not exist".into(),
+                })?;
+            *slot = Some([w[2], w[3], w[4]]);
+        }
+    }
+    table
+        .iter()
+        .zip(pieces)
+        .map(|(list, piece)| {
+            let mut acc: Span = Ok(None);
+            for got in list {
+                let [code, lo, hi] = got.ok_or_else(|| RuntimeError::Remote {
+                    rank: ch.rank,
+                    message: "no rank sent the image bounds of a source part".into(),
+                })?;
+                acc = match (acc, code) {
+                    (Err(e), _) => Err(e),
+                    (_, 2) => Err(SpanError::Negative),
+                    (_, 3) => Err(SpanError::Busy(*piece)),
+                    (Ok(a), 1) => Ok(Some(a.map_or((lo, hi), |(x, y)| (x.min(lo), y.max(hi))))),
+                    (Ok(a), _) => Ok(a),
+                };
+            }
+            Ok(acc)
+        })
+        .collect()
 }

@@ -70,6 +70,17 @@ impl ValidMap {
             .collect()
     }
 
+    /// `rect` cut along the map's pieces, each part with its holders (the map covers the
+    /// whole store, so the parts cover `rect`).
+    pub(crate) fn split(&self, rect: &Rect) -> Vec<(Rect, u64)> {
+        self.pieces
+            .iter()
+            .filter(|(r, _)| r.overlaps(rect))
+            .map(|(r, m)| (r.intersect(rect), *m))
+            .filter(|(r, _)| !r.is_empty())
+            .collect()
+    }
+
     /// The parts of `rect` some rank lacks, with their holders.
     pub(crate) fn incomplete(&self, rect: &Rect, ranks: usize) -> Vec<(Rect, u64)> {
         let all = everyone(ranks);

@@ -272,3 +272,35 @@ fn ranks_agree_on_the_machine_size() {
     }));
     assert_eq!(got, vec![2, 2, 2]);
 }
+
+#[test]
+fn a_banded_spmv_moves_only_the_x_cells_its_image_reaches_across_ranks() {
+    // Tridiagonal rows: row i reads x[i-1..=i+1]. x is written by a task (so each rank holds
+    // its block of rows of x); the image bounds come from the ranks holding `crd` and `pos`.
+    let n = 64;
+    let rows: Vec<Vec<usize>> = (0..n)
+        .map(|i: usize| (i.saturating_sub(1)..(i + 2).min(n)).collect())
+        .collect();
+    let host = HostCsr::from_rows(n, &rows);
+    let want = host.spmv(&vec![2.0; n]);
+    for (ranks, threads) in [(2, 2), (4, 1)] {
+        let h = host.clone();
+        let got = all_ok(on_ranks(ranks, threads, move |rt| {
+            crate::sparse::register_spmv(rt)?;
+            let a = Csr::upload(rt, &h)?;
+            let x = rt.create(tessera_runtime::DType::F64, &[n])?;
+            rt.fill(&x, 2.0)?;
+            let y = crate::sparse::spmv(rt, &a, &x)?;
+            rt.fence()?;
+            let sent = rt.stats().bytes_sent;
+            Ok((rt.read::<f64>(&y)?, sent))
+        }));
+        let mut sent = 0;
+        for (rank, (y, s)) in got.into_iter().enumerate() {
+            assert_eq!(y, want, "rank {rank} of {ranks}");
+            sent += s;
+        }
+        // Four row blocks in all; each boundary between ranks moves one x cell each way.
+        assert_eq!(sent as usize, 2 * (ranks - 1) * 8, "{ranks} ranks");
+    }
+}
