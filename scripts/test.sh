@@ -3,7 +3,8 @@
 #   1. system packages (OpenMPI, libclang) if missing,
 #   2. real public matrices and tensors for the real-data round trips (skipped if unreachable),
 #   3. every crate's unit, property, integration and CLI tests (thread ranks),
-#   4. the MPI tests: real `mpirun -n 2` and `-n 4` jobs over the `mpi` feature,
+#   4. the MPI tests: real `mpirun -n 2` and `-n 4` jobs over the `mpi` feature (transport
+#      self-test, split/merge, the task runtime across ranks: runtime/src/bin/mpi_runtime.rs),
 #   5. every fuzz target for a few seconds (scripts/fuzz.sh --ci; skipped with a message
 #      where libFuzzer cannot be built; a crash fails the suite).
 set -euo pipefail
