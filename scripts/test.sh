@@ -3,7 +3,9 @@
 #   1. system packages (OpenMPI, libclang) if missing,
 #   2. real public matrices and tensors for the real-data round trips (skipped if unreachable),
 #   3. every crate's unit, property, integration and CLI tests (thread ranks),
-#   4. the MPI tests: real `mpirun -n 2` and `-n 4` jobs over the `mpi` feature,
+#   4. the MPI tests: real `mpirun -n 2` and `-n 4` jobs over the `mpi` feature (transport
+#      self-test, split/merge, the task runtime across ranks: runtime/src/bin/mpi_runtime.rs,
+#      a `tessera compile --mpi` program: compiler/tests/mpi_program.rs),
 #   5. every fuzz target for a few seconds (scripts/fuzz.sh --ci; skipped with a message
 #      where libFuzzer cannot be built; a crash fails the suite).
 set -euo pipefail
@@ -27,6 +29,7 @@ step "MPI tests (mpirun -n 2 and -n 4)"
 # A separate target dir: mpi-sys does not rebuild when the MPI flavour changes.
 CARGO_TARGET_DIR=target/mpi cargo test -p tessera-runtime --features mpi --test mpi_launch
 CARGO_TARGET_DIR=target/mpi cargo test -p tessera-datasets --features mpi --test split_merge_cli
+CARGO_TARGET_DIR=target/mpi cargo test -p tessera-compiler --features mpi --test mpi_program
 
 step "fuzz targets, briefly (scripts/fuzz.sh --ci; longer: scripts/fuzz.sh --minutes N)"
 bash scripts/fuzz.sh --ci

@@ -65,6 +65,9 @@ pub struct Options {
     /// The schedule distributes the statement (`split`): the program runs its plan's block
     /// tasks on tessera-runtime, with the generated block kernel.
     pub distributed: bool,
+    /// With `distributed`: the program links MPI and, started by `mpirun`, runs the plan
+    /// across the job's ranks (`tessera compile --mpi`).
+    pub mpi: bool,
 }
 
 impl Default for Options {
@@ -74,6 +77,7 @@ impl Default for Options {
             value: ValueType::F64,
             wide_index: false,
             distributed: false,
+            mpi: false,
         }
     }
 }
@@ -172,7 +176,16 @@ pub fn generate(
     } else {
         &["formats"]
     };
-    let key = cache_key(&files, &workspace, crates);
+    // The MPI transport is the runtime's feature; the program's own feature of the same name
+    // selects its MPI launch path (`compute::with_ranks`).
+    let features = if opts.mpi {
+        "[features]\ndefault = [\"mpi\"]\nmpi = [\"tessera-runtime/mpi\"]\n\n"
+    } else if opts.distributed {
+        "[features]\nmpi = [\"tessera-runtime/mpi\"]\n\n"
+    } else {
+        ""
+    };
+    let key = cache_key(&files, &workspace, crates, features);
     let name = format!("tessera-prog-{key}");
     let path_dep = |krate: &str, extra: &str| {
         format!(
@@ -188,7 +201,7 @@ pub fn generate(
     }
     let manifest = format!(
         "[package]\nname = {name:?}\nversion = \"0.1.0\"\nedition = \"2021\"\npublish = false\n\n\
-         [dependencies]\n{deps}rayon = \"1\"\nindicatif = \"0.18\"\nctrlc = {{ version = \"3\", features = [\"termination\"] }}\n\n\
+         {features}[dependencies]\n{deps}rayon = \"1\"\nindicatif = \"0.18\"\nctrlc = {{ version = \"3\", features = [\"termination\"] }}\n\n\
          [profile.release]\ncodegen-units = 1\n\n\
          # A crate of its own, not a member of any enclosing workspace.\n[workspace]\n"
     );
@@ -198,7 +211,12 @@ pub fn generate(
 
 /// FNV-1a over everything that affects the build: stable across runs and Rust versions
 /// (unlike `DefaultHasher`), which a cache on disk needs.
-fn cache_key(files: &[(String, String)], workspace: &Path, crates: &[&str]) -> String {
+fn cache_key(
+    files: &[(String, String)],
+    workspace: &Path,
+    crates: &[&str],
+    features: &str,
+) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut feed = |bytes: &[u8]| {
         for &b in bytes.iter().chain([0xffu8].iter()) {
@@ -208,6 +226,7 @@ fn cache_key(files: &[(String, String)], workspace: &Path, crates: &[&str]) -> S
     };
     feed(env!("CARGO_PKG_VERSION").as_bytes());
     feed(workspace.to_string_lossy().as_bytes());
+    feed(features.as_bytes());
     // The sources of the workspace crates are compiled into the program too: a change there
     // must not reuse a program built against the old ones.
     for krate in crates {

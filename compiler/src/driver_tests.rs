@@ -47,6 +47,41 @@ fn cache_key_follows_what_is_built() {
 }
 
 #[test]
+fn an_mpi_program_is_its_own_build() {
+    let text = "y(i) = A(i,j) * x(j); A: csr; split(i, io, ii, 4); map(io)";
+    let distributed = Options {
+        distributed: true,
+        ..Options::default()
+    };
+    let one = generated(text, distributed);
+    let mpi = generated(
+        text,
+        Options {
+            mpi: true,
+            ..distributed
+        },
+    );
+    assert_ne!(
+        one.key, mpi.key,
+        "an MPI build never reuses a one-process build"
+    );
+    let manifest = file(&mpi, "Cargo.toml");
+    assert!(manifest.contains("default = [\"mpi\"]"), "{manifest}");
+    assert!(
+        manifest.contains("mpi = [\"tessera-runtime/mpi\"]"),
+        "{manifest}"
+    );
+    assert!(!file(&one, "Cargo.toml").contains("default = [\"mpi\"]"));
+    for g in [&one, &mpi] {
+        for (path, text) in &g.files {
+            if path.ends_with(".rs") {
+                syn::parse_file(text).unwrap_or_else(|e| panic!("{path}: {e}"));
+            }
+        }
+    }
+}
+
+#[test]
 fn generated_sources_are_rust_with_the_signature() {
     let g = generated(
         "C(i,k) += A(i,j) * B(j,k); A: csr; C: csr",

@@ -195,3 +195,30 @@ fn a_refused_plan_fails_only_where_the_plan_is_used() {
     );
     assert!(!dir.path().join("prog").exists());
 }
+
+#[test]
+fn mpi_needs_a_distribution_schedule() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = dir.path().join("prog");
+    let r = tessera()
+        .args([
+            "compile",
+            "y(i) = A(i,j) * x(j)",
+            "-f",
+            "A:csr",
+            "--mpi",
+            "-o",
+        ])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success(), "{err}");
+    assert!(
+        err.contains("`--mpi`")
+            && err.contains("no distribution schedule")
+            && err.contains("split("),
+        "{err}"
+    );
+    assert!(!prog.exists());
+}

@@ -1,7 +1,9 @@
 //! A conjugate-gradient solver built from SpMV, dot and axpy tasks, on the 2-d Laplacian.
 //! Checks the answer against a sequential CG and the residual `‖b − A x‖`.
 //!
-//! Usage: `cargo run -p tessera-runtime --example cg -- [grid side k (default 48)] [threads]`
+//! Usage: `cargo run -p tessera-runtime --example cg -- [grid side k (default 48)] [threads per
+//! rank (4)] [thread ranks (1)]`; under `mpirun` (built with `--features mpi`) every process is
+//! one rank.
 
 mod sparse;
 
@@ -10,14 +12,17 @@ use std::process::ExitCode;
 use tessera_runtime::Runtime;
 
 fn main() -> ExitCode {
-    sparse::example_main(&[48, 4], |a| run(a[0], a[1]))
+    sparse::example_main(&[48, 4, 1], |a| {
+        sparse::on_ranks(a[2], |comm| run(a[0], a[1], comm))
+    })
 }
 
-fn run(k: usize, threads: usize) -> tessera_runtime::Result<bool> {
-    let rt = Runtime::builder()
-        .threads(threads)
-        .min_piece_size(64)
-        .build();
+fn run(k: usize, threads: usize, comm: Option<sparse::Comm>) -> tessera_runtime::Result<bool> {
+    let mut b = Runtime::builder().threads(threads).min_piece_size(64);
+    if let Some(c) = comm {
+        b = b.communicator(c);
+    }
+    let rt = b.try_build()?;
     cg::register(&rt)?;
     let host = HostCsr::laplacian_2d(k);
     let b: Vec<f64> = (0..host.rows).map(|i| 1.0 + (i % 5) as f64).collect();
@@ -40,8 +45,8 @@ fn run(k: usize, threads: usize) -> tessera_runtime::Result<bool> {
     let ok = residual < 1e-6 && diff < 1e-6;
     let s = rt.stats();
     println!(
-        "cg on {}x{} Laplacian, {threads} threads: {iters} iterations (sequential {iters_seq}), residual {residual:.2e}, max |x - x_seq| {diff:.2e}: {} ({} tasks, partitions created {} reused {})",
-        k, k, if ok { "ok" } else { "WRONG" }, s.tasks_issued, s.partitions_created, s.partitions_reused
+        "cg on {}x{} Laplacian, {threads} threads, rank {} of {}: {iters} iterations (sequential {iters_seq}), residual {residual:.2e}, max |x - x_seq| {diff:.2e}: {} ({} tasks, partitions created {} reused {})",
+        k, k, rt.rank(), rt.ranks(), if ok { "ok" } else { "WRONG" }, s.tasks_issued, s.partitions_created, s.partitions_reused
     );
     Ok(ok)
 }

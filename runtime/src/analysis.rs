@@ -157,6 +157,16 @@ impl AccessState {
         }
     }
 
+    /// Readers and writers of `rect` that have not finished (what overwriting this rank's
+    /// copy of `rect` from outside the graph must wait for: a gather across ranks).
+    pub(crate) fn pending(&self, rect: &Rect) -> Vec<Arc<Node>> {
+        let mut out = self.pending_writers(rect);
+        for g in self.readers.iter().filter(|g| g.rect.overlaps(rect)) {
+            out.extend(g.nodes.iter().filter(|n| !n.is_done()).cloned());
+        }
+        out
+    }
+
     /// Writers of `rect` that have not finished (what a read-back must wait for).
     pub(crate) fn pending_writers(&self, rect: &Rect) -> Vec<Arc<Node>> {
         self.writers

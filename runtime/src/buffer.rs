@@ -38,6 +38,11 @@ impl<T: Copy> Buf<T> {
         self.cells.iter_mut().map(|c| c.get_mut())
     }
 
+    /// Number of cells.
+    pub(crate) fn len(&self) -> usize {
+        self.cells.len()
+    }
+
     /// Pointer to the first cell. Dereferencing it requires a ledger borrow that covers the
     /// cells touched, exclusive for writes.
     pub(crate) fn base(&self) -> *mut T {

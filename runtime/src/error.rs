@@ -132,6 +132,16 @@ pub enum RuntimeError {
         dtype: DType,
         value: crate::Scalar,
     },
+    #[error("rank {rank}: {message}")]
+    Remote { rank: usize, message: String },
+    #[error("ranks disagree on task `{task}` (the {seq}-th solved): hashes by rank {hashes:x?}; every rank must issue the same stream and the analysis must not depend on timing")]
+    RanksDisagree {
+        task: String,
+        seq: u64,
+        hashes: Vec<u64>,
+    },
+    #[error("across ranks: {0}")]
+    Transport(String),
     #[error("store#{store} is unbound: its extent is not known until the task writing it runs")]
     Unbound { store: u64 },
     #[error("store#{store}: read-back collided with a task touching {rect}; issue tasks from one thread at a time")]
@@ -139,3 +149,9 @@ pub enum RuntimeError {
 }
 
 pub type Result<T> = std::result::Result<T, RuntimeError>;
+
+impl From<crate::transport::TransportError> for RuntimeError {
+    fn from(e: crate::transport::TransportError) -> Self {
+        RuntimeError::Transport(e.to_string())
+    }
+}

@@ -86,6 +86,12 @@ impl ThreadPool {
         }
     }
 
+    /// A handle that queues ready nodes from another thread (the communication thread).
+    pub(crate) fn spawner(&self) -> Box<dyn Fn(Arc<Node>) + Send + Sync> {
+        let st = self.state.clone();
+        Box::new(move |n| push(&st, n))
+    }
+
     /// Stops the workers once the queue is empty and joins them.
     pub(crate) fn shutdown(&self) {
         self.state.stop.store(true, Ordering::SeqCst);

@@ -17,6 +17,16 @@ pub(crate) enum Work {
     Finish { task: Arc<Launched> },
     /// A replayed trace's entry: it waits for what came before the trace (no work).
     Boundary,
+    /// Across ranks: sends this rank's copy of `rect` of a store to rank `to`.
+    Send {
+        root: Arc<crate::store::StoreRoot>,
+        rect: crate::rect::Rect,
+        to: usize,
+        key: crate::replicate::channel::Key,
+    },
+    /// Across ranks: a message this node waits for (completed by the communication thread
+    /// when it arrives after the node's local predecessors are done).
+    Recv(crate::replicate::channel::Recv),
 }
 
 /// A short list of nodes: most nodes have a handful of successors (a 1-d stencil point has

@@ -58,6 +58,8 @@ pub(crate) struct Launched {
     pub outs: Vec<Mutex<PointOut>>,
     pub failure: Mutex<Option<RuntimeError>>,
     pub has_finish: bool,
+    /// Across ranks: the task's place in the replicated stream (`None` on one rank).
+    pub dist: Option<crate::replicate::finish::Dist>,
 }
 
 impl Launched {
@@ -70,20 +72,25 @@ impl Launched {
     }
 
     fn fail(&self, point: usize, message: String) {
+        let point = self.domain.point(point)[..self.domain.dim()].to_vec();
+        self.fail_with(RuntimeError::TaskFailed {
+            task: self.name.to_string(),
+            point,
+            message,
+        });
+    }
+
+    /// Records the task's failure (the first one is kept).
+    pub(crate) fn fail_with(&self, err: RuntimeError) {
         let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
         if f.is_none() {
-            let point = self.domain.point(point)[..self.domain.dim()].to_vec();
-            *f = Some(RuntimeError::TaskFailed {
-                task: self.name.to_string(),
-                point,
-                message,
-            });
+            *f = Some(err);
         }
     }
 
     /// Runs after the last point (or the finish step): poisons outputs of a failed task and
     /// drops the task's pending references.
-    fn end(&self) {
+    pub(crate) fn end(&self) {
         let failure = self
             .failure
             .lock()
@@ -113,10 +120,29 @@ impl Launched {
     }
 }
 
-/// Runs a ready node and returns the successors it made ready.
-pub(crate) fn run_node(node: &Node, shared: &Shared) -> NodeList {
+/// Runs a ready node and returns the successors it made ready (none for a receive whose
+/// message has not come: the communication thread completes it).
+pub(crate) fn run_node(node: &Arc<Node>, shared: &Shared) -> NodeList {
     match node.take_work() {
         None | Some(Work::Boundary) => {}
+        Some(Work::Send {
+            root,
+            rect,
+            to,
+            key,
+        }) => {
+            let ch = shared.channel.get().expect("sends exist only across ranks");
+            crate::replicate::send_rect(ch, &root, rect, to, key, &shared.counters);
+        }
+        Some(Work::Recv(recv)) => {
+            let ch = shared
+                .channel
+                .get()
+                .expect("receives exist only across ranks");
+            if !ch.ready(node, recv) {
+                return NodeList::new();
+            }
+        }
         Some(Work::Point { task, point }) => run_point(&task, point, &shared.counters),
         Some(Work::Finish { task }) => {
             let task = &*task;
@@ -131,6 +157,9 @@ pub(crate) fn run_node(node: &Node, shared: &Shared) -> NodeList {
                     .clone();
                 for (_, cell) in &task.results {
                     let _ = cell.value.set(Err(err.clone().expect("just set")));
+                }
+                if let Some(d) = &task.dist {
+                    crate::replicate::finish::broadcast(task, d);
                 }
                 task.end();
             }
@@ -163,7 +192,7 @@ fn failed_input(task: &Launched) -> Option<String> {
 fn run_point(task: &Launched, point: usize, counters: &Counters) {
     if let Some(msg) = failed_input(task) {
         task.fail(point, msg);
-        finish_point(task, counters);
+        finish_point(task, point, counters);
         return;
     }
     let r = catch_unwind(AssertUnwindSafe(|| match &task.fused {
@@ -189,11 +218,19 @@ fn run_point(task: &Launched, point: usize, counters: &Counters) {
             task.fail(point, msg);
         }
     }
-    finish_point(task, counters);
+    finish_point(task, point, counters);
 }
 
-fn finish_point(task: &Launched, counters: &Counters) {
+fn finish_point(task: &Launched, point: usize, counters: &Counters) {
     Counters::add(&counters.points_run, 1);
+    if let Some(d) = task
+        .dist
+        .as_ref()
+        .filter(|d| task.has_finish && d.channel.rank != 0)
+    {
+        // Rank 0 runs the finish step: this point's leftovers go there.
+        crate::replicate::finish::send_out(task, point, d);
+    }
     if task.remaining.fetch_sub(1, Ordering::AcqRel) == 1 && !task.has_finish {
         task.end();
     }
@@ -235,6 +272,9 @@ fn run_finish(task: &Launched) {
                 ))),
         };
         let _ = cell.value.set(value);
+    }
+    if let Some(d) = &task.dist {
+        crate::replicate::finish::broadcast(task, d);
     }
     task.end();
 }

@@ -1,16 +1,13 @@
-//! The machine the runtime partitions for: how many processors a launch domain is sized to, and
-//! which rank owns which point.
+//! The machine the runtime partitions for: how many processors a launch domain is sized to.
 //!
-//! Transport seam: under control replication every rank runs the same task stream and the same
-//! (deterministic) analysis; `owner` is the sharding function that decides which rank executes a
-//! point, and the ranks exchange the sub-stores their points need over a
-//! [`crate::transport::Communicator`]. This crate executes one rank today (`ranks == 1`, every
-//! point local); `ranks`/`rank` are where a communicator's `size()`/`rank()` plug in.
+//! Across ranks (`RuntimeBuilder::communicator`) `threads` is the number every rank agreed on
+//! and `ranks`/`rank` are the communicator's; which rank runs which point is
+//! `replicate::owner`.
 
 /// Processors and piece-size policy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Machine {
-    /// Worker threads on this rank.
+    /// Processors per rank (across ranks: the smallest any rank asked for).
     pub threads: usize,
     /// Ranks running the same task stream.
     pub ranks: usize,
@@ -31,12 +28,6 @@ impl Machine {
     pub fn pieces_for(&self, volume: usize) -> usize {
         let by_size = volume.div_ceil(self.min_piece.max(1)).max(1);
         self.processors().min(by_size).max(1)
-    }
-
-    /// The rank that executes linear point `p` of a domain of `n` points (block sharding).
-    #[allow(dead_code)] // used once a transport gives more than one rank
-    pub fn owner(&self, p: usize, n: usize) -> usize {
-        p * self.ranks / n.max(1)
     }
 }
 

@@ -15,6 +15,7 @@ use crate::launch::{LaunchArg, Launched};
 use crate::machine::Machine;
 use crate::partition::{Domain, Interner, Partition, PartitionId};
 use crate::rect::{Rect, MAX_DIMS};
+use crate::replicate::channel::Channel;
 use crate::solve_memo::{Probe, SolveInputs, SolveMemo, Solved};
 use crate::solver::{record_keys, Solution, Solver, SolverArg};
 use crate::stats::{Counters, Stats};
@@ -24,6 +25,7 @@ use crate::task::{
     TaskBody, TaskLauncher, UserConstraint, ViewId,
 };
 use crate::tracing::replay::Tracing;
+use crate::transport::Communicator;
 use crate::window::Window;
 use crate::TaskContext;
 use smallvec::SmallVec;
@@ -46,6 +48,8 @@ pub(crate) struct Shared {
     /// not by every completion.
     pub idle: Completion,
     pub low_water: AtomicUsize,
+    /// Across ranks: the communication path (unset on one rank).
+    pub channel: std::sync::OnceLock<Arc<Channel>>,
 }
 
 impl Shared {
@@ -83,6 +87,28 @@ pub(crate) struct Inner {
     fused_body: TaskBody,
     /// Bytes of store elements allocated so far (lazily, at first access).
     alloc_bytes: Arc<AtomicU64>,
+    /// Across ranks: the thread receiving this rank's messages.
+    comm_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// The communicator a runtime runs across ranks on (see [`RuntimeBuilder::communicator`]).
+#[derive(Clone)]
+pub struct Ranks(pub Arc<dyn Communicator + Send + Sync>);
+
+impl std::fmt::Debug for Ranks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rank {} of {}", self.0.rank(), self.0.size())
+    }
+}
+
+/// Whether the agreement check is on unless the builder says otherwise: the environment
+/// variable `TESSERA_AGREEMENT` (`0` off, `1` on), else on in debug builds.
+fn agreement_default() -> bool {
+    match std::env::var("TESSERA_AGREEMENT").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => cfg!(debug_assertions),
+    }
 }
 
 /// Options for a [`Runtime`].
@@ -96,6 +122,8 @@ pub struct RuntimeBuilder {
     fusion_memo: bool,
     tracing: bool,
     trace_sampling: usize,
+    ranks: Option<Ranks>,
+    agreement: bool,
 }
 
 /// Whether automatic tracing is on unless the builder says otherwise: the environment
@@ -132,6 +160,8 @@ impl Default for RuntimeBuilder {
             fusion_memo: true,
             tracing: tracing_default(),
             trace_sampling: 64,
+            ranks: None,
+            agreement: agreement_default(),
         }
     }
 }
@@ -202,7 +232,54 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Runs the runtime across the ranks of `comm` (control replication): every rank must
+    /// build its runtime with the same options and issue the same task stream. Each rank
+    /// runs its block of every index task's points and receives the sub-stores they read
+    /// from the ranks that hold them; `read` and futures give every rank the same values.
+    /// Without a communicator the runtime is one rank. With [`crate::transport::run_ranks`]
+    /// the ranks are threads of one process (`comm.clone()` of the `ThreadComm` it lends).
+    pub fn communicator(mut self, comm: Arc<dyn Communicator + Send + Sync>) -> Self {
+        self.ranks = Some(Ranks(comm));
+        self
+    }
+
+    /// Across ranks: after solving each task, every rank compares a hash of its launch
+    /// domain, partitions, token and sub-stores with the others', and a difference fails
+    /// `submit` on every rank with [`RuntimeError::RanksDisagree`] (default: on in debug
+    /// builds; `TESSERA_AGREEMENT=0|1` overrides). One collective per task: a debugging aid.
+    pub fn agreement_check(mut self, on: bool) -> Self {
+        self.agreement = on;
+        self
+    }
+
+    /// Builds the runtime; panics only when a communicator was given and agreeing on the
+    /// machine across ranks fails (use [`RuntimeBuilder::try_build`] to get that error).
     pub fn build(self) -> Runtime {
+        self.try_build()
+            .unwrap_or_else(|e| panic!("building the runtime across ranks: {e}"))
+    }
+
+    /// Builds the runtime. Across ranks this is a collective: the ranks agree on the
+    /// processors per rank (the smallest any rank asked for), so launch domains and
+    /// partitions are the same everywhere, not sized by each rank's own core count.
+    pub fn try_build(self) -> Result<Runtime> {
+        let (rank, ranks, agreed_threads) = match &self.ranks {
+            None => (0, 1, self.threads),
+            Some(Ranks(c)) => {
+                if c.size() > crate::replicate::MAX_RANKS {
+                    return Err(RuntimeError::Transport(format!(
+                        "{} ranks; at most {} are supported",
+                        c.size(),
+                        crate::replicate::MAX_RANKS
+                    )));
+                }
+                let all = c
+                    .all_gather_u64(&[self.threads as u64])
+                    .map_err(|e| RuntimeError::Transport(e.to_string()))?;
+                let min = all.iter().filter_map(|v| v.first()).min().copied();
+                (c.rank(), c.size(), min.unwrap_or(1).max(1) as usize)
+            }
+        };
         let shared = Arc::new(Shared::default());
         let max_pending = self
             .max_pending
@@ -211,9 +288,9 @@ impl RuntimeBuilder {
         let inner = Inner {
             id: NEXT_RUNTIME.fetch_add(1, Ordering::Relaxed),
             machine: Machine {
-                threads: self.threads,
-                ranks: 1,
-                rank: 0,
+                threads: agreed_threads,
+                ranks,
+                rank,
                 min_piece: self.min_piece,
             },
             pool: ThreadPool::new(self.threads.saturating_sub(1).max(1), shared.clone()),
@@ -224,7 +301,8 @@ impl RuntimeBuilder {
                 interner: Interner::default(),
                 memo: SolveMemo::default(),
                 fusion_memo: FusionMemo::default(),
-                tracing: self.tracing.then(|| Tracing::new(self.trace_sampling)),
+                // A replayed trace builds every point's node: not across ranks (yet).
+                tracing: (self.tracing && ranks == 1).then(|| Tracing::new(self.trace_sampling)),
             }),
             next_store: AtomicU64::new(0),
             max_pending,
@@ -236,13 +314,28 @@ impl RuntimeBuilder {
                 unreachable!("a fused task runs its sub-tasks' bodies")
             }),
             alloc_bytes: Arc::default(),
+            comm_thread: Mutex::default(),
         };
+        if let Some(Ranks(comm)) = self.ranks.filter(|_| ranks > 1) {
+            let ch = Arc::new(Channel::new(
+                comm,
+                self.agreement,
+                &inner.shared,
+                inner.pool.spawner(),
+            ));
+            let _ = inner.shared.channel.set(ch.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("tessera-comm-{rank}"))
+                .spawn(move || ch.run())
+                .map_err(|e| RuntimeError::Transport(format!("communication thread: {e}")))?;
+            *inner.comm_thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+        }
         let rt = Runtime {
             inner: Arc::new(inner),
         };
         rt.register("tessera.fill", fill_body)
             .expect("fresh registry");
-        rt
+        Ok(rt)
     }
 }
 
@@ -264,9 +357,20 @@ impl Runtime {
         RuntimeBuilder::default()
     }
 
-    /// Processors that run point tasks, the application's thread included.
+    /// Processors per rank that launch domains are sized for (across ranks: the number
+    /// every rank agreed on), the application's thread included.
     pub fn threads(&self) -> usize {
         self.inner.machine.threads
+    }
+
+    /// This runtime's rank (0 on one rank).
+    pub fn rank(&self) -> usize {
+        self.inner.machine.rank
+    }
+
+    /// Ranks running the same task stream (1 without a communicator).
+    pub fn ranks(&self) -> usize {
+        self.inner.machine.ranks
     }
 
     /// Registers a task body under a stable name.
@@ -439,6 +543,13 @@ impl Runtime {
         self.inner.flush()?;
         self.inner.wait_bound(&store.root, "read")?;
         let rect = store.rect().expect("bound");
+        if let Some(ch) = self.inner.shared.channel.get() {
+            // Every rank reads the same stores in the same order: a collective.
+            let inner = &self.inner;
+            crate::replicate::gather(ch, &store.root, rect, &inner.shared.counters, &mut |n| {
+                inner.wait_helping(&inner.shared.completion, || n.is_done())
+            })?;
+        }
         let writers = store.root.meta().access.pending_writers(&rect);
         for w in writers {
             self.inner
@@ -558,6 +669,18 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         let _ = self.fence();
+        if let Some(ch) = self.inner.shared.channel.get() {
+            ch.stop();
+            let handle = self
+                .inner
+                .comm_thread
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            if let Some(h) = handle {
+                let _ = h.join();
+            }
+        }
         self.inner.pool.shutdown();
     }
 }
@@ -954,6 +1077,7 @@ impl Inner {
                 }
                 let token = t.token(&solution.domain, &solution.parts);
                 let args = launch_args(t, &sargs, rects);
+                self.agree(&t.name, token, &args)?;
                 Ok((solution.domain, token, args, solution.parts.clone()))
             }
             None => {
@@ -964,12 +1088,14 @@ impl Inner {
                     interner: &mut front.interner,
                     counters,
                     completion: &self.shared.completion,
+                    channel: self.shared.channel.get().map(|c| &**c),
                 };
                 let solution = solver.solve(&sargs, &t.constraints, t.domain)?;
                 let rects = sub_stores(&front.interner, &solution);
                 let args = launch_args(t, &sargs, &rects);
                 check_aliasing(&t.name, &args, &solution, &front.interner)?;
                 let token = t.token(&solution.domain, &solution.parts);
+                self.agree(&t.name, token, &args)?;
                 let (domain, parts) = (solution.domain, solution.parts.clone());
                 front
                     .memo
@@ -979,9 +1105,31 @@ impl Inner {
         }
     }
 
+    /// Across ranks with the agreement check on: every rank must have solved this task alike
+    /// (token: domain, partitions, stores, views; and every point's sub-stores).
+    fn agree(&self, task: &str, token: u64, args: &[LaunchArg]) -> Result<()> {
+        let Some(ch) = self.shared.channel.get().filter(|c| c.agreement) else {
+            return Ok(());
+        };
+        use std::hash::{Hash, Hasher};
+        let mut h = rustc_hash::FxHasher::default();
+        token.hash(&mut h);
+        for a in args {
+            for r in a.rects.iter() {
+                r.lo().hash(&mut h);
+                r.hi().hash(&mut h);
+            }
+        }
+        let seq = ch.solved.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        crate::replicate::agree(ch, task, seq, h.finish())
+    }
+
     /// Builds the point (and finish) nodes, adds their dependences, and hands ready ones to the
     /// executor.
     pub(crate) fn schedule(&self, t: Plan) {
+        if let Some(ch) = self.shared.channel.get() {
+            return self.schedule_replicated(ch, t);
+        }
         let b = self.build_nodes(t);
         let task = &b.task;
         let n = b.points.len();
@@ -1029,6 +1177,19 @@ impl Inner {
     /// A plan's task and its point (and finish) nodes, not yet connected to anything; each
     /// store it uses holds a pending reference from now on.
     pub(crate) fn build_nodes(&self, t: Plan) -> Built {
+        let all: Vec<usize> = (0..t.domain.len()).collect();
+        self.build_nodes_at(t, &all, None)
+    }
+
+    /// [`Inner::build_nodes`] for the points `mine` only (across ranks: this rank's shard).
+    /// Across ranks a rank other than 0 gets, as its finish step, the receive of rank 0's
+    /// outcome.
+    pub(crate) fn build_nodes_at(
+        &self,
+        t: Plan,
+        mine: &[usize],
+        dist: Option<crate::replicate::finish::Dist>,
+    ) -> Built {
         let domain = t.domain;
         let n = domain.len();
         let has_finish = Launched::needs_finish(&t.args, !t.results.is_empty());
@@ -1049,7 +1210,7 @@ impl Inner {
             results: t.results,
             fused: t.fused,
             roots,
-            remaining: AtomicUsize::new(n),
+            remaining: AtomicUsize::new(mine.len()),
             // Only a finish step reads what points leave behind.
             outs: if has_finish {
                 (0..n).map(|_| Mutex::default()).collect()
@@ -1058,16 +1219,33 @@ impl Inner {
             },
             failure: Mutex::new(None),
             has_finish,
+            dist,
         });
-        let points: NodeList = (0..n)
-            .map(|p| {
+        let points: NodeList = mine
+            .iter()
+            .map(|&p| {
                 Node::new(Work::Point {
                     task: task.clone(),
                     point: p,
                 })
             })
             .collect();
-        let finish = has_finish.then(|| Node::new(Work::Finish { task: task.clone() }));
+        let finish = has_finish.then(|| match &task.dist {
+            Some(d) if d.channel.rank != 0 => {
+                Node::new(Work::Recv(crate::replicate::channel::Recv {
+                    from: 0,
+                    key: crate::replicate::channel::key(
+                        d.seq,
+                        crate::replicate::channel::KIND_FINISH,
+                        0,
+                        0,
+                        0,
+                    ),
+                    deliver: crate::replicate::channel::Deliver::Finish { task: task.clone() },
+                }))
+            }
+            _ => Node::new(Work::Finish { task: task.clone() }),
+        });
         Built {
             task,
             points,
@@ -1155,17 +1333,22 @@ impl Plan {
 /// make the issuing thread wait: an input that is still unbound, or an image whose source a
 /// solved task writes.
 fn needs_values(t: &Issued, ready: &[Ready]) -> bool {
+    // Decided by the stream alone (not by whether a producer has run yet), so that every
+    // rank cuts the window at the same task.
+    let written_by = |root: &Arc<StoreRoot>, unbound: bool| {
+        ready.iter().any(|r| {
+            r.args.iter().any(|a| {
+                a.privilege.writes()
+                    && (!unbound || a.privilege == Privilege::WriteUnbound)
+                    && Arc::ptr_eq(&a.root, root)
+            })
+        })
+    };
+    let written_here = |root: &Arc<StoreRoot>| written_by(root, false);
     let unbound_input = t
         .args
         .iter()
-        .any(|a| a.privilege != Privilege::WriteUnbound && a.root.bound().is_none());
-    let written_here = |root: &Arc<StoreRoot>| {
-        ready.iter().any(|r| {
-            r.args
-                .iter()
-                .any(|a| a.privilege.writes() && Arc::ptr_eq(&a.root, root))
-        })
-    };
+        .any(|a| a.privilege != Privilege::WriteUnbound && written_by(&a.root, true));
     let image_of_written = t.constraints.iter().any(|c| match c {
         Constraint::Image { src, .. } => written_here(&t.args[*src].root),
         _ => false,

@@ -144,12 +144,8 @@ impl SolveMemo {
             .map(|e| &e.solved)
     }
 
-    /// Records a solution (replayable ones only: see [`Solution::replayable`]) under the state
-    /// `probe` read before solving.
+    /// Records a solution under the state `probe` read before solving.
     pub(crate) fn insert(&mut self, probe: Probe, t: &SolveInputs, solved: Solved) {
-        if !solved.solution.replayable {
-            return;
-        }
         if self.len >= CAPACITY {
             self.entries.clear();
             self.len = 0;

@@ -32,9 +32,6 @@ pub(crate) struct Solution {
     pub parts: Args<Option<PartitionId>>,
     /// Classes that reused a key partition (counted again when the solution is replayed).
     pub reused: u64,
-    /// False when an image was made coarse because its source was still being written: the
-    /// same inputs may give a finer answer later, so the solution must not be replayed.
-    pub replayable: bool,
     /// Whether solving changed some store's key partitions: a replay then records them again
     /// (the first solves of a loop, before the key partitions settle).
     pub moved_keys: bool,
@@ -46,6 +43,8 @@ pub(crate) struct Solver<'a> {
     pub interner: &'a mut Interner,
     pub counters: &'a Counters,
     pub completion: &'a Completion,
+    /// Across ranks: image bounds are computed by the ranks holding the source's values.
+    pub channel: Option<&'a crate::replicate::channel::Channel>,
 }
 
 /// An equivalence class of aligned arguments.
@@ -81,7 +80,6 @@ impl Solver<'_> {
             domain,
             parts: smallvec::smallvec![None; args.len()],
             reused: 0,
-            replayable: true,
             moved_keys: false,
         };
         for class in classes.iter().filter(|c| c.image_src.is_none()) {
@@ -313,19 +311,7 @@ impl Solver<'_> {
                     continue;
                 };
                 let dst = class.members[0];
-                let read_only = class.members.iter().all(|&m| !args[m].writes);
-                let Some(pid) = self.image(args, src, src_part, dst, domain, read_only)? else {
-                    // The source is still being written and the destination is only read:
-                    // every point may read the whole destination (a correct, coarser image)
-                    // instead of the issuing thread waiting for the source's values.
-                    for &m in &class.members {
-                        let bounds = args[m].rect.expect("bound");
-                        parts[m] = Some(self.intern(Partition::None { bounds }));
-                    }
-                    sol.replayable = false;
-                    todo.swap_remove(i);
-                    continue;
-                };
+                let pid = self.image(args, src, src_part, dst, domain)?;
                 let rects = match &**self.interner.get(pid) {
                     Partition::Image { rects, .. } => rects.clone(),
                     _ => unreachable!(),
@@ -377,8 +363,11 @@ impl Solver<'_> {
         }
     }
 
-    /// The image of `src`'s partition into `dst`, reused while `src` is unchanged; `None` when
-    /// `may_defer` and tasks still write `src`.
+    /// The image of `src`'s partition into `dst`, reused while `src` is unchanged.
+    ///
+    /// It is always exact: the issuing thread waits for the tasks still writing `src`. (It used
+    /// to give a read-only destination `None` instead when `src` still had writers; whether a
+    /// worker had finished then decided the partition, and ranks could disagree.)
     fn image(
         &mut self,
         args: &[SolverArg],
@@ -386,20 +375,14 @@ impl Solver<'_> {
         src_part: PartitionId,
         dst: usize,
         domain: Domain,
-        may_defer: bool,
-    ) -> Result<Option<PartitionId>> {
+    ) -> Result<PartitionId> {
         let key = self.image_key(args, src, src_part, dst);
         if let Some(id) = self.interner.find_image(&key) {
-            return Ok(Some(id));
+            return Ok(id);
         }
         let root = &args[src].root;
-        // The image needs the source's values: a read-only destination does without them
-        // (`None` here); otherwise wait for the tasks still writing them.
         let src_rect = args[src].rect.expect("bound");
         let writers = root.meta().access.pending_writers(&src_rect);
-        if !writers.is_empty() && may_defer {
-            return Ok(None);
-        }
         if !writers.is_empty() {
             Counters::add(&self.counters.blocking_waits, 1);
             for w in writers {
@@ -409,17 +392,23 @@ impl Solver<'_> {
         let part = self.interner.get(src_part).clone();
         let dst_rect = args[dst].rect.expect("bound");
         let extent = dst_rect.extent(0) as u64;
+        let pieces: Vec<Rect> = (0..domain.len())
+            .map(|p| part.substore(&domain, p))
+            .collect();
+        let local = |piece: Rect| match root.dtype {
+            DType::Range => spans::<PosRange>(root, piece),
+            DType::I64 => spans::<i64>(root, piece),
+            DType::I32 => spans::<i32>(root, piece),
+            DType::U64 => spans::<u64>(root, piece),
+            DType::U32 => spans::<u32>(root, piece),
+            _ => unreachable!("image sources are checked at issue"),
+        };
+        let all_spans = match self.channel {
+            None => pieces.iter().map(|&p| local(p)).collect(),
+            Some(ch) => crate::replicate::image_spans(ch, root, &pieces, &local)?,
+        };
         let mut rects = Vec::with_capacity(domain.len());
-        for p in 0..domain.len() {
-            let piece = part.substore(&domain, p);
-            let span = match root.dtype {
-                DType::Range => spans::<PosRange>(root, piece),
-                DType::I64 => spans::<i64>(root, piece),
-                DType::I32 => spans::<i32>(root, piece),
-                DType::U64 => spans::<u64>(root, piece),
-                DType::U32 => spans::<u32>(root, piece),
-                _ => unreachable!("image sources are checked at issue"),
-            };
+        for span in all_spans {
             let (lo, hi) = match span {
                 Err(SpanError::Negative) => {
                     return Err(RuntimeError::ImageNegative {
@@ -448,11 +437,11 @@ impl Solver<'_> {
             let base = dst_rect.lo()[0];
             rects.push(dst_rect.with_range(0, base + lo as usize, base + hi as usize));
         }
-        Ok(Some(self.intern(Partition::Image {
+        Ok(self.intern(Partition::Image {
             key,
             rects: rects.into(),
             domain,
-        })))
+        }))
     }
 }
 
@@ -589,17 +578,18 @@ fn new_tiling(
 }
 
 /// Why the source of an image could not be read.
-enum SpanError {
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum SpanError {
     Negative,
     Busy(Rect),
 }
 
-/// The union `[min lo, max hi)` of what the source elements in `piece` point at; `None` when
-/// they point at nothing.
-fn spans<T: Element>(
-    root: &StoreRoot,
-    piece: Rect,
-) -> std::result::Result<Option<(u64, u64)>, SpanError> {
+/// What the elements of a piece of an image source point at: the union `[min lo, max hi)`,
+/// `None` when they point at nothing.
+pub(crate) type Span = std::result::Result<Option<(u64, u64)>, SpanError>;
+
+/// The [`Span`] of `piece` of `root`, from this rank's copy.
+fn spans<T: Element>(root: &StoreRoot, piece: Rect) -> Span {
     let bound = root.bound().expect("image sources are bound");
     let buf: &Buf<T> = T::buf(root.data().expect("bound")).expect("dtype checked");
     let _borrow = root.ledger.borrow(piece, false).map_err(SpanError::Busy)?;

@@ -29,6 +29,8 @@ pub(crate) struct Counters {
     pub finder_runs: AtomicU64,
     pub finder_ns: AtomicU64,
     pub tracing_ns: AtomicU64,
+    pub bytes_sent: AtomicU64,
+    pub messages_sent: AtomicU64,
 }
 
 impl Counters {
@@ -64,6 +66,8 @@ impl Counters {
             finder_runs: g(&self.finder_runs),
             finder_ns: g(&self.finder_ns),
             tracing_ns: g(&self.tracing_ns),
+            bytes_sent: g(&self.bytes_sent),
+            messages_sent: g(&self.messages_sent),
         }
     }
 }
@@ -123,6 +127,12 @@ pub struct Stats {
     pub finder_ns: u64,
     /// Time in the tracing path (tokens, finder, matcher, recording, replay), nanoseconds.
     pub tracing_ns: u64,
+    /// Across ranks: bytes of store elements this rank sent to others (transfers before
+    /// points and gathers for `read` and image sources; headers not counted).
+    pub bytes_sent: u64,
+    /// Across ranks: messages this rank's tasks sent (transfers, points' leftovers for the
+    /// finish step, finish outcomes; not the collectives).
+    pub messages_sent: u64,
 }
 
 impl Stats {
@@ -192,6 +202,8 @@ impl Stats {
             finder_runs: self.finder_runs - earlier.finder_runs,
             finder_ns: self.finder_ns - earlier.finder_ns,
             tracing_ns: self.tracing_ns - earlier.tracing_ns,
+            bytes_sent: self.bytes_sent - earlier.bytes_sent,
+            messages_sent: self.messages_sent - earlier.messages_sent,
         }
     }
 }

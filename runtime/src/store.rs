@@ -89,6 +89,9 @@ pub(crate) struct RootMeta {
     /// For an unbound store: a task writing it has been issued (it may still wait in the
     /// window, unanalysed, so `producer` is not known yet).
     pub unbound_issued: bool,
+    /// Across ranks: which rank holds the latest value of which rectangle (`None`: every
+    /// rank holds all of it, as when every rank created it alike).
+    pub valid: Option<crate::replicate::valid::ValidMap>,
 }
 
 impl StoreRoot {

@@ -4,8 +4,13 @@
 use std::process::{Command, Output};
 
 const SELFTEST: &str = env!("CARGO_BIN_EXE_mpi-selftest");
+const RUNTIME: &str = env!("CARGO_BIN_EXE_mpi-runtime");
 
 fn mpirun(ranks: usize, args: &[&str]) -> Output {
+    mpirun_bin(SELFTEST, ranks, args)
+}
+
+fn mpirun_bin(bin: &str, ranks: usize, args: &[&str]) -> Output {
     let out = Command::new("timeout")
         .args([
             "180",
@@ -14,7 +19,7 @@ fn mpirun(ranks: usize, args: &[&str]) -> Output {
             "--oversubscribe",
             "-n",
             &ranks.to_string(),
-            SELFTEST,
+            bin,
         ])
         .args(args)
         .output()
@@ -95,6 +100,59 @@ fn a_rank_failing_alone_aborts_the_job() {
     assert!(!out.status.success(), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("rank 1 fails on purpose"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// The runtime across MPI ranks: stencil (bitwise, halo bytes, points per rank), banded SpMV
+/// with images, CG bitwise equal to one rank (see src/bin/mpi_runtime.rs).
+fn runtime_passes(ranks: usize) {
+    let out = mpirun_bin(RUNTIME, ranks, &[&ranks.to_string()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("runtime on {ranks} ranks OK")),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn the_runtime_on_two_ranks_equals_one_rank() {
+    runtime_passes(2);
+}
+
+#[test]
+fn the_runtime_on_four_ranks_equals_one_rank() {
+    runtime_passes(4);
+}
+
+#[test]
+fn a_task_failing_on_one_rank_ends_every_rank_with_its_error() {
+    let out = mpirun_bin(RUNTIME, 2, &["2", "--fail-rank", "1"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("rank error:"))
+        .collect();
+    assert!(!errors.is_empty(), "{}", text(&out));
+    assert!(
+        errors
+            .iter()
+            .all(|l| l.contains("the point on rank 1 refuses")),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn a_rank_killed_mid_run_ends_the_job_with_an_error() {
+    // `mpirun` (through `mpirun_bin`'s timeout) must end the job, not hang on the dead rank.
+    let out = mpirun_bin(RUNTIME, 4, &["4", "--kill-rank", "2"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("rank 2 dies on purpose"),
         "{}",
         text(&out)
     );

@@ -22,6 +22,12 @@ pub struct CompileArgs {
     /// Also keep the generated crate's sources in this directory.
     #[arg(long, value_name = "DIR")]
     pub keep_source: Option<PathBuf>,
+    /// Link MPI into the program, so that `mpirun -n N PROG ...` runs the statement's plan
+    /// across N ranks (every rank reads the inputs and runs its shard of the block tasks;
+    /// rank 0 writes the output). Needs a distribution schedule (`-s "split(...)"`); the same
+    /// program started without `mpirun` is one rank.
+    #[arg(long)]
+    pub mpi: bool,
 }
 
 /// Generates and builds (or finds in the cache) the executable for a statement; `dims` are
@@ -32,6 +38,7 @@ pub fn build(
     types: &TypeArgs,
     dims: &Dims,
     inputs: &[String],
+    mpi: bool,
 ) -> anyhow::Result<(driver::GeneratedCrate, PathBuf)> {
     let c = super::front(statement, dims)?;
     let types = super::types::choose(types, inputs, &c.kernel)?;
@@ -44,10 +51,19 @@ pub fn build(
         }
         Err(_) => false,
     };
+    if mpi && !distributed {
+        anyhow::bail!(
+            "`--mpi`: `{}` has no distribution schedule, so there is nothing to run across \
+             ranks; add one, e.g. `-s \"split(i,io,ii,4); map(io)\"` (see `tessera help \
+             compile`), or leave out `--mpi`",
+            statement.expr
+        );
+    }
     let opts = Options {
         value: types.value,
         wide_index: types.wide_index,
         distributed,
+        mpi,
     };
     let g = driver::generate(&c.checked, &c.kernel, &c.text, opts)?;
     let cache = driver::cache_dir();
@@ -71,7 +87,7 @@ pub fn run(args: CompileArgs) -> anyhow::Result<ExitCode> {
             anyhow::bail!("`--keep-source {}`: not a directory", dir.display());
         }
     }
-    let (g, bin) = build(&args.statement, &args.types, &Dims::new(), &[])?;
+    let (g, bin) = build(&args.statement, &args.types, &Dims::new(), &[], args.mpi)?;
     driver::copy_atomically(&bin, &args.output)
         .with_context(|| format!("writing the executable to {}", args.output.display()))?;
     if let Some(dir) = &args.keep_source {

@@ -81,7 +81,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             ),
         }
     }
-    let (_, bin) = super::compile::build(&args.statement, &args.types, &dims, &args.inputs)?;
+    let (_, bin) = super::compile::build(&args.statement, &args.types, &dims, &args.inputs, false)?;
     let mut cmd = Command::new(&bin);
     for i in &args.inputs {
         cmd.arg("-i").arg(i);

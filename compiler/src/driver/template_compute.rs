@@ -4,7 +4,28 @@ use crate::{kernel, I, V};
 use std::error::Error;
 use tessera_formats::Tensor;
 
+/// One process: the plain kernel does not run across ranks (that takes a distribution
+/// schedule and `tessera compile --mpi`).
+pub struct Ranks;
+
+impl Ranks {
+    pub fn writes(&self) -> bool {
+        true
+    }
+
+    pub fn check<T>(&self, local: Result<T, Box<dyn Error>>) -> Result<T, Box<dyn Error>> {
+        local
+    }
+}
+
+pub fn with_ranks(
+    f: impl FnOnce(&Ranks) -> Result<(), Box<dyn Error>>,
+) -> Result<(), Box<dyn Error>> {
+    f(&Ranks)
+}
+
 pub fn compute(
+    _ranks: &Ranks,
     tensors: Vec<Tensor<V, I>>,
     out_dims: &[usize],
     threads: Option<usize>,

@@ -133,7 +133,32 @@ fn run() -> Result<(), Box<dyn Error>> {
     };
     let out_format = Format::parse(SIGNATURE.output.format, SIGNATURE.output.rank())?;
     io::check_output_path(&args.output, &out_format)?;
-    let start = Instant::now();
+    compute::with_ranks(|ranks| {
+        let start = Instant::now();
+        let (tensors, out_dims) = ranks.check(read_inputs(&args))?;
+        let read = start.elapsed();
+        let out = compute::compute(ranks, tensors, &out_dims, args.threads, args.stats)?;
+        let compute = start.elapsed() - read;
+        if !ranks.writes() {
+            return Ok(());
+        }
+        io::write(&args.output, &out)?;
+        if args.timings {
+            let write = start.elapsed() - read - compute;
+            eprintln!(
+                "read {:.6} s, kernel {:.6} s, write {:.6} s",
+                read.as_secs_f64(),
+                compute.as_secs_f64(),
+                write.as_secs_f64()
+            );
+        }
+        Ok(())
+    })
+}
+
+/// Every input named by `-i`, read and checked against the statement, and the output's
+/// dimensions.
+fn read_inputs(args: &Args) -> Result<(Vec<Tensor<V, I>>, Vec<usize>), Box<dyn Error>> {
     let mut tensors: Vec<Tensor<V, I>> = Vec::with_capacity(SIGNATURE.inputs.len());
     for op in SIGNATURE.inputs {
         let (_, path) = args
@@ -163,18 +188,5 @@ fn run() -> Result<(), Box<dyn Error>> {
             e.to_string()
         }
     })?;
-    let read = start.elapsed();
-    let out = compute::compute(tensors, &out_dims, args.threads, args.stats)?;
-    let compute = start.elapsed() - read;
-    io::write(&args.output, &out)?;
-    if args.timings {
-        let write = start.elapsed() - read - compute;
-        eprintln!(
-            "read {:.6} s, kernel {:.6} s, write {:.6} s",
-            read.as_secs_f64(),
-            compute.as_secs_f64(),
-            write.as_secs_f64()
-        );
-    }
-    Ok(())
+    Ok((tensors, out_dims))
 }

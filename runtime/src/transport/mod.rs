@@ -92,6 +92,21 @@ pub trait Communicator {
     /// the error is already shared (no abort needed).
     fn note_shared_failure(&self);
 
+    /// Receives the next message on user tag `tag` from any rank, waiting at most `timeout`:
+    /// `Ok(None)` when none came, `Err` once the job has failed. This is what a communication
+    /// thread polls, so that no single missing message blocks the others (used by the runtime
+    /// across ranks). Transports that cannot do it say so.
+    fn recv_any(
+        &self,
+        tag: Tag,
+        timeout: std::time::Duration,
+    ) -> Result<Option<(usize, Vec<u8>)>, TransportError> {
+        let _ = (tag, timeout);
+        Err(TransportError::Launch(
+            "this transport has no receive from any rank (recv_any)".into(),
+        ))
+    }
+
     /// Personalised all-to-all: `outgoing[j]` goes to rank `j`; returns what every rank sent
     /// to this one, indexed by source rank. Pairwise exchange in `size` rounds.
     fn all_to_all(&self, mut outgoing: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, TransportError> {

@@ -5,7 +5,7 @@
 //! closure, and calls `MPI_Abort` when a rank fails alone, so no peer waits forever.
 
 use super::{Communicator, Tag, TransportError, COLLECTIVE_TAG, RESERVED_TAG};
-use mpi::point_to_point::{Destination, Source};
+use mpi::point_to_point::{Destination, MatchedReceiveVec, Source};
 use mpi::topology::{Communicator as _, SimpleCommunicator};
 use std::cell::Cell;
 use std::fmt::Display;
@@ -132,6 +132,164 @@ where
             comm.world.abort(1);
         }
     }
+    drop(universe);
+    out
+}
+
+/// A rank of an MPI job that several threads may use at once: a runtime across ranks
+/// receives on its communication thread while its workers send and its issuing thread runs
+/// collectives. Made by [`run_world_threaded`], which starts MPI at `MPI_THREAD_MULTIPLE`.
+///
+/// Every message is one MPI message (no length prefix), so a receive from any rank can take
+/// it whole after a matched probe: messages from several threads never interleave.
+pub struct ThreadedMpiComm {
+    world: SimpleCommunicator,
+    shared_failure: std::sync::atomic::AtomicBool,
+}
+
+// SAFETY: a `ThreadedMpiComm` exists only inside `run_world_threaded`, which initialised MPI
+// with `MPI_THREAD_MULTIPLE` (and refuses to run otherwise): the MPI standard then allows
+// calls on one communicator from any thread at the same time. The handle is never freed
+// while in use (the world communicator lives until `MPI_Finalize`, after `f` returns).
+unsafe impl Send for ThreadedMpiComm {}
+unsafe impl Sync for ThreadedMpiComm {}
+
+impl ThreadedMpiComm {
+    fn peer(&self, rank: usize) -> Result<mpi::topology::Process<'_>, TransportError> {
+        let size = self.size();
+        if rank < size {
+            Ok(self.world.process_at_rank(rank as i32))
+        } else {
+            Err(TransportError::BadRank { rank, size })
+        }
+    }
+
+    fn check_len(&self, data: &[u8]) -> Result<(), TransportError> {
+        if data.len() > i32::MAX as usize {
+            return Err(TransportError::Malformed {
+                rank: self.rank(),
+                what: format!(
+                    "a message of {} bytes (one MPI message holds < 2 GiB)",
+                    data.len()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Communicator for ThreadedMpiComm {
+    fn rank(&self) -> usize {
+        self.world.rank() as usize
+    }
+
+    fn size(&self) -> usize {
+        self.world.size() as usize
+    }
+
+    fn send(&self, to: usize, tag: Tag, data: Vec<u8>) -> Result<(), TransportError> {
+        if tag >= RESERVED_TAG {
+            return Err(TransportError::ReservedTag { tag });
+        }
+        self.check_len(&data)?;
+        self.peer(to)?.send_with_tag(&data[..], i32::from(tag));
+        Ok(())
+    }
+
+    fn recv(&self, from: usize, tag: Tag) -> Result<Vec<u8>, TransportError> {
+        if tag >= RESERVED_TAG {
+            return Err(TransportError::ReservedTag { tag });
+        }
+        let probed = self.peer(from)?.matched_probe_with_tag(i32::from(tag));
+        Ok(probed.matched_receive_vec::<u8>().0)
+    }
+
+    fn exchange(&self, to: usize, data: Vec<u8>, from: usize) -> Result<Vec<u8>, TransportError> {
+        self.check_len(&data)?;
+        let (dest, src) = (self.peer(to)?, self.peer(from)?);
+        let tag = i32::from(COLLECTIVE_TAG);
+        Ok(mpi::request::scope(|scope| {
+            let req = dest.immediate_send_with_tag(scope, &data[..], tag);
+            let got = src
+                .matched_probe_with_tag(tag)
+                .matched_receive_vec::<u8>()
+                .0;
+            req.wait();
+            got
+        }))
+    }
+
+    fn note_shared_failure(&self) {
+        self.shared_failure
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn recv_any(
+        &self,
+        tag: Tag,
+        timeout: std::time::Duration,
+    ) -> Result<Option<(usize, Vec<u8>)>, TransportError> {
+        if tag >= RESERVED_TAG {
+            return Err(TransportError::ReservedTag { tag });
+        }
+        let t0 = std::time::Instant::now();
+        loop {
+            let probe = self
+                .world
+                .any_process()
+                .immediate_matched_probe_with_tag(i32::from(tag));
+            if let Some(probed) = probe {
+                let (data, status) = probed.matched_receive_vec::<u8>();
+                return Ok(Some((status.source_rank() as usize, data)));
+            }
+            if t0.elapsed() >= timeout {
+                return Ok(None);
+            }
+            // A failed peer ends the whole job (`MPI_Abort`), so polling needs no failure
+            // check; the pause keeps the polling thread off a core the workers need.
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    }
+}
+
+/// [`run_world`] for a runtime across ranks: MPI at `MPI_THREAD_MULTIPLE` (an error if the
+/// library cannot), `f` gets a communicator it may hand to
+/// `RuntimeBuilder::communicator` (drop every runtime before `f` returns). A rank that fails
+/// alone aborts the job, as in [`run_world`].
+pub fn run_world_threaded<T, E, F>(f: F) -> Result<T, E>
+where
+    E: Display + From<TransportError>,
+    F: FnOnce(&std::sync::Arc<ThreadedMpiComm>) -> Result<T, E>,
+{
+    let Some((universe, level)) = mpi::initialize_with_threading(mpi::Threading::Multiple) else {
+        return Err(E::from(TransportError::Launch(
+            "MPI was already initialised".into(),
+        )));
+    };
+    if level != mpi::Threading::Multiple {
+        return Err(E::from(TransportError::Launch(format!(
+            "the MPI library offers thread level {level:?}; the runtime across ranks needs Multiple"
+        ))));
+    }
+    let comm = std::sync::Arc::new(ThreadedMpiComm {
+        world: universe.world(),
+        shared_failure: std::sync::atomic::AtomicBool::new(false),
+    });
+    let out = f(&comm);
+    if let Err(e) = &out {
+        if !comm
+            .shared_failure
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            eprintln!(
+                "error on rank {} of {}: {e}; aborting the MPI job",
+                comm.rank(),
+                comm.size()
+            );
+            comm.world.abort(1);
+        }
+    }
+    drop(comm);
     drop(universe);
     out
 }

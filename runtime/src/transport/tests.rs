@@ -1,5 +1,6 @@
 use super::*;
 use proptest::prelude::*;
+use std::time::Duration;
 
 fn all_ok<T>(results: Vec<Result<T, TransportError>>) -> Vec<T> {
     results
@@ -226,4 +227,42 @@ fn large_messages_move_intact() {
     }));
     let expect: u64 = (0..(3u64 << 20)).map(|i| i % 251).sum();
     assert!(out.iter().flatten().all(|&s| s == expect));
+}
+
+#[test]
+fn recv_any_takes_messages_from_every_sender_and_times_out_when_none_come() {
+    let got = all_ok(run_ranks(3, |c| {
+        if c.rank() > 0 {
+            c.send(0, 7, vec![c.rank() as u8])?;
+            return Ok(vec![]);
+        }
+        let mut from = vec![];
+        while from.len() < 2 {
+            if let Some((r, m)) = c.recv_any(7, Duration::from_secs(5))? {
+                assert_eq!(m, vec![r as u8]);
+                from.push(r);
+            }
+        }
+        assert_eq!(c.recv_any(7, Duration::from_millis(10))?, None);
+        from.sort();
+        Ok(from)
+    }));
+    assert_eq!(got[0], vec![1, 2]);
+}
+
+#[test]
+fn recv_any_reports_a_failed_job() {
+    let r = run_ranks(2, |c| -> Result<(), TransportError> {
+        if c.rank() == 1 {
+            return Err(TransportError::Launch("boom".into()));
+        }
+        loop {
+            c.recv_any(7, Duration::from_millis(50))?;
+        }
+    });
+    assert!(
+        matches!(&r[0], Err(TransportError::PeerFailed { rank: 1, .. })),
+        "{:?}",
+        r[0]
+    );
 }

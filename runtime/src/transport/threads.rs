@@ -48,7 +48,9 @@ impl Shared {
     }
 }
 
-/// One thread rank's handle on the job.
+/// One thread rank's handle on the job. Clones are handles on the same rank (a runtime keeps
+/// one for its communication thread).
+#[derive(Clone)]
 pub struct ThreadComm {
     rank: usize,
     shared: Arc<Shared>,
@@ -142,6 +144,46 @@ impl Communicator for ThreadComm {
     }
 
     fn note_shared_failure(&self) {}
+
+    fn recv_any(
+        &self,
+        tag: Tag,
+        timeout: std::time::Duration,
+    ) -> Result<Option<(usize, Vec<u8>)>, TransportError> {
+        if tag >= RESERVED_TAG {
+            return Err(TransportError::ReservedTag { tag });
+        }
+        let deadline = std::time::Instant::now() + timeout;
+        let mut mb = self.shared.lock();
+        loop {
+            // Lowest rank first: a fixed order, so no sender starves another.
+            for from in 0..self.shared.size {
+                if let Some(msg) = mb
+                    .queues
+                    .get_mut(&(from, self.rank, tag))
+                    .and_then(|q| q.pop_front())
+                {
+                    return Ok(Some((from, msg)));
+                }
+            }
+            if let Some((rank, message)) = &mb.failed {
+                return Err(TransportError::PeerFailed {
+                    rank: *rank,
+                    message: message.clone(),
+                });
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            mb = self
+                .shared
+                .arrived
+                .wait_timeout(mb, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
 }
 
 /// Runs `f` on `n` thread ranks and returns each rank's result, indexed by rank.

@@ -7,6 +7,7 @@ mod api;
 mod cg;
 mod fusion;
 mod matrices;
+mod ranks;
 mod solver;
 mod streams;
 mod tiles;

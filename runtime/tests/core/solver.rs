@@ -304,38 +304,6 @@ fn reverse_later(rt: &Runtime) -> (Arc<std::sync::atomic::AtomicBool>, Store, St
 }
 
 #[test]
-fn a_gather_does_not_wait_for_its_index_store_to_be_written() {
-    let rt = rt(2);
-    rt.register("gather", |ctx| {
-        let mut d = ctx.write::<f64>(0);
-        let (idx, s) = (ctx.read::<u64>(1), ctx.read::<f64>(2));
-        for i in d.range() {
-            d.set_at(i, s.at(idx.at(i) as usize));
-        }
-    })
-    .unwrap();
-    let (gate, idx, x, y) = reverse_later(&rt);
-    rt.task("gather")
-        .write(&y)
-        .read(&idx)
-        .read(&x)
-        .align(&y, &idx)
-        .image(&idx, &x)
-        .submit()
-        .unwrap();
-    assert_eq!(
-        rt.stats().blocking_waits,
-        0,
-        "submit returned without waiting for idx"
-    );
-    gate.store(true, std::sync::atomic::Ordering::Release);
-    assert_eq!(
-        rt.read::<f64>(&y).unwrap(),
-        vec![5.0, 4.0, 3.0, 2.0, 1.0, 0.0]
-    );
-}
-
-#[test]
 fn repeated_tasks_replay_their_solution() {
     let rt = rt(2);
     rt.register("smooth", |ctx| {
@@ -391,7 +359,10 @@ fn repeated_tasks_replay_their_solution() {
 }
 
 #[test]
-fn a_coarse_image_is_not_replayed() {
+fn an_image_waits_for_its_source_and_is_exact_whatever_the_timing() {
+    // An image used to be coarsened to the whole destination when its source was still being
+    // written: whether a worker had finished decided the partition (ranks could disagree).
+    // Now it waits for the source's writers, so the partition depends on the stream alone.
     let rt = rt(2);
     let seen = Arc::new(Mutex::new(vec![]));
     let s = seen.clone();
@@ -405,26 +376,29 @@ fn a_coarse_image_is_not_replayed() {
     })
     .unwrap();
     let (gate, idx, x, y) = reverse_later(&rt);
-    let gather = || {
-        rt.task("gather")
-            .write(&y)
-            .read(&idx)
-            .read(&x)
-            .align(&y, &idx)
-            .image(&idx, &x)
-            .launch_domain(&[2])
-            .submit()
-            .unwrap()
+    let opener = {
+        let gate = gate.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            gate.store(true, std::sync::atomic::Ordering::Release);
+        })
     };
-    // Issued while idx is being written: every point reads all of x (coarse, correct). The
-    // second one sees the key partitions the first left, as the third will.
-    gather();
-    gather();
-    gate.store(true, std::sync::atomic::Ordering::Release);
-    rt.fence().unwrap();
-    // The same task with idx written: the exact image, not a replay of the coarse one.
-    seen.lock().unwrap().clear();
-    gather();
+    let before = rt.stats();
+    rt.task("gather")
+        .write(&y)
+        .read(&idx)
+        .read(&x)
+        .align(&y, &idx)
+        .image(&idx, &x)
+        .launch_domain(&[2])
+        .submit()
+        .unwrap();
+    assert_eq!(
+        rt.stats().since(&before).blocking_waits,
+        1,
+        "the image waited for idx"
+    );
+    opener.join().unwrap();
     rt.fence().unwrap();
     let mut got = seen.lock().unwrap().clone();
     got.sort_by_key(|(p, _)| *p);

@@ -316,7 +316,12 @@ fn parallel(
         .tracing(tracing)
         .trace_sampling(4)
         .build();
-    register(&rt)?;
+    run_stream(case, &rt)
+}
+
+/// The stream issued to `rt`; every rank of a replicated runtime issues it alike.
+fn run_stream(case: &Case, rt: &Runtime) -> Result<Outcome> {
+    register(rt)?;
     let n = case.n;
     let x: Vec<Store> = case
         .init
@@ -451,6 +456,36 @@ fn parallel(
         .map(|f| f.get().map(|v| v.as_f64()))
         .collect::<Result<_>>()?;
     Ok((xs, rt.read::<f64>(&acc)?, fs, ss))
+}
+
+/// The stream on `ranks` thread ranks (two processors each, window 4, fusion on): every
+/// rank's outcome.
+fn on_ranks(case: &Case, ranks: usize) -> Vec<Result<Outcome>> {
+    tessera_runtime::transport::run_ranks(ranks, |comm| {
+        let rt = Runtime::builder()
+            .threads(2)
+            .min_piece_size(case.min_piece)
+            .window_size(4)
+            .communicator(std::sync::Arc::new(comm.clone()))
+            .agreement_check(true)
+            .try_build()?;
+        run_stream(case, &rt)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_streams_on_ranks_match_sequential_interpretation(c in case()) {
+        let want = sequential(&c);
+        for ranks in 1..=4 {
+            for (rank, got) in on_ranks(&c, ranks).into_iter().enumerate() {
+                let got = got.map_err(|e| TestCaseError::fail(format!("rank {rank}/{ranks}: {e}")))?;
+                prop_assert_eq!(&got, &want, "rank {} of {}", rank, ranks);
+            }
+        }
+    }
 }
 
 proptest! {

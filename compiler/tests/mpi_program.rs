@@ -1,0 +1,195 @@
+//! `tessera compile --mpi`: the program of a distribution schedule run by `mpirun -n 2` and
+//! `-n 4` gives the answer it gives as one process (started without `mpirun`), and a program
+//! built without `--mpi` refuses to run under `mpirun`. Built only with the compiler's feature
+//! `mpi` (scripts/test.sh runs it in its MPI step: OpenMPI, as root in a container).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use tessera_formats::Tensor;
+
+fn tessera() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
+    c.env(
+        "TESSERA_CACHE",
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("tessera-cache"),
+    );
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// `prog` under `mpirun -n ranks` (bounded: a hang is a failure), or alone for `ranks == 0`.
+fn launch(prog: &Path, ranks: usize, args: &[String]) -> Output {
+    let mut c = Command::new("timeout");
+    c.arg("300");
+    if ranks > 0 {
+        c.args(["mpirun", "--allow-run-as-root", "--oversubscribe", "-n"])
+            .arg(ranks.to_string());
+    }
+    let out = c
+        .arg(prog)
+        .args(args)
+        .output()
+        .expect("timeout and mpirun (openmpi-bin) are installed");
+    assert_ne!(
+        out.status.code(),
+        Some(124),
+        "{ranks} ranks hung:\n{}",
+        text(&out)
+    );
+    out
+}
+
+/// A 300 × 200 CSR matrix with uneven rows (empty ones too) and a dense vector, as files.
+fn inputs(dir: &Path) -> (PathBuf, PathBuf) {
+    let (m, n) = (300usize, 200usize);
+    let mut entries = Vec::new();
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for i in 0..m {
+        let per_row = (next() % 12) as usize * usize::from(i % 7 != 3);
+        for _ in 0..per_row {
+            let j = (next() % n as u64) as usize;
+            let v = (next() % 2000) as f64 / 100.0 - 10.0;
+            entries.push((vec![i, j], v));
+        }
+    }
+    let a = Tensor::<f64, u32>::from_entries(vec![m, n], "csr", entries).unwrap();
+    let x: Vec<f64> = (0..n).map(|j| ((j * 7) % 11) as f64 - 5.0).collect();
+    let x = Tensor::<f64, u32>::dense_from_vec(vec![n], x).unwrap();
+    let (pa, px) = (dir.join("A.tcs"), dir.join("x.tns"));
+    a.write(&pa).unwrap();
+    x.write(&px).unwrap();
+    (pa, px)
+}
+
+fn compile(dir: &Path, schedule: &str, mpi: bool, name: &str) -> PathBuf {
+    let prog = dir.join(name);
+    let out = tessera()
+        .args([
+            "compile",
+            "y(i) = A(i,j) * x(j)",
+            "-f",
+            "A:csr",
+            "-s",
+            schedule,
+        ])
+        .args(mpi.then_some("--mpi"))
+        .arg("-o")
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "compile {schedule}: {}", text(&out));
+    prog
+}
+
+fn run_args(a: &Path, x: &Path, y: &Path) -> Vec<String> {
+    vec![
+        "-i".into(),
+        format!("A={}", a.display()),
+        "-i".into(),
+        format!("x={}", x.display()),
+        "-o".into(),
+        y.display().to_string(),
+        "--threads".into(),
+        "1".into(),
+        "--stats".into(),
+    ]
+}
+
+fn read_y(path: &Path) -> Vec<f64> {
+    Tensor::<f64, u32>::read(path, "d").unwrap().to_dense()
+}
+
+#[test]
+fn mpi_ranks_compute_what_one_process_computes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, x) = inputs(dir.path());
+    for (i, (schedule, blocks)) in [
+        ("split(i, io, ii, 4); map(io)", 4),
+        ("split(i, io, ii, 7)", 7),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let prog = compile(dir.path(), schedule, true, &format!("spmv{i}"));
+        let one = dir.path().join(format!("y{i}-1.tns"));
+        let out = launch(&prog, 0, &run_args(&a, &x, &one));
+        assert!(out.status.success(), "one process: {}", text(&out));
+        let want = read_y(&one);
+        for ranks in [2, 4] {
+            let y = dir.path().join(format!("y{i}-{ranks}.tns"));
+            let out = launch(&prog, ranks, &run_args(&a, &x, &y));
+            assert!(
+                out.status.success(),
+                "{schedule}, {ranks} ranks: {}",
+                text(&out)
+            );
+            // Every row is summed by one point in the same order at any rank count.
+            assert_eq!(read_y(&y), want, "{schedule}, {ranks} ranks");
+            // Each rank runs only its shard: the blocks' points add up over the ranks.
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let run: usize = (0..ranks)
+                .map(|r| {
+                    points_run(&stderr, r, ranks)
+                        .unwrap_or_else(|| panic!("no statistics from rank {r}: {}", text(&out)))
+                })
+                .sum();
+            assert_eq!(run, blocks, "{schedule}, {ranks} ranks: {}", text(&out));
+        }
+    }
+}
+
+/// The point tasks rank `r` of `ranks` ran, from its `--stats` line
+/// ("rank R of N: runtime: … P point tasks run, …").
+fn points_run(stderr: &str, r: usize, ranks: usize) -> Option<usize> {
+    let line = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("rank {r} of {ranks}: ")))?;
+    let before = &line[..line.find(" point tasks run")?];
+    before.rsplit(' ').next()?.parse().ok()
+}
+
+#[test]
+fn a_missing_input_on_every_rank_is_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, _) = inputs(dir.path());
+    let prog = compile(dir.path(), "split(i, io, ii, 4); map(io)", true, "spmv");
+    let missing = dir.path().join("nope.tns");
+    let y = dir.path().join("y.tns");
+    let out = launch(&prog, 2, &run_args(&a, &missing, &y));
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("nope.tns"),
+        "the error names the file: {}",
+        text(&out)
+    );
+    assert!(!y.exists(), "no output is written");
+}
+
+#[test]
+fn a_program_built_without_mpi_refuses_mpirun() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, x) = inputs(dir.path());
+    let prog = compile(dir.path(), "split(i, io, ii, 4); map(io)", false, "spmv");
+    let y = dir.path().join("y.tns");
+    let out = launch(&prog, 2, &run_args(&a, &x, &y));
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("tessera compile --mpi"),
+        "{}",
+        text(&out)
+    );
+    assert!(!y.exists());
+}

@@ -1,0 +1,69 @@
+//! The 1-d three-point stencil of the `stencil` example, shared with the MPI runtime test.
+
+use tessera_runtime::{Result, Runtime, Store};
+
+/// `out[i] = (l[i] + c[i] + r[i]) / 3` over this point's sub-store.
+pub fn register(rt: &Runtime) -> Result<()> {
+    rt.register("stencil3", |ctx| {
+        let mut out = ctx.write::<f64>(0);
+        let (l, c, r) = (ctx.read::<f64>(1), ctx.read::<f64>(2), ctx.read::<f64>(3));
+        for i in out.range() {
+            out.set_at(i, (l.at(i) + c.at(i) + r.at(i)) / 3.0);
+        }
+    })
+}
+
+/// One step: `next[1..n+1]` from the aliasing views `cur[0..n]`, `cur[1..n+1]`, `cur[2..n+2]`.
+pub fn step(rt: &Runtime, cur: &Store, next: &Store, n: usize) -> Result<()> {
+    let out = next.slice(0, 1..n + 1)?;
+    let (l, c, r) = (
+        cur.slice(0, 0..n)?,
+        cur.slice(0, 1..n + 1)?,
+        cur.slice(0, 2..n + 2)?,
+    );
+    rt.task("stencil3")
+        .write(&out)
+        .read(&l)
+        .read(&c)
+        .read(&r)
+        .align(&out, &l)
+        .align(&out, &c)
+        .align(&out, &r)
+        .submit()
+}
+
+pub fn initial(n: usize) -> Vec<f64> {
+    (0..n + 2)
+        .map(|i| {
+            if i == 0 || i == n + 1 {
+                1.0
+            } else {
+                ((i * 7) % 11) as f64
+            }
+        })
+        .collect()
+}
+
+/// `steps` steps over `n` interior cells; the final values (every rank reads them).
+pub fn run(rt: &Runtime, n: usize, steps: usize) -> Result<Vec<f64>> {
+    let mut cur = rt.from_vec(&[n + 2], initial(n))?;
+    let mut next = rt.from_vec(&[n + 2], initial(n))?;
+    for _ in 0..steps {
+        step(rt, &cur, &next, n)?;
+        std::mem::swap(&mut cur, &mut next);
+    }
+    rt.read::<f64>(&cur)
+}
+
+/// The same steps as plain loops: the reference.
+pub fn sequential(n: usize, steps: usize) -> Vec<f64> {
+    let mut cur = initial(n);
+    let mut next = cur.clone();
+    for _ in 0..steps {
+        for i in 1..=n {
+            next[i] = (cur[i - 1] + cur[i] + cur[i + 1]) / 3.0;
+        }
+        std::mem::swap(&mut cur, &mut next);
+    }
+    cur
+}

@@ -1,0 +1,171 @@
+//! The runtime across MPI ranks (control replication): run under `mpirun -n N` with `N` as
+//! the first argument. Every rank runs the stencil, a banded SpMV with images, and CG, and
+//! checks them: the stencil against the sequential loop (bitwise), with the bytes moved equal
+//! to the halo volume and each rank running its block of points; SpMV against the host
+//! product; CG bitwise against a one-rank runtime with as many processors in this process.
+//!
+//! ```text
+//! mpirun --allow-run-as-root --oversubscribe -n 4 mpi-runtime 4
+//! mpirun ... -n 2 mpi-runtime 2 --fail-rank 1   # a task fails on rank 1: every rank errs
+//! mpirun ... -n 2 mpi-runtime 2 --kill-rank 1   # rank 1 dies mid-run: the job ends
+//! ```
+
+#[path = "../../examples/sparse/mod.rs"]
+mod sparse;
+
+use sparse::{cg, stencil, Csr, HostCsr};
+use std::sync::Arc;
+use tessera_runtime::transport::mpi::{run_world_threaded, ThreadedMpiComm};
+use tessera_runtime::transport::Communicator;
+use tessera_runtime::{Result, Runtime, RuntimeError};
+
+fn fail(what: String) -> RuntimeError {
+    RuntimeError::Transport(what)
+}
+
+fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(fail(what()))
+    }
+}
+
+fn runtime(comm: &Arc<ThreadedMpiComm>) -> Result<Runtime> {
+    Runtime::builder()
+        .threads(1)
+        .min_piece_size(16)
+        .communicator(comm.clone())
+        .try_build()
+}
+
+fn check_stencil(comm: &Arc<ThreadedMpiComm>, kill: Option<usize>) -> Result<()> {
+    let rt = runtime(comm)?;
+    stencil::register(&rt)?;
+    let (n, steps, ranks) = (2000, 20, comm.size());
+    let mut cur = rt.from_vec(&[n + 2], stencil::initial(n))?;
+    let mut next = rt.from_vec(&[n + 2], stencil::initial(n))?;
+    for s in 0..steps {
+        if kill == Some(comm.rank()) && s == steps / 2 {
+            eprintln!("rank {} dies on purpose (--kill-rank)", comm.rank());
+            std::process::abort();
+        }
+        stencil::step(&rt, &cur, &next, n)?;
+        std::mem::swap(&mut cur, &mut next);
+    }
+    rt.fence()?;
+    let stats = rt.stats();
+    let got = rt.read::<f64>(&cur)?;
+    ensure(got == stencil::sequential(n, steps), || {
+        format!("rank {}: stencil differs from the loop", comm.rank())
+    })?;
+    // One processor per rank: one point per rank and step.
+    ensure(stats.points_run == steps as u64, || {
+        format!("rank {}: ran {} points", comm.rank(), stats.points_run)
+    })?;
+    let sent = comm.all_sum(&[stats.bytes_sent])?[0];
+    let halo = ((steps - 1) * 2 * (ranks - 1) * 8) as u64;
+    ensure(sent == halo, || {
+        format!("stencil moved {sent} bytes, halo is {halo}")
+    })
+}
+
+fn check_spmv(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
+    let rt = runtime(comm)?;
+    sparse::register_spmv(&rt)?;
+    let n = 256;
+    let rows: Vec<Vec<usize>> = (0..n)
+        .map(|i: usize| (i.saturating_sub(1)..(i + 2).min(n)).collect())
+        .collect();
+    let host = HostCsr::from_rows(n, &rows);
+    let a = Csr::upload(&rt, &host)?;
+    let x = rt.create(tessera_runtime::DType::F64, &[n])?;
+    rt.fill(&x, 2.0)?;
+    let y = sparse::spmv(&rt, &a, &x)?;
+    ensure(rt.read::<f64>(&y)? == host.spmv(&vec![2.0; n]), || {
+        format!("rank {}: SpMV differs from the host product", comm.rank())
+    })
+}
+
+fn check_cg(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
+    let host = HostCsr::laplacian_2d(12);
+    let b: Vec<f64> = (0..host.rows).map(|i| 1.0 + (i % 5) as f64).collect();
+    let solve = |rt: &Runtime| -> Result<(Vec<f64>, usize)> {
+        cg::register(rt)?;
+        let a = Csr::upload(rt, &host)?;
+        cg::solve(rt, &a, &b, 1e-10, 1000)
+    };
+    let (x, it) = solve(&runtime(comm)?)?;
+    // The same number of processors on one rank: the same launch domains.
+    let one = Runtime::builder()
+        .threads(comm.size())
+        .min_piece_size(16)
+        .build();
+    let (x1, it1) = solve(&one)?;
+    let same = it == it1 && x.iter().zip(&x1).all(|(a, b)| a.to_bits() == b.to_bits());
+    ensure(same, || {
+        format!(
+            "rank {}: CG differs from one rank ({it} vs {it1} iterations)",
+            comm.rank()
+        )
+    })
+}
+
+fn check_failure(comm: &Arc<ThreadedMpiComm>, rank: usize) -> Result<()> {
+    let rt = runtime(comm)?;
+    rt.register("fragile", move |ctx| {
+        assert!(
+            ctx.linear_point() != rank,
+            "the point on rank {rank} refuses"
+        );
+        ctx.write::<f64>(0).as_mut_slice().fill(1.0);
+    })?;
+    let x = rt.create(tessera_runtime::DType::F64, &[64 * comm.size()])?;
+    rt.task("fragile")
+        .write(&x)
+        .launch_domain(&[comm.size()])
+        .submit()?;
+    rt.read::<f64>(&x).map(|_| ())
+}
+
+fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let expected: Option<usize> = args.first().and_then(|a| a.parse().ok());
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .and_then(|v| v.parse::<usize>().ok())
+    };
+    let (fail_rank, kill_rank) = (flag("--fail-rank"), flag("--kill-rank"));
+    let Some(expected) = expected else {
+        eprintln!("usage: mpi-runtime N [--fail-rank R | --kill-rank R]");
+        return std::process::ExitCode::FAILURE;
+    };
+    let out = run_world_threaded(|comm| -> Result<()> {
+        let got = comm.size();
+        ensure(got == expected, || {
+            format!("expected a world of {expected} ranks but this one has {got}")
+        })?;
+        let r = match fail_rank {
+            Some(r) => check_failure(comm, r),
+            None => check_stencil(comm, kill_rank)
+                .and_then(|_| check_spmv(comm))
+                .and_then(|_| check_cg(comm)),
+        };
+        // Every rank reports its own outcome; a failure anywhere ends every rank with one.
+        comm.check(r.map_err(|e| e.to_string()))
+            .map_err(|e| fail(e.to_string()))?;
+        if comm.rank() == 0 {
+            println!("runtime on {got} ranks OK");
+        }
+        Ok(())
+    });
+    match out {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rank error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

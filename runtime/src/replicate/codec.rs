@@ -1,0 +1,275 @@
+//! What travels between ranks, as bytes: store rectangles, a point's leftovers for the finish
+//! step, and the finish step's outcome.
+//!
+//! Elements are copied as their in-memory bytes: every element type is plain data without
+//! padding (`PosRange` is `repr(C)` of two `u64`), and ranks of one job run one build on one
+//! kind of machine (same endianness). This file is the one place that reinterprets cells as
+//! bytes.
+
+use crate::buffer::Data;
+use crate::dtype::{DType, Element, PosRange, Scalar};
+use crate::error::RuntimeError;
+use crate::launch::PointOut;
+use crate::rect::Rect;
+use crate::store::StoreRoot;
+
+/// Appends little-endian fields to a message.
+#[derive(Default)]
+pub(crate) struct Writer(pub Vec<u8>);
+
+impl Writer {
+    pub fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    pub fn bytes(&mut self, b: &[u8]) {
+        self.u64(b.len() as u64);
+        self.0.extend_from_slice(b);
+    }
+    /// An optional error message: 0, or 1 and the text.
+    pub fn status(&mut self, err: Option<&str>) {
+        match err {
+            None => self.u64(0),
+            Some(m) => {
+                self.u64(1);
+                self.bytes(m.as_bytes());
+            }
+        }
+    }
+    pub fn scalar(&mut self, s: Scalar) {
+        let (k, bits) = match s {
+            Scalar::F64(x) => (0, x.to_bits()),
+            Scalar::I64(x) => (1, x as u64),
+            Scalar::U64(x) => (2, x),
+        };
+        self.u64(k);
+        self.u64(bits);
+    }
+    pub fn data(&mut self, d: &Data) {
+        self.u64(dtype_code(d.dtype()));
+        let len = data_len(d);
+        self.u64(len as u64);
+        let size = d.dtype().size();
+        let start = self.0.len();
+        self.0.resize(start + len * size, 0);
+        // SAFETY: `d` is a private buffer (a point's leftovers) no other thread touches; its
+        // `len` cells are plain data of `size` bytes each (see the module comment).
+        unsafe {
+            std::ptr::copy_nonoverlapping(data_ptr(d), self.0[start..].as_mut_ptr(), len * size)
+        };
+    }
+}
+
+/// Reads what a [`Writer`] wrote; a short or malformed message is an error, never a panic.
+pub(crate) struct Reader<'a> {
+    pub buf: &'a [u8],
+    pub from: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn bad(&self, what: &str) -> RuntimeError {
+        RuntimeError::Remote {
+            rank: self.from,
+            message: format!("malformed message: {what}"),
+        }
+    }
+    pub fn u64(&mut self) -> Result<u64, RuntimeError> {
+        let (h, t) = self
+            .buf
+            .split_first_chunk::<8>()
+            .ok_or_else(|| self.bad("short field"))?;
+        self.buf = t;
+        Ok(u64::from_le_bytes(*h))
+    }
+    pub fn bytes(&mut self) -> Result<&'a [u8], RuntimeError> {
+        let n = self.u64()? as usize;
+        if n > self.buf.len() {
+            return Err(self.bad("short bytes"));
+        }
+        let (h, t) = self.buf.split_at(n);
+        self.buf = t;
+        Ok(h)
+    }
+    pub fn status(&mut self) -> Result<Option<String>, RuntimeError> {
+        Ok(match self.u64()? {
+            0 => None,
+            _ => Some(String::from_utf8_lossy(self.bytes()?).into_owned()),
+        })
+    }
+    pub fn scalar(&mut self) -> Result<Scalar, RuntimeError> {
+        let (k, bits) = (self.u64()?, self.u64()?);
+        Ok(match k {
+            0 => Scalar::F64(f64::from_bits(bits)),
+            1 => Scalar::I64(bits as i64),
+            _ => Scalar::U64(bits),
+        })
+    }
+    pub fn data(&mut self) -> Result<Data, RuntimeError> {
+        let dtype = dtype_of(self.u64()?).ok_or_else(|| self.bad("element type"))?;
+        let len = self.u64()? as usize;
+        let n = len
+            .checked_mul(dtype.size())
+            .filter(|&n| n <= self.buf.len())
+            .ok_or_else(|| self.bad("short elements"))?;
+        let d = Data::zeros(dtype, len);
+        // SAFETY: `d` was just made and is private; it has `len` cells of `dtype.size()` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(self.buf.as_ptr(), data_ptr(&d), n) };
+        self.buf = &self.buf[n..];
+        Ok(d)
+    }
+}
+
+fn dtype_code(d: DType) -> u64 {
+    [
+        DType::F64,
+        DType::F32,
+        DType::I64,
+        DType::I32,
+        DType::U64,
+        DType::U32,
+        DType::Range,
+    ]
+    .iter()
+    .position(|&x| x == d)
+    .expect("every dtype is listed") as u64
+}
+
+fn dtype_of(c: u64) -> Option<DType> {
+    [
+        DType::F64,
+        DType::F32,
+        DType::I64,
+        DType::I32,
+        DType::U64,
+        DType::U32,
+        DType::Range,
+    ]
+    .get(c as usize)
+    .copied()
+}
+
+pub(crate) fn data_len(d: &Data) -> usize {
+    fn n<T: Element>(d: &Data) -> usize {
+        T::buf(d).expect("dtype matches").len()
+    }
+    match d.dtype() {
+        DType::F64 => n::<f64>(d),
+        DType::F32 => n::<f32>(d),
+        DType::I64 => n::<i64>(d),
+        DType::I32 => n::<i32>(d),
+        DType::U64 => n::<u64>(d),
+        DType::U32 => n::<u32>(d),
+        DType::Range => n::<PosRange>(d),
+    }
+}
+
+fn data_ptr(d: &Data) -> *mut u8 {
+    fn p<T: Element>(d: &Data) -> *mut u8 {
+        T::buf(d).expect("dtype matches").base() as *mut u8
+    }
+    match d.dtype() {
+        DType::F64 => p::<f64>(d),
+        DType::F32 => p::<f32>(d),
+        DType::I64 => p::<i64>(d),
+        DType::I32 => p::<i32>(d),
+        DType::U64 => p::<u64>(d),
+        DType::U32 => p::<u32>(d),
+        DType::Range => p::<PosRange>(d),
+    }
+}
+
+/// Appends the elements of `rect` of `root` (row-major) under a shared ledger borrow.
+pub(crate) fn read_rect(root: &StoreRoot, rect: Rect, w: &mut Writer) -> Result<(), RuntimeError> {
+    let bound = root.bound().expect("transferred stores are bound");
+    let data = root.data().expect("bound");
+    let size = root.dtype.size();
+    let _b = root
+        .ledger
+        .borrow(rect, false)
+        .map_err(|r| RuntimeError::ConcurrentAccess {
+            store: root.id,
+            rect: format!("{r:?}"),
+        })?;
+    w.u64((rect.volume() * size) as u64);
+    let base = data_ptr(data);
+    rect.for_each_run(&bound.rect, |start, len| {
+        // SAFETY: shared ledger borrow of `rect`; runs lie inside it and inside the buffer.
+        let run = unsafe { std::slice::from_raw_parts(base.add(start * size), len * size) };
+        w.0.extend_from_slice(run);
+    });
+    Ok(())
+}
+
+/// Writes what [`read_rect`] appended into `rect` of `root`, under an exclusive ledger borrow.
+pub(crate) fn write_rect(
+    root: &StoreRoot,
+    rect: Rect,
+    r: &mut Reader<'_>,
+) -> Result<(), RuntimeError> {
+    let bound = root.bound().expect("transferred stores are bound");
+    let data = root.data().expect("bound");
+    let size = root.dtype.size();
+    let bytes = r.bytes()?;
+    if bytes.len() != rect.volume() * size {
+        return Err(r.bad("rectangle size"));
+    }
+    let _b = root
+        .ledger
+        .borrow(rect, true)
+        .map_err(|b| RuntimeError::ConcurrentAccess {
+            store: root.id,
+            rect: format!("{b:?}"),
+        })?;
+    let base = data_ptr(data);
+    let mut k = 0;
+    rect.for_each_run(&bound.rect, |start, len| {
+        // SAFETY: exclusive ledger borrow of `rect`; runs lie inside it and inside the buffer.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes[k..].as_ptr(), base.add(start * size), len * size)
+        };
+        k += len * size;
+    });
+    Ok(())
+}
+
+/// A point's leftovers for the finish step, and whether the task failed on its rank.
+pub(crate) fn write_out(out: &PointOut, failure: Option<&str>) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.status(failure);
+    for list in [&out.reduce, &out.pieces] {
+        w.u64(list.len() as u64);
+        for (arg, d) in list {
+            w.u64(*arg as u64);
+            w.data(d);
+        }
+    }
+    w.u64(out.results.len() as u64);
+    for r in &out.results {
+        match r {
+            None => w.u64(0),
+            Some(s) => {
+                w.u64(1);
+                w.scalar(*s);
+            }
+        }
+    }
+    w.0
+}
+
+pub(crate) fn read_out(r: &mut Reader<'_>) -> Result<(PointOut, Option<String>), RuntimeError> {
+    let failure = r.status()?;
+    let mut out = PointOut::default();
+    for list in [&mut out.reduce, &mut out.pieces] {
+        for _ in 0..r.u64()? {
+            let arg = r.u64()? as usize;
+            list.push((arg, r.data()?));
+        }
+    }
+    for _ in 0..r.u64()? {
+        let s = match r.u64()? {
+            0 => None,
+            _ => Some(r.scalar()?),
+        };
+        out.results.push(s);
+    }
+    Ok((out, failure))
+}

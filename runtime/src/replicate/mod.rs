@@ -1,0 +1,240 @@
+//! Control replication: every rank runs the same program, issues the same task stream and
+//! analyses it identically; each rank runs only its shard of every index task's points and
+//! moves exactly the sub-stores they need (Legate NumPy §control replication, Legate thesis
+//! §5.4.1, runtime/DESIGN.md "Across ranks").
+//!
+//! - `valid`: per store, which rank holds the latest value of which rectangle.
+//! - `schedule`: a rank's nodes for a task: its own points, the sends and receives they need,
+//!   the finish step's messages.
+//! - `channel`: the communication thread and the receive nodes it completes.
+//! - `finish`: reductions and futures folded at rank 0 and sent to every rank.
+//! - this file: sharding, sending a rectangle, gathers (read-back and image sources) and the
+//!   agreement check.
+
+pub(crate) mod channel;
+pub(crate) mod codec;
+pub(crate) mod finish;
+mod schedule;
+pub(crate) mod valid;
+
+use crate::error::RuntimeError;
+use crate::graph::Node;
+use crate::rect::Rect;
+use crate::solver::{Span, SpanError};
+use crate::stats::Counters;
+use crate::store::StoreRoot;
+use channel::{Channel, Key};
+use codec::{read_rect, write_rect, Reader, Writer};
+use std::sync::Arc;
+
+/// Most ranks a job may have (holders are a 64-bit mask).
+pub const MAX_RANKS: usize = 64;
+
+/// The rank that runs linear point `p` of a launch domain of `n` points among `ranks`: blocks
+/// of consecutive points (block sharding), so neighbouring tiles share a rank.
+pub(crate) fn owner(p: usize, n: usize, ranks: usize) -> usize {
+    p * ranks / n.max(1)
+}
+
+/// A `Send` node's work: this rank's copy of `rect` (or the store's failure) to rank `to`.
+pub(crate) fn send_rect(
+    ch: &Channel,
+    root: &StoreRoot,
+    rect: Rect,
+    to: usize,
+    key: Key,
+    counters: &Counters,
+) {
+    let w = piece(root, rect, counters);
+    ch.send(to, key, &w.0);
+}
+
+/// A status and the elements of `rect`, or the store's (or the copy's) failure.
+fn piece(root: &StoreRoot, rect: Rect, counters: &Counters) -> Writer {
+    let mut w = Writer::default();
+    if let Some(e) = root.poisoned() {
+        w.status(Some(&e.to_string()));
+        return w;
+    }
+    let mut body = Writer::default();
+    match read_rect(root, rect, &mut body) {
+        Ok(()) => {
+            w.status(None);
+            w.0.extend_from_slice(&body.0);
+            Counters::add(
+                &counters.bytes_sent,
+                (rect.volume() * root.dtype.size()) as u64,
+            );
+        }
+        Err(e) => w.status(Some(&e.to_string())),
+    }
+    w
+}
+
+fn transport(e: crate::transport::TransportError) -> RuntimeError {
+    RuntimeError::Transport(e.to_string())
+}
+
+/// A collective (every rank calls it at the same point of the stream): afterwards every rank
+/// holds the latest value of `rect` of `root`. Waits (with `wait`) for this rank's pending
+/// accesses of `rect` first, since it overwrites stale parts of this rank's copy outside the
+/// graph. Does nothing, on every rank alike, when every rank already holds all of `rect`.
+pub(crate) fn gather(
+    ch: &Channel,
+    root: &Arc<StoreRoot>,
+    rect: Rect,
+    counters: &Counters,
+    wait: &mut dyn FnMut(&Arc<Node>),
+) -> Result<(), RuntimeError> {
+    let todo = match &root.meta().valid {
+        Some(v) => v.incomplete(&rect, ch.ranks),
+        None => return Ok(()),
+    };
+    if todo.is_empty() {
+        return Ok(());
+    }
+    let pending = root.meta().access.pending(&rect);
+    pending.iter().for_each(&mut *wait);
+    let (me, ranks) = (ch.rank, ch.ranks);
+    let mut out: Vec<Vec<u8>> = vec![Vec::new(); ranks];
+    for (rect, holders) in &todo {
+        if holders.trailing_zeros() as usize != me {
+            continue;
+        }
+        let w = piece(root, *rect, counters);
+        for (r, o) in out.iter_mut().enumerate() {
+            if holders & (1 << r) == 0 {
+                o.extend_from_slice(&w.0);
+            }
+        }
+    }
+    let incoming = ch.comm.all_to_all(out).map_err(transport)?;
+    let mut readers: Vec<Reader<'_>> = incoming
+        .iter()
+        .enumerate()
+        .map(|(from, b)| Reader { buf: b, from })
+        .collect();
+    let mut first = Ok(());
+    for (rect, holders) in &todo {
+        if holders & (1 << me) != 0 {
+            continue;
+        }
+        let r = &mut readers[holders.trailing_zeros() as usize];
+        let got = r.status().and_then(|s| match s {
+            Some(message) => Err(RuntimeError::Remote {
+                rank: r.from,
+                message,
+            }),
+            None => write_rect(root, *rect, r),
+        });
+        if let Err(e) = got {
+            root.set_poison(e.clone());
+            first = first.and(Err(e));
+        }
+    }
+    let mut meta = root.meta();
+    let valid = meta.valid.as_mut().expect("checked above");
+    for r in 0..ranks {
+        for (rect, _) in &todo {
+            valid.add_holder(*rect, r);
+        }
+    }
+    first
+}
+
+/// The debug agreement check: every rank hashes what it decided for a task; any difference
+/// fails every rank with the hashes.
+pub(crate) fn agree(ch: &Channel, task: &str, seq: u64, hash: u64) -> Result<(), RuntimeError> {
+    let all = ch.comm.all_gather_u64(&[hash]).map_err(transport)?;
+    let hashes: Vec<u64> = all
+        .iter()
+        .map(|v| v.first().copied().unwrap_or(0))
+        .collect();
+    if hashes.iter().any(|&h| h != hash) {
+        return Err(RuntimeError::RanksDisagree {
+            task: task.into(),
+            seq,
+            hashes,
+        });
+    }
+    Ok(())
+}
+
+/// The image bounds of each of `pieces` of the image source `root`, computed by the ranks that
+/// hold the source's values and exchanged (one all-gather of a few words per piece): each
+/// piece is cut along the valid-copy map, the lowest holder of each part computes its span,
+/// and every rank unites the parts' spans of each piece in the same order. No source values
+/// move. When every rank holds every part, each computes them itself (no collective; the
+/// condition is the same on every rank).
+pub(crate) fn image_spans(
+    ch: &Channel,
+    root: &StoreRoot,
+    pieces: &[Rect],
+    local: &dyn Fn(Rect) -> Span,
+) -> Result<Vec<Span>, RuntimeError> {
+    let everyone = valid::everyone(ch.ranks);
+    let parts: Vec<Vec<(Rect, u64)>> = {
+        let meta = root.meta();
+        pieces
+            .iter()
+            .map(|p| match &meta.valid {
+                Some(v) => v.split(p),
+                None => vec![(*p, everyone)],
+            })
+            .collect()
+    };
+    if parts.iter().flatten().all(|(_, m)| *m == everyone) {
+        return Ok(pieces.iter().map(|&p| local(p)).collect());
+    }
+    // Per part this rank computes: [piece, part, code, lo, hi].
+    let mut mine = vec![];
+    for (p, list) in parts.iter().enumerate() {
+        for (j, (rect, m)) in list.iter().enumerate() {
+            if m.trailing_zeros() as usize != ch.rank {
+                continue;
+            }
+            let (code, lo, hi) = match local(*rect) {
+                Ok(None) => (0, 0, 0),
+                Ok(Some((lo, hi))) => (1, lo, hi),
+                Err(SpanError::Negative) => (2, 0, 0),
+                Err(SpanError::Busy(_)) => (3, 0, 0),
+            };
+            mine.extend([p as u64, j as u64, code, lo, hi]);
+        }
+    }
+    let all = ch.comm.all_gather_u64(&mine).map_err(transport)?;
+    let mut table: Vec<Vec<Option<[u64; 3]>>> = parts.iter().map(|l| vec![None; l.len()]).collect();
+    for (from, words) in all.iter().enumerate() {
+        for w in words.chunks_exact(5) {
+            let slot = table
+                .get_mut(w[0] as usize)
+                .and_then(|l| l.get_mut(w[1] as usize))
+                .ok_or_else(|| RuntimeError::Remote {
+                    rank: from,
+                    message: "image bounds for a piece that does not exist".into(),
+                })?;
+            *slot = Some([w[2], w[3], w[4]]);
+        }
+    }
+    table
+        .iter()
+        .zip(pieces)
+        .map(|(list, piece)| {
+            let mut acc: Span = Ok(None);
+            for got in list {
+                let [code, lo, hi] = got.ok_or_else(|| RuntimeError::Remote {
+                    rank: ch.rank,
+                    message: "no rank sent the image bounds of a source part".into(),
+                })?;
+                acc = match (acc, code) {
+                    (Err(e), _) => Err(e),
+                    (_, 2) => Err(SpanError::Negative),
+                    (_, 3) => Err(SpanError::Busy(*piece)),
+                    (Ok(a), 1) => Ok(Some(a.map_or((lo, hi), |(x, y)| (x.min(lo), y.max(hi))))),
+                    (Ok(a), _) => Ok(a),
+                };
+            }
+            Ok(acc)
+        })
+        .collect()
+}

@@ -1,0 +1,156 @@
+//! One rank's share of a launched task: every rank runs this for every task, in stream order,
+//! and derives the same transfers from the same valid-copy maps.
+
+use super::channel::{key, Channel, Deliver, Recv, KIND_DATA, KIND_OUTS};
+use super::finish::Dist;
+use super::owner;
+use super::valid::ValidMap;
+use crate::analysis::Preds;
+use crate::graph::{Node, NodeList, Work};
+use crate::rect::Rect;
+use crate::runtime::{distinct, Inner, Plan};
+use crate::task::{Privilege, ScalarArg};
+use smallvec::SmallVec;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+impl Inner {
+    /// Builds this rank's nodes for a task: its own points (block sharding), a send for each
+    /// piece another rank's point needs that this rank must provide, a receive for each piece
+    /// its points need from another rank, and the finish step's messages; then updates every
+    /// store's valid-copy map as all ranks do.
+    pub(crate) fn schedule_replicated(&self, ch: &Arc<Channel>, t: Plan) {
+        let seq = ch.seq.fetch_add(1, Ordering::Relaxed);
+        let (me, ranks) = (ch.rank, ch.ranks);
+        let n = t.domain.len();
+        let own = |p: usize| owner(p, n, ranks);
+        let mine: Vec<usize> = (0..n).filter(|&p| own(p) == me).collect();
+        let dist = Dist {
+            seq,
+            channel: ch.clone(),
+        };
+        let b = self.build_nodes_at(t, &mine, Some(dist));
+        let task = b.task.clone();
+        for s in &task.scalars {
+            if let ScalarArg::Future(cell) = s {
+                if let Some(pred) = cell.node.get() {
+                    b.points.iter().for_each(|p| Node::add_edge(pred, p));
+                }
+            }
+        }
+        let mut extra = NodeList::new();
+        // Transfers first, for every argument: a point's own accesses come after them.
+        for (i, a) in task.args.iter().enumerate().filter(|(_, a)| !a.local) {
+            // A written sub-store is brought up to date too: a body need not write every
+            // element it may write, and the ones it skips keep their latest values.
+            let wants: SmallVec<[(usize, Rect, usize); 8]> = match a.privilege {
+                Privilege::Read | Privilege::ReadWrite | Privilege::Write => {
+                    (0..n).map(|p| (p, a.rects[p], own(p))).collect()
+                }
+                Privilege::Reduce(_) => distinct(&a.rects)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(j, r)| (j, r, 0))
+                    .collect(),
+                Privilege::WriteUnbound => continue,
+            };
+            let whole = a.root.bound().expect("bound arguments").rect;
+            let mut meta = a.root.meta();
+            let meta = &mut *meta;
+            let valid = meta
+                .valid
+                .get_or_insert_with(|| ValidMap::all(whole, ranks));
+            for (p, rect, to) in wants {
+                for (j, (piece, from)) in valid.missing(&rect, to).into_iter().enumerate() {
+                    let k = key(seq, KIND_DATA, i, p, j);
+                    if from == me {
+                        let node = Node::new(Work::Send {
+                            root: a.root.clone(),
+                            rect: piece,
+                            to,
+                            key: k,
+                        });
+                        meta.access.read(piece, &node, &mut Preds::default());
+                        extra.push(node);
+                    }
+                    if to == me {
+                        let node = Node::new(Work::Recv(Recv {
+                            from,
+                            key: k,
+                            deliver: Deliver::Data {
+                                root: a.root.clone(),
+                                rect: piece,
+                            },
+                        }));
+                        meta.access.write(piece, &node, &mut Preds::default());
+                        extra.push(node);
+                    }
+                    valid.add_holder(piece, to);
+                }
+            }
+        }
+        // This rank's points and finish step in the dependence analysis.
+        let mut preds: SmallVec<[Preds; 4]> = mine.iter().map(|_| Preds::default()).collect();
+        let mut finish_preds = Preds::default();
+        for a in task.args.iter().filter(|a| !a.local) {
+            let mut meta = a.root.meta();
+            let per_point = b.points.iter().zip(&mine).zip(&mut preds);
+            match a.privilege {
+                Privilege::Read => {
+                    per_point.for_each(|((node, &p), pr)| meta.access.read(a.rects[p], node, pr))
+                }
+                Privilege::Write | Privilege::ReadWrite => {
+                    per_point.for_each(|((node, &p), pr)| meta.access.write(a.rects[p], node, pr))
+                }
+                Privilege::Reduce(_) if me == 0 => {
+                    let f = b.finish.as_ref().expect("reductions have a finish step");
+                    for r in distinct(&a.rects) {
+                        meta.access.write(r, f, &mut finish_preds);
+                    }
+                }
+                Privilege::Reduce(_) => {}
+                Privilege::WriteUnbound => {
+                    let f = b
+                        .finish
+                        .as_ref()
+                        .expect("unbound outputs have a finish step");
+                    let all = Rect::new(&[0], &[usize::MAX]);
+                    meta.access.write(all, f, &mut finish_preds);
+                    meta.producer = Some(f.clone());
+                }
+            }
+            if let Some(valid) = meta.valid.as_mut() {
+                match a.privilege {
+                    Privilege::Write | Privilege::ReadWrite => {
+                        (0..n).for_each(|p| valid.write(a.rects[p], own(p)))
+                    }
+                    Privilege::Reduce(_) => distinct(&a.rects)
+                        .into_iter()
+                        .for_each(|r| valid.write(r, 0)),
+                    _ => {}
+                }
+            }
+        }
+        // Rank 0's finish step waits for every other rank's points' leftovers.
+        if let (Some(f), 0) = (&b.finish, me) {
+            for p in (0..n).filter(|&p| own(p) != 0) {
+                let node = Node::new(Work::Recv(Recv {
+                    from: own(p),
+                    key: key(seq, KIND_OUTS, 0, p, 0),
+                    deliver: Deliver::Outs {
+                        task: task.clone(),
+                        point: p,
+                    },
+                }));
+                Node::add_edge(&node, f);
+                extra.push(node);
+            }
+        }
+        if mine.is_empty() && b.finish.is_none() {
+            // Nothing of this task runs here: it ends now (its pending references drop).
+            task.end();
+        }
+        let nodes: Vec<_> = b.link_finish().chain(extra).collect();
+        self.start(nodes.into_iter());
+    }
+}

@@ -1,0 +1,306 @@
+//! The runtime across thread ranks (control replication): every rank issues the same stream,
+//! runs its block of each task's points, and reads the same values as one rank does.
+
+use crate::sparse::{cg, Csr, HostCsr};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+use tessera_runtime::transport::{run_ranks, Communicator, ThreadComm};
+use tessera_runtime::{ReduceOp, Result, Runtime, RuntimeError, Stats};
+
+/// `f` on `ranks` thread ranks, each with a runtime of `threads` processors; every rank's
+/// result. Fails the test if the job does not end within a minute (a hang).
+fn on_ranks<T: Send + 'static>(
+    ranks: usize,
+    threads: usize,
+    f: impl Fn(&Runtime) -> Result<T> + Send + Sync + 'static,
+) -> Vec<Result<T>> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let out = run_ranks(ranks, |comm: &ThreadComm| {
+            let rt = Runtime::builder()
+                .threads(threads)
+                .min_piece_size(1)
+                .communicator(Arc::new(comm.clone()))
+                .agreement_check(true)
+                .try_build()?;
+            f(&rt)
+        });
+        let _ = tx.send(out);
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the ranks ended within a minute (no hang)")
+}
+
+fn all_ok<T>(v: Vec<Result<T>>) -> Vec<T> {
+    v.into_iter()
+        .enumerate()
+        .map(|(r, x)| x.unwrap_or_else(|e| panic!("rank {r}: {e}")))
+        .collect()
+}
+
+fn register_stencil(rt: &Runtime) -> Result<()> {
+    rt.register("stencil3", |ctx| {
+        let mut out = ctx.write::<f64>(0);
+        let (l, c, r) = (ctx.read::<f64>(1), ctx.read::<f64>(2), ctx.read::<f64>(3));
+        for i in out.range() {
+            out.set_at(i, (l.at(i) + c.at(i) + r.at(i)) / 3.0);
+        }
+    })
+}
+
+const POINTS: usize = 8;
+
+/// `steps` steps of a three-point stencil over `n` interior cells in `POINTS` tiles; the
+/// final values and this rank's statistics before the read.
+fn stencil(rt: &Runtime, n: usize, steps: usize) -> Result<(Vec<f64>, Stats)> {
+    register_stencil(rt)?;
+    let init: Vec<f64> = (0..n + 2).map(|i| ((i * 7) % 11) as f64).collect();
+    let mut cur = rt.from_vec(&[n + 2], init.clone())?;
+    let mut next = rt.from_vec(&[n + 2], init)?;
+    for _ in 0..steps {
+        let out = next.slice(0, 1..n + 1)?;
+        let (l, c, r) = (
+            cur.slice(0, 0..n)?,
+            cur.slice(0, 1..n + 1)?,
+            cur.slice(0, 2..n + 2)?,
+        );
+        rt.task("stencil3")
+            .write(&out)
+            .read(&l)
+            .read(&c)
+            .read(&r)
+            .align(&out, &l)
+            .align(&out, &c)
+            .align(&out, &r)
+            .launch_domain(&[POINTS])
+            .submit()?;
+        std::mem::swap(&mut cur, &mut next);
+    }
+    rt.fence()?;
+    let stats = rt.stats();
+    Ok((rt.read::<f64>(&cur)?, stats))
+}
+
+#[test]
+fn a_stencil_on_two_and_four_ranks_equals_one_rank_and_moves_only_halos() {
+    let (n, steps) = (400, 12);
+    let one = all_ok(on_ranks(1, 2, move |rt| stencil(rt, n, steps)));
+    for ranks in [2, 4] {
+        let got = all_ok(on_ranks(ranks, 2, move |rt| stencil(rt, n, steps)));
+        let mut sent = 0;
+        for (rank, (values, stats)) in got.iter().enumerate() {
+            assert_eq!(values, &one[0].0, "rank {rank} of {ranks}");
+            // Block sharding: rank r runs points [r*8/R, (r+1)*8/R) of every step.
+            let shard = (0..POINTS).filter(|p| p * ranks / POINTS == rank).count();
+            assert_eq!(
+                stats.points_run as usize,
+                shard * steps,
+                "rank {rank} of {ranks}"
+            );
+            sent += stats.bytes_sent;
+        }
+        // Each of the R - 1 rank boundaries moves one cell each way per step, from the
+        // second step on (the first reads values every rank created).
+        let halo = (steps - 1) * 2 * (ranks - 1) * 8;
+        assert_eq!(sent as usize, halo, "{ranks} ranks");
+    }
+}
+
+#[test]
+fn cg_with_images_gives_every_rank_the_one_rank_answer_bit_for_bit() {
+    let run = |rt: &Runtime| {
+        let host = HostCsr::laplacian_2d(8);
+        let b: Vec<f64> = (0..host.rows)
+            .map(|i| ((i * 37) % 11) as f64 - 5.0)
+            .collect();
+        cg::register(rt)?;
+        let a = Csr::upload(rt, &host)?;
+        cg::solve(rt, &a, &b, 1e-10, 500)
+    };
+    // Four processors in all, so the launch domains (sized by processors) are the same.
+    let one = all_ok(on_ranks(1, 4, run));
+    for (ranks, threads) in [(2, 2), (4, 1)] {
+        for (rank, (x, it)) in all_ok(on_ranks(ranks, threads, run))
+            .into_iter()
+            .enumerate()
+        {
+            assert_eq!(it, one[0].1, "iterations, rank {rank} of {ranks}");
+            let same = x
+                .iter()
+                .zip(&one[0].0)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "rank {rank} of {ranks} differs from one rank");
+        }
+    }
+}
+
+#[test]
+fn reductions_and_futures_are_bitwise_the_same_on_every_rank_count() {
+    let run = |rt: &Runtime| {
+        rt.register("sum", |ctx| {
+            ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
+        })?;
+        rt.register("bins", |ctx| {
+            let s = ctx.read::<f64>(0);
+            let mut acc = ctx.reduce::<f64>(1);
+            for i in s.range() {
+                acc.reduce_at(i % 3, s.at(i));
+            }
+        })?;
+        let v: Vec<f64> = (0..1000).map(|i| 1.0 / (1.0 + i as f64)).collect();
+        let s = rt.from_vec(&[1000], v)?;
+        let acc = rt.create(tessera_runtime::DType::F64, &[3])?;
+        let f = rt
+            .task("sum")
+            .read(&s)
+            .launch_domain(&[7])
+            .submit_reduce(ReduceOp::Sum)?;
+        rt.task("bins")
+            .read(&s)
+            .reduce(&acc, ReduceOp::Sum)
+            .broadcast(&acc, &[0])
+            .launch_domain(&[7])
+            .submit()?;
+        Ok((f.get()?.as_f64().to_bits(), rt.read::<f64>(&acc)?))
+    };
+    let one = all_ok(on_ranks(1, 2, run));
+    for ranks in [2, 3, 4] {
+        for (rank, got) in all_ok(on_ranks(ranks, 2, run)).into_iter().enumerate() {
+            assert_eq!(got.0, one[0].0, "future, rank {rank} of {ranks}");
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&got.1),
+                bits(&one[0].1),
+                "bins, rank {rank} of {ranks}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_task_failing_on_one_rank_is_an_error_on_every_rank() {
+    let got = on_ranks(3, 2, |rt| {
+        rt.register("fragile", |ctx| {
+            // Point 5 of 6 runs on the last rank.
+            assert!(ctx.linear_point() != 5, "point 5 refuses");
+            ctx.write::<f64>(0).as_mut_slice().fill(1.0);
+        })?;
+        rt.register("sum", |ctx| {
+            ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
+        })?;
+        register_copy(rt)?;
+        let x = rt.create(tessera_runtime::DType::F64, &[60])?;
+        let y = rt.create(tessera_runtime::DType::F64, &[60])?;
+        rt.task("fragile").write(&x).launch_domain(&[6]).submit()?;
+        // Rank 0 reads what the failed point wrote: it must learn of the failure, not wait.
+        rt.task("tessera.copy")
+            .read(&x)
+            .write(&y)
+            .align(&x, &y)
+            .launch_domain(&[2])
+            .submit()?;
+        let f = rt
+            .task("sum")
+            .read(&x)
+            .launch_domain(&[6])
+            .submit_reduce(ReduceOp::Sum)?;
+        Ok((
+            f.get().map(|v| v.as_f64()),
+            rt.read::<f64>(&y),
+            rt.read::<f64>(&x),
+        ))
+    });
+    for (rank, r) in got.into_iter().enumerate() {
+        let (f, y, x) = r.unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+        assert!(
+            f.is_err(),
+            "rank {rank}: the future of a task reading a failed store"
+        );
+        assert!(
+            y.is_err(),
+            "rank {rank}: a store computed from a failed one"
+        );
+        let e = x.expect_err("the failed store");
+        assert!(
+            e.to_string().contains("point 5 refuses"),
+            "rank {rank}: {e}"
+        );
+    }
+}
+
+fn register_copy(rt: &Runtime) -> Result<()> {
+    rt.register("tessera.copy", |ctx| {
+        let x = ctx.read::<f64>(0);
+        let mut y = ctx.write::<f64>(1);
+        for i in y.range() {
+            y.set_at(i, x.at(i));
+        }
+    })
+}
+
+#[test]
+fn ranks_that_solve_differently_are_caught_by_the_agreement_check() {
+    let got = on_ranks(2, 2, |rt| {
+        rt.register("touch", |_| {})?;
+        let x = rt.create(tessera_runtime::DType::F64, &[64])?;
+        // A rank-dependent launch domain: exactly what control replication must never see.
+        let d = if rt.rank() == 0 { 2 } else { 4 };
+        rt.task("touch").read(&x).launch_domain(&[d]).submit()
+    });
+    for (rank, r) in got.into_iter().enumerate() {
+        match r {
+            Err(RuntimeError::RanksDisagree { hashes, .. }) => {
+                assert_eq!(hashes.len(), 2, "rank {rank}");
+                assert_ne!(hashes[0], hashes[1]);
+            }
+            other => panic!("rank {rank}: expected a disagreement, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn ranks_agree_on_the_machine_size() {
+    let got = all_ok(run_ranks(3, |comm: &ThreadComm| -> Result<usize> {
+        // Each rank asks for a different number of processors; all get the smallest.
+        let rt = Runtime::builder()
+            .threads(2 + comm.rank())
+            .communicator(Arc::new(comm.clone()))
+            .try_build()?;
+        assert_eq!((rt.rank(), rt.ranks()), (comm.rank(), 3));
+        Ok(rt.threads())
+    }));
+    assert_eq!(got, vec![2, 2, 2]);
+}
+
+#[test]
+fn a_banded_spmv_moves_only_the_x_cells_its_image_reaches_across_ranks() {
+    // Tridiagonal rows: row i reads x[i-1..=i+1]. x is written by a task (so each rank holds
+    // its block of rows of x); the image bounds come from the ranks holding `crd` and `pos`.
+    let n = 64;
+    let rows: Vec<Vec<usize>> = (0..n)
+        .map(|i: usize| (i.saturating_sub(1)..(i + 2).min(n)).collect())
+        .collect();
+    let host = HostCsr::from_rows(n, &rows);
+    let want = host.spmv(&vec![2.0; n]);
+    for (ranks, threads) in [(2, 2), (4, 1)] {
+        let h = host.clone();
+        let got = all_ok(on_ranks(ranks, threads, move |rt| {
+            crate::sparse::register_spmv(rt)?;
+            let a = Csr::upload(rt, &h)?;
+            let x = rt.create(tessera_runtime::DType::F64, &[n])?;
+            rt.fill(&x, 2.0)?;
+            let y = crate::sparse::spmv(rt, &a, &x)?;
+            rt.fence()?;
+            let sent = rt.stats().bytes_sent;
+            Ok((rt.read::<f64>(&y)?, sent))
+        }));
+        let mut sent = 0;
+        for (rank, (y, s)) in got.into_iter().enumerate() {
+            assert_eq!(y, want, "rank {rank} of {ranks}");
+            sent += s;
+        }
+        // Four row blocks in all; each boundary between ranks moves one x cell each way.
+        assert_eq!(sent as usize, 2 * (ranks - 1) * 8, "{ranks} ranks");
+    }
+}
