@@ -173,3 +173,60 @@ fn a_stored_tensor_of_another_format_is_a_bind_error() {
         "{msg}"
     );
 }
+
+/// The same `tensor!` CG across 2 and 3 thread ranks (control replication: every rank issues
+/// every statement and runs its shard of the block tasks) gives every rank one rank's answer,
+/// bitwise, in as many iterations; the agreement check compares every task's analysis across ranks.
+#[test]
+fn cg_with_tensor_statements_across_ranks_equals_one_rank() {
+    use std::sync::{mpsc, Arc};
+    use tessera::runtime::transport::{run_ranks, ThreadComm};
+    let k = 8;
+    let (a, b) = (laplacian(k), rhs(k * k));
+    let one = Runtime::builder().threads(2).build();
+    let (want, want_iters) = cg_on_runtime(&one, &a, &b, 1e-10).unwrap();
+    for ranks in [2, 3] {
+        let (a, b) = (a.clone(), b.clone());
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let out = run_ranks(ranks, |comm: &ThreadComm| {
+                let rt = Runtime::builder()
+                    .threads(1)
+                    .communicator(Arc::new(comm.clone()))
+                    .agreement_check(true)
+                    .try_build()
+                    .map_err(|e| RankError(e.to_string()))?;
+                cg_on_runtime(&rt, &a, &b, 1e-10).map_err(|e| RankError(e.to_string()))
+            });
+            let _ = tx.send(out.into_iter().map(|r| r.map_err(|e| e.0)));
+        });
+        let results = rx
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .expect("the ranks ended within two minutes (no hang)");
+        for (rank, got) in results.enumerate() {
+            let (x, iters) = got.unwrap_or_else(|e| panic!("{ranks} ranks, rank {rank}: {e}"));
+            assert_eq!(iters, want_iters, "{ranks} ranks, rank {rank}");
+            // The plan fixes the blocks, and reductions fold in block order at any rank count.
+            assert!(
+                x.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{ranks} ranks, rank {rank}: x differs from one rank's bitwise"
+            );
+        }
+    }
+}
+
+/// A rank's failure, as `run_ranks` wants it (a transport error converts into it).
+#[derive(Debug)]
+struct RankError(String);
+
+impl std::fmt::Display for RankError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<tessera::runtime::transport::TransportError> for RankError {
+    fn from(e: tessera::runtime::transport::TransportError) -> Self {
+        RankError(e.to_string())
+    }
+}
