@@ -304,3 +304,67 @@ fn a_banded_spmv_moves_only_the_x_cells_its_image_reaches_across_ranks() {
         assert_eq!(sent as usize, 2 * (ranks - 1) * 8, "{ranks} ranks");
     }
 }
+
+/// Every cell of `r`, row-major.
+fn cells(r: &tessera_runtime::Rect) -> Vec<Vec<usize>> {
+    let mut out = vec![vec![]];
+    for d in 0..r.dim() {
+        out = out
+            .into_iter()
+            .flat_map(|p| (r.lo()[d]..r.hi()[d]).map(move |c| [p.clone(), vec![c]].concat()))
+            .collect();
+    }
+    out
+}
+
+#[test]
+fn two_d_tilings_that_change_between_tasks_move_the_right_blocks() {
+    use tessera_runtime::Cut;
+    let run = |rt: &Runtime| -> Result<(Vec<f64>, Vec<f64>)> {
+        rt.register("mark", |ctx| {
+            let mut m = ctx.write::<f64>(0);
+            let id = ctx.linear_point() as f64 + 1.0;
+            for p in cells(&m.rect()) {
+                let v = m.get(&p);
+                m.set(&p, 2.0 * v + id + (p[0] * 100 + p[1]) as f64);
+            }
+        })?;
+        rt.register("colsum", |ctx| {
+            let m = ctx.read::<f64>(0);
+            let mut c = ctx.write::<f64>(1);
+            for j in c.range() {
+                let col: f64 = (0..12).map(|i| m.get(&[i, j])).sum();
+                c.set_at(j, col);
+            }
+        })?;
+        let m = rt.from_vec(&[12, 10], (0..120).map(|v| v as f64).collect())?;
+        let c = rt.create(tessera_runtime::DType::F64, &[10])?;
+        // Rows split unevenly at 5, columns in three tiles.
+        let mark = |cuts: &[Cut], domain: &[usize]| {
+            rt.task("mark")
+                .read_write(&m)
+                .tile(&m, cuts)
+                .launch_domain(domain)
+                .submit()
+        };
+        mark(&[Cut::At(0, vec![5]), Cut::Equal(1)], &[2, 3])?;
+        // Column blocks: every point reads whole columns written by several ranks.
+        rt.task("colsum")
+            .read(&m)
+            .write(&c)
+            .tile(&m, &[Cut::Whole, Cut::Equal(0)])
+            .tile(&c, &[Cut::Equal(0)])
+            .launch_domain(&[4])
+            .submit()?;
+        // Row blocks, then the first tiling again.
+        mark(&[Cut::Equal(0), Cut::Whole], &[3])?;
+        mark(&[Cut::At(0, vec![5]), Cut::Equal(1)], &[2, 3])?;
+        Ok((rt.read::<f64>(&m)?, rt.read::<f64>(&c)?))
+    };
+    let one = all_ok(on_ranks(1, 1, run));
+    for ranks in [2, 3, 4] {
+        for (rank, got) in all_ok(on_ranks(ranks, 1, run)).into_iter().enumerate() {
+            assert_eq!(got, one[0], "rank {rank} of {ranks}");
+        }
+    }
+}
