@@ -5,6 +5,7 @@
 //! rank (4)] [thread ranks (1)]`; under `mpirun` (built with `--features mpi`) every process is
 //! one rank.
 
+mod ranks;
 mod sparse;
 
 use sparse::{cg, Csr, HostCsr};
@@ -13,11 +14,11 @@ use tessera_runtime::Runtime;
 
 fn main() -> ExitCode {
     sparse::example_main(&[48, 4, 1], |a| {
-        sparse::on_ranks(a[2], |comm| run(a[0], a[1], comm))
+        ranks::on_ranks(a[2], |comm| run(a[0], a[1], comm))
     })
 }
 
-fn run(k: usize, threads: usize, comm: Option<sparse::Comm>) -> tessera_runtime::Result<bool> {
+fn run(k: usize, threads: usize, comm: Option<ranks::Comm>) -> tessera_runtime::Result<bool> {
     let mut b = Runtime::builder().threads(threads).min_piece_size(64);
     if let Some(c) = comm {
         b = b.communicator(c);

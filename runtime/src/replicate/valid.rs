@@ -181,7 +181,7 @@ mod tests {
             let ranks = 3;
             let whole = Rect::new(&[0, 0], &[6, 5]);
             let mut map = ValidMap::all(whole, ranks);
-            let mut cells = vec![[true; 3]; 30];
+            let mut cells = [[true; 3]; 30];
             for (write, rect, rank) in &ops {
                 if *write { map.write(*rect, *rank) } else { map.add_holder(*rect, *rank) }
                 for i in rect.lo()[0]..rect.hi()[0] {
