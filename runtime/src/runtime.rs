@@ -531,7 +531,25 @@ impl Runtime {
     }
 
     /// Waits for the tasks writing `store` and copies its elements out (row-major).
+    ///
+    /// Across ranks this is a collective (every rank reads the same stores in the same
+    /// order) and every rank gets the same values.
     pub fn read<T: Element>(&self, store: &Store) -> Result<Vec<T>> {
+        self.read_to(store, None)
+            .map(|v| v.expect("every rank receives"))
+    }
+
+    /// [`Runtime::read`] whose values only rank `root` receives (`None` on the others): no
+    /// other rank gathers the store. On one rank, `root` must be 0.
+    pub fn read_on<T: Element>(&self, store: &Store, root: usize) -> Result<Option<Vec<T>>> {
+        let ranks = self.ranks();
+        if root >= ranks {
+            return Err(RuntimeError::BadRank { rank: root, ranks });
+        }
+        self.read_to(store, Some(root))
+    }
+
+    fn read_to<T: Element>(&self, store: &Store, to: Option<usize>) -> Result<Option<Vec<T>>> {
         self.check_store(store)?;
         if store.dtype() != T::DTYPE {
             return Err(RuntimeError::DTypeMismatch {
@@ -546,9 +564,12 @@ impl Runtime {
         if let Some(ch) = self.inner.shared.channel.get() {
             // Every rank reads the same stores in the same order: a collective.
             let inner = &self.inner;
-            crate::replicate::gather(ch, &store.root, rect, &inner.shared.counters, &mut |n| {
-                inner.wait_helping(&inner.shared.completion, || n.is_done())
-            })?;
+            let wait =
+                &mut |n: &Arc<Node>| inner.wait_helping(&inner.shared.completion, || n.is_done());
+            crate::replicate::gather(ch, &store.root, rect, to, &inner.shared.counters, wait)?;
+            if to.is_some_and(|r| r != ch.rank) {
+                return Ok(None);
+            }
         }
         let writers = store.root.meta().access.pending_writers(&rect);
         for w in writers {
@@ -576,7 +597,7 @@ impl Runtime {
                 std::slice::from_raw_parts(buf.base().add(start), len)
             });
         });
-        Ok(out)
+        Ok(Some(out))
     }
 
     /// Waits until every issued task has run. Fails only if analysing a task still in the window

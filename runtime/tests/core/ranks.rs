@@ -368,3 +368,34 @@ fn two_d_tilings_that_change_between_tasks_move_the_right_blocks() {
         }
     }
 }
+
+#[test]
+fn read_on_one_rank_gathers_to_that_rank_only() {
+    let got = all_ok(on_ranks(3, 1, |rt| {
+        rt.register("iota", |ctx| {
+            let mut x = ctx.write::<f64>(0);
+            for i in x.range() {
+                x.set_at(i, i as f64);
+            }
+        })?;
+        let x = rt.create(tessera_runtime::DType::F64, &[30])?;
+        rt.task("iota").write(&x).launch_domain(&[3]).submit()?;
+        rt.fence()?;
+        let before = rt.stats().bytes_sent;
+        let on_1 = rt.read_on::<f64>(&x, 1)?;
+        let sent = rt.stats().bytes_sent - before;
+        let bad = rt.read_on::<f64>(&x, 3).unwrap_err();
+        Ok((on_1, sent, bad, rt.read::<f64>(&x)?))
+    }));
+    let want: Vec<f64> = (0..30).map(|i| i as f64).collect();
+    for (rank, (on_1, sent, bad, all)) in got.into_iter().enumerate() {
+        assert_eq!(on_1, (rank == 1).then(|| want.clone()), "rank {rank}");
+        // Ranks 0 and 2 send their ten cells to rank 1 alone.
+        assert_eq!(sent, if rank == 1 { 0 } else { 80 }, "rank {rank}");
+        assert!(
+            matches!(bad, RuntimeError::BadRank { rank: 3, ranks: 3 }),
+            "{bad}"
+        );
+        assert_eq!(all, want, "rank {rank}");
+    }
+}
