@@ -38,6 +38,12 @@ impl Inner {
                 }
             }
         }
+        // Stores are allocated when a task using them is scheduled, on every rank alike, not
+        // by whichever point touches them first: fusion's temporaries test allocation, and
+        // that must be a function of the stream here.
+        for a in task.args.iter().filter(|a| !a.local) {
+            let _ = a.root.data();
+        }
         let mut extra = NodeList::new();
         // Transfers first, for every argument: a point's own accesses come after them.
         for (i, a) in task.args.iter().enumerate().filter(|(_, a)| !a.local) {
