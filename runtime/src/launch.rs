@@ -36,6 +36,9 @@ pub(crate) struct PointOut {
     pub pieces: Vec<(usize, Data)>,
     /// The point's contribution to each of the task's results (a fused task may have several).
     pub results: smallvec::SmallVec<[Option<Scalar>; 1]>,
+    /// Across ranks, on rank 0: the lengths a remote point emitted per unbound argument (its
+    /// pieces stay on its rank).
+    pub remote_lens: Vec<(usize, u64)>,
 }
 
 pub(crate) struct Launched {
@@ -256,7 +259,13 @@ fn run_finish(task: &Launched) {
                     fold(&a.root, rect, op, &data);
                 }
             }
-            Privilege::WriteUnbound => bind(&a.root, i, &mut outs),
+            Privilege::WriteUnbound => match &task.dist {
+                Some(d) => {
+                    let lens = crate::replicate::finish::piece_lens(&outs, i);
+                    crate::replicate::finish::bind_pieces(task, i, &lens, &mut outs, d);
+                }
+                None => bind(&a.root, i, &mut outs),
+            },
             _ => {}
         }
     }

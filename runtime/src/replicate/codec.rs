@@ -231,16 +231,21 @@ pub(crate) fn write_rect(
     Ok(())
 }
 
-/// A point's leftovers for the finish step, and whether the task failed on its rank.
+/// A point's leftovers for the finish step, and whether the task failed on its rank: its
+/// reduction buffers and results, and only the lengths of its unbound pieces (which stay on
+/// its rank).
 pub(crate) fn write_out(out: &PointOut, failure: Option<&str>) -> Vec<u8> {
     let mut w = Writer::default();
     w.status(failure);
-    for list in [&out.reduce, &out.pieces] {
-        w.u64(list.len() as u64);
-        for (arg, d) in list {
-            w.u64(*arg as u64);
-            w.data(d);
-        }
+    w.u64(out.reduce.len() as u64);
+    for (arg, d) in &out.reduce {
+        w.u64(*arg as u64);
+        w.data(d);
+    }
+    w.u64(out.pieces.len() as u64);
+    for (arg, d) in &out.pieces {
+        w.u64(*arg as u64);
+        w.u64(data_len(d) as u64);
     }
     w.u64(out.results.len() as u64);
     for r in &out.results {
@@ -258,11 +263,13 @@ pub(crate) fn write_out(out: &PointOut, failure: Option<&str>) -> Vec<u8> {
 pub(crate) fn read_out(r: &mut Reader<'_>) -> Result<(PointOut, Option<String>), RuntimeError> {
     let failure = r.status()?;
     let mut out = PointOut::default();
-    for list in [&mut out.reduce, &mut out.pieces] {
-        for _ in 0..r.u64()? {
-            let arg = r.u64()? as usize;
-            list.push((arg, r.data()?));
-        }
+    for _ in 0..r.u64()? {
+        let arg = r.u64()? as usize;
+        out.reduce.push((arg, r.data()?));
+    }
+    for _ in 0..r.u64()? {
+        let arg = r.u64()? as usize;
+        out.remote_lens.push((arg, r.u64()?));
     }
     for _ in 0..r.u64()? {
         let s = match r.u64()? {
@@ -272,4 +279,17 @@ pub(crate) fn read_out(r: &mut Reader<'_>) -> Result<(PointOut, Option<String>),
         out.results.push(s);
     }
     Ok((out, failure))
+}
+
+/// Copies `src` into `dst` from element `at` on (same element type).
+pub(crate) fn copy_into(dst: &Data, at: usize, src: &Data) {
+    let size = dst.dtype().size();
+    let n = data_len(src);
+    assert!(
+        src.dtype() == dst.dtype() && at + n <= data_len(dst),
+        "piece fits the store"
+    );
+    // SAFETY: `dst` is a store being bound by the finish step (no view of it exists yet) and
+    // `src` a point's private piece; the assert keeps the copy inside both.
+    unsafe { std::ptr::copy_nonoverlapping(data_ptr(src), data_ptr(dst).add(at * size), n * size) };
 }

@@ -399,3 +399,45 @@ fn read_on_one_rank_gathers_to_that_rank_only() {
         assert_eq!(all, want, "rank {rank}");
     }
 }
+
+#[test]
+fn unbound_outputs_get_their_extents_by_prefix_sum_and_their_pieces_stay_put() {
+    let got = all_ok(on_ranks(2, 1, |rt| {
+        rt.register("positives", |ctx| {
+            let s = ctx.read::<f64>(0);
+            let keep: Vec<f64> = s.as_slice().iter().copied().filter(|&v| v > 0.0).collect();
+            ctx.emit(1, keep);
+        })?;
+        rt.register("sum", |ctx| {
+            ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
+        })?;
+        let x = rt.from_vec(&[40], (0..40).map(|i| ((i * 7) % 5) as f64 - 2.0).collect())?;
+        let out = rt.create_unbound(tessera_runtime::DType::F64);
+        rt.task("positives")
+            .read(&x)
+            .write_unbound(&out)
+            .launch_domain(&[4])
+            .submit()?;
+        let shape = {
+            rt.fence()?;
+            out.shape()
+        };
+        let after_bind = rt.stats().bytes_sent;
+        // A later task reads the store through its own partition: parts move as it needs.
+        let sum = rt
+            .task("sum")
+            .read(&out)
+            .submit_reduce(ReduceOp::Sum)?
+            .get()?
+            .as_f64();
+        Ok((shape, after_bind, sum, rt.read::<f64>(&out)?))
+    }));
+    let x: Vec<f64> = (0..40).map(|i| ((i * 7) % 5) as f64 - 2.0).collect();
+    let want: Vec<f64> = x.iter().copied().filter(|&v| v > 0.0).collect();
+    for (rank, (shape, after_bind, sum, all)) in got.into_iter().enumerate() {
+        assert_eq!(shape, Some(vec![want.len()]), "rank {rank}");
+        assert_eq!(after_bind, 0, "rank {rank}: binding moved piece data");
+        assert_eq!(sum, want.iter().sum::<f64>(), "rank {rank}");
+        assert_eq!(all, want, "rank {rank}");
+    }
+}
