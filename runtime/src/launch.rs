@@ -91,6 +91,14 @@ impl Launched {
         }
     }
 
+    /// What every point left for the finish step, taken out.
+    pub(crate) fn take_outs(&self) -> Vec<PointOut> {
+        self.outs
+            .iter()
+            .map(|o| std::mem::take(&mut *o.lock().unwrap_or_else(|e| e.into_inner())))
+            .collect()
+    }
+
     /// Runs after the last point (or the finish step): poisons outputs of a failed task and
     /// drops the task's pending references.
     pub(crate) fn end(&self) {
@@ -242,11 +250,7 @@ fn finish_point(task: &Launched, point: usize, counters: &Counters) {
 /// Folds reductions (a summation tree per sub-store) and results in point order, binds unbound
 /// outputs, completes the future.
 fn run_finish(task: &Launched) {
-    let mut outs: Vec<PointOut> = task
-        .outs
-        .iter()
-        .map(|o| std::mem::take(&mut *o.lock().unwrap_or_else(|e| e.into_inner())))
-        .collect();
+    let mut outs = task.take_outs();
     let failed = task
         .failure
         .lock()

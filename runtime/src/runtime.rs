@@ -1186,9 +1186,7 @@ impl Inner {
                         .finish
                         .as_ref()
                         .expect("unbound outputs have a finish step");
-                    let all = Rect::new(&[0], &[usize::MAX]);
-                    meta.access.write(all, f, &mut finish_preds);
-                    meta.producer = Some(f.clone());
+                    binds(&mut meta, f, &mut finish_preds);
                 }
             }
         }
@@ -1309,6 +1307,14 @@ impl Built {
         all.extend(self.finish);
         all.into_iter()
     }
+}
+
+/// Records that finish node `f` binds an unbound store: it writes all of it and is the node
+/// later tasks wait for to know its extent.
+pub(crate) fn binds(meta: &mut crate::store::RootMeta, f: &Arc<Node>, preds: &mut Preds) {
+    let all = Rect::new(&[0], &[usize::MAX]);
+    meta.access.write(all, f, preds);
+    meta.producer = Some(f.clone());
 }
 
 /// The distinct rectangles of `rects`, in first-appearance order (a reduction's finish step

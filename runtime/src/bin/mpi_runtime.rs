@@ -51,7 +51,7 @@ fn check_stencil(comm: &Arc<ThreadedMpiComm>, kill: Option<usize>) -> Result<()>
             eprintln!("rank {} dies on purpose (--kill-rank)", comm.rank());
             std::process::abort();
         }
-        stencil::step(&rt, &cur, &next, n)?;
+        stencil::step(&rt, &cur, &next, n, None)?;
         std::mem::swap(&mut cur, &mut next);
     }
     rt.fence()?;

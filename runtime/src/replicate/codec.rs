@@ -118,63 +118,51 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Element types by their code in messages.
+const DTYPES: [DType; 7] = [
+    DType::F64,
+    DType::F32,
+    DType::I64,
+    DType::I32,
+    DType::U64,
+    DType::U32,
+    DType::Range,
+];
+
 fn dtype_code(d: DType) -> u64 {
-    [
-        DType::F64,
-        DType::F32,
-        DType::I64,
-        DType::I32,
-        DType::U64,
-        DType::U32,
-        DType::Range,
-    ]
-    .iter()
-    .position(|&x| x == d)
-    .expect("every dtype is listed") as u64
+    DTYPES
+        .iter()
+        .position(|&x| x == d)
+        .expect("every dtype is listed") as u64
 }
 
 fn dtype_of(c: u64) -> Option<DType> {
-    [
-        DType::F64,
-        DType::F32,
-        DType::I64,
-        DType::I32,
-        DType::U64,
-        DType::U32,
-        DType::Range,
-    ]
-    .get(c as usize)
-    .copied()
+    DTYPES.get(c as usize).copied()
+}
+
+/// The first cell of `d` as bytes, and its number of cells.
+fn raw(d: &Data) -> (*mut u8, usize) {
+    fn r<T: Element>(d: &Data) -> (*mut u8, usize) {
+        let b = T::buf(d).expect("dtype matches");
+        (b.base() as *mut u8, b.len())
+    }
+    match d.dtype() {
+        DType::F64 => r::<f64>(d),
+        DType::F32 => r::<f32>(d),
+        DType::I64 => r::<i64>(d),
+        DType::I32 => r::<i32>(d),
+        DType::U64 => r::<u64>(d),
+        DType::U32 => r::<u32>(d),
+        DType::Range => r::<PosRange>(d),
+    }
 }
 
 pub(crate) fn data_len(d: &Data) -> usize {
-    fn n<T: Element>(d: &Data) -> usize {
-        T::buf(d).expect("dtype matches").len()
-    }
-    match d.dtype() {
-        DType::F64 => n::<f64>(d),
-        DType::F32 => n::<f32>(d),
-        DType::I64 => n::<i64>(d),
-        DType::I32 => n::<i32>(d),
-        DType::U64 => n::<u64>(d),
-        DType::U32 => n::<u32>(d),
-        DType::Range => n::<PosRange>(d),
-    }
+    raw(d).1
 }
 
 fn data_ptr(d: &Data) -> *mut u8 {
-    fn p<T: Element>(d: &Data) -> *mut u8 {
-        T::buf(d).expect("dtype matches").base() as *mut u8
-    }
-    match d.dtype() {
-        DType::F64 => p::<f64>(d),
-        DType::F32 => p::<f32>(d),
-        DType::I64 => p::<i64>(d),
-        DType::I32 => p::<i32>(d),
-        DType::U64 => p::<u64>(d),
-        DType::U32 => p::<u32>(d),
-        DType::Range => p::<PosRange>(d),
-    }
+    raw(d).0
 }
 
 /// Appends the elements of `rect` of `root` (row-major) under a shared ledger borrow.

@@ -99,11 +99,7 @@ fn read(task: &Launched, r: &mut Reader<'_>) -> Result<(), RuntimeError> {
     if unbound.is_empty() {
         return Ok(());
     }
-    let mut outs: Vec<PointOut> = task
-        .outs
-        .iter()
-        .map(|o| std::mem::take(&mut *o.lock().unwrap_or_else(|e| e.into_inner())))
-        .collect();
+    let mut outs = task.take_outs();
     let dist = task
         .dist
         .as_ref()

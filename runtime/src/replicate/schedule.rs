@@ -8,7 +8,7 @@ use super::valid::ValidMap;
 use crate::analysis::Preds;
 use crate::graph::{Node, NodeList, Work};
 use crate::rect::Rect;
-use crate::runtime::{distinct, Inner, Plan};
+use crate::runtime::{binds, distinct, Inner, Plan};
 use crate::task::{Privilege, ScalarArg};
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
@@ -120,9 +120,7 @@ impl Inner {
                         .finish
                         .as_ref()
                         .expect("unbound outputs have a finish step");
-                    let all = Rect::new(&[0], &[usize::MAX]);
-                    meta.access.write(all, f, &mut finish_preds);
-                    meta.producer = Some(f.clone());
+                    binds(&mut meta, f, &mut finish_preds);
                 }
             }
             if let Some(valid) = meta.valid.as_mut() {

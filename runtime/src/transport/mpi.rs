@@ -19,14 +19,22 @@ pub struct MpiComm {
     shared_failure: Cell<bool>,
 }
 
+/// Rank `rank` of `world`, or an error naming the world's size.
+fn peer(
+    world: &SimpleCommunicator,
+    rank: usize,
+) -> Result<mpi::topology::Process<'_>, TransportError> {
+    let size = world.size() as usize;
+    if rank < size {
+        Ok(world.process_at_rank(rank as i32))
+    } else {
+        Err(TransportError::BadRank { rank, size })
+    }
+}
+
 impl MpiComm {
     fn peer(&self, rank: usize) -> Result<mpi::topology::Process<'_>, TransportError> {
-        let size = self.size();
-        if rank < size {
-            Ok(self.world.process_at_rank(rank as i32))
-        } else {
-            Err(TransportError::BadRank { rank, size })
-        }
+        peer(&self.world, rank)
     }
 
     /// Sends length + chunks with non-blocking sends, while receiving the matching message
@@ -175,12 +183,7 @@ unsafe impl Sync for ThreadedMpiComm {}
 
 impl ThreadedMpiComm {
     fn peer(&self, rank: usize) -> Result<mpi::topology::Process<'_>, TransportError> {
-        let size = self.size();
-        if rank < size {
-            Ok(self.world.process_at_rank(rank as i32))
-        } else {
-            Err(TransportError::BadRank { rank, size })
-        }
+        peer(&self.world, rank)
     }
 
     /// Completes the sends that have finished and frees their buffers.

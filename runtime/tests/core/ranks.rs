@@ -39,42 +39,17 @@ fn all_ok<T>(v: Vec<Result<T>>) -> Vec<T> {
         .collect()
 }
 
-fn register_stencil(rt: &Runtime) -> Result<()> {
-    rt.register("stencil3", |ctx| {
-        let mut out = ctx.write::<f64>(0);
-        let (l, c, r) = (ctx.read::<f64>(1), ctx.read::<f64>(2), ctx.read::<f64>(3));
-        for i in out.range() {
-            out.set_at(i, (l.at(i) + c.at(i) + r.at(i)) / 3.0);
-        }
-    })
-}
-
 const POINTS: usize = 8;
 
 /// `steps` steps of a three-point stencil over `n` interior cells in `POINTS` tiles; the
 /// final values and this rank's statistics before the read.
 fn stencil(rt: &Runtime, n: usize, steps: usize) -> Result<(Vec<f64>, Stats)> {
-    register_stencil(rt)?;
-    let init: Vec<f64> = (0..n + 2).map(|i| ((i * 7) % 11) as f64).collect();
-    let mut cur = rt.from_vec(&[n + 2], init.clone())?;
-    let mut next = rt.from_vec(&[n + 2], init)?;
+    use crate::sparse::stencil;
+    stencil::register(rt)?;
+    let mut cur = rt.from_vec(&[n + 2], stencil::initial(n))?;
+    let mut next = rt.from_vec(&[n + 2], stencil::initial(n))?;
     for _ in 0..steps {
-        let out = next.slice(0, 1..n + 1)?;
-        let (l, c, r) = (
-            cur.slice(0, 0..n)?,
-            cur.slice(0, 1..n + 1)?,
-            cur.slice(0, 2..n + 2)?,
-        );
-        rt.task("stencil3")
-            .write(&out)
-            .read(&l)
-            .read(&c)
-            .read(&r)
-            .align(&out, &l)
-            .align(&out, &c)
-            .align(&out, &r)
-            .launch_domain(&[POINTS])
-            .submit()?;
+        stencil::step(rt, &cur, &next, n, Some(POINTS))?;
         std::mem::swap(&mut cur, &mut next);
     }
     rt.fence()?;
@@ -305,18 +280,6 @@ fn a_banded_spmv_moves_only_the_x_cells_its_image_reaches_across_ranks() {
     }
 }
 
-/// Every cell of `r`, row-major.
-fn cells(r: &tessera_runtime::Rect) -> Vec<Vec<usize>> {
-    let mut out = vec![vec![]];
-    for d in 0..r.dim() {
-        out = out
-            .into_iter()
-            .flat_map(|p| (r.lo()[d]..r.hi()[d]).map(move |c| [p.clone(), vec![c]].concat()))
-            .collect();
-    }
-    out
-}
-
 #[test]
 fn two_d_tilings_that_change_between_tasks_move_the_right_blocks() {
     use tessera_runtime::Cut;
@@ -324,7 +287,7 @@ fn two_d_tilings_that_change_between_tasks_move_the_right_blocks() {
         rt.register("mark", |ctx| {
             let mut m = ctx.write::<f64>(0);
             let id = ctx.linear_point() as f64 + 1.0;
-            for p in cells(&m.rect()) {
+            for p in crate::cells(&m.rect()) {
                 let v = m.get(&p);
                 m.set(&p, 2.0 * v + id + (p[0] * 100 + p[1]) as f64);
             }
