@@ -15,6 +15,16 @@ fn on_ranks<T: Send + 'static>(
     threads: usize,
     f: impl Fn(&Runtime) -> Result<T> + Send + Sync + 'static,
 ) -> Vec<Result<T>> {
+    on_ranks_checked(ranks, threads, true, f)
+}
+
+/// [`on_ranks`] with the agreement check on or off.
+fn on_ranks_checked<T: Send + 'static>(
+    ranks: usize,
+    threads: usize,
+    agreement: bool,
+    f: impl Fn(&Runtime) -> Result<T> + Send + Sync + 'static,
+) -> Vec<Result<T>> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let out = run_ranks(ranks, |comm: &ThreadComm| {
@@ -22,7 +32,7 @@ fn on_ranks<T: Send + 'static>(
                 .threads(threads)
                 .min_piece_size(1)
                 .communicator(Arc::new(comm.clone()))
-                .agreement_check(true)
+                .agreement_check(agreement)
                 .try_build()?;
             f(&rt)
         });
@@ -402,5 +412,52 @@ fn unbound_outputs_get_their_extents_by_prefix_sum_and_their_pieces_stay_put() {
         assert_eq!(after_bind, 0, "rank {rank}: binding moved piece data");
         assert_eq!(sum, want.iter().sum::<f64>(), "rank {rank}");
         assert_eq!(all, want, "rank {rank}");
+    }
+}
+
+/// Rank 1 stops after the first task (with `Ok` or with an error); rank 0 goes on to a task
+/// that needs rank 1's part of `x`, and must end with an error, not wait forever. (The
+/// agreement check would stop rank 0 at once; off, the receive itself must give up.)
+fn rank_1_stops_early(fail: bool) -> Vec<Result<Vec<f64>>> {
+    on_ranks_checked(2, 1, false, move |rt| {
+        rt.register("iota", |ctx| {
+            let mut x = ctx.write::<f64>(0);
+            for i in x.range() {
+                x.set_at(i, i as f64);
+            }
+        })?;
+        register_copy(rt)?;
+        let x = rt.create(tessera_runtime::DType::F64, &[20])?;
+        let y = rt.create(tessera_runtime::DType::F64, &[20])?;
+        rt.task("iota").write(&x).launch_domain(&[2]).submit()?;
+        if rt.rank() == 1 {
+            rt.fence()?;
+            return if fail {
+                Err(RuntimeError::Transport("rank 1 gives up".into()))
+            } else {
+                Ok(vec![])
+            };
+        }
+        rt.task("tessera.copy")
+            .read(&x)
+            .write(&y)
+            .align(&x, &y)
+            .launch_domain(&[1])
+            .submit()?;
+        rt.read::<f64>(&y)
+    })
+}
+
+#[test]
+fn a_rank_that_stops_early_ends_the_others_with_an_error() {
+    for fail in [true, false] {
+        let got = rank_1_stops_early(fail);
+        let e = got[0]
+            .as_ref()
+            .expect_err("rank 0 cannot finish without rank 1");
+        assert!(
+            e.to_string().contains("rank 1"),
+            "fail = {fail}: the error names rank 1: {e}"
+        );
     }
 }
