@@ -324,11 +324,18 @@ impl RuntimeBuilder {
                 inner.pool.spawner(),
             ));
             let _ = inner.shared.channel.set(ch.clone());
-            let handle = std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name(format!("tessera-comm-{rank}"))
-                .spawn(move || ch.run())
-                .map_err(|e| RuntimeError::Transport(format!("communication thread: {e}")))?;
-            *inner.comm_thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+                .spawn(move || ch.run());
+            match spawned {
+                Ok(h) => *inner.comm_thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h),
+                Err(e) => {
+                    inner.pool.shutdown();
+                    return Err(RuntimeError::Transport(format!(
+                        "communication thread: {e}"
+                    )));
+                }
+            }
         }
         let rt = Runtime {
             inner: Arc::new(inner),
