@@ -10,7 +10,6 @@ mod sparse;
 
 use sparse::{cg, Csr, HostCsr};
 use std::process::ExitCode;
-use tessera_runtime::Runtime;
 
 fn main() -> ExitCode {
     sparse::example_main(&[48, 4, 1], |a| {
@@ -19,11 +18,7 @@ fn main() -> ExitCode {
 }
 
 fn run(k: usize, threads: usize, comm: Option<ranks::Comm>) -> tessera_runtime::Result<bool> {
-    let mut b = Runtime::builder().threads(threads).min_piece_size(64);
-    if let Some(c) = comm {
-        b = b.communicator(c);
-    }
-    let rt = b.try_build()?;
+    let rt = ranks::runtime(threads, 64, comm)?;
     cg::register(&rt)?;
     let host = HostCsr::laplacian_2d(k);
     let b: Vec<f64> = (0..host.rows).map(|i| 1.0 + (i % 5) as f64).collect();

@@ -10,7 +10,6 @@ mod sparse;
 
 use sparse::{Csr, HostCsr};
 use std::process::ExitCode;
-use tessera_runtime::Runtime;
 
 fn main() -> ExitCode {
     sparse::example_main(&[64, 4, 1], |a| {
@@ -19,11 +18,7 @@ fn main() -> ExitCode {
 }
 
 fn run(k: usize, threads: usize, comm: Option<ranks::Comm>) -> tessera_runtime::Result<bool> {
-    let mut b = Runtime::builder().threads(threads).min_piece_size(64);
-    if let Some(c) = comm {
-        b = b.communicator(c);
-    }
-    let rt = b.try_build()?;
+    let rt = ranks::runtime(threads, 64, comm)?;
     sparse::register_spmv(&rt)?;
     let host = HostCsr::laplacian_2d(k);
     let a = Csr::upload(&rt, &host)?;

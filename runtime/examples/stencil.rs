@@ -12,7 +12,7 @@ mod sparse;
 
 use sparse::stencil::{register, run as run_steps, sequential};
 use std::process::ExitCode;
-use tessera_runtime::{Result, Runtime};
+use tessera_runtime::Result;
 
 fn main() -> ExitCode {
     sparse::example_main(&[10_000, 100, 4, 1], |a| {
@@ -21,11 +21,7 @@ fn main() -> ExitCode {
 }
 
 fn run(n: usize, steps: usize, threads: usize, comm: Option<ranks::Comm>) -> Result<bool> {
-    let mut b = Runtime::builder().threads(threads).min_piece_size(256);
-    if let Some(c) = comm {
-        b = b.communicator(c);
-    }
-    let rt = b.try_build()?;
+    let rt = ranks::runtime(threads, 256, comm)?;
     register(&rt)?;
     let got = run_steps(&rt, n, steps)?;
     let ok = got == sequential(n, steps);

@@ -1182,18 +1182,8 @@ impl Inner {
                 Privilege::Write | Privilege::ReadWrite => {
                     per_point.for_each(|((p, r), pr)| meta.access.write(*r, p, pr));
                 }
-                Privilege::Reduce(_) => {
-                    let f = b.finish.as_ref().expect("reductions have a finish step");
-                    for r in distinct(&a.rects) {
-                        meta.access.write(r, f, &mut finish_preds);
-                    }
-                }
-                Privilege::WriteUnbound => {
-                    let f = b
-                        .finish
-                        .as_ref()
-                        .expect("unbound outputs have a finish step");
-                    binds(&mut meta, f, &mut finish_preds);
+                Privilege::Reduce(_) | Privilege::WriteUnbound => {
+                    b.finish_access(a, &mut meta, &mut finish_preds)
                 }
             }
         }
@@ -1301,6 +1291,29 @@ pub(crate) struct Built {
 }
 
 impl Built {
+    /// Records the finish step's access of argument `a`: it writes each distinct sub-store
+    /// of a reduction (folding), and all of an unbound store, whose extent later tasks wait
+    /// for (it is the store's producer).
+    pub(crate) fn finish_access(
+        &self,
+        a: &LaunchArg,
+        meta: &mut crate::store::RootMeta,
+        preds: &mut Preds,
+    ) {
+        let f = self
+            .finish
+            .as_ref()
+            .expect("reductions and unbound outputs have a finish step");
+        if a.privilege == Privilege::WriteUnbound {
+            meta.access.write(Rect::new(&[0], &[usize::MAX]), f, preds);
+            meta.producer = Some(f.clone());
+        } else {
+            for r in distinct(&a.rects) {
+                meta.access.write(r, f, preds);
+            }
+        }
+    }
+
     /// Orders the finish step after the points, makes it the producer of the task's futures,
     /// and returns every node, points first.
     pub(crate) fn link_finish(self) -> impl ExactSizeIterator<Item = Arc<Node>> {
@@ -1314,14 +1327,6 @@ impl Built {
         all.extend(self.finish);
         all.into_iter()
     }
-}
-
-/// Records that finish node `f` binds an unbound store: it writes all of it and is the node
-/// later tasks wait for to know its extent.
-pub(crate) fn binds(meta: &mut crate::store::RootMeta, f: &Arc<Node>, preds: &mut Preds) {
-    let all = Rect::new(&[0], &[usize::MAX]);
-    meta.access.write(all, f, preds);
-    meta.producer = Some(f.clone());
 }
 
 /// The distinct rectangles of `rects`, in first-appearance order (a reduction's finish step

@@ -2,7 +2,7 @@
 //! `mpirun` (built with the `mpi` feature). Shared by the `stencil` and `cg` examples (not by
 //! the tests and benches that include `sparse/`, which are built without the feature).
 
-use tessera_runtime::Result;
+use tessera_runtime::{Result, Runtime};
 
 /// A communicator a runtime can run across ranks on.
 pub type Comm = std::sync::Arc<dyn tessera_runtime::transport::Communicator + Send + Sync>;
@@ -25,4 +25,16 @@ pub fn on_ranks(ranks: usize, run: impl Fn(Option<Comm>) -> Result<bool> + Sync)
     let all =
         tessera_runtime::transport::run_ranks(ranks, |c| run(Some(std::sync::Arc::new(c.clone()))));
     all.into_iter().try_fold(true, |ok, r| Ok(ok & r?))
+}
+
+/// A runtime of `threads` processors per rank, pieces of at least `min_piece` elements, on
+/// `comm` (one rank without).
+pub fn runtime(threads: usize, min_piece: usize, comm: Option<Comm>) -> Result<Runtime> {
+    let mut b = Runtime::builder()
+        .threads(threads)
+        .min_piece_size(min_piece);
+    if let Some(c) = comm {
+        b = b.communicator(c);
+    }
+    b.try_build()
 }

@@ -8,7 +8,7 @@ use super::valid::ValidMap;
 use crate::analysis::Preds;
 use crate::graph::{Node, NodeList, Work};
 use crate::rect::Rect;
-use crate::runtime::{binds, distinct, Inner, Plan};
+use crate::runtime::{distinct, Inner, Plan};
 use crate::task::{Privilege, ScalarArg};
 use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
@@ -108,19 +108,10 @@ impl Inner {
                 Privilege::Write | Privilege::ReadWrite => {
                     per_point.for_each(|((node, &p), pr)| meta.access.write(a.rects[p], node, pr))
                 }
-                Privilege::Reduce(_) if me == 0 => {
-                    let f = b.finish.as_ref().expect("reductions have a finish step");
-                    for r in distinct(&a.rects) {
-                        meta.access.write(r, f, &mut finish_preds);
-                    }
-                }
-                Privilege::Reduce(_) => {}
-                Privilege::WriteUnbound => {
-                    let f = b
-                        .finish
-                        .as_ref()
-                        .expect("unbound outputs have a finish step");
-                    binds(&mut meta, f, &mut finish_preds);
+                // Only rank 0 folds into its copy.
+                Privilege::Reduce(_) if me != 0 => {}
+                Privilege::Reduce(_) | Privilege::WriteUnbound => {
+                    b.finish_access(a, &mut meta, &mut finish_preds)
                 }
             }
             if let Some(valid) = meta.valid.as_mut() {
