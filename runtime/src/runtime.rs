@@ -864,9 +864,12 @@ impl Inner {
     /// Solves and launches one task without passing it through the window.
     fn analyze_now(&self, front: &mut Front, t: Issued) -> Result<()> {
         let t0 = Instant::now();
-        let r = self.solve(front, t).map(|ready| {
+        let r = self.solve(front, t).and_then(|ready| {
             Counters::add(&self.shared.counters.tasks_launched, 1);
-            self.launch(front.tracing.as_mut(), Plan::single(ready));
+            let plan = Plan::single(ready);
+            self.agree_launch(&plan)?;
+            self.launch(front.tracing.as_mut(), plan);
+            Ok(())
         });
         Counters::add(
             &self.shared.counters.analysis_ns,
@@ -886,7 +889,11 @@ impl Inner {
                 break;
             }
             let t0 = Instant::now();
-            self.launch_prefix(front);
+            if let Err(e) = self.launch_prefix(front) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
             Counters::add(
                 &self.shared.counters.analysis_ns,
                 t0.elapsed().as_nanos() as u64,
@@ -930,7 +937,7 @@ impl Inner {
 
     /// Launches the longest fusible prefix of the solved tasks: one fused task, or the first
     /// task alone.
-    fn launch_prefix(&self, front: &mut Front) {
+    fn launch_prefix(&self, front: &mut Front) -> Result<()> {
         let counters = &self.shared.counters;
         let (n, shape) = self.decide(front);
         let mut prefix: Vec<Ready> = front.window.ready.drain(..n).collect();
@@ -965,7 +972,9 @@ impl Inner {
                 }
             }
         };
+        self.agree_launch(&plan)?;
         self.launch(front.tracing.as_mut(), plan);
+        Ok(())
     }
 
     /// How many solved tasks to fuse, and the fused task's shape (`None`: launch one task as
@@ -1150,6 +1159,33 @@ impl Inner {
         }
         let seq = ch.solved.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         crate::replicate::agree(ch, task, seq, h.finish())
+    }
+
+    /// Across ranks with the agreement check on: every rank must launch the same task next
+    /// (fused or not: window and fusion decisions too), or their transfers would never meet.
+    /// A task that fails the check is not launched, on any rank; its futures get the error.
+    fn agree_launch(&self, plan: &Plan) -> Result<()> {
+        let Some(ch) = self.shared.channel.get().filter(|c| c.agreement) else {
+            return Ok(());
+        };
+        use std::hash::{Hash, Hasher};
+        let mut h = rustc_hash::FxHasher::default();
+        (&*plan.name, plan.token, plan.domain.len()).hash(&mut h);
+        for a in &plan.args {
+            (a.root.id, a.privilege, a.local).hash(&mut h);
+            for r in a.rects.iter() {
+                r.lo().hash(&mut h);
+                r.hi().hash(&mut h);
+            }
+        }
+        let seq = ch.seq.load(std::sync::atomic::Ordering::Relaxed);
+        let r = crate::replicate::agree(ch, &plan.name, seq, h.finish());
+        if let Err(e) = &r {
+            for (_, cell) in &plan.results {
+                let _ = cell.value.set(Err(e.clone()));
+            }
+        }
+        r
     }
 
     /// Builds the point (and finish) nodes, adds their dependences, and hands ready ones to the

@@ -6,7 +6,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_runtime::transport::{run_ranks, Communicator, ThreadComm};
-use tessera_runtime::{ReduceOp, Result, Runtime, RuntimeError, Stats};
+use tessera_runtime::{ReduceOp, Result, Runtime, RuntimeBuilder, RuntimeError, Stats};
 
 /// `f` on `ranks` thread ranks, each with a runtime of `threads` processors; every rank's
 /// result. Fails the test if the job does not end within a minute (a hang).
@@ -25,15 +25,24 @@ fn on_ranks_checked<T: Send + 'static>(
     agreement: bool,
     f: impl Fn(&Runtime) -> Result<T> + Send + Sync + 'static,
 ) -> Vec<Result<T>> {
+    let configure =
+        move |b: RuntimeBuilder, _rank: usize| b.threads(threads).agreement_check(agreement);
+    on_ranks_with(ranks, configure, f)
+}
+
+/// [`on_ranks`] with each rank's builder options set by `configure(builder, rank)`.
+fn on_ranks_with<T: Send + 'static>(
+    ranks: usize,
+    configure: impl Fn(RuntimeBuilder, usize) -> RuntimeBuilder + Send + Sync + 'static,
+    f: impl Fn(&Runtime) -> Result<T> + Send + Sync + 'static,
+) -> Vec<Result<T>> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let out = run_ranks(ranks, |comm: &ThreadComm| {
-            let rt = Runtime::builder()
-                .threads(threads)
+            let b = Runtime::builder()
                 .min_piece_size(1)
-                .communicator(Arc::new(comm.clone()))
-                .agreement_check(agreement)
-                .try_build()?;
+                .communicator(Arc::new(comm.clone()));
+            let rt = configure(b, comm.rank()).try_build()?;
             f(&rt)
         });
         let _ = tx.send(out);
@@ -459,5 +468,39 @@ fn a_rank_that_stops_early_ends_the_others_with_an_error() {
             e.to_string().contains("rank 1"),
             "fail = {fail}: the error names rank 1: {e}"
         );
+    }
+}
+
+#[test]
+fn ranks_that_fuse_differently_are_caught_before_their_transfers_miss() {
+    // Rank 1 buffers four tasks and fuses them; rank 0 launches each at once. Every task
+    // solves alike, so only the launch check sees it (without it this stream happens to
+    // come out right, but the ranks' task sequence numbers, and so the keys of any later
+    // transfer, no longer match).
+    let configure = |b: RuntimeBuilder, rank: usize| {
+        b.threads(1)
+            .agreement_check(true)
+            .window_size(if rank == 0 { 1 } else { 4 })
+    };
+    let got = on_ranks_with(2, configure, |rt| {
+        rt.register_elementwise::<f64>("inc", |c: &mut tessera_runtime::Chunk<'_, f64>| {
+            let (ins, outs) = c.split();
+            for (o, i) in outs[0].iter_mut().zip(ins[0].iter()) {
+                *o = i + 1.0;
+            }
+        })?;
+        let mut x = rt.from_vec(&[64], vec![0.0; 64])?;
+        for _ in 0..3 {
+            let y = rt.create(tessera_runtime::DType::F64, &[64])?;
+            rt.task("inc").read(&x).write(&y).align(&x, &y).submit()?;
+            x = y;
+        }
+        rt.read::<f64>(&x)
+    });
+    for (rank, r) in got.into_iter().enumerate() {
+        match r {
+            Err(RuntimeError::RanksDisagree { .. }) => {}
+            other => panic!("rank {rank}: expected a disagreement, got {other:?}"),
+        }
     }
 }
