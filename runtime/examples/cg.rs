@@ -5,24 +5,20 @@
 //! rank (4)] [thread ranks (1)]`; under `mpirun` (built with `--features mpi`) every process is
 //! one rank.
 
+mod ranks;
 mod sparse;
 
 use sparse::{cg, Csr, HostCsr};
 use std::process::ExitCode;
-use tessera_runtime::Runtime;
 
 fn main() -> ExitCode {
     sparse::example_main(&[48, 4, 1], |a| {
-        sparse::on_ranks(a[2], |comm| run(a[0], a[1], comm))
+        ranks::on_ranks(a[2], |comm| run(a[0], a[1], comm))
     })
 }
 
-fn run(k: usize, threads: usize, comm: Option<sparse::Comm>) -> tessera_runtime::Result<bool> {
-    let mut b = Runtime::builder().threads(threads).min_piece_size(64);
-    if let Some(c) = comm {
-        b = b.communicator(c);
-    }
-    let rt = b.try_build()?;
+fn run(k: usize, threads: usize, comm: Option<ranks::Comm>) -> tessera_runtime::Result<bool> {
+    let rt = ranks::runtime(threads, 64, comm)?;
     cg::register(&rt)?;
     let host = HostCsr::laplacian_2d(k);
     let b: Vec<f64> = (0..host.rows).map(|i| 1.0 + (i % 5) as f64).collect();

@@ -1,23 +1,24 @@
 //! CSR SpMV exactly as thesis Figure 7.2: `align(y, pos)`, `image(pos → crd, vals)`,
 //! `image(crd → x)`. Checks the result against a sequential SpMV.
 //!
-//! Usage: `cargo run -p tessera-runtime --example spmv -- [grid side k (default 64)] [threads]`
+//! Usage: `cargo run -p tessera-runtime --example spmv -- [grid side k (default 64)] [threads
+//! per rank (4)] [thread ranks (1)]`; under `mpirun` (built with `--features mpi`) every process
+//! is one rank.
 
+mod ranks;
 mod sparse;
 
 use sparse::{Csr, HostCsr};
 use std::process::ExitCode;
-use tessera_runtime::Runtime;
 
 fn main() -> ExitCode {
-    sparse::example_main(&[64, 4], |a| run(a[0], a[1]))
+    sparse::example_main(&[64, 4, 1], |a| {
+        ranks::on_ranks(a[2], |comm| run(a[0], a[1], comm))
+    })
 }
 
-fn run(k: usize, threads: usize) -> tessera_runtime::Result<bool> {
-    let rt = Runtime::builder()
-        .threads(threads)
-        .min_piece_size(64)
-        .build();
+fn run(k: usize, threads: usize, comm: Option<ranks::Comm>) -> tessera_runtime::Result<bool> {
+    let rt = ranks::runtime(threads, 64, comm)?;
     sparse::register_spmv(&rt)?;
     let host = HostCsr::laplacian_2d(k);
     let a = Csr::upload(&rt, &host)?;
@@ -29,11 +30,13 @@ fn run(k: usize, threads: usize) -> tessera_runtime::Result<bool> {
     let ok = got == want;
     let s = rt.stats();
     println!(
-        "spmv {}x{} ({} nonzeros) on {} threads: {} (tasks {}, partitions created {}, reused {})",
+        "spmv {}x{} ({} nonzeros) on {} threads, rank {} of {}: {} (tasks {}, partitions created {}, reused {}, bytes sent {})",
         host.rows,
         host.cols,
         host.vals.len(),
         threads,
+        rt.rank(),
+        rt.ranks(),
         if ok {
             "matches the sequential SpMV"
         } else {
@@ -41,7 +44,8 @@ fn run(k: usize, threads: usize) -> tessera_runtime::Result<bool> {
         },
         s.tasks_issued,
         s.partitions_created,
-        s.partitions_reused
+        s.partitions_reused,
+        s.bytes_sent
     );
     Ok(ok)
 }

@@ -7,24 +7,21 @@
 //! [threads per rank (4)] [thread ranks (1)]`; under `mpirun` (built with `--features mpi`)
 //! every process is one rank.
 
+mod ranks;
 mod sparse;
 
 use sparse::stencil::{register, run as run_steps, sequential};
 use std::process::ExitCode;
-use tessera_runtime::{Result, Runtime};
+use tessera_runtime::Result;
 
 fn main() -> ExitCode {
     sparse::example_main(&[10_000, 100, 4, 1], |a| {
-        sparse::on_ranks(a[3], |comm| run(a[0], a[1], a[2], comm))
+        ranks::on_ranks(a[3], |comm| run(a[0], a[1], a[2], comm))
     })
 }
 
-fn run(n: usize, steps: usize, threads: usize, comm: Option<sparse::Comm>) -> Result<bool> {
-    let mut b = Runtime::builder().threads(threads).min_piece_size(256);
-    if let Some(c) = comm {
-        b = b.communicator(c);
-    }
-    let rt = b.try_build()?;
+fn run(n: usize, steps: usize, threads: usize, comm: Option<ranks::Comm>) -> Result<bool> {
+    let rt = ranks::runtime(threads, 256, comm)?;
     register(&rt)?;
     let got = run_steps(&rt, n, steps)?;
     let ok = got == sequential(n, steps);

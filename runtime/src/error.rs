@@ -140,6 +140,8 @@ pub enum RuntimeError {
         seq: u64,
         hashes: Vec<u64>,
     },
+    #[error("rank {rank} is not one of the {ranks} ranks")]
+    BadRank { rank: usize, ranks: usize },
     #[error("across ranks: {0}")]
     Transport(String),
     #[error("store#{store} is unbound: its extent is not known until the task writing it runs")]

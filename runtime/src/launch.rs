@@ -36,6 +36,9 @@ pub(crate) struct PointOut {
     pub pieces: Vec<(usize, Data)>,
     /// The point's contribution to each of the task's results (a fused task may have several).
     pub results: smallvec::SmallVec<[Option<Scalar>; 1]>,
+    /// Across ranks, on rank 0: the lengths a remote point emitted per unbound argument (its
+    /// pieces stay on its rank).
+    pub remote_lens: Vec<(usize, u64)>,
 }
 
 pub(crate) struct Launched {
@@ -86,6 +89,14 @@ impl Launched {
         if f.is_none() {
             *f = Some(err);
         }
+    }
+
+    /// What every point left for the finish step, taken out.
+    pub(crate) fn take_outs(&self) -> Vec<PointOut> {
+        self.outs
+            .iter()
+            .map(|o| std::mem::take(&mut *o.lock().unwrap_or_else(|e| e.into_inner())))
+            .collect()
     }
 
     /// Runs after the last point (or the finish step): poisons outputs of a failed task and
@@ -239,11 +250,7 @@ fn finish_point(task: &Launched, point: usize, counters: &Counters) {
 /// Folds reductions (a summation tree per sub-store) and results in point order, binds unbound
 /// outputs, completes the future.
 fn run_finish(task: &Launched) {
-    let mut outs: Vec<PointOut> = task
-        .outs
-        .iter()
-        .map(|o| std::mem::take(&mut *o.lock().unwrap_or_else(|e| e.into_inner())))
-        .collect();
+    let mut outs = task.take_outs();
     let failed = task
         .failure
         .lock()
@@ -256,7 +263,13 @@ fn run_finish(task: &Launched) {
                     fold(&a.root, rect, op, &data);
                 }
             }
-            Privilege::WriteUnbound => bind(&a.root, i, &mut outs),
+            Privilege::WriteUnbound => match &task.dist {
+                Some(d) => {
+                    let lens = crate::replicate::finish::piece_lens(&outs, i);
+                    crate::replicate::finish::bind_pieces(task, i, &lens, &mut outs, d);
+                }
+                None => bind(&a.root, i, &mut outs),
+            },
             _ => {}
         }
     }

@@ -324,11 +324,18 @@ impl RuntimeBuilder {
                 inner.pool.spawner(),
             ));
             let _ = inner.shared.channel.set(ch.clone());
-            let handle = std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name(format!("tessera-comm-{rank}"))
-                .spawn(move || ch.run())
-                .map_err(|e| RuntimeError::Transport(format!("communication thread: {e}")))?;
-            *inner.comm_thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(handle);
+                .spawn(move || ch.run());
+            match spawned {
+                Ok(h) => *inner.comm_thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(h),
+                Err(e) => {
+                    inner.pool.shutdown();
+                    return Err(RuntimeError::Transport(format!(
+                        "communication thread: {e}"
+                    )));
+                }
+            }
         }
         let rt = Runtime {
             inner: Arc::new(inner),
@@ -531,7 +538,25 @@ impl Runtime {
     }
 
     /// Waits for the tasks writing `store` and copies its elements out (row-major).
+    ///
+    /// Across ranks this is a collective (every rank reads the same stores in the same
+    /// order) and every rank gets the same values.
     pub fn read<T: Element>(&self, store: &Store) -> Result<Vec<T>> {
+        self.read_to(store, None)
+            .map(|v| v.expect("every rank receives"))
+    }
+
+    /// [`Runtime::read`] whose values only rank `root` receives (`None` on the others): no
+    /// other rank gathers the store. On one rank, `root` must be 0.
+    pub fn read_on<T: Element>(&self, store: &Store, root: usize) -> Result<Option<Vec<T>>> {
+        let ranks = self.ranks();
+        if root >= ranks {
+            return Err(RuntimeError::BadRank { rank: root, ranks });
+        }
+        self.read_to(store, Some(root))
+    }
+
+    fn read_to<T: Element>(&self, store: &Store, to: Option<usize>) -> Result<Option<Vec<T>>> {
         self.check_store(store)?;
         if store.dtype() != T::DTYPE {
             return Err(RuntimeError::DTypeMismatch {
@@ -546,9 +571,12 @@ impl Runtime {
         if let Some(ch) = self.inner.shared.channel.get() {
             // Every rank reads the same stores in the same order: a collective.
             let inner = &self.inner;
-            crate::replicate::gather(ch, &store.root, rect, &inner.shared.counters, &mut |n| {
-                inner.wait_helping(&inner.shared.completion, || n.is_done())
-            })?;
+            let wait =
+                &mut |n: &Arc<Node>| inner.wait_helping(&inner.shared.completion, || n.is_done());
+            crate::replicate::gather(ch, &store.root, rect, to, &inner.shared.counters, wait)?;
+            if to.is_some_and(|r| r != ch.rank) {
+                return Ok(None);
+            }
         }
         let writers = store.root.meta().access.pending_writers(&rect);
         for w in writers {
@@ -576,7 +604,7 @@ impl Runtime {
                 std::slice::from_raw_parts(buf.base().add(start), len)
             });
         });
-        Ok(out)
+        Ok(Some(out))
     }
 
     /// Waits until every issued task has run. Fails only if analysing a task still in the window
@@ -836,9 +864,12 @@ impl Inner {
     /// Solves and launches one task without passing it through the window.
     fn analyze_now(&self, front: &mut Front, t: Issued) -> Result<()> {
         let t0 = Instant::now();
-        let r = self.solve(front, t).map(|ready| {
+        let r = self.solve(front, t).and_then(|ready| {
             Counters::add(&self.shared.counters.tasks_launched, 1);
-            self.launch(front.tracing.as_mut(), Plan::single(ready));
+            let plan = Plan::single(ready);
+            self.agree_launch(&plan)?;
+            self.launch(front.tracing.as_mut(), plan);
+            Ok(())
         });
         Counters::add(
             &self.shared.counters.analysis_ns,
@@ -858,7 +889,11 @@ impl Inner {
                 break;
             }
             let t0 = Instant::now();
-            self.launch_prefix(front);
+            if let Err(e) = self.launch_prefix(front) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
             Counters::add(
                 &self.shared.counters.analysis_ns,
                 t0.elapsed().as_nanos() as u64,
@@ -902,7 +937,7 @@ impl Inner {
 
     /// Launches the longest fusible prefix of the solved tasks: one fused task, or the first
     /// task alone.
-    fn launch_prefix(&self, front: &mut Front) {
+    fn launch_prefix(&self, front: &mut Front) -> Result<()> {
         let counters = &self.shared.counters;
         let (n, shape) = self.decide(front);
         let mut prefix: Vec<Ready> = front.window.ready.drain(..n).collect();
@@ -937,7 +972,9 @@ impl Inner {
                 }
             }
         };
+        self.agree_launch(&plan)?;
         self.launch(front.tracing.as_mut(), plan);
+        Ok(())
     }
 
     /// How many solved tasks to fuse, and the fused task's shape (`None`: launch one task as
@@ -1124,6 +1161,33 @@ impl Inner {
         crate::replicate::agree(ch, task, seq, h.finish())
     }
 
+    /// Across ranks with the agreement check on: every rank must launch the same task next
+    /// (fused or not: window and fusion decisions too), or their transfers would never meet.
+    /// A task that fails the check is not launched, on any rank; its futures get the error.
+    fn agree_launch(&self, plan: &Plan) -> Result<()> {
+        let Some(ch) = self.shared.channel.get().filter(|c| c.agreement) else {
+            return Ok(());
+        };
+        use std::hash::{Hash, Hasher};
+        let mut h = rustc_hash::FxHasher::default();
+        (&*plan.name, plan.token, plan.domain.len()).hash(&mut h);
+        for a in &plan.args {
+            (a.root.id, a.privilege, a.local).hash(&mut h);
+            for r in a.rects.iter() {
+                r.lo().hash(&mut h);
+                r.hi().hash(&mut h);
+            }
+        }
+        let seq = ch.seq.load(std::sync::atomic::Ordering::Relaxed);
+        let r = crate::replicate::agree(ch, &plan.name, seq, h.finish());
+        if let Err(e) = &r {
+            for (_, cell) in &plan.results {
+                let _ = cell.value.set(Err(e.clone()));
+            }
+        }
+        r
+    }
+
     /// Builds the point (and finish) nodes, adds their dependences, and hands ready ones to the
     /// executor.
     pub(crate) fn schedule(&self, t: Plan) {
@@ -1154,20 +1218,8 @@ impl Inner {
                 Privilege::Write | Privilege::ReadWrite => {
                     per_point.for_each(|((p, r), pr)| meta.access.write(*r, p, pr));
                 }
-                Privilege::Reduce(_) => {
-                    let f = b.finish.as_ref().expect("reductions have a finish step");
-                    for r in distinct(&a.rects) {
-                        meta.access.write(r, f, &mut finish_preds);
-                    }
-                }
-                Privilege::WriteUnbound => {
-                    let f = b
-                        .finish
-                        .as_ref()
-                        .expect("unbound outputs have a finish step");
-                    let all = Rect::new(&[0], &[usize::MAX]);
-                    meta.access.write(all, f, &mut finish_preds);
-                    meta.producer = Some(f.clone());
+                Privilege::Reduce(_) | Privilege::WriteUnbound => {
+                    b.finish_access(a, &mut meta, &mut finish_preds)
                 }
             }
         }
@@ -1275,6 +1327,29 @@ pub(crate) struct Built {
 }
 
 impl Built {
+    /// Records the finish step's access of argument `a`: it writes each distinct sub-store
+    /// of a reduction (folding), and all of an unbound store, whose extent later tasks wait
+    /// for (it is the store's producer).
+    pub(crate) fn finish_access(
+        &self,
+        a: &LaunchArg,
+        meta: &mut crate::store::RootMeta,
+        preds: &mut Preds,
+    ) {
+        let f = self
+            .finish
+            .as_ref()
+            .expect("reductions and unbound outputs have a finish step");
+        if a.privilege == Privilege::WriteUnbound {
+            meta.access.write(Rect::new(&[0], &[usize::MAX]), f, preds);
+            meta.producer = Some(f.clone());
+        } else {
+            for r in distinct(&a.rects) {
+                meta.access.write(r, f, preds);
+            }
+        }
+    }
+
     /// Orders the finish step after the points, makes it the producer of the task's futures,
     /// and returns every node, points first.
     pub(crate) fn link_finish(self) -> impl ExactSizeIterator<Item = Arc<Node>> {

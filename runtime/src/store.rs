@@ -92,6 +92,9 @@ pub(crate) struct RootMeta {
     /// Across ranks: which rank holds the latest value of which rectangle (`None`: every
     /// rank holds all of it, as when every rank created it alike).
     pub valid: Option<crate::replicate::valid::ValidMap>,
+    /// Across ranks, for a store bound by a finish step: each point's length (rank 0 sends
+    /// them to the other ranks).
+    pub piece_lens: Vec<u64>,
 }
 
 impl StoreRoot {

@@ -29,29 +29,6 @@ pub fn example_main(defaults: &[usize], run: impl FnOnce(&[usize]) -> Result<boo
     }
 }
 
-/// A communicator a runtime can run across ranks on.
-pub type Comm = std::sync::Arc<dyn tessera_runtime::transport::Communicator + Send + Sync>;
-
-/// Runs `run` once per rank: under `mpirun` (with the `mpi` feature) on this process's MPI
-/// rank; else on `ranks` thread ranks of this process (one rank: no communicator). Every
-/// rank must find the right answer.
-pub fn on_ranks(ranks: usize, run: impl Fn(Option<Comm>) -> Result<bool> + Sync) -> Result<bool> {
-    if tessera_runtime::transport::launched_by_mpirun() {
-        #[cfg(feature = "mpi")]
-        return tessera_runtime::transport::mpi::run_world_threaded(|c| run(Some(c.clone())));
-        #[cfg(not(feature = "mpi"))]
-        return Err(tessera_runtime::RuntimeError::Transport(
-            "started by mpirun but built without the `mpi` feature".into(),
-        ));
-    }
-    if ranks <= 1 {
-        return run(None);
-    }
-    let all =
-        tessera_runtime::transport::run_ranks(ranks, |c| run(Some(std::sync::Arc::new(c.clone()))));
-    all.into_iter().try_fold(true, |ok, r| Ok(ok & r?))
-}
-
 /// A CSR matrix on the host.
 #[derive(Clone, Debug)]
 pub struct HostCsr {

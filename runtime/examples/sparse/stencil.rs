@@ -13,23 +13,34 @@ pub fn register(rt: &Runtime) -> Result<()> {
     })
 }
 
-/// One step: `next[1..n+1]` from the aliasing views `cur[0..n]`, `cur[1..n+1]`, `cur[2..n+2]`.
-pub fn step(rt: &Runtime, cur: &Store, next: &Store, n: usize) -> Result<()> {
+/// One step: `next[1..n+1]` from the aliasing views `cur[0..n]`, `cur[1..n+1]`, `cur[2..n+2]`,
+/// over `points` point tasks (`None`: the solver's choice).
+pub fn step(
+    rt: &Runtime,
+    cur: &Store,
+    next: &Store,
+    n: usize,
+    points: Option<usize>,
+) -> Result<()> {
     let out = next.slice(0, 1..n + 1)?;
     let (l, c, r) = (
         cur.slice(0, 0..n)?,
         cur.slice(0, 1..n + 1)?,
         cur.slice(0, 2..n + 2)?,
     );
-    rt.task("stencil3")
+    let t = rt
+        .task("stencil3")
         .write(&out)
         .read(&l)
         .read(&c)
         .read(&r)
         .align(&out, &l)
         .align(&out, &c)
-        .align(&out, &r)
-        .submit()
+        .align(&out, &r);
+    match points {
+        Some(p) => t.launch_domain(&[p]).submit(),
+        None => t.submit(),
+    }
 }
 
 pub fn initial(n: usize) -> Vec<f64> {
@@ -49,7 +60,7 @@ pub fn run(rt: &Runtime, n: usize, steps: usize) -> Result<Vec<f64>> {
     let mut cur = rt.from_vec(&[n + 2], initial(n))?;
     let mut next = rt.from_vec(&[n + 2], initial(n))?;
     for _ in 0..steps {
-        step(rt, &cur, &next, n)?;
+        step(rt, &cur, &next, n, None)?;
         std::mem::swap(&mut cur, &mut next);
     }
     rt.read::<f64>(&cur)

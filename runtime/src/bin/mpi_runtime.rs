@@ -2,7 +2,8 @@
 //! the first argument. Every rank runs the stencil, a banded SpMV with images, and CG, and
 //! checks them: the stencil against the sequential loop (bitwise), with the bytes moved equal
 //! to the halo volume and each rank running its block of points; SpMV against the host
-//! product; CG bitwise against a one-rank runtime with as many processors in this process.
+//! product; CG bitwise against a one-rank runtime with as many processors in this process; a
+//! transfer of megabytes (rendezvous-sized messages) into one point.
 //!
 //! ```text
 //! mpirun --allow-run-as-root --oversubscribe -n 4 mpi-runtime 4
@@ -50,7 +51,7 @@ fn check_stencil(comm: &Arc<ThreadedMpiComm>, kill: Option<usize>) -> Result<()>
             eprintln!("rank {} dies on purpose (--kill-rank)", comm.rank());
             std::process::abort();
         }
-        stencil::step(&rt, &cur, &next, n)?;
+        stencil::step(&rt, &cur, &next, n, None)?;
         std::mem::swap(&mut cur, &mut next);
     }
     rt.fence()?;
@@ -111,6 +112,38 @@ fn check_cg(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
     })
 }
 
+/// Megabytes in one transfer (rendezvous-sized MPI messages): every rank writes a block,
+/// one point on rank 0 sums the whole store.
+fn check_big_transfer(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
+    let rt = runtime(comm)?;
+    rt.register("iota", |ctx| {
+        let mut x = ctx.write::<f64>(0);
+        for i in x.range() {
+            x.set_at(i, i as f64);
+        }
+    })?;
+    rt.register("sum", |ctx| {
+        ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
+    })?;
+    let n = 1 << 20;
+    let x = rt.create(tessera_runtime::DType::F64, &[n])?;
+    rt.task("iota")
+        .write(&x)
+        .launch_domain(&[comm.size()])
+        .submit()?;
+    let sum = rt
+        .task("sum")
+        .read(&x)
+        .launch_domain(&[1])
+        .submit_reduce(tessera_runtime::ReduceOp::Sum)?
+        .get()?
+        .as_f64();
+    let want = (n * (n - 1) / 2) as f64;
+    ensure(sum == want, || {
+        format!("rank {}: sum {sum}, want {want}", comm.rank())
+    })
+}
+
 fn check_failure(comm: &Arc<ThreadedMpiComm>, rank: usize) -> Result<()> {
     let rt = runtime(comm)?;
     rt.register("fragile", move |ctx| {
@@ -151,7 +184,8 @@ fn main() -> std::process::ExitCode {
             Some(r) => check_failure(comm, r),
             None => check_stencil(comm, kill_rank)
                 .and_then(|_| check_spmv(comm))
-                .and_then(|_| check_cg(comm)),
+                .and_then(|_| check_cg(comm))
+                .and_then(|_| check_big_transfer(comm)),
         };
         // Every rank reports its own outcome; a failure anywhere ends every rank with one.
         comm.check(r.map_err(|e| e.to_string()))

@@ -143,7 +143,7 @@ impl Channel {
     pub(crate) fn run(&self) {
         while !self.stop.load(Ordering::Acquire) {
             match self.comm.recv_any(DATA_TAG, Duration::from_millis(20)) {
-                Ok(None) => {}
+                Ok(None) => self.fail_exited(),
                 Ok(Some((from, msg))) => self.arrive(from, msg),
                 Err(e) => {
                     self.fail(RuntimeError::Remote {
@@ -177,6 +177,46 @@ impl Channel {
             None => {
                 inbox.arrived.insert((from, key), msg[32..].to_vec());
             }
+        }
+    }
+
+    /// Receives parked for a rank that has stopped will never be delivered: they fail (with
+    /// `PeerExited`) instead of waiting forever. Messages the rank sent before it stopped are
+    /// taken first (it sends before it is marked stopped, so one more drain sees them all).
+    fn fail_exited(&self) {
+        let exited: Vec<usize> = {
+            let inbox = self.inbox();
+            let mut from: Vec<usize> = inbox.waiting.keys().map(|(r, _)| *r).collect();
+            from.sort_unstable();
+            from.dedup();
+            from.retain(|&r| self.comm.has_exited(r));
+            from
+        };
+        if exited.is_empty() {
+            return;
+        }
+        while let Ok(Some((from, msg))) = self.comm.recv_any(DATA_TAG, Duration::ZERO) {
+            self.arrive(from, msg);
+        }
+        let parked: Vec<_> = {
+            let mut inbox = self.inbox();
+            let keys: Vec<_> = inbox
+                .waiting
+                .keys()
+                .filter(|(r, _)| exited.contains(r))
+                .copied()
+                .collect();
+            keys.into_iter()
+                .filter_map(|k| inbox.waiting.remove(&k).map(|v| (k.0, v)))
+                .collect()
+        };
+        for (from, (node, recv)) in parked {
+            let e = RuntimeError::Remote {
+                rank: from,
+                message: "the rank stopped before sending what this rank waits for (ranks must issue the same stream)".into(),
+            };
+            deliver(recv, Err(e));
+            self.complete(&node);
         }
     }
 

@@ -118,63 +118,51 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Element types by their code in messages.
+const DTYPES: [DType; 7] = [
+    DType::F64,
+    DType::F32,
+    DType::I64,
+    DType::I32,
+    DType::U64,
+    DType::U32,
+    DType::Range,
+];
+
 fn dtype_code(d: DType) -> u64 {
-    [
-        DType::F64,
-        DType::F32,
-        DType::I64,
-        DType::I32,
-        DType::U64,
-        DType::U32,
-        DType::Range,
-    ]
-    .iter()
-    .position(|&x| x == d)
-    .expect("every dtype is listed") as u64
+    DTYPES
+        .iter()
+        .position(|&x| x == d)
+        .expect("every dtype is listed") as u64
 }
 
 fn dtype_of(c: u64) -> Option<DType> {
-    [
-        DType::F64,
-        DType::F32,
-        DType::I64,
-        DType::I32,
-        DType::U64,
-        DType::U32,
-        DType::Range,
-    ]
-    .get(c as usize)
-    .copied()
+    DTYPES.get(c as usize).copied()
+}
+
+/// The first cell of `d` as bytes, and its number of cells.
+fn raw(d: &Data) -> (*mut u8, usize) {
+    fn r<T: Element>(d: &Data) -> (*mut u8, usize) {
+        let b = T::buf(d).expect("dtype matches");
+        (b.base() as *mut u8, b.len())
+    }
+    match d.dtype() {
+        DType::F64 => r::<f64>(d),
+        DType::F32 => r::<f32>(d),
+        DType::I64 => r::<i64>(d),
+        DType::I32 => r::<i32>(d),
+        DType::U64 => r::<u64>(d),
+        DType::U32 => r::<u32>(d),
+        DType::Range => r::<PosRange>(d),
+    }
 }
 
 pub(crate) fn data_len(d: &Data) -> usize {
-    fn n<T: Element>(d: &Data) -> usize {
-        T::buf(d).expect("dtype matches").len()
-    }
-    match d.dtype() {
-        DType::F64 => n::<f64>(d),
-        DType::F32 => n::<f32>(d),
-        DType::I64 => n::<i64>(d),
-        DType::I32 => n::<i32>(d),
-        DType::U64 => n::<u64>(d),
-        DType::U32 => n::<u32>(d),
-        DType::Range => n::<PosRange>(d),
-    }
+    raw(d).1
 }
 
 fn data_ptr(d: &Data) -> *mut u8 {
-    fn p<T: Element>(d: &Data) -> *mut u8 {
-        T::buf(d).expect("dtype matches").base() as *mut u8
-    }
-    match d.dtype() {
-        DType::F64 => p::<f64>(d),
-        DType::F32 => p::<f32>(d),
-        DType::I64 => p::<i64>(d),
-        DType::I32 => p::<i32>(d),
-        DType::U64 => p::<u64>(d),
-        DType::U32 => p::<u32>(d),
-        DType::Range => p::<PosRange>(d),
-    }
+    raw(d).0
 }
 
 /// Appends the elements of `rect` of `root` (row-major) under a shared ledger borrow.
@@ -231,16 +219,21 @@ pub(crate) fn write_rect(
     Ok(())
 }
 
-/// A point's leftovers for the finish step, and whether the task failed on its rank.
+/// A point's leftovers for the finish step, and whether the task failed on its rank: its
+/// reduction buffers and results, and only the lengths of its unbound pieces (which stay on
+/// its rank).
 pub(crate) fn write_out(out: &PointOut, failure: Option<&str>) -> Vec<u8> {
     let mut w = Writer::default();
     w.status(failure);
-    for list in [&out.reduce, &out.pieces] {
-        w.u64(list.len() as u64);
-        for (arg, d) in list {
-            w.u64(*arg as u64);
-            w.data(d);
-        }
+    w.u64(out.reduce.len() as u64);
+    for (arg, d) in &out.reduce {
+        w.u64(*arg as u64);
+        w.data(d);
+    }
+    w.u64(out.pieces.len() as u64);
+    for (arg, d) in &out.pieces {
+        w.u64(*arg as u64);
+        w.u64(data_len(d) as u64);
     }
     w.u64(out.results.len() as u64);
     for r in &out.results {
@@ -258,11 +251,13 @@ pub(crate) fn write_out(out: &PointOut, failure: Option<&str>) -> Vec<u8> {
 pub(crate) fn read_out(r: &mut Reader<'_>) -> Result<(PointOut, Option<String>), RuntimeError> {
     let failure = r.status()?;
     let mut out = PointOut::default();
-    for list in [&mut out.reduce, &mut out.pieces] {
-        for _ in 0..r.u64()? {
-            let arg = r.u64()? as usize;
-            list.push((arg, r.data()?));
-        }
+    for _ in 0..r.u64()? {
+        let arg = r.u64()? as usize;
+        out.reduce.push((arg, r.data()?));
+    }
+    for _ in 0..r.u64()? {
+        let arg = r.u64()? as usize;
+        out.remote_lens.push((arg, r.u64()?));
     }
     for _ in 0..r.u64()? {
         let s = match r.u64()? {
@@ -272,4 +267,17 @@ pub(crate) fn read_out(r: &mut Reader<'_>) -> Result<(PointOut, Option<String>),
         out.results.push(s);
     }
     Ok((out, failure))
+}
+
+/// Copies `src` into `dst` from element `at` on (same element type).
+pub(crate) fn copy_into(dst: &Data, at: usize, src: &Data) {
+    let size = dst.dtype().size();
+    let n = data_len(src);
+    assert!(
+        src.dtype() == dst.dtype() && at + n <= data_len(dst),
+        "piece fits the store"
+    );
+    // SAFETY: `dst` is a store being bound by the finish step (no view of it exists yet) and
+    // `src` a point's private piece; the assert keeps the copy inside both.
+    unsafe { std::ptr::copy_nonoverlapping(data_ptr(src), data_ptr(dst).add(at * size), n * size) };
 }

@@ -6,8 +6,11 @@
 
 use super::channel::{key, Channel, KIND_FINISH, KIND_OUTS};
 use super::codec::{Reader, Writer};
+use super::owner;
+use super::valid::ValidMap;
 use crate::error::RuntimeError;
 use crate::launch::Launched;
+use crate::launch::PointOut;
 use crate::rect::Rect;
 use crate::store::Bound;
 use crate::task::Privilege;
@@ -38,18 +41,10 @@ pub(crate) fn broadcast(task: &Launched, dist: &Dist) {
             None => w.status(Some("the finish step set no value")),
         }
     }
-    for a in task
-        .args
-        .iter()
-        .filter(|a| a.privilege == Privilege::WriteUnbound)
-    {
-        match a.root.data() {
-            Some(d) => {
-                w.u64(1);
-                w.data(d);
-            }
-            None => w.u64(0),
-        }
+    // Unbound outputs: every point's length (the extents are their prefix sums).
+    for lens in unbound_lens(task) {
+        w.u64(lens.len() as u64);
+        lens.iter().for_each(|&l| w.u64(l));
     }
     let ch = &dist.channel;
     for to in (0..ch.ranks).filter(|&r| r != ch.rank) {
@@ -98,20 +93,98 @@ fn read(task: &Launched, r: &mut Reader<'_>) -> Result<(), RuntimeError> {
             let _ = cell.value.set(value);
         }
     }
-    for a in task
-        .args
-        .iter()
-        .filter(|a| a.privilege == Privilege::WriteUnbound)
-    {
-        if r.u64()? == 1 {
-            let d = r.data()?;
-            let len = super::codec::data_len(&d);
-            a.root.bind(Bound::with_data(Rect::from_shape(&[len]), d));
-        } else {
-            bind_empty(a.root.as_ref());
+    let unbound: Vec<usize> = (0..task.args.len())
+        .filter(|&i| task.args[i].privilege == Privilege::WriteUnbound)
+        .collect();
+    if unbound.is_empty() {
+        return Ok(());
+    }
+    let mut outs = task.take_outs();
+    let dist = task
+        .dist
+        .as_ref()
+        .expect("a finish message is for a task across ranks");
+    for arg in unbound {
+        let n = r.u64()? as usize;
+        if n != task.domain.len() {
+            return Err(RuntimeError::Remote {
+                rank: from,
+                message: format!("{n} piece lengths for {} points", task.domain.len()),
+            });
         }
+        let lens = (0..n).map(|_| r.u64()).collect::<Result<Vec<_>, _>>()?;
+        bind_pieces(task, arg, &lens, &mut outs, dist);
     }
     Ok(())
+}
+
+/// The length each point emitted for unbound argument `arg`: its own pieces, or the lengths
+/// a remote point sent.
+pub(crate) fn piece_lens(outs: &[PointOut], arg: usize) -> Vec<u64> {
+    outs.iter()
+        .map(|o| {
+            let mine: usize = o
+                .pieces
+                .iter()
+                .filter(|(a, _)| *a == arg)
+                .map(|(_, d)| super::codec::data_len(d))
+                .sum();
+            let remote: u64 = o
+                .remote_lens
+                .iter()
+                .filter(|(a, _)| *a == arg)
+                .map(|(_, l)| l)
+                .sum();
+            mine as u64 + remote
+        })
+        .collect()
+}
+
+/// Each unbound output's per-point lengths, from the bound store's valid-copy map order
+/// (rank 0, after `bind_pieces`).
+fn unbound_lens(task: &Launched) -> Vec<Vec<u64>> {
+    task.args
+        .iter()
+        .filter(|a| a.privilege == Privilege::WriteUnbound)
+        .map(|a| a.root.meta().piece_lens.clone())
+        .collect()
+}
+
+/// Binds unbound argument `arg` across ranks without moving a piece: point `p`'s piece lies
+/// at the exclusive prefix sum of the lengths before it (the same on every rank); this rank
+/// writes its own points' pieces there, and the valid-copy map says which rank holds which
+/// point's piece. The map is set before the store is bound: the issuing thread reads it only
+/// after it sees the store bound.
+pub(crate) fn bind_pieces(
+    task: &Launched,
+    arg: usize,
+    lens: &[u64],
+    outs: &mut [PointOut],
+    dist: &Dist,
+) {
+    let root = &task.args[arg].root;
+    let ranks = dist.channel.ranks;
+    let total = lens.iter().sum::<u64>() as usize;
+    let whole = Rect::from_shape(&[total]);
+    let data = crate::buffer::Data::zeros(root.dtype, total);
+    let mut valid = ValidMap::all(whole, ranks);
+    let mut off = 0;
+    for (p, &len) in lens.iter().enumerate() {
+        let mut at = off;
+        for (_, d) in outs[p].pieces.iter().filter(|(a, _)| *a == arg) {
+            super::codec::copy_into(&data, at, d);
+            at += super::codec::data_len(d);
+        }
+        let len = len as usize;
+        valid.write(Rect::new(&[off], &[off + len]), owner(p, lens.len(), ranks));
+        off += len;
+    }
+    {
+        let mut meta = root.meta();
+        meta.valid = Some(valid);
+        meta.piece_lens = lens.to_vec();
+    }
+    root.bind(Bound::with_data(whole, data));
 }
 
 fn bind_empty(root: &crate::store::StoreRoot) {
@@ -134,6 +207,11 @@ pub(crate) fn send_out(task: &Launched, point: usize, dist: &Dist) {
         .as_ref()
         .map(|e| e.to_string());
     let body = super::codec::write_out(&out, failed.as_deref());
+    // Unbound pieces stay here until the finish step's outcome binds the store.
+    task.outs[point]
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .pieces = out.pieces;
     dist.channel
         .send(0, key(dist.seq, KIND_OUTS, 0, point, 0), &body);
 }

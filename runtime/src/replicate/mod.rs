@@ -75,19 +75,29 @@ fn transport(e: crate::transport::TransportError) -> RuntimeError {
     RuntimeError::Transport(e.to_string())
 }
 
-/// A collective (every rank calls it at the same point of the stream): afterwards every rank
-/// holds the latest value of `rect` of `root`. Waits (with `wait`) for this rank's pending
-/// accesses of `rect` first, since it overwrites stale parts of this rank's copy outside the
-/// graph. Does nothing, on every rank alike, when every rank already holds all of `rect`.
+/// A collective (every rank calls it at the same point of the stream): afterwards rank `to`
+/// (every rank when `None`) holds the latest value of `rect` of `root`. Waits (with `wait`) for
+/// this rank's pending accesses of `rect` first, since it overwrites stale parts of this rank's
+/// copy outside the graph. Does nothing, on every rank alike, when the receivers already hold
+/// all of `rect`.
 pub(crate) fn gather(
     ch: &Channel,
     root: &Arc<StoreRoot>,
     rect: Rect,
+    to: Option<usize>,
     counters: &Counters,
     wait: &mut dyn FnMut(&Arc<Node>),
 ) -> Result<(), RuntimeError> {
-    let todo = match &root.meta().valid {
-        Some(v) => v.incomplete(&rect, ch.ranks),
+    let receivers: u64 = match to {
+        Some(r) => 1 << r,
+        None => valid::everyone(ch.ranks),
+    };
+    let todo: Vec<(Rect, u64)> = match &root.meta().valid {
+        Some(v) => v
+            .incomplete(&rect, ch.ranks)
+            .into_iter()
+            .filter(|(_, m)| receivers & !m != 0)
+            .collect(),
         None => return Ok(()),
     };
     if todo.is_empty() {
@@ -103,7 +113,7 @@ pub(crate) fn gather(
         }
         let w = piece(root, *rect, counters);
         for (r, o) in out.iter_mut().enumerate() {
-            if holders & (1 << r) == 0 {
+            if receivers & !holders & (1 << r) != 0 {
                 o.extend_from_slice(&w.0);
             }
         }
@@ -116,7 +126,7 @@ pub(crate) fn gather(
         .collect();
     let mut first = Ok(());
     for (rect, holders) in &todo {
-        if holders & (1 << me) != 0 {
+        if receivers & !holders & (1 << me) == 0 {
             continue;
         }
         let r = &mut readers[holders.trailing_zeros() as usize];
@@ -134,7 +144,7 @@ pub(crate) fn gather(
     }
     let mut meta = root.meta();
     let valid = meta.valid.as_mut().expect("checked above");
-    for r in 0..ranks {
+    for r in (0..ranks).filter(|r| receivers & (1 << r) != 0) {
         for (rect, _) in &todo {
             valid.add_holder(*rect, r);
         }

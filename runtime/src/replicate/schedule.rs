@@ -38,6 +38,12 @@ impl Inner {
                 }
             }
         }
+        // Stores are allocated when a task using them is scheduled, on every rank alike, not
+        // by whichever point touches them first: fusion's temporaries test allocation, and
+        // that must be a function of the stream here.
+        for a in task.args.iter().filter(|a| !a.local) {
+            let _ = a.root.data();
+        }
         let mut extra = NodeList::new();
         // Transfers first, for every argument: a point's own accesses come after them.
         for (i, a) in task.args.iter().enumerate().filter(|(_, a)| !a.local) {
@@ -102,21 +108,10 @@ impl Inner {
                 Privilege::Write | Privilege::ReadWrite => {
                     per_point.for_each(|((node, &p), pr)| meta.access.write(a.rects[p], node, pr))
                 }
-                Privilege::Reduce(_) if me == 0 => {
-                    let f = b.finish.as_ref().expect("reductions have a finish step");
-                    for r in distinct(&a.rects) {
-                        meta.access.write(r, f, &mut finish_preds);
-                    }
-                }
-                Privilege::Reduce(_) => {}
-                Privilege::WriteUnbound => {
-                    let f = b
-                        .finish
-                        .as_ref()
-                        .expect("unbound outputs have a finish step");
-                    let all = Rect::new(&[0], &[usize::MAX]);
-                    meta.access.write(all, f, &mut finish_preds);
-                    meta.producer = Some(f.clone());
+                // Only rank 0 folds into its copy.
+                Privilege::Reduce(_) if me != 0 => {}
+                Privilege::Reduce(_) | Privilege::WriteUnbound => {
+                    b.finish_access(a, &mut meta, &mut finish_preds)
                 }
             }
             if let Some(valid) = meta.valid.as_mut() {

@@ -30,12 +30,22 @@ impl ValidMap {
         }
     }
 
-    /// `rank` alone holds `rect` now (it wrote it).
+    /// `rank` alone holds `rect` now (it wrote it). `rect` becomes one piece again, so a
+    /// store rewritten tile by tile does not fragment into ever more pieces.
     pub(crate) fn write(&mut self, rect: Rect, rank: usize) {
         if rect.is_empty() {
             return;
         }
-        self.set(rect, |_| 1u64 << rank);
+        let mut out = Vec::with_capacity(self.pieces.len() + 4);
+        for (r, m) in self.pieces.drain(..) {
+            if r.overlaps(&rect) {
+                out.extend(subtract(&r, &rect).into_iter().map(|p| (p, m)));
+            } else {
+                out.push((r, m));
+            }
+        }
+        out.push((rect, 1u64 << rank));
+        self.pieces = out;
     }
 
     /// `rank` holds `rect` too (it received it).
@@ -151,5 +161,56 @@ mod tests {
         v.add_holder(r(&[0], &[10]), 0);
         v.add_holder(r(&[0], &[10]), 2);
         assert!(v.incomplete(&r(&[0], &[10]), 3).is_empty());
+    }
+
+    use proptest::prelude::*;
+
+    fn rect_in(h: usize, w: usize) -> impl Strategy<Value = Rect> {
+        (0..=h, 0..=h, 0..=w, 0..=w)
+            .prop_map(|(a, b, c, d)| Rect::new(&[a.min(b), c.min(d)], &[a.max(b), c.max(d)]))
+    }
+
+    proptest! {
+        /// The map against a per-cell model: after any writes and receives, `missing` names
+        /// exactly the cells a rank lacks, once each, with their lowest holder as sender.
+        #[test]
+        fn the_map_matches_a_per_cell_model(
+            ops in proptest::collection::vec((any::<bool>(), rect_in(6, 5), 0usize..3), 0..12),
+            query in rect_in(6, 5),
+        ) {
+            let ranks = 3;
+            let whole = Rect::new(&[0, 0], &[6, 5]);
+            let mut map = ValidMap::all(whole, ranks);
+            let mut cells = [[true; 3]; 30];
+            for (write, rect, rank) in &ops {
+                if *write { map.write(*rect, *rank) } else { map.add_holder(*rect, *rank) }
+                for i in rect.lo()[0]..rect.hi()[0] {
+                    for j in rect.lo()[1]..rect.hi()[1] {
+                        let c = &mut cells[i * 5 + j];
+                        if *write { *c = [false; 3]; }
+                        c[*rank] = true;
+                    }
+                }
+            }
+            for rank in 0..ranks {
+                let mut seen = vec![None; 30];
+                for (piece, sender) in map.missing(&query, rank) {
+                    prop_assert!(query.contains(&piece));
+                    for i in piece.lo()[0]..piece.hi()[0] {
+                        for j in piece.lo()[1]..piece.hi()[1] {
+                            prop_assert!(seen[i * 5 + j].is_none(), "cell sent twice");
+                            seen[i * 5 + j] = Some(sender);
+                        }
+                    }
+                }
+                for i in query.lo()[0]..query.hi()[0] {
+                    for j in query.lo()[1]..query.hi()[1] {
+                        let c = cells[i * 5 + j];
+                        let want = (!c[rank]).then(|| c.iter().position(|&h| h).expect("someone holds it"));
+                        prop_assert_eq!(seen[i * 5 + j], want, "cell ({}, {}) for rank {}", i, j, rank);
+                    }
+                }
+            }
+        }
     }
 }

@@ -107,6 +107,13 @@ pub trait Communicator {
         ))
     }
 
+    /// Whether rank `rank` has stopped (it can send nothing more). Transports that cannot
+    /// tell say `false`; under MPI a rank that stops abnormally ends the whole job instead.
+    fn has_exited(&self, rank: usize) -> bool {
+        let _ = rank;
+        false
+    }
+
     /// Personalised all-to-all: `outgoing[j]` goes to rank `j`; returns what every rank sent
     /// to this one, indexed by source rank. Pairwise exchange in `size` rounds.
     fn all_to_all(&self, mut outgoing: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, TransportError> {

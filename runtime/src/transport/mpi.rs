@@ -19,14 +19,22 @@ pub struct MpiComm {
     shared_failure: Cell<bool>,
 }
 
+/// Rank `rank` of `world`, or an error naming the world's size.
+fn peer(
+    world: &SimpleCommunicator,
+    rank: usize,
+) -> Result<mpi::topology::Process<'_>, TransportError> {
+    let size = world.size() as usize;
+    if rank < size {
+        Ok(world.process_at_rank(rank as i32))
+    } else {
+        Err(TransportError::BadRank { rank, size })
+    }
+}
+
 impl MpiComm {
     fn peer(&self, rank: usize) -> Result<mpi::topology::Process<'_>, TransportError> {
-        let size = self.size();
-        if rank < size {
-            Ok(self.world.process_at_rank(rank as i32))
-        } else {
-            Err(TransportError::BadRank { rank, size })
-        }
+        peer(&self.world, rank)
     }
 
     /// Sends length + chunks with non-blocking sends, while receiving the matching message
@@ -141,10 +149,29 @@ where
 /// collectives. Made by [`run_world_threaded`], which starts MPI at `MPI_THREAD_MULTIPLE`.
 ///
 /// Every message is one MPI message (no length prefix), so a receive from any rank can take
-/// it whole after a matched probe: messages from several threads never interleave.
+/// it whole after a matched probe: messages from several threads never interleave. `send`
+/// never waits: it starts an `MPI_Isend` and returns; the buffer stays alive until the send
+/// completes, which `recv_any` (the runtime's communication thread) checks on every poll and
+/// `run_world_threaded` waits for before MPI is finalised.
 pub struct ThreadedMpiComm {
     world: SimpleCommunicator,
     shared_failure: std::sync::atomic::AtomicBool,
+    in_flight: std::sync::Mutex<Vec<InFlight>>,
+}
+
+/// A send in progress and the buffer it reads (leaked while in flight, freed on completion).
+struct InFlight {
+    request: mpi::request::Request<'static, [u8], mpi::request::StaticScope>,
+    buf: *mut [u8],
+}
+
+/// Frees a finished send's buffer.
+///
+/// SAFETY (of the one `unsafe` here): `buf` came from `Box::leak` in `send`, and the callers
+/// pass it only after the request reading it completed (`test` returned `Ok` or `wait`
+/// returned), so nothing refers to it any more.
+fn free_buf(buf: *mut [u8]) {
+    drop(unsafe { Box::from_raw(buf) });
 }
 
 // SAFETY: a `ThreadedMpiComm` exists only inside `run_world_threaded`, which initialised MPI
@@ -156,11 +183,28 @@ unsafe impl Sync for ThreadedMpiComm {}
 
 impl ThreadedMpiComm {
     fn peer(&self, rank: usize) -> Result<mpi::topology::Process<'_>, TransportError> {
-        let size = self.size();
-        if rank < size {
-            Ok(self.world.process_at_rank(rank as i32))
-        } else {
-            Err(TransportError::BadRank { rank, size })
+        peer(&self.world, rank)
+    }
+
+    /// Completes the sends that have finished and frees their buffers.
+    fn progress(&self) {
+        let mut list = self.in_flight.lock().unwrap_or_else(|e| e.into_inner());
+        let pending = std::mem::take(&mut *list);
+        for InFlight { request, buf } in pending {
+            match request.test() {
+                Ok(_) => free_buf(buf),
+                Err(request) => list.push(InFlight { request, buf }),
+            }
+        }
+    }
+
+    /// Waits for every send in flight (before MPI is finalised).
+    fn finish_sends(&self) {
+        let pending =
+            std::mem::take(&mut *self.in_flight.lock().unwrap_or_else(|e| e.into_inner()));
+        for InFlight { request, buf } in pending {
+            request.wait();
+            free_buf(buf);
         }
     }
 
@@ -192,7 +236,18 @@ impl Communicator for ThreadedMpiComm {
             return Err(TransportError::ReservedTag { tag });
         }
         self.check_len(&data)?;
-        self.peer(to)?.send_with_tag(&data[..], i32::from(tag));
+        let peer = self.peer(to)?;
+        let buf: &'static mut [u8] = Box::leak(data.into_boxed_slice());
+        let ptr: *mut [u8] = buf;
+        // SAFETY: re-borrowing the leaked buffer shared for the send's lifetime; it is freed
+        // only after the request completes (`free_buf`).
+        let shared: &'static [u8] = unsafe { &*ptr };
+        let request =
+            peer.immediate_send_with_tag(mpi::request::StaticScope, shared, i32::from(tag));
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(InFlight { request, buf: ptr });
         Ok(())
     }
 
@@ -234,6 +289,7 @@ impl Communicator for ThreadedMpiComm {
         }
         let t0 = std::time::Instant::now();
         loop {
+            self.progress();
             let probe = self
                 .world
                 .any_process()
@@ -274,8 +330,18 @@ where
     let comm = std::sync::Arc::new(ThreadedMpiComm {
         world: universe.world(),
         shared_failure: std::sync::atomic::AtomicBool::new(false),
+        in_flight: std::sync::Mutex::default(),
     });
     let out = f(&comm);
+    if out.is_ok() {
+        comm.finish_sends();
+    } else {
+        // A failed job may have sends no one will receive: waiting could hang. The process
+        // is about to end; leave them (and their buffers) to it.
+        let pending =
+            std::mem::take(&mut *comm.in_flight.lock().unwrap_or_else(|e| e.into_inner()));
+        std::mem::forget(pending);
+    }
     if let Err(e) = &out {
         if !comm
             .shared_failure

@@ -145,6 +145,15 @@ impl Communicator for ThreadComm {
 
     fn note_shared_failure(&self) {}
 
+    fn has_exited(&self, rank: usize) -> bool {
+        self.shared
+            .lock()
+            .exited
+            .get(rank)
+            .copied()
+            .unwrap_or(false)
+    }
+
     fn recv_any(
         &self,
         tag: Tag,

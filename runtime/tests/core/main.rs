@@ -12,3 +12,15 @@ mod solver;
 mod streams;
 mod tiles;
 mod tracing;
+
+/// Every cell of `r`, row-major.
+pub(crate) fn cells(r: &tessera_runtime::Rect) -> Vec<Vec<usize>> {
+    let mut out = vec![vec![]];
+    for d in 0..r.dim() {
+        out = out
+            .into_iter()
+            .flat_map(|p| (r.lo()[d]..r.hi()[d]).map(move |c| [p.clone(), vec![c]].concat()))
+            .collect();
+    }
+    out
+}

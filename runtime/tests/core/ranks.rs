@@ -6,7 +6,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_runtime::transport::{run_ranks, Communicator, ThreadComm};
-use tessera_runtime::{ReduceOp, Result, Runtime, RuntimeError, Stats};
+use tessera_runtime::{ReduceOp, Result, Runtime, RuntimeBuilder, RuntimeError, Stats};
 
 /// `f` on `ranks` thread ranks, each with a runtime of `threads` processors; every rank's
 /// result. Fails the test if the job does not end within a minute (a hang).
@@ -15,15 +15,34 @@ fn on_ranks<T: Send + 'static>(
     threads: usize,
     f: impl Fn(&Runtime) -> Result<T> + Send + Sync + 'static,
 ) -> Vec<Result<T>> {
+    on_ranks_checked(ranks, threads, true, f)
+}
+
+/// [`on_ranks`] with the agreement check on or off.
+fn on_ranks_checked<T: Send + 'static>(
+    ranks: usize,
+    threads: usize,
+    agreement: bool,
+    f: impl Fn(&Runtime) -> Result<T> + Send + Sync + 'static,
+) -> Vec<Result<T>> {
+    let configure =
+        move |b: RuntimeBuilder, _rank: usize| b.threads(threads).agreement_check(agreement);
+    on_ranks_with(ranks, configure, f)
+}
+
+/// [`on_ranks`] with each rank's builder options set by `configure(builder, rank)`.
+fn on_ranks_with<T: Send + 'static>(
+    ranks: usize,
+    configure: impl Fn(RuntimeBuilder, usize) -> RuntimeBuilder + Send + Sync + 'static,
+    f: impl Fn(&Runtime) -> Result<T> + Send + Sync + 'static,
+) -> Vec<Result<T>> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let out = run_ranks(ranks, |comm: &ThreadComm| {
-            let rt = Runtime::builder()
-                .threads(threads)
+            let b = Runtime::builder()
                 .min_piece_size(1)
-                .communicator(Arc::new(comm.clone()))
-                .agreement_check(true)
-                .try_build()?;
+                .communicator(Arc::new(comm.clone()));
+            let rt = configure(b, comm.rank()).try_build()?;
             f(&rt)
         });
         let _ = tx.send(out);
@@ -39,42 +58,17 @@ fn all_ok<T>(v: Vec<Result<T>>) -> Vec<T> {
         .collect()
 }
 
-fn register_stencil(rt: &Runtime) -> Result<()> {
-    rt.register("stencil3", |ctx| {
-        let mut out = ctx.write::<f64>(0);
-        let (l, c, r) = (ctx.read::<f64>(1), ctx.read::<f64>(2), ctx.read::<f64>(3));
-        for i in out.range() {
-            out.set_at(i, (l.at(i) + c.at(i) + r.at(i)) / 3.0);
-        }
-    })
-}
-
 const POINTS: usize = 8;
 
 /// `steps` steps of a three-point stencil over `n` interior cells in `POINTS` tiles; the
 /// final values and this rank's statistics before the read.
 fn stencil(rt: &Runtime, n: usize, steps: usize) -> Result<(Vec<f64>, Stats)> {
-    register_stencil(rt)?;
-    let init: Vec<f64> = (0..n + 2).map(|i| ((i * 7) % 11) as f64).collect();
-    let mut cur = rt.from_vec(&[n + 2], init.clone())?;
-    let mut next = rt.from_vec(&[n + 2], init)?;
+    use crate::sparse::stencil;
+    stencil::register(rt)?;
+    let mut cur = rt.from_vec(&[n + 2], stencil::initial(n))?;
+    let mut next = rt.from_vec(&[n + 2], stencil::initial(n))?;
     for _ in 0..steps {
-        let out = next.slice(0, 1..n + 1)?;
-        let (l, c, r) = (
-            cur.slice(0, 0..n)?,
-            cur.slice(0, 1..n + 1)?,
-            cur.slice(0, 2..n + 2)?,
-        );
-        rt.task("stencil3")
-            .write(&out)
-            .read(&l)
-            .read(&c)
-            .read(&r)
-            .align(&out, &l)
-            .align(&out, &c)
-            .align(&out, &r)
-            .launch_domain(&[POINTS])
-            .submit()?;
+        stencil::step(rt, &cur, &next, n, Some(POINTS))?;
         std::mem::swap(&mut cur, &mut next);
     }
     rt.fence()?;
@@ -302,5 +296,211 @@ fn a_banded_spmv_moves_only_the_x_cells_its_image_reaches_across_ranks() {
         }
         // Four row blocks in all; each boundary between ranks moves one x cell each way.
         assert_eq!(sent as usize, 2 * (ranks - 1) * 8, "{ranks} ranks");
+    }
+}
+
+#[test]
+fn two_d_tilings_that_change_between_tasks_move_the_right_blocks() {
+    use tessera_runtime::Cut;
+    let run = |rt: &Runtime| -> Result<(Vec<f64>, Vec<f64>)> {
+        rt.register("mark", |ctx| {
+            let mut m = ctx.write::<f64>(0);
+            let id = ctx.linear_point() as f64 + 1.0;
+            for p in crate::cells(&m.rect()) {
+                let v = m.get(&p);
+                m.set(&p, 2.0 * v + id + (p[0] * 100 + p[1]) as f64);
+            }
+        })?;
+        rt.register("colsum", |ctx| {
+            let m = ctx.read::<f64>(0);
+            let mut c = ctx.write::<f64>(1);
+            for j in c.range() {
+                let col: f64 = (0..12).map(|i| m.get(&[i, j])).sum();
+                c.set_at(j, col);
+            }
+        })?;
+        let m = rt.from_vec(&[12, 10], (0..120).map(|v| v as f64).collect())?;
+        let c = rt.create(tessera_runtime::DType::F64, &[10])?;
+        // Rows split unevenly at 5, columns in three tiles.
+        let mark = |cuts: &[Cut], domain: &[usize]| {
+            rt.task("mark")
+                .read_write(&m)
+                .tile(&m, cuts)
+                .launch_domain(domain)
+                .submit()
+        };
+        mark(&[Cut::At(0, vec![5]), Cut::Equal(1)], &[2, 3])?;
+        // Column blocks: every point reads whole columns written by several ranks.
+        rt.task("colsum")
+            .read(&m)
+            .write(&c)
+            .tile(&m, &[Cut::Whole, Cut::Equal(0)])
+            .tile(&c, &[Cut::Equal(0)])
+            .launch_domain(&[4])
+            .submit()?;
+        // Row blocks, then the first tiling again.
+        mark(&[Cut::Equal(0), Cut::Whole], &[3])?;
+        mark(&[Cut::At(0, vec![5]), Cut::Equal(1)], &[2, 3])?;
+        Ok((rt.read::<f64>(&m)?, rt.read::<f64>(&c)?))
+    };
+    let one = all_ok(on_ranks(1, 1, run));
+    for ranks in [2, 3, 4] {
+        for (rank, got) in all_ok(on_ranks(ranks, 1, run)).into_iter().enumerate() {
+            assert_eq!(got, one[0], "rank {rank} of {ranks}");
+        }
+    }
+}
+
+#[test]
+fn read_on_one_rank_gathers_to_that_rank_only() {
+    let got = all_ok(on_ranks(3, 1, |rt| {
+        rt.register("iota", |ctx| {
+            let mut x = ctx.write::<f64>(0);
+            for i in x.range() {
+                x.set_at(i, i as f64);
+            }
+        })?;
+        let x = rt.create(tessera_runtime::DType::F64, &[30])?;
+        rt.task("iota").write(&x).launch_domain(&[3]).submit()?;
+        rt.fence()?;
+        let before = rt.stats().bytes_sent;
+        let on_1 = rt.read_on::<f64>(&x, 1)?;
+        let sent = rt.stats().bytes_sent - before;
+        let bad = rt.read_on::<f64>(&x, 3).unwrap_err();
+        Ok((on_1, sent, bad, rt.read::<f64>(&x)?))
+    }));
+    let want: Vec<f64> = (0..30).map(|i| i as f64).collect();
+    for (rank, (on_1, sent, bad, all)) in got.into_iter().enumerate() {
+        assert_eq!(on_1, (rank == 1).then(|| want.clone()), "rank {rank}");
+        // Ranks 0 and 2 send their ten cells to rank 1 alone.
+        assert_eq!(sent, if rank == 1 { 0 } else { 80 }, "rank {rank}");
+        assert!(
+            matches!(bad, RuntimeError::BadRank { rank: 3, ranks: 3 }),
+            "{bad}"
+        );
+        assert_eq!(all, want, "rank {rank}");
+    }
+}
+
+#[test]
+fn unbound_outputs_get_their_extents_by_prefix_sum_and_their_pieces_stay_put() {
+    let got = all_ok(on_ranks(2, 1, |rt| {
+        rt.register("positives", |ctx| {
+            let s = ctx.read::<f64>(0);
+            let keep: Vec<f64> = s.as_slice().iter().copied().filter(|&v| v > 0.0).collect();
+            ctx.emit(1, keep);
+        })?;
+        rt.register("sum", |ctx| {
+            ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
+        })?;
+        let x = rt.from_vec(&[40], (0..40).map(|i| ((i * 7) % 5) as f64 - 2.0).collect())?;
+        let out = rt.create_unbound(tessera_runtime::DType::F64);
+        rt.task("positives")
+            .read(&x)
+            .write_unbound(&out)
+            .launch_domain(&[4])
+            .submit()?;
+        let shape = {
+            rt.fence()?;
+            out.shape()
+        };
+        let after_bind = rt.stats().bytes_sent;
+        // A later task reads the store through its own partition: parts move as it needs.
+        let sum = rt
+            .task("sum")
+            .read(&out)
+            .submit_reduce(ReduceOp::Sum)?
+            .get()?
+            .as_f64();
+        Ok((shape, after_bind, sum, rt.read::<f64>(&out)?))
+    }));
+    let x: Vec<f64> = (0..40).map(|i| ((i * 7) % 5) as f64 - 2.0).collect();
+    let want: Vec<f64> = x.iter().copied().filter(|&v| v > 0.0).collect();
+    for (rank, (shape, after_bind, sum, all)) in got.into_iter().enumerate() {
+        assert_eq!(shape, Some(vec![want.len()]), "rank {rank}");
+        assert_eq!(after_bind, 0, "rank {rank}: binding moved piece data");
+        assert_eq!(sum, want.iter().sum::<f64>(), "rank {rank}");
+        assert_eq!(all, want, "rank {rank}");
+    }
+}
+
+/// Rank 1 stops after the first task (with `Ok` or with an error); rank 0 goes on to a task
+/// that needs rank 1's part of `x`, and must end with an error, not wait forever. (The
+/// agreement check would stop rank 0 at once; off, the receive itself must give up.)
+fn rank_1_stops_early(fail: bool) -> Vec<Result<Vec<f64>>> {
+    on_ranks_checked(2, 1, false, move |rt| {
+        rt.register("iota", |ctx| {
+            let mut x = ctx.write::<f64>(0);
+            for i in x.range() {
+                x.set_at(i, i as f64);
+            }
+        })?;
+        register_copy(rt)?;
+        let x = rt.create(tessera_runtime::DType::F64, &[20])?;
+        let y = rt.create(tessera_runtime::DType::F64, &[20])?;
+        rt.task("iota").write(&x).launch_domain(&[2]).submit()?;
+        if rt.rank() == 1 {
+            rt.fence()?;
+            return if fail {
+                Err(RuntimeError::Transport("rank 1 gives up".into()))
+            } else {
+                Ok(vec![])
+            };
+        }
+        rt.task("tessera.copy")
+            .read(&x)
+            .write(&y)
+            .align(&x, &y)
+            .launch_domain(&[1])
+            .submit()?;
+        rt.read::<f64>(&y)
+    })
+}
+
+#[test]
+fn a_rank_that_stops_early_ends_the_others_with_an_error() {
+    for fail in [true, false] {
+        let got = rank_1_stops_early(fail);
+        let e = got[0]
+            .as_ref()
+            .expect_err("rank 0 cannot finish without rank 1");
+        assert!(
+            e.to_string().contains("rank 1"),
+            "fail = {fail}: the error names rank 1: {e}"
+        );
+    }
+}
+
+#[test]
+fn ranks_that_fuse_differently_are_caught_before_their_transfers_miss() {
+    // Rank 1 buffers four tasks and fuses them; rank 0 launches each at once. Every task
+    // solves alike, so only the launch check sees it (without it this stream happens to
+    // come out right, but the ranks' task sequence numbers, and so the keys of any later
+    // transfer, no longer match).
+    let configure = |b: RuntimeBuilder, rank: usize| {
+        b.threads(1)
+            .agreement_check(true)
+            .window_size(if rank == 0 { 1 } else { 4 })
+    };
+    let got = on_ranks_with(2, configure, |rt| {
+        rt.register_elementwise::<f64>("inc", |c: &mut tessera_runtime::Chunk<'_, f64>| {
+            let (ins, outs) = c.split();
+            for (o, i) in outs[0].iter_mut().zip(ins[0].iter()) {
+                *o = i + 1.0;
+            }
+        })?;
+        let mut x = rt.from_vec(&[64], vec![0.0; 64])?;
+        for _ in 0..3 {
+            let y = rt.create(tessera_runtime::DType::F64, &[64])?;
+            rt.task("inc").read(&x).write(&y).align(&x, &y).submit()?;
+            x = y;
+        }
+        rt.read::<f64>(&x)
+    });
+    for (rank, r) in got.into_iter().enumerate() {
+        match r {
+            Err(RuntimeError::RanksDisagree { .. }) => {}
+            other => panic!("rank {rank}: expected a disagreement, got {other:?}"),
+        }
     }
 }

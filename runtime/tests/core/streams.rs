@@ -458,14 +458,14 @@ fn run_stream(case: &Case, rt: &Runtime) -> Result<Outcome> {
     Ok((xs, rt.read::<f64>(&acc)?, fs, ss))
 }
 
-/// The stream on `ranks` thread ranks (two processors each, window 4, fusion on): every
-/// rank's outcome.
+/// The stream on `ranks` thread ranks (two processors each, the case's window, fusion on):
+/// every rank's outcome.
 fn on_ranks(case: &Case, ranks: usize) -> Vec<Result<Outcome>> {
     tessera_runtime::transport::run_ranks(ranks, |comm| {
         let rt = Runtime::builder()
             .threads(2)
             .min_piece_size(case.min_piece)
-            .window_size(4)
+            .window_size(case.window)
             .communicator(std::sync::Arc::new(comm.clone()))
             .agreement_check(true)
             .try_build()?;

@@ -2,6 +2,7 @@
 //! equal tiles or at split points (uneven, empty tiles included), seen as the sub-store
 //! rectangles task bodies get; 32-bit coordinate stores as image sources.
 
+use crate::cells;
 use std::sync::{Arc, Mutex};
 use tessera_runtime::{Cut, DType, PosRange, Rect, Runtime, RuntimeError};
 
@@ -39,18 +40,6 @@ fn tiles(
     let mut v = seen.lock().unwrap().clone();
     v.sort_by(|a, b| a.0.cmp(&b.0));
     (v, data)
-}
-
-/// Every cell of `r`, row-major.
-fn cells(r: &Rect) -> Vec<Vec<usize>> {
-    let mut out = vec![vec![]];
-    for d in 0..r.dim() {
-        out = out
-            .into_iter()
-            .flat_map(|p| (r.lo()[d]..r.hi()[d]).map(move |c| [p.clone(), vec![c]].concat()))
-            .collect();
-    }
-    out
 }
 
 #[test]
