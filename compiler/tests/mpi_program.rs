@@ -124,6 +124,12 @@ fn mpi_ranks_compute_what_one_process_computes() {
     .enumerate()
     {
         let prog = compile(dir.path(), schedule, true, &format!("spmv{i}"));
+        let help = launch(&prog, 0, &["--help".to_string()]);
+        assert!(
+            String::from_utf8_lossy(&help.stdout).contains("mpirun -n N"),
+            "{}",
+            text(&help)
+        );
         let one = dir.path().join(format!("y{i}-1.tns"));
         let out = launch(&prog, 0, &run_args(&a, &x, &one));
         assert!(out.status.success(), "one process: {}", text(&out));

@@ -4,6 +4,9 @@ use crate::{kernel, I, V};
 use std::error::Error;
 use tessera_formats::Tensor;
 
+/// What `--help` says about ranks: nothing (one process).
+pub const RANKS_HELP: &str = "";
+
 /// One process: the plain kernel does not run across ranks (that takes a distribution
 /// schedule and `tessera compile --mpi`).
 pub struct Ranks;

@@ -57,11 +57,12 @@ fn usage() -> String {
          --threads N    worker threads (default: all cores)\n  \
          --timings      print the time spent reading, computing and writing to stderr\n  \
          --stats        print the task runtime's statistics (a distributed schedule's program)\n  \
-         -h, --help     this text",
+         -h, --help     this text{}",
         <V as tessera_formats::Value>::TYPE.name(),
         std::any::type_name::<I>(),
         std::env::args().next().unwrap_or_else(|| "prog".into()),
-        names.join(" ")
+        names.join(" "),
+        compute::RANKS_HELP
     )
 }
 

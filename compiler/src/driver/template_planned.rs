@@ -19,6 +19,13 @@ use tessera_runtime::Runtime;
 /// `plan::kernel_fingerprint` of the kernel `kernel_block` was generated from.
 const FINGERPRINT: u64 = @FINGERPRINT@;
 
+/// What `--help` says about ranks.
+#[cfg(feature = "mpi")]
+pub const RANKS_HELP: &str = "\n\nBuilt with MPI: `mpirun -n N PROG ...` runs the plan across N ranks (each \
+     reads the inputs and runs its share of the block tasks; rank 0 writes the output).";
+#[cfg(not(feature = "mpi"))]
+pub const RANKS_HELP: &str = "";
+
 /// The ranks this process computes with: none (one process) or an MPI job's communicator.
 pub struct Ranks(Option<Arc<dyn Communicator + Send + Sync>>);
 
