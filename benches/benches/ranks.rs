@@ -1,0 +1,272 @@
+//! The task runtime across ranks (control replication), on thread ranks of this process: the
+//! 1-d stencil, CG and SpMV at 1, 2 and 4 ranks of one thread each, beside one rank (strong
+//! scaling) and, for the stencil, beside a hand-written halo exchange over the same transport
+//! doing the same work; bytes moved ÷ the analytic minimum; bytes each rank allocates ÷ one
+//! rank's (memory per rank is not yet its share).
+//!
+//! Every rank runs a runtime of one processor; on this 2-core machine 4 ranks oversubscribe.
+//! Times are per step / iteration / multiply, the slowest rank's, median of
+//! `TESSERA_BENCH_REPS` (default 5) interleaved runs. Sizes scale with `TESSERA_BENCH_SCALE`.
+//! MPI ranks run the same code under `mpirun` (the `stencil` and `cg` examples, and
+//! `runtime/tests/mpi_launch.rs`); this bench does not start mpirun.
+
+#[path = "../../runtime/examples/ranks/mod.rs"]
+#[allow(dead_code)] // the examples' launcher; this bench starts its own thread ranks
+mod ranks;
+#[path = "../../runtime/examples/sparse/mod.rs"]
+mod sparse;
+
+use sparse::{cg, stencil, Csr, HostCsr};
+use std::sync::Arc;
+use std::time::Instant;
+use tessera_benches::{env_or, median, Table};
+use tessera_runtime::transport::{run_ranks, Communicator, ThreadComm};
+use tessera_runtime::{Result, Runtime, Stats};
+
+/// What one rank measured: seconds for the timed part, and its runtime's statistics.
+type Measured = (f64, Stats);
+
+/// `work` on `ranks` thread ranks (one processor each), timed by `work` itself; the slowest
+/// rank's time and every rank's statistics.
+fn on_ranks(ranks: usize, work: impl Fn(&Runtime) -> Result<Measured> + Sync) -> (f64, Vec<Stats>) {
+    let all = run_ranks(ranks, |c: &ThreadComm| {
+        let comm: ranks::Comm = Arc::new(c.clone());
+        let rt = ranks::runtime(1, 256, (ranks > 1).then_some(comm))?;
+        work(&rt)
+    });
+    let got: Vec<Measured> = all
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|e| panic!("a rank failed: {e}")))
+        .collect();
+    let slowest = got.iter().map(|(t, _)| *t).fold(0.0, f64::max);
+    (slowest, got.into_iter().map(|(_, s)| s).collect())
+}
+
+/// Seconds per step of the runtime's stencil (`n` cells, `steps` steps), checked.
+fn stencil_runtime(rt: &Runtime, n: usize, steps: usize) -> Result<Measured> {
+    stencil::register(rt)?;
+    let mut cur = rt.from_vec(&[n + 2], stencil::initial(n))?;
+    let mut next = rt.from_vec(&[n + 2], stencil::initial(n))?;
+    stencil::step(rt, &cur, &next, n, None)?; // the first step moves no halo yet
+    std::mem::swap(&mut cur, &mut next);
+    // Every rank starts the clock together: a read of one cell is a collective (a read of
+    // all of `cur` would give every rank every cell, and the next step would need no halo).
+    rt.read::<f64>(&cur.slice(0, 0..1)?)?;
+    let before = rt.stats();
+    let t = Instant::now();
+    for _ in 1..steps {
+        stencil::step(rt, &cur, &next, n, None)?;
+        std::mem::swap(&mut cur, &mut next);
+    }
+    rt.fence()?;
+    let secs = t.elapsed().as_secs_f64() / (steps - 1) as f64;
+    let stats = rt.stats().since(&before);
+    assert_eq!(
+        rt.read::<f64>(&cur)?,
+        stencil::sequential(n, steps),
+        "stencil"
+    );
+    Ok((secs, stats))
+}
+
+/// The same stencil written by hand on thread ranks: each rank owns a block of cells and
+/// swaps one boundary cell with each neighbour per step (what an MPI halo exchange does).
+fn stencil_by_hand(comm: &ThreadComm, n: usize, steps: usize) -> f64 {
+    let (r, size) = (comm.rank(), comm.size());
+    let (lo, hi) = (1 + n * r / size, 1 + n * (r + 1) / size);
+    let init = stencil::initial(n);
+    let mut cur = init[lo - 1..hi + 1].to_vec();
+    let mut next = cur.clone();
+    let m = hi - lo;
+    let exchange = |cur: &mut [f64]| {
+        if r > 0 {
+            comm.send(r - 1, 1, cur[1].to_le_bytes().to_vec()).unwrap();
+        }
+        if r + 1 < size {
+            comm.send(r + 1, 2, cur[m].to_le_bytes().to_vec()).unwrap();
+            cur[m + 1] = f64::from_le_bytes(comm.recv(r + 1, 1).unwrap()[..8].try_into().unwrap());
+        }
+        if r > 0 {
+            cur[0] = f64::from_le_bytes(comm.recv(r - 1, 2).unwrap()[..8].try_into().unwrap());
+        }
+    };
+    comm.all_gather(&[]).unwrap(); // start together
+    let t = Instant::now();
+    for _ in 0..steps {
+        exchange(&mut cur);
+        for (o, w) in next[1..=m].iter_mut().zip(cur.windows(3)) {
+            *o = (w[0] + w[1] + w[2]) / 3.0;
+        }
+        // The global boundary cells stay fixed, as in the runtime's stencil.
+        (next[0], next[m + 1]) = (cur[0], cur[m + 1]);
+        std::mem::swap(&mut cur, &mut next);
+    }
+    let secs = t.elapsed().as_secs_f64() / steps as f64;
+    let want = stencil::sequential(n, steps);
+    assert_eq!(&cur[1..=m], &want[lo..hi], "hand-written stencil, rank {r}");
+    secs
+}
+
+/// Seconds per CG iteration on the 2-d Laplacian (a fixed number of iterations).
+fn cg_runtime(rt: &Runtime, a: &HostCsr, b: &[f64], iters: usize) -> Result<Measured> {
+    cg::register(rt)?; // with the SpMV task
+    let m = Csr::upload(rt, a)?;
+    cg::solve(rt, &m, b, 0.0, 1)?; // warm-up: images and partitions
+    let before = rt.stats();
+    let t = Instant::now();
+    let (_, done) = cg::solve(rt, &m, b, 0.0, iters)?;
+    let secs = t.elapsed().as_secs_f64() / done.max(1) as f64;
+    Ok((secs, rt.stats().since(&before)))
+}
+
+/// Seconds per SpMV (`reps` multiplies of one vector, each result read back).
+fn spmv_runtime(rt: &Runtime, a: &HostCsr, reps: usize) -> Result<Measured> {
+    sparse::register_spmv(rt)?;
+    let m = Csr::upload(rt, a)?;
+    let x = rt.from_vec(&[a.cols], (0..a.cols).map(|i| (i % 7) as f64).collect())?;
+    rt.read::<f64>(&sparse::spmv(rt, &m, &x)?)?; // warm-up
+    let before = rt.stats();
+    let t = Instant::now();
+    let mut y = None;
+    for _ in 0..reps {
+        y = Some(sparse::spmv(rt, &m, &x)?);
+    }
+    rt.fence()?;
+    let secs = t.elapsed().as_secs_f64() / reps as f64;
+    let stats = rt.stats().since(&before);
+    let y = rt.read::<f64>(&y.expect("reps > 0"))?;
+    assert_eq!(y, a.spmv(&rt.read::<f64>(&x)?), "spmv");
+    Ok((secs, stats))
+}
+
+/// Medians over `reps` interleaved rounds of each contestant (index into `runs`).
+fn race(reps: usize, runs: &[&dyn Fn() -> (f64, Vec<Stats>)]) -> Vec<(f64, Vec<Stats>)> {
+    let mut times = vec![vec![]; runs.len()];
+    let mut stats = vec![vec![]; runs.len()];
+    for _ in 0..reps.max(1) {
+        for (i, run) in runs.iter().enumerate() {
+            let (t, s) = run();
+            times[i].push(t);
+            stats[i] = s;
+        }
+    }
+    times.into_iter().map(median).zip(stats).collect()
+}
+
+fn main() {
+    let scale: f64 = env_or("TESSERA_BENCH_SCALE", 1.0);
+    let reps: usize = env_or("TESSERA_BENCH_REPS", 5);
+    let mut table = Table::new(&format!(
+        "The runtime across thread ranks, 1 processor per rank (scale {scale}, median of {reps}; \
+         ratio > 1: Tessera faster)"
+    ));
+    // About 1 ms of stencil work per step and rank at 2 ranks.
+    let n = (2_000_000.0 * scale) as usize;
+    let steps = 40;
+    let ranks_list = [1usize, 2, 4];
+    let runtime_runs: Vec<Box<dyn Fn() -> (f64, Vec<Stats>)>> = ranks_list
+        .iter()
+        .map(|&r| {
+            Box::new(move || on_ranks(r, |rt| stencil_runtime(rt, n, steps)))
+                as Box<dyn Fn() -> (f64, Vec<Stats>)>
+        })
+        .collect();
+    let hand_runs: Vec<Box<dyn Fn() -> (f64, Vec<Stats>)>> = ranks_list
+        .iter()
+        .map(|&r| {
+            Box::new(move || {
+                let t = run_ranks(r, |c: &ThreadComm| {
+                    Ok::<_, tessera_runtime::RuntimeError>(stencil_by_hand(c, n, steps))
+                });
+                let slowest = t.into_iter().map(|x| x.unwrap()).fold(0.0, f64::max);
+                (slowest, vec![])
+            }) as Box<dyn Fn() -> (f64, Vec<Stats>)>
+        })
+        .collect();
+    let all: Vec<&dyn Fn() -> (f64, Vec<Stats>)> = runtime_runs
+        .iter()
+        .chain(&hand_runs)
+        .map(|b| b.as_ref())
+        .collect();
+    let got = race(reps, &all);
+    let (rt1, hand1) = (got[0].0, got[3].0);
+    table.row(
+        "stencil step, 1 rank",
+        "ms",
+        rt1 * 1e3,
+        "hand-written",
+        hand1 * 1e3,
+        false,
+    );
+    for (k, &r) in ranks_list.iter().enumerate().skip(1) {
+        let (t, stats) = (&got[k].0, &got[k].1);
+        let name = format!("stencil step, {r} ranks");
+        table.row(&name, "ms", t * 1e3, "1 rank", rt1 * 1e3, false);
+        table.row(
+            &name,
+            "ms",
+            t * 1e3,
+            "hand-written halo",
+            got[3 + k].0 * 1e3,
+            false,
+        );
+        // Per step after the first, each inner boundary moves one cell each way.
+        let sent: u64 = stats.iter().map(|s| s.bytes_sent).sum();
+        let minimum = (2 * (r - 1) * 8 * (steps - 1)) as f64;
+        table.figure(
+            &format!("stencil {r} ranks bytes moved / minimum"),
+            sent as f64 / minimum,
+        );
+    }
+
+    let a = HostCsr::laplacian_2d((700.0 * scale.sqrt()) as usize);
+    let b: Vec<f64> = (0..a.rows).map(|i| 1.0 + (i % 5) as f64).collect();
+    let cg_runs: Vec<Box<dyn Fn() -> (f64, Vec<Stats>)>> = ranks_list
+        .iter()
+        .map(|&r| {
+            let (a, b) = (&a, &b);
+            Box::new(move || on_ranks(r, |rt| cg_runtime(rt, a, b, 20)))
+                as Box<dyn Fn() -> (f64, Vec<Stats>)>
+        })
+        .collect();
+    let spmv_runs: Vec<Box<dyn Fn() -> (f64, Vec<Stats>)>> = ranks_list
+        .iter()
+        .map(|&r| {
+            let a = &a;
+            Box::new(move || on_ranks(r, |rt| spmv_runtime(rt, a, 20)))
+                as Box<dyn Fn() -> (f64, Vec<Stats>)>
+        })
+        .collect();
+    let all: Vec<&dyn Fn() -> (f64, Vec<Stats>)> = cg_runs
+        .iter()
+        .chain(&spmv_runs)
+        .map(|b| b.as_ref())
+        .collect();
+    let got = race(reps, &all);
+    for (what, base) in [("cg iteration", 0), ("spmv", 3)] {
+        let one = got[base].0;
+        for (k, &r) in ranks_list.iter().enumerate().skip(1) {
+            let name = format!("{what} {}k rows, {r} ranks", a.rows / 1000);
+            table.row(
+                &name,
+                "ms",
+                got[base + k].0 * 1e3,
+                "1 rank",
+                one * 1e3,
+                false,
+            );
+        }
+    }
+    // Memory: what each rank allocated during the timed CG, beside one rank.
+    let alloc = |stats: &[Stats]| stats.iter().map(|s| s.bytes_allocated).max().unwrap_or(0);
+    let one = alloc(&got[0].1).max(1) as f64;
+    table.figure(
+        "cg 4 ranks: bytes allocated per rank / 1 rank",
+        alloc(&got[2].1) as f64 / one,
+    );
+    table.figure(
+        "peak rss MiB (all ranks of the process)",
+        tessera_benches::peak_rss_bytes() as f64 / (1 << 20) as f64,
+    );
+    table.print();
+}
