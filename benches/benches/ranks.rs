@@ -26,9 +26,15 @@ use tessera_runtime::{Result, Runtime, Stats};
 /// What one rank measured: seconds for the timed part, and its runtime's statistics.
 type Measured = (f64, Stats);
 
+/// A run on several ranks: the slowest rank's seconds and every rank's statistics.
+type Timed = (f64, Vec<Stats>);
+
+/// One contestant of a race: a run on some ranks.
+type Contestant = Box<dyn Fn() -> Timed>;
+
 /// `work` on `ranks` thread ranks (one processor each), timed by `work` itself; the slowest
 /// rank's time and every rank's statistics.
-fn on_ranks(ranks: usize, work: impl Fn(&Runtime) -> Result<Measured> + Sync) -> (f64, Vec<Stats>) {
+fn on_ranks(ranks: usize, work: impl Fn(&Runtime) -> Result<Measured> + Sync) -> Timed {
     let all = run_ranks(ranks, |c: &ThreadComm| {
         let comm: ranks::Comm = Arc::new(c.clone());
         let rt = ranks::runtime(1, 256, (ranks > 1).then_some(comm))?;
@@ -140,7 +146,7 @@ fn spmv_runtime(rt: &Runtime, a: &HostCsr, reps: usize) -> Result<Measured> {
 }
 
 /// Medians over `reps` interleaved rounds of each contestant (index into `runs`).
-fn race(reps: usize, runs: &[&dyn Fn() -> (f64, Vec<Stats>)]) -> Vec<(f64, Vec<Stats>)> {
+fn race(reps: usize, runs: &[&dyn Fn() -> Timed]) -> Vec<Timed> {
     let mut times = vec![vec![]; runs.len()];
     let mut stats = vec![vec![]; runs.len()];
     for _ in 0..reps.max(1) {
@@ -164,14 +170,11 @@ fn main() {
     let n = (2_000_000.0 * scale) as usize;
     let steps = 40;
     let ranks_list = [1usize, 2, 4];
-    let runtime_runs: Vec<Box<dyn Fn() -> (f64, Vec<Stats>)>> = ranks_list
+    let runtime_runs: Vec<Contestant> = ranks_list
         .iter()
-        .map(|&r| {
-            Box::new(move || on_ranks(r, |rt| stencil_runtime(rt, n, steps)))
-                as Box<dyn Fn() -> (f64, Vec<Stats>)>
-        })
+        .map(|&r| Box::new(move || on_ranks(r, |rt| stencil_runtime(rt, n, steps))) as Contestant)
         .collect();
-    let hand_runs: Vec<Box<dyn Fn() -> (f64, Vec<Stats>)>> = ranks_list
+    let hand_runs: Vec<Contestant> = ranks_list
         .iter()
         .map(|&r| {
             Box::new(move || {
@@ -180,10 +183,10 @@ fn main() {
                 });
                 let slowest = t.into_iter().map(|x| x.unwrap()).fold(0.0, f64::max);
                 (slowest, vec![])
-            }) as Box<dyn Fn() -> (f64, Vec<Stats>)>
+            }) as Contestant
         })
         .collect();
-    let all: Vec<&dyn Fn() -> (f64, Vec<Stats>)> = runtime_runs
+    let all: Vec<&dyn Fn() -> Timed> = runtime_runs
         .iter()
         .chain(&hand_runs)
         .map(|b| b.as_ref())
@@ -221,23 +224,21 @@ fn main() {
 
     let a = HostCsr::laplacian_2d((700.0 * scale.sqrt()) as usize);
     let b: Vec<f64> = (0..a.rows).map(|i| 1.0 + (i % 5) as f64).collect();
-    let cg_runs: Vec<Box<dyn Fn() -> (f64, Vec<Stats>)>> = ranks_list
+    let cg_runs: Vec<Contestant> = ranks_list
         .iter()
         .map(|&r| {
             let (a, b) = (&a, &b);
-            Box::new(move || on_ranks(r, |rt| cg_runtime(rt, a, b, 20)))
-                as Box<dyn Fn() -> (f64, Vec<Stats>)>
+            Box::new(move || on_ranks(r, |rt| cg_runtime(rt, a, b, 20))) as Contestant
         })
         .collect();
-    let spmv_runs: Vec<Box<dyn Fn() -> (f64, Vec<Stats>)>> = ranks_list
+    let spmv_runs: Vec<Contestant> = ranks_list
         .iter()
         .map(|&r| {
             let a = &a;
-            Box::new(move || on_ranks(r, |rt| spmv_runtime(rt, a, 20)))
-                as Box<dyn Fn() -> (f64, Vec<Stats>)>
+            Box::new(move || on_ranks(r, |rt| spmv_runtime(rt, a, 20))) as Contestant
         })
         .collect();
-    let all: Vec<&dyn Fn() -> (f64, Vec<Stats>)> = cg_runs
+    let all: Vec<&dyn Fn() -> Timed> = cg_runs
         .iter()
         .chain(&spmv_runs)
         .map(|b| b.as_ref())
