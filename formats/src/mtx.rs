@@ -257,6 +257,20 @@ impl crate::convert::LineSyntax for MtxSyntax {
         coords[1] = j;
         Ok(Some(v))
     }
+
+    #[inline]
+    fn entry<const R: usize>(
+        &self,
+        text: &[u8],
+        at: usize,
+        coords: &mut [u64; R],
+    ) -> Option<(f64, usize)> {
+        if self.field != Field::Real {
+            return None;
+        }
+        let found = crate::numbers::entry_line::<R>(text, at, coords)?;
+        (R == 2 && coords[0] < self.rows && coords[R - 1] < self.cols).then_some(found)
+    }
 }
 
 fn parse_banner(line: &[u8]) -> Result<(Layout, Field, Symmetry), (u64, String)> {

@@ -153,6 +153,21 @@ impl crate::convert::LineSyntax for TnsSyntax {
     fn parse(&self, line: &[u8], coords: &mut [u64]) -> Result<Option<f64>, (u64, SyntaxError)> {
         parse_line_impl::<true>(line, coords, self.dims.as_deref())
     }
+
+    #[inline]
+    fn entry<const R: usize>(
+        &self,
+        text: &[u8],
+        at: usize,
+        coords: &mut [u64; R],
+    ) -> Option<(f64, usize)> {
+        let found = crate::numbers::entry_line::<R>(text, at, coords)?;
+        let inside = match &self.dims {
+            Some(d) => coords.iter().zip(d).all(|(c, d)| c < d),
+            None => true,
+        };
+        inside.then_some(found)
+    }
 }
 
 /// [`parse_line`] for readers that only need coordinates: values are not converted (0 is

@@ -28,6 +28,20 @@ pub(crate) const MAX_LINE: usize = 16 << 20;
 /// `None` for a line without an entry (comment, blank), or the column and kind of an error.
 pub(crate) trait LineSyntax: Sync {
     fn parse(&self, line: &[u8], coords: &mut [u64]) -> Result<Option<f64>, (u64, SyntaxError)>;
+
+    /// The common shape of a data line at `text[at..]` parsed in one pass, without first
+    /// finding the line's end (`numbers::entry_line`): the value and where the next line
+    /// begins, or `None` to have [`parse`](LineSyntax::parse) take the whole line. It must
+    /// accept only lines that `parse` accepts, with the same entry.
+    #[inline]
+    fn entry<const R: usize>(
+        &self,
+        _text: &[u8],
+        _at: usize,
+        _coords: &mut [u64; R],
+    ) -> Option<(f64, usize)> {
+        None
+    }
 }
 
 /// What the packing of every block needs to know.
@@ -338,24 +352,32 @@ fn pack<const R: usize, I: Index, S: LineSyntax>(
     let mut builder = Builder::<R, I>::new(std::mem::take(piece), plan);
     let mut stop = None;
     while at < text.len() {
-        let nl = memchr::memchr(b'\n', &text[at..]);
-        let end = nl.map_or(text.len(), |j| at + j);
-        let mut line = &text[at..end];
-        at = end + 1;
         line_no += 1;
-        if let Some(l) = line.strip_suffix(b"\r") {
-            line = l;
-        }
-        let v = match syntax.parse(line, &mut coords) {
-            Ok(Some(v)) => v,
-            Ok(None) => continue,
-            Err((column, kind)) => {
-                stop = Some(Stop::Syntax {
-                    line: line_no,
-                    column,
-                    kind,
-                });
-                break;
+        let v = match syntax.entry::<R>(text, at, &mut coords) {
+            Some((v, next)) => {
+                at = next;
+                v
+            }
+            None => {
+                let nl = memchr::memchr(b'\n', &text[at..]);
+                let end = nl.map_or(text.len(), |j| at + j);
+                let mut line = &text[at..end];
+                at = end + 1;
+                if let Some(l) = line.strip_suffix(b"\r") {
+                    line = l;
+                }
+                match syntax.parse(line, &mut coords) {
+                    Ok(Some(v)) => v,
+                    Ok(None) => continue,
+                    Err((column, kind)) => {
+                        stop = Some(Stop::Syntax {
+                            line: line_no,
+                            column,
+                            kind,
+                        });
+                        break;
+                    }
+                }
             }
         };
         for k in 0..R {
