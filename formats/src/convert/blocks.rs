@@ -194,7 +194,7 @@ impl Blocks {
     /// where those lines lie in it; `Err(None)` for a line longer than [`MAX_LINE`]. Each
     /// block is a mapping of its own, unmapped once packed, so that the resident text stays
     /// within the blocks in flight however large the file.
-    fn map(&self, i: usize) -> Result<(Mmap, Range<usize>), Option<std::io::Error>> {
+    fn map(&self, i: usize) -> Result<(Mapped, Range<usize>), Option<std::io::Error>> {
         let lo = self.start + i as u64 * self.size;
         let hi = (lo + self.size).min(self.len);
         // One byte before the block says whether the block begins at a line start.
@@ -227,8 +227,48 @@ impl Blocks {
     }
 }
 
+/// Bytes of input the block packer has mapped now, and the most at once since
+/// [`reset_mapped_peak`]: mapped text is resident like the heap, and a test accounts it
+/// against the memory budget beside the converter's allocations.
+static MAPPED: AtomicUsize = AtomicUsize::new(0);
+static MAPPED_PEAK: AtomicUsize = AtomicUsize::new(0);
+
+/// The most input bytes mapped at once since the last [`reset_mapped_peak`].
+pub fn mapped_peak() -> usize {
+    MAPPED_PEAK.load(Ordering::Relaxed)
+}
+
+/// Starts a new measurement of [`mapped_peak`].
+pub fn reset_mapped_peak() {
+    MAPPED_PEAK.store(MAPPED.load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
+/// A mapped range of the input, counted in [`MAPPED`] while it lives.
+struct Mapped(Mmap);
+
+impl Mapped {
+    fn new(map: Mmap) -> Self {
+        let now = MAPPED.fetch_add(map.len(), Ordering::Relaxed) + map.len();
+        MAPPED_PEAK.fetch_max(now, Ordering::Relaxed);
+        Mapped(map)
+    }
+}
+
+impl std::ops::Deref for Mapped {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        MAPPED.fetch_sub(self.0.len(), Ordering::Relaxed);
+    }
+}
+
 /// Maps bytes `[from, to)` of `file` read-only.
-fn map_range(file: &File, from: u64, to: u64) -> std::io::Result<Mmap> {
+fn map_range(file: &File, from: u64, to: u64) -> std::io::Result<Mapped> {
     // SAFETY: a mapping of a file is sound as long as the file does not change under it;
     // the input is a file the user asked to convert, which nothing in this process writes.
     // Another process truncating it meanwhile could fault the read (SIGBUS), as with any
@@ -239,6 +279,7 @@ fn map_range(file: &File, from: u64, to: u64) -> std::io::Result<Mmap> {
             .len((to - from) as usize)
             .populate()
             .map(file)
+            .map(Mapped::new)
     }
 }
 

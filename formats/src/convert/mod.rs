@@ -31,6 +31,8 @@ use std::path::Path;
 
 pub use back::tcs_to_text;
 pub(crate) use blocks::LineSyntax;
+#[doc(hidden)]
+pub use blocks::{mapped_peak, reset_mapped_peak};
 
 use crate::error::{Error, Result};
 use crate::format::{Format, LevelType};
