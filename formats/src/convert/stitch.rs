@@ -17,7 +17,7 @@ use super::build::{check_dense_size, check_width, layout};
 use super::{duplicate_error, ConvertOptions, Duplicates, Progress, SortedSource};
 use crate::error::{Error, Result};
 use crate::format::{Format, LevelType};
-use crate::tcs::TcsWriter;
+use crate::tcs::{ArraySource, TcsWriter};
 use crate::tensor::TensorError;
 use crate::value::{canonical_nan, Index, Value, ValueType};
 
@@ -520,12 +520,16 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
         write(self.files, &mut self.vals, &self.scratch_v, self.output)
     }
 
-    /// Copies a spool into array number `array` of the output.
-    fn copy(&self, writer: &TcsWriter, array: usize, s: Spool) -> Result<()> {
-        let mut file = self.files[s.file]
+    /// The spool's file (its own handle), for copying into array number `array`.
+    fn source(&self, array: usize, s: Spool) -> Result<ArraySource> {
+        let file = self.files[s.file]
             .try_clone()
             .map_err(|e| spool_err(self.output, Path::new("the temporary directory"), e))?;
-        writer.copy_array_from(array, &mut file, s.crc.finalize())
+        Ok(ArraySource {
+            array,
+            file,
+            crc32: s.crc.finalize(),
+        })
     }
 
     /// The error (or fallback) a piece stopped with; its line counted from the file's start.
@@ -615,17 +619,11 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
         let bytes = header.file_len;
         let writer = TcsWriter::create(self.output, header)?;
         progress.stage("write", 0);
-        let mut array = 0;
+        let mut spools = Vec::new();
         for k in 0..rank {
-            if self.format.levels()[k] == LevelType::Dense {
-                continue;
-            }
-            // A singleton level has no `pos` spool.
-            let pos = self.pos[k].take();
-            for s in pos.into_iter().chain(self.crd[k].take()) {
-                self.copy(&writer, array, s)?;
-                array += 1;
-            }
+            // A dense level has no spool, a singleton level no `pos` spool.
+            spools.extend(self.pos[k].take());
+            spools.extend(self.crd[k].take());
         }
         let vals = std::mem::replace(
             &mut self.vals,
@@ -635,7 +633,14 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
                 crc: Default::default(),
             },
         );
-        self.copy(&writer, array, vals)?;
+        spools.push(vals);
+        let sources = spools
+            .into_iter()
+            .enumerate()
+            .map(|(array, s)| self.source(array, s))
+            .collect::<Result<Vec<_>>>()?;
+        let threads = crate::chunks::parse_threads();
+        writer.copy_arrays_from(sources, threads)?;
         writer.finish()?;
         progress.end_stage();
         Ok(Done {
