@@ -123,7 +123,15 @@ pub(crate) fn convert_merged(
 /// Entries per piece when packing merged entries.
 const MERGED_PIECE: usize = 1 << 16;
 
-fn merged<const R: usize, I: Index, V: Value, S>(
+/// Merged entries handed from the merging thread to the packing one: level-order keys,
+/// flattened, and values.
+#[derive(Default)]
+struct Batch {
+    keys: Vec<u64>,
+    vals: Vec<f64>,
+}
+
+fn merged<const R: usize, I: Index, V: Value, S: Sync>(
     (job, source): &mut (Job<'_, S>, &mut dyn SortedSource),
 ) -> Result<Done> {
     let Job {
@@ -159,18 +167,59 @@ fn merged<const R: usize, I: Index, V: Value, S>(
         *builder = Some(Builder::new(piece, &plan));
         Ok(())
     };
+    // The merge (a heap over the runs) runs on a thread of its own and hands batches of
+    // entries to this one, which packs them: the two serial halves of the final stage
+    // overlap. Three batches exist at most (one filling, one in the channel, one packed),
+    // a small part of the budget.
+    let batch = (opts.memory / 64 / (8 * (R + 1))).clamp(1 << 10, MERGED_PIECE);
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Batch>(1);
+    let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Batch>();
     progress.stage("merge", 0);
-    source.scan(progress, &mut |k, v| {
-        let key: [u64; R] = k.try_into().expect("keys of the tensor's rank");
-        let b = builder.as_mut().expect("a builder");
-        match b.push(key, v) {
-            Err(stop) => flush(&mut builder, Some(stop)),
-            Ok(()) if b.len() >= MERGED_PIECE => flush(&mut builder, None),
-            Ok(()) => Ok(()),
-        }
-    })?;
-    flush(&mut builder, None)?;
+    let packed = std::thread::scope(|scope| {
+        let merging = scope.spawn(move || -> Result<()> {
+            let mut b = Batch::default();
+            source.scan(&super::NoProgress, &mut |k, v| {
+                b.keys.extend_from_slice(k);
+                b.vals.push(v);
+                if b.vals.len() == batch {
+                    let next = empty_rx.try_recv().unwrap_or_default();
+                    // The packer stopped (its error is the one reported).
+                    full_tx
+                        .send(std::mem::replace(&mut b, next))
+                        .map_err(|_| Error::Cancelled)?;
+                }
+                Ok(())
+            })?;
+            full_tx.send(b).map_err(|_| Error::Cancelled)
+        });
+        let mut done = 0u64;
+        let mut pack = || -> Result<()> {
+            for mut b in full_rx.iter() {
+                for (k, &v) in b.keys.chunks_exact(R).zip(&b.vals) {
+                    let key: [u64; R] = k.try_into().expect("keys of the tensor's rank");
+                    let bl = builder.as_mut().expect("a builder");
+                    match bl.push(key, v) {
+                        Err(stop) => flush(&mut builder, Some(stop))?,
+                        Ok(()) if bl.len() >= MERGED_PIECE => flush(&mut builder, None)?,
+                        Ok(()) => {}
+                    }
+                }
+                done += b.vals.len() as u64;
+                super::tick(progress, done)?;
+                b.keys.clear();
+                b.vals.clear();
+                let _ = empty_tx.send(b);
+            }
+            flush(&mut builder, None)
+        };
+        let packed = pack();
+        // Unblocks the merging thread if packing stopped first.
+        drop(full_rx);
+        let merged = merging.join().expect("the merging thread does not panic");
+        packed.and(merged)
+    });
     progress.end_stage();
+    packed?;
     if let Some(e) = failed.lock().ok().and_then(|mut f| f.take()) {
         return Err(spool_err(output, temp_dir, e));
     }
