@@ -258,18 +258,15 @@ impl crate::convert::LineSyntax for MtxSyntax {
         Ok(Some(v))
     }
 
+    /// Real values only: integer fields must refuse decimals, which the scanner takes.
     #[inline]
-    fn entry<const R: usize>(
-        &self,
-        text: &[u8],
-        at: usize,
-        coords: &mut [u64; R],
-    ) -> Option<(f64, usize)> {
-        if self.field != Field::Real {
-            return None;
-        }
-        let found = crate::numbers::entry_line::<R>(text, at, coords)?;
-        (R == 2 && coords[0] < self.rows && coords[R - 1] < self.cols).then_some(found)
+    fn scans_entries(&self) -> bool {
+        self.field == Field::Real
+    }
+
+    #[inline]
+    fn inside(&self, coords: &[u64]) -> bool {
+        coords.len() == 2 && coords[0] < self.rows && coords[1] < self.cols
     }
 }
 

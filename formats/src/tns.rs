@@ -155,18 +155,15 @@ impl crate::convert::LineSyntax for TnsSyntax {
     }
 
     #[inline]
-    fn entry<const R: usize>(
-        &self,
-        text: &[u8],
-        at: usize,
-        coords: &mut [u64; R],
-    ) -> Option<(f64, usize)> {
-        let found = crate::numbers::entry_line::<R>(text, at, coords)?;
-        let inside = match &self.dims {
-            Some(d) => coords.iter().zip(d).all(|(c, d)| c < d),
-            None => true,
-        };
-        inside.then_some(found)
+    fn scans_entries(&self) -> bool {
+        true
+    }
+
+    #[inline]
+    fn inside(&self, coords: &[u64]) -> bool {
+        self.dims
+            .as_ref()
+            .is_none_or(|d| coords.iter().zip(d).all(|(c, d)| c < d))
     }
 }
 

@@ -29,18 +29,33 @@ pub(crate) const MAX_LINE: usize = 16 << 20;
 pub(crate) trait LineSyntax: Sync {
     fn parse(&self, line: &[u8], coords: &mut [u64]) -> Result<Option<f64>, (u64, SyntaxError)>;
 
+    /// True when data lines may take the one-pass scanner (`numbers::entry_line`: 1-based
+    /// coordinates and a real value) before [`parse`](LineSyntax::parse).
+    fn scans_entries(&self) -> bool {
+        false
+    }
+
+    /// The declared bounds hold for `coords` (checked after a line is scanned in one pass).
+    fn inside(&self, _coords: &[u64]) -> bool {
+        true
+    }
+
     /// The common shape of a data line at `text[at..]` parsed in one pass, without first
-    /// finding the line's end (`numbers::entry_line`): the value and where the next line
-    /// begins, or `None` to have [`parse`](LineSyntax::parse) take the whole line. It must
-    /// accept only lines that `parse` accepts, with the same entry.
+    /// finding the line's end: the value and where the next line begins, or `None` to have
+    /// [`parse`](LineSyntax::parse) take the whole line (which also names the column of an
+    /// error). It accepts only lines that `parse` accepts, with the same entry.
     #[inline]
     fn entry<const R: usize>(
         &self,
-        _text: &[u8],
-        _at: usize,
-        _coords: &mut [u64; R],
+        text: &[u8],
+        at: usize,
+        coords: &mut [u64; R],
     ) -> Option<(f64, usize)> {
-        None
+        if !self.scans_entries() {
+            return None;
+        }
+        let found = crate::numbers::entry_line::<R>(text, at, coords)?;
+        self.inside(coords).then_some(found)
     }
 }
 
