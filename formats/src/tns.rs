@@ -357,6 +357,7 @@ impl EntryReader for TnsReader {
                 } else {
                     parse_line_coords
                 },
+                self.values,
                 parse_threads(),
                 self.memory,
             )?;
