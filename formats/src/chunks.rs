@@ -126,12 +126,16 @@ pub(crate) struct ParallelParser {
 }
 
 impl ParallelParser {
-    /// Starts parsing `path` from its beginning with `threads` workers.
+    /// Starts parsing `path` from its beginning with `threads` workers. With `scan`, data
+    /// lines of the common shape are parsed in one pass (`numbers::entry_line`) before
+    /// `parse` is tried; only for parsers that accept those lines with the same entries.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         path: &Path,
         rank: usize,
         dims: Option<Vec<u64>>,
         parse: LineParser,
+        scan: bool,
         threads: usize,
         memory: usize,
     ) -> Result<Self> {
@@ -159,7 +163,7 @@ impl ParallelParser {
                     let job = rx.lock().map(|r| r.recv());
                     let Ok(Ok((seq, block))) = job else { return };
                     let chunk = spare.take_chunk();
-                    let parsed = parse_block(&block, rank, dims.as_deref(), parse, chunk);
+                    let parsed = parse_block(&block, rank, dims.as_deref(), (parse, scan), chunk);
                     spare.give_text(block);
                     if tx.send((seq, Block::Parsed(parsed))).is_err() {
                         return;
@@ -329,7 +333,7 @@ fn parse_block(
     block: &[u8],
     rank: usize,
     dims: Option<&[u64]>,
-    parse: LineParser,
+    (parse, scan): (LineParser, bool),
     mut chunk: Chunk,
 ) -> Parsed {
     chunk.clear();
@@ -339,7 +343,21 @@ fn parse_block(
     let mut start = 0;
     let mut line_no = 0u64;
     let mut newlines = 0u64;
+    let scan = scan && (1..=4).contains(&rank);
     while start < block.len() {
+        if let Some((v, next)) = scan
+            .then(|| scan_line(block, start, &mut coords, dims))
+            .flatten()
+        {
+            line_no += 1;
+            newlines += u64::from(block[next - 1] == b'\n');
+            for &c in &coords {
+                chunk.coords.push(c);
+            }
+            chunk.vals.push(v);
+            start = next;
+            continue;
+        }
         let end = memchr::memchr(b'\n', &block[start..]).map(|i| start + i);
         let mut line = &block[start..end.unwrap_or(block.len())];
         line_no += 1;
@@ -375,6 +393,30 @@ fn parse_block(
         bytes: block.len() as u64,
         error: None,
     }
+}
+
+/// A data line of the common shape parsed in one pass (`numbers::entry_line`) for ranks 1
+/// to 4, within the declared dimensions: the value and where the next line begins.
+#[inline]
+fn scan_line(
+    block: &[u8],
+    at: usize,
+    coords: &mut [u64],
+    dims: Option<&[u64]>,
+) -> Option<(f64, usize)> {
+    fn fixed<const R: usize>(block: &[u8], at: usize, coords: &mut [u64]) -> Option<(f64, usize)> {
+        let c: &mut [u64; R] = coords.try_into().ok()?;
+        crate::numbers::entry_line::<R>(block, at, c)
+    }
+    let found = match coords.len() {
+        1 => fixed::<1>(block, at, coords),
+        2 => fixed::<2>(block, at, coords),
+        3 => fixed::<3>(block, at, coords),
+        4 => fixed::<4>(block, at, coords),
+        _ => None,
+    }?;
+    dims.is_none_or(|d| coords.iter().zip(d).all(|(c, d)| c < d))
+        .then_some(found)
 }
 
 /// Worker threads for parsing: the machine's parallelism, at most 4 (beyond that the

@@ -24,6 +24,9 @@ mod interop;
 mod io;
 mod lines;
 mod mtx;
+/// Number scanners of the text parsers' hot loops (for the conversion bench's parse floor).
+#[doc(hidden)]
+pub mod numbers;
 mod pack;
 pub mod tcs;
 mod tensor;

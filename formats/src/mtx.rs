@@ -257,6 +257,17 @@ impl crate::convert::LineSyntax for MtxSyntax {
         coords[1] = j;
         Ok(Some(v))
     }
+
+    /// Real values only: integer fields must refuse decimals, which the scanner takes.
+    #[inline]
+    fn scans_entries(&self) -> bool {
+        self.field == Field::Real
+    }
+
+    #[inline]
+    fn inside(&self, coords: &[u64]) -> bool {
+        coords.len() == 2 && coords[0] < self.rows && coords[1] < self.cols
+    }
 }
 
 fn parse_banner(line: &[u8]) -> Result<(Layout, Field, Symmetry), (u64, String)> {

@@ -153,6 +153,18 @@ impl crate::convert::LineSyntax for TnsSyntax {
     fn parse(&self, line: &[u8], coords: &mut [u64]) -> Result<Option<f64>, (u64, SyntaxError)> {
         parse_line_impl::<true>(line, coords, self.dims.as_deref())
     }
+
+    #[inline]
+    fn scans_entries(&self) -> bool {
+        true
+    }
+
+    #[inline]
+    fn inside(&self, coords: &[u64]) -> bool {
+        self.dims
+            .as_ref()
+            .is_none_or(|d| coords.iter().zip(d).all(|(c, d)| c < d))
+    }
 }
 
 /// [`parse_line`] for readers that only need coordinates: values are not converted (0 is
@@ -345,6 +357,7 @@ impl EntryReader for TnsReader {
                 } else {
                     parse_line_coords
                 },
+                self.values,
                 parse_threads(),
                 self.memory,
             )?;

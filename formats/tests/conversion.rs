@@ -684,21 +684,26 @@ fn errors_in_later_blocks_name_their_line() {
     }
     text += "20001 x 0.5\n";
     std::fs::write(&input, text).unwrap();
-    let opts = ConvertOptions {
-        memory: 64 << 10,
-        ..ConvertOptions::default()
-    };
-    let err = convert(&input, &dir.path().join("o.tcs"), &opts, &NoProgress).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::Syntax {
-                line: 20001,
-                column: 7,
-                ..
-            }
-        ),
-        "{err}"
-    );
-    assert_eq!(dir_names(dir.path()), vec!["late.tns"]);
+    // Sorted (the block packer) and forced through the external sort (the parallel chunk
+    // parser): both scan good lines in one pass and still name the bad one.
+    for external in [false, true] {
+        let opts = ConvertOptions {
+            memory: 64 << 10,
+            force_external_sort: external,
+            ..ConvertOptions::default()
+        };
+        let err = convert(&input, &dir.path().join("o.tcs"), &opts, &NoProgress).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Syntax {
+                    line: 20001,
+                    column: 7,
+                    ..
+                }
+            ),
+            "external sort {external}: {err}"
+        );
+        assert_eq!(dir_names(dir.path()), vec!["late.tns"]);
+    }
 }

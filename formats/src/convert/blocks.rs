@@ -28,6 +28,35 @@ pub(crate) const MAX_LINE: usize = 16 << 20;
 /// `None` for a line without an entry (comment, blank), or the column and kind of an error.
 pub(crate) trait LineSyntax: Sync {
     fn parse(&self, line: &[u8], coords: &mut [u64]) -> Result<Option<f64>, (u64, SyntaxError)>;
+
+    /// True when data lines may take the one-pass scanner (`numbers::entry_line`: 1-based
+    /// coordinates and a real value) before [`parse`](LineSyntax::parse).
+    fn scans_entries(&self) -> bool {
+        false
+    }
+
+    /// The declared bounds hold for `coords` (checked after a line is scanned in one pass).
+    fn inside(&self, _coords: &[u64]) -> bool {
+        true
+    }
+
+    /// The common shape of a data line at `text[at..]` parsed in one pass, without first
+    /// finding the line's end: the value and where the next line begins, or `None` to have
+    /// [`parse`](LineSyntax::parse) take the whole line (which also names the column of an
+    /// error). It accepts only lines that `parse` accepts, with the same entry.
+    #[inline]
+    fn entry<const R: usize>(
+        &self,
+        text: &[u8],
+        at: usize,
+        coords: &mut [u64; R],
+    ) -> Option<(f64, usize)> {
+        if !self.scans_entries() {
+            return None;
+        }
+        let found = crate::numbers::entry_line::<R>(text, at, coords)?;
+        self.inside(coords).then_some(found)
+    }
 }
 
 /// What the packing of every block needs to know.
@@ -180,7 +209,7 @@ impl Blocks {
     /// where those lines lie in it; `Err(None)` for a line longer than [`MAX_LINE`]. Each
     /// block is a mapping of its own, unmapped once packed, so that the resident text stays
     /// within the blocks in flight however large the file.
-    fn map(&self, i: usize) -> Result<(Mmap, Range<usize>), Option<std::io::Error>> {
+    fn map(&self, i: usize) -> Result<(Mapped, Range<usize>), Option<std::io::Error>> {
         let lo = self.start + i as u64 * self.size;
         let hi = (lo + self.size).min(self.len);
         // One byte before the block says whether the block begins at a line start.
@@ -213,8 +242,48 @@ impl Blocks {
     }
 }
 
+/// Bytes of input the block packer has mapped now, and the most at once since
+/// [`reset_mapped_peak`]: mapped text is resident like the heap, and a test accounts it
+/// against the memory budget beside the converter's allocations.
+static MAPPED: AtomicUsize = AtomicUsize::new(0);
+static MAPPED_PEAK: AtomicUsize = AtomicUsize::new(0);
+
+/// The most input bytes mapped at once since the last [`reset_mapped_peak`].
+pub fn mapped_peak() -> usize {
+    MAPPED_PEAK.load(Ordering::Relaxed)
+}
+
+/// Starts a new measurement of [`mapped_peak`].
+pub fn reset_mapped_peak() {
+    MAPPED_PEAK.store(MAPPED.load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
+/// A mapped range of the input, counted in [`MAPPED`] while it lives.
+struct Mapped(Mmap);
+
+impl Mapped {
+    fn new(map: Mmap) -> Self {
+        let now = MAPPED.fetch_add(map.len(), Ordering::Relaxed) + map.len();
+        MAPPED_PEAK.fetch_max(now, Ordering::Relaxed);
+        Mapped(map)
+    }
+}
+
+impl std::ops::Deref for Mapped {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        MAPPED.fetch_sub(self.0.len(), Ordering::Relaxed);
+    }
+}
+
 /// Maps bytes `[from, to)` of `file` read-only.
-fn map_range(file: &File, from: u64, to: u64) -> std::io::Result<Mmap> {
+fn map_range(file: &File, from: u64, to: u64) -> std::io::Result<Mapped> {
     // SAFETY: a mapping of a file is sound as long as the file does not change under it;
     // the input is a file the user asked to convert, which nothing in this process writes.
     // Another process truncating it meanwhile could fault the read (SIGBUS), as with any
@@ -225,6 +294,7 @@ fn map_range(file: &File, from: u64, to: u64) -> std::io::Result<Mmap> {
             .len((to - from) as usize)
             .populate()
             .map(file)
+            .map(Mapped::new)
     }
 }
 
@@ -338,24 +408,32 @@ fn pack<const R: usize, I: Index, S: LineSyntax>(
     let mut builder = Builder::<R, I>::new(std::mem::take(piece), plan);
     let mut stop = None;
     while at < text.len() {
-        let nl = memchr::memchr(b'\n', &text[at..]);
-        let end = nl.map_or(text.len(), |j| at + j);
-        let mut line = &text[at..end];
-        at = end + 1;
         line_no += 1;
-        if let Some(l) = line.strip_suffix(b"\r") {
-            line = l;
-        }
-        let v = match syntax.parse(line, &mut coords) {
-            Ok(Some(v)) => v,
-            Ok(None) => continue,
-            Err((column, kind)) => {
-                stop = Some(Stop::Syntax {
-                    line: line_no,
-                    column,
-                    kind,
-                });
-                break;
+        let v = match syntax.entry::<R>(text, at, &mut coords) {
+            Some((v, next)) => {
+                at = next;
+                v
+            }
+            None => {
+                let nl = memchr::memchr(b'\n', &text[at..]);
+                let end = nl.map_or(text.len(), |j| at + j);
+                let mut line = &text[at..end];
+                at = end + 1;
+                if let Some(l) = line.strip_suffix(b"\r") {
+                    line = l;
+                }
+                match syntax.parse(line, &mut coords) {
+                    Ok(Some(v)) => v,
+                    Ok(None) => continue,
+                    Err((column, kind)) => {
+                        stop = Some(Stop::Syntax {
+                            line: line_no,
+                            column,
+                            kind,
+                        });
+                        break;
+                    }
+                }
             }
         };
         for k in 0..R {

@@ -10,7 +10,7 @@ use super::{scan_distinct, ConvertOptions, Progress, SortedSource};
 use crate::error::{Error, Result};
 use crate::format::{Format, LevelType};
 use crate::pack::{PackError, Packer, Sink};
-use crate::tcs::{ArrayWriter, LevelInfo, ModeInfo, TcsHeader, TcsWriter};
+use crate::tcs::{ArraySource, ArrayWriter, LevelInfo, ModeInfo, TcsHeader, TcsWriter};
 use crate::tensor::TensorError;
 use crate::value::{Index, Value};
 
@@ -228,16 +228,20 @@ fn spooled_typed<V: Value, I: Index>(
     let bytes = header.file_len;
     let writer = TcsWriter::create(output, header)?;
     progress.stage("write", 0);
-    let mut array = 0;
+    let mut sources = Vec::new();
     for (pos, crd) in levels.into_iter().flatten() {
         for s in pos.into_iter().chain([crd]) {
-            let (mut file, crc) = s.into_file()?;
-            writer.copy_array_from(array, &mut file, crc)?;
-            array += 1;
+            let (file, crc32) = s.into_file()?;
+            sources.push((file, crc32));
         }
     }
-    let (mut file, crc) = vals.into_file()?;
-    writer.copy_array_from(array, &mut file, crc)?;
+    sources.push(vals.into_file()?);
+    let sources = sources
+        .into_iter()
+        .enumerate()
+        .map(|(array, (file, crc32))| ArraySource { array, file, crc32 })
+        .collect();
+    writer.copy_arrays_from(sources, crate::chunks::parse_threads())?;
     writer.finish()?;
     progress.end_stage();
     Ok(Built { entries, bytes })

@@ -31,6 +31,8 @@ use std::path::Path;
 
 pub use back::tcs_to_text;
 pub(crate) use blocks::LineSyntax;
+#[doc(hidden)]
+pub use blocks::{mapped_peak, reset_mapped_peak};
 
 use crate::error::{Error, Result};
 use crate::format::{Format, LevelType};
@@ -433,8 +435,9 @@ fn sort_and_build(
     })
 }
 
-/// A stream of entries sorted in storage order (duplicates adjacent), that can be read again.
-pub(crate) trait SortedSource {
+/// A stream of entries sorted in storage order (duplicates adjacent), that can be read again;
+/// `Send`, so that a thread of its own can produce the entries while another packs them.
+pub(crate) trait SortedSource: Send {
     /// Calls `f(level-order coordinates, value)` for every entry, in order.
     fn scan(
         &mut self,

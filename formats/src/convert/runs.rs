@@ -583,50 +583,64 @@ fn merge(
     }
 }
 
-/// The k-way merge of open runs by a binary min-heap under `less`.
+/// The k-way merge of open runs by a tree of losers under `less` (a strict total order:
+/// ties are broken by run number): each internal node keeps the run that lost the match
+/// played there, so replacing the winner replays only its path to the root, one comparison
+/// per level (a binary heap's sift-down makes two).
 fn merge_heap(
     mut readers: Vec<RunReader>,
     f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
     less: impl Fn(&[RunReader], usize, usize) -> bool + Copy,
 ) -> Result<()> {
-    let mut heap: Vec<usize> = (0..readers.len()).collect();
-    for i in (0..heap.len() / 2).rev() {
-        sift_down(&mut heap, i, &readers, less);
+    let k = readers.len();
+    if k == 0 {
+        return Ok(());
     }
-    while let Some(&top) = heap.first() {
-        f(&readers[top].key, readers[top].value)?;
-        if !readers[top].advance()? {
-            let last = heap.pop().expect("nonempty");
-            if heap.is_empty() {
+    let mut done = vec![false; k];
+    // Run `a` beats run `b`: it has an entry, and it comes first or `b` has none.
+    let beats = |rs: &[RunReader], done: &[bool], a: usize, b: usize| {
+        !done[a] && (done[b] || less(rs, a, b))
+    };
+    // Leaves are the runs (node k + i for run i); `tree[0]` is the overall winner.
+    const EMPTY: usize = usize::MAX;
+    let mut tree = vec![EMPTY; k];
+    for leaf in 0..k {
+        let mut winner = leaf;
+        let mut node = (leaf + k) / 2;
+        while node > 0 {
+            if tree[node] == EMPTY {
+                // The first to arrive waits here for its opponent.
+                tree[node] = winner;
+                winner = EMPTY;
                 break;
             }
-            heap[0] = last;
+            if beats(&readers, &done, tree[node], winner) {
+                std::mem::swap(&mut tree[node], &mut winner);
+            }
+            node /= 2;
         }
-        sift_down(&mut heap, 0, &readers, less);
+        if winner != EMPTY {
+            tree[0] = winner;
+        }
     }
-    Ok(())
-}
-
-fn sift_down(
-    heap: &mut [usize],
-    mut i: usize,
-    rs: &[RunReader],
-    less: impl Fn(&[RunReader], usize, usize) -> bool,
-) {
     loop {
-        let (l, r) = (2 * i + 1, 2 * i + 2);
-        let mut m = i;
-        if l < heap.len() && less(rs, heap[l], heap[m]) {
-            m = l;
+        let top = tree[0];
+        if done[top] {
+            return Ok(());
         }
-        if r < heap.len() && less(rs, heap[r], heap[m]) {
-            m = r;
+        f(&readers[top].key, readers[top].value)?;
+        if !readers[top].advance()? {
+            done[top] = true;
         }
-        if m == i {
-            return;
+        let mut winner = top;
+        let mut node = (top + k) / 2;
+        while node > 0 {
+            if beats(&readers, &done, tree[node], winner) {
+                std::mem::swap(&mut tree[node], &mut winner);
+            }
+            node /= 2;
         }
-        heap.swap(i, m);
-        i = m;
+        tree[0] = winner;
     }
 }
 

@@ -17,7 +17,7 @@ use super::build::{check_dense_size, check_width, layout};
 use super::{duplicate_error, ConvertOptions, Duplicates, Progress, SortedSource};
 use crate::error::{Error, Result};
 use crate::format::{Format, LevelType};
-use crate::tcs::TcsWriter;
+use crate::tcs::{ArraySource, TcsWriter};
 use crate::tensor::TensorError;
 use crate::value::{canonical_nan, Index, Value, ValueType};
 
@@ -123,7 +123,15 @@ pub(crate) fn convert_merged(
 /// Entries per piece when packing merged entries.
 const MERGED_PIECE: usize = 1 << 16;
 
-fn merged<const R: usize, I: Index, V: Value, S>(
+/// Merged entries handed from the merging thread to the packing one: level-order keys,
+/// flattened, and values.
+#[derive(Default)]
+struct Batch {
+    keys: Vec<u64>,
+    vals: Vec<f64>,
+}
+
+fn merged<const R: usize, I: Index, V: Value, S: Sync>(
     (job, source): &mut (Job<'_, S>, &mut dyn SortedSource),
 ) -> Result<Done> {
     let Job {
@@ -159,18 +167,59 @@ fn merged<const R: usize, I: Index, V: Value, S>(
         *builder = Some(Builder::new(piece, &plan));
         Ok(())
     };
+    // The merge (a heap over the runs) runs on a thread of its own and hands batches of
+    // entries to this one, which packs them: the two serial halves of the final stage
+    // overlap. Three batches exist at most (one filling, one in the channel, one packed),
+    // a small part of the budget.
+    let batch = (opts.memory / 64 / (8 * (R + 1))).clamp(1 << 10, MERGED_PIECE);
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Batch>(1);
+    let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Batch>();
     progress.stage("merge", 0);
-    source.scan(progress, &mut |k, v| {
-        let key: [u64; R] = k.try_into().expect("keys of the tensor's rank");
-        let b = builder.as_mut().expect("a builder");
-        match b.push(key, v) {
-            Err(stop) => flush(&mut builder, Some(stop)),
-            Ok(()) if b.len() >= MERGED_PIECE => flush(&mut builder, None),
-            Ok(()) => Ok(()),
-        }
-    })?;
-    flush(&mut builder, None)?;
+    let packed = std::thread::scope(|scope| {
+        let merging = scope.spawn(move || -> Result<()> {
+            let mut b = Batch::default();
+            source.scan(&super::NoProgress, &mut |k, v| {
+                b.keys.extend_from_slice(k);
+                b.vals.push(v);
+                if b.vals.len() == batch {
+                    let next = empty_rx.try_recv().unwrap_or_default();
+                    // The packer stopped (its error is the one reported).
+                    full_tx
+                        .send(std::mem::replace(&mut b, next))
+                        .map_err(|_| Error::Cancelled)?;
+                }
+                Ok(())
+            })?;
+            full_tx.send(b).map_err(|_| Error::Cancelled)
+        });
+        let mut done = 0u64;
+        let mut pack = || -> Result<()> {
+            for mut b in full_rx.iter() {
+                for (k, &v) in b.keys.chunks_exact(R).zip(&b.vals) {
+                    let key: [u64; R] = k.try_into().expect("keys of the tensor's rank");
+                    let bl = builder.as_mut().expect("a builder");
+                    match bl.push(key, v) {
+                        Err(stop) => flush(&mut builder, Some(stop))?,
+                        Ok(()) if bl.len() >= MERGED_PIECE => flush(&mut builder, None)?,
+                        Ok(()) => {}
+                    }
+                }
+                done += b.vals.len() as u64;
+                super::tick(progress, done)?;
+                b.keys.clear();
+                b.vals.clear();
+                let _ = empty_tx.send(b);
+            }
+            flush(&mut builder, None)
+        };
+        let packed = pack();
+        // Unblocks the merging thread if packing stopped first.
+        drop(full_rx);
+        let merged = merging.join().expect("the merging thread does not panic");
+        packed.and(merged)
+    });
     progress.end_stage();
+    packed?;
     if let Some(e) = failed.lock().ok().and_then(|mut f| f.take()) {
         return Err(spool_err(output, temp_dir, e));
     }
@@ -520,12 +569,16 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
         write(self.files, &mut self.vals, &self.scratch_v, self.output)
     }
 
-    /// Copies a spool into array number `array` of the output.
-    fn copy(&self, writer: &TcsWriter, array: usize, s: Spool) -> Result<()> {
-        let mut file = self.files[s.file]
+    /// The spool's file (its own handle), for copying into array number `array`.
+    fn source(&self, array: usize, s: Spool) -> Result<ArraySource> {
+        let file = self.files[s.file]
             .try_clone()
             .map_err(|e| spool_err(self.output, Path::new("the temporary directory"), e))?;
-        writer.copy_array_from(array, &mut file, s.crc.finalize())
+        Ok(ArraySource {
+            array,
+            file,
+            crc32: s.crc.finalize(),
+        })
     }
 
     /// The error (or fallback) a piece stopped with; its line counted from the file's start.
@@ -615,17 +668,11 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
         let bytes = header.file_len;
         let writer = TcsWriter::create(self.output, header)?;
         progress.stage("write", 0);
-        let mut array = 0;
+        let mut spools = Vec::new();
         for k in 0..rank {
-            if self.format.levels()[k] == LevelType::Dense {
-                continue;
-            }
-            // A singleton level has no `pos` spool.
-            let pos = self.pos[k].take();
-            for s in pos.into_iter().chain(self.crd[k].take()) {
-                self.copy(&writer, array, s)?;
-                array += 1;
-            }
+            // A dense level has no spool, a singleton level no `pos` spool.
+            spools.extend(self.pos[k].take());
+            spools.extend(self.crd[k].take());
         }
         let vals = std::mem::replace(
             &mut self.vals,
@@ -635,7 +682,14 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
                 crc: Default::default(),
             },
         );
-        self.copy(&writer, array, vals)?;
+        spools.push(vals);
+        let sources = spools
+            .into_iter()
+            .enumerate()
+            .map(|(array, s)| self.source(array, s))
+            .collect::<Result<Vec<_>>>()?;
+        let threads = crate::chunks::parse_threads();
+        writer.copy_arrays_from(sources, threads)?;
         writer.finish()?;
         progress.end_stage();
         Ok(Done {

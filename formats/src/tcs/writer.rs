@@ -108,37 +108,69 @@ impl TcsWriter {
         }
     }
 
-    /// Copies array number `array` whole from `src` (read from its start; in the kernel where
-    /// the platform allows), recording `crc32` as its checksum, which the caller computed
-    /// while writing `src`.
-    pub fn copy_array_from(&self, array: usize, src: &mut std::fs::File, crc32: u32) -> Result<()> {
-        use std::io::{Read, Seek, SeekFrom};
-        let a = *self
-            .header
-            .arrays
-            .get(array)
-            .ok_or_else(|| self.misuse(format!("no array {array}")))?;
+    /// Copies whole arrays from temporary files (spools, each read from its start; in the
+    /// kernel where the platform allows), recording the checksum each caller computed while
+    /// writing its source. The copies are cut into segments shared out among `threads`
+    /// threads, and each source is emptied (truncated: its pages freed) as soon as its last
+    /// segment is copied, so that this last stage of a conversion, which would be serial,
+    /// uses every core.
+    pub fn copy_arrays_from(&self, sources: Vec<ArraySource>, threads: usize) -> Result<()> {
         let target = self.file.target();
-        let len = src.metadata().map_err(|e| Error::io(target, e))?.len();
-        if len != a.len {
-            return Err(self.misuse(format!(
-                "{} needs {} bytes, the source has {len}",
-                a.name(),
-                a.len
-            )));
+        let mut segments = Vec::new();
+        for src in sources {
+            let a = *self
+                .header
+                .arrays
+                .get(src.array)
+                .ok_or_else(|| self.misuse(format!("no array {}", src.array)))?;
+            let len = src.file.metadata().map_err(|e| Error::io(target, e))?.len();
+            if len != a.len {
+                return Err(self.misuse(format!(
+                    "{} needs {} bytes, the source has {len}",
+                    a.name(),
+                    a.len
+                )));
+            }
+            self.crcs.lock().expect("no panics while locked")[src.array] = Some(src.crc32);
+            let file = std::sync::Arc::new(src.file);
+            let mut at = 0;
+            while at < len {
+                let n = (len - at).min(COPY_SEGMENT);
+                segments.push((file.clone(), at, a.offset + at, n));
+                at += n;
+            }
         }
-        src.seek(SeekFrom::Start(0))
-            .map_err(|e| Error::io(target, e))?;
-        let mut dst = self.file.file();
-        dst.seek(SeekFrom::Start(a.offset))
-            .map_err(|e| Error::io(target, e))?;
-        let copied =
-            std::io::copy(&mut src.take(len), &mut dst).map_err(|e| Error::io(target, e))?;
-        if copied != len {
-            return Err(self.misuse(format!("{}: copied {copied} of {len} bytes", a.name())));
+        // Each source is dropped with its last segment, on the thread that copied it.
+        let segments: Vec<_> = segments.into_iter().map(|s| Mutex::new(Some(s))).collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let failed = Mutex::new(None);
+        std::thread::scope(|scope| {
+            for _ in 0..threads.clamp(1, segments.len().max(1)) {
+                scope.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(seg) = segments.get(i) else { return };
+                    let seg = seg.lock().ok().and_then(|mut s| s.take());
+                    let Some((src, from, to, len)) = seg else {
+                        return;
+                    };
+                    let mut done = copy_range(&src, from, self.file.file(), to, len);
+                    // The last segment of a source empties it.
+                    if let (Ok(()), Some(src)) = (&done, std::sync::Arc::into_inner(src)) {
+                        done = crate::retry_interrupted(|| src.set_len(0));
+                    }
+                    if let Err(e) = done {
+                        if let Ok(mut f) = failed.lock() {
+                            f.get_or_insert(e);
+                        }
+                        return;
+                    }
+                });
+            }
+        });
+        match failed.into_inner().ok().flatten() {
+            Some(e) => Err(Error::io(target, e)),
+            None => Ok(()),
         }
-        self.crcs.lock().expect("no panics while locked")[array] = Some(crc32);
-        Ok(())
     }
 
     /// Computes missing checksums, writes the header and renames the file into place.
@@ -159,6 +191,47 @@ impl TcsWriter {
             .map_err(|e| Error::io(&target, e))?;
         self.file.commit()
     }
+}
+
+/// Bytes copied as one piece of work by [`TcsWriter::copy_arrays_from`].
+const COPY_SEGMENT: u64 = 32 << 20;
+
+/// An array's bytes in a file of their own, and their checksum.
+pub struct ArraySource {
+    /// Number of the array in the header.
+    pub array: usize,
+    pub file: std::fs::File,
+    pub crc32: u32,
+}
+
+/// Copies `len` bytes at `from` in `src` to `to` in `dst` with positioned calls only (so
+/// that threads can share both files): `copy_file_range` in the kernel, or where the file
+/// systems do not allow it, reads and writes through a small buffer.
+fn copy_range(
+    src: &std::fs::File,
+    mut from: u64,
+    dst: &std::fs::File,
+    mut to: u64,
+    mut len: u64,
+) -> std::io::Result<()> {
+    while len > 0 {
+        let chunk = len.min(1 << 30) as usize;
+        match rustix::fs::copy_file_range(src, Some(&mut from), dst, Some(&mut to), chunk) {
+            Ok(n) if n > 0 => len -= n as u64,
+            Err(rustix::io::Errno::INTR) => {}
+            // Another file system, no kernel support, or a file that cannot be spliced (the
+            // buffered copy below then says what is wrong, if anything).
+            Ok(_) | Err(_) => break,
+        }
+    }
+    let mut buf = vec![0u8; (len as usize).min(256 << 10)];
+    while len > 0 {
+        let n = (len as usize).min(buf.len());
+        src.read_exact_at(&mut buf[..n], from)?;
+        dst.write_all_at(&buf[..n], to)?;
+        (from, to, len) = (from + n as u64, to + n as u64, len - n as u64);
+    }
+    Ok(())
 }
 
 fn crc_of_range(file: &std::fs::File, offset: u64, len: u64) -> std::io::Result<u32> {
@@ -296,4 +369,35 @@ pub fn write_tensor<V: Value, I: Index>(
     }
     w.write_at(array, 0, t.vals())?;
     w.finish()
+}
+
+#[cfg(test)]
+mod copy_tests {
+    use super::copy_range;
+    use std::os::unix::fs::FileExt;
+
+    /// Positioned copies land at their offsets, within one file system (`copy_file_range`)
+    /// and, where a second one is at hand, across two (the buffered fallback under the
+    /// kernels that refuse it).
+    #[test]
+    fn ranges_are_copied_at_their_offsets_on_one_or_two_file_systems() {
+        let data: Vec<u8> = (0..700_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        let mut dirs = vec![std::env::temp_dir()];
+        if std::path::Path::new("/dev/shm").is_dir() {
+            dirs.push("/dev/shm".into());
+        }
+        for src_dir in &dirs {
+            for dst_dir in &dirs {
+                let src = tempfile::tempfile_in(src_dir).unwrap();
+                src.write_all_at(&data, 0).unwrap();
+                let dst = tempfile::tempfile_in(dst_dir).unwrap();
+                copy_range(&src, 13, &dst, 4099, data.len() as u64 - 13).unwrap();
+                let mut back = vec![0u8; data.len() - 13];
+                dst.read_exact_at(&mut back, 4099).unwrap();
+                assert_eq!(back, data[13..], "{src_dir:?} -> {dst_dir:?}");
+                // Copying past the source's end is an error, not a short file.
+                assert!(copy_range(&src, 10, &dst, 0, data.len() as u64).is_err());
+            }
+        }
+    }
 }

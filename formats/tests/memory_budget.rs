@@ -1,0 +1,136 @@
+//! The converter's buffers stay within `--memory`: every heap allocation of the process is
+//! counted (a global allocator in this test binary of its own, as process-global state must
+//! be) and so are the input blocks the packer maps, and their peak during a conversion is
+//! held against the budget. Sorted and unsorted `.tns` and sorted `.mtx`, at budgets down to
+//! 16 MiB, on inputs that fill every buffer (the unsorted one makes several runs). This measures what the converter allocates, not
+//! time or RSS (the conversion bench prints peak RSS beside each budget).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tessera_formats::{convert, ConvertOptions, NoProgress};
+
+/// Heap bytes live now and the most at once since the last reset.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+struct Counting;
+
+fn grew(by: usize) {
+    let now = LIVE.fetch_add(by, Ordering::Relaxed) + by;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
+
+// SAFETY: every call is forwarded to the system allocator unchanged; only counters are kept.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            grew(layout.size());
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            // The old and new blocks may both be live while the system copies.
+            grew(new_size);
+            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Pseudo-random entries (a fixed LCG: the same file every run) of a 3-order tensor, or of a
+/// matrix for `.mtx`, written sorted or in generation order.
+fn write_text(path: &Path, entries: usize, sorted: bool, mtx: bool) {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = |m: u64| {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (x >> 33) % m + 1
+    };
+    let rank = if mtx { 2 } else { 3 };
+    let mut keys: Vec<Vec<u64>> = (0..entries)
+        .map(|_| (0..rank).map(|_| next(20_000)).collect())
+        .collect();
+    if sorted {
+        keys.sort();
+    }
+    keys.dedup();
+    let mut s = String::with_capacity(entries * 24);
+    if mtx {
+        let _ = writeln!(s, "%%MatrixMarket matrix coordinate real general");
+        let _ = writeln!(s, "20000 20000 {}", keys.len());
+    } else {
+        let _ = writeln!(s, "# dims 20000 20000 20000");
+    }
+    for k in &keys {
+        for c in k {
+            let _ = write!(s, "{c} ");
+        }
+        let _ = writeln!(s, "0.{}", next(999));
+    }
+    std::fs::write(path, s).unwrap();
+}
+
+/// Peak heap plus mapped input bytes of one conversion at `budget`, and its sorted runs.
+fn peak_of(input: &Path, output: &Path, budget: usize) -> (usize, usize) {
+    let opts = ConvertOptions {
+        memory: budget,
+        ..ConvertOptions::default()
+    };
+    let before = LIVE.load(Ordering::Relaxed);
+    PEAK.store(before, Ordering::Relaxed);
+    tessera_formats::convert::reset_mapped_peak();
+    let report = convert(input, output, &opts, &NoProgress).unwrap();
+    assert!(report.entries_written > 0);
+    let peak = PEAK.load(Ordering::Relaxed) - before + tessera_formats::convert::mapped_peak();
+    (peak, report.runs)
+}
+
+#[test]
+fn conversion_buffers_stay_within_every_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // About 7 MB of text each: the unsorted one makes several runs at these budgets.
+    let inputs = [
+        ("sorted.tns", true, false),
+        ("unsorted.tns", false, false),
+        ("sorted.mtx", true, true),
+    ];
+    for (name, sorted, mtx) in inputs {
+        write_text(&d.join(name), 300_000, sorted, mtx);
+    }
+    for budget_mib in [16usize, 32] {
+        let budget = budget_mib << 20;
+        // The share the converter gives its buffers: the rest is the process's own (code,
+        // stacks, the allocator's keeping; `convert::working_memory`).
+        let share = budget - (budget / 4).min(4 << 20);
+        for (name, _, _) in inputs {
+            let (peak, runs) = peak_of(&d.join(name), &d.join("out.tcs"), budget);
+            assert_eq!(
+                runs >= 2,
+                name.starts_with("unsorted"),
+                "{name}: {runs} runs"
+            );
+            assert!(
+                peak <= share,
+                "{name} at {budget_mib} MiB: the converter's buffers peaked at {:.1} MiB",
+                peak as f64 / (1 << 20) as f64
+            );
+        }
+    }
+}
