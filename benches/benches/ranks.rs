@@ -30,7 +30,7 @@ type Measured = (f64, Stats);
 type Timed = (f64, Vec<Stats>);
 
 /// One contestant of a race: a run on some ranks.
-type Contestant = Box<dyn Fn() -> Timed>;
+type Contestant<'a> = Box<dyn Fn() -> Timed + 'a>;
 
 /// `work` on `ranks` thread ranks (one processor each), timed by `work` itself; the slowest
 /// rank's time and every rank's statistics.
