@@ -21,9 +21,11 @@ mod assemble;
 mod codec;
 mod coo;
 mod files;
+mod held;
 mod load;
 mod partial;
 mod section;
+mod sink;
 pub mod split;
 mod store;
 mod tournament;
@@ -107,5 +109,7 @@ pub struct NoProgress;
 
 impl Progress for NoProgress {}
 
+#[cfg(test)]
+mod file_tests;
 #[cfg(test)]
 mod tests;
