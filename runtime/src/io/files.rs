@@ -1,13 +1,19 @@
 //! Distributed split and merge of `.tcs` files: the file side of [`load_blocks`] and
-//! [`merge_blocks`].
+//! [`merge_blocks`], with no data exchanged between ranks.
 //!
-//! - [`split_file`]: every rank maps the input, the blocks are loaded onto their owners, and
-//!   each owner writes its blocks (one `.tcs` per block, with its split metadata).
-//! - [`merge_dir`]: the block files are shared out over the ranks, merged, and every rank
-//!   writes its piece of the output arrays at offsets computed from the pooled header into
-//!   one temporary file; rank 0 writes the header (with array checksums combined from the
-//!   ranks' partial checksums) and renames the file into place once every rank is done.
+//! - [`split_file`]: each rank reads only its piece of the input, a chunk at a time, and walks
+//!   it twice: pass one gathers a partial header per block, pooled over the ranks (the block
+//!   layouts and every rank's starting counters); block owners create the block files at full
+//!   length; pass two writes each entry's `pos`/`crd`/`vals` straight into its block file at
+//!   its final offset (`sink`). Owners then write the tails and headers, with checksums
+//!   combined from the ranks' runs, and rename the files into place.
+//! - [`merge_dir`]: every rank reads every block's header, cuts every block at the same
+//!   coordinate-space cuts and reads its sections straight from the block files; a tournament
+//!   merge (twice: header, then runs) writes its piece of the output arrays at offsets from
+//!   the pooled header into one temporary file; rank 0 finishes it and renames it into place.
 //!
+//! Only headers, counters and checksums travel between ranks, so a rank's memory is its
+//! chunk or its sections plus bounded buffers, and the ranks' work is all in parallel.
 //! Every step that can fail on one rank (a missing file, a corrupt block, a full disk) is
 //! followed by [`Communicator::check`], so all ranks stop with an error together.
 
@@ -346,24 +352,25 @@ pub fn merge_dir<C: Communicator + ?Sized>(
             }
         }),
     )?;
-    let opened = agreed(
+    // Files are opened one at a time, whenever read: a merge of thousands of blocks must not
+    // hold thousands of descriptors.
+    let headers = agreed(
         comm,
         files
             .iter()
             .map(|p| {
-                let f = File::open(p).map_err(|e| io_err(p, e))?;
-                let h = TcsHeader::read_from(&f, p).map_err(file_err)?;
+                let h = TcsHeader::read_from(&open(p)?, p).map_err(file_err)?;
                 match h.format().coo_start() {
                     Some(_) => Err(super::coo::file_error(&h.format())),
-                    None => Ok((f, h)),
+                    None => Ok(h),
                 }
             })
             .collect::<Result<Vec<_>, _>>(),
     )?;
     // Every file must hold the same value type and coordinate width.
-    let mut kinds: Vec<(ValueType, u32)> = opened
+    let mut kinds: Vec<(ValueType, u32)> = headers
         .iter()
-        .map(|(_, h)| (h.value_type, h.index_bits))
+        .map(|h| (h.value_type, h.index_bits))
         .collect();
     kinds.dedup();
     let [(vtype, bits)] = kinds[..] else {
@@ -374,7 +381,7 @@ pub fn merge_dir<C: Communicator + ?Sized>(
     };
     let blocks = Blocks {
         paths: &files,
-        opened: &opened,
+        headers: &headers,
     };
     let summary = match (vtype, bits) {
         (ValueType::F32, 32) => merge_typed::<C, f32, u32>(comm, blocks, output, progress),
@@ -390,11 +397,15 @@ pub fn merge_dir<C: Communicator + ?Sized>(
     })
 }
 
-/// The block files of a merge, opened, with their headers.
+/// The block files of a merge, with their headers.
 #[derive(Clone, Copy)]
 struct Blocks<'a> {
     paths: &'a [PathBuf],
-    opened: &'a [(File, TcsHeader)],
+    headers: &'a [TcsHeader],
+}
+
+fn open(path: &Path) -> Result<File, IoError> {
+    File::open(path).map_err(|e| io_err(path, e))
 }
 
 /// Bytes read at once when verifying a checksum.
@@ -431,56 +442,44 @@ fn merge_typed<C: Communicator + ?Sized, V: Value, I: Index>(
     progress: &dyn Progress,
 ) -> Result<Summary, IoError> {
     let (me, n) = (comm.rank(), comm.size());
+    let files = || blocks.paths.iter().zip(blocks.headers);
     progress.start("merge: verify", blocks.paths.len().div_ceil(n) as u64);
-    let verified = blocks
-        .paths
-        .iter()
-        .zip(blocks.opened)
-        .skip(me)
-        .step_by(n)
-        .try_for_each(|(p, (f, h))| {
-            progress.advance(1);
-            verify_checksums(f, p, h)
-        });
+    let verified = files().skip(me).step_by(n).try_for_each(|(p, h)| {
+        progress.advance(1);
+        verify_checksums(&open(p)?, p, h)
+    });
     agreed(comm, verified)?;
-    let probes = agreed(
-        comm,
-        blocks
-            .paths
-            .iter()
-            .zip(blocks.opened)
-            .map(|(p, (f, h))| open_probe::<V, I>(f, p, h, &h.dims()))
-            .collect::<Result<Vec<_>, _>>(),
-    )?;
     // The layout and this rank's sections, the same computation on every rank.
-    progress.start("merge: balance", probes.len() as u64);
-    let sections = (|| {
-        let mut w = Writer::default();
-        for (probe, meta) in &probes {
-            describe_tree(&mut w, &meta.dims, &meta.format, probe);
-        }
-        let layout = Layout::pool(&[w.0])?;
-        let cuts = layout.cuts(n);
-        let mut sections = Vec::new();
-        for (probe, meta) in &probes {
+    progress.start("merge: balance", 2 * blocks.paths.len() as u64);
+    let described = files().try_fold(Writer::default(), |mut w, (p, h)| {
+        let file = open(p)?;
+        let (probe, meta) = open_probe::<V, I>(&file, p, h, &h.dims())?;
+        describe_tree(&mut w, &meta.dims, &meta.format, &probe);
+        progress.advance(1);
+        probe.take_error().map_or(Ok(w), Err)
+    });
+    let layout = agreed(comm, described.and_then(|w| Layout::pool(&[w.0])))?;
+    let cuts = layout.cuts(n);
+    let sections = files()
+        .map(|(p, h)| {
+            let file = open(p)?;
+            let (probe, meta) = open_probe::<V, I>(&file, p, h, &h.dims())?;
             let at = |j: usize| match j {
                 0 => 0,
                 j if j == n => meta.leaves,
-                j => first_leaf_at(probe, &meta.bounds, meta.leaves, &cuts[j - 1]),
+                j => first_leaf_at(&probe, &meta.bounds, meta.leaves, &cuts[j - 1]),
             };
             let (start, end) = (at(me), at(me + 1));
-            if let Some(e) = probe.take_error() {
-                return Err(e);
-            }
-            if start < end {
-                sections.push(probe.section(meta, start, end)?);
-            }
             progress.advance(1);
-        }
-        Ok((layout, sections))
-    })();
-    let (layout, sections) = agreed(comm, sections)?;
-    drop(probes);
+            match probe.take_error() {
+                Some(e) => Err(e),
+                None if start < end => probe.section(&meta, start, end).map(Some),
+                None => Ok(None),
+            }
+        })
+        .filter_map(Result::transpose)
+        .collect::<Result<Vec<_>, _>>();
+    let sections = agreed(comm, sections)?;
     let _held = Held::new(sections.iter().map(Section::bytes).sum());
     let (mut merge, _, start, totals) = merge_header(comm, &layout, &sections, progress)?;
     let header = header_of::<V, I>(&layout.dims, &layout.format, &layout.shape, &totals, None)?;

@@ -43,6 +43,13 @@ pub(crate) fn io_err(path: &Path, e: std::io::Error) -> IoError {
     IoError::File(format!("{}: {e}", path.display()))
 }
 
+fn open_write(path: &Path) -> Result<File, IoError> {
+    OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| io_err(path, e))
+}
+
 /// One rank's run of one array of one file: first element, element count, and the CRC-32 and
 /// byte length that let the finisher combine the array's checksum without reading it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,7 +152,8 @@ pub(crate) struct FileSink<'s, V, I> {
     spare_elems: usize,
     /// Elements the segments hold before they are written.
     limit: usize,
-    file: File,
+    /// The file, open only while a run is written: a rank may write thousands of blocks.
+    file: Option<File>,
     path: PathBuf,
     /// Per level the header's array numbers of its `pos` and `crd` (dense levels: none).
     arrays: Vec<Option<(usize, usize)>>,
@@ -173,10 +181,6 @@ impl<'s, V: Value, I: Index> FileSink<'s, V, I> {
         start: &PieceStart,
         limit: usize,
     ) -> Result<Self, IoError> {
-        let file = OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(|e| io_err(path, e))?;
         let rank = shape.len();
         let mut arrays: Vec<(Option<usize>, Option<usize>)> = vec![(None, None); rank];
         let mut vals = None;
@@ -204,7 +208,7 @@ impl<'s, V: Value, I: Index> FileSink<'s, V, I> {
             spare: Piece::default(),
             spare_elems: 0,
             limit,
-            file,
+            file: None,
             path: path.to_path_buf(),
             arrays,
             vals: vals.ok_or_else(missing)?,
@@ -242,6 +246,7 @@ impl<'s, V: Value, I: Index> FileSink<'s, V, I> {
                 self.error = Some(e);
             }
         }
+        self.file = None;
         self.spare_elems = piece.vals.capacity()
             + (piece.pos.iter().chain(&piece.crd))
                 .map(Vec::capacity)
@@ -266,8 +271,11 @@ impl<'s, V: Value, I: Index> FileSink<'s, V, I> {
             return Ok(());
         }
         let (offset, elem) = self.layout[array];
-        self.file
-            .write_all_at(bytes, offset + start * elem)
+        let file = match &mut self.file {
+            Some(f) => f,
+            None => self.file.insert(open_write(&self.path)?),
+        };
+        file.write_all_at(bytes, offset + start * elem)
             .map_err(|e| io_err(&self.path, e))?;
         let len = bytes.len() as u64 / elem;
         match &mut self.runs[array] {
@@ -297,7 +305,8 @@ impl<'s, V: Value, I: Index> FileSink<'s, V, I> {
         if let Some(e) = self.error.take() {
             return Err(e);
         }
-        retry_interrupted(|| self.file.sync_data()).map_err(|e| io_err(&self.path, e))?;
+        let file = open_write(&self.path)?;
+        retry_interrupted(|| file.sync_data()).map_err(|e| io_err(&self.path, e))?;
         Ok(self
             .runs
             .into_iter()
@@ -326,10 +335,7 @@ pub(crate) fn finish_file<V: Value, I: Index>(
     totals: &Totals,
     runs: &[Written],
 ) -> Result<(), IoError> {
-    let file = OpenOptions::new()
-        .write(true)
-        .open(path)
-        .map_err(|e| io_err(path, e))?;
+    let file = open_write(path)?;
     for (i, a) in header.arrays.iter_mut().enumerate() {
         let mut mine: Vec<&Written> = runs.iter().filter(|w| w.array == i as u64).collect();
         mine.sort_by_key(|w| w.start);
