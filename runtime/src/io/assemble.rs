@@ -322,7 +322,11 @@ impl<'s, V: Copy + Default, I: Index> PieceBuilder<'s, V, I> {
         let rank = p.pos.len();
         spare.pos.resize_with(rank, Vec::new);
         spare.crd.resize_with(rank, Vec::new);
-        spare.pos.iter_mut().chain(&mut spare.crd).for_each(Vec::clear);
+        spare
+            .pos
+            .iter_mut()
+            .chain(&mut spare.crd)
+            .for_each(Vec::clear);
         spare.vals.clear();
         let rest = Piece {
             pos_start: after(&p.pos_start, &p.pos),

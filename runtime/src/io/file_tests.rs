@@ -23,14 +23,24 @@ fn uniform(dims: &[usize], n: usize, format: &str) -> T {
         let c: Vec<usize> = dims
             .iter()
             .map(|&d| {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 (x >> 33) as usize % d
             })
             .collect();
         seen.insert(c);
     }
-    let entries = seen.into_iter().enumerate().map(|(i, c)| (c, 1.0 + i as f64));
-    T::from_entries(dims.to_vec(), Format::parse(format, dims.len()).unwrap(), entries).unwrap()
+    let entries = seen
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| (c, 1.0 + i as f64));
+    T::from_entries(
+        dims.to_vec(),
+        Format::parse(format, dims.len()).unwrap(),
+        entries,
+    )
+    .unwrap()
 }
 
 fn split_on(ranks: usize, input: &Path, spec: &SplitSpec, out: &Path) -> Vec<usize> {
@@ -135,11 +145,17 @@ fn a_split_rank_holds_a_chunk_and_bounded_segments_not_its_share() {
     let bound = chunk_bound(3) + 6 * sink_bound(6, 3);
     for ranks in 1..=3 {
         let share = array_bytes(&t) / ranks;
-        assert!(share > 10 * bound, "the test needs shares ({share}) well above {bound}");
+        assert!(
+            share > 10 * bound,
+            "the test needs shares ({share}) well above {bound}"
+        );
         let peaks = split_on(ranks, &input, &spec, &dir.path().join(format!("b{ranks}")));
         for (r, peak) in peaks.into_iter().enumerate() {
             assert!(peak > 0, "rank {r} accounts for its buffers");
-            assert!(peak <= bound, "{ranks} ranks: rank {r} held {peak} B, bound {bound} B");
+            assert!(
+                peak <= bound,
+                "{ranks} ranks: rank {r} held {peak} B, bound {bound} B"
+            );
         }
     }
 }
@@ -160,7 +176,10 @@ fn a_merge_rank_holds_its_share_and_bounded_segments() {
         let out = dir.path().join(format!("out{ranks}.tcs"));
         let peaks = merge_on(ranks, &dir.path().join("b"), &out);
         for (r, peak) in peaks.into_iter().enumerate() {
-            assert!(peak <= bound, "{ranks} ranks: rank {r} held {peak} B, share {share} B");
+            assert!(
+                peak <= bound,
+                "{ranks} ranks: rank {r} held {peak} B, share {share} B"
+            );
         }
         assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&input).unwrap());
     }

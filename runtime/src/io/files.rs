@@ -19,9 +19,9 @@
 
 use super::assemble::{combine, PartialHeader, PieceStart, Shape, Totals};
 use super::codec::Writer;
+use super::held::Held;
 use super::load::{piece_bounds, pool_headers, walk_blocks, Assigner, BlockShapes, Meta};
 use super::partial::{open_probe, walk_chunks, FileProbe};
-use super::held::Held;
 use super::section::Section;
 use super::sink::{finish_file, header_of, io_err, sink_limit, FileSink, Written};
 use super::split::BlockGrid;
@@ -55,7 +55,6 @@ fn agreed<C: Communicator + ?Sized, T>(comm: &C, local: Result<T, IoError>) -> R
 fn file_err(e: tessera_formats::Error) -> IoError {
     IoError::File(e.to_string())
 }
-
 
 /// Splits the `.tcs` file `input` into blocks written to `out_dir` (which must not already
 /// hold `.tcs` files). Each rank reads the header and only its piece of the arrays.
@@ -146,7 +145,10 @@ fn split_typed<C: Communicator + ?Sized, V: Value, I: Index>(
         h.write(&mut w);
     }
     let pooled = pool_headers(&comm.all_gather(&w.0)?, meta.format.rank())?;
-    let targets = agreed(comm, block_targets::<C, V, I>(comm, &meta, grid, &headers, &pooled, out_dir))?;
+    let targets = agreed(
+        comm,
+        block_targets::<C, V, I>(comm, &meta, grid, &headers, &pooled, out_dir),
+    )?;
 
     // Owners create their block files under hidden names at full length; they get their
     // `.tcs` names only once every rank has written its runs and every owner has finished its

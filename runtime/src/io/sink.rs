@@ -102,8 +102,7 @@ pub(crate) fn header_of<V: Value, I: Index>(
     modes: Option<Vec<ModeInfo>>,
 ) -> Result<TcsHeader, IoError> {
     let is_block = modes.is_some();
-    let modes =
-        modes.unwrap_or_else(|| dims.iter().map(|&d| ModeInfo::whole(d as u64)).collect());
+    let modes = modes.unwrap_or_else(|| dims.iter().map(|&d| ModeInfo::whole(d as u64)).collect());
     let levels = shape
         .iter()
         .zip(format.mode_order())
@@ -231,7 +230,8 @@ impl<'s, V: Value, I: Index> FileSink<'s, V, I> {
         self.pushes = self.pushes.wrapping_add(1);
         if self.pushes.is_multiple_of(CHECK_EVERY) {
             let buffered = self.builder.buffered();
-            self.held.set((buffered + self.spare_elems) * self.elem_bytes);
+            self.held
+                .set((buffered + self.spare_elems) * self.elem_bytes);
             if buffered >= self.limit {
                 self.flush();
             }
@@ -262,7 +262,11 @@ impl<'s, V: Value, I: Index> FileSink<'s, V, I> {
                 self.write(crd, piece.crd_start[k], bytemuck::cast_slice(&piece.crd[k]))?;
             }
         }
-        self.write(self.vals, piece.val_start, bytemuck::cast_slice(&piece.vals))
+        self.write(
+            self.vals,
+            piece.val_start,
+            bytemuck::cast_slice(&piece.vals),
+        )
     }
 
     /// Writes `bytes` as elements from `start` of array `array`, extending its run.
