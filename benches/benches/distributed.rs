@@ -6,7 +6,9 @@
 //! reports the CPU time of its thread, and the busiest rank's CPU time at N ranks beside the
 //! one rank's is the speed-up an idle machine would give if nothing but CPU counted (waiting
 //! for the disk, e.g. the final flushes, is not in it). Both are printed, with the load
-//! average before and after.
+//! average before and after, and beside the wall-time speed-up of ideal parallel work (a
+//! CPU-bound loop shared by the same number of threads), run in the same rounds: on a machine
+//! whose other tenants leave one core free, no program gets a wall-time speed-up at 2 ranks.
 //!
 //! Each measured job runs in a child process (this program re-run with `TESSERA_BENCH_JOB`)
 //! so that its peak RSS is its own; thread-rank jobs report the peak of the whole process
@@ -48,6 +50,26 @@ struct Job {
     peak: u64,
     /// CPU seconds of the busiest rank's thread (thread-rank jobs; NaN otherwise).
     busiest_cpu: f64,
+}
+
+/// Seconds that a fixed amount of CPU-bound work (an integer hash chain, no memory traffic)
+/// takes shared by `threads` threads: beside 1 thread, the speed-up the shared machine gives
+/// perfectly parallel work at this moment.
+fn ideal_parallel(threads: usize) -> f64 {
+    const STEPS: u64 = 600_000_000;
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for k in 0..threads {
+            s.spawn(move || {
+                let mut x = k as u64 + 1;
+                for _ in 0..STEPS / threads as u64 {
+                    x = (x ^ (x >> 31)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                }
+                std::hint::black_box(x)
+            });
+        }
+    });
+    t.elapsed().as_secs_f64()
 }
 
 /// The 1-minute load average.
@@ -134,11 +156,13 @@ fn main() {
     let mut merge_runs: Vec<Vec<Job>> = RANKS.iter().map(|_| Vec::new()).collect();
     let mpi_bin = std::env::var("TESSERA_DATA_MPI").ok();
     let mut mpi_runs: Vec<Vec<(usize, Job, Job)>> = Vec::new();
+    let mut ideal_runs: Vec<Vec<f64>> = RANKS.iter().map(|_| Vec::new()).collect();
     for _ in 0..reps {
         if let Some(bin) = &mpi_bin {
             mpi_runs.push(mpi_jobs(bin, d));
         }
         for (i, r) in RANKS.iter().enumerate() {
+            ideal_runs[i].push(ideal_parallel(*r));
             let blocks = d.join(format!("blocks{r}"));
             let _ = std::fs::remove_dir_all(&blocks);
             split_runs[i].push(child(
@@ -161,6 +185,13 @@ fn main() {
             std::fs::remove_file(d.join(format!("m{r}.tcs"))).unwrap();
         }
     }
+    let ideal: Vec<f64> = ideal_runs
+        .iter_mut()
+        .map(|v| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        })
+        .collect();
     let split: Vec<Job> = split_runs.iter().map(|r| median(r)).collect();
     let merge: Vec<Job> = merge_runs.iter().map(|r| median(r)).collect();
     // Per rank count, the medians of the MPI rounds.
@@ -201,6 +232,16 @@ fn main() {
         );
     }
     for (i, r) in RANKS.iter().enumerate().skip(1) {
+        // What the machine gives right now: the same CPU-bound work on 1 thread and shared
+        // by r threads (ideal parallel work); split and merge cannot beat it.
+        table.row(
+            &format!("ideal parallel work wall, {r} vs 1 threads"),
+            "s",
+            ideal[i],
+            "1 thread",
+            ideal[0],
+            false,
+        );
         for (what, jobs) in [("split", &split), ("merge", &merge)] {
             table.row(
                 &format!("{what} wall, {r} vs 1 thread ranks"),

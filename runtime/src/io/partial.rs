@@ -10,13 +10,14 @@
 use super::held::Held;
 use super::load::Meta;
 use super::section::Section;
+use super::sink::array_numbers;
 use super::walk::{leaf_path_in, Tree, Walker};
 use super::{IoError, Progress};
 use std::cell::RefCell;
 use std::fs::File;
 use std::marker::PhantomData;
 use std::path::Path;
-use tessera_formats::tcs::{read_array_range, ArrayKind, TcsHeader};
+use tessera_formats::tcs::{read_array_range, TcsHeader};
 use tessera_formats::{Index, LevelType, Value};
 
 /// An open `.tcs` file whose arrays are read element by element (for binary searches).
@@ -41,33 +42,14 @@ impl<'a, V: Value, I: Index> FileProbe<'a, V, I> {
         header: &'a TcsHeader,
         meta: &Meta,
     ) -> Result<Self, IoError> {
-        let rank = header.levels.len();
-        let mut arrays: Vec<(Option<usize>, Option<usize>)> = vec![(None, None); rank];
-        let mut vals = None;
-        for (i, a) in header.arrays.iter().enumerate() {
-            let k = a.level as usize;
-            match a.kind {
-                ArrayKind::Pos if k < rank => arrays[k].0 = Some(i),
-                ArrayKind::Crd if k < rank => arrays[k].1 = Some(i),
-                ArrayKind::Vals => vals = Some(i),
-                _ => {}
-            }
-        }
-        let missing = || IoError::File(format!("{}: header lacks an array", path.display()));
-        let arrays = arrays
-            .into_iter()
-            .zip(&meta.dense)
-            .map(|((p, c), d)| match d {
-                Some(_) => Ok(None),
-                None => Ok(Some((p.ok_or_else(missing)?, c.ok_or_else(missing)?))),
-            })
-            .collect::<Result<_, IoError>>()?;
+        let (arrays, vals) = array_numbers(header, &meta.dense)
+            .ok_or_else(|| IoError::File(format!("{}: header lacks an array", path.display())))?;
         Ok(FileProbe {
             file,
             path,
             header,
             arrays,
-            vals: vals.ok_or_else(missing)?,
+            vals,
             dense: meta.dense.clone(),
             error: RefCell::new(None),
             _types: PhantomData,

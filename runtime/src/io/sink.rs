@@ -43,6 +43,36 @@ pub(crate) fn io_err(path: &Path, e: std::io::Error) -> IoError {
     IoError::File(format!("{}: {e}", path.display()))
 }
 
+/// Per level of `shape` the header's array numbers of its `pos` and `crd` (`None` for a
+/// dense level), and the number of `vals`; `None` when the header lacks one of them.
+#[allow(clippy::type_complexity)]
+pub(crate) fn array_numbers(
+    header: &TcsHeader,
+    shape: &Shape,
+) -> Option<(Vec<Option<(usize, usize)>>, usize)> {
+    let rank = shape.len();
+    let mut arrays: Vec<(Option<usize>, Option<usize>)> = vec![(None, None); rank];
+    let mut vals = None;
+    for (i, a) in header.arrays.iter().enumerate() {
+        let k = a.level as usize;
+        match a.kind {
+            ArrayKind::Pos if k < rank => arrays[k].0 = Some(i),
+            ArrayKind::Crd if k < rank => arrays[k].1 = Some(i),
+            ArrayKind::Vals => vals = Some(i),
+            _ => {}
+        }
+    }
+    let arrays = arrays
+        .into_iter()
+        .zip(shape)
+        .map(|((p, c), level)| match level {
+            Some(_) => Some(None),
+            None => Some(Some((p?, c?))),
+        })
+        .collect::<Option<_>>()?;
+    Some((arrays, vals?))
+}
+
 fn open_write(path: &Path) -> Result<File, IoError> {
     OpenOptions::new()
         .write(true)
@@ -180,27 +210,8 @@ impl<'s, V: Value, I: Index> FileSink<'s, V, I> {
         start: &PieceStart,
         limit: usize,
     ) -> Result<Self, IoError> {
-        let rank = shape.len();
-        let mut arrays: Vec<(Option<usize>, Option<usize>)> = vec![(None, None); rank];
-        let mut vals = None;
-        for (i, a) in header.arrays.iter().enumerate() {
-            let k = a.level as usize;
-            match a.kind {
-                ArrayKind::Pos if k < rank => arrays[k].0 = Some(i),
-                ArrayKind::Crd if k < rank => arrays[k].1 = Some(i),
-                ArrayKind::Vals => vals = Some(i),
-                _ => {}
-            }
-        }
-        let missing = || IoError::Internal(format!("{}: an array is missing", path.display()));
-        let arrays = arrays
-            .into_iter()
-            .zip(shape)
-            .map(|((p, c), level)| match level {
-                Some(_) => Ok(None),
-                None => Ok(Some((p.ok_or_else(missing)?, c.ok_or_else(missing)?))),
-            })
-            .collect::<Result<_, IoError>>()?;
+        let (arrays, vals) = array_numbers(header, shape)
+            .ok_or_else(|| IoError::Internal(format!("{}: an array is missing", path.display())))?;
         Ok(FileSink {
             file_key,
             builder: PieceBuilder::new(shape, start),
@@ -210,7 +221,7 @@ impl<'s, V: Value, I: Index> FileSink<'s, V, I> {
             file: None,
             path: path.to_path_buf(),
             arrays,
-            vals: vals.ok_or_else(missing)?,
+            vals,
             layout: header
                 .arrays
                 .iter()
