@@ -525,13 +525,15 @@ fn merge_typed<C: Communicator + ?Sized, V: Value, I: Index>(
             sink.finish()
         })();
         let runs = agreed(comm, runs)?;
-        let all = comm.all_gather_u64(&Written::encode(&runs))?;
+        // Every rank decodes the same records, so a malformed one fails them all here.
+        let all = comm
+            .all_gather_u64(&Written::encode(&runs))?
+            .iter()
+            .map(|words| Written::decode(words))
+            .collect::<Result<Vec<_>, _>>()?
+            .concat();
         let finished = if me == 0 {
-            let mut runs = Vec::new();
-            for words in &all {
-                runs.extend(Written::decode(words)?);
-            }
-            finish_file::<V, I>(&temp, header.clone(), &totals, &runs)
+            finish_file::<V, I>(&temp, header.clone(), &totals, &all)
                 .and_then(|()| std::fs::rename(&temp, output).map_err(|e| io_err(output, e)))
                 .and_then(|()| sync_dir(output.parent()))
         } else {
