@@ -468,13 +468,13 @@ fn mpirun(bin: &str, ranks: usize, args: &[&str]) -> Job {
         .and_then(|s| s.split_whitespace().next())
         .and_then(|s| s.parse().ok())
         .unwrap_or(f64::NAN);
+    // Ranks write to one pipe, so their lines may run together: take every occurrence.
     let peak = stderr
-        .lines()
-        .filter_map(|l| {
-            l.strip_prefix("peak_rss_bytes=")?
-                .trim()
-                .parse::<u64>()
-                .ok()
+        .split("peak_rss_bytes=")
+        .skip(1)
+        .filter_map(|rest| {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<u64>().ok()
         })
         .max()
         .unwrap_or(0);
