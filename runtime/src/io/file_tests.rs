@@ -184,3 +184,20 @@ fn a_merge_rank_holds_its_share_and_bounded_segments() {
         assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&input).unwrap());
     }
 }
+
+/// i64 values (counting tensors) split and merge as i64: the merged file records i64, not
+/// another 8-byte type.
+#[test]
+fn i64_values_round_trip_as_i64() {
+    let entries = (0..40usize).map(|i| (vec![i % 9, (i * 5) % 8], i as i64 - 20));
+    let t = Tensor::<i64, u32>::from_entries(vec![9, 8], Format::parse("csr", 2).unwrap(), entries)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.tcs");
+    write_tensor(&input, &t, None).unwrap();
+    let spec = SplitSpec::parse_blocks("0:2,1:3").unwrap();
+    split_on(2, &input, &spec, &dir.path().join("b"));
+    let out = dir.path().join("out.tcs");
+    merge_on(3, &dir.path().join("b"), &out);
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&input).unwrap());
+}
