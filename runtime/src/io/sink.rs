@@ -3,9 +3,9 @@
 //!
 //! A rank's piece of a tensor (or of one block) is a run of each array at offsets that the
 //! pooled header fixed (see `assemble`). A [`FileSink`] builds the piece with a
-//! [`PieceBuilder`] and, whenever the segments hold [`SINK_ELEMS`] elements, writes them at
-//! their offsets and keeps only a running CRC-32 per array: memory stays bounded whatever the
-//! share. One rank (the file's finisher) then writes the tails after every rank's runs
+//! [`PieceBuilder`] and, whenever the segments hold its part of [`SINK_ELEMS`] (shared by a
+//! rank's sinks, at least `SINK_MIN` each), writes them at their offsets and keeps only a
+//! running CRC-32 per array: memory stays bounded whatever the share. One rank (the file's finisher) then writes the tails after every rank's runs
 //! ([`finish_file`]), combines the runs' checksums in element order and writes the header.
 //!
 //! So that the ranks never exchange the data itself: the output of a split or merge is the
