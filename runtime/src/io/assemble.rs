@@ -188,7 +188,7 @@ fn node_path(shape: &Shape, coords: &[usize], counters: &[u64]) -> Vec<u64> {
 /// The array segments one rank contributes to a tensor: per compressed level the `pos`
 /// entries from `pos_start` and the `crd` entries from `crd_start`; the `vals` from
 /// `val_start` (zeros of dense levels included).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Piece<V, I> {
     pub pos_start: Vec<u64>,
     pub pos: Vec<Vec<I>>,
@@ -298,6 +298,43 @@ impl<'s, V: Copy + Default, I: Index> PieceBuilder<'s, V, I> {
 
     pub fn finish(self) -> Piece<V, I> {
         self.piece
+    }
+
+    /// Elements the segments hold now (all arrays together).
+    pub fn buffered(&self) -> usize {
+        let p = &self.piece;
+        p.vals.len() + p.pos.iter().chain(&p.crd).map(Vec::len).sum::<usize>()
+    }
+
+    /// Takes the segments built so far and goes on with empty ones that start where these
+    /// end, so that a caller can write them out and keep the builder's memory bounded.
+    /// `spare` (a piece taken before, written out) lends its buffers, so that their capacity
+    /// is reused instead of grown again.
+    pub fn take(&mut self, mut spare: Piece<V, I>) -> Piece<V, I> {
+        let p = &self.piece;
+        let after = |starts: &[u64], parts: &[Vec<I>]| -> Vec<u64> {
+            starts
+                .iter()
+                .zip(parts)
+                .map(|(s, a)| s + a.len() as u64)
+                .collect()
+        };
+        let rank = p.pos.len();
+        spare.pos.resize_with(rank, Vec::new);
+        spare.crd.resize_with(rank, Vec::new);
+        spare
+            .pos
+            .iter_mut()
+            .chain(&mut spare.crd)
+            .for_each(Vec::clear);
+        spare.vals.clear();
+        let rest = Piece {
+            pos_start: after(&p.pos_start, &p.pos),
+            crd_start: after(&p.crd_start, &p.crd),
+            val_start: p.val_start + p.vals.len() as u64,
+            ..spare
+        };
+        std::mem::replace(&mut self.piece, rest)
     }
 }
 

@@ -1,24 +1,38 @@
 //! Distributed split and merge of `.tcs` files: the file side of [`load_blocks`] and
-//! [`merge_blocks`].
+//! [`merge_blocks`], with no data exchanged between ranks.
 //!
-//! - [`split_file`]: every rank maps the input, the blocks are loaded onto their owners, and
-//!   each owner writes its blocks (one `.tcs` per block, with its split metadata).
-//! - [`merge_dir`]: the block files are shared out over the ranks, merged, and every rank
-//!   writes its piece of the output arrays at offsets computed from the pooled header into
-//!   one temporary file; rank 0 writes the header (with array checksums combined from the
-//!   ranks' partial checksums) and renames the file into place once every rank is done.
+//! - [`split_file`]: each rank reads only its piece of the input, a chunk at a time, and walks
+//!   it twice: pass one gathers a partial header per block, pooled over the ranks (the block
+//!   layouts and every rank's starting counters); block owners create the block files at full
+//!   length; pass two writes each entry's `pos`/`crd`/`vals` straight into its block file at
+//!   its final offset (`sink`). Owners then write the tails and headers, with checksums
+//!   combined from the ranks' runs, and rename the files into place.
+//! - [`merge_dir`]: every rank reads every block's header, cuts every block at the same
+//!   coordinate-space cuts and reads its sections straight from the block files; a tournament
+//!   merge (twice: header, then runs) writes its piece of the output arrays at offsets from
+//!   the pooled header into one temporary file; rank 0 finishes it and renames it into place.
 //!
+//! Only headers, counters and checksums travel between ranks, so a rank's memory is its
+//! chunk or its sections plus bounded buffers, and the ranks' work is all in parallel.
 //! Every step that can fail on one rank (a missing file, a corrupt block, a full disk) is
 //! followed by [`Communicator::check`], so all ranks stop with an error together.
 
-use super::partial::load_file_blocks;
-use super::store::{merge_received, send_sections, Merged};
+use super::assemble::{combine, PartialHeader, PieceStart, Shape, Totals};
+use super::codec::Writer;
+use super::held::Held;
+use super::load::{piece_bounds, pool_headers, walk_blocks, Assigner, BlockShapes, Meta};
+use super::partial::{open_probe, walk_chunks, FileProbe};
+use super::section::Section;
+use super::sink::{finish_file, header_of, io_err, sink_limit, FileSink, Written};
+use super::split::BlockGrid;
+use super::store::{describe_tree, first_leaf_at, leaves_of, merge_header, Layout};
 use super::{IoError, Progress, SplitSpec};
 use crate::transport::Communicator;
-use std::fs::{File, OpenOptions};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use tessera_formats::tcs::{write_tensor, ArrayKind, LevelInfo, ModeInfo, TcsFile, TcsHeader};
+use tessera_formats::tcs::{ModeInfo, TcsHeader};
 use tessera_formats::{retry_interrupted, Index, Value, ValueType};
 
 /// What a split or merge did, the same on every rank.
@@ -40,10 +54,6 @@ fn agreed<C: Communicator + ?Sized, T>(comm: &C, local: Result<T, IoError>) -> R
 
 fn file_err(e: tessera_formats::Error) -> IoError {
     IoError::File(e.to_string())
-}
-
-fn io_err(path: &Path, e: std::io::Error) -> IoError {
-    IoError::File(format!("{}: {e}", path.display()))
 }
 
 /// Splits the `.tcs` file `input` into blocks written to `out_dir` (which must not already
@@ -112,23 +122,110 @@ fn split_typed<C: Communicator + ?Sized, V: Value, I: Index>(
     comm: &C,
     (file, input, header, grid, out_dir, progress): SplitArgs<'_>,
 ) -> Result<usize, IoError> {
-    let blocks = load_file_blocks::<C, V, I>(comm, file, input, header, grid, progress)?;
-    progress.start("split: write blocks", blocks.len() as u64);
-    // Blocks are written under hidden names and get their `.tcs` names only once every rank
-    // has written all of its blocks: a split that fails anywhere (a full disk, a signal, a
-    // rank that died) leaves no block files, only a complete set or nothing.
-    let mut result = Ok(blocks.len());
-    let mut names: Vec<(PathBuf, PathBuf)> = Vec::with_capacity(blocks.len());
-    for b in &blocks {
-        if progress.cancelled() {
-            result = Err(IoError::Cancelled);
-            break;
+    let (probe, meta) = agreed(comm, open_probe::<V, I>(file, input, header, grid.dims()))?;
+    let piece = piece_bounds(comm, &probe, &meta)?;
+    agreed(comm, probe.take_error().map_or(Ok(()), Err))?;
+    let assign = Assigner::new(&meta.format, grid);
+
+    // Pass one: this rank's partial header of every block it has entries of, pooled.
+    progress.start("split: headers", (piece.1 - piece.0) as u64);
+    let mut headers: BTreeMap<usize, PartialHeader> = BTreeMap::new();
+    let walked = walk_chunks(&probe, &meta, piece, progress, |walker| {
+        walk_blocks(walker, &assign, progress, |key, coords, _| {
+            headers
+                .entry(key)
+                .or_insert_with(|| PartialHeader::new(coords.len()))
+                .push(coords)
+        })
+    });
+    agreed(comm, walked)?;
+    let mut w = Writer::default();
+    for (key, h) in &headers {
+        w.u64(*key as u64);
+        h.write(&mut w);
+    }
+    let pooled = pool_headers(&comm.all_gather(&w.0)?, meta.format.rank())?;
+    let targets = agreed(
+        comm,
+        block_targets::<C, V, I>(comm, &meta, grid, &headers, &pooled, out_dir),
+    )?;
+
+    // Owners create their block files under hidden names at full length; they get their
+    // `.tcs` names only once every rank has written its runs and every owner has finished its
+    // files: a split that fails anywhere (a full disk, a signal, a rank that died) leaves no
+    // block files, only a complete set or nothing.
+    let owned: Vec<&Target> = targets.values().filter(|t| t.owned).collect();
+    let remove_owned = || {
+        for t in &owned {
+            let _ = std::fs::remove_file(&t.hidden);
+            let _ = std::fs::remove_file(&t.shown);
         }
-        let name: Vec<String> = b.ranges.iter().map(|r| r.index.to_string()).collect();
-        let name = format!("block-{}.tcs", name.join("-"));
-        let path = out_dir.join(format!(".{name}.partial"));
-        let modes = b
-            .ranges
+    };
+    let created = owned.iter().try_for_each(|t| {
+        File::create(&t.hidden)
+            .and_then(|f| retry_interrupted(|| f.set_len(t.header.file_len)))
+            .map_err(|e| io_err(&t.hidden, e))
+    });
+    let written = agreed(comm, created).and_then(|()| {
+        let runs = write_runs(&probe, &meta, piece, &assign, &headers, &targets, progress);
+        finish_blocks::<C, V, I>(comm, agreed(comm, runs)?, &owned)
+    });
+    if let Err(e) = written {
+        remove_owned();
+        return Err(e);
+    }
+    // Each block file was flushed before its rename; the renames are flushed once, by rank 0,
+    // after every rank has renamed its blocks.
+    let synced = if comm.rank() == 0 {
+        sync_dir(Some(out_dir))
+    } else {
+        Ok(())
+    };
+    agreed(comm, synced)?;
+    Ok(owned.len())
+}
+
+/// A block file this rank writes runs of or finishes (its owner).
+struct Target {
+    key: u64,
+    shape: Shape,
+    header: TcsHeader,
+    totals: Totals,
+    /// Where this rank's runs start.
+    start: PieceStart,
+    owned: bool,
+    hidden: PathBuf,
+    shown: PathBuf,
+}
+
+/// The block files this rank writes to (the blocks it saw entries of) or owns, laid out from
+/// the pooled partial headers.
+fn block_targets<C: Communicator + ?Sized, V: Value, I: Index>(
+    comm: &C,
+    meta: &Meta,
+    grid: &BlockGrid,
+    headers: &BTreeMap<usize, PartialHeader>,
+    pooled: &BTreeMap<usize, Vec<PartialHeader>>,
+    out_dir: &Path,
+) -> Result<BTreeMap<usize, Target>, IoError> {
+    let (me, n) = (comm.rank(), comm.size());
+    let shapes = BlockShapes {
+        grid,
+        format: &meta.format,
+        dense: &meta.dense,
+    };
+    let keys: BTreeSet<usize> = headers
+        .keys()
+        .copied()
+        .chain((me..grid.block_count()?).step_by(n))
+        .collect();
+    let mut targets = BTreeMap::new();
+    for key in keys {
+        let shape = shapes.shape(key);
+        let parts = pooled.get(&key).map_or(&[][..], Vec::as_slice);
+        let (starts, totals) = combine(&shape, parts)?;
+        let ranges = grid.block_ranges(key);
+        let modes = ranges
             .iter()
             .zip(grid.dims())
             .map(|(r, &dim)| ModeInfo {
@@ -139,44 +236,84 @@ fn split_typed<C: Communicator + ?Sized, V: Value, I: Index>(
                 split_count: r.count as u64,
             })
             .collect();
-        if let Err(e) = write_tensor(&path, &b.tensor, Some(modes)) {
-            result = Err(file_err(e));
-            break;
-        }
-        names.push((path, out_dir.join(name)));
-        progress.advance(1);
+        let header = header_of::<V, I>(&meta.dims, &meta.format, &shape, &totals, Some(modes))?;
+        let name: Vec<String> = ranges.iter().map(|r| r.index.to_string()).collect();
+        let name = format!("block-{}.tcs", name.join("-"));
+        targets.insert(
+            key,
+            Target {
+                key: key as u64,
+                shape,
+                header,
+                totals,
+                start: starts.get(me).cloned().unwrap_or_default(),
+                owned: BlockGrid::owner(key, n) == me,
+                hidden: out_dir.join(format!(".{name}.partial")),
+                shown: out_dir.join(name),
+            },
+        );
     }
-    let remove_all = |names: &[(PathBuf, PathBuf)]| {
-        for (hidden, shown) in names {
-            let _ = std::fs::remove_file(hidden);
-            let _ = std::fs::remove_file(shown);
+    Ok(targets)
+}
+
+/// Pass two: walks this rank's piece again and writes each entry into its block's file, at
+/// final positions; returns the runs written.
+fn write_runs<V: Value, I: Index>(
+    probe: &FileProbe<'_, V, I>,
+    meta: &Meta,
+    piece: (usize, usize),
+    assign: &Assigner<'_>,
+    headers: &BTreeMap<usize, PartialHeader>,
+    targets: &BTreeMap<usize, Target>,
+    progress: &dyn Progress,
+) -> Result<Vec<Written>, IoError> {
+    progress.start("split: write", (piece.1 - piece.0) as u64);
+    let mut sinks = BTreeMap::new();
+    let limit = sink_limit(headers.len());
+    for key in headers.keys() {
+        let t = &targets[key];
+        let (path, shape) = (&t.hidden, &t.shape);
+        let sink = FileSink::<V, I>::open(*key as u64, path, &t.header, shape, &t.start, limit)?;
+        sinks.insert(*key, sink);
+    }
+    walk_chunks(probe, meta, piece, progress, |walker| {
+        walk_blocks(walker, assign, progress, |key, coords, v| {
+            sinks
+                .get_mut(&key)
+                .expect("a sink for every block seen in pass one")
+                .push(coords, v)
+        })
+    })?;
+    let mut runs = Vec::new();
+    for sink in sinks.into_values() {
+        runs.extend(sink.finish()?);
+    }
+    Ok(runs)
+}
+
+/// Pools every rank's runs; each owner finishes its blocks (tails, checksums, header) and,
+/// once every owner has, renames them into place. Collective.
+fn finish_blocks<C: Communicator + ?Sized, V: Value, I: Index>(
+    comm: &C,
+    runs: Vec<Written>,
+    owned: &[&Target],
+) -> Result<(), IoError> {
+    let all = comm.all_gather_u64(&Written::encode(&runs))?;
+    let mut by_file: BTreeMap<u64, Vec<Written>> = BTreeMap::new();
+    for words in &all {
+        for w in Written::decode(words)? {
+            by_file.entry(w.file).or_default().push(w);
         }
-    };
-    let written = agreed(comm, result).and_then(|n| {
-        let renamed = names
-            .iter()
-            .try_for_each(|(hidden, shown)| {
-                std::fs::rename(hidden, shown).map_err(|e| io_err(shown, e))
-            })
-            .map(|()| n);
-        agreed(comm, renamed)
+    }
+    let finished = owned.iter().try_for_each(|t| {
+        let runs = by_file.get(&t.key).map_or(&[][..], Vec::as_slice);
+        finish_file::<V, I>(&t.hidden, t.header.clone(), &t.totals, runs)
     });
-    let written = match written {
-        Ok(n) => n,
-        Err(e) => {
-            remove_all(&names);
-            return Err(e);
-        }
-    };
-    // Each block file was flushed before its rename; the renames are flushed once, by rank 0,
-    // after every rank has written its blocks.
-    let synced = if comm.rank() == 0 {
-        sync_dir(Some(out_dir))
-    } else {
-        Ok(())
-    };
-    agreed(comm, synced)?;
-    Ok(written)
+    agreed(comm, finished)?;
+    let renamed = owned
+        .iter()
+        .try_for_each(|t| std::fs::rename(&t.hidden, &t.shown).map_err(|e| io_err(&t.shown, e)));
+    agreed(comm, renamed)
 }
 
 /// The `.tcs` files of a directory, sorted by name.
@@ -193,6 +330,11 @@ fn block_files(dir: &Path) -> Result<Vec<PathBuf>, IoError> {
 }
 
 /// Merges the block files in `dir` into one `.tcs` file `output`. Collective.
+///
+/// Every rank reads every block's header, cuts every block at the same coordinate-space
+/// cuts (SuperTaco §4.6.1) and reads its own sections of them straight from the files: the
+/// ranks exchange headers and checksums, never the data. Each rank also verifies the
+/// checksums of a share of the files (a bit flip anywhere fails the merge).
 pub fn merge_dir<C: Communicator + ?Sized>(
     comm: &C,
     dir: &Path,
@@ -212,49 +354,44 @@ pub fn merge_dir<C: Communicator + ?Sized>(
             }
         }),
     )?;
-    let (me, n) = (comm.rank(), comm.size());
-    let mine: Vec<&PathBuf> = files.iter().skip(me).step_by(n).collect();
-    let opened = agreed(
+    // Files are opened one at a time, whenever read: a merge of thousands of blocks must not
+    // hold thousands of descriptors.
+    let headers = agreed(
         comm,
-        mine.iter()
+        files
+            .iter()
             .map(|p| {
-                let f = TcsFile::open(p).map_err(file_err)?;
-                match f.format().coo_start() {
-                    Some(_) => Err(super::coo::file_error(f.format())),
-                    None => Ok(f),
+                let h = TcsHeader::read_from(&open(p)?, p).map_err(file_err)?;
+                match h.format().coo_start() {
+                    Some(_) => Err(super::coo::file_error(&h.format())),
+                    None => Ok(h),
                 }
             })
             .collect::<Result<Vec<_>, _>>(),
     )?;
     // Every file must hold the same value type and coordinate width.
-    let types: Vec<u64> = opened
+    let mut kinds: Vec<(ValueType, u32)> = headers
         .iter()
-        .flat_map(|f| {
-            [
-                f.header().value_type.size() as u64,
-                u64::from(f.header().index_bits),
-            ]
-        })
-        .collect();
-    let all = comm.all_gather_u64(&types)?;
-    let mut kinds: Vec<(u64, u64)> = all
-        .iter()
-        .flat_map(|v| v.chunks(2).map(|c| (c[0], c[1])))
+        .map(|h| (h.value_type, h.index_bits))
         .collect();
     kinds.dedup();
-    kinds.sort();
-    kinds.dedup();
-    let [(vsize, bits)] = kinds[..] else {
+    let [(vtype, bits)] = kinds[..] else {
         return Err(IoError::Mismatch(format!(
             "block files in {} mix value types or coordinate widths",
             dir.display()
         )));
     };
-    let summary = match (vsize, bits) {
-        (4, 32) => merge_typed::<C, f32, u32>(comm, opened, output, progress),
-        (4, _) => merge_typed::<C, f32, u64>(comm, opened, output, progress),
-        (_, 32) => merge_typed::<C, f64, u32>(comm, opened, output, progress),
-        (_, _) => merge_typed::<C, f64, u64>(comm, opened, output, progress),
+    let blocks = Blocks {
+        paths: &files,
+        headers: &headers,
+    };
+    let summary = match (vtype, bits) {
+        (ValueType::F32, 32) => merge_typed::<C, f32, u32>(comm, blocks, output, progress),
+        (ValueType::F32, _) => merge_typed::<C, f32, u64>(comm, blocks, output, progress),
+        (ValueType::F64, 32) => merge_typed::<C, f64, u32>(comm, blocks, output, progress),
+        (ValueType::F64, _) => merge_typed::<C, f64, u64>(comm, blocks, output, progress),
+        (ValueType::I64, 32) => merge_typed::<C, i64, u32>(comm, blocks, output, progress),
+        (ValueType::I64, _) => merge_typed::<C, i64, u64>(comm, blocks, output, progress),
     }?;
     Ok(Summary {
         blocks: files.len(),
@@ -262,77 +399,95 @@ pub fn merge_dir<C: Communicator + ?Sized>(
     })
 }
 
+/// The block files of a merge, with their headers.
+#[derive(Clone, Copy)]
+struct Blocks<'a> {
+    paths: &'a [PathBuf],
+    headers: &'a [TcsHeader],
+}
+
+fn open(path: &Path) -> Result<File, IoError> {
+    File::open(path).map_err(|e| io_err(path, e))
+}
+
+/// Bytes read at once when verifying a checksum.
+const CHECK_CHUNK: u64 = 1 << 20;
+
+/// Recomputes the checksum of every array of a block file, reading it a chunk at a time.
+fn verify_checksums(file: &File, path: &Path, header: &TcsHeader) -> Result<(), IoError> {
+    let mut buf = vec![0u8; CHECK_CHUNK as usize];
+    for a in &header.arrays {
+        let mut crc = crc32fast::Hasher::new();
+        let mut at = 0;
+        while at < a.len {
+            let n = (a.len - at).min(CHECK_CHUNK) as usize;
+            file.read_exact_at(&mut buf[..n], a.offset + at)
+                .map_err(|e| io_err(path, e))?;
+            crc.update(&buf[..n]);
+            at += n as u64;
+        }
+        if crc.finalize() != a.crc32 {
+            return Err(IoError::File(format!(
+                "{}: the checksum of {} does not match its data (the file is corrupt)",
+                path.display(),
+                a.name()
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn merge_typed<C: Communicator + ?Sized, V: Value, I: Index>(
     comm: &C,
-    opened: Vec<TcsFile>,
+    blocks: Blocks<'_>,
     output: &Path,
     progress: &dyn Progress,
 ) -> Result<Summary, IoError> {
-    let (layout, incoming) = {
-        let views = opened
-            .iter()
-            .map(|f| f.view::<V, I>().map_err(file_err))
-            .collect::<Result<Vec<_>, _>>();
-        let views = agreed(comm, views)?;
-        send_sections(comm, &views, progress)?
-    };
-    // The local blocks went out as sections: unmap them before merging.
-    drop(opened);
-    let merged = merge_received::<C, V, I>(comm, layout, incoming, progress)?;
-    write_merged::<C, V, I>(comm, &merged, output, progress)
-}
-
-/// The header of the merged tensor, laid out by the formats crate.
-fn merged_header<V: Value, I: Index>(merged: &Merged<V, I>) -> Result<TcsHeader, IoError> {
-    let modes = merged
-        .dims
-        .iter()
-        .map(|&d| ModeInfo::whole(d as u64))
-        .collect();
-    let levels = merged
-        .shape
-        .iter()
-        .zip(merged.format.mode_order())
-        .enumerate()
-        .map(|(k, (level, &m))| match level {
-            Some((size, offset)) => LevelInfo {
-                mode: m as u32,
-                level_type: tessera_formats::LevelType::Dense,
-                size: *size as u64,
-                offset: *offset as u64,
-            },
-            None => LevelInfo {
-                mode: m as u32,
-                level_type: tessera_formats::LevelType::Compressed,
-                size: merged.totals.positions[k],
-                offset: 0,
-            },
+    let (me, n) = (comm.rank(), comm.size());
+    let files = || blocks.paths.iter().zip(blocks.headers);
+    progress.start("merge: verify", blocks.paths.len().div_ceil(n) as u64);
+    let verified = files().skip(me).step_by(n).try_for_each(|(p, h)| {
+        progress.advance(1);
+        verify_checksums(&open(p)?, p, h)
+    });
+    agreed(comm, verified)?;
+    // The layout and this rank's sections, the same computation on every rank.
+    progress.start("merge: balance", 2 * blocks.paths.len() as u64);
+    let described = files().try_fold(Writer::default(), |mut w, (p, h)| {
+        let file = open(p)?;
+        let (probe, meta) = open_probe::<V, I>(&file, p, h, &h.dims())?;
+        describe_tree(&mut w, &meta.dims, &meta.format, &probe);
+        progress.advance(1);
+        probe.take_error().map_or(Ok(w), Err)
+    });
+    let layout = agreed(comm, described.and_then(|w| Layout::pool(&[w.0])))?;
+    let cuts = layout.cuts(n);
+    let sections = files()
+        .map(|(p, h)| {
+            let file = open(p)?;
+            let (probe, meta) = open_probe::<V, I>(&file, p, h, &h.dims())?;
+            let at = |j: usize| match j {
+                0 => 0,
+                j if j == n => meta.leaves,
+                j => first_leaf_at(&probe, &meta.bounds, meta.leaves, &cuts[j - 1]),
+            };
+            let (start, end) = (at(me), at(me + 1));
+            progress.advance(1);
+            match probe.take_error() {
+                Some(e) => Err(e),
+                None if start < end => probe.section(&meta, start, end).map(Some),
+                None => Ok(None),
+            }
         })
-        .collect();
-    TcsHeader::new(V::TYPE, I::BITS, false, modes, levels)
-        .map_err(|e| IoError::File(format!("laying out the merged tensor: {e}")))
-}
-
-/// The segment of one array a rank wrote: first element, element count, and the CRC-32 and
-/// byte length that let rank 0 combine the array's checksum without reading it.
-struct Written {
-    start: u64,
-    len: u64,
-    crc: u32,
-    bytes: u64,
-}
-
-/// Step 5, write-out: every rank writes its piece at its offsets; rank 0 finishes the file.
-fn write_merged<C: Communicator + ?Sized, V: Value, I: Index>(
-    comm: &C,
-    merged: &Merged<V, I>,
-    output: &Path,
-    progress: &dyn Progress,
-) -> Result<Summary, IoError> {
-    let header = merged_header::<V, I>(merged)?;
+        .filter_map(Result::transpose)
+        .collect::<Result<Vec<_>, _>>();
+    let sections = agreed(comm, sections)?;
+    let _held = Held::new(sections.iter().map(Section::bytes).sum());
+    let (mut merge, _, start, totals) = merge_header(comm, &layout, &sections, progress)?;
+    let header = header_of::<V, I>(&layout.dims, &layout.format, &layout.shape, &totals, None)?;
     // Rank 0 names and creates the temporary file; under MPI the ranks are processes with
     // different ids, so the name travels with an all-gather.
-    let (temp, created) = if comm.rank() == 0 {
+    let (temp, created) = if me == 0 {
         let temp = temp_path(output);
         let created = File::create(&temp)
             .and_then(|f| retry_interrupted(|| f.set_len(header.file_len)))
@@ -342,79 +497,54 @@ fn write_merged<C: Communicator + ?Sized, V: Value, I: Index>(
         (PathBuf::new(), Ok(()))
     };
     agreed(comm, created)?;
-    // From here on, any failure (a full disk, a signal, a rank that died) removes the
-    // temporary file, on whichever ranks know its name.
-    let result = write_into_temp::<C, V, I>(comm, merged, output, progress, &header, &temp);
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    result
-}
-
-/// [`write_merged`] once the temporary file exists: every rank writes its segments, rank 0
-/// finishes the file.
-fn write_into_temp<C: Communicator + ?Sized, V: Value, I: Index>(
-    comm: &C,
-    merged: &Merged<V, I>,
-    output: &Path,
-    progress: &dyn Progress,
-    header: &TcsHeader,
-    temp: &Path,
-) -> Result<Summary, IoError> {
-    let names = comm.all_gather(temp.to_string_lossy().as_bytes())?;
-    let temp = PathBuf::from(String::from_utf8_lossy(&names[0]).into_owned());
-    if progress.cancelled() {
-        agreed(comm, Err::<(), _>(IoError::Cancelled))?;
-    }
-    agreed(comm, Ok(()))?;
-    progress.start("merge: write", header.file_len);
-    let segs = segments::<V, I>(header, merged);
-    // Where the tails start: the end of the last nonempty segment of each array.
-    let ends: Vec<u64> = segs
-        .iter()
-        .zip(&header.arrays)
-        .map(|((start, b), a)| {
-            if b.is_empty() {
-                0
-            } else {
-                start + b.len() as u64 / elem_size::<V, I>(a.kind)
-            }
-        })
-        .collect();
-    let all_ends = comm.all_gather_u64(&ends)?;
-    let tail_start: Vec<u64> = (0..ends.len())
-        .map(|i| {
-            all_ends
-                .iter()
-                .map(|e| e.get(i).copied().unwrap_or(0))
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let last = comm.rank() + 1 == comm.size();
-    let written = write_piece::<V, I>(&temp, header, merged, segs, last.then_some(&tail_start[..]));
-    let written = agreed(comm, written);
-    let written = match written {
-        Ok(w) => w,
+    let names = comm.all_gather(temp.to_string_lossy().as_bytes());
+    let temp = match names {
+        Ok(names) => PathBuf::from(String::from_utf8_lossy(&names[0]).into_owned()),
         Err(e) => {
-            // Every rank knows the name now; the first to get here removes the file.
-            let _ = std::fs::remove_file(&temp);
-            return Err(e);
+            if me == 0 {
+                let _ = std::fs::remove_file(&temp);
+            }
+            return Err(e.into());
         }
     };
-    // Pool the partial checksums in rank order (segments follow each other in rank order).
-    let mut mine = Vec::new();
-    for w in &written {
-        mine.extend([w.start, w.len, u64::from(w.crc), w.bytes]);
+    // From here on, any failure (a full disk, a signal, a rank that died) removes the
+    // temporary file, on every rank.
+    let result = (|| {
+        // Pass two: this rank's runs of the output, written at their offsets.
+        let leaves = leaves_of(&sections);
+        progress.start("merge: write", leaves);
+        let runs = (|| {
+            if progress.cancelled() {
+                return Err(IoError::Cancelled);
+            }
+            let limit = sink_limit(1);
+            let mut sink = FileSink::<V, I>::open(0, &temp, &header, &layout.shape, &start, limit)?;
+            merge.reset();
+            while merge.next_with(|c, v| sink.push(c, v)) {}
+            progress.advance(leaves);
+            sink.finish()
+        })();
+        let runs = agreed(comm, runs)?;
+        // Every rank decodes the same records, so a malformed one fails them all here.
+        let all = comm
+            .all_gather_u64(&Written::encode(&runs))?
+            .iter()
+            .map(|words| Written::decode(words))
+            .collect::<Result<Vec<_>, _>>()?
+            .concat();
+        let finished = if me == 0 {
+            finish_file::<V, I>(&temp, header.clone(), &totals, &all)
+                .and_then(|()| std::fs::rename(&temp, output).map_err(|e| io_err(output, e)))
+                .and_then(|()| sync_dir(output.parent()))
+        } else {
+            Ok(())
+        };
+        agreed(comm, finished)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&temp);
+        return Err(e);
     }
-    let all = comm.all_gather_u64(&mine)?;
-    let finished = if comm.rank() == 0 {
-        finish_file(&temp, output, header.clone(), &all)
-    } else {
-        Ok(())
-    };
-    agreed(comm, finished)?;
-    progress.advance(header.file_len);
     Ok(Summary {
         blocks: 0,
         values: header.nnz,
@@ -428,169 +558,6 @@ fn temp_path(output: &Path) -> PathBuf {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     output.with_file_name(format!(".{name}.merge-{}.tmp", std::process::id()))
-}
-
-/// This rank's segment of each array as (first element, bytes), in header order, borrowed
-/// from its piece.
-fn segments<'m, V: Value, I: Index>(
-    header: &TcsHeader,
-    merged: &'m Merged<V, I>,
-) -> Vec<(u64, &'m [u8])> {
-    let piece = &merged.piece;
-    header
-        .arrays
-        .iter()
-        .map(|a| {
-            let k = a.level as usize;
-            match a.kind {
-                ArrayKind::Pos => (
-                    piece.pos_start[k],
-                    bytemuck::cast_slice::<I, u8>(&piece.pos[k]),
-                ),
-                ArrayKind::Crd => (
-                    piece.crd_start[k],
-                    bytemuck::cast_slice::<I, u8>(&piece.crd[k]),
-                ),
-                ArrayKind::Vals => (piece.val_start, bytemuck::cast_slice::<V, u8>(&piece.vals)),
-            }
-        })
-        .collect()
-}
-
-/// Bytes per element of an array.
-fn elem_size<V: Value, I: Index>(kind: ArrayKind) -> u64 {
-    if kind == ArrayKind::Vals {
-        V::TYPE.size() as u64
-    } else {
-        u64::from(I::BITS / 8)
-    }
-}
-
-/// Writes this rank's segments into the temporary file; the last rank also writes each
-/// array's tail from `tail_start` (the end of all segments) to the array's end: the final
-/// count repeated in `pos`, zeros in `vals`. Returns per array what was written.
-fn write_piece<V: Value, I: Index>(
-    temp: &Path,
-    header: &TcsHeader,
-    merged: &Merged<V, I>,
-    segs: Vec<(u64, &[u8])>,
-    tail_start: Option<&[u64]>,
-) -> Result<Vec<Written>, IoError> {
-    let file = OpenOptions::new()
-        .write(true)
-        .open(temp)
-        .map_err(|e| io_err(temp, e))?;
-    let mut out = Vec::with_capacity(header.arrays.len());
-    for (i, (a, (start, bytes))) in header.arrays.iter().zip(segs).enumerate() {
-        let elem = elem_size::<V, I>(a.kind);
-        let mut start = if bytes.is_empty() { 0 } else { start };
-        let mut crc = crc32fast::Hasher::new();
-        if !bytes.is_empty() {
-            file.write_all_at(bytes, a.offset + start * elem)
-                .map_err(|e| io_err(temp, e))?;
-            crc.update(bytes);
-        }
-        let mut len = bytes.len() as u64 / elem;
-        if let Some(tails) = tail_start {
-            if bytes.is_empty() {
-                start = tails[i];
-            }
-            let tail = tail_bytes::<V, I>(a, merged, tails[i])?;
-            if !tail.is_empty() {
-                file.write_all_at(&tail, a.offset + tails[i] * elem)
-                    .map_err(|e| io_err(temp, e))?;
-                crc.update(&tail);
-                len += tail.len() as u64 / elem;
-            }
-        }
-        out.push(Written {
-            start,
-            len,
-            crc: crc.clone().finalize(),
-            bytes: crc.total_len(),
-        });
-    }
-    retry_interrupted(|| file.sync_all()).map_err(|e| io_err(temp, e))?;
-    Ok(out)
-}
-
-/// An array's tail from element `from` to its end: the final count repeated in `pos`
-/// (up to the sentinel), zeros in `vals` (trailing dense positions); `crd` has none.
-fn tail_bytes<V: Value, I: Index>(
-    a: &tessera_formats::tcs::ArrayInfo,
-    merged: &Merged<V, I>,
-    from: u64,
-) -> Result<Vec<u8>, IoError> {
-    let elem = elem_size::<V, I>(a.kind);
-    let missing = (a.len / elem).saturating_sub(from) as usize;
-    Ok(match a.kind {
-        ArrayKind::Pos => {
-            let last = merged.totals.positions[a.level as usize];
-            let v = I::try_from_usize(last as usize).ok_or(IoError::IndexOverflow {
-                value: last,
-                bits: I::BITS,
-            })?;
-            bytemuck::cast_slice(&vec![v; missing]).to_vec()
-        }
-        ArrayKind::Vals => vec![0u8; missing * elem as usize],
-        ArrayKind::Crd if missing == 0 => Vec::new(),
-        ArrayKind::Crd => {
-            return Err(IoError::Internal(format!(
-                "{}: {missing} coordinates were never written",
-                a.name()
-            )))
-        }
-    })
-}
-
-/// Rank 0: checks that the segments tile every array, combines checksums, writes the header
-/// and renames the file into place.
-fn finish_file(
-    temp: &Path,
-    output: &Path,
-    mut header: TcsHeader,
-    all: &[Vec<u64>],
-) -> Result<(), IoError> {
-    for (i, a) in header.arrays.iter_mut().enumerate() {
-        let mut crc = crc32fast::Hasher::new();
-        let mut at = 0u64;
-        for (rank, segs) in all.iter().enumerate() {
-            let Some(&[start, len, c, bytes]) = segs.get(i * 4..i * 4 + 4) else {
-                return Err(IoError::Internal(format!(
-                    "rank {rank} sent a short segment record"
-                )));
-            };
-            if len == 0 {
-                continue;
-            }
-            if start != at {
-                return Err(IoError::Internal(format!(
-                    "{}: rank {rank} wrote from element {start}, expected {at}",
-                    a.name()
-                )));
-            }
-            crc.combine(&crc32fast::Hasher::new_with_initial_len(c as u32, bytes));
-            at = start + len;
-        }
-        if crc.total_len() != a.len {
-            return Err(IoError::Internal(format!(
-                "{}: ranks wrote {} of its {} bytes",
-                a.name(),
-                crc.total_len(),
-                a.len
-            )));
-        }
-        a.crc32 = crc.finalize();
-    }
-    let file = OpenOptions::new()
-        .write(true)
-        .open(temp)
-        .map_err(|e| io_err(temp, e))?;
-    file.write_all_at(&header.to_bytes(), 0)
-        .map_err(|e| io_err(temp, e))?;
-    retry_interrupted(|| file.sync_all()).map_err(|e| io_err(temp, e))?;
-    std::fs::rename(temp, output).map_err(|e| io_err(output, e))?;
-    sync_dir(output.parent())
 }
 
 /// Flushes a directory, so that the renames into it survive a crash: without this, a

@@ -235,7 +235,6 @@ where
 }
 
 /// Step 1, load balancing: this rank's piece `[start, end)` of the leaves. Rank `r` searches
-/// Step 1, load balancing: this rank's piece `[start, end)` of the leaves. Rank `r` searches
 /// the leaf at `r/N` of the tensor's bytes (probing the arrays through `tree`); an all-gather
 /// tells it where the next piece starts.
 pub(crate) fn piece_bounds<C, T>(comm: &C, tree: &T, meta: &Meta) -> Result<(usize, usize), IoError>
@@ -320,7 +319,7 @@ fn search_leaf<T: Tree>(tree: &T, meta: &Meta, target: u64) -> usize {
 
 /// Maps level-order coordinates to block keys, recomputing only the levels that changed.
 #[derive(Clone)]
-struct Assigner<'g> {
+pub(crate) struct Assigner<'g> {
     grid: &'g BlockGrid,
     modes: Vec<usize>,
     strides: Vec<usize>,
@@ -330,7 +329,7 @@ struct Assigner<'g> {
 }
 
 impl<'g> Assigner<'g> {
-    fn new(format: &Format, grid: &'g BlockGrid) -> Self {
+    pub(crate) fn new(format: &Format, grid: &'g BlockGrid) -> Self {
         let rank = format.rank();
         let mut stride_of_mode = vec![1usize; rank];
         for m in (0..rank.saturating_sub(1)).rev() {
@@ -367,7 +366,7 @@ impl<'g> Assigner<'g> {
 }
 
 /// Walks the rest of the walker's leaves, calling `f(block key, coords, value)`.
-fn walk_blocks<T: Tree>(
+pub(crate) fn walk_blocks<T: Tree>(
     walker: &mut Walker<'_, T>,
     assign: &Assigner<'_>,
     progress: &dyn Progress,
@@ -387,7 +386,7 @@ fn walk_blocks<T: Tree>(
 }
 
 /// Per block key, every rank's partial header in rank order.
-fn pool_headers(
+pub(crate) fn pool_headers(
     all: &[Vec<u8>],
     rank: usize,
 ) -> Result<BTreeMap<usize, Vec<PartialHeader>>, IoError> {
@@ -407,14 +406,14 @@ fn pool_headers(
 }
 
 /// The storage shape of blocks: dense levels narrowed to the block's range.
-struct BlockShapes<'a> {
-    grid: &'a BlockGrid,
-    format: &'a Format,
-    dense: &'a Shape,
+pub(crate) struct BlockShapes<'a> {
+    pub grid: &'a BlockGrid,
+    pub format: &'a Format,
+    pub dense: &'a Shape,
 }
 
 impl BlockShapes<'_> {
-    fn shape(&self, key: usize) -> Shape {
+    pub(crate) fn shape(&self, key: usize) -> Shape {
         let ranges = self.grid.block_ranges(key);
         self.dense
             .iter()

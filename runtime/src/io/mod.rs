@@ -5,14 +5,16 @@
 //! - [`load_blocks`]: a tensor in memory → its blocks, each on its owner rank (§4.4).
 //! - [`merge_blocks`] / [`store_to_root`]: blocks spread over ranks → one tensor, balanced
 //!   by coordinate space and merged by tournament trees (§4.6).
-//! - [`split_file`] / [`merge_dir`]: the same over `.tcs` files: a split rank reads only its
-//!   piece of the input (`partial`); merge ranks write their pieces of the output at computed
-//!   offsets into one temporary file, renamed when every rank is done (`files`).
+//! - [`split_file`] / [`merge_dir`]: the same over `.tcs` files, without moving the data
+//!   between ranks: each rank reads only its piece of the input (`partial`, a chunk at a time
+//!   for a split) and writes its runs of the output arrays straight into the output files at
+//!   their final offsets (`sink`); the files' owners finish them (`files`).
 //!
 //! Inside: `walk` steps through a range of leaves by position vectors (over a whole tensor,
 //! a file, or a `section` of arrays); `assemble` builds level arrays in pieces from pooled
 //! partial headers and joins them; `tournament` merges sorted pieces; `codec` encodes the
-//! messages ranks exchange.
+//! messages ranks exchange; `held` accounts for the bytes a rank's buffers hold (tests check
+//! memory bounds with it).
 //!
 //! Every function here is collective: all ranks call it with the same arguments (their own
 //! blocks aside), and a failure on one rank is an error on all.
@@ -21,9 +23,11 @@ mod assemble;
 mod codec;
 mod coo;
 mod files;
+mod held;
 mod load;
 mod partial;
 mod section;
+mod sink;
 pub mod split;
 mod store;
 mod tournament;
@@ -107,5 +111,7 @@ pub struct NoProgress;
 
 impl Progress for NoProgress {}
 
+#[cfg(test)]
+mod file_tests;
 #[cfg(test)]
 mod tests;

@@ -1,23 +1,23 @@
 //! Reading only this rank's piece of a `.tcs` file (SuperTaco §4.4): each rank reads the
 //! header, probes single elements of `pos` for its load-balancing binary search, and then
-//! reads exactly the parts of `pos`, `crd` and `vals` its piece of leaves covers. No rank
-//! maps or reads the whole file, so a rank's memory is its share, not the tensor.
+//! reads exactly the parts of `pos`, `crd` and `vals` its piece of leaves covers, a chunk at a
+//! time ([`walk_chunks`]). No rank maps or reads the whole file, so a rank's memory is a
+//! chunk, not the tensor.
 //!
-//! The parts read are checked before they are walked ([`Section::check`]); the blocks built
-//! from them are validated again on their owners. Array checksums cover whole arrays and
+//! The parts read are checked before they are walked ([`Section::check`]). Array checksums cover whole arrays and
 //! cannot be checked on a part: `tessera-data info` verifies them.
 
-use super::load::{load_walk, piece_bounds, Block, Meta};
+use super::held::Held;
+use super::load::Meta;
 use super::section::Section;
-use super::split::BlockGrid;
-use super::walk::{leaf_path_in, Tree};
+use super::sink::array_numbers;
+use super::walk::{leaf_path_in, Tree, Walker};
 use super::{IoError, Progress};
-use crate::transport::Communicator;
 use std::cell::RefCell;
 use std::fs::File;
 use std::marker::PhantomData;
 use std::path::Path;
-use tessera_formats::tcs::{read_array_range, ArrayKind, TcsHeader};
+use tessera_formats::tcs::{read_array_range, TcsHeader};
 use tessera_formats::{Index, LevelType, Value};
 
 /// An open `.tcs` file whose arrays are read element by element (for binary searches).
@@ -42,33 +42,14 @@ impl<'a, V: Value, I: Index> FileProbe<'a, V, I> {
         header: &'a TcsHeader,
         meta: &Meta,
     ) -> Result<Self, IoError> {
-        let rank = header.levels.len();
-        let mut arrays: Vec<(Option<usize>, Option<usize>)> = vec![(None, None); rank];
-        let mut vals = None;
-        for (i, a) in header.arrays.iter().enumerate() {
-            let k = a.level as usize;
-            match a.kind {
-                ArrayKind::Pos if k < rank => arrays[k].0 = Some(i),
-                ArrayKind::Crd if k < rank => arrays[k].1 = Some(i),
-                ArrayKind::Vals => vals = Some(i),
-                _ => {}
-            }
-        }
-        let missing = || IoError::File(format!("{}: header lacks an array", path.display()));
-        let arrays = arrays
-            .into_iter()
-            .zip(&meta.dense)
-            .map(|((p, c), d)| match d {
-                Some(_) => Ok(None),
-                None => Ok(Some((p.ok_or_else(missing)?, c.ok_or_else(missing)?))),
-            })
-            .collect::<Result<_, IoError>>()?;
+        let (arrays, vals) = array_numbers(header, &meta.dense)
+            .ok_or_else(|| IoError::File(format!("{}: header lacks an array", path.display())))?;
         Ok(FileProbe {
             file,
             path,
             header,
             arrays,
-            vals: vals.ok_or_else(missing)?,
+            vals,
             dense: meta.dense.clone(),
             error: RefCell::new(None),
             _types: PhantomData,
@@ -210,50 +191,54 @@ impl Meta {
     }
 }
 
-/// Loads the `.tcs` file `path` (opened as `file`, header already read) as the blocks of
-/// `grid`, each rank reading only its piece. Collective.
-pub(crate) fn load_file_blocks<C, V, I>(
-    comm: &C,
-    file: &File,
-    path: &Path,
-    header: &TcsHeader,
-    grid: &BlockGrid,
-    progress: &dyn Progress,
-) -> Result<Vec<Block<V, I>>, IoError>
-where
-    C: Communicator + ?Sized,
-    V: Value,
-    I: Index,
-{
-    let local = match header.dims() {
+/// Leaves a rank reads from a file at once while it walks its piece: 256 Ki, about 6 MiB for
+/// a rank-3 tensor with 32-bit coordinates and f64 values. Each chunk costs two position
+/// searches of a few dozen single-element reads, so chunks this large make them negligible.
+/// Unit tests use a handful, so that their small tensors cross many chunk boundaries.
+pub(crate) const CHUNK_LEAVES: usize = if cfg!(test) { 5 } else { 1 << 18 };
+
+/// Opens `header`'s arrays for reading parts of them, checking what loading needs (a tensor,
+/// not a scalar, of the grid's dimensions).
+pub(crate) fn open_probe<'a, V: Value, I: Index>(
+    file: &'a File,
+    path: &'a Path,
+    header: &'a TcsHeader,
+    dims: &[usize],
+) -> Result<(FileProbe<'a, V, I>, Meta), IoError> {
+    match header.dims() {
         d if d.is_empty() => Err(IoError::Scalar),
-        d if d != grid.dims() => Err(IoError::GridDims {
+        d if d != dims => Err(IoError::GridDims {
             tensor: d,
-            grid: grid.dims().to_vec(),
+            grid: dims.to_vec(),
         }),
-        _ => Meta::of_header::<V>(header)
-            .and_then(|meta| Ok((FileProbe::<V, I>::new(file, path, header, &meta)?, meta))),
-    };
-    comm.check(local.as_ref().map(|_| ()).map_err(|e| e.to_string()))?;
-    let (probe, meta) = local?;
-    let (start, end) = piece_bounds(comm, &probe, &meta)?;
-    let section = match probe.take_error() {
-        Some(e) => Err(e),
-        None if start < end => probe.section(&meta, start, end),
-        None => Ok(Section {
-            first: vec![0; meta.dense.len()],
-            start,
-            end,
-            dense: meta.dense.clone(),
-            pos_base: vec![0; meta.dense.len()],
-            crd_base: vec![0; meta.dense.len()],
-            pos: vec![Vec::new(); meta.dense.len()],
-            crd: vec![Vec::new(); meta.dense.len()],
-            vals: Vec::new(),
-        }),
-    };
-    comm.check(section.as_ref().map(|_| ()).map_err(|e| e.to_string()))?;
-    let section = section?;
-    let first = section.first.clone();
-    load_walk(comm, section, (start, end, first), &meta, grid, progress)
+        _ => {
+            let meta = Meta::of_header::<V>(header)?;
+            Ok((FileProbe::new(file, path, header, &meta)?, meta))
+        }
+    }
+}
+
+/// Walks leaves `[start, end)` of the file chunk by chunk ([`CHUNK_LEAVES`]): reads and checks
+/// each chunk's section and hands `f` a walker over it. Memory stays one chunk, whatever the
+/// piece; the entries reach `f` in storage order, as one walk would give them.
+pub(crate) fn walk_chunks<V: Value, I: Index>(
+    probe: &FileProbe<'_, V, I>,
+    meta: &Meta,
+    (start, end): (usize, usize),
+    progress: &dyn Progress,
+    mut f: impl FnMut(&mut Walker<'_, Section<V, I>>),
+) -> Result<(), IoError> {
+    let mut a = start;
+    while a < end {
+        if progress.cancelled() {
+            return Err(IoError::Cancelled);
+        }
+        let b = end.min(a.saturating_add(CHUNK_LEAVES));
+        let section = probe.section(meta, a, b)?;
+        let _held = Held::new(section.bytes());
+        let first = section.first.clone();
+        f(&mut Walker::new(&section, a, b, first));
+        a = b;
+    }
+    Ok(())
 }

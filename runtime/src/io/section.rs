@@ -20,6 +20,14 @@ pub(crate) struct Section<V, I> {
     pub vals: Vec<V>,
 }
 
+impl<V, I> Section<V, I> {
+    /// Bytes its array parts hold.
+    pub fn bytes(&self) -> usize {
+        let index: usize = self.pos.iter().chain(&self.crd).map(Vec::len).sum();
+        index * std::mem::size_of::<I>() + self.vals.len() * std::mem::size_of::<V>()
+    }
+}
+
 impl<V: Value, I: Index> Section<V, I> {
     /// Checks what walking leaves `[start, end)` from path `first` relies on, so that a
     /// corrupt file gives an error rather than a wrong walk or an out-of-bounds index: every

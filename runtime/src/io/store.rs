@@ -14,7 +14,9 @@
 //!    arrays at final positions ([`Merged`]), which is then gathered on one rank
 //!    ([`store_to_root`]) or written into a file at computed offsets.
 
-use super::assemble::{combine, Assembly, PartialHeader, Piece, PieceBuilder, Shape, Totals};
+use super::assemble::{
+    combine, Assembly, PartialHeader, Piece, PieceBuilder, PieceStart, Shape, Totals,
+};
 use super::codec::{Reader, Writer};
 use super::load::to_tensor;
 use super::section::Section;
@@ -134,7 +136,6 @@ where
     V: Value,
     I: Index,
 {
-    let me = comm.rank();
     let rank = layout.shape.len();
     let mut sections = Vec::new();
     for (from, msg) in incoming.into_iter().enumerate() {
@@ -143,16 +144,61 @@ where
             sections.push(Section::<V, I>::read(&mut r, rank)?);
         }
     }
+    let (mut merge, header, start, totals) = merge_header(comm, &layout, &sections, progress)?;
 
-    // 2–3. Tournament merge, pass one: the partial header (overlapping blocks are an error,
-    // agreed on by every rank).
+    // 4. Pass two: this rank's piece at final positions.
+    let leaves = leaves_of(&sections);
+    progress.start("merge: pieces", leaves);
+    merge.reset();
+    let mut builder = PieceBuilder::with_header(&layout.shape, &start, &header);
+    while merge.next_with(|c, v| builder.push(c, v)) {}
+    progress.advance(leaves);
+    Ok(Merged {
+        piece: builder.finish(),
+        dims: layout.dims,
+        format: layout.format,
+        shape: layout.shape,
+        totals,
+    })
+}
+
+/// Leaves in sections.
+pub(crate) fn leaves_of<V, I>(sections: &[Section<V, I>]) -> u64 {
+    sections.iter().map(|s| (s.end - s.start) as u64).sum()
+}
+
+/// Steps 2–3 on this rank's sections: pass one of the tournament merge gathers the partial
+/// header (overlapping blocks are an error, agreed on by every rank), pooled over the ranks.
+/// Returns the merge (exhausted: reset it for pass two), this rank's partial header and
+/// start, and the stored tensor's totals. Collective.
+#[allow(clippy::type_complexity)]
+pub(crate) fn merge_header<'s, C, V, I>(
+    comm: &C,
+    layout: &Layout,
+    sections: &'s [Section<V, I>],
+    progress: &dyn Progress,
+) -> Result<
+    (
+        Tournament<'s, Section<V, I>>,
+        PartialHeader,
+        PieceStart,
+        Totals,
+    ),
+    IoError,
+>
+where
+    C: Communicator + ?Sized,
+    V: Value,
+    I: Index,
+{
+    let rank = layout.shape.len();
     let walkers = sections
         .iter()
         .map(|s| Walker::new(s, s.start, s.end, s.first.clone()))
         .collect();
     let mut merge = Tournament::new(walkers);
-    let total_leaves: usize = sections.iter().map(|s| s.end - s.start).sum();
-    progress.start("merge: header", total_leaves as u64);
+    let leaves = leaves_of(sections);
+    progress.start("merge: header", leaves);
     let mut header = PartialHeader::new(rank);
     let mut overlap = None;
     while merge.next_with(|c, _| {
@@ -161,7 +207,7 @@ where
         }
         header.push(c);
     }) {}
-    progress.advance(total_leaves as u64);
+    progress.advance(leaves);
     let local = match overlap {
         Some(coords) => Err(IoError::Overlap { coords }.to_string()),
         None => Ok(()),
@@ -176,20 +222,11 @@ where
         .map(|(from, m)| PartialHeader::read(&mut Reader::new(m, from), rank))
         .collect::<Result<Vec<_>, _>>()?;
     let (starts, totals) = combine(&layout.shape, &parts)?;
-
-    // 4. Pass two: this rank's piece at final positions.
-    progress.start("merge: pieces", total_leaves as u64);
-    merge.reset();
-    let mut builder = PieceBuilder::with_header(&layout.shape, &starts[me], &header);
-    while merge.next_with(|c, v| builder.push(c, v)) {}
-    progress.advance(total_leaves as u64);
-    Ok(Merged {
-        piece: builder.finish(),
-        dims: layout.dims,
-        format: layout.format,
-        shape: layout.shape,
-        totals,
-    })
+    let start = starts
+        .into_iter()
+        .nth(comm.rank())
+        .ok_or_else(|| IoError::Internal("no start for this rank".into()))?;
+    Ok((merge, header, start, totals))
 }
 
 /// Merges the blocks and gathers the whole tensor on rank 0 (`None` elsewhere). For tests
@@ -232,39 +269,42 @@ where
 fn describe<V: Value, I: Index>(blocks: &[TensorView<'_, V, I>], formats: &[&Format]) -> Writer {
     let mut w = Writer::default();
     for (view, format) in blocks.iter().zip(formats) {
-        w.usizes(view.dims());
-        w.bytes(format.to_string().as_bytes());
-        for (k, level) in view.levels().iter().enumerate() {
-            let dim = view.dims()[view.format().mode_order()[k]];
-            let (kind, lo, hi) = match *level {
-                LevelView::Dense { size, offset, .. } => (0, offset, offset + size),
-                // Level 0 is sorted: its ends bound it. Deeper levels: the whole dimension.
-                LevelView::Compressed { crd, .. } if k == 0 => match (crd.first(), crd.last()) {
-                    (Some(a), Some(b)) => (1, a.to_usize(), b.to_usize() + 1),
-                    _ => (1, 0, 0),
-                },
-                LevelView::Compressed { .. } => (1, 0, dim),
-                LevelView::Singleton { .. } => {
-                    unreachable!("COO views are re-levelled at the public entry points (see `coo`)")
-                }
-            };
-            w.usizes(&[kind, lo, hi]);
-        }
+        describe_tree(&mut w, view.dims(), format, &ViewTree(view));
     }
     w
 }
 
+/// Appends one block's description (see [`describe`]) to `w`; `format` is the block's own
+/// (a COO block is walked in its unique form, `tree`).
+pub(crate) fn describe_tree<T: Tree>(w: &mut Writer, dims: &[usize], format: &Format, tree: &T) {
+    w.usizes(dims);
+    w.bytes(format.to_string().as_bytes());
+    for k in 0..tree.rank() {
+        let dim = dims[format.mode_order()[k]];
+        let (kind, lo, hi) = match tree.dense(k) {
+            Some((size, offset)) => (0, offset, offset + size),
+            // Level 0 is sorted: its ends bound it. Deeper levels: the whole dimension.
+            None if k == 0 => match tree.pos(0, 1) {
+                0 => (1, 0, 0),
+                n => (1, tree.crd(0, 0), tree.crd(0, n - 1) + 1),
+            },
+            None => (1, 0, dim),
+        };
+        w.usizes(&[kind, lo, hi]);
+    }
+}
+
 /// The stored tensor's dims, format and level shape, and its coordinate box per level.
 pub(crate) struct Layout {
-    dims: Vec<usize>,
-    format: Format,
-    shape: Shape,
+    pub dims: Vec<usize>,
+    pub format: Format,
+    pub shape: Shape,
     /// Per level `[lo, hi)` of the coordinates present.
     bounds: Vec<(usize, usize)>,
 }
 
 impl Layout {
-    fn pool(all: &[Vec<u8>]) -> Result<Layout, IoError> {
+    pub(crate) fn pool(all: &[Vec<u8>]) -> Result<Layout, IoError> {
         let mut first: Option<(Vec<usize>, String)> = None;
         let mut levels: Vec<(usize, usize, usize)> = Vec::new();
         let mut dense_seen: Vec<bool> = Vec::new();
@@ -333,7 +373,7 @@ impl Layout {
     /// `n - 1` cut points (level-order coordinates) that split the coordinate box into `n`
     /// runs of equal length in row-major order. Levels past the point where the box's size
     /// overflows `u128` do not take part (their cut coordinate is the box's low end).
-    fn cuts(&self, n: usize) -> Vec<Vec<usize>> {
+    pub(crate) fn cuts(&self, n: usize) -> Vec<Vec<usize>> {
         let mut sizes = Vec::new();
         let mut total: u128 = 1;
         for &(lo, hi) in &self.bounds {
@@ -374,7 +414,7 @@ fn parent_bounds<V: Value, I: Index>(view: &TensorView<'_, V, I>) -> Vec<(usize,
 }
 
 /// The first leaf whose level-order coordinates are at least `cut` (binary search).
-fn first_leaf_at<T: Tree>(
+pub(crate) fn first_leaf_at<T: Tree>(
     tree: &T,
     bounds: &[(usize, usize)],
     leaves: usize,

@@ -1,0 +1,203 @@
+//! Split and merge of files against the in-memory path, byte for byte, and their memory
+//! bounds by accounting (see `held`): unit tests run with tiny chunks and sink limits, so
+//! that small tensors cross many chunk boundaries and are written in many runs.
+
+use super::held;
+use super::partial::CHUNK_LEAVES;
+use super::sink::sink_limit;
+use super::*;
+use crate::transport::run_ranks;
+use proptest::prelude::*;
+use std::collections::BTreeSet;
+use std::path::Path;
+use tessera_formats::tcs::{write_tensor, ModeInfo};
+use tessera_formats::{Format, Tensor};
+
+type T = Tensor<f64, u32>;
+
+/// `n` distinct entries spread uniformly (by a fixed LCG) over `dims`, in `format`.
+fn uniform(dims: &[usize], n: usize, format: &str) -> T {
+    let mut x: u64 = 0x9e37_79b9;
+    let mut seen = BTreeSet::new();
+    while seen.len() < n {
+        let c: Vec<usize> = dims
+            .iter()
+            .map(|&d| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (x >> 33) as usize % d
+            })
+            .collect();
+        seen.insert(c);
+    }
+    let entries = seen
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| (c, 1.0 + i as f64));
+    T::from_entries(
+        dims.to_vec(),
+        Format::parse(format, dims.len()).unwrap(),
+        entries,
+    )
+    .unwrap()
+}
+
+fn split_on(ranks: usize, input: &Path, spec: &SplitSpec, out: &Path) -> Vec<usize> {
+    run_ranks(ranks, |c| {
+        held::reset();
+        split_file(c, input, spec, out, &NoProgress).map(|_| held::peak())
+    })
+    .into_iter()
+    .map(|r| r.expect("split succeeds"))
+    .collect()
+}
+
+fn merge_on(ranks: usize, dir: &Path, out: &Path) -> Vec<usize> {
+    run_ranks(ranks, |c| {
+        held::reset();
+        merge_dir(c, dir, out, &NoProgress).map(|_| held::peak())
+    })
+    .into_iter()
+    .map(|r| r.expect("merge succeeds"))
+    .collect()
+}
+
+/// Bytes of a tensor's `pos`, `crd` and `vals` arrays.
+fn array_bytes(t: &T) -> usize {
+    let index: usize = t
+        .levels()
+        .iter()
+        .map(|l| match l {
+            tessera_formats::Level::Compressed { pos, crd } => pos.len() + crd.len(),
+            _ => 0,
+        })
+        .sum();
+    index * 4 + t.vals().len() * 8
+}
+
+/// The most a sink may hold when `sinks` share a rank's budget: its segments up to the limit
+/// plus what one entry adds past it (a `pos` and a `crd` per level and a value: this test's
+/// tensors have no dense levels), and the reused buffers of the last run written (at most
+/// twice their length, and at least Rust's smallest allocation of 4 per array).
+fn sink_bound(sinks: usize, rank: usize) -> usize {
+    let run = sink_limit(sinks) + 2 * rank + 1;
+    (run + 2 * run + 4 * (2 * rank + 1)) * 8
+}
+
+/// The most a chunk of the input holds: per leaf a value and per level a `pos` and a `crd`,
+/// and the `pos` entries past the chunk's last node.
+fn chunk_bound(rank: usize) -> usize {
+    CHUNK_LEAVES * (8 + 2 * rank * 4) + 2 * rank * 4
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// The block files `split_file` writes are, byte for byte, what writing the blocks of the
+    /// in-memory loader gives; merging them gives the input file back byte for byte.
+    #[test]
+    fn files_are_byte_identical_to_the_in_memory_path(
+        n in 1usize..400,
+        format in prop::sample::select(vec!["sss", "dss", "sds", "ssd", "dsd"]),
+        split in prop::sample::select(vec!["0:3", "1:2", "0:2,2:3", "0:4,1:2,2:2"]),
+        ranks in 1usize..4,
+        merge_ranks in 1usize..4,
+    ) {
+        let t = uniform(&[13, 11, 7], n, format);
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.tcs");
+        write_tensor(&input, &t, None).unwrap();
+        let spec = SplitSpec::parse_blocks(split).unwrap();
+        let grid = spec.grid(t.dims()).unwrap();
+        split_on(ranks, &input, &spec, &dir.path().join("b"));
+        let blocks = run_ranks(1, |c| load_blocks(c, &t.view(), &grid, &NoProgress));
+        for b in blocks.into_iter().next().unwrap().unwrap() {
+            let modes = b.ranges.iter().zip(t.dims()).map(|(r, &dim)| ModeInfo {
+                dim: dim as u64,
+                split_lo: r.range.start as u64,
+                split_hi: r.range.end as u64,
+                split_index: r.index as u64,
+                split_count: r.count as u64,
+            });
+            let expected = dir.path().join("expected.tcs");
+            write_tensor(&expected, &b.tensor, Some(modes.collect())).unwrap();
+            let name: Vec<String> = b.ranges.iter().map(|r| r.index.to_string()).collect();
+            let got = dir.path().join(format!("b/block-{}.tcs", name.join("-")));
+            prop_assert!(std::fs::read(&got).unwrap() == std::fs::read(&expected).unwrap(),
+                "{} differs from the in-memory block", got.display());
+        }
+        let out = dir.path().join("out.tcs");
+        merge_on(merge_ranks, &dir.path().join("b"), &out);
+        prop_assert!(std::fs::read(&out).unwrap() == std::fs::read(&input).unwrap());
+    }
+}
+
+/// A split rank holds one chunk of its piece and its sinks' bounded segments, not its share:
+/// here a share is ten times that bound, and the peak stays within it at 1, 2 and 3 ranks.
+#[test]
+fn a_split_rank_holds_a_chunk_and_bounded_segments_not_its_share() {
+    let t = uniform(&[60, 50, 40], 6000, "sss");
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.tcs");
+    write_tensor(&input, &t, None).unwrap();
+    let spec = SplitSpec::parse_blocks("0:3,1:2").unwrap();
+    let bound = chunk_bound(3) + 6 * sink_bound(6, 3);
+    for ranks in 1..=3 {
+        let share = array_bytes(&t) / ranks;
+        assert!(
+            share > 10 * bound,
+            "the test needs shares ({share}) well above {bound}"
+        );
+        let peaks = split_on(ranks, &input, &spec, &dir.path().join(format!("b{ranks}")));
+        for (r, peak) in peaks.into_iter().enumerate() {
+            assert!(peak > 0, "rank {r} accounts for its buffers");
+            assert!(
+                peak <= bound,
+                "{ranks} ranks: rank {r} held {peak} B, bound {bound} B"
+            );
+        }
+    }
+}
+
+/// A merge rank holds its sections (its share of the blocks) and one sink's bounded segments:
+/// at 2 and 3 ranks of a uniform tensor no rank holds much more than its share of the bytes.
+#[test]
+fn a_merge_rank_holds_its_share_and_bounded_segments() {
+    let t = uniform(&[60, 50, 40], 6000, "sss");
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.tcs");
+    write_tensor(&input, &t, None).unwrap();
+    let spec = SplitSpec::parse_blocks("0:3,1:2").unwrap();
+    split_on(2, &input, &spec, &dir.path().join("b"));
+    for ranks in 2..=3 {
+        let share = array_bytes(&t) / ranks;
+        let bound = share + share / 4 + sink_bound(1, 3);
+        let out = dir.path().join(format!("out{ranks}.tcs"));
+        let peaks = merge_on(ranks, &dir.path().join("b"), &out);
+        for (r, peak) in peaks.into_iter().enumerate() {
+            assert!(
+                peak <= bound,
+                "{ranks} ranks: rank {r} held {peak} B, share {share} B"
+            );
+        }
+        assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&input).unwrap());
+    }
+}
+
+/// i64 values (counting tensors) split and merge as i64: the merged file records i64, not
+/// another 8-byte type.
+#[test]
+fn i64_values_round_trip_as_i64() {
+    let entries = (0..40usize).map(|i| (vec![i % 9, (i * 5) % 8], i as i64 - 20));
+    let t = Tensor::<i64, u32>::from_entries(vec![9, 8], Format::parse("csr", 2).unwrap(), entries)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.tcs");
+    write_tensor(&input, &t, None).unwrap();
+    let spec = SplitSpec::parse_blocks("0:2,1:3").unwrap();
+    split_on(2, &input, &spec, &dir.path().join("b"));
+    let out = dir.path().join("out.tcs");
+    merge_on(3, &dir.path().join("b"), &out);
+    assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&input).unwrap());
+}
