@@ -214,3 +214,72 @@ fn a_forced_token_collision_is_caught_by_verification() {
     assert!(st.traces_abandoned > 0, "{st:?}");
     assert!(st.traces_recorded > 0, "{st:?}");
 }
+
+/// A runtime whose graph holds no task after it ran (no tracing recordings).
+fn plain(threads: usize) -> Runtime {
+    Runtime::builder()
+        .threads(threads)
+        .min_piece_size(1)
+        .tracing(false)
+        .build()
+}
+
+fn register_double(rt: &Runtime) {
+    rt.register("double", |ctx| {
+        let mut w = ctx.write::<u64>(0);
+        w.as_mut_slice().iter_mut().for_each(|x| *x *= 2);
+    })
+    .unwrap();
+}
+
+#[test]
+fn take_moves_the_buffer_out_when_the_last_handle_is_given_and_nothing_is_pending() {
+    let rt = plain(2);
+    register_double(&rt);
+    // Untouched by tasks: the upload's own allocation comes back.
+    let v: Vec<u64> = (0..1000).collect();
+    let ptr = v.as_ptr();
+    let s = rt.from_vec(&[1000], v).unwrap();
+    let back = rt.take::<u64>(s).unwrap();
+    assert_eq!(back.as_ptr(), ptr, "moved, not copied");
+    assert_eq!(back, (0..1000).collect::<Vec<u64>>());
+    // Written by tasks still in flight when `take` is called: it waits, then moves.
+    let ptr = back.as_ptr();
+    let s = rt.from_vec(&[40, 25], back).unwrap();
+    for _ in 0..3 {
+        rt.task("double").read_write(&s).submit().unwrap();
+    }
+    let out = rt.take::<u64>(s).unwrap();
+    assert_eq!(out.as_ptr(), ptr, "moved after the writers finished");
+    assert_eq!(out, (0..1000).map(|x| 8 * x).collect::<Vec<u64>>());
+    // Never allocated: zeros.
+    let z = rt.create(DType::F32, &[3, 2]).unwrap();
+    assert_eq!(rt.take::<f32>(z).unwrap(), vec![0.0; 6]);
+}
+
+#[test]
+fn take_copies_when_another_handle_or_a_partial_view_remains() {
+    let rt = plain(2);
+    register_double(&rt);
+    let v: Vec<u64> = (0..64).collect();
+    let ptr = v.as_ptr();
+    let s = rt.from_vec(&[64], v).unwrap();
+    rt.task("double").read_write(&s).submit().unwrap();
+    // A clone is alive: copied, and the clone still sees the values.
+    let other = s.clone();
+    let got = rt.take::<u64>(s).unwrap();
+    assert_ne!(got.as_ptr(), ptr);
+    assert_eq!(got, (0..64).map(|x| 2 * x).collect::<Vec<u64>>());
+    assert_eq!(rt.read::<u64>(&other).unwrap(), got);
+    // A view of part of the store: its elements, copied; the store is intact.
+    let part = other.slice(0, 10..20).unwrap();
+    assert_eq!(rt.take::<u64>(part).unwrap(), got[10..20]);
+    assert_eq!(rt.read::<u64>(&other).unwrap(), got);
+    // Wrong element type: an error, nothing moved.
+    let again = other.clone();
+    assert!(matches!(
+        rt.take::<f64>(again),
+        Err(RuntimeError::DTypeMismatch { .. })
+    ));
+    assert_eq!(rt.take::<u64>(other).unwrap(), got);
+}

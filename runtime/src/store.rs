@@ -143,6 +143,12 @@ impl StoreRoot {
         }))
     }
 
+    /// The elements, moved out (`None` while unbound or never allocated); `&mut` proves no
+    /// view of them is alive.
+    pub(crate) fn take_data(&mut self) -> Option<Data> {
+        self.bound.get_mut()?.data.take()
+    }
+
     /// Binds an unbound store; false if it was already bound.
     pub(crate) fn bind(&self, b: Bound) -> bool {
         let bytes = b.bytes();
