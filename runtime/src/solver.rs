@@ -400,10 +400,10 @@ impl Solver<'_> {
         let local = |piece: Rect| match root.dtype {
             DType::Range if sorted => monotone_span(root, piece),
             DType::Range => spans::<PosRange>(root, piece),
-            DType::I64 => spans::<i64>(root, piece),
-            DType::I32 => spans::<i32>(root, piece),
-            DType::U64 => spans::<u64>(root, piece),
-            DType::U32 => spans::<u32>(root, piece),
+            DType::I64 => coordinate_span::<i64>(root, piece),
+            DType::I32 => coordinate_span::<i32>(root, piece),
+            DType::U64 => coordinate_span::<u64>(root, piece),
+            DType::U32 => coordinate_span::<u32>(root, piece),
             _ => unreachable!("image sources are checked at issue"),
         };
         let all_spans = match self.channel {
@@ -618,6 +618,32 @@ fn spans<T: Element>(root: &StoreRoot, piece: Rect) -> Span {
     }
 }
 
+/// The [`Span`] of `piece` of a coordinate store (`crd → x`): `[min, max + 1)`, or
+/// `Negative` if any coordinate is. What [`spans`] finds, from a min/max pass over each run
+/// that the compiler vectorises (the largest image of a plan: one element per nonzero).
+fn coordinate_span<T: Element + Ord + Into<i128>>(root: &StoreRoot, piece: Rect) -> Span {
+    let bound = root.bound().expect("image sources are bound");
+    let buf: &Buf<T> = T::buf(root.data().expect("bound")).expect("dtype checked");
+    let _borrow = root.ledger.borrow(piece, false).map_err(SpanError::Busy)?;
+    let mut acc: Option<(T, T)> = None;
+    piece.for_each_run(&bound.rect, |start, len| {
+        // SAFETY: `_borrow` holds a shared borrow of `piece`, which contains the run.
+        let run = unsafe { std::slice::from_raw_parts(buf.base().add(start), len) };
+        if let Some(&first) = run.first() {
+            let (lo, hi) = (run.iter()).fold((first, first), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+            acc = Some(acc.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
+        }
+    });
+    let Some((lo, hi)) = acc else { return Ok(None) };
+    let (lo, hi): (i128, i128) = (lo.into(), hi.into());
+    if lo < 0 {
+        return Err(SpanError::Negative);
+    }
+    // `hi` fits in u64 (the types are at most 64 bits, and `hi >= lo >= 0`); `u64::MAX`
+    // saturates and is then out of bounds of any destination.
+    Ok(Some((lo as u64, (hi as u64).saturating_add(1))))
+}
+
 /// Whether the `PosRange` view `rect` of `root` is monotone in row-major order: every range
 /// has `lo <= hi`, and `hi` is at most the next range's `lo` (as `pos` of a compressed level
 /// always is). Then the image of a piece is found from its ends ([`monotone_span`]).
@@ -739,6 +765,37 @@ mod tests {
                     prop_assert_eq!(fast, scan, "piece {:?}", piece);
                 }
             }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn coordinate_images_equal_the_scan(
+            data in prop::collection::vec(-3i64..200, 1..64),
+            f in prop::array::uniform4(0.0f64..1.0),
+        ) {
+            let rt = Runtime::new(1);
+            let n = data.len();
+            let shape = match (2..n).find(|k| n % k == 0) {
+                Some(k) => vec![n / k, k],
+                None => vec![n],
+            };
+            let piece = sub_rect(&shape, f);
+            let same = |s: &crate::Store, label: &str| {
+                let (fast, scan) = match s.dtype() {
+                    DType::I64 => (coordinate_span::<i64>(&s.root, piece), spans::<i64>(&s.root, piece)),
+                    DType::I32 => (coordinate_span::<i32>(&s.root, piece), spans::<i32>(&s.root, piece)),
+                    DType::U64 => (coordinate_span::<u64>(&s.root, piece), spans::<u64>(&s.root, piece)),
+                    _ => (coordinate_span::<u32>(&s.root, piece), spans::<u32>(&s.root, piece)),
+                };
+                let show = |x: Span| format!("{:?}", x.map_err(|e| matches!(e, SpanError::Negative)));
+                assert_eq!(show(fast), show(scan), "{} piece {:?}", label, piece);
+            };
+            same(&rt.from_vec(&shape, data.clone()).unwrap(), "i64");
+            same(&rt.from_vec(&shape, data.iter().map(|&v| v as i32).collect()).unwrap(), "i32");
+            let unsigned: Vec<i64> = data.iter().map(|v| v.abs()).collect();
+            same(&rt.from_vec(&shape, unsigned.iter().map(|&v| v as u64).collect()).unwrap(), "u64");
+            same(&rt.from_vec(&shape, unsigned.iter().map(|&v| v as u32).collect()).unwrap(), "u32");
         }
     }
 
