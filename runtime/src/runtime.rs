@@ -507,6 +507,30 @@ impl Runtime {
         ))
     }
 
+    /// A 1-d `PosRange` store of the ranges between consecutive `offsets` (a compressed
+    /// level's `pos` in TACO's layout, `n + 1` offsets for `n` ranges). Whether the ranges are
+    /// monotone is found while building them and recorded, so images from this store need no
+    /// pass over it to find out (see `solver::monotone`).
+    pub fn from_offsets(&self, offsets: impl IntoIterator<Item = u64>) -> Result<Store> {
+        let mut it = offsets.into_iter();
+        let (mut lo, mut falls) = (it.next().unwrap_or(0), false);
+        // Consecutive ranges meet (`hi` is the next `lo`): monotone unless an offset falls.
+        let ranges: Vec<PosRange> = it
+            .map(|hi| {
+                falls |= hi < lo;
+                let r = PosRange::new(lo, hi);
+                lo = hi;
+                r
+            })
+            .collect();
+        let store = self.from_vec(&[ranges.len()], ranges)?;
+        let rect = store.rect().expect("bound");
+        let mut meta = store.root.meta();
+        meta.monotone = Some((meta.version, rect, !falls));
+        drop(meta);
+        Ok(store)
+    }
+
     /// A 1-d store whose extent the task writing it decides (see `write_unbound`).
     pub fn create_unbound(&self, dtype: DType) -> Store {
         self.new_root(dtype, 1, None)

@@ -283,3 +283,21 @@ fn take_copies_when_another_handle_or_a_partial_view_remains() {
     ));
     assert_eq!(rt.take::<u64>(other).unwrap(), got);
 }
+
+#[test]
+fn from_offsets_builds_the_ranges_and_records_whether_they_are_monotone() {
+    let rt = plain(1);
+    let s = rt.from_offsets([0, 2, 2, 5]).unwrap();
+    let want = [(0, 2), (2, 2), (2, 5)].map(|(a, b)| PosRange::new(a, b));
+    assert_eq!(rt.read::<PosRange>(&s).unwrap(), want);
+    let rect = s.rect().unwrap();
+    assert_eq!(s.root.meta().monotone, Some((0, rect, true)));
+    // A falling offset: recorded as not monotone, so images scan.
+    let s = rt.from_offsets([0, 3, 1, 4]).unwrap();
+    assert!(matches!(s.root.meta().monotone, Some((_, _, false))));
+    // No offsets, or one: no ranges.
+    for offsets in [vec![], vec![7]] {
+        let s = rt.from_offsets(offsets).unwrap();
+        assert_eq!(s.shape(), Some(vec![0]));
+    }
+}

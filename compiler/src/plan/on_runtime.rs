@@ -751,12 +751,9 @@ fn upload<V: PlanValue, I: PlanIndex>(
             Level::Dense { .. } => levels.push(None),
             Level::Singleton { .. } => unreachable!("`Stored::from_tensor` stores the unique form"),
             Level::Compressed { pos, crd } => {
-                let ranges: Vec<PosRange> = pos
-                    .windows(2)
-                    .map(|w| PosRange::new(w[0].to_usize() as u64, w[1].to_usize() as u64))
-                    .collect();
                 levels.push(Some((stores.len(), stores.len() + 1)));
-                stores.push(rt.from_vec(&[ranges.len()], ranges)?);
+                // Ranges built and found monotone in one pass: images need no scan of `pos`.
+                stores.push(rt.from_offsets(pos.iter().map(|p| p.to_usize() as u64))?);
                 stores.push(rt.from_vec(&[crd.len()], crd)?);
             }
         }
