@@ -594,13 +594,7 @@ impl Runtime {
             // A finished node drops its task (and the task's handles on stores) before it is
             // marked done: once these are done, only handles outside the task graph remain.
             let pending = store.root.meta().access.pending(&rect);
-            for n in pending {
-                self.inner
-                    .wait_helping(&self.inner.shared.completion, || n.is_done());
-            }
-            if let Some(e) = store.root.poisoned() {
-                return Err(e);
-            }
+            self.wait_then_check(pending, &store)?;
             // The authority: no other handle of any kind (a clone, a view, a task) exists.
             if let Some(root) = Arc::get_mut(&mut store.root) {
                 return Ok(match root.take_data() {
@@ -615,6 +609,18 @@ impl Runtime {
         }
         self.copy_out(&store, rect, None)
             .map(|v| v.expect("every rank receives"))
+    }
+
+    /// Waits (helping) for `nodes`, then fails if a task writing `store` failed.
+    fn wait_then_check(&self, nodes: Vec<Arc<Node>>, store: &Store) -> Result<()> {
+        for n in nodes {
+            self.inner
+                .wait_helping(&self.inner.shared.completion, || n.is_done());
+        }
+        match store.root.poisoned() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Checks a read of `store` as `T`, issues what the window holds and waits until the
@@ -657,13 +663,7 @@ impl Runtime {
             }
         }
         let writers = store.root.meta().access.pending_writers(&rect);
-        for w in writers {
-            self.inner
-                .wait_helping(&self.inner.shared.completion, || w.is_done());
-        }
-        if let Some(e) = store.root.poisoned() {
-            return Err(e);
-        }
+        self.wait_then_check(writers, store)?;
         let bound = store.root.bound().expect("bound");
         let buf = T::buf(store.root.data().expect("bound")).expect("dtype checked");
         let _b =

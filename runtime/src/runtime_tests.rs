@@ -224,31 +224,35 @@ fn plain(threads: usize) -> Runtime {
         .build()
 }
 
-fn register_double(rt: &Runtime) {
-    rt.register("double", |ctx| {
+/// A store of `v` (of `shape`) doubled in place by `times` tasks (not waited for), and the
+/// address of `v`'s allocation.
+fn doubled(rt: &Runtime, shape: &[usize], v: Vec<u64>, times: usize) -> (Store, *const u64) {
+    let registered = rt.register("double", |ctx| {
         let mut w = ctx.write::<u64>(0);
         w.as_mut_slice().iter_mut().for_each(|x| *x *= 2);
-    })
-    .unwrap();
+    });
+    assert!(matches!(
+        registered,
+        Ok(()) | Err(RuntimeError::DuplicateTask(_))
+    ));
+    let ptr = v.as_ptr();
+    let s = rt.from_vec(shape, v).unwrap();
+    for _ in 0..times {
+        rt.task("double").read_write(&s).submit().unwrap();
+    }
+    (s, ptr)
 }
 
 #[test]
 fn take_moves_the_buffer_out_when_the_last_handle_is_given_and_nothing_is_pending() {
     let rt = plain(2);
-    register_double(&rt);
     // Untouched by tasks: the upload's own allocation comes back.
-    let v: Vec<u64> = (0..1000).collect();
-    let ptr = v.as_ptr();
-    let s = rt.from_vec(&[1000], v).unwrap();
+    let (s, ptr) = doubled(&rt, &[1000], (0..1000).collect(), 0);
     let back = rt.take::<u64>(s).unwrap();
     assert_eq!(back.as_ptr(), ptr, "moved, not copied");
     assert_eq!(back, (0..1000).collect::<Vec<u64>>());
     // Written by tasks still in flight when `take` is called: it waits, then moves.
-    let ptr = back.as_ptr();
-    let s = rt.from_vec(&[40, 25], back).unwrap();
-    for _ in 0..3 {
-        rt.task("double").read_write(&s).submit().unwrap();
-    }
+    let (s, ptr) = doubled(&rt, &[40, 25], back, 3);
     let out = rt.take::<u64>(s).unwrap();
     assert_eq!(out.as_ptr(), ptr, "moved after the writers finished");
     assert_eq!(out, (0..1000).map(|x| 8 * x).collect::<Vec<u64>>());
@@ -260,11 +264,7 @@ fn take_moves_the_buffer_out_when_the_last_handle_is_given_and_nothing_is_pendin
 #[test]
 fn take_copies_when_another_handle_or_a_partial_view_remains() {
     let rt = plain(2);
-    register_double(&rt);
-    let v: Vec<u64> = (0..64).collect();
-    let ptr = v.as_ptr();
-    let s = rt.from_vec(&[64], v).unwrap();
-    rt.task("double").read_write(&s).submit().unwrap();
+    let (s, ptr) = doubled(&rt, &[64], (0..64).collect(), 1);
     // A clone is alive: copied, and the clone still sees the values.
     let other = s.clone();
     let got = rt.take::<u64>(s).unwrap();
