@@ -34,8 +34,11 @@ unsafe impl<T: Send> Sync for Buf<T> {}
 /// and every element is a valid `B`. `UnsafeCell<T>` is `#[repr(transparent)]` over `T`
 /// (same size, alignment and bit validity), and the elements here are `Copy` (no drop glue).
 unsafe fn cast_vec<A, B>(v: Vec<A>) -> Vec<B> {
-    debug_assert_eq!(std::mem::size_of::<A>(), std::mem::size_of::<B>());
-    debug_assert_eq!(std::mem::align_of::<A>(), std::mem::align_of::<B>());
+    // Checked when the cast is compiled, for each pair of types it is used with.
+    const {
+        assert!(std::mem::size_of::<A>() == std::mem::size_of::<B>());
+        assert!(std::mem::align_of::<A>() == std::mem::align_of::<B>());
+    }
     let mut v = std::mem::ManuallyDrop::new(v);
     // SAFETY: the caller guarantees equal layout and validity; `v` is not dropped, so the
     // allocation has exactly one owner, the returned Vec.
