@@ -292,7 +292,7 @@ fn compiled_rows(
                 let before = rt.stats();
                 let (s, ys) = best_of(1, || {
                     let y = on_runtime::run_stored(&rt, &p, &k, &stored, &out_dims, Some(block));
-                    y.unwrap().to_tensor(&rt).unwrap()
+                    y.unwrap().into_tensor(&rt).unwrap()
                 });
                 t_stored.push(s);
                 analysed(&mut a_stored, &before);

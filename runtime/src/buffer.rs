@@ -13,19 +13,53 @@ use std::cell::UnsafeCell;
 use std::sync::Mutex;
 
 /// A fixed-size buffer of cells that several threads may access through ledger borrows.
+///
+/// A `Vec` (never resized) rather than a boxed slice, so that a host `Vec` becomes a buffer
+/// and back without a pass over its elements or a shrinking reallocation.
 pub struct Buf<T> {
-    cells: Box<[UnsafeCell<T>]>,
+    cells: Vec<UnsafeCell<T>>,
 }
 
 // SAFETY: cells are only read or written through views that hold a ledger borrow; the ledger
 // refuses a write borrow that overlaps any other borrow, so no two threads race on a cell.
 unsafe impl<T: Send> Sync for Buf<T> {}
 
+/// Reinterprets a `Vec<A>` as a `Vec<B>` without touching its elements.
+///
+/// Used only between `T` and `UnsafeCell<T>` (see [`Buf::from_vec`] and [`Buf::into_vec`]).
+///
+/// # Safety
+/// `A` and `B` must have the same size, alignment and bit validity, and no drop glue that
+/// differs: then the allocation's layout (`cap * size`, `align`) is the one it was made with,
+/// and every element is a valid `B`. `UnsafeCell<T>` is `#[repr(transparent)]` over `T`
+/// (same size, alignment and bit validity), and the elements here are `Copy` (no drop glue).
+unsafe fn cast_vec<A, B>(v: Vec<A>) -> Vec<B> {
+    // Checked when the cast is compiled, for each pair of types it is used with.
+    const {
+        assert!(std::mem::size_of::<A>() == std::mem::size_of::<B>());
+        assert!(std::mem::align_of::<A>() == std::mem::align_of::<B>());
+    }
+    let mut v = std::mem::ManuallyDrop::new(v);
+    // SAFETY: the caller guarantees equal layout and validity; `v` is not dropped, so the
+    // allocation has exactly one owner, the returned Vec.
+    unsafe { Vec::from_raw_parts(v.as_mut_ptr().cast::<B>(), v.len(), v.capacity()) }
+}
+
 impl<T: Copy> Buf<T> {
+    /// The buffer holding `v`: a move (O(1)), not a copy.
     pub(crate) fn from_vec(v: Vec<T>) -> Buf<T> {
+        // SAFETY: `UnsafeCell<T>` is `repr(transparent)` over `T` and `T: Copy` (see `cast_vec`).
         Buf {
-            cells: v.into_iter().map(UnsafeCell::new).collect(),
+            cells: unsafe { cast_vec::<T, UnsafeCell<T>>(v) },
         }
+    }
+
+    /// The elements as a `Vec`: a move (O(1)). Taking `self` by value means no view of the
+    /// cells can be alive.
+    pub(crate) fn into_vec(self) -> Vec<T> {
+        // SAFETY: as in `from_vec`, the other way round; `self` is owned, so no borrow of a
+        // cell outlives the cast.
+        unsafe { cast_vec::<UnsafeCell<T>, T>(self.cells) }
     }
 
     /// The values, through exclusive access (no ledger needed: nothing else can see them).
@@ -147,5 +181,20 @@ mod tests {
         assert!(l.borrow(b, true).is_err());
         drop(r1);
         assert!(l.borrow(Rect::new(&[0], &[5]), true).is_ok());
+    }
+
+    #[test]
+    fn from_vec_and_into_vec_move_the_allocation() {
+        // Spare capacity too: no shrinking reallocation either way.
+        let mut v: Vec<u32> = Vec::with_capacity(10);
+        v.extend([3, 1, 4, 1, 5]);
+        let (ptr, cap) = (v.as_ptr(), v.capacity());
+        let mut b = Buf::from_vec(v);
+        assert_eq!(b.len(), 5);
+        assert_eq!(b.base().cast_const(), ptr);
+        b.cells_mut().for_each(|c| *c += 1);
+        let back = b.into_vec();
+        assert_eq!((back.as_ptr(), back.capacity()), (ptr, cap));
+        assert_eq!(back, [4, 2, 5, 2, 6]);
     }
 }

@@ -507,6 +507,30 @@ impl Runtime {
         ))
     }
 
+    /// A 1-d `PosRange` store of the ranges between consecutive `offsets` (a compressed
+    /// level's `pos` in TACO's layout, `n + 1` offsets for `n` ranges). Whether the ranges are
+    /// monotone is found while building them and recorded, so images from this store need no
+    /// pass over it to find out (see `solver::monotone`).
+    pub fn from_offsets(&self, offsets: impl IntoIterator<Item = u64>) -> Result<Store> {
+        let mut it = offsets.into_iter();
+        let (mut lo, mut falls) = (it.next().unwrap_or(0), false);
+        // Consecutive ranges meet (`hi` is the next `lo`): monotone unless an offset falls.
+        let ranges: Vec<PosRange> = it
+            .map(|hi| {
+                falls |= hi < lo;
+                let r = PosRange::new(lo, hi);
+                lo = hi;
+                r
+            })
+            .collect();
+        let store = self.from_vec(&[ranges.len()], ranges)?;
+        let rect = store.rect().expect("bound");
+        let mut meta = store.root.meta();
+        meta.monotone = Some((meta.version, rect, !falls));
+        drop(meta);
+        Ok(store)
+    }
+
     /// A 1-d store whose extent the task writing it decides (see `write_unbound`).
     pub fn create_unbound(&self, dtype: DType) -> Store {
         self.new_root(dtype, 1, None)
@@ -556,7 +580,52 @@ impl Runtime {
         self.read_to(store, Some(root))
     }
 
-    fn read_to<T: Element>(&self, store: &Store, to: Option<usize>) -> Result<Option<Vec<T>>> {
+    /// Waits like [`Runtime::read`] and returns the store's elements, consuming the handle.
+    ///
+    /// On one rank, when this is the application's only handle on the store, the handle
+    /// covers the whole store and no task uses it any more (`take` waits for those still
+    /// running), the buffer is moved out: no copy. Otherwise (other handles or views, a view
+    /// of part of the store, across ranks) the elements are copied as `read` copies them.
+    /// Across ranks this is a collective like `read`, and every rank gets the same values.
+    pub fn take<T: Element>(&self, mut store: Store) -> Result<Vec<T>> {
+        let rect = self.ready_to_read::<T>(&store)?;
+        let whole = store.root.bound().is_some_and(|b| b.rect == rect);
+        if whole && self.inner.shared.channel.get().is_none() && store.app_refs() == 1 {
+            // A finished node drops its task (and the task's handles on stores) before it is
+            // marked done: once these are done, only handles outside the task graph remain.
+            let pending = store.root.meta().access.pending(&rect);
+            self.wait_then_check(pending, &store)?;
+            // The authority: no other handle of any kind (a clone, a view, a task) exists.
+            if let Some(root) = Arc::get_mut(&mut store.root) {
+                return Ok(match root.take_data() {
+                    Some(mut data) => {
+                        let buf = T::buf_mut(&mut data).expect("dtype checked");
+                        std::mem::replace(buf, Buf::from_vec(Vec::new())).into_vec()
+                    }
+                    // Never touched: zeros, as a read would see them.
+                    None => vec![T::default(); rect.volume()],
+                });
+            }
+        }
+        self.copy_out(&store, rect, None)
+            .map(|v| v.expect("every rank receives"))
+    }
+
+    /// Waits (helping) for `nodes`, then fails if a task writing `store` failed.
+    fn wait_then_check(&self, nodes: Vec<Arc<Node>>, store: &Store) -> Result<()> {
+        for n in nodes {
+            self.inner
+                .wait_helping(&self.inner.shared.completion, || n.is_done());
+        }
+        match store.root.poisoned() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks a read of `store` as `T`, issues what the window holds and waits until the
+    /// store is bound; returns the view's bounds.
+    fn ready_to_read<T: Element>(&self, store: &Store) -> Result<Rect> {
         self.check_store(store)?;
         if store.dtype() != T::DTYPE {
             return Err(RuntimeError::DTypeMismatch {
@@ -567,7 +636,22 @@ impl Runtime {
         }
         self.inner.flush()?;
         self.inner.wait_bound(&store.root, "read")?;
-        let rect = store.rect().expect("bound");
+        Ok(store.rect().expect("bound"))
+    }
+
+    fn read_to<T: Element>(&self, store: &Store, to: Option<usize>) -> Result<Option<Vec<T>>> {
+        let rect = self.ready_to_read::<T>(store)?;
+        self.copy_out(store, rect, to)
+    }
+
+    /// Gathers `rect` of `store` across ranks (to rank `to`, or every rank), waits for its
+    /// writers and copies it out.
+    fn copy_out<T: Element>(
+        &self,
+        store: &Store,
+        rect: Rect,
+        to: Option<usize>,
+    ) -> Result<Option<Vec<T>>> {
         if let Some(ch) = self.inner.shared.channel.get() {
             // Every rank reads the same stores in the same order: a collective.
             let inner = &self.inner;
@@ -579,13 +663,7 @@ impl Runtime {
             }
         }
         let writers = store.root.meta().access.pending_writers(&rect);
-        for w in writers {
-            self.inner
-                .wait_helping(&self.inner.shared.completion, || w.is_done());
-        }
-        if let Some(e) = store.root.poisoned() {
-            return Err(e);
-        }
+        self.wait_then_check(writers, store)?;
         let bound = store.root.bound().expect("bound");
         let buf = T::buf(store.root.data().expect("bound")).expect("dtype checked");
         let _b =

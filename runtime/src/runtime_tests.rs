@@ -214,3 +214,90 @@ fn a_forced_token_collision_is_caught_by_verification() {
     assert!(st.traces_abandoned > 0, "{st:?}");
     assert!(st.traces_recorded > 0, "{st:?}");
 }
+
+/// A runtime whose graph holds no task after it ran (no tracing recordings).
+fn plain(threads: usize) -> Runtime {
+    Runtime::builder()
+        .threads(threads)
+        .min_piece_size(1)
+        .tracing(false)
+        .build()
+}
+
+/// A store of `v` (of `shape`) doubled in place by `times` tasks (not waited for), and the
+/// address of `v`'s allocation.
+fn doubled(rt: &Runtime, shape: &[usize], v: Vec<u64>, times: usize) -> (Store, *const u64) {
+    let registered = rt.register("double", |ctx| {
+        let mut w = ctx.write::<u64>(0);
+        w.as_mut_slice().iter_mut().for_each(|x| *x *= 2);
+    });
+    assert!(matches!(
+        registered,
+        Ok(()) | Err(RuntimeError::DuplicateTask(_))
+    ));
+    let ptr = v.as_ptr();
+    let s = rt.from_vec(shape, v).unwrap();
+    for _ in 0..times {
+        rt.task("double").read_write(&s).submit().unwrap();
+    }
+    (s, ptr)
+}
+
+#[test]
+fn take_moves_the_buffer_out_when_the_last_handle_is_given_and_nothing_is_pending() {
+    let rt = plain(2);
+    // Untouched by tasks: the upload's own allocation comes back.
+    let (s, ptr) = doubled(&rt, &[1000], (0..1000).collect(), 0);
+    let back = rt.take::<u64>(s).unwrap();
+    assert_eq!(back.as_ptr(), ptr, "moved, not copied");
+    assert_eq!(back, (0..1000).collect::<Vec<u64>>());
+    // Written by tasks still in flight when `take` is called: it waits, then moves.
+    let (s, ptr) = doubled(&rt, &[40, 25], back, 3);
+    let out = rt.take::<u64>(s).unwrap();
+    assert_eq!(out.as_ptr(), ptr, "moved after the writers finished");
+    assert_eq!(out, (0..1000).map(|x| 8 * x).collect::<Vec<u64>>());
+    // Never allocated: zeros.
+    let z = rt.create(DType::F32, &[3, 2]).unwrap();
+    assert_eq!(rt.take::<f32>(z).unwrap(), vec![0.0; 6]);
+}
+
+#[test]
+fn take_copies_when_another_handle_or_a_partial_view_remains() {
+    let rt = plain(2);
+    let (s, ptr) = doubled(&rt, &[64], (0..64).collect(), 1);
+    // A clone is alive: copied, and the clone still sees the values.
+    let other = s.clone();
+    let got = rt.take::<u64>(s).unwrap();
+    assert_ne!(got.as_ptr(), ptr);
+    assert_eq!(got, (0..64).map(|x| 2 * x).collect::<Vec<u64>>());
+    assert_eq!(rt.read::<u64>(&other).unwrap(), got);
+    // A view of part of the store: its elements, copied; the store is intact.
+    let part = other.slice(0, 10..20).unwrap();
+    assert_eq!(rt.take::<u64>(part).unwrap(), got[10..20]);
+    assert_eq!(rt.read::<u64>(&other).unwrap(), got);
+    // Wrong element type: an error, nothing moved.
+    let again = other.clone();
+    assert!(matches!(
+        rt.take::<f64>(again),
+        Err(RuntimeError::DTypeMismatch { .. })
+    ));
+    assert_eq!(rt.take::<u64>(other).unwrap(), got);
+}
+
+#[test]
+fn from_offsets_builds_the_ranges_and_records_whether_they_are_monotone() {
+    let rt = plain(1);
+    let s = rt.from_offsets([0, 2, 2, 5]).unwrap();
+    let want = [(0, 2), (2, 2), (2, 5)].map(|(a, b)| PosRange::new(a, b));
+    assert_eq!(rt.read::<PosRange>(&s).unwrap(), want);
+    let rect = s.rect().unwrap();
+    assert_eq!(s.root.meta().monotone, Some((0, rect, true)));
+    // A falling offset: recorded as not monotone, so images scan.
+    let s = rt.from_offsets([0, 3, 1, 4]).unwrap();
+    assert!(matches!(s.root.meta().monotone, Some((_, _, false))));
+    // No offsets, or one: no ranges.
+    for offsets in [vec![], vec![7]] {
+        let s = rt.from_offsets(offsets).unwrap();
+        assert_eq!(s.shape(), Some(vec![0]));
+    }
+}

@@ -14,6 +14,7 @@ use crate::stats::Counters;
 use crate::store::StoreRoot;
 use crate::task::Args;
 use smallvec::SmallVec;
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -395,12 +396,14 @@ impl Solver<'_> {
         let pieces: Vec<Rect> = (0..domain.len())
             .map(|p| part.substore(&domain, p))
             .collect();
+        let sorted = root.dtype == DType::Range && monotone(root, src_rect);
         let local = |piece: Rect| match root.dtype {
+            DType::Range if sorted => monotone_span(root, piece),
             DType::Range => spans::<PosRange>(root, piece),
-            DType::I64 => spans::<i64>(root, piece),
-            DType::I32 => spans::<i32>(root, piece),
-            DType::U64 => spans::<u64>(root, piece),
-            DType::U32 => spans::<u32>(root, piece),
+            DType::I64 => coordinate_span::<i64>(root, piece),
+            DType::I32 => coordinate_span::<i32>(root, piece),
+            DType::U64 => coordinate_span::<u64>(root, piece),
+            DType::U32 => coordinate_span::<u32>(root, piece),
             _ => unreachable!("image sources are checked at issue"),
         };
         let all_spans = match self.channel {
@@ -612,5 +615,235 @@ fn spans<T: Element>(root: &StoreRoot, piece: Rect) -> Span {
         Err(SpanError::Negative)
     } else {
         Ok(acc)
+    }
+}
+
+/// The [`Span`] of `piece` of a coordinate store (`crd → x`): `[min, max + 1)`, or
+/// `Negative` if any coordinate is. What [`spans`] finds, from a min/max pass over each run
+/// that the compiler vectorises (the largest image of a plan: one element per nonzero).
+fn coordinate_span<T: Element + Ord + Into<i128>>(root: &StoreRoot, piece: Rect) -> Span {
+    let bound = root.bound().expect("image sources are bound");
+    let buf: &Buf<T> = T::buf(root.data().expect("bound")).expect("dtype checked");
+    let _borrow = root.ledger.borrow(piece, false).map_err(SpanError::Busy)?;
+    let mut acc: Option<(T, T)> = None;
+    piece.for_each_run(&bound.rect, |start, len| {
+        // SAFETY: `_borrow` holds a shared borrow of `piece`, which contains the run.
+        let run = unsafe { std::slice::from_raw_parts(buf.base().add(start), len) };
+        if let Some(&first) = run.first() {
+            let (lo, hi) = (run.iter()).fold((first, first), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+            acc = Some(acc.map_or((lo, hi), |(a, b)| (a.min(lo), b.max(hi))));
+        }
+    });
+    let Some((lo, hi)) = acc else { return Ok(None) };
+    let (lo, hi): (i128, i128) = (lo.into(), hi.into());
+    if lo < 0 {
+        return Err(SpanError::Negative);
+    }
+    // `hi` fits in u64 (the types are at most 64 bits, and `hi >= lo >= 0`); `u64::MAX`
+    // saturates and is then out of bounds of any destination.
+    Ok(Some((lo as u64, (hi as u64).saturating_add(1))))
+}
+
+/// Whether the `PosRange` view `rect` of `root` is monotone in row-major order: every range
+/// has `lo <= hi`, and `hi` is at most the next range's `lo` (as `pos` of a compressed level
+/// always is). Then the image of a piece is found from its ends ([`monotone_span`]).
+///
+/// Checked once per store version and view (cached in the store's metadata); the caller has
+/// waited for the view's writers, so the check sees the version's values. Across ranks only
+/// where this rank's copy is all current (no rank wrote part of the store since it was
+/// created); elsewhere the answer is `false` and images are scanned.
+fn monotone(root: &StoreRoot, rect: Rect) -> bool {
+    let version = {
+        let meta = root.meta();
+        if meta.valid.is_some() {
+            return false;
+        }
+        match meta.monotone {
+            Some((v, r, known)) if v == meta.version && r == rect => return known,
+            _ => meta.version,
+        }
+    };
+    let bound = root.bound().expect("image sources are bound");
+    let buf: &Buf<PosRange> = PosRange::buf(root.data().expect("bound")).expect("dtype checked");
+    let Ok(_borrow) = root.ledger.borrow(rect, false) else {
+        return false;
+    };
+    let (mut bad, mut prev_hi) = (false, 0);
+    rect.for_each_run(&bound.rect, |start, len| {
+        // SAFETY: `_borrow` holds a shared borrow of `rect`, which contains the run.
+        let run = unsafe { std::slice::from_raw_parts(buf.base().add(start), len) };
+        bad |= !ranges_monotone(run, &mut prev_hi);
+    });
+    root.meta().monotone = Some((version, rect, !bad));
+    !bad
+}
+
+/// Whether `run` is monotone (`lo <= hi <=` the next `lo`) after a range ending at `prev_hi`,
+/// which it leaves at the run's last `hi`. Branch-free in the loop (bitwise, not `&&`): it
+/// runs over every range of a fresh `pos` and should cost no more than reading it.
+pub(crate) fn ranges_monotone(run: &[PosRange], prev_hi: &mut u64) -> bool {
+    let mut bad = false;
+    for r in run {
+        bad |= (r.lo < *prev_hi) | (r.hi < r.lo);
+        *prev_hi = r.hi;
+    }
+    !bad
+}
+
+/// The [`Span`] of `piece` of a monotone `PosRange` store (see [`monotone`]): the first
+/// non-empty range's `lo` and the last one's `hi`, equal to what [`spans`] finds by scanning
+/// every range (`lo` and `hi` only grow), found by looking in from both ends.
+fn monotone_span(root: &StoreRoot, piece: Rect) -> Span {
+    let bound = root.bound().expect("image sources are bound");
+    let buf: &Buf<PosRange> = PosRange::buf(root.data().expect("bound")).expect("dtype checked");
+    let _borrow = root.ledger.borrow(piece, false).map_err(SpanError::Busy)?;
+    let mut runs: SmallVec<[Range<usize>; 1]> = SmallVec::new();
+    piece.for_each_run(&bound.rect, |start, len| runs.push(start..start + len));
+    // SAFETY: `_borrow` holds a shared borrow of `piece`, which contains every cell of `runs`.
+    let at = |i: usize| unsafe { *buf.base().add(i) };
+    let non_empty = |r: &PosRange| r.hi > r.lo;
+    let first = runs.iter().flat_map(|r| r.clone()).map(at).find(non_empty);
+    let last = (runs.iter().rev().flat_map(|r| r.clone().rev()))
+        .map(at)
+        .find(non_empty);
+    Ok(first.zip(last).map(|(f, l)| (f.lo, l.hi)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Runtime;
+    use proptest::prelude::*;
+
+    /// `pos` ranges: monotone (gaps and empty ranges included) when `monotone`, else each
+    /// range anywhere (possibly reversed or overlapping).
+    fn ranges(monotone: bool) -> impl Strategy<Value = Vec<PosRange>> {
+        let step = (0u64..3, 0u64..4, 0u64..40, 0u64..40);
+        prop::collection::vec(step, 1..48).prop_map(move |steps| {
+            let mut at = 0;
+            let mut out = Vec::with_capacity(steps.len());
+            for (gap, len, a, b) in steps {
+                if monotone {
+                    out.push(PosRange::new(at + gap, at + gap + len));
+                    at += gap + len;
+                } else {
+                    out.push(PosRange::new(a, b));
+                }
+            }
+            out
+        })
+    }
+
+    /// A sub-rectangle of `shape` from four fractions.
+    fn sub_rect(shape: &[usize], f: [f64; 4]) -> Rect {
+        let (mut lo, mut hi) = (vec![], vec![]);
+        for (d, &n) in shape.iter().enumerate() {
+            let (a, b) = (
+                (f[2 * d] * n as f64) as usize,
+                (f[2 * d + 1] * n as f64) as usize,
+            );
+            lo.push(a.min(b));
+            hi.push(a.max(b).min(n));
+        }
+        Rect::new(&lo, &hi)
+    }
+
+    proptest! {
+        #[test]
+        fn images_from_the_ends_of_monotone_pos_equal_the_scan(
+            data in any::<bool>().prop_flat_map(ranges),
+            two_d in any::<bool>(),
+            f in prop::array::uniform4(0.0f64..1.0),
+        ) {
+            let rt = Runtime::new(1);
+            let n = data.len();
+            // 2-d: whole rows of the first factor, so pieces have several runs.
+            let shape = match (two_d, (2..n).find(|k| n % k == 0)) {
+                (true, Some(k)) => vec![n / k, k],
+                _ => vec![n],
+            };
+            let is_monotone = data.windows(2).all(|w| w[0].hi <= w[1].lo)
+                && data.iter().all(|r| r.lo <= r.hi);
+            let s = rt.from_vec(&shape, data).unwrap();
+            let whole = s.rect().unwrap();
+            prop_assert_eq!(monotone(&s.root, whole), is_monotone);
+            if is_monotone {
+                for piece in [sub_rect(&shape, f), whole] {
+                    let fast = monotone_span(&s.root, piece).unwrap();
+                    let scan = spans::<PosRange>(&s.root, piece).unwrap();
+                    prop_assert_eq!(fast, scan, "piece {:?}", piece);
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn coordinate_images_equal_the_scan(
+            data in prop::collection::vec(-3i64..200, 1..64),
+            f in prop::array::uniform4(0.0f64..1.0),
+        ) {
+            let rt = Runtime::new(1);
+            let n = data.len();
+            let shape = match (2..n).find(|k| n % k == 0) {
+                Some(k) => vec![n / k, k],
+                None => vec![n],
+            };
+            let piece = sub_rect(&shape, f);
+            let same = |s: &crate::Store, label: &str| {
+                let (fast, scan) = match s.dtype() {
+                    DType::I64 => (coordinate_span::<i64>(&s.root, piece), spans::<i64>(&s.root, piece)),
+                    DType::I32 => (coordinate_span::<i32>(&s.root, piece), spans::<i32>(&s.root, piece)),
+                    DType::U64 => (coordinate_span::<u64>(&s.root, piece), spans::<u64>(&s.root, piece)),
+                    _ => (coordinate_span::<u32>(&s.root, piece), spans::<u32>(&s.root, piece)),
+                };
+                let show = |x: Span| format!("{:?}", x.map_err(|e| matches!(e, SpanError::Negative)));
+                assert_eq!(show(fast), show(scan), "{} piece {:?}", label, piece);
+            };
+            same(&rt.from_vec(&shape, data.clone()).unwrap(), "i64");
+            same(&rt.from_vec(&shape, data.iter().map(|&v| v as i32).collect()).unwrap(), "i32");
+            let unsigned: Vec<i64> = data.iter().map(|v| v.abs()).collect();
+            same(&rt.from_vec(&shape, unsigned.iter().map(|&v| v as u64).collect()).unwrap(), "u64");
+            same(&rt.from_vec(&shape, unsigned.iter().map(|&v| v as u32).collect()).unwrap(), "u32");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn from_offsets_records_what_the_check_finds(
+            offsets in prop::collection::vec(0u64..20, 0..24),
+            sorted in any::<bool>(),
+        ) {
+            let mut offsets = offsets;
+            if sorted {
+                offsets.sort_unstable();
+            }
+            let rt = Runtime::new(1);
+            let s = rt.from_offsets(offsets.iter().copied()).unwrap();
+            let recorded = s.root.meta().monotone.take().map(|(_, _, m)| m);
+            prop_assert_eq!(recorded, Some(monotone(&s.root, s.rect().unwrap())));
+        }
+    }
+
+    #[test]
+    fn a_write_that_breaks_monotonicity_is_seen_at_the_next_version() {
+        let rt = Runtime::new(2);
+        let pos: Vec<PosRange> = (0..100).map(|i| PosRange::new(i, i + 1)).collect();
+        let s = rt.from_vec(&[100], pos).unwrap();
+        let whole = s.rect().unwrap();
+        assert!(monotone(&s.root, whole));
+        rt.register("reverse", |ctx| {
+            let mut w = ctx.write::<PosRange>(0);
+            w.as_mut_slice().reverse();
+        })
+        .unwrap();
+        rt.task("reverse").read_write(&s).submit().unwrap();
+        rt.fence().unwrap();
+        assert!(!monotone(&s.root, whole), "not the cached answer");
+        // Images of the reversed store are scanned, and still exact.
+        assert_eq!(
+            spans::<PosRange>(&s.root, Rect::new(&[10], &[20])).unwrap(),
+            Some((80, 90))
+        );
     }
 }

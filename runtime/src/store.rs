@@ -95,6 +95,9 @@ pub(crate) struct RootMeta {
     /// Across ranks, for a store bound by a finish step: each point's length (rank 0 sends
     /// them to the other ranks).
     pub piece_lens: Vec<u64>,
+    /// For a `PosRange` store used as an image source: whether the view `.1` was monotone
+    /// at version `.0` (checked once per version and view; see `solver::monotone`).
+    pub monotone: Option<(u64, Rect, bool)>,
 }
 
 impl StoreRoot {
@@ -141,6 +144,12 @@ impl StoreRoot {
             self.allocated.fetch_add(b.bytes(), Ordering::Relaxed);
             Data::zeros(b.dtype, b.rect.volume())
         }))
+    }
+
+    /// The elements, moved out (`None` while unbound or never allocated); `&mut` proves no
+    /// view of them is alive.
+    pub(crate) fn take_data(&mut self) -> Option<Data> {
+        self.bound.get_mut()?.data.take()
     }
 
     /// Binds an unbound store; false if it was already bound.

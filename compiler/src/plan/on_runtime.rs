@@ -145,7 +145,8 @@ fn run_on<V: PlanValue, I: PlanIndex>(
     // `execute` checks the inputs' formats and dimensions against the kernel.
     let refs: Vec<&Stored<V, I>> = stored.iter().collect();
     match execute(rt, plan, kernel, &refs, out_dims, compiled)? {
-        Output::Dense(y) => dense_tensor(kernel, out_dims, rt.read::<V>(&y)?),
+        // The last read of the output: moved out of its store, not copied.
+        Output::Dense(y) => dense_tensor(kernel, out_dims, rt.take::<V>(y)?),
         Output::Tensor(t) => Ok(t),
     }
 }
@@ -214,9 +215,25 @@ impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
         }
     }
 
-    /// Reads the stores back into a tensor (waits for the tasks that write them).
+    /// Reads the stores back into a tensor (waits for the tasks that write them); the stores
+    /// stay, so this copies (see [`Stored::into_tensor`]).
     pub fn to_tensor(&self, rt: &Runtime) -> Result<Tensor<V, I>, PlanRunError> {
+        let copy = Stored {
+            stores: self.stores.clone(),
+            layout: self.layout.clone(),
+            dims: self.dims.clone(),
+            format: self.format.clone(),
+            _types: std::marker::PhantomData,
+        };
+        // `self` still holds every store: `take` copies.
+        copy.into_tensor(rt)
+    }
+
+    /// Reads the stores back into a tensor, giving them up: a store nothing else holds is
+    /// moved out of the runtime ([`Runtime::take`]) instead of copied.
+    pub fn into_tensor(self, rt: &Runtime) -> Result<Tensor<V, I>, PlanRunError> {
         let order = self.format.mode_order();
+        let mut stores: Vec<Option<Store>> = self.stores.into_iter().map(Some).collect();
         let mut levels = Vec::new();
         for (l, at) in self.layout.levels.iter().enumerate() {
             levels.push(match at {
@@ -225,21 +242,27 @@ impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
                     offset: 0,
                 },
                 Some((pos, crd)) => {
-                    let ranges = rt.read::<PosRange>(&self.stores[*pos])?;
+                    let ranges = take::<PosRange>(rt, &mut stores[*pos])?;
                     let mut offsets = Vec::with_capacity(ranges.len() + 1);
                     offsets.push(I::from_usize(ranges.first().map_or(0, |r| r.lo as usize)));
                     offsets.extend(ranges.iter().map(|r| I::from_usize(r.hi as usize)));
                     Level::Compressed {
                         pos: offsets,
-                        crd: rt.read::<I>(&self.stores[*crd])?,
+                        crd: take::<I>(rt, &mut stores[*crd])?,
                     }
                 }
             });
         }
-        let vals = rt.read::<V>(&self.stores[self.layout.vals])?;
+        let vals = take::<V>(rt, &mut stores[self.layout.vals])?;
         let t = Tensor::from_parts(self.dims.clone(), self.format.unique(), levels, vals)?;
         Ok(in_format(t, &self.format)?)
     }
+}
+
+/// The elements of the store in `slot`, given up ([`Runtime::take`]).
+fn take<T: Element>(rt: &Runtime, slot: &mut Option<Store>) -> Result<Vec<T>, PlanRunError> {
+    let store = slot.take().expect("each store of a layout is read once");
+    Ok(rt.take::<T>(store)?)
 }
 
 /// Runs `plan` on tensors held in `rt`'s stores and returns the output as stores, without
@@ -260,7 +283,7 @@ pub fn run_stored<V: PlanValue, I: PlanIndex>(
         Output::Dense(y) if y.shape().is_some_and(|s| s.len() == 1) => {
             return Ok(Stored::dense_values(y, format, out_dims));
         }
-        Output::Dense(y) => dense_tensor(kernel, out_dims, rt.read::<V>(&y)?)?,
+        Output::Dense(y) => dense_tensor(kernel, out_dims, rt.take::<V>(y)?)?,
         Output::Tensor(t) => t,
     };
     Stored::from_tensor(rt, t)
@@ -394,7 +417,8 @@ fn execute<V: PlanValue, I: PlanIndex>(
         let vals = rt.create_unbound(V::DTYPE);
         let outs = [coords.clone(), vals.clone()];
         launch_task(rt, &run, &outs, launch)?;
-        let (c, v) = (rt.read::<u64>(&coords)?, rt.read::<V>(&vals)?);
+        drop(outs);
+        let (c, v) = (rt.take::<u64>(coords)?, rt.take::<V>(vals)?);
         let rank = out_dims.len();
         for (e, x) in v.into_iter().enumerate() {
             let at = c[e * rank..(e + 1) * rank].iter().map(|&c| c as usize);
@@ -727,12 +751,9 @@ fn upload<V: PlanValue, I: PlanIndex>(
             Level::Dense { .. } => levels.push(None),
             Level::Singleton { .. } => unreachable!("`Stored::from_tensor` stores the unique form"),
             Level::Compressed { pos, crd } => {
-                let ranges: Vec<PosRange> = pos
-                    .windows(2)
-                    .map(|w| PosRange::new(w[0].to_usize() as u64, w[1].to_usize() as u64))
-                    .collect();
                 levels.push(Some((stores.len(), stores.len() + 1)));
-                stores.push(rt.from_vec(&[ranges.len()], ranges)?);
+                // Ranges built and found monotone in one pass: images need no scan of `pos`.
+                stores.push(rt.from_offsets(pos.iter().map(|p| p.to_usize() as u64))?);
                 stores.push(rt.from_vec(&[crd.len()], crd)?);
             }
         }

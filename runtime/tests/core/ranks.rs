@@ -102,6 +102,31 @@ fn a_stencil_on_two_and_four_ranks_equals_one_rank_and_moves_only_halos() {
 }
 
 #[test]
+fn take_gathers_across_ranks_like_read() {
+    // After the steps each rank holds only its tiles of `cur`: `take` must gather the rest.
+    let run = |rt: &Runtime| {
+        use crate::sparse::stencil;
+        let n = 200;
+        stencil::register(rt)?;
+        let mut cur = rt.from_vec(&[n + 2], stencil::initial(n))?;
+        let mut next = rt.from_vec(&[n + 2], stencil::initial(n))?;
+        for _ in 0..3 {
+            stencil::step(rt, &cur, &next, n, Some(POINTS))?;
+            std::mem::swap(&mut cur, &mut next);
+        }
+        let read = rt.read::<f64>(&next)?;
+        Ok((rt.take::<f64>(cur)?, read, rt.take::<f64>(next)?))
+    };
+    let one = all_ok(on_ranks(1, 2, run));
+    assert_eq!(one[0].1, one[0].2, "take equals read");
+    for ranks in [2, 3] {
+        for (rank, got) in all_ok(on_ranks(ranks, 2, run)).iter().enumerate() {
+            assert_eq!(got, &one[0], "rank {rank} of {ranks}");
+        }
+    }
+}
+
+#[test]
 fn cg_with_images_gives_every_rank_the_one_rank_answer_bit_for_bit() {
     let run = |rt: &Runtime| {
         let host = HostCsr::laplacian_2d(8);
