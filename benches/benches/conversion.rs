@@ -315,24 +315,9 @@ fn run_job(job: &str, args: &[String]) {
         _ => panic!("unknown job {job}"),
     };
     eprintln!("seconds={}", t.elapsed().as_secs_f64());
-    eprintln!("cpu_seconds={}", cpu_seconds());
+    eprintln!("cpu_seconds={}", tessera_benches::cpu_seconds_of("self"));
     eprintln!("entries={entries}");
     eprintln!("peak_rss_bytes={}", peak_rss_bytes());
-}
-
-/// User + system time of this process so far, from /proc/self/stat (clock ticks of 1/100 s,
-/// Linux's fixed USER_HZ); 0 where that is unavailable.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    // Fields after the parenthesized command name: state is field 3, utime 14, stime 15.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    f.iter().sum::<f64>() / 100.0
 }
 
 /// The read floor: every byte read once through an 8 MiB buffer, newlines counted so the

@@ -80,22 +80,6 @@ fn load_average() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// CPU seconds (user + system) the calling thread has used, from `/proc/thread-self/stat`.
-fn thread_cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
-    // Fields after the command name (which may hold spaces) end with `)`; utime and stime are
-    // fields 14 and 15 of the line, 12 and 13 after it.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    // Clock ticks are 1/100 s on Linux (USER_HZ).
-    f.iter().sum::<f64>() / 100.0
-}
-
 /// The median of `jobs`' field `f`.
 fn median_of(jobs: &[Job], f: impl Fn(&Job) -> f64) -> f64 {
     let mut v: Vec<f64> = jobs.iter().map(f).collect();
@@ -380,7 +364,8 @@ fn run_job(job: &str, args: &[String]) {
             let spec = SplitSpec::parse_blocks(SPLIT).unwrap();
             let (input, out) = (Path::new(&args[1]), Path::new(&args[2]));
             for r in run_ranks(args[0].parse().unwrap(), |c| {
-                split_file(c, input, &spec, out, &NoIoProgress).map(|_| thread_cpu_seconds())
+                split_file(c, input, &spec, out, &NoIoProgress)
+                    .map(|_| tessera_benches::cpu_seconds_of("thread-self"))
             }) {
                 eprintln!("rank_cpu={}", r.expect("split"));
             }
@@ -388,7 +373,8 @@ fn run_job(job: &str, args: &[String]) {
         "merge" => {
             let (input, out) = (Path::new(&args[1]), Path::new(&args[2]));
             for r in run_ranks(args[0].parse().unwrap(), |c| {
-                merge_dir(c, input, out, &NoIoProgress).map(|_| thread_cpu_seconds())
+                merge_dir(c, input, out, &NoIoProgress)
+                    .map(|_| tessera_benches::cpu_seconds_of("thread-self"))
             }) {
                 eprintln!("rank_cpu={}", r.expect("merge"));
             }

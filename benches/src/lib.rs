@@ -211,3 +211,20 @@ fn ratio(r: &Row) -> f64 {
         r.alternative / r.tessera
     }
 }
+
+/// User + system CPU seconds of this process (`"self"`) or of the calling thread
+/// (`"thread-self"`), from `/proc/<who>/stat` (clock ticks of 1/100 s, Linux's fixed
+/// USER_HZ); 0 where that is unavailable.
+pub fn cpu_seconds_of(who: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{who}/stat")).unwrap_or_default();
+    // Fields after the parenthesized command name (which may hold spaces): utime and stime
+    // are fields 14 and 15 of the line, 12 and 13 after the `)`.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    f.iter().sum::<f64>() / 100.0
+}
