@@ -28,7 +28,7 @@ use rayon::prelude::*;
 use std::time::Instant;
 use tessera::plans::{PlanRunError, Stored};
 use tessera::{tensor, Tensor};
-use tessera_benches::{env_or, Table};
+use tessera_benches::{env_or, median, Table};
 use tessera_runtime::{Chunk, DType, Future, ReduceOp, Result, Runtime, Scalar, Stats, Store};
 
 /// CSR matrices as stores and the row-split SpMV task, shared with the runtime's examples.
@@ -524,11 +524,6 @@ fn jacobi_hand(b: &[f64], x: &[f64], y: &mut [f64]) -> f64 {
 }
 
 // ---------------------------------------------------------------- measurement
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
 
 fn runtime(threads: usize, window: usize, fusion: bool, memo: bool) -> Runtime {
     let rt = Runtime::builder()

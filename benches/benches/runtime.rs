@@ -22,8 +22,8 @@ mod sparse;
 use rayon::prelude::*;
 use std::hint::black_box;
 use std::time::Instant;
-use tessera_benches::{best_of, env_or, Table};
-use tessera_runtime::{DType, Future, ReduceOp, Runtime, Store};
+use tessera_benches::{best_of, env_or, median, Table};
+use tessera_runtime::{DType, Future, Runtime, Store};
 
 /// The compute kernel: a dependent multiply-add chain of `iters` steps (latency bound, so its
 /// time per iteration does not depend on how many cores run it).
@@ -310,26 +310,7 @@ fn cg_tracing(threads: usize, n: usize, iterations: usize, warm_up: usize) -> (f
         .align(&r, &p)
         .submit()
         .expect("submit");
-    let dot = |u: &Store, v: &Store| {
-        rt.task("dot")
-            .read(u)
-            .read(v)
-            .align(u, v)
-            .submit_reduce(ReduceOp::Sum)
-            .expect("submit")
-    };
-    let axpy = |sign: f64, num: &Future, den: &Future, u: &Store, v: &Store| {
-        rt.task("axpy_ratio")
-            .read(u)
-            .read_write(v)
-            .scalar(sign)
-            .future(num)
-            .future(den)
-            .align(u, v)
-            .submit()
-            .expect("submit")
-    };
-    let mut rs = dot(&r, &r);
+    let mut rs = sparse::cg::dot(&rt, &r, &r).expect("submit");
     let (mut before, mut first) = (rt.stats(), 0);
     for it in 1..=iterations {
         rt.task("cg_matvec")
@@ -342,19 +323,7 @@ fn cg_tracing(threads: usize, n: usize, iterations: usize, warm_up: usize) -> (f
             .align(&ap, &r_)
             .submit()
             .expect("submit");
-        let pap = dot(&p, &ap);
-        axpy(1.0, &rs, &pap, &p, &x);
-        axpy(-1.0, &rs, &pap, &ap, &r);
-        let rs_new = dot(&r, &r);
-        rt.task("xpay_ratio")
-            .read(&r)
-            .read_write(&p)
-            .future(&rs_new)
-            .future(&rs)
-            .align(&r, &p)
-            .submit()
-            .expect("submit");
-        rs = rs_new;
+        rs = sparse::cg::update(&rt, &rs, &p, &ap, &x, &r).expect("submit");
         black_box(rs.get().expect("residual"));
         if first == 0 && rt.stats().tasks_traced > 0 {
             first = it;
@@ -364,11 +333,6 @@ fn cg_tracing(threads: usize, n: usize, iterations: usize, warm_up: usize) -> (f
         }
     }
     (rt.stats().since(&before).traced_share(), first)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn main() {

@@ -44,7 +44,8 @@ pub fn register(rt: &Runtime) -> Result<()> {
     })
 }
 
-fn dot(rt: &Runtime, x: &Store, y: &Store) -> Result<Future> {
+/// `x · y` as a future.
+pub fn dot(rt: &Runtime, x: &Store, y: &Store) -> Result<Future> {
     rt.task("dot")
         .read(x)
         .read(y)
@@ -52,7 +53,8 @@ fn dot(rt: &Runtime, x: &Store, y: &Store) -> Result<Future> {
         .submit_reduce(ReduceOp::Sum)
 }
 
-fn axpy_ratio(
+/// `y += sign * (num / den) * x`.
+pub fn axpy_ratio(
     rt: &Runtime,
     sign: f64,
     num: &Future,
@@ -68,6 +70,30 @@ fn axpy_ratio(
         .future(den)
         .align(x, y)
         .submit()
+}
+
+/// The rest of a CG iteration once `ap = A p` is issued: the step `rs / p·ap` moves `x`
+/// along `p` and `r` along `ap`, then `p = r + (rs_new / rs) p`. Returns `rs_new = r · r`.
+pub fn update(
+    rt: &Runtime,
+    rs: &Future,
+    p: &Store,
+    ap: &Store,
+    x: &Store,
+    r: &Store,
+) -> Result<Future> {
+    let pap = dot(rt, p, ap)?;
+    axpy_ratio(rt, 1.0, rs, &pap, p, x)?;
+    axpy_ratio(rt, -1.0, rs, &pap, ap, r)?;
+    let rs_new = dot(rt, r, r)?;
+    rt.task("xpay_ratio")
+        .read(r)
+        .read_write(p)
+        .future(&rs_new)
+        .future(rs)
+        .align(r, p)
+        .submit()?;
+    Ok(rs_new)
 }
 
 /// Solves `A x = b` from `x = 0`; returns `x` and the iterations taken.
@@ -87,18 +113,7 @@ pub fn solve(
     let mut iters = 0;
     while iters < max_iter && rs.get()?.as_f64().sqrt() > tol {
         let ap = spmv(rt, a, &p)?;
-        let pap = dot(rt, &p, &ap)?;
-        axpy_ratio(rt, 1.0, &rs, &pap, &p, &x)?;
-        axpy_ratio(rt, -1.0, &rs, &pap, &ap, &r)?;
-        let rs_new = dot(rt, &r, &r)?;
-        rt.task("xpay_ratio")
-            .read(&r)
-            .read_write(&p)
-            .future(&rs_new)
-            .future(&rs)
-            .align(&r, &p)
-            .submit()?;
-        rs = rs_new;
+        rs = update(rt, &rs, &p, &ap, &x, &r)?;
         iters += 1;
     }
     Ok((rt.read::<f64>(&x)?, iters))

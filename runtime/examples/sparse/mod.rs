@@ -155,16 +155,21 @@ pub fn register_spmv(rt: &Runtime) -> Result<()> {
 /// Issues `y = A x` with the constraints of thesis Figure 7.2 and returns `y`.
 pub fn spmv(rt: &Runtime, a: &Csr, x: &Store) -> Result<Store> {
     let y = rt.create(DType::F64, &[a.rows])?;
+    spmv_into(rt, a, x, &y)?;
+    Ok(y)
+}
+
+/// Issues `y = A x` into an existing `y` (a store reused across iterations).
+pub fn spmv_into(rt: &Runtime, a: &Csr, x: &Store, y: &Store) -> Result<()> {
     rt.task(SPMV)
-        .write(&y)
+        .write(y)
         .read(&a.pos)
         .read(&a.crd)
         .read(&a.vals)
         .read(x)
-        .align(&y, &a.pos)
+        .align(y, &a.pos)
         .image(&a.pos, &a.crd)
         .image(&a.pos, &a.vals)
         .image(&a.crd, x)
-        .submit()?;
-    Ok(y)
+        .submit()
 }

@@ -2,7 +2,7 @@
 //! most of their tasks are replayed, and divergence, failures and later readers behave as
 //! without tracing.
 
-use crate::sparse::{cg, Csr, HostCsr, SPMV};
+use crate::sparse::{cg, spmv_into, Csr, HostCsr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tessera_runtime::transport::{run_ranks, TransportError};
@@ -92,48 +92,10 @@ fn cg(threads: usize, tracing: bool, iterations: usize) -> Result<(Vec<f64>, Sta
     let r = rt.from_vec(&[n], bvec.clone())?;
     let p = rt.from_vec(&[n], bvec)?;
     let ap = rt.create(DType::F64, &[n])?;
-    let dot = |u: &Store, v: &Store| {
-        rt.task("dot")
-            .read(u)
-            .read(v)
-            .align(u, v)
-            .submit_reduce(ReduceOp::Sum)
-    };
-    let axpy = |sign: f64, num: &Future, den: &Future, u: &Store, v: &Store| {
-        rt.task("axpy_ratio")
-            .read(u)
-            .read_write(v)
-            .scalar(sign)
-            .future(num)
-            .future(den)
-            .align(u, v)
-            .submit()
-    };
-    let mut rs = dot(&r, &r)?;
+    let mut rs = cg::dot(&rt, &r, &r)?;
     for _ in 0..iterations {
-        rt.task(SPMV)
-            .write(&ap)
-            .read(&a.pos)
-            .read(&a.crd)
-            .read(&a.vals)
-            .read(&p)
-            .align(&ap, &a.pos)
-            .image(&a.pos, &a.crd)
-            .image(&a.pos, &a.vals)
-            .image(&a.crd, &p)
-            .submit()?;
-        let pap = dot(&p, &ap)?;
-        axpy(1.0, &rs, &pap, &p, &x)?;
-        axpy(-1.0, &rs, &pap, &ap, &r)?;
-        let rs_new = dot(&r, &r)?;
-        rt.task("xpay_ratio")
-            .read(&r)
-            .read_write(&p)
-            .future(&rs_new)
-            .future(&rs)
-            .align(&r, &p)
-            .submit()?;
-        rs = rs_new;
+        spmv_into(&rt, &a, &p, &ap)?;
+        rs = cg::update(&rt, &rs, &p, &ap, &x, &r)?;
         // What a convergence test does: the issuing thread waits for a future.
         rs.get()?;
     }
