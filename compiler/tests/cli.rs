@@ -253,6 +253,31 @@ fn compile_and_run_on_files() {
     );
     assert!(err.contains("this is the file of input `B`"), "{err}");
     assert_eq!(std::fs::read(p("B.tns")).unwrap(), before);
+
+    // Under `mpirun -n 2` (its environment, as Open MPI and MPICH set it) the plain program
+    // refuses rather than run twice, and writes nothing; as one rank it runs.
+    for var in ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"] {
+        let err = failed(
+            Command::new(&prog)
+                .env(var, "2")
+                .args(["-i", &arg("B", &p("B.tns")), "-o"])
+                .arg(p("ranks.tns"))
+                .output()
+                .unwrap(),
+            "plain program under mpirun",
+        );
+        assert!(err.contains("started by mpirun as 2 ranks"), "{err}");
+        assert!(err.contains("--mpi"), "{err}");
+        assert!(!p("ranks.tns").exists());
+    }
+    let out = Command::new(&prog)
+        .env("OMPI_COMM_WORLD_SIZE", "1")
+        .args(["-i", &arg("B", &p("B.tns")), "-o"])
+        .arg(p("one.tns"))
+        .output()
+        .unwrap();
+    ok(out, "plain program as one mpirun rank");
+    assert_eq!(std::fs::read(p("one.tns")).unwrap(), std::fs::read(p("a.tns")).unwrap());
 }
 
 #[test]

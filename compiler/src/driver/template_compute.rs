@@ -21,10 +21,28 @@ impl Ranks {
     }
 }
 
+/// Runs `f` as the one process. Started by `mpirun` with several ranks, it refuses: every rank
+/// would compute the whole statement and write the same output.
 pub fn with_ranks(
     f: impl FnOnce(&Ranks) -> Result<(), Box<dyn Error>>,
 ) -> Result<(), Box<dyn Error>> {
-    f(&Ranks)
+    match mpirun_ranks() {
+        Some(n) if n > 1 => Err(format!(
+            "this program was started by mpirun as {n} ranks, but its statement has no \
+             distribution schedule, so every rank would compute all of it; run it without \
+             mpirun, or compile the statement with a schedule and `--mpi` (e.g. `tessera \
+             compile ... -s \"split(i, io, ii, {n}); map(io)\" --mpi`)"
+        )
+        .into()),
+        _ => f(&Ranks),
+    }
+}
+
+/// The job size `mpirun` gives its processes (Open MPI, MPICH/PMI), without linking MPI.
+fn mpirun_ranks() -> Option<usize> {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
 }
 
 pub fn compute(
