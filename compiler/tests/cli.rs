@@ -277,7 +277,10 @@ fn compile_and_run_on_files() {
         .output()
         .unwrap();
     ok(out, "plain program as one mpirun rank");
-    assert_eq!(std::fs::read(p("one.tns")).unwrap(), std::fs::read(p("a.tns")).unwrap());
+    assert_eq!(
+        std::fs::read(p("one.tns")).unwrap(),
+        std::fs::read(p("a.tns")).unwrap()
+    );
 }
 
 #[test]
