@@ -1,11 +1,13 @@
 //! Tensors to and from files: [`Tensor::read`] and [`Tensor::write`] for `.tns`, `.mtx` and
 //! `.tcs`, chosen by extension. Every error names the file (and, for text, line and column).
 
+use std::fs::File;
 use std::path::Path;
 
 use crate::error::{Error, Result};
 use crate::format::{Format, IntoFormat};
-use crate::tcs::{write_tensor, TcsFile};
+use crate::tcs::reader::read_tensor;
+use crate::tcs::{write_tensor, TcsFile, TcsHeader};
 use crate::tensor::{Coo, Tensor, TensorError};
 use crate::text::{open_text, FileKind};
 use crate::value::{Index, Value, ValueType};
@@ -27,12 +29,13 @@ impl<V: Value, I: Index> Tensor<V, I> {
         };
         match FileKind::of(path)? {
             FileKind::Tcs => {
-                let file = TcsFile::open(path)?;
-                let format = parse_for(path, format, file.dims().len())?;
-                let h = file.header();
-                if h.value_type == V::TYPE && h.index_bits == I::BITS && file.format() == &format {
-                    return file.to_tensor();
+                let h =
+                    TcsHeader::read_from(&File::open(path).map_err(|e| Error::io(path, e))?, path)?;
+                let format = parse_for(path, format, h.rank())?;
+                if h.value_type == V::TYPE && h.index_bits == I::BITS && h.format() == format {
+                    return read_tensor(path);
                 }
+                let file = TcsFile::open(path)?;
                 let mut coo = Coo::new::<I>(file.dims(), &format).map_err(tensor_err)?;
                 tcs_entries(&file, &mut coo)?;
                 coo.into_tensor(file.dims().to_vec(), format)

@@ -277,6 +277,32 @@ impl<V: Value, I: Index> Tensor<V, I> {
         })
     }
 
+    /// Assembles a tensor from level arrays that were validated already, with the checks of
+    /// [`Tensor::from_parts`] (a `.tcs` reader checks the same things before calling this).
+    pub(crate) fn from_validated(
+        dims: Vec<usize>,
+        format: Format,
+        levels: Vec<Level<I>>,
+        vals: Vec<V>,
+    ) -> Self {
+        debug_assert!(
+            validate_levels(
+                &dims,
+                &format,
+                &levels.iter().map(Level::view).collect::<Vec<_>>(),
+                vals.len()
+            )
+            .is_ok(),
+            "levels passed to from_validated must be valid"
+        );
+        Tensor {
+            dims,
+            format,
+            levels,
+            vals,
+        }
+    }
+
     /// Mode-space extents.
     pub fn dims(&self) -> &[usize] {
         &self.dims

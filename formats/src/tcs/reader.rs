@@ -152,61 +152,15 @@ impl TcsFile {
     fn validate(&self) -> Result<(), TcsError> {
         let mut at = self.header.header_len;
         for a in &self.header.arrays {
-            // Gaps between arrays are alignment padding and must be zero.
-            if let Some(i) = self.bytes()[at as usize..a.offset as usize]
-                .iter()
-                .position(|&b| b != 0)
-            {
-                return Err(TcsError::Padding(at + i as u64));
-            }
-            let computed = crc32fast::hash(self.array_bytes(a));
-            if computed != a.crc32 {
-                return Err(TcsError::ArrayChecksum {
-                    array: a.name(),
-                    recorded: a.crc32,
-                    computed,
-                });
-            }
+            check_zero(&self.bytes()[at as usize..a.offset as usize], at)?;
+            check_crc(a, self.array_bytes(a))?;
             at = a.offset + a.len;
         }
         let h = &self.header;
-        crate::with_types!(h.value_type, h.index_bits, |W, J| self
-            .validate_typed::<W, J>())
-    }
-
-    fn validate_typed<V: Value, I: Index>(&self) -> Result<(), TcsError> {
-        let (levels, vals) = self.slices::<V, I>()?;
-        validate_levels_with(&self.dims, &self.format, &levels, vals.len(), &mut || {})?;
-        for (k, (level, info)) in levels.iter().zip(&self.header.levels).enumerate() {
-            let mode = self.header.modes[info.mode as usize];
-            if let LevelView::Compressed { crd, .. } | LevelView::Singleton { crd } = level {
-                if info.size != crd.len() as u64 {
-                    return Err(TcsError::Field {
-                        what: format!("size of level {k}"),
-                        recorded: info.size,
-                        expected: crd.len() as u64,
-                    });
-                }
-                // Coordinates are already known to be below the dimension; a block must also
-                // keep them inside its split range.
-                let whole = mode.split_lo == 0 && mode.split_hi == mode.dim;
-                if !whole {
-                    let outside = crd
-                        .iter()
-                        .map(|c| c.to_usize() as u64)
-                        .find(|&c| c < mode.split_lo || c >= mode.split_hi);
-                    if let Some(c) = outside {
-                        return Err(TcsError::OutsideSplit {
-                            level: k,
-                            coord: c,
-                            lo: mode.split_lo,
-                            hi: mode.split_hi,
-                        });
-                    }
-                }
-            }
-        }
-        Ok(())
+        crate::with_types!(h.value_type, h.index_bits, |W, J| {
+            let (levels, vals) = self.slices::<W, J>()?;
+            validate_contents(h, &self.dims, &self.format, &levels, vals)
+        })
     }
 
     /// Level views and values, cast from the data (alignment is guaranteed by the layout and
@@ -247,18 +201,7 @@ impl TcsFile {
     }
 
     fn check_types<V: Value, I: Index>(&self) -> Result<()> {
-        if V::TYPE != self.header.value_type || I::BITS != self.header.index_bits {
-            return Err(Error::Tcs {
-                path: self.path.clone(),
-                source: TcsError::TypeMismatch {
-                    file_value: self.header.value_type.name(),
-                    file_bits: self.header.index_bits,
-                    want_value: V::TYPE.name(),
-                    want_bits: I::BITS,
-                },
-            });
-        }
-        Ok(())
+        check_types::<V, I>(&self.header, &self.path)
     }
 
     /// A zero-copy view of the tensor; `V` and `I` must match the file's types.
@@ -302,6 +245,178 @@ impl TcsFile {
             source,
         })
     }
+}
+
+/// Reads a `.tcs` file of value type `V` and coordinates `I` straight into a tensor's own
+/// arrays, checked exactly as [`TcsFile::open`] checks a file (zero gaps, every array's
+/// checksum, the levels) before the tensor is handed out. `TcsFile::open` followed by
+/// [`TcsFile::to_tensor`] copies every array twice and checks the levels twice; this copies
+/// once from the page cache, into memory the tensor keeps.
+pub fn read_tensor<V: Value, I: Index>(path: &Path) -> Result<Tensor<V, I>> {
+    let file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let header = TcsHeader::read_from(&file, path)?;
+    check_types::<V, I>(&header, path)?;
+    let err = |source| Error::Tcs {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut r = ArrayReader {
+        file: &file,
+        path,
+        at: header.header_len,
+    };
+    let mut arrays = header.arrays.iter();
+    let mut next = || arrays.next().expect("the header lists an array per level");
+    let mut levels = Vec::with_capacity(header.levels.len());
+    for l in &header.levels {
+        levels.push(match l.level_type {
+            LevelType::Dense => crate::Level::Dense {
+                size: l.size as usize,
+                offset: l.offset as usize,
+            },
+            LevelType::Compressed => crate::Level::Compressed {
+                pos: r.read(next())?,
+                crd: r.read(next())?,
+            },
+            LevelType::Singleton => crate::Level::Singleton {
+                crd: r.read(next())?,
+            },
+        });
+    }
+    let vals: Vec<V> = r.read(next())?;
+    // A file that grew while it was read is not the file the header describes.
+    if file.metadata().map_err(|e| Error::io(path, e))?.len() != header.file_len {
+        return Err(err(TcsError::Changed));
+    }
+    let (dims, format) = (header.dims(), header.format());
+    let views: Vec<LevelView<'_, I>> = levels.iter().map(crate::Level::view).collect();
+    validate_contents(&header, &dims, &format, &views, &vals).map_err(err)?;
+    Ok(Tensor::from_validated(dims, format, levels, vals))
+}
+
+/// Reads the arrays of a file in order, checking the gaps before them.
+struct ArrayReader<'f> {
+    file: &'f File,
+    path: &'f Path,
+    /// Where the previous array ended.
+    at: u64,
+}
+
+impl ArrayReader<'_> {
+    /// Array `a` as elements of `T`, its checksum and the zero gap before it checked.
+    fn read<T: bytemuck::Pod>(&mut self, a: &ArrayInfo) -> Result<Vec<T>> {
+        let mut gap = vec![0u8; (a.offset - self.at) as usize];
+        self.read_at(&mut gap, self.at)?;
+        let in_file = |source| Error::Tcs {
+            path: self.path.to_path_buf(),
+            source,
+        };
+        check_zero(&gap, self.at).map_err(in_file)?;
+        let size = std::mem::size_of::<T>() as u64;
+        if a.len % size != 0 {
+            return Err(in_file(TcsError::Invalid(format!(
+                "{}: {} bytes is not a whole number of {size}-byte elements",
+                a.name(),
+                a.len
+            ))));
+        }
+        let mut v: Vec<T> = bytemuck::zeroed_vec((a.len / size) as usize);
+        self.read_at(bytemuck::cast_slice_mut(&mut v), a.offset)?;
+        check_crc(a, bytemuck::cast_slice(&v)).map_err(in_file)?;
+        self.at = a.offset + a.len;
+        Ok(v)
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.file.read_exact_at(buf, offset).map_err(|e| {
+            // The header was read from a file of `file_len` bytes: it shrank since.
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                Error::Tcs {
+                    path: self.path.to_path_buf(),
+                    source: TcsError::Changed,
+                }
+            } else {
+                Error::io(self.path, e)
+            }
+        })
+    }
+}
+
+/// Gaps between arrays are alignment padding and must be zero; `at` is the gap's offset.
+fn check_zero(gap: &[u8], at: u64) -> Result<(), TcsError> {
+    match gap.iter().position(|&b| b != 0) {
+        Some(i) => Err(TcsError::Padding(at + i as u64)),
+        None => Ok(()),
+    }
+}
+
+fn check_crc(a: &ArrayInfo, bytes: &[u8]) -> Result<(), TcsError> {
+    let computed = crc32fast::hash(bytes);
+    if computed != a.crc32 {
+        return Err(TcsError::ArrayChecksum {
+            array: a.name(),
+            recorded: a.crc32,
+            computed,
+        });
+    }
+    Ok(())
+}
+
+/// The checks on the arrays' contents: the levels (monotone `pos`, ordered `crd` below the
+/// dimensions, lengths), level sizes as recorded, and a block's coordinates inside its split.
+fn validate_contents<V: Value, I: Index>(
+    header: &TcsHeader,
+    dims: &[usize],
+    format: &Format,
+    levels: &[LevelView<'_, I>],
+    vals: &[V],
+) -> Result<(), TcsError> {
+    validate_levels_with(dims, format, levels, vals.len(), &mut || {})?;
+    for (k, (level, info)) in levels.iter().zip(&header.levels).enumerate() {
+        let mode = header.modes[info.mode as usize];
+        if let LevelView::Compressed { crd, .. } | LevelView::Singleton { crd } = level {
+            if info.size != crd.len() as u64 {
+                return Err(TcsError::Field {
+                    what: format!("size of level {k}"),
+                    recorded: info.size,
+                    expected: crd.len() as u64,
+                });
+            }
+            // Coordinates are already known to be below the dimension; a block must also
+            // keep them inside its split range.
+            let whole = mode.split_lo == 0 && mode.split_hi == mode.dim;
+            if !whole {
+                let outside = crd
+                    .iter()
+                    .map(|c| c.to_usize() as u64)
+                    .find(|&c| c < mode.split_lo || c >= mode.split_hi);
+                if let Some(c) = outside {
+                    return Err(TcsError::OutsideSplit {
+                        level: k,
+                        coord: c,
+                        lo: mode.split_lo,
+                        hi: mode.split_hi,
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_types<V: Value, I: Index>(header: &TcsHeader, path: &Path) -> Result<()> {
+    if V::TYPE != header.value_type || I::BITS != header.index_bits {
+        return Err(Error::Tcs {
+            path: path.to_path_buf(),
+            source: TcsError::TypeMismatch {
+                file_value: header.value_type.name(),
+                file_bits: header.index_bits,
+                want_value: V::TYPE.name(),
+                want_bits: I::BITS,
+            },
+        });
+    }
+    Ok(())
 }
 
 /// Reads elements `elems` of one array of an open `.tcs` file without mapping or reading the

@@ -31,6 +31,15 @@ fn round_trip_preserves_arrays_and_is_zero_copy() {
     let f = TcsFile::open(&path).unwrap();
     assert_eq!(f.header().file_len, std::fs::metadata(&path).unwrap().len());
     assert_eq!(f.to_tensor::<f64, u32>().unwrap(), t);
+    // Read straight into the tensor's own arrays: the same tensor; other types are refused.
+    assert_eq!(reader::read_tensor::<f64, u32>(&path).unwrap(), t);
+    assert!(matches!(
+        reader::read_tensor::<f64, u64>(&path),
+        Err(crate::Error::Tcs {
+            source: TcsError::TypeMismatch { .. },
+            ..
+        })
+    ));
     let v = f.view::<f64, u32>().unwrap();
     assert_eq!(
         v.entries().collect::<Vec<_>>(),
@@ -146,32 +155,32 @@ fn block_headers_record_and_check_split_ranges() {
     );
 }
 
-/// Every truncation and every single-byte change of a valid file is an error, never a panic.
+/// Every truncation and every single-byte change of a valid file is an error, never a panic,
+/// for both readers: the validated file in memory and the read straight into a tensor.
 #[test]
 fn every_truncation_and_byte_flip_is_rejected() {
     let dir = tempfile::tempdir().unwrap();
     let good = std::fs::read(write(dir.path(), &sample())).unwrap();
     let path = dir.path().join("bad.tcs");
-    for len in 0..good.len() {
-        std::fs::write(&path, &good[..len]).unwrap();
+    let rejected = |bytes: &[u8], what: &str| {
+        std::fs::write(&path, bytes).unwrap();
+        assert!(TcsFile::open(&path).is_err(), "{what} was accepted");
         assert!(
-            TcsFile::open(&path).is_err(),
-            "truncated to {len} bytes was accepted"
+            reader::read_tensor::<f64, u32>(&path).is_err(),
+            "{what} was accepted by read_tensor"
         );
+    };
+    for len in 0..good.len() {
+        rejected(&good[..len], &format!("truncated to {len} bytes"));
     }
     let mut longer = good.clone();
     longer.push(0);
-    std::fs::write(&path, &longer).unwrap();
-    assert!(TcsFile::open(&path).is_err(), "trailing byte accepted");
+    rejected(&longer, "a trailing byte");
     for at in 0..good.len() {
         for mask in [0x01u8, 0x80, 0xff] {
             let mut bad = good.clone();
             bad[at] ^= mask;
-            std::fs::write(&path, &bad).unwrap();
-            assert!(
-                TcsFile::open(&path).is_err(),
-                "flip {mask:#x} at byte {at} was accepted"
-            );
+            rejected(&bad, &format!("flip {mask:#x} at byte {at}"));
         }
     }
 }
