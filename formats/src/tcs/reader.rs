@@ -313,7 +313,7 @@ impl ArrayReader<'_> {
         };
         check_zero(&gap, self.at).map_err(in_file)?;
         let size = std::mem::size_of::<T>() as u64;
-        if a.len % size != 0 {
+        if !a.len.is_multiple_of(size) {
             return Err(in_file(TcsError::Invalid(format!(
                 "{}: {} bytes is not a whole number of {size}-byte elements",
                 a.name(),
