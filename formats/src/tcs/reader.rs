@@ -159,7 +159,7 @@ impl TcsFile {
         let h = &self.header;
         crate::with_types!(h.value_type, h.index_bits, |W, J| {
             let (levels, vals) = self.slices::<W, J>()?;
-            validate_contents(h, &self.dims, &self.format, &levels, vals)
+            validate_contents(h, &self.dims, &self.format, &levels, vals.len())
         })
     }
 
@@ -260,12 +260,51 @@ pub fn read_tensor<V: Value, I: Index>(path: &Path) -> Result<Tensor<V, I>> {
         path: path.to_path_buf(),
         source,
     };
-    let mut r = ArrayReader {
+    let (vals_info, level_arrays) = header.arrays.split_last().expect("vals is always there");
+    let reader = |at| ArrayReader {
         file: &file,
         path,
-        at: header.header_len,
+        at,
     };
-    let mut arrays = header.arrays.iter();
+    let vals_at = level_arrays
+        .last()
+        .map_or(header.header_len, |a| a.offset + a.len);
+    let (dims, format) = (header.dims(), header.format());
+    // `vals` (about half the bytes) is read and checksummed on a second thread while this one
+    // reads and checks the levels: two cores copy from the page cache at once.
+    let (levels, vals) = std::thread::scope(|s| {
+        let big = vals_info.len >= PARALLEL_BYTES;
+        let vals = big.then(|| s.spawn(|| reader(vals_at).read::<V>(vals_info)));
+        let levels = read_levels::<I>(&header, level_arrays, reader(header.header_len));
+        let vals_len = (vals_info.len / std::mem::size_of::<V>() as u64) as usize;
+        let checked = levels.and_then(|levels| {
+            let views: Vec<LevelView<'_, I>> = levels.iter().map(crate::Level::view).collect();
+            validate_contents(&header, &dims, &format, &views, vals_len).map_err(err)?;
+            Ok(levels)
+        });
+        let vals = match vals {
+            Some(h) => h.join().expect("the vals reader does not panic"),
+            None => reader(vals_at).read::<V>(vals_info),
+        };
+        Ok::<_, Error>((checked?, vals?))
+    })?;
+    // A file that grew while it was read is not the file the header describes.
+    if file.metadata().map_err(|e| Error::io(path, e))?.len() != header.file_len {
+        return Err(err(TcsError::Changed));
+    }
+    Ok(Tensor::from_validated(dims, format, levels, vals))
+}
+
+/// Arrays at least this long are read on a thread of their own.
+const PARALLEL_BYTES: u64 = 4 << 20;
+
+/// The levels of `header`, their arrays (`arrays`, in file order) read by `r`.
+fn read_levels<I: Index>(
+    header: &TcsHeader,
+    arrays: &[ArrayInfo],
+    mut r: ArrayReader<'_>,
+) -> Result<Vec<crate::Level<I>>> {
+    let mut arrays = arrays.iter();
     let mut next = || arrays.next().expect("the header lists an array per level");
     let mut levels = Vec::with_capacity(header.levels.len());
     for l in &header.levels {
@@ -283,15 +322,7 @@ pub fn read_tensor<V: Value, I: Index>(path: &Path) -> Result<Tensor<V, I>> {
             },
         });
     }
-    let vals: Vec<V> = r.read(next())?;
-    // A file that grew while it was read is not the file the header describes.
-    if file.metadata().map_err(|e| Error::io(path, e))?.len() != header.file_len {
-        return Err(err(TcsError::Changed));
-    }
-    let (dims, format) = (header.dims(), header.format());
-    let views: Vec<LevelView<'_, I>> = levels.iter().map(crate::Level::view).collect();
-    validate_contents(&header, &dims, &format, &views, &vals).map_err(err)?;
-    Ok(Tensor::from_validated(dims, format, levels, vals))
+    Ok(levels)
 }
 
 /// Reads the arrays of a file in order, checking the gaps before them.
@@ -364,14 +395,14 @@ fn check_crc(a: &ArrayInfo, bytes: &[u8]) -> Result<(), TcsError> {
 
 /// The checks on the arrays' contents: the levels (monotone `pos`, ordered `crd` below the
 /// dimensions, lengths), level sizes as recorded, and a block's coordinates inside its split.
-fn validate_contents<V: Value, I: Index>(
+fn validate_contents<I: Index>(
     header: &TcsHeader,
     dims: &[usize],
     format: &Format,
     levels: &[LevelView<'_, I>],
-    vals: &[V],
+    vals_len: usize,
 ) -> Result<(), TcsError> {
-    validate_levels_with(dims, format, levels, vals.len(), &mut || {})?;
+    validate_levels_with(dims, format, levels, vals_len, &mut || {})?;
     for (k, (level, info)) in levels.iter().zip(&header.levels).enumerate() {
         let mode = header.modes[info.mode as usize];
         if let LevelView::Compressed { crd, .. } | LevelView::Singleton { crd } = level {

@@ -281,3 +281,28 @@ fn coo_files_are_version_2_with_one_crd_per_singleton_level() {
     assert_eq!(e, TcsError::Version(3));
     assert!(e.to_string().contains("versions 1 to 2"), "{e}");
 }
+
+/// A tensor whose `vals` is read on a second thread: the same tensor back, and a changed byte
+/// in `vals` or in `crd`, or a cut file, is an error naming the array.
+#[test]
+fn large_arrays_read_in_parallel_are_checked() {
+    let n = 700_000; // vals of 5.6 MB: above the size read on a thread of its own
+    let entries = (0..n).map(|i| (vec![i % 1000, i / 1000], i as f64 * 0.5));
+    let t: Tensor<f64, u32> =
+        Tensor::from_entries(vec![1000, n / 1000], Format::parse("csr", 2).unwrap(), entries)
+            .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), &t);
+    assert_eq!(reader::read_tensor::<f64, u32>(&path).unwrap(), t);
+    let good = std::fs::read(&path).unwrap();
+    let h = TcsFile::open(&path).unwrap().header().clone();
+    for a in &h.arrays {
+        let mut bad = good.clone();
+        bad[(a.offset + a.len / 2) as usize] ^= 0x10;
+        std::fs::write(&path, &bad).unwrap();
+        let e = reader::read_tensor::<f64, u32>(&path).unwrap_err().to_string();
+        assert!(e.contains(&a.name()) && e.contains("t.tcs"), "{e}");
+    }
+    std::fs::write(&path, &good[..good.len() - 8]).unwrap();
+    assert!(reader::read_tensor::<f64, u32>(&path).is_err());
+}
