@@ -19,8 +19,8 @@ use std::process::Command;
 use std::time::Instant;
 
 use nix::sys::resource::{getrusage, UsageWho};
-use tessera_benches::{child_job, env_or, median, parse_child_peak, Rng, Table};
-use tessera_formats::{Format, Level, Tensor};
+use tessera_benches::{child_job, env_or, median, parse_child_peak, random_csr, Rng, Table};
+use tessera_formats::Tensor;
 
 const STATEMENT: &str = "y(i) = A(i,j) * x(j)";
 /// Bytes of one stored entry (a u32 column and an f64 value) and of one row's `pos` entry.
@@ -108,35 +108,12 @@ fn write_inputs(d: &Path, bytes: u64) -> u64 {
     let rows: usize = 1 << 21;
     let per_row = ((bytes.saturating_sub(rows as u64 * ROW_BYTES)) / ENTRY_BYTES / rows as u64)
         .max(1) as usize;
-    let cols = rows;
     let mut rng = Rng(7);
-    let mut pos: Vec<u32> = Vec::with_capacity(rows + 1);
-    let mut crd: Vec<u32> = Vec::with_capacity(rows * per_row);
-    let mut row: Vec<u32> = Vec::with_capacity(per_row);
-    pos.push(0);
-    for _ in 0..rows {
-        row.clear();
-        row.extend((0..per_row).map(|_| rng.below(cols) as u32));
-        row.sort_unstable();
-        row.dedup();
-        crd.extend_from_slice(&row);
-        pos.push(crd.len() as u32);
-    }
-    let vals: Vec<f64> = (0..crd.len()).map(|_| rng.value()).collect();
-    let levels = vec![
-        Level::Dense {
-            size: rows,
-            offset: 0,
-        },
-        Level::Compressed { pos, crd },
-    ];
-    let format = Format::parse("csr", 2).expect("a known format");
-    let a: Tensor<f64, u32> =
-        Tensor::from_parts(vec![rows, cols], format, levels, vals).expect("valid CSR");
+    let a = random_csr(rows, per_row, &mut rng, Rng::value);
     a.write(d.join("A.tcs")).expect("write A.tcs");
     drop(a);
     let x: Tensor<f64, u32> =
-        Tensor::dense_from_vec(vec![cols], (0..cols).map(|_| rng.value()).collect())
+        Tensor::dense_from_vec(vec![rows], (0..rows).map(|_| rng.value()).collect())
             .expect("dense x");
     x.write(d.join("x.tcs")).expect("write x.tcs");
     std::fs::metadata(d.join("A.tcs")).expect("A.tcs").len()

@@ -19,39 +19,17 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use tessera_benches::{env_or, Rng, Table};
-use tessera_formats::{Format, Level, Tensor};
+use tessera_formats::{Level, Tensor};
 
 #[allow(dead_code)]
 mod generated {
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 }
 
-/// A random n×n CSR matrix with about `per` entries per row (positive weights).
+/// A random n×n CSR matrix with about `per` entries per row, positive weights (shortest
+/// paths; max-times over probabilities).
 fn random_csr(n: usize, per: usize, rng: &mut Rng) -> Tensor<f64, u32> {
-    let mut pos = vec![0u32];
-    let mut crd = Vec::new();
-    let mut vals = Vec::new();
-    let mut row = Vec::new();
-    for _ in 0..n {
-        row.clear();
-        row.extend((0..per).map(|_| rng.below(n) as u32));
-        row.sort_unstable();
-        row.dedup();
-        crd.extend_from_slice(&row);
-        // Positive weights (shortest paths; max-times over probabilities).
-        vals.extend(row.iter().map(|_| rng.value() + 0.51));
-        pos.push(crd.len() as u32);
-    }
-    Tensor::from_parts(
-        vec![n, n],
-        Format::parse("csr", 2).unwrap(),
-        vec![
-            Level::Dense { size: n, offset: 0 },
-            Level::Compressed { pos, crd },
-        ],
-        vals,
-    )
-    .unwrap()
+    tessera_benches::random_csr(n, per, rng, |r| r.value() + 0.51)
 }
 
 fn csr_arrays(t: &Tensor<f64, u32>) -> (&[u32], &[u32], &[f64]) {

@@ -30,6 +30,37 @@ impl Rng {
     }
 }
 
+/// A random n×n CSR matrix with about `per` entries per row at uniform columns (a row's draws
+/// that collide are one entry), its values drawn by `value` row by row.
+pub fn random_csr(
+    n: usize,
+    per: usize,
+    rng: &mut Rng,
+    mut value: impl FnMut(&mut Rng) -> f64,
+) -> tessera_formats::Tensor<f64, u32> {
+    use tessera_formats::{Format, Level, Tensor};
+    let mut pos = Vec::with_capacity(n + 1);
+    let mut crd = Vec::with_capacity(n * per);
+    let mut vals = Vec::with_capacity(n * per);
+    let mut row = Vec::with_capacity(per);
+    pos.push(0u32);
+    for _ in 0..n {
+        row.clear();
+        row.extend((0..per).map(|_| rng.below(n) as u32));
+        row.sort_unstable();
+        row.dedup();
+        crd.extend_from_slice(&row);
+        vals.extend(row.iter().map(|_| value(rng)));
+        pos.push(crd.len() as u32);
+    }
+    let levels = vec![
+        Level::Dense { size: n, offset: 0 },
+        Level::Compressed { pos, crd },
+    ];
+    let format = Format::parse("csr", 2).expect("a known format");
+    Tensor::from_parts(vec![n, n], format, levels, vals).expect("valid CSR")
+}
+
 /// A number from environment variable `name`, or `default` when it is unset or not a number.
 pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)

@@ -288,9 +288,12 @@ fn coo_files_are_version_2_with_one_crd_per_singleton_level() {
 fn large_arrays_read_in_parallel_are_checked() {
     let n = 700_000; // vals of 5.6 MB: above the size read on a thread of its own
     let entries = (0..n).map(|i| (vec![i % 1000, i / 1000], i as f64 * 0.5));
-    let t: Tensor<f64, u32> =
-        Tensor::from_entries(vec![1000, n / 1000], Format::parse("csr", 2).unwrap(), entries)
-            .unwrap();
+    let t: Tensor<f64, u32> = Tensor::from_entries(
+        vec![1000, n / 1000],
+        Format::parse("csr", 2).unwrap(),
+        entries,
+    )
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = write(dir.path(), &t);
     assert_eq!(reader::read_tensor::<f64, u32>(&path).unwrap(), t);
@@ -300,7 +303,9 @@ fn large_arrays_read_in_parallel_are_checked() {
         let mut bad = good.clone();
         bad[(a.offset + a.len / 2) as usize] ^= 0x10;
         std::fs::write(&path, &bad).unwrap();
-        let e = reader::read_tensor::<f64, u32>(&path).unwrap_err().to_string();
+        let e = reader::read_tensor::<f64, u32>(&path)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(&a.name()) && e.contains("t.tcs"), "{e}");
     }
     std::fs::write(&path, &good[..good.len() - 8]).unwrap();
