@@ -26,6 +26,7 @@
 //! replaces and falls back to ordinary analysis on any difference. Actors are not built
 //! (runtime/DESIGN.md, "Tracing in the launch path").
 
+pub(crate) mod actors;
 mod finder;
 mod record;
 pub(crate) mod replay;

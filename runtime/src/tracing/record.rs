@@ -85,6 +85,10 @@ pub(crate) struct Graph {
 pub(crate) struct Recording {
     sigs: Vec<Sig>,
     pub graph: Graph,
+    /// For a replay right after a replay of the same trace (actors).
+    pub cross: Cross,
+    /// The graph compiled into actors (on first replay with actors on).
+    pub actors: Option<std::sync::Arc<super::actors::Compiled>>,
 }
 
 impl Recording {
@@ -97,7 +101,13 @@ impl Recording {
             .map(|(i, p)| sig(p, &plans[..i]))
             .collect();
         let graph = graph(plans, &sigs);
-        Recording { sigs, graph }
+        let cross = cross(plans, &sigs, graph.vertices as u32);
+        Recording {
+            sigs,
+            graph,
+            cross,
+            actors: None,
+        }
     }
 
     /// Whether `plans` are, field for field, the tasks recorded.
@@ -212,78 +222,128 @@ impl Logical {
     }
 }
 
+/// The vertex standing for everything before the first copy (a writer of each whole store)
+/// in [`Cross`].
+pub(crate) const PRE: u32 = u32::MAX;
+
+/// What one replay of a trace needs when it directly follows a replay of the same trace
+/// (nothing else analysed in between): Definition 1 over two copies of the trace, starting
+/// from one writer of every whole store ([`PRE`]). Vertices `0..n` are the previous replay's,
+/// `n..2n` the new one's.
+#[derive(Debug, Default)]
+pub(crate) struct Cross {
+    /// Edges into the new replay from the previous one (or from [`PRE`]): (u, v - n).
+    pub edges: Vec<(u32, u32)>,
+    /// Each store's accesses after both copies (vertices numbered as above, or [`PRE`]).
+    pub stores: Vec<FinalAccess>,
+}
+
 /// The trace's logical graph, in the order `Inner::schedule` analyses (futures, arguments,
 /// then points before the finish step), so that it has the edges ordinary analysis of the same
 /// tasks would add with nothing finished.
 fn graph(plans: &[Plan], sigs: &[Sig]) -> Graph {
-    let mut edges = Vec::new();
-    let mut stores: Vec<(FinalAccess, Logical)> = Vec::new();
-    let mut finish_of: Vec<Option<u32>> = Vec::with_capacity(plans.len());
-    let mut next = 0u32;
-    for (i, (p, s)) in plans.iter().zip(sigs).enumerate() {
-        let n = p.domain.len() as u32;
-        let points = next..next + n;
-        let finish = Launched::needs_finish(&p.args, !p.results.is_empty()).then_some(next + n);
-        next += n + finish.is_some() as u32;
-        finish_of.push(finish);
-        for prod in &s.scalars {
-            if let Producer::Internal { plan } = *prod {
-                let f = finish_of[plan as usize].expect("a task with a result has a finish step");
-                edges.extend(points.clone().map(|v| (f, v)));
-            }
-        }
-        for (j, a) in p.args.iter().enumerate().filter(|(_, a)| !a.local) {
-            let k = match stores.iter().position(|(f, _)| f.root == a.root.id) {
-                Some(k) => k,
-                None => {
-                    let at = (i, j);
-                    let root = a.root.id;
-                    stores.push((
-                        FinalAccess {
-                            at,
-                            root,
-                            ..FinalAccess::default()
-                        },
-                        Logical::default(),
-                    ));
-                    stores.len() - 1
-                }
-            };
-            let st = &mut stores[k].1;
-            let per_point = points.clone().zip(a.rects.iter());
-            match a.privilege {
-                Privilege::Read => per_point.for_each(|(v, r)| st.read(*r, v, &mut edges)),
-                Privilege::Write | Privilege::ReadWrite => {
-                    per_point.for_each(|(v, r)| st.write(*r, v, &mut edges))
-                }
-                Privilege::Reduce(_) => {
-                    let f = finish.expect("reductions have a finish step");
-                    for r in distinct(&a.rects) {
-                        st.write(r, f, &mut edges);
-                    }
-                }
-                Privilege::WriteUnbound => unreachable!("unbound outputs are never traced"),
-            }
-        }
-        if let Some(f) = finish {
-            edges.extend(points.map(|v| (v, f)));
-        }
-    }
-    edges.sort_unstable();
-    edges.dedup();
+    let (edges, next, stores) = logical(plans, sigs, 1, false);
     let mut has_pred = vec![false; next as usize];
     edges.iter().for_each(|&(_, b)| has_pred[b as usize] = true);
     Graph {
         vertices: next as usize,
         sources: (0..next).filter(|&v| !has_pred[v as usize]).collect(),
         edges,
-        stores: stores
-            .into_iter()
-            .map(|(mut f, l)| {
-                f.writers = l.writers;
-                f.readers = l.readers;
-                f
-            })
-            .collect(),
+        stores,
     }
+}
+
+/// [`Cross`] of the trace `plans`: the edges from a first copy (and from before it) into a
+/// second one, and the accesses both leave.
+fn cross(plans: &[Plan], sigs: &[Sig], n: u32) -> Cross {
+    let (edges, _, stores) = logical(plans, sigs, 2, true);
+    Cross {
+        edges: edges
+            .into_iter()
+            .filter(|&(u, v)| v >= n && (u < n || u == PRE))
+            .map(|(u, v)| (u, v - n))
+            .collect(),
+        stores,
+    }
+}
+
+/// Definition 1 over `copies` copies of the trace in a row (vertices of copy `c` offset by
+/// `c` times the vertices of one), each store starting with [`PRE`] as the writer of all of
+/// it when `pre` holds. Returns the sorted edges, the vertex count and the final accesses.
+fn logical(
+    plans: &[Plan],
+    sigs: &[Sig],
+    copies: usize,
+    pre: bool,
+) -> (Vec<(u32, u32)>, u32, Vec<FinalAccess>) {
+    let mut edges = Vec::new();
+    let mut stores: Vec<(FinalAccess, Logical)> = Vec::new();
+    let mut finish_of: Vec<Option<u32>> = Vec::with_capacity(copies * plans.len());
+    let mut next = 0u32;
+    for _ in 0..copies {
+        let base = finish_of.len();
+        for (i, (p, s)) in plans.iter().zip(sigs).enumerate() {
+            let n = p.domain.len() as u32;
+            let points = next..next + n;
+            let finish =
+                Launched::needs_finish(&p.args, !p.results.is_empty()).then_some(next + n);
+            next += n + finish.is_some() as u32;
+            finish_of.push(finish);
+            for prod in &s.scalars {
+                if let Producer::Internal { plan } = *prod {
+                    let f = finish_of[base + plan as usize]
+                        .expect("a task with a result has a finish step");
+                    edges.extend(points.clone().map(|v| (f, v)));
+                }
+            }
+            for (j, a) in p.args.iter().enumerate().filter(|(_, a)| !a.local) {
+                let k = match stores.iter().position(|(f, _)| f.root == a.root.id) {
+                    Some(k) => k,
+                    None => {
+                        let mut l = Logical::default();
+                        if pre {
+                            let whole = a.root.bound().expect("traced stores are bound").rect;
+                            l.writers.push((whole, PRE));
+                        }
+                        let f = FinalAccess {
+                            at: (i, j),
+                            root: a.root.id,
+                            ..FinalAccess::default()
+                        };
+                        stores.push((f, l));
+                        stores.len() - 1
+                    }
+                };
+                let st = &mut stores[k].1;
+                let per_point = points.clone().zip(a.rects.iter());
+                match a.privilege {
+                    Privilege::Read => per_point.for_each(|(v, r)| st.read(*r, v, &mut edges)),
+                    Privilege::Write | Privilege::ReadWrite => {
+                        per_point.for_each(|(v, r)| st.write(*r, v, &mut edges))
+                    }
+                    Privilege::Reduce(_) => {
+                        let f = finish.expect("reductions have a finish step");
+                        for r in distinct(&a.rects) {
+                            st.write(r, f, &mut edges);
+                        }
+                    }
+                    Privilege::WriteUnbound => unreachable!("unbound outputs are never traced"),
+                }
+            }
+            if let Some(f) = finish {
+                edges.extend(points.map(|v| (v, f)));
+            }
+        }
+    }
+    edges.sort_unstable();
+    edges.dedup();
+    let stores = stores
+        .into_iter()
+        .map(|(mut f, l)| {
+            f.writers = l.writers;
+            f.readers = l.readers;
+            f
+        })
+        .collect();
+    (edges, next, stores)
 }

@@ -9,7 +9,8 @@
 //! source a held task writes (the image is computed from values). A trace therefore never
 //! spans either of the last two.
 
-use super::record::{traceable, Producer, Recording};
+use super::actors::{Compiled, Run};
+use super::record::{traceable, FinalAccess, Producer, Recording, PRE};
 use super::{Action, TraceId, Tracer, TracerConfig};
 use crate::analysis::Preds;
 use crate::constraint::Constraint;
@@ -37,10 +38,22 @@ pub(crate) struct Tracing {
     seq: u64,
     /// Tokens are masked with it (tests force collisions with 0).
     pub(crate) token_mask: u64,
+    /// Workers to compile replayed traces into actors for (`None`: actors off).
+    actors: Option<usize>,
+    /// The replay last instantiated as actors, while nothing has been analysed since.
+    last: Option<LastReplay>,
+}
+
+/// What a replay linked to the one before it needs of that one.
+struct LastReplay {
+    trace: TraceId,
+    nodes: Vec<Arc<Node>>,
+    /// The vertex standing for everything before the first of the linked replays.
+    pre: Arc<Node>,
 }
 
 impl Tracing {
-    pub(crate) fn new(sample_unit: usize) -> Tracing {
+    pub(crate) fn new(sample_unit: usize, actors: Option<usize>) -> Tracing {
         Tracing {
             tracer: Tracer::new(TracerConfig {
                 sample_unit,
@@ -53,6 +66,8 @@ impl Tracing {
             recordings: HashMap::default(),
             seq: 0,
             token_mask: u64::MAX,
+            actors,
+            last: None,
         }
     }
 
@@ -112,11 +127,14 @@ impl Inner {
             Counters::add(&self.shared.counters.tasks_analysed, 1);
             return self.schedule(plan);
         };
+        // Access states change outside a replay: the next replay cannot link to the last.
+        tr.last = None;
         let t0 = Instant::now();
         let token = tr.token(&plan);
         if !traceable(&plan) {
             self.release_held(tr);
             Counters::add(&self.shared.counters.tasks_analysed, 1);
+            tr.last = None;
             self.schedule(plan);
         } else {
             tr.held.push_back(plan);
@@ -145,6 +163,7 @@ impl Inner {
             match a {
                 Action::Release(tokens) => {
                     Counters::add(&counters.tasks_analysed, tokens.len() as u64);
+                    tr.last = None;
                     for _ in 0..tokens.len() {
                         let p = tr.held.pop_front().expect("one held task per token");
                         self.schedule(p);
@@ -169,12 +188,126 @@ impl Inner {
         if !rec.matches(&plans) {
             Counters::add(&counters.traces_abandoned, 1);
             Counters::add(&counters.tasks_analysed, plans.len() as u64);
+            tr.last = None;
             plans.into_iter().for_each(|p| self.schedule(p));
             return;
         }
         Counters::add(&counters.traces_replayed, 1);
         Counters::add(&counters.tasks_traced, plans.len() as u64);
-        self.instantiate(rec, plans);
+        match tr.actors {
+            Some(workers) => {
+                let last = tr.last.take().filter(|l| l.trace == trace);
+                tr.last = Some(self.instantiate_actors(rec, workers, trace, last, plans));
+            }
+            None => self.instantiate(rec, plans),
+        }
+    }
+
+    /// The recorded graph as actors (`actors.rs`) over `plans`' tasks: linked to `last` (a
+    /// replay of the same trace with nothing analysed since) by the recorded cross edges, or
+    /// else behind an entry vertex as in [`Inner::instantiate`].
+    fn instantiate_actors(
+        &self,
+        rec: &mut Recording,
+        workers: usize,
+        trace: TraceId,
+        last: Option<LastReplay>,
+        plans: Vec<Plan>,
+    ) -> LastReplay {
+        let counters = &self.shared.counters;
+        Counters::add(&counters.actor_replays, 1);
+        let tasks: Vec<_> = plans
+            .into_iter()
+            .map(|p| {
+                let points = p.domain.len();
+                self.launched(p, points, None)
+            })
+            .collect();
+        let compiled = rec
+            .actors
+            .get_or_insert_with(|| {
+                let points: Vec<usize> = tasks.iter().map(|t| t.domain.len()).collect();
+                let finish: Vec<bool> = tasks.iter().map(|t| t.has_finish).collect();
+                Arc::new(Compiled::new(&rec.graph, &points, &finish, workers))
+            })
+            .clone();
+        let nodes = Run::nodes(&compiled, tasks.clone());
+        let mut first = 0;
+        for (i, t) in tasks.iter().enumerate() {
+            let points = &nodes[first..first + t.domain.len()];
+            for (s, p) in t.scalars.iter().zip(rec.producers(i)) {
+                if let (ScalarArg::Future(cell), Producer::External) = (s, p) {
+                    if let Some(pred) = cell.node.get() {
+                        points.iter().for_each(|p| Node::add_edge(pred, p));
+                    }
+                }
+            }
+            first += t.domain.len();
+            if t.has_finish {
+                for (_, cell) in &t.results {
+                    let _ = cell.node.set(nodes[first].clone());
+                }
+                first += 1;
+            }
+        }
+        let root = |st: &FinalAccess| tasks[st.at.0].args[st.at.1].root.clone();
+        let (pre, entry) = match last {
+            Some(last) => {
+                Counters::add(&counters.actor_linked_replays, 1);
+                let n = nodes.len() as u32;
+                let vertex = |u: u32| match u {
+                    PRE => &last.pre,
+                    u if u < n => &last.nodes[u as usize],
+                    u => &nodes[(u - n) as usize],
+                };
+                for &(u, v) in &rec.cross.edges {
+                    Node::add_edge(vertex(u), &nodes[v as usize]);
+                }
+                for st in &rec.cross.stores {
+                    let v = |&(r, u): &(_, u32)| (r, vertex(u));
+                    root(st).meta().access.set(
+                        st.writers.iter().map(v),
+                        st.readers.iter().map(v),
+                    );
+                }
+                (last.pre, None)
+            }
+            None => {
+                let entry = Node::new(Work::Boundary);
+                self.enter(&rec.graph, &entry, &nodes, |st| root(st));
+                (entry.clone(), Some(entry))
+            }
+        };
+        let started = nodes.iter().cloned().chain(entry);
+        self.start(started.collect::<Vec<_>>().into_iter());
+        LastReplay { trace, nodes, pre }
+    }
+
+    /// The entry vertex after every pending access to the trace's stores and before its
+    /// sources; each store's access state set to the trace's postcondition.
+    fn enter(
+        &self,
+        g: &super::record::Graph,
+        entry: &Arc<Node>,
+        nodes: &[Arc<Node>],
+        root: impl Fn(&FinalAccess) -> Arc<crate::store::StoreRoot>,
+    ) {
+        let mut preds = Preds::default();
+        for st in &g.stores {
+            let root = root(st);
+            let whole = root.bound().expect("traced stores are bound").rect;
+            let v = |&(r, i): &(_, u32)| (r, &nodes[i as usize]);
+            root.meta().access.replace(
+                whole,
+                entry,
+                &mut preds,
+                st.writers.iter().map(v),
+                st.readers.iter().map(v),
+            );
+        }
+        for &s in &g.sources {
+            Node::add_edge(entry, &nodes[s as usize]);
+        }
     }
 
     /// The recorded graph over `plans`' nodes: the entry vertex after every pending access
@@ -190,19 +323,9 @@ impl Inner {
         }
         debug_assert_eq!(nodes.len(), g.vertices);
         let entry = Node::new(Work::Boundary);
-        let mut preds = Preds::default();
-        for st in &g.stores {
-            let root = &built[st.at.0].task.args[st.at.1].root;
-            let whole = root.bound().expect("traced stores are bound").rect;
-            let v = |&(r, i): &(_, u32)| (r, &nodes[i as usize]);
-            root.meta().access.replace(
-                whole,
-                &entry,
-                &mut preds,
-                st.writers.iter().map(v),
-                st.readers.iter().map(v),
-            );
-        }
+        self.enter(g, &entry, &nodes, |st| {
+            built[st.at.0].task.args[st.at.1].root.clone()
+        });
         for (i, b) in built.iter().enumerate() {
             for (s, p) in b.task.scalars.iter().zip(rec.producers(i)) {
                 if let (ScalarArg::Future(cell), Producer::External) = (s, p) {
@@ -214,9 +337,6 @@ impl Inner {
         }
         for &(a, b) in &g.edges {
             Node::add_edge(&nodes[a as usize], &nodes[b as usize]);
-        }
-        for &s in &g.sources {
-            Node::add_edge(&entry, &nodes[s as usize]);
         }
         for b in &built {
             if let Some(f) = &b.finish {
