@@ -20,7 +20,7 @@
 
 use crate::dtype::ReduceOp;
 use crate::fusion::FusedShape;
-use crate::launch::{LaunchArg, Launched};
+use crate::launch::LaunchArg;
 use crate::partition::Domain;
 use crate::rect::Rect;
 use crate::runtime::{distinct, Plan};
@@ -44,6 +44,8 @@ pub(crate) enum Producer {
 #[derive(Debug)]
 struct ArgSig {
     root: u64,
+    /// The store's extent (what [`PRE`] writes).
+    whole: Rect,
     privilege: Privilege,
     local: bool,
     rects: Arc<[Rect]>,
@@ -63,8 +65,10 @@ struct Sig {
 /// A store's accesses left by the trace: (rectangle, vertex).
 #[derive(Debug, Default)]
 pub(crate) struct FinalAccess {
-    /// Where the store is found in a replay's tasks: (task, argument).
+    /// Where the store is found in a replay's tasks: (task, argument); in [`Cross`], of the
+    /// replay before when `before` holds.
     pub at: (usize, usize),
+    pub before: bool,
     pub root: u64,
     pub writers: Vec<(Rect, u32)>,
     pub readers: Vec<(Rect, u32)>,
@@ -85,8 +89,9 @@ pub(crate) struct Graph {
 pub(crate) struct Recording {
     sigs: Vec<Sig>,
     pub graph: Graph,
-    /// For a replay right after a replay of the same trace (actors).
-    pub cross: Cross,
+    /// For a replay right after a replay of the trace given as key (actors), made when first
+    /// needed.
+    pub cross: rustc_hash::FxHashMap<super::TraceId, Arc<Cross>>,
     /// The graph compiled into actors (on first replay with actors on).
     pub actors: Option<std::sync::Arc<super::actors::Compiled>>,
 }
@@ -100,12 +105,11 @@ impl Recording {
             .enumerate()
             .map(|(i, p)| sig(p, &plans[..i]))
             .collect();
-        let graph = graph(plans, &sigs);
-        let cross = cross(plans, &sigs, graph.vertices as u32);
+        let graph = graph(&sigs);
         Recording {
             sigs,
             graph,
-            cross,
+            cross: Default::default(),
             actors: None,
         }
     }
@@ -156,6 +160,7 @@ fn sig(p: &Plan, before: &[Plan]) -> Sig {
             .iter()
             .map(|a| ArgSig {
                 root: a.root.id,
+                whole: a.root.bound().map_or(a.view, |b| b.rect),
                 privilege: a.privilege,
                 local: a.local,
                 rects: a.rects.clone(),
@@ -241,8 +246,8 @@ pub(crate) struct Cross {
 /// The trace's logical graph, in the order `Inner::schedule` analyses (futures, arguments,
 /// then points before the finish step), so that it has the edges ordinary analysis of the same
 /// tasks would add with nothing finished.
-fn graph(plans: &[Plan], sigs: &[Sig]) -> Graph {
-    let (edges, next, stores) = logical(plans, sigs, 1, false);
+fn graph(sigs: &[Sig]) -> Graph {
+    let (edges, next, stores) = logical(&[sigs], false);
     let mut has_pred = vec![false; next as usize];
     edges.iter().for_each(|&(_, b)| has_pred[b as usize] = true);
     Graph {
@@ -253,40 +258,47 @@ fn graph(plans: &[Plan], sigs: &[Sig]) -> Graph {
     }
 }
 
-/// [`Cross`] of the trace `plans`: the edges from a first copy (and from before it) into a
-/// second one, and the accesses both leave.
-fn cross(plans: &[Plan], sigs: &[Sig], n: u32) -> Cross {
-    let (edges, _, stores) = logical(plans, sigs, 2, true);
-    Cross {
-        edges: edges
-            .into_iter()
-            .filter(|&(u, v)| v >= n && (u < n || u == PRE))
-            .map(|(u, v)| (u, v - n))
-            .collect(),
-        stores,
+impl Recording {
+    /// [`Cross`] of this trace replayed right after `before`: the edges from `before`'s
+    /// vertices (and from before it) into this one's, and the accesses both leave.
+    pub(crate) fn cross_after(&self, before: &Recording) -> Cross {
+        let n = before.graph.vertices as u32;
+        let (edges, _, stores) = logical(&[&before.sigs, &self.sigs], true);
+        Cross {
+            edges: edges
+                .into_iter()
+                .filter(|&(u, v)| v >= n && (u < n || u == PRE))
+                .map(|(u, v)| (u, v - n))
+                .collect(),
+            stores,
+        }
     }
 }
 
-/// Definition 1 over `copies` copies of the trace in a row (vertices of copy `c` offset by
-/// `c` times the vertices of one), each store starting with [`PRE`] as the writer of all of
-/// it when `pre` holds. Returns the sorted edges, the vertex count and the final accesses.
-fn logical(
-    plans: &[Plan],
-    sigs: &[Sig],
-    copies: usize,
-    pre: bool,
-) -> (Vec<(u32, u32)>, u32, Vec<FinalAccess>) {
+impl Sig {
+    fn has_finish(&self) -> bool {
+        !self.results.is_empty()
+            || self
+                .args
+                .iter()
+                .any(|a| matches!(a.privilege, Privilege::Reduce(_) | Privilege::WriteUnbound))
+    }
+}
+
+/// Definition 1 over traces in a row (vertices numbered on from one to the next), each store
+/// starting with [`PRE`] as the writer of all of it when `pre` holds. Returns the sorted
+/// edges, the vertex count and the final accesses.
+fn logical(traces: &[&[Sig]], pre: bool) -> (Vec<(u32, u32)>, u32, Vec<FinalAccess>) {
     let mut edges = Vec::new();
     let mut stores: Vec<(FinalAccess, Logical)> = Vec::new();
-    let mut finish_of: Vec<Option<u32>> = Vec::with_capacity(copies * plans.len());
+    let mut finish_of: Vec<Option<u32>> = Vec::new();
     let mut next = 0u32;
-    for _ in 0..copies {
+    for (copy, sigs) in traces.iter().enumerate() {
         let base = finish_of.len();
-        for (i, (p, s)) in plans.iter().zip(sigs).enumerate() {
-            let n = p.domain.len() as u32;
+        for (i, s) in sigs.iter().enumerate() {
+            let n = s.domain.len() as u32;
             let points = next..next + n;
-            let finish =
-                Launched::needs_finish(&p.args, !p.results.is_empty()).then_some(next + n);
+            let finish = s.has_finish().then_some(next + n);
             next += n + finish.is_some() as u32;
             finish_of.push(finish);
             for prod in &s.scalars {
@@ -296,18 +308,18 @@ fn logical(
                     edges.extend(points.clone().map(|v| (f, v)));
                 }
             }
-            for (j, a) in p.args.iter().enumerate().filter(|(_, a)| !a.local) {
-                let k = match stores.iter().position(|(f, _)| f.root == a.root.id) {
+            for (j, a) in s.args.iter().enumerate().filter(|(_, a)| !a.local) {
+                let k = match stores.iter().position(|(f, _)| f.root == a.root) {
                     Some(k) => k,
                     None => {
                         let mut l = Logical::default();
                         if pre {
-                            let whole = a.root.bound().expect("traced stores are bound").rect;
-                            l.writers.push((whole, PRE));
+                            l.writers.push((a.whole, PRE));
                         }
                         let f = FinalAccess {
                             at: (i, j),
-                            root: a.root.id,
+                            before: copy + 1 < traces.len(),
+                            root: a.root,
                             ..FinalAccess::default()
                         };
                         stores.push((f, l));
@@ -323,7 +335,7 @@ fn logical(
                     }
                     Privilege::Reduce(_) => {
                         let f = finish.expect("reductions have a finish step");
-                        for r in distinct(&a.rects) {
+                        for r in distinct(&a.rects[..]) {
                             st.write(r, f, &mut edges);
                         }
                     }

@@ -10,11 +10,12 @@
 //! spans either of the last two.
 
 use super::actors::{Compiled, Run};
-use super::record::{traceable, FinalAccess, Producer, Recording, PRE};
+use super::record::{traceable, Cross, FinalAccess, Producer, Recording, PRE};
 use super::{Action, TraceId, Tracer, TracerConfig};
 use crate::analysis::Preds;
 use crate::constraint::Constraint;
 use crate::graph::{Node, Work};
+use crate::launch::Launched;
 use crate::runtime::{Inner, Plan};
 use crate::stats::Counters;
 use crate::task::{Issued, ScalarArg};
@@ -45,8 +46,18 @@ pub(crate) struct Tracing {
 }
 
 /// What a replay linked to the one before it needs of that one.
+///
+/// Linking uses recorded edges computed as if the stores' access state were exactly one
+/// writer of each whole store ([`PRE`]) followed by the previous trace's final accesses.
+/// That holds after a replay behind an entry vertex (`exact`). After a linked replay the state
+/// also holds accesses of the replay before it that the last one did not cover; a next replay
+/// of the *same* trace is still ordered after them (each of its accesses has a counterpart in
+/// the last replay, which was ordered after them), another trace is not, so it takes an entry
+/// vertex.
 struct LastReplay {
     trace: TraceId,
+    exact: bool,
+    tasks: Vec<Arc<Launched>>,
     nodes: Vec<Arc<Node>>,
     /// The vertex standing for everything before the first of the linked replays.
     pre: Arc<Node>,
@@ -75,6 +86,17 @@ impl Tracing {
     #[cfg(test)]
     pub(crate) fn history(&self) -> Vec<u64> {
         self.tracer.history().collect()
+    }
+
+    /// The recorded edges and accesses of `trace` replayed right after `before` (made once).
+    fn cross(&mut self, before: TraceId, trace: TraceId) -> Arc<Cross> {
+        if let Some(c) = self.recordings[&trace].cross.get(&before) {
+            return c.clone();
+        }
+        let c = Arc::new(self.recordings[&trace].cross_after(&self.recordings[&before]));
+        let rec = self.recordings.get_mut(&trace).expect("replayed");
+        rec.cross.insert(before, c.clone());
+        c
     }
 
     /// Whether solving `t` needs a held task's effects: an image whose source it writes.
@@ -127,13 +149,12 @@ impl Inner {
             Counters::add(&self.shared.counters.tasks_analysed, 1);
             return self.schedule(plan);
         };
-        // Access states change outside a replay: the next replay cannot link to the last.
-        tr.last = None;
         let t0 = Instant::now();
         let token = tr.token(&plan);
         if !traceable(&plan) {
             self.release_held(tr);
             Counters::add(&self.shared.counters.tasks_analysed, 1);
+            // Access states change outside a replay: the next replay cannot link to the last.
             tr.last = None;
             self.schedule(plan);
         } else {
@@ -194,13 +215,13 @@ impl Inner {
         }
         Counters::add(&counters.traces_replayed, 1);
         Counters::add(&counters.tasks_traced, plans.len() as u64);
-        match tr.actors {
-            Some(workers) => {
-                let last = tr.last.take().filter(|l| l.trace == trace);
-                tr.last = Some(self.instantiate_actors(rec, workers, trace, last, plans));
-            }
-            None => self.instantiate(rec, plans),
-        }
+        let Some(workers) = tr.actors else {
+            return self.instantiate(rec, plans);
+        };
+        let last = tr.last.take().filter(|l| l.exact || l.trace == trace);
+        let link = last.map(|l| (tr.cross(l.trace, trace), l));
+        let rec = tr.recordings.get_mut(&trace).expect("recorded above");
+        tr.last = self.instantiate_actors(rec, workers, trace, link, plans);
     }
 
     /// The recorded graph as actors (`actors.rs`) over `plans`' tasks: linked to `last` (a
@@ -211,9 +232,9 @@ impl Inner {
         rec: &mut Recording,
         workers: usize,
         trace: TraceId,
-        last: Option<LastReplay>,
+        link: Option<(Arc<Cross>, LastReplay)>,
         plans: Vec<Plan>,
-    ) -> LastReplay {
+    ) -> Option<LastReplay> {
         let counters = &self.shared.counters;
         Counters::add(&counters.actor_replays, 1);
         let tasks: Vec<_> = plans
@@ -250,37 +271,46 @@ impl Inner {
                 first += 1;
             }
         }
-        let root = |st: &FinalAccess| tasks[st.at.0].args[st.at.1].root.clone();
-        let (pre, entry) = match last {
-            Some(last) => {
+        let (pre, entry, exact) = match link {
+            Some((cross, last)) => {
                 Counters::add(&counters.actor_linked_replays, 1);
-                let n = nodes.len() as u32;
+                let n = last.nodes.len() as u32;
                 let vertex = |u: u32| match u {
                     PRE => &last.pre,
                     u if u < n => &last.nodes[u as usize],
                     u => &nodes[(u - n) as usize],
                 };
-                for &(u, v) in &rec.cross.edges {
+                for &(u, v) in &cross.edges {
                     Node::add_edge(vertex(u), &nodes[v as usize]);
                 }
-                for st in &rec.cross.stores {
+                for st in &cross.stores {
+                    let of = if st.before { &last.tasks } else { &tasks };
                     let v = |&(r, u): &(_, u32)| (r, vertex(u));
-                    root(st).meta().access.set(
+                    of[st.at.0].args[st.at.1].root.meta().access.set(
                         st.writers.iter().map(v),
                         st.readers.iter().map(v),
                     );
                 }
-                (last.pre, None)
+                // Linked to another trace, the state is no longer one a next link assumes.
+                let keep = last.trace == trace;
+                (keep.then_some(last.pre), None, false)
             }
             None => {
                 let entry = Node::new(Work::Boundary);
-                self.enter(&rec.graph, &entry, &nodes, |st| root(st));
-                (entry.clone(), Some(entry))
+                let root = |st: &FinalAccess| tasks[st.at.0].args[st.at.1].root.clone();
+                self.enter(&rec.graph, &entry, &nodes, root);
+                (Some(entry.clone()), Some(entry), true)
             }
         };
         let started = nodes.iter().cloned().chain(entry);
         self.start(started.collect::<Vec<_>>().into_iter());
-        LastReplay { trace, nodes, pre }
+        pre.map(|pre| LastReplay {
+            trace,
+            exact,
+            tasks,
+            nodes,
+            pre,
+        })
     }
 
     /// The entry vertex after every pending access to the trace's stores and before its
