@@ -222,8 +222,7 @@ fn try_pop(st: &PoolState, me: Option<usize>) -> Option<Arc<Node>> {
 }
 
 fn pop_shared(st: &PoolState) -> Option<Arc<Node>> {
-    st
-        .queue
+    st.queue
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .pop_front()
@@ -231,11 +230,7 @@ fn pop_shared(st: &PoolState) -> Option<Arc<Node>> {
 
 /// Polls the queue `SPINS` times spinning, then `YIELDS` times yielding, until a node is
 /// there or `stop()` holds.
-fn poll(
-    st: &PoolState,
-    me: Option<usize>,
-    mut stop: impl FnMut() -> bool,
-) -> Option<Arc<Node>> {
+fn poll(st: &PoolState, me: Option<usize>, mut stop: impl FnMut() -> bool) -> Option<Arc<Node>> {
     for i in 0..SPINS + YIELDS {
         if let Some(n) = try_pop(st, me) {
             return Some(n);

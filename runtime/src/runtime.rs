@@ -321,9 +321,8 @@ impl RuntimeBuilder {
                 memo: SolveMemo::default(),
                 fusion_memo: FusionMemo::default(),
                 // A replayed trace builds every point's node: not across ranks (yet).
-                tracing: (self.tracing && ranks == 1).then(|| {
-                    Tracing::new(self.trace_sampling, self.actors.then_some(workers))
-                }),
+                tracing: (self.tracing && ranks == 1)
+                    .then(|| Tracing::new(self.trace_sampling, self.actors.then_some(workers))),
             }),
             next_store: AtomicU64::new(0),
             max_pending,

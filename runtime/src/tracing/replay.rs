@@ -286,10 +286,11 @@ impl Inner {
                 for st in &cross.stores {
                     let of = if st.before { &last.tasks } else { &tasks };
                     let v = |&(r, u): &(_, u32)| (r, vertex(u));
-                    of[st.at.0].args[st.at.1].root.meta().access.set(
-                        st.writers.iter().map(v),
-                        st.readers.iter().map(v),
-                    );
+                    of[st.at.0].args[st.at.1]
+                        .root
+                        .meta()
+                        .access
+                        .set(st.writers.iter().map(v), st.readers.iter().map(v));
                 }
                 // Linked to another trace, the state is no longer one a next link assumes.
                 let keep = last.trace == trace;

@@ -221,7 +221,10 @@ fn random_dags_under_tracing_equal_untraced_bitwise() {
         for mode in [Traced, Actors] {
             for threads in [1, 2] {
                 let (got, st) = random_dag(seed, threads, mode).unwrap();
-                assert_eq!(got, want, "{mode:?}, seed {seed}, threads {threads}: {st:?}");
+                assert_eq!(
+                    got, want,
+                    "{mode:?}, seed {seed}, threads {threads}: {st:?}"
+                );
                 check_actors(mode, &st);
                 linked += st.actor_linked_replays;
             }
