@@ -2,9 +2,9 @@
 //!
 //! The analysis hands a node to [`Executor::spawn`] once its in-edges are satisfied; the
 //! executor runs it and spawns the successors it makes ready. `ThreadPool` does this with event
-//! counting on worker threads. This trait is the seam where compiled actors (one worker per
-//! processor, atomic in-edge counters, messages per edge) replace event scheduling for traced
-//! graphs.
+//! counting on worker threads. Replayed traces compiled into actors (`tracing::actors`) run on
+//! it too: their vertices are owned by workers, and each worker has a mailbox of the ready
+//! vertices it owns beside the shared queue.
 //!
 //! The issuing thread is one of the processors: a runtime of `n` threads starts `n - 1` workers
 //! (at least one), and the issuing thread runs ready nodes through [`Executor::help`] whenever it

@@ -146,3 +146,28 @@ impl Run {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compiling_keeps_every_edge_counts_in_edges_and_spreads_points_over_workers() {
+        // Task 0: two points; task 1: two points and a finish step (vertex 4).
+        let g = Graph {
+            vertices: 5,
+            edges: vec![(0, 2), (0, 3), (1, 3), (2, 4), (3, 4)],
+            sources: vec![0, 1],
+            stores: vec![],
+        };
+        let c = Compiled::new(&g, &[2, 2], &[false, true], 2);
+        let succs: Vec<Vec<u32>> = (0..5).map(|v| c.succs(v).to_vec()).collect();
+        assert_eq!(succs, [vec![2, 3], vec![3], vec![4], vec![4], vec![]]);
+        assert_eq!(c.in_edges, [0, 0, 1, 2, 2]);
+        assert_eq!(c.owner, [0, 1, 0, 1, 0]);
+        assert_eq!(c.at[4].point, FINISH);
+        // One worker owns everything.
+        let one = Compiled::new(&g, &[2, 2], &[false, true], 1);
+        assert!(one.owner.iter().all(|&o| o == 0));
+    }
+}
