@@ -358,6 +358,20 @@ fn cg_tracing(threads: usize, n: usize, iterations: usize, warm_up: usize) -> (f
     (rt.stats().since(&before).traced_share(), first)
 }
 
+/// Rows of `what` traced and with actors, each beside the untraced figure (µs, per mode).
+fn versus_untraced(table: &mut Table, what: &str, per_mode: &[f64; 3]) {
+    for m in 1..3 {
+        table.row(
+            &format!("{what}, {}", NAMES[m]),
+            "µs",
+            per_mode[m],
+            "untraced",
+            per_mode[0],
+            false,
+        );
+    }
+}
+
 fn main() {
     let threads = env_or(
         "TESSERA_BENCH_THREADS",
@@ -425,16 +439,8 @@ fn main() {
             20.0,
             false,
         );
-        for m in 1..3 {
-            table.row(
-                &format!("empty task, {what}, {}", NAMES[m]),
-                "µs",
-                empty[m][k].0,
-                "untraced",
-                empty[0][k].0,
-                false,
-            );
-        }
+        let per_mode: [f64; 3] = std::array::from_fn(|m| empty[m][k].0);
+        versus_untraced(&mut table, &format!("empty task, {what}"), &per_mode);
     }
     for m in 0..3 {
         table.row(
@@ -446,16 +452,8 @@ fn main() {
             false,
         );
     }
-    for m in 1..3 {
-        table.row(
-            &format!("stencil_1d METG(50), {} vs untraced", NAMES[m]),
-            "µs",
-            metg[m],
-            "untraced",
-            metg[0],
-            false,
-        );
-    }
+    let metg_modes = [metg[0], metg[1], metg[2]];
+    versus_untraced(&mut table, "stencil_1d METG(50) vs untraced", &metg_modes);
     table.row(
         "stencil_1d METG(50), actors vs goal",
         "µs",
@@ -464,16 +462,11 @@ fn main() {
         1.5,
         false,
     );
-    for m in 1..3 {
-        table.row(
-            &format!("issuing loop per stencil step, shortest task, {}", NAMES[m]),
-            "µs",
-            issue[m],
-            "untraced",
-            issue[0],
-            false,
-        );
-    }
+    versus_untraced(
+        &mut table,
+        "issuing loop per stencil step, shortest task",
+        &issue,
+    );
     table.figure("analysis per empty task, independent (µs)", empty[0][0].1);
     table.figure("analysis per empty task, chained (µs)", empty[0][1].1);
     let st = runtimes[0].stats();
