@@ -241,6 +241,10 @@ pub(crate) struct Cross {
     pub edges: Vec<(u32, u32)>,
     /// Each store's accesses after both copies (vertices numbered as above, or [`PRE`]).
     pub stores: Vec<FinalAccess>,
+    /// Whether the second trace uses only stores the first one uses. Only those stores'
+    /// access states are known to be [`PRE`] and the first trace's final accesses: the
+    /// second trace is linked to the first only if it holds.
+    pub closed: bool,
 }
 
 /// The trace's logical graph, in the order `Inner::schedule` analyses (futures, arguments,
@@ -270,6 +274,7 @@ impl Recording {
                 .filter(|&(u, v)| v >= n && (u < n || u == PRE))
                 .map(|(u, v)| (u, v - n))
                 .collect(),
+            closed: stores.iter().all(|s| s.before),
             stores,
         }
     }

@@ -49,7 +49,8 @@ pub(crate) struct Tracing {
 ///
 /// Linking uses recorded edges computed as if the stores' access state were exactly one
 /// writer of each whole store ([`PRE`]) followed by the previous trace's final accesses.
-/// That holds after a replay behind an entry vertex (`exact`). After a linked replay the state
+/// That holds, for the stores the previous trace uses, after a replay behind an entry vertex
+/// (`exact`); a trace using another store is not linked (`Cross::closed`). After a linked replay the state
 /// also holds accesses of the replay before it that the last one did not cover; a next replay
 /// of the *same* trace is still ordered after them (each of its accesses has a counterpart in
 /// the last replay, which was ordered after them), another trace is not, so it takes an entry
@@ -219,7 +220,9 @@ impl Inner {
             return self.instantiate(rec, plans);
         };
         let last = tr.last.take().filter(|l| l.exact || l.trace == trace);
-        let link = last.map(|l| (tr.cross(l.trace, trace), l));
+        let link = last
+            .map(|l| (tr.cross(l.trace, trace), l))
+            .filter(|(c, _)| c.closed);
         let rec = tr.recordings.get_mut(&trace).expect("recorded above");
         tr.last = self.instantiate_actors(rec, workers, trace, link, plans);
     }
