@@ -277,17 +277,19 @@ fn pop(st: &PoolState, me: usize) -> Option<Arc<Node>> {
 }
 
 /// Runs `node`, then one newly ready successor at a time (it likely uses what the node before
-/// just wrote; one owned by another worker goes to that worker) while `more()` holds, queueing
-/// the others for other threads. Returns the number of nodes run.
+/// just wrote; on a worker, one owned by another worker goes to that worker) while `more()`
+/// holds, queueing the others for other threads. Returns the number of nodes run.
 fn run_chain(
     st: &PoolState,
     me: Option<usize>,
     node: Arc<Node>,
     mut more: impl FnMut() -> bool,
 ) -> u64 {
+    // The issuing thread (no mailbox) keeps any successor: posting it would only have the
+    // issuer take it back from the mailbox while it waits.
     let mine = |n: &Arc<Node>| {
         let o = n.owner() as usize;
-        o >= st.mailboxes.len() || Some(o) == me
+        me.is_none_or(|me| o >= st.mailboxes.len() || o == me)
     };
     let mut ran = 0;
     let mut next = Some(node);
