@@ -4,7 +4,8 @@
 //! 2. A Task Bench-style `stencil_1d` graph (width = threads, 1000 steps, each task a compute
 //!    loop of adjustable length) swept over task duration to find METG(50) — the smallest task
 //!    granularity at which 50 % of peak throughput is reached — without and with automatic
-//!    tracing, beside the same graph run by a hand-written rayon loop with a barrier per step
+//!    tracing and with tracing + actors, beside the same graph run by a hand-written rayon
+//!    loop with a barrier per step
 //!    (the three interleaved at every sweep point).
 //! 3. CG (1-d Laplacian as a stencil matvec, dot products as futures, stores reused) with
 //!    tracing: share of launched tasks replayed in iterations 21–60 and the first iteration
@@ -45,8 +46,8 @@ fn calibrate() -> f64 {
 
 /// µs per empty task: `chained` tasks all read-write one store (each waits for the last);
 /// otherwise every task is independent.
-fn empty_task_overhead(threads: usize, n: usize, chained: bool, tracing: bool) -> (f64, f64) {
-    let rt = Runtime::builder().threads(threads).tracing(tracing).build();
+fn empty_task_overhead(threads: usize, n: usize, chained: bool, mode: Mode) -> (f64, f64) {
+    let rt = mode.runtime(threads);
     rt.register("empty", |_| {}).expect("register");
     let stores: Vec<Store> = (0..64)
         .map(|_| rt.create(DType::F64, &[1]).expect("store"))
@@ -72,8 +73,9 @@ fn empty_task_overhead(threads: usize, n: usize, chained: bool, tracing: bool) -
     (t / n as f64 * 1e6, analysis)
 }
 
-/// One run of the stencil graph on Tessera: returns wall seconds.
-fn stencil_tessera(rt: &Runtime, width: usize, steps: usize, iters: u64) -> f64 {
+/// One run of the stencil graph on Tessera: returns wall seconds and the seconds the issuing
+/// loop took (before the fence; it includes points the issuing thread ran while throttled).
+fn stencil_tessera(rt: &Runtime, width: usize, steps: usize, iters: u64) -> (f64, f64) {
     let a = rt.create(DType::F64, &[width + 2]).expect("store");
     let b = rt.create(DType::F64, &[width + 2]).expect("store");
     rt.fill(&a, 1.0).expect("fill");
@@ -108,8 +110,9 @@ fn stencil_tessera(rt: &Runtime, width: usize, steps: usize, iters: u64) -> f64 
             .submit()
             .expect("submit");
     }
+    let issued = t0.elapsed().as_secs_f64();
     rt.fence().expect("fence");
-    t0.elapsed().as_secs_f64()
+    (t0.elapsed().as_secs_f64(), issued)
 }
 
 fn register_stencil(rt: &Runtime) {
@@ -185,10 +188,32 @@ fn metg(samples: &[Sample]) -> f64 {
     }
 }
 
-/// One sweep over kernel lengths, Tessera (untraced and traced) and rayon side by side.
+/// How the Tessera runtime runs the stencil: analysed task by task, traced (replays through
+/// the thread pool's nodes), traced with replays as actors.
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    Untraced,
+    Traced,
+    Actors,
+}
+
+const MODES: [Mode; 3] = [Mode::Untraced, Mode::Traced, Mode::Actors];
+
+impl Mode {
+    fn runtime(self, threads: usize) -> Runtime {
+        Runtime::builder()
+            .threads(threads)
+            .tracing(!matches!(self, Mode::Untraced))
+            .actors(matches!(self, Mode::Actors))
+            .build()
+    }
+}
+
+/// One sweep over kernel lengths, Tessera (untraced, traced, traced + actors) and rayon side
+/// by side.
 struct Sweep<'a> {
-    untraced: &'a Runtime,
-    traced: &'a Runtime,
+    /// One runtime per [`MODES`] entry.
+    runtimes: &'a [Runtime; 3],
     pool: &'a rayon::ThreadPool,
     threads: usize,
     steps: usize,
@@ -197,75 +222,73 @@ struct Sweep<'a> {
 }
 
 impl Sweep<'_> {
-    /// METG(50) untraced, traced and of rayon (µs), and the untraced and traced
-    /// granularity at the shortest task.
+    /// METG(50) per mode and of rayon (µs), each mode's granularity and issuing-loop µs per
+    /// step at the shortest task.
     fn run(&self) -> SweepResult {
         let (threads, width) = (self.threads, self.threads);
         let tasks = width * self.steps;
-        let (mut us, mut ts, mut rs) = (vec![], vec![], vec![]);
-        for p in self.pows.clone() {
+        let mut samples: [Vec<Sample>; 4] = Default::default();
+        let mut issue_us = [0.0; 3];
+        for (k, p) in self.pows.clone().enumerate() {
             let iters = 1u64 << p;
             let task_seconds = iters as f64 * self.per_iter;
             let reps = if p < 12 { 3 } else { 2 };
-            let stencil = |rt| stencil_tessera(rt, width, self.steps, iters);
-            let (uw, _) = best_of(reps, || stencil(self.untraced));
-            let (tw, _) = best_of(reps, || stencil(self.traced));
-            let (rw, _) = best_of(reps, || stencil_rayon(self.pool, width, self.steps, iters));
             let s = |wall| sample(wall, tasks, threads, task_seconds);
-            let (su, st, sr) = (s(uw), s(tw), s(rw));
-            eprintln!(
-                "iters 2^{p:<2} task {:>9.2} µs | granularity µs (rate): untraced {:>9.2} ({:>5.2}) traced {:>9.2} ({:>5.2}) rayon {:>9.2} ({:>5.2})",
-                task_seconds * 1e6,
-                su.granularity_us,
-                su.rate,
-                st.granularity_us,
-                st.rate,
-                sr.granularity_us,
-                sr.rate
+            let mut line = format!(
+                "iters 2^{p:<2} task {:>9.2} µs | granularity µs (rate):",
+                task_seconds * 1e6
             );
-            us.push(su);
-            ts.push(st);
-            rs.push(sr);
+            for (m, rt) in self.runtimes.iter().enumerate() {
+                let (wall, issued) =
+                    best_of(reps, || stencil_tessera(rt, width, self.steps, iters));
+                if k == 0 {
+                    issue_us[m] = issued.1 / self.steps as f64 * 1e6;
+                }
+                samples[m].push(s(wall));
+            }
+            let (rw, _) = best_of(reps, || stencil_rayon(self.pool, width, self.steps, iters));
+            samples[3].push(s(rw));
+            for (name, v) in NAMES.iter().zip(&samples) {
+                let last = v.last().expect("just pushed");
+                line += &format!(" {name} {:>9.2} ({:>5.2})", last.granularity_us, last.rate);
+            }
+            eprintln!("{line}");
         }
-        let peak = us
-            .iter()
-            .chain(&ts)
-            .chain(&rs)
-            .map(|s| s.rate)
-            .fold(0.0, f64::max);
-        for v in [&mut us, &mut ts, &mut rs] {
+        let peak = samples.iter().flatten().map(|s| s.rate).fold(0.0, f64::max);
+        for v in &mut samples {
             set_efficiency(v, peak);
         }
         eprintln!("peak rate {peak:.2} kernel-seconds per second ({threads} threads ideal)");
-        for ((u, t), r) in us.iter().zip(&ts).zip(&rs) {
-            eprintln!(
-                "granularity µs (eff %): untraced {:>9.2} ({:>5.1}) traced {:>9.2} ({:>5.1}) rayon {:>9.2} ({:>5.1})",
-                u.granularity_us,
-                u.efficiency * 100.0,
-                t.granularity_us,
-                t.efficiency * 100.0,
-                r.granularity_us,
-                r.efficiency * 100.0
-            );
+        for i in 0..samples[0].len() {
+            let mut line = "granularity µs (eff %):".to_string();
+            for (name, v) in NAMES.iter().zip(&samples) {
+                let s = &v[i];
+                line += &format!(
+                    " {name} {:>9.2} ({:>5.1})",
+                    s.granularity_us,
+                    s.efficiency * 100.0
+                );
+            }
+            eprintln!("{line}");
         }
         SweepResult {
-            untraced: metg(&us),
-            traced: metg(&ts),
-            rayon: metg(&rs),
-            floor_untraced: us[0].granularity_us,
-            floor_traced: ts[0].granularity_us,
+            metg: std::array::from_fn(|m| metg(&samples[m])),
+            floor: std::array::from_fn(|m| samples[m][0].granularity_us),
+            issue_us,
         }
     }
 }
 
-/// One sweep's METG(50) values (µs) and shortest-task granularities.
+/// Column names: the three modes, then rayon.
+const NAMES: [&str; 4] = ["untraced", "traced", "actors", "rayon"];
+
+/// One sweep's METG(50) values (µs: the three modes, then rayon), the modes' granularities at
+/// the shortest task and their issuing-loop µs per step there.
 #[derive(Clone, Copy, Debug)]
 struct SweepResult {
-    untraced: f64,
-    traced: f64,
-    rayon: f64,
-    floor_untraced: f64,
-    floor_traced: f64,
+    metg: [f64; 4],
+    floor: [f64; 3],
+    issue_us: [f64; 3],
 }
 
 fn register_cg(rt: &Runtime) {
@@ -287,7 +310,7 @@ fn register_cg(rt: &Runtime) {
 /// launched tasks replayed after iteration `warm_up`, and the first iteration (from 1) in
 /// which any task was replayed.
 fn cg_tracing(threads: usize, n: usize, iterations: usize, warm_up: usize) -> (f64, usize) {
-    let rt = Runtime::builder().threads(threads).tracing(true).build();
+    let rt = Mode::Actors.runtime(threads);
     register_cg(&rt);
     let zeros = |len| rt.create(DType::F64, &[len]).expect("store");
     let full = |s: &Store| s.slice(0, 1..n + 1).expect("view");
@@ -335,6 +358,20 @@ fn cg_tracing(threads: usize, n: usize, iterations: usize, warm_up: usize) -> (f
     (rt.stats().since(&before).traced_share(), first)
 }
 
+/// Rows of `what` traced and with actors, each beside the untraced figure (µs, per mode).
+fn versus_untraced(table: &mut Table, what: &str, per_mode: &[f64; 3]) {
+    for m in 1..3 {
+        table.row(
+            &format!("{what}, {}", NAMES[m]),
+            "µs",
+            per_mode[m],
+            "untraced",
+            per_mode[0],
+            false,
+        );
+    }
+}
+
 fn main() {
     let threads = env_or(
         "TESSERA_BENCH_THREADS",
@@ -349,16 +386,15 @@ fn main() {
     );
 
     let n = if quick { 5_000 } else { 20_000 };
-    let (indep_us, indep_analysis) = empty_task_overhead(threads, n, false, false);
-    let (chain_us, chain_analysis) = empty_task_overhead(threads, n, true, false);
-    let (indep_traced_us, _) = empty_task_overhead(threads, n, false, true);
-    let (chain_traced_us, _) = empty_task_overhead(threads, n, true, true);
+    // Per mode: µs per empty task (independent, chained) and analysis µs (untraced only).
+    let empty: Vec<[(f64, f64); 2]> = MODES
+        .iter()
+        .map(|&m| [false, true].map(|chained| empty_task_overhead(threads, n, chained, m)))
+        .collect();
     let (cg_share, cg_first) = cg_tracing(threads, 4096, 60, 20);
 
-    let rt = Runtime::builder().threads(threads).tracing(false).build();
-    let traced = Runtime::builder().threads(threads).tracing(true).build();
-    register_stencil(&rt);
-    register_stencil(&traced);
+    let runtimes = MODES.map(|m| m.runtime(threads));
+    runtimes.iter().for_each(register_stencil);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
@@ -370,8 +406,7 @@ fn main() {
     // run whole sweeps several times and report medians.
     let sweeps = env_or("TESSERA_BENCH_SWEEPS", 3).max(1);
     let sweep = Sweep {
-        untraced: &rt,
-        traced: &traced,
+        runtimes: &runtimes,
         pool: &pool,
         threads,
         steps,
@@ -384,87 +419,57 @@ fn main() {
             sweep.run()
         })
         .collect();
-    let med = |f: fn(&SweepResult) -> f64| median(runs.iter().map(f).collect());
-    let metg_t = med(|r| r.untraced);
-    let metg_tr = med(|r| r.traced);
-    let metg_r = med(|r| r.rayon);
-    let ratio = med(|r| r.untraced / r.rayon);
-    let ratio_traced = med(|r| r.traced / r.rayon);
-    let ratio_traced_untraced = med(|r| r.traced / r.untraced);
-    let floor = med(|r| r.floor_untraced);
-    let floor_traced = med(|r| r.floor_traced);
+    let med = |f: &dyn Fn(&SweepResult) -> f64| median(runs.iter().map(f).collect());
+    let metg: [f64; 4] = std::array::from_fn(|m| med(&|r| r.metg[m]));
+    let floor: [f64; 3] = std::array::from_fn(|m| med(&|r| r.floor[m]));
+    let issue: [f64; 3] = std::array::from_fn(|m| med(&|r| r.issue_us[m]));
+    let vs_rayon: [f64; 3] = std::array::from_fn(|m| med(&|r| r.metg[m] / r.metg[3]));
+    let vs_untraced: [f64; 3] = std::array::from_fn(|m| med(&|r| r.metg[m] / r.metg[0]));
     eprintln!("METG(50) per sweep: {runs:?}");
 
     let mut table = Table::new(&format!(
         "runtime overheads ({threads} threads; stencil_1d width {threads}, {steps} steps)"
     ));
+    for (k, what) in ["independent", "chained"].iter().enumerate() {
+        table.row(
+            &format!("empty task, {what} (issue+analysis+run)"),
+            "µs",
+            empty[0][k].0,
+            "goal",
+            20.0,
+            false,
+        );
+        let per_mode: [f64; 3] = std::array::from_fn(|m| empty[m][k].0);
+        versus_untraced(&mut table, &format!("empty task, {what}"), &per_mode);
+    }
+    for m in 0..3 {
+        table.row(
+            &format!("stencil_1d METG(50), {}", NAMES[m]),
+            "µs",
+            metg[m],
+            "rayon+barrier",
+            metg[3],
+            false,
+        );
+    }
+    let metg_modes = [metg[0], metg[1], metg[2]];
+    versus_untraced(&mut table, "stencil_1d METG(50) vs untraced", &metg_modes);
     table.row(
-        "empty task, independent (issue+analysis+run)",
+        "stencil_1d METG(50), actors vs goal",
         "µs",
-        indep_us,
+        metg[2],
         "goal",
-        20.0,
+        1.5,
         false,
     );
-    table.row(
-        "empty task, chained (issue+analysis+run)",
-        "µs",
-        chain_us,
-        "goal",
-        20.0,
-        false,
+    versus_untraced(
+        &mut table,
+        "issuing loop per stencil step, shortest task",
+        &issue,
     );
-    table.row(
-        "empty task, independent, traced",
-        "µs",
-        indep_traced_us,
-        "untraced",
-        indep_us,
-        false,
-    );
-    table.row(
-        "empty task, chained, traced",
-        "µs",
-        chain_traced_us,
-        "untraced",
-        chain_us,
-        false,
-    );
-    table.row(
-        "stencil_1d METG(50)",
-        "µs",
-        metg_t,
-        "rayon+barrier",
-        metg_r,
-        false,
-    );
-    table.row(
-        "stencil_1d METG(50), traced",
-        "µs",
-        metg_tr,
-        "rayon+barrier",
-        metg_r,
-        false,
-    );
-    table.row(
-        "stencil_1d METG(50), traced vs untraced",
-        "µs",
-        metg_tr,
-        "untraced",
-        metg_t,
-        false,
-    );
-    table.row(
-        "stencil_1d METG(50) vs goal (4x rayon)",
-        "µs",
-        metg_t,
-        "4x rayon",
-        4.0 * metg_r,
-        false,
-    );
-    table.figure("analysis per empty task, independent (µs)", indep_analysis);
-    table.figure("analysis per empty task, chained (µs)", chain_analysis);
-    let st = rt.stats();
+    table.figure("analysis per empty task, independent (µs)", empty[0][0].1);
+    table.figure("analysis per empty task, chained (µs)", empty[0][1].1);
+    let st = runtimes[0].stats();
     table.figure("analysis per stencil task (µs)", st.analysis_us_per_task());
     table.figure(
         "stencil tasks whose solution was replayed (%)",
@@ -476,43 +481,66 @@ fn main() {
         "stencil points run by the issuing thread (%)",
         100.0 * st.nodes_helped as f64 / st.points_run.max(1) as f64,
     );
-    // The granularity at the shortest task is the per-step overhead floor: with the issuing
-    // thread sharing the cores, METG cannot fall much below it.
-    let tst = traced.stats();
-    table.figure(
-        "traced stencil: launched tasks replayed (%)",
-        100.0 * tst.traced_share(),
-    );
+    for m in 1..3 {
+        let tst = runtimes[m].stats();
+        let name = NAMES[m];
+        table.figure(
+            &format!("{name} stencil: launched tasks replayed (%)"),
+            100.0 * tst.traced_share(),
+        );
+        table.figure(
+            &format!("{name} stencil: tracing path ns per launched task"),
+            tst.tracing_ns as f64 / (tst.tasks_traced + tst.tasks_analysed).max(1) as f64,
+        );
+        table.figure(
+            &format!("{name} stencil: traces abandoned"),
+            tst.traces_abandoned as f64,
+        );
+    }
+    let ast = runtimes[2].stats();
     table.figure(
         "traced stencil: finder ns per launched task",
-        tst.finder_ns_per_task(),
+        ast.finder_ns_per_task(),
     );
     table.figure(
-        "traced stencil: tracing path ns per launched task",
-        tst.tracing_ns as f64 / (tst.tasks_traced + tst.tasks_analysed).max(1) as f64,
+        "actors stencil: replays linked to the one before (%)",
+        100.0 * ast.actor_linked_replays as f64 / ast.actor_replays.max(1) as f64,
     );
     table.figure(
-        "traced stencil: traces abandoned",
-        tst.traces_abandoned as f64,
-    );
-    table.figure(
-        "CG: tasks replayed in iterations 21-60 (%)",
+        "CG (actors): tasks replayed in iterations 21-60 (%)",
         100.0 * cg_share,
     );
     table.figure("CG: first iteration with a replay", cg_first as f64);
-    table.figure("stencil granularity floor, shortest task (µs)", floor);
-    table.figure("traced stencil granularity floor (µs)", floor_traced);
-    table.figure("stencil METG / rayon METG, median over sweeps", ratio);
-    table.figure("traced stencil METG / rayon METG, median", ratio_traced);
-    table.figure(
-        "traced / untraced stencil METG, median",
-        ratio_traced_untraced,
-    );
-    table.figure("metg_us_untraced", metg_t);
-    table.figure("metg_us_traced", metg_tr);
-    // Actors (issue 14 item 5) are not built: no figure to report.
-    table.figure("metg_us_traced_actors", f64::NAN);
-    table.figure("metg_us_rayon", metg_r);
+    // The granularity at the shortest task is the per-step overhead floor: with the issuing
+    // thread sharing the cores, METG cannot fall much below it.
+    for m in 0..3 {
+        table.figure(
+            &format!(
+                "stencil granularity floor, shortest task, {} (µs)",
+                NAMES[m]
+            ),
+            floor[m],
+        );
+        table.figure(
+            &format!("{} stencil METG / rayon METG, median", NAMES[m]),
+            vs_rayon[m],
+        );
+    }
+    for m in 1..3 {
+        table.figure(
+            &format!("{} / untraced stencil METG, median", NAMES[m]),
+            vs_untraced[m],
+        );
+    }
+    table.figure("metg_us_untraced", metg[0]);
+    table.figure("metg_us_traced", metg[1]);
+    table.figure("metg_us_traced_actors", metg[2]);
+    table.figure("metg_us_rayon", metg[3]);
+    table.figure("issue_us_per_step_untraced", issue[0]);
+    table.figure("issue_us_per_step_traced", issue[1]);
+    table.figure("issue_us_per_step_traced_actors", issue[2]);
+    table.figure("cg_replayed_share", cg_share);
+    table.figure("cg_first_replayed_iteration", cg_first as f64);
     table.figure("sweeps", sweeps as f64);
     table.figure("kernel ns per iteration", per_iter * 1e9);
     table.print();

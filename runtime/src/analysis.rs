@@ -142,8 +142,28 @@ impl AccessState {
                 preds.edge(n, entry);
             }
         }
-        self.groups_prune_at = PRUNE_MIN;
         self.writers.push((whole, entry.clone()));
+        self.push(writers, readers);
+    }
+
+    /// A replayed trace's postcondition when it follows a replay of the same trace (actors):
+    /// the accesses recorded over both, which stand for every pending access (no edges).
+    pub(crate) fn set<'a>(
+        &mut self,
+        writers: impl Iterator<Item = (Rect, &'a Arc<Node>)>,
+        readers: impl Iterator<Item = (Rect, &'a Arc<Node>)>,
+    ) {
+        self.writers.clear();
+        self.readers.clear();
+        self.push(writers, readers);
+    }
+
+    fn push<'a>(
+        &mut self,
+        writers: impl Iterator<Item = (Rect, &'a Arc<Node>)>,
+        readers: impl Iterator<Item = (Rect, &'a Arc<Node>)>,
+    ) {
+        self.groups_prune_at = PRUNE_MIN;
         self.writers.extend(writers.map(|(r, n)| (r, n.clone())));
         for (rect, n) in readers {
             match self.readers.iter_mut().find(|g| g.rect == rect) {

@@ -2,9 +2,9 @@
 //!
 //! The analysis hands a node to [`Executor::spawn`] once its in-edges are satisfied; the
 //! executor runs it and spawns the successors it makes ready. `ThreadPool` does this with event
-//! counting on worker threads. This trait is the seam where compiled actors (one worker per
-//! processor, atomic in-edge counters, messages per edge) replace event scheduling for traced
-//! graphs.
+//! counting on worker threads. Replayed traces compiled into actors (`tracing::actors`) run on
+//! it too: their vertices are owned by workers, and each worker has a mailbox of the ready
+//! vertices it owns beside the shared queue.
 //!
 //! The issuing thread is one of the processors: a runtime of `n` threads starts `n - 1` workers
 //! (at least one), and the issuing thread runs ready nodes through [`Executor::help`] whenever it
@@ -36,8 +36,42 @@ pub(crate) trait Executor: Send + Sync {
     fn has_ready(&self) -> bool;
 }
 
+/// A queue of ready nodes with its length readable without the lock.
+#[derive(Default)]
+struct Mailbox {
+    queue: Mutex<VecDeque<Arc<Node>>>,
+    len: AtomicUsize,
+}
+
+impl Mailbox {
+    fn push(&self, node: Arc<Node>) {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.push_back(node);
+        self.len.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn pop(&self) -> Option<Arc<Node>> {
+        if self.len.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let n = self
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front();
+        if n.is_some() {
+            self.len.fetch_sub(1, Ordering::SeqCst);
+        }
+        n
+    }
+}
+
 struct PoolState {
     queue: Mutex<VecDeque<Arc<Node>>>,
+    /// Per worker: the ready actor vertices it owns (`tracing::actors`). Its owner takes from
+    /// it first; an idle worker or the issuing thread takes from any, so an owner busy with a
+    /// long point never holds up a ready vertex while a core is free.
+    mailboxes: Vec<Mailbox>,
     /// Queue length, readable without the lock: spinning workers poll this, not the mutex.
     queued: AtomicUsize,
     cv: Condvar,
@@ -64,6 +98,7 @@ impl ThreadPool {
     pub(crate) fn new(threads: usize, shared: Arc<Shared>) -> ThreadPool {
         let state = Arc::new(PoolState {
             queue: Mutex::default(),
+            mailboxes: (0..threads).map(|_| Mailbox::default()).collect(),
             queued: AtomicUsize::new(0),
             cv: Condvar::new(),
             sleepers: AtomicUsize::new(0),
@@ -75,7 +110,7 @@ impl ThreadPool {
                 let st = state.clone();
                 std::thread::Builder::new()
                     .name(format!("tessera-worker-{i}"))
-                    .spawn(move || worker(&st))
+                    .spawn(move || worker(&st, i))
                     .expect("spawn worker thread")
             })
             .collect();
@@ -124,12 +159,12 @@ impl Executor for ThreadPool {
         while !done() {
             // A point in flight on a worker is about to make more ready: poll as an idle worker
             // does before giving up (the caller then blocks).
-            let Some(node) = poll(st, &mut *done) else {
+            let Some(node) = poll(st, None, &mut *done) else {
                 return done();
             };
             // Once the wait is over the issuer goes back to its own work and leaves the next
             // ready node to the workers.
-            let ran = run_chain(st, node, || !done());
+            let ran = run_chain(st, None, node, || !done());
             Counters::add(&st.shared.counters.nodes_helped, ran);
         }
         true
@@ -141,6 +176,20 @@ impl Executor for ThreadPool {
 }
 
 fn push(st: &PoolState, node: Arc<Node>) {
+    if let Some(mb) = st.mailboxes.get(node.owner() as usize) {
+        mb.push(node);
+        st.queued.fetch_add(1, Ordering::SeqCst);
+        // Under the queue lock, so that a worker about to sleep sees the count or the wake-up.
+        // All sleepers wake: the owner may be any of them (the rest find nothing and sleep).
+        let _q = st.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if st.sleepers.load(Ordering::SeqCst) > 0 {
+            st.cv.notify_all();
+        }
+        drop(_q);
+        st.shared.idle.notify();
+        st.shared.completion.notify();
+        return;
+    }
     let sleepers = {
         let mut q = st.queue.lock().unwrap_or_else(|e| e.into_inner());
         q.push_back(node);
@@ -156,26 +205,34 @@ fn push(st: &PoolState, node: Arc<Node>) {
     st.shared.completion.notify();
 }
 
-fn try_pop(st: &PoolState) -> Option<Arc<Node>> {
+/// A ready node for worker `me` (the issuing thread: `None`): its own mailbox first, then
+/// the shared queue, then any other mailbox.
+fn try_pop(st: &PoolState, me: Option<usize>) -> Option<Arc<Node>> {
     if st.queued.load(Ordering::SeqCst) == 0 {
         return None;
     }
-    let n = st
-        .queue
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .pop_front();
+    let own = me.and_then(|i| st.mailboxes[i].pop());
+    let n = own
+        .or_else(|| pop_shared(st))
+        .or_else(|| st.mailboxes.iter().find_map(Mailbox::pop));
     if n.is_some() {
         st.queued.fetch_sub(1, Ordering::SeqCst);
     }
     n
 }
 
+fn pop_shared(st: &PoolState) -> Option<Arc<Node>> {
+    st.queue
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .pop_front()
+}
+
 /// Polls the queue `SPINS` times spinning, then `YIELDS` times yielding, until a node is
 /// there or `stop()` holds.
-fn poll(st: &PoolState, mut stop: impl FnMut() -> bool) -> Option<Arc<Node>> {
+fn poll(st: &PoolState, me: Option<usize>, mut stop: impl FnMut() -> bool) -> Option<Arc<Node>> {
     for i in 0..SPINS + YIELDS {
-        if let Some(n) = try_pop(st) {
+        if let Some(n) = try_pop(st, me) {
             return Some(n);
         }
         if stop() {
@@ -190,8 +247,8 @@ fn poll(st: &PoolState, mut stop: impl FnMut() -> bool) -> Option<Arc<Node>> {
     None
 }
 
-fn pop(st: &PoolState) -> Option<Arc<Node>> {
-    if let Some(n) = poll(st, || false) {
+fn pop(st: &PoolState, me: usize) -> Option<Arc<Node>> {
+    if let Some(n) = poll(st, Some(me), || false) {
         return Some(n);
     }
     let mut q = st.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -199,6 +256,16 @@ fn pop(st: &PoolState) -> Option<Arc<Node>> {
         if let Some(n) = q.pop_front() {
             st.queued.fetch_sub(1, Ordering::SeqCst);
             return Some(n);
+        }
+        // Mailboxes are pushed outside this lock but notified under it: a count seen here is
+        // a node to take (drop the lock: `try_pop` takes it for the shared queue).
+        if st.queued.load(Ordering::SeqCst) > 0 {
+            drop(q);
+            if let Some(n) = try_pop(st, Some(me)) {
+                return Some(n);
+            }
+            q = st.queue.lock().unwrap_or_else(|e| e.into_inner());
+            continue;
         }
         if st.stop.load(Ordering::SeqCst) {
             return None;
@@ -210,16 +277,32 @@ fn pop(st: &PoolState) -> Option<Arc<Node>> {
 }
 
 /// Runs `node`, then one newly ready successor at a time (it likely uses what the node before
-/// just wrote) while `more()` holds, queueing the others for other threads. Returns the number
-/// of nodes run.
-fn run_chain(st: &PoolState, node: Arc<Node>, mut more: impl FnMut() -> bool) -> u64 {
+/// just wrote; on a worker, one owned by another worker goes to that worker) while `more()`
+/// holds, queueing the others for other threads. Returns the number of nodes run.
+fn run_chain(
+    st: &PoolState,
+    me: Option<usize>,
+    node: Arc<Node>,
+    mut more: impl FnMut() -> bool,
+) -> u64 {
+    // The issuing thread (no mailbox) keeps any successor: posting it would only have the
+    // issuer take it back from the mailbox while it waits.
+    let mine = |n: &Arc<Node>| {
+        let o = n.owner() as usize;
+        me.is_none_or(|me| o >= st.mailboxes.len() || o == me)
+    };
     let mut ran = 0;
     let mut next = Some(node);
     while let Some(n) = next.take() {
-        let mut ready = run_node(&n, &st.shared).into_iter();
+        let ready = run_node(&n, &st.shared);
         ran += 1;
-        next = ready.next();
-        ready.for_each(|r| push(st, r));
+        for r in ready {
+            if next.is_none() && mine(&r) {
+                next = Some(r);
+            } else {
+                push(st, r);
+            }
+        }
         if let Some(r) = next.take_if(|_| !more()) {
             push(st, r);
         }
@@ -227,8 +310,8 @@ fn run_chain(st: &PoolState, node: Arc<Node>, mut more: impl FnMut() -> bool) ->
     ran
 }
 
-fn worker(st: &PoolState) {
-    while let Some(node) = pop(st) {
-        run_chain(st, node, || true);
+fn worker(st: &PoolState, me: usize) {
+    while let Some(node) = pop(st, me) {
+        run_chain(st, Some(me), node, || true);
     }
 }

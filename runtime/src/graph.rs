@@ -17,6 +17,12 @@ pub(crate) enum Work {
     Finish { task: Arc<Launched> },
     /// A replayed trace's entry: it waits for what came before the trace (no work).
     Boundary,
+    /// A vertex of a trace replayed as actors: its work is in the run; finishing it counts
+    /// down its static successors' in-edges (`tracing::actors`).
+    Actor {
+        run: Arc<crate::tracing::actors::Run>,
+        vertex: u32,
+    },
     /// Across ranks: sends this rank's copy of `rect` of a store to rank `to`.
     Send {
         root: Arc<crate::store::StoreRoot>,
@@ -34,8 +40,13 @@ pub(crate) enum Work {
 /// saves the issuing thread an allocation per node (and the finishing worker one per completion).
 pub(crate) type NodeList = SmallVec<[Arc<Node>; 8]>;
 
+/// [`Node::owner`] of a node any thread may run.
+pub(crate) const NO_OWNER: u32 = u32::MAX;
+
 pub(crate) struct Node {
     pending: AtomicUsize,
+    /// The worker whose mailbox the node goes to when ready ([`NO_OWNER`]: the shared queue).
+    owner: u32,
     done: AtomicBool,
     succs: Mutex<NodeList>,
     /// Taken when the node runs: finished nodes stay in the dependence lists of the stores
@@ -45,12 +56,24 @@ pub(crate) struct Node {
 
 impl Node {
     pub(crate) fn new(work: Work) -> Arc<Node> {
+        Node::owned(work, NO_OWNER, 0)
+    }
+
+    /// A node owned by worker `owner` that waits for `in_edges` predecessors besides the
+    /// edges added to it (an actor vertex: its in-edges inside the trace are counted, never
+    /// listed at their sources).
+    pub(crate) fn owned(work: Work, owner: u32, in_edges: usize) -> Arc<Node> {
         Arc::new(Node {
-            pending: AtomicUsize::new(1),
+            pending: AtomicUsize::new(1 + in_edges),
+            owner,
             done: AtomicBool::new(false),
             succs: Mutex::default(),
             work: Mutex::new(Some(work)),
         })
+    }
+
+    pub(crate) fn owner(&self) -> u32 {
+        self.owner
     }
 
     /// The node's work, once (`None` if it was already taken).

@@ -135,6 +135,19 @@ impl Launched {
 /// message has not come: the communication thread completes it).
 pub(crate) fn run_node(node: &Arc<Node>, shared: &Shared) -> NodeList {
     match node.take_work() {
+        Some(Work::Actor { run, vertex }) => {
+            let mut ready = run_work(node, Some(run.work(vertex)), shared);
+            run.release_succs(vertex, &mut ready);
+            ready
+        }
+        work => run_work(node, work, shared),
+    }
+}
+
+/// Runs `work` (taken from `node`), counts the node run and completes it.
+fn run_work(node: &Arc<Node>, work: Option<Work>, shared: &Shared) -> NodeList {
+    match work {
+        Some(Work::Actor { .. }) => unreachable!("actor vertices are dispatched by run_node"),
         None | Some(Work::Boundary) => {}
         Some(Work::Send {
             root,

@@ -122,6 +122,7 @@ pub struct RuntimeBuilder {
     fusion_memo: bool,
     tracing: bool,
     trace_sampling: usize,
+    actors: bool,
     ranks: Option<Ranks>,
     agreement: bool,
 }
@@ -134,6 +135,12 @@ fn tracing_default() -> bool {
         Ok("1") => true,
         _ => DEFAULT_TRACING,
     }
+}
+
+/// Whether replayed traces run as actors unless the builder says otherwise: the environment
+/// variable `TESSERA_ACTORS` (`0` off, `1` on), else on.
+fn actors_default() -> bool {
+    !matches!(std::env::var("TESSERA_ACTORS").as_deref(), Ok("0"))
 }
 
 /// Automatic tracing's default: off. Held tasks start late (a body that waits for something
@@ -160,6 +167,7 @@ impl Default for RuntimeBuilder {
             fusion_memo: true,
             tracing: tracing_default(),
             trace_sampling: 64,
+            actors: actors_default(),
             ranks: None,
             agreement: agreement_default(),
         }
@@ -219,6 +227,16 @@ impl RuntimeBuilder {
     /// windows follow the ruler function, thesis §5.3.4).
     pub fn trace_sampling(mut self, unit: usize) -> Self {
         self.trace_sampling = unit.max(1);
+        self
+    }
+
+    /// Runs replayed traces as actors (default on, or the environment variable
+    /// `TESSERA_ACTORS=0|1`; only with tracing): each trace is compiled once into vertices
+    /// owned by workers, with static out-edges and in-edge counters, and a replay that follows
+    /// a replay of the same trace is linked to it by recorded edges instead of waiting behind
+    /// an entry vertex, so consecutive replays overlap (thesis ch. 6, Algorithm 4).
+    pub fn actors(mut self, on: bool) -> Self {
+        self.actors = on;
         self
     }
 
@@ -285,6 +303,7 @@ impl RuntimeBuilder {
             .max_pending
             .unwrap_or((128 * self.threads).clamp(256, 4096));
         shared.low_water.store(max_pending / 2, Ordering::Relaxed);
+        let workers = self.threads.saturating_sub(1).max(1);
         let inner = Inner {
             id: NEXT_RUNTIME.fetch_add(1, Ordering::Relaxed),
             machine: Machine {
@@ -293,7 +312,7 @@ impl RuntimeBuilder {
                 rank,
                 min_piece: self.min_piece,
             },
-            pool: ThreadPool::new(self.threads.saturating_sub(1).max(1), shared.clone()),
+            pool: ThreadPool::new(workers, shared.clone()),
             shared,
             registry: RwLock::default(),
             front: Mutex::new(Front {
@@ -302,7 +321,8 @@ impl RuntimeBuilder {
                 memo: SolveMemo::default(),
                 fusion_memo: FusionMemo::default(),
                 // A replayed trace builds every point's node: not across ranks (yet).
-                tracing: (self.tracing && ranks == 1).then(|| Tracing::new(self.trace_sampling)),
+                tracing: (self.tracing && ranks == 1)
+                    .then(|| Tracing::new(self.trace_sampling, self.actors.then_some(workers))),
             }),
             next_store: AtomicU64::new(0),
             max_pending,
@@ -1304,6 +1324,47 @@ impl Inner {
         self.start(b.link_finish());
     }
 
+    /// A plan's launched task, `points` of whose points run here; each store it uses holds a
+    /// pending reference from now on.
+    pub(crate) fn launched(
+        &self,
+        t: Plan,
+        points: usize,
+        dist: Option<crate::replicate::finish::Dist>,
+    ) -> Arc<Launched> {
+        let domain = t.domain;
+        let n = domain.len();
+        let has_finish = Launched::needs_finish(&t.args, !t.results.is_empty());
+        let mut roots: Args<Arc<StoreRoot>> = Args::new();
+        for a in &t.args {
+            if !roots.iter().any(|r| Arc::ptr_eq(r, &a.root)) {
+                a.root.pending_refs.fetch_add(1, Ordering::AcqRel);
+                roots.push(a.root.clone());
+            }
+        }
+        Arc::new(Launched {
+            name: t.name,
+            body: t.body,
+            domain,
+            token: t.token,
+            args: t.args,
+            scalars: t.scalars,
+            results: t.results,
+            fused: t.fused,
+            roots,
+            remaining: AtomicUsize::new(points),
+            // Only a finish step reads what points leave behind.
+            outs: if has_finish {
+                (0..n).map(|_| Mutex::default()).collect()
+            } else {
+                vec![]
+            },
+            failure: Mutex::new(None),
+            has_finish,
+            dist,
+        })
+    }
+
     /// A plan's task and its point (and finish) nodes, not yet connected to anything; each
     /// store it uses holds a pending reference from now on.
     pub(crate) fn build_nodes(&self, t: Plan) -> Built {
@@ -1320,37 +1381,7 @@ impl Inner {
         mine: &[usize],
         dist: Option<crate::replicate::finish::Dist>,
     ) -> Built {
-        let domain = t.domain;
-        let n = domain.len();
-        let has_finish = Launched::needs_finish(&t.args, !t.results.is_empty());
-        let mut roots: Args<Arc<StoreRoot>> = Args::new();
-        for a in &t.args {
-            if !roots.iter().any(|r| Arc::ptr_eq(r, &a.root)) {
-                a.root.pending_refs.fetch_add(1, Ordering::AcqRel);
-                roots.push(a.root.clone());
-            }
-        }
-        let task = Arc::new(Launched {
-            name: t.name,
-            body: t.body,
-            domain,
-            token: t.token,
-            args: t.args,
-            scalars: t.scalars,
-            results: t.results,
-            fused: t.fused,
-            roots,
-            remaining: AtomicUsize::new(mine.len()),
-            // Only a finish step reads what points leave behind.
-            outs: if has_finish {
-                (0..n).map(|_| Mutex::default()).collect()
-            } else {
-                vec![]
-            },
-            failure: Mutex::new(None),
-            has_finish,
-            dist,
-        });
+        let task = self.launched(t, mine.len(), dist);
         let points: NodeList = mine
             .iter()
             .map(|&p| {
@@ -1360,7 +1391,7 @@ impl Inner {
                 })
             })
             .collect();
-        let finish = has_finish.then(|| match &task.dist {
+        let finish = task.has_finish.then(|| match &task.dist {
             Some(d) if d.channel.rank != 0 => {
                 Node::new(Work::Recv(crate::replicate::channel::Recv {
                     from: 0,

@@ -29,6 +29,8 @@ pub(crate) struct Counters {
     pub finder_runs: AtomicU64,
     pub finder_ns: AtomicU64,
     pub tracing_ns: AtomicU64,
+    pub actor_replays: AtomicU64,
+    pub actor_linked_replays: AtomicU64,
     pub bytes_sent: AtomicU64,
     pub messages_sent: AtomicU64,
 }
@@ -66,6 +68,8 @@ impl Counters {
             finder_runs: g(&self.finder_runs),
             finder_ns: g(&self.finder_ns),
             tracing_ns: g(&self.tracing_ns),
+            actor_replays: g(&self.actor_replays),
+            actor_linked_replays: g(&self.actor_linked_replays),
             bytes_sent: g(&self.bytes_sent),
             messages_sent: g(&self.messages_sent),
         }
@@ -127,6 +131,10 @@ pub struct Stats {
     pub finder_ns: u64,
     /// Time in the tracing path (tokens, finder, matcher, recording, replay), nanoseconds.
     pub tracing_ns: u64,
+    /// Replays run as actors (`RuntimeBuilder::actors`), and of them those linked to the
+    /// replay before by recorded edges (no entry vertex: the two overlap).
+    pub actor_replays: u64,
+    pub actor_linked_replays: u64,
     /// Across ranks: bytes of store elements this rank sent to others (transfers before
     /// points and gathers for `read` and image sources; headers not counted).
     pub bytes_sent: u64,
@@ -202,6 +210,8 @@ impl Stats {
             finder_runs: self.finder_runs - earlier.finder_runs,
             finder_ns: self.finder_ns - earlier.finder_ns,
             tracing_ns: self.tracing_ns - earlier.tracing_ns,
+            actor_replays: self.actor_replays - earlier.actor_replays,
+            actor_linked_replays: self.actor_linked_replays - earlier.actor_linked_replays,
             bytes_sent: self.bytes_sent - earlier.bytes_sent,
             messages_sent: self.messages_sent - earlier.messages_sent,
         }

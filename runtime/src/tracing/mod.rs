@@ -23,9 +23,11 @@
 //! A token is a 64-bit hash of what a task does (`Issued::token`, mixed with where its
 //! futures come from): equal tokens make two tasks *candidates* for the same trace entry,
 //! never proof that they are equal. A replay compares the recorded fields of each task it
-//! replaces and falls back to ordinary analysis on any difference. Actors are not built
-//! (runtime/DESIGN.md, "Tracing in the launch path").
+//! replaces and falls back to ordinary analysis on any difference. `actors` (crate-private):
+//! a replayed trace compiled into per-worker actors (runtime/DESIGN.md, "Tracing in the launch
+//! path").
 
+pub(crate) mod actors;
 mod finder;
 mod record;
 pub(crate) mod replay;

@@ -20,7 +20,7 @@
 
 use crate::dtype::ReduceOp;
 use crate::fusion::FusedShape;
-use crate::launch::{LaunchArg, Launched};
+use crate::launch::LaunchArg;
 use crate::partition::Domain;
 use crate::rect::Rect;
 use crate::runtime::{distinct, Plan};
@@ -44,6 +44,8 @@ pub(crate) enum Producer {
 #[derive(Debug)]
 struct ArgSig {
     root: u64,
+    /// The store's extent (what [`PRE`] writes).
+    whole: Rect,
     privilege: Privilege,
     local: bool,
     rects: Arc<[Rect]>,
@@ -63,8 +65,10 @@ struct Sig {
 /// A store's accesses left by the trace: (rectangle, vertex).
 #[derive(Debug, Default)]
 pub(crate) struct FinalAccess {
-    /// Where the store is found in a replay's tasks: (task, argument).
+    /// Where the store is found in a replay's tasks: (task, argument); in [`Cross`], of the
+    /// replay before when `before` holds.
     pub at: (usize, usize),
+    pub before: bool,
     pub root: u64,
     pub writers: Vec<(Rect, u32)>,
     pub readers: Vec<(Rect, u32)>,
@@ -85,6 +89,11 @@ pub(crate) struct Graph {
 pub(crate) struct Recording {
     sigs: Vec<Sig>,
     pub graph: Graph,
+    /// For a replay right after a replay of the trace given as key (actors), made when first
+    /// needed.
+    pub cross: rustc_hash::FxHashMap<super::TraceId, Arc<Cross>>,
+    /// The graph compiled into actors (on first replay with actors on).
+    pub actors: Option<std::sync::Arc<super::actors::Compiled>>,
 }
 
 impl Recording {
@@ -96,8 +105,13 @@ impl Recording {
             .enumerate()
             .map(|(i, p)| sig(p, &plans[..i]))
             .collect();
-        let graph = graph(plans, &sigs);
-        Recording { sigs, graph }
+        let graph = graph(&sigs);
+        Recording {
+            sigs,
+            graph,
+            cross: Default::default(),
+            actors: None,
+        }
     }
 
     /// Whether `plans` are, field for field, the tasks recorded.
@@ -146,6 +160,7 @@ fn sig(p: &Plan, before: &[Plan]) -> Sig {
             .iter()
             .map(|a| ArgSig {
                 root: a.root.id,
+                whole: a.root.bound().map_or(a.view, |b| b.rect),
                 privilege: a.privilege,
                 local: a.local,
                 rects: a.rects.clone(),
@@ -212,78 +227,140 @@ impl Logical {
     }
 }
 
+/// The vertex standing for everything before the first copy (a writer of each whole store)
+/// in [`Cross`].
+pub(crate) const PRE: u32 = u32::MAX;
+
+/// What one replay of a trace needs when it directly follows a replay of the same trace
+/// (nothing else analysed in between): Definition 1 over two copies of the trace, starting
+/// from one writer of every whole store ([`PRE`]). Vertices `0..n` are the previous replay's,
+/// `n..2n` the new one's.
+#[derive(Debug, Default)]
+pub(crate) struct Cross {
+    /// Edges into the new replay from the previous one (or from [`PRE`]): (u, v - n).
+    pub edges: Vec<(u32, u32)>,
+    /// Each store's accesses after both copies (vertices numbered as above, or [`PRE`]).
+    pub stores: Vec<FinalAccess>,
+    /// Whether the second trace uses only stores the first one uses. Only those stores'
+    /// access states are known to be [`PRE`] and the first trace's final accesses: the
+    /// second trace is linked to the first only if it holds.
+    pub closed: bool,
+}
+
 /// The trace's logical graph, in the order `Inner::schedule` analyses (futures, arguments,
 /// then points before the finish step), so that it has the edges ordinary analysis of the same
 /// tasks would add with nothing finished.
-fn graph(plans: &[Plan], sigs: &[Sig]) -> Graph {
-    let mut edges = Vec::new();
-    let mut stores: Vec<(FinalAccess, Logical)> = Vec::new();
-    let mut finish_of: Vec<Option<u32>> = Vec::with_capacity(plans.len());
-    let mut next = 0u32;
-    for (i, (p, s)) in plans.iter().zip(sigs).enumerate() {
-        let n = p.domain.len() as u32;
-        let points = next..next + n;
-        let finish = Launched::needs_finish(&p.args, !p.results.is_empty()).then_some(next + n);
-        next += n + finish.is_some() as u32;
-        finish_of.push(finish);
-        for prod in &s.scalars {
-            if let Producer::Internal { plan } = *prod {
-                let f = finish_of[plan as usize].expect("a task with a result has a finish step");
-                edges.extend(points.clone().map(|v| (f, v)));
-            }
-        }
-        for (j, a) in p.args.iter().enumerate().filter(|(_, a)| !a.local) {
-            let k = match stores.iter().position(|(f, _)| f.root == a.root.id) {
-                Some(k) => k,
-                None => {
-                    let at = (i, j);
-                    let root = a.root.id;
-                    stores.push((
-                        FinalAccess {
-                            at,
-                            root,
-                            ..FinalAccess::default()
-                        },
-                        Logical::default(),
-                    ));
-                    stores.len() - 1
-                }
-            };
-            let st = &mut stores[k].1;
-            let per_point = points.clone().zip(a.rects.iter());
-            match a.privilege {
-                Privilege::Read => per_point.for_each(|(v, r)| st.read(*r, v, &mut edges)),
-                Privilege::Write | Privilege::ReadWrite => {
-                    per_point.for_each(|(v, r)| st.write(*r, v, &mut edges))
-                }
-                Privilege::Reduce(_) => {
-                    let f = finish.expect("reductions have a finish step");
-                    for r in distinct(&a.rects) {
-                        st.write(r, f, &mut edges);
-                    }
-                }
-                Privilege::WriteUnbound => unreachable!("unbound outputs are never traced"),
-            }
-        }
-        if let Some(f) = finish {
-            edges.extend(points.map(|v| (v, f)));
-        }
-    }
-    edges.sort_unstable();
-    edges.dedup();
+fn graph(sigs: &[Sig]) -> Graph {
+    let (edges, next, stores) = logical(&[sigs], false);
     let mut has_pred = vec![false; next as usize];
     edges.iter().for_each(|&(_, b)| has_pred[b as usize] = true);
     Graph {
         vertices: next as usize,
         sources: (0..next).filter(|&v| !has_pred[v as usize]).collect(),
         edges,
-        stores: stores
-            .into_iter()
-            .map(|(mut f, l)| {
-                f.writers = l.writers;
-                f.readers = l.readers;
-                f
-            })
-            .collect(),
+        stores,
     }
+}
+
+impl Recording {
+    /// [`Cross`] of this trace replayed right after `before`: the edges from `before`'s
+    /// vertices (and from before it) into this one's, and the accesses both leave.
+    pub(crate) fn cross_after(&self, before: &Recording) -> Cross {
+        let n = before.graph.vertices as u32;
+        let (edges, _, stores) = logical(&[&before.sigs, &self.sigs], true);
+        Cross {
+            edges: edges
+                .into_iter()
+                .filter(|&(u, v)| v >= n && (u < n || u == PRE))
+                .map(|(u, v)| (u, v - n))
+                .collect(),
+            closed: stores.iter().all(|s| s.before),
+            stores,
+        }
+    }
+}
+
+impl Sig {
+    fn has_finish(&self) -> bool {
+        !self.results.is_empty()
+            || self
+                .args
+                .iter()
+                .any(|a| matches!(a.privilege, Privilege::Reduce(_) | Privilege::WriteUnbound))
+    }
+}
+
+/// Definition 1 over traces in a row (vertices numbered on from one to the next), each store
+/// starting with [`PRE`] as the writer of all of it when `pre` holds. Returns the sorted
+/// edges, the vertex count and the final accesses.
+fn logical(traces: &[&[Sig]], pre: bool) -> (Vec<(u32, u32)>, u32, Vec<FinalAccess>) {
+    let mut edges = Vec::new();
+    let mut stores: Vec<(FinalAccess, Logical)> = Vec::new();
+    let mut finish_of: Vec<Option<u32>> = Vec::new();
+    let mut next = 0u32;
+    for (copy, sigs) in traces.iter().enumerate() {
+        let base = finish_of.len();
+        for (i, s) in sigs.iter().enumerate() {
+            let n = s.domain.len() as u32;
+            let points = next..next + n;
+            let finish = s.has_finish().then_some(next + n);
+            next += n + finish.is_some() as u32;
+            finish_of.push(finish);
+            for prod in &s.scalars {
+                if let Producer::Internal { plan } = *prod {
+                    let f = finish_of[base + plan as usize]
+                        .expect("a task with a result has a finish step");
+                    edges.extend(points.clone().map(|v| (f, v)));
+                }
+            }
+            for (j, a) in s.args.iter().enumerate().filter(|(_, a)| !a.local) {
+                let k = match stores.iter().position(|(f, _)| f.root == a.root) {
+                    Some(k) => k,
+                    None => {
+                        let mut l = Logical::default();
+                        if pre {
+                            l.writers.push((a.whole, PRE));
+                        }
+                        let f = FinalAccess {
+                            at: (i, j),
+                            before: copy + 1 < traces.len(),
+                            root: a.root,
+                            ..FinalAccess::default()
+                        };
+                        stores.push((f, l));
+                        stores.len() - 1
+                    }
+                };
+                let st = &mut stores[k].1;
+                let per_point = points.clone().zip(a.rects.iter());
+                match a.privilege {
+                    Privilege::Read => per_point.for_each(|(v, r)| st.read(*r, v, &mut edges)),
+                    Privilege::Write | Privilege::ReadWrite => {
+                        per_point.for_each(|(v, r)| st.write(*r, v, &mut edges))
+                    }
+                    Privilege::Reduce(_) => {
+                        let f = finish.expect("reductions have a finish step");
+                        for r in distinct(&a.rects[..]) {
+                            st.write(r, f, &mut edges);
+                        }
+                    }
+                    Privilege::WriteUnbound => unreachable!("unbound outputs are never traced"),
+                }
+            }
+            if let Some(f) = finish {
+                edges.extend(points.map(|v| (v, f)));
+            }
+        }
+    }
+    edges.sort_unstable();
+    edges.dedup();
+    let stores = stores
+        .into_iter()
+        .map(|(mut f, l)| {
+            f.writers = l.writers;
+            f.readers = l.readers;
+            f
+        })
+        .collect();
+    (edges, next, stores)
 }

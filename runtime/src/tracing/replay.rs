@@ -9,11 +9,13 @@
 //! source a held task writes (the image is computed from values). A trace therefore never
 //! spans either of the last two.
 
-use super::record::{traceable, Producer, Recording};
+use super::actors::{Compiled, Run};
+use super::record::{traceable, Cross, FinalAccess, Producer, Recording, PRE};
 use super::{Action, TraceId, Tracer, TracerConfig};
 use crate::analysis::Preds;
 use crate::constraint::Constraint;
 use crate::graph::{Node, Work};
+use crate::launch::Launched;
 use crate::runtime::{Inner, Plan};
 use crate::stats::Counters;
 use crate::task::{Issued, ScalarArg};
@@ -37,10 +39,33 @@ pub(crate) struct Tracing {
     seq: u64,
     /// Tokens are masked with it (tests force collisions with 0).
     pub(crate) token_mask: u64,
+    /// Workers to compile replayed traces into actors for (`None`: actors off).
+    actors: Option<usize>,
+    /// The replay last instantiated as actors, while nothing has been analysed since.
+    last: Option<LastReplay>,
+}
+
+/// What a replay linked to the one before it needs of that one.
+///
+/// Linking uses recorded edges computed as if the stores' access state were exactly one
+/// writer of each whole store ([`PRE`]) followed by the previous trace's final accesses.
+/// That holds, for the stores the previous trace uses, after a replay behind an entry vertex
+/// (`exact`); a trace using another store is not linked (`Cross::closed`). After a linked replay the state
+/// also holds accesses of the replay before it that the last one did not cover; a next replay
+/// of the *same* trace is still ordered after them (each of its accesses has a counterpart in
+/// the last replay, which was ordered after them), another trace is not, so it takes an entry
+/// vertex.
+struct LastReplay {
+    trace: TraceId,
+    exact: bool,
+    tasks: Vec<Arc<Launched>>,
+    nodes: Vec<Arc<Node>>,
+    /// The vertex standing for everything before the first of the linked replays.
+    pre: Arc<Node>,
 }
 
 impl Tracing {
-    pub(crate) fn new(sample_unit: usize) -> Tracing {
+    pub(crate) fn new(sample_unit: usize, actors: Option<usize>) -> Tracing {
         Tracing {
             tracer: Tracer::new(TracerConfig {
                 sample_unit,
@@ -53,6 +78,8 @@ impl Tracing {
             recordings: HashMap::default(),
             seq: 0,
             token_mask: u64::MAX,
+            actors,
+            last: None,
         }
     }
 
@@ -60,6 +87,17 @@ impl Tracing {
     #[cfg(test)]
     pub(crate) fn history(&self) -> Vec<u64> {
         self.tracer.history().collect()
+    }
+
+    /// The recorded edges and accesses of `trace` replayed right after `before` (made once).
+    fn cross(&mut self, before: TraceId, trace: TraceId) -> Arc<Cross> {
+        if let Some(c) = self.recordings[&trace].cross.get(&before) {
+            return c.clone();
+        }
+        let c = Arc::new(self.recordings[&trace].cross_after(&self.recordings[&before]));
+        let rec = self.recordings.get_mut(&trace).expect("replayed");
+        rec.cross.insert(before, c.clone());
+        c
     }
 
     /// Whether solving `t` needs a held task's effects: an image whose source it writes.
@@ -117,6 +155,8 @@ impl Inner {
         if !traceable(&plan) {
             self.release_held(tr);
             Counters::add(&self.shared.counters.tasks_analysed, 1);
+            // Access states change outside a replay: the next replay cannot link to the last.
+            tr.last = None;
             self.schedule(plan);
         } else {
             tr.held.push_back(plan);
@@ -145,6 +185,7 @@ impl Inner {
             match a {
                 Action::Release(tokens) => {
                     Counters::add(&counters.tasks_analysed, tokens.len() as u64);
+                    tr.last = None;
                     for _ in 0..tokens.len() {
                         let p = tr.held.pop_front().expect("one held task per token");
                         self.schedule(p);
@@ -169,12 +210,138 @@ impl Inner {
         if !rec.matches(&plans) {
             Counters::add(&counters.traces_abandoned, 1);
             Counters::add(&counters.tasks_analysed, plans.len() as u64);
+            tr.last = None;
             plans.into_iter().for_each(|p| self.schedule(p));
             return;
         }
         Counters::add(&counters.traces_replayed, 1);
         Counters::add(&counters.tasks_traced, plans.len() as u64);
-        self.instantiate(rec, plans);
+        let Some(workers) = tr.actors else {
+            return self.instantiate(rec, plans);
+        };
+        let last = tr.last.take().filter(|l| l.exact || l.trace == trace);
+        let link = last
+            .map(|l| (tr.cross(l.trace, trace), l))
+            .filter(|(c, _)| c.closed);
+        let rec = tr.recordings.get_mut(&trace).expect("recorded above");
+        tr.last = self.instantiate_actors(rec, workers, trace, link, plans);
+    }
+
+    /// The recorded graph as actors (`actors.rs`) over `plans`' tasks: linked to `last` (a
+    /// replay of the same trace with nothing analysed since) by the recorded cross edges, or
+    /// else behind an entry vertex as in [`Inner::instantiate`].
+    fn instantiate_actors(
+        &self,
+        rec: &mut Recording,
+        workers: usize,
+        trace: TraceId,
+        link: Option<(Arc<Cross>, LastReplay)>,
+        plans: Vec<Plan>,
+    ) -> Option<LastReplay> {
+        let counters = &self.shared.counters;
+        Counters::add(&counters.actor_replays, 1);
+        let tasks: Vec<_> = plans
+            .into_iter()
+            .map(|p| {
+                let points = p.domain.len();
+                self.launched(p, points, None)
+            })
+            .collect();
+        let compiled = rec
+            .actors
+            .get_or_insert_with(|| {
+                let points: Vec<usize> = tasks.iter().map(|t| t.domain.len()).collect();
+                let finish: Vec<bool> = tasks.iter().map(|t| t.has_finish).collect();
+                Arc::new(Compiled::new(&rec.graph, &points, &finish, workers))
+            })
+            .clone();
+        let nodes = Run::nodes(&compiled, tasks.clone());
+        let mut first = 0;
+        for (i, t) in tasks.iter().enumerate() {
+            let points = &nodes[first..first + t.domain.len()];
+            for (s, p) in t.scalars.iter().zip(rec.producers(i)) {
+                if let (ScalarArg::Future(cell), Producer::External) = (s, p) {
+                    if let Some(pred) = cell.node.get() {
+                        points.iter().for_each(|p| Node::add_edge(pred, p));
+                    }
+                }
+            }
+            first += t.domain.len();
+            if t.has_finish {
+                for (_, cell) in &t.results {
+                    let _ = cell.node.set(nodes[first].clone());
+                }
+                first += 1;
+            }
+        }
+        let (pre, entry, exact) = match link {
+            Some((cross, last)) => {
+                Counters::add(&counters.actor_linked_replays, 1);
+                let n = last.nodes.len() as u32;
+                let vertex = |u: u32| match u {
+                    PRE => &last.pre,
+                    u if u < n => &last.nodes[u as usize],
+                    u => &nodes[(u - n) as usize],
+                };
+                for &(u, v) in &cross.edges {
+                    Node::add_edge(vertex(u), &nodes[v as usize]);
+                }
+                for st in &cross.stores {
+                    let of = if st.before { &last.tasks } else { &tasks };
+                    let v = |&(r, u): &(_, u32)| (r, vertex(u));
+                    of[st.at.0].args[st.at.1]
+                        .root
+                        .meta()
+                        .access
+                        .set(st.writers.iter().map(v), st.readers.iter().map(v));
+                }
+                // Linked to another trace, the state is no longer one a next link assumes.
+                let keep = last.trace == trace;
+                (keep.then_some(last.pre), None, false)
+            }
+            None => {
+                let entry = Node::new(Work::Boundary);
+                let root = |st: &FinalAccess| tasks[st.at.0].args[st.at.1].root.clone();
+                self.enter(&rec.graph, &entry, &nodes, root);
+                (Some(entry.clone()), Some(entry), true)
+            }
+        };
+        let started = nodes.iter().cloned().chain(entry);
+        self.start(started.collect::<Vec<_>>().into_iter());
+        pre.map(|pre| LastReplay {
+            trace,
+            exact,
+            tasks,
+            nodes,
+            pre,
+        })
+    }
+
+    /// The entry vertex after every pending access to the trace's stores and before its
+    /// sources; each store's access state set to the trace's postcondition.
+    fn enter(
+        &self,
+        g: &super::record::Graph,
+        entry: &Arc<Node>,
+        nodes: &[Arc<Node>],
+        root: impl Fn(&FinalAccess) -> Arc<crate::store::StoreRoot>,
+    ) {
+        let mut preds = Preds::default();
+        for st in &g.stores {
+            let root = root(st);
+            let whole = root.bound().expect("traced stores are bound").rect;
+            let v = |&(r, i): &(_, u32)| (r, &nodes[i as usize]);
+            root.meta().access.replace(
+                whole,
+                entry,
+                &mut preds,
+                st.writers.iter().map(v),
+                st.readers.iter().map(v),
+            );
+        }
+        for &s in &g.sources {
+            Node::add_edge(entry, &nodes[s as usize]);
+        }
     }
 
     /// The recorded graph over `plans`' nodes: the entry vertex after every pending access
@@ -190,19 +357,9 @@ impl Inner {
         }
         debug_assert_eq!(nodes.len(), g.vertices);
         let entry = Node::new(Work::Boundary);
-        let mut preds = Preds::default();
-        for st in &g.stores {
-            let root = &built[st.at.0].task.args[st.at.1].root;
-            let whole = root.bound().expect("traced stores are bound").rect;
-            let v = |&(r, i): &(_, u32)| (r, &nodes[i as usize]);
-            root.meta().access.replace(
-                whole,
-                &entry,
-                &mut preds,
-                st.writers.iter().map(v),
-                st.readers.iter().map(v),
-            );
-        }
+        self.enter(g, &entry, &nodes, |st| {
+            built[st.at.0].task.args[st.at.1].root.clone()
+        });
         for (i, b) in built.iter().enumerate() {
             for (s, p) in b.task.scalars.iter().zip(rec.producers(i)) {
                 if let (ScalarArg::Future(cell), Producer::External) = (s, p) {
@@ -214,9 +371,6 @@ impl Inner {
         }
         for &(a, b) in &g.edges {
             Node::add_edge(&nodes[a as usize], &nodes[b as usize]);
-        }
-        for &s in &g.sources {
-            Node::add_edge(&entry, &nodes[s as usize]);
         }
         for b in &built {
             if let Some(f) = &b.finish {

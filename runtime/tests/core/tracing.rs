@@ -8,13 +8,32 @@ use std::sync::Arc;
 use tessera_runtime::transport::{run_ranks, TransportError};
 use tessera_runtime::{DType, Future, ReduceOp, Result, Runtime, RuntimeError, Stats, Store};
 
-fn runtime(threads: usize, tracing: bool) -> Runtime {
+/// How a test runtime runs the stream: analysed task by task, traced with replays through the
+/// thread pool's nodes, or traced with replays as actors.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    Untraced,
+    Traced,
+    Actors,
+}
+use Mode::*;
+
+fn runtime(threads: usize, mode: Mode) -> Runtime {
     Runtime::builder()
         .threads(threads)
         .min_piece_size(4)
-        .tracing(tracing)
+        .tracing(mode != Untraced)
+        .actors(mode == Actors)
         .trace_sampling(8)
         .build()
+}
+
+/// Replays ran as actors exactly when the mode says so.
+fn check_actors(mode: Mode, st: &Stats) {
+    match mode {
+        Actors => assert_eq!(st.actor_replays, st.traces_replayed, "{st:?}"),
+        _ => assert_eq!(st.actor_replays, 0, "{st:?}"),
+    }
 }
 
 fn register_stencil(rt: &Runtime) -> Result<()> {
@@ -47,8 +66,8 @@ fn stencil_step(rt: &Runtime, cur: &Store, next: &Store, n: usize, width: usize)
         .submit()
 }
 
-fn stencil(threads: usize, tracing: bool, steps: usize) -> Result<(Vec<f64>, Stats)> {
-    let rt = runtime(threads, tracing);
+fn stencil(threads: usize, mode: Mode, steps: usize) -> Result<(Vec<f64>, Stats)> {
+    let rt = runtime(threads, mode);
     register_stencil(&rt)?;
     let n = 40;
     let init: Vec<f64> = (0..n + 2).map(|i| (i * 7 % 5) as f64).collect();
@@ -64,15 +83,23 @@ fn stencil(threads: usize, tracing: bool, steps: usize) -> Result<(Vec<f64>, Sta
 
 #[test]
 fn a_traced_stencil_equals_the_untraced_one_bitwise() {
-    let (want, untraced) = stencil(2, false, 300).unwrap();
+    let (want, untraced) = stencil(2, Untraced, 300).unwrap();
     assert_eq!(untraced.tasks_traced, 0);
-    for threads in [1, 2, 3] {
-        let (got, st) = stencil(threads, true, 300).unwrap();
-        assert_eq!(got, want, "threads = {threads}");
-        assert!(st.traces_recorded >= 1, "{st:?}");
-        assert!(st.traced_share() > 0.8, "{st:?}");
-        assert_eq!(st.traces_abandoned, 0);
-        assert_eq!(st.tasks_traced + st.tasks_analysed, 300);
+    for mode in [Traced, Actors] {
+        for threads in [1, 2, 3] {
+            let (got, st) = stencil(threads, mode, 300).unwrap();
+            assert_eq!(got, want, "{mode:?}, threads = {threads}");
+            assert!(st.traces_recorded >= 1, "{st:?}");
+            assert!(st.traced_share() > 0.8, "{st:?}");
+            assert_eq!(st.traces_abandoned, 0);
+            assert_eq!(st.tasks_traced + st.tasks_analysed, 300);
+            check_actors(mode, &st);
+            if mode == Actors {
+                // The loop replays one trace back to back: all but the first replay of each
+                // run of replays are linked to the one before, with no entry vertex.
+                assert!(2 * st.actor_linked_replays > st.actor_replays, "{st:?}");
+            }
+        }
     }
 }
 
@@ -80,8 +107,8 @@ fn a_traced_stencil_equals_the_untraced_one_bitwise() {
 /// iteration issues the same tasks: an SpMV through images, two dot products (results),
 /// updates taking futures made inside and before the iteration. Returns x, its iterations and
 /// the runtime's statistics.
-fn cg(threads: usize, tracing: bool, iterations: usize) -> Result<(Vec<f64>, Stats)> {
-    let rt = runtime(threads, tracing);
+fn cg(threads: usize, mode: Mode, iterations: usize) -> Result<(Vec<f64>, Stats)> {
+    let rt = runtime(threads, mode);
     // SpMV, dot, axpy_ratio and xpay_ratio of the CG example.
     cg::register(&rt)?;
     let host = HostCsr::laplacian_2d(8);
@@ -107,23 +134,26 @@ fn traced_cg_equals_untraced_cg_bitwise_and_is_mostly_replayed() {
     // The launch domain follows the processors, and with it the dot products' rounding:
     // compare at equal thread counts.
     for threads in [1, 2, 4] {
-        let (want, _) = cg(threads, false, 20).unwrap();
-        let (got, st) = cg(threads, true, 20).unwrap();
-        assert_eq!(got, want, "threads = {threads}");
-        assert!(st.tasks_traced > 0, "{st:?}");
-        assert_eq!(st.traces_abandoned, 0, "{st:?}");
-        eprintln!(
-            "cg threads {threads}: {:.1} % traced",
-            100.0 * st.traced_share()
-        );
+        let (want, _) = cg(threads, Untraced, 20).unwrap();
+        for mode in [Traced, Actors] {
+            let (got, st) = cg(threads, mode, 20).unwrap();
+            assert_eq!(got, want, "{mode:?}, threads = {threads}");
+            assert!(st.tasks_traced > 0, "{st:?}");
+            assert_eq!(st.traces_abandoned, 0, "{st:?}");
+            check_actors(mode, &st);
+            eprintln!(
+                "cg {mode:?} threads {threads}: {:.1} % traced",
+                100.0 * st.traced_share()
+            );
+        }
     }
 }
 
 /// A random DAG over a few stores: each task reads two stores (whole or a half) and updates
 /// a third, some fold a sum that a later task takes as a future. The same DAG is issued
 /// `rounds` times, so it repeats.
-fn random_dag(seed: u64, threads: usize, tracing: bool) -> Result<(Vec<Vec<f64>>, Stats)> {
-    let rt = runtime(threads, tracing);
+fn random_dag(seed: u64, threads: usize, mode: Mode) -> Result<(Vec<Vec<f64>>, Stats)> {
+    let rt = runtime(threads, mode);
     rt.register("mix", |ctx| {
         let k = ctx.scalar(0).as_f64();
         let f = ctx.scalar(1).as_f64();
@@ -185,21 +215,31 @@ fn random_dag(seed: u64, threads: usize, tracing: bool) -> Result<(Vec<Vec<f64>>
 
 #[test]
 fn random_dags_under_tracing_equal_untraced_bitwise() {
+    let mut linked = 0;
     for seed in 1..=12u64 {
-        let (want, _) = random_dag(seed, 2, false).unwrap();
-        for threads in [1, 2] {
-            let (got, st) = random_dag(seed, threads, true).unwrap();
-            assert_eq!(got, want, "seed {seed}, threads {threads}: {st:?}");
+        let (want, _) = random_dag(seed, 2, Untraced).unwrap();
+        for mode in [Traced, Actors] {
+            for threads in [1, 2] {
+                let (got, st) = random_dag(seed, threads, mode).unwrap();
+                assert_eq!(
+                    got, want,
+                    "{mode:?}, seed {seed}, threads {threads}: {st:?}"
+                );
+                check_actors(mode, &st);
+                linked += st.actor_linked_replays;
+            }
         }
     }
+    // Some DAGs replay back to back: the cross edges between replays are exercised.
+    assert!(linked > 0);
 }
 
 #[test]
 fn a_stream_that_leaves_a_trace_midway_falls_back() {
     // The stencil loop is traced; then the loop body changes halfway through an iteration
     // (a different width), then returns. Every store equals the untraced run.
-    let run = |tracing| -> Result<(Vec<f64>, Stats)> {
-        let rt = runtime(2, tracing);
+    let run = |mode| -> Result<(Vec<f64>, Stats)> {
+        let rt = runtime(2, mode);
         register_stencil(&rt)?;
         let n = 24;
         let a = rt.from_vec(&[n + 2], (0..n + 2).map(|i| i as f64).collect())?;
@@ -211,15 +251,26 @@ fn a_stream_that_leaves_a_trace_midway_falls_back() {
         }
         Ok((rt.read::<f64>(&a)?, rt.stats()))
     };
-    let (want, _) = run(false).unwrap();
-    let (got, st) = run(true).unwrap();
-    assert_eq!(got, want);
-    assert!(st.tasks_traced > 0 && st.tasks_analysed > 3, "{st:?}");
+    let (want, _) = run(Untraced).unwrap();
+    for mode in [Traced, Actors] {
+        let (got, st) = run(mode).unwrap();
+        assert_eq!(got, want, "{mode:?}");
+        assert!(st.tasks_traced > 0 && st.tasks_analysed > 3, "{st:?}");
+        check_actors(mode, &st);
+    }
 }
 
 #[test]
 fn a_reader_outside_the_trace_waits_for_its_writes() {
-    let rt = runtime(2, true);
+    for mode in [Traced, Actors] {
+        for threads in [1, 2] {
+            reader_outside_the_trace(threads, mode);
+        }
+    }
+}
+
+fn reader_outside_the_trace(threads: usize, mode: Mode) {
+    let rt = runtime(threads, mode);
     register_stencil(&rt).unwrap();
     rt.register("sum_into", |ctx| {
         let s: f64 = ctx.read::<f64>(0).as_slice().iter().sum();
@@ -248,12 +299,22 @@ fn a_reader_outside_the_trace_waits_for_its_writes() {
         .submit()
         .unwrap();
     assert_eq!(rt.read::<f64>(&total).unwrap(), [host.iter().sum::<f64>()]);
-    assert!(rt.stats().tasks_traced > 0);
+    let st = rt.stats();
+    assert!(st.tasks_traced > 0, "{st:?}");
+    check_actors(mode, &st);
 }
 
 #[test]
 fn a_panicking_body_in_a_replayed_trace_fails_its_task() {
-    let rt = runtime(2, true);
+    for mode in [Traced, Actors] {
+        for threads in [1, 2] {
+            panicking_body(threads, mode);
+        }
+    }
+}
+
+fn panicking_body(threads: usize, mode: Mode) {
+    let rt = runtime(threads, mode);
     let calls = Arc::new(AtomicUsize::new(0));
     let c = calls.clone();
     rt.register("step", move |ctx| {
@@ -288,13 +349,14 @@ fn a_panicking_body_in_a_replayed_trace_fails_its_task() {
     );
     assert!(err.to_string().contains("boom") || err.to_string().contains("not computed"));
     assert!(st.tasks_traced > 0, "{st:?}");
+    check_actors(mode, &st);
 }
 
 #[test]
 fn every_rank_takes_the_same_trace_decisions() {
     for ranks in 2..=4 {
         let out = run_ranks(ranks, |_| -> std::result::Result<_, TransportError> {
-            let (_, st) = stencil(2, true, 150).expect("stencil");
+            let (_, st) = stencil(2, Actors, 150).expect("stencil");
             Ok((
                 st.tasks_traced,
                 st.traces_recorded,

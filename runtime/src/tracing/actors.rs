@@ -1,0 +1,173 @@
+//! A replayed trace compiled into actors (thesis ch. 6, Algorithm 4; issue 14 item 5).
+//!
+//! Compiled once per recording: every vertex of the trace's logical graph is owned by one
+//! worker (point `p` by worker `p mod workers`, so that the same tile is touched by the same
+//! core in every replay; a finish step by its task's point 0's owner), with a static list of
+//! out-edges inside the trace and its count of in-edges inside the trace. A replay makes one
+//! node per vertex whose pending count starts at that count (the "counter reset"), adds only
+//! the edges that cross the trace's boundary, and a finishing vertex decrements its static
+//! successors' counters directly — no lock, no edge list built per replay. A ready vertex goes
+//! to its owner's mailbox (`executor.rs`).
+//!
+//! Boundaries: what came before a replay is either one entry vertex waiting for every pending
+//! access of the trace's stores (the first replay of a run), or — when the replay directly
+//! follows a replay of the same trace — the previous replay's vertices themselves, through the
+//! recorded cross edges (`record::Cross`): consecutive replays overlap, with no barrier between
+//! them. What comes after sees the trace's final accesses in the stores' access state, as
+//! after ordinary analysis.
+
+use super::record::Graph;
+use crate::graph::{Node, Work};
+use crate::launch::Launched;
+use std::sync::{Arc, OnceLock};
+
+/// Where a vertex's work is: task index and point (`FINISH` for the finish step).
+#[derive(Clone, Copy, Debug)]
+struct At {
+    task: u32,
+    point: u32,
+}
+
+const FINISH: u32 = u32::MAX;
+
+/// A trace's graph as actors: static out-edges (CSR), in-edge counts and owners per vertex.
+#[derive(Debug)]
+pub(crate) struct Compiled {
+    first_succ: Vec<u32>,
+    succs: Vec<u32>,
+    in_edges: Vec<u32>,
+    owner: Vec<u32>,
+    at: Vec<At>,
+}
+
+impl Compiled {
+    /// Compiles `g`, whose tasks have `points[t]` points and a finish step where
+    /// `finish[t]`, for `workers` workers.
+    pub(crate) fn new(g: &Graph, points: &[usize], finish: &[bool], workers: usize) -> Compiled {
+        let n = g.vertices;
+        let mut at = Vec::with_capacity(n);
+        let mut owner = Vec::with_capacity(n);
+        let workers = workers.max(1);
+        for (t, (&pts, &fin)) in points.iter().zip(finish).enumerate() {
+            for p in 0..pts {
+                at.push(At {
+                    task: t as u32,
+                    point: p as u32,
+                });
+                owner.push((p % workers) as u32);
+            }
+            if fin {
+                at.push(At {
+                    task: t as u32,
+                    point: FINISH,
+                });
+                owner.push(0);
+            }
+        }
+        debug_assert_eq!(at.len(), n);
+        let mut first_succ = vec![0u32; n + 1];
+        let mut in_edges = vec![0u32; n];
+        for &(a, b) in &g.edges {
+            first_succ[a as usize + 1] += 1;
+            in_edges[b as usize] += 1;
+        }
+        for v in 0..n {
+            first_succ[v + 1] += first_succ[v];
+        }
+        // Edges are sorted by source: the CSR is their second components in order.
+        let succs = g.edges.iter().map(|&(_, b)| b).collect();
+        Compiled {
+            first_succ,
+            succs,
+            in_edges,
+            owner,
+            at,
+        }
+    }
+
+    fn succs(&self, v: u32) -> &[u32] {
+        let v = v as usize;
+        &self.succs[self.first_succ[v] as usize..self.first_succ[v + 1] as usize]
+    }
+}
+
+/// One replay of a compiled trace: its tasks and one node per vertex.
+pub(crate) struct Run {
+    compiled: Arc<Compiled>,
+    tasks: Vec<Arc<Launched>>,
+    /// Set once right after the nodes are made (each node's work refers to this run; the
+    /// cycle ends as each node runs and drops its work).
+    nodes: OnceLock<Vec<Arc<Node>>>,
+}
+
+impl Run {
+    /// The nodes of one replay of `compiled` over `tasks`, each pending on its in-edges
+    /// inside the trace (plus the issue guard), not yet started.
+    pub(crate) fn nodes(compiled: &Arc<Compiled>, tasks: Vec<Arc<Launched>>) -> Vec<Arc<Node>> {
+        let run = Arc::new(Run {
+            compiled: compiled.clone(),
+            tasks,
+            nodes: OnceLock::new(),
+        });
+        let nodes: Vec<Arc<Node>> = (0..compiled.at.len())
+            .map(|v| {
+                let work = Work::Actor {
+                    run: run.clone(),
+                    vertex: v as u32,
+                };
+                Node::owned(work, compiled.owner[v], compiled.in_edges[v] as usize)
+            })
+            .collect();
+        let _ = run.nodes.set(nodes.clone());
+        nodes
+    }
+
+    /// The ordinary work of `vertex`: one point of a task or its finish step.
+    pub(crate) fn work(&self, vertex: u32) -> Work {
+        let at = self.compiled.at[vertex as usize];
+        let task = self.tasks[at.task as usize].clone();
+        match at.point {
+            FINISH => Work::Finish { task },
+            point => Work::Point {
+                task,
+                point: point as usize,
+            },
+        }
+    }
+
+    /// Counts `vertex` done for its static successors; pushes those that became ready.
+    pub(crate) fn release_succs(&self, vertex: u32, ready: &mut crate::graph::NodeList) {
+        let nodes = self.nodes.get().expect("nodes are set before any runs");
+        for &s in self.compiled.succs(vertex) {
+            let node = &nodes[s as usize];
+            if node.release() {
+                ready.push(node.clone());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compiling_keeps_every_edge_counts_in_edges_and_spreads_points_over_workers() {
+        // Task 0: two points; task 1: two points and a finish step (vertex 4).
+        let g = Graph {
+            vertices: 5,
+            edges: vec![(0, 2), (0, 3), (1, 3), (2, 4), (3, 4)],
+            sources: vec![0, 1],
+            stores: vec![],
+        };
+        let c = Compiled::new(&g, &[2, 2], &[false, true], 2);
+        let succs: Vec<Vec<u32>> = (0..5).map(|v| c.succs(v).to_vec()).collect();
+        assert_eq!(succs, [vec![2, 3], vec![3], vec![4], vec![4], vec![]]);
+        assert_eq!(c.in_edges, [0, 0, 1, 2, 2]);
+        assert_eq!(c.owner, [0, 1, 0, 1, 0]);
+        assert_eq!(c.at[4].point, FINISH);
+        // One worker owns everything.
+        let one = Compiled::new(&g, &[2, 2], &[false, true], 1);
+        assert!(one.owner.iter().all(|&o| o == 0));
+    }
+}
