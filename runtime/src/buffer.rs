@@ -17,12 +17,39 @@ use std::sync::Mutex;
 /// A `Vec` (never resized) rather than a boxed slice, so that a host `Vec` becomes a buffer
 /// and back without a pass over its elements or a shrinking reallocation.
 pub struct Buf<T> {
-    cells: Vec<UnsafeCell<T>>,
+    cells: Cells<T>,
+}
+
+/// Where a buffer's cells live.
+enum Cells<T> {
+    /// An ordinary allocation (host data moves in and out of it without a copy).
+    Owned(Vec<UnsafeCell<T>>),
+    /// A zero-filled anonymous mapping whose pages the OS backs with memory only when a cell
+    /// on them is first written: a store across ranks keeps the whole store's layout (every
+    /// view, fold and kernel indexes it by root coordinates, as on one rank) while a rank's
+    /// memory holds only the pages of the pieces its points write or receive.
+    Mapped(Mapped<T>),
+}
+
+/// An anonymous mapping of `len` cells and the pointer to its first one.
+struct Mapped<T> {
+    /// Keeps the mapping alive; never read through (all access goes through `ptr`).
+    _map: memmap2::MmapMut,
+    /// Taken from the mapping once, at creation, while it was exclusively owned.
+    ptr: *mut T,
+    len: usize,
 }
 
 // SAFETY: cells are only read or written through views that hold a ledger borrow; the ledger
 // refuses a write borrow that overlaps any other borrow, so no two threads race on a cell.
 unsafe impl<T: Send> Sync for Buf<T> {}
+// SAFETY: a mapping is owned memory like a `Vec`'s: moving the owner to another thread moves
+// the only handle to it (`ptr` points into `_map`, which moves with it).
+unsafe impl<T: Send> Send for Buf<T> {}
+
+/// Buffers at least this large are mapped (see [`Buf::sparse_zeros`]); smaller ones are
+/// ordinary allocations: a few pages are not worth a system call.
+pub(crate) const SPARSE_MIN_BYTES: usize = 64 << 10;
 
 /// Reinterprets a `Vec<A>` as a `Vec<B>` without touching its elements.
 ///
@@ -50,38 +77,120 @@ impl<T: Copy> Buf<T> {
     pub(crate) fn from_vec(v: Vec<T>) -> Buf<T> {
         // SAFETY: `UnsafeCell<T>` is `repr(transparent)` over `T` and `T: Copy` (see `cast_vec`).
         Buf {
-            cells: unsafe { cast_vec::<T, UnsafeCell<T>>(v) },
+            cells: Cells::Owned(unsafe { cast_vec::<T, UnsafeCell<T>>(v) }),
         }
     }
 
-    /// The elements as a `Vec`: a move (O(1)). Taking `self` by value means no view of the
-    /// cells can be alive.
+    /// `len` zero cells whose memory is taken page by page as cells are written (an anonymous
+    /// mapping), so a rank that writes only its share of a store holds only that share's
+    /// pages. Small buffers, and a mapping the OS refuses, are ordinary zero-filled vectors.
+    /// `T`'s all-zero bytes must be its default (true of every element type: numbers and
+    /// `PosRange`).
+    pub(crate) fn sparse_zeros(len: usize) -> Buf<T>
+    where
+        T: Default,
+    {
+        let bytes = len * std::mem::size_of::<T>();
+        if bytes >= SPARSE_MIN_BYTES {
+            if let Ok(mut map) = memmap2::MmapMut::map_anon(bytes) {
+                // Page-aligned, so aligned for any element type.
+                let ptr = map.as_mut_ptr().cast::<T>();
+                return Buf {
+                    cells: Cells::Mapped(Mapped {
+                        _map: map,
+                        ptr,
+                        len,
+                    }),
+                };
+            }
+        }
+        Buf::from_vec(vec![T::default(); len])
+    }
+
+    /// The elements as a `Vec`: a move (O(1)) for an ordinary allocation, a copy for a mapped
+    /// one. Taking `self` by value means no view of the cells can be alive.
     pub(crate) fn into_vec(self) -> Vec<T> {
-        // SAFETY: as in `from_vec`, the other way round; `self` is owned, so no borrow of a
-        // cell outlives the cast.
-        unsafe { cast_vec::<UnsafeCell<T>, T>(self.cells) }
+        match self.cells {
+            // SAFETY: as in `from_vec`, the other way round; `self` is owned, so no borrow of
+            // a cell outlives the cast.
+            Cells::Owned(cells) => unsafe { cast_vec::<UnsafeCell<T>, T>(cells) },
+            Cells::Mapped(ref m) => {
+                // SAFETY: `self` is owned (no view alive) and the mapping holds `len` cells.
+                unsafe { std::slice::from_raw_parts(m.ptr, m.len) }.to_vec()
+            }
+        }
+    }
+
+    /// The cells as a slice, through exclusive access (no ledger needed: nothing else can
+    /// see them).
+    fn as_mut(&mut self) -> &mut [T] {
+        match &mut self.cells {
+            Cells::Owned(c) => {
+                let len = c.len();
+                // SAFETY: `&mut self` excludes every other access; `UnsafeCell<T>` has `T`'s
+                // layout, so the cells are `len` initialised `T`s.
+                unsafe { std::slice::from_raw_parts_mut(UnsafeCell::raw_get(c.as_ptr()), len) }
+            }
+            // SAFETY: as above; the mapping holds `len` zero-initialised cells.
+            Cells::Mapped(m) => unsafe { std::slice::from_raw_parts_mut(m.ptr, m.len) },
+        }
     }
 
     /// The values, through exclusive access (no ledger needed: nothing else can see them).
     pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = T> + '_ {
-        self.cells.iter_mut().map(|c| *c.get_mut())
+        self.as_mut().iter().copied()
     }
 
     /// The cells, through exclusive access (no ledger needed: nothing else can see them).
     pub(crate) fn cells_mut(&mut self) -> impl Iterator<Item = &mut T> + '_ {
-        self.cells.iter_mut().map(|c| c.get_mut())
+        self.as_mut().iter_mut()
+    }
+
+    /// Copies `src` into the cells from `at` on, through exclusive access.
+    pub(crate) fn copy_from(&mut self, at: usize, src: &[T]) {
+        self.as_mut()[at..at + src.len()].copy_from_slice(src);
     }
 
     /// Number of cells.
     pub(crate) fn len(&self) -> usize {
-        self.cells.len()
+        match &self.cells {
+            Cells::Owned(c) => c.len(),
+            Cells::Mapped(m) => m.len,
+        }
     }
 
     /// Pointer to the first cell. Dereferencing it requires a ledger borrow that covers the
     /// cells touched, exclusive for writes.
     pub(crate) fn base(&self) -> *mut T {
-        UnsafeCell::raw_get(self.cells.as_ptr())
+        match &self.cells {
+            Cells::Owned(c) => UnsafeCell::raw_get(c.as_ptr()),
+            Cells::Mapped(m) => m.ptr,
+        }
     }
+
+    /// Bytes of memory the cells occupy now: all of an ordinary allocation; the pages of a
+    /// mapped one that have been written (`mincore`: pages resident in memory).
+    pub(crate) fn resident_bytes(&self) -> u64 {
+        let full = (self.len() * std::mem::size_of::<T>()) as u64;
+        match &self.cells {
+            Cells::Owned(_) => full,
+            Cells::Mapped(m) => resident(m.ptr.cast(), full as usize).min(full),
+        }
+    }
+}
+
+/// Bytes of the pages of `[ptr, ptr + len)` (page-aligned `ptr`) that are resident.
+fn resident(ptr: *mut u8, len: usize) -> u64 {
+    // SAFETY: `sysconf` has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
+    let mut flags = vec![0u8; len.div_ceil(page)];
+    // SAFETY: `ptr` is the page-aligned start of a live mapping of `len` bytes and `flags` has
+    // one byte per page of it; `mincore` only writes `flags`.
+    let rc = unsafe { libc::mincore(ptr.cast(), len, flags.as_mut_ptr()) };
+    if rc != 0 {
+        return len as u64; // unknown: count all of it
+    }
+    flags.iter().filter(|f| *f & 1 == 1).count() as u64 * page as u64
 }
 
 /// The elements of one store, one variant per element type.
@@ -105,6 +214,35 @@ impl Data {
             Data::U64(_) => DType::U64,
             Data::U32(_) => DType::U32,
             Data::Range(_) => DType::Range,
+        }
+    }
+
+    /// Zero cells taken page by page as they are written (see [`Buf::sparse_zeros`]).
+    pub(crate) fn sparse_zeros(dtype: DType, len: usize) -> Data {
+        fn z<T: Element>(len: usize) -> Data {
+            T::wrap(Buf::sparse_zeros(len))
+        }
+        match dtype {
+            DType::F64 => z::<f64>(len),
+            DType::F32 => z::<f32>(len),
+            DType::I64 => z::<i64>(len),
+            DType::I32 => z::<i32>(len),
+            DType::U64 => z::<u64>(len),
+            DType::U32 => z::<u32>(len),
+            DType::Range => z::<crate::dtype::PosRange>(len),
+        }
+    }
+
+    /// Bytes of memory the elements occupy now (see [`Buf::resident_bytes`]).
+    pub(crate) fn resident_bytes(&self) -> u64 {
+        match self {
+            Data::F64(b) => b.resident_bytes(),
+            Data::F32(b) => b.resident_bytes(),
+            Data::I64(b) => b.resident_bytes(),
+            Data::I32(b) => b.resident_bytes(),
+            Data::U64(b) => b.resident_bytes(),
+            Data::U32(b) => b.resident_bytes(),
+            Data::Range(b) => b.resident_bytes(),
         }
     }
 
@@ -196,5 +334,27 @@ mod tests {
         let back = b.into_vec();
         assert_eq!((back.as_ptr(), back.capacity()), (ptr, cap));
         assert_eq!(back, [4, 2, 5, 2, 6]);
+    }
+
+    #[test]
+    fn a_sparse_buffer_holds_only_the_pages_written() {
+        // 1 MiB of u64: below a transparent huge page (2 MiB), so pages are 4 KiB here.
+        let len = 1 << 17;
+        let mut b = Buf::<u64>::sparse_zeros(len);
+        assert!(b.resident_bytes() < 64 << 10, "nothing written yet");
+        b.copy_from(1000, &[7; 4096]); // 32 KiB: at most 9 pages
+        let resident = b.resident_bytes();
+        assert!(
+            (32 << 10..=40 << 10).contains(&resident),
+            "{resident} bytes"
+        );
+        assert_eq!(b.values_mut().filter(|&v| v == 7).count(), 4096);
+        let v = b.into_vec();
+        assert_eq!(
+            (v.len(), v[999], v[1000], v[5095], v[5096]),
+            (len, 0, 7, 7, 0)
+        );
+        // Small buffers are ordinary allocations, whole.
+        assert_eq!(Buf::<u64>::sparse_zeros(16).resident_bytes(), 128);
     }
 }

@@ -529,3 +529,48 @@ fn ranks_that_fuse_differently_are_caught_before_their_transfers_miss() {
         }
     }
 }
+
+/// A tridiagonal SpMV over `n` rows with every input made whole by each rank (`from_vec`):
+/// `y` gathered to rank 0, and each rank's resident store bytes before that gather.
+fn spmv_memory(rt: &Runtime, host: &HostCsr) -> Result<(Option<Vec<f64>>, u64)> {
+    crate::sparse::register_spmv(rt)?;
+    let a = Csr::upload(rt, host)?;
+    let x = rt.from_vec(&[host.cols], (0..host.cols).map(|i| i as f64).collect())?;
+    let y = crate::sparse::spmv(rt, &a, &x)?;
+    rt.fence()?;
+    let resident = rt.stats().bytes_resident;
+    Ok((rt.read_on::<f64>(&y, 0)?, resident))
+}
+
+#[test]
+fn each_rank_holds_only_its_share_of_the_stores() {
+    // Stores of 160 KiB to 480 KiB: large enough to be allocated page by page.
+    let n = 20_000;
+    let rows: Vec<Vec<usize>> = (0..n)
+        .map(|i: usize| (i.saturating_sub(1)..(i + 2).min(n)).collect())
+        .collect();
+    let host = Arc::new(HostCsr::from_rows(n, &rows));
+    let want = host.spmv(&(0..n).map(|i| i as f64).collect::<Vec<_>>());
+    let h = host.clone();
+    let one = all_ok(on_ranks(1, 1, move |rt| spmv_memory(rt, &h)));
+    assert_eq!(one[0].0.as_deref(), Some(&want[..]));
+    let whole = one[0].1 as f64;
+    for ranks in [2, 4] {
+        // Its rows of each of the five stores, plus up to a page at each end of each share
+        // and the x cells its rows reach: 1 / ranks of the bytes and at most 3% more. (A rank
+        // holding a whole store, even `y` alone, holds about 1/3 at 4 ranks.)
+        let at_most = 1.0 / ranks as f64 + 0.03;
+        let h = host.clone();
+        let got = all_ok(on_ranks(ranks, 1, move |rt| spmv_memory(rt, &h)));
+        assert_eq!(got[0].0.as_deref(), Some(&want[..]), "{ranks} ranks");
+        for (rank, (y, resident)) in got.iter().enumerate().skip(1) {
+            assert!(y.is_none(), "rank {rank} gathers nothing");
+            let share = *resident as f64 / whole;
+            assert!(
+                share <= at_most,
+                "rank {rank} of {ranks} holds {share:.3} of one rank's bytes"
+            );
+        }
+        assert!(got[0].1 as f64 / whole <= at_most, "rank 0 of {ranks}");
+    }
+}
