@@ -9,6 +9,7 @@
 //! mpirun --allow-run-as-root --oversubscribe -n 4 mpi-runtime 4
 //! mpirun ... -n 2 mpi-runtime 2 --fail-rank 1   # a task fails on rank 1: every rank errs
 //! mpirun ... -n 2 mpi-runtime 2 --kill-rank 1   # rank 1 dies mid-run: the job ends
+//! mpirun ... -n 2 mpi-runtime 2 --leave-rank 1  # rank 1 returns early: every other rank errs
 //! ```
 
 #[path = "../../examples/sparse/mod.rs"]
@@ -69,6 +70,32 @@ fn check_stencil(comm: &Arc<ThreadedMpiComm>, kill: Option<usize>) -> Result<()>
     ensure(sent == halo, || {
         format!("stencil moved {sent} bytes, halo is {halo}")
     })
+}
+
+/// A rank that stops issuing early and returns normally: three steps of the stencil where
+/// the others run twenty (the others wait for it and must fail, not hang).
+fn leave_early(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
+    let rt = runtime(comm)?;
+    stencil::register(&rt)?;
+    let n = 2000;
+    let (cur, next) = (
+        rt.from_vec(&[n + 2], stencil::initial(n))?,
+        rt.from_vec(&[n + 2], stencil::initial(n))?,
+    );
+    for s in 0..3 {
+        let (a, b) = if s % 2 == 0 {
+            (&cur, &next)
+        } else {
+            (&next, &cur)
+        };
+        stencil::step(&rt, a, b, n, None)?;
+    }
+    rt.fence()?;
+    eprintln!(
+        "rank {} leaves early on purpose (--leave-rank)",
+        comm.rank()
+    );
+    Ok(())
 }
 
 fn check_spmv(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
@@ -171,8 +198,9 @@ fn main() -> std::process::ExitCode {
             .and_then(|v| v.parse::<usize>().ok())
     };
     let (fail_rank, kill_rank) = (flag("--fail-rank"), flag("--kill-rank"));
+    let leave_rank = flag("--leave-rank");
     let Some(expected) = expected else {
-        eprintln!("usage: mpi-runtime N [--fail-rank R | --kill-rank R]");
+        eprintln!("usage: mpi-runtime N [--fail-rank R | --kill-rank R | --leave-rank R]");
         return std::process::ExitCode::FAILURE;
     };
     let out = run_world_threaded(|comm| -> Result<()> {
@@ -180,6 +208,9 @@ fn main() -> std::process::ExitCode {
         ensure(got == expected, || {
             format!("expected a world of {expected} ranks but this one has {got}")
         })?;
+        if leave_rank == Some(comm.rank()) {
+            return leave_early(comm);
+        }
         let r = match fail_rank {
             Some(r) => check_failure(comm, r),
             None => check_stencil(comm, kill_rank)
