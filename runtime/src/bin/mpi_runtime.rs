@@ -2,7 +2,8 @@
 //! the first argument. Every rank runs the stencil, a banded SpMV with images, and CG, and
 //! checks them: the stencil against the sequential loop (bitwise), with the bytes moved equal
 //! to the halo volume and each rank running its block of points; SpMV against the host
-//! product; CG bitwise against a one-rank runtime with as many processors in this process; a
+//! product; each rank's memory after an SpMV over inputs every rank made whole is its share;
+//! CG bitwise against a one-rank runtime with as many processors in this process; a
 //! transfer of megabytes (rendezvous-sized messages) into one point.
 //!
 //! ```text
@@ -96,6 +97,39 @@ fn leave_early(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
         comm.rank()
     );
     Ok(())
+}
+
+/// Memory per rank: a tridiagonal SpMV over inputs every rank made whole (`from_vec`); each
+/// rank's store elements in memory afterwards are its share (1 / N of the five stores, plus
+/// pages at the ends of its shares and the x cells its rows reach), and `y` is right.
+fn check_memory(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
+    let rt = runtime(comm)?;
+    sparse::register_spmv(&rt)?;
+    let n = 20_000;
+    let rows: Vec<Vec<usize>> = (0..n)
+        .map(|i: usize| (i.saturating_sub(1)..(i + 2).min(n)).collect())
+        .collect();
+    let host = HostCsr::from_rows(n, &rows);
+    let a = Csr::upload(&rt, &host)?;
+    let xs: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    let x = rt.from_vec(&[n], xs.clone())?;
+    let y = sparse::spmv(&rt, &a, &x)?;
+    rt.fence()?;
+    let resident = rt.stats().bytes_resident as f64;
+    // pos (16 B a row), crd and vals (8 B a nonzero), x and y (8 B a row).
+    let whole = (n * 32 + host.crd.len() * 16) as f64;
+    let share = resident / whole;
+    let at_most = 1.0 / comm.size() as f64 + 0.03;
+    ensure(share <= at_most, || {
+        format!(
+            "rank {} holds {share:.3} of the stores' bytes (at most {at_most:.3})",
+            comm.rank()
+        )
+    })?;
+    let got = rt.read_on::<f64>(&y, 0)?;
+    ensure(got.is_none_or(|y| y == host.spmv(&xs)), || {
+        "SpMV over cut inputs differs from the host product".into()
+    })
 }
 
 fn check_spmv(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
@@ -215,6 +249,7 @@ fn main() -> std::process::ExitCode {
             Some(r) => check_failure(comm, r),
             None => check_stencil(comm, kill_rank)
                 .and_then(|_| check_spmv(comm))
+                .and_then(|_| check_memory(comm))
                 .and_then(|_| check_cg(comm))
                 .and_then(|_| check_big_transfer(comm)),
         };
@@ -229,7 +264,10 @@ fn main() -> std::process::ExitCode {
     match out {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("rank error: {e}");
+            // One write: `eprintln!` may write the prefix and the message separately, and
+            // mpirun's own lines then land between them.
+            use std::io::Write;
+            let _ = std::io::stderr().write_all(format!("rank error: {e}\n").as_bytes());
             std::process::ExitCode::FAILURE
         }
     }
