@@ -326,8 +326,19 @@ fn a_banded_spmv_moves_only_the_x_cells_its_image_reaches_across_ranks() {
 
 #[test]
 fn two_d_tilings_that_change_between_tasks_move_the_right_blocks() {
+    two_d_tilings(12, 10);
+}
+
+#[test]
+fn two_d_tilings_over_a_host_store_cut_to_each_ranks_rows_move_the_right_blocks() {
+    // 96 KiB: `from_vec` keeps each rank's default rows only, and no task here uses that
+    // partition, so every tiling receives what the cut left elsewhere.
+    two_d_tilings(120, 100);
+}
+
+fn two_d_tilings(rows: usize, cols: usize) {
     use tessera_runtime::Cut;
-    let run = |rt: &Runtime| -> Result<(Vec<f64>, Vec<f64>)> {
+    let run = move |rt: &Runtime| -> Result<(Vec<f64>, Vec<f64>)> {
         rt.register("mark", |ctx| {
             let mut m = ctx.write::<f64>(0);
             let id = ctx.linear_point() as f64 + 1.0;
@@ -336,16 +347,16 @@ fn two_d_tilings_that_change_between_tasks_move_the_right_blocks() {
                 m.set(&p, 2.0 * v + id + (p[0] * 100 + p[1]) as f64);
             }
         })?;
-        rt.register("colsum", |ctx| {
+        rt.register("colsum", move |ctx| {
             let m = ctx.read::<f64>(0);
             let mut c = ctx.write::<f64>(1);
             for j in c.range() {
-                let col: f64 = (0..12).map(|i| m.get(&[i, j])).sum();
+                let col: f64 = (0..rows).map(|i| m.get(&[i, j])).sum();
                 c.set_at(j, col);
             }
         })?;
-        let m = rt.from_vec(&[12, 10], (0..120).map(|v| v as f64).collect())?;
-        let c = rt.create(tessera_runtime::DType::F64, &[10])?;
+        let m = rt.from_vec(&[rows, cols], (0..rows * cols).map(|v| v as f64).collect())?;
+        let c = rt.create(tessera_runtime::DType::F64, &[cols])?;
         // Rows split unevenly at 5, columns in three tiles.
         let mark = |cuts: &[Cut], domain: &[usize]| {
             rt.task("mark")
