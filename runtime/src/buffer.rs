@@ -219,18 +219,7 @@ impl Data {
 
     /// Zero cells taken page by page as they are written (see [`Buf::sparse_zeros`]).
     pub(crate) fn sparse_zeros(dtype: DType, len: usize) -> Data {
-        fn z<T: Element>(len: usize) -> Data {
-            T::wrap(Buf::sparse_zeros(len))
-        }
-        match dtype {
-            DType::F64 => z::<f64>(len),
-            DType::F32 => z::<f32>(len),
-            DType::I64 => z::<i64>(len),
-            DType::I32 => z::<i32>(len),
-            DType::U64 => z::<u64>(len),
-            DType::U32 => z::<u32>(len),
-            DType::Range => z::<crate::dtype::PosRange>(len),
-        }
+        Data::zeros_of(dtype, len, true)
     }
 
     /// Bytes of memory the elements occupy now (see [`Buf::resident_bytes`]).
@@ -247,17 +236,26 @@ impl Data {
     }
 
     pub(crate) fn zeros(dtype: DType, len: usize) -> Data {
-        fn z<T: Element>(len: usize) -> Data {
-            T::wrap(Buf::from_vec(vec![T::default(); len]))
+        Data::zeros_of(dtype, len, false)
+    }
+
+    /// Zero cells: an ordinary vector, or taken page by page when `sparse`.
+    fn zeros_of(dtype: DType, len: usize, sparse: bool) -> Data {
+        fn z<T: Element>(len: usize, sparse: bool) -> Data {
+            T::wrap(if sparse {
+                Buf::sparse_zeros(len)
+            } else {
+                Buf::from_vec(vec![T::default(); len])
+            })
         }
         match dtype {
-            DType::F64 => z::<f64>(len),
-            DType::F32 => z::<f32>(len),
-            DType::I64 => z::<i64>(len),
-            DType::I32 => z::<i32>(len),
-            DType::U64 => z::<u64>(len),
-            DType::U32 => z::<u32>(len),
-            DType::Range => z::<crate::dtype::PosRange>(len),
+            DType::F64 => z::<f64>(len, sparse),
+            DType::F32 => z::<f32>(len, sparse),
+            DType::I64 => z::<i64>(len, sparse),
+            DType::I32 => z::<i32>(len, sparse),
+            DType::U64 => z::<u64>(len, sparse),
+            DType::U32 => z::<u32>(len, sparse),
+            DType::Range => z::<crate::dtype::PosRange>(len, sparse),
         }
     }
 }

@@ -106,10 +106,7 @@ fn check_memory(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
     let rt = runtime(comm)?;
     sparse::register_spmv(&rt)?;
     let n = 20_000;
-    let rows: Vec<Vec<usize>> = (0..n)
-        .map(|i: usize| (i.saturating_sub(1)..(i + 2).min(n)).collect())
-        .collect();
-    let host = HostCsr::from_rows(n, &rows);
+    let host = HostCsr::tridiagonal(n);
     let a = Csr::upload(&rt, &host)?;
     let xs: Vec<f64> = (0..n).map(|i| i as f64).collect();
     let x = rt.from_vec(&[n], xs.clone())?;
@@ -136,10 +133,7 @@ fn check_spmv(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
     let rt = runtime(comm)?;
     sparse::register_spmv(&rt)?;
     let n = 256;
-    let rows: Vec<Vec<usize>> = (0..n)
-        .map(|i: usize| (i.saturating_sub(1)..(i + 2).min(n)).collect())
-        .collect();
-    let host = HostCsr::from_rows(n, &rows);
+    let host = HostCsr::tridiagonal(n);
     let a = Csr::upload(&rt, &host)?;
     let x = rt.create(tessera_runtime::DType::F64, &[n])?;
     rt.fill(&x, 2.0)?;

@@ -297,10 +297,7 @@ fn a_banded_spmv_moves_only_the_x_cells_its_image_reaches_across_ranks() {
     // Tridiagonal rows: row i reads x[i-1..=i+1]. x is written by a task (so each rank holds
     // its block of rows of x); the image bounds come from the ranks holding `crd` and `pos`.
     let n = 64;
-    let rows: Vec<Vec<usize>> = (0..n)
-        .map(|i: usize| (i.saturating_sub(1)..(i + 2).min(n)).collect())
-        .collect();
-    let host = HostCsr::from_rows(n, &rows);
+    let host = HostCsr::tridiagonal(n);
     let want = host.spmv(&vec![2.0; n]);
     for (ranks, threads) in [(2, 2), (4, 1)] {
         let h = host.clone();
@@ -557,10 +554,7 @@ fn spmv_memory(rt: &Runtime, host: &HostCsr) -> Result<(Option<Vec<f64>>, u64)> 
 fn each_rank_holds_only_its_share_of_the_stores() {
     // Stores of 160 KiB to 480 KiB: large enough to be allocated page by page.
     let n = 20_000;
-    let rows: Vec<Vec<usize>> = (0..n)
-        .map(|i: usize| (i.saturating_sub(1)..(i + 2).min(n)).collect())
-        .collect();
-    let host = Arc::new(HostCsr::from_rows(n, &rows));
+    let host = Arc::new(HostCsr::tridiagonal(n));
     let want = host.spmv(&(0..n).map(|i| i as f64).collect::<Vec<_>>());
     let h = host.clone();
     let one = all_ok(on_ranks(1, 1, move |rt| spmv_memory(rt, &h)));
