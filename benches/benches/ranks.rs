@@ -1,7 +1,9 @@
 //! The task runtime across ranks (control replication), on thread ranks of this process: the
 //! 1-d stencil, CG and SpMV at 1, 2 and 4 ranks of one thread each, beside one rank (strong
 //! scaling) and, for the stencil, beside a hand-written halo exchange over the same transport
-//! doing the same work; bytes moved ÷ the analytic minimum; bytes of store elements each rank
+//! doing the same work; the CPU time of all ranks beside one rank's (what ranks add, which
+//! the machine's other load does not change); bytes moved ÷ the analytic minimum; bytes of
+//! store elements each rank
 //! holds after SpMV ÷ one rank's (`Stats::bytes_resident`; goal ≤ 0.35 at 4 ranks).
 //!
 //! Every rank runs a runtime of one processor; on this 2-core machine 4 ranks oversubscribe.
@@ -23,11 +25,23 @@ use tessera_benches::{env_or, median, Table};
 use tessera_runtime::transport::{run_ranks, Communicator, ThreadComm};
 use tessera_runtime::{Result, Runtime, Stats};
 
-/// What one rank measured: seconds for the timed part, and its runtime's statistics.
-type Measured = (f64, Stats);
+/// What one rank measured: seconds for the timed part, its runtime's statistics, and CPU
+/// seconds of the whole process (every rank) over the timed part.
+type Measured = (f64, Stats, f64);
 
-/// A run on several ranks: the slowest rank's seconds and every rank's statistics.
-type Timed = (f64, Vec<Stats>);
+/// A run on several ranks: the slowest rank's seconds, every rank's statistics, and the
+/// process CPU seconds the last rank to finish measured (its window covers the others').
+type Timed = (f64, Vec<Stats>, f64);
+
+/// CPU seconds of this process: with [`cpu_since`], the work every rank did, however the
+/// machine's other load delays it (wall-clock time is not that, on a shared 2-core VM).
+fn cpu_now() -> f64 {
+    tessera_benches::cpu_seconds_of("self")
+}
+
+fn cpu_since(start: f64) -> f64 {
+    cpu_now() - start
+}
 
 /// One contestant of a race: a run on some ranks.
 type Contestant<'a> = Box<dyn Fn() -> Timed + 'a>;
@@ -44,8 +58,9 @@ fn on_ranks(ranks: usize, work: impl Fn(&Runtime) -> Result<Measured> + Sync) ->
         .into_iter()
         .map(|r| r.unwrap_or_else(|e| panic!("a rank failed: {e}")))
         .collect();
-    let slowest = got.iter().map(|(t, _)| *t).fold(0.0, f64::max);
-    (slowest, got.into_iter().map(|(_, s)| s).collect())
+    let slowest = got.iter().map(|(t, _, _)| *t).fold(0.0, f64::max);
+    let cpu = got.iter().map(|(_, _, c)| *c).fold(0.0, f64::max);
+    (slowest, got.into_iter().map(|(_, s, _)| s).collect(), cpu)
 }
 
 /// Seconds per step of the runtime's stencil (`n` cells, `steps` steps), checked.
@@ -59,20 +74,21 @@ fn stencil_runtime(rt: &Runtime, n: usize, steps: usize) -> Result<Measured> {
     // all of `cur` would give every rank every cell, and the next step would need no halo).
     rt.read::<f64>(&cur.slice(0, 0..1)?)?;
     let before = rt.stats();
-    let t = Instant::now();
+    let (t, cpu) = (Instant::now(), cpu_now());
     for _ in 1..steps {
         stencil::step(rt, &cur, &next, n, None)?;
         std::mem::swap(&mut cur, &mut next);
     }
     rt.fence()?;
     let secs = t.elapsed().as_secs_f64() / (steps - 1) as f64;
+    let cpu = cpu_since(cpu) / (steps - 1) as f64;
     let stats = rt.stats().since(&before);
     assert_eq!(
         rt.read::<f64>(&cur)?,
         stencil::sequential(n, steps),
         "stencil"
     );
-    Ok((secs, stats))
+    Ok((secs, stats, cpu))
 }
 
 /// The same stencil written by hand on thread ranks: each rank owns a block of cells and
@@ -119,10 +135,11 @@ fn cg_runtime(rt: &Runtime, a: &HostCsr, b: &[f64], iters: usize) -> Result<Meas
     let m = Csr::upload(rt, a)?;
     cg::solve(rt, &m, b, 0.0, 1)?; // warm-up: images and partitions
     let before = rt.stats();
-    let t = Instant::now();
+    let (t, cpu) = (Instant::now(), cpu_now());
     let (_, done) = cg::solve(rt, &m, b, 0.0, iters)?;
     let secs = t.elapsed().as_secs_f64() / done.max(1) as f64;
-    Ok((secs, rt.stats().since(&before)))
+    let cpu = cpu_since(cpu) / done.max(1) as f64;
+    Ok((secs, rt.stats().since(&before), cpu))
 }
 
 /// Seconds per SpMV: `reps` multiplies of one vector into one output `y`, so each waits for
@@ -136,30 +153,38 @@ fn spmv_runtime(rt: &Runtime, a: &HostCsr, reps: usize) -> Result<Measured> {
     let y = sparse::spmv(rt, &m, &x)?; // warm-up: images and partitions
     rt.read::<f64>(&y.slice(0, 0..1)?)?;
     let before = rt.stats();
-    let t = Instant::now();
+    let (t, cpu) = (Instant::now(), cpu_now());
     for _ in 0..reps {
         sparse::spmv_into(rt, &m, &x, &y)?;
     }
     rt.fence()?;
     let secs = t.elapsed().as_secs_f64() / reps as f64;
+    let cpu = cpu_since(cpu) / reps as f64;
     let stats = rt.stats().since(&before); // bytes_resident: before `read` gathers y and x
     let y = rt.read::<f64>(&y)?;
     assert_eq!(y, a.spmv(&rt.read::<f64>(&x)?), "spmv");
-    Ok((secs, stats))
+    Ok((secs, stats, cpu))
 }
 
 /// Medians over `reps` interleaved rounds of each contestant (index into `runs`).
 fn race(reps: usize, runs: &[&dyn Fn() -> Timed]) -> Vec<Timed> {
     let mut times = vec![vec![]; runs.len()];
+    let mut cpus = vec![vec![]; runs.len()];
     let mut stats = vec![vec![]; runs.len()];
     for _ in 0..reps.max(1) {
         for (i, run) in runs.iter().enumerate() {
-            let (t, s) = run();
+            let (t, s, c) = run();
             times[i].push(t);
+            cpus[i].push(c);
             stats[i] = s;
         }
     }
-    times.into_iter().map(median).zip(stats).collect()
+    times
+        .into_iter()
+        .zip(stats)
+        .zip(cpus)
+        .map(|((t, s), c)| (median(t), s, median(c)))
+        .collect()
 }
 
 fn main() {
@@ -202,7 +227,7 @@ fn stencil_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize]
                     Ok::<_, tessera_runtime::RuntimeError>(stencil_by_hand(c, n, steps))
                 });
                 let slowest = t.into_iter().map(|x| x.unwrap()).fold(0.0, f64::max);
-                (slowest, vec![])
+                (slowest, vec![], 0.0)
             }) as Contestant
         })
         .collect();
@@ -225,6 +250,14 @@ fn stencil_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize]
         let (t, stats) = (&got[k].0, &got[k].1);
         let name = format!("stencil step, {r} ranks");
         table.row(&name, "ms", t * 1e3, "1 rank", rt1 * 1e3, false);
+        table.row(
+            &format!("{name}, CPU of all ranks"),
+            "ms",
+            got[k].2 * 1e3,
+            "1 rank",
+            got[0].2 * 1e3,
+            false,
+        );
         table.row(
             &name,
             "ms",
@@ -268,7 +301,7 @@ fn sparse_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize])
         .collect();
     let got = race(reps, &all);
     for (what, base) in [("cg iteration", 0), ("spmv", 3)] {
-        let one = got[base].0;
+        let (one, one_cpu) = (got[base].0, got[base].2);
         for (k, &r) in ranks_list.iter().enumerate().skip(1) {
             let name = format!("{what} {}k rows, {r} ranks", a.rows / 1000);
             table.row(
@@ -277,6 +310,15 @@ fn sparse_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize])
                 got[base + k].0 * 1e3,
                 "1 rank",
                 one * 1e3,
+                false,
+            );
+            // The work all ranks did beside one rank's: what ranks add, whatever the load.
+            table.row(
+                &format!("{name}, CPU of all ranks"),
+                "ms",
+                got[base + k].2 * 1e3,
+                "1 rank",
+                one_cpu * 1e3,
                 false,
             );
         }
