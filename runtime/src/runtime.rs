@@ -527,7 +527,7 @@ impl Runtime {
     fn cut_to_share<T: Element>(&self, rect: Rect, data: Vec<T>) -> Store {
         let m = &self.inner.machine;
         let mine = crate::replicate::share::share(rect, m, m.rank);
-        let mut buf = Buf::<T>::sparse_zeros(rect.volume());
+        let mut buf = Buf::<T>::sparse_zeros(rect.volume(), None);
         // A share is whole rows: one run of the row-major buffer.
         let (start, len) = (rect.linear(mine.lo()), mine.volume());
         buf.copy_from(start, &data[start..start + len]);

@@ -1,7 +1,7 @@
 //! Stores: n-d arrays of one element type, their views (slices), and the two reference counts.
 
 use crate::analysis::AccessState;
-use crate::buffer::{Data, Ledger};
+use crate::buffer::{Data, Ledger, MapPool};
 use crate::dtype::DType;
 use crate::error::{Result, RuntimeError};
 use crate::graph::Node;
@@ -58,6 +58,8 @@ impl Bound {
 pub(crate) struct Memory {
     pub allocated: AtomicU64,
     pub live_whole: AtomicU64,
+    /// Mappings of dropped stores, for the next store of the same size (across ranks).
+    pool: MapPool,
 }
 
 impl Memory {
@@ -79,6 +81,9 @@ impl Drop for StoreRoot {
     fn drop(&mut self) {
         if let Some(b) = self.bound.get().filter(|b| b.is_allocated()) {
             self.mem.remove(b.bytes(), self.sparse);
+        }
+        if let Some(data) = self.bound.get_mut().and_then(|b| b.data.take()) {
+            self.mem.pool.put(data);
         }
     }
 }
@@ -179,7 +184,7 @@ impl StoreRoot {
         Some(b.data.get_or_init(|| {
             self.mem.add(b.bytes(), self.sparse);
             if self.sparse {
-                Data::sparse_zeros(b.dtype, b.rect.volume())
+                Data::sparse_zeros(b.dtype, b.rect.volume(), Some(&self.mem.pool))
             } else {
                 Data::zeros(b.dtype, b.rect.volume())
             }
