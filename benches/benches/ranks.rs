@@ -1,8 +1,10 @@
 //! The task runtime across ranks (control replication), on thread ranks of this process: the
 //! 1-d stencil, CG and SpMV at 1, 2 and 4 ranks of one thread each, beside one rank (strong
 //! scaling) and, for the stencil, beside a hand-written halo exchange over the same transport
-//! doing the same work; bytes moved ÷ the analytic minimum; bytes each rank allocates ÷ one
-//! rank's (memory per rank is not yet its share).
+//! doing the same work; the CPU time of all ranks beside one rank's (what ranks add, which
+//! the machine's other load does not change); bytes moved ÷ the analytic minimum; bytes of
+//! store elements each rank
+//! holds after SpMV ÷ one rank's (`Stats::bytes_resident`; goal ≤ 0.35 at 4 ranks).
 //!
 //! Every rank runs a runtime of one processor; on this 2-core machine 4 ranks oversubscribe.
 //! Times are per step / iteration / multiply, the slowest rank's, median of
@@ -23,11 +25,23 @@ use tessera_benches::{env_or, median, Table};
 use tessera_runtime::transport::{run_ranks, Communicator, ThreadComm};
 use tessera_runtime::{Result, Runtime, Stats};
 
-/// What one rank measured: seconds for the timed part, and its runtime's statistics.
-type Measured = (f64, Stats);
+/// What one rank measured: seconds for the timed part, its runtime's statistics, and CPU
+/// seconds of the whole process (every rank) over the timed part.
+type Measured = (f64, Stats, f64);
 
-/// A run on several ranks: the slowest rank's seconds and every rank's statistics.
-type Timed = (f64, Vec<Stats>);
+/// A run on several ranks: the slowest rank's seconds, every rank's statistics, and the
+/// process CPU seconds the last rank to finish measured (its window covers the others').
+type Timed = (f64, Vec<Stats>, f64);
+
+/// CPU seconds of this process: with [`cpu_since`], the work every rank did, however the
+/// machine's other load delays it (wall-clock time is not that, on a shared 2-core VM).
+fn cpu_now() -> f64 {
+    tessera_benches::cpu_seconds_of("self")
+}
+
+fn cpu_since(start: f64) -> f64 {
+    cpu_now() - start
+}
 
 /// One contestant of a race: a run on some ranks.
 type Contestant<'a> = Box<dyn Fn() -> Timed + 'a>;
@@ -44,8 +58,9 @@ fn on_ranks(ranks: usize, work: impl Fn(&Runtime) -> Result<Measured> + Sync) ->
         .into_iter()
         .map(|r| r.unwrap_or_else(|e| panic!("a rank failed: {e}")))
         .collect();
-    let slowest = got.iter().map(|(t, _)| *t).fold(0.0, f64::max);
-    (slowest, got.into_iter().map(|(_, s)| s).collect())
+    let slowest = got.iter().map(|(t, _, _)| *t).fold(0.0, f64::max);
+    let cpu = got.iter().map(|(_, _, c)| *c).fold(0.0, f64::max);
+    (slowest, got.into_iter().map(|(_, s, _)| s).collect(), cpu)
 }
 
 /// Seconds per step of the runtime's stencil (`n` cells, `steps` steps), checked.
@@ -59,20 +74,21 @@ fn stencil_runtime(rt: &Runtime, n: usize, steps: usize) -> Result<Measured> {
     // all of `cur` would give every rank every cell, and the next step would need no halo).
     rt.read::<f64>(&cur.slice(0, 0..1)?)?;
     let before = rt.stats();
-    let t = Instant::now();
+    let (t, cpu) = (Instant::now(), cpu_now());
     for _ in 1..steps {
         stencil::step(rt, &cur, &next, n, None)?;
         std::mem::swap(&mut cur, &mut next);
     }
     rt.fence()?;
     let secs = t.elapsed().as_secs_f64() / (steps - 1) as f64;
+    let cpu = cpu_since(cpu) / (steps - 1) as f64;
     let stats = rt.stats().since(&before);
     assert_eq!(
         rt.read::<f64>(&cur)?,
         stencil::sequential(n, steps),
         "stencil"
     );
-    Ok((secs, stats))
+    Ok((secs, stats, cpu))
 }
 
 /// The same stencil written by hand on thread ranks: each rank owns a block of cells and
@@ -119,44 +135,56 @@ fn cg_runtime(rt: &Runtime, a: &HostCsr, b: &[f64], iters: usize) -> Result<Meas
     let m = Csr::upload(rt, a)?;
     cg::solve(rt, &m, b, 0.0, 1)?; // warm-up: images and partitions
     let before = rt.stats();
-    let t = Instant::now();
+    let (t, cpu) = (Instant::now(), cpu_now());
     let (_, done) = cg::solve(rt, &m, b, 0.0, iters)?;
     let secs = t.elapsed().as_secs_f64() / done.max(1) as f64;
-    Ok((secs, rt.stats().since(&before)))
+    let cpu = cpu_since(cpu) / done.max(1) as f64;
+    Ok((secs, rt.stats().since(&before), cpu))
 }
 
-/// Seconds per SpMV (`reps` multiplies of one vector, each result read back).
+/// Seconds per SpMV: `reps` multiplies of one vector into one output `y`, so each waits for
+/// the one before (as in an iterative method). Independent multiplies would run two at a time
+/// on one rank (its worker and its issuing thread, which runs tasks while it waits in
+/// `fence`), and one rank would then use both cores: not a one-rank baseline.
 fn spmv_runtime(rt: &Runtime, a: &HostCsr, reps: usize) -> Result<Measured> {
     sparse::register_spmv(rt)?;
     let m = Csr::upload(rt, a)?;
     let x = rt.from_vec(&[a.cols], (0..a.cols).map(|i| (i % 7) as f64).collect())?;
-    rt.read::<f64>(&sparse::spmv(rt, &m, &x)?)?; // warm-up
+    let y = sparse::spmv(rt, &m, &x)?; // warm-up: images and partitions
+    rt.read::<f64>(&y.slice(0, 0..1)?)?;
     let before = rt.stats();
-    let t = Instant::now();
-    let mut y = None;
+    let (t, cpu) = (Instant::now(), cpu_now());
     for _ in 0..reps {
-        y = Some(sparse::spmv(rt, &m, &x)?);
+        sparse::spmv_into(rt, &m, &x, &y)?;
     }
     rt.fence()?;
     let secs = t.elapsed().as_secs_f64() / reps as f64;
-    let stats = rt.stats().since(&before);
-    let y = rt.read::<f64>(&y.expect("reps > 0"))?;
+    let cpu = cpu_since(cpu) / reps as f64;
+    let stats = rt.stats().since(&before); // bytes_resident: before `read` gathers y and x
+    let y = rt.read::<f64>(&y)?;
     assert_eq!(y, a.spmv(&rt.read::<f64>(&x)?), "spmv");
-    Ok((secs, stats))
+    Ok((secs, stats, cpu))
 }
 
 /// Medians over `reps` interleaved rounds of each contestant (index into `runs`).
 fn race(reps: usize, runs: &[&dyn Fn() -> Timed]) -> Vec<Timed> {
     let mut times = vec![vec![]; runs.len()];
+    let mut cpus = vec![vec![]; runs.len()];
     let mut stats = vec![vec![]; runs.len()];
     for _ in 0..reps.max(1) {
         for (i, run) in runs.iter().enumerate() {
-            let (t, s) = run();
+            let (t, s, c) = run();
             times[i].push(t);
+            cpus[i].push(c);
             stats[i] = s;
         }
     }
-    times.into_iter().map(median).zip(stats).collect()
+    times
+        .into_iter()
+        .zip(stats)
+        .zip(cpus)
+        .map(|((t, s), c)| (median(t), s, median(c)))
+        .collect()
 }
 
 fn main() {
@@ -166,10 +194,27 @@ fn main() {
         "The runtime across thread ranks, 1 processor per rank (scale {scale}, median of {reps}; \
          ratio > 1: Tessera faster)"
     ));
+    // `TESSERA_BENCH_ONLY=stencil` or `=sparse` (CG and SpMV) runs one part (both when unset).
+    let only = std::env::var("TESSERA_BENCH_ONLY").unwrap_or_default();
+    let ranks_list = [1usize, 2, 4];
+    if only.is_empty() || only.contains("stencil") {
+        stencil_part(&mut table, scale, reps, &ranks_list);
+    }
+    if only.is_empty() || only.contains("sparse") {
+        sparse_part(&mut table, scale, reps, &ranks_list);
+    }
+    table.figure(
+        "peak rss MiB (all ranks of the process)",
+        tessera_benches::peak_rss_bytes() as f64 / (1 << 20) as f64,
+    );
+    table.print();
+}
+
+/// The stencil at 1, 2 and 4 ranks beside one rank and the hand-written halo exchange.
+fn stencil_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize]) {
     // About 1 ms of stencil work per step and rank at 2 ranks.
     let n = (2_000_000.0 * scale) as usize;
     let steps = 40;
-    let ranks_list = [1usize, 2, 4];
     let runtime_runs: Vec<Contestant> = ranks_list
         .iter()
         .map(|&r| Box::new(move || on_ranks(r, |rt| stencil_runtime(rt, n, steps))) as Contestant)
@@ -182,7 +227,7 @@ fn main() {
                     Ok::<_, tessera_runtime::RuntimeError>(stencil_by_hand(c, n, steps))
                 });
                 let slowest = t.into_iter().map(|x| x.unwrap()).fold(0.0, f64::max);
-                (slowest, vec![])
+                (slowest, vec![], 0.0)
             }) as Contestant
         })
         .collect();
@@ -206,6 +251,14 @@ fn main() {
         let name = format!("stencil step, {r} ranks");
         table.row(&name, "ms", t * 1e3, "1 rank", rt1 * 1e3, false);
         table.row(
+            &format!("{name}, CPU of all ranks"),
+            "ms",
+            got[k].2 * 1e3,
+            "1 rank",
+            got[0].2 * 1e3,
+            false,
+        );
+        table.row(
             &name,
             "ms",
             t * 1e3,
@@ -221,7 +274,10 @@ fn main() {
             sent as f64 / minimum,
         );
     }
+}
 
+/// CG and SpMV at 1, 2 and 4 ranks beside one rank; bytes resident per rank after SpMV.
+fn sparse_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize]) {
     let a = HostCsr::laplacian_2d((700.0 * scale.sqrt()) as usize);
     let b: Vec<f64> = (0..a.rows).map(|i| 1.0 + (i % 5) as f64).collect();
     let cg_runs: Vec<Contestant> = ranks_list
@@ -245,7 +301,7 @@ fn main() {
         .collect();
     let got = race(reps, &all);
     for (what, base) in [("cg iteration", 0), ("spmv", 3)] {
-        let one = got[base].0;
+        let (one, one_cpu) = (got[base].0, got[base].2);
         for (k, &r) in ranks_list.iter().enumerate().skip(1) {
             let name = format!("{what} {}k rows, {r} ranks", a.rows / 1000);
             table.row(
@@ -256,18 +312,25 @@ fn main() {
                 one * 1e3,
                 false,
             );
+            // The work all ranks did beside one rank's: what ranks add, whatever the load.
+            table.row(
+                &format!("{name}, CPU of all ranks"),
+                "ms",
+                got[base + k].2 * 1e3,
+                "1 rank",
+                one_cpu * 1e3,
+                false,
+            );
         }
     }
-    // Memory: what each rank allocated during the timed CG, beside one rank.
-    let alloc = |stats: &[Stats]| stats.iter().map(|s| s.bytes_allocated).max().unwrap_or(0);
-    let one = alloc(&got[0].1).max(1) as f64;
-    table.figure(
-        "cg 4 ranks: bytes allocated per rank / 1 rank",
-        alloc(&got[2].1) as f64 / one,
-    );
-    table.figure(
-        "peak rss MiB (all ranks of the process)",
-        tessera_benches::peak_rss_bytes() as f64 / (1 << 20) as f64,
-    );
-    table.print();
+    // Memory: the bytes of store elements each rank holds after the multiplies (A, x and the
+    // last y; before the check reads y back), the largest rank's beside one rank's.
+    let resident = |stats: &[Stats]| stats.iter().map(|s| s.bytes_resident).max().unwrap_or(0);
+    let one = resident(&got[3].1).max(1) as f64;
+    for (k, &r) in ranks_list.iter().enumerate().skip(1) {
+        table.figure(
+            &format!("spmv {r} ranks: bytes resident per rank / 1 rank"),
+            resident(&got[3 + k].1) as f64 / one,
+        );
+    }
 }

@@ -314,6 +314,7 @@ struct RawView<'a, T> {
 
 impl<T: Element> RawView<'_, T> {
     /// Buffer offset of view index `idx`, after checking it lies in the sub-store.
+    #[inline]
     fn offset(&self, idx: &[usize]) -> usize {
         let mut p = [0; MAX_DIMS];
         let n = self.rect.dim();
@@ -342,6 +343,7 @@ impl<T: Element> RawView<'_, T> {
         (n <= 1 || whole_rows).then(|| (self.whole.linear(self.rect.lo()), self.rect.volume()))
     }
 
+    #[inline]
     fn get(&self, idx: &[usize]) -> T {
         let o = self.offset(idx);
         // SAFETY: the view holds a ledger borrow of `rect`, which contains `o` (checked above).
@@ -385,10 +387,12 @@ impl<T: Element> ReadView<'_, T> {
         self.raw.range()
     }
     /// The element at n-d index `idx`.
+    #[inline]
     pub fn get(&self, idx: &[usize]) -> T {
         self.raw.get(idx)
     }
     /// The element at index `i` of a 1-d store.
+    #[inline]
     pub fn at(&self, i: usize) -> T {
         self.raw.get(&[i])
     }
@@ -414,20 +418,24 @@ impl<T: Element> WriteView<'_, T> {
         self.raw.range()
     }
     /// The element at n-d index `idx`.
+    #[inline]
     pub fn get(&self, idx: &[usize]) -> T {
         self.raw.get(idx)
     }
     /// The element at index `i` of a 1-d store.
+    #[inline]
     pub fn at(&self, i: usize) -> T {
         self.raw.get(&[i])
     }
     /// Sets the element at n-d index `idx`.
+    #[inline]
     pub fn set(&mut self, idx: &[usize], v: T) {
         let o = self.raw.offset(idx);
         // SAFETY: exclusive ledger borrow of `rect`, which contains `o`.
         unsafe { *self.raw.buf.base().add(o) = v }
     }
     /// Sets the element at index `i` of a 1-d store.
+    #[inline]
     pub fn set_at(&mut self, i: usize, v: T) {
         self.set(&[i], v)
     }

@@ -37,19 +37,23 @@ impl Rect {
         Rect::new(&[0; MAX_DIMS][..shape.len()], shape)
     }
 
+    #[inline]
     pub fn dim(&self) -> usize {
         self.dim as usize
     }
 
+    #[inline]
     pub fn lo(&self) -> &[usize] {
         &self.lo[..self.dim()]
     }
 
+    #[inline]
     pub fn hi(&self) -> &[usize] {
         &self.hi[..self.dim()]
     }
 
     /// Extent along dimension `d` (0 when empty along it).
+    #[inline]
     pub fn extent(&self, d: usize) -> usize {
         self.hi[d].saturating_sub(self.lo[d])
     }
@@ -83,6 +87,7 @@ impl Rect {
     }
 
     /// True when `point` lies in the box.
+    #[inline]
     pub fn contains_point(&self, point: &[usize]) -> bool {
         point.len() == self.dim()
             && (0..self.dim()).all(|d| self.lo[d] <= point[d] && point[d] < self.hi[d])
@@ -127,6 +132,7 @@ impl Rect {
     }
 
     /// Row-major linear offset of `point` inside a store whose full box is `self`.
+    #[inline]
     pub(crate) fn linear(&self, point: &[usize]) -> usize {
         let mut off = 0;
         for (d, p) in point.iter().enumerate().take(self.dim()) {

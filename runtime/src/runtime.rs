@@ -1,7 +1,7 @@
 //! The runtime: stores, task registration, issue → window → solve → analyse → execute.
 
 use crate::analysis::Preds;
-use crate::buffer::Buf;
+use crate::buffer::{Buf, SPARSE_MIN_BYTES};
 use crate::constraint::Constraint;
 use crate::dtype::{DType, Element, PosRange, ReduceOp, Scalar};
 use crate::error::{Result, RuntimeError};
@@ -19,7 +19,7 @@ use crate::replicate::channel::Channel;
 use crate::solve_memo::{Probe, SolveInputs, SolveMemo, Solved};
 use crate::solver::{record_keys, Solution, Solver, SolverArg};
 use crate::stats::{Counters, Stats};
-use crate::store::{Bound, Store, StoreRoot};
+use crate::store::{Bound, Memory, Store, StoreRoot};
 use crate::task::{
     Args, Issued, IssuedArg, LaunchSpec, Privilege, Registered, Registry, ScalarArg, Scalars,
     TaskBody, TaskLauncher, UserConstraint, ViewId,
@@ -85,8 +85,11 @@ pub(crate) struct Inner {
     /// The body a fused task's `Launched` carries (never called: its points run the
     /// sub-tasks' bodies).
     fused_body: TaskBody,
-    /// Bytes of store elements allocated so far (lazily, at first access).
-    alloc_bytes: Arc<AtomicU64>,
+    /// Bytes of store elements allocated so far (lazily, at first access), and held now.
+    mem: Arc<Memory>,
+    /// Across ranks, every store made so far, for [`Stats::bytes_resident`] (dead ones
+    /// pruned as it grows). Not on one rank: `take` needs the only reference to a store.
+    roots: Mutex<Vec<std::sync::Weak<StoreRoot>>>,
     /// Across ranks: the thread receiving this rank's messages.
     comm_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -333,7 +336,8 @@ impl RuntimeBuilder {
             fused_body: Arc::new(|_: &mut TaskContext<'_>| {
                 unreachable!("a fused task runs its sub-tasks' bodies")
             }),
-            alloc_bytes: Arc::default(),
+            mem: Arc::default(),
+            roots: Mutex::default(),
             comm_thread: Mutex::default(),
         };
         if let Some(Ranks(comm)) = self.ranks.filter(|_| ranks > 1) {
@@ -470,17 +474,25 @@ impl Runtime {
 
     fn new_root(&self, dtype: DType, dim: usize, bound: Option<Bound>) -> Store {
         let id = self.inner.next_store.fetch_add(1, Ordering::Relaxed);
-        Store::from_root(
-            Arc::new(StoreRoot::new(
-                id,
-                self.inner.id,
-                dtype,
-                dim,
-                bound,
-                self.inner.alloc_bytes.clone(),
-            )),
-            None,
-        )
+        let root = Arc::new(StoreRoot::new(
+            id,
+            self.inner.id,
+            dtype,
+            dim,
+            bound,
+            self.inner.mem.clone(),
+            self.ranks() > 1,
+        ));
+        if self.ranks() == 1 {
+            return Store::from_root(root, None);
+        }
+        let mut roots = self.inner.roots.lock().unwrap_or_else(|e| e.into_inner());
+        if roots.len() == roots.capacity() {
+            roots.retain(|r| r.strong_count() > 0);
+        }
+        roots.push(Arc::downgrade(&root));
+        drop(roots);
+        Store::from_root(root, None)
     }
 
     fn check_shape(dtype: DType, shape: &[usize]) -> Result<()> {
@@ -520,11 +532,33 @@ impl Runtime {
                 got: data.len(),
             });
         }
+        if self.ranks() > 1 && rect.volume() * T::DTYPE.size() >= SPARSE_MIN_BYTES {
+            return Ok(self.cut_to_share(rect, data));
+        }
         Ok(self.new_root(
             T::DTYPE,
             shape.len(),
             Some(Bound::with_data(rect, T::wrap(Buf::from_vec(data)))),
         ))
+    }
+
+    /// Across ranks, a store of host data every rank made whole: this rank keeps only its
+    /// share (`replicate::share`) in a buffer allocated page by page, and frees `data`.
+    fn cut_to_share<T: Element>(&self, rect: Rect, data: Vec<T>) -> Store {
+        let m = &self.inner.machine;
+        let mine = crate::replicate::share::share(rect, m, m.rank);
+        let mut buf = Buf::<T>::sparse_zeros(rect.volume(), None);
+        // A share is whole rows: one run of the row-major buffer.
+        let (start, len) = (rect.linear(mine.lo()), mine.volume());
+        buf.copy_from(start, &data[start..start + len]);
+        drop(data);
+        let store = self.new_root(
+            T::DTYPE,
+            rect.dim(),
+            Some(Bound::with_data(rect, T::wrap(buf))),
+        );
+        store.root.meta().valid = Some(crate::replicate::share::cut_map(rect, m));
+        store
     }
 
     /// A 1-d `PosRange` store of the ranges between consecutive `offsets` (a compressed
@@ -719,8 +753,22 @@ impl Runtime {
     /// A snapshot of the runtime's counters.
     pub fn stats(&self) -> Stats {
         let mut s = self.inner.shared.counters.snapshot();
-        s.bytes_allocated = self.inner.alloc_bytes.load(Ordering::Relaxed);
+        s.bytes_allocated = self.inner.mem.allocated.load(Ordering::Relaxed);
+        s.bytes_resident = self.resident_bytes();
         s
+    }
+
+    /// Bytes of memory the elements of this runtime's live stores occupy now.
+    fn resident_bytes(&self) -> u64 {
+        if self.ranks() == 1 {
+            return self.inner.mem.live_whole.load(Ordering::Relaxed);
+        }
+        let roots = self.inner.roots.lock().unwrap_or_else(|e| e.into_inner());
+        roots
+            .iter()
+            .filter_map(|r| r.upgrade())
+            .map(|r| r.resident_bytes())
+            .sum()
     }
 
     fn check_store(&self, s: &Store) -> Result<()> {

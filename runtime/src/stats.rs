@@ -72,6 +72,7 @@ impl Counters {
             actor_linked_replays: g(&self.actor_linked_replays),
             bytes_sent: g(&self.bytes_sent),
             messages_sent: g(&self.messages_sent),
+            bytes_resident: 0,
         }
     }
 }
@@ -141,6 +142,11 @@ pub struct Stats {
     /// Across ranks: messages this rank's tasks sent (transfers, points' leftovers for the
     /// finish step, finish outcomes; not the collectives).
     pub messages_sent: u64,
+    /// Bytes of memory the elements of this runtime's live stores occupy now (a level, not
+    /// a counter: `since` keeps the later value). Across ranks stores are allocated page by
+    /// page as written, so this is the rank's share: the pages of the pieces its points
+    /// wrote or received (`mincore`).
+    pub bytes_resident: u64,
 }
 
 impl Stats {
@@ -214,6 +220,7 @@ impl Stats {
             actor_linked_replays: self.actor_linked_replays - earlier.actor_linked_replays,
             bytes_sent: self.bytes_sent - earlier.bytes_sent,
             messages_sent: self.messages_sent - earlier.messages_sent,
+            bytes_resident: self.bytes_resident,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Stores: n-d arrays of one element type, their views (slices), and the two reference counts.
 
 use crate::analysis::AccessState;
-use crate::buffer::{Data, Ledger};
+use crate::buffer::{Data, Ledger, MapPool};
 use crate::dtype::DType;
 use crate::error::{Result, RuntimeError};
 use crate::graph::Node;
@@ -52,6 +52,42 @@ impl Bound {
     }
 }
 
+/// What a runtime's stores take: bytes allocated so far, and bytes held by live stores whose
+/// buffers are whole (the others, across ranks, are measured page by page: `Buf::resident_bytes`).
+#[derive(Default)]
+pub(crate) struct Memory {
+    pub allocated: AtomicU64,
+    pub live_whole: AtomicU64,
+    /// Mappings of dropped stores, for the next store of the same size (across ranks).
+    pool: MapPool,
+}
+
+impl Memory {
+    fn add(&self, bytes: u64, sparse: bool) {
+        self.allocated.fetch_add(bytes, Ordering::Relaxed);
+        if !sparse {
+            self.live_whole.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    fn remove(&self, bytes: u64, sparse: bool) {
+        if !sparse {
+            self.live_whole.fetch_sub(bytes, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for StoreRoot {
+    fn drop(&mut self) {
+        if let Some(b) = self.bound.get().filter(|b| b.is_allocated()) {
+            self.mem.remove(b.bytes(), self.sparse);
+        }
+        if let Some(data) = self.bound.get_mut().and_then(|b| b.data.take()) {
+            self.mem.pool.put(data);
+        }
+    }
+}
+
 /// The shared state of one store; views of it share the root.
 pub(crate) struct StoreRoot {
     pub id: u64,
@@ -68,8 +104,11 @@ pub(crate) struct StoreRoot {
     /// Bumped whenever `meta.keys` changes, so the solve memo can tell that a store's key
     /// partitions are unchanged without locking and comparing them.
     pub key_epoch: AtomicU64,
-    /// Bytes of store elements allocated by this store's runtime (shared by its stores).
-    allocated: Arc<AtomicU64>,
+    /// Bytes of store elements this store's runtime allocated (shared by its stores).
+    mem: Arc<Memory>,
+    /// Across ranks: the elements are allocated page by page as they are written
+    /// (`Buf::sparse_zeros`), so a rank's memory holds only the pieces it writes or receives.
+    sparse: bool,
     /// Set when a task that writes this store failed: its contents are not to be trusted.
     poison: Mutex<Option<RuntimeError>>,
     /// Fast check for `poison` (read by every point before it runs).
@@ -107,12 +146,13 @@ impl StoreRoot {
         dtype: DType,
         dim: usize,
         bound: Option<Bound>,
-        allocated: Arc<AtomicU64>,
+        mem: Arc<Memory>,
+        sparse: bool,
     ) -> StoreRoot {
         let cell = OnceLock::new();
         if let Some(b) = bound {
             if b.is_allocated() {
-                allocated.fetch_add(b.bytes(), Ordering::Relaxed);
+                mem.add(b.bytes(), sparse);
             }
             let _ = cell.set(b);
         }
@@ -127,7 +167,8 @@ impl StoreRoot {
             pending_refs: AtomicUsize::new(0),
             meta: Mutex::default(),
             key_epoch: AtomicU64::new(0),
-            allocated,
+            mem,
+            sparse,
             poison: Mutex::new(None),
             tainted: AtomicBool::new(false),
         }
@@ -141,15 +182,29 @@ impl StoreRoot {
     pub(crate) fn data(&self) -> Option<&Data> {
         let b = self.bound.get()?;
         Some(b.data.get_or_init(|| {
-            self.allocated.fetch_add(b.bytes(), Ordering::Relaxed);
-            Data::zeros(b.dtype, b.rect.volume())
+            self.mem.add(b.bytes(), self.sparse);
+            if self.sparse {
+                Data::sparse_zeros(b.dtype, b.rect.volume(), Some(&self.mem.pool))
+            } else {
+                Data::zeros(b.dtype, b.rect.volume())
+            }
         }))
+    }
+
+    /// Bytes of memory the elements occupy now (0 before they are allocated).
+    pub(crate) fn resident_bytes(&self) -> u64 {
+        self.bound()
+            .and_then(|b| b.data.get())
+            .map_or(0, Data::resident_bytes)
     }
 
     /// The elements, moved out (`None` while unbound or never allocated); `&mut` proves no
     /// view of them is alive.
     pub(crate) fn take_data(&mut self) -> Option<Data> {
-        self.bound.get_mut()?.data.take()
+        let b = self.bound.get_mut()?;
+        let data = b.data.take()?;
+        self.mem.remove(b.bytes(), self.sparse);
+        Some(data)
     }
 
     /// Binds an unbound store; false if it was already bound.
@@ -157,7 +212,7 @@ impl StoreRoot {
         let bytes = b.bytes();
         let ok = self.bound.set(b).is_ok();
         if ok {
-            self.allocated.fetch_add(bytes, Ordering::Relaxed);
+            self.mem.add(bytes, self.sparse);
         }
         ok
     }

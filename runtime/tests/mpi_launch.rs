@@ -157,3 +157,24 @@ fn a_rank_killed_mid_run_ends_the_job_with_an_error() {
         text(&out)
     );
 }
+
+#[test]
+fn a_rank_returning_early_ends_every_other_rank_with_an_error() {
+    // Rank 1 returns normally after 3 of the 20 stencil steps: it is alive (finalising), so
+    // mpirun would not end the job; the others must see its goodbye and fail, not hang.
+    let out = mpirun_bin(RUNTIME, 3, &["3", "--leave-rank", "1"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("rank 1 leaves early on purpose"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        stderr.contains("rank 1 finished without sending")
+            || stderr.contains("rank 1: the rank stopped before sending"),
+        "{}",
+        text(&out)
+    );
+    assert!(!stderr.contains("runtime on 3 ranks OK"), "{}", text(&out));
+}

@@ -52,6 +52,15 @@ impl HostCsr {
             .collect()
     }
 
+    /// The `n × n` tridiagonal pattern (row `i` has columns `i - 1..=i + 1`), values as
+    /// [`HostCsr::from_rows`] gives them.
+    pub fn tridiagonal(n: usize) -> HostCsr {
+        let rows: Vec<Vec<usize>> = (0..n)
+            .map(|i: usize| (i.saturating_sub(1)..(i + 2).min(n)).collect())
+            .collect();
+        HostCsr::from_rows(n, &rows)
+    }
+
     /// The 2-d five-point Laplacian on a `k × k` grid (symmetric positive definite).
     pub fn laplacian_2d(k: usize) -> HostCsr {
         let n = k * k;

@@ -2,13 +2,15 @@
 //! the first argument. Every rank runs the stencil, a banded SpMV with images, and CG, and
 //! checks them: the stencil against the sequential loop (bitwise), with the bytes moved equal
 //! to the halo volume and each rank running its block of points; SpMV against the host
-//! product; CG bitwise against a one-rank runtime with as many processors in this process; a
+//! product; each rank's memory after an SpMV over inputs every rank made whole is its share;
+//! CG bitwise against a one-rank runtime with as many processors in this process; a
 //! transfer of megabytes (rendezvous-sized messages) into one point.
 //!
 //! ```text
 //! mpirun --allow-run-as-root --oversubscribe -n 4 mpi-runtime 4
 //! mpirun ... -n 2 mpi-runtime 2 --fail-rank 1   # a task fails on rank 1: every rank errs
 //! mpirun ... -n 2 mpi-runtime 2 --kill-rank 1   # rank 1 dies mid-run: the job ends
+//! mpirun ... -n 2 mpi-runtime 2 --leave-rank 1  # rank 1 returns early: every other rank errs
 //! ```
 
 #[path = "../../examples/sparse/mod.rs"]
@@ -71,14 +73,67 @@ fn check_stencil(comm: &Arc<ThreadedMpiComm>, kill: Option<usize>) -> Result<()>
     })
 }
 
+/// A rank that stops issuing early and returns normally: three steps of the stencil where
+/// the others run twenty (the others wait for it and must fail, not hang).
+fn leave_early(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
+    let rt = runtime(comm)?;
+    stencil::register(&rt)?;
+    let n = 2000;
+    let (cur, next) = (
+        rt.from_vec(&[n + 2], stencil::initial(n))?,
+        rt.from_vec(&[n + 2], stencil::initial(n))?,
+    );
+    for s in 0..3 {
+        let (a, b) = if s % 2 == 0 {
+            (&cur, &next)
+        } else {
+            (&next, &cur)
+        };
+        stencil::step(&rt, a, b, n, None)?;
+    }
+    rt.fence()?;
+    eprintln!(
+        "rank {} leaves early on purpose (--leave-rank)",
+        comm.rank()
+    );
+    Ok(())
+}
+
+/// Memory per rank: a tridiagonal SpMV over inputs every rank made whole (`from_vec`); each
+/// rank's store elements in memory afterwards are its share (1 / N of the five stores, plus
+/// pages at the ends of its shares and the x cells its rows reach), and `y` is right.
+fn check_memory(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
+    let rt = runtime(comm)?;
+    sparse::register_spmv(&rt)?;
+    let n = 20_000;
+    let host = HostCsr::tridiagonal(n);
+    let a = Csr::upload(&rt, &host)?;
+    let xs: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    let x = rt.from_vec(&[n], xs.clone())?;
+    let y = sparse::spmv(&rt, &a, &x)?;
+    rt.fence()?;
+    let resident = rt.stats().bytes_resident as f64;
+    // pos (16 B a row), crd and vals (8 B a nonzero), x and y (8 B a row).
+    let whole = (n * 32 + host.crd.len() * 16) as f64;
+    let share = resident / whole;
+    let at_most = 1.0 / comm.size() as f64 + 0.03;
+    ensure(share <= at_most, || {
+        format!(
+            "rank {} holds {share:.3} of the stores' bytes (at most {at_most:.3})",
+            comm.rank()
+        )
+    })?;
+    let got = rt.read_on::<f64>(&y, 0)?;
+    ensure(got.is_none_or(|y| y == host.spmv(&xs)), || {
+        "SpMV over cut inputs differs from the host product".into()
+    })
+}
+
 fn check_spmv(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
     let rt = runtime(comm)?;
     sparse::register_spmv(&rt)?;
     let n = 256;
-    let rows: Vec<Vec<usize>> = (0..n)
-        .map(|i: usize| (i.saturating_sub(1)..(i + 2).min(n)).collect())
-        .collect();
-    let host = HostCsr::from_rows(n, &rows);
+    let host = HostCsr::tridiagonal(n);
     let a = Csr::upload(&rt, &host)?;
     let x = rt.create(tessera_runtime::DType::F64, &[n])?;
     rt.fill(&x, 2.0)?;
@@ -171,8 +226,9 @@ fn main() -> std::process::ExitCode {
             .and_then(|v| v.parse::<usize>().ok())
     };
     let (fail_rank, kill_rank) = (flag("--fail-rank"), flag("--kill-rank"));
+    let leave_rank = flag("--leave-rank");
     let Some(expected) = expected else {
-        eprintln!("usage: mpi-runtime N [--fail-rank R | --kill-rank R]");
+        eprintln!("usage: mpi-runtime N [--fail-rank R | --kill-rank R | --leave-rank R]");
         return std::process::ExitCode::FAILURE;
     };
     let out = run_world_threaded(|comm| -> Result<()> {
@@ -180,10 +236,14 @@ fn main() -> std::process::ExitCode {
         ensure(got == expected, || {
             format!("expected a world of {expected} ranks but this one has {got}")
         })?;
+        if leave_rank == Some(comm.rank()) {
+            return leave_early(comm);
+        }
         let r = match fail_rank {
             Some(r) => check_failure(comm, r),
             None => check_stencil(comm, kill_rank)
                 .and_then(|_| check_spmv(comm))
+                .and_then(|_| check_memory(comm))
                 .and_then(|_| check_cg(comm))
                 .and_then(|_| check_big_transfer(comm)),
         };
@@ -198,7 +258,10 @@ fn main() -> std::process::ExitCode {
     match out {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("rank error: {e}");
+            // One write: `eprintln!` may write the prefix and the message separately, and
+            // mpirun's own lines then land between them.
+            use std::io::Write;
+            let _ = std::io::stderr().write_all(format!("rank error: {e}\n").as_bytes());
             std::process::ExitCode::FAILURE
         }
     }

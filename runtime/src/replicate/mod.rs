@@ -8,6 +8,7 @@
 //!   the finish step's messages.
 //! - `channel`: the communication thread and the receive nodes it completes.
 //! - `finish`: reductions and futures folded at rank 0 and sent to every rank.
+//! - `share`: the part of a host-made store a rank keeps (memory per rank).
 //! - this file: sharding, sending a rectangle, gathers (read-back and image sources) and the
 //!   agreement check.
 
@@ -15,6 +16,7 @@ pub(crate) mod channel;
 pub(crate) mod codec;
 pub(crate) mod finish;
 mod schedule;
+pub(crate) mod share;
 pub(crate) mod valid;
 
 use crate::error::RuntimeError;

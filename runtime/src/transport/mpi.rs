@@ -9,6 +9,7 @@ use mpi::point_to_point::{Destination, MatchedReceiveVec, Source};
 use mpi::topology::{Communicator as _, SimpleCommunicator};
 use std::cell::Cell;
 use std::fmt::Display;
+use std::time::{Duration, Instant};
 
 /// Largest single MPI message, in bytes.
 const CHUNK: usize = 1 << 30;
@@ -157,7 +158,24 @@ pub struct ThreadedMpiComm {
     world: SimpleCommunicator,
     shared_failure: std::sync::atomic::AtomicBool,
     in_flight: std::sync::Mutex<Vec<InFlight>>,
+    /// Per rank: when its goodbye arrived (it ended its work normally; see [`GOODBYE_TAG`]).
+    gone: std::sync::Mutex<Vec<Option<Instant>>>,
 }
+
+/// Tag of the empty message a rank sends every other rank when its work ended normally.
+///
+/// Without it an MPI rank that returns early (without a collective or message its peers wait
+/// for) would leave them waiting forever: it is alive, in `MPI_Finalize`, so `mpirun` ends
+/// nothing. With it, every wait for a message from a rank also watches for that rank's
+/// goodbye, and a rank whose goodbye came while a peer still waits for it fails that wait
+/// with [`TransportError::PeerExited`]; the waiting rank then fails, and its launcher aborts
+/// the job. A rank that said goodbye waits for everyone else's before finalising.
+const GOODBYE_TAG: i32 = RESERVED_TAG as i32 + 1;
+
+/// How long after a peer's goodbye a message it sent before may still arrive: MPI orders
+/// messages per tag, not across the goodbye's tag, so a wait fails only once this has passed
+/// (the peer had completed its sends before saying goodbye; this is only delivery).
+const GOODBYE_GRACE: Duration = Duration::from_secs(1);
 
 /// A send in progress and the buffer it reads (leaked while in flight, freed on completion).
 struct InFlight {
@@ -208,6 +226,87 @@ impl ThreadedMpiComm {
         }
     }
 
+    /// Starts sending `data` (freed once the send completes: `progress`, `finish_sends`).
+    fn post(&self, to: usize, tag: i32, data: Vec<u8>) -> Result<(), TransportError> {
+        self.check_len(&data)?;
+        let peer = self.peer(to)?;
+        let buf: &'static mut [u8] = Box::leak(data.into_boxed_slice());
+        let ptr: *mut [u8] = buf;
+        // SAFETY: re-borrowing the leaked buffer shared for the send's lifetime; it is freed
+        // only after the request completes (`free_buf`).
+        let shared: &'static [u8] = unsafe { &*ptr };
+        let request = peer.immediate_send_with_tag(mpi::request::StaticScope, shared, tag);
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(InFlight { request, buf: ptr });
+        Ok(())
+    }
+
+    /// Whether `rank`'s goodbye has come (receiving it if it is there now), and when.
+    fn goodbye_of(&self, rank: usize) -> Option<Instant> {
+        let mut gone = self.gone.lock().unwrap_or_else(|e| e.into_inner());
+        if gone[rank].is_none() {
+            let probe = self
+                .peer(rank)
+                .ok()?
+                .immediate_matched_probe_with_tag(GOODBYE_TAG);
+            if let Some(m) = probe {
+                let _ = m.matched_receive_vec::<u8>();
+                gone[rank] = Some(Instant::now());
+            }
+        }
+        gone[rank]
+    }
+
+    /// The next message from `from` on `tag`; an error if `from` ended its work normally
+    /// first (its goodbye came, and the grace for its earlier messages passed).
+    fn receive_from(&self, from: usize, tag: i32) -> Result<Vec<u8>, TransportError> {
+        let src = self.peer(from)?;
+        for polls in 0u64.. {
+            if let Some(m) = src.immediate_matched_probe_with_tag(tag) {
+                return Ok(m.matched_receive_vec::<u8>().0);
+            }
+            if polls % 256 == 255 {
+                self.progress();
+                let gone = self.goodbye_of(from);
+                if gone.is_some_and(|t| t.elapsed() >= GOODBYE_GRACE) {
+                    if let Some(m) = src.immediate_matched_probe_with_tag(tag) {
+                        return Ok(m.matched_receive_vec::<u8>().0);
+                    }
+                    return Err(TransportError::PeerExited {
+                        rank: from,
+                        me: self.rank(),
+                        tag: tag as Tag,
+                    });
+                }
+            }
+            // Spin briefly (collectives answer within microseconds), then stop taking a
+            // core the workers need.
+            if polls < 1024 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(20));
+            }
+        }
+        unreachable!("the poll loop returns")
+    }
+
+    /// After this rank's work ended normally: tells every other rank, then waits until every
+    /// other rank has said the same (so no rank finalises while a peer may still wait on it).
+    fn goodbye(&self) {
+        let me = self.rank();
+        for r in (0..self.size()).filter(|&r| r != me) {
+            let _ = self.post(r, GOODBYE_TAG, Vec::new());
+        }
+        for r in (0..self.size()).filter(|&r| r != me) {
+            while self.goodbye_of(r).is_none() {
+                self.progress();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
     fn check_len(&self, data: &[u8]) -> Result<(), TransportError> {
         if data.len() > i32::MAX as usize {
             return Err(TransportError::Malformed {
@@ -235,43 +334,30 @@ impl Communicator for ThreadedMpiComm {
         if tag >= RESERVED_TAG {
             return Err(TransportError::ReservedTag { tag });
         }
-        self.check_len(&data)?;
-        let peer = self.peer(to)?;
-        let buf: &'static mut [u8] = Box::leak(data.into_boxed_slice());
-        let ptr: *mut [u8] = buf;
-        // SAFETY: re-borrowing the leaked buffer shared for the send's lifetime; it is freed
-        // only after the request completes (`free_buf`).
-        let shared: &'static [u8] = unsafe { &*ptr };
-        let request =
-            peer.immediate_send_with_tag(mpi::request::StaticScope, shared, i32::from(tag));
-        self.in_flight
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(InFlight { request, buf: ptr });
-        Ok(())
+        self.post(to, i32::from(tag), data)
     }
 
     fn recv(&self, from: usize, tag: Tag) -> Result<Vec<u8>, TransportError> {
         if tag >= RESERVED_TAG {
             return Err(TransportError::ReservedTag { tag });
         }
-        let probed = self.peer(from)?.matched_probe_with_tag(i32::from(tag));
-        Ok(probed.matched_receive_vec::<u8>().0)
+        self.receive_from(from, i32::from(tag))
     }
 
     fn exchange(&self, to: usize, data: Vec<u8>, from: usize) -> Result<Vec<u8>, TransportError> {
-        self.check_len(&data)?;
-        let (dest, src) = (self.peer(to)?, self.peer(from)?);
-        let tag = i32::from(COLLECTIVE_TAG);
-        Ok(mpi::request::scope(|scope| {
-            let req = dest.immediate_send_with_tag(scope, &data[..], tag);
-            let got = src
-                .matched_probe_with_tag(tag)
-                .matched_receive_vec::<u8>()
-                .0;
-            req.wait();
-            got
-        }))
+        // The send is posted, not waited for here: if `from` has gone, this rank fails
+        // without waiting on a send no one will receive (its buffer is kept until the end).
+        self.post(to, i32::from(COLLECTIVE_TAG), data)?;
+        self.receive_from(from, i32::from(COLLECTIVE_TAG))
+    }
+
+    /// Under MPI: whether `rank` ended its work normally (its goodbye came) at least
+    /// [`GOODBYE_GRACE`] ago.
+    fn has_exited(&self, rank: usize) -> bool {
+        rank < self.size()
+            && self
+                .goodbye_of(rank)
+                .is_some_and(|t| t.elapsed() >= GOODBYE_GRACE)
     }
 
     fn note_shared_failure(&self) {
@@ -301,8 +387,9 @@ impl Communicator for ThreadedMpiComm {
             if t0.elapsed() >= timeout {
                 return Ok(None);
             }
-            // A failed peer ends the whole job (`MPI_Abort`), so polling needs no failure
-            // check; the pause keeps the polling thread off a core the workers need.
+            // A failed peer ends the whole job (`MPI_Abort`) and one that stopped early is
+            // seen by `has_exited` (the runtime's channel asks when a poll times out); the
+            // pause keeps the polling thread off a core the workers need.
             std::thread::sleep(std::time::Duration::from_micros(50));
         }
     }
@@ -331,9 +418,11 @@ where
         world: universe.world(),
         shared_failure: std::sync::atomic::AtomicBool::new(false),
         in_flight: std::sync::Mutex::default(),
+        gone: std::sync::Mutex::new(vec![None; universe.world().size() as usize]),
     });
     let out = f(&comm);
     if out.is_ok() {
+        comm.goodbye();
         comm.finish_sends();
     } else {
         // A failed job may have sends no one will receive: waiting could hang. The process

@@ -297,10 +297,7 @@ fn a_banded_spmv_moves_only_the_x_cells_its_image_reaches_across_ranks() {
     // Tridiagonal rows: row i reads x[i-1..=i+1]. x is written by a task (so each rank holds
     // its block of rows of x); the image bounds come from the ranks holding `crd` and `pos`.
     let n = 64;
-    let rows: Vec<Vec<usize>> = (0..n)
-        .map(|i: usize| (i.saturating_sub(1)..(i + 2).min(n)).collect())
-        .collect();
-    let host = HostCsr::from_rows(n, &rows);
+    let host = HostCsr::tridiagonal(n);
     let want = host.spmv(&vec![2.0; n]);
     for (ranks, threads) in [(2, 2), (4, 1)] {
         let h = host.clone();
@@ -326,8 +323,19 @@ fn a_banded_spmv_moves_only_the_x_cells_its_image_reaches_across_ranks() {
 
 #[test]
 fn two_d_tilings_that_change_between_tasks_move_the_right_blocks() {
+    two_d_tilings(12, 10);
+}
+
+#[test]
+fn two_d_tilings_over_a_host_store_cut_to_each_ranks_rows_move_the_right_blocks() {
+    // 96 KiB: `from_vec` keeps each rank's default rows only, and no task here uses that
+    // partition, so every tiling receives what the cut left elsewhere.
+    two_d_tilings(120, 100);
+}
+
+fn two_d_tilings(rows: usize, cols: usize) {
     use tessera_runtime::Cut;
-    let run = |rt: &Runtime| -> Result<(Vec<f64>, Vec<f64>)> {
+    let run = move |rt: &Runtime| -> Result<(Vec<f64>, Vec<f64>)> {
         rt.register("mark", |ctx| {
             let mut m = ctx.write::<f64>(0);
             let id = ctx.linear_point() as f64 + 1.0;
@@ -336,16 +344,16 @@ fn two_d_tilings_that_change_between_tasks_move_the_right_blocks() {
                 m.set(&p, 2.0 * v + id + (p[0] * 100 + p[1]) as f64);
             }
         })?;
-        rt.register("colsum", |ctx| {
+        rt.register("colsum", move |ctx| {
             let m = ctx.read::<f64>(0);
             let mut c = ctx.write::<f64>(1);
             for j in c.range() {
-                let col: f64 = (0..12).map(|i| m.get(&[i, j])).sum();
+                let col: f64 = (0..rows).map(|i| m.get(&[i, j])).sum();
                 c.set_at(j, col);
             }
         })?;
-        let m = rt.from_vec(&[12, 10], (0..120).map(|v| v as f64).collect())?;
-        let c = rt.create(tessera_runtime::DType::F64, &[10])?;
+        let m = rt.from_vec(&[rows, cols], (0..rows * cols).map(|v| v as f64).collect())?;
+        let c = rt.create(tessera_runtime::DType::F64, &[cols])?;
         // Rows split unevenly at 5, columns in three tiles.
         let mark = |cuts: &[Cut], domain: &[usize]| {
             rt.task("mark")
@@ -527,5 +535,47 @@ fn ranks_that_fuse_differently_are_caught_before_their_transfers_miss() {
             Err(RuntimeError::RanksDisagree { .. }) => {}
             other => panic!("rank {rank}: expected a disagreement, got {other:?}"),
         }
+    }
+}
+
+/// A tridiagonal SpMV over `n` rows with every input made whole by each rank (`from_vec`):
+/// `y` gathered to rank 0, and each rank's resident store bytes before that gather.
+fn spmv_memory(rt: &Runtime, host: &HostCsr) -> Result<(Option<Vec<f64>>, u64)> {
+    crate::sparse::register_spmv(rt)?;
+    let a = Csr::upload(rt, host)?;
+    let x = rt.from_vec(&[host.cols], (0..host.cols).map(|i| i as f64).collect())?;
+    let y = crate::sparse::spmv(rt, &a, &x)?;
+    rt.fence()?;
+    let resident = rt.stats().bytes_resident;
+    Ok((rt.read_on::<f64>(&y, 0)?, resident))
+}
+
+#[test]
+fn each_rank_holds_only_its_share_of_the_stores() {
+    // Stores of 160 KiB to 480 KiB: large enough to be allocated page by page.
+    let n = 20_000;
+    let host = Arc::new(HostCsr::tridiagonal(n));
+    let want = host.spmv(&(0..n).map(|i| i as f64).collect::<Vec<_>>());
+    let h = host.clone();
+    let one = all_ok(on_ranks(1, 1, move |rt| spmv_memory(rt, &h)));
+    assert_eq!(one[0].0.as_deref(), Some(&want[..]));
+    let whole = one[0].1 as f64;
+    for ranks in [2, 4] {
+        // Its rows of each of the five stores, plus up to a page at each end of each share
+        // and the x cells its rows reach: 1 / ranks of the bytes and at most 3% more. (A rank
+        // holding a whole store, even `y` alone, holds about 1/3 at 4 ranks.)
+        let at_most = 1.0 / ranks as f64 + 0.03;
+        let h = host.clone();
+        let got = all_ok(on_ranks(ranks, 1, move |rt| spmv_memory(rt, &h)));
+        assert_eq!(got[0].0.as_deref(), Some(&want[..]), "{ranks} ranks");
+        for (rank, (y, resident)) in got.iter().enumerate().skip(1) {
+            assert!(y.is_none(), "rank {rank} gathers nothing");
+            let share = *resident as f64 / whole;
+            assert!(
+                share <= at_most,
+                "rank {rank} of {ranks} holds {share:.3} of one rank's bytes"
+            );
+        }
+        assert!(got[0].1 as f64 / whole <= at_most, "rank 0 of {ranks}");
     }
 }
