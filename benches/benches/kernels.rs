@@ -376,13 +376,13 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1.0);
     let mut table = Table::new(&format!(
-        "Generated kernels vs hand-written Rust and sprs (scale {scale}, best of {}; ratio > 1: Tessera faster)",
+        "Generated kernels vs hand-written Rust and sprs (scale {scale}, median of {} interleaved; ratio > 1: Tessera faster)",
         reps()
     ));
     let bw = copy_bandwidth(((512usize << 20) as f64 * scale.max(0.25)) as usize);
-    // Banded: each row's 16 columns lie within 4096 of the diagonal (a mesh); power-law: a
+    // Uniform: columns anywhere; banded: each row's 16 columns lie within 4096 of the diagonal (a mesh); power-law: a
     // graph's skewed rows and hub columns.
-    for spread in [Spread::Banded(4096), Spread::PowerLaw] {
+    for spread in [Spread::Uniform, Spread::Banded(4096), Spread::PowerLaw] {
         bench_spmv::<u32>(&mut table, scale, bw, spread);
         bench_spmv::<u64>(&mut table, scale, bw, spread);
     }

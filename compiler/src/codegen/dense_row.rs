@@ -24,6 +24,7 @@ impl Gen<'_> {
         let lp = &nest.loops[d];
         let out_here = nest.acc_depth == nest.loops.len();
         let mut out_row = self.mirror_row(lp.var).filter(|_| out_here);
+        let mut out_hoisted = false;
         let range = self.row_range(nest);
         let mut rows = TokenStream::new();
         let mut binds = TokenStream::new();
@@ -33,6 +34,7 @@ impl Gen<'_> {
             let (size, off) = (self.lvl(t, r.level, "size"), self.lvl(t, r.level, "off"));
             let parent = self.parent(*r);
             if is_out {
+                out_hoisted = self.row_hoisted_to(nest, *r).is_some();
                 out_row = Some(quote!(#parent * #size + (lo - #off)));
                 continue;
             }
@@ -51,6 +53,10 @@ impl Gen<'_> {
         let var = self.var(lp.var);
         let e = self.expr(&self.step_expr(nest));
         let (write, out_slice) = match out_row {
+            Some(_) if out_here && out_hoisted => {
+                let slice = quote!(let orow: &mut [V] = &mut orow_hoisted[..n];);
+                (self.store(nest, quote!(orow[t]), e), slice)
+            }
             Some(start) if out_here => {
                 let slice = match target {
                     OutTarget::Whole => quote!(let orow: &mut [V] = &mut out_vals[#start..][..n];),
@@ -61,7 +67,7 @@ impl Gen<'_> {
                         quote!(let orow: &mut [V] = &mut buf[#start..][..n];)
                     }
                 };
-                (self.accumulate(quote!(orow[t]), e), slice)
+                (self.store(nest, quote!(orow[t]), e), slice)
             }
             _ => {
                 let touched = if self.k.output_kind == OutputKind::Sparse {
@@ -155,7 +161,12 @@ impl Gen<'_> {
     /// loop that fixes it, not once per innermost nonzero.
     fn row_hoisted_to(&self, nest: &Nest, r: LevelRef) -> Option<usize> {
         let last = nest.loops.len() - 1;
-        if r.level == 0 || r.access == self.k.output_access || !nest.loops[last].locate.contains(&r)
+        let out_here = nest.acc_depth == nest.loops.len();
+        let is_out = r.access == self.k.output_access;
+        // The output's row only where the innermost loop writes it (not a mirrored output's).
+        if r.level == 0
+            || (is_out && (!out_here || self.mirror.is_some()))
+            || !nest.loops[last].locate.contains(&r)
         {
             return None;
         }
@@ -172,7 +183,7 @@ impl Gen<'_> {
 
     /// The rows hoisted to loop `d` (see [`Self::row_hoisted_to`]), sliced over the innermost
     /// loop's common range; empty where that range is.
-    pub(super) fn hoisted_rows(&self, nest: &Nest, d: usize) -> TokenStream {
+    pub(super) fn hoisted_rows(&self, nest: &Nest, d: usize, target: OutTarget) -> TokenStream {
         let Some(lp) = nest.loops.last() else {
             return quote!();
         };
@@ -191,6 +202,25 @@ impl Gen<'_> {
             let t = self.tensor_of(r.access);
             let (size, off) = (self.lvl(t, r.level, "size"), self.lvl(t, r.level, "off"));
             let (vals, parent) = (self.vals(t), self.parent(r));
+            if r.access == self.k.output_access {
+                // The output row this loop's iteration writes, sliced once here rather than
+                // once per innermost nonzero (MTTKRP's `A(i,j)` under loops `k, l`).
+                let start = quote!(#parent * #size + (lo - #off));
+                let slice = match target {
+                    OutTarget::Whole => quote!(&mut out_vals[#start..][..hi - lo]),
+                    OutTarget::Row => quote!(&mut out_row[#start - out_base..][..hi - lo]),
+                    OutTarget::Partial | OutTarget::Entries => {
+                        quote!(&mut buf[#start..][..hi - lo])
+                    }
+                };
+                ts.extend(quote! {
+                    let orow_hoisted: &mut [V] = {
+                        #range
+                        if lo < hi { #slice } else { &mut [] }
+                    };
+                });
+                continue;
+            }
             let row = format_ident!("row{}", r.access);
             ts.extend(quote! {
                 let #row: &[V] = {

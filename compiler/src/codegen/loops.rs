@@ -341,7 +341,7 @@ impl Gen<'_> {
                 ts.extend(self.bind_value(nest, r.access));
             }
         }
-        ts.extend(self.hoisted_rows(nest, d));
+        ts.extend(self.hoisted_rows(nest, d, target));
         ts.extend(self.body(nest, d + 1, target));
         ts
     }

@@ -22,6 +22,7 @@
 //! An element-wise statement needs no plan: it is one element-wise task of the runtime
 //! (`elementwise`), so that a chain of them fuses into one loop over chunks.
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -164,8 +165,25 @@ pub struct Stored<V, I = u32> {
 
 impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
     /// Copies a tensor into new stores of `rt` (see [`Stored::from_tensor`], which moves it).
+    /// Only `crd` and `vals` are copied, split over `rt`'s threads (see [`par_copy`]); each
+    /// `pos` is read in place into its ranges.
     pub fn upload(rt: &Runtime, t: &Tensor<V, I>) -> Result<Self, PlanRunError> {
-        Self::from_tensor(rt, t.clone())
+        if t.format().coo_start().is_some() {
+            return Self::from_tensor(rt, t.clone());
+        }
+        let (dims, format) = (t.dims().to_vec(), t.format().clone());
+        let levels = t.levels().iter().map(|l| match l {
+            Level::Compressed { pos, crd } => Some((pos.as_slice(), Cow::Borrowed(&crd[..]))),
+            Level::Dense { .. } | Level::Singleton { .. } => None,
+        });
+        let (stores, layout) = upload_arrays(rt, t, levels, Cow::Borrowed(t.vals()))?;
+        Ok(Stored {
+            stores,
+            layout,
+            dims,
+            format,
+            _types: std::marker::PhantomData,
+        })
     }
 
     /// Moves a tensor's arrays into new stores of `rt`: its `crd` and `vals` become stores
@@ -734,6 +752,45 @@ fn upload<V: PlanValue, I: PlanIndex>(
     rt: &Runtime,
     t: Tensor<V, I>,
 ) -> Result<(Vec<Store>, InputLayout), RuntimeError> {
+    let layout = prefix_layout(&t);
+    let (_, _, tensor_levels, vals) = t.into_parts();
+    let levels = tensor_levels.into_iter().map(|l| match l {
+        Level::Compressed { pos, crd } => Some((pos, crd)),
+        Level::Dense { .. } => None,
+        Level::Singleton { .. } => unreachable!("`Stored::from_tensor` stores the unique form"),
+    });
+    let mut stores = Vec::new();
+    let mut at = Vec::new();
+    for l in levels {
+        at.push(match l {
+            None => None,
+            Some((pos, crd)) => Some(store_level(rt, &mut stores, &pos, Cow::Owned(crd))?),
+        });
+    }
+    finish_layout(rt, stores, at, Cow::Owned(vals), layout)
+}
+
+/// As [`upload`], over a borrowed tensor (not COO): `crd` and `vals` copied.
+fn upload_arrays<'a, V: PlanValue, I: PlanIndex>(
+    rt: &Runtime,
+    t: &Tensor<V, I>,
+    levels: impl Iterator<Item = Option<(&'a [I], Cow<'a, [I]>)>>,
+    vals: Cow<'_, [V]>,
+) -> Result<(Vec<Store>, InputLayout), RuntimeError> {
+    let layout = prefix_layout(t);
+    let mut stores = Vec::new();
+    let mut at = Vec::new();
+    for l in levels {
+        at.push(match l {
+            None => None,
+            Some((pos, crd)) => Some(store_level(rt, &mut stores, pos, crd)?),
+        });
+    }
+    finish_layout(rt, stores, at, vals, layout)
+}
+
+/// The dense prefix of a tensor's levels: (how many, product of their sizes below the first).
+fn prefix_layout<V: Value, I: Index>(t: &Tensor<V, I>) -> (usize, usize) {
     let kinds = t.format().levels();
     let prefix = kinds.iter().take_while(|l| **l == LevelType::Dense).count();
     let prefix_inner = t.levels()[1.min(prefix)..prefix]
@@ -743,22 +800,34 @@ fn upload<V: PlanValue, I: PlanIndex>(
             Level::Compressed { .. } | Level::Singleton { .. } => 1,
         })
         .product();
-    let (_, _, tensor_levels, vals) = t.into_parts();
-    let mut stores = Vec::new();
-    let mut levels = Vec::new();
-    for l in tensor_levels {
-        match l {
-            Level::Dense { .. } => levels.push(None),
-            Level::Singleton { .. } => unreachable!("`Stored::from_tensor` stores the unique form"),
-            Level::Compressed { pos, crd } => {
-                levels.push(Some((stores.len(), stores.len() + 1)));
-                // Ranges built and found monotone in one pass: images need no scan of `pos`.
-                stores.push(rt.from_offsets(pos.iter().map(|p| p.to_usize() as u64))?);
-                stores.push(rt.from_vec(&[crd.len()], crd)?);
-            }
-        }
-    }
+    (prefix, prefix_inner)
+}
+
+/// Stores a compressed level's `pos` as ranges and its `crd`; returns their store indices.
+fn store_level<I: PlanIndex>(
+    rt: &Runtime,
+    stores: &mut Vec<Store>,
+    pos: &[I],
+    crd: Cow<'_, [I]>,
+) -> Result<(usize, usize), RuntimeError> {
+    let at = (stores.len(), stores.len() + 1);
+    // Ranges built and found monotone in one pass: images need no scan of `pos`.
+    stores.push(rt.from_offsets(pos.iter().map(|p| p.to_usize() as u64))?);
+    let crd = into_vec(crd, rt.threads());
+    stores.push(rt.from_vec(&[crd.len()], crd)?);
+    Ok(at)
+}
+
+/// Appends the `vals` store and makes the layout.
+fn finish_layout<V: PlanValue>(
+    rt: &Runtime,
+    mut stores: Vec<Store>,
+    levels: Vec<Option<(usize, usize)>>,
+    vals: Cow<'_, [V]>,
+    (prefix, prefix_inner): (usize, usize),
+) -> Result<(Vec<Store>, InputLayout), RuntimeError> {
     let vals_at = stores.len();
+    let vals = into_vec(vals, rt.threads());
     stores.push(rt.from_vec(&[vals.len()], vals)?);
     Ok((
         stores,
@@ -769,6 +838,29 @@ fn upload<V: PlanValue, I: PlanIndex>(
             prefix_inner,
         },
     ))
+}
+
+/// The array as a `Vec`: moved when owned, else copied by [`par_copy`].
+fn into_vec<T: Element>(a: Cow<'_, [T]>, threads: usize) -> Vec<T> {
+    match a {
+        Cow::Owned(v) => v,
+        Cow::Borrowed(s) => par_copy(s, threads),
+    }
+}
+
+/// A copy of `src` made by `threads` threads. Most of the cost of copying a large array into
+/// new memory is the first touch of each page (a fault, and the kernel zeroing it): the
+/// destination starts as a zeroed allocation that maps no pages (`calloc`), and each thread
+/// faults in and writes its own part.
+fn par_copy<T: Element>(src: &[T], threads: usize) -> Vec<T> {
+    use rayon::prelude::*;
+    const MIN_PART: usize = 1 << 16;
+    let mut dst = vec![T::default(); src.len()];
+    let part = src.len().div_ceil(threads.max(1)).max(MIN_PART);
+    dst.par_chunks_mut(part)
+        .zip(src.par_chunks(part))
+        .for_each(|(d, s)| d.copy_from_slice(s));
+    dst
 }
 
 /// What every point of a plan's task shares.
