@@ -165,8 +165,8 @@ pub struct Stored<V, I = u32> {
 
 impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
     /// Copies a tensor into new stores of `rt` (see [`Stored::from_tensor`], which moves it).
-    /// Only `crd` and `vals` are copied, split over `rt`'s threads (see [`par_copy`]); each
-    /// `pos` is read in place into its ranges.
+    /// Only `crd` and `vals` are copied; each `pos` is read in place into its ranges (the
+    /// tensor is not cloned whole first).
     pub fn upload(rt: &Runtime, t: &Tensor<V, I>) -> Result<Self, PlanRunError> {
         if t.format().coo_start().is_some() {
             return Self::from_tensor(rt, t.clone());
@@ -813,7 +813,7 @@ fn store_level<I: PlanIndex>(
     let at = (stores.len(), stores.len() + 1);
     // Ranges built and found monotone in one pass: images need no scan of `pos`.
     stores.push(rt.from_offsets(pos.iter().map(|p| p.to_usize() as u64))?);
-    let crd = into_vec(crd, rt.threads());
+    let crd = into_vec(crd);
     stores.push(rt.from_vec(&[crd.len()], crd)?);
     Ok(at)
 }
@@ -827,7 +827,7 @@ fn finish_layout<V: PlanValue>(
     (prefix, prefix_inner): (usize, usize),
 ) -> Result<(Vec<Store>, InputLayout), RuntimeError> {
     let vals_at = stores.len();
-    let vals = into_vec(vals, rt.threads());
+    let vals = into_vec(vals);
     stores.push(rt.from_vec(&[vals.len()], vals)?);
     Ok((
         stores,
@@ -840,27 +840,10 @@ fn finish_layout<V: PlanValue>(
     ))
 }
 
-/// The array as a `Vec`: moved when owned, else copied by [`par_copy`].
-fn into_vec<T: Element>(a: Cow<'_, [T]>, threads: usize) -> Vec<T> {
-    match a {
-        Cow::Owned(v) => v,
-        Cow::Borrowed(s) => par_copy(s, threads),
-    }
-}
-
-/// A copy of `src` made by `threads` threads. Most of the cost of copying a large array into
-/// new memory is the first touch of each page (a fault, and the kernel zeroing it): the
-/// destination starts as a zeroed allocation that maps no pages (`calloc`), and each thread
-/// faults in and writes its own part.
-fn par_copy<T: Element>(src: &[T], threads: usize) -> Vec<T> {
-    use rayon::prelude::*;
-    const MIN_PART: usize = 1 << 16;
-    let mut dst = vec![T::default(); src.len()];
-    let part = src.len().div_ceil(threads.max(1)).max(MIN_PART);
-    dst.par_chunks_mut(part)
-        .zip(src.par_chunks(part))
-        .for_each(|(d, s)| d.copy_from_slice(s));
-    dst
+/// The array as a `Vec`: moved when owned, else copied. (A copy split over the runtime's
+/// threads measured slower than this one: the runtime's idle workers hold the cores.)
+fn into_vec<T: Element>(a: Cow<'_, [T]>) -> Vec<T> {
+    a.into_owned()
 }
 
 /// What every point of a plan's task shares.
