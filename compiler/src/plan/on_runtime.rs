@@ -171,39 +171,54 @@ impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
         if t.format().coo_start().is_some() {
             return Self::from_tensor(rt, t.clone());
         }
-        let (dims, format) = (t.dims().to_vec(), t.format().clone());
         let levels = t.levels().iter().map(|l| match l {
-            Level::Compressed { pos, crd } => Some((pos.as_slice(), Cow::Borrowed(&crd[..]))),
+            Level::Compressed { pos, crd } => {
+                Some((Cow::Borrowed(&pos[..]), Cow::Borrowed(&crd[..])))
+            }
             Level::Dense { .. } | Level::Singleton { .. } => None,
         });
-        let (stores, layout) = upload_arrays(rt, t, levels, Cow::Borrowed(t.vals()))?;
+        let layout = prefix_layout(t);
+        let uploaded = upload(rt, layout, levels, Cow::Borrowed(t.vals()))?;
+        Ok(Self::new(uploaded, t))
+    }
+
+    /// Moves a tensor's arrays into new stores of `rt`: its `crd` and `vals` become stores
+    /// without a copy; each compressed level's `pos` becomes its ranges (one per parent).
+    pub fn from_tensor(rt: &Runtime, t: Tensor<V, I>) -> Result<Self, PlanRunError> {
+        // Singleton (COO) levels are stored in their unique form (`sq` as `ss`): the same
+        // entries in the same order, so every point re-levels its block (see `Body::run`).
+        let unique = match t.format().coo_start() {
+            Some(_) => Some(t.view().relevel(&t.format().unique())?),
+            None => None,
+        };
+        let (dims, format) = (t.dims().to_vec(), t.format().clone());
+        let t = unique.unwrap_or(t);
+        let layout = prefix_layout(&t);
+        let (_, _, levels, vals) = t.into_parts();
+        let levels = levels.into_iter().map(|l| match l {
+            Level::Compressed { pos, crd } => Some((Cow::Owned(pos), Cow::Owned(crd))),
+            Level::Dense { .. } => None,
+            Level::Singleton { .. } => unreachable!("stored in the unique form"),
+        });
+        let uploaded = upload(rt, layout, levels, Cow::Owned(vals))?;
         Ok(Stored {
-            stores,
-            layout,
+            stores: uploaded.0,
+            layout: uploaded.1,
             dims,
             format,
             _types: std::marker::PhantomData,
         })
     }
 
-    /// Moves a tensor's arrays into new stores of `rt`: its `crd` and `vals` become stores
-    /// without a copy; each compressed level's `pos` becomes its ranges (one per parent).
-    pub fn from_tensor(rt: &Runtime, t: Tensor<V, I>) -> Result<Self, PlanRunError> {
-        let (dims, format) = (t.dims().to_vec(), t.format().clone());
-        // Singleton (COO) levels are stored in their unique form (`sq` as `ss`): the same
-        // entries in the same order, so every point re-levels its block (see `Body::run`).
-        let t = match format.coo_start() {
-            Some(_) => t.view().relevel(&format.unique())?,
-            None => t,
-        };
-        let (stores, layout) = upload(rt, t)?;
-        Ok(Stored {
+    /// The stored form of `t` (its dimensions and format) over `uploaded` stores.
+    fn new((stores, layout): (Vec<Store>, InputLayout), t: &Tensor<V, I>) -> Self {
+        Stored {
             stores,
             layout,
-            dims,
-            format,
+            dims: t.dims().to_vec(),
+            format: t.format().clone(),
             _types: std::marker::PhantomData,
-        })
+        }
     }
 
     pub fn dims(&self) -> &[usize] {
@@ -746,47 +761,42 @@ fn in_format<V: Value, I: Index>(
     t.view().relevel(format)
 }
 
-/// Moves a tensor's arrays into 1-d stores: per compressed level `pos` (ranges) and `crd`,
-/// then `vals`.
-fn upload<V: PlanValue, I: PlanIndex>(
-    rt: &Runtime,
-    t: Tensor<V, I>,
-) -> Result<(Vec<Store>, InputLayout), RuntimeError> {
-    let layout = prefix_layout(&t);
-    let (_, _, tensor_levels, vals) = t.into_parts();
-    let levels = tensor_levels.into_iter().map(|l| match l {
-        Level::Compressed { pos, crd } => Some((pos, crd)),
-        Level::Dense { .. } => None,
-        Level::Singleton { .. } => unreachable!("`Stored::from_tensor` stores the unique form"),
-    });
-    let mut stores = Vec::new();
-    let mut at = Vec::new();
-    for l in levels {
-        at.push(match l {
-            None => None,
-            Some((pos, crd)) => Some(store_level(rt, &mut stores, &pos, Cow::Owned(crd))?),
-        });
-    }
-    finish_layout(rt, stores, at, Cow::Owned(vals), layout)
-}
+/// Puts a tensor's arrays into 1-d stores: per compressed level `pos` (ranges) and `crd`,
+/// then `vals`. Owned arrays move in; borrowed ones are copied, except `pos`, which only
+/// ever is read (into ranges).
+type LevelArrays<'a, I> = Option<(Cow<'a, [I]>, Cow<'a, [I]>)>;
 
-/// As [`upload`], over a borrowed tensor (not COO): `crd` and `vals` copied.
-fn upload_arrays<'a, V: PlanValue, I: PlanIndex>(
+fn upload<'a, V: PlanValue, I: PlanIndex>(
     rt: &Runtime,
-    t: &Tensor<V, I>,
-    levels: impl Iterator<Item = Option<(&'a [I], Cow<'a, [I]>)>>,
+    (prefix, prefix_inner): (usize, usize),
+    levels: impl Iterator<Item = LevelArrays<'a, I>>,
     vals: Cow<'_, [V]>,
 ) -> Result<(Vec<Store>, InputLayout), RuntimeError> {
-    let layout = prefix_layout(t);
     let mut stores = Vec::new();
     let mut at = Vec::new();
     for l in levels {
-        at.push(match l {
-            None => None,
-            Some((pos, crd)) => Some(store_level(rt, &mut stores, pos, crd)?),
-        });
+        let Some((pos, crd)) = l else {
+            at.push(None);
+            continue;
+        };
+        at.push(Some((stores.len(), stores.len() + 1)));
+        // Ranges built and found monotone in one pass: images need no scan of `pos`.
+        stores.push(rt.from_offsets(pos.iter().map(|p| p.to_usize() as u64))?);
+        let crd = crd.into_owned();
+        stores.push(rt.from_vec(&[crd.len()], crd)?);
     }
-    finish_layout(rt, stores, at, vals, layout)
+    let vals_at = stores.len();
+    let vals = vals.into_owned();
+    stores.push(rt.from_vec(&[vals.len()], vals)?);
+    Ok((
+        stores,
+        InputLayout {
+            levels: at,
+            vals: vals_at,
+            prefix,
+            prefix_inner,
+        },
+    ))
 }
 
 /// The dense prefix of a tensor's levels: (how many, product of their sizes below the first).
@@ -801,49 +811,6 @@ fn prefix_layout<V: Value, I: Index>(t: &Tensor<V, I>) -> (usize, usize) {
         })
         .product();
     (prefix, prefix_inner)
-}
-
-/// Stores a compressed level's `pos` as ranges and its `crd`; returns their store indices.
-fn store_level<I: PlanIndex>(
-    rt: &Runtime,
-    stores: &mut Vec<Store>,
-    pos: &[I],
-    crd: Cow<'_, [I]>,
-) -> Result<(usize, usize), RuntimeError> {
-    let at = (stores.len(), stores.len() + 1);
-    // Ranges built and found monotone in one pass: images need no scan of `pos`.
-    stores.push(rt.from_offsets(pos.iter().map(|p| p.to_usize() as u64))?);
-    let crd = into_vec(crd);
-    stores.push(rt.from_vec(&[crd.len()], crd)?);
-    Ok(at)
-}
-
-/// Appends the `vals` store and makes the layout.
-fn finish_layout<V: PlanValue>(
-    rt: &Runtime,
-    mut stores: Vec<Store>,
-    levels: Vec<Option<(usize, usize)>>,
-    vals: Cow<'_, [V]>,
-    (prefix, prefix_inner): (usize, usize),
-) -> Result<(Vec<Store>, InputLayout), RuntimeError> {
-    let vals_at = stores.len();
-    let vals = into_vec(vals);
-    stores.push(rt.from_vec(&[vals.len()], vals)?);
-    Ok((
-        stores,
-        InputLayout {
-            levels,
-            vals: vals_at,
-            prefix,
-            prefix_inner,
-        },
-    ))
-}
-
-/// The array as a `Vec`: moved when owned, else copied. (A copy split over the runtime's
-/// threads measured slower than this one: the runtime's idle workers hold the cores.)
-fn into_vec<T: Element>(a: Cow<'_, [T]>) -> Vec<T> {
-    a.into_owned()
 }
 
 /// What every point of a plan's task shares.
