@@ -246,6 +246,12 @@ impl Gen<'_> {
             ) -> #output {
                 use ::tessera_formats::{Index as _, Level, LevelView, Tensor, Value as _};
                 const ABSENT: usize = usize::MAX;
+                // A dense vector's value at a coordinate; `None` outside it (see
+                // `zero_offsets_specialised` for where it is redefined).
+                #[allow(unused_macros)]
+                macro_rules! vector_at {
+                    ($vals:expr, $x:expr) => { $vals.get($x) };
+                }
                 #prelude
                 #setup
                 #out_init
@@ -275,9 +281,41 @@ impl Gen<'_> {
         if offsets.is_empty() {
             return nests;
         }
+        // Whole tensors (not a block kernel's windows) are validated when built: every
+        // coordinate is below its mode's dimension, and a dense vector with offset 0 and size
+        // its dimension holds exactly its dimension's values. So, when the caller keeps the precondition that
+        // dimensions agree, a located coordinate is always inside the vector: an index
+        // (whose never-failing bounds check panics, rather than skipping the entry, if the
+        // precondition is broken) replaces the `get` whose absent branch split the gather
+        // loop in two, as a hand-written `x[c]` is compiled.
+        // Dense vectors that span their whole dimension (a window with offset 0 may not).
+        let whole: Vec<TokenStream> = self
+            .k
+            .tensors
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.format.levels() == [LevelType::Dense])
+            .filter_map(|(t, d)| {
+                let (size, slot) = (self.lvl(t, 0, "size"), d.input_slot?);
+                Some(quote!(&& #size == inputs[#slot].dims()[0]))
+            })
+            .collect();
+        let (trusted, whole) = match self.block {
+            true => (quote!(), vec![]),
+            false => (
+                quote! {
+                    #[allow(unused_macros)]
+                    macro_rules! vector_at {
+                        ($vals:expr, $x:expr) => { Some(&$vals[$x]) };
+                    }
+                },
+                whole,
+            ),
+        };
         quote! {
-            if #(#offsets == 0)&&* {
+            if #(#offsets == 0)&&* #(#whole)* {
                 #(let #offsets: usize = 0;)*
+                #trusted
                 #nests
             } else {
                 #nests
