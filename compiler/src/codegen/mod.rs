@@ -6,9 +6,14 @@
 //! absence zeroes the whole term skip the iteration instead of carrying a flag, and the other
 //! ones use the sentinel `ABSENT` (an operand missing from one side of a union reads as zero).
 //!
-//! The function is safe Rust: all indexing is bounds-checked (no elision; the inputs of a
-//! generated kernel are only checked for format, not fully validated, by the caller), so a
-//! tensor that breaks the precondition panics instead of reading out of bounds.
+//! The function is safe Rust: all indexing is bounds-checked, so a tensor that breaks the
+//! precondition panics instead of reading out of bounds. What validation (done once, when a
+//! `Tensor` is built) already rules out is not re-tested as data: with whole tensors at
+//! offset 0 a dense vector is indexed at located coordinates rather than probed with a
+//! skipping `get` (`vector_at!`, see `zero_offsets_specialised`), which leaves one
+//! never-taken bounds check per gather, as in a hand-written `x[c]`. A dense output cell that
+//! the nest writes once is stored, not added to (`written_once`), and the output row of an
+//! innermost dense loop is sliced where its parent is fixed (`hoisted_rows`).
 //!
 //! `parallelize(v)` runs the outermost loop over rayon's pool (generated code then refers to
 //! `::rayon`, so the crate that includes it must depend on rayon): row chunks of a dense
