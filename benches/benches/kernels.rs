@@ -6,7 +6,8 @@
 //! same work per call: allocate a zeroed output and compute into it.
 //!
 //! Sizes scale with `TESSERA_BENCH_SCALE` (default 1.0; 0.05 for a quick run); repetitions
-//! with `TESSERA_BENCH_REPS` (default 9; raise it on a loaded machine).
+//! with `TESSERA_BENCH_REPS` (default 9; raise it on a loaded machine), each figure the median
+//! of interleaved rounds; `TESSERA_BENCH_ONLY=spmv,spmm,mttkrp` runs only the named kernels.
 
 use std::hint::black_box;
 
@@ -376,20 +377,29 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1.0);
     let mut table = Table::new(&format!(
-        "Generated kernels vs hand-written Rust and sprs (scale {scale}, best of {}; ratio > 1: Tessera faster)",
+        "Generated kernels vs hand-written Rust and sprs (scale {scale}, median of {} interleaved; ratio > 1: Tessera faster)",
         reps()
     ));
     let bw = copy_bandwidth(((512usize << 20) as f64 * scale.max(0.25)) as usize);
-    // Banded: each row's 16 columns lie within 4096 of the diagonal (a mesh); power-law: a
+    // Uniform: columns anywhere; banded: each row's 16 columns lie within 4096 of the diagonal (a mesh); power-law: a
     // graph's skewed rows and hub columns.
-    for spread in [Spread::Banded(4096), Spread::PowerLaw] {
-        bench_spmv::<u32>(&mut table, scale, bw, spread);
-        bench_spmv::<u64>(&mut table, scale, bw, spread);
+    // `TESSERA_BENCH_ONLY=spmv,mttkrp` runs only the named kernels (all when unset).
+    let only = std::env::var("TESSERA_BENCH_ONLY").unwrap_or_default();
+    let wanted = |name: &str| only.is_empty() || only.split(',').any(|w| w.trim() == name);
+    for spread in [Spread::Uniform, Spread::Banded(4096), Spread::PowerLaw] {
+        if wanted("spmv") {
+            bench_spmv::<u32>(&mut table, scale, bw, spread);
+            bench_spmv::<u64>(&mut table, scale, bw, spread);
+        }
     }
     for spread in [Spread::Uniform, Spread::PowerLaw] {
-        bench_spmm(&mut table, scale, spread);
+        if wanted("spmm") {
+            bench_spmm(&mut table, scale, spread);
+        }
     }
-    bench_mttkrp(&mut table, scale);
+    if wanted("mttkrp") {
+        bench_mttkrp(&mut table, scale);
+    }
     table.figure("copy bandwidth GB/s", bw / 1e9);
     table.figure(
         "peak rss MiB",

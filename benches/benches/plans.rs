@@ -12,7 +12,9 @@
 //!    and SpMM plans at 1 and 2 threads beside the unscheduled generated kernel with
 //!    `parallelize(i)` at the same thread count (goal at 2 threads: ≥ 0.9× its speed): over
 //!    host tensors (uploaded into stores on every run), and over inputs held in stores (as
-//!    `tensor!(rt => ...)` holds them; the output read back each run).
+//!    `tensor!(rt => ...)` holds them; the output read back each run). The host-tensor plan
+//!    also beside the same plan over tensors cloned whole and moved in (the upload before
+//!    `pos` was read in place instead of cloned).
 //! 6. Reductions of P extended blocks (`split(j, jo, ji, P); extend(jo)`, compiled, 2
 //!    threads) for P = 2…64: partial outputs folded by the runtime's summation tree, beside
 //!    the same blocks as P dependent launches adding into the output one after another (the
@@ -276,6 +278,7 @@ fn compiled_rows(
             // Interleaved: the plan over host tensors, over stored ones, then the kernel,
             // repeated; the median of each.
             let (mut t_plan, mut t_stored, mut t_par) = (vec![], vec![], vec![]);
+            let mut t_cloned = vec![];
             // Analysis (ns, launches) of the runs over host tensors and over stored ones.
             let (mut a_host, mut a_stored) = ((0, 0), (0, 0));
             let analysed = |acc: &mut (u64, u64), before: &tessera_runtime::Stats| {
@@ -289,6 +292,12 @@ fn compiled_rows(
                 });
                 t_plan.push(s);
                 analysed(&mut a_host, &before);
+                // The host path as it was: each tensor cloned whole on one thread, then moved.
+                let (s, yc) = best_of(1, || {
+                    let owned = inputs.iter().map(|t| (*t).clone()).collect();
+                    on_runtime::run_compiled_owned(&rt, &p, &k, owned, &out_dims, block).unwrap()
+                });
+                t_cloned.push(s);
                 let before = rt.stats();
                 let (s, ys) = best_of(1, || {
                     let y = on_runtime::run_stored(&rt, &p, &k, &stored, &out_dims, Some(block));
@@ -298,7 +307,7 @@ fn compiled_rows(
                 analysed(&mut a_stored, &before);
                 let (s, want) = best_of(1, || pool.install(|| par(&inputs, &out_dims)));
                 t_par.push(s);
-                for got in [&y, &ys] {
+                for got in [&y, &ys, &yc] {
                     assert_eq!(
                         got.vals(),
                         want.vals(),
@@ -307,12 +316,21 @@ fn compiled_rows(
                 }
             }
             let t_par = median(t_par);
+            let m_plan = median(t_plan);
             t.row(
                 &format!("{name} row-split plan, compiled, {threads}t"),
                 "ms",
-                median(t_plan) * 1e3,
+                m_plan * 1e3,
                 &format!("parallelize(i) kernel, {threads}t"),
                 t_par * 1e3,
+                false,
+            );
+            t.row(
+                &format!("{name} host-tensor plan, {threads}t"),
+                "ms",
+                m_plan * 1e3,
+                "tensors cloned whole, then moved",
+                median(t_cloned) * 1e3,
                 false,
             );
             t.row(

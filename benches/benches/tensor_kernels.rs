@@ -467,7 +467,7 @@ fn bench_spgemm(table: &mut Table, scale: f64, spread: Spread) {
 fn main() {
     let scale: f64 = env_or("TESSERA_BENCH_SCALE", 1.0);
     let mut table = Table::new(&format!(
-        "Generated tensor kernels vs hand-written Rust (scale {scale}, best of {}; ratio > 1: Tessera faster)",
+        "Generated tensor kernels vs hand-written Rust (scale {scale}, median of {} interleaved; ratio > 1: Tessera faster)",
         tessera_benches::contest::reps()
     ));
     type Bench = fn(&mut Table, f64, Spread);

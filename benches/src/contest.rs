@@ -3,9 +3,9 @@
 
 use tessera_formats::{Format, Index, Level, Tensor};
 
-use crate::{best_of, env_or, Rng, Table};
+use crate::{best_of, env_or, median, Rng, Table};
 
-/// Repetitions per contestant (`TESSERA_BENCH_REPS`, default 9): the best is reported.
+/// Repetitions per contestant (`TESSERA_BENCH_REPS`, default 9): the median is reported.
 pub fn reps() -> usize {
     env_or("TESSERA_BENCH_REPS", 9)
 }
@@ -127,7 +127,7 @@ pub fn dense(dims: Vec<usize>, rng: &mut Rng) -> Tensor<f64, u32> {
 /// A contestant: the threads it runs on and one call.
 pub type Contestant<'a> = (usize, &'a (dyn Fn() + Sync));
 
-/// Best time of each contestant over `reps()` rounds. Rounds interleave the contestants, so that
+/// Median time of each contestant over `reps()` rounds (after one untimed round). Rounds interleave the contestants, so that
 /// load from other processes on a shared machine falls on all of them alike. Contestants with
 /// the same thread count share one pool: with a pool each, the idle workers of the pool that
 /// just finished still spin for the cores while the next contestant starts on its own.
@@ -140,14 +140,18 @@ pub fn race<const N: usize>(contestants: [Contestant<'_>; N]) -> [f64; N] {
         }
     }
     let pool_of = |t: usize| &pools.iter().find(|(u, _)| *u == t).expect("made above").1;
-    let mut best = [f64::INFINITY; N];
-    for _ in 0..reps() {
+    let mut times: [Vec<f64>; N] = std::array::from_fn(|_| Vec::with_capacity(reps()));
+    // One untimed round first: page faults of first-touched inputs and pool start-up fall on
+    // no contestant.
+    for round in 0..=reps() {
         for (n, (threads, f)) in contestants.iter().enumerate() {
             let t = pool_of(*threads).install(|| best_of(1, f).0);
-            best[n] = best[n].min(t);
+            if round > 0 {
+                times[n].push(t);
+            }
         }
     }
-    best
+    times.map(median)
 }
 
 /// Panics unless the two results agree to rounding (summation orders may differ).

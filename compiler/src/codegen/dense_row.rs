@@ -24,6 +24,7 @@ impl Gen<'_> {
         let lp = &nest.loops[d];
         let out_here = nest.acc_depth == nest.loops.len();
         let mut out_row = self.mirror_row(lp.var).filter(|_| out_here);
+        let mut out_hoisted = out_row.is_some() && self.mirror_row_hoisted_to(nest).is_some();
         let range = self.row_range(nest);
         let mut rows = TokenStream::new();
         let mut binds = TokenStream::new();
@@ -33,6 +34,7 @@ impl Gen<'_> {
             let (size, off) = (self.lvl(t, r.level, "size"), self.lvl(t, r.level, "off"));
             let parent = self.parent(*r);
             if is_out {
+                out_hoisted = self.row_hoisted_to(nest, *r).is_some();
                 out_row = Some(quote!(#parent * #size + (lo - #off)));
                 continue;
             }
@@ -51,6 +53,10 @@ impl Gen<'_> {
         let var = self.var(lp.var);
         let e = self.expr(&self.step_expr(nest));
         let (write, out_slice) = match out_row {
+            Some(_) if out_here && out_hoisted => {
+                let slice = quote!(let orow: &mut [V] = &mut orow_hoisted[..n];);
+                (self.store(nest, quote!(orow[t]), e), slice)
+            }
             Some(start) if out_here => {
                 let slice = match target {
                     OutTarget::Whole => quote!(let orow: &mut [V] = &mut out_vals[#start..][..n];),
@@ -61,7 +67,7 @@ impl Gen<'_> {
                         quote!(let orow: &mut [V] = &mut buf[#start..][..n];)
                     }
                 };
-                (self.accumulate(quote!(orow[t]), e), slice)
+                (self.store(nest, quote!(orow[t]), e), slice)
             }
             _ => {
                 let touched = if self.k.output_kind == OutputKind::Sparse {
@@ -155,7 +161,12 @@ impl Gen<'_> {
     /// loop that fixes it, not once per innermost nonzero.
     fn row_hoisted_to(&self, nest: &Nest, r: LevelRef) -> Option<usize> {
         let last = nest.loops.len() - 1;
-        if r.level == 0 || r.access == self.k.output_access || !nest.loops[last].locate.contains(&r)
+        let out_here = nest.acc_depth == nest.loops.len();
+        let is_out = r.access == self.k.output_access;
+        // The output's row only where the innermost loop writes it (not a mirrored output's).
+        if r.level == 0
+            || (is_out && (!out_here || self.mirror.is_some()))
+            || !nest.loops[last].locate.contains(&r)
         {
             return None;
         }
@@ -163,34 +174,85 @@ impl Gen<'_> {
             access: r.access,
             level: r.level - 1,
         };
+        self.fixing_loop(nest, parent)
+    }
+
+    /// The loop that fixes position `r`, when it lies outside the innermost loop's parent
+    /// and the innermost loop is a dense row loop: where a row under `r` is sliced.
+    fn fixing_loop(&self, nest: &Nest, r: LevelRef) -> Option<usize> {
+        let last = nest.loops.len() - 1;
         let d = nest
             .loops
             .iter()
-            .position(|lp| lp.iterate.contains(&parent) || lp.locate.contains(&parent))?;
+            .position(|lp| lp.iterate.contains(&r) || lp.locate.contains(&r))?;
         (d + 1 < last && self.dense_inner_applies(nest, last)).then_some(d)
+    }
+
+    /// For a mirrored output with one dense level after the operand's (TTM's `A(i,j,k)` as
+    /// `ssd`), the loop that fixes the operand position its rows hang from, when that loop is
+    /// not the innermost's parent: the row is then sliced there (see [`Self::hoisted_rows`]).
+    fn mirror_row_hoisted_to(&self, nest: &Nest) -> Option<usize> {
+        let m = self.mirror?;
+        let out = &self.k.accesses[self.k.output_access].level_vars;
+        let last = nest.loops.len().checked_sub(1)?;
+        if out.len() != m.levels + 1 || nest.acc_depth != nest.loops.len() {
+            return None;
+        }
+        self.mirror_row(nest.loops[last].var)?;
+        let base = LevelRef {
+            access: m.access,
+            level: m.levels - 1,
+        };
+        self.fixing_loop(nest, base)
+    }
+
+    /// `let orow_hoisted`: the output row from `start` over the innermost loop's range.
+    fn hoisted_out_row(&self, nest: &Nest, start: TokenStream, target: OutTarget) -> TokenStream {
+        let range = self.row_range(nest);
+        let slice = match target {
+            OutTarget::Whole => quote!(&mut out_vals[#start..][..hi - lo]),
+            OutTarget::Row => quote!(&mut out_row[#start - out_base..][..hi - lo]),
+            OutTarget::Partial | OutTarget::Entries => quote!(&mut buf[#start..][..hi - lo]),
+        };
+        quote! {
+            let orow_hoisted: &mut [V] = {
+                #range
+                if lo < hi { #slice } else { &mut [] }
+            };
+        }
     }
 
     /// The rows hoisted to loop `d` (see [`Self::row_hoisted_to`]), sliced over the innermost
     /// loop's common range; empty where that range is.
-    pub(super) fn hoisted_rows(&self, nest: &Nest, d: usize) -> TokenStream {
+    pub(super) fn hoisted_rows(&self, nest: &Nest, d: usize, target: OutTarget) -> TokenStream {
         let Some(lp) = nest.loops.last() else {
             return quote!();
         };
+        let mut ts = TokenStream::new();
+        if self.mirror_row_hoisted_to(nest) == Some(d) {
+            let start = self
+                .mirror_row(lp.var)
+                .expect("checked by mirror_row_hoisted_to");
+            ts.extend(self.hoisted_out_row(nest, start, target));
+        }
         let hoisted: Vec<LevelRef> = lp
             .locate
             .iter()
             .copied()
             .filter(|r| self.row_hoisted_to(nest, *r) == Some(d))
             .collect();
-        if hoisted.is_empty() {
-            return quote!();
-        }
         let range = self.row_range(nest);
-        let mut ts = TokenStream::new();
         for r in hoisted {
             let t = self.tensor_of(r.access);
             let (size, off) = (self.lvl(t, r.level, "size"), self.lvl(t, r.level, "off"));
             let (vals, parent) = (self.vals(t), self.parent(r));
+            if r.access == self.k.output_access {
+                // The output row this loop's iteration writes, sliced once here rather than
+                // once per innermost nonzero (MTTKRP's `A(i,j)` under loops `k, l`).
+                let start = quote!(#parent * #size + (lo - #off));
+                ts.extend(self.hoisted_out_row(nest, start, target));
+                continue;
+            }
             let row = format_ident!("row{}", r.access);
             ts.extend(quote! {
                 let #row: &[V] = {

@@ -309,9 +309,11 @@ impl Gen<'_> {
                 // A dense vector: its values are its level, so one checked `get` locates it.
                 let vals = self.vals(t);
                 let v = self.val(r.access);
+                // `vector_at!` is a checked `get` (absent: skip), or where inputs are whole
+                // validated tensors a plain index (see `Gen::zero_offsets_specialised`).
                 ts.extend(quote! {
                     let x = #x.wrapping_sub(#off);
-                    let Some(&#v) = #vals.get(x) else { break #label; };
+                    let Some(&#v) = vector_at!(#vals, x) else { break #label; };
                 });
             } else if self.required(nest, r.access) {
                 ts.extend(quote! {
@@ -341,7 +343,7 @@ impl Gen<'_> {
                 ts.extend(self.bind_value(nest, r.access));
             }
         }
-        ts.extend(self.hoisted_rows(nest, d));
+        ts.extend(self.hoisted_rows(nest, d, target));
         ts.extend(self.body(nest, d + 1, target));
         ts
     }

@@ -6,9 +6,14 @@
 //! absence zeroes the whole term skip the iteration instead of carrying a flag, and the other
 //! ones use the sentinel `ABSENT` (an operand missing from one side of a union reads as zero).
 //!
-//! The function is safe Rust: all indexing is bounds-checked (no elision; the inputs of a
-//! generated kernel are only checked for format, not fully validated, by the caller), so a
-//! tensor that breaks the precondition panics instead of reading out of bounds.
+//! The function is safe Rust: all indexing is bounds-checked, so a tensor that breaks the
+//! precondition panics instead of reading out of bounds. What validation (done once, when a
+//! `Tensor` is built) already rules out is not re-tested as data: with whole tensors at
+//! offset 0 a dense vector is indexed at located coordinates rather than probed with a
+//! skipping `get` (`vector_at!`, see `zero_offsets_specialised`), which leaves one
+//! never-taken bounds check per gather, as in a hand-written `x[c]`. A dense output cell that
+//! the nest writes once is stored, not added to (`written_once`), and the output row of an
+//! innermost dense loop is sliced where its parent is fixed (`hoisted_rows`).
 //!
 //! `parallelize(v)` runs the outermost loop over rayon's pool (generated code then refers to
 //! `::rayon`, so the crate that includes it must depend on rayon): row chunks of a dense
@@ -246,6 +251,12 @@ impl Gen<'_> {
             ) -> #output {
                 use ::tessera_formats::{Index as _, Level, LevelView, Tensor, Value as _};
                 const ABSENT: usize = usize::MAX;
+                // A dense vector's value at a coordinate; `None` outside it (see
+                // `zero_offsets_specialised` for where it is redefined).
+                #[allow(unused_macros)]
+                macro_rules! vector_at {
+                    ($vals:expr, $x:expr) => { $vals.get($x) };
+                }
                 #prelude
                 #setup
                 #out_init
@@ -275,9 +286,41 @@ impl Gen<'_> {
         if offsets.is_empty() {
             return nests;
         }
+        // Whole tensors (not a block kernel's windows) are validated when built: every
+        // coordinate is below its mode's dimension, and a dense vector with offset 0 and size
+        // its dimension holds exactly its dimension's values. So, when the caller keeps the precondition that
+        // dimensions agree, a located coordinate is always inside the vector: an index
+        // (whose never-failing bounds check panics, rather than skipping the entry, if the
+        // precondition is broken) replaces the `get` whose absent branch split the gather
+        // loop in two, as a hand-written `x[c]` is compiled.
+        // Dense vectors that span their whole dimension (a window with offset 0 may not).
+        let whole: Vec<TokenStream> = self
+            .k
+            .tensors
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.format.levels() == [LevelType::Dense])
+            .filter_map(|(t, d)| {
+                let (size, slot) = (self.lvl(t, 0, "size"), d.input_slot?);
+                Some(quote!(&& #size == inputs[#slot].dims()[0]))
+            })
+            .collect();
+        let (trusted, whole) = match self.block {
+            true => (quote!(), vec![]),
+            false => (
+                quote! {
+                    #[allow(unused_macros)]
+                    macro_rules! vector_at {
+                        ($vals:expr, $x:expr) => { Some(&$vals[$x]) };
+                    }
+                },
+                whole,
+            ),
+        };
         quote! {
-            if #(#offsets == 0)&&* {
+            if #(#offsets == 0)&&* #(#whole)* {
                 #(let #offsets: usize = 0;)*
+                #trusted
                 #nests
             } else {
                 #nests

@@ -4,9 +4,38 @@ use proc_macro2::{Ident, TokenStream};
 use quote::quote;
 
 use super::{Gen, OutTarget};
+use crate::ast::ReduceOp;
 use crate::ir::{Assembly, LevelRef, Nest, OutputKind};
 
 impl Gen<'_> {
+    /// Whether this nest writes each cell of a fresh dense (or mirrored) output at most once:
+    /// the only nest, summing, and the loops outside the accumulator bind exactly the output's
+    /// variables (each coordinate is visited once per loop, so each cell once). Then the write
+    /// can be a store, `slot = acc + 0`, instead of `slot += acc` on a slot holding the fill
+    /// `0`: the same value bit for bit (`+ 0` turns `-0.0` into `+0.0`, as adding to the zeroed
+    /// slot did) without loading the slot — which for a freshly `calloc`ed output is a read
+    /// fault on the zero page and then a write fault per page, and a load per output cell.
+    pub(super) fn written_once(&self, nest: &Nest) -> bool {
+        let out = &self.k.accesses[self.k.output_access].level_vars;
+        let outer = &nest.loops[..nest.acc_depth.min(nest.loops.len())];
+        self.k.nests.len() == 1
+            && self.k.reduce == ReduceOp::Sum
+            && (self.k.output_kind == OutputKind::Dense || self.mirror.is_some())
+            && nest.acc_depth == out.len()
+            && outer.len() == out.len()
+            && outer.iter().all(|lp| out.contains(&lp.var))
+    }
+
+    /// `slot = x` where [`Self::written_once`], else `slot ⊕= x`.
+    pub(super) fn store(&self, nest: &Nest, slot: TokenStream, x: TokenStream) -> TokenStream {
+        if self.written_once(nest) {
+            let fill = self.fill();
+            quote!(#slot = (#x) + #fill;)
+        } else {
+            self.accumulate(slot, x)
+        }
+    }
+
     pub(super) fn out_slot(&self, p: TokenStream, target: OutTarget) -> TokenStream {
         match target {
             OutTarget::Whole => quote!(out_vals[#p]),
@@ -29,13 +58,13 @@ impl Gen<'_> {
                     level: out.level_vars.len() - 1,
                 });
                 let slot = self.out_slot(quote!(#p), target);
-                self.accumulate(slot, quote!(acc))
+                self.store(nest, slot, quote!(acc))
             }
             OutputKind::Sparse if self.mirror.is_some() => {
                 let m = self.mirror.unwrap();
                 let p = self.mirror_pos(m, out.level_vars.len() - 1);
                 let slot = self.out_slot(p, target);
-                self.accumulate(slot, quote!(acc))
+                self.store(nest, slot, quote!(acc))
             }
             OutputKind::Sparse => {
                 let coords: Vec<Ident> = out.level_vars.iter().map(|v| self.var(*v)).collect();

@@ -22,6 +22,7 @@
 //! An element-wise statement needs no plan: it is one element-wise task of the runtime
 //! (`elementwise`), so that a chain of them fuses into one loop over chunks.
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -164,28 +165,60 @@ pub struct Stored<V, I = u32> {
 
 impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
     /// Copies a tensor into new stores of `rt` (see [`Stored::from_tensor`], which moves it).
+    /// Only `crd` and `vals` are copied; each `pos` is read in place into its ranges (the
+    /// tensor is not cloned whole first).
     pub fn upload(rt: &Runtime, t: &Tensor<V, I>) -> Result<Self, PlanRunError> {
-        Self::from_tensor(rt, t.clone())
+        if t.format().coo_start().is_some() {
+            return Self::from_tensor(rt, t.clone());
+        }
+        let levels = t.levels().iter().map(|l| match l {
+            Level::Compressed { pos, crd } => {
+                Some((Cow::Borrowed(&pos[..]), Cow::Borrowed(&crd[..])))
+            }
+            Level::Dense { .. } | Level::Singleton { .. } => None,
+        });
+        let layout = prefix_layout(t);
+        let uploaded = upload(rt, layout, levels, Cow::Borrowed(t.vals()))?;
+        Ok(Self::new(uploaded, t))
     }
 
     /// Moves a tensor's arrays into new stores of `rt`: its `crd` and `vals` become stores
     /// without a copy; each compressed level's `pos` becomes its ranges (one per parent).
     pub fn from_tensor(rt: &Runtime, t: Tensor<V, I>) -> Result<Self, PlanRunError> {
-        let (dims, format) = (t.dims().to_vec(), t.format().clone());
         // Singleton (COO) levels are stored in their unique form (`sq` as `ss`): the same
         // entries in the same order, so every point re-levels its block (see `Body::run`).
-        let t = match format.coo_start() {
-            Some(_) => t.view().relevel(&format.unique())?,
-            None => t,
+        let unique = match t.format().coo_start() {
+            Some(_) => Some(t.view().relevel(&t.format().unique())?),
+            None => None,
         };
-        let (stores, layout) = upload(rt, t)?;
+        let (dims, format) = (t.dims().to_vec(), t.format().clone());
+        let t = unique.unwrap_or(t);
+        let layout = prefix_layout(&t);
+        let (_, _, levels, vals) = t.into_parts();
+        let levels = levels.into_iter().map(|l| match l {
+            Level::Compressed { pos, crd } => Some((Cow::Owned(pos), Cow::Owned(crd))),
+            Level::Dense { .. } => None,
+            Level::Singleton { .. } => unreachable!("stored in the unique form"),
+        });
+        let uploaded = upload(rt, layout, levels, Cow::Owned(vals))?;
         Ok(Stored {
-            stores,
-            layout,
+            stores: uploaded.0,
+            layout: uploaded.1,
             dims,
             format,
             _types: std::marker::PhantomData,
         })
+    }
+
+    /// The stored form of `t` (its dimensions and format) over `uploaded` stores.
+    fn new((stores, layout): (Vec<Store>, InputLayout), t: &Tensor<V, I>) -> Self {
+        Stored {
+            stores,
+            layout,
+            dims: t.dims().to_vec(),
+            format: t.format().clone(),
+            _types: std::marker::PhantomData,
+        }
     }
 
     pub fn dims(&self) -> &[usize] {
@@ -728,12 +761,46 @@ fn in_format<V: Value, I: Index>(
     t.view().relevel(format)
 }
 
-/// Moves a tensor's arrays into 1-d stores: per compressed level `pos` (ranges) and `crd`,
-/// then `vals`.
-fn upload<V: PlanValue, I: PlanIndex>(
+/// Puts a tensor's arrays into 1-d stores: per compressed level `pos` (ranges) and `crd`,
+/// then `vals`. Owned arrays move in; borrowed ones are copied, except `pos`, which only
+/// ever is read (into ranges).
+type LevelArrays<'a, I> = Option<(Cow<'a, [I]>, Cow<'a, [I]>)>;
+
+fn upload<'a, V: PlanValue, I: PlanIndex>(
     rt: &Runtime,
-    t: Tensor<V, I>,
+    (prefix, prefix_inner): (usize, usize),
+    levels: impl Iterator<Item = LevelArrays<'a, I>>,
+    vals: Cow<'_, [V]>,
 ) -> Result<(Vec<Store>, InputLayout), RuntimeError> {
+    let mut stores = Vec::new();
+    let mut at = Vec::new();
+    for l in levels {
+        let Some((pos, crd)) = l else {
+            at.push(None);
+            continue;
+        };
+        at.push(Some((stores.len(), stores.len() + 1)));
+        // Ranges built and found monotone in one pass: images need no scan of `pos`.
+        stores.push(rt.from_offsets(pos.iter().map(|p| p.to_usize() as u64))?);
+        let crd = crd.into_owned();
+        stores.push(rt.from_vec(&[crd.len()], crd)?);
+    }
+    let vals_at = stores.len();
+    let vals = vals.into_owned();
+    stores.push(rt.from_vec(&[vals.len()], vals)?);
+    Ok((
+        stores,
+        InputLayout {
+            levels: at,
+            vals: vals_at,
+            prefix,
+            prefix_inner,
+        },
+    ))
+}
+
+/// The dense prefix of a tensor's levels: (how many, product of their sizes below the first).
+fn prefix_layout<V: Value, I: Index>(t: &Tensor<V, I>) -> (usize, usize) {
     let kinds = t.format().levels();
     let prefix = kinds.iter().take_while(|l| **l == LevelType::Dense).count();
     let prefix_inner = t.levels()[1.min(prefix)..prefix]
@@ -743,32 +810,7 @@ fn upload<V: PlanValue, I: PlanIndex>(
             Level::Compressed { .. } | Level::Singleton { .. } => 1,
         })
         .product();
-    let (_, _, tensor_levels, vals) = t.into_parts();
-    let mut stores = Vec::new();
-    let mut levels = Vec::new();
-    for l in tensor_levels {
-        match l {
-            Level::Dense { .. } => levels.push(None),
-            Level::Singleton { .. } => unreachable!("`Stored::from_tensor` stores the unique form"),
-            Level::Compressed { pos, crd } => {
-                levels.push(Some((stores.len(), stores.len() + 1)));
-                // Ranges built and found monotone in one pass: images need no scan of `pos`.
-                stores.push(rt.from_offsets(pos.iter().map(|p| p.to_usize() as u64))?);
-                stores.push(rt.from_vec(&[crd.len()], crd)?);
-            }
-        }
-    }
-    let vals_at = stores.len();
-    stores.push(rt.from_vec(&[vals.len()], vals)?);
-    Ok((
-        stores,
-        InputLayout {
-            levels,
-            vals: vals_at,
-            prefix,
-            prefix_inner,
-        },
-    ))
+    (prefix, prefix_inner)
 }
 
 /// What every point of a plan's task shares.

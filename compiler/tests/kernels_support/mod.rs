@@ -29,6 +29,7 @@ pub fn catalogue() -> Vec<&'static str> {
         "a = B(i,j,k) * B(i,j,k)",
         "A(i,j) = B(i,j,k) * c(k)",
         "A(i,j,k) = B(i,j,l) * C(k,l)",
+        "A(i,j,k) = B(i,j,l) * C(l,k)",
         "A(i,j) = B(i,k,l) * C(k,j) * D(l,j)",
         "A(i,j) = B(i,k,l,m) * C(k,j) * D(l,j) * E(m,j)",
         "y(i) = exp(x(i)) - abs(x(i)) * 2 + sqrt(abs(z(i)))",
