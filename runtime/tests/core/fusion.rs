@@ -1,7 +1,10 @@
 //! Task fusion: solving ahead in the window, the four constraints on hand-built windows,
 //! temporaries (Definition 4), the memo, and element-wise kernels fused into one loop.
 
-use tessera_runtime::{Chunk, DType, ReduceOp, Result, Runtime, Stats, Store};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tessera_runtime::{Chunk, DType, ReduceOp, Result, Runtime, RuntimeError, Stats, Store};
 
 fn rt(window: usize, fusion: bool) -> Runtime {
     let rt = Runtime::builder()
@@ -425,4 +428,145 @@ fn kernel_fused_results_equal_unfused_ones() {
         fused.2
     );
     assert_eq!(unfused.2.tasks_launched, 4);
+}
+
+// The adaptive window (the default): tasks wait only while every worker is busy.
+
+/// A runtime with the default window on two threads (one worker), with `hold` (occupies its
+/// point until `gate` opens) and `signal` (sets `seen`) registered besides the usual tasks.
+fn held_runtime(gate: &Arc<AtomicBool>, seen: &Arc<AtomicBool>) -> Runtime {
+    let rt = Runtime::builder().threads(2).min_piece_size(4).build();
+    register(&rt).unwrap();
+    let g = gate.clone();
+    rt.register("hold", move |ctx| {
+        while !g.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        ctx.write::<f64>(0).fill(1.0);
+    })
+    .unwrap();
+    let s = seen.clone();
+    rt.register("signal", move |ctx| {
+        ctx.write::<f64>(0).fill(2.0);
+        s.store(true, Ordering::Release);
+    })
+    .unwrap();
+    rt
+}
+
+/// Occupies the only worker with `hold` on a fresh store.
+fn occupy(rt: &Runtime) -> Store {
+    let h = rt.create(DType::F64, &[4]).unwrap();
+    rt.task("hold")
+        .write(&h)
+        .launch_domain(&[1])
+        .submit()
+        .unwrap();
+    h
+}
+
+#[test]
+fn a_task_held_behind_a_busy_worker_starts_when_the_worker_goes_idle() {
+    let (gate, seen) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let rt = held_runtime(&gate, &seen);
+    let _h = occupy(&rt);
+    let b = rt.create(DType::F64, &[4]).unwrap();
+    rt.task("signal")
+        .write(&b)
+        .launch_domain(&[1])
+        .submit()
+        .unwrap();
+    // The worker is busy: the window holds `signal`.
+    assert!(!seen.load(Ordering::Acquire));
+    assert_eq!(rt.stats().tasks_launched, 1);
+    // The caller waits for `signal`'s body without calling the runtime again: only the worker
+    // finishing `hold` and finding nothing to run can launch it (a fixed window would hang).
+    gate.store(true, Ordering::Release);
+    let t0 = Instant::now();
+    while !seen.load(Ordering::Acquire) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "`signal` never started"
+        );
+        std::thread::yield_now();
+    }
+    assert!(rt.stats().idle_flushes >= 1);
+    assert_eq!(rt.read::<f64>(&b).unwrap(), vec![2.0; 4]);
+}
+
+#[test]
+fn tasks_issued_while_the_workers_are_busy_fuse_under_the_default_window() {
+    let n = 64;
+    let chain = |rt: &Runtime| {
+        let x = input(rt, n);
+        let (t, u, out) = (
+            rt.create(DType::F64, &[n]).unwrap(),
+            rt.create(DType::F64, &[n]).unwrap(),
+            rt.create(DType::F64, &[n]).unwrap(),
+        );
+        axpb(rt, "ew_axpb", &x, &t, 0.5, 0.1);
+        rt.task("ew_mul")
+            .read(&t)
+            .read(&x)
+            .write(&u)
+            .align(&t, &x)
+            .align(&t, &u)
+            .submit()
+            .unwrap();
+        axpb(rt, "ew_axpb", &u, &out, 3.0, -0.3);
+        out
+    };
+    let want = {
+        let rt = rt(1, false);
+        let out = chain(&rt);
+        rt.read::<f64>(&out).unwrap()
+    };
+    let (gate, seen) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let rt = held_runtime(&gate, &seen);
+    let h = occupy(&rt);
+    let out = chain(&rt);
+    // Nothing of the chain has been launched: it waits behind `hold`.
+    assert_eq!(rt.stats().tasks_launched, 1);
+    gate.store(true, Ordering::Release);
+    assert_eq!(
+        rt.read::<f64>(&out).unwrap(),
+        want,
+        "bitwise equal to unfused"
+    );
+    let s = launched(&rt);
+    assert_eq!(
+        (s.tasks_issued, s.tasks_launched, s.fused_launches),
+        (4, 2, 1)
+    );
+    assert_eq!(s.temporaries_eliminated, 2, "t and u died in the chain");
+    assert_eq!(rt.read::<f64>(&h).unwrap(), vec![1.0; 4]);
+}
+
+#[test]
+fn a_bad_launch_held_in_the_adaptive_window_fails_at_submit() {
+    let (gate, seen) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let rt = held_runtime(&gate, &seen);
+    let _h = occupy(&rt);
+    let (x, y) = (input(&rt, 8), rt.create(DType::F64, &[9]).unwrap());
+    let err = rt
+        .task("axpb")
+        .read(&x)
+        .write(&y)
+        .scalar(1.0)
+        .scalar(0.0)
+        .align(&x, &y)
+        .submit()
+        .unwrap_err();
+    assert!(matches!(err, RuntimeError::AlignShapes { .. }), "{err}");
+    gate.store(true, Ordering::Release);
+    rt.fence().unwrap();
 }
