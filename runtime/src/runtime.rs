@@ -26,7 +26,7 @@ use crate::task::{
 };
 use crate::tracing::replay::Tracing;
 use crate::transport::Communicator;
-use crate::window::{Adaptive, Window, WindowPolicy};
+use crate::window::{self, Adaptive, Window, WindowPolicy};
 use crate::TaskContext;
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -100,6 +100,8 @@ pub(crate) struct Inner {
     alloc_bytes: Arc<AtomicU64>,
     /// Across ranks: the thread receiving this rank's messages.
     comm_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// With an adaptive window: the thread that launches tasks held while workers idle.
+    window_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// The communicator a runtime runs across ranks on (see [`RuntimeBuilder::communicator`]).
@@ -211,8 +213,8 @@ impl RuntimeBuilder {
     /// An adaptive window of at most `max` tasks (the default, with [`DEFAULT_WINDOW`]): tasks
     /// are buffered only while every worker has something to run, and launched (fused where
     /// the constraints allow) as soon as one would go idle or the issuing thread would block.
-    /// Across ranks it is a fixed window of one (decisions that depend on timing would differ
-    /// between ranks).
+    /// Across ranks, and with fusion off, it is a fixed window of one (decisions that depend on
+    /// timing would differ between ranks; unfused, holding a task only delays it).
     pub fn adaptive_window(mut self, max: usize) -> Self {
         self.window = Some(WindowPolicy::Adaptive { max: max.max(1) });
         self
@@ -308,11 +310,14 @@ impl RuntimeBuilder {
         };
         let shared = Arc::new(Shared::default());
         let policy = match self.window {
-            Some(WindowPolicy::Adaptive { .. }) if ranks > 1 => WindowPolicy::Fixed(1),
+            // Without fusion holding tasks gains nothing: launch each at once.
+            Some(WindowPolicy::Adaptive { .. }) if ranks > 1 || !self.fusion => {
+                WindowPolicy::Fixed(1)
+            }
             Some(p) => p,
             // A trace is found in the stream of launched tasks: with automatic tracing on,
             // keep that stream the issued one rather than one that depends on timing.
-            None if ranks > 1 || self.tracing => WindowPolicy::Fixed(1),
+            None if ranks > 1 || self.tracing || !self.fusion => WindowPolicy::Fixed(1),
             None => WindowPolicy::Adaptive {
                 max: DEFAULT_WINDOW,
             },
@@ -353,6 +358,7 @@ impl RuntimeBuilder {
             }),
             alloc_bytes: Arc::default(),
             comm_thread: Mutex::default(),
+            window_thread: Mutex::default(),
         };
         if let Some(Ranks(comm)) = self.ranks.filter(|_| ranks > 1) {
             let ch = Arc::new(Channel::new(
@@ -384,7 +390,23 @@ impl RuntimeBuilder {
                 workers,
                 held: AtomicBool::new(false),
                 wanted: AtomicBool::new(false),
+                timer: Mutex::default(),
+                wake: std::sync::Condvar::new(),
+                armed: AtomicBool::new(false),
             });
+            let shared = rt.inner.shared.clone();
+            let h = std::thread::Builder::new()
+                .name("tessera-window".into())
+                .spawn(move || {
+                    if let Some(a) = shared.adaptive.get() {
+                        a.run_timer()
+                    }
+                })
+                .map_err(|e| RuntimeError::Transport(format!("window thread: {e}")))?;
+            *rt.inner
+                .window_thread
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(h);
         }
         rt.register("tessera.fill", fill_body)
             .expect("fresh registry");
@@ -824,6 +846,18 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         let _ = self.fence();
+        if let Some(a) = self.inner.shared.adaptive.get() {
+            a.stop();
+            let h = self
+                .inner
+                .window_thread
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            if let Some(h) = h {
+                let _ = h.join();
+            }
+        }
         if let Some(ch) = self.inner.shared.channel.get() {
             ch.stop();
             let handle = self
@@ -985,41 +1019,48 @@ impl Inner {
     }
 
     /// Lets go of the front lock; with an adaptive window, first publishes whether it holds
-    /// tasks, and afterwards launches it if a worker went idle meanwhile (a worker that found
-    /// the lock taken left that to the holder) or is idle now.
+    /// tasks (an empty window disarms the window thread), and afterwards launches it if a
+    /// worker went idle meanwhile and found the lock taken (it left that to the holder). A
+    /// worker that went idle before the issuer's `held` store is seen by the issuer's
+    /// outstanding count instead (`issue_adaptive` then arms the window thread).
     fn release(&self, front: std::sync::MutexGuard<'_, Front>) {
         let Some(a) = self.shared.adaptive.get() else {
             return;
         };
-        a.held.store(!front.window.is_empty(), Ordering::SeqCst);
+        let held = !front.window.is_empty();
+        a.held.store(held, Ordering::SeqCst);
+        if !held {
+            a.disarm();
+        }
         drop(front);
-        if a.wanted.load(Ordering::SeqCst) || a.idle(self.shared.outstanding.load(Ordering::SeqCst))
-        {
+        if a.wanted.load(Ordering::SeqCst) {
             self.idle_flush(a);
         }
     }
 
     /// Issues a task into an adaptive window: solved at once (so a bad launch fails at
-    /// `submit`, as with a window of one), launched at once when a worker is idle or when it
-    /// needs values a buffered task makes (the issuer would block on them: what is buffered
-    /// goes first), else held; a full window launches its fusible prefix.
+    /// `submit`, as with a window of one) and held. What is held is launched when it needs
+    /// values a held task makes (the issuer would block on them: what is ahead goes first),
+    /// when the window is full (its fusible prefix), when a worker would go idle (`node_ran`),
+    /// or, if a worker is idle now, by the window thread once no task has followed for
+    /// [`window::HOLD`] (so a chain issued in one go fuses from its first task).
     fn issue_adaptive(&self, front: &mut Front, a: &Adaptive, t: Issued) -> Result<()> {
         // `held` before reading the outstanding count: see `Adaptive::idle`.
         a.held.store(true, Ordering::SeqCst);
         let idle = self.shared.outstanding.load(Ordering::SeqCst) < a.workers;
-        if idle && front.window.is_empty() {
-            return self.analyze_now(front, t);
-        }
-        front.window.tasks.push_back(t);
+        front.window.push(t);
         let mut first = Ok(());
         self.solve_ahead(front, &mut first);
-        let r = if idle || !front.window.tasks.is_empty() {
+        let r = if !front.window.tasks.is_empty() {
             self.drain(front, true)
         } else if front.window.is_full() {
-            self.drain(front, false)
+            self.drain(front, idle)
         } else {
             Ok(())
         };
+        if idle && !front.window.is_empty() {
+            a.hold();
+        }
         first.and(r)
     }
 
@@ -1049,7 +1090,11 @@ impl Inner {
                     front.deferred.get_or_insert(e);
                 }
             }
-            a.held.store(!front.window.is_empty(), Ordering::SeqCst);
+            let held = !front.window.is_empty();
+            a.held.store(held, Ordering::SeqCst);
+            if !held {
+                a.disarm();
+            }
         }
     }
 
@@ -1119,7 +1164,11 @@ impl Inner {
             }
             let t = front.window.tasks.pop_front().expect("just seen");
             let t0 = Instant::now();
+            let roots = window::pended(&t);
             let r = self.solve(front, t);
+            if r.is_err() {
+                window::unpend(roots);
+            }
             Counters::add(
                 &self.shared.counters.analysis_ns,
                 t0.elapsed().as_nanos() as u64,
@@ -1141,6 +1190,7 @@ impl Inner {
         let counters = &self.shared.counters;
         let (n, shape) = self.decide(front);
         let mut prefix: Vec<Ready> = front.window.ready.drain(..n).collect();
+        let pended: Vec<_> = prefix.iter().map(|r| window::pended(&r.issued)).collect();
         Counters::add(&counters.tasks_launched, 1);
         let plan = match shape {
             None => {
@@ -1172,9 +1222,12 @@ impl Inner {
                 }
             }
         };
-        self.agree_launch(&plan)?;
-        self.launch(front.tracing.as_mut(), plan);
-        Ok(())
+        let r = self.agree_launch(&plan);
+        if r.is_ok() {
+            self.launch(front.tracing.as_mut(), plan);
+        }
+        pended.into_iter().for_each(window::unpend);
+        r
     }
 
     /// How many solved tasks to fuse, and the fused task's shape (`None`: launch one task as

@@ -430,69 +430,107 @@ fn kernel_fused_results_equal_unfused_ones() {
     assert_eq!(unfused.2.tasks_launched, 4);
 }
 
-// The adaptive window (the default): tasks wait only while every worker is busy.
+// The adaptive window (the default): tasks wait only while every worker is busy, or for a
+// moment while the workers idle in case more tasks follow.
 
-/// A runtime with the default window on two threads (one worker), with `hold` (occupies its
-/// point until `gate` opens) and `signal` (sets `seen`) registered besides the usual tasks.
-fn held_runtime(gate: &Arc<AtomicBool>, seen: &Arc<AtomicBool>) -> Runtime {
+/// What the `hold` and `signal` bodies share with the test.
+#[derive(Default)]
+struct Flags {
+    /// `hold` runs until this opens.
+    gate: AtomicBool,
+    /// `hold` has started.
+    started: AtomicBool,
+    /// `signal` has run.
+    seen: AtomicBool,
+}
+
+/// A runtime with the default window on two threads (one worker), with `hold` and `signal`
+/// registered besides the usual tasks.
+fn held_runtime() -> (Runtime, Arc<Flags>) {
     let rt = Runtime::builder().threads(2).min_piece_size(4).build();
     register(&rt).unwrap();
-    let g = gate.clone();
+    let flags = Arc::new(Flags::default());
+    let f = flags.clone();
     rt.register("hold", move |ctx| {
-        while !g.load(Ordering::Acquire) {
+        f.started.store(true, Ordering::Release);
+        while !f.gate.load(Ordering::Acquire) {
             std::thread::yield_now();
         }
         ctx.write::<f64>(0).fill(1.0);
     })
     .unwrap();
-    let s = seen.clone();
+    let f = flags.clone();
     rt.register("signal", move |ctx| {
         ctx.write::<f64>(0).fill(2.0);
-        s.store(true, Ordering::Release);
+        f.seen.store(true, Ordering::Release);
     })
     .unwrap();
-    rt
+    (rt, flags)
 }
 
-/// Occupies the only worker with `hold` on a fresh store.
-fn occupy(rt: &Runtime) -> Store {
+/// Waits (up to 10 s, then fails) until `done()`, without calling the runtime.
+fn wait_for(what: &str, done: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "waited 10 s for {what}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// Occupies the only worker with `hold` on a fresh store and waits until it runs (issued
+/// while the workers idle, the window thread launches it).
+fn occupy(rt: &Runtime, flags: &Flags) -> Store {
     let h = rt.create(DType::F64, &[4]).unwrap();
     rt.task("hold")
         .write(&h)
         .launch_domain(&[1])
         .submit()
         .unwrap();
+    wait_for("`hold` to start", || flags.started.load(Ordering::Acquire));
     h
 }
 
-#[test]
-fn a_task_held_behind_a_busy_worker_starts_when_the_worker_goes_idle() {
-    let (gate, seen) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let rt = held_runtime(&gate, &seen);
-    let _h = occupy(&rt);
+fn signal(rt: &Runtime) -> Store {
     let b = rt.create(DType::F64, &[4]).unwrap();
     rt.task("signal")
         .write(&b)
         .launch_domain(&[1])
         .submit()
         .unwrap();
+    b
+}
+
+#[test]
+fn a_task_issued_while_the_workers_idle_starts_without_another_call() {
+    let (rt, flags) = held_runtime();
+    let b = signal(&rt);
+    // Counted as pending while the window holds it, as a launched task would be.
+    assert_eq!(
+        b.pending_refs() + usize::from(flags.seen.load(Ordering::Acquire)),
+        1
+    );
+    // Held for a moment in case more tasks follow; then the window thread launches it.
+    wait_for("`signal` to run", || flags.seen.load(Ordering::Acquire));
+    assert_eq!(rt.read::<f64>(&b).unwrap(), vec![2.0; 4]);
+    assert_eq!(b.pending_refs(), 0);
+}
+
+#[test]
+fn a_task_held_behind_a_busy_worker_starts_when_the_worker_goes_idle() {
+    let (rt, flags) = held_runtime();
+    let _h = occupy(&rt, &flags);
+    let b = signal(&rt);
     // The worker is busy: the window holds `signal`.
-    assert!(!seen.load(Ordering::Acquire));
+    assert!(!flags.seen.load(Ordering::Acquire));
     assert_eq!(rt.stats().tasks_launched, 1);
+    assert_eq!(b.pending_refs(), 1);
     // The caller waits for `signal`'s body without calling the runtime again: only the worker
-    // finishing `hold` and finding nothing to run can launch it (a fixed window would hang).
-    gate.store(true, Ordering::Release);
-    let t0 = Instant::now();
-    while !seen.load(Ordering::Acquire) {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "`signal` never started"
-        );
-        std::thread::yield_now();
-    }
+    // finishing `hold` and finding nothing to run launches it (a fixed window would hang).
+    flags.gate.store(true, Ordering::Release);
+    wait_for("`signal` to run", || flags.seen.load(Ordering::Acquire));
     assert!(rt.stats().idle_flushes >= 1);
     assert_eq!(rt.read::<f64>(&b).unwrap(), vec![2.0; 4]);
 }
@@ -524,16 +562,12 @@ fn tasks_issued_while_the_workers_are_busy_fuse_under_the_default_window() {
         let out = chain(&rt);
         rt.read::<f64>(&out).unwrap()
     };
-    let (gate, seen) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let rt = held_runtime(&gate, &seen);
-    let h = occupy(&rt);
+    let (rt, flags) = held_runtime();
+    let h = occupy(&rt, &flags);
     let out = chain(&rt);
     // Nothing of the chain has been launched: it waits behind `hold`.
     assert_eq!(rt.stats().tasks_launched, 1);
-    gate.store(true, Ordering::Release);
+    flags.gate.store(true, Ordering::Release);
     assert_eq!(
         rt.read::<f64>(&out).unwrap(),
         want,
@@ -550,12 +584,8 @@ fn tasks_issued_while_the_workers_are_busy_fuse_under_the_default_window() {
 
 #[test]
 fn a_bad_launch_held_in_the_adaptive_window_fails_at_submit() {
-    let (gate, seen) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-    );
-    let rt = held_runtime(&gate, &seen);
-    let _h = occupy(&rt);
+    let (rt, flags) = held_runtime();
+    let _h = occupy(&rt, &flags);
     let (x, y) = (input(&rt, 8), rt.create(DType::F64, &[9]).unwrap());
     let err = rt
         .task("axpb")
@@ -567,6 +597,11 @@ fn a_bad_launch_held_in_the_adaptive_window_fails_at_submit() {
         .submit()
         .unwrap_err();
     assert!(matches!(err, RuntimeError::AlignShapes { .. }), "{err}");
-    gate.store(true, Ordering::Release);
+    assert_eq!(
+        (x.pending_refs(), y.pending_refs()),
+        (0, 0),
+        "the failed task let go"
+    );
+    flags.gate.store(true, Ordering::Release);
     rt.fence().unwrap();
 }

@@ -510,7 +510,7 @@ proptest! {
             // Adaptive windows: what is fused depends on timing, the stores must not.
             (2, adaptive(16), true, false),
             (3, adaptive(4), true, true),
-            (2, adaptive(16), false, false),
+            (8, adaptive(32), true, false),
         ];
         for (threads, window, fusion, tracing) in configs {
             let got = parallel(&c, threads, window, fusion, tracing)
