@@ -537,11 +537,7 @@ fn runtime(threads: usize, window: WindowPolicy, fusion: bool, memo: bool) -> Ru
         WindowPolicy::Fixed(n) => b.window_size(n),
         WindowPolicy::Adaptive { max } => b.adaptive_window(max),
     };
-    let rt = b
-        .threads(threads)
-        .fusion(fusion)
-        .fusion_memo(memo)
-        .build();
+    let rt = b.threads(threads).fusion(fusion).fusion_memo(memo).build();
     register(&rt).expect("register");
     rt
 }
