@@ -29,7 +29,7 @@ use crate::transport::Communicator;
 use crate::window::{self, Adaptive, Window, WindowPolicy};
 use crate::TaskContext;
 use smallvec::SmallVec;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
@@ -385,15 +385,11 @@ impl RuntimeBuilder {
             inner: Arc::new(inner),
         };
         if let WindowPolicy::Adaptive { .. } = policy {
-            let _ = rt.inner.shared.adaptive.set(Adaptive {
-                inner: Arc::downgrade(&rt.inner),
-                workers,
-                held: AtomicBool::new(false),
-                wanted: AtomicBool::new(false),
-                timer: Mutex::default(),
-                wake: std::sync::Condvar::new(),
-                armed: AtomicBool::new(false),
-            });
+            let _ = rt
+                .inner
+                .shared
+                .adaptive
+                .set(Adaptive::new(Arc::downgrade(&rt.inner), workers));
             let shared = rt.inner.shared.clone();
             let h = std::thread::Builder::new()
                 .name("tessera-window".into())
@@ -848,29 +844,21 @@ impl Drop for Runtime {
         let _ = self.fence();
         if let Some(a) = self.inner.shared.adaptive.get() {
             a.stop();
-            let h = self
-                .inner
-                .window_thread
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
-            if let Some(h) = h {
-                let _ = h.join();
-            }
+            join(&self.inner.window_thread);
         }
         if let Some(ch) = self.inner.shared.channel.get() {
             ch.stop();
-            let handle = self
-                .inner
-                .comm_thread
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
-            if let Some(h) = handle {
-                let _ = h.join();
-            }
+            join(&self.inner.comm_thread);
         }
         self.inner.pool.shutdown();
+    }
+}
+
+/// Joins the thread in `slot`, if any (the runtime's communication or window thread).
+fn join(slot: &Mutex<Option<std::thread::JoinHandle<()>>>) {
+    let handle = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(h) = handle {
+        let _ = h.join();
     }
 }
 

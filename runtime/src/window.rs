@@ -145,6 +145,18 @@ pub(crate) struct Timer {
 pub(crate) const HOLD: Duration = Duration::from_micros(100);
 
 impl Adaptive {
+    pub(crate) fn new(inner: Weak<Inner>, workers: usize) -> Adaptive {
+        Adaptive {
+            inner,
+            workers,
+            held: AtomicBool::new(false),
+            wanted: AtomicBool::new(false),
+            timer: Mutex::default(),
+            wake: Condvar::new(),
+            armed: AtomicBool::new(false),
+        }
+    }
+
     /// True when a node just run leaves `left` outstanding and the window should be launched:
     /// it holds tasks and some worker has nothing to run. Sequentially consistent with the
     /// issuer, which sets `held` before it reads the outstanding count (so one of the two sees
