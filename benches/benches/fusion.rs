@@ -763,6 +763,10 @@ fn report_tasks(table: &mut Table, name: &str, m: &Measured) {
         f.bytes_not_allocated as f64 / (1 << 20) as f64,
     );
     table.figure(&format!("{name} memo hits"), f.fusion_memo_hits as f64);
+    table.figure(
+        &format!("{name} idle-worker launches (all runs)"),
+        f.idle_flushes as f64,
+    );
 }
 
 /// Times `fused`, `unfused` and `hand` interleaved, `reps` times each, after one warm-up.
