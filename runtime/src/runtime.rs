@@ -64,7 +64,7 @@ impl Shared {
         }
         if let Some(a) = self.adaptive.get().filter(|a| a.idle(left)) {
             if let Some(inner) = a.inner.upgrade() {
-                inner.idle_flush(a);
+                inner.idle_flush(a, false);
             }
         }
     }
@@ -1022,7 +1022,7 @@ impl Inner {
         }
         drop(front);
         if a.wanted.load(Ordering::SeqCst) {
-            self.idle_flush(a);
+            self.idle_flush(a, false);
         }
     }
 
@@ -1031,7 +1031,8 @@ impl Inner {
     /// values a held task makes (the issuer would block on them: what is ahead goes first),
     /// when the window is full (its fusible prefix), when a worker would go idle (`node_ran`),
     /// or, if a worker is idle now, by the window thread once no task has followed for
-    /// [`window::HOLD`] (so a chain issued in one go fuses from its first task).
+    /// [`window::HOLD`] (so a chain issued in one go fuses from its first task), and in any
+    /// case by the window thread after [`window::STALL`] without a submit.
     fn issue_adaptive(&self, front: &mut Front, a: &Adaptive, t: Issued) -> Result<()> {
         // `held` before reading the outstanding count: see `Adaptive::idle`.
         a.held.store(true, Ordering::SeqCst);
@@ -1046,8 +1047,8 @@ impl Inner {
         } else {
             Ok(())
         };
-        if idle && !front.window.is_empty() {
-            a.hold();
+        if !front.window.is_empty() {
+            a.hold(if idle { window::HOLD } else { window::STALL });
         }
         first.and(r)
     }
@@ -1055,7 +1056,7 @@ impl Inner {
     /// A worker would go idle and the adaptive window holds tasks: launch every solved task in
     /// it (fused where allowed). Never blocks: if another thread holds the front lock, `wanted`
     /// tells it to do this when it lets go. Errors wait in `deferred` for the issuing thread.
-    pub(crate) fn idle_flush(&self, a: &Adaptive) {
+    pub(crate) fn idle_flush(&self, a: &Adaptive, timer: bool) {
         a.wanted.store(true, Ordering::SeqCst);
         while a.wanted.load(Ordering::SeqCst) {
             let mut front = match self.front.try_lock() {
@@ -1065,7 +1066,15 @@ impl Inner {
             };
             a.wanted.store(false, Ordering::SeqCst);
             if !front.window.ready.is_empty() {
-                Counters::add(&self.shared.counters.idle_flushes, 1);
+                let c = &self.shared.counters;
+                Counters::add(
+                    if timer {
+                        &c.timer_flushes
+                    } else {
+                        &c.idle_flushes
+                    },
+                    1,
+                );
             }
             while !front.window.ready.is_empty() {
                 let t0 = Instant::now();

@@ -144,6 +144,13 @@ pub(crate) struct Timer {
 /// window of one.
 pub(crate) const HOLD: Duration = Duration::from_micros(100);
 
+/// How long tasks held while the workers look busy may wait without another submit before the
+/// window thread launches them anyway. Idleness is read from the count of outstanding nodes,
+/// which also counts nodes waiting on a running one: if that one is blocked on something
+/// outside the runtime, no node finishes and no worker reports itself idle. This bounds the
+/// wait; a program that keeps submitting never reaches it (each submit moves the deadline).
+pub(crate) const STALL: Duration = Duration::from_millis(50);
+
 impl Adaptive {
     pub(crate) fn new(inner: Weak<Inner>, workers: usize) -> Adaptive {
         Adaptive {
@@ -165,12 +172,13 @@ impl Adaptive {
         left < self.workers && self.held.load(Ordering::SeqCst)
     }
 
-    /// Asks the window thread to launch the window [`HOLD`] from now unless something else
-    /// does first; only a deadline set from none wakes it (a later one it finds on waking).
-    pub(crate) fn hold(&self) {
+    /// Asks the window thread to launch the window `after` from now ([`HOLD`] or [`STALL`])
+    /// unless something else does first; only a deadline set from none wakes it (a moved one
+    /// it finds on waking).
+    pub(crate) fn hold(&self, after: Duration) {
         let mut t = self.timer.lock().unwrap_or_else(|e| e.into_inner());
         let first = t.deadline.is_none();
-        t.deadline = Some(Instant::now() + HOLD);
+        t.deadline = Some(Instant::now() + after);
         self.armed.store(true, Ordering::SeqCst);
         drop(t);
         if first {
@@ -215,7 +223,7 @@ impl Adaptive {
             self.armed.store(false, Ordering::SeqCst);
             drop(t);
             if let Some(inner) = self.inner.upgrade() {
-                inner.idle_flush(self);
+                inner.idle_flush(self, true);
             }
             t = self.timer.lock().unwrap_or_else(|e| e.into_inner());
         }

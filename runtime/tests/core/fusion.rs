@@ -444,6 +444,16 @@ struct Flags {
     seen: AtomicBool,
 }
 
+/// Opens the gate when dropped: declared after the runtime, it is dropped first, so a failing
+/// assertion ends the test instead of leaving `hold` spinning in the runtime's final fence.
+struct Opener(Arc<Flags>);
+
+impl Drop for Opener {
+    fn drop(&mut self) {
+        self.0.gate.store(true, Ordering::Release);
+    }
+}
+
 /// A runtime with the default window on two threads (one worker), with `hold` and `signal`
 /// registered besides the usual tasks.
 fn held_runtime() -> (Runtime, Arc<Flags>) {
@@ -506,6 +516,7 @@ fn signal(rt: &Runtime) -> Store {
 #[test]
 fn a_task_issued_while_the_workers_idle_starts_without_another_call() {
     let (rt, flags) = held_runtime();
+    let _open = Opener(flags.clone());
     let b = signal(&rt);
     // Counted as pending while the window holds it, as a launched task would be.
     assert_eq!(
@@ -521,6 +532,7 @@ fn a_task_issued_while_the_workers_idle_starts_without_another_call() {
 #[test]
 fn a_task_held_behind_a_busy_worker_starts_when_the_worker_goes_idle() {
     let (rt, flags) = held_runtime();
+    let _open = Opener(flags.clone());
     let _h = occupy(&rt, &flags);
     let b = signal(&rt);
     // The worker is busy: the window holds `signal`.
@@ -531,8 +543,51 @@ fn a_task_held_behind_a_busy_worker_starts_when_the_worker_goes_idle() {
     // finishing `hold` and finding nothing to run launches it (a fixed window would hang).
     flags.gate.store(true, Ordering::Release);
     wait_for("`signal` to run", || flags.seen.load(Ordering::Acquire));
-    assert!(rt.stats().idle_flushes >= 1);
+    assert!(
+        rt.stats().idle_flushes >= 1,
+        "launched by the worker, not the window thread"
+    );
     assert_eq!(rt.read::<f64>(&b).unwrap(), vec![2.0; 4]);
+}
+
+#[test]
+fn a_task_held_while_an_idle_worker_looks_busy_still_starts() {
+    // Two workers: `hold` occupies one and a task that needs `hold`'s store waits for it, so
+    // two nodes are outstanding and the other worker, idle, never reports itself. `signal`,
+    // held behind them, is launched by the window thread once no submit has come for a while.
+    let rt = Runtime::builder().threads(3).min_piece_size(4).build();
+    let flags = Arc::new(Flags::default());
+    let f = flags.clone();
+    rt.register("hold", move |ctx| {
+        f.started.store(true, Ordering::Release);
+        while !f.gate.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        ctx.write::<f64>(0).fill(1.0);
+    })
+    .unwrap();
+    let f = flags.clone();
+    rt.register("signal", move |ctx| {
+        ctx.write::<f64>(0).fill(2.0);
+        f.seen.store(true, Ordering::Release);
+    })
+    .unwrap();
+    rt.register("after", |ctx| ctx.write::<f64>(0).fill(3.0))
+        .unwrap();
+    let _open = Opener(flags.clone());
+    let h = occupy(&rt, &flags);
+    rt.task("after")
+        .write(&h)
+        .launch_domain(&[1])
+        .submit()
+        .unwrap();
+    wait_for("`after` to be launched", || rt.stats().tasks_launched == 2);
+    let b = signal(&rt);
+    wait_for("`signal` to run", || flags.seen.load(Ordering::Acquire));
+    assert!(rt.stats().timer_flushes >= 3, "{:?}", rt.stats());
+    flags.gate.store(true, Ordering::Release);
+    assert_eq!(rt.read::<f64>(&b).unwrap(), vec![2.0; 4]);
+    assert_eq!(rt.read::<f64>(&h).unwrap(), vec![3.0; 4]);
 }
 
 #[test]
@@ -563,6 +618,7 @@ fn tasks_issued_while_the_workers_are_busy_fuse_under_the_default_window() {
         rt.read::<f64>(&out).unwrap()
     };
     let (rt, flags) = held_runtime();
+    let _open = Opener(flags.clone());
     let h = occupy(&rt, &flags);
     let out = chain(&rt);
     // Nothing of the chain has been launched: it waits behind `hold`.
@@ -585,6 +641,7 @@ fn tasks_issued_while_the_workers_are_busy_fuse_under_the_default_window() {
 #[test]
 fn a_bad_launch_held_in_the_adaptive_window_fails_at_submit() {
     let (rt, flags) = held_runtime();
+    let _open = Opener(flags.clone());
     let _h = occupy(&rt, &flags);
     let (x, y) = (input(&rt, 8), rt.create(DType::F64, &[9]).unwrap());
     let err = rt
