@@ -454,10 +454,13 @@ impl Drop for Opener {
     }
 }
 
-/// A runtime with the default window on two threads (one worker), with `hold` and `signal`
+/// A runtime with the default window on `threads` threads (`threads - 1` workers), with `hold` and `signal`
 /// registered besides the usual tasks.
-fn held_runtime() -> (Runtime, Arc<Flags>) {
-    let rt = Runtime::builder().threads(2).min_piece_size(4).build();
+fn held_runtime(threads: usize) -> (Runtime, Arc<Flags>) {
+    let rt = Runtime::builder()
+        .threads(threads)
+        .min_piece_size(4)
+        .build();
     register(&rt).unwrap();
     let flags = Arc::new(Flags::default());
     let f = flags.clone();
@@ -515,7 +518,7 @@ fn signal(rt: &Runtime) -> Store {
 
 #[test]
 fn a_task_issued_while_the_workers_idle_starts_without_another_call() {
-    let (rt, flags) = held_runtime();
+    let (rt, flags) = held_runtime(2);
     let _open = Opener(flags.clone());
     let b = signal(&rt);
     // Counted as pending while the window holds it, as a launched task would be.
@@ -531,7 +534,7 @@ fn a_task_issued_while_the_workers_idle_starts_without_another_call() {
 
 #[test]
 fn a_task_held_behind_a_busy_worker_starts_when_the_worker_goes_idle() {
-    let (rt, flags) = held_runtime();
+    let (rt, flags) = held_runtime(2);
     let _open = Opener(flags.clone());
     let _h = occupy(&rt, &flags);
     let b = signal(&rt);
@@ -555,26 +558,10 @@ fn a_task_held_while_an_idle_worker_looks_busy_still_starts() {
     // Two workers: `hold` occupies one and a task that needs `hold`'s store waits for it, so
     // two nodes are outstanding and the other worker, idle, never reports itself. `signal`,
     // held behind them, is launched by the window thread once no submit has come for a while.
-    let rt = Runtime::builder().threads(3).min_piece_size(4).build();
-    let flags = Arc::new(Flags::default());
-    let f = flags.clone();
-    rt.register("hold", move |ctx| {
-        f.started.store(true, Ordering::Release);
-        while !f.gate.load(Ordering::Acquire) {
-            std::thread::yield_now();
-        }
-        ctx.write::<f64>(0).fill(1.0);
-    })
-    .unwrap();
-    let f = flags.clone();
-    rt.register("signal", move |ctx| {
-        ctx.write::<f64>(0).fill(2.0);
-        f.seen.store(true, Ordering::Release);
-    })
-    .unwrap();
+    let (rt, flags) = held_runtime(3);
+    let _open = Opener(flags.clone());
     rt.register("after", |ctx| ctx.write::<f64>(0).fill(3.0))
         .unwrap();
-    let _open = Opener(flags.clone());
     let h = occupy(&rt, &flags);
     rt.task("after")
         .write(&h)
@@ -617,7 +604,7 @@ fn tasks_issued_while_the_workers_are_busy_fuse_under_the_default_window() {
         let out = chain(&rt);
         rt.read::<f64>(&out).unwrap()
     };
-    let (rt, flags) = held_runtime();
+    let (rt, flags) = held_runtime(2);
     let _open = Opener(flags.clone());
     let h = occupy(&rt, &flags);
     let out = chain(&rt);
@@ -640,7 +627,7 @@ fn tasks_issued_while_the_workers_are_busy_fuse_under_the_default_window() {
 
 #[test]
 fn a_bad_launch_held_in_the_adaptive_window_fails_at_submit() {
-    let (rt, flags) = held_runtime();
+    let (rt, flags) = held_runtime(2);
     let _open = Opener(flags.clone());
     let _h = occupy(&rt, &flags);
     let (x, y) = (input(&rt, 8), rt.create(DType::F64, &[9]).unwrap());
