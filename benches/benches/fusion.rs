@@ -2,10 +2,11 @@
 //!
 //! Four programs written task by task with the runtime API (as `cupynumeric`-style code
 //! would issue them: one element-wise operation per task), each run
-//! * **fused**: a window large enough for the program's chain, fusion on (element-wise tasks
+//! * **fused**: the runtime's default configuration, an adaptive window (held while the
+//!   workers are busy, launched when one would go idle) and fusion on (element-wise tasks
 //!   run as one chunked loop, dead intermediates never allocated);
-//! * **unfused**: the runtime's default configuration, a window of one and no fusion (every
-//!   task launched at submit, streaming whole stores);
+//! * **unfused**: the same with fusion off (every task launched at submit, streaming whole
+//!   stores);
 //! * **hand**: one hand-written Rust loop doing the same arithmetic over rayon chunks.
 //!
 //! Black-Scholes is also written as 12 `tensor!(rt => ...)` statements (each compiled to an
@@ -22,14 +23,19 @@
 //! `TESSERA_BENCH_REPS` (default 5), `TESSERA_BENCH_BS_N` (Black-Scholes elements, default
 //! 4 Mi: 32 MiB per array), `TESSERA_BENCH_CG_K` (grid side of the CG and BiCGSTAB Laplacian, default 64: tasks short
 //! enough that launching them is a visible part of an iteration),
-//! `TESSERA_BENCH_WINDOW` (window for the fused runs, default 32).
+//! `TESSERA_BENCH_WINDOW` (window for the fused runs: `adaptive` (the default, at most
+//! `DEFAULT_WINDOW` tasks), `adaptive:N`, or a fixed window `N`), `TESSERA_BENCH_SWEEP=1`
+//! (also time the default against adaptive windows of other sizes).
 
 use rayon::prelude::*;
 use std::time::Instant;
 use tessera::plans::{PlanRunError, Stored};
 use tessera::{tensor, Tensor};
 use tessera_benches::{env_or, median, Table};
-use tessera_runtime::{Chunk, DType, Future, ReduceOp, Result, Runtime, Scalar, Stats, Store};
+use tessera_runtime::{
+    Chunk, DType, Future, ReduceOp, Result, Runtime, Scalar, Stats, Store, WindowPolicy,
+    DEFAULT_WINDOW,
+};
 
 /// CSR matrices as stores and the row-split SpMV task, shared with the runtime's examples.
 #[path = "../../runtime/examples/sparse/mod.rs"]
@@ -258,7 +264,7 @@ struct Statements {
 
 fn bench_black_scholes_statements(
     threads: usize,
-    window: usize,
+    window: WindowPolicy,
     n: usize,
     reps: usize,
 ) -> Statements {
@@ -525,13 +531,13 @@ fn jacobi_hand(b: &[f64], x: &[f64], y: &mut [f64]) -> f64 {
 
 // ---------------------------------------------------------------- measurement
 
-fn runtime(threads: usize, window: usize, fusion: bool, memo: bool) -> Runtime {
-    let rt = Runtime::builder()
-        .threads(threads)
-        .window_size(window)
-        .fusion(fusion)
-        .fusion_memo(memo)
-        .build();
+fn runtime(threads: usize, window: WindowPolicy, fusion: bool, memo: bool) -> Runtime {
+    let b = Runtime::builder();
+    let b = match window {
+        WindowPolicy::Fixed(n) => b.window_size(n),
+        WindowPolicy::Adaptive { max } => b.adaptive_window(max),
+    };
+    let rt = b.threads(threads).fusion(fusion).fusion_memo(memo).build();
     register(&rt).expect("register");
     rt
 }
@@ -568,14 +574,14 @@ fn main() {
     let reps = env_or("TESSERA_BENCH_REPS", 5usize).max(1);
     let bs_n = env_or("TESSERA_BENCH_BS_N", 4usize << 20);
     let cg_k = env_or("TESSERA_BENCH_CG_K", 64usize);
-    let window = env_or("TESSERA_BENCH_WINDOW", 32usize);
+    let window = window_policy(&std::env::var("TESSERA_BENCH_WINDOW").unwrap_or_default());
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build_global()
         .ok();
-    eprintln!("{threads} threads, window {window}, {reps} interleaved repetitions");
+    eprintln!("{threads} threads, window {window:?}, {reps} interleaved repetitions");
     let mut table = Table::new(&format!(
-        "Task and kernel fusion ({threads} threads, window {window}; medians of {reps})"
+        "Task and kernel fusion ({threads} threads, window {window:?}; medians of {reps})"
     ));
     let copy_bw = copy_bandwidth(bs_n, reps);
 
@@ -727,6 +733,9 @@ fn main() {
         "black_scholes_statements temporaries per run",
         st.stats_fused.temporaries_eliminated as f64,
     );
+    if std::env::var("TESSERA_BENCH_SWEEP").is_ok_and(|v| v == "1") {
+        sweep(&mut table, threads, bs_n, cg_k, reps);
+    }
     table.figure("cg_speedup_vs_unfused", cg.unfused / cg.fused);
     table.figure("bicgstab_speedup_vs_unfused", bi.unfused / bi.fused);
     table.figure("jacobi_speedup_vs_unfused", ja.unfused / ja.fused);
@@ -754,6 +763,10 @@ fn report_tasks(table: &mut Table, name: &str, m: &Measured) {
         f.bytes_not_allocated as f64 / (1 << 20) as f64,
     );
     table.figure(&format!("{name} memo hits"), f.fusion_memo_hits as f64);
+    table.figure(
+        &format!("{name} idle-worker launches (all runs)"),
+        f.idle_flushes as f64,
+    );
 }
 
 /// Times `fused`, `unfused` and `hand` interleaved, `reps` times each, after one warm-up.
@@ -775,7 +788,7 @@ fn interleave(
     (median(a), median(b), median(c))
 }
 
-fn bench_black_scholes(threads: usize, window: usize, n: usize, reps: usize) -> Measured {
+fn bench_black_scholes(threads: usize, window: WindowPolicy, n: usize, reps: usize) -> Measured {
     let s_host: Vec<f64> = (0..n).map(|i| 80.0 + (i % 41) as f64).collect();
     let k_host: Vec<f64> = (0..n).map(|i| 90.0 + (i % 23) as f64).collect();
     let t_host: Vec<f64> = (0..n).map(|i| 0.25 + (i % 7) as f64 * 0.25).collect();
@@ -821,14 +834,73 @@ fn bench_black_scholes(threads: usize, window: usize, n: usize, reps: usize) -> 
     measured(&before, &after, (reps + 1) as u64, times)
 }
 
-/// A fused runtime with window `window`, and the unfused baseline: the runtime as configured
-/// by default (window 1, each task launched at submit). An unfused runtime with a large window
-/// flushes it whole when full, which leaves the workers idle while the next window fills.
-fn fused_and_unfused(threads: usize, window: usize) -> [Runtime; 2] {
+/// A fused runtime with window `window`, and the unfused baseline: the default runtime with
+/// fusion off (which launches each task at submit: holding it would only delay it).
+fn fused_and_unfused(threads: usize, window: WindowPolicy) -> [Runtime; 2] {
     [
         runtime(threads, window, true, true),
-        runtime(threads, 1, false, true),
+        runtime(threads, DEFAULT, false, true),
     ]
+}
+
+/// The runtime's default window.
+const DEFAULT: WindowPolicy = WindowPolicy::Adaptive {
+    max: DEFAULT_WINDOW,
+};
+
+/// `TESSERA_BENCH_WINDOW`: empty or `adaptive` (the default), `adaptive:N`, or `N` (fixed).
+fn window_policy(s: &str) -> WindowPolicy {
+    let bad = || panic!("TESSERA_BENCH_WINDOW={s}: expected `adaptive`, `adaptive:N` or `N`");
+    match s.trim() {
+        "" | "adaptive" => DEFAULT,
+        s => match s.strip_prefix("adaptive:") {
+            Some(n) => WindowPolicy::Adaptive {
+                max: n.parse().unwrap_or_else(|_| bad()),
+            },
+            None => WindowPolicy::Fixed(s.parse().unwrap_or_else(|_| bad())),
+        },
+    }
+}
+
+/// Black-Scholes and CG fused under adaptive windows of several sizes and fixed windows, each
+/// beside the unfused default: the evidence for [`DEFAULT_WINDOW`].
+fn sweep(table: &mut Table, threads: usize, bs_n: usize, cg_k: usize, reps: usize) {
+    let windows = [
+        WindowPolicy::Adaptive { max: 8 },
+        WindowPolicy::Adaptive { max: 16 },
+        WindowPolicy::Adaptive { max: 32 },
+        WindowPolicy::Adaptive { max: 64 },
+        WindowPolicy::Fixed(8),
+        WindowPolicy::Fixed(32),
+    ];
+    for w in windows {
+        let name = match w {
+            WindowPolicy::Adaptive { max } => format!("adaptive {max}"),
+            WindowPolicy::Fixed(n) => format!("fixed {n}"),
+        };
+        let bs = bench_black_scholes(threads, w, bs_n, reps);
+        table.row(
+            &format!("sweep: black-scholes {name} vs unfused"),
+            "ms",
+            bs.fused * 1e3,
+            "unfused",
+            bs.unfused * 1e3,
+            false,
+        );
+        let cg = bench_cg(threads, w, cg_k, reps);
+        table.row(
+            &format!("sweep: cg iteration {name} vs unfused"),
+            "ms",
+            cg.fused * 1e3,
+            "unfused",
+            cg.unfused * 1e3,
+            false,
+        );
+        table.figure(
+            &format!("sweep {name}: cg launched per iteration"),
+            cg.stats_fused.tasks_launched as f64,
+        );
+    }
 }
 
 /// The Laplacian on a `k × k` grid, a right-hand side, and the matrix on both runtimes.
@@ -840,7 +912,7 @@ struct Problem {
     mats: Vec<Csr>,
 }
 
-fn problem(threads: usize, window: usize, k: usize) -> Problem {
+fn problem(threads: usize, window: WindowPolicy, k: usize) -> Problem {
     let host = HostCsr::laplacian_2d(k);
     let n = k * k;
     let rts = fused_and_unfused(threads, window);
@@ -861,7 +933,7 @@ fn problem(threads: usize, window: usize, k: usize) -> Problem {
 /// start is a small part of it).
 const ITERS: usize = 100;
 
-fn bench_cg(threads: usize, window: usize, k: usize, reps: usize) -> Measured {
+fn bench_cg(threads: usize, window: WindowPolicy, k: usize, reps: usize) -> Measured {
     let Problem {
         host,
         n,
@@ -944,7 +1016,7 @@ fn per_iteration(
     measured(before, &after, ((reps + 1) * ITERS) as u64, times)
 }
 
-fn bench_bicgstab(threads: usize, window: usize, k: usize, reps: usize) -> Measured {
+fn bench_bicgstab(threads: usize, window: WindowPolicy, k: usize, reps: usize) -> Measured {
     let Problem {
         host: _,
         n,
@@ -972,7 +1044,7 @@ fn bench_bicgstab(threads: usize, window: usize, k: usize, reps: usize) -> Measu
     per_iteration(&rts, &before, (fused, unfused, f64::NAN), reps)
 }
 
-fn bench_jacobi(threads: usize, window: usize, n: usize, reps: usize) -> Measured {
+fn bench_jacobi(threads: usize, window: WindowPolicy, n: usize, reps: usize) -> Measured {
     let b_host: Vec<f64> = (0..n).map(|i| (i % 3) as f64).collect();
     let rts = fused_and_unfused(threads, window);
     let run = |i: usize| {
@@ -1013,7 +1085,7 @@ fn bench_jacobi(threads: usize, window: usize, n: usize, reps: usize) -> Measure
 
 /// Analysis µs per issued task for small Black-Scholes windows issued again and again, with
 /// the fusion memo on and off.
-fn analysis_cost(threads: usize, window: usize, reps: usize) -> (f64, f64) {
+fn analysis_cost(threads: usize, window: WindowPolicy, reps: usize) -> (f64, f64) {
     let cost = |memo: bool| {
         let rt = runtime(threads, window, true, memo);
         let n = 4096;

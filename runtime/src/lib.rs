@@ -55,6 +55,7 @@ pub use runtime::{Runtime, RuntimeBuilder, DEFAULT_TRACING, DEFAULT_WINDOW};
 pub use stats::Stats;
 pub use store::Store;
 pub use task::{Privilege, TaskLauncher};
+pub use window::WindowPolicy;
 
 pub mod io;
 pub mod tracing;

@@ -26,7 +26,7 @@ use crate::task::{
 };
 use crate::tracing::replay::Tracing;
 use crate::transport::Communicator;
-use crate::window::Window;
+use crate::window::{self, Adaptive, Window, WindowPolicy};
 use crate::TaskContext;
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -50,14 +50,22 @@ pub(crate) struct Shared {
     pub low_water: AtomicUsize,
     /// Across ranks: the communication path (unset on one rank).
     pub channel: std::sync::OnceLock<Arc<Channel>>,
+    /// Set when the window is adaptive: how a worker about to go idle launches it.
+    pub adaptive: std::sync::OnceLock<Adaptive>,
 }
 
 impl Shared {
     /// Counts one node as run.
     pub(crate) fn node_ran(&self) {
-        let left = self.outstanding.fetch_sub(1, Ordering::AcqRel) - 1;
+        // SeqCst: pairs with the issuer's `held` store then outstanding load (`Adaptive::idle`).
+        let left = self.outstanding.fetch_sub(1, Ordering::SeqCst) - 1;
         if left <= self.low_water.load(Ordering::Relaxed) {
             self.idle.notify();
+        }
+        if let Some(a) = self.adaptive.get().filter(|a| a.idle(left)) {
+            if let Some(inner) = a.inner.upgrade() {
+                inner.idle_flush(a, false);
+            }
         }
     }
 }
@@ -70,6 +78,9 @@ struct Front {
     fusion_memo: FusionMemo,
     /// Automatic tracing (`None` when switched off).
     tracing: Option<Tracing>,
+    /// The first error of a task launched by an idle worker's flush (adaptive window): the
+    /// issuing thread reports it at its next submit, read or fence.
+    deferred: Option<RuntimeError>,
 }
 
 pub(crate) struct Inner {
@@ -92,6 +103,8 @@ pub(crate) struct Inner {
     roots: Mutex<Vec<std::sync::Weak<StoreRoot>>>,
     /// Across ranks: the thread receiving this rank's messages.
     comm_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// With an adaptive window: the thread that launches tasks held while workers idle.
+    window_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// The communicator a runtime runs across ranks on (see [`RuntimeBuilder::communicator`]).
@@ -119,7 +132,8 @@ fn agreement_default() -> bool {
 pub struct RuntimeBuilder {
     threads: usize,
     min_piece: usize,
-    window: usize,
+    /// `None`: the default (see [`DEFAULT_WINDOW`]).
+    window: Option<WindowPolicy>,
     max_pending: Option<usize>,
     fusion: bool,
     fusion_memo: bool,
@@ -152,11 +166,13 @@ fn actors_default() -> bool {
 /// path"). The runtime's tests and the workspace's CG test pass with it on as well.
 pub const DEFAULT_TRACING: bool = false;
 
-/// Tasks the window holds by default (see `RuntimeBuilder::window_size`): one, so that a task
-/// starts as soon as it is submitted, which code that synchronises with running bodies
-/// outside the runtime relies on. Fusion needs a larger window: at least the length of the
-/// chain to fuse (runtime/DESIGN.md, "Task fusion", window size).
-pub const DEFAULT_WINDOW: usize = 1;
+/// The most tasks the default, adaptive window holds (see [`RuntimeBuilder::adaptive_window`]):
+/// it grows only while the workers are busy and is launched as soon as one would go idle, so a
+/// task still starts as soon as a processor is free for it. The bound was chosen on the fusion
+/// bench (runtime/DESIGN.md, "Task fusion", window size). Across ranks, and with automatic
+/// tracing on, the default is a fixed window of one: an adaptive window's decisions depend on
+/// timing, and ranks must agree (and traces repeat).
+pub const DEFAULT_WINDOW: usize = 32;
 
 impl Default for RuntimeBuilder {
     fn default() -> Self {
@@ -164,7 +180,7 @@ impl Default for RuntimeBuilder {
         RuntimeBuilder {
             threads,
             min_piece: 1024,
-            window: DEFAULT_WINDOW,
+            window: None,
             max_pending: None,
             fusion: true,
             fusion_memo: true,
@@ -195,11 +211,23 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Tasks buffered between issue and analysis (default [`DEFAULT_WINDOW`]); the fusion
-    /// pass looks for a fusible prefix among them. A read, a fence, a future's `get` and
-    /// dropping the runtime analyse whatever the window holds. 1 launches each task at once.
+    /// A fixed window: `n` tasks buffered between issue and analysis; the fusion pass looks
+    /// for a fusible prefix among them. A read, a fence, a future's `get` and dropping the
+    /// runtime analyse whatever the window holds. 1 launches each task at once. Unlike the
+    /// default adaptive window, a task waits until the window fills: a body that waits for
+    /// something the issuing thread does after submitting it deadlocks with `n > 1`.
     pub fn window_size(mut self, n: usize) -> Self {
-        self.window = n.max(1);
+        self.window = Some(WindowPolicy::Fixed(n.max(1)));
+        self
+    }
+
+    /// An adaptive window of at most `max` tasks (the default, with [`DEFAULT_WINDOW`]): tasks
+    /// are buffered only while every worker has something to run, and launched (fused where
+    /// the constraints allow) as soon as one would go idle or the issuing thread would block.
+    /// Across ranks, and with fusion off, it is a fixed window of one (decisions that depend on
+    /// timing would differ between ranks; unfused, holding a task only delays it).
+    pub fn adaptive_window(mut self, max: usize) -> Self {
+        self.window = Some(WindowPolicy::Adaptive { max: max.max(1) });
         self
     }
 
@@ -302,6 +330,19 @@ impl RuntimeBuilder {
             }
         };
         let shared = Arc::new(Shared::default());
+        let policy = match self.window {
+            // Without fusion holding tasks gains nothing: launch each at once.
+            Some(WindowPolicy::Adaptive { .. }) if ranks > 1 || !self.fusion => {
+                WindowPolicy::Fixed(1)
+            }
+            Some(p) => p,
+            // A trace is found in the stream of launched tasks: with automatic tracing on,
+            // keep that stream the issued one rather than one that depends on timing.
+            None if ranks > 1 || self.tracing || !self.fusion => WindowPolicy::Fixed(1),
+            None => WindowPolicy::Adaptive {
+                max: DEFAULT_WINDOW,
+            },
+        };
         let max_pending = self
             .max_pending
             .unwrap_or((128 * self.threads).clamp(256, 4096));
@@ -319,13 +360,14 @@ impl RuntimeBuilder {
             shared,
             registry: RwLock::default(),
             front: Mutex::new(Front {
-                window: Window::new(self.window),
+                window: Window::new(policy.capacity()),
                 interner: Interner::default(),
                 memo: SolveMemo::default(),
                 fusion_memo: FusionMemo::default(),
                 // A replayed trace builds every point's node: not across ranks (yet).
                 tracing: (self.tracing && ranks == 1)
                     .then(|| Tracing::new(self.trace_sampling, self.actors.then_some(workers))),
+                deferred: None,
             }),
             next_store: AtomicU64::new(0),
             max_pending,
@@ -339,6 +381,7 @@ impl RuntimeBuilder {
             mem: Arc::default(),
             roots: Mutex::default(),
             comm_thread: Mutex::default(),
+            window_thread: Mutex::default(),
         };
         if let Some(Ranks(comm)) = self.ranks.filter(|_| ranks > 1) {
             let ch = Arc::new(Channel::new(
@@ -364,6 +407,26 @@ impl RuntimeBuilder {
         let rt = Runtime {
             inner: Arc::new(inner),
         };
+        if let WindowPolicy::Adaptive { .. } = policy {
+            let _ = rt
+                .inner
+                .shared
+                .adaptive
+                .set(Adaptive::new(Arc::downgrade(&rt.inner), workers));
+            let shared = rt.inner.shared.clone();
+            let h = std::thread::Builder::new()
+                .name("tessera-window".into())
+                .spawn(move || {
+                    if let Some(a) = shared.adaptive.get() {
+                        a.run_timer()
+                    }
+                })
+                .map_err(|e| RuntimeError::Transport(format!("window thread: {e}")))?;
+            *rt.inner
+                .window_thread
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(h);
+        }
         rt.register("tessera.fill", fill_body)
             .expect("fresh registry");
         Ok(rt)
@@ -824,7 +887,9 @@ impl Runtime {
                 a.root.meta().unbound_issued = true;
             }
         }
-        let r = if front.window.bypass() {
+        let r = if let Some(a) = self.inner.shared.adaptive.get() {
+            self.inner.issue_adaptive(&mut front, a, issued)
+        } else if front.window.bypass() {
             // Nothing buffered and nothing to buffer for: analyse now, without a copy of the
             // task into the window and out again.
             self.inner.analyze_now(&mut front, issued)
@@ -833,7 +898,8 @@ impl Runtime {
         } else {
             Ok(())
         };
-        drop(front);
+        let r = r.and(front.deferred.take().map_or(Ok(()), Err));
+        self.inner.release(front);
         r?;
         self.inner.throttle();
         Ok(future)
@@ -843,19 +909,23 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         let _ = self.fence();
+        if let Some(a) = self.inner.shared.adaptive.get() {
+            a.stop();
+            join(&self.inner.window_thread);
+        }
         if let Some(ch) = self.inner.shared.channel.get() {
             ch.stop();
-            let handle = self
-                .inner
-                .comm_thread
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take();
-            if let Some(h) = handle {
-                let _ = h.join();
-            }
+            join(&self.inner.comm_thread);
         }
         self.inner.pool.shutdown();
+    }
+}
+
+/// Joins the thread in `slot`, if any (the runtime's communication or window thread).
+fn join(slot: &Mutex<Option<std::thread::JoinHandle<()>>>) {
+    let handle = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(h) = handle {
+        let _ = h.join();
     }
 }
 
@@ -996,7 +1066,100 @@ fn check_cuts(task: &str, store: u64, rank: usize, cuts: &[crate::Cut]) -> Resul
 impl Inner {
     /// Analyses every task in the window, in issue order (fusing what may be fused).
     pub(crate) fn flush(&self) -> Result<()> {
-        self.flush_locked(&mut self.front.lock().unwrap_or_else(|e| e.into_inner()))
+        let mut front = self.front.lock().unwrap_or_else(|e| e.into_inner());
+        let r = self.flush_locked(&mut front);
+        let r = r.and(front.deferred.take().map_or(Ok(()), Err));
+        self.release(front);
+        r
+    }
+
+    /// Lets go of the front lock; with an adaptive window, first publishes whether it holds
+    /// tasks (an empty window disarms the window thread), and afterwards launches it if a
+    /// worker went idle meanwhile and found the lock taken (it left that to the holder). A
+    /// worker that went idle before the issuer's `held` store is seen by the issuer's
+    /// outstanding count instead (`issue_adaptive` then arms the window thread).
+    fn release(&self, front: std::sync::MutexGuard<'_, Front>) {
+        let Some(a) = self.shared.adaptive.get() else {
+            return;
+        };
+        let held = !front.window.is_empty();
+        a.held.store(held, Ordering::SeqCst);
+        if !held {
+            a.disarm();
+        }
+        drop(front);
+        if a.wanted.load(Ordering::SeqCst) {
+            self.idle_flush(a, false);
+        }
+    }
+
+    /// Issues a task into an adaptive window: solved at once (so a bad launch fails at
+    /// `submit`, as with a window of one) and held. What is held is launched when it needs
+    /// values a held task makes (the issuer would block on them: what is ahead goes first),
+    /// when the window is full (its fusible prefix), when a worker would go idle (`node_ran`),
+    /// or, if a worker is idle now, by the window thread once no task has followed for
+    /// [`window::HOLD`] (so a chain issued in one go fuses from its first task), and in any
+    /// case by the window thread after [`window::STALL`] without a submit.
+    fn issue_adaptive(&self, front: &mut Front, a: &Adaptive, t: Issued) -> Result<()> {
+        // `held` before reading the outstanding count: see `Adaptive::idle`.
+        a.held.store(true, Ordering::SeqCst);
+        let idle = self.shared.outstanding.load(Ordering::SeqCst) < a.workers;
+        front.window.push(t);
+        let mut first = Ok(());
+        self.solve_ahead(front, &mut first);
+        let r = if !front.window.tasks.is_empty() {
+            self.drain(front, true)
+        } else if front.window.is_full() {
+            self.drain(front, idle)
+        } else {
+            Ok(())
+        };
+        if !front.window.is_empty() {
+            a.hold(if idle { window::HOLD } else { window::STALL });
+        }
+        first.and(r)
+    }
+
+    /// A worker would go idle and the adaptive window holds tasks: launch every solved task in
+    /// it (fused where allowed). Never blocks: if another thread holds the front lock, `wanted`
+    /// tells it to do this when it lets go. Errors wait in `deferred` for the issuing thread.
+    pub(crate) fn idle_flush(&self, a: &Adaptive, timer: bool) {
+        a.wanted.store(true, Ordering::SeqCst);
+        while a.wanted.load(Ordering::SeqCst) {
+            let mut front = match self.front.try_lock() {
+                Ok(f) => f,
+                Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return,
+            };
+            a.wanted.store(false, Ordering::SeqCst);
+            if !front.window.ready.is_empty() {
+                let c = &self.shared.counters;
+                Counters::add(
+                    if timer {
+                        &c.timer_flushes
+                    } else {
+                        &c.idle_flushes
+                    },
+                    1,
+                );
+            }
+            while !front.window.ready.is_empty() {
+                let t0 = Instant::now();
+                let r = self.launch_prefix(&mut front);
+                Counters::add(
+                    &self.shared.counters.analysis_ns,
+                    t0.elapsed().as_nanos() as u64,
+                );
+                if let Err(e) = r {
+                    front.deferred.get_or_insert(e);
+                }
+            }
+            let held = !front.window.is_empty();
+            a.held.store(held, Ordering::SeqCst);
+            if !held {
+                a.disarm();
+            }
+        }
     }
 
     fn flush_locked(&self, front: &mut Front) -> Result<()> {
@@ -1065,7 +1228,11 @@ impl Inner {
             }
             let t = front.window.tasks.pop_front().expect("just seen");
             let t0 = Instant::now();
+            let roots = window::pended(&t);
             let r = self.solve(front, t);
+            if r.is_err() {
+                window::unpend(roots);
+            }
             Counters::add(
                 &self.shared.counters.analysis_ns,
                 t0.elapsed().as_nanos() as u64,
@@ -1087,6 +1254,7 @@ impl Inner {
         let counters = &self.shared.counters;
         let (n, shape) = self.decide(front);
         let mut prefix: Vec<Ready> = front.window.ready.drain(..n).collect();
+        let pended: Vec<_> = prefix.iter().map(|r| window::pended(&r.issued)).collect();
         Counters::add(&counters.tasks_launched, 1);
         let plan = match shape {
             None => {
@@ -1118,9 +1286,12 @@ impl Inner {
                 }
             }
         };
-        self.agree_launch(&plan)?;
-        self.launch(front.tracing.as_mut(), plan);
-        Ok(())
+        let r = self.agree_launch(&plan);
+        if r.is_ok() {
+            self.launch(front.tracing.as_mut(), plan);
+        }
+        pended.into_iter().for_each(window::unpend);
+        r
     }
 
     /// How many solved tasks to fuse, and the fused task's shape (`None`: launch one task as

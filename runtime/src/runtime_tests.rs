@@ -19,6 +19,7 @@ fn repeated_tasks_hash_to_repeated_tokens() {
         .threads(2)
         .min_piece_size(1)
         .tracing(true)
+        .window_size(1) // one token per issued task: nothing fused
         .build();
     rt.register("step", |_| {}).unwrap();
     let a = rt.create(DType::F64, &[8]).unwrap();
@@ -129,6 +130,7 @@ fn tokens_tell_apart_what_the_analysis_tells_apart() {
         .threads(2)
         .min_piece_size(1)
         .tracing(true)
+        .window_size(1) // one token per issued task: nothing fused
         .build();
     rt.register("t", |_| {}).unwrap();
     let a = rt.create(DType::F64, &[8]).unwrap();

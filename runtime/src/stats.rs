@@ -21,6 +21,9 @@ pub(crate) struct Counters {
     pub bytes_not_allocated: AtomicU64,
     pub fusion_memo_hits: AtomicU64,
     pub fusion_memo_misses: AtomicU64,
+    // Adaptive window (branch `window`).
+    pub idle_flushes: AtomicU64,
+    pub timer_flushes: AtomicU64,
     pub tasks_traced: AtomicU64,
     pub tasks_analysed: AtomicU64,
     pub traces_recorded: AtomicU64,
@@ -60,6 +63,8 @@ impl Counters {
             bytes_allocated: 0,
             fusion_memo_hits: g(&self.fusion_memo_hits),
             fusion_memo_misses: g(&self.fusion_memo_misses),
+            idle_flushes: g(&self.idle_flushes),
+            timer_flushes: g(&self.timer_flushes),
             tasks_traced: g(&self.tasks_traced),
             tasks_analysed: g(&self.tasks_analysed),
             traces_recorded: g(&self.traces_recorded),
@@ -117,6 +122,12 @@ pub struct Stats {
     pub fusion_memo_hits: u64,
     /// Fusion decisions computed and remembered.
     pub fusion_memo_misses: u64,
+    /// Adaptive window: times a worker about to go idle (or the issuer, for a worker that
+    /// found the front lock taken) launched what the window held.
+    pub idle_flushes: u64,
+    /// Adaptive window: times the window thread launched what the window held (after a pause
+    /// in submits).
+    pub timer_flushes: u64,
     /// Launched tasks whose dependences came from a replayed trace (automatic tracing).
     pub tasks_traced: u64,
     /// Launched tasks that went through ordinary dependence analysis.
@@ -208,6 +219,8 @@ impl Stats {
             bytes_allocated: self.bytes_allocated - earlier.bytes_allocated,
             fusion_memo_hits: self.fusion_memo_hits - earlier.fusion_memo_hits,
             fusion_memo_misses: self.fusion_memo_misses - earlier.fusion_memo_misses,
+            idle_flushes: self.idle_flushes - earlier.idle_flushes,
+            timer_flushes: self.timer_flushes - earlier.timer_flushes,
             tasks_traced: self.tasks_traced - earlier.tasks_traced,
             tasks_analysed: self.tasks_analysed - earlier.tasks_analysed,
             traces_recorded: self.traces_recorded - earlier.traces_recorded,

@@ -1,13 +1,19 @@
 //! The window between issuing a task and analysing it.
 //!
-//! Issued tasks wait here until the window is full or someone needs a result (a read, a
-//! fence, a future, dropping the runtime). The fusion pass solves them ahead in issue order
+//! Issued tasks wait here until the window is full, someone needs a result (a read, a
+//! fence, a future, dropping the runtime) or, with the adaptive policy (the default), a worker
+//! would go idle. The fusion pass solves them ahead in issue order
 //! (`ready`: partitions known, not yet launched) and launches the longest fusible prefix as
 //! one task; the rest stays for the next pass.
 
 use crate::fusion::Ready;
+use crate::runtime::Inner;
+use crate::store::StoreRoot;
 use crate::task::Issued;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 pub(crate) struct Window {
     /// Solved tasks, in issue order; all of them were issued before every task in `tasks`.
@@ -39,8 +45,15 @@ impl Window {
         self.len() >= self.capacity
     }
 
-    /// Adds a task; true when the window is full and should be analysed.
+    /// Adds a task; true when the window is full and should be analysed. The task holds a
+    /// pending reference to each store it names until it leaves the window ([`unpend`]), so
+    /// `Store::pending_refs` counts it as it counts a launched task.
     pub(crate) fn push(&mut self, t: Issued) -> bool {
+        for (i, a) in t.args.iter().enumerate() {
+            if !t.args[..i].iter().any(|b| Arc::ptr_eq(&a.root, &b.root)) {
+                a.root.pending_refs.fetch_add(1, Ordering::AcqRel);
+            }
+        }
         self.tasks.push_back(t);
         self.is_full()
     }
@@ -49,5 +62,170 @@ impl Window {
     /// caller may analyse it without passing it through.
     pub(crate) fn bypass(&self) -> bool {
         self.capacity == 1 && self.is_empty()
+    }
+}
+
+/// The stores a task that leaves the window named, once each: call [`unpend`] with them after
+/// the task is launched (whose nodes then hold their own references) or dropped.
+pub(crate) fn pended(t: &Issued) -> Vec<Arc<StoreRoot>> {
+    let mut roots: Vec<Arc<StoreRoot>> = Vec::with_capacity(t.args.len());
+    for a in &t.args {
+        if !roots.iter().any(|r| Arc::ptr_eq(r, &a.root)) {
+            roots.push(a.root.clone());
+        }
+    }
+    roots
+}
+
+/// Drops the window's pending references of a task that left it (see [`Window::push`]).
+pub(crate) fn unpend(roots: Vec<Arc<StoreRoot>>) {
+    for r in roots {
+        r.pending_refs.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How many tasks the window holds before a fusion pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowPolicy {
+    /// Exactly `n` tasks (or until a read, fence, future or drop): the same decisions on every
+    /// run and every rank.
+    Fixed(usize),
+    /// Up to `max` tasks while the workers are busy; as soon as a worker would go idle (or the
+    /// issuer would block) whatever the window holds is launched. A task never waits for the
+    /// window to fill, so code that synchronises with running bodies behaves as with a window
+    /// of one; the window grows only while the machine has work anyway.
+    Adaptive {
+        /// The most tasks held (a full window launches its fusible prefix).
+        max: usize,
+    },
+}
+
+impl WindowPolicy {
+    /// The most tasks the window holds.
+    pub(crate) fn capacity(self) -> usize {
+        match self {
+            WindowPolicy::Fixed(n) | WindowPolicy::Adaptive { max: n } => n.max(1),
+        }
+    }
+}
+
+/// What a thread that runs point tasks needs to know about an adaptive window without taking
+/// the front lock: whether it holds tasks, and who to ask for a flush.
+pub(crate) struct Adaptive {
+    /// The runtime whose window this is (weak: the workers do not keep it alive).
+    pub inner: Weak<Inner>,
+    /// Worker threads: fewer outstanding nodes than this means a worker has nothing to run.
+    pub workers: usize,
+    /// The window holds tasks. Written under the front lock, read by workers.
+    pub held: AtomicBool,
+    /// A thread found a worker idle but could not take the front lock: whoever holds it
+    /// launches the window after letting go of it.
+    pub wanted: AtomicBool,
+    /// When the window thread launches what is held while workers idle (`None`: nothing held
+    /// that way), and whether the runtime is shutting down.
+    pub timer: Mutex<Timer>,
+    pub wake: Condvar,
+    /// A deadline is set (read without the timer lock, so that launching an empty-handed
+    /// window costs no lock when the thread is not armed).
+    pub armed: AtomicBool,
+}
+
+#[derive(Default)]
+pub(crate) struct Timer {
+    pub deadline: Option<Instant>,
+    pub stop: bool,
+}
+
+/// How long a task issued while a worker is idle waits for the next one before the window
+/// thread launches it (the deadline moves with every issue; a full window or a blocking call
+/// launches sooner). Issuing one task takes a few µs, so a chain issued in one go gathers in
+/// the window whole and fuses from its first task, while a task followed by anything but
+/// another submit (the caller waiting outside the runtime) starts this much later than with a
+/// window of one.
+pub(crate) const HOLD: Duration = Duration::from_micros(100);
+
+/// How long tasks held while the workers look busy may wait without another submit before the
+/// window thread launches them anyway. Idleness is read from the count of outstanding nodes,
+/// which also counts nodes waiting on a running one: if that one is blocked on something
+/// outside the runtime, no node finishes and no worker reports itself idle. This bounds the
+/// wait; a program that keeps submitting never reaches it (each submit moves the deadline).
+pub(crate) const STALL: Duration = Duration::from_millis(50);
+
+impl Adaptive {
+    pub(crate) fn new(inner: Weak<Inner>, workers: usize) -> Adaptive {
+        Adaptive {
+            inner,
+            workers,
+            held: AtomicBool::new(false),
+            wanted: AtomicBool::new(false),
+            timer: Mutex::default(),
+            wake: Condvar::new(),
+            armed: AtomicBool::new(false),
+        }
+    }
+
+    /// True when a node just run leaves `left` outstanding and the window should be launched:
+    /// it holds tasks and some worker has nothing to run. Sequentially consistent with the
+    /// issuer, which sets `held` before it reads the outstanding count (so one of the two sees
+    /// the other and no task is left in the window with every worker idle).
+    pub(crate) fn idle(&self, left: usize) -> bool {
+        left < self.workers && self.held.load(Ordering::SeqCst)
+    }
+
+    /// Asks the window thread to launch the window `after` from now ([`HOLD`] or [`STALL`])
+    /// unless something else does first; only a deadline set from none wakes it (a moved one
+    /// it finds on waking).
+    pub(crate) fn hold(&self, after: Duration) {
+        let mut t = self.timer.lock().unwrap_or_else(|e| e.into_inner());
+        let first = t.deadline.is_none();
+        t.deadline = Some(Instant::now() + after);
+        self.armed.store(true, Ordering::SeqCst);
+        drop(t);
+        if first {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Clears the deadline: the window was launched by other means, and a stale deadline would
+    /// launch tasks held later (while workers are busy) early.
+    pub(crate) fn disarm(&self) {
+        if self.armed.load(Ordering::SeqCst) {
+            let mut t = self.timer.lock().unwrap_or_else(|e| e.into_inner());
+            t.deadline = None;
+            self.armed.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Stops the window thread.
+    pub(crate) fn stop(&self) {
+        self.timer.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
+        self.wake.notify_one();
+    }
+
+    /// The window thread: sleeps until a deadline passes, then launches the window.
+    pub(crate) fn run_timer(&self) {
+        let mut t = self.timer.lock().unwrap_or_else(|e| e.into_inner());
+        while !t.stop {
+            let Some(deadline) = t.deadline else {
+                t = self.wake.wait(t).unwrap_or_else(|e| e.into_inner());
+                continue;
+            };
+            let now = Instant::now();
+            if now < deadline {
+                t = self
+                    .wake
+                    .wait_timeout(t, deadline - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+                continue;
+            }
+            t.deadline = None;
+            self.armed.store(false, Ordering::SeqCst);
+            drop(t);
+            if let Some(inner) = self.inner.upgrade() {
+                inner.idle_flush(self, true);
+            }
+            t = self.timer.lock().unwrap_or_else(|e| e.into_inner());
+        }
     }
 }

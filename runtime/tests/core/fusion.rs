@@ -1,7 +1,10 @@
 //! Task fusion: solving ahead in the window, the four constraints on hand-built windows,
 //! temporaries (Definition 4), the memo, and element-wise kernels fused into one loop.
 
-use tessera_runtime::{Chunk, DType, ReduceOp, Result, Runtime, Stats, Store};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tessera_runtime::{Chunk, DType, ReduceOp, Result, Runtime, RuntimeError, Stats, Store};
 
 fn rt(window: usize, fusion: bool) -> Runtime {
     let rt = Runtime::builder()
@@ -425,4 +428,224 @@ fn kernel_fused_results_equal_unfused_ones() {
         fused.2
     );
     assert_eq!(unfused.2.tasks_launched, 4);
+}
+
+// The adaptive window (the default): tasks wait only while every worker is busy, or for a
+// moment while the workers idle in case more tasks follow.
+
+/// What the `hold` and `signal` bodies share with the test.
+#[derive(Default)]
+struct Flags {
+    /// `hold` runs until this opens.
+    gate: AtomicBool,
+    /// `hold` has started.
+    started: AtomicBool,
+    /// `signal` has run.
+    seen: AtomicBool,
+}
+
+/// Opens the gate when dropped: declared after the runtime, it is dropped first, so a failing
+/// assertion ends the test instead of leaving `hold` spinning in the runtime's final fence.
+struct Opener(Arc<Flags>);
+
+impl Drop for Opener {
+    fn drop(&mut self) {
+        self.0.gate.store(true, Ordering::Release);
+    }
+}
+
+/// A runtime with the default window on `threads` threads (`threads - 1` workers), with `hold` and `signal`
+/// registered besides the usual tasks.
+fn held_runtime(threads: usize) -> (Runtime, Arc<Flags>) {
+    let rt = Runtime::builder()
+        .threads(threads)
+        .min_piece_size(4)
+        .build();
+    register(&rt).unwrap();
+    let flags = Arc::new(Flags::default());
+    let f = flags.clone();
+    rt.register("hold", move |ctx| {
+        f.started.store(true, Ordering::Release);
+        while !f.gate.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        ctx.write::<f64>(0).fill(1.0);
+    })
+    .unwrap();
+    let f = flags.clone();
+    rt.register("signal", move |ctx| {
+        ctx.write::<f64>(0).fill(2.0);
+        f.seen.store(true, Ordering::Release);
+    })
+    .unwrap();
+    (rt, flags)
+}
+
+/// Waits (up to 10 s, then fails) until `done()`, without calling the runtime.
+fn wait_for(what: &str, done: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "waited 10 s for {what}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// Occupies the only worker with `hold` on a fresh store and waits until it runs (issued
+/// while the workers idle, the window thread launches it).
+fn occupy(rt: &Runtime, flags: &Flags) -> Store {
+    let h = rt.create(DType::F64, &[4]).unwrap();
+    rt.task("hold")
+        .write(&h)
+        .launch_domain(&[1])
+        .submit()
+        .unwrap();
+    wait_for("`hold` to start", || flags.started.load(Ordering::Acquire));
+    h
+}
+
+fn signal(rt: &Runtime) -> Store {
+    let b = rt.create(DType::F64, &[4]).unwrap();
+    rt.task("signal")
+        .write(&b)
+        .launch_domain(&[1])
+        .submit()
+        .unwrap();
+    b
+}
+
+#[test]
+fn a_task_issued_while_the_workers_idle_starts_without_another_call() {
+    let (rt, flags) = held_runtime(2);
+    let _open = Opener(flags.clone());
+    let b = signal(&rt);
+    // Counted as pending while the window holds it, as a launched task would be.
+    assert_eq!(
+        b.pending_refs() + usize::from(flags.seen.load(Ordering::Acquire)),
+        1
+    );
+    // Held for a moment in case more tasks follow; then the window thread launches it.
+    wait_for("`signal` to run", || flags.seen.load(Ordering::Acquire));
+    assert_eq!(rt.read::<f64>(&b).unwrap(), vec![2.0; 4]);
+    assert_eq!(b.pending_refs(), 0);
+}
+
+#[test]
+fn a_task_held_behind_a_busy_worker_starts_when_the_worker_goes_idle() {
+    let (rt, flags) = held_runtime(2);
+    let _open = Opener(flags.clone());
+    let _h = occupy(&rt, &flags);
+    let b = signal(&rt);
+    // The worker is busy: the window holds `signal`.
+    assert!(!flags.seen.load(Ordering::Acquire));
+    assert_eq!(rt.stats().tasks_launched, 1);
+    assert_eq!(b.pending_refs(), 1);
+    // The caller waits for `signal`'s body without calling the runtime again: only the worker
+    // finishing `hold` and finding nothing to run launches it (a fixed window would hang).
+    flags.gate.store(true, Ordering::Release);
+    wait_for("`signal` to run", || flags.seen.load(Ordering::Acquire));
+    assert!(
+        rt.stats().idle_flushes >= 1,
+        "launched by the worker, not the window thread"
+    );
+    assert_eq!(rt.read::<f64>(&b).unwrap(), vec![2.0; 4]);
+}
+
+#[test]
+fn a_task_held_while_an_idle_worker_looks_busy_still_starts() {
+    // Two workers: `hold` occupies one and a task that needs `hold`'s store waits for it, so
+    // two nodes are outstanding and the other worker, idle, never reports itself. `signal`,
+    // held behind them, is launched by the window thread once no submit has come for a while.
+    let (rt, flags) = held_runtime(3);
+    let _open = Opener(flags.clone());
+    rt.register("after", |ctx| ctx.write::<f64>(0).fill(3.0))
+        .unwrap();
+    let h = occupy(&rt, &flags);
+    rt.task("after")
+        .write(&h)
+        .launch_domain(&[1])
+        .submit()
+        .unwrap();
+    wait_for("`after` to be launched", || rt.stats().tasks_launched == 2);
+    let b = signal(&rt);
+    wait_for("`signal` to run", || flags.seen.load(Ordering::Acquire));
+    assert!(rt.stats().timer_flushes >= 3, "{:?}", rt.stats());
+    flags.gate.store(true, Ordering::Release);
+    assert_eq!(rt.read::<f64>(&b).unwrap(), vec![2.0; 4]);
+    assert_eq!(rt.read::<f64>(&h).unwrap(), vec![3.0; 4]);
+}
+
+#[test]
+fn tasks_issued_while_the_workers_are_busy_fuse_under_the_default_window() {
+    let n = 64;
+    let chain = |rt: &Runtime| {
+        let x = input(rt, n);
+        let (t, u, out) = (
+            rt.create(DType::F64, &[n]).unwrap(),
+            rt.create(DType::F64, &[n]).unwrap(),
+            rt.create(DType::F64, &[n]).unwrap(),
+        );
+        axpb(rt, "ew_axpb", &x, &t, 0.5, 0.1);
+        rt.task("ew_mul")
+            .read(&t)
+            .read(&x)
+            .write(&u)
+            .align(&t, &x)
+            .align(&t, &u)
+            .submit()
+            .unwrap();
+        axpb(rt, "ew_axpb", &u, &out, 3.0, -0.3);
+        out
+    };
+    let want = {
+        let rt = rt(1, false);
+        let out = chain(&rt);
+        rt.read::<f64>(&out).unwrap()
+    };
+    let (rt, flags) = held_runtime(2);
+    let _open = Opener(flags.clone());
+    let h = occupy(&rt, &flags);
+    let out = chain(&rt);
+    // Nothing of the chain has been launched: it waits behind `hold`.
+    assert_eq!(rt.stats().tasks_launched, 1);
+    flags.gate.store(true, Ordering::Release);
+    assert_eq!(
+        rt.read::<f64>(&out).unwrap(),
+        want,
+        "bitwise equal to unfused"
+    );
+    let s = launched(&rt);
+    assert_eq!(
+        (s.tasks_issued, s.tasks_launched, s.fused_launches),
+        (4, 2, 1)
+    );
+    assert_eq!(s.temporaries_eliminated, 2, "t and u died in the chain");
+    assert_eq!(rt.read::<f64>(&h).unwrap(), vec![1.0; 4]);
+}
+
+#[test]
+fn a_bad_launch_held_in_the_adaptive_window_fails_at_submit() {
+    let (rt, flags) = held_runtime(2);
+    let _open = Opener(flags.clone());
+    let _h = occupy(&rt, &flags);
+    let (x, y) = (input(&rt, 8), rt.create(DType::F64, &[9]).unwrap());
+    let err = rt
+        .task("axpb")
+        .read(&x)
+        .write(&y)
+        .scalar(1.0)
+        .scalar(0.0)
+        .align(&x, &y)
+        .submit()
+        .unwrap_err();
+    assert!(matches!(err, RuntimeError::AlignShapes { .. }), "{err}");
+    assert_eq!(
+        (x.pending_refs(), y.pending_refs()),
+        (0, 0),
+        "the failed task let go"
+    );
+    flags.gate.store(true, Ordering::Release);
+    rt.fence().unwrap();
 }

@@ -5,7 +5,7 @@
 
 use proptest::prelude::*;
 use tessera_runtime::{
-    Chunk, DType, Future, PosRange, ReduceOp, Result, Runtime, Store, TaskLauncher,
+    Chunk, DType, Future, PosRange, ReduceOp, Result, Runtime, Store, TaskLauncher, WindowPolicy,
 };
 
 const STORES: usize = 4;
@@ -299,19 +299,23 @@ fn fix<'a>(c: &Case, t: TaskLauncher<'a>) -> TaskLauncher<'a> {
     }
 }
 
-/// The stream issued to a runtime with `threads` workers, a window of `window` tasks, fusing
+/// The stream issued to a runtime with `threads` workers, a window (fixed or adaptive), fusing
 /// or not, tracing or not (looking for repeats every 4 tasks, so that short streams replay).
 fn parallel(
     case: &Case,
     threads: usize,
-    window: usize,
+    window: WindowPolicy,
     fusion: bool,
     tracing: bool,
 ) -> Result<Outcome> {
-    let rt = Runtime::builder()
+    let b = Runtime::builder();
+    let b = match window {
+        WindowPolicy::Fixed(n) => b.window_size(n),
+        WindowPolicy::Adaptive { max } => b.adaptive_window(max),
+    };
+    let rt = b
         .threads(threads)
         .min_piece_size(case.min_piece)
-        .window_size(window)
         .fusion(fusion)
         .tracing(tracing)
         .trace_sampling(4)
@@ -494,20 +498,25 @@ proptest! {
     #[test]
     fn random_streams_match_sequential_interpretation(c in case()) {
         let want = sequential(&c);
+        let (fixed, adaptive) = (WindowPolicy::Fixed, |max| WindowPolicy::Adaptive { max });
         let configs = [
-            (1, 1, false, false),
-            (2, 1, false, true),
-            (1, 1, false, true),
-            (2, c.window, true, true),
-            (8, 4, true, false),
-            (2, 16, true, true),
-            (2, 16, false, false),
+            (1, fixed(1), false, false),
+            (2, fixed(1), false, true),
+            (1, fixed(1), false, true),
+            (2, fixed(c.window), true, true),
+            (8, fixed(4), true, false),
+            (2, fixed(16), true, true),
+            (2, fixed(16), false, false),
+            // Adaptive windows: what is fused depends on timing, the stores must not.
+            (2, adaptive(16), true, false),
+            (3, adaptive(4), true, true),
+            (8, adaptive(32), true, false),
         ];
         for (threads, window, fusion, tracing) in configs {
             let got = parallel(&c, threads, window, fusion, tracing)
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert_eq!(
-                &got, &want, "threads = {}, window = {}, fusion = {}, tracing = {}",
+                &got, &want, "threads = {}, window = {:?}, fusion = {}, tracing = {}",
                 threads, window, fusion, tracing
             );
         }
