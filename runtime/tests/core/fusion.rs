@@ -455,9 +455,11 @@ impl Drop for Opener {
 }
 
 /// A runtime with the default window on `threads` threads (`threads - 1` workers), with `hold` and `signal`
-/// registered besides the usual tasks.
+/// registered besides the usual tasks. Tracing is off whatever `TESSERA_TRACING` says: with it
+/// on, the default window is a fixed one.
 fn held_runtime(threads: usize) -> (Runtime, Arc<Flags>) {
     let rt = Runtime::builder()
+        .tracing(false)
         .threads(threads)
         .min_piece_size(4)
         .build();
