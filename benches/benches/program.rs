@@ -30,8 +30,8 @@ const THREADS: &str = "2";
 
 /// The two programs: the name in the table and the schedule they are compiled with.
 const PROGRAMS: [(&str, &str); 2] = [
-    ("planned split(i,io,ii,8)", "split(i, io, ii, 8)"),
-    ("plain parallelize(i)", "parallelize(i)"),
+    ("planned", "split(i, io, ii, 8)"),
+    ("plain kernel", "parallelize(i)"),
 ];
 
 fn main() {
@@ -70,7 +70,8 @@ fn main() {
     }
     let [planned, plain] = [0, 1].map(|k| Run::median_of(&runs[k]));
     let mut table = Table::new(&format!(
-        "SpMV program over a {:.0} MiB .tcs matrix, {THREADS} threads, medians of {reps} rounds",
+        "SpMV program over a {:.0} MiB .tcs matrix, {THREADS} threads, medians of {reps} rounds: \
+         planned = split(i, io, ii, 8) on the task runtime, plain kernel = parallelize(i)",
         file_bytes as f64 / (1 << 20) as f64
     ));
     let (ours, theirs) = (PROGRAMS[0].0, PROGRAMS[1].0);
@@ -78,13 +79,13 @@ fn main() {
         ("load (read inputs)", planned.read, plain.read),
         ("compute", planned.compute, plain.compute),
         ("store (write output)", planned.write, plain.write),
-        ("wall, process start to exit", planned.wall, plain.wall),
+        ("wall, start to exit", planned.wall, plain.wall),
     ] {
-        table.row(&format!("{name}: {ours}"), "s", a, theirs, b, false);
+        table.row(&format!("{name}, {ours}"), "s", a, theirs, b, false);
     }
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     table.row(
-        &format!("peak RSS: {ours}"),
+        &format!("peak RSS, {ours}"),
         "MiB",
         mib(planned.peak),
         theirs,
