@@ -200,9 +200,15 @@ enum Mode {
 const MODES: [Mode; 3] = [Mode::Untraced, Mode::Traced, Mode::Actors];
 
 impl Mode {
+    /// The mode's runtime. Every mode launches each task as it is issued (a window of one, the
+    /// default whenever tracing is on), so that the modes differ in tracing alone: with
+    /// `TESSERA_BENCH_DEFAULT_WINDOW=1` the untraced runtime keeps the default adaptive window.
     fn runtime(self, threads: usize) -> Runtime {
-        Runtime::builder()
-            .threads(threads)
+        let default_window = matches!(self, Mode::Untraced)
+            && std::env::var_os("TESSERA_BENCH_DEFAULT_WINDOW").is_some();
+        let b = Runtime::builder();
+        let b = if default_window { b } else { b.window_size(1) };
+        b.threads(threads)
             .tracing(!matches!(self, Mode::Untraced))
             .actors(matches!(self, Mode::Actors))
             .build()
