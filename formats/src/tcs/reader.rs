@@ -61,34 +61,22 @@ impl TcsFile {
     pub fn open_with_progress(path: &Path, progress: &dyn Progress) -> Result<TcsFile> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let header = TcsHeader::read_from(&file, path)?;
-        let err = |source| Error::Tcs {
-            path: path.to_path_buf(),
-            source,
-        };
         let mut data = lines(header.file_len as usize);
         let bytes =
             &mut bytemuck::cast_slice_mut::<Line, u8>(&mut data)[..header.file_len as usize];
         progress.stage("validate", header.file_len);
         let mut done = 0usize;
         for piece in bytes.chunks_mut(STEP_BYTES) {
-            if let Err(e) = file.read_exact_at(piece, done as u64) {
+            if let Err(e) = read_exact_at(&file, path, piece, done as u64) {
                 progress.end_stage();
-                // The header was read from a file of `file_len` bytes: it shrank since.
-                return Err(if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                    err(TcsError::Changed)
-                } else {
-                    Error::io(path, e)
-                });
+                return Err(e);
             }
             done += piece.len();
             progress.update(done as u64);
         }
-        // A file that grew while it was read is not the file the header describes either.
-        let grown = file.metadata().map(|m| m.len() != header.file_len);
+        let unchanged = check_length(&file, path, &header);
         progress.end_stage();
-        if grown.map_err(|e| Error::io(path, e))? {
-            return Err(err(TcsError::Changed));
-        }
+        unchanged?;
         Self::validated(path, header, data)
     }
 
@@ -288,10 +276,7 @@ pub fn read_tensor<V: Value, I: Index>(path: &Path) -> Result<Tensor<V, I>> {
         };
         Ok::<_, Error>((checked?, vals?))
     })?;
-    // A file that grew while it was read is not the file the header describes.
-    if file.metadata().map_err(|e| Error::io(path, e))?.len() != header.file_len {
-        return Err(err(TcsError::Changed));
-    }
+    check_length(&file, path, &header)?;
     Ok(Tensor::from_validated(dims, format, levels, vals))
 }
 
@@ -359,18 +344,34 @@ impl ArrayReader<'_> {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        self.file.read_exact_at(buf, offset).map_err(|e| {
-            // The header was read from a file of `file_len` bytes: it shrank since.
-            if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                Error::Tcs {
-                    path: self.path.to_path_buf(),
-                    source: TcsError::Changed,
-                }
-            } else {
-                Error::io(self.path, e)
-            }
-        })
+        read_exact_at(self.file, self.path, buf, offset)
     }
+}
+
+/// Reads `buf.len()` bytes at `offset`. The header was read from a file of `file_len` bytes, so
+/// reaching its end early means the file shrank since: [`TcsError::Changed`].
+fn read_exact_at(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Result<()> {
+    file.read_exact_at(buf, offset).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            Error::Tcs {
+                path: path.to_path_buf(),
+                source: TcsError::Changed,
+            }
+        } else {
+            Error::io(path, e)
+        }
+    })
+}
+
+/// After a read: a file that grew meanwhile is not the file the header describes either.
+fn check_length(file: &File, path: &Path, header: &TcsHeader) -> Result<()> {
+    if file.metadata().map_err(|e| Error::io(path, e))?.len() != header.file_len {
+        return Err(Error::Tcs {
+            path: path.to_path_buf(),
+            source: TcsError::Changed,
+        });
+    }
+    Ok(())
 }
 
 /// Gaps between arrays are alignment padding and must be zero; `at` is the gap's offset.
