@@ -20,16 +20,31 @@ pub fn retry_interrupted<T>(mut call: impl FnMut() -> std::io::Result<T>) -> std
     }
 }
 
-/// Temporary files of the [`AtomicFile`]s not yet committed or dropped.
-static PENDING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// Temporary files of the [`AtomicFile`]s not yet committed or dropped, and whether the
+/// process is exiting (then no new temporary may appear).
+struct Pending {
+    paths: Vec<PathBuf>,
+    closed: bool,
+}
+
+static PENDING: Mutex<Pending> = Mutex::new(Pending {
+    paths: Vec::new(),
+    closed: false,
+});
+
+fn pending() -> std::sync::MutexGuard<'static, Pending> {
+    PENDING.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Removes every temporary file an [`AtomicFile`] is still writing: for a signal handler
 /// (a thread, as `ctrlc` runs it) to call just before the process exits, so that an
 /// interrupted program leaves nothing half-written behind. A file renamed into place in the
-/// meantime is complete and stays.
+/// meantime is complete and stays. Afterwards no new temporary can be created
+/// ([`AtomicFile::create`] fails), so none appears between this call and the exit.
 pub fn remove_pending_files() {
-    let pending = std::mem::take(&mut *PENDING.lock().unwrap_or_else(|e| e.into_inner()));
-    for p in pending {
+    let mut pending = pending();
+    pending.closed = true;
+    for p in std::mem::take(&mut pending.paths) {
         let _ = std::fs::remove_file(p);
     }
 }
@@ -37,22 +52,9 @@ pub fn remove_pending_files() {
 /// A temporary's entry in [`PENDING`], removed when the `AtomicFile` is committed or dropped.
 struct Listed(PathBuf);
 
-impl Listed {
-    fn new(path: &Path) -> Listed {
-        PENDING
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(path.to_path_buf());
-        Listed(path.to_path_buf())
-    }
-}
-
 impl Drop for Listed {
     fn drop(&mut self) {
-        PENDING
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|p| *p != self.0);
+        pending().paths.retain(|p| *p != self.0);
     }
 }
 
@@ -78,18 +80,32 @@ impl AtomicFile {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        // The temporary is created and listed under one lock: a signal handler's
+        // `remove_pending_files` either runs before (and this fails) or sees it listed. Were
+        // it listed after creation, a signal in between would leave it behind.
+        let mut pending = pending();
+        if pending.closed {
+            let stopped = std::io::Error::new(
+                std::io::ErrorKind::Interrupted,
+                "the program is stopping (interrupted by a signal)",
+            );
+            return Err(Error::io(target, stopped));
+        }
         let temp = tempfile::Builder::new()
             .prefix(&format!(".{name}."))
             .suffix(".partial")
             .tempfile_in(&dir)
             .map_err(|e| Error::io(target, e))?;
+        pending.paths.push(temp.path().to_path_buf());
+        let listed = Listed(temp.path().to_path_buf());
+        drop(pending);
         // Temporary files are created private (0600); the result is an ordinary data file.
         let mode = std::os::unix::fs::PermissionsExt::from_mode(0o644);
         temp.as_file()
             .set_permissions(mode)
             .map_err(|e| Error::io(target, e))?;
         Ok(AtomicFile {
-            _listed: Listed::new(temp.path()),
+            _listed: listed,
             temp,
             target: target.to_path_buf(),
         })

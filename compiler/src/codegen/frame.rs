@@ -129,6 +129,46 @@ impl Gen<'_> {
         out
     }
 
+    /// What the nests read from the frame, as `(local, type)`: every input's values and
+    /// level arrays and sizes, every variable's extent, the dense output's level sizes and
+    /// values, and the caller's functions. Dense-level offsets are left out: the function
+    /// these become the parameters of ([`Gen::zero_offsets_specialised`]) has them all 0.
+    pub(super) fn frame_params(&self) -> Vec<(proc_macro2::Ident, TokenStream)> {
+        let mut params = Vec::new();
+        for (t, decl) in self.k.tensors.iter().enumerate() {
+            if decl.input_slot.is_none() {
+                continue;
+            }
+            params.push((self.vals(t), quote!(&[V])));
+            for (l, lt) in decl.format.levels().iter().enumerate() {
+                match lt {
+                    LevelType::Dense => params.push((self.lvl(t, l, "size"), quote!(usize))),
+                    LevelType::Compressed => {
+                        params.push((self.lvl(t, l, "pos"), quote!(&[I])));
+                        params.push((self.lvl(t, l, "crd"), quote!(&[I])));
+                    }
+                    LevelType::Singleton => params.push((self.lvl(t, l, "crd"), quote!(&[I]))),
+                }
+            }
+        }
+        for v in 0..self.k.vars.len() {
+            params.push((self.dim(v), quote!(usize)));
+        }
+        let (sizes, offs) = self.output_levels();
+        for (size, off) in sizes.into_iter().zip(offs) {
+            params.push((size, quote!(usize)));
+            params.push((off, quote!(usize)));
+        }
+        params.push((format_ident!("out_vals"), quote!(&mut [V])));
+        if !self.k.user_functions.is_empty() {
+            params.push((
+                format_ident!("user_fns"),
+                quote!(&[&(dyn Fn(V) -> V + Sync)]),
+            ));
+        }
+        params
+    }
+
     /// The type of one input: a tensor, or in a block kernel a view of one.
     pub(super) fn input_type(&self) -> TokenStream {
         match self.block {

@@ -317,15 +317,52 @@ impl Gen<'_> {
                 whole,
             ),
         };
+        let condition = quote!(#(#offsets == 0)&&* #(#whole)*);
+        if !self.nests_in_own_function() {
+            return quote! {
+                if #condition {
+                    #(let #offsets: usize = 0;)*
+                    #trusted
+                    #nests
+                } else {
+                    #nests
+                }
+            };
+        }
+        // The common case in a function of its own. Its slices arrive as arguments, which
+        // Rust marks as not aliasing (`noalias`): LLVM then knows that the output row a dense
+        // inner loop adds into overlaps no input row and drops the per-row overlap test it
+        // otherwise emits, and this one copy of the nests gets the registers to itself
+        // (together, about 7 % of SpMM's instructions).
+        let (names, types): (Vec<Ident>, Vec<TokenStream>) =
+            self.frame_params().into_iter().unzip();
         quote! {
-            if #(#offsets == 0)&&* #(#whole)* {
-                #(let #offsets: usize = 0;)*
-                #trusted
-                #nests
+            if #condition {
+                #[allow(unused_variables, unused_mut, unused_assignments, unused_labels,
+                    unused_parens, unused_macros, clippy::all, clippy::too_many_arguments)]
+                fn zero_offsets<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
+                    #(#names: #types),*
+                ) {
+                    #(let #offsets: usize = 0;)*
+                    #trusted
+                    #nests
+                }
+                zero_offsets::<V, I>(#(#names),*);
             } else {
                 #nests
             }
         }
+    }
+
+    /// Whether the zero-offset nests become a function of their own: sequential kernels with a
+    /// dense (or scalar) output, whose nests read nothing but the frame's slices and extents.
+    fn nests_in_own_function(&self) -> bool {
+        !self.block
+            && self.k.parallel.is_none()
+            && matches!(
+                self.k.output_kind,
+                crate::ir::OutputKind::Dense | crate::ir::OutputKind::Scalar
+            )
     }
 
     fn nest(&self, nest: &Nest) -> TokenStream {
