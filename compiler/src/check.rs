@@ -203,25 +203,6 @@ pub fn check_tensor_macro(statement: Statement, dims: &Dims) -> Result<Checked, 
         })
         .collect();
     let schedule = schedule::check_schedule(&statement.schedule, &vars)?;
-    if reduce != ReduceOp::Sum {
-        if let Some(item) = statement
-            .schedule
-            .iter()
-            .find(|i| matches!(i.directive, Directive::Split { .. }))
-        {
-            return Err(Diagnostic::new(
-                format!(
-                    "distribution schedules of `{}` reductions are not supported yet",
-                    reduce.name()
-                ),
-                item.span.clone(),
-            )
-            .label("a split")
-            .hint(
-                "block results are combined by summation; drop the split (`parallelize` works)",
-            ));
-        }
-    }
     Ok(Checked {
         statement,
         tensors,

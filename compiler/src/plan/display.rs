@@ -20,7 +20,7 @@ impl fmt::Display for Plan {
             };
             let role = match b.role {
                 Role::Parallel => "parallel (owns output tiles)",
-                Role::Extend => "extended reduction (parallel, partial outputs summed)",
+                Role::Extend => "extended reduction (parallel, partial outputs folded)",
                 Role::Sequential => "sequential reduction (one launch per block)",
             };
             writeln!(f, "    {:<6} split of {} into {how}; {role}", b.name, b.var)?;
@@ -39,11 +39,11 @@ impl fmt::Display for Plan {
                 f,
                 "    {:<10} {:<14} {}",
                 a.store.to_string(),
-                privilege(a.privilege),
+                privilege(a.privilege, self.reduce),
                 partition(&a.partition, g)
             )?;
         }
-        writeln!(f, "  reduction: {}", reduction(g))?;
+        writeln!(f, "  reduction: {}", reduction(g, self.reduce))?;
         let sharding = match &self.sharding {
             Sharding::Map(v) => format!("map({})", names(g, v)),
             Sharding::OwnerComputes(v) if v.is_empty() => "owner computes: one owner".into(),
@@ -65,14 +65,23 @@ fn names(g: &Grid, vars: &[usize]) -> String {
     n.join(", ")
 }
 
-fn privilege(p: Privilege) -> &'static str {
+/// A reduction as written in a statement (`+` by default).
+fn op_name(op: crate::ast::ReduceOp) -> &'static str {
+    match op {
+        crate::ast::ReduceOp::Sum => "+",
+        other => other.name(),
+    }
+}
+
+fn privilege(p: Privilege, op: crate::ast::ReduceOp) -> String {
+    let op = op_name(op);
     match p {
-        Privilege::Read => "read",
-        Privilege::Write => "write",
-        Privilege::ReadWrite => "read-write",
-        Privilege::ReduceSum => "reduce(+)",
-        Privilege::WriteUnbound => "write unbound",
-        Privilege::ReduceUnbound => "reduce unbound",
+        Privilege::Read => "read".into(),
+        Privilege::Write => "write".into(),
+        Privilege::ReadWrite => "read-write".into(),
+        Privilege::Reduce => format!("reduce({op})"),
+        Privilege::WriteUnbound => "write unbound".into(),
+        Privilege::ReduceUnbound => format!("reduce({op}) unbound"),
     }
 }
 
@@ -93,15 +102,16 @@ fn partition(p: &Partition, g: &Grid) -> String {
     }
 }
 
-fn reduction(g: &Grid) -> String {
+fn reduction(g: &Grid, op: crate::ast::ReduceOp) -> String {
     let of =
         |r: Role| -> Vec<usize> { (0..g.vars.len()).filter(|&v| g.vars[v].role == r).collect() };
     let (ext, seq) = (of(Role::Extend), of(Role::Sequential));
     let mut parts = Vec::new();
     if !ext.is_empty() {
         parts.push(format!(
-            "partial outputs of ({}) folded by a summation tree",
-            names(g, &ext)
+            "partial outputs of ({}) folded with `{}` by a summation tree",
+            names(g, &ext),
+            op_name(op)
         ));
     }
     if !seq.is_empty() {

@@ -7,7 +7,7 @@
 use rayon::prelude::*;
 use tessera_formats::{Index, Tensor, Value};
 
-use super::{Plan, Role};
+use super::{combine, Plan, Role};
 use crate::interp::{self, InterpError, Work};
 use crate::ir::{Kernel, OutputKind};
 
@@ -109,20 +109,18 @@ pub fn summation_tree<V: Value, I: Index>(
     Ok(level.pop().expect("at least one partial output"))
 }
 
-/// `a + b` for two outputs of the same kernel.
+/// `a ⊕ b` for two outputs of the same kernel, `⊕` its reduction.
 fn add<V: Value, I: Index>(
     kernel: &Kernel,
     mut a: Tensor<V, I>,
     b: Tensor<V, I>,
 ) -> Result<Tensor<V, I>, InterpError> {
     if kernel.output_kind != OutputKind::Sparse {
-        for (x, y) in a.vals_mut().iter_mut().zip(b.vals()) {
-            *x += *y;
-        }
+        combine::fold_into(kernel.reduce, a.vals_mut(), b.vals());
         return Ok(a);
     }
-    // Entries of `a` then of `b`: duplicates are summed in that order.
+    // Entries of `a` then of `b`: duplicates are folded in that order.
     let (dims, format) = (a.dims().to_vec(), a.format().clone());
     let entries: Vec<(Vec<usize>, V)> = a.entries().chain(b.entries()).collect();
-    Ok(Tensor::from_entries(dims, format, entries)?)
+    Ok(combine::from_entries(kernel, dims, format, entries)?)
 }

@@ -7,7 +7,8 @@
 //! - the block task's arguments ([`stores`]): every tensor as stores, each with a privilege
 //!   and a partitioning constraint — output tiles aligned with the grid, unsplit operands
 //!   broadcast, compressed levels through images, other splits through tensor blocks;
-//! - the reductions: extended variables fold partial outputs by a summation tree (in
+//! - the reductions: extended variables fold partial outputs by a summation tree — with the
+//!   statement's reduction, `+` or `min`, `max`, `or` ([`combine`]) — (in
 //!   [`exec`] and, through the reduction privilege, in the runtime), sequential ones make a
 //!   loop of dependent launches (terms without the hoisted variable
 //!   are computed once, in the first block — see [`crate::ir::Block`]);
@@ -17,6 +18,7 @@
 //! [`on_runtime`] runs a plan as block tasks on `tessera-runtime`; [`exec`] runs the same
 //! blocks on a plain thread pool (the reference the runtime path is tested against).
 
+pub mod combine;
 pub mod exec;
 pub mod grid;
 pub mod on_runtime;
@@ -40,6 +42,8 @@ pub struct Plan {
     /// The block task's arguments: the output's stores, then each input's.
     pub args: Vec<Arg>,
     pub sharding: Sharding,
+    /// How blocks that share output cells combine: the statement's reduction.
+    pub reduce: crate::ast::ReduceOp,
 }
 
 /// The most blocks a plan's grid may have (every launch is a task per block).
@@ -108,6 +112,7 @@ pub fn plan(c: &Checked, kernel: &Kernel) -> Result<Plan, Diagnostic> {
         grid,
         args,
         sharding,
+        reduce: kernel.reduce,
     })
 }
 

@@ -32,7 +32,7 @@ use tessera_runtime::{
     TaskContext, MAX_DIMS,
 };
 
-use super::{Grid, Partition, Plan, Privilege, StoreKind};
+use super::{combine, Grid, Partition, Plan, Privilege, StoreKind};
 use crate::interp::{self, InterpError};
 use crate::ir::{Kernel, OutputKind};
 
@@ -439,6 +439,12 @@ fn execute<V: PlanValue, I: PlanIndex>(
     };
     if out.dense {
         let y = rt.create(V::DTYPE, &out.shape)?;
+        // Blocks fold into the output with the reduction: it starts at its identity (a new
+        // store holds zeros, the identity of `+` and `or`).
+        let fill = kernel.reduce.fill();
+        if fill != 0.0 && plan.args[0].privilege != Privilege::Write {
+            rt.fill(&y, fill)?;
+        }
         for launch in 0..grid.launches() {
             launch_task(rt, &run, std::slice::from_ref(&y), launch)?;
         }
@@ -458,14 +464,26 @@ fn execute<V: PlanValue, I: PlanIndex>(
             entries.push((at.collect::<Vec<_>>(), x));
         }
     }
-    // Entries in launch, then point order: duplicates (extended blocks) are summed in that
+    // Entries in launch, then point order: duplicates (extended blocks) are folded in that
     // fixed order.
     let format = kernel.output_tensor().format.clone();
-    Ok(Output::Tensor(Tensor::from_entries(
+    Ok(Output::Tensor(combine::from_entries(
+        kernel,
         out_dims.to_vec(),
         format,
         entries,
     )?))
+}
+
+/// The runtime's reduction operator for the statement's. `or` folds as `max`: every block's
+/// output under `or` is 0 or 1 (the kernel combines each term with `or`), and on those two
+/// values `or` and `max` agree; the output store starts at 0, which `max` keeps.
+fn runtime_op(op: crate::ast::ReduceOp) -> ReduceOp {
+    match op {
+        crate::ast::ReduceOp::Sum => ReduceOp::Sum,
+        crate::ast::ReduceOp::Min => ReduceOp::Min,
+        crate::ast::ReduceOp::Max | crate::ast::ReduceOp::Or => ReduceOp::Max,
+    }
 }
 
 /// The runtime's statistics as `--stats` prints them after a plan ran.
@@ -531,7 +549,7 @@ fn launch_task(rt: &Runtime, run: &Run, outs: &[Store], launch: usize) -> Result
         t = match out_arg.privilege {
             Privilege::Write => t.write(s),
             Privilege::ReadWrite => t.read_write(s),
-            Privilege::ReduceSum => t.reduce(s, ReduceOp::Sum),
+            Privilege::Reduce => t.reduce(s, runtime_op(plan.reduce)),
             Privilege::Read | Privilege::WriteUnbound | Privilege::ReduceUnbound => {
                 t.write_unbound(s)
             }
@@ -1020,12 +1038,22 @@ impl Body {
             let start = flat(rect.lo());
             &vals[start..start + rect.volume()]
         });
-        let add = |dst: &mut [V], src: &[V]| dst.iter_mut().zip(src).for_each(|(d, v)| *d += *v);
+        // Blocks that share cells fold with the statement's reduction (`+` unless `min`, ...);
+        // a reduction buffer starts at the identity of the runtime's operator, so a tile is
+        // folded into it with that operator's meaning (`or` as `max`, see `runtime_op`).
+        let op = self.kernel.reduce;
+        let add = |dst: &mut [V], src: &[V]| combine::fold_into(op, dst, src);
+        let reduce_op = match op {
+            crate::ast::ReduceOp::Or => crate::ast::ReduceOp::Max,
+            other => other,
+        };
         // What the plan's output privilege says to do with the block's tile. (An empty tile
         // has no cells.)
         match (self.privilege, run) {
-            (Privilege::ReduceSum, Some(src)) => add(ctx.reduce::<V>(0).as_mut_slice(), src),
-            (Privilege::ReduceSum, None) => {
+            (Privilege::Reduce, Some(src)) => {
+                combine::fold_into(reduce_op, ctx.reduce::<V>(0).as_mut_slice(), src)
+            }
+            (Privilege::Reduce, None) => {
                 let mut r = ctx.reduce::<V>(0);
                 for_each_cell(&rect, |p| r.reduce(p, vals[flat(p)]));
             }
@@ -1033,7 +1061,7 @@ impl Body {
             (Privilege::ReadWrite, None) => {
                 let mut w = ctx.write::<V>(0);
                 for_each_cell(&rect, |p| {
-                    let v = w.get(p) + vals[flat(p)];
+                    let v = combine::fold(op, w.get(p), vals[flat(p)]);
                     w.set(p, v)
                 });
             }

@@ -70,15 +70,17 @@ pub enum Privilege {
     Read,
     /// Each point writes its tile.
     Write,
-    /// Launches add into the output in turn (sequential hoisting).
+    /// Launches fold into the output in turn with the statement's reduction (sequential
+    /// hoisting).
     ReadWrite,
-    /// Points that share a tile fold their partial outputs with `+` (output extension).
-    ReduceSum,
+    /// Points that share a tile fold their partial outputs with the statement's reduction
+    /// (`+`, or `min`, `max`, `or`) (output extension).
+    Reduce,
     /// A sparse output: each point emits a piece of entries; the pieces, in point order,
     /// are assembled into the output's levels.
     WriteUnbound,
     /// A sparse output that extended or hoisted blocks all contribute to: the pieces are
-    /// merged by coordinate, values summed in point order.
+    /// merged by coordinate, values folded with the statement's reduction in point order.
     ReduceUnbound,
 }
 
@@ -292,7 +294,7 @@ fn output_args(k: &Kernel, grid: &Grid) -> Vec<Arg> {
     let has = |r: Role| grid.vars.iter().any(|b| b.role == r);
     let dense = k.output_kind != OutputKind::Sparse;
     let privilege = match (dense, has(Role::Extend), has(Role::Sequential)) {
-        (true, true, _) => Privilege::ReduceSum,
+        (true, true, _) => Privilege::Reduce,
         (true, false, true) => Privilege::ReadWrite,
         (true, false, false) => Privilege::Write,
         (false, false, false) => Privilege::WriteUnbound,
