@@ -106,7 +106,10 @@ pub fn repack_inputs<V: Value, I: Index>(
 
 /// `t` in format `to` (another mode order): its entries in `to`'s level order by counting
 /// sorts, appended to a packer — linear, like the generated code's re-pack.
-fn repack<V: Value, I: Index>(t: &Tensor<V, I>, to: &Format) -> Result<Tensor<V, I>, TensorError> {
+pub fn repack<V: Value, I: Index>(
+    t: &Tensor<V, I>,
+    to: &Format,
+) -> Result<Tensor<V, I>, TensorError> {
     let order = to.mode_order();
     let level_dims: Vec<usize> = order.iter().map(|m| t.dims()[*m]).collect();
     let entries = t

@@ -167,13 +167,31 @@ fn a_nested_split_is_refused_with_the_directive_span() {
     );
 }
 
-/// Plans partition the inputs as given, so a distributed statement whose operands' mode
-/// orders agree with no loop order is not re-packed: lowering says which format to give.
+/// A distributed statement whose operands' mode orders agree with no loop order runs as the
+/// unsplit one does: the input is re-packed once (given in its own format, or already in the
+/// re-packed one), then partitioned.
 #[test]
-fn conflicting_mode_orders_under_a_split_ask_for_a_format() {
-    let c = checked("C(i,j) = A(i,j) + B(i,j); A: csr; B: csc; split(i, io, ii, 2)");
-    let e = lower::lower(&c).unwrap_err();
-    assert!(e.hint().unwrap_or_default().contains("mode order"), "{e}");
+fn conflicting_mode_orders_under_a_split_are_re_packed_once() {
+    let src = "C(i,j) = A(i,j) + B(i,j); A: csr; B: csc; C: csr; split(i, io, ii, 3)";
+    let (kernel, plan) = planned(src);
+    assert_eq!(kernel.repacks.len(), 1, "{kernel}");
+    let case = Case::fixed(
+        "C(i,j) = A(i,j) + B(i,j)",
+        &[("A", "csr"), ("B", "csc"), ("C", "csr")],
+        &[("i", 7), ("j", 5)],
+        11,
+    );
+    let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
+    let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
+    let want = case.oracle();
+    let rt = tessera_runtime::Runtime::new(2);
+    let given = plan::on_runtime::run(&rt, &plan, &kernel, &refs, &case.out_dims()).unwrap();
+    common::assert_close(&given.to_dense(), &want, src);
+    let b = interp::repack(refs[1], &kernel.repacks[0].to).unwrap();
+    let re_packed = plan::on_runtime::run(&rt, &plan, &kernel, &[refs[0], &b], &case.out_dims());
+    common::assert_close(&re_packed.unwrap().to_dense(), &want, src);
+    let pooled = exec::run_interp(&plan, &kernel, &refs, &case.out_dims(), 2).unwrap();
+    common::assert_close(&pooled.output.to_dense(), &want, src);
 }
 
 /// A random schedule for `c`: up to two split variables (equal ranges, or split points that
@@ -251,15 +269,15 @@ fn on_the_runtime(
 /// the oracle's answer, and bitwise the same at every thread count. Returns false when the
 /// random formats had no loop order.
 /// A random case of `expr` with a random schedule: the case, the statement, its kernel and
-/// its plan; `None` when the random formats agree with no loop order (lowering then asks for
-/// another format under a split, and re-packs without one: neither is a plan to check).
+/// its plan (an input whose mode order agrees with no loop order re-packed); `None` when
+/// lowering refuses the random formats.
 fn random_planned(expr: &str, rng: &mut Rng) -> Option<(Case, String, Kernel, Plan)> {
     let case = Case::random(expr, rng);
     let schedule = random_schedule(&case.checked, rng);
     let src = format!("{}; {schedule}", case.source);
     let src = src.trim_end_matches("; ").to_string();
     let c = checked(&src);
-    let kernel = lower::lower(&c).ok().filter(|k| k.repacks.is_empty())?;
+    let kernel = lower::lower(&c).ok()?;
     let plan = plan::plan(&c, &kernel).unwrap_or_else(|d| panic!("{src}: {d:?}"));
     Some((case, src, kernel, plan))
 }
@@ -374,7 +392,7 @@ fn check_semiring_split(expr: &str, seed: u64, how: &str) -> bool {
     }
     let src = format!("{}; {schedule}", case.source);
     let c = checked(&src);
-    let Some(kernel) = lower::lower(&c).ok().filter(|k| k.repacks.is_empty()) else {
+    let Some(kernel) = lower::lower(&c).ok() else {
         return false;
     };
     let plan = plan::plan(&c, &kernel).unwrap_or_else(|d| panic!("{src}: {d:?}"));

@@ -42,9 +42,9 @@ pub fn lower(c: &crate::check::Checked) -> Result<Kernel, LowerError> {
 ///
 /// When the operands' mode orders agree with no loop order, the cheapest input that fixes it
 /// (lowest rank, then fewest compressed levels) is re-packed once into the mode order that
-/// does, and the kernel records it in [`Kernel::repacks`]. Statements with a distribution
-/// schedule (`split`) are not re-packed (their plans partition the inputs as given): they get
-/// the error with the hint instead.
+/// does, and the kernel records it in [`Kernel::repacks`]. Under a distribution schedule the
+/// plan partitions the re-packed form (a plan's run re-packs the input once, before its
+/// stores are partitioned).
 pub fn lower_statement(
     stmt: &ast::Statement,
     formats: &HashMap<String, Format>,
@@ -52,16 +52,12 @@ pub fn lower_statement(
 ) -> Result<Kernel, LowerError> {
     let mut formats = formats.clone();
     let mut repacks: Vec<(String, Format, Format)> = Vec::new();
-    let distributed = stmt
-        .schedule
-        .iter()
-        .any(|i| matches!(i.directive, Directive::Split { .. }));
     loop {
         match lower_with(stmt, &formats, parallelize) {
             Err(LowerError::NoLoopOrder {
                 repack: Some((name, to)),
                 ..
-            }) if !distributed && !repacks.iter().any(|r| r.0 == name) => {
+            }) if !repacks.iter().any(|r| r.0 == name) => {
                 let from = formats.insert(name.clone(), to.clone());
                 let from = from.expect("only a tensor with a format has levels to conflict");
                 repacks.push((name, from, to));

@@ -404,6 +404,10 @@ fn execute<V: PlanValue, I: PlanIndex>(
     out_dims: &[usize],
     compiled: Option<BlockFn<V, I>>,
 ) -> Result<Output<V, I>, PlanRunError> {
+    let repacked = repack_inputs(rt, kernel, inputs)?;
+    let inputs: Vec<&Stored<V, I>> = (inputs.iter().zip(&repacked))
+        .map(|(given, re)| re.as_ref().unwrap_or(given))
+        .collect();
     let shapes: Vec<(&Format, &[usize])> =
         inputs.iter().map(|t| (&t.format, &t.dims[..])).collect();
     let dims = interp::checked_dims_of(kernel, &shapes, out_dims)?;
@@ -473,6 +477,29 @@ fn execute<V: PlanValue, I: PlanIndex>(
         format,
         entries,
     )?))
+}
+
+/// The inputs the kernel re-packs ([`Kernel::repacks`]: their mode order agrees with no loop
+/// order) given in their original format, re-packed once into the format the kernel and its
+/// plan were made for, before anything is partitioned; `None` for the others (an input
+/// already given in the re-packed format included).
+fn repack_inputs<V: PlanValue, I: PlanIndex>(
+    rt: &Runtime,
+    kernel: &Kernel,
+    inputs: &[&Stored<V, I>],
+) -> Result<Vec<Option<Stored<V, I>>>, PlanRunError> {
+    let mut out: Vec<Option<Stored<V, I>>> = inputs.iter().map(|_| None).collect();
+    for r in &kernel.repacks {
+        let Some(given) = inputs.get(r.slot) else {
+            continue; // the input count is checked (and reported) by `execute`
+        };
+        if given.format == r.to || given.format != r.from {
+            continue; // already re-packed, or a wrong format `execute` reports
+        }
+        let t = interp::repack(&given.to_tensor(rt)?, &r.to)?;
+        out[r.slot] = Some(Stored::from_tensor(rt, t)?);
+    }
+    Ok(out)
 }
 
 /// The runtime's reduction operator for the statement's. `or` folds as `max`: every block's
