@@ -242,7 +242,7 @@ impl Gen<'_> {
         quote! {
             #doc
             #[allow(unused_variables, unused_mut, unused_assignments, unused_labels, unused_parens, unused_imports, dead_code,
-                unreachable_code, non_snake_case, clippy::all)]
+                unreachable_code, non_snake_case, non_upper_case_globals, clippy::all)]
             pub fn #name<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
                 inputs: #inputs,
                 out_dims: &[usize],
@@ -267,8 +267,11 @@ impl Gen<'_> {
     }
 
     /// The nests twice: once for the common case where every input's dense levels start at
-    /// offset 0 (whole tensors, not windows), with the offsets shadowed by literal zeros so
-    /// that every `x - off` folds away in the inner loops, and once for any offsets.
+    /// offset 0 (whole tensors, not windows), with the offsets shadowed by `const` zeros so
+    /// that every `x - off` folds away in the inner loops — also inside a parallel loop's
+    /// closure, which a `let` zero reaches only as a captured value (the closure is compiled
+    /// apart from its caller: SpMV's rows tested their dense level against a loaded bound
+    /// and subtracted a loaded offset per nonzero) — and once for any offsets.
     fn zero_offsets_specialised(&self, nests: TokenStream) -> TokenStream {
         let offsets: Vec<Ident> = self
             .k
@@ -321,7 +324,7 @@ impl Gen<'_> {
         if !self.nests_in_own_function() {
             return quote! {
                 if #condition {
-                    #(let #offsets: usize = 0;)*
+                    #(const #offsets: usize = 0;)*
                     #trusted
                     #nests
                 } else {
@@ -343,7 +346,7 @@ impl Gen<'_> {
                 fn zero_offsets<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
                     #(#names: #types),*
                 ) {
-                    #(let #offsets: usize = 0;)*
+                    #(const #offsets: usize = 0;)*
                     #trusted
                     #nests
                 }
