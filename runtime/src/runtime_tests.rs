@@ -71,7 +71,39 @@ fn repeated_tasks_hash_to_repeated_tokens() {
 
 #[test]
 fn a_larger_window_defers_analysis_until_full_or_needed() {
-    // Fusion off: four tasks on one store would fuse into one launch.
+    // Fusion off: four tasks on one store would fuse into one launch. Tracing off: it would
+    // hold the tasks before the window.
+    let rt = Runtime::builder()
+        .threads(1)
+        .window_size(4)
+        .fusion(false)
+        .tracing(false)
+        .build();
+    rt.register("nop", |_| {}).unwrap();
+    let a = rt.create(DType::F64, &[4]).unwrap();
+    for _ in 0..3 {
+        rt.task("nop").read_write(&a).submit().unwrap();
+    }
+    assert_eq!(
+        rt.stats().tasks_launched,
+        0,
+        "three tasks wait in the window"
+    );
+    rt.task("nop").read_write(&a).submit().unwrap();
+    assert_eq!(rt.stats().tasks_launched, 4, "the fourth fills it");
+    rt.task("nop").read_write(&a).submit().unwrap();
+    rt.fence().unwrap();
+    assert_eq!(
+        rt.stats().tasks_launched,
+        5,
+        "a fence analyses what is left"
+    );
+}
+
+/// The tracer holds issued tasks ahead of the window: a larger window still launches the
+/// tasks the tracer releases, and a fence launches everything.
+#[test]
+fn tracing_holds_tasks_ahead_of_the_window() {
     let rt = Runtime::builder()
         .threads(1)
         .window_size(4)
@@ -80,18 +112,20 @@ fn a_larger_window_defers_analysis_until_full_or_needed() {
         .build();
     rt.register("nop", |_| {}).unwrap();
     let a = rt.create(DType::F64, &[4]).unwrap();
-    for _ in 0..3 {
+    for _ in 0..5 {
         rt.task("nop").read_write(&a).submit().unwrap();
     }
     assert_eq!(
         launched_tokens(&rt).len(),
-        0,
-        "three tasks wait in the window"
+        5,
+        "every issued task has a token"
     );
-    rt.task("nop").read_write(&a).submit().unwrap();
-    assert_eq!(launched_tokens(&rt).len(), 4, "the fourth fills it");
-    rt.task("nop").read_write(&a).submit().unwrap();
-    assert_eq!(history(&rt).len(), 5, "a fence analyses what is left");
+    rt.fence().unwrap();
+    assert_eq!(
+        rt.stats().tasks_launched,
+        5,
+        "a fence launches what is held"
+    );
 }
 
 #[test]

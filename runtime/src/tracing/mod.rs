@@ -28,6 +28,7 @@
 //! path").
 
 pub(crate) mod actors;
+mod ahead;
 mod finder;
 mod record;
 pub(crate) mod replay;

@@ -18,6 +18,7 @@
 //! correctly from any state; key partitions and image sub-stores are the solver's, which still
 //! runs for every task, and a replay only proceeds when they equal the recorded ones.
 
+use super::ahead::{Conditions, IssuedSig, SolvedTask};
 use crate::dtype::ReduceOp;
 use crate::fusion::FusedShape;
 use crate::launch::LaunchArg;
@@ -85,9 +86,13 @@ pub(crate) struct Graph {
     pub stores: Vec<FinalAccess>,
 }
 
-/// A recorded trace: signatures of its tasks and its logical graph.
+/// A recorded trace: signatures of its tasks (as issued and as solved), the partitioning
+/// state its solves started from and left, the solves' answers, and its logical graph.
 pub(crate) struct Recording {
     sigs: Vec<Sig>,
+    pub issued: Vec<IssuedSig>,
+    pub solved: Vec<SolvedTask>,
+    pub conditions: Conditions,
     pub graph: Graph,
     /// For a replay right after a replay of the trace given as key (actors), made when first
     /// needed.
@@ -98,8 +103,13 @@ pub(crate) struct Recording {
 
 impl Recording {
     /// Records the occurrence `plans` (tasks the tracer holds are traceable: no unbound
-    /// outputs).
-    pub(crate) fn new(plans: &[Plan]) -> Recording {
+    /// outputs), solved from the tasks `issued` starting from `conditions`.
+    pub(crate) fn new(
+        plans: &[Plan],
+        issued: Vec<IssuedSig>,
+        mut conditions: Conditions,
+    ) -> Recording {
+        conditions.after(plans);
         let sigs: Vec<Sig> = plans
             .iter()
             .enumerate()
@@ -108,6 +118,9 @@ impl Recording {
         let graph = graph(&sigs);
         Recording {
             sigs,
+            issued,
+            solved: plans.iter().map(SolvedTask::of).collect(),
+            conditions,
             graph,
             cross: Default::default(),
             actors: None,
@@ -130,12 +143,13 @@ impl Recording {
     }
 }
 
-/// Whether `p` can be held back and replayed: tasks producing unbound stores bind them in
-/// their finish step, which later tasks' solving waits for, so they are never held.
-pub(crate) fn traceable(p: &Plan) -> bool {
-    p.args
+/// Whether `t` can be held back and replayed: tasks producing unbound stores bind them in
+/// their finish step, which later tasks' solving waits for, so they are never held; a task
+/// reading a store not bound yet must wait for it before it can be solved.
+pub(crate) fn traceable(t: &crate::task::Issued) -> bool {
+    t.args
         .iter()
-        .all(|a| a.privilege != Privilege::WriteUnbound)
+        .all(|a| a.privilege != Privilege::WriteUnbound && a.root.bound().is_some())
 }
 
 fn producer(s: &ScalarArg, before: &[Plan]) -> Producer {

@@ -1,22 +1,27 @@
-//! Automatic tracing in the runtime's launch path: every launched task (after solving and
-//! fusion) passes through the [`Tracer`]; tasks a candidate may still match are held back, a
-//! release sends them to ordinary dependence analysis in order, and a replay instantiates the
-//! trace's recorded logical graph (`record.rs`) with no per-argument analysis.
+//! Automatic tracing in the runtime's issue path, ahead of the solver: every issued task
+//! passes through the [`Tracer`]; tasks a candidate may still match are held back, a release
+//! sends them on to the window (solving, fusion, dependence analysis) in order, and a replay
+//! instantiates the trace's recorded logical graph (`record.rs`) with the recorded solves'
+//! answers (`ahead.rs`): no solver, no memo probe, no fusion and no per-argument analysis.
 //!
-//! Held tasks are invisible to the analysis until released, so whatever needs their effects
-//! first hands them back (`Tracing::flush`): a read, a fence, a future's `get` (through
-//! `Inner::flush`), a task producing an unbound store (never held), and a task whose image
-//! source a held task writes (the image is computed from values). A trace therefore never
-//! spans either of the last two.
+//! Held tasks are invisible to everything behind the tracer, so whatever needs their effects
+//! first hands them back (`Inner::flush_locked`): a read, a fence, a future's `get`, a drop, a
+//! task producing an unbound store or reading one not bound yet (never held), and a task whose
+//! image source a held task writes (the image is computed from values). A trace therefore
+//! never spans either of the last two. Tasks already in the window are older than every held
+//! task: a replay launches the window first.
 
 use super::actors::{Compiled, Run};
+use super::ahead::{Conditions, IssuedSig};
 use super::record::{traceable, Cross, FinalAccess, Producer, Recording, PRE};
 use super::{Action, TraceId, Tracer, TracerConfig};
 use crate::analysis::Preds;
 use crate::constraint::Constraint;
+use crate::dtype::Scalar;
+use crate::error::Result;
 use crate::graph::{Node, Work};
 use crate::launch::Launched;
-use crate::runtime::{Inner, Plan};
+use crate::runtime::{Front, Inner, Plan};
 use crate::stats::Counters;
 use crate::task::{Issued, ScalarArg};
 use rustc_hash::FxHashMap as HashMap;
@@ -32,10 +37,10 @@ pub(crate) const MAX_TRACE: usize = 16;
 /// The issuing side's tracing state.
 pub(crate) struct Tracing {
     tracer: Tracer,
-    /// Tasks the tracer holds back, in launch order (one per buffered token).
-    held: VecDeque<Plan>,
+    /// Tasks the tracer holds back, in issue order (one per buffered token).
+    held: VecDeque<Issued>,
     recordings: HashMap<TraceId, Recording>,
-    /// Tasks launched so far (a future's producer is numbered by it).
+    /// Tasks issued through the tracer so far (a future's producer is numbered by it).
     seq: u64,
     /// Tokens are masked with it (tests force collisions with 0).
     pub(crate) token_mask: u64,
@@ -101,13 +106,13 @@ impl Tracing {
     }
 
     /// Whether solving `t` needs a held task's effects: an image whose source it writes.
-    pub(crate) fn must_release_for(&self, t: &Issued) -> bool {
+    fn must_release_for(&self, t: &Issued) -> bool {
         !self.held.is_empty()
             && t.constraints.iter().any(|c| match c {
                 Constraint::Image { src, .. } => {
                     let root = &t.args[*src].root;
-                    self.held.iter().any(|p| {
-                        p.args
+                    self.held.iter().any(|h| {
+                        h.args
                             .iter()
                             .any(|a| a.privilege.writes() && Arc::ptr_eq(&a.root, root))
                     })
@@ -116,108 +121,192 @@ impl Tracing {
             })
     }
 
-    /// The task's token as the tracer sees it: the solved task's token and, for each future
-    /// argument, how many launches ago its producer was launched (a loop passes a new future
-    /// every iteration, made the same distance back). Numbers the task's own futures.
-    fn token(&mut self, p: &Plan) -> u64 {
+    /// The task's token as the tracer sees it: what the solver and the analysis depend on
+    /// (name, scalars, stores with views and privileges, constraints, fixed domain, result
+    /// operator) and, for each future argument, how many tasks ago its producer was issued (a
+    /// loop passes a new future every iteration, made the same distance back). Numbers the
+    /// task's own future.
+    fn token(&mut self, t: &Issued) -> u64 {
         self.seq += 1;
         let mut h = rustc_hash::FxHasher::default();
-        p.token.hash(&mut h);
-        for (i, s) in p.scalars.iter().enumerate() {
-            if let ScalarArg::Future(cell) = s {
-                (i, cell.launched_as.get().map(|&at| self.seq - at)).hash(&mut h);
+        t.name.hash(&mut h);
+        // A kind tag first: FxHasher mixes every integer width alike (`U64(1)` ≠ `I64(1)`).
+        for s in &t.scalars {
+            match s {
+                ScalarArg::Value(Scalar::F64(x)) => (0u8, x.to_bits()).hash(&mut h),
+                ScalarArg::Value(Scalar::I64(x)) => (1u8, *x as u64).hash(&mut h),
+                ScalarArg::Value(Scalar::U64(x)) => (2u8, *x).hash(&mut h),
+                ScalarArg::Future(cell) => {
+                    (3u8, cell.launched_as.get().map(|&at| self.seq - at)).hash(&mut h)
+                }
             }
         }
-        for (_, cell) in &p.results {
+        for a in &t.args {
+            h.write_u64(a.root.id);
+            match &a.view {
+                None => h.write_usize(usize::MAX),
+                Some(r) => r.lo().iter().chain(r.hi()).for_each(|&x| h.write_usize(x)),
+            }
+            a.privilege.hash(&mut h);
+        }
+        t.constraints.hash(&mut h);
+        t.domain.hash(&mut h);
+        t.result.as_ref().map(|(op, _)| *op).hash(&mut h);
+        if let Some((_, cell)) = &t.result {
             let _ = cell.launched_as.set(self.seq);
         }
         h.finish() & self.token_mask
     }
 }
 
+/// Counts a launch's writes in its stores' versions (fusion's temporaries and the solve
+/// memo's images test them), held or not.
+pub(crate) fn bump_versions(plan: &Plan) {
+    for a in plan
+        .args
+        .iter()
+        .filter(|a| !a.local && a.privilege.writes())
+    {
+        a.root.meta().version += 1;
+    }
+}
+
+/// A recorded first occurrence and its solved tasks, or: the tasks solved before the one that
+/// failed, those after it, and its error.
+type RecordOutcome =
+    std::result::Result<(Recording, Vec<Plan>), Box<(Vec<Plan>, Vec<Issued>, crate::RuntimeError)>>;
+
+/// Keeps the first error of several steps.
+fn keep_first(first: &mut Result<()>, r: Result<()>) {
+    if first.is_ok() {
+        *first = r;
+    }
+}
+
 impl Inner {
-    /// Launches a solved (possibly fused) task: through the tracer when tracing is on.
-    pub(crate) fn launch(&self, tr: Option<&mut Tracing>, plan: Plan) {
-        // Versions count writes as launched, held or not (fusion's temporaries test them).
-        for a in plan
-            .args
-            .iter()
-            .filter(|a| !a.local && a.privilege.writes())
-        {
-            a.root.meta().version += 1;
-        }
-        let Some(tr) = tr else {
-            Counters::add(&self.shared.counters.tasks_analysed, 1);
-            return self.schedule(plan);
+    /// Issues a task through the tracer (tracing on): held while a candidate trace matches,
+    /// else on to the window with what is released before it.
+    pub(crate) fn trace_issue(&self, front: &mut Front, t: Issued) -> Result<()> {
+        let Some(mut tr) = front.tracing.take() else {
+            return self.enqueue(front, t);
         };
         let t0 = Instant::now();
-        let token = tr.token(&plan);
-        if !traceable(&plan) {
-            self.release_held(tr);
-            Counters::add(&self.shared.counters.tasks_analysed, 1);
+        let mut first = Ok(());
+        if tr.must_release_for(&t) {
+            first = self.release_held(front, &mut tr);
+        }
+        let token = tr.token(&t);
+        if !traceable(&t) {
+            keep_first(&mut first, self.release_held(front, &mut tr));
             // Access states change outside a replay: the next replay cannot link to the last.
             tr.last = None;
-            self.schedule(plan);
+            keep_first(&mut first, self.enqueue(front, t));
         } else {
-            tr.held.push_back(plan);
+            tr.held.push_back(t);
             let before = *tr.tracer.finder_cost();
             let actions = tr.tracer.issue(token);
             let after = tr.tracer.finder_cost();
             Counters::add(&self.shared.counters.finder_ns, after.ns - before.ns);
             Counters::add(&self.shared.counters.finder_runs, after.runs - before.runs);
-            self.act(tr, actions);
+            keep_first(&mut first, self.act(front, &mut tr, actions));
         }
+        front.tracing = Some(tr);
         Counters::add(
             &self.shared.counters.tracing_ns,
             t0.elapsed().as_nanos() as u64,
         );
+        first
     }
 
-    /// Hands every held task back (a replay of complete matches, the rest to analysis).
-    pub(crate) fn release_held(&self, tr: &mut Tracing) {
+    /// Hands every held task on (a replay of complete matches, the rest to the window).
+    pub(crate) fn release_held(&self, front: &mut Front, tr: &mut Tracing) -> Result<()> {
         let actions = tr.tracer.flush();
-        self.act(tr, actions);
+        self.act(front, tr, actions)
     }
 
-    fn act(&self, tr: &mut Tracing, actions: Vec<Action>) {
-        let counters = &self.shared.counters;
+    fn act(&self, front: &mut Front, tr: &mut Tracing, actions: Vec<Action>) -> Result<()> {
+        let mut first = Ok(());
         for a in actions {
             match a {
                 Action::Release(tokens) => {
-                    Counters::add(&counters.tasks_analysed, tokens.len() as u64);
-                    tr.last = None;
-                    for _ in 0..tokens.len() {
-                        let p = tr.held.pop_front().expect("one held task per token");
-                        self.schedule(p);
-                    }
+                    let tasks: Vec<Issued> = tr.held.drain(..tokens.len()).collect();
+                    keep_first(&mut first, self.analyse_all(front, tr, tasks));
                 }
                 Action::Replay { trace, tokens } => {
-                    let plans: Vec<Plan> = tr.held.drain(..tokens.len()).collect();
-                    self.replay(tr, trace, plans);
+                    let tasks: Vec<Issued> = tr.held.drain(..tokens.len()).collect();
+                    // What the window holds was issued before the trace: it goes first.
+                    keep_first(&mut first, self.drain_all(front));
+                    keep_first(&mut first, self.replay(front, tr, trace, tasks));
                 }
             }
         }
+        first
     }
 
-    /// Replays `trace` over `plans` (recording it first if new); analyses them as usual if
-    /// they differ from the recording in anything the analysis depends on.
-    fn replay(&self, tr: &mut Tracing, trace: TraceId, plans: Vec<Plan>) {
-        let counters = &self.shared.counters;
-        let rec = tr.recordings.entry(trace).or_insert_with(|| {
-            Counters::add(&counters.traces_recorded, 1);
-            Recording::new(&plans)
-        });
-        if !rec.matches(&plans) {
-            Counters::add(&counters.traces_abandoned, 1);
-            Counters::add(&counters.tasks_analysed, plans.len() as u64);
-            tr.last = None;
-            plans.into_iter().for_each(|p| self.schedule(p));
-            return;
+    /// Ordinary analysis of `tasks`, one by one through the window.
+    fn analyse_all(&self, front: &mut Front, tr: &mut Tracing, tasks: Vec<Issued>) -> Result<()> {
+        tr.last = None;
+        let mut first = Ok(());
+        for t in tasks {
+            keep_first(&mut first, self.enqueue(front, t));
         }
+        first
+    }
+
+    /// Replays `trace` over `tasks` (recording it first if new); analyses them as usual if
+    /// they differ from the recording in anything the solver or the analysis depends on, or
+    /// the stores' key partitions or image sources are not as the recording found them.
+    fn replay(
+        &self,
+        front: &mut Front,
+        tr: &mut Tracing,
+        trace: TraceId,
+        tasks: Vec<Issued>,
+    ) -> Result<()> {
+        let counters = &self.shared.counters;
+        let plans = match tr.recordings.get(&trace) {
+            None => match self.record(front, tasks) {
+                Ok((rec, plans)) => {
+                    Counters::add(&counters.traces_recorded, 1);
+                    tr.recordings.insert(trace, rec);
+                    plans
+                }
+                Err(failed) => {
+                    let (plans, rest, e) = *failed;
+                    // Analysed as usual, without the failing task.
+                    tr.last = None;
+                    plans.into_iter().for_each(|p| self.analyse(p));
+                    let r = self.analyse_all(front, tr, rest);
+                    return Err::<(), _>(e).and(r);
+                }
+            },
+            Some(rec) => {
+                let same = tasks.len() == rec.issued.len()
+                    && (0..tasks.len()).all(|i| rec.issued[i].matches(&tasks[i], &tasks[..i]))
+                    && rec.conditions.hold(&tasks);
+                if !same {
+                    Counters::add(&counters.traces_abandoned, 1);
+                    return self.analyse_all(front, tr, tasks);
+                }
+                let plans: Vec<Plan> = tasks
+                    .into_iter()
+                    .zip(&rec.solved)
+                    .map(|(t, s)| s.plan(t))
+                    .collect();
+                debug_assert!(rec.matches(&plans), "a replay launches the recorded tasks");
+                rec.conditions.apply(&plans);
+                Counters::add(&counters.tasks_unsolved, plans.len() as u64);
+                plans.iter().for_each(bump_versions);
+                plans
+            }
+        };
+        Counters::add(&counters.tasks_launched, plans.len() as u64);
         Counters::add(&counters.traces_replayed, 1);
         Counters::add(&counters.tasks_traced, plans.len() as u64);
+        let rec = &tr.recordings[&trace];
         let Some(workers) = tr.actors else {
-            return self.instantiate(rec, plans);
+            self.instantiate(rec, plans);
+            return Ok(());
         };
         let last = tr.last.take().filter(|l| l.exact || l.trace == trace);
         let link = last
@@ -225,6 +314,31 @@ impl Inner {
             .filter(|(c, _)| c.closed);
         let rec = tr.recordings.get_mut(&trace).expect("recorded above");
         tr.last = self.instantiate_actors(rec, workers, trace, link, plans);
+        Ok(())
+    }
+
+    /// Solves a trace's first occurrence task by task (each solve sees the key partitions the
+    /// one before left) and records it. On a failing solve: the tasks solved before it, those
+    /// after it, and the error.
+    fn record(&self, front: &mut Front, tasks: Vec<Issued>) -> RecordOutcome {
+        let conditions = Conditions::before(&tasks);
+        let sigs: Vec<IssuedSig> = (0..tasks.len())
+            .map(|i| IssuedSig::new(&tasks[i], &tasks[..i]))
+            .collect();
+        let mut plans = Vec::with_capacity(tasks.len());
+        let mut rest = tasks.into_iter();
+        while let Some(t) = rest.next() {
+            // A task that fails to solve is dropped (its future has the error).
+            match self.solve(front, t) {
+                Ok(ready) => {
+                    let plan = Plan::single(ready);
+                    bump_versions(&plan);
+                    plans.push(plan);
+                }
+                Err(e) => return Err(Box::new((plans, rest.collect(), e))),
+            }
+        }
+        Ok((Recording::new(&plans, sigs, conditions), plans))
     }
 
     /// The recorded graph as actors (`actors.rs`) over `plans`' tasks: linked to `last` (a

@@ -1,0 +1,228 @@
+//! Replay ahead of the solver: what a recording keeps of its tasks *as issued* (before
+//! solving), and the partitioning state its solves started from and left.
+//!
+//! The solver's answer for a task depends on the task as issued (name, stores, views,
+//! privileges, constraints, fixed domain), the key partitions of its stores, and, for an image
+//! source, the values of the source (solve_memo.rs says why). Over a whole trace, the solves
+//! run in order, each changing key partitions for the next: so if every replaced task equals
+//! the recorded one field for field ([`IssuedSig`]), every store's key partitions equal the
+//! recorded ones at the start of the trace, and every image source has the recorded version
+//! (a version is bumped by every write, so equal versions mean equal values), each solve
+//! would give the recorded answer. A replay then takes the recorded domains, tokens and
+//! sub-stores instead of solving, and leaves the recorded key partitions behind
+//! ([`Conditions::apply`]).
+
+use super::record::Producer;
+use crate::constraint::Constraint;
+use crate::dtype::ReduceOp;
+use crate::launch::LaunchArg;
+use crate::partition::{Domain, PartitionId};
+use crate::rect::Rect;
+use crate::runtime::Plan;
+use crate::store::StoreRoot;
+use crate::task::{Issued, Privilege, ScalarArg};
+use smallvec::SmallVec;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// One argument as issued.
+struct IssuedArg {
+    root: u64,
+    view: Option<Rect>,
+    privilege: Privilege,
+}
+
+/// The fields of an issued task that its solve and analysis depend on (compared at every
+/// replay: tokens are hashes).
+pub(crate) struct IssuedSig {
+    name: Arc<str>,
+    args: SmallVec<[IssuedArg; 4]>,
+    constraints: SmallVec<[Constraint; 4]>,
+    domain: Option<Domain>,
+    scalars: SmallVec<[Producer; 2]>,
+    result: Option<ReduceOp>,
+}
+
+/// Where a future argument of `t` comes from: a task before it in the trace or not.
+pub(crate) fn producer(s: &ScalarArg, before: &[Issued]) -> Producer {
+    match s {
+        ScalarArg::Value(_) => Producer::Value,
+        ScalarArg::Future(cell) => before
+            .iter()
+            .position(|t| t.result.as_ref().is_some_and(|(_, c)| Arc::ptr_eq(c, cell)))
+            .map_or(Producer::External, |i| Producer::Internal {
+                plan: i as u32,
+            }),
+    }
+}
+
+impl IssuedSig {
+    pub(crate) fn new(t: &Issued, before: &[Issued]) -> IssuedSig {
+        IssuedSig {
+            name: t.name.clone(),
+            args: t
+                .args
+                .iter()
+                .map(|a| IssuedArg {
+                    root: a.root.id,
+                    view: a.view,
+                    privilege: a.privilege,
+                })
+                .collect(),
+            constraints: t.constraints.iter().cloned().collect(),
+            domain: t.domain,
+            scalars: t.scalars.iter().map(|s| producer(s, before)).collect(),
+            result: t.result.as_ref().map(|(op, _)| *op),
+        }
+    }
+
+    /// Whether `t` (after `before` in the trace) is the task recorded.
+    pub(crate) fn matches(&self, t: &Issued, before: &[Issued]) -> bool {
+        (Arc::ptr_eq(&self.name, &t.name) || self.name == t.name)
+            && self.domain == t.domain
+            && self.result == t.result.as_ref().map(|(op, _)| *op)
+            && self.args.len() == t.args.len()
+            && self
+                .args
+                .iter()
+                .zip(&t.args)
+                .all(|(s, a)| s.root == a.root.id && s.view == a.view && s.privilege == a.privilege)
+            && self.constraints[..] == t.constraints[..]
+            && self.scalars.len() == t.scalars.len()
+            && self
+                .scalars
+                .iter()
+                .zip(&t.scalars)
+                .all(|(&s, a)| s == producer(a, before))
+    }
+}
+
+/// What one solve answered, as the launch needs it.
+pub(crate) struct SolvedTask {
+    domain: Domain,
+    token: u64,
+    /// Per argument: its view and per-point sub-stores.
+    args: SmallVec<[(Rect, Arc<[Rect]>); 4]>,
+}
+
+impl SolvedTask {
+    pub(crate) fn of(p: &Plan) -> SolvedTask {
+        SolvedTask {
+            domain: p.domain,
+            token: p.token,
+            args: p.args.iter().map(|a| (a.view, a.rects.clone())).collect(),
+        }
+    }
+
+    /// `t` launched as recorded (no solve).
+    pub(crate) fn plan(&self, t: Issued) -> Plan {
+        Plan {
+            name: t.name,
+            body: t.body,
+            domain: self.domain,
+            token: self.token,
+            args: t
+                .args
+                .into_iter()
+                .zip(&self.args)
+                .map(|(a, (view, rects))| LaunchArg {
+                    root: a.root,
+                    view: *view,
+                    privilege: a.privilege,
+                    rects: rects.clone(),
+                    local: false,
+                })
+                .collect(),
+            scalars: t.scalars,
+            results: t.result.into_iter().collect(),
+            fused: None,
+        }
+    }
+}
+
+/// Each store of a trace, once, by where it first appears: (task, argument).
+fn distinct_roots(tasks: &[Issued]) -> Vec<(usize, usize)> {
+    let mut seen: Vec<(usize, usize)> = Vec::new();
+    for (i, t) in tasks.iter().enumerate() {
+        for (j, a) in t.args.iter().enumerate() {
+            let root = |&(k, l): &(usize, usize)| &tasks[k].args[l].root;
+            if !seen.iter().any(|at| Arc::ptr_eq(root(at), &a.root)) {
+                seen.push((i, j));
+            }
+        }
+    }
+    seen
+}
+
+fn is_image_src(t: &Issued, root: &Arc<StoreRoot>) -> bool {
+    t.constraints.iter().any(|c| match c {
+        Constraint::Image { src, .. } => Arc::ptr_eq(&t.args[*src].root, root),
+        _ => false,
+    })
+}
+
+/// The partitioning state a trace's solves start from (precondition) and leave
+/// (postcondition), per store of the trace.
+pub(crate) struct Conditions {
+    at: Vec<(usize, usize)>,
+    keys_before: Vec<Vec<PartitionId>>,
+    keys_after: Vec<Vec<PartitionId>>,
+    /// For image sources: (store's index in `at`, version at the start of the trace).
+    versions: Vec<(usize, u64)>,
+}
+
+impl Conditions {
+    /// The state before the trace's first solve.
+    pub(crate) fn before(tasks: &[Issued]) -> Conditions {
+        let at = distinct_roots(tasks);
+        let root = |&(i, j): &(usize, usize)| &tasks[i].args[j].root;
+        let keys_before = at.iter().map(|p| root(p).meta().keys.clone()).collect();
+        let versions = at
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| tasks.iter().any(|t| is_image_src(t, root(p))))
+            .map(|(k, p)| (k, root(p).meta().version))
+            .collect();
+        Conditions {
+            at,
+            keys_before,
+            keys_after: Vec::new(),
+            versions,
+        }
+    }
+
+    /// Records the state the trace's solves left (`plans`: the trace's tasks, solved).
+    pub(crate) fn after(&mut self, plans: &[Plan]) {
+        self.keys_after = self
+            .at
+            .iter()
+            .map(|&(i, j)| plans[i].args[j].root.meta().keys.clone())
+            .collect();
+    }
+
+    /// Whether `tasks` (already checked field for field) start from the recorded state.
+    pub(crate) fn hold(&self, tasks: &[Issued]) -> bool {
+        let root = |k: usize| {
+            let (i, j) = self.at[k];
+            &tasks[i].args[j].root
+        };
+        (0..self.at.len()).all(|k| root(k).meta().keys == self.keys_before[k])
+            && self
+                .versions
+                .iter()
+                .all(|&(k, v)| root(k).meta().version == v)
+    }
+
+    /// Leaves the recorded key partitions (what the solves would have left) on `plans`'
+    /// stores.
+    pub(crate) fn apply(&self, plans: &[Plan]) {
+        for (&(i, j), keys) in self.at.iter().zip(&self.keys_after) {
+            let root = &plans[i].args[j].root;
+            let mut meta = root.meta();
+            if meta.keys != *keys {
+                meta.keys.clone_from(keys);
+                root.key_epoch.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
