@@ -25,9 +25,13 @@ use smallvec::SmallVec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// One argument as issued.
+/// One argument as issued. Its store is named by its first appearance in the trace
+/// ([`numbering`]): a loop that makes fresh stores every iteration replays over the new ones.
 struct IssuedArg {
-    root: u64,
+    store: u32,
+    /// The store's extent and type (what its number stands for, as far as solving goes).
+    whole: Option<Rect>,
+    dtype: crate::dtype::DType,
     view: Option<Rect>,
     privilege: Privilege,
 }
@@ -56,15 +60,78 @@ pub(crate) fn producer(s: &ScalarArg, before: &[Issued]) -> Producer {
     }
 }
 
+/// Each store of a sequence of arguments numbered by its first appearance: the number of
+/// every argument, and the distinct stores in that order.
+pub(crate) fn numbering<'a>(
+    roots: impl Iterator<Item = &'a Arc<StoreRoot>>,
+) -> (Vec<u32>, Vec<&'a Arc<StoreRoot>>) {
+    let mut distinct: Vec<&Arc<StoreRoot>> = Vec::new();
+    let numbers = roots
+        .map(|r| match distinct.iter().position(|d| Arc::ptr_eq(d, r)) {
+            Some(k) => k as u32,
+            None => {
+                distinct.push(r);
+                distinct.len() as u32 - 1
+            }
+        })
+        .collect();
+    (numbers, distinct)
+}
+
+/// Every argument's store number in a trace of issued tasks.
+fn issued_numbers(tasks: &[Issued]) -> Vec<u32> {
+    numbering(tasks.iter().flat_map(|t| t.args.iter().map(|a| &a.root))).0
+}
+
+/// The issued tasks of a recorded trace.
+pub(crate) struct IssuedTrace(Vec<IssuedSig>);
+
+impl IssuedTrace {
+    pub(crate) fn new(tasks: &[Issued]) -> IssuedTrace {
+        let numbers = issued_numbers(tasks);
+        let mut first = 0;
+        IssuedTrace(
+            (0..tasks.len())
+                .map(|i| {
+                    let n = tasks[i].args.len();
+                    let sig = IssuedSig::new(&tasks[i], &tasks[..i], &numbers[first..first + n]);
+                    first += n;
+                    sig
+                })
+                .collect(),
+        )
+    }
+
+    /// Whether `tasks` are, field for field, the tasks recorded, over stores that appear in
+    /// the same pattern.
+    pub(crate) fn matches(&self, tasks: &[Issued]) -> bool {
+        if tasks.len() != self.0.len() {
+            return false;
+        }
+        let numbers = issued_numbers(tasks);
+        let mut first = 0;
+        (0..tasks.len()).all(|i| {
+            let n = tasks[i].args.len();
+            let same = n == self.0[i].args.len()
+                && self.0[i].matches(&tasks[i], &tasks[..i], &numbers[first..first + n]);
+            first += n;
+            same
+        })
+    }
+}
+
 impl IssuedSig {
-    pub(crate) fn new(t: &Issued, before: &[Issued]) -> IssuedSig {
+    fn new(t: &Issued, before: &[Issued], stores: &[u32]) -> IssuedSig {
         IssuedSig {
             name: t.name.clone(),
             args: t
                 .args
                 .iter()
-                .map(|a| IssuedArg {
-                    root: a.root.id,
+                .zip(stores)
+                .map(|(a, &store)| IssuedArg {
+                    store,
+                    whole: a.root.bound().map(|b| b.rect),
+                    dtype: a.root.dtype,
                     view: a.view,
                     privilege: a.privilege,
                 })
@@ -76,8 +143,9 @@ impl IssuedSig {
         }
     }
 
-    /// Whether `t` (after `before` in the trace) is the task recorded.
-    pub(crate) fn matches(&self, t: &Issued, before: &[Issued]) -> bool {
+    /// Whether `t` (after `before` in the trace, its stores numbered `stores`) is the task
+    /// recorded.
+    fn matches(&self, t: &Issued, before: &[Issued], stores: &[u32]) -> bool {
         (Arc::ptr_eq(&self.name, &t.name) || self.name == t.name)
             && self.domain == t.domain
             && self.result == t.result.as_ref().map(|(op, _)| *op)
@@ -86,7 +154,14 @@ impl IssuedSig {
                 .args
                 .iter()
                 .zip(&t.args)
-                .all(|(s, a)| s.root == a.root.id && s.view == a.view && s.privilege == a.privilege)
+                .zip(stores)
+                .all(|((s, a), &n)| {
+                    s.store == n
+                        && s.view == a.view
+                        && s.privilege == a.privilege
+                        && s.dtype == a.root.dtype
+                        && s.whole == a.root.bound().map(|b| b.rect)
+                })
             && self.constraints[..] == t.constraints[..]
             && self.scalars.len() == t.scalars.len()
             && self
@@ -167,8 +242,10 @@ pub(crate) struct Conditions {
     at: Vec<(usize, usize)>,
     keys_before: Vec<Vec<PartitionId>>,
     keys_after: Vec<Vec<PartitionId>>,
-    /// For image sources: (store's index in `at`, version at the start of the trace).
-    versions: Vec<(usize, u64)>,
+    /// For image sources: (store's index in `at`, its id, version at the start of the
+    /// trace). An image is computed from the source's values: the same store at the same
+    /// version (bumped by every write) has the same values; another store may not.
+    versions: Vec<(usize, u64, u64)>,
 }
 
 impl Conditions {
@@ -181,7 +258,7 @@ impl Conditions {
             .iter()
             .enumerate()
             .filter(|(_, p)| tasks.iter().any(|t| is_image_src(t, root(p))))
-            .map(|(k, p)| (k, root(p).meta().version))
+            .map(|(k, p)| (k, root(p).id, root(p).meta().version))
             .collect();
         Conditions {
             at,
@@ -210,7 +287,7 @@ impl Conditions {
             && self
                 .versions
                 .iter()
-                .all(|&(k, v)| root(k).meta().version == v)
+                .all(|&(k, id, v)| root(k).id == id && root(k).meta().version == v)
     }
 
     /// Leaves the recorded key partitions (what the solves would have left) on `plans`'

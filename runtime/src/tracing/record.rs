@@ -18,7 +18,7 @@
 //! correctly from any state; key partitions and image sub-stores are the solver's, which still
 //! runs for every task, and a replay only proceeds when they equal the recorded ones.
 
-use super::ahead::{Conditions, IssuedSig, SolvedTask};
+use super::ahead::{numbering, Conditions, IssuedTrace, SolvedTask};
 use crate::dtype::ReduceOp;
 use crate::fusion::FusedShape;
 use crate::launch::LaunchArg;
@@ -44,7 +44,8 @@ pub(crate) enum Producer {
 /// One argument as the analysis sees it.
 #[derive(Debug)]
 struct ArgSig {
-    root: u64,
+    /// The store, numbered by its first appearance in the trace (`ahead::numbering`).
+    store: u32,
     /// The store's extent (what [`PRE`] writes).
     whole: Rect,
     privilege: Privilege,
@@ -70,7 +71,8 @@ pub(crate) struct FinalAccess {
     /// replay before when `before` holds.
     pub at: (usize, usize),
     pub before: bool,
-    pub root: u64,
+    /// The store's number (in [`Cross`]: over both traces).
+    pub store: u32,
     pub writers: Vec<(Rect, u32)>,
     pub readers: Vec<(Rect, u32)>,
 }
@@ -90,13 +92,15 @@ pub(crate) struct Graph {
 /// state its solves started from and left, the solves' answers, and its logical graph.
 pub(crate) struct Recording {
     sigs: Vec<Sig>,
-    pub issued: Vec<IssuedSig>,
+    pub issued: IssuedTrace,
     pub solved: Vec<SolvedTask>,
     pub conditions: Conditions,
     pub graph: Graph,
     /// For a replay right after a replay of the trace given as key (actors), made when first
     /// needed.
-    pub cross: rustc_hash::FxHashMap<super::TraceId, Arc<Cross>>,
+    /// The key also says which of the previous replay's stores this one's are (by number:
+    /// [`Recording::cross_after`]).
+    pub cross: rustc_hash::FxHashMap<(super::TraceId, Vec<u32>), Arc<Cross>>,
     /// The graph compiled into actors (on first replay with actors on).
     pub actors: Option<std::sync::Arc<super::actors::Compiled>>,
 }
@@ -106,14 +110,15 @@ impl Recording {
     /// outputs), solved from the tasks `issued` starting from `conditions`.
     pub(crate) fn new(
         plans: &[Plan],
-        issued: Vec<IssuedSig>,
+        issued: IssuedTrace,
         mut conditions: Conditions,
     ) -> Recording {
         conditions.after(plans);
+        let numbers = plan_numbers(plans);
         let sigs: Vec<Sig> = plans
             .iter()
             .enumerate()
-            .map(|(i, p)| sig(p, &plans[..i]))
+            .map(|(i, p)| sig(p, &plans[..i], &numbers[i]))
             .collect();
         let graph = graph(&sigs);
         Recording {
@@ -129,12 +134,13 @@ impl Recording {
 
     /// Whether `plans` are, field for field, the tasks recorded.
     pub(crate) fn matches(&self, plans: &[Plan]) -> bool {
+        let numbers = plan_numbers(plans);
         plans.len() == self.sigs.len()
             && plans
                 .iter()
                 .enumerate()
                 .zip(&self.sigs)
-                .all(|((i, p), s)| same(s, p, &plans[..i]))
+                .all(|((i, p), s)| same(s, p, &plans[..i], &numbers[i]))
     }
 
     /// Where each task's scalars come from (as recorded and verified).
@@ -164,7 +170,17 @@ fn producer(s: &ScalarArg, before: &[Plan]) -> Producer {
     }
 }
 
-fn sig(p: &Plan, before: &[Plan]) -> Sig {
+/// Each task's arguments' store numbers in a trace of solved tasks.
+fn plan_numbers(plans: &[Plan]) -> Vec<Vec<u32>> {
+    let (all, _) = numbering(plans.iter().flat_map(|p| p.args.iter().map(|a| &a.root)));
+    let mut all = all.into_iter();
+    plans
+        .iter()
+        .map(|p| all.by_ref().take(p.args.len()).collect())
+        .collect()
+}
+
+fn sig(p: &Plan, before: &[Plan], stores: &[u32]) -> Sig {
     Sig {
         name: p.name.clone(),
         fused: p.fused.clone(),
@@ -172,8 +188,9 @@ fn sig(p: &Plan, before: &[Plan]) -> Sig {
         args: p
             .args
             .iter()
-            .map(|a| ArgSig {
-                root: a.root.id,
+            .zip(stores)
+            .map(|(a, &store)| ArgSig {
+                store,
                 whole: a.root.bound().map_or(a.view, |b| b.rect),
                 privilege: a.privilege,
                 local: a.local,
@@ -185,14 +202,14 @@ fn sig(p: &Plan, before: &[Plan]) -> Sig {
     }
 }
 
-fn same_arg(s: &ArgSig, a: &LaunchArg) -> bool {
-    s.root == a.root.id
+fn same_arg(s: &ArgSig, a: &LaunchArg, store: u32) -> bool {
+    s.store == store
         && s.privilege == a.privilege
         && s.local == a.local
         && (Arc::ptr_eq(&s.rects, &a.rects) || *s.rects == *a.rects)
 }
 
-fn same(s: &Sig, p: &Plan, before: &[Plan]) -> bool {
+fn same(s: &Sig, p: &Plan, before: &[Plan], stores: &[u32]) -> bool {
     let same_shape = match (&s.fused, &p.fused) {
         (None, None) => true,
         (Some(a), Some(b)) => Arc::ptr_eq(a, b),
@@ -202,7 +219,11 @@ fn same(s: &Sig, p: &Plan, before: &[Plan]) -> bool {
         && (Arc::ptr_eq(&s.name, &p.name) || s.name == p.name)
         && s.domain == p.domain
         && s.args.len() == p.args.len()
-        && s.args.iter().zip(&p.args).all(|(s, a)| same_arg(s, a))
+        && s.args
+            .iter()
+            .zip(&p.args)
+            .zip(stores)
+            .all(|((s, a), &n)| same_arg(s, a, n))
         && s.scalars.len() == p.scalars.len()
         && s.scalars
             .iter()
@@ -265,7 +286,7 @@ pub(crate) struct Cross {
 /// then points before the finish step), so that it has the edges ordinary analysis of the same
 /// tasks would add with nothing finished.
 fn graph(sigs: &[Sig]) -> Graph {
-    let (edges, next, stores) = logical(&[sigs], false);
+    let (edges, next, stores) = logical(&[(sigs, None)], false);
     let mut has_pred = vec![false; next as usize];
     edges.iter().for_each(|&(_, b)| has_pred[b as usize] = true);
     Graph {
@@ -278,10 +299,12 @@ fn graph(sigs: &[Sig]) -> Graph {
 
 impl Recording {
     /// [`Cross`] of this trace replayed right after `before`: the edges from `before`'s
-    /// vertices (and from before it) into this one's, and the accesses both leave.
-    pub(crate) fn cross_after(&self, before: &Recording) -> Cross {
+    /// vertices (and from before it) into this one's, and the accesses both leave. This
+    /// trace's store `k` is `before`'s store `same[k]` (a number past `before`'s stores: one
+    /// it does not use).
+    pub(crate) fn cross_after(&self, before: &Recording, same: &[u32]) -> Cross {
         let n = before.graph.vertices as u32;
-        let (edges, _, stores) = logical(&[&before.sigs, &self.sigs], true);
+        let (edges, _, stores) = logical(&[(&before.sigs, None), (&self.sigs, Some(same))], true);
         Cross {
             edges: edges
                 .into_iter()
@@ -304,15 +327,20 @@ impl Sig {
     }
 }
 
-/// Definition 1 over traces in a row (vertices numbered on from one to the next), each store
+/// Definition 1 over traces in a row (vertices numbered on from one to the next; each trace's
+/// store numbers mapped through its map, if any, to numbers common to all), each store
 /// starting with [`PRE`] as the writer of all of it when `pre` holds. Returns the sorted
 /// edges, the vertex count and the final accesses.
-fn logical(traces: &[&[Sig]], pre: bool) -> (Vec<(u32, u32)>, u32, Vec<FinalAccess>) {
+#[allow(clippy::type_complexity)]
+fn logical(
+    traces: &[(&[Sig], Option<&[u32]>)],
+    pre: bool,
+) -> (Vec<(u32, u32)>, u32, Vec<FinalAccess>) {
     let mut edges = Vec::new();
     let mut stores: Vec<(FinalAccess, Logical)> = Vec::new();
     let mut finish_of: Vec<Option<u32>> = Vec::new();
     let mut next = 0u32;
-    for (copy, sigs) in traces.iter().enumerate() {
+    for (copy, &(sigs, map)) in traces.iter().enumerate() {
         let base = finish_of.len();
         for (i, s) in sigs.iter().enumerate() {
             let n = s.domain.len() as u32;
@@ -328,7 +356,8 @@ fn logical(traces: &[&[Sig]], pre: bool) -> (Vec<(u32, u32)>, u32, Vec<FinalAcce
                 }
             }
             for (j, a) in s.args.iter().enumerate().filter(|(_, a)| !a.local) {
-                let k = match stores.iter().position(|(f, _)| f.root == a.root) {
+                let store = map.map_or(a.store, |m| m[a.store as usize]);
+                let k = match stores.iter().position(|(f, _)| f.store == store) {
                     Some(k) => k,
                     None => {
                         let mut l = Logical::default();
@@ -338,7 +367,7 @@ fn logical(traces: &[&[Sig]], pre: bool) -> (Vec<(u32, u32)>, u32, Vec<FinalAcce
                         let f = FinalAccess {
                             at: (i, j),
                             before: copy + 1 < traces.len(),
-                            root: a.root,
+                            store,
                             ..FinalAccess::default()
                         };
                         stores.push((f, l));

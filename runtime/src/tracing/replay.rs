@@ -12,7 +12,7 @@
 //! task: a replay launches the window first.
 
 use super::actors::{Compiled, Run};
-use super::ahead::{Conditions, IssuedSig};
+use super::ahead::{numbering, Conditions, IssuedTrace};
 use super::record::{traceable, Cross, FinalAccess, Producer, Recording, PRE};
 use super::{Action, TraceId, Tracer, TracerConfig};
 use crate::analysis::Preds;
@@ -23,12 +23,18 @@ use crate::graph::{Node, Work};
 use crate::launch::Launched;
 use crate::runtime::{Front, Inner, Plan};
 use crate::stats::Counters;
+use crate::store::StoreRoot;
 use crate::task::{Issued, ScalarArg};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
+
+/// A store first used fewer than this many issued tasks ago is named in tokens by that
+/// distance, an older one by its id (`Tracing::store_name`). Longer than a trace and the tasks
+/// held around it, so that a loop's fresh stores are young wherever the loop uses them.
+const YOUNG: u64 = 2 * MAX_TRACE as u64;
 
 /// Longest trace the runtime records: tasks are held back while a candidate matches, so a
 /// long trace delays its first tasks (and the buffer holds up to three times this).
@@ -44,6 +50,10 @@ pub(crate) struct Tracing {
     seq: u64,
     /// Tokens are masked with it (tests force collisions with 0).
     pub(crate) token_mask: u64,
+    /// Per store seen: the issued task (`seq`) that first used it; dead stores are pruned
+    /// when it has doubled since the last pruning (`prune_at`).
+    first_use: HashMap<u64, (u64, std::sync::Weak<StoreRoot>)>,
+    prune_at: usize,
     /// Workers to compile replayed traces into actors for (`None`: actors off).
     actors: Option<usize>,
     /// The replay last instantiated as actors, while nothing has been analysed since.
@@ -57,9 +67,9 @@ pub(crate) struct Tracing {
 /// That holds, for the stores the previous trace uses, after a replay behind an entry vertex
 /// (`exact`); a trace using another store is not linked (`Cross::closed`). After a linked replay the state
 /// also holds accesses of the replay before it that the last one did not cover; a next replay
-/// of the *same* trace is still ordered after them (each of its accesses has a counterpart in
-/// the last replay, which was ordered after them), another trace is not, so it takes an entry
-/// vertex.
+/// of the *same* trace over the *same* stores in the same roles is still ordered after them
+/// (each of its accesses has a counterpart in the last replay, which was ordered after them),
+/// another is not, so it takes an entry vertex.
 struct LastReplay {
     trace: TraceId,
     exact: bool,
@@ -83,6 +93,8 @@ impl Tracing {
             recordings: HashMap::default(),
             seq: 0,
             token_mask: u64::MAX,
+            first_use: HashMap::default(),
+            prune_at: 64,
             actors,
             last: None,
         }
@@ -94,14 +106,17 @@ impl Tracing {
         self.tracer.history().collect()
     }
 
-    /// The recorded edges and accesses of `trace` replayed right after `before` (made once).
-    fn cross(&mut self, before: TraceId, trace: TraceId) -> Arc<Cross> {
-        if let Some(c) = self.recordings[&trace].cross.get(&before) {
+    /// The recorded edges and accesses of `trace` replayed right after `before`, its stores
+    /// `same` as there ([`same_stores`]) (made once per pattern).
+    fn cross(&mut self, before: TraceId, trace: TraceId, same: Vec<u32>) -> Arc<Cross> {
+        let key = (before, same);
+        if let Some(c) = self.recordings[&trace].cross.get(&key) {
             return c.clone();
         }
-        let c = Arc::new(self.recordings[&trace].cross_after(&self.recordings[&before]));
+        let c = self.recordings[&trace].cross_after(&self.recordings[&before], &key.1);
+        let c = Arc::new(c);
         let rec = self.recordings.get_mut(&trace).expect("replayed");
-        rec.cross.insert(before, c.clone());
+        rec.cross.insert(key, c.clone());
         c
     }
 
@@ -119,6 +134,27 @@ impl Tracing {
                 }
                 _ => false,
             })
+    }
+
+    /// How a token names a store: a store first used less than [`YOUNG`] issued tasks ago by
+    /// that distance (`true`), an older one by its id. A loop that makes fresh stores every
+    /// iteration uses each at the same distance from its first use every iteration, so its
+    /// tokens repeat (replays verify the stores' pattern: `ahead::IssuedTrace`); a store the
+    /// loop reuses is named by its id once old.
+    fn store_name(&mut self, root: &Arc<StoreRoot>) -> (bool, u64) {
+        let seq = self.seq;
+        if self.first_use.len() >= self.prune_at {
+            self.first_use.retain(|_, (_, w)| w.strong_count() > 0);
+            self.prune_at = (2 * self.first_use.len()).max(64);
+        }
+        let (first, _) = *self
+            .first_use
+            .entry(root.id)
+            .or_insert_with(|| (seq, Arc::downgrade(root)));
+        match seq - first {
+            d if d < YOUNG => (true, d),
+            _ => (false, root.id),
+        }
     }
 
     /// The task's token as the tracer sees it: what the solver and the analysis depend on
@@ -142,7 +178,8 @@ impl Tracing {
             }
         }
         for a in &t.args {
-            h.write_u64(a.root.id);
+            let (young, name) = self.store_name(&a.root);
+            (young, name).hash(&mut h);
             match &a.view {
                 None => h.write_usize(usize::MAX),
                 Some(r) => r.lo().iter().chain(r.hi()).for_each(|&x| h.write_usize(x)),
@@ -175,6 +212,28 @@ pub(crate) fn bump_versions(plan: &Plan) {
 /// failed, those after it, and its error.
 type RecordOutcome =
     std::result::Result<(Recording, Vec<Plan>), Box<(Vec<Plan>, Vec<Issued>, crate::RuntimeError)>>;
+
+/// Which of the last replay's stores each of `plans`' stores is, by number (first
+/// appearance, `ahead::numbering`); a store the last replay did not use gets a number past
+/// its stores. And whether they are the same stores in the same order.
+fn same_stores(last: &[Arc<Launched>], plans: &[Plan]) -> (Vec<u32>, bool) {
+    let (_, before) = numbering(last.iter().flat_map(|t| t.args.iter().map(|a| &a.root)));
+    let (_, now) = numbering(plans.iter().flat_map(|p| p.args.iter().map(|a| &a.root)));
+    let mut fresh = before.len() as u32;
+    let same: Vec<u32> = now
+        .iter()
+        .map(|r| match before.iter().position(|b| Arc::ptr_eq(b, r)) {
+            Some(k) => k as u32,
+            None => {
+                fresh += 1;
+                fresh - 1
+            }
+        })
+        .collect();
+    let identity =
+        same.len() == before.len() && same.iter().enumerate().all(|(k, &s)| s == k as u32);
+    (same, identity)
+}
 
 /// Keeps the first error of several steps.
 fn keep_first(first: &mut Result<()>, r: Result<()>) {
@@ -281,9 +340,7 @@ impl Inner {
                 }
             },
             Some(rec) => {
-                let same = tasks.len() == rec.issued.len()
-                    && (0..tasks.len()).all(|i| rec.issued[i].matches(&tasks[i], &tasks[..i]))
-                    && rec.conditions.hold(&tasks);
+                let same = rec.issued.matches(&tasks) && rec.conditions.hold(&tasks);
                 if !same {
                     Counters::add(&counters.traces_abandoned, 1);
                     return self.analyse_all(front, tr, tasks);
@@ -308,10 +365,12 @@ impl Inner {
             self.instantiate(rec, plans);
             return Ok(());
         };
-        let last = tr.last.take().filter(|l| l.exact || l.trace == trace);
-        let link = last
-            .map(|l| (tr.cross(l.trace, trace), l))
-            .filter(|(c, _)| c.closed);
+        let link = tr.last.take().and_then(|l| {
+            let (same, again) = same_stores(&l.tasks, &plans);
+            let again = again && l.trace == trace;
+            let cross = (l.exact || again).then(|| tr.cross(l.trace, trace, same))?;
+            cross.closed.then_some((cross, again, l))
+        });
         let rec = tr.recordings.get_mut(&trace).expect("recorded above");
         tr.last = self.instantiate_actors(rec, workers, trace, link, plans);
         Ok(())
@@ -322,9 +381,7 @@ impl Inner {
     /// after it, and the error.
     fn record(&self, front: &mut Front, tasks: Vec<Issued>) -> RecordOutcome {
         let conditions = Conditions::before(&tasks);
-        let sigs: Vec<IssuedSig> = (0..tasks.len())
-            .map(|i| IssuedSig::new(&tasks[i], &tasks[..i]))
-            .collect();
+        let sigs = IssuedTrace::new(&tasks);
         let mut plans = Vec::with_capacity(tasks.len());
         let mut rest = tasks.into_iter();
         while let Some(t) = rest.next() {
@@ -349,7 +406,7 @@ impl Inner {
         rec: &mut Recording,
         workers: usize,
         trace: TraceId,
-        link: Option<(Arc<Cross>, LastReplay)>,
+        link: Option<(Arc<Cross>, bool, LastReplay)>,
         plans: Vec<Plan>,
     ) -> Option<LastReplay> {
         let counters = &self.shared.counters;
@@ -389,7 +446,7 @@ impl Inner {
             }
         }
         let (pre, entry, exact) = match link {
-            Some((cross, last)) => {
+            Some((cross, again, last)) => {
                 Counters::add(&counters.actor_linked_replays, 1);
                 let n = last.nodes.len() as u32;
                 let vertex = |u: u32| match u {
@@ -409,9 +466,9 @@ impl Inner {
                         .access
                         .set(st.writers.iter().map(v), st.readers.iter().map(v));
                 }
-                // Linked to another trace, the state is no longer one a next link assumes.
-                let keep = last.trace == trace;
-                (keep.then_some(last.pre), None, false)
+                // Linked to another trace (or stores), the state is no longer one a next link
+                // assumes.
+                (again.then_some(last.pre), None, false)
             }
             None => {
                 let entry = Node::new(Work::Boundary);
