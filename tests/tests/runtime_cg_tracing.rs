@@ -26,7 +26,10 @@ fn a_traced_tensor_cg_equals_the_untraced_one_and_is_replayed() {
         assert_eq!(x, want, "threads {threads}, actors {actors}");
         let (share, first) = replayed(&stats, 20, iterations);
         let all = rt.stats();
-        assert!(share >= 0.95, "{share} replayed after 20 iterations: {all:?}");
+        assert!(
+            share >= 0.95,
+            "{share} replayed after 20 iterations: {all:?}"
+        );
         assert!(first.is_some_and(|i| i < 20), "first replay {first:?}");
         // Replays ahead of the solver: every task is solved or launched from a recording.
         assert_eq!(all.tasks_solved + all.tasks_unsolved, all.tasks_issued);

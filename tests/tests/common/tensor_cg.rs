@@ -52,10 +52,16 @@ pub fn tensor_cg(
 /// Of the tasks issued in iterations `from..to` (0-based), the share launched from a replayed
 /// trace; and the first iteration (0-based) with a replayed task.
 pub fn replayed(stats: &[Stats], from: usize, to: usize) -> (f64, Option<usize>) {
-    let at = |i: usize| stats[i].since(&if i == 0 { Stats::default() } else { stats[i - 1] });
-    let (issued, traced) = (from..to).map(at).fold((0, 0), |(i, t), s| {
-        (i + s.tasks_issued, t + s.tasks_traced)
-    });
+    let at = |i: usize| {
+        stats[i].since(&if i == 0 {
+            Stats::default()
+        } else {
+            stats[i - 1]
+        })
+    };
+    let (issued, traced) = (from..to)
+        .map(at)
+        .fold((0, 0), |(i, t), s| (i + s.tasks_issued, t + s.tasks_traced));
     let first = (0..stats.len()).find(|&i| at(i).tasks_traced > 0);
     (traced as f64 / issued.max(1) as f64, first)
 }
