@@ -15,8 +15,9 @@
 //! access state the entry vertex (standing for everything before) plus the trace's final
 //! accesses (its postcondition). Because nothing about the state before the trace is assumed,
 //! a trace whose first occurrence saw a different state (§5.4.3, non-idempotent traces) replays
-//! correctly from any state; key partitions and image sub-stores are the solver's, which still
-//! runs for every task, and a replay only proceeds when they equal the recorded ones.
+//! correctly from any state; the solver's answers are replayed only from the key partitions
+//! and image-source versions they were recorded from (`ahead.rs`). Stores are numbered by their
+//! first appearance in the trace, so a replay may run over other stores in the same pattern.
 
 use super::ahead::{numbering, Conditions, IssuedTrace, SolvedTask};
 use crate::dtype::ReduceOp;
