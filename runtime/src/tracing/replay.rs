@@ -77,6 +77,8 @@ struct LastReplay {
     nodes: Vec<Arc<Node>>,
     /// The vertex standing for everything before the first of the linked replays.
     pre: Arc<Node>,
+    /// The replay's stores, numbered by first appearance (`ahead::numbering`).
+    roots: Vec<Arc<StoreRoot>>,
 }
 
 impl Tracing {
@@ -213,12 +215,11 @@ pub(crate) fn bump_versions(plan: &Plan) {
 type RecordOutcome =
     std::result::Result<(Recording, Vec<Plan>), Box<(Vec<Plan>, Vec<Issued>, crate::RuntimeError)>>;
 
-/// Which of the last replay's stores each of `plans`' stores is, by number (first
-/// appearance, `ahead::numbering`); a store the last replay did not use gets a number past
-/// its stores. And whether they are the same stores in the same order.
-fn same_stores(last: &[Arc<Launched>], plans: &[Plan]) -> (Vec<u32>, bool) {
-    let (_, before) = numbering(last.iter().flat_map(|t| t.args.iter().map(|a| &a.root)));
-    let (_, now) = numbering(plans.iter().flat_map(|p| p.args.iter().map(|a| &a.root)));
+/// Which of the last replay's stores (`before`, by number: first appearance,
+/// `ahead::numbering`) each of this replay's stores (`now`, numbered alike) is; a store the
+/// last replay did not use gets a number past its stores. And whether they are the same stores
+/// in the same order.
+fn same_stores(before: &[Arc<StoreRoot>], now: &[Arc<StoreRoot>]) -> (Vec<u32>, bool) {
     let mut fresh = before.len() as u32;
     let same: Vec<u32> = now
         .iter()
@@ -365,14 +366,23 @@ impl Inner {
             self.instantiate(rec, plans);
             return Ok(());
         };
+        let roots: Vec<Arc<StoreRoot>> =
+            numbering(plans.iter().flat_map(|p| p.args.iter().map(|a| &a.root)))
+                .1
+                .into_iter()
+                .cloned()
+                .collect();
         let link = tr.last.take().and_then(|l| {
-            let (same, again) = same_stores(&l.tasks, &plans);
+            let (same, again) = same_stores(&l.roots, &roots);
             let again = again && l.trace == trace;
             let cross = (l.exact || again).then(|| tr.cross(l.trace, trace, same))?;
             cross.closed.then_some((cross, again, l))
         });
         let rec = tr.recordings.get_mut(&trace).expect("recorded above");
         tr.last = self.instantiate_actors(rec, workers, trace, link, plans);
+        if let Some(l) = tr.last.as_mut() {
+            l.roots = roots;
+        }
         Ok(())
     }
 
@@ -485,6 +495,7 @@ impl Inner {
             tasks,
             nodes,
             pre,
+            roots: Vec::new(),
         })
     }
 
