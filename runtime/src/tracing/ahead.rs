@@ -12,7 +12,7 @@
 //! sub-stores instead of solving, and leaves the recorded key partitions behind
 //! ([`Conditions::apply`]).
 
-use super::record::Producer;
+use super::record::{producer_in, Producer};
 use crate::constraint::Constraint;
 use crate::dtype::ReduceOp;
 use crate::launch::LaunchArg;
@@ -48,16 +48,13 @@ pub(crate) struct IssuedSig {
 }
 
 /// Where a future argument of `t` comes from: a task before it in the trace or not.
-pub(crate) fn producer(s: &ScalarArg, before: &[Issued]) -> Producer {
-    match s {
-        ScalarArg::Value(_) => Producer::Value,
-        ScalarArg::Future(cell) => before
-            .iter()
-            .position(|t| t.result.as_ref().is_some_and(|(_, c)| Arc::ptr_eq(c, cell)))
-            .map_or(Producer::External, |i| Producer::Internal {
-                plan: i as u32,
-            }),
-    }
+fn producer(s: &ScalarArg, before: &[Issued]) -> Producer {
+    producer_in(s, before.len(), |i, cell| {
+        before[i]
+            .result
+            .as_ref()
+            .is_some_and(|(_, c)| Arc::ptr_eq(c, cell))
+    })
 }
 
 /// Each store of a sequence of arguments numbered by its first appearance: the number of

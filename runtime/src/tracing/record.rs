@@ -159,16 +159,27 @@ pub(crate) fn traceable(t: &crate::task::Issued) -> bool {
         .all(|a| a.privilege != Privilege::WriteUnbound && a.root.bound().is_some())
 }
 
-fn producer(s: &ScalarArg, before: &[Plan]) -> Producer {
+/// Where scalar `s` comes from, `makes(i, cell)` telling whether the trace's `i`-th task (of
+/// the `n` before it) makes the future `cell`.
+pub(crate) fn producer_in(
+    s: &ScalarArg,
+    n: usize,
+    makes: impl Fn(usize, &Arc<crate::future::FutureCell>) -> bool,
+) -> Producer {
     match s {
         ScalarArg::Value(_) => Producer::Value,
-        ScalarArg::Future(cell) => before
-            .iter()
-            .position(|p| p.results.iter().any(|(_, c)| Arc::ptr_eq(c, cell)))
+        ScalarArg::Future(cell) => (0..n)
+            .position(|i| makes(i, cell))
             .map_or(Producer::External, |i| Producer::Internal {
                 plan: i as u32,
             }),
     }
+}
+
+fn producer(s: &ScalarArg, before: &[Plan]) -> Producer {
+    producer_in(s, before.len(), |i, cell| {
+        before[i].results.iter().any(|(_, c)| Arc::ptr_eq(c, cell))
+    })
 }
 
 /// Each task's arguments' store numbers in a trace of solved tasks.
