@@ -9,7 +9,8 @@
 //!    (the three interleaved at every sweep point).
 //! 3. CG (1-d Laplacian as a stencil matvec, dot products as futures, stores reused) with
 //!    tracing: share of launched tasks replayed in iterations 21–60 and the first iteration
-//!    with a replay.
+//!    with a replay; the same for the runtime example's CG (a fresh `ap` store every
+//!    iteration) and for a `tensor!` CG (fresh stores for every statement).
 //!
 //! Options (environment): `TESSERA_BENCH_THREADS` (default: available cores),
 //! `TESSERA_BENCH_STEPS` (default 1000), `TESSERA_BENCH_QUICK=1` (a shorter sweep),
@@ -19,6 +20,8 @@
 
 #[path = "../../runtime/examples/sparse/mod.rs"]
 mod sparse;
+#[path = "../../tests/tests/common/tensor_cg.rs"]
+mod tensor_cg;
 
 use rayon::prelude::*;
 use std::hint::black_box;
@@ -364,6 +367,34 @@ fn cg_tracing(threads: usize, n: usize, iterations: usize, warm_up: usize) -> (f
     (rt.stats().since(&before).traced_share(), first)
 }
 
+/// The runtime example's CG (`sparse::cg::solve`: a fresh `ap` store every iteration) with
+/// tracing + actors: the share of tasks replayed in iterations `warm_up + 1..=iterations`, as
+/// the difference of a run of `iterations` and one of `warm_up` (the same stream up to there).
+fn example_cg_tracing(threads: usize, n: usize, iterations: usize, warm_up: usize) -> f64 {
+    let run = |iters| {
+        let rt = Mode::Actors.runtime(threads);
+        sparse::cg::register(&rt).expect("register");
+        let a = sparse::Csr::upload(&rt, &sparse::HostCsr::tridiagonal(n)).expect("upload");
+        let b: Vec<f64> = (0..n).map(|i| 1.0 + (i % 3) as f64).collect();
+        // No tolerance: exactly `iters` iterations.
+        sparse::cg::solve(&rt, &a, &b, 0.0, iters).expect("cg");
+        rt.stats()
+    };
+    let (short, long) = (run(warm_up), run(iterations));
+    let traced = long.tasks_traced.saturating_sub(short.tasks_traced);
+    traced as f64 / long.tasks_issued.saturating_sub(short.tasks_issued).max(1) as f64
+}
+
+/// A `tensor!` CG (tests/tests/common/tensor_cg.rs: fresh stores for every statement, a read
+/// every iteration) with tracing + actors: the share of tasks replayed in iterations
+/// `warm_up + 1..=iterations` and the first iteration (from 1) with a replay (0: none).
+fn tensor_cg_tracing(threads: usize, n: usize, iterations: usize, warm_up: usize) -> (f64, usize) {
+    let rt = Mode::Actors.runtime(threads);
+    let (_, stats) = tensor_cg::tensor_cg(&rt, n, iterations).expect("tensor! CG");
+    let (share, first) = tensor_cg::replayed(&stats, warm_up, iterations);
+    (share, first.map_or(0, |i| i + 1))
+}
+
 /// Rows of `what` traced and with actors, each beside the untraced figure (µs, per mode).
 fn versus_untraced(table: &mut Table, what: &str, per_mode: &[f64; 3]) {
     for m in 1..3 {
@@ -398,6 +429,8 @@ fn main() {
         .map(|&m| [false, true].map(|chained| empty_task_overhead(threads, n, chained, m)))
         .collect();
     let (cg_share, cg_first) = cg_tracing(threads, 4096, 60, 20);
+    let example_cg_share = example_cg_tracing(threads, 4096, 60, 20);
+    let (tensor_cg_share, tensor_cg_first) = tensor_cg_tracing(threads, 4096, 60, 20);
 
     let runtimes = MODES.map(|m| m.runtime(threads));
     runtimes.iter().for_each(register_stencil);
@@ -502,6 +535,10 @@ fn main() {
             &format!("{name} stencil: traces abandoned"),
             tst.traces_abandoned as f64,
         );
+        table.figure(
+            &format!("{name} stencil: issued tasks launched with no solve (%)"),
+            100.0 * tst.tasks_unsolved as f64 / tst.tasks_issued.max(1) as f64,
+        );
     }
     let ast = runtimes[2].stats();
     table.figure(
@@ -517,6 +554,18 @@ fn main() {
         100.0 * cg_share,
     );
     table.figure("CG: first iteration with a replay", cg_first as f64);
+    table.figure(
+        "example CG, fresh ap (actors): tasks replayed in iterations 21-60 (%)",
+        100.0 * example_cg_share,
+    );
+    table.figure(
+        "tensor! CG (actors): tasks replayed in iterations 21-60 (%)",
+        100.0 * tensor_cg_share,
+    );
+    table.figure(
+        "tensor! CG: first iteration with a replay",
+        tensor_cg_first as f64,
+    );
     // The granularity at the shortest task is the per-step overhead floor: with the issuing
     // thread sharing the cores, METG cannot fall much below it.
     for m in 0..3 {
@@ -547,6 +596,9 @@ fn main() {
     table.figure("issue_us_per_step_traced_actors", issue[2]);
     table.figure("cg_replayed_share", cg_share);
     table.figure("cg_first_replayed_iteration", cg_first as f64);
+    table.figure("example_cg_replayed_share", example_cg_share);
+    table.figure("tensor_cg_replayed_share", tensor_cg_share);
+    table.figure("tensor_cg_first_replayed_iteration", tensor_cg_first as f64);
     table.figure("sweeps", sweeps as f64);
     table.figure("kernel ns per iteration", per_iter * 1e9);
     table.print();

@@ -71,13 +71,13 @@ impl Shared {
 }
 
 /// The issuing side's state: the window and the partition table.
-struct Front {
+pub(crate) struct Front {
     window: Window,
     interner: Interner,
     memo: SolveMemo,
     fusion_memo: FusionMemo,
     /// Automatic tracing (`None` when switched off).
-    tracing: Option<Tracing>,
+    pub(crate) tracing: Option<Tracing>,
     /// The first error of a task launched by an idle worker's flush (adaptive window): the
     /// issuing thread reports it at its next submit, read or fence.
     deferred: Option<RuntimeError>,
@@ -887,16 +887,10 @@ impl Runtime {
                 a.root.meta().unbound_issued = true;
             }
         }
-        let r = if let Some(a) = self.inner.shared.adaptive.get() {
-            self.inner.issue_adaptive(&mut front, a, issued)
-        } else if front.window.bypass() {
-            // Nothing buffered and nothing to buffer for: analyse now, without a copy of the
-            // task into the window and out again.
-            self.inner.analyze_now(&mut front, issued)
-        } else if front.window.push(issued) {
-            self.inner.drain(&mut front, false)
+        let r = if front.tracing.is_some() {
+            self.inner.trace_issue(&mut front, issued)
         } else {
-            Ok(())
+            self.inner.enqueue(&mut front, issued)
         };
         let r = r.and(front.deferred.take().map_or(Ok(()), Err));
         self.inner.release(front);
@@ -1162,12 +1156,39 @@ impl Inner {
         }
     }
 
-    fn flush_locked(&self, front: &mut Front) -> Result<()> {
-        let r = self.drain(front, true);
-        if let Some(tr) = front.tracing.as_mut() {
-            self.release_held(tr);
+    /// Puts a task in the window (past the tracer, if tracing is on).
+    pub(crate) fn enqueue(&self, front: &mut Front, t: Issued) -> Result<()> {
+        if let Some(a) = self.shared.adaptive.get() {
+            self.issue_adaptive(front, a, t)
+        } else if front.window.bypass() {
+            // Nothing buffered and nothing to buffer for: analyse now, without a copy of the
+            // task into the window and out again.
+            self.analyze_now(front, t)
+        } else if front.window.push(t) {
+            self.drain(front, false)
+        } else {
+            Ok(())
         }
-        r
+    }
+
+    /// Launches everything issued so far: the tracer's held tasks (issued after everything in
+    /// the window) go to the window or are replayed, then the window is launched.
+    fn flush_locked(&self, front: &mut Front) -> Result<()> {
+        let r = match front.tracing.take() {
+            Some(mut tr) => {
+                let r = self.release_held(front, &mut tr);
+                front.tracing = Some(tr);
+                r
+            }
+            None => Ok(()),
+        };
+        let d = self.drain_all(front);
+        r.and(d)
+    }
+
+    /// Launches every task in the window.
+    pub(crate) fn drain_all(&self, front: &mut Front) -> Result<()> {
+        self.drain(front, true)
     }
 
     /// Solves and launches one task without passing it through the window.
@@ -1177,7 +1198,7 @@ impl Inner {
             Counters::add(&self.shared.counters.tasks_launched, 1);
             let plan = Plan::single(ready);
             self.agree_launch(&plan)?;
-            self.launch(front.tracing.as_mut(), plan);
+            self.analyse(plan);
             Ok(())
         });
         Counters::add(
@@ -1288,7 +1309,7 @@ impl Inner {
         };
         let r = self.agree_launch(&plan);
         if r.is_ok() {
-            self.launch(front.tracing.as_mut(), plan);
+            self.analyse(plan);
         }
         pended.into_iter().for_each(window::unpend);
         r
@@ -1367,10 +1388,8 @@ impl Inner {
 
     /// Solves one task (its launch domain, partitions and sub-stores); on failure its future
     /// gets the error.
-    fn solve(&self, front: &mut Front, t: Issued) -> Result<Ready> {
-        if let Some(tr) = front.tracing.as_mut().filter(|tr| tr.must_release_for(&t)) {
-            self.release_held(tr);
-        }
+    pub(crate) fn solve(&self, front: &mut Front, t: Issued) -> Result<Ready> {
+        Counters::add(&self.shared.counters.tasks_solved, 1);
         let r = self.solve_inner(front, &t);
         match r {
             Ok((domain, token, args, parts)) => Ok(Ready {
@@ -1503,6 +1522,13 @@ impl Inner {
             }
         }
         r
+    }
+
+    /// Launches a solved (possibly fused) task into the dependence analysis.
+    pub(crate) fn analyse(&self, plan: Plan) {
+        crate::tracing::replay::bump_versions(&plan);
+        Counters::add(&self.shared.counters.tasks_analysed, 1);
+        self.schedule(plan);
     }
 
     /// Builds the point (and finish) nodes, adds their dependences, and hands ready ones to the
@@ -1718,7 +1744,7 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    fn single(mut t: Ready) -> Plan {
+    pub(crate) fn single(mut t: Ready) -> Plan {
         Plan {
             name: t.issued.name,
             body: t.issued.body,

@@ -13,6 +13,21 @@ fn launched_tokens(rt: &Runtime) -> Vec<u64> {
     front.tracing.as_ref().expect("tracing on").history()
 }
 
+/// Issues enough tasks reading `stores` that tokens name them by id (a store first used
+/// recently is named by how long ago that was); returns how many tokens that added.
+fn age(rt: &Runtime, stores: &[&Store]) -> usize {
+    let _ = rt.register("age", |_| {});
+    let n = 2 * crate::tracing::replay::MAX_TRACE;
+    for _ in 0..n {
+        let mut t = rt.task("age");
+        for s in stores {
+            t = t.read(s);
+        }
+        t.launch_domain(&[1]).submit().unwrap();
+    }
+    n
+}
+
 #[test]
 fn repeated_tasks_hash_to_repeated_tokens() {
     let rt = Runtime::builder()
@@ -24,6 +39,7 @@ fn repeated_tasks_hash_to_repeated_tokens() {
     rt.register("step", |_| {}).unwrap();
     let a = rt.create(DType::F64, &[8]).unwrap();
     let b = rt.create(DType::F64, &[8]).unwrap();
+    let old = age(&rt, &[&a, &b]);
     for _ in 0..3 {
         rt.task("step")
             .read(&a)
@@ -40,7 +56,7 @@ fn repeated_tasks_hash_to_repeated_tokens() {
             .submit()
             .unwrap();
     }
-    let h = history(&rt);
+    let h = history(&rt)[old..].to_vec();
     assert_eq!(h.len(), 6);
     assert_eq!(h[0], h[2]);
     assert_eq!(h[1], h[3]);
@@ -64,14 +80,46 @@ fn repeated_tasks_hash_to_repeated_tokens() {
         .launch_domain(&[3])
         .submit()
         .unwrap();
-    let h = history(&rt);
+    let h = history(&rt)[old..].to_vec();
     assert_ne!(h[6], h[0]);
     assert_ne!(h[7], h[0]);
 }
 
 #[test]
 fn a_larger_window_defers_analysis_until_full_or_needed() {
-    // Fusion off: four tasks on one store would fuse into one launch.
+    // Fusion off: four tasks on one store would fuse into one launch. Tracing off: it would
+    // hold the tasks before the window.
+    let rt = Runtime::builder()
+        .threads(1)
+        .window_size(4)
+        .fusion(false)
+        .tracing(false)
+        .build();
+    rt.register("nop", |_| {}).unwrap();
+    let a = rt.create(DType::F64, &[4]).unwrap();
+    for _ in 0..3 {
+        rt.task("nop").read_write(&a).submit().unwrap();
+    }
+    assert_eq!(
+        rt.stats().tasks_launched,
+        0,
+        "three tasks wait in the window"
+    );
+    rt.task("nop").read_write(&a).submit().unwrap();
+    assert_eq!(rt.stats().tasks_launched, 4, "the fourth fills it");
+    rt.task("nop").read_write(&a).submit().unwrap();
+    rt.fence().unwrap();
+    assert_eq!(
+        rt.stats().tasks_launched,
+        5,
+        "a fence analyses what is left"
+    );
+}
+
+/// The tracer holds issued tasks ahead of the window: a larger window still launches the
+/// tasks the tracer releases, and a fence launches everything.
+#[test]
+fn tracing_holds_tasks_ahead_of_the_window() {
     let rt = Runtime::builder()
         .threads(1)
         .window_size(4)
@@ -80,18 +128,20 @@ fn a_larger_window_defers_analysis_until_full_or_needed() {
         .build();
     rt.register("nop", |_| {}).unwrap();
     let a = rt.create(DType::F64, &[4]).unwrap();
-    for _ in 0..3 {
+    for _ in 0..5 {
         rt.task("nop").read_write(&a).submit().unwrap();
     }
     assert_eq!(
         launched_tokens(&rt).len(),
-        0,
-        "three tasks wait in the window"
+        5,
+        "every issued task has a token"
     );
-    rt.task("nop").read_write(&a).submit().unwrap();
-    assert_eq!(launched_tokens(&rt).len(), 4, "the fourth fills it");
-    rt.task("nop").read_write(&a).submit().unwrap();
-    assert_eq!(history(&rt).len(), 5, "a fence analyses what is left");
+    rt.fence().unwrap();
+    assert_eq!(
+        rt.stats().tasks_launched,
+        5,
+        "a fence launches what is held"
+    );
 }
 
 #[test]
@@ -134,6 +184,7 @@ fn tokens_tell_apart_what_the_analysis_tells_apart() {
         .build();
     rt.register("t", |_| {}).unwrap();
     let a = rt.create(DType::F64, &[8]).unwrap();
+    let old = age(&rt, &[&a]);
     let one = || rt.task("t").read_write(&a).launch_domain(&[1]);
     one().scalar(1u64).submit().unwrap();
     one().scalar(1i64).submit().unwrap();
@@ -154,7 +205,7 @@ fn tokens_tell_apart_what_the_analysis_tells_apart() {
         .unwrap();
     // The same task again, with another future: a candidate for the same trace entry.
     one().future(&Future::ready(2u64)).submit().unwrap();
-    let h = history(&rt);
+    let h = history(&rt)[old..].to_vec();
     assert_eq!(h.len(), 8);
     let distinct: std::collections::HashSet<u64> = h[..7].iter().copied().collect();
     assert_eq!(
@@ -163,6 +214,40 @@ fn tokens_tell_apart_what_the_analysis_tells_apart() {
         "scalar kinds, futures, results and views differ: {h:x?}"
     );
     assert_eq!(h[7], h[2], "a future hashes as a future, whichever it is");
+}
+
+/// A loop that makes a fresh store every iteration repeats its tokens: the fresh store is
+/// named by how long ago it was first used, the same every iteration.
+#[test]
+fn fresh_stores_every_iteration_give_repeated_tokens() {
+    let rt = Runtime::builder()
+        .threads(1)
+        .tracing(true)
+        .window_size(1)
+        .build();
+    rt.register("step", |_| {}).unwrap();
+    let a = rt.create(DType::F64, &[8]).unwrap();
+    let old = age(&rt, &[&a]);
+    for _ in 0..4 {
+        let tmp = rt.create(DType::F64, &[8]).unwrap();
+        rt.task("step")
+            .read(&a)
+            .write(&tmp)
+            .align(&a, &tmp)
+            .submit()
+            .unwrap();
+        rt.task("step")
+            .read(&tmp)
+            .write(&a)
+            .align(&a, &tmp)
+            .submit()
+            .unwrap();
+    }
+    let h = history(&rt)[old..].to_vec();
+    assert_eq!(h.len(), 8);
+    assert_eq!(&h[..2], &h[2..4]);
+    assert_eq!(&h[..2], &h[6..]);
+    assert_ne!(h[0], h[1]);
 }
 
 /// Issues a loop whose iterations differ in what the analysis depends on (which store is

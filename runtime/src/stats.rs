@@ -34,6 +34,8 @@ pub(crate) struct Counters {
     pub tracing_ns: AtomicU64,
     pub actor_replays: AtomicU64,
     pub actor_linked_replays: AtomicU64,
+    pub tasks_solved: AtomicU64,
+    pub tasks_unsolved: AtomicU64,
     pub bytes_sent: AtomicU64,
     pub messages_sent: AtomicU64,
 }
@@ -75,6 +77,8 @@ impl Counters {
             tracing_ns: g(&self.tracing_ns),
             actor_replays: g(&self.actor_replays),
             actor_linked_replays: g(&self.actor_linked_replays),
+            tasks_solved: g(&self.tasks_solved),
+            tasks_unsolved: g(&self.tasks_unsolved),
             bytes_sent: g(&self.bytes_sent),
             messages_sent: g(&self.messages_sent),
             bytes_resident: 0,
@@ -147,6 +151,11 @@ pub struct Stats {
     /// replay before by recorded edges (no entry vertex: the two overlap).
     pub actor_replays: u64,
     pub actor_linked_replays: u64,
+    /// Issued tasks solved (by the solver or its memo), and issued tasks launched from a
+    /// recorded trace with no solve at all (replay ahead of the solver). Every issued task
+    /// that launched is one or the other.
+    pub tasks_solved: u64,
+    pub tasks_unsolved: u64,
     /// Across ranks: bytes of store elements this rank sent to others (transfers before
     /// points and gathers for `read` and image sources; headers not counted).
     pub bytes_sent: u64,
@@ -231,6 +240,8 @@ impl Stats {
             tracing_ns: self.tracing_ns - earlier.tracing_ns,
             actor_replays: self.actor_replays - earlier.actor_replays,
             actor_linked_replays: self.actor_linked_replays - earlier.actor_linked_replays,
+            tasks_solved: self.tasks_solved - earlier.tasks_solved,
+            tasks_unsolved: self.tasks_unsolved - earlier.tasks_unsolved,
             bytes_sent: self.bytes_sent - earlier.bytes_sent,
             messages_sent: self.messages_sent - earlier.messages_sent,
             bytes_resident: self.bytes_resident,

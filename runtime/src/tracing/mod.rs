@@ -17,17 +17,21 @@
 //!   (§5.4.2), scored by length × decayed appearances.
 //! * [`FinderCost`]: what finding cost, for the runtime's statistics.
 //! * [`Tracer`]: the three together, one call per launched task's token.
-//! * `replay` (crate-private): the runtime's launch path through the tracer (held tasks,
-//!   releases, replays); `record`: a trace's recorded tasks and logical dependence graph.
+//! * `replay` (crate-private): the runtime's issue path through the tracer, ahead of the
+//!   solver (held tasks, releases, replays); `record`: a trace's recorded tasks and logical
+//!   dependence graph; `ahead`: the tasks as issued, the recorded solves and the key
+//!   partitions they start from and leave (what lets a replay skip the solver).
 //!
-//! A token is a 64-bit hash of what a task does (`Issued::token`, mixed with where its
-//! futures come from): equal tokens make two tasks *candidates* for the same trace entry,
+//! A token is a 64-bit hash of what an issued task does (`Tracing::token`: stores named by id,
+//! or by how recently they were first used, and where its futures come from): equal tokens
+//! make two tasks *candidates* for the same trace entry,
 //! never proof that they are equal. A replay compares the recorded fields of each task it
 //! replaces and falls back to ordinary analysis on any difference. `actors` (crate-private):
 //! a replayed trace compiled into per-worker actors (runtime/DESIGN.md, "Tracing in the launch
 //! path").
 
 pub(crate) mod actors;
+mod ahead;
 mod finder;
 mod record;
 pub(crate) mod replay;

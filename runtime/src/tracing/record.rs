@@ -15,9 +15,11 @@
 //! access state the entry vertex (standing for everything before) plus the trace's final
 //! accesses (its postcondition). Because nothing about the state before the trace is assumed,
 //! a trace whose first occurrence saw a different state (§5.4.3, non-idempotent traces) replays
-//! correctly from any state; key partitions and image sub-stores are the solver's, which still
-//! runs for every task, and a replay only proceeds when they equal the recorded ones.
+//! correctly from any state; the solver's answers are replayed only from the key partitions
+//! and image-source versions they were recorded from (`ahead.rs`). Stores are numbered by their
+//! first appearance in the trace, so a replay may run over other stores in the same pattern.
 
+use super::ahead::{numbering, Conditions, IssuedTrace, SolvedTask};
 use crate::dtype::ReduceOp;
 use crate::fusion::FusedShape;
 use crate::launch::LaunchArg;
@@ -43,7 +45,8 @@ pub(crate) enum Producer {
 /// One argument as the analysis sees it.
 #[derive(Debug)]
 struct ArgSig {
-    root: u64,
+    /// The store, numbered by its first appearance in the trace (`ahead::numbering`).
+    store: u32,
     /// The store's extent (what [`PRE`] writes).
     whole: Rect,
     privilege: Privilege,
@@ -69,7 +72,8 @@ pub(crate) struct FinalAccess {
     /// replay before when `before` holds.
     pub at: (usize, usize),
     pub before: bool,
-    pub root: u64,
+    /// The store's number (in [`Cross`]: over both traces).
+    pub store: u32,
     pub writers: Vec<(Rect, u32)>,
     pub readers: Vec<(Rect, u32)>,
 }
@@ -85,29 +89,44 @@ pub(crate) struct Graph {
     pub stores: Vec<FinalAccess>,
 }
 
-/// A recorded trace: signatures of its tasks and its logical graph.
+/// A recorded trace: signatures of its tasks (as issued and as solved), the partitioning
+/// state its solves started from and left, the solves' answers, and its logical graph.
 pub(crate) struct Recording {
     sigs: Vec<Sig>,
+    pub issued: IssuedTrace,
+    pub solved: Vec<SolvedTask>,
+    pub conditions: Conditions,
     pub graph: Graph,
     /// For a replay right after a replay of the trace given as key (actors), made when first
     /// needed.
-    pub cross: rustc_hash::FxHashMap<super::TraceId, Arc<Cross>>,
+    /// The key also says which of the previous replay's stores this one's are (by number:
+    /// [`Recording::cross_after`]).
+    pub cross: rustc_hash::FxHashMap<(super::TraceId, Vec<u32>), Arc<Cross>>,
     /// The graph compiled into actors (on first replay with actors on).
     pub actors: Option<std::sync::Arc<super::actors::Compiled>>,
 }
 
 impl Recording {
     /// Records the occurrence `plans` (tasks the tracer holds are traceable: no unbound
-    /// outputs).
-    pub(crate) fn new(plans: &[Plan]) -> Recording {
+    /// outputs), solved from the tasks `issued` starting from `conditions`.
+    pub(crate) fn new(
+        plans: &[Plan],
+        issued: IssuedTrace,
+        mut conditions: Conditions,
+    ) -> Recording {
+        conditions.after(plans);
+        let numbers = plan_numbers(plans);
         let sigs: Vec<Sig> = plans
             .iter()
             .enumerate()
-            .map(|(i, p)| sig(p, &plans[..i]))
+            .map(|(i, p)| sig(p, &plans[..i], &numbers[i]))
             .collect();
         let graph = graph(&sigs);
         Recording {
             sigs,
+            issued,
+            solved: plans.iter().map(SolvedTask::of).collect(),
+            conditions,
             graph,
             cross: Default::default(),
             actors: None,
@@ -116,12 +135,13 @@ impl Recording {
 
     /// Whether `plans` are, field for field, the tasks recorded.
     pub(crate) fn matches(&self, plans: &[Plan]) -> bool {
+        let numbers = plan_numbers(plans);
         plans.len() == self.sigs.len()
             && plans
                 .iter()
                 .enumerate()
                 .zip(&self.sigs)
-                .all(|((i, p), s)| same(s, p, &plans[..i]))
+                .all(|((i, p), s)| same(s, p, &plans[..i], &numbers[i]))
     }
 
     /// Where each task's scalars come from (as recorded and verified).
@@ -130,27 +150,49 @@ impl Recording {
     }
 }
 
-/// Whether `p` can be held back and replayed: tasks producing unbound stores bind them in
-/// their finish step, which later tasks' solving waits for, so they are never held.
-pub(crate) fn traceable(p: &Plan) -> bool {
-    p.args
+/// Whether `t` can be held back and replayed: tasks producing unbound stores bind them in
+/// their finish step, which later tasks' solving waits for, so they are never held; a task
+/// reading a store not bound yet must wait for it before it can be solved.
+pub(crate) fn traceable(t: &crate::task::Issued) -> bool {
+    t.args
         .iter()
-        .all(|a| a.privilege != Privilege::WriteUnbound)
+        .all(|a| a.privilege != Privilege::WriteUnbound && a.root.bound().is_some())
 }
 
-fn producer(s: &ScalarArg, before: &[Plan]) -> Producer {
+/// Where scalar `s` comes from, `makes(i, cell)` telling whether the trace's `i`-th task (of
+/// the `n` before it) makes the future `cell`.
+pub(crate) fn producer_in(
+    s: &ScalarArg,
+    n: usize,
+    makes: impl Fn(usize, &Arc<crate::future::FutureCell>) -> bool,
+) -> Producer {
     match s {
         ScalarArg::Value(_) => Producer::Value,
-        ScalarArg::Future(cell) => before
-            .iter()
-            .position(|p| p.results.iter().any(|(_, c)| Arc::ptr_eq(c, cell)))
+        ScalarArg::Future(cell) => (0..n)
+            .position(|i| makes(i, cell))
             .map_or(Producer::External, |i| Producer::Internal {
                 plan: i as u32,
             }),
     }
 }
 
-fn sig(p: &Plan, before: &[Plan]) -> Sig {
+fn producer(s: &ScalarArg, before: &[Plan]) -> Producer {
+    producer_in(s, before.len(), |i, cell| {
+        before[i].results.iter().any(|(_, c)| Arc::ptr_eq(c, cell))
+    })
+}
+
+/// Each task's arguments' store numbers in a trace of solved tasks.
+fn plan_numbers(plans: &[Plan]) -> Vec<Vec<u32>> {
+    let (all, _) = numbering(plans.iter().flat_map(|p| p.args.iter().map(|a| &a.root)));
+    let mut all = all.into_iter();
+    plans
+        .iter()
+        .map(|p| all.by_ref().take(p.args.len()).collect())
+        .collect()
+}
+
+fn sig(p: &Plan, before: &[Plan], stores: &[u32]) -> Sig {
     Sig {
         name: p.name.clone(),
         fused: p.fused.clone(),
@@ -158,8 +200,9 @@ fn sig(p: &Plan, before: &[Plan]) -> Sig {
         args: p
             .args
             .iter()
-            .map(|a| ArgSig {
-                root: a.root.id,
+            .zip(stores)
+            .map(|(a, &store)| ArgSig {
+                store,
                 whole: a.root.bound().map_or(a.view, |b| b.rect),
                 privilege: a.privilege,
                 local: a.local,
@@ -171,14 +214,14 @@ fn sig(p: &Plan, before: &[Plan]) -> Sig {
     }
 }
 
-fn same_arg(s: &ArgSig, a: &LaunchArg) -> bool {
-    s.root == a.root.id
+fn same_arg(s: &ArgSig, a: &LaunchArg, store: u32) -> bool {
+    s.store == store
         && s.privilege == a.privilege
         && s.local == a.local
         && (Arc::ptr_eq(&s.rects, &a.rects) || *s.rects == *a.rects)
 }
 
-fn same(s: &Sig, p: &Plan, before: &[Plan]) -> bool {
+fn same(s: &Sig, p: &Plan, before: &[Plan], stores: &[u32]) -> bool {
     let same_shape = match (&s.fused, &p.fused) {
         (None, None) => true,
         (Some(a), Some(b)) => Arc::ptr_eq(a, b),
@@ -188,7 +231,11 @@ fn same(s: &Sig, p: &Plan, before: &[Plan]) -> bool {
         && (Arc::ptr_eq(&s.name, &p.name) || s.name == p.name)
         && s.domain == p.domain
         && s.args.len() == p.args.len()
-        && s.args.iter().zip(&p.args).all(|(s, a)| same_arg(s, a))
+        && s.args
+            .iter()
+            .zip(&p.args)
+            .zip(stores)
+            .all(|((s, a), &n)| same_arg(s, a, n))
         && s.scalars.len() == p.scalars.len()
         && s.scalars
             .iter()
@@ -251,7 +298,7 @@ pub(crate) struct Cross {
 /// then points before the finish step), so that it has the edges ordinary analysis of the same
 /// tasks would add with nothing finished.
 fn graph(sigs: &[Sig]) -> Graph {
-    let (edges, next, stores) = logical(&[sigs], false);
+    let (edges, next, stores) = logical(&[(sigs, None)], false);
     let mut has_pred = vec![false; next as usize];
     edges.iter().for_each(|&(_, b)| has_pred[b as usize] = true);
     Graph {
@@ -264,10 +311,12 @@ fn graph(sigs: &[Sig]) -> Graph {
 
 impl Recording {
     /// [`Cross`] of this trace replayed right after `before`: the edges from `before`'s
-    /// vertices (and from before it) into this one's, and the accesses both leave.
-    pub(crate) fn cross_after(&self, before: &Recording) -> Cross {
+    /// vertices (and from before it) into this one's, and the accesses both leave. This
+    /// trace's store `k` is `before`'s store `same[k]` (a number past `before`'s stores: one
+    /// it does not use).
+    pub(crate) fn cross_after(&self, before: &Recording, same: &[u32]) -> Cross {
         let n = before.graph.vertices as u32;
-        let (edges, _, stores) = logical(&[&before.sigs, &self.sigs], true);
+        let (edges, _, stores) = logical(&[(&before.sigs, None), (&self.sigs, Some(same))], true);
         Cross {
             edges: edges
                 .into_iter()
@@ -290,15 +339,20 @@ impl Sig {
     }
 }
 
-/// Definition 1 over traces in a row (vertices numbered on from one to the next), each store
+/// Definition 1 over traces in a row (vertices numbered on from one to the next; each trace's
+/// store numbers mapped through its map, if any, to numbers common to all), each store
 /// starting with [`PRE`] as the writer of all of it when `pre` holds. Returns the sorted
 /// edges, the vertex count and the final accesses.
-fn logical(traces: &[&[Sig]], pre: bool) -> (Vec<(u32, u32)>, u32, Vec<FinalAccess>) {
+#[allow(clippy::type_complexity)]
+fn logical(
+    traces: &[(&[Sig], Option<&[u32]>)],
+    pre: bool,
+) -> (Vec<(u32, u32)>, u32, Vec<FinalAccess>) {
     let mut edges = Vec::new();
     let mut stores: Vec<(FinalAccess, Logical)> = Vec::new();
     let mut finish_of: Vec<Option<u32>> = Vec::new();
     let mut next = 0u32;
-    for (copy, sigs) in traces.iter().enumerate() {
+    for (copy, &(sigs, map)) in traces.iter().enumerate() {
         let base = finish_of.len();
         for (i, s) in sigs.iter().enumerate() {
             let n = s.domain.len() as u32;
@@ -314,7 +368,8 @@ fn logical(traces: &[&[Sig]], pre: bool) -> (Vec<(u32, u32)>, u32, Vec<FinalAcce
                 }
             }
             for (j, a) in s.args.iter().enumerate().filter(|(_, a)| !a.local) {
-                let k = match stores.iter().position(|(f, _)| f.root == a.root) {
+                let store = map.map_or(a.store, |m| m[a.store as usize]);
+                let k = match stores.iter().position(|(f, _)| f.store == store) {
                     Some(k) => k,
                     None => {
                         let mut l = Logical::default();
@@ -324,7 +379,7 @@ fn logical(traces: &[&[Sig]], pre: bool) -> (Vec<(u32, u32)>, u32, Vec<FinalAcce
                         let f = FinalAccess {
                             at: (i, j),
                             before: copy + 1 < traces.len(),
-                            root: a.root,
+                            store,
                             ..FinalAccess::default()
                         };
                         stores.push((f, l));

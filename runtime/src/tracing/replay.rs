@@ -1,29 +1,40 @@
-//! Automatic tracing in the runtime's launch path: every launched task (after solving and
-//! fusion) passes through the [`Tracer`]; tasks a candidate may still match are held back, a
-//! release sends them to ordinary dependence analysis in order, and a replay instantiates the
-//! trace's recorded logical graph (`record.rs`) with no per-argument analysis.
+//! Automatic tracing in the runtime's issue path, ahead of the solver: every issued task
+//! passes through the [`Tracer`]; tasks a candidate may still match are held back, a release
+//! sends them on to the window (solving, fusion, dependence analysis) in order, and a replay
+//! instantiates the trace's recorded logical graph (`record.rs`) with the recorded solves'
+//! answers (`ahead.rs`): no solver, no memo probe, no fusion and no per-argument analysis.
 //!
-//! Held tasks are invisible to the analysis until released, so whatever needs their effects
-//! first hands them back (`Tracing::flush`): a read, a fence, a future's `get` (through
-//! `Inner::flush`), a task producing an unbound store (never held), and a task whose image
-//! source a held task writes (the image is computed from values). A trace therefore never
-//! spans either of the last two.
+//! Held tasks are invisible to everything behind the tracer, so whatever needs their effects
+//! first hands them back (`Inner::flush_locked`): a read, a fence, a future's `get`, a drop, a
+//! task producing an unbound store or reading one not bound yet (never held), and a task whose
+//! image source a held task writes (the image is computed from values). A trace therefore
+//! never spans either of the last two. Tasks already in the window are older than every held
+//! task: a replay launches the window first.
 
 use super::actors::{Compiled, Run};
+use super::ahead::{numbering, Conditions, IssuedTrace};
 use super::record::{traceable, Cross, FinalAccess, Producer, Recording, PRE};
 use super::{Action, TraceId, Tracer, TracerConfig};
 use crate::analysis::Preds;
 use crate::constraint::Constraint;
+use crate::dtype::Scalar;
+use crate::error::Result;
 use crate::graph::{Node, Work};
 use crate::launch::Launched;
-use crate::runtime::{Inner, Plan};
+use crate::runtime::{Front, Inner, Plan};
 use crate::stats::Counters;
+use crate::store::StoreRoot;
 use crate::task::{Issued, ScalarArg};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
+
+/// A store first used fewer than this many issued tasks ago is named in tokens by that
+/// distance, an older one by its id (`Tracing::store_name`). Longer than a trace and the tasks
+/// held around it, so that a loop's fresh stores are young wherever the loop uses them.
+const YOUNG: u64 = 2 * MAX_TRACE as u64;
 
 /// Longest trace the runtime records: tasks are held back while a candidate matches, so a
 /// long trace delays its first tasks (and the buffer holds up to three times this).
@@ -32,13 +43,17 @@ pub(crate) const MAX_TRACE: usize = 16;
 /// The issuing side's tracing state.
 pub(crate) struct Tracing {
     tracer: Tracer,
-    /// Tasks the tracer holds back, in launch order (one per buffered token).
-    held: VecDeque<Plan>,
+    /// Tasks the tracer holds back, in issue order (one per buffered token).
+    held: VecDeque<Issued>,
     recordings: HashMap<TraceId, Recording>,
-    /// Tasks launched so far (a future's producer is numbered by it).
+    /// Tasks issued through the tracer so far (a future's producer is numbered by it).
     seq: u64,
     /// Tokens are masked with it (tests force collisions with 0).
     pub(crate) token_mask: u64,
+    /// Per store seen: the issued task (`seq`) that first used it; dead stores are pruned
+    /// when it has doubled since the last pruning (`prune_at`).
+    first_use: HashMap<u64, (u64, std::sync::Weak<StoreRoot>)>,
+    prune_at: usize,
     /// Workers to compile replayed traces into actors for (`None`: actors off).
     actors: Option<usize>,
     /// The replay last instantiated as actors, while nothing has been analysed since.
@@ -52,9 +67,9 @@ pub(crate) struct Tracing {
 /// That holds, for the stores the previous trace uses, after a replay behind an entry vertex
 /// (`exact`); a trace using another store is not linked (`Cross::closed`). After a linked replay the state
 /// also holds accesses of the replay before it that the last one did not cover; a next replay
-/// of the *same* trace is still ordered after them (each of its accesses has a counterpart in
-/// the last replay, which was ordered after them), another trace is not, so it takes an entry
-/// vertex.
+/// of the *same* trace over the *same* stores in the same roles is still ordered after them
+/// (each of its accesses has a counterpart in the last replay, which was ordered after them),
+/// another is not, so it takes an entry vertex.
 struct LastReplay {
     trace: TraceId,
     exact: bool,
@@ -62,6 +77,8 @@ struct LastReplay {
     nodes: Vec<Arc<Node>>,
     /// The vertex standing for everything before the first of the linked replays.
     pre: Arc<Node>,
+    /// The replay's stores, numbered by first appearance (`ahead::numbering`).
+    roots: Vec<Arc<StoreRoot>>,
 }
 
 impl Tracing {
@@ -78,6 +95,8 @@ impl Tracing {
             recordings: HashMap::default(),
             seq: 0,
             token_mask: u64::MAX,
+            first_use: HashMap::default(),
+            prune_at: 64,
             actors,
             last: None,
         }
@@ -89,25 +108,28 @@ impl Tracing {
         self.tracer.history().collect()
     }
 
-    /// The recorded edges and accesses of `trace` replayed right after `before` (made once).
-    fn cross(&mut self, before: TraceId, trace: TraceId) -> Arc<Cross> {
-        if let Some(c) = self.recordings[&trace].cross.get(&before) {
+    /// The recorded edges and accesses of `trace` replayed right after `before`, its stores
+    /// `same` as there ([`same_stores`]) (made once per pattern).
+    fn cross(&mut self, before: TraceId, trace: TraceId, same: Vec<u32>) -> Arc<Cross> {
+        let key = (before, same);
+        if let Some(c) = self.recordings[&trace].cross.get(&key) {
             return c.clone();
         }
-        let c = Arc::new(self.recordings[&trace].cross_after(&self.recordings[&before]));
+        let c = self.recordings[&trace].cross_after(&self.recordings[&before], &key.1);
+        let c = Arc::new(c);
         let rec = self.recordings.get_mut(&trace).expect("replayed");
-        rec.cross.insert(before, c.clone());
+        rec.cross.insert(key, c.clone());
         c
     }
 
     /// Whether solving `t` needs a held task's effects: an image whose source it writes.
-    pub(crate) fn must_release_for(&self, t: &Issued) -> bool {
+    fn must_release_for(&self, t: &Issued) -> bool {
         !self.held.is_empty()
             && t.constraints.iter().any(|c| match c {
                 Constraint::Image { src, .. } => {
                     let root = &t.args[*src].root;
-                    self.held.iter().any(|p| {
-                        p.args
+                    self.held.iter().any(|h| {
+                        h.args
                             .iter()
                             .any(|a| a.privilege.writes() && Arc::ptr_eq(&a.root, root))
                     })
@@ -116,115 +138,274 @@ impl Tracing {
             })
     }
 
-    /// The task's token as the tracer sees it: the solved task's token and, for each future
-    /// argument, how many launches ago its producer was launched (a loop passes a new future
-    /// every iteration, made the same distance back). Numbers the task's own futures.
-    fn token(&mut self, p: &Plan) -> u64 {
+    /// How a token names a store: a store first used less than [`YOUNG`] issued tasks ago by
+    /// that distance (`true`), an older one by its id. A loop that makes fresh stores every
+    /// iteration uses each at the same distance from its first use every iteration, so its
+    /// tokens repeat (replays verify the stores' pattern: `ahead::IssuedTrace`); a store the
+    /// loop reuses is named by its id once old.
+    fn store_name(&mut self, root: &Arc<StoreRoot>) -> (bool, u64) {
+        let seq = self.seq;
+        if self.first_use.len() >= self.prune_at {
+            self.first_use.retain(|_, (_, w)| w.strong_count() > 0);
+            self.prune_at = (2 * self.first_use.len()).max(64);
+        }
+        let (first, _) = *self
+            .first_use
+            .entry(root.id)
+            .or_insert_with(|| (seq, Arc::downgrade(root)));
+        match seq - first {
+            d if d < YOUNG => (true, d),
+            _ => (false, root.id),
+        }
+    }
+
+    /// The task's token as the tracer sees it: what the solver and the analysis depend on
+    /// (name, scalars, stores with views and privileges, constraints, fixed domain, result
+    /// operator) and, for each future argument, how many tasks ago its producer was issued (a
+    /// loop passes a new future every iteration, made the same distance back). Numbers the
+    /// task's own future.
+    fn token(&mut self, t: &Issued) -> u64 {
         self.seq += 1;
         let mut h = rustc_hash::FxHasher::default();
-        p.token.hash(&mut h);
-        for (i, s) in p.scalars.iter().enumerate() {
-            if let ScalarArg::Future(cell) = s {
-                (i, cell.launched_as.get().map(|&at| self.seq - at)).hash(&mut h);
+        t.name.hash(&mut h);
+        // A kind tag first: FxHasher mixes every integer width alike (`U64(1)` ≠ `I64(1)`).
+        for s in &t.scalars {
+            match s {
+                ScalarArg::Value(Scalar::F64(x)) => (0u8, x.to_bits()).hash(&mut h),
+                ScalarArg::Value(Scalar::I64(x)) => (1u8, *x as u64).hash(&mut h),
+                ScalarArg::Value(Scalar::U64(x)) => (2u8, *x).hash(&mut h),
+                ScalarArg::Future(cell) => {
+                    (3u8, cell.launched_as.get().map(|&at| self.seq - at)).hash(&mut h)
+                }
             }
         }
-        for (_, cell) in &p.results {
+        for a in &t.args {
+            let (young, name) = self.store_name(&a.root);
+            (young, name).hash(&mut h);
+            match &a.view {
+                None => h.write_usize(usize::MAX),
+                Some(r) => r.lo().iter().chain(r.hi()).for_each(|&x| h.write_usize(x)),
+            }
+            a.privilege.hash(&mut h);
+        }
+        t.constraints.hash(&mut h);
+        t.domain.hash(&mut h);
+        t.result.as_ref().map(|(op, _)| *op).hash(&mut h);
+        if let Some((_, cell)) = &t.result {
             let _ = cell.launched_as.set(self.seq);
         }
         h.finish() & self.token_mask
     }
 }
 
+/// Counts a launch's writes in its stores' versions (fusion's temporaries and the solve
+/// memo's images test them), held or not.
+pub(crate) fn bump_versions(plan: &Plan) {
+    for a in plan
+        .args
+        .iter()
+        .filter(|a| !a.local && a.privilege.writes())
+    {
+        a.root.meta().version += 1;
+    }
+}
+
+/// A recorded first occurrence and its solved tasks, or: the tasks solved before the one that
+/// failed, those after it, and its error.
+type RecordOutcome =
+    std::result::Result<(Recording, Vec<Plan>), Box<(Vec<Plan>, Vec<Issued>, crate::RuntimeError)>>;
+
+/// Which of the last replay's stores (`before`, by number: first appearance,
+/// `ahead::numbering`) each of this replay's stores (`now`, numbered alike) is; a store the
+/// last replay did not use gets a number past its stores. And whether they are the same stores
+/// in the same order.
+fn same_stores(before: &[Arc<StoreRoot>], now: &[Arc<StoreRoot>]) -> (Vec<u32>, bool) {
+    let mut fresh = before.len() as u32;
+    let same: Vec<u32> = now
+        .iter()
+        .map(|r| match before.iter().position(|b| Arc::ptr_eq(b, r)) {
+            Some(k) => k as u32,
+            None => {
+                fresh += 1;
+                fresh - 1
+            }
+        })
+        .collect();
+    let identity =
+        same.len() == before.len() && same.iter().enumerate().all(|(k, &s)| s == k as u32);
+    (same, identity)
+}
+
+/// Keeps the first error of several steps.
+fn keep_first(first: &mut Result<()>, r: Result<()>) {
+    if first.is_ok() {
+        *first = r;
+    }
+}
+
 impl Inner {
-    /// Launches a solved (possibly fused) task: through the tracer when tracing is on.
-    pub(crate) fn launch(&self, tr: Option<&mut Tracing>, plan: Plan) {
-        // Versions count writes as launched, held or not (fusion's temporaries test them).
-        for a in plan
-            .args
-            .iter()
-            .filter(|a| !a.local && a.privilege.writes())
-        {
-            a.root.meta().version += 1;
-        }
-        let Some(tr) = tr else {
-            Counters::add(&self.shared.counters.tasks_analysed, 1);
-            return self.schedule(plan);
+    /// Issues a task through the tracer (tracing on): held while a candidate trace matches,
+    /// else on to the window with what is released before it.
+    pub(crate) fn trace_issue(&self, front: &mut Front, t: Issued) -> Result<()> {
+        let Some(mut tr) = front.tracing.take() else {
+            return self.enqueue(front, t);
         };
         let t0 = Instant::now();
-        let token = tr.token(&plan);
-        if !traceable(&plan) {
-            self.release_held(tr);
-            Counters::add(&self.shared.counters.tasks_analysed, 1);
+        let mut first = Ok(());
+        if tr.must_release_for(&t) {
+            first = self.release_held(front, &mut tr);
+        }
+        let token = tr.token(&t);
+        if !traceable(&t) {
+            keep_first(&mut first, self.release_held(front, &mut tr));
             // Access states change outside a replay: the next replay cannot link to the last.
             tr.last = None;
-            self.schedule(plan);
+            keep_first(&mut first, self.enqueue(front, t));
         } else {
-            tr.held.push_back(plan);
+            tr.held.push_back(t);
             let before = *tr.tracer.finder_cost();
             let actions = tr.tracer.issue(token);
             let after = tr.tracer.finder_cost();
             Counters::add(&self.shared.counters.finder_ns, after.ns - before.ns);
             Counters::add(&self.shared.counters.finder_runs, after.runs - before.runs);
-            self.act(tr, actions);
+            keep_first(&mut first, self.act(front, &mut tr, actions));
         }
+        front.tracing = Some(tr);
         Counters::add(
             &self.shared.counters.tracing_ns,
             t0.elapsed().as_nanos() as u64,
         );
+        first
     }
 
-    /// Hands every held task back (a replay of complete matches, the rest to analysis).
-    pub(crate) fn release_held(&self, tr: &mut Tracing) {
+    /// Hands every held task on (a replay of complete matches, the rest to the window).
+    pub(crate) fn release_held(&self, front: &mut Front, tr: &mut Tracing) -> Result<()> {
         let actions = tr.tracer.flush();
-        self.act(tr, actions);
+        self.act(front, tr, actions)
     }
 
-    fn act(&self, tr: &mut Tracing, actions: Vec<Action>) {
-        let counters = &self.shared.counters;
+    fn act(&self, front: &mut Front, tr: &mut Tracing, actions: Vec<Action>) -> Result<()> {
+        let mut first = Ok(());
         for a in actions {
             match a {
                 Action::Release(tokens) => {
-                    Counters::add(&counters.tasks_analysed, tokens.len() as u64);
-                    tr.last = None;
-                    for _ in 0..tokens.len() {
-                        let p = tr.held.pop_front().expect("one held task per token");
-                        self.schedule(p);
-                    }
+                    let tasks: Vec<Issued> = tr.held.drain(..tokens.len()).collect();
+                    keep_first(&mut first, self.analyse_all(front, tr, tasks));
                 }
                 Action::Replay { trace, tokens } => {
-                    let plans: Vec<Plan> = tr.held.drain(..tokens.len()).collect();
-                    self.replay(tr, trace, plans);
+                    let tasks: Vec<Issued> = tr.held.drain(..tokens.len()).collect();
+                    // What the window holds was issued before the trace: it goes first.
+                    keep_first(&mut first, self.drain_all(front));
+                    keep_first(&mut first, self.replay(front, tr, trace, tasks));
                 }
             }
         }
+        first
     }
 
-    /// Replays `trace` over `plans` (recording it first if new); analyses them as usual if
-    /// they differ from the recording in anything the analysis depends on.
-    fn replay(&self, tr: &mut Tracing, trace: TraceId, plans: Vec<Plan>) {
-        let counters = &self.shared.counters;
-        let rec = tr.recordings.entry(trace).or_insert_with(|| {
-            Counters::add(&counters.traces_recorded, 1);
-            Recording::new(&plans)
-        });
-        if !rec.matches(&plans) {
-            Counters::add(&counters.traces_abandoned, 1);
-            Counters::add(&counters.tasks_analysed, plans.len() as u64);
-            tr.last = None;
-            plans.into_iter().for_each(|p| self.schedule(p));
-            return;
+    /// Ordinary analysis of `tasks`, one by one through the window.
+    fn analyse_all(&self, front: &mut Front, tr: &mut Tracing, tasks: Vec<Issued>) -> Result<()> {
+        tr.last = None;
+        let mut first = Ok(());
+        for t in tasks {
+            keep_first(&mut first, self.enqueue(front, t));
         }
+        first
+    }
+
+    /// Replays `trace` over `tasks` (recording it first if new); analyses them as usual if
+    /// they differ from the recording in anything the solver or the analysis depends on, or
+    /// the stores' key partitions or image sources are not as the recording found them.
+    fn replay(
+        &self,
+        front: &mut Front,
+        tr: &mut Tracing,
+        trace: TraceId,
+        tasks: Vec<Issued>,
+    ) -> Result<()> {
+        let counters = &self.shared.counters;
+        let plans = match tr.recordings.get(&trace) {
+            None => match self.record(front, tasks) {
+                Ok((rec, plans)) => {
+                    Counters::add(&counters.traces_recorded, 1);
+                    tr.recordings.insert(trace, rec);
+                    plans
+                }
+                Err(failed) => {
+                    let (plans, rest, e) = *failed;
+                    // Analysed as usual, without the failing task.
+                    tr.last = None;
+                    plans.into_iter().for_each(|p| self.analyse(p));
+                    let r = self.analyse_all(front, tr, rest);
+                    return Err::<(), _>(e).and(r);
+                }
+            },
+            Some(rec) => {
+                let same = rec.issued.matches(&tasks) && rec.conditions.hold(&tasks);
+                if !same {
+                    Counters::add(&counters.traces_abandoned, 1);
+                    return self.analyse_all(front, tr, tasks);
+                }
+                let plans: Vec<Plan> = tasks
+                    .into_iter()
+                    .zip(&rec.solved)
+                    .map(|(t, s)| s.plan(t))
+                    .collect();
+                debug_assert!(rec.matches(&plans), "a replay launches the recorded tasks");
+                rec.conditions.apply(&plans);
+                Counters::add(&counters.tasks_unsolved, plans.len() as u64);
+                plans.iter().for_each(bump_versions);
+                plans
+            }
+        };
+        Counters::add(&counters.tasks_launched, plans.len() as u64);
         Counters::add(&counters.traces_replayed, 1);
         Counters::add(&counters.tasks_traced, plans.len() as u64);
+        let rec = &tr.recordings[&trace];
         let Some(workers) = tr.actors else {
-            return self.instantiate(rec, plans);
+            self.instantiate(rec, plans);
+            return Ok(());
         };
-        let last = tr.last.take().filter(|l| l.exact || l.trace == trace);
-        let link = last
-            .map(|l| (tr.cross(l.trace, trace), l))
-            .filter(|(c, _)| c.closed);
+        let roots: Vec<Arc<StoreRoot>> =
+            numbering(plans.iter().flat_map(|p| p.args.iter().map(|a| &a.root)))
+                .1
+                .into_iter()
+                .cloned()
+                .collect();
+        let link = tr.last.take().and_then(|l| {
+            let (same, again) = same_stores(&l.roots, &roots);
+            let again = again && l.trace == trace;
+            let cross = (l.exact || again).then(|| tr.cross(l.trace, trace, same))?;
+            cross.closed.then_some((cross, again, l))
+        });
         let rec = tr.recordings.get_mut(&trace).expect("recorded above");
         tr.last = self.instantiate_actors(rec, workers, trace, link, plans);
+        if let Some(l) = tr.last.as_mut() {
+            l.roots = roots;
+        }
+        Ok(())
+    }
+
+    /// Solves a trace's first occurrence task by task (each solve sees the key partitions the
+    /// one before left) and records it. On a failing solve: the tasks solved before it, those
+    /// after it, and the error.
+    fn record(&self, front: &mut Front, tasks: Vec<Issued>) -> RecordOutcome {
+        let conditions = Conditions::before(&tasks);
+        let sigs = IssuedTrace::new(&tasks);
+        let mut plans = Vec::with_capacity(tasks.len());
+        let mut rest = tasks.into_iter();
+        while let Some(t) = rest.next() {
+            // A task that fails to solve is dropped (its future has the error).
+            match self.solve(front, t) {
+                Ok(ready) => {
+                    let plan = Plan::single(ready);
+                    bump_versions(&plan);
+                    plans.push(plan);
+                }
+                Err(e) => return Err(Box::new((plans, rest.collect(), e))),
+            }
+        }
+        Ok((Recording::new(&plans, sigs, conditions), plans))
     }
 
     /// The recorded graph as actors (`actors.rs`) over `plans`' tasks: linked to `last` (a
@@ -235,7 +416,7 @@ impl Inner {
         rec: &mut Recording,
         workers: usize,
         trace: TraceId,
-        link: Option<(Arc<Cross>, LastReplay)>,
+        link: Option<(Arc<Cross>, bool, LastReplay)>,
         plans: Vec<Plan>,
     ) -> Option<LastReplay> {
         let counters = &self.shared.counters;
@@ -275,7 +456,7 @@ impl Inner {
             }
         }
         let (pre, entry, exact) = match link {
-            Some((cross, last)) => {
+            Some((cross, again, last)) => {
                 Counters::add(&counters.actor_linked_replays, 1);
                 let n = last.nodes.len() as u32;
                 let vertex = |u: u32| match u {
@@ -295,9 +476,9 @@ impl Inner {
                         .access
                         .set(st.writers.iter().map(v), st.readers.iter().map(v));
                 }
-                // Linked to another trace, the state is no longer one a next link assumes.
-                let keep = last.trace == trace;
-                (keep.then_some(last.pre), None, false)
+                // Linked to another trace (or stores), the state is no longer one a next link
+                // assumes.
+                (again.then_some(last.pre), None, false)
             }
             None => {
                 let entry = Node::new(Work::Boundary);
@@ -314,6 +495,7 @@ impl Inner {
             tasks,
             nodes,
             pre,
+            roots: Vec::new(),
         })
     }
 

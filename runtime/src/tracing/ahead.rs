@@ -1,0 +1,302 @@
+//! Replay ahead of the solver: what a recording keeps of its tasks *as issued* (before
+//! solving), and the partitioning state its solves started from and left.
+//!
+//! The solver's answer for a task depends on the task as issued (name, stores, views,
+//! privileges, constraints, fixed domain), the key partitions of its stores, and, for an image
+//! source, the values of the source (solve_memo.rs says why). Over a whole trace, the solves
+//! run in order, each changing key partitions for the next: so if every replaced task equals
+//! the recorded one field for field ([`IssuedSig`]), every store's key partitions equal the
+//! recorded ones at the start of the trace, and every image source has the recorded version
+//! (a version is bumped by every write, so equal versions mean equal values), each solve
+//! would give the recorded answer. A replay then takes the recorded domains, tokens and
+//! sub-stores instead of solving, and leaves the recorded key partitions behind
+//! ([`Conditions::apply`]).
+
+use super::record::{producer_in, Producer};
+use crate::constraint::Constraint;
+use crate::dtype::ReduceOp;
+use crate::launch::LaunchArg;
+use crate::partition::{Domain, PartitionId};
+use crate::rect::Rect;
+use crate::runtime::Plan;
+use crate::store::StoreRoot;
+use crate::task::{Issued, Privilege, ScalarArg};
+use smallvec::SmallVec;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// One argument as issued. Its store is named by its first appearance in the trace
+/// ([`numbering`]): a loop that makes fresh stores every iteration replays over the new ones.
+struct IssuedArg {
+    store: u32,
+    /// The store's extent and type (what its number stands for, as far as solving goes).
+    whole: Option<Rect>,
+    dtype: crate::dtype::DType,
+    view: Option<Rect>,
+    privilege: Privilege,
+}
+
+/// The fields of an issued task that its solve and analysis depend on (compared at every
+/// replay: tokens are hashes).
+pub(crate) struct IssuedSig {
+    name: Arc<str>,
+    args: SmallVec<[IssuedArg; 4]>,
+    constraints: SmallVec<[Constraint; 4]>,
+    domain: Option<Domain>,
+    scalars: SmallVec<[Producer; 2]>,
+    result: Option<ReduceOp>,
+}
+
+/// Where a future argument of `t` comes from: a task before it in the trace or not.
+fn producer(s: &ScalarArg, before: &[Issued]) -> Producer {
+    producer_in(s, before.len(), |i, cell| {
+        before[i]
+            .result
+            .as_ref()
+            .is_some_and(|(_, c)| Arc::ptr_eq(c, cell))
+    })
+}
+
+/// Each store of a sequence of arguments numbered by its first appearance: the number of
+/// every argument, and the distinct stores in that order.
+pub(crate) fn numbering<'a>(
+    roots: impl Iterator<Item = &'a Arc<StoreRoot>>,
+) -> (Vec<u32>, Vec<&'a Arc<StoreRoot>>) {
+    let mut distinct: Vec<&Arc<StoreRoot>> = Vec::new();
+    let numbers = roots
+        .map(|r| match distinct.iter().position(|d| Arc::ptr_eq(d, r)) {
+            Some(k) => k as u32,
+            None => {
+                distinct.push(r);
+                distinct.len() as u32 - 1
+            }
+        })
+        .collect();
+    (numbers, distinct)
+}
+
+/// Every argument's store number in a trace of issued tasks.
+fn issued_numbers(tasks: &[Issued]) -> Vec<u32> {
+    numbering(tasks.iter().flat_map(|t| t.args.iter().map(|a| &a.root))).0
+}
+
+/// The issued tasks of a recorded trace.
+pub(crate) struct IssuedTrace(Vec<IssuedSig>);
+
+impl IssuedTrace {
+    pub(crate) fn new(tasks: &[Issued]) -> IssuedTrace {
+        let numbers = issued_numbers(tasks);
+        let mut first = 0;
+        IssuedTrace(
+            (0..tasks.len())
+                .map(|i| {
+                    let n = tasks[i].args.len();
+                    let sig = IssuedSig::new(&tasks[i], &tasks[..i], &numbers[first..first + n]);
+                    first += n;
+                    sig
+                })
+                .collect(),
+        )
+    }
+
+    /// Whether `tasks` are, field for field, the tasks recorded, over stores that appear in
+    /// the same pattern.
+    pub(crate) fn matches(&self, tasks: &[Issued]) -> bool {
+        if tasks.len() != self.0.len() {
+            return false;
+        }
+        let numbers = issued_numbers(tasks);
+        let mut first = 0;
+        (0..tasks.len()).all(|i| {
+            let n = tasks[i].args.len();
+            let same = n == self.0[i].args.len()
+                && self.0[i].matches(&tasks[i], &tasks[..i], &numbers[first..first + n]);
+            first += n;
+            same
+        })
+    }
+}
+
+impl IssuedSig {
+    fn new(t: &Issued, before: &[Issued], stores: &[u32]) -> IssuedSig {
+        IssuedSig {
+            name: t.name.clone(),
+            args: t
+                .args
+                .iter()
+                .zip(stores)
+                .map(|(a, &store)| IssuedArg {
+                    store,
+                    whole: a.root.bound().map(|b| b.rect),
+                    dtype: a.root.dtype,
+                    view: a.view,
+                    privilege: a.privilege,
+                })
+                .collect(),
+            constraints: t.constraints.iter().cloned().collect(),
+            domain: t.domain,
+            scalars: t.scalars.iter().map(|s| producer(s, before)).collect(),
+            result: t.result.as_ref().map(|(op, _)| *op),
+        }
+    }
+
+    /// Whether `t` (after `before` in the trace, its stores numbered `stores`) is the task
+    /// recorded.
+    fn matches(&self, t: &Issued, before: &[Issued], stores: &[u32]) -> bool {
+        (Arc::ptr_eq(&self.name, &t.name) || self.name == t.name)
+            && self.domain == t.domain
+            && self.result == t.result.as_ref().map(|(op, _)| *op)
+            && self.args.len() == t.args.len()
+            && self
+                .args
+                .iter()
+                .zip(&t.args)
+                .zip(stores)
+                .all(|((s, a), &n)| {
+                    s.store == n
+                        && s.view == a.view
+                        && s.privilege == a.privilege
+                        && s.dtype == a.root.dtype
+                        && s.whole == a.root.bound().map(|b| b.rect)
+                })
+            && self.constraints[..] == t.constraints[..]
+            && self.scalars.len() == t.scalars.len()
+            && self
+                .scalars
+                .iter()
+                .zip(&t.scalars)
+                .all(|(&s, a)| s == producer(a, before))
+    }
+}
+
+/// What one solve answered, as the launch needs it.
+pub(crate) struct SolvedTask {
+    domain: Domain,
+    token: u64,
+    /// Per argument: its view and per-point sub-stores.
+    args: SmallVec<[(Rect, Arc<[Rect]>); 4]>,
+}
+
+impl SolvedTask {
+    pub(crate) fn of(p: &Plan) -> SolvedTask {
+        SolvedTask {
+            domain: p.domain,
+            token: p.token,
+            args: p.args.iter().map(|a| (a.view, a.rects.clone())).collect(),
+        }
+    }
+
+    /// `t` launched as recorded (no solve).
+    pub(crate) fn plan(&self, t: Issued) -> Plan {
+        Plan {
+            name: t.name,
+            body: t.body,
+            domain: self.domain,
+            token: self.token,
+            args: t
+                .args
+                .into_iter()
+                .zip(&self.args)
+                .map(|(a, (view, rects))| LaunchArg {
+                    root: a.root,
+                    view: *view,
+                    privilege: a.privilege,
+                    rects: rects.clone(),
+                    local: false,
+                })
+                .collect(),
+            scalars: t.scalars,
+            results: t.result.into_iter().collect(),
+            fused: None,
+        }
+    }
+}
+
+/// Each store of a trace, once, by where it first appears: (task, argument).
+fn distinct_roots(tasks: &[Issued]) -> Vec<(usize, usize)> {
+    let mut seen: Vec<(usize, usize)> = Vec::new();
+    for (i, t) in tasks.iter().enumerate() {
+        for (j, a) in t.args.iter().enumerate() {
+            let root = |&(k, l): &(usize, usize)| &tasks[k].args[l].root;
+            if !seen.iter().any(|at| Arc::ptr_eq(root(at), &a.root)) {
+                seen.push((i, j));
+            }
+        }
+    }
+    seen
+}
+
+fn is_image_src(t: &Issued, root: &Arc<StoreRoot>) -> bool {
+    t.constraints.iter().any(|c| match c {
+        Constraint::Image { src, .. } => Arc::ptr_eq(&t.args[*src].root, root),
+        _ => false,
+    })
+}
+
+/// The partitioning state a trace's solves start from (precondition) and leave
+/// (postcondition), per store of the trace.
+pub(crate) struct Conditions {
+    at: Vec<(usize, usize)>,
+    keys_before: Vec<Vec<PartitionId>>,
+    keys_after: Vec<Vec<PartitionId>>,
+    /// For image sources: (store's index in `at`, its id, version at the start of the
+    /// trace). An image is computed from the source's values: the same store at the same
+    /// version (bumped by every write) has the same values; another store may not.
+    versions: Vec<(usize, u64, u64)>,
+}
+
+impl Conditions {
+    /// The state before the trace's first solve.
+    pub(crate) fn before(tasks: &[Issued]) -> Conditions {
+        let at = distinct_roots(tasks);
+        let root = |&(i, j): &(usize, usize)| &tasks[i].args[j].root;
+        let keys_before = at.iter().map(|p| root(p).meta().keys.clone()).collect();
+        let versions = at
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| tasks.iter().any(|t| is_image_src(t, root(p))))
+            .map(|(k, p)| (k, root(p).id, root(p).meta().version))
+            .collect();
+        Conditions {
+            at,
+            keys_before,
+            keys_after: Vec::new(),
+            versions,
+        }
+    }
+
+    /// Records the state the trace's solves left (`plans`: the trace's tasks, solved).
+    pub(crate) fn after(&mut self, plans: &[Plan]) {
+        self.keys_after = self
+            .at
+            .iter()
+            .map(|&(i, j)| plans[i].args[j].root.meta().keys.clone())
+            .collect();
+    }
+
+    /// Whether `tasks` (already checked field for field) start from the recorded state.
+    pub(crate) fn hold(&self, tasks: &[Issued]) -> bool {
+        let root = |k: usize| {
+            let (i, j) = self.at[k];
+            &tasks[i].args[j].root
+        };
+        (0..self.at.len()).all(|k| root(k).meta().keys == self.keys_before[k])
+            && self
+                .versions
+                .iter()
+                .all(|&(k, id, v)| root(k).id == id && root(k).meta().version == v)
+    }
+
+    /// Leaves the recorded key partitions (what the solves would have left) on `plans`'
+    /// stores.
+    pub(crate) fn apply(&self, plans: &[Plan]) {
+        for (&(i, j), keys) in self.at.iter().zip(&self.keys_after) {
+            let root = &plans[i].args[j].root;
+            let mut meta = root.meta();
+            if meta.keys != *keys {
+                meta.keys.clone_from(keys);
+                root.key_epoch.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
