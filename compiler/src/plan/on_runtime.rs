@@ -37,7 +37,7 @@ use crate::interp::{self, InterpError};
 use crate::ir::{Kernel, OutputKind};
 
 mod elementwise;
-pub use elementwise::{is_elementwise, run_elementwise, ChunkFn};
+pub use elementwise::{is_elementwise, run_elementwise, scalar_inputs, ChunkFn};
 
 /// Why a plan could not run on the runtime.
 #[derive(Debug, thiserror::Error)]
@@ -160,6 +160,9 @@ pub struct Stored<V, I = u32> {
     layout: InputLayout,
     dims: Vec<usize>,
     format: Format,
+    /// A rank-0 tensor's value as a future, made the first time an element-wise statement
+    /// takes it as a scalar (`elementwise`); the stores never change after creation.
+    value: std::sync::OnceLock<tessera_runtime::Future>,
     _types: std::marker::PhantomData<fn() -> (V, I)>,
 }
 
@@ -206,6 +209,7 @@ impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
             layout: uploaded.1,
             dims,
             format,
+            value: Default::default(),
             _types: std::marker::PhantomData,
         })
     }
@@ -217,6 +221,7 @@ impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
             layout,
             dims: t.dims().to_vec(),
             format: t.format().clone(),
+            value: Default::default(),
             _types: std::marker::PhantomData,
         }
     }
@@ -244,6 +249,7 @@ impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
             },
             dims: dims.to_vec(),
             format,
+            value: Default::default(),
             _types: std::marker::PhantomData,
         }
     }
@@ -256,6 +262,7 @@ impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
             layout: self.layout.clone(),
             dims: self.dims.clone(),
             format: self.format.clone(),
+            value: Default::default(),
             _types: std::marker::PhantomData,
         };
         // `self` still holds every store: `take` copies.
