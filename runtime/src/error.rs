@@ -149,7 +149,10 @@ pub enum RuntimeError {
     #[error("store#{store}: read-back collided with a task touching {rect}; issue tasks from one thread at a time")]
     ConcurrentAccess { store: u64, rect: String },
     #[error("store#{store} of shape {shape:?} is not one value: only a one-element store becomes a scalar future")]
-    NotOneValue { store: u64, shape: Option<Vec<usize>> },
+    NotOneValue {
+        store: u64,
+        shape: Option<Vec<usize>>,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, RuntimeError>;

@@ -39,10 +39,15 @@ pub fn emit_elementwise_named(k: &Kernel, name: &Ident) -> TokenStream {
     // Array inputs are the chunk's aligned slices, scalar inputs its scalar arguments, each
     // in slot order (as `run_elementwise` passes them).
     let scalar = scalar_inputs(k);
-    let ins: Vec<Ident> = (0..scalar.len()).map(|s| format_ident!("in{}", s)).collect();
+    let ins: Vec<Ident> = (0..scalar.len())
+        .map(|s| format_ident!("in{}", s))
+        .collect();
     let (arrays, scalars): (Vec<&Ident>, Vec<&Ident>) = {
         let (a, s): (Vec<_>, Vec<_>) = ins.iter().zip(&scalar).partition(|(_, &s)| !s);
-        (a.into_iter().map(|p| p.0).collect(), s.into_iter().map(|p| p.0).collect())
+        (
+            a.into_iter().map(|p| p.0).collect(),
+            s.into_iter().map(|p| p.0).collect(),
+        )
     };
     let (n_arrays, n_scalars) = (arrays.len(), scalars.len());
     let (array_idx, scalar_idx) = (0..n_arrays, 0..n_scalars);

@@ -68,7 +68,10 @@ impl<'a, T> Chunk<'a, T> {
     {
         let v = self.scalar(i);
         T::from_scalar(v).unwrap_or_else(|| {
-            panic!("scalar {i} ({v:?}) does not fit the element type {:?}", T::DTYPE)
+            panic!(
+                "scalar {i} ({v:?}) does not fit the element type {:?}",
+                T::DTYPE
+            )
         })
     }
 

@@ -25,7 +25,9 @@ impl Runtime {
     /// `T::from_scalar` gives the stored value back.
     pub fn value_future(&self, store: &Store) -> Result<Future> {
         let shape = store.shape();
-        if shape.as_ref().is_none_or(|s| s.iter().product::<usize>() != 1)
+        if shape
+            .as_ref()
+            .is_none_or(|s| s.iter().product::<usize>() != 1)
             || store.dtype() == DType::Range
         {
             return Err(RuntimeError::NotOneValue {

@@ -174,7 +174,11 @@ mod tests {
     #[test]
     fn scalar_inputs_are_the_rank_0_slots() {
         let (kernel, _) = crate::plan::from_text("y(i) = a * x(i) + z(i) / b").unwrap();
-        let want: Vec<bool> = kernel.inputs().iter().map(|t| *t == "a" || *t == "b").collect();
+        let want: Vec<bool> = kernel
+            .inputs()
+            .iter()
+            .map(|t| *t == "a" || *t == "b")
+            .collect();
         assert_eq!(super::scalar_inputs(&kernel), want);
         assert_eq!(want.iter().filter(|s| **s).count(), 2);
     }
