@@ -420,6 +420,19 @@ fn cg_iteration(rt: &Runtime, a: &Csr, s: &mut Cg) {
     s.rs = rs_new;
 }
 
+/// Seconds per iteration of [`ITERS`] hand-loop CG iterations from `x = 0`.
+fn cg_hand_run(host: &HostCsr, b: &[f64]) -> f64 {
+    let n = b.len();
+    let (mut x, mut r, mut p, mut q) = (vec![0.0; n], b.to_vec(), b.to_vec(), vec![0.0; n]);
+    let mut rs: f64 = b.iter().map(|v| v * v).sum();
+    let t0 = Instant::now();
+    for _ in 0..ITERS {
+        cg_hand(host, &mut x, &mut r, &mut p, &mut q, &mut rs);
+    }
+    std::hint::black_box(rs);
+    t0.elapsed().as_secs_f64() / ITERS as f64
+}
+
 /// The same iteration by hand (rayon), with the same reduction order per element.
 fn cg_hand(a: &HostCsr, x: &mut [f64], r: &mut [f64], p: &mut [f64], q: &mut [f64], rs: &mut f64) {
     host_spmv(a, p, q);
@@ -576,21 +589,7 @@ fn bench_cg_statements(threads: usize, window: WindowPolicy, k: usize, reps: usi
         t0.elapsed().as_secs_f64() / ITERS as f64
     };
     let before = rts.each_ref().map(|rt| rt.stats());
-    let times = interleave(
-        reps,
-        || run(0),
-        || run(1),
-        || {
-            let (mut x, mut r, mut p, mut q) = (vec![0.0; n], b.clone(), b.clone(), vec![0.0; n]);
-            let mut rs: f64 = b.iter().map(|v| v * v).sum();
-            let t0 = Instant::now();
-            for _ in 0..ITERS {
-                cg_hand(&host, &mut x, &mut r, &mut p, &mut q, &mut rs);
-            }
-            std::hint::black_box(rs);
-            t0.elapsed().as_secs_f64() / ITERS as f64
-        },
-    );
+    let times = interleave(reps, || run(0), || run(1), || cg_hand_run(&host, &b));
     per_iteration(&rts, &before, times, reps)
 }
 
@@ -1082,21 +1081,7 @@ fn bench_cg(threads: usize, window: WindowPolicy, k: usize, reps: usize) -> Meas
         el
     };
     let before = rts.each_ref().map(|rt| rt.stats());
-    let times = interleave(
-        reps,
-        || run(0),
-        || run(1),
-        || {
-            let (mut x, mut r, mut p, mut q) = (vec![0.0; n], b.clone(), b.clone(), vec![0.0; n]);
-            let mut rs: f64 = b.iter().map(|v| v * v).sum();
-            let t0 = Instant::now();
-            for _ in 0..ITERS {
-                cg_hand(&host, &mut x, &mut r, &mut p, &mut q, &mut rs);
-            }
-            std::hint::black_box(rs);
-            t0.elapsed().as_secs_f64() / ITERS as f64
-        },
-    );
+    let times = interleave(reps, || run(0), || run(1), || cg_hand_run(&host, &b));
     per_iteration(&rts, &before, times, reps)
 }
 

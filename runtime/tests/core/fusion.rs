@@ -40,6 +40,14 @@ fn register(rt: &Runtime) -> Result<()> {
             *z = x * y;
         }
     })?;
+    // y += a * x, `a` a scalar or future of the element type.
+    rt.register_elementwise::<f64>("ew_axpy", |c: &mut Chunk<'_, f64>| {
+        let a: f64 = c.scalar_value(0);
+        let (ins, outs) = c.split();
+        for (y, x) in outs[0].iter_mut().zip(ins[0].iter()) {
+            *y += a * x;
+        }
+    })?;
     rt.register_elementwise::<f64>("ew_dot", |c: &mut Chunk<'_, f64>| {
         let (ins, _) = c.split();
         let s: f64 = ins[0].iter().zip(ins[1].iter()).map(|(x, y)| x * y).sum();
@@ -472,6 +480,18 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
     ]
 }
 
+/// A one-element store that a `sum_into` task fills with the sum of `x`.
+fn sum_of(rt: &Runtime, x: &Store) -> Store {
+    let acc = rt.create(DType::F64, &[1]).unwrap();
+    rt.task("sum_into")
+        .read(x)
+        .reduce(&acc, ReduceOp::Sum)
+        .broadcast(&acc, &[0])
+        .submit()
+        .unwrap();
+    acc
+}
+
 /// `t` with coefficient `c` as its next scalar (issuing what makes it first).
 fn with_coef<'r>(
     rt: &'r Runtime,
@@ -482,16 +502,7 @@ fn with_coef<'r>(
 ) -> tessera_runtime::TaskLauncher<'r> {
     match c {
         Coef::Value(a) => t.scalar(*a),
-        Coef::StoreOf(i) => {
-            let acc = rt.create(DType::F64, &[1]).unwrap();
-            rt.task("sum_into")
-                .read(&v[*i])
-                .reduce(&acc, ReduceOp::Sum)
-                .broadcast(&acc, &[0])
-                .submit()
-                .unwrap();
-            t.future(&rt.value_future(&acc).unwrap())
-        }
+        Coef::StoreOf(i) => t.future(&rt.value_future(&sum_of(rt, &v[*i])).unwrap()),
         Coef::Dot(i) => {
             let d = rt
                 .task("ew_dot")
@@ -515,14 +526,6 @@ fn run_chain(
     ops: &[Op],
 ) -> (Vec<Vec<u64>>, Vec<u64>, Stats) {
     let rt = rt(window, fusion);
-    rt.register_elementwise::<f64>("ew_axpy", |c: &mut Chunk<'_, f64>| {
-        let a = c.scalar_value(0);
-        let (ins, outs) = c.split();
-        for (y, x) in outs[0].iter_mut().zip(ins[0].iter()) {
-            *y += a * x;
-        }
-    })
-    .unwrap();
     let mut v: Vec<Store> = (0..VECTORS)
         .map(|k| {
             rt.from_vec(
@@ -588,24 +591,9 @@ fn updates_sharing_a_stored_scalar_kernel_fuse() {
     let n = 3000;
     let run = |fusion: bool| {
         let rt = rt(16, fusion);
-        rt.register_elementwise::<f64>("ew_axpy", |c: &mut Chunk<'_, f64>| {
-            let a: f64 = c.scalar_value(0);
-            let (ins, outs) = c.split();
-            for (y, x) in outs[0].iter_mut().zip(ins[0].iter()) {
-                *y += a * x;
-            }
-        })
-        .unwrap();
         let (p, q) = (input(&rt, n), input(&rt, n));
         let (x, r) = (input(&rt, n), input(&rt, n));
-        let alpha = rt.create(DType::F64, &[1]).unwrap();
-        rt.task("sum_into")
-            .read(&q)
-            .reduce(&alpha, ReduceOp::Sum)
-            .broadcast(&alpha, &[0])
-            .submit()
-            .unwrap();
-        let a = rt.value_future(&alpha).unwrap();
+        let a = rt.value_future(&sum_of(&rt, &q)).unwrap();
         for (src, dst) in [(&p, &x), (&q, &r)] {
             rt.task("ew_axpy")
                 .read(src)
