@@ -352,23 +352,26 @@ pub fn run_text<V: PlanValue, I: PlanIndex>(
 /// (keyed by the text); `fingerprint` ([`super::kernel_fingerprint`] of the kernel the
 /// caller's code was generated from) must match the kernel made here.
 fn planned(text: &'static str, fingerprint: u64) -> Result<Arc<(Kernel, Plan)>, PlanRunError> {
-    type Plans = std::collections::HashMap<&'static str, Arc<(Kernel, Plan)>>;
+    // With the kernel's fingerprint, computed once: it formats the whole kernel, and a
+    // statement in a loop comes here every iteration.
+    type Plans = std::collections::HashMap<&'static str, (Arc<(Kernel, Plan)>, u64)>;
     static PLANS: std::sync::OnceLock<std::sync::Mutex<Plans>> = std::sync::OnceLock::new();
-    let planned = {
+    let (planned, made_from) = {
         let mut plans = PLANS
             .get_or_init(Default::default)
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         match plans.get(text) {
-            Some(p) => p.clone(),
+            Some((p, f)) => (p.clone(), *f),
             None => {
                 let p = Arc::new(super::from_text(text).map_err(PlanRunError::Plan)?);
-                plans.insert(text, p.clone());
-                p
+                let f = super::kernel_fingerprint(&p.0);
+                plans.insert(text, (p.clone(), f));
+                (p, f)
             }
         }
     };
-    if super::kernel_fingerprint(&planned.0) != fingerprint {
+    if made_from != fingerprint {
         return Err(PlanRunError::Plan(format!(
             "`{text}`: the plan made at run time does not come from the kernel compiled in \
              (tessera-compiler differs between build and run); rebuild the program"
