@@ -10,7 +10,9 @@
 //! * **hand**: one hand-written Rust loop doing the same arithmetic over rayon chunks.
 //!
 //! Black-Scholes is also written as 12 `tensor!(rt => ...)` statements (each compiled to an
-//! element-wise task) and timed fused vs window 1 vs the hand-registered tasks fused.
+//! element-wise task) and timed fused vs window 1 vs the hand-registered tasks fused; CG is
+//! also written as 8 `tensor!` statements per iteration (its updates element-wise tasks with
+//! scalar operands) and timed fused vs unfused.
 //!
 //! Programs: Black-Scholes over 5 arrays larger than the last-level cache (3 inputs, 2
 //! outputs, 19 tasks), a CG iteration (SpMV, dots with futures, axpys), a BiCGSTAB-like chain
@@ -418,6 +420,19 @@ fn cg_iteration(rt: &Runtime, a: &Csr, s: &mut Cg) {
     s.rs = rs_new;
 }
 
+/// Seconds per iteration of [`ITERS`] hand-loop CG iterations from `x = 0`.
+fn cg_hand_run(host: &HostCsr, b: &[f64]) -> f64 {
+    let n = b.len();
+    let (mut x, mut r, mut p, mut q) = (vec![0.0; n], b.to_vec(), b.to_vec(), vec![0.0; n]);
+    let mut rs: f64 = b.iter().map(|v| v * v).sum();
+    let t0 = Instant::now();
+    for _ in 0..ITERS {
+        cg_hand(host, &mut x, &mut r, &mut p, &mut q, &mut rs);
+    }
+    std::hint::black_box(rs);
+    t0.elapsed().as_secs_f64() / ITERS as f64
+}
+
 /// The same iteration by hand (rayon), with the same reduction order per element.
 fn cg_hand(a: &HostCsr, x: &mut [f64], r: &mut [f64], p: &mut [f64], q: &mut [f64], rs: &mut f64) {
     host_spmv(a, p, q);
@@ -494,6 +509,88 @@ fn bicgstab_iteration(rt: &Runtime, a: &Csr, st: &mut Bicg) -> Result<()> {
         .submit()?;
     st.rho = rho_new;
     Ok(())
+}
+
+// ---------------------------------------------------------------- CG as `tensor!`
+
+/// One CG iteration as `tensor!(rt => ...)` statements (`tests/tests/runtime_cg.rs` without
+/// the convergence test): the SpMV and dots are plans' block tasks, the step sizes rank-0
+/// statements, and the three updates element-wise tasks whose scalar operands are futures of
+/// the step sizes' stores, so `x += alpha p` and `r -= alpha q` kernel-fuse.
+#[allow(non_snake_case)]
+struct CgStatements {
+    A: Stored<f64>,
+    x: Stored<f64>,
+    r: Stored<f64>,
+    p: Stored<f64>,
+    rr: Stored<f64>,
+}
+
+#[allow(non_snake_case)]
+fn cg_statements_iteration(
+    rt: &Runtime,
+    st: CgStatements,
+) -> std::result::Result<CgStatements, PlanRunError> {
+    let CgStatements { A, x, r, p, rr } = st;
+    let q = tensor!(rt => q(i) = A(i,j) * p(j); A: csr; split(i, io, ii, 4))?;
+    let pq = tensor!(rt => d = p(i) * q(i); split(i, io, ii, 4); extend(io))?;
+    let alpha = tensor!(rt => alpha = rr / pq)?;
+    let x = tensor!(rt => x(i) += alpha * p(i); split(i, io, ii, 4))?;
+    let r = tensor!(rt => r(i) += -(alpha * q(i)); split(i, io, ii, 4))?;
+    let rr_new = tensor!(rt => d = r(i) * r(i); split(i, io, ii, 4); extend(io))?;
+    let beta = tensor!(rt => beta = rr_new / rr)?;
+    let p = tensor!(rt => s(i) = r(i) + beta * p(i); split(i, io, ii, 4))?;
+    Ok(CgStatements {
+        A,
+        x,
+        r,
+        p,
+        rr: rr_new,
+    })
+}
+
+/// Times per iteration of the `tensor!` CG, fused (`window`) and unfused (fusion off), with
+/// the hand loop of [`bench_cg`] as the third figure; interleaved.
+fn bench_cg_statements(threads: usize, window: WindowPolicy, k: usize, reps: usize) -> Measured {
+    let host = HostCsr::laplacian_2d(k);
+    let n = k * k;
+    let entries: Vec<(Vec<usize>, f64)> = (0..n)
+        .flat_map(|i| {
+            let r = host.pos[i];
+            (r.lo as usize..r.hi as usize).map(move |e| (i, e))
+        })
+        .map(|(i, e)| (vec![i, host.crd[e] as usize], host.vals[e]))
+        .collect();
+    let a = Tensor::from_entries(vec![n, n], "csr", entries).expect("laplacian");
+    let b: Vec<f64> = (0..n).map(|i| 1.0 + (i % 5) as f64).collect();
+    let rts = fused_and_unfused(threads, window);
+    let vector = |rt: &Runtime, v: Vec<f64>| {
+        Stored::upload(rt, &Tensor::dense_from_vec(vec![n], v).expect("vector")).expect("upload")
+    };
+    let run = |i: usize| -> f64 {
+        let rt = &rts[i];
+        let r = vector(rt, b.clone());
+        let rr = tensor!(rt => d = r(i) * r(i); split(i, io, ii, 4); extend(io)).expect("rr");
+        let mut st = CgStatements {
+            A: Stored::upload(rt, &a).expect("upload"),
+            x: vector(rt, vec![0.0; n]),
+            p: vector(rt, b.clone()),
+            r,
+            rr,
+        };
+        rt.fence().expect("fence");
+        let t0 = Instant::now();
+        for _ in 0..ITERS {
+            st = cg_statements_iteration(rt, st).expect("iteration");
+        }
+        let v = st.rr.to_tensor(rt).expect("rr").vals()[0];
+        rt.fence().expect("fence");
+        std::hint::black_box(v);
+        t0.elapsed().as_secs_f64() / ITERS as f64
+    };
+    let before = rts.each_ref().map(|rt| rt.stats());
+    let times = interleave(reps, || run(0), || run(1), || cg_hand_run(&host, &b));
+    per_iteration(&rts, &before, times, reps)
 }
 
 // ---------------------------------------------------------------- Jacobi
@@ -665,6 +762,25 @@ fn main() {
     );
     report_tasks(&mut table, "cg", &cg);
 
+    let cgs = bench_cg_statements(threads, window, cg_k, reps);
+    table.row(
+        "cg tensor! iteration fused vs unfused",
+        "ms",
+        cgs.fused * 1e3,
+        "unfused",
+        cgs.unfused * 1e3,
+        false,
+    );
+    table.row(
+        "cg tensor! iteration fused vs hand loop",
+        "ms",
+        cgs.fused * 1e3,
+        "hand loop",
+        cgs.hand * 1e3,
+        false,
+    );
+    report_tasks(&mut table, "cg tensor!", &cgs);
+
     let bi = bench_bicgstab(threads, window, cg_k, reps);
     table.row(
         "bicgstab-like fused vs unfused",
@@ -737,6 +853,11 @@ fn main() {
         sweep(&mut table, threads, bs_n, cg_k, reps);
     }
     table.figure("cg_speedup_vs_unfused", cg.unfused / cg.fused);
+    table.figure("cg_statements_speedup_vs_unfused", cgs.unfused / cgs.fused);
+    table.figure(
+        "cg_statements kernel-fused launches per iteration",
+        cgs.stats_fused.kernel_fused_launches as f64 / ((reps + 1) * ITERS) as f64,
+    );
     table.figure("bicgstab_speedup_vs_unfused", bi.unfused / bi.fused);
     table.figure("jacobi_speedup_vs_unfused", ja.unfused / ja.fused);
     table.print();
@@ -960,21 +1081,7 @@ fn bench_cg(threads: usize, window: WindowPolicy, k: usize, reps: usize) -> Meas
         el
     };
     let before = rts.each_ref().map(|rt| rt.stats());
-    let times = interleave(
-        reps,
-        || run(0),
-        || run(1),
-        || {
-            let (mut x, mut r, mut p, mut q) = (vec![0.0; n], b.clone(), b.clone(), vec![0.0; n]);
-            let mut rs: f64 = b.iter().map(|v| v * v).sum();
-            let t0 = Instant::now();
-            for _ in 0..ITERS {
-                cg_hand(&host, &mut x, &mut r, &mut p, &mut q, &mut rs);
-            }
-            std::hint::black_box(rs);
-            t0.elapsed().as_secs_f64() / ITERS as f64
-        },
-    );
+    let times = interleave(reps, || run(0), || run(1), || cg_hand_run(&host, &b));
     per_iteration(&rts, &before, times, reps)
 }
 

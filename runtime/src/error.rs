@@ -148,6 +148,11 @@ pub enum RuntimeError {
     Unbound { store: u64 },
     #[error("store#{store}: read-back collided with a task touching {rect}; issue tasks from one thread at a time")]
     ConcurrentAccess { store: u64, rect: String },
+    #[error("store#{store} of shape {shape:?} is not one value: only a one-element store becomes a scalar future")]
+    NotOneValue {
+        store: u64,
+        shape: Option<Vec<usize>>,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, RuntimeError>;

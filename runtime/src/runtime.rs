@@ -1285,6 +1285,7 @@ impl Inner {
             Some(shape) => {
                 Counters::add(&counters.fused_launches, 1);
                 Counters::add(&counters.tasks_fused, n as u64);
+                Counters::add(&counters.kernel_fused_launches, shape.kernel as u64);
                 counters
                     .max_fused_prefix
                     .fetch_max(n as u64, Ordering::Relaxed);

@@ -21,6 +21,7 @@ pub(crate) struct Counters {
     pub bytes_not_allocated: AtomicU64,
     pub fusion_memo_hits: AtomicU64,
     pub fusion_memo_misses: AtomicU64,
+    pub kernel_fused_launches: AtomicU64,
     // Adaptive window (branch `window`).
     pub idle_flushes: AtomicU64,
     pub timer_flushes: AtomicU64,
@@ -65,6 +66,7 @@ impl Counters {
             bytes_allocated: 0,
             fusion_memo_hits: g(&self.fusion_memo_hits),
             fusion_memo_misses: g(&self.fusion_memo_misses),
+            kernel_fused_launches: g(&self.kernel_fused_launches),
             idle_flushes: g(&self.idle_flushes),
             timer_flushes: g(&self.timer_flushes),
             tasks_traced: g(&self.tasks_traced),
@@ -126,6 +128,9 @@ pub struct Stats {
     pub fusion_memo_hits: u64,
     /// Fusion decisions computed and remembered.
     pub fusion_memo_misses: u64,
+    /// Fused launches made only of element-wise tasks: their points run one loop over
+    /// cache-sized chunks (kernel fusion) where the sub-stores line up.
+    pub kernel_fused_launches: u64,
     /// Adaptive window: times a worker about to go idle (or the issuer, for a worker that
     /// found the front lock taken) launched what the window held.
     pub idle_flushes: u64,
@@ -228,6 +233,7 @@ impl Stats {
             bytes_allocated: self.bytes_allocated - earlier.bytes_allocated,
             fusion_memo_hits: self.fusion_memo_hits - earlier.fusion_memo_hits,
             fusion_memo_misses: self.fusion_memo_misses - earlier.fusion_memo_misses,
+            kernel_fused_launches: self.kernel_fused_launches - earlier.kernel_fused_launches,
             idle_flushes: self.idle_flushes - earlier.idle_flushes,
             timer_flushes: self.timer_flushes - earlier.timer_flushes,
             tasks_traced: self.tasks_traced - earlier.tasks_traced,

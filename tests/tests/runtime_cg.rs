@@ -153,6 +153,42 @@ fn cg_with_tensor_statements_on_the_runtime_converges_to_the_sequential_answer()
     }
 }
 
+/// The updates `x += alpha p`, `r += -(alpha q)` and `p = r + beta p` have a scalar operand
+/// and still are element-wise tasks (the scalar is a future of its one-element store): in a
+/// fusion window the two that take `alpha` run as one chunk loop every iteration, and the
+/// answer is bitwise the unfused one's (and window one's), in as many iterations.
+#[test]
+fn cg_updates_with_scalar_operands_kernel_fuse_and_equal_unfused_bitwise() {
+    let k = 10;
+    let (a, b) = (laplacian(k), rhs(k * k));
+    let run = |window: usize, fusion: bool| {
+        let rt = Runtime::builder()
+            .threads(2)
+            .window_size(window)
+            .fusion(fusion)
+            .build();
+        let (x, iters) = cg_on_runtime(&rt, &a, &b, 1e-10).unwrap();
+        let bits: Vec<u64> = x.iter().map(|v| v.to_bits()).collect();
+        (bits, iters, rt.stats())
+    };
+    let (want, want_iters, plain) = run(1, false);
+    assert_eq!(plain.kernel_fused_launches, 0);
+    for (window, fusion) in [(16, false), (16, true)] {
+        let (x, iters, stats) = run(window, fusion);
+        assert_eq!(iters, want_iters, "window {window}, fusion {fusion}");
+        assert!(
+            x == want,
+            "window {window}, fusion {fusion}: x differs bitwise"
+        );
+        if fusion {
+            assert!(
+                stats.kernel_fused_launches >= iters as u64,
+                "the alpha updates fuse every iteration: {stats:?}"
+            );
+        }
+    }
+}
+
 /// A statement on the runtime checks its tensors' formats when it runs, like `tensor!`.
 #[test]
 fn a_stored_tensor_of_another_format_is_a_bind_error() {

@@ -231,3 +231,54 @@ fn empty_vectors_aliased_operands_and_f32() -> Res<()> {
     assert_eq!(t.to_tensor(&rt)?.vals(), want.vals());
     Ok(())
 }
+
+/// Scalar operands (rank-0 tensors, uploaded or computed on the runtime) in element-wise
+/// statements: bitwise the plain `tensor!` values for `f64`, `f32` and `i64`; in a window the
+/// two statements run as one chunk loop and the intermediate is never allocated.
+#[test]
+fn scalar_operands_give_the_plain_values_and_kernel_fuse() -> Res<()> {
+    let n = 5000;
+    let x = Tensor::dense_from_vec(
+        vec![n],
+        (0..n).map(|i| (i % 13) as f64 * 0.3 - 1.0).collect(),
+    )?;
+    let alpha = Tensor::dense_from_vec(vec![], vec![1.5f64])?;
+    let want = {
+        let beta = tensor!(beta = alpha * alpha - 0.25)?;
+        let y = tensor!(y(i) = alpha * x(i) + beta)?;
+        tensor!(z(i) = y(i) / (beta - x(i) * alpha))?
+    };
+    for window in [1, 8] {
+        let rt = runtime(window);
+        let (x, alpha) = (Stored::upload(&rt, &x)?, Stored::upload(&rt, &alpha)?);
+        let beta = tensor!(rt => beta = alpha * alpha - 0.25)?;
+        let z = {
+            let y = tensor!(rt => y(i) = alpha * x(i) + beta)?;
+            tensor!(rt => z(i) = y(i) / (beta - x(i) * alpha))?
+        };
+        assert_eq!(bits(&z.to_tensor(&rt)?), bits(&want), "window {window}");
+        let stats = rt.stats();
+        if window > 1 {
+            assert_eq!(stats.kernel_fused_launches, 1, "{stats:?}");
+            assert_eq!(stats.temporaries_eliminated, 1, "{stats:?}");
+        }
+    }
+    let (xf, af) = (
+        Tensor::<f32>::dense_from_vec(vec![7], (0..7).map(|i| i as f32 * 0.1 - 0.3).collect())?,
+        Tensor::dense_from_vec(vec![], vec![0.1f32])?,
+    );
+    let want = tensor!(y(i) = af * xf(i) - af)?;
+    let (xi, ai) = (
+        Tensor::<i64>::dense_from_vec(vec![4], vec![-3i64, 0, 7, i64::MAX / 8])?,
+        Tensor::dense_from_vec(vec![], vec![-3i64])?,
+    );
+    let want_i = tensor!(y(i) = ai * xi(i) + ai)?;
+    let rt = runtime(4);
+    let (xf, af) = (Stored::upload(&rt, &xf)?, Stored::upload(&rt, &af)?);
+    let got = tensor!(rt => y(i) = af * xf(i) - af)?.to_tensor(&rt)?;
+    assert_eq!(got.vals(), want.vals(), "f32");
+    let (xi, ai) = (Stored::upload(&rt, &xi)?, Stored::upload(&rt, &ai)?);
+    let got = tensor!(rt => y(i) = ai * xi(i) + ai)?.to_tensor(&rt)?;
+    assert_eq!(got.vals(), want_i.vals(), "i64");
+    Ok(())
+}

@@ -11,13 +11,15 @@
 use super::Gen;
 use crate::ir::Kernel;
 pub use crate::plan::on_runtime::is_elementwise;
+use crate::plan::on_runtime::scalar_inputs;
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
 /// The chunk body of an element-wise kernel ([`is_elementwise`]) as one function item:
-/// `pub fn kernel_chunk<V: Value>(chunk: &mut tessera_runtime::Chunk<'_, V>)`. The chunk's
-/// inputs are the kernel's inputs in slot order (`inputs()`), its one output the statement's
-/// output; every output element is assigned.
+/// `pub fn kernel_chunk<V: Value + Element>(chunk: &mut tessera_runtime::Chunk<'_, V>)`. The
+/// chunk's inputs are the kernel's array inputs in slot order (`inputs()`), its scalars the
+/// rank-0 inputs in slot order ([`scalar_inputs`]), its one output the statement's output;
+/// every output element is assigned.
 pub fn emit_elementwise(k: &Kernel) -> TokenStream {
     emit_elementwise_named(k, &format_ident!("kernel_chunk"))
 }
@@ -34,9 +36,21 @@ pub fn emit_elementwise_named(k: &Kernel, name: &Ident) -> TokenStream {
         block: false,
         mirror: None,
     };
-    let slots = k.inputs().len();
-    let ins: Vec<Ident> = (0..slots).map(|s| format_ident!("in{}", s)).collect();
-    let idx = 0..slots;
+    // Array inputs are the chunk's aligned slices, scalar inputs its scalar arguments, each
+    // in slot order (as `run_elementwise` passes them).
+    let scalar = scalar_inputs(k);
+    let ins: Vec<Ident> = (0..scalar.len())
+        .map(|s| format_ident!("in{}", s))
+        .collect();
+    let (arrays, scalars): (Vec<&Ident>, Vec<&Ident>) = {
+        let (a, s): (Vec<_>, Vec<_>) = ins.iter().zip(&scalar).partition(|(_, &s)| !s);
+        (
+            a.into_iter().map(|p| p.0).collect(),
+            s.into_iter().map(|p| p.0).collect(),
+        )
+    };
+    let (n_arrays, n_scalars) = (arrays.len(), scalars.len());
+    let (array_idx, scalar_idx) = (0..n_arrays, 0..n_scalars);
     let fill = g.fill();
     // As the dense loops do it: each nest sums its term into an accumulator started at the
     // reduction's identity, then into the output cell, which starts at the identity too.
@@ -46,8 +60,12 @@ pub fn emit_elementwise_named(k: &Kernel, name: &Ident) -> TokenStream {
         .map(|nest| {
             let binds = nest.accesses().into_iter().map(|a| {
                 let v = g.val(a);
-                let slot = &ins[k.slot(a).expect("operands are inputs")];
-                quote!(let #v: V = #slot[e];)
+                let s = k.slot(a).expect("operands are inputs");
+                let slot = &ins[s];
+                match scalar[s] {
+                    true => quote!(let #v: V = #slot;),
+                    false => quote!(let #v: V = #slot[e];),
+                }
             });
             let term = g.expr(&nest.expr);
             let acc = g.accumulate(quote!(acc), term);
@@ -68,17 +86,20 @@ pub fn emit_elementwise_named(k: &Kernel, name: &Ident) -> TokenStream {
     quote! {
         #[doc = #doc]
         #[allow(unused_variables, unused_mut, unused_parens, non_snake_case, clippy::all)]
-        pub fn #name<V: ::tessera_formats::Value>(chunk: &mut ::tessera_runtime::Chunk<'_, V>) {
+        pub fn #name<V: ::tessera_formats::Value + ::tessera_runtime::Element>(
+            chunk: &mut ::tessera_runtime::Chunk<'_, V>,
+        ) {
+            #(let #scalars: V = chunk.scalar_value(#scalar_idx);)*
             let (ins, outs) = chunk.split();
             assert!(
-                ins.len() == #slots && outs.len() == 1,
-                "an element-wise chunk of this statement has {} inputs and one output",
-                #slots
+                ins.len() == #n_arrays && outs.len() == 1,
+                "an element-wise chunk of this statement has {} array inputs and one output",
+                #n_arrays
             );
             let out: &mut [V] = &mut *outs[0];
             let n = out.len();
             // Slices of the output's length: the loop below indexes them without checks.
-            #(let #ins: &[V] = &ins[#idx][..n];)*
+            #(let #arrays: &[V] = &ins[#array_idx][..n];)*
             for e in 0..n {
                 let mut cell: V = #fill;
                 #(#nests)*

@@ -37,7 +37,7 @@ use crate::interp::{self, InterpError};
 use crate::ir::{Kernel, OutputKind};
 
 mod elementwise;
-pub use elementwise::{is_elementwise, run_elementwise, ChunkFn};
+pub use elementwise::{is_elementwise, run_elementwise, scalar_inputs, ChunkFn};
 
 /// Why a plan could not run on the runtime.
 #[derive(Debug, thiserror::Error)]
@@ -160,6 +160,9 @@ pub struct Stored<V, I = u32> {
     layout: InputLayout,
     dims: Vec<usize>,
     format: Format,
+    /// A rank-0 tensor's value as a future, made the first time an element-wise statement
+    /// takes it as a scalar (`elementwise`); the stores never change after creation.
+    value: std::sync::OnceLock<tessera_runtime::Future>,
     _types: std::marker::PhantomData<fn() -> (V, I)>,
 }
 
@@ -206,6 +209,7 @@ impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
             layout: uploaded.1,
             dims,
             format,
+            value: Default::default(),
             _types: std::marker::PhantomData,
         })
     }
@@ -217,6 +221,7 @@ impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
             layout,
             dims: t.dims().to_vec(),
             format: t.format().clone(),
+            value: Default::default(),
             _types: std::marker::PhantomData,
         }
     }
@@ -244,6 +249,7 @@ impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
             },
             dims: dims.to_vec(),
             format,
+            value: Default::default(),
             _types: std::marker::PhantomData,
         }
     }
@@ -256,6 +262,7 @@ impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
             layout: self.layout.clone(),
             dims: self.dims.clone(),
             format: self.format.clone(),
+            value: Default::default(),
             _types: std::marker::PhantomData,
         };
         // `self` still holds every store: `take` copies.
@@ -345,23 +352,26 @@ pub fn run_text<V: PlanValue, I: PlanIndex>(
 /// (keyed by the text); `fingerprint` ([`super::kernel_fingerprint`] of the kernel the
 /// caller's code was generated from) must match the kernel made here.
 fn planned(text: &'static str, fingerprint: u64) -> Result<Arc<(Kernel, Plan)>, PlanRunError> {
-    type Plans = std::collections::HashMap<&'static str, Arc<(Kernel, Plan)>>;
+    // With the kernel's fingerprint, computed once: it formats the whole kernel, and a
+    // statement in a loop comes here every iteration.
+    type Plans = std::collections::HashMap<&'static str, (Arc<(Kernel, Plan)>, u64)>;
     static PLANS: std::sync::OnceLock<std::sync::Mutex<Plans>> = std::sync::OnceLock::new();
-    let planned = {
+    let (planned, made_from) = {
         let mut plans = PLANS
             .get_or_init(Default::default)
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         match plans.get(text) {
-            Some(p) => p.clone(),
+            Some((p, f)) => (p.clone(), *f),
             None => {
                 let p = Arc::new(super::from_text(text).map_err(PlanRunError::Plan)?);
-                plans.insert(text, p.clone());
-                p
+                let f = super::kernel_fingerprint(&p.0);
+                plans.insert(text, (p.clone(), f));
+                (p, f)
             }
         }
     };
-    if super::kernel_fingerprint(&planned.0) != fingerprint {
+    if made_from != fingerprint {
         return Err(PlanRunError::Plan(format!(
             "`{text}`: the plan made at run time does not come from the kernel compiled in \
              (tessera-compiler differs between build and run); rebuild the program"

@@ -59,6 +59,22 @@ impl<'a, T> Chunk<'a, T> {
         })
     }
 
+    /// Scalar argument `i` as the chunk's element type (a future made by
+    /// [`Runtime::value_future`](crate::Runtime::value_future) from a store of `T` gives the
+    /// stored value back exactly). Panics, naming the scalar, when the value does not fit `T`.
+    pub fn scalar_value(&self, i: usize) -> T
+    where
+        T: Element,
+    {
+        let v = self.scalar(i);
+        T::from_scalar(v).unwrap_or_else(|| {
+            panic!(
+                "scalar {i} ({v:?}) does not fit the element type {:?}",
+                T::DTYPE
+            )
+        })
+    }
+
     /// Folds `v` into the task's result (`submit_reduce`) with the task's operator; chunk
     /// results fold in chunk order.
     pub fn add_result(&mut self, v: impl Into<Scalar>) {

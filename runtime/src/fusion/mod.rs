@@ -14,6 +14,7 @@ pub(crate) mod constraints;
 pub(crate) mod kernel;
 pub(crate) mod memo;
 pub(crate) mod run;
+pub(crate) mod scalar;
 pub(crate) mod temporaries;
 
 pub(crate) use build::{FusedShape, SubShape};

@@ -40,6 +40,14 @@ fn register(rt: &Runtime) -> Result<()> {
             *z = x * y;
         }
     })?;
+    // y += a * x, `a` a scalar or future of the element type.
+    rt.register_elementwise::<f64>("ew_axpy", |c: &mut Chunk<'_, f64>| {
+        let a: f64 = c.scalar_value(0);
+        let (ins, outs) = c.split();
+        for (y, x) in outs[0].iter_mut().zip(ins[0].iter()) {
+            *y += a * x;
+        }
+    })?;
     rt.register_elementwise::<f64>("ew_dot", |c: &mut Chunk<'_, f64>| {
         let (ins, _) = c.split();
         let s: f64 = ins[0].iter().zip(ins[1].iter()).map(|(x, y)| x * y).sum();
@@ -428,6 +436,206 @@ fn kernel_fused_results_equal_unfused_ones() {
         fused.2
     );
     assert_eq!(unfused.2.tasks_launched, 4);
+}
+
+/// Where a random element-wise chain's coefficient comes from.
+#[derive(Clone, Debug)]
+enum Coef {
+    /// A scalar value.
+    Value(f64),
+    /// A future of a one-element store that a task in the stream writes (the sum of vector
+    /// `i`), by `Runtime::value_future`.
+    StoreOf(usize),
+    /// A future of an element-wise dot (`v[i]·v[i]`) issued in the stream.
+    Dot(usize),
+}
+
+/// One step of a random element-wise chain over `VECTORS` vectors.
+#[derive(Clone, Debug)]
+enum Op {
+    /// `v[dst] += coef * v[src]` (element-wise, read-write).
+    Axpy(Coef, usize, usize),
+    /// `v[dst] = coef * v[src] + 0.5` into a new store (the old one becomes garbage, or a
+    /// temporary when nothing read it yet).
+    Scale(Coef, usize, usize),
+}
+
+const VECTORS: usize = 3;
+
+fn coef() -> impl proptest::strategy::Strategy<Value = Coef> {
+    use proptest::prelude::*;
+    prop_oneof![
+        (-2.0f64..2.0).prop_map(Coef::Value),
+        (0..VECTORS).prop_map(Coef::StoreOf),
+        (0..VECTORS).prop_map(Coef::Dot),
+    ]
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    let v = || 0..VECTORS;
+    prop_oneof![
+        (coef(), v(), v()).prop_map(|(c, s, d)| Op::Axpy(c, s, d)),
+        (coef(), v(), v()).prop_map(|(c, s, d)| Op::Scale(c, s, d)),
+    ]
+}
+
+/// A one-element store that a `sum_into` task fills with the sum of `x`.
+fn sum_of(rt: &Runtime, x: &Store) -> Store {
+    let acc = rt.create(DType::F64, &[1]).unwrap();
+    rt.task("sum_into")
+        .read(x)
+        .reduce(&acc, ReduceOp::Sum)
+        .broadcast(&acc, &[0])
+        .submit()
+        .unwrap();
+    acc
+}
+
+/// `t` with coefficient `c` as its next scalar (issuing what makes it first).
+fn with_coef<'r>(
+    rt: &'r Runtime,
+    t: tessera_runtime::TaskLauncher<'r>,
+    c: &Coef,
+    v: &[Store],
+    dots: &mut Vec<tessera_runtime::Future>,
+) -> tessera_runtime::TaskLauncher<'r> {
+    match c {
+        Coef::Value(a) => t.scalar(*a),
+        Coef::StoreOf(i) => t.future(&rt.value_future(&sum_of(rt, &v[*i])).unwrap()),
+        Coef::Dot(i) => {
+            let d = rt
+                .task("ew_dot")
+                .read(&v[*i])
+                .read(&v[*i])
+                .align(&v[*i], &v[*i])
+                .submit_reduce(ReduceOp::Sum)
+                .unwrap();
+            dots.push(d.clone());
+            t.future(&d)
+        }
+    }
+}
+
+/// Runs `ops` on a runtime with window `window` and fusion on or off: every vector at the end
+/// and every dot's bits, with the runtime's statistics.
+fn run_chain(
+    window: usize,
+    fusion: bool,
+    n: usize,
+    ops: &[Op],
+) -> (Vec<Vec<u64>>, Vec<u64>, Stats) {
+    let rt = rt(window, fusion);
+    let mut v: Vec<Store> = (0..VECTORS)
+        .map(|k| {
+            rt.from_vec(
+                &[n],
+                (0..n)
+                    .map(|i| ((i * 7 + k) % 11) as f64 * 0.125 - 0.5)
+                    .collect(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let mut dots = vec![];
+    for op in ops {
+        match op {
+            Op::Axpy(c, src, dst) if src != dst => {
+                let t = rt.task("ew_axpy").read(&v[*src]).read_write(&v[*dst]);
+                let t = with_coef(&rt, t, c, &v, &mut dots);
+                t.align(&v[*src], &v[*dst]).submit().unwrap();
+            }
+            Op::Axpy(..) => {}
+            Op::Scale(c, src, dst) => {
+                let y = rt.create(DType::F64, &[n]).unwrap();
+                let t = rt.task("ew_axpb").read(&v[*src]).write(&y);
+                let t = with_coef(&rt, t, c, &v, &mut dots).scalar(0.5);
+                t.align(&v[*src], &y).submit().unwrap();
+                v[*dst] = y;
+            }
+        }
+    }
+    let bits = |xs: Vec<f64>| xs.into_iter().map(f64::to_bits).collect::<Vec<_>>();
+    let vs = v.iter().map(|x| bits(rt.read::<f64>(x).unwrap())).collect();
+    let ds = dots
+        .iter()
+        .map(|d| d.get().unwrap().as_f64().to_bits())
+        .collect();
+    (vs, ds, launched(&rt))
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+    /// Element-wise chains whose coefficients are values, futures of one-element stores and
+    /// futures of dots: kernel-fused (windows 4 and 16) equals unfused and window 1, bitwise.
+    #[test]
+    fn kernel_fused_chains_with_scalars_and_futures_equal_unfused(
+        n in proptest::prop_oneof![1usize..40, 2000usize..4200],
+        ops in proptest::collection::vec(op(), 1..12),
+    ) {
+        let (want_v, want_d, _) = run_chain(1, false, n, &ops);
+        for (window, fusion) in [(4, true), (16, true), (16, false)] {
+            let (v, d, s) = run_chain(window, fusion, n, &ops);
+            proptest::prop_assert!(v == want_v, "window {window}, fusion {fusion}: vectors differ");
+            proptest::prop_assert_eq!(&d, &want_d, "window {}, fusion {}: dots differ", window, fusion);
+            proptest::prop_assert!(fusion || s.fused_launches == 0);
+        }
+    }
+}
+
+/// A CG-like update: two element-wise tasks taking one future of a one-element store (made
+/// by `value_future` after the task writing it) fuse into one kernel-fused launch, and equal
+/// the unfused result bitwise.
+#[test]
+fn updates_sharing_a_stored_scalar_kernel_fuse() {
+    let n = 3000;
+    let run = |fusion: bool| {
+        let rt = rt(16, fusion);
+        let (p, q) = (input(&rt, n), input(&rt, n));
+        let (x, r) = (input(&rt, n), input(&rt, n));
+        let a = rt.value_future(&sum_of(&rt, &q)).unwrap();
+        for (src, dst) in [(&p, &x), (&q, &r)] {
+            rt.task("ew_axpy")
+                .read(src)
+                .read_write(dst)
+                .future(&a)
+                .align(src, dst)
+                .submit()
+                .unwrap();
+        }
+        let out = (rt.read::<f64>(&x).unwrap(), rt.read::<f64>(&r).unwrap());
+        (out, a.get().unwrap().as_f64(), launched(&rt))
+    };
+    let (fused, unfused) = (run(true), run(false));
+    assert_eq!(fused.0, unfused.0);
+    let sum: f64 = (0..n).map(|i| i as f64 - 3.0).sum();
+    assert_eq!(fused.1, sum, "the future holds the store's value");
+    assert_eq!(fused.0 .0[5], 2.0 + sum * 2.0);
+    let s = fused.2;
+    assert_eq!((s.tasks_issued, s.tasks_launched), (4, 3), "{s:?}");
+    assert_eq!(s.kernel_fused_launches, 1, "{s:?}");
+    assert_eq!(unfused.2.kernel_fused_launches, 0);
+}
+
+#[test]
+fn only_a_one_element_store_becomes_a_future() {
+    let rt = rt(1, true);
+    let x = input(&rt, 3);
+    match rt.value_future(&x) {
+        Err(RuntimeError::NotOneValue { store, shape }) => {
+            assert_eq!((store, shape), (x.id(), Some(vec![3])));
+        }
+        other => panic!("{:?}", other.map(|f| f.get())),
+    }
+    let i = rt.from_vec(&[1, 1], vec![-7i32]).unwrap();
+    let f = rt.value_future(&i).unwrap();
+    assert_eq!(f.get().unwrap(), tessera_runtime::Scalar::I64(-7));
+    let g = rt.from_vec(&[1], vec![0.1f32]).unwrap();
+    let v = rt.value_future(&g).unwrap().get().unwrap();
+    assert_eq!(
+        <f32 as tessera_runtime::Element>::from_scalar(v),
+        Some(0.1f32)
+    );
 }
 
 // The adaptive window (the default): tasks wait only while every worker is busy, or for a

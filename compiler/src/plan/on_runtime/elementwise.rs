@@ -1,9 +1,13 @@
 //! Element-wise statements on the runtime: one element-wise task each (thesis §4.4).
 //!
 //! A statement is *element-wise* when element `k` of the output's values depends only on
-//! element `k` of each operand's values: a dense output, dense operands each indexed by
-//! exactly the output's variables in the output's level order (so the values arrays line up
-//! cell for cell), no reduction, no caller's function. Such a statement does not need a
+//! element `k` of each operand's values and on scalars: a dense output, dense operands each
+//! indexed by exactly the output's variables in the output's level order (so the values arrays
+//! line up cell for cell) or not indexed at all (rank 0: `alpha * p(i)`), no reduction, no
+//! caller's function. A scalar operand is passed to the task as a future of its one value
+//! ([`Runtime::value_future`], made once per [`Stored`] and reused by every statement that
+//! names it), so the element-wise tasks of a CG iteration's updates fuse with each other
+//! while the runtime orders them after the task computing the scalar. Such a statement does not need a
 //! plan's block task: `tensor!(rt => ...)` registers its generated chunk body
 //! ([`crate::codegen::emit_elementwise`]) with [`Runtime::register_elementwise`] and launches
 //! one task, output written, inputs read, all aligned, over the launch domain the runtime's
@@ -12,7 +16,7 @@
 //! no longer holds are never allocated.
 
 use tessera_formats::LevelType;
-use tessera_runtime::{Chunk, Runtime};
+use tessera_runtime::{Chunk, Future, Runtime};
 
 use super::{planned, PlanRunError, PlanValue, Stored};
 use crate::ir::{Domain, Kernel, OutputKind};
@@ -20,8 +24,7 @@ use crate::ir::{Domain, Kernel, OutputKind};
 /// A generated element-wise chunk body ([`crate::codegen::emit_elementwise`]).
 pub type ChunkFn<V> = fn(&mut Chunk<'_, V>);
 
-/// Whether `k` is element-wise (see the module documentation). Rank-0 operands (scalars) are
-/// not: their one value is not aligned with the output's cells.
+/// Whether `k` is element-wise (see the module documentation).
 pub fn is_elementwise(k: &Kernel) -> bool {
     let out = &k.accesses[k.output_access].level_vars;
     let all_dense = |t: usize| {
@@ -44,9 +47,23 @@ pub fn is_elementwise(k: &Kernel) -> bool {
                 && n.loops.iter().all(|l| l.domain == Domain::Universe)
                 && n.accesses().iter().all(|&a| {
                     let acc = &k.accesses[a];
-                    k.slot(a).is_some() && acc.level_vars == *out && all_dense(acc.tensor)
+                    k.slot(a).is_some()
+                        && (acc.level_vars == *out || acc.level_vars.is_empty())
+                        && all_dense(acc.tensor)
                 })
         })
+}
+
+/// For each input slot of an element-wise kernel, whether it is a scalar (rank 0): passed
+/// to the chunk as a scalar argument, in slot order, not as an aligned slice.
+pub fn scalar_inputs(k: &Kernel) -> Vec<bool> {
+    let mut scalar = vec![false; k.inputs().len()];
+    for t in &k.tensors {
+        if let Some(slot) = t.input_slot {
+            scalar[slot] = t.format.levels().is_empty();
+        }
+    }
+    scalar
 }
 
 /// Runs the element-wise statement `text` on stored tensors as one element-wise task whose
@@ -71,26 +88,43 @@ pub fn run_elementwise<V: PlanValue, I: super::PlanIndex>(
     let cells: usize = out_dims.iter().product();
     let name = task_name::<V>(text, body);
     register(rt, &name, body)?;
+    let scalar = scalar_inputs(kernel);
     let mut t = rt.task(&name);
-    for (input, name) in inputs.iter().zip(kernel.inputs()) {
+    for ((input, name), &scalar) in inputs.iter().zip(kernel.inputs()).zip(&scalar) {
         let vals = &input.stores[input.layout.vals];
         // `bind` checked formats and dimensions; a `Stored` of a dense tensor is its values.
-        if input.stores.len() != 1 || vals.shape().as_deref() != Some(&[cells][..]) {
+        let want = if scalar { 1 } else { cells };
+        if input.stores.len() != 1 || vals.shape().as_deref() != Some(&[want][..]) {
             return Err(PlanRunError::Plan(format!(
-                "`{text}`: the stores of `{name}` are not {cells} dense values"
+                "`{text}`: the stores of `{name}` are not {want} dense values"
             )));
         }
-        t = t.read(vals);
+        t = match scalar {
+            true => t.future(&input.value_future(rt)?),
+            false => t.read(vals),
+        };
     }
     let y = rt.create(V::DTYPE, &[cells])?;
     t = t.write(&y);
-    for input in inputs {
+    for (input, _) in inputs.iter().zip(&scalar).filter(|(_, &s)| !s) {
         t = t.align(&y, &input.stores[input.layout.vals]);
     }
     t.submit()?;
     let format = kernel.output_tensor().format.clone();
     Ok(Stored::dense_values(y, format, out_dims))
 }
+impl<V: PlanValue, I: super::PlanIndex> Stored<V, I> {
+    /// The one value of this rank-0 tensor as a future ([`Runtime::value_future`]), made on
+    /// first use: every statement naming the scalar takes the same future, so they fuse.
+    fn value_future(&self, rt: &Runtime) -> Result<Future, PlanRunError> {
+        if let Some(f) = self.value.get() {
+            return Ok(f.clone());
+        }
+        let f = rt.value_future(&self.stores[self.layout.vals])?;
+        Ok(self.value.get_or_init(|| f).clone())
+    }
+}
+
 /// The task's name: the statement, its value type and its body. The same statement is the
 /// same task on every run (whatever the shapes: the body works on any chunk), which the
 /// fusion memo and tracing recognise; one task is registered per statement, not per run.
@@ -125,6 +159,10 @@ mod tests {
             "y(i) = a(i) * b(i) + 1",
             "y(i) = sqrt(abs(a(i))) - lt(a(i), 0)",
             "y(i) += a(i) * a(i)",
+            // Scalar operands (CG's updates): passed as scalar arguments.
+            "y(i) = alpha * x(i)",
+            "s(i) = r(i) + beta * p(i)",
+            "C(i,j) = A(i,j) / (c + B(i,j)); split(i, io, ii, 4)",
             "C(i,j) = A(i,j) / B(i,j); split(i, io, ii, 4)",
             // Column-major throughout: the cells still line up.
             "C(i,j) = max(A(i,j), B(i,j)); A: dd:1,0; B: dd:1,0; C: dd:1,0",
@@ -134,17 +172,29 @@ mod tests {
     }
 
     #[test]
+    fn scalar_inputs_are_the_rank_0_slots() {
+        let (kernel, _) = crate::plan::from_text("y(i) = a * x(i) + z(i) / b").unwrap();
+        let want: Vec<bool> = kernel
+            .inputs()
+            .iter()
+            .map(|t| *t == "a" || *t == "b")
+            .collect();
+        assert_eq!(super::scalar_inputs(&kernel), want);
+        assert_eq!(want.iter().filter(|s| **s).count(), 2);
+    }
+
+    #[test]
     fn other_statements_are_not() {
         for text in [
-            // A reduction, a scalar operand, a sparse operand, a broadcast vector, a
-            // transposed access, a sparse output, a scalar output.
+            // A reduction, a sparse operand, a broadcast vector, a transposed access, a
+            // sparse output, a scalar output (also of scalars).
             "y(i) = A(i,j) * x(j); A: csr",
-            "y(i) = alpha * x(i)",
             "y(i) = a(i) * b(i); a: s",
             "C(i,j) = A(i,j) * x(j)",
             "C(i,j) = A(j,i)",
             "C(i,j) = A(i,j) * B(i,j); A: csr; C: csr",
             "d = a(i) * b(i)",
+            "d = a / b",
         ] {
             assert!(!elementwise(text), "{text}");
         }
