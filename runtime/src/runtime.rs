@@ -531,6 +531,7 @@ impl Runtime {
                 constraints: Default::default(),
                 scalars: Default::default(),
                 domain: None,
+                shard: None,
             }),
         }
     }
@@ -867,6 +868,9 @@ impl Runtime {
             })?),
             None => None,
         };
+        if let Some(dims) = &l.shard {
+            check_shard(&task, dims, domain.as_ref())?;
+        }
         let future = result.map(|_| Future::pending(Arc::downgrade(&self.inner)));
         let issued = Issued {
             name,
@@ -877,6 +881,7 @@ impl Runtime {
             scalars: std::mem::take(&mut l.scalars),
             domain,
             result: result.zip(future.as_ref().map(|f| f.cell.clone())),
+            shard: l.shard.take(),
         };
         Counters::add(&self.inner.shared.counters.tasks_issued, 1);
         let mut front = self.inner.front.lock().unwrap_or_else(|e| e.into_inner());
@@ -1273,6 +1278,8 @@ impl Inner {
                     let bytes = root.bound().map_or(0, |b| b.bytes());
                     Counters::add(&counters.bytes_not_allocated, bytes);
                 }
+                // Fusion joins only tasks of one sharding key (fusion/constraints.rs).
+                let shard = prefix[0].issued.shard.clone();
                 let inst = build::instantiate(&shape, &mut prefix);
                 Plan {
                     name: shape.name.clone(),
@@ -1283,6 +1290,7 @@ impl Inner {
                     scalars: inst.scalars,
                     results: inst.results,
                     fused: Some(shape),
+                    shard,
                 }
             }
         };
@@ -1487,7 +1495,7 @@ impl Inner {
         };
         use std::hash::{Hash, Hasher};
         let mut h = rustc_hash::FxHasher::default();
-        (&*plan.name, plan.token, plan.domain.len()).hash(&mut h);
+        (&*plan.name, plan.token, plan.domain.len(), &plan.shard).hash(&mut h);
         for a in &plan.args {
             (a.root.id, a.privilege, a.local).hash(&mut h);
             for r in a.rects.iter() {
@@ -1693,6 +1701,23 @@ impl Built {
     }
 }
 
+/// A sharding key names each dimension of a fixed launch domain at most once.
+fn check_shard(task: &str, dims: &[usize], domain: Option<&Domain>) -> Result<()> {
+    let ok = domain.is_some_and(|d| {
+        dims.iter()
+            .enumerate()
+            .all(|(i, &k)| k < d.dim() && !dims[..i].contains(&k))
+    });
+    if ok {
+        return Ok(());
+    }
+    Err(RuntimeError::BadShardKey {
+        task: task.into(),
+        dims: dims.to_vec(),
+        domain: domain.map(|d| d.extents()),
+    })
+}
+
 /// The distinct rectangles of `rects`, in first-appearance order (a reduction's finish step
 /// writes each sub-store once, however many points share it).
 pub(crate) fn distinct(rects: &[Rect]) -> SmallVec<[Rect; 4]> {
@@ -1715,6 +1740,8 @@ pub(crate) struct Plan {
     pub scalars: Scalars,
     pub results: Args<(ReduceOp, Arc<crate::future::FutureCell>)>,
     pub fused: Option<Arc<FusedShape>>,
+    /// The sharding key across ranks (`TaskLauncher::shard_by`).
+    pub shard: Option<Args<usize>>,
 }
 
 impl Plan {
@@ -1728,6 +1755,7 @@ impl Plan {
             scalars: std::mem::take(&mut t.issued.scalars),
             results: t.issued.result.take().into_iter().collect(),
             fused: None,
+            shard: t.issued.shard.take(),
         }
     }
 }

@@ -6,7 +6,6 @@
 
 use super::channel::{key, Channel, KIND_FINISH, KIND_OUTS};
 use super::codec::{Reader, Writer};
-use super::owner;
 use super::valid::ValidMap;
 use crate::error::RuntimeError;
 use crate::launch::Launched;
@@ -19,6 +18,8 @@ use crate::task::Privilege;
 pub(crate) struct Dist {
     pub seq: u64,
     pub channel: std::sync::Arc<Channel>,
+    /// The rank of each point, by the task's sharding key (the same on every rank).
+    pub owners: std::sync::Arc<[usize]>,
 }
 
 /// On rank 0, after the finish step: sends its outcome to every other rank.
@@ -176,7 +177,7 @@ pub(crate) fn bind_pieces(
             at += super::codec::data_len(d);
         }
         let len = len as usize;
-        valid.write(Rect::new(&[off], &[off + len]), owner(p, lens.len(), ranks));
+        valid.write(Rect::new(&[off], &[off + len]), dist.owners[p]);
         off += len;
     }
     {
