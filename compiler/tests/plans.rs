@@ -543,3 +543,51 @@ fn uploaded_host_tensors_round_trip_exactly() {
         assert_eq!(back.vals(), t.vals(), "{format}");
     }
 }
+
+/// `map(...)` is the sharding key across thread ranks: each rank runs the points whose `map`
+/// variables its block of their values holds (counted by `points_run`), and every rank's
+/// output equals one rank's, bit for bit (the extended blocks fold in one order).
+#[test]
+fn map_picks_the_rank_of_each_point_across_ranks() {
+    use std::sync::Arc;
+    use tessera_runtime::transport::{run_ranks, Communicator, ThreadComm};
+    let case = Case::fixed(
+        "y(i) = A(i,j) * x(j)",
+        &[("A", "csr")],
+        &[("i", 12), ("j", 8)],
+        5,
+    );
+    let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
+    let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
+    let base = "split(i, io, ii, 3); split(j, jo, ji, 2); extend(jo); order(io, jo)";
+    // Launch domain (io, jo) = 3 × 2, point p = (p / 2, p % 2); the owner by each schedule.
+    type Owner = fn(usize, usize) -> usize;
+    let cases: [(&str, Owner); 3] = [
+        ("", |p, r| p * r / 6),
+        ("; map(io)", |p, r| (p / 2) * r / 3),
+        ("; map(jo)", |p, r| (p % 2) * r / 2),
+    ];
+    for (map, owner) in cases {
+        let src = format!("{}; {base}{map}", case.source);
+        let (kernel, plan) = planned(&src);
+        let one = tessera_runtime::Runtime::new(1);
+        let want = plan::on_runtime::run(&one, &plan, &kernel, &refs, &case.out_dims()).unwrap();
+        for ranks in [2, 4] {
+            let got = run_ranks(ranks, |comm: &ThreadComm| {
+                let rt = tessera_runtime::Runtime::builder()
+                    .threads(1)
+                    .communicator(Arc::new(comm.clone()))
+                    .try_build()?;
+                let out = plan::on_runtime::run(&rt, &plan, &kernel, &refs, &case.out_dims())
+                    .map_err(|e| tessera_runtime::RuntimeError::Transport(e.to_string()))?;
+                Ok::<_, tessera_runtime::RuntimeError>((comm.rank(), rt.stats().points_run, out))
+            });
+            for r in got {
+                let (rank, points, out) = r.unwrap_or_else(|e| panic!("{src}: {e}"));
+                let mine = (0..6).filter(|&p| owner(p, ranks) == rank).count() as u64;
+                assert_eq!(points, mine, "{src}: rank {rank} of {ranks}");
+                assert_eq!(out.vals(), want.vals(), "{src}: rank {rank} of {ranks}");
+            }
+        }
+    }
+}

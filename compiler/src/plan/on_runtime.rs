@@ -526,6 +526,10 @@ fn launch_task(rt: &Runtime, run: &Run, outs: &[Store], launch: usize) -> Result
         .task(run.name)
         .scalar(launch as u64)
         .launch_domain(&grid.domain());
+    if let Some(dims) = plan.shard_dims() {
+        // `map(...)`: across ranks these launch dimensions pick each point's rank.
+        t = t.shard_by(&dims);
+    }
     let out_arg = &plan.args[0];
     for s in outs {
         t = match out_arg.privilege {
