@@ -29,6 +29,7 @@ use crate::transport::Communicator;
 use crate::window::{self, Adaptive, Window, WindowPolicy};
 use crate::TaskContext;
 use smallvec::SmallVec;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -623,6 +624,50 @@ impl Runtime {
         );
         store.root.meta().valid = Some(crate::replicate::share::cut_map(rect, m));
         store
+    }
+
+    /// A 1-d store of `len` elements that the ranks made in parts (each read only its share of
+    /// a file, say): `shares[r]` lists the ranges rank `r` holds — every rank passes the same
+    /// list, one entry per rank, the ranges disjoint and together `0..len` — and `mine` is
+    /// this rank's ranges' elements, in the order listed. The valid-copy map says who holds
+    /// what, so tasks move exactly the parts another rank's points need; this rank allocates
+    /// only its ranges (and what it later receives). On one rank `mine` is the whole store.
+    pub fn from_share<T: Element>(
+        &self,
+        len: usize,
+        shares: &[Vec<Range<usize>>],
+        mine: Vec<T>,
+    ) -> Result<Store> {
+        let (me, ranks) = (self.rank(), self.ranks());
+        check_shares(len, shares, ranks)?;
+        let held: usize = shares[me].iter().map(|r| r.len()).sum();
+        if mine.len() != held {
+            return Err(RuntimeError::HostDataLength {
+                shape: vec![held],
+                expected: held,
+                got: mine.len(),
+            });
+        }
+        if ranks == 1 {
+            return self.from_vec(&[len], mine);
+        }
+        let whole = Rect::from_shape(&[len]);
+        let mut buf = Buf::<T>::sparse_zeros(len, None);
+        let mut at = 0;
+        for r in &shares[me] {
+            buf.copy_from(r.start, &mine[at..at + r.len()]);
+            at += r.len();
+        }
+        drop(mine);
+        let store = self.new_root(T::DTYPE, 1, Some(Bound::with_data(whole, T::wrap(buf))));
+        let mut valid = crate::replicate::valid::ValidMap::all(whole, ranks);
+        for (rank, list) in shares.iter().enumerate() {
+            for r in list.iter().filter(|r| !r.is_empty()) {
+                valid.write(Rect::new(&[r.start], &[r.end]), rank);
+            }
+        }
+        store.root.meta().valid = Some(valid);
+        Ok(store)
     }
 
     /// A 1-d `PosRange` store of the ranges between consecutive `offsets` (a compressed
@@ -1699,6 +1744,30 @@ impl Built {
         all.extend(self.finish);
         all.into_iter()
     }
+}
+
+/// `from_share`'s ranges: one list per rank, disjoint, together exactly `0..len`.
+fn check_shares(len: usize, shares: &[Vec<Range<usize>>], ranks: usize) -> Result<()> {
+    let bad = |why: String| Err(RuntimeError::BadShares { len, why });
+    if shares.len() != ranks {
+        return bad(format!(
+            "{} lists of ranges for {ranks} ranks",
+            shares.len()
+        ));
+    }
+    let mut all: Vec<&Range<usize>> = shares.iter().flatten().filter(|r| !r.is_empty()).collect();
+    all.sort_by_key(|r| r.start);
+    let mut next = 0;
+    for r in all {
+        if r.start != next || r.end > len {
+            return bad(format!("{r:?} after {next} cells covered"));
+        }
+        next = r.end;
+    }
+    if next != len {
+        return bad(format!("the ranges end at {next}"));
+    }
+    Ok(())
 }
 
 /// A sharding key names each dimension of a fixed launch domain at most once.

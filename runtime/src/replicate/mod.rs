@@ -59,6 +59,14 @@ pub(crate) fn owners(domain: &Domain, key: Option<&[usize]>, ranks: usize) -> Ve
         .collect()
 }
 
+/// The rank of every point (in linear order) of a launch domain of `extents` among `ranks`,
+/// with the sharding key `key` (`TaskLauncher::shard_by`; `None`: block sharding), as the
+/// runtime assigns them: what a program needs to place data where the points will run.
+/// `None` when the extents are not a launch domain.
+pub fn shard_owners(extents: &[usize], key: Option<&[usize]>, ranks: usize) -> Option<Vec<usize>> {
+    Domain::new(extents).map(|d| owners(&d, key, ranks.max(1)))
+}
+
 /// A `Send` node's work: this rank's copy of `rect` (or the store's failure) to rank `to`.
 pub(crate) fn send_rect(
     ch: &Channel,

@@ -700,3 +700,61 @@ fn a_sharding_key_must_name_dimensions_of_a_fixed_launch_domain() {
         );
     }
 }
+
+/// `from_share`: each rank hands over only its ranges (here interleaved, not the default
+/// rows); tasks read the store as if it were whole, moving exactly the cells their points
+/// lack, and bad share lists are errors naming the problem.
+#[test]
+fn a_store_made_in_shares_reads_as_the_whole_and_moves_only_what_points_lack() {
+    let len = 90;
+    let want: Vec<f64> = (0..len).map(|i| (i * i % 17) as f64).collect();
+    for ranks in [1, 2, 3] {
+        let got = all_ok(on_ranks(ranks, 1, move |rt| {
+            rt.register("double", |ctx| {
+                let x = ctx.read::<f64>(0);
+                let mut y = ctx.write::<f64>(1);
+                for i in y.range() {
+                    y.set_at(i, 2.0 * x.at(i));
+                }
+            })?;
+            // Rank r holds every ranks-th block of 10 cells.
+            let shares: Vec<Vec<std::ops::Range<usize>>> = (0..rt.ranks())
+                .map(|r| {
+                    (0..len / 10)
+                        .filter(|b| b % rt.ranks() == r)
+                        .map(|b| b * 10..b * 10 + 10)
+                        .collect()
+                })
+                .collect();
+            let mine: Vec<f64> = shares[rt.rank()]
+                .iter()
+                .flat_map(|r| r.clone().map(|i| (i * i % 17) as f64))
+                .collect();
+            let bad = rt
+                .from_share::<f64>(len, &vec![vec![0..len, 0..10]; rt.ranks()], vec![])
+                .unwrap_err();
+            let x = rt.from_share(len, &shares, mine)?;
+            let y = rt.create(tessera_runtime::DType::F64, &[len])?;
+            rt.task("double")
+                .read(&x)
+                .write(&y)
+                .align(&x, &y)
+                .launch_domain(&[rt.ranks()])
+                .submit()?;
+            rt.fence()?;
+            let sent = rt.stats().bytes_sent;
+            Ok((rt.read::<f64>(&x)?, rt.read::<f64>(&y)?, sent, bad))
+        }));
+        for (rank, (x, y, sent, bad)) in got.into_iter().enumerate() {
+            assert_eq!(x, want, "rank {rank} of {ranks}");
+            assert!(y.iter().zip(&want).all(|(y, w)| *y == 2.0 * w));
+            // At 3 ranks point p reads cells [30p, 30p + 30) on rank p, one of whose three
+            // blocks it holds: each rank sends the two blocks it holds in the others' tiles.
+            if ranks == 3 {
+                assert_eq!(sent, 2 * 10 * 8, "rank {rank}: bytes sent before the reads");
+            }
+            assert!(matches!(bad, RuntimeError::BadShares { .. }), "{bad}");
+            assert!(bad.to_string().contains("disjoint and cover"), "{bad}");
+        }
+    }
+}
