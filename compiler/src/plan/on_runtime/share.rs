@@ -16,7 +16,7 @@ use crate::plan::{Partition, Plan, Role};
 use std::fs::File;
 use std::ops::Range;
 use std::path::Path;
-use tessera_formats::tcs::{read_array_range, ArrayKind, TcsHeader};
+use tessera_formats::tcs::{read_array_range, ArrayInfo, ArrayKind, TcsHeader};
 use tessera_formats::{Format, Index, LevelType, Value};
 use tessera_runtime::transport::Communicator;
 use tessera_runtime::Runtime;
@@ -40,6 +40,7 @@ pub struct TcsShare<V, I> {
     vals: Part<V>,
     bytes_read: u64,
     bytes_total: u64,
+    header: TcsHeader,
 }
 
 impl<V, I> TcsShare<V, I> {
@@ -114,7 +115,8 @@ fn merged(mut v: Vec<Range<usize>>) -> Vec<Range<usize>> {
 /// when the file is not one a share can be read of — then the caller reads it whole: a file
 /// in another format or of other types than the program's (it is converted), a block of a
 /// split tensor, a format that is not one dense level over compressed ones, or an input no
-/// launch dimension tiles. A collective: every rank calls it for the same inputs in order.
+/// launch dimension tiles. A collective: every rank calls it for the same inputs in order,
+/// and every rank gets an error when any rank's read or check fails.
 pub fn read_tcs_share<V: PlanValue, I: PlanIndex>(
     path: &Path,
     format: &Format,
@@ -122,6 +124,40 @@ pub fn read_tcs_share<V: PlanValue, I: PlanIndex>(
     tensor: &str,
     comm: &dyn Communicator,
 ) -> Result<Option<TcsShare<V, I>>, PlanRunError> {
+    let local = read_local::<V, I>(path, format, plan, tensor, comm);
+    // One word for "no share" or "failed", else the checksums of this rank's ranges.
+    let words = match &local {
+        Ok(Some((_, checks))) => checks.concat(),
+        Ok(None) => vec![NO_SHARE],
+        Err(_) => vec![FAILED],
+    };
+    let all = comm
+        .all_gather_u64(&words)
+        .map_err(|e| PlanRunError::Input(e.to_string()))?;
+    let local = local?;
+    if let Some(r) = all.iter().position(|w| w[..] == [FAILED]) {
+        return Err(err(path, format!("rank {r} could not read its share")));
+    }
+    let Some((share, _)) = local else {
+        return Ok(None);
+    };
+    check_crcs(path, &share.header, &all)?;
+    Ok(Some(share))
+}
+
+/// The words a rank gathers instead of checksums when it reads no share, or failed (a
+/// checksum record is four words).
+const NO_SHARE: u64 = u64::MAX - 1;
+const FAILED: u64 = u64::MAX;
+
+/// This rank's part of [`read_tcs_share`]: its share, and the checksums of its ranges.
+fn read_local<V: PlanValue, I: PlanIndex>(
+    path: &Path,
+    format: &Format,
+    plan: &Plan,
+    tensor: &str,
+    comm: &dyn Communicator,
+) -> Result<Option<(TcsShare<V, I>, Vec<Vec<u64>>)>, PlanRunError> {
     let file = File::open(path).map_err(|e| err(path, e.to_string()))?;
     let header = TcsHeader::read_from(&file, path)?;
     if !shareable::<V, I>(&header, format) {
@@ -137,18 +173,8 @@ pub fn read_tcs_share<V: PlanValue, I: PlanIndex>(
         header: &header,
         me: comm.rank(),
     };
-    let mut share = TcsShare {
-        dims: header.dims(),
-        format: format.clone(),
-        levels: Vec::new(),
-        vals: Part {
-            len: 0,
-            shares: Vec::new(),
-            mine: Vec::new(),
-        },
-        bytes_read: 0,
-        bytes_total: header.arrays.iter().map(|a| a.len).sum(),
-    };
+    let mut levels = Vec::new();
+    let mut bytes_read = 0;
     // Each rank's parent positions at the level being read: rows, then `crd` ranges.
     let mut parents = rows_of;
     let mut checks = Vec::new();
@@ -172,28 +198,33 @@ pub fn read_tcs_share<V: PlanValue, I: PlanIndex>(
         check_crd(&pos, &parents[reader.me], &children[reader.me], &mine, dim)
             .map_err(|w| err(path, format!("crd of level {level}: {w}")))?;
         checks.push(crc_ranges(crd_at, &children[reader.me], &mine));
-        share.bytes_read += (n + mine.len()) as u64 * size_of::<I>() as u64;
-        share.levels.push((
-            pos,
-            Part {
-                len,
-                shares: children.clone(),
-                mine,
-            },
-        ));
+        bytes_read += ((n + mine.len()) * size_of::<I>()) as u64;
+        let crd = Part {
+            len,
+            shares: children.clone(),
+            mine,
+        };
+        levels.push((pos, crd));
         parents = children;
     }
     let vals_at = reader.array(ArrayKind::Vals, header.levels.len())?;
     let mine: Vec<V> = reader.read_ranges(vals_at, &parents[reader.me])?;
     checks.push(crc_ranges(vals_at, &parents[reader.me], &mine));
-    share.bytes_read += (mine.len() * size_of::<V>()) as u64;
-    share.vals = Part {
-        len: header.nnz as usize,
-        shares: parents,
-        mine,
+    bytes_read += (mine.len() * size_of::<V>()) as u64;
+    let share = TcsShare {
+        dims: header.dims(),
+        format: format.clone(),
+        levels,
+        vals: Part {
+            len: header.nnz as usize,
+            shares: parents,
+            mine,
+        },
+        bytes_read,
+        bytes_total: header.arrays.iter().map(|a| a.len).sum(),
+        header: header.clone(),
     };
-    check_crcs(comm, &reader, &checks)?;
-    Ok(Some(share))
+    Ok(Some((share, checks)))
 }
 
 /// A file a share can be read of: the program's types and format, not a block, one dense
@@ -319,23 +350,22 @@ impl Reader<'_> {
     /// A whole array's checksum against the header's.
     fn check_crc<T: bytemuck::Pod>(&self, array: usize, v: &[T]) -> Result<(), PlanRunError> {
         let got = crc32fast::hash(bytemuck::cast_slice(v));
-        self.crc_matches(array, got)
+        crc_matches(self.path, &self.header.arrays[array], got)
     }
+}
 
-    fn crc_matches(&self, array: usize, got: u32) -> Result<(), PlanRunError> {
-        let a = &self.header.arrays[array];
-        if got == a.crc32 {
-            return Ok(());
-        }
-        Err(err(
-            self.path,
-            format!(
-                "{} fails its checksum (recorded {:08x}, computed {got:08x}): the file is damaged",
-                a.name(),
-                a.crc32
-            ),
-        ))
+fn crc_matches(path: &Path, a: &ArrayInfo, got: u32) -> Result<(), PlanRunError> {
+    if got == a.crc32 {
+        return Ok(());
     }
+    Err(err(
+        path,
+        format!(
+            "{} fails its checksum (recorded {:08x}, computed {got:08x}): the file is damaged",
+            a.name(),
+            a.crc32
+        ),
+    ))
 }
 
 /// Per range of `array` this rank read: `[array, first byte, bytes, crc]`.
@@ -358,33 +388,31 @@ fn crc_ranges<T: bytemuck::Pod>(array: usize, ranges: &[Range<usize>], mine: &[T
     out
 }
 
-/// Every rank's range checksums, combined in file order into each array's: each must match
-/// the header's (the ranks' ranges together cover every array read in part).
-fn check_crcs(
-    comm: &dyn Communicator,
-    reader: &Reader,
-    checks: &[Vec<u64>],
-) -> Result<(), PlanRunError> {
-    let mine: Vec<u64> = checks.concat();
-    let all = comm
-        .all_gather_u64(&mine)
-        .map_err(|e| PlanRunError::Input(e.to_string()))?;
+/// Every rank's range checksums (`all`, gathered), combined in file order into each array's:
+/// each must match the header's (the ranks' ranges together cover every array read in part).
+fn check_crcs(path: &Path, header: &TcsHeader, all: &[Vec<u64>]) -> Result<(), PlanRunError> {
     let mut ranges: Vec<[u64; 4]> = all
         .iter()
         .flat_map(|v| v.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]))
         .collect();
     ranges.sort_unstable();
-    for array in checks.iter().filter_map(|c| c.first()) {
+    let mut arrays: Vec<u64> = ranges.iter().map(|c| c[0]).collect();
+    arrays.dedup();
+    for array in arrays {
+        let a = &header.arrays[array as usize];
         let mut h = crc32fast::Hasher::new();
         let mut next = 0;
-        for &[_, start, len, crc] in ranges.iter().filter(|c| c[0] == *array) {
+        for &[_, start, len, crc] in ranges.iter().filter(|c| c[0] == array) {
             if start != next {
-                return Err(err(reader.path, "the ranks' ranges leave a gap".into()));
+                return Err(err(
+                    path,
+                    format!("the ranks' ranges of {} leave a gap", a.name()),
+                ));
             }
             h.combine(&crc32fast::Hasher::new_with_initial_len(crc as u32, len));
             next += len;
         }
-        reader.crc_matches(*array as usize, h.finalize())?;
+        crc_matches(path, a, h.finalize())?;
     }
     Ok(())
 }
