@@ -672,7 +672,7 @@ fn each_rank_reads_only_its_rows_of_a_tcs_input() {
     let bad = dir.path().join("bad.tcs");
     std::fs::write(&bad, bytes).unwrap();
     for r in run(bad, 2) {
-        let e = r.err().expect("a damaged file is an error").to_string();
+        let e = r.expect_err("a damaged file is an error").to_string();
         assert!(
             e.contains("fails its checksum") && e.contains("vals"),
             "{e}"

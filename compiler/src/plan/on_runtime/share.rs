@@ -150,6 +150,9 @@ pub fn read_tcs_share<V: PlanValue, I: PlanIndex>(
 const NO_SHARE: u64 = u64::MAX - 1;
 const FAILED: u64 = u64::MAX;
 
+/// A rank's share and the checksum records of its ranges (`[array, byte, bytes, crc]` each).
+type Local<V, I> = (TcsShare<V, I>, Vec<Vec<u64>>);
+
 /// This rank's part of [`read_tcs_share`]: its share, and the checksums of its ranges.
 fn read_local<V: PlanValue, I: PlanIndex>(
     path: &Path,
@@ -157,7 +160,7 @@ fn read_local<V: PlanValue, I: PlanIndex>(
     plan: &Plan,
     tensor: &str,
     comm: &dyn Communicator,
-) -> Result<Option<(TcsShare<V, I>, Vec<Vec<u64>>)>, PlanRunError> {
+) -> Result<Option<Local<V, I>>, PlanRunError> {
     let file = File::open(path).map_err(|e| err(path, e.to_string()))?;
     let header = TcsHeader::read_from(&file, path)?;
     if !shareable::<V, I>(&header, format) {
