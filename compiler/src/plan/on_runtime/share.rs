@@ -94,6 +94,17 @@ pub fn row_shares(plan: &Plan, tensor: &str, rows: usize, ranks: usize) -> Optio
             shares[rank].push(grid.vars[g].range(b, rows));
         }
     }
+    // Rows no block covers (none, for a grid that covers its dimension) go to rank 0, so that
+    // the shares always cover the input.
+    let mut covered: Vec<Range<usize>> = merged(shares.concat());
+    covered.push(rows..rows);
+    let mut next = 0;
+    for r in covered {
+        if r.start > next {
+            shares[0].push(next..r.start);
+        }
+        next = next.max(r.end);
+    }
     Some(shares.into_iter().map(merged).collect())
 }
 
@@ -445,5 +456,46 @@ impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
             format: s.format,
             _types: std::marker::PhantomData,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_merge_where_they_meet_and_empty_ones_go() {
+        let got = merged(vec![5..7, 0..2, 3..3, 2..4, 8..9]);
+        assert_eq!(got, [0..4, 5..7, 8..9]);
+    }
+
+    #[test]
+    fn row_shares_follow_the_key_and_cover_every_row() {
+        let plan = |s: &str| crate::plan::from_text(s).unwrap().1;
+        // Four row blocks of ⌈10 / 4⌉ = 3 rows, block sharding at 2 ranks: blocks 0, 1 | 2, 3.
+        let p = plan("y(i) = A(i,j) * x(j); A: csr; split(i, io, ii, 4); map(io)");
+        assert_eq!(
+            row_shares(&p, "A", 10, 2).unwrap(),
+            [vec![0..6], vec![6..10]]
+        );
+        // Keyed by `jo`, every row block's first point is on rank 0 (jo = 0).
+        let p = plan(
+            "C(i,j) = A(i,k) * B(k,j); A: csr; split(i, io, ii, 2); split(j, jo, ji, 2); \
+             order(io, jo); map(jo)",
+        );
+        assert_eq!(row_shares(&p, "A", 10, 2).unwrap(), [vec![0..10], vec![]]);
+        // An input cut along a compressed level too (tensor blocks) is read whole.
+        let p = plan(
+            "y(i) = A(i,j) * x(j); A: csr; split(i, io, ii, 2); split(j, jo, ji, 2); extend(jo)",
+        );
+        assert!(row_shares(&p, "A", 10, 2).is_none());
+        // Split points that end before the last row: the rest goes to rank 0.
+        let p = plan("y(i) = A(i,j) * x(j); A: csr; split(i, io, ii, [3, 6]); map(io)");
+        let got = row_shares(&p, "A", 10, 2).unwrap();
+        let mut all: Vec<Range<usize>> = got.concat();
+        all.sort_by_key(|r| r.start);
+        assert_eq!(merged(all), [0..10], "{got:?}");
+        // A broadcast input has no row shares.
+        assert!(row_shares(&p, "x", 10, 2).is_none());
     }
 }
