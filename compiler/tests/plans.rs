@@ -650,7 +650,9 @@ fn each_rank_reads_only_its_rows_of_a_tcs_input() {
             // The rank's rows: blocks of io (4 of ⌈203 / 4⌉ = 51 rows) by block sharding.
             let rows = plan::on_runtime::row_shares(&plan, "A", m, ranks).unwrap()[rank].clone();
             if ranks == 2 {
-                assert_eq!(rows, [[0..102, 102..203][rank].clone()], "rank {rank}");
+                let want = [0..102, 102..203][rank].clone();
+                assert_eq!(rows.len(), 1, "rank {rank}: {rows:?}");
+                assert_eq!(rows[0], want, "rank {rank}");
             }
             let nnz: usize = rows
                 .iter()
