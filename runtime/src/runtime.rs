@@ -1664,7 +1664,9 @@ impl Inner {
             })
             .collect();
         let finish = task.has_finish.then(|| match &task.dist {
-            Some(d) if d.channel.rank != 0 => {
+            Some(d)
+                if d.channel.rank != 0 && !crate::replicate::finish::folds_everywhere(&task) =>
+            {
                 Node::new(Work::Recv(crate::replicate::channel::Recv {
                     from: 0,
                     key: crate::replicate::channel::key(

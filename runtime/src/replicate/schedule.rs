@@ -129,9 +129,11 @@ impl Inner {
                 }
             }
         }
-        // Rank 0's finish step waits for every other rank's points' leftovers.
-        if let (Some(f), 0) = (&b.finish, me) {
-            for p in (0..n).filter(|&p| own(p) != 0) {
+        // A finish step run here (rank 0's, or every rank's when it only folds results) waits
+        // for every other rank's points' leftovers.
+        let folds_here = me == 0 || super::finish::folds_everywhere(&task);
+        if let (Some(f), true) = (&b.finish, folds_here) {
+            for p in (0..n).filter(|&p| own(p) != me) {
                 let node = Node::new(Work::Recv(Recv {
                     from: own(p),
                     key: key(seq, KIND_OUTS, 0, p, 0),

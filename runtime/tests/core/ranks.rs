@@ -758,3 +758,36 @@ fn a_store_made_in_shares_reads_as_the_whole_and_moves_only_what_points_lack() {
         }
     }
 }
+
+/// A future's fold runs on every rank (each receives the other ranks' points' results and folds
+/// them in point order): one message per point to each other rank, none back from rank 0, and
+/// every rank's value is bitwise the one-rank value. A reduction into a store still folds at
+/// rank 0.
+#[test]
+fn futures_fold_on_every_rank_with_one_message_per_point_and_rank() {
+    let run = |rt: &Runtime| -> Result<(u64, u64, u64)> {
+        rt.register("part", |ctx| {
+            let x = ctx.read::<f64>(0);
+            ctx.set_result(x.as_slice().iter().map(|v| v / 3.0).sum::<f64>())
+        })?;
+        let x = rt.from_vec(&[60], (0..60).map(|i| i as f64 * 0.1).collect())?;
+        rt.fence()?;
+        let before = rt.stats().messages_sent;
+        let f = rt
+            .task("part")
+            .read(&x)
+            .launch_domain(&[6])
+            .submit_reduce(ReduceOp::Sum)?;
+        let v = f.get()?.as_f64().to_bits();
+        rt.fence()?;
+        Ok((v, rt.stats().messages_sent - before, rt.stats().points_run))
+    };
+    let one = all_ok(on_ranks(1, 1, run))[0].0;
+    let got = all_ok(on_ranks_checked(3, 1, false, run));
+    for (rank, (v, messages, points)) in got.into_iter().enumerate() {
+        assert_eq!(v, one, "rank {rank}");
+        assert_eq!(points, 2, "rank {rank}");
+        // Its two points' results to each of the two other ranks.
+        assert_eq!(messages, 4, "rank {rank}");
+    }
+}
