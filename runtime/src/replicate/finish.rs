@@ -43,12 +43,7 @@ pub(crate) fn after_point(task: &Launched, point: usize, dist: &Dist) {
         }
         return;
     }
-    let failed = task
-        .failure
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-        .map(|e| e.to_string());
+    let failed = failure_text(task);
     // The point's results stay here too: this rank's own finish step folds them.
     let body = {
         let out = task.outs[point].lock().unwrap_or_else(|e| e.into_inner());
@@ -239,16 +234,20 @@ fn bind_empty(root: &crate::store::StoreRoot) {
     }
 }
 
+/// The task's failure on this rank so far, as the text a point's leftovers carry.
+fn failure_text(task: &Launched) -> Option<String> {
+    task.failure
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .map(|e| e.to_string())
+}
+
 /// On a rank other than 0, after one of its points ran: its leftovers (and the task's failure
 /// here, if any) go to rank 0's finish step.
 fn send_out(task: &Launched, point: usize, dist: &Dist) {
     let out = std::mem::take(&mut *task.outs[point].lock().unwrap_or_else(|e| e.into_inner()));
-    let failed = task
-        .failure
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-        .map(|e| e.to_string());
+    let failed = failure_text(task);
     let body = super::codec::write_out(&out, failed.as_deref());
     // Unbound pieces stay here until the finish step's outcome binds the store.
     task.outs[point]
