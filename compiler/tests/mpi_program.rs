@@ -153,6 +153,23 @@ fn mpi_ranks_compute_what_one_process_computes() {
                 })
                 .sum();
             assert_eq!(run, blocks, "{schedule}, {ranks} ranks: {}", text(&out));
+            // Each rank read `pos` whole and only its rows of `crd` and `vals`: together the
+            // file's arrays once, plus `pos` once more per further rank.
+            let read: Vec<(u64, u64)> = (0..ranks)
+                .map(|r| {
+                    bytes_read(&stderr, r, ranks)
+                        .unwrap_or_else(|| panic!("no bytes read from rank {r}: {}", text(&out)))
+                })
+                .collect();
+            let total = read[0].1;
+            let pos = (300 + 1) * 4;
+            let sum: u64 = read.iter().map(|r| r.0).sum();
+            assert_eq!(
+                sum,
+                total + (ranks as u64 - 1) * pos,
+                "{schedule}, {ranks} ranks"
+            );
+            assert!(read.iter().all(|r| r.0 < total), "{read:?}");
         }
     }
 }
@@ -165,6 +182,19 @@ fn points_run(stderr: &str, r: usize, ranks: usize) -> Option<usize> {
         .find_map(|l| l.strip_prefix(&format!("rank {r} of {ranks}: ")))?;
     let before = &line[..line.find(" point tasks run")?];
     before.rsplit(' ').next()?.parse().ok()
+}
+
+/// Rank `r`'s bytes of `.tcs` input arrays read, and their total, from its `--stats` line
+/// ("… input bytes read B of T …").
+fn bytes_read(stderr: &str, r: usize, ranks: usize) -> Option<(u64, u64)> {
+    let line = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("rank {r} of {ranks}: ")))?;
+    let rest = &line[line.find("input bytes read ")? + "input bytes read ".len()..];
+    let mut words = rest.split(' ');
+    let read = words.next()?.parse().ok()?;
+    let total = words.nth(1)?.parse().ok()?;
+    Some((read, total))
 }
 
 #[test]

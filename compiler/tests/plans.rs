@@ -627,3 +627,145 @@ fn uploaded_host_tensors_round_trip_exactly() {
         assert_eq!(back.vals(), t.vals(), "{format}");
     }
 }
+
+/// `map(...)` is the sharding key across thread ranks: each rank runs the points whose `map`
+/// variables its block of their values holds (counted by `points_run`), and every rank's
+/// output equals one rank's, bit for bit (the extended blocks fold in one order).
+#[test]
+fn map_picks_the_rank_of_each_point_across_ranks() {
+    use std::sync::Arc;
+    use tessera_runtime::transport::{run_ranks, Communicator, ThreadComm};
+    let case = Case::fixed(
+        "y(i) = A(i,j) * x(j)",
+        &[("A", "csr")],
+        &[("i", 12), ("j", 8)],
+        5,
+    );
+    let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
+    let refs: Vec<&Tensor<f64, u32>> = inputs.iter().collect();
+    let base = "split(i, io, ii, 3); split(j, jo, ji, 2); extend(jo); order(io, jo)";
+    // Launch domain (io, jo) = 3 × 2, point p = (p / 2, p % 2); the owner by each schedule.
+    type Owner = fn(usize, usize) -> usize;
+    let cases: [(&str, Owner); 3] = [
+        ("", |p, r| p * r / 6),
+        ("; map(io)", |p, r| (p / 2) * r / 3),
+        ("; map(jo)", |p, r| (p % 2) * r / 2),
+    ];
+    for (map, owner) in cases {
+        let src = format!("{}; {base}{map}", case.source);
+        let (kernel, plan) = planned(&src);
+        let one = tessera_runtime::Runtime::new(1);
+        let want = plan::on_runtime::run(&one, &plan, &kernel, &refs, &case.out_dims()).unwrap();
+        for ranks in [2, 4] {
+            let got = run_ranks(ranks, |comm: &ThreadComm| {
+                let rt = tessera_runtime::Runtime::builder()
+                    .threads(1)
+                    .communicator(Arc::new(comm.clone()))
+                    .try_build()?;
+                let out = plan::on_runtime::run(&rt, &plan, &kernel, &refs, &case.out_dims())
+                    .map_err(|e| tessera_runtime::RuntimeError::Transport(e.to_string()))?;
+                Ok::<_, tessera_runtime::RuntimeError>((comm.rank(), rt.stats().points_run, out))
+            });
+            for r in got {
+                let (rank, points, out) = r.unwrap_or_else(|e| panic!("{src}: {e}"));
+                let mine = (0..6).filter(|&p| owner(p, ranks) == rank).count() as u64;
+                assert_eq!(points, mine, "{src}: rank {rank} of {ranks}");
+                assert_eq!(out.vals(), want.vals(), "{src}: rank {rank} of {ranks}");
+            }
+        }
+    }
+}
+
+/// A compiled `--mpi` program's loading, across thread ranks: each rank reads `pos` whole and
+/// only the `crd`/`vals` of its rows (bytes read counted exactly), the product equals one
+/// rank's bit for bit, and a damaged array is an error on every rank (the ranks' checksums of
+/// their ranges combine into the header's).
+#[test]
+fn each_rank_reads_only_its_rows_of_a_tcs_input() {
+    use std::sync::Arc;
+    use tessera_runtime::transport::{run_ranks, Communicator, ThreadComm};
+    use tessera_runtime::RuntimeError as RtErr;
+    let (m, n) = (203usize, 150usize);
+    let entries = (0..m * n)
+        .filter(|k| (k * 7919) % 13 < 2 + (k / n) % 3)
+        .map(|k| (vec![k / n, k % n], (k % 29) as f64 - 14.5));
+    let a: Tensor<f64, u32> = Tensor::from_entries(vec![m, n], "csr", entries).unwrap();
+    let x: Tensor<f64, u32> =
+        Tensor::dense_from_vec(vec![n], (0..n).map(|j| j as f64 * 0.25 - 3.0).collect()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("A.tcs");
+    tessera_formats::tcs::write_tensor(&path, &a, None).unwrap();
+    let src = "y(i) = A(i,j) * x(j); A: csr; split(i, io, ii, 4); map(io)";
+    let (kernel, plan) = planned(src);
+    let want = plan::on_runtime::run(
+        &tessera_runtime::Runtime::new(1),
+        &plan,
+        &kernel,
+        &[&a, &x],
+        &[m],
+    )
+    .unwrap();
+    let pos_bytes = (m + 1) * 4;
+    let run = |path: std::path::PathBuf, ranks: usize| {
+        let (plan, kernel, x) = (plan.clone(), kernel.clone(), x.clone());
+        run_ranks(ranks, move |comm: &ThreadComm| {
+            let fail = |e: plan::on_runtime::PlanRunError| RtErr::Transport(e.to_string());
+            let format = a_format();
+            let share =
+                plan::on_runtime::read_tcs_share::<f64, u32>(&path, &format, &plan, "A", comm)
+                    .map_err(fail)?
+                    .expect("a csr file of the program's types is read in part");
+            let read = share.bytes_read();
+            let rt = tessera_runtime::Runtime::builder()
+                .threads(1)
+                .communicator(Arc::new(comm.clone()))
+                .try_build()?;
+            let a = plan::on_runtime::Stored::from_share(&rt, share).map_err(fail)?;
+            let x = plan::on_runtime::Stored::upload(&rt, &x).map_err(fail)?;
+            let y = plan::on_runtime::run_stored_inputs(&rt, &plan, &kernel, &[a, x], &[m], None)
+                .map_err(fail)?;
+            Ok::<_, RtErr>((comm.rank(), read, y))
+        })
+    };
+    for ranks in [2, 4] {
+        for r in run(path.clone(), ranks) {
+            let (rank, (read, total), y) = r.unwrap_or_else(|e| panic!("{ranks} ranks: {e}"));
+            assert_eq!(y.vals(), want.vals(), "rank {rank} of {ranks}");
+            // The rank's rows: blocks of io (4 of ⌈203 / 4⌉ = 51 rows) by block sharding.
+            let rows = plan::on_runtime::row_shares(&plan, "A", m, ranks).unwrap()[rank].clone();
+            if ranks == 2 {
+                let want = [0..102, 102..203][rank].clone();
+                assert_eq!(rows.len(), 1, "rank {rank}: {rows:?}");
+                assert_eq!(rows[0], want, "rank {rank}");
+            }
+            let nnz: usize = rows
+                .iter()
+                .flat_map(|r| r.clone())
+                .map(|i| a.entries().filter(|(c, _)| c[0] == i).count())
+                .sum();
+            assert_eq!(
+                read,
+                (pos_bytes + nnz * 12) as u64,
+                "rank {rank} of {ranks}"
+            );
+            assert!(read < total, "rank {rank} of {ranks}: {read} of {total}");
+        }
+    }
+    // One byte of `vals` changed: every rank reports the damaged array.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes.len() - 9;
+    bytes[at] ^= 0x40;
+    let bad = dir.path().join("bad.tcs");
+    std::fs::write(&bad, bytes).unwrap();
+    for r in run(bad, 2) {
+        let e = r.expect_err("a damaged file is an error").to_string();
+        assert!(
+            e.contains("fails its checksum") && e.contains("vals"),
+            "{e}"
+        );
+    }
+}
+
+fn a_format() -> tessera_formats::Format {
+    tessera_formats::Format::parse("csr", 2).unwrap()
+}

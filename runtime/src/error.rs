@@ -120,6 +120,18 @@ pub enum RuntimeError {
     NeverBound { task: String, store: u64 },
     #[error("task `{task}`: launch domain {domain:?} is empty or has more than 4 dimensions")]
     BadLaunchDomain { task: String, domain: Vec<usize> },
+    #[error("the shares of a {len}-element store must be disjoint and cover it: {why}")]
+    BadShares { len: usize, why: String },
+    #[error(
+        "task `{task}` is sharded by launch dimensions {dims:?}, but its launch domain is \
+         {domain:?}: a sharding key needs a fixed launch domain (`launch_domain`) and names \
+         each of its dimensions at most once"
+    )]
+    BadShardKey {
+        task: String,
+        dims: Vec<usize>,
+        domain: Option<Vec<usize>>,
+    },
     #[error("task `{task}` failed at point {point:?}: {message}")]
     TaskFailed {
         task: String,

@@ -247,13 +247,9 @@ fn run_point(task: &Launched, point: usize, counters: &Counters) {
 
 fn finish_point(task: &Launched, point: usize, counters: &Counters) {
     Counters::add(&counters.points_run, 1);
-    if let Some(d) = task
-        .dist
-        .as_ref()
-        .filter(|d| task.has_finish && d.channel.rank != 0)
-    {
-        // Rank 0 runs the finish step: this point's leftovers go there.
-        crate::replicate::finish::send_out(task, point, d);
+    if let Some(d) = task.dist.as_ref().filter(|_| task.has_finish) {
+        // This point's leftovers go to the ranks that run the finish step.
+        crate::replicate::finish::after_point(task, point, d);
     }
     if task.remaining.fetch_sub(1, Ordering::AcqRel) == 1 && !task.has_finish {
         task.end();

@@ -29,6 +29,7 @@ use crate::transport::Communicator;
 use crate::window::{self, Adaptive, Window, WindowPolicy};
 use crate::TaskContext;
 use smallvec::SmallVec;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -531,6 +532,7 @@ impl Runtime {
                 constraints: Default::default(),
                 scalars: Default::default(),
                 domain: None,
+                shard: None,
             }),
         }
     }
@@ -622,6 +624,50 @@ impl Runtime {
         );
         store.root.meta().valid = Some(crate::replicate::share::cut_map(rect, m));
         store
+    }
+
+    /// A 1-d store of `len` elements that the ranks made in parts (each read only its share of
+    /// a file, say): `shares[r]` lists the ranges rank `r` holds — every rank passes the same
+    /// list, one entry per rank, the ranges disjoint and together `0..len` — and `mine` is
+    /// this rank's ranges' elements, in the order listed. The valid-copy map says who holds
+    /// what, so tasks move exactly the parts another rank's points need; this rank allocates
+    /// only its ranges (and what it later receives). On one rank `mine` is the whole store.
+    pub fn from_share<T: Element>(
+        &self,
+        len: usize,
+        shares: &[Vec<Range<usize>>],
+        mine: Vec<T>,
+    ) -> Result<Store> {
+        let (me, ranks) = (self.rank(), self.ranks());
+        check_shares(len, shares, ranks)?;
+        let held: usize = shares[me].iter().map(|r| r.len()).sum();
+        if mine.len() != held {
+            return Err(RuntimeError::HostDataLength {
+                shape: vec![held],
+                expected: held,
+                got: mine.len(),
+            });
+        }
+        if ranks == 1 {
+            return self.from_vec(&[len], mine);
+        }
+        let whole = Rect::from_shape(&[len]);
+        let mut buf = Buf::<T>::sparse_zeros(len, None);
+        let mut at = 0;
+        for r in &shares[me] {
+            buf.copy_from(r.start, &mine[at..at + r.len()]);
+            at += r.len();
+        }
+        drop(mine);
+        let store = self.new_root(T::DTYPE, 1, Some(Bound::with_data(whole, T::wrap(buf))));
+        let mut valid = crate::replicate::valid::ValidMap::all(whole, ranks);
+        for (rank, list) in shares.iter().enumerate() {
+            for r in list.iter().filter(|r| !r.is_empty()) {
+                valid.write(Rect::new(&[r.start], &[r.end]), rank);
+            }
+        }
+        store.root.meta().valid = Some(valid);
+        Ok(store)
     }
 
     /// A 1-d `PosRange` store of the ranges between consecutive `offsets` (a compressed
@@ -867,6 +913,9 @@ impl Runtime {
             })?),
             None => None,
         };
+        if let Some(dims) = &l.shard {
+            check_shard(&task, dims, domain.as_ref())?;
+        }
         let future = result.map(|_| Future::pending(Arc::downgrade(&self.inner)));
         let issued = Issued {
             name,
@@ -877,6 +926,7 @@ impl Runtime {
             scalars: std::mem::take(&mut l.scalars),
             domain,
             result: result.zip(future.as_ref().map(|f| f.cell.clone())),
+            shard: l.shard.take(),
         };
         Counters::add(&self.inner.shared.counters.tasks_issued, 1);
         let mut front = self.inner.front.lock().unwrap_or_else(|e| e.into_inner());
@@ -1295,6 +1345,8 @@ impl Inner {
                     let bytes = root.bound().map_or(0, |b| b.bytes());
                     Counters::add(&counters.bytes_not_allocated, bytes);
                 }
+                // Fusion joins only tasks of one sharding key (fusion/constraints.rs).
+                let shard = prefix[0].issued.shard.clone();
                 let inst = build::instantiate(&shape, &mut prefix);
                 Plan {
                     name: shape.name.clone(),
@@ -1305,6 +1357,7 @@ impl Inner {
                     scalars: inst.scalars,
                     results: inst.results,
                     fused: Some(shape),
+                    shard,
                 }
             }
         };
@@ -1507,7 +1560,7 @@ impl Inner {
         };
         use std::hash::{Hash, Hasher};
         let mut h = rustc_hash::FxHasher::default();
-        (&*plan.name, plan.token, plan.domain.len()).hash(&mut h);
+        (&*plan.name, plan.token, plan.domain.len(), &plan.shard).hash(&mut h);
         for a in &plan.args {
             (a.root.id, a.privilege, a.local).hash(&mut h);
             for r in a.rects.iter() {
@@ -1638,7 +1691,9 @@ impl Inner {
             })
             .collect();
         let finish = task.has_finish.then(|| match &task.dist {
-            Some(d) if d.channel.rank != 0 => {
+            Some(d)
+                if d.channel.rank != 0 && !crate::replicate::finish::folds_everywhere(&task) =>
+            {
                 Node::new(Work::Recv(crate::replicate::channel::Recv {
                     from: 0,
                     key: crate::replicate::channel::key(
@@ -1720,6 +1775,47 @@ impl Built {
     }
 }
 
+/// `from_share`'s ranges: one list per rank, disjoint, together exactly `0..len`.
+fn check_shares(len: usize, shares: &[Vec<Range<usize>>], ranks: usize) -> Result<()> {
+    let bad = |why: String| Err(RuntimeError::BadShares { len, why });
+    if shares.len() != ranks {
+        return bad(format!(
+            "{} lists of ranges for {ranks} ranks",
+            shares.len()
+        ));
+    }
+    let mut all: Vec<&Range<usize>> = shares.iter().flatten().filter(|r| !r.is_empty()).collect();
+    all.sort_by_key(|r| r.start);
+    let mut next = 0;
+    for r in all {
+        if r.start != next || r.end > len {
+            return bad(format!("{r:?} after {next} cells covered"));
+        }
+        next = r.end;
+    }
+    if next != len {
+        return bad(format!("the ranges end at {next}"));
+    }
+    Ok(())
+}
+
+/// A sharding key names each dimension of a fixed launch domain at most once.
+fn check_shard(task: &str, dims: &[usize], domain: Option<&Domain>) -> Result<()> {
+    let ok = domain.is_some_and(|d| {
+        dims.iter()
+            .enumerate()
+            .all(|(i, &k)| k < d.dim() && !dims[..i].contains(&k))
+    });
+    if ok {
+        return Ok(());
+    }
+    Err(RuntimeError::BadShardKey {
+        task: task.into(),
+        dims: dims.to_vec(),
+        domain: domain.map(|d| d.extents()),
+    })
+}
+
 /// The distinct rectangles of `rects`, in first-appearance order (a reduction's finish step
 /// writes each sub-store once, however many points share it).
 pub(crate) fn distinct(rects: &[Rect]) -> SmallVec<[Rect; 4]> {
@@ -1742,6 +1838,8 @@ pub(crate) struct Plan {
     pub scalars: Scalars,
     pub results: Args<(ReduceOp, Arc<crate::future::FutureCell>)>,
     pub fused: Option<Arc<FusedShape>>,
+    /// The sharding key across ranks (`TaskLauncher::shard_by`).
+    pub shard: Option<Args<usize>>,
 }
 
 impl Plan {
@@ -1755,6 +1853,7 @@ impl Plan {
             scalars: std::mem::take(&mut t.issued.scalars),
             results: t.issued.result.take().into_iter().collect(),
             fused: None,
+            shard: t.issued.shard.take(),
         }
     }
 }

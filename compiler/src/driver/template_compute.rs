@@ -45,6 +45,18 @@ fn mpirun_ranks() -> Option<usize> {
         .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
 }
 
+/// An input as read: the whole tensor.
+pub type Input = Tensor<V, I>;
+
+pub fn read_input(
+    _ranks: &Ranks,
+    _name: &str,
+    path: &std::path::Path,
+    format: &tessera_formats::Format,
+) -> Result<Input, Box<dyn Error>> {
+    crate::io::read(path, format)
+}
+
 pub fn compute(
     _ranks: &Ranks,
     tensors: Vec<Tensor<V, I>>,

@@ -136,7 +136,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     io::check_output_path(&args.output, &out_format)?;
     compute::with_ranks(|ranks| {
         let start = Instant::now();
-        let (tensors, out_dims) = ranks.check(read_inputs(&args))?;
+        let (tensors, out_dims) = ranks.check(read_inputs(ranks, &args))?;
         let read = start.elapsed();
         let out = compute::compute(ranks, tensors, &out_dims, args.threads, args.stats)?;
         let compute = start.elapsed() - read;
@@ -159,8 +159,11 @@ fn run() -> Result<(), Box<dyn Error>> {
 
 /// Every input named by `-i`, read and checked against the statement, and the output's
 /// dimensions.
-fn read_inputs(args: &Args) -> Result<(Vec<Tensor<V, I>>, Vec<usize>), Box<dyn Error>> {
-    let mut tensors: Vec<Tensor<V, I>> = Vec::with_capacity(SIGNATURE.inputs.len());
+fn read_inputs(
+    ranks: &compute::Ranks,
+    args: &Args,
+) -> Result<(Vec<compute::Input>, Vec<usize>), Box<dyn Error>> {
+    let mut tensors: Vec<compute::Input> = Vec::with_capacity(SIGNATURE.inputs.len());
     for op in SIGNATURE.inputs {
         let (_, path) = args
             .inputs
@@ -168,7 +171,7 @@ fn read_inputs(args: &Args) -> Result<(Vec<Tensor<V, I>>, Vec<usize>), Box<dyn E
             .find(|(n, _)| n == op.name)
             .ok_or_else(|| format!("missing `-i {}=PATH` (an input of `{STATEMENT}`)", op.name))?;
         let format = Format::parse(op.format, op.rank())?;
-        let t = io::read(path, &format).map_err(|e| {
+        let t = compute::read_input(ranks, op.name, path, &format).map_err(|e| {
             if e.to_string().contains("64-bit coordinates") {
                 format!("{e}\n  note: compile with `--index u64` for 64-bit coordinates")
             } else {

@@ -5,14 +5,16 @@
 //
 // Built with `tessera compile --mpi` (this crate's feature `mpi`), the program started by
 // `mpirun` runs the plan across the job's ranks (control replication: every rank reads the
-// inputs, issues the same tasks and runs its shard of the points; rank 0 writes the output).
+// inputs — of a `.tcs` input only its rows' share — issues the same tasks and runs its shard
+// of the points; rank 0 writes the output).
 // Started without `mpirun` it is one rank.
 
 use crate::{kernel_block, I, STATEMENT, V};
 use std::error::Error;
 use std::sync::Arc;
 use tessera_compiler::plan::{self, on_runtime};
-use tessera_formats::Tensor;
+use std::path::Path;
+use tessera_formats::{Format, Tensor};
 use tessera_runtime::transport::Communicator;
 use tessera_runtime::Runtime;
 
@@ -22,7 +24,8 @@ const FINGERPRINT: u64 = @FINGERPRINT@;
 /// What `--help` says about ranks.
 #[cfg(feature = "mpi")]
 pub const RANKS_HELP: &str = "\n\nBuilt with MPI: `mpirun -n N PROG ...` runs the plan across N ranks (each \
-     reads the inputs and runs its share of the block tasks; rank 0 writes the output).";
+     reads its share of `.tcs` inputs and runs its share of the block tasks; rank 0 writes \
+     the output).";
 #[cfg(not(feature = "mpi"))]
 pub const RANKS_HELP: &str = "";
 
@@ -64,9 +67,51 @@ pub fn with_ranks(
         .into())
 }
 
+/// An input as this rank read it: the whole tensor, or (a `.tcs` file across ranks) its
+/// share — `pos` whole, `crd` and `vals` only for the rows its points compute on.
+pub enum Input {
+    Whole(Tensor<V, I>),
+    Share(on_runtime::TcsShare<V, I>),
+}
+
+impl Input {
+    pub fn dims(&self) -> &[usize] {
+        match self {
+            Input::Whole(t) => t.dims(),
+            Input::Share(s) => s.dims(),
+        }
+    }
+
+    pub fn format(&self) -> &Format {
+        match self {
+            Input::Whole(t) => t.format(),
+            Input::Share(s) => s.format(),
+        }
+    }
+}
+
+/// Reads input `name`: across ranks a `.tcs` file the plan tiles by rows is read in part
+/// (`on_runtime::read_tcs_share`, a collective: every rank reads the same inputs in order);
+/// anything else whole.
+pub fn read_input(
+    ranks: &Ranks,
+    name: &str,
+    path: &Path,
+    format: &Format,
+) -> Result<Input, Box<dyn Error>> {
+    let tcs = path.extension().is_some_and(|x| x == "tcs");
+    if let (Some(comm), true) = (ranks.0.as_deref(), tcs) {
+        let (_, plan) = plan::from_text(STATEMENT)?;
+        if let Some(s) = on_runtime::read_tcs_share::<V, I>(path, format, &plan, name, comm)? {
+            return Ok(Input::Share(s));
+        }
+    }
+    Ok(Input::Whole(crate::io::read(path, format)?))
+}
+
 pub fn compute(
     ranks: &Ranks,
-    tensors: Vec<Tensor<V, I>>,
+    tensors: Vec<Input>,
     out_dims: &[usize],
     threads: Option<usize>,
     stats: bool,
@@ -84,19 +129,30 @@ pub fn compute(
         builder = builder.communicator(comm.clone());
     }
     let rt = builder.try_build()?;
-    // The loaded tensors move into the runtime's stores (no copy).
-    let out = on_runtime::run_compiled_owned(
-        &rt,
-        &plan,
-        &kernel,
-        tensors,
-        out_dims,
-        kernel_block::kernel_block::<V, I>,
-    )?;
+    let (mut read, mut total) = (0, 0);
+    // The loaded tensors move into the runtime's stores (no copy); shares become stores
+    // valid on each rank's ranges.
+    let stored = tensors
+        .into_iter()
+        .map(|t| match t {
+            Input::Whole(t) => on_runtime::Stored::from_tensor(&rt, t),
+            Input::Share(s) => {
+                let (r, t) = s.bytes_read();
+                (read, total) = (read + r, total + t);
+                on_runtime::Stored::from_share(&rt, s)
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let block = kernel_block::kernel_block::<V, I>;
+    let out = on_runtime::run_stored_inputs(&rt, &plan, &kernel, &stored, out_dims, Some(block))?;
     if stats {
         let line = match rt.ranks() {
             1 => format!("{}\n", on_runtime::stats_line(&rt)),
-            n => format!("rank {} of {n}: {}\n", rt.rank(), on_runtime::stats_line(&rt)),
+            n => format!(
+                "rank {} of {n}: {}, input bytes read {read} of {total} (.tcs shares)\n",
+                rt.rank(),
+                on_runtime::stats_line(&rt)
+            ),
         };
         // One write, so that the lines of ranks sharing a terminal do not interleave.
         let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());

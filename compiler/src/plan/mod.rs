@@ -63,6 +63,22 @@ impl Plan {
     pub fn is_distributed(&self) -> bool {
         !self.grid.vars.is_empty()
     }
+
+    /// The launch dimensions that pick a point's rank across ranks (the runtime's
+    /// `shard_by`): the `map` variables' positions in the launch domain, in `map` order.
+    /// `None` for owner computes (the runtime's block sharding of the whole domain) and when no `map` variable is a launch dimension (a
+    /// sequential variable's blocks are launches of their own, run by every rank's points).
+    pub fn shard_dims(&self) -> Option<Vec<usize>> {
+        let Sharding::Map(vars) = &self.sharding else {
+            return None;
+        };
+        let domain = self.grid.domain_vars();
+        let dims: Vec<usize> = vars
+            .iter()
+            .filter_map(|g| domain.iter().position(|d| d == g))
+            .collect();
+        (!dims.is_empty()).then_some(dims)
+    }
 }
 
 /// The kernel and plan of a statement written as one text (`expr; A: csr; split(...)`, the

@@ -37,7 +37,9 @@ use crate::interp::{self, InterpError};
 use crate::ir::{Kernel, OutputKind};
 
 mod elementwise;
+mod share;
 pub use elementwise::{is_elementwise, run_elementwise, scalar_inputs, ChunkFn};
+pub use share::{read_tcs_share, row_shares, TcsShare};
 
 /// Why a plan could not run on the runtime.
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +59,11 @@ pub enum PlanRunError {
          runtime's stores have at most {MAX_DIMS} dimensions"
     )]
     OutputRank { rank: usize, level: usize },
+    /// An input file read in part by the ranks that is damaged or inconsistent.
+    #[error("{0}")]
+    Input(String),
+    #[error(transparent)]
+    File(#[from] tessera_formats::Error),
 }
 
 /// The element types a plan runs with: values and coordinates the runtime can store.
@@ -117,6 +124,20 @@ pub fn run_compiled_owned<V: PlanValue, I: PlanIndex>(
         .map(|t| Stored::from_tensor(rt, t))
         .collect::<Result<Vec<_>, _>>()?;
     run_on(rt, plan, kernel, &stored, out_dims, Some(block))
+}
+
+/// As [`run_compiled_owned`], over inputs already in stores (what a compiled `--mpi`
+/// program makes of the inputs each rank read in part, [`Stored::from_share`]); `block`
+/// `None` runs the interpreter.
+pub fn run_stored_inputs<V: PlanValue, I: PlanIndex>(
+    rt: &Runtime,
+    plan: &Plan,
+    kernel: &Kernel,
+    stored: &[Stored<V, I>],
+    out_dims: &[usize],
+    block: Option<BlockFn<V, I>>,
+) -> Result<Tensor<V, I>, PlanRunError> {
+    run_on(rt, plan, kernel, stored, out_dims, block)
 }
 
 fn run_with<V: PlanValue, I: PlanIndex>(
@@ -581,6 +602,10 @@ fn launch_task(rt: &Runtime, run: &Run, outs: &[Store], launch: usize) -> Result
         .task(run.name)
         .scalar(launch as u64)
         .launch_domain(&grid.domain());
+    if let Some(dims) = plan.shard_dims() {
+        // `map(...)`: across ranks these launch dimensions pick each point's rank.
+        t = t.shard_by(&dims);
+    }
     let out_arg = &plan.args[0];
     for s in outs {
         t = match out_arg.privilege {

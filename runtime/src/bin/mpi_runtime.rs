@@ -4,7 +4,8 @@
 //! to the halo volume and each rank running its block of points; SpMV against the host
 //! product; each rank's memory after an SpMV over inputs every rank made whole is its share;
 //! CG bitwise against a one-rank runtime with as many processors in this process; a
-//! transfer of megabytes (rendezvous-sized messages) into one point.
+//! transfer of megabytes (rendezvous-sized messages) into one point; launches with a
+//! sharding key run each point on the rank the key names.
 //!
 //! ```text
 //! mpirun --allow-run-as-root --oversubscribe -n 4 mpi-runtime 4
@@ -199,6 +200,56 @@ fn check_big_transfer(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
     })
 }
 
+/// A sharding key (`shard_by`): a 3 × 2 launch sharded by its second dimension runs point
+/// `p` on rank `(p % 2) · N / 2` only, and the values every rank reads equal a one-rank
+/// runtime's in this process.
+fn check_keyed(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
+    use std::sync::Mutex;
+    use tessera_runtime::Cut;
+    let run = |rt: &Runtime| -> Result<(Vec<usize>, Vec<f64>)> {
+        let ran: Arc<Mutex<Vec<usize>>> = Arc::default();
+        let log = ran.clone();
+        rt.register("mark", move |ctx| {
+            log.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(ctx.linear_point());
+            let id = ctx.linear_point() as f64;
+            let mut m = ctx.write::<f64>(0);
+            for i in m.rect().lo()[0]..m.rect().hi()[0] {
+                for j in m.rect().lo()[1]..m.rect().hi()[1] {
+                    let v = m.get(&[i, j]);
+                    m.set(&[i, j], 2.0 * v + id + (i * 100 + j) as f64);
+                }
+            }
+        })?;
+        let m = rt.from_vec(&[6, 4], (0..24).map(|v| v as f64).collect())?;
+        for key in [&[1][..], &[0]] {
+            rt.task("mark")
+                .read_write(&m)
+                .tile(&m, &[Cut::Equal(0), Cut::Equal(1)])
+                .launch_domain(&[3, 2])
+                .shard_by(key)
+                .submit()?;
+        }
+        let values = rt.read::<f64>(&m)?;
+        let mut ran = ran.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        ran.sort_unstable();
+        Ok((ran, values))
+    };
+    let (me, ranks) = (comm.rank(), comm.size());
+    let (ran, values) = run(&runtime(comm)?)?;
+    let (_, one) = run(&Runtime::builder().threads(1).build())?;
+    let mut want: Vec<usize> = (0..6).filter(|p| (p % 2) * ranks / 2 == me).collect();
+    want.extend((0..6).filter(|p| (p / 2) * ranks / 3 == me));
+    want.sort_unstable();
+    ensure(ran == want, || {
+        format!("rank {me} ran points {ran:?}, its keys give {want:?}")
+    })?;
+    ensure(values == one, || {
+        format!("rank {me}: the keyed launches differ from one rank")
+    })
+}
+
 fn check_failure(comm: &Arc<ThreadedMpiComm>, rank: usize) -> Result<()> {
     let rt = runtime(comm)?;
     rt.register("fragile", move |ctx| {
@@ -245,6 +296,7 @@ fn main() -> std::process::ExitCode {
                 .and_then(|_| check_spmv(comm))
                 .and_then(|_| check_memory(comm))
                 .and_then(|_| check_cg(comm))
+                .and_then(|_| check_keyed(comm))
                 .and_then(|_| check_big_transfer(comm)),
         };
         // Every rank reports its own outcome; a failure anywhere ends every rank with one.

@@ -3,7 +3,8 @@
 //! A forwards pass over the solved tasks tracks, per store, the partitions it was read and
 //! written through and whether it was reduced (with which operator). Task `j` joins the prefix
 //! when
-//! * **launch-domain equivalence**: its domain is the first task's;
+//! * **launch-domain equivalence**: its domain (and its sharding key across ranks) is the
+//!   first task's;
 //! * **true dependence**: it reads or writes no store an earlier task wrote through another
 //!   partition;
 //! * **anti-dependence**: it writes no store an earlier task read through another partition;
@@ -66,7 +67,11 @@ impl Prefix {
 
     /// Whether `t` may follow the prefix (given the prefix' tasks for the future check).
     pub(crate) fn check(&self, prefix: &[Ready], t: &Ready) -> Result<(), Break> {
-        if prefix.first().is_some_and(|f| f.domain != t.domain) {
+        // A fused task's points run where one key says: tasks sharded differently stay apart.
+        if prefix
+            .first()
+            .is_some_and(|f| f.domain != t.domain || f.issued.shard != t.issued.shard)
+        {
             return Err(Break::LaunchDomain);
         }
         for s in &t.issued.scalars {

@@ -6,7 +6,6 @@
 
 use super::channel::{key, Channel, KIND_FINISH, KIND_OUTS};
 use super::codec::{Reader, Writer};
-use super::owner;
 use super::valid::ValidMap;
 use crate::error::RuntimeError;
 use crate::launch::Launched;
@@ -19,10 +18,49 @@ use crate::task::Privilege;
 pub(crate) struct Dist {
     pub seq: u64,
     pub channel: std::sync::Arc<Channel>,
+    /// The rank of each point, by the task's sharding key (the same on every rank).
+    pub owners: std::sync::Arc<[usize]>,
 }
 
-/// On rank 0, after the finish step: sends its outcome to every other rank.
+/// Whether every rank runs this task's finish step itself: when it only folds results
+/// (`submit_reduce` futures), every rank receives every other rank's points' results and folds
+/// them in point order, bitwise alike — one message hop instead of two through rank 0 (a
+/// future gates the next tasks; CG waits on two per iteration). Reductions into stores and
+/// unbound outputs keep the fold at rank 0 (their data is large; only rank 0 holds the
+/// folded rectangles). A function of the stream: the same on every rank.
+pub(crate) fn folds_everywhere(task: &Launched) -> bool {
+    task.args
+        .iter()
+        .all(|a| !matches!(a.privilege, Privilege::Reduce(_) | Privilege::WriteUnbound))
+}
+
+/// After one of this rank's points ran, for a task with a finish step: its leftovers go to
+/// every rank that folds them (all others, or rank 0).
+pub(crate) fn after_point(task: &Launched, point: usize, dist: &Dist) {
+    if !folds_everywhere(task) {
+        if dist.channel.rank != 0 {
+            send_out(task, point, dist);
+        }
+        return;
+    }
+    let failed = failure_text(task);
+    // The point's results stay here too: this rank's own finish step folds them.
+    let body = {
+        let out = task.outs[point].lock().unwrap_or_else(|e| e.into_inner());
+        super::codec::write_out(&out, failed.as_deref())
+    };
+    let ch = &dist.channel;
+    for to in (0..ch.ranks).filter(|&r| r != ch.rank) {
+        ch.send(to, key(dist.seq, KIND_OUTS, 0, point, 0), &body);
+    }
+}
+
+/// On rank 0, after the finish step: sends its outcome to every other rank (nothing when
+/// every rank folds for itself).
 pub(crate) fn broadcast(task: &Launched, dist: &Dist) {
+    if folds_everywhere(task) {
+        return;
+    }
     let failed = task
         .failure
         .lock()
@@ -176,7 +214,7 @@ pub(crate) fn bind_pieces(
             at += super::codec::data_len(d);
         }
         let len = len as usize;
-        valid.write(Rect::new(&[off], &[off + len]), owner(p, lens.len(), ranks));
+        valid.write(Rect::new(&[off], &[off + len]), dist.owners[p]);
         off += len;
     }
     {
@@ -196,16 +234,20 @@ fn bind_empty(root: &crate::store::StoreRoot) {
     }
 }
 
-/// On a rank other than 0, after one of its points ran: its leftovers (and the task's failure
-/// here, if any) go to rank 0's finish step.
-pub(crate) fn send_out(task: &Launched, point: usize, dist: &Dist) {
-    let out = std::mem::take(&mut *task.outs[point].lock().unwrap_or_else(|e| e.into_inner()));
-    let failed = task
-        .failure
+/// The task's failure on this rank so far, as the text a point's leftovers carry.
+fn failure_text(task: &Launched) -> Option<String> {
+    task.failure
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .as_ref()
-        .map(|e| e.to_string());
+        .map(|e| e.to_string())
+}
+
+/// On a rank other than 0, after one of its points ran: its leftovers (and the task's failure
+/// here, if any) go to rank 0's finish step.
+fn send_out(task: &Launched, point: usize, dist: &Dist) {
+    let out = std::mem::take(&mut *task.outs[point].lock().unwrap_or_else(|e| e.into_inner()));
+    let failed = failure_text(task);
     let body = super::codec::write_out(&out, failed.as_deref());
     // Unbound pieces stay here until the finish step's outcome binds the store.
     task.outs[point]

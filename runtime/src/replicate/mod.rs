@@ -21,6 +21,7 @@ pub(crate) mod valid;
 
 use crate::error::RuntimeError;
 use crate::graph::Node;
+use crate::partition::Domain;
 use crate::rect::Rect;
 use crate::solver::{Span, SpanError};
 use crate::stats::Counters;
@@ -36,6 +37,34 @@ pub const MAX_RANKS: usize = 64;
 /// of consecutive points (block sharding), so neighbouring tiles share a rank.
 pub(crate) fn owner(p: usize, n: usize, ranks: usize) -> usize {
     p * ranks / n.max(1)
+}
+
+/// The rank of every point (in linear order) of `domain` among `ranks`. With a sharding key
+/// (launch dimensions), the point's coordinates along the key, linearised row-major in the
+/// key's order, are cut in blocks of consecutive values: points equal along the key share a
+/// rank. Without one, the linear index is (block sharding; the same as a key of every
+/// dimension in order).
+pub(crate) fn owners(domain: &Domain, key: Option<&[usize]>, ranks: usize) -> Vec<usize> {
+    let n = domain.len();
+    let Some(key) = key else {
+        return (0..n).map(|p| owner(p, n, ranks)).collect();
+    };
+    let m: usize = key.iter().map(|&d| domain.extent(d)).product();
+    (0..n)
+        .map(|p| {
+            let at = domain.point(p);
+            let q = key.iter().fold(0, |q, &d| q * domain.extent(d) + at[d]);
+            owner(q, m, ranks)
+        })
+        .collect()
+}
+
+/// The rank of every point (in linear order) of a launch domain of `extents` among `ranks`,
+/// with the sharding key `key` (`TaskLauncher::shard_by`; `None`: block sharding), as the
+/// runtime assigns them: what a program needs to place data where the points will run.
+/// `None` when the extents are not a launch domain.
+pub fn shard_owners(extents: &[usize], key: Option<&[usize]>, ranks: usize) -> Option<Vec<usize>> {
+    Domain::new(extents).map(|d| owners(&d, key, ranks.max(1)))
 }
 
 /// A `Send` node's work: this rank's copy of `rect` (or the store's failure) to rank `to`.
@@ -249,4 +278,33 @@ pub(crate) fn image_spans(
             Ok(acc)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_of_every_dimension_in_order_is_block_sharding() {
+        for ranks in 1..=4 {
+            for ext in [[6usize, 1], [3, 4], [1, 5], [7, 2]] {
+                let d = Domain::new(&ext).unwrap();
+                assert_eq!(owners(&d, Some(&[0, 1]), ranks), owners(&d, None, ranks));
+            }
+        }
+    }
+
+    #[test]
+    fn points_equal_along_the_key_share_a_rank_in_blocks_of_its_values() {
+        // A 3 × 2 domain keyed by dimension 1: its two values split over the ranks.
+        let d = Domain::new(&[3, 2]).unwrap();
+        assert_eq!(owners(&d, Some(&[1]), 2), [0, 1, 0, 1, 0, 1]);
+        // Four ranks, two key values: ranks 0 and 2 (the blocks' first ranks) run them.
+        assert_eq!(owners(&d, Some(&[1]), 4), [0, 2, 0, 2, 0, 2]);
+        // Keyed by dimension 0 at 2 ranks: values 0, 1 on rank 0, value 2 on rank 1.
+        assert_eq!(owners(&d, Some(&[0]), 2), [0, 0, 0, 0, 1, 1]);
+        // The key's order is the linearisation's: (1, 0) walks dimension 1 slowest.
+        assert_eq!(owners(&d, Some(&[1, 0]), 2), [0, 1, 0, 1, 0, 1]);
+        assert_eq!(owners(&d, Some(&[]), 3), [0; 6]);
+    }
 }

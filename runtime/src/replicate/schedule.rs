@@ -3,7 +3,7 @@
 
 use super::channel::{key, Channel, Deliver, Recv, KIND_DATA, KIND_OUTS};
 use super::finish::Dist;
-use super::owner;
+use super::owners;
 use super::valid::ValidMap;
 use crate::analysis::Preds;
 use crate::graph::{Node, NodeList, Work};
@@ -15,7 +15,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 impl Inner {
-    /// Builds this rank's nodes for a task: its own points (block sharding), a send for each
+    /// Builds this rank's nodes for a task: its own points (its sharding key's, or block
+    /// sharding), a send for each
     /// piece another rank's point needs that this rank must provide, a receive for each piece
     /// its points need from another rank, and the finish step's messages; then updates every
     /// store's valid-copy map as all ranks do.
@@ -23,11 +24,13 @@ impl Inner {
         let seq = ch.seq.fetch_add(1, Ordering::Relaxed);
         let (me, ranks) = (ch.rank, ch.ranks);
         let n = t.domain.len();
-        let own = |p: usize| owner(p, n, ranks);
+        let owners: Arc<[usize]> = owners(&t.domain, t.shard.as_deref(), ranks).into();
+        let own = |p: usize| owners[p];
         let mine: Vec<usize> = (0..n).filter(|&p| own(p) == me).collect();
         let dist = Dist {
             seq,
             channel: ch.clone(),
+            owners: owners.clone(),
         };
         let b = self.build_nodes_at(t, &mine, Some(dist));
         let task = b.task.clone();
@@ -126,9 +129,11 @@ impl Inner {
                 }
             }
         }
-        // Rank 0's finish step waits for every other rank's points' leftovers.
-        if let (Some(f), 0) = (&b.finish, me) {
-            for p in (0..n).filter(|&p| own(p) != 0) {
+        // A finish step run here (rank 0's, or every rank's when it only folds results) waits
+        // for every other rank's points' leftovers.
+        let folds_here = me == 0 || super::finish::folds_everywhere(&task);
+        if let (Some(f), true) = (&b.finish, folds_here) {
+            for p in (0..n).filter(|&p| own(p) != me) {
                 let node = Node::new(Work::Recv(Recv {
                     from: own(p),
                     key: key(seq, KIND_OUTS, 0, p, 0),

@@ -45,6 +45,8 @@ pub(crate) struct IssuedSig {
     domain: Option<Domain>,
     scalars: SmallVec<[Producer; 2]>,
     result: Option<ReduceOp>,
+    /// The sharding key across ranks.
+    shard: Option<crate::task::Args<usize>>,
 }
 
 /// Where a future argument of `t` comes from: a task before it in the trace or not.
@@ -120,6 +122,7 @@ impl IssuedTrace {
 impl IssuedSig {
     fn new(t: &Issued, before: &[Issued], stores: &[u32]) -> IssuedSig {
         IssuedSig {
+            shard: t.shard.clone(),
             name: t.name.clone(),
             args: t
                 .args
@@ -145,6 +148,7 @@ impl IssuedSig {
     fn matches(&self, t: &Issued, before: &[Issued], stores: &[u32]) -> bool {
         (Arc::ptr_eq(&self.name, &t.name) || self.name == t.name)
             && self.domain == t.domain
+            && self.shard == t.shard
             && self.result == t.result.as_ref().map(|(op, _)| *op)
             && self.args.len() == t.args.len()
             && self
@@ -208,6 +212,7 @@ impl SolvedTask {
             scalars: t.scalars,
             results: t.result.into_iter().collect(),
             fused: None,
+            shard: t.shard,
         }
     }
 }

@@ -190,6 +190,7 @@ impl Tracing {
         }
         t.constraints.hash(&mut h);
         t.domain.hash(&mut h);
+        t.shard.hash(&mut h);
         t.result.as_ref().map(|(op, _)| *op).hash(&mut h);
         if let Some((_, cell)) = &t.result {
             let _ = cell.launched_as.set(self.seq);

@@ -579,3 +579,215 @@ fn each_rank_holds_only_its_share_of_the_stores() {
         assert!(got[0].1 as f64 / whole <= at_most, "rank 0 of {ranks}");
     }
 }
+
+/// What one rank of [`keyed_stream`] saw: the (launch, point) pairs it ran, its points run,
+/// and the values every rank must agree on.
+type Keyed = (Vec<(u64, usize)>, u64, Vec<f64>, Vec<f64>, f64);
+
+/// Launches over a 3 × 2 domain tiling a 6 × 4 store: launch 0 sharded by the domain's
+/// second dimension, 1 by block sharding, 2 by the first dimension, then an unbound output
+/// and a future, both sharded by the second dimension.
+fn keyed_stream(rt: &Runtime) -> Result<Keyed> {
+    use std::sync::Mutex;
+    use tessera_runtime::Cut;
+    let ran: Arc<Mutex<Vec<(u64, usize)>>> = Arc::default();
+    let log = ran.clone();
+    rt.register("mark", move |ctx| {
+        let launch = ctx.scalar(0).as_u64();
+        log.lock().unwrap().push((launch, ctx.linear_point()));
+        let mut m = ctx.write::<f64>(0);
+        let id = ctx.linear_point() as f64 + 10.0 * launch as f64;
+        for p in crate::cells(&m.rect()) {
+            let v = m.get(&p);
+            m.set(&p, 2.0 * v + id + (p[0] * 100 + p[1]) as f64);
+        }
+    })?;
+    let log = ran.clone();
+    rt.register("big", move |ctx| {
+        log.lock()
+            .unwrap()
+            .push((ctx.scalar(0).as_u64(), ctx.linear_point()));
+        let m = ctx.read::<f64>(0);
+        let keep: Vec<f64> = crate::cells(&m.rect())
+            .into_iter()
+            .map(|p| m.get(&p))
+            .filter(|v| v.rem_euclid(3.0) < 1.0)
+            .collect();
+        ctx.set_result(keep.iter().sum::<f64>());
+        ctx.emit(1, keep);
+    })?;
+    let m = rt.from_vec(&[6, 4], (0..24).map(|v| v as f64).collect())?;
+    let tiles = [Cut::Equal(0), Cut::Equal(1)];
+    for (launch, key) in [(0u64, Some(&[1][..])), (1, None), (2, Some(&[0][..]))] {
+        let t = rt
+            .task("mark")
+            .read_write(&m)
+            .tile(&m, &tiles)
+            .launch_domain(&[3, 2])
+            .scalar(launch);
+        match key {
+            Some(k) => t.shard_by(k).submit()?,
+            None => t.submit()?,
+        }
+    }
+    let out = rt.create_unbound(tessera_runtime::DType::F64);
+    let sum = rt
+        .task("big")
+        .read(&m)
+        .write_unbound(&out)
+        .tile(&m, &tiles)
+        .launch_domain(&[3, 2])
+        .scalar(3u64)
+        .shard_by(&[1])
+        .submit_reduce(ReduceOp::Sum)?
+        .get()?
+        .as_f64();
+    rt.fence()?;
+    let points = rt.stats().points_run;
+    let mut ran = ran.lock().unwrap().clone();
+    ran.sort_unstable();
+    Ok((ran, points, rt.read::<f64>(&m)?, rt.read::<f64>(&out)?, sum))
+}
+
+#[test]
+fn a_sharding_key_runs_each_point_on_the_rank_it_names() {
+    let one = all_ok(on_ranks(1, 1, keyed_stream)).remove(0);
+    assert_eq!(one.1, 24);
+    for ranks in [2, 4] {
+        // Point p of the 3 × 2 domain is (p / 2, p % 2); the owner by the test's own reading
+        // of each key: blocks of the key's values.
+        let owner = |launch: u64, p: usize| match launch {
+            0 | 3 => (p % 2) * ranks / 2,
+            1 => p * ranks / 6,
+            _ => (p / 2) * ranks / 3,
+        };
+        for (rank, got) in all_ok(on_ranks(ranks, 1, keyed_stream))
+            .into_iter()
+            .enumerate()
+        {
+            let want: Vec<(u64, usize)> = (0..4u64)
+                .flat_map(|l| (0..6).map(move |p| (l, p)))
+                .filter(|&(l, p)| owner(l, p) == rank)
+                .collect();
+            assert_eq!(got.0, want, "rank {rank} of {ranks}: the points it ran");
+            assert_eq!(got.1, want.len() as u64, "rank {rank} of {ranks}");
+            assert_eq!(got.2, one.2, "rank {rank} of {ranks}: the store");
+            assert_eq!(got.3, one.3, "rank {rank} of {ranks}: the unbound output");
+            assert_eq!(got.4.to_bits(), one.4.to_bits(), "rank {rank} of {ranks}");
+        }
+    }
+}
+
+#[test]
+fn a_sharding_key_must_name_dimensions_of_a_fixed_launch_domain() {
+    let rt = Runtime::new(1);
+    rt.register("nop", |_| {}).unwrap();
+    let x = rt.create(tessera_runtime::DType::F64, &[8]).unwrap();
+    for (domain, key) in [
+        (None, &[0][..]),
+        (Some(&[2, 2][..]), &[2]),
+        (Some(&[4]), &[0, 0]),
+    ] {
+        let mut t = rt.task("nop").write(&x).shard_by(key);
+        if let Some(d) = domain {
+            t = t.launch_domain(d);
+        }
+        let e = t.submit().unwrap_err();
+        assert!(matches!(e, RuntimeError::BadShardKey { .. }), "{e}");
+        assert!(
+            e.to_string().contains("sharded by launch dimensions"),
+            "{e}"
+        );
+    }
+}
+
+/// `from_share`: each rank hands over only its ranges (here interleaved, not the default
+/// rows); tasks read the store as if it were whole, moving exactly the cells their points
+/// lack, and bad share lists are errors naming the problem.
+#[test]
+fn a_store_made_in_shares_reads_as_the_whole_and_moves_only_what_points_lack() {
+    let len = 90;
+    let want: Vec<f64> = (0..len).map(|i| (i * i % 17) as f64).collect();
+    for ranks in [1, 2, 3] {
+        let got = all_ok(on_ranks(ranks, 1, move |rt| {
+            rt.register("double", |ctx| {
+                let x = ctx.read::<f64>(0);
+                let mut y = ctx.write::<f64>(1);
+                for i in y.range() {
+                    y.set_at(i, 2.0 * x.at(i));
+                }
+            })?;
+            // Rank r holds every ranks-th block of 10 cells.
+            let shares: Vec<Vec<std::ops::Range<usize>>> = (0..rt.ranks())
+                .map(|r| {
+                    (0..len / 10)
+                        .filter(|b| b % rt.ranks() == r)
+                        .map(|b| b * 10..b * 10 + 10)
+                        .collect()
+                })
+                .collect();
+            let mine: Vec<f64> = shares[rt.rank()]
+                .iter()
+                .flat_map(|r| r.clone().map(|i| (i * i % 17) as f64))
+                .collect();
+            let bad = rt
+                .from_share::<f64>(len, &vec![vec![0..len, 0..10]; rt.ranks()], vec![])
+                .unwrap_err();
+            let x = rt.from_share(len, &shares, mine)?;
+            let y = rt.create(tessera_runtime::DType::F64, &[len])?;
+            rt.task("double")
+                .read(&x)
+                .write(&y)
+                .align(&x, &y)
+                .launch_domain(&[rt.ranks()])
+                .submit()?;
+            rt.fence()?;
+            let sent = rt.stats().bytes_sent;
+            Ok((rt.read::<f64>(&x)?, rt.read::<f64>(&y)?, sent, bad))
+        }));
+        for (rank, (x, y, sent, bad)) in got.into_iter().enumerate() {
+            assert_eq!(x, want, "rank {rank} of {ranks}");
+            assert!(y.iter().zip(&want).all(|(y, w)| *y == 2.0 * w));
+            // At 3 ranks point p reads cells [30p, 30p + 30) on rank p, one of whose three
+            // blocks it holds: each rank sends the two blocks it holds in the others' tiles.
+            if ranks == 3 {
+                assert_eq!(sent, 2 * 10 * 8, "rank {rank}: bytes sent before the reads");
+            }
+            assert!(matches!(bad, RuntimeError::BadShares { .. }), "{bad}");
+            assert!(bad.to_string().contains("disjoint and cover"), "{bad}");
+        }
+    }
+}
+
+/// A future's fold runs on every rank (each receives the other ranks' points' results and folds
+/// them in point order): one message per point to each other rank, none back from rank 0, and
+/// every rank's value is bitwise the one-rank value. A reduction into a store still folds at
+/// rank 0.
+#[test]
+fn futures_fold_on_every_rank_with_one_message_per_point_and_rank() {
+    let run = |rt: &Runtime| -> Result<(u64, u64, u64)> {
+        rt.register("part", |ctx| {
+            let x = ctx.read::<f64>(0);
+            ctx.set_result(x.as_slice().iter().map(|v| v / 3.0).sum::<f64>())
+        })?;
+        let x = rt.from_vec(&[60], (0..60).map(|i| i as f64 * 0.1).collect())?;
+        rt.fence()?;
+        let before = rt.stats().messages_sent;
+        let f = rt
+            .task("part")
+            .read(&x)
+            .launch_domain(&[6])
+            .submit_reduce(ReduceOp::Sum)?;
+        let v = f.get()?.as_f64().to_bits();
+        rt.fence()?;
+        Ok((v, rt.stats().messages_sent - before, rt.stats().points_run))
+    };
+    let one = all_ok(on_ranks(1, 1, run))[0].0;
+    let got = all_ok(on_ranks_checked(3, 1, false, run));
+    for (rank, (v, messages, points)) in got.into_iter().enumerate() {
+        assert_eq!(v, one, "rank {rank}");
+        assert_eq!(points, 2, "rank {rank}");
+        // Its two points' results to each of the two other ranks.
+        assert_eq!(messages, 4, "rank {rank}");
+    }
+}
