@@ -180,6 +180,30 @@ impl TcsFile {
         &self.bytes()[at..at + self.header.arrays[i].len as usize]
     }
 
+    /// The file as it would be written with contiguous arrays (version 1 or 2): the same bytes
+    /// for the same tensor however its arrays were segmented (a version-3 file depends on the
+    /// blocks its writer appended), so equal contents compare equal byte for byte.
+    pub fn contiguous_bytes(&self) -> Vec<u8> {
+        let h = &self.header;
+        let mut plain = TcsHeader::new(
+            h.value_type,
+            h.index_bits,
+            h.is_block,
+            h.modes.clone(),
+            h.levels.clone(),
+        )
+        .expect("a valid header lays out again");
+        let mut out = vec![0u8; plain.file_len as usize];
+        for (p, a) in plain.arrays.iter_mut().zip(&h.arrays) {
+            p.crc32 = a.crc32;
+            out[p.offset as usize..(p.offset + p.len) as usize]
+                .copy_from_slice(self.array_bytes(a));
+        }
+        let head = plain.to_bytes();
+        out[..head.len()].copy_from_slice(&head);
+        out
+    }
+
     fn validate(&self) -> Result<(), TcsError> {
         if self.header.version < SEGMENTED {
             // A segmented file's gaps were checked as it was gathered.
