@@ -144,10 +144,7 @@ fn split_and_merge_under_mpirun_round_trip() {
     assert!(said.contains("2 MPI ranks"), "{said}");
     let said = ok(mpirun("4", &["merge", "b", "-o", "back.tcs"]));
     assert!(said.contains("4 MPI ranks"), "{said}");
-    assert_eq!(
-        tcs_bytes(&d.join("t.tcs")),
-        tcs_bytes(&d.join("back.tcs"))
-    );
+    assert_eq!(tcs_bytes(&d.join("t.tcs")), tcs_bytes(&d.join("back.tcs")));
 }
 
 /// `mpirun -n 4`, one rank killed with SIGKILL in the middle of a split and of a merge: the

@@ -86,10 +86,7 @@ fn special_values_are_kept_bit_for_bit_through_tns_mtx_tcs_and_back() {
     // Back to text and in again: the same bytes.
     to_tcs_back(d, "v.tcs", "back.tns");
     to_tcs(&d.join("back.tns"), &d.join("again.tcs"), &opts);
-    assert_eq!(
-        tcs_bytes(&d.join("v.tcs")),
-        tcs_bytes(&d.join("again.tcs"))
-    );
+    assert_eq!(tcs_bytes(&d.join("v.tcs")), tcs_bytes(&d.join("again.tcs")));
 
     // f32 output: each value rounded to the nearest f32 (overflow to ±inf, subnormals of
     // f32 kept, f64 subnormals flush to ±0 by rounding), NaN canonical.

@@ -404,7 +404,10 @@ impl TcsHeader {
         let segmented = version >= SEGMENTED;
         for (r, what) in [
             (count, "extent count (reserved before version 3)"),
-            (table_crc as u64, "extent table checksum (reserved before version 3)"),
+            (
+                table_crc as u64,
+                "extent table checksum (reserved before version 3)",
+            ),
             (reserved as u64, "reserved header field"),
         ] {
             if r != 0 && (!segmented || what == "reserved header field") {
@@ -731,10 +734,18 @@ impl TcsHeader {
         }
         for (a, &n) in self.arrays.iter().zip(&filled) {
             if a.offset != 0 {
-                return Err(field(&format!("offset of {} (version 3)", a.name()), a.offset, 0));
+                return Err(field(
+                    &format!("offset of {} (version 3)", a.name()),
+                    a.offset,
+                    0,
+                ));
             }
             if n != a.len {
-                return Err(field(&format!("bytes of {} in extents", a.name()), n, a.len));
+                return Err(field(
+                    &format!("bytes of {} in extents", a.name()),
+                    n,
+                    a.len,
+                ));
             }
         }
         let end = at.checked_add(self.table_len()).ok_or_else(too_large)?;

@@ -367,6 +367,8 @@ fn segmented_files_read_back_through_every_reader() {
         assert!(piece > 1 || h.extents.len() > h.arrays.len(), "{piece}");
         let f = TcsFile::open(&path).unwrap();
         assert_eq!(f.to_tensor::<f64, u32>().unwrap(), t);
+        // In the contiguous layout, the bytes `write_tensor` gives.
+        assert_eq!(f.contiguous_bytes(), std::fs::read(plain.path()).unwrap());
         let bytes = std::fs::read(&path).unwrap();
         let g = TcsFile::from_bytes(&path, &bytes).unwrap();
         assert_eq!(g.to_tensor::<f64, u32>().unwrap(), t);

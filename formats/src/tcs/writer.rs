@@ -212,10 +212,11 @@ impl Appender {
     /// Creates the temporary file for a tensor of `rank` levels holding `arrays` arrays (the
     /// header's length depends on these alone).
     pub fn create(path: &Path, rank: usize, arrays: usize) -> Result<Self> {
-        let header_len = super::header::header_len(rank, arrays).ok_or_else(|| Error::Unsupported {
-            path: path.to_path_buf(),
-            what: format!("a header for rank {rank}"),
-        })?;
+        let header_len =
+            super::header::header_len(rank, arrays).ok_or_else(|| Error::Unsupported {
+                path: path.to_path_buf(),
+                what: format!("a header for rank {rank}"),
+            })?;
         Ok(Appender {
             file: AtomicFile::create(path)?,
             header_len,
@@ -280,7 +281,9 @@ impl Appender {
             what,
         };
         if header.header_len != self.header_len || header.arrays.len() != self.crcs.len() {
-            return Err(misuse("the header does not match the appended arrays".into()));
+            return Err(misuse(
+                "the header does not match the appended arrays".into(),
+            ));
         }
         for (a, crc) in header.arrays.iter_mut().zip(self.crcs) {
             a.crc32 = crc.finalize();
