@@ -341,11 +341,13 @@ fn sort_packed(recs: &mut [u64], rank: usize) -> bool {
 
 /// Sorts (key, value) pairs by key, stably (equal keys keep their order: duplicates are
 /// summed in input order), with a least-significant-digit radix sort of the key's low
-/// `bits` bits (the higher ones are zero): one counting pass per digit of up to 11 bits,
+/// `bits` bits (the higher ones are zero): one counting pass per digit of up to 13 bits,
 /// passes where every key has the same digit skipped. `scratch` is a second buffer as long
-/// as `pairs`. Linear in the pairs, where the comparison sort was n log n.
+/// as `pairs`. Linear in the pairs, where the comparison sort was n log n. Measured on 1 M
+/// pairs with 51-bit keys (three 17-bit coordinates), one idle core: the stable sort 61 ms,
+/// 8-bit digits 40–48 ms, 11-bit 44–51 ms, 13-bit (4 passes) 32–35 ms.
 fn radix_sort_pairs(pairs: &mut [[u64; 2]], scratch: &mut [[u64; 2]], bits: u32) {
-    const MAX_DIGIT: u32 = 11;
+    const MAX_DIGIT: u32 = 13;
     let n = pairs.len();
     if n < 2 || bits == 0 {
         return;
