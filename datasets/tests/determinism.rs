@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{ok, run};
+use common::{ok, run, tcs_bytes};
 
 /// The same command on one CPU (`taskset`), so the parser and the run sort use one thread;
 /// `None` where taskset is missing.
@@ -79,8 +79,8 @@ fn convert_split_and_merge_give_the_same_bytes_at_every_budget_thread_and_rank_c
             Some(o) => {
                 ok(o);
                 assert_eq!(
-                    std::fs::read(d.join(&out)).unwrap(),
-                    std::fs::read(d.join(&one)).unwrap(),
+                    tcs_bytes(&d.join(&out)),
+                    tcs_bytes(&d.join(&one)),
                     "{format}: one CPU and all CPUs differ"
                 );
             }
@@ -106,10 +106,10 @@ fn convert_split_and_merge_give_the_same_bytes_at_every_budget_thread_and_rank_c
         ));
         outputs.push(merged);
     }
-    let first = std::fs::read(d.join(&outputs[0])).unwrap();
+    let first = tcs_bytes(&d.join(&outputs[0]));
     for o in &outputs[1..] {
         assert!(
-            std::fs::read(d.join(o)).unwrap() == first,
+            tcs_bytes(&d.join(o)) == first,
             "{o} differs from {}",
             outputs[0]
         );

@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{failed, ok, run};
+use common::{failed, ok, run, tcs_bytes};
 
 #[test]
 fn split_then_merge_gives_the_same_file() {
@@ -52,8 +52,8 @@ fn split_then_merge_gives_the_same_file() {
             &["merge", &blocks, "-o", &out, "--ranks", merge_ranks, "-q"],
         ));
         assert_eq!(
-            std::fs::read(d.join("t.tcs")).unwrap(),
-            std::fs::read(d.join(&out)).unwrap(),
+            tcs_bytes(&d.join("t.tcs")),
+            tcs_bytes(&d.join(&out)),
             "case {i}: {split:?}"
         );
     }
@@ -144,10 +144,7 @@ fn split_and_merge_under_mpirun_round_trip() {
     assert!(said.contains("2 MPI ranks"), "{said}");
     let said = ok(mpirun("4", &["merge", "b", "-o", "back.tcs"]));
     assert!(said.contains("4 MPI ranks"), "{said}");
-    assert_eq!(
-        std::fs::read(d.join("t.tcs")).unwrap(),
-        std::fs::read(d.join("back.tcs")).unwrap()
-    );
+    assert_eq!(tcs_bytes(&d.join("t.tcs")), tcs_bytes(&d.join("back.tcs")));
 }
 
 /// `mpirun -n 4`, one rank killed with SIGKILL in the middle of a split and of a merge: the

@@ -56,6 +56,7 @@ pub fn clear(prefix: &str) {
 const PREFIX: usize = 64;
 const MODE_RECORD: usize = 40;
 const LEVEL_RECORD: usize = 24;
+const EXTENT_RECORD: usize = tessera_formats::tcs::header::EXTENT_RECORD;
 const ARRAY_RECORD: usize = 32;
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
@@ -79,19 +80,59 @@ pub fn fix_checksums(b: &mut [u8]) {
     if crc_at + 4 > b.len() {
         return;
     }
+    let extents = segments(b);
     for k in 0..narrays {
         let r = records + k * ARRAY_RECORD;
         let (Some(off), Some(len)) = (u64_at(b, r + 8), u64_at(b, r + 16)) else {
             return;
         };
-        let end = off.checked_add(len);
-        if let Some(bytes) = end.and_then(|e| b.get(off as usize..e as usize)) {
-            let crc = crc32fast::hash(bytes);
+        let crc = match &extents {
+            // Version 3: the array is its extents, in table order.
+            Some(extents) => {
+                let mut h = crc32fast::Hasher::new();
+                for &(array, at, n) in extents {
+                    let end = at.checked_add(n);
+                    let bytes = end.and_then(|e| b.get(at as usize..e as usize));
+                    if let (true, Some(bytes)) = (array as usize == k, bytes) {
+                        h.update(bytes);
+                    }
+                }
+                Some(h.finalize())
+            }
+            None => {
+                let end = off.checked_add(len);
+                end.and_then(|e| b.get(off as usize..e as usize))
+                    .map(crc32fast::hash)
+            }
+        };
+        if let Some(crc) = crc {
             b[r + 24..r + 28].copy_from_slice(&crc.to_le_bytes());
         }
     }
+    if extents.is_some() {
+        let count = u64_at(b, 48).unwrap_or(0) as usize;
+        let table = &b[b.len() - count * EXTENT_RECORD..];
+        let crc = crc32fast::hash(table);
+        b[56..60].copy_from_slice(&crc.to_le_bytes());
+    }
     let crc = crc32fast::hash(&b[..crc_at]);
     b[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// The extent table of a version-3 file, as (array, offset, length), when its count fits the
+/// bytes; `None` for older versions.
+fn segments(b: &[u8]) -> Option<Vec<(u32, u64, u64)>> {
+    if u32_at(b, 8)? < 3 {
+        return None;
+    }
+    let count = usize::try_from(u64_at(b, 48)?).ok()?;
+    let start = b.len().checked_sub(count.checked_mul(EXTENT_RECORD)?)?;
+    (0..count)
+        .map(|i| {
+            let r = start + i * EXTENT_RECORD;
+            Some((u32_at(b, r)?, u64_at(b, r + 8)?, u64_at(b, r + 16)?))
+        })
+        .collect()
 }
 
 /// Touches everything a validated file hands out, as kernels and converters would: every

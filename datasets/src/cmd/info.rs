@@ -84,18 +84,32 @@ fn tcs_info(path: &Path, bars: &Bars) -> Result<(), tessera_formats::Error> {
             ),
         }
     }
-    for a in &h.arrays {
+    for (i, a) in h.arrays.iter().enumerate() {
         let kind = match a.kind {
             ArrayKind::Pos => "pos",
             ArrayKind::Crd => "crd",
             ArrayKind::Vals => "vals",
         };
+        // A segmented (version 3) array: where its first extent lies, and how many it has.
+        let extents = h.array_extents(i);
+        let at = extents.first().map_or(a.offset, |e| e.0);
+        let pieces = match extents.len() {
+            0 | 1 => String::new(),
+            n => format!(" in {n} extents"),
+        };
         println!(
-            "array:       {kind:<4} level {} at byte {:>12}, {:>14} bytes, crc32 {:08x}",
-            a.level, a.offset, a.len, a.crc32
+            "array:       {kind:<4} level {} at byte {at:>12}, {:>14} bytes, crc32 {:08x}{pieces}",
+            a.level, a.len, a.crc32
         );
     }
     println!("bytes:       {} (header {})", h.file_len, h.header_len);
+    if !h.extents.is_empty() {
+        println!(
+            "extents:     {} (segmented arrays; table of {} bytes at the end)",
+            h.extents.len(),
+            h.table_len()
+        );
+    }
     Ok(())
 }
 

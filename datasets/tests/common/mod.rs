@@ -45,3 +45,11 @@ pub fn failed(o: Output) -> String {
 }
 
 pub use tmpfs::Tmpfs;
+
+/// A `.tcs` file's contents in the contiguous layout: equal for equal tensors, however the
+/// writer segmented the arrays (a converted file's extents follow its parse blocks).
+pub fn tcs_bytes(path: &Path) -> Vec<u8> {
+    tessera_formats::TcsFile::open(path)
+        .unwrap()
+        .contiguous_bytes()
+}

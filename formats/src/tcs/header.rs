@@ -13,6 +13,10 @@ const PREFIX: usize = 64;
 const MODE_RECORD: usize = 40;
 const LEVEL_RECORD: usize = 24;
 const ARRAY_RECORD: usize = 32;
+/// Bytes of one record of a version-3 extent table.
+pub const EXTENT_RECORD: usize = 24;
+/// The first version whose arrays are lists of extents.
+pub const SEGMENTED: u32 = 3;
 
 /// Per tensor mode: its dimension and, for a block, the block's place in a split.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,6 +90,16 @@ impl ArrayInfo {
     }
 }
 
+/// One stretch of a segmented (version 3) array: `len` bytes at file offset `offset`. An
+/// array is its extents in table order, concatenated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    /// Number of the array (in [`TcsHeader::arrays`]) this extent belongs to.
+    pub array: u32,
+    pub offset: u64,
+    pub len: u64,
+}
+
 /// Everything a `.tcs` header records.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcsHeader {
@@ -107,6 +121,10 @@ pub struct TcsHeader {
     pub header_len: u64,
     /// Total file length.
     pub file_len: u64,
+    /// Version 3: where every array's bytes lie, in file order (the extent table at the end
+    /// of the file); empty in versions 1 and 2, whose arrays are contiguous at their records'
+    /// offsets.
+    pub extents: Vec<Extent>,
 }
 
 impl TcsHeader {
@@ -121,7 +139,7 @@ impl TcsHeader {
     ) -> Result<TcsHeader, TcsError> {
         let singleton = levels.iter().any(|l| l.level_type == LevelType::Singleton);
         let mut h = TcsHeader {
-            version: if singleton { VERSION } else { MIN_VERSION },
+            version: if singleton { 2 } else { MIN_VERSION },
             value_type,
             index_bits,
             is_block,
@@ -131,6 +149,7 @@ impl TcsHeader {
             nnz: 0,
             header_len: 0,
             file_len: 0,
+            extents: Vec::new(),
         };
         h.check_fields()?;
         let (lens, nnz) = h.expected_array_lengths()?;
@@ -154,6 +173,91 @@ impl TcsHeader {
             .map(|a| a.offset + a.len)
             .unwrap_or(h.header_len);
         Ok(h)
+    }
+
+    /// The version-3 form of a header laid out by [`new`](Self::new): the arrays' bytes lie in
+    /// `extents` (file order, each at the first multiple of 64 after the previous one, the
+    /// first at `header_len`), the extent table follows them, and the array records keep
+    /// lengths and checksums with offset 0. Fails unless the extents tile every array exactly.
+    pub fn segmented(mut self, extents: Vec<Extent>) -> Result<TcsHeader, TcsError> {
+        self.version = SEGMENTED;
+        for a in &mut self.arrays {
+            a.offset = 0;
+        }
+        self.extents = extents;
+        let table = (self.extents.len() as u64)
+            .checked_mul(EXTENT_RECORD as u64)
+            .ok_or_else(too_large)?;
+        self.file_len = self
+            .table_offset()?
+            .checked_add(table)
+            .ok_or_else(too_large)?;
+        self.check_layout()?;
+        Ok(self)
+    }
+
+    /// Where each byte range of array number `array` lies in the file, in array order.
+    pub fn array_extents(&self, array: usize) -> Vec<(u64, u64)> {
+        if self.version < SEGMENTED {
+            return self
+                .arrays
+                .get(array)
+                .map(|a| vec![(a.offset, a.len)])
+                .unwrap_or_default();
+        }
+        self.extents
+            .iter()
+            .filter(|e| e.array as usize == array)
+            .map(|e| (e.offset, e.len))
+            .collect()
+    }
+
+    /// The alignment padding of the data section, as byte ranges (zero bytes in a valid file):
+    /// between arrays (or extents) and, in version 3, before the extent table.
+    pub fn gaps(&self) -> Vec<std::ops::Range<u64>> {
+        let mut placed: Vec<(u64, u64)> = if self.version < SEGMENTED {
+            self.arrays.iter().map(|a| (a.offset, a.len)).collect()
+        } else {
+            self.extents.iter().map(|e| (e.offset, e.len)).collect()
+        };
+        if self.version >= SEGMENTED {
+            placed.push((self.file_len - self.table_len(), 0));
+        }
+        let mut at = self.header_len;
+        let mut gaps = Vec::new();
+        for (offset, len) in placed {
+            if offset > at {
+                gaps.push(at..offset);
+            }
+            at = offset + len;
+        }
+        gaps
+    }
+
+    /// Bytes of the extent table (0 before version 3).
+    pub fn table_len(&self) -> u64 {
+        self.extents.len() as u64 * EXTENT_RECORD as u64
+    }
+
+    /// Where the extent table starts: after the last extent, aligned.
+    fn table_offset(&self) -> Result<u64, TcsError> {
+        let end = self
+            .extents
+            .last()
+            .map_or(Some(self.header_len), |e| e.offset.checked_add(e.len));
+        end.and_then(align_up).ok_or_else(too_large)
+    }
+
+    /// The extent table's bytes (empty before version 3).
+    pub fn table_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(self.table_len() as usize);
+        for e in &self.extents {
+            b.extend_from_slice(&e.array.to_le_bytes());
+            b.extend_from_slice(&0u32.to_le_bytes());
+            b.extend_from_slice(&e.offset.to_le_bytes());
+            b.extend_from_slice(&e.len.to_le_bytes());
+        }
+        b
     }
 
     /// The tensor's rank.
@@ -184,9 +288,19 @@ impl TcsHeader {
         b.push(self.is_block as u8);
         b.extend_from_slice(&(self.rank() as u32).to_le_bytes());
         b.extend_from_slice(&(self.arrays.len() as u32).to_le_bytes());
-        for x in [self.header_len, self.file_len, self.nnz, 0, 0] {
+        for x in [self.header_len, self.file_len, self.nnz] {
             b.extend_from_slice(&x.to_le_bytes());
         }
+        // Version 3: the extent count and the extent table's checksum; else reserved zeros.
+        let (count, table_crc) = if self.version >= SEGMENTED {
+            let n = self.extents.len() as u64;
+            (n, crc32fast::hash(&self.table_bytes()))
+        } else {
+            (0, 0)
+        };
+        b.extend_from_slice(&count.to_le_bytes());
+        b.extend_from_slice(&table_crc.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
         for m in &self.modes {
             for x in [m.dim, m.split_lo, m.split_hi, m.split_index, m.split_count] {
                 b.extend_from_slice(&x.to_le_bytes());
@@ -225,6 +339,30 @@ impl TcsHeader {
     /// Parses and checks a header from the start of a file of `file_len` bytes; `bytes` must
     /// hold at least the header (else [`TcsError::Truncated`] says how much is needed).
     pub fn parse(bytes: &[u8], file_len: u64) -> Result<TcsHeader, TcsError> {
+        let (mut h, table) = Self::parse_head(bytes, file_len)?;
+        if let Some(t) = table {
+            let at = file_len - t.len;
+            let b = bytes
+                .get(at as usize..file_len as usize)
+                .ok_or(TcsError::Truncated {
+                    needed: file_len,
+                    len: bytes.len() as u64,
+                })?;
+            h.extents = t.parse(b)?;
+        }
+        h.checked()
+    }
+
+    /// The checks that need every field (the extent table included).
+    fn checked(self) -> Result<TcsHeader, TcsError> {
+        self.check_fields()?;
+        self.check_layout()?;
+        Ok(self)
+    }
+
+    /// Parses the header at the start of the file, leaving the extent table of a version-3
+    /// file (at the file's end) to the caller: it is described by the second result.
+    fn parse_head(bytes: &[u8], file_len: u64) -> Result<(TcsHeader, Option<Table>), TcsError> {
         let mut c = Cursor {
             b: bytes,
             at: 0,
@@ -262,12 +400,33 @@ impl TcsHeader {
         let rank = rank as usize;
         let narrays = c.u32()? as usize;
         let (hlen, flen, nnz) = (c.u64()?, c.u64()?, c.u64()?);
-        for _ in 0..2 {
-            let r = c.u64()?;
-            if r != 0 {
-                return Err(field("reserved header field", r, 0));
+        let (count, table_crc, reserved) = (c.u64()?, c.u32()?, c.u32()?);
+        let segmented = version >= SEGMENTED;
+        for (r, what) in [
+            (count, "extent count (reserved before version 3)"),
+            (
+                table_crc as u64,
+                "extent table checksum (reserved before version 3)",
+            ),
+            (reserved as u64, "reserved header field"),
+        ] {
+            if r != 0 && (!segmented || what == "reserved header field") {
+                return Err(field(what, r, 0));
             }
         }
+        // The table lies at the end of the file: its length is bounded by the file's.
+        let table = match count.checked_mul(EXTENT_RECORD as u64) {
+            Some(len) if len <= flen.min(file_len) => segmented.then_some(Table {
+                count: count as usize,
+                len,
+                crc: table_crc,
+            }),
+            _ => {
+                return Err(TcsError::Invalid(format!(
+                    "{count} extents do not fit a file of {file_len} bytes"
+                )))
+            }
+        };
         if narrays > 2 * rank + 1 {
             return Err(field("array count", narrays as u64, (2 * rank + 1) as u64));
         }
@@ -323,10 +482,9 @@ impl TcsHeader {
             nnz,
             header_len: hlen,
             file_len: flen,
+            extents: Vec::new(),
         };
-        h.check_fields()?;
-        h.check_layout()?;
-        Ok(h)
+        Ok((h, table))
     }
 
     /// Reads and checks only the header of an open file (no mapping, no array reads).
@@ -340,8 +498,8 @@ impl TcsHeader {
         file.read_exact_at(&mut prefix, 0)
             .map_err(|e| Error::io(path, e))?;
         // Parsing the prefix alone yields the header length (or an earlier error).
-        let needed = match TcsHeader::parse(&prefix, len) {
-            Ok(h) => return Ok(h),
+        let needed = match TcsHeader::parse_head(&prefix, len) {
+            Ok(_) => unreachable!("a header is longer than its prefix"),
             Err(TcsError::Truncated { needed, .. })
                 if needed <= len && needed > prefix.len() as u64 =>
             {
@@ -355,7 +513,14 @@ impl TcsHeader {
         let mut bytes = vec![0u8; needed as usize];
         file.read_exact_at(&mut bytes, 0)
             .map_err(|e| Error::io(path, e))?;
-        TcsHeader::parse(&bytes, len).map_err(err)
+        let (mut h, table) = TcsHeader::parse_head(&bytes, len).map_err(err)?;
+        if let Some(t) = table {
+            let mut b = vec![0u8; t.len as usize];
+            file.read_exact_at(&mut b, len - t.len)
+                .map_err(|e| Error::io(path, e))?;
+            h.extents = t.parse(&b).map_err(err)?;
+        }
+        h.checked().map_err(err)
     }
 
     /// Checks modes and levels: a permutation of modes, split ranges, dense ranges.
@@ -481,17 +646,22 @@ impl TcsHeader {
         if self.nnz != nnz {
             return Err(field("number of values", self.nnz, nnz));
         }
-        let mut at = self.header_len;
-        for (a, (kind, level, len)) in self.arrays.iter().zip(expected) {
-            if a.kind != kind || a.level != level {
+        for (a, (kind, level, len)) in self.arrays.iter().zip(&expected) {
+            if a.kind != *kind || a.level != *level {
                 return Err(TcsError::Invalid(format!(
                     "array record {} is out of order (expected {kind:?} of level {level})",
                     a.name()
                 )));
             }
-            if a.len != len {
-                return Err(field(&format!("byte length of {}", a.name()), a.len, len));
+            if a.len != *len {
+                return Err(field(&format!("byte length of {}", a.name()), a.len, *len));
             }
+        }
+        if self.version >= SEGMENTED {
+            return self.check_extents();
+        }
+        let mut at = self.header_len;
+        for a in &self.arrays {
             if a.offset != at {
                 return Err(field(&format!("offset of {}", a.name()), a.offset, at));
             }
@@ -519,7 +689,117 @@ impl TcsHeader {
     }
 }
 
-fn header_len(rank: usize, narrays: usize) -> Option<u64> {
+impl TcsHeader {
+    /// Version 3: array records at offset 0; extents in file order, each non-empty, a whole
+    /// number of elements, at the first multiple of 64 after the previous one (the first at
+    /// `header_len`), so none overlaps another or the header; the extent table right after
+    /// the last one, ending the file; every array's extents adding up to its length.
+    fn check_extents(&self) -> Result<(), TcsError> {
+        let mut filled = vec![0u64; self.arrays.len()];
+        let mut at = self.header_len;
+        for (i, e) in self.extents.iter().enumerate() {
+            let what = |w: &str| format!("extent {i} ({w})");
+            let a = self.arrays.get(e.array as usize).ok_or_else(|| {
+                TcsError::Invalid(what(&format!(
+                    "names array {}, but the file has {}",
+                    e.array,
+                    self.arrays.len()
+                )))
+            })?;
+            let elem = match a.kind {
+                ArrayKind::Vals => self.value_type.size() as u64,
+                _ => self.index_bits as u64 / 8,
+            };
+            if e.len == 0 || !e.len.is_multiple_of(elem) {
+                return Err(TcsError::Invalid(what(&format!(
+                    "{} bytes of {}: not a positive whole number of {elem}-byte elements",
+                    e.len,
+                    a.name()
+                ))));
+            }
+            if e.offset != at {
+                return Err(field(&what("offset"), e.offset, at));
+            }
+            let end = e.offset.checked_add(e.len).ok_or_else(too_large)?;
+            let n = &mut filled[e.array as usize];
+            *n = n.saturating_add(e.len);
+            if *n > a.len {
+                return Err(TcsError::Invalid(what(&format!(
+                    "runs past the end of {} ({} bytes)",
+                    a.name(),
+                    a.len
+                ))));
+            }
+            at = align_up(end).ok_or_else(too_large)?;
+        }
+        for (a, &n) in self.arrays.iter().zip(&filled) {
+            if a.offset != 0 {
+                return Err(field(
+                    &format!("offset of {} (version 3)", a.name()),
+                    a.offset,
+                    0,
+                ));
+            }
+            if n != a.len {
+                return Err(field(
+                    &format!("bytes of {} in extents", a.name()),
+                    n,
+                    a.len,
+                ));
+            }
+        }
+        let end = at.checked_add(self.table_len()).ok_or_else(too_large)?;
+        if end != self.file_len {
+            return Err(TcsError::FileLength {
+                recorded: self.file_len,
+                actual: end,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A version-3 extent table still to be read: `count` records, `len` bytes at the end of the
+/// file, with checksum `crc`.
+struct Table {
+    count: usize,
+    len: u64,
+    crc: u32,
+}
+
+impl Table {
+    fn parse(&self, b: &[u8]) -> Result<Vec<Extent>, TcsError> {
+        let computed = crc32fast::hash(b);
+        if computed != self.crc {
+            return Err(TcsError::Invalid(format!(
+                "extent table checksum mismatch (recorded {:#010x}, computed {computed:#010x})",
+                self.crc
+            )));
+        }
+        let mut c = Cursor {
+            b,
+            at: 0,
+            file_len: b.len() as u64,
+        };
+        (0..self.count)
+            .map(|_| {
+                let array = c.u32()?;
+                let reserved = c.u32()?;
+                if reserved != 0 {
+                    return Err(field("reserved extent field", reserved as u64, 0));
+                }
+                Ok(Extent {
+                    array,
+                    offset: c.u64()?,
+                    len: c.u64()?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Bytes of the header of a file of rank `rank` with `narrays` arrays.
+pub(crate) fn header_len(rank: usize, narrays: usize) -> Option<u64> {
     let content = PREFIX + rank * (MODE_RECORD + LEVEL_RECORD) + narrays * ARRAY_RECORD + 4;
     align_up(content as u64)
 }

@@ -13,9 +13,9 @@ pub mod header;
 pub mod reader;
 pub mod writer;
 
-pub use header::{ArrayInfo, ArrayKind, LevelInfo, ModeInfo, TcsHeader};
+pub use header::{ArrayInfo, ArrayKind, Extent, LevelInfo, ModeInfo, TcsHeader};
 pub use reader::{read_array_range, TcsFile};
-pub use writer::{write_tensor, ArraySource, ArrayWriter, TcsWriter};
+pub use writer::{write_tensor, Appender, ArraySource, ArrayWriter, TcsWriter};
 
 use crate::tensor::TensorError;
 use crate::value::ValueType;
@@ -25,10 +25,12 @@ compile_error!("the .tcs reader and writer assume a little-endian host");
 
 /// File signature: a non-ASCII byte, `TCS`, then CR LF, SUB, LF (catches text-mode mangling).
 pub const MAGIC: [u8; 8] = *b"\x89TCS\r\n\x1a\n";
-/// The newest format version this crate reads and writes: 2 added singleton (COO) levels.
-/// A file is written with the oldest version that can hold it (1 unless it has a singleton
-/// level), so older readers still read every file they could express.
-pub const VERSION: u32 = 2;
+/// The newest format version this crate reads and writes: 2 added singleton (COO) levels, 3
+/// segmented arrays (an array is a list of extents, so that a streaming writer appends each
+/// block's arrays in place). A file is written with the oldest version that can hold it (1
+/// unless it has a singleton level; 3 only by writers that append), so older readers still
+/// read every file they could express.
+pub const VERSION: u32 = 3;
 /// The oldest version this crate reads.
 pub const MIN_VERSION: u32 = 1;
 /// Alignment of the header length and of every array's offset.

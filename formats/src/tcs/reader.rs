@@ -16,8 +16,8 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::header::{ArrayInfo, ArrayKind, TcsHeader};
-use super::TcsError;
+use super::header::{ArrayInfo, ArrayKind, TcsHeader, SEGMENTED};
+use super::{align_up, TcsError};
 use crate::convert::{NoProgress, Progress};
 use crate::error::{Error, Result};
 use crate::format::{Format, LevelType};
@@ -35,8 +35,11 @@ pub struct TcsFile {
     dims: Vec<usize>,
     format: Format,
     /// The whole file, in 64-byte lines so that every array (at a multiple of 64 bytes in the
-    /// file) is 64-byte aligned in memory, as in a page-aligned map.
+    /// file) is 64-byte aligned in memory, as in a page-aligned map; for a segmented
+    /// (version 3) file, its arrays gathered from their extents, each at a multiple of 64.
     data: Vec<Line>,
+    /// Byte offset of each array in `data`.
+    places: Vec<u64>,
 }
 
 /// 64 bytes, 64-byte aligned.
@@ -61,6 +64,23 @@ impl TcsFile {
     pub fn open_with_progress(path: &Path, progress: &dyn Progress) -> Result<TcsFile> {
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let header = TcsHeader::read_from(&file, path)?;
+        if header.version >= SEGMENTED {
+            let total = header.arrays.iter().map(|a| a.len).sum();
+            progress.stage("validate", total);
+            let mut done = 0;
+            let read = |buf: &mut [u8], at| {
+                read_exact_at(&file, path, buf, at)?;
+                done += buf.len() as u64;
+                progress.update(done);
+                Ok(())
+            };
+            let gathered = gather(path, &header, read);
+            let unchanged = check_length(&file, path, &header);
+            progress.end_stage();
+            let (data, places) = gathered?;
+            unchanged?;
+            return Self::validated(path, header, data, places);
+        }
         let mut data = lines(header.file_len as usize);
         let bytes =
             &mut bytemuck::cast_slice_mut::<Line, u8>(&mut data)[..header.file_len as usize];
@@ -77,7 +97,8 @@ impl TcsFile {
         let unchanged = check_length(&file, path, &header);
         progress.end_stage();
         unchanged?;
-        Self::validated(path, header, data)
+        let places = header.arrays.iter().map(|a| a.offset).collect();
+        Self::validated(path, header, data, places)
     }
 
     /// Validates a whole file given as bytes (for tools and fuzzing); `path` only names it in
@@ -87,18 +108,33 @@ impl TcsFile {
             path: path.to_path_buf(),
             source,
         })?;
+        if header.version >= SEGMENTED {
+            let read = |buf: &mut [u8], at: u64| {
+                buf.copy_from_slice(&bytes[at as usize..at as usize + buf.len()]);
+                Ok(())
+            };
+            let (data, places) = gather(path, &header, read)?;
+            return Self::validated(path, header, data, places);
+        }
         let mut data = lines(bytes.len());
         bytemuck::cast_slice_mut::<Line, u8>(&mut data)[..bytes.len()].copy_from_slice(bytes);
-        Self::validated(path, header, data)
+        let places = header.arrays.iter().map(|a| a.offset).collect();
+        Self::validated(path, header, data, places)
     }
 
-    fn validated(path: &Path, header: TcsHeader, data: Vec<Line>) -> Result<TcsFile> {
+    fn validated(
+        path: &Path,
+        header: TcsHeader,
+        data: Vec<Line>,
+        places: Vec<u64>,
+    ) -> Result<TcsFile> {
         let f = TcsFile {
             path: path.to_path_buf(),
             dims: header.dims(),
             format: header.format(),
             header,
             data,
+            places,
         };
         f.validate().map_err(|source| Error::Tcs {
             path: path.to_path_buf(),
@@ -127,22 +163,56 @@ impl TcsFile {
         &self.format
     }
 
-    /// The whole file's bytes.
+    /// The file's bytes (or a segmented file's gathered arrays).
     fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice::<Line, u8>(&self.data)[..self.header.file_len as usize]
+        bytemuck::cast_slice::<Line, u8>(&self.data)
     }
 
-    /// The raw bytes of one array.
+    /// The raw bytes of one array (one of [`header`](Self::header)'s `arrays`).
     pub fn array_bytes(&self, a: &ArrayInfo) -> &[u8] {
-        &self.bytes()[a.offset as usize..(a.offset + a.len) as usize]
+        let i = self
+            .header
+            .arrays
+            .iter()
+            .position(|b| (b.kind, b.level) == (a.kind, a.level))
+            .expect("an array of this file");
+        let at = self.places[i] as usize;
+        &self.bytes()[at..at + self.header.arrays[i].len as usize]
+    }
+
+    /// The file as it would be written with contiguous arrays (version 1 or 2): the same bytes
+    /// for the same tensor however its arrays were segmented (a version-3 file depends on the
+    /// blocks its writer appended), so equal contents compare equal byte for byte.
+    pub fn contiguous_bytes(&self) -> Vec<u8> {
+        let h = &self.header;
+        let mut plain = TcsHeader::new(
+            h.value_type,
+            h.index_bits,
+            h.is_block,
+            h.modes.clone(),
+            h.levels.clone(),
+        )
+        .expect("a valid header lays out again");
+        let mut out = vec![0u8; plain.file_len as usize];
+        for (p, a) in plain.arrays.iter_mut().zip(&h.arrays) {
+            p.crc32 = a.crc32;
+            out[p.offset as usize..(p.offset + p.len) as usize]
+                .copy_from_slice(self.array_bytes(a));
+        }
+        let head = plain.to_bytes();
+        out[..head.len()].copy_from_slice(&head);
+        out
     }
 
     fn validate(&self) -> Result<(), TcsError> {
-        let mut at = self.header.header_len;
+        if self.header.version < SEGMENTED {
+            // A segmented file's gaps were checked as it was gathered.
+            for g in self.header.gaps() {
+                check_zero(&self.bytes()[g.start as usize..g.end as usize], g.start)?;
+            }
+        }
         for a in &self.header.arrays {
-            check_zero(&self.bytes()[at as usize..a.offset as usize], at)?;
             check_crc(a, self.array_bytes(a))?;
-            at = a.offset + a.len;
         }
         let h = &self.header;
         crate::with_types!(h.value_type, h.index_bits, |W, J| {
@@ -235,6 +305,39 @@ impl TcsFile {
     }
 }
 
+/// A segmented file's arrays gathered from their extents into aligned memory, each at a
+/// multiple of 64 bytes (as in an unsegmented file), and where each starts; `read` fills a
+/// buffer from a file offset. Checks that the gaps between extents are zero bytes.
+fn gather(
+    path: &Path,
+    header: &TcsHeader,
+    mut read: impl FnMut(&mut [u8], u64) -> Result<()>,
+) -> Result<(Vec<Line>, Vec<u64>)> {
+    let mut places = Vec::with_capacity(header.arrays.len());
+    let mut at = 0u64;
+    for a in &header.arrays {
+        places.push(at);
+        at = align_up(at + a.len).expect("the file's length bounds its arrays'");
+    }
+    let mut data = lines(at as usize);
+    let bytes = bytemuck::cast_slice_mut::<Line, u8>(&mut data);
+    let mut filled = places.clone();
+    for e in &header.extents {
+        let to = &mut filled[e.array as usize];
+        read(&mut bytes[*to as usize..(*to + e.len) as usize], e.offset)?;
+        *to += e.len;
+    }
+    for g in header.gaps() {
+        let mut gap = vec![0u8; (g.end - g.start) as usize];
+        read(&mut gap, g.start)?;
+        check_zero(&gap, g.start).map_err(|source| Error::Tcs {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    }
+    Ok((data, places))
+}
+
 /// Reads a `.tcs` file of value type `V` and coordinates `I` straight into a tensor's own
 /// arrays, checked exactly as [`TcsFile::open`] checks a file (zero gaps, every array's
 /// checksum, the levels) before the tensor is handed out. `TcsFile::open` followed by
@@ -248,22 +351,20 @@ pub fn read_tensor<V: Value, I: Index>(path: &Path) -> Result<Tensor<V, I>> {
         path: path.to_path_buf(),
         source,
     };
-    let (vals_info, level_arrays) = header.arrays.split_last().expect("vals is always there");
-    let reader = |at| ArrayReader {
+    let vals_index = header.arrays.len() - 1;
+    let vals_info = &header.arrays[vals_index];
+    let reader = ArrayReader {
         file: &file,
         path,
-        at,
+        header: &header,
     };
-    let vals_at = level_arrays
-        .last()
-        .map_or(header.header_len, |a| a.offset + a.len);
     let (dims, format) = (header.dims(), header.format());
     // `vals` (about half the bytes) is read and checksummed on a second thread while this one
     // reads and checks the levels: two cores copy from the page cache at once.
     let (levels, vals) = std::thread::scope(|s| {
         let big = vals_info.len >= PARALLEL_BYTES;
-        let vals = big.then(|| s.spawn(|| reader(vals_at).read::<V>(vals_info)));
-        let levels = read_levels::<I>(&header, level_arrays, reader(header.header_len));
+        let vals = big.then(|| s.spawn(|| reader.read::<V>(vals_index)));
+        let levels = reader.gaps().and_then(|()| read_levels::<I>(&reader));
         let vals_len = (vals_info.len / std::mem::size_of::<V>() as u64) as usize;
         let checked = levels.and_then(|levels| {
             let views: Vec<LevelView<'_, I>> = levels.iter().map(crate::Level::view).collect();
@@ -272,7 +373,7 @@ pub fn read_tensor<V: Value, I: Index>(path: &Path) -> Result<Tensor<V, I>> {
         });
         let vals = match vals {
             Some(h) => h.join().expect("the vals reader does not panic"),
-            None => reader(vals_at).read::<V>(vals_info),
+            None => reader.read::<V>(vals_index),
         };
         Ok::<_, Error>((checked?, vals?))
     })?;
@@ -283,16 +384,12 @@ pub fn read_tensor<V: Value, I: Index>(path: &Path) -> Result<Tensor<V, I>> {
 /// Arrays at least this long are read on a thread of their own.
 const PARALLEL_BYTES: u64 = 4 << 20;
 
-/// The levels of `header`, their arrays (`arrays`, in file order) read by `r`.
-fn read_levels<I: Index>(
-    header: &TcsHeader,
-    arrays: &[ArrayInfo],
-    mut r: ArrayReader<'_>,
-) -> Result<Vec<crate::Level<I>>> {
-    let mut arrays = arrays.iter();
+/// The levels of the file, their arrays read by `r`.
+fn read_levels<I: Index>(r: &ArrayReader<'_>) -> Result<Vec<crate::Level<I>>> {
+    let mut arrays = 0..r.header.arrays.len() - 1;
     let mut next = || arrays.next().expect("the header lists an array per level");
-    let mut levels = Vec::with_capacity(header.levels.len());
-    for l in &header.levels {
+    let mut levels = Vec::with_capacity(r.header.levels.len());
+    for l in &r.header.levels {
         levels.push(match l.level_type {
             LevelType::Dense => crate::Level::Dense {
                 size: l.size as usize,
@@ -310,24 +407,34 @@ fn read_levels<I: Index>(
     Ok(levels)
 }
 
-/// Reads the arrays of a file in order, checking the gaps before them.
+/// Reads the arrays of a file (from their extents) and checks its gaps.
 struct ArrayReader<'f> {
     file: &'f File,
     path: &'f Path,
-    /// Where the previous array ended.
-    at: u64,
+    header: &'f TcsHeader,
 }
 
 impl ArrayReader<'_> {
-    /// Array `a` as elements of `T`, its checksum and the zero gap before it checked.
-    fn read<T: bytemuck::Pod>(&mut self, a: &ArrayInfo) -> Result<Vec<T>> {
-        let mut gap = vec![0u8; (a.offset - self.at) as usize];
-        self.read_at(&mut gap, self.at)?;
+    /// The alignment gaps between arrays (or extents) are zero bytes.
+    fn gaps(&self) -> Result<()> {
+        for g in self.header.gaps() {
+            let mut gap = vec![0u8; (g.end - g.start) as usize];
+            self.read_at(&mut gap, g.start)?;
+            check_zero(&gap, g.start).map_err(|source| Error::Tcs {
+                path: self.path.to_path_buf(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Array number `i` as elements of `T`, its checksum checked.
+    fn read<T: bytemuck::Pod>(&self, i: usize) -> Result<Vec<T>> {
+        let a = &self.header.arrays[i];
         let in_file = |source| Error::Tcs {
             path: self.path.to_path_buf(),
             source,
         };
-        check_zero(&gap, self.at).map_err(in_file)?;
         let size = std::mem::size_of::<T>() as u64;
         if !a.len.is_multiple_of(size) {
             return Err(in_file(TcsError::Invalid(format!(
@@ -337,9 +444,13 @@ impl ArrayReader<'_> {
             ))));
         }
         let mut v: Vec<T> = bytemuck::zeroed_vec((a.len / size) as usize);
-        self.read_at(bytemuck::cast_slice_mut(&mut v), a.offset)?;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut v);
+        let mut to = 0;
+        for (offset, len) in self.header.array_extents(i) {
+            self.read_at(&mut bytes[to..to + len as usize], offset)?;
+            to += len as usize;
+        }
         check_crc(a, bytemuck::cast_slice(&v)).map_err(in_file)?;
-        self.at = a.offset + a.len;
         Ok(v)
     }
 
@@ -493,7 +604,18 @@ pub fn read_array_range<T: bytemuck::Pod>(
     }
     let mut out = vec![T::zeroed(); (elems.end - elems.start) as usize];
     let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut out);
-    file.read_exact_at(bytes, a.offset + elems.start * size)
-        .map_err(|e| Error::io(path, e))?;
+    // The range, in bytes of the array, mapped through its extents.
+    let (want, mut to) = (elems.start * size..elems.end * size, 0usize);
+    let mut start = 0u64;
+    for (offset, len) in header.array_extents(array) {
+        let (lo, hi) = (want.start.max(start), want.end.min(start + len));
+        if lo < hi {
+            let n = (hi - lo) as usize;
+            file.read_exact_at(&mut bytes[to..to + n], offset + (lo - start))
+                .map_err(|e| Error::io(path, e))?;
+            to += n;
+        }
+        start += len;
+    }
     Ok(out)
 }

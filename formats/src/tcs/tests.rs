@@ -160,7 +160,19 @@ fn block_headers_record_and_check_split_ranges() {
 #[test]
 fn every_truncation_and_byte_flip_is_rejected() {
     let dir = tempfile::tempdir().unwrap();
-    let good = std::fs::read(write(dir.path(), &sample())).unwrap();
+    every_damage_is_rejected(&std::fs::read(write(dir.path(), &sample())).unwrap());
+}
+
+#[test]
+fn every_truncation_and_byte_flip_of_a_segmented_file_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("seg.tcs");
+    write_segmented(&path, &sample(), 2);
+    every_damage_is_rejected(&std::fs::read(&path).unwrap());
+}
+
+fn every_damage_is_rejected(good: &[u8]) {
+    let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.tcs");
     let rejected = |bytes: &[u8], what: &str| {
         std::fs::write(&path, bytes).unwrap();
@@ -173,12 +185,12 @@ fn every_truncation_and_byte_flip_is_rejected() {
     for len in 0..good.len() {
         rejected(&good[..len], &format!("truncated to {len} bytes"));
     }
-    let mut longer = good.clone();
+    let mut longer = good.to_vec();
     longer.push(0);
     rejected(&longer, "a trailing byte");
     for at in 0..good.len() {
         for mask in [0x01u8, 0x80, 0xff] {
-            let mut bad = good.clone();
+            let mut bad = good.to_vec();
             bad[at] ^= mask;
             rejected(&bad, &format!("flip {mask:#x} at byte {at}"));
         }
@@ -274,12 +286,12 @@ fn coo_files_are_version_2_with_one_crd_per_singleton_level() {
     assert!(e.to_string().contains("version 1 files cannot hold"), "{e}");
     // A future version is refused with the versions this reader knows.
     let mut future = h.clone();
-    future.version = 3;
+    future.version = 4;
     let header = future.to_bytes();
     bytes[..header.len()].copy_from_slice(&header);
     let e = TcsHeader::parse(&bytes, bytes.len() as u64).unwrap_err();
-    assert_eq!(e, TcsError::Version(3));
-    assert!(e.to_string().contains("versions 1 to 2"), "{e}");
+    assert_eq!(e, TcsError::Version(4));
+    assert!(e.to_string().contains("versions 1 to 3"), "{e}");
 }
 
 /// A tensor whose `vals` is read on a second thread: the same tensor back, and a changed byte
@@ -310,4 +322,134 @@ fn large_arrays_read_in_parallel_are_checked() {
     }
     std::fs::write(&path, &good[..good.len() - 8]).unwrap();
     assert!(reader::read_tensor::<f64, u32>(&path).is_err());
+}
+
+/// Writes `t` as a segmented (version 3) file: every array cut into pieces of `piece`
+/// elements, appended round-robin across the arrays (as a block converter interleaves them).
+fn write_segmented(path: &Path, t: &Tensor<f64, u32>, piece: usize) -> TcsHeader {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = TcsFile::open(&write(dir.path(), t)).unwrap();
+    let h = plain.header();
+    let mut app = Appender::create(path, h.rank(), h.arrays.len()).unwrap();
+    let arrays: Vec<&[u8]> = h.arrays.iter().map(|a| plain.array_bytes(a)).collect();
+    let elem = |i: usize| if i == arrays.len() - 1 { 8 } else { 4 };
+    let mut at = 0;
+    while arrays.iter().any(|a| a.len() > at) {
+        for (i, a) in arrays.iter().enumerate() {
+            let lo = (at * elem(i)).min(a.len());
+            let hi = ((at + piece) * elem(i)).min(a.len());
+            app.append::<u8>(i, &a[lo..hi]).unwrap();
+        }
+        at += piece;
+    }
+    let mut fresh = h.clone();
+    fresh.arrays.iter_mut().for_each(|a| a.crc32 = 0);
+    let len = app.finish(fresh).unwrap();
+    assert_eq!(len, std::fs::metadata(path).unwrap().len());
+    TcsFile::open(path).unwrap().header().clone()
+}
+
+/// A segmented file reads back as the tensor through every reader, its arrays 64-byte aligned
+/// in memory, and partial reads cross extents.
+#[test]
+fn segmented_files_read_back_through_every_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = sample();
+    let plain = TcsFile::open(&write(dir.path(), &t)).unwrap();
+    for piece in [1, 2, 3, 100] {
+        let path = dir.path().join(format!("seg{piece}.tcs"));
+        let h = write_segmented(&path, &t, piece);
+        assert_eq!(h.version, 3);
+        // Pieces of one array appended back to back make one extent.
+        let most = h.arrays.iter().map(|a| a.len / 4).max().unwrap() as usize;
+        let rounds = most.div_ceil(piece);
+        assert!(h.extents.len() <= rounds * h.arrays.len(), "{piece}");
+        assert!(piece > 1 || h.extents.len() > h.arrays.len(), "{piece}");
+        let f = TcsFile::open(&path).unwrap();
+        assert_eq!(f.to_tensor::<f64, u32>().unwrap(), t);
+        // In the contiguous layout, the bytes `write_tensor` gives.
+        assert_eq!(f.contiguous_bytes(), std::fs::read(plain.path()).unwrap());
+        let bytes = std::fs::read(&path).unwrap();
+        let g = TcsFile::from_bytes(&path, &bytes).unwrap();
+        assert_eq!(g.to_tensor::<f64, u32>().unwrap(), t);
+        assert_eq!(reader::read_tensor::<f64, u32>(&path).unwrap(), t);
+        for (a, b) in f.header().arrays.iter().zip(&plain.header().arrays) {
+            assert_eq!(f.array_bytes(a), plain.array_bytes(b), "{}", a.name());
+            assert_eq!(a.crc32, b.crc32, "{}", a.name());
+            assert_eq!(f.array_bytes(a).as_ptr() as usize % 64, 0, "{}", a.name());
+        }
+        let file = std::fs::File::open(&path).unwrap();
+        let n = h.arrays.len();
+        for i in 0..n - 1 {
+            let all: &[u32] = bytemuck::cast_slice(plain.array_bytes(&plain.header().arrays[i]));
+            for lo in 0..=all.len() {
+                for hi in lo..=all.len() {
+                    let part: Vec<u32> =
+                        read_array_range(&file, &path, &h, i, lo as u64..hi as u64).unwrap();
+                    assert_eq!(part, all[lo..hi], "array {i} {lo}..{hi}");
+                }
+            }
+        }
+        let vals: Vec<f64> = read_array_range(&file, &path, &h, n - 1, 1..4).unwrap();
+        assert_eq!(vals, t.vals()[1..4]);
+    }
+}
+
+/// Extent tables with valid checksums that do not describe the arrays are rejected by every
+/// reader, with a message saying what is wrong.
+#[test]
+fn hostile_extent_tables_are_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("seg.tcs");
+    let h = write_segmented(&path, &sample(), 1);
+    let good = std::fs::read(&path).unwrap();
+    let bad = dir.path().join("bad.tcs");
+    let mut cases: Vec<(TcsHeader, &str)> = Vec::new();
+    let mut c = h.clone();
+    c.extents[1].offset = c.extents[0].offset;
+    cases.push((c, "extent 1 (offset)"));
+    let mut c = h.clone();
+    c.extents[2].array = 99;
+    cases.push((c, "names array 99"));
+    let mut c = h.clone();
+    c.extents.swap(0, 1);
+    cases.push((c, "extent 0 (offset)"));
+    let mut c = h.clone();
+    c.extents[0].len = 2;
+    cases.push((c, "whole number of 4-byte elements"));
+    let mut c = h.clone();
+    c.extents[0].len = 0;
+    cases.push((c, "not a positive"));
+    let mut c = h.clone();
+    let last = c.extents.len() - 1;
+    c.extents[last].len += 8;
+    cases.push((c, "runs past the end of"));
+    let mut c = h.clone();
+    c.arrays[0].offset = 64;
+    cases.push((c, "offset of pos of level 1 (version 3)"));
+    let mut c = h.clone();
+    c.extents.pop();
+    c.extents.push(h.extents[0]);
+    cases.push((c, ""));
+    for (c, what) in cases {
+        let mut bytes = good.clone();
+        let head = c.to_bytes();
+        let table = c.table_bytes();
+        bytes[..head.len()].copy_from_slice(&head);
+        let at = bytes.len() - table.len();
+        bytes[at..].copy_from_slice(&table);
+        std::fs::write(&bad, &bytes).unwrap();
+        let e = TcsFile::open(&bad).err().expect(what).to_string();
+        assert!(e.contains(what) && e.contains("bad.tcs"), "{what}: {e}");
+        assert!(reader::read_tensor::<f64, u32>(&bad).is_err(), "{what}");
+        assert!(TcsFile::from_bytes(&bad, &bytes).is_err(), "{what}");
+    }
+    // A count of extents larger than the file fits is refused before any allocation.
+    let mut bytes = good.clone();
+    let mut c = h.clone();
+    c.extents = vec![h.extents[0]; 1 << 20];
+    let head = c.to_bytes();
+    bytes[..head.len()].copy_from_slice(&head);
+    let e = TcsFile::from_bytes(&bad, &bytes).err().unwrap().to_string();
+    assert!(e.contains("extents do not fit"), "{e}");
 }

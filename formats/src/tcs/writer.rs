@@ -5,8 +5,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Mutex;
 
-use super::header::{LevelInfo, ModeInfo, TcsHeader};
-use super::TcsError;
+use super::header::{Extent, LevelInfo, ModeInfo, TcsHeader};
+use super::{align_up, TcsError};
 use crate::atomic::AtomicFile;
 use crate::error::{Error, Result};
 use crate::pack::Sink;
@@ -190,6 +190,116 @@ impl TcsWriter {
             .write_all_at(&bytes, 0)
             .map_err(|e| Error::io(&target, e))?;
         self.file.commit()
+    }
+}
+
+/// A segmented (version 3) `.tcs` file written by appending, for writers that learn the level
+/// sizes only at the end (a streaming conversion): pieces of the arrays arrive in any
+/// interleaving, each is given the next place in the data section (an extent of its array, or
+/// the continuation of the last extent when that one is of the same array and ends there), and
+/// the header with the extent table is written by [`finish`](Appender::finish). Reserving is
+/// serial (it decides the order and computes the checksums); the writes into reserved places
+/// may come from any thread, through [`file`](Appender::file).
+pub struct Appender {
+    file: AtomicFile,
+    header_len: u64,
+    at: u64,
+    extents: Vec<Extent>,
+    crcs: Vec<crc32fast::Hasher>,
+}
+
+impl Appender {
+    /// Creates the temporary file for a tensor of `rank` levels holding `arrays` arrays (the
+    /// header's length depends on these alone).
+    pub fn create(path: &Path, rank: usize, arrays: usize) -> Result<Self> {
+        let header_len =
+            super::header::header_len(rank, arrays).ok_or_else(|| Error::Unsupported {
+                path: path.to_path_buf(),
+                what: format!("a header for rank {rank}"),
+            })?;
+        Ok(Appender {
+            file: AtomicFile::create(path)?,
+            header_len,
+            at: header_len,
+            extents: Vec::new(),
+            crcs: vec![crc32fast::Hasher::new(); arrays],
+        })
+    }
+
+    /// The temporary file, for writes at the offsets [`reserve`](Self::reserve) returned.
+    pub fn file(&self) -> &std::fs::File {
+        self.file.file()
+    }
+
+    /// The final path.
+    pub fn target(&self) -> &Path {
+        self.file.target()
+    }
+
+    /// Takes the next place in the data section for `bytes`, the next bytes of array number
+    /// `array`, and returns its file offset (the caller writes them there).
+    pub fn reserve(&mut self, array: usize, bytes: &[u8]) -> u64 {
+        let len = bytes.len() as u64;
+        if len == 0 {
+            return self.at;
+        }
+        self.crcs[array].update(bytes);
+        match self.extents.last_mut() {
+            Some(e) if e.array as usize == array && e.offset + e.len == self.at => e.len += len,
+            _ => {
+                self.at = align_up(self.at).expect("a file shorter than 2^64 bytes");
+                self.extents.push(Extent {
+                    array: array as u32,
+                    offset: self.at,
+                    len: 0,
+                });
+                self.extents.last_mut().expect("just pushed").len = len;
+            }
+        }
+        self.at += len;
+        self.at - len
+    }
+
+    /// Writes `data` as the next bytes of array number `array`, now.
+    pub fn append<T: bytemuck::Pod>(&mut self, array: usize, data: &[T]) -> Result<()> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let at = self.reserve(array, bytes);
+        self.file
+            .file()
+            .write_all_at(bytes, at)
+            .map_err(|e| Error::io(self.file.target(), e))
+    }
+
+    /// Completes the file: `header` (laid out by [`TcsHeader::new`] from the final level
+    /// sizes) takes the extents and checksums, then the extent table and the header are
+    /// written and the file renamed into place. Fails if the appended bytes do not tile the
+    /// arrays the header lays out. Returns the file's length.
+    pub fn finish(self, mut header: TcsHeader) -> Result<u64> {
+        let target = self.file.target().to_path_buf();
+        let misuse = |what: String| Error::Unsupported {
+            path: target.clone(),
+            what,
+        };
+        if header.header_len != self.header_len || header.arrays.len() != self.crcs.len() {
+            return Err(misuse(
+                "the header does not match the appended arrays".into(),
+            ));
+        }
+        for (a, crc) in header.arrays.iter_mut().zip(self.crcs) {
+            a.crc32 = crc.finalize();
+        }
+        let header = header
+            .segmented(self.extents)
+            .map_err(|e| misuse(format!("appended arrays: {e}")))?;
+        let f = self.file.file();
+        let table = header.table_bytes();
+        let io = |e| Error::io(&target, e);
+        f.write_all_at(&table, header.file_len - table.len() as u64)
+            .map_err(io)?;
+        f.write_all_at(&header.to_bytes(), 0).map_err(io)?;
+        crate::retry_interrupted(|| f.set_len(header.file_len)).map_err(io)?;
+        self.file.commit()?;
+        Ok(header.file_len)
     }
 }
 

@@ -416,15 +416,18 @@ const CHECK_CHUNK: u64 = 1 << 20;
 /// Recomputes the checksum of every array of a block file, reading it a chunk at a time.
 fn verify_checksums(file: &File, path: &Path, header: &TcsHeader) -> Result<(), IoError> {
     let mut buf = vec![0u8; CHECK_CHUNK as usize];
-    for a in &header.arrays {
+    for (i, a) in header.arrays.iter().enumerate() {
         let mut crc = crc32fast::Hasher::new();
-        let mut at = 0;
-        while at < a.len {
-            let n = (a.len - at).min(CHECK_CHUNK) as usize;
-            file.read_exact_at(&mut buf[..n], a.offset + at)
-                .map_err(|e| io_err(path, e))?;
-            crc.update(&buf[..n]);
-            at += n as u64;
+        // A segmented (version 3) file holds an array in several extents.
+        for (offset, len) in header.array_extents(i) {
+            let mut at = 0;
+            while at < len {
+                let n = (len - at).min(CHECK_CHUNK) as usize;
+                file.read_exact_at(&mut buf[..n], offset + at)
+                    .map_err(|e| io_err(path, e))?;
+                crc.update(&buf[..n]);
+                at += n as u64;
+            }
         }
         if crc.finalize() != a.crc32 {
             return Err(IoError::File(format!(
