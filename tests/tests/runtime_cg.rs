@@ -5,6 +5,10 @@
 //! on, with the same iteration count.
 #![allow(non_snake_case)]
 
+#[path = "common/tensor_cg.rs"]
+mod tensor_cg;
+
+use tensor_cg::Cg;
 use tessera::plans::{PlanRunError, Stored};
 use tessera::runtime::Runtime;
 use tessera::{tensor, Tensor};
@@ -48,27 +52,16 @@ fn cg_on_runtime(
 ) -> Result<(Vec<f64>, usize), PlanRunError> {
     let n = b.len();
     let A = Stored::upload(rt, a)?;
-    let vector = |v: Vec<f64>| Stored::upload(rt, &Tensor::dense_from_vec(vec![n], v).unwrap());
-    let mut x = vector(vec![0.0; n])?;
-    let mut r = vector(b.to_vec())?;
-    let mut p = vector(b.to_vec())?;
-    let mut rr = tensor!(rt => d = r(i) * r(i); split(i, io, ii, 4); extend(io))?;
+    let mut cg = Cg::start(rt, b)?;
     let stop = tol * tol * b.iter().map(|v| v * v).sum::<f64>();
     for iter in 0..10 * n {
-        let q = tensor!(rt => q(i) = A(i,j) * p(j); A: csr; split(i, io, ii, 4))?;
-        let pq = tensor!(rt => d = p(i) * q(i); split(i, io, ii, 4); extend(io))?;
-        let alpha = tensor!(rt => alpha = rr / pq)?;
-        x = tensor!(rt => x(i) += alpha * p(i); split(i, io, ii, 4))?;
-        r = tensor!(rt => r(i) += -(alpha * q(i)); split(i, io, ii, 4))?;
-        let rr_new = tensor!(rt => d = r(i) * r(i); split(i, io, ii, 4); extend(io))?;
+        let rr_new = cg.update(rt, &A)?;
         if rr_new.to_tensor(rt)?.vals()[0] <= stop {
-            return Ok((x.to_tensor(rt)?.vals().to_vec(), iter + 1));
+            return Ok((cg.x.to_tensor(rt)?.vals().to_vec(), iter + 1));
         }
-        let beta = tensor!(rt => beta = rr_new / rr)?;
-        p = tensor!(rt => s(i) = r(i) + beta * p(i); split(i, io, ii, 4))?;
-        rr = rr_new;
+        cg.direction(rt, rr_new)?;
     }
-    Ok((x.to_tensor(rt)?.vals().to_vec(), 10 * n))
+    Ok((cg.x.to_tensor(rt)?.vals().to_vec(), 10 * n))
 }
 
 /// The same iteration, sequentially on the host.

@@ -17,6 +17,52 @@ pub fn tridiagonal(n: usize) -> Tensor<f64> {
     Tensor::from_entries(vec![n, n], "csr", entries.collect::<Vec<_>>()).expect("a valid matrix")
 }
 
+/// The vectors of CG between iterations, held in the runtime's stores: every step is a
+/// `tensor!` statement with a row split, and every statement makes fresh stores.
+pub struct Cg {
+    pub x: Stored<f64>,
+    pub r: Stored<f64>,
+    pub p: Stored<f64>,
+    /// ‖r‖².
+    pub rr: Stored<f64>,
+}
+
+impl Cg {
+    /// x = 0 and r = p = b.
+    pub fn start(rt: &Runtime, b: &[f64]) -> Result<Cg, PlanRunError> {
+        let n = b.len();
+        let vector = |v: Vec<f64>| Stored::upload(rt, &Tensor::dense_from_vec(vec![n], v).unwrap());
+        let (x, r, p) = (
+            vector(vec![0.0; n])?,
+            vector(b.to_vec())?,
+            vector(b.to_vec())?,
+        );
+        let rr = tensor!(rt => d = r(i) * r(i); split(i, io, ii, 4); extend(io))?;
+        Ok(Cg { x, r, p, rr })
+    }
+
+    /// The first half of an iteration: x += αp and r -= αq (q = Ap, α = ‖r‖² / p·q); returns
+    /// the new ‖r‖² (the stopping test reads it before [`Cg::direction`]).
+    pub fn update(&mut self, rt: &Runtime, A: &Stored<f64>) -> Result<Stored<f64>, PlanRunError> {
+        let Cg { x, r, p, rr } = self;
+        let q = tensor!(rt => q(i) = A(i,j) * p(j); A: csr; split(i, io, ii, 4))?;
+        let pq = tensor!(rt => d = p(i) * q(i); split(i, io, ii, 4); extend(io))?;
+        let alpha = tensor!(rt => alpha = rr / pq)?;
+        *x = tensor!(rt => x(i) += alpha * p(i); split(i, io, ii, 4))?;
+        *r = tensor!(rt => r(i) += -(alpha * q(i)); split(i, io, ii, 4))?;
+        tensor!(rt => d = r(i) * r(i); split(i, io, ii, 4); extend(io))
+    }
+
+    /// The second half: p = r + βp with β = `rr_new` / ‖r‖², and ‖r‖² becomes `rr_new`.
+    pub fn direction(&mut self, rt: &Runtime, rr_new: Stored<f64>) -> Result<(), PlanRunError> {
+        let Cg { r, p, rr, .. } = self;
+        let beta = tensor!(rt => beta = rr_new / rr)?;
+        *p = tensor!(rt => s(i) = r(i) + beta * p(i); split(i, io, ii, 4))?;
+        self.rr = rr_new;
+        Ok(())
+    }
+}
+
 /// `iterations` CG steps on the `n`×`n` [`tridiagonal`] matrix from x = 0 (a fixed count: the
 /// same task stream whatever the residual). Returns x and the runtime's statistics after each
 /// iteration (each ends with a read, so its tasks are all launched by then).
@@ -27,26 +73,15 @@ pub fn tensor_cg(
 ) -> Result<(Vec<f64>, Vec<Stats>), PlanRunError> {
     let A = Stored::upload(rt, &tridiagonal(n))?;
     let b: Vec<f64> = (0..n).map(|i| 1.0 + (i % 3) as f64).collect();
-    let vector = |v: Vec<f64>| Stored::upload(rt, &Tensor::dense_from_vec(vec![n], v).unwrap());
-    let mut x = vector(vec![0.0; n])?;
-    let mut r = vector(b.clone())?;
-    let mut p = vector(b)?;
-    let mut rr = tensor!(rt => d = r(i) * r(i); split(i, io, ii, 4); extend(io))?;
+    let mut cg = Cg::start(rt, &b)?;
     let mut stats = Vec::with_capacity(iterations);
     for _ in 0..iterations {
-        let q = tensor!(rt => q(i) = A(i,j) * p(j); A: csr; split(i, io, ii, 4))?;
-        let pq = tensor!(rt => d = p(i) * q(i); split(i, io, ii, 4); extend(io))?;
-        let alpha = tensor!(rt => alpha = rr / pq)?;
-        x = tensor!(rt => x(i) += alpha * p(i); split(i, io, ii, 4))?;
-        r = tensor!(rt => r(i) += -(alpha * q(i)); split(i, io, ii, 4))?;
-        let rr_new = tensor!(rt => d = r(i) * r(i); split(i, io, ii, 4); extend(io))?;
+        let rr_new = cg.update(rt, &A)?;
         rr_new.to_tensor(rt)?;
-        let beta = tensor!(rt => beta = rr_new / rr)?;
-        p = tensor!(rt => s(i) = r(i) + beta * p(i); split(i, io, ii, 4))?;
-        rr = rr_new;
+        cg.direction(rt, rr_new)?;
         stats.push(rt.stats());
     }
-    Ok((x.to_tensor(rt)?.vals().to_vec(), stats))
+    Ok((cg.x.to_tensor(rt)?.vals().to_vec(), stats))
 }
 
 /// Of the tasks issued in iterations `from..to` (0-based), the share launched from a replayed
