@@ -692,17 +692,31 @@ impl<V: Value, I: Index> Sink<V, I> {
         }
         match self.packer {
             Some(p) => Ok(packed_tensor(out_dims, fmt, p)?),
-            None => {
-                let entries = combine_duplicates(r, self.entries);
-                let (dims, fmt) = (out_dims.to_vec(), fmt.clone());
-                if r.fill() != 0.0 && crate::lower::padded_levels(&fmt) {
-                    let fill = V::from_f64(r.fill());
-                    return Ok(Tensor::from_entries_padded(dims, fmt, entries, fill)?);
-                }
-                Ok(Tensor::from_entries(dims, fmt, entries)?)
-            }
+            None => Ok(from_entries(
+                r,
+                out_dims.to_vec(),
+                fmt.clone(),
+                self.entries,
+            )?),
         }
     }
+}
+
+/// The output in `fmt` of entries in any order: duplicates combined with `r` in the order
+/// given, and positions no entry gives (dense levels below a compressed one) holding `r`'s
+/// identity.
+pub fn from_entries<V: Value, I: Index>(
+    r: ReduceOp,
+    dims: Vec<usize>,
+    fmt: Format,
+    entries: Vec<(Vec<usize>, V)>,
+) -> Result<Tensor<V, I>, TensorError> {
+    let entries = combine_duplicates(r, entries);
+    if r.fill() != 0.0 && crate::lower::padded_levels(&fmt) {
+        let fill = V::from_f64(r.fill());
+        return Tensor::from_entries_padded(dims, fmt, entries, fill);
+    }
+    Tensor::from_entries(dims, fmt, entries)
 }
 
 /// Entries with equal coordinates combined with `r` (`from_entries` sums duplicates, which is

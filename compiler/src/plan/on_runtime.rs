@@ -1123,7 +1123,7 @@ impl Body {
             (Privilege::ReadWrite, None) => {
                 let mut w = ctx.write::<V>(0);
                 for_each_cell(&rect, |p| {
-                    let v = combine::fold(op, w.get(p), vals[flat(p)]);
+                    let v = interp::combine(op, w.get(p), vals[flat(p)]);
                     w.set(p, v)
                 });
             }
