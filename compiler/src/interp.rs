@@ -702,6 +702,14 @@ impl<V: Value, I: Index> Sink<V, I> {
     }
 }
 
+/// `dst[i] = combine(r, dst[i], src[i])` for every cell: how the partial outputs of blocks
+/// that share output cells fold (extended blocks, sequential launches).
+pub fn combine_into<V: Value>(r: ReduceOp, dst: &mut [V], src: &[V]) {
+    dst.iter_mut()
+        .zip(src)
+        .for_each(|(d, s)| *d = combine(r, *d, *s));
+}
+
 /// The output in `fmt` of entries in any order: duplicates combined with `r` in the order
 /// given, and positions no entry gives (dense levels below a compressed one) holding `r`'s
 /// identity.

@@ -7,7 +7,7 @@
 use rayon::prelude::*;
 use tessera_formats::{Index, Tensor, Value};
 
-use super::{combine, Plan, Role};
+use super::{Plan, Role};
 use crate::interp::{self, InterpError, Work};
 use crate::ir::{Kernel, OutputKind};
 
@@ -116,11 +116,11 @@ fn add<V: Value, I: Index>(
     b: Tensor<V, I>,
 ) -> Result<Tensor<V, I>, InterpError> {
     if kernel.output_kind != OutputKind::Sparse {
-        combine::fold_into(kernel.reduce, a.vals_mut(), b.vals());
+        interp::combine_into(kernel.reduce, a.vals_mut(), b.vals());
         return Ok(a);
     }
     // Entries of `a` then of `b`: duplicates are folded in that order.
     let (dims, format) = (a.dims().to_vec(), a.format().clone());
     let entries: Vec<(Vec<usize>, V)> = a.entries().chain(b.entries()).collect();
-    Ok(combine::from_entries(kernel, dims, format, entries)?)
+    Ok(interp::from_entries(kernel.reduce, dims, format, entries)?)
 }

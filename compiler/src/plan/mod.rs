@@ -8,7 +8,7 @@
 //!   and a partitioning constraint — output tiles aligned with the grid, unsplit operands
 //!   broadcast, compressed levels through images, other splits through tensor blocks;
 //! - the reductions: extended variables fold partial outputs by a summation tree — with the
-//!   statement's reduction, `+` or `min`, `max`, `or` ([`combine`]) — (in
+//!   statement's reduction, `+` or `min`, `max`, `or` ([`crate::interp::combine`]) — (in
 //!   [`exec`] and, through the reduction privilege, in the runtime), sequential ones make a
 //!   loop of dependent launches (terms without the hoisted variable
 //!   are computed once, in the first block — see [`crate::ir::Block`]);
@@ -18,7 +18,6 @@
 //! [`on_runtime`] runs a plan as block tasks on `tessera-runtime`; [`exec`] runs the same
 //! blocks on a plain thread pool (the reference the runtime path is tested against).
 
-pub mod combine;
 pub mod exec;
 pub mod grid;
 pub mod on_runtime;

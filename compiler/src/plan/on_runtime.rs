@@ -32,7 +32,7 @@ use tessera_runtime::{
     TaskContext, MAX_DIMS,
 };
 
-use super::{combine, Grid, Partition, Plan, Privilege, StoreKind};
+use super::{Grid, Partition, Plan, Privilege, StoreKind};
 use crate::interp::{self, InterpError};
 use crate::ir::{Kernel, OutputKind};
 
@@ -123,21 +123,7 @@ pub fn run_compiled_owned<V: PlanValue, I: PlanIndex>(
         .into_iter()
         .map(|t| Stored::from_tensor(rt, t))
         .collect::<Result<Vec<_>, _>>()?;
-    run_on(rt, plan, kernel, &stored, out_dims, Some(block))
-}
-
-/// As [`run_compiled_owned`], over inputs already in stores (what a compiled `--mpi`
-/// program makes of the inputs each rank read in part, [`Stored::from_share`]); `block`
-/// `None` runs the interpreter.
-pub fn run_stored_inputs<V: PlanValue, I: PlanIndex>(
-    rt: &Runtime,
-    plan: &Plan,
-    kernel: &Kernel,
-    stored: &[Stored<V, I>],
-    out_dims: &[usize],
-    block: Option<BlockFn<V, I>>,
-) -> Result<Tensor<V, I>, PlanRunError> {
-    run_on(rt, plan, kernel, stored, out_dims, block)
+    run_stored_inputs(rt, plan, kernel, &stored, out_dims, Some(block))
 }
 
 fn run_with<V: PlanValue, I: PlanIndex>(
@@ -152,11 +138,13 @@ fn run_with<V: PlanValue, I: PlanIndex>(
         .iter()
         .map(|t| Stored::upload(rt, t))
         .collect::<Result<Vec<_>, _>>()?;
-    run_on(rt, plan, kernel, &stored, out_dims, compiled)
+    run_stored_inputs(rt, plan, kernel, &stored, out_dims, compiled)
 }
 
-/// Runs the plan over stored inputs and reads the output back.
-fn run_on<V: PlanValue, I: PlanIndex>(
+/// Runs the plan over inputs already in stores and reads the output back (what a compiled
+/// `--mpi` program does with the inputs each rank read in part, [`Stored::from_share`]);
+/// `compiled` `None` runs the interpreter.
+pub fn run_stored_inputs<V: PlanValue, I: PlanIndex>(
     rt: &Runtime,
     plan: &Plan,
     kernel: &Kernel,
@@ -502,8 +490,8 @@ fn execute<V: PlanValue, I: PlanIndex>(
     // Entries in launch, then point order: duplicates (extended blocks) are folded in that
     // fixed order.
     let format = kernel.output_tensor().format.clone();
-    Ok(Output::Tensor(combine::from_entries(
-        kernel,
+    Ok(Output::Tensor(interp::from_entries(
+        kernel.reduce,
         out_dims.to_vec(),
         format,
         entries,
@@ -524,8 +512,9 @@ fn repack_inputs<V: PlanValue, I: PlanIndex>(
         let Some(given) = inputs.get(r.slot) else {
             continue; // the input count is checked (and reported) by `execute`
         };
-        if given.format == r.to || given.format != r.from {
-            continue; // already re-packed, or a wrong format `execute` reports
+        // Given in the re-packed format (or a wrong one, which `execute` reports): as it is.
+        if given.format != r.from {
+            continue;
         }
         let t = interp::repack(&given.to_tensor(rt)?, &r.to)?;
         out[r.slot] = Some(Stored::from_tensor(rt, t)?);
@@ -1104,7 +1093,7 @@ impl Body {
         // a reduction buffer starts at the identity of the runtime's operator, so a tile is
         // folded into it with that operator's meaning (`or` as `max`, see `runtime_op`).
         let op = self.kernel.reduce;
-        let add = |dst: &mut [V], src: &[V]| combine::fold_into(op, dst, src);
+        let add = |dst: &mut [V], src: &[V]| interp::combine_into(op, dst, src);
         let reduce_op = match op {
             crate::ast::ReduceOp::Or => crate::ast::ReduceOp::Max,
             other => other,
@@ -1113,7 +1102,7 @@ impl Body {
         // has no cells.)
         match (self.privilege, run) {
             (Privilege::Reduce, Some(src)) => {
-                combine::fold_into(reduce_op, ctx.reduce::<V>(0).as_mut_slice(), src)
+                interp::combine_into(reduce_op, ctx.reduce::<V>(0).as_mut_slice(), src)
             }
             (Privilege::Reduce, None) => {
                 let mut r = ctx.reduce::<V>(0);
