@@ -29,6 +29,7 @@ use crate::transport::Communicator;
 use crate::window::{self, Adaptive, Window, WindowPolicy};
 use crate::TaskContext;
 use smallvec::SmallVec;
+use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -1309,7 +1310,7 @@ impl Inner {
                 t0.elapsed().as_nanos() as u64,
             );
             match r {
-                Ok(ready) => front.window.ready.push(ready),
+                Ok(ready) => front.window.ready.push_back(ready),
                 Err(e) => {
                     if first.is_ok() {
                         *first = Err(e);
@@ -1377,7 +1378,10 @@ impl Inner {
         if !self.fusion.enabled || front.window.ready.len() == 1 {
             return (1, None);
         }
-        let (ready, unsolved) = (&front.window.ready, &front.window.tasks);
+        let (ready, unsolved) = (
+            &*front.window.ready.make_contiguous(),
+            &front.window.tasks,
+        );
         let n = constraints::fusible_prefix(ready);
         if n == 1 {
             return (1, None);
@@ -1861,7 +1865,7 @@ impl Plan {
 /// Whether solving `t` now needs values a solved, not yet launched task produces, or would
 /// make the issuing thread wait: an input that is still unbound, or an image whose source a
 /// solved task writes.
-fn needs_values(t: &Issued, ready: &[Ready]) -> bool {
+fn needs_values(t: &Issued, ready: &VecDeque<Ready>) -> bool {
     // Decided by the stream alone (not by whether a producer has run yet), so that every
     // rank cuts the window at the same task.
     let written_by = |root: &Arc<StoreRoot>, unbound: bool| {
@@ -1874,10 +1878,14 @@ fn needs_values(t: &Issued, ready: &[Ready]) -> bool {
         })
     };
     let written_here = |root: &Arc<StoreRoot>| written_by(root, false);
-    let unbound_input = t
-        .args
-        .iter()
-        .any(|a| a.privilege != Privilege::WriteUnbound && written_by(&a.root, true));
+    // A store some solved task writes unbound is unbound now (that task has not run), so a
+    // bound input needs no scan of the window: the answer is the same, found in O(1) for the
+    // common case (the scan is O(window) per task).
+    let unbound_input = t.args.iter().any(|a| {
+        a.privilege != Privilege::WriteUnbound
+            && a.root.bound().is_none()
+            && written_by(&a.root, true)
+    });
     let image_of_written = t.constraints.iter().any(|c| match c {
         Constraint::Image { src, .. } => written_here(&t.args[*src].root),
         _ => false,

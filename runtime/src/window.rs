@@ -17,7 +17,10 @@ use std::time::{Duration, Instant};
 
 pub(crate) struct Window {
     /// Solved tasks, in issue order; all of them were issued before every task in `tasks`.
-    pub ready: Vec<Ready>,
+    /// A ring: each pass launches a prefix, and a `Vec` would shift every solved task behind
+    /// it (a `Ready` is about a kilobyte; with a full window that memmove was most of the
+    /// fusion pass's cost in CG).
+    pub ready: VecDeque<Ready>,
     /// Issued tasks not solved yet, in issue order.
     pub tasks: VecDeque<Issued>,
     capacity: usize,
@@ -26,7 +29,9 @@ pub(crate) struct Window {
 impl Window {
     pub(crate) fn new(capacity: usize) -> Window {
         Window {
-            ready: Vec::new(),
+            // Twice the window, so that the ring wraps (and `make_contiguous` moves tasks) at
+            // most once per window's worth of launches.
+            ready: VecDeque::with_capacity(2 * capacity.clamp(1, 256)),
             tasks: VecDeque::new(),
             capacity: capacity.max(1),
         }
