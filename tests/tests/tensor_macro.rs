@@ -264,3 +264,44 @@ fn run_time_checks_name_tensor_mode_and_dims() {
         "{err}"
     );
 }
+
+/// A 3-order tensor whose `(i, j)` fibres number `rows × (1..=40)`, lengths skewed (every
+/// 37th row is 20 times wider), in `format`.
+fn skewed_3_order(rows: usize, format: &str) -> Tensor<f64> {
+    let mut entries = Vec::new();
+    for i in 0..rows {
+        let fibres = if i % 37 == 0 { 40 } else { 1 + i % 3 };
+        for j in 0..fibres {
+            for k in (0..30).filter(|k| (i + j + k) % 7 < 2) {
+                entries.push((vec![i, j, k], (i * 131 + j * 17 + k) as f64 * 0.25 - 3.0));
+            }
+        }
+    }
+    Tensor::from_entries(vec![rows, 40, 30], format, entries).unwrap()
+}
+
+/// Parallel kernels whose sparse output copies an operand's structure cut their jobs by a
+/// binary search over the operand's first level (output values in equal shares, 4096 or
+/// more per job): with ~20 k output values over skewed rows there are several jobs, and
+/// each fibre is summed in the same order as sequentially, so the results are equal bitwise.
+#[test]
+fn parallel_mirrored_outputs_equal_sequential() {
+    let mut rng = Rng::new(5);
+    let c = random_tensor(&mut rng, &[30], &Format::dense(1), 1.0);
+    // Compressed first level (positions of `i`).
+    let B = skewed_3_order(6000, "sss");
+    let seq = tensor!(A(i,j) = B(i,j,k) * c(k); B: sss; A: ss).unwrap();
+    let par = tensor!(A(i,j) = B(i,j,k) * c(k); B: sss; A: ss; parallelize(i)).unwrap();
+    assert!(
+        seq.vals().len() > 3 * 4096,
+        "enough output values for several jobs"
+    );
+    assert_eq!(par, seq, "TTV over a compressed first level");
+    let want = oracle("A(i,j) = B(i,j,k) * c(k)", &[("B", &B), ("c", &c)]);
+    assert_close(&dense(&par), &want, "TTV against the oracle");
+    // Dense first level (every `i` a job candidate).
+    let B = skewed_3_order(6000, "dss");
+    let seq = tensor!(A(i,j) = B(i,j,k) * c(k); B: dss; A: ds).unwrap();
+    let par = tensor!(A(i,j) = B(i,j,k) * c(k); B: dss; A: ds; parallelize(i)).unwrap();
+    assert_eq!(par, seq, "TTV over a dense first level");
+}

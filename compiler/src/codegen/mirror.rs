@@ -83,23 +83,29 @@ impl Gen<'_> {
         }
     }
 
-    /// The outer loop over threads: each job is one position of the operand's first level and
-    /// owns the contiguous run of output values below it (handed out by one sequential pass).
+    /// The outer loop over threads. Jobs are runs of consecutive positions of the operand's
+    /// first level, cut where the output values below them reach equal shares (a binary
+    /// search per cut: the map from a position to its first output value is monotone), so
+    /// power-law rows balance and handing out jobs costs O(jobs log n), not a pass over every
+    /// position. Each job owns the contiguous run of output values below its positions.
     pub(super) fn parallel_mirror(&self, nest: &Nest, m: Mirror) -> Option<TokenStream> {
         let lp = &nest.loops[0];
         let var = self.var(lp.var);
         let t = self.tensor_of(m.access);
-        let (jobs, bind) = match lp.domain {
+        let (range, coord, bind) = match lp.domain {
             Domain::Universe => {
                 let (size, off) = (self.lvl(t, 0, "size"), self.lvl(t, 0, "off"));
-                (quote!((0..#size).map(|q| (q + #off, q))), quote!())
+                (quote!((0usize, #size)), quote!(q + #off), quote!())
             }
             Domain::Single => {
                 let r = lp.iterate[0];
                 let crd = self.lvl(t, 0, "crd");
                 let (lo, hi) = self.range(nest, r);
-                let jobs = quote!(((#lo)..(#hi)).map(|q| (#crd[q].to_usize(), q)));
-                (jobs, self.single_bind(r))
+                (
+                    quote!((#lo, #hi)),
+                    quote!(#crd[q].to_usize()),
+                    self.single_bind(r),
+                )
             }
             _ => return None,
         };
@@ -112,11 +118,11 @@ impl Gen<'_> {
                 }) {
                     LevelType::Dense => {
                         let size = self.lvl(t, l, "size");
-                        quote!(let (s, e) = (s * #size, e * #size);)
+                        quote!(let s = s * #size;)
                     }
                     _ => {
                         let pos = self.lvl(t, l, "pos");
-                        quote!(let (s, e) = (#pos[s].to_usize(), #pos[e].to_usize());)
+                        quote!(let s = #pos[s].to_usize();)
                     }
                 },
             );
@@ -128,23 +134,39 @@ impl Gen<'_> {
             {
                 use ::rayon::prelude::*;
                 let width: usize = 1usize #(* #trailing)*;
+                // The first output value below first-level position `s` (`s` = n: the end).
+                let first_value = |s: usize| -> usize { #descend s * width };
+                let (lo, hi) = #range;
+                let (base, end) = (first_value(lo), first_value(hi));
+                // Enough output values per job that scheduling stays negligible.
+                let n_jobs = ((end - base) / 4096).clamp(1, (hi - lo).max(1));
                 let mut rest: &mut [V] = out_vals;
                 let mut at = 0usize;
-                let mut jobs: Vec<(usize, usize, usize, &mut [V])> = Vec::new();
-                for (#var, q) in #jobs {
-                    let (s, e) = (q, q + 1);
-                    #descend
-                    let (s, e) = (s * width, e * width);
+                let mut jobs: Vec<(usize, usize, usize, &mut [V])> = Vec::with_capacity(n_jobs);
+                let mut q0 = lo;
+                for k in 1..=n_jobs {
+                    let target = base + (end - base) / n_jobs * k;
+                    let (mut a, mut b) = (q0, hi);
+                    while k < n_jobs && a < b {
+                        let mid = a + (b - a) / 2;
+                        if first_value(mid) < target { a = mid + 1 } else { b = mid }
+                    }
+                    let q1 = if k == n_jobs { hi } else { a };
+                    if q1 == q0 {
+                        continue;
+                    }
+                    let (s, e) = (first_value(q0), first_value(q1));
                     let (_, tail) = std::mem::take(&mut rest).split_at_mut(s - at);
                     let (mine, tail) = tail.split_at_mut(e - s);
-                    jobs.push((#var, q, s, mine));
-                    (rest, at) = (tail, e);
+                    jobs.push((q0, q1, s, mine));
+                    (rest, at, q0) = (tail, e, q1);
                 }
-                // Enough output values per task that scheduling stays negligible.
-                let grain = (4096 * jobs.len() / out_len.max(1)).max(1);
-                jobs.into_par_iter().with_min_len(grain).for_each(move |(#var, q, out_base, out_row)| {
-                    #bind
-                    #label: { #visit }
+                jobs.into_par_iter().for_each(move |(q0, q1, out_base, out_row)| {
+                    for q in q0..q1 {
+                        let #var = #coord;
+                        #bind
+                        #label: { #visit }
+                    }
                 });
             }
         })
