@@ -1378,10 +1378,7 @@ impl Inner {
         if !self.fusion.enabled || front.window.ready.len() == 1 {
             return (1, None);
         }
-        let (ready, unsolved) = (
-            &*front.window.ready.make_contiguous(),
-            &front.window.tasks,
-        );
+        let (ready, unsolved) = (&*front.window.ready.make_contiguous(), &front.window.tasks);
         let n = constraints::fusible_prefix(ready);
         if n == 1 {
             return (1, None);
