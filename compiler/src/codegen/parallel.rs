@@ -179,8 +179,10 @@ impl Gen<'_> {
     }
 
     /// The outer loop walks a compressed level whose coordinates index the dense output's
-    /// first level: the coordinates under one parent are distinct, so each job owns one output
-    /// row. Rows are handed out by one sequential pass pairing sorted coordinates with rows.
+    /// first level: the coordinates under one parent are sorted and distinct, so a run of
+    /// consecutive positions `q0..q1` owns the output rows from `crd[q0]` up to `crd[q1]`
+    /// (the next run's first row). Jobs are such runs of `grain` positions, each a plain loop
+    /// in one closure call; handing them out costs O(jobs), not a pass over every row.
     pub(super) fn parallel_sparse_rows(&self, nest: &Nest) -> TokenStream {
         let lp = &nest.loops[0];
         let r = lp.iterate[0];
@@ -196,25 +198,30 @@ impl Gen<'_> {
                 use ::rayon::prelude::*;
                 let row = out_vals.len() / #dim;
                 let (lo, hi) = (#lo, #hi);
-                let mut wanted = (lo..hi).map(|q| (q, #crd[q].to_usize())).peekable();
-                let mut jobs: Vec<(usize, usize, &mut [V])> = Vec::with_capacity(hi - lo);
-                for (c, out_row) in out_vals.chunks_mut(row).enumerate() {
-                    while wanted.peek().is_some_and(|w| w.1 < c) {
-                        wanted.next();
-                    }
-                    if let Some(&(q, _)) = wanted.peek().filter(|w| w.1 == c) {
-                        jobs.push((q, c, out_row));
-                        wanted.next();
-                    }
-                }
                 let grain = (4096 / row.max(1)).max(1);
+                let first_row = |q: usize| if q < hi { #crd[q].to_usize() } else { #dim };
+                let mut jobs: Vec<(usize, usize, usize, &mut [V])> =
+                    Vec::with_capacity((hi - lo).div_ceil(grain));
+                let mut rest: &mut [V] = out_vals;
+                let mut at = 0usize;
+                let mut q0 = lo;
+                while q0 < hi {
+                    let q1 = (q0 + grain).min(hi);
+                    let (r0, r1) = (first_row(q0), first_row(q1));
+                    let (_, tail) = std::mem::take(&mut rest).split_at_mut((r0 - at) * row);
+                    let (mine, tail) = tail.split_at_mut((r1 - r0) * row);
+                    jobs.push((q0, q1, r0 * row, mine));
+                    (rest, at, q0) = (tail, r1, q1);
+                }
                 // `move`: the closure holds copies of the slices and extents it reads, so LLVM
                 // knows stores to `out_row` cannot change them (captured by reference, they
                 // were reloaded after every store and the inner loops ran ~1.6x slower).
-                jobs.into_par_iter().with_min_len(grain).for_each(move |(q, #var, out_row)| {
-                    let out_base = #var * row;
-                    #bind
-                    #label: { #visit }
+                jobs.into_par_iter().for_each(move |(q0, q1, out_base, out_row)| {
+                    for q in q0..q1 {
+                        let #var = #crd[q].to_usize();
+                        #bind
+                        #label: { #visit }
+                    }
                 });
             }
         }
