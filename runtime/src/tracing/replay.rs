@@ -6,10 +6,11 @@
 //!
 //! Held tasks are invisible to everything behind the tracer, so whatever needs their effects
 //! first hands them back (`Inner::flush_locked`): a read, a fence, a future's `get`, a drop, a
-//! task producing an unbound store or reading one not bound yet (never held), and a task whose
-//! image source a held task writes (the image is computed from values). A trace therefore
-//! never spans either of the last two. Tasks already in the window are older than every held
-//! task: a replay launches the window first.
+//! task producing an unbound store (never held), and a task whose image source a held task
+//! writes (the image is computed from values). A trace therefore never spans either of the
+//! last two. Tasks already in the window are older than every held task: a replay launches the
+//! window first. Every decision follows from the issued stream alone (`Decision`): a replay
+//! waits for the stores it names to be bound rather than asking whether they are.
 
 use super::actors::{Compiled, Run};
 use super::ahead::{numbering, Conditions, IssuedTrace};
