@@ -12,7 +12,10 @@
 //!    with a replay; the same for the runtime example's CG (a fresh `ap` store every
 //!    iteration) and for a `tensor!` CG (fresh stores for every statement).
 //!
-//! Options (environment): `TESSERA_BENCH_THREADS` (default: available cores),
+//! Options (environment): `TESSERA_BENCH_THREADS` (default: available cores; rayon's pool
+//! and the stencil's width), `TESSERA_BENCH_WORKERS` (the runtimes' worker threads for the
+//! stencil; default threads - 1, i.e. `Runtime::new(threads)`, whose issuing thread is the
+//! last processor: see "Which runtime against rayon" below),
 //! `TESSERA_BENCH_STEPS` (default 1000), `TESSERA_BENCH_QUICK=1` (a shorter sweep),
 //! `TESSERA_BENCH_SWEEPS` (default 3: whole sweeps repeated, medians reported),
 //! `TESSERA_BENCH_MIN_POW` / `TESSERA_BENCH_MAX_POW` (sweep kernel lengths 2^min..=2^max
@@ -432,7 +435,14 @@ fn main() {
     let example_cg_share = example_cg_tracing(threads, 4096, 60, 20);
     let (tensor_cg_share, tensor_cg_first) = tensor_cg_tracing(threads, 4096, 60, 20);
 
-    let runtimes = MODES.map(|m| m.runtime(threads));
+    // Which runtime against rayon's `threads` threads: `threads(n)` builds n - 1 workers and
+    // counts the issuing thread as the n-th processor, but the stencil's issuing thread runs
+    // only a fifth of the points (it runs points only while it waits), so by default the
+    // runtime has about one core fewer executing than rayon. `TESSERA_BENCH_WORKERS=threads`
+    // gives it as many workers as rayon has threads, plus the issuing thread (which then
+    // competes with them for the cores). The table's title says which was measured.
+    let workers = env_or("TESSERA_BENCH_WORKERS", threads.saturating_sub(1).max(1)).max(1);
+    let runtimes = MODES.map(|m| m.runtime(workers + 1));
     runtimes.iter().for_each(register_stencil);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
@@ -467,7 +477,8 @@ fn main() {
     eprintln!("METG(50) per sweep: {runs:?}");
 
     let mut table = Table::new(&format!(
-        "runtime overheads ({threads} threads; stencil_1d width {threads}, {steps} steps)"
+        "runtime overheads ({threads} threads; stencil_1d width {threads}, {steps} steps; \
+         stencil runtimes: {workers} workers + the issuing thread, rayon: {threads} threads)"
     ));
     for (k, what) in ["independent", "chained"].iter().enumerate() {
         table.row(
@@ -600,6 +611,7 @@ fn main() {
     table.figure("tensor_cg_replayed_share", tensor_cg_share);
     table.figure("tensor_cg_first_replayed_iteration", tensor_cg_first as f64);
     table.figure("sweeps", sweeps as f64);
+    table.figure("stencil_runtime_workers", workers as f64);
     table.figure("kernel ns per iteration", per_iter * 1e9);
     table.print();
 }

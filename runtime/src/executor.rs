@@ -78,6 +78,10 @@ struct PoolState {
     sleepers: AtomicUsize,
     stop: AtomicBool,
     shared: Arc<Shared>,
+    /// Test hook (`RuntimeBuilder::worker_jitter`): workers sleep up to this many µs, at
+    /// random, before each node, so tests can check that nothing but the task stream decides
+    /// what the issuing side does.
+    jitter_us: u32,
 }
 
 /// N worker threads sharing one FIFO of ready nodes.
@@ -95,7 +99,7 @@ const SPINS: usize = 16;
 const YIELDS: usize = 64;
 
 impl ThreadPool {
-    pub(crate) fn new(threads: usize, shared: Arc<Shared>) -> ThreadPool {
+    pub(crate) fn new(threads: usize, shared: Arc<Shared>, jitter_us: u32) -> ThreadPool {
         let state = Arc::new(PoolState {
             queue: Mutex::default(),
             mailboxes: (0..threads).map(|_| Mailbox::default()).collect(),
@@ -104,6 +108,7 @@ impl ThreadPool {
             sleepers: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             shared,
+            jitter_us,
         });
         let workers = (0..threads)
             .map(|i| {
@@ -294,6 +299,9 @@ fn run_chain(
     let mut ran = 0;
     let mut next = Some(node);
     while let Some(n) = next.take() {
+        if me.is_some() && st.jitter_us > 0 {
+            jitter(st.jitter_us);
+        }
         let ready = run_node(&n, &st.shared);
         ran += 1;
         for r in ready {
@@ -308,6 +316,26 @@ fn run_chain(
         }
     }
     ran
+}
+
+/// Sleeps between 0 and `max_us` µs, drawn from a per-thread xorshift (a test hook: see
+/// `PoolState::jitter_us`).
+fn jitter(max_us: u32) {
+    use std::cell::Cell;
+    thread_local!(static STATE: Cell<u64> = Cell::new({
+        let mut h = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&std::thread::current().id(), &mut h);
+        std::hash::Hasher::finish(&h) | 1
+    }));
+    let r = STATE.with(|s| {
+        let mut x = s.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        x
+    });
+    std::thread::sleep(std::time::Duration::from_micros(r % (max_us as u64 + 1)));
 }
 
 fn worker(st: &PoolState, me: usize) {

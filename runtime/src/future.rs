@@ -56,6 +56,9 @@ impl Future {
     /// Blocks until the value is known (issuing any tasks still in the window first).
     pub fn get(&self) -> Result<Scalar> {
         if let Some(v) = self.try_get() {
+            if let Some(rt) = self.cell.rt.upgrade() {
+                rt.flush_traced()?;
+            }
             return v;
         }
         if let Some(rt) = self.cell.rt.upgrade() {

@@ -144,6 +144,7 @@ pub struct RuntimeBuilder {
     actors: bool,
     ranks: Option<Ranks>,
     agreement: bool,
+    worker_jitter_us: u32,
 }
 
 /// Whether automatic tracing is on unless the builder says otherwise: the environment
@@ -191,6 +192,7 @@ impl Default for RuntimeBuilder {
             actors: actors_default(),
             ranks: None,
             agreement: agreement_default(),
+            worker_jitter_us: 0,
         }
     }
 }
@@ -260,6 +262,15 @@ impl RuntimeBuilder {
     /// windows follow the ruler function, thesis §5.3.4).
     pub fn trace_sampling(mut self, unit: usize) -> Self {
         self.trace_sampling = unit.max(1);
+        self
+    }
+
+    /// Test hook: every worker sleeps up to `max_us` µs, at random, before each point it
+    /// runs, so a test can check that what the issuing side decides (the tracer above all)
+    /// does not depend on how fast the workers are. Not for production use.
+    #[doc(hidden)]
+    pub fn worker_jitter(mut self, max_us: u32) -> Self {
+        self.worker_jitter_us = max_us;
         self
     }
 
@@ -358,7 +369,7 @@ impl RuntimeBuilder {
                 rank,
                 min_piece: self.min_piece,
             },
-            pool: ThreadPool::new(workers, shared.clone()),
+            pool: ThreadPool::new(workers, shared.clone(), self.worker_jitter_us),
             shared,
             registry: RwLock::default(),
             front: Mutex::new(Front {
@@ -1118,6 +1129,24 @@ impl Inner {
         r
     }
 
+    /// With tracing on, [`Inner::flush`]: for a `Future::get` whose value is known already. The
+    /// tracer cuts at every `get` (no trace spans one), known or not: whether the value is
+    /// known yet depends on whether a worker has run its task, and the tracer's decisions must
+    /// follow from the task stream alone.
+    pub(crate) fn flush_traced(&self) -> Result<()> {
+        let traced = self
+            .front
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .tracing
+            .is_some();
+        if traced {
+            self.flush()
+        } else {
+            Ok(())
+        }
+    }
+
     /// Lets go of the front lock; with an adaptive window, first publishes whether it holds
     /// tasks (an empty window disarms the window thread), and afterwards launches it if a
     /// worker went idle meanwhile and found the lock taken (it left that to the holder). A
@@ -1424,7 +1453,7 @@ impl Inner {
     }
 
     /// Waits (on the issuing side) for an unbound store's producer to bind it.
-    fn wait_bound(&self, root: &StoreRoot, task: &str) -> Result<()> {
+    pub(crate) fn wait_bound(&self, root: &StoreRoot, task: &str) -> Result<()> {
         if root.bound().is_some() {
             return Ok(());
         }

@@ -37,6 +37,9 @@ pub(crate) struct Counters {
     pub actor_linked_replays: AtomicU64,
     pub tasks_solved: AtomicU64,
     pub tasks_unsolved: AtomicU64,
+    // Determinism of tracing (branch `determ`).
+    pub tasks_held: AtomicU64,
+    pub trace_digest: AtomicU64,
     pub bytes_sent: AtomicU64,
     pub messages_sent: AtomicU64,
 }
@@ -81,6 +84,8 @@ impl Counters {
             actor_linked_replays: g(&self.actor_linked_replays),
             tasks_solved: g(&self.tasks_solved),
             tasks_unsolved: g(&self.tasks_unsolved),
+            tasks_held: g(&self.tasks_held),
+            trace_digest: g(&self.trace_digest),
             bytes_sent: g(&self.bytes_sent),
             messages_sent: g(&self.messages_sent),
             bytes_resident: 0,
@@ -161,6 +166,14 @@ pub struct Stats {
     /// that launched is one or the other.
     pub tasks_solved: u64,
     pub tasks_unsolved: u64,
+    /// Issued tasks the tracer held back (a candidate trace still matched), whatever became
+    /// of them.
+    pub tasks_held: u64,
+    /// A hash of every decision the tracer made so far, in order (held or not, each release
+    /// and replay with its outcome): two runs of one program decide alike exactly when their
+    /// digests agree at each point, whatever the workers' timing (a level: `since` keeps the
+    /// later value).
+    pub trace_digest: u64,
     /// Across ranks: bytes of store elements this rank sent to others (transfers before
     /// points and gathers for `read` and image sources; headers not counted).
     pub bytes_sent: u64,
@@ -248,6 +261,8 @@ impl Stats {
             actor_linked_replays: self.actor_linked_replays - earlier.actor_linked_replays,
             tasks_solved: self.tasks_solved - earlier.tasks_solved,
             tasks_unsolved: self.tasks_unsolved - earlier.tasks_unsolved,
+            tasks_held: self.tasks_held - earlier.tasks_held,
+            trace_digest: self.trace_digest,
             bytes_sent: self.bytes_sent - earlier.bytes_sent,
             messages_sent: self.messages_sent - earlier.messages_sent,
             bytes_resident: self.bytes_resident,

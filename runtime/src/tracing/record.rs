@@ -151,12 +151,14 @@ impl Recording {
 }
 
 /// Whether `t` can be held back and replayed: tasks producing unbound stores bind them in
-/// their finish step, which later tasks' solving waits for, so they are never held; a task
-/// reading a store not bound yet must wait for it before it can be solved.
+/// their finish step, which later tasks' solving waits for, so they are never held. A task
+/// reading such a store may be: a replay waits for the binding before it records or compares
+/// anything. The answer depends on the task alone, never on whether a store is bound yet
+/// (that depends on whether a worker has run its producer, and ranks would decide apart).
 pub(crate) fn traceable(t: &crate::task::Issued) -> bool {
     t.args
         .iter()
-        .all(|a| a.privilege != Privilege::WriteUnbound && a.root.bound().is_some())
+        .all(|a| a.privilege != Privilege::WriteUnbound)
 }
 
 /// Where scalar `s` comes from, `makes(i, cell)` telling whether the trace's `i`-th task (of

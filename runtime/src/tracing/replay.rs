@@ -6,10 +6,11 @@
 //!
 //! Held tasks are invisible to everything behind the tracer, so whatever needs their effects
 //! first hands them back (`Inner::flush_locked`): a read, a fence, a future's `get`, a drop, a
-//! task producing an unbound store or reading one not bound yet (never held), and a task whose
-//! image source a held task writes (the image is computed from values). A trace therefore
-//! never spans either of the last two. Tasks already in the window are older than every held
-//! task: a replay launches the window first.
+//! task producing an unbound store (never held), and a task whose image source a held task
+//! writes (the image is computed from values). A trace therefore never spans either of the
+//! last two. Tasks already in the window are older than every held task: a replay launches the
+//! window first. Every decision follows from the issued stream alone (`Decision`): a replay
+//! waits for the stores it names to be bound rather than asking whether they are.
 
 use super::actors::{Compiled, Run};
 use super::ahead::{numbering, Conditions, IssuedTrace};
@@ -58,6 +59,31 @@ pub(crate) struct Tracing {
     actors: Option<usize>,
     /// The replay last instantiated as actors, while nothing has been analysed since.
     last: Option<LastReplay>,
+    /// Every decision so far, hashed in order (`Stats::trace_digest`).
+    digest: u64,
+}
+
+/// One decision of the tracer, as [`Tracing::decide`] folds it into `Stats::trace_digest`.
+/// Every one must follow from the issued task stream alone (thesis §5.4.1): never from
+/// whether a worker has run something yet.
+#[derive(Hash, Debug)]
+enum Decision {
+    /// An issued task held back (a candidate may still match).
+    Held,
+    /// An issued task not held: it produces an unbound store.
+    Untraceable,
+    /// Held tasks handed back before a task whose image source one of them writes.
+    ReleasedForImage,
+    /// Held tasks handed to ordinary analysis.
+    Released(usize),
+    /// A trace's first occurrence solved and recorded.
+    Recorded(TraceId, usize),
+    /// A recorded trace replayed: as actors linked to the replay before, or not.
+    Replayed(TraceId, usize, bool),
+    /// A recorded trace not replayed: the tasks or conditions differ (analysed as usual).
+    Abandoned(TraceId, usize),
+    /// A store the trace reads has a failed producer: analysed as usual (the error is its).
+    Failed(TraceId, usize),
 }
 
 /// What a replay linked to the one before it needs of that one.
@@ -99,7 +125,18 @@ impl Tracing {
             prune_at: 64,
             actors,
             last: None,
+            digest: 0,
         }
+    }
+
+    /// Folds `d` into the decisions so far and publishes them (`Stats::trace_digest`).
+    fn decide(&mut self, d: Decision, counters: &Counters) {
+        let mut h = rustc_hash::FxHasher::default();
+        (self.digest, &d).hash(&mut h);
+        self.digest = h.finish();
+        counters
+            .trace_digest
+            .store(self.digest, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The tracer's history of tokens, oldest first.
@@ -252,17 +289,22 @@ impl Inner {
             return self.enqueue(front, t);
         };
         let t0 = Instant::now();
+        let counters = &self.shared.counters;
         let mut first = Ok(());
         if tr.must_release_for(&t) {
+            tr.decide(Decision::ReleasedForImage, counters);
             first = self.release_held(front, &mut tr);
         }
         let token = tr.token(&t);
         if !traceable(&t) {
+            tr.decide(Decision::Untraceable, counters);
             keep_first(&mut first, self.release_held(front, &mut tr));
             // Access states change outside a replay: the next replay cannot link to the last.
             tr.last = None;
             keep_first(&mut first, self.enqueue(front, t));
         } else {
+            tr.decide(Decision::Held, counters);
+            Counters::add(&counters.tasks_held, 1);
             tr.held.push_back(t);
             let before = *tr.tracer.finder_cost();
             let actions = tr.tracer.issue(token);
@@ -290,6 +332,7 @@ impl Inner {
         for a in actions {
             match a {
                 Action::Release(tokens) => {
+                    tr.decide(Decision::Released(tokens.len()), &self.shared.counters);
                     let tasks: Vec<Issued> = tr.held.drain(..tokens.len()).collect();
                     keep_first(&mut first, self.analyse_all(front, tr, tasks));
                 }
@@ -325,14 +368,31 @@ impl Inner {
         tasks: Vec<Issued>,
     ) -> Result<()> {
         let counters = &self.shared.counters;
+        let n = tasks.len();
+        // Whether a store is bound yet depends on whether its producer has run: wait for every
+        // store the tasks name (their producers were launched before them: a task producing
+        // an unbound store is never held), so that what follows (the recorded or compared
+        // extents and key partitions) is the same in every run.
+        let bound = tasks.iter().try_for_each(|t| {
+            t.args
+                .iter()
+                .try_for_each(|a| self.wait_bound(&a.root, &t.name))
+        });
+        if bound.is_err() {
+            // A failed producer: solving reports its error on the task reading its store.
+            tr.decide(Decision::Failed(trace, n), counters);
+            return self.analyse_all(front, tr, tasks);
+        }
         let plans = match tr.recordings.get(&trace) {
             None => match self.record(front, tasks) {
                 Ok((rec, plans)) => {
+                    tr.decide(Decision::Recorded(trace, n), counters);
                     Counters::add(&counters.traces_recorded, 1);
                     tr.recordings.insert(trace, rec);
                     plans
                 }
                 Err(failed) => {
+                    tr.decide(Decision::Failed(trace, n), counters);
                     let (plans, rest, e) = *failed;
                     // Analysed as usual, without the failing task.
                     tr.last = None;
@@ -344,6 +404,7 @@ impl Inner {
             Some(rec) => {
                 let same = rec.issued.matches(&tasks) && rec.conditions.hold(&tasks);
                 if !same {
+                    tr.decide(Decision::Abandoned(trace, n), counters);
                     Counters::add(&counters.traces_abandoned, 1);
                     return self.analyse_all(front, tr, tasks);
                 }
@@ -365,6 +426,7 @@ impl Inner {
         let rec = &tr.recordings[&trace];
         let Some(workers) = tr.actors else {
             self.instantiate(rec, plans);
+            tr.decide(Decision::Replayed(trace, n, false), counters);
             return Ok(());
         };
         let roots: Vec<Arc<StoreRoot>> =
@@ -379,6 +441,7 @@ impl Inner {
             let cross = (l.exact || again).then(|| tr.cross(l.trace, trace, same))?;
             cross.closed.then_some((cross, again, l))
         });
+        tr.decide(Decision::Replayed(trace, n, link.is_some()), counters);
         let rec = tr.recordings.get_mut(&trace).expect("recorded above");
         tr.last = self.instantiate_actors(rec, workers, trace, link, plans);
         if let Some(l) = tr.last.as_mut() {

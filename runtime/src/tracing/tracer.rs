@@ -58,6 +58,9 @@ pub struct Tracer {
     /// Token counts at which the stream was flushed (a read, fence or future wait): no
     /// match can span one, so candidates are cut there (oldest first, within the history).
     barriers: VecDeque<u64>,
+    /// Scratch for [`by_first_appearance`].
+    classes: rustc_hash::FxHashMap<u64, u64>,
+    renamed: Vec<u64>,
 }
 
 impl Tracer {
@@ -74,6 +77,8 @@ impl Tracer {
             not_replayed_until: 0,
             skipped: 0,
             barriers: VecDeque::new(),
+            classes: Default::default(),
+            renamed: Vec::new(),
         }
     }
 
@@ -95,7 +100,11 @@ impl Tracer {
                 self.skipped += 1;
             } else {
                 let c = &self.config;
-                let groups = self.finder.run(recent, c.min_len, c.max_len, c.min_repeats);
+                by_first_appearance(recent, &mut self.classes, &mut self.renamed);
+                let renamed = &self.renamed;
+                let groups = self
+                    .finder
+                    .run(renamed, c.min_len, c.max_len, c.min_repeats);
                 let cuts: Vec<usize> = self
                     .barriers
                     .iter()
@@ -166,6 +175,24 @@ impl Tracer {
     pub fn replayer(&self) -> &Replayer {
         &self.replayer
     }
+}
+
+/// `tokens` renamed 0, 1, 2, … by first appearance, into `out`. The finder breaks ties by
+/// the tokens' order (its suffix array sorts them), so on the hash values themselves its
+/// answer would depend on everything hashed into a token, such as a kernel's fingerprint or
+/// a body's address in a task's name, which change from one process (or rank) to the next.
+/// Renamed, it depends only on which tokens are equal: a function of the task stream.
+fn by_first_appearance(
+    tokens: &[u64],
+    classes: &mut rustc_hash::FxHashMap<u64, u64>,
+    out: &mut Vec<u64>,
+) {
+    classes.clear();
+    out.clear();
+    out.extend(tokens.iter().map(|&t| {
+        let next = classes.len() as u64;
+        *classes.entry(t).or_insert(next)
+    }));
 }
 
 /// Cuts each group's occurrences where its first occurrence spans a flush (`cuts`: indices
@@ -343,6 +370,60 @@ mod tests {
         let first = per_token(config);
         for _ in 0..3 {
             assert_eq!(per_token(config), first);
+        }
+    }
+
+    /// What a tracer decided, without the token values: per action its kind, length and
+    /// trace.
+    fn decisions(actions: &[Vec<Action>]) -> Vec<Vec<(bool, usize, u32)>> {
+        let one = |a: &Action| match a {
+            Action::Release(t) => (false, t.len(), 0),
+            Action::Replay { trace, tokens } => (true, tokens.len(), trace.0),
+        };
+        actions
+            .iter()
+            .map(|at| at.iter().map(one).collect())
+            .collect()
+    }
+
+    #[test]
+    fn decisions_depend_on_which_tokens_are_equal_not_on_their_values() {
+        // Tokens hash task names, which may hold a kernel's fingerprint or a body's address:
+        // other values in another process (or rank). The runtime's configuration, over a
+        // CG-like stream: iterations of 11 tokens (two of them seen twice in an iteration, the
+        // first iteration's differing), a flush after the 8th.
+        let config = TracerConfig {
+            sample_unit: 8,
+            max_len: 16,
+            one_pointer: true,
+            skip_replayed: true,
+            ..TracerConfig::default()
+        };
+        let body: [u64; 11] = [1, 2, 3, 4, 5, 6, 7, 1, 8, 5, 9];
+        let per_token = |name: &dyn Fn(u64) -> u64| {
+            let mut tracer = Tracer::new(config);
+            let mut out = Vec::new();
+            for it in 0..60u64 {
+                for (k, &t) in body.iter().enumerate() {
+                    out.push(tracer.issue(name(if it == 0 { 100 + t } else { t })));
+                    if k == 7 {
+                        out.push(tracer.flush());
+                    }
+                }
+            }
+            out.push(tracer.flush());
+            decisions(&out)
+        };
+        let want = per_token(&|t| t);
+        assert!(want.iter().flatten().any(|d| d.0), "nothing replayed");
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..16 {
+            // Another name for every token: a random bijection (odd multiplier, offset).
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let (mul, add) = (seed | 1, seed.rotate_left(29));
+            assert_eq!(per_token(&|t| t.wrapping_mul(mul).wrapping_add(add)), want);
         }
     }
 

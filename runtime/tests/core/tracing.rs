@@ -451,3 +451,101 @@ fn every_rank_takes_the_same_trace_decisions() {
         assert!(out.iter().all(|o| *o == out[0]), "{out:?}");
     }
 }
+
+/// Per iteration: the digest of every tracer decision so far (`Stats::trace_digest`), and the
+/// tasks held and traced and the traces replayed and abandoned in the iteration.
+type Decisions = Vec<(u64, u64, u64, u64, u64)>;
+
+fn decisions(stats: &[Stats]) -> Decisions {
+    let mut before = Stats::default();
+    stats
+        .iter()
+        .map(|s| {
+            let d = s.since(&before);
+            before = *s;
+            let n = (d.tasks_held, d.tasks_traced, d.traces_replayed);
+            (s.trace_digest, n.0, n.1, n.2, d.traces_abandoned)
+        })
+        .collect()
+}
+
+/// A loop whose tracing could depend on timing: each iteration a stencil step, a task whose
+/// future is waited on after two more tasks (known by then or not), a task binding a fresh
+/// unbound store, and a task reading that store (bound by then or not), then a step back.
+/// `slow`: workers sleep up to 2 ms before each point (the future unknown, the store unbound
+/// when the issuer gets there); otherwise the issuer pauses 3 ms before the reader (both
+/// known). The stream is the same. Returns the stores, the futures' values and the
+/// statistics after each iteration.
+fn timing_program(mode: Mode, slow: bool) -> Result<(Vec<f64>, Vec<f64>, Vec<Stats>)> {
+    let rt = Runtime::builder()
+        .threads(2)
+        .min_piece_size(4)
+        .tracing(mode != Untraced)
+        .actors(mode == Actors)
+        .trace_sampling(8)
+        .worker_jitter(if slow { 2000 } else { 0 })
+        .build();
+    register_stencil(&rt)?;
+    rt.register("sum", |ctx| {
+        ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
+    })?;
+    rt.register("big", |ctx| {
+        let x = ctx.read::<f64>(0);
+        ctx.emit(
+            1,
+            x.as_slice().iter().copied().filter(|&v| v > 2.0).collect(),
+        );
+    })?;
+    rt.register("count", |ctx| {
+        let u = ctx.read::<f64>(0);
+        let mut acc = ctx.write::<f64>(1);
+        let was = acc.at(0);
+        acc.set_at(
+            0,
+            was + u.as_slice().len() as f64 + 1e-3 * u.as_slice().iter().sum::<f64>(),
+        );
+    })?;
+    let n = 40;
+    let init: Vec<f64> = (0..n + 2).map(|i| (i * 7 % 5) as f64).collect();
+    let a = rt.from_vec(&[n + 2], init.clone())?;
+    let b = rt.from_vec(&[n + 2], init)?;
+    let acc = rt.from_vec(&[1], vec![0.0])?;
+    let (mut sums, mut stats) = (Vec::new(), Vec::new());
+    for _ in 0..30 {
+        stencil_step(&rt, &a, &b, n, 2)?;
+        let sum = rt.task("sum").read(&b).launch_domain(&[1]);
+        let f = sum.submit_reduce(ReduceOp::Sum)?;
+        let u = rt.create_unbound(DType::F64);
+        rt.task("big").read(&b).write_unbound(&u).submit()?;
+        if !slow {
+            std::thread::sleep(std::time::Duration::from_millis(3));
+        }
+        let count = rt.task("count").read(&u).read_write(&acc);
+        count.launch_domain(&[1]).submit()?;
+        sums.push(f.get()?.as_f64());
+        stencil_step(&rt, &b, &a, n, 2)?;
+        stats.push(rt.stats());
+    }
+    let mut out = rt.read::<f64>(&a)?;
+    out.extend(rt.read::<f64>(&acc)?);
+    Ok((out, sums, stats))
+}
+
+/// Thesis §5.4.1: what the tracer holds, records, replays and abandons follows from the task
+/// stream alone, never from whether a worker has run something yet (a store bound, a future
+/// known), so that ranks issuing the same stream decide alike. Slow workers and a slow
+/// issuer give the same decisions, iteration by iteration, and the untraced answer.
+#[test]
+fn tracing_decisions_do_not_depend_on_the_workers_timing() {
+    let (want, want_sums, _) = timing_program(Untraced, false).unwrap();
+    for mode in [Traced, Actors] {
+        let (out, sums, fast) = timing_program(mode, false).unwrap();
+        let (slow_out, slow_sums, slow) = timing_program(mode, true).unwrap();
+        assert_eq!((&out, &sums), (&want, &want_sums), "{mode:?}");
+        assert_eq!((&slow_out, &slow_sums), (&want, &want_sums), "{mode:?}");
+        let (fast, slow) = (decisions(&fast), decisions(&slow));
+        let first = (0..fast.len()).find(|&i| fast[i] != slow[i]);
+        assert_eq!(first, None, "{mode:?}\n{fast:?}\n{slow:?}");
+        assert!(fast.iter().any(|d| d.3 > 0), "nothing replayed: {fast:?}");
+    }
+}
