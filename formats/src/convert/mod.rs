@@ -97,7 +97,8 @@ pub struct ConvertOptions {
     pub temp_dir: Option<std::path::PathBuf>,
     /// Forces the external sort even for sorted input (tests and benchmarks).
     pub force_external_sort: bool,
-    /// Entries per sorted run, overriding the budget (tests force many runs with this).
+    /// Entries per sorted run and per key range of the final merge, overriding the budget
+    /// (tests force many runs and ranges with this).
     pub run_entries: Option<usize>,
     /// Runs merged at once, overriding the budget (tests force merge rounds with this).
     pub fan_in: Option<usize>,
@@ -395,7 +396,7 @@ fn sort_and_build(
             entries: None,
         };
         let out = stitch::convert_merged(
-            &mut source,
+            &source,
             &text,
             output,
             format,

@@ -4,6 +4,7 @@
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use super::{duplicate_error, ConvertOptions, Duplicates, Progress, SortedSource, PROGRESS_EVERY};
@@ -186,6 +187,13 @@ pub(crate) fn sort_runs(
 pub(crate) struct Run {
     path: PathBuf,
     narrow: bool,
+}
+
+impl Run {
+    /// Bytes of one record: the coordinates (32- or 64-bit) and the value.
+    fn record_bytes(&self, rank: usize) -> usize {
+        (if self.narrow { 4 } else { 8 }) * rank + 8
+    }
 }
 
 pub(crate) struct RunBuffer {
@@ -531,10 +539,10 @@ impl RunWriter {
     }
 }
 
-/// Reads one run's records in order.
+/// Reads one run's records (or a section of them) in order.
 struct RunReader {
     path: PathBuf,
-    input: BufReader<File>,
+    input: BufReader<std::io::Take<File>>,
     record: Vec<u8>,
     key: Vec<u64>,
     /// A narrow key of up to 4 coordinates as one number, ordered as the key.
@@ -544,10 +552,22 @@ struct RunReader {
 }
 
 impl RunReader {
-    fn open(run: &Run, rank: usize, buffer: usize) -> Result<Self> {
+    /// Reads records `section` of `run` (all of them when `None`).
+    fn open(run: &Run, rank: usize, buffer: usize, section: Option<Range<u64>>) -> Result<Self> {
+        use std::io::{Seek, SeekFrom};
         let path = &run.path;
-        let f = File::open(path).map_err(|e| Error::io(path, e))?;
+        let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
         let width = if run.narrow { 4 } else { 8 };
+        let rec = run.record_bytes(rank) as u64;
+        let (f, buffer) = match section {
+            None => (f.take(u64::MAX), buffer),
+            Some(s) => {
+                f.seek(SeekFrom::Start(s.start * rec))
+                    .map_err(|e| Error::io(path, e))?;
+                let bytes = (s.end - s.start) * rec;
+                (f.take(bytes), buffer.min(bytes as usize).max(rec as usize))
+            }
+        };
         Ok(RunReader {
             path: path.to_path_buf(),
             input: BufReader::with_capacity(buffer, f),
@@ -624,9 +644,25 @@ fn merge(
     buffer: usize,
     f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
 ) -> Result<()> {
+    merge_sections(paths, None, rank, buffer, f)
+}
+
+/// [`merge`] of records `lo[r]..hi[r]` of each run `r` (`sections = Some((lo, hi))`), or of
+/// whole runs.
+fn merge_sections(
+    paths: &[Run],
+    sections: Option<(&[u64], &[u64])>,
+    rank: usize,
+    buffer: usize,
+    f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
+) -> Result<()> {
     let mut readers = Vec::with_capacity(paths.len());
-    for p in paths {
-        let mut r = RunReader::open(p, rank, buffer)?;
+    for (i, p) in paths.iter().enumerate() {
+        let section = sections.map(|(lo, hi)| lo[i]..hi[i]);
+        if section.as_ref().is_some_and(Range::is_empty) {
+            continue;
+        }
+        let mut r = RunReader::open(p, rank, buffer, section)?;
         if r.advance()? {
             readers.push(r);
         }
@@ -736,10 +772,263 @@ impl SortedSource for MergeSource {
     }
 }
 
+/// The final merge cut into key ranges, merged by workers in parallel (`stitch`): boundary
+/// `b` lies at record `at[b][r]` of run `r` (row 0 is every run's start, the last row every
+/// run's end), so range `j` is records `at[j][r]..at[j + 1][r]` of every run. Each inner
+/// boundary is every run's lower bound of one key, so that the entries of a coordinate
+/// never straddle two ranges (their duplicates are summed within one).
+pub(crate) struct Ranges {
+    at: Vec<Vec<u64>>,
+}
+
+impl Ranges {
+    pub fn len(&self) -> usize {
+        self.at.len() - 1
+    }
+
+    /// Entries (before summing duplicates) of range `j`.
+    fn entries(&self, j: usize) -> u64 {
+        self.at[j + 1].iter().zip(&self.at[j]).map(|(h, l)| h - l).sum()
+    }
+}
+
+/// A run file opened for positioned reads of single keys (binary searches).
+struct RunFile<'a> {
+    run: &'a Run,
+    file: File,
+    rank: usize,
+    records: u64,
+}
+
+impl<'a> RunFile<'a> {
+    fn open(run: &'a Run, rank: usize) -> Result<Self> {
+        let file = File::open(&run.path).map_err(|e| Error::io(&run.path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io(&run.path, e))?
+            .len();
+        Ok(RunFile {
+            records: len / run.record_bytes(rank) as u64,
+            run,
+            file,
+            rank,
+        })
+    }
+
+    /// The key of record `i`.
+    fn key(&self, i: u64) -> Result<Vec<u64>> {
+        use std::os::unix::fs::FileExt;
+        let rec = self.run.record_bytes(self.rank);
+        let mut bytes = vec![0u8; rec];
+        self.file
+            .read_exact_at(&mut bytes, i * rec as u64)
+            .map_err(|e| Error::io(&self.run.path, e))?;
+        let (mut key, mut packed, mut value) = (vec![0; self.rank], 0, 0.0);
+        decode(&bytes, self.run.narrow, &mut key, &mut packed, &mut value);
+        Ok(key)
+    }
+
+    /// The first record whose key is not below `key`.
+    fn lower_bound(&self, key: &[u64]) -> Result<u64> {
+        let (mut lo, mut hi) = (0, self.records);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.key(mid)?.as_slice() < key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo)
+    }
+}
+
+/// Every run's lower bound of each key, the keys shared out among `threads` threads.
+fn lower_bounds(files: &[RunFile], keys: &[Vec<u64>], threads: usize) -> Result<Vec<Vec<u64>>> {
+    let row = |k: &Vec<u64>| -> Result<Vec<u64>> {
+        files.iter().map(|f| f.lower_bound(k)).collect()
+    };
+    if keys.len() < 2 || threads < 2 {
+        return keys.iter().map(row).collect();
+    }
+    let per = keys.len().div_ceil(threads);
+    let parts: Vec<Result<Vec<Vec<u64>>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = keys
+            .chunks(per)
+            .map(|part| scope.spawn(move || part.iter().map(row).collect()))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("searching threads do not panic"))
+            .collect()
+    });
+    let mut rows = Vec::with_capacity(keys.len());
+    for p in parts {
+        rows.extend(p?);
+    }
+    Ok(rows)
+}
+
+/// Samples per range when choosing the boundaries: the more, the more even the ranges.
+const SAMPLES_PER_RANGE: u64 = 16;
+
+impl MergeSource {
+    /// Sorted runs on disk (0 when everything fit one in memory).
+    pub(crate) fn run_count(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Cuts the merged entries into key ranges of about `target` entries (at least
+    /// `min_ranges` when each would still hold a few thousand), none above `2 * target`
+    /// unless it holds one coordinate only. The boundaries are keys sampled evenly from
+    /// every run (so in proportion to its length); a range the samples made too large is
+    /// halved at the middle key of its largest section until it fits.
+    pub(crate) fn ranges(&self, target: u64, min_ranges: usize, threads: usize) -> Result<Ranges> {
+        let target = target.max(1);
+        if let Some(buf) = &self.memory {
+            // One sorted run of distinct entries: any cut keeps coordinates whole.
+            let n = buf.len() as u64;
+            let count = n.div_ceil(target).max(1);
+            let at = (0..=count).map(|b| vec![(b * target).min(n)]).collect();
+            return Ok(Ranges { at });
+        }
+        let files: Vec<RunFile> = self
+            .runs
+            .iter()
+            .map(|r| RunFile::open(r, self.rank))
+            .collect::<Result<_>>()?;
+        let total: u64 = files.iter().map(|f| f.records).sum();
+        let count = total
+            .div_ceil(target)
+            .max((min_ranges as u64).min(total / 4096))
+            .max(1);
+        let step = (total / (count * SAMPLES_PER_RANGE)).max(1);
+        let mut samples = Vec::new();
+        for f in &files {
+            let mut i = step / 2;
+            while i < f.records {
+                samples.push(f.key(i)?);
+                i += step;
+            }
+        }
+        samples.sort_unstable();
+        let mut keys: Vec<Vec<u64>> = (1..count)
+            .map(|b| samples[(b * samples.len() as u64 / count) as usize].clone())
+            .collect();
+        keys.dedup();
+        let mut at = vec![vec![0; files.len()]];
+        at.extend(lower_bounds(&files, &keys, threads)?);
+        at.push(files.iter().map(|f| f.records).collect());
+        at.dedup();
+        let mut ranges = Ranges { at };
+        let mut j = 0;
+        while j < ranges.len() {
+            if ranges.entries(j) <= 2 * target || !split_range(&files, &mut ranges, j)? {
+                j += 1;
+            }
+        }
+        Ok(ranges)
+    }
+
+    /// Merges range `j` of `ranges` into `f` (see [`merge`]), each run read through a
+    /// buffer of at most `buffer` bytes.
+    pub(crate) fn merge_range(
+        &self,
+        ranges: &Ranges,
+        j: usize,
+        buffer: usize,
+        f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
+    ) -> Result<()> {
+        let (lo, hi) = (&ranges.at[j], &ranges.at[j + 1]);
+        match &self.memory {
+            Some(buf) => (lo[0]..hi[0]).try_for_each(|e| {
+                let (k, v) = buf.record(e as usize);
+                f(k, v)
+            }),
+            None => merge_sections(&self.runs, Some((lo, hi)), self.rank, buffer, f),
+        }
+    }
+}
+
+/// Splits range `j` in two at the key in the middle of its largest section (or just above
+/// it, when that key is the range's first); false when the range holds one coordinate only.
+fn split_range(files: &[RunFile], ranges: &mut Ranges, j: usize) -> Result<bool> {
+    let (lo, hi) = (&ranges.at[j], &ranges.at[j + 1]);
+    let r = (0..files.len())
+        .max_by_key(|&r| hi[r] - lo[r])
+        .expect("a run");
+    let mut key = files[r].key(lo[r] + (hi[r] - lo[r]) / 2)?;
+    let mut row = lower_bounds(files, std::slice::from_ref(&key), 1)?.remove(0);
+    if row == *lo {
+        // Every key of the range is at least this one: cut above it instead.
+        let last = key.last_mut().expect("rank of at least 1");
+        let Some(next) = last.checked_add(1) else {
+            return Ok(false);
+        };
+        *last = next;
+        row = lower_bounds(files, std::slice::from_ref(&key), 1)?.remove(0);
+    }
+    if row == *hi {
+        return Ok(false);
+    }
+    ranges.at.insert(j + 1, row);
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Merging the key ranges one after the other gives the serial merge's entries in
+        /// its order (duplicates in input order), whatever the runs and the range size; no
+        /// range holds more than twice the target unless it is one coordinate.
+        #[test]
+        fn ranges_merged_in_turn_are_the_serial_merge(
+            rank in 1usize..4,
+            spread in 1u64..40,
+            n in 1usize..600,
+            run_entries in 1usize..80,
+            target in 1u64..50,
+            seed in any::<u64>(),
+        ) {
+            let mut x = seed | 1;
+            let mut next = || { x ^= x << 13; x ^= x >> 7; x ^= x << 17; x };
+            let dir = tempfile::tempdir().unwrap();
+            let input = dir.path().join("r.tns");
+            let mut text = String::new();
+            for e in 0..n {
+                for _ in 0..rank {
+                    text += &format!("{} ", next() % spread + 1);
+                }
+                text += &format!("{e}\n");
+            }
+            std::fs::write(&input, text).unwrap();
+            let format = Format::all_compressed(rank);
+            let opts = ConvertOptions { run_entries: Some(run_entries), ..Default::default() };
+            let mut sorted = sort_runs(&input, &format, &opts, dir.path(), &crate::NoProgress).unwrap();
+            let mut want = Vec::new();
+            sorted.source.scan(&crate::NoProgress, &mut |k, v| {
+                want.push((k.to_vec(), v));
+                Ok(())
+            }).unwrap();
+            let ranges = sorted.source.ranges(target, 3, 2).unwrap();
+            let mut got = Vec::new();
+            for j in 0..ranges.len() {
+                let mut keys = std::collections::BTreeSet::new();
+                sorted.source.merge_range(&ranges, j, 64, &mut |k, v| {
+                    keys.insert(k.to_vec());
+                    got.push((k.to_vec(), v));
+                    Ok(())
+                }).unwrap();
+                prop_assert!(ranges.entries(j) <= 2 * target || keys.len() == 1);
+            }
+            prop_assert_eq!(got, want);
+        }
+    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
