@@ -395,15 +395,8 @@ fn sort_and_build(
             dims: Some(sorted.dims.clone()),
             entries: None,
         };
-        let out = stitch::convert_merged(
-            &source,
-            &text,
-            output,
-            format,
-            opts,
-            temp_parent,
-            progress,
-        )?;
+        let out =
+            stitch::convert_merged(&source, &text, output, format, opts, temp_parent, progress)?;
         return Ok(ConvertReport {
             entries_read: sorted.entries,
             entries_written: out.entries_written,

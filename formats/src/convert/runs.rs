@@ -215,7 +215,9 @@ impl RunBuffer {
     }
 
     fn sort(&mut self) {
-        sort_records(&mut self.recs, self.rank);
+        if !sort_packed(&mut self.recs, self.rank) {
+            sort_records(&mut self.recs, self.rank);
+        }
     }
 
     fn dedup(&mut self, input: &Path, format: &Format, duplicates: Duplicates) -> Result<()> {
@@ -251,9 +253,16 @@ impl RunBuffer {
                 .map(|(i, piece)| {
                     let path = dir.join(format!("run-{}", first_id + i));
                     scope.spawn(move || -> Result<Run> {
-                        if !sort_packed(piece, rank) {
-                            sort_records(piece, rank);
+                        if let Some(bits) = sort_pairs(piece, rank) {
+                            return write_pairs(
+                                piece,
+                                &bits,
+                                &path,
+                                writer_buffer,
+                                (input, format, duplicates),
+                            );
                         }
+                        sort_records(piece, rank);
                         if duplicates == Duplicates::Error {
                             dedup_records(piece, rank, input, format, duplicates)?;
                         }
@@ -278,6 +287,48 @@ impl RunBuffer {
     }
 }
 
+/// Writes the sorted pairs at the front of `recs` (see [`sort_pairs`]) as a run file,
+/// unpacking each key on the way (no spreading back); rejects repeated keys when asked to.
+fn write_pairs(
+    recs: &[u64],
+    bits: &[u32],
+    path: &Path,
+    buffer: usize,
+    (input, format, duplicates): (&Path, &Format, Duplicates),
+) -> Result<Run> {
+    let rank = bits.len();
+    let n = recs.len() / (rank + 1);
+    let pairs: &[[u64; 2]] = bytemuck::cast_slice(&recs[..2 * n]);
+    let mut key = vec![0u64; rank];
+    if duplicates == Duplicates::Error {
+        if let Some(w) = pairs.windows(2).find(|w| w[0][0] == w[1][0]) {
+            unpack(w[0][0], bits, &mut key);
+            return Err(duplicate_error(input, format, &key));
+        }
+    }
+    let narrow = bits.iter().all(|&b| b <= 32);
+    let mut out = RunWriter::create(path, narrow, buffer)?;
+    let mut rec = Vec::with_capacity(8 * rank + 8);
+    for p in pairs {
+        unpack(p[0], bits, &mut key);
+        rec.clear();
+        for &k in &key {
+            if narrow {
+                rec.extend_from_slice(&(k as u32).to_le_bytes());
+            } else {
+                rec.extend_from_slice(&k.to_le_bytes());
+            }
+        }
+        rec.extend_from_slice(&p[1].to_le_bytes());
+        out.out.write_all(&rec).map_err(|e| Error::io(path, e))?;
+    }
+    out.finish()?;
+    Ok(Run {
+        path: path.to_path_buf(),
+        narrow,
+    })
+}
+
 /// Sorts records by key, stably; fixed-size records for ranks up to 8 sort without
 /// indirection.
 fn sort_records(recs: &mut [u64], rank: usize) {
@@ -293,20 +344,38 @@ fn sort_records(recs: &mut [u64], rank: usize) {
 }
 
 /// Sorts records (stably) by keys packed into one `u64` each, when their coordinates' bits
-/// fit: the records are compacted in place into (packed key, value) pairs, which sort with
-/// half the bytes moved and one comparison each, and are then spread back. False (and
-/// nothing changed) when the keys do not fit.
+/// fit (see [`sort_pairs`]), and spreads them back. False (and nothing changed) when the
+/// keys do not fit.
 fn sort_packed(recs: &mut [u64], rank: usize) -> bool {
-    let s = rank + 1;
-    let n = recs.len() / s;
+    match sort_pairs(recs, rank) {
+        Some(bits) => {
+            spread_pairs(recs, &bits);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Bits of each level's largest coordinate in records of `rank` coordinates and a value.
+fn level_bits(recs: &[u64], rank: usize) -> Vec<u32> {
     let mut bits = vec![0u32; rank];
-    for r in recs.chunks_exact(s) {
+    for r in recs.chunks_exact(rank + 1) {
         for (b, &c) in bits.iter_mut().zip(r) {
             *b = (*b).max(64 - c.leading_zeros());
         }
     }
+    bits
+}
+
+/// Compacts records in place into (packed key, value) pairs at the front of `recs` and sorts
+/// them stably by key: half the bytes moved, one comparison each. The bits of each level's
+/// field in the key, or `None` (and nothing changed) when the keys do not fit 64 bits.
+fn sort_pairs(recs: &mut [u64], rank: usize) -> Option<Vec<u32>> {
+    let s = rank + 1;
+    let n = recs.len() / s;
+    let bits = level_bits(recs, rank);
     if rank == 0 || bits.iter().sum::<u32>() > 64 {
-        return false;
+        return None;
     }
     let pack = |r: &[u64]| {
         r.iter()
@@ -314,7 +383,7 @@ fn sort_packed(recs: &mut [u64], rank: usize) -> bool {
             .fold(0u64, |p, (&c, &b)| if b == 0 { p } else { (p << b) | c })
     };
     // Pair i (words 2i, 2i+1) never lies past record i (words s*i ..), so compacting in
-    // order reads every record before it is overwritten; spreading back goes in reverse.
+    // order reads every record before it is overwritten.
     for i in 0..n {
         let p = pack(&recs[i * s..i * s + rank]);
         let v = recs[i * s + rank];
@@ -331,20 +400,32 @@ fn sort_packed(recs: &mut [u64], rank: usize) -> bool {
     } else {
         pairs.sort_by_key(|p| p[0]);
     }
-    for i in (0..n).rev() {
-        let (mut p, v) = (recs[2 * i], recs[2 * i + 1]);
-        for k in (0..rank).rev() {
-            let b = bits[k];
-            recs[i * s + k] = if b == 0 {
-                0
-            } else {
-                p & (u64::MAX >> (64 - b))
-            };
-            p = p.checked_shr(b).unwrap_or(0);
-        }
+    Some(bits)
+}
+
+/// A packed key's coordinates (fields of `bits`, the last level lowest).
+#[inline]
+fn unpack(mut p: u64, bits: &[u32], key: &mut [u64]) {
+    for (k, &b) in key.iter_mut().zip(bits).rev() {
+        *k = if b == 0 {
+            0
+        } else {
+            p & (u64::MAX >> (64 - b))
+        };
+        p = p.checked_shr(b).unwrap_or(0);
+    }
+}
+
+/// Spreads the sorted pairs at the front of `recs` back into records, in reverse (record i
+/// never lies before pair i).
+fn spread_pairs(recs: &mut [u64], bits: &[u32]) {
+    let rank = bits.len();
+    let s = rank + 1;
+    for i in (0..recs.len() / s).rev() {
+        let (p, v) = (recs[2 * i], recs[2 * i + 1]);
+        unpack(p, bits, &mut recs[i * s..i * s + rank]);
         recs[i * s + rank] = v;
     }
-    true
 }
 
 /// Sorts (key, value) pairs by key, stably (equal keys keep their order: duplicates are
@@ -788,7 +869,11 @@ impl Ranges {
 
     /// Entries (before summing duplicates) of range `j`.
     fn entries(&self, j: usize) -> u64 {
-        self.at[j + 1].iter().zip(&self.at[j]).map(|(h, l)| h - l).sum()
+        self.at[j + 1]
+            .iter()
+            .zip(&self.at[j])
+            .map(|(h, l)| h - l)
+            .sum()
     }
 }
 
@@ -803,10 +888,7 @@ struct RunFile<'a> {
 impl<'a> RunFile<'a> {
     fn open(run: &'a Run, rank: usize) -> Result<Self> {
         let file = File::open(&run.path).map_err(|e| Error::io(&run.path, e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| Error::io(&run.path, e))?
-            .len();
+        let len = file.metadata().map_err(|e| Error::io(&run.path, e))?.len();
         Ok(RunFile {
             records: len / run.record_bytes(rank) as u64,
             run,
@@ -845,9 +927,8 @@ impl<'a> RunFile<'a> {
 
 /// Every run's lower bound of each key, the keys shared out among `threads` threads.
 fn lower_bounds(files: &[RunFile], keys: &[Vec<u64>], threads: usize) -> Result<Vec<Vec<u64>>> {
-    let row = |k: &Vec<u64>| -> Result<Vec<u64>> {
-        files.iter().map(|f| f.lower_bound(k)).collect()
-    };
+    let row =
+        |k: &Vec<u64>| -> Result<Vec<u64>> { files.iter().map(|f| f.lower_bound(k)).collect() };
     if keys.len() < 2 || threads < 2 {
         return keys.iter().map(row).collect();
     }
@@ -1091,7 +1172,7 @@ mod tests {
                 *reference.entry(key[..rank].to_vec()).or_insert(0.0) += f64::from(*v);
             }
             let mut packed = run.recs.clone();
-            run.sort();
+            sort_records(&mut run.recs, rank);
             if sort_packed(&mut packed, rank) {
                 prop_assert_eq!(&packed, &run.recs);
             }
