@@ -437,7 +437,8 @@ fn spread_pairs(recs: &mut [u64], bits: &[u32]) {
 /// its time in cache and TLB misses (measured on 1 M pairs of 51-bit keys under load: 136–140
 /// ms for four 13-bit passes, 83–100 ms distributed by 10 bits first).
 fn radix_sort_pairs(pairs: &mut [[u64; 2]], scratch: &mut [[u64; 2]], bits: u32) {
-    if pairs.len() < 1 << 12 || bits <= 2 * TOP_DIGIT {
+    // Below about 64 pairs per bucket the buckets' histograms cost more than they save.
+    if pairs.len() < 1 << 16 || bits <= 2 * TOP_DIGIT {
         lsd_sort_pairs(pairs, scratch, bits);
         return;
     }
@@ -478,6 +479,12 @@ fn lsd_sort_pairs(pairs: &mut [[u64; 2]], scratch: &mut [[u64; 2]], bits: u32) {
     const MAX_DIGIT: u32 = 11;
     let n = pairs.len();
     if n < 2 || bits == 0 {
+        return;
+    }
+    if n < 256 {
+        // A few pairs (a bucket of `msd_then_lsd`): the stable insertion and merge sort
+        // beats clearing and summing histograms of thousands of counts.
+        pairs.sort_by_key(|p| p[0]);
         return;
     }
     let passes = bits.div_ceil(MAX_DIGIT);
@@ -990,7 +997,7 @@ fn lower_bounds(files: &[RunFile], keys: &[Vec<u64>], threads: usize) -> Result<
 }
 
 /// Samples per range when choosing the boundaries: the more, the more even the ranges.
-const SAMPLES_PER_RANGE: u64 = 16;
+const SAMPLES_PER_RANGE: u64 = 8;
 
 impl MergeSource {
     /// Sorted runs on disk (0 when everything fit one in memory).

@@ -138,15 +138,15 @@ fn merged<const R: usize, I: Index, V: Value, S: Sync>(
     let threads = crate::chunks::parse_threads();
     let in_flight = 2 * threads;
     // Half the budget holds the pieces in flight (a piece takes at most a coordinate, a
-    // position and a value per level and entry, and the summed value's bits); a quarter the
-    // workers' read buffers, one per run.
+    // position and a value per level and entry, and the summed value's bits), with room for
+    // ranges of twice the target; an eighth the workers' read buffers, one per run.
     let per_entry = (2 * R * std::mem::size_of::<I>() + 8 + 16) as u64;
     let target = match opts.run_entries {
         Some(n) => n as u64,
-        None => (opts.memory as u64 / 2 / in_flight as u64 / per_entry).max(1 << 10),
+        None => (opts.memory as u64 / 4 / in_flight as u64 / per_entry).max(1 << 10),
     };
     let ranges = source.ranges(target, 4 * threads, threads)?;
-    let buffer = (opts.memory / 4 / threads / source.run_count().max(1)).clamp(4 << 10, 1 << 20);
+    let buffer = (opts.memory / 8 / threads / source.run_count().max(1)).clamp(4 << 10, 1 << 20);
     let (app, files) = appender(format, output)?;
     let failed = Mutex::new(None);
     let mut st = Stitcher::<I, V, S>::new(input, format, opts, app);
