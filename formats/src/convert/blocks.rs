@@ -298,19 +298,39 @@ fn map_range(file: &File, from: u64, to: u64) -> std::io::Result<Mapped> {
     }
 }
 
-/// Runs `threads` workers over `blocks`, handing each block's piece to `consume` in file
-/// order; at most `in_flight` pieces exist at once. `consume` returns false to stop early.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn run<const R: usize, I: Index, S: LineSyntax, E>(
+/// The piece of text block `i` of `blocks`: its lines parsed and packed (see [`run`]).
+pub(crate) fn pack_block<const R: usize, I: Index, S: LineSyntax>(
     blocks: &Blocks,
     syntax: &S,
     plan: &Plan,
+    i: usize,
+    piece: &mut Piece<I>,
+) {
+    match blocks.map(i) {
+        Ok((text, lines)) => {
+            let bytes = (lines.end - lines.start) as u64;
+            pack::<R, I, S>(&text[lines], syntax, plan, piece);
+            piece.bytes = bytes;
+        }
+        Err(e) => {
+            piece.reset(R);
+            piece.stop = Some(e.map_or(Stop::LongLine, Stop::Io));
+        }
+    }
+}
+
+/// Runs `threads` workers over jobs `0..n` (text blocks, or key ranges of the external
+/// sort's runs), each filling a piece (`fill(i, piece)`), and hands the pieces to `consume`
+/// in job order; at most `in_flight` pieces exist at once. `consume` returns false to stop
+/// early.
+pub(crate) fn run<I: Index, E>(
+    n: usize,
     threads: usize,
     in_flight: usize,
     before_reuse: &(dyn Fn(&mut Piece<I>) + Sync),
+    fill: &(dyn Fn(usize, &mut Piece<I>) + Sync),
     mut consume: impl FnMut(&mut Piece<I>) -> Result<bool, E>,
 ) -> Result<(), E> {
-    let n = blocks.count();
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let in_flight = in_flight.max(1);
@@ -335,17 +355,7 @@ pub(crate) fn run<const R: usize, I: Index, S: LineSyntax, E>(
                 if i >= n || stop.load(Ordering::Relaxed) {
                     return;
                 }
-                match blocks.map(i) {
-                    Ok((text, lines)) => {
-                        let bytes = (lines.end - lines.start) as u64;
-                        pack::<R, I, S>(&text[lines], syntax, plan, &mut piece);
-                        piece.bytes = bytes;
-                    }
-                    Err(e) => {
-                        piece.reset(R);
-                        piece.stop = Some(e.map_or(Stop::LongLine, Stop::Io));
-                    }
-                }
+                fill(i, &mut piece);
                 if done_tx.send((i, piece)).is_err() {
                     return;
                 }
@@ -483,11 +493,6 @@ impl<const R: usize, I: Index> Builder<R, I> {
             coo: plan.coo,
             duplicates: plan.duplicates,
         }
-    }
-
-    /// Distinct entries so far.
-    pub fn len(&self) -> usize {
-        self.piece.vals.len()
     }
 
     /// Adds an entry; an error when it comes out of order, repeats one that may not be

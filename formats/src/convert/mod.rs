@@ -12,9 +12,12 @@
 //! the file declares no dimensions (pass one, `scan`, counts; pass two, `build`, writes at
 //! computed offsets). Input found out of order falls back to an external merge sort
 //! (`runs`): sorted runs in temporary files within the memory budget, merged k ways (in
-//! several rounds if there are more runs than buffers); the final merge is packed by the
-//! block packer's `Builder` and `Stitcher` (`stitch::convert_merged`) for the formats it
-//! handles, by the general packer otherwise. Output goes to a temporary file renamed into place only when complete.
+//! several rounds if there are more runs than buffers). For the formats the block packer
+//! handles, the final merge is cut into key ranges (`runs::Ranges`: every run's lower bounds
+//! of keys sampled from the runs) that workers merge and pack in parallel like text blocks,
+//! joined in key order by the `Stitcher` (`stitch::convert_merged`); other formats take one
+//! serial merge into the general packer. Output goes to a temporary file renamed into place
+//! only when complete.
 //!
 //! Memory: the budget less what the process itself needs (`working_memory`) is shared out
 //! as block sizes, run sizes and buffer sizes; peak RSS stays within the budget down to
@@ -97,7 +100,8 @@ pub struct ConvertOptions {
     pub temp_dir: Option<std::path::PathBuf>,
     /// Forces the external sort even for sorted input (tests and benchmarks).
     pub force_external_sort: bool,
-    /// Entries per sorted run, overriding the budget (tests force many runs with this).
+    /// Entries per sorted run and per key range of the final merge, overriding the budget
+    /// (tests force many runs and ranges with this).
     pub run_entries: Option<usize>,
     /// Runs merged at once, overriding the budget (tests force merge rounds with this).
     pub fan_in: Option<usize>,
@@ -394,15 +398,8 @@ fn sort_and_build(
             dims: Some(sorted.dims.clone()),
             entries: None,
         };
-        let out = stitch::convert_merged(
-            &mut source,
-            &text,
-            output,
-            format,
-            opts,
-            temp_parent,
-            progress,
-        )?;
+        let out =
+            stitch::convert_merged(&source, &text, output, format, opts, temp_parent, progress)?;
         return Ok(ConvertReport {
             entries_read: sorted.entries,
             entries_written: out.entries_written,

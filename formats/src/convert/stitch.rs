@@ -15,7 +15,8 @@ use super::blocks::{
     self, Blocks, Builder, Deferred, LineSyntax, Piece, PieceArray, Plan, Stop, MAX_LINE,
 };
 use super::build::{check_dense_size, check_width, layout};
-use super::{duplicate_error, ConvertOptions, Duplicates, Progress, SortedSource};
+use super::runs::MergeSource;
+use super::{duplicate_error, ConvertOptions, Duplicates, Progress};
 use crate::error::{Error, Result};
 use crate::format::{Format, LevelType};
 use crate::tcs::Appender;
@@ -98,10 +99,11 @@ macro_rules! dispatch {
 }
 use dispatch;
 
-/// The external sort's merged entries (`source`, in storage order), packed and written
-/// like sorted text; on one thread, as the merge that feeds it is serial.
+/// The external sort's merged entries (`source`), packed and written like sorted text: the
+/// merge is cut into key ranges (`runs::Ranges`) that workers merge and pack in parallel, as
+/// they parse blocks of sorted text, and the pieces are joined in key order.
 pub(crate) fn convert_merged(
-    source: &mut dyn SortedSource,
+    source: &MergeSource,
     input: &Input<()>,
     output: &Path,
     format: &Format,
@@ -117,23 +119,12 @@ pub(crate) fn convert_merged(
         temp_dir,
         progress,
     };
-    let mut job = (job, source);
-    dispatch!(merged, (), &mut job, format.rank(), opts)
-}
-
-/// Entries per piece when packing merged entries.
-const MERGED_PIECE: usize = 1 << 16;
-
-/// Merged entries handed from the merging thread to the packing one: level-order keys,
-/// flattened, and values.
-#[derive(Default)]
-struct Batch {
-    keys: Vec<u64>,
-    vals: Vec<f64>,
+    let job = (job, source);
+    dispatch!(merged, (), &job, format.rank(), opts)
 }
 
 fn merged<const R: usize, I: Index, V: Value, S: Sync>(
-    (job, source): &mut (Job<'_, S>, &mut dyn SortedSource),
+    (job, source): &(Job<'_, S>, &MergeSource),
 ) -> Result<Done> {
     let Job {
         input,
@@ -144,6 +135,18 @@ fn merged<const R: usize, I: Index, V: Value, S: Sync>(
         progress,
     } = *job;
     check_dims::<I, V, S>(input, format)?;
+    let threads = crate::chunks::parse_threads();
+    let in_flight = 2 * threads;
+    // Half the budget holds the pieces in flight (a piece takes at most a coordinate, a
+    // position and a value per level and entry, and the summed value's bits), with room for
+    // ranges of twice the target; an eighth the workers' read buffers, one per run.
+    let per_entry = (2 * R * std::mem::size_of::<I>() + 8 + 16) as u64;
+    let target = match opts.run_entries {
+        Some(n) => n as u64,
+        None => (opts.memory as u64 / 4 / in_flight as u64 / per_entry).max(1 << 10),
+    };
+    let ranges = source.ranges(target, 4 * threads, threads)?;
+    let buffer = (opts.memory / 8 / threads / source.run_count().max(1)).clamp(4 << 10, 1 << 20);
     let (app, files) = appender(format, output)?;
     let failed = Mutex::new(None);
     let mut st = Stitcher::<I, V, S>::new(input, format, opts, app);
@@ -153,74 +156,36 @@ fn merged<const R: usize, I: Index, V: Value, S: Sync>(
         coo: format.coo_start().unwrap_or(R),
         duplicates: opts.duplicates,
     };
-    let mut builder = Some(Builder::<R, I>::new(Piece::default(), &plan));
-    // Joins the builder's piece, has its writes done, and starts the next one.
-    let mut flush = |builder: &mut Option<Builder<R, I>>, stop: Option<Stop>| -> Result<()> {
-        let mut piece = builder.take().expect("a builder").finish();
+    let fill = |j: usize, piece: &mut Piece<I>| {
+        let mut builder = Builder::<R, I>::new(std::mem::take(piece), &plan);
+        let mut stop = None;
+        let merged = source.merge_range(&ranges, j, buffer, &mut |k, v| {
+            let key: [u64; R] = k.try_into().expect("keys of the tensor's rank");
+            builder.push(key, v).map_err(|s| {
+                stop = Some(s);
+                Error::Cancelled
+            })
+        });
+        *piece = builder.finish();
         piece.bytes = piece.entries;
-        piece.stop = stop;
-        let joined = st.take(&mut piece, progress)?;
-        piece.write_deferred(&files, &failed);
+        piece.stop = match (stop, merged) {
+            (Some(s), _) => Some(s),
+            (None, Err(e)) => Some(Stop::Io(std::io::Error::other(e.to_string()))),
+            (None, Ok(())) => None,
+        };
+    };
+    let write = |p: &mut Piece<I>| p.write_deferred(&files, &failed);
+    progress.stage("merge", 0);
+    let ran = blocks::run::<I, Error>(ranges.len(), threads, in_flight, &write, &fill, |p| {
+        let joined = st.take(p, progress)?;
         if !joined {
             let e = std::io::Error::other("merged entries came out of order (a bug)");
             return Err(Error::io(&input.path, e));
         }
-        *builder = Some(Builder::new(piece, &plan));
-        Ok(())
-    };
-    // The merge (a heap over the runs) runs on a thread of its own and hands batches of
-    // entries to this one, which packs them: the two serial halves of the final stage
-    // overlap. Three batches exist at most (one filling, one in the channel, one packed),
-    // a small part of the budget.
-    let batch = (opts.memory / 64 / (8 * (R + 1))).clamp(1 << 10, MERGED_PIECE);
-    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Batch>(1);
-    let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Batch>();
-    progress.stage("merge", 0);
-    let packed = std::thread::scope(|scope| {
-        let merging = scope.spawn(move || -> Result<()> {
-            let mut b = Batch::default();
-            source.scan(&super::NoProgress, &mut |k, v| {
-                b.keys.extend_from_slice(k);
-                b.vals.push(v);
-                if b.vals.len() == batch {
-                    let next = empty_rx.try_recv().unwrap_or_default();
-                    // The packer stopped (its error is the one reported).
-                    full_tx
-                        .send(std::mem::replace(&mut b, next))
-                        .map_err(|_| Error::Cancelled)?;
-                }
-                Ok(())
-            })?;
-            full_tx.send(b).map_err(|_| Error::Cancelled)
-        });
-        let mut done = 0u64;
-        let mut pack = || -> Result<()> {
-            for mut b in full_rx.iter() {
-                for (k, &v) in b.keys.chunks_exact(R).zip(&b.vals) {
-                    let key: [u64; R] = k.try_into().expect("keys of the tensor's rank");
-                    let bl = builder.as_mut().expect("a builder");
-                    match bl.push(key, v) {
-                        Err(stop) => flush(&mut builder, Some(stop))?,
-                        Ok(()) if bl.len() >= MERGED_PIECE => flush(&mut builder, None)?,
-                        Ok(()) => {}
-                    }
-                }
-                done += b.vals.len() as u64;
-                super::tick(progress, done)?;
-                b.keys.clear();
-                b.vals.clear();
-                let _ = empty_tx.send(b);
-            }
-            flush(&mut builder, None)
-        };
-        let packed = pack();
-        // Unblocks the merging thread if packing stopped first.
-        drop(full_rx);
-        let merged = merging.join().expect("the merging thread does not panic");
-        packed.and(merged)
+        Ok(true)
     });
     progress.end_stage();
-    packed?;
+    ran?;
     if let Some(e) = failed.lock().ok().and_then(|mut f| f.take()) {
         return Err(Error::io(output, e));
     }
@@ -306,15 +271,12 @@ fn typed<const R: usize, I: Index, V: Value, S: LineSyntax>(job: &Job<'_, S>) ->
     let mut st = Stitcher::<I, V, S>::new(input, format, opts, app);
     progress.stage("convert", len);
     let write = |p: &mut Piece<I>| p.write_deferred(&files, &failed);
-    let ran = blocks::run::<R, I, S, Error>(
-        &blocks,
-        &input.syntax,
-        &plan,
-        threads,
-        in_flight,
-        &write,
-        |p| st.take(p, progress),
-    );
+    let fill = |i: usize, p: &mut Piece<I>| {
+        blocks::pack_block::<R, I, S>(&blocks, &input.syntax, &plan, i, p)
+    };
+    let ran = blocks::run::<I, Error>(blocks.count(), threads, in_flight, &write, &fill, |p| {
+        st.take(p, progress)
+    });
     progress.end_stage();
     ran?;
     if let Some(e) = failed.lock().ok().and_then(|mut f| f.take()) {
