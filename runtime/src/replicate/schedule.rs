@@ -47,6 +47,12 @@ impl Inner {
         for a in task.args.iter().filter(|a| !a.local) {
             let _ = a.root.data();
         }
+        // Who folds each reduced sub-store: its owner when every rank folds, else rank 0.
+        let everywhere = super::finish::folds_everywhere(&task);
+        let folder = |a: &crate::launch::LaunchArg, r: Rect| match everywhere {
+            true => super::finish::fold_owner(&a.rects, r, &owners),
+            false => 0,
+        };
         let mut extra = NodeList::new();
         // Transfers first, for every argument: a point's own accesses come after them.
         for (i, a) in task.args.iter().enumerate().filter(|(_, a)| !a.local) {
@@ -56,10 +62,11 @@ impl Inner {
                 Privilege::Read | Privilege::ReadWrite | Privilege::Write => {
                     (0..n).map(|p| (p, a.rects[p], own(p))).collect()
                 }
+                // The rank that folds a sub-store needs its latest value.
                 Privilege::Reduce(_) => distinct(&a.rects)
                     .into_iter()
                     .enumerate()
-                    .map(|(j, r)| (j, r, 0))
+                    .map(|(j, r)| (j, r, folder(a, r)))
                     .collect(),
                 Privilege::WriteUnbound => continue,
             };
@@ -111,7 +118,16 @@ impl Inner {
                 Privilege::Write | Privilege::ReadWrite => {
                     per_point.for_each(|((node, &p), pr)| meta.access.write(a.rects[p], node, pr))
                 }
-                // Only rank 0 folds into its copy.
+                // Each rank folds into its copy of the sub-stores it owns.
+                Privilege::Reduce(_) if everywhere => {
+                    let f = b.finish.as_ref().expect("a reduction has a finish step");
+                    for r in distinct(&a.rects)
+                        .into_iter()
+                        .filter(|&r| folder(a, r) == me)
+                    {
+                        meta.access.write(r, f, &mut finish_preds);
+                    }
+                }
                 Privilege::Reduce(_) if me != 0 => {}
                 Privilege::Reduce(_) | Privilege::WriteUnbound => {
                     b.finish_access(a, &mut meta, &mut finish_preds)
@@ -124,14 +140,14 @@ impl Inner {
                     }
                     Privilege::Reduce(_) => distinct(&a.rects)
                         .into_iter()
-                        .for_each(|r| valid.write(r, 0)),
+                        .for_each(|r| valid.write(r, folder(a, r))),
                     _ => {}
                 }
             }
         }
-        // A finish step run here (rank 0's, or every rank's when it only folds results) waits
-        // for every other rank's points' leftovers.
-        let folds_here = me == 0 || super::finish::folds_everywhere(&task);
+        // A finish step run here (rank 0's, or every rank's when it only folds) waits for
+        // every other rank's points' leftovers.
+        let folds_here = me == 0 || everywhere;
         if let (Some(f), true) = (&b.finish, folds_here) {
             for p in (0..n).filter(|&p| own(p) != me) {
                 let node = Node::new(Work::Recv(Recv {
