@@ -250,49 +250,17 @@ fn check_keyed(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
     })
 }
 
-/// Reductions into a store fold at each sub-store's owner: points (i, j) of a 2 × 4 launch
-/// reduce into tile i of `acc`; the values equal a one-rank runtime's bitwise, and a rank
-/// sends exactly the buffers (3 cells each) of its points whose tile another rank folds.
+/// Reductions into a store fold at each sub-store's owner (`sparse::tiled_sum`): the values
+/// equal a one-rank runtime's bitwise, and a rank sends exactly the buffers of its points whose
+/// tile another rank folds.
 fn check_reduction(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
-    use tessera_runtime::{Cut, ReduceOp};
-    let run = |rt: &Runtime| -> Result<(u64, Vec<u64>, u64)> {
-        rt.register("weighed", |ctx| {
-            let s = ctx.read::<f64>(0);
-            let mut acc = ctx.reduce::<f64>(1);
-            let (i, lo) = (ctx.point()[0], acc.range().start);
-            for k in s.range() {
-                acc.reduce_at(lo + k % 3, s.at(k) / (1.0 + (i + k) as f64));
-            }
-            ctx.set_result(i as f64);
-        })?;
-        let s = rt.from_vec(&[400], (0..400).map(|i| 1.0 / (3.0 + i as f64)).collect())?;
-        let acc = rt.from_vec(&[6], (0..6).map(|c| c as f64).collect())?;
-        let before = rt.stats();
-        let f = rt
-            .task("weighed")
-            .read(&s)
-            .tile(&s, &[Cut::Equal(1)])
-            .reduce(&acc, ReduceOp::Sum)
-            .tile(&acc, &[Cut::Equal(0)])
-            .launch_domain(&[2, 4])
-            .submit_reduce(ReduceOp::Sum)?;
-        let total = f.get()?.as_f64().to_bits();
-        rt.fence()?;
-        let sent = rt.stats().since(&before).bytes_sent;
-        let acc = rt.read::<f64>(&acc)?.iter().map(|x| x.to_bits()).collect();
-        Ok((total, acc, sent))
-    };
     let (me, ranks) = (comm.rank(), comm.size());
-    let (total, acc, sent) = run(&runtime(comm)?)?;
-    let (total1, acc1, _) = run(&Runtime::builder().threads(1).build())?;
+    let (total, acc, sent) = sparse::tiled_sum::run(&runtime(comm)?)?;
+    let (total1, acc1, _) = sparse::tiled_sum::run(&Runtime::builder().threads(1).build())?;
     ensure(total == total1 && acc == acc1, || {
         format!("rank {me}: the reduction differs from one rank")
     })?;
-    let owner = |p: usize| p * ranks / 8;
-    let want = (0..8)
-        .filter(|&p| owner(p) == me && owner(4 * (p / 4)) != me)
-        .count() as u64
-        * 24;
+    let want = sparse::tiled_sum::bytes_sent_by(me, ranks);
     ensure(sent == want, || {
         format!("rank {me} sent {sent} B of reduction buffers, want {want}")
     })

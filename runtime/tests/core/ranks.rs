@@ -204,46 +204,18 @@ fn reductions_and_futures_are_bitwise_the_same_on_every_rank_count() {
 /// The folded values and the task's future are bitwise those of one rank.
 #[test]
 fn reductions_fold_at_each_sub_stores_owner_bitwise_alike_at_every_rank_count() {
-    use tessera_runtime::Cut;
-    const CELLS: usize = 3; // per tile of `acc`
-    let run = |rt: &Runtime| {
-        rt.register("weighed", |ctx| {
-            let s = ctx.read::<f64>(0);
-            let mut acc = ctx.reduce::<f64>(1);
-            let (i, lo) = (ctx.point()[0], acc.range().start);
-            let mut total = 0.0;
-            for k in s.range() {
-                let w = s.at(k) / (1.0 + (i + k) as f64);
-                acc.reduce_at(lo + k % CELLS, w);
-                total += w;
-            }
-            ctx.set_result(total);
-        })?;
-        let v: Vec<f64> = (0..400).map(|i| 1.0 / (3.0 + i as f64)).collect();
-        let s = rt.from_vec(&[400], v)?;
-        // A value before the fold: the folding rank needs the latest one.
-        let acc = rt.from_vec(&[2 * CELLS], (0..2 * CELLS).map(|c| c as f64).collect())?;
-        let before = rt.stats();
-        let f = rt
-            .task("weighed")
-            .read(&s)
-            .tile(&s, &[Cut::Equal(1)])
-            .reduce(&acc, ReduceOp::Sum)
-            .tile(&acc, &[Cut::Equal(0)])
-            .launch_domain(&[2, 4])
-            .submit_reduce(ReduceOp::Sum)?;
-        let total = f.get()?.as_f64().to_bits();
-        rt.fence()?;
-        let sent = rt.stats().since(&before).bytes_sent;
-        let bits: Vec<u64> = rt.read::<f64>(&acc)?.iter().map(|x| x.to_bits()).collect();
-        Ok((total, bits, sent))
-    };
-    let one = all_ok(on_ranks(1, 2, run));
+    use crate::sparse::tiled_sum::{self, CELLS};
+    let one = all_ok(on_ranks(1, 2, tiled_sum::run));
     for (ranks, moved) in [(1, 0), (2, 0), (4, 2 * 2 * CELLS * 8)] {
-        let got = all_ok(on_ranks(ranks, 1, run));
+        let got = all_ok(on_ranks(ranks, 1, tiled_sum::run));
         for (rank, g) in got.iter().enumerate() {
             assert_eq!(g.0, one[0].0, "future, rank {rank} of {ranks}");
             assert_eq!(g.1, one[0].1, "acc, rank {rank} of {ranks}");
+            assert_eq!(
+                g.2,
+                tiled_sum::bytes_sent_by(rank, ranks),
+                "rank {rank} of {ranks}"
+            );
         }
         let sent: u64 = got.iter().map(|g| g.2).sum();
         assert_eq!(sent, moved as u64, "reduction bytes moved at {ranks} ranks");
