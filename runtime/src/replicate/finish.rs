@@ -24,13 +24,16 @@ pub(crate) struct Dist {
     pub channel: std::sync::Arc<Channel>,
     /// The rank of each point, by the task's sharding key (the same on every rank).
     pub owners: std::sync::Arc<[usize]>,
+    /// Per argument, per point: the rank that folds the point's reduction buffer
+    /// ([`fold_owners`]; empty for other arguments, and all 0 when rank 0 folds).
+    pub folders: Vec<Vec<usize>>,
 }
 
 /// Whether every rank runs this task's finish step itself: when it has no unbound output
 /// (whose extents rank 0 computes and sends). Every rank then receives every other rank's
 /// points' results and folds them in point order, bitwise alike — one message hop instead of
 /// two through rank 0 (a future gates the next tasks; CG waits on two per iteration) — and
-/// folds the reduced sub-stores it owns ([`fold_owner`]). A function of the stream: the same
+/// folds the reduced sub-stores it owns ([`fold_owners`]). A function of the stream: the same
 /// on every rank.
 pub(crate) fn folds_everywhere(task: &Launched) -> bool {
     task.args
@@ -38,15 +41,25 @@ pub(crate) fn folds_everywhere(task: &Launched) -> bool {
         .all(|a| a.privilege != Privilege::WriteUnbound)
 }
 
-/// The rank that folds sub-store `rect` of a reduction whose points reduce into `rects`: the
-/// rank of the first point reducing into it (so a sub-store only its own rank's points reduce
-/// into moves nothing). The same on every rank.
-pub(crate) fn fold_owner(rects: &[Rect], rect: Rect, owners: &[usize]) -> usize {
-    let first = rects
+/// The rank that folds each point's contribution to a reduction whose points reduce into
+/// `rects` (indexed by point): the rank of the first point reducing into the same sub-store,
+/// so a sub-store only its own rank's points reduce into moves nothing. When two different
+/// sub-stores overlap (images, halos), one rank — point 0's — folds them all, in order: folds
+/// of overlapping sub-stores on different ranks would each miss the other's contributions.
+/// The same on every rank.
+pub(crate) fn fold_owners(rects: &[Rect], owners: &[usize]) -> Vec<usize> {
+    let d = crate::runtime::distinct(rects);
+    let overlap = d
         .iter()
-        .position(|r| *r == rect)
-        .expect("a sub-store some point reduces into");
-    owners[first]
+        .enumerate()
+        .any(|(i, a)| d[i + 1..].iter().any(|b| a.overlaps(b)));
+    rects
+        .iter()
+        .map(|r| match overlap {
+            true => owners[0],
+            false => owners[rects.iter().position(|q| q == r).expect("its own rect")],
+        })
+        .collect()
 }
 
 /// After one of this rank's points ran, for a task with a finish step: its leftovers go to
@@ -61,10 +74,7 @@ pub(crate) fn after_point(task: &Launched, point: usize, dist: &Dist) {
     }
     let failed = failure_text(task);
     let ch = &dist.channel;
-    let folder = |arg: usize| {
-        let rects = &task.args[arg].rects;
-        fold_owner(rects, rects[point], &dist.owners)
-    };
+    let folder = |arg: usize| dist.folders[arg][point];
     // The point's results stay here too (this rank's own finish step folds them), and so do
     // the buffers of sub-stores this rank folds; the others leave.
     let (results, mut away) = {

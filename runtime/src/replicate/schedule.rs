@@ -27,10 +27,25 @@ impl Inner {
         let owners: Arc<[usize]> = owners(&t.domain, t.shard.as_deref(), ranks).into();
         let own = |p: usize| owners[p];
         let mine: Vec<usize> = (0..n).filter(|&p| own(p) == me).collect();
+        // Who folds each reduced sub-store: its owner when every rank folds, else rank 0.
+        let everywhere = t
+            .args
+            .iter()
+            .all(|a| a.privilege != Privilege::WriteUnbound);
+        let folders: Vec<Vec<usize>> = t
+            .args
+            .iter()
+            .map(|a| match a.privilege {
+                Privilege::Reduce(_) if everywhere => super::finish::fold_owners(&a.rects, &owners),
+                Privilege::Reduce(_) => vec![0; n],
+                _ => Vec::new(),
+            })
+            .collect();
         let dist = Dist {
             seq,
             channel: ch.clone(),
             owners: owners.clone(),
+            folders: folders.clone(),
         };
         let b = self.build_nodes_at(t, &mine, Some(dist));
         let task = b.task.clone();
@@ -47,11 +62,11 @@ impl Inner {
         for a in task.args.iter().filter(|a| !a.local) {
             let _ = a.root.data();
         }
-        // Who folds each reduced sub-store: its owner when every rank folds, else rank 0.
-        let everywhere = super::finish::folds_everywhere(&task);
-        let folder = |a: &crate::launch::LaunchArg, r: Rect| match everywhere {
-            true => super::finish::fold_owner(&a.rects, r, &owners),
-            false => 0,
+        debug_assert_eq!(everywhere, super::finish::folds_everywhere(&task));
+        // The rank that folds sub-store `r` of reduction argument `i`.
+        let folder = |i: usize, r: Rect| {
+            let p = task.args[i].rects.iter().position(|q| *q == r);
+            folders[i][p.expect("a sub-store some point reduces into")]
         };
         let mut extra = NodeList::new();
         // Transfers first, for every argument: a point's own accesses come after them.
@@ -66,7 +81,7 @@ impl Inner {
                 Privilege::Reduce(_) => distinct(&a.rects)
                     .into_iter()
                     .enumerate()
-                    .map(|(j, r)| (j, r, folder(a, r)))
+                    .map(|(j, r)| (j, r, folder(i, r)))
                     .collect(),
                 Privilege::WriteUnbound => continue,
             };
@@ -108,7 +123,7 @@ impl Inner {
         // This rank's points and finish step in the dependence analysis.
         let mut preds: SmallVec<[Preds; 4]> = mine.iter().map(|_| Preds::default()).collect();
         let mut finish_preds = Preds::default();
-        for a in task.args.iter().filter(|a| !a.local) {
+        for (i, a) in task.args.iter().enumerate().filter(|(_, a)| !a.local) {
             let mut meta = a.root.meta();
             let per_point = b.points.iter().zip(&mine).zip(&mut preds);
             match a.privilege {
@@ -123,7 +138,7 @@ impl Inner {
                     let f = b.finish.as_ref().expect("a reduction has a finish step");
                     for r in distinct(&a.rects)
                         .into_iter()
-                        .filter(|&r| folder(a, r) == me)
+                        .filter(|&r| folder(i, r) == me)
                     {
                         meta.access.write(r, f, &mut finish_preds);
                     }
@@ -140,7 +155,7 @@ impl Inner {
                     }
                     Privilege::Reduce(_) => distinct(&a.rects)
                         .into_iter()
-                        .for_each(|r| valid.write(r, folder(a, r))),
+                        .for_each(|r| valid.write(r, folder(i, r))),
                     _ => {}
                 }
             }
