@@ -1,5 +1,6 @@
 //! The task runtime across ranks (control replication), on thread ranks of this process: the
-//! 1-d stencil, CG and SpMV at 1, 2 and 4 ranks of one thread each, beside one rank (strong
+//! 1-d stencil, CG (as written, and with its convergence test one iteration late) and SpMV at
+//! 1, 2 and 4 ranks of one thread each, beside one rank (strong
 //! scaling) and, for the stencil, beside a hand-written halo exchange over the same transport
 //! doing the same work; the CPU time of all ranks beside one rank's (what ranks add, which
 //! the machine's other load does not change); bytes moved ÷ the analytic minimum; bytes of
@@ -73,6 +74,9 @@ fn stencil_runtime(rt: &Runtime, n: usize, steps: usize) -> Result<Measured> {
     // Every rank starts the clock together: a read of one cell is a collective (a read of
     // all of `cur` would give every rank every cell, and the next step would need no halo).
     rt.read::<f64>(&cur.slice(0, 0..1)?)?;
+    // The read waits only for cell 0's writers: without the fence a send of the first step's
+    // cells may be counted in the window or not, by timing (1.000 or 1.013 at 2 ranks).
+    rt.fence()?;
     let before = rt.stats();
     let (t, cpu) = (Instant::now(), cpu_now());
     for _ in 1..steps {
@@ -140,6 +144,48 @@ fn cg_runtime(rt: &Runtime, a: &HostCsr, b: &[f64], iters: usize) -> Result<Meas
     let secs = t.elapsed().as_secs_f64() / done.max(1) as f64;
     let cpu = cpu_since(cpu) / done.max(1) as f64;
     Ok((secs, rt.stats().since(&before), cpu))
+}
+
+/// Seconds per iteration of the same CG with the convergence test one iteration late: the
+/// issuing thread waits for `r·r` of the iteration before (which the current one already
+/// needed) after issuing the current one, so it issues iteration k + 1 while iteration k's dot
+/// products are exchanged instead of draining the pipeline at every test. The same tasks and
+/// arithmetic as `cg::solve` (at most one iteration more than a converged solve needs); checked
+/// against the sequential CG.
+fn cg_lagged_runtime(rt: &Runtime, a: &HostCsr, b: &[f64], iters: usize) -> Result<Measured> {
+    cg::register(rt)?;
+    let m = Csr::upload(rt, a)?;
+    cg::solve(rt, &m, b, 0.0, 1)?; // warm-up: images and partitions
+    let before = rt.stats();
+    let (t, cpu) = (Instant::now(), cpu_now());
+    let x = rt.create(tessera_runtime::DType::F64, &[b.len()])?;
+    let r = rt.from_vec(&[b.len()], b.to_vec())?;
+    let p = rt.create(tessera_runtime::DType::F64, &[b.len()])?;
+    rt.task("copy").read(&r).write(&p).align(&r, &p).submit()?;
+    let mut rs = cg::dot(rt, &r, &r)?;
+    for _ in 0..iters {
+        let tested = rs.clone();
+        let ap = sparse::spmv(rt, &m, &p)?;
+        rs = cg::update(rt, &rs, &p, &ap, &x, &r)?;
+        tested.get()?; // tol 0: never converged, as in `cg_runtime`
+    }
+    let x = rt.read::<f64>(&x)?;
+    let secs = t.elapsed().as_secs_f64() / iters as f64;
+    let cpu = cpu_since(cpu) / iters as f64;
+    let stats = rt.stats().since(&before);
+    let (want, _) = cg::solve_sequential(a, b, 0.0, iters);
+    // Relative to the solution's size: the tasks sum in another order than the loop.
+    let size = want.iter().map(|v| v.abs()).fold(0.0, f64::max);
+    let diff = x
+        .iter()
+        .zip(&want)
+        .map(|(u, v)| (u - v).abs())
+        .fold(0.0, f64::max);
+    assert!(
+        diff <= 1e-10 * size,
+        "lagged CG differs from the sequential CG by {diff} (of {size})"
+    );
+    Ok((secs, stats, cpu))
 }
 
 /// Seconds per SpMV: `reps` multiplies of one vector into one output `y`, so each waits for
@@ -276,7 +322,8 @@ fn stencil_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize]
     }
 }
 
-/// CG and SpMV at 1, 2 and 4 ranks beside one rank; bytes resident per rank after SpMV.
+/// CG (both ways) and SpMV at 1, 2 and 4 ranks beside one rank; bytes resident per rank after
+/// SpMV.
 fn sparse_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize]) {
     let a = HostCsr::laplacian_2d((700.0 * scale.sqrt()) as usize);
     let b: Vec<f64> = (0..a.rows).map(|i| 1.0 + (i % 5) as f64).collect();
@@ -285,6 +332,13 @@ fn sparse_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize])
         .map(|&r| {
             let (a, b) = (&a, &b);
             Box::new(move || on_ranks(r, |rt| cg_runtime(rt, a, b, 20))) as Contestant
+        })
+        .collect();
+    let lagged_runs: Vec<Contestant> = ranks_list
+        .iter()
+        .map(|&r| {
+            let (a, b) = (&a, &b);
+            Box::new(move || on_ranks(r, |rt| cg_lagged_runtime(rt, a, b, 20))) as Contestant
         })
         .collect();
     let spmv_runs: Vec<Contestant> = ranks_list
@@ -297,10 +351,16 @@ fn sparse_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize])
     let all: Vec<&dyn Fn() -> Timed> = cg_runs
         .iter()
         .chain(&spmv_runs)
+        .chain(&lagged_runs)
         .map(|b| b.as_ref())
         .collect();
     let got = race(reps, &all);
-    for (what, base) in [("cg iteration", 0), ("spmv", 3)] {
+    let what = [
+        ("cg iteration", 0),
+        ("spmv", 3),
+        ("cg iteration (test one late)", 6),
+    ];
+    for (what, base) in what {
         let (one, one_cpu) = (got[base].0, got[base].2);
         for (k, &r) in ranks_list.iter().enumerate().skip(1) {
             let name = format!("{what} {}k rows, {r} ranks", a.rows / 1000);

@@ -5,6 +5,7 @@
 
 pub mod cg;
 pub mod stencil;
+pub mod tiled_sum;
 
 use std::process::ExitCode;
 use tessera_runtime::{DType, PosRange, Result, Runtime, Store};

@@ -250,6 +250,22 @@ fn check_keyed(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
     })
 }
 
+/// Reductions into a store fold at each sub-store's owner (`sparse::tiled_sum`): the values
+/// equal a one-rank runtime's bitwise, and a rank sends exactly the buffers of its points whose
+/// tile another rank folds.
+fn check_reduction(comm: &Arc<ThreadedMpiComm>) -> Result<()> {
+    let (me, ranks) = (comm.rank(), comm.size());
+    let (total, acc, sent) = sparse::tiled_sum::run(&runtime(comm)?)?;
+    let (total1, acc1, _) = sparse::tiled_sum::run(&Runtime::builder().threads(1).build())?;
+    ensure(total == total1 && acc == acc1, || {
+        format!("rank {me}: the reduction differs from one rank")
+    })?;
+    let want = sparse::tiled_sum::bytes_sent_by(me, ranks);
+    ensure(sent == want, || {
+        format!("rank {me} sent {sent} B of reduction buffers, want {want}")
+    })
+}
+
 fn check_failure(comm: &Arc<ThreadedMpiComm>, rank: usize) -> Result<()> {
     let rt = runtime(comm)?;
     rt.register("fragile", move |ctx| {
@@ -297,6 +313,7 @@ fn main() -> std::process::ExitCode {
                 .and_then(|_| check_memory(comm))
                 .and_then(|_| check_cg(comm))
                 .and_then(|_| check_keyed(comm))
+                .and_then(|_| check_reduction(comm))
                 .and_then(|_| check_big_transfer(comm)),
         };
         // Every rank reports its own outcome; a failure anywhere ends every rank with one.

@@ -120,6 +120,14 @@ impl Channel {
         let _ = self.comm.send(to, DATA_TAG, msg);
     }
 
+    /// Counts `n` bytes of store elements sent (reduction buffers; sub-stores count in
+    /// `replicate::send_rect`).
+    pub(crate) fn count_bytes(&self, n: usize) {
+        if let Some(sh) = self.shared.upgrade() {
+            Counters::add(&sh.counters.bytes_sent, n as u64);
+        }
+    }
+
     /// A receive node whose predecessors are done: delivers its message if it has come (true:
     /// the caller completes the node), else parks the node until it does (false).
     pub(crate) fn ready(&self, node: &Arc<Node>, recv: Recv) -> bool {

@@ -1,8 +1,12 @@
-//! A task's finish step across ranks: rank 0 folds every point's leftovers (its own points'
-//! and the ones the other ranks sent) in point order, exactly as one rank would, then sends
-//! the outcome — futures' values, unbound stores' contents, the failure — to every other
-//! rank, whose finish node is the receive of that message. So every rank gets bitwise the
-//! same values at any rank count for a given launch.
+//! A task's finish step across ranks. When it only folds (`submit_reduce` futures and
+//! reductions into stores), every rank runs it: each point's results go to every other rank,
+//! and its reduction buffers to the rank that folds their sub-store (the rank of the first
+//! point reducing into it), so every rank knows every future after one message hop, and each
+//! sub-store is folded where it is owned, in point order by the one-rank summation tree —
+//! bitwise the same values at any rank count for a given launch. A task with unbound outputs
+//! keeps the fold at rank 0, which then sends the outcome — futures' values, the outputs'
+//! piece lengths, the failure — to every other rank, whose finish node is the receive of that
+//! message.
 
 use super::channel::{key, Channel, KIND_FINISH, KIND_OUTS};
 use super::codec::{Reader, Writer};
@@ -20,22 +24,47 @@ pub(crate) struct Dist {
     pub channel: std::sync::Arc<Channel>,
     /// The rank of each point, by the task's sharding key (the same on every rank).
     pub owners: std::sync::Arc<[usize]>,
+    /// Per argument, per point: the rank that folds the point's reduction buffer
+    /// ([`fold_owners`]; empty for other arguments, and all 0 when rank 0 folds).
+    pub folders: Vec<Vec<usize>>,
 }
 
-/// Whether every rank runs this task's finish step itself: when it only folds results
-/// (`submit_reduce` futures), every rank receives every other rank's points' results and folds
-/// them in point order, bitwise alike — one message hop instead of two through rank 0 (a
-/// future gates the next tasks; CG waits on two per iteration). Reductions into stores and
-/// unbound outputs keep the fold at rank 0 (their data is large; only rank 0 holds the
-/// folded rectangles). A function of the stream: the same on every rank.
+/// Whether every rank runs this task's finish step itself: when it has no unbound output
+/// (whose extents rank 0 computes and sends). Every rank then receives every other rank's
+/// points' results and folds them in point order, bitwise alike — one message hop instead of
+/// two through rank 0 (a future gates the next tasks; CG waits on two per iteration) — and
+/// folds the reduced sub-stores it owns ([`fold_owners`]). A function of the stream: the same
+/// on every rank.
 pub(crate) fn folds_everywhere(task: &Launched) -> bool {
     task.args
         .iter()
-        .all(|a| !matches!(a.privilege, Privilege::Reduce(_) | Privilege::WriteUnbound))
+        .all(|a| a.privilege != Privilege::WriteUnbound)
+}
+
+/// The rank that folds each point's contribution to a reduction whose points reduce into
+/// `rects` (indexed by point): the rank of the first point reducing into the same sub-store,
+/// so a sub-store only its own rank's points reduce into moves nothing. When two different
+/// sub-stores overlap (images, halos), one rank — point 0's — folds them all, in order: folds
+/// of overlapping sub-stores on different ranks would each miss the other's contributions.
+/// The same on every rank.
+pub(crate) fn fold_owners(rects: &[Rect], owners: &[usize]) -> Vec<usize> {
+    let d = crate::runtime::distinct(rects);
+    let overlap = d
+        .iter()
+        .enumerate()
+        .any(|(i, a)| d[i + 1..].iter().any(|b| a.overlaps(b)));
+    rects
+        .iter()
+        .map(|r| match overlap {
+            true => owners[0],
+            false => owners[rects.iter().position(|q| q == r).expect("its own rect")],
+        })
+        .collect()
 }
 
 /// After one of this rank's points ran, for a task with a finish step: its leftovers go to
-/// every rank that folds them (all others, or rank 0).
+/// every rank that folds them — its results to every other rank and each reduction buffer to
+/// the rank that folds its sub-store (or everything to rank 0, with unbound outputs).
 pub(crate) fn after_point(task: &Launched, point: usize, dist: &Dist) {
     if !folds_everywhere(task) {
         if dist.channel.rank != 0 {
@@ -44,13 +73,34 @@ pub(crate) fn after_point(task: &Launched, point: usize, dist: &Dist) {
         return;
     }
     let failed = failure_text(task);
-    // The point's results stay here too: this rank's own finish step folds them.
-    let body = {
-        let out = task.outs[point].lock().unwrap_or_else(|e| e.into_inner());
-        super::codec::write_out(&out, failed.as_deref())
-    };
     let ch = &dist.channel;
+    let folder = |arg: usize| dist.folders[arg][point];
+    // The point's results stay here too (this rank's own finish step folds them), and so do
+    // the buffers of sub-stores this rank folds; the others leave.
+    let (results, mut away) = {
+        let mut out = task.outs[point].lock().unwrap_or_else(|e| e.into_inner());
+        let (kept, away): (Vec<_>, Vec<_>) = std::mem::take(&mut out.reduce)
+            .into_iter()
+            .partition(|(arg, _)| folder(*arg) == ch.rank);
+        out.reduce = kept;
+        (out.results.clone(), away)
+    };
     for to in (0..ch.ranks).filter(|&r| r != ch.rank) {
+        let (mine, rest): (Vec<_>, Vec<_>) =
+            away.into_iter().partition(|(arg, _)| folder(*arg) == to);
+        away = rest;
+        let out = PointOut {
+            reduce: mine,
+            results: results.clone(),
+            ..PointOut::default()
+        };
+        let bytes: usize = out
+            .reduce
+            .iter()
+            .map(|(arg, d)| super::codec::data_len(d) * task.args[*arg].root.dtype.size())
+            .sum();
+        ch.count_bytes(bytes);
+        let body = super::codec::write_out(&out, failed.as_deref());
         ch.send(to, key(dist.seq, KIND_OUTS, 0, point, 0), &body);
     }
 }
@@ -248,6 +298,12 @@ fn failure_text(task: &Launched) -> Option<String> {
 fn send_out(task: &Launched, point: usize, dist: &Dist) {
     let out = std::mem::take(&mut *task.outs[point].lock().unwrap_or_else(|e| e.into_inner()));
     let failed = failure_text(task);
+    let bytes: usize = out
+        .reduce
+        .iter()
+        .map(|(arg, d)| super::codec::data_len(d) * task.args[*arg].root.dtype.size())
+        .sum();
+    dist.channel.count_bytes(bytes);
     let body = super::codec::write_out(&out, failed.as_deref());
     // Unbound pieces stay here until the finish step's outcome binds the store.
     task.outs[point]

@@ -27,10 +27,25 @@ impl Inner {
         let owners: Arc<[usize]> = owners(&t.domain, t.shard.as_deref(), ranks).into();
         let own = |p: usize| owners[p];
         let mine: Vec<usize> = (0..n).filter(|&p| own(p) == me).collect();
+        // Who folds each reduced sub-store: its owner when every rank folds, else rank 0.
+        let everywhere = t
+            .args
+            .iter()
+            .all(|a| a.privilege != Privilege::WriteUnbound);
+        let folders: Vec<Vec<usize>> = t
+            .args
+            .iter()
+            .map(|a| match a.privilege {
+                Privilege::Reduce(_) if everywhere => super::finish::fold_owners(&a.rects, &owners),
+                Privilege::Reduce(_) => vec![0; n],
+                _ => Vec::new(),
+            })
+            .collect();
         let dist = Dist {
             seq,
             channel: ch.clone(),
             owners: owners.clone(),
+            folders: folders.clone(),
         };
         let b = self.build_nodes_at(t, &mine, Some(dist));
         let task = b.task.clone();
@@ -47,6 +62,12 @@ impl Inner {
         for a in task.args.iter().filter(|a| !a.local) {
             let _ = a.root.data();
         }
+        debug_assert_eq!(everywhere, super::finish::folds_everywhere(&task));
+        // The rank that folds sub-store `r` of reduction argument `i`.
+        let folder = |i: usize, r: Rect| {
+            let p = task.args[i].rects.iter().position(|q| *q == r);
+            folders[i][p.expect("a sub-store some point reduces into")]
+        };
         let mut extra = NodeList::new();
         // Transfers first, for every argument: a point's own accesses come after them.
         for (i, a) in task.args.iter().enumerate().filter(|(_, a)| !a.local) {
@@ -56,10 +77,11 @@ impl Inner {
                 Privilege::Read | Privilege::ReadWrite | Privilege::Write => {
                     (0..n).map(|p| (p, a.rects[p], own(p))).collect()
                 }
+                // The rank that folds a sub-store needs its latest value.
                 Privilege::Reduce(_) => distinct(&a.rects)
                     .into_iter()
                     .enumerate()
-                    .map(|(j, r)| (j, r, 0))
+                    .map(|(j, r)| (j, r, folder(i, r)))
                     .collect(),
                 Privilege::WriteUnbound => continue,
             };
@@ -101,7 +123,7 @@ impl Inner {
         // This rank's points and finish step in the dependence analysis.
         let mut preds: SmallVec<[Preds; 4]> = mine.iter().map(|_| Preds::default()).collect();
         let mut finish_preds = Preds::default();
-        for a in task.args.iter().filter(|a| !a.local) {
+        for (i, a) in task.args.iter().enumerate().filter(|(_, a)| !a.local) {
             let mut meta = a.root.meta();
             let per_point = b.points.iter().zip(&mine).zip(&mut preds);
             match a.privilege {
@@ -111,7 +133,16 @@ impl Inner {
                 Privilege::Write | Privilege::ReadWrite => {
                     per_point.for_each(|((node, &p), pr)| meta.access.write(a.rects[p], node, pr))
                 }
-                // Only rank 0 folds into its copy.
+                // Each rank folds into its copy of the sub-stores it owns.
+                Privilege::Reduce(_) if everywhere => {
+                    let f = b.finish.as_ref().expect("a reduction has a finish step");
+                    for r in distinct(&a.rects)
+                        .into_iter()
+                        .filter(|&r| folder(i, r) == me)
+                    {
+                        meta.access.write(r, f, &mut finish_preds);
+                    }
+                }
                 Privilege::Reduce(_) if me != 0 => {}
                 Privilege::Reduce(_) | Privilege::WriteUnbound => {
                     b.finish_access(a, &mut meta, &mut finish_preds)
@@ -124,14 +155,14 @@ impl Inner {
                     }
                     Privilege::Reduce(_) => distinct(&a.rects)
                         .into_iter()
-                        .for_each(|r| valid.write(r, 0)),
+                        .for_each(|r| valid.write(r, folder(i, r))),
                     _ => {}
                 }
             }
         }
-        // A finish step run here (rank 0's, or every rank's when it only folds results) waits
-        // for every other rank's points' leftovers.
-        let folds_here = me == 0 || super::finish::folds_everywhere(&task);
+        // A finish step run here (rank 0's, or every rank's when it only folds) waits for
+        // every other rank's points' leftovers.
+        let folds_here = me == 0 || everywhere;
         if let (Some(f), true) = (&b.finish, folds_here) {
             for p in (0..n).filter(|&p| own(p) != me) {
                 let node = Node::new(Work::Recv(Recv {

@@ -197,6 +197,68 @@ fn reductions_and_futures_are_bitwise_the_same_on_every_rank_count() {
     }
 }
 
+/// Reductions into a store fold at the rank that owns each sub-store (the rank of the first
+/// point reducing into it), not at rank 0: points (i, j) of a 2 × 4 launch reduce into tile i
+/// of `acc`, so at 2 ranks each tile's points are all on its owner and no reduction buffer
+/// moves; at 4 ranks each tile gets the buffers of the 2 points on the neighbouring rank.
+/// The folded values and the task's future are bitwise those of one rank.
+#[test]
+fn reductions_fold_at_each_sub_stores_owner_bitwise_alike_at_every_rank_count() {
+    use crate::sparse::tiled_sum::{self, CELLS};
+    let one = all_ok(on_ranks(1, 2, tiled_sum::run));
+    for (ranks, moved) in [(1, 0), (2, 0), (4, 2 * 2 * CELLS * 8)] {
+        let got = all_ok(on_ranks(ranks, 1, tiled_sum::run));
+        for (rank, g) in got.iter().enumerate() {
+            assert_eq!(g.0, one[0].0, "future, rank {rank} of {ranks}");
+            assert_eq!(g.1, one[0].1, "acc, rank {rank} of {ranks}");
+            assert_eq!(
+                g.2,
+                tiled_sum::bytes_sent_by(rank, ranks),
+                "rank {rank} of {ranks}"
+            );
+        }
+        let sent: u64 = got.iter().map(|g| g.2).sum();
+        assert_eq!(sent, moved as u64, "reduction bytes moved at {ranks} ranks");
+    }
+}
+
+/// Reductions into overlapping sub-stores (an image of overlapping ranges) fold at one rank,
+/// in order: folded on different ranks, each rank's copy of an overlap would miss the other's
+/// contributions. Bitwise one rank's at 2 and 4 ranks.
+#[test]
+fn reductions_into_overlapping_sub_stores_fold_at_one_rank() {
+    use tessera_runtime::PosRange;
+    let run = |rt: &Runtime| {
+        rt.register("spread", |ctx| {
+            let ranges = ctx.read::<PosRange>(0);
+            let mut acc = ctx.reduce::<f64>(1);
+            for i in ranges.range() {
+                let g = ranges.at(i);
+                for c in g.lo as usize..g.hi as usize {
+                    acc.reduce_at(c, 1.0 / (1.0 + (3 * i + c) as f64));
+                }
+            }
+        })?;
+        let spans = (0..4u64).map(|i| PosRange::new(2 * i, 2 * i + 4)).collect();
+        let ranges = rt.from_vec(&[4], spans)?;
+        let acc = rt.from_vec(&[10], vec![0.5; 10])?;
+        rt.task("spread")
+            .read(&ranges)
+            .reduce(&acc, ReduceOp::Sum)
+            .image(&ranges, &acc)
+            .launch_domain(&[4])
+            .submit()?;
+        let bits: Vec<u64> = rt.read::<f64>(&acc)?.iter().map(|x| x.to_bits()).collect();
+        Ok(bits)
+    };
+    let one = all_ok(on_ranks(1, 2, run));
+    for ranks in [2, 4] {
+        for (rank, got) in all_ok(on_ranks(ranks, 1, run)).iter().enumerate() {
+            assert_eq!(got, &one[0], "rank {rank} of {ranks}");
+        }
+    }
+}
+
 #[test]
 fn a_task_failing_on_one_rank_is_an_error_on_every_rank() {
     let got = on_ranks(3, 2, |rt| {
