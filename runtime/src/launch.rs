@@ -66,6 +66,16 @@ pub(crate) struct Launched {
 }
 
 impl Launched {
+    /// Marks every store the task names (scratch aside) as used by a launched task: fusion's
+    /// temporaries test reads it (`Bound::is_used`). Called when the task is scheduled.
+    pub(crate) fn mark_used(&self) {
+        for a in self.args.iter().filter(|a| !a.local) {
+            if let Some(b) = a.root.bound() {
+                b.mark_used();
+            }
+        }
+    }
+
     /// True when the task needs a finish step after its points.
     pub(crate) fn needs_finish(args: &[LaunchArg], result: bool) -> bool {
         result

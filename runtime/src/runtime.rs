@@ -1711,6 +1711,7 @@ impl Inner {
         dist: Option<crate::replicate::finish::Dist>,
     ) -> Built {
         let task = self.launched(t, mine.len(), dist);
+        task.mark_used();
         let points: NodeList = mine
             .iter()
             .map(|&p| {

@@ -18,6 +18,11 @@ pub(crate) struct Bound {
     pub rect: Rect,
     dtype: DType,
     data: OnceLock<Data>,
+    /// A launched task names the store, or it was made with its elements: what fusion's
+    /// temporaries test asks instead of "allocated", because it is set when a task is
+    /// scheduled (a function of the task stream, alike on every rank) while allocation
+    /// happens wherever a point first touches the cells (timing).
+    used: AtomicBool,
 }
 
 impl Bound {
@@ -30,6 +35,7 @@ impl Bound {
             rect,
             dtype,
             data: cell,
+            used: AtomicBool::new(true),
         }
     }
 
@@ -39,11 +45,22 @@ impl Bound {
             rect,
             dtype,
             data: OnceLock::new(),
+            used: AtomicBool::new(false),
         }
     }
 
     pub(crate) fn is_allocated(&self) -> bool {
         self.data.get().is_some()
+    }
+
+    /// Records that a launched task names the store (see `used`).
+    pub(crate) fn mark_used(&self) {
+        self.used.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a launched task named the store, or it was made with its elements.
+    pub(crate) fn is_used(&self) -> bool {
+        self.used.load(Ordering::Relaxed)
     }
 
     /// Bytes the elements take (or will take once allocated).

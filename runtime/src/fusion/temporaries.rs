@@ -21,11 +21,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Whether `root` may be a temporary as far as the world outside the window goes: no
-/// application handle, never allocated, never written by a launched task, and not named by
-/// a task still waiting in the window unsolved.
+/// application handle, never named by a launched task (so never allocated or written; the
+/// flag is set at scheduling, in stream order, where allocation depends on timing), and not
+/// named by a task still waiting in the window unsolved.
 pub(crate) fn outside_dead(root: &Arc<StoreRoot>, unsolved: &VecDeque<Issued>) -> bool {
     root.app_refs.load(Ordering::Acquire) == 0
-        && root.bound().is_some_and(|b| !b.is_allocated())
+        && root.bound().is_some_and(|b| !b.is_used())
         && root.meta().version == 0
         && !unsolved
             .iter()

@@ -56,12 +56,6 @@ impl Inner {
                 }
             }
         }
-        // Stores are allocated when a task using them is scheduled, on every rank alike, not
-        // by whichever point touches them first: fusion's temporaries test allocation, and
-        // that must be a function of the stream here.
-        for a in task.args.iter().filter(|a| !a.local) {
-            let _ = a.root.data();
-        }
         debug_assert_eq!(everywhere, super::finish::folds_everywhere(&task));
         // The rank that folds sub-store `r` of reduction argument `i`.
         let folder = |i: usize, r: Rect| {
