@@ -39,7 +39,7 @@ pub fn emit_block_named(k: &Kernel, name: &Ident) -> TokenStream {
 }
 
 impl Gen<'_> {
-    fn bound(&self, v: usize, what: &str) -> Ident {
+    pub(super) fn bound(&self, v: usize, what: &str) -> Ident {
         format_ident!("b{}_{}", what, sanitize(&self.k.vars[v].name, v))
     }
 
