@@ -74,7 +74,7 @@ impl<T: Index + Element> PlanIndex for T {}
 
 /// A generated block kernel ([`crate::codegen::emit_block`]): views of the inputs, output
 /// dimensions, the block's range and first flag per index variable, and the point's tile of a
-/// dense output to write in place (then it returns `None`).
+/// dense output, holding zeros, to write in place (then it returns `None`).
 pub type BlockFn<V, I> = fn(
     &[TensorView<'_, V, I>],
     &[usize],
@@ -1076,7 +1076,9 @@ impl Body {
 
     /// Whether this point's tile of the output is written (not added to or folded) and is
     /// one contiguous run of exactly the cells a compiled block kernel's dense output holds
-    /// (its first level's block range, whole below it): then the kernel writes the tile.
+    /// (its first level's block range, whole below it): then the kernel writes the tile. A
+    /// written output is a new store (zeros: `execute` fills it only for other privileges)
+    /// whose tiles each point writes once, so the tile holds zeros, as [`BlockFn`] asks.
     fn in_place(&self, ctx: &TaskContext, block: &crate::ir::Block) -> bool {
         if !self.out.dense || self.privilege != Privilege::Write {
             return false;
