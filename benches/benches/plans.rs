@@ -14,7 +14,10 @@
 //!    host tensors (uploaded into stores on every run), and over inputs held in stores (as
 //!    `tensor!(rt => ...)` holds them; the output read back each run). The host-tensor plan
 //!    also beside the same plan over tensors cloned whole and moved in (the upload before
-//!    `pos` was read in place instead of cloned).
+//!    `pos` was read in place instead of cloned). The "1t" rows (here and in section 1) run
+//!    on one core: `Runtime::new(1)` is one worker plus the issuing thread, which runs points
+//!    while it waits (two-wide on two cores), so they pin the process's threads to one CPU
+//!    while they run (`OneCore`); the kernel's one-thread pool is pinned with them.
 //! 6. Reductions of P extended blocks (`split(j, jo, ji, P); extend(jo)`, compiled, 2
 //!    threads) for P = 2…64: partial outputs folded by the runtime's summation tree, beside
 //!    the same blocks as P dependent launches adding into the output one after another (the
@@ -88,6 +91,13 @@ fn main() {
         "plans: SpMV {n}x{n}, {} nonzeros, {blocks} blocks",
         a.nnz()
     ));
+    let profile_runs: usize = env_or("TESSERA_BENCH_PROFILE_RUNS", 0);
+    if profile_runs > 0 {
+        // One contestant alone, `profile_runs` times after a warm-up (for callgrind's
+        // instruction counts of one run: the difference of two run counts).
+        profile(&a, &x, blocks, profile_runs);
+        return;
+    }
     if env_or("TESSERA_BENCH_COMPILED_ONLY", 0) == 1 {
         // Section 5 alone (for profiles of the plan's overhead).
         compiled_rows(&mut t, &a, &x, blocks, reps);
@@ -117,6 +127,8 @@ fn main() {
     ));
     let mut per_launch_us = 0.0;
     for threads in [1, 2] {
+        // One core at 1 thread (see `OneCore`).
+        let _pin = (threads == 1).then(OneCore::pin);
         let rt = Runtime::new(threads);
         let (t_plan, y) = best_of(reps, || {
             on_runtime::run(&rt, &rows, &k, &inputs, &[n]).unwrap()
@@ -176,6 +188,60 @@ fn main() {
     compiled_rows(&mut t, &a, &x, blocks, reps);
     tree_vs_serial(&mut t, &a, &x, reps);
     t.print();
+}
+
+/// `runs` runs (`TESSERA_BENCH_PROFILE_RUNS`), after one warm-up run, of the row-split SpMV
+/// plan over stored inputs at 2 threads, each taking its output, or with
+/// `TESSERA_BENCH_PROFILE=kernel` of the `parallelize(i)` kernel at 2 threads (for profiles).
+fn profile(a: &Tensor<f64, u32>, x: &Tensor<f64, u32>, blocks: usize, runs: usize) {
+    let n = a.dims()[0];
+    if std::env::var("TESSERA_BENCH_PROFILE").is_ok_and(|v| v == "kernel") {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build();
+        let pool = pool.unwrap();
+        for _ in 0..=runs {
+            black_box(pool.install(|| generated::spmv_par::<f64, u32>(&[a, x], &[n])));
+        }
+        return;
+    }
+    let (k, p) = planned(&format!(
+        "y(i) = A(i,j) * x(j); A: csr; split(i, io, ii, {blocks})"
+    ));
+    let rt = Runtime::new(2);
+    let stored = [
+        Stored::from_tensor(&rt, a.clone()).unwrap(),
+        Stored::from_tensor(&rt, x.clone()).unwrap(),
+    ];
+    let block: on_runtime::BlockFn<f64, u32> = generated::spmv_block::<f64, u32>;
+    for _ in 0..=runs {
+        let y = on_runtime::run_stored_inputs(&rt, &p, &k, &stored, &[n], Some(block));
+        black_box(y.unwrap());
+    }
+}
+
+/// While held, the calling thread, and the threads it starts, run on one CPU (the first it
+/// may run on): a runtime built then, whose issuing thread helps its one worker, runs one
+/// point at a time, as a one-thread kernel does. Dropped, the thread may run anywhere again.
+struct OneCore(nix::sched::CpuSet);
+
+impl OneCore {
+    fn pin() -> OneCore {
+        use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+        use nix::unistd::Pid;
+        let all = sched_getaffinity(Pid::from_raw(0)).expect("this thread's CPUs");
+        let first = (0..CpuSet::count())
+            .find(|&c| all.is_set(c).unwrap_or(false))
+            .expect("a thread runs on some CPU");
+        let mut one = CpuSet::new();
+        one.set(first).expect("a CPU index from the set");
+        sched_setaffinity(Pid::from_raw(0), &one).expect("pinning to one CPU");
+        OneCore(all)
+    }
+}
+
+impl Drop for OneCore {
+    fn drop(&mut self) {
+        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &self.0);
+    }
 }
 
 /// Section 6: P extended blocks (summation tree) vs P sequential launches (serial fold).
@@ -259,6 +325,10 @@ fn compiled_rows(
     for (name, src, inputs, out_dims, par, block) in cases {
         let (k, p) = planned(&format!("{src}; split(i, io, ii, {blocks})"));
         for threads in [1, 2] {
+            // One core: `Runtime::new(1)` is one worker plus the issuing thread (which runs
+            // points while it waits), two-wide on two cores; pinned to one CPU, it and the
+            // one-thread kernel run on one core each, like for like.
+            let _pin = (threads == 1).then(OneCore::pin);
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .build()

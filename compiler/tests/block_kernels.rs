@@ -129,12 +129,12 @@ fn main_rs(instances: &[Instance]) -> String {
         "use tessera_formats::{Format, Level, Tensor, TensorView, Value};\n\n\
          fn close(got: &[f64], want: &[f64]) -> bool {\n\
          got.len() == want.len() && got.iter().zip(want).all(|(g, w)| (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= 1e-4 * (1.0 + w.abs()))\n}\n\n\
-         /// A dense output written into a given tile (holding garbage first) equals the one the\n\
-         /// kernel returns, bitwise, and the kernel then returns nothing.\n\
+         /// A dense output written into a given tile (of zeros, as a new store's tile holds)\n\
+         /// equals the one the kernel returns, bitwise, and the kernel then returns nothing.\n\
          fn in_place_agrees<V: Value, I: tessera_formats::Index>(run: impl Fn(Option<&mut [V]>) -> Option<Tensor<V, I>>) -> bool {\n\
          let t = run(None).expect(\"no tile given\");\n\
          if !t.levels().iter().all(|l| matches!(l, Level::Dense { .. })) { return true; }\n\
-         let mut tile = vec![V::from_f64(7.5); t.vals().len()];\n\
+         let mut tile = vec![V::zero(); t.vals().len()];\n\
          run(Some(&mut tile)).is_none() && tile.iter().zip(t.vals()).all(|(a, b)| a.to_f64().to_bits() == b.to_f64().to_bits())\n}\n\n\
          fn main() {\n    let mut failures = 0usize;\n",
     );

@@ -532,6 +532,43 @@ fn runs_of_one_plan_in_flight_together_each_give_their_answer() {
     assert_eq!(rt.stats().tasks_issued, 3);
 }
 
+/// A plan run again over stored tensors keeps each point's rebased `pos` pieces: a run over
+/// another tensor of the same shapes, whose blocks read the same ranges of `pos` and `crd`
+/// but whose rows hold their entries differently, must not get the first tensor's pieces,
+/// and the first tensor run again still gives its answer (compiled-in block kernels and the
+/// interpreter use the same pieces: the interpreter here).
+#[test]
+fn runs_over_tensors_of_the_same_shapes_each_get_their_own_rebased_pos() {
+    let (kernel, plan) = planned("y(i) = A(i,j) * x(j); A: csr; split(i, io, ii, 3)");
+    let rt = tessera_runtime::Runtime::new(2);
+    // Rows in pairs (one block each): the pair's two entries in its first row, or its second.
+    let matrix = |second: bool| -> Tensor<f64, u32> {
+        let entries = (0..6).map(|k| {
+            let row = 2 * (k / 2) + usize::from(second);
+            (vec![row, k % 5], k as f64 + 1.0)
+        });
+        Tensor::from_entries(vec![6, 5], "csr", entries).unwrap()
+    };
+    let x: Tensor<f64, u32> =
+        Tensor::dense_from_vec(vec![5], vec![1.0, -2.0, 3.0, 0.5, 4.0]).unwrap();
+    let sx = plan::on_runtime::Stored::upload(&rt, &x).unwrap();
+    let tensors = [matrix(false), matrix(true)];
+    let stored: Vec<_> = tensors
+        .iter()
+        .map(|a| plan::on_runtime::Stored::upload(&rt, a).unwrap())
+        .collect();
+    for which in [0, 1, 0, 1, 1, 0] {
+        let want = interp::run(&kernel, &[&tensors[which], &x], &[6]).unwrap();
+        let inputs = [&stored[which], &sx];
+        let y = plan::on_runtime::run_stored(&rt, &plan, &kernel, &inputs, &[6], None).unwrap();
+        assert_eq!(
+            y.to_tensor(&rt).unwrap().vals(),
+            want.vals(),
+            "tensor {which}"
+        );
+    }
+}
+
 /// A dense vector that one nest reads at an operand's coordinates and another at every
 /// coordinate is broadcast, not imaged (an image would drop the second nest's reads).
 #[test]

@@ -20,7 +20,7 @@ use crate::ir::{Kernel, Nest, OutputKind};
 /// in [`crate::ir::Block`]. The inputs are views, so that a point task hands over windows of
 /// its stores without copying them (a whole tensor is `t.view()`). A dense output is written
 /// into `out` when given (the point's tile of the output store: exactly the block's values,
-/// row-major) and then `None` is returned; otherwise, and for sparse outputs, the block's
+/// row-major, holding zeros) and then `None` is returned; otherwise, and for sparse outputs, the block's
 /// output is returned as a tensor.
 pub fn emit_block(k: &Kernel) -> TokenStream {
     emit_block_named(k, &format_ident!("kernel_block"))
@@ -39,7 +39,7 @@ pub fn emit_block_named(k: &Kernel, name: &Ident) -> TokenStream {
 }
 
 impl Gen<'_> {
-    fn bound(&self, v: usize, what: &str) -> Ident {
+    pub(super) fn bound(&self, v: usize, what: &str) -> Ident {
         format_ident!("b{}_{}", what, sanitize(&self.k.vars[v].name, v))
     }
 
@@ -91,16 +91,22 @@ impl Gen<'_> {
         ts
     }
 
-    /// A dense output's values: the caller's tile (filled first: the output is written, not
-    /// added to) or a new buffer.
+    /// A dense output's values: the caller's tile, which holds zeros (a new store's), filled
+    /// first with the reduction's identity where that is not 0 (`min`, `max`), or a new
+    /// buffer. Not filling a zero tile again saves a pass over the output per run (SpMV: 0.8M
+    /// of a planned run's 14M instructions).
     pub(super) fn block_output(&self) -> TokenStream {
         let fill = self.fill();
+        let refill = match self.k.reduce.fill() == 0.0 {
+            true => quote!(),
+            false => quote!(tile.fill(#fill);),
+        };
         quote! {
             let mut out_buf: Vec<V> = Vec::new();
             let out_vals: &mut [V] = match out {
                 Some(tile) => {
                     assert!(tile.len() == out_len, "the output tile holds exactly the block's values");
-                    tile.fill(#fill);
+                    #refill
                     tile
                 }
                 None => {

@@ -321,6 +321,9 @@ impl Gen<'_> {
             ),
         };
         let condition = quote!(#(#offsets == 0)&&* #(#whole)*);
+        if self.block && self.dense_output() {
+            return self.block_nests_in_functions(&offsets, &condition, nests);
+        }
         if !self.nests_in_own_function() {
             return quote! {
                 if #condition {
@@ -360,12 +363,61 @@ impl Gen<'_> {
     /// Whether the zero-offset nests become a function of their own: sequential kernels with a
     /// dense (or scalar) output, whose nests read nothing but the frame's slices and extents.
     fn nests_in_own_function(&self) -> bool {
-        !self.block
-            && self.k.parallel.is_none()
-            && matches!(
-                self.k.output_kind,
-                crate::ir::OutputKind::Dense | crate::ir::OutputKind::Scalar
-            )
+        !self.block && self.k.parallel.is_none() && self.dense_output()
+    }
+
+    fn dense_output(&self) -> bool {
+        matches!(
+            self.k.output_kind,
+            crate::ir::OutputKind::Dense | crate::ir::OutputKind::Scalar
+        )
+    }
+
+    /// A block kernel's nests (dense or scalar output) as two functions of their own, one
+    /// with every input's dense offsets `const` 0 and one taking them: as for sequential
+    /// kernels (`nests_in_own_function`), slices arrive as `noalias` arguments and each copy
+    /// gets the registers to itself. A plan's blocks mostly have offsets (a window of rows,
+    /// an image of a vector), so the second copy is the hot one: inline in the kernel it
+    /// kept the row loop's slices on the stack (SpMV: 51 instructions per row against the
+    /// parallel kernel's 37).
+    fn block_nests_in_functions(
+        &self,
+        offsets: &[Ident],
+        condition: &TokenStream,
+        nests: TokenStream,
+    ) -> TokenStream {
+        let mut params = self.frame_params();
+        params.push((format_ident!("first"), quote!(&[bool])));
+        for v in 0..self.k.vars.len() {
+            params.push((self.bound(v, "lo"), quote!(usize)));
+            params.push((self.bound(v, "hi"), quote!(usize)));
+            params.push((self.bound(v, "nar"), quote!(bool)));
+        }
+        let (names, types): (Vec<Ident>, Vec<TokenStream>) = params.into_iter().unzip();
+        quote! {
+            #[allow(unused_variables, unused_mut, unused_assignments, unused_labels,
+                unused_parens, unused_macros, clippy::all, clippy::too_many_arguments)]
+            #[inline(never)]
+            fn zero_offsets<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
+                #(#names: #types),*
+            ) {
+                #(const #offsets: usize = 0;)*
+                #nests
+            }
+            #[allow(unused_variables, unused_mut, unused_assignments, unused_labels,
+                unused_parens, unused_macros, clippy::all, clippy::too_many_arguments)]
+            #[inline(never)]
+            fn any_offsets<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
+                #(#offsets: usize,)* #(#names: #types),*
+            ) {
+                #nests
+            }
+            if #condition {
+                zero_offsets::<V, I>(#(#names),*);
+            } else {
+                any_offsets::<V, I>(#(#offsets,)* #(#names),*);
+            }
+        }
     }
 
     fn nest(&self, nest: &Nest) -> TokenStream {

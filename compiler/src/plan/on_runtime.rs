@@ -74,7 +74,7 @@ impl<T: Index + Element> PlanIndex for T {}
 
 /// A generated block kernel ([`crate::codegen::emit_block`]): views of the inputs, output
 /// dimensions, the block's range and first flag per index variable, and the point's tile of a
-/// dense output to write in place (then it returns `None`).
+/// dense output, holding zeros, to write in place (then it returns `None`).
 pub type BlockFn<V, I> = fn(
     &[TensorView<'_, V, I>],
     &[usize],
@@ -445,6 +445,7 @@ fn execute<V: PlanValue, I: PlanIndex>(
         layouts: inputs.iter().map(|t| t.layout.clone()).collect(),
         out: out.clone(),
         privilege: plan.args[0].privilege,
+        rebased: RebasedCache::default(),
     });
     let name = task_name(plan, &shared, compiled);
     let body = shared.clone();
@@ -587,10 +588,18 @@ struct Run<'a> {
 fn launch_task(rt: &Runtime, run: &Run, outs: &[Store], launch: usize) -> Result<(), PlanRunError> {
     let (plan, body, inputs) = (run.plan, run.body, run.inputs);
     let grid = &plan.grid;
+    let views = launch_views(body, inputs, launch)?;
     let mut t = rt
         .task(run.name)
         .scalar(launch as u64)
         .launch_domain(&grid.domain());
+    // The ids of the inputs' `pos` stores, in input and level order: the key of each point's
+    // rebased pieces (`RebasedCache`).
+    for (layout, stores) in body.layouts.iter().zip(&views) {
+        for &(pos, _) in layout.levels.iter().flatten() {
+            t = t.scalar(stores[pos].id());
+        }
+    }
     if let Some(dims) = plan.shard_dims() {
         // `map(...)`: across ranks these launch dimensions pick each point's rank.
         t = t.shard_by(&dims);
@@ -615,7 +624,6 @@ fn launch_task(rt: &Runtime, run: &Run, outs: &[Store], launch: usize) -> Result
             _ => t.broadcast(&outs[0], &(0..body.out.shape.len()).collect::<Vec<_>>()),
         };
     }
-    let views = launch_views(body, inputs, launch)?;
     // The store (or this launch's view of it) a plan argument names.
     let find = |tensor: &str, kind: StoreKind| -> Option<&Store> {
         let slot = input_slot(&body.kernel, tensor);
@@ -898,6 +906,8 @@ struct Body {
     out: OutputLayout,
     /// The output's privilege in the plan.
     privilege: Privilege,
+    /// Each point's rebased `pos` pieces, kept across runs (see [`RebasedCache`]).
+    rebased: RebasedCache,
 }
 
 impl Body {
@@ -918,10 +928,17 @@ impl Body {
         let block = self.grid.block(&self.kernel, &self.dims, &idx);
         let n_out = if self.out.dense { 1 } else { 2 };
         let mut arg = n_out;
+        // Scalar 0 is the launch; then the ids of the inputs' `pos` stores (`launch_task`).
+        let mut pos_ids = (1..).map(|i| ctx.scalar(i).as_u64());
         let mut windows: Vec<Window<V, I>> = Vec::with_capacity(self.layouts.len());
         for (slot, layout) in self.layouts.iter().enumerate() {
             let origin = self.launch_range(slot, launch).map_or(0, |r| r.start);
-            windows.push(self.window(ctx, slot, arg, origin));
+            let at = Piece {
+                slot,
+                launch,
+                point,
+            };
+            windows.push(self.window(ctx, at, arg, origin, &mut pos_ids));
             arg += layout.vals + 1;
         }
         let views: Vec<TensorView<V, I>> = windows
@@ -993,14 +1010,17 @@ impl Body {
     /// `first_arg..` (no copy of `crd` or `vals`): dense levels of the prefix with the offset
     /// of the first store's range (its view starts at cell `origin`), `pos` rebased to the
     /// start of its `crd` sub-range (the one array made here, one entry per parent in the
-    /// block).
+    /// block, and kept for the next run: [`RebasedCache`]). `pos_ids` yields the ids of the
+    /// input's `pos` stores, one per compressed level.
     fn window<'a, V: PlanValue, I: PlanIndex>(
         &self,
         ctx: &TaskContext<'a>,
-        slot: usize,
+        at: Piece,
         first_arg: usize,
         origin: usize,
+        pos_ids: &mut impl Iterator<Item = u64>,
     ) -> Window<'a, V, I> {
+        let slot = at.slot;
         let layout = &self.layouts[slot];
         let dims = &self.in_dims[slot];
         let first = ctx.rect(first_arg + layout.first());
@@ -1024,8 +1044,19 @@ impl Body {
                 },
                 Some((p, c)) => {
                     let crd = ctx.read::<I>(first_arg + c);
+                    let pos = ctx.read::<PosRange>(first_arg + p);
+                    let id = pos_ids
+                        .next()
+                        .expect("launch_task passes every pos store's id");
+                    let key = RebasedKey {
+                        store: id,
+                        pos: pos.range(),
+                        crd: crd.range(),
+                    };
                     WindowLevel::Compressed {
-                        pos: rebased(ctx.read::<PosRange>(first_arg + p).as_slice(), &crd),
+                        pos: self
+                            .rebased
+                            .get_or_make(at, l, key, || rebased(pos.as_slice(), &crd)),
                         crd,
                     }
                 }
@@ -1045,7 +1076,9 @@ impl Body {
 
     /// Whether this point's tile of the output is written (not added to or folded) and is
     /// one contiguous run of exactly the cells a compiled block kernel's dense output holds
-    /// (its first level's block range, whole below it): then the kernel writes the tile.
+    /// (its first level's block range, whole below it): then the kernel writes the tile. A
+    /// written output is a new store (zeros: `execute` fills it only for other privileges)
+    /// whose tiles each point writes once, so the tile holds zeros, as [`BlockFn`] asks.
     fn in_place(&self, ctx: &TaskContext, block: &crate::ir::Block) -> bool {
         if !self.out.dense || self.privilege != Privilege::Write {
             return false;
@@ -1141,7 +1174,7 @@ enum WindowLevel<'a, I> {
     },
     /// `pos` rebased to the window of `crd`.
     Compressed {
-        pos: Vec<I>,
+        pos: Arc<[I]>,
         crd: ReadView<'a, I>,
     },
 }
@@ -1163,6 +1196,66 @@ impl<V: PlanValue, I: PlanIndex> Window<'_, V, I> {
         // Valid by construction: windows of a validated tensor's arrays, cut where its `pos`
         // says (the runtime's images), with `pos` rebased to the window. No pass over them.
         TensorView::new_unchecked(dims, format, levels, self.vals.as_slice())
+    }
+}
+
+/// Which point's piece of which input: where a rebased `pos` is kept between runs.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Piece {
+    slot: usize,
+    launch: usize,
+    point: usize,
+}
+
+/// What a rebased `pos` piece is made from: the `pos` store (by id) and the ranges of it and
+/// of `crd` the point reads (positions in the whole stores).
+#[derive(Clone, PartialEq, Eq)]
+struct RebasedKey {
+    store: u64,
+    pos: Range<usize>,
+    crd: Range<usize>,
+}
+
+/// Each point's rebased `pos` pieces, one per (point, input, level), kept from one run of a
+/// plan to the next: a statement run again over the same stored tensor (an iterative
+/// solver's SpMV) finds its pieces made, instead of making one array per point each run.
+/// The piece is remade when the key changes (another tensor of the same shapes: the body,
+/// and so this cache, is shared by every run of the statement over tensors of those
+/// shapes). Sound because a `pos` store never changes after it is made (`from_offsets`;
+/// a plan only reads its inputs) and store ids are not reused within a runtime; a piece is
+/// kept while its point's key stays, at most one per point, input and level.
+#[derive(Default)]
+struct RebasedCache {
+    #[allow(clippy::type_complexity)]
+    pieces: std::sync::Mutex<
+        std::collections::HashMap<
+            (Piece, usize),
+            (RebasedKey, Arc<dyn std::any::Any + Send + Sync>),
+        >,
+    >,
+}
+
+impl RebasedCache {
+    /// The piece of `at`'s level `level` for `key`, made by `make` unless kept.
+    fn get_or_make<I: PlanIndex>(
+        &self,
+        at: Piece,
+        level: usize,
+        key: RebasedKey,
+        make: impl FnOnce() -> Vec<I>,
+    ) -> Arc<[I]> {
+        let lock = || self.pieces.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((k, piece)) = lock().get(&(at, level)) {
+            if *k == key {
+                if let Ok(piece) = piece.clone().downcast::<Arc<[I]>>() {
+                    return (*piece).clone();
+                }
+            }
+        }
+        // Made outside the lock: the other points make theirs meanwhile.
+        let piece: Arc<[I]> = make().into();
+        lock().insert((at, level), (key, Arc::new(piece.clone())));
+        piece
     }
 }
 
