@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use tessera_compiler::check::{check, Dims};
 use tessera_compiler::oracle::{evaluate, DenseArray};
 use tessera_compiler::parse;
@@ -617,4 +617,22 @@ fn min_plus_through_the_cli() {
             want.data
         );
     }
+}
+
+/// `tessera emit ... | head` closes the pipe before the code is written: the tool ends
+/// quietly with status 0 (as Unix tools do), never with a "failed printing to stdout" panic.
+#[test]
+fn emit_into_a_closed_pipe_ends_quietly() {
+    let mut child = tessera()
+        .args(["emit", "y(i) = A(i,j) * x(j)", "-f", "A:csr"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("binary runs");
+    // The only read end goes away before the child writes (it parses and generates first).
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("binary ends");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{:?}: {err}", o.status);
+    assert!(!err.contains("panicked"), "{err}");
 }

@@ -1,11 +1,33 @@
 //! `tessera-data`: convert tensors between `.tns`, `.mtx` and `.tcs`, inspect and validate
 //! files, and generate synthetic tensors.
 
+/// `println!` for the reports this tool prints on standard output (see [`write_stdout`]).
+macro_rules! say {
+    ($($t:tt)*) => {
+        $crate::write_stdout(format_args!("{}\n", format_args!($($t)*)))
+    };
+}
+
 mod cmd;
 mod merge;
 mod split;
 
 use std::process::ExitCode;
+
+/// Writes a report line. When the reader has gone away (`tessera-data info t.tcs | head`)
+/// the program ends quietly with status 0, as Unix tools do, instead of panicking as
+/// `println!` does; any other write error ends it with a message and status 1. Reports are
+/// printed only after the work is done, so nothing is left half-written by exiting here.
+fn write_stdout(line: std::fmt::Arguments) {
+    use std::io::Write;
+    if let Err(e) = std::io::stdout().lock().write_fmt(line) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: writing to standard output: {e}");
+        std::process::exit(1);
+    }
+}
 
 use clap::{Parser, Subcommand};
 

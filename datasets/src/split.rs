@@ -96,7 +96,7 @@ pub fn run_and_report(
 /// Prints a one-line summary with throughput.
 pub fn report(verb: &str, from: &str, to: &str, s: &Summary, how: &str, start: Instant) {
     let secs = start.elapsed().as_secs_f64();
-    println!("{verb} {from} -> {to}: {} blocks, {} values, {:.1} MB in {secs:.2} s ({:.2} GB/s) on {how}", s.blocks, s.values, s.bytes as f64 / 1e6, s.bytes as f64 / 1e9 / secs.max(1e-9));
+    say!("{verb} {from} -> {to}: {} blocks, {} values, {:.1} MB in {secs:.2} s ({:.2} GB/s) on {how}", s.blocks, s.values, s.bytes as f64 / 1e6, s.bytes as f64 / 1e9 / secs.max(1e-9));
 }
 
 /// Runs `f` on every rank: MPI ranks when started by mpirun (and built with the `mpi`

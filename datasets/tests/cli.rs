@@ -208,3 +208,34 @@ fn an_error_is_printed_once() {
     );
     assert!(!d.join("o.mtx").exists());
 }
+
+/// `tessera-data info t.tcs | head` closes the pipe before the report is written: the tool
+/// ends quietly with status 0 (as Unix tools do), never with a "failed printing to stdout"
+/// panic.
+#[test]
+fn info_into_a_closed_pipe_ends_quietly() {
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let o = run(
+        d,
+        &[
+            "generate", "--dims", "30,30", "--nnz", "100", "--seed", "2", "-o", "t.tns",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessera-data"))
+        .args(["info", "t.tns", "-q"])
+        .current_dir(d)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("binary runs");
+    // The only read end goes away before the child writes its report (it has a file to read
+    // first).
+    drop(child.stdout.take());
+    let o = child.wait_with_output().expect("binary ends");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{:?}: {err}", o.status);
+    assert!(!err.contains("panicked"), "{err}");
+}

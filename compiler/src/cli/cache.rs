@@ -50,12 +50,12 @@ pub fn run(args: CacheArgs) -> anyhow::Result<ExitCode> {
     match args.action {
         CacheAction::Info => {
             let programs = programs(&dir).len();
-            println!("cache:    {}", dir.display());
-            println!(
-                "size:     {:.1} MiB in {programs} program(s)",
+            let limit = limit()? >> 20;
+            super::write_stdout(format_args!(
+                "cache:    {}\nsize:     {:.1} MiB in {programs} program(s)\nlimit:    {limit} MiB (TESSERA_CACHE_LIMIT)\n",
+                dir.display(),
                 size_of(&dir) as f64 / (1 << 20) as f64
-            );
-            println!("limit:    {} MiB (TESSERA_CACHE_LIMIT)", limit()? >> 20);
+            ));
         }
         CacheAction::Clean => {
             let freed = size_of(&dir);
@@ -63,11 +63,11 @@ pub fn run(args: CacheArgs) -> anyhow::Result<ExitCode> {
                 std::fs::remove_dir_all(&dir)
                     .with_context(|| format!("removing {}", dir.display()))?;
             }
-            println!(
-                "removed {} ({:.1} MiB)",
+            super::write_stdout(format_args!(
+                "removed {} ({:.1} MiB)\n",
                 dir.display(),
                 freed as f64 / (1 << 20) as f64
-            );
+            ));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -23,12 +23,13 @@ pub struct EmitArgs {
 pub fn run(args: EmitArgs) -> anyhow::Result<ExitCode> {
     let c = super::front(&args.statement, &Dims::new())?;
     if args.plan {
-        print!("{}", c.plan?);
+        let plan = c.plan?;
+        super::write_stdout(format_args!("{plan}"));
     } else if args.ir {
-        println!("{}", c.kernel);
+        super::write_stdout(format_args!("{}\n", c.kernel));
     } else {
-        println!("// {}", c.text);
-        print!("{}", driver::pretty(crate::codegen::emit(&c.kernel))?);
+        let code = driver::pretty(crate::codegen::emit(&c.kernel))?;
+        super::write_stdout(format_args!("// {}\n{code}", c.text));
     }
     Ok(ExitCode::SUCCESS)
 }

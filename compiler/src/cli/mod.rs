@@ -79,6 +79,21 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Writes to standard output. When the reader has gone away (`tessera emit ... | head`) the
+/// program ends quietly with status 0, as Unix tools do, instead of panicking as `print!`
+/// does; any other write error ends it with a message and status 1. Only reports and
+/// printed code go here, after the work is done, so exiting leaves nothing half-written.
+pub(crate) fn write_stdout(text: std::fmt::Arguments) {
+    use std::io::Write;
+    if let Err(e) = std::io::stdout().lock().write_fmt(text) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: writing to standard output: {e}");
+        std::process::exit(1);
+    }
+}
+
 /// Prints an error: diagnostics as rendered, everything else with its chain of causes.
 pub fn report(e: &anyhow::Error) {
     if let Some(r) = e.downcast_ref::<Rendered>() {

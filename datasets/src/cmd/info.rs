@@ -29,11 +29,11 @@ impl Args {
         };
         match result {
             Ok(()) => {
-                println!("validation:  ok");
+                say!("validation:  ok");
                 Ok(ExitCode::SUCCESS)
             }
             Err(e) => {
-                println!("validation:  FAILED");
+                say!("validation:  FAILED");
                 eprintln!("error: {e}");
                 Ok(ExitCode::FAILURE)
             }
@@ -45,42 +45,49 @@ fn tcs_info(path: &Path, bars: &Bars) -> Result<(), tessera_formats::Error> {
     let f = TcsFile::open_with_progress(path, bars)?;
     let h = f.header();
     let dims: Vec<String> = h.modes.iter().map(|m| m.dim.to_string()).collect();
-    println!("file:        {}", path.display());
-    println!(
+    say!("file:        {}", path.display());
+    say!(
         "kind:        .tcs version {} ({})",
         h.version,
         if h.is_block { "block" } else { "whole tensor" }
     );
-    println!(
+    say!(
         "values:      {}, {}-bit coordinates",
         h.value_type.name(),
         h.index_bits
     );
-    println!("rank:        {}", h.rank());
-    println!("dims:        {}", dims.join(" x "));
-    println!("format:      {}", f.format());
-    println!("nonzeros:    {} stored values", h.nnz);
+    say!("rank:        {}", h.rank());
+    say!("dims:        {}", dims.join(" x "));
+    say!("format:      {}", f.format());
+    say!("nonzeros:    {} stored values", h.nnz);
     if h.is_block {
         for (m, mode) in h.modes.iter().enumerate() {
-            println!(
+            say!(
                 "split m{m}:    [{}, {}) piece {} of {}",
-                mode.split_lo, mode.split_hi, mode.split_index, mode.split_count
+                mode.split_lo,
+                mode.split_hi,
+                mode.split_index,
+                mode.split_count
             );
         }
     }
     for (k, l) in h.levels.iter().enumerate() {
         match l.level_type {
-            LevelType::Dense => println!(
+            LevelType::Dense => say!(
                 "level {k}:     dense, mode {}, size {}, offset {}",
-                l.mode, l.size, l.offset
+                l.mode,
+                l.size,
+                l.offset
             ),
-            LevelType::Compressed => println!(
+            LevelType::Compressed => say!(
                 "level {k}:     compressed, mode {}, {} coordinates",
-                l.mode, l.size
+                l.mode,
+                l.size
             ),
-            LevelType::Singleton => println!(
+            LevelType::Singleton => say!(
                 "level {k}:     singleton, mode {}, {} coordinates",
-                l.mode, l.size
+                l.mode,
+                l.size
             ),
         }
     }
@@ -97,14 +104,16 @@ fn tcs_info(path: &Path, bars: &Bars) -> Result<(), tessera_formats::Error> {
             0 | 1 => String::new(),
             n => format!(" in {n} extents"),
         };
-        println!(
+        say!(
             "array:       {kind:<4} level {} at byte {at:>12}, {:>14} bytes, crc32 {:08x}{pieces}",
-            a.level, a.len, a.crc32
+            a.level,
+            a.len,
+            a.crc32
         );
     }
-    println!("bytes:       {} (header {})", h.file_len, h.header_len);
+    say!("bytes:       {} (header {})", h.file_len, h.header_len);
     if !h.extents.is_empty() {
-        println!(
+        say!(
             "extents:     {} (segmented arrays; table of {} bytes at the end)",
             h.extents.len(),
             h.table_len()
@@ -141,11 +150,11 @@ fn text_info(path: &Path, bars: &Bars) -> Result<(), tessera_formats::Error> {
         None => (max.iter().map(|m| m + 1).collect(), "largest coordinates"),
     };
     let dims: Vec<String> = dims.iter().map(|d| d.to_string()).collect();
-    println!("file:        {}", path.display());
-    println!("rank:        {rank}");
-    println!("dims:        {} ({how})", dims.join(" x "));
-    println!("entries:     {n} ({zeros} explicit zeros)");
-    println!(
+    say!("file:        {}", path.display());
+    say!("rank:        {rank}");
+    say!("dims:        {} ({how})", dims.join(" x "));
+    say!("entries:     {n} ({zeros} explicit zeros)");
+    say!(
         "order:       {}",
         if sorted {
             "sorted, no repeats (converts in one pass, no sort)"
@@ -153,6 +162,6 @@ fn text_info(path: &Path, bars: &Bars) -> Result<(), tessera_formats::Error> {
             "unsorted or with repeats (converts by external sort)"
         }
     );
-    println!("bytes:       {}", r.total_bytes());
+    say!("bytes:       {}", r.total_bytes());
     Ok(())
 }
