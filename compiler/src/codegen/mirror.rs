@@ -145,13 +145,19 @@ impl Gen<'_> {
                 let mut jobs: Vec<(usize, usize, usize, &mut [V])> = Vec::with_capacity(n_jobs);
                 let mut q0 = lo;
                 for k in 1..=n_jobs {
-                    let target = base + (end - base) / n_jobs * k;
-                    let (mut a, mut b) = (q0, hi);
-                    while k < n_jobs && a < b {
-                        let mid = a + (b - a) / 2;
-                        if first_value(mid) < target { a = mid + 1 } else { b = mid }
-                    }
-                    let q1 = if k == n_jobs { hi } else { a };
+                    // The last job ends at `hi`; the others at the first position whose
+                    // output values start at or after their share's end.
+                    let q1 = if k == n_jobs {
+                        hi
+                    } else {
+                        let target = base + (end - base) / n_jobs * k;
+                        let (mut a, mut b) = (q0, hi);
+                        while a < b {
+                            let mid = a + (b - a) / 2;
+                            if first_value(mid) < target { a = mid + 1 } else { b = mid }
+                        }
+                        a
+                    };
                     if q1 == q0 {
                         continue;
                     }
