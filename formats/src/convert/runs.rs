@@ -1030,13 +1030,17 @@ impl MergeSource {
             .max((min_ranges as u64).min(total / 4096))
             .max(1);
         let step = (total / (count * SAMPLES_PER_RANGE)).max(1);
+        // Sample positions run over the runs laid end to end, so many runs shorter than
+        // `step` are still sampled (per-run positions would skip every one of them).
         let mut samples = Vec::new();
+        let mut next = step / 2;
+        let mut start = 0;
         for f in &files {
-            let mut i = step / 2;
-            while i < f.records {
-                samples.push(f.key(i)?);
-                i += step;
+            while next < start + f.records {
+                samples.push(f.key(next - start)?);
+                next += step;
             }
+            start += f.records;
         }
         samples.sort_unstable();
         let mut keys: Vec<Vec<u64>> = (1..count)
@@ -1123,41 +1127,78 @@ mod tests {
             wide in any::<bool>(),
             seed in any::<u64>(),
         ) {
-            let mut x = seed | 1;
-            let mut next = || { x ^= x << 13; x ^= x >> 7; x ^= x << 17; x };
-            let dir = tempfile::tempdir().unwrap();
-            let input = dir.path().join("r.tns");
-            let mut text = String::new();
-            // Coordinates past 32 bits make runs of 64-bit records (and keys too wide to pack).
-            let scale = if wide { 1u64 << 33 } else { 1 };
-            for e in 0..n {
-                for _ in 0..rank {
-                    text += &format!("{} ", (next() % spread) * scale + 1);
-                }
-                text += &format!("{e}\n");
+            check_ranges(rank, spread, n, run_entries, target, wide, seed)?;
+        }
+    }
+
+    /// Many runs shorter than the sampling step (38 runs of one entry) once left no
+    /// samples at all and the range cut indexed an empty list.
+    #[test]
+    fn runs_shorter_than_the_sampling_step_are_sampled() {
+        check_ranges(1, 1, 38, 1, 19, false, 0).unwrap();
+        check_ranges(2, 30, 500, 1, 7, true, 9).unwrap();
+    }
+
+    /// Converts `n` random entries with runs of `run_entries`, cuts the merge into ranges
+    /// of about `target` and checks them against the serial merge.
+    fn check_ranges(
+        rank: usize,
+        spread: u64,
+        n: usize,
+        run_entries: usize,
+        target: u64,
+        wide: bool,
+        seed: u64,
+    ) -> std::result::Result<(), TestCaseError> {
+        let mut x = seed | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("r.tns");
+        let mut text = String::new();
+        // Coordinates past 32 bits make runs of 64-bit records (and keys too wide to pack).
+        let scale = if wide { 1u64 << 33 } else { 1 };
+        for e in 0..n {
+            for _ in 0..rank {
+                text += &format!("{} ", (next() % spread) * scale + 1);
             }
-            std::fs::write(&input, text).unwrap();
-            let format = Format::all_compressed(rank);
-            let opts = ConvertOptions { run_entries: Some(run_entries), ..Default::default() };
-            let mut sorted = sort_runs(&input, &format, &opts, dir.path(), &crate::NoProgress).unwrap();
-            let mut want = Vec::new();
-            sorted.source.scan(&crate::NoProgress, &mut |k, v| {
+            text += &format!("{e}\n");
+        }
+        std::fs::write(&input, text).unwrap();
+        let format = Format::all_compressed(rank);
+        let opts = ConvertOptions {
+            run_entries: Some(run_entries),
+            ..Default::default()
+        };
+        let mut sorted = sort_runs(&input, &format, &opts, dir.path(), &crate::NoProgress).unwrap();
+        let mut want = Vec::new();
+        sorted
+            .source
+            .scan(&crate::NoProgress, &mut |k, v| {
                 want.push((k.to_vec(), v));
                 Ok(())
-            }).unwrap();
-            let ranges = sorted.source.ranges(target, 3, 2).unwrap();
-            let mut got = Vec::new();
-            for j in 0..ranges.len() {
-                let mut keys = std::collections::BTreeSet::new();
-                sorted.source.merge_range(&ranges, j, 64, &mut |k, v| {
+            })
+            .unwrap();
+        let ranges = sorted.source.ranges(target, 3, 2).unwrap();
+        let mut got = Vec::new();
+        for j in 0..ranges.len() {
+            let mut keys = std::collections::BTreeSet::new();
+            sorted
+                .source
+                .merge_range(&ranges, j, 64, &mut |k, v| {
                     keys.insert(k.to_vec());
                     got.push((k.to_vec(), v));
                     Ok(())
-                }).unwrap();
-                prop_assert!(ranges.entries(j) <= 2 * target || keys.len() == 1);
-            }
-            prop_assert_eq!(got, want);
+                })
+                .unwrap();
+            prop_assert!(ranges.entries(j) <= 2 * target || keys.len() == 1);
         }
+        prop_assert_eq!(got, want);
+        Ok(())
     }
 
     proptest! {
