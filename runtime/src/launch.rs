@@ -42,6 +42,10 @@ pub(crate) struct PointOut {
 }
 
 pub(crate) struct Launched {
+    /// The task's place in the issued stream: its replicated sequence number across ranks,
+    /// else its launch order on this runtime. Poisoning is ordered by it
+    /// ([`StoreRoot::set_poison`]).
+    pub position: u64,
     pub name: Arc<str>,
     pub body: TaskBody,
     pub domain: Domain,
@@ -117,20 +121,21 @@ impl Launched {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        let at = self.position;
         for a in self
             .args
             .iter()
             .filter(|a| a.privilege.writes() && !a.local)
         {
             match &failure {
-                Some(err) => a.root.set_poison(err.clone()),
+                Some(err) => a.root.set_poison(err.clone(), at),
                 // A successful write of the whole store makes it trustworthy again.
                 None if !matches!(a.privilege, Privilege::Reduce(_))
                     && a.root.bound().is_some_and(|b| {
                         b.rect == a.view || a.privilege == Privilege::WriteUnbound
                     }) =>
                 {
-                    a.root.clear_poison()
+                    a.root.clear_poison(at)
                 }
                 None => {}
             }

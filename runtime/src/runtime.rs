@@ -93,6 +93,8 @@ pub(crate) struct Inner {
     registry: RwLock<Registry>,
     front: Mutex<Front>,
     next_store: AtomicU64,
+    /// On one rank: the next launched task's stream position (`Launched::position`).
+    next_position: AtomicU64,
     max_pending: usize,
     fusion: FusionConfig,
     /// The body a fused task's `Launched` carries (never called: its points run the
@@ -383,6 +385,7 @@ impl RuntimeBuilder {
                 deferred: None,
             }),
             next_store: AtomicU64::new(0),
+            next_position: AtomicU64::new(0),
             max_pending,
             fusion: FusionConfig {
                 enabled: self.fusion,
@@ -1671,7 +1674,12 @@ impl Inner {
                 roots.push(a.root.clone());
             }
         }
+        let position = match &dist {
+            Some(d) => d.seq,
+            None => self.next_position.fetch_add(1, Ordering::Relaxed),
+        };
         Arc::new(Launched {
+            position,
             name: t.name,
             body: t.body,
             domain,

@@ -127,7 +127,8 @@ pub(crate) struct StoreRoot {
     /// (`Buf::sparse_zeros`), so a rank's memory holds only the pieces it writes or receives.
     sparse: bool,
     /// Set when a task that writes this store failed: its contents are not to be trusted.
-    poison: Mutex<Option<RuntimeError>>,
+    /// With the stream position of the latest poisoning ([`StoreRoot::set_poison`]).
+    poison: Mutex<Option<(u64, RuntimeError)>>,
     /// Fast check for `poison` (read by every point before it runs).
     tainted: AtomicBool,
 }
@@ -245,21 +246,34 @@ impl StoreRoot {
         self.poison
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .as_ref()
+            .map(|(_, e)| e.clone())
     }
 
-    /// Marks the contents as produced by a failed task (the first failure is kept).
-    pub(crate) fn set_poison(&self, err: RuntimeError) {
+    /// Marks the contents as produced by a failed task (the first failure is kept), at stream
+    /// position `at`: the position of the task whose write or transfer failed
+    /// (`Launched::position`; see [`StoreRoot::clear_poison`]).
+    pub(crate) fn set_poison(&self, err: RuntimeError, at: u64) {
         let mut p = self.poison.lock().unwrap_or_else(|e| e.into_inner());
-        p.get_or_insert(err);
+        match &mut *p {
+            Some((last, _)) => *last = (*last).max(at),
+            None => *p = Some((at, err)),
+        }
         self.tainted.store(true, Ordering::Release);
     }
 
-    /// Marks the contents as trustworthy again (a task rewrote the whole store).
-    pub(crate) fn clear_poison(&self) {
+    /// Marks the contents as trustworthy again: the task at stream position `at` rewrote the
+    /// whole store. Only a poisoning from no later in the stream is cleared: a task ends when
+    /// its last point does, and a later task that writes part of the store depends only on
+    /// the points it overlaps, so it may fail (or, across ranks, receive a failed piece)
+    /// before the earlier task ends; that failure must survive the earlier task's end.
+    pub(crate) fn clear_poison(&self, at: u64) {
         if self.tainted.load(Ordering::Acquire) {
-            *self.poison.lock().unwrap_or_else(|e| e.into_inner()) = None;
-            self.tainted.store(false, Ordering::Release);
+            let mut p = self.poison.lock().unwrap_or_else(|e| e.into_inner());
+            if p.as_ref().is_some_and(|(last, _)| *last <= at) {
+                *p = None;
+                self.tainted.store(false, Ordering::Release);
+            }
         }
     }
 }

@@ -276,7 +276,8 @@ fn deliver(recv: Recv, msg: Result<&[u8], RuntimeError>) {
                 }
             });
             if let Err(e) = r {
-                root.set_poison(e);
+                // At the receiving task's place in the stream (the key's first word).
+                root.set_poison(e, recv.key[0]);
             }
         }
         Deliver::Outs { task, point } => {

@@ -169,7 +169,8 @@ pub(crate) fn gather(
             None => write_rect(root, *rect, r),
         });
         if let Err(e) = got {
-            root.set_poison(e.clone());
+            // After every task issued so far: the next one to rewrite the store clears it.
+            root.set_poison(e.clone(), ch.seq.load(std::sync::atomic::Ordering::Relaxed));
             first = first.and(Err(e));
         }
     }

@@ -410,6 +410,41 @@ fn a_failing_task_poisons_what_it_writes_and_its_future() {
     assert_eq!(rt.read::<f64>(&x).unwrap(), vec![1.0; 8]);
 }
 
+/// A task that writes part of a store depends only on the points of an earlier whole write it
+/// overlaps, so it can fail before that earlier task ends; the earlier task's successful end
+/// must not wipe the later failure (it did: poison was cleared by any whole write ending).
+#[test]
+fn a_later_failure_survives_an_earlier_whole_write_ending() {
+    let rt = Runtime::new(3);
+    rt.register("slow_fill", |ctx| {
+        if ctx.linear_point() == 1 {
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        ctx.write::<f64>(0).as_mut_slice().fill(1.0);
+    })
+    .unwrap();
+    rt.register("fail_part", |_| panic!("the part refuses"))
+        .unwrap();
+    let x = rt.create(DType::F64, &[8]).unwrap();
+    rt.task("slow_fill")
+        .write(&x)
+        .launch_domain(&[2])
+        .submit()
+        .unwrap();
+    // Overlaps point 0's half only: it runs while point 1 still sleeps.
+    rt.task("fail_part")
+        .write(&x.slice(0, 0..2).unwrap())
+        .submit()
+        .unwrap();
+    match rt.read::<f64>(&x) {
+        Err(RuntimeError::TaskFailed { task, .. }) => assert_eq!(task, "fail_part"),
+        other => panic!("expected the later failure, got {other:?}"),
+    }
+    // A whole rewrite issued after the failure still clears it.
+    rt.fill(&x, 2.0).unwrap();
+    assert_eq!(rt.read::<f64>(&x).unwrap(), vec![2.0; 8]);
+}
+
 #[test]
 fn reference_counts_split_application_and_pending_tasks() {
     let rt = Runtime::new(2);
