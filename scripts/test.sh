@@ -12,7 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 
-step() { printf '\n== %s\n' "$*"; }
+# Each step says how long the suite has run so far, so a slow phase shows in CI's log.
+start=$(date +%s)
+step() { printf '\n== %s (at %ss)\n' "$*" "$(( $(date +%s) - start ))"; }
 
 step "system packages"
 bash scripts/install-deps.sh
