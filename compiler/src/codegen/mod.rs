@@ -394,6 +394,7 @@ impl Gen<'_> {
             params.push((self.bound(v, "nar"), quote!(bool)));
         }
         let (names, types): (Vec<Ident>, Vec<TokenStream>) = params.into_iter().unzip();
+        let rows = self.row_pos_slices();
         quote! {
             #[allow(unused_variables, unused_mut, unused_assignments, unused_labels,
                 unused_parens, unused_macros, clippy::all, clippy::too_many_arguments)]
@@ -402,6 +403,7 @@ impl Gen<'_> {
                 #(#names: #types),*
             ) {
                 #(const #offsets: usize = 0;)*
+                #rows
                 #nests
             }
             #[allow(unused_variables, unused_mut, unused_assignments, unused_labels,
@@ -410,6 +412,7 @@ impl Gen<'_> {
             fn any_offsets<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
                 #(#offsets: usize,)* #(#names: #types),*
             ) {
+                #rows
                 #nests
             }
             if #condition {
@@ -418,6 +421,31 @@ impl Gen<'_> {
                 any_offsets::<V, I>(#(#offsets,)* #(#names),*);
             }
         }
+    }
+
+    /// For every input whose first level is dense and second compressed (CSR-like), its
+    /// `pos` cut to the first level's positions plus one: the row loop has just checked that
+    /// a row is below the dense size, so with this length (`..=size`, which cannot wrap as
+    /// `..size + 1` could) LLVM drops both bounds checks of the row's `pos[p]` and
+    /// `pos[p + 1]`. SpMV block kernel, 100 k rows: 12.07 M → 11.33 M instructions per run
+    /// together with the plain store of `written_once`. A valid tensor or window has exactly
+    /// this many; a shorter one panics here rather than in the loop.
+    fn row_pos_slices(&self) -> TokenStream {
+        self.k
+            .tensors
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.input_slot.is_some())
+            .filter(|(_, d)| {
+                d.format
+                    .levels()
+                    .starts_with(&[LevelType::Dense, LevelType::Compressed])
+            })
+            .map(|(t, _)| {
+                let (pos, size) = (self.lvl(t, 1, "pos"), self.lvl(t, 0, "size"));
+                quote!(let #pos: &[I] = &#pos[..=#size];)
+            })
+            .collect()
     }
 
     fn nest(&self, nest: &Nest) -> TokenStream {

@@ -11,10 +11,12 @@ impl Gen<'_> {
     /// Whether this nest writes each cell of a fresh dense (or mirrored) output at most once:
     /// the only nest, summing, and the loops outside the accumulator bind exactly the output's
     /// variables (each coordinate is visited once per loop, so each cell once). Then the write
-    /// can be a store, `slot = acc + 0`, instead of `slot += acc` on a slot holding the fill
-    /// `0`: the same value bit for bit (`+ 0` turns `-0.0` into `+0.0`, as adding to the zeroed
-    /// slot did) without loading the slot — which for a freshly `calloc`ed output is a read
-    /// fault on the zero page and then a write fault per page, and a load per output cell.
+    /// can be a store, `slot = acc`, instead of `slot += acc` on a slot holding the fill `0`,
+    /// without loading the slot — which for a freshly `calloc`ed output is a read fault on the
+    /// zero page and then a write fault per page, and a load per output cell. It is the same
+    /// value bit for bit: `acc` starts at `+0` and only ever has terms added, and a sum that
+    /// starts at `+0` is never `-0` (under round-to-nearest `x + y` is `-0` only when both are
+    /// `-0`), so adding it to the zeroed slot would not change its bits either.
     pub(super) fn written_once(&self, nest: &Nest) -> bool {
         let out = &self.k.accesses[self.k.output_access].level_vars;
         let outer = &nest.loops[..nest.acc_depth.min(nest.loops.len())];
@@ -29,8 +31,7 @@ impl Gen<'_> {
     /// `slot = x` where [`Self::written_once`], else `slot ⊕= x`.
     pub(super) fn store(&self, nest: &Nest, slot: TokenStream, x: TokenStream) -> TokenStream {
         if self.written_once(nest) {
-            let fill = self.fill();
-            quote!(#slot = (#x) + #fill;)
+            quote!(#slot = #x;)
         } else {
             self.accumulate(slot, x)
         }
