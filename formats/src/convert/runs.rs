@@ -1488,6 +1488,31 @@ mod tests {
             }
         }
 
+        /// The in-memory merge of sorted sections is the stable sort of their concatenation:
+        /// key order, equal keys in section order (duplicates summed in input order).
+        #[test]
+        fn slice_merge_is_the_stable_sort(
+            sections in proptest::collection::vec(
+                proptest::collection::vec(0u64..20, 0..30), 0..9),
+        ) {
+            let mut pairs = Vec::new();
+            let mut bounds = vec![0];
+            for (i, mut keys) in sections.into_iter().enumerate() {
+                keys.sort_unstable();
+                pairs.extend(keys.iter().enumerate().map(|(j, &k)| [k, (i * 100 + j) as u64]));
+                bounds.push(pairs.len());
+            }
+            let mut want = pairs.clone();
+            want.sort_by_key(|p| p[0]);
+            let mut got = Vec::new();
+            merge_slices::<()>(&pairs, &bounds, |p| {
+                got.push(*p);
+                Ok(())
+            })
+            .unwrap();
+            prop_assert_eq!(got, want);
+        }
+
         /// Fixed-size and general sorts agree with sorting (key, value) pairs, for every rank
         /// the dispatch distinguishes, and dedup sums equal keys.
         #[test]
