@@ -12,9 +12,11 @@
 //! the file declares no dimensions (pass one, `scan`, counts; pass two, `build`, writes at
 //! computed offsets). Input found out of order falls back to an external merge sort
 //! (`runs`): sorted runs in temporary files within the memory budget, merged k ways (in
-//! several rounds if there are more runs than buffers). For the formats the block packer
+//! several rounds if there are more runs than buffers); a run whose keys pack into 64 bits
+//! is stored as its sorted (packed key, value) pairs. For the formats the block packer
 //! handles, the final merge is cut into key ranges (`runs::Ranges`: every run's lower bounds
-//! of keys sampled from the runs) that workers merge and pack in parallel like text blocks,
+//! of keys sampled from the runs) that workers merge (in memory, when the keys pack) and
+//! pack in parallel like text blocks,
 //! joined in key order by the `Stitcher` (`stitch::convert_merged`); other formats take one
 //! serial merge into the general packer. Output goes to a temporary file renamed into place
 //! only when complete.

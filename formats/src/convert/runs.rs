@@ -65,14 +65,15 @@ pub(crate) fn sort_runs(
     let order = format.mode_order();
     progress.stage("sort runs", reader.total_bytes());
     while reader.next_chunk(&mut chunk)? {
-        for (e, &v) in chunk.vals.iter().enumerate() {
-            let coords = &chunk.coords[e * rank..(e + 1) * rank];
-            for &m in order {
-                run.recs.push(coords[m]);
-                max[m] = max[m].max(coords[m]);
-            }
-            run.recs.push(v.to_bits());
-            entries += 1;
+        for (m, top) in max.iter_mut().enumerate() {
+            let coords = chunk.coords.iter().skip(m).step_by(rank);
+            *top = coords.fold(*top, |a, &c| a.max(c));
+        }
+        let mut at = 0;
+        while at < chunk.len() {
+            let take = (cap - run.len()).min(chunk.len() - at);
+            run.append(&chunk, at..at + take, order);
+            at += take;
             if run.len() == cap {
                 let spilled = run.spill(
                     temp.path(),
@@ -85,6 +86,7 @@ pub(crate) fn sort_runs(
                 runs.extend(spilled);
             }
         }
+        entries += chunk.len() as u64;
         super::tick(progress, reader.bytes_read())?;
     }
     progress.end_stage();
@@ -92,6 +94,7 @@ pub(crate) fn sort_runs(
         .declared_dims()
         .unwrap_or_else(|| max.iter().map(|&m| m + 1).collect());
     drop(reader);
+    let level_max: Vec<u64> = order.iter().map(|&m| max[m]).collect();
     if runs.is_empty() {
         // Everything fit in one buffer: merge from memory.
         run.sort();
@@ -102,6 +105,7 @@ pub(crate) fn sort_runs(
             runs: Vec::new(),
             memory: Some(run),
             buffer: 0,
+            packing: None,
             _temp: temp,
         };
         return Ok(Sorted {
@@ -158,7 +162,11 @@ pub(crate) fn sort_runs(
             for r in group {
                 let _ = std::fs::remove_file(&r.path);
             }
-            merged.push(Run { path, narrow });
+            merged.push(Run {
+                path,
+                narrow,
+                packed: None,
+            });
             super::tick(progress, ((g + 1) * fan_in) as u64)?;
         }
         progress.end_stage();
@@ -169,6 +177,7 @@ pub(crate) fn sort_runs(
         runs,
         memory: None,
         buffer,
+        packing: packing(&level_max),
         _temp: temp,
     };
     Ok(Sorted {
@@ -182,17 +191,27 @@ pub(crate) fn sort_runs(
 
 /// Entries of one run while they are collected: records of the level-order key followed by
 /// the value's bits, flattened.
-/// A sorted run on disk. Coordinates are stored as 32-bit words when all of the run's fit
-/// (nearly always), which cuts the bytes written and read back by the sort by about a third.
+/// A sorted run on disk. A spilled run whose keys pack into 64 bits (nearly always) is
+/// stored as its sorted (packed key, value) pairs, written as they lie in memory: 16 bytes
+/// a record and no encoding. Otherwise (and for the runs merge rounds write) coordinates are
+/// stored as 32-bit words when all of the run's fit, which cuts the bytes written and read
+/// back by the sort by about a third.
 pub(crate) struct Run {
     path: PathBuf,
+    /// Every coordinate fits 32 bits.
     narrow: bool,
+    /// Records are (packed key, value) pairs, the key's fields of these bits (see
+    /// [`sort_pairs`]).
+    packed: Option<Vec<u32>>,
 }
 
 impl Run {
-    /// Bytes of one record: the coordinates (32- or 64-bit) and the value.
+    /// Bytes of one record: the packed key or the coordinates (32- or 64-bit), and the value.
     fn record_bytes(&self, rank: usize) -> usize {
-        (if self.narrow { 4 } else { 8 }) * rank + 8
+        match self.packed {
+            Some(_) => 16,
+            None => (if self.narrow { 4 } else { 8 }) * rank + 8,
+        }
     }
 }
 
@@ -212,6 +231,36 @@ impl RunBuffer {
         let s = self.rank + 1;
         let r = &self.recs[e * s..(e + 1) * s];
         (&r[..self.rank], f64::from_bits(r[self.rank]))
+    }
+
+    /// Appends entries `range` of `chunk` as records, their coordinates in level `order`.
+    fn append(&mut self, chunk: &Chunk, range: Range<usize>, order: &[usize]) {
+        let rank = self.rank;
+        let coords = &chunk.coords[range.start * rank..range.end * rank];
+        // One branch-free loop per common rank: this copy runs on the thread that feeds
+        // the parsers, once per entry of the input.
+        macro_rules! fixed {
+            ($($r:literal)*) => {
+                match rank {
+                    $($r => {
+                        let order: [usize; $r] = order.try_into().expect("the rank's order");
+                        for (c, &v) in coords.chunks_exact($r).zip(&chunk.vals[range]) {
+                            let c: &[u64; $r] = c.try_into().expect("a coordinate per mode");
+                            self.recs.extend(order.map(|m| c[m]));
+                            self.recs.push(v.to_bits());
+                        }
+                    })*
+                    0 => self.recs.extend(chunk.vals[range].iter().map(|v| v.to_bits())),
+                    _ => {
+                        for (c, &v) in coords.chunks_exact(rank).zip(&chunk.vals[range]) {
+                            self.recs.extend(order.iter().map(|&m| c[m]));
+                            self.recs.push(v.to_bits());
+                        }
+                    }
+                }
+            };
+        }
+        fixed!(1 2 3 4)
     }
 
     fn sort(&mut self) {
@@ -254,13 +303,7 @@ impl RunBuffer {
                     let path = dir.join(format!("run-{}", first_id + i));
                     scope.spawn(move || -> Result<Run> {
                         if let Some(bits) = sort_pairs(piece, rank) {
-                            return write_pairs(
-                                piece,
-                                &bits,
-                                &path,
-                                writer_buffer,
-                                (input, format, duplicates),
-                            );
+                            return write_pairs(piece, &bits, &path, (input, format, duplicates));
                         }
                         sort_records(piece, rank);
                         if duplicates == Duplicates::Error {
@@ -273,7 +316,11 @@ impl RunBuffer {
                         let mut out = RunWriter::create(&path, narrow, writer_buffer)?;
                         out.write_records(recs, rank)?;
                         out.finish()?;
-                        Ok(Run { path, narrow })
+                        Ok(Run {
+                            path,
+                            narrow,
+                            packed: None,
+                        })
                     })
                 })
                 .collect();
@@ -287,45 +334,31 @@ impl RunBuffer {
     }
 }
 
-/// Writes the sorted pairs at the front of `recs` (see [`sort_pairs`]) as a run file,
-/// unpacking each key on the way (no spreading back); rejects repeated keys when asked to.
+/// Writes the sorted pairs at the front of `recs` (see [`sort_pairs`]) as a run file of
+/// pairs, as they lie in memory; rejects repeated keys when asked to.
 fn write_pairs(
     recs: &[u64],
     bits: &[u32],
     path: &Path,
-    buffer: usize,
     (input, format, duplicates): (&Path, &Format, Duplicates),
 ) -> Result<Run> {
     let rank = bits.len();
     let n = recs.len() / (rank + 1);
     let pairs: &[[u64; 2]] = bytemuck::cast_slice(&recs[..2 * n]);
-    let mut key = vec![0u64; rank];
     if duplicates == Duplicates::Error {
         if let Some(w) = pairs.windows(2).find(|w| w[0][0] == w[1][0]) {
+            let mut key = vec![0u64; rank];
             unpack(w[0][0], bits, &mut key);
             return Err(duplicate_error(input, format, &key));
         }
     }
-    let narrow = bits.iter().all(|&b| b <= 32);
-    let mut out = RunWriter::create(path, narrow, buffer)?;
-    let mut rec = Vec::with_capacity(8 * rank + 8);
-    for p in pairs {
-        unpack(p[0], bits, &mut key);
-        rec.clear();
-        for &k in &key {
-            if narrow {
-                rec.extend_from_slice(&(k as u32).to_le_bytes());
-            } else {
-                rec.extend_from_slice(&k.to_le_bytes());
-            }
-        }
-        rec.extend_from_slice(&p[1].to_le_bytes());
-        out.out.write_all(&rec).map_err(|e| Error::io(path, e))?;
-    }
-    out.finish()?;
+    let mut out = File::create(path).map_err(|e| Error::io(path, e))?;
+    out.write_all(bytemuck::cast_slice(pairs))
+        .map_err(|e| Error::io(path, e))?;
     Ok(Run {
         path: path.to_path_buf(),
-        narrow,
+        narrow: bits.iter().all(|&b| b <= 32),
+        packed: Some(bits.to_vec()),
     })
 }
 
@@ -430,29 +463,38 @@ fn spread_pairs(recs: &mut [u64], bits: &[u32]) {
 
 /// Sorts (key, value) pairs by key, stably (equal keys keep their order: duplicates are
 /// summed in input order), by the key's low `bits` bits (the higher ones are zero).
-/// `scratch` is a second buffer as long as `pairs`. Large inputs with wide keys are first
-/// distributed by their top [`TOP_DIGIT`] bits (one counting pass, stable), and each bucket,
-/// small enough to stay in cache, is then sorted by [`lsd_sort_pairs`] on the remaining bits:
-/// an LSD sort over the whole buffer scatters every pass across all of it and spends most of
-/// its time in cache and TLB misses (measured on 1 M pairs of 51-bit keys under load: 136–140
-/// ms for four 13-bit passes, 83–100 ms distributed by 10 bits first).
+/// `scratch` is a second buffer as long as `pairs`. Inputs larger than [`BUCKET_PAIRS`] with
+/// wide keys are first distributed stably by their top bits into buckets of about that many
+/// pairs, and each bucket, whose two buffers then stay in a core's L2 cache, is sorted by
+/// [`lsd_sort_pairs`] on the remaining bits: an LSD sort over the whole buffer scatters every
+/// pass across all of it and spends most of its time in cache and TLB misses (measured on 1 M
+/// pairs of 51-bit keys under load: 136–140 ms for four 13-bit passes, 83–100 ms distributed
+/// by 10 bits first), and buckets much smaller than the cache pay for histograms of
+/// thousands of counts, or fall to the comparison sort.
 fn radix_sort_pairs(pairs: &mut [[u64; 2]], scratch: &mut [[u64; 2]], bits: u32) {
-    // Below about 64 pairs per bucket the buckets' histograms cost more than they save.
-    if pairs.len() < 1 << 16 || bits <= 2 * TOP_DIGIT {
+    let top = (pairs.len() / BUCKET_PAIRS)
+        .next_power_of_two()
+        .trailing_zeros()
+        .min(TOP_DIGIT);
+    if top == 0 || bits <= top + 11 {
         lsd_sort_pairs(pairs, scratch, bits);
         return;
     }
-    msd_then_lsd(pairs, scratch, bits);
+    msd_then_lsd(pairs, scratch, bits, top);
 }
 
-/// Bits of the first, most significant digit of [`radix_sort_pairs`].
+/// Pairs per bucket of [`radix_sort_pairs`]'s first distribution, at most: 128 KiB, so that
+/// a bucket and its scratch stay in a 512 KiB L2 cache.
+const BUCKET_PAIRS: usize = 1 << 13;
+
+/// The most bits of [`radix_sort_pairs`]'s first, most significant digit.
 const TOP_DIGIT: u32 = 10;
 
-/// One stable distribution by the top [`TOP_DIGIT`] of `bits` bits into `scratch`, then each
+/// One stable distribution by the top `top` of `bits` bits into `scratch`, then each
 /// bucket sorted on the bits below and copied back.
-fn msd_then_lsd(pairs: &mut [[u64; 2]], scratch: &mut [[u64; 2]], bits: u32) {
-    let shift = bits - TOP_DIGIT;
-    let mut starts = vec![0usize; (1 << TOP_DIGIT) + 1];
+fn msd_then_lsd(pairs: &mut [[u64; 2]], scratch: &mut [[u64; 2]], bits: u32, top: u32) {
+    let shift = bits - top;
+    let mut starts = vec![0usize; (1 << top) + 1];
     for p in pairs.iter() {
         starts[(p[0] >> shift) as usize + 1] += 1;
     }
@@ -465,9 +507,13 @@ fn msd_then_lsd(pairs: &mut [[u64; 2]], scratch: &mut [[u64; 2]], bits: u32) {
         scratch[next[b]] = *p;
         next[b] += 1;
     }
+    let low = u64::MAX >> (64 - shift);
     for w in starts.windows(2) {
         let r = w[0]..w[1];
-        lsd_sort_pairs(&mut scratch[r.clone()], &mut pairs[r.clone()], shift);
+        // The bucket's own key bits: its pairs share the top digit.
+        let span = scratch[r.clone()].iter().fold(0, |a, p| a | (p[0] & low));
+        let bits = 64 - span.leading_zeros();
+        lsd_sort_pairs(&mut scratch[r.clone()], &mut pairs[r.clone()], bits);
         pairs[r.clone()].copy_from_slice(&scratch[r]);
     }
 }
@@ -676,6 +722,7 @@ struct RunReader {
     packed: u128,
     value: f64,
     narrow: bool,
+    packing: Option<Vec<u32>>,
 }
 
 impl RunReader {
@@ -684,7 +731,6 @@ impl RunReader {
         use std::io::{Seek, SeekFrom};
         let path = &run.path;
         let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
-        let width = if run.narrow { 4 } else { 8 };
         let rec = run.record_bytes(rank) as u64;
         let (f, buffer) = match section {
             None => (f.take(u64::MAX), buffer),
@@ -698,11 +744,12 @@ impl RunReader {
         Ok(RunReader {
             path: path.to_path_buf(),
             input: BufReader::with_capacity(buffer, f),
-            record: vec![0; width * rank + 8],
+            record: vec![0; rec as usize],
             key: vec![0; rank],
             packed: 0,
             value: 0.0,
             narrow: run.narrow,
+            packing: run.packed.clone(),
         })
     }
 
@@ -719,7 +766,7 @@ impl RunReader {
         if buf.len() >= len {
             decode(
                 &buf[..len],
-                self.narrow,
+                (self.narrow, self.packing.as_deref()),
                 &mut self.key,
                 &mut self.packed,
                 &mut self.value,
@@ -734,7 +781,7 @@ impl RunReader {
         }
         decode(
             &self.record,
-            self.narrow,
+            (self.narrow, self.packing.as_deref()),
             &mut self.key,
             &mut self.packed,
             &mut self.value,
@@ -743,10 +790,26 @@ impl RunReader {
     }
 }
 
-/// One run record: its key (and the key packed, when narrow) and its value.
+/// One run record: its key (and the key packed, when narrow) and its value. `packing`: the
+/// record is a (packed key, value) pair with fields of these bits.
 #[inline]
-fn decode(record: &[u8], narrow: bool, key: &mut [u64], packed: &mut u128, value: &mut f64) {
-    if narrow {
+fn decode(
+    record: &[u8],
+    (narrow, packing): (bool, Option<&[u32]>),
+    key: &mut [u64],
+    packed: &mut u128,
+    value: &mut f64,
+) {
+    if let Some(bits) = packing {
+        unpack(
+            u64::from_le_bytes(record[..8].try_into().expect("8 bytes")),
+            bits,
+            key,
+        );
+        if narrow {
+            *packed = key.iter().fold(0, |p, &k| (p << 32) | u128::from(k));
+        }
+    } else if narrow {
         *packed = 0;
         for (k, chunk) in key.iter_mut().zip(record.chunks_exact(4)) {
             *k = u64::from(u32::from_le_bytes(chunk.try_into().expect("4 bytes")));
@@ -871,6 +934,9 @@ pub(crate) struct MergeSource {
     /// When all input fit one buffer: the sorted, distinct records.
     memory: Option<RunBuffer>,
     buffer: usize,
+    /// Bits of each level's field when every key of every run packs into one `u64` (see
+    /// [`packing`]): key ranges are then merged in memory ([`MergeSource::merge_packed`]).
+    packing: Option<Vec<u32>>,
     /// Removed (with the runs) when the source is dropped, on success or failure.
     _temp: tempfile::TempDir,
 }
@@ -952,7 +1018,8 @@ impl<'a> RunFile<'a> {
             .read_exact_at(&mut bytes, i * rec as u64)
             .map_err(|e| Error::io(&self.run.path, e))?;
         let (mut key, mut packed, mut value) = (vec![0; self.rank], 0, 0.0);
-        decode(&bytes, self.run.narrow, &mut key, &mut packed, &mut value);
+        let layout = (self.run.narrow, self.run.packed.as_deref());
+        decode(&bytes, layout, &mut key, &mut packed, &mut value);
         Ok(key)
     }
 
@@ -1062,12 +1129,14 @@ impl MergeSource {
     }
 
     /// Merges range `j` of `ranges` into `f` (see [`merge`]), each run read through a
-    /// buffer of at most `buffer` bytes.
+    /// buffer of at most `buffer` bytes: in memory when the keys pack and the range holds
+    /// at most `in_memory` records (ranges above twice their target hold one coordinate and
+    /// may be of any length), else by the streaming k-way merge.
     pub(crate) fn merge_range(
         &self,
         ranges: &Ranges,
         j: usize,
-        buffer: usize,
+        (buffer, in_memory): (usize, u64),
         f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
     ) -> Result<()> {
         let (lo, hi) = (&ranges.at[j], &ranges.at[j + 1]);
@@ -1076,9 +1145,175 @@ impl MergeSource {
                 let (k, v) = buf.record(e as usize);
                 f(k, v)
             }),
-            None => merge_sections(&self.runs, Some((lo, hi)), self.rank, buffer, f),
+            None => match &self.packing {
+                Some(bits) if ranges.entries(j) <= in_memory => {
+                    self.merge_packed(lo, hi, bits, buffer * self.runs.len() / 2, f)
+                }
+                _ => merge_sections(&self.runs, Some((lo, hi)), self.rank, buffer, f),
+            },
         }
     }
+
+    /// [`MergeSource::merge_range`] in memory: every run's section of the range read with
+    /// positioned reads of up to `chunk` bytes, each record packed into one `u64` key by the
+    /// levels' bits over all runs (so that packed order is key order), and the sections,
+    /// laid end to end, merged by [`merge_slices`]. A range's records are few enough for
+    /// memory (the caller sizes them, see `stitch::merged`); this replaces a buffered reader
+    /// per run, a decode per record and comparisons of 128-bit keys.
+    fn merge_packed(
+        &self,
+        lo: &[u64],
+        hi: &[u64],
+        bits: &[u32],
+        chunk: usize,
+        f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
+    ) -> Result<()> {
+        PACKED.with(|cell| {
+            let (pairs, raw) = &mut *cell.borrow_mut();
+            let n: u64 = hi.iter().zip(lo).map(|(h, l)| h - l).sum();
+            pairs.clear();
+            pairs.reserve_exact(n as usize);
+            let mut bounds = vec![0];
+            for (r, run) in self.runs.iter().enumerate() {
+                read_packed(run, self.rank, lo[r]..hi[r], bits, chunk, raw, pairs)?;
+                bounds.push(pairs.len());
+            }
+            let mut key = vec![0; self.rank];
+            merge_slices(pairs, &bounds, |p| {
+                unpack(p[0], bits, &mut key);
+                f(&key, f64::from_bits(p[1]))
+            })
+        })
+    }
+}
+
+/// Merges the sorted sections `bounds[i]..bounds[i + 1]` of `pairs` (packed key, value) in
+/// key order, equal keys in section order, by a tree of losers (see [`merge_heap`]): each
+/// section's head is held as one 128-bit number, the key above the section's number, so
+/// that one comparison orders keys and breaks ties, and an ended section's head is
+/// `u128::MAX`, above every other.
+fn merge_slices<E>(
+    pairs: &[[u64; 2]],
+    bounds: &[usize],
+    mut f: impl FnMut(&[u64; 2]) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    let k = bounds.len() - 1;
+    if k == 0 {
+        return Ok(());
+    }
+    let mut cur = bounds[..k].to_vec();
+    let head = |i: usize, at: usize| {
+        if at < bounds[i + 1] {
+            (u128::from(pairs[at][0]) << 64) | i as u128
+        } else {
+            u128::MAX
+        }
+    };
+    let mut heads: Vec<u128> = (0..k).map(|i| head(i, cur[i])).collect();
+    // Node n's children are 2n and 2n + 1; nodes k.. are the leaves (section n - k).
+    let mut tree = vec![0usize; k];
+    fn play(node: usize, k: usize, heads: &[u128], tree: &mut [usize]) -> usize {
+        if node >= k {
+            return node - k;
+        }
+        let (a, b) = (
+            play(2 * node, k, heads, tree),
+            play(2 * node + 1, k, heads, tree),
+        );
+        let (win, lose) = if heads[a] < heads[b] { (a, b) } else { (b, a) };
+        tree[node] = lose;
+        win
+    }
+    let mut winner = play(1, k, &heads, &mut tree);
+    while heads[winner] != u128::MAX {
+        f(&pairs[cur[winner]])?;
+        cur[winner] += 1;
+        heads[winner] = head(winner, cur[winner]);
+        let mut node = (winner + k) / 2;
+        while node >= 1 {
+            // Written as selects (the outcome is unpredictable: a branch would miss half
+            // the time).
+            let other = tree[node];
+            let lost = heads[other] < heads[winner];
+            tree[node] = if lost { winner } else { other };
+            winner = if lost { other } else { winner };
+            node /= 2;
+        }
+    }
+    Ok(())
+}
+
+thread_local! {
+    /// A merge worker's buffers for [`MergeSource::merge_packed`], kept between its ranges
+    /// (the worker threads end with the conversion): the pairs and the bytes read.
+    static PACKED: std::cell::RefCell<(Vec<[u64; 2]>, Vec<u8>)> =
+        Default::default();
+}
+
+/// Bits of each level's field in a packed key, from each level's largest coordinate; `None`
+/// when the key does not fit one `u64`.
+fn packing(level_max: &[u64]) -> Option<Vec<u32>> {
+    let bits: Vec<u32> = level_max.iter().map(|&m| 64 - m.leading_zeros()).collect();
+    (!bits.is_empty() && bits.iter().sum::<u32>() <= 64).then_some(bits)
+}
+
+/// Appends records `section` of `run` to `pairs` as (packed key, value bits), the keys
+/// packed by `bits`: a run of pairs packed alike is read straight into `pairs`; others are
+/// read `chunk` bytes at a time into `raw` and (re)packed.
+fn read_packed(
+    run: &Run,
+    rank: usize,
+    section: Range<u64>,
+    bits: &[u32],
+    chunk: usize,
+    raw: &mut Vec<u8>,
+    pairs: &mut Vec<[u64; 2]>,
+) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    if section.is_empty() {
+        return Ok(());
+    }
+    let file = File::open(&run.path).map_err(|e| Error::io(&run.path, e))?;
+    let rec = run.record_bytes(rank);
+    let read = |buf: &mut [u8], at: u64| {
+        file.read_exact_at(buf, at * rec as u64)
+            .map_err(|e| Error::io(&run.path, e))
+    };
+    if let Some(own) = &run.packed {
+        let start = pairs.len();
+        pairs.resize(start + (section.end - section.start) as usize, [0; 2]);
+        read(bytemuck::cast_slice_mut(&mut pairs[start..]), section.start)?;
+        if own != bits {
+            let mut key = vec![0; rank];
+            for p in &mut pairs[start..] {
+                unpack(p[0], own, &mut key);
+                p[0] = pack(&key, bits);
+            }
+        }
+        return Ok(());
+    }
+    let per = (chunk / rec).max(1) as u64;
+    let (mut key, mut packed, mut value) = (vec![0; rank], 0, 0.0);
+    let mut at = section.start;
+    while at < section.end {
+        let m = (section.end - at).min(per);
+        raw.resize(m as usize * rec, 0);
+        read(raw, at)?;
+        for r in raw.chunks_exact(rec) {
+            decode(r, (run.narrow, None), &mut key, &mut packed, &mut value);
+            pairs.push([pack(&key, bits), value.to_bits()]);
+        }
+        at += m;
+    }
+    Ok(())
+}
+
+/// A key's coordinates packed into fields of `bits` (the last level lowest; see [`unpack`]).
+#[inline]
+fn pack(key: &[u64], bits: &[u32]) -> u64 {
+    key.iter()
+        .zip(bits)
+        .fold(0, |p, (&c, &b)| p.checked_shl(b).unwrap_or(0) | c)
 }
 
 /// Splits range `j` in two at the key in the middle of its largest section (or just above
@@ -1189,7 +1424,7 @@ mod tests {
             let mut keys = std::collections::BTreeSet::new();
             sorted
                 .source
-                .merge_range(&ranges, j, 64, &mut |k, v| {
+                .merge_range(&ranges, j, (64, 2 * target), &mut |k, v| {
                     keys.insert(k.to_vec());
                     got.push((k.to_vec(), v));
                     Ok(())
@@ -1248,9 +1483,34 @@ mod tests {
             prop_assert_eq!(&pairs, &want);
             // The distribution by top bits, which only larger inputs take.
             if bits > TOP_DIGIT {
-                msd_then_lsd(&mut distributed, &mut scratch, bits);
+                msd_then_lsd(&mut distributed, &mut scratch, bits, 1 + (seed % u64::from(TOP_DIGIT)) as u32);
                 prop_assert_eq!(distributed, want);
             }
+        }
+
+        /// The in-memory merge of sorted sections is the stable sort of their concatenation:
+        /// key order, equal keys in section order (duplicates summed in input order).
+        #[test]
+        fn slice_merge_is_the_stable_sort(
+            sections in proptest::collection::vec(
+                proptest::collection::vec(0u64..20, 0..30), 0..9),
+        ) {
+            let mut pairs = Vec::new();
+            let mut bounds = vec![0];
+            for (i, mut keys) in sections.into_iter().enumerate() {
+                keys.sort_unstable();
+                pairs.extend(keys.iter().enumerate().map(|(j, &k)| [k, (i * 100 + j) as u64]));
+                bounds.push(pairs.len());
+            }
+            let mut want = pairs.clone();
+            want.sort_by_key(|p| p[0]);
+            let mut got = Vec::new();
+            merge_slices::<()>(&pairs, &bounds, |p| {
+                got.push(*p);
+                Ok(())
+            })
+            .unwrap();
+            prop_assert_eq!(got, want);
         }
 
         /// Fixed-size and general sorts agree with sorting (key, value) pairs, for every rank

@@ -139,7 +139,10 @@ fn merged<const R: usize, I: Index, V: Value, S: Sync>(
     let in_flight = 2 * threads;
     // Half the budget holds the pieces in flight (a piece takes at most a coordinate, a
     // position and a value per level and entry, and the summed value's bits), with room for
-    // ranges of twice the target; an eighth the workers' read buffers, one per run.
+    // ranges of twice the target; an eighth the workers' read buffers, one per run, or the
+    // range a worker merges in memory: a 16-byte pair per record, at most 32 / `per_entry`
+    // (≤ 1) of an eighth for ranges of twice the target, and read in chunks of half its
+    // read buffers.
     let per_entry = (2 * R * std::mem::size_of::<I>() + 8 + 16) as u64;
     let target = match opts.run_entries {
         Some(n) => n as u64,
@@ -159,7 +162,7 @@ fn merged<const R: usize, I: Index, V: Value, S: Sync>(
     let fill = |j: usize, piece: &mut Piece<I>| {
         let mut builder = Builder::<R, I>::new(std::mem::take(piece), &plan);
         let mut stop = None;
-        let merged = source.merge_range(&ranges, j, buffer, &mut |k, v| {
+        let merged = source.merge_range(&ranges, j, (buffer, 2 * target), &mut |k, v| {
             let key: [u64; R] = k.try_into().expect("keys of the tensor's rank");
             builder.push(key, v).map_err(|s| {
                 stop = Some(s);
