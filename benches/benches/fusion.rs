@@ -30,8 +30,8 @@
 //! `TESSERA_BENCH_WINDOW` (window for the fused runs: `adaptive` (the default, at most
 //! `DEFAULT_WINDOW` tasks), `adaptive:N`, or a fixed window `N`), `TESSERA_BENCH_SWEEP=1`
 //! (also time the default against adaptive windows of other sizes),
-//! `TESSERA_BENCH_ONLY=cg|cg-tensor|bicgstab:fused|unfused` (run one contestant alone, for
-//! profilers and instruction counts).
+//! `TESSERA_BENCH_ONLY=black-scholes|cg|cg-tensor|bicgstab:fused|unfused|hand` (run one
+//! contestant alone, for profilers and instruction counts).
 
 use rayon::prelude::*;
 use std::time::Instant;
@@ -669,14 +669,16 @@ struct Measured {
     stats_unfused: Stats,
 }
 
-/// `TESSERA_BENCH_ONLY=PROGRAM:CONTESTANT` (`cg`, `cg-tensor` or `bicgstab`; `fused` or
-/// `unfused`): run that one alone, `REPS + 1` times, for a profiler or an instruction count
-/// (`valgrind --tool=cachegrind`; two values of `TESSERA_BENCH_REPS` give the count per run).
+/// `TESSERA_BENCH_ONLY=PROGRAM:CONTESTANT` (`black-scholes`, `cg`, `cg-tensor` or
+/// `bicgstab`; `fused`, `unfused` or `hand`): run that one alone, `REPS + 1` times, for a
+/// profiler or an instruction count (`valgrind --tool=cachegrind`; two values of
+/// `TESSERA_BENCH_REPS` give the count per run).
 fn only() -> Option<(String, String)> {
     let s = std::env::var("TESSERA_BENCH_ONLY").ok()?;
-    let bad = || panic!("TESSERA_BENCH_ONLY={s}: expected cg|cg-tensor|bicgstab:fused|unfused");
+    let bad = || panic!("TESSERA_BENCH_ONLY={s}: expected PROGRAM:fused|unfused|hand");
     let (program, who) = s.split_once(':').unwrap_or_else(bad);
-    if !["cg", "cg-tensor", "bicgstab"].contains(&program) || !["fused", "unfused"].contains(&who) {
+    let programs = ["black-scholes", "cg", "cg-tensor", "bicgstab"];
+    if !programs.contains(&program) || !["fused", "unfused", "hand"].contains(&who) {
         bad();
     }
     Some((program.to_string(), who.to_string()))
@@ -701,15 +703,20 @@ fn main() {
     ));
     if let Some((program, who)) = only() {
         let m = match &*program {
+            "black-scholes" => bench_black_scholes(threads, window, bs_n, reps),
             "cg" => bench_cg(threads, window, cg_k, reps),
             "cg-tensor" => bench_cg_statements(threads, window, cg_k, reps),
             _ => bench_bicgstab(threads, window, cg_k, reps),
         };
         let (t, s) = match &*who {
-            "fused" => (m.fused, m.stats_fused),
-            _ => (m.unfused, m.stats_unfused),
+            "fused" => (m.fused, Some(m.stats_fused)),
+            "unfused" => (m.unfused, Some(m.stats_unfused)),
+            _ => (m.hand, None),
         };
-        println!("{program} {who}: {:.4} ms per iteration, {s:?}", t * 1e3);
+        println!(
+            "{program} {who}: {:.4} ms per run or iteration, {s:?}",
+            t * 1e3
+        );
         return;
     }
     let copy_bw = copy_bandwidth(bs_n, reps);
@@ -933,13 +940,17 @@ fn interleave(
     if let Some((_, who)) = only() {
         let mut t = vec![];
         for _ in 0..=reps {
-            t.push(if who == "fused" { fused() } else { unfused() });
+            t.push(match &*who {
+                "fused" => fused(),
+                "unfused" => unfused(),
+                _ => hand(),
+            });
         }
-        let t = median(t);
-        return if who == "fused" {
-            (t, f64::NAN, f64::NAN)
-        } else {
-            (f64::NAN, t, f64::NAN)
+        let (t, nan) = (median(t), f64::NAN);
+        return match &*who {
+            "fused" => (t, nan, nan),
+            "unfused" => (nan, t, nan),
+            _ => (nan, nan, t),
         };
     }
     fused();
@@ -988,6 +999,9 @@ fn bench_black_scholes(threads: usize, window: WindowPolicy, n: usize, reps: usi
     );
     let after = rts.each_ref().map(|rt| rt.stats());
     // The fused answer is the hand loop's (same operations, same order per element).
+    if only().is_some() {
+        return measured(&before, &after, (reps + 1) as u64, times);
+    }
     let (c, p) = black_scholes_tasks(&rts[0], &inputs[0][0], &inputs[0][1], &inputs[0][2]);
     let (c, p) = (
         rts[0].read::<f64>(&c).expect("read"),
