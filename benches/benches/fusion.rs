@@ -15,7 +15,9 @@
 //! scalar operands) and timed fused vs unfused.
 //!
 //! Programs: Black-Scholes over 5 arrays larger than the last-level cache (3 inputs, 2
-//! outputs, 19 tasks), a CG iteration (SpMV, dots with futures, axpys), a BiCGSTAB-like chain
+//! outputs, 19 tasks; `exp` and `ln` from [`tessera_benches::vmath`], written to vectorise,
+//! in the tasks and the hand loop alike, as real Black-Scholes codes use a vector math
+//! library), a CG iteration (SpMV, dots with futures, axpys), a BiCGSTAB-like chain
 //! (two SpMVs and the vector updates between them) and a Jacobi sweep with its residual.
 //! Times are medians of interleaved repetitions (fused, unfused, hand, fused, ...); GB/s is
 //! the bytes a single pass must move (inputs read once, outputs written once) over the time,
@@ -27,13 +29,15 @@
 //! enough that launching them is a visible part of an iteration),
 //! `TESSERA_BENCH_WINDOW` (window for the fused runs: `adaptive` (the default, at most
 //! `DEFAULT_WINDOW` tasks), `adaptive:N`, or a fixed window `N`), `TESSERA_BENCH_SWEEP=1`
-//! (also time the default against adaptive windows of other sizes).
+//! (also time the default against adaptive windows of other sizes),
+//! `TESSERA_BENCH_ONLY=black-scholes|cg|cg-tensor|bicgstab:fused|unfused|hand` (run one
+//! contestant alone, for profilers and instruction counts).
 
 use rayon::prelude::*;
 use std::time::Instant;
 use tessera::plans::{PlanRunError, Stored};
 use tessera::{tensor, Tensor};
-use tessera_benches::{env_or, median, Table};
+use tessera_benches::{env_or, median, vmath, Table};
 use tessera_runtime::{
     Chunk, DType, Future, ReduceOp, Result, Runtime, Scalar, Stats, Store, WindowPolicy,
     DEFAULT_WINDOW,
@@ -76,8 +80,8 @@ fn register(rt: &Runtime) -> Result<()> {
         })
     }
     unary(rt, "sqrt", |x, _| x.sqrt())?;
-    unary(rt, "ln", |x, _| x.ln())?;
-    unary(rt, "exp", |x, _| x.exp())?;
+    unary(rt, "ln", |x, _| vmath::ln(x))?;
+    unary(rt, "exp", |x, _| vmath::exp(x))?;
     unary(rt, "scale", |x, k| x * k)?;
     unary(rt, "cnd", |x, _| cnd(x))?;
     binary(rt, "add", |x, y| x + y)?;
@@ -131,14 +135,14 @@ fn scalar(c: &Chunk<'_, f64>, i: usize) -> f64 {
 }
 
 /// The cumulative normal distribution (Abramowitz–Stegun 26.2.17, as the Black-Scholes
-/// benchmarks use).
+/// benchmarks use), branch-free with the vectorisable `exp`.
 fn cnd(x: f64) -> f64 {
     let k = 1.0 / (1.0 + 0.231_641_9 * x.abs());
     let poly = k
         * (0.319_381_530
             + k * (-0.356_563_782
                 + k * (1.781_477_937 + k * (-1.821_255_978 + k * 1.330_274_429))));
-    let w = 1.0 - 0.398_942_280_401_432_7 * (-0.5 * x * x).exp() * poly;
+    let w = 1.0 - 0.398_942_280_401_432_7 * vmath::exp(-0.5 * x * x) * poly;
     if x < 0.0 {
         1.0 - w
     } else {
@@ -205,20 +209,20 @@ fn black_scholes_tasks(rt: &Runtime, s: &Store, k: &Store, t: &Store) -> (Store,
 /// The same arithmetic as one loop.
 fn black_scholes_hand(s: &[f64], k: &[f64], t: &[f64], call: &mut [f64], put: &mut [f64]) {
     const CH: usize = 4096;
+    // Zipped chunks, not indices: no bounds checks, so the body vectorises as the tasks' do.
     call.par_chunks_mut(CH)
         .zip(put.par_chunks_mut(CH))
-        .enumerate()
-        .for_each(|(c, (call, put))| {
-            let o = c * CH;
-            for i in 0..call.len() {
-                let (s, k, t) = (s[o + i], k[o + i], t[o + i]);
+        .zip(s.par_chunks(CH).zip(k.par_chunks(CH)).zip(t.par_chunks(CH)))
+        .for_each(|((call, put), ((s, k), t))| {
+            let ins = s.iter().zip(k).zip(t);
+            for ((c, p), ((&s, &k), &t)) in call.iter_mut().zip(put.iter_mut()).zip(ins) {
                 let vol_t = t.sqrt() * VOL;
-                let d1 = ((s / k).ln() + t * (RATE + 0.5 * VOL * VOL)) / vol_t;
+                let d1 = (vmath::ln(s / k) + t * (RATE + 0.5 * VOL * VOL)) / vol_t;
                 let d2 = d1 - vol_t;
-                let k_disc = k * (t * -RATE).exp();
+                let k_disc = k * vmath::exp(t * -RATE);
                 let c_ = s * cnd(d1) - k_disc * cnd(d2);
-                call[i] = c_;
-                put[i] = c_ - s + k_disc;
+                *c = c_;
+                *p = c_ - s + k_disc;
             }
         });
 }
@@ -229,6 +233,8 @@ fn black_scholes_hand(s: &[f64], k: &[f64], t: &[f64], call: &mut [f64], put: &m
 /// element-wise task with a generated chunk body, so the chain fuses like the hand-registered
 /// tasks above. Same formula and constants; the distribution function is three statements
 /// (its branch as `lt`/`ge` masks), so the rounding differs from the hand loop's in the last bits.
+/// Its `exp` and `log` are the compiler's (libm calls), not [`vmath`]'s: the figure "tensor!
+/// vs hand-registered tasks" compares generated code with libm against vectorised math.
 #[allow(non_snake_case)]
 fn black_scholes_statements(
     rt: &Runtime,
@@ -663,6 +669,21 @@ struct Measured {
     stats_unfused: Stats,
 }
 
+/// `TESSERA_BENCH_ONLY=PROGRAM:CONTESTANT` (`black-scholes`, `cg`, `cg-tensor` or
+/// `bicgstab`; `fused`, `unfused` or `hand`): run that one alone, `REPS + 1` times, for a
+/// profiler or an instruction count (`valgrind --tool=cachegrind`; two values of
+/// `TESSERA_BENCH_REPS` give the count per run).
+fn only() -> Option<(String, String)> {
+    let s = std::env::var("TESSERA_BENCH_ONLY").ok()?;
+    let bad = || panic!("TESSERA_BENCH_ONLY={s}: expected PROGRAM:fused|unfused|hand");
+    let (program, who) = s.split_once(':').unwrap_or_else(bad);
+    let programs = ["black-scholes", "cg", "cg-tensor", "bicgstab"];
+    if !programs.contains(&program) || !["fused", "unfused", "hand"].contains(&who) {
+        bad();
+    }
+    Some((program.to_string(), who.to_string()))
+}
+
 fn main() {
     let threads = env_or(
         "TESSERA_BENCH_THREADS",
@@ -680,6 +701,24 @@ fn main() {
     let mut table = Table::new(&format!(
         "Task and kernel fusion ({threads} threads, window {window:?}; medians of {reps})"
     ));
+    if let Some((program, who)) = only() {
+        let m = match &*program {
+            "black-scholes" => bench_black_scholes(threads, window, bs_n, reps),
+            "cg" => bench_cg(threads, window, cg_k, reps),
+            "cg-tensor" => bench_cg_statements(threads, window, cg_k, reps),
+            _ => bench_bicgstab(threads, window, cg_k, reps),
+        };
+        let (t, s) = match &*who {
+            "fused" => (m.fused, Some(m.stats_fused)),
+            "unfused" => (m.unfused, Some(m.stats_unfused)),
+            _ => (m.hand, None),
+        };
+        println!(
+            "{program} {who}: {:.4} ms per run or iteration, {s:?}",
+            t * 1e3
+        );
+        return;
+    }
     let copy_bw = copy_bandwidth(bs_n, reps);
 
     let bs = bench_black_scholes(threads, window, bs_n, reps);
@@ -891,12 +930,29 @@ fn report_tasks(table: &mut Table, name: &str, m: &Measured) {
 }
 
 /// Times `fused`, `unfused` and `hand` interleaved, `reps` times each, after one warm-up.
+/// Under `TESSERA_BENCH_ONLY` only the named contestant runs (the others' times are NaN).
 fn interleave(
     reps: usize,
     mut fused: impl FnMut() -> f64,
     mut unfused: impl FnMut() -> f64,
     mut hand: impl FnMut() -> f64,
 ) -> (f64, f64, f64) {
+    if let Some((_, who)) = only() {
+        let mut t = vec![];
+        for _ in 0..=reps {
+            t.push(match &*who {
+                "fused" => fused(),
+                "unfused" => unfused(),
+                _ => hand(),
+            });
+        }
+        let (t, nan) = (median(t), f64::NAN);
+        return match &*who {
+            "fused" => (t, nan, nan),
+            "unfused" => (nan, t, nan),
+            _ => (nan, nan, t),
+        };
+    }
     fused();
     unfused();
     hand();
@@ -943,6 +999,9 @@ fn bench_black_scholes(threads: usize, window: WindowPolicy, n: usize, reps: usi
     );
     let after = rts.each_ref().map(|rt| rt.stats());
     // The fused answer is the hand loop's (same operations, same order per element).
+    if only().is_some() {
+        return measured(&before, &after, (reps + 1) as u64, times);
+    }
     let (c, p) = black_scholes_tasks(&rts[0], &inputs[0][0], &inputs[0][1], &inputs[0][2]);
     let (c, p) = (
         rts[0].read::<f64>(&c).expect("read"),

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 pub mod contest;
+pub mod vmath;
 
 /// splitmix64: reproducible inputs without a dependency.
 pub struct Rng(pub u64);

@@ -1342,7 +1342,7 @@ impl Inner {
                 t0.elapsed().as_nanos() as u64,
             );
             match r {
-                Ok(ready) => front.window.ready.push_back(ready),
+                Ok(ready) => front.window.ready.push_back(Box::new(ready)),
                 Err(e) => {
                     if first.is_ok() {
                         *first = Err(e);
@@ -1357,13 +1357,13 @@ impl Inner {
     fn launch_prefix(&self, front: &mut Front) -> Result<()> {
         let counters = &self.shared.counters;
         let (n, shape) = self.decide(front);
-        let mut prefix: Vec<Ready> = front.window.ready.drain(..n).collect();
+        let mut prefix: Vec<Box<Ready>> = front.window.ready.drain(..n).collect();
         let pended: Vec<_> = prefix.iter().map(|r| window::pended(&r.issued)).collect();
         Counters::add(&counters.tasks_launched, 1);
         let plan = match shape {
             None => {
                 let t = prefix.pop().expect("a prefix has a task");
-                Plan::single(t)
+                Plan::single(*t)
             }
             Some(shape) => {
                 Counters::add(&counters.fused_launches, 1);
@@ -1900,7 +1900,7 @@ impl Plan {
 /// Whether solving `t` now needs values a solved, not yet launched task produces, or would
 /// make the issuing thread wait: an input that is still unbound, or an image whose source a
 /// solved task writes.
-fn needs_values(t: &Issued, ready: &VecDeque<Ready>) -> bool {
+fn needs_values(t: &Issued, ready: &VecDeque<Box<Ready>>) -> bool {
     // Decided by the stream alone (not by whether a producer has run yet), so that every
     // rank cuts the window at the same task.
     let written_by = |root: &Arc<StoreRoot>, unbound: bool| {

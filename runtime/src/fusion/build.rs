@@ -62,7 +62,7 @@ fn merge(a: Privilege, b: Privilege) -> Privilege {
 }
 
 /// The shape of the task fusing `prefix`; `local(root)` says which stores are temporaries.
-pub(crate) fn shape(prefix: &[Ready], local: impl Fn(&Arc<StoreRoot>) -> bool) -> FusedShape {
+pub(crate) fn shape(prefix: &[Box<Ready>], local: impl Fn(&Arc<StoreRoot>) -> bool) -> FusedShape {
     let mut args: Args<FusedArg> = Args::new();
     // (store, partition) of each fused argument, to deduplicate; reductions and unbound
     // outputs never merge.
@@ -135,7 +135,7 @@ pub(crate) struct Instance {
 }
 
 /// Fills `shape` with the prefix' stores, sub-stores, scalars and futures.
-pub(crate) fn instantiate(shape: &FusedShape, prefix: &mut [Ready]) -> Instance {
+pub(crate) fn instantiate(shape: &FusedShape, prefix: &mut [Box<Ready>]) -> Instance {
     let args = shape
         .args
         .iter()

@@ -66,7 +66,7 @@ impl Prefix {
     }
 
     /// Whether `t` may follow the prefix (given the prefix' tasks for the future check).
-    pub(crate) fn check(&self, prefix: &[Ready], t: &Ready) -> Result<(), Break> {
+    pub(crate) fn check(&self, prefix: &[Box<Ready>], t: &Ready) -> Result<(), Break> {
         // A fused task's points run where one key says: tasks sharded differently stay apart.
         if prefix
             .first()
@@ -142,7 +142,7 @@ impl Prefix {
 }
 
 /// Length of the longest fusible prefix of `ready` (at least one task when there is one).
-pub(crate) fn fusible_prefix(ready: &[Ready]) -> usize {
+pub(crate) fn fusible_prefix(ready: &[Box<Ready>]) -> usize {
     let mut prefix = Prefix::default();
     for (j, t) in ready.iter().enumerate() {
         if prefix.check(&ready[..j], t).is_err() {

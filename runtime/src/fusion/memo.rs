@@ -57,7 +57,7 @@ fn privilege_code(p: Privilege) -> u64 {
 /// The canonical form of a prefix: stores and partitions renamed by first appearance, and
 /// each store's flag `dead(root)` (is it a temporary of the prefix).
 /// Task names are compared by identity (a name is interned once per runtime).
-pub(crate) fn canonical(ready: &[Ready], dead: impl Fn(&Arc<StoreRoot>) -> bool) -> Vec<u64> {
+pub(crate) fn canonical(ready: &[Box<Ready>], dead: impl Fn(&Arc<StoreRoot>) -> bool) -> Vec<u64> {
     let mut stores: Vec<*const StoreRoot> = vec![];
     let mut parts: Vec<PartitionId> = vec![];
     let mut key = Vec::with_capacity(ready.len() * 12);

@@ -34,7 +34,7 @@ pub(crate) fn outside_dead(root: &Arc<StoreRoot>, unsolved: &VecDeque<Issued>) -
 }
 
 /// Whether `root`, for which `outside_dead` holds, is a temporary of `ready[..prefix]`.
-pub(crate) fn is_temporary(root: &Arc<StoreRoot>, ready: &[Ready], prefix: usize) -> bool {
+pub(crate) fn is_temporary(root: &Arc<StoreRoot>, ready: &[Box<Ready>], prefix: usize) -> bool {
     let mut written = false;
     for t in &ready[..prefix] {
         for a in t.args.iter().filter(|a| Arc::ptr_eq(&a.root, root)) {
