@@ -36,6 +36,18 @@ impl Gen<'_> {
         }
     }
 
+    /// Stores the accumulator where [`Self::written_once`]: a bare `slot = acc` when nothing
+    /// scaled it after the sum. It started at `+0` and was only added to, and a sum that starts
+    /// at `+0` is never `-0.0` (`x + y` is `-0.0` only when both are), so `acc + 0` would be
+    /// `acc` bit for bit; an entry factor (`f * acc`) can make `-0.0`, so that keeps the `+ 0`.
+    fn store_acc(&self, nest: &Nest, slot: TokenStream) -> TokenStream {
+        if self.written_once(nest) && self.split_product(nest).is_none() {
+            quote!(#slot = acc;)
+        } else {
+            self.store(nest, slot, quote!(acc))
+        }
+    }
+
     pub(super) fn out_slot(&self, p: TokenStream, target: OutTarget) -> TokenStream {
         match target {
             OutTarget::Whole => quote!(out_vals[#p]),
@@ -58,13 +70,13 @@ impl Gen<'_> {
                     level: out.level_vars.len() - 1,
                 });
                 let slot = self.out_slot(quote!(#p), target);
-                self.store(nest, slot, quote!(acc))
+                self.store_acc(nest, slot)
             }
             OutputKind::Sparse if self.mirror.is_some() => {
                 let m = self.mirror.unwrap();
                 let p = self.mirror_pos(m, out.level_vars.len() - 1);
                 let slot = self.out_slot(p, target);
-                self.store(nest, slot, quote!(acc))
+                self.store_acc(nest, slot)
             }
             OutputKind::Sparse => {
                 let coords: Vec<Ident> = out.level_vars.iter().map(|v| self.var(*v)).collect();
