@@ -215,7 +215,10 @@ impl Gen<'_> {
             .locate
             .iter()
             .filter(|r| {
-                r.access != self.k.output_access
+                // A level located here may be indexed by an outer loop's variable (`D(k,j)`
+                // under loops `j, k`): only levels indexed by this loop's variable bound it.
+                self.k.level_var(**r) == lp.var
+                    && r.access != self.k.output_access
                     && self.k.level_type(**r) == LevelType::Dense
                     && self.required(nest, r.access)
                     && !self.direct_vector(nest, **r)

@@ -357,11 +357,10 @@ impl Gen<'_> {
         // slices once per row).
         let (names, types): (Vec<Ident>, Vec<TokenStream>) =
             self.frame_params().into_iter().unzip();
+        let nested = nested_fn_attributes();
         quote! {
             if #condition {
-                #[allow(unused_variables, unused_mut, unused_assignments, unused_labels,
-                    unused_parens, unused_macros, clippy::all, clippy::too_many_arguments)]
-                #[inline(never)]
+                #nested
                 fn zero_offsets<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
                     #(#names: #types),*
                 ) {
@@ -410,19 +409,16 @@ impl Gen<'_> {
             params.push((self.bound(v, "nar"), quote!(bool)));
         }
         let (names, types): (Vec<Ident>, Vec<TokenStream>) = params.into_iter().unzip();
+        let nested = nested_fn_attributes();
         quote! {
-            #[allow(unused_variables, unused_mut, unused_assignments, unused_labels,
-                unused_parens, unused_macros, clippy::all, clippy::too_many_arguments)]
-            #[inline(never)]
+            #nested
             fn zero_offsets<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
                 #(#names: #types),*
             ) {
                 #(const #offsets: usize = 0;)*
                 #nests
             }
-            #[allow(unused_variables, unused_mut, unused_assignments, unused_labels,
-                unused_parens, unused_macros, clippy::all, clippy::too_many_arguments)]
-            #[inline(never)]
+            #nested
             fn any_offsets<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
                 #(#offsets: usize,)* #(#names: #types),*
             ) {
@@ -449,6 +445,17 @@ impl Gen<'_> {
         quote! { { #scalars #body } }
     }
 }
+/// The attributes of a function the kernel nests inside itself (the zero-offset nests, a
+/// parallel job): kept out of line, so that its slices stay `noalias` arguments and its loops
+/// get the registers to themselves; lints that generated code trips are allowed.
+fn nested_fn_attributes() -> TokenStream {
+    quote! {
+        #[allow(unused_variables, unused_mut, unused_assignments, unused_labels,
+            unused_parens, unused_macros, clippy::all, clippy::too_many_arguments)]
+        #[inline(never)]
+    }
+}
+
 /// A variable name usable as a Rust identifier that cannot clash with generated locals.
 fn sanitize(name: &str, v: usize) -> String {
     let clean: String = name

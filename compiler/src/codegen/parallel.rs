@@ -41,12 +41,7 @@ impl Gen<'_> {
             let end = self.located_end(nest, 0, quote!(hi));
             let job = self.job(
                 nest,
-                &[
-                    (quote!(out_row), quote!(&mut [V])),
-                    (quote!(out_base), quote!(usize)),
-                    (quote!(lo), quote!(usize)),
-                    (quote!(hi), quote!(usize)),
-                ],
+                [quote!(lo), quote!(hi)],
                 quote! {
                     for #var in lo..#end {
                         #label: { #visit }
@@ -194,8 +189,9 @@ impl Gen<'_> {
         }
     }
 
-    /// One parallel job's work over a dense output: `body`, which reads the frame and the
-    /// job's `args` (bound by the caller under these names). In the zero-offset copy of the
+    /// One parallel job's work over a dense output: `body`, which reads the frame, the job's
+    /// slice `out_row` of the output from cell `out_base`, and the two ends of its `range`
+    /// (bound by the caller under these names). In the zero-offset copy of the
     /// nests it is a function of its own, called from the job's closure: its slices arrive as
     /// arguments, which Rust marks `noalias`, so LLVM knows the output row a dense inner loop
     /// adds into overlaps no input row (no overlap test per row), and the job's loops get the
@@ -205,7 +201,7 @@ impl Gen<'_> {
     pub(super) fn job(
         &self,
         nest: &Nest,
-        args: &[(TokenStream, TokenStream)],
+        range: [TokenStream; 2],
         body: TokenStream,
     ) -> TokenStream {
         if !self.job_fns {
@@ -217,15 +213,16 @@ impl Gen<'_> {
             .filter(|(name, _)| *name != "out_vals")
             .map(|(name, ty)| (quote!(#name), ty))
             .unzip();
-        for (name, ty) in args {
-            names.push(name.clone());
-            types.push(ty.clone());
+        names.extend([quote!(out_row), quote!(out_base)]);
+        types.extend([quote!(&mut [V]), quote!(usize)]);
+        for end in range {
+            names.push(end);
+            types.push(quote!(usize));
         }
         let scalars = self.scalar_values(nest);
+        let nested = super::nested_fn_attributes();
         quote! {
-            #[allow(unused_variables, unused_mut, unused_assignments, unused_labels,
-                unused_parens, unused_macros, clippy::all, clippy::too_many_arguments)]
-            #[inline(never)]
+            #nested
             fn one_job<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
                 #(#names: #types),*
             ) {
@@ -253,12 +250,7 @@ impl Gen<'_> {
         let visit = self.visit(nest, 0, &label, OutTarget::Row);
         let job = self.job(
             nest,
-            &[
-                (quote!(out_row), quote!(&mut [V])),
-                (quote!(out_base), quote!(usize)),
-                (quote!(q0), quote!(usize)),
-                (quote!(q1), quote!(usize)),
-            ],
+            [quote!(q0), quote!(q1)],
             quote! {
                 for q in q0..q1 {
                     let #var = #crd[q].to_usize();
