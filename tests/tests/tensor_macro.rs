@@ -318,3 +318,23 @@ fn parallel_sparse_rows_equal_sequential() {
     let par = tensor!(A(i,r) = B(i,j,k) * C(j,r) * D(k,r); B: sss; parallelize(i)).unwrap();
     assert_eq!(par, seq, "MTTKRP over a compressed first level");
 }
+
+/// A dense output cell written once is stored, not added to the zeroed output: the stored sum
+/// must still be `+0.0` where every product is `-0.0` (as `0.0 + (-0.0)` is), sequential and
+/// parallel, and where an entry factor scales a zero sum by a negative number (`-1 * +0.0`
+/// is `-0.0`, which adding into the zeroed cell made `+0.0`).
+#[test]
+fn stored_sums_keep_the_sign_of_zero_of_adding_into_zeros() {
+    let entries = (0..6).map(|k| (vec![k / 2, k % 3], -0.0f64));
+    let A: Tensor<f64, u32> = Tensor::from_entries(vec![3, 3], fmt("csr", 2), entries).unwrap();
+    let x: Tensor<f64, u32> = Tensor::dense_from_vec(vec![3], vec![1.0, 2.0, 3.0]).unwrap();
+    let b: Tensor<f64, u32> = Tensor::dense_from_vec(vec![3], vec![-1.0, -2.0, 5.0]).unwrap();
+    let (A, x, b) = (&A, &x, &b);
+    let sequential = tensor!(y(i) = A(i,j) * x(j); A: csr).unwrap();
+    let parallel = tensor!(y(i) = A(i,j) * x(j); A: csr; parallelize(i)).unwrap();
+    let scaled = tensor!(y(i) = b(i) * A(i,j) * x(j); A: csr).unwrap();
+    for y in [&sequential, &parallel, &scaled] {
+        let bits: Vec<u64> = y.vals().iter().map(|v| v.to_bits()).collect();
+        assert_eq!(bits, vec![0u64; 3], "{:?}", y.vals());
+    }
+}

@@ -119,12 +119,18 @@ impl Gen<'_> {
             };
             out.extend(quote!(let #dim: usize = #src;));
         }
-        // The output's dense levels: size from `out_dims`, offset 0.
+        // The output's dense levels: size from `out_dims`, offset 0 — a `const` outside block
+        // kernels (whose first level may start later), so that `p - off` folds away also
+        // inside parallel closures and nested functions, which a `let` zero reaches only as a
+        // captured or passed value (a subtraction and a register per row of SpMV).
         let decl = self.k.output_tensor();
         let t = self.k.output;
         for (l, m) in decl.format.mode_order().iter().enumerate() {
             let (size, off) = (self.lvl(t, l, "size"), self.lvl(t, l, "off"));
-            out.extend(quote! { let #size: usize = out_dims[#m]; let #off: usize = 0; });
+            out.extend(match self.block {
+                true => quote! { let #size: usize = out_dims[#m]; let #off: usize = 0; },
+                false => quote! { let #size: usize = out_dims[#m]; const #off: usize = 0; },
+            });
         }
         out
     }
@@ -157,7 +163,10 @@ impl Gen<'_> {
         let (sizes, offs) = self.output_levels();
         for (size, off) in sizes.into_iter().zip(offs) {
             params.push((size, quote!(usize)));
-            params.push((off, quote!(usize)));
+            // Outside block kernels the output's offsets are `const` items, seen everywhere.
+            if self.block {
+                params.push((off, quote!(usize)));
+            }
         }
         params.push((format_ident!("out_vals"), quote!(&mut [V])));
         if !self.k.user_functions.is_empty() {

@@ -30,7 +30,7 @@ impl Gen<'_> {
 
     /// The product's factors split into (varying with a reduction variable, fixed for the
     /// whole reduction), each multiplied out; `None` unless both are non-empty.
-    fn split_product(&self, nest: &Nest) -> Option<(Expr, Expr)> {
+    pub(super) fn split_product(&self, nest: &Nest) -> Option<(Expr, Expr)> {
         if self.k.reduce != ReduceOp::Sum || nest.acc_depth >= nest.loops.len() {
             return None;
         }

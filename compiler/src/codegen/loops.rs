@@ -145,6 +145,7 @@ impl Gen<'_> {
             }
             Domain::Universe => {
                 let (first, end) = self.span(lp.var);
+                let end = self.located_end(nest, d, end);
                 let (setup, present, advance) = self.iterators(nest, d, quote!(#var));
                 quote! {
                     #setup
@@ -200,6 +201,38 @@ impl Gen<'_> {
                 }
             }
         }
+    }
+
+    /// A dense loop's end, narrowed to where every required operand's dense level it locates
+    /// has the coordinate (`off + size`): past it, [`Self::visit`] would only `break` (its
+    /// `x >= size` test comes before anything is written, and iterators walked beside the
+    /// loop are not read after it), so those iterations are dropped and, with a `const` zero
+    /// offset, LLVM folds the per-coordinate test away (SpMV's row loop: one compare, and one
+    /// register, fewer per row). Dense vectors keep their own `get` (see `direct_vector`).
+    pub(super) fn located_end(&self, nest: &Nest, d: usize, end: TokenStream) -> TokenStream {
+        let lp = &nest.loops[d];
+        let bounds: Vec<TokenStream> = lp
+            .locate
+            .iter()
+            .filter(|r| {
+                // A level located here may be indexed by an outer loop's variable (`D(k,j)`
+                // under loops `j, k`): only levels indexed by this loop's variable bound it.
+                self.k.level_var(**r) == lp.var
+                    && r.access != self.k.output_access
+                    && self.k.level_type(**r) == LevelType::Dense
+                    && self.required(nest, r.access)
+                    && !self.direct_vector(nest, **r)
+            })
+            .map(|r| {
+                let t = self.tensor_of(r.access);
+                let (size, off) = (self.lvl(t, r.level, "size"), self.lvl(t, r.level, "off"));
+                quote!(.min(#off + #size))
+            })
+            .collect();
+        if bounds.is_empty() {
+            return end;
+        }
+        quote!(((#end) #(#bounds)*))
     }
 
     /// Pointer-walking iterators for Universe and Merge loops: their setup, the per-coordinate

@@ -13,7 +13,10 @@
 //! skipping `get` (`vector_at!`, see `zero_offsets_specialised`), which leaves one
 //! never-taken bounds check per gather, as in a hand-written `x[c]`. A dense output cell that
 //! the nest writes once is stored, not added to (`written_once`), and the output row of an
-//! innermost dense loop is sliced where its parent is fixed (`hoisted_rows`).
+//! innermost dense loop is sliced where its parent is fixed (`hoisted_rows`). A dense loop
+//! stops where a dense operand level it locates ends (`located_end`), and the zero-offset
+//! nests of a dense-output kernel, sequential or one parallel job, run in a function of their
+//! own (`noalias` slices, registers of their own).
 //!
 //! `parallelize(v)` runs the outermost loop over rayon's pool (generated code then refers to
 //! `::rayon`, so the crate that includes it must depend on rayon): row chunks of a dense
@@ -58,6 +61,7 @@ pub fn emit_named(k: &Kernel, name: &Ident) -> TokenStream {
         k,
         block: false,
         mirror: crate::lower::mirror(k),
+        job_fns: false,
     };
     g.function(name, quote!(), quote!())
 }
@@ -112,6 +116,9 @@ struct Gen<'k> {
     /// The operand whose structure the sparse output copies (never in a block kernel, whose
     /// output holds only its block's entries).
     mirror: Option<crate::lower::Mirror>,
+    /// Emitting the zero-offset copy of the nests: a parallel job over a dense output runs in
+    /// a function of its own (see [`Gen::job`]), which sees the `const` zero offsets.
+    job_fns: bool,
 }
 
 /// Where a nest writes its dense or scalar output.
@@ -218,7 +225,12 @@ impl Gen<'_> {
         let prelude = self.prelude();
         let out_init = self.output_init();
         let nests: Vec<TokenStream> = self.k.nests.iter().map(|n| self.nest(n)).collect();
-        let nests = self.zero_offsets_specialised(quote!(#(#nests)*));
+        let trusted = Gen {
+            job_fns: !self.block,
+            ..*self
+        };
+        let zero: Vec<TokenStream> = self.k.nests.iter().map(|n| trusted.nest(n)).collect();
+        let nests = self.zero_offsets_specialised(quote!(#(#zero)*), quote!(#(#nests)*));
         let finish = match self.block {
             true => self.block_finish(self.output_finish()),
             false => self.output_finish(),
@@ -272,7 +284,7 @@ impl Gen<'_> {
     /// closure, which a `let` zero reaches only as a captured value (the closure is compiled
     /// apart from its caller: SpMV's rows tested their dense level against a loaded bound
     /// and subtracted a loaded offset per nonzero) — and once for any offsets.
-    fn zero_offsets_specialised(&self, nests: TokenStream) -> TokenStream {
+    fn zero_offsets_specialised(&self, zero: TokenStream, nests: TokenStream) -> TokenStream {
         let offsets: Vec<Ident> = self
             .k
             .tensors
@@ -287,7 +299,7 @@ impl Gen<'_> {
             })
             .collect();
         if offsets.is_empty() {
-            return nests;
+            return zero;
         }
         // Whole tensors (not a block kernel's windows) are validated when built: every
         // coordinate is below its mode's dimension, and a dense vector with offset 0 and size
@@ -329,7 +341,7 @@ impl Gen<'_> {
                 if #condition {
                     #(const #offsets: usize = 0;)*
                     #trusted
-                    #nests
+                    #zero
                 } else {
                     #nests
                 }
@@ -339,19 +351,22 @@ impl Gen<'_> {
         // Rust marks as not aliasing (`noalias`): LLVM then knows that the output row a dense
         // inner loop adds into overlaps no input row and drops the per-row overlap test it
         // otherwise emits, and this one copy of the nests gets the registers to itself
-        // (together, about 7 % of SpMM's instructions).
+        // (together, about 7 % of SpMM's instructions). `inline(never)` keeps it so: inlined
+        // into the kernel, and the kernel into its caller, the nests shared the registers with
+        // both again (SpMV reloaded `x`'s pointer from the stack once per nonzero, and three
+        // slices once per row).
         let (names, types): (Vec<Ident>, Vec<TokenStream>) =
             self.frame_params().into_iter().unzip();
+        let nested = nested_fn_attributes();
         quote! {
             if #condition {
-                #[allow(unused_variables, unused_mut, unused_assignments, unused_labels,
-                    unused_parens, unused_macros, clippy::all, clippy::too_many_arguments)]
+                #nested
                 fn zero_offsets<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
                     #(#names: #types),*
                 ) {
                     #(const #offsets: usize = 0;)*
                     #trusted
-                    #nests
+                    #zero
                 }
                 zero_offsets::<V, I>(#(#names),*);
             } else {
@@ -395,10 +410,9 @@ impl Gen<'_> {
         }
         let (names, types): (Vec<Ident>, Vec<TokenStream>) = params.into_iter().unzip();
         let rows = self.row_pos_slices();
+        let nested = nested_fn_attributes();
         quote! {
-            #[allow(unused_variables, unused_mut, unused_assignments, unused_labels,
-                unused_parens, unused_macros, clippy::all, clippy::too_many_arguments)]
-            #[inline(never)]
+            #nested
             fn zero_offsets<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
                 #(#names: #types),*
             ) {
@@ -406,9 +420,7 @@ impl Gen<'_> {
                 #rows
                 #nests
             }
-            #[allow(unused_variables, unused_mut, unused_assignments, unused_labels,
-                unused_parens, unused_macros, clippy::all, clippy::too_many_arguments)]
-            #[inline(never)]
+            #nested
             fn any_offsets<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
                 #(#offsets: usize,)* #(#names: #types),*
             ) {
@@ -461,6 +473,17 @@ impl Gen<'_> {
         quote! { { #scalars #body } }
     }
 }
+/// The attributes of a function the kernel nests inside itself (the zero-offset nests, a
+/// parallel job): kept out of line, so that its slices stay `noalias` arguments and its loops
+/// get the registers to themselves; lints that generated code trips are allowed.
+fn nested_fn_attributes() -> TokenStream {
+    quote! {
+        #[allow(unused_variables, unused_mut, unused_assignments, unused_labels,
+            unused_parens, unused_macros, clippy::all, clippy::too_many_arguments)]
+        #[inline(never)]
+    }
+}
+
 /// A variable name usable as a Rust identifier that cannot clash with generated locals.
 fn sanitize(name: &str, v: usize) -> String {
     let clean: String = name

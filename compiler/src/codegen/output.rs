@@ -11,12 +11,10 @@ impl Gen<'_> {
     /// Whether this nest writes each cell of a fresh dense (or mirrored) output at most once:
     /// the only nest, summing, and the loops outside the accumulator bind exactly the output's
     /// variables (each coordinate is visited once per loop, so each cell once). Then the write
-    /// can be a store, `slot = acc`, instead of `slot += acc` on a slot holding the fill `0`,
-    /// without loading the slot — which for a freshly `calloc`ed output is a read fault on the
-    /// zero page and then a write fault per page, and a load per output cell. It is the same
-    /// value bit for bit: `acc` starts at `+0` and only ever has terms added, and a sum that
-    /// starts at `+0` is never `-0` (under round-to-nearest `x + y` is `-0` only when both are
-    /// `-0`), so adding it to the zeroed slot would not change its bits either.
+    /// can be a store, `slot = acc + 0`, instead of `slot += acc` on a slot holding the fill
+    /// `0`: the same value bit for bit (`+ 0` turns `-0.0` into `+0.0`, as adding to the zeroed
+    /// slot did) without loading the slot — which for a freshly `calloc`ed output is a read
+    /// fault on the zero page and then a write fault per page, and a load per output cell.
     pub(super) fn written_once(&self, nest: &Nest) -> bool {
         let out = &self.k.accesses[self.k.output_access].level_vars;
         let outer = &nest.loops[..nest.acc_depth.min(nest.loops.len())];
@@ -31,9 +29,22 @@ impl Gen<'_> {
     /// `slot = x` where [`Self::written_once`], else `slot ⊕= x`.
     pub(super) fn store(&self, nest: &Nest, slot: TokenStream, x: TokenStream) -> TokenStream {
         if self.written_once(nest) {
-            quote!(#slot = #x;)
+            let fill = self.fill();
+            quote!(#slot = (#x) + #fill;)
         } else {
             self.accumulate(slot, x)
+        }
+    }
+
+    /// Stores the accumulator where [`Self::written_once`]: a bare `slot = acc` when nothing
+    /// scaled it after the sum. It started at `+0` and was only added to, and a sum that starts
+    /// at `+0` is never `-0.0` (`x + y` is `-0.0` only when both are), so `acc + 0` would be
+    /// `acc` bit for bit; an entry factor (`f * acc`) can make `-0.0`, so that keeps the `+ 0`.
+    fn store_acc(&self, nest: &Nest, slot: TokenStream) -> TokenStream {
+        if self.written_once(nest) && self.split_product(nest).is_none() {
+            quote!(#slot = acc;)
+        } else {
+            self.store(nest, slot, quote!(acc))
         }
     }
 
@@ -59,13 +70,13 @@ impl Gen<'_> {
                     level: out.level_vars.len() - 1,
                 });
                 let slot = self.out_slot(quote!(#p), target);
-                self.store(nest, slot, quote!(acc))
+                self.store_acc(nest, slot)
             }
             OutputKind::Sparse if self.mirror.is_some() => {
                 let m = self.mirror.unwrap();
                 let p = self.mirror_pos(m, out.level_vars.len() - 1);
                 let slot = self.out_slot(p, target);
-                self.store(nest, slot, quote!(acc))
+                self.store_acc(nest, slot)
             }
             OutputKind::Sparse => {
                 let coords: Vec<Ident> = out.level_vars.iter().map(|v| self.var(*v)).collect();

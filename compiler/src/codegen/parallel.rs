@@ -36,21 +36,32 @@ impl Gen<'_> {
         if chunked {
             let visit = self.visit(nest, 0, &label, OutTarget::Row);
             let dim = self.dim(v);
+            // The job's rows `lo..hi`, narrowed as a sequential loop's (`located_end`), write
+            // into the job's slice `out_row`, which starts at cell `out_base`.
+            let end = self.located_end(nest, 0, quote!(hi));
+            let job = self.job(
+                nest,
+                [quote!(lo), quote!(hi)],
+                quote! {
+                    for #var in lo..#end {
+                        #label: { #visit }
+                    }
+                },
+            );
             return Some(quote! {
                 if #dim > 0 && !out_vals.is_empty() {
                     use ::rayon::prelude::*;
                     let row = out_vals.len() / #dim;
                     // Enough rows per job that scheduling stays negligible beside the work.
-                    // A job's rows run in a plain loop inside its closure, where the slices
-                    // and extents it captured stay in registers; one closure call per row
-                    // (rayon's `for_each` over rows) cost SpMV a quarter more instructions.
+                    // A job's rows run in a plain loop inside one call, where the slices and
+                    // extents stay in registers; one closure call per row (rayon's
+                    // `for_each` over rows) cost SpMV a quarter more instructions.
                     let grain = (4096 / row.max(1)).max(1);
                     out_vals.par_chunks_mut(grain * row).enumerate().for_each(move |(job, rows)| {
-                        for (r, out_row) in rows.chunks_mut(row).enumerate() {
-                            let #var = job * grain + r;
-                            let out_base = #var * row;
-                            #label: { #visit }
-                        }
+                        let lo = job * grain;
+                        let (hi, out_base) = (lo + rows.len() / row, lo * row);
+                        let out_row: &mut [V] = rows;
+                        #job
                     });
                 }
             });
@@ -178,6 +189,50 @@ impl Gen<'_> {
         }
     }
 
+    /// One parallel job's work over a dense output: `body`, which reads the frame, the job's
+    /// slice `out_row` of the output from cell `out_base`, and the two ends of its `range`
+    /// (bound by the caller under these names). In the zero-offset copy of the
+    /// nests it is a function of its own, called from the job's closure: its slices arrive as
+    /// arguments, which Rust marks `noalias`, so LLVM knows the output row a dense inner loop
+    /// adds into overlaps no input row (no overlap test per row), and the job's loops get the
+    /// registers to themselves instead of reloading captured slices from the closure. The
+    /// other copy reads offsets bound by `let`, which a nested function cannot see, and keeps
+    /// `body` inline.
+    pub(super) fn job(
+        &self,
+        nest: &Nest,
+        range: [TokenStream; 2],
+        body: TokenStream,
+    ) -> TokenStream {
+        if !self.job_fns {
+            return body;
+        }
+        let (mut names, mut types): (Vec<TokenStream>, Vec<TokenStream>) = self
+            .frame_params()
+            .into_iter()
+            .filter(|(name, _)| *name != "out_vals")
+            .map(|(name, ty)| (quote!(#name), ty))
+            .unzip();
+        names.extend([quote!(out_row), quote!(out_base)]);
+        types.extend([quote!(&mut [V]), quote!(usize)]);
+        for end in range {
+            names.push(end);
+            types.push(quote!(usize));
+        }
+        let scalars = self.scalar_values(nest);
+        let nested = super::nested_fn_attributes();
+        quote! {
+            #nested
+            fn one_job<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
+                #(#names: #types),*
+            ) {
+                #scalars
+                #body
+            }
+            one_job::<V, I>(#(#names),*);
+        }
+    }
+
     /// The outer loop walks a compressed level whose coordinates index the dense output's
     /// first level: the coordinates under one parent are sorted and distinct, so a run of
     /// consecutive positions `q0..q1` owns the output rows from `crd[q0]` up to `crd[q1]`
@@ -193,6 +248,17 @@ impl Gen<'_> {
         let label = syn::Lifetime::new("'l0", proc_macro2::Span::call_site());
         let bind = self.single_bind(r);
         let visit = self.visit(nest, 0, &label, OutTarget::Row);
+        let job = self.job(
+            nest,
+            [quote!(q0), quote!(q1)],
+            quote! {
+                for q in q0..q1 {
+                    let #var = #crd[q].to_usize();
+                    #bind
+                    #label: { #visit }
+                }
+            },
+        );
         quote! {
             if #dim > 0 && !out_vals.is_empty() {
                 use ::rayon::prelude::*;
@@ -217,11 +283,7 @@ impl Gen<'_> {
                 // knows stores to `out_row` cannot change them (captured by reference, they
                 // were reloaded after every store and the inner loops ran ~1.6x slower).
                 jobs.into_par_iter().for_each(move |(q0, q1, out_base, out_row)| {
-                    for q in q0..q1 {
-                        let #var = #crd[q].to_usize();
-                        #bind
-                        #label: { #visit }
-                    }
+                    #job
                 });
             }
         }
