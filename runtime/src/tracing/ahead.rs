@@ -292,11 +292,11 @@ impl Conditions {
                 .all(|&(k, id, v)| root(k).id == id && root(k).meta().version == v)
     }
 
-    /// Leaves the recorded key partitions (what the solves would have left) on `plans`'
-    /// stores.
-    pub(crate) fn apply(&self, plans: &[Plan]) {
+    /// Leaves the recorded key partitions (what the solves would have left) on the stores of
+    /// `tasks` (already checked by [`Conditions::hold`]).
+    pub(crate) fn apply(&self, tasks: &[Issued]) {
         for (&(i, j), keys) in self.at.iter().zip(&self.keys_after) {
-            let root = &plans[i].args[j].root;
+            let root = &tasks[i].args[j].root;
             let mut meta = root.meta();
             if meta.keys != *keys {
                 meta.keys.clone_from(keys);
