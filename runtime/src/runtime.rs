@@ -1071,52 +1071,55 @@ fn resolve_constraints(
         }
         Some(i) => Ok(i),
     };
-    cons.iter()
-        .map(|c| {
-            Ok(match c {
-                UserConstraint::Align(a, b) => {
-                    Constraint::Align(pos(a, "align")?, pos(b, "align")?)
+    let one = |c: &UserConstraint| -> Result<Constraint> {
+        Ok(match c {
+            UserConstraint::Align(a, b) => Constraint::Align(pos(a, "align")?, pos(b, "align")?),
+            UserConstraint::Broadcast(s, dims) => {
+                let i = pos(s, "broadcast")?;
+                let rank = args[i].root.dim;
+                if let Some(&d) = dims.iter().find(|&&d| d >= rank) {
+                    return Err(RuntimeError::BroadcastDim {
+                        task: task.into(),
+                        store: s.store,
+                        dim: d,
+                        rank,
+                    });
                 }
-                UserConstraint::Broadcast(s, dims) => {
-                    let i = pos(s, "broadcast")?;
-                    let rank = args[i].root.dim;
-                    if let Some(&d) = dims.iter().find(|&&d| d >= rank) {
-                        return Err(RuntimeError::BroadcastDim {
-                            task: task.into(),
-                            store: s.store,
-                            dim: d,
-                            rank,
-                        });
-                    }
-                    let mut mask = [false; MAX_DIMS];
-                    dims.iter().for_each(|&d| mask[d] = true);
-                    Constraint::Broadcast(i, mask)
+                let mut mask = [false; MAX_DIMS];
+                dims.iter().for_each(|&d| mask[d] = true);
+                Constraint::Broadcast(i, mask)
+            }
+            UserConstraint::Image(src, dst) => {
+                let (i, j) = (pos(src, "image")?, pos(dst, "image")?);
+                let root = &args[i].root;
+                let ok_type = matches!(
+                    root.dtype,
+                    DType::Range | DType::I64 | DType::I32 | DType::U64 | DType::U32
+                );
+                if !ok_type || root.dim != 1 {
+                    return Err(RuntimeError::ImageSource {
+                        task: task.into(),
+                        store: root.id,
+                        dtype: root.dtype,
+                        rank: root.dim,
+                    });
                 }
-                UserConstraint::Image(src, dst) => {
-                    let (i, j) = (pos(src, "image")?, pos(dst, "image")?);
-                    let root = &args[i].root;
-                    let ok_type = matches!(
-                        root.dtype,
-                        DType::Range | DType::I64 | DType::I32 | DType::U64 | DType::U32
-                    );
-                    if !ok_type || root.dim != 1 {
-                        return Err(RuntimeError::ImageSource {
-                            task: task.into(),
-                            store: root.id,
-                            dtype: root.dtype,
-                            rank: root.dim,
-                        });
-                    }
-                    Constraint::Image { src: i, dst: j }
-                }
-                UserConstraint::Tile(s, cuts) => {
-                    let i = pos(s, "tile")?;
-                    check_cuts(task, s.store, args[i].root.dim, cuts)?;
-                    Constraint::Tile(i, cuts.clone())
-                }
-            })
+                Constraint::Image { src: i, dst: j }
+            }
+            UserConstraint::Tile(s, cuts) => {
+                let i = pos(s, "tile")?;
+                check_cuts(task, s.store, args[i].root.dim, cuts)?;
+                Constraint::Tile(i, cuts.clone())
+            }
         })
-        .collect()
+    };
+    // A loop, not `collect` into a `Result`: that goes through a shunt that pushes one by
+    // one with a capacity check each (~350 instructions per stencil task).
+    let mut out = Args::new();
+    for c in cons {
+        out.push(one(c)?);
+    }
+    Ok(out)
 }
 
 /// What can be checked of a tiling before the launch domain is known: one cut per
@@ -1784,6 +1787,20 @@ impl Inner {
         for node in nodes {
             if node.release() {
                 self.pool.spawn(node);
+            }
+        }
+    }
+
+    /// [`Inner::start`] for nodes the caller keeps (a replay's vertices, and its entry vertex
+    /// if any): only the ready ones are cloned, for the executor.
+    pub(crate) fn start_kept(&self, nodes: &[Arc<Node>], entry: Option<&Arc<Node>>) {
+        let all = nodes.iter().chain(entry);
+        self.shared
+            .outstanding
+            .fetch_add(nodes.len() + entry.is_some() as usize, Ordering::AcqRel);
+        for node in all {
+            if node.release() {
+                self.pool.spawn(node.clone());
             }
         }
     }

@@ -388,15 +388,16 @@ impl Inner {
             let tasks: Vec<Issued> = tr.held.drain(..n).collect();
             return self.analyse_all(front, tr, tasks);
         }
-        // `Some`: the first occurrence, solved and recorded; `None`: the held tasks replay the
-        // recording (verified, key partitions and versions updated as the solves would have).
+        // `Ok`: the first occurrence, solved and recorded; `Err`: the held tasks replay the
+        // recording (verified, key partitions and versions updated as the solves would have),
+        // with their distinct stores.
         let recorded = match tr.recordings.get(&trace) {
             None => match self.record(front, tr.held.drain(..n).collect()) {
                 Ok((rec, plans)) => {
                     tr.decide(Decision::Recorded(trace, n), counters);
                     Counters::add(&counters.traces_recorded, 1);
                     tr.recordings.insert(trace, rec);
-                    Some(plans)
+                    Ok(plans)
                 }
                 Err(failed) => {
                     tr.decide(Decision::Failed(trace, n), counters);
@@ -410,16 +411,20 @@ impl Inner {
             },
             Some(rec) => {
                 let held = &tr.held[..n];
-                if !(rec.issued.matches(held) && rec.conditions.hold(held)) {
+                let roots = rec
+                    .issued
+                    .matches(held)
+                    .filter(|_| rec.conditions.hold(held));
+                let Some(roots) = roots else {
                     tr.decide(Decision::Abandoned(trace, n), counters);
                     Counters::add(&counters.traces_abandoned, 1);
                     let tasks: Vec<Issued> = tr.held.drain(..n).collect();
                     return self.analyse_all(front, tr, tasks);
-                }
+                };
                 rec.conditions.apply(held);
                 held.iter().for_each(bump_issued_versions);
                 Counters::add(&counters.tasks_unsolved, n as u64);
-                None
+                Err(roots)
             }
         };
         Counters::add(&counters.tasks_launched, n as u64);
@@ -427,8 +432,8 @@ impl Inner {
         Counters::add(&counters.tasks_traced, n as u64);
         let Some(workers) = tr.actors else {
             let plans: Vec<Plan> = match recorded {
-                Some(plans) => plans,
-                None => {
+                Ok(plans) => plans,
+                Err(_) => {
                     let solved = &tr.recordings[&trace].solved;
                     tr.held
                         .drain(..n)
@@ -447,20 +452,22 @@ impl Inner {
             let points = p.domain.len();
             self.launched(p, points, None)
         };
-        let tasks: Vec<Arc<Launched>> = match recorded {
-            Some(plans) => plans.into_iter().map(launch).collect(),
-            None => {
+        let (tasks, roots): (Vec<Arc<Launched>>, _) = match recorded {
+            Ok(plans) => {
+                let tasks: Vec<_> = plans.into_iter().map(launch).collect();
+                let all = tasks.iter().flat_map(|t| t.args.iter().map(|a| &a.root));
+                let roots = numbering(all).1.into_iter().cloned().collect();
+                (tasks, roots)
+            }
+            Err(roots) => {
                 let solved = &tr.recordings[&trace].solved;
                 let held = tr.held.drain(..n);
-                held.zip(solved).map(|(t, s)| launch(s.plan(t))).collect()
+                (
+                    held.zip(solved).map(|(t, s)| launch(s.plan(t))).collect(),
+                    roots,
+                )
             }
         };
-        let roots: Vec<Arc<StoreRoot>> =
-            numbering(tasks.iter().flat_map(|t| t.args.iter().map(|a| &a.root)))
-                .1
-                .into_iter()
-                .cloned()
-                .collect();
         let link = tr.last.take().and_then(|l| {
             let (same, again) = same_stores(&l.roots, &roots);
             let again = again && l.trace == trace;
@@ -570,8 +577,7 @@ impl Inner {
                 (Some(entry.clone()), Some(entry), true)
             }
         };
-        let started = nodes.iter().cloned().chain(entry);
-        self.start(started.collect::<Vec<_>>().into_iter());
+        self.start_kept(&nodes, entry.as_ref());
         pre.map(|pre| LastReplay {
             trace,
             exact,
