@@ -3,6 +3,9 @@
 //! [threads]` with `TESSERA_TRACING` / `TESSERA_ACTORS` choosing the mode. The views are made
 //! once (as in the bench), so per step only the `submit` path and the points are counted.
 
+mod sparse;
+
+use sparse::stencil::{bench_step, bench_views};
 use tessera_runtime::{DType, Runtime, Store};
 
 fn main() {
@@ -27,14 +30,7 @@ fn main() {
     rt.fill(&a, 1.0).expect("fill");
     rt.fill(&b, 1.0).expect("fill");
     rt.fence().expect("fence");
-    let views = |s: &Store| -> [Store; 4] {
-        [
-            s.slice(0, 1..width + 1).expect("view"),
-            s.slice(0, 0..width).expect("view"),
-            s.slice(0, 1..width + 1).expect("view"),
-            s.slice(0, 2..width + 2).expect("view"),
-        ]
-    };
+    let views = |s: &Store| bench_views(s, width).expect("view");
     let (va, vb) = (views(&a), views(&b));
     for step in 0..steps {
         let (cur, next) = if step % 2 == 0 {
@@ -55,16 +51,5 @@ fn main() {
 /// One step's submit (kept out of line so callgrind shows the issuing thread's cost per step).
 #[inline(never)]
 fn issue_step(rt: &Runtime, cur: &[Store; 4], next: &[Store; 4], width: usize) {
-    rt.task("stencil_point")
-        .write(&next[0])
-        .read(&cur[1])
-        .read(&cur[2])
-        .read(&cur[3])
-        .align(&next[0], &cur[1])
-        .align(&next[0], &cur[2])
-        .align(&next[0], &cur[3])
-        .launch_domain(&[width])
-        .scalar(1u64)
-        .submit()
-        .expect("submit");
+    bench_step(rt, "stencil_point", cur, next, width, 1).expect("submit");
 }
