@@ -87,14 +87,7 @@ fn stencil_tessera(rt: &Runtime, width: usize, steps: usize, iters: u64) -> (f64
     rt.fill(&a, 1.0).expect("fill");
     rt.fill(&b, 1.0).expect("fill");
     rt.fence().expect("fence");
-    let views = |s: &Store| -> [Store; 4] {
-        [
-            s.slice(0, 1..width + 1).expect("view"),
-            s.slice(0, 0..width).expect("view"),
-            s.slice(0, 1..width + 1).expect("view"),
-            s.slice(0, 2..width + 2).expect("view"),
-        ]
-    };
+    let views = |s: &Store| sparse::stencil::bench_views(s, width).expect("view");
     let (va, vb) = (views(&a), views(&b));
     let t0 = Instant::now();
     for step in 0..steps {
@@ -103,18 +96,7 @@ fn stencil_tessera(rt: &Runtime, width: usize, steps: usize, iters: u64) -> (f64
         } else {
             (&vb, &va)
         };
-        rt.task("stencil_point")
-            .write(&next[0])
-            .read(&cur[1])
-            .read(&cur[2])
-            .read(&cur[3])
-            .align(&next[0], &cur[1])
-            .align(&next[0], &cur[2])
-            .align(&next[0], &cur[3])
-            .launch_domain(&[width])
-            .scalar(iters)
-            .submit()
-            .expect("submit");
+        sparse::stencil::bench_step(rt, "stencil_point", cur, next, width, iters).expect("submit");
     }
     let issued = t0.elapsed().as_secs_f64();
     rt.fence().expect("fence");

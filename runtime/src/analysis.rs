@@ -154,8 +154,15 @@ impl AccessState {
         readers: impl Iterator<Item = (Rect, &'a Arc<Node>)>,
     ) {
         self.writers.clear();
-        self.readers.clear();
+        // The groups are kept, emptied, and dropped below if no reader comes back: a replay of
+        // the same trace sets the same rectangles, more readers each than a group holds
+        // inline, and reusing them saves an allocation and a free per group per replay.
+        for g in &mut self.readers {
+            g.nodes.clear();
+            g.prune_at = PRUNE_MIN;
+        }
         self.push(writers, readers);
+        self.readers.retain(|g| !g.nodes.is_empty());
     }
 
     fn push<'a>(

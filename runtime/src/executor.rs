@@ -184,13 +184,15 @@ fn push(st: &PoolState, node: Arc<Node>) {
     if let Some(mb) = st.mailboxes.get(node.owner() as usize) {
         mb.push(node);
         st.queued.fetch_add(1, Ordering::SeqCst);
-        // Under the queue lock, so that a worker about to sleep sees the count or the wake-up.
-        // All sleepers wake: the owner may be any of them (the rest find nothing and sleep).
-        let _q = st.queue.lock().unwrap_or_else(|e| e.into_inner());
+        // A worker about to sleep counts itself a sleeper, then looks at `queued` again
+        // (`pop`): with both sides sequentially consistent, either it sees this node or this
+        // sees it. Only then is the queue lock needed, so that the wake-up cannot come before
+        // it waits (it holds the lock until `wait` releases it). All sleepers wake: the owner
+        // may be any of them (the rest find nothing and sleep).
         if st.sleepers.load(Ordering::SeqCst) > 0 {
+            let _q = st.queue.lock().unwrap_or_else(|e| e.into_inner());
             st.cv.notify_all();
         }
-        drop(_q);
         st.shared.idle.notify();
         st.shared.completion.notify();
         return;
@@ -276,6 +278,11 @@ fn pop(st: &PoolState, me: usize) -> Option<Arc<Node>> {
             return None;
         }
         st.sleepers.fetch_add(1, Ordering::SeqCst);
+        // A mailbox push that missed the sleeper count above incremented `queued` first.
+        if st.queued.load(Ordering::SeqCst) > 0 {
+            st.sleepers.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
         q = st.cv.wait(q).unwrap_or_else(|e| e.into_inner());
         st.sleepers.fetch_sub(1, Ordering::SeqCst);
     }

@@ -388,3 +388,51 @@ fn from_offsets_builds_the_ranges_and_records_whether_they_are_monotone() {
         assert_eq!(s.shape(), Some(vec![0]));
     }
 }
+
+/// A submitted launcher's spec is reused by the next `task` (`Inner::spare_spec`): nothing of
+/// the last launch (constraints, launch domain, sharding key, scalars, arguments, the task)
+/// may leak into the next one.
+#[test]
+fn a_reused_launch_spec_starts_empty() {
+    let rt = plain(2);
+    rt.register("first", |_| {}).unwrap();
+    rt.register("second", |ctx| {
+        assert_eq!(
+            ctx.domain(),
+            vec![1],
+            "the solver's domain, not the last launch's"
+        );
+        let mut out = ctx.write::<f64>(0);
+        for i in out.range() {
+            out.set_at(i, 7.0);
+        }
+    })
+    .unwrap();
+    let (x, y) = (
+        rt.create(DType::F64, &[6]).unwrap(),
+        rt.create(DType::F64, &[6]).unwrap(),
+    );
+    let z = rt.create(DType::F64, &[1]).unwrap();
+    let before = rt.stats();
+    rt.task("first")
+        .read(&x)
+        .write(&y)
+        .align(&x, &y)
+        .launch_domain(&[3])
+        .shard_by(&[0])
+        .scalar(1.0)
+        .submit()
+        .unwrap();
+    assert!(
+        rt.inner.spare_spec.lock().unwrap().is_some(),
+        "a submitted spec is kept"
+    );
+    // A leaked `align` names stores this task does not pass (an error); a leaked domain
+    // would run three points over a one-element store.
+    rt.task("second").write(&z).submit().unwrap();
+    rt.fence().unwrap();
+    assert_eq!(rt.read::<f64>(&z).unwrap(), vec![7.0]);
+    assert_eq!(rt.stats().since(&before).points_run, 3 + 1);
+    // An unknown name is still reported, not replaced by the last task's.
+    assert!(rt.task("nope").write(&z).submit().is_err());
+}

@@ -81,3 +81,38 @@ pub fn sequential(n: usize, steps: usize) -> Vec<f64> {
     }
     cur
 }
+
+/// The `runtime` bench's stencil (Task Bench's `stencil_1d`) over a store of `width + 2`
+/// cells: the four views a step uses, made once — `[1, width + 1)` written, `[0, width)`,
+/// `[1, width + 1)` and `[2, width + 2)` read.
+pub fn bench_views(s: &Store, width: usize) -> Result<[Store; 4]> {
+    Ok([
+        s.slice(0, 1..width + 1)?,
+        s.slice(0, 0..width)?,
+        s.slice(0, 1..width + 1)?,
+        s.slice(0, 2..width + 2)?,
+    ])
+}
+
+/// One step of the bench's stencil: task `name` over `width` points writes `next[0]` from
+/// `cur[1..4]` (aligned), with `iters` as its scalar.
+pub fn bench_step(
+    rt: &Runtime,
+    name: &str,
+    cur: &[Store; 4],
+    next: &[Store; 4],
+    width: usize,
+    iters: u64,
+) -> Result<()> {
+    rt.task(name)
+        .write(&next[0])
+        .read(&cur[1])
+        .read(&cur[2])
+        .read(&cur[3])
+        .align(&next[0], &cur[1])
+        .align(&next[0], &cur[2])
+        .align(&next[0], &cur[3])
+        .launch_domain(&[width])
+        .scalar(iters)
+        .submit()
+}

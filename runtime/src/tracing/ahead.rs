@@ -102,20 +102,23 @@ impl IssuedTrace {
     }
 
     /// Whether `tasks` are, field for field, the tasks recorded, over stores that appear in
-    /// the same pattern.
-    pub(crate) fn matches(&self, tasks: &[Issued]) -> bool {
+    /// the same pattern: if so, their distinct stores in order of first appearance (what a
+    /// replay as actors keys its link to the last replay by), numbered once for both.
+    pub(crate) fn matches(&self, tasks: &[Issued]) -> Option<Vec<Arc<StoreRoot>>> {
         if tasks.len() != self.0.len() {
-            return false;
+            return None;
         }
-        let numbers = issued_numbers(tasks);
+        let (numbers, distinct) =
+            numbering(tasks.iter().flat_map(|t| t.args.iter().map(|a| &a.root)));
         let mut first = 0;
-        (0..tasks.len()).all(|i| {
+        let same = (0..tasks.len()).all(|i| {
             let n = tasks[i].args.len();
             let same = n == self.0[i].args.len()
                 && self.0[i].matches(&tasks[i], &tasks[..i], &numbers[first..first + n]);
             first += n;
             same
-        })
+        });
+        same.then(|| distinct.into_iter().cloned().collect())
     }
 }
 
@@ -292,11 +295,11 @@ impl Conditions {
                 .all(|&(k, id, v)| root(k).id == id && root(k).meta().version == v)
     }
 
-    /// Leaves the recorded key partitions (what the solves would have left) on `plans`'
-    /// stores.
-    pub(crate) fn apply(&self, plans: &[Plan]) {
+    /// Leaves the recorded key partitions (what the solves would have left) on the stores of
+    /// `tasks` (already checked by [`Conditions::hold`]).
+    pub(crate) fn apply(&self, tasks: &[Issued]) {
         for (&(i, j), keys) in self.at.iter().zip(&self.keys_after) {
-            let root = &plans[i].args[j].root;
+            let root = &tasks[i].args[j].root;
             let mut meta = root.meta();
             if meta.keys != *keys {
                 meta.keys.clone_from(keys);

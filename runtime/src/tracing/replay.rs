@@ -27,7 +27,6 @@ use crate::stats::Counters;
 use crate::store::StoreRoot;
 use crate::task::{Issued, ScalarArg};
 use rustc_hash::FxHashMap as HashMap;
-use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
@@ -44,8 +43,11 @@ pub(crate) const MAX_TRACE: usize = 16;
 /// The issuing side's tracing state.
 pub(crate) struct Tracing {
     tracer: Tracer,
-    /// Tasks the tracer holds back, in issue order (one per buffered token).
-    held: VecDeque<Issued>,
+    /// Tasks the tracer holds back, in issue order (one per buffered token). A `Vec`, not a
+    /// deque: a replay compares its tasks in place, and a deque that has wrapped would have
+    /// to be rotated first (tasks are large); what a replay or release takes from the front
+    /// is usually all of it.
+    held: Vec<Issued>,
     recordings: HashMap<TraceId, Recording>,
     /// Tasks issued through the tracer so far (a future's producer is numbered by it).
     seq: u64,
@@ -117,7 +119,7 @@ impl Tracing {
                 skip_replayed: true,
                 ..TracerConfig::default()
             }),
-            held: VecDeque::new(),
+            held: Vec::new(),
             recordings: HashMap::default(),
             seq: 0,
             token_mask: u64::MAX,
@@ -248,6 +250,13 @@ pub(crate) fn bump_versions(plan: &Plan) {
     }
 }
 
+/// [`bump_versions`] for a held task replayed from its recording (no argument is local).
+fn bump_issued_versions(t: &Issued) {
+    for a in t.args.iter().filter(|a| a.privilege.writes()) {
+        a.root.meta().version += 1;
+    }
+}
+
 /// A recorded first occurrence and its solved tasks, or: the tasks solved before the one that
 /// failed, those after it, and its error.
 type RecordOutcome =
@@ -305,7 +314,7 @@ impl Inner {
         } else {
             tr.decide(Decision::Held, counters);
             Counters::add(&counters.tasks_held, 1);
-            tr.held.push_back(t);
+            tr.held.push(t);
             let before = *tr.tracer.finder_cost();
             let actions = tr.tracer.issue(token);
             let after = tr.tracer.finder_cost();
@@ -337,10 +346,9 @@ impl Inner {
                     keep_first(&mut first, self.analyse_all(front, tr, tasks));
                 }
                 Action::Replay { trace, tokens } => {
-                    let tasks: Vec<Issued> = tr.held.drain(..tokens.len()).collect();
                     // What the window holds was issued before the trace: it goes first.
                     keep_first(&mut first, self.drain_all(front));
-                    keep_first(&mut first, self.replay(front, tr, trace, tasks));
+                    keep_first(&mut first, self.replay(front, tr, trace, tokens.len()));
                 }
             }
         }
@@ -357,23 +365,19 @@ impl Inner {
         first
     }
 
-    /// Replays `trace` over `tasks` (recording it first if new); analyses them as usual if
-    /// they differ from the recording in anything the solver or the analysis depends on, or
-    /// the stores' key partitions or image sources are not as the recording found them.
-    fn replay(
-        &self,
-        front: &mut Front,
-        tr: &mut Tracing,
-        trace: TraceId,
-        tasks: Vec<Issued>,
-    ) -> Result<()> {
+    /// Replays `trace` over the first `n` held tasks (recording it first if new); analyses
+    /// them as usual if they differ from the recording in anything the solver or the analysis
+    /// depends on, or the stores' key partitions or image sources are not as the recording
+    /// found them. A replay compares the tasks where they are held and moves each once, into
+    /// its launch (tasks are large: a recorded solve is applied without a `Plan` in between
+    /// when actors run the trace).
+    fn replay(&self, front: &mut Front, tr: &mut Tracing, trace: TraceId, n: usize) -> Result<()> {
         let counters = &self.shared.counters;
-        let n = tasks.len();
         // Whether a store is bound yet depends on whether its producer has run: wait for every
         // store the tasks name (their producers were launched before them: a task producing
         // an unbound store is never held), so that what follows (the recorded or compared
         // extents and key partitions) is the same in every run.
-        let bound = tasks.iter().try_for_each(|t| {
+        let bound = tr.held[..n].iter().try_for_each(|t| {
             t.args
                 .iter()
                 .try_for_each(|a| self.wait_bound(&a.root, &t.name))
@@ -381,15 +385,19 @@ impl Inner {
         if bound.is_err() {
             // A failed producer: solving reports its error on the task reading its store.
             tr.decide(Decision::Failed(trace, n), counters);
+            let tasks: Vec<Issued> = tr.held.drain(..n).collect();
             return self.analyse_all(front, tr, tasks);
         }
-        let plans = match tr.recordings.get(&trace) {
-            None => match self.record(front, tasks) {
+        // `Ok`: the first occurrence, solved and recorded; `Err`: the held tasks replay the
+        // recording (verified, key partitions and versions updated as the solves would have),
+        // with their distinct stores.
+        let recorded = match tr.recordings.get(&trace) {
+            None => match self.record(front, tr.held.drain(..n).collect()) {
                 Ok((rec, plans)) => {
                     tr.decide(Decision::Recorded(trace, n), counters);
                     Counters::add(&counters.traces_recorded, 1);
                     tr.recordings.insert(trace, rec);
-                    plans
+                    Ok(plans)
                 }
                 Err(failed) => {
                     tr.decide(Decision::Failed(trace, n), counters);
@@ -402,39 +410,64 @@ impl Inner {
                 }
             },
             Some(rec) => {
-                let same = rec.issued.matches(&tasks) && rec.conditions.hold(&tasks);
-                if !same {
+                let held = &tr.held[..n];
+                let roots = rec
+                    .issued
+                    .matches(held)
+                    .filter(|_| rec.conditions.hold(held));
+                let Some(roots) = roots else {
                     tr.decide(Decision::Abandoned(trace, n), counters);
                     Counters::add(&counters.traces_abandoned, 1);
+                    let tasks: Vec<Issued> = tr.held.drain(..n).collect();
                     return self.analyse_all(front, tr, tasks);
-                }
-                let plans: Vec<Plan> = tasks
-                    .into_iter()
-                    .zip(&rec.solved)
-                    .map(|(t, s)| s.plan(t))
-                    .collect();
-                debug_assert!(rec.matches(&plans), "a replay launches the recorded tasks");
-                rec.conditions.apply(&plans);
-                Counters::add(&counters.tasks_unsolved, plans.len() as u64);
-                plans.iter().for_each(bump_versions);
-                plans
+                };
+                rec.conditions.apply(held);
+                held.iter().for_each(bump_issued_versions);
+                Counters::add(&counters.tasks_unsolved, n as u64);
+                Err(roots)
             }
         };
-        Counters::add(&counters.tasks_launched, plans.len() as u64);
+        Counters::add(&counters.tasks_launched, n as u64);
         Counters::add(&counters.traces_replayed, 1);
-        Counters::add(&counters.tasks_traced, plans.len() as u64);
-        let rec = &tr.recordings[&trace];
+        Counters::add(&counters.tasks_traced, n as u64);
         let Some(workers) = tr.actors else {
+            let plans: Vec<Plan> = match recorded {
+                Ok(plans) => plans,
+                Err(_) => {
+                    let solved = &tr.recordings[&trace].solved;
+                    tr.held
+                        .drain(..n)
+                        .zip(solved)
+                        .map(|(t, s)| s.plan(t))
+                        .collect()
+                }
+            };
+            let rec = &tr.recordings[&trace];
+            debug_assert!(rec.matches(&plans), "a replay launches the recorded tasks");
             self.instantiate(rec, plans);
             tr.decide(Decision::Replayed(trace, n, false), counters);
             return Ok(());
         };
-        let roots: Vec<Arc<StoreRoot>> =
-            numbering(plans.iter().flat_map(|p| p.args.iter().map(|a| &a.root)))
-                .1
-                .into_iter()
-                .cloned()
-                .collect();
+        let launch = |p: Plan| {
+            let points = p.domain.len();
+            self.launched(p, points, None)
+        };
+        let (tasks, roots): (Vec<Arc<Launched>>, _) = match recorded {
+            Ok(plans) => {
+                let tasks: Vec<_> = plans.into_iter().map(launch).collect();
+                let all = tasks.iter().flat_map(|t| t.args.iter().map(|a| &a.root));
+                let roots = numbering(all).1.into_iter().cloned().collect();
+                (tasks, roots)
+            }
+            Err(roots) => {
+                let solved = &tr.recordings[&trace].solved;
+                let held = tr.held.drain(..n);
+                (
+                    held.zip(solved).map(|(t, s)| launch(s.plan(t))).collect(),
+                    roots,
+                )
+            }
+        };
         let link = tr.last.take().and_then(|l| {
             let (same, again) = same_stores(&l.roots, &roots);
             let again = again && l.trace == trace;
@@ -443,7 +476,7 @@ impl Inner {
         });
         tr.decide(Decision::Replayed(trace, n, link.is_some()), counters);
         let rec = tr.recordings.get_mut(&trace).expect("recorded above");
-        tr.last = self.instantiate_actors(rec, workers, trace, link, plans);
+        tr.last = self.instantiate_actors(rec, workers, trace, link, tasks);
         if let Some(l) = tr.last.as_mut() {
             l.roots = roots;
         }
@@ -472,7 +505,7 @@ impl Inner {
         Ok((Recording::new(&plans, sigs, conditions), plans))
     }
 
-    /// The recorded graph as actors (`actors.rs`) over `plans`' tasks: linked to `last` (a
+    /// The recorded graph as actors (`actors.rs`) over `tasks`: linked to `last` (a
     /// replay of the same trace with nothing analysed since) by the recorded cross edges, or
     /// else behind an entry vertex as in [`Inner::instantiate`].
     fn instantiate_actors(
@@ -481,17 +514,10 @@ impl Inner {
         workers: usize,
         trace: TraceId,
         link: Option<(Arc<Cross>, bool, LastReplay)>,
-        plans: Vec<Plan>,
+        tasks: Vec<Arc<Launched>>,
     ) -> Option<LastReplay> {
         let counters = &self.shared.counters;
         Counters::add(&counters.actor_replays, 1);
-        let tasks: Vec<_> = plans
-            .into_iter()
-            .map(|p| {
-                let points = p.domain.len();
-                self.launched(p, points, None)
-            })
-            .collect();
         let compiled = rec
             .actors
             .get_or_insert_with(|| {
@@ -551,8 +577,7 @@ impl Inner {
                 (Some(entry.clone()), Some(entry), true)
             }
         };
-        let started = nodes.iter().cloned().chain(entry);
-        self.start(started.collect::<Vec<_>>().into_iter());
+        self.start_kept(&nodes, entry.as_ref());
         pre.map(|pre| LastReplay {
             trace,
             exact,

@@ -1,0 +1,55 @@
+//! The `runtime` bench's `stencil_1d` issuing loop with empty-ish bodies, for instruction
+//! counts: `valgrind --tool=callgrind target/release/examples/stencil_steps [steps] [width]
+//! [threads]` with `TESSERA_TRACING` / `TESSERA_ACTORS` choosing the mode. The views are made
+//! once (as in the bench), so per step only the `submit` path and the points are counted.
+
+mod sparse;
+
+use sparse::stencil::{bench_step, bench_views};
+use tessera_runtime::{DType, Runtime, Store};
+
+fn main() {
+    let arg = |i: usize, d: usize| {
+        std::env::args()
+            .nth(i)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(d)
+    };
+    let (steps, width, threads) = (arg(1, 4000), arg(2, 2), arg(3, 2));
+    let rt = Runtime::builder().window_size(1).threads(threads).build();
+    rt.register("stencil_point", |ctx| {
+        let (l, c, r) = (ctx.read::<f64>(1), ctx.read::<f64>(2), ctx.read::<f64>(3));
+        let mut out = ctx.write::<f64>(0);
+        for i in out.range() {
+            out.set_at(i, (l.at(i) + c.at(i) + r.at(i)) / 3.0);
+        }
+    })
+    .expect("register");
+    let a = rt.create(DType::F64, &[width + 2]).expect("store");
+    let b = rt.create(DType::F64, &[width + 2]).expect("store");
+    rt.fill(&a, 1.0).expect("fill");
+    rt.fill(&b, 1.0).expect("fill");
+    rt.fence().expect("fence");
+    let views = |s: &Store| bench_views(s, width).expect("view");
+    let (va, vb) = (views(&a), views(&b));
+    for step in 0..steps {
+        let (cur, next) = if step % 2 == 0 {
+            (&va, &vb)
+        } else {
+            (&vb, &va)
+        };
+        issue_step(&rt, cur, next, width);
+    }
+    rt.fence().expect("fence");
+    let s = rt.stats();
+    println!(
+        "steps {steps} width {width}: {} tasks issued, {} solved, {} traced, {} actor replays",
+        s.tasks_issued, s.tasks_solved, s.tasks_traced, s.actor_replays
+    );
+}
+
+/// One step's submit (kept out of line so callgrind shows the issuing thread's cost per step).
+#[inline(never)]
+fn issue_step(rt: &Runtime, cur: &[Store; 4], next: &[Store; 4], width: usize) {
+    bench_step(rt, "stencil_point", cur, next, width, 1).expect("submit");
+}
