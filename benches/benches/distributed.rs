@@ -96,6 +96,12 @@ fn median(jobs: &[Job]) -> Job {
     }
 }
 
+/// Whether two `.tcs` files hold the same tensor (levels, values, dimensions, format).
+fn same_tensor(a: &Path, b: &Path) -> bool {
+    let read = |p: &Path| tessera_formats::Tensor::<f64, u32>::read(p, "sss").expect("read .tcs");
+    read(a) == read(b)
+}
+
 fn main() {
     if let Some((job, args)) = child_job() {
         run_job(&job, &args);
@@ -161,9 +167,10 @@ fn main() {
                     &d.join(format!("m{r}.tcs")),
                 ],
             ));
-            assert_eq!(
-                std::fs::read(d.join("t.tcs")).unwrap(),
-                std::fs::read(d.join(format!("m{r}.tcs"))).unwrap(),
+            // The same tensor, not the same bytes: `convert` writes `.tcs` version 3 (with an
+            // extent list) and merge version 1, so the files differ in their headers.
+            assert!(
+                same_tensor(&d.join("t.tcs"), &d.join(format!("m{r}.tcs"))),
                 "merge at {r} ranks gives the input back"
             );
             std::fs::remove_file(d.join(format!("m{r}.tcs"))).unwrap();
