@@ -133,11 +133,7 @@ where
     let out = f(&comm);
     if let Err(e) = &out {
         if !comm.shared_failure.get() {
-            eprintln!(
-                "error on rank {} of {}: {e}; aborting the MPI job",
-                comm.rank(),
-                comm.size()
-            );
+            say_aborting(comm.rank(), comm.size(), e);
             comm.world.abort(1);
         }
     }
@@ -436,15 +432,20 @@ where
             .shared_failure
             .load(std::sync::atomic::Ordering::Relaxed)
         {
-            eprintln!(
-                "error on rank {} of {}: {e}; aborting the MPI job",
-                comm.rank(),
-                comm.size()
-            );
+            say_aborting(comm.rank(), comm.size(), e);
             comm.world.abort(1);
         }
     }
     drop(comm);
     drop(universe);
     out
+}
+
+/// Prints why this rank aborts the job, as one write: `eprintln!` writes the formatted pieces
+/// one by one, and `mpirun` forwards them as they come, so its own abort banner could land
+/// in the middle of the message (CI saw "rank " + banner + "1 fails on purpose").
+fn say_aborting(rank: usize, size: usize, e: &dyn std::fmt::Display) {
+    use std::io::Write;
+    let line = format!("error on rank {rank} of {size}: {e}; aborting the MPI job\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
