@@ -100,11 +100,14 @@ pub fn from_text(text: &str) -> Result<(Kernel, Plan), String> {
 /// the plan it rebuilds at start comes from the same kernel as the block entry point it was
 /// built with.
 pub fn kernel_fingerprint(kernel: &Kernel) -> u64 {
-    format!("{kernel:?}")
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        })
+    fnv(format!("{kernel:?}").as_bytes())
+}
+
+/// FNV-1a, 64 bits: the hash of plans' fingerprints and task names.
+pub(crate) fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// Builds the plan of a checked statement lowered to `kernel`. The checker has validated the

@@ -570,7 +570,7 @@ fn task_name<V: PlanValue, I: PlanIndex>(
         std::any::type_name::<I>(),
         compiled.map(|f| f as usize),
     );
-    format!("plan {} #{:016x}", plan.source, fnv(key.as_bytes()))
+    format!("plan {} #{:016x}", plan.source, super::fnv(key.as_bytes()))
 }
 
 /// A hash of everything in `plan` (its `Debug` text), kept per distinct plan: formatting the
@@ -590,19 +590,12 @@ fn plan_hash(plan: &Plan) -> u64 {
     {
         return *h;
     }
-    let h = fnv(format!("{plan:?}").as_bytes());
+    let h = super::fnv(format!("{plan:?}").as_bytes());
     known
         .entry(plan.source.clone())
         .or_default()
         .push((plan.clone(), h));
     h
-}
-
-/// FNV-1a, 64 bits.
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 /// One run of a plan: what each of its launches needs.
