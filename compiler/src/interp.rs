@@ -266,7 +266,8 @@ fn check_inputs<V: Value, I: Index>(
 }
 
 /// [`checked_dims`] for inputs given by format and dimensions only (tensors held elsewhere,
-/// as a plan's runtime stores).
+/// as a plan's runtime stores). Unlike it, a kernel calling the caller's functions passes:
+/// a generated block kernel, given them, runs it (the interpreter refuses it when it runs).
 pub fn checked_dims_of(
     k: &Kernel,
     inputs: &[(&Format, &[usize])],
@@ -287,9 +288,6 @@ fn check_shapes(
     inputs: &[(&Format, &[usize])],
     out_dims: &[usize],
 ) -> Result<(), InterpError> {
-    if let Some(f) = k.user_functions.first() {
-        return Err(InterpError::UserFunction(f.clone()));
-    }
     let names = k.inputs();
     if names.len() != inputs.len() {
         return Err(InterpError::InputCount {

@@ -186,16 +186,11 @@ impl Source {
     }
 }
 
-/// The statement checked and lowered, with errors at their spans.
-/// `user_functions`: whether `f(x(i))` may call a Rust function `f` in scope (the plain
-/// form; a plan's block kernels run where the caller's functions are not).
-fn front(source: &Source, user_functions: bool) -> Result<(check::Checked, Kernel), Diagnostic> {
+/// The statement checked and lowered, with errors at their spans. `f(x(i))` may call a Rust
+/// function `f` in scope.
+fn front(source: &Source) -> Result<(check::Checked, Kernel), Diagnostic> {
     let stmt = parse::program(&source.text, 0)?;
-    let checked = if user_functions {
-        check::check_tensor_macro(stmt, &Dims::new())?
-    } else {
-        check::check(stmt, &Dims::new())?
-    };
+    let checked = check::check_tensor_macro(stmt, &Dims::new())?;
     if checked.inputs().is_empty() {
         let rhs = &checked.statement.assignment.rhs;
         return Err(Diagnostic::new(
@@ -284,13 +279,12 @@ fn user_calls(e: &tessera_compiler::ast::Expr, out: &mut Vec<(String, std::ops::
     }
 }
 
-fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
-    let (checked, kernel) = front(source, true)?;
-    // The caller's functions, as `&dyn Fn(V) -> V` in the kernel's order, named at their call
-    // so that a type error points there.
+/// The caller's functions, as `&dyn Fn(V) -> V` in the kernel's order, named at their call
+/// so that a type error points there.
+fn user_fn_refs(source: &Source, checked: &check::Checked, kernel: &Kernel) -> Vec<TokenStream2> {
     let mut calls = Vec::new();
     user_calls(&checked.statement.assignment.rhs, &mut calls);
-    let fns: Vec<TokenStream2> = kernel
+    kernel
         .user_functions
         .iter()
         .map(|name| {
@@ -298,7 +292,12 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
             let f = source.ident(name, span);
             quote!({ let f: &(dyn Fn(_) -> _ + Sync) = &#f; f })
         })
-        .collect();
+        .collect()
+}
+
+fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
+    let (checked, kernel) = front(source)?;
+    let fns = user_fn_refs(source, &checked, &kernel);
     let user_fns = if fns.is_empty() {
         quote!()
     } else {
@@ -339,7 +338,7 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
 /// element-wise statement: one element-wise task running the generated chunk body); it
 /// evaluates to `Result<Stored<V, I>, PlanRunError>` without waiting for the tasks.
 fn expand_on_runtime(source: &Source, rt: TokenTree) -> Result<TokenStream2, Diagnostic> {
-    let (checked, kernel) = front(source, false)?;
+    let (checked, kernel) = front(source)?;
     // The plan is made again from the same text when the program runs; refuse here what the
     // planner refuses, at the directive's span.
     plan::plan(&checked, &kernel)?;
@@ -352,6 +351,19 @@ fn expand_on_runtime(source: &Source, rt: TokenTree) -> Result<TokenStream2, Dia
     } else {
         let f = codegen::emit_block(&kernel);
         (f, quote!(run_text), quote!(kernel_block))
+    };
+    // With the caller's functions, the entry the runtime calls is a closure handing them to
+    // the generated one. It must capture nothing (so it is a `fn` pointer, runs on the
+    // runtime's threads after this call returns, and is the same task on every run): the
+    // functions must be items or closures that capture nothing, and a capturing closure is a
+    // type error at its call in the statement.
+    let fns = user_fn_refs(source, &checked, &kernel);
+    let entry = match (fns.is_empty(), plan::on_runtime::is_elementwise(&kernel)) {
+        (true, _) => quote!(__tessera_kernel::#entry),
+        (false, true) => quote!(|chunk| __tessera_kernel::#entry(chunk, &[#(#fns),*])),
+        (false, false) => quote!(|inputs, out_dims, bounds, first, out| {
+            __tessera_kernel::#entry(inputs, out_dims, &[#(#fns),*], bounds, first, out)
+        }),
     };
     let kernel_fn = paths::rebase(kernel_fn);
     let private = paths::private();
@@ -376,7 +388,7 @@ fn expand_on_runtime(source: &Source, rt: TokenTree) -> Result<TokenStream2, Dia
                     #fingerprint,
                     &[#(#vars),*],
                     &__out_dims,
-                    __tessera_kernel::#entry,
+                    #entry,
                 ),
                 ::core::result::Result::Err(e) => {
                     ::core::result::Result::Err(#private::plans::PlanRunError::from(e))

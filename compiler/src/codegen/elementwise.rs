@@ -16,7 +16,9 @@ use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
 /// The chunk body of an element-wise kernel ([`is_elementwise`]) as one function item:
-/// `pub fn kernel_chunk<V: Value + Element>(chunk: &mut tessera_runtime::Chunk<'_, V>)`. The
+/// `pub fn kernel_chunk<V: Value + Element>(chunk: &mut tessera_runtime::Chunk<'_, V>)`, with
+/// a second parameter `user_fns: &[&(dyn Fn(V) -> V + Sync)]` when the statement calls the
+/// caller's functions. The
 /// chunk's inputs are the kernel's array inputs in slot order (`inputs()`), its scalars the
 /// rank-0 inputs in slot order ([`scalar_inputs`]), its one output the statement's output;
 /// every output element is assigned.
@@ -84,11 +86,18 @@ pub fn emit_elementwise_named(k: &Kernel, name: &Ident) -> TokenStream {
         k.source,
         k.inputs().join(", ")
     );
+    // The caller's functions, as the plain kernel takes them (`tensor!` passes them from a
+    // closure that captures nothing, so the body is still a `fn` the runtime registers).
+    let user = match k.user_functions.is_empty() {
+        true => quote!(),
+        false => quote!(user_fns: &[&(dyn Fn(V) -> V + Sync)],),
+    };
     quote! {
         #[doc = #doc]
         #[allow(unused_variables, unused_mut, unused_parens, non_snake_case, clippy::all)]
         pub fn #name<V: ::tessera_formats::Value + ::tessera_runtime::Element>(
             chunk: &mut ::tessera_runtime::Chunk<'_, V>,
+            #user
         ) {
             #(let #scalars: V = chunk.scalar_value(#scalar_idx);)*
             let (ins, outs) = chunk.split();

@@ -89,7 +89,10 @@ pub fn from_text(text: &str) -> Result<(Kernel, Plan), String> {
     let base = sources.add("statement", text);
     let render = |d: &Diagnostic| sources.render(d, false);
     let stmt = crate::parse::program(text, base).map_err(|d| render(&d))?;
-    let checked = crate::check::check(stmt, &crate::check::Dims::new()).map_err(|d| render(&d))?;
+    // `tensor!` statements may call the caller's functions; the kernel names them and the
+    // caller's generated entry point passes them (a CLI statement was checked without them).
+    let checked = crate::check::check_tensor_macro(stmt, &crate::check::Dims::new())
+        .map_err(|d| render(&d))?;
     let kernel = crate::lower::lower(&checked)
         .map_err(|e| render(&crate::diagnostics::lower_diagnostic(&e)))?;
     let plan = plan(&checked, &kernel).map_err(|d| render(&d))?;

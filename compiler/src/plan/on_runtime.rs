@@ -423,6 +423,10 @@ fn execute<V: PlanValue, I: PlanIndex>(
     out_dims: &[usize],
     compiled: Option<BlockFn<V, I>>,
 ) -> Result<Output<V, I>, PlanRunError> {
+    // Only generated code has the caller's functions: refuse here, not in every point task.
+    if let (None, Some(f)) = (compiled, kernel.user_functions.first()) {
+        return Err(InterpError::UserFunction(f.clone()).into());
+    }
     let repacked = repack_inputs(rt, kernel, inputs)?;
     let inputs: Vec<&Stored<V, I>> = (inputs.iter().zip(&repacked))
         .map(|(given, re)| re.as_ref().unwrap_or(given))

@@ -3,8 +3,8 @@
 //! A statement is *element-wise* when element `k` of the output's values depends only on
 //! element `k` of each operand's values and on scalars: a dense output, dense operands each
 //! indexed by exactly the output's variables in the output's level order (so the values arrays
-//! line up cell for cell) or not indexed at all (rank 0: `alpha * p(i)`), no reduction, no
-//! caller's function. A scalar operand is passed to the task as a future of its one value
+//! line up cell for cell) or not indexed at all (rank 0: `alpha * p(i)`), no reduction (the
+//! caller's functions are allowed: every cell is visited anyway). A scalar operand is passed to the task as a future of its one value
 //! ([`Runtime::value_future`], made once per [`Stored`] and reused by every statement that
 //! names it), so the element-wise tasks of a CG iteration's updates fuse with each other
 //! while the runtime orders them after the task computing the scalar. Such a statement does not need a
@@ -40,7 +40,6 @@ pub fn is_elementwise(k: &Kernel) -> bool {
         && !out.is_empty()
         && all_dense(k.output)
         && k.repacks.is_empty()
-        && k.user_functions.is_empty()
         && !k.nests.is_empty()
         && k.nests.iter().all(|n| {
             // Every loop binds an output variable (no reduction) over its whole range.
