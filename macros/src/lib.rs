@@ -345,7 +345,8 @@ fn expand_on_runtime(source: &Source, rt: TokenTree) -> Result<TokenStream2, Dia
     let fingerprint = plan::kernel_fingerprint(&kernel);
     // An element-wise statement is one element-wise task (a chain of them fuses into one
     // loop); any other runs its plan's block tasks.
-    let (kernel_fn, run, entry) = if plan::on_runtime::is_elementwise(&kernel) {
+    let elementwise = plan::on_runtime::is_elementwise(&kernel);
+    let (kernel_fn, run, entry) = if elementwise {
         let f = codegen::emit_elementwise(&kernel);
         (f, quote!(run_elementwise), quote!(kernel_chunk))
     } else {
@@ -358,7 +359,7 @@ fn expand_on_runtime(source: &Source, rt: TokenTree) -> Result<TokenStream2, Dia
     // functions must be items or closures that capture nothing, and a capturing closure is a
     // type error at its call in the statement.
     let fns = user_fn_refs(source, &checked, &kernel);
-    let entry = match (fns.is_empty(), plan::on_runtime::is_elementwise(&kernel)) {
+    let entry = match (fns.is_empty(), elementwise) {
         (true, _) => quote!(__tessera_kernel::#entry),
         (false, true) => quote!(|chunk| __tessera_kernel::#entry(chunk, &[#(#fns),*])),
         (false, false) => quote!(|inputs, out_dims, bounds, first, out| {
