@@ -32,7 +32,7 @@ pub fn emit_block_named(k: &Kernel, name: &Ident) -> TokenStream {
         k,
         block: true,
         mirror: None,
-        job_fns: false,
+        trusted: false,
     };
     let params =
         quote!(bounds: &[::core::ops::Range<usize>], first: &[bool], out: Option<&mut [V]>,);

@@ -37,7 +37,7 @@ pub fn emit_elementwise_named(k: &Kernel, name: &Ident) -> TokenStream {
         k,
         block: false,
         mirror: None,
-        job_fns: false,
+        trusted: false,
     };
     // Array inputs are the chunk's aligned slices, scalar inputs its scalar arguments, each
     // in slot order (as `run_elementwise` passes them).

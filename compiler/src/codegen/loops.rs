@@ -235,6 +235,26 @@ impl Gen<'_> {
         quote!(((#end) #(#bounds)*))
     }
 
+    /// Whether a required operand's dense first level is located without testing the
+    /// coordinate (TTM's and SpMM's `C(l,k)` at each nonzero's `l`): in the trusted copy of
+    /// the nests every input is whole — offset 0, and this level's size its mode's dimension
+    /// (`zero_offsets_specialised` tests that) — so under the kernel's precondition that
+    /// dimensions agree the coordinate is below the size, as every coordinate of a validated
+    /// tensor is below its dimension. Should the caller break the precondition, the position
+    /// is still only used through checked indexing into arrays whose lengths validation tied
+    /// to this size (a row of `vals` from `x * row length`, the next level's `pos[x + 1]`), so
+    /// the kernel panics instead of skipping the entry, as for a dense vector (`vector_at!`)
+    /// and as the hand-written `&c[x * k..][..k]` does. A deeper level, `parent * size + x`,
+    /// keeps its test: there a too-large `x` would land in the next row, not past the end.
+    pub(super) fn trusts_first_level(&self, nest: &Nest, r: LevelRef) -> bool {
+        self.trusted
+            && r.level == 0
+            && self.k.level_type(r) == LevelType::Dense
+            && r.access != self.k.output_access
+            && self.required(nest, r.access)
+            && !self.direct_vector(nest, r)
+    }
+
     /// Pointer-walking iterators for Universe and Merge loops: their setup, the per-coordinate
     /// presence test binding each iterated level's position, and the advance past it.
     pub(super) fn iterators(
@@ -348,6 +368,8 @@ impl Gen<'_> {
                     let x = #x.wrapping_sub(#off);
                     let Some(&#v) = vector_at!(#vals, x) else { break #label; };
                 });
+            } else if self.trusts_first_level(nest, *r) {
+                ts.extend(quote!(let #p = #x;));
             } else if self.required(nest, r.access) {
                 ts.extend(quote! {
                     let x = #x.wrapping_sub(#off);

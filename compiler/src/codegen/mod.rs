@@ -61,7 +61,7 @@ pub fn emit_named(k: &Kernel, name: &Ident) -> TokenStream {
         k,
         block: false,
         mirror: crate::lower::mirror(k),
-        job_fns: false,
+        trusted: false,
     };
     g.function(name, quote!(), quote!())
 }
@@ -116,9 +116,11 @@ struct Gen<'k> {
     /// The operand whose structure the sparse output copies (never in a block kernel, whose
     /// output holds only its block's entries).
     mirror: Option<crate::lower::Mirror>,
-    /// Emitting the zero-offset copy of the nests: a parallel job over a dense output runs in
-    /// a function of its own (see [`Gen::job`]), which sees the `const` zero offsets.
-    job_fns: bool,
+    /// Emitting the zero-offset copy of the nests over whole validated tensors (never in a
+    /// block kernel): a parallel job over a dense output runs in a function of its own (see
+    /// [`Gen::job`]), which sees the `const` zero offsets, and a located dense first level is
+    /// indexed without a test (see [`Gen::trusts_first_level`]).
+    trusted: bool,
 }
 
 /// Where a nest writes its dense or scalar output.
@@ -226,7 +228,7 @@ impl Gen<'_> {
         let out_init = self.output_init();
         let nests: Vec<TokenStream> = self.k.nests.iter().map(|n| self.nest(n)).collect();
         let trusted = Gen {
-            job_fns: !self.block,
+            trusted: !self.block,
             ..*self
         };
         let zero: Vec<TokenStream> = self.k.nests.iter().map(|n| trusted.nest(n)).collect();
@@ -308,16 +310,19 @@ impl Gen<'_> {
         // (whose never-failing bounds check panics, rather than skipping the entry, if the
         // precondition is broken) replaces the `get` whose absent branch split the gather
         // loop in two, as a hand-written `x[c]` is compiled.
-        // Dense vectors that span their whole dimension (a window with offset 0 may not).
+        // Dense first levels that span their whole dimension (a window with offset 0 may
+        // not): dense vectors, and the rows of a dense or CSR-like matrix (see
+        // `trusts_first_level`).
         let whole: Vec<TokenStream> = self
             .k
             .tensors
             .iter()
             .enumerate()
-            .filter(|(_, d)| d.format.levels() == [LevelType::Dense])
+            .filter(|(_, d)| d.format.levels().first() == Some(&LevelType::Dense))
             .filter_map(|(t, d)| {
                 let (size, slot) = (self.lvl(t, 0, "size"), d.input_slot?);
-                Some(quote!(&& #size == inputs[#slot].dims()[0]))
+                let mode = d.format.mode_order()[0];
+                Some(quote!(&& #size == inputs[#slot].dims()[#mode]))
             })
             .collect();
         let (trusted, whole) = match self.block {
@@ -376,9 +381,12 @@ impl Gen<'_> {
     }
 
     /// Whether the zero-offset nests become a function of their own: sequential kernels with a
-    /// dense (or scalar) output, whose nests read nothing but the frame's slices and extents.
+    /// dense (or scalar) output, or a sparse one that copies an operand's structure (written
+    /// in place like a dense one), whose nests read nothing but the frame's slices and
+    /// extents. (TTM's `ssd` output row, added into beside a row of `C`, had LLVM test the two
+    /// rows for overlap before every vectorised row update.)
     fn nests_in_own_function(&self) -> bool {
-        !self.block && self.k.parallel.is_none() && self.dense_output()
+        !self.block && self.k.parallel.is_none() && (self.dense_output() || self.mirror.is_some())
     }
 
     fn dense_output(&self) -> bool {

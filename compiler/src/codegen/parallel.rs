@@ -204,7 +204,7 @@ impl Gen<'_> {
         range: [TokenStream; 2],
         body: TokenStream,
     ) -> TokenStream {
-        if !self.job_fns {
+        if !self.trusted {
             return body;
         }
         let (mut names, mut types): (Vec<TokenStream>, Vec<TokenStream>) = self
