@@ -362,8 +362,9 @@ impl Gen<'_> {
                 // A dense vector: its values are its level, so one checked `get` locates it.
                 let vals = self.vals(t);
                 let v = self.val(r.access);
-                // `vector_at!` is a checked `get` (absent: skip), or where inputs are whole
-                // validated tensors a plain index (see `Gen::zero_offsets_specialised`).
+                // `vector_at!` is a checked `get` (absent: skip), or a plain index where inputs
+                // are whole validated tensors (see `Gen::zero_offsets_specialised`) and in
+                // block kernels, whose views cover what the block visits (`Gen::function`).
                 ts.extend(quote! {
                     let x = #x.wrapping_sub(#off);
                     let Some(&#v) = vector_at!(#vals, x) else { break #label; };
