@@ -21,6 +21,10 @@
 //! - `TESSERA_BENCH_CONVERSION_BUDGETS`: memory budgets in MiB for the RSS rows (default
 //!   `16,64,256`); the timed conversions use the largest;
 //! - `TESSERA_BENCH_DIR`: where to put the files (default: the system temp directory).
+//!
+//! `TESSERA_BENCH_JOB=generate conversion PATH sorted|unsorted|mtx BYTES` writes one of the
+//! bench's inputs and exits, and `TESSERA_BENCH_JOB=convert conversion IN OUT MEMORY` converts
+//! one: to profile a conversion (callgrind, strace) on the bench's own files.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -294,6 +298,17 @@ fn child(job: &str, args: &[&str]) -> Job {
 }
 
 fn run_job(job: &str, args: &[String]) {
+    if job == "generate" {
+        let nnz = args[2].parse::<u64>().expect("bytes") / LINE_BYTES;
+        let (dims, sorted): (&[u64], bool) = match args[1].as_str() {
+            "sorted" => (&DIMS, true),
+            "unsorted" => (&DIMS, false),
+            "mtx" => (&MTX_DIMS, true),
+            other => panic!("unknown input kind {other}"),
+        };
+        generate(Path::new(&args[0]), dims, nnz, sorted);
+        return;
+    }
     if job == "convert" {
         // A fresh output, as a user's would be: replacing the last round's file would time
         // freeing its pages too.

@@ -91,7 +91,9 @@ pub fn digits_at(text: &[u8], at: usize) -> Option<(u64, usize)> {
 /// rounded (the digits form an integer below 2^53 and the divisor is an exact power of ten,
 /// so one division rounds correctly: Clinger's fast path), and its length. `None` for more
 /// digits, no digit before the point or none after it; what follows is not looked at.
-#[inline]
+/// Always inlined: a call per value cost the converter a fifth of its parsing (measured with
+/// callgrind on the conversion bench's sorted `.tns`).
+#[inline(always)]
 pub fn decimal_at(text: &[u8], at: usize) -> Option<(f64, usize)> {
     let (neg, mut i) = match text.get(at)? {
         b'-' => (true, at + 1),

@@ -409,6 +409,21 @@ fn pack<const R: usize, I: Index, S: LineSyntax>(
     plan: &Plan,
     piece: &mut Piece<I>,
 ) {
+    // Levels in mode order (the common case) need no permutation of each entry's key.
+    if plan.order.iter().enumerate().all(|(k, &m)| k == m) {
+        pack_lines::<R, I, S, true>(text, syntax, plan, piece)
+    } else {
+        pack_lines::<R, I, S, false>(text, syntax, plan, piece)
+    }
+}
+
+/// [`pack`], for levels in mode order (`IN_ORDER`) or not.
+fn pack_lines<const R: usize, I: Index, S: LineSyntax, const IN_ORDER: bool>(
+    text: &[u8],
+    syntax: &S,
+    plan: &Plan,
+    piece: &mut Piece<I>,
+) {
     let mut order = [0usize; R];
     order.copy_from_slice(&plan.order);
     let mut coords = [0u64; R];
@@ -446,8 +461,12 @@ fn pack<const R: usize, I: Index, S: LineSyntax>(
                 }
             }
         };
-        for k in 0..R {
-            key[k] = coords[order[k]];
+        if IN_ORDER {
+            key = coords;
+        } else {
+            for k in 0..R {
+                key[k] = coords[order[k]];
+            }
         }
         if let Err(s) = builder.push(key, v) {
             stop = Some(s);
@@ -469,7 +488,6 @@ pub(crate) struct Builder<const R: usize, I> {
     crd: [Vec<I>; R],
     pos: [Vec<I>; R],
     prev: [u64; R],
-    max: [u64; R],
     have: bool,
     in_head: bool,
     dense_top: bool,
@@ -486,7 +504,6 @@ impl<const R: usize, I: Index> Builder<R, I> {
             pos: std::array::from_fn(|k| std::mem::take(&mut piece.pos[k])),
             piece,
             prev: [0; R],
-            max: [0; R],
             have: false,
             in_head: true,
             dense_top: plan.dense_top,
@@ -496,45 +513,65 @@ impl<const R: usize, I: Index> Builder<R, I> {
     }
 
     /// Adds an entry; an error when it comes out of order, repeats one that may not be
-    /// repeated, or has a coordinate too large for the width.
-    #[inline]
+    /// repeated, or has a coordinate too large for the width. Inlined into the packing loops:
+    /// the common entry (new from some level down, in order) takes no call and no copy of
+    /// its key; the first entry and repeated ones take the out-of-line paths.
+    #[inline(always)]
     pub fn push(&mut self, key: [u64; R], v: f64) -> Result<(), Stop> {
-        let piece = &mut self.piece;
-        piece.entries += 1;
-        let f = if self.have {
-            (0..R).position(|k| key[k] != self.prev[k]).unwrap_or(R)
-        } else {
-            0
-        };
-        if self.have {
-            if f == R {
-                if self.duplicates == Duplicates::Error {
-                    return Err(Stop::Duplicate(key.to_vec()));
-                }
-                let last = piece.vals.last_mut().expect("an entry before");
-                *last = canonical_nan(*last + v);
-                if self.in_head {
-                    piece.head.push(v);
-                }
-                return Ok(());
-            }
-            if key[f] < self.prev[f] {
-                return Err(Stop::Unsorted);
-            }
-            self.in_head = false;
-        } else {
-            piece.head.push(v);
-            piece.first.extend_from_slice(&key);
+        self.piece.entries += 1;
+        if !self.have {
+            return self.push_first(key, v);
+        }
+        let f = (0..R).position(|k| key[k] != self.prev[k]).unwrap_or(R);
+        if f == R {
+            return self.push_repeat(key, v);
+        }
+        if key[f] < self.prev[f] {
+            return Err(Stop::Unsorted);
+        }
+        self.in_head = false;
+        self.push_new(key, f, v)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn push_first(&mut self, key: [u64; R], v: f64) -> Result<(), Stop> {
+        self.piece.head.push(v);
+        self.piece.first.extend_from_slice(&key);
+        self.push_new(key, 0, v)
+    }
+
+    /// An entry with the coordinates of the one before: its value is added to that one's.
+    #[inline(never)]
+    fn push_repeat(&mut self, key: [u64; R], v: f64) -> Result<(), Stop> {
+        if self.duplicates == Duplicates::Error {
+            return Err(Stop::Duplicate(key.to_vec()));
+        }
+        let last = self.piece.vals.last_mut().expect("an entry before");
+        *last = canonical_nan(*last + v);
+        if self.in_head {
+            self.piece.head.push(v);
+        }
+        Ok(())
+    }
+
+    /// A distinct entry that differs from the one before from level `f` down.
+    #[inline(always)]
+    fn push_new(&mut self, key: [u64; R], f: usize, v: f64) -> Result<(), Stop> {
+        // One test for the whole key: the widths' maxima are all ones (2^32 - 1, 2^64 - 1),
+        // so the OR of the coordinates exceeds the maximum exactly when one of them does;
+        // levels above `f` repeat the entry before, which passed already.
+        const { assert!(I::MAX_U64 == u64::MAX || (I::MAX_U64 + 1).is_power_of_two()) };
+        if key.iter().fold(0, |a, &c| a | c) > I::MAX_U64 {
+            let c = key[f..].iter().copied().find(|&c| c > I::MAX_U64);
+            return Err(Stop::Overflow(c.expect("a coordinate above the maximum")));
         }
         // A distinct entry is a new node at every level from the non-unique one down.
         let f = f.min(self.coo);
         for (k, &c) in key.iter().enumerate().skip(f) {
-            if c > I::MAX_U64 {
-                return Err(Stop::Overflow(c));
-            }
-            self.max[k] = self.max[k].max(c);
             if k == 0 && self.dense_top {
-                piece.starts.push((c, I::from_usize(self.crd[1].len())));
+                let start = I::from_usize(self.crd[1].len());
+                self.piece.starts.push((c, start));
                 continue;
             }
             if k > f && k <= self.coo && !(k == 1 && self.dense_top) {
@@ -544,7 +581,7 @@ impl<const R: usize, I: Index> Builder<R, I> {
         }
         // Values parsed from text are canonical already; sums made by the external sort's
         // in-memory run (`inf + -inf`) may not be.
-        piece.vals.push(canonical_nan(v));
+        self.piece.vals.push(canonical_nan(v));
         self.prev = key;
         self.have = true;
         Ok(())
@@ -560,7 +597,72 @@ impl<const R: usize, I: Index> Builder<R, I> {
         if self.have {
             piece.last.extend_from_slice(&self.prev);
         }
-        piece.max.copy_from_slice(&self.max);
+        // Every entry's coordinate at a level is one of the level's nodes (a new node, or the
+        // one before it repeats), so the largest node is the largest coordinate: one pass
+        // over each array instead of a comparison per entry and level.
+        for k in 0..R {
+            piece.max[k] = if k == 0 && self.dense_top {
+                piece.starts.iter().map(|&(c, _)| c).max().unwrap_or(0)
+            } else {
+                piece.crd[k]
+                    .iter()
+                    .map(|c| c.to_usize() as u64)
+                    .max()
+                    .unwrap_or(0)
+            };
+        }
         piece
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(rank: usize, dense_top: bool) -> Plan {
+        Plan {
+            order: (0..rank).collect(),
+            dense_top,
+            coo: rank,
+            duplicates: Duplicates::Sum,
+        }
+    }
+
+    /// A coordinate too large for 32 bits stops the block with that coordinate, at the
+    /// first entry or at a later one whichever level it is on; 64 bits take it.
+    #[test]
+    fn coordinates_past_the_width_stop_the_block() {
+        let big = 1u64 << 32;
+        for bad in [[big, 0, 0], [0, big, 1], [0, 0, big], [0, 1, big]] {
+            for first in [true, false] {
+                let mut b = Builder::<3, u32>::new(Piece::default(), &plan(3, false));
+                if !first {
+                    b.push([0, 0, 0], 1.0).unwrap();
+                }
+                match b.push(bad, 2.0) {
+                    Err(Stop::Overflow(c)) => assert_eq!(c, big, "{bad:?}"),
+                    other => panic!("{bad:?}: {other:?}"),
+                }
+            }
+            let mut b = Builder::<3, u64>::new(Piece::default(), &plan(3, false));
+            b.push([0, 0, 0], 1.0).unwrap();
+            b.push(bad, 2.0).unwrap();
+        }
+    }
+
+    /// The largest coordinate of each level, wherever its entry lies in the block, under a
+    /// compressed or a dense top level.
+    #[test]
+    fn a_piece_knows_each_levels_largest_coordinate() {
+        let keys = [[0, 7, 3], [0, 7, 9], [0, 8, 2], [4, 1, 5], [4, 2, 0]];
+        for dense_top in [false, true] {
+            let mut b = Builder::<3, u32>::new(Piece::default(), &plan(3, dense_top));
+            for (i, k) in keys.iter().enumerate() {
+                b.push(*k, i as f64).unwrap();
+            }
+            let piece = b.finish();
+            assert_eq!(piece.max, [4, 8, 9], "dense top: {dense_top}");
+            assert_eq!(piece.last, [4, 2, 0]);
+        }
     }
 }

@@ -19,7 +19,9 @@
 //! pack in parallel like text blocks,
 //! joined in key order by the `Stitcher` (`stitch::convert_merged`); other formats take one
 //! serial merge into the general packer. Output goes to a temporary file renamed into place
-//! only when complete.
+//! only when complete, after an `fsync`; on the block paths the data is written back while
+//! the conversion runs (`tcs::Appender::flush_behind`), so that `fsync` waits for the last
+//! bytes only.
 //!
 //! Memory: the budget less what the process itself needs (`working_memory`) is shared out
 //! as block sizes, run sizes and buffer sizes; peak RSS stays within the budget down to

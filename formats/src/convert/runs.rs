@@ -106,6 +106,7 @@ pub(crate) fn sort_runs(
             memory: Some(run),
             buffer: 0,
             packing: None,
+            files: Default::default(),
             _temp: temp,
         };
         return Ok(Sorted {
@@ -178,6 +179,7 @@ pub(crate) fn sort_runs(
         memory: None,
         buffer,
         packing: packing(&level_max),
+        files: Default::default(),
         _temp: temp,
     };
     Ok(Sorted {
@@ -937,6 +939,10 @@ pub(crate) struct MergeSource {
     /// Bits of each level's field when every key of every run packs into one `u64` (see
     /// [`packing`]): key ranges are then merged in memory ([`MergeSource::merge_packed`]).
     packing: Option<Vec<u32>>,
+    /// The runs' files, opened at the first in-memory range merge and read by every later
+    /// one (positioned reads, so the workers share them): one `open` per run and range cost
+    /// 10 000 opens of a 64 MB file at 16 MiB.
+    files: std::sync::OnceLock<Vec<File>>,
     /// Removed (with the runs) when the source is dropped, on success or failure.
     _temp: tempfile::TempDir,
 }
@@ -995,7 +1001,12 @@ struct RunFile<'a> {
     file: File,
     rank: usize,
     records: u64,
+    /// Keys read by [`RunFile::sample`], by position: they narrow every later search.
+    fences: Vec<(u64, Vec<u64>)>,
 }
+
+/// Records a binary search reads in one positioned read once its interval is this short.
+const SEARCH_WINDOW: u64 = 256;
 
 impl<'a> RunFile<'a> {
     fn open(run: &'a Run, rank: usize) -> Result<Self> {
@@ -1006,27 +1017,63 @@ impl<'a> RunFile<'a> {
             run,
             file,
             rank,
+            fences: Vec::new(),
         })
     }
 
     /// The key of record `i`.
     fn key(&self, i: u64) -> Result<Vec<u64>> {
-        use std::os::unix::fs::FileExt;
-        let rec = self.run.record_bytes(self.rank);
-        let mut bytes = vec![0u8; rec];
-        self.file
-            .read_exact_at(&mut bytes, i * rec as u64)
-            .map_err(|e| Error::io(&self.run.path, e))?;
-        let (mut key, mut packed, mut value) = (vec![0; self.rank], 0, 0.0);
-        let layout = (self.run.narrow, self.run.packed.as_deref());
-        decode(&bytes, layout, &mut key, &mut packed, &mut value);
+        Ok(self.keys(i..i + 1)?.remove(0))
+    }
+
+    /// The key of record `i`, kept to narrow later searches (positions must grow).
+    fn sample(&mut self, i: u64) -> Result<Vec<u64>> {
+        let key = self.key(i)?;
+        self.fences.push((i, key.clone()));
         Ok(key)
     }
 
-    /// The first record whose key is not below `key`.
+    /// The keys of records `range`, read at once.
+    fn keys(&self, range: Range<u64>) -> Result<Vec<Vec<u64>>> {
+        let mut keys = Vec::new();
+        self.each_key(range, |k| {
+            keys.push(k.to_vec());
+            true
+        })?;
+        Ok(keys)
+    }
+
+    /// Calls `f` with the keys of records `range` (read at once) in order while it returns
+    /// true; how many keys it took.
+    fn each_key(&self, range: Range<u64>, mut f: impl FnMut(&[u64]) -> bool) -> Result<u64> {
+        use std::os::unix::fs::FileExt;
+        let rec = self.run.record_bytes(self.rank);
+        let mut bytes = vec![0u8; rec * (range.end - range.start) as usize];
+        self.file
+            .read_exact_at(&mut bytes, range.start * rec as u64)
+            .map_err(|e| Error::io(&self.run.path, e))?;
+        let layout = (self.run.narrow, self.run.packed.as_deref());
+        let (mut key, mut packed, mut value) = (vec![0; self.rank], 0, 0.0);
+        let mut n = 0;
+        for r in bytes.chunks_exact(rec) {
+            decode(r, layout, &mut key, &mut packed, &mut value);
+            if !f(&key) {
+                break;
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// The first record whose key is not below `key`. The sampled keys around `key` bound
+    /// the search, and its last [`SEARCH_WINDOW`] records are read at once: with many runs
+    /// and many key ranges (a small budget) the searches were a positioned read per probe,
+    /// 165 000 reads for a 64 MB file at 16 MiB.
     fn lower_bound(&self, key: &[u64]) -> Result<u64> {
-        let (mut lo, mut hi) = (0, self.records);
-        while lo < hi {
+        let i = self.fences.partition_point(|(_, k)| k.as_slice() < key);
+        let mut lo = if i > 0 { self.fences[i - 1].0 + 1 } else { 0 };
+        let mut hi = self.fences.get(i).map_or(self.records, |f| f.0);
+        while hi - lo > SEARCH_WINDOW {
             let mid = lo + (hi - lo) / 2;
             if self.key(mid)?.as_slice() < key {
                 lo = mid + 1;
@@ -1034,7 +1081,10 @@ impl<'a> RunFile<'a> {
                 hi = mid;
             }
         }
-        Ok(lo)
+        if lo == hi {
+            return Ok(lo);
+        }
+        Ok(lo + self.each_key(lo..hi, |k| k < key)?)
     }
 }
 
@@ -1086,7 +1136,7 @@ impl MergeSource {
             let at = (0..=count).map(|b| vec![(b * target).min(n)]).collect();
             return Ok(Ranges { at });
         }
-        let files: Vec<RunFile> = self
+        let mut files: Vec<RunFile> = self
             .runs
             .iter()
             .map(|r| RunFile::open(r, self.rank))
@@ -1102,9 +1152,9 @@ impl MergeSource {
         let mut samples = Vec::new();
         let mut next = step / 2;
         let mut start = 0;
-        for f in &files {
+        for f in &mut files {
             while next < start + f.records {
-                samples.push(f.key(next - start)?);
+                samples.push(f.sample(next - start)?);
                 next += step;
             }
             start += f.records;
@@ -1154,6 +1204,19 @@ impl MergeSource {
         }
     }
 
+    /// The runs' files (see [`MergeSource::files`]), opened at the first call.
+    fn files(&self) -> Result<&[File]> {
+        if let Some(files) = self.files.get() {
+            return Ok(files);
+        }
+        let opened = self
+            .runs
+            .iter()
+            .map(|r| File::open(&r.path).map_err(|e| Error::io(&r.path, e)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(self.files.get_or_init(|| opened))
+    }
+
     /// [`MergeSource::merge_range`] in memory: every run's section of the range read with
     /// positioned reads of up to `chunk` bytes, each record packed into one `u64` key by the
     /// levels' bits over all runs (so that packed order is key order), and the sections,
@@ -1175,7 +1238,8 @@ impl MergeSource {
             pairs.reserve_exact(n as usize);
             let mut bounds = vec![0];
             for (r, run) in self.runs.iter().enumerate() {
-                read_packed(run, self.rank, lo[r]..hi[r], bits, chunk, raw, pairs)?;
+                let file = &self.files()?[r];
+                read_packed(run, file, self.rank, lo[r]..hi[r], bits, chunk, raw, pairs)?;
                 bounds.push(pairs.len());
             }
             let mut key = vec![0; self.rank];
@@ -1260,8 +1324,10 @@ fn packing(level_max: &[u64]) -> Option<Vec<u32>> {
 /// Appends records `section` of `run` to `pairs` as (packed key, value bits), the keys
 /// packed by `bits`: a run of pairs packed alike is read straight into `pairs`; others are
 /// read `chunk` bytes at a time into `raw` and (re)packed.
+#[allow(clippy::too_many_arguments)]
 fn read_packed(
     run: &Run,
+    file: &File,
     rank: usize,
     section: Range<u64>,
     bits: &[u32],
@@ -1273,7 +1339,6 @@ fn read_packed(
     if section.is_empty() {
         return Ok(());
     }
-    let file = File::open(&run.path).map_err(|e| Error::io(&run.path, e))?;
     let rec = run.record_bytes(rank);
     let read = |buf: &mut [u8], at: u64| {
         file.read_exact_at(buf, at * rec as u64)
@@ -1372,6 +1437,50 @@ mod tests {
     fn runs_shorter_than_the_sampling_step_are_sampled() {
         check_ranges(1, 1, 38, 1, 19, false, 0).unwrap();
         check_ranges(2, 30, 500, 1, 7, true, 9).unwrap();
+    }
+
+    /// A search narrowed by sampled keys and finished in one read finds the first record not
+    /// below the key, as a scan of the whole run does: for keys in the run (repeated ones
+    /// included), between and around them, with fences dense, sparse or absent.
+    #[test]
+    fn lower_bounds_narrowed_by_samples_are_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("r.tns");
+        let mut text = String::new();
+        let mut x = 7u64;
+        for e in 0..8000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            text += &format!("{} {} {e}\n", (x >> 40) % 40 + 1, (x >> 20) % 30 + 1);
+        }
+        std::fs::write(&input, text).unwrap();
+        let opts = ConvertOptions {
+            run_entries: Some(4000),
+            ..Default::default()
+        };
+        let format = Format::all_compressed(2);
+        let sorted = sort_runs(&input, &format, &opts, dir.path(), &crate::NoProgress).unwrap();
+        assert!(sorted.source.runs.len() >= 2);
+        for run in &sorted.source.runs {
+            for step in [0u64, 1, 37, 500] {
+                let mut file = RunFile::open(run, 2).unwrap();
+                let all = file.keys(0..file.records).unwrap();
+                assert!(all.len() > 2 * SEARCH_WINDOW as usize);
+                if step > 0 {
+                    for i in (step / 2..file.records).step_by(step as usize) {
+                        file.sample(i).unwrap();
+                    }
+                }
+                for a in 0..42 {
+                    for b in 0..32 {
+                        let key = [a, b];
+                        let want = all.partition_point(|k| k.as_slice() < key.as_slice());
+                        assert_eq!(file.lower_bound(&key).unwrap(), want as u64, "{key:?}");
+                    }
+                }
+            }
+        }
     }
 
     /// Converts `n` random entries with runs of `run_entries`, cuts the merge into ranges

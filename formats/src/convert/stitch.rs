@@ -221,7 +221,8 @@ fn appender(format: &Format, output: &Path) -> Result<(Appender, [File; 1])> {
             LevelType::Dense => 0,
         })
         .sum::<usize>();
-    let app = Appender::create(output, format.rank(), arrays)?;
+    let mut app = Appender::create(output, format.rank(), arrays)?;
+    app.flush_behind();
     let file = app.file().try_clone().map_err(|e| Error::io(output, e))?;
     Ok((app, [file]))
 }

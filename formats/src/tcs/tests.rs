@@ -327,10 +327,23 @@ fn large_arrays_read_in_parallel_are_checked() {
 /// Writes `t` as a segmented (version 3) file: every array cut into pieces of `piece`
 /// elements, appended round-robin across the arrays (as a block converter interleaves them).
 fn write_segmented(path: &Path, t: &Tensor<f64, u32>, piece: usize) -> TcsHeader {
+    write_segmented_flushing(path, t, piece, None)
+}
+
+/// [`write_segmented`], syncing behind the appends every `flush` bytes if asked.
+fn write_segmented_flushing(
+    path: &Path,
+    t: &Tensor<f64, u32>,
+    piece: usize,
+    flush: Option<u64>,
+) -> TcsHeader {
     let dir = tempfile::tempdir().unwrap();
     let plain = TcsFile::open(&write(dir.path(), t)).unwrap();
     let h = plain.header();
     let mut app = Appender::create(path, h.rank(), h.arrays.len()).unwrap();
+    if let Some(step) = flush {
+        app.flush_behind_every(step);
+    }
     let arrays: Vec<&[u8]> = h.arrays.iter().map(|a| plain.array_bytes(a)).collect();
     let elem = |i: usize| if i == arrays.len() - 1 { 8 } else { 4 };
     let mut at = 0;
@@ -347,6 +360,24 @@ fn write_segmented(path: &Path, t: &Tensor<f64, u32>, piece: usize) -> TcsHeader
     let len = app.finish(fresh).unwrap();
     assert_eq!(len, std::fs::metadata(path).unwrap().len());
     TcsFile::open(path).unwrap().header().clone()
+}
+
+/// Syncing behind the appends (on a thread of its own, while later pieces are appended)
+/// leaves the file byte for byte as without it.
+#[test]
+fn flushing_behind_the_appends_leaves_the_same_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = sample();
+    let (a, b) = (dir.path().join("a.tcs"), dir.path().join("b.tcs"));
+    write_segmented_flushing(&a, &t, 1, None);
+    for step in [1, 64, 1000] {
+        write_segmented_flushing(&b, &t, 1, Some(step));
+        assert_eq!(
+            std::fs::read(&a).unwrap(),
+            std::fs::read(&b).unwrap(),
+            "{step}"
+        );
+    }
 }
 
 /// A segmented file reads back as the tensor through every reader, its arrays 64-byte aligned

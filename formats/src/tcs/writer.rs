@@ -206,6 +206,55 @@ pub struct Appender {
     at: u64,
     extents: Vec<Extent>,
     crcs: Vec<crc32fast::Hasher>,
+    /// Where the next [`FlushBehind`] request is due (`None`: not asked for), and the
+    /// thread, started at the first request (small files never start it).
+    flush_at: Option<u64>,
+    flush_step: u64,
+    flusher: Option<FlushBehind>,
+}
+
+/// Bytes appended between two requests to the [`FlushBehind`] thread.
+const FLUSH_STEP: u64 = 16 << 20;
+
+/// Writes the appended data back to disk while the rest is still being produced: a thread of
+/// its own calls `fdatasync` each time another [`FLUSH_STEP`] bytes were reserved, so that
+/// the final `fsync` of [`AtomicFile::commit`] waits only for the last bytes instead of the
+/// whole file (the disk and the producers' cores work at the same time; measured on the
+/// conversion bench, that final `fsync` was a serial third of a sorted conversion's wall
+/// time). Durability is unchanged: the file is still synced whole before it is renamed.
+struct FlushBehind {
+    /// A request to sync what was written so far; full while the thread is syncing, and then
+    /// a request is simply skipped (the next step asks again).
+    ask: std::sync::mpsc::SyncSender<()>,
+    thread: std::thread::JoinHandle<std::io::Result<()>>,
+}
+
+impl FlushBehind {
+    fn start(file: &std::fs::File) -> Option<Self> {
+        // The same open file description: a write-back error that this thread's `fdatasync`
+        // reports is not reported again to the final `fsync`, so the thread keeps it and
+        // `finish` returns it.
+        let file = file.try_clone().ok()?;
+        let (ask, asked) = std::sync::mpsc::sync_channel::<()>(1);
+        let thread = std::thread::Builder::new()
+            .name("tcs-flush".into())
+            .spawn(move || {
+                for () in asked {
+                    crate::retry_interrupted(|| file.sync_data())?;
+                }
+                Ok(())
+            })
+            .ok()?;
+        Some(FlushBehind { ask, thread })
+    }
+
+    /// Waits for the thread; the first write-back error it met.
+    fn stop(self) -> std::io::Result<()> {
+        drop(self.ask);
+        self.thread
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the flush thread panicked")))
+    }
 }
 
 impl Appender {
@@ -223,7 +272,38 @@ impl Appender {
             at: header_len,
             extents: Vec::new(),
             crcs: vec![crc32fast::Hasher::new(); arrays],
+            flush_at: None,
+            flush_step: FLUSH_STEP,
+            flusher: None,
         })
+    }
+
+    /// Writes the data back to disk while it is being appended (see [`FlushBehind`]), for
+    /// files large enough that the final `fsync` would otherwise wait for all of it.
+    pub fn flush_behind(&mut self) {
+        self.flush_behind_every(FLUSH_STEP);
+    }
+
+    /// [`flush_behind`](Self::flush_behind) every `step` bytes (tests take small steps).
+    pub(crate) fn flush_behind_every(&mut self, step: u64) {
+        self.flush_step = step.max(1);
+        self.flush_at = Some(self.at + self.flush_step);
+    }
+
+    /// Asks the [`FlushBehind`] thread (started now if need be) for a sync when the data
+    /// passed the next step; skipped while it is still syncing.
+    fn flush_if_due(&mut self) {
+        match self.flush_at {
+            Some(due) if self.at >= due => {}
+            _ => return,
+        }
+        self.flush_at = Some(self.at + self.flush_step);
+        if self.flusher.is_none() {
+            self.flusher = FlushBehind::start(self.file.file());
+        }
+        if let Some(f) = &self.flusher {
+            let _ = f.ask.try_send(());
+        }
     }
 
     /// The temporary file, for writes at the offsets [`reserve`](Self::reserve) returned.
@@ -257,6 +337,7 @@ impl Appender {
             }
         }
         self.at += len;
+        self.flush_if_due();
         self.at - len
     }
 
@@ -274,8 +355,11 @@ impl Appender {
     /// sizes) takes the extents and checksums, then the extent table and the header are
     /// written and the file renamed into place. Fails if the appended bytes do not tile the
     /// arrays the header lays out. Returns the file's length.
-    pub fn finish(self, mut header: TcsHeader) -> Result<u64> {
+    pub fn finish(mut self, mut header: TcsHeader) -> Result<u64> {
         let target = self.file.target().to_path_buf();
+        if let Some(f) = self.flusher.take() {
+            f.stop().map_err(|e| Error::io(&target, e))?;
+        }
         let misuse = |what: String| Error::Unsupported {
             path: target.clone(),
             what,
