@@ -240,9 +240,15 @@ fn main() {
         "The runtime across thread ranks, 1 processor per rank (scale {scale}, median of {reps}; \
          ratio > 1: Tessera faster)"
     ));
-    // `TESSERA_BENCH_ONLY=stencil` or `=sparse` (CG and SpMV) runs one part (both when unset).
+    // `TESSERA_BENCH_ONLY=stencil` or `=sparse` (CG and SpMV) runs one part (both when unset);
+    // `=cg` runs CG alone, once, for instruction counts (below).
     let only = std::env::var("TESSERA_BENCH_ONLY").unwrap_or_default();
     let ranks_list = [1usize, 2, 4];
+    if only == "cg" {
+        cg_part(&mut table, scale);
+        table.print();
+        return;
+    }
     if only.is_empty() || only.contains("stencil") {
         stencil_part(&mut table, scale, reps, &ranks_list);
     }
@@ -322,6 +328,45 @@ fn stencil_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize]
     }
 }
 
+/// CG alone, one run per rank count (`TESSERA_BENCH_RANKS`, default `1,2`) of
+/// `TESSERA_BENCH_CG_ITERS` iterations (default 20), for profilers: run it at two iteration
+/// counts under `valgrind --tool=callgrind` (or cachegrind) and the difference per iteration
+/// is what an iteration costs, setup excluded. Prints launches per iteration per rank.
+fn cg_part(table: &mut Table, scale: f64) {
+    let a = HostCsr::laplacian_2d((700.0 * scale.sqrt()) as usize);
+    let b: Vec<f64> = (0..a.rows).map(|i| 1.0 + (i % 5) as f64).collect();
+    let iters: usize = env_or("TESSERA_BENCH_CG_ITERS", 20);
+    let ranks_list: Vec<usize> = std::env::var("TESSERA_BENCH_RANKS")
+        .unwrap_or_else(|_| "1,2".into())
+        .split(',')
+        .map(|r| {
+            r.trim()
+                .parse()
+                .expect("TESSERA_BENCH_RANKS: a list of rank counts")
+        })
+        .collect();
+    for r in ranks_list {
+        let (t, stats, cpu) = on_ranks(r, |rt| cg_runtime(rt, &a, &b, iters));
+        let name = format!("cg iteration {}k rows, {r} ranks", a.rows / 1000);
+        table.figure(&format!("{name}: ms"), t * 1e3);
+        table.figure(&format!("{name}: CPU ms of all ranks"), cpu * 1e3);
+        let s = &stats[0];
+        let per = |v: u64| v as f64 / iters as f64;
+        table.figure(
+            &format!("{name}: tasks issued per iteration"),
+            per(s.tasks_issued),
+        );
+        table.figure(
+            &format!("{name}: tasks launched per iteration"),
+            per(s.tasks_launched),
+        );
+        table.figure(
+            &format!("{name}: messages sent per iteration (rank 0)"),
+            per(s.messages_sent),
+        );
+    }
+}
+
 /// CG (both ways) and SpMV at 1, 2 and 4 ranks beside one rank; bytes resident per rank after
 /// SpMV.
 fn sparse_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize]) {
@@ -362,6 +407,15 @@ fn sparse_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize])
     ];
     for (what, base) in what {
         let (one, one_cpu) = (got[base].0, got[base].2);
+        if base != 3 {
+            table.figure(
+                &format!(
+                    "{what} {}k rows, 1 rank: tasks launched per iteration",
+                    a.rows / 1000
+                ),
+                got[base].1[0].tasks_launched as f64 / 20.0,
+            );
+        }
         for (k, &r) in ranks_list.iter().enumerate().skip(1) {
             let name = format!("{what} {}k rows, {r} ranks", a.rows / 1000);
             table.row(
@@ -372,6 +426,13 @@ fn sparse_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize])
                 one * 1e3,
                 false,
             );
+            if base != 3 {
+                // Launches per iteration (what fusion saves), rank 0's (and one rank's, below).
+                table.figure(
+                    &format!("{name}: tasks launched per iteration"),
+                    got[base + k].1[0].tasks_launched as f64 / 20.0,
+                );
+            }
             // The work all ranks did beside one rank's: what ranks add, whatever the load.
             table.row(
                 &format!("{name}, CPU of all ranks"),
