@@ -13,9 +13,6 @@
 //! MPI ranks run the same code under `mpirun` (the `stencil` and `cg` examples, and
 //! `runtime/tests/mpi_launch.rs`); this bench does not start mpirun.
 
-#[path = "../../runtime/examples/ranks/mod.rs"]
-#[allow(dead_code)] // the examples' launcher; this bench starts its own thread ranks
-mod ranks;
 #[path = "../../runtime/examples/sparse/mod.rs"]
 mod sparse;
 
@@ -51,9 +48,19 @@ type Contestant<'a> = Box<dyn Fn() -> Timed + 'a>;
 /// rank's time and every rank's statistics.
 fn on_ranks(ranks: usize, work: impl Fn(&Runtime) -> Result<Measured> + Sync) -> Timed {
     let all = run_ranks(ranks, |c: &ThreadComm| {
-        let comm: ranks::Comm = Arc::new(c.clone());
-        let rt = ranks::runtime(1, 256, (ranks > 1).then_some(comm))?;
-        work(&rt)
+        let mut b = Runtime::builder().threads(1).min_piece_size(256);
+        if ranks > 1 {
+            b = b.communicator(Arc::new(c.clone()));
+            // `TESSERA_BENCH_RANKS_WINDOW=N`: a fixed window of N across ranks instead of the
+            // default (1: each task launched at submit, the default before issue 12's fusion).
+            if let Some(n) = std::env::var("TESSERA_BENCH_RANKS_WINDOW")
+                .ok()
+                .and_then(|v| v.parse().ok())
+            {
+                b = b.window_size(n);
+            }
+        }
+        work(&b.try_build()?)
     });
     let got: Vec<Measured> = all
         .into_iter()

@@ -153,6 +153,7 @@ pub struct RuntimeBuilder {
     agreement: bool,
     worker_jitter_us: u32,
     hold_idle: std::time::Duration,
+    early_prefix: bool,
 }
 
 /// Whether automatic tracing is on unless the builder says otherwise: the environment
@@ -210,6 +211,7 @@ impl Default for RuntimeBuilder {
             agreement: agreement_default(),
             worker_jitter_us: 0,
             hold_idle: window::HOLD,
+            early_prefix: true,
         }
     }
 }
@@ -298,6 +300,15 @@ impl RuntimeBuilder {
     #[doc(hidden)]
     pub fn window_hold(mut self, hold: std::time::Duration) -> Self {
         self.hold_idle = hold;
+        self
+    }
+
+    /// Adaptive window: whether a submit that finds a worker idle launches the window's
+    /// complete fusible prefixes at once (default on) instead of holding them for the next
+    /// submit. For measuring the window (the fusion bench's `TESSERA_BENCH_EARLY`).
+    #[doc(hidden)]
+    pub fn window_early_prefix(mut self, on: bool) -> Self {
+        self.early_prefix = on;
         self
     }
 
@@ -457,6 +468,7 @@ impl RuntimeBuilder {
                 Arc::downgrade(&rt.inner),
                 workers,
                 self.hold_idle,
+                self.early_prefix,
             ));
             let shared = rt.inner.shared.clone();
             let h = std::thread::Builder::new()
@@ -1237,13 +1249,18 @@ impl Inner {
         front.window.push(t);
         let mut first = Ok(());
         self.solve_ahead(front, &mut first);
+        let held = front.window.len();
         let r = if !front.window.tasks.is_empty() || (idle && a.hold_idle.is_zero()) {
             self.drain(front, true)
         } else if front.window.is_full() {
             self.drain(front, idle)
+        } else if idle && a.early {
+            self.launch_complete(front)
         } else {
             Ok(())
         };
+        // Still idle: nothing was launched for the idle worker.
+        let idle = idle && front.window.len() == held;
         if !front.window.is_empty() {
             if idle {
                 a.held_while_idle();
@@ -1251,6 +1268,33 @@ impl Inner {
             a.hold(if idle { a.hold_idle } else { window::STALL });
         }
         first.and(r)
+    }
+
+    /// A worker is idle and the adaptive window holds tasks: launches its *complete* fusible
+    /// prefixes (those a later task already ends; no task issued later can join them) and
+    /// keeps the last, still growing one. Holding a complete prefix keeps the worker idle for
+    /// no fusion; it could only still gain a temporary (a store the application drops a
+    /// handle of later). Measured on the fusion bench's BiCGSTAB, which issues an iteration's
+    /// 13 tasks (5 prefixes) after waiting on futures: held to the next `get`, a worker idled
+    /// for the whole issue (runtime/DESIGN.md, "Window size").
+    fn launch_complete(&self, front: &mut Front) -> Result<()> {
+        let mut first = Ok(());
+        while front.window.ready.len() > 1
+            && constraints::fusible_prefix(front.window.ready.make_contiguous())
+                < front.window.ready.len()
+        {
+            let t0 = Instant::now();
+            if let Err(e) = self.launch_prefix(front) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+            Counters::add(
+                &self.shared.counters.analysis_ns,
+                t0.elapsed().as_nanos() as u64,
+            );
+        }
+        first
     }
 
     /// A worker would go idle and the adaptive window holds tasks: launch every solved task in

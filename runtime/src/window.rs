@@ -137,6 +137,9 @@ pub(crate) struct Adaptive {
     /// How long a task issued while a worker is idle is held ([`HOLD`] by default); zero
     /// launches it at submit.
     pub hold_idle: Duration,
+    /// A submit that finds a worker idle launches the complete fusible prefixes at once
+    /// (`Inner::launch_complete`).
+    pub early: bool,
     /// When an issue found a worker idle and held its task anyway (nanoseconds after `epoch`
     /// plus one; 0: not since the last launch): the time until the next launch is time that
     /// worker idled because of the window (`Stats::idle_held_ns`).
@@ -166,8 +169,14 @@ pub(crate) const HOLD: Duration = Duration::from_micros(100);
 pub(crate) const STALL: Duration = Duration::from_millis(50);
 
 impl Adaptive {
-    pub(crate) fn new(inner: Weak<Inner>, workers: usize, hold_idle: Duration) -> Adaptive {
+    pub(crate) fn new(
+        inner: Weak<Inner>,
+        workers: usize,
+        hold_idle: Duration,
+        early: bool,
+    ) -> Adaptive {
         Adaptive {
+            early,
             inner,
             workers,
             held: AtomicBool::new(false),
