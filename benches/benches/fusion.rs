@@ -640,7 +640,18 @@ fn runtime(threads: usize, window: WindowPolicy, fusion: bool, memo: bool) -> Ru
         WindowPolicy::Fixed(n) => b.window_size(n),
         WindowPolicy::Adaptive { max } => b.adaptive_window(max),
     };
-    let rt = b.threads(threads).fusion(fusion).fusion_memo(memo).build();
+    // `TESSERA_BENCH_HOLD_US`: how long the adaptive window holds a task issued while a worker
+    // is idle (default 100; 0: launched at submit), for the window's A/B.
+    let hold = std::time::Duration::from_micros(env_or("TESSERA_BENCH_HOLD_US", 100u64));
+    let rt = b
+        .threads(threads)
+        .fusion(fusion)
+        .fusion_memo(memo)
+        .window_hold(hold)
+        // `TESSERA_BENCH_EARLY=0|1`: whether a submit finding a worker idle launches the
+        // window's complete fusible prefixes at once (default 1).
+        .window_early_prefix(env_or("TESSERA_BENCH_EARLY", 1u32) != 0)
+        .build();
     register(&rt).expect("register");
     rt
 }
@@ -926,6 +937,15 @@ fn report_tasks(table: &mut Table, name: &str, m: &Measured) {
     table.figure(
         &format!("{name} idle-worker launches (all runs)"),
         f.idle_flushes as f64,
+    );
+    table.figure(
+        &format!("{name} window-thread launches (all runs)"),
+        f.timer_flushes as f64,
+    );
+    // Time from a submit that found a worker idle and held its task to the next launch.
+    table.figure(
+        &format!("{name} ms held while a worker idled (all runs)"),
+        f.idle_held_ns as f64 / 1e6,
     );
 }
 

@@ -13,9 +13,6 @@
 //! MPI ranks run the same code under `mpirun` (the `stencil` and `cg` examples, and
 //! `runtime/tests/mpi_launch.rs`); this bench does not start mpirun.
 
-#[path = "../../runtime/examples/ranks/mod.rs"]
-#[allow(dead_code)] // the examples' launcher; this bench starts its own thread ranks
-mod ranks;
 #[path = "../../runtime/examples/sparse/mod.rs"]
 mod sparse;
 
@@ -51,9 +48,19 @@ type Contestant<'a> = Box<dyn Fn() -> Timed + 'a>;
 /// rank's time and every rank's statistics.
 fn on_ranks(ranks: usize, work: impl Fn(&Runtime) -> Result<Measured> + Sync) -> Timed {
     let all = run_ranks(ranks, |c: &ThreadComm| {
-        let comm: ranks::Comm = Arc::new(c.clone());
-        let rt = ranks::runtime(1, 256, (ranks > 1).then_some(comm))?;
-        work(&rt)
+        let mut b = Runtime::builder().threads(1).min_piece_size(256);
+        if ranks > 1 {
+            b = b.communicator(Arc::new(c.clone()));
+            // `TESSERA_BENCH_RANKS_WINDOW=N`: a fixed window of N across ranks instead of the
+            // default (1: each task launched at submit, the default before issue 12's fusion).
+            if let Some(n) = std::env::var("TESSERA_BENCH_RANKS_WINDOW")
+                .ok()
+                .and_then(|v| v.parse().ok())
+            {
+                b = b.window_size(n);
+            }
+        }
+        work(&b.try_build()?)
     });
     let got: Vec<Measured> = all
         .into_iter()
@@ -240,9 +247,15 @@ fn main() {
         "The runtime across thread ranks, 1 processor per rank (scale {scale}, median of {reps}; \
          ratio > 1: Tessera faster)"
     ));
-    // `TESSERA_BENCH_ONLY=stencil` or `=sparse` (CG and SpMV) runs one part (both when unset).
+    // `TESSERA_BENCH_ONLY=stencil` or `=sparse` (CG and SpMV) runs one part (both when unset);
+    // `=cg` runs CG alone, once, for instruction counts (below).
     let only = std::env::var("TESSERA_BENCH_ONLY").unwrap_or_default();
     let ranks_list = [1usize, 2, 4];
+    if only == "cg" {
+        cg_part(&mut table, scale);
+        table.print();
+        return;
+    }
     if only.is_empty() || only.contains("stencil") {
         stencil_part(&mut table, scale, reps, &ranks_list);
     }
@@ -322,6 +335,45 @@ fn stencil_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize]
     }
 }
 
+/// CG alone, one run per rank count (`TESSERA_BENCH_RANKS`, default `1,2`) of
+/// `TESSERA_BENCH_CG_ITERS` iterations (default 20), for profilers: run it at two iteration
+/// counts under `valgrind --tool=callgrind` (or cachegrind) and the difference per iteration
+/// is what an iteration costs, setup excluded. Prints launches per iteration per rank.
+fn cg_part(table: &mut Table, scale: f64) {
+    let a = HostCsr::laplacian_2d((700.0 * scale.sqrt()) as usize);
+    let b: Vec<f64> = (0..a.rows).map(|i| 1.0 + (i % 5) as f64).collect();
+    let iters: usize = env_or("TESSERA_BENCH_CG_ITERS", 20);
+    let ranks_list: Vec<usize> = std::env::var("TESSERA_BENCH_RANKS")
+        .unwrap_or_else(|_| "1,2".into())
+        .split(',')
+        .map(|r| {
+            r.trim()
+                .parse()
+                .expect("TESSERA_BENCH_RANKS: a list of rank counts")
+        })
+        .collect();
+    for r in ranks_list {
+        let (t, stats, cpu) = on_ranks(r, |rt| cg_runtime(rt, &a, &b, iters));
+        let name = format!("cg iteration {}k rows, {r} ranks", a.rows / 1000);
+        table.figure(&format!("{name}: ms"), t * 1e3);
+        table.figure(&format!("{name}: CPU ms of all ranks"), cpu * 1e3);
+        let s = &stats[0];
+        let per = |v: u64| v as f64 / iters as f64;
+        table.figure(
+            &format!("{name}: tasks issued per iteration"),
+            per(s.tasks_issued),
+        );
+        table.figure(
+            &format!("{name}: tasks launched per iteration"),
+            per(s.tasks_launched),
+        );
+        table.figure(
+            &format!("{name}: messages sent per iteration (rank 0)"),
+            per(s.messages_sent),
+        );
+    }
+}
+
 /// CG (both ways) and SpMV at 1, 2 and 4 ranks beside one rank; bytes resident per rank after
 /// SpMV.
 fn sparse_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize]) {
@@ -362,6 +414,15 @@ fn sparse_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize])
     ];
     for (what, base) in what {
         let (one, one_cpu) = (got[base].0, got[base].2);
+        if base != 3 {
+            table.figure(
+                &format!(
+                    "{what} {}k rows, 1 rank: tasks launched per iteration",
+                    a.rows / 1000
+                ),
+                got[base].1[0].tasks_launched as f64 / 20.0,
+            );
+        }
         for (k, &r) in ranks_list.iter().enumerate().skip(1) {
             let name = format!("{what} {}k rows, {r} ranks", a.rows / 1000);
             table.row(
@@ -372,6 +433,13 @@ fn sparse_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize])
                 one * 1e3,
                 false,
             );
+            if base != 3 {
+                // Launches per iteration (what fusion saves), rank 0's (and one rank's, below).
+                table.figure(
+                    &format!("{name}: tasks launched per iteration"),
+                    got[base + k].1[0].tasks_launched as f64 / 20.0,
+                );
+            }
             // The work all ranks did beside one rank's: what ranks add, whatever the load.
             table.row(
                 &format!("{name}, CPU of all ranks"),

@@ -57,7 +57,7 @@ impl Future {
     pub fn get(&self) -> Result<Scalar> {
         if let Some(v) = self.try_get() {
             if let Some(rt) = self.cell.rt.upgrade() {
-                rt.flush_traced()?;
+                rt.flush_known()?;
             }
             return v;
         }

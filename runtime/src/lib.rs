@@ -51,7 +51,7 @@ pub use fusion::kernel::Chunk;
 pub use future::Future;
 pub use rect::{Rect, MAX_DIMS};
 pub use replicate::{shard_owners, MAX_RANKS};
-pub use runtime::{Runtime, RuntimeBuilder, DEFAULT_TRACING, DEFAULT_WINDOW};
+pub use runtime::{Runtime, RuntimeBuilder, DEFAULT_TRACING, DEFAULT_WINDOW, RANKS_WINDOW};
 pub use stats::Stats;
 pub use store::Store;
 pub use task::{Privilege, TaskLauncher};

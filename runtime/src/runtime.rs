@@ -152,6 +152,8 @@ pub struct RuntimeBuilder {
     ranks: Option<Ranks>,
     agreement: bool,
     worker_jitter_us: u32,
+    hold_idle: std::time::Duration,
+    early_prefix: bool,
 }
 
 /// Whether automatic tracing is on unless the builder says otherwise: the environment
@@ -179,10 +181,18 @@ pub const DEFAULT_TRACING: bool = false;
 /// The most tasks the default, adaptive window holds (see [`RuntimeBuilder::adaptive_window`]):
 /// it grows only while the workers are busy and is launched as soon as one would go idle, so a
 /// task still starts as soon as a processor is free for it. The bound was chosen on the fusion
-/// bench (runtime/DESIGN.md, "Task fusion", window size). Across ranks, and with automatic
-/// tracing on, the default is a fixed window of one: an adaptive window's decisions depend on
-/// timing, and ranks must agree (and traces repeat).
+/// bench (runtime/DESIGN.md, "Task fusion", window size). With automatic tracing on, the
+/// default is a fixed window of one (traces are found in a repeatable launch stream); across
+/// ranks, a fixed window of [`RANKS_WINDOW`] (an adaptive window's decisions depend on
+/// timing, and ranks must agree).
 pub const DEFAULT_WINDOW: usize = 32;
+
+/// The default window across ranks: fixed, so that it is launched at the same points of the
+/// stream on every rank. Chosen on the ranks and fusion benches (runtime/DESIGN.md, "Across
+/// ranks", window): as large as the one-rank window, so that the same chains fuse whole.
+/// A task waits until the window fills or the program reads, fences or waits on a future,
+/// so a body must not wait for something the issuing thread does after submitting it.
+pub const RANKS_WINDOW: usize = 32;
 
 impl Default for RuntimeBuilder {
     fn default() -> Self {
@@ -200,6 +210,8 @@ impl Default for RuntimeBuilder {
             ranks: None,
             agreement: agreement_default(),
             worker_jitter_us: 0,
+            hold_idle: window::HOLD,
+            early_prefix: true,
         }
     }
 }
@@ -235,8 +247,9 @@ impl RuntimeBuilder {
     /// An adaptive window of at most `max` tasks (the default, with [`DEFAULT_WINDOW`]): tasks
     /// are buffered only while every worker has something to run, and launched (fused where
     /// the constraints allow) as soon as one would go idle or the issuing thread would block.
-    /// Across ranks, and with fusion off, it is a fixed window of one (decisions that depend on
-    /// timing would differ between ranks; unfused, holding a task only delays it).
+    /// Across ranks it is a fixed window of `max` (decisions that depend on timing would
+    /// differ between ranks); with fusion off, a fixed window of one (holding a task only
+    /// delays it).
     pub fn adaptive_window(mut self, max: usize) -> Self {
         self.window = Some(WindowPolicy::Adaptive { max: max.max(1) });
         self
@@ -278,6 +291,24 @@ impl RuntimeBuilder {
     #[doc(hidden)]
     pub fn worker_jitter(mut self, max_us: u32) -> Self {
         self.worker_jitter_us = max_us;
+        self
+    }
+
+    /// Adaptive window: how long a task issued while a worker is idle is held for the next
+    /// submit (default 100 µs); zero launches it at submit. For measuring
+    /// the window (the fusion bench's `TESSERA_BENCH_HOLD_US`), not for production use.
+    #[doc(hidden)]
+    pub fn window_hold(mut self, hold: std::time::Duration) -> Self {
+        self.hold_idle = hold;
+        self
+    }
+
+    /// Adaptive window: whether a submit that finds a worker idle launches the window's
+    /// complete fusible prefixes at once (default on) instead of holding them for the next
+    /// submit. For measuring the window (the fusion bench's `TESSERA_BENCH_EARLY`).
+    #[doc(hidden)]
+    pub fn window_early_prefix(mut self, on: bool) -> Self {
+        self.early_prefix = on;
         self
     }
 
@@ -352,13 +383,16 @@ impl RuntimeBuilder {
         let shared = Arc::new(Shared::default());
         let policy = match self.window {
             // Without fusion holding tasks gains nothing: launch each at once.
-            Some(WindowPolicy::Adaptive { .. }) if ranks > 1 || !self.fusion => {
-                WindowPolicy::Fixed(1)
-            }
+            Some(WindowPolicy::Adaptive { .. }) | None if !self.fusion => WindowPolicy::Fixed(1),
+            // Across ranks every decision must follow from the stream: an adaptive window's
+            // launches follow the workers' timing, a fixed window's only the stream's flush
+            // points (full, read, fence, `get`, drop), the same on every rank.
+            Some(WindowPolicy::Adaptive { max }) if ranks > 1 => WindowPolicy::Fixed(max),
+            None if ranks > 1 => WindowPolicy::Fixed(RANKS_WINDOW),
             Some(p) => p,
             // A trace is found in the stream of launched tasks: with automatic tracing on,
             // keep that stream the issued one rather than one that depends on timing.
-            None if ranks > 1 || self.tracing || !self.fusion => WindowPolicy::Fixed(1),
+            None if self.tracing => WindowPolicy::Fixed(1),
             None => WindowPolicy::Adaptive {
                 max: DEFAULT_WINDOW,
             },
@@ -430,11 +464,12 @@ impl RuntimeBuilder {
             inner: Arc::new(inner),
         };
         if let WindowPolicy::Adaptive { .. } = policy {
-            let _ = rt
-                .inner
-                .shared
-                .adaptive
-                .set(Adaptive::new(Arc::downgrade(&rt.inner), workers));
+            let _ = rt.inner.shared.adaptive.set(Adaptive::new(
+                Arc::downgrade(&rt.inner),
+                workers,
+                self.hold_idle,
+                self.early_prefix,
+            ));
             let shared = rt.inner.shared.clone();
             let h = std::thread::Builder::new()
                 .name("tessera-window".into())
@@ -1156,11 +1191,17 @@ impl Inner {
         r
     }
 
-    /// With tracing on, [`Inner::flush`]: for a `Future::get` whose value is known already. The
-    /// tracer cuts at every `get` (no trace spans one), known or not: whether the value is
-    /// known yet depends on whether a worker has run its task, and the tracer's decisions must
-    /// follow from the task stream alone.
-    pub(crate) fn flush_traced(&self) -> Result<()> {
+    /// For a `Future::get` whose value is known already: [`Inner::flush`] unless the window is
+    /// adaptive and tracing is off. Whether the value is known yet depends on whether workers
+    /// (and, across ranks, messages) have finished its task, so a `get` flushes known or not
+    /// wherever decisions must follow from the task stream alone: a fixed window (across
+    /// ranks, a rank that skipped the flush would hold tasks the others launched and fuse
+    /// them differently) and the tracer (it cuts at every `get`; no trace spans one). An
+    /// adaptive window's launches follow timing anyway, and skipping spares a lock.
+    pub(crate) fn flush_known(&self) -> Result<()> {
+        if self.shared.adaptive.get().is_none() {
+            return self.flush();
+        }
         let traced = self
             .front
             .lock()
@@ -1208,17 +1249,52 @@ impl Inner {
         front.window.push(t);
         let mut first = Ok(());
         self.solve_ahead(front, &mut first);
-        let r = if !front.window.tasks.is_empty() {
+        let held = front.window.len();
+        let r = if !front.window.tasks.is_empty() || (idle && a.hold_idle.is_zero()) {
             self.drain(front, true)
         } else if front.window.is_full() {
             self.drain(front, idle)
+        } else if idle && a.early {
+            self.launch_complete(front)
         } else {
             Ok(())
         };
+        // Still idle: nothing was launched for the idle worker.
+        let idle = idle && front.window.len() == held;
         if !front.window.is_empty() {
-            a.hold(if idle { window::HOLD } else { window::STALL });
+            if idle {
+                a.held_while_idle();
+            }
+            a.hold(if idle { a.hold_idle } else { window::STALL });
         }
         first.and(r)
+    }
+
+    /// A worker is idle and the adaptive window holds tasks: launches its *complete* fusible
+    /// prefixes (those a later task already ends; no task issued later can join them) and
+    /// keeps the last, still growing one. Holding a complete prefix keeps the worker idle for
+    /// no fusion; it could only still gain a temporary (a store the application drops a
+    /// handle of later). Measured on the fusion bench's BiCGSTAB, which issues an iteration's
+    /// 13 tasks (5 prefixes) after waiting on futures: held to the next `get`, a worker idled
+    /// for the whole issue (runtime/DESIGN.md, "Window size").
+    fn launch_complete(&self, front: &mut Front) -> Result<()> {
+        let mut first = Ok(());
+        while front.window.ready.len() > 1
+            && constraints::fusible_prefix(front.window.ready.make_contiguous())
+                < front.window.ready.len()
+        {
+            let t0 = Instant::now();
+            if let Err(e) = self.launch_prefix(front) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+            Counters::add(
+                &self.shared.counters.analysis_ns,
+                t0.elapsed().as_nanos() as u64,
+            );
+        }
+        first
     }
 
     /// A worker would go idle and the adaptive window holds tasks: launch every solved task in
@@ -1380,6 +1456,9 @@ impl Inner {
     /// task alone.
     fn launch_prefix(&self, front: &mut Front) -> Result<()> {
         let counters = &self.shared.counters;
+        if let Some(a) = self.shared.adaptive.get() {
+            Counters::add(&counters.idle_held_ns, a.idle_held_ns());
+        }
         let (n, shape) = self.decide(front);
         let mut prefix: Vec<Box<Ready>> = front.window.ready.drain(..n).collect();
         let pended: Vec<_> = prefix.iter().map(|r| window::pended(&r.issued)).collect();

@@ -25,6 +25,7 @@ pub(crate) struct Counters {
     // Adaptive window (branch `window`).
     pub idle_flushes: AtomicU64,
     pub timer_flushes: AtomicU64,
+    pub idle_held_ns: AtomicU64,
     pub tasks_traced: AtomicU64,
     pub tasks_analysed: AtomicU64,
     pub traces_recorded: AtomicU64,
@@ -71,6 +72,7 @@ impl Counters {
             fusion_memo_misses: g(&self.fusion_memo_misses),
             kernel_fused_launches: g(&self.kernel_fused_launches),
             idle_flushes: g(&self.idle_flushes),
+            idle_held_ns: g(&self.idle_held_ns),
             timer_flushes: g(&self.timer_flushes),
             tasks_traced: g(&self.tasks_traced),
             tasks_analysed: g(&self.tasks_analysed),
@@ -142,6 +144,12 @@ pub struct Stats {
     /// Adaptive window: times the window thread launched what the window held (after a pause
     /// in submits).
     pub timer_flushes: u64,
+    /// Adaptive window: nanoseconds from an issue that found a worker idle and held its task
+    /// anyway (for the next submit, [`RuntimeBuilder::window_hold`]) to the next launch, summed:
+    /// the time workers idled because of the window.
+    ///
+    /// [`RuntimeBuilder::window_hold`]: crate::RuntimeBuilder::window_hold
+    pub idle_held_ns: u64,
     /// Launched tasks whose dependences came from a replayed trace (automatic tracing).
     pub tasks_traced: u64,
     /// Launched tasks that went through ordinary dependence analysis.
@@ -248,6 +256,7 @@ impl Stats {
             fusion_memo_misses: self.fusion_memo_misses - earlier.fusion_memo_misses,
             kernel_fused_launches: self.kernel_fused_launches - earlier.kernel_fused_launches,
             idle_flushes: self.idle_flushes - earlier.idle_flushes,
+            idle_held_ns: self.idle_held_ns - earlier.idle_held_ns,
             timer_flushes: self.timer_flushes - earlier.timer_flushes,
             tasks_traced: self.tasks_traced - earlier.tasks_traced,
             tasks_analysed: self.tasks_analysed - earlier.tasks_analysed,

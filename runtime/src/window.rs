@@ -11,7 +11,7 @@ use crate::runtime::Inner;
 use crate::store::StoreRoot;
 use crate::task::Issued;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -134,6 +134,17 @@ pub(crate) struct Adaptive {
     /// A deadline is set (read without the timer lock, so that launching an empty-handed
     /// window costs no lock when the thread is not armed).
     pub armed: AtomicBool,
+    /// How long a task issued while a worker is idle is held ([`HOLD`] by default); zero
+    /// launches it at submit.
+    pub hold_idle: Duration,
+    /// A submit that finds a worker idle launches the complete fusible prefixes at once
+    /// (`Inner::launch_complete`).
+    pub early: bool,
+    /// When an issue found a worker idle and held its task anyway (nanoseconds after `epoch`
+    /// plus one; 0: not since the last launch): the time until the next launch is time that
+    /// worker idled because of the window (`Stats::idle_held_ns`).
+    idle_since: AtomicU64,
+    epoch: Instant,
 }
 
 #[derive(Default)]
@@ -158,8 +169,14 @@ pub(crate) const HOLD: Duration = Duration::from_micros(100);
 pub(crate) const STALL: Duration = Duration::from_millis(50);
 
 impl Adaptive {
-    pub(crate) fn new(inner: Weak<Inner>, workers: usize) -> Adaptive {
+    pub(crate) fn new(
+        inner: Weak<Inner>,
+        workers: usize,
+        hold_idle: Duration,
+        early: bool,
+    ) -> Adaptive {
         Adaptive {
+            early,
             inner,
             workers,
             held: AtomicBool::new(false),
@@ -167,7 +184,30 @@ impl Adaptive {
             timer: Mutex::default(),
             wake: Condvar::new(),
             armed: AtomicBool::new(false),
+            hold_idle,
+            idle_since: AtomicU64::new(0),
+            epoch: Instant::now(),
         }
+    }
+
+    /// Notes that a task was held while a worker was idle (the first such since the last
+    /// launch starts the clock).
+    pub(crate) fn held_while_idle(&self) {
+        let now = self.epoch.elapsed().as_nanos() as u64 + 1;
+        let _ = self
+            .idle_since
+            .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// At a launch: nanoseconds since a task was first held while a worker idled (0 if none
+    /// was), and the clock stops.
+    pub(crate) fn idle_held_ns(&self) -> u64 {
+        if self.idle_since.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        let since = self.idle_since.swap(0, Ordering::Relaxed);
+        let now = self.epoch.elapsed().as_nanos() as u64 + 1;
+        now.saturating_sub(since.max(1))
     }
 
     /// True when a node just run leaves `left` outstanding and the window should be launched:

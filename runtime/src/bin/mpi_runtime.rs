@@ -35,12 +35,23 @@ fn ensure(ok: bool, what: impl FnOnce() -> String) -> Result<()> {
     }
 }
 
+/// `--leave-rank`: every rank launches each task at submit (a window of one), so the others
+/// are in the stencil's collectives when the leaving rank says goodbye. With the default
+/// fixed window the leaving rank's `fence` launches what the others still hold, and the
+/// agreement check (debug builds) ends the job first, with a disagreement instead.
+static LAUNCH_AT_SUBMIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn runtime(comm: &Arc<ThreadedMpiComm>) -> Result<Runtime> {
-    Runtime::builder()
+    let b = Runtime::builder()
         .threads(1)
         .min_piece_size(16)
-        .communicator(comm.clone())
-        .try_build()
+        .communicator(comm.clone());
+    let b = if LAUNCH_AT_SUBMIT.load(std::sync::atomic::Ordering::Relaxed) {
+        b.window_size(1)
+    } else {
+        b
+    };
+    b.try_build()
 }
 
 fn check_stencil(comm: &Arc<ThreadedMpiComm>, kill: Option<usize>) -> Result<()> {
@@ -294,6 +305,7 @@ fn main() -> std::process::ExitCode {
     };
     let (fail_rank, kill_rank) = (flag("--fail-rank"), flag("--kill-rank"));
     let leave_rank = flag("--leave-rank");
+    LAUNCH_AT_SUBMIT.store(leave_rank.is_some(), std::sync::atomic::Ordering::Relaxed);
     let Some(expected) = expected else {
         eprintln!("usage: mpi-runtime N [--fail-rank R | --kill-rank R | --leave-rank R]");
         return std::process::ExitCode::FAILURE;

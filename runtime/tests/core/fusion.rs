@@ -859,3 +859,52 @@ fn a_bad_launch_held_in_the_adaptive_window_fails_at_submit() {
     flags.gate.store(true, Ordering::Release);
     rt.fence().unwrap();
 }
+
+/// With every worker idle, a submit that ends the window's fusible prefix launches that prefix
+/// at once: no later task can join it, and holding it (here for as long as the window thread
+/// would wait, ten seconds) would only keep the worker idle. The prefix still growing stays
+/// held. (The fusion bench's BiCGSTAB idled for the whole issue of each iteration before.)
+#[test]
+fn a_complete_prefix_is_launched_at_once_for_an_idle_worker() {
+    let rt = Runtime::builder()
+        .tracing(false)
+        .threads(2)
+        .min_piece_size(4)
+        .adaptive_window(16)
+        .window_hold(Duration::from_secs(10))
+        .build();
+    register(&rt).unwrap();
+    let x = input(&rt, 16);
+    let (y, z) = (
+        rt.create(DType::F64, &[16]).unwrap(),
+        rt.create(DType::F64, &[16]).unwrap(),
+    );
+    let step = |x: &Store, y: &Store, points: usize| {
+        rt.task("axpb")
+            .read(x)
+            .write(y)
+            .scalar(2.0)
+            .scalar(1.0)
+            .align(x, y)
+            .launch_domain(&[points])
+            .submit()
+            .unwrap();
+    };
+    step(&x, &y, 2);
+    assert_eq!(
+        rt.stats().tasks_launched,
+        0,
+        "one task: its prefix may still grow"
+    );
+    // Another launch domain: the first prefix is complete.
+    step(&y, &z, 4);
+    assert_eq!(
+        rt.stats().tasks_launched,
+        1,
+        "the complete prefix, launched at submit"
+    );
+    let want: Vec<f64> = (0..16)
+        .map(|i| 2.0 * (2.0 * (i as f64 - 3.0) + 1.0) + 1.0)
+        .collect();
+    assert_eq!(rt.read::<f64>(&z).unwrap(), want);
+}

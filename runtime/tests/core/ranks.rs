@@ -337,7 +337,9 @@ fn ranks_that_solve_differently_are_caught_by_the_agreement_check() {
         let x = rt.create(tessera_runtime::DType::F64, &[64])?;
         // A rank-dependent launch domain: exactly what control replication must never see.
         let d = if rt.rank() == 0 { 2 } else { 4 };
-        rt.task("touch").read(&x).launch_domain(&[d]).submit()
+        rt.task("touch").read(&x).launch_domain(&[d]).submit()?;
+        // The default window across ranks is fixed: the task is solved when it is flushed.
+        rt.fence()
     });
     for (rank, r) in got.into_iter().enumerate() {
         match r {
@@ -862,4 +864,164 @@ fn futures_fold_on_every_rank_with_one_message_per_point_and_rank() {
         // Its two points' results to each of the two other ranks.
         assert_eq!(messages, 4, "rank {rank}");
     }
+}
+
+/// Registers `inc` (`y = x + 1`, element-wise) and `scale2` (`y = 2 x`).
+fn register_chain(rt: &Runtime) -> Result<()> {
+    rt.register_elementwise::<f64>("inc", |c: &mut tessera_runtime::Chunk<'_, f64>| {
+        let (ins, outs) = c.split();
+        for (o, i) in outs[0].iter_mut().zip(ins[0].iter()) {
+            *o = i + 1.0;
+        }
+    })?;
+    rt.register_elementwise::<f64>("scale2", |c: &mut tessera_runtime::Chunk<'_, f64>| {
+        let (ins, outs) = c.split();
+        for (o, i) in outs[0].iter_mut().zip(ins[0].iter()) {
+            *o = 2.0 * i;
+        }
+    })
+}
+
+/// Per iteration: an element-wise chain `y = 2 (x + 1) + 1` through two temporaries, `s = Σ y`
+/// as a future, `x = y + s` (the future as a scalar) and a `get` of `s` (the convergence test
+/// of an iterative method). Returns `x`, every `s` and this rank's statistics.
+fn fusing_stream(rt: &Runtime, n: usize, iters: usize) -> Result<(Vec<f64>, Vec<f64>, Stats)> {
+    register_chain(rt)?;
+    rt.register("sum", |ctx| {
+        ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
+    })?;
+    rt.register("add_scalar", |ctx| {
+        let s = ctx.scalar(0).as_f64();
+        let y = ctx.read::<f64>(0);
+        let mut x = ctx.write::<f64>(1);
+        for (xi, yi) in x.as_mut_slice().iter_mut().zip(y.as_slice()) {
+            *xi = yi + s;
+        }
+    })?;
+    let x = rt.from_vec(&[n], (0..n).map(|i| (i % 5) as f64).collect())?;
+    let mut sums = vec![];
+    for _ in 0..iters {
+        let y = {
+            let t1 = rt.create(tessera_runtime::DType::F64, &[n])?;
+            rt.task("inc").read(&x).write(&t1).align(&x, &t1).submit()?;
+            let t2 = rt.create(tessera_runtime::DType::F64, &[n])?;
+            rt.task("scale2")
+                .read(&t1)
+                .write(&t2)
+                .align(&t1, &t2)
+                .submit()?;
+            let y = rt.create(tessera_runtime::DType::F64, &[n])?;
+            rt.task("inc").read(&t2).write(&y).align(&t2, &y).submit()?;
+            y
+        };
+        let s = rt.task("sum").read(&y).submit_reduce(ReduceOp::Sum)?;
+        rt.task("add_scalar")
+            .read(&y)
+            .write(&x)
+            .future(&s)
+            .align(&y, &x)
+            .submit()?;
+        sums.push(s.get()?.as_f64());
+    }
+    let stats = rt.stats();
+    Ok((rt.read::<f64>(&x)?, sums, stats))
+}
+
+/// [`fusing_stream`] on plain vectors: the sequential interpretation. Small integers, so every
+/// sum is exact in any order.
+fn fusing_stream_sequential(n: usize, iters: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut x: Vec<f64> = (0..n).map(|i| (i % 5) as f64).collect();
+    let mut sums = vec![];
+    for _ in 0..iters {
+        let y: Vec<f64> = x.iter().map(|v| 2.0 * (v + 1.0) + 1.0).collect();
+        let s: f64 = y.iter().sum();
+        x = y.iter().map(|v| v + s).collect();
+        sums.push(s);
+    }
+    (x, sums)
+}
+
+/// Across ranks the default window is a fixed one larger than one task (its flushes are points
+/// of the stream, the same on every rank), so tasks fuse as on one rank: every rank launches
+/// fewer tasks than it issued, eliminates the chain's temporaries, agrees with the others on
+/// every launch (the agreement check is on) and reads the sequential interpretation's values.
+#[test]
+fn a_stream_fuses_across_ranks_with_the_default_window() {
+    let (n, iters) = (96, 3);
+    let want = fusing_stream_sequential(n, iters);
+    for ranks in [2, 4] {
+        let got = all_ok(on_ranks(ranks, 1, move |rt| fusing_stream(rt, n, iters)));
+        for (rank, (x, sums, stats)) in got.into_iter().enumerate() {
+            assert_eq!((&x, &sums), (&want.0, &want.1), "rank {rank} of {ranks}");
+            assert!(
+                stats.tasks_launched < stats.tasks_issued,
+                "rank {rank} of {ranks}: {} tasks launched of {} issued: nothing fused",
+                stats.tasks_launched,
+                stats.tasks_issued
+            );
+            // Two temporaries per iteration (`t1`, `t2`), never allocated.
+            assert_eq!(
+                stats.temporaries_eliminated,
+                2 * iters as u64,
+                "rank {rank} of {ranks}"
+            );
+        }
+    }
+}
+
+/// A future's `get` flushes the window on every rank, known or not: whether its value has
+/// arrived yet is timing, and a rank that skipped the flush when it had would hold tasks
+/// the others launched, and fuse them differently (here rank 0 waits until its value is known
+/// while rank 1 asks at once; the agreement check would fail both).
+#[test]
+fn a_future_known_on_one_rank_only_flushes_the_window_alike() {
+    let configure =
+        |b: RuntimeBuilder, _rank: usize| b.threads(2).agreement_check(true).window_size(4);
+    let got = on_ranks_with(2, configure, |rt| {
+        register_chain(rt)?;
+        rt.register("slow_sum", |ctx| {
+            std::thread::sleep(Duration::from_millis(20));
+            ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
+        })?;
+        let x = rt.from_vec(&[64], (0..64).map(|i| i as f64).collect())?;
+        // A different launch domain from the chain's: the window's first prefix is `f`'s task
+        // alone, launched when `y3`'s task fills the window of four; `y1`..`y3` stay held.
+        let f = rt
+            .task("slow_sum")
+            .read(&x)
+            .launch_domain(&[2])
+            .submit_reduce(ReduceOp::Sum)?;
+        let mut y = x.clone();
+        for _ in 0..3 {
+            let next = rt.create(tessera_runtime::DType::F64, &[64])?;
+            rt.task("inc")
+                .read(&y)
+                .write(&next)
+                .align(&y, &next)
+                .launch_domain(&[4])
+                .submit()?;
+            y = next;
+        }
+        if rt.rank() == 0 {
+            while f.try_get().is_none() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        let sum = f.get()?.as_f64();
+        let next = rt.create(tessera_runtime::DType::F64, &[64])?;
+        rt.task("inc")
+            .read(&y)
+            .write(&next)
+            .align(&y, &next)
+            .launch_domain(&[4])
+            .submit()?;
+        Ok((sum, rt.read::<f64>(&next)?, rt.stats().tasks_launched))
+    });
+    let want: Vec<f64> = (0..64).map(|i| i as f64 + 4.0).collect();
+    let got = all_ok(got);
+    for (rank, (sum, y, _)) in got.iter().enumerate() {
+        assert_eq!(*sum, 2016.0, "rank {rank}");
+        assert_eq!(y, &want, "rank {rank}");
+    }
+    assert_eq!(got[0].2, got[1].2, "the ranks launched alike");
 }
