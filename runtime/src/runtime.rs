@@ -1680,6 +1680,11 @@ impl Inner {
         self.start(b.link_finish());
     }
 
+    /// The next launched task's stream position on one rank (`Launched::position`).
+    pub(crate) fn next_position(&self) -> u64 {
+        self.next_position.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// A plan's launched task, `points` of whose points run here; each store it uses holds a
     /// pending reference from now on.
     pub(crate) fn launched(
@@ -1691,16 +1696,10 @@ impl Inner {
         let domain = t.domain;
         let n = domain.len();
         let has_finish = Launched::needs_finish(&t.args, !t.results.is_empty());
-        let mut roots: Args<Arc<StoreRoot>> = Args::new();
-        for a in &t.args {
-            if !roots.iter().any(|r| Arc::ptr_eq(r, &a.root)) {
-                a.root.pending_refs.fetch_add(1, Ordering::AcqRel);
-                roots.push(a.root.clone());
-            }
-        }
+        let roots = Launched::hold_roots(&t.args);
         let position = match &dist {
             Some(d) => d.seq,
-            None => self.next_position.fetch_add(1, Ordering::Relaxed),
+            None => self.next_position(),
         };
         Arc::new(Launched {
             position,
@@ -1715,11 +1714,7 @@ impl Inner {
             roots,
             remaining: AtomicUsize::new(points),
             // Only a finish step reads what points leave behind.
-            outs: if has_finish {
-                (0..n).map(|_| Mutex::default()).collect()
-            } else {
-                vec![]
-            },
+            outs: Launched::outs(n, has_finish),
             failure: Mutex::new(None),
             has_finish,
             dist,

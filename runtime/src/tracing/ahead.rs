@@ -15,15 +15,15 @@
 use super::record::{producer_in, Producer};
 use crate::constraint::Constraint;
 use crate::dtype::ReduceOp;
-use crate::launch::LaunchArg;
+use crate::launch::{LaunchArg, Launched};
 use crate::partition::{Domain, PartitionId};
 use crate::rect::Rect;
 use crate::runtime::Plan;
 use crate::store::StoreRoot;
-use crate::task::{Issued, Privilege, ScalarArg};
+use crate::task::{Args, Issued, Privilege, ScalarArg};
 use smallvec::SmallVec;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// One argument as issued. Its store is named by its first appearance in the trace
 /// ([`numbering`]): a loop that makes fresh stores every iteration replays over the new ones.
@@ -217,6 +217,45 @@ impl SolvedTask {
             fused: None,
             shard: t.shard,
         }
+    }
+}
+
+impl SolvedTask {
+    /// `t` launched as recorded at stream `position`, straight into its `Launched` (no
+    /// `Plan` in between: the task is large, and every move of it shows on the issuing
+    /// thread of a replayed trace). What `Inner::launched` makes of [`SolvedTask::plan`].
+    pub(crate) fn launch(&self, t: Issued, position: u64) -> Arc<Launched> {
+        let args: Args<LaunchArg> = t
+            .args
+            .into_iter()
+            .zip(&self.args)
+            .map(|(a, (view, rects))| LaunchArg {
+                root: a.root,
+                view: *view,
+                privilege: a.privilege,
+                rects: rects.clone(),
+                local: false,
+            })
+            .collect();
+        let has_finish = Launched::needs_finish(&args, t.result.is_some());
+        let points = self.domain.len();
+        Arc::new(Launched {
+            position,
+            name: t.name,
+            body: t.body,
+            domain: self.domain,
+            token: self.token,
+            roots: Launched::hold_roots(&args),
+            args,
+            scalars: t.scalars,
+            results: t.result.into_iter().collect(),
+            fused: None,
+            remaining: AtomicUsize::new(points),
+            outs: Launched::outs(points, has_finish),
+            failure: Mutex::new(None),
+            has_finish,
+            dist: None,
+        })
     }
 }
 

@@ -13,7 +13,7 @@
 //! waits for the stores it names to be bound rather than asking whether they are.
 
 use super::actors::{Compiled, Run};
-use super::ahead::{numbering, Conditions, IssuedTrace};
+use super::ahead::{numbering, Conditions, IssuedTrace, SolvedTask};
 use super::record::{traceable, Cross, FinalAccess, Producer, Recording, PRE};
 use super::{Action, TraceId, Tracer, TracerConfig};
 use crate::analysis::Preds;
@@ -462,10 +462,8 @@ impl Inner {
             Err(roots) => {
                 let solved = &tr.recordings[&trace].solved;
                 let held = tr.held.drain(..n);
-                (
-                    held.zip(solved).map(|(t, s)| launch(s.plan(t))).collect(),
-                    roots,
-                )
+                let launch = |(t, s): (Issued, &SolvedTask)| s.launch(t, self.next_position());
+                (held.zip(solved).map(launch).collect(), roots)
             }
         };
         let link = tr.last.take().and_then(|l| {
