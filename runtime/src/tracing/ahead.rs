@@ -103,22 +103,24 @@ impl IssuedTrace {
 
     /// Whether `tasks` are, field for field, the tasks recorded, over stores that appear in
     /// the same pattern: if so, their distinct stores in order of first appearance (what a
-    /// replay as actors keys its link to the last replay by), numbered once for both.
+    /// replay as actors keys its link to the last replay by), numbered once for both. Stores
+    /// are numbered as they are compared (no list of every argument's number: growing it cost
+    /// about a third of the compare).
     pub(crate) fn matches(&self, tasks: &[Issued]) -> Option<Vec<Arc<StoreRoot>>> {
         if tasks.len() != self.0.len() {
             return None;
         }
-        let (numbers, distinct) =
-            numbering(tasks.iter().flat_map(|t| t.args.iter().map(|a| &a.root)));
-        let mut first = 0;
-        let same = (0..tasks.len()).all(|i| {
-            let n = tasks[i].args.len();
-            let same = n == self.0[i].args.len()
-                && self.0[i].matches(&tasks[i], &tasks[..i], &numbers[first..first + n]);
-            first += n;
-            same
-        });
-        same.then(|| distinct.into_iter().cloned().collect())
+        let mut distinct: Vec<Arc<StoreRoot>> = Vec::with_capacity(8);
+        let mut number = |r: &Arc<StoreRoot>| match distinct.iter().position(|d| Arc::ptr_eq(d, r))
+        {
+            Some(k) => k as u32,
+            None => {
+                distinct.push(r.clone());
+                distinct.len() as u32 - 1
+            }
+        };
+        let same = (0..tasks.len()).all(|i| self.0[i].matches(&tasks[i], &tasks[..i], &mut number));
+        same.then_some(distinct)
     }
 }
 
@@ -146,26 +148,26 @@ impl IssuedSig {
         }
     }
 
-    /// Whether `t` (after `before` in the trace, its stores numbered `stores`) is the task
+    /// Whether `t` (after `before` in the trace, its stores numbered by `number`) is the task
     /// recorded.
-    fn matches(&self, t: &Issued, before: &[Issued], stores: &[u32]) -> bool {
+    fn matches(
+        &self,
+        t: &Issued,
+        before: &[Issued],
+        number: &mut impl FnMut(&Arc<StoreRoot>) -> u32,
+    ) -> bool {
         (Arc::ptr_eq(&self.name, &t.name) || self.name == t.name)
             && self.domain == t.domain
             && self.shard == t.shard
             && self.result == t.result.as_ref().map(|(op, _)| *op)
             && self.args.len() == t.args.len()
-            && self
-                .args
-                .iter()
-                .zip(&t.args)
-                .zip(stores)
-                .all(|((s, a), &n)| {
-                    s.store == n
-                        && s.view == a.view
-                        && s.privilege == a.privilege
-                        && s.dtype == a.root.dtype
-                        && s.whole == a.root.bound().map(|b| b.rect)
-                })
+            && self.args.iter().zip(&t.args).all(|(s, a)| {
+                s.store == number(&a.root)
+                    && s.view == a.view
+                    && s.privilege == a.privilege
+                    && s.dtype == a.root.dtype
+                    && s.whole == a.root.bound().map(|b| b.rect)
+            })
             && self.constraints[..] == t.constraints[..]
             && self.scalars.len() == t.scalars.len()
             && self
@@ -225,12 +227,14 @@ impl SolvedTask {
     /// `Plan` in between: the task is large, and every move of it shows on the issuing
     /// thread of a replayed trace). What `Inner::launched` makes of [`SolvedTask::plan`].
     pub(crate) fn launch(&self, t: Issued, position: u64) -> Arc<Launched> {
+        // By reference (a clone of each root): moving the arguments out of the issued task's
+        // inline list cost more than the reference counts.
         let args: Args<LaunchArg> = t
             .args
-            .into_iter()
+            .iter()
             .zip(&self.args)
             .map(|(a, (view, rects))| LaunchArg {
-                root: a.root,
+                root: a.root.clone(),
                 view: *view,
                 privilege: a.privilege,
                 rects: rects.clone(),

@@ -57,6 +57,10 @@ pub(crate) struct Tracing {
     /// when it has doubled since the last pruning (`prune_at`).
     first_use: HashMap<u64, (u64, std::sync::Weak<StoreRoot>)>,
     prune_at: usize,
+    /// The last stores looked up in `first_use`, (id, first use), most recent first: a loop
+    /// names the same few stores in every task, and a map probe per argument was a sixth of
+    /// the token's cost. Ids are never reused, so an entry never goes stale.
+    recent: [(u64, u64); 4],
     /// Workers to compile replayed traces into actors for (`None`: actors off).
     actors: Option<usize>,
     /// The replay last instantiated as actors, while nothing has been analysed since.
@@ -125,6 +129,7 @@ impl Tracing {
             token_mask: u64::MAX,
             first_use: HashMap::default(),
             prune_at: 64,
+            recent: [(u64::MAX, 0); 4],
             actors,
             last: None,
             digest: 0,
@@ -184,14 +189,22 @@ impl Tracing {
     /// loop reuses is named by its id once old.
     fn store_name(&mut self, root: &Arc<StoreRoot>) -> (bool, u64) {
         let seq = self.seq;
-        if self.first_use.len() >= self.prune_at {
-            self.first_use.retain(|_, (_, w)| w.strong_count() > 0);
-            self.prune_at = (2 * self.first_use.len()).max(64);
-        }
-        let (first, _) = *self
-            .first_use
-            .entry(root.id)
-            .or_insert_with(|| (seq, Arc::downgrade(root)));
+        let first = match self.recent.iter().find(|&&(id, _)| id == root.id) {
+            Some(&(_, first)) => first,
+            None => {
+                if self.first_use.len() >= self.prune_at {
+                    self.first_use.retain(|_, (_, w)| w.strong_count() > 0);
+                    self.prune_at = (2 * self.first_use.len()).max(64);
+                }
+                let (first, _) = *self
+                    .first_use
+                    .entry(root.id)
+                    .or_insert_with(|| (seq, Arc::downgrade(root)));
+                self.recent.rotate_right(1);
+                self.recent[0] = (root.id, first);
+                first
+            }
+        };
         match seq - first {
             d if d < YOUNG => (true, d),
             _ => (false, root.id),
