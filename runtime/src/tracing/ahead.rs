@@ -228,20 +228,23 @@ impl SolvedTask {
     /// thread of a replayed trace). What `Inner::launched` makes of [`SolvedTask::plan`].
     pub(crate) fn launch(&self, t: Issued, position: u64) -> Arc<Launched> {
         // By reference (a clone of each root): moving the arguments out of the issued task's
-        // inline list cost more than the reference counts.
-        let args: Args<LaunchArg> = t
-            .args
-            .iter()
-            .zip(&self.args)
-            .map(|(a, (view, rects))| LaunchArg {
+        // inline list cost more than the reference counts. Pushed one by one: `collect` went
+        // through `SmallVec::extend`'s general path, twice the instructions.
+        let mut args: Args<LaunchArg> = Args::new();
+        for (a, (view, rects)) in t.args.iter().zip(&self.args) {
+            args.push(LaunchArg {
                 root: a.root.clone(),
                 view: *view,
                 privilege: a.privilege,
                 rects: rects.clone(),
                 local: false,
-            })
-            .collect();
-        let has_finish = Launched::needs_finish(&args, t.result.is_some());
+            });
+        }
+        let mut results = Args::new();
+        if let Some(r) = t.result {
+            results.push(r);
+        }
+        let has_finish = Launched::needs_finish(&args, !results.is_empty());
         let points = self.domain.len();
         Arc::new(Launched {
             position,
@@ -252,7 +255,7 @@ impl SolvedTask {
             roots: Launched::hold_roots(&args),
             args,
             scalars: t.scalars,
-            results: t.result.into_iter().collect(),
+            results,
             fused: None,
             remaining: AtomicUsize::new(points),
             outs: Launched::outs(points, has_finish),
