@@ -209,11 +209,11 @@ impl<'a> TaskContext<'a> {
             return self.local_view(arg, exclusive);
         }
         let bound = a.root.bound().expect("bound stores only");
-        let rect = a.rects[self.point];
+        let rect = &a.rects[self.point];
         let borrow = a
             .root
             .ledger
-            .borrow(rect, exclusive)
+            .borrow(*rect, exclusive)
             .unwrap_or_else(|other| {
                 panic!(
                     "internal error: sub-store {rect:?} of store#{} is in use ({other:?})",
@@ -222,9 +222,9 @@ impl<'a> TaskContext<'a> {
             });
         RawView {
             buf: T::buf(a.root.data().expect("bound")).expect("dtype checked"),
-            whole: bound.rect,
+            whole: &bound.rect,
             rect,
-            origin: a.view,
+            origin: &a.view,
             _borrow: borrow,
         }
     }
@@ -236,14 +236,14 @@ impl<'a> TaskContext<'a> {
             .locals
             .and_then(|l| l.bufs[self.map(arg)].as_ref())
             .expect("a local argument has scratch in its point");
-        let rect = a.rects[self.point];
+        let rect = &a.rects[self.point];
         RawView {
             buf: T::buf(data).expect("dtype checked"),
             whole: rect,
             rect,
-            origin: a.view,
+            origin: &a.view,
             _borrow: ledger
-                .borrow(rect, exclusive)
+                .borrow(*rect, exclusive)
                 .unwrap_or_else(|_| panic!("internal error: scratch of argument {arg} in use")),
         }
     }
@@ -301,14 +301,18 @@ impl<'a> TaskContext<'a> {
 }
 
 /// The shared part of read and write views.
+///
+/// The rectangles are borrowed from the launched task and the store, not copied: a `Rect` is
+/// 72 bytes, and copying three per view was most of a view's own cost (a body makes one per
+/// argument per point).
 struct RawView<'a, T> {
     buf: &'a Buf<T>,
     /// The whole root store (the buffer's layout).
-    whole: Rect,
+    whole: &'a Rect,
     /// The sub-store, root coordinates.
-    rect: Rect,
+    rect: &'a Rect,
     /// The store view the task was given, root coordinates.
-    origin: Rect,
+    origin: &'a Rect,
     _borrow: Borrow<'a>,
 }
 
