@@ -192,19 +192,47 @@ impl<'a> TaskContext<'a> {
             .push((self.map(arg), T::wrap(Buf::from_vec(piece))));
     }
 
-    fn check(&self, arg: usize, dtype: DType, ok: impl Fn(Privilege) -> bool, what: &str) {
-        let a = self.arg(arg);
-        let p = self.privilege(arg);
+    /// Argument `arg` and the privilege the body was given it with, looked up once (a view
+    /// used to look the argument up three times, through calls that were not inlined).
+    #[inline]
+    fn arg_privilege(&self, arg: usize) -> (&'a LaunchArg, Privilege) {
+        let n = self.args_len();
+        if arg >= n {
+            panic!("argument {arg} does not exist (the task has {n})");
+        }
+        match self.sub {
+            Some(s) => {
+                let (i, p) = s.args[arg];
+                (&self.task.args[i], p)
+            }
+            None => {
+                let a = &self.task.args[arg];
+                (a, a.privilege)
+            }
+        }
+    }
+
+    /// Argument `arg`, after checking that its privilege allows `what` and it holds `dtype`.
+    #[inline]
+    fn check(
+        &self,
+        arg: usize,
+        dtype: DType,
+        ok: impl Fn(Privilege) -> bool,
+        what: &str,
+    ) -> &'a LaunchArg {
+        let (a, p) = self.arg_privilege(arg);
         if !ok(p) {
             panic!("argument {arg} was passed with {p:?}, which does not allow {what}");
         }
         if a.root.dtype != dtype {
             panic!("argument {arg} holds {:?}, not {dtype:?}", a.root.dtype);
         }
+        a
     }
 
-    fn view<T: Element>(&self, arg: usize, exclusive: bool) -> RawView<'a, T> {
-        let a = self.arg(arg);
+    /// A view of argument `arg` (`a`, already checked).
+    fn view<T: Element>(&self, a: &'a LaunchArg, arg: usize, exclusive: bool) -> RawView<'a, T> {
         if a.local {
             return self.local_view(arg, exclusive);
         }
@@ -250,40 +278,39 @@ impl<'a> TaskContext<'a> {
 
     /// A read-only view of argument `arg` (passed with `read` or `read_write`).
     pub fn read<T: Element>(&self, arg: usize) -> ReadView<'a, T> {
-        self.check(
+        let a = self.check(
             arg,
             T::DTYPE,
             |p| matches!(p, Privilege::Read | Privilege::ReadWrite),
             "reading",
         );
         ReadView {
-            raw: self.view(arg, false),
+            raw: self.view(a, arg, false),
         }
     }
 
     /// A writable view of argument `arg` (passed with `write` or `read_write`).
     pub fn write<T: Element>(&self, arg: usize) -> WriteView<'a, T> {
-        self.check(
+        let a = self.check(
             arg,
             T::DTYPE,
             |p| matches!(p, Privilege::Write | Privilege::ReadWrite),
             "writing",
         );
         WriteView {
-            raw: self.view(arg, true),
+            raw: self.view(a, arg, true),
         }
     }
 
     /// A reduction view of argument `arg`: starts at the operator's identity and is folded into
     /// the store after all points, in point order.
     pub fn reduce<T: Element>(&self, arg: usize) -> ReduceView<'_, T> {
-        self.check(
+        let a = self.check(
             arg,
             T::DTYPE,
             |p| matches!(p, Privilege::Reduce(_)),
             "reducing",
         );
-        let a = self.arg(arg);
         let Privilege::Reduce(op) = self.privilege(arg) else {
             unreachable!()
         };
