@@ -105,8 +105,8 @@ enum Decision {
 struct LastReplay {
     trace: TraceId,
     exact: bool,
-    tasks: Vec<Arc<Launched>>,
-    nodes: Vec<Arc<Node>>,
+    /// Its tasks and nodes.
+    run: Arc<Run>,
     /// The vertex standing for everything before the first of the linked replays.
     pre: Arc<Node>,
     /// The replay's stores, numbered by first appearance (`ahead::numbering`).
@@ -537,7 +537,8 @@ impl Inner {
                 Arc::new(Compiled::new(&rec.graph, &points, &finish, workers))
             })
             .clone();
-        let nodes = Run::nodes(&compiled, tasks.clone());
+        let run = Run::new(&compiled, tasks);
+        let (tasks, nodes) = (run.tasks(), run.nodes());
         let mut first = 0;
         for (i, t) in tasks.iter().enumerate() {
             let points = &nodes[first..first + t.domain.len()];
@@ -559,17 +560,18 @@ impl Inner {
         let (pre, entry, exact) = match link {
             Some((cross, again, last)) => {
                 Counters::add(&counters.actor_linked_replays, 1);
-                let n = last.nodes.len() as u32;
+                let last_nodes = last.run.nodes();
+                let n = last_nodes.len() as u32;
                 let vertex = |u: u32| match u {
                     PRE => &last.pre,
-                    u if u < n => &last.nodes[u as usize],
+                    u if u < n => &last_nodes[u as usize],
                     u => &nodes[(u - n) as usize],
                 };
                 for &(u, v) in &cross.edges {
                     Node::add_edge(vertex(u), &nodes[v as usize]);
                 }
                 for st in &cross.stores {
-                    let of = if st.before { &last.tasks } else { &tasks };
+                    let of = if st.before { last.run.tasks() } else { tasks };
                     let v = |&(r, u): &(_, u32)| (r, vertex(u));
                     of[st.at.0].args[st.at.1]
                         .root
@@ -584,16 +586,15 @@ impl Inner {
             None => {
                 let entry = Node::new(Work::Boundary);
                 let root = |st: &FinalAccess| tasks[st.at.0].args[st.at.1].root.clone();
-                self.enter(&rec.graph, &entry, &nodes, root);
+                self.enter(&rec.graph, &entry, nodes, root);
                 (Some(entry.clone()), Some(entry), true)
             }
         };
-        self.start_kept(&nodes, entry.as_ref());
+        self.start_kept(nodes, entry.as_ref());
         pre.map(|pre| LastReplay {
             trace,
             exact,
-            tasks,
-            nodes,
+            run,
             pre,
             roots: Vec::new(),
         })
