@@ -79,7 +79,9 @@ pub(crate) struct Front {
     memo: SolveMemo,
     fusion_memo: FusionMemo,
     /// Automatic tracing (`None` when switched off).
-    pub(crate) tracing: Option<Tracing>,
+    /// Boxed: it is taken out and put back on every issued task (a move of the pointer, not
+    /// of the tracer's state).
+    pub(crate) tracing: Option<Box<Tracing>>,
     /// The first error of a task launched by an idle worker's flush (adaptive window): the
     /// issuing thread reports it at its next submit, read or fence.
     deferred: Option<RuntimeError>,
@@ -385,8 +387,12 @@ impl RuntimeBuilder {
                 memo: SolveMemo::default(),
                 fusion_memo: FusionMemo::default(),
                 // A replayed trace builds every point's node: not across ranks (yet).
-                tracing: (self.tracing && ranks == 1)
-                    .then(|| Tracing::new(self.trace_sampling, self.actors.then_some(workers))),
+                tracing: (self.tracing && ranks == 1).then(|| {
+                    Box::new(Tracing::new(
+                        self.trace_sampling,
+                        self.actors.then_some(workers),
+                    ))
+                }),
                 deferred: None,
             }),
             next_store: AtomicU64::new(0),
