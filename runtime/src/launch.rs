@@ -82,12 +82,14 @@ impl Launched {
 
     /// The distinct stores of `args`, each now holding one pending reference (given back when
     /// the task ends).
-    pub(crate) fn hold_roots(args: &[LaunchArg]) -> Args<Arc<StoreRoot>> {
+    pub(crate) fn hold_roots<'a>(
+        args: impl Iterator<Item = &'a Arc<StoreRoot>>,
+    ) -> Args<Arc<StoreRoot>> {
         let mut roots: Args<Arc<StoreRoot>> = Args::new();
-        for a in args {
-            if !roots.iter().any(|r| Arc::ptr_eq(r, &a.root)) {
-                a.root.pending_refs.fetch_add(1, Ordering::AcqRel);
-                roots.push(a.root.clone());
+        for root in args {
+            if !roots.iter().any(|r| Arc::ptr_eq(r, root)) {
+                root.pending_refs.fetch_add(1, Ordering::AcqRel);
+                roots.push(root.clone());
             }
         }
         roots
@@ -103,11 +105,11 @@ impl Launched {
     }
 
     /// True when the task needs a finish step after its points.
-    pub(crate) fn needs_finish(args: &[LaunchArg], result: bool) -> bool {
-        result
-            || args
-                .iter()
-                .any(|a| matches!(a.privilege, Privilege::Reduce(_) | Privilege::WriteUnbound))
+    pub(crate) fn needs_finish(
+        mut privileges: impl Iterator<Item = Privilege>,
+        result: bool,
+    ) -> bool {
+        result || privileges.any(|p| matches!(p, Privilege::Reduce(_) | Privilege::WriteUnbound))
     }
 
     fn fail(&self, point: usize, message: String) {

@@ -1701,8 +1701,9 @@ impl Inner {
     ) -> Arc<Launched> {
         let domain = t.domain;
         let n = domain.len();
-        let has_finish = Launched::needs_finish(&t.args, !t.results.is_empty());
-        let roots = Launched::hold_roots(&t.args);
+        let has_finish =
+            Launched::needs_finish(t.args.iter().map(|a| a.privilege), !t.results.is_empty());
+        let roots = Launched::hold_roots(t.args.iter().map(|a| &a.root));
         let position = match &dist {
             Some(d) => d.seq,
             None => self.next_position(),

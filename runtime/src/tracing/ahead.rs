@@ -226,10 +226,36 @@ impl SolvedTask {
     /// `t` launched as recorded at stream `position`, straight into its `Launched` (no
     /// `Plan` in between: the task is large, and every move of it shows on the issuing
     /// thread of a replayed trace). What `Inner::launched` makes of [`SolvedTask::plan`].
-    pub(crate) fn launch(&self, t: Issued, position: u64) -> Arc<Launched> {
-        // By reference (a clone of each root): moving the arguments out of the issued task's
-        // inline list cost more than the reference counts. Pushed one by one: `collect` went
-        // through `SmallVec::extend`'s general path, twice the instructions.
+    pub(crate) fn launch(&self, t: &Issued, position: u64) -> Arc<Launched> {
+        // The held task is read, not moved (it is large: moving it out of the held list took
+        // two copies per task), and dropped in place afterwards.
+        let has_finish =
+            Launched::needs_finish(t.args.iter().map(|a| a.privilege), t.result.is_some());
+        let points = self.domain.len();
+        let mut results = Args::new();
+        results.extend(t.result.iter().cloned());
+        Arc::new(Launched {
+            position,
+            name: t.name.clone(),
+            body: t.body.clone(),
+            domain: self.domain,
+            token: self.token,
+            roots: Launched::hold_roots(t.args.iter().map(|a| &a.root)),
+            args: self.launch_args(t),
+            scalars: t.scalars.clone(),
+            results,
+            fused: None,
+            remaining: AtomicUsize::new(points),
+            outs: Launched::outs(points, has_finish),
+            failure: Mutex::new(None),
+            has_finish,
+            dist: None,
+        })
+    }
+
+    /// `t`'s arguments with the recorded views and sub-stores. Pushed one by one: `collect`
+    /// went through `SmallVec::extend`'s general path, twice the instructions.
+    fn launch_args(&self, t: &Issued) -> Args<LaunchArg> {
         let mut args: Args<LaunchArg> = Args::new();
         for (a, (view, rects)) in t.args.iter().zip(&self.args) {
             args.push(LaunchArg {
@@ -240,29 +266,7 @@ impl SolvedTask {
                 local: false,
             });
         }
-        let mut results = Args::new();
-        if let Some(r) = t.result {
-            results.push(r);
-        }
-        let has_finish = Launched::needs_finish(&args, !results.is_empty());
-        let points = self.domain.len();
-        Arc::new(Launched {
-            position,
-            name: t.name,
-            body: t.body,
-            domain: self.domain,
-            token: self.token,
-            roots: Launched::hold_roots(&args),
-            args,
-            scalars: t.scalars,
-            results,
-            fused: None,
-            remaining: AtomicUsize::new(points),
-            outs: Launched::outs(points, has_finish),
-            failure: Mutex::new(None),
-            has_finish,
-            dist: None,
-        })
+        args
     }
 }
 

@@ -474,9 +474,10 @@ impl Inner {
             }
             Err(roots) => {
                 let solved = &tr.recordings[&trace].solved;
-                let held = tr.held.drain(..n);
-                let launch = |(t, s): (Issued, &SolvedTask)| s.launch(t, self.next_position());
-                (held.zip(solved).map(launch).collect(), roots)
+                let launch = |(t, s): (&Issued, &SolvedTask)| s.launch(t, self.next_position());
+                let tasks = tr.held[..n].iter().zip(solved).map(launch).collect();
+                tr.held.drain(..n);
+                (tasks, roots)
             }
         };
         let link = tr.last.take().and_then(|l| {
