@@ -667,3 +667,44 @@ impl Inner {
         self.start(nodes.into_iter());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+
+    fn root(id: u64) -> Arc<StoreRoot> {
+        Arc::new(StoreRoot::new(
+            id,
+            0,
+            DType::F64,
+            1,
+            None,
+            Arc::default(),
+            false,
+        ))
+    }
+
+    /// The small cache in front of `first_use` answers as the map does, with more stores in
+    /// use than it holds (entries evicted and looked up again) and stores growing old.
+    #[test]
+    fn store_names_do_not_depend_on_what_the_cache_holds() {
+        let mut tr = Tracing::new(64, None);
+        let roots: Vec<_> = (0..7).map(root).collect();
+        let mut first: HashMap<u64, u64> = HashMap::default();
+        let mut young = 0;
+        for step in 0..4 * YOUNG {
+            tr.seq += 1;
+            // An irregular order over 7 stores: runs of one store, and all of them in turn.
+            let r = &roots[((step * step / 3 + step / 5) % 7) as usize];
+            let f = *first.entry(r.id).or_insert(tr.seq);
+            let want = match tr.seq - f {
+                d if d < YOUNG => (true, d),
+                _ => (false, r.id),
+            };
+            young += usize::from(want.0 && want.1 > 0);
+            assert_eq!(tr.store_name(r), want, "step {step}, store {}", r.id);
+        }
+        assert!(young > 0, "the stream names young stores by distance too");
+    }
+}
