@@ -483,7 +483,7 @@ impl<T: Element> WriteView<'_, T> {
     /// Sets every element of the sub-store to `v`.
     pub fn fill(&mut self, v: T) {
         let base = self.raw.buf.base();
-        self.raw.rect.for_each_run(&self.raw.whole, |start, len| {
+        self.raw.rect.for_each_run(self.raw.whole, |start, len| {
             for i in start..start + len {
                 // SAFETY: runs of `rect` lie in the exclusively borrowed sub-store.
                 unsafe { *base.add(i) = v }
