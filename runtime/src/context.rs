@@ -192,28 +192,56 @@ impl<'a> TaskContext<'a> {
             .push((self.map(arg), T::wrap(Buf::from_vec(piece))));
     }
 
-    fn check(&self, arg: usize, dtype: DType, ok: impl Fn(Privilege) -> bool, what: &str) {
-        let a = self.arg(arg);
-        let p = self.privilege(arg);
+    /// Argument `arg` and the privilege the body was given it with, looked up once (a view
+    /// used to look the argument up three times, through calls that were not inlined).
+    #[inline]
+    fn arg_privilege(&self, arg: usize) -> (&'a LaunchArg, Privilege) {
+        let n = self.args_len();
+        if arg >= n {
+            panic!("argument {arg} does not exist (the task has {n})");
+        }
+        match self.sub {
+            Some(s) => {
+                let (i, p) = s.args[arg];
+                (&self.task.args[i], p)
+            }
+            None => {
+                let a = &self.task.args[arg];
+                (a, a.privilege)
+            }
+        }
+    }
+
+    /// Argument `arg`, after checking that its privilege allows `what` and it holds `dtype`.
+    #[inline]
+    fn check(
+        &self,
+        arg: usize,
+        dtype: DType,
+        ok: impl Fn(Privilege) -> bool,
+        what: &str,
+    ) -> &'a LaunchArg {
+        let (a, p) = self.arg_privilege(arg);
         if !ok(p) {
             panic!("argument {arg} was passed with {p:?}, which does not allow {what}");
         }
         if a.root.dtype != dtype {
             panic!("argument {arg} holds {:?}, not {dtype:?}", a.root.dtype);
         }
+        a
     }
 
-    fn view<T: Element>(&self, arg: usize, exclusive: bool) -> RawView<'a, T> {
-        let a = self.arg(arg);
+    /// A view of argument `arg` (`a`, already checked).
+    fn view<T: Element>(&self, a: &'a LaunchArg, arg: usize, exclusive: bool) -> RawView<'a, T> {
         if a.local {
             return self.local_view(arg, exclusive);
         }
         let bound = a.root.bound().expect("bound stores only");
-        let rect = a.rects[self.point];
+        let rect = &a.rects[self.point];
         let borrow = a
             .root
             .ledger
-            .borrow(rect, exclusive)
+            .borrow(*rect, exclusive)
             .unwrap_or_else(|other| {
                 panic!(
                     "internal error: sub-store {rect:?} of store#{} is in use ({other:?})",
@@ -222,9 +250,9 @@ impl<'a> TaskContext<'a> {
             });
         RawView {
             buf: T::buf(a.root.data().expect("bound")).expect("dtype checked"),
-            whole: bound.rect,
+            whole: &bound.rect,
             rect,
-            origin: a.view,
+            origin: &a.view,
             _borrow: borrow,
         }
     }
@@ -236,54 +264,53 @@ impl<'a> TaskContext<'a> {
             .locals
             .and_then(|l| l.bufs[self.map(arg)].as_ref())
             .expect("a local argument has scratch in its point");
-        let rect = a.rects[self.point];
+        let rect = &a.rects[self.point];
         RawView {
             buf: T::buf(data).expect("dtype checked"),
             whole: rect,
             rect,
-            origin: a.view,
+            origin: &a.view,
             _borrow: ledger
-                .borrow(rect, exclusive)
+                .borrow(*rect, exclusive)
                 .unwrap_or_else(|_| panic!("internal error: scratch of argument {arg} in use")),
         }
     }
 
     /// A read-only view of argument `arg` (passed with `read` or `read_write`).
     pub fn read<T: Element>(&self, arg: usize) -> ReadView<'a, T> {
-        self.check(
+        let a = self.check(
             arg,
             T::DTYPE,
             |p| matches!(p, Privilege::Read | Privilege::ReadWrite),
             "reading",
         );
         ReadView {
-            raw: self.view(arg, false),
+            raw: self.view(a, arg, false),
         }
     }
 
     /// A writable view of argument `arg` (passed with `write` or `read_write`).
     pub fn write<T: Element>(&self, arg: usize) -> WriteView<'a, T> {
-        self.check(
+        let a = self.check(
             arg,
             T::DTYPE,
             |p| matches!(p, Privilege::Write | Privilege::ReadWrite),
             "writing",
         );
         WriteView {
-            raw: self.view(arg, true),
+            raw: self.view(a, arg, true),
         }
     }
 
     /// A reduction view of argument `arg`: starts at the operator's identity and is folded into
     /// the store after all points, in point order.
     pub fn reduce<T: Element>(&self, arg: usize) -> ReduceView<'_, T> {
-        self.check(
+        let a = self.check(
             arg,
             T::DTYPE,
             |p| matches!(p, Privilege::Reduce(_)),
             "reducing",
         );
-        let a = self.arg(arg);
         let Privilege::Reduce(op) = self.privilege(arg) else {
             unreachable!()
         };
@@ -301,14 +328,18 @@ impl<'a> TaskContext<'a> {
 }
 
 /// The shared part of read and write views.
+///
+/// The rectangles are borrowed from the launched task and the store, not copied: a `Rect` is
+/// 72 bytes, and copying three per view was most of a view's own cost (a body makes one per
+/// argument per point).
 struct RawView<'a, T> {
     buf: &'a Buf<T>,
     /// The whole root store (the buffer's layout).
-    whole: Rect,
+    whole: &'a Rect,
     /// The sub-store, root coordinates.
-    rect: Rect,
+    rect: &'a Rect,
     /// The store view the task was given, root coordinates.
-    origin: Rect,
+    origin: &'a Rect,
     _borrow: Borrow<'a>,
 }
 
@@ -452,7 +483,7 @@ impl<T: Element> WriteView<'_, T> {
     /// Sets every element of the sub-store to `v`.
     pub fn fill(&mut self, v: T) {
         let base = self.raw.buf.base();
-        self.raw.rect.for_each_run(&self.raw.whole, |start, len| {
+        self.raw.rect.for_each_run(self.raw.whole, |start, len| {
             for i in start..start + len {
                 // SAFETY: runs of `rect` lie in the exclusively borrowed sub-store.
                 unsafe { *base.add(i) = v }

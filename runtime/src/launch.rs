@@ -80,12 +80,36 @@ impl Launched {
         }
     }
 
+    /// The distinct stores of `args`, each now holding one pending reference (given back when
+    /// the task ends).
+    pub(crate) fn hold_roots<'a>(
+        args: impl Iterator<Item = &'a Arc<StoreRoot>>,
+    ) -> Args<Arc<StoreRoot>> {
+        let mut roots: Args<Arc<StoreRoot>> = Args::new();
+        for root in args {
+            if !roots.iter().any(|r| Arc::ptr_eq(r, root)) {
+                root.pending_refs.fetch_add(1, Ordering::AcqRel);
+                roots.push(root.clone());
+            }
+        }
+        roots
+    }
+
+    /// Where each of `points` points leaves what the finish step reads (nothing without one).
+    pub(crate) fn outs(points: usize, has_finish: bool) -> Vec<Mutex<PointOut>> {
+        if has_finish {
+            (0..points).map(|_| Mutex::default()).collect()
+        } else {
+            vec![]
+        }
+    }
+
     /// True when the task needs a finish step after its points.
-    pub(crate) fn needs_finish(args: &[LaunchArg], result: bool) -> bool {
-        result
-            || args
-                .iter()
-                .any(|a| matches!(a.privilege, Privilege::Reduce(_) | Privilege::WriteUnbound))
+    pub(crate) fn needs_finish(
+        mut privileges: impl Iterator<Item = Privilege>,
+        result: bool,
+    ) -> bool {
+        result || privileges.any(|p| matches!(p, Privilege::Reduce(_) | Privilege::WriteUnbound))
     }
 
     fn fail(&self, point: usize, message: String) {

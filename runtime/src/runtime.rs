@@ -79,7 +79,9 @@ pub(crate) struct Front {
     memo: SolveMemo,
     fusion_memo: FusionMemo,
     /// Automatic tracing (`None` when switched off).
-    pub(crate) tracing: Option<Tracing>,
+    /// Boxed: it is taken out and put back on every issued task (a move of the pointer, not
+    /// of the tracer's state).
+    pub(crate) tracing: Option<Box<Tracing>>,
     /// The first error of a task launched by an idle worker's flush (adaptive window): the
     /// issuing thread reports it at its next submit, read or fence.
     deferred: Option<RuntimeError>,
@@ -419,8 +421,12 @@ impl RuntimeBuilder {
                 memo: SolveMemo::default(),
                 fusion_memo: FusionMemo::default(),
                 // A replayed trace builds every point's node: not across ranks (yet).
-                tracing: (self.tracing && ranks == 1)
-                    .then(|| Tracing::new(self.trace_sampling, self.actors.then_some(workers))),
+                tracing: (self.tracing && ranks == 1).then(|| {
+                    Box::new(Tracing::new(
+                        self.trace_sampling,
+                        self.actors.then_some(workers),
+                    ))
+                }),
                 deferred: None,
             }),
             next_store: AtomicU64::new(0),
@@ -1759,6 +1765,11 @@ impl Inner {
         self.start(b.link_finish());
     }
 
+    /// The next launched task's stream position on one rank (`Launched::position`).
+    pub(crate) fn next_position(&self) -> u64 {
+        self.next_position.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// A plan's launched task, `points` of whose points run here; each store it uses holds a
     /// pending reference from now on.
     pub(crate) fn launched(
@@ -1769,17 +1780,12 @@ impl Inner {
     ) -> Arc<Launched> {
         let domain = t.domain;
         let n = domain.len();
-        let has_finish = Launched::needs_finish(&t.args, !t.results.is_empty());
-        let mut roots: Args<Arc<StoreRoot>> = Args::new();
-        for a in &t.args {
-            if !roots.iter().any(|r| Arc::ptr_eq(r, &a.root)) {
-                a.root.pending_refs.fetch_add(1, Ordering::AcqRel);
-                roots.push(a.root.clone());
-            }
-        }
+        let has_finish =
+            Launched::needs_finish(t.args.iter().map(|a| a.privilege), !t.results.is_empty());
+        let roots = Launched::hold_roots(t.args.iter().map(|a| &a.root));
         let position = match &dist {
             Some(d) => d.seq,
-            None => self.next_position.fetch_add(1, Ordering::Relaxed),
+            None => self.next_position(),
         };
         Arc::new(Launched {
             position,
@@ -1794,11 +1800,7 @@ impl Inner {
             roots,
             remaining: AtomicUsize::new(points),
             // Only a finish step reads what points leave behind.
-            outs: if has_finish {
-                (0..n).map(|_| Mutex::default()).collect()
-            } else {
-                vec![]
-            },
+            outs: Launched::outs(n, has_finish),
             failure: Mutex::new(None),
             has_finish,
             dist,

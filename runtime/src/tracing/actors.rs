@@ -101,9 +101,11 @@ pub(crate) struct Run {
 }
 
 impl Run {
-    /// The nodes of one replay of `compiled` over `tasks`, each pending on its in-edges
-    /// inside the trace (plus the issue guard), not yet started.
-    pub(crate) fn nodes(compiled: &Arc<Compiled>, tasks: Vec<Arc<Launched>>) -> Vec<Arc<Node>> {
+    /// One replay of `compiled` over `tasks`: one node per vertex, each pending on its
+    /// in-edges inside the trace (plus the issue guard), not yet started. The replay's
+    /// tasks and nodes are read through the run ([`Run::tasks`], [`Run::nodes`]), not
+    /// copied out of it (two lists of reference counts per replay).
+    pub(crate) fn new(compiled: &Arc<Compiled>, tasks: Vec<Arc<Launched>>) -> Arc<Run> {
         let run = Arc::new(Run {
             compiled: compiled.clone(),
             tasks,
@@ -118,8 +120,20 @@ impl Run {
                 Node::owned(work, compiled.owner[v], compiled.in_edges[v] as usize)
             })
             .collect();
-        let _ = run.nodes.set(nodes.clone());
-        nodes
+        let _ = run.nodes.set(nodes);
+        run
+    }
+
+    /// The replay's nodes, one per vertex of the compiled trace.
+    pub(crate) fn nodes(&self) -> &[Arc<Node>] {
+        self.nodes
+            .get()
+            .expect("nodes are set when the run is made")
+    }
+
+    /// The replay's launched tasks, in trace order.
+    pub(crate) fn tasks(&self) -> &[Arc<Launched>] {
+        &self.tasks
     }
 
     /// The ordinary work of `vertex`: one point of a task or its finish step.

@@ -15,15 +15,15 @@
 use super::record::{producer_in, Producer};
 use crate::constraint::Constraint;
 use crate::dtype::ReduceOp;
-use crate::launch::LaunchArg;
+use crate::launch::{LaunchArg, Launched};
 use crate::partition::{Domain, PartitionId};
 use crate::rect::Rect;
 use crate::runtime::Plan;
 use crate::store::StoreRoot;
-use crate::task::{Issued, Privilege, ScalarArg};
+use crate::task::{Args, Issued, Privilege, ScalarArg};
 use smallvec::SmallVec;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// One argument as issued. Its store is named by its first appearance in the trace
 /// ([`numbering`]): a loop that makes fresh stores every iteration replays over the new ones.
@@ -103,22 +103,24 @@ impl IssuedTrace {
 
     /// Whether `tasks` are, field for field, the tasks recorded, over stores that appear in
     /// the same pattern: if so, their distinct stores in order of first appearance (what a
-    /// replay as actors keys its link to the last replay by), numbered once for both.
+    /// replay as actors keys its link to the last replay by), numbered once for both. Stores
+    /// are numbered as they are compared (no list of every argument's number: growing it cost
+    /// about a third of the compare).
     pub(crate) fn matches(&self, tasks: &[Issued]) -> Option<Vec<Arc<StoreRoot>>> {
         if tasks.len() != self.0.len() {
             return None;
         }
-        let (numbers, distinct) =
-            numbering(tasks.iter().flat_map(|t| t.args.iter().map(|a| &a.root)));
-        let mut first = 0;
-        let same = (0..tasks.len()).all(|i| {
-            let n = tasks[i].args.len();
-            let same = n == self.0[i].args.len()
-                && self.0[i].matches(&tasks[i], &tasks[..i], &numbers[first..first + n]);
-            first += n;
-            same
-        });
-        same.then(|| distinct.into_iter().cloned().collect())
+        let mut distinct: Vec<Arc<StoreRoot>> = Vec::with_capacity(8);
+        let mut number = |r: &Arc<StoreRoot>| match distinct.iter().position(|d| Arc::ptr_eq(d, r))
+        {
+            Some(k) => k as u32,
+            None => {
+                distinct.push(r.clone());
+                distinct.len() as u32 - 1
+            }
+        };
+        let same = (0..tasks.len()).all(|i| self.0[i].matches(&tasks[i], &tasks[..i], &mut number));
+        same.then_some(distinct)
     }
 }
 
@@ -146,26 +148,26 @@ impl IssuedSig {
         }
     }
 
-    /// Whether `t` (after `before` in the trace, its stores numbered `stores`) is the task
+    /// Whether `t` (after `before` in the trace, its stores numbered by `number`) is the task
     /// recorded.
-    fn matches(&self, t: &Issued, before: &[Issued], stores: &[u32]) -> bool {
+    fn matches(
+        &self,
+        t: &Issued,
+        before: &[Issued],
+        number: &mut impl FnMut(&Arc<StoreRoot>) -> u32,
+    ) -> bool {
         (Arc::ptr_eq(&self.name, &t.name) || self.name == t.name)
             && self.domain == t.domain
             && self.shard == t.shard
             && self.result == t.result.as_ref().map(|(op, _)| *op)
             && self.args.len() == t.args.len()
-            && self
-                .args
-                .iter()
-                .zip(&t.args)
-                .zip(stores)
-                .all(|((s, a), &n)| {
-                    s.store == n
-                        && s.view == a.view
-                        && s.privilege == a.privilege
-                        && s.dtype == a.root.dtype
-                        && s.whole == a.root.bound().map(|b| b.rect)
-                })
+            && self.args.iter().zip(&t.args).all(|(s, a)| {
+                s.store == number(&a.root)
+                    && s.view == a.view
+                    && s.privilege == a.privilege
+                    && s.dtype == a.root.dtype
+                    && s.whole == a.root.bound().map(|b| b.rect)
+            })
             && self.constraints[..] == t.constraints[..]
             && self.scalars.len() == t.scalars.len()
             && self
@@ -217,6 +219,54 @@ impl SolvedTask {
             fused: None,
             shard: t.shard,
         }
+    }
+}
+
+impl SolvedTask {
+    /// `t` launched as recorded at stream `position`, straight into its `Launched` (no
+    /// `Plan` in between: the task is large, and every move of it shows on the issuing
+    /// thread of a replayed trace). What `Inner::launched` makes of [`SolvedTask::plan`].
+    pub(crate) fn launch(&self, t: &Issued, position: u64) -> Arc<Launched> {
+        // The held task is read, not moved (it is large: moving it out of the held list took
+        // two copies per task), and dropped in place afterwards.
+        let has_finish =
+            Launched::needs_finish(t.args.iter().map(|a| a.privilege), t.result.is_some());
+        let points = self.domain.len();
+        let mut results = Args::new();
+        results.extend(t.result.iter().cloned());
+        Arc::new(Launched {
+            position,
+            name: t.name.clone(),
+            body: t.body.clone(),
+            domain: self.domain,
+            token: self.token,
+            roots: Launched::hold_roots(t.args.iter().map(|a| &a.root)),
+            args: self.launch_args(t),
+            scalars: t.scalars.clone(),
+            results,
+            fused: None,
+            remaining: AtomicUsize::new(points),
+            outs: Launched::outs(points, has_finish),
+            failure: Mutex::new(None),
+            has_finish,
+            dist: None,
+        })
+    }
+
+    /// `t`'s arguments with the recorded views and sub-stores. Pushed one by one: `collect`
+    /// went through `SmallVec::extend`'s general path, twice the instructions.
+    fn launch_args(&self, t: &Issued) -> Args<LaunchArg> {
+        let mut args: Args<LaunchArg> = Args::new();
+        for (a, (view, rects)) in t.args.iter().zip(&self.args) {
+            args.push(LaunchArg {
+                root: a.root.clone(),
+                view: *view,
+                privilege: a.privilege,
+                rects: rects.clone(),
+                local: false,
+            });
+        }
+        args
     }
 }
 

@@ -13,7 +13,7 @@
 //! waits for the stores it names to be bound rather than asking whether they are.
 
 use super::actors::{Compiled, Run};
-use super::ahead::{numbering, Conditions, IssuedTrace};
+use super::ahead::{numbering, Conditions, IssuedTrace, SolvedTask};
 use super::record::{traceable, Cross, FinalAccess, Producer, Recording, PRE};
 use super::{Action, TraceId, Tracer, TracerConfig};
 use crate::analysis::Preds;
@@ -57,6 +57,10 @@ pub(crate) struct Tracing {
     /// when it has doubled since the last pruning (`prune_at`).
     first_use: HashMap<u64, (u64, std::sync::Weak<StoreRoot>)>,
     prune_at: usize,
+    /// The last stores looked up in `first_use`, (id, first use), most recent first: a loop
+    /// names the same few stores in every task, and a map probe per argument was a sixth of
+    /// the token's cost. Ids are never reused, so an entry never goes stale.
+    recent: [(u64, u64); 4],
     /// Workers to compile replayed traces into actors for (`None`: actors off).
     actors: Option<usize>,
     /// The replay last instantiated as actors, while nothing has been analysed since.
@@ -101,8 +105,8 @@ enum Decision {
 struct LastReplay {
     trace: TraceId,
     exact: bool,
-    tasks: Vec<Arc<Launched>>,
-    nodes: Vec<Arc<Node>>,
+    /// Its tasks and nodes.
+    run: Arc<Run>,
     /// The vertex standing for everything before the first of the linked replays.
     pre: Arc<Node>,
     /// The replay's stores, numbered by first appearance (`ahead::numbering`).
@@ -125,6 +129,7 @@ impl Tracing {
             token_mask: u64::MAX,
             first_use: HashMap::default(),
             prune_at: 64,
+            recent: [(u64::MAX, 0); 4],
             actors,
             last: None,
             digest: 0,
@@ -184,14 +189,22 @@ impl Tracing {
     /// loop reuses is named by its id once old.
     fn store_name(&mut self, root: &Arc<StoreRoot>) -> (bool, u64) {
         let seq = self.seq;
-        if self.first_use.len() >= self.prune_at {
-            self.first_use.retain(|_, (_, w)| w.strong_count() > 0);
-            self.prune_at = (2 * self.first_use.len()).max(64);
-        }
-        let (first, _) = *self
-            .first_use
-            .entry(root.id)
-            .or_insert_with(|| (seq, Arc::downgrade(root)));
+        let first = match self.recent.iter().find(|&&(id, _)| id == root.id) {
+            Some(&(_, first)) => first,
+            None => {
+                if self.first_use.len() >= self.prune_at {
+                    self.first_use.retain(|_, (_, w)| w.strong_count() > 0);
+                    self.prune_at = (2 * self.first_use.len()).max(64);
+                }
+                let (first, _) = *self
+                    .first_use
+                    .entry(root.id)
+                    .or_insert_with(|| (seq, Arc::downgrade(root)));
+                self.recent.rotate_right(1);
+                self.recent[0] = (root.id, first);
+                first
+            }
+        };
         match seq - first {
             d if d < YOUNG => (true, d),
             _ => (false, root.id),
@@ -461,11 +474,10 @@ impl Inner {
             }
             Err(roots) => {
                 let solved = &tr.recordings[&trace].solved;
-                let held = tr.held.drain(..n);
-                (
-                    held.zip(solved).map(|(t, s)| launch(s.plan(t))).collect(),
-                    roots,
-                )
+                let launch = |(t, s): (&Issued, &SolvedTask)| s.launch(t, self.next_position());
+                let tasks = tr.held[..n].iter().zip(solved).map(launch).collect();
+                tr.held.drain(..n);
+                (tasks, roots)
             }
         };
         let link = tr.last.take().and_then(|l| {
@@ -526,7 +538,8 @@ impl Inner {
                 Arc::new(Compiled::new(&rec.graph, &points, &finish, workers))
             })
             .clone();
-        let nodes = Run::nodes(&compiled, tasks.clone());
+        let run = Run::new(&compiled, tasks);
+        let (tasks, nodes) = (run.tasks(), run.nodes());
         let mut first = 0;
         for (i, t) in tasks.iter().enumerate() {
             let points = &nodes[first..first + t.domain.len()];
@@ -548,17 +561,18 @@ impl Inner {
         let (pre, entry, exact) = match link {
             Some((cross, again, last)) => {
                 Counters::add(&counters.actor_linked_replays, 1);
-                let n = last.nodes.len() as u32;
+                let last_nodes = last.run.nodes();
+                let n = last_nodes.len() as u32;
                 let vertex = |u: u32| match u {
                     PRE => &last.pre,
-                    u if u < n => &last.nodes[u as usize],
+                    u if u < n => &last_nodes[u as usize],
                     u => &nodes[(u - n) as usize],
                 };
                 for &(u, v) in &cross.edges {
                     Node::add_edge(vertex(u), &nodes[v as usize]);
                 }
                 for st in &cross.stores {
-                    let of = if st.before { &last.tasks } else { &tasks };
+                    let of = if st.before { last.run.tasks() } else { tasks };
                     let v = |&(r, u): &(_, u32)| (r, vertex(u));
                     of[st.at.0].args[st.at.1]
                         .root
@@ -573,16 +587,15 @@ impl Inner {
             None => {
                 let entry = Node::new(Work::Boundary);
                 let root = |st: &FinalAccess| tasks[st.at.0].args[st.at.1].root.clone();
-                self.enter(&rec.graph, &entry, &nodes, root);
+                self.enter(&rec.graph, &entry, nodes, root);
                 (Some(entry.clone()), Some(entry), true)
             }
         };
-        self.start_kept(&nodes, entry.as_ref());
+        self.start_kept(nodes, entry.as_ref());
         pre.map(|pre| LastReplay {
             trace,
             exact,
-            tasks,
-            nodes,
+            run,
             pre,
             roots: Vec::new(),
         })
@@ -652,5 +665,46 @@ impl Inner {
         }
         nodes.push(entry);
         self.start(nodes.into_iter());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+
+    fn root(id: u64) -> Arc<StoreRoot> {
+        Arc::new(StoreRoot::new(
+            id,
+            0,
+            DType::F64,
+            1,
+            None,
+            Arc::default(),
+            false,
+        ))
+    }
+
+    /// The small cache in front of `first_use` answers as the map does, with more stores in
+    /// use than it holds (entries evicted and looked up again) and stores growing old.
+    #[test]
+    fn store_names_do_not_depend_on_what_the_cache_holds() {
+        let mut tr = Tracing::new(64, None);
+        let roots: Vec<_> = (0..7).map(root).collect();
+        let mut first: HashMap<u64, u64> = HashMap::default();
+        let mut young = 0;
+        for step in 0..4 * YOUNG {
+            tr.seq += 1;
+            // An irregular order over 7 stores: runs of one store, and all of them in turn.
+            let r = &roots[((step * step / 3 + step / 5) % 7) as usize];
+            let f = *first.entry(r.id).or_insert(tr.seq);
+            let want = match tr.seq - f {
+                d if d < YOUNG => (true, d),
+                _ => (false, r.id),
+            };
+            young += usize::from(want.0 && want.1 > 0);
+            assert_eq!(tr.store_name(r), want, "step {step}, store {}", r.id);
+        }
+        assert!(young > 0, "the stream names young stores by distance too");
     }
 }
