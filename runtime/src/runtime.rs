@@ -1289,18 +1289,24 @@ impl Inner {
             && constraints::fusible_prefix(front.window.ready.make_contiguous())
                 < front.window.ready.len()
         {
-            let t0 = Instant::now();
-            if let Err(e) = self.launch_prefix(front) {
-                if first.is_ok() {
-                    first = Err(e);
-                }
-            }
-            Counters::add(
-                &self.shared.counters.analysis_ns,
-                t0.elapsed().as_nanos() as u64,
-            );
+            self.launch_prefix_timed(front, &mut first);
         }
         first
+    }
+
+    /// Launches the window's next fusible prefix, timed as analysis; its error, if it is the
+    /// first of a pass, goes to `first` (the pass goes on: the other prefixes still launch).
+    fn launch_prefix_timed(&self, front: &mut Front, first: &mut Result<()>) {
+        let t0 = Instant::now();
+        if let Err(e) = self.launch_prefix(front) {
+            if first.is_ok() {
+                *first = Err(e);
+            }
+        }
+        Counters::add(
+            &self.shared.counters.analysis_ns,
+            t0.elapsed().as_nanos() as u64,
+        );
     }
 
     /// A worker would go idle and the adaptive window holds tasks: launch every solved task in
@@ -1407,16 +1413,7 @@ impl Inner {
             if front.window.ready.is_empty() {
                 break;
             }
-            let t0 = Instant::now();
-            if let Err(e) = self.launch_prefix(front) {
-                if first.is_ok() {
-                    first = Err(e);
-                }
-            }
-            Counters::add(
-                &self.shared.counters.analysis_ns,
-                t0.elapsed().as_nanos() as u64,
-            );
+            self.launch_prefix_timed(front, &mut first);
             // Without fusion there is no prefix to grow: a full window is analysed whole.
             let one_pass = !all && self.fusion.enabled;
             if front.window.is_empty() || (one_pass && !front.window.is_full()) {

@@ -991,16 +991,20 @@ fn a_future_known_on_one_rank_only_flushes_the_window_alike() {
             .read(&x)
             .launch_domain(&[2])
             .submit_reduce(ReduceOp::Sum)?;
-        let mut y = x.clone();
-        for _ in 0..3 {
+        // `y + 1`, one chain task.
+        let inc = |y: &tessera_runtime::Store| -> Result<tessera_runtime::Store> {
             let next = rt.create(tessera_runtime::DType::F64, &[64])?;
             rt.task("inc")
-                .read(&y)
+                .read(y)
                 .write(&next)
-                .align(&y, &next)
+                .align(y, &next)
                 .launch_domain(&[4])
                 .submit()?;
-            y = next;
+            Ok(next)
+        };
+        let mut y = x.clone();
+        for _ in 0..3 {
+            y = inc(&y)?;
         }
         if rt.rank() == 0 {
             while f.try_get().is_none() {
@@ -1008,13 +1012,7 @@ fn a_future_known_on_one_rank_only_flushes_the_window_alike() {
             }
         }
         let sum = f.get()?.as_f64();
-        let next = rt.create(tessera_runtime::DType::F64, &[64])?;
-        rt.task("inc")
-            .read(&y)
-            .write(&next)
-            .align(&y, &next)
-            .launch_domain(&[4])
-            .submit()?;
+        let next = inc(&y)?;
         Ok((sum, rt.read::<f64>(&next)?, rt.stats().tasks_launched))
     });
     let want: Vec<f64> = (0..64).map(|i| i as f64 + 4.0).collect();
