@@ -11,7 +11,8 @@
 //! `Tensor` is built) already rules out is not re-tested as data: with whole tensors at
 //! offset 0 a dense vector is indexed at located coordinates rather than probed with a
 //! skipping `get` (`vector_at!`, see `zero_offsets_specialised`), which leaves one
-//! never-taken bounds check per gather, as in a hand-written `x[c]`. A dense output cell that
+//! never-taken bounds check per gather, as in a hand-written `x[c]`; so is a block kernel's
+//! view of a dense vector, which the plan makes cover the block (`Gen::function`). A dense output cell that
 //! the nest writes once is stored, not added to (`written_once`), and the output row of an
 //! innermost dense loop is sliced where its parent is fixed (`hoisted_rows`). A dense loop
 //! stops where a dense operand level it locates ends (`located_end`), and the zero-offset
