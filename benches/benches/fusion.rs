@@ -59,25 +59,35 @@ fn register(rt: &Runtime) -> Result<()> {
         name: &str,
         f: impl Fn(f64, f64) -> f64 + Copy + Send + Sync + 'static,
     ) -> Result<()> {
-        rt.register_elementwise::<f64>(name, move |c: &mut Chunk<'_, f64>| {
-            let k = if c.is_empty() { 0.0 } else { scalar(c, 0) };
-            let (ins, outs) = c.split();
-            for (o, x) in outs[0].iter_mut().zip(ins[0].iter()) {
-                *o = f(*x, k);
-            }
-        })
+        // `#[inline(always)]`: compiled into the runtime's AVX2 + FMA path where the CPU has
+        // it (`tessera_runtime::simd`), as the hand loop's body is.
+        rt.register_elementwise::<f64>(
+            name,
+            #[inline(always)]
+            move |c: &mut Chunk<'_, f64>| {
+                let k = if c.is_empty() { 0.0 } else { scalar(c, 0) };
+                let (ins, outs) = c.split();
+                for (o, x) in outs[0].iter_mut().zip(ins[0].iter()) {
+                    *o = f(*x, k);
+                }
+            },
+        )
     }
     fn binary(
         rt: &Runtime,
         name: &str,
         f: impl Fn(f64, f64) -> f64 + Copy + Send + Sync + 'static,
     ) -> Result<()> {
-        rt.register_elementwise::<f64>(name, move |c: &mut Chunk<'_, f64>| {
-            let (ins, outs) = c.split();
-            for ((o, x), y) in outs[0].iter_mut().zip(ins[0].iter()).zip(ins[1].iter()) {
-                *o = f(*x, *y);
-            }
-        })
+        rt.register_elementwise::<f64>(
+            name,
+            #[inline(always)]
+            move |c: &mut Chunk<'_, f64>| {
+                let (ins, outs) = c.split();
+                for ((o, x), y) in outs[0].iter_mut().zip(ins[0].iter()).zip(ins[1].iter()) {
+                    *o = f(*x, *y);
+                }
+            },
+        )
     }
     unary(rt, "sqrt", |x, _| x.sqrt())?;
     unary(rt, "ln", |x, _| vmath::ln(x))?;
@@ -136,6 +146,7 @@ fn scalar(c: &Chunk<'_, f64>, i: usize) -> f64 {
 
 /// The cumulative normal distribution (Abramowitz–Stegun 26.2.17, as the Black-Scholes
 /// benchmarks use), branch-free with the vectorisable `exp`.
+#[inline(always)]
 fn cnd(x: f64) -> f64 {
     let k = 1.0 / (1.0 + 0.231_641_9 * x.abs());
     let poly = k
@@ -214,16 +225,22 @@ fn black_scholes_hand(s: &[f64], k: &[f64], t: &[f64], call: &mut [f64], put: &m
         .zip(put.par_chunks_mut(CH))
         .zip(s.par_chunks(CH).zip(k.par_chunks(CH)).zip(t.par_chunks(CH)))
         .for_each(|((call, put), ((s, k), t))| {
-            let ins = s.iter().zip(k).zip(t);
-            for ((c, p), ((&s, &k), &t)) in call.iter_mut().zip(put.iter_mut()).zip(ins) {
-                let vol_t = t.sqrt() * VOL;
-                let d1 = (vmath::ln(s / k) + t * (RATE + 0.5 * VOL * VOL)) / vol_t;
-                let d2 = d1 - vol_t;
-                let k_disc = k * vmath::exp(t * -RATE);
-                let c_ = s * cnd(d1) - k_disc * cnd(d2);
-                *c = c_;
-                *p = c_ - s + k_disc;
-            }
+            // The tasks' path: AVX2 + FMA where the CPU has them (`tessera_runtime::simd`).
+            tessera_runtime::simd::wide(
+                #[inline(always)]
+                || {
+                    let ins = s.iter().zip(k).zip(t);
+                    for ((c, p), ((&s, &k), &t)) in call.iter_mut().zip(put.iter_mut()).zip(ins) {
+                        let vol_t = t.sqrt() * VOL;
+                        let d1 = (vmath::ln(s / k) + t * (RATE + 0.5 * VOL * VOL)) / vol_t;
+                        let d2 = d1 - vol_t;
+                        let k_disc = k * vmath::exp(t * -RATE);
+                        let c_ = s * cnd(d1) - k_disc * cnd(d2);
+                        *c = c_;
+                        *p = c_ - s + k_disc;
+                    }
+                },
+            )
         });
 }
 

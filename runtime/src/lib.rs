@@ -18,7 +18,8 @@
 //! `fusion` the pass there (task fusion, temporaries, memo, element-wise kernel fusion);
 //! `analysis` dependences; `graph`/`executor`/`launch` execution; `context` what task bodies
 //! see; `buffer` the shared cell buffers and the run-time range ledger that guards every raw
-//! access (the only `unsafe` in the core is cell access under a ledger borrow).
+//! access (the only `unsafe` in the core is cell access under a ledger borrow, and `simd`'s
+//! call of element-wise code compiled for AVX2 + FMA after the CPU was checked for them).
 
 mod analysis;
 mod buffer;
@@ -58,5 +59,6 @@ pub use task::{Privilege, TaskLauncher};
 pub use window::WindowPolicy;
 
 pub mod io;
+pub mod simd;
 pub mod tracing;
 pub mod transport;
