@@ -110,11 +110,14 @@ pub fn emit_elementwise_named(k: &Kernel, name: &Ident) -> TokenStream {
             let n = out.len();
             // Slices of the output's length: the loop below indexes them without checks.
             #(let #arrays: &[V] = &ins[#array_idx][..n];)*
-            for e in 0..n {
-                let mut cell: V = #fill;
-                #(#nests)*
-                out[e] = cell;
-            }
+            // Compiled for AVX2 + FMA where the CPU has them (bitwise the same values).
+            ::tessera_runtime::simd::wide(#[inline(always)] || {
+                for e in 0..n {
+                    let mut cell: V = #fill;
+                    #(#nests)*
+                    out[e] = cell;
+                }
+            })
         }
     }
 }
