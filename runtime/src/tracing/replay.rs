@@ -162,8 +162,13 @@ impl Tracing {
     /// in a streak; [`Tracing::token`] does the same and hashes).
     fn note_issued(&mut self, t: &Issued) {
         self.seq += 1;
+        let mut last: Option<&Arc<StoreRoot>> = None;
         for a in &t.args {
-            self.store_name(&a.root);
+            // The same store again (several views of one store): its first use is noted.
+            if !last.is_some_and(|l| Arc::ptr_eq(l, &a.root)) {
+                self.store_name(&a.root);
+            }
+            last = Some(&a.root);
         }
         if let Some((_, cell)) = &t.result {
             let _ = cell.launched_as.set(self.seq);
@@ -352,9 +357,12 @@ impl Inner {
             Some(s) => {
                 // Compared extents must not depend on whether a producer has run yet (as in a
                 // replay); an image over a held task's output ends the streak too.
+                // (`wait_bound` out of line only for a store not bound yet: rare, and the call
+                // per argument showed.)
                 let bound = t
                     .args
                     .iter()
+                    .filter(|a| a.root.bound().is_none())
                     .try_for_each(|a| self.wait_bound(&a.root, &t.name));
                 let held = bound.is_ok() && !tr.must_release_for(&t);
                 if held {
