@@ -111,16 +111,34 @@ impl IssuedTrace {
             return None;
         }
         let mut distinct: Vec<Arc<StoreRoot>> = Vec::with_capacity(8);
+        let same = (0..tasks.len()).all(|i| self.matches_at(i, tasks, &mut distinct));
+        same.then_some(distinct)
+    }
+
+    /// Tasks in the trace.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether `tasks[k]` (after `tasks[..k]`) is the recorded `k`-th task, its stores
+    /// numbered on from `distinct` (the distinct stores of `tasks[..k]`, in order of first
+    /// appearance, as [`IssuedTrace::matches`] leaves them): what a replay streak compares as
+    /// each task comes (`replay.rs`), one task at a time.
+    pub(crate) fn matches_at(
+        &self,
+        k: usize,
+        tasks: &[Issued],
+        distinct: &mut Vec<Arc<StoreRoot>>,
+    ) -> bool {
         let mut number = |r: &Arc<StoreRoot>| match distinct.iter().position(|d| Arc::ptr_eq(d, r))
         {
-            Some(k) => k as u32,
+            Some(k) => (k as u32, false),
             None => {
                 distinct.push(r.clone());
-                distinct.len() as u32 - 1
+                (distinct.len() as u32 - 1, true)
             }
         };
-        let same = (0..tasks.len()).all(|i| self.0[i].matches(&tasks[i], &tasks[..i], &mut number));
-        same.then_some(distinct)
+        k < self.0.len() && self.0[k].matches(&tasks[k], &tasks[..k], &mut number)
     }
 }
 
@@ -154,7 +172,7 @@ impl IssuedSig {
         &self,
         t: &Issued,
         before: &[Issued],
-        number: &mut impl FnMut(&Arc<StoreRoot>) -> u32,
+        number: &mut impl FnMut(&Arc<StoreRoot>) -> (u32, bool),
     ) -> bool {
         (Arc::ptr_eq(&self.name, &t.name) || self.name == t.name)
             && self.domain == t.domain
@@ -162,11 +180,13 @@ impl IssuedSig {
             && self.result == t.result.as_ref().map(|(op, _)| *op)
             && self.args.len() == t.args.len()
             && self.args.iter().zip(&t.args).all(|(s, a)| {
-                s.store == number(&a.root)
-                    && s.view == a.view
+                let (store, first) = number(&a.root);
+                // A store's type and extent never change: compared where it first appears
+                // (equal numbers are the same store on both sides).
+                s.store == store
                     && s.privilege == a.privilege
-                    && s.dtype == a.root.dtype
-                    && s.whole == a.root.bound().map(|b| b.rect)
+                    && s.view == a.view
+                    && (!first || (s.dtype == a.root.dtype && same_whole(s.whole, &a.root)))
             })
             && self.constraints[..] == t.constraints[..]
             && self.scalars.len() == t.scalars.len()
@@ -175,6 +195,15 @@ impl IssuedSig {
                 .iter()
                 .zip(&t.scalars)
                 .all(|(&s, a)| s == producer(a, before))
+    }
+}
+
+/// Whether `root`'s extent is `whole` (`None`: not bound).
+fn same_whole(whole: Option<Rect>, root: &StoreRoot) -> bool {
+    match (whole, root.bound()) {
+        (Some(w), Some(b)) => w == b.rect,
+        (None, None) => true,
+        _ => false,
     }
 }
 
@@ -233,7 +262,9 @@ impl SolvedTask {
             Launched::needs_finish(t.args.iter().map(|a| a.privilege), t.result.is_some());
         let points = self.domain.len();
         let mut results = Args::new();
-        results.extend(t.result.iter().cloned());
+        if let Some(r) = &t.result {
+            results.push(r.clone());
+        }
         Arc::new(Launched {
             position,
             name: t.name.clone(),

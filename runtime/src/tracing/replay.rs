@@ -67,6 +67,25 @@ pub(crate) struct Tracing {
     last: Option<LastReplay>,
     /// Every decision so far, hashed in order (`Stats::trace_digest`).
     digest: u64,
+    /// The trace replayed last, while the incoming tasks repeat it ([`Streak`]).
+    streak: Option<Streak>,
+    /// Set by a replay that went ahead (not abandoned): what a streak may follow.
+    just_replayed: Option<TraceId>,
+}
+
+/// A replay streak: right after a replay of `trace` that left nothing held, the next tasks are
+/// compared with its recording as they come (`IssuedTrace::matches_at`), field for field —
+/// the verification a replay does anyway — instead of being hashed into tokens and fed to the
+/// matcher; when all of them match, the trace is replayed again. At the first difference, or a
+/// flush, the streak ends: its held tasks go through the tracer as if just issued (tokens,
+/// history, finder, matcher), so nothing is lost and nothing is speculated. Whether a streak
+/// goes on is a function of the issued stream alone (§5.4.1), like every decision here.
+/// Why: the token and the matcher were ~1.3 k instructions per stencil task (callgrind), and
+/// an iterative program in its steady state replays one trace after another.
+struct Streak {
+    trace: TraceId,
+    /// The distinct stores of the tasks held so far, by first appearance (`ahead::numbering`).
+    distinct: Vec<Arc<StoreRoot>>,
 }
 
 /// One decision of the tracer, as [`Tracing::decide`] folds it into `Stats::trace_digest`.
@@ -133,6 +152,26 @@ impl Tracing {
             actors,
             last: None,
             digest: 0,
+            streak: None,
+            just_replayed: None,
+        }
+    }
+
+    /// What issuing `t` changes in the naming of later tokens, without its token: the count
+    /// of issued tasks, its stores' first uses and its future's producer number (a task held
+    /// in a streak; [`Tracing::token`] does the same and hashes).
+    fn note_issued(&mut self, t: &Issued) {
+        self.seq += 1;
+        let mut last: Option<&Arc<StoreRoot>> = None;
+        for a in &t.args {
+            // The same store again (several views of one store): its first use is noted.
+            if !last.is_some_and(|l| Arc::ptr_eq(l, &a.root)) {
+                self.store_name(&a.root);
+            }
+            last = Some(&a.root);
+        }
+        if let Some((_, cell)) = &t.result {
+            let _ = cell.launched_as.set(self.seq);
         }
     }
 
@@ -313,9 +352,40 @@ impl Inner {
         let t0 = Instant::now();
         let counters = &self.shared.counters;
         let mut first = Ok(());
+        let t = match tr.streak.take() {
+            None => t,
+            Some(s) => {
+                // Compared extents must not depend on whether a producer has run yet (as in a
+                // replay); an image over a held task's output ends the streak too.
+                // (`wait_bound` out of line only for a store not bound yet: rare, and the call
+                // per argument showed.)
+                let bound = t
+                    .args
+                    .iter()
+                    .filter(|a| a.root.bound().is_none())
+                    .try_for_each(|a| self.wait_bound(&a.root, &t.name));
+                let held = bound.is_ok() && !tr.must_release_for(&t);
+                if held {
+                    // Pushed first, compared where it is held (tasks are large: no move back
+                    // and forth on the common path).
+                    tr.held.push(t);
+                    if let Some(r) = self.streak_issue(front, &mut tr, s) {
+                        front.tracing = Some(tr);
+                        Counters::add(&counters.tracing_ns, t0.elapsed().as_nanos() as u64);
+                        return r;
+                    }
+                    let t = tr.held.pop().expect("pushed above");
+                    first = self.end_streak(front, &mut tr);
+                    t
+                } else {
+                    first = self.end_streak(front, &mut tr);
+                    t
+                }
+            }
+        };
         if tr.must_release_for(&t) {
             tr.decide(Decision::ReleasedForImage, counters);
-            first = self.release_held(front, &mut tr);
+            keep_first(&mut first, self.release_held(front, &mut tr));
         }
         let token = tr.token(&t);
         if !traceable(&t) {
@@ -328,12 +398,7 @@ impl Inner {
             tr.decide(Decision::Held, counters);
             Counters::add(&counters.tasks_held, 1);
             tr.held.push(t);
-            let before = *tr.tracer.finder_cost();
-            let actions = tr.tracer.issue(token);
-            let after = tr.tracer.finder_cost();
-            Counters::add(&self.shared.counters.finder_ns, after.ns - before.ns);
-            Counters::add(&self.shared.counters.finder_runs, after.runs - before.runs);
-            keep_first(&mut first, self.act(front, &mut tr, actions));
+            keep_first(&mut first, self.feed(front, &mut tr, token));
         }
         front.tracing = Some(tr);
         Counters::add(
@@ -343,17 +408,96 @@ impl Inner {
         first
     }
 
+    /// The token of the last held task to the tracer, and its actions applied.
+    fn feed(&self, front: &mut Front, tr: &mut Tracing, token: u64) -> Result<()> {
+        let counters = &self.shared.counters;
+        let before = *tr.tracer.finder_cost();
+        let actions = tr.tracer.issue(token);
+        let after = tr.tracer.finder_cost();
+        Counters::add(&counters.finder_ns, after.ns - before.ns);
+        Counters::add(&counters.finder_runs, after.runs - before.runs);
+        self.act(front, tr, actions)
+    }
+
+    /// The last held task in a streak ([`Streak`]): kept held if it is the trace's next
+    /// task (and the trace replayed when it is the last); `None` if it differs (the caller
+    /// takes it back and ends the streak).
+    fn streak_issue(
+        &self,
+        front: &mut Front,
+        tr: &mut Tracing,
+        mut s: Streak,
+    ) -> Option<Result<()>> {
+        let counters = &self.shared.counters;
+        let k = tr.held.len() - 1;
+        let issued = &tr.recordings[&s.trace].issued;
+        if !issued.matches_at(k, &tr.held, &mut s.distinct) {
+            return None;
+        }
+        let n = issued.len();
+        let held = std::mem::take(&mut tr.held);
+        tr.note_issued(&held[k]);
+        tr.held = held;
+        tr.decide(Decision::Held, counters);
+        Counters::add(&counters.tasks_held, 1);
+        if k + 1 < n {
+            tr.streak = Some(s);
+            return Some(Ok(()));
+        }
+        // What the window holds was issued before the trace: it goes first.
+        let mut first = self.drain_all(front);
+        keep_first(
+            &mut first,
+            self.replay(front, tr, s.trace, n, Some(s.distinct)),
+        );
+        Self::follow(tr);
+        Some(first)
+    }
+
+    /// Ends a streak: its held tasks go through the tracer, in order, as if just issued.
+    fn end_streak(&self, front: &mut Front, tr: &mut Tracing) -> Result<()> {
+        // Their issue was noted (`note_issued`): counted again by `token`, to the same values.
+        tr.seq -= tr.held.len() as u64;
+        let held = std::mem::take(&mut tr.held);
+        let tokens: Vec<u64> = held.iter().map(|t| tr.token(t)).collect();
+        tr.held = held;
+        let mut first = Ok(());
+        for token in tokens {
+            keep_first(&mut first, self.feed(front, tr, token));
+        }
+        first
+    }
+
+    /// Starts a streak after a replay that left nothing held.
+    fn follow(tr: &mut Tracing) {
+        if let Some(trace) = tr.just_replayed.take() {
+            if tr.held.is_empty() && tr.tracer.replayer().buffered() == 0 {
+                tr.streak = Some(Streak {
+                    trace,
+                    distinct: Vec::with_capacity(8),
+                });
+            }
+        }
+    }
+
     /// Hands every held task on (a replay of complete matches, the rest to the window).
     pub(crate) fn release_held(&self, front: &mut Front, tr: &mut Tracing) -> Result<()> {
+        let mut first = match tr.streak.take() {
+            Some(_) => self.end_streak(front, tr),
+            None => Ok(()),
+        };
         let actions = tr.tracer.flush();
-        self.act(front, tr, actions)
+        keep_first(&mut first, self.act(front, tr, actions));
+        first
     }
 
     fn act(&self, front: &mut Front, tr: &mut Tracing, actions: Vec<Action>) -> Result<()> {
         let mut first = Ok(());
+        tr.just_replayed = None;
         for a in actions {
             match a {
                 Action::Release(tokens) => {
+                    tr.just_replayed = None;
                     tr.decide(Decision::Released(tokens.len()), &self.shared.counters);
                     let tasks: Vec<Issued> = tr.held.drain(..tokens.len()).collect();
                     keep_first(&mut first, self.analyse_all(front, tr, tasks));
@@ -361,10 +505,14 @@ impl Inner {
                 Action::Replay { trace, tokens } => {
                     // What the window holds was issued before the trace: it goes first.
                     keep_first(&mut first, self.drain_all(front));
-                    keep_first(&mut first, self.replay(front, tr, trace, tokens.len()));
+                    keep_first(
+                        &mut first,
+                        self.replay(front, tr, trace, tokens.len(), None),
+                    );
                 }
             }
         }
+        Self::follow(tr);
         first
     }
 
@@ -384,17 +532,31 @@ impl Inner {
     /// found them. A replay compares the tasks where they are held and moves each once, into
     /// its launch (tasks are large: a recorded solve is applied without a `Plan` in between
     /// when actors run the trace).
-    fn replay(&self, front: &mut Front, tr: &mut Tracing, trace: TraceId, n: usize) -> Result<()> {
+    /// `verified`: the tasks were compared with the recording as they came (a streak), with
+    /// their distinct stores.
+    fn replay(
+        &self,
+        front: &mut Front,
+        tr: &mut Tracing,
+        trace: TraceId,
+        n: usize,
+        verified: Option<Vec<Arc<StoreRoot>>>,
+    ) -> Result<()> {
         let counters = &self.shared.counters;
+        tr.just_replayed = None;
         // Whether a store is bound yet depends on whether its producer has run: wait for every
         // store the tasks name (their producers were launched before them: a task producing
         // an unbound store is never held), so that what follows (the recorded or compared
-        // extents and key partitions) is the same in every run.
-        let bound = tr.held[..n].iter().try_for_each(|t| {
-            t.args
-                .iter()
-                .try_for_each(|a| self.wait_bound(&a.root, &t.name))
-        });
+        // extents and key partitions) is the same in every run. A streak waited as each task
+        // came.
+        let bound = tr.held[..n]
+            .iter()
+            .filter(|_| verified.is_none())
+            .try_for_each(|t| {
+                t.args
+                    .iter()
+                    .try_for_each(|a| self.wait_bound(&a.root, &t.name))
+            });
         if bound.is_err() {
             // A failed producer: solving reports its error on the task reading its store.
             tr.decide(Decision::Failed(trace, n), counters);
@@ -424,9 +586,8 @@ impl Inner {
             },
             Some(rec) => {
                 let held = &tr.held[..n];
-                let roots = rec
-                    .issued
-                    .matches(held)
+                let roots = verified
+                    .or_else(|| rec.issued.matches(held))
                     .filter(|_| rec.conditions.hold(held));
                 let Some(roots) = roots else {
                     tr.decide(Decision::Abandoned(trace, n), counters);
@@ -459,6 +620,7 @@ impl Inner {
             debug_assert!(rec.matches(&plans), "a replay launches the recorded tasks");
             self.instantiate(rec, plans);
             tr.decide(Decision::Replayed(trace, n, false), counters);
+            tr.just_replayed = Some(trace);
             return Ok(());
         };
         let launch = |p: Plan| {
@@ -492,6 +654,7 @@ impl Inner {
         if let Some(l) = tr.last.as_mut() {
             l.roots = roots;
         }
+        tr.just_replayed = Some(trace);
         Ok(())
     }
 
