@@ -53,11 +53,23 @@ pub(crate) trait LineSyntax: Sync {
         at: usize,
         coords: &mut [u64; R],
     ) -> Option<(f64, usize)> {
+        let found = self.entry_unbounded::<R>(text, at, coords)?;
+        self.inside(coords).then_some(found)
+    }
+
+    /// [`entry`](LineSyntax::entry) without the check of the declared bounds, which the
+    /// block packer makes once per block on its largest coordinates instead.
+    #[inline(always)]
+    fn entry_unbounded<const R: usize>(
+        &self,
+        text: &[u8],
+        at: usize,
+        coords: &mut [u64; R],
+    ) -> Option<(f64, usize)> {
         if !self.scans_entries() {
             return None;
         }
-        let found = crate::numbers::entry_line::<R>(text, at, coords)?;
-        self.inside(coords).then_some(found)
+        crate::numbers::entry_line::<R>(text, at, coords)
     }
 }
 
@@ -426,15 +438,40 @@ fn pack<const R: usize, I: Index, S: LineSyntax>(
     piece: &mut Piece<I>,
 ) {
     // Levels in mode order (the common case) need no permutation of each entry's key.
-    if plan.order.iter().enumerate().all(|(k, &m)| k == m) {
-        pack_lines::<R, I, S, true>(text, syntax, plan, piece)
+    let in_order = plan.order.iter().enumerate().all(|(k, &m)| k == m);
+    if in_order {
+        pack_lines::<R, I, S, true, false>(text, syntax, plan, piece)
     } else {
-        pack_lines::<R, I, S, false>(text, syntax, plan, piece)
+        pack_lines::<R, I, S, false, false>(text, syntax, plan, piece)
+    }
+    // The declared bounds hold for every entry when they hold for the largest coordinates of
+    // each mode: one check per block instead of one per line. When they do not (or a
+    // coordinate overflowed the width, which declared bounds that fit it rule out as well),
+    // the block is packed again checking each line, which stops at the first bad line with
+    // the error the sequential parser gives, before any later stop.
+    let mut largest = [0u64; R];
+    for (k, &m) in plan.order.iter().enumerate() {
+        largest[m] = piece.max[k];
+    }
+    let overflow = matches!(piece.stop, Some(Stop::Overflow(_)));
+    if piece.entries > 0 && (overflow || !syntax.inside(&largest)) {
+        if in_order {
+            pack_lines::<R, I, S, true, true>(text, syntax, plan, piece)
+        } else {
+            pack_lines::<R, I, S, false, true>(text, syntax, plan, piece)
+        }
     }
 }
 
-/// [`pack`], for levels in mode order (`IN_ORDER`) or not.
-fn pack_lines<const R: usize, I: Index, S: LineSyntax, const IN_ORDER: bool>(
+/// [`pack`], for levels in mode order (`IN_ORDER`) or not, each line checked against the
+/// declared bounds (`BOUNDED`) or not.
+fn pack_lines<
+    const R: usize,
+    I: Index,
+    S: LineSyntax,
+    const IN_ORDER: bool,
+    const BOUNDED: bool,
+>(
     text: &[u8],
     syntax: &S,
     plan: &Plan,
@@ -450,7 +487,12 @@ fn pack_lines<const R: usize, I: Index, S: LineSyntax, const IN_ORDER: bool>(
     let mut stop = None;
     while at < text.len() {
         line_no += 1;
-        let v = match syntax.entry::<R>(text, at, &mut coords) {
+        let scanned = if BOUNDED {
+            syntax.entry::<R>(text, at, &mut coords)
+        } else {
+            syntax.entry_unbounded::<R>(text, at, &mut coords)
+        };
+        let v = match scanned {
             Some((v, next)) => {
                 at = next;
                 v
