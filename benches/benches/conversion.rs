@@ -1,9 +1,10 @@
 //! Streaming `.tns`/`.mtx` → `.tcs` conversion of generated files beside its floors:
 //!
 //! - the *parse floor*: the best pass we can write that only tokenizes and parses every number
-//!   of the file (memory-mapped, on every core, integers eight digits per word and decimals by
-//!   the exact fast path — the converter's own scanners, `tessera_formats::numbers` — with
-//!   `fast-float2` behind them) and does nothing else;
+//!   of the file (memory-mapped, on every core, each line of the common shape in one pass and
+//!   integers eight digits per word and decimals by the exact fast path — the converter's own
+//!   scanners, `tessera_formats::numbers` — with `fast-float2` behind them) and does nothing
+//!   else;
 //! - the *read floor*: every byte read once through `read(2)`;
 //! - sorted against unsorted input, and the peak RSS of a sorted and an unsorted conversion at
 //!   each memory budget (the budget is the reference: a ratio ≥ 1 is within it).
@@ -386,46 +387,84 @@ fn parse_floor(path: &Path) -> u64 {
     lines
 }
 
-/// Lines, the wrapping sum of the integers and the sum of the floats of `text`: every field
-/// scanned by the converter's own word-at-a-time number scanners (`numbers`: integers eight
-/// digits per word, plain decimals by the exact fast path), anything else by `fast-float2`.
+/// Lines, the wrapping sum of the integers and the sum of the floats of `text`: lines of the
+/// common shape (coordinates, then a plain decimal value) by the converter's own one-pass line
+/// scanner (`numbers::entry_line`, for the rank of the first data line), any other line field
+/// by field with its word-at-a-time number scanners (`numbers`: integers eight digits per
+/// word, plain decimals by the exact fast path) and `fast-float2` behind them.
 fn parse_numbers(text: &[u8]) -> (u64, u64, f64) {
+    let first = text
+        .split(|&b| b == b'\n')
+        .find(|l| !l.is_empty() && l[0] != b'#' && l[0] != b'%')
+        .unwrap_or_default();
+    let fields = first
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|f| !f.is_empty())
+        .count();
+    match fields {
+        2 => parse_lines::<1>(text),
+        3 => parse_lines::<2>(text),
+        4 => parse_lines::<3>(text),
+        5 => parse_lines::<4>(text),
+        _ => parse_lines::<0>(text),
+    }
+}
+
+/// [`parse_numbers`] with the line scanner for `R` coordinates (none for `R` = 0).
+fn parse_lines<const R: usize>(text: &[u8]) -> (u64, u64, f64) {
+    let mut sums = (0u64, 0u64, 0.0f64);
+    let mut coords = [0u64; R];
+    let mut i = 0;
+    while i < text.len() {
+        if R > 0 {
+            if let Some((v, next)) = tessera_formats::numbers::entry_line::<R>(text, i, &mut coords)
+            {
+                sums.0 += 1;
+                for c in coords {
+                    sums.1 = sums.1.wrapping_add(c);
+                }
+                sums.2 += v;
+                i = next;
+                continue;
+            }
+        }
+        i = parse_line(text, i, &mut sums);
+    }
+    sums
+}
+
+/// Parses the line at `text[i..]` field by field into `sums` (lines, integers, floats);
+/// returns where the next line begins.
+fn parse_line(text: &[u8], mut i: usize, sums: &mut (u64, u64, f64)) -> usize {
     use tessera_formats::numbers::{decimal_at, digits_at};
     let ends_field = |b: Option<&u8>| matches!(b, None | Some(b' ' | b'\t' | b'\n' | b'\r'));
-    let (mut lines, mut ints, mut floats) = (0u64, 0u64, 0.0f64);
     let n = text.len();
-    let mut i = 0;
-    while i < n {
-        if text[i] == b'#' || text[i] == b'%' {
-            i = memchr_from(text, i).map_or(n, |p| p + 1);
-            continue;
-        }
-        lines += 1;
-        loop {
-            while i < n && (text[i] == b' ' || text[i] == b'\t' || text[i] == b'\r') {
-                i += 1;
-            }
-            if i >= n || text[i] == b'\n' {
-                i += 1;
-                break;
-            }
-            match digits_at(text, i) {
-                Some((x, len)) if ends_field(text.get(i + len)) => {
-                    ints = ints.wrapping_add(x);
-                    i += len;
-                    continue;
-                }
-                _ => {}
-            }
-            let (v, len) = match decimal_at(text, i) {
-                Some((v, len)) if ends_field(text.get(i + len)) => (v, len),
-                _ => fast_float2::parse_partial::<f64, _>(&text[i..]).unwrap_or((0.0, 1)),
-            };
-            floats += v;
-            i += len.max(1);
-        }
+    if text[i] == b'#' || text[i] == b'%' {
+        return memchr_from(text, i).map_or(n, |p| p + 1);
     }
-    (lines, ints, floats)
+    sums.0 += 1;
+    loop {
+        while i < n && (text[i] == b' ' || text[i] == b'\t' || text[i] == b'\r') {
+            i += 1;
+        }
+        if i >= n || text[i] == b'\n' {
+            return i + 1;
+        }
+        match digits_at(text, i) {
+            Some((x, len)) if ends_field(text.get(i + len)) => {
+                sums.1 = sums.1.wrapping_add(x);
+                i += len;
+                continue;
+            }
+            _ => {}
+        }
+        let (v, len) = match decimal_at(text, i) {
+            Some((v, len)) if ends_field(text.get(i + len)) => (v, len),
+            _ => fast_float2::parse_partial::<f64, _>(&text[i..]).unwrap_or((0.0, 1)),
+        };
+        sums.2 += v;
+        i += len.max(1);
+    }
 }
 
 /// The first newline at or after `at`.

@@ -329,34 +329,55 @@ fn read_blocks(
     }
 }
 
+/// Parses the lines of `block` into `chunk`: lines of the common shape by the one-pass
+/// scanner for ranks 1 to 4, others by `parse`.
 fn parse_block(
     block: &[u8],
     rank: usize,
     dims: Option<&[u64]>,
     (parse, scan): (LineParser, bool),
+    chunk: Chunk,
+) -> Parsed {
+    // The rank chosen once per block, not per line: the scanner's coordinates are then a
+    // fixed array, copied into the chunk without a loop of pushes.
+    match (scan, rank) {
+        (true, 1) => parse_lines::<1>(block, rank, dims, parse, chunk),
+        (true, 2) => parse_lines::<2>(block, rank, dims, parse, chunk),
+        (true, 3) => parse_lines::<3>(block, rank, dims, parse, chunk),
+        (true, 4) => parse_lines::<4>(block, rank, dims, parse, chunk),
+        _ => parse_lines::<0>(block, rank, dims, parse, chunk),
+    }
+}
+
+/// [`parse_block`], with the one-pass scanner for rank `R` (`R` = `rank`), or without it
+/// (`R` = 0).
+fn parse_lines<const R: usize>(
+    block: &[u8],
+    rank: usize,
+    dims: Option<&[u64]>,
+    parse: LineParser,
     mut chunk: Chunk,
 ) -> Parsed {
     chunk.clear();
     chunk.vals.reserve(block.len() / 16);
     chunk.coords.reserve(block.len() / 16 * rank);
     let mut coords = vec![0u64; rank];
+    let mut fixed = [0u64; R];
     let mut start = 0;
     let mut line_no = 0u64;
     let mut newlines = 0u64;
-    let scan = scan && (1..=4).contains(&rank);
     while start < block.len() {
-        if let Some((v, next)) = scan
-            .then(|| scan_line(block, start, &mut coords, dims))
-            .flatten()
-        {
-            line_no += 1;
-            newlines += u64::from(block[next - 1] == b'\n');
-            for &c in &coords {
-                chunk.coords.push(c);
+        if R > 0 {
+            if let Some((v, next)) = crate::numbers::entry_line::<R>(block, start, &mut fixed)
+                .filter(|_| dims.is_none_or(|d| fixed.iter().zip(d).all(|(c, d)| c < d)))
+            {
+                line_no += 1;
+                newlines += u64::from(block[next - 1] == b'\n');
+                chunk.coords.extend_from_slice(&fixed);
+                chunk.vals.push(v);
+                start = next;
+                continue;
             }
-            chunk.vals.push(v);
-            start = next;
-            continue;
         }
         let end = memchr::memchr(b'\n', &block[start..]).map(|i| start + i);
         let mut line = &block[start..end.unwrap_or(block.len())];
@@ -393,30 +414,6 @@ fn parse_block(
         bytes: block.len() as u64,
         error: None,
     }
-}
-
-/// A data line of the common shape parsed in one pass (`numbers::entry_line`) for ranks 1
-/// to 4, within the declared dimensions: the value and where the next line begins.
-#[inline]
-fn scan_line(
-    block: &[u8],
-    at: usize,
-    coords: &mut [u64],
-    dims: Option<&[u64]>,
-) -> Option<(f64, usize)> {
-    fn fixed<const R: usize>(block: &[u8], at: usize, coords: &mut [u64]) -> Option<(f64, usize)> {
-        let c: &mut [u64; R] = coords.try_into().ok()?;
-        crate::numbers::entry_line::<R>(block, at, c)
-    }
-    let found = match coords.len() {
-        1 => fixed::<1>(block, at, coords),
-        2 => fixed::<2>(block, at, coords),
-        3 => fixed::<3>(block, at, coords),
-        4 => fixed::<4>(block, at, coords),
-        _ => None,
-    }?;
-    dims.is_none_or(|d| coords.iter().zip(d).all(|(c, d)| c < d))
-        .then_some(found)
 }
 
 /// Worker threads for parsing: the machine's parallelism, at most 4 (beyond that the

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use tessera_formats::{
-    convert, ConvertOptions, Duplicates, Error, Format, LevelType, NoProgress, TcsFile, Value,
-    ValueType,
+    convert, ConvertOptions, Duplicates, Error, Format, LevelType, NoProgress, SyntaxError,
+    TcsFile, Value, ValueType,
 };
 
 type Entries = BTreeMap<Vec<u64>, f64>;
@@ -672,6 +672,50 @@ proptest! {
                 (false, _) => relevelled::<f64, u64>(&fast, &format.unique()),
             };
             prop_assert!(got == tcs_bytes(&unique));
+        }
+    }
+}
+
+/// A coordinate past the declared dimensions in a later block is an error naming its line,
+/// whether the lines after it are in order or not, and whether it fits the coordinate width
+/// or not (the block packer checks the bounds once per block and packs a block that breaks
+/// them again line by line).
+#[test]
+fn coordinates_past_the_declared_dimensions_name_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("bounds.tns");
+    for bad in ["4", "5000000000"] {
+        for tail in ["", "1 1 0.5\n"] {
+            let mut text = String::from("# dims 20000 3\n");
+            for i in 1..=15_000 {
+                text += &format!("{i} 1 0.5\n");
+            }
+            text += &format!("15001 {bad} 0.5\n");
+            text += "15002 2 0.5\n";
+            text += tail;
+            std::fs::write(&input, text).unwrap();
+            for external in [false, true] {
+                let opts = ConvertOptions {
+                    memory: 64 << 10,
+                    force_external_sort: external,
+                    ..ConvertOptions::default()
+                };
+                let err =
+                    convert(&input, &dir.path().join("o.tcs"), &opts, &NoProgress).unwrap_err();
+                assert!(
+                    matches!(
+                        err,
+                        Error::Syntax {
+                            line: 15002,
+                            column: 7,
+                            kind: SyntaxError::OutOfBounds { .. },
+                            ..
+                        }
+                    ),
+                    "{bad:?} {tail:?} external sort {external}: {err}"
+                );
+                assert_eq!(dir_names(dir.path()), vec!["bounds.tns"]);
+            }
         }
     }
 }

@@ -19,6 +19,7 @@ use memmap2::{Mmap, MmapOptions};
 
 use super::Duplicates;
 use crate::error::SyntaxError;
+use crate::tcs::LateCrcs;
 use crate::value::{canonical_nan, Index};
 
 /// Lines longer than this are rejected (as by the sequential readers).
@@ -43,9 +44,23 @@ pub(crate) trait LineSyntax: Sync {
     /// The common shape of a data line at `text[at..]` parsed in one pass, without first
     /// finding the line's end: the value and where the next line begins, or `None` to have
     /// [`parse`](LineSyntax::parse) take the whole line (which also names the column of an
-    /// error). It accepts only lines that `parse` accepts, with the same entry.
-    #[inline]
+    /// error). It accepts only lines that `parse` accepts, with the same entry. Always inlined
+    /// into the packing loop, with the scanner (see `numbers::entry_line`).
+    #[inline(always)]
     fn entry<const R: usize>(
+        &self,
+        text: &[u8],
+        at: usize,
+        coords: &mut [u64; R],
+    ) -> Option<(f64, usize)> {
+        let found = self.entry_unbounded::<R>(text, at, coords)?;
+        self.inside(coords).then_some(found)
+    }
+
+    /// [`entry`](LineSyntax::entry) without the check of the declared bounds, which the
+    /// block packer makes once per block on its largest coordinates instead.
+    #[inline(always)]
+    fn entry_unbounded<const R: usize>(
         &self,
         text: &[u8],
         at: usize,
@@ -54,8 +69,7 @@ pub(crate) trait LineSyntax: Sync {
         if !self.scans_entries() {
             return None;
         }
-        let found = crate::numbers::entry_line::<R>(text, at, coords)?;
-        self.inside(coords).then_some(found)
+        crate::numbers::entry_line::<R>(text, at, coords)
     }
 }
 
@@ -126,11 +140,13 @@ pub(crate) struct Piece<I> {
     pub writes: Vec<Deferred>,
 }
 
-/// A part of a piece's array to be written at a byte offset of a file.
+/// A part of a piece's array to be written at a byte offset of a file, and the slot of its
+/// checksum.
 #[derive(Debug)]
 pub(crate) struct Deferred {
     pub file: usize,
     pub at: u64,
+    pub crc_slot: usize,
     pub array: PieceArray,
     pub range: Range<usize>,
 }
@@ -144,8 +160,15 @@ pub(crate) enum PieceArray {
 }
 
 impl<I: Index> Piece<I> {
-    /// Does the deferred writes into `files`; the first failure is kept in `failed`.
-    pub fn write_deferred(&mut self, files: &[File], failed: &Mutex<Option<std::io::Error>>) {
+    /// Does the deferred writes into `files`, each with its checksum into `crcs` (hashed just
+    /// before the write, so that the bytes come from memory once); the first failure is kept
+    /// in `failed`.
+    pub fn write_deferred(
+        &mut self,
+        files: &[File],
+        crcs: &LateCrcs,
+        failed: &Mutex<Option<std::io::Error>>,
+    ) {
         use std::os::unix::fs::FileExt;
         for w in self.writes.drain(..) {
             let bytes: &[u8] = match w.array {
@@ -153,6 +176,7 @@ impl<I: Index> Piece<I> {
                 PieceArray::Pos(k) => bytemuck::cast_slice(&self.pos[k][w.range]),
                 PieceArray::Vals => bytemuck::cast_slice(&self.vals[w.range]),
             };
+            crcs.hash(w.crc_slot, bytes);
             if let Err(e) = files[w.file].write_all_at(bytes, w.at) {
                 if let Ok(mut f) = failed.lock() {
                     f.get_or_insert(e);
@@ -353,7 +377,10 @@ pub(crate) fn run<I: Index, E>(
                 before_reuse(&mut piece);
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= n || stop.load(Ordering::Relaxed) {
-                    return;
+                    // No job left: keep taking the pieces the consumer hands back, so that the
+                    // last ones' deferred writes run on the workers in parallel rather than
+                    // serially after them; the channel closes when the consumer is done.
+                    continue;
                 }
                 fill(i, &mut piece);
                 if done_tx.send((i, piece)).is_err() {
@@ -386,14 +413,15 @@ pub(crate) fn run<I: Index, E>(
             }
             let _ = credit_tx.send(piece);
         }
-        // Workers waiting for a credit see the channel close; those working finish their
-        // block, find `stop` set and return.
+        // Workers waiting for a credit take those left and then see the channel close; those
+        // working finish their block, find `stop` set and do the same.
         stop.store(true, Ordering::Relaxed);
         drop(credit_tx);
         drop(done_rx);
         result
     })?;
-    // Pieces handed back after the workers stopped still hold their deferred writes.
+    // Pieces left when the workers stopped early (their last block no longer wanted) still
+    // hold their deferred writes.
     if let Ok(rx) = credit_rx.into_inner() {
         for mut piece in rx.try_iter() {
             before_reuse(&mut piece);
@@ -410,15 +438,40 @@ fn pack<const R: usize, I: Index, S: LineSyntax>(
     piece: &mut Piece<I>,
 ) {
     // Levels in mode order (the common case) need no permutation of each entry's key.
-    if plan.order.iter().enumerate().all(|(k, &m)| k == m) {
-        pack_lines::<R, I, S, true>(text, syntax, plan, piece)
+    let in_order = plan.order.iter().enumerate().all(|(k, &m)| k == m);
+    if in_order {
+        pack_lines::<R, I, S, true, false>(text, syntax, plan, piece)
     } else {
-        pack_lines::<R, I, S, false>(text, syntax, plan, piece)
+        pack_lines::<R, I, S, false, false>(text, syntax, plan, piece)
+    }
+    // The declared bounds hold for every entry when they hold for the largest coordinates of
+    // each mode: one check per block instead of one per line. When they do not (or a
+    // coordinate overflowed the width, which declared bounds that fit it rule out as well),
+    // the block is packed again checking each line, which stops at the first bad line with
+    // the error the sequential parser gives, before any later stop.
+    let mut largest = [0u64; R];
+    for (k, &m) in plan.order.iter().enumerate() {
+        largest[m] = piece.max[k];
+    }
+    let overflow = matches!(piece.stop, Some(Stop::Overflow(_)));
+    if piece.entries > 0 && (overflow || !syntax.inside(&largest)) {
+        if in_order {
+            pack_lines::<R, I, S, true, true>(text, syntax, plan, piece)
+        } else {
+            pack_lines::<R, I, S, false, true>(text, syntax, plan, piece)
+        }
     }
 }
 
-/// [`pack`], for levels in mode order (`IN_ORDER`) or not.
-fn pack_lines<const R: usize, I: Index, S: LineSyntax, const IN_ORDER: bool>(
+/// [`pack`], for levels in mode order (`IN_ORDER`) or not, each line checked against the
+/// declared bounds (`BOUNDED`) or not.
+fn pack_lines<
+    const R: usize,
+    I: Index,
+    S: LineSyntax,
+    const IN_ORDER: bool,
+    const BOUNDED: bool,
+>(
     text: &[u8],
     syntax: &S,
     plan: &Plan,
@@ -434,7 +487,12 @@ fn pack_lines<const R: usize, I: Index, S: LineSyntax, const IN_ORDER: bool>(
     let mut stop = None;
     while at < text.len() {
         line_no += 1;
-        let v = match syntax.entry::<R>(text, at, &mut coords) {
+        let scanned = if BOUNDED {
+            syntax.entry::<R>(text, at, &mut coords)
+        } else {
+            syntax.entry_unbounded::<R>(text, at, &mut coords)
+        };
+        let v = match scanned {
             Some((v, next)) => {
                 at = next;
                 v
@@ -492,6 +550,8 @@ pub(crate) struct Builder<const R: usize, I> {
     in_head: bool,
     dense_top: bool,
     coo: usize,
+    /// Every level compressed: no dense level 0, no singleton levels.
+    compressed: bool,
     duplicates: Duplicates,
 }
 
@@ -508,12 +568,15 @@ impl<const R: usize, I: Index> Builder<R, I> {
             in_head: true,
             dense_top: plan.dense_top,
             coo: plan.coo,
+            compressed: !plan.dense_top && plan.coo >= R,
             duplicates: plan.duplicates,
         }
     }
 
     /// Adds an entry; an error when it comes out of order, repeats one that may not be
-    /// repeated, or has a coordinate too large for the width. Inlined into the packing loops:
+    /// repeated, or has a coordinate too large for the width. `v` must be canonical
+    /// (`canonical_nan`): values parsed from text are; the external sort's sums canonicalize
+    /// before they come. Inlined into the packing loops:
     /// the common entry (new from some level down, in order) takes no call and no copy of
     /// its key; the first entry and repeated ones take the out-of-line paths.
     #[inline(always)]
@@ -566,6 +629,28 @@ impl<const R: usize, I: Index> Builder<R, I> {
             let c = key[f..].iter().copied().find(|&c| c > I::MAX_U64);
             return Err(Stop::Overflow(c.expect("a coordinate above the maximum")));
         }
+        if self.compressed {
+            // Every level compressed (the common case): a new node at level `f`, and below it
+            // the first child of each new node, without the tests of the general loop.
+            self.crd[f].push(I::from_usize(key[f] as usize));
+            for (k, &c) in key.iter().enumerate().skip(f + 1) {
+                self.pos[k].push(I::from_usize(self.crd[k].len()));
+                self.crd[k].push(I::from_usize(c as usize));
+            }
+        } else {
+            self.push_nodes(key, f);
+        }
+        // Values come canonical (see `push`).
+        self.piece.vals.push(v);
+        self.prev = key;
+        self.have = true;
+        Ok(())
+    }
+
+    /// The nodes of an entry new from level `f` down, under a dense level 0 or over
+    /// singleton levels.
+    #[inline(always)]
+    fn push_nodes(&mut self, key: [u64; R], f: usize) {
         // A distinct entry is a new node at every level from the non-unique one down.
         let f = f.min(self.coo);
         for (k, &c) in key.iter().enumerate().skip(f) {
@@ -579,12 +664,6 @@ impl<const R: usize, I: Index> Builder<R, I> {
             }
             self.crd[k].push(I::from_usize(c as usize));
         }
-        // Values parsed from text are canonical already; sums made by the external sort's
-        // in-memory run (`inf + -inf`) may not be.
-        self.piece.vals.push(canonical_nan(v));
-        self.prev = key;
-        self.have = true;
-        Ok(())
     }
 
     /// The piece, with its arrays, last entry and maxima.

@@ -151,6 +151,7 @@ fn merged<const R: usize, I: Index, V: Value, S: Sync>(
     let ranges = source.ranges(target, 4 * threads, threads)?;
     let buffer = (opts.memory / 8 / threads / source.run_count().max(1)).clamp(4 << 10, 1 << 20);
     let (app, files) = appender(format, output)?;
+    let crcs = app.late_crcs();
     let failed = Mutex::new(None);
     let mut st = Stitcher::<I, V, S>::new(input, format, opts, app);
     let plan = Plan {
@@ -164,7 +165,7 @@ fn merged<const R: usize, I: Index, V: Value, S: Sync>(
         let mut stop = None;
         let merged = source.merge_range(&ranges, j, (buffer, 2 * target), &mut |k, v| {
             let key: [u64; R] = k.try_into().expect("keys of the tensor's rank");
-            builder.push(key, v).map_err(|s| {
+            builder.push(key, canonical_nan(v)).map_err(|s| {
                 stop = Some(s);
                 Error::Cancelled
             })
@@ -177,7 +178,7 @@ fn merged<const R: usize, I: Index, V: Value, S: Sync>(
             (None, Ok(())) => None,
         };
     };
-    let write = |p: &mut Piece<I>| p.write_deferred(&files, &failed);
+    let write = |p: &mut Piece<I>| p.write_deferred(&files, &crcs, &failed);
     progress.stage("merge", 0);
     let ran = blocks::run::<I, Error>(ranges.len(), threads, in_flight, &write, &fill, |p| {
         let joined = st.take(p, progress)?;
@@ -271,10 +272,11 @@ fn typed<const R: usize, I: Index, V: Value, S: LineSyntax>(job: &Job<'_, S>) ->
         duplicates: opts.duplicates,
     };
     let (app, files) = appender(format, output)?;
+    let crcs = app.late_crcs();
     let failed = Mutex::new(None);
     let mut st = Stitcher::<I, V, S>::new(input, format, opts, app);
     progress.stage("convert", len);
-    let write = |p: &mut Piece<I>| p.write_deferred(&files, &failed);
+    let write = |p: &mut Piece<I>| p.write_deferred(&files, &crcs, &failed);
     let fill = |i: usize, p: &mut Piece<I>| {
         blocks::pack_block::<R, I, S>(&blocks, &input.syntax, &plan, i, p)
     };
@@ -624,15 +626,16 @@ fn defer_range<I: Index>(
     if range.is_empty() {
         return;
     }
-    let bytes: &[u8] = match which {
-        PieceArray::Crd(k) => bytemuck::cast_slice(&piece.crd[k][range.clone()]),
-        PieceArray::Pos(k) => bytemuck::cast_slice(&piece.pos[k][range.clone()]),
-        PieceArray::Vals => bytemuck::cast_slice(&piece.vals[range.clone()]),
-    };
-    let at = app.reserve(array, bytes);
+    let bytes = range.len()
+        * match which {
+            PieceArray::Crd(_) | PieceArray::Pos(_) => std::mem::size_of::<I>(),
+            PieceArray::Vals => std::mem::size_of::<f64>(),
+        };
+    let (at, crc_slot) = app.reserve_unhashed(array, bytes as u64);
     piece.writes.push(Deferred {
         file: 0,
         at,
+        crc_slot,
         array: which,
         range,
     });

@@ -15,7 +15,7 @@ pub mod writer;
 
 pub use header::{ArrayInfo, ArrayKind, Extent, LevelInfo, ModeInfo, TcsHeader};
 pub use reader::{read_array_range, TcsFile};
-pub use writer::{write_tensor, Appender, ArraySource, ArrayWriter, TcsWriter};
+pub use writer::{write_tensor, Appender, ArraySource, ArrayWriter, LateCrcs, TcsWriter};
 
 use crate::tensor::TensorError;
 use crate::value::ValueType;

@@ -380,6 +380,68 @@ fn flushing_behind_the_appends_leaves_the_same_file() {
     }
 }
 
+/// Pieces whose checksums other threads compute (`reserve_unhashed`), interleaved with pieces
+/// hashed as they are appended, even within one array, leave the file byte for byte as when
+/// every piece is hashed on append; a checksum never given is an error, not a wrong file.
+#[test]
+fn checksums_given_by_the_writers_leave_the_same_file() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let t = sample();
+    let plain = TcsFile::open(&write(dir.path(), &t)).unwrap();
+    let h = plain.header();
+    let (a, b) = (dir.path().join("a.tcs"), dir.path().join("b.tcs"));
+    write_segmented(&a, &t, 1);
+    let arrays: Vec<&[u8]> = h.arrays.iter().map(|a| plain.array_bytes(a)).collect();
+    let elem = |i: usize| if i == arrays.len() - 1 { 8 } else { 4 };
+    for skip in [None, Some(3)] {
+        let mut app = Appender::create(&b, h.rank(), h.arrays.len()).unwrap();
+        let late = app.late_crcs();
+        let file = app.file().try_clone().unwrap();
+        let mut later = Vec::new();
+        let mut n = 0;
+        for at in 0.. {
+            if arrays.iter().all(|a| a.len() <= at * 4) {
+                break;
+            }
+            for (i, a) in arrays.iter().enumerate() {
+                let lo = (at * elem(i)).min(a.len());
+                let hi = ((at + 1) * elem(i)).min(a.len());
+                if (at + i) % 3 == 0 {
+                    app.append::<u8>(i, &a[lo..hi]).unwrap();
+                } else {
+                    let (off, slot) = app.reserve_unhashed(i, (hi - lo) as u64);
+                    later.push((a[lo..hi].to_vec(), off, slot));
+                }
+            }
+        }
+        // The writers, on threads of their own and in reverse order.
+        let mut skipped = false;
+        std::thread::scope(|s| {
+            for (bytes, off, slot) in later.iter().rev() {
+                n += 1;
+                if skip.is_some_and(|k| n >= k) && !skipped && !bytes.is_empty() {
+                    skipped = true;
+                    file.write_all_at(bytes, *off).unwrap();
+                    continue;
+                }
+                let (late, file) = (&late, &file);
+                s.spawn(move || {
+                    late.hash(*slot, bytes);
+                    file.write_all_at(bytes, *off).unwrap();
+                });
+            }
+        });
+        let mut fresh = h.clone();
+        fresh.arrays.iter_mut().for_each(|a| a.crc32 = 0);
+        match (skip, app.finish(fresh)) {
+            (None, Ok(_)) => assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap()),
+            (Some(_), Err(e)) => assert!(e.to_string().contains("unhashed"), "{e}"),
+            (skip, r) => panic!("{skip:?}: {:?}", r.map(|_| ())),
+        }
+    }
+}
+
 /// A segmented file reads back as the tensor through every reader, its arrays 64-byte aligned
 /// in memory, and partial reads cross extents.
 #[test]

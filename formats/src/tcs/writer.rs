@@ -198,19 +198,55 @@ impl TcsWriter {
 /// interleaving, each is given the next place in the data section (an extent of its array, or
 /// the continuation of the last extent when that one is of the same array and ends there), and
 /// the header with the extent table is written by [`finish`](Appender::finish). Reserving is
-/// serial (it decides the order and computes the checksums); the writes into reserved places
-/// may come from any thread, through [`file`](Appender::file).
+/// serial (it decides the order); the writes into reserved places may come from any thread,
+/// through [`file`](Appender::file), and so may the checksums of the bytes they write
+/// ([`reserve_unhashed`](Appender::reserve_unhashed)), combined in order at the end.
 pub struct Appender {
     file: AtomicFile,
     header_len: u64,
     at: u64,
     extents: Vec<Extent>,
-    crcs: Vec<crc32fast::Hasher>,
+    /// Per array, the checksums of its parts in order.
+    crcs: Vec<Vec<CrcPart>>,
+    late: LateCrcs,
     /// Where the next [`FlushBehind`] request is due (`None`: not asked for), and the
     /// thread, started at the first request (small files never start it).
     flush_at: Option<u64>,
     flush_step: u64,
     flusher: Option<FlushBehind>,
+}
+
+/// The checksum of a run of an array's bytes: computed when reserved, or by the writer of the
+/// bytes into a slot of [`LateCrcs`].
+enum CrcPart {
+    Now(crc32fast::Hasher),
+    Later { slot: usize, len: u64 },
+}
+
+/// Checksums of appended bytes that the threads writing them compute (see
+/// [`Appender::reserve_unhashed`]), one slot per reservation: the serial appender then only
+/// combines them at the end, and the bytes are read once, by the thread that writes them
+/// while they are in its cache.
+#[derive(Clone, Default)]
+pub struct LateCrcs(std::sync::Arc<Mutex<Vec<Option<u32>>>>);
+
+impl LateCrcs {
+    /// Records the checksum of `bytes`, exactly the bytes reserved as `slot`.
+    pub fn hash(&self, slot: usize, bytes: &[u8]) {
+        let crc = crc32fast::hash(bytes);
+        if let Ok(mut slots) = self.0.lock() {
+            if let Some(s) = slots.get_mut(slot) {
+                *s = Some(crc);
+            }
+        }
+    }
+
+    fn take(&self) -> Vec<Option<u32>> {
+        self.0
+            .lock()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default()
+    }
 }
 
 /// Bytes appended between two requests to the [`FlushBehind`] thread.
@@ -271,7 +307,8 @@ impl Appender {
             header_len,
             at: header_len,
             extents: Vec::new(),
-            crcs: vec![crc32fast::Hasher::new(); arrays],
+            crcs: (0..arrays).map(|_| Vec::new()).collect(),
+            late: LateCrcs::default(),
             flush_at: None,
             flush_step: FLUSH_STEP,
             flusher: None,
@@ -319,11 +356,47 @@ impl Appender {
     /// Takes the next place in the data section for `bytes`, the next bytes of array number
     /// `array`, and returns its file offset (the caller writes them there).
     pub fn reserve(&mut self, array: usize, bytes: &[u8]) -> u64 {
-        let len = bytes.len() as u64;
-        if len == 0 {
+        if bytes.is_empty() {
             return self.at;
         }
-        self.crcs[array].update(bytes);
+        let parts = &mut self.crcs[array];
+        match parts.last_mut() {
+            Some(CrcPart::Now(h)) => h.update(bytes),
+            _ => {
+                let mut h = crc32fast::Hasher::new();
+                h.update(bytes);
+                parts.push(CrcPart::Now(h));
+            }
+        }
+        self.place(array, bytes.len() as u64)
+    }
+
+    /// [`reserve`](Self::reserve) for `len` bytes whose checksum the writer gives later, into
+    /// the returned slot of [`late_crcs`](Self::late_crcs) (before [`finish`](Self::finish)).
+    pub fn reserve_unhashed(&mut self, array: usize, len: u64) -> (u64, usize) {
+        let slot = match self.late.0.lock() {
+            Ok(mut slots) => {
+                slots.push(None);
+                slots.len() - 1
+            }
+            // A writer panicked holding the lock: `finish` reports the missing checksum.
+            Err(_) => usize::MAX,
+        };
+        if len == 0 {
+            return (self.at, slot);
+        }
+        self.crcs[array].push(CrcPart::Later { slot, len });
+        (self.place(array, len), slot)
+    }
+
+    /// Where the writers of [`reserve_unhashed`](Self::reserve_unhashed) bytes put their
+    /// checksums.
+    pub fn late_crcs(&self) -> LateCrcs {
+        self.late.clone()
+    }
+
+    /// The next `len` (> 0) bytes of array number `array`: their file offset.
+    fn place(&mut self, array: usize, len: u64) -> u64 {
         match self.extents.last_mut() {
             Some(e) if e.array as usize == array && e.offset + e.len == self.at => e.len += len,
             _ => {
@@ -369,7 +442,23 @@ impl Appender {
                 "the header does not match the appended arrays".into(),
             ));
         }
-        for (a, crc) in header.arrays.iter_mut().zip(self.crcs) {
+        let late = self.late.take();
+        for (a, parts) in header.arrays.iter_mut().zip(self.crcs) {
+            let mut crc = crc32fast::Hasher::new();
+            for part in parts {
+                match part {
+                    CrcPart::Now(h) => crc.combine(&h),
+                    CrcPart::Later { slot, len } => match late.get(slot) {
+                        Some(&Some(c)) => {
+                            crc.combine(&crc32fast::Hasher::new_with_initial_len(c, len))
+                        }
+                        _ => {
+                            let name = a.name();
+                            return Err(misuse(format!("bytes of {name} written unhashed")));
+                        }
+                    },
+                }
+            }
             a.crc32 = crc.finalize();
         }
         let header = header
