@@ -63,12 +63,44 @@ impl Node {
     /// edges added to it (an actor vertex: its in-edges inside the trace are counted, never
     /// listed at their sources).
     pub(crate) fn owned(work: Work, owner: u32, in_edges: usize) -> Arc<Node> {
-        Arc::new(Node {
+        Arc::new(Node::fresh(work, owner, in_edges))
+    }
+
+    fn fresh(work: Work, owner: u32, in_edges: usize) -> Node {
+        Node {
             pending: AtomicUsize::new(1 + in_edges),
             owner,
             done: AtomicBool::new(false),
             succs: Mutex::default(),
             work: Mutex::new(Some(work)),
+        }
+    }
+
+    /// [`Node::owned`] in `spare`'s allocation when nobody else holds it (no strong or weak
+    /// reference: no one can see it change); otherwise a new node. A replayed trace makes a
+    /// node per vertex per replay, and recycling them saves an allocation and a free each.
+    pub(crate) fn renew(
+        spare: Option<Arc<Node>>,
+        work: Work,
+        owner: u32,
+        in_edges: usize,
+    ) -> Arc<Node> {
+        if let Some(mut node) = spare {
+            if let Some(n) = Arc::get_mut(&mut node) {
+                *n = Node::fresh(work, owner, in_edges);
+                return node;
+            }
+        }
+        Node::owned(work, owner, in_edges)
+    }
+
+    /// Whether the node finished and nothing else holds it (its successors released, its
+    /// work dropped): it can be renewed as good as new.
+    pub(crate) fn is_spare(node: &mut Arc<Node>) -> bool {
+        Arc::get_mut(node).is_some_and(|n| {
+            *n.done.get_mut()
+                && n.succs.get_mut().is_ok_and(|s| s.is_empty())
+                && n.work.get_mut().is_ok_and(|w| w.is_none())
         })
     }
 

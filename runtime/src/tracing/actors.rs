@@ -19,7 +19,7 @@
 use super::record::Graph;
 use crate::graph::{Node, Work};
 use crate::launch::Launched;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Where a vertex's work is: task index and point (`FINISH` for the finish step).
 #[derive(Clone, Copy, Debug)]
@@ -38,6 +38,26 @@ pub(crate) struct Compiled {
     in_edges: Vec<u32>,
     owner: Vec<u32>,
     at: Vec<At>,
+    /// Finished nodes of an earlier replay that nobody holds any more, renewed by the next
+    /// replay instead of allocated (see [`Run`]'s `Drop`).
+    spare: Spare,
+}
+
+/// Recycled nodes (a wrapper: `Node` has no `Debug`).
+#[derive(Default)]
+struct Spare(Mutex<Vec<Arc<Node>>>);
+
+impl Spare {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Node>>> {
+        // Only nodes nobody holds are in it: a panic elsewhere leaves nothing half-done.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl std::fmt::Debug for Spare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Spare")
+    }
 }
 
 impl Compiled {
@@ -82,6 +102,7 @@ impl Compiled {
             in_edges,
             owner,
             at,
+            spare: Spare::default(),
         }
     }
 
@@ -100,6 +121,26 @@ pub(crate) struct Run {
     nodes: OnceLock<Vec<Arc<Node>>>,
 }
 
+/// How many replays' worth of nodes a compiled trace keeps for recycling: the issuing thread
+/// replays several runs ahead of the workers, and their runs end in a batch.
+const SPARE_RUNS: usize = 8;
+
+/// The run ends when its last node's work is dropped; its finished nodes that nothing else
+/// holds (not a store's last access, not a worker's hand) go to the compiled trace for the
+/// next replays, up to [`SPARE_RUNS`] runs' worth.
+impl Drop for Run {
+    fn drop(&mut self) {
+        let Some(mut nodes) = self.nodes.take() else {
+            return;
+        };
+        nodes.retain_mut(Node::is_spare);
+        let cap = SPARE_RUNS * self.compiled.at.len();
+        let mut spare = self.compiled.spare.lock();
+        let room = cap.saturating_sub(spare.len());
+        spare.extend(nodes.into_iter().take(room));
+    }
+}
+
 impl Run {
     /// One replay of `compiled` over `tasks`: one node per vertex, each pending on its
     /// in-edges inside the trace (plus the issue guard), not yet started. The replay's
@@ -111,15 +152,19 @@ impl Run {
             tasks,
             nodes: OnceLock::new(),
         });
+        // Held while the nodes are made: a worker ending a run waits at most that long.
+        let mut spare = compiled.spare.lock();
         let nodes: Vec<Arc<Node>> = (0..compiled.at.len())
             .map(|v| {
                 let work = Work::Actor {
                     run: run.clone(),
                     vertex: v as u32,
                 };
-                Node::owned(work, compiled.owner[v], compiled.in_edges[v] as usize)
+                let (owner, in_edges) = (compiled.owner[v], compiled.in_edges[v] as usize);
+                Node::renew(spare.pop(), work, owner, in_edges)
             })
             .collect();
+        drop(spare);
         let _ = run.nodes.set(nodes);
         run
     }
@@ -183,5 +228,60 @@ mod tests {
         // One worker owns everything.
         let one = Compiled::new(&g, &[2, 2], &[false, true], 1);
         assert!(one.owner.iter().all(|&o| o == 0));
+    }
+
+    #[test]
+    fn a_run_s_finished_nodes_nobody_holds_are_renewed_by_the_next_run_as_good_as_new() {
+        let g = Graph {
+            vertices: 5,
+            edges: vec![(0, 2), (0, 3), (1, 3), (2, 4), (3, 4)],
+            sources: vec![0, 1],
+            stores: vec![],
+        };
+        let c = Arc::new(Compiled::new(&g, &[2, 2], &[false, true], 2));
+        let run = Run::new(&c, vec![]);
+        let nodes = run.nodes().to_vec();
+        let done = crate::graph::Completion::default();
+        // Vertex 0 stays held (as a store's last access would hold it); vertex 1 is taken
+        // but never completes; the other three finish and nothing holds them.
+        for (v, n) in nodes.iter().enumerate() {
+            assert!(n.take_work().is_some());
+            if v != 1 {
+                n.complete(&done);
+            }
+        }
+        let held = nodes[0].clone();
+        let old: Vec<*const Node> = nodes.iter().map(Arc::as_ptr).collect();
+        drop(nodes);
+        assert_eq!(c.spare.lock().len(), 0);
+        // The run ends with the last reference to it (here; in a replay, its last node's work).
+        drop(run);
+        let spare: Vec<*const Node> = c.spare.lock().iter().map(Arc::as_ptr).collect();
+        assert_eq!(spare, [old[2], old[3], old[4]]);
+        let next = Run::new(&c, vec![]);
+        assert!(c.spare.lock().is_empty());
+        let renewed = next
+            .nodes()
+            .iter()
+            .filter(|n| spare.contains(&Arc::as_ptr(n)));
+        assert_eq!(renewed.count(), 3);
+        // Vertex 0's node is made while every spare node is alive: a freed one's address
+        // reused by the allocator cannot pass for a renewed one here.
+        assert!(spare.contains(&Arc::as_ptr(&next.nodes()[0])));
+        for (v, n) in next.nodes().iter().enumerate() {
+            assert!(!Arc::ptr_eq(n, &held));
+            assert!(!n.is_done());
+            assert_eq!(n.owner(), c.owner[v]);
+            // Pending on its in-edges plus the issue guard, as a new node.
+            for _ in 0..c.in_edges[v] {
+                assert!(!n.release());
+            }
+            assert!(n.release());
+            match n.take_work() {
+                Some(Work::Actor { vertex, .. }) => assert_eq!(vertex, v as u32),
+                _ => panic!("vertex {v} has no actor work"),
+            }
+        }
+        assert!(held.is_done());
     }
 }
