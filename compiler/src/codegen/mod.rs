@@ -353,7 +353,7 @@ impl Gen<'_> {
         };
         let condition = quote!(#(#offsets == 0)&&* #(#whole)*);
         if self.block && self.dense_output() {
-            return self.block_nests_in_functions(&offsets, &condition, nests);
+            return self.block_nests_in_functions(&offsets, nests);
         }
         if !self.nests_in_own_function() {
             return quote! {
@@ -408,53 +408,6 @@ impl Gen<'_> {
             self.k.output_kind,
             crate::ir::OutputKind::Dense | crate::ir::OutputKind::Scalar
         )
-    }
-
-    /// A block kernel's nests (dense or scalar output) as two functions of their own, one
-    /// with every input's dense offsets `const` 0 and one taking them: as for sequential
-    /// kernels (`nests_in_own_function`), slices arrive as `noalias` arguments and each copy
-    /// gets the registers to itself. A plan's blocks mostly have offsets (a window of rows,
-    /// an image of a vector), so the second copy is the hot one: inline in the kernel it
-    /// kept the row loop's slices on the stack (SpMV: 51 instructions per row against the
-    /// parallel kernel's 37).
-    fn block_nests_in_functions(
-        &self,
-        offsets: &[Ident],
-        condition: &TokenStream,
-        nests: TokenStream,
-    ) -> TokenStream {
-        let mut params = self.frame_params();
-        params.push((format_ident!("first"), quote!(&[bool])));
-        for v in 0..self.k.vars.len() {
-            params.push((self.bound(v, "lo"), quote!(usize)));
-            params.push((self.bound(v, "hi"), quote!(usize)));
-            params.push((self.bound(v, "nar"), quote!(bool)));
-        }
-        let (names, types): (Vec<Ident>, Vec<TokenStream>) = params.into_iter().unzip();
-        let rows = self.row_pos_slices();
-        let nested = nested_fn_attributes();
-        quote! {
-            #nested
-            fn zero_offsets<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
-                #(#names: #types),*
-            ) {
-                #(const #offsets: usize = 0;)*
-                #rows
-                #nests
-            }
-            #nested
-            fn any_offsets<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
-                #(#offsets: usize,)* #(#names: #types),*
-            ) {
-                #rows
-                #nests
-            }
-            if #condition {
-                zero_offsets::<V, I>(#(#names),*);
-            } else {
-                any_offsets::<V, I>(#(#offsets,)* #(#names),*);
-            }
-        }
     }
 
     /// For every input whose first level is dense and second compressed (CSR-like), its
