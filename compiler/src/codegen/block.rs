@@ -196,7 +196,7 @@ impl Gen<'_> {
             params.push((self.bound(v, "nar"), quote!(bool)));
         }
         let (names, types): (Vec<Ident>, Vec<TokenStream>) = params.into_iter().unzip();
-        let rows = self.row_pos_slices();
+        let rows = self.pos_slices();
         let nested = nested_fn_attributes();
         quote! {
             #nested

@@ -70,6 +70,28 @@ impl Gen<'_> {
         p
     }
 
+    /// In the copy of the nests over whole validated tensors, the output's values cut to one
+    /// per position of the operand's last mirrored level when that level is compressed or
+    /// singleton and no dense level follows (TTV's `A(i,j)` from `B(i,j,k)`): the loop over
+    /// that level has just checked its position against `crd.len()`, so the store at that
+    /// position needs no check of its own (one compare and branch fewer per fibre). The
+    /// values were allocated with exactly this length ([`Gen::mirror_init`]).
+    pub(super) fn mirror_out_slice(&self) -> TokenStream {
+        let Some(m) = self.mirror.filter(|_| self.trusted) else {
+            return quote!();
+        };
+        let last = LevelRef {
+            access: m.access,
+            level: m.levels - 1,
+        };
+        let rank = self.k.output_tensor().rank();
+        if self.k.level_type(last) == LevelType::Dense || m.levels < rank {
+            return quote!();
+        }
+        let crd = self.lvl(self.tensor_of(m.access), last.level, "crd");
+        quote!(let out_vals: &mut [V] = &mut out_vals[..#crd.len()];)
+    }
+
     /// The output with the operand's levels (cloned) and its own dense levels after them.
     pub(super) fn mirror_finish(&self, m: Mirror) -> TokenStream {
         let tv = quote::format_ident!("t{}", self.tensor_of(m.access));
@@ -130,6 +152,9 @@ impl Gen<'_> {
         let trailing = self.trailing_sizes(m);
         let label = syn::Lifetime::new("'l0", proc_macro2::Span::call_site());
         let visit = self.visit(nest, 0, &label, OutTarget::Row);
+        // Cut again inside the closure: it receives each slice's length as a value of its own,
+        // which LLVM cannot tie to another's.
+        let slices = self.pos_slices();
         Some(quote! {
             {
                 use ::rayon::prelude::*;
@@ -168,6 +193,7 @@ impl Gen<'_> {
                     (rest, at, q0) = (tail, e, q1);
                 }
                 jobs.into_par_iter().for_each(move |(q0, q1, out_base, out_row)| {
+                    #slices
                     for q in q0..q1 {
                         let #var = #coord;
                         #bind
