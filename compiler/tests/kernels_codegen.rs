@@ -354,3 +354,32 @@ fn csf_fibres_index_pos_and_the_mirrored_output_within_the_parent_crd() {
         assert_eq!(trusted.contains(cut_out), out_cut, "{schedule:?}\n{text}");
     }
 }
+
+/// Parallel TTM (a mirrored `ssd` output): over whole tensors each job runs in a function
+/// of its own that takes its output row as an argument (`noalias`, so LLVM does not test
+/// it against `C`'s row for overlap before every vectorised row update); TTV's jobs (no
+/// dense output level after the mirrored ones) stay in the closure.
+#[test]
+fn mirrored_jobs_with_dense_output_rows_run_in_a_function_of_their_own() {
+    for (expr, formats, own) in [
+        (
+            "A(i,j,k) = B(i,j,l) * C(l,k)",
+            [("B", "csf"), ("A", "ssd")],
+            true,
+        ),
+        (
+            "A(i,j) = B(i,j,k) * c(k)",
+            [("B", "csf"), ("A", "ss")],
+            false,
+        ),
+    ] {
+        let expr = format!("{expr}; parallelize(i)");
+        let case = Case::fixed(&expr, &formats, &[], 0);
+        let text = codegen::pretty(&codegen::emit(&case.lower().unwrap()));
+        let (_, trusted) = text.split_once("for_each(move").expect("parallel jobs");
+        let job = trusted.split_once("fn one_job<").map(|(_, f)| f);
+        let takes_row =
+            job.is_some_and(|f| f.split_once(") {").unwrap().0.contains("out_row: &mut [V]"));
+        assert_eq!(takes_row, own, "{expr}\n{text}");
+    }
+}
