@@ -232,3 +232,78 @@ fn block_kernels_match_the_interpreter_and_partitions_sum_to_the_oracle() {
         "{stdout}"
     );
 }
+
+/// The windows a plan's point task hands SpMV's block kernel — `A`'s rows from an offset
+/// (`pos` rebased), `x` whole (offset 0) or as the image of the rows' coordinates (an
+/// offset) — give the block's rows of `A x`. With `x` whole the kernel runs the copy of its
+/// nests whose vector offset is `const` 0 while the row offset is an argument (not 0 here),
+/// which no whole-tensor instance above reaches.
+#[test]
+fn spmv_block_kernel_over_windows_with_and_without_a_vector_offset() {
+    // A 6 × 8 CSR matrix; rows 2..5 hold columns 3..=6 only, so their image of `x` is 3..7.
+    let (pos, crd): (Vec<u32>, Vec<u32>) = (
+        vec![0, 2, 3, 5, 7, 8, 10],
+        vec![0, 7, 1, 3, 6, 4, 5, 6, 2, 7],
+    );
+    let vals: Vec<f64> = (1..=10).map(f64::from).collect();
+    let x: Vec<f64> = (0..8).map(|j| 0.5 + f64::from(j)).collect();
+    let (lo, hi) = (2usize, 5usize);
+    let (plo, phi) = (pos[lo] as usize, pos[hi] as usize);
+    let want: Vec<String> = (lo..hi)
+        .map(|i| {
+            let row = pos[i] as usize..pos[i + 1] as usize;
+            lit(row.map(|p| vals[p] * x[crd[p] as usize]).sum())
+        })
+        .collect();
+    let rebased: Vec<u32> = pos[lo..=hi].iter().map(|p| p - pos[lo]).collect();
+    let kernel = Case::fixed("y(i) = A(i,j) * x(j)", &[("A", "csr")], &[], 0)
+        .lower()
+        .unwrap();
+    let kernels = codegen::pretty(&codegen::emit_block_named(&kernel, &format_ident!("spmv")));
+    let main = format!(
+        "use tessera_formats::{{Format, LevelView, TensorView}};\n\
+         fn main() {{\n\
+         \x20   let (a_dims, x_dims) = (vec![6usize, 8], vec![8usize]);\n\
+         \x20   let (csr, d) = (Format::parse(\"csr\", 2).unwrap(), Format::parse(\"d\", 1).unwrap());\n\
+         \x20   let (pos, crd, vals): (Vec<u32>, Vec<u32>, Vec<f64>) = (vec!{rebased:?}, vec!{crd:?}, vec!{vals:?});\n\
+         \x20   let x: Vec<f64> = vec!{x:?};\n\
+         \x20   let a = TensorView::new(&a_dims, &csr, vec![LevelView::dense({size}, {lo}), LevelView::Compressed {{ pos: &pos, crd: &crd }}], &vals).unwrap();\n\
+         \x20   let whole = TensorView::new(&x_dims, &d, vec![LevelView::dense(8, 0)], &x).unwrap();\n\
+         \x20   let image = TensorView::new(&x_dims, &d, vec![LevelView::dense(4, 3)], &x[3..7]).unwrap();\n\
+         \x20   let want: Vec<f64> = vec![{want}];\n\
+         \x20   for (name, x) in [(\"whole x\", whole), (\"image of x\", image)] {{\n\
+         \x20       let mut tile = vec![0.0f64; {size}];\n\
+         \x20       let none = kernels::spmv::<f64, u32>(&[a.clone(), x], &[6], &[{lo}..{hi}, 0..8], &[false, true], Some(&mut tile));\n\
+         \x20       assert!(none.is_none());\n\
+         \x20       println!(\"{{name}}: {{}}\", if tile == want {{ \"ok\" }} else {{ \"WRONG\" }});\n\
+         \x20   }}\n\
+         }}\n",
+        crd = &crd[plo..phi],
+        vals = &vals[plo..phi],
+        size = hi - lo,
+        want = want.join(", "),
+    );
+    let stdout = run_crate("tessera-block-windows", &kernels, &main);
+    assert_eq!(stdout.trim(), "whole x: ok\nimage of x: ok", "{stdout}");
+}
+
+/// In a block kernel only the offsets subtracted per nonzero choose the copy of the nests
+/// without offsets: SpMV's `x[crd - off]` (tensor 1), not `A`'s row offset (tensor 0),
+/// which a plan's row windows almost always have and which the row loop subtracts once per
+/// row. That copy takes the row offset as an argument.
+#[test]
+fn block_kernels_choose_the_zero_offset_copy_by_the_vector_offset_alone() {
+    let kernel = Case::fixed("y(i) = A(i,j) * x(j)", &[("A", "csr")], &[], 0)
+        .lower()
+        .unwrap();
+    let text = codegen::pretty(&codegen::emit_block(&kernel));
+    assert!(text.contains("if true && t1_l0_off == 0 {"), "{text}");
+    let (_, zero) = text
+        .split_once("fn zero_offsets<")
+        .unwrap_or_else(|| panic!("no zero-offset copy:\n{text}"));
+    let (params, body) = zero.split_once(") {").unwrap();
+    assert!(params.contains("t0_l0_off: usize"), "{text}");
+    assert!(!params.contains("t1_l0_off"), "{text}");
+    assert!(body.contains("const t1_l0_off: usize = 0;"), "{text}");
+    assert!(!body.contains("const t0_l0_off"), "{text}");
+}

@@ -331,3 +331,55 @@ fn mirrored_output_nests_run_in_their_own_function_and_trust_whole_rows() {
         "{text}"
     );
 }
+
+/// TTV over whole CSF tensors: the copy of the nests over whole validated tensors cuts the
+/// fibre level's `pos` and the mirrored output's values to the length of the level above
+/// (`crd.len()`), sequential and inside the parallel jobs' closure (which gets each slice's
+/// length as a value of its own), so that the check of the fibre's `crd` position also
+/// covers `pos[p]`, `pos[p + 1]` and the output store, as validation guarantees it does.
+#[test]
+fn csf_fibres_index_pos_and_the_mirrored_output_within_the_parent_crd() {
+    let cut_pos = "let t0_l2_pos: &[I] = &t0_l2_pos[..=t0_l1_crd.len()];";
+    let cut_out = "let out_vals: &mut [V] = &mut out_vals[..t0_l1_crd.len()];";
+    for (schedule, out_cut) in [("", true), ("; parallelize(i)", false)] {
+        let expr = format!("A(i,j) = B(i,j,k) * c(k){schedule}");
+        let case = Case::fixed(&expr, &[("B", "csf"), ("A", "ss")], &[], 0);
+        let text = codegen::pretty(&codegen::emit(&case.lower().unwrap()));
+        let jobs = text.split_once("for_each(move").map(|(_, j)| j);
+        let trusted = match jobs {
+            Some(closure) => closure,
+            None => text.split_once("fn zero_offsets<").expect("own function").1,
+        };
+        assert!(trusted.contains(cut_pos), "{schedule:?}\n{text}");
+        assert_eq!(trusted.contains(cut_out), out_cut, "{schedule:?}\n{text}");
+    }
+}
+
+/// Parallel TTM (a mirrored `ssd` output): over whole tensors each job runs in a function
+/// of its own that takes its output row as an argument (`noalias`, so LLVM does not test
+/// it against `C`'s row for overlap before every vectorised row update); TTV's jobs (no
+/// dense output level after the mirrored ones) stay in the closure.
+#[test]
+fn mirrored_jobs_with_dense_output_rows_run_in_a_function_of_their_own() {
+    for (expr, formats, own) in [
+        (
+            "A(i,j,k) = B(i,j,l) * C(l,k)",
+            [("B", "csf"), ("A", "ssd")],
+            true,
+        ),
+        (
+            "A(i,j) = B(i,j,k) * c(k)",
+            [("B", "csf"), ("A", "ss")],
+            false,
+        ),
+    ] {
+        let expr = format!("{expr}; parallelize(i)");
+        let case = Case::fixed(&expr, &formats, &[], 0);
+        let text = codegen::pretty(&codegen::emit(&case.lower().unwrap()));
+        let (_, trusted) = text.split_once("for_each(move").expect("parallel jobs");
+        let job = trusted.split_once("fn one_job<").map(|(_, f)| f);
+        let takes_row =
+            job.is_some_and(|f| f.split_once(") {").unwrap().0.contains("out_row: &mut [V]"));
+        assert_eq!(takes_row, own, "{expr}\n{text}");
+    }
+}

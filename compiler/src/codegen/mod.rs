@@ -352,14 +352,25 @@ impl Gen<'_> {
             ),
         };
         let condition = quote!(#(#offsets == 0)&&* #(#whole)*);
+        let slices = Gen {
+            trusted: !self.block,
+            ..*self
+        }
+        .pos_slices();
+        let out_slice = Gen {
+            trusted: !self.block,
+            ..*self
+        }
+        .mirror_out_slice();
         if self.block && self.dense_output() {
-            return self.block_nests_in_functions(&offsets, &condition, nests);
+            return self.block_nests_in_functions(&offsets, nests);
         }
         if !self.nests_in_own_function() {
             return quote! {
                 if #condition {
                     #(const #offsets: usize = 0;)*
                     #trusted
+                    #slices
                     #zero
                 } else {
                     #nests
@@ -385,6 +396,8 @@ impl Gen<'_> {
                 ) {
                     #(const #offsets: usize = 0;)*
                     #trusted
+                    #slices
+                    #out_slice
                     #zero
                 }
                 zero_offsets::<V, I>(#(#names),*);
@@ -410,76 +423,46 @@ impl Gen<'_> {
         )
     }
 
-    /// A block kernel's nests (dense or scalar output) as two functions of their own, one
-    /// with every input's dense offsets `const` 0 and one taking them: as for sequential
-    /// kernels (`nests_in_own_function`), slices arrive as `noalias` arguments and each copy
-    /// gets the registers to itself. A plan's blocks mostly have offsets (a window of rows,
-    /// an image of a vector), so the second copy is the hot one: inline in the kernel it
-    /// kept the row loop's slices on the stack (SpMV: 51 instructions per row against the
-    /// parallel kernel's 37).
-    fn block_nests_in_functions(
-        &self,
-        offsets: &[Ident],
-        condition: &TokenStream,
-        nests: TokenStream,
-    ) -> TokenStream {
-        let mut params = self.frame_params();
-        params.push((format_ident!("first"), quote!(&[bool])));
-        for v in 0..self.k.vars.len() {
-            params.push((self.bound(v, "lo"), quote!(usize)));
-            params.push((self.bound(v, "hi"), quote!(usize)));
-            params.push((self.bound(v, "nar"), quote!(bool)));
-        }
-        let (names, types): (Vec<Ident>, Vec<TokenStream>) = params.into_iter().unzip();
-        let rows = self.row_pos_slices();
-        let nested = nested_fn_attributes();
-        quote! {
-            #nested
-            fn zero_offsets<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
-                #(#names: #types),*
-            ) {
-                #(const #offsets: usize = 0;)*
-                #rows
-                #nests
+    /// Every input's compressed `pos` arrays cut to the length a valid tensor gives them, so
+    /// that a bounds check the loop above has just passed also covers the level's `pos[p]`
+    /// and `pos[p + 1]`, and LLVM drops both (the cut is `..=n`, which cannot wrap as
+    /// `..n + 1` could; a shorter array panics here rather than in the loop):
+    /// - in a block kernel, under a dense first level (CSR-like), `..=size`: the row loop has
+    ///   checked the row against the size. SpMV block kernel, 100 k rows: 12.07 M → 11.33 M
+    ///   instructions per run together with the plain store of `written_once`. (In the plain
+    ///   kernels' copy over whole tensors the same cut made SpGEMM's sequential kernel 4 %
+    ///   more instructions, and SpMV's there is as the hand-written loop's already.)
+    /// - in the copy of the nests over whole validated tensors (`trusted`), also under a
+    ///   compressed or singleton level, `..=crd.len()` of that level: the loop over the parent
+    ///   level has just read `crd[p]` (or sliced `crd` up to it). TTV: two compares and
+    ///   branches fewer per fibre. Not in a block kernel, whose windows of a deeper `pos`
+    ///   need only cover the positions its block visits.
+    fn pos_slices(&self) -> TokenStream {
+        let mut ts = quote!();
+        for (t, d) in self.k.tensors.iter().enumerate() {
+            if d.input_slot.is_none() {
+                continue;
             }
-            #nested
-            fn any_offsets<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
-                #(#offsets: usize,)* #(#names: #types),*
-            ) {
-                #rows
-                #nests
-            }
-            if #condition {
-                zero_offsets::<V, I>(#(#names),*);
-            } else {
-                any_offsets::<V, I>(#(#offsets,)* #(#names),*);
+            let levels = d.format.levels();
+            for l in 1..levels.len() {
+                if levels[l] != LevelType::Compressed {
+                    continue;
+                }
+                let pos = self.lvl(t, l, "pos");
+                let n = match levels[l - 1] {
+                    LevelType::Dense if l == 1 && self.block => self.lvl(t, 0, "size"),
+                    LevelType::Compressed | LevelType::Singleton if self.trusted => {
+                        self.lvl(t, l - 1, "crd")
+                    }
+                    _ => continue,
+                };
+                ts.extend(match levels[l - 1] {
+                    LevelType::Dense => quote!(let #pos: &[I] = &#pos[..=#n];),
+                    _ => quote!(let #pos: &[I] = &#pos[..=#n.len()];),
+                });
             }
         }
-    }
-
-    /// For every input whose first level is dense and second compressed (CSR-like), its
-    /// `pos` cut to the first level's positions plus one: the row loop has just checked that
-    /// a row is below the dense size, so with this length (`..=size`, which cannot wrap as
-    /// `..size + 1` could) LLVM drops both bounds checks of the row's `pos[p]` and
-    /// `pos[p + 1]`. SpMV block kernel, 100 k rows: 12.07 M → 11.33 M instructions per run
-    /// together with the plain store of `written_once`. A valid tensor or window has exactly
-    /// this many; a shorter one panics here rather than in the loop.
-    fn row_pos_slices(&self) -> TokenStream {
-        self.k
-            .tensors
-            .iter()
-            .enumerate()
-            .filter(|(_, d)| d.input_slot.is_some())
-            .filter(|(_, d)| {
-                d.format
-                    .levels()
-                    .starts_with(&[LevelType::Dense, LevelType::Compressed])
-            })
-            .map(|(t, _)| {
-                let (pos, size) = (self.lvl(t, 1, "pos"), self.lvl(t, 0, "size"));
-                quote!(let #pos: &[I] = &#pos[..=#size];)
-            })
-            .collect()
+        ts
     }
 
     fn nest(&self, nest: &Nest) -> TokenStream {

@@ -220,12 +220,14 @@ impl Gen<'_> {
             types.push(quote!(usize));
         }
         let scalars = self.scalar_values(nest);
+        let slices = self.pos_slices();
         let nested = super::nested_fn_attributes();
         quote! {
             #nested
             fn one_job<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
                 #(#names: #types),*
             ) {
+                #slices
                 #scalars
                 #body
             }
