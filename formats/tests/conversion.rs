@@ -694,14 +694,7 @@ fn coordinates_past_the_declared_dimensions_name_their_line() {
             text += "15002 2 0.5\n";
             text += tail;
             std::fs::write(&input, text).unwrap();
-            for external in [false, true] {
-                let opts = ConvertOptions {
-                    memory: 64 << 10,
-                    force_external_sort: external,
-                    ..ConvertOptions::default()
-                };
-                let err =
-                    convert(&input, &dir.path().join("o.tcs"), &opts, &NoProgress).unwrap_err();
+            for (external, err) in errors_sorted_and_external(&input) {
                 assert!(
                     matches!(
                         err,
@@ -732,13 +725,7 @@ fn errors_in_later_blocks_name_their_line() {
     std::fs::write(&input, text).unwrap();
     // Sorted (the block packer) and forced through the external sort (the parallel chunk
     // parser): both scan good lines in one pass and still name the bad one.
-    for external in [false, true] {
-        let opts = ConvertOptions {
-            memory: 64 << 10,
-            force_external_sort: external,
-            ..ConvertOptions::default()
-        };
-        let err = convert(&input, &dir.path().join("o.tcs"), &opts, &NoProgress).unwrap_err();
+    for (external, err) in errors_sorted_and_external(&input) {
         assert!(
             matches!(
                 err,
@@ -752,6 +739,26 @@ fn errors_in_later_blocks_name_their_line() {
         );
         assert_eq!(dir_names(dir.path()), vec!["late.tns"]);
     }
+}
+
+/// The errors converting `input` (which must fail) within 64 KiB, sorted (the block packer) and
+/// forced through the external sort (the parallel chunk parser), each with which it was.
+fn errors_sorted_and_external(input: &Path) -> Vec<(bool, Error)> {
+    [false, true]
+        .into_iter()
+        .map(|external| {
+            let opts = ConvertOptions {
+                memory: 64 << 10,
+                force_external_sort: external,
+                ..ConvertOptions::default()
+            };
+            let out = input.with_file_name("o.tcs");
+            (
+                external,
+                convert(input, &out, &opts, &NoProgress).unwrap_err(),
+            )
+        })
+        .collect()
 }
 
 /// A `.tcs` file's contents in the contiguous layout: equal for equal tensors, however the

@@ -250,18 +250,15 @@ fn fresh_stores_every_iteration_give_repeated_tokens() {
     assert_ne!(h[0], h[1]);
 }
 
-/// Issues a loop whose iterations differ in what the analysis depends on (which store is
-/// written, and through which view), on a runtime whose tracer sees every token as equal.
-fn colliding_stream(tracing: bool, mask: u64) -> (Vec<f64>, Vec<f64>, Stats) {
+/// A two-thread runtime (tracing as asked, the finder sampled every `sampling` tasks) with the
+/// task `inc` (`y = y / 2 + x + 1` over two aligned stores) and two stores of 8 to run it on.
+fn inc_runtime(tracing: bool, sampling: usize) -> (Runtime, Store, Store) {
     let rt = Runtime::builder()
         .threads(2)
         .min_piece_size(1)
         .tracing(tracing)
-        .trace_sampling(4)
+        .trace_sampling(sampling)
         .build();
-    if let Some(tr) = rt.inner.front.lock().unwrap().tracing.as_mut() {
-        tr.token_mask = mask;
-    }
     rt.register("inc", |ctx| {
         let x = ctx.read::<f64>(0);
         let mut y = ctx.write::<f64>(1);
@@ -272,6 +269,16 @@ fn colliding_stream(tracing: bool, mask: u64) -> (Vec<f64>, Vec<f64>, Stats) {
     .unwrap();
     let a = rt.from_vec(&[8], (0..8).map(f64::from).collect()).unwrap();
     let b = rt.create(DType::F64, &[8]).unwrap();
+    (rt, a, b)
+}
+
+/// Issues a loop whose iterations differ in what the analysis depends on (which store is
+/// written, and through which view), on a runtime whose tracer sees every token as equal.
+fn colliding_stream(tracing: bool, mask: u64) -> (Vec<f64>, Vec<f64>, Stats) {
+    let (rt, a, b) = inc_runtime(tracing, 4);
+    if let Some(tr) = rt.inner.front.lock().unwrap().tracing.as_mut() {
+        tr.token_mask = mask;
+    }
     for i in 0..120u32 {
         let (x, y) = if i % 3 == 0 { (&a, &b) } else { (&b, &a) };
         let (x, y) = if i % 5 == 0 {
@@ -441,22 +448,7 @@ fn a_reused_launch_spec_starts_empty() {
 /// any) its second task writes half of the store through a slice instead. Returns the
 /// stores, the statistics and the tracer's history length (tracing on).
 fn streak_stream(tracing: bool, diverge: Option<u32>) -> (Vec<f64>, Vec<f64>, Stats, usize) {
-    let rt = Runtime::builder()
-        .threads(2)
-        .min_piece_size(1)
-        .tracing(tracing)
-        .trace_sampling(8)
-        .build();
-    rt.register("inc", |ctx| {
-        let x = ctx.read::<f64>(0);
-        let mut y = ctx.write::<f64>(1);
-        for (o, i) in y.as_mut_slice().iter_mut().zip(x.as_slice()) {
-            *o = *o * 0.5 + i + 1.0;
-        }
-    })
-    .unwrap();
-    let a = rt.from_vec(&[8], (0..8).map(f64::from).collect()).unwrap();
-    let b = rt.create(DType::F64, &[8]).unwrap();
+    let (rt, a, b) = inc_runtime(tracing, 8);
     for i in 0..200u32 {
         let step = |x: &Store, y: &Store| {
             rt.task("inc")
