@@ -546,7 +546,9 @@ impl Runtime {
     /// loop applies every one of them to a cache-sized chunk before the next, and fused
     /// temporaries live in chunk-sized scratch. The body must assign every element of each
     /// output passed with `write`; results (`submit_reduce`) are folded with
-    /// [`Chunk::add_result`].
+    /// [`Chunk::add_result`]. The body runs through [`crate::simd::wide`] (AVX2 + FMA where the
+    /// CPU has them, bitwise the same results): write it as an `#[inline(always)]` closure so
+    /// that its loop is compiled for those instructions.
     pub fn register_elementwise<T: Element>(
         &self,
         name: &str,
