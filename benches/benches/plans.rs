@@ -29,6 +29,7 @@
 //! `TESSERA_BENCH_COMPILED_ONLY=1` (section 5 alone).
 
 use std::hint::black_box;
+use std::time::Instant;
 use tessera_benches::{best_of, env_or, median, Table};
 use tessera_compiler::ir::{Block, Kernel};
 use tessera_compiler::plan::on_runtime::{self, Stored};
@@ -282,6 +283,9 @@ fn tree_vs_serial(t: &mut Table, a: &Tensor<f64, u32>, x: &Tensor<f64, u32>, rep
     );
 }
 
+/// How long each contestant of the warm figures runs untimed before it is timed.
+const HOT: std::time::Duration = std::time::Duration::from_millis(300);
+
 /// Section 5: compiled row-split plans vs the unscheduled parallel kernel, SpMV and SpMM.
 fn compiled_rows(
     t: &mut Table,
@@ -415,9 +419,18 @@ fn compiled_rows(
             // Interleaved, the contestants' separate copies of A evict each other from the
             // last-level cache, and the cold parallel kernel barely gains from a second thread
             // (quiet machine: 1.5-1.9 ms at 2t interleaved, 0.54 ms warm), so the interleaved
-            // ratio alone flatters the plan; both are reported.
-            let warm =
-                |f: &mut dyn FnMut()| median((0..reps).map(|_| best_of(1, &mut *f).0).collect());
+            // ratio alone flatters the plan; both are reported. Each contestant first runs
+            // untimed for `HOT` back to back: on this VM a thread woken after a short sleep
+            // often starts about as late as a 0.5 ms kernel lasts (`perf sched latency`: ~1 ms
+            // average delay), so rayon's second worker, asleep between short runs, joined too
+            // late and the 2-thread kernel timed at its 1-thread speed in 9 runs but not in 200.
+            let warm = |f: &mut dyn FnMut()| {
+                let hot = Instant::now();
+                while hot.elapsed() < HOT {
+                    f();
+                }
+                median((0..reps).map(|_| best_of(1, &mut *f).0).collect())
+            };
             let warm_stored = warm(&mut || {
                 let y = on_runtime::run_stored(&rt, &p, &k, &stored, &out_dims, Some(block));
                 black_box(y.unwrap().into_tensor(&rt).unwrap());
