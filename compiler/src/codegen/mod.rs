@@ -352,16 +352,11 @@ impl Gen<'_> {
             ),
         };
         let condition = quote!(#(#offsets == 0)&&* #(#whole)*);
-        let slices = Gen {
+        let whole_gen = Gen {
             trusted: !self.block,
             ..*self
-        }
-        .pos_slices();
-        let out_slice = Gen {
-            trusted: !self.block,
-            ..*self
-        }
-        .mirror_out_slice();
+        };
+        let (slices, out_slice) = (whole_gen.pos_slices(), whole_gen.mirror_out_slice());
         if self.block && self.dense_output() {
             return self.block_nests_in_functions(&offsets, nests);
         }
@@ -449,17 +444,18 @@ impl Gen<'_> {
                     continue;
                 }
                 let pos = self.lvl(t, l, "pos");
-                let n = match levels[l - 1] {
-                    LevelType::Dense if l == 1 && self.block => self.lvl(t, 0, "size"),
+                let end = match levels[l - 1] {
+                    LevelType::Dense if l == 1 && self.block => {
+                        let size = self.lvl(t, 0, "size");
+                        quote!(#size)
+                    }
                     LevelType::Compressed | LevelType::Singleton if self.trusted => {
-                        self.lvl(t, l - 1, "crd")
+                        let crd = self.lvl(t, l - 1, "crd");
+                        quote!(#crd.len())
                     }
                     _ => continue,
                 };
-                ts.extend(match levels[l - 1] {
-                    LevelType::Dense => quote!(let #pos: &[I] = &#pos[..=#n];),
-                    _ => quote!(let #pos: &[I] = &#pos[..=#n.len()];),
-                });
+                ts.extend(quote!(let #pos: &[I] = &#pos[..=#end];));
             }
         }
         ts

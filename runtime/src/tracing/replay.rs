@@ -549,14 +549,14 @@ impl Inner {
         // an unbound store is never held), so that what follows (the recorded or compared
         // extents and key partitions) is the same in every run. A streak waited as each task
         // came.
-        let bound = tr.held[..n]
-            .iter()
-            .filter(|_| verified.is_none())
-            .try_for_each(|t| {
+        let bound = match verified {
+            Some(_) => Ok(()),
+            None => tr.held[..n].iter().try_for_each(|t| {
                 t.args
                     .iter()
                     .try_for_each(|a| self.wait_bound(&a.root, &t.name))
-            });
+            }),
+        };
         if bound.is_err() {
             // A failed producer: solving reports its error on the task reading its store.
             tr.decide(Decision::Failed(trace, n), counters);
