@@ -324,9 +324,11 @@ fn run_job(job: &str, args: &[String]) {
                 memory: args[2].parse().unwrap(),
                 ..ConvertOptions::default()
             };
-            convert(Path::new(&args[0]), Path::new(&args[1]), &opts, &NoProgress)
-                .expect("convert")
-                .entries_read
+            let report = convert(Path::new(&args[0]), Path::new(&args[1]), &opts, &NoProgress)
+                .expect("convert");
+            eprintln!("runs={}", report.runs);
+            eprintln!("merge_rounds={}", report.merge_rounds);
+            report.entries_read
         }
         _ => panic!("unknown job {job}"),
     };

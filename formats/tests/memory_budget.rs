@@ -10,7 +10,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tessera_formats::{convert, ConvertOptions, NoProgress};
+use tessera_formats::{convert, ConvertOptions, NoProgress, TcsFile, Value};
+
+/// The allocation counters are process-wide: tests that read them run one at a time.
+static COUNTED: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Heap bytes live now and the most at once since the last reset.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -103,6 +106,7 @@ fn peak_of(input: &Path, output: &Path, budget: usize) -> (usize, usize) {
 
 #[test]
 fn conversion_buffers_stay_within_every_budget() {
+    let _one = COUNTED.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // About 7 MB of text each: the unsorted one makes several runs at these budgets.
@@ -133,4 +137,68 @@ fn conversion_buffers_stay_within_every_budget() {
             );
         }
     }
+}
+
+/// At a small budget an unsorted input sorted into more runs than a merge round takes at once
+/// (85 at 16 MiB: a third of the budget in 64 KiB buffers) is merged by the parallel final
+/// merge directly, with no serial merge round, within the budget, and into the same bytes as
+/// a conversion with a few large runs.
+#[test]
+fn many_small_runs_are_merged_without_a_round_within_the_budget() {
+    let _one = COUNTED.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let input = d.join("unsorted.tns");
+    let entries = 300_000;
+    write_text(&input, entries, false, false);
+    let few = convert(
+        &input,
+        &d.join("few.tcs"),
+        &ConvertOptions::default(),
+        &NoProgress,
+    )
+    .unwrap();
+    // About 100 run files whatever the core count: each run is cut into a piece per parse
+    // thread (at most 4), and the parallel final merge takes 192 runs or more at 16 MiB.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let budget = 16 << 20;
+    let opts = ConvertOptions {
+        memory: budget,
+        run_entries: Some(entries * threads / 100),
+        ..ConvertOptions::default()
+    };
+    let before = LIVE.load(Ordering::Relaxed);
+    PEAK.store(before, Ordering::Relaxed);
+    tessera_formats::convert::reset_mapped_peak();
+    let many = convert(&input, &d.join("many.tcs"), &opts, &NoProgress).unwrap();
+    let peak = PEAK.load(Ordering::Relaxed) - before + tessera_formats::convert::mapped_peak();
+    assert!(many.runs > 85, "{} runs", many.runs);
+    assert_eq!(many.merge_rounds, 0, "{} runs", many.runs);
+    let share = budget - (budget / 4).min(4 << 20);
+    assert!(
+        peak <= share,
+        "peaked at {:.1} MiB",
+        peak as f64 / (1 << 20) as f64
+    );
+    assert!(few.runs < many.runs);
+    // The same tensor (the bytes differ: the extent table follows the merge's key ranges).
+    let (a, b) = (
+        entries_of(&d.join("few.tcs")),
+        entries_of(&d.join("many.tcs")),
+    );
+    assert_eq!(a.len(), few.entries_written as usize);
+    assert!(a == b, "the tensors differ");
+}
+
+/// Every stored entry of a `.tcs` file, in storage order.
+fn entries_of(path: &Path) -> Vec<(Vec<usize>, f64)> {
+    let f = TcsFile::open(path).unwrap();
+    let h = f.header();
+    let mut out = Vec::new();
+    tessera_formats::with_types!(h.value_type, h.index_bits, |V, I| f
+        .view::<V, I>()
+        .unwrap()
+        .entries()
+        .for_each(|(c, v)| out.push((c, Value::to_f64(v)))));
+    out
 }

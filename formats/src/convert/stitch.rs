@@ -149,7 +149,8 @@ fn merged<const R: usize, I: Index, V: Value, S: Sync>(
         None => (opts.memory as u64 / 4 / in_flight as u64 / per_entry).max(1 << 10),
     };
     let ranges = source.ranges(target, 4 * threads, threads)?;
-    let buffer = (opts.memory / 8 / threads / source.run_count().max(1)).clamp(4 << 10, 1 << 20);
+    let buffer = (opts.memory / 8 / threads / source.run_count().max(1))
+        .clamp(super::runs::MIN_RUN_BUFFER, 1 << 20);
     let (app, files) = appender(format, output)?;
     let crcs = app.late_crcs();
     let failed = Mutex::new(None);
