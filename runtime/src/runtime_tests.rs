@@ -703,3 +703,106 @@ fn a_launcher_that_differs_only_in_a_constraint_ends_the_streak() {
     // Undiverged, the tiles differ from the diverged run: the test can see a wrong tiling.
     assert_ne!(tiled_stream(false, None).0, tiled_stream(false, Some(99)).0);
 }
+
+/// A loop replayed as actors whose tasks' `Launched` come back from ended replays
+/// (`Launched::empty`, `SolvedTask::launch`): one iteration's body panics (its output is
+/// poisoned; the next iteration's whole write clears it) and every task folds a result.
+/// Returns the stores, the futures' values and the statistics.
+fn recycled_stream(tracing: bool) -> (Vec<f64>, Vec<f64>, Vec<Result<f64>>, Stats) {
+    // A window of one: a fused task fails as a whole, which is not what is compared here.
+    let rt = Runtime::builder()
+        .threads(2)
+        .min_piece_size(1)
+        .tracing(tracing)
+        .trace_sampling(8)
+        .window_size(1)
+        .build();
+    rt.register("inc", |ctx| {
+        let x = ctx.read::<f64>(0);
+        let mut y = ctx.write::<f64>(1);
+        for (o, i) in y.as_mut_slice().iter_mut().zip(x.as_slice()) {
+            *o = *o * 0.5 + i;
+        }
+    })
+    .unwrap();
+    let a = rt.from_vec(&[8], (0..8).map(f64::from).collect()).unwrap();
+    let b = rt.create(DType::F64, &[8]).unwrap();
+    let c = rt.create(DType::F64, &[8]).unwrap();
+    let n = rt.from_vec(&[1], vec![-1.0]).unwrap();
+    rt.register("tick", |ctx| {
+        let mut n = ctx.write::<f64>(0);
+        n.set_at(0, n.at(0) + 1.0);
+    })
+    .unwrap();
+    rt.register("inc_or_fail", |ctx| {
+        let k = ctx.read::<f64>(0).at(0);
+        assert!(k != 60.0, "iteration 60 fails");
+        let mut y = ctx.write::<f64>(1);
+        for i in y.range() {
+            y.set_at(i, k + i as f64);
+        }
+        ctx.set_result(k);
+    })
+    .unwrap();
+    rt.register("total", |ctx| {
+        let x = ctx.read::<f64>(0);
+        ctx.set_result(x.as_slice().iter().sum::<f64>());
+    })
+    .unwrap();
+    let mut sums = Vec::new();
+    for _ in 0..100 {
+        // The iteration comes from a store, not a scalar: a scalar's value is in the token,
+        // and a task whose token never repeats is never traced.
+        rt.task("tick").read_write(&n).submit().unwrap();
+        let f = rt
+            .task("inc_or_fail")
+            .read(&n)
+            .write(&c)
+            .broadcast(&n, &[0]);
+        sums.push(f.submit_reduce(ReduceOp::Sum).unwrap());
+        sums.push(
+            rt.task("total")
+                .read(&b)
+                .submit_reduce(ReduceOp::Sum)
+                .unwrap(),
+        );
+        rt.task("inc")
+            .read(&b)
+            .write(&a)
+            .align(&a, &b)
+            .submit()
+            .unwrap();
+        rt.task("inc")
+            .read(&a)
+            .write(&b)
+            .align(&a, &b)
+            .submit()
+            .unwrap();
+    }
+    let sums = sums.iter().map(|f| f.get().map(|s| s.as_f64())).collect();
+    rt.fence().unwrap();
+    // Every task ended (`Launched::end` gives its stores' pending references back).
+    for s in [&a, &b, &c, &n] {
+        assert_eq!(s.pending_refs(), 0);
+    }
+    let out = (rt.read::<f64>(&a).unwrap(), rt.read::<f64>(&c).unwrap());
+    (out.0, out.1, sums, rt.stats())
+}
+
+#[test]
+fn replays_renewing_ended_tasks_fail_fold_and_poison_as_new_ones() {
+    let (a, b, sums, _) = recycled_stream(false);
+    let (a2, b2, sums2, st) = recycled_stream(true);
+    assert!(st.actor_replays > 20, "{st:?}");
+    assert_eq!((a2, b2), (a, b));
+    let show = |s: &[Result<f64>]| {
+        format!(
+            "{:?}",
+            s.iter().map(|r| r.as_ref().ok()).collect::<Vec<_>>()
+        )
+    };
+    assert_eq!(show(&sums2), show(&sums));
+    // The failure is the failing iteration's own, not carried by the tasks renewed from it.
+    let failed: Vec<usize> = (0..sums.len()).filter(|&k| sums[k].is_err()).collect();
+    assert_eq!(failed, [2 * 60], "{}", show(&sums));
+}

@@ -360,12 +360,26 @@ impl SolvedTask {
     /// `t` launched as recorded at stream `position`, straight into its `Launched` (no
     /// `Plan` in between: the task is large, and every move of it shows on the issuing
     /// thread of a replayed trace). What `Inner::launched` makes of [`SolvedTask::plan`].
-    pub(crate) fn launch(&self, t: &Issued, position: u64) -> Arc<Launched> {
+    /// `spare`: an ended task of an earlier replay ([`Launched::empty`], `actors::Run`'s
+    /// `Drop`), renewed in place rather than allocating (the issuer's allocations of tasks the
+    /// workers free missed its thread cache, and the new task was copied into its `Arc`).
+    pub(crate) fn launch(
+        &self,
+        t: &Issued,
+        position: u64,
+        spare: Option<Arc<Launched>>,
+    ) -> Arc<Launched> {
         // The held task is read, not moved (it is large: moving it out of the held list took
         // two copies per task), and dropped in place afterwards.
         let has_finish =
             Launched::needs_finish(t.args.iter().map(|a| a.privilege), t.result.is_some());
         let points = self.domain.len();
+        if let Some(mut spare) = spare {
+            if let Some(l) = Arc::get_mut(&mut spare) {
+                self.renew(l, t, position, has_finish);
+                return spare;
+            }
+        }
         let mut results = Args::new();
         if let Some(r) = &t.result {
             results.push(r.clone());
@@ -389,10 +403,61 @@ impl SolvedTask {
         })
     }
 
+    /// What [`SolvedTask::launch`] makes, written over an emptied spare task (every field:
+    /// destructured, so that a new field is not forgotten).
+    fn renew(&self, l: &mut Launched, t: &Issued, at: u64, finish: bool) {
+        let points = self.domain.len();
+        let Launched {
+            position,
+            name,
+            body,
+            domain,
+            token,
+            args,
+            scalars,
+            results,
+            fused,
+            roots,
+            remaining,
+            outs,
+            failure,
+            has_finish,
+            dist,
+        } = l;
+        *position = at;
+        name.clone_from(&t.name);
+        body.clone_from(&t.body);
+        *domain = self.domain;
+        *token = self.token;
+        self.push_args(t, args);
+        scalars.clear();
+        scalars.extend(t.scalars.iter().cloned());
+        results.clear();
+        results.extend(t.result.iter().cloned());
+        *fused = None;
+        roots.clear();
+        Launched::hold_roots_into(t.args.iter().map(|a| &a.root), roots);
+        *remaining.get_mut() = points;
+        outs.clear();
+        if finish {
+            outs.extend((0..points).map(|_| Mutex::default()));
+        }
+        *failure.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+        *has_finish = finish;
+        *dist = None;
+    }
+
     /// `t`'s arguments with the recorded views and sub-stores. Pushed one by one: `collect`
     /// went through `SmallVec::extend`'s general path, twice the instructions.
     fn launch_args(&self, t: &Issued) -> Args<LaunchArg> {
         let mut args: Args<LaunchArg> = Args::new();
+        self.push_args(t, &mut args);
+        args
+    }
+
+    /// [`SolvedTask::launch_args`] into `args` (emptied first).
+    fn push_args(&self, t: &Issued, args: &mut Args<LaunchArg>) {
+        args.clear();
         for (a, (view, rects)) in t.args.iter().zip(&self.args) {
             args.push(LaunchArg {
                 root: a.root.clone(),
@@ -402,7 +467,6 @@ impl SolvedTask {
                 local: false,
             });
         }
-        args
     }
 }
 

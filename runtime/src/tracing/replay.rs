@@ -721,8 +721,14 @@ impl Inner {
                 (tasks, roots)
             }
             Err(roots) => {
-                let solved = &tr.recordings[&trace].solved;
-                let launch = |(t, s): (&Issued, &SolvedTask)| s.launch(t, self.next_position());
+                let rec = &tr.recordings[&trace];
+                let mut spare = match &rec.actors {
+                    Some(compiled) => compiled.take_spare_tasks(n),
+                    None => Vec::new(),
+                };
+                let solved = &rec.solved;
+                let launch =
+                    |(t, s): (&Issued, &SolvedTask)| s.launch(t, self.next_position(), spare.pop());
                 let tasks = tr.held[..n].iter().zip(solved).map(launch).collect();
                 tr.held.drain(..n);
                 (tasks, roots)
