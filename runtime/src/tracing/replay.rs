@@ -465,13 +465,19 @@ impl Inner {
             front.tracing = Some(tr);
             return Err((reg, result));
         }
-        let (constraints, domain) = issued.resolved(k);
+        let (recorded, domain) = issued.resolved(k);
+        // Pushed one by one: `collect` went through `SmallVec::extend`'s general path (~136
+        // instructions per stencil task against about half).
+        let mut constraints = crate::task::Args::new();
+        for c in recorded {
+            constraints.push(c.clone());
+        }
         let t = Issued {
             name: reg.name,
             body: reg.body,
             kernel: reg.kernel,
             args: std::mem::take(&mut spec.args),
-            constraints: constraints.iter().cloned().collect(),
+            constraints,
             scalars: std::mem::take(&mut spec.scalars),
             domain,
             result,
