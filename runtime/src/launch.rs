@@ -86,13 +86,52 @@ impl Launched {
         args: impl Iterator<Item = &'a Arc<StoreRoot>>,
     ) -> Args<Arc<StoreRoot>> {
         let mut roots: Args<Arc<StoreRoot>> = Args::new();
+        Launched::hold_roots_into(args, &mut roots);
+        roots
+    }
+
+    /// [`Launched::hold_roots`] into `roots` (empty).
+    pub(crate) fn hold_roots_into<'a>(
+        args: impl Iterator<Item = &'a Arc<StoreRoot>>,
+        roots: &mut Args<Arc<StoreRoot>>,
+    ) {
         for root in args {
             if !roots.iter().any(|r| Arc::ptr_eq(r, root)) {
                 root.pending_refs.fetch_add(1, Ordering::AcqRel);
                 roots.push(root.clone());
             }
         }
-        roots
+    }
+
+    /// A task that has ended, emptied for reuse: nothing of it is kept that could keep a store,
+    /// a future or a buffer alive (a spare task waits for the next replay of its trace,
+    /// which may never come). The fields are destructured so that a new one is not forgotten.
+    pub(crate) fn empty(&mut self) {
+        let Launched {
+            position: _,
+            name: _,
+            body: _,
+            domain: _,
+            token: _,
+            args,
+            scalars,
+            results,
+            fused,
+            roots,
+            remaining: _,
+            outs,
+            failure,
+            has_finish: _,
+            dist,
+        } = self;
+        args.clear();
+        scalars.clear();
+        results.clear();
+        *fused = None;
+        roots.clear();
+        outs.clear();
+        *failure.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+        *dist = None;
     }
 
     /// Where each of `points` points leaves what the finish step reads (nothing without one).

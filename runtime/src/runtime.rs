@@ -21,8 +21,8 @@ use crate::solver::{record_keys, Solution, Solver, SolverArg};
 use crate::stats::{Counters, Stats};
 use crate::store::{Bound, Memory, Store, StoreRoot};
 use crate::task::{
-    Args, Issued, IssuedArg, LaunchSpec, Privilege, Registered, Registry, ScalarArg, Scalars,
-    TaskBody, TaskLauncher, UserConstraint, ViewId,
+    broadcast_mask, Args, Issued, IssuedArg, LaunchSpec, Privilege, Registered, Registry,
+    ScalarArg, Scalars, TaskBody, TaskLauncher, UserConstraint, ViewId,
 };
 use crate::tracing::replay::Tracing;
 use crate::transport::Communicator;
@@ -977,6 +977,23 @@ impl Runtime {
             }
             check_privilege(&task, &a.root, a.privilege)?;
         }
+        let mut front = self.inner.front.lock().unwrap_or_else(|e| e.into_inner());
+        let future = result.map(|_| Future::pending(Arc::downgrade(&self.inner)));
+        let mut result = result.zip(future.as_ref().map(|f| f.cell.clone()));
+        let mut reg = Registered { name, body, kernel };
+        // In a replay streak the spec is compared with the recording's next task as it is: on
+        // a match its constraints are not resolved, its domain not checked (the recording's
+        // are taken) and the task is held at once (`Inner::streak_spec`, tracing/replay.rs).
+        if front.tracing.as_ref().is_some_and(|t| t.in_streak()) {
+            match self.inner.streak_spec(&mut front, &mut l, reg, result) {
+                Ok(r) => {
+                    self.keep_spec(l);
+                    Counters::add(&self.inner.shared.counters.tasks_issued, 1);
+                    return self.issued(front, r).map(|()| future);
+                }
+                Err(back) => (reg, result) = back,
+            }
+        }
         let constraints = resolve_constraints(&task, &l.args, &l.constraints)?;
         let domain = match &l.domain {
             Some(d) => Some(Domain::new(d).ok_or_else(|| RuntimeError::BadLaunchDomain {
@@ -988,27 +1005,19 @@ impl Runtime {
         if let Some(dims) = &l.shard {
             check_shard(&task, dims, domain.as_ref())?;
         }
-        let future = result.map(|_| Future::pending(Arc::downgrade(&self.inner)));
         let issued = Issued {
-            name,
-            body,
-            kernel,
+            name: reg.name,
+            body: reg.body,
+            kernel: reg.kernel,
             args: std::mem::take(&mut l.args),
             constraints,
             scalars: std::mem::take(&mut l.scalars),
             domain,
-            result: result.zip(future.as_ref().map(|f| f.cell.clone())),
+            result,
             shard: l.shard.take(),
         };
-        // Emptied (`args`, `scalars`, `shard` and `task` are taken above), the spec serves the
-        // next launcher.
-        l.constraints.clear();
-        l.domain = None;
-        if let Ok(mut spare) = self.inner.spare_spec.try_lock() {
-            spare.get_or_insert(l);
-        }
+        self.keep_spec(l);
         Counters::add(&self.inner.shared.counters.tasks_issued, 1);
-        let mut front = self.inner.front.lock().unwrap_or_else(|e| e.into_inner());
         // Later tasks may read the store before this one is analysed (it may wait in the
         // window): it is as good as bound for them.
         for a in &issued.args {
@@ -1021,11 +1030,27 @@ impl Runtime {
         } else {
             self.inner.enqueue(&mut front, issued)
         };
+        self.issued(front, r).map(|()| future)
+    }
+
+    /// Empties a submitted spec (its `args`, `scalars`, `shard` and `task` are taken already)
+    /// for the next launcher.
+    fn keep_spec(&self, mut l: Box<LaunchSpec>) {
+        l.constraints.clear();
+        l.domain = None;
+        if let Ok(mut spare) = self.inner.spare_spec.try_lock() {
+            spare.get_or_insert(l);
+        }
+    }
+
+    /// After a task went to the tracer or the window: the error of a deferred launch, if
+    /// any, and the issuer throttled.
+    fn issued(&self, mut front: std::sync::MutexGuard<'_, Front>, r: Result<()>) -> Result<()> {
         let r = r.and(front.deferred.take().map_or(Ok(()), Err));
         self.inner.release(front);
         r?;
         self.inner.throttle();
-        Ok(future)
+        Ok(())
     }
 }
 
@@ -1120,16 +1145,15 @@ fn resolve_constraints(
             UserConstraint::Broadcast(s, dims) => {
                 let i = pos(s, "broadcast")?;
                 let rank = args[i].root.dim;
-                if let Some(&d) = dims.iter().find(|&&d| d >= rank) {
+                let Some(mask) = broadcast_mask(dims, rank) else {
+                    let d = dims.iter().copied().find(|&d| d >= rank).unwrap_or(rank);
                     return Err(RuntimeError::BroadcastDim {
                         task: task.into(),
                         store: s.store,
                         dim: d,
                         rank,
                     });
-                }
-                let mut mask = [false; MAX_DIMS];
-                dims.iter().for_each(|&d| mask[d] = true);
+                };
                 Constraint::Broadcast(i, mask)
             }
             UserConstraint::Image(src, dst) => {

@@ -491,3 +491,318 @@ fn a_repeated_trace_is_compared_as_it_comes_and_a_difference_ends_the_streak() {
         assert!(st.traces_replayed > 20, "{st:?}");
     }
 }
+
+/// The launcher's spec resolved and validated as `Runtime::issue` does, into the issued task
+/// (`None` where `issue` reports an error).
+fn resolved_spec(rt: &Runtime, l: TaskLauncher<'_>, op: Option<ReduceOp>) -> Option<Issued> {
+    let mut spec = l.spec;
+    let reg = spec.task.clone().ok()?;
+    let constraints = resolve_constraints(&reg.name, &spec.args, &spec.constraints).ok()?;
+    let domain = match &spec.domain {
+        Some(d) => Some(Domain::new(d)?),
+        None => None,
+    };
+    if let Some(dims) = &spec.shard {
+        check_shard(&reg.name, dims, domain.as_ref()).ok()?;
+    }
+    let cell = Future::pending(Arc::downgrade(&rt.inner)).cell;
+    Some(Issued {
+        name: reg.name,
+        body: reg.body,
+        kernel: reg.kernel,
+        args: std::mem::take(&mut spec.args),
+        constraints,
+        scalars: std::mem::take(&mut spec.scalars),
+        domain,
+        result: op.map(|op| (op, cell)),
+        shard: spec.shard.take(),
+    })
+}
+
+/// A launcher as data: the task, its arguments (store index, privilege), a future or a value
+/// as its scalar, constraints (over store indices), launch domain, sharding and result.
+#[derive(Clone)]
+struct SpecCase {
+    name: &'static str,
+    args: Vec<(usize, Privilege)>,
+    future: bool,
+    cons: Vec<Con>,
+    domain: Option<Vec<usize>>,
+    shard: bool,
+    op: Option<ReduceOp>,
+}
+
+#[derive(Clone)]
+enum Con {
+    Align(usize, usize),
+    Broadcast(usize, Vec<usize>),
+    Tile(usize, crate::Cut),
+    Image(usize, usize),
+}
+
+impl SpecCase {
+    fn launcher<'r>(&self, rt: &'r Runtime, stores: &[Store], f: &Future) -> TaskLauncher<'r> {
+        let mut l = rt.task(self.name);
+        for &(k, p) in &self.args {
+            l = match p {
+                Privilege::Read => l.read(&stores[k]),
+                Privilege::Write => l.write(&stores[k]),
+                _ => l.read_write(&stores[k]),
+            };
+        }
+        l = if self.future {
+            l.future(f)
+        } else {
+            l.scalar(1.0)
+        };
+        for c in &self.cons {
+            l = match c {
+                Con::Align(x, y) => l.align(&stores[*x], &stores[*y]),
+                Con::Broadcast(x, dims) => l.broadcast(&stores[*x], dims),
+                Con::Tile(x, cut) => l.tile(&stores[*x], std::slice::from_ref(cut)),
+                Con::Image(x, y) => l.image(&stores[*x], &stores[*y]),
+            };
+        }
+        if let Some(d) = &self.domain {
+            l = l.launch_domain(d);
+        }
+        if self.shard {
+            l = l.shard_by(&[0]);
+        }
+        l
+    }
+}
+
+/// A replay streak compares the launcher's spec with the recording before its constraints are
+/// resolved (`IssuedTrace::spec_matches_at`). It must answer exactly as resolving the spec and
+/// comparing the issued task (`IssuedTrace::matches_at`, the oracle) does: over a recorded task
+/// naming one store twice (constraints resolve to the *first* argument naming a view) with all
+/// four kinds of constraint and a fixed domain, and launchers that differ from it in one thing
+/// each (operands, dimensions, cuts, order, views, domain, sharding, result, future scalars).
+#[test]
+fn a_streak_compares_a_launcher_as_resolving_it_would() {
+    let rt = plain(2);
+    rt.register("t", |_| {}).unwrap();
+    rt.register("u", |_| {}).unwrap();
+    let a = rt.create(DType::F64, &[8]).unwrap();
+    let half = a.slice(0, 0..4).unwrap();
+    let stores = [
+        a,
+        rt.create(DType::F64, &[8]).unwrap(),
+        rt.create(DType::F64, &[4, 2]).unwrap(),
+        rt.from_vec(&[8], (0..8i64).collect::<Vec<_>>()).unwrap(),
+        half,
+    ];
+    let f = Future::ready(1.0);
+    let (r, w) = (Privilege::Read, Privilege::Write);
+    let base = SpecCase {
+        name: "t",
+        args: vec![(0, r), (0, r), (1, w), (2, r), (3, r)],
+        future: false,
+        cons: vec![
+            Con::Align(0, 1),
+            Con::Broadcast(2, vec![1]),
+            Con::Tile(1, crate::Cut::Equal(0)),
+            Con::Image(3, 0),
+        ],
+        domain: Some(vec![2]),
+        shard: false,
+        op: None,
+    };
+    let rec = resolved_spec(&rt, base.launcher(&rt, &stores, &f), None).expect("valid");
+    let trace = crate::tracing::ahead::IssuedTrace::new(std::slice::from_ref(&rec));
+    type Change = fn(&mut SpecCase);
+    let changes: [Change; 23] = [
+        |_| {},
+        |s| s.op = Some(ReduceOp::Sum),
+        |s| s.domain = Some(vec![3]),
+        |s| s.domain = None,
+        |s| s.shard = true,
+        |s| s.name = "u",
+        |s| s.future = true,
+        |s| s.cons[0] = Con::Align(1, 0),
+        |s| s.cons[0] = Con::Align(0, 3),
+        |s| s.cons[0] = Con::Align(4, 1),
+        |s| s.cons[1] = Con::Broadcast(2, vec![0]),
+        |s| s.cons[1] = Con::Broadcast(2, vec![0, 1]),
+        |s| s.cons[1] = Con::Broadcast(2, vec![2]),
+        |s| s.cons[1] = Con::Broadcast(1, vec![0]),
+        |s| s.cons[2] = Con::Tile(1, crate::Cut::At(0, vec![3])),
+        |s| s.cons[2] = Con::Tile(0, crate::Cut::Equal(0)),
+        |s| s.cons[3] = Con::Image(3, 1),
+        |s| s.cons[3] = Con::Image(0, 3),
+        |s| s.cons.swap(2, 3),
+        |s| drop(s.cons.pop()),
+        |s| s.cons.push(Con::Image(3, 0)),
+        |s| s.args[1].1 = Privilege::Write,
+        |s| s.args[1].0 = 4,
+    ];
+    let mut same = 0;
+    for (k, change) in changes.iter().enumerate() {
+        let mut case = base.clone();
+        change(&mut case);
+        let issued = resolved_spec(&rt, case.launcher(&rt, &stores, &f), case.op);
+        let oracle =
+            issued.is_some_and(|t| trace.matches_at(0, std::slice::from_ref(&t), &mut Vec::new()));
+        let l = case.launcher(&rt, &stores, &f);
+        let name = l.spec.task.as_ref().expect("registered").name.clone();
+        let got = trace.spec_matches_at(0, &name, &l.spec, case.op, &[], &mut Vec::new());
+        assert_eq!(got, oracle, "change {k}");
+        same += usize::from(got);
+    }
+    assert_eq!(same, 1, "only the recorded launcher matches");
+}
+
+/// A ping-pong loop of tiled tasks whose body writes which point it is into its tile; at
+/// iteration `diverge` (if any) the second task cuts its stores at 3 instead of in halves —
+/// the same arguments, views and domain, another constraint.
+fn tiled_stream(tracing: bool, diverge: Option<u32>) -> (Vec<f64>, Vec<f64>, Stats) {
+    let (rt, a, b) = inc_runtime(tracing, 8);
+    rt.register("mark", |ctx| {
+        let x = ctx.read::<f64>(0);
+        let mut y = ctx.write::<f64>(1);
+        let p = ctx.linear_point() as f64;
+        // Exact in `f64` over the loop: a wrong tile shows in the last bits too.
+        for (o, i) in y.as_mut_slice().iter_mut().zip(x.as_slice()) {
+            *o = i + 1.0 + 10.0 * p;
+        }
+    })
+    .unwrap();
+    let halves = [crate::Cut::Equal(0)];
+    let at3 = [crate::Cut::At(0, vec![3])];
+    for i in 0..100u32 {
+        let step = |x: &Store, y: &Store, cuts: &[crate::Cut]| {
+            rt.task("mark")
+                .read(x)
+                .write(y)
+                .tile(x, cuts)
+                .tile(y, cuts)
+                .launch_domain(&[2])
+                .submit()
+                .unwrap()
+        };
+        step(&a, &b, &halves);
+        step(&b, &a, if diverge == Some(i) { &at3 } else { &halves });
+    }
+    let out = (rt.read::<f64>(&a).unwrap(), rt.read::<f64>(&b).unwrap());
+    (out.0, out.1, rt.stats())
+}
+
+/// Mid-streak, a launcher that differs from the recording only in a constraint (its tiling)
+/// is caught by the streak's compare of the launcher, analysed as usual, and the loop is
+/// replayed again afterwards; the stores are bitwise those of the untraced run.
+#[test]
+fn a_launcher_that_differs_only_in_a_constraint_ends_the_streak() {
+    for at in [60, 99] {
+        let want = tiled_stream(false, Some(at));
+        let (a, b, st) = tiled_stream(true, Some(at));
+        assert_eq!((&a, &b), (&want.0, &want.1), "diverging at {at}");
+        assert!(st.traces_replayed > 20, "{st:?}");
+        assert!(st.tasks_solved > 0, "{st:?}");
+    }
+    // Undiverged, the tiles differ from the diverged run: the test can see a wrong tiling.
+    assert_ne!(tiled_stream(false, None).0, tiled_stream(false, Some(99)).0);
+}
+
+/// A loop replayed as actors whose tasks' `Launched` come back from ended replays
+/// (`Launched::empty`, `SolvedTask::launch`): one iteration's body panics (its output is
+/// poisoned; the next iteration's whole write clears it) and every task folds a result.
+/// Returns the stores, the futures' values and the statistics.
+fn recycled_stream(tracing: bool) -> (Vec<f64>, Vec<f64>, Vec<Result<f64>>, Stats) {
+    // A window of one: a fused task fails as a whole, which is not what is compared here.
+    let rt = Runtime::builder()
+        .threads(2)
+        .min_piece_size(1)
+        .tracing(tracing)
+        .trace_sampling(8)
+        .window_size(1)
+        .build();
+    rt.register("inc", |ctx| {
+        let x = ctx.read::<f64>(0);
+        let mut y = ctx.write::<f64>(1);
+        for (o, i) in y.as_mut_slice().iter_mut().zip(x.as_slice()) {
+            *o = *o * 0.5 + i;
+        }
+    })
+    .unwrap();
+    let a = rt.from_vec(&[8], (0..8).map(f64::from).collect()).unwrap();
+    let b = rt.create(DType::F64, &[8]).unwrap();
+    let c = rt.create(DType::F64, &[8]).unwrap();
+    let n = rt.from_vec(&[1], vec![-1.0]).unwrap();
+    rt.register("tick", |ctx| {
+        let mut n = ctx.write::<f64>(0);
+        n.set_at(0, n.at(0) + 1.0);
+    })
+    .unwrap();
+    rt.register("inc_or_fail", |ctx| {
+        let k = ctx.read::<f64>(0).at(0);
+        assert!(k != 60.0, "iteration 60 fails");
+        let mut y = ctx.write::<f64>(1);
+        for i in y.range() {
+            y.set_at(i, k + i as f64);
+        }
+        ctx.set_result(k);
+    })
+    .unwrap();
+    rt.register("total", |ctx| {
+        let x = ctx.read::<f64>(0);
+        ctx.set_result(x.as_slice().iter().sum::<f64>());
+    })
+    .unwrap();
+    let mut sums = Vec::new();
+    for _ in 0..100 {
+        // The iteration comes from a store, not a scalar: a scalar's value is in the token,
+        // and a task whose token never repeats is never traced.
+        rt.task("tick").read_write(&n).submit().unwrap();
+        let f = rt
+            .task("inc_or_fail")
+            .read(&n)
+            .write(&c)
+            .broadcast(&n, &[0]);
+        sums.push(f.submit_reduce(ReduceOp::Sum).unwrap());
+        sums.push(
+            rt.task("total")
+                .read(&b)
+                .submit_reduce(ReduceOp::Sum)
+                .unwrap(),
+        );
+        rt.task("inc")
+            .read(&b)
+            .write(&a)
+            .align(&a, &b)
+            .submit()
+            .unwrap();
+        rt.task("inc")
+            .read(&a)
+            .write(&b)
+            .align(&a, &b)
+            .submit()
+            .unwrap();
+    }
+    let sums = sums.iter().map(|f| f.get().map(|s| s.as_f64())).collect();
+    rt.fence().unwrap();
+    // Every task ended (`Launched::end` gives its stores' pending references back).
+    for s in [&a, &b, &c, &n] {
+        assert_eq!(s.pending_refs(), 0);
+    }
+    let out = (rt.read::<f64>(&a).unwrap(), rt.read::<f64>(&c).unwrap());
+    (out.0, out.1, sums, rt.stats())
+}
+
+#[test]
+fn replays_renewing_ended_tasks_fail_fold_and_poison_as_new_ones() {
+    let (a, b, sums, _) = recycled_stream(false);
+    let (a2, b2, sums2, st) = recycled_stream(true);
+    assert!(st.actor_replays > 20, "{st:?}");
+    assert_eq!((a2, b2), (a, b));
+    let show = |s: &[Result<f64>]| {
+        format!(
+            "{:?}",
+            s.iter().map(|r| r.as_ref().ok()).collect::<Vec<_>>()
+        )
+    };
+    assert_eq!(show(&sums2), show(&sums));
+    // The failure is the failing iteration's own, not carried by the tasks renewed from it.
+    let failed: Vec<usize> = (0..sums.len()).filter(|&k| sums[k].is_err()).collect();
+    assert_eq!(failed, [2 * 60], "{}", show(&sums));
+}

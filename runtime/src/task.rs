@@ -96,6 +96,16 @@ pub(crate) enum UserConstraint {
     Tile(ViewId, std::sync::Arc<[crate::constraint::Cut]>),
 }
 
+/// The dimensions `dims` of a store of `rank` dimensions as a mask (`Constraint::Broadcast`),
+/// or `None` if one is not below the rank.
+pub(crate) fn broadcast_mask(dims: &[usize], rank: usize) -> Option<[bool; crate::rect::MAX_DIMS]> {
+    let mut mask = [false; crate::rect::MAX_DIMS];
+    for &d in dims {
+        *mask.get_mut(d).filter(|_| d < rank)? = true;
+    }
+    Some(mask)
+}
+
 /// Which view of which store a constraint names. An identity, not a handle: naming a store
 /// in a constraint takes no reference to it (it must also be an argument, which does).
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -41,6 +41,31 @@ pub(crate) struct Compiled {
     /// Finished nodes of an earlier replay that nobody holds any more, renewed by the next
     /// replay instead of allocated (see [`Run`]'s `Drop`).
     spare: Spare,
+    /// Ended tasks of earlier replays that nobody holds, emptied ([`Launched::empty`]), for
+    /// the next replays' launches (`ahead::SolvedTask::launch`).
+    spare_tasks: Pool<Arc<Launched>>,
+}
+
+/// Recycled tasks (a wrapper: `Launched` has no `Debug`).
+struct Pool<T>(Mutex<Vec<T>>);
+
+impl<T> Default for Pool<T> {
+    fn default() -> Self {
+        Pool(Mutex::new(Vec::new()))
+    }
+}
+
+impl<T> Pool<T> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<T>> {
+        // Only emptied tasks nobody holds are in it: a panic elsewhere leaves nothing half-done.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<T> std::fmt::Debug for Pool<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pool")
+    }
 }
 
 /// Recycled nodes (a wrapper: `Node` has no `Debug`).
@@ -103,7 +128,15 @@ impl Compiled {
             owner,
             at,
             spare: Spare::default(),
+            spare_tasks: Pool::default(),
         }
+    }
+
+    /// Up to `n` spare tasks for a replay's launches (see [`Compiled::spare_tasks`]).
+    pub(crate) fn take_spare_tasks(&self, n: usize) -> Vec<Arc<Launched>> {
+        let mut spare = self.spare_tasks.lock();
+        let keep = spare.len().saturating_sub(n);
+        spare.split_off(keep)
     }
 
     fn succs(&self, v: u32) -> &[u32] {
@@ -138,6 +171,15 @@ impl Drop for Run {
         let mut spare = self.compiled.spare.lock();
         let room = cap.saturating_sub(spare.len());
         spare.extend(nodes.into_iter().take(room));
+        drop(spare);
+        // Every vertex has run, so every task has ended (`Launched::end`): those nobody else
+        // holds are emptied (their stores and futures let go now) and kept.
+        let mut tasks = std::mem::take(&mut self.tasks);
+        let cap = SPARE_RUNS * tasks.len();
+        tasks.retain_mut(|t| Arc::get_mut(t).map(Launched::empty).is_some());
+        let mut spare = self.compiled.spare_tasks.lock();
+        let room = cap.saturating_sub(spare.len());
+        spare.extend(tasks.into_iter().take(room));
     }
 }
 

@@ -20,7 +20,9 @@ use crate::partition::{Domain, PartitionId};
 use crate::rect::Rect;
 use crate::runtime::Plan;
 use crate::store::StoreRoot;
-use crate::task::{Args, Issued, Privilege, ScalarArg};
+use crate::task::{
+    broadcast_mask, Args, Issued, LaunchSpec, Privilege, ScalarArg, UserConstraint, ViewId,
+};
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -130,19 +132,131 @@ impl IssuedTrace {
         tasks: &[Issued],
         distinct: &mut Vec<Arc<StoreRoot>>,
     ) -> bool {
-        let mut number = |r: &Arc<StoreRoot>| match distinct.iter().position(|d| Arc::ptr_eq(d, r))
-        {
-            Some(k) => (k as u32, false),
-            None => {
-                distinct.push(r.clone());
-                (distinct.len() as u32 - 1, true)
-            }
-        };
+        let mut number = |r: &Arc<StoreRoot>| number_on(distinct, r);
         k < self.0.len() && self.0[k].matches(&tasks[k], &tasks[..k], &mut number)
     }
 }
 
+impl IssuedTrace {
+    /// Whether the launcher's `spec` (of the task registered as `name`, folding a result with
+    /// `result`) is, field for field, the recorded `k`-th task after `tasks[..k]`: what
+    /// [`IssuedTrace::matches_at`] compares, read from the spec before its constraints are
+    /// resolved and before an `Issued` exists (a replay streak; the recorded task's resolved
+    /// constraints and domain are then the ones it would have resolved to:
+    /// [`IssuedTrace::resolved`]). `distinct` is numbered on as there; on `false` it may hold
+    /// more stores than before (the caller restores it).
+    pub(crate) fn spec_matches_at(
+        &self,
+        k: usize,
+        name: &Arc<str>,
+        spec: &LaunchSpec,
+        result: Option<ReduceOp>,
+        tasks: &[Issued],
+        distinct: &mut Vec<Arc<StoreRoot>>,
+    ) -> bool {
+        let Some(sig) = self.0.get(k) else {
+            return false;
+        };
+        (Arc::ptr_eq(&sig.name, name) || sig.name == *name)
+            && same_domain(sig.domain, spec.domain.as_deref())
+            && sig.shard == spec.shard
+            && sig.result == result
+            && sig.same_args(&spec.args, &mut |r| number_on(distinct, r))
+            && sig.same_user_constraints(&spec.args, &spec.constraints)
+            && sig.scalars.len() == spec.scalars.len()
+            && sig
+                .scalars
+                .iter()
+                .zip(&spec.scalars)
+                .all(|(&s, a)| s == producer(a, &tasks[..k]))
+    }
+
+    /// The recorded `k`-th task's constraints over argument positions and its launch domain:
+    /// what a launcher that [`IssuedTrace::spec_matches_at`] resolves to.
+    pub(crate) fn resolved(&self, k: usize) -> (&[Constraint], Option<Domain>) {
+        (&self.0[k].constraints, self.0[k].domain)
+    }
+}
+
+/// The number of store `r` among `distinct` (first appearance), added if new; and whether it
+/// was new.
+fn number_on(distinct: &mut Vec<Arc<StoreRoot>>, r: &Arc<StoreRoot>) -> (u32, bool) {
+    match distinct.iter().position(|d| Arc::ptr_eq(d, r)) {
+        Some(k) => (k as u32, false),
+        None => {
+            distinct.push(r.clone());
+            (distinct.len() as u32 - 1, true)
+        }
+    }
+}
+
+/// Whether a launch domain given as extents is `recorded` (`Domain::new` of equal extents
+/// gives the equal domain; the recorded one was valid).
+fn same_domain(recorded: Option<Domain>, extents: Option<&[usize]>) -> bool {
+    match (recorded, extents) {
+        (None, None) => true,
+        (Some(d), Some(e)) => {
+            d.dim() == e.len() && e.iter().enumerate().all(|(k, &x)| d.extent(k) == x)
+        }
+        _ => false,
+    }
+}
+
 impl IssuedSig {
+    /// Whether `args` are the recorded arguments, stores numbered by `number`.
+    fn same_args(
+        &self,
+        args: &[crate::task::IssuedArg],
+        number: &mut impl FnMut(&Arc<StoreRoot>) -> (u32, bool),
+    ) -> bool {
+        self.args.len() == args.len()
+            && self.args.iter().zip(args).all(|(s, a)| {
+                let (store, first) = number(&a.root);
+                // A store's type and extent never change: compared where it first appears
+                // (equal numbers are the same store on both sides).
+                s.store == store
+                    && s.privilege == a.privilege
+                    && s.view == a.view
+                    && (!first || (s.dtype == a.root.dtype && same_whole(s.whole, &a.root)))
+            })
+    }
+
+    /// Whether the user's constraints (over views) resolve to the recorded ones (over argument
+    /// positions), `args` being already the recorded arguments ([`IssuedSig::same_args`]).
+    /// Resolving takes the *first* argument naming a view; the recorded position was the first
+    /// in the recording, and arguments with the same store numbers and views name a view at
+    /// the same positions, so it is the first here too: checking that the view names the
+    /// argument at the recorded position is enough. What resolving checks besides (a broadcast
+    /// dimension within the store's rank, an image source's type, a tiling's cuts for the
+    /// rank) holds as it held when recorded: ranks and types are the recorded ones.
+    fn same_user_constraints(
+        &self,
+        args: &[crate::task::IssuedArg],
+        user: &[UserConstraint],
+    ) -> bool {
+        let names = |v: &ViewId, i: usize| v.names(&args[i]);
+        self.constraints.len() == user.len()
+            && self
+                .constraints
+                .iter()
+                .zip(user)
+                .all(|(c, u)| match (c, u) {
+                    (Constraint::Align(i, j), UserConstraint::Align(a, b)) => {
+                        names(a, *i) && names(b, *j)
+                    }
+                    (Constraint::Broadcast(i, mask), UserConstraint::Broadcast(v, dims)) => {
+                        names(v, *i) && broadcast_mask(dims, args[*i].root.dim) == Some(*mask)
+                    }
+                    (Constraint::Image { src, dst }, UserConstraint::Image(a, b)) => {
+                        names(a, *src) && names(b, *dst)
+                    }
+                    (Constraint::Tile(i, cuts), UserConstraint::Tile(v, c)) => {
+                        names(v, *i) && (Arc::ptr_eq(cuts, c) || cuts[..] == c[..])
+                    }
+                    _ => false,
+                })
+    }
+
     fn new(t: &Issued, before: &[Issued], stores: &[u32]) -> IssuedSig {
         IssuedSig {
             shard: t.shard.clone(),
@@ -178,16 +292,7 @@ impl IssuedSig {
             && self.domain == t.domain
             && self.shard == t.shard
             && self.result == t.result.as_ref().map(|(op, _)| *op)
-            && self.args.len() == t.args.len()
-            && self.args.iter().zip(&t.args).all(|(s, a)| {
-                let (store, first) = number(&a.root);
-                // A store's type and extent never change: compared where it first appears
-                // (equal numbers are the same store on both sides).
-                s.store == store
-                    && s.privilege == a.privilege
-                    && s.view == a.view
-                    && (!first || (s.dtype == a.root.dtype && same_whole(s.whole, &a.root)))
-            })
+            && self.same_args(&t.args, number)
             && self.constraints[..] == t.constraints[..]
             && self.scalars.len() == t.scalars.len()
             && self
@@ -255,12 +360,26 @@ impl SolvedTask {
     /// `t` launched as recorded at stream `position`, straight into its `Launched` (no
     /// `Plan` in between: the task is large, and every move of it shows on the issuing
     /// thread of a replayed trace). What `Inner::launched` makes of [`SolvedTask::plan`].
-    pub(crate) fn launch(&self, t: &Issued, position: u64) -> Arc<Launched> {
+    /// `spare`: an ended task of an earlier replay ([`Launched::empty`], `actors::Run`'s
+    /// `Drop`), renewed in place rather than allocating (the issuer's allocations of tasks the
+    /// workers free missed its thread cache, and the new task was copied into its `Arc`).
+    pub(crate) fn launch(
+        &self,
+        t: &Issued,
+        position: u64,
+        spare: Option<Arc<Launched>>,
+    ) -> Arc<Launched> {
         // The held task is read, not moved (it is large: moving it out of the held list took
         // two copies per task), and dropped in place afterwards.
         let has_finish =
             Launched::needs_finish(t.args.iter().map(|a| a.privilege), t.result.is_some());
         let points = self.domain.len();
+        if let Some(mut spare) = spare {
+            if let Some(l) = Arc::get_mut(&mut spare) {
+                self.renew(l, t, position, has_finish);
+                return spare;
+            }
+        }
         let mut results = Args::new();
         if let Some(r) = &t.result {
             results.push(r.clone());
@@ -284,10 +403,66 @@ impl SolvedTask {
         })
     }
 
+    /// What [`SolvedTask::launch`] makes, written over an emptied spare task (every field:
+    /// destructured, so that a new field is not forgotten).
+    fn renew(&self, l: &mut Launched, t: &Issued, at: u64, finish: bool) {
+        let points = self.domain.len();
+        let Launched {
+            position,
+            name,
+            body,
+            domain,
+            token,
+            args,
+            scalars,
+            results,
+            fused,
+            roots,
+            remaining,
+            outs,
+            failure,
+            has_finish,
+            dist,
+        } = l;
+        *position = at;
+        name.clone_from(&t.name);
+        body.clone_from(&t.body);
+        *domain = self.domain;
+        *token = self.token;
+        self.push_args(t, args);
+        // Pushed one by one, not `extend`ed (its general path costs about twice as much).
+        scalars.clear();
+        for x in &t.scalars {
+            scalars.push(x.clone());
+        }
+        results.clear();
+        if let Some(r) = &t.result {
+            results.push(r.clone());
+        }
+        *fused = None;
+        roots.clear();
+        Launched::hold_roots_into(t.args.iter().map(|a| &a.root), roots);
+        *remaining.get_mut() = points;
+        outs.clear();
+        if finish {
+            outs.extend((0..points).map(|_| Mutex::default()));
+        }
+        *failure.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+        *has_finish = finish;
+        *dist = None;
+    }
+
     /// `t`'s arguments with the recorded views and sub-stores. Pushed one by one: `collect`
     /// went through `SmallVec::extend`'s general path, twice the instructions.
     fn launch_args(&self, t: &Issued) -> Args<LaunchArg> {
         let mut args: Args<LaunchArg> = Args::new();
+        self.push_args(t, &mut args);
+        args
+    }
+
+    /// [`SolvedTask::launch_args`] into `args` (emptied first).
+    fn push_args(&self, t: &Issued, args: &mut Args<LaunchArg>) {
+        args.clear();
         for (a, (view, rects)) in t.args.iter().zip(&self.args) {
             args.push(LaunchArg {
                 root: a.root.clone(),
@@ -297,7 +472,6 @@ impl SolvedTask {
                 local: false,
             });
         }
-        args
     }
 }
 

@@ -31,7 +31,7 @@
 //! path").
 
 pub(crate) mod actors;
-mod ahead;
+pub(crate) mod ahead;
 mod finder;
 mod record;
 pub(crate) mod replay;

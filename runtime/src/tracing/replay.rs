@@ -18,14 +18,16 @@ use super::record::{traceable, Cross, FinalAccess, Producer, Recording, PRE};
 use super::{Action, TraceId, Tracer, TracerConfig};
 use crate::analysis::Preds;
 use crate::constraint::Constraint;
+use crate::dtype::ReduceOp;
 use crate::dtype::Scalar;
 use crate::error::Result;
+use crate::future::FutureCell;
 use crate::graph::{Node, Work};
 use crate::launch::Launched;
 use crate::runtime::{Front, Inner, Plan};
 use crate::stats::Counters;
 use crate::store::StoreRoot;
-use crate::task::{Issued, ScalarArg};
+use crate::task::{Issued, IssuedArg, LaunchSpec, Registered, ScalarArg};
 use rustc_hash::FxHashMap as HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -175,6 +177,28 @@ impl Tracing {
         }
     }
 
+    /// Whether a replay streak is on: the next issued task is compared with the trace's.
+    pub(crate) fn in_streak(&self) -> bool {
+        self.streak.is_some()
+    }
+
+    /// Whether solving a task with `constraints` over `args` needs a held task's effects: an
+    /// image whose source a held task writes.
+    fn must_release_for_parts(&self, constraints: &[Constraint], args: &[IssuedArg]) -> bool {
+        !self.held.is_empty()
+            && constraints.iter().any(|c| match c {
+                Constraint::Image { src, .. } => {
+                    let root = &args[*src].root;
+                    self.held.iter().any(|h| {
+                        h.args
+                            .iter()
+                            .any(|a| a.privilege.writes() && Arc::ptr_eq(&a.root, root))
+                    })
+                }
+                _ => false,
+            })
+    }
+
     /// Folds `d` into the decisions so far and publishes them (`Stats::trace_digest`).
     fn decide(&mut self, d: Decision, counters: &Counters) {
         let mut h = rustc_hash::FxHasher::default();
@@ -207,18 +231,7 @@ impl Tracing {
 
     /// Whether solving `t` needs a held task's effects: an image whose source it writes.
     fn must_release_for(&self, t: &Issued) -> bool {
-        !self.held.is_empty()
-            && t.constraints.iter().any(|c| match c {
-                Constraint::Image { src, .. } => {
-                    let root = &t.args[*src].root;
-                    self.held.iter().any(|h| {
-                        h.args
-                            .iter()
-                            .any(|a| a.privilege.writes() && Arc::ptr_eq(&a.root, root))
-                    })
-                }
-                _ => false,
-            })
+        self.must_release_for_parts(&t.constraints, &t.args)
     }
 
     /// How a token names a store: a store first used less than [`YOUNG`] issued tasks ago by
@@ -408,6 +421,78 @@ impl Inner {
         first
     }
 
+    /// In a replay streak, the launcher's `spec` compared with the trace's next task before
+    /// it becomes an [`Issued`] (`IssuedTrace::spec_matches_at`: its user constraints against
+    /// the recorded resolved ones): on a match, the task is held with the recording's
+    /// constraints and domain — what resolving them would give — and the streak goes on as in
+    /// [`Inner::trace_issue`]. Its arguments and scalars are moved out of the spec. On any
+    /// difference (or a store whose producer failed, or an image over a held task's output)
+    /// nothing is changed and the task and result come back: the ordinary path validates,
+    /// resolves and compares it again, and ends the streak.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn streak_spec(
+        &self,
+        front: &mut Front,
+        spec: &mut LaunchSpec,
+        reg: Registered,
+        result: Option<(ReduceOp, Arc<FutureCell>)>,
+    ) -> std::result::Result<Result<()>, (Registered, Option<(ReduceOp, Arc<FutureCell>)>)> {
+        let Some(mut tr) = front.tracing.take() else {
+            return Err((reg, result));
+        };
+        let t0 = Instant::now();
+        let Some(mut s) = tr.streak.take() else {
+            front.tracing = Some(tr);
+            return Err((reg, result));
+        };
+        // Compared extents must not depend on whether a producer has run yet (as in
+        // `trace_issue`).
+        let bound = spec
+            .args
+            .iter()
+            .filter(|a| a.root.bound().is_none())
+            .try_for_each(|a| self.wait_bound(&a.root, &reg.name));
+        let k = tr.held.len();
+        let before = s.distinct.len();
+        let issued = &tr.recordings[&s.trace].issued;
+        let op = result.as_ref().map(|(op, _)| *op);
+        let same = bound.is_ok()
+            && issued.spec_matches_at(k, &reg.name, spec, op, &tr.held, &mut s.distinct)
+            && !tr.must_release_for_parts(issued.resolved(k).0, &spec.args);
+        if !same {
+            s.distinct.truncate(before);
+            tr.streak = Some(s);
+            front.tracing = Some(tr);
+            return Err((reg, result));
+        }
+        let (recorded, domain) = issued.resolved(k);
+        // Pushed one by one: `collect` went through `SmallVec::extend`'s general path (~136
+        // instructions per stencil task against about half).
+        let mut constraints = crate::task::Args::new();
+        for c in recorded {
+            constraints.push(c.clone());
+        }
+        let t = Issued {
+            name: reg.name,
+            body: reg.body,
+            kernel: reg.kernel,
+            args: std::mem::take(&mut spec.args),
+            constraints,
+            scalars: std::mem::take(&mut spec.scalars),
+            domain,
+            result,
+            shard: spec.shard.take(),
+        };
+        tr.held.push(t);
+        let r = self.streak_held(front, &mut tr, s);
+        front.tracing = Some(tr);
+        Counters::add(
+            &self.shared.counters.tracing_ns,
+            t0.elapsed().as_nanos() as u64,
+        );
+        Ok(r)
+    }
+
     /// The token of the last held task to the tracer, and its actions applied.
     fn feed(&self, front: &mut Front, tr: &mut Tracing, token: u64) -> Result<()> {
         let counters = &self.shared.counters;
@@ -428,13 +513,20 @@ impl Inner {
         tr: &mut Tracing,
         mut s: Streak,
     ) -> Option<Result<()>> {
-        let counters = &self.shared.counters;
         let k = tr.held.len() - 1;
         let issued = &tr.recordings[&s.trace].issued;
         if !issued.matches_at(k, &tr.held, &mut s.distinct) {
             return None;
         }
-        let n = issued.len();
+        Some(self.streak_held(front, tr, s))
+    }
+
+    /// The last held task, compared equal to the streak's trace's next task: noted as issued,
+    /// and the trace replayed if it was the last.
+    fn streak_held(&self, front: &mut Front, tr: &mut Tracing, s: Streak) -> Result<()> {
+        let counters = &self.shared.counters;
+        let k = tr.held.len() - 1;
+        let n = tr.recordings[&s.trace].issued.len();
         let held = std::mem::take(&mut tr.held);
         tr.note_issued(&held[k]);
         tr.held = held;
@@ -442,7 +534,7 @@ impl Inner {
         Counters::add(&counters.tasks_held, 1);
         if k + 1 < n {
             tr.streak = Some(s);
-            return Some(Ok(()));
+            return Ok(());
         }
         // What the window holds was issued before the trace: it goes first.
         let mut first = self.drain_all(front);
@@ -451,7 +543,7 @@ impl Inner {
             self.replay(front, tr, s.trace, n, Some(s.distinct)),
         );
         Self::follow(tr);
-        Some(first)
+        first
     }
 
     /// Ends a streak: its held tasks go through the tracer, in order, as if just issued.
@@ -635,8 +727,14 @@ impl Inner {
                 (tasks, roots)
             }
             Err(roots) => {
-                let solved = &tr.recordings[&trace].solved;
-                let launch = |(t, s): (&Issued, &SolvedTask)| s.launch(t, self.next_position());
+                let rec = &tr.recordings[&trace];
+                let mut spare = match &rec.actors {
+                    Some(compiled) => compiled.take_spare_tasks(n),
+                    None => Vec::new(),
+                };
+                let solved = &rec.solved;
+                let launch =
+                    |(t, s): (&Issued, &SolvedTask)| s.launch(t, self.next_position(), spare.pop());
                 let tasks = tr.held[..n].iter().zip(solved).map(launch).collect();
                 tr.held.drain(..n);
                 (tasks, roots)
