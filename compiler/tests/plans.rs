@@ -569,6 +569,59 @@ fn runs_over_tensors_of_the_same_shapes_each_get_their_own_rebased_pos() {
     }
 }
 
+/// Runs of one plan over tensors of the same shapes on runtimes made one after the other,
+/// in both element types on each, each give their own answer: what a run keeps for the next (its
+/// task's shape, kept for the process; its points' rebased `pos`, kept per runtime and keyed
+/// by store ids, which each runtime numbers from 0) is not handed to a run it does not fit.
+#[test]
+fn runs_on_two_runtimes_and_value_types_keep_apart_what_they_reuse() {
+    let (kernel, plan) = planned("y(i) = A(i,j) * x(j); A: csr; split(i, io, ii, 3)");
+    // Rows in pairs (one block each): the pair's entries in its first row, or its second.
+    fn matrix<V: tessera_formats::Value>(second: bool) -> Tensor<V, u32> {
+        let entries = (0..6).map(|k| {
+            let row = 2 * (k / 2) + usize::from(second);
+            (vec![row, k % 5], V::from_f64(k as f64 + 1.0))
+        });
+        Tensor::from_entries(vec![6, 5], "csr", entries).unwrap()
+    }
+    fn run<V: tessera_compiler::plan::on_runtime::PlanValue>(
+        rt: &tessera_runtime::Runtime,
+        kernel: &Kernel,
+        plan: &Plan,
+        second: bool,
+    ) -> (Vec<V>, Vec<V>) {
+        let a = matrix::<V>(second);
+        let xs = [1.0, -2.0, 3.0, 0.5, 4.0].map(V::from_f64).to_vec();
+        let x: Tensor<V, u32> = Tensor::dense_from_vec(vec![5], xs).unwrap();
+        let stored = [
+            plan::on_runtime::Stored::upload(rt, &a).unwrap(),
+            plan::on_runtime::Stored::upload(rt, &x).unwrap(),
+        ];
+        let inputs = [&stored[0], &stored[1]];
+        let y = plan::on_runtime::run_stored(rt, plan, kernel, &inputs, &[6], None).unwrap();
+        let want = interp::run(kernel, &[&a, &x], &[6]).unwrap();
+        (
+            y.to_tensor(rt).unwrap().vals().to_vec(),
+            want.vals().to_vec(),
+        )
+    }
+    // Runtimes made one after the other: each numbers its stores from 0, so the second's
+    // `A` has the first's store ids, and its blocks read the same ranges of them.
+    for second in [false, true, false] {
+        let rt = tessera_runtime::Runtime::new(2);
+        let (got, want) = run::<f64>(&rt, &kernel, &plan, second);
+        assert_eq!(got, want, "f64 on a new runtime, second rows: {second}");
+    }
+    // Both value types on one runtime.
+    let rt = tessera_runtime::Runtime::new(2);
+    for second in [false, true] {
+        let (got, want) = run::<f64>(&rt, &kernel, &plan, second);
+        assert_eq!(got, want, "f64, second rows: {second}");
+        let (got, want) = run::<f32>(&rt, &kernel, &plan, second);
+        assert_eq!(got, want, "f32, second rows: {second}");
+    }
+}
+
 /// A dense vector that one nest reads at an operand's coordinates and another at every
 /// coordinate is broadcast, not imaged (an image would drop the second nest's reads).
 #[test]
@@ -826,7 +879,10 @@ fn spmv_recording_x(
         panic!("x is dense")
     };
     X_OFFSET_SEEN.fetch_max(x_off, std::sync::atomic::Ordering::SeqCst);
-    let LevelView::Dense { offset: row_off, .. } = a.levels()[0] else {
+    let LevelView::Dense {
+        offset: row_off, ..
+    } = a.levels()[0]
+    else {
         panic!("A's rows are dense")
     };
     let LevelView::Compressed { pos, crd } = a.levels()[1] else {
