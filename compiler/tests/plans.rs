@@ -569,6 +569,59 @@ fn runs_over_tensors_of_the_same_shapes_each_get_their_own_rebased_pos() {
     }
 }
 
+/// Runs of one plan over tensors of the same shapes on runtimes made one after the other,
+/// in both element types on each, each give their own answer: what a run keeps for the next (its
+/// task's shape, kept for the process; its points' rebased `pos`, kept per runtime and keyed
+/// by store ids, which each runtime numbers from 0) is not handed to a run it does not fit.
+#[test]
+fn runs_on_two_runtimes_and_value_types_keep_apart_what_they_reuse() {
+    let (kernel, plan) = planned("y(i) = A(i,j) * x(j); A: csr; split(i, io, ii, 3)");
+    // Rows in pairs (one block each): the pair's entries in its first row, or its second.
+    fn matrix<V: tessera_formats::Value>(second: bool) -> Tensor<V, u32> {
+        let entries = (0..6).map(|k| {
+            let row = 2 * (k / 2) + usize::from(second);
+            (vec![row, k % 5], V::from_f64(k as f64 + 1.0))
+        });
+        Tensor::from_entries(vec![6, 5], "csr", entries).unwrap()
+    }
+    fn run<V: tessera_compiler::plan::on_runtime::PlanValue>(
+        rt: &tessera_runtime::Runtime,
+        kernel: &Kernel,
+        plan: &Plan,
+        second: bool,
+    ) -> (Vec<V>, Vec<V>) {
+        let a = matrix::<V>(second);
+        let xs = [1.0, -2.0, 3.0, 0.5, 4.0].map(V::from_f64).to_vec();
+        let x: Tensor<V, u32> = Tensor::dense_from_vec(vec![5], xs).unwrap();
+        let stored = [
+            plan::on_runtime::Stored::upload(rt, &a).unwrap(),
+            plan::on_runtime::Stored::upload(rt, &x).unwrap(),
+        ];
+        let inputs = [&stored[0], &stored[1]];
+        let y = plan::on_runtime::run_stored(rt, plan, kernel, &inputs, &[6], None).unwrap();
+        let want = interp::run(kernel, &[&a, &x], &[6]).unwrap();
+        (
+            y.to_tensor(rt).unwrap().vals().to_vec(),
+            want.vals().to_vec(),
+        )
+    }
+    // Runtimes made one after the other: each numbers its stores from 0, so the second's
+    // `A` has the first's store ids, and its blocks read the same ranges of them.
+    for second in [false, true, false] {
+        let rt = tessera_runtime::Runtime::new(2);
+        let (got, want) = run::<f64>(&rt, &kernel, &plan, second);
+        assert_eq!(got, want, "f64 on a new runtime, second rows: {second}");
+    }
+    // Both value types on one runtime.
+    let rt = tessera_runtime::Runtime::new(2);
+    for second in [false, true] {
+        let (got, want) = run::<f64>(&rt, &kernel, &plan, second);
+        assert_eq!(got, want, "f64, second rows: {second}");
+        let (got, want) = run::<f32>(&rt, &kernel, &plan, second);
+        assert_eq!(got, want, "f32, second rows: {second}");
+    }
+}
+
 /// A dense vector that one nest reads at an operand's coordinates and another at every
 /// coordinate is broadcast, not imaged (an image would drop the second nest's reads).
 #[test]
@@ -805,4 +858,74 @@ fn each_rank_reads_only_its_rows_of_a_tcs_input() {
 
 fn a_format() -> tessera_formats::Format {
     tessera_formats::Format::parse("csr", 2).unwrap()
+}
+
+/// The largest offset of `x`'s view any point of [`spmv_recording_x`] was handed.
+static X_OFFSET_SEEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A block kernel of `y(i) = A(i,j) * x(j); A: csr` that records the offset of `x`'s view
+/// (into [`X_OFFSET_SEEN`]) and computes its rows of `A x` by hand, into the tile when given
+/// one, else as a tensor holding the block's rows (as a generated kernel does).
+fn spmv_recording_x(
+    inputs: &[tessera_formats::TensorView<'_, f64, u32>],
+    out_dims: &[usize],
+    bounds: &[std::ops::Range<usize>],
+    _first: &[bool],
+    tile: Option<&mut [f64]>,
+) -> Option<Tensor<f64, u32>> {
+    use tessera_formats::{Level, LevelView};
+    let (a, x) = (&inputs[0], &inputs[1]);
+    let LevelView::Dense { offset: x_off, .. } = x.levels()[0] else {
+        panic!("x is dense")
+    };
+    X_OFFSET_SEEN.fetch_max(x_off, std::sync::atomic::Ordering::SeqCst);
+    let LevelView::Dense {
+        offset: row_off, ..
+    } = a.levels()[0]
+    else {
+        panic!("A's rows are dense")
+    };
+    let LevelView::Compressed { pos, crd } = a.levels()[1] else {
+        panic!("A's columns are compressed")
+    };
+    let rows = bounds[0].start.min(out_dims[0])..bounds[0].end.min(out_dims[0]);
+    let vals: Vec<f64> = rows
+        .clone()
+        .map(|i| {
+            let p = i - row_off;
+            (pos[p] as usize..pos[p + 1] as usize)
+                .map(|k| a.vals()[k] * x.vals()[crd[k] as usize - x_off])
+                .sum()
+        })
+        .collect();
+    if let Some(tile) = tile {
+        tile.copy_from_slice(&vals);
+        return None;
+    }
+    let level = Level::Dense {
+        size: rows.len(),
+        offset: rows.start,
+    };
+    let format = tessera_formats::Format::parse("d", 1).unwrap();
+    Some(Tensor::from_parts(out_dims.to_vec(), format, vec![level], vals).unwrap())
+}
+
+/// On one rank, Fig. 7.2's image of `x` is read whole: every point's view of `x` starts at
+/// coordinate 0 (so a generated block kernel runs its copy without `x`'s offset), though no
+/// block's columns start at 0 here, and the answer is the unsplit kernel's.
+#[test]
+fn on_one_rank_the_imaged_vector_is_seen_whole() {
+    let src = "y(i) = A(i,j) * x(j); A: csr; split(i, io, ii, 3)";
+    let (kernel, plan) = planned(src);
+    // Every row's columns are 2 and up: each block's image of `x` starts past 0.
+    let entries = (0..9).flat_map(|i| [(vec![i, 2 + i % 4], 1.0 + i as f64), (vec![i, 7], 2.0)]);
+    let a: Tensor<f64, u32> = Tensor::from_entries(vec![9, 8], "csr", entries).unwrap();
+    let x: Tensor<f64, u32> =
+        Tensor::dense_from_vec(vec![8], (0..8).map(|j| j as f64 - 2.5).collect()).unwrap();
+    let rt = tessera_runtime::Runtime::new(2);
+    let block: plan::on_runtime::BlockFn<f64, u32> = spmv_recording_x;
+    let y = plan::on_runtime::run_compiled(&rt, &plan, &kernel, &[&a, &x], &[9], block).unwrap();
+    let want = interp::run(&kernel, &[&a, &x], &[9]).unwrap();
+    assert_eq!(y.vals(), want.vals());
+    assert_eq!(X_OFFSET_SEEN.load(std::sync::atomic::Ordering::SeqCst), 0);
 }

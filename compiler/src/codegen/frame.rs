@@ -211,7 +211,6 @@ impl Gen<'_> {
                     },
                 };
                 quote! {
-                let out_format = #fmt;
                 // The output's levels (a block kernel's first level is the block's rows).
                 let out_len: usize = [#(#sizes),*]
                     .iter()
@@ -273,7 +272,11 @@ impl Gen<'_> {
         match self.k.output_kind {
             OutputKind::Scalar | OutputKind::Dense => {
                 let (sizes, offs) = self.output_levels();
+                // Parsed here, not with the buffer: a block kernel that wrote its tile in
+                // place never gets here, and a plan calls one per block per run.
+                let fmt = self.format_expr();
                 quote! {
+                    let out_format = #fmt;
                     let levels: Vec<Level<I>> = vec![#(Level::Dense { size: #sizes, offset: #offs }),*];
                     Tensor::from_parts(out_dims.to_vec(), out_format, levels, out_buf)
                         .expect("a dense output of out_dims is valid")

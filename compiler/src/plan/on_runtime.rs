@@ -437,32 +437,22 @@ fn execute<V: PlanValue, I: PlanIndex>(
     let grid = &plan.grid;
     let out = OutputLayout::new(kernel, out_dims, plan)?;
     let stores: Vec<Vec<Store>> = inputs.iter().map(|t| t.stores.clone()).collect();
-    let shared = Arc::new(Body {
-        kernel: kernel.clone(),
-        grid: grid.clone(),
-        dims: dims.clone(),
-        out_dims: out_dims.to_vec(),
-        formats: inputs.iter().map(|t| t.format.clone()).collect(),
-        in_dims: inputs.iter().map(|t| t.dims.clone()).collect(),
-        seq_tiled: sequential_tiles(plan, kernel, inputs.len()),
-        stored_formats: inputs.iter().map(|t| t.format.unique()).collect(),
-        layouts: inputs.iter().map(|t| t.layout.clone()).collect(),
-        out: out.clone(),
-        privilege: plan.args[0].privilege,
+    let shape = Shape::of(plan, kernel, &inputs, dims, out_dims, out, compiled);
+    let body = Arc::new(Body {
+        shape: shape.clone(),
         rebased: RebasedCache::default(),
     });
-    let name = task_name(plan, &shared, compiled);
-    let body = shared.clone();
-    match rt.register(&name, move |ctx| body.run::<V, I>(ctx, compiled)) {
+    match rt.register(&shape.name, move |ctx| body.run::<V, I>(ctx, compiled)) {
         // The same plan over tensors of the same shapes ran on `rt` before: its task (an
         // equal body) is reused, so the runtime sees the statement as one task each time.
         Ok(()) | Err(RuntimeError::DuplicateTask(_)) => {}
         Err(e) => return Err(e.into()),
     }
+    let out = &shape.out;
     let run = Run {
-        name: &name,
+        name: &shape.name,
         plan,
-        body: &shared,
+        body: &shape,
         inputs: &stores,
     };
     if out.dense {
@@ -560,7 +550,7 @@ pub fn stats_line(rt: &Runtime) -> String {
 /// registered per statement and shape, not per run.
 fn task_name<V: PlanValue, I: PlanIndex>(
     plan: &Plan,
-    body: &Body,
+    body: &Shape,
     compiled: Option<BlockFn<V, I>>,
 ) -> String {
     let formats: Vec<String> = body.formats.iter().map(|f| f.to_string()).collect();
@@ -606,7 +596,7 @@ fn plan_hash(plan: &Plan) -> u64 {
 struct Run<'a> {
     name: &'a str,
     plan: &'a Plan,
-    body: &'a Body,
+    body: &'a Shape,
     inputs: &'a [Vec<Store>],
 }
 
@@ -682,6 +672,9 @@ fn launch_task(rt: &Runtime, run: &Run, outs: &[Store], launch: usize) -> Result
                 t.tile(store(arg.store.kind), &[cut])
             }
             Partition::Aligned(_) => t.align(&outs[0], store(arg.store.kind)),
+            Partition::Image(src) if whole_on_one_rank(rt, src.kind, arg.store.kind) => {
+                t.broadcast(store(arg.store.kind), &[0])
+            }
             Partition::Image(src) => {
                 let from = find(&src.tensor, src.kind).expect("image sources were uploaded");
                 t.image(from, store(arg.store.kind))
@@ -691,6 +684,18 @@ fn launch_task(rt: &Runtime, run: &Run, outs: &[Store], launch: usize) -> Result
     }
     t.submit()?;
     Ok(())
+}
+
+/// Whether an image of `source` into `target` is read whole instead: a dense vector imaged
+/// through a `crd` store (Fig. 7.2's `x`) on a runtime of one rank. There the image moves no
+/// data (a point's view is a window of the one buffer), and read whole the vector's view
+/// starts at coordinate 0, so the block kernel runs its copy without `x`'s offset: the image
+/// of a row block starts at its least column, almost never 0, and that copy subtracts it
+/// once per nonzero (5 of the bench's 8 blocks did). The cost is coarser dependences on the
+/// vector (each point waits for every writer of it, not only of its image). Across ranks
+/// the image stays: it is what a rank receives.
+fn whole_on_one_rank(rt: &Runtime, source: StoreKind, target: StoreKind) -> bool {
+    rt.ranks() == 1 && matches!((source, target), (StoreKind::Crd(_), StoreKind::Vals))
 }
 
 /// The input slot of the kernel's input `tensor` (with `+=`, the output's old value is an
@@ -711,7 +716,7 @@ fn sequential(grid: &Grid, g: Option<usize>) -> bool {
 /// block variable is replaced by its view of this launch's range (images then follow from
 /// the view).
 fn launch_views(
-    body: &Body,
+    body: &Shape,
     inputs: &[Vec<Store>],
     launch: usize,
 ) -> Result<Vec<Vec<Store>>, RuntimeError> {
@@ -917,8 +922,21 @@ fn prefix_layout<V: Value, I: Index>(t: &Tensor<V, I>) -> (usize, usize) {
     (prefix, prefix_inner)
 }
 
-/// What every point of a plan's task shares.
-struct Body {
+/// What every run of one plan over inputs of the same shapes, formats and element types
+/// shares: the task's name and all its points need but their rebased pieces. Made on the
+/// first such run and kept for the process (a few per statement, like [`plan_hash`]'s plans),
+/// so that a statement run again (a solver's SpMV) neither clones its kernel nor formats its
+/// name: that per-run work (about 30 k instructions) ran before any point, while the workers
+/// idled.
+struct Shape {
+    /// The task's name ([`task_name`]).
+    name: String,
+    /// What the shape was made for, compared whole on every lookup (no hash decides a hit).
+    plan: Plan,
+    value_type: &'static str,
+    index_type: &'static str,
+    /// The block kernel's address (`None`: the interpreter).
+    compiled: Option<usize>,
     kernel: Kernel,
     grid: Grid,
     dims: Vec<usize>,
@@ -933,11 +951,75 @@ struct Body {
     out: OutputLayout,
     /// The output's privilege in the plan.
     privilege: Privilege,
-    /// Each point's rebased `pos` pieces, kept across runs (see [`RebasedCache`]).
-    rebased: RebasedCache,
 }
 
-impl Body {
+/// The most shapes kept per statement: a statement run over ever new shapes (a property
+/// test) keeps its latest few.
+const SHAPES_KEPT: usize = 8;
+
+impl Shape {
+    /// The shape of a run of `plan` (made from `kernel`) over `inputs`, whose index variables'
+    /// extents are `dims`: the one kept from an equal run before, or made now and kept.
+    fn of<V: PlanValue, I: PlanIndex>(
+        plan: &Plan,
+        kernel: &Kernel,
+        inputs: &[&Stored<V, I>],
+        dims: Vec<usize>,
+        out_dims: &[usize],
+        out: OutputLayout,
+        compiled: Option<BlockFn<V, I>>,
+    ) -> Arc<Shape> {
+        type Kept = std::collections::HashMap<String, Vec<Arc<Shape>>>;
+        static KEPT: std::sync::OnceLock<std::sync::Mutex<Kept>> = std::sync::OnceLock::new();
+        let kept = KEPT.get_or_init(Default::default);
+        let lock = || kept.lock().unwrap_or_else(|e| e.into_inner());
+        let compiled_at = compiled.map(|f| f as usize);
+        let same = |s: &Shape| {
+            s.compiled == compiled_at
+                && s.value_type == std::any::type_name::<V>()
+                && s.index_type == std::any::type_name::<I>()
+                && s.dims == dims
+                && s.out_dims == out_dims
+                && s.in_dims.iter().eq(inputs.iter().map(|t| &t.dims))
+                && s.formats.iter().eq(inputs.iter().map(|t| &t.format))
+                && s.plan == *plan
+                && s.kernel == *kernel
+        };
+        if let Some(s) = lock()
+            .get(&plan.source)
+            .and_then(|v| v.iter().find(|s| same(s)))
+        {
+            return s.clone();
+        }
+        let mut shape = Shape {
+            name: String::new(),
+            plan: plan.clone(),
+            value_type: std::any::type_name::<V>(),
+            index_type: std::any::type_name::<I>(),
+            compiled: compiled_at,
+            kernel: kernel.clone(),
+            grid: plan.grid.clone(),
+            dims,
+            out_dims: out_dims.to_vec(),
+            formats: inputs.iter().map(|t| t.format.clone()).collect(),
+            in_dims: inputs.iter().map(|t| t.dims.clone()).collect(),
+            seq_tiled: sequential_tiles(plan, kernel, inputs.len()),
+            stored_formats: inputs.iter().map(|t| t.format.unique()).collect(),
+            layouts: inputs.iter().map(|t| t.layout.clone()).collect(),
+            out,
+            privilege: plan.args[0].privilege,
+        };
+        shape.name = task_name(plan, &shape, compiled);
+        let shape = Arc::new(shape);
+        let mut kept = lock();
+        let list = kept.entry(plan.source.clone()).or_default();
+        if list.len() >= SHAPES_KEPT {
+            list.remove(0);
+        }
+        list.push(shape.clone());
+        shape
+    }
+
     /// The cells of input `slot`'s first store that launch `launch` reads, when a sequential
     /// block variable tiles it.
     fn launch_range(&self, slot: usize, launch: usize) -> Option<std::ops::Range<usize>> {
@@ -947,7 +1029,25 @@ impl Body {
         let scale = self.layouts[slot].prefix_inner;
         Some(r.start * scale..r.end * scale)
     }
+}
 
+/// What every point of a plan's task registered on one runtime shares: the run's shape and
+/// the points' rebased `pos` pieces (per runtime: they are keyed by its store ids).
+struct Body {
+    shape: Arc<Shape>,
+    /// Each point's rebased `pos` pieces, kept across runs (see [`RebasedCache`]).
+    rebased: RebasedCache,
+}
+
+impl std::ops::Deref for Body {
+    type Target = Shape;
+
+    fn deref(&self) -> &Shape {
+        &self.shape
+    }
+}
+
+impl Body {
     fn run<V: PlanValue, I: PlanIndex>(&self, ctx: &TaskContext, compiled: Option<BlockFn<V, I>>) {
         let launch = ctx.scalar(0).as_u64() as usize;
         let point = ctx.linear_point();
