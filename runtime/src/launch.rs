@@ -160,12 +160,28 @@ impl Launched {
         });
     }
 
-    /// Records the task's failure (the first one is kept).
+    /// Records the task's failure (the first one is kept) and poisons the task's written
+    /// stores at once. Why not only at `end`: a point of a later task depends only on the
+    /// points it overlaps, so it may run while other points of this task still run; poisoning
+    /// here, before the failing point completes, means a consumer point released by a failed
+    /// point always sees the poison, whatever the timing (traced or not, any thread count).
     pub(crate) fn fail_with(&self, err: RuntimeError) {
         let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
         if f.is_none() {
             *f = Some(err);
         }
+        // The first failure, so that the poison names the error the task reports.
+        let first = f.as_ref().expect("just set").clone();
+        for a in self.written() {
+            a.root.set_poison(first.clone(), self.position);
+        }
+    }
+
+    /// The arguments whose stores the task writes (a local one is not a store's contents).
+    fn written(&self) -> impl Iterator<Item = &LaunchArg> {
+        self.args
+            .iter()
+            .filter(|a| a.privilege.writes() && !a.local)
     }
 
     /// What every point left for the finish step, taken out.
@@ -176,8 +192,9 @@ impl Launched {
             .collect()
     }
 
-    /// Runs after the last point (or the finish step): poisons outputs of a failed task and
-    /// drops the task's pending references.
+    /// Runs after the last point (or the finish step): poisons outputs of a failed task (again:
+    /// `fail_with` did at the failure; this one orders it after earlier tasks' clears), clears
+    /// them after a successful whole write, and drops the task's pending references.
     pub(crate) fn end(&self) {
         let failure = self
             .failure
@@ -185,11 +202,7 @@ impl Launched {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let at = self.position;
-        for a in self
-            .args
-            .iter()
-            .filter(|a| a.privilege.writes() && !a.local)
-        {
+        for a in self.written() {
             match &failure {
                 Some(err) => a.root.set_poison(err.clone(), at),
                 // A successful write of the whole store makes it trustworthy again.

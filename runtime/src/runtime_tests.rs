@@ -806,3 +806,63 @@ fn replays_renewing_ended_tasks_fail_fold_and_poison_as_new_ones() {
     let failed: Vec<usize> = (0..sums.len()).filter(|&k| sums[k].is_err()).collect();
     assert_eq!(failed, [2 * 60], "{}", show(&sums));
 }
+
+/// A failed task poisons its outputs before any of its points releases a dependent: every
+/// point of a consumer depends on one failed point, so none may run its body, whatever the
+/// timing. (Found with `inc` reading a failed `b`: a consumer point that ran before the
+/// failing task's last point saw no poison and computed from `b`'s stale values.)
+fn consumer_points_run_after_failed_points(tracing: bool, threads: usize) -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let rt = Runtime::builder()
+        .threads(threads)
+        .min_piece_size(1)
+        .tracing(tracing)
+        .trace_sampling(8)
+        .window_size(1) // a fused task fails as a whole: not what is checked here
+        .build();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counted = ran.clone();
+    rt.register("fail", |_| panic!("every point fails"))
+        .unwrap();
+    rt.register("consume", move |ctx| {
+        counted.fetch_add(1, Ordering::Relaxed);
+        let x = ctx.read::<f64>(0);
+        let mut y = ctx.write::<f64>(1);
+        for (o, i) in y.as_mut_slice().iter_mut().zip(x.as_slice()) {
+            *o = *i;
+        }
+    })
+    .unwrap();
+    rt.register("rewrite", |_| {}).unwrap();
+    let a = rt.create(DType::F64, &[8]).unwrap();
+    let b = rt.create(DType::F64, &[8]).unwrap();
+    for _ in 0..60 {
+        rt.task("fail").write(&b).submit().unwrap();
+        let consume = rt.task("consume").read(&b).write(&a).align(&a, &b);
+        consume.submit().unwrap();
+        // Whole writes clear both poisons for the next round.
+        let rewrite = rt.task("rewrite").write(&a).write(&b).align(&a, &b);
+        rewrite.submit().unwrap();
+    }
+    rt.task("fail").write(&b).submit().unwrap();
+    let consume = rt.task("consume").read(&b).write(&a).align(&a, &b);
+    consume.submit().unwrap();
+    let err = rt.read::<f64>(&a).unwrap_err().to_string();
+    assert!(err.contains("was not computed"), "{err}");
+    // Traced, the rounds were replayed (what differs from the untraced run).
+    assert_eq!(rt.stats().actor_replays > 0, tracing, "{:?}", rt.stats());
+    ran.load(Ordering::Relaxed)
+}
+
+#[test]
+fn consumers_of_a_failed_task_fail_at_every_point_traced_or_not() {
+    for tracing in [false, true] {
+        for threads in [1, 2] {
+            for _ in 0..5 {
+                let ran = consumer_points_run_after_failed_points(tracing, threads);
+                assert_eq!(ran, 0, "tracing {tracing}, threads {threads}");
+            }
+        }
+    }
+}
