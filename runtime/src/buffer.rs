@@ -10,6 +10,8 @@
 use crate::dtype::{DType, Element};
 use crate::rect::Rect;
 use std::cell::UnsafeCell;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// A fixed-size buffer of cells that several threads may access through ledger borrows.
@@ -90,22 +92,38 @@ impl<T: Copy> Buf<T> {
     where
         T: Default,
     {
+        let (buf, stale) = Buf::<T>::sparse(len, pool);
+        // SAFETY: the stale ranges lie in the buffer's mapping, which `buf` owns alone.
+        unsafe { zero_bytes(buf.base().cast(), &stale) };
+        buf
+    }
+
+    /// [`Buf::sparse_zeros`] without zeroing a mapping kept by `pool`: the byte ranges it
+    /// returns still hold a dropped store's values (initialised cells, but not zeros), and
+    /// whoever hands the buffer out must zero them before anyone reads them ([`Stale`]).
+    fn sparse(len: usize, pool: Option<&MapPool>) -> (Buf<T>, Vec<Range<usize>>)
+    where
+        T: Default,
+    {
         let bytes = len * std::mem::size_of::<T>();
         if bytes >= SPARSE_MIN_BYTES {
-            let map = pool.and_then(|p| p.take(bytes));
-            if let Some(mut map) = map.or_else(|| memmap2::MmapMut::map_anon(bytes).ok()) {
+            let kept = pool.and_then(|p| p.take(bytes));
+            let (map, stale) = match kept {
+                Some((map, stale)) => (Some(map), stale),
+                None => (memmap2::MmapMut::map_anon(bytes).ok(), Vec::new()),
+            };
+            if let Some(mut map) = map {
                 // Page-aligned, so aligned for any element type.
                 let ptr = map.as_mut_ptr().cast::<T>();
-                return Buf {
-                    cells: Cells::Mapped(Mapped {
-                        _map: map,
-                        ptr,
-                        len,
-                    }),
-                };
+                let cells = Cells::Mapped(Mapped {
+                    _map: map,
+                    ptr,
+                    len,
+                });
+                return (Buf { cells }, stale);
             }
         }
-        Buf::from_vec(vec![T::default(); len])
+        (Buf::from_vec(vec![T::default(); len]), Vec::new())
     }
 
     /// The mapping of a mapped buffer (for [`MapPool::put`]); `None` for an ordinary one.
@@ -216,10 +234,14 @@ fn resident(ptr: *mut u8, len: usize) -> u64 {
 /// A store made per iteration (CG's `A p`) would otherwise be a fresh mapping each time,
 /// and every page of the rank's share would fault in again (page faults and the kernel's
 /// zeroing cost about 3 ms per CG iteration at 490k rows on 2 ranks, where one rank's
-/// allocator reuses its memory). A reused mapping is cleaned instead: its resident pages
-/// (the ones the rank wrote, its share) are zeroed in place and stay resident, and the rest
-/// are released (`MADV_DONTNEED`, which also drops any swapped-out content), so the new
-/// store reads zeros everywhere and the rank still holds only what it writes.
+/// allocator reuses its memory). A reused mapping keeps its resident pages (the ones the
+/// rank touched) and releases the rest (`MADV_DONTNEED`, which also drops any swapped-out
+/// content), so the rank still holds only what it touches. The resident pages still hold
+/// the old store's values: they are zeroed lazily, cell range by cell range as the new
+/// store's accesses borrow them ([`Stale`]), and not at all where a borrower overwrites
+/// every cell (a received range). Zeroing them all at once cost a pass over every page
+/// the old store touched, which can be far more than the new one does (a mapping that a
+/// whole-store `read` made fully resident, recycled for a store the rank writes half of).
 #[derive(Default)]
 pub(crate) struct MapPool {
     maps: Mutex<Vec<memmap2::MmapMut>>,
@@ -239,42 +261,55 @@ impl MapPool {
         }
     }
 
-    /// A kept mapping of exactly `bytes`, cleaned to zeros.
-    fn take(&self, bytes: usize) -> Option<memmap2::MmapMut> {
+    /// A kept mapping of exactly `bytes`, and the byte ranges of it that are not zeros (its
+    /// resident pages; the others are released and read as zeros).
+    fn take(&self, bytes: usize) -> Option<(memmap2::MmapMut, Vec<Range<usize>>)> {
         let mut map = {
             let mut maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
             let i = maps.iter().position(|m| m.len() == bytes)?;
             maps.swap_remove(i)
         };
-        clean(&mut map).then_some(map)
+        let stale = release_absent(&mut map)?;
+        Some((map, stale))
     }
 }
 
-/// Makes every byte of `map` zero: resident pages by writing zeros, the others by
-/// releasing them (they read as zeros again). False if residency cannot be told.
-fn clean(map: &mut memmap2::MmapMut) -> bool {
+/// Releases the pages of `map` that are not resident (they read as zeros again) and returns
+/// the byte ranges of the resident ones, which hold whatever was written there. `None` if
+/// residency cannot be told or a release fails.
+fn release_absent(map: &mut memmap2::MmapMut) -> Option<Vec<Range<usize>>> {
     let (ptr, len, page) = (map.as_mut_ptr(), map.len(), page_size());
-    let Some(pages) = residency(ptr, len) else {
-        return false;
-    };
+    let pages = residency(ptr, len)?;
+    let mut resident = Vec::new();
     let mut i = 0;
     while i < pages.len() {
         let run = pages[i..].iter().take_while(|&&r| r == pages[i]).count();
         let (at, n) = (i * page, (run * page).min(len - i * page));
         if pages[i] {
-            // SAFETY: `[at, at + n)` lies in the mapping, which `&mut` owns exclusively.
-            unsafe { ptr.add(at).write_bytes(0, n) };
+            resident.push(at..at + n);
         } else {
             // SAFETY: a page-aligned range of the mapping `&mut` owns; no reference into
             // it exists. Anonymous private pages read as zeros after `MADV_DONTNEED`.
             let rc = unsafe { libc::madvise(ptr.add(at).cast(), n, libc::MADV_DONTNEED) };
             if rc != 0 {
-                return false;
+                return None;
             }
         }
         i += run;
     }
-    true
+    Some(resident)
+}
+
+/// Writes zeros over `ranges` (byte offsets) from `base`.
+///
+/// # Safety
+/// Every range must lie in one live allocation starting at `base`, and no other thread may
+/// read or write those bytes meanwhile.
+unsafe fn zero_bytes(base: *mut u8, ranges: &[Range<usize>]) {
+    for r in ranges {
+        // SAFETY: the caller's promise.
+        unsafe { base.add(r.start).write_bytes(0, r.len()) };
+    }
 }
 
 /// The elements of one store, one variant per element type.
@@ -301,10 +336,42 @@ impl Data {
         }
     }
 
-    /// Zero cells taken page by page as they are written (see [`Buf::sparse_zeros`]), in a
-    /// mapping from `pool` when it has one of the size.
-    pub(crate) fn sparse_zeros(dtype: DType, len: usize, pool: Option<&MapPool>) -> Data {
-        Data::zeros_of(dtype, len, Some(pool))
+    /// Zero cells taken page by page as they are written (see [`Buf::sparse_zeros`]).
+    pub(crate) fn sparse_zeros(dtype: DType, len: usize) -> Data {
+        let (data, stale) = Data::sparse(dtype, Rect::from_shape(&[len]), None);
+        debug_assert!(stale.is_none(), "a fresh mapping reads zeros");
+        data
+    }
+
+    /// The cells of a store of extent `whole`, taken page by page as they are written (see
+    /// [`Buf::sparse_zeros`]), in a mapping from `pool` when it keeps one of the size. Then
+    /// the returned [`Stale`] names the cells that still hold a dropped store's values: the
+    /// store's ledger zeroes them as they are borrowed ([`Ledger::install_stale`]), and
+    /// nothing may read them before it has it.
+    pub(crate) fn sparse(
+        dtype: DType,
+        whole: Rect,
+        pool: Option<&MapPool>,
+    ) -> (Data, Option<Stale>) {
+        fn s<T: Element>(whole: Rect, pool: Option<&MapPool>) -> (Data, Option<Stale>) {
+            let (buf, ranges) = Buf::<T>::sparse(whole.volume(), pool);
+            let stale = (!ranges.is_empty()).then(|| Stale {
+                base: buf.base() as usize,
+                size: std::mem::size_of::<T>(),
+                whole,
+                ranges,
+            });
+            (T::wrap(buf), stale)
+        }
+        match dtype {
+            DType::F64 => s::<f64>(whole, pool),
+            DType::F32 => s::<f32>(whole, pool),
+            DType::I64 => s::<i64>(whole, pool),
+            DType::I32 => s::<i32>(whole, pool),
+            DType::U64 => s::<u64>(whole, pool),
+            DType::U32 => s::<u32>(whole, pool),
+            DType::Range => s::<crate::dtype::PosRange>(whole, pool),
+        }
     }
 
     fn into_map(self) -> Option<memmap2::MmapMut> {
@@ -332,26 +399,19 @@ impl Data {
         }
     }
 
+    /// Zero cells in an ordinary vector.
     pub(crate) fn zeros(dtype: DType, len: usize) -> Data {
-        Data::zeros_of(dtype, len, None)
-    }
-
-    /// Zero cells: an ordinary vector, or taken page by page when `sparse` (from its pool).
-    fn zeros_of(dtype: DType, len: usize, sparse: Option<Option<&MapPool>>) -> Data {
-        fn z<T: Element>(len: usize, sparse: Option<Option<&MapPool>>) -> Data {
-            T::wrap(match sparse {
-                Some(pool) => Buf::sparse_zeros(len, pool),
-                None => Buf::from_vec(vec![T::default(); len]),
-            })
+        fn z<T: Element>(len: usize) -> Data {
+            T::wrap(Buf::from_vec(vec![T::default(); len]))
         }
         match dtype {
-            DType::F64 => z::<f64>(len, sparse),
-            DType::F32 => z::<f32>(len, sparse),
-            DType::I64 => z::<i64>(len, sparse),
-            DType::I32 => z::<i32>(len, sparse),
-            DType::U64 => z::<u64>(len, sparse),
-            DType::U32 => z::<u32>(len, sparse),
-            DType::Range => z::<crate::dtype::PosRange>(len, sparse),
+            DType::F64 => z::<f64>(len),
+            DType::F32 => z::<f32>(len),
+            DType::I64 => z::<i64>(len),
+            DType::I32 => z::<i32>(len),
+            DType::U64 => z::<u64>(len),
+            DType::U32 => z::<u32>(len),
+            DType::Range => z::<crate::dtype::PosRange>(len),
         }
     }
 }
@@ -360,11 +420,90 @@ impl Data {
 ///
 /// Workers lock it for every view they make; aligned to its own cache lines so that this
 /// traffic does not bounce the line holding the issuing side's fields of the store.
+///
+/// It also makes a recycled buffer read as zeros ([`Stale`]): every access to a store's cells
+/// borrows them first, so a borrow is where their old values are zeroed, just before the
+/// borrower touches them (on its own thread, while they are in its cache), and only those.
 #[derive(Default)]
 #[repr(align(128))]
 pub(crate) struct Ledger {
     active: Mutex<Vec<(u64, Rect, bool)>>,
-    next: std::sync::atomic::AtomicU64,
+    next: AtomicU64,
+    /// The cells not yet zeroed, while there are any.
+    stale: Mutex<Option<Stale>>,
+    /// Whether `stale` holds anything: a borrow looks at this alone when not.
+    has_stale: AtomicBool,
+}
+
+/// The cells of a buffer recycled from the [`MapPool`] that still hold a dropped store's
+/// values (initialised, so reading them would be no memory error, but a new store promises
+/// zeros).
+pub(crate) struct Stale {
+    /// Address of the buffer's first byte (an address, not a pointer: ledgers are shared).
+    base: usize,
+    /// Bytes per cell, and the store's extent: how a rectangle's cells lie in the buffer.
+    size: usize,
+    whole: Rect,
+    /// Sorted, disjoint byte ranges of the buffer that still hold old values.
+    ranges: Vec<Range<usize>>,
+}
+
+impl Stale {
+    /// Removes `rect`'s cells from the stale ranges; returns the byte ranges removed.
+    fn claim(&mut self, rect: Rect) -> Vec<Range<usize>> {
+        let mut runs: Vec<Range<usize>> = Vec::new();
+        let size = self.size;
+        // Row-major runs come in increasing order.
+        rect.for_each_run(&self.whole, |start, len| {
+            runs.push(start * size..(start + len) * size)
+        });
+        let (Some(first), Some(last)) = (runs.first(), runs.last()) else {
+            return Vec::new();
+        };
+        // The stale ranges that can meet a run: a binary search each way.
+        let a = self.ranges.partition_point(|r| r.end <= first.start);
+        let b = self.ranges.partition_point(|r| r.start < last.end);
+        if a >= b {
+            return Vec::new();
+        }
+        let (mut kept, mut claimed) = (Vec::new(), Vec::new());
+        let mut j = 0;
+        for r in &self.ranges[a..b] {
+            // Runs ending before `r` cannot meet it or any later range.
+            while j < runs.len() && runs[j].end <= r.start {
+                j += 1;
+            }
+            let mut at = r.start;
+            for run in runs[j..].iter().take_while(|run| run.start < r.end) {
+                let (lo, hi) = (run.start.max(at), run.end.min(r.end));
+                if lo < hi {
+                    if at < lo {
+                        kept.push(at..lo);
+                    }
+                    claimed.push(lo..hi);
+                    at = hi;
+                }
+            }
+            if at < r.end {
+                kept.push(at..r.end);
+            }
+        }
+        self.ranges.splice(a..b, kept);
+        claimed
+    }
+}
+
+/// What a borrow does with the stale cells it covers.
+#[derive(Clone, Copy)]
+enum Settle {
+    /// Zero them before any other borrower may see them: under the lock (a shared borrow:
+    /// another reader of the same cells waits for the lock, then finds them zeroed).
+    ZeroLocked,
+    /// Zero them after releasing the lock (an exclusive borrow: nobody else can borrow them
+    /// meanwhile, and other points of the store settle their own cells in parallel).
+    Zero,
+    /// Leave them: the borrower writes every one of them before anyone can read it.
+    Overwrite,
 }
 
 /// A held borrow; released on drop.
@@ -375,8 +514,30 @@ pub(crate) struct Borrow<'a> {
 
 impl Ledger {
     /// Borrows `rect`, exclusively for writes. Fails (and borrows nothing) if the borrow
-    /// conflicts with one already held.
+    /// conflicts with one already held. Cells of a recycled buffer that still hold old values
+    /// are zeroed first.
     pub(crate) fn borrow(&self, rect: Rect, exclusive: bool) -> Result<Borrow<'_>, Rect> {
+        let b = self.hold(rect, exclusive)?;
+        self.settle(
+            rect,
+            if exclusive {
+                Settle::Zero
+            } else {
+                Settle::ZeroLocked
+            },
+        );
+        Ok(b)
+    }
+
+    /// Borrows `rect` exclusively for a borrower that writes every one of its cells before
+    /// it releases the borrow (a received range): their old values are not zeroed first.
+    pub(crate) fn borrow_to_overwrite(&self, rect: Rect) -> Result<Borrow<'_>, Rect> {
+        let b = self.hold(rect, true)?;
+        self.settle(rect, Settle::Overwrite);
+        Ok(b)
+    }
+
+    fn hold(&self, rect: Rect, exclusive: bool) -> Result<Borrow<'_>, Rect> {
         let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, other, _)) = active
             .iter()
@@ -384,9 +545,82 @@ impl Ledger {
         {
             return Err(*other);
         }
-        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
         active.push((id, rect, exclusive));
         Ok(Borrow { ledger: self, id })
+    }
+
+    /// Makes the stale cells of `rect` (whose borrow the caller holds) zeros, or leaves them
+    /// to the borrower that overwrites them.
+    fn settle(&self, rect: Rect, how: Settle) {
+        if !self.has_stale.load(Ordering::Acquire) {
+            return;
+        }
+        let mut guard = self.stale.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(stale) = guard.as_mut() else {
+            return;
+        };
+        let claimed = stale.claim(rect);
+        let base = stale.base as *mut u8;
+        if stale.ranges.is_empty() {
+            *guard = None;
+            self.has_stale.store(false, Ordering::Release);
+        }
+        match how {
+            Settle::Overwrite => {}
+            // SAFETY: the claimed ranges lie in the buffer (pieces of its stale ranges) and
+            // are the cells of a borrow the caller holds; any other borrower of them settles
+            // under this lock before touching them, and finds them claimed.
+            Settle::ZeroLocked => unsafe { zero_bytes(base, &claimed) },
+            Settle::Zero => {
+                drop(guard);
+                // SAFETY: as above, and the borrow is exclusive: no one else can borrow these
+                // cells until it is released.
+                unsafe { zero_bytes(base, &claimed) }
+            }
+        }
+    }
+
+    /// Puts `stale` under this ledger: the buffer it names has just been made the store's
+    /// elements, and no one has touched its cells. Borrows already held are settled here
+    /// (a view borrows its rectangle before it asks for the elements, which allocates them),
+    /// later ones when they are made.
+    pub(crate) fn install_stale(&self, stale: Stale) {
+        let mut guard = self.stale.lock().unwrap_or_else(|e| e.into_inner());
+        let stale = guard.insert(stale);
+        // Set before the held borrows are listed: a borrow listed after this sees it (its
+        // lock of `active` follows this one's), and one listed before is settled here.
+        self.has_stale.store(true, Ordering::SeqCst);
+        let held: Vec<Rect> = {
+            let active = self.active.lock().unwrap_or_else(|e| e.into_inner());
+            active.iter().map(|(_, r, _)| *r).collect()
+        };
+        for rect in held {
+            let claimed = stale.claim(rect);
+            // SAFETY: the claimed ranges lie in the buffer, which no one has accessed yet
+            // (its holders wait for the allocation this is part of); later borrowers of
+            // these cells settle under this lock and find them claimed.
+            unsafe { zero_bytes(stale.base as *mut u8, &claimed) };
+        }
+        if stale.ranges.is_empty() {
+            *guard = None;
+            self.has_stale.store(false, Ordering::Release);
+        }
+    }
+
+    /// Zeroes every stale cell left: before the elements leave the store (the caller holds
+    /// it exclusively, so no borrow is alive).
+    pub(crate) fn settle_all(&mut self) {
+        if let Some(stale) = self
+            .stale
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            // SAFETY: the ranges lie in the buffer, and `&mut self` excludes every borrow.
+            unsafe { zero_bytes(stale.base as *mut u8, &stale.ranges) };
+        }
+        *self.has_stale.get_mut() = false;
     }
 }
 
@@ -473,5 +707,109 @@ mod tests {
             "zeroed in place, nothing more"
         );
         assert!(again.values_mut().all(|v| v == 0));
+    }
+
+    /// A mapping of `len` u64 whose first `written` cells held 5, dropped into a pool, then
+    /// taken again as a store of extent `[0, len)`: its elements (not zeroed) and the stale
+    /// cells the store's ledger must zero.
+    fn recycled(len: usize, written: usize) -> (Data, Stale) {
+        let pool = MapPool::default();
+        let mut b = Buf::<u64>::sparse_zeros(len, Some(&pool));
+        b.copy_from(0, &vec![5; written]);
+        pool.put(Data::U64(b));
+        let whole = Rect::new(&[0], &[len]);
+        let (data, stale) = Data::sparse(DType::U64, whole, Some(&pool));
+        (data, stale.expect("the written pages are resident"))
+    }
+
+    fn cells(data: &mut Data, range: Range<usize>) -> Vec<u64> {
+        let Data::U64(b) = data else { unreachable!() };
+        b.values_mut().skip(range.start).take(range.len()).collect()
+    }
+
+    #[test]
+    fn a_recycled_buffer_is_zeroed_as_its_cells_are_borrowed_except_where_overwritten() {
+        let (len, written) = (1 << 17, 3 * 512); // 1 MiB of u64; three pages written
+        let (mut data, stale) = recycled(len, written);
+        assert_eq!(
+            stale.ranges,
+            vec![Range {
+                start: 0,
+                end: written * 8
+            }],
+            "the written pages, in bytes"
+        );
+        let l = Ledger::default();
+        l.install_stale(stale);
+        // Nothing is zeroed before it is borrowed (zeroing it all was the cost saved).
+        assert!(cells(&mut data, 0..written).iter().all(|&v| v == 5));
+        drop(l.borrow(Rect::new(&[0], &[100]), false).unwrap());
+        drop(l.borrow(Rect::new(&[1000], &[1100]), true).unwrap());
+        // A borrower that writes every cell gets the old values: no zeroing.
+        drop(l.borrow_to_overwrite(Rect::new(&[200], &[300])).unwrap());
+        // Only cells not yet settled are zeroed: 250..300 are the overwriter's already.
+        drop(l.borrow(Rect::new(&[250], &[400]), false).unwrap());
+        let got = cells(&mut data, 0..written);
+        let want = |i: usize| match i {
+            0..100 | 300..400 | 1000..1100 => 0,
+            _ => 5,
+        };
+        for (i, v) in got.iter().enumerate() {
+            assert_eq!(*v, want(i), "cell {i}");
+        }
+        let mut l = l;
+        l.settle_all();
+        let got = cells(&mut data, 0..len);
+        for (i, v) in got.iter().enumerate() {
+            // 200..300 are the overwriter's (which this test did not write).
+            assert_eq!(*v, if (200..300).contains(&i) { 5 } else { 0 }, "cell {i}");
+        }
+        assert!(!l.has_stale.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn borrows_held_when_a_recycled_buffer_is_installed_are_zeroed_then() {
+        // A view borrows its rectangle before it asks for the elements (which allocates
+        // them): its cells must read zeros all the same.
+        let (mut data, stale) = recycled(1 << 17, 1024);
+        let l = Ledger::default();
+        let held = l.borrow(Rect::new(&[10], &[20]), true).unwrap();
+        let read = l.borrow(Rect::new(&[500], &[600]), false).unwrap();
+        l.install_stale(stale);
+        let got = cells(&mut data, 0..1024);
+        for (i, v) in got.iter().enumerate() {
+            let zero = (10..20).contains(&i) || (500..600).contains(&i);
+            assert_eq!(*v, if zero { 0 } else { 5 }, "cell {i}");
+        }
+        drop((held, read));
+        // Settled cells are not zeroed again (an overwriter's values stay).
+        drop(l.borrow_to_overwrite(Rect::new(&[0], &[1024])).unwrap());
+        assert!(
+            !l.has_stale.load(Ordering::Relaxed),
+            "every stale cell settled"
+        );
+    }
+
+    #[test]
+    fn stale_cells_of_a_two_d_store_are_claimed_run_by_run() {
+        // A 4 x 8 store of 1-byte cells, all stale.
+        let mut s = Stale {
+            base: 0,
+            size: 1,
+            whole: Rect::new(&[0, 0], &[4, 8]),
+            ranges: vec![Range { start: 0, end: 32 }],
+        };
+        let claimed = s.claim(Rect::new(&[1, 2], &[3, 5]));
+        assert_eq!(claimed, [10..13, 18..21]);
+        assert_eq!(s.ranges, [0..10, 13..18, 21..32]);
+        // A rectangle over claimed and stale cells claims only the stale ones.
+        assert_eq!(
+            s.claim(Rect::new(&[1, 0], &[3, 8])),
+            [8..10, 13..16, 16..18, 21..24]
+        );
+        assert_eq!(s.ranges, [0..8, 24..32]);
+        assert!(s.claim(Rect::new(&[1, 0], &[3, 8])).is_empty());
+        assert_eq!(s.claim(Rect::new(&[0, 0], &[4, 8])), [0..8, 24..32]);
+        assert!(s.ranges.is_empty());
     }
 }

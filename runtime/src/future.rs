@@ -63,6 +63,16 @@ impl Future {
         }
         if let Some(rt) = self.cell.rt.upgrade() {
             rt.flush()?;
+            // The node that sets the value signals when it completes; no other node's
+            // completion need wake this wait (without one known, every completion does).
+            let node = self.cell.node.get();
+            let _any = match node {
+                Some(n) => {
+                    n.watch();
+                    None
+                }
+                None => Some(rt.shared.completion.watch_any()),
+            };
             rt.wait_helping(&rt.shared.completion, || self.cell.value.get().is_some());
         }
         self.try_get()

@@ -48,6 +48,10 @@ pub(crate) struct Node {
     /// The worker whose mailbox the node goes to when ready ([`NO_OWNER`]: the shared queue).
     owner: u32,
     done: AtomicBool,
+    /// A thread waits for this node in particular ([`Node::watch`]): its completion signals
+    /// the runtime's [`Completion`]; other nodes' completions do not, so a waiting issuer is
+    /// not woken by every node its rank completes.
+    watched: AtomicBool,
     succs: Mutex<NodeList>,
     /// Taken when the node runs: finished nodes stay in the dependence lists of the stores
     /// they touched, and must not keep the task (and through it those stores) alive.
@@ -71,6 +75,7 @@ impl Node {
             pending: AtomicUsize::new(1 + in_edges),
             owner,
             done: AtomicBool::new(false),
+            watched: AtomicBool::new(false),
             succs: Mutex::default(),
             work: Mutex::new(Some(work)),
         }
@@ -145,12 +150,24 @@ impl Node {
             self.done.store(true, Ordering::Release);
             std::mem::take(&mut *s)
         };
-        completion.notify();
+        // Dekker pattern with a waiter (`watch`, then `wait_until`'s fence, then `is_done`):
+        // either it sees `done` or this sees `watched`.
+        fence(Ordering::SeqCst);
+        if self.watched.load(Ordering::SeqCst) || completion.any.load(Ordering::SeqCst) > 0 {
+            completion.notify();
+        }
         succs.into_iter().filter(|s| s.release()).collect()
+    }
+
+    /// Makes the node's completion signal the runtime's [`Completion`]: call before waiting
+    /// on it for this node.
+    pub(crate) fn watch(&self) {
+        self.watched.store(true, Ordering::SeqCst);
     }
 
     /// Blocks the calling thread until the node is done.
     pub(crate) fn wait(&self, completion: &Completion) {
+        self.watch();
         completion.wait_until(|| self.is_done());
     }
 }
@@ -161,9 +178,28 @@ pub(crate) struct Completion {
     lock: Mutex<()>,
     cv: Condvar,
     waiters: AtomicUsize,
+    /// Waiters that no single node's completion can tell about ([`Completion::watch_any`]):
+    /// while there are any, every completion signals.
+    any: AtomicUsize,
+}
+
+/// Held while a wait needs every node's completion signalled ([`Completion::watch_any`]).
+pub(crate) struct WatchAny<'a>(&'a Completion);
+
+impl Drop for WatchAny<'_> {
+    fn drop(&mut self) {
+        self.0.any.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Completion {
+    /// Makes every node's completion signal this until the guard drops: for a wait whose
+    /// condition no one watched node's completion is known to make true.
+    pub(crate) fn watch_any(&self) -> WatchAny<'_> {
+        self.any.fetch_add(1, Ordering::SeqCst);
+        WatchAny(self)
+    }
+
     /// Wakes the waiters. Call after making their condition true.
     pub(crate) fn notify(&self) {
         // Only pay for the lock when someone waits. Dekker pattern with `wait_until`: each side
@@ -187,5 +223,69 @@ impl Completion {
             g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
         }
         self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A thread that waits on `completion` until `ready()`, and reports when it returns.
+    fn waiter(
+        completion: &Arc<Completion>,
+        ready: impl Fn() -> bool + Send + 'static,
+    ) -> mpsc::Receiver<()> {
+        let (tx, rx) = mpsc::channel();
+        let c = completion.clone();
+        std::thread::spawn(move || {
+            c.wait_until(ready);
+            let _ = tx.send(());
+        });
+        rx
+    }
+
+    #[test]
+    fn a_wait_for_one_node_wakes_when_that_node_completes() {
+        let c = Arc::new(Completion::default());
+        let (a, b) = (Node::new(Work::Boundary), Node::new(Work::Boundary));
+        let (tx, rx) = mpsc::channel();
+        let (c2, a2) = (c.clone(), a.clone());
+        std::thread::spawn(move || {
+            a2.wait(&c2);
+            let _ = tx.send(());
+        });
+        b.complete(&c);
+        a.complete(&c);
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the wait for `a` ended when `a` completed");
+    }
+
+    #[test]
+    fn only_watched_nodes_signal_unless_a_wait_watches_any() {
+        let c = Arc::new(Completion::default());
+        let flag = Arc::new(AtomicBool::new(false));
+        let f = flag.clone();
+        // Waits for the flag without watching a node: an unwatched completion does not
+        // wake it (this is what spares a waiting issuer its rank's other completions).
+        let quiet = waiter(&c, move || f.load(Ordering::SeqCst));
+        // Blocked: it counted itself a waiter under the lock, which it holds until it sleeps.
+        while c.waiters.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        drop(c.lock.lock().unwrap());
+        flag.store(true, Ordering::SeqCst);
+        Node::new(Work::Boundary).complete(&c);
+        assert!(
+            quiet.recv_timeout(Duration::from_millis(200)).is_err(),
+            "an unwatched completion signalled"
+        );
+        // While a wait watches any node, any completion signals.
+        let _any = c.watch_any();
+        Node::new(Work::Boundary).complete(&c);
+        quiet
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a completion while a wait watches any node signals");
     }
 }

@@ -40,7 +40,8 @@ static NEXT_RUNTIME: AtomicU64 = AtomicU64::new(1);
 /// State the worker threads share with the issuing side.
 #[derive(Default)]
 pub(crate) struct Shared {
-    /// Signalled when any node completes (read-back, futures).
+    /// Signalled when a watched node completes (`Node::watch`: read-back, futures) and when
+    /// the pool queues a node.
     pub completion: Completion,
     pub counters: Counters,
     /// Nodes created and not yet run.
@@ -849,6 +850,7 @@ impl Runtime {
     /// Waits (helping) for `nodes`, then fails if a task writing `store` failed.
     fn wait_then_check(&self, nodes: Vec<Arc<Node>>, store: &Store) -> Result<()> {
         for n in nodes {
+            n.watch();
             self.inner
                 .wait_helping(&self.inner.shared.completion, || n.is_done());
         }
@@ -890,8 +892,10 @@ impl Runtime {
         if let Some(ch) = self.inner.shared.channel.get() {
             // Every rank reads the same stores in the same order: a collective.
             let inner = &self.inner;
-            let wait =
-                &mut |n: &Arc<Node>| inner.wait_helping(&inner.shared.completion, || n.is_done());
+            let wait = &mut |n: &Arc<Node>| {
+                n.watch();
+                inner.wait_helping(&inner.shared.completion, || n.is_done())
+            };
             crate::replicate::gather(ch, &store.root, rect, to, &inner.shared.counters, wait)?;
             if to.is_some_and(|r| r != ch.rank) {
                 return Ok(None);

@@ -202,7 +202,11 @@ impl StoreRoot {
         Some(b.data.get_or_init(|| {
             self.mem.add(b.bytes(), self.sparse);
             if self.sparse {
-                Data::sparse_zeros(b.dtype, b.rect.volume(), Some(&self.mem.pool))
+                let (data, stale) = Data::sparse(b.dtype, b.rect, Some(&self.mem.pool));
+                if let Some(stale) = stale {
+                    self.ledger.install_stale(stale);
+                }
+                data
             } else {
                 Data::zeros(b.dtype, b.rect.volume())
             }
@@ -219,6 +223,8 @@ impl StoreRoot {
     /// The elements, moved out (`None` while unbound or never allocated); `&mut` proves no
     /// view of them is alive.
     pub(crate) fn take_data(&mut self) -> Option<Data> {
+        // Cells no task touched still hold a recycled mapping's values.
+        self.ledger.settle_all();
         let b = self.bound.get_mut()?;
         let data = b.data.take()?;
         self.mem.remove(b.bytes(), self.sparse);

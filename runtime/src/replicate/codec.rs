@@ -200,9 +200,10 @@ pub(crate) fn write_rect(
     if bytes.len() != rect.volume() * size {
         return Err(r.bad("rectangle size"));
     }
+    // Every cell of `rect` is written below: old values need no zeroing first.
     let _b = root
         .ledger
-        .borrow(rect, true)
+        .borrow_to_overwrite(rect)
         .map_err(|b| RuntimeError::ConcurrentAccess {
             store: root.id,
             rect: format!("{b:?}"),

@@ -254,7 +254,7 @@ pub(crate) fn bind_pieces(
     let ranks = dist.channel.ranks;
     let total = lens.iter().sum::<u64>() as usize;
     let whole = Rect::from_shape(&[total]);
-    let data = crate::buffer::Data::sparse_zeros(root.dtype, total, None);
+    let data = crate::buffer::Data::sparse_zeros(root.dtype, total);
     let mut valid = ValidMap::all(whole, ranks);
     let mut off = 0;
     for (p, &len) in lens.iter().enumerate() {

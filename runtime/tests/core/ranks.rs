@@ -1023,3 +1023,80 @@ fn a_future_known_on_one_rank_only_flushes_the_window_alike() {
     }
     assert_eq!(got[0].2, got[1].2, "the ranks launched alike");
 }
+
+/// Tasks over one f64 argument for [`stores_on_recycled_mappings_read_zeros_where_no_task_wrote`].
+fn register_recycling(rt: &Runtime) -> Result<()> {
+    rt.register("fill7", |ctx| ctx.write::<f64>(0).as_mut_slice().fill(7.0))?;
+    // Writes only the cells at even indices of the store: a partial write.
+    rt.register("evens", |ctx| {
+        let mut y = ctx.write::<f64>(0);
+        let start = y.range().start;
+        for (i, v) in y.as_mut_slice().iter_mut().enumerate() {
+            if (start + i) % 2 == 0 {
+                *v = 1.0;
+            }
+        }
+    })?;
+    rt.register("inc", |ctx| {
+        ctx.write::<f64>(0)
+            .as_mut_slice()
+            .iter_mut()
+            .for_each(|v| *v += 1.0)
+    })?;
+    register_copy(rt)
+}
+
+#[test]
+fn stores_on_recycled_mappings_read_zeros_where_no_task_wrote() {
+    // Across ranks a dropped store's mapping is reused for the next store of its size, with
+    // the old values still in it until a borrow zeroes them (`buffer::Stale`). Each round
+    // leaves four stores holding 7 in every cell, resident on every rank (the reads gather
+    // them whole), for the next round's four: a partial write, a read-write of cells never
+    // written, and a halo received into a store whose far cell no task writes must all see
+    // zeros where nothing was written, never a 7.
+    let n = 20_000; // 160 KB: mapped page by page (64 KiB and up)
+    let run = move |rt: &Runtime| {
+        use tessera_runtime::DType::F64;
+        register_recycling(rt)?;
+        let mut rounds = Vec::new();
+        for _ in 0..3 {
+            let [a, b, c, d] = [(); 4].map(|_| rt.create(F64, &[n]));
+            let (a, b, c, d) = (a?, b?, c?, d?);
+            rt.task("evens").write(&a).submit()?;
+            rt.task("inc").read_write(&b).submit()?;
+            rt.task("fill7").write(&c).submit()?;
+            // d[i] = c[i + 1] for i < n - 1: rank 0's last point reads a cell of rank 1's
+            // tile of c (received into rank 0's copy); d[n - 1] stays zero.
+            let (src, dst) = (c.slice(0, 1..n)?, d.slice(0, 0..n - 1)?);
+            rt.task("tessera.copy")
+                .read(&src)
+                .write(&dst)
+                .align(&src, &dst)
+                .submit()?;
+            let read = [&a, &b, &c, &d].map(|s| rt.read::<f64>(s));
+            rounds.push(read.into_iter().collect::<Result<Vec<_>>>()?);
+            for s in [&a, &b, &c, &d] {
+                rt.task("fill7").write(s).submit()?;
+                rt.read::<f64>(s)?;
+            }
+        }
+        Ok(rounds)
+    };
+    let evens: Vec<f64> = (0..n).map(|i| if i % 2 == 0 { 1.0 } else { 0.0 }).collect();
+    let mut shifted = vec![7.0; n];
+    shifted[n - 1] = 0.0;
+    let want = vec![evens, vec![1.0; n], vec![7.0; n], shifted];
+    for threads in [1, 2] {
+        for (rank, rounds) in all_ok(on_ranks(2, threads, run)).iter().enumerate() {
+            for (round, got) in rounds.iter().enumerate() {
+                for (s, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let bad = g.iter().zip(w).position(|(g, w)| g != w);
+                    assert!(
+                        bad.is_none(),
+                        "rank {rank}, {threads} threads, round {round}, store {s}: cell {bad:?}"
+                    );
+                }
+            }
+        }
+    }
+}
