@@ -77,6 +77,8 @@ impl Window {
     }
 
     /// Removes the first `n` solved tasks (to be launched); the prefix starts afresh.
+    // Boxed on purpose: a `Ready` is kilobytes and the launch moves the tasks (see `ready`).
+    #[allow(clippy::vec_box)]
     pub(crate) fn take(&mut self, n: usize) -> Vec<Box<Ready>> {
         self.prefix.clear();
         self.ready.drain(..n).collect()
