@@ -8,7 +8,7 @@ use crate::error::{Result, RuntimeError};
 use crate::executor::{Executor, ThreadPool};
 use crate::fusion::kernel::{unfused_body, Chunk, Elementwise};
 use crate::fusion::memo::{self, FusionMemo};
-use crate::fusion::{build, constraints, temporaries, FusedShape, FusionConfig, Ready};
+use crate::fusion::{build, FusedShape, FusionConfig, Ready};
 use crate::future::Future;
 use crate::graph::{Completion, Node, NodeList, Work};
 use crate::launch::{LaunchArg, Launched};
@@ -1316,8 +1316,7 @@ impl Inner {
     fn launch_complete(&self, front: &mut Front) -> Result<()> {
         let mut first = Ok(());
         while front.window.ready.len() > 1
-            && constraints::fusible_prefix(front.window.ready.make_contiguous())
-                < front.window.ready.len()
+            && front.window.fusible_prefix() < front.window.ready.len()
         {
             self.launch_prefix_timed(front, &mut first);
         }
@@ -1465,11 +1464,8 @@ impl Inner {
             }
             let t = front.window.tasks.pop_front().expect("just seen");
             let t0 = Instant::now();
-            let roots = window::pended(&t);
-            let r = self.solve(front, t);
-            if r.is_err() {
-                window::unpend(roots);
-            }
+            // A task that fails leaves the window here: its pending references go back.
+            let r = self.solve_then(front, t, window::unpend_task);
             Counters::add(
                 &self.shared.counters.analysis_ns,
                 t0.elapsed().as_nanos() as u64,
@@ -1493,8 +1489,10 @@ impl Inner {
             Counters::add(&counters.idle_held_ns, a.idle_held_ns());
         }
         let (n, shape) = self.decide(front);
-        let mut prefix: Vec<Box<Ready>> = front.window.ready.drain(..n).collect();
-        let pended: Vec<_> = prefix.iter().map(|r| window::pended(&r.issued)).collect();
+        let mut prefix = front.window.take(n);
+        // A task launched alone moves into its plan: its stores are listed first. A fused
+        // prefix outlives its plan, so its tasks give their references back in place.
+        let alone = shape.is_none().then(|| window::pended(&prefix[0].issued));
         Counters::add(&counters.tasks_launched, 1);
         let plan = match shape {
             None => {
@@ -1534,38 +1532,30 @@ impl Inner {
         if r.is_ok() {
             self.analyse(plan);
         }
-        pended.into_iter().for_each(window::unpend);
+        alone.into_iter().for_each(window::unpend);
+        prefix.iter().for_each(|t| window::unpend_task(&t.issued));
         r
     }
 
     /// How many solved tasks to fuse, and the fused task's shape (`None`: launch one task as
-    /// issued). The prefix is found by the constraints (linear in its length); the shape is
-    /// looked up by the prefix' canonical form when the memo is on, so an isomorphic prefix
-    /// reuses the fused task built before (its name, body and argument maps).
+    /// issued). The window extends its fusible prefix as tasks are solved (each task checked
+    /// once); the shape is looked up by the prefix' canonical form when the memo is on, so an
+    /// isomorphic prefix reuses the fused task built before (its name, body and argument maps).
     fn decide(&self, front: &mut Front) -> (usize, Option<Arc<FusedShape>>) {
         if !self.fusion.enabled || front.window.ready.len() == 1 {
             return (1, None);
         }
-        let (ready, unsolved) = (&*front.window.ready.make_contiguous(), &front.window.tasks);
-        let n = constraints::fusible_prefix(ready);
+        let n = front.window.fusible_prefix();
         if n == 1 {
             return (1, None);
         }
-        let temporary = |r: &Arc<StoreRoot>| {
-            temporaries::outside_dead(r, unsolved) && temporaries::is_temporary(r, ready, n)
-        };
-        let key = self
-            .fusion
-            .memo
-            .then(|| memo::canonical(&ready[..n], temporary));
-        if let Some(shape) = key.as_ref().and_then(|k| front.fusion_memo.get(k)) {
-            Counters::add(&self.shared.counters.fusion_memo_hits, 1);
-            return (n, Some(shape));
-        }
-        let shape = Arc::new(build::shape(&ready[..n], temporary));
-        if let Some(key) = key {
-            Counters::add(&self.shared.counters.fusion_memo_misses, 1);
-            front.fusion_memo.insert(key, shape.clone());
+        let memo = self.fusion.memo.then_some(&mut front.fusion_memo);
+        let (shape, hit) = memo::fused_shape(&mut front.window, memo);
+        let c = &self.shared.counters;
+        match hit {
+            Some(true) => Counters::add(&c.fusion_memo_hits, 1),
+            Some(false) => Counters::add(&c.fusion_memo_misses, 1),
+            None => {}
         }
         (n, Some(shape))
     }
@@ -1612,6 +1602,16 @@ impl Inner {
     /// Solves one task (its launch domain, partitions and sub-stores); on failure its future
     /// gets the error.
     pub(crate) fn solve(&self, front: &mut Front, t: Issued) -> Result<Ready> {
+        self.solve_then(front, t, |_| {})
+    }
+
+    /// [`Inner::solve`]; on failure `failed` sees the task before it is dropped.
+    fn solve_then(
+        &self,
+        front: &mut Front,
+        t: Issued,
+        failed: impl FnOnce(&Issued),
+    ) -> Result<Ready> {
         Counters::add(&self.shared.counters.tasks_solved, 1);
         let r = self.solve_inner(front, &t);
         match r {
@@ -1626,6 +1626,7 @@ impl Inner {
                 if let Some((_, cell)) = &t.result {
                     let _ = cell.value.set(Err(e.clone()));
                 }
+                failed(&t);
                 Err(e)
             }
         }

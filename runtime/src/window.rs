@@ -6,6 +6,7 @@
 //! (`ready`: partitions known, not yet launched) and launches the longest fusible prefix as
 //! one task; the rest stays for the next pass.
 
+use crate::fusion::constraints::Prefix;
 use crate::fusion::Ready;
 use crate::runtime::Inner;
 use crate::store::StoreRoot;
@@ -24,6 +25,9 @@ pub(crate) struct Window {
     pub ready: VecDeque<Box<Ready>>,
     /// Issued tasks not solved yet, in issue order.
     pub tasks: VecDeque<Issued>,
+    /// The fusible prefix of `ready` as far as it has been checked: extended as tasks are
+    /// solved, forgotten when its tasks leave ([`Window::take`]).
+    pub prefix: Prefix,
     capacity: usize,
 }
 
@@ -34,6 +38,7 @@ impl Window {
             // most once per window's worth of launches.
             ready: VecDeque::with_capacity(2 * capacity.clamp(1, 256)),
             tasks: VecDeque::new(),
+            prefix: Prefix::default(),
             capacity: capacity.max(1),
         }
     }
@@ -64,6 +69,21 @@ impl Window {
         self.is_full()
     }
 
+    /// Length of the longest fusible prefix of the solved tasks (checking only the tasks solved
+    /// since the last call).
+    pub(crate) fn fusible_prefix(&mut self) -> usize {
+        self.prefix.extend(&self.ready);
+        self.prefix.len()
+    }
+
+    /// Removes the first `n` solved tasks (to be launched); the prefix starts afresh.
+    // Boxed on purpose: a `Ready` is kilobytes and the launch moves the tasks (see `ready`).
+    #[allow(clippy::vec_box)]
+    pub(crate) fn take(&mut self, n: usize) -> Vec<Box<Ready>> {
+        self.prefix.clear();
+        self.ready.drain(..n).collect()
+    }
+
     /// True when a task issued now would be analysed at once (a window of one, empty): the
     /// caller may analyse it without passing it through.
     pub(crate) fn bypass(&self) -> bool {
@@ -87,6 +107,17 @@ pub(crate) fn pended(t: &Issued) -> Vec<Arc<StoreRoot>> {
 pub(crate) fn unpend(roots: Vec<Arc<StoreRoot>>) {
     for r in roots {
         r.pending_refs.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Drops the window's pending references of a task that left it (see [`Window::push`]), after
+/// it was launched or when it failed to solve: once per store it names, as they were taken,
+/// with no list of its stores made ([`pended`] is for a task that moves into its plan).
+pub(crate) fn unpend_task(t: &Issued) {
+    for (i, a) in t.args.iter().enumerate() {
+        if !t.args[..i].iter().any(|b| Arc::ptr_eq(&a.root, &b.root)) {
+            a.root.pending_refs.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 

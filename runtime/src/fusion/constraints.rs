@@ -1,4 +1,5 @@
-//! The four fusion constraints (thesis Fig. 4.4) and the longest fusible prefix.
+//! The four fusion constraints (thesis Fig. 4.4) and the longest fusible prefix, found
+//! incrementally together with the prefix' canonical form (the memo key, [`super::memo`]).
 //!
 //! A forwards pass over the solved tasks tracks, per store, the partitions it was read and
 //! written through and whether it was reduced (with which operator). Task `j` joins the prefix
@@ -15,13 +16,21 @@
 //! value is folded over every point only after the fused task's points have run).
 //! Partition equality is by interned id: constant time, conservative (different ids are
 //! assumed to alias).
+//!
+//! The pass is incremental: the window keeps one [`Prefix`] for its solved tasks and extends
+//! it as tasks are solved, so each task is checked once between two launches (asking "is the
+//! prefix complete?" at every submit used to rescan the window). The stores and partitions
+//! the pass numbers by first appearance are exactly the canonical renaming of §4.3.2, so the
+//! key is written as the tasks join, not in a second pass at launch.
 
+use super::memo;
 use super::Ready;
 use crate::dtype::ReduceOp;
 use crate::partition::PartitionId;
 use crate::store::StoreRoot;
 use crate::task::{Privilege, ScalarArg};
 use smallvec::SmallVec;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// What the prefix so far did to one store.
@@ -30,6 +39,22 @@ struct Effects {
     written: Option<PartitionId>,
     read: SmallVec<[PartitionId; 2]>,
     reduced: Option<ReduceOp>,
+    /// Written unbound (kept: never a temporary).
+    unbound: bool,
+}
+
+/// An `Arc`'s address, only ever compared (a plain integer, so the window stays `Send`). The
+/// window's tasks hold every `Arc` named here, so no address is reused while the prefix lives.
+fn addr<T: ?Sized>(a: &Arc<T>) -> usize {
+    Arc::as_ptr(a) as *const u8 as usize
+}
+
+/// One store the prefix names, in order of first appearance (its canonical number).
+struct Seen {
+    root: usize,
+    /// The task and argument that name it first (where to find its `Arc`).
+    first: (usize, usize),
+    effects: Effects,
 }
 
 /// Why a task cannot join a prefix (the constraint it breaks), for tests and statistics.
@@ -42,47 +67,68 @@ pub(crate) enum Break {
     Future,
 }
 
-/// The per-store effects of a prefix, checked and extended task by task.
+/// The longest fusible prefix of a window's solved tasks so far, its per-store effects and
+/// its canonical form without the temporary flags (those depend on what follows the prefix
+/// and on the application's handles, so they are read at launch: [`Prefix::temporaries`]).
 #[derive(Default)]
 pub(crate) struct Prefix {
-    stores: SmallVec<[(*const StoreRoot, Effects); 16]>,
+    stores: SmallVec<[Seen; 16]>,
+    /// Partitions by first appearance (the key's renaming).
+    parts: SmallVec<[PartitionId; 8]>,
+    /// Futures the prefix' tasks make.
+    made: SmallVec<[usize; 4]>,
+    /// Tasks in the prefix.
+    len: usize,
+    /// A task after the prefix broke a constraint: no later task can join.
+    complete: bool,
+    key: Vec<u64>,
 }
 
 impl Prefix {
-    fn effects(&mut self, root: &Arc<StoreRoot>) -> &mut Effects {
-        let p = Arc::as_ptr(root);
-        match self.stores.iter().position(|(r, _)| *r == p) {
-            Some(i) => &mut self.stores[i].1,
-            None => {
-                self.stores.push((p, Effects::default()));
-                &mut self.stores.last_mut().expect("just pushed").1
+    /// Forgets the prefix (its tasks were launched), keeping the allocations.
+    pub(crate) fn clear(&mut self) {
+        self.stores.clear();
+        self.parts.clear();
+        self.made.clear();
+        self.len = 0;
+        self.complete = false;
+        self.key.clear();
+    }
+
+    /// Tasks in the prefix.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Extends the prefix over `ready` (the window's solved tasks, of which the first `len`
+    /// are the prefix) until a task breaks a constraint or the tasks run out.
+    pub(crate) fn extend(&mut self, ready: &VecDeque<Box<Ready>>) {
+        while !self.complete && self.len < ready.len() {
+            let t = &ready[self.len];
+            if self.check(ready.front().map(|f| &**f), t).is_err() {
+                self.complete = true;
+            } else {
+                self.push(t);
             }
         }
     }
 
     fn seen(&self, root: &Arc<StoreRoot>) -> Option<&Effects> {
-        let p = Arc::as_ptr(root);
-        self.stores.iter().find(|(r, _)| *r == p).map(|(_, e)| e)
+        let p = addr(root);
+        self.stores.iter().find(|s| s.root == p).map(|s| &s.effects)
     }
 
-    /// Whether `t` may follow the prefix (given the prefix' tasks for the future check).
-    pub(crate) fn check(&self, prefix: &[Box<Ready>], t: &Ready) -> Result<(), Break> {
+    /// Whether `t` may follow the prefix, whose first task is `first`.
+    fn check(&self, first: Option<&Ready>, t: &Ready) -> Result<(), Break> {
         // A fused task's points run where one key says: tasks sharded differently stay apart.
-        if prefix
-            .first()
-            .is_some_and(|f| f.domain != t.domain || f.issued.shard != t.issued.shard)
+        if self.len > 0
+            && first.is_some_and(|f| f.domain != t.domain || f.issued.shard != t.issued.shard)
         {
             return Err(Break::LaunchDomain);
         }
         for s in &t.issued.scalars {
             if let ScalarArg::Future(cell) = s {
-                let made_here = prefix.iter().any(|p| {
-                    p.issued
-                        .result
-                        .as_ref()
-                        .is_some_and(|(_, c)| Arc::ptr_eq(c, cell))
-                });
-                if made_here {
+                if self.made.contains(&addr(cell)) {
                     return Err(Break::Future);
                 }
             }
@@ -125,30 +171,119 @@ impl Prefix {
         Ok(())
     }
 
-    /// Adds `t`'s accesses.
-    pub(crate) fn push(&mut self, t: &Ready) {
-        for (a, part) in t.args.iter().zip(&t.parts) {
-            let e = self.effects(&a.root);
+    /// The canonical number of `root`, added (first named by argument `arg` of task `task`)
+    /// if new.
+    fn number(&mut self, root: &Arc<StoreRoot>, task: usize, arg: usize) -> usize {
+        let p = addr(root);
+        match self.stores.iter().position(|s| s.root == p) {
+            Some(i) => i,
+            None => {
+                self.stores.push(Seen {
+                    root: p,
+                    first: (task, arg),
+                    effects: Effects::default(),
+                });
+                self.stores.len() - 1
+            }
+        }
+    }
+
+    fn part_number(&mut self, p: Option<PartitionId>) -> u64 {
+        let Some(p) = p else {
+            return u64::MAX;
+        };
+        match self.parts.iter().position(|x| *x == p) {
+            Some(i) => i as u64,
+            None => {
+                self.parts.push(p);
+                (self.parts.len() - 1) as u64
+            }
+        }
+    }
+
+    /// Adds `t` (which passed [`Prefix::check`]): its accesses and its part of the key.
+    fn push(&mut self, t: &Ready) {
+        let k = self.len;
+        if k == 0 {
+            // Every task of a prefix has the first one's domain: it is keyed once.
+            self.key.push(t.domain.dim() as u64);
+            self.key
+                .extend((0..t.domain.dim()).map(|d| t.domain.extent(d) as u64));
+        }
+        // Task names are compared by identity (a name is interned once per runtime).
+        self.key.push(addr(&t.issued.name) as u64);
+        self.key.push(t.args.len() as u64);
+        for (i, (a, part)) in t.args.iter().zip(&t.parts).enumerate() {
+            let s = self.number(&a.root, k, i);
+            let p = self.part_number(*part);
+            self.key
+                .extend([s as u64, p, memo::privilege_code(a.privilege)]);
+            let e = &mut self.stores[s].effects;
             match (a.privilege, part) {
                 (Privilege::Reduce(op), _) => e.reduced = Some(op),
                 (Privilege::Read, Some(p)) if !e.read.contains(p) => e.read.push(*p),
                 (Privilege::Write | Privilege::ReadWrite, Some(p)) => e.written = Some(*p),
                 // Unbound outputs have no partition; nothing in the window can read them
                 // before they are bound (solving ahead stops at such a reader).
+                (Privilege::WriteUnbound, _) => e.unbound = true,
                 _ => {}
             }
         }
-    }
-}
-
-/// Length of the longest fusible prefix of `ready` (at least one task when there is one).
-pub(crate) fn fusible_prefix(ready: &[Box<Ready>]) -> usize {
-    let mut prefix = Prefix::default();
-    for (j, t) in ready.iter().enumerate() {
-        if prefix.check(&ready[..j], t).is_err() {
-            return j;
+        self.key.push(t.issued.scalars.len() as u64);
+        // A future taken inside a prefix is made before it (the future rule), so a value and
+        // a future are all the key needs to tell apart.
+        self.key.extend(t.issued.scalars.iter().map(|s| match s {
+            ScalarArg::Value(_) => u64::MAX,
+            ScalarArg::Future(_) => u64::MAX - 1,
+        }));
+        self.key
+            .push(t.issued.result.as_ref().map_or(0, |(op, _)| 1 + *op as u64));
+        if let Some((_, cell)) = &t.issued.result {
+            self.made.push(addr(cell));
         }
-        prefix.push(t);
+        self.len += 1;
     }
-    ready.len()
+
+    /// Which of the prefix' stores are temporaries (Definition 4, [`super::temporaries`]),
+    /// in canonical order: written (not reduced, not unbound) by the prefix, named by no
+    /// later task of the window, `dead(root)` outside it. `ready` is the window whose prefix
+    /// this is.
+    pub(crate) fn temporaries(
+        &self,
+        ready: &[Box<Ready>],
+        dead: impl Fn(&Arc<StoreRoot>) -> bool,
+    ) -> SmallVec<[bool; 16]> {
+        self.stores
+            .iter()
+            .map(|s| {
+                let e = &s.effects;
+                let root = &ready[s.first.0].args[s.first.1].root;
+                e.written.is_some()
+                    && e.reduced.is_none()
+                    && !e.unbound
+                    && ready[self.len..]
+                        .iter()
+                        .all(|t| t.args.iter().all(|a| !Arc::ptr_eq(&a.root, root)))
+                    && dead(root)
+            })
+            .collect()
+    }
+
+    /// Whether `root` is the prefix' store flagged in `temps` ([`Prefix::temporaries`]).
+    pub(crate) fn is_flagged(&self, temps: &[bool], root: &Arc<StoreRoot>) -> bool {
+        let p = addr(root);
+        self.stores
+            .iter()
+            .zip(temps)
+            .any(|(s, &t)| t && s.root == p)
+    }
+
+    /// The canonical form of the prefix with its temporary flags: the memo's key.
+    pub(crate) fn key(&self, temps: &[bool]) -> Vec<u64> {
+        let mut key = Vec::with_capacity(self.key.len() + 1 + temps.len());
+        key.extend_from_slice(&self.key);
+        key.push(u64::MAX);
+        key.extend(temps.iter().map(|&t| t as u64));
+        key
+    }
 }

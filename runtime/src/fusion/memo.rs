@@ -8,17 +8,18 @@
 //! it and reused, so a fused task keeps its name and body from one iteration of a loop to
 //! the next.
 //!
-//! The key is the fusible *prefix*, not the whole window: finding the prefix is a linear
-//! scan with constant-time partition comparisons, about what building the canonical form of
-//! the window would cost, while a key over the whole window made every pass linear in the
-//! window (measured: no gain from the memo at a window of 32). What a hit saves is building
-//! the fused task (argument deduplication, privilege merging, maps, its name).
+//! The key is the fusible *prefix*, not the whole window, and it is written by the pass that
+//! finds the prefix ([`super::constraints::Prefix`]): that pass numbers the stores it meets by
+//! first appearance anyway, so a hit costs the temporary flags and one hash lookup (a second
+//! renaming pass at launch cost as much as the constraint checks; measured in
+//! runtime/DESIGN.md, "Task fusion"). What a hit saves is building the fused task (argument
+//! deduplication, privilege merging, maps, its name).
 
-use super::build::FusedShape;
-use super::Ready;
-use crate::partition::PartitionId;
+use super::build::{self, FusedShape};
+use super::temporaries;
 use crate::store::StoreRoot;
-use crate::task::{Privilege, ScalarArg};
+use crate::task::Privilege;
+use crate::window::Window;
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
@@ -44,7 +45,8 @@ impl FusionMemo {
     }
 }
 
-fn privilege_code(p: Privilege) -> u64 {
+/// A privilege as a key word.
+pub(crate) fn privilege_code(p: Privilege) -> u64 {
     match p {
         Privilege::Read => 0,
         Privilege::Write => 1,
@@ -54,61 +56,29 @@ fn privilege_code(p: Privilege) -> u64 {
     }
 }
 
-/// The canonical form of a prefix: stores and partitions renamed by first appearance, and
-/// each store's flag `dead(root)` (is it a temporary of the prefix).
-/// Task names are compared by identity (a name is interned once per runtime).
-pub(crate) fn canonical(ready: &[Box<Ready>], dead: impl Fn(&Arc<StoreRoot>) -> bool) -> Vec<u64> {
-    let mut stores: Vec<*const StoreRoot> = vec![];
-    let mut parts: Vec<PartitionId> = vec![];
-    let mut key = Vec::with_capacity(ready.len() * 12);
-    let mut flags = vec![];
-    for (k, t) in ready.iter().enumerate() {
-        key.push(Arc::as_ptr(&t.issued.name) as *const u8 as u64);
-        key.push(t.domain.dim() as u64);
-        key.extend(t.domain.extents().iter().map(|&e| e as u64));
-        key.push(t.args.len() as u64);
-        for (a, p) in t.args.iter().zip(&t.parts) {
-            let ptr = Arc::as_ptr(&a.root);
-            let s = match stores.iter().position(|&x| x == ptr) {
-                Some(i) => i,
-                None => {
-                    stores.push(ptr);
-                    flags.push(dead(&a.root) as u64);
-                    stores.len() - 1
-                }
-            };
-            let p = match p {
-                None => u64::MAX,
-                Some(p) => match parts.iter().position(|x| x == p) {
-                    Some(i) => i as u64,
-                    None => {
-                        parts.push(*p);
-                        (parts.len() - 1) as u64
-                    }
-                },
-            };
-            key.extend([s as u64, p, privilege_code(a.privilege)]);
-        }
-        key.push(t.issued.scalars.len() as u64);
-        for s in &t.issued.scalars {
-            // A future made by an earlier task of the window is named by that task's index.
-            let code = match s {
-                ScalarArg::Value(_) => u64::MAX,
-                ScalarArg::Future(c) => ready[..k]
-                    .iter()
-                    .position(|r| {
-                        r.issued
-                            .result
-                            .as_ref()
-                            .is_some_and(|(_, x)| Arc::ptr_eq(x, c))
-                    })
-                    .map_or(u64::MAX - 1, |i| i as u64),
-            };
-            key.push(code);
-        }
-        key.push(t.issued.result.as_ref().map_or(0, |(op, _)| 1 + *op as u64));
+/// The fused task for the window's fusible prefix (found already: [`Window::fusible_prefix`]),
+/// and with `memo` whether it was a hit: looked up by the prefix' canonical form and built
+/// only on a miss (without `memo`, always built).
+pub(crate) fn fused_shape(
+    w: &mut Window,
+    memo: Option<&mut FusionMemo>,
+) -> (Arc<FusedShape>, Option<bool>) {
+    let ready = &*w.ready.make_contiguous();
+    let unsolved = &w.tasks;
+    let temps = w
+        .prefix
+        .temporaries(ready, |r| temporaries::outside_dead(r, unsolved));
+    let n = w.prefix.len();
+    let Some(memo) = memo else {
+        let local = |r: &Arc<StoreRoot>| w.prefix.is_flagged(&temps, r);
+        return (Arc::new(build::shape(&ready[..n], local)), None);
+    };
+    let key = w.prefix.key(&temps);
+    if let Some(shape) = memo.get(&key) {
+        return (shape, Some(true));
     }
-    key.push(u64::MAX);
-    key.extend(flags);
-    key
+    let local = |r: &Arc<StoreRoot>| w.prefix.is_flagged(&temps, r);
+    let shape = Arc::new(build::shape(&ready[..n], local));
+    memo.insert(key, shape.clone());
+    (shape, Some(false))
 }

@@ -11,11 +11,11 @@
 //!
 //! Every access of a written store in a fused prefix goes through one partition (the true- and
 //! anti-dependence constraints), so each point's scratch is exactly its sub-store. Reduced and
-//! unbound stores are kept.
+//! unbound stores are kept. Conditions 1 and 2 within the window are read from the prefix'
+//! per-store effects (`constraints::Prefix::temporaries`); this module checks the rest.
 
-use super::Ready;
 use crate::store::StoreRoot;
-use crate::task::{Issued, Privilege};
+use crate::task::Issued;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -31,22 +31,4 @@ pub(crate) fn outside_dead(root: &Arc<StoreRoot>, unsolved: &VecDeque<Issued>) -
         && !unsolved
             .iter()
             .any(|t| t.args.iter().any(|a| Arc::ptr_eq(&a.root, root)))
-}
-
-/// Whether `root`, for which `outside_dead` holds, is a temporary of `ready[..prefix]`.
-pub(crate) fn is_temporary(root: &Arc<StoreRoot>, ready: &[Box<Ready>], prefix: usize) -> bool {
-    let mut written = false;
-    for t in &ready[..prefix] {
-        for a in t.args.iter().filter(|a| Arc::ptr_eq(&a.root, root)) {
-            match a.privilege {
-                Privilege::Write | Privilege::ReadWrite => written = true,
-                Privilege::Read => {}
-                Privilege::Reduce(_) | Privilege::WriteUnbound => return false,
-            }
-        }
-    }
-    written
-        && ready[prefix..]
-            .iter()
-            .all(|t| t.args.iter().all(|a| !Arc::ptr_eq(&a.root, root)))
 }

@@ -390,6 +390,41 @@ fn isomorphic_windows_hit_the_memo_and_a_different_partition_misses() {
 }
 
 #[test]
+fn a_window_that_differs_only_in_a_temporary_flag_misses_the_memo() {
+    // The same two tasks twice over other stores: first the intermediate is dropped (a
+    // temporary), then the application keeps it. The stores, partitions and privileges are
+    // isomorphic; only the temporary flag tells them apart. A hit would reuse a shape whose
+    // intermediate is task-local scratch and leave the kept store unwritten.
+    let n = 64;
+    let rt = rt(8, true);
+    let x = input(&rt, n);
+    let (y, z) = (
+        rt.create(DType::F64, &[n]).unwrap(),
+        rt.create(DType::F64, &[n]).unwrap(),
+    );
+    two_step(&rt, &x, &y, "axpb");
+    let first = launched(&rt);
+    assert_eq!((first.fusion_memo_misses, first.fusion_memo_hits), (1, 0));
+    assert_eq!(first.temporaries_eliminated, 1);
+    let t = rt.create(DType::F64, &[n]).unwrap();
+    axpb(&rt, "axpb", &x, &t, 2.0, 0.0);
+    axpb(&rt, "axpb", &t, &z, 1.0, 1.0);
+    let s = launched(&rt).since(&first);
+    assert_eq!(
+        (
+            s.fusion_memo_misses,
+            s.fusion_memo_hits,
+            s.temporaries_eliminated
+        ),
+        (1, 0, 0),
+        "the kept intermediate: {s:?}"
+    );
+    let want: Vec<f64> = (0..n).map(|i| 2.0 * (i as f64 - 3.0)).collect();
+    assert_eq!(rt.read::<f64>(&t).unwrap(), want);
+    assert_eq!(rt.read::<f64>(&z).unwrap(), rt.read::<f64>(&y).unwrap());
+}
+
+#[test]
 fn kernel_fused_results_equal_unfused_ones() {
     // Long enough for several chunks per point, odd so the last chunk is short.
     let n = 3 * 2048 * 2 + 17;
