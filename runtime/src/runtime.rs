@@ -1009,17 +1009,7 @@ impl Runtime {
         if let Some(dims) = &l.shard {
             check_shard(&task, dims, domain.as_ref())?;
         }
-        let issued = Issued {
-            name: reg.name,
-            body: reg.body,
-            kernel: reg.kernel,
-            args: std::mem::take(&mut l.args),
-            constraints,
-            scalars: std::mem::take(&mut l.scalars),
-            domain,
-            result,
-            shard: l.shard.take(),
-        };
+        let issued = Issued::from_spec(reg, &mut l, constraints, domain, result);
         self.keep_spec(l);
         Counters::add(&self.inner.shared.counters.tasks_issued, 1);
         // Later tasks may read the store before this one is analysed (it may wait in the

@@ -506,17 +506,13 @@ fn resolved_spec(rt: &Runtime, l: TaskLauncher<'_>, op: Option<ReduceOp>) -> Opt
         check_shard(&reg.name, dims, domain.as_ref()).ok()?;
     }
     let cell = Future::pending(Arc::downgrade(&rt.inner)).cell;
-    Some(Issued {
-        name: reg.name,
-        body: reg.body,
-        kernel: reg.kernel,
-        args: std::mem::take(&mut spec.args),
+    Some(Issued::from_spec(
+        reg,
+        &mut spec,
         constraints,
-        scalars: std::mem::take(&mut spec.scalars),
         domain,
-        result: op.map(|op| (op, cell)),
-        shard: spec.shard.take(),
-    })
+        op.map(|op| (op, cell)),
+    ))
 }
 
 /// A launcher as data: the task, its arguments (store index, privilege), a future or a value

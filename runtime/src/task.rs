@@ -157,6 +157,29 @@ pub(crate) struct IssuedArg {
 }
 
 impl Issued {
+    /// The issued task of `reg` from a checked launcher's `spec` (its arguments, scalars and
+    /// sharding key are taken; what is left serves the next launcher), with its resolved
+    /// constraints, launch domain and result.
+    pub(crate) fn from_spec(
+        reg: Registered,
+        spec: &mut LaunchSpec,
+        constraints: Args<Constraint>,
+        domain: Option<Domain>,
+        result: Option<(ReduceOp, Arc<FutureCell>)>,
+    ) -> Issued {
+        Issued {
+            name: reg.name,
+            body: reg.body,
+            kernel: reg.kernel,
+            args: std::mem::take(&mut spec.args),
+            constraints,
+            scalars: std::mem::take(&mut spec.scalars),
+            domain,
+            result,
+            shard: spec.shard.take(),
+        }
+    }
+
     /// A hash of what the task does and to what: its name, each scalar's kind and value, its
     /// stores with their views, privileges and partitions, its launch domain, and whether it
     /// folds a result (and with which operator). Stable across ranks running the same stream.

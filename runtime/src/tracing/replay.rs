@@ -472,17 +472,7 @@ impl Inner {
         for c in recorded {
             constraints.push(c.clone());
         }
-        let t = Issued {
-            name: reg.name,
-            body: reg.body,
-            kernel: reg.kernel,
-            args: std::mem::take(&mut spec.args),
-            constraints,
-            scalars: std::mem::take(&mut spec.scalars),
-            domain,
-            result,
-            shard: spec.shard.take(),
-        };
+        let t = Issued::from_spec(reg, spec, constraints, domain, result);
         tr.held.push(t);
         let r = self.streak_held(front, &mut tr, s);
         front.tracing = Some(tr);
