@@ -212,17 +212,21 @@ impl Completion {
         }
     }
 
-    pub(crate) fn wait_until(&self, mut ready: impl FnMut() -> bool) {
+    /// Blocks until `ready()` holds; returns the times it slept (`Stats::idle_sleeps`).
+    pub(crate) fn wait_until(&self, mut ready: impl FnMut() -> bool) -> u64 {
         if ready() {
-            return;
+            return 0;
         }
         let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         self.waiters.fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
+        let mut slept = 0;
         while !ready() {
             g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            slept += 1;
         }
         self.waiters.fetch_sub(1, Ordering::SeqCst);
+        slept
     }
 }
 
