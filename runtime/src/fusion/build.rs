@@ -145,6 +145,8 @@ pub(crate) fn instantiate(shape: &FusedShape, prefix: &mut [Box<Ready>]) -> Inst
                 root: a.root.clone(),
                 view: a.view,
                 privilege: f.privilege,
+                // A fused body's sub-tasks may write a store in part: zeroed as for `write`.
+                overwrite: false,
                 rects: a.rects.clone(),
                 local: f.local,
             }
