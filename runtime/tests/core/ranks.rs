@@ -1167,7 +1167,16 @@ fn write_all_orders_tasks_exactly_as_write_does() {
     let stream = move |whole: bool| {
         move |rt: &Runtime| {
             use tessera_runtime::DType::F64;
-            register_copy(rt)?;
+            // A copy that dawdles before it reads: a write of `y` that did not wait for it
+            // would run meanwhile (the ledger fails the point, or the copy reads a later
+            // step's values). The sleep only widens that window; nothing is timed.
+            rt.register("slow_copy", |ctx| {
+                std::thread::sleep(Duration::from_millis(5));
+                let x = ctx.read::<f64>(0);
+                ctx.write::<f64>(1)
+                    .as_mut_slice()
+                    .copy_from_slice(x.as_slice());
+            })?;
             rt.register("fill_k", |ctx| {
                 let k = ctx.scalar(0).as_f64();
                 ctx.write::<f64>(0).as_mut_slice().fill(k)
@@ -1179,7 +1188,7 @@ fn write_all_orders_tasks_exactly_as_write_does() {
                 let t = if whole { t.write_all(&y) } else { t.write(&y) };
                 t.submit()?;
                 let z = rt.create(F64, &[n])?;
-                rt.task("tessera.copy")
+                rt.task("slow_copy")
                     .read(&y)
                     .write(&z)
                     .align(&y, &z)
@@ -1193,15 +1202,18 @@ fn write_all_orders_tasks_exactly_as_write_does() {
         }
     };
     let want: Vec<Vec<f64>> = (0..8).map(|k| vec![k as f64; n]).collect();
-    for ranks in [1, 2] {
-        let write = all_ok(on_ranks(ranks, 2, stream(false)));
-        let write_all = all_ok(on_ranks(ranks, 2, stream(true)));
-        assert_eq!(write, write_all, "{ranks} ranks");
+    // Without fusion too: a fused task merges its sub-tasks' privileges, and each unfused
+    // task's arguments meet the dependence analysis as issued.
+    for (ranks, fusion) in [(1, true), (1, false), (2, true), (2, false)] {
+        let on = |whole| {
+            let configure = move |b: RuntimeBuilder, _| b.threads(2).fusion(fusion);
+            all_ok(on_ranks_with(ranks, configure, stream(whole)))
+        };
+        let (write, write_all) = (on(false), on(true));
+        let what = format!("{ranks} ranks, fusion {fusion}");
+        assert_eq!(write, write_all, "{what}");
         for got in &write_all {
-            assert!(
-                got == &want,
-                "{ranks} ranks: the copies are each step's values"
-            );
+            assert!(got == &want, "{what}: the copies are each step's values");
         }
     }
 }
