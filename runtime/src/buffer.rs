@@ -427,7 +427,8 @@ impl Data {
 #[derive(Default)]
 #[repr(align(128))]
 pub(crate) struct Ledger {
-    active: Mutex<Vec<(u64, Rect, bool)>>,
+    /// Held borrows: id, rectangle, and how the holder uses the cells.
+    active: Mutex<Vec<(u64, Rect, Settle)>>,
     next: AtomicU64,
     /// The cells not yet zeroed, while there are any.
     stale: Mutex<Option<Stale>>,
@@ -506,6 +507,13 @@ enum Settle {
     Overwrite,
 }
 
+impl Settle {
+    /// Whether the borrow excludes every other borrow of its cells (a write).
+    fn exclusive(self) -> bool {
+        !matches!(self, Settle::ZeroLocked)
+    }
+}
+
 /// A held borrow; released on drop.
 pub(crate) struct Borrow<'a> {
     ledger: &'a Ledger,
@@ -517,36 +525,38 @@ impl Ledger {
     /// conflicts with one already held. Cells of a recycled buffer that still hold old values
     /// are zeroed first.
     pub(crate) fn borrow(&self, rect: Rect, exclusive: bool) -> Result<Borrow<'_>, Rect> {
-        let b = self.hold(rect, exclusive)?;
-        self.settle(
-            rect,
-            if exclusive {
-                Settle::Zero
-            } else {
-                Settle::ZeroLocked
-            },
-        );
+        let how = if exclusive {
+            Settle::Zero
+        } else {
+            Settle::ZeroLocked
+        };
+        let b = self.hold(rect, how)?;
+        self.settle(rect, how);
         Ok(b)
     }
 
     /// Borrows `rect` exclusively for a borrower that writes every one of its cells before
-    /// it releases the borrow (a received range): their old values are not zeroed first.
+    /// it releases the borrow (a received range, a `write_all` task's point): their old
+    /// values are not zeroed first. Should it leave a cell unwritten, the cell keeps whatever
+    /// the buffer held there (a dropped store's value, or zero): initialised bytes, so no
+    /// memory error, but not necessarily zero.
     pub(crate) fn borrow_to_overwrite(&self, rect: Rect) -> Result<Borrow<'_>, Rect> {
-        let b = self.hold(rect, true)?;
+        let b = self.hold(rect, Settle::Overwrite)?;
         self.settle(rect, Settle::Overwrite);
         Ok(b)
     }
 
-    fn hold(&self, rect: Rect, exclusive: bool) -> Result<Borrow<'_>, Rect> {
+    fn hold(&self, rect: Rect, how: Settle) -> Result<Borrow<'_>, Rect> {
         let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
+        let exclusive = how.exclusive();
         if let Some((_, other, _)) = active
             .iter()
-            .find(|(_, r, ex)| (exclusive || *ex) && r.overlaps(&rect))
+            .find(|(_, r, h)| (exclusive || h.exclusive()) && r.overlaps(&rect))
         {
             return Err(*other);
         }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        active.push((id, rect, exclusive));
+        active.push((id, rect, how));
         Ok(Borrow { ledger: self, id })
     }
 
@@ -591,12 +601,17 @@ impl Ledger {
         // Set before the held borrows are listed: a borrow listed after this sees it (its
         // lock of `active` follows this one's), and one listed before is settled here.
         self.has_stale.store(true, Ordering::SeqCst);
-        let held: Vec<Rect> = {
+        let held: Vec<(Rect, Settle)> = {
             let active = self.active.lock().unwrap_or_else(|e| e.into_inner());
-            active.iter().map(|(_, r, _)| *r).collect()
+            active.iter().map(|(_, r, h)| (*r, *h)).collect()
         };
-        for rect in held {
+        for (rect, how) in held {
             let claimed = stale.claim(rect);
+            // An overwriter's cells are claimed (no one zeroes them later) but left as they
+            // are: it writes them all.
+            if matches!(how, Settle::Overwrite) {
+                continue;
+            }
             // SAFETY: the claimed ranges lie in the buffer, which no one has accessed yet
             // (its holders wait for the allocation this is part of); later borrowers of
             // these cells settle under this lock and find them claimed.
@@ -788,6 +803,28 @@ mod tests {
             !l.has_stale.load(Ordering::Relaxed),
             "every stale cell settled"
         );
+    }
+
+    #[test]
+    fn an_overwriters_borrow_held_when_a_recycled_buffer_is_installed_keeps_its_cells() {
+        // A `write_all` point borrows its cells before the allocation: they are claimed (no
+        // later borrow zeroes them over what it wrote) but not zeroed (it writes them all).
+        let (mut data, stale) = recycled(1 << 17, 1024);
+        let l = Ledger::default();
+        let over = l.borrow_to_overwrite(Rect::new(&[0], &[300])).unwrap();
+        let write = l.borrow(Rect::new(&[300], &[400]), true).unwrap();
+        l.install_stale(stale);
+        let got = cells(&mut data, 0..1024);
+        for (i, v) in got.iter().enumerate() {
+            let zero = (300..400).contains(&i);
+            assert_eq!(*v, if zero { 0 } else { 5 }, "cell {i}");
+        }
+        drop((over, write));
+        drop(l.borrow(Rect::new(&[0], &[1024]), false).unwrap());
+        let got = cells(&mut data, 0..1024);
+        for (i, v) in got.iter().enumerate() {
+            assert_eq!(*v, if i < 300 { 5 } else { 0 }, "cell {i}");
+        }
     }
 
     #[test]

@@ -238,16 +238,19 @@ impl<'a> TaskContext<'a> {
         }
         let bound = a.root.bound().expect("bound stores only");
         let rect = &a.rects[self.point];
-        let borrow = a
-            .root
-            .ledger
-            .borrow(*rect, exclusive)
-            .unwrap_or_else(|other| {
-                panic!(
-                    "internal error: sub-store {rect:?} of store#{} is in use ({other:?})",
-                    a.root.id
-                )
-            });
+        // A `write_all` argument's point writes every cell: old values need not be zeroed.
+        let ledger = &a.root.ledger;
+        let borrow = if exclusive && a.overwrite {
+            ledger.borrow_to_overwrite(*rect)
+        } else {
+            ledger.borrow(*rect, exclusive)
+        };
+        let borrow = borrow.unwrap_or_else(|other| {
+            panic!(
+                "internal error: sub-store {rect:?} of store#{} is in use ({other:?})",
+                a.root.id
+            )
+        });
         RawView {
             buf: T::buf(a.root.data().expect("bound")).expect("dtype checked"),
             whole: &bound.rect,

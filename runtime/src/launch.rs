@@ -22,6 +22,8 @@ pub(crate) struct LaunchArg {
     /// The store view the task was given (root coordinates).
     pub view: Rect,
     pub privilege: Privilege,
+    /// Points write every cell of their sub-stores (`TaskLauncher::write_all`).
+    pub overwrite: bool,
     /// Each point's sub-store (root coordinates); empty for unbound outputs. Shared with the
     /// solve memo, which hands the same sub-stores to the next identical task.
     pub rects: Arc<[Rect]>,

@@ -2097,6 +2097,7 @@ fn launch_args(t: &Issued, sargs: &[SolverArg], rects: &[Arc<[Rect]>]) -> Args<L
             root: a.root.clone(),
             view: s.rect.unwrap_or_else(|| Rect::from_shape(&[0])),
             privilege: a.privilege,
+            overwrite: a.overwrite,
             rects: r.clone(),
             local: false,
         })

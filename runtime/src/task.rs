@@ -154,6 +154,10 @@ pub(crate) struct IssuedArg {
     pub root: Arc<StoreRoot>,
     pub view: Option<Rect>,
     pub privilege: Privilege,
+    /// A `Write` whose points write every cell of their sub-stores
+    /// ([`TaskLauncher::write_all`]): their old values need not be zeroed first. Not part of
+    /// the dependence analysis (such an argument is a `Write` there).
+    pub overwrite: bool,
 }
 
 impl Issued {
@@ -276,6 +280,7 @@ impl<'rt> TaskLauncher<'rt> {
             root: s.root.clone(),
             view: s.view,
             privilege: p,
+            overwrite: false,
         });
         self
     }
@@ -288,6 +293,24 @@ impl<'rt> TaskLauncher<'rt> {
     #[inline]
     pub fn write(self, s: &Store) -> Self {
         self.arg(s, Privilege::Write)
+    }
+
+    /// [`write`](Self::write), with a promise: every point writes every cell of its
+    /// sub-store of `s` (with [`TaskContext::write`](crate::TaskContext::write)). The runtime
+    /// then skips making those cells zero before the body runs, which a plain `write` does
+    /// where the store's memory held an earlier store's values (a recycled buffer across
+    /// ranks). Dependences, sub-stores and views are exactly those of `write`.
+    ///
+    /// A body that breaks the promise is still memory-safe, but a cell it leaves unwritten
+    /// holds an arbitrary (initialised) value of the element type: zero, or a value a dropped
+    /// store of this runtime held there. Use `write` for a body that writes only some cells.
+    #[inline]
+    pub fn write_all(mut self, s: &Store) -> Self {
+        self = self.arg(s, Privilege::Write);
+        if let Some(a) = self.spec.args.last_mut() {
+            a.overwrite = true;
+        }
+        self
     }
 
     #[inline]

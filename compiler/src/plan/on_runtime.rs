@@ -624,6 +624,9 @@ fn launch_task(rt: &Runtime, run: &Run, outs: &[Store], launch: usize) -> Result
     let out_arg = &plan.args[0];
     for s in outs {
         t = match out_arg.privilege {
+            // Not `write_all`: a compiled kernel writing its tile in place accumulates into
+            // it, so the tile must hold zeros (`BlockFn`), and cells no nonzero reaches stay
+            // unwritten.
             Privilege::Write => t.write(s),
             Privilege::ReadWrite => t.read_write(s),
             Privilege::Reduce => t.reduce(s, runtime_op(plan.reduce)),

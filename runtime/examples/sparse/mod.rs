@@ -172,8 +172,9 @@ pub fn spmv(rt: &Runtime, a: &Csr, x: &Store) -> Result<Store> {
 
 /// Issues `y = A x` into an existing `y` (a store reused across iterations).
 pub fn spmv_into(rt: &Runtime, a: &Csr, x: &Store, y: &Store) -> Result<()> {
+    // Every row of a point's `y` is assigned (`*yi = sum`), so its old values need no zeroing.
     rt.task(SPMV)
-        .write(y)
+        .write_all(y)
         .read(&a.pos)
         .read(&a.crd)
         .read(&a.vals)

@@ -145,6 +145,10 @@ pub(crate) fn instantiate(shape: &FusedShape, prefix: &mut [Box<Ready>]) -> Inst
                 root: a.root.clone(),
                 view: a.view,
                 privilege: f.privilege,
+                // The sub-task naming the argument first writes every cell of each point's
+                // sub-store (same store and partition, so the same sub-stores) before a later
+                // sub-task of the point touches them: their old values need no zeroing.
+                overwrite: a.overwrite,
                 rects: a.rects.clone(),
                 local: f.local,
             }

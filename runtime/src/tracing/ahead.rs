@@ -344,6 +344,7 @@ impl SolvedTask {
                     root: a.root,
                     view: *view,
                     privilege: a.privilege,
+                    overwrite: a.overwrite,
                     rects: rects.clone(),
                     local: false,
                 })
@@ -468,6 +469,7 @@ impl SolvedTask {
                 root: a.root.clone(),
                 view: *view,
                 privilege: a.privilege,
+                overwrite: a.overwrite,
                 rects: rects.clone(),
                 local: false,
             });

@@ -1127,3 +1127,120 @@ fn stores_on_recycled_mappings_read_zeros_where_no_task_wrote() {
         }
     }
 }
+
+#[test]
+fn write_all_on_recycled_mappings_gives_exactly_what_the_body_wrote() {
+    // `write_all` skips zeroing a recycled mapping's old values (7s here) where its points
+    // write: every cell must hold what the body wrote, none a 7 or a zero, round after round;
+    // a plain partial `write` beside it still reads zeros where it did not write.
+    let n = 20_000; // mapped page by page
+    let run = move |rt: &Runtime| {
+        use tessera_runtime::DType::F64;
+        register_recycling(rt)?;
+        rt.register("index", |ctx| {
+            let mut y = ctx.write::<f64>(0);
+            let start = y.range().start;
+            for (i, v) in y.as_mut_slice().iter_mut().enumerate() {
+                *v = (start + i) as f64 + 0.5;
+            }
+        })?;
+        let mut rounds = Vec::new();
+        for _ in 0..3 {
+            let [a, b, c] = [(); 3].map(|_| rt.create(F64, &[n]));
+            let (a, b, c) = (a?, b?, c?);
+            rt.task("index").write_all(&a).submit()?;
+            rt.task("evens").write(&b).submit()?;
+            // Written whole, then read-written: the second task sees the first one's values.
+            rt.task("index").write_all(&c).submit()?;
+            rt.task("inc").read_write(&c).submit()?;
+            let read = [&a, &b, &c].map(|s| rt.read::<f64>(s));
+            rounds.push(read.into_iter().collect::<Result<Vec<_>>>()?);
+            for s in [&a, &b, &c] {
+                rt.task("fill7").write(s).submit()?;
+                rt.read::<f64>(s)?;
+            }
+        }
+        Ok(rounds)
+    };
+    let index: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
+    let evens: Vec<f64> = (0..n).map(|i| if i % 2 == 0 { 1.0 } else { 0.0 }).collect();
+    let want = vec![
+        index.clone(),
+        evens,
+        index.iter().map(|v| v + 1.0).collect(),
+    ];
+    for threads in [1, 2] {
+        for (rank, rounds) in all_ok(on_ranks(2, threads, run)).iter().enumerate() {
+            for (round, got) in rounds.iter().enumerate() {
+                for (s, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let bad = g.iter().zip(w).position(|(g, w)| g != w);
+                    assert!(
+                        bad.is_none(),
+                        "rank {rank}, {threads} threads, round {round}, store {s}: cell {bad:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn write_all_orders_tasks_exactly_as_write_does() {
+    // A store written whole each step and copied out before the next step overwrites it:
+    // the copy must follow its step's write (read after write) and the next step's write
+    // must wait for the copy (write after read). `write_all` is a `Write` to the dependence
+    // analysis, so both streams give the same copies, on one rank and across two.
+    let n = 20_000;
+    let stream = move |whole: bool| {
+        move |rt: &Runtime| {
+            use tessera_runtime::DType::F64;
+            // A copy that dawdles before it reads: a write of `y` that did not wait for it
+            // would run meanwhile (the ledger fails the point, or the copy reads a later
+            // step's values). The sleep only widens that window; nothing is timed.
+            rt.register("slow_copy", |ctx| {
+                std::thread::sleep(Duration::from_millis(5));
+                let x = ctx.read::<f64>(0);
+                ctx.write::<f64>(1)
+                    .as_mut_slice()
+                    .copy_from_slice(x.as_slice());
+            })?;
+            rt.register("fill_k", |ctx| {
+                let k = ctx.scalar(0).as_f64();
+                ctx.write::<f64>(0).as_mut_slice().fill(k)
+            })?;
+            let y = rt.create(F64, &[n])?;
+            let mut copies = Vec::new();
+            for k in 0..8 {
+                let t = rt.task("fill_k").scalar(k as f64);
+                let t = if whole { t.write_all(&y) } else { t.write(&y) };
+                t.submit()?;
+                let z = rt.create(F64, &[n])?;
+                rt.task("slow_copy")
+                    .read(&y)
+                    .write(&z)
+                    .align(&y, &z)
+                    .submit()?;
+                copies.push(z);
+            }
+            copies
+                .iter()
+                .map(|z| rt.read::<f64>(z))
+                .collect::<Result<Vec<_>>>()
+        }
+    };
+    let want: Vec<Vec<f64>> = (0..8).map(|k| vec![k as f64; n]).collect();
+    // Without fusion too: a fused task merges its sub-tasks' privileges, and each unfused
+    // task's arguments meet the dependence analysis as issued.
+    for (ranks, fusion) in [(1, true), (1, false), (2, true), (2, false)] {
+        let on = |whole| {
+            let configure = move |b: RuntimeBuilder, _| b.threads(2).fusion(fusion);
+            all_ok(on_ranks_with(ranks, configure, stream(whole)))
+        };
+        let (write, write_all) = (on(false), on(true));
+        let what = format!("{ranks} ranks, fusion {fusion}");
+        assert_eq!(write, write_all, "{what}");
+        for got in &write_all {
+            assert!(got == &want, "{what}: the copies are each step's values");
+        }
+    }
+}
