@@ -371,16 +371,6 @@ fn cg_part(table: &mut Table, scale: f64) {
             &format!("{name}: messages sent per iteration (rank 0)"),
             per(s.messages_sent),
         );
-        // Idle polling: yields (one rank) or sleeps (across ranks) of idle threads.
-        let all = |f: fn(&Stats) -> u64| per(stats.iter().map(f).sum());
-        table.figure(
-            &format!("{name}: idle yields per iteration (all ranks)"),
-            all(|s| s.idle_yields),
-        );
-        table.figure(
-            &format!("{name}: idle sleeps per iteration (all ranks)"),
-            all(|s| s.idle_sleeps),
-        );
     }
 }
 

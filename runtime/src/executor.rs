@@ -82,22 +82,6 @@ struct PoolState {
     /// random, before each node, so tests can check that nothing but the task stream decides
     /// what the issuing side does.
     jitter_us: u32,
-    /// Polls that yield the core after the spins, before an idle thread sleeps ([`Idle`]).
-    yields: usize,
-}
-
-/// What an idle thread does once its spins found nothing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Idle {
-    /// Yield the core `YIELDS` times, then sleep (one rank): a node made ready within a few
-    /// yields costs no wake-up, and METG-sized tasks come that fast.
-    Yield,
-    /// Sleep at once (across ranks). Ranks share the machine's cores, so a yield mostly hands
-    /// the core to another rank's thread and is scheduled straight back: ~160 `sched_yield`
-    /// per CG iteration at 2 ranks against ~19 at one. A sleeper costs one futex wake-up when
-    /// work comes, and since a wait for one node is woken only by that node (`Node::watch`),
-    /// no more wake-ups than that.
-    Sleep,
 }
 
 /// N worker threads sharing one FIFO of ready nodes.
@@ -110,17 +94,12 @@ pub(crate) struct ThreadPool {
 /// Polls before sleeping: a worker that sleeps on every empty queue pays a futex wake-up
 /// (several µs, far more on a loaded machine) per dependent task. The first polls spin; the
 /// rest yield the core, so an issuing thread sharing it still makes progress (the shape of
-/// rayon's sleep protocol). Across ranks there are no yields ([`Idle::Sleep`]).
+/// rayon's sleep protocol).
 const SPINS: usize = 16;
 const YIELDS: usize = 64;
 
 impl ThreadPool {
-    pub(crate) fn new(
-        threads: usize,
-        shared: Arc<Shared>,
-        jitter_us: u32,
-        idle: Idle,
-    ) -> ThreadPool {
+    pub(crate) fn new(threads: usize, shared: Arc<Shared>, jitter_us: u32) -> ThreadPool {
         let state = Arc::new(PoolState {
             queue: Mutex::default(),
             mailboxes: (0..threads).map(|_| Mailbox::default()).collect(),
@@ -130,10 +109,6 @@ impl ThreadPool {
             stop: AtomicBool::new(false),
             shared,
             jitter_us,
-            yields: match idle {
-                Idle::Yield => YIELDS,
-                Idle::Sleep => 0,
-            },
         });
         let workers = (0..threads)
             .map(|i| {
@@ -260,27 +235,23 @@ fn pop_shared(st: &PoolState) -> Option<Arc<Node>> {
         .pop_front()
 }
 
-/// Polls the queue `SPINS` times spinning, then `st.yields` times yielding, until a node is
+/// Polls the queue `SPINS` times spinning, then `YIELDS` times yielding, until a node is
 /// there or `stop()` holds.
 fn poll(st: &PoolState, me: Option<usize>, mut stop: impl FnMut() -> bool) -> Option<Arc<Node>> {
-    let (mut found, mut yielded) = (None, 0);
-    for i in 0..SPINS + st.yields {
-        found = try_pop(st, me);
-        if found.is_some() || stop() {
-            break;
+    for i in 0..SPINS + YIELDS {
+        if let Some(n) = try_pop(st, me) {
+            return Some(n);
+        }
+        if stop() {
+            return None;
         }
         if i < SPINS {
             std::hint::spin_loop();
         } else {
             std::thread::yield_now();
-            yielded += 1;
         }
     }
-    // One add per poll that yielded, not per yield; a poll that only spun adds nothing.
-    if yielded > 0 {
-        Counters::add(&st.shared.counters.idle_yields, yielded);
-    }
-    found
+    None
 }
 
 fn pop(st: &PoolState, me: usize) -> Option<Arc<Node>> {
@@ -312,7 +283,6 @@ fn pop(st: &PoolState, me: usize) -> Option<Arc<Node>> {
             st.sleepers.fetch_sub(1, Ordering::SeqCst);
             continue;
         }
-        Counters::add(&st.shared.counters.idle_sleeps, 1);
         q = st.cv.wait(q).unwrap_or_else(|e| e.into_inner());
         st.sleepers.fetch_sub(1, Ordering::SeqCst);
     }

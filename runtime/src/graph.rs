@@ -212,21 +212,17 @@ impl Completion {
         }
     }
 
-    /// Blocks until `ready()` holds; returns the times it slept (`Stats::idle_sleeps`).
-    pub(crate) fn wait_until(&self, mut ready: impl FnMut() -> bool) -> u64 {
+    pub(crate) fn wait_until(&self, mut ready: impl FnMut() -> bool) {
         if ready() {
-            return 0;
+            return;
         }
         let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         self.waiters.fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        let mut slept = 0;
         while !ready() {
             g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
-            slept += 1;
         }
         self.waiters.fetch_sub(1, Ordering::SeqCst);
-        slept
     }
 }
 

@@ -5,7 +5,7 @@ use crate::buffer::{Buf, SPARSE_MIN_BYTES};
 use crate::constraint::Constraint;
 use crate::dtype::{DType, Element, PosRange, ReduceOp, Scalar};
 use crate::error::{Result, RuntimeError};
-use crate::executor::{Executor, Idle, ThreadPool};
+use crate::executor::{Executor, ThreadPool};
 use crate::fusion::kernel::{unfused_body, Chunk, Elementwise};
 use crate::fusion::memo::{self, FusionMemo};
 use crate::fusion::{build, FusedShape, FusionConfig, Ready};
@@ -413,12 +413,7 @@ impl RuntimeBuilder {
                 rank,
                 min_piece: self.min_piece,
             },
-            pool: ThreadPool::new(
-                workers,
-                shared.clone(),
-                self.worker_jitter_us,
-                if ranks > 1 { Idle::Sleep } else { Idle::Yield },
-            ),
+            pool: ThreadPool::new(workers, shared.clone(), self.worker_jitter_us),
             shared,
             registry: RwLock::default(),
             front: Mutex::new(Front {
@@ -1572,8 +1567,7 @@ impl Inner {
     /// lock: a task body runs here.
     pub(crate) fn wait_helping(&self, completion: &Completion, mut done: impl FnMut() -> bool) {
         while !self.pool.help(&mut done) {
-            let slept = completion.wait_until(|| done() || self.pool.has_ready());
-            Counters::add(&self.shared.counters.idle_sleeps, slept);
+            completion.wait_until(|| done() || self.pool.has_ready());
         }
     }
 

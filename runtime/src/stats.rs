@@ -43,8 +43,6 @@ pub(crate) struct Counters {
     pub trace_digest: AtomicU64,
     pub bytes_sent: AtomicU64,
     pub messages_sent: AtomicU64,
-    pub idle_yields: AtomicU64,
-    pub idle_sleeps: AtomicU64,
 }
 
 impl Counters {
@@ -92,8 +90,6 @@ impl Counters {
             trace_digest: g(&self.trace_digest),
             bytes_sent: g(&self.bytes_sent),
             messages_sent: g(&self.messages_sent),
-            idle_yields: g(&self.idle_yields),
-            idle_sleeps: g(&self.idle_sleeps),
             bytes_resident: 0,
         }
     }
@@ -192,13 +188,6 @@ pub struct Stats {
     /// Across ranks: messages this rank's tasks sent (transfers, points' leftovers for the
     /// finish step, finish outcomes; not the collectives).
     pub messages_sent: u64,
-    /// Times an idle thread (a worker, or the issuing thread waiting in a fence, read or
-    /// future) yielded the core while polling for ready work. Zero across ranks, where idle
-    /// threads sleep after their spins instead (`executor::Idle`).
-    pub idle_yields: u64,
-    /// Times an idle thread blocked until woken (a worker on an empty queue, or the issuing
-    /// thread in a wait with nothing ready to run).
-    pub idle_sleeps: u64,
     /// Bytes of memory the elements of this runtime's live stores occupy now (a level, not
     /// a counter: `since` keeps the later value). Across ranks stores are allocated page by
     /// page as written, so this is the rank's share: the pages of the pieces its points
@@ -285,8 +274,6 @@ impl Stats {
             trace_digest: self.trace_digest,
             bytes_sent: self.bytes_sent - earlier.bytes_sent,
             messages_sent: self.messages_sent - earlier.messages_sent,
-            idle_yields: self.idle_yields - earlier.idle_yields,
-            idle_sleeps: self.idle_sleeps - earlier.idle_sleeps,
             bytes_resident: self.bytes_resident,
         }
     }

@@ -352,33 +352,6 @@ fn ranks_that_solve_differently_are_caught_by_the_agreement_check() {
     }
 }
 
-/// A stencil (the issuer waits in fences and reads, and for remote halos), then idle until a
-/// thread has slept (bounded: a minute); this rank's statistics.
-fn stencil_then_idle(rt: &Runtime) -> Result<Stats> {
-    stencil(rt, 64, 6)?;
-    let start = std::time::Instant::now();
-    while rt.stats().idle_sleeps == 0 && start.elapsed() < Duration::from_secs(60) {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    Ok(rt.stats())
-}
-
-#[test]
-fn idle_threads_across_ranks_sleep_instead_of_yielding() {
-    // Ranks share the cores: a yield there mostly hands the core to another rank's thread.
-    for (rank, s) in all_ok(on_ranks(2, 2, stencil_then_idle))
-        .into_iter()
-        .enumerate()
-    {
-        assert!(s.idle_sleeps > 0, "rank {rank}: no idle thread slept");
-        assert_eq!(s.idle_yields, 0, "rank {rank}: idle threads yielded");
-    }
-    // One rank keeps its yields: every sleep comes after a poll that yielded.
-    let rt = Runtime::builder().threads(2).min_piece_size(1).build();
-    let s = stencil_then_idle(&rt).expect("one rank");
-    assert!(s.idle_sleeps > 0 && s.idle_yields > 0, "{s:?}");
-}
-
 #[test]
 fn ranks_agree_on_the_machine_size() {
     let got = all_ok(run_ranks(3, |comm: &ThreadComm| -> Result<usize> {
