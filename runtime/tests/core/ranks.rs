@@ -1086,19 +1086,7 @@ fn stores_on_recycled_mappings_read_zeros_where_no_task_wrote() {
     let mut shifted = vec![7.0; n];
     shifted[n - 1] = 0.0;
     let want = vec![evens, vec![1.0; n], vec![7.0; n], shifted];
-    for threads in [1, 2] {
-        for (rank, rounds) in all_ok(on_ranks(2, threads, run)).iter().enumerate() {
-            for (round, got) in rounds.iter().enumerate() {
-                for (s, (g, w)) in got.iter().zip(&want).enumerate() {
-                    let bad = g.iter().zip(w).position(|(g, w)| g != w);
-                    assert!(
-                        bad.is_none(),
-                        "rank {rank}, {threads} threads, round {round}, store {s}: cell {bad:?}"
-                    );
-                }
-            }
-        }
-    }
+    check_rounds_on_two_ranks(run, &want);
 }
 
 #[test]
@@ -1142,19 +1130,7 @@ fn write_all_on_recycled_mappings_gives_exactly_what_the_body_wrote() {
         evens,
         index.iter().map(|v| v + 1.0).collect(),
     ];
-    for threads in [1, 2] {
-        for (rank, rounds) in all_ok(on_ranks(2, threads, run)).iter().enumerate() {
-            for (round, got) in rounds.iter().enumerate() {
-                for (s, (g, w)) in got.iter().zip(&want).enumerate() {
-                    let bad = g.iter().zip(w).position(|(g, w)| g != w);
-                    assert!(
-                        bad.is_none(),
-                        "rank {rank}, {threads} threads, round {round}, store {s}: cell {bad:?}"
-                    );
-                }
-            }
-        }
-    }
+    check_rounds_on_two_ranks(run, &want);
 }
 
 #[test]
@@ -1214,6 +1190,27 @@ fn write_all_orders_tasks_exactly_as_write_does() {
         assert_eq!(write, write_all, "{what}");
         for got in &write_all {
             assert!(got == &want, "{what}: the copies are each step's values");
+        }
+    }
+}
+
+/// Runs `run` on 2 ranks at 1 and 2 threads; each rank's every round must read `want`, store
+/// by store and cell by cell.
+fn check_rounds_on_two_ranks<F>(run: F, want: &[Vec<f64>])
+where
+    F: Fn(&Runtime) -> Result<Vec<Vec<Vec<f64>>>> + Clone + Send + Sync + 'static,
+{
+    for threads in [1, 2] {
+        for (rank, rounds) in all_ok(on_ranks(2, threads, run.clone())).iter().enumerate() {
+            for (round, got) in rounds.iter().enumerate() {
+                for (s, (g, w)) in got.iter().zip(want).enumerate() {
+                    let bad = g.iter().zip(w).position(|(g, w)| g != w);
+                    assert!(
+                        bad.is_none(),
+                        "rank {rank}, {threads} threads, round {round}, store {s}: cell {bad:?}"
+                    );
+                }
+            }
         }
     }
 }
