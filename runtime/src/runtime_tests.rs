@@ -259,11 +259,17 @@ fn inc_runtime(tracing: bool, sampling: usize) -> (Runtime, Store, Store) {
         .tracing(tracing)
         .trace_sampling(sampling)
         .build();
-    rt.register("inc", |ctx| {
+    with_inc(rt, |o, i| o * 0.5 + i + 1.0)
+}
+
+/// `rt` with a task `inc` (`y = step(y, x)` cell by cell, `x` its first argument and `y` its
+/// second), and the stores `a` (0..8) and `b` (8 zeros).
+fn with_inc(rt: Runtime, step: fn(f64, f64) -> f64) -> (Runtime, Store, Store) {
+    rt.register("inc", move |ctx| {
         let x = ctx.read::<f64>(0);
         let mut y = ctx.write::<f64>(1);
         for (o, i) in y.as_mut_slice().iter_mut().zip(x.as_slice()) {
-            *o = *o * 0.5 + i + 1.0;
+            *o = step(*o, *i);
         }
     })
     .unwrap();
@@ -713,16 +719,7 @@ fn recycled_stream(tracing: bool) -> (Vec<f64>, Vec<f64>, Vec<Result<f64>>, Stat
         .trace_sampling(8)
         .window_size(1)
         .build();
-    rt.register("inc", |ctx| {
-        let x = ctx.read::<f64>(0);
-        let mut y = ctx.write::<f64>(1);
-        for (o, i) in y.as_mut_slice().iter_mut().zip(x.as_slice()) {
-            *o = *o * 0.5 + i;
-        }
-    })
-    .unwrap();
-    let a = rt.from_vec(&[8], (0..8).map(f64::from).collect()).unwrap();
-    let b = rt.create(DType::F64, &[8]).unwrap();
+    let (rt, a, b) = with_inc(rt, |o, i| o * 0.5 + i);
     let c = rt.create(DType::F64, &[8]).unwrap();
     let n = rt.from_vec(&[1], vec![-1.0]).unwrap();
     rt.register("tick", |ctx| {

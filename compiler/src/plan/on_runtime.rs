@@ -567,29 +567,10 @@ fn task_name<V: PlanValue, I: PlanIndex>(
     format!("plan {} #{:016x}", plan.source, super::fnv(key.as_bytes()))
 }
 
-/// A hash of everything in `plan` (its `Debug` text), kept per distinct plan: formatting the
-/// whole plan on every run of a statement cost about 100 k instructions per iteration of a
-/// `tensor!` CG, 8 % of it. Plans are looked up by their statement and compared whole, so
-/// two plans share a hash only if they are equal.
+/// A hash of everything in `plan` (its `Debug` text). Formatting a whole plan costs about
+/// 100 k instructions, so it is done once per [`Shape`], which is kept across runs.
 fn plan_hash(plan: &Plan) -> u64 {
-    type Known = std::collections::HashMap<String, Vec<(Plan, u64)>>;
-    static KNOWN: std::sync::OnceLock<std::sync::Mutex<Known>> = std::sync::OnceLock::new();
-    let mut known = KNOWN
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    if let Some((_, h)) = known
-        .get(&plan.source)
-        .and_then(|same| same.iter().find(|(p, _)| p == plan))
-    {
-        return *h;
-    }
-    let h = super::fnv(format!("{plan:?}").as_bytes());
-    known
-        .entry(plan.source.clone())
-        .or_default()
-        .push((plan.clone(), h));
-    h
+    super::fnv(format!("{plan:?}").as_bytes())
 }
 
 /// One run of a plan: what each of its launches needs.
@@ -927,10 +908,9 @@ fn prefix_layout<V: Value, I: Index>(t: &Tensor<V, I>) -> (usize, usize) {
 
 /// What every run of one plan over inputs of the same shapes, formats and element types
 /// shares: the task's name and all its points need but their rebased pieces. Made on the
-/// first such run and kept for the process (a few per statement, like [`plan_hash`]'s plans),
-/// so that a statement run again (a solver's SpMV) neither clones its kernel nor formats its
-/// name: that per-run work (about 30 k instructions) ran before any point, while the workers
-/// idled.
+/// first such run and kept for the process (a few per statement), so that a statement run
+/// again (a solver's SpMV) neither clones its kernel nor formats its name: that per-run work
+/// (about 30 k instructions) ran before any point, while the workers idled.
 struct Shape {
     /// The task's name ([`task_name`]).
     name: String,

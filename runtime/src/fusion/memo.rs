@@ -69,15 +69,14 @@ pub(crate) fn fused_shape(
         .prefix
         .temporaries(ready, |r| temporaries::outside_dead(r, unsolved));
     let n = w.prefix.len();
+    let local = |r: &Arc<StoreRoot>| w.prefix.is_flagged(&temps, r);
     let Some(memo) = memo else {
-        let local = |r: &Arc<StoreRoot>| w.prefix.is_flagged(&temps, r);
         return (Arc::new(build::shape(&ready[..n], local)), None);
     };
     let key = w.prefix.key(&temps);
     if let Some(shape) = memo.get(&key) {
         return (shape, Some(true));
     }
-    let local = |r: &Arc<StoreRoot>| w.prefix.is_flagged(&temps, r);
     let shape = Arc::new(build::shape(&ready[..n], local));
     memo.insert(key, shape.clone());
     (shape, Some(false))
