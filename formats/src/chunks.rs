@@ -17,28 +17,53 @@ const BLOCK: usize = 2 << 20;
 /// Lines longer than this are rejected (as by the sequential reader).
 const MAX_LINE: usize = 16 << 20;
 
-/// A batch of entries: `coords` holds `rank` 0-based coordinates per entry, in mode order.
+/// A batch of entries: `coords` holds `rank` 0-based coordinates per entry, in mode order,
+/// and `vals` their values; or, from a reader asked to pack keys
+/// ([`EntryReader::pack_keys`](crate::EntryReader::pack_keys)), `pairs` holds each entry as
+/// its packed key and its value's bits, and `coords` and `vals` stay empty.
 #[derive(Default, Debug)]
 pub struct Chunk {
     pub coords: Vec<u64>,
     pub vals: Vec<f64>,
+    pub pairs: Vec<[u64; 2]>,
 }
 
 impl Chunk {
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.vals.len()
+        self.vals.len().max(self.pairs.len())
     }
 
     /// True when the batch holds no entries.
     pub fn is_empty(&self) -> bool {
-        self.vals.is_empty()
+        self.len() == 0
     }
 
     pub(crate) fn clear(&mut self) {
         self.coords.clear();
         self.vals.clear();
+        self.pairs.clear();
     }
+}
+
+/// How a parser packs each entry's key into one `u64` (see [`Chunk::pairs`]): level `k`'s
+/// coordinate (that of mode `order[k]`) in a field of `bits[k]` bits, the last level lowest,
+/// so that packed keys order as level-order keys. The fields come from declared dimensions,
+/// which the parser checks every coordinate against, so every key fits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct KeyPacking {
+    pub order: Vec<usize>,
+    pub bits: Vec<u32>,
+}
+
+/// The key of mode-order `coords` packed by `order` and `bits` (see [`KeyPacking`]); a
+/// field of 64 bits is the whole key (the others are empty), hence the checked shift.
+#[inline(always)]
+pub(crate) fn pack_key(coords: &[u64], order: &[usize], bits: &[u32]) -> u64 {
+    order
+        .iter()
+        .zip(bits)
+        .fold(0, |p, (&m, &b)| p.checked_shl(b).unwrap_or(0) | coords[m])
 }
 
 /// How a line of a block is parsed: fills `coords` and returns the value, `None` for lines
@@ -135,7 +160,7 @@ impl ParallelParser {
         rank: usize,
         dims: Option<Vec<u64>>,
         parse: LineParser,
-        scan: bool,
+        (scan, packing): (bool, Option<KeyPacking>),
         threads: usize,
         memory: usize,
     ) -> Result<Self> {
@@ -155,15 +180,17 @@ impl ParallelParser {
         let job_rx = Arc::new(Mutex::new(job_rx));
         let spare = Arc::new(Spare::default());
         let dims = Arc::new(dims);
+        let packing = Arc::new(packing);
         let workers = (0..threads)
             .map(|_| {
                 let (rx, tx, dims) = (Arc::clone(&job_rx), res_tx.clone(), Arc::clone(&dims));
-                let spare = Arc::clone(&spare);
+                let (spare, packing) = (Arc::clone(&spare), Arc::clone(&packing));
                 std::thread::spawn(move || loop {
                     let job = rx.lock().map(|r| r.recv());
                     let Ok(Ok((seq, block))) = job else { return };
                     let chunk = spare.take_chunk();
-                    let parsed = parse_block(&block, rank, dims.as_deref(), (parse, scan), chunk);
+                    let how = (parse, scan, packing.as_ref().as_ref());
+                    let parsed = parse_block(&block, rank, dims.as_deref(), how, chunk);
                     spare.give_text(block);
                     if tx.send((seq, Block::Parsed(parsed))).is_err() {
                         return;
@@ -330,22 +357,22 @@ fn read_blocks(
 }
 
 /// Parses the lines of `block` into `chunk`: lines of the common shape by the one-pass
-/// scanner for ranks 1 to 4, others by `parse`.
+/// scanner for ranks 1 to 4, others by `parse`; keys packed into pairs by `packing`, if any.
 fn parse_block(
     block: &[u8],
     rank: usize,
     dims: Option<&[u64]>,
-    (parse, scan): (LineParser, bool),
+    (parse, scan, packing): (LineParser, bool, Option<&KeyPacking>),
     chunk: Chunk,
 ) -> Parsed {
     // The rank chosen once per block, not per line: the scanner's coordinates are then a
-    // fixed array, copied into the chunk without a loop of pushes.
+    // fixed array, copied into the chunk (or packed) without a loop of pushes.
     match (scan, rank) {
-        (true, 1) => parse_lines::<1>(block, rank, dims, parse, chunk),
-        (true, 2) => parse_lines::<2>(block, rank, dims, parse, chunk),
-        (true, 3) => parse_lines::<3>(block, rank, dims, parse, chunk),
-        (true, 4) => parse_lines::<4>(block, rank, dims, parse, chunk),
-        _ => parse_lines::<0>(block, rank, dims, parse, chunk),
+        (true, 1) => parse_lines::<1>(block, rank, dims, (parse, packing), chunk),
+        (true, 2) => parse_lines::<2>(block, rank, dims, (parse, packing), chunk),
+        (true, 3) => parse_lines::<3>(block, rank, dims, (parse, packing), chunk),
+        (true, 4) => parse_lines::<4>(block, rank, dims, (parse, packing), chunk),
+        _ => parse_lines::<0>(block, rank, dims, (parse, packing), chunk),
     }
 }
 
@@ -355,12 +382,23 @@ fn parse_lines<const R: usize>(
     block: &[u8],
     rank: usize,
     dims: Option<&[u64]>,
-    parse: LineParser,
+    (parse, packing): (LineParser, Option<&KeyPacking>),
     mut chunk: Chunk,
 ) -> Parsed {
     chunk.clear();
-    chunk.vals.reserve(block.len() / 16);
-    chunk.coords.reserve(block.len() / 16 * rank);
+    if packing.is_some() {
+        chunk.pairs.reserve(block.len() / 16);
+    } else {
+        chunk.vals.reserve(block.len() / 16);
+        chunk.coords.reserve(block.len() / 16 * rank);
+    }
+    // The packing as fixed arrays for the scanned lines, so that packing unrolls.
+    let fixed_packing: Option<([usize; R], [u32; R])> = packing.filter(|_| R > 0).map(|p| {
+        (
+            std::array::from_fn(|k| p.order[k]),
+            std::array::from_fn(|k| p.bits[k]),
+        )
+    });
     let mut coords = vec![0u64; rank];
     let mut fixed = [0u64; R];
     let mut start = 0;
@@ -373,8 +411,17 @@ fn parse_lines<const R: usize>(
             {
                 line_no += 1;
                 newlines += u64::from(block[next - 1] == b'\n');
-                chunk.coords.extend_from_slice(&fixed);
-                chunk.vals.push(v);
+                match &fixed_packing {
+                    Some((order, bits)) => {
+                        chunk
+                            .pairs
+                            .push([pack_key(&fixed, order, bits), v.to_bits()]);
+                    }
+                    None => {
+                        chunk.coords.extend_from_slice(&fixed);
+                        chunk.vals.push(v);
+                    }
+                }
                 start = next;
                 continue;
             }
@@ -389,13 +436,18 @@ fn parse_lines<const R: usize>(
             line = stripped;
         }
         match parse(line, &mut coords, dims) {
-            Ok(Some(v)) => {
-                // Element by element: a `memcpy` call per line costs more for a few words.
-                for &c in &coords {
-                    chunk.coords.push(c);
+            Ok(Some(v)) => match packing {
+                Some(p) => chunk
+                    .pairs
+                    .push([pack_key(&coords, &p.order, &p.bits), v.to_bits()]),
+                None => {
+                    // Element by element: a `memcpy` call per line costs more for a few words.
+                    for &c in &coords {
+                        chunk.coords.push(c);
+                    }
+                    chunk.vals.push(v);
                 }
-                chunk.vals.push(v);
-            }
+            },
             Ok(None) => {}
             Err((column, kind)) => {
                 return Parsed {

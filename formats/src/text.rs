@@ -31,6 +31,15 @@ pub trait EntryReader {
     /// Announces that only coordinates will be used: batches may then hold 0 for every value
     /// and values need not be checked (a later full read reports bad ones).
     fn skip_values(&mut self) {}
+    /// Asks for batches of packed keys ([`Chunk::pairs`]): level `k`'s coordinate (that of
+    /// mode `order[k]`) in a field of `bits[k]` bits, the last level lowest; the fields must
+    /// hold the declared dimensions, which the reader checks every entry against. Only
+    /// before the first batch; true when the reader will pack (parallel `.tns` readers do),
+    /// false when its batches stay as they are.
+    #[doc(hidden)]
+    fn pack_keys(&mut self, _order: &[usize], _bits: &[u32]) -> bool {
+        false
+    }
     /// The memory the reader's buffers may use (parallel readers keep fewer blocks in
     /// flight under a small budget).
     fn set_memory_budget(&mut self, _bytes: usize) {}

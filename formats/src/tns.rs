@@ -9,7 +9,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::atomic::AtomicFile;
-use crate::chunks::{parse_threads, Chunk, ParallelParser};
+use crate::chunks::{parse_threads, Chunk, KeyPacking, ParallelParser};
 use crate::error::{Error, Result, SyntaxError};
 use crate::lines::{decimal_prefix, fields, is_blank, parse_f64, parse_u64, LineReader};
 use crate::text::{EntryReader, READ_BUFFER};
@@ -33,6 +33,8 @@ pub struct TnsReader {
     sequential: bool,
     /// False after [`EntryReader::skip_values`].
     values: bool,
+    /// From [`EntryReader::pack_keys`]: the parallel parser packs keys into pairs.
+    packing: Option<KeyPacking>,
     /// From [`EntryReader::set_memory_budget`]: bounds the parallel parser's blocks in flight.
     memory: usize,
     line: u64,
@@ -53,6 +55,7 @@ impl TnsReader {
             parallel: None,
             sequential: false,
             values: true,
+            packing: None,
             memory: DEFAULT_MEMORY,
             line: 0,
         };
@@ -343,6 +346,28 @@ impl EntryReader for TnsReader {
     fn set_memory_budget(&mut self, bytes: usize) {
         self.memory = bytes;
     }
+    fn pack_keys(&mut self, order: &[usize], bits: &[u32]) -> bool {
+        // Packing needs the values, the parallel parser, and bounds it checks (declared
+        // dimensions) that the fields hold.
+        let fits = self.dims.as_ref().is_some_and(|d| {
+            d.len() == self.rank
+                && order.len() == self.rank
+                && bits.len() == self.rank
+                && bits.iter().sum::<u32>() <= 64
+                && order
+                    .iter()
+                    .zip(bits)
+                    .all(|(&m, &b)| m < d.len() && (b >= 64 || d[m].saturating_sub(1) >> b == 0))
+        });
+        if !fits || self.rank == 0 || !self.values || self.sequential || self.parallel.is_some() {
+            return false;
+        }
+        self.packing = Some(KeyPacking {
+            order: order.to_vec(),
+            bits: bits.to_vec(),
+        });
+        true
+    }
     fn next_chunk(&mut self, chunk: &mut Chunk) -> Result<bool> {
         if self.sequential {
             return crate::text::sequential_chunk(self, chunk);
@@ -357,7 +382,7 @@ impl EntryReader for TnsReader {
                 } else {
                     parse_line_coords
                 },
-                self.values,
+                (self.values, self.packing.clone()),
                 parse_threads(),
                 self.memory,
             )?;

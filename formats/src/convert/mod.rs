@@ -13,7 +13,9 @@
 //! computed offsets). Input found out of order falls back to an external merge sort
 //! (`runs`): sorted runs in temporary files within the memory budget, merged k ways (in
 //! several rounds if there are more runs than buffers); a run whose keys pack into 64 bits
-//! is stored as its sorted (packed key, value) pairs. For the formats the block packer
+//! is stored as its sorted (packed key, value) pairs, and when the file declares dimensions
+//! whose fields fit 64 bits, the parse workers pack every key as they parse it (no pass
+//! over the run packs them, and the thread that collects the run only copies pairs). For the formats the block packer
 //! handles, the final merge is cut into key ranges (`runs::Ranges`: every run's lower bounds
 //! of keys sampled from the runs) that workers merge (in memory, when the keys pack) and
 //! pack in parallel like text blocks,

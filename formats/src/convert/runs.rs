@@ -52,20 +52,31 @@ pub(crate) fn sort_runs(
         .prefix(".tessera-sort.")
         .tempdir_in(temp_parent)
         .map_err(|e| Error::io(temp_parent, e))?;
+    let order = format.mode_order();
+    // With declared dimensions whose fields fit one `u64`, the parse workers pack every key
+    // (as a spilled run stores it): the run is collected as pairs, and no pass over the
+    // run packs them, nor does this thread copy coordinates or track their maxima.
+    let declared_max: Option<Vec<u64>> = reader
+        .declared_dims()
+        .map(|d| order.iter().map(|&m| d[m].saturating_sub(1)).collect());
+    let packed = declared_max
+        .as_deref()
+        .and_then(packing)
+        .filter(|bits| reader.pack_keys(order, bits));
     let mut run = RunBuffer {
         rank,
         recs: Vec::with_capacity(cap * (rank + 1)),
         writer_buffer: merge_buffer(opts.memory),
+        packed: packed.clone(),
     };
     let mut runs = Vec::new();
     let threads = crate::chunks::parse_threads();
     let mut chunk = Chunk::default();
     let mut max = vec![0u64; rank];
     let mut entries = 0u64;
-    let order = format.mode_order();
     progress.stage("sort runs", reader.total_bytes());
     while reader.next_chunk(&mut chunk)? {
-        for (m, top) in max.iter_mut().enumerate() {
+        for (m, top) in max.iter_mut().enumerate().filter(|_| packed.is_none()) {
             let coords = chunk.coords.iter().skip(m).step_by(rank);
             *top = coords.fold(*top, |a, &c| a.max(c));
         }
@@ -94,7 +105,12 @@ pub(crate) fn sort_runs(
         .declared_dims()
         .unwrap_or_else(|| max.iter().map(|&m| m + 1).collect());
     drop(reader);
-    let level_max: Vec<u64> = order.iter().map(|&m| max[m]).collect();
+    // Packed runs share the declared dimensions' fields: the final merge then reads them
+    // as they lie, without packing them again.
+    let level_max: Vec<u64> = match (&packed, declared_max) {
+        (Some(_), Some(declared)) => declared,
+        _ => order.iter().map(|&m| max[m]).collect(),
+    };
     if runs.is_empty() {
         // Everything fit in one buffer: merge from memory.
         run.sort();
@@ -246,14 +262,22 @@ impl Run {
 
 pub(crate) struct RunBuffer {
     rank: usize,
+    /// Records, or (packed key, value bits) pairs when `packed`; the capacity is that of
+    /// the records either way, and pairs leave the rest to the sort (see [`sort_pairs`]).
     recs: Vec<u64>,
     /// Bytes buffered by each run writer.
     writer_buffer: usize,
+    /// The entries come as pairs whose keys have fields of these bits (see
+    /// `chunks::KeyPacking`).
+    packed: Option<Vec<u32>>,
 }
 
 impl RunBuffer {
     fn len(&self) -> usize {
-        self.recs.len() / (self.rank + 1)
+        match self.packed {
+            Some(_) => self.recs.len() / 2,
+            None => self.recs.len() / (self.rank + 1),
+        }
     }
 
     fn record(&self, e: usize) -> (&[u64], f64) {
@@ -264,6 +288,11 @@ impl RunBuffer {
 
     /// Appends entries `range` of `chunk` as records, their coordinates in level `order`.
     fn append(&mut self, chunk: &Chunk, range: Range<usize>, order: &[usize]) {
+        if self.packed.is_some() {
+            self.recs
+                .extend_from_slice(bytemuck::cast_slice(&chunk.pairs[range]));
+            return;
+        }
         let rank = self.rank;
         let coords = &chunk.coords[range.start * rank..range.end * rank];
         // One branch-free loop per common rank: this copy runs on the thread that feeds
@@ -293,6 +322,13 @@ impl RunBuffer {
     }
 
     fn sort(&mut self) {
+        let n = self.len();
+        if let Some(bits) = self.packed.take() {
+            self.recs.resize(n * (self.rank + 1), 0);
+            sort_packed_pairs(&mut self.recs, n, &bits);
+            spread_pairs(&mut self.recs, &bits);
+            return;
+        }
         if !sort_packed(&mut self.recs, self.rank) {
             sort_records(&mut self.recs, self.rank);
         }
@@ -320,6 +356,10 @@ impl RunBuffer {
         format: &Format,
         duplicates: Duplicates,
     ) -> Result<Vec<Run>> {
+        if let Some(bits) = self.packed.clone() {
+            let at = (dir, first_id, pieces);
+            return self.spill_pairs(&bits, at, (input, format, duplicates));
+        }
         let stride = self.rank + 1;
         let per_piece = self.len().div_ceil(pieces.max(1)).max(1) * stride;
         let (rank, writer_buffer) = (self.rank, self.writer_buffer);
@@ -332,7 +372,9 @@ impl RunBuffer {
                     let path = dir.join(format!("run-{}", first_id + i));
                     scope.spawn(move || -> Result<Run> {
                         if let Some(bits) = sort_pairs(piece, rank) {
-                            return write_pairs(piece, &bits, &path, (input, format, duplicates));
+                            let n = piece.len() / (rank + 1);
+                            let pairs = bytemuck::cast_slice(&piece[..2 * n]);
+                            return write_pairs(pairs, &bits, &path, (input, format, duplicates));
                         }
                         sort_records(piece, rank);
                         if duplicates == Duplicates::Error {
@@ -361,19 +403,76 @@ impl RunBuffer {
         self.recs.clear();
         results.into_iter().collect()
     }
+
+    /// [`RunBuffer::spill`] of pairs packed by `bits`: the same pieces (so the same runs), each
+    /// sorted with its share of the room behind the pairs (as [`sort_pairs`] has).
+    fn spill_pairs(
+        &mut self,
+        bits: &[u32],
+        (dir, first_id, pieces): (&Path, usize, usize),
+        check: (&Path, &Format, Duplicates),
+    ) -> Result<Vec<Run>> {
+        let n = self.len();
+        let per_piece = n.div_ceil(pieces.max(1)).max(1);
+        self.recs.resize(n * (self.rank + 1).max(2), 0);
+        let (pairs, rest) = self.recs.split_at_mut(2 * n);
+        let pairs: &mut [[u64; 2]] = bytemuck::cast_slice_mut(pairs);
+        // Ranks of 3 and more leave room for a radix sort's second buffer, as in `sort_pairs`.
+        let mut scratch: Vec<&mut [[u64; 2]]> = if rest.len() >= 2 * n {
+            let rest: &mut [[u64; 2]] = bytemuck::cast_slice_mut(&mut rest[..2 * n]);
+            rest.chunks_mut(per_piece).collect()
+        } else {
+            Vec::new()
+        };
+        let total: u32 = bits.iter().sum();
+        let results: Vec<Result<Run>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = pairs
+                .chunks_mut(per_piece)
+                .enumerate()
+                .map(|(i, piece)| {
+                    let path = dir.join(format!("run-{}", first_id + i));
+                    let scratch = (i < scratch.len()).then(|| std::mem::take(&mut scratch[i]));
+                    scope.spawn(move || -> Result<Run> {
+                        match scratch {
+                            Some(s) => radix_sort_pairs(piece, s, total),
+                            None => piece.sort_by_key(|p| p[0]),
+                        }
+                        write_pairs(piece, bits, &path, check)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("sorting threads do not panic"))
+                .collect()
+        });
+        self.recs.clear();
+        results.into_iter().collect()
+    }
 }
 
-/// Writes the sorted pairs at the front of `recs` (see [`sort_pairs`]) as a run file of
-/// pairs, as they lie in memory; rejects repeated keys when asked to.
+/// Sorts the `n` pairs at the front of `recs` (keys packed by `bits`) stably by key, with
+/// the room behind them as the radix sort's second buffer when there is enough.
+fn sort_packed_pairs(recs: &mut [u64], n: usize, bits: &[u32]) {
+    let (pairs, rest) = recs.split_at_mut(2 * n);
+    let pairs: &mut [[u64; 2]] = bytemuck::cast_slice_mut(pairs);
+    if rest.len() >= 2 * n {
+        let scratch: &mut [[u64; 2]] = bytemuck::cast_slice_mut(&mut rest[..2 * n]);
+        radix_sort_pairs(pairs, scratch, bits.iter().sum());
+    } else {
+        pairs.sort_by_key(|p| p[0]);
+    }
+}
+
+/// Writes sorted `pairs` (see [`sort_pairs`]) as a run file of pairs, as they lie in
+/// memory; rejects repeated keys when asked to.
 fn write_pairs(
-    recs: &[u64],
+    pairs: &[[u64; 2]],
     bits: &[u32],
     path: &Path,
     (input, format, duplicates): (&Path, &Format, Duplicates),
 ) -> Result<Run> {
     let rank = bits.len();
-    let n = recs.len() / (rank + 1);
-    let pairs: &[[u64; 2]] = bytemuck::cast_slice(&recs[..2 * n]);
     if duplicates == Duplicates::Error {
         if let Some(w) = pairs.windows(2).find(|w| w[0][0] == w[1][0]) {
             let mut key = vec![0u64; rank];
@@ -452,16 +551,8 @@ fn sort_pairs(recs: &mut [u64], rank: usize) -> Option<Vec<u32>> {
         recs[2 * i] = p;
         recs[2 * i + 1] = v;
     }
-    let total: u32 = bits.iter().sum();
-    let (pairs, rest) = recs.split_at_mut(2 * n);
-    let pairs: &mut [[u64; 2]] = bytemuck::cast_slice_mut(pairs);
-    if rest.len() >= 2 * n {
-        // Ranks of 3 and more leave room behind the pairs for a radix sort's second buffer.
-        let scratch: &mut [[u64; 2]] = bytemuck::cast_slice_mut(&mut rest[..2 * n]);
-        radix_sort_pairs(pairs, scratch, total);
-    } else {
-        pairs.sort_by_key(|p| p[0]);
-    }
+    // Ranks of 3 and more leave room behind the pairs for a radix sort's second buffer.
+    sort_packed_pairs(recs, n, &bits);
     Some(bits)
 }
 
@@ -1656,7 +1747,7 @@ mod tests {
             rank in 0usize..11,
             raw in proptest::collection::vec((proptest::collection::vec(0u64..3, 10), -3i32..4), 0..40),
         ) {
-            let mut run = RunBuffer { rank, recs: Vec::new(), writer_buffer: 4096 };
+            let mut run = RunBuffer { rank, recs: Vec::new(), writer_buffer: 4096, packed: None };
             let mut reference: std::collections::BTreeMap<Vec<u64>, f64> = Default::default();
             for (key, v) in &raw {
                 run.recs.extend_from_slice(&key[..rank]);
