@@ -556,6 +556,18 @@ fn sort_pairs(recs: &mut [u64], rank: usize) -> Option<Vec<u32>> {
     Some(bits)
 }
 
+/// [`unpack`] for a rank known at compile time: a loop that unrolls, into an array.
+#[inline(always)]
+pub(crate) fn unpack_fixed<const R: usize>(mut p: u64, bits: &[u32; R]) -> [u64; R] {
+    let mut key = [0; R];
+    for k in (0..R).rev() {
+        let b = bits[k];
+        key[k] = p & u64::MAX.checked_shr(64 - b).unwrap_or(0);
+        p = p.checked_shr(b).unwrap_or(0);
+    }
+    key
+}
+
 /// A packed key's coordinates (fields of `bits`, the last level lowest).
 #[inline]
 fn unpack(mut p: u64, bits: &[u32], key: &mut [u64]) {
@@ -1313,13 +1325,48 @@ impl MergeSource {
                 let (k, v) = buf.record(e as usize);
                 f(k, v)
             }),
-            None => match &self.packing {
-                Some(bits) if ranges.entries(j) <= in_memory => {
-                    self.merge_packed(lo, hi, bits, buffer * self.runs.len() / 2, f)
+            None => match self.pairs_bits(ranges, j, in_memory) {
+                Some(bits) => {
+                    let mut key = vec![0; self.rank];
+                    self.merge_range_pairs(ranges, j, buffer, &mut |batch| {
+                        batch.iter().try_for_each(|p| {
+                            unpack(p[0], bits, &mut key);
+                            f(&key, f64::from_bits(p[1]))
+                        })
+                    })
                 }
-                _ => merge_sections(&self.runs, Some((lo, hi)), self.rank, buffer, f),
+                None => merge_sections(&self.runs, Some((lo, hi)), self.rank, buffer, f),
             },
         }
+    }
+
+    /// The fields of the packed keys (see [`packing`]) when range `j` is merged in memory,
+    /// by [`MergeSource::merge_range_pairs`] (the keys pack, and the range holds at most
+    /// `in_memory` records); `None` when it is not.
+    pub(crate) fn pairs_bits(&self, ranges: &Ranges, j: usize, in_memory: u64) -> Option<&[u32]> {
+        match (&self.memory, &self.packing) {
+            (None, Some(bits)) if ranges.entries(j) <= in_memory => Some(bits),
+            _ => None,
+        }
+    }
+
+    /// [`MergeSource::merge_range`] of a range that [`MergeSource::pairs_bits`] says is
+    /// merged in memory, its entries handed to `f` as they are merged: batches of (packed
+    /// key, value bits) pairs. The caller unpacks each key where it is used, in a loop of
+    /// its own, instead of taking a call and a copy of the key per entry.
+    pub(crate) fn merge_range_pairs(
+        &self,
+        ranges: &Ranges,
+        j: usize,
+        buffer: usize,
+        f: &mut dyn FnMut(&[[u64; 2]]) -> Result<()>,
+    ) -> Result<()> {
+        let bits = self
+            .packing
+            .as_deref()
+            .expect("packed keys (see `pairs_bits`)");
+        let (lo, hi) = (&ranges.at[j], &ranges.at[j + 1]);
+        self.merge_packed(lo, hi, bits, buffer * self.runs.len() / 2, f)
     }
 
     /// The runs' files (see [`MergeSource::files`]), opened at the first call.
@@ -1347,10 +1394,10 @@ impl MergeSource {
         hi: &[u64],
         bits: &[u32],
         chunk: usize,
-        f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
+        f: &mut dyn FnMut(&[[u64; 2]]) -> Result<()>,
     ) -> Result<()> {
         PACKED.with(|cell| {
-            let (pairs, raw) = &mut *cell.borrow_mut();
+            let (pairs, raw, batch) = &mut *cell.borrow_mut();
             let n: u64 = hi.iter().zip(lo).map(|(h, l)| h - l).sum();
             pairs.clear();
             pairs.reserve_exact(n as usize);
@@ -1360,11 +1407,19 @@ impl MergeSource {
                 read_packed(run, file, self.rank, lo[r]..hi[r], bits, chunk, raw, pairs)?;
                 bounds.push(pairs.len());
             }
-            let mut key = vec![0; self.rank];
+            batch.clear();
             merge_slices(pairs, &bounds, |p| {
-                unpack(p[0], bits, &mut key);
-                f(&key, f64::from_bits(p[1]))
-            })
+                batch.push(*p);
+                if batch.len() == MERGED_BATCH {
+                    f(batch)?;
+                    batch.clear();
+                }
+                Ok(())
+            })?;
+            if !batch.is_empty() {
+                f(batch)?;
+            }
+            Ok(())
         })
     }
 }
@@ -1427,10 +1482,16 @@ fn merge_slices<E>(
 
 thread_local! {
     /// A merge worker's buffers for [`MergeSource::merge_packed`], kept between its ranges
-    /// (the worker threads end with the conversion): the pairs and the bytes read.
-    static PACKED: std::cell::RefCell<(Vec<[u64; 2]>, Vec<u8>)> =
-        Default::default();
+    /// (the worker threads end with the conversion): the pairs, the bytes read, and the
+    /// batch of merged pairs.
+    static PACKED: std::cell::RefCell<MergeBuffers> = Default::default();
 }
+
+/// See [`PACKED`]: the pairs, the bytes read, the batch of merged pairs.
+type MergeBuffers = (Vec<[u64; 2]>, Vec<u8>, Vec<[u64; 2]>);
+
+/// Merged pairs handed on at once by [`MergeSource::merge_range_pairs`] (16 KiB).
+const MERGED_BATCH: usize = 1 << 10;
 
 /// Bits of each level's field in a packed key, from each level's largest coordinate; `None`
 /// when the key does not fit one `u64`.
@@ -1685,6 +1746,36 @@ mod tests {
             if fits {
                 prop_assert_eq!(recs, want);
             }
+        }
+
+        /// The unrolled unpacking of a rank known at compile time gives the coordinates of
+        /// the general one, for fields of any width (64 included) and empty ones.
+        #[test]
+        fn fixed_unpacking_is_the_general_one(
+            rank in 1usize..5,
+            cuts in proptest::collection::vec(0u32..65, 4),
+            raw in any::<u64>(),
+        ) {
+            // Field widths summing to at most 64.
+            let mut bits: Vec<u32> = Vec::new();
+            let mut left = 64;
+            for &c in &cuts[..rank] {
+                let b = c.min(left);
+                bits.push(b);
+                left -= b;
+            }
+            let total: u32 = bits.iter().sum();
+            let p = if total == 64 { raw } else { raw & ((1u64 << total) - 1) };
+            let mut want = vec![0; rank];
+            unpack(p, &bits, &mut want);
+            let got: Vec<u64> = match rank {
+                1 => unpack_fixed::<1>(p, &bits[..].try_into().unwrap()).to_vec(),
+                2 => unpack_fixed::<2>(p, &bits[..].try_into().unwrap()).to_vec(),
+                3 => unpack_fixed::<3>(p, &bits[..].try_into().unwrap()).to_vec(),
+                _ => unpack_fixed::<4>(p, &bits[..].try_into().unwrap()).to_vec(),
+            };
+            prop_assert_eq!(&got, &want);
+            prop_assert_eq!(pack(&want, &bits), p);
         }
 
         /// The radix sort orders pairs as the stable comparison sort does: keys of any width,
