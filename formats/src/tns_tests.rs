@@ -239,3 +239,45 @@ fn parallel_parser_handles_lines_longer_than_a_block_and_rejects_huge_ones() {
     };
     assert!(err.to_string().contains("longer than"), "{err}");
 }
+
+/// A reader asked to pack keys hands out each entry as its packed key (fields by level,
+/// modes permuted by the order, the last level lowest) and its value's bits, lines of the
+/// common shape and others alike; it declines without declared dimensions, with fields too
+/// narrow for them, or after `next_entry`.
+#[test]
+fn packing_readers_hand_out_packed_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.tns");
+    // The second line takes the careful parser (a tab and spaces, an exponent).
+    let text = "# dims 5 300 2\n3 200 1 0.5\n5\t1  2 -1.5e1\n1 300 2 2\n";
+    std::fs::write(&path, text).unwrap();
+    // Levels: mode 1 (9 bits for 299), mode 2 (1 bit), mode 0 (3 bits for 4).
+    let (order, bits) = ([1, 2, 0], [9, 1, 3]);
+    let mut r = TnsReader::open(&path).unwrap();
+    assert!(r.pack_keys(&order, &bits));
+    let mut chunk = Chunk::default();
+    let mut pairs = Vec::new();
+    while r.next_chunk(&mut chunk).unwrap() {
+        assert!(chunk.coords.is_empty() && chunk.vals.is_empty());
+        pairs.extend_from_slice(&chunk.pairs);
+    }
+    let key = |c: [u64; 3]| (c[1] << 4) | (c[2] << 3) | c[0];
+    let want = vec![
+        [key([2, 199, 0]), 0.5f64.to_bits()],
+        [key([4, 0, 1]), (-15.0f64).to_bits()],
+        [key([0, 299, 1]), 2.0f64.to_bits()],
+    ];
+    assert_eq!(pairs, want);
+    // Fields too narrow for the declared dimensions (8 bits cannot hold 299).
+    let mut r = TnsReader::open(&path).unwrap();
+    assert!(!r.pack_keys(&order, &[8, 1, 3]));
+    // No declared dimensions: nothing bounds the coordinates.
+    let plain = dir.path().join("q.tns");
+    std::fs::write(&plain, "3 200 1 0.5\n").unwrap();
+    assert!(!TnsReader::open(&plain).unwrap().pack_keys(&order, &bits));
+    // After `next_entry` the reader is sequential.
+    let mut r = TnsReader::open(&path).unwrap();
+    let mut c = vec![0; 3];
+    r.next_entry(&mut c).unwrap();
+    assert!(!r.pack_keys(&order, &bits));
+}
