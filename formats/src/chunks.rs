@@ -401,13 +401,19 @@ fn parse_lines<const R: usize>(
     });
     let mut coords = vec![0u64; rank];
     let mut fixed = [0u64; R];
+    // The declared bounds of the scanned lines as an array (a mode without one: no bound),
+    // checked without a branch or an iterator per coordinate.
+    let bounds: Option<[u64; R]> =
+        dims.map(|d| std::array::from_fn(|k| d.get(k).copied().unwrap_or(u64::MAX)));
     let mut start = 0;
     let mut line_no = 0u64;
     let mut newlines = 0u64;
     while start < block.len() {
         if R > 0 {
             if let Some((v, next)) = crate::numbers::entry_line::<R>(block, start, &mut fixed)
-                .filter(|_| dims.is_none_or(|d| fixed.iter().zip(d).all(|(c, d)| c < d)))
+                .filter(|_| {
+                    bounds.is_none_or(|d| (0..R).fold(true, |ok, k| ok & (fixed[k] < d[k])))
+                })
             {
                 line_no += 1;
                 newlines += u64::from(block[next - 1] == b'\n');

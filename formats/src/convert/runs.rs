@@ -669,27 +669,30 @@ fn lsd_sort_pairs(pairs: &mut [[u64; 2]], scratch: &mut [[u64; 2]], bits: u32) {
     let digit = bits.div_ceil(passes);
     let mask = (1u64 << digit) - 1;
     let buckets = 1usize << digit;
-    // Every pass's histogram in one read of the keys.
-    let mut counts = vec![0usize; buckets * passes as usize];
+    // Every pass's histogram in one read of the keys. A histogram is an array of the
+    // largest digit's size, and every digit is masked to it (a no-op, `mask` is no wider):
+    // its counts are then indexed without bounds checks.
+    const MAX_BUCKETS: usize = 1 << MAX_DIGIT;
+    let digit_of = |key: u64, shift: u32| ((key >> shift) & mask) as usize & (MAX_BUCKETS - 1);
+    let mut counts = vec![[0usize; MAX_BUCKETS]; passes as usize];
     for p in pairs.iter() {
-        for d in 0..passes {
-            counts[d as usize * buckets + ((p[0] >> (d * digit)) & mask) as usize] += 1;
+        for (d, count) in counts.iter_mut().enumerate() {
+            count[digit_of(p[0], d as u32 * digit)] += 1;
         }
     }
     let (mut from, mut to) = (pairs, scratch);
     let mut in_scratch = false;
-    for d in 0..passes {
-        let count = &mut counts[d as usize * buckets..(d as usize + 1) * buckets];
-        if count.contains(&n) {
+    for (d, count) in counts.iter_mut().enumerate() {
+        if count[..buckets].contains(&n) {
             continue;
         }
         let mut at = 0;
-        for c in count.iter_mut() {
+        for c in count[..buckets].iter_mut() {
             (*c, at) = (at, at + *c);
         }
-        let shift = d * digit;
+        let shift = d as u32 * digit;
         for p in from.iter() {
-            let b = ((p[0] >> shift) & mask) as usize;
+            let b = digit_of(p[0], shift);
             to[count[b]] = *p;
             count[b] += 1;
         }
