@@ -1563,12 +1563,13 @@ impl Inner {
 
     /// Waits until `done()` holds, running ready tasks on this thread meanwhile; sleeps on
     /// `completion` (which must be signalled when `done` may have become true; the pool signals
-    /// it when it queues a node) only while none are ready. Never call it holding the front
+    /// it when it queues a node for this thread) only while none are ready. Never call it holding the front
     /// lock: a task body runs here.
     pub(crate) fn wait_helping(&self, completion: &Completion, mut done: impl FnMut() -> bool) {
         while !self.pool.help(&mut done) {
-            completion.wait_until(|| done() || self.pool.has_ready());
+            self.pool.sleep_helper(completion, &mut done);
         }
+        self.pool.leave();
     }
 
     /// Waits (on the issuing side) for an unbound store's producer to bind it.
