@@ -577,8 +577,9 @@ fn the_issuing_thread_runs_points_while_it_waits() {
 
 /// The issuing thread, asleep in `fence`, is the only thread that can run a node queued
 /// while the worker is busy: the pool must wake it for that node (a push wakes one sleeper,
-/// and here the only sleeper is the issuer). `first`'s worker keeps `waits` (its first
-/// successor) and queues `sets`; `waits` runs until `sets` has run, for up to 10 s.
+/// and here the only sleeper is the issuer). `first` runs on the worker, which then keeps
+/// `waits` (its first successor) and queues `sets`; `waits` runs until `sets` has run, for up
+/// to 10 s.
 #[test]
 fn a_node_queued_while_only_the_issuer_sleeps_runs_on_it() {
     for threads in [1, 2, 3] {
@@ -588,8 +589,13 @@ fn a_node_queued_while_only_the_issuer_sleeps_runs_on_it() {
             .fusion(false)
             .build();
         let set = Arc::new((Mutex::new(false), Condvar::new()));
-        rt.register("first", |_| std::thread::sleep(Duration::from_millis(50)))
-            .unwrap();
+        let started = Arc::new(AtomicBool::new(false));
+        let st = started.clone();
+        rt.register("first", move |_| {
+            st.store(true, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(50));
+        })
+        .unwrap();
         let s = set.clone();
         rt.register("sets", move |_| {
             *s.0.lock().unwrap() = true;
@@ -624,6 +630,15 @@ fn a_node_queued_while_only_the_issuer_sleeps_runs_on_it() {
             .launch_domain(&[1])
             .submit()
             .unwrap();
+        // On a worker (this thread runs nodes only inside a wait).
+        let t = std::time::Instant::now();
+        while !started.load(Ordering::SeqCst) {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "`first` never started"
+            );
+            std::thread::yield_now();
+        }
         one("waits", &y);
         one("sets", &z);
         rt.fence().unwrap();
