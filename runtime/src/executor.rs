@@ -13,13 +13,13 @@
 //! step waits for that one; with the issuer as a processor, no core is oversubscribed and it
 //! goes from running points back to issuing without a wake-up.
 
-use crate::graph::Node;
+use crate::graph::{Completion, Node};
 use crate::launch::run_node;
 use crate::runtime::Shared;
 use crate::stats::Counters;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 pub(crate) trait Executor: Send + Sync {
@@ -29,11 +29,14 @@ pub(crate) trait Executor: Send + Sync {
     #[allow(dead_code)]
     fn threads(&self) -> usize;
     /// Runs ready nodes on the calling thread until `done()` holds (true), or until none has been
-    /// ready for a short while (false: the caller then blocks until `done()` or
-    /// [`Executor::has_ready`]; queueing a node signals both of the issuer's completions).
+    /// ready for a short while (false: the caller then sleeps in [`Executor::sleep_helper`]).
     fn help(&self, done: &mut dyn FnMut() -> bool) -> bool;
-    /// True when a node is waiting for a thread.
-    fn has_ready(&self) -> bool;
+    /// Blocks the calling thread, which [`Executor::help`]s, until `done()` may hold
+    /// (`completion` is signalled) or a node is queued for it to run.
+    fn sleep_helper(&self, completion: &Completion, done: &mut dyn FnMut() -> bool);
+    /// Called when a helping thread's wait is over: a node queued for it as its wait ended
+    /// goes to a sleeping worker instead.
+    fn leave(&self);
 }
 
 /// A queue of ready nodes with its length readable without the lock.
@@ -66,16 +69,38 @@ impl Mailbox {
     }
 }
 
+/// The shared queue and the threads asleep waiting for a node, under one lock: a push and a
+/// sleeper's last look at the queue cannot miss each other.
+#[derive(Default)]
+struct Queue {
+    nodes: VecDeque<Arc<Node>>,
+    /// Workers asleep, each on its own condition variable. A push takes one out of the list
+    /// as it wakes it, so the next push wakes another thread, never the same one again, and
+    /// a push wakes one thread only: two threads woken for one node cost a wake-up and a
+    /// context switch each, and one of them finds nothing.
+    workers: Vec<usize>,
+    /// Helping threads asleep (`sleep_helper`: the issuing thread in a wait), each with the
+    /// flag a push sets to wake it.
+    helpers: Vec<Arc<AtomicBool>>,
+}
+
 struct PoolState {
-    queue: Mutex<VecDeque<Arc<Node>>>,
+    queue: Mutex<Queue>,
     /// Per worker: the ready actor vertices it owns (`tracing::actors`). Its owner takes from
     /// it first; an idle worker or the issuing thread takes from any, so an owner busy with a
     /// long point never holds up a ready vertex while a core is free.
     mailboxes: Vec<Mailbox>,
     /// Queue length, readable without the lock: spinning workers poll this, not the mutex.
     queued: AtomicUsize,
-    cv: Condvar,
-    sleepers: AtomicUsize,
+    /// Per worker: the condition variable it sleeps on (with `queue`'s lock).
+    wake: Vec<Condvar>,
+    /// Threads in `Queue::workers` or `Queue::helpers`, readable without the lock.
+    asleep: AtomicUsize,
+    /// Threads polling for a node (`poll`).
+    searching: AtomicUsize,
+    /// Polls before sleeping: spinning, then yielding (`SPINS`, `YIELDS`; `TESSERA_IDLE_SPIN`).
+    spins: usize,
+    yields: usize,
     stop: AtomicBool,
     shared: Arc<Shared>,
     /// Test hook (`RuntimeBuilder::worker_jitter`): workers sleep up to this many µs, at
@@ -98,14 +123,31 @@ pub(crate) struct ThreadPool {
 const SPINS: usize = 16;
 const YIELDS: usize = 64;
 
+/// `(spins, yields)` of an idle thread: `SPINS` and `YIELDS`, or with `TESSERA_IDLE_SPIN=n`
+/// `n` spins and no yield (spin, then sleep). Not a setting: a switch to compare the two in
+/// one binary (spin-then-sleep was measured no faster twice; runtime/DESIGN.md).
+fn idle_polls() -> (usize, usize) {
+    match std::env::var("TESSERA_IDLE_SPIN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        Some(n) => (n, 0),
+        None => (SPINS, YIELDS),
+    }
+}
+
 impl ThreadPool {
     pub(crate) fn new(threads: usize, shared: Arc<Shared>, jitter_us: u32) -> ThreadPool {
+        let (spins, yields) = idle_polls();
         let state = Arc::new(PoolState {
             queue: Mutex::default(),
             mailboxes: (0..threads).map(|_| Mailbox::default()).collect(),
             queued: AtomicUsize::new(0),
-            cv: Condvar::new(),
-            sleepers: AtomicUsize::new(0),
+            wake: (0..threads).map(|_| Condvar::new()).collect(),
+            asleep: AtomicUsize::new(0),
+            searching: AtomicUsize::new(0),
+            spins,
+            yields,
             stop: AtomicBool::new(false),
             shared,
             jitter_us,
@@ -136,8 +178,10 @@ impl ThreadPool {
     pub(crate) fn shutdown(&self) {
         self.state.stop.store(true, Ordering::SeqCst);
         {
-            let _q = self.state.queue.lock().unwrap_or_else(|e| e.into_inner());
-            self.state.cv.notify_all();
+            let _q = lock(&self.state);
+            for cv in &self.state.wake {
+                cv.notify_one();
+            }
         }
         for h in self
             .workers
@@ -175,46 +219,108 @@ impl Executor for ThreadPool {
         true
     }
 
-    fn has_ready(&self) -> bool {
-        self.state.queued.load(Ordering::SeqCst) > 0
+    fn sleep_helper(&self, completion: &Completion, done: &mut dyn FnMut() -> bool) {
+        let st = &*self.state;
+        let woken = Arc::new(AtomicBool::new(false));
+        lock(st).helpers.push(woken.clone());
+        st.asleep.fetch_add(1, Ordering::SeqCst);
+        // Dekker with `wake_one` (it increments `queued`, then reads `asleep`): a node queued
+        // before this thread counted itself asleep is seen here.
+        if st.queued.load(Ordering::SeqCst) == 0 {
+            completion.wait_until(|| woken.load(Ordering::SeqCst) || done());
+        }
+        if !woken.load(Ordering::SeqCst) {
+            let mut q = lock(st);
+            // A push may have taken it out (and set the flag) since the load above.
+            if let Some(i) = q.helpers.iter().position(|w| Arc::ptr_eq(w, &woken)) {
+                q.helpers.swap_remove(i);
+                st.asleep.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn leave(&self) {
+        let st = &*self.state;
+        if st.queued.load(Ordering::SeqCst) > 0 {
+            wake_one(st, None, None);
+        }
     }
 }
 
+fn lock(st: &PoolState) -> MutexGuard<'_, Queue> {
+    st.queue.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn push(st: &PoolState, node: Arc<Node>) {
-    if let Some(mb) = st.mailboxes.get(node.owner() as usize) {
+    let owner = node.owner() as usize;
+    if let Some(mb) = st.mailboxes.get(owner) {
         mb.push(node);
         st.queued.fetch_add(1, Ordering::SeqCst);
-        // A worker about to sleep counts itself a sleeper, then looks at `queued` again
-        // (`pop`): with both sides sequentially consistent, either it sees this node or this
-        // sees it. Only then is the queue lock needed, so that the wake-up cannot come before
-        // it waits (it holds the lock until `wait` releases it). All sleepers wake: the owner
-        // may be any of them (the rest find nothing and sleep).
-        if st.sleepers.load(Ordering::SeqCst) > 0 {
-            let _q = st.queue.lock().unwrap_or_else(|e| e.into_inner());
-            st.cv.notify_all();
-        }
-        st.shared.idle.notify();
-        st.shared.completion.notify();
+        wake_one(st, Some(owner), None);
         return;
     }
-    let sleepers = {
-        let mut q = st.queue.lock().unwrap_or_else(|e| e.into_inner());
-        q.push_back(node);
-        st.queued.fetch_add(1, Ordering::SeqCst);
-        st.sleepers.load(Ordering::SeqCst)
-    };
-    if sleepers > 0 {
-        st.cv.notify_one();
+    let mut q = lock(st);
+    q.nodes.push_back(node);
+    st.queued.fetch_add(1, Ordering::SeqCst);
+    wake_one(st, None, Some(q));
+}
+
+/// Wakes one sleeping thread, if any, for a node just queued: worker `owner` (the node's
+/// mailbox) if it sleeps, else a helping thread (the issuer in a wait: running the node may
+/// be what ends its wait, and then nobody else need wake it), else any worker.
+fn wake_one(st: &PoolState, owner: Option<usize>, q: Option<MutexGuard<'_, Queue>>) {
+    // Dekker with the searchers and sleepers: the caller incremented `queued`, then this
+    // reads `searching` and `asleep`; a searcher stops searching, then counts itself asleep
+    // (or leaves), then reads `queued`. So a thread searching when this looked will see the
+    // node (or take another), and a sleeper either sees the node or this sees it (and then
+    // finds it in the lists: it is in them from before it counted itself until it is woken
+    // or leaves). Nodes no more than searchers: they take them, nobody need wake.
+    let searching = st.searching.load(Ordering::SeqCst);
+    if st.asleep.load(Ordering::SeqCst) == 0 || st.queued.load(Ordering::SeqCst) <= searching {
+        return;
     }
-    // The issuing thread may be blocked in a wait it would rather spend running this node
-    // (`Inner::wait_helping`). Each notify costs a fence and a load unless someone waits.
-    st.shared.idle.notify();
-    st.shared.completion.notify();
+    let mut q = q.unwrap_or_else(|| lock(st));
+    let woken = claim(&mut q, owner);
+    if woken.is_some() {
+        st.asleep.fetch_sub(1, Ordering::SeqCst);
+    }
+    drop(q);
+    match woken {
+        // Out of the list under the lock: the worker cannot go back to sleep unseen.
+        Some(Sleeper::Worker(w)) => st.wake[w].notify_one(),
+        Some(Sleeper::Helper(h)) => {
+            h.store(true, Ordering::SeqCst);
+            // The helper sleeps on one of the two; a notify with no waiter is a load.
+            st.shared.idle.notify();
+            st.shared.completion.notify();
+        }
+        None => {}
+    }
+}
+
+/// A thread asleep waiting for a node.
+#[derive(Debug)]
+enum Sleeper {
+    Worker(usize),
+    Helper(Arc<AtomicBool>),
+}
+
+/// Takes the sleeper to wake for a node out of the lists (so no later push picks it again):
+/// worker `owner`, else a helper, else any worker.
+fn claim(q: &mut Queue, owner: Option<usize>) -> Option<Sleeper> {
+    if let Some(i) = owner.and_then(|o| q.workers.iter().position(|&w| w == o)) {
+        return Some(Sleeper::Worker(q.workers.swap_remove(i)));
+    }
+    if let Some(h) = q.helpers.pop() {
+        return Some(Sleeper::Helper(h));
+    }
+    q.workers.pop().map(Sleeper::Worker)
 }
 
 /// A ready node for worker `me` (the issuing thread: `None`): its own mailbox first, then
 /// the shared queue, then any other mailbox.
-fn try_pop(st: &PoolState, me: Option<usize>) -> Option<Arc<Node>> {
+/// A thread that was searching (`poll`) stops counting as one when it takes a node.
+fn try_pop(st: &PoolState, me: Option<usize>, searching: bool) -> Option<Arc<Node>> {
     if st.queued.load(Ordering::SeqCst) == 0 {
         return None;
     }
@@ -223,34 +329,41 @@ fn try_pop(st: &PoolState, me: Option<usize>) -> Option<Arc<Node>> {
         .or_else(|| pop_shared(st))
         .or_else(|| st.mailboxes.iter().find_map(Mailbox::pop));
     if n.is_some() {
+        // Before `queued` drops: a push in between sees one node more than searchers, and
+        // wakes someone, rather than leaving its node to a thread that is no longer looking.
+        if searching {
+            st.searching.fetch_sub(1, Ordering::SeqCst);
+        }
         st.queued.fetch_sub(1, Ordering::SeqCst);
     }
     n
 }
 
 fn pop_shared(st: &PoolState) -> Option<Arc<Node>> {
-    st.queue
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .pop_front()
+    lock(st).nodes.pop_front()
 }
 
-/// Polls the queue `SPINS` times spinning, then `YIELDS` times yielding, until a node is
-/// there or `stop()` holds.
+/// Polls the queue `spins` times spinning, then `yields` times yielding, until a node is
+/// there or `stop()` holds. Meanwhile the thread counts as searching: a push it will see
+/// wakes nobody.
 fn poll(st: &PoolState, me: Option<usize>, mut stop: impl FnMut() -> bool) -> Option<Arc<Node>> {
-    for i in 0..SPINS + YIELDS {
-        if let Some(n) = try_pop(st, me) {
+    st.searching.fetch_add(1, Ordering::SeqCst);
+    for i in 0..st.spins + st.yields {
+        if let Some(n) = try_pop(st, me, true) {
             return Some(n);
         }
         if stop() {
-            return None;
+            break;
         }
-        if i < SPINS {
+        if i < st.spins {
             std::hint::spin_loop();
         } else {
             std::thread::yield_now();
         }
     }
+    // Before it sleeps (`pop`, `sleep_helper`) or leaves (`leave`), each of which looks at
+    // `queued` again: a push this thread was counted for is not lost.
+    st.searching.fetch_sub(1, Ordering::SeqCst);
     None
 }
 
@@ -258,33 +371,39 @@ fn pop(st: &PoolState, me: usize) -> Option<Arc<Node>> {
     if let Some(n) = poll(st, Some(me), || false) {
         return Some(n);
     }
-    let mut q = st.queue.lock().unwrap_or_else(|e| e.into_inner());
+    let mut q = lock(st);
     loop {
-        if let Some(n) = q.pop_front() {
+        if let Some(n) = q.nodes.pop_front() {
             st.queued.fetch_sub(1, Ordering::SeqCst);
             return Some(n);
         }
-        // Mailboxes are pushed outside this lock but notified under it: a count seen here is
-        // a node to take (drop the lock: `try_pop` takes it for the shared queue).
+        // A count seen here with the shared queue empty is a node in a mailbox (pushed
+        // outside this lock): drop the lock, as `try_pop` takes it.
         if st.queued.load(Ordering::SeqCst) > 0 {
             drop(q);
-            if let Some(n) = try_pop(st, Some(me)) {
+            if let Some(n) = try_pop(st, Some(me), false) {
                 return Some(n);
             }
-            q = st.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q = lock(st);
             continue;
         }
         if st.stop.load(Ordering::SeqCst) {
             return None;
         }
-        st.sleepers.fetch_add(1, Ordering::SeqCst);
-        // A mailbox push that missed the sleeper count above incremented `queued` first.
-        if st.queued.load(Ordering::SeqCst) > 0 {
-            st.sleepers.fetch_sub(1, Ordering::SeqCst);
-            continue;
+        q.workers.push(me);
+        st.asleep.fetch_add(1, Ordering::SeqCst);
+        // Dekker with `wake_one`: a mailbox push that read `asleep` before it counted this
+        // worker incremented `queued` first.
+        if st.queued.load(Ordering::SeqCst) == 0 {
+            // Asleep until a push takes it out of the list (spurious wake-ups leave it in).
+            while q.workers.contains(&me) && !st.stop.load(Ordering::SeqCst) {
+                q = st.wake[me].wait(q).unwrap_or_else(|e| e.into_inner());
+            }
         }
-        q = st.cv.wait(q).unwrap_or_else(|e| e.into_inner());
-        st.sleepers.fetch_sub(1, Ordering::SeqCst);
+        if let Some(i) = q.workers.iter().position(|&w| w == me) {
+            q.workers.swap_remove(i);
+            st.asleep.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -348,5 +467,190 @@ fn jitter(max_us: u32) {
 fn worker(st: &PoolState, me: usize) {
     while let Some(node) = pop(st, me) {
         run_chain(st, Some(me), node, || true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Work;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A pool of `workers` workers, returned once they all sleep.
+    fn sleeping_pool(workers: usize) -> ThreadPool {
+        let pool = ThreadPool::new(workers, Arc::new(Shared::default()), 0);
+        wait_asleep(&pool, workers);
+        pool
+    }
+
+    fn wait_asleep(pool: &ThreadPool, n: usize) {
+        until(
+            || pool.state.asleep.load(Ordering::SeqCst) >= n,
+            "threads fell asleep",
+        );
+    }
+
+    /// Yields until `cond` holds; a minute without is a hang, and fails the test.
+    fn until(mut cond: impl FnMut() -> bool, what: &str) {
+        let start = std::time::Instant::now();
+        while !cond() {
+            assert!(start.elapsed() < Duration::from_secs(60), "never: {what}");
+            std::thread::yield_now();
+        }
+    }
+
+    /// A node any thread may run, counted as outstanding as the runtime counts its nodes.
+    fn node(pool: &ThreadPool) -> Arc<Node> {
+        pool.state.shared.outstanding.fetch_add(1, Ordering::SeqCst);
+        Node::new(Work::Boundary)
+    }
+
+    /// A thread helping `pool` with nothing to do: it sleeps until a push wakes it (or
+    /// `done`), then reports.
+    fn sleeping_helper(pool: &Arc<ThreadPool>, done: Arc<AtomicBool>) -> mpsc::Receiver<()> {
+        let (tx, rx) = mpsc::channel();
+        let p = pool.clone();
+        std::thread::spawn(move || {
+            let c = &p.state.shared.completion;
+            p.sleep_helper(c, &mut || done.load(Ordering::SeqCst));
+            let _ = tx.send(());
+        });
+        rx
+    }
+
+    #[test]
+    fn a_queued_node_wakes_one_sleeper_the_waiting_issuer_first() {
+        let pool = Arc::new(sleeping_pool(2));
+        let rx = sleeping_helper(&pool, Arc::new(AtomicBool::new(false)));
+        wait_asleep(&pool, 3);
+        let n = node(&pool);
+        pool.spawn(n.clone());
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the sleeping issuer is woken for the node");
+        // Neither worker was woken: both are still in the list, and only the issuer left it.
+        let q = lock(&pool.state);
+        assert_eq!(q.workers.len(), 2, "a worker was woken too");
+        assert!(q.helpers.is_empty());
+        drop(q);
+        assert_eq!(pool.state.asleep.load(Ordering::SeqCst), 2);
+        // The issuer's wait ended without it taking the node: leaving hands it on.
+        pool.leave();
+        until(|| n.is_done(), "the node left behind ran");
+        pool.shutdown();
+    }
+
+    #[test]
+    fn each_push_claims_a_different_sleeper_the_owner_then_the_issuer_first() {
+        let h = Arc::new(AtomicBool::new(false));
+        let mut q = Queue {
+            workers: vec![0, 1, 2],
+            helpers: vec![h.clone()],
+            ..Queue::default()
+        };
+        let mut woken = vec![];
+        // A node for worker 2's mailbox, then four for anyone.
+        woken.push(claim(&mut q, Some(2)));
+        for _ in 0..4 {
+            woken.push(claim(&mut q, None));
+        }
+        let got: Vec<String> = woken
+            .iter()
+            .map(|w| match w {
+                Some(Sleeper::Worker(i)) => format!("worker {i}"),
+                Some(Sleeper::Helper(x)) => {
+                    assert!(Arc::ptr_eq(x, &h));
+                    "issuer".into()
+                }
+                None => "nobody".into(),
+            })
+            .collect();
+        assert_eq!(
+            got,
+            ["worker 2", "issuer", "worker 1", "worker 0", "nobody"]
+        );
+    }
+
+    #[test]
+    fn a_node_queued_while_only_the_issuer_sleeps_wakes_it() {
+        // No worker sleeps (none exists to take the node): only the issuer can run it.
+        let pool = Arc::new(sleeping_pool(1));
+        let st = &pool.state;
+        // Take the worker out of the list as a push would, without waking it: it is "busy".
+        {
+            let mut q = lock(st);
+            q.workers.clear();
+            st.asleep.fetch_sub(1, Ordering::SeqCst);
+        }
+        let rx = sleeping_helper(&pool, Arc::new(AtomicBool::new(false)));
+        wait_asleep(&pool, 1);
+        pool.spawn(node(&pool));
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the node woke the only sleeper, the issuer");
+        // Let the worker go.
+        st.wake[0].notify_one();
+        pool.shutdown();
+    }
+
+    #[test]
+    fn a_sleeping_helper_still_wakes_when_its_wait_is_over() {
+        let pool = Arc::new(sleeping_pool(1));
+        let done = Arc::new(AtomicBool::new(false));
+        let rx = sleeping_helper(&pool, done.clone());
+        wait_asleep(&pool, 2);
+        done.store(true, Ordering::SeqCst);
+        // What a watched node's completion does.
+        pool.state.shared.completion.notify();
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the helper wakes when its condition holds");
+        // It took itself out of the list: the next node wakes the worker, not it.
+        assert_eq!(pool.state.asleep.load(Ordering::SeqCst), 1);
+        assert!(lock(&pool.state).helpers.is_empty());
+        let n = node(&pool);
+        pool.spawn(n.clone());
+        until(|| n.is_done(), "the worker ran the node");
+        pool.shutdown();
+    }
+
+    #[test]
+    fn shutdown_wakes_every_sleeping_worker() {
+        let pool = Arc::new(sleeping_pool(3));
+        let (tx, rx) = mpsc::channel();
+        let p = pool.clone();
+        std::thread::spawn(move || {
+            p.shutdown();
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("every worker woke and stopped");
+    }
+
+    #[test]
+    fn a_push_wakes_nobody_while_a_searching_thread_can_take_its_node() {
+        let pool = Arc::new(sleeping_pool(1));
+        let st = &pool.state;
+        let rx = sleeping_helper(&pool, Arc::new(AtomicBool::new(false)));
+        wait_asleep(&pool, 2);
+        // A thread polling (as `poll` counts it) will take the first node.
+        st.searching.fetch_add(1, Ordering::SeqCst);
+        let (a, b) = (node(&pool), node(&pool));
+        pool.spawn(a.clone());
+        let q = lock(st);
+        assert_eq!(
+            (q.workers.len(), q.helpers.len()),
+            (1, 1),
+            "a sleeper was woken"
+        );
+        drop(q);
+        // A second node is one more than the searchers: it wakes a sleeper (the issuer).
+        pool.spawn(b.clone());
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("the second node woke the issuer");
+        assert_eq!(lock(st).workers.len(), 1);
+        // The searcher gives up and leaves: the nodes go to the worker.
+        st.searching.fetch_sub(1, Ordering::SeqCst);
+        pool.leave();
+        until(|| a.is_done() && b.is_done(), "the nodes ran");
+        pool.shutdown();
     }
 }

@@ -41,14 +41,14 @@ static NEXT_RUNTIME: AtomicU64 = AtomicU64::new(1);
 #[derive(Default)]
 pub(crate) struct Shared {
     /// Signalled when a watched node completes (`Node::watch`: read-back, futures) and when
-    /// the pool queues a node.
+    /// the pool wakes a sleeping issuer for a node.
     pub completion: Completion,
     pub counters: Counters,
     /// Nodes created and not yet run.
     pub outstanding: AtomicUsize,
-    /// Signalled when `outstanding` is at or below `low_water` and when the pool queues a node:
-    /// the issuer waiting on back-pressure or a fence is woken to run ready work or to go on,
-    /// not by every completion.
+    /// Signalled when `outstanding` is at or below `low_water` and when the pool wakes a
+    /// sleeping issuer for a node: the issuer waiting on back-pressure or a fence is woken to
+    /// run ready work or to go on, not by every completion.
     pub idle: Completion,
     pub low_water: AtomicUsize,
     /// Across ranks: the communication path (unset on one rank).
@@ -1563,12 +1563,13 @@ impl Inner {
 
     /// Waits until `done()` holds, running ready tasks on this thread meanwhile; sleeps on
     /// `completion` (which must be signalled when `done` may have become true; the pool signals
-    /// it when it queues a node) only while none are ready. Never call it holding the front
-    /// lock: a task body runs here.
+    /// it when it wakes this thread for a node) only while none are ready. Never call it
+    /// holding the front lock: a task body runs here.
     pub(crate) fn wait_helping(&self, completion: &Completion, mut done: impl FnMut() -> bool) {
         while !self.pool.help(&mut done) {
-            completion.wait_until(|| done() || self.pool.has_ready());
+            self.pool.sleep_helper(completion, &mut done);
         }
+        self.pool.leave();
     }
 
     /// Waits (on the issuing side) for an unbound store's producer to bind it.

@@ -575,6 +575,80 @@ fn the_issuing_thread_runs_points_while_it_waits() {
     }
 }
 
+/// The issuing thread, asleep in `fence`, is the only thread that can run a node queued
+/// while the worker is busy: the pool must wake it for that node (a push wakes one sleeper,
+/// and here the only sleeper is the issuer). `first` runs on the worker, which then keeps
+/// `waits` (its first successor) and queues `sets`; `waits` runs until `sets` has run, for up
+/// to 10 s.
+#[test]
+fn a_node_queued_while_only_the_issuer_sleeps_runs_on_it() {
+    for threads in [1, 2, 3] {
+        let rt = Runtime::builder()
+            .threads(threads)
+            .window_size(1)
+            .fusion(false)
+            .build();
+        let set = Arc::new((Mutex::new(false), Condvar::new()));
+        let started = Arc::new(AtomicBool::new(false));
+        let st = started.clone();
+        rt.register("first", move |_| {
+            st.store(true, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(50));
+        })
+        .unwrap();
+        let s = set.clone();
+        rt.register("sets", move |_| {
+            *s.0.lock().unwrap() = true;
+            s.1.notify_all();
+        })
+        .unwrap();
+        let met = Arc::new(AtomicBool::new(false));
+        let (s, m) = (set.clone(), met.clone());
+        rt.register("waits", move |_| {
+            let g = s.0.lock().unwrap();
+            let (g, _) =
+                s.1.wait_timeout_while(g, Duration::from_secs(10), |set| !*set)
+                    .unwrap();
+            m.store(*g, Ordering::SeqCst);
+        })
+        .unwrap();
+        let x = rt.create(DType::F64, &[1]).unwrap();
+        let (y, z) = (
+            rt.create(DType::F64, &[1]).unwrap(),
+            rt.create(DType::F64, &[1]).unwrap(),
+        );
+        let one = |name: &str, w: &tessera_runtime::Store| {
+            rt.task(name)
+                .read(&x)
+                .write(w)
+                .launch_domain(&[1])
+                .submit()
+                .unwrap()
+        };
+        rt.task("first")
+            .write(&x)
+            .launch_domain(&[1])
+            .submit()
+            .unwrap();
+        // On a worker (this thread runs nodes only inside a wait).
+        let t = std::time::Instant::now();
+        while !started.load(Ordering::SeqCst) {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "`first` never started"
+            );
+            std::thread::yield_now();
+        }
+        one("waits", &y);
+        one("sets", &z);
+        rt.fence().unwrap();
+        assert!(
+            met.load(Ordering::SeqCst),
+            "{threads} threads: `sets` did not run while `waits` held the worker"
+        );
+    }
+}
+
 #[test]
 fn a_body_panicking_on_the_issuing_thread_fails_its_task_not_the_caller() {
     let rt = Runtime::new(2);
