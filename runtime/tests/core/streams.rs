@@ -504,6 +504,8 @@ proptest! {
             (2, fixed(1), false, true),
             (1, fixed(1), false, true),
             (2, fixed(c.window), true, true),
+            // Fusion inside replayed traces only (released tasks run as issued).
+            (2, fixed(1), true, true),
             (8, fixed(4), true, false),
             (2, fixed(16), true, true),
             (2, fixed(16), false, false),
@@ -519,6 +521,25 @@ proptest! {
                 &got, &want, "threads = {}, window = {:?}, fusion = {}, tracing = {}",
                 threads, window, fusion, tracing
             );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// The stream repeated six times, so that traces are recorded and replayed, with fusion
+    /// inside the replays (runtime/DESIGN.md, "Fusion inside traces"): the window of one runs
+    /// released tasks as issued, a window of 4 fuses them too.
+    #[test]
+    fn repeated_streams_traced_and_fused_match_sequential_interpretation(c in case()) {
+        let c = Case { repeat: 6, ..c };
+        let want = sequential(&c);
+        let fixed = WindowPolicy::Fixed;
+        for (threads, window) in [(2, fixed(1)), (1, fixed(1)), (2, fixed(4))] {
+            let got = parallel(&c, threads, window, true, true)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(&got, &want, "threads = {}, window = {:?}", threads, window);
         }
     }
 }
