@@ -15,15 +15,18 @@
 use super::record::{producer_in, Producer};
 use crate::constraint::Constraint;
 use crate::dtype::ReduceOp;
+use crate::fusion::FusedShape;
 use crate::launch::{LaunchArg, Launched};
 use crate::partition::{Domain, PartitionId};
 use crate::rect::Rect;
 use crate::runtime::Plan;
 use crate::store::StoreRoot;
 use crate::task::{
-    broadcast_mask, Args, Issued, LaunchSpec, Privilege, ScalarArg, UserConstraint, ViewId,
+    broadcast_mask, Args, Issued, LaunchSpec, Privilege, ScalarArg, Scalars, TaskBody,
+    UserConstraint, ViewId,
 };
 use smallvec::SmallVec;
+use std::hash::Hasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -475,6 +478,68 @@ impl SolvedTask {
             });
         }
     }
+}
+
+/// The held tasks `tasks` (one cut of a trace, `solved` their recorded solves) fused by
+/// `shape`, launched at stream `position`: what `Inner::launched` makes of
+/// `build::fuse_plans` over each task's [`SolvedTask::plan`], read in place. Through plans,
+/// every task was moved twice more (`memcpy` of a ~750-byte task) and its argument lists
+/// allocated and freed: most of what fusing a replayed CG iteration added (cachegrind).
+pub(crate) fn launch_fused(
+    shape: &Arc<FusedShape>,
+    body: &TaskBody,
+    tasks: &[Issued],
+    solved: &[SolvedTask],
+    position: u64,
+) -> Arc<Launched> {
+    let mut args: Args<LaunchArg> = Args::new();
+    for f in &shape.args {
+        let (k, j) = f.from;
+        let a = &tasks[k].args[j];
+        let (view, rects) = &solved[k].args[j];
+        args.push(LaunchArg {
+            root: a.root.clone(),
+            view: *view,
+            privilege: f.privilege,
+            overwrite: a.overwrite,
+            rects: rects.clone(),
+            local: f.local,
+        });
+    }
+    // As `build::fuse_plans`: the sub-tasks' tokens hashed in order, scalars and results
+    // concatenated.
+    let mut h = rustc_hash::FxHasher::default();
+    let mut scalars = Scalars::new();
+    let mut results = Args::new();
+    for (t, s) in tasks.iter().zip(solved) {
+        h.write_u64(s.token);
+        for x in &t.scalars {
+            scalars.push(x.clone());
+        }
+        if let Some(r) = &t.result {
+            results.push(r.clone());
+        }
+    }
+    let domain = solved[0].domain;
+    let points = domain.len();
+    let has_finish = Launched::needs_finish(args.iter().map(|a| a.privilege), !results.is_empty());
+    Arc::new(Launched {
+        position,
+        name: shape.name.clone(),
+        body: body.clone(),
+        domain,
+        token: h.finish(),
+        roots: Launched::hold_roots(args.iter().map(|a| &a.root)),
+        args,
+        scalars,
+        results,
+        fused: Some(shape.clone()),
+        remaining: AtomicUsize::new(points),
+        outs: Launched::outs(points, has_finish),
+        failure: Mutex::new(None),
+        has_finish,
+        dist: None,
+    })
 }
 
 /// Each store of a trace, once, by where it first appears: (task, argument).

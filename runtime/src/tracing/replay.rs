@@ -13,7 +13,7 @@
 //! waits for the stores it names to be bound rather than asking whether they are.
 
 use super::actors::{Compiled, Run};
-use super::ahead::{numbering, Conditions, IssuedTrace, SolvedTask};
+use super::ahead::{launch_fused, numbering, Conditions, IssuedTrace, SolvedTask};
 use super::fuse;
 use super::record::{traceable, Cross, FinalAccess, Producer, Recording, PRE};
 use super::{Action, TraceId, Tracer, TracerConfig};
@@ -23,8 +23,10 @@ use crate::dtype::ReduceOp;
 use crate::dtype::Scalar;
 use crate::error::Result;
 use crate::fusion::temporaries::outside_dead_among;
+use crate::fusion::FusedShape;
 use crate::future::FutureCell;
 use crate::graph::{Node, Work};
+use crate::launch::LaunchArg;
 use crate::launch::Launched;
 use crate::runtime::{Front, Inner, Plan};
 use crate::stats::Counters;
@@ -768,7 +770,9 @@ impl Inner {
                     fuse::launches(&rec.cuts, plans.collect(), &self.fused_body)
                 }
             };
-            plans.iter().for_each(|p| self.count_fused(p));
+            plans
+                .iter()
+                .for_each(|p| self.count_fused(p.fused.as_ref(), &p.args));
             let rec = &tr.recordings[&trace];
             debug_assert!(rec.matches(&plans), "a replay launches the recorded tasks");
             self.instantiate(rec, plans);
@@ -782,19 +786,41 @@ impl Inner {
         };
         let (tasks, roots): (Vec<Arc<Launched>>, _) = match recorded {
             Ok(plans) => {
-                plans.iter().for_each(|p| self.count_fused(p));
+                plans
+                    .iter()
+                    .for_each(|p| self.count_fused(p.fused.as_ref(), &p.args));
                 let tasks: Vec<_> = plans.into_iter().map(launch).collect();
                 let all = tasks.iter().flat_map(|t| t.args.iter().map(|a| &a.root));
                 let roots = numbering(all).1.into_iter().cloned().collect();
                 (tasks, roots)
             }
             Err(roots) if fused => {
-                // Fused launches are built from plans (not renewed in place).
+                // Read where held, as below; a fused launch is made new (not renewed).
                 let rec = &tr.recordings[&trace];
-                let plans = tr.held.drain(..n).zip(&rec.solved).map(|(t, s)| s.plan(t));
-                let plans = fuse::launches(&rec.cuts, plans.collect(), &self.fused_body);
-                plans.iter().for_each(|p| self.count_fused(p));
-                (plans.into_iter().map(launch).collect(), roots)
+                let singles = rec.cuts.iter().filter(|c| c.shape.is_none()).count();
+                let mut spare = match &rec.actors {
+                    Some(compiled) => compiled.take_spare_tasks(singles),
+                    None => Vec::new(),
+                };
+                let mut tasks = Vec::with_capacity(rec.cuts.len());
+                let mut start = 0;
+                for c in &rec.cuts {
+                    let at = start..start + c.len;
+                    let (held, solved) = (&tr.held[at.clone()], &rec.solved[at]);
+                    let position = self.next_position();
+                    tasks.push(match &c.shape {
+                        None => solved[0].launch(&held[0], position, spare.pop()),
+                        Some(shape) => {
+                            launch_fused(shape, &self.fused_body, held, solved, position)
+                        }
+                    });
+                    start += c.len;
+                }
+                tr.held.drain(..n);
+                for t in &tasks {
+                    self.count_fused(t.fused.as_ref(), &t.args);
+                }
+                (tasks, roots)
             }
             Err(roots) => {
                 let rec = &tr.recordings[&trace];
@@ -878,9 +904,9 @@ impl Inner {
         ))
     }
 
-    /// The fusion statistics of a replayed launch `p` (as the window counts its own).
-    fn count_fused(&self, p: &Plan) {
-        let Some(shape) = &p.fused else {
+    /// The fusion statistics of a replayed launch (as the window counts its own).
+    fn count_fused(&self, fused: Option<&Arc<FusedShape>>, args: &[LaunchArg]) {
+        let Some(shape) = fused else {
             return;
         };
         let c = &self.shared.counters;
@@ -891,7 +917,7 @@ impl Inner {
             shape.subs.len() as u64,
             std::sync::atomic::Ordering::Relaxed,
         );
-        for a in p.args.iter().filter(|a| a.local) {
+        for a in args.iter().filter(|a| a.local) {
             Counters::add(&c.temporaries_eliminated, 1);
             Counters::add(
                 &c.bytes_not_allocated,
