@@ -797,9 +797,8 @@ impl Inner {
             Err(roots) if fused => {
                 // Read where held, as below; a fused launch is made new (not renewed).
                 let rec = &tr.recordings[&trace];
-                let singles = rec.cuts.iter().filter(|c| c.shape.is_none()).count();
                 let mut spare = match &rec.actors {
-                    Some(compiled) => compiled.take_spare_tasks(singles),
+                    Some(compiled) => compiled.take_spare_tasks(rec.cuts.len()),
                     None => Vec::new(),
                 };
                 let mut tasks = Vec::with_capacity(rec.cuts.len());
@@ -810,9 +809,13 @@ impl Inner {
                     let position = self.next_position();
                     tasks.push(match &c.shape {
                         None => solved[0].launch(&held[0], position, spare.pop()),
-                        Some(shape) => {
-                            launch_fused(shape, &self.fused_body, held, solved, position)
-                        }
+                        Some(shape) => launch_fused(
+                            shape,
+                            &self.fused_body,
+                            (held, solved),
+                            position,
+                            spare.pop(),
+                        ),
                     });
                     start += c.len;
                 }
