@@ -199,6 +199,17 @@ impl Tracing {
     }
 
     /// Whether a replay streak is on: the next issued task is compared with the trace's.
+    /// Whether a complete `trace` waits for the next issue or flush ([`Pending`]): with
+    /// fusion on, when it is not recorded yet or may make temporaries (a function of the
+    /// recording: a trace without such stores, the stencil's, is replayed at once).
+    fn defers(&self, trace: TraceId) -> bool {
+        self.fuse
+            && self
+                .recordings
+                .get(&trace)
+                .map_or(true, |r| r.cuts.iter().any(|c| !c.temps.is_empty()))
+    }
+
     pub(crate) fn in_streak(&self) -> bool {
         self.streak.is_some()
     }
@@ -552,7 +563,7 @@ impl Inner {
             n,
             verified: Some(s.distinct),
         };
-        if tr.fuse {
+        if tr.defers(s.trace) {
             tr.pending = Some(p);
             return Ok(());
         }
@@ -638,7 +649,7 @@ impl Inner {
         for (k, a) in actions.into_iter().enumerate() {
             match a {
                 // The last action's replay waits for the next issue or flush ([`Pending`]).
-                Action::Replay { trace, tokens } if tr.fuse && k + 1 == last => {
+                Action::Replay { trace, tokens } if k + 1 == last && tr.defers(trace) => {
                     tr.pending = Some(Pending {
                         trace,
                         n: tokens.len(),
