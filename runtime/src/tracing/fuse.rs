@@ -40,11 +40,12 @@ pub(crate) struct Cut {
 /// `fuse`) and the tasks as plans, in order. `dead(root)`: the store's live state allows a
 /// temporary (`outside_dead_among`, taken before the trace's solves bumped any version).
 pub(crate) fn cut(
-    ready: Vec<Box<Ready>>,
+    ready: Vec<Ready>,
     fuse: bool,
     dead: impl Fn(&Arc<StoreRoot>) -> bool,
 ) -> (Vec<Cut>, Vec<Plan>) {
-    let mut q: VecDeque<Box<Ready>> = ready.into();
+    // Boxed as in the window (`Prefix` and `build::shape` take the window's form).
+    let mut q: VecDeque<Box<Ready>> = ready.into_iter().map(Box::new).collect();
     let mut cuts = Vec::new();
     let mut plans: Vec<Plan> = Vec::with_capacity(q.len());
     let mut prefix = Prefix::default();

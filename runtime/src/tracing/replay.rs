@@ -207,7 +207,7 @@ impl Tracing {
             && self
                 .recordings
                 .get(&trace)
-                .map_or(true, |r| r.cuts.iter().any(|c| !c.temps.is_empty()))
+                .is_none_or(|r| r.cuts.iter().any(|c| !c.temps.is_empty()))
     }
 
     pub(crate) fn in_streak(&self) -> bool {
@@ -899,10 +899,10 @@ impl Inner {
             match self.solve(front, t) {
                 Ok(r) => {
                     bump_args(&r.args);
-                    ready.push(Box::new(r));
+                    ready.push(r);
                 }
                 Err(e) => {
-                    let plans = ready.into_iter().map(|r| Plan::single(*r)).collect();
+                    let plans = ready.into_iter().map(Plan::single).collect();
                     return Err(Box::new((plans, rest.collect(), e)));
                 }
             }
