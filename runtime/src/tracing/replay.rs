@@ -639,6 +639,8 @@ impl Inner {
         );
         let actions = tr.tracer.flush();
         keep_first(&mut first, self.act(front, tr, actions));
+        // A flush launches everything: the last replay is not deferred past it.
+        keep_first(&mut first, self.run_pending(front, tr, None));
         first
     }
 
