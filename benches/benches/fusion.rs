@@ -651,9 +651,29 @@ fn jacobi_hand(b: &[f64], x: &[f64], y: &mut [f64]) -> f64 {
 
 // ---------------------------------------------------------------- measurement
 
+/// Set while `main` measures the traced variants (every runtime made meanwhile traces).
+static TRACED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// `TESSERA_BENCH_TRACING=1` traces every contestant (for `TESSERA_BENCH_ONLY`).
 fn runtime(threads: usize, window: WindowPolicy, fusion: bool, memo: bool) -> Runtime {
-    let b = Runtime::builder();
+    let traced = TRACED.load(std::sync::atomic::Ordering::Relaxed)
+        || env_or("TESSERA_BENCH_TRACING", 0u32) != 0;
+    runtime_traced(threads, window, fusion, memo, traced)
+}
+
+/// [`runtime`] with automatic tracing on or off. Traced, the window is the runtime's default
+/// under tracing (a fixed window of one: released tasks run as issued, replayed traces are
+/// fused by the trace's own pass), so `window` is ignored.
+fn runtime_traced(
+    threads: usize,
+    window: WindowPolicy,
+    fusion: bool,
+    memo: bool,
+    tracing: bool,
+) -> Runtime {
+    let b = Runtime::builder().tracing(tracing);
     let b = match window {
+        _ if tracing => b,
         WindowPolicy::Fixed(n) => b.window_size(n),
         WindowPolicy::Adaptive { max } => b.adaptive_window(max),
     };
@@ -927,7 +947,77 @@ fn main() {
     );
     table.figure("bicgstab_speedup_vs_unfused", bi.unfused / bi.fused);
     table.figure("jacobi_speedup_vs_unfused", ja.unfused / ja.fused);
+    traced(
+        &mut table,
+        threads,
+        window,
+        (bs_n, cg_k, reps),
+        [&bs, &cg, &bi],
+    );
     table.print();
+}
+
+/// Black-Scholes, CG and BiCGSTAB again with automatic tracing on (runtimes made afresh: the
+/// window is tracing's default, one, and replayed traces are fused by the trace's own pass),
+/// fused+traced against unfused+traced and against `untraced` (the runs above: [bs, cg, bi])
+/// unfused. Skipped when `TESSERA_BENCH_TRACING=1` already traced the runs above.
+fn traced(
+    table: &mut Table,
+    threads: usize,
+    window: WindowPolicy,
+    (bs_n, cg_k, reps): (usize, usize, usize),
+    untraced: [&Measured; 3],
+) {
+    if env_or("TESSERA_BENCH_TRACING", 0u32) != 0 {
+        return;
+    }
+    TRACED.store(true, std::sync::atomic::Ordering::Relaxed);
+    let bs = bench_black_scholes(threads, window, bs_n, reps);
+    let cg = bench_cg(threads, window, cg_k, reps);
+    let bi = bench_bicgstab(threads, window, cg_k, reps);
+    TRACED.store(false, std::sync::atomic::Ordering::Relaxed);
+    for ((name, key, unit), (m, u)) in [
+        ("black-scholes", "black_scholes", "ms"),
+        ("cg iteration", "cg", "ms"),
+        ("bicgstab-like", "bicgstab", "ms"),
+    ]
+    .into_iter()
+    .zip([(&bs, untraced[0]), (&cg, untraced[1]), (&bi, untraced[2])])
+    {
+        table.row(
+            &format!("{name} fused+traced vs unfused+traced"),
+            unit,
+            m.fused * 1e3,
+            "unfused+traced",
+            m.unfused * 1e3,
+            false,
+        );
+        table.row(
+            &format!("{name} fused+traced vs unfused untraced"),
+            unit,
+            m.fused * 1e3,
+            "unfused untraced",
+            u.unfused * 1e3,
+            false,
+        );
+        table.figure(
+            &format!("{key}_traced_speedup_vs_unfused_traced"),
+            m.unfused / m.fused,
+        );
+        table.figure(
+            &format!("{key}_traced_speedup_vs_unfused_untraced"),
+            u.unfused / m.fused,
+        );
+        let f = &m.stats_fused;
+        table.figure(
+            &format!("{key}_traced tasks launched per issued"),
+            f.tasks_launched as f64 / f.tasks_issued.max(1) as f64,
+        );
+        table.figure(
+            &format!("{key}_traced share replayed"),
+            f.tasks_traced as f64 / f.tasks_issued.max(1) as f64,
+        );
+    }
 }
 
 fn report_tasks(table: &mut Table, name: &str, m: &Measured) {
@@ -1194,6 +1284,7 @@ fn measured(
         Stats {
             tasks_issued: s.tasks_issued / units,
             tasks_launched: s.tasks_launched / units,
+            tasks_traced: s.tasks_traced / units,
             temporaries_eliminated: s.temporaries_eliminated / units,
             bytes_not_allocated: s.bytes_not_allocated / units,
             ..s

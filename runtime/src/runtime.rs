@@ -102,7 +102,7 @@ pub(crate) struct Inner {
     fusion: FusionConfig,
     /// The body a fused task's `Launched` carries (never called: its points run the
     /// sub-tasks' bodies).
-    fused_body: TaskBody,
+    pub(crate) fused_body: TaskBody,
     /// Bytes of store elements allocated so far (lazily, at first access), and held now.
     mem: Arc<Memory>,
     /// Across ranks, every store made so far, for [`Stats::bytes_resident`] (dead ones
@@ -423,10 +423,10 @@ impl RuntimeBuilder {
                 fusion_memo: FusionMemo::default(),
                 // A replayed trace builds every point's node: not across ranks (yet).
                 tracing: (self.tracing && ranks == 1).then(|| {
-                    Box::new(Tracing::new(
-                        self.trace_sampling,
-                        self.actors.then_some(workers),
-                    ))
+                    let mut t = Tracing::new(self.trace_sampling, self.actors.then_some(workers));
+                    // Replayed traces are fused by the trace's own pass (tracing/fuse.rs).
+                    t.fuse = self.fusion;
+                    Box::new(t)
                 }),
                 deferred: None,
             }),

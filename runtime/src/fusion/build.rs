@@ -13,6 +13,7 @@ use super::Ready;
 use crate::dtype::ReduceOp;
 use crate::future::FutureCell;
 use crate::launch::LaunchArg;
+use crate::runtime::Plan;
 use crate::store::StoreRoot;
 use crate::task::{Args, Privilege, Scalars, TaskBody};
 use std::hash::Hasher;
@@ -167,5 +168,51 @@ pub(crate) fn instantiate(shape: &FusedShape, prefix: &mut [Box<Ready>]) -> Inst
         args,
         scalars,
         results,
+    }
+}
+
+/// The task fusing `plans` (the prefix' tasks, solved and each made a `Plan` on its own) by
+/// `shape`: what [`instantiate`] makes of the same tasks as `Ready`, for a replayed trace
+/// (`tracing/replay.rs`), which launches recorded solves without a window.
+pub(crate) fn fuse_plans(shape: &Arc<FusedShape>, plans: Vec<Plan>, body: TaskBody) -> Plan {
+    let args = shape
+        .args
+        .iter()
+        .map(|f| {
+            let a = &plans[f.from.0].args[f.from.1];
+            LaunchArg {
+                root: a.root.clone(),
+                view: a.view,
+                privilege: f.privilege,
+                overwrite: a.overwrite,
+                rects: a.rects.clone(),
+                local: f.local,
+            }
+        })
+        .collect();
+    let mut h = rustc_hash::FxHasher::default();
+    let mut scalars = Scalars::new();
+    let mut results = Args::new();
+    let domain = plans[0].domain;
+    let mut shard = None;
+    for (k, p) in plans.into_iter().enumerate() {
+        h.write_u64(p.token);
+        scalars.extend(p.scalars);
+        results.extend(p.results);
+        if k == 0 {
+            // Fusion joins only tasks of one sharding key (constraints.rs).
+            shard = p.shard;
+        }
+    }
+    Plan {
+        name: shape.name.clone(),
+        body,
+        domain,
+        token: h.finish(),
+        args,
+        scalars,
+        results,
+        fused: Some(shape.clone()),
+        shard,
     }
 }

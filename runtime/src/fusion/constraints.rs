@@ -269,6 +269,12 @@ impl Prefix {
             .collect()
     }
 
+    /// Where each of the prefix' stores is first named, (task, argument), in canonical order
+    /// (the order of [`Prefix::temporaries`]' flags).
+    pub(crate) fn firsts(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.stores.iter().map(|s| s.first)
+    }
+
     /// Whether `root` is the prefix' store flagged in `temps` ([`Prefix::temporaries`]).
     pub(crate) fn is_flagged(&self, temps: &[bool], root: &Arc<StoreRoot>) -> bool {
         let p = addr(root);

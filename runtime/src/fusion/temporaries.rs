@@ -25,10 +25,25 @@ use std::sync::Arc;
 /// flag is set at scheduling, in stream order, where allocation depends on timing), and not
 /// named by a task still waiting in the window unsolved.
 pub(crate) fn outside_dead(root: &Arc<StoreRoot>, unsolved: &VecDeque<Issued>) -> bool {
+    outside_dead_among(root, unsolved)
+}
+
+/// [`outside_dead`] with `later` the tasks issued after the prefix and not solved (the
+/// window's, or those the tracer holds after a replayed trace: `tracing/record.rs`).
+pub(crate) fn outside_dead_among<'a>(
+    root: &Arc<StoreRoot>,
+    later: impl IntoIterator<Item = &'a Issued>,
+) -> bool {
+    fresh_and_unheld(root)
+        && !later
+            .into_iter()
+            .any(|t| t.args.iter().any(|a| Arc::ptr_eq(&a.root, root)))
+}
+
+/// The part of [`outside_dead`] that is the store's own state: no application handle, never
+/// allocated, never written.
+pub(crate) fn fresh_and_unheld(root: &Arc<StoreRoot>) -> bool {
     root.app_refs.load(Ordering::Acquire) == 0
         && root.bound().is_some_and(|b| !b.is_used())
         && root.meta().version == 0
-        && !unsolved
-            .iter()
-            .any(|t| t.args.iter().any(|a| Arc::ptr_eq(&a.root, root)))
 }

@@ -15,15 +15,18 @@
 use super::record::{producer_in, Producer};
 use crate::constraint::Constraint;
 use crate::dtype::ReduceOp;
+use crate::fusion::FusedShape;
 use crate::launch::{LaunchArg, Launched};
 use crate::partition::{Domain, PartitionId};
 use crate::rect::Rect;
 use crate::runtime::Plan;
 use crate::store::StoreRoot;
 use crate::task::{
-    broadcast_mask, Args, Issued, LaunchSpec, Privilege, ScalarArg, UserConstraint, ViewId,
+    broadcast_mask, Args, Issued, LaunchSpec, Privilege, ScalarArg, Scalars, TaskBody,
+    UserConstraint, ViewId,
 };
 use smallvec::SmallVec;
+use std::hash::Hasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -475,6 +478,144 @@ impl SolvedTask {
             });
         }
     }
+}
+
+/// The held tasks `tasks` (one cut of a trace, `solved` their recorded solves) fused by
+/// `shape`, launched at stream `position`: what `Inner::launched` makes of
+/// `build::fuse_plans` over each task's [`SolvedTask::plan`], read in place. Through plans,
+/// every task was moved twice more (`memcpy` of a ~750-byte task) and its argument lists
+/// allocated and freed: most of what fusing a replayed CG iteration added (cachegrind).
+/// `spare`: an ended task renewed in place, as [`SolvedTask::launch`] does.
+pub(crate) fn launch_fused(
+    shape: &Arc<FusedShape>,
+    body: &TaskBody,
+    (tasks, solved): (&[Issued], &[SolvedTask]),
+    position: u64,
+    spare: Option<Arc<Launched>>,
+) -> Arc<Launched> {
+    if let Some(mut spare) = spare {
+        if let Some(l) = Arc::get_mut(&mut spare) {
+            renew_fused(l, shape, body, (tasks, solved), position);
+            return spare;
+        }
+    }
+    let mut args: Args<LaunchArg> = Args::new();
+    push_fused_args(shape, tasks, solved, &mut args);
+    let (mut scalars, mut results) = (Scalars::new(), Args::new());
+    let token = push_fused_scalars(tasks, solved, &mut scalars, &mut results);
+    let domain = solved[0].domain;
+    let points = domain.len();
+    let has_finish = Launched::needs_finish(args.iter().map(|a| a.privilege), !results.is_empty());
+    Arc::new(Launched {
+        position,
+        name: shape.name.clone(),
+        body: body.clone(),
+        domain,
+        token,
+        roots: Launched::hold_roots(args.iter().map(|a| &a.root)),
+        args,
+        scalars,
+        results,
+        fused: Some(shape.clone()),
+        remaining: AtomicUsize::new(points),
+        outs: Launched::outs(points, has_finish),
+        failure: Mutex::new(None),
+        has_finish,
+        dist: None,
+    })
+}
+
+/// What [`launch_fused`] makes, written over an emptied spare task (every field:
+/// destructured, so that a new field is not forgotten).
+fn renew_fused(
+    l: &mut Launched,
+    shape: &Arc<FusedShape>,
+    fused_body: &TaskBody,
+    (tasks, solved): (&[Issued], &[SolvedTask]),
+    at: u64,
+) {
+    let Launched {
+        position,
+        name,
+        body,
+        domain,
+        token,
+        args,
+        scalars,
+        results,
+        fused,
+        roots,
+        remaining,
+        outs,
+        failure,
+        has_finish,
+        dist,
+    } = l;
+    *position = at;
+    name.clone_from(&shape.name);
+    body.clone_from(fused_body);
+    *domain = solved[0].domain;
+    push_fused_args(shape, tasks, solved, args);
+    *token = push_fused_scalars(tasks, solved, scalars, results);
+    *fused = Some(shape.clone());
+    roots.clear();
+    Launched::hold_roots_into(args.iter().map(|a| &a.root), roots);
+    let points = domain.len();
+    let finish = Launched::needs_finish(args.iter().map(|a| a.privilege), !results.is_empty());
+    *remaining.get_mut() = points;
+    outs.clear();
+    if finish {
+        outs.extend((0..points).map(|_| Mutex::default()));
+    }
+    *failure.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+    *has_finish = finish;
+    *dist = None;
+}
+
+/// The fused task's arguments (as `build::fuse_plans`) into `args`, emptied first.
+fn push_fused_args(
+    shape: &FusedShape,
+    tasks: &[Issued],
+    solved: &[SolvedTask],
+    args: &mut Args<LaunchArg>,
+) {
+    args.clear();
+    for f in &shape.args {
+        let (k, j) = f.from;
+        let a = &tasks[k].args[j];
+        let (view, rects) = &solved[k].args[j];
+        args.push(LaunchArg {
+            root: a.root.clone(),
+            view: *view,
+            privilege: f.privilege,
+            overwrite: a.overwrite,
+            rects: rects.clone(),
+            local: f.local,
+        });
+    }
+}
+
+/// The sub-tasks' scalars and results concatenated into `scalars` and `results` (emptied
+/// first), and the fused token: their tokens hashed in order (as `build::fuse_plans`).
+fn push_fused_scalars(
+    tasks: &[Issued],
+    solved: &[SolvedTask],
+    scalars: &mut Scalars,
+    results: &mut Args<(ReduceOp, Arc<crate::future::FutureCell>)>,
+) -> u64 {
+    scalars.clear();
+    results.clear();
+    let mut h = rustc_hash::FxHasher::default();
+    for (t, s) in tasks.iter().zip(solved) {
+        h.write_u64(s.token);
+        for x in &t.scalars {
+            scalars.push(x.clone());
+        }
+        if let Some(r) = &t.result {
+            results.push(r.clone());
+        }
+    }
+    h.finish()
 }
 
 /// Each store of a trace, once, by where it first appears: (task, argument).

@@ -33,6 +33,7 @@
 pub(crate) mod actors;
 pub(crate) mod ahead;
 mod finder;
+mod fuse;
 mod record;
 pub(crate) mod replay;
 mod ruler;

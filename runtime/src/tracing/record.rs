@@ -20,13 +20,14 @@
 //! first appearance in the trace, so a replay may run over other stores in the same pattern.
 
 use super::ahead::{numbering, Conditions, IssuedTrace, SolvedTask};
+use super::fuse::{launches, Cut};
 use crate::dtype::ReduceOp;
 use crate::fusion::FusedShape;
 use crate::launch::LaunchArg;
 use crate::partition::Domain;
 use crate::rect::Rect;
 use crate::runtime::{distinct, Plan};
-use crate::task::{Privilege, ScalarArg};
+use crate::task::{Privilege, ScalarArg, TaskBody};
 use smallvec::SmallVec;
 use std::sync::Arc;
 
@@ -96,6 +97,9 @@ pub(crate) struct Recording {
     pub issued: IssuedTrace,
     pub solved: Vec<SolvedTask>,
     pub conditions: Conditions,
+    /// The launches the issued tasks make (`fuse.rs`): `solved` is per issued task, the
+    /// signatures and the graph per launch.
+    pub cuts: Vec<Cut>,
     pub graph: Graph,
     /// For a replay right after a replay of the trace given as key (actors), made when first
     /// needed.
@@ -108,29 +112,37 @@ pub(crate) struct Recording {
 
 impl Recording {
     /// Records the occurrence `plans` (tasks the tracer holds are traceable: no unbound
-    /// outputs), solved from the tasks `issued` starting from `conditions`.
+    /// outputs; each solved alone), solved from the tasks `issued` starting from
+    /// `conditions`, launched as `cuts` say (fused tasks running `body`). Returns the
+    /// launches too.
     pub(crate) fn new(
-        plans: &[Plan],
+        plans: Vec<Plan>,
+        cuts: Vec<Cut>,
+        body: &TaskBody,
         issued: IssuedTrace,
         mut conditions: Conditions,
-    ) -> Recording {
-        conditions.after(plans);
-        let numbers = plan_numbers(plans);
+    ) -> (Recording, Vec<Plan>) {
+        conditions.after(&plans);
+        let solved = plans.iter().map(SolvedTask::of).collect();
+        let plans = launches(&cuts, plans, body);
+        let numbers = plan_numbers(&plans);
         let sigs: Vec<Sig> = plans
             .iter()
             .enumerate()
             .map(|(i, p)| sig(p, &plans[..i], &numbers[i]))
             .collect();
         let graph = graph(&sigs);
-        Recording {
+        let rec = Recording {
             sigs,
             issued,
-            solved: plans.iter().map(SolvedTask::of).collect(),
+            solved,
             conditions,
+            cuts,
             graph,
             cross: Default::default(),
             actors: None,
-        }
+        };
+        (rec, plans)
     }
 
     /// Whether `plans` are, field for field, the tasks recorded.

@@ -13,7 +13,8 @@
 //! waits for the stores it names to be bound rather than asking whether they are.
 
 use super::actors::{Compiled, Run};
-use super::ahead::{numbering, Conditions, IssuedTrace, SolvedTask};
+use super::ahead::{launch_fused, numbering, Conditions, IssuedTrace, SolvedTask};
+use super::fuse;
 use super::record::{traceable, Cross, FinalAccess, Producer, Recording, PRE};
 use super::{Action, TraceId, Tracer, TracerConfig};
 use crate::analysis::Preds;
@@ -21,8 +22,11 @@ use crate::constraint::Constraint;
 use crate::dtype::ReduceOp;
 use crate::dtype::Scalar;
 use crate::error::Result;
+use crate::fusion::temporaries::outside_dead_among;
+use crate::fusion::FusedShape;
 use crate::future::FutureCell;
 use crate::graph::{Node, Work};
+use crate::launch::LaunchArg;
 use crate::launch::Launched;
 use crate::runtime::{Front, Inner, Plan};
 use crate::stats::Counters;
@@ -73,6 +77,21 @@ pub(crate) struct Tracing {
     streak: Option<Streak>,
     /// Set by a replay that went ahead (not abandoned): what a streak may follow.
     just_replayed: Option<TraceId>,
+    /// Fuse inside traces (`fuse.rs`; the runtime's fusion switch).
+    pub(crate) fuse: bool,
+    /// A complete trace waiting for the next issue or flush to be replayed ([`Pending`]).
+    pending: Option<Pending>,
+}
+
+/// A trace complete and to be replayed, deferred (with fusion inside traces) to the next
+/// issue or flush: a store the trace makes and the application drops at the end of the scope
+/// that issued the trace is dropped *after* the trace's last task is issued, so a replay at
+/// that task would never find a temporary. The next issue or flush comes after the drops (in
+/// program order: a function of the program alone, like every decision here).
+struct Pending {
+    trace: TraceId,
+    n: usize,
+    verified: Option<Vec<Arc<StoreRoot>>>,
 }
 
 /// A replay streak: right after a replay of `trace` that left nothing held, the next tasks are
@@ -156,6 +175,8 @@ impl Tracing {
             digest: 0,
             streak: None,
             just_replayed: None,
+            fuse: false,
+            pending: None,
         }
     }
 
@@ -178,6 +199,17 @@ impl Tracing {
     }
 
     /// Whether a replay streak is on: the next issued task is compared with the trace's.
+    /// Whether a complete `trace` waits for the next issue or flush ([`Pending`]): with
+    /// fusion on, when it is not recorded yet or may make temporaries (a function of the
+    /// recording: a trace without such stores, the stencil's, is replayed at once).
+    fn defers(&self, trace: TraceId) -> bool {
+        self.fuse
+            && self
+                .recordings
+                .get(&trace)
+                .is_none_or(|r| r.cuts.iter().any(|c| !c.temps.is_empty()))
+    }
+
     pub(crate) fn in_streak(&self) -> bool {
         self.streak.is_some()
     }
@@ -306,11 +338,11 @@ impl Tracing {
 /// Counts a launch's writes in its stores' versions (fusion's temporaries and the solve
 /// memo's images test them), held or not.
 pub(crate) fn bump_versions(plan: &Plan) {
-    for a in plan
-        .args
-        .iter()
-        .filter(|a| !a.local && a.privilege.writes())
-    {
+    bump_args(&plan.args);
+}
+
+fn bump_args(args: &[crate::launch::LaunchArg]) {
+    for a in args.iter().filter(|a| !a.local && a.privilege.writes()) {
         a.root.meta().version += 1;
     }
 }
@@ -364,7 +396,7 @@ impl Inner {
         };
         let t0 = Instant::now();
         let counters = &self.shared.counters;
-        let mut first = Ok(());
+        let mut first = self.run_pending(front, &mut tr, Some(&t));
         let t = match tr.streak.take() {
             None => t,
             Some(s) => {
@@ -526,14 +558,47 @@ impl Inner {
             tr.streak = Some(s);
             return Ok(());
         }
-        // What the window holds was issued before the trace: it goes first.
+        let p = Pending {
+            trace: s.trace,
+            n,
+            verified: Some(s.distinct),
+        };
+        if tr.defers(s.trace) {
+            tr.pending = Some(p);
+            return Ok(());
+        }
+        self.replay_now(front, tr, p, None)
+    }
+
+    /// Replays `p` (what the window holds was issued before it: launched first) and starts a
+    /// streak after it. `next`: a task issued after it, not held yet.
+    fn replay_now(
+        &self,
+        front: &mut Front,
+        tr: &mut Tracing,
+        p: Pending,
+        next: Option<&Issued>,
+    ) -> Result<()> {
         let mut first = self.drain_all(front);
         keep_first(
             &mut first,
-            self.replay(front, tr, s.trace, n, Some(s.distinct)),
+            self.replay(front, tr, p.trace, p.n, p.verified, next),
         );
         Self::follow(tr);
         first
+    }
+
+    /// Replays the deferred trace, if any ([`Pending`]); `next` as in [`Inner::replay_now`].
+    fn run_pending(
+        &self,
+        front: &mut Front,
+        tr: &mut Tracing,
+        next: Option<&Issued>,
+    ) -> Result<()> {
+        match tr.pending.take() {
+            Some(p) => self.replay_now(front, tr, p, next),
+            None => Ok(()),
+        }
     }
 
     /// Ends a streak: its held tasks go through the tracer, in order, as if just issued.
@@ -564,20 +629,35 @@ impl Inner {
 
     /// Hands every held task on (a replay of complete matches, the rest to the window).
     pub(crate) fn release_held(&self, front: &mut Front, tr: &mut Tracing) -> Result<()> {
-        let mut first = match tr.streak.take() {
-            Some(_) => self.end_streak(front, tr),
-            None => Ok(()),
-        };
+        let mut first = self.run_pending(front, tr, None);
+        keep_first(
+            &mut first,
+            match tr.streak.take() {
+                Some(_) => self.end_streak(front, tr),
+                None => Ok(()),
+            },
+        );
         let actions = tr.tracer.flush();
         keep_first(&mut first, self.act(front, tr, actions));
+        // A flush launches everything: the last replay is not deferred past it.
+        keep_first(&mut first, self.run_pending(front, tr, None));
         first
     }
 
     fn act(&self, front: &mut Front, tr: &mut Tracing, actions: Vec<Action>) -> Result<()> {
-        let mut first = Ok(());
+        let mut first = self.run_pending(front, tr, None);
         tr.just_replayed = None;
-        for a in actions {
+        let last = actions.len();
+        for (k, a) in actions.into_iter().enumerate() {
             match a {
+                // The last action's replay waits for the next issue or flush ([`Pending`]).
+                Action::Replay { trace, tokens } if k + 1 == last && tr.defers(trace) => {
+                    tr.pending = Some(Pending {
+                        trace,
+                        n: tokens.len(),
+                        verified: None,
+                    });
+                }
                 Action::Release(tokens) => {
                     tr.just_replayed = None;
                     tr.decide(Decision::Released(tokens.len()), &self.shared.counters);
@@ -589,7 +669,7 @@ impl Inner {
                     keep_first(&mut first, self.drain_all(front));
                     keep_first(
                         &mut first,
-                        self.replay(front, tr, trace, tokens.len(), None),
+                        self.replay(front, tr, trace, tokens.len(), None, None),
                     );
                 }
             }
@@ -615,7 +695,8 @@ impl Inner {
     /// its launch (tasks are large: a recorded solve is applied without a `Plan` in between
     /// when actors run the trace).
     /// `verified`: the tasks were compared with the recording as they came (a streak), with
-    /// their distinct stores.
+    /// their distinct stores. `next`: a task issued after them and not held yet (it may name
+    /// a store the trace would make a temporary).
     fn replay(
         &self,
         front: &mut Front,
@@ -623,6 +704,7 @@ impl Inner {
         trace: TraceId,
         n: usize,
         verified: Option<Vec<Arc<StoreRoot>>>,
+        next: Option<&Issued>,
     ) -> Result<()> {
         let counters = &self.shared.counters;
         tr.just_replayed = None;
@@ -649,7 +731,7 @@ impl Inner {
         // recording (verified, key partitions and versions updated as the solves would have),
         // with their distinct stores.
         let recorded = match tr.recordings.get(&trace) {
-            None => match self.record(front, tr.held.drain(..n).collect()) {
+            None => match self.record(front, tr, n, next) {
                 Ok((rec, plans)) => {
                     tr.decide(Decision::Recorded(trace, n), counters);
                     Counters::add(&counters.traces_recorded, 1);
@@ -667,10 +749,12 @@ impl Inner {
                 }
             },
             Some(rec) => {
-                let held = &tr.held[..n];
+                let (held, later) = tr.held.split_at(n);
+                let later = later.iter().chain(next);
                 let roots = verified
                     .or_else(|| rec.issued.matches(held))
-                    .filter(|_| rec.conditions.hold(held));
+                    .filter(|_| rec.conditions.hold(held))
+                    .filter(|_| fuse::temporaries_hold(&rec.cuts, held, later));
                 let Some(roots) = roots else {
                     tr.decide(Decision::Abandoned(trace, n), counters);
                     Counters::add(&counters.traces_abandoned, 1);
@@ -683,21 +767,25 @@ impl Inner {
                 Err(roots)
             }
         };
-        Counters::add(&counters.tasks_launched, n as u64);
+        let fused = fuse::fuses(&tr.recordings[&trace].cuts);
+        Counters::add(
+            &counters.tasks_launched,
+            tr.recordings[&trace].cuts.len() as u64,
+        );
         Counters::add(&counters.traces_replayed, 1);
         Counters::add(&counters.tasks_traced, n as u64);
         let Some(workers) = tr.actors else {
             let plans: Vec<Plan> = match recorded {
                 Ok(plans) => plans,
                 Err(_) => {
-                    let solved = &tr.recordings[&trace].solved;
-                    tr.held
-                        .drain(..n)
-                        .zip(solved)
-                        .map(|(t, s)| s.plan(t))
-                        .collect()
+                    let rec = &tr.recordings[&trace];
+                    let plans = tr.held.drain(..n).zip(&rec.solved).map(|(t, s)| s.plan(t));
+                    fuse::launches(&rec.cuts, plans.collect(), &self.fused_body)
                 }
             };
+            plans
+                .iter()
+                .for_each(|p| self.count_fused(p.fused.as_ref(), &p.args));
             let rec = &tr.recordings[&trace];
             debug_assert!(rec.matches(&plans), "a replay launches the recorded tasks");
             self.instantiate(rec, plans);
@@ -711,9 +799,43 @@ impl Inner {
         };
         let (tasks, roots): (Vec<Arc<Launched>>, _) = match recorded {
             Ok(plans) => {
+                plans
+                    .iter()
+                    .for_each(|p| self.count_fused(p.fused.as_ref(), &p.args));
                 let tasks: Vec<_> = plans.into_iter().map(launch).collect();
                 let all = tasks.iter().flat_map(|t| t.args.iter().map(|a| &a.root));
                 let roots = numbering(all).1.into_iter().cloned().collect();
+                (tasks, roots)
+            }
+            Err(roots) if fused => {
+                // Read where held, as below; a fused launch is made new (not renewed).
+                let rec = &tr.recordings[&trace];
+                let mut spare = match &rec.actors {
+                    Some(compiled) => compiled.take_spare_tasks(rec.cuts.len()),
+                    None => Vec::new(),
+                };
+                let mut tasks = Vec::with_capacity(rec.cuts.len());
+                let mut start = 0;
+                for c in &rec.cuts {
+                    let at = start..start + c.len;
+                    let (held, solved) = (&tr.held[at.clone()], &rec.solved[at]);
+                    let position = self.next_position();
+                    tasks.push(match &c.shape {
+                        None => solved[0].launch(&held[0], position, spare.pop()),
+                        Some(shape) => launch_fused(
+                            shape,
+                            &self.fused_body,
+                            (held, solved),
+                            position,
+                            spare.pop(),
+                        ),
+                    });
+                    start += c.len;
+                }
+                tr.held.drain(..n);
+                for t in &tasks {
+                    self.count_fused(t.fused.as_ref(), &t.args);
+                }
                 (tasks, roots)
             }
             Err(roots) => {
@@ -749,23 +871,75 @@ impl Inner {
     /// Solves a trace's first occurrence task by task (each solve sees the key partitions the
     /// one before left) and records it. On a failing solve: the tasks solved before it, those
     /// after it, and the error.
-    fn record(&self, front: &mut Front, tasks: Vec<Issued>) -> RecordOutcome {
+    /// The tasks are the first `n` held; `next` as in [`Inner::replay`]. With fusion on, the
+    /// solved tasks go through the trace's fusion pass (`fuse.rs`).
+    fn record(
+        &self,
+        front: &mut Front,
+        tr: &mut Tracing,
+        n: usize,
+        next: Option<&Issued>,
+    ) -> RecordOutcome {
+        let tasks: Vec<Issued> = tr.held.drain(..n).collect();
         let conditions = Conditions::before(&tasks);
         let sigs = IssuedTrace::new(&tasks);
-        let mut plans = Vec::with_capacity(tasks.len());
+        // Whether each store's live state allows a temporary, before the solves below bump
+        // versions (a replay checks the same before it bumps them).
+        let dead: Vec<(*const StoreRoot, bool)> = if tr.fuse {
+            let later = || tr.held.iter().chain(next);
+            let all = tasks.iter().flat_map(|t| t.args.iter().map(|a| &a.root));
+            let roots = numbering(all).1;
+            let dead = |r: &&Arc<StoreRoot>| (Arc::as_ptr(r), outside_dead_among(r, later()));
+            roots.iter().map(dead).collect()
+        } else {
+            Vec::new()
+        };
+        let mut ready = Vec::with_capacity(tasks.len());
         let mut rest = tasks.into_iter();
         while let Some(t) = rest.next() {
             // A task that fails to solve is dropped (its future has the error).
             match self.solve(front, t) {
-                Ok(ready) => {
-                    let plan = Plan::single(ready);
-                    bump_versions(&plan);
-                    plans.push(plan);
+                Ok(r) => {
+                    bump_args(&r.args);
+                    ready.push(r);
                 }
-                Err(e) => return Err(Box::new((plans, rest.collect(), e))),
+                Err(e) => {
+                    let plans = ready.into_iter().map(Plan::single).collect();
+                    return Err(Box::new((plans, rest.collect(), e)));
+                }
             }
         }
-        Ok((Recording::new(&plans, sigs, conditions), plans))
+        let dead = |r: &Arc<StoreRoot>| dead.iter().any(|&(p, d)| d && p == Arc::as_ptr(r));
+        let (cuts, plans) = fuse::cut(ready, tr.fuse, dead);
+        Ok(Recording::new(
+            plans,
+            cuts,
+            &self.fused_body,
+            sigs,
+            conditions,
+        ))
+    }
+
+    /// The fusion statistics of a replayed launch (as the window counts its own).
+    fn count_fused(&self, fused: Option<&Arc<FusedShape>>, args: &[LaunchArg]) {
+        let Some(shape) = fused else {
+            return;
+        };
+        let c = &self.shared.counters;
+        Counters::add(&c.fused_launches, 1);
+        Counters::add(&c.tasks_fused, shape.subs.len() as u64);
+        Counters::add(&c.kernel_fused_launches, shape.kernel as u64);
+        c.max_fused_prefix.fetch_max(
+            shape.subs.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        for a in args.iter().filter(|a| a.local) {
+            Counters::add(&c.temporaries_eliminated, 1);
+            Counters::add(
+                &c.bytes_not_allocated,
+                a.root.bound().map_or(0, |b| b.bytes()),
+            );
+        }
     }
 
     /// The recorded graph as actors (`actors.rs`) over `tasks`: linked to `last` (a

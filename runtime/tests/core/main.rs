@@ -6,6 +6,7 @@ mod sparse;
 mod api;
 mod cg;
 mod fusion;
+mod fusion_tracing;
 mod matrices;
 mod ranks;
 mod solver;

@@ -1,0 +1,127 @@
+//! Fusion inside replayed traces (runtime/DESIGN.md, "Fusion inside traces"): a traced loop's
+//! replays launch the trace's fused tasks, eliminate its temporaries, and fall back to ordinary
+//! analysis when a store that was a temporary is not one this time.
+
+use tessera_runtime::{Chunk, DType, Result, Runtime, Stats, Store};
+
+fn runtime(tracing: bool, fusion: bool) -> Runtime {
+    let rt = Runtime::builder()
+        .threads(2)
+        .min_piece_size(4)
+        .tracing(tracing)
+        .fusion(fusion)
+        .trace_sampling(4)
+        .build();
+    register(&rt).unwrap();
+    rt
+}
+
+fn register(rt: &Runtime) -> Result<()> {
+    // y = a * x + b, by hand and element-wise.
+    rt.register("axpb", |ctx| {
+        let (a, b) = (ctx.scalar(0).as_f64(), ctx.scalar(1).as_f64());
+        let x = ctx.read::<f64>(0);
+        let mut y = ctx.write::<f64>(1);
+        for i in y.range() {
+            y.set_at(i, a * x.at(i) + b);
+        }
+    })?;
+    rt.register_elementwise::<f64>("ew_axpb", |c: &mut Chunk<'_, f64>| {
+        let (a, b) = (c.scalar(0).as_f64(), c.scalar(1).as_f64());
+        let (ins, outs) = c.split();
+        for (y, x) in outs[0].iter_mut().zip(ins[0].iter()) {
+            *y = a * x + b;
+        }
+    })
+}
+
+fn axpb(rt: &Runtime, name: &str, x: &Store, y: &Store, a: f64, b: f64) {
+    rt.task(name)
+        .read(x)
+        .write(y)
+        .scalar(a)
+        .scalar(b)
+        .align(x, y)
+        .submit()
+        .unwrap();
+}
+
+const N: usize = 256;
+
+/// A Black-Scholes-like chain, `y = ((2x + 1) * 3 - 1) * 0.5 - 2`, over two intermediates made
+/// fresh and dropped at the end of the scope (the idiomatic pattern); in iteration `keep`
+/// the application keeps the first intermediate, which it then reads.
+fn chain(
+    rt: &Runtime,
+    name: &str,
+    iterations: usize,
+    keep: Option<usize>,
+) -> (Vec<f64>, Option<Vec<f64>>, Stats) {
+    let x = rt
+        .from_vec(&[N], (0..N).map(|i| i as f64 * 0.25 - 7.0).collect())
+        .unwrap();
+    let y = rt.create(DType::F64, &[N]).unwrap();
+    let mut kept = None;
+    for it in 0..iterations {
+        let t1 = rt.create(DType::F64, &[N]).unwrap();
+        let t2 = rt.create(DType::F64, &[N]).unwrap();
+        axpb(rt, name, &x, &t1, 2.0, 1.0);
+        axpb(rt, name, &t1, &t2, 3.0, -1.0);
+        axpb(rt, name, &t2, &y, 0.5, -2.0);
+        if keep == Some(it) {
+            kept = Some(t1);
+        }
+    }
+    let out = rt.read::<f64>(&y).unwrap();
+    let kept = kept.map(|k| rt.read::<f64>(&k).unwrap());
+    rt.fence().unwrap();
+    (out, kept, rt.stats())
+}
+
+#[test]
+fn a_traced_fused_chain_eliminates_its_temporaries_on_replay() {
+    for name in ["axpb", "ew_axpb"] {
+        let iterations = 60;
+        let (want, _, _) = chain(&runtime(false, false), name, iterations, None);
+        let (got, _, st) = chain(&runtime(true, true), name, iterations, None);
+        assert_eq!(
+            got, want,
+            "{name}: traced + fused equals sequential, bitwise"
+        );
+        assert!(st.traces_replayed > 0, "{name}: {st:?}");
+        // Every replayed iteration's two intermediates are temporaries, never allocated.
+        assert!(st.fused_launches > 0, "{name}: {st:?}");
+        assert!(
+            st.temporaries_eliminated >= 2 * (st.tasks_traced / 3 - 1),
+            "{name}: {st:?}"
+        );
+        assert!(st.tasks_traced >= 3 * 30, "{name}: {st:?}");
+        assert!(
+            st.bytes_allocated < (8 * N * iterations) as u64,
+            "{name}: the intermediates of replayed iterations are not allocated: {st:?}"
+        );
+        // Fused launches: fewer launched than issued.
+        assert!(st.tasks_launched < 3 * iterations as u64, "{name}: {st:?}");
+    }
+}
+
+#[test]
+fn a_replay_whose_temporary_is_kept_this_time_falls_back() {
+    for name in ["axpb", "ew_axpb"] {
+        let iterations = 60;
+        let keep = Some(45);
+        let (want, want_kept, _) = chain(&runtime(false, false), name, iterations, keep);
+        let (got, got_kept, st) = chain(&runtime(true, true), name, iterations, keep);
+        let kept: Vec<f64> = (0..N)
+            .map(|i| 2.0 * (i as f64 * 0.25 - 7.0) + 1.0)
+            .collect();
+        assert_eq!(want_kept.as_deref(), Some(&kept[..]));
+        assert_eq!(
+            got_kept, want_kept,
+            "{name}: the kept intermediate is written: {st:?}"
+        );
+        assert_eq!(got, want, "{name}");
+        assert!(st.traces_abandoned >= 1, "{name}: {st:?}");
+        assert!(st.temporaries_eliminated > 0, "{name}: {st:?}");
+    }
+}
