@@ -12,7 +12,8 @@ use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
 use super::{nested_fn_attributes, sanitize, Gen, OutTarget};
-use crate::ir::{Kernel, Nest, OutputKind};
+use crate::ir::{Domain, Kernel, LevelRef, Nest, OutputKind};
+use tessera_formats::LevelType;
 
 /// The block kernel as one function item: `pub fn kernel_block<V: Value, I: Index>(inputs:
 /// &[TensorView<V, I>], out_dims: &[usize], bounds: &[Range<usize>], first: &[bool], out:
@@ -20,20 +21,37 @@ use crate::ir::{Kernel, Nest, OutputKind};
 /// in [`crate::ir::Block`]. The inputs are views, so that a point task hands over windows of
 /// its stores without copying them (a whole tensor is `t.view()`). A dense output is written
 /// into `out` when given (the point's tile of the output store: exactly the block's values,
-/// row-major, holding zeros) and then `None` is returned; otherwise, and for sparse outputs, the block's
-/// output is returned as a tensor.
+/// row-major) and then `None` is returned; otherwise, and for sparse outputs, the block's
+/// output is returned as a tensor. The tile holds zeros, or anything at all when
+/// [`assigns_every_cell`] holds for `k`: then the kernel writes every cell of it.
 pub fn emit_block(k: &Kernel) -> TokenStream {
     emit_block_named(k, &format_ident!("kernel_block"))
 }
 
-/// The block kernel under another function name.
-pub fn emit_block_named(k: &Kernel, name: &Ident) -> TokenStream {
-    let g = Gen {
+/// Whether `k`'s block kernel, given a dense output tile, writes every cell of it, so that the
+/// tile need not hold zeros first (a plan launches its output with `write_all`, which skips
+/// zeroing a recycled buffer). True when the one nest stores each cell once
+/// ([`Gen::written_once`]: row-split SpMV) and nothing skips a cell: the loops over the
+/// output's variables are dense and no operand's absence ends one of their iterations early,
+/// so each cell of the block is visited and assigned, an empty row included (its sum, 0).
+/// Whether the operands' windows cover the block (the dense levels those loops locate), the
+/// kernel tests when it runs: where they do not, it fills the tile itself.
+pub fn assigns_every_cell(k: &Kernel) -> bool {
+    block_gen(k).assigns_tile().is_some()
+}
+
+fn block_gen(k: &Kernel) -> Gen<'_> {
+    Gen {
         k,
         block: true,
         mirror: None,
         trusted: false,
-    };
+    }
+}
+
+/// The block kernel under another function name.
+pub fn emit_block_named(k: &Kernel, name: &Ident) -> TokenStream {
+    let g = block_gen(k);
     let params =
         quote!(bounds: &[::core::ops::Range<usize>], first: &[bool], out: Option<&mut [V]>,);
     g.function(name, params, g.block_prelude())
@@ -92,15 +110,19 @@ impl Gen<'_> {
         ts
     }
 
-    /// A dense output's values: the caller's tile, which holds zeros (a new store's), filled
-    /// first with the reduction's identity where that is not 0 (`min`, `max`), or a new
-    /// buffer. Not filling a zero tile again saves a pass over the output per run (SpMV: 0.8M
-    /// of a planned run's 14M instructions).
+    /// A dense output's values: the caller's tile or a new buffer. A tile that the kernel
+    /// assigns whole ([`Self::assigns_tile`]) is used as it is, whatever it holds, once the
+    /// run-time part of that proof holds (else it is filled first: a malformed block or
+    /// window must not leave a cell unwritten). Any other tile holds zeros (a new store's),
+    /// filled again only with a reduction identity that is not 0 (`min`, `max`). Not filling
+    /// a tile saves a pass over the output per run (SpMV: 0.8M of a planned run's 14M
+    /// instructions).
     pub(super) fn block_output(&self) -> TokenStream {
         let fill = self.fill();
-        let refill = match self.k.reduce.fill() == 0.0 {
-            true => quote!(),
-            false => quote!(tile.fill(#fill);),
+        let refill = match (self.assigns_tile(), self.k.reduce.fill() == 0.0) {
+            (Some(covered), _) => quote!(if !(#covered) { tile.fill(#fill); }),
+            (None, true) => quote!(),
+            (None, false) => quote!(tile.fill(#fill);),
         };
         quote! {
             let mut out_buf: Vec<V> = Vec::new();
@@ -116,6 +138,54 @@ impl Gen<'_> {
                 }
             };
         }
+    }
+
+    /// When the nests store every cell of a dense output's block tile (see
+    /// [`assigns_every_cell`]), the condition, tested when the kernel runs, under which they
+    /// do: the nest runs in this block (first along every split variable it does not loop
+    /// over), the output's deeper variables are not narrowed (the tile holds them whole),
+    /// and each dense level a loop over an output variable locates, whose absence would end
+    /// that iteration (or whose end bounds the loop, `located_end`, `row_range`), holds the
+    /// block's whole range of its variable. `None` when the nests' shape does not prove it.
+    pub(super) fn assigns_tile(&self) -> Option<TokenStream> {
+        let k = self.k;
+        let [nest] = &k.nests[..] else {
+            return None;
+        };
+        if k.output_kind != OutputKind::Dense || !self.written_once(nest) {
+            return None;
+        }
+        let mut covered = vec![];
+        for lp in &nest.loops[..nest.acc_depth] {
+            let skips = |r: &LevelRef| self.required(nest, r.access);
+            let located_skip = |r: &&LevelRef| {
+                r.access != k.output_access
+                    && k.level_type(**r) != LevelType::Dense
+                    && self.required(nest, r.access)
+            };
+            if lp.domain != Domain::Universe
+                || lp.iterate.iter().any(skips)
+                || lp.locate.iter().any(|r| located_skip(&r))
+            {
+                return None;
+            }
+            for r in &lp.locate {
+                if r.access == k.output_access || !self.required(nest, r.access) {
+                    continue;
+                }
+                let t = self.tensor_of(r.access);
+                let (size, off) = (self.lvl(t, r.level, "size"), self.lvl(t, r.level, "off"));
+                let v = k.level_var(*r);
+                let (lo, hi) = (self.bound(v, "lo"), self.bound(v, "hi"));
+                covered.push(quote!((#lo >= #hi || (#off <= #lo && #hi <= #off + #size))));
+            }
+        }
+        let unlooped = (0..k.vars.len()).filter(|v| nest.loops.iter().all(|l| l.var != *v));
+        covered.extend(unlooped.map(|v| quote!(first[#v])));
+        let out = &k.accesses[k.output_access].level_vars;
+        let deeper = out.iter().skip(1).map(|&v| self.bound(v, "nar"));
+        covered.extend(deeper.map(|nar| quote!(!#nar)));
+        Some(quote!(true #(&& #covered)*))
     }
 
     /// A block kernel's result: `None` when a dense output was written into the caller's
