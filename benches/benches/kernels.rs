@@ -10,11 +10,9 @@
 //! of interleaved rounds; `TESSERA_BENCH_ONLY=spmv,spmm,mttkrp` runs only the named kernels,
 //! `TESSERA_BENCH_SPREAD=power-law` (or `uniform`, `banded`) only that input spread.
 //!
-//! For instruction and cache profiles of one SpMV contestant (`valgrind --tool=cachegrind`,
-//! per call = the difference of two counts ÷ the difference of their runs):
-//! `TESSERA_BENCH_PROFILE=gen|hand|gen2|hand2` (generated or hand-written, 1 or 2 threads),
-//! with `TESSERA_BENCH_PROFILE_RUNS` calls (default 1) after the inputs are built and checked,
-//! and `TESSERA_BENCH_INDEX=u32|u64` to build only that coordinate width; no race is run.
+//! `TESSERA_BENCH_PROFILE=gen|hand|gen2|hand2` runs one contestant of SpMV and MTTKRP
+//! `TESSERA_BENCH_PROFILE_RUNS` times instead of the races (see `contest::profiled`);
+//! `TESSERA_BENCH_INDEX=u32|u64` builds SpMV with that coordinate width only.
 
 use std::hint::black_box;
 
@@ -22,7 +20,7 @@ use ndarray::{ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 use sprs::CsMatI;
 use tessera_benches::contest::{
-    check_same, csr, dense, race, reps, sparse_level, to_index, versus_hand, Spread,
+    check_same, csr, dense, profiled, race, reps, sparse_level, to_index, versus_hand, Spread,
 };
 use tessera_benches::{best_of, env_or, Rng, Table};
 use tessera_formats::{Format, Index, Level, Tensor};
@@ -55,17 +53,6 @@ fn hand_spmv_par<I: Index>(pos: &[I], crd: &[I], vals: &[f64], x: &[f64], rows: 
         *yi = s;
     });
     y
-}
-
-/// Runs one SpMV contestant `TESSERA_BENCH_PROFILE_RUNS` times (default 1) on the threads
-/// its name asks for (`...2`: two), for a profiler's counts, instead of the race.
-fn profile_spmv(who: &str, call: impl Fn() + Sync) {
-    let threads = if who.ends_with('2') { 2 } else { 1 };
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build();
-    let pool = pool.expect("a thread pool");
-    for _ in 0..env_or("TESSERA_BENCH_PROFILE_RUNS", 1usize) {
-        pool.install(&call);
-    }
 }
 
 /// Copy bandwidth in bytes/s (read + write counted) over a buffer far larger than caches.
@@ -102,18 +89,17 @@ fn bench_spmv<I: Index + sprs::SpIndex>(table: &mut Table, scale: f64, bw: f64, 
     let (ip, ic, vals, x): (&[I], &[I], &[f64], &[f64]) = (ip, ic, a.vals(), x_i.vals());
     let gen = generated::spmv::<f64, I>(&[&a, &x_i], &[rows]);
     check_same("spmv", gen.vals(), &hand_spmv(ip, ic, vals, x, rows));
-    if let Ok(who) = std::env::var("TESSERA_BENCH_PROFILE") {
-        // Each contestant drops its own output, as in the race (no copy of it).
-        return profile_spmv(&who, || match who.as_str() {
-            "gen" => drop(black_box(generated::spmv::<f64, I>(&[&a, &x_i], &[rows]))),
-            "gen2" => drop(black_box(generated::spmv_par::<f64, I>(
-                &[&a, &x_i],
-                &[rows],
-            ))),
-            "hand" => drop(black_box(hand_spmv(ip, ic, vals, x, rows))),
-            "hand2" => drop(black_box(hand_spmv_par(ip, ic, vals, x, rows))),
-            _ => panic!("TESSERA_BENCH_PROFILE is gen, gen2, hand or hand2, not `{who}`"),
-        });
+    let gen1 = || drop(black_box(generated::spmv::<f64, I>(&[&a, &x_i], &[rows])));
+    let gen2 = || {
+        drop(black_box(generated::spmv_par::<f64, I>(
+            &[&a, &x_i],
+            &[rows],
+        )))
+    };
+    let hand1 = || drop(black_box(hand_spmv(ip, ic, vals, x, rows)));
+    let hand2 = || drop(black_box(hand_spmv_par(ip, ic, vals, x, rows)));
+    if profiled([&gen1, &hand1], [&gen2, &hand2]) {
+        return;
     }
     let sp: CsMatI<f64, I, I> = CsMatI::new((rows, cols), ip.to_vec(), ic.to_vec(), vals.to_vec());
     let gen_par = generated::spmv_par::<f64, I>(&[&a, &x_i], &[rows]);
@@ -128,15 +114,6 @@ fn bench_spmv<I: Index + sprs::SpIndex>(table: &mut Table, scale: f64, bw: f64, 
         + cols * 8
         + rows * 8;
     for threads in [1, 2] {
-        let gen1 = || drop(black_box(generated::spmv::<f64, I>(&[&a, &x_i], &[rows])));
-        let gen2 = || {
-            drop(black_box(generated::spmv_par::<f64, I>(
-                &[&a, &x_i],
-                &[rows],
-            )))
-        };
-        let hand1 = || drop(black_box(hand_spmv(ip, ic, vals, x, rows)));
-        let hand2 = || drop(black_box(hand_spmv_par(ip, ic, vals, x, rows)));
         // sprs's SpMV is sequential: it runs on one thread in both rows.
         let sprs1 = || {
             let mut y = vec![0.0; rows];
@@ -443,9 +420,6 @@ fn main() {
             }
         }
     }
-    if profiling {
-        return;
-    }
     for spread in [Spread::Uniform, Spread::PowerLaw] {
         if wanted("spmm") && spread_wanted(spread) {
             bench_spmm(&mut table, scale, spread);
@@ -454,7 +428,9 @@ fn main() {
     if wanted("mttkrp") {
         bench_mttkrp(&mut table, scale);
     }
-    table.figure("copy bandwidth GB/s", bw / 1e9);
+    if !profiling {
+        table.figure("copy bandwidth GB/s", bw / 1e9);
+    }
     table.figure(
         "peak rss MiB",
         tessera_benches::peak_rss_bytes() as f64 / (1 << 20) as f64,
