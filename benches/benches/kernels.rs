@@ -22,7 +22,7 @@ use sprs::CsMatI;
 use tessera_benches::contest::{
     check_same, csr, dense, profiled, race, reps, sparse_level, to_index, versus_hand, Spread,
 };
-use tessera_benches::{best_of, env_or, Rng, Table};
+use tessera_benches::{best_of, Rng, Table};
 use tessera_formats::{Format, Index, Level, Tensor};
 
 mod generated {
