@@ -203,7 +203,7 @@ fn main_rs(instances: &[Instance]) -> String {
             random = random.join(", "),
             pieces = pieces.join(", "),
             whole = floats(&inst.case.oracle()),
-            garbage = codegen::assigns_every_cell(&inst.kernel),
+            garbage = inst.kernel.assigns_every_cell(),
         );
     }
     let _ = writeln!(
@@ -229,7 +229,7 @@ fn block_kernels_match_the_interpreter_and_partitions_sum_to_the_oracle() {
     // The garbage tiles check some kernels (row-split SpMV over a dense row level is one).
     let assigning = instances
         .iter()
-        .filter(|i| codegen::assigns_every_cell(&i.kernel))
+        .filter(|i| i.kernel.assigns_every_cell())
         .count();
     assert!(assigning > 0, "no instance assigns its whole tile");
     let stdout = run_crate("tessera-block-check", &kernels, &main_rs(&instances));
@@ -330,7 +330,7 @@ fn spmv_block_kernel_assigns_a_garbage_tile_whole_empty_rows_included() {
     let kernel = Case::fixed("y(i) = A(i,j) * x(j)", &[("A", "csr")], &[], 0)
         .lower()
         .unwrap();
-    assert!(codegen::assigns_every_cell(&kernel));
+    assert!(kernel.assigns_every_cell());
     let kernels = codegen::pretty(&codegen::emit_block_named(&kernel, &format_ident!("spmv")));
     // `A` whole (rows 0..6), then its window of rows 1..6 (offset 1, `pos` rebased) for the
     // block of rows 0..6: row 0 lies before the window.
@@ -359,4 +359,19 @@ fn spmv_block_kernel_assigns_a_garbage_tile_whole_empty_rows_included() {
         "whole A: Ok(())\nwindow of A: Ok(())",
         "{stdout}"
     );
+}
+
+/// Which kernels take an unzeroed tile: those whose loops over the output's variables are
+/// dense and store each cell once. SpMM adds into a row once per nonzero of `A`'s row, DCSR
+/// SpMV skips the rows its compressed row level lacks, and `min` folds into its cell.
+#[test]
+fn only_kernels_that_store_each_cell_of_a_dense_tile_once_assign_it() {
+    let assigns = |expr: &str, formats: &[(&str, &str)]| {
+        let kernel = Case::fixed(expr, formats, &[], 0).lower().unwrap();
+        kernel.assigns_every_cell()
+    };
+    assert!(assigns("y(i) = A(i,j) * x(j)", &[("A", "csr")]));
+    assert!(!assigns("y(i) = A(i,j) * x(j)", &[("A", "dcsr")]));
+    assert!(!assigns("C(i,k) = A(i,j) * B(j,k)", &[("A", "csr")]));
+    assert!(!assigns("y(i) = min[j](A(i,j) + x(j))", &[("A", "csr")]));
 }

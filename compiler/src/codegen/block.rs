@@ -12,8 +12,7 @@ use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
 use super::{nested_fn_attributes, sanitize, Gen, OutTarget};
-use crate::ir::{Domain, Kernel, LevelRef, Nest, OutputKind};
-use tessera_formats::LevelType;
+use crate::ir::{Kernel, Nest, OutputKind};
 
 /// The block kernel as one function item: `pub fn kernel_block<V: Value, I: Index>(inputs:
 /// &[TensorView<V, I>], out_dims: &[usize], bounds: &[Range<usize>], first: &[bool], out:
@@ -23,21 +22,9 @@ use tessera_formats::LevelType;
 /// into `out` when given (the point's tile of the output store: exactly the block's values,
 /// row-major) and then `None` is returned; otherwise, and for sparse outputs, the block's
 /// output is returned as a tensor. The tile holds zeros, or anything at all when
-/// [`assigns_every_cell`] holds for `k`: then the kernel writes every cell of it.
+/// [`Kernel::assigns_every_cell`] holds: then the kernel writes every cell of it.
 pub fn emit_block(k: &Kernel) -> TokenStream {
     emit_block_named(k, &format_ident!("kernel_block"))
-}
-
-/// Whether `k`'s block kernel, given a dense output tile, writes every cell of it, so that the
-/// tile need not hold zeros first (a plan launches its output with `write_all`, which skips
-/// zeroing a recycled buffer). True when the one nest stores each cell once
-/// ([`Gen::written_once`]: row-split SpMV) and nothing skips a cell: the loops over the
-/// output's variables are dense and no operand's absence ends one of their iterations early,
-/// so each cell of the block is visited and assigned, an empty row included (its sum, 0).
-/// Whether the operands' windows cover the block (the dense levels those loops locate), the
-/// kernel tests when it runs: where they do not, it fills the tile itself.
-pub fn assigns_every_cell(k: &Kernel) -> bool {
-    block_gen(k).assigns_tile().is_some()
 }
 
 fn block_gen(k: &Kernel) -> Gen<'_> {
@@ -141,34 +128,20 @@ impl Gen<'_> {
     }
 
     /// When the nests store every cell of a dense output's block tile (see
-    /// [`assigns_every_cell`]), the condition, tested when the kernel runs, under which they
-    /// do: the nest runs in this block (first along every split variable it does not loop
-    /// over), the output's deeper variables are not narrowed (the tile holds them whole),
-    /// and each dense level a loop over an output variable locates, whose absence would end
-    /// that iteration (or whose end bounds the loop, `located_end`, `row_range`), holds the
-    /// block's whole range of its variable. `None` when the nests' shape does not prove it.
+    /// [`Kernel::assigns_every_cell`]), the condition, tested when the kernel runs, under
+    /// which they do: the nest runs in this block (first along every split variable it does
+    /// not loop over), the output's deeper variables are not narrowed (the tile holds them
+    /// whole), and each dense level a loop over an output variable locates, whose absence
+    /// would end that iteration (or whose end bounds the loop, `located_end`, `row_range`),
+    /// holds the block's whole range of its variable. `None` when the kernel does not assign.
     pub(super) fn assigns_tile(&self) -> Option<TokenStream> {
         let k = self.k;
-        let [nest] = &k.nests[..] else {
-            return None;
-        };
-        if k.output_kind != OutputKind::Dense || !self.written_once(nest) {
+        if !k.assigns_every_cell() {
             return None;
         }
+        let nest = &k.nests[0];
         let mut covered = vec![];
         for lp in &nest.loops[..nest.acc_depth] {
-            let skips = |r: &LevelRef| self.required(nest, r.access);
-            let located_skip = |r: &&LevelRef| {
-                r.access != k.output_access
-                    && k.level_type(**r) != LevelType::Dense
-                    && self.required(nest, r.access)
-            };
-            if lp.domain != Domain::Universe
-                || lp.iterate.iter().any(skips)
-                || lp.locate.iter().any(|r| located_skip(&r))
-            {
-                return None;
-            }
             for r in &lp.locate {
                 if r.access == k.output_access || !self.required(nest, r.access) {
                     continue;

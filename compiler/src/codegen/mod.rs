@@ -44,7 +44,7 @@ use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 use tessera_formats::LevelType;
 
-pub use block::{assigns_every_cell, emit_block, emit_block_named};
+pub use block::{emit_block, emit_block_named};
 pub use elementwise::{emit_elementwise, emit_elementwise_named, is_elementwise};
 pub use signature::signature_source;
 

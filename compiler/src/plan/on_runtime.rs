@@ -75,7 +75,7 @@ impl<T: Index + Element> PlanIndex for T {}
 /// A generated block kernel ([`crate::codegen::emit_block`]): views of the inputs, output
 /// dimensions, the block's range and first flag per index variable, and the point's tile of a
 /// dense output to write in place (then it returns `None`). The tile holds zeros, or
-/// anything when the kernel assigns every cell ([`crate::codegen::assigns_every_cell`]).
+/// anything when the kernel assigns every cell ([`Kernel::assigns_every_cell`]).
 pub type BlockFn<V, I> = fn(
     &[TensorView<'_, V, I>],
     &[usize],
@@ -937,7 +937,7 @@ struct Shape {
     /// A written dense output whose every point writes every cell of its tile: launched
     /// with `write_all`, so a recycled buffer is not zeroed first. The interpreter's tile
     /// and a compiled kernel's own buffer are copied whole into the tile (`write_tile`); a
-    /// kernel writing the tile in place must assign it whole ([`crate::codegen::assigns_every_cell`]).
+    /// kernel writing the tile in place must assign it whole ([`Kernel::assigns_every_cell`]).
     writes_all: bool,
 }
 
@@ -981,7 +981,7 @@ impl Shape {
         }
         let writes_all = plan.args[0].privilege == Privilege::Write
             && out.dense
-            && (compiled.is_none() || crate::codegen::assigns_every_cell(kernel));
+            && (compiled.is_none() || kernel.assigns_every_cell());
         let mut shape = Shape {
             name: String::new(),
             plan: plan.clone(),
