@@ -7,7 +7,12 @@
 //!
 //! Sizes scale with `TESSERA_BENCH_SCALE` (default 1.0; 0.05 for a quick run); repetitions
 //! with `TESSERA_BENCH_REPS` (default 9; raise it on a loaded machine), each figure the median
-//! of interleaved rounds; `TESSERA_BENCH_ONLY=spmv,spmm,mttkrp` runs only the named kernels.
+//! of interleaved rounds; `TESSERA_BENCH_ONLY=spmv,spmm,mttkrp` runs only the named kernels,
+//! `TESSERA_BENCH_SPREAD=power-law` (or `uniform`, `banded`) only that input spread.
+//!
+//! `TESSERA_BENCH_PROFILE=gen|hand|gen2|hand2` runs one contestant of SpMV and MTTKRP
+//! `TESSERA_BENCH_PROFILE_RUNS` times instead of the races (see `contest::profiled`);
+//! `TESSERA_BENCH_INDEX=u32|u64` builds SpMV with that coordinate width only.
 
 use std::hint::black_box;
 
@@ -15,7 +20,7 @@ use ndarray::{ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 use sprs::CsMatI;
 use tessera_benches::contest::{
-    check_same, csr, dense, race, reps, sparse_level, to_index, versus_hand, Spread,
+    check_same, csr, dense, profiled, race, reps, sparse_level, to_index, versus_hand, Spread,
 };
 use tessera_benches::{best_of, Rng, Table};
 use tessera_formats::{Format, Index, Level, Tensor};
@@ -71,13 +76,32 @@ fn bench_spmv<I: Index + sprs::SpIndex>(table: &mut Table, scale: f64, bw: f64, 
     let vals: Vec<f64> = (0..crd.len()).map(|_| rng.value()).collect();
     let a = csr::<I>(rows, cols, &pos, &crd, &vals);
     let xt = dense(vec![cols], &mut rng);
-    let x = xt.vals().to_vec();
-    let x_i: Tensor<f64, I> = Tensor::dense_from_vec(vec![cols], x.clone()).unwrap();
-    let (ip, ic): (Vec<I>, Vec<I>) = (to_index(&pos), to_index(&crd));
-    let sp: CsMatI<f64, I, I> = CsMatI::new((rows, cols), ip.clone(), ic.clone(), vals.clone());
-
+    let x_i: Tensor<f64, I> = Tensor::dense_from_vec(vec![cols], xt.vals().to_vec()).unwrap();
+    // The hand-written loops read the very arrays the generated kernel reads (A's levels and
+    // values, x's values), not copies of them: a copy lies elsewhere in memory (heap or
+    // mapping, another page offset, other physical pages), so a row could differ by where
+    // each contestant's inputs happen to lie rather than by its code. (Power-law u32, 1t,
+    // cachegrind: both contestants execute the same instructions and miss the simulated
+    // caches equally per call; see `TESSERA_BENCH_PROFILE`.)
+    let Level::Compressed { pos: ip, crd: ic } = &a.levels()[1] else {
+        unreachable!("csr")
+    };
+    let (ip, ic, vals, x): (&[I], &[I], &[f64], &[f64]) = (ip, ic, a.vals(), x_i.vals());
     let gen = generated::spmv::<f64, I>(&[&a, &x_i], &[rows]);
-    check_same("spmv", gen.vals(), &hand_spmv(&ip, &ic, &vals, &x, rows));
+    check_same("spmv", gen.vals(), &hand_spmv(ip, ic, vals, x, rows));
+    let gen1 = || drop(black_box(generated::spmv::<f64, I>(&[&a, &x_i], &[rows])));
+    let gen2 = || {
+        drop(black_box(generated::spmv_par::<f64, I>(
+            &[&a, &x_i],
+            &[rows],
+        )))
+    };
+    let hand1 = || drop(black_box(hand_spmv(ip, ic, vals, x, rows)));
+    let hand2 = || drop(black_box(hand_spmv_par(ip, ic, vals, x, rows)));
+    if profiled([&gen1, &hand1], [&gen2, &hand2]) {
+        return;
+    }
+    let sp: CsMatI<f64, I, I> = CsMatI::new((rows, cols), ip.to_vec(), ic.to_vec(), vals.to_vec());
     let gen_par = generated::spmv_par::<f64, I>(&[&a, &x_i], &[rows]);
     check_same("spmv_par", gen_par.vals(), gen.vals());
     let a_coo = a.to_format("sq").expect("COO of the same matrix");
@@ -90,19 +114,10 @@ fn bench_spmv<I: Index + sprs::SpIndex>(table: &mut Table, scale: f64, bw: f64, 
         + cols * 8
         + rows * 8;
     for threads in [1, 2] {
-        let gen1 = || drop(black_box(generated::spmv::<f64, I>(&[&a, &x_i], &[rows])));
-        let gen2 = || {
-            drop(black_box(generated::spmv_par::<f64, I>(
-                &[&a, &x_i],
-                &[rows],
-            )))
-        };
-        let hand1 = || drop(black_box(hand_spmv(&ip, &ic, &vals, &x, rows)));
-        let hand2 = || drop(black_box(hand_spmv_par(&ip, &ic, &vals, &x, rows)));
         // sprs's SpMV is sequential: it runs on one thread in both rows.
         let sprs1 = || {
             let mut y = vec![0.0; rows];
-            sprs::prod::mul_acc_mat_vec_csr(sp.view(), &x[..], &mut y[..]);
+            sprs::prod::mul_acc_mat_vec_csr(sp.view(), x, &mut y[..]);
             drop(black_box(y));
         };
         let (g, h): (&(dyn Fn() + Sync), &(dyn Fn() + Sync)) = if threads == 1 {
@@ -380,27 +395,42 @@ fn main() {
         "Generated kernels vs hand-written Rust and sprs (scale {scale}, median of {} interleaved; ratio > 1: Tessera faster)",
         reps()
     ));
-    let bw = copy_bandwidth(((512usize << 20) as f64 * scale.max(0.25)) as usize);
+    let profiling = std::env::var("TESSERA_BENCH_PROFILE").is_ok();
+    // A profile skips the bandwidth pass (it times nothing).
+    let bw = match profiling {
+        true => 1.0,
+        false => copy_bandwidth(((512usize << 20) as f64 * scale.max(0.25)) as usize),
+    };
     // Uniform: columns anywhere; banded: each row's 16 columns lie within 4096 of the diagonal (a mesh); power-law: a
     // graph's skewed rows and hub columns.
     // `TESSERA_BENCH_ONLY=spmv,mttkrp` runs only the named kernels (all when unset).
     let only = std::env::var("TESSERA_BENCH_ONLY").unwrap_or_default();
     let wanted = |name: &str| only.is_empty() || only.split(',').any(|w| w.trim() == name);
+    let spread_only = std::env::var("TESSERA_BENCH_SPREAD").unwrap_or_default();
+    let spread_wanted = |s: Spread| spread_only.is_empty() || spread_only == s.name();
+    let index_only = std::env::var("TESSERA_BENCH_INDEX").unwrap_or_default();
+    let index_wanted = |bits: &str| index_only.is_empty() || index_only == bits;
     for spread in [Spread::Uniform, Spread::Banded(4096), Spread::PowerLaw] {
-        if wanted("spmv") {
-            bench_spmv::<u32>(&mut table, scale, bw, spread);
-            bench_spmv::<u64>(&mut table, scale, bw, spread);
+        if wanted("spmv") && spread_wanted(spread) {
+            if index_wanted("u32") {
+                bench_spmv::<u32>(&mut table, scale, bw, spread);
+            }
+            if index_wanted("u64") {
+                bench_spmv::<u64>(&mut table, scale, bw, spread);
+            }
         }
     }
     for spread in [Spread::Uniform, Spread::PowerLaw] {
-        if wanted("spmm") {
+        if wanted("spmm") && spread_wanted(spread) {
             bench_spmm(&mut table, scale, spread);
         }
     }
     if wanted("mttkrp") {
         bench_mttkrp(&mut table, scale);
     }
-    table.figure("copy bandwidth GB/s", bw / 1e9);
+    if !profiling {
+        table.figure("copy bandwidth GB/s", bw / 1e9);
+    }
     table.figure(
         "peak rss MiB",
         tessera_benches::peak_rss_bytes() as f64 / (1 << 20) as f64,

@@ -7,7 +7,9 @@
 //! generated kernels come from `build.rs`, through the real compiler pipeline.
 //!
 //! Sizes scale with `TESSERA_BENCH_SCALE` (default 1.0); repetitions with `TESSERA_BENCH_REPS`;
-//! `TESSERA_BENCH_ONLY=ttv,ttm` runs only the named kernels.
+//! `TESSERA_BENCH_ONLY=ttv,ttm` runs only the named kernels, `TESSERA_BENCH_SPREAD=uniform` (or
+//! `power-law`) only that input spread; `TESSERA_BENCH_PROFILE=gen|hand|gen2|hand2` runs one
+//! contestant `TESSERA_BENCH_PROFILE_RUNS` times instead of the races (`contest::profiled`).
 
 use std::hint::black_box;
 use std::ops::Range;
@@ -481,7 +483,12 @@ fn main() {
     // `TESSERA_BENCH_ONLY=ttv,ttm` runs only those kernels (all when unset).
     let only = std::env::var("TESSERA_BENCH_ONLY").unwrap_or_default();
     let wanted = |name: &str| only.is_empty() || only.split(',').any(|w| w.trim() == name);
+    // `TESSERA_BENCH_SPREAD=uniform` (or `power-law`) runs only that input spread.
+    let spread_only = std::env::var("TESSERA_BENCH_SPREAD").unwrap_or_default();
     for spread in [Spread::Uniform, Spread::PowerLaw] {
+        if !spread_only.is_empty() && spread_only != spread.name() {
+            continue;
+        }
         for (name, bench) in kernels {
             if wanted(name) {
                 bench(&mut table, scale, spread);

@@ -163,14 +163,42 @@ pub fn check_same(what: &str, a: &[f64], b: &[f64]) {
     assert!(ok, "{what}: results differ");
 }
 
+/// For instruction and cache profiles (`valgrind --tool=cachegrind`; per call = the
+/// difference of two counts ÷ the difference of their runs): with `TESSERA_BENCH_PROFILE` set
+/// to `gen`, `hand` (1 thread), `gen2` or `hand2` (2 threads), runs that one of the generated
+/// kernel and the hand-written loop `TESSERA_BENCH_PROFILE_RUNS` times (default 1) instead of
+/// racing them, and returns true. False (nothing run) when the variable is unset.
+pub fn profiled(sequential: [&(dyn Fn() + Sync); 2], parallel: [&(dyn Fn() + Sync); 2]) -> bool {
+    let Ok(who) = std::env::var("TESSERA_BENCH_PROFILE") else {
+        return false;
+    };
+    let (threads, f) = match who.as_str() {
+        "gen" => (1, sequential[0]),
+        "hand" => (1, sequential[1]),
+        "gen2" => (2, parallel[0]),
+        "hand2" => (2, parallel[1]),
+        _ => panic!("TESSERA_BENCH_PROFILE is gen, hand, gen2 or hand2, not `{who}`"),
+    };
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build();
+    let pool = pool.expect("a thread pool");
+    for _ in 0..env_or("TESSERA_BENCH_PROFILE_RUNS", 1usize) {
+        pool.install(f);
+    }
+    true
+}
+
 /// Races the generated kernel against the hand-written loop at 1 thread (sequential
-/// versions) and 2 threads (parallel versions), one table row each.
+/// versions) and 2 threads (parallel versions), one table row each (or runs one of them for a
+/// profile: [`profiled`]).
 pub fn versus_hand(
     table: &mut Table,
     name: &str,
     sequential: [&(dyn Fn() + Sync); 2],
     parallel: [&(dyn Fn() + Sync); 2],
 ) {
+    if profiled(sequential, parallel) {
+        return;
+    }
     for (threads, [gen, hand]) in [(1, sequential), (2, parallel)] {
         let [t_gen, t_hand] = race([(threads, gen), (threads, hand)]);
         table.row(

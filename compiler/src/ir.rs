@@ -298,6 +298,39 @@ impl Kernel {
         self.accesses[r.access].level_vars[r.level]
     }
 
+    /// Whether the block kernel of this kernel stores every cell of a dense output's tile, so
+    /// that the tile need not hold zeros first (a plan then launches the output with
+    /// `write_all`, which skips zeroing a recycled buffer): one summing nest whose loops
+    /// outside the accumulator bind exactly the output's variables (each cell is then stored
+    /// once, not added to: `codegen`'s `written_once`), each a dense loop that no operand's
+    /// absence cuts short (no required compressed level walked or searched there). So every
+    /// cell of the block is visited and assigned, an empty row of row-split SpMV included
+    /// (its sum, 0). That the operands' windows hold the block's whole range, where those
+    /// loops locate dense levels, the generated kernel tests when it runs (and where they do
+    /// not, it fills the tile itself).
+    pub fn assigns_every_cell(&self) -> bool {
+        let [nest] = &self.nests[..] else {
+            return false;
+        };
+        let out = &self.accesses[self.output_access].level_vars;
+        let outer = &nest.loops[..nest.acc_depth.min(nest.loops.len())];
+        let cut_short = |r: &LevelRef| {
+            nest.required.contains(&r.access)
+                && r.access != self.output_access
+                && self.level_type(*r) != LevelType::Dense
+        };
+        self.output_kind == OutputKind::Dense
+            && self.reduce == ReduceOp::Sum
+            && nest.acc_depth == out.len()
+            && outer.len() == out.len()
+            && outer.iter().all(|lp| {
+                out.contains(&lp.var)
+                    && lp.domain == Domain::Universe
+                    && !lp.iterate.iter().any(|r| nest.required.contains(&r.access))
+                    && !lp.locate.iter().any(cut_short)
+            })
+    }
+
     /// The input slot of an access's tensor (`None` for the output).
     pub fn slot(&self, a: AccessId) -> Option<usize> {
         self.tensors[self.accesses[a].tensor].input_slot

@@ -138,12 +138,14 @@ fn main_rs(instances: &[Instance]) -> String {
         "use tessera_formats::{Format, Level, Tensor, TensorView, Value};\n\n\
          fn close(got: &[f64], want: &[f64]) -> bool {\n\
          got.len() == want.len() && got.iter().zip(want).all(|(g, w)| (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= 1e-4 * (1.0 + w.abs()))\n}\n\n\
-         /// A dense output written into a given tile (of zeros, as a new store's tile holds)\n\
-         /// equals the one the kernel returns, bitwise, and the kernel then returns nothing.\n\
-         fn in_place_agrees<V: Value, I: tessera_formats::Index>(run: impl Fn(Option<&mut [V]>) -> Option<Tensor<V, I>>) -> bool {\n\
+         /// A dense output written into a given tile equals the one the kernel returns,\n\
+         /// bitwise, and the kernel then returns nothing. The tile holds zeros (a new store's),\n\
+         /// or garbage (a recycled buffer's) where the kernel assigns every cell.\n\
+         fn in_place_agrees<V: Value, I: tessera_formats::Index>(garbage: bool, run: impl Fn(Option<&mut [V]>) -> Option<Tensor<V, I>>) -> bool {\n\
          let t = run(None).expect(\"no tile given\");\n\
          if !t.levels().iter().all(|l| matches!(l, Level::Dense { .. })) { return true; }\n\
-         let mut tile = vec![V::zero(); t.vals().len()];\n\
+         let held = if garbage { V::from_f64(-7.25e9) } else { V::zero() };\n\
+         let mut tile = vec![held; t.vals().len()];\n\
          run(Some(&mut tile)).is_none() && tile.iter().zip(t.vals()).all(|(a, b)| a.to_f64().to_bits() == b.to_f64().to_bits())\n}\n\n\
          fn main() {\n    let mut failures = 0usize;\n",
     );
@@ -183,7 +185,7 @@ fn main_rs(instances: &[Instance]) -> String {
              \x20       for (bounds, first, want) in [{random}] {{\n\
              \x20           let got = run(&bounds, &first);\n\
              \x20           if !close(&got, &want) {{ failures += 1; eprintln!(\"case {n} block {{bounds:?}} {{first:?}} FAILED: {what}\\n got {{got:?}}\\n want {{want:?}}\"); }}\n\
-             \x20           if !in_place_agrees(|out| kernels::k{n}::<{v}, {i}>(&views, &out_dims, &bounds, &first, out)) {{ failures += 1; eprintln!(\"case {n} block {{bounds:?}} {{first:?}} FAILED in place: {what}\"); }}\n\
+             \x20           if !in_place_agrees({garbage}, |out| kernels::k{n}::<{v}, {i}>(&views, &out_dims, &bounds, &first, out)) {{ failures += 1; eprintln!(\"case {n} block {{bounds:?}} {{first:?}} FAILED in place: {what}\"); }}\n\
              \x20       }}\n\
              \x20       let pieces: Vec<(Vec<std::ops::Range<usize>>, Vec<bool>)> = vec![{pieces}];\n\
              \x20       if !pieces.is_empty() {{\n\
@@ -201,6 +203,7 @@ fn main_rs(instances: &[Instance]) -> String {
             random = random.join(", "),
             pieces = pieces.join(", "),
             whole = floats(&inst.case.oracle()),
+            garbage = inst.kernel.assigns_every_cell(),
         );
     }
     let _ = writeln!(
@@ -223,6 +226,12 @@ fn block_kernels_match_the_interpreter_and_partitions_sum_to_the_oracle() {
         )));
         kernels.push('\n');
     }
+    // The garbage tiles check some kernels (row-split SpMV over a dense row level is one).
+    let assigning = instances
+        .iter()
+        .filter(|i| i.kernel.assigns_every_cell())
+        .count();
+    assert!(assigning > 0, "no instance assigns its whole tile");
     let stdout = run_crate("tessera-block-check", &kernels, &main_rs(&instances));
     assert!(
         stdout.contains(&format!(
@@ -306,4 +315,63 @@ fn block_kernels_choose_the_zero_offset_copy_by_the_vector_offset_alone() {
     assert!(!params.contains("t1_l0_off"), "{text}");
     assert!(body.contains("const t1_l0_off: usize = 0;"), "{text}");
     assert!(!body.contains("const t0_l0_off"), "{text}");
+}
+
+/// Row-split SpMV's block kernel assigns every cell of its tile, so a plan hands it a tile
+/// that is not zeroed (`write_all`: a recycled buffer's old values): rows without a nonzero
+/// come back 0, not what the tile held. Where `A`'s window does not hold every row of the
+/// block (a row before its offset), the kernel fills the tile first: that row is 0 too.
+#[test]
+fn spmv_block_kernel_assigns_a_garbage_tile_whole_empty_rows_included() {
+    // A 6 × 4 CSR matrix whose rows 1, 3 and 4 are empty.
+    let (pos, crd): (Vec<u32>, Vec<u32>) = (vec![0, 2, 2, 3, 3, 3, 5], vec![0, 3, 1, 2, 3]);
+    let vals: Vec<f64> = vec![1.0, 2.0, 3.0, 4.0, 5.0];
+    let x: Vec<f64> = vec![0.5, 1.5, 2.5, 3.5];
+    let kernel = Case::fixed("y(i) = A(i,j) * x(j)", &[("A", "csr")], &[], 0)
+        .lower()
+        .unwrap();
+    assert!(kernel.assigns_every_cell());
+    let kernels = codegen::pretty(&codegen::emit_block_named(&kernel, &format_ident!("spmv")));
+    // `A` whole (rows 0..6), then its window of rows 1..6 (offset 1, `pos` rebased) for the
+    // block of rows 0..6: row 0 lies before the window.
+    let main = format!(
+        "use tessera_formats::{{Format, LevelView, TensorView}};\n\
+         fn main() {{\n\
+         \x20   let (a_dims, x_dims) = (vec![6usize, 4], vec![4usize]);\n\
+         \x20   let (csr, d) = (Format::parse(\"csr\", 2).unwrap(), Format::parse(\"d\", 1).unwrap());\n\
+         \x20   let (pos, crd, vals): (Vec<u32>, Vec<u32>, Vec<f64>) = (vec!{pos:?}, vec!{crd:?}, vec!{vals:?});\n\
+         \x20   let rebased: Vec<u32> = pos[1..].iter().map(|p| p - pos[1]).collect();\n\
+         \x20   let x: Vec<f64> = vec!{x:?};\n\
+         \x20   let whole = TensorView::new(&a_dims, &csr, vec![LevelView::dense(6, 0), LevelView::Compressed {{ pos: &pos, crd: &crd }}], &vals).unwrap();\n\
+         \x20   let window = TensorView::new(&a_dims, &csr, vec![LevelView::dense(5, 1), LevelView::Compressed {{ pos: &rebased, crd: &crd[2..] }}], &vals[2..]).unwrap();\n\
+         \x20   let xv = TensorView::new(&x_dims, &d, vec![LevelView::dense(4, 0)], &x).unwrap();\n\
+         \x20   for (name, a, want) in [(\"whole A\", whole, [7.5, 0.0, 4.5, 0.0, 0.0, 27.5]), (\"window of A\", window, [0.0, 0.0, 4.5, 0.0, 0.0, 27.5])] {{\n\
+         \x20       let mut tile = vec![-7.25e9f64; 6];\n\
+         \x20       let none = kernels::spmv::<f64, u32>(&[a, xv.clone()], &[6], &[0..6, 0..4], &[true, true], Some(&mut tile));\n\
+         \x20       assert!(none.is_none());\n\
+         \x20       println!(\"{{name}}: {{:?}}\", if tile == want {{ Ok(()) }} else {{ Err(tile) }});\n\
+         \x20   }}\n\
+         }}\n",
+    );
+    let stdout = run_crate("tessera-block-garbage", &kernels, &main);
+    assert_eq!(
+        stdout.trim(),
+        "whole A: Ok(())\nwindow of A: Ok(())",
+        "{stdout}"
+    );
+}
+
+/// Which kernels take an unzeroed tile: those whose loops over the output's variables are
+/// dense and store each cell once. SpMM adds into a row once per nonzero of `A`'s row, DCSR
+/// SpMV skips the rows its compressed row level lacks, and `min` folds into its cell.
+#[test]
+fn only_kernels_that_store_each_cell_of_a_dense_tile_once_assign_it() {
+    let assigns = |expr: &str, formats: &[(&str, &str)]| {
+        let kernel = Case::fixed(expr, formats, &[], 0).lower().unwrap();
+        kernel.assigns_every_cell()
+    };
+    assert!(assigns("y(i) = A(i,j) * x(j)", &[("A", "csr")]));
+    assert!(!assigns("y(i) = A(i,j) * x(j)", &[("A", "dcsr")]));
+    assert!(!assigns("C(i,k) = A(i,j) * B(j,k)", &[("A", "csr")]));
+    assert!(!assigns("y(i) = min[j](A(i,j) + x(j))", &[("A", "csr")]));
 }

@@ -20,20 +20,25 @@ use crate::ir::{Kernel, Nest, OutputKind};
 /// in [`crate::ir::Block`]. The inputs are views, so that a point task hands over windows of
 /// its stores without copying them (a whole tensor is `t.view()`). A dense output is written
 /// into `out` when given (the point's tile of the output store: exactly the block's values,
-/// row-major, holding zeros) and then `None` is returned; otherwise, and for sparse outputs, the block's
-/// output is returned as a tensor.
+/// row-major) and then `None` is returned; otherwise, and for sparse outputs, the block's
+/// output is returned as a tensor. The tile holds zeros, or anything at all when
+/// [`Kernel::assigns_every_cell`] holds: then the kernel writes every cell of it.
 pub fn emit_block(k: &Kernel) -> TokenStream {
     emit_block_named(k, &format_ident!("kernel_block"))
 }
 
-/// The block kernel under another function name.
-pub fn emit_block_named(k: &Kernel, name: &Ident) -> TokenStream {
-    let g = Gen {
+fn block_gen(k: &Kernel) -> Gen<'_> {
+    Gen {
         k,
         block: true,
         mirror: None,
         trusted: false,
-    };
+    }
+}
+
+/// The block kernel under another function name.
+pub fn emit_block_named(k: &Kernel, name: &Ident) -> TokenStream {
+    let g = block_gen(k);
     let params =
         quote!(bounds: &[::core::ops::Range<usize>], first: &[bool], out: Option<&mut [V]>,);
     g.function(name, params, g.block_prelude())
@@ -92,15 +97,19 @@ impl Gen<'_> {
         ts
     }
 
-    /// A dense output's values: the caller's tile, which holds zeros (a new store's), filled
-    /// first with the reduction's identity where that is not 0 (`min`, `max`), or a new
-    /// buffer. Not filling a zero tile again saves a pass over the output per run (SpMV: 0.8M
-    /// of a planned run's 14M instructions).
+    /// A dense output's values: the caller's tile or a new buffer. A tile that the kernel
+    /// assigns whole ([`Self::assigns_tile`]) is used as it is, whatever it holds, once the
+    /// run-time part of that proof holds (else it is filled first: a malformed block or
+    /// window must not leave a cell unwritten). Any other tile holds zeros (a new store's),
+    /// filled again only with a reduction identity that is not 0 (`min`, `max`). Not filling
+    /// a tile saves a pass over the output per run (SpMV: 0.8M of a planned run's 14M
+    /// instructions).
     pub(super) fn block_output(&self) -> TokenStream {
         let fill = self.fill();
-        let refill = match self.k.reduce.fill() == 0.0 {
-            true => quote!(),
-            false => quote!(tile.fill(#fill);),
+        let refill = match (self.assigns_tile(), self.k.reduce.fill() == 0.0) {
+            (Some(covered), _) => quote!(if !(#covered) { tile.fill(#fill); }),
+            (None, true) => quote!(),
+            (None, false) => quote!(tile.fill(#fill);),
         };
         quote! {
             let mut out_buf: Vec<V> = Vec::new();
@@ -116,6 +125,40 @@ impl Gen<'_> {
                 }
             };
         }
+    }
+
+    /// When the nests store every cell of a dense output's block tile (see
+    /// [`Kernel::assigns_every_cell`]), the condition, tested when the kernel runs, under
+    /// which they do: the nest runs in this block (first along every split variable it does
+    /// not loop over), the output's deeper variables are not narrowed (the tile holds them
+    /// whole), and each dense level a loop over an output variable locates, whose absence
+    /// would end that iteration (or whose end bounds the loop, `located_end`, `row_range`),
+    /// holds the block's whole range of its variable. `None` when the kernel does not assign.
+    pub(super) fn assigns_tile(&self) -> Option<TokenStream> {
+        let k = self.k;
+        if !k.assigns_every_cell() {
+            return None;
+        }
+        let nest = &k.nests[0];
+        let mut covered = vec![];
+        for lp in &nest.loops[..nest.acc_depth] {
+            for r in &lp.locate {
+                if r.access == k.output_access || !self.required(nest, r.access) {
+                    continue;
+                }
+                let t = self.tensor_of(r.access);
+                let (size, off) = (self.lvl(t, r.level, "size"), self.lvl(t, r.level, "off"));
+                let v = k.level_var(*r);
+                let (lo, hi) = (self.bound(v, "lo"), self.bound(v, "hi"));
+                covered.push(quote!((#lo >= #hi || (#off <= #lo && #hi <= #off + #size))));
+            }
+        }
+        let unlooped = (0..k.vars.len()).filter(|v| nest.loops.iter().all(|l| l.var != *v));
+        covered.extend(unlooped.map(|v| quote!(first[#v])));
+        let out = &k.accesses[k.output_access].level_vars;
+        let deeper = out.iter().skip(1).map(|&v| self.bound(v, "nar"));
+        covered.extend(deeper.map(|nar| quote!(!#nar)));
+        Some(quote!(true #(&& #covered)*))
     }
 
     /// A block kernel's result: `None` when a dense output was written into the caller's

@@ -74,7 +74,8 @@ impl<T: Index + Element> PlanIndex for T {}
 
 /// A generated block kernel ([`crate::codegen::emit_block`]): views of the inputs, output
 /// dimensions, the block's range and first flag per index variable, and the point's tile of a
-/// dense output, holding zeros, to write in place (then it returns `None`).
+/// dense output to write in place (then it returns `None`). The tile holds zeros, or
+/// anything when the kernel assigns every cell ([`Kernel::assigns_every_cell`]).
 pub type BlockFn<V, I> = fn(
     &[TensorView<'_, V, I>],
     &[usize],
@@ -605,9 +606,8 @@ fn launch_task(rt: &Runtime, run: &Run, outs: &[Store], launch: usize) -> Result
     let out_arg = &plan.args[0];
     for s in outs {
         t = match out_arg.privilege {
-            // Not `write_all`: a compiled kernel writing its tile in place accumulates into
-            // it, so the tile must hold zeros (`BlockFn`), and cells no nonzero reaches stay
-            // unwritten.
+            // A compiled kernel that accumulates into its tile in place needs it zeroed.
+            Privilege::Write if body.writes_all => t.write_all(s),
             Privilege::Write => t.write(s),
             Privilege::ReadWrite => t.read_write(s),
             Privilege::Reduce => t.reduce(s, runtime_op(plan.reduce)),
@@ -934,6 +934,11 @@ struct Shape {
     out: OutputLayout,
     /// The output's privilege in the plan.
     privilege: Privilege,
+    /// A written dense output whose every point writes every cell of its tile: launched
+    /// with `write_all`, so a recycled buffer is not zeroed first. The interpreter's tile
+    /// and a compiled kernel's own buffer are copied whole into the tile (`write_tile`); a
+    /// kernel writing the tile in place must assign it whole ([`Kernel::assigns_every_cell`]).
+    writes_all: bool,
 }
 
 /// The most shapes kept per statement: a statement run over ever new shapes (a property
@@ -974,6 +979,9 @@ impl Shape {
         {
             return s.clone();
         }
+        let writes_all = plan.args[0].privilege == Privilege::Write
+            && out.dense
+            && (compiled.is_none() || kernel.assigns_every_cell());
         let mut shape = Shape {
             name: String::new(),
             plan: plan.clone(),
@@ -991,6 +999,7 @@ impl Shape {
             layouts: inputs.iter().map(|t| t.layout.clone()).collect(),
             out,
             privilege: plan.args[0].privilege,
+            writes_all,
         };
         shape.name = task_name(plan, &shape, compiled);
         let shape = Arc::new(shape);
@@ -1188,7 +1197,9 @@ impl Body {
     /// one contiguous run of exactly the cells a compiled block kernel's dense output holds
     /// (its first level's block range, whole below it): then the kernel writes the tile. A
     /// written output is a new store (zeros: `execute` fills it only for other privileges)
-    /// whose tiles each point writes once, so the tile holds zeros, as [`BlockFn`] asks.
+    /// whose tiles each point writes once, so the tile holds zeros, as [`BlockFn`] asks,
+    /// unless it is launched with `write_all` (`Shape::writes_all`: the kernel assigns the
+    /// whole tile, whatever it holds).
     fn in_place(&self, ctx: &TaskContext, block: &crate::ir::Block) -> bool {
         if !self.out.dense || self.privilege != Privilege::Write {
             return false;
