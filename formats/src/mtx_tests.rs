@@ -239,6 +239,15 @@ proptest::proptest! {
     }
 }
 
+/// (symmetry, declared entries, the line after the good ones, the expected line, kind).
+type ErrorCase = (
+    &'static str,
+    u64,
+    &'static str,
+    u64,
+    fn(&SyntaxError) -> bool,
+);
+
 /// A bad line deep in a big file (past many 64 KiB blocks) makes the parallel parser fail
 /// with the sequential reader's error: the same line, column and kind, for a bad value,
 /// a coordinate out of bounds, an entry above the diagonal of a symmetric matrix, one on
@@ -249,8 +258,7 @@ fn errors_deep_in_big_files_name_the_line_of_the_sequential_reader() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.mtx");
     let good = 30_000u64;
-    // (symmetry, declared entries, the line after the good ones, the expected line, kind)
-    let cases: [(&str, u64, &str, u64, fn(&SyntaxError) -> bool); 7] = [
+    let cases: [ErrorCase; 7] = [
         ("general", good + 1, "7 7 zz\n", good + 3, |k| {
             matches!(k, SyntaxError::BadValue(_))
         }),
