@@ -478,13 +478,18 @@ fn data_line(
         Some(&[r, c]) => (r, c),
         _ => (u64::MAX, u64::MAX),
     };
-    // Real values take the `.tns` fast path (integer ones must reject decimals).
-    if field == Field::Real {
-        if let Some(v) = crate::tns::fast_fields::<true>(line, coords) {
-            if coords[0] < rows && coords[1] < cols {
-                return Ok(Some(v));
-            }
+    // The common line in one pass; anything else (every error included) is parsed again
+    // field by field below.
+    let fast = match field {
+        Field::Real => crate::tns::fast_fields::<true>(line, coords),
+        // Integer values must refuse decimals, which the `.tns` fast path takes.
+        Field::Integer => {
+            crate::tns::fast_fields::<true>(line, coords).filter(|_| integer_tail(line))
         }
+        Field::Pattern => fast_pair(line, coords).then_some(1.0),
+    };
+    if let Some(v) = fast.filter(|_| coords[0] < rows && coords[1] < cols) {
+        return Ok(Some(v));
     }
     if is_blank(line) || line.first() == Some(&b'%') {
         return Ok(None);
@@ -493,6 +498,50 @@ fn data_line(
     coords[0] = i;
     coords[1] = j;
     Ok(Some(v))
+}
+
+/// True when the last field of `line` is an integer of at most 15 digits (with an optional
+/// sign): its value as parsed by the `.tns` fast path is then exact, as `parse_value`'s.
+fn integer_tail(line: &[u8]) -> bool {
+    let is_space = |b: &u8| *b == b' ' || *b == b'\t';
+    let end = line.len() - line.iter().rev().take_while(|b| is_space(b)).count();
+    let digits = line[..end]
+        .iter()
+        .rev()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    let mut start = end - digits;
+    if start > 0 && matches!(line[start - 1], b'-' | b'+') {
+        start -= 1;
+    }
+    (1..=15).contains(&digits) && start > 0 && is_space(&line[start - 1])
+}
+
+/// A pattern line `row column` in one pass (0-based into `coords`); false for anything else.
+fn fast_pair(line: &[u8], coords: &mut [u64]) -> bool {
+    let n = line.len();
+    let is_space = |b: u8| b == b' ' || b == b'\t';
+    let mut i = 0;
+    for c in coords.iter_mut().take(2) {
+        while i < n && is_space(line[i]) {
+            i += 1;
+        }
+        let start = i;
+        let mut x = 0u64;
+        while i < n && line[i].is_ascii_digit() {
+            x = x.wrapping_mul(10).wrapping_add(u64::from(line[i] - b'0'));
+            i += 1;
+        }
+        // At most 19 digits cannot overflow; the careful path takes longer numbers.
+        if i == start || i - start > 19 || x == 0 || (i < n && !is_space(line[i])) {
+            return false;
+        }
+        *c = x - 1;
+    }
+    while i < n && is_space(line[i]) {
+        i += 1;
+    }
+    i == n
 }
 
 fn real_line(

@@ -303,3 +303,39 @@ fn errors_deep_in_big_files_name_the_line_of_the_sequential_reader() {
         }
     }
 }
+
+/// The one-pass parsers of integer and pattern lines take exactly the lines the careful
+/// parser takes, with its values: decimals, exponents and stray characters are refused with
+/// the sequential reader's error, and integers too long for an exact `f64` keep its value.
+#[test]
+fn integer_and_pattern_lines_parse_as_read_one_by_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.mtx");
+    let cases = [
+        ("integer", "3 4 -17"),
+        ("integer", "3 4 +17"),
+        ("integer", "3 4 0017\t "),
+        ("integer", "3 4 12345678901234567"),
+        ("integer", "3 4 9007199254740993"),
+        ("integer", "3 4 3.5"),
+        ("integer", "3 4 1e3"),
+        ("integer", "3 4 --5"),
+        ("integer", "3 4 5-"),
+        ("pattern", "3 4"),
+        ("pattern", " 3\t4  "),
+        ("pattern", "3 4 1"),
+        ("pattern", "3 4x"),
+        ("pattern", "3x 4"),
+        ("pattern", "3"),
+        ("pattern", "0 4"),
+    ];
+    for (field, last) in cases {
+        let mut text = format!("%%MatrixMarket matrix coordinate {field} general\n9 9 3\n");
+        let v = if field == "pattern" { "" } else { " 2" };
+        text += &format!("1 1{v}\n2 2{v}\n{last}\n");
+        std::fs::write(&path, text).unwrap();
+        let seq = entries_one_by_one(&path).map_err(|e| e.to_string());
+        let par = entries_in_batches(&path, None).map_err(|e| e.to_string());
+        assert_eq!(par, seq, "{field} {last:?}");
+    }
+}
