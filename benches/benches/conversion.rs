@@ -6,12 +6,12 @@
 //!   scanners, `tessera_formats::numbers` — with `fast-float2` behind them) and does nothing
 //!   else;
 //! - the *read floor*: every byte read once through `read(2)`;
-//! - sorted against unsorted input, and the peak RSS of a sorted and an unsorted conversion at
-//!   each memory budget (the budget is the reference: a ratio ≥ 1 is within it).
+//! - sorted against unsorted input (`.tns` and `.mtx`), and the peak RSS of sorted and unsorted
+//!   conversions at each memory budget (the budget is the reference: a ratio ≥ 1 is within it).
 //!
 //! Each measured job runs in a child process (this program, re-run with `TESSERA_BENCH_JOB`
 //! set) so that its peak RSS is its own; jobs are interleaved (floor, read, sorted, unsorted,
-//! .mtx floor, .mtx, in turn) and repeated, and the medians are reported, with each job's CPU
+//! .mtx floor, .mtx, unsorted .mtx, in turn) and repeated, and the medians are reported, with each job's CPU
 //! time (user + system, the steadier figure on a shared machine). Files are generated once and
 //! read warm from the page cache.
 //!
@@ -23,7 +23,7 @@
 //!   `16,64,256`); the timed conversions use the largest;
 //! - `TESSERA_BENCH_DIR`: where to put the files (default: the system temp directory).
 //!
-//! `TESSERA_BENCH_JOB=generate conversion PATH sorted|unsorted|mtx BYTES` writes one of the
+//! `TESSERA_BENCH_JOB=generate conversion PATH sorted|unsorted|mtx|unsorted-mtx BYTES` writes one of the
 //! bench's inputs and exits, and `TESSERA_BENCH_JOB=convert conversion IN OUT MEMORY` converts
 //! one: to profile a conversion (callgrind, strace) on the bench's own files.
 
@@ -62,13 +62,14 @@ fn main() {
     let dir = tempfile::tempdir_in(&parent).expect("temporary directory");
     let d = dir.path();
     let nnz = bytes / LINE_BYTES;
-    let (sorted, unsorted, mtx) = (
+    let (sorted, unsorted, mtx, mtx_unsorted) = (
         d.join("sorted.tns"),
         d.join("unsorted.tns"),
         d.join("m.mtx"),
+        d.join("u.mtx"),
     );
     eprintln!(
-        "generating .tns files of ~{} MiB ({nnz} entries) and a .mtx in {}",
+        "generating .tns files of ~{} MiB ({nnz} entries) and .mtx files in {}",
         bytes >> 20,
         d.display()
     );
@@ -76,6 +77,7 @@ fn main() {
     generate(&sorted, &DIMS, nnz, true);
     generate(&unsorted, &DIMS, nnz, false);
     generate(&mtx, &MTX_DIMS, nnz, true);
+    generate(&mtx_unsorted, &MTX_DIMS, nnz, false);
     eprintln!("generated in {:.1} s", t.elapsed().as_secs_f64());
     let mb = |p: &Path| std::fs::metadata(p).unwrap().len() as f64 / 1e6;
     let (sorted_mb, unsorted_mb, mtx_mb) = (mb(&sorted), mb(&unsorted), mb(&mtx));
@@ -83,7 +85,15 @@ fn main() {
     let out = d.join("out.tcs");
 
     // Interleaved repetitions: each round runs every job once.
-    let names = ["floor", "read", "sorted", "unsorted", "mtx floor", "mtx"];
+    let names = [
+        "floor",
+        "read",
+        "sorted",
+        "unsorted",
+        "mtx floor",
+        "mtx",
+        "unsorted mtx",
+    ];
     let mut runs: Vec<Vec<Job>> = names.iter().map(|_| Vec::new()).collect();
     for rep in 0..reps {
         eprintln!("round {}/{reps}", rep + 1);
@@ -93,9 +103,10 @@ fn main() {
         runs[3].push(child("convert", &[s(&unsorted), s(&out), &mem]));
         runs[4].push(child("floor", &[s(&mtx)]));
         runs[5].push(child("convert", &[s(&mtx), s(&out), &mem]));
+        runs[6].push(child("convert", &[s(&mtx_unsorted), s(&out), &mem]));
     }
     let med: Vec<Job> = runs.iter().map(|r| median(r)).collect();
-    let [floor, read, fast, slow, mtx_floor, mtx_conv] = &med[..] else {
+    let [floor, read, fast, slow, mtx_floor, mtx_conv, mtx_slow] = &med[..] else {
         unreachable!()
     };
     // Peak RSS against the budget, one run per budget (the smallest first).
@@ -105,11 +116,12 @@ fn main() {
         let sp = child("convert", &[s(&sorted), s(&out), &m]);
         let up = child("convert", &[s(&unsorted), s(&out), &m]);
         let mp = child("convert", &[s(&mtx), s(&out), &m]);
-        rss.push((b, sp, up, mp));
+        let ump = child("convert", &[s(&mtx_unsorted), s(&out), &m]);
+        rss.push((b, sp, up, mp, ump));
     }
 
     let mut table = Table::new(&format!(
-        "conversion -> .tcs (sss, u32, f64), {sorted_mb:.0} MB sorted / {unsorted_mb:.0} MB unsorted .tns, {mtx_mb:.0} MB sorted .mtx; budget {} MiB; medians of {reps} interleaved rounds",
+        "conversion -> .tcs (sss, u32, f64), {sorted_mb:.0} MB sorted / {unsorted_mb:.0} MB unsorted .tns, {mtx_mb:.0} MB sorted / unsorted .mtx; budget {} MiB; medians of {reps} interleaved rounds",
         memory >> 20
     ));
     table.row(
@@ -145,6 +157,14 @@ fn main() {
         true,
     );
     table.row(
+        "unsorted vs sorted .mtx time",
+        "s",
+        mtx_slow.seconds,
+        "sorted",
+        mtx_conv.seconds,
+        false,
+    );
+    table.row(
         "sorted .tns CPU time vs parse floor",
         "s",
         fast.cpu,
@@ -168,7 +188,7 @@ fn main() {
         mtx_floor.cpu,
         false,
     );
-    for (b, sp, up, mp) in &rss {
+    for (b, sp, up, mp, ump) in &rss {
         let budget = mib(*b);
         table.row(
             &format!("sorted .tns peak RSS, budget {budget:.0}"),
@@ -190,6 +210,14 @@ fn main() {
             &format!("sorted .mtx peak RSS, budget {budget:.0}"),
             "MiB",
             mib(mp.peak),
+            "budget",
+            budget,
+            false,
+        );
+        table.row(
+            &format!("unsorted .mtx peak RSS, budget {budget:.0}"),
+            "MiB",
+            mib(ump.peak),
             "budget",
             budget,
             false,
@@ -305,6 +333,7 @@ fn run_job(job: &str, args: &[String]) {
             "sorted" => (&DIMS, true),
             "unsorted" => (&DIMS, false),
             "mtx" => (&MTX_DIMS, true),
+            "unsorted-mtx" => (&MTX_DIMS, false),
             other => panic!("unknown input kind {other}"),
         };
         generate(Path::new(&args[0]), dims, nnz, sorted);

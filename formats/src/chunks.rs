@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -56,6 +56,21 @@ pub(crate) struct KeyPacking {
     pub bits: Vec<u32>,
 }
 
+impl KeyPacking {
+    /// True when fields of `bits` (levels in mode `order`) hold every coordinate inside
+    /// the declared `dims`, in one `u64`.
+    pub fn fits(dims: &[u64], order: &[usize], bits: &[u32]) -> bool {
+        let rank = dims.len();
+        order.len() == rank
+            && bits.len() == rank
+            && bits.iter().sum::<u32>() <= 64
+            && order
+                .iter()
+                .zip(bits)
+                .all(|(&m, &b)| m < rank && (b >= 64 || dims[m].saturating_sub(1) >> b == 0))
+    }
+}
+
 /// The key of mode-order `coords` packed by `order` and `bits` (see [`KeyPacking`]); a
 /// field of 64 bits is the whole key (the others are empty), hence the checked shift.
 #[inline(always)]
@@ -71,10 +86,32 @@ pub(crate) fn pack_key(coords: &[u64], order: &[usize], bits: &[u32]) -> u64 {
 pub(crate) type LineParser =
     fn(&[u8], &mut [u64], Option<&[u64]>) -> Result<Option<f64>, (u64, SyntaxError)>;
 
+/// Symmetric storage of a matrix (`.mtx`): each entry (i, j, v) must lie in the lower
+/// triangle and stands also for (j, i, v), or (j, i, -v) when skew-symmetric, which then
+/// has no diagonal. The workers check and mirror, so errors keep their line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mirror {
+    Symmetric,
+    Skew,
+}
+
+/// How the workers parse and what they hand out: with `scan`, data lines of the common
+/// shape are parsed in one pass (`numbers::entry_line`) before the line parser is tried
+/// (only for parsers that accept those lines with the same entries); keys packed by
+/// `packing`; rank-2 entries mirrored by `mirror`.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct How {
+    pub scan: bool,
+    pub packing: Option<KeyPacking>,
+    pub mirror: Option<Mirror>,
+}
+
 struct Parsed {
     chunk: Chunk,
     newlines: u64,
     bytes: u64,
+    /// Data lines parsed into entries (before mirroring).
+    lines: u64,
     /// 1-based line within the block, column, kind.
     error: Option<(u64, u64, SyntaxError)>,
 }
@@ -147,24 +184,29 @@ pub(crate) struct ParallelParser {
     pending: BTreeMap<u64, Block>,
     line_base: u64,
     bytes_done: u64,
+    /// Data lines handed out as entries (before mirroring).
+    entry_lines: u64,
     spare: Arc<Spare>,
 }
 
 impl ParallelParser {
-    /// Starts parsing `path` from its beginning with `threads` workers. With `scan`, data
-    /// lines of the common shape are parsed in one pass (`numbers::entry_line`) before
-    /// `parse` is tried; only for parsers that accept those lines with the same entries.
+    /// Starts parsing `path` with `threads` workers from byte `from.0`, the start of a line
+    /// with `from.1` lines before it (the header of an `.mtx` file), each line by `parse`
+    /// as `how` says.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         path: &Path,
         rank: usize,
         dims: Option<Vec<u64>>,
         parse: LineParser,
-        (scan, packing): (bool, Option<KeyPacking>),
+        how: How,
+        from: (u64, u64),
         threads: usize,
         memory: usize,
     ) -> Result<Self> {
-        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
+        file.seek(SeekFrom::Start(from.0))
+            .map_err(|e| Error::io(path, e))?;
         // A block in flight holds its text and its parsed entries (about 2.5 blocks in all);
         // an eighth of the memory budget bounds how many may be in flight.
         // Under a small budget the blocks shrink before their number does.
@@ -180,17 +222,16 @@ impl ParallelParser {
         let job_rx = Arc::new(Mutex::new(job_rx));
         let spare = Arc::new(Spare::default());
         let dims = Arc::new(dims);
-        let packing = Arc::new(packing);
+        let how = Arc::new(how);
         let workers = (0..threads)
             .map(|_| {
                 let (rx, tx, dims) = (Arc::clone(&job_rx), res_tx.clone(), Arc::clone(&dims));
-                let (spare, packing) = (Arc::clone(&spare), Arc::clone(&packing));
+                let (spare, how) = (Arc::clone(&spare), Arc::clone(&how));
                 std::thread::spawn(move || loop {
                     let job = rx.lock().map(|r| r.recv());
                     let Ok(Ok((seq, block))) = job else { return };
                     let chunk = spare.take_chunk();
-                    let how = (parse, scan, packing.as_ref().as_ref());
-                    let parsed = parse_block(&block, rank, dims.as_deref(), how, chunk);
+                    let parsed = parse_block(&block, rank, dims.as_deref(), (parse, &how), chunk);
                     spare.give_text(block);
                     if tx.send((seq, Block::Parsed(parsed))).is_err() {
                         return;
@@ -210,8 +251,9 @@ impl ParallelParser {
             done: false,
             next_take: 0,
             pending: BTreeMap::new(),
-            line_base: 0,
+            line_base: from.1,
             bytes_done: 0,
+            entry_lines: 0,
             spare,
         })
     }
@@ -219,6 +261,11 @@ impl ParallelParser {
     /// Bytes of the file whose entries have been handed out.
     pub fn bytes_done(&self) -> u64 {
         self.bytes_done
+    }
+
+    /// Data lines whose entries have been handed out (before mirroring).
+    pub fn entry_lines(&self) -> u64 {
+        self.entry_lines
     }
 
     /// Fills `chunk` with the next nonempty batch; false at the end of the file.
@@ -263,6 +310,9 @@ impl ParallelParser {
                     return Err(Error::io(&self.path, e));
                 }
             };
+            // Counted before an error too: the `.mtx` reader compares the entries before an
+            // error with those its header declares.
+            self.entry_lines += parsed.lines;
             if let Some((line, column, kind)) = parsed.error {
                 self.done = true;
                 return Err(Error::Syntax {
@@ -357,22 +407,93 @@ fn read_blocks(
 }
 
 /// Parses the lines of `block` into `chunk`: lines of the common shape by the one-pass
-/// scanner for ranks 1 to 4, others by `parse`; keys packed into pairs by `packing`, if any.
+/// scanner for ranks 1 to 4, others by `parse`; keys packed into pairs and entries mirrored
+/// as `how` says.
 fn parse_block(
     block: &[u8],
     rank: usize,
     dims: Option<&[u64]>,
-    (parse, scan, packing): (LineParser, bool, Option<&KeyPacking>),
+    (parse, how): (LineParser, &How),
     chunk: Chunk,
 ) -> Parsed {
+    if how.mirror.is_some() {
+        // Symmetric storage: mirrored and checked entry by entry (no scanner).
+        return mirror_lines(block, dims, (parse, how), chunk);
+    }
+    let packing = how.packing.as_ref();
     // The rank chosen once per block, not per line: the scanner's coordinates are then a
     // fixed array, copied into the chunk (or packed) without a loop of pushes.
-    match (scan, rank) {
+    match (how.scan, rank) {
         (true, 1) => parse_lines::<1>(block, rank, dims, (parse, packing), chunk),
         (true, 2) => parse_lines::<2>(block, rank, dims, (parse, packing), chunk),
         (true, 3) => parse_lines::<3>(block, rank, dims, (parse, packing), chunk),
         (true, 4) => parse_lines::<4>(block, rank, dims, (parse, packing), chunk),
         _ => parse_lines::<0>(block, rank, dims, (parse, packing), chunk),
+    }
+}
+
+/// The lines of a block of a symmetric matrix's entries (rank 2), each entry followed by its
+/// mirror off the diagonal, as the sequential `.mtx` reader gives them.
+fn mirror_lines(
+    block: &[u8],
+    dims: Option<&[u64]>,
+    (parse, how): (LineParser, &How),
+    mut chunk: Chunk,
+) -> Parsed {
+    chunk.clear();
+    let skew = how.mirror == Some(Mirror::Skew);
+    let name = if skew { "skew-symmetric" } else { "symmetric" };
+    let mut push = |c: [u64; 2], v: f64| match &how.packing {
+        Some(p) => chunk
+            .pairs
+            .push([pack_key(&c, &p.order, &p.bits), v.to_bits()]),
+        None => {
+            chunk.coords.extend_from_slice(&c);
+            chunk.vals.push(v);
+        }
+    };
+    let mut coords = [0u64; 2];
+    let (mut start, mut line_no, mut newlines, mut lines) = (0, 0u64, 0u64, 0u64);
+    let mut error = None;
+    while start < block.len() {
+        let end = memchr::memchr(b'\n', &block[start..]).map(|i| start + i);
+        let mut line = &block[start..end.unwrap_or(block.len())];
+        line_no += 1;
+        newlines += u64::from(end.is_some());
+        start = end.map_or(block.len(), |e| e + 1);
+        if let Some(stripped) = line.strip_suffix(b"\r") {
+            line = stripped;
+        }
+        let v = match parse(line, &mut coords, dims) {
+            Ok(Some(v)) => v,
+            Ok(None) => continue,
+            Err((column, kind)) => {
+                error = Some((line_no, column, kind));
+                break;
+            }
+        };
+        let [i, j] = coords;
+        if i < j || (skew && i == j) {
+            let kind = if i < j {
+                SyntaxError::UpperTriangle(name)
+            } else {
+                SyntaxError::SkewDiagonal
+            };
+            error = Some((line_no, 1, kind));
+            break;
+        }
+        lines += 1;
+        push([i, j], v);
+        if i != j {
+            push([j, i], if skew { -v } else { v });
+        }
+    }
+    Parsed {
+        chunk,
+        newlines,
+        bytes: block.len() as u64,
+        lines,
+        error,
     }
 }
 
@@ -408,6 +529,7 @@ fn parse_lines<const R: usize>(
     let mut start = 0;
     let mut line_no = 0u64;
     let mut newlines = 0u64;
+    let mut entry_lines = 0u64;
     while start < block.len() {
         if R > 0 {
             if let Some((v, next)) = crate::numbers::entry_line::<R>(block, start, &mut fixed)
@@ -416,6 +538,7 @@ fn parse_lines<const R: usize>(
                 })
             {
                 line_no += 1;
+                entry_lines += 1;
                 newlines += u64::from(block[next - 1] == b'\n');
                 match &fixed_packing {
                     Some((order, bits)) => {
@@ -442,24 +565,29 @@ fn parse_lines<const R: usize>(
             line = stripped;
         }
         match parse(line, &mut coords, dims) {
-            Ok(Some(v)) => match packing {
-                Some(p) => chunk
-                    .pairs
-                    .push([pack_key(&coords, &p.order, &p.bits), v.to_bits()]),
-                None => {
-                    // Element by element: a `memcpy` call per line costs more for a few words.
-                    for &c in &coords {
-                        chunk.coords.push(c);
+            Ok(Some(v)) => {
+                entry_lines += 1;
+                match packing {
+                    Some(p) => chunk
+                        .pairs
+                        .push([pack_key(&coords, &p.order, &p.bits), v.to_bits()]),
+                    None => {
+                        // Element by element: a `memcpy` call per line costs more for a few
+                        // words.
+                        for &c in &coords {
+                            chunk.coords.push(c);
+                        }
+                        chunk.vals.push(v);
                     }
-                    chunk.vals.push(v);
                 }
-            },
+            }
             Ok(None) => {}
             Err((column, kind)) => {
                 return Parsed {
                     chunk,
                     newlines,
                     bytes: block.len() as u64,
+                    lines: entry_lines,
                     error: Some((line_no, column, kind)),
                 };
             }
@@ -470,6 +598,7 @@ fn parse_lines<const R: usize>(
         chunk,
         newlines,
         bytes: block.len() as u64,
+        lines: entry_lines,
         error: None,
     }
 }

@@ -8,9 +8,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::atomic::AtomicFile;
+use crate::chunks::{parse_threads, Chunk, How, KeyPacking, Mirror, ParallelParser};
 use crate::error::{Error, Result, SyntaxError};
 use crate::lines::{fields, is_blank, parse_f64, parse_u64, LineReader};
-use crate::text::{EntryReader, READ_BUFFER};
+use crate::text::{sequential_chunk, EntryReader, READ_BUFFER};
 use crate::tns::{parse_coord, push_u64, show};
 use crate::value::ValueType;
 
@@ -52,7 +53,21 @@ pub struct MtxReader {
     /// Array layout: next (row, column) to be read, column-major.
     next_cell: (u64, u64),
     line: u64,
+    /// Where the data lines begin: byte offset, lines before.
+    data_start: (u64, u64),
+    /// Started by the first [`EntryReader::next_chunk`] of a coordinate file before any
+    /// `next_entry`.
+    parallel: Option<ParallelParser>,
+    /// True once `next_entry` has been used (batches then come from it).
+    sequential: bool,
+    /// From [`EntryReader::pack_keys`]: the parallel parser packs keys into pairs.
+    packing: Option<KeyPacking>,
+    /// From [`EntryReader::set_memory_budget`]: bounds the parallel parser's blocks in flight.
+    memory: usize,
 }
+
+/// Budget assumed when none is set: room for every worker's blocks.
+const DEFAULT_MEMORY: usize = 256 << 20;
 
 impl MtxReader {
     /// Opens `path` and reads its banner and size line.
@@ -118,6 +133,7 @@ impl MtxReader {
             (Layout::Array, Symmetry::Skew) => rows.saturating_mul(rows.saturating_sub(1)) / 2,
         };
         let first_row = if symmetry == Symmetry::Skew { 1 } else { 0 };
+        let data_start = (lines.consumed(), line_no);
         Ok(MtxReader {
             path: path.to_path_buf(),
             lines,
@@ -132,6 +148,11 @@ impl MtxReader {
             mirror: None,
             next_cell: (first_row, 0),
             line: line_no,
+            data_start,
+            parallel: None,
+            sequential: false,
+            packing: None,
+            memory: DEFAULT_MEMORY,
         })
     }
 
@@ -215,6 +236,70 @@ impl MtxReader {
         }
     }
 
+    /// The next batch of a coordinate file from the parallel parser, started on the first
+    /// call. The workers parse, check, mirror and pack; this thread checks the count of
+    /// entries against the header.
+    fn parallel_chunk(&mut self, chunk: &mut Chunk) -> Result<bool> {
+        if self.parallel.is_none() {
+            let parse: crate::chunks::LineParser = match self.field {
+                Field::Real => real_line,
+                Field::Integer => integer_line,
+                Field::Pattern => pattern_line,
+            };
+            let how = How {
+                // Integer values must refuse decimals, which the scanner takes.
+                scan: self.field == Field::Real,
+                packing: self.packing.clone(),
+                mirror: match self.symmetry {
+                    Symmetry::General => None,
+                    Symmetry::Symmetric => Some(Mirror::Symmetric),
+                    Symmetry::Skew => Some(Mirror::Skew),
+                },
+            };
+            let dims = Some(vec![self.rows, self.cols]);
+            let (from, threads) = (self.data_start, parse_threads());
+            let p =
+                ParallelParser::start(&self.path, 2, dims, parse, how, from, threads, self.memory)?;
+            self.parallel = Some(p);
+        }
+        let p = self.parallel.as_mut().expect("started");
+        let got = p.next_chunk(chunk);
+        let entries = p.entry_lines();
+        match got {
+            // An error the sequential reader meets first too: no extra entry before it.
+            Err(e) if entries < self.declared => Err(e),
+            Err(e) => Err(self.first_error().unwrap_or(e)),
+            Ok(more) if entries > self.declared || (!more && entries < self.declared) => {
+                let kind = SyntaxError::EntryCount {
+                    expected: self.declared,
+                    found: entries,
+                };
+                let fallback = self.syntax(self.data_start.1 + 1, 1, kind);
+                Err(self.first_error().unwrap_or(fallback))
+            }
+            Ok(more) => Ok(more),
+        }
+    }
+
+    /// The error the sequential reader reports for this file, read again from the start:
+    /// where the count of entries is wrong, it names the line of the first extra entry (or
+    /// the end), which the parallel parser does not know. Errors are rare; reading again
+    /// keeps the parser's fast path free of the count.
+    fn first_error(&self) -> Option<Error> {
+        let mut again = match MtxReader::open(&self.path) {
+            Ok(r) => r,
+            Err(e) => return Some(e),
+        };
+        let mut coords = [0u64; 2];
+        loop {
+            match again.next_entry(&mut coords) {
+                Ok(Some(_)) => {}
+                Ok(None) => return None,
+                Err(e) => return Some(e),
+            }
+        }
+    }
+
     /// Column-major order over the stored triangle.
     fn advance_cell(&mut self) {
         let (mut i, mut j) = self.next_cell;
@@ -241,21 +326,7 @@ pub(crate) struct MtxSyntax {
 impl crate::convert::LineSyntax for MtxSyntax {
     #[inline]
     fn parse(&self, line: &[u8], coords: &mut [u64]) -> Result<Option<f64>, (u64, SyntaxError)> {
-        // Real values take the `.tns` fast path (integer ones must reject decimals).
-        if self.field == Field::Real {
-            if let Some(v) = crate::tns::fast_fields::<true>(line, coords) {
-                if coords[0] < self.rows && coords[1] < self.cols {
-                    return Ok(Some(v));
-                }
-            }
-        }
-        if is_blank(line) || line.first() == Some(&b'%') {
-            return Ok(None);
-        }
-        let (i, j, v) = parse_coordinate_line(line, self.field, self.rows, self.cols)?;
-        coords[0] = i;
-        coords[1] = j;
-        Ok(Some(v))
+        data_line(self.field, line, coords, Some(&[self.rows, self.cols]))
     }
 
     /// Real values only: integer fields must refuse decimals, which the scanner takes.
@@ -394,6 +465,109 @@ fn parse_coordinate_line(
     Ok((ij[0], ij[1], v))
 }
 
+/// A data line of a coordinate file for the parallel parser: the entry, `None` for a blank
+/// or comment line, or the column and kind of an error; `dims` are the rows and columns.
+#[inline]
+fn data_line(
+    field: Field,
+    line: &[u8],
+    coords: &mut [u64],
+    dims: Option<&[u64]>,
+) -> Result<Option<f64>, (u64, SyntaxError)> {
+    let (rows, cols) = match dims {
+        Some(&[r, c]) => (r, c),
+        _ => (u64::MAX, u64::MAX),
+    };
+    // The common line in one pass; anything else (every error included) is parsed again
+    // field by field below.
+    let fast = match field {
+        Field::Real => crate::tns::fast_fields::<true>(line, coords),
+        // Integer values must refuse decimals, which the `.tns` fast path takes.
+        Field::Integer => {
+            crate::tns::fast_fields::<true>(line, coords).filter(|_| integer_tail(line))
+        }
+        Field::Pattern => fast_pair(line, coords).then_some(1.0),
+    };
+    if let Some(v) = fast.filter(|_| coords[0] < rows && coords[1] < cols) {
+        return Ok(Some(v));
+    }
+    if is_blank(line) || line.first() == Some(&b'%') {
+        return Ok(None);
+    }
+    let (i, j, v) = parse_coordinate_line(line, field, rows, cols)?;
+    coords[0] = i;
+    coords[1] = j;
+    Ok(Some(v))
+}
+
+/// True when the last field of `line` is an integer of at most 15 digits (with an optional
+/// sign): its value as parsed by the `.tns` fast path is then exact, as `parse_value`'s.
+fn integer_tail(line: &[u8]) -> bool {
+    let is_space = |b: &u8| *b == b' ' || *b == b'\t';
+    let end = line.len() - line.iter().rev().take_while(|b| is_space(b)).count();
+    let digits = line[..end]
+        .iter()
+        .rev()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    let mut start = end - digits;
+    if start > 0 && matches!(line[start - 1], b'-' | b'+') {
+        start -= 1;
+    }
+    (1..=15).contains(&digits) && start > 0 && is_space(&line[start - 1])
+}
+
+/// A pattern line `row column` in one pass (0-based into `coords`); false for anything else.
+fn fast_pair(line: &[u8], coords: &mut [u64]) -> bool {
+    let n = line.len();
+    let is_space = |b: u8| b == b' ' || b == b'\t';
+    let mut i = 0;
+    for c in coords.iter_mut().take(2) {
+        while i < n && is_space(line[i]) {
+            i += 1;
+        }
+        let start = i;
+        let mut x = 0u64;
+        while i < n && line[i].is_ascii_digit() {
+            x = x.wrapping_mul(10).wrapping_add(u64::from(line[i] - b'0'));
+            i += 1;
+        }
+        // At most 19 digits cannot overflow; the careful path takes longer numbers.
+        if i == start || i - start > 19 || x == 0 || (i < n && !is_space(line[i])) {
+            return false;
+        }
+        *c = x - 1;
+    }
+    while i < n && is_space(line[i]) {
+        i += 1;
+    }
+    i == n
+}
+
+fn real_line(
+    line: &[u8],
+    coords: &mut [u64],
+    dims: Option<&[u64]>,
+) -> Result<Option<f64>, (u64, SyntaxError)> {
+    data_line(Field::Real, line, coords, dims)
+}
+
+fn integer_line(
+    line: &[u8],
+    coords: &mut [u64],
+    dims: Option<&[u64]>,
+) -> Result<Option<f64>, (u64, SyntaxError)> {
+    data_line(Field::Integer, line, coords, dims)
+}
+
+fn pattern_line(
+    line: &[u8],
+    coords: &mut [u64],
+    dims: Option<&[u64]>,
+) -> Result<Option<f64>, (u64, SyntaxError)> {
+    data_line(Field::Pattern, line, coords, dims)
+}
+
 fn parse_array_line(line: &[u8], field: Field) -> Result<f64, (u64, SyntaxError)> {
     let found: Vec<(u64, &[u8])> = fields(line).collect();
     if found.len() != 1 {
@@ -420,7 +594,32 @@ impl EntryReader for MtxReader {
     fn declared_dims(&self) -> Option<Vec<u64>> {
         Some(vec![self.rows, self.cols])
     }
+    fn set_memory_budget(&mut self, bytes: usize) {
+        self.memory = bytes;
+    }
+    fn pack_keys(&mut self, order: &[usize], bits: &[u32]) -> bool {
+        // Only the parallel parser packs, and only before it starts.
+        let parallel = self.layout == Layout::Coordinate && !self.sequential;
+        if !parallel
+            || self.parallel.is_some()
+            || !KeyPacking::fits(&[self.rows, self.cols], order, bits)
+        {
+            return false;
+        }
+        self.packing = Some(KeyPacking {
+            order: order.to_vec(),
+            bits: bits.to_vec(),
+        });
+        true
+    }
+    fn next_chunk(&mut self, chunk: &mut Chunk) -> Result<bool> {
+        if self.sequential || self.layout == Layout::Array {
+            return sequential_chunk(self, chunk);
+        }
+        self.parallel_chunk(chunk)
+    }
     fn next_entry(&mut self, coords: &mut [u64]) -> Result<Option<f64>> {
+        self.sequential = true;
         if let Some((c, v)) = self.mirror.take() {
             coords.copy_from_slice(&c);
             return Ok(Some(v));
@@ -457,7 +656,10 @@ impl EntryReader for MtxReader {
         self.line
     }
     fn bytes_read(&self) -> u64 {
-        self.lines.consumed()
+        match &self.parallel {
+            Some(p) => self.data_start.0 + p.bytes_done(),
+            None => self.lines.consumed(),
+        }
     }
     fn total_bytes(&self) -> u64 {
         self.total

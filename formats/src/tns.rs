@@ -9,7 +9,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::atomic::AtomicFile;
-use crate::chunks::{parse_threads, Chunk, KeyPacking, ParallelParser};
+use crate::chunks::{parse_threads, Chunk, How, KeyPacking, ParallelParser};
 use crate::error::{Error, Result, SyntaxError};
 use crate::lines::{decimal_prefix, fields, is_blank, parse_f64, parse_u64, LineReader};
 use crate::text::{EntryReader, READ_BUFFER};
@@ -349,16 +349,10 @@ impl EntryReader for TnsReader {
     fn pack_keys(&mut self, order: &[usize], bits: &[u32]) -> bool {
         // Packing needs the values, the parallel parser, and bounds it checks (declared
         // dimensions) that the fields hold.
-        let fits = self.dims.as_ref().is_some_and(|d| {
-            d.len() == self.rank
-                && order.len() == self.rank
-                && bits.len() == self.rank
-                && bits.iter().sum::<u32>() <= 64
-                && order
-                    .iter()
-                    .zip(bits)
-                    .all(|(&m, &b)| m < d.len() && (b >= 64 || d[m].saturating_sub(1) >> b == 0))
-        });
+        let fits = self
+            .dims
+            .as_ref()
+            .is_some_and(|d| KeyPacking::fits(d, order, bits));
         if !fits || self.rank == 0 || !self.values || self.sequential || self.parallel.is_some() {
             return false;
         }
@@ -382,7 +376,12 @@ impl EntryReader for TnsReader {
                 } else {
                     parse_line_coords
                 },
-                (self.values, self.packing.clone()),
+                How {
+                    scan: self.values,
+                    packing: self.packing.clone(),
+                    mirror: None,
+                },
+                (0, 0),
                 parse_threads(),
                 self.memory,
             )?;

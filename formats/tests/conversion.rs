@@ -842,3 +842,97 @@ proptest! {
         prop_assert_eq!(read_nonzeros(&a), want);
     }
 }
+
+/// (symmetry, field, entries (row, column, value), sorted, forced through the external sort,
+/// budget case).
+type MtxCase = (
+    &'static str,
+    &'static str,
+    Vec<(u64, u64, i32)>,
+    bool,
+    bool,
+    usize,
+);
+
+fn mtx_case() -> impl Strategy<Value = MtxCase> {
+    (
+        proptest::sample::select(vec!["general", "symmetric", "skew-symmetric"]),
+        proptest::sample::select(vec!["real", "integer", "pattern"]),
+        proptest::collection::vec((0u64..60, 0u64..60, -9i32..9), 1..1500),
+        any::<bool>(),
+        any::<bool>(),
+        0usize..4,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    /// An `.mtx` file converts (its coordinate lines parsed, mirrored and packed by the
+    /// parallel parser) to the bytes of a `.tns` file holding the entries the sequential
+    /// `.mtx` reader gives, in its order, without declared dimensions (its runs then hold
+    /// records packed when spilled, as the `.mtx` reader's did): general, symmetric and
+    /// skew-symmetric; real, integer and pattern; sorted or not; on the block packer or the
+    /// external sort; budgets that keep the input in memory, spill many runs, merge in rounds,
+    /// or take 16 MiB.
+    #[test]
+    fn mtx_converts_to_the_bytes_of_its_entries_read_one_by_one(
+        (symmetry, field, raw, sorted, external, budget) in mtx_case()
+    ) {
+        let mut stored: Vec<(u64, u64, i32)> = raw
+            .iter()
+            .map(|&(i, j, x)| match symmetry {
+                "general" => (i, j, x),
+                "skew-symmetric" => (i.max(j) + 1, i.min(j), x),
+                _ => (i.max(j), i.min(j), x),
+            })
+            .collect();
+        if sorted {
+            stored.sort();
+        }
+        // Dimensions the entries reach, as the `.tns` file's are found.
+        let rows = stored.iter().map(|e| e.0).max().unwrap() + 1;
+        let cols = stored.iter().map(|e| e.1).max().unwrap() + 1;
+        let (rows, cols) = if symmetry == "general" { (rows, cols) } else { (rows.max(cols), rows.max(cols)) };
+        let mut text = format!("%%MatrixMarket matrix coordinate {field} {symmetry}\n% c\n");
+        text += &format!("{rows} {cols} {}\n", stored.len());
+        for &(i, j, x) in &stored {
+            let v = match field {
+                "pattern" => String::new(),
+                "integer" => format!(" {x}"),
+                _ => format!(" {}", f64::from(x) / 8.0),
+            };
+            text += &format!("{} {}{v}\n", i + 1, j + 1);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let (mtx, tns) = (dir.path().join("m.mtx"), dir.path().join("m.tns"));
+        std::fs::write(&mtx, text).unwrap();
+        let mut r = tessera_formats::open_text(&mtx).unwrap();
+        let mut c = [0u64; 2];
+        let mut entries = Vec::new();
+        while let Some(v) = r.next_entry(&mut c).unwrap() {
+            entries.push((c.to_vec(), v));
+        }
+        write_tns(&tns, None, &entries);
+        let (memory, run_entries, fan_in) = match budget {
+            0 => (256 << 20, None, None),
+            1 => (256 << 20, Some(97), None),
+            2 => (256 << 20, Some(61), Some(2)),
+            _ => (16 << 20, None, None),
+        };
+        let opts = ConvertOptions {
+            memory,
+            run_entries,
+            fan_in,
+            force_external_sort: external,
+            ..ConvertOptions::default()
+        };
+        let (a, b) = (dir.path().join("mtx.tcs"), dir.path().join("tns.tcs"));
+        let ra = convert(&mtx, &a, &opts, &NoProgress).unwrap();
+        let rb = convert(&tns, &b, &opts, &NoProgress).unwrap();
+        prop_assert_eq!(&ra.dims, &rb.dims);
+        prop_assert_eq!(ra.entries_read, rb.entries_read);
+        prop_assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap());
+        prop_assert_eq!(read_nonzeros(&a), reference(&entries));
+    }
+}
