@@ -227,8 +227,9 @@ pub(crate) fn run_chunks(n: usize, chunk: usize, steps: &[Step], results: &mut [
 /// run chunk by chunk like a fused task would.
 pub(crate) fn unfused_body(kernel: &Elementwise, ctx: &mut TaskContext<'_>) {
     fn go<T: Element>(kernel: &Elementwise, ctx: &mut TaskContext<'_>) {
-        let mut reads = vec![];
-        let mut writes = vec![];
+        // Inline up to four of each (no allocation per point for the usual task).
+        let mut reads: SmallVec<[_; 4]> = SmallVec::new();
+        let mut writes: SmallVec<[_; 4]> = SmallVec::new();
         let mut len = None;
         for i in 0..ctx.args_len() {
             let n = match ctx.privilege(i) {

@@ -25,8 +25,12 @@ pub(crate) fn run_fused_point(task: &Launched, shape: &FusedShape, point: usize)
         results: smallvec::smallvec![None; task.results.len()],
         ..PointOut::default()
     };
+    let Some(first) = shape.subs.first() else {
+        return out;
+    };
+    let mut ctx = TaskContext::for_sub(task, point, first, &locals);
     for sub in &shape.subs {
-        let mut ctx = TaskContext::for_sub(task, point, sub, &locals);
+        ctx.set_sub(sub);
         if let Err(p) = catch_unwind(AssertUnwindSafe(|| (sub.body)(&mut ctx))) {
             // Name the sub-task whose body failed, not just the fused task.
             let msg = p
@@ -38,7 +42,7 @@ pub(crate) fn run_fused_point(task: &Launched, shape: &FusedShape, point: usize)
                 None => resume_unwind(p),
             }
         }
-        let o = std::mem::take(&mut *ctx.out.lock().unwrap_or_else(|e| e.into_inner()));
+        let o = std::mem::take(ctx.out.get_mut().unwrap_or_else(|e| e.into_inner()));
         out.reduce.extend(o.reduce);
         out.pieces.extend(o.pieces);
         for (slot, v) in o.results.into_iter().enumerate() {
