@@ -34,6 +34,10 @@ pub(crate) struct Locals {
 
 impl Locals {
     pub(crate) fn new(task: &Launched, point: usize) -> Locals {
+        if !task.args.iter().any(|a| a.local) {
+            // Most fused tasks have no temporary: no allocation per point for them.
+            return Locals { bufs: Vec::new() };
+        }
         Locals {
             bufs: task
                 .args
@@ -73,6 +77,12 @@ impl<'a> TaskContext<'a> {
             locals: Some(locals),
             ..TaskContext::new(task, point)
         }
+    }
+
+    /// Makes this context the one sub-task `sub` of the same fused task sees at the same point
+    /// (one context per point, not one per sub-task).
+    pub(crate) fn set_sub(&mut self, sub: &'a SubShape) {
+        self.sub = Some(sub);
     }
 
     /// The fused argument behind the body's argument `arg`.
@@ -265,7 +275,7 @@ impl<'a> TaskContext<'a> {
         let a = self.arg(arg);
         let (data, ledger) = self
             .locals
-            .and_then(|l| l.bufs[self.map(arg)].as_ref())
+            .and_then(|l| l.bufs.get(self.map(arg))?.as_ref())
             .expect("a local argument has scratch in its point");
         let rect = &a.rects[self.point];
         RawView {

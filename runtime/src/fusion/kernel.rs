@@ -14,6 +14,7 @@ use crate::dtype::{DType, Element, ReduceOp, Scalar};
 use crate::task::Privilege;
 use crate::TaskContext;
 use smallvec::SmallVec;
+use std::sync::OnceLock;
 
 /// Elements per chunk: every live array of a fused chain keeps one chunk in cache (Black-Scholes'
 /// 21 arrays of `f64` take 168 KiB, inside a 1 MiB L2). 256, 512 and 2048 were tried on the
@@ -138,6 +139,40 @@ impl Elementwise {
     }
 }
 
+/// The step that sets every output of a chunk to zero (`T::default()`, the zeros a fresh
+/// store is allocated with): it clears a reused scratch buffer standing for a temporary that
+/// the fused task reads before it writes it (`scratch.rs`). One per element type, made once.
+pub(crate) fn zero_kernel(dtype: DType) -> &'static Elementwise {
+    fn make<T: Element>() -> Elementwise {
+        Elementwise::new::<T>(|c: &mut Chunk<'_, T>| {
+            for o in c.split().1.iter_mut() {
+                o.fill(T::default());
+            }
+        })
+    }
+    static KERNELS: OnceLock<[Elementwise; 7]> = OnceLock::new();
+    let k = KERNELS.get_or_init(|| {
+        [
+            make::<f64>(),
+            make::<f32>(),
+            make::<i64>(),
+            make::<i32>(),
+            make::<u64>(),
+            make::<u32>(),
+            make::<crate::dtype::PosRange>(),
+        ]
+    });
+    &k[match dtype {
+        DType::F64 => 0,
+        DType::F32 => 1,
+        DType::I64 => 2,
+        DType::I32 => 3,
+        DType::U64 => 4,
+        DType::U32 => 5,
+        DType::Range => 6,
+    }]
+}
+
 /// Where one argument of a step lives: a store's cells (advanced per chunk) or a chunk-sized
 /// scratch buffer (the same cells every chunk).
 #[derive(Clone, Copy)]
@@ -192,8 +227,9 @@ pub(crate) fn run_chunks(n: usize, chunk: usize, steps: &[Step], results: &mut [
 /// run chunk by chunk like a fused task would.
 pub(crate) fn unfused_body(kernel: &Elementwise, ctx: &mut TaskContext<'_>) {
     fn go<T: Element>(kernel: &Elementwise, ctx: &mut TaskContext<'_>) {
-        let mut reads = vec![];
-        let mut writes = vec![];
+        // Inline up to four of each (no allocation per point for the usual task).
+        let mut reads: SmallVec<[_; 4]> = SmallVec::new();
+        let mut writes: SmallVec<[_; 4]> = SmallVec::new();
         let mut len = None;
         for i in 0..ctx.args_len() {
             let n = match ctx.privilege(i) {

@@ -15,6 +15,7 @@ pub(crate) mod kernel;
 pub(crate) mod memo;
 pub(crate) mod run;
 pub(crate) mod scalar;
+pub(crate) mod scratch;
 pub(crate) mod temporaries;
 
 pub(crate) use build::{FusedShape, SubShape};

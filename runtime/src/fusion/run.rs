@@ -1,7 +1,8 @@
 //! Running one point of a fused task: the element-wise chunk loop when every sub-task is
 //! element-wise and the point's sub-stores line up, else each sub-task's body in issue order.
 
-use super::kernel::{run_chunks, Slot, Step, CHUNK};
+use super::kernel::{run_chunks, zero_kernel, Slot, Step, CHUNK};
+use super::scratch::Scratch;
 use super::FusedShape;
 use crate::buffer::{Borrow, Data};
 use crate::context::{Locals, TaskContext};
@@ -24,8 +25,12 @@ pub(crate) fn run_fused_point(task: &Launched, shape: &FusedShape, point: usize)
         results: smallvec::smallvec![None; task.results.len()],
         ..PointOut::default()
     };
+    let Some(first) = shape.subs.first() else {
+        return out;
+    };
+    let mut ctx = TaskContext::for_sub(task, point, first, &locals);
     for sub in &shape.subs {
-        let mut ctx = TaskContext::for_sub(task, point, sub, &locals);
+        ctx.set_sub(sub);
         if let Err(p) = catch_unwind(AssertUnwindSafe(|| (sub.body)(&mut ctx))) {
             // Name the sub-task whose body failed, not just the fused task.
             let msg = p
@@ -37,7 +42,7 @@ pub(crate) fn run_fused_point(task: &Launched, shape: &FusedShape, point: usize)
                 None => resume_unwind(p),
             }
         }
-        let o = std::mem::take(&mut *ctx.out.lock().unwrap_or_else(|e| e.into_inner()));
+        let o = std::mem::take(ctx.out.get_mut().unwrap_or_else(|e| e.into_inner()));
         out.reduce.extend(o.reduce);
         out.pieces.extend(o.pieces);
         for (slot, v) in o.results.into_iter().enumerate() {
@@ -101,17 +106,24 @@ fn kernel_point(task: &Launched, shape: &FusedShape, point: usize) -> Option<Poi
     let n = n.unwrap_or(0);
     // Held for the whole loop: every store cell the point touches, exclusive where written.
     let mut borrows: SmallVec<[Borrow<'_>; 8]> = SmallVec::new();
-    let mut scratch: SmallVec<[Data; 4]> = SmallVec::new();
+    // Temporaries live in this thread's reused chunk buffers (no allocation per point).
+    let mut scratch = Scratch::default();
     let mut slots: SmallVec<[Slot; 8]> = SmallVec::new();
-    for (a, &(start, _)) in task.args.iter().zip(&spans) {
+    // Temporaries read before they are written: cleared before every chunk.
+    let mut cleared: SmallVec<[Slot; 4]> = SmallVec::new();
+    for ((a, f), &(start, _)) in task.args.iter().zip(&shape.args).zip(&spans) {
         let size = a.root.dtype.size();
         if a.local {
-            scratch.push(Data::zeros(a.root.dtype, CHUNK.min(n)));
-            slots.push(Slot {
-                base: base(scratch.last().expect("just pushed")),
+            let slot = Slot {
+                base: scratch.take(CHUNK.min(n) * size),
                 size,
                 scratch: true,
-            });
+            };
+            // The sub-task naming it first was given `write`: its body assigns every element.
+            if shape.subs[f.from.0].args[f.from.1].1 != Privilege::Write {
+                cleared.push(slot);
+            }
+            slots.push(slot);
             continue;
         }
         let rect = a.rects[point];
@@ -133,29 +145,37 @@ fn kernel_point(task: &Launched, shape: &FusedShape, point: usize) -> Option<Poi
             scratch: false,
         });
     }
-    let steps: SmallVec<[Step; 8]> = shape
-        .subs
-        .iter()
-        .map(|s| Step {
-            kernel: s.kernel.as_deref().expect("checked above"),
-            ins: s
-                .args
-                .iter()
-                .filter(|(_, p)| *p == Privilege::Read)
-                .map(|(j, _)| slots[*j])
-                .collect(),
-            outs: s
-                .args
-                .iter()
-                .filter(|(_, p)| *p != Privilege::Read)
-                .map(|(j, _)| slots[*j])
-                .collect(),
-            scalars: task.scalars[s.scalars.clone()]
-                .iter()
-                .map(scalar_value)
-                .collect(),
-            result: s.result.map(|slot| (task.results[slot].0, slot)),
-        })
+    let clear = (!cleared.is_empty()).then(|| Step {
+        kernel: zero_kernel(task.args[0].root.dtype),
+        ins: SmallVec::new(),
+        outs: cleared,
+        scalars: SmallVec::new(),
+        result: None,
+    });
+    let steps: SmallVec<[Step; 8]> = clear
+        .into_iter()
+        .chain(shape.subs.iter().map(|s| {
+            Step {
+                kernel: s.kernel.as_deref().expect("checked above"),
+                ins: s
+                    .args
+                    .iter()
+                    .filter(|(_, p)| *p == Privilege::Read)
+                    .map(|(j, _)| slots[*j])
+                    .collect(),
+                outs: s
+                    .args
+                    .iter()
+                    .filter(|(_, p)| *p != Privilege::Read)
+                    .map(|(j, _)| slots[*j])
+                    .collect(),
+                scalars: task.scalars[s.scalars.clone()]
+                    .iter()
+                    .map(scalar_value)
+                    .collect(),
+                result: s.result.map(|slot| (task.results[slot].0, slot)),
+            }
+        }))
         .collect();
     let mut results: SmallVec<[Option<Scalar>; 1]> = smallvec::smallvec![None; task.results.len()];
     run_chunks(n, CHUNK, &steps, &mut results);

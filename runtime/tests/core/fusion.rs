@@ -473,6 +473,52 @@ fn kernel_fused_results_equal_unfused_ones() {
     assert_eq!(unfused.2.tasks_launched, 4);
 }
 
+/// A temporary whose first use in a kernel-fused task reads it (`t += x` on a fresh `t`) sees
+/// zeros in every chunk, as the store it replaces would: the chunk scratch that stands for
+/// it must not carry the previous chunk's (or the previous point's) values.
+#[test]
+fn a_temporary_read_before_written_starts_at_zero_in_every_chunk() {
+    // Several chunks per point, the last one short.
+    let n = 3 * 2048 * 2 + 17;
+    let run = |fusion: bool| {
+        let rt = rt(16, fusion);
+        let x = input(&rt, n);
+        let out = rt.create(DType::F64, &[n]).unwrap();
+        // Four launches of two points each over at most three threads (two workers and the
+        // caller, which helps while it waits): some thread runs a second point with the
+        // scratch buffers its first one left.
+        for _ in 0..4 {
+            let t = rt.create(DType::F64, &[n]).unwrap();
+            rt.task("ew_axpy")
+                .read(&x)
+                .read_write(&t)
+                .scalar(2.0)
+                .align(&x, &t)
+                .submit()
+                .unwrap();
+            axpb(&rt, "ew_axpb", &t, &out, 1.0, 0.5);
+            drop(t);
+            rt.fence().unwrap();
+        }
+        (rt.read::<f64>(&out).unwrap(), launched(&rt))
+    };
+    let (fused, unfused) = (run(true), run(false));
+    let want: Vec<f64> = (0..n).map(|i| 2.0 * (i as f64 - 3.0) + 0.5).collect();
+    for (what, got) in [("unfused", &unfused.0), ("fused", &fused.0)] {
+        let bad = (0..n).find(|&i| got[i] != want[i]);
+        assert_eq!(bad, None, "{what}: first wrong element (of {n})");
+    }
+    assert_eq!(
+        (
+            fused.1.temporaries_eliminated,
+            fused.1.kernel_fused_launches
+        ),
+        (4, 4),
+        "{:?}",
+        fused.1
+    );
+}
+
 /// Where a random element-wise chain's coefficient comes from.
 #[derive(Clone, Debug)]
 enum Coef {
