@@ -135,25 +135,27 @@ pub(crate) struct Instance {
     pub results: Args<(ReduceOp, Arc<FutureCell>)>,
 }
 
+/// The fused task's argument `f`, made from `a`, the argument of the sub-task that names it first.
+fn fused_arg(f: &FusedArg, a: &LaunchArg) -> LaunchArg {
+    LaunchArg {
+        root: a.root.clone(),
+        view: a.view,
+        privilege: f.privilege,
+        // The sub-task naming the argument first writes every cell of each point's sub-store
+        // (same store and partition, so the same sub-stores) before a later sub-task of the
+        // point touches them: their old values need no zeroing.
+        overwrite: a.overwrite,
+        rects: a.rects.clone(),
+        local: f.local,
+    }
+}
+
 /// Fills `shape` with the prefix' stores, sub-stores, scalars and futures.
 pub(crate) fn instantiate(shape: &FusedShape, prefix: &mut [Box<Ready>]) -> Instance {
     let args = shape
         .args
         .iter()
-        .map(|f| {
-            let a = &prefix[f.from.0].args[f.from.1];
-            LaunchArg {
-                root: a.root.clone(),
-                view: a.view,
-                privilege: f.privilege,
-                // The sub-task naming the argument first writes every cell of each point's
-                // sub-store (same store and partition, so the same sub-stores) before a later
-                // sub-task of the point touches them: their old values need no zeroing.
-                overwrite: a.overwrite,
-                rects: a.rects.clone(),
-                local: f.local,
-            }
-        })
+        .map(|f| fused_arg(f, &prefix[f.from.0].args[f.from.1]))
         .collect();
     let mut h = rustc_hash::FxHasher::default();
     let mut scalars = Scalars::new();
@@ -178,17 +180,7 @@ pub(crate) fn fuse_plans(shape: &Arc<FusedShape>, plans: Vec<Plan>, body: TaskBo
     let args = shape
         .args
         .iter()
-        .map(|f| {
-            let a = &plans[f.from.0].args[f.from.1];
-            LaunchArg {
-                root: a.root.clone(),
-                view: a.view,
-                privilege: f.privilege,
-                overwrite: a.overwrite,
-                rects: a.rects.clone(),
-                local: f.local,
-            }
-        })
+        .map(|f| fused_arg(f, &plans[f.from.0].args[f.from.1]))
         .collect();
     let mut h = rustc_hash::FxHasher::default();
     let mut scalars = Scalars::new();

@@ -17,7 +17,7 @@ fn rt(window: usize, fusion: bool) -> Runtime {
     rt
 }
 
-fn register(rt: &Runtime) -> Result<()> {
+pub(crate) fn register(rt: &Runtime) -> Result<()> {
     // y = a * x + b, by hand and element-wise.
     rt.register("axpb", |ctx| {
         let (a, b) = (ctx.scalar(0).as_f64(), ctx.scalar(1).as_f64());
@@ -76,7 +76,7 @@ fn register(rt: &Runtime) -> Result<()> {
     })
 }
 
-fn axpb(rt: &Runtime, name: &str, x: &Store, y: &Store, a: f64, b: f64) {
+pub(crate) fn axpb(rt: &Runtime, name: &str, x: &Store, y: &Store, a: f64, b: f64) {
     rt.task(name)
         .read(x)
         .write(y)

@@ -2,7 +2,8 @@
 //! replays launch the trace's fused tasks, eliminate its temporaries, and fall back to ordinary
 //! analysis when a store that was a temporary is not one this time.
 
-use tessera_runtime::{Chunk, DType, Result, Runtime, Stats, Store};
+use super::fusion::{axpb, register};
+use tessera_runtime::{DType, Runtime, Stats};
 
 fn runtime(tracing: bool, fusion: bool) -> Runtime {
     let rt = Runtime::builder()
@@ -14,36 +15,6 @@ fn runtime(tracing: bool, fusion: bool) -> Runtime {
         .build();
     register(&rt).unwrap();
     rt
-}
-
-fn register(rt: &Runtime) -> Result<()> {
-    // y = a * x + b, by hand and element-wise.
-    rt.register("axpb", |ctx| {
-        let (a, b) = (ctx.scalar(0).as_f64(), ctx.scalar(1).as_f64());
-        let x = ctx.read::<f64>(0);
-        let mut y = ctx.write::<f64>(1);
-        for i in y.range() {
-            y.set_at(i, a * x.at(i) + b);
-        }
-    })?;
-    rt.register_elementwise::<f64>("ew_axpb", |c: &mut Chunk<'_, f64>| {
-        let (a, b) = (c.scalar(0).as_f64(), c.scalar(1).as_f64());
-        let (ins, outs) = c.split();
-        for (y, x) in outs[0].iter_mut().zip(ins[0].iter()) {
-            *y = a * x + b;
-        }
-    })
-}
-
-fn axpb(rt: &Runtime, name: &str, x: &Store, y: &Store, a: f64, b: f64) {
-    rt.task(name)
-        .read(x)
-        .write(y)
-        .scalar(a)
-        .scalar(b)
-        .align(x, y)
-        .submit()
-        .unwrap();
 }
 
 const N: usize = 256;
