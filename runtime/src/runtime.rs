@@ -1332,6 +1332,10 @@ impl Inner {
     /// it (fused where allowed). Never blocks: if another thread holds the front lock, `wanted`
     /// tells it to do this when it lets go. Errors wait in `deferred` for the issuing thread.
     pub(crate) fn idle_flush(&self, a: &Adaptive, timer: bool) {
+        // Before `wanted`: a holder that sees `wanted` also sees who asked.
+        if timer {
+            a.wanted_by_timer.store(true, Ordering::SeqCst);
+        }
         a.wanted.store(true, Ordering::SeqCst);
         while a.wanted.load(Ordering::SeqCst) {
             let mut front = match self.front.try_lock() {
@@ -1340,6 +1344,7 @@ impl Inner {
                 Err(std::sync::TryLockError::WouldBlock) => return,
             };
             a.wanted.store(false, Ordering::SeqCst);
+            let timer = a.wanted_by_timer.swap(false, Ordering::SeqCst) || timer;
             if !front.window.ready.is_empty() {
                 let c = &self.shared.counters;
                 Counters::add(

@@ -158,6 +158,9 @@ pub(crate) struct Adaptive {
     /// A thread found a worker idle but could not take the front lock: whoever holds it
     /// launches the window after letting go of it.
     pub wanted: AtomicBool,
+    /// The flush asked for through `wanted` came from the window thread (its deadline
+    /// passed): the holder's flush counts as the window thread's (`Stats::timer_flushes`).
+    pub wanted_by_timer: AtomicBool,
     /// When the window thread launches what is held while workers idle (`None`: nothing held
     /// that way), and whether the runtime is shutting down.
     pub timer: Mutex<Timer>,
@@ -212,6 +215,7 @@ impl Adaptive {
             workers,
             held: AtomicBool::new(false),
             wanted: AtomicBool::new(false),
+            wanted_by_timer: AtomicBool::new(false),
             timer: Mutex::default(),
             wake: Condvar::new(),
             armed: AtomicBool::new(false),
