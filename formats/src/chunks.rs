@@ -57,6 +57,15 @@ pub(crate) struct KeyPacking {
 }
 
 impl KeyPacking {
+    /// The packing of `bits` in mode `order`, when it holds every coordinate inside the
+    /// declared `dims` ([`KeyPacking::fits`]).
+    pub fn of(dims: &[u64], order: &[usize], bits: &[u32]) -> Option<KeyPacking> {
+        Self::fits(dims, order, bits).then(|| KeyPacking {
+            order: order.to_vec(),
+            bits: bits.to_vec(),
+        })
+    }
+
     /// True when fields of `bits` (levels in mode `order`) hold every coordinate inside
     /// the declared `dims`, in one `u64`.
     pub fn fits(dims: &[u64], order: &[usize], bits: &[u32]) -> bool {

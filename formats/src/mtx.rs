@@ -600,17 +600,11 @@ impl EntryReader for MtxReader {
     fn pack_keys(&mut self, order: &[usize], bits: &[u32]) -> bool {
         // Only the parallel parser packs, and only before it starts.
         let parallel = self.layout == Layout::Coordinate && !self.sequential;
-        if !parallel
-            || self.parallel.is_some()
-            || !KeyPacking::fits(&[self.rows, self.cols], order, bits)
-        {
+        if !parallel || self.parallel.is_some() {
             return false;
         }
-        self.packing = Some(KeyPacking {
-            order: order.to_vec(),
-            bits: bits.to_vec(),
-        });
-        true
+        self.packing = KeyPacking::of(&[self.rows, self.cols], order, bits);
+        self.packing.is_some()
     }
     fn next_chunk(&mut self, chunk: &mut Chunk) -> Result<bool> {
         if self.sequential || self.layout == Layout::Array {

@@ -349,18 +349,14 @@ impl EntryReader for TnsReader {
     fn pack_keys(&mut self, order: &[usize], bits: &[u32]) -> bool {
         // Packing needs the values, the parallel parser, and bounds it checks (declared
         // dimensions) that the fields hold.
-        let fits = self
-            .dims
-            .as_ref()
-            .is_some_and(|d| KeyPacking::fits(d, order, bits));
-        if !fits || self.rank == 0 || !self.values || self.sequential || self.parallel.is_some() {
+        if self.rank == 0 || !self.values || self.sequential || self.parallel.is_some() {
             return false;
         }
-        self.packing = Some(KeyPacking {
-            order: order.to_vec(),
-            bits: bits.to_vec(),
-        });
-        true
+        self.packing = self
+            .dims
+            .as_ref()
+            .and_then(|d| KeyPacking::of(d, order, bits));
+        self.packing.is_some()
     }
     fn next_chunk(&mut self, chunk: &mut Chunk) -> Result<bool> {
         if self.sequential {
