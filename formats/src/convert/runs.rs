@@ -363,7 +363,7 @@ impl RunBuffer {
         let stride = self.rank + 1;
         let per_piece = self.len().div_ceil(pieces.max(1)).max(1) * stride;
         let (rank, writer_buffer) = (self.rank, self.writer_buffer);
-        let results: Vec<Result<Run>> = std::thread::scope(|scope| {
+        let results = std::thread::scope(|scope| {
             let handles: Vec<_> = self
                 .recs
                 .chunks_mut(per_piece)
@@ -395,13 +395,10 @@ impl RunBuffer {
                     })
                 })
                 .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("sorting threads do not panic"))
-                .collect()
+            join_runs(handles)
         });
         self.recs.clear();
-        results.into_iter().collect()
+        results
     }
 
     /// [`RunBuffer::spill`] of pairs packed by `bits`: the same pieces (so the same runs), each
@@ -425,7 +422,7 @@ impl RunBuffer {
             Vec::new()
         };
         let total: u32 = bits.iter().sum();
-        let results: Vec<Result<Run>> = std::thread::scope(|scope| {
+        let results = std::thread::scope(|scope| {
             let handles: Vec<_> = pairs
                 .chunks_mut(per_piece)
                 .enumerate()
@@ -441,14 +438,19 @@ impl RunBuffer {
                     })
                 })
                 .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("sorting threads do not panic"))
-                .collect()
+            join_runs(handles)
         });
         self.recs.clear();
-        results.into_iter().collect()
+        results
     }
+}
+
+/// The runs of the sorting threads `handles`, in their order; the first error if any failed.
+fn join_runs(handles: Vec<std::thread::ScopedJoinHandle<'_, Result<Run>>>) -> Result<Vec<Run>> {
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("sorting threads do not panic"))
+        .collect()
 }
 
 /// Sorts the `n` pairs at the front of `recs` (keys packed by `bits`) stably by key, with
