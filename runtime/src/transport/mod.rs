@@ -116,9 +116,10 @@ pub trait Communicator {
     /// A thread of this rank starts (`on`) or stops polling `tag` with
     /// [`Communicator::poll_any`]. Meanwhile a transport may leave messages on `tag` to the
     /// pollers instead of waking a thread blocked in `recv_any` (a futex call and a context
-    /// switch per message, which a poller saves). So a caller polls until it stops, and polls
-    /// once more when stopping returns true (a message may have been left to it). One tag
-    /// per rank. Transports without wake-ups to save return false.
+    /// switch per message, which a poller saves). So a caller keeps polling until it stops,
+    /// and when stopping returns true polls until nothing is left (a message may have been
+    /// left to it after its last poll). One polled tag per rank. Transports without
+    /// wake-ups to save return false.
     fn polling(&self, tag: Tag, on: bool) -> bool {
         let _ = (tag, on);
         false
