@@ -345,12 +345,23 @@ fn pop_shared(st: &PoolState) -> Option<Arc<Node>> {
 
 /// Polls the queue `spins` times spinning, then `yields` times yielding, until a node is
 /// there or `stop()` holds. Meanwhile the thread counts as searching: a push it will see
-/// wakes nobody.
+/// wakes nobody. Across ranks it polls the transport too (`Channel::drain`: a message taken
+/// here wakes neither the communication thread nor, for what it makes ready, a processor).
 fn poll(st: &PoolState, me: Option<usize>, mut stop: impl FnMut() -> bool) -> Option<Arc<Node>> {
     st.searching.fetch_add(1, Ordering::SeqCst);
+    let ch = st.shared.channel.get().filter(|c| c.polled_by_processors());
+    if let Some(ch) = ch {
+        ch.begin_polling();
+    }
+    let mut found = None;
     for i in 0..st.spins + st.yields {
-        if let Some(n) = try_pop(st, me, true) {
-            return Some(n);
+        found = try_pop(st, me, true);
+        if found.is_some() {
+            break;
+        }
+        if ch.is_some_and(|ch| ch.drain()) {
+            // What the message made ready is queued now.
+            continue;
         }
         if stop() {
             break;
@@ -361,10 +372,17 @@ fn poll(st: &PoolState, me: Option<usize>, mut stop: impl FnMut() -> bool) -> Op
             std::thread::yield_now();
         }
     }
-    // Before it sleeps (`pop`, `sleep_helper`) or leaves (`leave`), each of which looks at
-    // `queued` again: a push this thread was counted for is not lost.
-    st.searching.fetch_sub(1, Ordering::SeqCst);
-    None
+    if let Some(ch) = ch {
+        // While still searching: what a message left to this thread makes ready is queued
+        // without waking anyone, and the look at the queue below or in the caller takes it.
+        ch.end_polling();
+    }
+    if found.is_none() {
+        // Before it sleeps (`pop`, `sleep_helper`) or leaves (`leave`), each of which looks
+        // at `queued` again: a push this thread was counted for is not lost.
+        st.searching.fetch_sub(1, Ordering::SeqCst);
+    }
+    found
 }
 
 fn pop(st: &PoolState, me: usize) -> Option<Arc<Node>> {
@@ -473,7 +491,11 @@ fn worker(st: &PoolState, me: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::DType;
     use crate::graph::Work;
+    use crate::rect::Rect;
+    use crate::replicate::channel::{Channel, Deliver, Recv};
+    use crate::store::StoreRoot;
     use std::sync::mpsc;
     use std::time::Duration;
 
@@ -652,5 +674,91 @@ mod tests {
         pool.leave();
         until(|| a.is_done() && b.is_done(), "the nodes ran");
         pool.shutdown();
+    }
+
+    /// Rank 0 of two thread ranks, with a pool of one worker and a channel but no
+    /// communication thread (only a processor can take a message); rank 1 sends it one
+    /// message for a receive whose node `f` gets, when rank 0 says so. `f` returns what the
+    /// test asserts.
+    fn one_receive<T: Send>(
+        f: impl Fn(&ThreadPool, &Channel, &Arc<Node>, &dyn Fn() -> Recv, &dyn Fn()) -> T + Sync,
+    ) -> T {
+        use crate::replicate::channel::{key, DATA_TAG, KIND_DATA};
+        use crate::transport::{run_ranks, Communicator, ThreadComm, TransportError};
+        let k = key(1, KIND_DATA, 0, 0, 0);
+        let mut out = run_ranks(2, |c: &ThreadComm| {
+            if c.rank() == 1 {
+                c.recv(0, 1)?;
+                // The key, then a failure instead of elements: delivering it poisons the store.
+                let mut msg: Vec<u8> = k.iter().flat_map(|w| w.to_le_bytes()).collect();
+                let mut w = crate::replicate::codec::Writer::default();
+                w.status(Some("sent on purpose"));
+                msg.extend_from_slice(&w.0);
+                c.send(0, DATA_TAG, msg)?;
+                c.send(0, 2, vec![])?;
+                return Ok::<_, TransportError>(None);
+            }
+            let shared = Arc::new(Shared::default());
+            let pool = ThreadPool::new(1, shared.clone(), 0);
+            wait_asleep(&pool, 1);
+            let comm = Arc::new(c.clone());
+            let ch = Arc::new(Channel::new(comm, false, &shared, pool.spawner()));
+            let _ = shared.channel.set(ch.clone());
+            shared.outstanding.fetch_add(1, Ordering::SeqCst);
+            let root = Arc::new(StoreRoot::new(
+                0,
+                0,
+                DType::F64,
+                1,
+                None,
+                Arc::default(),
+                false,
+            ));
+            let recv = || Recv {
+                from: 1,
+                key: k,
+                deliver: Deliver::Data {
+                    root: root.clone(),
+                    rect: Rect::new(&[0], &[1]),
+                },
+            };
+            let send_now = || {
+                c.send(1, 1, vec![]).expect("to rank 1");
+                // Rank 1 has posted the message when this comes.
+                c.recv(1, 2).expect("from rank 1");
+            };
+            let node = Node::new(Work::Boundary);
+            let got = f(&pool, &ch, &node, &recv, &send_now);
+            assert!(
+                root.poisoned().is_some(),
+                "the message was not delivered to its store"
+            );
+            ch.stop();
+            pool.shutdown();
+            Ok(Some(got))
+        });
+        out.remove(0).expect("rank 0").expect("rank 0's outcome")
+    }
+
+    #[test]
+    fn a_processor_waiting_on_the_runtime_takes_a_message_and_completes_its_parked_receive() {
+        let (helped, taken) = one_receive(|pool, ch, node, recv, send_now| {
+            assert!(!ch.ready(node, recv()), "no message yet: the receive parks");
+            send_now();
+            // The issuer in a runtime wait polls the transport as it polls the queue.
+            let helped = pool.help(&mut || node.is_done());
+            (helped, ch.taken_idle.load(Ordering::SeqCst))
+        });
+        assert!(helped, "the waiting processor did not take the message");
+        assert_eq!(taken, 1);
+    }
+
+    #[test]
+    fn a_receive_whose_message_waits_in_the_transport_completes_at_once() {
+        let delivered = one_receive(|_, ch, node, recv, send_now| {
+            send_now();
+            ch.ready(node, recv())
+        });
+        assert!(delivered, "the receive parked though its message was there");
     }
 }

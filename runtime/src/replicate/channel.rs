@@ -9,6 +9,15 @@
 //! the transport's `send` does not wait for the receiver. Every message starts with a [`Key`]
 //! naming the task (its sequence number, the same on every rank), the kind of transfer, the
 //! argument and the point or piece.
+//!
+//! **Who receives.** Idle processors of the rank (workers about to sleep, the issuing thread
+//! in a runtime wait: `executor::poll`) poll the transport themselves ([`Channel::drain`])
+//! and run what a message makes ready; while one polls, the transport leaves messages to it
+//! instead of waking the communication thread (`Communicator::polling`). So that thread
+//! wakes only when no processor is looking: all of them run nodes or sleep. Each message it
+//! takes costs a wake-up of it and usually one of a processor after it; one a polling
+//! processor takes costs neither. `TESSERA_IDLE_RECV=0` (read at start) leaves every message
+//! to the communication thread, as before, so one binary can compare the two.
 
 use super::codec::{read_out, Reader};
 use crate::error::RuntimeError;
@@ -80,6 +89,16 @@ pub(crate) struct Channel {
     stop: AtomicBool,
     spawn: Mutex<Option<Spawn>>,
     shared: Weak<Shared>,
+    /// Idle processors receive (the module's "Who receives"; `TESSERA_IDLE_RECV`).
+    idle_recv: bool,
+    /// Messages taken by processors, not the communication thread (tests look).
+    pub(crate) taken_idle: AtomicU64,
+}
+
+/// Whether idle processors receive: yes unless `TESSERA_IDLE_RECV=0`. Not a setting: a
+/// switch to compare the two policies in one binary.
+fn idle_recv_from_env() -> bool {
+    std::env::var("TESSERA_IDLE_RECV").map_or(true, |v| v.trim() != "0")
 }
 
 impl Channel {
@@ -100,7 +119,53 @@ impl Channel {
             stop: AtomicBool::new(false),
             spawn: Mutex::new(Some(spawn)),
             shared: Arc::downgrade(shared),
+            idle_recv: idle_recv_from_env(),
+            taken_idle: AtomicU64::new(0),
         }
+    }
+
+    /// Whether idle processors poll this channel (`executor::poll` asks once per poll).
+    pub(crate) fn polled_by_processors(&self) -> bool {
+        self.idle_recv
+    }
+
+    /// An idle processor starts polling: until [`Channel::end_polling`], messages may be left
+    /// to it rather than wake the communication thread.
+    pub(crate) fn begin_polling(&self) {
+        self.comm.polling(DATA_TAG, true);
+    }
+
+    /// The processor stops polling. A message the transport left to it meanwhile (and that
+    /// no poll took) is taken now: after this, new ones wake the communication thread again.
+    pub(crate) fn end_polling(&self) {
+        if self.comm.polling(DATA_TAG, false) {
+            self.drain();
+        }
+    }
+
+    /// Takes every message that is here now, without waiting, and delivers it (a parked
+    /// receive completes and its successors go to the pool, as from the communication
+    /// thread). True if any came.
+    pub(crate) fn drain(&self) -> bool {
+        let mut any = false;
+        while !self.stop.load(Ordering::Acquire) {
+            match self.comm.poll_any(DATA_TAG) {
+                Ok(Some((from, msg))) => {
+                    self.taken_idle.fetch_add(1, Ordering::Relaxed);
+                    self.arrive(from, msg);
+                    any = true;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    self.fail(RuntimeError::Remote {
+                        rank: self.rank,
+                        message: e.to_string(),
+                    });
+                    return true;
+                }
+            }
+        }
+        any
     }
 
     fn inbox(&self) -> std::sync::MutexGuard<'_, Inbox> {
@@ -131,6 +196,11 @@ impl Channel {
     /// A receive node whose predecessors are done: delivers its message if it has come (true:
     /// the caller completes the node), else parks the node until it does (false).
     pub(crate) fn ready(&self, node: &Arc<Node>, recv: Recv) -> bool {
+        if self.idle_recv {
+            // Its message may be in the transport, not yet taken: parking would leave it to
+            // another thread to take and to complete the node.
+            self.drain();
+        }
         let mut inbox = self.inbox();
         let k = (recv.from, recv.key);
         if let Some(msg) = inbox.arrived.remove(&k) {

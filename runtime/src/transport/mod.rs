@@ -107,6 +107,24 @@ pub trait Communicator {
         ))
     }
 
+    /// [`Communicator::recv_any`] without waiting: the next message on `tag` from any rank if
+    /// one is here now. Any thread of the rank may call it (an idle processor of the runtime).
+    fn poll_any(&self, tag: Tag) -> Result<Option<(usize, Vec<u8>)>, TransportError> {
+        self.recv_any(tag, std::time::Duration::ZERO)
+    }
+
+    /// A thread of this rank starts (`on`) or stops polling `tag` with
+    /// [`Communicator::poll_any`]. Meanwhile a transport may leave messages on `tag` to the
+    /// pollers instead of waking a thread blocked in `recv_any` (a futex call and a context
+    /// switch per message, which a poller saves). So a caller keeps polling until it stops,
+    /// and when stopping returns true polls until nothing is left (a message may have been
+    /// left to it after its last poll). One polled tag per rank. Transports without
+    /// wake-ups to save return false.
+    fn polling(&self, tag: Tag, on: bool) -> bool {
+        let _ = (tag, on);
+        false
+    }
+
     /// Whether rank `rank` has stopped (it can send nothing more). Transports that cannot
     /// tell say `false`; under MPI a rank that stops abnormally ends the whole job instead.
     fn has_exited(&self, rank: usize) -> bool {

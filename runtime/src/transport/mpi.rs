@@ -389,6 +389,22 @@ impl Communicator for ThreadedMpiComm {
             std::thread::sleep(std::time::Duration::from_micros(50));
         }
     }
+
+    /// A probe without the progress of sends `recv_any` makes (the communication thread does
+    /// that on every poll): idle processors call this often.
+    fn poll_any(&self, tag: Tag) -> Result<Option<(usize, Vec<u8>)>, TransportError> {
+        if tag >= RESERVED_TAG {
+            return Err(TransportError::ReservedTag { tag });
+        }
+        let probe = self
+            .world
+            .any_process()
+            .immediate_matched_probe_with_tag(i32::from(tag));
+        Ok(probe.map(|probed| {
+            let (data, status) = probed.matched_receive_vec::<u8>();
+            (status.source_rank() as usize, data)
+        }))
+    }
 }
 
 /// [`run_world`] for a runtime across ranks: MPI at `MPI_THREAD_MULTIPLE` (an error if the

@@ -6,11 +6,19 @@
 //! failure's message; a receive from a rank that finished normally without sending returns
 //! [`TransportError::PeerExited`]. Failures thus travel along the chain of waiting ranks and
 //! a job of thread ranks ends with an error instead of hanging.
+//!
+//! **Wake-ups.** A post wakes a receiver only when one waits: the waiters of each kind are
+//! counted under the mailbox lock, which the post holds, so the check cannot miss one. A
+//! message on a tag that threads of the receiving rank poll ([`Communicator::polling`]) does
+//! not wake its blocked `recv_any` either: a poller takes it, and one that stops polling
+//! looks once more (`queued`, below). A futex call per message (`notify_all` on every post)
+//! was most of a rank's system calls when nobody waited.
 
 use super::{Communicator, Tag, TransportError, COLLECTIVE_TAG, RESERVED_TAG};
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Display;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 #[derive(Default)]
@@ -20,16 +28,33 @@ struct Mailbox {
     failed: Option<(usize, String)>,
     /// Ranks whose closure has returned.
     exited: Vec<bool>,
+    /// Per rank: threads blocked in `take` (a receive from one rank, collectives).
+    takers: Vec<usize>,
+    /// Per rank: threads blocked in `recv_any`, and the tag each waits for.
+    any_waiters: Vec<Vec<Tag>>,
+}
+
+/// Per rank: threads polling one tag (`Communicator::polling`) and messages queued for the
+/// rank, readable without the lock.
+#[derive(Default)]
+struct Polling {
+    pollers: AtomicUsize,
+    tag: AtomicUsize,
+    queued: AtomicUsize,
 }
 
 struct Shared {
     size: usize,
     mailbox: Mutex<Mailbox>,
-    /// Per destination rank: signalled when a message for it is posted (and, on every rank,
-    /// when a rank fails or exits). One condition variable for all ranks woke every waiting
-    /// rank on every message, to find nothing and wait again: at 2 thread ranks CG made about
-    /// twice the futex calls its messages need (`strace -c -f` on the ranks bench).
+    /// Per destination rank: where its `take`s wait (and, on every rank, are woken when a
+    /// rank fails or exits). One condition variable for all ranks woke every waiting rank on
+    /// every message, to find nothing and wait again.
     arrived: Vec<Condvar>,
+    /// Per destination rank: where its `recv_any` waits (its runtime's communication thread).
+    arrived_any: Vec<Condvar>,
+    polling: Vec<Polling>,
+    /// Condition variables notified by posts (a test counts them).
+    notified: AtomicUsize,
 }
 
 impl Shared {
@@ -53,9 +78,18 @@ impl Shared {
 
     /// Wakes every rank's waiters: a failure or an exit concerns them all.
     fn wake_all(&self) {
-        for c in &self.arrived {
+        for c in self.arrived.iter().chain(&self.arrived_any) {
             c.notify_all();
         }
+    }
+
+    /// Whether a post on `tag` to `to` is left to a thread of `to` polling that tag (then it
+    /// wakes no `recv_any`). Dekker with [`ThreadComm::polling`]: the post counted the
+    /// message in `queued` before this reads `pollers`; a poller that stops decrements
+    /// `pollers`, then reads `queued`; one of them sees the other.
+    fn left_to_pollers(&self, to: usize, tag: Tag) -> bool {
+        let p = &self.polling[to];
+        p.pollers.load(Ordering::SeqCst) > 0 && p.tag.load(Ordering::SeqCst) == tag as usize
     }
 }
 
@@ -83,22 +117,48 @@ impl ThreadComm {
         self.check_rank(to)?;
         // Sending never fails on a failed job: a message already addressed lets a collective
         // that every rank entered complete, so all ranks see the same outcome.
-        let mut mb = self.shared.lock();
+        let sh = &*self.shared;
+        let mut mb = sh.lock();
         mb.queues
             .entry((self.rank, to, tag))
             .or_default()
             .push_back(data);
-        // All of `to`'s waiters: its communication thread and a collective may both wait.
-        self.shared.arrived[to].notify_all();
+        sh.polling[to].queued.fetch_add(1, Ordering::SeqCst);
+        // Waiters count themselves under this lock before they wait: none is missed.
+        let take = mb.takers[to] > 0;
+        let any = mb.any_waiters[to].contains(&tag) && !sh.left_to_pollers(to, tag);
+        drop(mb);
+        if take {
+            sh.notified.fetch_add(1, Ordering::Relaxed);
+            sh.arrived[to].notify_all();
+        }
+        if any {
+            sh.notified.fetch_add(1, Ordering::Relaxed);
+            sh.arrived_any[to].notify_all();
+        }
         Ok(())
+    }
+
+    /// Takes the next message from `from` on `tag` out of the mailbox, if there is one.
+    fn pop(&self, mb: &mut Mailbox, from: usize, tag: Tag) -> Option<Vec<u8>> {
+        let msg = mb.queues.get_mut(&(from, self.rank, tag))?.pop_front()?;
+        self.shared.polling[self.rank]
+            .queued
+            .fetch_sub(1, Ordering::SeqCst);
+        Some(msg)
+    }
+
+    /// The next message on `tag` from any rank, lowest rank first: a fixed order, so no
+    /// sender starves another.
+    fn pop_any(&self, mb: &mut Mailbox, tag: Tag) -> Option<(usize, Vec<u8>)> {
+        (0..self.shared.size).find_map(|from| self.pop(mb, from, tag).map(|m| (from, m)))
     }
 
     fn take(&self, from: usize, tag: Tag) -> Result<Vec<u8>, TransportError> {
         self.check_rank(from)?;
-        let key = (from, self.rank, tag);
         let mut mb = self.shared.lock();
         loop {
-            if let Some(msg) = mb.queues.get_mut(&key).and_then(|q| q.pop_front()) {
+            if let Some(msg) = self.pop(&mut mb, from, tag) {
                 return Ok(msg);
             }
             // Only a peer that has stopped can no longer send: while it runs, its message may
@@ -117,9 +177,11 @@ impl ThreadComm {
                     },
                 });
             }
+            mb.takers[self.rank] += 1;
             mb = self.shared.arrived[self.rank]
                 .wait(mb)
                 .unwrap_or_else(|e| e.into_inner());
+            mb.takers[self.rank] -= 1;
         }
     }
 }
@@ -175,15 +237,8 @@ impl Communicator for ThreadComm {
         let deadline = std::time::Instant::now() + timeout;
         let mut mb = self.shared.lock();
         loop {
-            // Lowest rank first: a fixed order, so no sender starves another.
-            for from in 0..self.shared.size {
-                if let Some(msg) = mb
-                    .queues
-                    .get_mut(&(from, self.rank, tag))
-                    .and_then(|q| q.pop_front())
-                {
-                    return Ok(Some((from, msg)));
-                }
+            if let Some(got) = self.pop_any(&mut mb, tag) {
+                return Ok(Some(got));
             }
             if let Some((rank, message)) = &mb.failed {
                 return Err(TransportError::PeerFailed {
@@ -195,11 +250,49 @@ impl Communicator for ThreadComm {
             if now >= deadline {
                 return Ok(None);
             }
-            mb = self.shared.arrived[self.rank]
+            mb.any_waiters[self.rank].push(tag);
+            mb = self.shared.arrived_any[self.rank]
                 .wait_timeout(mb, deadline - now)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            let waiters = &mut mb.any_waiters[self.rank];
+            if let Some(i) = waiters.iter().position(|&t| t == tag) {
+                waiters.swap_remove(i);
+            }
         }
+    }
+
+    fn poll_any(&self, tag: Tag) -> Result<Option<(usize, Vec<u8>)>, TransportError> {
+        if tag >= RESERVED_TAG {
+            return Err(TransportError::ReservedTag { tag });
+        }
+        // Nothing queued for this rank (the common case for an idle processor): no lock.
+        if self.shared.polling[self.rank].queued.load(Ordering::SeqCst) == 0 {
+            return Ok(None);
+        }
+        let mut mb = self.shared.lock();
+        if let Some(got) = self.pop_any(&mut mb, tag) {
+            return Ok(Some(got));
+        }
+        match &mb.failed {
+            Some((rank, message)) => Err(TransportError::PeerFailed {
+                rank: *rank,
+                message: message.clone(),
+            }),
+            None => Ok(None),
+        }
+    }
+
+    fn polling(&self, tag: Tag, on: bool) -> bool {
+        let p = &self.shared.polling[self.rank];
+        if on {
+            p.tag.store(tag as usize, Ordering::SeqCst);
+            p.pollers.fetch_add(1, Ordering::SeqCst);
+            return false;
+        }
+        p.pollers.fetch_sub(1, Ordering::SeqCst);
+        // The other half of `Shared::left_to_pollers`.
+        p.queued.load(Ordering::SeqCst) > 0
     }
 }
 
@@ -219,9 +312,14 @@ where
         size: n,
         mailbox: Mutex::new(Mailbox {
             exited: vec![false; n],
+            takers: vec![0; n],
+            any_waiters: vec![Vec::new(); n],
             ..Default::default()
         }),
         arrived: (0..n).map(|_| Condvar::new()).collect(),
+        arrived_any: (0..n).map(|_| Condvar::new()).collect(),
+        polling: (0..n).map(|_| Polling::default()).collect(),
+        notified: AtomicUsize::new(0),
     });
     std::thread::scope(|scope| {
         let handles: Vec<_> = (0..n)
@@ -277,5 +375,157 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
         s.clone()
     } else {
         "unknown panic".into()
+    }
+}
+
+#[cfg(test)]
+mod wake_tests {
+    //! The wake-up rules of a post: only a receiver that waits is woken, a message left to a
+    //! poller is taken when it stops, and a failure wakes everyone.
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    /// Runs `f` on a thread and returns its result, or fails the test after a minute (a
+    /// receiver nobody woke waits an hour).
+    fn within_a_minute<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("a blocked receiver was never woken")
+    }
+
+    /// Yields until `cond` holds on `c`'s mailbox (a minute at most).
+    fn until(c: &ThreadComm, cond: impl Fn(&Mailbox) -> bool) {
+        let start = std::time::Instant::now();
+        while !cond(&c.shared.lock()) {
+            assert!(start.elapsed() < Duration::from_secs(60), "never happened");
+            std::thread::yield_now();
+        }
+    }
+
+    fn notified(c: &ThreadComm) -> usize {
+        c.shared.notified.load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn posts_notify_nobody_while_nobody_waits() {
+        let out = run_ranks(1, |c| {
+            for i in 0..10u8 {
+                c.send(0, 7, vec![i])?;
+                c.send(0, 8, vec![i])?;
+            }
+            let before = notified(c);
+            let got: Vec<u8> = (0..10)
+                .map(|_| c.recv(0, 7).map(|m| m[0]))
+                .collect::<Result<_, _>>()?;
+            let any: Vec<u8> = (0..10)
+                .map(|_| c.poll_any(8).map(|m| m.expect("queued").1[0]))
+                .collect::<Result<_, _>>()?;
+            Ok::<_, TransportError>((before, got, any))
+        });
+        let (before, got, any) = out.into_iter().next().unwrap().unwrap();
+        assert_eq!(before, 0, "a post notified with no receiver waiting");
+        assert_eq!(got, (0..10).collect::<Vec<u8>>());
+        assert_eq!(any, (0..10).collect::<Vec<u8>>());
+    }
+
+    #[test]
+    fn a_receiver_blocked_in_recv_any_or_recv_is_woken_by_the_post() {
+        let out = within_a_minute(|| {
+            run_ranks(2, |c| {
+                if c.rank() == 1 {
+                    // Blocked for an hour unless a post wakes it.
+                    let any = c.recv_any(7, HOUR)?.expect("woken with the message");
+                    let one = c.recv(0, 8)?;
+                    return Ok::<_, TransportError>(vec![any.1[0], one[0]]);
+                }
+                until(c, |mb| mb.any_waiters[1].contains(&7));
+                c.send(1, 7, vec![1])?;
+                until(c, |mb| mb.takers[1] > 0);
+                c.send(1, 8, vec![2])?;
+                // Woken by the post, not by this rank's exit (which wakes everyone).
+                until(c, |mb| mb.takers[1] == 0);
+                Ok(vec![])
+            })
+        });
+        assert_eq!(out[1].as_ref().unwrap(), &vec![1, 2]);
+    }
+
+    #[test]
+    fn a_message_left_to_a_poller_is_taken_when_it_stops_and_later_ones_wake_recv_any() {
+        let out = within_a_minute(|| {
+            run_ranks(2, |c| {
+                if c.rank() == 1 {
+                    // The communication thread's part: blocked in `recv_any` throughout.
+                    return Ok::<_, TransportError>(c.recv_any(7, HOUR)?.map(|m| m.1));
+                }
+                let peer = ThreadComm {
+                    rank: 1,
+                    shared: c.shared.clone(),
+                };
+                until(c, |mb| mb.any_waiters[1].contains(&7));
+                // A processor of rank 1 polls tag 7: posts on it wake nobody.
+                assert!(!peer.polling(7, true));
+                c.send(1, 7, vec![1])?;
+                assert_eq!(notified(c), 0, "a message left to a poller woke recv_any");
+                // It stops without having polled since: it is told to look once more.
+                assert!(peer.polling(7, false), "stopping hid a message left to it");
+                assert_eq!(peer.poll_any(7)?, Some((0, vec![1])));
+                assert!(c.shared.lock().any_waiters[1].contains(&7));
+                // Nobody polls now: the next message wakes the blocked receiver.
+                c.send(1, 7, vec![2])?;
+                assert_eq!(notified(c), 1);
+                Ok(None)
+            })
+        });
+        assert_eq!(out[1].as_ref().unwrap(), &Some(vec![2]));
+    }
+
+    #[test]
+    fn a_poller_of_one_tag_leaves_other_tags_to_recv_any() {
+        let out = within_a_minute(|| {
+            run_ranks(2, |c| {
+                if c.rank() == 1 {
+                    return Ok::<_, TransportError>(c.recv_any(9, HOUR)?.map(|m| m.1));
+                }
+                let peer = ThreadComm {
+                    rank: 1,
+                    shared: c.shared.clone(),
+                };
+                until(c, |mb| mb.any_waiters[1].contains(&9));
+                peer.polling(7, true);
+                c.send(1, 9, vec![3])?;
+                // Woken by the post, not by this rank's exit (which wakes everyone).
+                until(c, |mb| mb.any_waiters[1].is_empty());
+                peer.polling(7, false);
+                Ok(None)
+            })
+        });
+        assert_eq!(out[1].as_ref().unwrap(), &Some(vec![3]));
+    }
+
+    #[test]
+    fn a_failed_rank_wakes_every_blocked_receiver_of_every_kind() {
+        let out = within_a_minute(|| {
+            run_ranks(3, |c| match c.rank() {
+                0 => {
+                    until(c, |mb| mb.any_waiters[1].contains(&7) && mb.takers[2] > 0);
+                    Err(TransportError::Launch("rank 0 fails".into()))
+                }
+                1 => c.recv_any(7, HOUR).map(|_| ()),
+                _ => c.recv(0, 8).map(|_| ()),
+            })
+        });
+        for r in &out[1..] {
+            assert!(
+                matches!(r, Err(TransportError::PeerFailed { rank: 0, .. })),
+                "{r:?}"
+            );
+        }
     }
 }
