@@ -11,7 +11,7 @@ use crate::dtype::{DType, Element};
 use crate::rect::Rect;
 use std::cell::UnsafeCell;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// A fixed-size buffer of cells that several threads may access through ledger borrows.
@@ -428,12 +428,19 @@ impl Data {
 #[repr(align(128))]
 pub(crate) struct Ledger {
     /// Held borrows: id, rectangle, and how the holder uses the cells.
-    active: Mutex<Vec<(u64, Rect, Settle)>>,
-    next: AtomicU64,
+    active: Mutex<Active>,
     /// The cells not yet zeroed, while there are any.
     stale: Mutex<Option<Stale>>,
     /// Whether `stale` holds anything: a borrow looks at this alone when not.
     has_stale: AtomicBool,
+}
+
+/// A ledger's held borrows, and the id of the next one (counted under the lock that a borrow
+/// takes anyway: no atomic of its own).
+#[derive(Default)]
+struct Active {
+    held: Vec<(u64, Rect, Settle)>,
+    next: u64,
 }
 
 /// The cells of a buffer recycled from the [`MapPool`] that still hold a dropped store's
@@ -531,7 +538,9 @@ impl Ledger {
             Settle::ZeroLocked
         };
         let b = self.hold(rect, how)?;
-        self.settle(rect, how);
+        if self.has_stale.load(Ordering::Acquire) {
+            self.settle(rect, how);
+        }
         Ok(b)
     }
 
@@ -550,13 +559,15 @@ impl Ledger {
         let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
         let exclusive = how.exclusive();
         if let Some((_, other, _)) = active
+            .held
             .iter()
             .find(|(_, r, h)| (exclusive || h.exclusive()) && r.overlaps(&rect))
         {
             return Err(*other);
         }
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        active.push((id, rect, how));
+        let id = active.next;
+        active.next += 1;
+        active.held.push((id, rect, how));
         Ok(Borrow { ledger: self, id })
     }
 
@@ -603,7 +614,7 @@ impl Ledger {
         self.has_stale.store(true, Ordering::SeqCst);
         let held: Vec<(Rect, Settle)> = {
             let active = self.active.lock().unwrap_or_else(|e| e.into_inner());
-            active.iter().map(|(_, r, h)| (*r, *h)).collect()
+            active.held.iter().map(|(_, r, h)| (*r, *h)).collect()
         };
         for (rect, how) in held {
             let claimed = stale.claim(rect);
@@ -642,8 +653,8 @@ impl Ledger {
 impl Drop for Borrow<'_> {
     fn drop(&mut self) {
         let mut active = self.ledger.active.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = active.iter().position(|(id, _, _)| *id == self.id) {
-            active.swap_remove(i);
+        if let Some(i) = active.held.iter().position(|(id, _, _)| *id == self.id) {
+            active.held.swap_remove(i);
         }
     }
 }
@@ -662,6 +673,21 @@ mod tests {
         assert!(l.borrow(b, true).is_err());
         drop(r1);
         assert!(l.borrow(Rect::new(&[0], &[5]), true).is_ok());
+    }
+
+    #[test]
+    fn a_dropped_borrow_gives_back_its_own_rectangle_only() {
+        // Ids come from the ledger's own counter: a borrow given back must remove its entry,
+        // not another one's (equal ids would free the wrong rectangle).
+        let l = Ledger::default();
+        let (a, b) = (Rect::new(&[0], &[10]), Rect::new(&[10], &[20]));
+        let ra = l.borrow(a, false).unwrap();
+        let rb = l.borrow(b, false).unwrap();
+        drop(rb);
+        assert!(l.borrow(a, true).is_err(), "a is still borrowed");
+        assert!(l.borrow(b, true).is_ok(), "b was given back");
+        drop(ra);
+        assert!(l.borrow(a, true).is_ok());
     }
 
     #[test]

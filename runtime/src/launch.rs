@@ -229,7 +229,12 @@ impl Launched {
 pub(crate) fn run_node(node: &Arc<Node>, shared: &Shared) -> NodeList {
     match node.take_work() {
         Some(Work::Actor { run, vertex }) => {
-            let mut ready = run_work(node, Some(run.work(vertex)), shared);
+            match run.vertex(vertex) {
+                (task, Some(point)) => run_point(task, point, &shared.counters),
+                (task, None) => finish_step(task),
+            }
+            shared.node_ran();
+            let mut ready = node.complete(&shared.completion);
             run.release_succs(vertex, &mut ready);
             ready
         }
@@ -261,29 +266,30 @@ fn run_work(node: &Arc<Node>, work: Option<Work>, shared: &Shared) -> NodeList {
             }
         }
         Some(Work::Point { task, point }) => run_point(&task, point, &shared.counters),
-        Some(Work::Finish { task }) => {
-            let task = &*task;
-            // The finish step has no user code; a panic here is a runtime bug. Report it as the
-            // task's failure rather than leave its future and dependents waiting forever.
-            if catch_unwind(AssertUnwindSafe(|| run_finish(task))).is_err() {
-                task.fail(0, "internal error in the finish step".into());
-                let err = task
-                    .failure
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clone();
-                for (_, cell) in &task.results {
-                    let _ = cell.value.set(Err(err.clone().expect("just set")));
-                }
-                if let Some(d) = &task.dist {
-                    crate::replicate::finish::broadcast(task, d);
-                }
-                task.end();
-            }
-        }
+        Some(Work::Finish { task }) => finish_step(&task),
     }
     shared.node_ran();
     node.complete(&shared.completion)
+}
+
+/// Runs `task`'s finish step. It has no user code; a panic here is a runtime bug: it is
+/// reported as the task's failure rather than leave its future and dependents waiting forever.
+fn finish_step(task: &Launched) {
+    if catch_unwind(AssertUnwindSafe(|| run_finish(task))).is_err() {
+        task.fail(0, "internal error in the finish step".into());
+        let err = task
+            .failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for (_, cell) in &task.results {
+            let _ = cell.value.set(Err(err.clone().expect("just set")));
+        }
+        if let Some(d) = &task.dist {
+            crate::replicate::finish::broadcast(task, d);
+        }
+        task.end();
+    }
 }
 
 /// Why a point cannot run: an input written by a failed task, or a failed future argument.
@@ -313,16 +319,17 @@ fn run_point(task: &Launched, point: usize, counters: &Counters) {
         return;
     }
     let r = catch_unwind(AssertUnwindSafe(|| match &task.fused {
-        Some(shape) => crate::fusion::run::run_fused_point(task, shape, point),
+        Some(shape) => Some(crate::fusion::run::run_fused_point(task, shape, point)),
         None => {
             let mut ctx = TaskContext::new(task, point);
             (task.body)(&mut ctx);
-            let out = std::mem::take(&mut *ctx.out.lock().unwrap_or_else(|e| e.into_inner()));
-            out
+            // Only a finish step reads what a point leaves (most tasks have none).
+            task.has_finish
+                .then(|| std::mem::take(&mut *ctx.out.lock().unwrap_or_else(|e| e.into_inner())))
         }
     }));
     match r {
-        Ok(out) if task.has_finish => {
+        Ok(Some(out)) if task.has_finish => {
             *task.outs[point].lock().unwrap_or_else(|e| e.into_inner()) = out;
         }
         Ok(_) => {}

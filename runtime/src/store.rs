@@ -245,10 +245,18 @@ impl StoreRoot {
         self.meta.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The error of the failed task whose output the contents are, if any. Inline for the
+    /// common answer (every point asks it of every store it reads).
+    #[inline]
     pub(crate) fn poisoned(&self) -> Option<RuntimeError> {
         if !self.tainted.load(Ordering::Acquire) {
             return None;
         }
+        self.poison_error()
+    }
+
+    #[cold]
+    fn poison_error(&self) -> Option<RuntimeError> {
         self.poison
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -223,16 +223,15 @@ impl Run {
         &self.tasks
     }
 
-    /// The ordinary work of `vertex`: one point of a task or its finish step.
-    pub(crate) fn work(&self, vertex: u32) -> Work {
+    /// What `vertex` runs: a point of one of the replay's tasks, or (`None`) its finish step.
+    /// By reference: the run holds the tasks, so running a vertex takes no reference count
+    /// of its task (whose count the workers running the task's other points touch too).
+    pub(crate) fn vertex(&self, vertex: u32) -> (&Launched, Option<usize>) {
         let at = self.compiled.at[vertex as usize];
-        let task = self.tasks[at.task as usize].clone();
+        let task = &self.tasks[at.task as usize];
         match at.point {
-            FINISH => Work::Finish { task },
-            point => Work::Point {
-                task,
-                point: point as usize,
-            },
+            FINISH => (task, None),
+            point => (task, Some(point as usize)),
         }
     }
 
