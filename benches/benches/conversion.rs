@@ -6,11 +6,15 @@
 //!   scanners, `tessera_formats::numbers` — with `fast-float2` behind them) and does nothing
 //!   else;
 //! - the *read floor*: every byte read once through `read(2)`;
+//! - the *write floor*: as many bytes as the sorted conversion's output written to a fresh
+//!   file as the converter writes them (every core, positioned writes, synced while written)
+//!   and synced before it is renamed into place: the output must reach the disk, and where
+//!   the disk is slower than the parsing, this is the floor;
 //! - sorted against unsorted input (`.tns` and `.mtx`), and the peak RSS of sorted and unsorted
 //!   conversions at each memory budget (the budget is the reference: a ratio ≥ 1 is within it).
 //!
 //! Each measured job runs in a child process (this program, re-run with `TESSERA_BENCH_JOB`
-//! set) so that its peak RSS is its own; jobs are interleaved (floor, read, sorted, unsorted,
+//! set) so that its peak RSS is its own; jobs are interleaved (floor, read, write, sorted, unsorted,
 //! .mtx floor, .mtx, unsorted .mtx, in turn) and repeated, and the medians are reported, with each job's CPU
 //! time (user + system, the steadier figure on a shared machine). Files are generated once and
 //! read warm from the page cache.
@@ -26,6 +30,7 @@
 //! `TESSERA_BENCH_JOB=generate conversion PATH sorted|unsorted|mtx|unsorted-mtx BYTES` writes one of the
 //! bench's inputs and exits, and `TESSERA_BENCH_JOB=convert conversion IN OUT MEMORY` converts
 //! one: to profile a conversion (callgrind, strace) on the bench's own files.
+//! `TESSERA_BENCH_JOB=write conversion PATH BYTES` is the write floor alone.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -83,11 +88,19 @@ fn main() {
     let (sorted_mb, unsorted_mb, mtx_mb) = (mb(&sorted), mb(&unsorted), mb(&mtx));
     let mem = memory.to_string();
     let out = d.join("out.tcs");
+    // The write floor writes as many bytes as the sorted conversion's output.
+    child("convert", &[s(&sorted), s(&out), &mem]);
+    let out_bytes = std::fs::metadata(&out)
+        .expect("the output")
+        .len()
+        .to_string();
+    let written = d.join("written.bin");
 
     // Interleaved repetitions: each round runs every job once.
     let names = [
         "floor",
         "read",
+        "write",
         "sorted",
         "unsorted",
         "mtx floor",
@@ -99,14 +112,15 @@ fn main() {
         eprintln!("round {}/{reps}", rep + 1);
         runs[0].push(child("floor", &[s(&sorted)]));
         runs[1].push(child("read", &[s(&sorted)]));
-        runs[2].push(child("convert", &[s(&sorted), s(&out), &mem]));
-        runs[3].push(child("convert", &[s(&unsorted), s(&out), &mem]));
-        runs[4].push(child("floor", &[s(&mtx)]));
-        runs[5].push(child("convert", &[s(&mtx), s(&out), &mem]));
-        runs[6].push(child("convert", &[s(&mtx_unsorted), s(&out), &mem]));
+        runs[2].push(child("write", &[s(&written), &out_bytes]));
+        runs[3].push(child("convert", &[s(&sorted), s(&out), &mem]));
+        runs[4].push(child("convert", &[s(&unsorted), s(&out), &mem]));
+        runs[5].push(child("floor", &[s(&mtx)]));
+        runs[6].push(child("convert", &[s(&mtx), s(&out), &mem]));
+        runs[7].push(child("convert", &[s(&mtx_unsorted), s(&out), &mem]));
     }
     let med: Vec<Job> = runs.iter().map(|r| median(r)).collect();
-    let [floor, read, fast, slow, mtx_floor, mtx_conv, mtx_slow] = &med[..] else {
+    let [floor, read, write, fast, slow, mtx_floor, mtx_conv, mtx_slow] = &med[..] else {
         unreachable!()
     };
     // Peak RSS against the budget, one run per budget (the smallest first).
@@ -139,6 +153,14 @@ fn main() {
         "read floor",
         sorted_mb / read.seconds,
         true,
+    );
+    table.row(
+        "sorted .tns time vs write floor",
+        "s",
+        fast.seconds,
+        "write floor",
+        write.seconds,
+        false,
     );
     table.row(
         "unsorted vs sorted .tns time",
@@ -234,6 +256,11 @@ fn main() {
     table.figure("sorted .tns GB/s", sorted_mb / 1e3 / fast.seconds);
     table.figure("sorted .tns seconds", fast.seconds);
     table.figure("parse floor seconds", floor.seconds);
+    table.figure("write floor seconds", write.seconds);
+    table.figure(
+        "write floor MB/s (output bytes)",
+        out_bytes.parse::<f64>().unwrap_or(0.0) / 1e6 / write.seconds,
+    );
     table.figure("entries", fast.entries as f64);
     table.figure("load average at the end", load_average());
     table.print();
@@ -339,15 +366,16 @@ fn run_job(job: &str, args: &[String]) {
         generate(Path::new(&args[0]), dims, nnz, sorted);
         return;
     }
-    if job == "convert" {
+    if job == "convert" || job == "write" {
         // A fresh output, as a user's would be: replacing the last round's file would time
         // freeing its pages too.
-        let _ = std::fs::remove_file(&args[1]);
+        let _ = std::fs::remove_file(if job == "write" { &args[0] } else { &args[1] });
     }
     let t = Instant::now();
     let entries = match job {
         "read" => read_all(Path::new(&args[0])),
         "floor" => parse_floor(Path::new(&args[0])),
+        "write" => write_floor(Path::new(&args[0]), args[1].parse().expect("bytes")),
         "convert" => {
             let opts = ConvertOptions {
                 memory: args[2].parse().unwrap(),
@@ -380,6 +408,51 @@ fn read_all(path: &Path) -> u64 {
         }
         lines += buf[..n].iter().filter(|&&c| c == b'\n').count() as u64;
     }
+}
+
+/// The write floor: `bytes` bytes written to a fresh file next to `path` and renamed onto it,
+/// as the converter writes its output: 4 MiB positioned writes taken in turn by every core,
+/// a thread of its own syncing what was written each 16 MiB (so that the disk works while
+/// the writers do), and the whole file synced before the rename. Returns the bytes.
+fn write_floor(path: &Path, bytes: u64) -> u64 {
+    use std::os::unix::fs::FileExt;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    const CHUNK: u64 = 4 << 20;
+    const SYNC_STEP: u64 = 16 << 20;
+    let temp = path.with_extension("partial");
+    let file = std::fs::File::create(&temp).unwrap();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (next, written) = (AtomicU64::new(0), AtomicU64::new(0));
+    let (ask, asked) = std::sync::mpsc::sync_channel::<()>(1);
+    std::thread::scope(|scope| {
+        let syncing = file.try_clone().unwrap();
+        scope.spawn(move || asked.iter().for_each(|()| syncing.sync_data().unwrap()));
+        let writers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (file, next, written, ask) = (&file, &next, &written, ask.clone());
+                scope.spawn(move || {
+                    let data = vec![b'0' + t as u8; CHUNK as usize];
+                    loop {
+                        let at = next.fetch_add(CHUNK, Ordering::Relaxed);
+                        if at >= bytes {
+                            return;
+                        }
+                        let n = CHUNK.min(bytes - at);
+                        file.write_all_at(&data[..n as usize], at).unwrap();
+                        let before = written.fetch_add(n, Ordering::Relaxed);
+                        if (before + n) / SYNC_STEP > before / SYNC_STEP {
+                            let _ = ask.try_send(());
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop(ask);
+        writers.into_iter().for_each(|w| w.join().unwrap());
+    });
+    file.sync_all().unwrap();
+    std::fs::rename(&temp, path).unwrap();
+    bytes
 }
 
 /// The parse floor: the file mapped, cut at newlines into one part per core, and every

@@ -1153,6 +1153,14 @@ struct RunFile<'a> {
 /// Records a binary search reads in one positioned read once its interval is this short.
 const SEARCH_WINDOW: u64 = 256;
 
+/// A run's lower bounds of several keys are found by reading the whole run when it holds
+/// fewer records than this per key: a search costs a few positioned reads (a few µs), about
+/// what decoding this many records from the page cache costs.
+const SCAN_RECORDS_PER_KEY: u64 = 1024;
+
+/// Records read at once by a scan for lower bounds.
+const SCAN_CHUNK: u64 = 4096;
+
 impl<'a> RunFile<'a> {
     fn open(run: &'a Run, rank: usize) -> Result<Self> {
         let file = File::open(&run.path).map_err(|e| Error::io(&run.path, e))?;
@@ -1191,12 +1199,8 @@ impl<'a> RunFile<'a> {
     /// Calls `f` with the keys of records `range` (read at once) in order while it returns
     /// true; how many keys it took.
     fn each_key(&self, range: Range<u64>, mut f: impl FnMut(&[u64]) -> bool) -> Result<u64> {
-        use std::os::unix::fs::FileExt;
         let rec = self.run.record_bytes(self.rank);
-        let mut bytes = vec![0u8; rec * (range.end - range.start) as usize];
-        self.file
-            .read_exact_at(&mut bytes, range.start * rec as u64)
-            .map_err(|e| Error::io(&self.run.path, e))?;
+        let bytes = self.read(range)?;
         let layout = (self.run.narrow, self.run.packed.as_deref());
         let (mut key, mut packed, mut value) = (vec![0; self.rank], 0, 0.0);
         let mut n = 0;
@@ -1208,6 +1212,75 @@ impl<'a> RunFile<'a> {
             n += 1;
         }
         Ok(n)
+    }
+
+    /// The bytes of records `range`, read at once.
+    fn read(&self, range: Range<u64>) -> Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let rec = self.run.record_bytes(self.rank) as u64;
+        let mut bytes = vec![0u8; (rec * (range.end - range.start)) as usize];
+        self.file
+            .read_exact_at(&mut bytes, range.start * rec)
+            .map_err(|e| Error::io(&self.run.path, e))?;
+        Ok(bytes)
+    }
+
+    /// [`RunFile::lower_bound`] of each of `keys` (ascending). Where the keys lie close
+    /// together in the run (many key ranges over many runs: a small budget), by one pass
+    /// over the run read in large chunks instead of a search per key: at 16 MiB the bench's
+    /// 263 MB `.tns` makes 228 runs and 680 ranges, and the searches took 620 000
+    /// positioned reads (about 4 a key and run), more system time than the run's bytes.
+    fn lower_bounds(&self, keys: &[Vec<u64>]) -> Result<Vec<u64>> {
+        if self.records >= keys.len() as u64 * SCAN_RECORDS_PER_KEY {
+            return keys.iter().map(|k| self.lower_bound(k)).collect();
+        }
+        self.scan_bounds(keys, SCAN_CHUNK)
+    }
+
+    /// [`RunFile::lower_bounds`] by one pass over the run, `chunk` records read at once.
+    fn scan_bounds(&self, keys: &[Vec<u64>], chunk: u64) -> Result<Vec<u64>> {
+        // Keys that fit a packed run's fields are compared packed, as the run stores them.
+        let own = self.run.packed.as_deref();
+        let packed: Option<Vec<u64>> = own.and_then(|bits| {
+            keys.iter()
+                .map(|k| {
+                    let fits = k
+                        .iter()
+                        .zip(bits)
+                        .all(|(&c, &b)| c.checked_shr(b) == Some(0) || b >= 64);
+                    fits.then(|| pack(k, bits))
+                })
+                .collect()
+        });
+        let mut bounds = Vec::with_capacity(keys.len());
+        let mut at = 0;
+        while at < self.records && bounds.len() < keys.len() {
+            let end = (at + chunk).min(self.records);
+            let mut i = at;
+            match &packed {
+                Some(packed) => {
+                    for p in self.read(at..end)?.chunks_exact(16) {
+                        let p = u64::from_le_bytes(p[..8].try_into().expect("8 bytes"));
+                        while bounds.len() < keys.len() && packed[bounds.len()] <= p {
+                            bounds.push(i);
+                        }
+                        i += 1;
+                    }
+                }
+                None => {
+                    self.each_key(at..end, |k| {
+                        while bounds.len() < keys.len() && keys[bounds.len()].as_slice() <= k {
+                            bounds.push(i);
+                        }
+                        i += 1;
+                        bounds.len() < keys.len()
+                    })?;
+                }
+            }
+            at = end;
+        }
+        bounds.resize(keys.len(), self.records);
+        Ok(bounds)
     }
 
     /// The first record whose key is not below `key`. The sampled keys around `key` bound
@@ -1233,29 +1306,37 @@ impl<'a> RunFile<'a> {
     }
 }
 
-/// Every run's lower bound of each key, the keys shared out among `threads` threads.
+/// Every run's lower bound of each key (`keys` ascending): one row per key, the runs shared
+/// out among `threads` threads.
 fn lower_bounds(files: &[RunFile], keys: &[Vec<u64>], threads: usize) -> Result<Vec<Vec<u64>>> {
-    let row =
-        |k: &Vec<u64>| -> Result<Vec<u64>> { files.iter().map(|f| f.lower_bound(k)).collect() };
-    if keys.len() < 2 || threads < 2 {
-        return keys.iter().map(row).collect();
-    }
-    let per = keys.len().div_ceil(threads);
-    let parts: Vec<Result<Vec<Vec<u64>>>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = keys
-            .chunks(per)
-            .map(|part| scope.spawn(move || part.iter().map(row).collect()))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("searching threads do not panic"))
-            .collect()
-    });
-    let mut rows = Vec::with_capacity(keys.len());
-    for p in parts {
-        rows.extend(p?);
-    }
-    Ok(rows)
+    let per = files.len().div_ceil(threads.max(1)).max(1);
+    let columns: Vec<Vec<u64>> = if files.len() < 2 || threads < 2 {
+        files
+            .iter()
+            .map(|f| f.lower_bounds(keys))
+            .collect::<Result<_>>()?
+    } else {
+        let parts: Vec<Result<Vec<Vec<u64>>>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = files
+                .chunks(per)
+                .map(|part| {
+                    scope.spawn(move || part.iter().map(|f| f.lower_bounds(keys)).collect())
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("searching threads do not panic"))
+                .collect()
+        });
+        let mut columns = Vec::with_capacity(files.len());
+        for p in parts {
+            columns.extend(p?);
+        }
+        columns
+    };
+    Ok((0..keys.len())
+        .map(|i| columns.iter().map(|c| c[i]).collect())
+        .collect())
 }
 
 /// Samples per range when choosing the boundaries: the more, the more even the ranges.
@@ -1674,6 +1755,31 @@ mod tests {
                     }
                 }
             }
+            // Many keys at once take one pass over the run (in chunks): keys that fit the
+            // run's packed fields compared packed, the others decoded, every key past the
+            // last record at the run's end.
+            let file = RunFile::open(run, 2).unwrap();
+            let all = file.keys(0..file.records).unwrap();
+            // Second coordinates up to 29 take 5 bits: 32 and 33 do not fit.
+            let every: Vec<Vec<u64>> = (0..42)
+                .flat_map(|a| (0..34).map(move |b| vec![a, b]))
+                .collect();
+            let inside: Vec<Vec<u64>> = every
+                .iter()
+                .filter(|k| k[0] < 40 && k[1] < 30)
+                .cloned()
+                .collect();
+            let sparse: Vec<Vec<u64>> = inside.iter().step_by(7).cloned().collect();
+            for keys in [&every, &inside, &sparse] {
+                assert!(file.records < keys.len() as u64 * SCAN_RECORDS_PER_KEY);
+                let want: Vec<u64> = keys
+                    .iter()
+                    .map(|k| all.partition_point(|x| x < k) as u64)
+                    .collect();
+                assert_eq!(file.lower_bounds(keys).unwrap(), want);
+                assert_eq!(file.scan_bounds(keys, 100).unwrap(), want, "in chunks");
+            }
+            assert!(run.packed.is_some(), "the packed comparison is exercised");
         }
     }
 
