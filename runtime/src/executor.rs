@@ -354,6 +354,7 @@ fn poll(st: &PoolState, me: Option<usize>, mut stop: impl FnMut() -> bool) -> Op
         ch.begin_polling();
     }
     let mut found = None;
+    let mut stopped = false;
     for i in 0..st.spins + st.yields {
         found = try_pop(st, me, true);
         if found.is_some() {
@@ -364,6 +365,7 @@ fn poll(st: &PoolState, me: Option<usize>, mut stop: impl FnMut() -> bool) -> Op
             continue;
         }
         if stop() {
+            stopped = true;
             break;
         }
         if i < st.spins {
@@ -375,7 +377,8 @@ fn poll(st: &PoolState, me: Option<usize>, mut stop: impl FnMut() -> bool) -> Op
     if let Some(ch) = ch {
         // While still searching: what a message left to this thread makes ready is queued
         // without waking anyone, and the look at the queue below or in the caller takes it.
-        ch.end_polling();
+        // Neither a node nor the end of its wait: this thread is about to sleep.
+        ch.end_polling(found.is_none() && !stopped);
     }
     if found.is_none() {
         // Before it sleeps (`pop`, `sleep_helper`) or leaves (`leave`), each of which looks

@@ -135,10 +135,16 @@ impl Channel {
         self.comm.polling(DATA_TAG, true);
     }
 
-    /// The processor stops polling. A message the transport left to it meanwhile (and that
-    /// no poll took) is taken now: after this, new ones wake the communication thread again.
-    pub(crate) fn end_polling(&self) {
-        if self.comm.polling(DATA_TAG, false) {
+    /// The processor stops polling (`to_sleep`: it found nothing to run and is about to
+    /// sleep). A message the transport left to it meanwhile (and that no poll took) is taken
+    /// now: after this, new ones wake the communication thread again.
+    pub(crate) fn end_polling(&self, to_sleep: bool) {
+        let left = if to_sleep {
+            self.comm.polling_ends_in_sleep(DATA_TAG)
+        } else {
+            self.comm.polling(DATA_TAG, false)
+        };
+        if left {
             self.drain();
         }
     }
