@@ -354,6 +354,7 @@ fn poll(st: &PoolState, me: Option<usize>, mut stop: impl FnMut() -> bool) -> Op
         ch.begin_polling();
     }
     let mut found = None;
+    let mut stopped = false;
     for i in 0..st.spins + st.yields {
         found = try_pop(st, me, true);
         if found.is_some() {
@@ -364,6 +365,7 @@ fn poll(st: &PoolState, me: Option<usize>, mut stop: impl FnMut() -> bool) -> Op
             continue;
         }
         if stop() {
+            stopped = true;
             break;
         }
         if i < st.spins {
@@ -375,7 +377,8 @@ fn poll(st: &PoolState, me: Option<usize>, mut stop: impl FnMut() -> bool) -> Op
     if let Some(ch) = ch {
         // While still searching: what a message left to this thread makes ready is queued
         // without waking anyone, and the look at the queue below or in the caller takes it.
-        ch.end_polling();
+        // Neither a node nor the end of its wait: this thread is about to sleep.
+        ch.end_polling(found.is_none() && !stopped);
     }
     if found.is_none() {
         // Before it sleeps (`pop`, `sleep_helper`) or leaves (`leave`), each of which looks
@@ -751,6 +754,91 @@ mod tests {
         });
         assert!(helped, "the waiting processor did not take the message");
         assert_eq!(taken, 1);
+    }
+
+    /// A transport with nothing to receive that counts how processors stop polling.
+    #[derive(Default)]
+    struct Stops {
+        to_sleep: AtomicUsize,
+        other: AtomicUsize,
+    }
+
+    impl crate::transport::Communicator for Stops {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn size(&self) -> usize {
+            2
+        }
+        fn send(
+            &self,
+            _: usize,
+            _: u16,
+            _: Vec<u8>,
+        ) -> Result<(), crate::transport::TransportError> {
+            Ok(())
+        }
+        fn recv(&self, _: usize, _: u16) -> Result<Vec<u8>, crate::transport::TransportError> {
+            unreachable!("the test receives nothing")
+        }
+        fn exchange(
+            &self,
+            _: usize,
+            _: Vec<u8>,
+            _: usize,
+        ) -> Result<Vec<u8>, crate::transport::TransportError> {
+            unreachable!("the test runs no collective")
+        }
+        fn note_shared_failure(&self) {}
+        fn poll_any(
+            &self,
+            _: u16,
+        ) -> Result<Option<(usize, Vec<u8>)>, crate::transport::TransportError> {
+            Ok(None)
+        }
+        fn polling(&self, _: u16, on: bool) -> bool {
+            if !on {
+                self.other.fetch_add(1, Ordering::SeqCst);
+            }
+            false
+        }
+        fn polling_ends_in_sleep(&self, _: u16) -> bool {
+            self.to_sleep.fetch_add(1, Ordering::SeqCst);
+            false
+        }
+    }
+
+    #[test]
+    fn a_processor_tells_the_transport_when_it_stops_polling_to_sleep_and_only_then() {
+        let shared = Arc::new(Shared::default());
+        let pool = ThreadPool::new(1, shared.clone(), 0);
+        wait_asleep(&pool, 1);
+        let comm = Arc::new(Stops::default());
+        let ch = Arc::new(Channel::new(comm.clone(), false, &shared, pool.spawner()));
+        let _ = shared.channel.set(ch.clone());
+        // The worker runs a node, polls with nothing to find, and sleeps: it says so.
+        let n = node(&pool);
+        pool.spawn(n.clone());
+        until(
+            || n.is_done() && pool.state.asleep.load(Ordering::SeqCst) == 1,
+            "the worker ran the node and slept again",
+        );
+        assert_eq!(comm.to_sleep.load(Ordering::SeqCst), 1);
+        assert_eq!(comm.other.load(Ordering::SeqCst), 0);
+        // The issuer's wait ends while it polls: it goes back to its work, not to sleep.
+        let mut looks = 0;
+        assert!(pool.help(&mut || {
+            looks += 1;
+            looks > 1
+        }));
+        assert_eq!(
+            comm.to_sleep.load(Ordering::SeqCst),
+            1,
+            "the issuer said it sleeps"
+        );
+        assert_eq!(comm.other.load(Ordering::SeqCst), 1);
+        ch.stop();
+        pool.shutdown();
     }
 
     #[test]

@@ -17,7 +17,10 @@
 //! wakes only when no processor is looking: all of them run nodes or sleep. Each message it
 //! takes costs a wake-up of it and usually one of a processor after it; one a polling
 //! processor takes costs neither. `TESSERA_IDLE_RECV=0` (read at start) leaves every message
-//! to the communication thread, as before, so one binary can compare the two.
+//! to the communication thread, as before, so one binary can compare the two. Under MPI,
+//! where nothing wakes the thread and it probes every 50 µs, it backs off while a processor
+//! polls instead (`transport::backoff`); a processor that stops polling to sleep says so
+//! ([`Channel::end_polling`]), which ends the back-off.
 
 use super::codec::{read_out, Reader};
 use crate::error::RuntimeError;
@@ -135,10 +138,16 @@ impl Channel {
         self.comm.polling(DATA_TAG, true);
     }
 
-    /// The processor stops polling. A message the transport left to it meanwhile (and that
-    /// no poll took) is taken now: after this, new ones wake the communication thread again.
-    pub(crate) fn end_polling(&self) {
-        if self.comm.polling(DATA_TAG, false) {
+    /// The processor stops polling (`to_sleep`: it found nothing to run and is about to
+    /// sleep). A message the transport left to it meanwhile (and that no poll took) is taken
+    /// now: after this, new ones wake the communication thread again.
+    pub(crate) fn end_polling(&self, to_sleep: bool) {
+        let left = if to_sleep {
+            self.comm.polling_ends_in_sleep(DATA_TAG)
+        } else {
+            self.comm.polling(DATA_TAG, false)
+        };
+        if left {
             self.drain();
         }
     }

@@ -18,6 +18,9 @@
 
 pub mod threads;
 
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+mod backoff;
+
 #[cfg(feature = "mpi")]
 pub mod mpi;
 
@@ -123,6 +126,13 @@ pub trait Communicator {
     fn polling(&self, tag: Tag, on: bool) -> bool {
         let _ = (tag, on);
         false
+    }
+
+    /// [`Communicator::polling`]`(tag, false)` from a thread that found nothing to do and is
+    /// about to sleep: a transport that lets a thread blocked in `recv_any` back off while
+    /// others poll ends that back-off now (the thread is the one that receives again).
+    fn polling_ends_in_sleep(&self, tag: Tag) -> bool {
+        self.polling(tag, false)
     }
 
     /// Whether rank `rank` has stopped (it can send nothing more). Transports that cannot

@@ -156,6 +156,9 @@ pub struct ThreadedMpiComm {
     in_flight: std::sync::Mutex<Vec<InFlight>>,
     /// Per rank: when its goodbye arrived (it ended its work normally; see [`GOODBYE_TAG`]).
     gone: std::sync::Mutex<Vec<Option<Instant>>>,
+    /// The communication thread's pause between polls: long while a processor polls
+    /// ([`super::backoff`]).
+    backoff: super::backoff::Backoff,
 }
 
 /// Tag of the empty message a rank sends every other rank when its work ended normally.
@@ -385,8 +388,9 @@ impl Communicator for ThreadedMpiComm {
             }
             // A failed peer ends the whole job (`MPI_Abort`) and one that stopped early is
             // seen by `has_exited` (the runtime's channel asks when a poll times out); the
-            // pause keeps the polling thread off a core the workers need.
-            std::thread::sleep(std::time::Duration::from_micros(50));
+            // pause keeps the polling thread off a core the workers need, and is long while
+            // a processor polls in its stead.
+            self.backoff.pause();
         }
     }
 
@@ -404,6 +408,22 @@ impl Communicator for ThreadedMpiComm {
             let (data, status) = probed.matched_receive_vec::<u8>();
             (status.source_rank() as usize, data)
         }))
+    }
+
+    /// Counts the processors polling, so the communication thread backs off meanwhile.
+    /// Nothing is left to them that the thread would not take after its pause: false.
+    fn polling(&self, _tag: Tag, on: bool) -> bool {
+        if on {
+            self.backoff.start();
+        } else {
+            self.backoff.stop(false);
+        }
+        false
+    }
+
+    fn polling_ends_in_sleep(&self, _tag: Tag) -> bool {
+        self.backoff.stop(true);
+        false
     }
 }
 
@@ -431,6 +451,7 @@ where
         shared_failure: std::sync::atomic::AtomicBool::new(false),
         in_flight: std::sync::Mutex::default(),
         gone: std::sync::Mutex::new(vec![None; universe.world().size() as usize]),
+        backoff: super::backoff::Backoff::from_env(),
     });
     let out = f(&comm);
     if out.is_ok() {
