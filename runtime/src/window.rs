@@ -97,17 +97,12 @@ impl Window {
         // a prefix a later task ended, not one launched because a read or an idle worker came.
         if self.prefix.is_complete() {
             let name = addr(&self.ready[0].issued.name);
-            match (self.alone.iter().position(|x| *x == name), n == 1) {
-                (Some(i), false) => {
-                    self.alone.remove(i);
+            self.alone.retain(|x| *x != name);
+            if n == 1 {
+                if self.alone.len() == ALONE {
+                    self.alone.remove(0);
                 }
-                (None, true) => {
-                    if self.alone.len() == ALONE {
-                        self.alone.remove(0);
-                    }
-                    self.alone.push(name);
-                }
-                _ => {}
+                self.alone.push(name);
             }
         }
         self.prefix.clear();

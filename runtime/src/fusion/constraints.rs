@@ -292,13 +292,12 @@ impl Prefix {
                 return false;
             }
             let root = &ready[s.first.0].args[s.first.1].root;
-            // Cheapest first: `fresh` takes the store's metadata lock.
             root.app_refs.load(std::sync::atomic::Ordering::Acquire) > 0
+                && temporaries::fresh(root)
                 && !ready
                     .range(self.len..)
                     .any(|t| t.args.iter().any(|a| Arc::ptr_eq(&a.root, root)))
                 && !later(root)
-                && temporaries::fresh(root)
         })
     }
 
