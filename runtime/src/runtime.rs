@@ -1276,12 +1276,14 @@ impl Inner {
         let mut first = Ok(());
         self.solve_ahead(front, &mut first);
         let held = front.window.len();
-        let r = if !front.window.tasks.is_empty() || (idle && a.hold_idle.is_zero()) {
+        // A lone task predicted to end its prefix by itself: holding it only idles the worker.
+        let alone = idle && a.early && front.window.predicted_alone();
+        let r = if !front.window.tasks.is_empty() || (idle && a.hold_idle.is_zero()) || alone {
             self.drain(front, true)
         } else if front.window.is_full() {
             self.drain(front, idle)
-        } else if idle && a.early {
-            self.launch_complete(front)
+        } else if a.early {
+            self.launch_complete(front, idle)
         } else {
             Ok(())
         };
@@ -1291,23 +1293,32 @@ impl Inner {
             if idle {
                 a.held_while_idle();
             }
-            a.hold(if idle { a.hold_idle } else { window::STALL });
+            if a.hold(if idle { a.hold_idle } else { window::STALL }) {
+                Counters::add(&self.shared.counters.window_wakes, 1);
+            }
         }
         first.and(r)
     }
 
-    /// A worker is idle and the adaptive window holds tasks: launches its *complete* fusible
-    /// prefixes (those a later task already ends; no task issued later can join them) and
-    /// keeps the last, still growing one. Holding a complete prefix keeps the worker idle for
-    /// no fusion; it could only still gain a temporary (a store the application drops a
-    /// handle of later). Measured on the fusion bench's BiCGSTAB, which issues an iteration's
-    /// 13 tasks (5 prefixes) after waiting on futures: held to the next `get`, a worker idled
-    /// for the whole issue (runtime/DESIGN.md, "Window size").
-    fn launch_complete(&self, front: &mut Front) -> Result<()> {
+    /// Launches the adaptive window's *complete* fusible prefixes (those a later task already
+    /// ends; no task issued later can join them) and keeps the last, still growing one. With
+    /// a worker idle, every complete prefix goes; with the workers busy, those that holding
+    /// could still give a temporary stay (`Prefix::may_gain_temporary`: a store the
+    /// application may yet drop the handle of), and launch when a worker would go idle.
+    ///
+    /// Why not hold them all while the workers are busy: a complete prefix gains nothing more
+    /// by waiting, and "busy" is often one worker finishing its last node. The fusion bench's
+    /// BiCGSTAB issues an iteration's 13 tasks (5 prefixes) after waiting on futures; held to
+    /// the next idle worker or `get`, its SpMVs started one launch later than unfused, on the
+    /// critical path of every iteration (runtime/DESIGN.md, "Task fusion").
+    fn launch_complete(&self, front: &mut Front, idle: bool) -> Result<()> {
         let mut first = Ok(());
         while front.window.ready.len() > 1
             && front.window.fusible_prefix() < front.window.ready.len()
         {
+            if !idle && front.window.complete_prefix_may_gain() {
+                break;
+            }
             self.launch_prefix_timed(front, &mut first);
         }
         first

@@ -26,6 +26,7 @@ pub(crate) struct Counters {
     pub idle_flushes: AtomicU64,
     pub timer_flushes: AtomicU64,
     pub idle_held_ns: AtomicU64,
+    pub window_wakes: AtomicU64,
     pub tasks_traced: AtomicU64,
     pub tasks_analysed: AtomicU64,
     pub traces_recorded: AtomicU64,
@@ -73,6 +74,7 @@ impl Counters {
             kernel_fused_launches: g(&self.kernel_fused_launches),
             idle_flushes: g(&self.idle_flushes),
             idle_held_ns: g(&self.idle_held_ns),
+            window_wakes: g(&self.window_wakes),
             timer_flushes: g(&self.timer_flushes),
             tasks_traced: g(&self.tasks_traced),
             tasks_analysed: g(&self.tasks_analysed),
@@ -150,6 +152,9 @@ pub struct Stats {
     ///
     /// [`RuntimeBuilder::window_hold`]: crate::RuntimeBuilder::window_hold
     pub idle_held_ns: u64,
+    /// Adaptive window: times the issuing thread woke the window thread to time a hold (a
+    /// futex call and a context switch each; it sleeps through deadlines it would meet anyway).
+    pub window_wakes: u64,
     /// Launched tasks whose dependences came from a replayed trace (automatic tracing).
     pub tasks_traced: u64,
     /// Launched tasks that went through ordinary dependence analysis.
@@ -257,6 +262,7 @@ impl Stats {
             kernel_fused_launches: self.kernel_fused_launches - earlier.kernel_fused_launches,
             idle_flushes: self.idle_flushes - earlier.idle_flushes,
             idle_held_ns: self.idle_held_ns - earlier.idle_held_ns,
+            window_wakes: self.window_wakes - earlier.window_wakes,
             timer_flushes: self.timer_flushes - earlier.timer_flushes,
             tasks_traced: self.tasks_traced - earlier.tasks_traced,
             tasks_analysed: self.tasks_analysed - earlier.tasks_analysed,

@@ -29,6 +29,18 @@ pub(crate) struct Window {
     /// solved, forgotten when its tasks leave ([`Window::take`]).
     pub prefix: Prefix,
     capacity: usize,
+    /// Names (interned `Arc<str>` addresses, compared only) of tasks whose last complete
+    /// prefix, begun by them, held them alone; the most recent [`ALONE`].
+    alone: smallvec::SmallVec<[usize; ALONE]>,
+}
+
+/// Task names remembered as ending their prefixes alone.
+const ALONE: usize = 8;
+
+/// An `Arc`'s address, only compared: a task name is interned once per runtime and lives as
+/// long as its registration.
+fn addr<T: ?Sized>(a: &Arc<T>) -> usize {
+    Arc::as_ptr(a) as *const u8 as usize
 }
 
 impl Window {
@@ -40,6 +52,7 @@ impl Window {
             tasks: VecDeque::new(),
             prefix: Prefix::default(),
             capacity: capacity.max(1),
+            alone: smallvec::SmallVec::new(),
         }
     }
 
@@ -80,8 +93,43 @@ impl Window {
     // Boxed on purpose: a `Ready` is kilobytes and the launch moves the tasks (see `ready`).
     #[allow(clippy::vec_box)]
     pub(crate) fn take(&mut self, n: usize) -> Vec<Box<Ready>> {
+        // What the next lone task of this name may expect (`predicted_alone`): known only for
+        // a prefix a later task ended, not one launched because a read or an idle worker came.
+        if self.prefix.is_complete() {
+            let name = addr(&self.ready[0].issued.name);
+            self.alone.retain(|x| *x != name);
+            if n == 1 {
+                if self.alone.len() == ALONE {
+                    self.alone.remove(0);
+                }
+                self.alone.push(name);
+            }
+        }
         self.prefix.clear();
         self.ready.drain(..n).collect()
+    }
+
+    /// True when the window holds one solved task and the last complete prefix begun by a
+    /// task of its name ended right after it (the next task broke a constraint): holding it
+    /// for a chain to join is predicted to gain nothing. A prediction from the stream's
+    /// history, as the adaptive window's launches already follow timing; a miss only launches
+    /// a task that could have fused.
+    pub(crate) fn predicted_alone(&self) -> bool {
+        self.tasks.is_empty()
+            && self.ready.len() == 1
+            && self.alone.contains(&addr(&self.ready[0].issued.name))
+    }
+
+    /// Whether holding the complete fusible prefix could still make one of its stores a
+    /// temporary (only a fused prefix has temporaries: one task is launched as issued).
+    pub(crate) fn complete_prefix_may_gain(&self) -> bool {
+        let unsolved = &self.tasks;
+        self.prefix.len() > 1
+            && self.prefix.may_gain_temporary(&self.ready, |r| {
+                unsolved
+                    .iter()
+                    .any(|t| t.args.iter().any(|a| Arc::ptr_eq(&a.root, r)))
+            })
     }
 
     /// True when a task issued now would be analysed at once (a window of one, empty): the
@@ -185,6 +233,20 @@ pub(crate) struct Adaptive {
 pub(crate) struct Timer {
     pub deadline: Option<Instant>,
     pub stop: bool,
+    /// How the window thread sleeps: what [`Adaptive::hold`] must wake it for.
+    sleep: Sleep,
+}
+
+/// The window thread's state, under the timer lock.
+#[derive(Clone, Copy, Default)]
+enum Sleep {
+    /// Running: it reads the deadline before it sleeps again.
+    #[default]
+    Awake,
+    /// Asleep until notified (no deadline was set).
+    Untimed,
+    /// Asleep until this instant, or until notified.
+    Until(Instant),
 }
 
 /// How long a task issued while a worker is idle waits for the next one before the window
@@ -254,17 +316,27 @@ impl Adaptive {
     }
 
     /// Asks the window thread to launch the window `after` from now ([`HOLD`] or [`STALL`])
-    /// unless something else does first; only a deadline set from none wakes it (a moved one
-    /// it finds on waking).
-    pub(crate) fn hold(&self, after: Duration) {
+    /// unless something else does first. It is woken only if it would otherwise sleep past
+    /// the new deadline (asleep with none, or until a later one); a thread that wakes earlier
+    /// finds the moved deadline then. Why: a wake-up is a futex call on the issuing thread (about
+    /// 3 µs here) and a context switch on a core a worker may be using; waking it whenever a
+    /// deadline was set afresh cost the fusion bench's BiCGSTAB two per iteration.
+    /// True when it woke the thread.
+    pub(crate) fn hold(&self, after: Duration) -> bool {
         let mut t = self.timer.lock().unwrap_or_else(|e| e.into_inner());
-        let first = t.deadline.is_none();
-        t.deadline = Some(Instant::now() + after);
+        let deadline = Instant::now() + after;
+        t.deadline = Some(deadline);
         self.armed.store(true, Ordering::SeqCst);
+        let wake = match t.sleep {
+            Sleep::Awake => false,
+            Sleep::Untimed => true,
+            Sleep::Until(at) => at > deadline,
+        };
         drop(t);
-        if first {
+        if wake {
             self.wake.notify_one();
         }
+        wake
     }
 
     /// Clears the deadline: the window was launched by other means, and a stale deadline would
@@ -283,21 +355,36 @@ impl Adaptive {
         self.wake.notify_one();
     }
 
-    /// The window thread: sleeps until a deadline passes, then launches the window.
+    /// The window thread: sleeps until a deadline passes, then launches the window. With no
+    /// deadline it first lingers for [`STALL`], asleep with a timeout, and only then sleeps
+    /// until woken: a window launched by other means is usually refilled within microseconds,
+    /// and a deadline set while it lingers needs no wake-up (see [`Adaptive::hold`]).
     pub(crate) fn run_timer(&self) {
         let mut t = self.timer.lock().unwrap_or_else(|e| e.into_inner());
+        let mut lingered = false;
         while !t.stop {
-            let Some(deadline) = t.deadline else {
-                t = self.wake.wait(t).unwrap_or_else(|e| e.into_inner());
-                continue;
-            };
             let now = Instant::now();
-            if now < deadline {
+            let until = match t.deadline {
+                Some(deadline) if now >= deadline => None,
+                Some(deadline) => Some(deadline),
+                None if !lingered => Some(now + STALL),
+                None => {
+                    t.sleep = Sleep::Untimed;
+                    t = self.wake.wait(t).unwrap_or_else(|e| e.into_inner());
+                    t.sleep = Sleep::Awake;
+                    lingered = false;
+                    continue;
+                }
+            };
+            if let Some(until) = until {
+                lingered = t.deadline.is_none();
+                t.sleep = Sleep::Until(until);
                 t = self
                     .wake
-                    .wait_timeout(t, deadline - now)
+                    .wait_timeout(t, until - now)
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
+                t.sleep = Sleep::Awake;
                 continue;
             }
             t.deadline = None;

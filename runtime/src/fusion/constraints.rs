@@ -24,6 +24,7 @@
 //! key is written as the tasks join, not in a second pass at launch.
 
 use super::memo;
+use super::temporaries;
 use super::Ready;
 use crate::dtype::ReduceOp;
 use crate::partition::PartitionId;
@@ -93,6 +94,11 @@ impl Prefix {
         self.len = 0;
         self.complete = false;
         self.key.clear();
+    }
+
+    /// True when a task after the prefix broke a constraint (no later task can join).
+    pub(crate) fn is_complete(&self) -> bool {
+        self.complete
     }
 
     /// Tasks in the prefix.
@@ -267,6 +273,32 @@ impl Prefix {
                     && dead(root)
             })
             .collect()
+    }
+
+    /// Whether holding the prefix (complete: no task can join it) could still make one of its
+    /// stores a temporary: a store it writes (not reduced, not unbound) that is fresh, named
+    /// by no later task of the window (`later` names the unsolved ones), and still held by
+    /// the application, which may drop its handle before the prefix is launched (a loop body
+    /// drops its intermediates at the end of its scope). A store that is dead already is a
+    /// temporary whenever the prefix is launched; one named later, or not fresh, never is.
+    pub(crate) fn may_gain_temporary(
+        &self,
+        ready: &VecDeque<Box<Ready>>,
+        later: impl Fn(&Arc<StoreRoot>) -> bool,
+    ) -> bool {
+        self.stores.iter().any(|s| {
+            let e = &s.effects;
+            if e.written.is_none() || e.reduced.is_some() || e.unbound {
+                return false;
+            }
+            let root = &ready[s.first.0].args[s.first.1].root;
+            root.app_refs.load(std::sync::atomic::Ordering::Acquire) > 0
+                && temporaries::fresh(root)
+                && !ready
+                    .range(self.len..)
+                    .any(|t| t.args.iter().any(|a| Arc::ptr_eq(&a.root, root)))
+                && !later(root)
+        })
     }
 
     /// Where each of the prefix' stores is first named, (task, argument), in canonical order

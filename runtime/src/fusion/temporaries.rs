@@ -43,7 +43,10 @@ pub(crate) fn outside_dead_among<'a>(
 /// The part of [`outside_dead`] that is the store's own state: no application handle, never
 /// allocated, never written.
 pub(crate) fn fresh_and_unheld(root: &Arc<StoreRoot>) -> bool {
-    root.app_refs.load(Ordering::Acquire) == 0
-        && root.bound().is_some_and(|b| !b.is_used())
-        && root.meta().version == 0
+    root.app_refs.load(Ordering::Acquire) == 0 && fresh(root)
+}
+
+/// Never allocated and never written: its contents are still the zeros of a fresh store.
+pub(crate) fn fresh(root: &Arc<StoreRoot>) -> bool {
+    root.bound().is_some_and(|b| !b.is_used()) && root.meta().version == 0
 }

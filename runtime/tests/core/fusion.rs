@@ -989,3 +989,195 @@ fn a_complete_prefix_is_launched_at_once_for_an_idle_worker() {
         .collect();
     assert_eq!(rt.read::<f64>(&z).unwrap(), want);
 }
+
+/// An adaptive runtime (2 threads) whose window thread would hold a task issued while the
+/// worker idles for ten seconds: whatever launches sooner was decided at submit.
+fn long_hold_runtime() -> Runtime {
+    let rt = Runtime::builder()
+        .tracing(false)
+        .threads(2)
+        .min_piece_size(4)
+        .adaptive_window(16)
+        .window_hold(Duration::from_secs(10))
+        .build();
+    register(&rt).unwrap();
+    rt
+}
+
+/// A task issued while the worker idles is held so that a chain may join it, unless the last
+/// prefix it began was ended by the very next task: then it is launched at submit (the fusion
+/// bench's BiCGSTAB held its direction update, which an SpMV through an image always follows,
+/// for a window-thread wake-up and one more submit per iteration). A task whose last prefix
+/// grew is still held.
+#[test]
+fn a_task_that_ended_its_prefix_alone_last_time_is_launched_at_once_for_an_idle_worker() {
+    let rt = long_hold_runtime();
+    let x = input(&rt, 16);
+    let (y, z) = (
+        rt.create(DType::F64, &[16]).unwrap(),
+        rt.create(DType::F64, &[16]).unwrap(),
+    );
+    // `axpb` then a task on another launch domain: `axpb`'s prefix ends with it.
+    let round = |name: &str| {
+        rt.task(name)
+            .read(&x)
+            .write(&y)
+            .scalar(2.0)
+            .scalar(1.0)
+            .align(&x, &y)
+            .launch_domain(&[2])
+            .submit()
+            .unwrap();
+        let held = rt.stats().tasks_launched;
+        rt.task("ew_axpb")
+            .read(&y)
+            .write(&z)
+            .scalar(3.0)
+            .scalar(0.0)
+            .align(&y, &z)
+            .launch_domain(&[4])
+            .submit()
+            .unwrap();
+        rt.fence().unwrap();
+        held
+    };
+    let before = rt.stats().tasks_launched;
+    assert_eq!(round("axpb"), before, "no history: held for a chain");
+    let before = rt.stats().tasks_launched;
+    assert_eq!(
+        round("axpb"),
+        before + 1,
+        "ended its prefix alone last time: launched at submit"
+    );
+    // `ew_axpb`'s prefixes above were launched by the fence (never complete): no prediction.
+    let (u, v) = (
+        rt.create(DType::F64, &[16]).unwrap(),
+        rt.create(DType::F64, &[16]).unwrap(),
+    );
+    let chain = || {
+        axpb(&rt, "ew_axpb", &x, &u, 1.0, 1.0);
+        let held = rt.stats().tasks_launched;
+        axpb(&rt, "ew_axpb", &u, &v, 1.0, 1.0);
+        rt.task("axpb")
+            .read(&v)
+            .write(&z)
+            .scalar(1.0)
+            .scalar(0.0)
+            .align(&v, &z)
+            .launch_domain(&[4])
+            .submit()
+            .unwrap();
+        rt.fence().unwrap();
+        held
+    };
+    chain();
+    let before = rt.stats().tasks_launched;
+    assert_eq!(chain(), before, "its last prefix grew: held again");
+    let want: Vec<f64> = (0..16).map(|i| (i as f64 - 3.0) + 2.0).collect();
+    assert_eq!(rt.read::<f64>(&z).unwrap(), want);
+    assert_eq!(rt.read::<f64>(&y).unwrap()[0], -5.0);
+}
+
+/// The stream of the two tests below, on `rt`: `t = 2x + 1`, `u = 3t` (one prefix), then a
+/// task on another launch domain that reads `u` (and `t` when `t_read_later`), writing `z`.
+fn prefix_then_other_domain(rt: &Runtime, x: &Store, t_read_later: bool) -> (Store, Store) {
+    let (t, u, z) = (
+        rt.create(DType::F64, &[16]).unwrap(),
+        rt.create(DType::F64, &[16]).unwrap(),
+        rt.create(DType::F64, &[16]).unwrap(),
+    );
+    axpb(rt, "ew_axpb", x, &t, 2.0, 1.0);
+    axpb(rt, "ew_axpb", &t, &u, 3.0, 0.0);
+    let last = if t_read_later { &t } else { &u };
+    rt.task("ew_mul")
+        .read(&u)
+        .read(last)
+        .write(&z)
+        .align(&u, last)
+        .align(&u, &z)
+        .launch_domain(&[4])
+        .submit()
+        .unwrap();
+    (t, z)
+}
+
+fn expected(t_read_later: bool) -> Vec<f64> {
+    (0..16)
+        .map(|i| {
+            let t = 2.0 * (i as f64 - 3.0) + 1.0;
+            let u = 3.0 * t;
+            u * if t_read_later { t } else { u }
+        })
+        .collect()
+}
+
+/// Behind a busy worker, a complete prefix (a later task ended it) is launched at submit when
+/// holding it could not make a temporary: here `t` is read after the prefix, so it never is.
+/// (Held to the worker's next idle moment, the fusion bench's BiCGSTAB started each SpMV a
+/// launch late.)
+#[test]
+fn a_complete_prefix_behind_a_busy_worker_is_launched_when_holding_gains_nothing() {
+    let (rt, flags) = held_runtime(2);
+    let _open = Opener(flags.clone());
+    let _h = occupy(&rt, &flags);
+    let x = input(&rt, 16);
+    let (t, z) = prefix_then_other_domain(&rt, &x, true);
+    let s = rt.stats();
+    assert_eq!(
+        (s.tasks_launched, s.fused_launches),
+        (2, 1),
+        "`hold`, then the complete prefix fused; the task after it is held"
+    );
+    drop(t);
+    flags.gate.store(true, Ordering::Release);
+    assert_eq!(rt.read::<f64>(&z).unwrap(), expected(true));
+    assert_eq!(rt.stats().temporaries_eliminated, 0);
+}
+
+/// ... but a complete prefix that writes a fresh store the application still holds and no
+/// later task names stays held while the worker is busy: the loop body may drop the handle
+/// before the worker goes idle, and then the store is never allocated.
+#[test]
+fn a_complete_prefix_that_may_yet_make_a_temporary_stays_held_behind_a_busy_worker() {
+    let (rt, flags) = held_runtime(2);
+    let _open = Opener(flags.clone());
+    let _h = occupy(&rt, &flags);
+    let x = input(&rt, 16);
+    let (t, z) = prefix_then_other_domain(&rt, &x, false);
+    assert_eq!(rt.stats().tasks_launched, 1, "only `hold`");
+    drop(t);
+    flags.gate.store(true, Ordering::Release);
+    assert_eq!(rt.read::<f64>(&z).unwrap(), expected(false));
+    let s = rt.stats();
+    assert_eq!(s.temporaries_eliminated, 1, "t, dropped while held: {s:?}");
+    assert_eq!(s.fused_launches, 1);
+}
+
+/// The window thread times holds. It used to be woken every time a deadline was set with none
+/// pending, though it was already asleep until an earlier one it would meet anyway: a futex
+/// call on the issuing thread and a context switch per window emptied and refilled (twice an
+/// iteration on the fusion bench's BiCGSTAB). Now only a deadline it would miss wakes it.
+#[test]
+fn the_window_thread_is_woken_only_for_a_deadline_it_would_miss() {
+    let (rt, flags) = held_runtime(2);
+    let _open = Opener(flags.clone());
+    let _h = occupy(&rt, &flags);
+    let x = input(&rt, 16);
+    let t0 = Instant::now();
+    let woken = rt.stats().window_wakes;
+    for i in 0..20 {
+        // Held behind the busy worker (the stall deadline is set), then launched by the read
+        // (the window empties and the deadline is cleared), run by this thread.
+        let y = rt.create(DType::F64, &[16]).unwrap();
+        axpb(&rt, "axpb", &x, &y, 1.0, i as f64);
+        assert_eq!(rt.read::<f64>(&y).unwrap()[3], i as f64);
+    }
+    let wakes = rt.stats().window_wakes - woken;
+    // Asleep until the first stall deadline, it meets every later one; it may go back to an
+    // untimed sleep each time a deadline passes with the window empty.
+    let bound = 1 + t0.elapsed().as_millis() as u64 / 50 + 1;
+    assert!(
+        wakes <= bound,
+        "{wakes} wake-ups over 20 holds (at most {bound})"
+    );
+}
