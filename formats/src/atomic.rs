@@ -64,6 +64,8 @@ use crate::error::{Error, Result};
 pub struct AtomicFile {
     temp: tempfile::NamedTempFile,
     target: PathBuf,
+    /// Whether [`commit`](AtomicFile::commit) syncs the data to disk before the rename.
+    sync: bool,
     _listed: Listed,
 }
 
@@ -108,6 +110,7 @@ impl AtomicFile {
             _listed: listed,
             temp,
             target: target.to_path_buf(),
+            sync: true,
         })
     }
 
@@ -121,15 +124,40 @@ impl AtomicFile {
         &self.target
     }
 
-    /// Flushes to disk and renames the temporary file onto the target.
+    /// Whether [`commit`](Self::commit) syncs the file to disk before renaming it (the
+    /// default). Without the sync the file still appears whole or not at all to every reader
+    /// while the machine stays up; only a crash right after the rename could leave the new
+    /// name on data that never reached the disk — which a `.tcs` reader's checksums reject.
+    pub fn set_sync(&mut self, on: bool) {
+        self.sync = on;
+    }
+
+    /// Whether [`commit`](Self::commit) syncs (see [`set_sync`](Self::set_sync)).
+    pub fn syncs(&self) -> bool {
+        self.sync
+    }
+
+    /// Flushes to disk (unless [`set_sync`](Self::set_sync) turned that off) and renames the
+    /// temporary file onto the target.
     pub fn commit(self) -> Result<()> {
         let target = self.target;
-        retry_interrupted(|| self.temp.as_file().sync_all()).map_err(|e| Error::io(&target, e))?;
+        if self.sync {
+            retry_interrupted(|| self.temp.as_file().sync_all())
+                .map_err(|e| Error::io(&target, e))?;
+            #[cfg(test)]
+            SYNCED_COMMITS.with(|n| n.set(n.get() + 1));
+        }
         self.temp
             .persist(&target)
             .map_err(|e| Error::io(&target, e.error))?;
         Ok(())
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Commits that synced, on this thread (tests check that an option reaches the file).
+    pub(crate) static SYNCED_COMMITS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 #[cfg(test)]

@@ -675,6 +675,11 @@ pub struct MtxWriter {
 }
 
 impl MtxWriter {
+    /// Whether finishing syncs the file to disk before renaming it ([`AtomicFile::set_sync`]).
+    pub fn set_sync(&mut self, on: bool) {
+        self.file.set_sync(on);
+    }
+
     /// Starts `path` for a `rows` x `cols` matrix; `entries` may be unknown (`None`): then the
     /// count is written when the file is finished.
     pub fn create(path: &Path, rows: u64, cols: u64, entries: Option<u64>) -> Result<Self> {

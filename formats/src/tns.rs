@@ -440,6 +440,11 @@ pub struct TnsWriter {
 }
 
 impl TnsWriter {
+    /// Whether finishing syncs the file to disk before renaming it ([`AtomicFile::set_sync`]).
+    pub fn set_sync(&mut self, on: bool) {
+        self.file.set_sync(on);
+    }
+
     /// Starts writing `path` (it appears only after [`finish`](TnsWriter::finish)).
     pub fn create(path: &Path) -> Result<Self> {
         let file = AtomicFile::create(path)?;

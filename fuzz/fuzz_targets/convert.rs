@@ -76,6 +76,7 @@ fuzz_target!(|input: Input| {
         force_external_sort: input.force_external,
         run_entries: input.run_entries.map(|n| n as usize % 8 + 1),
         fan_in: input.fan_in.map(|n| n as usize % 4 + 2),
+        sync: false,
     };
     let out = scratch().join("c-out.tcs");
     let result = convert(&input_path, &out, &opts, &NoProgress);

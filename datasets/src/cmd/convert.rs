@@ -30,6 +30,12 @@ pub struct Args {
     /// What to do with repeated coordinates.
     #[arg(long, value_enum, default_value_t = DupArg::Sum)]
     duplicates: DupArg,
+    /// Sync the output to disk (fsync) before renaming it into place, so that it survives a
+    /// crash or power loss; the conversion then runs at the disk's write speed. Off by
+    /// default, as for cp: the output can be made again from the input, and a .tcs reader's
+    /// checksums reject a file that a crash cut short.
+    #[arg(long)]
+    sync: bool,
 }
 
 /// Options that shape `.tcs` output (shared with `generate`).
@@ -99,12 +105,11 @@ impl Args {
         let start = Instant::now();
         let bars = Bars::new(quiet);
         let input_bytes = std::fs::metadata(&self.input).map(|m| m.len()).unwrap_or(0);
-        let r = tessera_formats::convert(
-            &self.input,
-            &self.output,
-            &self.tcs.to_options(self.duplicates.into()),
-            &bars,
-        )?;
+        let opts = ConvertOptions {
+            sync: self.sync,
+            ..self.tcs.to_options(self.duplicates.into())
+        };
+        let r = tessera_formats::convert(&self.input, &self.output, &opts, &bars)?;
         let secs = start.elapsed().as_secs_f64();
         let dims: Vec<String> = r.dims.iter().map(|d| d.to_string()).collect();
         let to_tcs = self

@@ -14,17 +14,25 @@ use crate::view::TensorView;
 
 /// Writes a `.tcs` file's entries as `.tns` or `.mtx` (rank 2), in storage order. Explicit
 /// zeros that dense levels store are not written.
-pub fn tcs_to_text(input: &Path, output: &Path, progress: &dyn Progress) -> Result<ConvertReport> {
+/// `.tcs` → `.tns` / `.mtx`; `sync`: the output is synced to disk before it is renamed into
+/// place ([`AtomicFile::set_sync`](crate::AtomicFile::set_sync)).
+pub fn tcs_to_text(
+    input: &Path,
+    output: &Path,
+    sync: bool,
+    progress: &dyn Progress,
+) -> Result<ConvertReport> {
     let file = TcsFile::open_with_progress(input, progress)?;
     let h = file.header();
     crate::with_types!(h.value_type, h.index_bits, |W, J| {
-        write_text(&file.view::<W, J>()?, output, progress)
+        write_text(&file.view::<W, J>()?, output, sync, progress)
     })
 }
 
 fn write_text<V: Value, I: Index>(
     view: &TensorView<'_, V, I>,
     output: &Path,
+    sync: bool,
     progress: &dyn Progress,
 ) -> Result<ConvertReport> {
     let skip_zeros = view.format().levels().contains(&LevelType::Dense);
@@ -62,11 +70,13 @@ fn write_text<V: Value, I: Index>(
                 });
             }
             let mut w = MtxWriter::create(output, dims[0], dims[1], None)?;
+            w.set_sync(sync);
             each(&mut |c, v| w.write_entry(c[0], c[1], v))?;
             w.finish()?;
         }
         _ => {
             let mut w = tns_with_dims(output, &dims)?;
+            w.set_sync(sync);
             each(&mut |c, v| w.write_entry(c, v))?;
             w.finish()?;
         }
@@ -98,6 +108,7 @@ fn tns_with_dims(output: &Path, dims: &[u64]) -> Result<TnsWriter> {
 pub(crate) fn text_to_text(
     input: &Path,
     output: &Path,
+    sync: bool,
     progress: &dyn Progress,
 ) -> Result<ConvertReport> {
     let mut reader = open_text(input)?;
@@ -129,6 +140,7 @@ pub(crate) fn text_to_text(
                 });
             }
             let mut w = MtxWriter::create(output, dims[0], dims[1], None)?;
+            w.set_sync(sync);
             while let Some(v) = reader.next_entry(&mut coords)? {
                 w.write_entry(coords[0], coords[1], v)?;
                 n += 1;
@@ -137,6 +149,7 @@ pub(crate) fn text_to_text(
         }
         _ => {
             let mut w = tns_with_dims(output, &dims)?;
+            w.set_sync(sync);
             while let Some(v) = reader.next_entry(&mut coords)? {
                 w.write_entry(&coords, v)?;
                 n += 1;

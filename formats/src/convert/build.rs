@@ -59,7 +59,8 @@ fn build_typed<V: Value, I: Index>(
         source,
     })?;
     let bytes = header.file_len;
-    let writer = TcsWriter::create(output, header)?;
+    let mut writer = TcsWriter::create(output, header)?;
+    writer.set_sync(opts.sync);
     let mut pairs = Vec::new();
     let mut array = 0;
     for &t in format.levels() {
@@ -226,7 +227,8 @@ fn spooled_typed<V: Value, I: Index>(
         source,
     })?;
     let bytes = header.file_len;
-    let writer = TcsWriter::create(output, header)?;
+    let mut writer = TcsWriter::create(output, header)?;
+    writer.set_sync(opts.sync);
     progress.stage("write", 0);
     let mut sources = Vec::new();
     for (pos, crd) in levels.into_iter().flatten() {

@@ -151,7 +151,7 @@ fn merged<const R: usize, I: Index, V: Value, S: Sync>(
     let ranges = source.ranges(target, 4 * threads, threads)?;
     let buffer = (opts.memory / 8 / threads / source.run_count().max(1))
         .clamp(super::runs::MIN_RUN_BUFFER, 1 << 20);
-    let (app, files) = appender(format, output)?;
+    let (app, files) = appender(format, output, opts.sync)?;
     let crcs = app.late_crcs();
     let failed = Mutex::new(None);
     let mut st = Stitcher::<I, V, S>::new(input, format, opts, app);
@@ -231,7 +231,7 @@ fn check_dims<I: Index, V: Value, S>(input: &Input<S>, format: &Format) -> Resul
 
 /// The output, appended to in place, and a second handle on its file for the workers' writes
 /// (`Deferred::file` 0).
-fn appender(format: &Format, output: &Path) -> Result<(Appender, [File; 1])> {
+fn appender(format: &Format, output: &Path, sync: bool) -> Result<(Appender, [File; 1])> {
     let arrays: usize = 1 + format
         .levels()
         .iter()
@@ -242,6 +242,7 @@ fn appender(format: &Format, output: &Path) -> Result<(Appender, [File; 1])> {
         })
         .sum::<usize>();
     let mut app = Appender::create(output, format.rank(), arrays)?;
+    app.set_sync(sync);
     app.flush_behind();
     let file = app.file().try_clone().map_err(|e| Error::io(output, e))?;
     Ok((app, [file]))
@@ -290,7 +291,7 @@ fn typed<const R: usize, I: Index, V: Value, S: LineSyntax>(job: &Job<'_, S>) ->
         coo: format.coo_start().unwrap_or(R),
         duplicates: opts.duplicates,
     };
-    let (app, files) = appender(format, output)?;
+    let (app, files) = appender(format, output, opts.sync)?;
     let crcs = app.late_crcs();
     let failed = Mutex::new(None);
     let mut st = Stitcher::<I, V, S>::new(input, format, opts, app);

@@ -26,6 +26,11 @@ pub struct TcsWriter {
 }
 
 impl TcsWriter {
+    /// Whether finishing syncs the file to disk before renaming it ([`AtomicFile::set_sync`]).
+    pub fn set_sync(&mut self, on: bool) {
+        self.file.set_sync(on);
+    }
+
     /// Creates the temporary file, sized to `header.file_len`.
     pub fn create(path: &Path, header: TcsHeader) -> Result<Self> {
         let file = AtomicFile::create(path)?;
@@ -315,14 +320,27 @@ impl Appender {
         })
     }
 
+    /// Whether finishing syncs the file to disk before renaming it ([`AtomicFile::set_sync`]);
+    /// without the sync there is nothing to write back early either.
+    pub fn set_sync(&mut self, on: bool) {
+        self.file.set_sync(on);
+        if !on {
+            self.flush_at = None;
+        }
+    }
+
     /// Writes the data back to disk while it is being appended (see [`FlushBehind`]), for
-    /// files large enough that the final `fsync` would otherwise wait for all of it.
+    /// files large enough that the final `fsync` would otherwise wait for all of it; nothing
+    /// when the file is not synced.
     pub fn flush_behind(&mut self) {
         self.flush_behind_every(FLUSH_STEP);
     }
 
     /// [`flush_behind`](Self::flush_behind) every `step` bytes (tests take small steps).
     pub(crate) fn flush_behind_every(&mut self, step: u64) {
+        if !self.file.syncs() {
+            return;
+        }
         self.flush_step = step.max(1);
         self.flush_at = Some(self.at + self.flush_step);
     }
