@@ -8,14 +8,15 @@
 //! - the *read floor*: every byte read once through `read(2)`;
 //! - the *write floor*: as many bytes as the sorted conversion's output written to a fresh
 //!   file as the converter writes them (every core, positioned writes, synced while written)
-//!   and synced before it is renamed into place: the output must reach the disk, and where
-//!   the disk is slower than the parsing, this is the floor;
+//!   and synced before it is renamed into place: the floor of a conversion with `--sync`
+//!   (`ConvertOptions::sync`), whose output must reach the disk before the rename; the default
+//!   conversion does not sync, and both are timed;
 //! - sorted against unsorted input (`.tns` and `.mtx`), and the peak RSS of sorted and unsorted
 //!   conversions at each memory budget (the budget is the reference: a ratio ≥ 1 is within it).
 //!
 //! Each measured job runs in a child process (this program, re-run with `TESSERA_BENCH_JOB`
 //! set) so that its peak RSS is its own; jobs are interleaved (floor, read, write, sorted, unsorted,
-//! .mtx floor, .mtx, unsorted .mtx, in turn) and repeated, and the medians are reported, with each job's CPU
+//! .mtx floor, .mtx, unsorted .mtx, sorted with --sync, in turn) and repeated, and the medians are reported, with each job's CPU
 //! time (user + system, the steadier figure on a shared machine). Files are generated once and
 //! read warm from the page cache.
 //!
@@ -28,7 +29,7 @@
 //! - `TESSERA_BENCH_DIR`: where to put the files (default: the system temp directory).
 //!
 //! `TESSERA_BENCH_JOB=generate conversion PATH sorted|unsorted|mtx|unsorted-mtx BYTES` writes one of the
-//! bench's inputs and exits, and `TESSERA_BENCH_JOB=convert conversion IN OUT MEMORY` converts
+//! bench's inputs and exits, and `TESSERA_BENCH_JOB=convert conversion IN OUT MEMORY [sync]` converts
 //! one: to profile a conversion (callgrind, strace) on the bench's own files.
 //! `TESSERA_BENCH_JOB=write conversion PATH BYTES` is the write floor alone.
 
@@ -106,6 +107,7 @@ fn main() {
         "mtx floor",
         "mtx",
         "unsorted mtx",
+        "sorted --sync",
     ];
     let mut runs: Vec<Vec<Job>> = names.iter().map(|_| Vec::new()).collect();
     for rep in 0..reps {
@@ -118,9 +120,10 @@ fn main() {
         runs[5].push(child("floor", &[s(&mtx)]));
         runs[6].push(child("convert", &[s(&mtx), s(&out), &mem]));
         runs[7].push(child("convert", &[s(&mtx_unsorted), s(&out), &mem]));
+        runs[8].push(child("convert", &[s(&sorted), s(&out), &mem, "sync"]));
     }
     let med: Vec<Job> = runs.iter().map(|r| median(r)).collect();
-    let [floor, read, write, fast, slow, mtx_floor, mtx_conv, mtx_slow] = &med[..] else {
+    let [floor, read, write, fast, slow, mtx_floor, mtx_conv, mtx_slow, synced] = &med[..] else {
         unreachable!()
     };
     // Peak RSS against the budget, one run per budget (the smallest first).
@@ -154,12 +157,21 @@ fn main() {
         sorted_mb / read.seconds,
         true,
     );
+    // With --sync the output must reach the disk before the rename: the write floor bounds it.
     table.row(
-        "sorted .tns time vs write floor",
+        "sorted .tns --sync time vs write floor",
         "s",
-        fast.seconds,
+        synced.seconds,
         "write floor",
         write.seconds,
+        false,
+    );
+    table.row(
+        "sorted .tns --sync vs default time",
+        "s",
+        synced.seconds,
+        "default (no sync)",
+        fast.seconds,
         false,
     );
     table.row(
@@ -255,6 +267,7 @@ fn main() {
     }
     table.figure("sorted .tns GB/s", sorted_mb / 1e3 / fast.seconds);
     table.figure("sorted .tns seconds", fast.seconds);
+    table.figure("sorted .tns --sync seconds", synced.seconds);
     table.figure("parse floor seconds", floor.seconds);
     table.figure("write floor seconds", write.seconds);
     table.figure(
@@ -379,6 +392,7 @@ fn run_job(job: &str, args: &[String]) {
         "convert" => {
             let opts = ConvertOptions {
                 memory: args[2].parse().unwrap(),
+                sync: args.get(3).is_some_and(|a| a == "sync"),
                 ..ConvertOptions::default()
             };
             let report = convert(Path::new(&args[0]), Path::new(&args[1]), &opts, &NoProgress)
