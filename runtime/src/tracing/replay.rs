@@ -231,7 +231,7 @@ impl Tracing {
             return Some((Instant::now(), 1));
         }
         self.clock_skip = self.clock_skip.wrapping_add(1);
-        (self.clock_skip % CLOCK_SAMPLE == 0).then(|| (Instant::now(), CLOCK_SAMPLE))
+        self.clock_skip.is_multiple_of(CLOCK_SAMPLE).then(|| (Instant::now(), CLOCK_SAMPLE))
     }
 
     pub(crate) fn in_streak(&self) -> bool {
