@@ -113,6 +113,9 @@ struct Streak {
     trace: TraceId,
     /// The distinct stores of the tasks held so far, by first appearance (`ahead::numbering`).
     distinct: Vec<Arc<StoreRoot>>,
+    /// Tasks in the trace (kept here: [`Tracing::streak_clock`] asks it of every task, and a
+    /// map lookup there cost about what sampling the clock saves).
+    len: usize,
 }
 
 /// One decision of the tracer, as [`Tracing::decide`] folds it into `Stats::trace_digest`.
@@ -218,20 +221,22 @@ impl Tracing {
     }
 
     /// Whether to time this launcher's compare in a streak (`Inner::streak_spec`), and by how
-    /// much to scale what it measures into `Stats::tracing_ns`. Two clock reads were ~0.12 k
-    /// instructions per stencil task (and 2.3 % of wall samples), a sixth of the compare they
-    /// timed; so a task that only compares and is held is timed one in [`CLOCK_SAMPLE`] (by a
-    /// count of such tasks) and counts that many times, and a task that may complete the
-    /// trace (and replay it: the expensive, rarer case) is always timed. The statistic stays
-    /// the time in the tracing path, an estimate for the held tasks of a streak. Timing
-    /// decides nothing: the count need not agree across ranks.
+    /// much to scale what it measures into `Stats::tracing_ns`. Two clock reads per stencil task
+    /// were ~0.12 k instructions (callgrind) and 2.3 % of wall samples (`perf record`); so a
+    /// task that only compares and is held is timed one in [`CLOCK_SAMPLE`] (by a count of
+    /// such tasks) and counts that many times, and a task that may complete the trace (and
+    /// replay it: the expensive, rarer case) is always timed. The statistic stays the time in
+    /// the tracing path, an estimate for the held tasks of a streak. Timing decides nothing:
+    /// the count need not agree across ranks.
     fn streak_clock(&mut self, s: &Streak) -> Option<(Instant, u64)> {
-        let last = self.held.len() + 1 >= self.recordings[&s.trace].issued.len();
+        let last = self.held.len() + 1 >= s.len;
         if last {
             return Some((Instant::now(), 1));
         }
         self.clock_skip = self.clock_skip.wrapping_add(1);
-        self.clock_skip.is_multiple_of(CLOCK_SAMPLE).then(|| (Instant::now(), CLOCK_SAMPLE))
+        self.clock_skip
+            .is_multiple_of(CLOCK_SAMPLE)
+            .then(|| (Instant::now(), CLOCK_SAMPLE))
     }
 
     pub(crate) fn in_streak(&self) -> bool {
@@ -645,9 +650,11 @@ impl Inner {
     fn follow(tr: &mut Tracing) {
         if let Some(trace) = tr.just_replayed.take() {
             if tr.held.is_empty() && tr.tracer.replayer().buffered() == 0 {
+                let len = tr.recordings.get(&trace).map_or(0, |r| r.issued.len());
                 tr.streak = Some(Streak {
                     trace,
                     distinct: Vec::with_capacity(8),
+                    len,
                 });
             }
         }
