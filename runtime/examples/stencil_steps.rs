@@ -2,6 +2,9 @@
 //! counts: `valgrind --tool=callgrind target/release/examples/stencil_steps [steps] [width]
 //! [threads]` with `TESSERA_TRACING` / `TESSERA_ACTORS` choosing the mode. The views are made
 //! once (as in the bench), so per step only the `submit` path and the points are counted.
+//! An optional fourth argument gives every point a body of that many dependent multiply-adds
+//! (the bench's kernel, ~4 ns each here: 300 make a ~1.25 µs body) for kernel-side profiles at METG-like granularity
+//! (`perf stat` / `perf trace -s` / `perf sched`): default 0.
 
 mod sparse;
 
@@ -15,13 +18,17 @@ fn main() {
             .and_then(|a| a.parse().ok())
             .unwrap_or(d)
     };
-    let (steps, width, threads) = (arg(1, 4000), arg(2, 2), arg(3, 2));
+    let (steps, width, threads, iters) = (arg(1, 4000), arg(2, 2), arg(3, 2), arg(4, 0));
     let rt = Runtime::builder().window_size(1).threads(threads).build();
-    rt.register("stencil_point", |ctx| {
+    rt.register("stencil_point", move |ctx| {
         let (l, c, r) = (ctx.read::<f64>(1), ctx.read::<f64>(2), ctx.read::<f64>(3));
         let mut out = ctx.write::<f64>(0);
         for i in out.range() {
-            out.set_at(i, (l.at(i) + c.at(i) + r.at(i)) / 3.0);
+            let mut x = (l.at(i) + c.at(i) + r.at(i)) / 3.0;
+            for _ in 0..iters {
+                x = std::hint::black_box(x * 0.999_999_9 + 1e-7);
+            }
+            out.set_at(i, x);
         }
     })
     .expect("register");

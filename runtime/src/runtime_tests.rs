@@ -655,6 +655,58 @@ fn a_streak_compares_a_launcher_as_resolving_it_would() {
     assert_eq!(same, 1, "only the recorded launcher matches");
 }
 
+/// A streak's compare of views (`task::same_view`, cheaper than `Rect`'s `==`) still tells
+/// apart views of one store that differ in one corner only: a launcher whose argument, or whose
+/// constraint alone, names a view with another upper or another lower bound is not the
+/// recorded task, by the launcher's compare and by the issued task's (`matches_at`).
+#[test]
+fn a_streak_tells_apart_views_that_differ_in_one_corner() {
+    let rt = plain(2);
+    rt.register("t", |_| {}).unwrap();
+    let a = rt.create(DType::F64, &[8]).unwrap();
+    let stores = [
+        a.slice(0, 1..4).unwrap(),
+        a.slice(0, 1..5).unwrap(),
+        a.slice(0, 0..4).unwrap(),
+        rt.create(DType::F64, &[3]).unwrap(),
+    ];
+    let f = Future::ready(1.0);
+    let (r, w) = (Privilege::Read, Privilege::Write);
+    let base = SpecCase {
+        name: "t",
+        args: vec![(0, r), (3, w)],
+        future: false,
+        cons: vec![Con::Align(0, 3)],
+        domain: None,
+        shard: false,
+        op: None,
+    };
+    let rec = resolved_spec(&rt, base.launcher(&rt, &stores, &f), None).expect("valid");
+    let trace = crate::tracing::ahead::IssuedTrace::new(std::slice::from_ref(&rec));
+    type Change = fn(&mut SpecCase);
+    let changes: [Change; 5] = [
+        |_| {},
+        // The argument and its constraint: another upper, another lower bound.
+        |s| (s.args[0].0, s.cons[0]) = (1, Con::Align(1, 3)),
+        |s| (s.args[0].0, s.cons[0]) = (2, Con::Align(2, 3)),
+        // The constraint alone (it names no argument then).
+        |s| s.cons[0] = Con::Align(1, 3),
+        |s| s.cons[0] = Con::Align(2, 3),
+    ];
+    for (k, change) in changes.iter().enumerate() {
+        let mut case = base.clone();
+        change(&mut case);
+        let want = k == 0;
+        let issued = resolved_spec(&rt, case.launcher(&rt, &stores, &f), None);
+        let by_task =
+            issued.is_some_and(|t| trace.matches_at(0, std::slice::from_ref(&t), &mut Vec::new()));
+        let l = case.launcher(&rt, &stores, &f);
+        let name = l.spec.task.as_ref().expect("registered").name.clone();
+        let by_spec = trace.spec_matches_at(0, &name, &l.spec, None, &[], &mut Vec::new());
+        assert_eq!((by_spec, by_task), (want, want), "change {k}");
+    }
+}
+
 /// A ping-pong loop of tiled tasks whose body writes which point it is into its tile; at
 /// iteration `diverge` (if any) the second task cuts its stores at 3 instead of in halves —
 /// the same arguments, views and domain, another constraint.
