@@ -71,13 +71,16 @@ pub(crate) enum Break {
 /// The longest fusible prefix of a window's solved tasks so far, its per-store effects and
 /// its canonical form without the temporary flags (those depend on what follows the prefix
 /// and on the application's handles, so they are read at launch: [`Prefix::temporaries`]).
+///
+/// The lists are `Vec`s, not `SmallVec`s: the window keeps one `Prefix` and clears it, so they
+/// allocate once, while a `SmallVec` tests whether it spilled on every access.
 #[derive(Default)]
 pub(crate) struct Prefix {
-    stores: SmallVec<[Seen; 16]>,
+    stores: Vec<Seen>,
     /// Partitions by first appearance (the key's renaming).
-    parts: SmallVec<[PartitionId; 8]>,
+    parts: Vec<PartitionId>,
     /// Futures the prefix' tasks make.
-    made: SmallVec<[usize; 4]>,
+    made: Vec<usize>,
     /// Tasks in the prefix.
     len: usize,
     /// A task after the prefix broke a constraint: no later task can join.
