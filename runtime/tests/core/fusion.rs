@@ -87,6 +87,25 @@ pub(crate) fn axpb(rt: &Runtime, name: &str, x: &Store, y: &Store, a: f64, b: f6
         .unwrap();
 }
 
+/// [`axpb`] over a launch domain of `points` points (a different domain ends a prefix).
+fn axpb_over(
+    rt: &Runtime,
+    name: &str,
+    (x, y): (&Store, &Store),
+    (a, b): (f64, f64),
+    points: usize,
+) {
+    rt.task(name)
+        .read(x)
+        .write(y)
+        .scalar(a)
+        .scalar(b)
+        .align(x, y)
+        .launch_domain(&[points])
+        .submit()
+        .unwrap();
+}
+
 fn input(rt: &Runtime, n: usize) -> Store {
     rt.from_vec(&[n], (0..n).map(|i| i as f64 - 3.0).collect())
         .unwrap()
@@ -1019,25 +1038,9 @@ fn a_task_that_ended_its_prefix_alone_last_time_is_launched_at_once_for_an_idle_
     );
     // `axpb` then a task on another launch domain: `axpb`'s prefix ends with it.
     let round = |name: &str| {
-        rt.task(name)
-            .read(&x)
-            .write(&y)
-            .scalar(2.0)
-            .scalar(1.0)
-            .align(&x, &y)
-            .launch_domain(&[2])
-            .submit()
-            .unwrap();
+        axpb_over(&rt, name, (&x, &y), (2.0, 1.0), 2);
         let held = rt.stats().tasks_launched;
-        rt.task("ew_axpb")
-            .read(&y)
-            .write(&z)
-            .scalar(3.0)
-            .scalar(0.0)
-            .align(&y, &z)
-            .launch_domain(&[4])
-            .submit()
-            .unwrap();
+        axpb_over(&rt, "ew_axpb", (&y, &z), (3.0, 0.0), 4);
         rt.fence().unwrap();
         held
     };
@@ -1058,15 +1061,7 @@ fn a_task_that_ended_its_prefix_alone_last_time_is_launched_at_once_for_an_idle_
         axpb(&rt, "ew_axpb", &x, &u, 1.0, 1.0);
         let held = rt.stats().tasks_launched;
         axpb(&rt, "ew_axpb", &u, &v, 1.0, 1.0);
-        rt.task("axpb")
-            .read(&v)
-            .write(&z)
-            .scalar(1.0)
-            .scalar(0.0)
-            .align(&v, &z)
-            .launch_domain(&[4])
-            .submit()
-            .unwrap();
+        axpb_over(&rt, "axpb", (&v, &z), (1.0, 0.0), 4);
         rt.fence().unwrap();
         held
     };
