@@ -771,6 +771,17 @@ fn tcs_bytes(path: &Path) -> Vec<u8> {
 /// 64-bit coordinates, budget case).
 type PackedCase = (usize, Vec<Vec<u64>>, bool, bool, bool, usize);
 
+/// A property test's budget case as (memory, entries per run, fan-in): the input kept in
+/// memory, many runs spilled, merged in rounds, or a 16 MiB budget.
+fn budget_case(case: usize) -> (usize, Option<usize>, Option<usize>) {
+    match case {
+        0 => (256 << 20, None, None),
+        1 => (256 << 20, Some(97), None),
+        2 => (256 << 20, Some(61), Some(2)),
+        _ => (16 << 20, None, None),
+    }
+}
+
 fn packed_case() -> impl Strategy<Value = PackedCase> {
     (1usize..=4).prop_flat_map(|rank| {
         (
@@ -818,12 +829,7 @@ proptest! {
         write_tns(&plain, None, &entries);
         let order: Vec<String> = (0..rank).map(|k| ((k + 1) % rank).to_string()).collect();
         let format = format!("{}{}", "s".repeat(rank), if rotated { format!(":{}", order.join(",")) } else { String::new() });
-        let (memory, run_entries, fan_in) = match budget {
-            0 => (256 << 20, None, None),
-            1 => (256 << 20, Some(97), None),
-            2 => (256 << 20, Some(61), Some(2)),
-            _ => (16 << 20, None, None),
-        };
+        let (memory, run_entries, fan_in) = budget_case(budget);
         let opts = ConvertOptions {
             format: Some(format),
             index_bits: if wide { 64 } else { 32 },
@@ -914,12 +920,7 @@ proptest! {
             entries.push((c.to_vec(), v));
         }
         write_tns(&tns, None, &entries);
-        let (memory, run_entries, fan_in) = match budget {
-            0 => (256 << 20, None, None),
-            1 => (256 << 20, Some(97), None),
-            2 => (256 << 20, Some(61), Some(2)),
-            _ => (16 << 20, None, None),
-        };
+        let (memory, run_entries, fan_in) = budget_case(budget);
         let opts = ConvertOptions {
             memory,
             run_entries,

@@ -966,29 +966,14 @@ fn a_bad_launch_held_in_the_adaptive_window_fails_at_submit() {
 /// held. (The fusion bench's BiCGSTAB idled for the whole issue of each iteration before.)
 #[test]
 fn a_complete_prefix_is_launched_at_once_for_an_idle_worker() {
-    let rt = Runtime::builder()
-        .tracing(false)
-        .threads(2)
-        .min_piece_size(4)
-        .adaptive_window(16)
-        .window_hold(Duration::from_secs(10))
-        .build();
-    register(&rt).unwrap();
+    let rt = long_hold_runtime();
     let x = input(&rt, 16);
     let (y, z) = (
         rt.create(DType::F64, &[16]).unwrap(),
         rt.create(DType::F64, &[16]).unwrap(),
     );
     let step = |x: &Store, y: &Store, points: usize| {
-        rt.task("axpb")
-            .read(x)
-            .write(y)
-            .scalar(2.0)
-            .scalar(1.0)
-            .align(x, y)
-            .launch_domain(&[points])
-            .submit()
-            .unwrap();
+        axpb_over(&rt, "axpb", (x, y), (2.0, 1.0), points);
     };
     step(&x, &y, 2);
     assert_eq!(
