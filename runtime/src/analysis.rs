@@ -9,8 +9,19 @@
 //! Readers are grouped by the rectangle they read. Index tasks read the same tiles again and
 //! again, so a write scans a handful of groups instead of every pending reader (pending readers
 //! of cells that are never written, like a stencil's boundary, would otherwise pile up).
+//!
+//! A group that a write overlaps but does not cover survives it, and with an issuer running
+//! ahead of the workers it grows: every write of a tile after it would add an edge from every
+//! pending reader (a CG iteration's SpMV points read `p` through images wider than the tiles
+//! the direction update writes). A write that meets more than [`JOIN_OVER`] pending readers
+//! in such a group therefore joins them: one stand-in node ([`Work::Boundary`], no work) waits
+//! for them all and replaces them in the group, and this write and every later one waits for
+//! the stand-in alone (plus the readers added after it). The stand-in completes exactly when
+//! the readers it replaced have, so the ordering is the same; the cost per write no longer
+//! grows with the group. Stand-ins are made only for a caller that starts them
+//! ([`Preds::joining`]).
 
-use crate::graph::Node;
+use crate::graph::{Node, Work};
 use crate::rect::Rect;
 use smallvec::SmallVec;
 use std::sync::Arc;
@@ -43,22 +54,60 @@ struct ReaderGroup {
 
 const PRUNE_MIN: usize = 8;
 
+/// Pending readers of a surviving group above which a write joins them behind a stand-in.
+/// Up to this many, direct edges cost less than allocating and running a node.
+pub(crate) const JOIN_OVER: usize = 4;
+
 /// The predecessors one node has been given by its task's analysis so far. A task that reads a
 /// store through several views (a stencil's three slices) meets the same writers again, and
 /// each edge locks a node the workers are using: edges are added once per predecessor.
 #[derive(Default)]
-pub(crate) struct Preds(SmallVec<[*const Node; 8]>);
+pub(crate) struct Preds {
+    seen: SmallVec<[*const Node; 8]>,
+    /// Stand-ins made for reader groups ([`AccessState::write`]), to be started by the caller
+    /// ([`Preds::take_joins`]); `None`: the caller does not start them, so none are made.
+    joins: Option<Vec<Arc<Node>>>,
+}
 
 impl Preds {
+    /// Predecessors of a node whose writes may join long reader groups behind stand-ins: the
+    /// caller must start the nodes [`Preds::take_joins`] returns (count them outstanding and
+    /// release them, as any node), or the writers waiting on them never run.
+    pub(crate) fn joining() -> Preds {
+        Preds {
+            seen: SmallVec::new(),
+            joins: Some(Vec::new()),
+        }
+    }
+
+    /// The stand-ins made so far, for the caller to start.
+    pub(crate) fn take_joins(&mut self) -> Vec<Arc<Node>> {
+        self.joins.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
     fn edge(&mut self, pred: &Arc<Node>, succ: &Arc<Node>) {
         // Only compared, never dereferenced: every node met here is alive (the access lists
         // hold it) and no node is allocated while one task is analysed, so addresses are not
-        // reused within a `Preds`' life.
+        // reused within a `Preds`' life. (A stand-in is allocated during the analysis, but the
+        // group keeps it, so it stays alive too.)
         let p = Arc::as_ptr(pred);
-        if !self.0.contains(&p) {
-            self.0.push(p);
+        if !self.seen.contains(&p) {
+            self.seen.push(p);
             Node::add_edge(pred, succ);
         }
+    }
+
+    /// A stand-in that completes when every node of `group` but `writer` has (the writer
+    /// itself may have read the group through another argument; it must not wait for
+    /// itself), or `None` when this caller starts no stand-ins.
+    fn join(&mut self, group: &[Arc<Node>], writer: &Arc<Node>) -> Option<Arc<Node>> {
+        let joins = self.joins.as_mut()?;
+        let j = Node::new(Work::Boundary);
+        for n in group.iter().filter(|n| !Arc::ptr_eq(n, writer)) {
+            Node::add_edge(n, &j);
+        }
+        joins.push(j.clone());
+        Some(j)
     }
 }
 
@@ -113,10 +162,24 @@ impl AccessState {
                 return true;
             }
             g.nodes.retain(|n| !n.is_done());
+            let survives = !rect.contains(&g.rect);
+            if survives && g.nodes.len() > JOIN_OVER {
+                if let Some(j) = preds.join(&g.nodes, node) {
+                    // The writer stays listed as a reader if it was one (it is not behind
+                    // the stand-in).
+                    let own = g.nodes.iter().any(|n| Arc::ptr_eq(n, node));
+                    g.nodes.clear();
+                    g.nodes.push(j);
+                    if own {
+                        g.nodes.push(node.clone());
+                    }
+                    g.prune_at = PRUNE_MIN;
+                }
+            }
             for n in &g.nodes {
                 preds.edge(n, node);
             }
-            !g.nodes.is_empty() && !rect.contains(&g.rect)
+            !g.nodes.is_empty() && survives
         });
         self.writers.push((rect, node.clone()));
     }
@@ -201,5 +264,149 @@ impl AccessState {
             .filter(|(r, n)| !n.is_done() && r.overlaps(rect))
             .map(|(_, n)| n.clone())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Completion;
+
+    fn rect(lo: usize, hi: usize) -> Rect {
+        Rect::new(&[lo], &[hi])
+    }
+
+    fn node() -> Arc<Node> {
+        Node::new(Work::Boundary)
+    }
+
+    /// Runs nodes as the executor would: completing one runs the stand-ins it makes ready at
+    /// once (they have no work); other nodes made ready are collected.
+    struct Sim {
+        c: Completion,
+        joins: Vec<Arc<Node>>,
+        ready: Vec<Arc<Node>>,
+    }
+
+    impl Sim {
+        fn new() -> Sim {
+            Sim {
+                c: Completion::default(),
+                joins: vec![],
+                ready: vec![],
+            }
+        }
+
+        /// Drops the issue guard of `n` (as `Inner::start`), running it if a stand-in.
+        fn start(&mut self, n: &Arc<Node>) {
+            if n.release() {
+                self.became_ready(n.clone());
+            }
+        }
+
+        fn became_ready(&mut self, n: Arc<Node>) {
+            if self.joins.iter().any(|j| Arc::ptr_eq(j, &n)) {
+                self.finish(&n);
+            } else {
+                self.ready.push(n);
+            }
+        }
+
+        fn finish(&mut self, n: &Arc<Node>) {
+            for s in n.complete(&self.c) {
+                self.became_ready(s);
+            }
+        }
+
+        fn is_ready(&self, n: &Arc<Node>) -> bool {
+            self.ready.iter().any(|r| Arc::ptr_eq(r, n))
+        }
+
+        /// `node` writes `r` as one point of a task that is analysed, then started.
+        fn write(&mut self, s: &mut AccessState, r: Rect, node: &Arc<Node>) -> Preds {
+            let mut p = Preds::joining();
+            s.write(r, node, &mut p);
+            self.joins.extend(p.joins.clone().unwrap_or_default());
+            p
+        }
+    }
+
+    /// Six readers of a whole store (more than `JOIN_OVER`), then a task whose two points
+    /// write its halves: each point waits for every reader (tried with each reader finishing
+    /// last), through one stand-in the second point reuses (one predecessor, not six).
+    #[test]
+    fn a_tile_write_after_a_long_reader_group_waits_for_every_reader_through_one_stand_in() {
+        for last in 0..6 {
+            let mut s = AccessState::default();
+            let mut sim = Sim::new();
+            let readers: Vec<_> = (0..6).map(|_| node()).collect();
+            for r in &readers {
+                s.read(rect(0, 8), r, &mut Preds::default());
+            }
+            let (w0, w1) = (node(), node());
+            sim.write(&mut s, rect(0, 4), &w0);
+            let p1 = sim.write(&mut s, rect(4, 8), &w1);
+            assert_eq!(sim.joins.len(), 1, "one stand-in for the group");
+            assert_eq!(
+                p1.seen.len(),
+                1,
+                "the second point waits for the stand-in alone"
+            );
+            for n in [&w0, &w1].into_iter().chain(sim.joins.clone().iter()) {
+                sim.start(n);
+            }
+            for (i, r) in readers.iter().enumerate().filter(|(i, _)| *i != last) {
+                sim.finish(r);
+                assert!(
+                    !sim.is_ready(&w0) && !sim.is_ready(&w1),
+                    "a write ran before reader {last} (after reader {i} finished)"
+                );
+            }
+            sim.finish(&readers[last]);
+            assert!(sim.is_ready(&w0) && sim.is_ready(&w1));
+        }
+    }
+
+    /// A reader that comes after the stand-in is waited for by the next write directly, and a
+    /// writer that read the group itself does not wait for itself through the stand-in.
+    #[test]
+    fn a_stand_in_covers_only_earlier_readers_and_never_the_writer_itself() {
+        let mut s = AccessState::default();
+        let mut sim = Sim::new();
+        let readers: Vec<_> = (0..5).map(|_| node()).collect();
+        let both = node();
+        for r in readers.iter().chain([&both]) {
+            s.read(rect(0, 8), r, &mut Preds::default());
+        }
+        sim.write(&mut s, rect(0, 4), &both);
+        assert_eq!(sim.joins.len(), 1);
+        let later = node();
+        s.read(rect(0, 8), &later, &mut Preds::default());
+        let w = node();
+        sim.write(&mut s, rect(4, 8), &w);
+        for n in [&both, &w].into_iter().chain(sim.joins.clone().iter()) {
+            sim.start(n);
+        }
+        for r in &readers {
+            sim.finish(r);
+        }
+        assert!(sim.is_ready(&both), "the writer waited for itself");
+        sim.finish(&both);
+        assert!(!sim.is_ready(&w), "the write ran before the later reader");
+        sim.finish(&later);
+        assert!(sim.is_ready(&w));
+    }
+
+    /// Without a caller that starts stand-ins (`Preds::default`), none are made.
+    #[test]
+    fn no_stand_in_is_made_for_a_caller_that_cannot_start_it() {
+        let mut s = AccessState::default();
+        for _ in 0..6 {
+            s.read(rect(0, 8), &node(), &mut Preds::default());
+        }
+        let mut p = Preds::default();
+        s.write(rect(0, 4), &node(), &mut p);
+        assert_eq!(p.seen.len(), 6);
+        assert!(p.take_joins().is_empty());
     }
 }

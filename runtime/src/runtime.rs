@@ -1778,8 +1778,9 @@ impl Inner {
                 }
             }
         }
-        let mut preds: SmallVec<[Preds; 4]> = (0..n).map(|_| Preds::default()).collect();
-        let mut finish_preds = Preds::default();
+        // Joining: long reader groups may get stand-ins, started below with the task's nodes.
+        let mut preds: SmallVec<[Preds; 4]> = (0..n).map(|_| Preds::joining()).collect();
+        let mut finish_preds = Preds::joining();
         // A temporary's points work on scratch: no one else can see the store. (Versions were
         // bumped when the task was launched: `note_writes`.)
         for a in task.args.iter().filter(|a| !a.local) {
@@ -1798,6 +1799,12 @@ impl Inner {
             }
         }
         self.start(b.link_finish());
+        for p in preds.iter_mut().chain([&mut finish_preds]) {
+            let joins = p.take_joins();
+            if !joins.is_empty() {
+                self.start(joins.into_iter());
+            }
+        }
     }
 
     /// The next launched task's stream position on one rank (`Launched::position`).
