@@ -1276,8 +1276,9 @@ impl Inner {
         let mut first = Ok(());
         self.solve_ahead(front, &mut first);
         let held = front.window.len();
-        // A lone task predicted to end its prefix by itself: holding it only idles the worker.
-        let alone = idle && a.early && front.window.predicted_alone();
+        // A lone task predicted to begin a prefix that makes no temporary: holding it idles the
+        // worker for at most one launch saved.
+        let alone = idle && a.early && front.window.predicted_gainless();
         let r = if !front.window.tasks.is_empty() || (idle && a.hold_idle.is_zero()) || alone {
             self.drain(front, true)
         } else if front.window.is_full() {
@@ -1495,7 +1496,10 @@ impl Inner {
             Counters::add(&counters.idle_held_ns, a.idle_held_ns());
         }
         let (n, shape) = self.decide(front);
-        let mut prefix = front.window.take(n);
+        let temporaries = shape
+            .as_ref()
+            .is_some_and(|s| s.args.iter().any(|a| a.local));
+        let mut prefix = front.window.take(n, temporaries);
         // A task launched alone moves into its plan: its stores are listed first. A fused
         // prefix outlives its plan, so its tasks give their references back in place.
         let alone = shape.is_none().then(|| window::pended(&prefix[0].issued));

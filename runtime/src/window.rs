@@ -30,12 +30,13 @@ pub(crate) struct Window {
     pub prefix: Prefix,
     capacity: usize,
     /// Names (interned `Arc<str>` addresses, compared only) of tasks whose last complete
-    /// prefix, begun by them, held them alone; the most recent [`ALONE`].
-    alone: smallvec::SmallVec<[usize; ALONE]>,
+    /// prefix, begun by them, made no temporary (a prefix of one task never does); the most
+    /// recent [`GAINLESS`].
+    gainless: smallvec::SmallVec<[usize; GAINLESS]>,
 }
 
-/// Task names remembered as ending their prefixes alone.
-const ALONE: usize = 8;
+/// Task names remembered as beginning prefixes that made no temporary.
+const GAINLESS: usize = 8;
 
 /// An `Arc`'s address, only compared: a task name is interned once per runtime and lives as
 /// long as its registration.
@@ -52,7 +53,7 @@ impl Window {
             tasks: VecDeque::new(),
             prefix: Prefix::default(),
             capacity: capacity.max(1),
-            alone: smallvec::SmallVec::new(),
+            gainless: smallvec::SmallVec::new(),
         }
     }
 
@@ -89,20 +90,22 @@ impl Window {
         self.prefix.len()
     }
 
-    /// Removes the first `n` solved tasks (to be launched); the prefix starts afresh.
+    /// Removes the first `n` solved tasks (to be launched, `temporaries`: with some of their
+    /// stores made temporaries); the prefix starts afresh.
     // Boxed on purpose: a `Ready` is kilobytes and the launch moves the tasks (see `ready`).
     #[allow(clippy::vec_box)]
-    pub(crate) fn take(&mut self, n: usize) -> Vec<Box<Ready>> {
-        // What the next lone task of this name may expect (`predicted_alone`): known only for
-        // a prefix a later task ended, not one launched because a read or an idle worker came.
+    pub(crate) fn take(&mut self, n: usize, temporaries: bool) -> Vec<Box<Ready>> {
+        // What the next lone task of this name may expect (`predicted_gainless`): known only
+        // for a prefix a later task ended, not one launched because a read or an idle worker
+        // came (nor one launched at submit on this prediction).
         if self.prefix.is_complete() {
             let name = addr(&self.ready[0].issued.name);
-            self.alone.retain(|x| *x != name);
-            if n == 1 {
-                if self.alone.len() == ALONE {
-                    self.alone.remove(0);
+            self.gainless.retain(|x| *x != name);
+            if !temporaries {
+                if self.gainless.len() == GAINLESS {
+                    self.gainless.remove(0);
                 }
-                self.alone.push(name);
+                self.gainless.push(name);
             }
         }
         self.prefix.clear();
@@ -110,14 +113,17 @@ impl Window {
     }
 
     /// True when the window holds one solved task and the last complete prefix begun by a
-    /// task of its name ended right after it (the next task broke a constraint): holding it
-    /// for a chain to join is predicted to gain nothing. A prediction from the stream's
-    /// history, as the adaptive window's launches already follow timing; a miss only launches
-    /// a task that could have fused.
-    pub(crate) fn predicted_alone(&self) -> bool {
+    /// task of its name made no temporary (it ended right after it, or the tasks that joined
+    /// it left no store dead): holding it for a chain to join is predicted to gain at most a
+    /// launch, while a worker that could run it idles for the rest of the chain's issue.
+    /// A prediction from the stream's history, as the adaptive window's launches already
+    /// follow timing; a miss only launches a task that could have fused. A chain that makes
+    /// temporaries (Black-Scholes) is never ended by a later task of its own, so its first
+    /// task is not remembered and it is held as before.
+    pub(crate) fn predicted_gainless(&self) -> bool {
         self.tasks.is_empty()
             && self.ready.len() == 1
-            && self.alone.contains(&addr(&self.ready[0].issued.name))
+            && self.gainless.contains(&addr(&self.ready[0].issued.name))
     }
 
     /// Whether holding the complete fusible prefix could still make one of its stores a

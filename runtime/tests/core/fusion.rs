@@ -1009,12 +1009,14 @@ fn long_hold_runtime() -> Runtime {
 }
 
 /// A task issued while the worker idles is held so that a chain may join it, unless the last
-/// prefix it began was ended by the very next task: then it is launched at submit (the fusion
-/// bench's BiCGSTAB held its direction update, which an SpMV through an image always follows,
-/// for a window-thread wake-up and one more submit per iteration). A task whose last prefix
-/// grew is still held.
+/// prefix it began made no temporary (it was ended by the very next task, or what joined it
+/// left no store dead): then it is launched at submit (the fusion bench's BiCGSTAB held its
+/// direction update, which an SpMV through an image always follows, for a window-thread
+/// wake-up and one more submit per iteration, and its SpMV for the issue of the two tasks
+/// that fused with it, while unfused it started at once). A task whose last prefix made a
+/// temporary is still held.
 #[test]
-fn a_task_that_ended_its_prefix_alone_last_time_is_launched_at_once_for_an_idle_worker() {
+fn a_task_whose_last_prefix_made_no_temporary_is_launched_at_once_for_an_idle_worker() {
     let rt = long_hold_runtime();
     let x = input(&rt, 16);
     let (y, z) = (
@@ -1038,21 +1040,36 @@ fn a_task_that_ended_its_prefix_alone_last_time_is_launched_at_once_for_an_idle_
         "ended its prefix alone last time: launched at submit"
     );
     // `ew_axpb`'s prefixes above were launched by the fence (never complete): no prediction.
-    let (u, v) = (
-        rt.create(DType::F64, &[16]).unwrap(),
-        rt.create(DType::F64, &[16]).unwrap(),
-    );
-    let chain = || {
+    // Two `ew_axpb` fuse, ended by `axpb` on another domain; `u` dies in the prefix unless
+    // `keep`.
+    let v = rt.create(DType::F64, &[16]).unwrap();
+    let chain = |keep: bool| {
+        let u = rt.create(DType::F64, &[16]).unwrap();
         axpb(&rt, "ew_axpb", &x, &u, 1.0, 1.0);
         let held = rt.stats().tasks_launched;
         axpb(&rt, "ew_axpb", &u, &v, 1.0, 1.0);
+        let kept = keep.then_some(u);
         axpb_over(&rt, "axpb", (&v, &z), (1.0, 0.0), 4);
         rt.fence().unwrap();
+        drop(kept);
         held
     };
-    chain();
+    let temporaries = rt.stats().temporaries_eliminated;
+    chain(false);
+    assert_eq!(rt.stats().temporaries_eliminated, temporaries + 1);
     let before = rt.stats().tasks_launched;
-    assert_eq!(chain(), before, "its last prefix grew: held again");
+    assert_eq!(
+        chain(false),
+        before,
+        "its last prefix made a temporary: held"
+    );
+    chain(true);
+    let before = rt.stats().tasks_launched;
+    assert_eq!(
+        chain(true),
+        before + 1,
+        "its last prefix grew but made no temporary: launched at submit"
+    );
     let want: Vec<f64> = (0..16).map(|i| (i as f64 - 3.0) + 2.0).collect();
     assert_eq!(rt.read::<f64>(&z).unwrap(), want);
     assert_eq!(rt.read::<f64>(&y).unwrap()[0], -5.0);
