@@ -117,9 +117,9 @@ impl Window {
     /// it left no store dead): holding it for a chain to join is predicted to gain at most a
     /// launch, while a worker that could run it idles for the rest of the chain's issue.
     /// A prediction from the stream's history, as the adaptive window's launches already
-    /// follow timing; a miss only launches a task that could have fused. A chain that makes
-    /// temporaries (Black-Scholes) is never ended by a later task of its own, so its first
-    /// task is not remembered and it is held as before.
+    /// follow timing; a miss only launches a task that could have fused. A task whose last
+    /// prefix made a temporary is held as before, and so is one never seen beginning a
+    /// complete prefix (Black-Scholes' chain is launched by a read, not ended by a task).
     pub(crate) fn predicted_gainless(&self) -> bool {
         self.tasks.is_empty()
             && self.ready.len() == 1
