@@ -63,7 +63,7 @@ pub(crate) const JOIN_OVER: usize = 4;
 /// each edge locks a node the workers are using: edges are added once per predecessor.
 #[derive(Default)]
 pub(crate) struct Preds {
-    seen: SmallVec<[*const Node; 8]>,
+    seen: SmallVec<[Arc<Node>; 8]>,
     /// Stand-ins made for reader groups ([`AccessState::write`]), to be started by the caller
     /// ([`Preds::take_joins`]); `None`: the caller does not start them, so none are made.
     joins: Option<Vec<Arc<Node>>>,
@@ -86,13 +86,12 @@ impl Preds {
     }
 
     fn edge(&mut self, pred: &Arc<Node>, succ: &Arc<Node>) {
-        // Only compared, never dereferenced: every node met here is alive (the access lists
-        // hold it) and no node is allocated while one task is analysed, so addresses are not
-        // reused within a `Preds`' life. (A stand-in is allocated during the analysis, but the
-        // group keeps it, so it stays alive too.)
-        let p = Arc::as_ptr(pred);
-        if !self.seen.contains(&p) {
-            self.seen.push(p);
+        // `seen` holds its nodes alive. A predecessor met earlier may be pruned from every
+        // access list and finish meanwhile, and a stand-in allocated later in the same analysis
+        // could then take its address: compared as bare addresses, the stand-in would look
+        // already seen and the write would not wait for the readers behind it.
+        if !self.seen.iter().any(|s| Arc::ptr_eq(s, pred)) {
+            self.seen.push(pred.clone());
             Node::add_edge(pred, succ);
         }
     }
@@ -395,6 +394,42 @@ mod tests {
         assert!(!sim.is_ready(&w), "the write ran before the later reader");
         sim.finish(&later);
         assert!(sim.is_ready(&w));
+    }
+
+    /// A point writes B after pending reader `r` of B, `r` finishes and another point's write
+    /// of B prunes it (its last reference), then the first point writes C behind a long reader
+    /// group: the stand-in may be allocated at `r`'s old address, and the point must still wait
+    /// for it (a `seen` of bare addresses took it for `r` and added no edge).
+    #[test]
+    fn a_stand_in_allocated_where_a_freed_predecessor_was_is_still_waited_for() {
+        for _ in 0..20 {
+            let (mut b, mut c) = (AccessState::default(), AccessState::default());
+            let mut sim = Sim::new();
+            let r = node();
+            b.read(rect(0, 8), &r, &mut Preds::default());
+            let readers: Vec<_> = (0..6).map(|_| node()).collect();
+            for x in &readers {
+                c.read(rect(0, 8), x, &mut Preds::default());
+            }
+            let (p, q) = (node(), node());
+            let mut pp = Preds::joining();
+            b.write(rect(0, 4), &p, &mut pp);
+            sim.finish(&r);
+            drop(r);
+            sim.write(&mut b, rect(4, 8), &q);
+            c.write(rect(0, 4), &p, &mut pp);
+            sim.joins.extend(pp.take_joins());
+            assert_eq!(sim.joins.len(), 1, "one stand-in for C's readers");
+            for n in [&p].into_iter().chain(sim.joins.clone().iter()) {
+                sim.start(n);
+            }
+            for x in &readers[..5] {
+                sim.finish(x);
+            }
+            assert!(!sim.is_ready(&p), "the write of C ran before its last reader");
+            sim.finish(&readers[5]);
+            assert!(sim.is_ready(&p));
+        }
     }
 
     /// Without a caller that starts stand-ins (`Preds::default`), none are made.
