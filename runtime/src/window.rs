@@ -33,10 +33,17 @@ pub(crate) struct Window {
     /// prefix, begun by them, made no temporary (a prefix of one task never does); the most
     /// recent [`GAINLESS`].
     gainless: smallvec::SmallVec<[usize; GAINLESS]>,
+    /// Predictions made so far; every [`RECHECK`]-th is not acted on, so that a prediction
+    /// that has gone stale (the chain after the task now makes a temporary) is seen again.
+    predictions: u32,
 }
 
 /// Task names remembered as beginning prefixes that made no temporary.
 const GAINLESS: usize = 8;
+
+/// One prediction in this many holds the task anyway: a task launched at submit never ends a
+/// complete prefix, so without a re-check its name would stay "gainless" for good.
+const RECHECK: u32 = 16;
 
 /// An `Arc`'s address, only compared: a task name is interned once per runtime and lives as
 /// long as its registration.
@@ -54,6 +61,7 @@ impl Window {
             prefix: Prefix::default(),
             capacity: capacity.max(1),
             gainless: smallvec::SmallVec::new(),
+            predictions: 0,
         }
     }
 
@@ -120,10 +128,16 @@ impl Window {
     /// follow timing; a miss only launches a task that could have fused. A task whose last
     /// prefix made a temporary is held as before, and so is one never seen beginning a
     /// complete prefix (Black-Scholes' chain is launched by a read, not ended by a task).
-    pub(crate) fn predicted_gainless(&self) -> bool {
-        self.tasks.is_empty()
+    /// Every [`RECHECK`]-th such prediction answers false, to look at the prefix again.
+    pub(crate) fn predicted_gainless(&mut self) -> bool {
+        if !(self.tasks.is_empty()
             && self.ready.len() == 1
-            && self.gainless.contains(&addr(&self.ready[0].issued.name))
+            && self.gainless.contains(&addr(&self.ready[0].issued.name)))
+        {
+            return false;
+        }
+        self.predictions = self.predictions.wrapping_add(1);
+        self.predictions % RECHECK != 0
     }
 
     /// Whether holding the complete fusible prefix could still make one of its stores a

@@ -1070,6 +1070,18 @@ fn a_task_whose_last_prefix_made_no_temporary_is_launched_at_once_for_an_idle_wo
         before + 1,
         "its last prefix grew but made no temporary: launched at submit"
     );
+    // Launched at submit, the task never ends a complete prefix again; the window holds it
+    // anyway once in a while (`RECHECK`), so when the chain makes a temporary again it is
+    // fused again within a few rounds, not run unfused for good.
+    let temporaries = rt.stats().temporaries_eliminated;
+    let refused = (1..=20).find(|_| {
+        chain(false);
+        rt.stats().temporaries_eliminated > temporaries
+    });
+    assert!(
+        refused.is_some(),
+        "a stale prediction kept the chain unfused"
+    );
     let want: Vec<f64> = (0..16).map(|i| (i as f64 - 3.0) + 2.0).collect();
     assert_eq!(rt.read::<f64>(&z).unwrap(), want);
     assert_eq!(rt.read::<f64>(&y).unwrap()[0], -5.0);
