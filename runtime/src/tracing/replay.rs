@@ -347,7 +347,7 @@ impl Tracing {
         for a in &t.args {
             let (young, name) = self.store_name(&a.root);
             (young, name).hash(&mut h);
-            match &a.view {
+            match &a.view.rect() {
                 None => h.write_usize(usize::MAX),
                 Some(r) => r.lo().iter().chain(r.hi()).for_each(|&x| h.write_usize(x)),
             }
