@@ -1663,6 +1663,7 @@ impl Inner {
                 root: &a.root,
                 rect: (a.privilege != Privilege::WriteUnbound).then(|| {
                     a.view
+                        .rect()
                         .unwrap_or_else(|| a.root.bound().expect("waited").rect)
                 }),
                 writes: a.privilege.writes(),

@@ -707,6 +707,40 @@ fn a_streak_tells_apart_views_that_differ_in_one_corner() {
     }
 }
 
+/// Views are named by value, not by handle: a constraint naming a view made by another
+/// `slice` call with the same bounds names the argument, one with another corner (or the whole
+/// store against a whole-extent view) does not — as when views were compared as `Rect`s,
+/// now that they are interned keys (`ViewKey`).
+#[test]
+fn a_constraint_names_a_view_by_its_bounds_not_its_handle() {
+    let rt = plain(2);
+    rt.register("t", |_| {}).unwrap();
+    let a = rt.create(DType::F64, &[8]).unwrap();
+    let b = rt.create(DType::F64, &[3]).unwrap();
+    let submit =
+        |arg: &Store, named: &Store| rt.task("t").read(arg).write(&b).align(named, &b).submit();
+    let v = a.slice(0, 1..4).unwrap();
+    assert!(submit(&v, &a.slice(0, 1..4).unwrap()).is_ok());
+    // A view of a view, with the same bounds in the root's coordinates.
+    let w = a.slice(0, 0..5).unwrap().slice(0, 1..4).unwrap();
+    assert!(submit(&v, &w).is_ok());
+    for other in [a.slice(0, 2..5).unwrap(), a.slice(0, 1..5).unwrap()] {
+        let err = submit(&v, &other).unwrap_err();
+        assert!(matches!(err, RuntimeError::NotAnArgument { .. }), "{err:?}");
+    }
+    let whole = rt.create(DType::F64, &[3]).unwrap();
+    let full = whole.slice(0, 0..3).unwrap();
+    let err = rt
+        .task("t")
+        .read(&whole)
+        .write(&b)
+        .align(&full, &b)
+        .submit()
+        .unwrap_err();
+    assert!(matches!(err, RuntimeError::NotAnArgument { .. }), "{err:?}");
+    rt.fence().unwrap();
+}
+
 /// A ping-pong loop of tiled tasks whose body writes which point it is into its tile; at
 /// iteration `diverge` (if any) the second task cuts its stores at 3 instead of in halves —
 /// the same arguments, views and domain, another constraint.

@@ -299,12 +299,74 @@ impl StoreRoot {
 /// store separately (the pending count) so that data outlives handles dropped early.
 pub struct Store {
     pub(crate) root: Arc<StoreRoot>,
-    /// The view in root coordinates; `None` means the whole store (the only option while unbound).
-    pub(crate) view: Option<Rect>,
+    /// The view in root coordinates, interned; [`ViewKey::WHOLE`] means the whole store (the
+    /// only option while unbound).
+    pub(crate) view: ViewKey,
 }
 
+/// A view's rectangle, interned process-wide: one `&'static Rect` per distinct rectangle, so
+/// two keys are equal exactly when their views are, and a key compares as one pointer (`None`,
+/// the whole store, is its own key; a rectangle, even the store's whole extent, gets another).
+/// The launch path names and compares views for every task (constraint operands, the
+/// replay streak's check of each argument); inline `Option<Rect>`s (80 bytes) made an issued
+/// argument 96 bytes and a constraint ~190 to write and move, and each check a rectangle
+/// compare. Keys are made where a view is (`Store::slice`), not per task.
+///
+/// Process-wide rather than per runtime so that a view needs no handle to its runtime. The
+/// table keeps one leaked rectangle (72 bytes, plus its table entry) per distinct rectangle
+/// any view of the process ever had, and is never pruned: a program making a new slice every
+/// iteration, each different, grows it by one entry per slice.
+#[derive(Clone, Copy)]
+pub(crate) struct ViewKey(Option<&'static Rect>);
+
+impl ViewKey {
+    /// The whole store (no view).
+    pub(crate) const WHOLE: ViewKey = ViewKey(None);
+
+    /// The key of `view`: equal views, the same key; different views, different keys.
+    pub(crate) fn of(view: Option<Rect>) -> ViewKey {
+        static TABLE: OnceLock<Mutex<rustc_hash::FxHashSet<&'static Rect>>> = OnceLock::new();
+        let Some(r) = view else {
+            return ViewKey::WHOLE;
+        };
+        let mut table = TABLE
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(&k) = table.get(&r) {
+            return ViewKey(Some(k));
+        }
+        let k: &'static Rect = Box::leak(Box::new(r));
+        table.insert(k);
+        ViewKey(Some(k))
+    }
+
+    /// The view's rectangle (`None`: the whole store).
+    #[inline]
+    pub(crate) fn rect(self) -> Option<Rect> {
+        self.0.copied()
+    }
+}
+
+/// By identity: the table gives each distinct rectangle one address.
+impl PartialEq for ViewKey {
+    #[inline]
+    fn eq(&self, other: &ViewKey) -> bool {
+        // `None` is the null pointer: one compare of the two addresses.
+        let at = |k: &ViewKey| k.0.map_or(std::ptr::null(), |r| r as *const Rect);
+        at(self) == at(other)
+    }
+}
+
+impl Eq for ViewKey {}
+
 impl Store {
+    /// A new handle on `root`: the whole store, or a view of it (interned here).
     pub(crate) fn from_root(root: Arc<StoreRoot>, view: Option<Rect>) -> Store {
+        Store::keyed(root, ViewKey::of(view))
+    }
+
+    fn keyed(root: Arc<StoreRoot>, view: ViewKey) -> Store {
         root.app_refs.fetch_add(1, Ordering::Relaxed);
         Store { root, view }
     }
@@ -336,7 +398,9 @@ impl Store {
 
     /// The view's bounds in the root store's coordinates (`None` while unbound).
     pub fn rect(&self) -> Option<Rect> {
-        self.view.or_else(|| self.root.bound().map(|b| b.rect))
+        self.view
+            .rect()
+            .or_else(|| self.root.bound().map(|b| b.rect))
     }
 
     /// A view of `range` along dimension `dim`; indices of the view start at 0.
@@ -374,7 +438,7 @@ impl Store {
 
 impl Clone for Store {
     fn clone(&self) -> Store {
-        Store::from_root(self.root.clone(), self.view)
+        Store::keyed(self.root.clone(), self.view)
     }
 }
 

@@ -8,9 +8,8 @@ use crate::error::Result;
 use crate::fusion::kernel::Elementwise;
 use crate::future::{Future, FutureCell};
 use crate::partition::{Domain, PartitionId};
-use crate::rect::Rect;
 use crate::runtime::Runtime;
-use crate::store::{Store, StoreRoot};
+use crate::store::{Store, StoreRoot, ViewKey};
 use rustc_hash::FxHashMap as HashMap;
 use smallvec::SmallVec;
 use std::hash::{Hash, Hasher};
@@ -107,12 +106,13 @@ pub(crate) fn broadcast_mask(dims: &[usize], rank: usize) -> Option<[bool; crate
 }
 
 /// Which view of which store a constraint names. An identity, not a handle: naming a store
-/// in a constraint takes no reference to it (it must also be an argument, which does).
+/// in a constraint takes no reference to it (it must also be an argument, which does). The
+/// view is its interned key (24 bytes in all; compared as integers and a pointer).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ViewId {
     pub runtime: u64,
     pub store: u64,
-    pub view: Option<Rect>,
+    pub view: ViewKey,
 }
 
 impl ViewId {
@@ -125,8 +125,9 @@ impl ViewId {
     }
 
     /// True when `a` is this view.
+    #[inline]
     pub(crate) fn names(&self, a: &IssuedArg) -> bool {
-        a.root.runtime == self.runtime && a.root.id == self.store && a.view == self.view
+        a.view == self.view && a.root.id == self.store && a.root.runtime == self.runtime
     }
 }
 
@@ -152,7 +153,10 @@ pub(crate) struct Issued {
 
 pub(crate) struct IssuedArg {
     pub root: Arc<StoreRoot>,
-    pub view: Option<Rect>,
+    /// The view, interned (the store handle's key; `ViewKey::rect` gives the rectangle):
+    /// the launcher, the issued task and their moves stay small, and views compare as
+    /// pointers.
+    pub view: ViewKey,
     pub privilege: Privilege,
     /// A `Write` whose points write every cell of their sub-stores
     /// ([`TaskLauncher::write_all`]): their old values need not be zeroed first. Not part of
@@ -215,7 +219,7 @@ impl Issued {
             a.root.id.hash(&mut h);
             // The view's bounds as small integers (no derived `Hash` over a whole `Rect`, as in
             // the solve memo's probe: this runs for every task issued).
-            match &a.view {
+            match &a.view.rect() {
                 None => h.write_usize(usize::MAX),
                 Some(r) => {
                     h.write_usize(r.dim());

@@ -20,7 +20,7 @@ use crate::launch::{LaunchArg, Launched};
 use crate::partition::{Domain, PartitionId};
 use crate::rect::Rect;
 use crate::runtime::Plan;
-use crate::store::StoreRoot;
+use crate::store::{StoreRoot, ViewKey};
 use crate::task::{
     broadcast_mask, Args, Issued, LaunchSpec, Privilege, ScalarArg, Scalars, TaskBody,
     UserConstraint, ViewId,
@@ -37,7 +37,8 @@ struct IssuedArg {
     /// The store's extent and type (what its number stands for, as far as solving goes).
     whole: Option<Rect>,
     dtype: crate::dtype::DType,
-    view: Option<Rect>,
+    /// The view, interned (`ViewKey`: equal keys exactly when equal views).
+    view: ViewKey,
     privilege: Privilege,
 }
 

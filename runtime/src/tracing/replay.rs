@@ -347,7 +347,7 @@ impl Tracing {
         for a in &t.args {
             let (young, name) = self.store_name(&a.root);
             (young, name).hash(&mut h);
-            match &a.view {
+            match &a.view.rect() {
                 None => h.write_usize(usize::MAX),
                 Some(r) => r.lo().iter().chain(r.hi()).for_each(|&x| h.write_usize(x)),
             }
@@ -518,23 +518,25 @@ impl Inner {
         let issued = &tr.recordings[&s.trace].issued;
         let op = result.as_ref().map(|(op, _)| *op);
         let same = bound.is_ok()
-            && issued.spec_matches_at(k, &reg.name, spec, op, &tr.held, &mut s.distinct)
-            && !tr.must_release_for_parts(issued.resolved(k).0, &spec.args);
-        if !same {
+            && issued.spec_matches_at(k, &reg.name, spec, op, &tr.held, &mut s.distinct);
+        // What the launcher resolves to: looked up once, and only for a task the trace has.
+        let resolved = same
+            .then(|| issued.resolved(k))
+            .filter(|(recorded, _)| !tr.must_release_for_parts(recorded, &spec.args));
+        let Some((recorded, domain)) = resolved else {
             s.distinct.truncate(before);
             tr.streak = Some(s);
             front.tracing = Some(tr);
             return Err((reg, result));
-        }
-        let (recorded, domain) = issued.resolved(k);
+        };
         // Pushed one by one: `collect` went through `SmallVec::extend`'s general path (~136
         // instructions per stencil task against about half).
         let mut constraints = crate::task::Args::new();
         for c in recorded {
             constraints.push(c.clone());
         }
-        let t = Issued::from_spec(reg, spec, constraints, domain, result);
-        tr.held.push(t);
+        tr.held
+            .push(Issued::from_spec(reg, spec, constraints, domain, result));
         let r = self.streak_held(front, &mut tr, s);
         front.tracing = Some(tr);
         if let Some((t0, scale)) = clock {
