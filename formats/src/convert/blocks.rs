@@ -486,6 +486,41 @@ fn pack_lines<
     let mut builder = Builder::<R, I>::new(std::mem::take(piece), plan);
     let mut stop = None;
     while at < text.len() {
+        if builder.runs() {
+            // The common lines, many at a time: those the one-pass scanner takes, with
+            // distinct entries in order. The builder hands back the entry it stopped at, if
+            // it needs the general path; a line the scanner refuses is left to the loop below.
+            let pending = builder.push_run(|key| {
+                if at >= text.len() {
+                    return None;
+                }
+                let (v, next) = if BOUNDED {
+                    syntax.entry::<R>(text, at, &mut coords)
+                } else {
+                    syntax.entry_unbounded::<R>(text, at, &mut coords)
+                }?;
+                line_no += 1;
+                at = next;
+                if IN_ORDER {
+                    *key = coords;
+                } else {
+                    for k in 0..R {
+                        key[k] = coords[order[k]];
+                    }
+                }
+                Some(v)
+            });
+            if let Some((key, v)) = pending {
+                if let Err(s) = builder.push(key, v) {
+                    stop = Some(s);
+                    break;
+                }
+                continue;
+            }
+            if at >= text.len() {
+                break;
+            }
+        }
         line_no += 1;
         let scanned = if BOUNDED {
             syntax.entry::<R>(text, at, &mut coords)
@@ -545,14 +580,86 @@ pub(crate) struct Builder<const R: usize, I> {
     /// unroll and index without bounds checks; given back by [`Builder::finish`].
     crd: [Vec<I>; R],
     pos: [Vec<I>; R],
+    /// The newest entries' nodes, not yet appended to the arrays (see [`Batch`]); only
+    /// when `batched`.
+    batch: Batch<R, I>,
     prev: [u64; R],
     have: bool,
     in_head: bool,
     dense_top: bool,
     coo: usize,
-    /// Every level compressed: no dense level 0, no singleton levels.
-    compressed: bool,
+    /// No singleton levels (every level compressed, or a dense level 0 above compressed
+    /// ones): distinct entries go through the batch.
+    batched: bool,
     duplicates: Duplicates,
+}
+
+/// Entries in a batch before it is appended to the level arrays.
+const BATCH: usize = 256;
+
+/// The nodes of the last few distinct entries, per array, in rings of [`BATCH`] slots: the
+/// node numbered `n` at level `k` (counted from the piece's beginning) lies in
+/// `crd[k][n % BATCH]`, and the first child at level `k` of node `n` of level `k - 1` in
+/// `pos[k][n % BATCH]`, so that the node counts alone place every write. An entry writes its
+/// candidate node to every ring and moves each count on only where it really starts a node,
+/// with no branch and no capacity check; every [`BATCH`] entries the rings are appended to
+/// the arrays with a copy or two per array. Under a dense level 0, `crd[0]` and `pos[1]` hold
+/// the piece's `starts`.
+struct Batch<const R: usize, I> {
+    crd: [[I; BATCH]; R],
+    pos: [[I; BATCH]; R],
+    vals: [f64; BATCH],
+    /// Nodes per level so far, appended or not (the last level's count is the values').
+    nodes: [usize; R],
+}
+
+impl<const R: usize, I: Index> Batch<R, I> {
+    fn new() -> Self {
+        let zero = I::default();
+        Batch {
+            crd: [[zero; BATCH]; R],
+            pos: [[zero; BATCH]; R],
+            vals: [0.0; BATCH],
+            nodes: [0; R],
+        }
+    }
+
+    /// Writes the nodes and value of a distinct entry new from level `f` down (no singleton
+    /// levels: it is a new node at every level from `f` down, the first child of each new
+    /// node above), with the node counts in `nodes`; true when the rings are to be appended.
+    /// A slot written for a node the entry does not start is the next free one: at most
+    /// `BATCH - 1` nodes wait in a ring when an entry comes, as each entry starts at most one
+    /// node per ring and the rings are appended every `BATCH` entries.
+    #[inline(always)]
+    fn put(
+        crd: &mut [[I; BATCH]; R],
+        pos: &mut [[I; BATCH]; R],
+        vals: &mut [f64; BATCH],
+        nodes: &mut [usize; R],
+        key: &[u64; R],
+        f: usize,
+        v: f64,
+    ) -> bool {
+        let m = BATCH - 1;
+        vals[nodes[R - 1] & m] = v;
+        // Bottom up, so that each level's count is read before the entry moves it on.
+        for k in (0..R).rev() {
+            if k > 0 {
+                pos[k][nodes[k - 1] & m] = I::from_usize(nodes[k]);
+            }
+            crd[k][nodes[k] & m] = I::from_usize(key[k] as usize);
+            nodes[k] += usize::from(k >= f);
+        }
+        nodes[R - 1] & m == 0
+    }
+}
+
+/// Appends ring slots `from..to` (node numbers) to `out`.
+fn append_ring<T: Copy>(out: &mut Vec<T>, ring: &[T; BATCH], from: usize, to: usize) {
+    let (a, n) = (from % BATCH, to - from);
+    let first = n.min(BATCH - a);
+    out.extend_from_slice(&ring[a..a + first]);
+    out.extend_from_slice(&ring[..n - first]);
 }
 
 impl<const R: usize, I: Index> Builder<R, I> {
@@ -563,12 +670,13 @@ impl<const R: usize, I: Index> Builder<R, I> {
             crd: std::array::from_fn(|k| std::mem::take(&mut piece.crd[k])),
             pos: std::array::from_fn(|k| std::mem::take(&mut piece.pos[k])),
             piece,
+            batch: Batch::new(),
             prev: [0; R],
             have: false,
             in_head: true,
             dense_top: plan.dense_top,
             coo: plan.coo,
-            compressed: !plan.dense_top && plan.coo >= R,
+            batched: plan.coo >= R && R >= 2,
             duplicates: plan.duplicates,
         }
     }
@@ -610,6 +718,7 @@ impl<const R: usize, I: Index> Builder<R, I> {
         if self.duplicates == Duplicates::Error {
             return Err(Stop::Duplicate(key.to_vec()));
         }
+        self.flush();
         let last = self.piece.vals.last_mut().expect("an entry before");
         *last = canonical_nan(*last + v);
         if self.in_head {
@@ -629,22 +738,104 @@ impl<const R: usize, I: Index> Builder<R, I> {
             let c = key[f..].iter().copied().find(|&c| c > I::MAX_U64);
             return Err(Stop::Overflow(c.expect("a coordinate above the maximum")));
         }
-        if self.compressed {
-            // Every level compressed (the common case): a new node at level `f`, and below it
-            // the first child of each new node, without the tests of the general loop.
-            self.crd[f].push(I::from_usize(key[f] as usize));
-            for (k, &c) in key.iter().enumerate().skip(f + 1) {
-                self.pos[k].push(I::from_usize(self.crd[k].len()));
-                self.crd[k].push(I::from_usize(c as usize));
+        if self.batched {
+            let b = &mut self.batch;
+            if Batch::put(
+                &mut b.crd,
+                &mut b.pos,
+                &mut b.vals,
+                &mut b.nodes,
+                &key,
+                f,
+                v,
+            ) {
+                self.flush();
             }
         } else {
             self.push_nodes(key, f);
+            // Values come canonical (see `push`).
+            self.piece.vals.push(v);
         }
-        // Values come canonical (see `push`).
-        self.piece.vals.push(v);
         self.prev = key;
         self.have = true;
         Ok(())
+    }
+
+    /// True when [`push_run`](Builder::push_run) may take the next entries: after the first
+    /// entry, in a format without singleton levels.
+    pub fn runs(&self) -> bool {
+        self.batched && self.have
+    }
+
+    /// Pushes the entries `next` fills in (returning their values) until it returns `None`
+    /// or an entry needs more than new nodes from some level down (one that repeats the
+    /// entry before, comes before it, or has a coordinate past the width): that entry is
+    /// given back, not pushed, for [`push`](Builder::push). The node counts are a local
+    /// here, so that the loop keeps them in registers. Only when [`runs`](Builder::runs).
+    #[inline(always)]
+    pub fn push_run(
+        &mut self,
+        mut next: impl FnMut(&mut [u64; R]) -> Option<f64>,
+    ) -> Option<([u64; R], f64)> {
+        debug_assert!(self.runs());
+        let mut nodes = self.batch.nodes;
+        let mut prev = self.prev;
+        let mut key = [0u64; R];
+        let mut pending = None;
+        let before = nodes[R - 1];
+        while let Some(v) = next(&mut key) {
+            let f = (0..R).position(|k| key[k] != prev[k]).unwrap_or(R);
+            if f == R || key[f] < prev[f] || key.iter().fold(0, |a, &c| a | c) > I::MAX_U64 {
+                pending = Some((key, v));
+                break;
+            }
+            let b = &mut self.batch;
+            if Batch::put(&mut b.crd, &mut b.pos, &mut b.vals, &mut nodes, &key, f, v) {
+                b.nodes = nodes;
+                self.flush();
+            }
+            prev = key;
+        }
+        self.batch.nodes = nodes;
+        self.prev = prev;
+        // Every distinct entry is a node of the last level.
+        let pushed = (nodes[R - 1] - before) as u64;
+        self.piece.entries += pushed;
+        if pushed > 0 {
+            self.in_head = false;
+        }
+        pending
+    }
+
+    /// Appends the nodes waiting in the batch to the arrays.
+    #[inline(never)]
+    fn flush(&mut self) {
+        if !self.batched {
+            return;
+        }
+        let b = &self.batch;
+        for k in 0..R {
+            let have = if k == 0 && self.dense_top {
+                self.piece.starts.len()
+            } else {
+                self.crd[k].len()
+            };
+            if k == 0 && self.dense_top {
+                for n in have..b.nodes[0] {
+                    let slot = n % BATCH;
+                    let start = (b.crd[0][slot].to_usize() as u64, b.pos[1][slot]);
+                    self.piece.starts.push(start);
+                }
+                continue;
+            }
+            append_ring(&mut self.crd[k], &b.crd[k], have, b.nodes[k]);
+            if k > 0 && !(k == 1 && self.dense_top) {
+                let have = self.pos[k].len();
+                append_ring(&mut self.pos[k], &b.pos[k], have, b.nodes[k - 1]);
+            }
+        }
+        let have = self.piece.vals.len();
+        append_ring(&mut self.piece.vals, &b.vals, have, b.nodes[R - 1]);
     }
 
     /// The nodes of an entry new from level `f` down, under a dense level 0 or over
@@ -668,6 +859,7 @@ impl<const R: usize, I: Index> Builder<R, I> {
 
     /// The piece, with its arrays, last entry and maxima.
     pub fn finish(mut self) -> Piece<I> {
+        self.flush();
         let mut piece = self.piece;
         for (k, (c, p)) in self.crd.iter_mut().zip(&mut self.pos).enumerate() {
             piece.crd[k] = std::mem::take(c);
@@ -683,11 +875,9 @@ impl<const R: usize, I: Index> Builder<R, I> {
             piece.max[k] = if k == 0 && self.dense_top {
                 piece.starts.iter().map(|&(c, _)| c).max().unwrap_or(0)
             } else {
-                piece.crd[k]
-                    .iter()
-                    .map(|c| c.to_usize() as u64)
-                    .max()
-                    .unwrap_or(0)
+                // Compared in the width itself (which vectorizes), widened once.
+                let top = piece.crd[k].iter().fold(I::default(), |a, &c| a.max(c));
+                top.to_usize() as u64
             };
         }
         piece
@@ -726,6 +916,77 @@ mod tests {
             let mut b = Builder::<3, u64>::new(Piece::default(), &plan(3, false));
             b.push([0, 0, 0], 1.0).unwrap();
             b.push(bad, 2.0).unwrap();
+        }
+    }
+
+    /// Keys in storage order, with repeats and steps at every level, deterministic.
+    fn sorted_keys(n: usize, seed: u64) -> Vec<[u64; 3]> {
+        let mut x = seed;
+        let mut key = [0u64; 3];
+        let mut keys = vec![key];
+        while keys.len() < n {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // Mostly steps at the last level (long runs of one node above), some at the
+            // middle and top levels, some repeats.
+            match (x >> 33) % 16 {
+                0 => {}
+                1 => key = [key[0] + 1 + (x >> 60), x >> 61, (x >> 50) % 7],
+                2..=4 => key = [key[0], key[1] + 1, (x >> 40) % 5],
+                _ => key[2] += 1 + (x >> 62),
+            }
+            keys.push(key);
+        }
+        keys
+    }
+
+    /// The piece a builder makes from `keys`: through `push_run` where it may (the batch
+    /// of node rings) or through `push` alone (the arrays appended to directly).
+    fn build(keys: &[[u64; 3]], dense_top: bool, runs: bool) -> Piece<u32> {
+        let mut b = Builder::<3, u32>::new(Piece::default(), &plan(3, dense_top));
+        b.batched = runs;
+        let mut i = 0;
+        while i < keys.len() {
+            if b.runs() {
+                let pending = b.push_run(|key| {
+                    *key = *keys.get(i)?;
+                    i += 1;
+                    Some(i as f64)
+                });
+                if let Some((key, v)) = pending {
+                    b.push(key, v).unwrap();
+                }
+            } else {
+                i += 1;
+                b.push(keys[i - 1], i as f64).unwrap();
+            }
+        }
+        b.finish()
+    }
+
+    /// The batch of node rings makes the arrays that pushing each node makes, over many
+    /// batches, with repeats (which append the rings early, mid-batch) and steps at every
+    /// level, under a compressed or a dense top level.
+    #[test]
+    fn batched_nodes_make_the_arrays_of_single_pushes() {
+        for (n, seed) in [(1, 1), (255, 2), (256, 3), (257, 4), (5000, 5), (20_000, 6)] {
+            let keys = sorted_keys(n, seed);
+            for dense_top in [false, true] {
+                let (a, b) = (
+                    build(&keys, dense_top, true),
+                    build(&keys, dense_top, false),
+                );
+                let what = format!("{n} entries, dense top {dense_top}");
+                assert_eq!(a.crd, b.crd, "{what}");
+                assert_eq!(a.pos, b.pos, "{what}");
+                assert_eq!(a.starts, b.starts, "{what}");
+                assert_eq!(a.vals, b.vals, "{what}");
+                assert_eq!(a.head, b.head, "{what}");
+                assert_eq!((&a.first, &a.last, &a.max), (&b.first, &b.last, &b.max));
+                assert_eq!(a.entries, n as u64, "{what}");
+                assert_eq!(b.entries, n as u64, "{what}");
+            }
         }
     }
 

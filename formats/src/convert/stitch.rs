@@ -170,15 +170,28 @@ fn merged<const R: usize, I: Index, V: Value, S: Sync>(
             Some(bits) => {
                 let bits: [u32; R] = bits.try_into().expect("a field per level");
                 source.merge_range_pairs(&ranges, j, buffer, &mut |batch| {
-                    for p in batch {
-                        let key = super::runs::unpack_fixed(p[0], &bits);
-                        let v = canonical_nan(f64::from_bits(p[1]));
+                    let mut pairs = batch.iter();
+                    let mut next = |key: &mut [u64; R]| {
+                        let p = pairs.next()?;
+                        *key = super::runs::unpack_fixed(p[0], &bits);
+                        Some(canonical_nan(f64::from_bits(p[1])))
+                    };
+                    loop {
+                        // Distinct entries in order many at a time; the others one by one.
+                        let entry = if builder.runs() {
+                            builder.push_run(&mut next)
+                        } else {
+                            let mut key = [0; R];
+                            next(&mut key).map(|v| (key, v))
+                        };
+                        let Some((key, v)) = entry else {
+                            return Ok(());
+                        };
                         if let Err(s) = builder.push(key, v) {
                             stop = Some(s);
                             return Err(Error::Cancelled);
                         }
                     }
-                    Ok(())
                 })
             }
             None => source.merge_range(&ranges, j, (buffer, 2 * target), &mut |k, v| {
