@@ -5,9 +5,13 @@
 //! doing the same work; the CPU time of all ranks beside one rank's (what ranks add, which
 //! the machine's other load does not change); bytes moved ÷ the analytic minimum; bytes of
 //! store elements each rank
-//! holds after SpMV ÷ one rank's (`Stats::bytes_resident`; goal ≤ 0.35 at 4 ranks).
+//! holds after SpMV ÷ one rank's (`Stats::bytes_resident`; goal ≤ 0.35 at 4 ranks); and the
+//! same CG written by hand on 1, 2 and 4 std threads (`ranks/hand_cg.rs`), the ceiling the
+//! machine allows.
 //!
 //! Every rank runs a runtime of one processor; on this 2-core machine 4 ranks oversubscribe.
+//! Ranks (and the hand-written CG's threads) are bound to cores as `mpirun` binds processes
+//! (`run_ranks_bound`); `TESSERA_BENCH_BIND=0` leaves them to the scheduler.
 //! Times are per step / iteration / multiply, the slowest rank's, median of
 //! `TESSERA_BENCH_REPS` (default 5) interleaved runs. Sizes scale with `TESSERA_BENCH_SCALE`.
 //! MPI ranks run the same code under `mpirun` (the `stencil` and `cg` examples, and
@@ -396,6 +400,18 @@ fn cg_part(table: &mut Table, scale: f64) {
             &format!("{name}: messages sent per iteration (rank 0)"),
             per(s.messages_sent),
         );
+        // The least a solve must move: each iteration, the `k` cells of `p` on each side of
+        // each of the r − 1 block boundaries (the five-point stencil reaches one grid row);
+        // at the end, `x` read on every rank (each receives the n − n/r cells it lacks).
+        let k = (a.rows as f64).sqrt().round() as usize;
+        let minimum = (iters * 2 * (r - 1) * k + (r - 1) * a.rows) * 8;
+        let sent: u64 = stats.iter().map(|s| s.bytes_sent).sum();
+        if r > 1 {
+            table.figure(
+                &format!("{name}: bytes moved / minimum"),
+                sent as f64 / minimum as f64,
+            );
+        }
     }
 }
 
