@@ -5,9 +5,13 @@
 //! doing the same work; the CPU time of all ranks beside one rank's (what ranks add, which
 //! the machine's other load does not change); bytes moved ÷ the analytic minimum; bytes of
 //! store elements each rank
-//! holds after SpMV ÷ one rank's (`Stats::bytes_resident`; goal ≤ 0.35 at 4 ranks).
+//! holds after SpMV ÷ one rank's (`Stats::bytes_resident`; goal ≤ 0.35 at 4 ranks); and the
+//! same CG written by hand on 1, 2 and 4 std threads (`ranks/hand_cg.rs`), the ceiling the
+//! machine allows.
 //!
 //! Every rank runs a runtime of one processor; on this 2-core machine 4 ranks oversubscribe.
+//! Ranks (and the hand-written CG's threads) are bound to cores as `mpirun` binds processes
+//! (`run_ranks_bound`); `TESSERA_BENCH_BIND=0` leaves them to the scheduler.
 //! Times are per step / iteration / multiply, the slowest rank's, median of
 //! `TESSERA_BENCH_REPS` (default 5) interleaved runs. Sizes scale with `TESSERA_BENCH_SCALE`.
 //! MPI ranks run the same code under `mpirun` (the `stencil` and `cg` examples, and
@@ -16,11 +20,16 @@
 #[path = "../../runtime/examples/sparse/mod.rs"]
 mod sparse;
 
+#[path = "ranks/hand_cg.rs"]
+mod hand_cg;
+
 use sparse::{cg, stencil, Csr, HostCsr};
 use std::sync::Arc;
 use std::time::Instant;
 use tessera_benches::{env_or, median, Table};
-use tessera_runtime::transport::{run_ranks, Communicator, ThreadComm};
+use tessera_runtime::transport::{
+    run_ranks, run_ranks_bound, Communicator, ThreadComm, TransportError,
+};
 use tessera_runtime::{Result, Runtime, Stats};
 
 /// What one rank measured: seconds for the timed part, its runtime's statistics, and CPU
@@ -33,8 +42,13 @@ type Timed = (f64, Vec<Stats>, f64);
 
 /// CPU seconds of this process: with [`cpu_since`], the work every rank did, however the
 /// machine's other load delays it (wall-clock time is not that, on a shared 2-core VM).
+/// From `getrusage`, in microseconds: `/proc/self/stat` counts ticks of 10 ms, too coarse for
+/// the 1-2 ms per iteration that ranks add or save.
 fn cpu_now() -> f64 {
-    tessera_benches::cpu_seconds_of("self")
+    use nix::sys::resource::{getrusage, UsageWho};
+    let u = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 * 1e-6;
+    secs(u.user_time()) + secs(u.system_time())
 }
 
 fn cpu_since(start: f64) -> f64 {
@@ -44,10 +58,25 @@ fn cpu_since(start: f64) -> f64 {
 /// One contestant of a race: a run on some ranks.
 type Contestant<'a> = Box<dyn Fn() -> Timed + 'a>;
 
+/// Runs `f` on `n` thread ranks bound to cores as `mpirun` binds processes
+/// (`run_ranks_bound`), or unbound with `TESSERA_BENCH_BIND=0` (`run_ranks`: then the two
+/// ranks of a 2-rank run often share one core of this VM, and CG at 2 ranks ran at 1.0-1.3x
+/// one rank instead of 1.5-1.7x).
+fn launch<T: Send, E: Send + std::fmt::Display + From<TransportError>>(
+    n: usize,
+    f: impl Fn(&ThreadComm) -> std::result::Result<T, E> + Sync,
+) -> Vec<std::result::Result<T, E>> {
+    if std::env::var("TESSERA_BENCH_BIND").is_ok_and(|v| v == "0") {
+        run_ranks(n, f)
+    } else {
+        run_ranks_bound(n, f)
+    }
+}
+
 /// `work` on `ranks` thread ranks (one processor each), timed by `work` itself; the slowest
 /// rank's time and every rank's statistics.
 fn on_ranks(ranks: usize, work: impl Fn(&Runtime) -> Result<Measured> + Sync) -> Timed {
-    let all = run_ranks(ranks, |c: &ThreadComm| {
+    let all = launch(ranks, |c: &ThreadComm| {
         let mut b = Runtime::builder().threads(1).min_piece_size(256);
         if ranks > 1 {
             b = b.communicator(Arc::new(c.clone()));
@@ -282,7 +311,7 @@ fn stencil_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize]
         .iter()
         .map(|&r| {
             Box::new(move || {
-                let t = run_ranks(r, |c: &ThreadComm| {
+                let t = launch(r, |c: &ThreadComm| {
                     Ok::<_, tessera_runtime::RuntimeError>(stencil_by_hand(c, n, steps))
                 });
                 let slowest = t.into_iter().map(|x| x.unwrap()).fold(0.0, f64::max);
@@ -371,6 +400,74 @@ fn cg_part(table: &mut Table, scale: f64) {
             &format!("{name}: messages sent per iteration (rank 0)"),
             per(s.messages_sent),
         );
+        // The least a solve must move: each iteration, the `k` cells of `p` on each side of
+        // each of the r − 1 block boundaries (the five-point stencil reaches one grid row);
+        // at the end, `x` read on every rank (each receives the n − n/r cells it lacks).
+        let k = (a.rows as f64).sqrt().round() as usize;
+        let minimum = (iters * 2 * (r - 1) * k + (r - 1) * a.rows) * 8;
+        let sent: u64 = stats.iter().map(|s| s.bytes_sent).sum();
+        if r > 1 {
+            table.figure(
+                &format!("{name}: bytes moved / minimum"),
+                sent as f64 / minimum as f64,
+            );
+        }
+    }
+}
+
+/// The hand-written CG's `x` at every thread count against the sequential CG (the folds of
+/// partial sums differ from the loop's order, so relative to the solution's size).
+fn check_hand_cg(a: &HostCsr, b: &[f64], iters: usize) {
+    let (want, _) = cg::solve_sequential(a, b, 0.0, iters);
+    let size = want.iter().map(|v| v.abs()).fold(0.0, f64::max);
+    for threads in [1, 2, 4] {
+        let (_, _, x) = hand_cg::solve(a, b, threads, iters);
+        let diff = x
+            .iter()
+            .zip(&want)
+            .map(|(u, v)| (u - v).abs())
+            .fold(0.0, f64::max);
+        assert!(
+            diff <= 1e-10 * size,
+            "hand-written CG on {threads} threads differs by {diff} (of {size})"
+        );
+    }
+}
+
+/// The hand-written CG's rows: `r` threads beside one thread (the speed-up this machine
+/// allows: its cores share memory bandwidth), and the runtime at `r` ranks beside it.
+fn hand_cg_rows(table: &mut Table, got: &[Timed], rows: usize, ranks_list: &[usize]) {
+    let hand = 9; // after CG, SpMV and the lagged CG, three contestants each
+    let (one, one_cpu) = (got[hand].0, got[hand].2);
+    for (k, &r) in ranks_list.iter().enumerate() {
+        let (t, cpu) = (got[hand + k].0, got[hand + k].2);
+        let name = format!("cg iteration {}k rows, hand-written", rows / 1000);
+        if k > 0 {
+            table.row(
+                &format!("{name}, {r} threads"),
+                "ms",
+                t * 1e3,
+                "1 thread",
+                one * 1e3,
+                false,
+            );
+            table.row(
+                &format!("{name}, {r} threads, CPU of all threads"),
+                "ms",
+                cpu * 1e3,
+                "1 thread",
+                one_cpu * 1e3,
+                false,
+            );
+        }
+        table.row(
+            &format!("cg iteration {}k rows, {r} ranks", rows / 1000),
+            "ms",
+            got[k].0 * 1e3,
+            &format!("hand {r} threads"),
+            t * 1e3,
+            false,
+        );
     }
 }
 
@@ -400,13 +497,27 @@ fn sparse_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize])
             Box::new(move || on_ranks(r, |rt| spmv_runtime(rt, a, 20))) as Contestant
         })
         .collect();
+    // The ceiling: the same CG by hand on 1, 2 and 4 std threads (checked once, first).
+    check_hand_cg(&a, &b, 20);
+    let hand_runs: Vec<Contestant> = ranks_list
+        .iter()
+        .map(|&r| {
+            let (a, b) = (&a, &b);
+            Box::new(move || {
+                let (secs, cpu, _) = hand_cg::solve(a, b, r, 20);
+                (secs, vec![], cpu)
+            }) as Contestant
+        })
+        .collect();
     let all: Vec<&dyn Fn() -> Timed> = cg_runs
         .iter()
         .chain(&spmv_runs)
         .chain(&lagged_runs)
+        .chain(&hand_runs)
         .map(|b| b.as_ref())
         .collect();
     let got = race(reps, &all);
+    hand_cg_rows(table, &got, a.rows, ranks_list);
     let what = [
         ("cg iteration", 0),
         ("spmv", 3),

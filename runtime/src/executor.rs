@@ -260,7 +260,15 @@ fn push(st: &PoolState, node: Arc<Node>) {
         return;
     }
     let mut q = lock(st);
-    q.nodes.push_back(node);
+    // Sends jump the queue: another rank's point may wait for the data, while the nodes
+    // queued here wait only for this rank's processors. Behind this rank's next point (a
+    // stencil step: the one node queued with it), a send held the other rank up for a whole
+    // point each step, and the two ranks ran their points in turn.
+    if node.is_send() {
+        q.nodes.push_front(node);
+    } else {
+        q.nodes.push_back(node);
+    }
     st.queued.fetch_add(1, Ordering::SeqCst);
     wake_one(st, None, Some(q));
 }
@@ -848,5 +856,38 @@ mod tests {
             ch.ready(node, recv())
         });
         assert!(delivered, "the receive parked though its message was there");
+    }
+
+    #[test]
+    fn a_ready_send_is_taken_before_the_nodes_queued_ahead_of_it() {
+        // No workers: nothing takes the nodes but this test.
+        let pool = ThreadPool::new(0, Arc::new(Shared::default()), 0);
+        let root = Arc::new(StoreRoot::new(
+            0,
+            0,
+            DType::F64,
+            1,
+            None,
+            Arc::default(),
+            false,
+        ));
+        let point = node(&pool);
+        pool.spawn(point.clone());
+        pool.state.shared.outstanding.fetch_add(1, Ordering::SeqCst);
+        let send = Node::new(Work::Send {
+            root,
+            rect: Rect::new(&[0], &[1]),
+            to: 1,
+            key: [0; 4],
+        });
+        pool.spawn(send.clone());
+        let first = try_pop(&pool.state, None, false).expect("two nodes queued");
+        assert!(
+            Arc::ptr_eq(&first, &send),
+            "the point queued first went first"
+        );
+        let second = try_pop(&pool.state, None, false).expect("the point still queued");
+        assert!(Arc::ptr_eq(&second, &point));
+        pool.shutdown();
     }
 }

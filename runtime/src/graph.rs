@@ -113,6 +113,15 @@ impl Node {
         self.owner
     }
 
+    /// Whether the node sends store data to another rank: the pool runs those first, since
+    /// another rank's point may be waiting for the data.
+    pub(crate) fn is_send(&self) -> bool {
+        matches!(
+            *self.work.lock().unwrap_or_else(|e| e.into_inner()),
+            Some(Work::Send { .. })
+        )
+    }
+
     /// The node's work, once (`None` if it was already taken).
     pub(crate) fn take_work(&self) -> Option<Work> {
         self.work.lock().unwrap_or_else(|e| e.into_inner()).take()

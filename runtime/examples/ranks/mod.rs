@@ -8,8 +8,8 @@ use tessera_runtime::{Result, Runtime};
 pub type Comm = std::sync::Arc<dyn tessera_runtime::transport::Communicator + Send + Sync>;
 
 /// Runs `run` once per rank: under `mpirun` (with the `mpi` feature) on this process's MPI
-/// rank; else on `ranks` thread ranks of this process (one rank: no communicator). Every
-/// rank must find the right answer.
+/// rank; else on `ranks` thread ranks of this process, bound to cores (one rank: no
+/// communicator). Every rank must find the right answer.
 pub fn on_ranks(ranks: usize, run: impl Fn(Option<Comm>) -> Result<bool> + Sync) -> Result<bool> {
     if tessera_runtime::transport::launched_by_mpirun() {
         #[cfg(feature = "mpi")]
@@ -22,8 +22,10 @@ pub fn on_ranks(ranks: usize, run: impl Fn(Option<Comm>) -> Result<bool> + Sync)
     if ranks <= 1 {
         return run(None);
     }
-    let all =
-        tessera_runtime::transport::run_ranks(ranks, |c| run(Some(std::sync::Arc::new(c.clone()))));
+    // Bound to cores as `mpirun` binds its processes (unbound, two ranks often share a core).
+    let all = tessera_runtime::transport::run_ranks_bound(ranks, |c| {
+        run(Some(std::sync::Arc::new(c.clone())))
+    });
     all.into_iter().try_fold(true, |ok, r| Ok(ok & r?))
 }
 

@@ -76,30 +76,31 @@ pub(crate) fn send_rect(
     key: Key,
     counters: &Counters,
 ) {
-    let w = piece(root, rect, counters);
+    let (w, bytes) = piece(root, rect);
+    Counters::add(&counters.bytes_sent, bytes);
     ch.send(to, key, &w.0);
 }
 
-/// A status and the elements of `rect`, or the store's (or the copy's) failure.
-fn piece(root: &StoreRoot, rect: Rect, counters: &Counters) -> Writer {
+/// A status and the elements of `rect`, or the store's (or the copy's) failure; and the bytes
+/// of elements it carries (0 for a failure), which the caller counts once per receiver.
+fn piece(root: &StoreRoot, rect: Rect) -> (Writer, u64) {
     let mut w = Writer::default();
     if let Some(e) = root.poisoned() {
         w.status(Some(&e.to_string()));
-        return w;
+        return (w, 0);
     }
     let mut body = Writer::default();
     match read_rect(root, rect, &mut body) {
         Ok(()) => {
             w.status(None);
             w.0.extend_from_slice(&body.0);
-            Counters::add(
-                &counters.bytes_sent,
-                (rect.volume() * root.dtype.size()) as u64,
-            );
+            (w, (rect.volume() * root.dtype.size()) as u64)
         }
-        Err(e) => w.status(Some(&e.to_string())),
+        Err(e) => {
+            w.status(Some(&e.to_string()));
+            (w, 0)
+        }
     }
-    w
 }
 
 fn transport(e: crate::transport::TransportError) -> RuntimeError {
@@ -142,10 +143,13 @@ pub(crate) fn gather(
         if holders.trailing_zeros() as usize != me {
             continue;
         }
-        let w = piece(root, *rect, counters);
+        let (w, bytes) = piece(root, *rect);
         for (r, o) in out.iter_mut().enumerate() {
             if receivers & !holders & (1 << r) != 0 {
                 o.extend_from_slice(&w.0);
+                // Every receiver gets its own copy: counted once, a read at 3 or more ranks
+                // looked cheaper than it was.
+                Counters::add(&counters.bytes_sent, bytes);
             }
         }
     }

@@ -1,7 +1,8 @@
 //! Transport: the collective and point-to-point operations that distributed work runs on.
 //!
 //! One interface, [`Communicator`], two implementations:
-//! - [`threads`]: in-process ranks on OS threads (always built); start them with [`run_ranks`].
+//! - [`threads`]: in-process ranks on OS threads (always built); start them with [`run_ranks`]
+//!   (or [`run_ranks_bound`]: each rank bound to its block of cores, as `mpirun` binds).
 //! - `mpi` (cargo feature `mpi`): one rank per process over the system's MPI library; start
 //!   it with `mpi::run_world` under `mpirun`.
 //!
@@ -16,6 +17,7 @@
 //!   when a rank returns an error or panics, which wakes every blocked receive with an error;
 //!   the MPI launcher calls `MPI_Abort`, which ends every process of the job.
 
+mod bind;
 pub mod threads;
 
 #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
@@ -24,7 +26,7 @@ mod backoff;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 
-pub use threads::{run_ranks, ThreadComm};
+pub use threads::{run_ranks, run_ranks_bound, ThreadComm};
 
 /// A message tag for [`Communicator::send`]/[`Communicator::recv`]. Tags at or above
 /// [`RESERVED_TAG`] belong to the collectives.

@@ -307,7 +307,34 @@ where
     E: Send + Display + From<TransportError>,
     F: Fn(&ThreadComm) -> Result<T, E> + Sync,
 {
+    launch(n, false, f)
+}
+
+/// [`run_ranks`] with each rank's thread bound to its block of the CPUs the calling thread
+/// may run on (`transport::bind`), as `mpirun` binds each process to a core: the threads a
+/// rank starts (a runtime's workers and communication thread) inherit it. With more ranks
+/// than CPUs, neighbouring ranks share one.
+pub fn run_ranks_bound<T, E, F>(n: usize, f: F) -> Vec<Result<T, E>>
+where
+    T: Send,
+    E: Send + Display + From<TransportError>,
+    F: Fn(&ThreadComm) -> Result<T, E> + Sync,
+{
+    launch(n, true, f)
+}
+
+fn launch<T, E, F>(n: usize, bound: bool, f: F) -> Vec<Result<T, E>>
+where
+    T: Send,
+    E: Send + Display + From<TransportError>,
+    F: Fn(&ThreadComm) -> Result<T, E> + Sync,
+{
     let n = n.max(1);
+    let cpus = if bound {
+        super::bind::allowed()
+    } else {
+        vec![]
+    };
     let shared = Arc::new(Shared {
         size: n,
         mailbox: Mutex::new(Mailbox {
@@ -329,9 +356,13 @@ where
                     shared: shared.clone(),
                 };
                 let f = &f;
+                let mine = super::bind::share(&cpus, rank, n);
                 std::thread::Builder::new()
                     .name(format!("rank-{rank}"))
-                    .spawn_scoped(scope, move || run_one(&comm, f))
+                    .spawn_scoped(scope, move || {
+                        super::bind::bind(&mine);
+                        run_one(&comm, f)
+                    })
                     .expect("spawning a rank thread")
             })
             .collect();

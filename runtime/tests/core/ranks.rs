@@ -490,6 +490,30 @@ fn read_on_one_rank_gathers_to_that_rank_only() {
 }
 
 #[test]
+fn a_read_on_every_rank_counts_the_bytes_each_receiver_gets() {
+    let got = all_ok(on_ranks(3, 1, |rt| {
+        rt.register("iota", |ctx| {
+            let mut x = ctx.write::<f64>(0);
+            for i in x.range() {
+                x.set_at(i, i as f64);
+            }
+        })?;
+        let x = rt.create(tessera_runtime::DType::F64, &[30])?;
+        rt.task("iota").write(&x).launch_domain(&[3]).submit()?;
+        rt.fence()?;
+        let before = rt.stats().bytes_sent;
+        let all = rt.read::<f64>(&x)?;
+        Ok((all, rt.stats().bytes_sent - before))
+    }));
+    let want: Vec<f64> = (0..30).map(|i| i as f64).collect();
+    for (rank, (all, sent)) in got.into_iter().enumerate() {
+        assert_eq!(all, want, "rank {rank}");
+        // Each rank's ten cells go to both other ranks.
+        assert_eq!(sent, 160, "rank {rank}");
+    }
+}
+
+#[test]
 fn unbound_outputs_get_their_extents_by_prefix_sum_and_their_pieces_stay_put() {
     let got = all_ok(on_ranks(2, 1, |rt| {
         rt.register("positives", |ctx| {
