@@ -426,7 +426,10 @@ mod tests {
             for x in &readers[..5] {
                 sim.finish(x);
             }
-            assert!(!sim.is_ready(&p), "the write of C ran before its last reader");
+            assert!(
+                !sim.is_ready(&p),
+                "the write of C ran before its last reader"
+            );
             sim.finish(&readers[5]);
             assert!(sim.is_ready(&p));
         }
