@@ -137,7 +137,7 @@ impl Window {
             return false;
         }
         self.predictions = self.predictions.wrapping_add(1);
-        self.predictions % RECHECK != 0
+        !self.predictions.is_multiple_of(RECHECK)
     }
 
     /// Whether holding the complete fusible prefix could still make one of its stores a
