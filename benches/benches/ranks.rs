@@ -211,12 +211,7 @@ fn cg_lagged_runtime(rt: &Runtime, a: &HostCsr, b: &[f64], iters: usize) -> Resu
     let stats = rt.stats().since(&before);
     let (want, _) = cg::solve_sequential(a, b, 0.0, iters);
     // Relative to the solution's size: the tasks sum in another order than the loop.
-    let size = want.iter().map(|v| v.abs()).fold(0.0, f64::max);
-    let diff = x
-        .iter()
-        .zip(&want)
-        .map(|(u, v)| (u - v).abs())
-        .fold(0.0, f64::max);
+    let (diff, size) = max_diff(&x, &want);
     assert!(
         diff <= 1e-10 * size,
         "lagged CG differs from the sequential CG by {diff} (of {size})"
@@ -415,18 +410,24 @@ fn cg_part(table: &mut Table, scale: f64) {
     }
 }
 
+/// The largest difference between `x` and `want`, and the largest magnitude in `want`.
+fn max_diff(x: &[f64], want: &[f64]) -> (f64, f64) {
+    let size = want.iter().map(|v| v.abs()).fold(0.0, f64::max);
+    let diff = x
+        .iter()
+        .zip(want)
+        .map(|(u, v)| (u - v).abs())
+        .fold(0.0, f64::max);
+    (diff, size)
+}
+
 /// The hand-written CG's `x` at every thread count against the sequential CG (the folds of
 /// partial sums differ from the loop's order, so relative to the solution's size).
 fn check_hand_cg(a: &HostCsr, b: &[f64], iters: usize) {
     let (want, _) = cg::solve_sequential(a, b, 0.0, iters);
-    let size = want.iter().map(|v| v.abs()).fold(0.0, f64::max);
     for threads in [1, 2, 4] {
         let (_, _, x) = hand_cg::solve(a, b, threads, iters);
-        let diff = x
-            .iter()
-            .zip(&want)
-            .map(|(u, v)| (u - v).abs())
-            .fold(0.0, f64::max);
+        let (diff, size) = max_diff(&x, &want);
         assert!(
             diff <= 1e-10 * size,
             "hand-written CG on {threads} threads differs by {diff} (of {size})"

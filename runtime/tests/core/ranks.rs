@@ -458,18 +458,25 @@ fn two_d_tilings(rows: usize, cols: usize) {
     }
 }
 
+/// A 30-cell store holding 0, 1, …, 29, written by a task of three points (one per rank at 3
+/// ranks), fenced.
+fn iota_on_three_points(rt: &Runtime) -> Result<tessera_runtime::Store> {
+    rt.register("iota", |ctx| {
+        let mut x = ctx.write::<f64>(0);
+        for i in x.range() {
+            x.set_at(i, i as f64);
+        }
+    })?;
+    let x = rt.create(tessera_runtime::DType::F64, &[30])?;
+    rt.task("iota").write(&x).launch_domain(&[3]).submit()?;
+    rt.fence()?;
+    Ok(x)
+}
+
 #[test]
 fn read_on_one_rank_gathers_to_that_rank_only() {
     let got = all_ok(on_ranks(3, 1, |rt| {
-        rt.register("iota", |ctx| {
-            let mut x = ctx.write::<f64>(0);
-            for i in x.range() {
-                x.set_at(i, i as f64);
-            }
-        })?;
-        let x = rt.create(tessera_runtime::DType::F64, &[30])?;
-        rt.task("iota").write(&x).launch_domain(&[3]).submit()?;
-        rt.fence()?;
+        let x = iota_on_three_points(rt)?;
         let before = rt.stats().bytes_sent;
         let on_1 = rt.read_on::<f64>(&x, 1)?;
         let sent = rt.stats().bytes_sent - before;
@@ -492,15 +499,7 @@ fn read_on_one_rank_gathers_to_that_rank_only() {
 #[test]
 fn a_read_on_every_rank_counts_the_bytes_each_receiver_gets() {
     let got = all_ok(on_ranks(3, 1, |rt| {
-        rt.register("iota", |ctx| {
-            let mut x = ctx.write::<f64>(0);
-            for i in x.range() {
-                x.set_at(i, i as f64);
-            }
-        })?;
-        let x = rt.create(tessera_runtime::DType::F64, &[30])?;
-        rt.task("iota").write(&x).launch_domain(&[3]).submit()?;
-        rt.fence()?;
+        let x = iota_on_three_points(rt)?;
         let before = rt.stats().bytes_sent;
         let all = rt.read::<f64>(&x)?;
         Ok((all, rt.stats().bytes_sent - before))
