@@ -88,6 +88,18 @@ pub(crate) struct Front {
     deferred: Option<RuntimeError>,
 }
 
+impl Front {
+    /// See [`Window::note_later`]: the tracer is issuing `t`.
+    pub(crate) fn note_later(&mut self, t: &Issued) {
+        self.window.note_later(t);
+    }
+
+    /// See [`Window::settle_later`]: `held`, what the tracer holds now.
+    pub(crate) fn settle_later(&mut self, held: &[Issued]) {
+        self.window.settle_later(held);
+    }
+}
+
 pub(crate) struct Inner {
     id: u64,
     machine: Machine,
@@ -1408,6 +1420,7 @@ impl Inner {
         let r = match front.tracing.take() {
             Some(mut tr) => {
                 let r = self.release_held(front, &mut tr);
+                front.settle_later(tr.held());
                 front.tracing = Some(tr);
                 r
             }
