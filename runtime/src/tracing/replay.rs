@@ -547,7 +547,7 @@ impl Inner {
             constraints.push(c.clone());
         }
         let t = Issued::from_spec(reg, spec, constraints, domain, result);
-        front.note_later(&t);
+        front.note_streak_task(&t);
         tr.held.push(t);
         let r = self.streak_held(front, &mut tr, s);
         front.settle_later(&tr.held);
@@ -651,6 +651,8 @@ impl Inner {
     fn end_streak(&self, front: &mut Front, tr: &mut Tracing) -> Result<()> {
         // Their issue was noted (`note_issued`): counted again by `token`, to the same values.
         tr.seq -= tr.held.len() as u64;
+        // The streak noted its tasks only with tasks in the window (`note_streak_task`).
+        front.note_held(&tr.held);
         let held = std::mem::take(&mut tr.held);
         let tokens: Vec<u64> = held.iter().map(|t| tr.token(t)).collect();
         tr.held = held;
@@ -729,6 +731,8 @@ impl Inner {
     /// Ordinary analysis of `tasks`, one by one through the window.
     fn analyse_all(&self, front: &mut Front, tr: &mut Tracing, tasks: Vec<Issued>) -> Result<()> {
         tr.last = None;
+        // What stays held was issued after `tasks`: the window must see it as later.
+        front.note_held(&tr.held);
         let mut first = Ok(());
         for t in tasks {
             keep_first(&mut first, self.enqueue(front, t));
