@@ -36,7 +36,18 @@ pub(crate) struct Window {
     /// Predictions made so far; every [`RECHECK`]-th is not acted on, so that a prediction
     /// that has gone stale (the chain after the task now makes a temporary) is seen again.
     predictions: u32,
+    /// Ids of the stores named by tasks issued after every task here that the tracer holds
+    /// or is issuing ([`Window::note_later`]): tasks this window cannot see, so a store one
+    /// of them names is no temporary of a prefix here, whatever the application's handles
+    /// say (CG's `q` is dropped by the application while the tracer holds the task that reads
+    /// it). A superset: entries of tasks that left the tracer stay until it holds nothing,
+    /// which can only keep a store that would have been a temporary. Ids, not addresses: an
+    /// id is never reused, and it is the same on every rank.
+    pub later: Vec<u64>,
 }
+
+/// [`Window::later`] is rebuilt from the tracer's held tasks past this many entries.
+const LATER_MAX: usize = 1024;
 
 /// Task names remembered as beginning prefixes that made no temporary.
 const GAINLESS: usize = 8;
@@ -62,7 +73,31 @@ impl Window {
             capacity: capacity.max(1),
             gainless: smallvec::SmallVec::new(),
             predictions: 0,
+            later: Vec::new(),
         }
+    }
+
+    /// Notes the stores of `t`, a task the tracer is issuing (and may hold): until
+    /// [`Window::settle_later`] finds the tracer holding nothing, no prefix here makes one of
+    /// them a temporary.
+    pub(crate) fn note_later(&mut self, t: &Issued) {
+        self.later.extend(t.args.iter().map(|a| a.root.id));
+    }
+
+    /// After the tracer handed tasks on: forgets the stores of tasks no longer held (all of
+    /// them when it holds none; else rebuilt from `held` once the list has grown long).
+    pub(crate) fn settle_later(&mut self, held: &[Issued]) {
+        if held.is_empty() {
+            self.later.clear();
+        } else if self.later.len() > LATER_MAX {
+            self.later.clear();
+            held.iter().for_each(|t| self.note_later(t));
+        }
+    }
+
+    /// Whether a task the tracer holds or is issuing (after every task here) may name `root`.
+    pub(crate) fn named_later(&self, root: &Arc<StoreRoot>) -> bool {
+        named_in(&self.later, root)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -146,9 +181,10 @@ impl Window {
         let unsolved = &self.tasks;
         self.prefix.len() > 1
             && self.prefix.may_gain_temporary(&self.ready, |r| {
-                unsolved
-                    .iter()
-                    .any(|t| t.args.iter().any(|a| Arc::ptr_eq(&a.root, r)))
+                self.named_later(r)
+                    || unsolved
+                        .iter()
+                        .any(|t| t.args.iter().any(|a| Arc::ptr_eq(&a.root, r)))
             })
     }
 
@@ -157,6 +193,11 @@ impl Window {
     pub(crate) fn bypass(&self) -> bool {
         self.capacity == 1 && self.is_empty()
     }
+}
+
+/// Whether `later` ([`Window::later`]) has `root`.
+pub(crate) fn named_in(later: &[u64], root: &Arc<StoreRoot>) -> bool {
+    later.contains(&root.id)
 }
 
 /// The stores a task that leaves the window named, once each: call [`unpend`] with them after

@@ -64,10 +64,11 @@ pub(crate) fn fused_shape(
     memo: Option<&mut FusionMemo>,
 ) -> (Arc<FusedShape>, Option<bool>) {
     let ready = &*w.ready.make_contiguous();
-    let unsolved = &w.tasks;
-    let temps = w
-        .prefix
-        .temporaries(ready, |r| temporaries::outside_dead(r, unsolved));
+    let (unsolved, later) = (&w.tasks, &w.later);
+    // A store a task the tracer holds names is live too (`Window::later`).
+    let temps = w.prefix.temporaries(ready, |r| {
+        temporaries::outside_dead(r, unsolved) && !crate::window::named_in(later, r)
+    });
     let n = w.prefix.len();
     let local = |r: &Arc<StoreRoot>| w.prefix.is_flagged(&temps, r);
     let Some(memo) = memo else {

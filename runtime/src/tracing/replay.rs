@@ -416,6 +416,13 @@ fn keep_first(first: &mut Result<()>, r: Result<()>) {
     }
 }
 
+impl Tracing {
+    /// The tasks held back, in issue order.
+    pub(crate) fn held(&self) -> &[Issued] {
+        &self.held
+    }
+}
+
 impl Inner {
     /// Issues a task through the tracer (tracing on): held while a candidate trace matches,
     /// else on to the window with what is released before it.
@@ -425,6 +432,8 @@ impl Inner {
         };
         let t0 = Instant::now();
         let counters = &self.shared.counters;
+        // Until the tracer hands it on, the window cannot see `t` (nor what it holds).
+        front.note_later(&t);
         let mut first = self.run_pending(front, &mut tr, Some(&t));
         let t = match tr.streak.take() {
             None => t,
@@ -444,6 +453,7 @@ impl Inner {
                     // and forth on the common path).
                     tr.held.push(t);
                     if let Some(r) = self.streak_issue(front, &mut tr, s) {
+                        front.settle_later(&tr.held);
                         front.tracing = Some(tr);
                         Counters::add(&counters.tracing_ns, t0.elapsed().as_nanos() as u64);
                         return r;
@@ -474,6 +484,7 @@ impl Inner {
             tr.held.push(t);
             keep_first(&mut first, self.feed(front, &mut tr, token));
         }
+        front.settle_later(&tr.held);
         front.tracing = Some(tr);
         Counters::add(
             &self.shared.counters.tracing_ns,
@@ -535,9 +546,11 @@ impl Inner {
         for c in recorded {
             constraints.push(c.clone());
         }
-        tr.held
-            .push(Issued::from_spec(reg, spec, constraints, domain, result));
+        let t = Issued::from_spec(reg, spec, constraints, domain, result);
+        front.note_streak_task(&t);
+        tr.held.push(t);
         let r = self.streak_held(front, &mut tr, s);
+        front.settle_later(&tr.held);
         front.tracing = Some(tr);
         if let Some((t0, scale)) = clock {
             Counters::add(
@@ -638,6 +651,8 @@ impl Inner {
     fn end_streak(&self, front: &mut Front, tr: &mut Tracing) -> Result<()> {
         // Their issue was noted (`note_issued`): counted again by `token`, to the same values.
         tr.seq -= tr.held.len() as u64;
+        // The streak noted its tasks only with tasks in the window (`note_streak_task`).
+        front.note_held(&tr.held);
         let held = std::mem::take(&mut tr.held);
         let tokens: Vec<u64> = held.iter().map(|t| tr.token(t)).collect();
         tr.held = held;
@@ -716,6 +731,8 @@ impl Inner {
     /// Ordinary analysis of `tasks`, one by one through the window.
     fn analyse_all(&self, front: &mut Front, tr: &mut Tracing, tasks: Vec<Issued>) -> Result<()> {
         tr.last = None;
+        // What stays held was issued after `tasks`: the window must see it as later.
+        front.note_held(&tr.held);
         let mut first = Ok(());
         for t in tasks {
             keep_first(&mut first, self.enqueue(front, t));

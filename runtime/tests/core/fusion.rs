@@ -111,7 +111,7 @@ fn input(rt: &Runtime, n: usize) -> Store {
         .unwrap()
 }
 
-fn launched(rt: &Runtime) -> Stats {
+pub(crate) fn launched(rt: &Runtime) -> Stats {
     rt.fence().unwrap();
     rt.stats()
 }
@@ -581,7 +581,7 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
 }
 
 /// A one-element store that a `sum_into` task fills with the sum of `x`.
-fn sum_of(rt: &Runtime, x: &Store) -> Store {
+pub(crate) fn sum_of(rt: &Runtime, x: &Store) -> Store {
     let acc = rt.create(DType::F64, &[1]).unwrap();
     rt.task("sum_into")
         .read(x)
