@@ -75,7 +75,7 @@ impl Shared {
 
 /// The issuing side's state: the window and the partition table.
 pub(crate) struct Front {
-    window: Window,
+    pub(crate) window: Window,
     interner: Interner,
     memo: SolveMemo,
     fusion_memo: FusionMemo,
@@ -86,34 +86,6 @@ pub(crate) struct Front {
     /// The first error of a task launched by an idle worker's flush (adaptive window): the
     /// issuing thread reports it at its next submit, read or fence.
     deferred: Option<RuntimeError>,
-}
-
-impl Front {
-    /// See [`Window::note_later`]: the tracer is issuing `t`.
-    pub(crate) fn note_later(&mut self, t: &Issued) {
-        self.window.note_later(t);
-    }
-
-    /// [`Front::note_later`] for a task a replay streak holds: only with tasks in the window.
-    /// A streak begins after a replay launched the window and hands nothing to it (an ended
-    /// streak notes what it held: [`Front::note_held`]), so with the window empty no prefix
-    /// is decided before the task is noted or launched.
-    pub(crate) fn note_streak_task(&mut self, t: &Issued) {
-        if !self.window.is_empty() {
-            self.window.note_later(t);
-        }
-    }
-
-    /// [`Front::note_later`] for every task in `held` (those a streak held unnoted, and what
-    /// stays held when the tracer hands tasks to the window).
-    pub(crate) fn note_held(&mut self, held: &[Issued]) {
-        held.iter().for_each(|t| self.window.note_later(t));
-    }
-
-    /// See [`Window::settle_later`]: `held`, what the tracer holds now.
-    pub(crate) fn settle_later(&mut self, held: &[Issued]) {
-        self.window.settle_later(held);
-    }
 }
 
 pub(crate) struct Inner {
@@ -1436,7 +1408,7 @@ impl Inner {
         let r = match front.tracing.take() {
             Some(mut tr) => {
                 let r = self.release_held(front, &mut tr);
-                front.settle_later(tr.held());
+                front.window.settle_later(tr.held());
                 front.tracing = Some(tr);
                 r
             }

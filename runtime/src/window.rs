@@ -84,6 +84,22 @@ impl Window {
         self.later.extend(t.args.iter().map(|a| a.root.id));
     }
 
+    /// [`Window::note_later`] for a task a replay streak holds: only with tasks here. A
+    /// streak begins after a replay launched the window and hands nothing to it (an ended
+    /// streak notes what it held: [`Window::note_held`]), so with the window empty no prefix
+    /// is decided before the task is noted or launched.
+    pub(crate) fn note_streak_task(&mut self, t: &Issued) {
+        if !self.is_empty() {
+            self.note_later(t);
+        }
+    }
+
+    /// [`Window::note_later`] for every task in `held` (those a streak held unnoted, and what
+    /// stays held when the tracer hands tasks to the window).
+    pub(crate) fn note_held(&mut self, held: &[Issued]) {
+        held.iter().for_each(|t| self.note_later(t));
+    }
+
     /// After the tracer handed tasks on: forgets the stores of tasks no longer held (all of
     /// them when it holds none; else rebuilt from `held` once the list has grown long).
     pub(crate) fn settle_later(&mut self, held: &[Issued]) {
@@ -91,7 +107,7 @@ impl Window {
             self.later.clear();
         } else if self.later.len() > LATER_MAX {
             self.later.clear();
-            held.iter().for_each(|t| self.note_later(t));
+            self.note_held(held);
         }
     }
 

@@ -433,7 +433,7 @@ impl Inner {
         let t0 = Instant::now();
         let counters = &self.shared.counters;
         // Until the tracer hands it on, the window cannot see `t` (nor what it holds).
-        front.note_later(&t);
+        front.window.note_later(&t);
         let mut first = self.run_pending(front, &mut tr, Some(&t));
         let t = match tr.streak.take() {
             None => t,
@@ -453,7 +453,7 @@ impl Inner {
                     // and forth on the common path).
                     tr.held.push(t);
                     if let Some(r) = self.streak_issue(front, &mut tr, s) {
-                        front.settle_later(&tr.held);
+                        front.window.settle_later(&tr.held);
                         front.tracing = Some(tr);
                         Counters::add(&counters.tracing_ns, t0.elapsed().as_nanos() as u64);
                         return r;
@@ -484,7 +484,7 @@ impl Inner {
             tr.held.push(t);
             keep_first(&mut first, self.feed(front, &mut tr, token));
         }
-        front.settle_later(&tr.held);
+        front.window.settle_later(&tr.held);
         front.tracing = Some(tr);
         Counters::add(
             &self.shared.counters.tracing_ns,
@@ -547,10 +547,10 @@ impl Inner {
             constraints.push(c.clone());
         }
         let t = Issued::from_spec(reg, spec, constraints, domain, result);
-        front.note_streak_task(&t);
+        front.window.note_streak_task(&t);
         tr.held.push(t);
         let r = self.streak_held(front, &mut tr, s);
-        front.settle_later(&tr.held);
+        front.window.settle_later(&tr.held);
         front.tracing = Some(tr);
         if let Some((t0, scale)) = clock {
             Counters::add(
@@ -652,7 +652,7 @@ impl Inner {
         // Their issue was noted (`note_issued`): counted again by `token`, to the same values.
         tr.seq -= tr.held.len() as u64;
         // The streak noted its tasks only with tasks in the window (`note_streak_task`).
-        front.note_held(&tr.held);
+        front.window.note_held(&tr.held);
         let held = std::mem::take(&mut tr.held);
         let tokens: Vec<u64> = held.iter().map(|t| tr.token(t)).collect();
         tr.held = held;
@@ -732,7 +732,7 @@ impl Inner {
     fn analyse_all(&self, front: &mut Front, tr: &mut Tracing, tasks: Vec<Issued>) -> Result<()> {
         tr.last = None;
         // What stays held was issued after `tasks`: the window must see it as later.
-        front.note_held(&tr.held);
+        front.window.note_held(&tr.held);
         let mut first = Ok(());
         for t in tasks {
             keep_first(&mut first, self.enqueue(front, t));

@@ -4,7 +4,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_runtime::{Chunk, DType, ReduceOp, Result, Runtime, RuntimeError, Stats, Store};
+use tessera_runtime::{
+    Chunk, DType, ReduceOp, Result, Runtime, RuntimeError, Stats, Store, TaskLauncher,
+};
 
 fn rt(window: usize, fusion: bool) -> Runtime {
     let rt = Runtime::builder()
@@ -76,15 +78,23 @@ pub(crate) fn register(rt: &Runtime) -> Result<()> {
     })
 }
 
-pub(crate) fn axpb(rt: &Runtime, name: &str, x: &Store, y: &Store, a: f64, b: f64) {
+/// The launcher of `y = a·x + b` (task `name`), `x` and `y` aligned.
+fn axpb_task<'rt>(
+    rt: &'rt Runtime,
+    name: &str,
+    (x, y): (&Store, &Store),
+    (a, b): (f64, f64),
+) -> TaskLauncher<'rt> {
     rt.task(name)
         .read(x)
         .write(y)
         .scalar(a)
         .scalar(b)
         .align(x, y)
-        .submit()
-        .unwrap();
+}
+
+pub(crate) fn axpb(rt: &Runtime, name: &str, x: &Store, y: &Store, a: f64, b: f64) {
+    axpb_task(rt, name, (x, y), (a, b)).submit().unwrap();
 }
 
 /// [`axpb`] over a launch domain of `points` points (a different domain ends a prefix).
@@ -95,12 +105,7 @@ fn axpb_over(
     (a, b): (f64, f64),
     points: usize,
 ) {
-    rt.task(name)
-        .read(x)
-        .write(y)
-        .scalar(a)
-        .scalar(b)
-        .align(x, y)
+    axpb_task(rt, name, (x, y), (a, b))
         .launch_domain(&[points])
         .submit()
         .unwrap();
