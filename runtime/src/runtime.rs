@@ -901,6 +901,12 @@ impl Runtime {
                 return Ok(None);
             }
         }
+        self.copy_local(store, rect).map(Some)
+    }
+
+    /// Waits for the tasks writing `rect` of `store` and copies this rank's elements of it
+    /// out (row-major): the caller knows this rank holds them.
+    fn copy_local<T: Element>(&self, store: &Store, rect: Rect) -> Result<Vec<T>> {
         let writers = store.root.meta().access.pending_writers(&rect);
         self.wait_then_check(writers, store)?;
         let bound = store.root.bound().expect("bound");
@@ -921,7 +927,38 @@ impl Runtime {
                 std::slice::from_raw_parts(buf.base().add(start), len)
             });
         });
-        Ok(Some(out))
+        Ok(out)
+    }
+
+    /// This rank's own part of `store`, to write a distributed result piecewise (as
+    /// `io::store_file` does) instead of gathering it on one rank: the rectangles whose latest
+    /// value this rank holds and no lower-numbered rank does, each with its elements
+    /// (row-major), in the same order on every rank. The ranks' parts are disjoint and cover
+    /// the store (a part every rank holds is rank 0's); on one rank the part is the whole
+    /// store. Waits for the tasks writing them.
+    ///
+    /// Not a collective: who holds what follows from the issued tasks alone, the same on
+    /// every rank (the valid-copy map), so no rank asks another. A task that failed on
+    /// another rank shows only where it poisons what this rank reads.
+    pub fn read_own<T: Element>(&self, store: &Store) -> Result<Vec<(Rect, Vec<T>)>> {
+        let rect = self.ready_to_read::<T>(store)?;
+        let own: Vec<Rect> = match self.inner.shared.channel.get() {
+            None => vec![rect],
+            Some(ch) => match &store.root.meta().valid {
+                Some(v) => v
+                    .split(&rect)
+                    .into_iter()
+                    .filter(|(_, holders)| holders.trailing_zeros() as usize == ch.rank)
+                    .map(|(r, _)| r)
+                    .collect(),
+                // Every rank holds all of it.
+                None if ch.rank == 0 => vec![rect],
+                None => vec![],
+            },
+        };
+        own.into_iter()
+            .map(|r| Ok((r, self.copy_local(store, r)?)))
+            .collect()
     }
 
     /// Waits until every issued task has run. Fails only if analysing a task still in the window

@@ -201,3 +201,64 @@ fn i64_values_round_trip_as_i64() {
     merge_on(3, &dir.path().join("b"), &out);
     assert_eq!(std::fs::read(&out).unwrap(), std::fs::read(&input).unwrap());
 }
+
+/// `store_file` of blocks held in memory across ranks (a distributed result) writes, byte for
+/// byte, the file of the whole tensor, whichever ranks hold which blocks and in dense formats
+/// too (a rank's dense block covers only its range); overlapping blocks are an error on every
+/// rank and leave no file behind.
+#[test]
+fn blocks_in_memory_store_to_the_file_of_the_whole_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    for (format, split) in [
+        ("sss", "0:3"),
+        ("dsd", "0:2,2:3"),
+        ("ddd", "0:4,1:2"),
+        ("ddd", "2:3"),
+        ("ssd", "1:2"),
+    ] {
+        let dims = [13, 11, 7];
+        let t = if format == "ddd" {
+            let vals = (0..dims.iter().product::<usize>()).map(|v| v as f64 - 40.0);
+            T::dense_from_vec(dims.to_vec(), vals.collect()).unwrap()
+        } else {
+            uniform(&dims, 300, format)
+        };
+        let whole = dir.path().join("whole.tcs");
+        write_tensor(&whole, &t, None).unwrap();
+        let grid = SplitSpec::parse_blocks(split)
+            .unwrap()
+            .grid(t.dims())
+            .unwrap();
+        for ranks in 1..=4 {
+            let out = dir.path().join(format!("{format}-{ranks}.tcs"));
+            let done = run_ranks(ranks, |c| {
+                let mine = load_blocks(c, &t.view(), &grid, &NoProgress)?;
+                let views: Vec<_> = mine.iter().map(|b| b.tensor.view()).collect();
+                store_file(c, &views, &out, &NoProgress)
+            });
+            for (rank, s) in done.into_iter().enumerate() {
+                let s = s.unwrap_or_else(|e| panic!("{format} {split}, rank {rank}: {e}"));
+                assert_eq!(s.values, t.vals().len() as u64, "{format} {split}");
+            }
+            assert!(
+                std::fs::read(&out).unwrap() == std::fs::read(&whole).unwrap(),
+                "{format} split {split} stored from {ranks} ranks differs from the whole file"
+            );
+        }
+    }
+    // Two ranks both holding the whole tensor: overlapping blocks.
+    let t = uniform(&[13, 11, 7], 50, "sss");
+    let out = dir.path().join("overlap.tcs");
+    let done = run_ranks(2, |c| store_file(c, &[t.view()], &out, &NoProgress));
+    for r in done {
+        let e = r.expect_err("overlapping blocks are refused").to_string();
+        assert!(e.contains("overlap"), "{e}");
+    }
+    assert!(!out.exists());
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "temporary files left behind: {left:?}");
+}

@@ -25,7 +25,9 @@ use super::partial::{open_probe, walk_chunks, FileProbe};
 use super::section::Section;
 use super::sink::{finish_file, header_of, io_err, sink_limit, FileSink, Written};
 use super::split::BlockGrid;
-use super::store::{describe_tree, first_leaf_at, leaves_of, merge_header, Layout};
+use super::store::{
+    describe_tree, first_leaf_at, leaves_of, merge_header, read_sections, send_sections, Layout,
+};
 use super::{IoError, Progress, SplitSpec};
 use crate::transport::Communicator;
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,7 +35,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use tessera_formats::tcs::{ModeInfo, TcsHeader};
-use tessera_formats::{retry_interrupted, Index, Value, ValueType};
+use tessera_formats::{retry_interrupted, Index, TensorView, Value, ValueType};
 
 /// What a split or merge did, the same on every rank.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -485,8 +487,45 @@ fn merge_typed<C: Communicator + ?Sized, V: Value, I: Index>(
         .filter_map(Result::transpose)
         .collect::<Result<Vec<_>, _>>();
     let sections = agreed(comm, sections)?;
+    write_merged(comm, &layout, &sections, output, progress)
+}
+
+/// Stores the blocks that all ranks hold (views in memory: a distributed result) into one
+/// `.tcs` file `output`; the file side of [`merge_blocks`](super::merge_blocks). The ranks
+/// send each other their blocks' sections as `merge_blocks` does (step 1), then each merges
+/// its sections and writes its piece of the output arrays at their final offsets, as
+/// [`merge_dir`] does: no rank holds the whole tensor, and only headers, counters and
+/// checksums travel after the sections. Blocks must not overlap. Collective.
+pub fn store_file<C, V, I>(
+    comm: &C,
+    blocks: &[TensorView<'_, V, I>],
+    output: &Path,
+    progress: &dyn Progress,
+) -> Result<Summary, IoError>
+where
+    C: Communicator + ?Sized,
+    V: Value,
+    I: Index,
+{
+    let (layout, incoming) = send_sections(comm, blocks, progress)?;
+    let sections = agreed(comm, read_sections::<V, I>(layout.shape.len(), incoming))?;
+    write_merged(comm, &layout, &sections, output, progress)
+}
+
+/// Merges this rank's `sections` of a tensor laid out as `layout` and writes its piece of
+/// `output` at the final offsets; rank 0 finishes the file (tails, header, checksums combined
+/// from every rank's runs) and renames it into place. On any failure on any rank, every rank
+/// returns the error and the temporary file is removed. Collective.
+fn write_merged<C: Communicator + ?Sized, V: Value, I: Index>(
+    comm: &C,
+    layout: &Layout,
+    sections: &[Section<V, I>],
+    output: &Path,
+    progress: &dyn Progress,
+) -> Result<Summary, IoError> {
+    let me = comm.rank();
     let _held = Held::new(sections.iter().map(Section::bytes).sum());
-    let (mut merge, _, start, totals) = merge_header(comm, &layout, &sections, progress)?;
+    let (mut merge, _, start, totals) = merge_header(comm, layout, sections, progress)?;
     let header = header_of::<V, I>(&layout.dims, &layout.format, &layout.shape, &totals, None)?;
     // Rank 0 names and creates the temporary file; under MPI the ranks are processes with
     // different ids, so the name travels with an all-gather.
@@ -514,7 +553,7 @@ fn merge_typed<C: Communicator + ?Sized, V: Value, I: Index>(
     // temporary file, on every rank.
     let result = (|| {
         // Pass two: this rank's runs of the output, written at their offsets.
-        let leaves = leaves_of(&sections);
+        let leaves = leaves_of(sections);
         progress.start("merge: write", leaves);
         let runs = (|| {
             if progress.cancelled() {

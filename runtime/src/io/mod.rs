@@ -9,6 +9,8 @@
 //!   between ranks: each rank reads only its piece of the input (`partial`, a chunk at a time
 //!   for a split) and writes its runs of the output arrays straight into the output files at
 //!   their final offsets (`sink`); the files' owners finish them (`files`).
+//! - [`store_file`]: blocks in memory spread over ranks (a distributed result) → one `.tcs`
+//!   file: sections exchanged as in `merge_blocks`, each rank's piece written at its offsets.
 //!
 //! Inside: `walk` steps through a range of leaves by position vectors (over a whole tensor,
 //! a file, or a `section` of arrays); `assemble` builds level arrays in pieces from pooled
@@ -33,7 +35,7 @@ mod store;
 mod tournament;
 mod walk;
 
-pub use files::{merge_dir, split_file, Summary};
+pub use files::{merge_dir, split_file, store_file, Summary};
 pub use load::{load_blocks, Block};
 pub use split::{BlockGrid, BlockRange, ModeSplit, SplitSpec};
 pub use store::{merge_blocks, store_to_root, Merged};

@@ -136,14 +136,7 @@ where
     V: Value,
     I: Index,
 {
-    let rank = layout.shape.len();
-    let mut sections = Vec::new();
-    for (from, msg) in incoming.into_iter().enumerate() {
-        let mut r = Reader::new(&msg, from);
-        while !r.is_empty() {
-            sections.push(Section::<V, I>::read(&mut r, rank)?);
-        }
-    }
+    let sections = read_sections::<V, I>(layout.shape.len(), incoming)?;
     let (mut merge, header, start, totals) = merge_header(comm, &layout, &sections, progress)?;
 
     // 4. Pass two: this rank's piece at final positions.
@@ -160,6 +153,22 @@ where
         shape: layout.shape,
         totals,
     })
+}
+
+/// The sections every rank sent this one (step 1's messages, in rank order), of a tensor of
+/// `rank` levels.
+pub(crate) fn read_sections<V: Value, I: Index>(
+    rank: usize,
+    incoming: Vec<Vec<u8>>,
+) -> Result<Vec<Section<V, I>>, IoError> {
+    let mut sections = Vec::new();
+    for (from, msg) in incoming.into_iter().enumerate() {
+        let mut r = Reader::new(&msg, from);
+        while !r.is_empty() {
+            sections.push(Section::<V, I>::read(&mut r, rank)?);
+        }
+    }
+    Ok(sections)
 }
 
 /// Leaves in sections.

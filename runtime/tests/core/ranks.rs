@@ -6,7 +6,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_runtime::transport::{run_ranks, Communicator, ThreadComm};
-use tessera_runtime::{ReduceOp, Result, Runtime, RuntimeBuilder, RuntimeError, Stats};
+use tessera_runtime::{Rect, ReduceOp, Result, Runtime, RuntimeBuilder, RuntimeError, Stats};
 
 /// `f` on `ranks` thread ranks, each with a runtime of `threads` processors; every rank's
 /// result. Fails the test if the job does not end within a minute (a hang).
@@ -471,6 +471,80 @@ fn iota_on_three_points(rt: &Runtime) -> Result<tessera_runtime::Store> {
     rt.task("iota").write(&x).launch_domain(&[3]).submit()?;
     rt.fence()?;
     Ok(x)
+}
+
+/// Every rank's own part of a store, checked against the store as `read` gives it: the
+/// parts are disjoint, cover the store, and hold its values; returns each rank's rectangles.
+fn own_parts_tile(rect: &Rect, parts: &[Vec<(Rect, Vec<f64>)>], all: &[f64]) -> Vec<Vec<Rect>> {
+    let cols = rect.hi()[1] - rect.lo()[1];
+    let mut seen = vec![0u32; all.len()];
+    for (rank, own) in parts.iter().enumerate() {
+        for (r, vals) in own {
+            let cells = crate::cells(r);
+            assert_eq!(vals.len(), cells.len(), "rank {rank}: {r:?}");
+            for (p, v) in cells.iter().zip(vals) {
+                let at = (p[0] - rect.lo()[0]) * cols + (p[1] - rect.lo()[1]);
+                seen[at] += 1;
+                assert_eq!(*v, all[at], "rank {rank}: cell {p:?}");
+            }
+        }
+    }
+    assert!(
+        seen.iter().all(|&n| n == 1),
+        "parts overlap or leave a gap: {seen:?}"
+    );
+    parts
+        .iter()
+        .map(|own| own.iter().map(|(r, _)| *r).collect())
+        .collect()
+}
+
+#[test]
+fn each_rank_owns_a_disjoint_part_and_the_parts_cover_the_store() {
+    use tessera_runtime::Cut;
+    let (rows, cols) = (12, 6);
+    let run = move |rt: &Runtime| -> Result<_> {
+        rt.register("mark2", |ctx| {
+            let mut m = ctx.write::<f64>(0);
+            let id = ctx.linear_point() as f64;
+            for p in crate::cells(&m.rect()) {
+                m.set(&p, 1000.0 * id + (p[0] * 100 + p[1]) as f64);
+            }
+        })?;
+        let m = rt.create(tessera_runtime::DType::F64, &[rows, cols])?;
+        // Rows cut unevenly (at 5), columns in three tiles: six points over the ranks.
+        rt.task("mark2")
+            .write(&m)
+            .tile(&m, &[Cut::At(0, vec![5]), Cut::Equal(1)])
+            .launch_domain(&[2, 3])
+            .submit()?;
+        let own = rt.read_own::<f64>(&m)?;
+        // After a read every rank holds everything: rank 0 owns it all.
+        let all = rt.read::<f64>(&m)?;
+        let after = rt.read_own::<f64>(&m)?;
+        Ok((own, all, after))
+    };
+    let whole = Rect::new(&[0, 0], &[rows, cols]);
+    for ranks in [1, 2, 3, 4] {
+        let got = all_ok(on_ranks(ranks, 1, run));
+        let all = got[0].1.clone();
+        let own: Vec<_> = got.iter().map(|g| g.0.clone()).collect();
+        let rects = own_parts_tile(&whole, &own, &all);
+        if ranks > 1 {
+            // Each rank owns what its points wrote: no rank owns it all.
+            assert!(
+                rects.iter().all(|r| r.len() < 6),
+                "{ranks} ranks: {rects:?}"
+            );
+            assert!(rects.iter().filter(|r| !r.is_empty()).count() > 1);
+        }
+        let after: Vec<_> = got.iter().map(|g| g.2.clone()).collect();
+        let rects = own_parts_tile(&whole, &after, &all);
+        assert_eq!(
+            rects[0].iter().map(Rect::volume).sum::<usize>(),
+            rows * cols
+        );
+    }
 }
 
 #[test]
