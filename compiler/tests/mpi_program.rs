@@ -75,16 +75,19 @@ fn inputs(dir: &Path) -> (PathBuf, PathBuf) {
 }
 
 fn compile(dir: &Path, schedule: &str, mpi: bool, name: &str) -> PathBuf {
+    compile_statement(dir, "y(i) = A(i,j) * x(j)", schedule, mpi, name)
+}
+
+fn compile_statement(
+    dir: &Path,
+    statement: &str,
+    schedule: &str,
+    mpi: bool,
+    name: &str,
+) -> PathBuf {
     let prog = dir.join(name);
     let out = tessera()
-        .args([
-            "compile",
-            "y(i) = A(i,j) * x(j)",
-            "-f",
-            "A:csr",
-            "-s",
-            schedule,
-        ])
+        .args(["compile", statement, "-f", "A:csr", "-s", schedule])
         .args(mpi.then_some("--mpi"))
         .arg("-o")
         .arg(&prog)
@@ -174,6 +177,75 @@ fn mpi_ranks_compute_what_one_process_computes() {
     }
 }
 
+/// A `.tcs` output across ranks is written by every rank, each its own part (the distributed
+/// storer, no gather): byte for byte the file one process writes, for a vector tiled by rows
+/// (at 4 ranks one rank owns no tile) and for a matrix tiled by rows and columns.
+#[test]
+fn a_tcs_output_stored_by_every_rank_is_the_file_one_process_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, x) = inputs(dir.path());
+    // B(k,j): the vector x's 200 values as a 200 × 2 dense matrix (x, then 2x).
+    let xs = read_y(&x);
+    let b: Vec<f64> = xs.iter().flat_map(|&v| [v, 2.0 * v]).collect();
+    let b = Tensor::<f64, u32>::dense_from_vec(vec![200, 2], b).unwrap();
+    let pb = dir.path().join("B.tns");
+    b.write(&pb).unwrap();
+    let cases = [
+        ("y(i) = A(i,j) * x(j)", "split(i, io, ii, 3)", "x", &x),
+        (
+            "C(i,j) = A(i,k) * B(k,j)",
+            "split(i, io, ii, 3); split(j, jo, ji, 2)",
+            "B",
+            &pb,
+        ),
+    ];
+    for (n, (statement, schedule, operand, input)) in cases.into_iter().enumerate() {
+        let prog = compile_statement(dir.path(), statement, schedule, true, &format!("tcs{n}"));
+        let args = |out: &Path| {
+            let mut v = run_args(&a, input, out);
+            v[3] = format!("{operand}={}", input.display());
+            v
+        };
+        let one = dir.path().join(format!("out{n}-1.tcs"));
+        let out = launch(&prog, 0, &args(&one));
+        assert!(out.status.success(), "one process: {}", text(&out));
+        let want = std::fs::read(&one).unwrap();
+        for ranks in [2, 4] {
+            let got = dir.path().join(format!("out{n}-{ranks}.tcs"));
+            let out = launch(&prog, ranks, &args(&got));
+            assert!(
+                out.status.success(),
+                "{statement}, {ranks} ranks: {}",
+                text(&out)
+            );
+            assert!(
+                std::fs::read(&got).unwrap() == want,
+                "{statement}, {ranks} ranks: the stored file differs from one process's"
+            );
+            // Every rank wrote its own values, none all of them: no rank gathered the output.
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let stored: Vec<(u64, u64)> = (0..ranks)
+                .map(|r| {
+                    values_stored(&stderr, r, ranks)
+                        .unwrap_or_else(|| panic!("no output line from rank {r}: {}", text(&out)))
+                })
+                .collect();
+            let total = stored[0].1;
+            assert_eq!(stored.iter().map(|s| s.0).sum::<u64>(), total, "{stored:?}");
+            assert!(
+                stored.iter().all(|s| s.0 < total),
+                "{statement}: {stored:?}"
+            );
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "temporary files left behind: {left:?}");
+}
+
 /// The point tasks rank `r` of `ranks` ran, from its `--stats` line
 /// ("rank R of N: runtime: … P point tasks run, …").
 fn points_run(stderr: &str, r: usize, ranks: usize) -> Option<usize> {
@@ -182,6 +254,17 @@ fn points_run(stderr: &str, r: usize, ranks: usize) -> Option<usize> {
         .find_map(|l| l.strip_prefix(&format!("rank {r} of {ranks}: ")))?;
     let before = &line[..line.find(" point tasks run")?];
     before.rsplit(' ').next()?.parse().ok()
+}
+
+/// Rank `r`'s values of a `.tcs` output it stored, and the output's, from its `--stats` line
+/// ("rank R of N: output values stored M of T").
+fn values_stored(stderr: &str, r: usize, ranks: usize) -> Option<(u64, u64)> {
+    let prefix = format!("rank {r} of {ranks}: output values stored ");
+    let rest = stderr.lines().find_map(|l| l.strip_prefix(&prefix))?;
+    let mut words = rest.split(' ');
+    let mine = words.next()?.parse().ok()?;
+    let all = words.nth(1)?.parse().ok()?;
+    Some((mine, all))
 }
 
 /// Rank `r`'s bytes of `.tcs` input arrays read, and their total, from its `--stats` line

@@ -6,7 +6,8 @@
 // Built with `tessera compile --mpi` (this crate's feature `mpi`), the program started by
 // `mpirun` runs the plan across the job's ranks (control replication: every rank reads the
 // inputs — of a `.tcs` input only its rows' share — issues the same tasks and runs its shard
-// of the points; rank 0 writes the output).
+// of the points; a `.tcs` output is written by every rank, each its own part, through the
+// distributed storer, any other output by rank 0).
 // Started without `mpirun` it is one rank.
 
 use crate::{kernel_block, I, STATEMENT, V};
@@ -24,8 +25,8 @@ const FINGERPRINT: u64 = @FINGERPRINT@;
 /// What `--help` says about ranks.
 #[cfg(feature = "mpi")]
 pub const RANKS_HELP: &str = "\n\nBuilt with MPI: `mpirun -n N PROG ...` runs the plan across N ranks (each \
-     reads its share of `.tcs` inputs and runs its share of the block tasks; rank 0 writes \
-     the output).";
+     reads its share of `.tcs` inputs and runs its share of the block tasks; a `.tcs` \
+     output is written by every rank, each its own part, any other output by rank 0).";
 #[cfg(not(feature = "mpi"))]
 pub const RANKS_HELP: &str = "";
 
@@ -115,7 +116,7 @@ pub fn compute(
     out_dims: &[usize],
     threads: Option<usize>,
     stats: bool,
-) -> Result<Tensor<V, I>, Box<dyn Error>> {
+) -> Result<Computed, Box<dyn Error>> {
     let (kernel, plan) = plan::from_text(STATEMENT)?;
     if plan::kernel_fingerprint(&kernel) != FINGERPRINT {
         return Err("this program's plan no longer matches its block kernel (the compiler \
@@ -144,7 +145,10 @@ pub fn compute(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let block = kernel_block::kernel_block::<V, I>;
-    let out = on_runtime::run_stored_inputs(&rt, &plan, &kernel, &stored, out_dims, Some(block))?;
+    let result = on_runtime::run_stored_result(&rt, &plan, &kernel, &stored, out_dims, Some(block))?;
+    // The points have run when `compute` returns: its time is the kernel's (`--timings`), and
+    // the statistics count them. Their failures show when the output is read.
+    rt.fence()?;
     if stats {
         let line = match rt.ranks() {
             1 => format!("{}\n", on_runtime::stats_line(&rt)),
@@ -157,5 +161,41 @@ pub fn compute(
         // One write, so that the lines of ranks sharing a terminal do not interleave.
         let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
     }
-    Ok(out)
+    Ok(Computed { rt, result, stats })
+}
+
+/// The output as `compute` leaves it: still in the runtime's stores.
+pub struct Computed {
+    rt: Runtime,
+    result: on_runtime::PlanResult<V, I>,
+    stats: bool,
+}
+
+/// Writes the output to `path`. Across ranks a `.tcs` file is written by every rank, each its
+/// own part (the distributed storer: no rank gathers the output), and another file by rank 0
+/// after a gather to it alone; on one process the output moves out of its store. With
+/// `--stats`, each rank storing a `.tcs` output says how many of its values it wrote.
+pub fn write(ranks: &Ranks, path: &Path, out: Computed) -> Result<(), Box<dyn Error>> {
+    let Computed { rt, result, stats } = out;
+    let tcs = path.extension().is_some_and(|x| x == "tcs");
+    match ranks.0.as_deref() {
+        Some(comm) if comm.size() > 1 && tcs => {
+            let (mine, all) = result.store_file(&rt, comm, path)?;
+            if stats {
+                let line = format!(
+                    "rank {} of {}: output values stored {mine} of {all}\n",
+                    comm.rank(),
+                    comm.size()
+                );
+                let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+            }
+        }
+        Some(comm) if comm.size() > 1 => {
+            if let Some(t) = result.gather_on(&rt, 0)? {
+                crate::io::write(path, &t)?;
+            }
+        }
+        _ => crate::io::write(path, &result.into_tensor(&rt)?)?,
+    }
+    Ok(())
 }

@@ -37,8 +37,10 @@ use crate::interp::{self, InterpError};
 use crate::ir::{Kernel, OutputKind};
 
 mod elementwise;
+mod output;
 mod share;
 pub use elementwise::{is_elementwise, run_elementwise, scalar_inputs, ChunkFn};
+pub use output::PlanResult;
 pub use share::{read_tcs_share, row_shares, TcsShare};
 
 /// Why a plan could not run on the runtime.
@@ -64,6 +66,9 @@ pub enum PlanRunError {
     Input(String),
     #[error(transparent)]
     File(#[from] tessera_formats::Error),
+    /// Storing the output across ranks failed (a full disk, say).
+    #[error("writing the output: {0}")]
+    Store(#[from] tessera_runtime::io::IoError),
 }
 
 /// The element types a plan runs with: values and coordinates the runtime can store.
@@ -153,13 +158,27 @@ pub fn run_stored_inputs<V: PlanValue, I: PlanIndex>(
     out_dims: &[usize],
     compiled: Option<BlockFn<V, I>>,
 ) -> Result<Tensor<V, I>, PlanRunError> {
+    // The last read of the output: moved out of its store, not copied.
+    run_stored_result(rt, plan, kernel, stored, out_dims, compiled)?.into_tensor(rt)
+}
+
+/// Runs the plan over inputs already in stores and leaves the output in the runtime, for the
+/// caller to move out, gather on one rank or store piecewise across ranks ([`PlanResult`]).
+pub fn run_stored_result<V: PlanValue, I: PlanIndex>(
+    rt: &Runtime,
+    plan: &Plan,
+    kernel: &Kernel,
+    stored: &[Stored<V, I>],
+    out_dims: &[usize],
+    compiled: Option<BlockFn<V, I>>,
+) -> Result<PlanResult<V, I>, PlanRunError> {
     // `execute` checks the inputs' formats and dimensions against the kernel.
     let refs: Vec<&Stored<V, I>> = stored.iter().collect();
-    match execute(rt, plan, kernel, &refs, out_dims, compiled)? {
-        // The last read of the output: moved out of its store, not copied.
-        Output::Dense(y) => dense_tensor(kernel, out_dims, rt.take::<V>(y)?),
-        Output::Tensor(t) => Ok(t),
-    }
+    Ok(PlanResult {
+        output: execute(rt, plan, kernel, &refs, out_dims, compiled)?,
+        format: kernel.output_tensor().format.clone(),
+        dims: out_dims.to_vec(),
+    })
 }
 
 /// A tensor held as runtime stores, in the layout a plan's block tasks read (see the module
@@ -333,7 +352,7 @@ pub fn run_stored<V: PlanValue, I: PlanIndex>(
         Output::Dense(y) if y.shape().is_some_and(|s| s.len() == 1) => {
             return Ok(Stored::dense_values(y, format, out_dims));
         }
-        Output::Dense(y) => dense_tensor(kernel, out_dims, rt.take::<V>(y)?)?,
+        Output::Dense(y) => dense_tensor(&format, out_dims, rt.take::<V>(y)?)?,
         Output::Tensor(t) => t,
     };
     Stored::from_tensor(rt, t)
@@ -399,11 +418,11 @@ enum Output<V: Value, I: Index> {
 /// The dense output tensor over the values of its store (in level order, as a dense tensor
 /// holds them: no copy).
 fn dense_tensor<V: PlanValue, I: PlanIndex>(
-    kernel: &Kernel,
+    format: &Format,
     out_dims: &[usize],
     vals: Vec<V>,
 ) -> Result<Tensor<V, I>, PlanRunError> {
-    let format = kernel.output_tensor().format.clone();
+    let format = format.clone();
     let levels = format
         .mode_order()
         .iter()
