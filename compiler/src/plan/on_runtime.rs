@@ -174,10 +174,17 @@ pub fn run_stored_result<V: PlanValue, I: PlanIndex>(
 ) -> Result<PlanResult<V, I>, PlanRunError> {
     // `execute` checks the inputs' formats and dimensions against the kernel.
     let refs: Vec<&Stored<V, I>> = stored.iter().collect();
+    let output = execute(rt, plan, kernel, &refs, out_dims, compiled)?;
+    let starts = OutputLayout::new(kernel, out_dims, plan)?.groups;
+    let levels = kernel.output_tensor().format.mode_order().len();
+    let groups = (starts.iter().enumerate())
+        .map(|(d, &(l, _))| l..starts.get(d + 1).map_or(levels, |s| s.0))
+        .collect();
     Ok(PlanResult {
-        output: execute(rt, plan, kernel, &refs, out_dims, compiled)?,
+        output,
         format: kernel.output_tensor().format.clone(),
         dims: out_dims.to_vec(),
+        groups,
     })
 }
 
