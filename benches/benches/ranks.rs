@@ -9,6 +9,11 @@
 //! same CG written by hand on 1, 2 and 4 std threads (`ranks/hand_cg.rs`), the ceiling the
 //! machine allows.
 //!
+//! Last, SpMV on a generated matrix of a few GB (`TESSERA_BENCH_SPMV_GB`, default 2; 0 skips),
+//! every rank generating and holding only its rows (`ranks/big_spmv.rs`): time per multiply
+//! beside one rank's, and bytes each rank holds beside one rank's.
+//! `TESSERA_BENCH_ONLY=stencil|sparse|big` runs one part.
+//!
 //! Every rank runs a runtime of one processor; on this 2-core machine 4 ranks oversubscribe.
 //! Ranks (and the hand-written CG's threads) are bound to cores as `mpirun` binds processes
 //! (`run_ranks_bound`); `TESSERA_BENCH_BIND=0` leaves them to the scheduler.
@@ -22,6 +27,9 @@ mod sparse;
 
 #[path = "ranks/hand_cg.rs"]
 mod hand_cg;
+
+#[path = "ranks/big_spmv.rs"]
+mod big_spmv;
 
 use sparse::{cg, stencil, Csr, HostCsr};
 use std::sync::Arc;
@@ -271,7 +279,8 @@ fn main() {
         "The runtime across thread ranks, 1 processor per rank (scale {scale}, median of {reps}; \
          ratio > 1: Tessera faster)"
     ));
-    // `TESSERA_BENCH_ONLY=stencil` or `=sparse` (CG and SpMV) runs one part (both when unset);
+    // `TESSERA_BENCH_ONLY=stencil`, `=sparse` (CG and SpMV) or `=big` (the few-GB SpMV) runs
+    // one part (all when unset);
     // `=cg` runs CG alone, once, for instruction counts (below).
     let only = std::env::var("TESSERA_BENCH_ONLY").unwrap_or_default();
     let ranks_list = [1usize, 2, 4];
@@ -285,6 +294,9 @@ fn main() {
     }
     if only.is_empty() || only.contains("sparse") {
         sparse_part(&mut table, scale, reps, &ranks_list);
+    }
+    if only.is_empty() || only.contains("big") {
+        big_part(&mut table, &ranks_list);
     }
     table.figure(
         "peak rss MiB (all ranks of the process)",
@@ -571,6 +583,46 @@ fn sparse_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize])
         table.figure(
             &format!("spmv {r} ranks: bytes resident per rank / 1 rank"),
             resident(&got[3 + k].1) as f64 / one,
+        );
+    }
+}
+
+/// SpMV on a generated matrix of a few GB (`TESSERA_BENCH_SPMV_GB`, default 2; 0 skips) at 1,
+/// 2 and 4 ranks, each rank generating and holding only its rows (`big_spmv`); medians of
+/// `TESSERA_BENCH_BIG_REPS` (default 3) interleaved runs of 4 multiplies each.
+fn big_part(table: &mut Table, ranks_list: &[usize]) {
+    let gb: f64 = env_or("TESSERA_BENCH_SPMV_GB", 2.0);
+    if gb <= 0.0 {
+        return;
+    }
+    let big = big_spmv::Big::of_gb(gb);
+    let reps: usize = env_or("TESSERA_BENCH_BIG_REPS", 3);
+    let runs: Vec<Contestant> = ranks_list
+        .iter()
+        .map(|&r| Box::new(move || on_ranks(r, |rt| big_spmv::run(rt, big, 4))) as Contestant)
+        .collect();
+    let all: Vec<&dyn Fn() -> Timed> = runs.iter().map(|b| b.as_ref()).collect();
+    let got = race(reps, &all);
+    let what = format!(
+        "spmv {:.1} GB matrix ({}M rows)",
+        big.bytes() / 1e9,
+        big.rows / 1_000_000
+    );
+    let resident = |stats: &[Stats]| stats.iter().map(|s| s.bytes_resident).max().unwrap_or(0);
+    let one = resident(&got[0].1).max(1) as f64;
+    table.figure(&format!("{what}, 1 rank: ms"), got[0].0 * 1e3);
+    for (k, &r) in ranks_list.iter().enumerate().skip(1) {
+        table.row(
+            &format!("{what}, {r} ranks"),
+            "ms",
+            got[k].0 * 1e3,
+            "1 rank",
+            got[0].0 * 1e3,
+            false,
+        );
+        table.figure(
+            &format!("{what}, {r} ranks: bytes resident per rank / 1 rank"),
+            resident(&got[k].1) as f64 / one,
         );
     }
 }
