@@ -299,11 +299,25 @@ pub(crate) struct Adaptive {
     /// A submit that finds a worker idle launches the complete fusible prefixes at once
     /// (`Inner::launch_complete`).
     pub early: bool,
+    /// A lone task predicted to begin a prefix that makes no temporary
+    /// ([`Window::predicted_gainless`]) is launched at submit while at most this many nodes
+    /// are outstanding ([`Adaptive::running_dry`]).
+    dry: usize,
     /// When an issue found a worker idle and held its task anyway (nanoseconds after `epoch`
     /// plus one; 0: not since the last launch): the time until the next launch is time that
     /// worker idled because of the window (`Stats::idle_held_ns`).
     idle_since: AtomicU64,
     epoch: Instant,
+}
+
+/// [`Adaptive::dry`]: two nodes per worker, or `TESSERA_WINDOW_DRY=n` nodes. Not a setting:
+/// a switch to compare rules in one binary (`TESSERA_WINDOW_DRY` one less than the workers is
+/// the rule before: a worker already idle).
+fn dry_nodes(workers: usize) -> usize {
+    std::env::var("TESSERA_WINDOW_DRY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2 * workers)
 }
 
 #[derive(Default)]
@@ -350,6 +364,7 @@ impl Adaptive {
     ) -> Adaptive {
         Adaptive {
             early,
+            dry: dry_nodes(workers),
             inner,
             workers,
             held: AtomicBool::new(false),
@@ -362,6 +377,18 @@ impl Adaptive {
             idle_since: AtomicU64::new(0),
             epoch: Instant::now(),
         }
+    }
+
+    /// True when the workers are about to run out of work: at most two nodes per worker are
+    /// outstanding (`outstanding`, read at submit), the ones they run and one more each. A
+    /// lone task predicted to gain nothing by waiting is then launched at submit, not only
+    /// for a worker already idle: issuing the rest of its chain takes longer than such nodes
+    /// (a few µs per submit), and a task launched only after its worker ran dry waits for
+    /// the next submit's flush and the worker's wake-up (the fusion bench's BiCGSTAB: its
+    /// SpMV, issued while the worker ran the two points of the direction update launched
+    /// just before, started ~15 µs after that update ended; unfused, 1.7 µs).
+    pub(crate) fn running_dry(&self, outstanding: usize) -> bool {
+        outstanding <= self.dry
     }
 
     /// Notes that a task was held while a worker was idle (the first such since the last
