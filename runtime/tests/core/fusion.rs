@@ -1233,6 +1233,60 @@ fn a_complete_prefix_that_may_yet_make_a_temporary_stays_held_behind_a_busy_work
     assert_eq!(s.fused_launches, 1);
 }
 
+/// ... unless the last complete prefix of its canonical form made no temporary: then holding
+/// it is predicted to gain nothing, and it is launched when it is complete (the fusion bench's
+/// BiCGSTAB: [SpMV t, t·s, t·t, x update] could make `t` a temporary until the task two
+/// submits later named it, and the worker idled meanwhile).
+#[test]
+fn a_complete_prefix_whose_form_made_no_temporary_last_time_is_launched_behind_a_busy_worker() {
+    let (rt, flags) = held_runtime_with(
+        Runtime::builder()
+            .tracing(false)
+            .threads(2)
+            .min_piece_size(4)
+            .window_hold(Duration::from_secs(10)),
+    );
+    let _open = Opener(flags.clone());
+    let x = input(&rt, 16);
+    // With the worker idle, each complete prefix is launched when the task after it is
+    // issued: `hold` alone, then [t = 2x + 1, u = 3t] with `t` still held by the application
+    // (no temporary): both remembered.
+    flags.gate.store(true, Ordering::Release);
+    let h = rt.create(DType::F64, &[4]).unwrap();
+    rt.task("hold")
+        .write(&h)
+        .launch_domain(&[1])
+        .submit()
+        .unwrap();
+    let (t, z) = prefix_then_other_domain(&rt, &x, false);
+    assert_eq!(rt.read::<f64>(&z).unwrap(), expected(false));
+    assert_eq!(rt.stats().fused_launches, 1);
+    drop((t, h));
+    // `hold` occupies the worker, `signal` waits behind it (so that `ew_axpb`, which began a
+    // prefix that made no temporary, is not alone in the window and launched at submit:
+    // `a_task_whose_last_prefix_made_no_temporary_is_launched_at_once_while_the_worker_runs_dry`),
+    // then the first stream again on fresh stores: its prefix could still make `t` a
+    // temporary, but its form made none last time, so it is launched when complete.
+    flags.gate.store(false, Ordering::Release);
+    flags.started.store(false, Ordering::Release);
+    let _h = occupy(&rt, &flags);
+    let s = rt.stats();
+    let _b = signal(&rt);
+    let (t, z) = prefix_then_other_domain(&rt, &x, false);
+    let after = rt.stats();
+    assert_eq!(
+        (after.tasks_launched, after.fused_launches),
+        (s.tasks_launched + 2, s.fused_launches + 1),
+        "`signal` (its prefix ended), then the complete prefix, predicted to make no \
+         temporary, fused at submit"
+    );
+    // A miss costs the temporary: `t`, dropped after the launch, was allocated.
+    drop(t);
+    flags.gate.store(true, Ordering::Release);
+    assert_eq!(rt.read::<f64>(&z).unwrap(), expected(false));
+    assert_eq!(rt.stats().temporaries_eliminated, 0);
+}
+
 /// The window thread times holds. It used to be woken every time a deadline was set with none
 /// pending, though it was already asleep until an earlier one it would meet anyway: a futex
 /// call on the issuing thread and a context switch per window emptied and refilled (twice an
