@@ -24,7 +24,10 @@
 //! beside the copy-bandwidth bound measured the same way on a parallel copy.
 //!
 //! Options (environment): `TESSERA_BENCH_THREADS` (default: available cores),
-//! `TESSERA_BENCH_REPS` (default 5), `TESSERA_BENCH_BS_N` (Black-Scholes elements, default
+//! `TESSERA_BENCH_REPS` (default 5), `TESSERA_BENCH_SPARSE_REPS` (repetitions of the CG and
+//! BiCGSTAB runs, default 5 × `REPS`: a run of [`ITERS`] iterations takes 5–15 ms there, and
+//! their medians over 5 runs moved 2× between two quiet runs of the bench; under
+//! `TESSERA_BENCH_ONLY`, `REPS`), `TESSERA_BENCH_BS_N` (Black-Scholes elements, default
 //! 4 Mi: 32 MiB per array), `TESSERA_BENCH_CG_K` (grid side of the CG and BiCGSTAB Laplacian, default 64: tasks short
 //! enough that launching them is a visible part of an iteration),
 //! `TESSERA_BENCH_WINDOW` (window for the fused runs: `adaptive` (the default, at most
@@ -448,12 +451,24 @@ fn cg_hand_run(host: &HostCsr, b: &[f64]) -> f64 {
     let n = b.len();
     let (mut x, mut r, mut p, mut q) = (vec![0.0; n], b.to_vec(), b.to_vec(), vec![0.0; n]);
     let mut rs: f64 = b.iter().map(|v| v * v).sum();
-    let t0 = Instant::now();
-    for _ in 0..ITERS {
-        cg_hand(host, &mut x, &mut r, &mut p, &mut q, &mut rs);
-    }
-    std::hint::black_box(rs);
-    t0.elapsed().as_secs_f64() / ITERS as f64
+    in_pool(|| {
+        let t0 = Instant::now();
+        for _ in 0..ITERS {
+            cg_hand(host, &mut x, &mut r, &mut p, &mut q, &mut rs);
+        }
+        std::hint::black_box(rs);
+        t0.elapsed().as_secs_f64() / ITERS as f64
+    })
+}
+
+/// Runs `f` on a thread of rayon's pool, so that its parallel loops fork and join inside the
+/// pool. Called from outside it, every parallel loop is injected into the pool and the caller
+/// sleeps until it is done: a wake-up and a context switch per loop, five or six per CG
+/// iteration, which made the hand loops of CG and BiCGSTAB (tens of µs per iteration) slower
+/// than the runtime and as unsteady as the wake-ups (0.071 ms against unfused 0.038 ms per CG
+/// iteration at load 7).
+fn in_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    rayon::scope(|_| f())
 }
 
 /// The same iteration by hand (rayon), with the same reduction order per element.
@@ -532,6 +547,52 @@ fn bicgstab_iteration(rt: &Runtime, a: &Csr, st: &mut Bicg) -> Result<()> {
         .submit()?;
     st.rho = rho_new;
     Ok(())
+}
+
+/// Seconds per iteration of [`ITERS`] hand-loop BiCGSTAB iterations from `x = 0` (the
+/// arithmetic of [`bicgstab_iteration`], rayon, the SpMV of the CG hand loop).
+fn bicgstab_hand_run(a: &HostCsr, b: &[f64]) -> f64 {
+    let n = b.len();
+    let (mut x, mut r, r0, mut p) = (vec![0.0; n], b.to_vec(), b.to_vec(), b.to_vec());
+    let (mut v, mut s, mut t) = (vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+    let dot =
+        |x: &[f64], y: &[f64]| -> f64 { x.par_iter().zip(y.par_iter()).map(|(a, b)| a * b).sum() };
+    let mut rho = dot(&r0, &r);
+    in_pool(|| {
+        let t0 = Instant::now();
+        for _ in 0..ITERS {
+            host_spmv(a, &p, &mut v);
+            let alpha = rho / dot(&r0, &v);
+            s.par_iter_mut()
+                .zip(r.par_iter())
+                .zip(v.par_iter())
+                .for_each(|((s, r), v)| *s = r - alpha * v);
+            host_spmv(a, &s, &mut t);
+            let omega = dot(&t, &s) / dot(&t, &t);
+            x.par_iter_mut()
+                .zip(p.par_iter())
+                .zip(s.par_iter())
+                .for_each(|((x, p), s)| *x += alpha * p + omega * s);
+            let rho_new: f64 = r
+                .par_iter_mut()
+                .zip(s.par_iter())
+                .zip(t.par_iter())
+                .zip(r0.par_iter())
+                .map(|(((r, s), t), r0)| {
+                    *r = s - omega * t;
+                    r0 * *r
+                })
+                .sum();
+            let beta = (rho_new / rho) * (alpha / omega);
+            p.par_iter_mut()
+                .zip(r.par_iter())
+                .zip(v.par_iter())
+                .for_each(|((p, r), v)| *p = r + beta * (*p - omega * v));
+            rho = rho_new;
+        }
+        std::hint::black_box((&x, rho));
+        t0.elapsed().as_secs_f64() / ITERS as f64
+    })
 }
 
 // ---------------------------------------------------------------- CG as `tensor!`
@@ -732,12 +793,23 @@ fn only() -> Option<(String, String)> {
     Some((program.to_string(), who.to_string()))
 }
 
+/// Repetitions of the CG and BiCGSTAB runs: `TESSERA_BENCH_SPARSE_REPS`, else 5 × `reps`
+/// (`reps` itself under `TESSERA_BENCH_ONLY`, whose instruction counts difference two values
+/// of `TESSERA_BENCH_REPS`).
+fn sparse_reps(reps: usize) -> usize {
+    if only().is_some() {
+        return reps;
+    }
+    env_or("TESSERA_BENCH_SPARSE_REPS", 5 * reps).max(1)
+}
+
 fn main() {
     let threads = env_or(
         "TESSERA_BENCH_THREADS",
         std::thread::available_parallelism().map_or(2, |n| n.get()),
     );
     let reps = env_or("TESSERA_BENCH_REPS", 5usize).max(1);
+    let sreps = sparse_reps(reps);
     let bs_n = env_or("TESSERA_BENCH_BS_N", 4usize << 20);
     let cg_k = env_or("TESSERA_BENCH_CG_K", 64usize);
     let window = window_policy(&std::env::var("TESSERA_BENCH_WINDOW").unwrap_or_default());
@@ -745,16 +817,18 @@ fn main() {
         .num_threads(threads)
         .build_global()
         .ok();
-    eprintln!("{threads} threads, window {window:?}, {reps} interleaved repetitions");
+    eprintln!(
+        "{threads} threads, window {window:?}, {reps} interleaved repetitions ({sreps} for CG and BiCGSTAB)"
+    );
     let mut table = Table::new(&format!(
-        "Task and kernel fusion ({threads} threads, window {window:?}; medians of {reps})"
+        "Task and kernel fusion ({threads} threads, window {window:?}; medians of {reps}, of {sreps} for CG and BiCGSTAB)"
     ));
     if let Some((program, who)) = only() {
         let m = match &*program {
             "black-scholes" => bench_black_scholes(threads, window, bs_n, reps),
-            "cg" => bench_cg(threads, window, cg_k, reps),
-            "cg-tensor" => bench_cg_statements(threads, window, cg_k, reps),
-            _ => bench_bicgstab(threads, window, cg_k, reps),
+            "cg" => bench_cg(threads, window, cg_k, sreps),
+            "cg-tensor" => bench_cg_statements(threads, window, cg_k, sreps),
+            _ => bench_bicgstab(threads, window, cg_k, sreps),
         };
         let (t, s) = match &*who {
             "fused" => (m.fused, Some(m.stats_fused)),
@@ -830,11 +904,20 @@ fn main() {
     );
     report_tasks(&mut table, "black-scholes", &bs);
 
-    let cg = bench_cg(threads, window, cg_k, reps);
+    let cg = bench_cg(threads, window, cg_k, sreps);
     table.row(
         "cg iteration fused vs unfused",
         "ms",
         cg.fused * 1e3,
+        "unfused",
+        cg.unfused * 1e3,
+        false,
+    );
+    // The ceiling: what a program with no runtime at all gains over the unfused runtime.
+    table.row(
+        "cg iteration hand loop vs unfused",
+        "ms",
+        cg.hand * 1e3,
         "unfused",
         cg.unfused * 1e3,
         false,
@@ -849,7 +932,7 @@ fn main() {
     );
     report_tasks(&mut table, "cg", &cg);
 
-    let cgs = bench_cg_statements(threads, window, cg_k, reps);
+    let cgs = bench_cg_statements(threads, window, cg_k, sreps);
     table.row(
         "cg tensor! iteration fused vs unfused",
         "ms",
@@ -868,11 +951,19 @@ fn main() {
     );
     report_tasks(&mut table, "cg tensor!", &cgs);
 
-    let bi = bench_bicgstab(threads, window, cg_k, reps);
+    let bi = bench_bicgstab(threads, window, cg_k, sreps);
     table.row(
         "bicgstab-like fused vs unfused",
         "ms",
         bi.fused * 1e3,
+        "unfused",
+        bi.unfused * 1e3,
+        false,
+    );
+    table.row(
+        "bicgstab-like hand loop vs unfused",
+        "ms",
+        bi.hand * 1e3,
         "unfused",
         bi.unfused * 1e3,
         false,
@@ -937,21 +1028,23 @@ fn main() {
         st.stats_fused.temporaries_eliminated as f64,
     );
     if std::env::var("TESSERA_BENCH_SWEEP").is_ok_and(|v| v == "1") {
-        sweep(&mut table, threads, bs_n, cg_k, reps);
+        sweep(&mut table, threads, bs_n, cg_k, reps, sreps);
     }
     table.figure("cg_speedup_vs_unfused", cg.unfused / cg.fused);
+    table.figure("cg_hand_vs_unfused", cg.unfused / cg.hand);
     table.figure("cg_statements_speedup_vs_unfused", cgs.unfused / cgs.fused);
     table.figure(
         "cg_statements kernel-fused launches per iteration",
-        cgs.stats_fused.kernel_fused_launches as f64 / ((reps + 1) * ITERS) as f64,
+        cgs.stats_fused.kernel_fused_launches as f64 / ((sreps + 1) * ITERS) as f64,
     );
     table.figure("bicgstab_speedup_vs_unfused", bi.unfused / bi.fused);
+    table.figure("bicgstab_hand_vs_unfused", bi.unfused / bi.hand);
     table.figure("jacobi_speedup_vs_unfused", ja.unfused / ja.fused);
     traced(
         &mut table,
         threads,
         window,
-        (bs_n, cg_k, reps),
+        (bs_n, cg_k, reps, sreps),
         [&bs, &cg, &bi],
     );
     table.print();
@@ -965,7 +1058,7 @@ fn traced(
     table: &mut Table,
     threads: usize,
     window: WindowPolicy,
-    (bs_n, cg_k, reps): (usize, usize, usize),
+    (bs_n, cg_k, reps, sreps): (usize, usize, usize, usize),
     untraced: [&Measured; 3],
 ) {
     if env_or("TESSERA_BENCH_TRACING", 0u32) != 0 {
@@ -973,8 +1066,8 @@ fn traced(
     }
     TRACED.store(true, std::sync::atomic::Ordering::Relaxed);
     let bs = bench_black_scholes(threads, window, bs_n, reps);
-    let cg = bench_cg(threads, window, cg_k, reps);
-    let bi = bench_bicgstab(threads, window, cg_k, reps);
+    let cg = bench_cg(threads, window, cg_k, sreps);
+    let bi = bench_bicgstab(threads, window, cg_k, sreps);
     TRACED.store(false, std::sync::atomic::Ordering::Relaxed);
     for ((name, key, unit), (m, u)) in [
         ("black-scholes", "black_scholes", "ms"),
@@ -1171,7 +1264,7 @@ fn window_policy(s: &str) -> WindowPolicy {
 
 /// Black-Scholes and CG fused under adaptive windows of several sizes and fixed windows, each
 /// beside the unfused default: the evidence for [`DEFAULT_WINDOW`].
-fn sweep(table: &mut Table, threads: usize, bs_n: usize, cg_k: usize, reps: usize) {
+fn sweep(table: &mut Table, threads: usize, bs_n: usize, cg_k: usize, reps: usize, sreps: usize) {
     let windows = [
         WindowPolicy::Adaptive { max: 8 },
         WindowPolicy::Adaptive { max: 16 },
@@ -1194,7 +1287,7 @@ fn sweep(table: &mut Table, threads: usize, bs_n: usize, cg_k: usize, reps: usiz
             bs.unfused * 1e3,
             false,
         );
-        let cg = bench_cg(threads, w, cg_k, reps);
+        let cg = bench_cg(threads, w, cg_k, sreps);
         table.row(
             &format!("sweep: cg iteration {name} vs unfused"),
             "ms",
@@ -1312,7 +1405,7 @@ fn per_iteration(
 
 fn bench_bicgstab(threads: usize, window: WindowPolicy, k: usize, reps: usize) -> Measured {
     let Problem {
-        host: _,
+        host,
         n,
         b,
         rts,
@@ -1334,8 +1427,8 @@ fn bench_bicgstab(threads: usize, window: WindowPolicy, k: usize, reps: usize) -
         t0.elapsed().as_secs_f64() / ITERS as f64
     };
     let before = rts.each_ref().map(|rt| rt.stats());
-    let (fused, unfused, _) = interleave(reps, || run(0), || run(1), || 0.0);
-    per_iteration(&rts, &before, (fused, unfused, f64::NAN), reps)
+    let times = interleave(reps, || run(0), || run(1), || bicgstab_hand_run(&host, &b));
+    per_iteration(&rts, &before, times, reps)
 }
 
 fn bench_jacobi(threads: usize, window: WindowPolicy, n: usize, reps: usize) -> Measured {

@@ -1308,14 +1308,15 @@ impl Inner {
     fn issue_adaptive(&self, front: &mut Front, a: &Adaptive, t: Issued) -> Result<()> {
         // `held` before reading the outstanding count: see `Adaptive::idle`.
         a.held.store(true, Ordering::SeqCst);
-        let idle = self.shared.outstanding.load(Ordering::SeqCst) < a.workers;
+        let outstanding = self.shared.outstanding.load(Ordering::SeqCst);
+        let idle = outstanding < a.workers;
         front.window.push(t);
         let mut first = Ok(());
         self.solve_ahead(front, &mut first);
         let held = front.window.len();
         // A lone task predicted to begin a prefix that makes no temporary: holding it idles the
-        // worker for at most one launch saved.
-        let alone = idle && a.early && front.window.predicted_gainless();
+        // worker for at most one launch saved, also when the worker is only about to idle.
+        let alone = a.early && a.running_dry(outstanding) && front.window.predicted_gainless();
         let r = if !front.window.tasks.is_empty() || (idle && a.hold_idle.is_zero()) || alone {
             self.drain(front, true)
         } else if front.window.is_full() {

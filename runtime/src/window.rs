@@ -36,6 +36,9 @@ pub(crate) struct Window {
     /// Predictions made so far; every [`RECHECK`]-th is not acted on, so that a prediction
     /// that has gone stale (the chain after the task now makes a temporary) is seen again.
     predictions: u32,
+    /// [`Prefix::shape_hash`]es of complete prefixes that made no temporary when last
+    /// launched, the most recent [`GAINLESS`] ([`Window::complete_prefix_may_gain`]).
+    gainless_shapes: smallvec::SmallVec<[u64; GAINLESS]>,
     /// Ids of the stores named by tasks issued after every task here that the tracer holds
     /// or is issuing ([`Window::note_later`]): tasks this window cannot see, so a store one
     /// of them names is no temporary of a prefix here, whatever the application's handles
@@ -73,6 +76,7 @@ impl Window {
             capacity: capacity.max(1),
             gainless: smallvec::SmallVec::new(),
             predictions: 0,
+            gainless_shapes: smallvec::SmallVec::new(),
             later: Vec::new(),
         }
     }
@@ -159,12 +163,13 @@ impl Window {
         // came (nor one launched at submit on this prediction).
         if self.prefix.is_complete() {
             let name = addr(&self.ready[0].issued.name);
-            self.gainless.retain(|x| *x != name);
-            if !temporaries {
-                if self.gainless.len() == GAINLESS {
-                    self.gainless.remove(0);
-                }
-                self.gainless.push(name);
+            remember(&mut self.gainless, name, !temporaries);
+            if n > 1 {
+                remember(
+                    &mut self.gainless_shapes,
+                    self.prefix.shape_hash(),
+                    !temporaries,
+                );
             }
         }
         self.prefix.clear();
@@ -192,22 +197,50 @@ impl Window {
     }
 
     /// Whether holding the complete fusible prefix could still make one of its stores a
-    /// temporary (only a fused prefix has temporaries: one task is launched as issued).
-    pub(crate) fn complete_prefix_may_gain(&self) -> bool {
+    /// temporary (only a fused prefix has temporaries: one task is launched as issued), and
+    /// the last complete prefix of its canonical form did (or none was seen). A prefix that
+    /// could, but whose form made none last time, is predicted not to (the fusion bench's
+    /// BiCGSTAB: [SpMV t, t·s, t·t, x update] is complete when `x += ω s` is issued, but `t`
+    /// could be a temporary until `r −= ω t` names it two submits later, and the worker
+    /// idled for it). As for a lone task, every [`RECHECK`]-th such prediction is not acted
+    /// on: a prefix launched on a prediction makes no temporary whatever the application
+    /// does later, so only a held one can show that the prediction went stale.
+    pub(crate) fn complete_prefix_may_gain(&mut self) -> bool {
         let unsolved = &self.tasks;
-        self.prefix.len() > 1
+        let may = self.prefix.len() > 1
             && self.prefix.may_gain_temporary(&self.ready, |r| {
                 self.named_later(r)
                     || unsolved
                         .iter()
                         .any(|t| t.args.iter().any(|a| Arc::ptr_eq(&a.root, r)))
-            })
+            });
+        if !may || !self.gainless_shapes.contains(&self.prefix.shape_hash()) {
+            return may;
+        }
+        self.predictions = self.predictions.wrapping_add(1);
+        self.predictions.is_multiple_of(RECHECK)
     }
 
     /// True when a task issued now would be analysed at once (a window of one, empty): the
     /// caller may analyse it without passing it through.
     pub(crate) fn bypass(&self) -> bool {
         self.capacity == 1 && self.is_empty()
+    }
+}
+
+/// Moves `key` to the end of `list` (the most recent [`GAINLESS`]) when `gainless`, else drops
+/// it from the list.
+fn remember<T: PartialEq + Copy>(
+    list: &mut smallvec::SmallVec<[T; GAINLESS]>,
+    key: T,
+    gainless: bool,
+) {
+    list.retain(|x| *x != key);
+    if gainless {
+        if list.len() == GAINLESS {
+            list.remove(0);
+        }
+        list.push(key);
     }
 }
 
@@ -299,11 +332,25 @@ pub(crate) struct Adaptive {
     /// A submit that finds a worker idle launches the complete fusible prefixes at once
     /// (`Inner::launch_complete`).
     pub early: bool,
+    /// A lone task predicted to begin a prefix that makes no temporary
+    /// ([`Window::predicted_gainless`]) is launched at submit while at most this many nodes
+    /// are outstanding ([`Adaptive::running_dry`]).
+    dry: usize,
     /// When an issue found a worker idle and held its task anyway (nanoseconds after `epoch`
     /// plus one; 0: not since the last launch): the time until the next launch is time that
     /// worker idled because of the window (`Stats::idle_held_ns`).
     idle_since: AtomicU64,
     epoch: Instant,
+}
+
+/// [`Adaptive::dry`]: two nodes per worker, or `TESSERA_WINDOW_DRY=n` nodes. Not a setting:
+/// a switch to compare rules in one binary (`TESSERA_WINDOW_DRY` one less than the workers is
+/// the rule before: a worker already idle).
+fn dry_nodes(workers: usize) -> usize {
+    std::env::var("TESSERA_WINDOW_DRY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2 * workers)
 }
 
 #[derive(Default)]
@@ -350,6 +397,7 @@ impl Adaptive {
     ) -> Adaptive {
         Adaptive {
             early,
+            dry: dry_nodes(workers),
             inner,
             workers,
             held: AtomicBool::new(false),
@@ -362,6 +410,18 @@ impl Adaptive {
             idle_since: AtomicU64::new(0),
             epoch: Instant::now(),
         }
+    }
+
+    /// True when the workers are about to run out of work: at most two nodes per worker are
+    /// outstanding (`outstanding`, read at submit), the ones they run and one more each. A
+    /// lone task predicted to gain nothing by waiting is then launched at submit, not only
+    /// for a worker already idle: issuing the rest of its chain takes longer than such nodes
+    /// (a few µs per submit), and a task launched only after its worker ran dry waits for
+    /// the next submit's flush and the worker's wake-up (the fusion bench's BiCGSTAB: its
+    /// SpMV, issued while the worker ran the two points of the direction update launched
+    /// just before, started ~15 µs after that update ended; unfused, 1.7 µs).
+    pub(crate) fn running_dry(&self, outstanding: usize) -> bool {
+        outstanding <= self.dry
     }
 
     /// Notes that a task was held while a worker was idle (the first such since the last

@@ -319,6 +319,16 @@ impl Prefix {
             .any(|(s, &t)| t && s.root == p)
     }
 
+    /// A hash of the prefix' canonical form without the temporary flags: the same for every
+    /// occurrence of an isomorphic prefix (the window remembers which of them made no
+    /// temporary: `Window::take`).
+    pub(crate) fn shape_hash(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.key.hash(&mut h);
+        h.finish()
+    }
+
     /// The canonical form of the prefix with its temporary flags: the memo's key.
     pub(crate) fn key(&self, temps: &[bool]) -> Vec<u64> {
         let mut key = Vec::with_capacity(self.key.len() + 1 + temps.len());

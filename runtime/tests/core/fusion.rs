@@ -771,11 +771,17 @@ impl Drop for Opener {
 /// registered besides the usual tasks. Tracing is off whatever `TESSERA_TRACING` says: with it
 /// on, the default window is a fixed one.
 fn held_runtime(threads: usize) -> (Runtime, Arc<Flags>) {
-    let rt = Runtime::builder()
-        .tracing(false)
-        .threads(threads)
-        .min_piece_size(4)
-        .build();
+    held_runtime_with(
+        Runtime::builder()
+            .tracing(false)
+            .threads(threads)
+            .min_piece_size(4),
+    )
+}
+
+/// [`held_runtime`] from `builder`.
+fn held_runtime_with(builder: tessera_runtime::RuntimeBuilder) -> (Runtime, Arc<Flags>) {
+    let rt = builder.build();
     register(&rt).unwrap();
     let flags = Arc::new(Flags::default());
     let f = flags.clone();
@@ -1092,6 +1098,66 @@ fn a_task_whose_last_prefix_made_no_temporary_is_launched_at_once_for_an_idle_wo
     assert_eq!(rt.read::<f64>(&y).unwrap()[0], -5.0);
 }
 
+/// ... and also while the worker runs its last nodes (at most two per worker outstanding):
+/// issuing the rest of the chain takes longer than such nodes, and a task held until its
+/// worker ran dry waits for the next submit's flush and the worker's wake-up (the fusion
+/// bench's BiCGSTAB issued its SpMV while the worker ran the direction update launched just
+/// before it, and the SpMV started ~15 µs after the update ended). With more outstanding, it
+/// is held for a chain as before.
+#[test]
+fn a_task_whose_last_prefix_made_no_temporary_is_launched_at_once_while_the_worker_runs_dry() {
+    let (rt, flags) = held_runtime_with(
+        Runtime::builder()
+            .tracing(false)
+            .threads(2)
+            .min_piece_size(4)
+            .window_hold(Duration::from_secs(10)),
+    );
+    let _open = Opener(flags.clone());
+    let x = input(&rt, 16);
+    let (y, w, z) = (
+        rt.create(DType::F64, &[16]).unwrap(),
+        rt.create(DType::F64, &[16]).unwrap(),
+        rt.create(DType::F64, &[16]).unwrap(),
+    );
+    // Each task ends the prefix of the one before (another launch domain): `hold` and `axpb`
+    // are remembered as beginning prefixes that made no temporary.
+    flags.gate.store(true, Ordering::Release);
+    let h = rt.create(DType::F64, &[4]).unwrap();
+    rt.task("hold")
+        .write(&h)
+        .launch_domain(&[1])
+        .submit()
+        .unwrap();
+    axpb_over(&rt, "axpb", (&x, &y), (2.0, 1.0), 2);
+    axpb_over(&rt, "ew_axpb", (&y, &z), (3.0, 0.0), 4);
+    rt.fence().unwrap();
+    // `hold`, issued to the idle worker, is launched at submit and occupies it: one node
+    // outstanding, no worker idle.
+    flags.gate.store(false, Ordering::Release);
+    flags.started.store(false, Ordering::Release);
+    let _h = occupy(&rt, &flags);
+    let before = rt.stats().tasks_launched;
+    axpb_over(&rt, "axpb", (&x, &y), (2.0, 1.0), 2);
+    assert_eq!(
+        rt.stats().tasks_launched,
+        before + 1,
+        "one node outstanding: launched at submit"
+    );
+    // Now three nodes are outstanding (`hold` and `axpb`'s two points, which wait for the
+    // worker): the next `axpb` is held.
+    axpb_over(&rt, "axpb", (&x, &w), (1.0, 0.0), 2);
+    assert_eq!(
+        rt.stats().tasks_launched,
+        before + 1,
+        "three nodes outstanding: held"
+    );
+    flags.gate.store(true, Ordering::Release);
+    let want: Vec<f64> = (0..16).map(|i| i as f64 - 3.0).collect();
+    assert_eq!(rt.read::<f64>(&w).unwrap(), want);
+    assert_eq!(rt.read::<f64>(&y).unwrap()[3], 1.0);
+}
+
 /// The stream of the two tests below, on `rt`: `t = 2x + 1`, `u = 3t` (one prefix), then a
 /// task on another launch domain that reads `u` (and `t` when `t_read_later`), writing `z`.
 fn prefix_then_other_domain(rt: &Runtime, x: &Store, t_read_later: bool) -> (Store, Store) {
@@ -1165,6 +1231,60 @@ fn a_complete_prefix_that_may_yet_make_a_temporary_stays_held_behind_a_busy_work
     let s = rt.stats();
     assert_eq!(s.temporaries_eliminated, 1, "t, dropped while held: {s:?}");
     assert_eq!(s.fused_launches, 1);
+}
+
+/// ... unless the last complete prefix of its canonical form made no temporary: then holding
+/// it is predicted to gain nothing, and it is launched when it is complete (the fusion bench's
+/// BiCGSTAB: [SpMV t, t·s, t·t, x update] could make `t` a temporary until the task two
+/// submits later named it, and the worker idled meanwhile).
+#[test]
+fn a_complete_prefix_whose_form_made_no_temporary_last_time_is_launched_behind_a_busy_worker() {
+    let (rt, flags) = held_runtime_with(
+        Runtime::builder()
+            .tracing(false)
+            .threads(2)
+            .min_piece_size(4)
+            .window_hold(Duration::from_secs(10)),
+    );
+    let _open = Opener(flags.clone());
+    let x = input(&rt, 16);
+    // With the worker idle, each complete prefix is launched when the task after it is
+    // issued: `hold` alone, then [t = 2x + 1, u = 3t] with `t` still held by the application
+    // (no temporary): both remembered.
+    flags.gate.store(true, Ordering::Release);
+    let h = rt.create(DType::F64, &[4]).unwrap();
+    rt.task("hold")
+        .write(&h)
+        .launch_domain(&[1])
+        .submit()
+        .unwrap();
+    let (t, z) = prefix_then_other_domain(&rt, &x, false);
+    assert_eq!(rt.read::<f64>(&z).unwrap(), expected(false));
+    assert_eq!(rt.stats().fused_launches, 1);
+    drop((t, h));
+    // `hold` occupies the worker, `signal` waits behind it (so that `ew_axpb`, which began a
+    // prefix that made no temporary, is not alone in the window and launched at submit:
+    // `a_task_whose_last_prefix_made_no_temporary_is_launched_at_once_while_the_worker_runs_dry`),
+    // then the first stream again on fresh stores: its prefix could still make `t` a
+    // temporary, but its form made none last time, so it is launched when complete.
+    flags.gate.store(false, Ordering::Release);
+    flags.started.store(false, Ordering::Release);
+    let _h = occupy(&rt, &flags);
+    let s = rt.stats();
+    let _b = signal(&rt);
+    let (t, z) = prefix_then_other_domain(&rt, &x, false);
+    let after = rt.stats();
+    assert_eq!(
+        (after.tasks_launched, after.fused_launches),
+        (s.tasks_launched + 2, s.fused_launches + 1),
+        "`signal` (its prefix ended), then the complete prefix, predicted to make no \
+         temporary, fused at submit"
+    );
+    // A miss costs the temporary: `t`, dropped after the launch, was allocated.
+    drop(t);
+    flags.gate.store(true, Ordering::Release);
+    assert_eq!(rt.read::<f64>(&z).unwrap(), expected(false));
+    assert_eq!(rt.stats().temporaries_eliminated, 0);
 }
 
 /// The window thread times holds. It used to be woken every time a deadline was set with none
