@@ -802,6 +802,8 @@ fn recycled_stream(tracing: bool) -> (Vec<f64>, Vec<f64>, Vec<Result<f64>>, Stat
         .threads(2)
         .min_piece_size(1)
         .tracing(tracing)
+        // Explicit, so that `TESSERA_ACTORS=0` cannot turn off what is tested.
+        .actors(true)
         .trace_sampling(8)
         .window_size(1)
         // Replays fuse inside traces otherwise, and a fused task fails as a whole: what is
@@ -893,13 +895,15 @@ fn replays_renewing_ended_tasks_fail_fold_and_poison_as_new_ones() {
 /// point of a consumer depends on one failed point, so none may run its body, whatever the
 /// timing. (Found with `inc` reading a failed `b`: a consumer point that ran before the
 /// failing task's last point saw no poison and computed from `b`'s stale values.)
-fn consumer_points_run_after_failed_points(tracing: bool, threads: usize) -> usize {
+fn consumer_points_run_after_failed_points(tracing: bool, actors: bool, threads: usize) -> usize {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
+    // Both switches explicit: `TESSERA_TRACING` / `TESSERA_ACTORS` only set defaults.
     let rt = Runtime::builder()
         .threads(threads)
         .min_piece_size(1)
         .tracing(tracing)
+        .actors(actors)
         .trace_sampling(8)
         .window_size(1) // a fused task fails as a whole: not what is checked here
         .fusion(false) // nor inside replayed traces
@@ -933,18 +937,24 @@ fn consumer_points_run_after_failed_points(tracing: bool, threads: usize) -> usi
     consume.submit().unwrap();
     let err = rt.read::<f64>(&a).unwrap_err().to_string();
     assert!(err.contains("was not computed"), "{err}");
-    // Traced, the rounds were replayed (what differs from the untraced run).
-    assert_eq!(rt.stats().actor_replays > 0, tracing, "{:?}", rt.stats());
+    // Traced, the rounds were replayed (what differs from the untraced run), as actors when
+    // asked.
+    let st = rt.stats();
+    assert_eq!(st.traces_replayed > 0, tracing, "{st:?}");
+    assert_eq!(st.actor_replays > 0, tracing && actors, "{st:?}");
     ran.load(Ordering::Relaxed)
 }
 
 #[test]
 fn consumers_of_a_failed_task_fail_at_every_point_traced_or_not() {
-    for tracing in [false, true] {
+    for (tracing, actors) in [(false, false), (true, false), (true, true)] {
         for threads in [1, 2] {
             for _ in 0..5 {
-                let ran = consumer_points_run_after_failed_points(tracing, threads);
-                assert_eq!(ran, 0, "tracing {tracing}, threads {threads}");
+                let ran = consumer_points_run_after_failed_points(tracing, actors, threads);
+                assert_eq!(
+                    ran, 0,
+                    "tracing {tracing}, actors {actors}, threads {threads}"
+                );
             }
         }
     }
