@@ -432,3 +432,46 @@ proptest::proptest! {
         }
     }
 }
+
+/// The property test's case that found it: a streak ends (`total` differs from the trace's
+/// next task), its held tasks, fed to the matcher, complete and replay another trace, which
+/// begins a new streak, and the differing task was then held by the matcher under that
+/// streak. The next task ended the streak and fed that task's token again; a later replay
+/// took two held tasks where one was held (index out of range in `Inner::replay`).
+#[test]
+fn a_task_issued_as_an_ended_streak_replays_goes_through_the_matcher_once() {
+    let sum = |d, s, from_store| Step::AddSum {
+        d,
+        s,
+        from_store,
+        fresh: true,
+    };
+    let axpy = |d, s, fresh| Step::Axpy {
+        d,
+        s,
+        t: s,
+        a: 0,
+        fresh,
+    };
+    let b = Body {
+        n: 4,
+        init: vec![vec![0.0; 4]; SLOTS],
+        steps: vec![
+            sum(1, 3, true),
+            sum(2, 0, true),
+            axpy(0, 1, true),
+            sum(1, 0, true),
+            sum(0, 0, false),
+            axpy(1, 0, false),
+            axpy(0, 0, true),
+        ],
+        reps: 6,
+        min_piece: 1,
+    };
+    let want = interpret(&b);
+    for actors in [false, true] {
+        let (got, st) = issue_body(&b, actors).unwrap();
+        assert_eq!(got, want, "actors {actors}: {st:?}");
+        assert!(st.traces_replayed > 0, "actors {actors}: {st:?}");
+    }
+}
