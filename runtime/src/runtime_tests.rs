@@ -802,6 +802,8 @@ fn recycled_stream(tracing: bool) -> (Vec<f64>, Vec<f64>, Vec<Result<f64>>, Stat
         .threads(2)
         .min_piece_size(1)
         .tracing(tracing)
+        // Explicit, so that `TESSERA_ACTORS=0` cannot turn off what is tested.
+        .actors(true)
         .trace_sampling(8)
         .window_size(1)
         // Replays fuse inside traces otherwise, and a fused task fails as a whole: what is
@@ -893,13 +895,15 @@ fn replays_renewing_ended_tasks_fail_fold_and_poison_as_new_ones() {
 /// point of a consumer depends on one failed point, so none may run its body, whatever the
 /// timing. (Found with `inc` reading a failed `b`: a consumer point that ran before the
 /// failing task's last point saw no poison and computed from `b`'s stale values.)
-fn consumer_points_run_after_failed_points(tracing: bool, threads: usize) -> usize {
+fn consumer_points_run_after_failed_points(tracing: bool, actors: bool, threads: usize) -> usize {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
+    // Both switches explicit: `TESSERA_TRACING` / `TESSERA_ACTORS` only set defaults.
     let rt = Runtime::builder()
         .threads(threads)
         .min_piece_size(1)
         .tracing(tracing)
+        .actors(actors)
         .trace_sampling(8)
         .window_size(1) // a fused task fails as a whole: not what is checked here
         .fusion(false) // nor inside replayed traces
@@ -933,19 +937,96 @@ fn consumer_points_run_after_failed_points(tracing: bool, threads: usize) -> usi
     consume.submit().unwrap();
     let err = rt.read::<f64>(&a).unwrap_err().to_string();
     assert!(err.contains("was not computed"), "{err}");
-    // Traced, the rounds were replayed (what differs from the untraced run).
-    assert_eq!(rt.stats().actor_replays > 0, tracing, "{:?}", rt.stats());
+    // Traced, the rounds were replayed (what differs from the untraced run), as actors when
+    // asked.
+    let st = rt.stats();
+    assert_eq!(st.traces_replayed > 0, tracing, "{st:?}");
+    assert_eq!(st.actor_replays > 0, tracing && actors, "{st:?}");
     ran.load(Ordering::Relaxed)
 }
 
 #[test]
 fn consumers_of_a_failed_task_fail_at_every_point_traced_or_not() {
-    for tracing in [false, true] {
+    for (tracing, actors) in [(false, false), (true, false), (true, true)] {
         for threads in [1, 2] {
             for _ in 0..5 {
-                let ran = consumer_points_run_after_failed_points(tracing, threads);
-                assert_eq!(ran, 0, "tracing {tracing}, threads {threads}");
+                let ran = consumer_points_run_after_failed_points(tracing, actors, threads);
+                assert_eq!(
+                    ran, 0,
+                    "tracing {tracing}, actors {actors}, threads {threads}"
+                );
             }
         }
     }
+}
+
+/// A failed task's end can come after a later task that rewrote the whole store has ended:
+/// the later task's points depend on the failed task's points, not on its finish step, which
+/// here waits for an earlier reader of the store the failed task reduces into (held at a
+/// gate). The failure must not poison what the later task wrote. (Under actors every finish
+/// step goes to one worker, and `replays_renewing_ended_tasks_fail_fold_and_poison_as_new_
+/// ones` once found its store poisoned at the final read: the failing iteration's finish
+/// step ran after the last iteration's rewrite had ended.)
+#[test]
+fn a_failed_task_ending_after_a_later_whole_write_does_not_poison_it() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    // One worker (taken by the gated reader) and the issuing thread, which runs the rest
+    // while it waits.
+    let rt = Runtime::builder()
+        .threads(2)
+        .tracing(false)
+        .window_size(1)
+        .fusion(false)
+        .build();
+    let (gate, started) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (g, s) = (gate.clone(), started.clone());
+    rt.register("gated_read", move |ctx| {
+        s.store(true, Ordering::Release);
+        // Bounded, so that a failing assertion below cannot leave the runtime's drop waiting.
+        let t0 = Instant::now();
+        while !g.load(Ordering::Acquire) && t0.elapsed() < Duration::from_secs(20) {
+            std::thread::yield_now();
+        }
+        let _ = ctx.read::<f64>(0);
+    })
+    .unwrap();
+    rt.register("fail_reducing", |_| panic!("fails")).unwrap();
+    rt.register("rewrite", |ctx| ctx.write::<f64>(0).fill(3.0))
+        .unwrap();
+    let r = rt.create(DType::F64, &[1]).unwrap();
+    let c = rt.create(DType::F64, &[8]).unwrap();
+    rt.task("gated_read")
+        .read(&r)
+        .launch_domain(&[1])
+        .submit()
+        .unwrap();
+    let t0 = Instant::now();
+    while !started.load(Ordering::Acquire) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the reader never ran"
+        );
+        std::thread::yield_now();
+    }
+    // Its finish step (the fold into `r`) waits for the gated reader; its points do not.
+    rt.task("fail_reducing")
+        .write(&c)
+        .reduce(&r, ReduceOp::Sum)
+        .broadcast(&r, &[0])
+        .submit()
+        .unwrap();
+    rt.task("rewrite").write(&c).submit().unwrap();
+    // Waits for `rewrite` only: it has ended, the failed task has not.
+    assert_eq!(rt.read::<f64>(&c).unwrap(), vec![3.0; 8]);
+    gate.store(true, Ordering::Release);
+    let _ = rt.fence();
+    assert_eq!(rt.read::<f64>(&c).unwrap(), vec![3.0; 8]);
+    // The failure is still reported where it is due: the store it reduced into.
+    let err = rt.read::<f64>(&r).unwrap_err().to_string();
+    assert!(err.contains("fails"), "{err}");
 }

@@ -131,6 +131,10 @@ pub(crate) struct StoreRoot {
     poison: Mutex<Option<(u64, RuntimeError)>>,
     /// Fast check for `poison` (read by every point before it runs).
     tainted: AtomicBool,
+    /// The latest stream position at which a task that rewrote the whole store ended
+    /// successfully ([`StoreRoot::clear_poison`]): a failure from before it is not these
+    /// contents' ([`StoreRoot::set_poison`]).
+    cleared: AtomicU64,
 }
 
 /// Analysis-side metadata, touched only by the issuing side.
@@ -189,6 +193,7 @@ impl StoreRoot {
             sparse,
             poison: Mutex::new(None),
             tainted: AtomicBool::new(false),
+            cleared: AtomicU64::new(0),
         }
     }
 
@@ -267,13 +272,28 @@ impl StoreRoot {
     /// Marks the contents as produced by a failed task (the first failure is kept), at stream
     /// position `at`: the position of the task whose write or transfer failed
     /// (`Launched::position`; see [`StoreRoot::clear_poison`]).
+    ///
+    /// A poisoning from before the latest successful whole write that has ended is dropped:
+    /// those contents were replaced. A failed task's end (`Launched::end`, after its finish
+    /// step) can come after a later task rewrote the whole store and ended, since that task's
+    /// points depend on the failed task's points, not on its finish step; poisoning then left
+    /// the later task's good values poisoned for good (seen under actors, whose finish steps
+    /// all go to one worker: `replays_renewing_ended_tasks_fail_fold_and_poison_as_new_ones`).
     pub(crate) fn set_poison(&self, err: RuntimeError, at: u64) {
         let mut p = self.poison.lock().unwrap_or_else(|e| e.into_inner());
+        // `tainted` first, then `cleared` (both sequentially consistent; `clear_poison` does
+        // the reverse): a clear that this misses sees `tainted` and takes the lock after us.
+        self.tainted.store(true, Ordering::SeqCst);
+        if at < self.cleared.load(Ordering::SeqCst) {
+            if p.is_none() {
+                self.tainted.store(false, Ordering::Release);
+            }
+            return;
+        }
         match &mut *p {
             Some((last, _)) => *last = (*last).max(at),
             None => *p = Some((at, err)),
         }
-        self.tainted.store(true, Ordering::Release);
     }
 
     /// Marks the contents as trustworthy again: the task at stream position `at` rewrote the
@@ -282,7 +302,8 @@ impl StoreRoot {
     /// the points it overlaps, so it may fail (or, across ranks, receive a failed piece)
     /// before the earlier task ends; that failure must survive the earlier task's end.
     pub(crate) fn clear_poison(&self, at: u64) {
-        if self.tainted.load(Ordering::Acquire) {
+        self.cleared.fetch_max(at, Ordering::SeqCst);
+        if self.tainted.load(Ordering::SeqCst) {
             let mut p = self.poison.lock().unwrap_or_else(|e| e.into_inner());
             if p.as_ref().is_some_and(|(last, _)| *last <= at) {
                 *p = None;

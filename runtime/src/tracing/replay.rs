@@ -471,6 +471,15 @@ impl Inner {
             tr.decide(Decision::ReleasedForImage, counters);
             keep_first(&mut first, self.release_held(front, &mut tr));
         }
+        // What was handed on above (an ended streak's tasks, or all held ones) may have
+        // completed a trace whose replay began a streak (`follow`: nothing held, nothing
+        // buffered). `t` goes through the matcher below, so that streak is not begun: held and
+        // matched by the tracer, `t` would be a task the streak's compare does not count
+        // (`streak_issue` compares the held list from the trace's first task), and ending the
+        // streak would feed its token to the matcher a second time, one token more than held
+        // tasks (a later replay then took more tasks than were held: an index panic, found
+        // by `repeated_bodies_dropping_handles_under_tracing_and_a_window_match_sequential`).
+        tr.streak = None;
         let token = tr.token(&t);
         if !traceable(&t) {
             tr.decide(Decision::Untraceable, counters);
