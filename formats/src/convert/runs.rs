@@ -1560,7 +1560,7 @@ impl MergeSource {
 fn merge_slices<E>(
     pairs: &[[u64; 2]],
     bounds: &[usize],
-    mut f: impl FnMut(&[u64; 2]) -> std::result::Result<(), E>,
+    f: impl FnMut(&[u64; 2]) -> std::result::Result<(), E>,
 ) -> std::result::Result<(), E> {
     let k = bounds.len().saturating_sub(1);
     match k {
