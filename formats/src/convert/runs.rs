@@ -695,29 +695,12 @@ fn msd_pairs(from: &mut [[u64; 2]], to: &mut [[u64; 2]], bits: u32, into_to: boo
         to[next[b]] = *p;
         next[b] += 1;
     }
-    // Each bucket is sorted back into `from` (when `into_to` is false) or where it lies:
-    // the few pairs of most buckets here, without a call.
     for w in starts.windows(2) {
         let r = w[0]..w[1];
-        match r.len() {
-            0 => {}
-            len if len <= SMALL_SORT => {
-                if into_to {
-                    insertion_sort_pairs(&mut to[r]);
-                } else {
-                    for i in r.clone() {
-                        from[i] = to[i];
-                    }
-                    insertion_sort_pairs(&mut from[r]);
-                }
-            }
-            len => msd_pairs(
-                &mut to[r.clone()],
-                &mut from[r],
-                shift,
-                !into_to,
-                digit_for(len),
-            ),
+        let len = r.len();
+        if len > 0 {
+            let (a, b) = (&mut to[r.clone()], &mut from[r]);
+            msd_pairs(a, b, shift, !into_to, digit_for(len));
         }
     }
 }
