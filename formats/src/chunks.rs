@@ -522,12 +522,16 @@ fn parse_lines<const R: usize>(
         chunk.vals.reserve(block.len() / 16);
         chunk.coords.reserve(block.len() / 16 * rank);
     }
-    // The packing as fixed arrays for the scanned lines, so that packing unrolls.
-    let fixed_packing: Option<([usize; R], [u32; R])> = packing.filter(|_| R > 0).map(|p| {
-        (
-            std::array::from_fn(|k| p.order[k]),
-            std::array::from_fn(|k| p.bits[k]),
-        )
+    // The packing of the scanned lines as each mode's shift in the key (the bits of the
+    // levels below its own), so that packing unrolls into shifts and ORs, with no index
+    // through the level order. A shift of 64 belongs to an empty field, whose coordinate
+    // the declared bounds (checked on every scanned line) hold at 0.
+    let shifts: Option<[u32; R]> = packing.filter(|_| R > 0).map(|p| {
+        let mut shifts = [0u32; R];
+        for (k, &m) in p.order.iter().enumerate() {
+            shifts[m] = p.bits[k + 1..].iter().sum();
+        }
+        shifts
     });
     let mut coords = vec![0u64; rank];
     let mut fixed = [0u64; R];
@@ -549,11 +553,10 @@ fn parse_lines<const R: usize>(
                 line_no += 1;
                 entry_lines += 1;
                 newlines += u64::from(block[next - 1] == b'\n');
-                match &fixed_packing {
-                    Some((order, bits)) => {
-                        chunk
-                            .pairs
-                            .push([pack_key(&fixed, order, bits), v.to_bits()]);
+                match &shifts {
+                    Some(shifts) => {
+                        let key = (0..R).fold(0u64, |p, m| p | fixed[m].wrapping_shl(shifts[m]));
+                        chunk.pairs.push([key, v.to_bits()]);
                     }
                     None => {
                         chunk.coords.extend_from_slice(&fixed);

@@ -1494,26 +1494,38 @@ impl MergeSource {
     ) -> Result<()> {
         PACKED.with(|cell| {
             let (pairs, raw, batch) = &mut *cell.borrow_mut();
-            let n: u64 = hi.iter().zip(lo).map(|(h, l)| h - l).sum();
-            pairs.clear();
-            pairs.reserve_exact(n as usize);
+            let n = hi.iter().zip(lo).map(|(h, l)| h - l).sum::<u64>() as usize;
+            if pairs.len() < n {
+                // Grown to the largest range so far, and kept at that length: no pairs
+                // zeroed before each read, nor copied when it grows (`reserve` on a
+                // cleared vector reallocates, copying the old capacity).
+                *pairs = Vec::new();
+                *pairs = vec![[0; 2]; n];
+            }
             let mut bounds = vec![0];
             for (r, run) in self.runs.iter().enumerate() {
                 let file = &self.files()?[r];
-                read_packed(run, file, self.rank, lo[r]..hi[r], bits, chunk, raw, pairs)?;
-                bounds.push(pairs.len());
+                let (at, len) = (bounds[r], (hi[r] - lo[r]) as usize);
+                let section = &mut pairs[at..at + len];
+                read_packed(run, file, self.rank, lo[r], bits, chunk, raw, section)?;
+                bounds.push(at + len);
             }
-            batch.clear();
-            merge_slices(pairs, &bounds, |p| {
-                batch.push(*p);
-                if batch.len() == MERGED_BATCH {
+            batch.resize(MERGED_BATCH, [0; 2]);
+            let batch: &mut [[u64; 2]; MERGED_BATCH] =
+                (&mut batch[..]).try_into().expect("a batch's length");
+            let mut len = 0;
+            merge_slices(&pairs[..n], &bounds, |p| {
+                // Masked: the index is always below the batch's length.
+                batch[len & (MERGED_BATCH - 1)] = *p;
+                len += 1;
+                if len == MERGED_BATCH {
                     f(batch)?;
-                    batch.clear();
+                    len = 0;
                 }
                 Ok(())
             })?;
-            if !batch.is_empty() {
-                f(batch)?;
+            if len > 0 {
+                f(&batch[..len])?;
             }
             Ok(())
         })
@@ -1524,16 +1536,101 @@ impl MergeSource {
 /// key order, equal keys in section order, by a tree of losers (see [`merge_heap`]): each
 /// section's head is held as one 128-bit number, the key above the section's number, so
 /// that one comparison orders keys and breaks ties, and an ended section's head is
-/// `u128::MAX`, above every other.
+/// `u128::MAX`, above every other. Up to 64 sections, the tree is one of a power of two
+/// leaves known at compile time ([`merge_fixed`]), the extra leaves empty.
 fn merge_slices<E>(
+    pairs: &[[u64; 2]],
+    bounds: &[usize],
+    f: impl FnMut(&[u64; 2]) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    let k = bounds.len().saturating_sub(1);
+    match k {
+        0 => Ok(()),
+        1 => pairs[bounds[0]..bounds[1]].iter().try_for_each(f),
+        2 => merge_fixed::<2, E>(pairs, bounds, f),
+        3..=4 => merge_fixed::<4, E>(pairs, bounds, f),
+        5..=8 => merge_fixed::<8, E>(pairs, bounds, f),
+        9..=16 => merge_fixed::<16, E>(pairs, bounds, f),
+        17..=32 => merge_fixed::<32, E>(pairs, bounds, f),
+        33..=64 => merge_fixed::<64, E>(pairs, bounds, f),
+        _ => merge_general(pairs, bounds, f),
+    }
+}
+
+/// The first winner of a tree of losers over `heads` (node `n`'s children are `2n` and
+/// `2n + 1`; nodes `k..` are the leaves, section `n - k`), each node's loser written to
+/// `tree`.
+fn play(node: usize, k: usize, heads: &[u128], tree: &mut [usize]) -> usize {
+    if node >= k {
+        return node - k;
+    }
+    let (a, b) = (
+        play(2 * node, k, heads, tree),
+        play(2 * node + 1, k, heads, tree),
+    );
+    let (win, lose) = if heads[a] < heads[b] { (a, b) } else { (b, a) };
+    tree[node] = lose;
+    win
+}
+
+/// [`merge_slices`] of up to `K` sections (`K` a power of two): arrays of `K`, every index
+/// masked to them (no bounds checks), the winner's head in a register and a replay of
+/// `log2 K` levels that unrolls.
+fn merge_fixed<const K: usize, E>(
+    pairs: &[[u64; 2]],
+    bounds: &[usize],
+    mut f: impl FnMut(&[u64; 2]) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    const { assert!(K.is_power_of_two() && K >= 2) };
+    let k = bounds.len() - 1;
+    debug_assert!(k <= K);
+    let m = K - 1;
+    // Sections past `k` are empty.
+    let mut cur = [0usize; K];
+    let mut end = [0usize; K];
+    cur[..k].copy_from_slice(&bounds[..k]);
+    end[..k].copy_from_slice(&bounds[1..]);
+    let head = |i: usize, at: usize, end: usize| {
+        if at < end {
+            (u128::from(pairs[at][0]) << 64) | i as u128
+        } else {
+            u128::MAX
+        }
+    };
+    let mut heads = [u128::MAX; K];
+    for i in 0..k {
+        heads[i] = head(i, cur[i], end[i]);
+    }
+    let mut tree = [0usize; K];
+    let mut w = play(1, K, &heads, &mut tree);
+    let mut wh = heads[w];
+    while wh != u128::MAX {
+        let at = cur[w & m];
+        f(&pairs[at])?;
+        cur[w & m] = at + 1;
+        wh = head(w, at + 1, end[w & m]);
+        heads[w & m] = wh;
+        let mut node = (w + K) >> 1;
+        for _ in 0..K.trailing_zeros() {
+            // Selects: the outcome is unpredictable (a branch would miss half the time).
+            let o = tree[node & m];
+            let oh = heads[o & m];
+            let lost = oh < wh;
+            tree[node & m] = if lost { w } else { o };
+            (w, wh) = if lost { (o, oh) } else { (w, wh) };
+            node >>= 1;
+        }
+    }
+    Ok(())
+}
+
+/// [`merge_slices`] of any number of sections, in vectors.
+fn merge_general<E>(
     pairs: &[[u64; 2]],
     bounds: &[usize],
     mut f: impl FnMut(&[u64; 2]) -> std::result::Result<(), E>,
 ) -> std::result::Result<(), E> {
     let k = bounds.len() - 1;
-    if k == 0 {
-        return Ok(());
-    }
     let mut cur = bounds[..k].to_vec();
     let head = |i: usize, at: usize| {
         if at < bounds[i + 1] {
@@ -1543,20 +1640,7 @@ fn merge_slices<E>(
         }
     };
     let mut heads: Vec<u128> = (0..k).map(|i| head(i, cur[i])).collect();
-    // Node n's children are 2n and 2n + 1; nodes k.. are the leaves (section n - k).
     let mut tree = vec![0usize; k];
-    fn play(node: usize, k: usize, heads: &[u128], tree: &mut [usize]) -> usize {
-        if node >= k {
-            return node - k;
-        }
-        let (a, b) = (
-            play(2 * node, k, heads, tree),
-            play(2 * node + 1, k, heads, tree),
-        );
-        let (win, lose) = if heads[a] < heads[b] { (a, b) } else { (b, a) };
-        tree[node] = lose;
-        win
-    }
     let mut winner = play(1, k, &heads, &mut tree);
     while heads[winner] != u128::MAX {
         f(&pairs[cur[winner]])?;
@@ -1596,22 +1680,22 @@ fn packing(level_max: &[u64]) -> Option<Vec<u32>> {
     (!bits.is_empty() && bits.iter().sum::<u32>() <= 64).then_some(bits)
 }
 
-/// Appends records `section` of `run` to `pairs` as (packed key, value bits), the keys
-/// packed by `bits`: a run of pairs packed alike is read straight into `pairs`; others are
-/// read `chunk` bytes at a time into `raw` and (re)packed.
+/// Reads records `from..from + out.len()` of `run` into `out` as (packed key, value bits),
+/// the keys packed by `bits`: a run of pairs packed alike is read straight into `out`;
+/// others are read `chunk` bytes at a time into `raw` and (re)packed.
 #[allow(clippy::too_many_arguments)]
 fn read_packed(
     run: &Run,
     file: &File,
     rank: usize,
-    section: Range<u64>,
+    from: u64,
     bits: &[u32],
     chunk: usize,
     raw: &mut Vec<u8>,
-    pairs: &mut Vec<[u64; 2]>,
+    out: &mut [[u64; 2]],
 ) -> Result<()> {
     use std::os::unix::fs::FileExt;
-    if section.is_empty() {
+    if out.is_empty() {
         return Ok(());
     }
     let rec = run.record_bytes(rank);
@@ -1620,30 +1704,27 @@ fn read_packed(
             .map_err(|e| Error::io(&run.path, e))
     };
     if let Some(own) = &run.packed {
-        let start = pairs.len();
-        pairs.resize(start + (section.end - section.start) as usize, [0; 2]);
-        read(bytemuck::cast_slice_mut(&mut pairs[start..]), section.start)?;
+        read(bytemuck::cast_slice_mut(out), from)?;
         if own != bits {
             let mut key = vec![0; rank];
-            for p in &mut pairs[start..] {
+            for p in out.iter_mut() {
                 unpack(p[0], own, &mut key);
                 p[0] = pack(&key, bits);
             }
         }
         return Ok(());
     }
-    let per = (chunk / rec).max(1) as u64;
+    let per = (chunk / rec).max(1);
     let (mut key, mut packed, mut value) = (vec![0; rank], 0, 0.0);
-    let mut at = section.start;
-    while at < section.end {
-        let m = (section.end - at).min(per);
-        raw.resize(m as usize * rec, 0);
+    let mut at = from;
+    for part in out.chunks_mut(per) {
+        raw.resize(part.len() * rec, 0);
         read(raw, at)?;
-        for r in raw.chunks_exact(rec) {
+        for (r, p) in raw.chunks_exact(rec).zip(part.iter_mut()) {
             decode(r, (run.narrow, None), &mut key, &mut packed, &mut value);
-            pairs.push([pack(&key, bits), value.to_bits()]);
+            *p = [pack(&key, bits), value.to_bits()];
         }
-        at += m;
+        at += part.len() as u64;
     }
     Ok(())
 }
@@ -1928,11 +2009,13 @@ mod tests {
         }
 
         /// The in-memory merge of sorted sections is the stable sort of their concatenation:
-        /// key order, equal keys in section order (duplicates summed in input order).
+        /// key order, equal keys in section order (duplicates summed in input order); every
+        /// tree size of `merge_fixed` and the general merge beyond them (up to 80 sections),
+        /// and the general merge on the same sections.
         #[test]
         fn slice_merge_is_the_stable_sort(
             sections in proptest::collection::vec(
-                proptest::collection::vec(0u64..20, 0..30), 0..9),
+                proptest::collection::vec(0u64..20, 0..30), 0..80),
         ) {
             let mut pairs = Vec::new();
             let mut bounds = vec![0];
@@ -1949,7 +2032,16 @@ mod tests {
                 Ok(())
             })
             .unwrap();
-            prop_assert_eq!(got, want);
+            prop_assert_eq!(&got, &want);
+            let mut general = Vec::new();
+            if bounds.len() > 1 {
+                merge_general::<()>(&pairs, &bounds, |p| {
+                    general.push(*p);
+                    Ok(())
+                })
+                .unwrap();
+            }
+            prop_assert_eq!(&general, &want);
         }
 
         /// Fixed-size and general sorts agree with sorting (key, value) pairs, for every rank
