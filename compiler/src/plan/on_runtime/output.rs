@@ -220,15 +220,15 @@ fn flat_boxes(lo: usize, hi: usize, sizes: &[usize]) -> Vec<Vec<Range<usize>>> {
     }
     let mut out = Vec::new();
     let mut from = c0;
-    if lo % inner != 0 {
+    if !lo.is_multiple_of(inner) {
         out.extend(row(c0, lo % inner, inner));
         from += 1;
     }
-    let to = if hi % inner != 0 { c1 } else { c1 + 1 };
+    let to = if hi.is_multiple_of(inner) { c1 + 1 } else { c1 };
     if from < to {
         out.push(std::iter::once(from..to).chain(whole()).collect());
     }
-    if hi % inner != 0 {
+    if !hi.is_multiple_of(inner) {
         out.extend(row(c1, 0, hi % inner));
     }
     out
