@@ -459,10 +459,10 @@ impl Inner {
                         return r;
                     }
                     let t = tr.held.pop().expect("pushed above");
-                    first = self.end_streak(front, &mut tr);
+                    keep_first(&mut first, self.end_streak(front, &mut tr));
                     t
                 } else {
-                    first = self.end_streak(front, &mut tr);
+                    keep_first(&mut first, self.end_streak(front, &mut tr));
                     t
                 }
             }
