@@ -817,14 +817,27 @@ fn wait_for(what: &str, done: impl Fn() -> bool) {
 /// Occupies the only worker with `hold` on a fresh store and waits until it runs (issued
 /// while the workers idle, the window thread launches it).
 fn occupy(rt: &Runtime, flags: &Flags) -> Store {
+    let h = submit_hold(rt);
+    wait_for("`hold` to start", || flags.started.load(Ordering::Acquire));
+    h
+}
+
+/// Issues `hold` (one point) on a fresh store.
+fn submit_hold(rt: &Runtime) -> Store {
     let h = rt.create(DType::F64, &[4]).unwrap();
     rt.task("hold")
         .write(&h)
         .launch_domain(&[1])
         .submit()
         .unwrap();
-    wait_for("`hold` to start", || flags.started.load(Ordering::Acquire));
     h
+}
+
+/// Closes the gate and [`occupy`]s the worker again.
+fn reoccupy(rt: &Runtime, flags: &Flags) -> Store {
+    flags.gate.store(false, Ordering::Release);
+    flags.started.store(false, Ordering::Release);
+    occupy(rt, flags)
 }
 
 fn signal(rt: &Runtime) -> Store {
@@ -1005,16 +1018,19 @@ fn a_complete_prefix_is_launched_at_once_for_an_idle_worker() {
     assert_eq!(rt.read::<f64>(&z).unwrap(), want);
 }
 
-/// An adaptive runtime (2 threads) whose window thread would hold a task issued while the
-/// worker idles for ten seconds: whatever launches sooner was decided at submit.
-fn long_hold_runtime() -> Runtime {
-    let rt = Runtime::builder()
+/// Two processors, tracing off, a window hold of 10 s: a held task waits for the test.
+fn long_hold_builder() -> tessera_runtime::RuntimeBuilder {
+    Runtime::builder()
         .tracing(false)
         .threads(2)
         .min_piece_size(4)
-        .adaptive_window(16)
         .window_hold(Duration::from_secs(10))
-        .build();
+}
+
+/// An adaptive runtime (2 threads) whose window thread would hold a task issued while the
+/// worker idles for ten seconds: whatever launches sooner was decided at submit.
+fn long_hold_runtime() -> Runtime {
+    let rt = long_hold_builder().adaptive_window(16).build();
     register(&rt).unwrap();
     rt
 }
@@ -1106,13 +1122,7 @@ fn a_task_whose_last_prefix_made_no_temporary_is_launched_at_once_for_an_idle_wo
 /// is held for a chain as before.
 #[test]
 fn a_task_whose_last_prefix_made_no_temporary_is_launched_at_once_while_the_worker_runs_dry() {
-    let (rt, flags) = held_runtime_with(
-        Runtime::builder()
-            .tracing(false)
-            .threads(2)
-            .min_piece_size(4)
-            .window_hold(Duration::from_secs(10)),
-    );
+    let (rt, flags) = held_runtime_with(long_hold_builder());
     let _open = Opener(flags.clone());
     let x = input(&rt, 16);
     let (y, w, z) = (
@@ -1123,20 +1133,13 @@ fn a_task_whose_last_prefix_made_no_temporary_is_launched_at_once_while_the_work
     // Each task ends the prefix of the one before (another launch domain): `hold` and `axpb`
     // are remembered as beginning prefixes that made no temporary.
     flags.gate.store(true, Ordering::Release);
-    let h = rt.create(DType::F64, &[4]).unwrap();
-    rt.task("hold")
-        .write(&h)
-        .launch_domain(&[1])
-        .submit()
-        .unwrap();
+    let _hold = submit_hold(&rt);
     axpb_over(&rt, "axpb", (&x, &y), (2.0, 1.0), 2);
     axpb_over(&rt, "ew_axpb", (&y, &z), (3.0, 0.0), 4);
     rt.fence().unwrap();
     // `hold`, issued to the idle worker, is launched at submit and occupies it: one node
     // outstanding, no worker idle.
-    flags.gate.store(false, Ordering::Release);
-    flags.started.store(false, Ordering::Release);
-    let _h = occupy(&rt, &flags);
+    let _h = reoccupy(&rt, &flags);
     let before = rt.stats().tasks_launched;
     axpb_over(&rt, "axpb", (&x, &y), (2.0, 1.0), 2);
     assert_eq!(
@@ -1239,25 +1242,14 @@ fn a_complete_prefix_that_may_yet_make_a_temporary_stays_held_behind_a_busy_work
 /// submits later named it, and the worker idled meanwhile).
 #[test]
 fn a_complete_prefix_whose_form_made_no_temporary_last_time_is_launched_behind_a_busy_worker() {
-    let (rt, flags) = held_runtime_with(
-        Runtime::builder()
-            .tracing(false)
-            .threads(2)
-            .min_piece_size(4)
-            .window_hold(Duration::from_secs(10)),
-    );
+    let (rt, flags) = held_runtime_with(long_hold_builder());
     let _open = Opener(flags.clone());
     let x = input(&rt, 16);
     // With the worker idle, each complete prefix is launched when the task after it is
     // issued: `hold` alone, then [t = 2x + 1, u = 3t] with `t` still held by the application
     // (no temporary): both remembered.
     flags.gate.store(true, Ordering::Release);
-    let h = rt.create(DType::F64, &[4]).unwrap();
-    rt.task("hold")
-        .write(&h)
-        .launch_domain(&[1])
-        .submit()
-        .unwrap();
+    let h = submit_hold(&rt);
     let (t, z) = prefix_then_other_domain(&rt, &x, false);
     assert_eq!(rt.read::<f64>(&z).unwrap(), expected(false));
     assert_eq!(rt.stats().fused_launches, 1);
@@ -1267,9 +1259,7 @@ fn a_complete_prefix_whose_form_made_no_temporary_last_time_is_launched_behind_a
     // `a_task_whose_last_prefix_made_no_temporary_is_launched_at_once_while_the_worker_runs_dry`),
     // then the first stream again on fresh stores: its prefix could still make `t` a
     // temporary, but its form made none last time, so it is launched when complete.
-    flags.gate.store(false, Ordering::Release);
-    flags.started.store(false, Ordering::Release);
-    let _h = occupy(&rt, &flags);
+    let _h = reoccupy(&rt, &flags);
     let s = rt.stats();
     let _b = signal(&rt);
     let (t, z) = prefix_then_other_domain(&rt, &x, false);

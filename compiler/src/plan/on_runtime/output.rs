@@ -108,7 +108,7 @@ fn agree<T>(
     local: &Result<T, PlanRunError>,
 ) -> Result<(), PlanRunError> {
     comm.check(local.as_ref().map(|_| ()).map_err(|e| e.to_string()))
-        .map_err(|e| PlanRunError::Input(e.to_string()))
+        .map_err(|e| PlanRunError::Store(e.into()))
 }
 
 /// A block of a dense output: every level dense over its range in `boxes` only (per level,
