@@ -75,19 +75,21 @@ fn inputs(dir: &Path) -> (PathBuf, PathBuf) {
 }
 
 fn compile(dir: &Path, schedule: &str, mpi: bool, name: &str) -> PathBuf {
-    compile_statement(dir, "y(i) = A(i,j) * x(j)", schedule, mpi, name)
+    compile_with(dir, "y(i) = A(i,j) * x(j)", &["A:csr"], schedule, mpi, name)
 }
 
-fn compile_statement(
+fn compile_with(
     dir: &Path,
     statement: &str,
+    formats: &[&str],
     schedule: &str,
     mpi: bool,
     name: &str,
 ) -> PathBuf {
     let prog = dir.join(name);
     let out = tessera()
-        .args(["compile", statement, "-f", "A:csr", "-s", schedule])
+        .args(["compile", statement, "-s", schedule])
+        .args(formats.iter().flat_map(|f| ["-f", f]))
         .args(mpi.then_some("--mpi"))
         .arg("-o")
         .arg(&prog)
@@ -179,8 +181,8 @@ fn mpi_ranks_compute_what_one_process_computes() {
 
 /// A `.tcs` output across ranks is written by every rank, each its own part (the distributed
 /// storer, no gather): byte for byte the file one process writes, for a vector tiled by rows
-/// (at 4 ranks one rank owns no tile), a matrix tiled by rows and columns or by rows alone,
-/// and a scalar.
+/// (at 4 ranks one rank owns no tile), a matrix tiled by rows and columns or by rows alone, a
+/// sparse matrix whose rows several ranks make, and a scalar.
 #[test]
 fn a_tcs_output_stored_by_every_rank_is_the_file_one_process_writes() {
     let dir = tempfile::tempdir().unwrap();
@@ -191,22 +193,40 @@ fn a_tcs_output_stored_by_every_rank_is_the_file_one_process_writes() {
     let b = Tensor::<f64, u32>::dense_from_vec(vec![200, 2], b).unwrap();
     let pb = dir.path().join("B.tns");
     b.write(&pb).unwrap();
+    let csr = &["A:csr"][..];
     let cases = [
-        ("y(i) = A(i,j) * x(j)", "split(i, io, ii, 3)", "x", &x),
+        ("y(i) = A(i,j) * x(j)", csr, "split(i, io, ii, 3)", "x", &x),
         // Tiles of rows and columns: 2-d rectangles of the output store.
         (
             "C(i,j) = A(i,k) * B(k,j)",
+            csr,
             "split(i, io, ii, 3); split(j, jo, ji, 2)",
             "B",
             &pb,
         ),
         // Rows only: the store merges the levels (i, j) into one dimension.
-        ("C(i,j) = A(i,k) * B(k,j)", "split(i, io, ii, 3)", "B", &pb),
+        (
+            "C(i,j) = A(i,k) * B(k,j)",
+            csr,
+            "split(i, io, ii, 3)",
+            "B",
+            &pb,
+        ),
+        // A sparse output, its rows made by points on several ranks (`k` extended): each
+        // rank stores the rows it owns, sent by the ranks that made them.
+        (
+            "C(i,j) = A(i,k) * B(k,j)",
+            &["A:csr", "C:csr"][..],
+            "split(i, io, ii, 2); split(k, ko, ki, 3); extend(ko)",
+            "B",
+            &pb,
+        ),
         // A scalar has no modes to cut: rank 0 stores it.
-        ("s = A(i,j) * x(j)", "split(i, io, ii, 3)", "x", &x),
+        ("s = A(i,j) * x(j)", csr, "split(i, io, ii, 3)", "x", &x),
     ];
-    for (n, (statement, schedule, operand, input)) in cases.into_iter().enumerate() {
-        let prog = compile_statement(dir.path(), statement, schedule, true, &format!("tcs{n}"));
+    for (n, (statement, formats, schedule, operand, input)) in cases.into_iter().enumerate() {
+        let name = format!("tcs{n}");
+        let prog = compile_with(dir.path(), statement, formats, schedule, true, &name);
         let args = |out: &Path| {
             let mut v = run_args(&a, input, out);
             v[3] = format!("{operand}={}", input.display());

@@ -5,7 +5,7 @@
 #[path = "kernels_support/mod.rs"]
 mod common;
 
-use common::{catalogue, Case, Rng};
+use common::{catalogue, random_schedule, Case, Rng};
 use proptest::prelude::*;
 use tessera_compiler::check::{self, Checked};
 use tessera_compiler::ir::Kernel;
@@ -192,51 +192,6 @@ fn conflicting_mode_orders_under_a_split_are_re_packed_once() {
     common::assert_close(&re_packed.unwrap().to_dense(), &want, src);
     let pooled = exec::run_interp(&plan, &kernel, &refs, &case.out_dims(), 2).unwrap();
     common::assert_close(&pooled.output.to_dense(), &want, src);
-}
-
-/// A random schedule for `c`: up to two split variables (equal ranges, or split points that
-/// may lie past the dimension: empty blocks), a random `order`, random `extend`s and `map`.
-fn random_schedule(c: &Checked, rng: &mut Rng) -> String {
-    let mut items = Vec::new();
-    let mut outers = Vec::new();
-    let mut reduction_outers = Vec::new();
-    let mut vars: Vec<&check::VarInfo> = c.vars.iter().collect();
-    for n in (1..vars.len()).rev() {
-        vars.swap(n, rng.below(n + 1));
-    }
-    let splits = rng.below(3).min(vars.len());
-    for v in &vars[..splits] {
-        let kind = if rng.below(2) == 0 {
-            (1 + rng.below(5)).to_string()
-        } else {
-            let mut p = Vec::new();
-            let mut at = 0;
-            for _ in 0..1 + rng.below(3) {
-                at += 1 + rng.below(4);
-                p.push(at.to_string());
-            }
-            format!("[{}]", p.join(", "))
-        };
-        let outer = format!("{}o", v.name);
-        items.push(format!("split({}, {outer}, {}i, {kind})", v.name, v.name));
-        if !v.free {
-            reduction_outers.push(outer.clone());
-        }
-        outers.push(outer);
-    }
-    for o in &reduction_outers {
-        if rng.below(2) == 0 {
-            items.push(format!("extend({o})"));
-        }
-    }
-    if outers.len() > 1 && rng.below(2) == 0 {
-        outers.reverse();
-        items.push(format!("order({})", outers.join(", ")));
-    }
-    if !outers.is_empty() && rng.below(3) == 0 {
-        items.push(format!("map({})", outers[rng.below(outers.len())]));
-    }
-    items.join("; ")
 }
 
 /// How a test runs a plan's block tasks: on `threads` threads, returning the output.

@@ -37,6 +37,7 @@ use crate::interp::{self, InterpError};
 use crate::ir::{Kernel, OutputKind};
 
 mod elementwise;
+mod entries;
 mod output;
 mod share;
 pub use elementwise::{is_elementwise, run_elementwise, scalar_inputs, ChunkFn};
@@ -181,6 +182,7 @@ pub fn run_stored_result<V: PlanValue, I: PlanIndex>(
         .map(|(d, &(l, _))| l..starts.get(d + 1).map_or(levels, |s| s.0))
         .collect();
     Ok(PlanResult {
+        _types: std::marker::PhantomData,
         output,
         format: kernel.output_tensor().format.clone(),
         dims: out_dims.to_vec(),
@@ -360,7 +362,7 @@ pub fn run_stored<V: PlanValue, I: PlanIndex>(
             return Ok(Stored::dense_values(y, format, out_dims));
         }
         Output::Dense(y) => dense_tensor(&format, out_dims, rt.take::<V>(y)?)?,
-        Output::Tensor(t) => t,
+        Output::Entries(e) => e.into_tensor(rt)?,
     };
     Stored::from_tensor(rt, t)
 }
@@ -416,10 +418,10 @@ fn planned(text: &'static str, fingerprint: u64) -> Result<Arc<(Kernel, Plan)>, 
     Ok(planned)
 }
 
-/// What a plan's launches produced: a dense output's store, or an assembled tensor.
-enum Output<V: Value, I: Index> {
+/// What a plan's launches produced: a dense output's store, or a sparse output's entries.
+enum Output {
     Dense(Store),
-    Tensor(Tensor<V, I>),
+    Entries(entries::Entries),
 }
 
 /// The dense output tensor over the values of its store (in level order, as a dense tensor
@@ -449,7 +451,7 @@ fn execute<V: PlanValue, I: PlanIndex>(
     inputs: &[&Stored<V, I>],
     out_dims: &[usize],
     compiled: Option<BlockFn<V, I>>,
-) -> Result<Output<V, I>, PlanRunError> {
+) -> Result<Output, PlanRunError> {
     // Only generated code has the caller's functions: refuse here, not in every point task.
     if let (None, Some(f)) = (compiled, kernel.user_functions.first()) {
         return Err(InterpError::UserFunction(f.clone()).into());
@@ -495,29 +497,22 @@ fn execute<V: PlanValue, I: PlanIndex>(
         }
         return Ok(Output::Dense(y));
     }
-    let mut entries = Vec::new();
+    // A sparse output stays as its launches' entries until it is read or stored: across
+    // ranks each rank then handles only its own (`entries`).
+    let mut pieces = Vec::new();
     for launch in 0..grid.launches() {
         let coords = rt.create_unbound(DType::U64);
         let vals = rt.create_unbound(V::DTYPE);
         let outs = [coords.clone(), vals.clone()];
         launch_task(rt, &run, &outs, launch)?;
-        drop(outs);
-        let (c, v) = (rt.take::<u64>(coords)?, rt.take::<V>(vals)?);
-        let rank = out_dims.len();
-        for (e, x) in v.into_iter().enumerate() {
-            let at = c[e * rank..(e + 1) * rank].iter().map(|&c| c as usize);
-            entries.push((at.collect::<Vec<_>>(), x));
-        }
+        pieces.push((coords, vals));
     }
-    // Entries in launch, then point order: duplicates (extended blocks) are folded in that
-    // fixed order.
-    let format = kernel.output_tensor().format.clone();
-    Ok(Output::Tensor(interp::from_entries(
-        kernel.reduce,
-        out_dims.to_vec(),
-        format,
-        entries,
-    )?))
+    Ok(Output::Entries(entries::Entries {
+        pieces,
+        reduce: kernel.reduce,
+        dims: out_dims.to_vec(),
+        format: kernel.output_tensor().format.clone(),
+    }))
 }
 
 /// The inputs the kernel re-packs ([`Kernel::repacks`]: their mode order agrees with no loop

@@ -452,3 +452,48 @@ pub fn block_inputs<I: Index>(
 pub fn oracle_on(case: &Case, data: &HashMap<String, DenseArray>) -> Vec<f64> {
     oracle::evaluate(&case.checked, data, None).unwrap().data
 }
+
+/// A random schedule for `c`: up to two split variables (equal ranges, or split points that
+/// may lie past the dimension: empty blocks), a random `order`, random `extend`s and `map`.
+pub fn random_schedule(c: &Checked, rng: &mut Rng) -> String {
+    let mut items = Vec::new();
+    let mut outers = Vec::new();
+    let mut reduction_outers = Vec::new();
+    let mut vars: Vec<&check::VarInfo> = c.vars.iter().collect();
+    for n in (1..vars.len()).rev() {
+        vars.swap(n, rng.below(n + 1));
+    }
+    let splits = rng.below(3).min(vars.len());
+    for v in &vars[..splits] {
+        let kind = if rng.below(2) == 0 {
+            (1 + rng.below(5)).to_string()
+        } else {
+            let mut p = Vec::new();
+            let mut at = 0;
+            for _ in 0..1 + rng.below(3) {
+                at += 1 + rng.below(4);
+                p.push(at.to_string());
+            }
+            format!("[{}]", p.join(", "))
+        };
+        let outer = format!("{}o", v.name);
+        items.push(format!("split({}, {outer}, {}i, {kind})", v.name, v.name));
+        if !v.free {
+            reduction_outers.push(outer.clone());
+        }
+        outers.push(outer);
+    }
+    for o in &reduction_outers {
+        if rng.below(2) == 0 {
+            items.push(format!("extend({o})"));
+        }
+    }
+    if outers.len() > 1 && rng.below(2) == 0 {
+        outers.reverse();
+        items.push(format!("order({})", outers.join(", ")));
+    }
+    if !outers.is_empty() && rng.below(3) == 0 {
+        items.push(format!("map({})", outers[rng.below(outers.len())]));
+    }
+    items.join("; ")
+}

@@ -2,7 +2,7 @@
 //! runtime: moved out whole on one process ([`PlanResult::into_tensor`]), gathered on one
 //! rank only ([`PlanResult::gather_on`]), or written into a `.tcs` file by every rank, each
 //! its own part, through the distributed storer ([`PlanResult::store_file`], issue 12 item 7):
-//! across ranks no rank then holds the whole output.
+//! across ranks no rank then holds the whole output, dense or sparse.
 
 use super::{dense_tensor, Output, PlanIndex, PlanRunError, PlanValue};
 use std::ops::Range;
@@ -15,7 +15,8 @@ use tessera_runtime::{Rect, Runtime};
 
 /// What a plan's launches left in the runtime, with the output's format and dimensions.
 pub struct PlanResult<V: PlanValue, I: PlanIndex> {
-    pub(super) output: Output<V, I>,
+    pub(super) _types: std::marker::PhantomData<(V, I)>,
+    pub(super) output: Output,
     pub(super) format: Format,
     pub(super) dims: Vec<usize>,
     /// Of a dense output: per store dimension, the output's levels it holds (consecutive
@@ -29,7 +30,7 @@ impl<V: PlanValue, I: PlanIndex> PlanResult<V, I> {
     pub fn into_tensor(self, rt: &Runtime) -> Result<Tensor<V, I>, PlanRunError> {
         match self.output {
             Output::Dense(y) => dense_tensor(&self.format, &self.dims, rt.take::<V>(y)?),
-            Output::Tensor(t) => Ok(t),
+            Output::Entries(e) => e.into_tensor(rt),
         }
     }
 
@@ -45,15 +46,15 @@ impl<V: PlanValue, I: PlanIndex> PlanResult<V, I> {
                 Some(vals) => Ok(Some(dense_tensor(&self.format, &self.dims, vals)?)),
                 None => Ok(None),
             },
-            Output::Tensor(t) => Ok((rt.rank() == root).then_some(t)),
+            Output::Entries(e) => e.gather_on(rt, root),
         }
     }
 
     /// Writes the output into the `.tcs` file `path`, every rank its own part: of a dense
     /// output, the tiles it holds the latest value of ([`Runtime::read_own`]), each a block
-    /// whose dense levels cover only the tile; an assembled (sparse) output, which every rank
-    /// holds whole, from rank 0. The file is what writing the whole output gives, byte for
-    /// byte. Returns the values this rank stored and the output's. Collective; a failure on
+    /// whose dense levels cover only the tile; of a sparse output, the entries in its range of
+    /// the first level, received from the ranks whose points made them (`Entries::own_block`).
+    /// The file is what writing the whole output gives, byte for byte. Returns the values this rank stored and the output's. Collective; a failure on
     /// any rank is an error on every rank, and leaves no file.
     pub fn store_file(
         self,
@@ -61,9 +62,11 @@ impl<V: PlanValue, I: PlanIndex> PlanResult<V, I> {
         comm: &(dyn Communicator + Send + Sync),
         path: &Path,
     ) -> Result<(u64, u64), PlanRunError> {
-        if self.format.mode_order().is_empty() {
-            // A scalar has no modes to cut into blocks: rank 0 writes its one value.
+        if self.format.mode_order().is_empty() || self.dims.contains(&0) {
+            // A scalar has no modes to cut into blocks, an empty output no values: rank 0
+            // writes the file.
             let root = rt.rank() == 0;
+            let values = self.dims.iter().product::<usize>() as u64;
             let written = match self.gather_on(rt, 0) {
                 Ok(Some(t)) => write_tensor(path, &t, None).map_err(PlanRunError::from),
                 Ok(None) => Ok(()),
@@ -71,7 +74,7 @@ impl<V: PlanValue, I: PlanIndex> PlanResult<V, I> {
             };
             agree(comm, &written)?;
             written?;
-            return Ok((u64::from(root), 1));
+            return Ok((u64::from(root) * values, values));
         }
         let blocks = match self.output {
             Output::Dense(y) => {
@@ -81,7 +84,7 @@ impl<V: PlanValue, I: PlanIndex> PlanResult<V, I> {
                         let sizes: Vec<usize> = (self.format.mode_order().iter())
                             .map(|&m| self.dims[m])
                             .collect();
-                        let mut blocks = Vec::new();
+                        let mut blocks: Vec<Tensor<V, I>> = Vec::new();
                         for (rect, vals) in parts {
                             for (boxes, vals) in level_blocks(&self.groups, &sizes, &rect, &vals) {
                                 blocks.push(dense_block(&self.format, &self.dims, &boxes, vals)?);
@@ -90,7 +93,9 @@ impl<V: PlanValue, I: PlanIndex> PlanResult<V, I> {
                         Ok(blocks)
                     })
             }
-            Output::Tensor(t) => Ok(if rt.rank() == 0 { vec![t] } else { vec![] }),
+            Output::Entries(e) => e
+                .own_block::<V, I>(rt, comm)
+                .map(|b| b.into_iter().collect()),
         };
         // A rank that failed above still takes part, so that no rank waits for it.
         agree(comm, &blocks)?;
@@ -103,7 +108,7 @@ impl<V: PlanValue, I: PlanIndex> PlanResult<V, I> {
 }
 
 /// Shares this rank's outcome: an error on any rank is an error on every rank.
-fn agree<T>(
+pub(super) fn agree<T>(
     comm: &(dyn Communicator + Send + Sync),
     local: &Result<T, PlanRunError>,
 ) -> Result<(), PlanRunError> {
