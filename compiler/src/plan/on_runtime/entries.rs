@@ -2,9 +2,10 @@
 //! (coordinates and values, each point's piece in two unbound stores), not yet assembled.
 //! Assembled whole on every rank ([`Entries::into_tensor`]) or on one rank
 //! ([`Entries::gather_on`]); or, to be stored across ranks, as one block per rank
-//! ([`Entries::own_block`]): the ranks own the output's first level in equal coordinate
-//! ranges, each sends the entries its points made to their owners, and no rank holds more
-//! than its range (issue 12 item 5: memory per rank is its share).
+//! ([`Entries::own_block`]): the ranks own the output's first level in consecutive coordinate
+//! ranges holding about equal numbers of entries ([`Split`]), each sends the entries its points
+//! made to their owners, and no rank holds more than its range (issue 12 item 5: memory per
+//! rank is its share).
 //!
 //! Entries are folded in one order at any rank count: launch by launch, and within a launch
 //! in the order of its store (point by point). An owner sorts what it receives by that key
@@ -72,7 +73,7 @@ impl Entries {
     }
 
     /// This rank's block of the output, to be stored with the other ranks' blocks: the
-    /// entries whose first-level coordinate lies in this rank's range ([`owned_range`]),
+    /// entries whose first-level coordinate lies in this rank's range ([`Split`]),
     /// folded as the whole output folds them. A block whose first level is dense covers its
     /// range only (empty rows included, so that the blocks cover the level); a compressed
     /// first level gives no block for a range without entries, except rank 0's block of an
@@ -83,29 +84,27 @@ impl Entries {
         rt: &Runtime,
         comm: &(dyn Communicator + Send + Sync),
     ) -> Result<Option<Tensor<V, I>>, PlanRunError> {
-        let ranks = comm.size();
         let first = self.format.mode_order()[0];
-        let extent = self.dims[first];
-        let outgoing = self.outgoing::<V>(rt, ranks, first, extent);
-        super::output::agree(comm, &outgoing)?;
+        let mine = self.made_here::<V>(rt);
+        super::output::agree(comm, &mine)?;
+        let mine = mine?;
+        let order = self.dims.len();
+        let split = Split::balanced(comm, &mine.coords, order, first, self.dims[first])?;
         let incoming = comm
-            .all_to_all(outgoing?)
+            .all_to_all(mine.route(&split, first))
             .map_err(|e| PlanRunError::Store(e.into()))?;
         let received = (incoming.iter().enumerate())
-            .map(|(from, msg)| decode::<V>(msg, self.dims.len(), from))
+            .map(|(from, msg)| decode::<V>(msg, order, from))
             .collect::<Result<Vec<_>, _>>();
         super::output::agree(comm, &received)?;
         let mut received: Vec<(Key, Vec<usize>, V)> = received?.into_iter().flatten().collect();
         received.sort_unstable_by_key(|e| e.0);
+        let range = split.range(comm.rank());
         let dense_first = self.format.levels()[0] == LevelType::Dense;
-        let range = owned_range(comm.rank(), ranks, extent);
-        let any = comm
-            .all_sum(&[received.len() as u64])
-            .map_err(|e| PlanRunError::Store(e.into()))?[0];
         let keep = if dense_first {
             !range.is_empty()
         } else {
-            !received.is_empty() || (any == 0 && comm.rank() == 0)
+            !received.is_empty() || (split.total == 0 && comm.rank() == 0)
         };
         if !keep {
             return Ok(None);
@@ -119,16 +118,10 @@ impl Entries {
         Ok(Some(block?))
     }
 
-    /// The entries this rank's points made, as one message per owner rank.
-    fn outgoing<V: PlanValue>(
-        &self,
-        rt: &Runtime,
-        ranks: usize,
-        first: usize,
-        extent: usize,
-    ) -> Result<Vec<Vec<u8>>, PlanRunError> {
+    /// The entries this rank's points made, with their one-process order keys.
+    fn made_here<V: PlanValue>(&self, rt: &Runtime) -> Result<Outgoing<V>, PlanRunError> {
         let order = self.dims.len();
-        let mut out: Vec<Outgoing<V>> = (0..ranks).map(|_| Outgoing::default()).collect();
+        let mut mine = Outgoing::default();
         for (launch, (c, v)) in self.pieces.iter().enumerate() {
             let (coords, vals) = (rt.read_own::<u64>(c)?, rt.read_own::<V>(v)?);
             // A point's piece is held by the rank that ran it, in both stores: this rank's
@@ -145,27 +138,99 @@ impl Entries {
             let mut k = 0;
             for (rect, vals) in vals {
                 for (at, x) in (rect.lo()[0]..).zip(vals) {
-                    let c = &coords[k * order..(k + 1) * order];
-                    let to = owner(c[first] as usize, ranks, extent);
-                    out[to].push([launch as u64, at as u64], c, x);
+                    mine.push(
+                        [launch as u64, at as u64],
+                        &coords[k * order..(k + 1) * order],
+                        x,
+                    );
                     k += 1;
                 }
             }
         }
-        Ok(out.into_iter().map(Outgoing::encode).collect())
+        Ok(mine)
     }
 }
 
-/// The coordinates of the output's first level that rank `rank` of `ranks` owns: equal
-/// consecutive ranges (the inverse of [`owner`]).
-fn owned_range(rank: usize, ranks: usize, extent: usize) -> Range<usize> {
-    let start = |r: usize| (r * extent).div_ceil(ranks);
-    start(rank)..start(rank + 1)
+/// Most buckets of first-level coordinates the ranks count their entries in to split the
+/// level.
+const BUCKETS: usize = 4096;
+
+/// The ranks' shares of the output's first level: consecutive ranges of coordinates, cut
+/// between buckets so that each rank gets about as many entries as the others (a power-law
+/// matrix's heavy rows do not all land on one rank). The same on every rank: it is made from
+/// the ranks' summed counts.
+struct Split {
+    extent: usize,
+    buckets: usize,
+    /// Per rank, its first bucket; then `buckets`.
+    starts: Vec<usize>,
+    /// Entries in the whole output.
+    total: u64,
 }
 
-/// The rank owning first-level coordinate `c` of `extent`.
-fn owner(c: usize, ranks: usize, extent: usize) -> usize {
-    (c as u128 * ranks as u128 / extent as u128) as usize
+impl Split {
+    /// Counts this rank's entries (`coords`, `order` per entry) per bucket of mode `first`,
+    /// sums the counts over the ranks and cuts. Collective.
+    fn balanced(
+        comm: &(dyn Communicator + Send + Sync),
+        coords: &[u64],
+        order: usize,
+        first: usize,
+        extent: usize,
+    ) -> Result<Split, PlanRunError> {
+        let buckets = extent.clamp(1, BUCKETS);
+        let mut counts = vec![0u64; buckets];
+        for c in coords.chunks_exact(order) {
+            counts[bucket(c[first] as usize, buckets, extent)] += 1;
+        }
+        let counts = comm
+            .all_sum(&counts)
+            .map_err(|e| PlanRunError::Store(e.into()))?;
+        Ok(Split::cut(&counts, comm.size(), extent))
+    }
+
+    /// Cuts `counts` (entries per bucket, summed) into `ranks` consecutive ranges of about
+    /// equal weight; with no entries at all, of equal numbers of buckets.
+    fn cut(counts: &[u64], ranks: usize, extent: usize) -> Split {
+        let total: u64 = counts.iter().sum();
+        let weight = |n: u64| if total == 0 { 1 } else { n };
+        let all = counts.iter().map(|&n| weight(n) as u128).sum::<u128>();
+        let mut starts = vec![0; ranks + 1];
+        let (mut before, mut b) = (0u128, 0);
+        for (r, start) in starts.iter_mut().enumerate().skip(1) {
+            // The first bucket with at least r / ranks of the weight before it.
+            while b < counts.len() && before * (ranks as u128) < r as u128 * all {
+                before += weight(counts[b]) as u128;
+                b += 1;
+            }
+            *start = b;
+        }
+        starts[ranks] = counts.len();
+        Split {
+            extent,
+            buckets: counts.len(),
+            starts,
+            total,
+        }
+    }
+
+    /// The rank owning first-level coordinate `c`.
+    fn owner(&self, c: usize) -> usize {
+        let b = bucket(c, self.buckets, self.extent);
+        self.starts.partition_point(|&s| s <= b) - 1
+    }
+
+    /// The coordinates rank `rank` owns.
+    fn range(&self, rank: usize) -> Range<usize> {
+        // Bucket `b` begins at the first coordinate `c` with `c · buckets ≥ b · extent`.
+        let at = |b: usize| (b * self.extent).div_ceil(self.buckets);
+        at(self.starts[rank])..at(self.starts[rank + 1])
+    }
+}
+
+/// The bucket of coordinate `c` of `extent` split into `buckets`.
+fn bucket(c: usize, buckets: usize, extent: usize) -> usize {
+    (c as u128 * buckets as u128 / extent as u128) as usize
 }
 
 /// Appends the entries of one launch's coordinates (`order` per entry) and values.
@@ -239,6 +304,21 @@ impl<V: PlanValue> Outgoing<V> {
         self.vals.push(x);
     }
 
+    /// The entries as one message per owner rank of their first-level coordinate (mode
+    /// `first`), in this rank's order.
+    fn route(self, split: &Split, first: usize) -> Vec<Vec<u8>> {
+        let order = self.coords.len() / self.vals.len().max(1);
+        let mut out: Vec<Outgoing<V>> = (0..split.starts.len() - 1)
+            .map(|_| Outgoing::default())
+            .collect();
+        for (e, &x) in self.vals.iter().enumerate() {
+            let c = &self.coords[e * order..(e + 1) * order];
+            let key = [self.keys[2 * e], self.keys[2 * e + 1]];
+            out[split.owner(c[first] as usize)].push(key, c, x);
+        }
+        out.into_iter().map(Outgoing::encode).collect()
+    }
+
     /// `[entries: u64][keys][coords][vals]`, little-endian as the machine's (ranks of one job
     /// run one binary).
     fn encode(self) -> Vec<u8> {
@@ -290,20 +370,53 @@ fn decode<V: PlanValue>(
 mod tests {
     use super::*;
 
+    /// The ranks' ranges are consecutive and cover the level, each coordinate's owner is the
+    /// rank whose range holds it, and every rank's entries are at most an equal share plus
+    /// one bucket's (with no entries, equal numbers of buckets).
     #[test]
-    fn owners_and_owned_ranges_agree_and_cover_the_level() {
-        for extent in [1usize, 2, 3, 7, 100, 101] {
-            for ranks in 1..=5 {
-                let mut next = 0;
-                for r in 0..ranks {
-                    let range = owned_range(r, ranks, extent);
-                    assert_eq!(range.start, next, "extent {extent}, {ranks} ranks");
-                    for c in range.clone() {
-                        assert_eq!(owner(c, ranks, extent), r, "{c} of {extent}, {ranks}");
+    fn splits_cover_the_level_agree_with_owners_and_balance_the_entries() {
+        let mut state = 7u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for extent in [1usize, 2, 3, 7, 100, 101, 5000, 9001] {
+            let buckets = extent.clamp(1, BUCKETS);
+            for skew in [0u32, 1, 3] {
+                // Heavy first coordinates under skew (a power law's sorted rows), none at all
+                // under skew 0 half the time.
+                let counts: Vec<u64> = (0..buckets)
+                    .map(|b| match skew {
+                        0 => 0,
+                        s => next() % (1 + (4096 >> (s * (b * 12 / buckets) as u32).min(12))),
+                    })
+                    .collect();
+                for ranks in 1..=5 {
+                    let split = Split::cut(&counts, ranks, extent);
+                    let total: u64 = counts.iter().sum();
+                    let heaviest = *counts.iter().max().unwrap();
+                    let mut at = 0;
+                    for r in 0..ranks {
+                        let range = split.range(r);
+                        assert_eq!(range.start, at, "extent {extent}, {ranks} ranks");
+                        for c in range.clone() {
+                            assert_eq!(split.owner(c), r, "{c} of {extent}, {ranks} ranks");
+                        }
+                        at = range.end;
+                        let share: u64 = counts[split.starts[r]..split.starts[r + 1]].iter().sum();
+                        assert!(
+                            share <= total / ranks as u64 + heaviest + 1,
+                            "rank {r} of {ranks}: {share} of {total}"
+                        );
+                        if total == 0 {
+                            let n = split.starts[r + 1] - split.starts[r];
+                            assert!(n.abs_diff(buckets / ranks) <= 1, "{n} of {buckets}");
+                        }
                     }
-                    next = range.end;
+                    assert_eq!(at, extent);
                 }
-                assert_eq!(next, extent);
             }
         }
     }
