@@ -1714,9 +1714,9 @@ impl Inner {
             constraints: &t.constraints,
             fixed: t.domain,
         };
-        let probe = Probe::new(&inputs);
+        let mut probe = Probe::new(&inputs);
         let counters = &self.shared.counters;
-        match front.memo.get(&probe, &inputs) {
+        match front.memo.get(&mut probe, &inputs) {
             Some(Solved { solution, rects }) => {
                 Counters::add(&counters.partitions_reused, solution.reused);
                 Counters::add(&counters.solutions_replayed, 1);

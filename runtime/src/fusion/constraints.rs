@@ -324,7 +324,9 @@ impl Prefix {
     /// temporary: `Window::take`).
     pub(crate) fn shape_hash(&self) -> u64 {
         use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
+        // FxHash, as the solve memo's probe: SipHash over the key cost ~2 k instructions per
+        // CG iteration (it runs at every launch and at every complete-prefix check).
+        let mut h = rustc_hash::FxHasher::default();
         self.key.hash(&mut h);
         h.finish()
     }

@@ -198,7 +198,9 @@ pub(crate) struct Step<'a> {
     pub kernel: &'a Elementwise,
     pub ins: SmallVec<[Slot; 4]>,
     pub outs: SmallVec<[Slot; 4]>,
-    pub scalars: SmallVec<[Scalar; 2]>,
+    /// Inline room for four: the usual element-wise task takes up to three (a step size's
+    /// sign, numerator and denominator), and a spilled list is a heap allocation per point.
+    pub scalars: SmallVec<[Scalar; 4]>,
     /// The result operator and the accumulator slot this step folds into.
     pub result: Option<(ReduceOp, usize)>,
 }

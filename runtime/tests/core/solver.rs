@@ -456,3 +456,116 @@ fn the_analysis_waits_without_running_bodies_on_the_issuing_thread() {
         vec![5.0, 4.0, 3.0, 2.0, 1.0, 0.0]
     );
 }
+
+#[test]
+fn tasks_on_stores_made_anew_every_iteration_replay_their_solutions() {
+    // `let y = spmv(a, x)` in a loop makes a fresh `y` every iteration. Keyed on store ids, the
+    // SpMV and every task reading `y` were solved again each time; renamed (an argument that is
+    // no image's source or destination by its first appearance and its key partitions), they
+    // replay from the second iteration on.
+    let rt = rt(2);
+    sparse::register_spmv(&rt).unwrap();
+    rt.register("add_into", |ctx| {
+        let y = ctx.read::<f64>(0);
+        let mut acc = ctx.write::<f64>(1);
+        for i in y.range() {
+            acc.set_at(i, acc.at(i) + y.at(i));
+        }
+    })
+    .unwrap();
+    let host = HostCsr::laplacian_2d(8);
+    let a = Csr::upload(&rt, &host).unwrap();
+    let xs: Vec<f64> = (0..64).map(|i| (i % 5) as f64).collect();
+    let x = rt.from_vec(&[64], xs.clone()).unwrap();
+    let acc = rt.from_vec(&[64], vec![0.0; 64]).unwrap();
+    let steps = 20;
+    let before = rt.stats();
+    for _ in 0..steps {
+        let y = sparse::spmv(&rt, &a, &x).unwrap();
+        rt.task("add_into")
+            .read(&y)
+            .read_write(&acc)
+            .align(&y, &acc)
+            .submit()
+            .unwrap();
+    }
+    let s = rt.stats().since(&before);
+    assert!(
+        s.solutions_replayed >= 2 * steps - 4,
+        "{} of {} solutions replayed",
+        s.solutions_replayed,
+        2 * steps
+    );
+    let want: Vec<f64> = host.spmv(&xs).iter().map(|v| v * steps as f64).collect();
+    assert_eq!(rt.read::<f64>(&acc).unwrap(), want);
+}
+
+#[test]
+fn a_renamed_store_replays_only_under_the_same_key_partitions() {
+    // Two fresh stores, written through 4 and through 2 pieces (their key partitions), then
+    // read by a task that lets the solver choose: it follows each store's key partition. The
+    // second read must not replay the first one's solve although the stores are renamed alike.
+    let rt = rt(2);
+    rt.register("fill", |ctx| {
+        let mut y = ctx.write::<f64>(0);
+        for i in y.range() {
+            y.set_at(i, i as f64);
+        }
+    })
+    .unwrap();
+    let seen = Arc::new(Mutex::new(vec![]));
+    let s = seen.clone();
+    rt.register("look", move |ctx| {
+        s.lock().unwrap().push(ctx.rect(0));
+    })
+    .unwrap();
+    let mut points = vec![];
+    for pieces in [4, 2, 4, 2] {
+        let y = rt.create(DType::F64, &[16]).unwrap();
+        rt.task("fill")
+            .write(&y)
+            .launch_domain(&[pieces])
+            .submit()
+            .unwrap();
+        rt.task("look").read(&y).submit().unwrap();
+        rt.fence().unwrap();
+        points.push(std::mem::take(&mut *seen.lock().unwrap()).len());
+    }
+    assert_eq!(points, vec![4, 2, 4, 2], "points of each `look`");
+}
+
+#[test]
+fn an_image_source_made_anew_is_never_renamed() {
+    // Fresh index stores of equal shape and state but different values: the image of `x` each
+    // one gives is its own (an image's source and destination keep their store in the solve
+    // memo), so every gather reads the right cells of `x`.
+    let rt = rt(2);
+    rt.register("gather", |ctx| {
+        let mut d = ctx.write::<f64>(0);
+        let (idx, x) = (ctx.read::<u64>(1), ctx.read::<f64>(2));
+        for i in d.range() {
+            d.set_at(i, x.at(idx.at(i) as usize));
+        }
+    })
+    .unwrap();
+    let x = rt
+        .from_vec(&[8], (0..8).map(|v| 10.0 + v as f64).collect())
+        .unwrap();
+    let reverse: Vec<u64> = (0..8).rev().collect();
+    let same: Vec<u64> = (0..8).collect();
+    for order in [&reverse, &same, &reverse, &same] {
+        let idx = rt.from_vec(&[8], order.clone()).unwrap();
+        let y = rt.create(DType::F64, &[8]).unwrap();
+        rt.task("gather")
+            .write(&y)
+            .read(&idx)
+            .read(&x)
+            .align(&y, &idx)
+            .image(&idx, &x)
+            .launch_domain(&[2])
+            .submit()
+            .unwrap();
+        let want: Vec<f64> = order.iter().map(|&i| 10.0 + i as f64).collect();
+        assert_eq!(rt.read::<f64>(&y).unwrap(), want);
+    }
+}
