@@ -3,7 +3,7 @@
 //! analysis when a store that was a temporary is not one this time.
 
 use super::fusion::{axpb, launched, register, sum_of};
-use tessera_runtime::{Chunk, DType, Runtime, Stats, Store};
+use tessera_runtime::{Chunk, DType, Runtime, RuntimeError, Stats, Store};
 
 fn runtime(tracing: bool, fusion: bool) -> Runtime {
     let rt = Runtime::builder()
@@ -479,4 +479,88 @@ fn a_task_issued_as_an_ended_streak_replays_goes_through_the_matcher_once() {
         assert_eq!(got, want, "actors {actors}: {st:?}");
         assert!(st.traces_replayed > 0, "actors {actors}: {st:?}");
     }
+}
+
+/// A trace complete for the first time waits, with fusion on, for the next issue (`Pending`),
+/// which launches the window first: a task there that fails to solve makes that replay's
+/// `run_pending` fail. The replay itself goes ahead and begins a streak, which the issuing
+/// task ends (it is not the trace's first task). The window's error is what that submit
+/// reports: ending the streak must not overwrite it (`keep_first` in `trace_issue`, 41db333).
+#[test]
+fn a_pending_replay_s_error_is_reported_by_the_submit_that_ends_its_streak() {
+    const ROUNDS: usize = 40;
+    // A fixed window: what it holds waits for it to fill (or a flush), not for timing.
+    let rt = Runtime::builder()
+        .threads(2)
+        .min_piece_size(4)
+        .tracing(true)
+        .fusion(true)
+        .trace_sampling(4)
+        .window_size(16)
+        .build();
+    register(&rt).unwrap();
+    rt.register("noop", |_| {}).unwrap();
+    // idx = [0, v]: an index store the image below reads.
+    rt.register("set_index", |ctx| {
+        let v = ctx.scalar(0).as_u64();
+        let mut out = ctx.write::<u64>(0);
+        for i in out.range() {
+            out.set_at(i, if i == 0 { 0 } else { v });
+        }
+    })
+    .unwrap();
+    let a = rt.create(DType::F64, &[4]).unwrap();
+    let x = rt.from_vec(&[N], vec![1.0; N]).unwrap();
+    let y = rt.create(DType::F64, &[N]).unwrap();
+    let z = rt.create(DType::F64, &[N]).unwrap();
+    let idx: Vec<Store> = (0..ROUNDS)
+        .map(|_| rt.create(DType::U64, &[2]).unwrap())
+        .collect();
+    rt.fence().unwrap();
+    let axpb = |from: &Store, to: &Store| {
+        rt.task("axpb")
+            .read(from)
+            .write(to)
+            .scalar(2.0)
+            .scalar(1.0)
+            .align(from, to)
+            .submit()
+    };
+    let mut recorded_at = None;
+    for (k, ix) in idx.iter().enumerate() {
+        let before = rt.stats().traces_recorded;
+        // A task writing the index store (its scalar gives it another token every round: never
+        // part of a trace, released to the window), then an image over it with a value out
+        // of `a`'s bounds, 100 + round: it waits in the window, unsolved, for the write to be
+        // launched (a solve reads the index values), and fails when it is solved.
+        let set = rt
+            .task("set_index")
+            .write(ix)
+            .scalar(100 + k as u64)
+            .submit();
+        if before == 0 && rt.stats().traces_recorded == 1 {
+            recorded_at = Some((k, set));
+            break;
+        }
+        // Earlier rounds' errors surface where the window is launched (it fills).
+        let _ = set;
+        let _ = rt
+            .task("noop")
+            .read(ix)
+            .read(&a)
+            .image(ix, &a)
+            .scalar(k as u64)
+            .submit();
+        // The two tasks that repeat.
+        let _ = axpb(&x, &y);
+        let _ = axpb(&y, &z);
+    }
+    let (k, r) = recorded_at.expect("the two repeating tasks were recorded as a trace");
+    let e = r.expect_err("the window's failed solve is this submit's error");
+    assert!(
+        matches!(e, RuntimeError::ImageOutOfBounds { value, .. } if value < 100 + k as u64),
+        "round {k}: {e}"
+    );
+    assert_eq!(rt.stats().traces_recorded, 1);
+    rt.fence().unwrap();
 }
