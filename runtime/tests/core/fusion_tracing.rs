@@ -483,11 +483,14 @@ fn a_task_issued_as_an_ended_streak_replays_goes_through_the_matcher_once() {
 
 /// A trace complete for the first time waits, with fusion on, for the next issue (`Pending`),
 /// which launches the window first: a task there that fails to solve makes that replay's
-/// `run_pending` fail. The replay itself goes ahead and begins a streak, which the issuing
-/// task ends (it is not the trace's first task). The window's error is what that submit
-/// reports: ending the streak must not overwrite it (`keep_first` in `trace_issue`, 41db333).
-#[test]
-fn a_pending_replay_s_error_is_reported_by_the_submit_that_ends_its_streak() {
+/// `run_pending` fail, while the replay itself goes ahead and begins a streak. Issues rounds
+/// of: a task writing a fresh index store, an image over it with a value out of bounds (it
+/// waits in the window, unsolved, until the write is launched, and then fails), and `reps`
+/// times two tasks that repeat. Returns, for the submit during which the first trace was
+/// recorded: its round, which task it was (`"set"` or `"repeat"`), and its result.
+fn pending_replay_after_a_failed_solve(
+    reps: usize,
+) -> (usize, &'static str, Result<(), RuntimeError>) {
     const ROUNDS: usize = 40;
     // A fixed window: what it holds waits for it to fill (or a flush), not for timing.
     let rt = Runtime::builder()
@@ -500,7 +503,7 @@ fn a_pending_replay_s_error_is_reported_by_the_submit_that_ends_its_streak() {
         .build();
     register(&rt).unwrap();
     rt.register("noop", |_| {}).unwrap();
-    // idx = [0, v]: an index store the image below reads.
+    // idx = [0, v]: an index store the image reads.
     rt.register("set_index", |ctx| {
         let v = ctx.scalar(0).as_u64();
         let mut out = ctx.write::<u64>(0);
@@ -526,24 +529,19 @@ fn a_pending_replay_s_error_is_reported_by_the_submit_that_ends_its_streak() {
             .align(from, to)
             .submit()
     };
-    let mut recorded_at = None;
+    let recorded = |before: u64| before == 0 && rt.stats().traces_recorded == 1;
     for (k, ix) in idx.iter().enumerate() {
+        // Scalars give the first two another token every round: never part of a trace,
+        // released to the window. Errors of earlier rounds surface where the window fills.
         let before = rt.stats().traces_recorded;
-        // A task writing the index store (its scalar gives it another token every round: never
-        // part of a trace, released to the window), then an image over it with a value out
-        // of `a`'s bounds, 100 + round: it waits in the window, unsolved, for the write to be
-        // launched (a solve reads the index values), and fails when it is solved.
-        let set = rt
+        let r = rt
             .task("set_index")
             .write(ix)
             .scalar(100 + k as u64)
             .submit();
-        if before == 0 && rt.stats().traces_recorded == 1 {
-            recorded_at = Some((k, set));
-            break;
+        if recorded(before) {
+            return (k, "set", r);
         }
-        // Earlier rounds' errors surface where the window is launched (it fills).
-        let _ = set;
         let _ = rt
             .task("noop")
             .read(ix)
@@ -551,16 +549,44 @@ fn a_pending_replay_s_error_is_reported_by_the_submit_that_ends_its_streak() {
             .image(ix, &a)
             .scalar(k as u64)
             .submit();
-        // The two tasks that repeat.
-        let _ = axpb(&x, &y);
-        let _ = axpb(&y, &z);
+        for _ in 0..reps {
+            let before = rt.stats().traces_recorded;
+            let r = axpb(&x, &y);
+            if recorded(before) {
+                return (k, "repeat", r);
+            }
+            let _ = axpb(&y, &z);
+        }
     }
-    let (k, r) = recorded_at.expect("the two repeating tasks were recorded as a trace");
+    panic!("no trace recorded in {ROUNDS} rounds");
+}
+
+/// The replay's streak is ended by the next task (the next round's first, not the trace's
+/// first): ending it must not overwrite `run_pending`'s error (`keep_first` in `trace_issue`,
+/// 41db333).
+#[test]
+fn a_pending_replay_s_error_is_reported_by_the_submit_that_ends_its_streak() {
+    let (k, at, r) = pending_replay_after_a_failed_solve(1);
+    assert_eq!(at, "set", "round {k}: the trace is the two repeating tasks");
     let e = r.expect_err("the window's failed solve is this submit's error");
     assert!(
         matches!(e, RuntimeError::ImageOutOfBounds { value, .. } if value < 100 + k as u64),
         "round {k}: {e}"
     );
-    assert_eq!(rt.stats().traces_recorded, 1);
-    rt.fence().unwrap();
+}
+
+/// The replay's streak holds the next task (the trace's first again): the streak's result
+/// must not replace `run_pending`'s error either (it did: the submit returned `Ok`).
+#[test]
+fn a_pending_replay_s_error_is_reported_by_the_submit_its_streak_holds() {
+    let (k, at, r) = pending_replay_after_a_failed_solve(3);
+    assert_eq!(
+        at, "repeat",
+        "round {k}: the trace is the two repeating tasks, once"
+    );
+    let e = r.expect_err("the window's failed solve is this submit's error");
+    assert!(
+        matches!(e, RuntimeError::ImageOutOfBounds { value, .. } if value < 100 + k as u64),
+        "round {k}: {e}"
+    );
 }
