@@ -456,7 +456,9 @@ impl Inner {
                         front.window.settle_later(&tr.held);
                         front.tracing = Some(tr);
                         Counters::add(&counters.tracing_ns, t0.elapsed().as_nanos() as u64);
-                        return r;
+                        // A streak `run_pending` began: its error comes first, as elsewhere.
+                        keep_first(&mut first, r);
+                        return first;
                     }
                     let t = tr.held.pop().expect("pushed above");
                     keep_first(&mut first, self.end_streak(front, &mut tr));

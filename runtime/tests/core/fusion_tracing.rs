@@ -3,7 +3,7 @@
 //! analysis when a store that was a temporary is not one this time.
 
 use super::fusion::{axpb, launched, register, sum_of};
-use tessera_runtime::{Chunk, DType, Runtime, Stats, Store};
+use tessera_runtime::{Chunk, DType, Runtime, RuntimeError, Stats, Store};
 
 fn runtime(tracing: bool, fusion: bool) -> Runtime {
     let rt = Runtime::builder()
@@ -479,4 +479,114 @@ fn a_task_issued_as_an_ended_streak_replays_goes_through_the_matcher_once() {
         assert_eq!(got, want, "actors {actors}: {st:?}");
         assert!(st.traces_replayed > 0, "actors {actors}: {st:?}");
     }
+}
+
+/// A trace complete for the first time waits, with fusion on, for the next issue (`Pending`),
+/// which launches the window first: a task there that fails to solve makes that replay's
+/// `run_pending` fail, while the replay itself goes ahead and begins a streak. Issues rounds
+/// of: a task writing a fresh index store, an image over it with a value out of bounds (it
+/// waits in the window, unsolved, until the write is launched, and then fails), and `reps`
+/// times two tasks that repeat. Returns, for the submit during which the first trace was
+/// recorded: its round, which task it was (`"set"` or `"repeat"`), and its result.
+fn pending_replay_after_a_failed_solve(
+    reps: usize,
+) -> (usize, &'static str, Result<(), RuntimeError>) {
+    const ROUNDS: usize = 40;
+    // A fixed window: what it holds waits for it to fill (or a flush), not for timing.
+    let rt = Runtime::builder()
+        .threads(2)
+        .min_piece_size(4)
+        .tracing(true)
+        .fusion(true)
+        .trace_sampling(4)
+        .window_size(16)
+        .build();
+    register(&rt).unwrap();
+    rt.register("noop", |_| {}).unwrap();
+    // idx = [0, v]: an index store the image reads.
+    rt.register("set_index", |ctx| {
+        let v = ctx.scalar(0).as_u64();
+        let mut out = ctx.write::<u64>(0);
+        for i in out.range() {
+            out.set_at(i, if i == 0 { 0 } else { v });
+        }
+    })
+    .unwrap();
+    let a = rt.create(DType::F64, &[4]).unwrap();
+    let x = rt.from_vec(&[N], vec![1.0; N]).unwrap();
+    let y = rt.create(DType::F64, &[N]).unwrap();
+    let z = rt.create(DType::F64, &[N]).unwrap();
+    let idx: Vec<Store> = (0..ROUNDS)
+        .map(|_| rt.create(DType::U64, &[2]).unwrap())
+        .collect();
+    rt.fence().unwrap();
+    let axpb = |from: &Store, to: &Store| {
+        rt.task("axpb")
+            .read(from)
+            .write(to)
+            .scalar(2.0)
+            .scalar(1.0)
+            .align(from, to)
+            .submit()
+    };
+    let recorded = |before: u64| before == 0 && rt.stats().traces_recorded == 1;
+    for (k, ix) in idx.iter().enumerate() {
+        // Scalars give the first two another token every round: never part of a trace,
+        // released to the window. Errors of earlier rounds surface where the window fills.
+        let before = rt.stats().traces_recorded;
+        let r = rt
+            .task("set_index")
+            .write(ix)
+            .scalar(100 + k as u64)
+            .submit();
+        if recorded(before) {
+            return (k, "set", r);
+        }
+        let _ = rt
+            .task("noop")
+            .read(ix)
+            .read(&a)
+            .image(ix, &a)
+            .scalar(k as u64)
+            .submit();
+        for _ in 0..reps {
+            let before = rt.stats().traces_recorded;
+            let r = axpb(&x, &y);
+            if recorded(before) {
+                return (k, "repeat", r);
+            }
+            let _ = axpb(&y, &z);
+        }
+    }
+    panic!("no trace recorded in {ROUNDS} rounds");
+}
+
+/// The replay's streak is ended by the next task (the next round's first, not the trace's
+/// first): ending it must not overwrite `run_pending`'s error (`keep_first` in `trace_issue`,
+/// 41db333).
+#[test]
+fn a_pending_replay_s_error_is_reported_by_the_submit_that_ends_its_streak() {
+    let (k, at, r) = pending_replay_after_a_failed_solve(1);
+    assert_eq!(at, "set", "round {k}: the trace is the two repeating tasks");
+    let e = r.expect_err("the window's failed solve is this submit's error");
+    assert!(
+        matches!(e, RuntimeError::ImageOutOfBounds { value, .. } if value < 100 + k as u64),
+        "round {k}: {e}"
+    );
+}
+
+/// The replay's streak holds the next task (the trace's first again): the streak's result
+/// must not replace `run_pending`'s error either (it did: the submit returned `Ok`).
+#[test]
+fn a_pending_replay_s_error_is_reported_by_the_submit_its_streak_holds() {
+    let (k, at, r) = pending_replay_after_a_failed_solve(3);
+    assert_eq!(
+        at, "repeat",
+        "round {k}: the trace is the two repeating tasks, once"
+    );
+    let e = r.expect_err("the window's failed solve is this submit's error");
+    assert!(
+        matches!(e, RuntimeError::ImageOutOfBounds { value, .. } if value < 100 + k as u64),
+        "round {k}: {e}"
+    );
 }
