@@ -86,8 +86,9 @@ fn bits(t: &Tensor<f64, u32>) -> Vec<u64> {
 }
 
 /// One random case of `expr`: the file every rank stores equals one process's byte for byte
-/// (a COO output: holds the same tensor) at 2 and 3 ranks, the ranks' stored values add up to the output's, and the output gathered
-/// on the last rank is one process's tensor (nothing on the others).
+/// (a COO output: holds the same tensor) at 2 and 3 ranks, the ranks' stored values add up to
+/// the output's, and the output gathered on the last rank is one process's tensor (nothing on
+/// the others).
 fn check_case(expr: &str, seed: u64) {
     let mut rng = Rng(seed);
     let case = Case::random(expr, &mut rng);

@@ -6,7 +6,7 @@ use super::held;
 use super::partial::CHUNK_LEAVES;
 use super::sink::sink_limit;
 use super::*;
-use crate::transport::run_ranks;
+use crate::transport::{run_ranks, Communicator};
 use proptest::prelude::*;
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -261,4 +261,51 @@ fn blocks_in_memory_store_to_the_file_of_the_whole_tensor() {
         .filter(|n| n.starts_with('.'))
         .collect();
     assert!(left.is_empty(), "temporary files left behind: {left:?}");
+}
+
+/// `store_file_cut`: the ranks' runs of the file cut where the caller says — at its blocks'
+/// own (uneven) boundaries, or anywhere else — still give the whole tensor's file; cuts of the
+/// wrong number or length are an error on every rank, and leave nothing behind.
+#[test]
+fn blocks_stored_with_given_cuts_make_the_file_of_the_whole_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = uniform(&[13, 11, 7], 300, "sss");
+    let whole = dir.path().join("whole.tcs");
+    write_tensor(&whole, &t, None).unwrap();
+    // Rank r holds rows rows[r]..rows[r + 1]: one heavy row, then the rest.
+    let rows = [0, 1, 2, 13];
+    let block = |r: usize| {
+        let mine = t
+            .entries()
+            .filter(|(c, _)| (rows[r]..rows[r + 1]).contains(&c[0]));
+        T::from_entries(t.dims().to_vec(), "sss", mine.collect::<Vec<_>>()).unwrap()
+    };
+    let at = |row: usize| vec![row, 0, 0];
+    for cuts in [vec![at(1), at(2)], vec![at(5), at(9)], vec![at(0), at(13)]] {
+        let out = dir.path().join("cut.tcs");
+        let done = run_ranks(3, |c| {
+            let b = block(c.rank());
+            store_file_cut(c, &[b.view()], Some(&cuts), &out, &NoProgress)
+        });
+        for (rank, s) in done.into_iter().enumerate() {
+            let s = s.unwrap_or_else(|e| panic!("cuts {cuts:?}, rank {rank}: {e}"));
+            assert_eq!(s.values, t.vals().len() as u64);
+        }
+        assert!(
+            std::fs::read(&out).unwrap() == std::fs::read(&whole).unwrap(),
+            "cuts {cuts:?}: the stored file differs from the whole file"
+        );
+    }
+    for cuts in [vec![at(1)], vec![vec![1, 0], vec![2, 0]]] {
+        let out = dir.path().join("bad.tcs");
+        let done = run_ranks(3, |c| {
+            let b = block(c.rank());
+            store_file_cut(c, &[b.view()], Some(&cuts), &out, &NoProgress)
+        });
+        for r in done {
+            let e = r.expect_err("wrong cuts are refused").to_string();
+            assert!(e.contains("cuts"), "{e}");
+        }
+        assert!(!out.exists());
+    }
 }

@@ -507,7 +507,27 @@ where
     V: Value,
     I: Index,
 {
-    let (layout, incoming) = send_sections(comm, blocks, progress)?;
+    store_file_cut(comm, blocks, None, output, progress)
+}
+
+/// [`store_file`] with the ranks' runs of the file cut at `cuts` (`size - 1` level-order
+/// coordinates, the same on every rank: rank `j` writes the entries from cut `j - 1` to cut
+/// `j`) instead of into equal runs of the blocks' coordinate box. When each rank's blocks
+/// lie between its cuts, no block moves: a caller that balanced its blocks keeps the balance
+/// through the write. Collective.
+pub fn store_file_cut<C, V, I>(
+    comm: &C,
+    blocks: &[TensorView<'_, V, I>],
+    cuts: Option<&[Vec<usize>]>,
+    output: &Path,
+    progress: &dyn Progress,
+) -> Result<Summary, IoError>
+where
+    C: Communicator + ?Sized,
+    V: Value,
+    I: Index,
+{
+    let (layout, incoming) = send_sections(comm, blocks, cuts, progress)?;
     let sections = agreed(comm, read_sections::<V, I>(layout.shape.len(), incoming))?;
     write_merged(comm, &layout, &sections, output, progress)
 }

@@ -35,7 +35,7 @@ mod store;
 mod tournament;
 mod walk;
 
-pub use files::{merge_dir, split_file, store_file, Summary};
+pub use files::{merge_dir, split_file, store_file, store_file_cut, Summary};
 pub use load::{load_blocks, Block};
 pub use split::{BlockGrid, BlockRange, ModeSplit, SplitSpec};
 pub use store::{merge_blocks, store_to_root, Merged};

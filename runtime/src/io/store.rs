@@ -63,15 +63,18 @@ where
     V: Value,
     I: Index,
 {
-    let (layout, incoming) = send_sections(comm, blocks, progress)?;
+    let (layout, incoming) = send_sections(comm, blocks, None, progress)?;
     merge_received(comm, layout, incoming, progress)
 }
 
 /// Step 1: pools the blocks' layout and sends every rank its sections of the local blocks;
-/// returns the layout and what the other ranks sent this one.
+/// returns the layout and what the other ranks sent this one. The ranks' runs are cut at
+/// `cuts` (`size - 1` level-order coordinates, the same on every rank) when given, else into
+/// equal runs of the blocks' coordinate box ([`Layout::cuts`]).
 pub(crate) fn send_sections<C, V, I>(
     comm: &C,
     blocks: &[TensorView<'_, V, I>],
+    cuts: Option<&[Vec<usize>]>,
     progress: &dyn Progress,
 ) -> Result<(Layout, Vec<Vec<u8>>), IoError>
 where
@@ -97,7 +100,20 @@ where
     let described = describe(blocks, &formats);
     let all = comm.all_gather(&described.0)?;
     let layout = Layout::pool(&all)?;
-    let cuts = layout.cuts(n);
+    let cuts = match cuts {
+        None => layout.cuts(n),
+        Some(c) if c.len() + 1 == n && c.iter().all(|c| c.len() == layout.shape.len()) => {
+            c.to_vec()
+        }
+        Some(c) => {
+            return Err(IoError::File(format!(
+                "{} cuts of {} coordinates given for {n} ranks and {} levels",
+                c.len(),
+                c.first().map_or(0, Vec::len),
+                layout.shape.len()
+            )))
+        }
+    };
 
     // 1. Cut every local block at the cuts; piece j goes to rank j.
     progress.start("merge: balance", blocks.len() as u64);

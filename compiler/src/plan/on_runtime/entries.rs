@@ -32,6 +32,10 @@ pub(super) struct Entries {
 /// An entry's place in the one-process order: (launch, index in the launch's stores).
 type Key = [u64; 2];
 
+/// Where the file is cut between the ranks' blocks: one level-order coordinate per rank after
+/// the first (`io::store_file_cut`).
+pub(super) type Cuts = Vec<Vec<usize>>;
+
 impl Entries {
     /// The whole output, on every rank (each gathers every piece).
     pub(super) fn into_tensor<V: PlanValue, I: PlanIndex>(
@@ -43,28 +47,29 @@ impl Entries {
             let (c, v) = (rt.take::<u64>(c)?, rt.take::<V>(v)?);
             push_entries(&mut list, &c, &v, self.dims.len())?;
         }
-        Ok(interp::from_entries(
-            self.reduce,
-            self.dims,
-            self.format,
-            list,
-        )?)
+        let t = interp::from_entries(self.reduce, self.dims, self.format, list)?;
+        Ok(t)
     }
 
-    /// The whole output on rank `root` only (`None` on the others). Collective.
+    /// The whole output on rank `root` only (`None` on the others). Collective: every rank
+    /// reads every piece, whatever failed before, and returns the first error.
     pub(super) fn gather_on<V: PlanValue, I: PlanIndex>(
         self,
         rt: &Runtime,
         root: usize,
     ) -> Result<Option<Tensor<V, I>>, PlanRunError> {
         let mut list = Vec::new();
+        let mut first: Result<(), PlanRunError> = Ok(());
         for (c, v) in &self.pieces {
-            // Both reads on every rank, in the same order: each is a collective.
-            let (c, v) = (rt.read_on::<u64>(c, root)?, rt.read_on::<V>(v, root)?);
-            if let (Some(c), Some(v)) = (c, v) {
-                push_entries(&mut list, &c, &v, self.dims.len())?;
-            }
+            let (c, v) = (rt.read_on::<u64>(c, root), rt.read_on::<V>(v, root));
+            let got = match (c, v) {
+                (Ok(Some(c)), Ok(Some(v))) => push_entries(&mut list, &c, &v, self.dims.len()),
+                (Ok(_), Ok(_)) => Ok(()),
+                (Err(e), _) | (_, Err(e)) => Err(e.into()),
+            };
+            first = first.and(got);
         }
+        first?;
         if rt.rank() != root {
             return Ok(None);
         }
@@ -72,26 +77,35 @@ impl Entries {
         Ok(Some(t))
     }
 
-    /// This rank's block of the output, to be stored with the other ranks' blocks: the
-    /// entries whose first-level coordinate lies in this rank's range ([`Split`]),
+    /// This rank's block of the output, to be stored with the other ranks' blocks, and the
+    /// cuts between the ranks' blocks (level-order coordinates, one per rank after the first,
+    /// for `io::store_file_cut`: the blocks are written where they are, in balance). The block
+    /// holds the entries whose first-level coordinate lies in this rank's range ([`Split`]),
     /// folded as the whole output folds them. A block whose first level is dense covers its
     /// range only (empty rows included, so that the blocks cover the level); a compressed
     /// first level gives no block for a range without entries, except rank 0's block of an
-    /// output without any (a file needs one block). Collective; an error on any rank is an
-    /// error on every rank.
+    /// output without any (a file needs one block). Collective; an error before the blocks
+    /// are assembled is an error on every rank (the caller agrees on the blocks).
     pub(super) fn own_block<V: PlanValue, I: PlanIndex>(
         self,
         rt: &Runtime,
         comm: &(dyn Communicator + Send + Sync),
-    ) -> Result<Option<Tensor<V, I>>, PlanRunError> {
-        let first = self.format.mode_order()[0];
-        let mine = self.made_here::<V>(rt);
+    ) -> Result<(Option<Tensor<V, I>>, Cuts), PlanRunError> {
+        let Entries {
+            pieces,
+            reduce,
+            dims,
+            format,
+        } = self;
+        let (order, first) = (dims.len(), format.mode_order()[0]);
+        let mine = made_here::<V>(rt, &pieces, order, first, dims[first]);
+        // The pieces are in `mine` now: this rank holds its entries once.
+        drop(pieces);
         super::output::agree(comm, &mine)?;
         let mine = mine?;
-        let order = self.dims.len();
-        let split = Split::balanced(comm, &mine.coords, order, first, self.dims[first])?;
+        let split = Split::balanced(comm, &mine.coords, order, first, dims[first])?;
         let incoming = comm
-            .all_to_all(mine.route(&split, first))
+            .all_to_all(mine.route(&split, order, first))
             .map_err(|e| PlanRunError::Store(e.into()))?;
         let received = (incoming.iter().enumerate())
             .map(|(from, msg)| decode::<V>(msg, order, from))
@@ -99,56 +113,73 @@ impl Entries {
         super::output::agree(comm, &received)?;
         let mut received: Vec<(Key, Vec<usize>, V)> = received?.into_iter().flatten().collect();
         received.sort_unstable_by_key(|e| e.0);
+        let cuts = (1..comm.size())
+            .map(|r| {
+                let mut at = vec![0; order];
+                at[0] = split.range(r).start;
+                at
+            })
+            .collect();
         let range = split.range(comm.rank());
-        let dense_first = self.format.levels()[0] == LevelType::Dense;
+        let dense_first = format.levels()[0] == LevelType::Dense;
         let keep = if dense_first {
             !range.is_empty()
         } else {
             !received.is_empty() || (split.total == 0 && comm.rank() == 0)
         };
         if !keep {
-            return Ok(None);
+            return Ok((None, cuts));
         }
         let list = received.into_iter().map(|(_, c, v)| (c, v)).collect();
         let block = if dense_first {
-            dense_first_block(self.reduce, &self.dims, &self.format, first, range, list)
+            dense_first_block(reduce, &dims, &format, first, range, list)?
         } else {
-            interp::from_entries(self.reduce, self.dims, self.format, list).map_err(Into::into)
+            interp::from_entries(reduce, dims, format, list)?
         };
-        Ok(Some(block?))
+        Ok((Some(block), cuts))
     }
+}
 
-    /// The entries this rank's points made, with their one-process order keys.
-    fn made_here<V: PlanValue>(&self, rt: &Runtime) -> Result<Outgoing<V>, PlanRunError> {
-        let order = self.dims.len();
-        let mut mine = Outgoing::default();
-        for (launch, (c, v)) in self.pieces.iter().enumerate() {
-            let (coords, vals) = (rt.read_own::<u64>(c)?, rt.read_own::<V>(v)?);
-            // A point's piece is held by the rank that ran it, in both stores: this rank's
-            // parts of the two cover the same entries, in the same order.
-            let coords: Vec<u64> = coords.into_iter().flat_map(|(_, c)| c).collect();
-            let n: usize = vals.iter().map(|(r, _)| r.volume()).sum();
-            if coords.len() != n * order {
-                return Err(PlanRunError::Plan(format!(
-                    "internal: this rank holds {} output coordinates for {n} values of launch \
-                     {launch}",
-                    coords.len()
-                )));
-            }
-            let mut k = 0;
-            for (rect, vals) in vals {
-                for (at, x) in (rect.lo()[0]..).zip(vals) {
-                    mine.push(
-                        [launch as u64, at as u64],
-                        &coords[k * order..(k + 1) * order],
-                        x,
-                    );
-                    k += 1;
+/// The entries the points of this rank made (`pieces`: per launch, coordinates and values),
+/// with their one-process order keys; an error for a first-level coordinate (mode `first`)
+/// past `extent`, which only a faulty kernel makes.
+fn made_here<V: PlanValue>(
+    rt: &Runtime,
+    pieces: &[(Store, Store)],
+    order: usize,
+    first: usize,
+    extent: usize,
+) -> Result<Outgoing<V>, PlanRunError> {
+    let internal = |what: String| PlanRunError::Plan(format!("internal: {what}"));
+    let mut mine = Outgoing::default();
+    for (launch, (c, v)) in pieces.iter().enumerate() {
+        let (coords, vals) = (rt.read_own::<u64>(c)?, rt.read_own::<V>(v)?);
+        // A point's piece is held by the rank that ran it, in both stores: this rank's parts
+        // of the two cover the same entries, in the same order.
+        let coords: Vec<u64> = coords.into_iter().flat_map(|(_, c)| c).collect();
+        let n: usize = vals.iter().map(|(r, _)| r.volume()).sum();
+        if coords.len() != n * order {
+            return Err(internal(format!(
+                "this rank holds {} output coordinates for {n} values of launch {launch}",
+                coords.len()
+            )));
+        }
+        let mut k = 0;
+        for (rect, vals) in vals {
+            for (at, x) in (rect.lo()[0]..).zip(vals) {
+                let c = &coords[k * order..(k + 1) * order];
+                if c[first] as usize >= extent {
+                    return Err(internal(format!(
+                        "an output entry at {c:?} lies outside the output's {extent} along its \
+                         first level"
+                    )));
                 }
+                mine.push([launch as u64, at as u64], c, x);
+                k += 1;
             }
         }
-        Ok(mine)
     }
+    Ok(mine)
 }
 
 /// Most buckets of first-level coordinates the ranks count their entries in to split the
@@ -223,7 +254,8 @@ impl Split {
     /// The coordinates rank `rank` owns.
     fn range(&self, rank: usize) -> Range<usize> {
         // Bucket `b` begins at the first coordinate `c` with `c · buckets ≥ b · extent`.
-        let at = |b: usize| (b * self.extent).div_ceil(self.buckets);
+        let at =
+            |b: usize| (b as u128 * self.extent as u128).div_ceil(self.buckets as u128) as usize;
         at(self.starts[rank])..at(self.starts[rank + 1])
     }
 }
@@ -304,10 +336,9 @@ impl<V: PlanValue> Outgoing<V> {
         self.vals.push(x);
     }
 
-    /// The entries as one message per owner rank of their first-level coordinate (mode
-    /// `first`), in this rank's order.
-    fn route(self, split: &Split, first: usize) -> Vec<Vec<u8>> {
-        let order = self.coords.len() / self.vals.len().max(1);
+    /// The entries (`order` coordinates each) as one message per owner rank of their
+    /// first-level coordinate (mode `first`), in this rank's order.
+    fn route(self, split: &Split, order: usize, first: usize) -> Vec<Vec<u8>> {
         let mut out: Vec<Outgoing<V>> = (0..split.starts.len() - 1)
             .map(|_| Outgoing::default())
             .collect();

@@ -9,7 +9,7 @@ use std::ops::Range;
 use std::path::Path;
 use tessera_formats::tcs::write_tensor;
 use tessera_formats::{Format, Level, Tensor};
-use tessera_runtime::io::{store_file, NoProgress};
+use tessera_runtime::io::{store_file_cut, NoProgress};
 use tessera_runtime::transport::Communicator;
 use tessera_runtime::{Rect, Runtime};
 
@@ -54,8 +54,9 @@ impl<V: PlanValue, I: PlanIndex> PlanResult<V, I> {
     /// output, the tiles it holds the latest value of ([`Runtime::read_own`]), each a block
     /// whose dense levels cover only the tile; of a sparse output, the entries in its range of
     /// the first level, received from the ranks whose points made them (`Entries::own_block`).
-    /// The file is what writing the whole output gives, byte for byte. Returns the values this rank stored and the output's. Collective; a failure on
-    /// any rank is an error on every rank, and leaves no file.
+    /// The file is what writing the whole output gives, byte for byte. Returns the values this
+    /// rank stored and the output's. Collective; a failure on any rank is an error on every
+    /// rank, and leaves no file.
     pub fn store_file(
         self,
         rt: &Runtime,
@@ -76,9 +77,12 @@ impl<V: PlanValue, I: PlanIndex> PlanResult<V, I> {
             written?;
             return Ok((u64::from(root) * values, values));
         }
-        let blocks = match self.output {
+        // A dense output's tiles are cut into equal runs of the file by the storer; a sparse
+        // output's blocks were balanced by their entries, and the file is cut between them.
+        let (blocks, cuts) = match self.output {
             Output::Dense(y) => {
-                rt.read_own::<V>(&y)
+                let blocks = rt
+                    .read_own::<V>(&y)
                     .map_err(PlanRunError::from)
                     .and_then(|parts| {
                         let sizes: Vec<usize> = (self.format.mode_order().iter())
@@ -91,18 +95,20 @@ impl<V: PlanValue, I: PlanIndex> PlanResult<V, I> {
                             }
                         }
                         Ok(blocks)
-                    })
+                    });
+                (blocks, None)
             }
-            Output::Entries(e) => e
-                .own_block::<V, I>(rt, comm)
-                .map(|b| b.into_iter().collect()),
+            Output::Entries(e) => match e.own_block::<V, I>(rt, comm) {
+                Ok((block, cuts)) => (Ok(block.into_iter().collect()), Some(cuts)),
+                Err(e) => (Err(e), None),
+            },
         };
         // A rank that failed above still takes part, so that no rank waits for it.
         agree(comm, &blocks)?;
         let blocks = blocks?;
         let views: Vec<_> = blocks.iter().map(Tensor::view).collect();
         let mine = blocks.iter().map(|b| b.vals().len() as u64).sum();
-        let summary = store_file(comm, &views, path, &NoProgress)?;
+        let summary = store_file_cut(comm, &views, cuts.as_deref(), path, &NoProgress)?;
         Ok((mine, summary.values))
     }
 }
