@@ -209,16 +209,17 @@ fn entries_of(path: &Path) -> Vec<(Vec<usize>, f64)> {
 /// Sorted runs the budget holds in memory (`runs::Hold`) make the same file, byte for byte,
 /// as the same runs written to disk and read back (`ConvertOptions::spill_runs`), within the
 /// budget: at 16 MiB a 12 MB input is held whole in runs made smaller for it
-/// (`Hold::fit_all`), and a 16 MB one fills the room for held runs part way through, the
-/// rest spilled; at 32 MiB the 16 MB input is held whole in runs of the usual size. With
-/// repeated coordinates, whose values are summed in input order across held and spilled
-/// runs.
+/// (`Hold::plan`), a 16 MB one is not held at all (it would not fit), and one of 700k
+/// entries whose first lines are long (so that the estimate at the first run falls short)
+/// fills the room for held runs part way through, the rest spilled; at 32 MiB the 16 MB
+/// input is held whole in runs of the usual size. With repeated coordinates, whose values
+/// are summed in input order across held and spilled runs.
 #[test]
 fn runs_held_in_memory_make_the_bytes_of_spilled_runs_within_the_budget() {
     let _one = COUNTED.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let write = |name: &str, entries: usize| {
+    let write = |name: &str, entries: usize, long: usize| {
         let mut x = 0x2545_F491_4F6C_DD1Du64;
         let mut next = |m: u64| {
             x = x
@@ -231,20 +232,28 @@ fn runs_held_in_memory_make_the_bytes_of_spilled_runs_within_the_budget() {
         for _ in 0..entries {
             // 27 M coordinates: about one entry in 40 repeats an earlier one.
             let (i, j, k) = (next(300), next(300), next(300));
-            let _ = writeln!(s, "{i} {j} {k} {}.{}", next(9), next(999));
+            if s.len() < long {
+                let _ = writeln!(s, "{i} {j} {k} {}.{}000000000000000000", next(9), next(999));
+            } else {
+                let _ = writeln!(s, "{i} {j} {k} {}", next(9));
+            }
         }
         let path = d.join(name);
         std::fs::write(&path, s).unwrap();
         path
     };
-    let (smaller, larger) = (write("520k.tns", 520_000), write("700k.tns", 700_000));
-    // (input, budget, runs spilled: none, some)
+    let smaller = write("520k.tns", 520_000, usize::MAX);
+    let larger = write("700k.tns", 700_000, usize::MAX);
+    let uneven = write("uneven.tns", 700_000, 6 << 20);
+    // (input, budget, runs spilled: none, some or all)
+    let (none, some, all) = (0, 1, 2);
     let cases = [
-        (&smaller, 16usize, false),
-        (&larger, 16, true),
-        (&larger, 32, false),
+        (&smaller, 16usize, none),
+        (&larger, 16, all),
+        (&uneven, 16, some),
+        (&larger, 32, none),
     ];
-    for (input, budget_mib, mixed) in cases {
+    for (input, budget_mib, spills) in cases {
         let budget = budget_mib << 20;
         let share = budget - (budget / 4).min(4 << 20);
         let opts = ConvertOptions {
@@ -276,16 +285,17 @@ fn runs_held_in_memory_make_the_bytes_of_spilled_runs_within_the_budget() {
             held.entries_written < held.entries_read,
             "no repeated entries"
         );
-        if mixed {
-            assert!(
-                held.runs_spilled > 0 && held.runs_spilled < held.runs,
-                "{what}: {} of {} runs spilled",
-                held.runs_spilled,
-                held.runs
-            );
-        } else {
-            assert_eq!(held.runs_spilled, 0, "{what}: {} runs", held.runs);
-        }
+        let spilled_some = held.runs_spilled > 0 && held.runs_spilled < held.runs;
+        let expected = match spills {
+            0 => held.runs_spilled == 0,
+            1 => spilled_some,
+            _ => held.runs_spilled == held.runs,
+        };
+        assert!(
+            expected,
+            "{what}: {} of {} runs spilled",
+            held.runs_spilled, held.runs
+        );
         let (a, b) = (
             std::fs::read(&held_out).unwrap(),
             std::fs::read(&spilled_out).unwrap(),
