@@ -398,6 +398,7 @@ fn run_job(job: &str, args: &[String]) {
             let report = convert(Path::new(&args[0]), Path::new(&args[1]), &opts, &NoProgress)
                 .expect("convert");
             eprintln!("runs={}", report.runs);
+            eprintln!("runs_spilled={}", report.runs_spilled);
             eprintln!("merge_rounds={}", report.merge_rounds);
             report.entries_read
         }

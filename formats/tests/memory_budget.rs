@@ -205,3 +205,108 @@ fn entries_of(path: &Path) -> Vec<(Vec<usize>, f64)> {
         .for_each(|(c, v)| out.push((c, Value::to_f64(v)))));
     out
 }
+
+/// Sorted runs the budget holds in memory (`runs::Hold`) make the same file, byte for byte,
+/// as the same runs written to disk and read back (`ConvertOptions::spill_runs`), within the
+/// budget: at 16 MiB a 12 MB input is held whole in runs made smaller for it
+/// (`Hold::plan`), a 16 MB one is not held at all (it would not fit), and one of 700k
+/// entries whose first lines are long (so that the estimate at the first run falls short)
+/// fills the room for held runs part way through, the rest spilled; at 32 MiB the 16 MB
+/// input is held whole in runs of the usual size. With repeated coordinates, whose values
+/// are summed in input order across held and spilled runs.
+#[test]
+fn runs_held_in_memory_make_the_bytes_of_spilled_runs_within_the_budget() {
+    let _one = COUNTED.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let write = |name: &str, entries: usize, long: usize| {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = |m: u64| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (x >> 33) % m + 1
+        };
+        let mut s = String::with_capacity(entries * 24);
+        let _ = writeln!(s, "# dims 300 300 300");
+        for _ in 0..entries {
+            // 27 M coordinates: about one entry in 40 repeats an earlier one.
+            let (i, j, k) = (next(300), next(300), next(300));
+            if s.len() < long {
+                let _ = writeln!(s, "{i} {j} {k} {}.{}000000000000000000", next(9), next(999));
+            } else {
+                let _ = writeln!(s, "{i} {j} {k} {}", next(9));
+            }
+        }
+        let path = d.join(name);
+        std::fs::write(&path, s).unwrap();
+        path
+    };
+    let smaller = write("520k.tns", 520_000, usize::MAX);
+    let larger = write("700k.tns", 700_000, usize::MAX);
+    let uneven = write("uneven.tns", 700_000, 6 << 20);
+    // (input, budget, runs spilled: none, some or all)
+    let (none, some, all) = (0, 1, 2);
+    let cases = [
+        (&smaller, 16usize, none),
+        (&larger, 16, all),
+        (&uneven, 16, some),
+        (&larger, 32, none),
+    ];
+    for (input, budget_mib, spills) in cases {
+        let budget = budget_mib << 20;
+        let share = budget - (budget / 4).min(4 << 20);
+        let opts = ConvertOptions {
+            memory: budget,
+            ..ConvertOptions::default()
+        };
+        let held_out = d.join("held.tcs");
+        let before = LIVE.load(Ordering::Relaxed);
+        PEAK.store(before, Ordering::Relaxed);
+        tessera_formats::convert::reset_mapped_peak();
+        let held = convert(input, &held_out, &opts, &NoProgress).unwrap();
+        let peak = PEAK.load(Ordering::Relaxed) - before + tessera_formats::convert::mapped_peak();
+        let what = format!("{} at {budget_mib} MiB", input.display());
+        assert!(
+            peak <= share,
+            "{what}: the converter's buffers peaked at {:.1} MiB",
+            peak as f64 / (1 << 20) as f64
+        );
+        let spill = ConvertOptions {
+            spill_runs: true,
+            ..opts.clone()
+        };
+        let spilled_out = d.join("spilled.tcs");
+        let spilled = convert(input, &spilled_out, &spill, &NoProgress).unwrap();
+        assert_eq!(spilled.runs_spilled, spilled.runs, "{what}");
+        assert_eq!(held.runs, spilled.runs, "{what}");
+        assert!(held.runs >= 2, "{what}: {} runs", held.runs);
+        assert!(
+            held.entries_written < held.entries_read,
+            "no repeated entries"
+        );
+        let spilled_some = held.runs_spilled > 0 && held.runs_spilled < held.runs;
+        let expected = match spills {
+            0 => held.runs_spilled == 0,
+            1 => spilled_some,
+            _ => held.runs_spilled == held.runs,
+        };
+        assert!(
+            expected,
+            "{what}: {} of {} runs spilled",
+            held.runs_spilled, held.runs
+        );
+        let (a, b) = (
+            std::fs::read(&held_out).unwrap(),
+            std::fs::read(&spilled_out).unwrap(),
+        );
+        assert!(a == b, "{what}: held and spilled runs differ");
+        eprintln!(
+            "{what}: {} runs, {} spilled, peak {:.1} MiB of {:.1}",
+            held.runs,
+            held.runs_spilled,
+            peak as f64 / (1 << 20) as f64,
+            share as f64 / (1 << 20) as f64
+        );
+    }
+}

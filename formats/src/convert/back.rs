@@ -89,6 +89,7 @@ fn write_text<V: Value, I: Index>(
         dims,
         presorted: true,
         runs: 0,
+        runs_spilled: 0,
         merge_rounds: 0,
         output_bytes: bytes,
     })
@@ -168,6 +169,7 @@ pub(crate) fn text_to_text(
         dims,
         presorted: true,
         runs: 0,
+        runs_spilled: 0,
         merge_rounds: 0,
         output_bytes: bytes,
     })

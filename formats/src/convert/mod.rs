@@ -11,9 +11,12 @@
 //! passes (§4.3) are kept only where dense level sizes are needed before the first entry and
 //! the file declares no dimensions (pass one, `scan`, counts; pass two, `build`, writes at
 //! computed offsets). Input found out of order falls back to an external merge sort
-//! (`runs`): sorted runs in temporary files within the memory budget, merged k ways (in
-//! several rounds if there are more runs than buffers); a run whose keys pack into 64 bits
-//! is stored as its sorted (packed key, value) pairs, and when the file declares dimensions
+//! (`runs`): sorted runs within the memory budget, merged k ways (in several rounds if
+//! there are more runs than buffers); a run whose keys pack into 64 bits is kept as its
+//! sorted (packed key, value) pairs, *in memory* while the budget has room for it beside the
+//! run buffer and the parser (`runs::Hold`; an input whose pairs would fit that room is cut
+//! into smaller runs so that all of it does), otherwise in a temporary file; the final
+//! merge has the budget less the held runs. When the file declares dimensions
 //! whose fields fit 64 bits, the parse workers pack every key as they parse it (no pass
 //! over the run packs them, and the thread that collects the run only copies pairs). For the formats the block packer
 //! handles, the final merge is cut into key ranges (`runs::Ranges`: every run's lower bounds
@@ -111,6 +114,9 @@ pub struct ConvertOptions {
     pub run_entries: Option<usize>,
     /// Runs merged at once, overriding the budget (tests force merge rounds with this).
     pub fan_in: Option<usize>,
+    /// Writes every sorted run to a temporary file, even those the budget would hold in
+    /// memory (tests compare the two with this; the budget is shared out the same way).
+    pub spill_runs: bool,
     /// Sync the output to disk before renaming it into place (`fsync`; off by default, as
     /// `cp`, SciPy and TACO do: the output is derived from an input that still exists, and
     /// its checksums reject one that a crash left incomplete). Syncing bounds a conversion
@@ -130,6 +136,7 @@ impl Default for ConvertOptions {
             force_external_sort: false,
             run_entries: None,
             fan_in: None,
+            spill_runs: false,
             sync: false,
         }
     }
@@ -148,6 +155,8 @@ pub struct ConvertReport {
     pub presorted: bool,
     /// Number of sorted runs the external sort made (0 when presorted).
     pub runs: usize,
+    /// Of these, the runs written to temporary files (the others stayed in memory).
+    pub runs_spilled: usize,
     /// Merge rounds before the final merge.
     pub merge_rounds: usize,
     /// Bytes of the output file.
@@ -297,6 +306,7 @@ pub fn text_to_tcs(
                     dims: source.dims(),
                     presorted: true,
                     runs: 0,
+                    runs_spilled: 0,
                     merge_rounds: 0,
                     output_bytes: out.bytes,
                 })
@@ -335,6 +345,7 @@ pub fn text_to_tcs(
                 dims: s.dims,
                 presorted: true,
                 runs: 0,
+                runs_spilled: 0,
                 merge_rounds: 0,
                 output_bytes: out.bytes,
             })
@@ -375,6 +386,7 @@ fn fast<S: LineSyntax>(
                 dims: d.dims,
                 presorted: true,
                 runs: 0,
+                runs_spilled: 0,
                 merge_rounds: 0,
                 output_bytes: d.bytes,
             }),
@@ -401,6 +413,11 @@ fn sort_and_build(
 ) -> Result<ConvertReport> {
     let sorted = runs::sort_runs(input, format, opts, temp_parent, progress)?;
     let mut source = sorted.source;
+    // The runs held in memory take their part of the budget from the final merge's.
+    let opts = &ConvertOptions {
+        memory: opts.memory - sorted.held_bytes,
+        ..opts.clone()
+    };
     if stitch::supports(format) {
         let text = stitch::Input {
             path: input.to_path_buf(),
@@ -418,6 +435,7 @@ fn sort_and_build(
             dims: sorted.dims,
             presorted: false,
             runs: sorted.runs,
+            runs_spilled: sorted.spilled,
             merge_rounds: sorted.merge_rounds,
             output_bytes: out.bytes,
         });
@@ -439,6 +457,7 @@ fn sort_and_build(
         dims: sorted.dims,
         presorted: false,
         runs: sorted.runs,
+        runs_spilled: sorted.spilled,
         merge_rounds: sorted.merge_rounds,
         output_bytes: out.bytes,
     })

@@ -1,6 +1,7 @@
 //! External merge sort of text input into storage order: sorted runs within the memory budget,
-//! written to temporary files, then merged k ways (in rounds when there are more runs than the
-//! budget has read buffers for).
+//! held in memory while the budget has room for them (see [`Hold`]) and written to temporary
+//! files past that, then merged k ways (in rounds when there are more runs than the budget has
+//! read buffers for).
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -19,6 +20,10 @@ pub(crate) struct Sorted {
     pub dims: Vec<u64>,
     pub entries: u64,
     pub runs: usize,
+    /// Runs written to disk (the others were held in memory).
+    pub spilled: usize,
+    /// Bytes of the runs held in memory: the final merge has the budget less these.
+    pub held_bytes: usize,
     pub merge_rounds: usize,
 }
 
@@ -44,7 +49,7 @@ pub(crate) fn sort_runs(
     // takes a scratch half its size, the parser's blocks in flight an eighth (see
     // `chunks`), and the rest is left to the process and to what the allocator keeps.
     let run_bytes = (opts.memory / 4).max(64 << 10);
-    let cap = opts
+    let mut cap = opts
         .run_entries
         .unwrap_or(run_bytes / per_entry)
         .clamp(1, u32::MAX as usize);
@@ -71,6 +76,8 @@ pub(crate) fn sort_runs(
     };
     let mut runs = Vec::new();
     let threads = crate::chunks::parse_threads();
+    let mut hold = Hold::new(opts, rank, packed.is_some());
+    let mut first_spill = true;
     let mut chunk = Chunk::default();
     let mut max = vec![0u64; rank];
     let mut entries = 0u64;
@@ -86,6 +93,16 @@ pub(crate) fn sort_runs(
             run.append(&chunk, at..at + take, order);
             at += take;
             if run.len() == cap {
+                if std::mem::take(&mut first_spill) && opts.run_entries.is_none() {
+                    // Entries of the whole file, estimated from those read so far.
+                    let read = (entries + at as u64) as f64;
+                    let share = reader.total_bytes() as f64 / reader.bytes_read().max(1) as f64;
+                    if let Some(smaller) = hold.plan(cap, (read * share) as usize) {
+                        cap = smaller;
+                    }
+                }
+                // The buffer still has its capacity of before (it shrinks below).
+                let keep = hold.take(run.len(), run.recs.capacity() / (rank + 1));
                 let spilled = run.spill(
                     temp.path(),
                     runs.len(),
@@ -93,8 +110,11 @@ pub(crate) fn sort_runs(
                     input,
                     format,
                     opts.duplicates,
+                    keep,
                 )?;
                 runs.extend(spilled);
+                // Smaller runs from now on (see `Hold::plan`): the buffer gives back the rest.
+                run.recs.shrink_to(cap * (rank + 1));
             }
         }
         entries += chunk.len() as u64;
@@ -130,10 +150,13 @@ pub(crate) fn sort_runs(
             dims,
             entries,
             runs: usize::from(n > 0),
+            spilled: 0,
+            held_bytes: 0,
             merge_rounds: 0,
         });
     }
     if run.len() > 0 {
+        let keep = hold.take(run.len(), run.recs.capacity() / (rank + 1));
         let spilled = run.spill(
             temp.path(),
             runs.len(),
@@ -141,6 +164,7 @@ pub(crate) fn sort_runs(
             input,
             format,
             opts.duplicates,
+            keep,
         )?;
         runs.extend(spilled);
     }
@@ -155,6 +179,7 @@ pub(crate) fn sort_runs(
         None => final_fan_in(opts.memory, threads, super::stitch::supports(format)).max(fan_in),
     };
     let run_count = runs.len();
+    let spilled = runs.iter().filter(|r| r.held.is_none()).count();
     let mut merge_rounds = 0;
     let mut next_id = runs.len();
     while runs.len() > final_fan_in {
@@ -187,6 +212,7 @@ pub(crate) fn sort_runs(
                 path,
                 narrow,
                 packed: None,
+                held: None,
             });
             super::tick(progress, ((g + 1) * fan_in) as u64)?;
         }
@@ -207,8 +233,104 @@ pub(crate) fn sort_runs(
         dims,
         entries,
         runs: run_count,
+        spilled,
+        held_bytes: hold.held,
         merge_rounds,
     })
+}
+
+/// How much of the budget sorted runs may take in memory instead of files. Writing a run
+/// and reading it back costs the kernel more than the run's bytes suggest (page-cache
+/// pages allocated, filled, written back or freed: on the bench's 263 MB unsorted `.tns`
+/// at 256 MiB, about as much system time as the whole conversion's user time), so runs
+/// stay in memory (16 bytes an entry, as (packed key, value) pairs) while they fit, and
+/// only those past the limit are spilled. While runs are collected, the budget holds the
+/// run buffer, the sort's scratch beside it (if any), the parser's blocks in flight (an
+/// eighth, see `chunks`) and the held runs; the final merge then has the budget less the
+/// held runs (`Sorted::held_bytes`), at least a quarter of it.
+struct Hold {
+    /// The working budget.
+    memory: usize,
+    /// Bytes of an entry in the run buffer, and of the sort's scratch beside it.
+    per_entry: usize,
+    /// Bytes they take (16 a pair).
+    held: usize,
+    /// Write runs to disk even when held (`ConvertOptions::spill_runs`): the same
+    /// accounting, so the same final merge, with the runs read back from files.
+    to_disk: bool,
+    /// No run is held: the input will not fit (see [`Hold::plan`]).
+    off: bool,
+}
+
+impl Hold {
+    /// `packed`: the parse workers pack the keys into pairs (see `sort_runs`).
+    fn new(opts: &ConvertOptions, rank: usize, packed: bool) -> Self {
+        // A run's sort takes scratch beside the buffer for pairs of ranks below 3 (a
+        // buffer of pairs of its own, `radix_sort_own_scratch`; ranks of 3 and more sort
+        // in the room behind the pairs) and, for records whose keys do not pack, half the
+        // records (the stable sort's).
+        let record = 8 * (rank + 1);
+        let own = if rank < 3 { 16 } else { 0 };
+        let scratch = if packed { own } else { own.max(record / 2) };
+        Hold {
+            memory: opts.memory,
+            per_entry: record + scratch,
+            held: 0,
+            to_disk: opts.spill_runs,
+            off: false,
+        }
+    }
+
+    /// Bytes the run buffer, its sort's scratch and the held runs may take while runs are
+    /// collected: the budget less the parser's blocks in flight (an eighth) and a 16th for
+    /// the rest (the chunk being copied, the process's own).
+    fn collecting(&self) -> usize {
+        self.memory - self.memory / 8 - self.memory / 16
+    }
+
+    /// Bytes the held runs may take beside a run buffer of `cap` entries: what collecting
+    /// leaves them, and at most three quarters of the budget (the final merge's at least a
+    /// quarter).
+    fn limit(&self, cap: usize) -> usize {
+        if self.off {
+            return 0;
+        }
+        (self.collecting())
+            .saturating_sub(cap * self.per_entry)
+            .min(self.memory / 4 * 3)
+    }
+
+    /// Whether the runs of a buffer of `n` entries (of a run buffer of `cap`) stay in
+    /// memory; they are counted as held when they fit, even when `to_disk`.
+    fn take(&mut self, n: usize, cap: usize) -> bool {
+        let bytes = n * 16;
+        if self.held + bytes > self.limit(cap) {
+            return false;
+        }
+        self.held += bytes;
+        !self.to_disk
+    }
+
+    /// Decides, at the first full run buffer of `cap` entries, from an estimate of the
+    /// input's `entries`, whether runs are held: all of them (with a 32nd to spare) fit
+    /// beside this buffer, or beside a smaller one of at least a quarter of `cap` (the
+    /// size returned, for the runs from now on), or else none is held and every run is
+    /// spilled as before. Holding only part of a large input saves little of its spill
+    /// but takes that part from the final merge's budget: on a 2.1 GB unsorted `.tns` at
+    /// 256 MiB, 10 of 88 runs held made the conversion slower (31.1 s against 27.6 s, one
+    /// run each under load).
+    fn plan(&mut self, cap: usize, entries: usize) -> Option<usize> {
+        let bytes = (entries + entries / 32) * 16;
+        if bytes <= self.limit(cap) {
+            return None;
+        }
+        let smaller = self.collecting().saturating_sub(bytes) / self.per_entry;
+        if bytes > self.limit(0) || smaller < cap / 4 {
+            self.off = true;
+            return None;
+        }
+        Some(smaller)
+    }
 }
 
 /// Runs the final merge takes at once. A merge round is a whole serial pass over the data
@@ -248,6 +370,9 @@ pub(crate) struct Run {
     /// Records are (packed key, value) pairs, the key's fields of these bits (see
     /// [`sort_pairs`]).
     packed: Option<Vec<u32>>,
+    /// The run's sorted pairs, when the budget held it in memory (see [`Hold`]): no file
+    /// was written, and `path` names none.
+    held: Option<Box<[[u64; 2]]>>,
 }
 
 impl Run {
@@ -346,6 +471,9 @@ impl RunBuffer {
     /// Duplicates are *not* summed here: a run's partial sums would group the additions by
     /// run, and runs depend on the memory budget and the thread count. They are summed once,
     /// in input order, by the final merge (see [`merge`]).
+    ///
+    /// With `keep`, runs of (packed key, value) pairs are held in memory instead of written
+    /// (see [`Hold`]); runs of records always go to files.
     #[allow(clippy::too_many_arguments)]
     fn spill(
         &mut self,
@@ -355,10 +483,11 @@ impl RunBuffer {
         input: &Path,
         format: &Format,
         duplicates: Duplicates,
+        keep: bool,
     ) -> Result<Vec<Run>> {
         if let Some(bits) = self.packed.clone() {
             let at = (dir, first_id, pieces);
-            return self.spill_pairs(&bits, at, (input, format, duplicates));
+            return self.spill_pairs(&bits, at, (input, format, duplicates), keep);
         }
         let stride = self.rank + 1;
         let per_piece = self.len().div_ceil(pieces.max(1)).max(1) * stride;
@@ -374,7 +503,8 @@ impl RunBuffer {
                         if let Some(bits) = sort_pairs(piece, rank) {
                             let n = piece.len() / (rank + 1);
                             let pairs = bytemuck::cast_slice(&piece[..2 * n]);
-                            return write_pairs(pairs, &bits, &path, (input, format, duplicates));
+                            let check = (input, format, duplicates);
+                            return write_pairs(pairs, &bits, &path, check, keep);
                         }
                         sort_records(piece, rank);
                         if duplicates == Duplicates::Error {
@@ -391,6 +521,7 @@ impl RunBuffer {
                             path,
                             narrow,
                             packed: None,
+                            held: None,
                         })
                     })
                 })
@@ -408,6 +539,7 @@ impl RunBuffer {
         bits: &[u32],
         (dir, first_id, pieces): (&Path, usize, usize),
         check: (&Path, &Format, Duplicates),
+        keep: bool,
     ) -> Result<Vec<Run>> {
         let n = self.len();
         let per_piece = n.div_ceil(pieces.max(1)).max(1);
@@ -434,7 +566,7 @@ impl RunBuffer {
                             Some(s) => radix_sort_pairs(piece, s, total),
                             None => radix_sort_own_scratch(piece, total),
                         }
-                        write_pairs(piece, bits, &path, check)
+                        write_pairs(piece, bits, &path, check, keep)
                     })
                 })
                 .collect();
@@ -477,12 +609,14 @@ fn radix_sort_own_scratch(pairs: &mut [[u64; 2]], bits: u32) {
 }
 
 /// Writes sorted `pairs` (see [`sort_pairs`]) as a run file of pairs, as they lie in
-/// memory; rejects repeated keys when asked to.
+/// memory, or with `keep` holds a copy of them in memory instead; rejects repeated keys
+/// when asked to.
 fn write_pairs(
     pairs: &[[u64; 2]],
     bits: &[u32],
     path: &Path,
     (input, format, duplicates): (&Path, &Format, Duplicates),
+    keep: bool,
 ) -> Result<Run> {
     let rank = bits.len();
     if duplicates == Duplicates::Error {
@@ -492,13 +626,19 @@ fn write_pairs(
             return Err(duplicate_error(input, format, &key));
         }
     }
-    let mut out = File::create(path).map_err(|e| Error::io(path, e))?;
-    out.write_all(bytemuck::cast_slice(pairs))
-        .map_err(|e| Error::io(path, e))?;
+    let held = if keep {
+        Some(Box::from(pairs))
+    } else {
+        let mut out = File::create(path).map_err(|e| Error::io(path, e))?;
+        out.write_all(bytemuck::cast_slice(pairs))
+            .map_err(|e| Error::io(path, e))?;
+        None
+    };
     Ok(Run {
         path: path.to_path_buf(),
         narrow: bits.iter().all(|&b| b <= 32),
         packed: Some(bits.to_vec()),
+        held,
     })
 }
 
@@ -859,10 +999,10 @@ impl RunWriter {
     }
 }
 
-/// Reads one run's records (or a section of them) in order.
-struct RunReader {
+/// Reads one run's records (or a section of them) in order, from its file or from memory.
+struct RunReader<'a> {
     path: PathBuf,
-    input: BufReader<std::io::Take<File>>,
+    input: BufReader<std::io::Take<Box<dyn Read + 'a>>>,
     record: Vec<u8>,
     key: Vec<u64>,
     /// A narrow key of up to 4 coordinates as one number, ordered as the key.
@@ -872,20 +1012,33 @@ struct RunReader {
     packing: Option<Vec<u32>>,
 }
 
-impl RunReader {
+impl<'a> RunReader<'a> {
     /// Reads records `section` of `run` (all of them when `None`).
-    fn open(run: &Run, rank: usize, buffer: usize, section: Option<Range<u64>>) -> Result<Self> {
+    fn open(run: &'a Run, rank: usize, buffer: usize, section: Option<Range<u64>>) -> Result<Self> {
         use std::io::{Seek, SeekFrom};
         let path = &run.path;
-        let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
         let rec = run.record_bytes(rank) as u64;
-        let (f, buffer) = match section {
-            None => (f.take(u64::MAX), buffer),
-            Some(s) => {
-                f.seek(SeekFrom::Start(s.start * rec))
+        let start = section.as_ref().map_or(0, |s| s.start * rec);
+        let source: Box<dyn Read + 'a> = match &run.held {
+            Some(pairs) => {
+                let bytes: &[u8] = bytemuck::cast_slice(pairs);
+                Box::new(&bytes[start as usize..])
+            }
+            None => {
+                let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
+                f.seek(SeekFrom::Start(start))
                     .map_err(|e| Error::io(path, e))?;
+                Box::new(f)
+            }
+        };
+        let (f, buffer) = match section {
+            None => (source.take(u64::MAX), buffer),
+            Some(s) => {
                 let bytes = (s.end - s.start) * rec;
-                (f.take(bytes), buffer.min(bytes as usize).max(rec as usize))
+                (
+                    source.take(bytes),
+                    buffer.min(bytes as usize).max(rec as usize),
+                )
             }
         };
         Ok(RunReader {
@@ -1018,7 +1171,7 @@ fn merge_sections(
 /// played there, so replacing the winner replays only its path to the root, one comparison
 /// per level (a binary heap's sift-down makes two).
 fn merge_heap(
-    mut readers: Vec<RunReader>,
+    mut readers: Vec<RunReader<'_>>,
     f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
     less: impl Fn(&[RunReader], usize, usize) -> bool + Copy,
 ) -> Result<()> {
@@ -1086,8 +1239,8 @@ pub(crate) struct MergeSource {
     packing: Option<Vec<u32>>,
     /// The runs' files, opened at the first in-memory range merge and read by every later
     /// one (positioned reads, so the workers share them): one `open` per run and range cost
-    /// 10 000 opens of a 64 MB file at 16 MiB.
-    files: std::sync::OnceLock<Vec<File>>,
+    /// 10 000 opens of a 64 MB file at 16 MiB. `None` for a run held in memory.
+    files: std::sync::OnceLock<Vec<Option<File>>>,
     /// Removed (with the runs) when the source is dropped, on success or failure.
     _temp: tempfile::TempDir,
 }
@@ -1140,10 +1293,11 @@ impl Ranges {
     }
 }
 
-/// A run file opened for positioned reads of single keys (binary searches).
+/// A run file opened for positioned reads of single keys (binary searches); a run held in
+/// memory has no file and is read where it lies.
 struct RunFile<'a> {
     run: &'a Run,
-    file: File,
+    file: Option<File>,
     rank: usize,
     records: u64,
     /// Keys read by [`RunFile::sample`], by position: they narrow every later search.
@@ -1163,8 +1317,14 @@ const SCAN_CHUNK: u64 = 4096;
 
 impl<'a> RunFile<'a> {
     fn open(run: &'a Run, rank: usize) -> Result<Self> {
-        let file = File::open(&run.path).map_err(|e| Error::io(&run.path, e))?;
-        let len = file.metadata().map_err(|e| Error::io(&run.path, e))?.len();
+        let (file, len) = match &run.held {
+            Some(pairs) => (None, (pairs.len() * 16) as u64),
+            None => {
+                let file = File::open(&run.path).map_err(|e| Error::io(&run.path, e))?;
+                let len = file.metadata().map_err(|e| Error::io(&run.path, e))?.len();
+                (Some(file), len)
+            }
+        };
         Ok(RunFile {
             records: len / run.record_bytes(rank) as u64,
             run,
@@ -1218,9 +1378,13 @@ impl<'a> RunFile<'a> {
     fn read(&self, range: Range<u64>) -> Result<Vec<u8>> {
         use std::os::unix::fs::FileExt;
         let rec = self.run.record_bytes(self.rank) as u64;
-        let mut bytes = vec![0u8; (rec * (range.end - range.start)) as usize];
-        self.file
-            .read_exact_at(&mut bytes, range.start * rec)
+        let (from, to) = (range.start * rec, range.end * rec);
+        let Some(file) = &self.file else {
+            let pairs: &[u8] = bytemuck::cast_slice(self.run.held.as_deref().unwrap_or(&[]));
+            return Ok(pairs[from as usize..to as usize].to_vec());
+        };
+        let mut bytes = vec![0u8; (to - from) as usize];
+        file.read_exact_at(&mut bytes, from)
             .map_err(|e| Error::io(&self.run.path, e))?;
         Ok(bytes)
     }
@@ -1466,14 +1630,19 @@ impl MergeSource {
     }
 
     /// The runs' files (see [`MergeSource::files`]), opened at the first call.
-    fn files(&self) -> Result<&[File]> {
+    fn files(&self) -> Result<&[Option<File>]> {
         if let Some(files) = self.files.get() {
             return Ok(files);
         }
         let opened = self
             .runs
             .iter()
-            .map(|r| File::open(&r.path).map_err(|e| Error::io(&r.path, e)))
+            .map(|r| match r.held {
+                Some(_) => Ok(None),
+                None => File::open(&r.path)
+                    .map(Some)
+                    .map_err(|e| Error::io(&r.path, e)),
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(self.files.get_or_init(|| opened))
     }
@@ -1504,7 +1673,7 @@ impl MergeSource {
             }
             let mut bounds = vec![0];
             for (r, run) in self.runs.iter().enumerate() {
-                let file = &self.files()?[r];
+                let file = self.files()?[r].as_ref();
                 let (at, len) = (bounds[r], (hi[r] - lo[r]) as usize);
                 let section = &mut pairs[at..at + len];
                 read_packed(run, file, self.rank, lo[r], bits, chunk, raw, section)?;
@@ -1681,12 +1850,13 @@ fn packing(level_max: &[u64]) -> Option<Vec<u32>> {
 }
 
 /// Reads records `from..from + out.len()` of `run` into `out` as (packed key, value bits),
-/// the keys packed by `bits`: a run of pairs packed alike is read straight into `out`;
-/// others are read `chunk` bytes at a time into `raw` and (re)packed.
+/// the keys packed by `bits`: a run of pairs packed alike is read straight into `out` (or
+/// copied, when held in memory); others are read `chunk` bytes at a time into `raw` and
+/// (re)packed. `file` is the run's, `None` when it is held.
 #[allow(clippy::too_many_arguments)]
 fn read_packed(
     run: &Run,
-    file: &File,
+    file: Option<&File>,
     rank: usize,
     from: u64,
     bits: &[u32],
@@ -1699,9 +1869,16 @@ fn read_packed(
         return Ok(());
     }
     let rec = run.record_bytes(rank);
-    let read = |buf: &mut [u8], at: u64| {
-        file.read_exact_at(buf, at * rec as u64)
-            .map_err(|e| Error::io(&run.path, e))
+    let read = |buf: &mut [u8], at: u64| match file {
+        Some(file) => file
+            .read_exact_at(buf, at * rec as u64)
+            .map_err(|e| Error::io(&run.path, e)),
+        None => {
+            let held: &[u8] = bytemuck::cast_slice(run.held.as_deref().unwrap_or(&[]));
+            let at = at as usize * rec;
+            buf.copy_from_slice(&held[at..at + buf.len()]);
+            Ok(())
+        }
     };
     if let Some(own) = &run.packed {
         read(bytemuck::cast_slice_mut(out), from)?;
