@@ -186,8 +186,9 @@ impl Launched {
             .filter(|a| a.privilege.writes() && !a.local)
     }
 
-    /// What every point left for the finish step, taken out.
-    pub(crate) fn take_outs(&self) -> Vec<PointOut> {
+    /// What every point left for the finish step, taken out (inline for a few points: a
+    /// reduction's finish step runs once per task, and a dot product has a point per thread).
+    pub(crate) fn take_outs(&self) -> smallvec::SmallVec<[PointOut; 4]> {
         self.outs
             .iter()
             .map(|o| std::mem::take(&mut *o.lock().unwrap_or_else(|e| e.into_inner())))

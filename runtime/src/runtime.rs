@@ -1896,8 +1896,9 @@ impl Inner {
     /// A plan's task and its point (and finish) nodes, not yet connected to anything; each
     /// store it uses holds a pending reference from now on.
     pub(crate) fn build_nodes(&self, t: Plan) -> Built {
-        let all: Vec<usize> = (0..t.domain.len()).collect();
-        self.build_nodes_at(t, &all, None)
+        let n = t.domain.len();
+        // A range, not a collected list of every point: no allocation per launch.
+        self.build_nodes_at(t, 0..n, None)
     }
 
     /// [`Inner::build_nodes`] for the points `mine` only (across ranks: this rank's shard).
@@ -1906,14 +1907,13 @@ impl Inner {
     pub(crate) fn build_nodes_at(
         &self,
         t: Plan,
-        mine: &[usize],
+        mine: impl ExactSizeIterator<Item = usize>,
         dist: Option<crate::replicate::finish::Dist>,
     ) -> Built {
         let task = self.launched(t, mine.len(), dist);
         task.mark_used();
         let points: NodeList = mine
-            .iter()
-            .map(|&p| {
+            .map(|p| {
                 Node::new(Work::Point {
                     task: task.clone(),
                     point: p,

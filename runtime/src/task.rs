@@ -133,8 +133,10 @@ impl ViewId {
 
 /// Inline capacities for a task's arguments, constraints and scalars: most tasks have a few,
 /// and the launcher and the issued task are built for every task (no allocation on that path).
+/// Four scalars: a CG or BiCGSTAB step takes a value and two futures (with two inline, each
+/// such task spilled its scalars to the heap when issued).
 pub(crate) type Args<T> = SmallVec<[T; 4]>;
-pub(crate) type Scalars = SmallVec<[ScalarArg; 2]>;
+pub(crate) type Scalars = SmallVec<[ScalarArg; 4]>;
 
 /// An issued task waiting in the window for analysis.
 pub(crate) struct Issued {
