@@ -13,7 +13,7 @@ use crate::future::Future;
 use crate::graph::{Completion, Node, NodeList, Work};
 use crate::launch::{LaunchArg, Launched};
 use crate::machine::Machine;
-use crate::partition::{Domain, Interner, Partition, PartitionId};
+use crate::partition::{Domain, Interner, Partition};
 use crate::rect::{Rect, MAX_DIMS};
 use crate::replicate::channel::Channel;
 use crate::solve_memo::{Probe, SolveInputs, SolveMemo, Solved};
@@ -1687,7 +1687,7 @@ impl Inner {
         &self,
         front: &mut Front,
         t: &Issued,
-    ) -> Result<(Domain, u64, Args<LaunchArg>, Args<Option<PartitionId>>)> {
+    ) -> Result<(Domain, u64, Args<LaunchArg>, crate::solver::Parts)> {
         for a in t
             .args
             .iter()
@@ -1695,7 +1695,8 @@ impl Inner {
         {
             self.wait_bound(&a.root, &t.name)?;
         }
-        let sargs: Args<SolverArg> = t
+        // Eight inline: SpMV has five arguments.
+        let sargs: SmallVec<[SolverArg; 8]> = t
             .args
             .iter()
             .map(|a| SolverArg {

@@ -56,8 +56,8 @@ const LATER_MAX: usize = 1024;
 /// (CG fuses at most three), so inline, not a list allocated per launch.
 pub(crate) type Taken = smallvec::SmallVec<[Box<Ready>; 8]>;
 
-/// The distinct stores of a task launched alone ([`pended`]): inline up to eight (SpMV has
-/// five), not a list allocated per launch.
+/// The distinct stores of a task launched alone ([`pended`]) or launched
+/// (`Launched::roots`): inline up to eight (SpMV has five), not a list allocated per launch.
 pub(crate) type Roots = smallvec::SmallVec<[Arc<StoreRoot>; 8]>;
 
 /// Task names remembered as beginning prefixes that made no temporary.
