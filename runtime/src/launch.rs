@@ -13,6 +13,7 @@ use crate::runtime::Shared;
 use crate::stats::Counters;
 use crate::store::{Bound, StoreRoot};
 use crate::task::{Args, Privilege, ScalarArg, Scalars, TaskBody};
+use crate::window::Roots;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -61,7 +62,7 @@ pub(crate) struct Launched {
     /// For a fused task: its sub-tasks and how their arguments map onto the task's.
     pub fused: Option<Arc<FusedShape>>,
     /// Distinct stores the task uses (each holds one pending reference until the task ends).
-    pub roots: Args<Arc<StoreRoot>>,
+    pub roots: Roots,
     pub remaining: AtomicUsize,
     /// What each point left for the finish step (empty when there is none).
     pub outs: Vec<Mutex<PointOut>>,
@@ -84,10 +85,8 @@ impl Launched {
 
     /// The distinct stores of `args`, each now holding one pending reference (given back when
     /// the task ends).
-    pub(crate) fn hold_roots<'a>(
-        args: impl Iterator<Item = &'a Arc<StoreRoot>>,
-    ) -> Args<Arc<StoreRoot>> {
-        let mut roots: Args<Arc<StoreRoot>> = Args::new();
+    pub(crate) fn hold_roots<'a>(args: impl Iterator<Item = &'a Arc<StoreRoot>>) -> Roots {
+        let mut roots = Roots::new();
         Launched::hold_roots_into(args, &mut roots);
         roots
     }
@@ -95,7 +94,7 @@ impl Launched {
     /// [`Launched::hold_roots`] into `roots` (empty).
     pub(crate) fn hold_roots_into<'a>(
         args: impl Iterator<Item = &'a Arc<StoreRoot>>,
-        roots: &mut Args<Arc<StoreRoot>>,
+        roots: &mut Roots,
     ) {
         for root in args {
             if !roots.iter().any(|r| Arc::ptr_eq(r, root)) {
@@ -186,8 +185,9 @@ impl Launched {
             .filter(|a| a.privilege.writes() && !a.local)
     }
 
-    /// What every point left for the finish step, taken out.
-    pub(crate) fn take_outs(&self) -> Vec<PointOut> {
+    /// What every point left for the finish step, taken out (inline for a few points: a
+    /// reduction's finish step runs once per task, and a dot product has a point per thread).
+    pub(crate) fn take_outs(&self) -> smallvec::SmallVec<[PointOut; 4]> {
         self.outs
             .iter()
             .map(|o| std::mem::take(&mut *o.lock().unwrap_or_else(|e| e.into_inner())))

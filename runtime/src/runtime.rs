@@ -13,7 +13,7 @@ use crate::future::Future;
 use crate::graph::{Completion, Node, NodeList, Work};
 use crate::launch::{LaunchArg, Launched};
 use crate::machine::Machine;
-use crate::partition::{Domain, Interner, Partition, PartitionId};
+use crate::partition::{Domain, Interner, Partition};
 use crate::rect::{Rect, MAX_DIMS};
 use crate::replicate::channel::Channel;
 use crate::solve_memo::{Probe, SolveInputs, SolveMemo, Solved};
@@ -1687,7 +1687,7 @@ impl Inner {
         &self,
         front: &mut Front,
         t: &Issued,
-    ) -> Result<(Domain, u64, Args<LaunchArg>, Args<Option<PartitionId>>)> {
+    ) -> Result<(Domain, u64, Args<LaunchArg>, crate::solver::Parts)> {
         for a in t
             .args
             .iter()
@@ -1695,7 +1695,8 @@ impl Inner {
         {
             self.wait_bound(&a.root, &t.name)?;
         }
-        let sargs: Args<SolverArg> = t
+        // Eight inline: SpMV has five arguments.
+        let sargs: SmallVec<[SolverArg; 8]> = t
             .args
             .iter()
             .map(|a| SolverArg {
@@ -1896,8 +1897,9 @@ impl Inner {
     /// A plan's task and its point (and finish) nodes, not yet connected to anything; each
     /// store it uses holds a pending reference from now on.
     pub(crate) fn build_nodes(&self, t: Plan) -> Built {
-        let all: Vec<usize> = (0..t.domain.len()).collect();
-        self.build_nodes_at(t, &all, None)
+        let n = t.domain.len();
+        // A range, not a collected list of every point: no allocation per launch.
+        self.build_nodes_at(t, 0..n, None)
     }
 
     /// [`Inner::build_nodes`] for the points `mine` only (across ranks: this rank's shard).
@@ -1906,14 +1908,13 @@ impl Inner {
     pub(crate) fn build_nodes_at(
         &self,
         t: Plan,
-        mine: &[usize],
+        mine: impl ExactSizeIterator<Item = usize>,
         dist: Option<crate::replicate::finish::Dist>,
     ) -> Built {
         let task = self.launched(t, mine.len(), dist);
         task.mark_used();
         let points: NodeList = mine
-            .iter()
-            .map(|&p| {
+            .map(|p| {
                 Node::new(Work::Point {
                     task: task.clone(),
                     point: p,

@@ -83,7 +83,8 @@ pub(crate) struct SolveInputs<'a> {
 /// argument's partitioning state.
 pub(crate) struct Probe {
     shape: u64,
-    now: Args<Partitioning>,
+    /// Eight inline, as `Issued::args`.
+    now: SmallVec<[Partitioning; 8]>,
     /// Read only when the lookup by store ids missed ([`SolveMemo::get`]).
     renamed: Option<Renamed>,
 }

@@ -12,7 +12,6 @@ use crate::partition::{Domain, ImageKey, Interner, Partition, PartitionId};
 use crate::rect::{Rect, MAX_DIMS};
 use crate::stats::Counters;
 use crate::store::StoreRoot;
-use crate::task::Args;
 use smallvec::SmallVec;
 use std::ops::Range;
 use std::sync::atomic::Ordering;
@@ -26,11 +25,15 @@ pub(crate) struct SolverArg<'a> {
     pub writes: bool,
 }
 
+/// Each argument's partition: eight inline (SpMV has five arguments; a partition id is
+/// small), since a solution's are cloned for every task solved or replayed from the memo.
+pub(crate) type Parts = SmallVec<[Option<PartitionId>; 8]>;
+
 /// The launch domain and each argument's partition (`None` for unbound outputs).
 #[derive(Clone)]
 pub(crate) struct Solution {
     pub domain: Domain,
-    pub parts: Args<Option<PartitionId>>,
+    pub parts: Parts,
     /// Classes that reused a key partition (counted again when the solution is replayed).
     pub reused: u64,
     /// Whether solving changed some store's key partitions: a replay then records them again

@@ -133,15 +133,20 @@ impl ViewId {
 
 /// Inline capacities for a task's arguments, constraints and scalars: most tasks have a few,
 /// and the launcher and the issued task are built for every task (no allocation on that path).
+/// Four scalars: a CG or BiCGSTAB step takes a value and two futures (with two inline, each
+/// such task spilled its scalars to the heap when issued).
 pub(crate) type Args<T> = SmallVec<[T; 4]>;
-pub(crate) type Scalars = SmallVec<[ScalarArg; 2]>;
+pub(crate) type Scalars = SmallVec<[ScalarArg; 4]>;
+/// A launcher's and an issued task's arguments: eight inline, since an argument is small
+/// (a store and its interned view) and SpMV over CSR has five (`y`, `pos`, `crd`, `vals`, `x`).
+pub(crate) type IssuedArgs = SmallVec<[IssuedArg; 8]>;
 
 /// An issued task waiting in the window for analysis.
 pub(crate) struct Issued {
     pub name: Arc<str>,
     pub body: TaskBody,
     pub kernel: Option<Arc<Elementwise>>,
-    pub args: Args<IssuedArg>,
+    pub args: IssuedArgs,
     pub constraints: Args<Constraint>,
     pub scalars: Scalars,
     pub domain: Option<Domain>,
@@ -268,7 +273,7 @@ pub(crate) struct LaunchSpec {
     pub task: std::result::Result<Registered, String>,
     /// Arguments as the issued task will hold them: a reference to the store's root, not an
     /// application handle.
-    pub args: Args<IssuedArg>,
+    pub args: IssuedArgs,
     pub constraints: Args<UserConstraint>,
     pub scalars: Scalars,
     pub domain: Option<Args<usize>>,

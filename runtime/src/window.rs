@@ -52,6 +52,14 @@ pub(crate) struct Window {
 /// [`Window::later`] is rebuilt from the tracer's held tasks past this many entries.
 const LATER_MAX: usize = 1024;
 
+/// A prefix taken out of the window to be launched ([`Window::take`]): a handful of tasks
+/// (CG fuses at most three), so inline, not a list allocated per launch.
+pub(crate) type Taken = smallvec::SmallVec<[Box<Ready>; 8]>;
+
+/// The distinct stores of a task launched alone ([`pended`]) or launched
+/// (`Launched::roots`): inline up to eight (SpMV has five), not a list allocated per launch.
+pub(crate) type Roots = smallvec::SmallVec<[Arc<StoreRoot>; 8]>;
+
 /// Task names remembered as beginning prefixes that made no temporary.
 const GAINLESS: usize = 8;
 
@@ -157,7 +165,7 @@ impl Window {
     /// stores made temporaries); the prefix starts afresh.
     // Boxed on purpose: a `Ready` is kilobytes and the launch moves the tasks (see `ready`).
     #[allow(clippy::vec_box)]
-    pub(crate) fn take(&mut self, n: usize, temporaries: bool) -> Vec<Box<Ready>> {
+    pub(crate) fn take(&mut self, n: usize, temporaries: bool) -> Taken {
         // What the next lone task of this name may expect (`predicted_gainless`): known only
         // for a prefix a later task ended, not one launched because a read or an idle worker
         // came (nor one launched at submit on this prediction).
@@ -251,8 +259,8 @@ pub(crate) fn named_in(later: &[u64], root: &Arc<StoreRoot>) -> bool {
 
 /// The stores a task that leaves the window named, once each: call [`unpend`] with them after
 /// the task is launched (whose nodes then hold their own references) or dropped.
-pub(crate) fn pended(t: &Issued) -> Vec<Arc<StoreRoot>> {
-    let mut roots: Vec<Arc<StoreRoot>> = Vec::with_capacity(t.args.len());
+pub(crate) fn pended(t: &Issued) -> Roots {
+    let mut roots = Roots::new();
     for a in &t.args {
         if !roots.iter().any(|r| Arc::ptr_eq(r, &a.root)) {
             roots.push(a.root.clone());
@@ -262,7 +270,7 @@ pub(crate) fn pended(t: &Issued) -> Vec<Arc<StoreRoot>> {
 }
 
 /// Drops the window's pending references of a task that left it (see [`Window::push`]).
-pub(crate) fn unpend(roots: Vec<Arc<StoreRoot>>) {
+pub(crate) fn unpend(roots: Roots) {
     for r in roots {
         r.pending_refs.fetch_sub(1, Ordering::AcqRel);
     }

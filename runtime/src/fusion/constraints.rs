@@ -331,12 +331,13 @@ impl Prefix {
         h.finish()
     }
 
-    /// The canonical form of the prefix with its temporary flags: the memo's key.
-    pub(crate) fn key(&self, temps: &[bool]) -> Vec<u64> {
-        let mut key = Vec::with_capacity(self.key.len() + 1 + temps.len());
+    /// The canonical form of the prefix with its temporary flags: the memo's key, written
+    /// into `key` (emptied first; the memo lends the same buffer for every lookup).
+    pub(crate) fn key_into(&self, temps: &[bool], key: &mut Vec<u64>) {
+        key.clear();
+        key.reserve(self.key.len() + 1 + temps.len());
         key.extend_from_slice(&self.key);
         key.push(u64::MAX);
         key.extend(temps.iter().map(|&t| t as u64));
-        key
     }
 }

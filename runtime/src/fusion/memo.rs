@@ -30,6 +30,9 @@ const CAPACITY: usize = 4096;
 #[derive(Default)]
 pub(crate) struct FusionMemo {
     map: HashMap<Vec<u64>, Arc<FusedShape>>,
+    /// The key of the latest lookup: one buffer for every lookup (a hit, the common case in
+    /// a loop, then allocates nothing; a miss stores a copy).
+    scratch: Vec<u64>,
 }
 
 impl FusionMemo {
@@ -74,11 +77,17 @@ pub(crate) fn fused_shape(
     let Some(memo) = memo else {
         return (Arc::new(build::shape(&ready[..n], local)), None);
     };
-    let key = w.prefix.key(&temps);
-    if let Some(shape) = memo.get(&key) {
-        return (shape, Some(true));
-    }
-    let shape = Arc::new(build::shape(&ready[..n], local));
-    memo.insert(key, shape.clone());
-    (shape, Some(false))
+    let mut key = std::mem::take(&mut memo.scratch);
+    w.prefix.key_into(&temps, &mut key);
+    let hit = memo.get(&key);
+    let r = match hit {
+        Some(shape) => (shape, Some(true)),
+        None => {
+            let shape = Arc::new(build::shape(&ready[..n], local));
+            memo.insert(key.clone(), shape.clone());
+            (shape, Some(false))
+        }
+    };
+    memo.scratch = key;
+    r
 }

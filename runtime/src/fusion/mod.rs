@@ -21,7 +21,7 @@ pub(crate) mod temporaries;
 pub(crate) use build::{FusedShape, SubShape};
 
 use crate::launch::LaunchArg;
-use crate::partition::{Domain, PartitionId};
+use crate::partition::Domain;
 use crate::task::{Args, Issued};
 
 /// A task solved ahead in the window: its launch domain and each argument's partition and
@@ -32,7 +32,7 @@ pub(crate) struct Ready {
     pub token: u64,
     pub args: Args<LaunchArg>,
     /// Each argument's partition (`None` for unbound outputs).
-    pub parts: Args<Option<PartitionId>>,
+    pub parts: crate::solver::Parts,
 }
 
 /// What the pass does with a window: fuse, and how.

@@ -47,7 +47,7 @@ impl Inner {
             owners: owners.clone(),
             folders: folders.clone(),
         };
-        let b = self.build_nodes_at(t, &mine, Some(dist));
+        let b = self.build_nodes_at(t, mine.iter().copied(), Some(dist));
         let task = b.task.clone();
         for s in &task.scalars {
             if let ScalarArg::Future(cell) = s {
