@@ -723,8 +723,8 @@ fn runtime(threads: usize, window: WindowPolicy, fusion: bool, memo: bool) -> Ru
 }
 
 /// [`runtime`] with automatic tracing on or off. Traced, the window is the runtime's default
-/// under tracing (a fixed window of one: released tasks run as issued, replayed traces are
-/// fused by the trace's own pass), so `window` is ignored.
+/// under tracing (the adaptive window, behind the tracer: released tasks are fused there,
+/// replayed traces by the trace's own pass), so `window` is ignored.
 fn runtime_traced(
     threads: usize,
     window: WindowPolicy,
@@ -1051,7 +1051,7 @@ fn main() {
 }
 
 /// Black-Scholes, CG and BiCGSTAB again with automatic tracing on (runtimes made afresh: the
-/// window is tracing's default, one, and replayed traces are fused by the trace's own pass),
+/// window is tracing's default, the adaptive one, and replayed traces are fused by the trace's own pass),
 /// fused+traced against unfused+traced and against `untraced` (the runs above: [bs, cg, bi])
 /// unfused. Skipped when `TESSERA_BENCH_TRACING=1` already traced the runs above.
 fn traced(

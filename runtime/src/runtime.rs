@@ -184,10 +184,10 @@ pub const DEFAULT_TRACING: bool = false;
 /// The most tasks the default, adaptive window holds (see [`RuntimeBuilder::adaptive_window`]):
 /// it grows only while the workers are busy and is launched as soon as one would go idle, so a
 /// task still starts as soon as a processor is free for it. The bound was chosen on the fusion
-/// bench (runtime/DESIGN.md, "Task fusion", window size). With automatic tracing on, the
-/// default is a fixed window of one (traces are found in a repeatable launch stream); across
-/// ranks, a fixed window of [`RANKS_WINDOW`] (an adaptive window's decisions depend on
-/// timing, and ranks must agree).
+/// bench (runtime/DESIGN.md, "Task fusion", window size). It is the default with automatic
+/// tracing on as well (behind the tracer: the tasks it releases); across ranks, a fixed window
+/// of [`RANKS_WINDOW`] (an adaptive window's decisions depend on timing, and ranks must
+/// agree).
 pub const DEFAULT_WINDOW: usize = 32;
 
 /// The default window across ranks: fixed, so that it is launched at the same points of the
@@ -275,7 +275,8 @@ impl RuntimeBuilder {
     /// `TESSERA_TRACING=0|1`): launched tasks are matched against repeated sequences found in
     /// the history, and a repeated sequence's dependences are replayed from a recording
     /// instead of analysed. While a candidate sequence still matches, its tasks are held back
-    /// (not started); a read, fence or future's `get` hands them back.
+    /// (not started); a read, fence or future's `get` hands them back. The tasks it hands on
+    /// go to the window (by default the adaptive one, as untraced), where they are fused.
     pub fn tracing(mut self, on: bool) -> Self {
         self.tracing = on;
         self
@@ -393,9 +394,9 @@ impl RuntimeBuilder {
             Some(WindowPolicy::Adaptive { max }) if ranks > 1 => WindowPolicy::Fixed(max),
             None if ranks > 1 => WindowPolicy::Fixed(RANKS_WINDOW),
             Some(p) => p,
-            // A trace is found in the stream of launched tasks: with automatic tracing on,
-            // keep that stream the issued one rather than one that depends on timing.
-            None if self.tracing => WindowPolicy::Fixed(1),
+            // With automatic tracing on too: the tracer is fed the issued stream, ahead of the
+            // window, so the traces found do not depend on the window; the tasks it releases
+            // (a chain longer than a trace) fuse as untraced (runtime/DESIGN.md, `tfuse`).
             None => WindowPolicy::Adaptive {
                 max: DEFAULT_WINDOW,
             },

@@ -590,3 +590,73 @@ fn a_pending_replay_s_error_is_reported_by_the_submit_its_streak_holds() {
         "round {k}: {e}"
     );
 }
+
+/// Tasks in [`long_chain`]: more than a trace holds (`MAX_TRACE` = 16), as Black-Scholes'
+/// 19, so the tracer never replays the chain and every task is released to the window.
+const LONG: usize = 20;
+
+/// `LONG` element-wise tasks `t_{k+1} = a_k t_k + b_k` from `x` to `y`, each with its own
+/// scalars (no two tokens of an iteration alike, so no trace is found inside the chain), over
+/// fresh intermediates dropped at the end of the iteration, then a read of `y` (the flush),
+/// `iterations` times. Values: exact binary fractions, every step in range.
+fn long_chain(rt: &Runtime, iterations: usize) -> (Vec<Vec<u64>>, Stats) {
+    let x = rt
+        .from_vec(&[N], (0..N).map(|i| i as f64 * 0.25 - 7.0).collect())
+        .unwrap();
+    let y = rt.create(DType::F64, &[N]).unwrap();
+    let mut reads = Vec::new();
+    for it in 0..iterations {
+        {
+            let mut prev: Option<Store> = None;
+            for k in 0..LONG {
+                let src = prev.as_ref().unwrap_or(&x);
+                let dst = if k + 1 == LONG {
+                    y.clone()
+                } else {
+                    rt.create(DType::F64, &[N]).unwrap()
+                };
+                let a = 0.5 + (k % 4) as f64 / 8.0;
+                let b = k as f64 / 4.0 - 1.0 + it as f64 / 16.0;
+                axpb(rt, "ew_axpb", src, &dst, a, b);
+                prev = Some(dst);
+            }
+        }
+        let v = rt.read::<f64>(&y).unwrap();
+        reads.push(v.into_iter().map(f64::to_bits).collect());
+    }
+    (reads, launched(rt))
+}
+
+/// With tracing on and no window asked for, a chain the tracer releases (longer than a trace)
+/// is fused by the window as it is untraced: the default window behind the tracer is the
+/// adaptive one, not a fixed window of one task (runtime/DESIGN.md, branch `tfuse`).
+#[test]
+fn a_chain_longer_than_a_trace_fuses_with_tracing_on_by_default() {
+    let iterations = 12;
+    let (want, _) = long_chain(&runtime(false, false), iterations);
+    // The default window, its hold for the next submit made long: under load a 100 µs hold
+    // can lapse between two submits, which only splits a chain (values are the same).
+    let rt = Runtime::builder()
+        .threads(2)
+        .min_piece_size(4)
+        .tracing(true)
+        .trace_sampling(4)
+        .window_hold(std::time::Duration::from_secs(10))
+        .build();
+    register(&rt).unwrap();
+    let (got, st) = long_chain(&rt, iterations);
+    let first = got.iter().zip(&want).position(|(a, b)| a != b);
+    assert_eq!(first, None, "first differing iteration: {st:?}");
+    let issued = (LONG * iterations) as u64;
+    assert!(st.tasks_issued >= issued, "{st:?}");
+    // Each iteration's chain is launched as a few fused tasks, its intermediates never made.
+    assert!(st.tasks_launched * 4 <= st.tasks_issued, "{st:?}");
+    assert!(
+        st.temporaries_eliminated >= ((LONG - 2) * iterations) as u64,
+        "{st:?}"
+    );
+    assert!(
+        st.bytes_allocated < (8 * N * LONG * iterations / 4) as u64,
+        "the intermediates are not allocated: {st:?}"
+    );
+}
