@@ -64,8 +64,12 @@ pub(crate) type Roots = smallvec::SmallVec<[Arc<StoreRoot>; 8]>;
 const GAINLESS: usize = 8;
 
 /// One prediction in this many holds the task anyway: a task launched at submit never ends a
-/// complete prefix, so without a re-check its name would stay "gainless" for good.
-const RECHECK: u32 = 16;
+/// complete prefix, so without a re-check its name would stay "gainless" for good. Prime: a
+/// chain whose tasks make `k` predictions each time it is issued (two `ew_axpb` in a row make
+/// two) would otherwise have every re-check land on the same task of the chain whenever `k`
+/// divides the period — with 16 and two predictions a chain, always on the second, whose
+/// re-check cannot fuse it with the first (already launched), so the chain stayed unfused.
+const RECHECK: u32 = 17;
 
 /// An `Arc`'s address, only compared: a task name is interned once per runtime and lives as
 /// long as its registration.
