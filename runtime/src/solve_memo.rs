@@ -265,34 +265,16 @@ impl SolveMemo {
     /// missed).
     pub(crate) fn insert(&mut self, probe: Probe, t: &SolveInputs, solved: Solved) {
         if let Some(r) = probe.renamed {
-            if self.renamed_len >= CAPACITY {
-                self.renamed.clear();
-                self.renamed_len = 0;
-            }
-            let bucket = self.renamed.entry(r.shape).or_default();
-            if bucket.len() >= PER_SHAPE {
-                bucket.remove(0);
-                self.renamed_len -= 1;
-            }
-            bucket.push(RenamedEntry {
+            let entry = RenamedEntry {
                 task: t.task.clone(),
                 args: r.args,
                 constraints: t.constraints.into(),
                 fixed: t.fixed,
                 solved: solved.clone(),
-            });
-            self.renamed_len += 1;
+            };
+            push_bounded(&mut self.renamed, &mut self.renamed_len, r.shape, entry);
         }
-        if self.len >= CAPACITY {
-            self.entries.clear();
-            self.len = 0;
-        }
-        let bucket = self.entries.entry(probe.shape).or_default();
-        if bucket.len() >= PER_SHAPE {
-            bucket.remove(0);
-            self.len -= 1;
-        }
-        bucket.push(Entry {
+        let entry = Entry {
             task: t.task.clone(),
             args: t
                 .args
@@ -308,7 +290,28 @@ impl SolveMemo {
             constraints: t.constraints.into(),
             fixed: t.fixed,
             solved,
-        });
-        self.len += 1;
+        };
+        push_bounded(&mut self.entries, &mut self.len, probe.shape, entry);
     }
+}
+
+/// Adds `entry` under `shape` to a memo map holding `len` entries: a full map is emptied, and
+/// a shape keeps its [`PER_SHAPE`] most recent entries.
+fn push_bounded<E>(
+    map: &mut HashMap<u64, SmallVec<[E; 1]>>,
+    len: &mut usize,
+    shape: u64,
+    entry: E,
+) {
+    if *len >= CAPACITY {
+        map.clear();
+        *len = 0;
+    }
+    let bucket = map.entry(shape).or_default();
+    if bucket.len() >= PER_SHAPE {
+        bucket.remove(0);
+        *len -= 1;
+    }
+    bucket.push(entry);
+    *len += 1;
 }
