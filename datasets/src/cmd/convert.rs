@@ -120,10 +120,13 @@ impl Args {
             "streamed".to_string()
         } else if r.presorted {
             "presorted, read once".to_string()
+        } else if r.runs_spilled == 0 {
+            // Every sorted run fitted `--memory`: no temporary file was written.
+            format!("sorted in memory: {} runs", r.runs)
         } else {
             format!(
-                "external sort: {} runs, {} extra merge rounds",
-                r.runs, r.merge_rounds
+                "external sort: {} runs ({} written to disk), {} extra merge rounds",
+                r.runs, r.runs_spilled, r.merge_rounds
             )
         };
         eprintln!(
