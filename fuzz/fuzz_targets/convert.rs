@@ -1,7 +1,7 @@
 //! Streaming conversion of arbitrary text to `.tcs` and back. Input is either raw bytes (as
 //! `.tns` or `.mtx`) or a structured tensor (`arbitrary`) written as `.tns`; options are
 //! chosen by the fuzzer, with tiny memory budgets, forced external sorts, many runs and merge
-//! rounds. A conversion either fails with an error, leaving no output and no temporary file,
+//! rounds, sorted runs held in memory or spilled. A conversion either fails with an error, leaving no output and no temporary file,
 //! or writes a file the validator accepts; converting that file back to text and again to
 //! `.tcs` gives the same tensor.
 #![no_main]
@@ -28,6 +28,8 @@ struct Input {
     force_external: bool,
     run_entries: Option<u8>,
     fan_in: Option<u8>,
+    /// Sorted runs written to disk even when they fit the budget (else held in memory).
+    spill_runs: bool,
 }
 
 fn format_string(bits: u8, rank: usize) -> Option<String> {
@@ -77,6 +79,7 @@ fuzz_target!(|input: Input| {
         run_entries: input.run_entries.map(|n| n as usize % 8 + 1),
         fan_in: input.fan_in.map(|n| n as usize % 4 + 2),
         sync: false,
+        spill_runs: input.spill_runs,
     };
     let out = scratch().join("c-out.tcs");
     let result = convert(&input_path, &out, &opts, &NoProgress);
