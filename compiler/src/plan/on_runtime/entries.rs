@@ -280,12 +280,17 @@ fn push_entries<V: Copy>(
         )));
     }
     for (e, &x) in vals.iter().enumerate() {
-        let at = coords[e * order..(e + 1) * order]
-            .iter()
-            .map(|&c| c as usize);
-        list.push((at.collect(), x));
+        list.push((entry_coords(coords, e, order), x));
     }
     Ok(())
+}
+
+/// Entry `e`'s coordinates from a flat array of `order` per entry.
+fn entry_coords(flat: &[u64], e: usize, order: usize) -> Vec<usize> {
+    flat[e * order..(e + 1) * order]
+        .iter()
+        .map(|&c| c as usize)
+        .collect()
 }
 
 /// The block of the entries in `range` of a dense first level (mode `first`): assembled over
@@ -387,12 +392,8 @@ fn decode<V: PlanValue>(
     let vals: Vec<V> = bytemuck::pod_collect_to_vec(vals);
     Ok((0..n)
         .map(|e| {
-            let c = coords[e * order..(e + 1) * order].iter();
-            (
-                [keys[2 * e], keys[2 * e + 1]],
-                c.map(|&c| c as usize).collect(),
-                vals[e],
-            )
+            let key = [keys[2 * e], keys[2 * e + 1]];
+            (key, entry_coords(&coords, e, order), vals[e])
         })
         .collect())
 }
