@@ -1121,6 +1121,81 @@ fn a_future_known_on_one_rank_only_flushes_the_window_alike() {
     assert_eq!(got[0].2, got[1].2, "the ranks launched alike");
 }
 
+/// Across ranks a prefix that a later task has ended is launched at that task's submit, not
+/// held until the window fills or the program flushes (nothing issued later could join it),
+/// unless holding may still make a store of it a temporary: then it waits for the flush, and
+/// the handle dropped meanwhile makes the temporary. The counts are the same on every rank
+/// (the agreement check is on).
+#[test]
+fn an_ended_prefix_launches_at_once_across_ranks_unless_it_may_gain_a_temporary() {
+    for ranks in [2, 4] {
+        let got = all_ok(on_ranks(ranks, 1, |rt| {
+            register_chain(rt)?;
+            rt.register("sum", |ctx| {
+                ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
+            })?;
+            let x = rt.from_vec(&[64], (0..64).map(|i| i as f64).collect())?;
+            let inc = |y: &tessera_runtime::Store| -> Result<tessera_runtime::Store> {
+                let next = rt.create(tessera_runtime::DType::F64, &[64])?;
+                rt.task("inc")
+                    .read(y)
+                    .write(&next)
+                    .align(y, &next)
+                    .submit()?;
+                Ok(next)
+            };
+            // A sum over three points: another launch domain, so it ends the chain's prefix.
+            let sum = |y: &tessera_runtime::Store| {
+                rt.task("sum")
+                    .read(y)
+                    .launch_domain(&[3])
+                    .submit_reduce(ReduceOp::Sum)
+            };
+            let before = rt.stats().tasks_launched;
+            // The intermediate's handle is gone when the sum ends the prefix: nothing to gain.
+            let y = {
+                let t = inc(&x)?;
+                inc(&t)?
+            };
+            let s = sum(&y)?;
+            let ended = rt.stats();
+            // Now the intermediate is alive when the sum comes: the prefix may still gain it.
+            let t = inc(&y)?;
+            let z = inc(&t)?;
+            let s2 = sum(&z)?;
+            let held = rt.stats();
+            drop(t);
+            let values = (s.get()?.as_f64(), s2.get()?.as_f64());
+            let after = rt.stats();
+            Ok((
+                ended.tasks_launched - before,
+                ended.temporaries_eliminated,
+                held.tasks_launched - before,
+                after.temporaries_eliminated,
+                values,
+            ))
+        }));
+        for (rank, g) in got.into_iter().enumerate() {
+            let (s, s2) = (2016.0 + 64.0 * 2.0, 2016.0 + 64.0 * 4.0);
+            assert_eq!(g.4, (s, s2), "rank {rank} of {ranks}");
+            assert_eq!(
+                (g.0, g.1),
+                (1, 1),
+                "rank {rank} of {ranks}: the ended chain launched at the sum's submit, with its temporary"
+            );
+            // The first sum went when the next chain's first task ended it; that chain waits.
+            assert_eq!(
+                g.2, 2,
+                "rank {rank} of {ranks}: a prefix that may gain a temporary is held to the flush"
+            );
+            assert_eq!(
+                g.3, 2,
+                "rank {rank} of {ranks}: the held prefix made its temporary"
+            );
+        }
+    }
+}
+
 /// Tasks over one f64 argument for [`stores_on_recycled_mappings_read_zeros_where_no_task_wrote`].
 fn register_recycling(rt: &Runtime) -> Result<()> {
     rt.register("fill7", |ctx| ctx.write::<f64>(0).as_mut_slice().fill(7.0))?;
