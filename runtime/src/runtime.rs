@@ -193,8 +193,10 @@ pub const DEFAULT_WINDOW: usize = 32;
 /// The default window across ranks: fixed, so that it is launched at the same points of the
 /// stream on every rank. Chosen on the ranks and fusion benches (runtime/DESIGN.md, "Across
 /// ranks", window): as large as the one-rank window, so that the same chains fuse whole.
-/// A task waits until the window fills or the program reads, fences or waits on a future,
-/// so a body must not wait for something the issuing thread does after submitting it.
+/// Each task is solved at `submit` and a prefix launches as soon as a later task ends it
+/// (unless holding may still make a temporary); the last prefix waits until the window fills
+/// or the program reads, fences or waits on a future, so a body must not wait for something
+/// the issuing thread does after submitting it.
 pub const RANKS_WINDOW: usize = 32;
 
 impl Default for RuntimeBuilder {
