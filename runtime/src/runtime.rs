@@ -243,7 +243,9 @@ impl RuntimeBuilder {
     /// for a fusible prefix among them. A read, a fence, a future's `get` and dropping the
     /// runtime analyse whatever the window holds. 1 launches each task at once. Unlike the
     /// default adaptive window, a task waits until the window fills: a body that waits for
-    /// something the issuing thread does after submitting it deadlocks with `n > 1`.
+    /// something the issuing thread does after submitting it deadlocks with `n > 1`. Across
+    /// ranks each task is solved at `submit` and a prefix that a later task ends launches at
+    /// once (see [`RANKS_WINDOW`]).
     pub fn window_size(mut self, n: usize) -> Self {
         self.window = Some(WindowPolicy::Fixed(n.max(1)));
         self
