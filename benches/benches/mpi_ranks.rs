@@ -28,7 +28,7 @@ mod work;
 use mpi::collective::CommunicatorCollectives as _;
 use mpi::point_to_point::{Destination, Source};
 use mpi::topology::Communicator as _;
-use sparse::{stencil, HostCsr};
+use sparse::HostCsr;
 use std::process::Command;
 use std::time::Instant;
 use tessera_benches::{env_or, median, Table};
@@ -115,15 +115,13 @@ fn stencil_by_hand(n: usize, steps: usize) -> (usize, f64, u64) {
     let universe = mpi::initialize().expect("MPI initialises once");
     let world = universe.world();
     let (r, size) = (world.rank() as usize, world.size() as usize);
-    let (lo, hi) = (1 + n * r / size, 1 + n * (r + 1) / size);
-    let init = stencil::initial(n);
-    let mut cur = init[lo - 1..hi + 1].to_vec();
-    let mut next = cur.clone();
-    let m = hi - lo;
+    let mut block = work::HandBlock::new(n, r, size);
+    let m = block.m();
     let mut sent = 0u64;
     world.barrier();
     let t = Instant::now();
     for _ in 0..steps {
+        let cur = &mut block.cur;
         let (first, last) = (cur[1], cur[m]);
         mpi::request::scope(|scope| {
             let mut reqs = vec![];
@@ -147,16 +145,10 @@ fn stencil_by_hand(n: usize, steps: usize) -> (usize, f64, u64) {
                 q.wait();
             }
         });
-        for (o, w) in next[1..=m].iter_mut().zip(cur.windows(3)) {
-            *o = (w[0] + w[1] + w[2]) / 3.0;
-        }
-        // The global boundary cells stay fixed, as in the runtime's stencil.
-        (next[0], next[m + 1]) = (cur[0], cur[m + 1]);
-        std::mem::swap(&mut cur, &mut next);
+        block.step();
     }
     let secs = t.elapsed().as_secs_f64() / steps as f64;
-    let want = stencil::sequential(n, steps);
-    assert_eq!(&cur[1..=m], &want[lo..hi], "hand-written stencil, rank {r}");
+    block.check(n, steps, r);
     (r, secs, sent)
 }
 

@@ -34,7 +34,7 @@ mod big_spmv;
 #[path = "ranks/work.rs"]
 mod work;
 
-use sparse::{cg, stencil, Csr, HostCsr};
+use sparse::{cg, Csr, HostCsr};
 use std::sync::Arc;
 use std::time::Instant;
 use tessera_benches::{env_or, median, Table};
@@ -43,7 +43,8 @@ use tessera_runtime::transport::{
 };
 use tessera_runtime::{Result, Runtime, Stats};
 use work::{
-    cg_lagged_runtime, cg_runtime, cpu_now, cpu_since, max_diff, stencil_runtime, Measured,
+    cg_lagged_runtime, cg_runtime, cpu_now, cpu_since, max_diff, stencil_runtime, HandBlock,
+    Measured,
 };
 
 /// A run on several ranks: the slowest rank's seconds, every rank's statistics, and the
@@ -99,11 +100,8 @@ fn on_ranks(ranks: usize, work: impl Fn(&Runtime) -> Result<Measured> + Sync) ->
 /// swaps one boundary cell with each neighbour per step (what an MPI halo exchange does).
 fn stencil_by_hand(comm: &ThreadComm, n: usize, steps: usize) -> f64 {
     let (r, size) = (comm.rank(), comm.size());
-    let (lo, hi) = (1 + n * r / size, 1 + n * (r + 1) / size);
-    let init = stencil::initial(n);
-    let mut cur = init[lo - 1..hi + 1].to_vec();
-    let mut next = cur.clone();
-    let m = hi - lo;
+    let mut block = HandBlock::new(n, r, size);
+    let m = block.m();
     let exchange = |cur: &mut [f64]| {
         if r > 0 {
             comm.send(r - 1, 1, cur[1].to_le_bytes().to_vec()).unwrap();
@@ -119,17 +117,11 @@ fn stencil_by_hand(comm: &ThreadComm, n: usize, steps: usize) -> f64 {
     comm.all_gather(&[]).unwrap(); // start together
     let t = Instant::now();
     for _ in 0..steps {
-        exchange(&mut cur);
-        for (o, w) in next[1..=m].iter_mut().zip(cur.windows(3)) {
-            *o = (w[0] + w[1] + w[2]) / 3.0;
-        }
-        // The global boundary cells stay fixed, as in the runtime's stencil.
-        (next[0], next[m + 1]) = (cur[0], cur[m + 1]);
-        std::mem::swap(&mut cur, &mut next);
+        exchange(&mut block.cur);
+        block.step();
     }
     let secs = t.elapsed().as_secs_f64() / steps as f64;
-    let want = stencil::sequential(n, steps);
-    assert_eq!(&cur[1..=m], &want[lo..hi], "hand-written stencil, rank {r}");
+    block.check(n, steps, r);
     secs
 }
 

@@ -116,3 +116,50 @@ pub fn max_diff(x: &[f64], want: &[f64]) -> (f64, f64) {
         .fold(0.0, f64::max);
     (diff, size)
 }
+
+/// One rank's block of the hand-written stencils (thread ranks in `ranks`, MPI in
+/// `mpi_ranks`): the interior cells `lo..hi` with one halo cell on each side, which the
+/// caller's exchange fills before each [`HandBlock::step`].
+pub struct HandBlock {
+    pub lo: usize,
+    pub hi: usize,
+    pub cur: Vec<f64>,
+    next: Vec<f64>,
+}
+
+impl HandBlock {
+    /// Rank `rank` of `size`'s block of the stencil over `n` interior cells.
+    pub fn new(n: usize, rank: usize, size: usize) -> Self {
+        let (lo, hi) = (1 + n * rank / size, 1 + n * (rank + 1) / size);
+        let cur = stencil::initial(n)[lo - 1..hi + 1].to_vec();
+        let next = cur.clone();
+        HandBlock { lo, hi, cur, next }
+    }
+
+    /// Interior cells: `cur[1..=m]`; `cur[0]` and `cur[m + 1]` are the halo.
+    pub fn m(&self) -> usize {
+        self.hi - self.lo
+    }
+
+    /// One step, the runtime's task body as a loop.
+    pub fn step(&mut self) {
+        let m = self.m();
+        for (o, w) in self.next[1..=m].iter_mut().zip(self.cur.windows(3)) {
+            *o = (w[0] + w[1] + w[2]) / 3.0;
+        }
+        // The global boundary cells stay fixed, as in the runtime's stencil.
+        (self.next[0], self.next[m + 1]) = (self.cur[0], self.cur[m + 1]);
+        std::mem::swap(&mut self.cur, &mut self.next);
+    }
+
+    /// Panics unless the block holds the sequential loop's cells after `steps` steps.
+    pub fn check(&self, n: usize, steps: usize, rank: usize) {
+        let want = stencil::sequential(n, steps);
+        let m = self.m();
+        assert_eq!(
+            &self.cur[1..=m],
+            &want[self.lo..self.hi],
+            "hand-written stencil, rank {rank}"
+        );
+    }
+}
