@@ -205,15 +205,7 @@ fn launch(launcher: &[String], ranks: usize, job: &str) -> std::result::Result<R
 fn drive() {
     let scale: f64 = env_or("TESSERA_BENCH_SCALE", 1.0);
     let reps: usize = env_or("TESSERA_BENCH_REPS", 5);
-    let ranks_list: Vec<usize> = std::env::var("TESSERA_BENCH_RANKS")
-        .unwrap_or_else(|_| "1,2,4".into())
-        .split(',')
-        .map(|r| {
-            r.trim()
-                .parse()
-                .expect("TESSERA_BENCH_RANKS: a list of rank counts")
-        })
-        .collect();
+    let ranks_list = work::ranks_from_env("1,2,4");
     let launcher: Vec<String> = std::env::var("TESSERA_BENCH_MPIRUN")
         .unwrap_or_else(|_| "mpirun --allow-run-as-root --oversubscribe".into())
         .split_whitespace()

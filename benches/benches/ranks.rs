@@ -277,15 +277,7 @@ fn cg_part(table: &mut Table, scale: f64) {
     let a = HostCsr::laplacian_2d((700.0 * scale.sqrt()) as usize);
     let b: Vec<f64> = (0..a.rows).map(|i| 1.0 + (i % 5) as f64).collect();
     let iters: usize = env_or("TESSERA_BENCH_CG_ITERS", 20);
-    let ranks_list: Vec<usize> = std::env::var("TESSERA_BENCH_RANKS")
-        .unwrap_or_else(|_| "1,2".into())
-        .split(',')
-        .map(|r| {
-            r.trim()
-                .parse()
-                .expect("TESSERA_BENCH_RANKS: a list of rank counts")
-        })
-        .collect();
+    let ranks_list = work::ranks_from_env("1,2");
     for r in ranks_list {
         let (t, stats, cpu) = on_ranks(r, |rt| cg_runtime(rt, &a, &b, iters));
         let name = format!("cg iteration {}k rows, {r} ranks", a.rows / 1000);

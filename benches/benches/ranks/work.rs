@@ -163,3 +163,16 @@ impl HandBlock {
         );
     }
 }
+
+/// The rank counts `TESSERA_BENCH_RANKS` lists (comma-separated), else `default`'s.
+pub fn ranks_from_env(default: &str) -> Vec<usize> {
+    std::env::var("TESSERA_BENCH_RANKS")
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .map(|r| {
+            r.trim()
+                .parse()
+                .expect("TESSERA_BENCH_RANKS: a list of rank counts")
+        })
+        .collect()
+}

@@ -979,6 +979,22 @@ fn register_chain(rt: &Runtime) -> Result<()> {
     })
 }
 
+/// `y + 1` into a new store of 64 cells by one `inc` task (of `points` points, else the
+/// solver's choice).
+fn inc(
+    rt: &Runtime,
+    y: &tessera_runtime::Store,
+    points: Option<usize>,
+) -> Result<tessera_runtime::Store> {
+    let next = rt.create(tessera_runtime::DType::F64, &[64])?;
+    let t = rt.task("inc").read(y).write(&next).align(y, &next);
+    match points {
+        Some(p) => t.launch_domain(&[p]).submit()?,
+        None => t.submit()?,
+    }
+    Ok(next)
+}
+
 /// Per iteration: an element-wise chain `y = 2 (x + 1) + 1` through two temporaries, `s = Σ y`
 /// as a future, `x = y + s` (the future as a scalar) and a `get` of `s` (the convergence test
 /// of an iterative method). Returns `x`, every `s` and this rank's statistics.
@@ -1089,16 +1105,7 @@ fn a_future_known_on_one_rank_only_flushes_the_window_alike() {
             .launch_domain(&[2])
             .submit_reduce(ReduceOp::Sum)?;
         // `y + 1`, one chain task.
-        let inc = |y: &tessera_runtime::Store| -> Result<tessera_runtime::Store> {
-            let next = rt.create(tessera_runtime::DType::F64, &[64])?;
-            rt.task("inc")
-                .read(y)
-                .write(&next)
-                .align(y, &next)
-                .launch_domain(&[4])
-                .submit()?;
-            Ok(next)
-        };
+        let inc = |y: &tessera_runtime::Store| inc(rt, y, Some(4));
         let mut y = x.clone();
         for _ in 0..3 {
             y = inc(&y)?;
@@ -1135,15 +1142,7 @@ fn an_ended_prefix_launches_at_once_across_ranks_unless_it_may_gain_a_temporary(
                 ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
             })?;
             let x = rt.from_vec(&[64], (0..64).map(|i| i as f64).collect())?;
-            let inc = |y: &tessera_runtime::Store| -> Result<tessera_runtime::Store> {
-                let next = rt.create(tessera_runtime::DType::F64, &[64])?;
-                rt.task("inc")
-                    .read(y)
-                    .write(&next)
-                    .align(y, &next)
-                    .submit()?;
-                Ok(next)
-            };
+            let inc = |y: &tessera_runtime::Store| inc(rt, y, None);
             // A sum over three points: another launch domain, so it ends the chain's prefix.
             let sum = |y: &tessera_runtime::Store| {
                 rt.task("sum")
