@@ -1660,9 +1660,9 @@ impl Inner {
     }
 
     /// [`Inner::solve`], the task made into `wrap(ready)` where it is built (the window
-    /// boxes it: a `Ready` is kilobytes, and boxing a finished one copied it once more, ~0.8
-    /// k instructions of `memcpy` per task); on failure `failed` sees the task before it is
-    /// dropped.
+    /// boxes it: a `Ready` is kilobytes, and boxing a finished one copied it once more;
+    /// `memcpy` under `solve_ahead` 4.7 k → 3.8 k instructions per fused CG iteration); on
+    /// failure `failed` sees the task before it is dropped.
     #[inline(always)]
     fn solve_then<R>(
         &self,
