@@ -1310,7 +1310,11 @@ impl Inner {
     /// or, if a worker is idle now, by the window thread once no task has followed for
     /// [`window::HOLD`] (so a chain issued in one go fuses from its first task), and in any
     /// case by the window thread after [`window::STALL`] without a submit.
+    ///
+    /// Timed as analysis once per submit (two clock reads, the second also the hold's
+    /// deadline), not once per task solved and prefix launched (runtime/DESIGN.md, `fmemo`).
     fn issue_adaptive(&self, front: &mut Front, a: &Adaptive, t: Issued) -> Result<()> {
+        let t0 = Instant::now();
         // `held` before reading the outstanding count: see `Adaptive::idle`.
         a.held.store(true, Ordering::SeqCst);
         let outstanding = self.shared.outstanding.load(Ordering::SeqCst);
@@ -1333,11 +1337,13 @@ impl Inner {
         };
         // Still idle: nothing was launched for the idle worker.
         let idle = idle && front.window.len() == held;
+        let now = Instant::now();
+        self.add_analysis(now - t0);
         if !front.window.is_empty() {
             if idle {
                 a.held_while_idle();
             }
-            if a.hold(if idle { a.hold_idle } else { window::STALL }) {
+            if a.hold(now, if idle { a.hold_idle } else { window::STALL }) {
                 Counters::add(&self.shared.counters.window_wakes, 1);
             }
         }
@@ -1363,24 +1369,26 @@ impl Inner {
             if !idle && front.window.complete_prefix_may_gain() {
                 break;
             }
-            self.launch_prefix_timed(front, &mut first);
+            self.launch_prefix_into(front, &mut first);
         }
         first
     }
 
-    /// Launches the window's next fusible prefix, timed as analysis; its error, if it is the
-    /// first of a pass, goes to `first` (the pass goes on: the other prefixes still launch).
-    fn launch_prefix_timed(&self, front: &mut Front, first: &mut Result<()>) {
-        let t0 = Instant::now();
+    /// Launches the window's next fusible prefix; its error, if it is the first of a pass,
+    /// goes to `first` (the pass goes on: the other prefixes still launch).
+    fn launch_prefix_into(&self, front: &mut Front, first: &mut Result<()>) {
         if let Err(e) = self.launch_prefix(front) {
             if first.is_ok() {
                 *first = Err(e);
             }
         }
-        Counters::add(
-            &self.shared.counters.analysis_ns,
-            t0.elapsed().as_nanos() as u64,
-        );
+    }
+
+    /// Adds `d` to the analysis time. The window's entry points (a submit, a flush, an idle
+    /// worker's launch) time themselves once, not each task solved or prefix launched: every
+    /// clock read is ~26 ns here, 24 per fused CG iteration before.
+    fn add_analysis(&self, d: std::time::Duration) {
+        Counters::add(&self.shared.counters.analysis_ns, d.as_nanos() as u64);
     }
 
     /// A worker would go idle and the adaptive window holds tasks: launch every solved task in
@@ -1410,17 +1418,13 @@ impl Inner {
                     },
                     1,
                 );
-            }
-            while !front.window.ready.is_empty() {
                 let t0 = Instant::now();
-                let r = self.launch_prefix(&mut front);
-                Counters::add(
-                    &self.shared.counters.analysis_ns,
-                    t0.elapsed().as_nanos() as u64,
-                );
-                if let Err(e) = r {
-                    front.deferred.get_or_insert(e);
+                while !front.window.ready.is_empty() {
+                    if let Err(e) = self.launch_prefix(&mut front) {
+                        front.deferred.get_or_insert(e);
+                    }
                 }
+                self.add_analysis(t0.elapsed());
             }
             let held = !front.window.is_empty();
             a.held.store(held, Ordering::SeqCst);
@@ -1439,9 +1443,15 @@ impl Inner {
             // task into the window and out again.
             self.analyze_now(front, t)
         } else if front.window.push(t) {
-            self.drain(front, false)
+            let t0 = Instant::now();
+            let r = self.drain(front, false);
+            self.add_analysis(t0.elapsed());
+            r
         } else if self.fusion.enabled && self.machine.ranks > 1 {
-            self.launch_ended(front)
+            let t0 = Instant::now();
+            let r = self.launch_ended(front);
+            self.add_analysis(t0.elapsed());
+            r
         } else {
             Ok(())
         }
@@ -1466,7 +1476,7 @@ impl Inner {
             }
             // The next task needs values a solved task makes: it ends every prefix ahead.
             while !front.window.ready.is_empty() {
-                self.launch_prefix_timed(front, &mut first);
+                self.launch_prefix_into(front, &mut first);
             }
         }
         let r = self.launch_complete(front, false);
@@ -1489,9 +1499,12 @@ impl Inner {
         r.and(d)
     }
 
-    /// Launches every task in the window.
+    /// Launches every task in the window (timed as analysis).
     pub(crate) fn drain_all(&self, front: &mut Front) -> Result<()> {
-        self.drain(front, true)
+        let t0 = Instant::now();
+        let r = self.drain(front, true);
+        self.add_analysis(t0.elapsed());
+        r
     }
 
     /// Solves and launches one task without passing it through the window.
@@ -1504,16 +1517,13 @@ impl Inner {
             self.analyse(plan);
             Ok(())
         });
-        Counters::add(
-            &self.shared.counters.analysis_ns,
-            t0.elapsed().as_nanos() as u64,
-        );
+        self.add_analysis(t0.elapsed());
         r
     }
 
     /// Fusion passes over the window: until it is empty (`all`: a read, fence, future or
     /// drop), or, with fusion on, until it is no longer full (the rest waits for more tasks,
-    /// so that the next prefix can grow).
+    /// so that the next prefix can grow). Untimed: its callers time themselves.
     fn drain(&self, front: &mut Front, all: bool) -> Result<()> {
         let mut first = Ok(());
         loop {
@@ -1521,7 +1531,7 @@ impl Inner {
             if front.window.ready.is_empty() {
                 break;
             }
-            self.launch_prefix_timed(front, &mut first);
+            self.launch_prefix_into(front, &mut first);
             // Without fusion there is no prefix to grow: a full window is analysed whole.
             let one_pass = !all && self.fusion.enabled;
             if front.window.is_empty() || (one_pass && !front.window.is_full()) {
@@ -1536,21 +1546,17 @@ impl Inner {
     /// window) or would block the issuing thread: the fusible prefix ends before it, and it
     /// is solved after the tasks ahead of it are launched. A task that fails to solve is
     /// dropped (its future gets the error), and the first error is kept for the caller.
+    /// Untimed: its callers time themselves.
     fn solve_ahead(&self, front: &mut Front, first: &mut Result<()>) {
         while let Some(t) = front.window.tasks.front() {
             if !front.window.ready.is_empty() && needs_values(t, &front.window.ready) {
                 break;
             }
             let t = front.window.tasks.pop_front().expect("just seen");
-            let t0 = Instant::now();
             // A task that fails leaves the window here: its pending references go back.
-            let r = self.solve_then(front, t, window::unpend_task);
-            Counters::add(
-                &self.shared.counters.analysis_ns,
-                t0.elapsed().as_nanos() as u64,
-            );
+            let r = self.solve_then(front, t, window::unpend_task, Box::new);
             match r {
-                Ok(ready) => front.window.ready.push_back(Box::new(ready)),
+                Ok(ready) => front.window.ready.push_back(ready),
                 Err(e) => {
                     if first.is_ok() {
                         *first = Err(e);
@@ -1685,26 +1691,31 @@ impl Inner {
     /// Solves one task (its launch domain, partitions and sub-stores); on failure its future
     /// gets the error.
     pub(crate) fn solve(&self, front: &mut Front, t: Issued) -> Result<Ready> {
-        self.solve_then(front, t, |_| {})
+        self.solve_then(front, t, |_| {}, |r| r)
     }
 
-    /// [`Inner::solve`]; on failure `failed` sees the task before it is dropped.
-    fn solve_then(
+    /// [`Inner::solve`], the task made into `wrap(ready)` where it is built (the window
+    /// boxes it: a `Ready` is kilobytes, and boxing a finished one copied it once more;
+    /// `memcpy` under `solve_ahead` 4.7 k → 3.8 k instructions per fused CG iteration); on
+    /// failure `failed` sees the task before it is dropped.
+    #[inline(always)]
+    fn solve_then<R>(
         &self,
         front: &mut Front,
         t: Issued,
         failed: impl FnOnce(&Issued),
-    ) -> Result<Ready> {
+        wrap: impl FnOnce(Ready) -> R,
+    ) -> Result<R> {
         Counters::add(&self.shared.counters.tasks_solved, 1);
         let r = self.solve_inner(front, &t);
         match r {
-            Ok((domain, token, args, parts)) => Ok(Ready {
+            Ok((domain, token, args, parts)) => Ok(wrap(Ready {
                 issued: t,
                 domain,
                 token,
                 args,
                 parts,
-            }),
+            })),
             Err(e) => {
                 if let Some((_, cell)) = &t.result {
                     let _ = cell.value.set(Err(e.clone()));

@@ -470,10 +470,11 @@ impl Adaptive {
     /// finds the moved deadline then. Why: a wake-up is a futex call on the issuing thread (about
     /// 3 µs here) and a context switch on a core a worker may be using; waking it whenever a
     /// deadline was set afresh cost the fusion bench's BiCGSTAB two per iteration.
-    /// True when it woke the thread.
-    pub(crate) fn hold(&self, after: Duration) -> bool {
+    /// True when it woke the thread. `now` is the caller's clock read (the issuer reads the
+    /// clock once at the end of a submit, for the analysis time and this deadline alike).
+    pub(crate) fn hold(&self, now: Instant, after: Duration) -> bool {
         let mut t = self.timer.lock().unwrap_or_else(|e| e.into_inner());
-        let deadline = Instant::now() + after;
+        let deadline = now + after;
         t.deadline = Some(deadline);
         self.armed.store(true, Ordering::SeqCst);
         let wake = match t.sleep {

@@ -1038,6 +1038,29 @@ fn long_hold_runtime() -> Runtime {
     rt
 }
 
+/// A submit into the adaptive window is analysis time where it solves the task (and launches
+/// what it may), not only at the flush that launches the task later: the window times each of
+/// its entry points once (a submit, a flush, an idle worker's launch), where it used to time
+/// every task solved and every prefix launched, two clock reads each (runtime/DESIGN.md,
+/// `fmemo`).
+#[test]
+fn a_task_held_by_the_adaptive_window_counts_its_solve_as_analysis_time() {
+    let rt = long_hold_runtime();
+    let x = input(&rt, 16);
+    let y = rt.create(DType::F64, &[16]).unwrap();
+    let before = rt.stats();
+    axpb_over(&rt, "axpb", (&x, &y), (2.0, 1.0), 2);
+    let s = rt.stats().since(&before);
+    assert_eq!(
+        (s.tasks_solved, s.tasks_launched),
+        (1, 0),
+        "solved and held"
+    );
+    assert!(s.analysis_ns > 0, "the submit's solve is analysis time");
+    let want: Vec<f64> = (0..16).map(|i| 2.0 * (i as f64 - 3.0) + 1.0).collect();
+    assert_eq!(rt.read::<f64>(&y).unwrap(), want);
+}
+
 /// A task issued while the worker idles is held so that a chain may join it, unless the last
 /// prefix it began made no temporary (it was ended by the very next task, or what joined it
 /// left no store dead): then it is launched at submit (the fusion bench's BiCGSTAB held its
