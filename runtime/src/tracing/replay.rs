@@ -769,6 +769,10 @@ impl Inner {
         verified: Option<Vec<Arc<StoreRoot>>>,
         next: Option<&Issued>,
     ) -> Result<()> {
+        let _span = crate::timeline::Span::new(
+            crate::timeline::Ev::ReplayBegin,
+            crate::timeline::Ev::ReplayEnd,
+        );
         let counters = &self.shared.counters;
         tr.just_replayed = None;
         // Whether a store is bound yet depends on whether its producer has run: wait for every
