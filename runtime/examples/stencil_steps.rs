@@ -4,7 +4,8 @@
 //! once (as in the bench), so per step only the `submit` path and the points are counted.
 //! An optional fourth argument gives every point a body of that many dependent multiply-adds
 //! (the bench's kernel, ~4 ns each here: 300 make a ~1.25 µs body) for kernel-side profiles at METG-like granularity
-//! (`perf stat` / `perf trace -s` / `perf sched`): default 0.
+//! (`perf stat` / `perf trace -s` / `perf sched`): default 0. Built with `--features timeline`
+//! and run with `TESSERA_TIMELINE=FILE`, it writes the runtime's per-thread event log there.
 
 mod sparse;
 
@@ -39,6 +40,7 @@ fn main() {
     rt.fence().expect("fence");
     let views = |s: &Store| bench_views(s, width).expect("view");
     let (va, vb) = (views(&a), views(&b));
+    let t0 = std::time::Instant::now();
     for step in 0..steps {
         let (cur, next) = if step % 2 == 0 {
             (&va, &vb)
@@ -48,10 +50,23 @@ fn main() {
         issue_step(&rt, cur, next, width);
     }
     rt.fence().expect("fence");
+    let wall = t0.elapsed();
+    // With the `timeline` feature: the per-thread event log (`scripts/timeline_split.py`).
+    if let Some(path) = std::env::var_os("TESSERA_TIMELINE") {
+        let wrote = tessera_runtime::timeline::dump(std::path::Path::new(&path)).expect("dump");
+        if !wrote {
+            eprintln!("TESSERA_TIMELINE: built without the `timeline` feature, nothing written");
+        }
+    }
     let s = rt.stats();
     println!(
-        "steps {steps} width {width}: {} tasks issued, {} solved, {} traced, {} actor replays",
-        s.tasks_issued, s.tasks_solved, s.tasks_traced, s.actor_replays
+        "steps {steps} width {width}: {} tasks issued, {} solved, {} traced, {} actor replays; \
+         {:.3} µs per step",
+        s.tasks_issued,
+        s.tasks_solved,
+        s.tasks_traced,
+        s.actor_replays,
+        wall.as_secs_f64() * 1e6 / steps as f64
     );
 }
 

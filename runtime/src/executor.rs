@@ -17,6 +17,7 @@ use crate::graph::{Completion, Node};
 use crate::launch::run_node;
 use crate::runtime::Shared;
 use crate::stats::Counters;
+use crate::timeline::{self, Ev};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -227,7 +228,9 @@ impl Executor for ThreadPool {
         // Dekker with `wake_one` (it increments `queued`, then reads `asleep`): a node queued
         // before this thread counted itself asleep is seen here.
         if st.queued.load(Ordering::SeqCst) == 0 {
+            timeline::mark(Ev::SleepBegin, 0);
             completion.wait_until(|| woken.load(Ordering::SeqCst) || done());
+            timeline::mark(Ev::SleepEnd, 0);
         }
         if !woken.load(Ordering::SeqCst) {
             let mut q = lock(st);
@@ -252,6 +255,7 @@ fn lock(st: &PoolState) -> MutexGuard<'_, Queue> {
 }
 
 fn push(st: &PoolState, node: Arc<Node>) {
+    timeline::mark(Ev::Ready, Arc::as_ptr(&node) as u64);
     let owner = node.owner() as usize;
     if let Some(mb) = st.mailboxes.get(owner) {
         mb.push(node);
@@ -356,6 +360,7 @@ fn pop_shared(st: &PoolState) -> Option<Arc<Node>> {
 /// wakes nobody. Across ranks it polls the transport too (`Channel::drain`: a message taken
 /// here wakes neither the communication thread nor, for what it makes ready, a processor).
 fn poll(st: &PoolState, me: Option<usize>, mut stop: impl FnMut() -> bool) -> Option<Arc<Node>> {
+    timeline::mark(Ev::PollBegin, 0);
     st.searching.fetch_add(1, Ordering::SeqCst);
     let ch = st.shared.channel.get().filter(|c| c.polled_by_processors());
     if let Some(ch) = ch {
@@ -393,6 +398,7 @@ fn poll(st: &PoolState, me: Option<usize>, mut stop: impl FnMut() -> bool) -> Op
         // at `queued` again: a push this thread was counted for is not lost.
         st.searching.fetch_sub(1, Ordering::SeqCst);
     }
+    timeline::mark(Ev::PollEnd, found.is_some() as u64);
     found
 }
 
@@ -425,9 +431,11 @@ fn pop(st: &PoolState, me: usize) -> Option<Arc<Node>> {
         // worker incremented `queued` first.
         if st.queued.load(Ordering::SeqCst) == 0 {
             // Asleep until a push takes it out of the list (spurious wake-ups leave it in).
+            timeline::mark(Ev::SleepBegin, 0);
             while q.workers.contains(&me) && !st.stop.load(Ordering::SeqCst) {
                 q = st.wake[me].wait(q).unwrap_or_else(|e| e.into_inner());
             }
+            timeline::mark(Ev::SleepEnd, 0);
         }
         if let Some(i) = q.workers.iter().position(|&w| w == me) {
             q.workers.swap_remove(i);
@@ -461,6 +469,7 @@ fn run_chain(
         ran += 1;
         for r in ready {
             if next.is_none() && mine(&r) {
+                timeline::mark(Ev::Ready, Arc::as_ptr(&r) as u64);
                 next = Some(r);
             } else {
                 push(st, r);

@@ -13,6 +13,7 @@ use crate::runtime::Shared;
 use crate::stats::Counters;
 use crate::store::{Bound, StoreRoot};
 use crate::task::{Args, Privilege, ScalarArg, Scalars, TaskBody};
+use crate::timeline::{self, Ev};
 use crate::window::Roots;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -227,19 +228,30 @@ impl Launched {
 /// Runs a ready node and returns the successors it made ready (none for a receive whose
 /// message has not come: the communication thread completes it).
 pub(crate) fn run_node(node: &Arc<Node>, shared: &Shared) -> NodeList {
-    match node.take_work() {
+    timeline::mark(Ev::NodeBegin, Arc::as_ptr(node) as u64);
+    let ready = match node.take_work() {
         Some(Work::Actor { run, vertex }) => {
             match run.vertex(vertex) {
-                (task, Some(point)) => run_point(task, point, &shared.counters),
-                (task, None) => finish_step(task),
+                (task, Some(point)) => {
+                    timeline::mark(Ev::NodeTask, task.position << 16 | point as u64);
+                    run_point(task, point, &shared.counters)
+                }
+                (task, None) => {
+                    timeline::mark(Ev::NodeTask, task.position << 16 | 0xffff);
+                    finish_step(task)
+                }
             }
             shared.node_ran();
             let mut ready = node.complete(&shared.completion);
             run.release_succs(vertex, &mut ready);
+            let _span = timeline::Span::new(Ev::LetGoBegin, Ev::LetGoEnd);
+            drop(run);
             ready
         }
         work => run_work(node, work, shared),
-    }
+    };
+    timeline::mark(Ev::NodeEnd, 0);
+    ready
 }
 
 /// Runs `work` (taken from `node`), counts the node run and completes it.
@@ -265,7 +277,10 @@ fn run_work(node: &Arc<Node>, work: Option<Work>, shared: &Shared) -> NodeList {
                 return NodeList::new();
             }
         }
-        Some(Work::Point { task, point }) => run_point(&task, point, &shared.counters),
+        Some(Work::Point { task, point }) => {
+            timeline::mark(Ev::NodeTask, task.position << 16 | point as u64);
+            run_point(&task, point, &shared.counters)
+        }
         Some(Work::Finish { task }) => finish_step(&task),
     }
     shared.node_ran();
@@ -322,7 +337,9 @@ fn run_point(task: &Launched, point: usize, counters: &Counters) {
         Some(shape) => Some(crate::fusion::run::run_fused_point(task, shape, point)),
         None => {
             let mut ctx = TaskContext::new(task, point);
+            timeline::mark(Ev::BodyBegin, 0);
             (task.body)(&mut ctx);
+            timeline::mark(Ev::BodyEnd, 0);
             // Only a finish step reads what a point leaves (most tasks have none).
             task.has_finish
                 .then(|| std::mem::take(&mut *ctx.out.lock().unwrap_or_else(|e| e.into_inner())))

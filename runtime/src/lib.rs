@@ -60,5 +60,7 @@ pub use window::WindowPolicy;
 
 pub mod io;
 pub mod simd;
+#[doc(hidden)]
+pub mod timeline;
 pub mod tracing;
 pub mod transport;

@@ -1664,6 +1664,10 @@ impl Inner {
     /// it when it wakes this thread for a node) only while none are ready. Never call it
     /// holding the front lock: a task body runs here.
     pub(crate) fn wait_helping(&self, completion: &Completion, mut done: impl FnMut() -> bool) {
+        let _span = crate::timeline::Span::new(
+            crate::timeline::Ev::HelpBegin,
+            crate::timeline::Ev::HelpEnd,
+        );
         while !self.pool.help(&mut done) {
             self.pool.sleep_helper(completion, &mut done);
         }

@@ -414,6 +414,10 @@ impl<'rt> TaskLauncher<'rt> {
     /// here.
     #[inline]
     pub fn submit(self) -> Result<()> {
+        let _span = crate::timeline::Span::new(
+            crate::timeline::Ev::IssueBegin,
+            crate::timeline::Ev::IssueEnd,
+        );
         self.rt.issue(self, None).map(|_| ())
     }
 
@@ -422,6 +426,10 @@ impl<'rt> TaskLauncher<'rt> {
     /// identity when no point sets one).
     #[inline]
     pub fn submit_reduce(self, op: ReduceOp) -> Result<Future> {
+        let _span = crate::timeline::Span::new(
+            crate::timeline::Ev::IssueBegin,
+            crate::timeline::Ev::IssueEnd,
+        );
         self.rt
             .issue(self, Some(op))
             .map(|f| f.expect("a reduce submit makes a future"))

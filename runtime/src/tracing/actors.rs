@@ -68,13 +68,16 @@ impl<T> std::fmt::Debug for Pool<T> {
     }
 }
 
-/// Recycled nodes (a wrapper: `Node` has no `Debug`).
+/// Recycled nodes, one list per ended run (a wrapper: `Node` has no `Debug`). Not checked
+/// when kept: [`Run::new`] checks each as it renews it ([`Node::renew`]), on the issuing
+/// thread.
 #[derive(Default)]
-struct Spare(Mutex<Vec<Arc<Node>>>);
+struct Spare(Mutex<Vec<Vec<Arc<Node>>>>);
 
 impl Spare {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Node>>> {
-        // Only nodes nobody holds are in it: a panic elsewhere leaves nothing half-done.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<Arc<Node>>>> {
+        // Lists are only pushed and popped whole, and checked when renewed: a panic elsewhere
+        // leaves nothing half-done.
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -139,6 +142,12 @@ impl Compiled {
         spare.split_off(keep)
     }
 
+    /// Ended runs' node lists kept for renewal.
+    #[cfg(test)]
+    pub(crate) fn spare_runs(&self) -> usize {
+        self.spare.lock().len()
+    }
+
     fn succs(&self, v: u32) -> &[u32] {
         let v = v as usize;
         &self.succs[self.first_succ[v] as usize..self.first_succ[v + 1] as usize]
@@ -158,20 +167,30 @@ pub(crate) struct Run {
 /// replays several runs ahead of the workers, and their runs end in a batch.
 const SPARE_RUNS: usize = 8;
 
-/// The run ends when its last node's work is dropped; its finished nodes that nothing else
-/// holds (not a store's last access, not a worker's hand) go to the compiled trace for the
-/// next replays, up to [`SPARE_RUNS`] runs' worth.
+/// The run ends when the last reference goes: usually the issuing thread's
+/// (`Tracing::end_runs`), else the worker that ran its last vertex — in the middle of a stencil
+/// step's critical path, since the next step's points are queued only after `run_node`
+/// returns (ending a run there cost ~1.4–3.5 µs, branch `metg11`: emptying its tasks, checking
+/// its nodes, waiting for the lock `Run::new` held while it built nodes). Its node list goes
+/// to the compiled trace (up to [`SPARE_RUNS`] runs' worth) untouched: which of them nothing
+/// else holds (not a store's last access, not a worker's hand) is checked by [`Run::new`] as
+/// it renews them, where writing the node touches its cache line anyway.
 impl Drop for Run {
     fn drop(&mut self) {
-        let Some(mut nodes) = self.nodes.take() else {
+        let Some(nodes) = self.nodes.take() else {
             return;
         };
-        nodes.retain_mut(Node::is_spare);
-        let cap = SPARE_RUNS * self.compiled.at.len();
         let mut spare = self.compiled.spare.lock();
-        let room = cap.saturating_sub(spare.len());
-        spare.extend(nodes.into_iter().take(room));
+        let extra = if spare.len() < SPARE_RUNS {
+            spare.push(nodes);
+            None
+        } else {
+            Some(nodes)
+        };
         drop(spare);
+        // More than `SPARE_RUNS` runs ended unrenewed (the trace is not being replayed): let
+        // go outside the lock.
+        drop(extra);
         // Every vertex has run, so every task has ended (`Launched::end`): those nobody else
         // holds are emptied (their stores and futures let go now) and kept.
         let mut tasks = std::mem::take(&mut self.tasks);
@@ -194,8 +213,9 @@ impl Run {
             tasks,
             nodes: OnceLock::new(),
         });
-        // Held while the nodes are made: a worker ending a run waits at most that long.
-        let mut spare = compiled.spare.lock();
+        // One ended run's nodes, taken out under the lock and renewed after it: a worker
+        // ending a run never waits for the nodes to be made.
+        let mut spare = compiled.spare.lock().pop().unwrap_or_default();
         let nodes: Vec<Arc<Node>> = (0..compiled.at.len())
             .map(|v| {
                 let work = Work::Actor {
@@ -203,7 +223,10 @@ impl Run {
                     vertex: v as u32,
                 };
                 let (owner, in_edges) = (compiled.owner[v], compiled.in_edges[v] as usize);
-                Node::renew(spare.pop(), work, owner, in_edges)
+                // Only a finished node nobody else holds is renewed; the others are let go.
+                let old = std::iter::from_fn(|| spare.pop())
+                    .find_map(|mut n| Node::is_spare(&mut n).then_some(n));
+                Node::renew(old, work, owner, in_edges)
             })
             .collect();
         drop(spare);
@@ -297,8 +320,11 @@ mod tests {
         assert_eq!(c.spare.lock().len(), 0);
         // The run ends with the last reference to it (here; in a replay, its last node's work).
         drop(run);
-        let spare: Vec<*const Node> = c.spare.lock().iter().map(Arc::as_ptr).collect();
-        assert_eq!(spare, [old[2], old[3], old[4]]);
+        // The ending run keeps its node list as it is (its worker checks nothing): the next
+        // run checks each node as it renews it.
+        let kept: Vec<*const Node> = c.spare.lock().iter().flatten().map(Arc::as_ptr).collect();
+        assert_eq!(kept, old);
+        let spare = [old[2], old[3], old[4]];
         let next = Run::new(&c, vec![]);
         assert!(c.spare.lock().is_empty());
         let renewed = next
@@ -306,9 +332,9 @@ mod tests {
             .iter()
             .filter(|n| spare.contains(&Arc::as_ptr(n)));
         assert_eq!(renewed.count(), 3);
-        // Vertex 0's node is made while every spare node is alive: a freed one's address
-        // reused by the allocator cannot pass for a renewed one here.
-        assert!(spare.contains(&Arc::as_ptr(&next.nodes()[0])));
+        // Vertex 0's node is made while every spare node is alive (taken from the list's
+        // end): a freed one's address reused by the allocator cannot pass for a renewed one.
+        assert_eq!(Arc::as_ptr(&next.nodes()[0]), old[4]);
         for (v, n) in next.nodes().iter().enumerate() {
             assert!(!Arc::ptr_eq(n, &held));
             assert!(!n.is_done());

@@ -71,6 +71,13 @@ pub(crate) struct Tracing {
     actors: Option<usize>,
     /// The replay last instantiated as actors, while nothing has been analysed since.
     last: Option<LastReplay>,
+    /// The last replays instantiated as actors, oldest first, kept so that the issuing thread
+    /// ends them ([`Tracing::end_runs`]) rather than the worker that runs a run's last vertex:
+    /// ending a run empties its tasks for the next replays (store reference counts the
+    /// issuer's launches touch), ~2 µs per stencil run that the next step's points waited
+    /// for on a worker (branch `metg11`). Let go at every flush ([`Inner::release_held`]),
+    /// so ended tasks hold their stores no longer than until the next replay or flush.
+    in_flight: std::collections::VecDeque<Arc<Run>>,
     /// Every decision so far, hashed in order (`Stats::trace_digest`).
     digest: u64,
     /// The trace replayed last, while the incoming tasks repeat it ([`Streak`]).
@@ -162,6 +169,11 @@ struct LastReplay {
     roots: Vec<Arc<StoreRoot>>,
 }
 
+/// Replays the issuing thread keeps in flight to end them itself ([`Tracing::end_runs`]):
+/// more than the back-pressure lets the issuer run ahead (the stencil: 256 nodes, ~9 runs of
+/// 28), so that the oldest has usually ended when it is looked at.
+const IN_FLIGHT: usize = 16;
+
 impl Tracing {
     pub(crate) fn new(sample_unit: usize, actors: Option<usize>) -> Tracing {
         Tracing {
@@ -181,12 +193,30 @@ impl Tracing {
             recent: [(u64::MAX, 0); 4],
             actors,
             last: None,
+            in_flight: Default::default(),
             digest: 0,
             streak: None,
             just_replayed: None,
             fuse: false,
             pending: None,
             clock_skip: 0,
+        }
+    }
+
+    /// Keeps `run` (just instantiated) among the runs in flight, and ends those in flight
+    /// that every vertex has run: the oldest first, while nothing but this list holds them
+    /// (a node's work holds its run until the node has run). Past [`IN_FLIGHT`] runs the
+    /// oldest is let go, ended or not (a worker then ends it, as without this list).
+    fn end_runs(&mut self, run: Option<&Arc<Run>>) {
+        if let Some(run) = run {
+            self.in_flight.push_back(run.clone());
+        }
+        while let Some(oldest) = self.in_flight.front() {
+            if Arc::strong_count(oldest) > 1 && self.in_flight.len() <= IN_FLIGHT {
+                break;
+            }
+            // Ended here when this was the last reference (`Run`'s `Drop`).
+            self.in_flight.pop_front();
         }
     }
 
@@ -690,6 +720,9 @@ impl Inner {
 
     /// Hands every held task on (a replay of complete matches, the rest to the window).
     pub(crate) fn release_held(&self, front: &mut Front, tr: &mut Tracing) -> Result<()> {
+        // Runs in flight are let go (those that ended, ended here): nothing waits for the
+        // next replay to empty their tasks.
+        tr.in_flight.clear();
         let mut first = self.run_pending(front, tr, None);
         keep_first(
             &mut first,
@@ -769,6 +802,10 @@ impl Inner {
         verified: Option<Vec<Arc<StoreRoot>>>,
         next: Option<&Issued>,
     ) -> Result<()> {
+        let _span = crate::timeline::Span::new(
+            crate::timeline::Ev::ReplayBegin,
+            crate::timeline::Ev::ReplayEnd,
+        );
         let counters = &self.shared.counters;
         tr.just_replayed = None;
         // Whether a store is bound yet depends on whether its producer has run: wait for every
@@ -927,6 +964,8 @@ impl Inner {
         if let Some(l) = tr.last.as_mut() {
             l.roots = roots;
         }
+        let run = tr.last.as_ref().map(|l| l.run.clone());
+        tr.end_runs(run.as_ref());
         tr.just_replayed = Some(trace);
         Ok(())
     }
@@ -1194,5 +1233,62 @@ mod tests {
             assert_eq!(tr.store_name(r), want, "step {step}, store {}", r.id);
         }
         assert!(young > 0, "the stream names young stores by distance too");
+    }
+
+    /// The issuing thread ends the runs in flight that every vertex has run (oldest first,
+    /// as soon as nothing else holds them), keeps the others, and never keeps more than
+    /// `IN_FLIGHT`; a flush lets them all go.
+    #[test]
+    fn the_issuer_ends_runs_whose_vertices_all_ran_and_keeps_at_most_in_flight() {
+        use crate::tracing::record::Graph;
+        let g = Graph {
+            vertices: 2,
+            edges: vec![(0, 1)],
+            sources: vec![0],
+            stores: vec![],
+        };
+        let c = Arc::new(Compiled::new(&g, &[1, 1], &[false, false], 1));
+        let mut tr = Tracing::new(64, Some(1));
+        // What running a vertex does to its run's reference: the work is taken and dropped.
+        let run_all = |r: &Arc<Run>| r.nodes().iter().for_each(|n| drop(n.take_work()));
+        let (a, b) = (Run::new(&c, vec![]), Run::new(&c, vec![]));
+        tr.end_runs(Some(&a));
+        tr.end_runs(Some(&b));
+        // Run `b` ends first: `a` is older and still running, so nothing ends yet.
+        run_all(&b);
+        let (weak_a, weak_b) = (Arc::downgrade(&a), Arc::downgrade(&b));
+        drop((a, b));
+        let c2 = Run::new(&c, vec![]);
+        tr.end_runs(Some(&c2));
+        assert_eq!(tr.in_flight.len(), 3);
+        assert!(
+            weak_b.upgrade().is_some(),
+            "ended, but behind a run still in flight"
+        );
+        // `a` ends: the next look ends both, here, and leaves the running one.
+        run_all(&weak_a.upgrade().expect("in flight"));
+        tr.end_runs(None);
+        assert!(weak_a.upgrade().is_none() && weak_b.upgrade().is_none());
+        assert_eq!(tr.in_flight.len(), 1);
+        assert_eq!(
+            c.spare_runs(),
+            2,
+            "their nodes went back to the compiled trace"
+        );
+        // Never more than IN_FLIGHT, ended or not (the oldest is let go: a worker ends it).
+        let runs: Vec<_> = (0..2 * IN_FLIGHT).map(|_| Run::new(&c, vec![])).collect();
+        for r in &runs {
+            tr.end_runs(Some(r));
+            assert!(tr.in_flight.len() <= IN_FLIGHT);
+        }
+        assert!(Arc::ptr_eq(
+            tr.in_flight.back().expect("kept"),
+            &runs[2 * IN_FLIGHT - 1]
+        ));
+        tr.in_flight.clear();
+        assert!(runs
+            .iter()
+            .chain([&c2])
+            .all(|r| Arc::strong_count(r) == 1 + r.nodes().len()));
     }
 }
