@@ -1459,14 +1459,13 @@ impl Inner {
 
     /// Across ranks the fixed window solves each task as it comes and launches the prefixes a
     /// later task has ended, instead of holding them until the window fills or the program
-    /// flushes: no task issued later can join an ended prefix, so holding it changes no fusion
-    /// decision and only keeps processors idle while the issuing thread issues the rest (CG:
-    /// an iteration's SpMV waited for the whole iteration and the `get` that flushed it). What
-    /// launches when is still a function of the stream alone — the solves, the prefixes' ends
-    /// and the application's handles (`complete_prefix_may_gain`: a prefix that holding may
-    /// still give a temporary stays) — so ranks agree. A fixed window asked for on one rank
-    /// still holds everything (its errors come at the flush, as documented); there the
-    /// adaptive default launches ended prefixes when a worker would go idle.
+    /// flushes: a bad launch fails at its `submit`, as on one rank, and no task issued later
+    /// could join an ended prefix, so holding it changed no fusion decision. What launches
+    /// when is still a function of the stream alone — the solves, the prefixes' ends and the
+    /// application's handles (`complete_prefix_may_gain`: a prefix that holding may still
+    /// give a temporary stays) — so ranks agree. A fixed window asked for on one rank still
+    /// holds everything (its errors come at the flush, as documented); there the adaptive
+    /// default launches ended prefixes when a worker would go idle.
     fn launch_ended(&self, front: &mut Front) -> Result<()> {
         let mut first = Ok(());
         loop {
