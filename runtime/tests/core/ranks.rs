@@ -1195,6 +1195,41 @@ fn an_ended_prefix_launches_at_once_across_ranks_unless_it_may_gain_a_temporary(
     }
 }
 
+/// Across ranks a bad launch fails at its own `submit`, as on one rank, not at the next flush
+/// (the fixed window solves each task as it comes): here an image whose index store points
+/// past the end of the store it selects from.
+#[test]
+fn a_bad_launch_fails_at_its_submit_across_ranks() {
+    for ranks in [2, 3] {
+        let got = all_ok(on_ranks(ranks, 1, |rt| {
+            rt.register("noop", |_| {})?;
+            let data = rt.create(tessera_runtime::DType::F64, &[4])?;
+            let idx = rt.from_vec(&[2], vec![0u64, 99])?;
+            let at_submit = rt
+                .task("noop")
+                .read(&idx)
+                .read(&data)
+                .image(&idx, &data)
+                .submit();
+            let later = rt.fence();
+            Ok((at_submit, later))
+        }));
+        for (rank, (at_submit, later)) in got.into_iter().enumerate() {
+            assert!(
+                matches!(
+                    at_submit,
+                    Err(RuntimeError::ImageOutOfBounds { value: 99, .. })
+                ),
+                "rank {rank} of {ranks}: {at_submit:?}"
+            );
+            assert!(
+                later.is_ok(),
+                "rank {rank} of {ranks}: the error came once: {later:?}"
+            );
+        }
+    }
+}
+
 /// Tasks over one f64 argument for [`stores_on_recycled_mappings_read_zeros_where_no_task_wrote`].
 fn register_recycling(rt: &Runtime) -> Result<()> {
     rt.register("fill7", |ctx| ctx.write::<f64>(0).as_mut_slice().fill(7.0))?;
