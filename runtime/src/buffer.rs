@@ -250,12 +250,18 @@ pub(crate) struct MapPool {
 /// Most mappings a pool keeps (dropped stores beyond this are unmapped).
 const POOL_MAPS: usize = 4;
 
+/// Most bytes of mappings a pool keeps: a dropped store's memory stays with the runtime only
+/// up to this (a program that drops a store of gigabytes gets them back), which covers the
+/// vectors an iterative method makes anew every iteration.
+const POOL_BYTES: usize = 512 << 20;
+
 impl MapPool {
     /// Keeps `data`'s mapping for reuse, if it has one and the pool has room.
     pub(crate) fn put(&self, data: Data) {
         if let Some(map) = data.into_map() {
             let mut maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
-            if maps.len() < POOL_MAPS {
+            let kept: usize = maps.iter().map(|m| m.len()).sum();
+            if maps.len() < POOL_MAPS && kept + map.len() <= POOL_BYTES {
                 maps.push(map);
             }
         }
@@ -748,6 +754,17 @@ mod tests {
             "zeroed in place, nothing more"
         );
         assert!(again.values_mut().all(|v| v == 0));
+    }
+
+    #[test]
+    fn a_pool_keeps_at_most_its_bytes_of_dropped_mappings() {
+        let pool = MapPool::default();
+        let len = POOL_BYTES / 8 / 2 + 1; // u64 cells: just over half the pool's bytes
+        for _ in 0..2 {
+            pool.put(Data::U64(Buf::<u64>::sparse_zeros(len, None)));
+        }
+        let kept = pool.maps.lock().unwrap();
+        assert_eq!(kept.len(), 1, "the second would pass the pool's bytes");
     }
 
     /// A mapping of `len` u64 whose first `written` cells held 5, dropped into a pool, then

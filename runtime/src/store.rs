@@ -123,8 +123,9 @@ pub(crate) struct StoreRoot {
     pub key_epoch: AtomicU64,
     /// Bytes of store elements this store's runtime allocated (shared by its stores).
     mem: Arc<Memory>,
-    /// Across ranks: the elements are allocated page by page as they are written
-    /// (`Buf::sparse_zeros`), so a rank's memory holds only the pieces it writes or receives.
+    /// Across ranks: the elements are counted as they are written (`Memory`), so a rank's
+    /// memory is the pieces it writes or receives (on any rank count a large store is a
+    /// mapping taken page by page, [`StoreRoot::data`]).
     sparse: bool,
     /// Set when a task that writes this store failed: its contents are not to be trusted.
     /// With the stream position of the latest poisoning ([`StoreRoot::set_poison`]).
@@ -201,20 +202,20 @@ impl StoreRoot {
         self.bound.get()
     }
 
-    /// The elements of a bound store, allocated (zero-filled) at the first call.
+    /// The elements of a bound store, allocated (zero-filled) at the first call. Large ones
+    /// are mappings, taken page by page as cells are written, and a dropped store's mapping
+    /// of the same size is reused (`MapPool`) with its old values zeroed only where a
+    /// borrow needs it (`Ledger::install_stale`): a store written whole (`write_all`, CG's
+    /// fresh `q` every iteration) is neither zero-filled nor faulted in again.
     pub(crate) fn data(&self) -> Option<&Data> {
         let b = self.bound.get()?;
         Some(b.data.get_or_init(|| {
             self.mem.add(b.bytes(), self.sparse);
-            if self.sparse {
-                let (data, stale) = Data::sparse(b.dtype, b.rect, Some(&self.mem.pool));
-                if let Some(stale) = stale {
-                    self.ledger.install_stale(stale);
-                }
-                data
-            } else {
-                Data::zeros(b.dtype, b.rect.volume())
+            let (data, stale) = Data::sparse(b.dtype, b.rect, Some(&self.mem.pool));
+            if let Some(stale) = stale {
+                self.ledger.install_stale(stale);
             }
+            data
         }))
     }
 

@@ -1254,7 +1254,7 @@ fn register_recycling(rt: &Runtime) -> Result<()> {
 
 #[test]
 fn stores_on_recycled_mappings_read_zeros_where_no_task_wrote() {
-    // Across ranks a dropped store's mapping is reused for the next store of its size, with
+    // On any rank count a dropped store's mapping is reused for the next store of its size, with
     // the old values still in it until a borrow zeroes them (`buffer::Stale`). Each round
     // leaves four stores holding 7 in every cell, resident on every rank (the reads gather
     // them whole), for the next round's four: a partial write, a read-write of cells never
@@ -1292,7 +1292,7 @@ fn stores_on_recycled_mappings_read_zeros_where_no_task_wrote() {
     let mut shifted = vec![7.0; n];
     shifted[n - 1] = 0.0;
     let want = vec![evens, vec![1.0; n], vec![7.0; n], shifted];
-    check_rounds_on_two_ranks(run, &want);
+    check_rounds_on_one_and_two_ranks(run, &want);
 }
 
 #[test]
@@ -1336,7 +1336,7 @@ fn write_all_on_recycled_mappings_gives_exactly_what_the_body_wrote() {
         evens,
         index.iter().map(|v| v + 1.0).collect(),
     ];
-    check_rounds_on_two_ranks(run, &want);
+    check_rounds_on_one_and_two_ranks(run, &want);
 }
 
 #[test]
@@ -1402,18 +1402,22 @@ fn write_all_orders_tasks_exactly_as_write_does() {
 
 /// Runs `run` on 2 ranks at 1 and 2 threads; each rank's every round must read `want`, store
 /// by store and cell by cell.
-fn check_rounds_on_two_ranks<F>(run: F, want: &[Vec<f64>])
+fn check_rounds_on_one_and_two_ranks<F>(run: F, want: &[Vec<f64>])
 where
     F: Fn(&Runtime) -> Result<Vec<Vec<Vec<f64>>>> + Clone + Send + Sync + 'static,
 {
-    for threads in [1, 2] {
-        for (rank, rounds) in all_ok(on_ranks(2, threads, run.clone())).iter().enumerate() {
+    // One rank recycles mappings too (`StoreRoot::data`).
+    for (ranks, threads) in [(1, 1), (1, 2), (2, 1), (2, 2)] {
+        for (rank, rounds) in all_ok(on_ranks(ranks, threads, run.clone()))
+            .iter()
+            .enumerate()
+        {
             for (round, got) in rounds.iter().enumerate() {
                 for (s, (g, w)) in got.iter().zip(want).enumerate() {
                     let bad = g.iter().zip(w).position(|(g, w)| g != w);
                     assert!(
                         bad.is_none(),
-                        "rank {rank}, {threads} threads, round {round}, store {s}: cell {bad:?}"
+                        "rank {rank} of {ranks}, {threads} threads, round {round}, store {s}: cell {bad:?}"
                     );
                 }
             }
