@@ -578,7 +578,13 @@ impl RunBuffer {
     ) -> Result<Vec<Run>> {
         let n = self.len();
         let per_piece = n.div_ceil(pieces.max(1)).max(1);
-        self.recs.resize(n * (self.rank + 1).max(2), 0);
+        // Held runs are left to the final merge to sort below their top bits (see
+        // `MergeSource::bucketed`); rejecting duplicates needs each run sorted.
+        let top = self.top.filter(|_| keep && check.2 == Duplicates::Sum);
+        if top.is_none() {
+            // Zeroes the room behind the pairs: the sort's second buffer (below).
+            self.recs.resize(n * (self.rank + 1).max(2), 0);
+        }
         let (pairs, rest) = self.recs.split_at_mut(2 * n);
         let pairs: &mut [[u64; 2]] = bytemuck::cast_slice_mut(pairs);
         // Ranks of 3 and more leave room for a radix sort's second buffer, as in `sort_pairs`.
@@ -589,9 +595,6 @@ impl RunBuffer {
             Vec::new()
         };
         let total: u32 = bits.iter().sum();
-        // Held runs are left to the final merge to sort below their top bits (see
-        // `MergeSource::bucketed`); rejecting duplicates needs each run sorted.
-        let top = self.top.filter(|_| keep && check.2 == Duplicates::Sum);
         let results = std::thread::scope(|scope| {
             let handles: Vec<_> = pairs
                 .chunks_mut(per_piece)
