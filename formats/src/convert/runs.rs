@@ -1,8 +1,9 @@
 //! External merge sort of text input into storage order: sorted runs within the memory budget,
 //! held in memory while the budget has room for them (see [`Hold`]) and written to temporary
 //! files past that, then merged k ways (in rounds when there are more runs than the budget has
-//! read buffers for). Runs held whole are only distributed by their keys' top bits, and the
-//! final merge sorts each bucket of all runs (see [`MergeSource::bucketed`]).
+//! read buffers for). Runs the final merge takes at once are only distributed by their keys'
+//! top bits, and the final merge sorts each bucket of all runs (see
+//! [`MergeSource::bucketed`]).
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -79,6 +80,16 @@ pub(crate) fn sort_runs(
     let mut runs = Vec::new();
     let threads = crate::chunks::parse_threads();
     let mut hold = Hold::new(opts, rank, packed.is_some());
+    let buffer = merge_buffer(opts.memory);
+    let fan_in = opts
+        .fan_in
+        .unwrap_or((opts.memory / 3 / buffer).max(2))
+        .max(2);
+    let parallel = super::stitch::supports(format);
+    let final_runs = match opts.fan_in {
+        Some(_) => fan_in,
+        None => final_fan_in(opts.memory, threads, parallel).max(fan_in),
+    };
     let mut first_spill = true;
     let mut chunk = Chunk::default();
     let mut max = vec![0u64; rank];
@@ -105,9 +116,30 @@ pub(crate) fn sort_runs(
                             cap = smaller;
                         }
                     }
+                    // Runs distributed by their keys' top bits, for the final merge to sort
+                    // bucket by bucket (see `MergeSource::bucketed`), when it is expected to
+                    // take them: at once, and with each bucket (of keys spread evenly) within a
+                    // range of a merge that has a quarter of the budget. Otherwise, or when
+                    // the runs turn out otherwise, they are sorted (see below).
+                    let runs = estimate.div_ceil(cap.max(1)) * threads;
+                    let index_bytes = opts.index_bits as usize / 8;
+                    let small = super::stitch::merge_target(
+                        opts.memory / 4,
+                        rank,
+                        index_bytes,
+                        opts.run_entries,
+                        threads,
+                    );
                     run.top = packed
                         .as_ref()
-                        .map(|b| bucket_top(estimate, b.iter().sum()));
+                        .map(|b| bucket_top(estimate, b.iter().sum()))
+                        .filter(|&top| {
+                            let bucket = (estimate >> top) as u64;
+                            parallel
+                                && opts.fan_in.is_none()
+                                && runs <= final_runs
+                                && bucket <= small
+                        });
                 }
                 // The buffer still has its capacity of before (it shrinks below).
                 let keep = hold.take(run.len(), run.recs.capacity() / (rank + 1));
@@ -177,16 +209,6 @@ pub(crate) fn sort_runs(
         runs.extend(spilled);
     }
     drop(run);
-    let buffer = merge_buffer(opts.memory);
-    let fan_in = opts
-        .fan_in
-        .unwrap_or((opts.memory / 3 / buffer).max(2))
-        .max(2);
-    let parallel = super::stitch::supports(format);
-    let final_fan_in = match opts.fan_in {
-        Some(_) => fan_in,
-        None => final_fan_in(opts.memory, threads, parallel).max(fan_in),
-    };
     // Held runs distributed by their keys' top bits stay so when every run is, the parallel
     // final merge takes them at once, and each bucket of all runs fits what a worker merges
     // in memory; otherwise each is sorted now, as spilled runs were.
@@ -198,16 +220,21 @@ pub(crate) fn sort_runs(
         opts.run_entries,
         threads,
     );
+    // Ranges of runs in files are read whole beside their bucket: half the target each.
+    let target = match runs.iter().any(|r| r.held.is_none()) {
+        true => target / 2,
+        false => target,
+    };
     let keep_buckets =
-        parallel && runs.len() <= final_fan_in && largest.is_some_and(|n| n as u64 <= target);
+        parallel && runs.len() <= final_runs && largest.is_some_and(|n| n as u64 <= target);
     if !keep_buckets {
-        runs.iter_mut().for_each(sort_buckets_of);
+        runs.iter_mut().try_for_each(sort_buckets_of)?;
     }
     let run_count = runs.len();
     let spilled = runs.iter().filter(|r| r.held.is_none()).count();
     let mut merge_rounds = 0;
     let mut next_id = runs.len();
-    while runs.len() > final_fan_in {
+    while runs.len() > final_runs {
         merge_rounds += 1;
         progress.stage(&format!("merge round {merge_rounds}"), runs.len() as u64);
         let mut merged = Vec::new();
@@ -399,8 +426,8 @@ pub(crate) struct Run {
     /// The run's sorted pairs, when the budget held it in memory (see [`Hold`]): no file
     /// was written, and `path` names none.
     held: Option<Box<[[u64; 2]]>>,
-    /// Where each bucket of a held run begins (one more than the buckets: the last is the
-    /// run's length), when its pairs are only distributed by the top bits of their keys
+    /// Where each bucket of a run begins (one more than the buckets: the last is the run's
+    /// length), when its pairs are only distributed by the top bits of their keys
     /// (see [`distribute`]) and not yet sorted below them: the final merge then sorts each
     /// bucket of all runs at once instead of merging sorted runs ([`MergeSource::bucketed`]).
     buckets: Option<Box<[usize]>>,
@@ -580,8 +607,8 @@ impl RunBuffer {
         let per_piece = n.div_ceil(pieces.max(1)).max(1);
         // Held runs are left to the final merge to sort below their top bits (see
         // `MergeSource::bucketed`); rejecting duplicates needs each run sorted.
-        let top = self.top.filter(|_| keep && check.2 == Duplicates::Sum);
-        if top.is_none() {
+        let top = self.top.filter(|_| check.2 == Duplicates::Sum);
+        if top.is_none() || !keep {
             // Zeroes the room behind the pairs: the sort's second buffer (below).
             self.recs.resize(n * (self.rank + 1).max(2), 0);
         }
@@ -604,14 +631,31 @@ impl RunBuffer {
                     let scratch = (i < scratch.len()).then(|| std::mem::take(&mut scratch[i]));
                     scope.spawn(move || -> Result<Run> {
                         if let Some(top) = top {
-                            let (held, buckets) = distribute(piece, total - top, top);
-                            return Ok(Run {
-                                path,
-                                narrow: bits.iter().all(|&b| b <= 32),
-                                packed: Some(bits.to_vec()),
-                                held: Some(held),
-                                buckets: Some(buckets),
-                            });
+                            let shift = total - top;
+                            if keep {
+                                let mut held = vec![[0u64; 2]; piece.len()].into_boxed_slice();
+                                let buckets = distribute(piece, &mut held, shift, top);
+                                return Ok(Run {
+                                    path,
+                                    narrow: bits.iter().all(|&b| b <= 32),
+                                    packed: Some(bits.to_vec()),
+                                    held: Some(held),
+                                    buckets: Some(buckets),
+                                });
+                            }
+                            // Distributed into the sort's second buffer, and written from it.
+                            let mut own;
+                            let out = match scratch {
+                                Some(s) => s,
+                                None => {
+                                    own = vec![[0u64; 2]; piece.len()];
+                                    &mut own[..]
+                                }
+                            };
+                            let buckets = distribute(piece, out, shift, top);
+                            let mut run = write_pairs(out, bits, &path, check, false)?;
+                            run.buckets = Some(buckets);
+                            return Ok(run);
                         }
                         match scratch {
                             Some(s) => radix_sort_pairs(piece, s, total),
@@ -695,10 +739,11 @@ fn write_pairs(
 }
 
 /// `pairs` distributed stably by the `top` bits of their keys at `shift` and above (the
-/// keys have no bits above those) into a new buffer, and where each of the `2^top` buckets
-/// begins in it (and the buffer's length last). One counting pass and one scatter: the run's
-/// copy into held memory, which sorting it would have taken as well.
-fn distribute(pairs: &[[u64; 2]], shift: u32, top: u32) -> (Box<[[u64; 2]]>, Box<[usize]>) {
+/// keys have no bits above those) into `out` (as long), and where each of the `2^top`
+/// buckets begins in it (and the length last). One counting pass and one scatter: the run's
+/// copy into held memory, or into the buffer it is written from, which sorting it would have
+/// taken as well.
+fn distribute(pairs: &[[u64; 2]], out: &mut [[u64; 2]], shift: u32, top: u32) -> Box<[usize]> {
     let buckets = 1usize << top;
     // Masked to the buckets (a no-op for keys of their bits): indexes without bounds checks.
     let bucket = |key: u64| (key >> shift) as usize & (buckets - 1);
@@ -710,13 +755,12 @@ fn distribute(pairs: &[[u64; 2]], shift: u32, top: u32) -> (Box<[[u64; 2]]>, Box
         starts[b] += starts[b - 1];
     }
     let mut next = starts[..buckets].to_vec();
-    let mut out = vec![[0u64; 2]; pairs.len()].into_boxed_slice();
     for p in pairs {
         let b = bucket(p[0]);
         out[next[b]] = *p;
         next[b] += 1;
     }
-    (out, starts.into_boxed_slice())
+    starts.into_boxed_slice()
 }
 
 /// The top bits of held runs' buckets (see [`distribute`]) for an input of about `entries`
@@ -748,17 +792,36 @@ fn largest_bucket(runs: &[Run]) -> Option<usize> {
         .max()
 }
 
-/// Sorts each bucket of a held run that [`distribute`] left unsorted below its top bits:
-/// the run is then a sorted one.
-fn sort_buckets_of(run: &mut Run) {
-    let (Some(held), Some(starts)) = (run.held.as_deref_mut(), run.buckets.take()) else {
-        return;
+/// Sorts each bucket of a run that [`distribute`] left unsorted below its top bits (held,
+/// or read from its file and written back): the run is then a sorted one.
+fn sort_buckets_of(run: &mut Run) -> Result<()> {
+    let Some(starts) = run.buckets.take() else {
+        return Ok(());
     };
-    let largest = starts.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
-    let mut scratch = vec![[0u64; 2]; largest];
-    for w in starts.windows(2) {
-        sort_bucket(&mut held[w[0]..w[1]], &mut scratch[..w[1] - w[0]]);
+    let sort = |pairs: &mut [[u64; 2]]| {
+        let largest = starts.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+        let mut scratch = vec![[0u64; 2]; largest];
+        for w in starts.windows(2) {
+            sort_bucket(&mut pairs[w[0]..w[1]], &mut scratch[..w[1] - w[0]]);
+        }
+    };
+    if let Some(held) = run.held.as_deref_mut() {
+        sort(held);
+        return Ok(());
     }
+    let path = &run.path;
+    let mut pairs = vec![[0u64; 2]; starts.last().copied().unwrap_or(0)];
+    let mut file = File::options()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::io(path, e))?;
+    file.read_exact(bytemuck::cast_slice_mut(&mut pairs))
+        .map_err(|e| Error::io(path, e))?;
+    sort(&mut pairs);
+    use std::os::unix::fs::FileExt;
+    file.write_all_at(bytemuck::cast_slice(&pairs), 0)
+        .map_err(|e| Error::io(path, e))
 }
 
 /// Sorts pairs whose keys share their top bits (a bucket of [`distribute`]) stably by key,
@@ -1397,7 +1460,7 @@ impl SortedSource for MergeSource {
             (None, Some(bits)) if self.bucketed() => {
                 let mut key = vec![0; self.rank];
                 let buckets = self.runs[0].buckets.as_deref().map_or(0, |s| s.len() - 1);
-                self.sort_buckets(0..buckets, &mut |batch| {
+                self.sort_buckets(0..buckets, self.buffer, &mut |batch| {
                     batch.iter().try_for_each(|p| {
                         unpack(p[0], bits, &mut key);
                         counted(&key, f64::from_bits(p[1]))
@@ -1763,11 +1826,12 @@ impl MergeSource {
         }
     }
 
-    /// True when the runs are held in memory distributed by the same top bits of their keys
-    /// and not sorted below them (see [`distribute`]): the final merge then takes their
-    /// buckets in order, and sorts each bucket of all runs at once (the runs' sections laid
-    /// end to end in run order, so the stable sort gives the merge's order, equal keys in
-    /// input order), instead of merging sorted runs.
+    /// True when the runs (held in memory or written to files) are distributed by the same
+    /// top bits of their keys and not sorted below them (see [`distribute`]): the final merge
+    /// then takes their buckets in order, and sorts each bucket of all runs at once (the
+    /// runs' sections laid end to end in run order, so the stable sort gives the merge's
+    /// order, equal keys in input order), instead of merging sorted runs: the runs' sorts
+    /// and the tree of losers are replaced by sorts of buckets in a core's cache.
     fn bucketed(&self) -> bool {
         !self.runs.is_empty() && self.runs.iter().all(|r| r.buckets.is_some())
     }
@@ -1776,6 +1840,11 @@ impl MergeSource {
     /// `target` entries in all (a single bucket may hold more), at least `min_ranges` when
     /// each would still hold a few thousand.
     fn bucket_ranges(&self, target: u64, min_ranges: usize) -> Ranges {
+        // Ranges of runs in files are read whole beside their bucket (see `sort_runs`).
+        let target = match self.runs.iter().any(|r| r.held.is_none()) {
+            true => (target / 2).max(1),
+            false => target,
+        };
         let starts: Vec<&[usize]> = self
             .runs
             .iter()
@@ -1813,15 +1882,47 @@ impl MergeSource {
     fn sort_buckets(
         &self,
         buckets: Range<usize>,
+        chunk: usize,
         f: &mut dyn FnMut(&[[u64; 2]]) -> Result<()>,
     ) -> Result<()> {
+        let bits = self.packing.as_deref().unwrap_or(&[]);
+        let starts: Vec<&[usize]> = self
+            .runs
+            .iter()
+            .map(|r| r.buckets.as_deref().unwrap_or(&[]))
+            .collect();
+        let (first, end) = (buckets.start, buckets.end);
         PACKED.with(|cell| {
-            let (pairs, _, _, scratch) = &mut *cell.borrow_mut();
+            let (read, raw, pairs, scratch) = &mut *cell.borrow_mut();
+            // The records of these buckets of every run written to a file, read at once (a
+            // run's buckets lie in order in it); held runs are read where they lie.
+            let mut offsets = Vec::with_capacity(self.runs.len());
+            let from_files: usize = (self.runs.iter().zip(&starts))
+                .filter(|(r, _)| r.held.is_none())
+                .map(|(_, s)| s[end] - s[first])
+                .sum();
+            if read.len() < from_files {
+                *read = Vec::new();
+                *read = vec![[0; 2]; from_files];
+            }
+            let mut at = 0;
+            for (r, run) in self.runs.iter().enumerate() {
+                offsets.push(at);
+                if run.held.is_none() {
+                    let (from, len) = (starts[r][first], starts[r][end] - starts[r][first]);
+                    let file = self.files()?[r].as_ref();
+                    let section = &mut read[at..at + len];
+                    read_packed(run, file, self.rank, from as u64, bits, chunk, raw, section)?;
+                    at += len;
+                }
+            }
             for b in buckets {
-                let sections = self.runs.iter().filter_map(|r| {
-                    let (held, starts) = (r.held.as_deref()?, r.buckets.as_deref()?);
-                    Some(&held[starts[b]..starts[b + 1]])
-                });
+                let sections = (self.runs.iter().zip(&starts))
+                    .zip(&offsets)
+                    .map(|((r, s), &o)| match r.held.as_deref() {
+                        Some(held) => &held[s[b]..s[b + 1]],
+                        None => &read[o + s[b] - s[first]..o + s[b + 1] - s[first]],
+                    });
                 let n: usize = sections.clone().map(<[_]>::len).sum();
                 if pairs.len() < n {
                     // Grown to the largest bucket so far, and kept (see `merge_packed`).
@@ -1859,11 +1960,12 @@ impl MergeSource {
             .packing
             .as_deref()
             .expect("packed keys (see `pairs_bits`)");
+        let chunk = buffer * self.runs.len() / 2;
         if let Some(b) = ranges.buckets.get(j..j + 2) {
-            return self.sort_buckets(b[0]..b[1], f);
+            return self.sort_buckets(b[0]..b[1], chunk, f);
         }
         let (lo, hi) = (&ranges.at[j], &ranges.at[j + 1]);
-        self.merge_packed(lo, hi, bits, buffer * self.runs.len() / 2, f)
+        self.merge_packed(lo, hi, bits, chunk, f)
     }
 
     /// The runs' files (see [`MergeSource::files`]), opened at the first call.
@@ -2459,8 +2561,9 @@ mod tests {
             prop_assert_eq!(&general, &want);
         }
 
-        /// Runs distributed by their keys' top bits (`distribute`) and merged bucket by
-        /// bucket (`MergeSource::ranges` of bucketed runs, `merge_range_pairs`, `scan`) give
+        /// Runs distributed by their keys' top bits (`distribute`), held or written to files,
+        /// and merged bucket by bucket (`MergeSource::ranges` of bucketed runs,
+        /// `merge_range_pairs`, `scan`) give
         /// the stable sort of all runs laid end to end in run order (values number the
         /// entries, so equal keys must come in input order); `sort_buckets_of` makes each
         /// the stable sort of its run. Gathering a bucket's sections in another order than
@@ -2472,24 +2575,35 @@ mod tests {
             few in proptest::bool::ANY,
             top in 1u32..9,
             target in 1u64..4000,
+            spill_from in 0usize..7,
         ) {
             let keys: Vec<Vec<u64>> = raw
                 .iter()
                 .map(|r| r.iter().map(|&k| if few { k % 40 } else { k }).collect())
                 .collect();
+            let temp = tempfile::tempdir().unwrap();
             let mut all = Vec::new();
             let mut runs = Vec::new();
             for (i, ks) in keys.iter().enumerate() {
                 let pairs: Vec<[u64; 2]> =
                     ks.iter().enumerate().map(|(j, &k)| [k, (i * 10_000 + j) as u64]).collect();
                 all.extend_from_slice(&pairs);
-                let (held, buckets) = distribute(&pairs, 20 - top, top);
+                let mut held = vec![[0u64; 2]; pairs.len()].into_boxed_slice();
+                let buckets = distribute(&pairs, &mut held, 20 - top, top);
                 prop_assert_eq!(buckets.len(), (1 << top) + 1);
+                // Runs from `spill_from` on are written to files, as spilled runs.
+                let path = temp.path().join(format!("run-{i}"));
+                let held = if spill_from <= i {
+                    std::fs::write(&path, bytemuck::cast_slice::<_, u8>(&held)).unwrap();
+                    None
+                } else {
+                    Some(held)
+                };
                 runs.push(Run {
-                    path: PathBuf::new(),
+                    path,
                     narrow: true,
                     packed: Some(vec![20]),
-                    held: Some(held),
+                    held,
                     buckets: Some(buckets),
                 });
             }
@@ -2502,7 +2616,7 @@ mod tests {
                 buffer: 4096,
                 packing: Some(vec![20]),
                 files: Default::default(),
-                _temp: tempfile::tempdir().unwrap(),
+                _temp: temp,
             };
             prop_assert!(source.bucketed());
             let ranges = source.ranges(target, 4, 2).unwrap();
@@ -2528,20 +2642,27 @@ mod tests {
                 .unwrap();
             prop_assert_eq!(&scanned, &want);
             for (run, ks) in source.runs.iter_mut().zip(&keys) {
-                sort_buckets_of(run);
+                sort_buckets_of(run).unwrap();
                 prop_assert!(run.buckets.is_none());
-                let sorted: Vec<u64> = run.held.as_deref().unwrap().iter().map(|p| p[0]).collect();
+                let pairs = match run.held.as_deref() {
+                    Some(held) => held.to_vec(),
+                    None => bytemuck::cast_slice(&std::fs::read(&run.path).unwrap()).to_vec(),
+                };
+                let sorted: Vec<u64> = pairs.iter().map(|p| p[0]).collect();
                 let mut k = ks.clone();
                 k.sort_unstable();
                 prop_assert_eq!(sorted, k);
             }
             let mut i = 0;
             for run in &source.runs {
-                let held = run.held.as_deref().unwrap();
-                let mut w: Vec<[u64; 2]> = all[i..i + held.len()].to_vec();
+                let pairs: Vec<[u64; 2]> = match run.held.as_deref() {
+                    Some(held) => held.to_vec(),
+                    None => bytemuck::cast_slice(&std::fs::read(&run.path).unwrap()).to_vec(),
+                };
+                let mut w: Vec<[u64; 2]> = all[i..i + pairs.len()].to_vec();
                 w.sort_by_key(|p| p[0]);
-                prop_assert_eq!(held, &w[..]);
-                i += held.len();
+                prop_assert_eq!(&pairs, &w);
+                i += pairs.len();
             }
         }
 
