@@ -16,7 +16,11 @@
 //! sorted (packed key, value) pairs, *in memory* while the budget has room for it beside the
 //! run buffer and the parser (`runs::Hold`; an input whose pairs would fit that room is cut
 //! into smaller runs so that all of it does), otherwise in a temporary file; the final
-//! merge has the budget less the held runs. When the file declares dimensions
+//! merge has the budget less the held runs. When the final merge can take every run at
+//! once (and keys spread evenly enough), runs, held or spilled, are not sorted but only
+//! distributed by the top bits of their keys (`runs::distribute`): the final merge then
+//! gathers each bucket of all runs and sorts it in a core's cache (`MergeSource::bucketed`)
+//! instead of merging sorted runs. When the file declares dimensions
 //! whose fields fit 64 bits, the parse workers pack every key as they parse it (no pass
 //! over the run packs them, and the thread that collects the run only copies pairs). For the formats the block packer
 //! handles, the final merge is cut into key ranges (`runs::Ranges`: every run's lower bounds

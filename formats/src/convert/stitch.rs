@@ -123,6 +123,28 @@ pub(crate) fn convert_merged(
     dispatch!(merged, (), &job, format.rank(), opts)
 }
 
+/// Entries of a key range of the parallel final merge ([`convert_merged`]) under `memory`,
+/// for keys of `rank` coordinates of `index_bytes` each: half the budget holds the pieces
+/// in flight (a piece takes at most a coordinate, a position and a value per level and
+/// entry, and the summed value's bits), with room for ranges of twice the target; an eighth
+/// the workers' read buffers, one per run, or the range a worker merges in memory: a
+/// 16-byte pair per record, at most 32 / `per_entry` (≤ 1) of an eighth for ranges of twice
+/// the target, and read in chunks of half its read buffers.
+pub(crate) fn merge_target(
+    memory: usize,
+    rank: usize,
+    index_bytes: usize,
+    run_entries: Option<usize>,
+    threads: usize,
+) -> u64 {
+    let in_flight = 2 * threads as u64;
+    let per_entry = (2 * rank * index_bytes + 8 + 16) as u64;
+    match run_entries {
+        Some(n) => n as u64,
+        None => (memory as u64 / 4 / in_flight / per_entry).max(1 << 10),
+    }
+}
+
 fn merged<const R: usize, I: Index, V: Value, S: Sync>(
     (job, source): &(Job<'_, S>, &MergeSource),
 ) -> Result<Done> {
@@ -137,17 +159,8 @@ fn merged<const R: usize, I: Index, V: Value, S: Sync>(
     check_dims::<I, V, S>(input, format)?;
     let threads = crate::chunks::parse_threads();
     let in_flight = 2 * threads;
-    // Half the budget holds the pieces in flight (a piece takes at most a coordinate, a
-    // position and a value per level and entry, and the summed value's bits), with room for
-    // ranges of twice the target; an eighth the workers' read buffers, one per run, or the
-    // range a worker merges in memory: a 16-byte pair per record, at most 32 / `per_entry`
-    // (≤ 1) of an eighth for ranges of twice the target, and read in chunks of half its
-    // read buffers.
-    let per_entry = (2 * R * std::mem::size_of::<I>() + 8 + 16) as u64;
-    let target = match opts.run_entries {
-        Some(n) => n as u64,
-        None => (opts.memory as u64 / 4 / in_flight as u64 / per_entry).max(1 << 10),
-    };
+    let index_bytes = std::mem::size_of::<I>();
+    let target = merge_target(opts.memory, R, index_bytes, opts.run_entries, threads);
     let ranges = source.ranges(target, 4 * threads, threads)?;
     let buffer = (opts.memory / 8 / threads / source.run_count().max(1))
         .clamp(super::runs::MIN_RUN_BUFFER, 1 << 20);
