@@ -182,7 +182,7 @@ fn mpi_ranks_compute_what_one_process_computes() {
 /// A `.tcs` output across ranks is written by every rank, each its own part (the distributed
 /// storer, no gather): byte for byte the file one process writes, for a vector tiled by rows
 /// (at 4 ranks one rank owns no tile), a matrix tiled by rows and columns or by rows alone, a
-/// sparse matrix whose rows several ranks make, and a scalar.
+/// sparse matrix whose rows several ranks make (CSR and COO), and a scalar.
 #[test]
 fn a_tcs_output_stored_by_every_rank_is_the_file_one_process_writes() {
     let dir = tempfile::tempdir().unwrap();
@@ -221,6 +221,14 @@ fn a_tcs_output_stored_by_every_rank_is_the_file_one_process_writes() {
             "B",
             &pb,
         ),
+        // The same in COO: the file one process writes in `sq`, not its unique form `ss`.
+        (
+            "C(i,j) = A(i,k) * B(k,j)",
+            &["A:csr", "C:coo"][..],
+            "split(i, io, ii, 2); split(k, ko, ki, 3); extend(ko)",
+            "B",
+            &pb,
+        ),
         // A scalar has no modes to cut: rank 0 stores it.
         ("s = A(i,j) * x(j)", csr, "split(i, io, ii, 3)", "x", &x),
     ];
@@ -246,7 +254,7 @@ fn a_tcs_output_stored_by_every_rank_is_the_file_one_process_writes() {
             );
             assert!(
                 std::fs::read(&got).unwrap() == want,
-                "{statement}, {ranks} ranks: the stored file differs from one process's"
+                "{statement} {formats:?}, {ranks} ranks: the stored file differs from one process's"
             );
             // Every rank wrote its own values, none all of them: no rank gathered the output.
             let stderr = String::from_utf8_lossy(&out.stderr);

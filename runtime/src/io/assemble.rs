@@ -18,6 +18,13 @@ use super::IoError;
 use tessera_formats::Index;
 
 /// Per level: `Some((size, offset))` for a dense level, `None` for a compressed one.
+///
+/// A COO format's levels from its non-unique level `c` down (`coo` below: `Some(c)`, see
+/// [`Format::coo_start`](tessera_formats::Format::coo_start)) are `None` too, and are built
+/// per entry: every entry is a node of its own at every level from `c` on (its position there
+/// is its leaf number), so level `c`'s `pos` counts entries under each parent, and levels
+/// below `c` (singletons) store only a `crd`, one coordinate per entry. Entries agree on at
+/// most `c` leading levels ([`shared_prefix`]); the rest of the assembly is unchanged.
 pub(crate) type Shape = Vec<Option<(usize, usize)>>;
 
 /// What one rank saw of one tensor (or block) in pass one.
@@ -28,6 +35,9 @@ pub(crate) struct PartialHeader {
     pub last: Vec<usize>,
     /// Nodes opened per level, counting every level of the first entry as new.
     pub new_nodes: Vec<u64>,
+    /// The COO levels' start, when built per entry (see [`Shape`]); not sent: pooled
+    /// headers are only read by [`combine`], which is told it.
+    pub coo: Option<usize>,
 }
 
 impl PartialHeader {
@@ -37,6 +47,15 @@ impl PartialHeader {
             first: vec![0; rank],
             last: vec![0; rank],
             new_nodes: vec![0; rank],
+            coo: None,
+        }
+    }
+
+    /// A header whose levels from `coo` on are built per entry (see [`Shape`]).
+    pub fn with_coo(rank: usize, coo: Option<usize>) -> Self {
+        PartialHeader {
+            coo,
+            ..PartialHeader::new(rank)
         }
     }
 
@@ -46,7 +65,7 @@ impl PartialHeader {
             self.first.copy_from_slice(coords);
             0
         } else {
-            common_prefix(&self.last, coords)
+            shared_prefix(&self.last, coords, self.coo)
         };
         for n in &mut self.new_nodes[d..] {
             *n += 1;
@@ -74,6 +93,7 @@ impl PartialHeader {
             first: r.usizes()?,
             last: r.usizes()?,
             new_nodes: r.u64s()?,
+            coo: None,
         };
         if h.first.len() != rank || h.last.len() != rank || h.new_nodes.len() != rank {
             return Err(r.malformed("partial header of the wrong rank"));
@@ -87,13 +107,22 @@ pub(crate) fn common_prefix(a: &[usize], b: &[usize]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
+/// Number of leading levels whose nodes two entries share: their common prefix, but at most
+/// `coo` (the levels from `coo` on are built per entry, see [`Shape`]).
+pub(crate) fn shared_prefix(a: &[usize], b: &[usize], coo: Option<usize>) -> usize {
+    let d = common_prefix(a, b);
+    coo.map_or(d, |c| d.min(c))
+}
+
 /// Where one rank's piece starts: the level counters before it, the node positions of the
-/// last entry before it, and how many leading levels its first entry shares with that entry.
+/// last entry before it, and how many leading levels its first entry shares with that entry;
+/// and where the levels built per entry start (see [`Shape`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct PieceStart {
     pub counters: Vec<u64>,
     pub prev_path: Option<Vec<u64>>,
     pub shared: usize,
+    pub coo: Option<usize>,
 }
 
 /// The pooled header: per level the number of nodes (positions).
@@ -120,8 +149,10 @@ impl Totals {
 
 /// Pools the partial headers of all ranks (in rank order) into each rank's start and the
 /// totals. Errors when pieces overlap or are out of order (two ranks saw the same entry).
+/// `coo`: where the levels built per entry start (see [`Shape`]), as the parts counted them.
 pub(crate) fn combine(
     shape: &Shape,
+    coo: Option<usize>,
     parts: &[PartialHeader],
 ) -> Result<(Vec<PieceStart>, Totals), IoError> {
     let rank = shape.len();
@@ -137,7 +168,7 @@ pub(crate) fn combine(
                         coords: part.first.clone(),
                     });
                 }
-                common_prefix(last, &part.first)
+                shared_prefix(last, &part.first, coo)
             }
             _ => 0,
         };
@@ -145,6 +176,7 @@ pub(crate) fn combine(
             counters: counters.clone(),
             prev_path: prev_path.clone(),
             shared,
+            coo,
         });
         if part.count == 0 {
             continue;
@@ -207,6 +239,7 @@ pub(crate) struct PieceBuilder<'s, V, I> {
     next_val: u64,
     last: Option<Vec<usize>>,
     shared: usize,
+    coo: Option<usize>,
     piece: Piece<V, I>,
 }
 
@@ -220,7 +253,8 @@ impl<'s, V: Copy + Default, I: Index> PieceBuilder<'s, V, I> {
         for k in 0..shape.len() {
             if shape[k].is_none() {
                 b.piece.crd[k].reserve(header.new_nodes[k] as usize);
-                if k > 0 && shape[k - 1].is_none() {
+                let singleton = start.coo.is_some_and(|c| k > c);
+                if k > 0 && shape[k - 1].is_none() && !singleton {
                     b.piece.pos[k].reserve(header.new_nodes[k - 1] as usize);
                 }
             }
@@ -256,6 +290,7 @@ impl<'s, V: Copy + Default, I: Index> PieceBuilder<'s, V, I> {
             next_val,
             last: None,
             shared: start.shared,
+            coo: start.coo,
             piece,
         }
     }
@@ -265,12 +300,18 @@ impl<'s, V: Copy + Default, I: Index> PieceBuilder<'s, V, I> {
     pub fn push(&mut self, coords: &[usize], v: V) {
         let d = match &self.last {
             None => self.shared,
-            Some(last) => common_prefix(last, coords),
+            Some(last) => shared_prefix(last, coords, self.coo),
         };
         for k in d..self.shape.len() {
             let parent = if k == 0 { 0 } else { self.path[k - 1] };
             self.path[k] = match self.shape[k] {
                 Some((size, offset)) => parent * size as u64 + (coords[k] - offset) as u64,
+                // A singleton level: one child per parent, no `pos`.
+                None if self.coo.is_some_and(|c| k > c) => {
+                    self.piece.crd[k].push(I::from_usize(coords[k]));
+                    self.counters[k] += 1;
+                    self.counters[k] - 1
+                }
                 None => {
                     // pos[q] for every parent q up to this node's parent: the nodes before it.
                     while self.next_pos[k] <= parent {

@@ -309,3 +309,82 @@ fn blocks_stored_with_given_cuts_make_the_file_of_the_whole_tensor() {
         assert!(!out.exists());
     }
 }
+
+/// Dims of the COO formats the test below stores: small outer modes, so that entries share
+/// their outer coordinates (the non-unique level's repeats).
+fn coo_dims(format: &str) -> Vec<usize> {
+    match format {
+        "sq" | "sq:1,0" => vec![5, 9],
+        "sqq" | "dsq" => vec![4, 5, 6],
+        _ => vec![3, 4, 2, 5],
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// `store_file` and `store_file_cut` of a tensor in a COO format (singleton levels), held
+    /// as blocks by 2 to 4 thread ranks, write, byte for byte, the file one process writes of
+    /// the whole tensor in that format (not its unique form), which reads back as the tensor:
+    /// empty tensors, one entry, more ranks than entries, and cuts inside a run of entries
+    /// that share their outer coordinates (the non-unique level's `pos` counts entries).
+    #[test]
+    fn coo_blocks_store_to_the_coo_file_of_the_whole_tensor(
+        format in prop::sample::select(vec!["sq", "sq:1,0", "sqq", "dsq", "dsqq"]),
+        fill in prop_oneof![Just(0usize), Just(1), 2usize..=100],
+        split in prop::sample::select(vec!["0:2", "1:3", "0:3,1:2"]),
+        ranks in 2usize..=4,
+        cut_seed in any::<u64>(),
+    ) {
+        let dims = coo_dims(format);
+        let total: usize = dims.iter().product();
+        // Mostly sparse, sometimes empty, one entry, or nearly full.
+        let n = match fill {
+            0 => 0,
+            1 => 1,
+            f => total * f / 400,
+        };
+        let t = uniform(&dims, n, format);
+        prop_assert!(t.format().coo_start().is_some());
+        let dir = tempfile::tempdir().unwrap();
+        let whole = dir.path().join("whole.tcs");
+        write_tensor(&whole, &t, None).unwrap();
+        let grid = SplitSpec::parse_blocks(split).unwrap().grid(t.dims()).unwrap();
+        // `ranks - 1` sorted level-order cuts, anywhere in the coordinate box.
+        let level_dims: Vec<usize> = t.format().mode_order().iter().map(|&m| dims[m]).collect();
+        let mut x = cut_seed | 1;
+        let mut cuts: Vec<Vec<usize>> = (1..ranks)
+            .map(|_| {
+                level_dims
+                    .iter()
+                    .map(|&d| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        (x % d as u64) as usize
+                    })
+                    .collect()
+            })
+            .collect();
+        cuts.sort();
+        for cut in [None, Some(&cuts[..])] {
+            let out = dir.path().join("out.tcs");
+            let done = run_ranks(ranks, |c| {
+                let mine = load_blocks(c, &t.view(), &grid, &NoProgress)?;
+                let views: Vec<_> = mine.iter().map(|b| b.tensor.view()).collect();
+                store_file_cut(c, &views, cut, &out, &NoProgress)
+            });
+            for (rank, s) in done.into_iter().enumerate() {
+                let s = s.map_err(|e| TestCaseError::fail(format!("rank {rank}: {e}")))?;
+                prop_assert_eq!(s.values, n as u64);
+            }
+            prop_assert!(
+                std::fs::read(&out).unwrap() == std::fs::read(&whole).unwrap(),
+                "{} ({} entries) stored from {} ranks with cuts {:?} differs from the whole file",
+                format, n, ranks, cut
+            );
+            let back: T = tessera_formats::tcs::TcsFile::open(&out).unwrap().to_tensor().unwrap();
+            prop_assert!(back == t, "{} read back differs from the tensor", format);
+        }
+    }
+}

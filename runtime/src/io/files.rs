@@ -225,7 +225,7 @@ fn block_targets<C: Communicator + ?Sized, V: Value, I: Index>(
     for key in keys {
         let shape = shapes.shape(key);
         let parts = pooled.get(&key).map_or(&[][..], Vec::as_slice);
-        let (starts, totals) = combine(&shape, parts)?;
+        let (starts, totals) = combine(&shape, None, parts)?;
         let ranges = grid.block_ranges(key);
         let modes = ranges
             .iter()
@@ -495,7 +495,8 @@ fn merge_typed<C: Communicator + ?Sized, V: Value, I: Index>(
 /// send each other their blocks' sections as `merge_blocks` does (step 1), then each merges
 /// its sections and writes its piece of the output arrays at their final offsets, as
 /// [`merge_dir`] does: no rank holds the whole tensor, and only headers, counters and
-/// checksums travel after the sections. Blocks must not overlap. Collective.
+/// checksums travel after the sections. Blocks must not overlap. A format with singleton (COO)
+/// levels is written as such: the file one process writes of the whole tensor. Collective.
 pub fn store_file<C, V, I>(
     comm: &C,
     blocks: &[TensorView<'_, V, I>],
@@ -545,7 +546,9 @@ fn write_merged<C: Communicator + ?Sized, V: Value, I: Index>(
 ) -> Result<Summary, IoError> {
     let me = comm.rank();
     let _held = Held::new(sections.iter().map(Section::bytes).sum());
-    let (mut merge, _, start, totals) = merge_header(comm, layout, sections, progress)?;
+    // A COO format is written as such: its levels from the non-unique one down per entry.
+    let coo = layout.format.coo_start();
+    let (mut merge, _, start, totals) = merge_header(comm, layout, sections, coo, progress)?;
     let header = header_of::<V, I>(&layout.dims, &layout.format, &layout.shape, &totals, None)?;
     // Rank 0 names and creates the temporary file; under MPI the ranks are processes with
     // different ids, so the name travels with an all-gather.

@@ -173,7 +173,7 @@ where
     for (key, parts) in &pooled {
         if headers.contains_key(key) || owned(key) {
             let shape = shapes.shape(*key);
-            let (starts, totals) = combine(&shape, parts)?;
+            let (starts, totals) = combine(&shape, None, parts)?;
             starts_of.insert(*key, (starts[me].clone(), shape));
             totals_of.insert(*key, totals);
         }
@@ -475,7 +475,7 @@ fn assemble_owned<V: Value, I: Index>(
         // A block no rank saw an entry of has the totals of an empty header.
         let totals = match totals_of.get(&key) {
             Some(t) => t.clone(),
-            None => combine(&shape, &[])?.1,
+            None => combine(&shape, None, &[])?.1,
         };
         let asm = asm.finish(&shape, &totals)?;
         let tensor = to_tensor(&meta.dims, &meta.format, &shape, asm)?;

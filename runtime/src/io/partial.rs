@@ -42,7 +42,19 @@ impl<'a, V: Value, I: Index> FileProbe<'a, V, I> {
         header: &'a TcsHeader,
         meta: &Meta,
     ) -> Result<Self, IoError> {
+        // Files with singleton levels never get here (see `open_probe`): every compressed
+        // level has a `pos`.
         let (arrays, vals) = array_numbers(header, &meta.dense)
+            .and_then(|(arrays, vals)| {
+                let arrays = arrays
+                    .into_iter()
+                    .map(|a| match a {
+                        None => Some(None),
+                        Some((pos, crd)) => Some(Some((pos?, crd))),
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                Some((arrays, vals))
+            })
             .ok_or_else(|| IoError::File(format!("{}: header lacks an array", path.display())))?;
         Ok(FileProbe {
             file,

@@ -43,13 +43,14 @@ pub(crate) fn io_err(path: &Path, e: std::io::Error) -> IoError {
     IoError::File(format!("{}: {e}", path.display()))
 }
 
-/// Per level of `shape` the header's array numbers of its `pos` and `crd` (`None` for a
-/// dense level), and the number of `vals`; `None` when the header lacks one of them.
+/// Per level of `shape` the header's array numbers of its `pos` (`None` for a singleton
+/// level) and `crd` (`None` for a dense level), and the number of `vals`; `None` when the
+/// header lacks one of them.
 #[allow(clippy::type_complexity)]
 pub(crate) fn array_numbers(
     header: &TcsHeader,
     shape: &Shape,
-) -> Option<(Vec<Option<(usize, usize)>>, usize)> {
+) -> Option<(Vec<Option<(Option<usize>, usize)>>, usize)> {
     let rank = shape.len();
     let mut arrays: Vec<(Option<usize>, Option<usize>)> = vec![(None, None); rank];
     let mut vals = None;
@@ -62,12 +63,16 @@ pub(crate) fn array_numbers(
             _ => {}
         }
     }
+    let singleton =
+        |k: usize| header.levels.get(k).map(|l| l.level_type) == Some(LevelType::Singleton);
     let arrays = arrays
         .into_iter()
         .zip(shape)
-        .map(|((p, c), level)| match level {
+        .enumerate()
+        .map(|(k, ((p, c), level))| match level {
             Some(_) => Some(None),
-            None => Some(Some((p?, c?))),
+            None if singleton(k) => Some(Some((None, c?))),
+            None => Some(Some((Some(p?), c?))),
         })
         .collect::<Option<_>>()?;
     Some((arrays, vals?))
@@ -122,7 +127,7 @@ impl Written {
 }
 
 /// The header of a stored tensor (or block) of `format` whose levels have `shape` and, for
-/// compressed levels, the sizes in `totals`. `modes` carries a block's split metadata
+/// compressed and singleton levels (as `format` says), the sizes in `totals`. `modes` carries a block's split metadata
 /// (`None`: a whole tensor).
 pub(crate) fn header_of<V: Value, I: Index>(
     dims: &[usize],
@@ -146,7 +151,7 @@ pub(crate) fn header_of<V: Value, I: Index>(
             },
             None => LevelInfo {
                 mode: m as u32,
-                level_type: LevelType::Compressed,
+                level_type: format.levels()[k],
                 size: totals.positions[k],
                 offset: 0,
             },
@@ -184,8 +189,9 @@ pub(crate) struct FileSink<'s, V, I> {
     /// The file, open only while a run is written: a rank may write thousands of blocks.
     file: Option<File>,
     path: PathBuf,
-    /// Per level the header's array numbers of its `pos` and `crd` (dense levels: none).
-    arrays: Vec<Option<(usize, usize)>>,
+    /// Per level the header's array numbers of its `pos` (singleton levels: none) and `crd`
+    /// (dense levels: neither).
+    arrays: Vec<Option<(Option<usize>, usize)>>,
     vals: usize,
     /// Per header array: (byte offset, element size).
     layout: Vec<(u64, u64)>,
@@ -269,7 +275,9 @@ impl<'s, V: Value, I: Index> FileSink<'s, V, I> {
     fn write_piece(&mut self, piece: &Piece<V, I>) -> Result<(), IoError> {
         for k in 0..self.arrays.len() {
             if let Some((pos, crd)) = self.arrays[k] {
-                self.write(pos, piece.pos_start[k], bytemuck::cast_slice(&piece.pos[k]))?;
+                if let Some(pos) = pos {
+                    self.write(pos, piece.pos_start[k], bytemuck::cast_slice(&piece.pos[k]))?;
+                }
                 self.write(crd, piece.crd_start[k], bytemuck::cast_slice(&piece.crd[k]))?;
             }
         }

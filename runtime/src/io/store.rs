@@ -153,7 +153,9 @@ where
     I: Index,
 {
     let sections = read_sections::<V, I>(layout.shape.len(), incoming)?;
-    let (mut merge, header, start, totals) = merge_header(comm, &layout, &sections, progress)?;
+    // Built in the unique form (`to_tensor` re-levels a COO result).
+    let (mut merge, header, start, totals) =
+        merge_header(comm, &layout, &sections, None, progress)?;
 
     // 4. Pass two: this rank's piece at final positions.
     let leaves = leaves_of(&sections);
@@ -194,6 +196,7 @@ pub(crate) fn leaves_of<V, I>(sections: &[Section<V, I>]) -> u64 {
 
 /// Steps 2–3 on this rank's sections: pass one of the tournament merge gathers the partial
 /// header (overlapping blocks are an error, agreed on by every rank), pooled over the ranks.
+/// `coo`: where the levels built per entry start (see [`Shape`]; `None`: the unique form).
 /// Returns the merge (exhausted: reset it for pass two), this rank's partial header and
 /// start, and the stored tensor's totals. Collective.
 #[allow(clippy::type_complexity)]
@@ -201,6 +204,7 @@ pub(crate) fn merge_header<'s, C, V, I>(
     comm: &C,
     layout: &Layout,
     sections: &'s [Section<V, I>],
+    coo: Option<usize>,
     progress: &dyn Progress,
 ) -> Result<
     (
@@ -224,7 +228,7 @@ where
     let mut merge = Tournament::new(walkers);
     let leaves = leaves_of(sections);
     progress.start("merge: header", leaves);
-    let mut header = PartialHeader::new(rank);
+    let mut header = PartialHeader::with_coo(rank, coo);
     let mut overlap = None;
     while merge.next_with(|c, _| {
         if header.count > 0 && c <= header.last.as_slice() && overlap.is_none() {
@@ -246,7 +250,7 @@ where
         .enumerate()
         .map(|(from, m)| PartialHeader::read(&mut Reader::new(m, from), rank))
         .collect::<Result<Vec<_>, _>>()?;
-    let (starts, totals) = combine(&layout.shape, &parts)?;
+    let (starts, totals) = combine(&layout.shape, coo, &parts)?;
     let start = starts
         .into_iter()
         .nth(comm.rank())
