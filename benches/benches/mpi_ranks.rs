@@ -1,8 +1,8 @@
 //! The runtime across MPI ranks — processes started by `mpirun`, as users run it — beside one
 //! rank and beside a hand-written MPI halo-exchange stencil (the `mpi` crate) doing the same
-//! work: the 1-d stencil at about 1 ms of work per step and rank, and CG on the 2-d Laplacian
-//! (as written, and with its convergence test one iteration late), at 1, 2 and 4 ranks. The
-//! `ranks` bench times the same code on thread ranks of one process.
+//! work: the 1-d stencil at about 1 ms of work per step and rank (strong and weak scaling), and
+//! CG on the 2-d Laplacian (as written, and with its convergence test one iteration late), at
+//! 1, 2 and 4 ranks. The `ranks` bench times the same code on thread ranks of one process.
 //!
 //! ```text
 //! CARGO_TARGET_DIR=target/mpi cargo bench -p tessera-benches --features mpi --bench mpi_ranks
@@ -36,7 +36,7 @@ use tessera_runtime::transport::{launched_by_mpirun, mpi::run_world_threaded, Co
 use tessera_runtime::{Result, Runtime, RuntimeError};
 
 /// The contestants, as `--job` names.
-const JOBS: [&str; 4] = ["stencil", "stencil-hand", "cg", "cg-late"];
+const JOBS: [&str; 5] = ["stencil", "stencil-weak", "stencil-hand", "cg", "cg-late"];
 
 /// What one rank of a job prints for the driver.
 const RESULT: &str = "TESSERA_MPI_RESULT";
@@ -77,7 +77,7 @@ fn rank_job(job: &str) -> Result<()> {
     let scale: f64 = env_or("TESSERA_BENCH_SCALE", 1.0);
     let (rank, secs, sent) = match job {
         "stencil-hand" => stencil_by_hand(stencil_cells(scale), STENCIL_STEPS),
-        "stencil" | "cg" | "cg-late" => run_world_threaded(|comm| {
+        "stencil" | "stencil-weak" | "cg" | "cg-late" => run_world_threaded(|comm| {
             let size = comm.size();
             let mut b = Runtime::builder().threads(1).min_piece_size(256);
             if size > 1 {
@@ -86,6 +86,11 @@ fn rank_job(job: &str) -> Result<()> {
             let rt = b.try_build()?;
             let (secs, stats, _) = match job {
                 "stencil" => work::stencil_runtime(&rt, stencil_cells(scale), STENCIL_STEPS)?,
+                // Weak scaling: each rank the strong runs' share at 2 ranks.
+                "stencil-weak" => {
+                    let n = stencil_cells(scale) / 2 * size;
+                    work::stencil_runtime(&rt, n, STENCIL_STEPS)?
+                }
                 _ => {
                     let a = laplacian(scale);
                     let b: Vec<f64> = (0..a.rows).map(|i| 1.0 + (i % 5) as f64).collect();
@@ -267,6 +272,18 @@ fn rows(
             if let Some(one) = time("stencil", 1) {
                 let scaling = format!("{name}, scaling");
                 table.row(&scaling, "ms", t * 1e3, "1 rank", one.secs * 1e3, false);
+            }
+            if let (Some(one), Some(weak)) = (time("stencil-weak", 1), time("stencil-weak", r)) {
+                // Efficiency: one rank on its share ÷ r ranks on r shares (1 is ideal).
+                let name = format!("stencil weak scaling, {r} ranks ({}k cells each)", n / 2000);
+                table.row(
+                    &name,
+                    "ms",
+                    weak.secs * 1e3,
+                    "1 rank",
+                    one.secs * 1e3,
+                    false,
+                );
             }
             // Each step after the first, each inner boundary moves one cell each way.
             let minimum = (2 * (r - 1) * 8 * (STENCIL_STEPS - 1)) as f64;

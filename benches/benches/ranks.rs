@@ -1,7 +1,7 @@
 //! The task runtime across ranks (control replication), on thread ranks of this process: the
 //! 1-d stencil, CG (as written, and with its convergence test one iteration late) and SpMV at
-//! 1, 2 and 4 ranks of one thread each, beside one rank (strong
-//! scaling) and, for the stencil, beside a hand-written halo exchange over the same transport
+//! 1, 2 and 4 ranks of one thread each, beside one rank (strong scaling; for the stencil weak
+//! scaling too) and, for the stencil, beside a hand-written halo exchange over the same transport
 //! doing the same work; the CPU time of all ranks beside one rank's (what ranks add, which
 //! the machine's other load does not change); bytes moved ÷ the analytic minimum; bytes of
 //! store elements each rank
@@ -224,13 +224,24 @@ fn stencil_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize]
             }) as Contestant
         })
         .collect();
+    // Weak scaling: each rank `n / 2` cells (the strong runs' share at 2 ranks), on 1..r ranks.
+    let per_rank = n / 2;
+    let weak_runs: Vec<Contestant> = ranks_list
+        .iter()
+        .map(|&r| {
+            Box::new(move || on_ranks(r, |rt| stencil_runtime(rt, per_rank * r, steps)))
+                as Contestant
+        })
+        .collect();
     let all: Vec<&dyn Fn() -> Timed> = runtime_runs
         .iter()
         .chain(&hand_runs)
+        .chain(&weak_runs)
         .map(|b| b.as_ref())
         .collect();
     let got = race(reps, &all);
-    let (rt1, hand1) = (got[0].0, got[3].0);
+    let runs = ranks_list.len();
+    let (rt1, hand1) = (got[0].0, got[runs].0);
     table.row(
         "stencil step, 1 rank",
         "ms",
@@ -256,7 +267,19 @@ fn stencil_part(table: &mut Table, scale: f64, reps: usize, ranks_list: &[usize]
             "ms",
             t * 1e3,
             "hand-written halo",
-            got[3 + k].0 * 1e3,
+            got[runs + k].0 * 1e3,
+            false,
+        );
+        // Efficiency: one rank's time on its share ÷ r ranks' on r shares (1 is ideal).
+        table.row(
+            &format!(
+                "stencil weak scaling, {r} ranks ({}k cells each)",
+                per_rank / 1000
+            ),
+            "ms",
+            got[2 * runs + k].0 * 1e3,
+            "1 rank",
+            got[2 * runs].0 * 1e3,
             false,
         );
         // Per step after the first, each inner boundary moves one cell each way.
