@@ -242,9 +242,14 @@ fn resident(ptr: *mut u8, len: usize) -> u64 {
 /// every cell (a received range). Zeroing them all at once cost a pass over every page
 /// the old store touched, which can be far more than the new one does (a mapping that a
 /// whole-store `read` made fully resident, recycled for a store the rank writes half of).
+///
+/// On one rank a large store is an ordinary buffer (so that taking its elements moves them
+/// without a copy), and the pool keeps those of dropped stores too: one of the same type and
+/// size is reused whole, every cell stale ([`Data::reused`]).
 #[derive(Default)]
 pub(crate) struct MapPool {
     maps: Mutex<Vec<memmap2::MmapMut>>,
+    owned: Mutex<Vec<Data>>,
 }
 
 /// Most mappings a pool keeps (dropped stores beyond this are unmapped).
@@ -256,15 +261,34 @@ const POOL_MAPS: usize = 4;
 const POOL_BYTES: usize = 512 << 20;
 
 impl MapPool {
-    /// Keeps `data`'s mapping for reuse, if it has one and the pool has room.
+    /// Keeps `data` for reuse — its mapping, or a large ordinary buffer — if the pool has
+    /// room ([`POOL_MAPS`] of each kind, [`POOL_BYTES`] in all).
     pub(crate) fn put(&self, data: Data) {
-        if let Some(map) = data.into_map() {
-            let mut maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
-            let kept: usize = maps.iter().map(|m| m.len()).sum();
-            if maps.len() < POOL_MAPS && kept + map.len() <= POOL_BYTES {
-                maps.push(map);
+        let kept = |maps: &[memmap2::MmapMut], owned: &[Data]| {
+            maps.iter().map(|m| m.len()).sum::<usize>()
+                + owned.iter().map(Data::bytes).sum::<usize>()
+        };
+        let mut maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
+        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        let room = POOL_BYTES.saturating_sub(kept(&maps, &owned));
+        if data.is_mapped() {
+            if let Some(map) = data.into_map().filter(|m| m.len() <= room) {
+                if maps.len() < POOL_MAPS {
+                    maps.push(map);
+                }
             }
+        } else if (SPARSE_MIN_BYTES..=room).contains(&data.bytes()) && owned.len() < POOL_MAPS {
+            owned.push(data);
         }
+    }
+
+    /// A kept ordinary buffer of `dtype` and `len` cells.
+    fn take_owned(&self, dtype: DType, len: usize) -> Option<Data> {
+        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        let i = owned
+            .iter()
+            .position(|d| d.dtype() == dtype && d.bytes() == len * dtype.size())?;
+        Some(owned.swap_remove(i))
     }
 
     /// A kept mapping of exactly `bytes`, and the byte ranges of it that are not zeros (its
@@ -329,7 +353,46 @@ pub enum Data {
     Range(Buf<crate::dtype::PosRange>),
 }
 
+/// `$body` with `$b` bound to the buffer of whichever element type `$data` holds.
+macro_rules! with_buf {
+    ($data:expr, $b:ident => $body:expr) => {
+        match $data {
+            Data::F64($b) => $body,
+            Data::F32($b) => $body,
+            Data::I64($b) => $body,
+            Data::I32($b) => $body,
+            Data::U64($b) => $body,
+            Data::U32($b) => $body,
+            Data::Range($b) => $body,
+        }
+    };
+}
+
 impl Data {
+    /// Bytes of the cells (mapped or not, resident or not).
+    pub(crate) fn bytes(&self) -> usize {
+        self.dtype().size() * with_buf!(self, b => b.len())
+    }
+
+    fn is_mapped(&self) -> bool {
+        with_buf!(self, b => matches!(b.cells, Cells::Mapped(_)))
+    }
+
+    /// A dropped store's ordinary buffer from `pool` for a store of `dtype` over `whole`, and
+    /// the [`Stale`] naming every cell of it: the store's ledger zeroes them as they are
+    /// borrowed, except where a borrower overwrites them ([`Ledger::install_stale`]), so a
+    /// store written whole every iteration is neither zeroed nor faulted in again.
+    pub(crate) fn reused(dtype: DType, whole: Rect, pool: &MapPool) -> Option<(Data, Stale)> {
+        let data = pool.take_owned(dtype, whole.volume())?;
+        let stale = Stale {
+            base: with_buf!(&data, b => b.base() as usize),
+            size: dtype.size(),
+            whole,
+            ranges: vec![0..data.bytes()],
+        };
+        Some((data, stale))
+    }
+
     pub(crate) fn dtype(&self) -> DType {
         match self {
             Data::F64(_) => DType::F64,
@@ -754,6 +817,33 @@ mod tests {
             "zeroed in place, nothing more"
         );
         assert!(again.values_mut().all(|v| v == 0));
+    }
+
+    #[test]
+    fn a_large_ordinary_buffer_is_reused_whole_for_the_same_type_and_size_all_stale() {
+        let pool = MapPool::default();
+        let len = SPARSE_MIN_BYTES / 8; // u64 cells: the smallest size kept
+        let b = Buf::from_vec(vec![5u64; len]);
+        let ptr = b.base();
+        pool.put(Data::U64(b));
+        pool.put(Data::U64(Buf::from_vec(vec![5u64; 16]))); // small: not kept
+        let whole = Rect::new(&[0], &[len]);
+        assert!(
+            Data::reused(DType::I64, whole, &pool).is_none(),
+            "another type"
+        );
+        let (data, stale) = Data::reused(DType::U64, whole, &pool).expect("kept");
+        let Data::U64(b) = &data else { unreachable!() };
+        assert_eq!(b.base(), ptr, "the kept buffer, not a new one");
+        assert_eq!(
+            stale.ranges,
+            vec![0..len * 8],
+            "every cell still holds an old value"
+        );
+        assert!(
+            Data::reused(DType::U64, whole, &pool).is_none(),
+            "taken once"
+        );
     }
 
     #[test]

@@ -123,9 +123,8 @@ pub(crate) struct StoreRoot {
     pub key_epoch: AtomicU64,
     /// Bytes of store elements this store's runtime allocated (shared by its stores).
     mem: Arc<Memory>,
-    /// Across ranks: the elements are counted as they are written (`Memory`), so a rank's
-    /// memory is the pieces it writes or receives (on any rank count a large store is a
-    /// mapping taken page by page, [`StoreRoot::data`]).
+    /// Across ranks: the elements are allocated page by page as they are written
+    /// (`Buf::sparse_zeros`), so a rank's memory holds only the pieces it writes or receives.
     sparse: bool,
     /// Set when a task that writes this store failed: its contents are not to be trusted.
     /// With the stream position of the latest poisoning ([`StoreRoot::set_poison`]).
@@ -202,16 +201,23 @@ impl StoreRoot {
         self.bound.get()
     }
 
-    /// The elements of a bound store, allocated (zero-filled) at the first call. Large ones
-    /// are mappings, taken page by page as cells are written, and a dropped store's mapping
-    /// of the same size is reused (`MapPool`) with its old values zeroed only where a
-    /// borrow needs it (`Ledger::install_stale`): a store written whole (`write_all`, CG's
-    /// fresh `q` every iteration) is neither zero-filled nor faulted in again.
+    /// The elements of a bound store, allocated (zero-filled) at the first call. A dropped
+    /// store's buffer of the same size is reused (`MapPool`: a mapping across ranks, a large
+    /// ordinary buffer on one rank) with its old values zeroed only where a borrow needs it
+    /// (`Ledger::install_stale`): a store written whole (`write_all`, CG's fresh `q` every
+    /// iteration) is neither zero-filled nor faulted in again.
     pub(crate) fn data(&self) -> Option<&Data> {
         let b = self.bound.get()?;
         Some(b.data.get_or_init(|| {
             self.mem.add(b.bytes(), self.sparse);
-            let (data, stale) = Data::sparse(b.dtype, b.rect, Some(&self.mem.pool));
+            let (data, stale) = if self.sparse {
+                Data::sparse(b.dtype, b.rect, Some(&self.mem.pool))
+            } else {
+                match Data::reused(b.dtype, b.rect, &self.mem.pool) {
+                    Some((data, stale)) => (data, Some(stale)),
+                    None => (Data::zeros(b.dtype, b.rect.volume()), None),
+                }
+            };
             if let Some(stale) = stale {
                 self.ledger.install_stale(stale);
             }
