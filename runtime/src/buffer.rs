@@ -388,7 +388,7 @@ impl Data {
             base: with_buf!(&data, b => b.base() as usize),
             size: dtype.size(),
             whole,
-            ranges: vec![0..data.bytes()],
+            ranges: std::iter::once(0..data.bytes()).collect(),
         };
         Some((data, stale))
     }
