@@ -255,29 +255,28 @@ pub(crate) struct MapPool {
 /// Most mappings a pool keeps (dropped stores beyond this are unmapped).
 const POOL_MAPS: usize = 4;
 
-/// Most bytes of mappings a pool keeps: a dropped store's memory stays with the runtime only
-/// up to this (a program that drops a store of gigabytes gets them back), which covers the
-/// vectors an iterative method makes anew every iteration.
-const POOL_BYTES: usize = 512 << 20;
+/// Most bytes of ordinary buffers a pool keeps (one rank's dropped stores): a dropped store's
+/// memory stays with the runtime only up to this, about what the allocator itself would keep
+/// (a program that drops a store of gigabytes gets them back), which covers the vectors of
+/// up to 16 M cells an iterative method makes anew every iteration. Mappings (across ranks)
+/// are bounded by count only: a rank holds only the pages its pieces touched.
+const POOL_BYTES: usize = 128 << 20;
 
 impl MapPool {
     /// Keeps `data` for reuse — its mapping, or a large ordinary buffer — if the pool has
-    /// room ([`POOL_MAPS`] of each kind, [`POOL_BYTES`] in all).
+    /// room ([`POOL_MAPS`] of each kind; ordinary buffers [`POOL_BYTES`] in all).
     pub(crate) fn put(&self, data: Data) {
-        let kept = |maps: &[memmap2::MmapMut], owned: &[Data]| {
-            maps.iter().map(|m| m.len()).sum::<usize>()
-                + owned.iter().map(Data::bytes).sum::<usize>()
-        };
-        let mut maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
-        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
-        let room = POOL_BYTES.saturating_sub(kept(&maps, &owned));
         if data.is_mapped() {
-            if let Some(map) = data.into_map().filter(|m| m.len() <= room) {
-                if maps.len() < POOL_MAPS {
-                    maps.push(map);
-                }
+            let mut maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(map) = data.into_map().filter(|_| maps.len() < POOL_MAPS) {
+                maps.push(map);
             }
-        } else if (SPARSE_MIN_BYTES..=room).contains(&data.bytes()) && owned.len() < POOL_MAPS {
+            return;
+        }
+        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        let kept: usize = owned.iter().map(Data::bytes).sum();
+        let room = POOL_BYTES.saturating_sub(kept);
+        if (SPARSE_MIN_BYTES..=room).contains(&data.bytes()) && owned.len() < POOL_MAPS {
             owned.push(data);
         }
     }
@@ -847,14 +846,17 @@ mod tests {
     }
 
     #[test]
-    fn a_pool_keeps_at_most_its_bytes_of_dropped_mappings() {
+    fn a_pool_keeps_at_most_its_bytes_of_ordinary_buffers() {
         let pool = MapPool::default();
         let len = POOL_BYTES / 8 / 2 + 1; // u64 cells: just over half the pool's bytes
         for _ in 0..2 {
-            pool.put(Data::U64(Buf::<u64>::sparse_zeros(len, None)));
+            pool.put(Data::U64(Buf::from_vec(vec![0u64; len])));
         }
-        let kept = pool.maps.lock().unwrap();
-        assert_eq!(kept.len(), 1, "the second would pass the pool's bytes");
+        assert_eq!(
+            pool.owned.lock().unwrap().len(),
+            1,
+            "the second would pass the bytes"
+        );
     }
 
     /// A mapping of `len` u64 whose first `written` cells held 5, dropped into a pool, then
