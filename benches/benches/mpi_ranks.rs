@@ -72,7 +72,7 @@ fn main() {
 }
 
 /// One rank of contestant `job`: times it and prints this rank's seconds per step or
-/// iteration and its bytes sent.
+/// iteration, its bytes sent and its peak RSS.
 fn rank_job(job: &str) -> Result<()> {
     let scale: f64 = env_or("TESSERA_BENCH_SCALE", 1.0);
     let (rank, secs, sent) = match job {
@@ -109,7 +109,8 @@ fn rank_job(job: &str) -> Result<()> {
             )))
         }
     };
-    println!("{RESULT} {rank} {secs} {sent}");
+    let peak = tessera_benches::peak_rss_bytes();
+    println!("{RESULT} {rank} {secs} {sent} {peak}");
     Ok(())
 }
 
@@ -157,10 +158,12 @@ fn stencil_by_hand(n: usize, steps: usize) -> (usize, f64, u64) {
     (r, secs, sent)
 }
 
-/// What a job reported: the slowest rank's seconds and the bytes all ranks sent.
+/// What a job reported: the slowest rank's seconds, the bytes all ranks sent and the largest
+/// peak RSS of one rank (each rank is a process).
 struct Ran {
     secs: f64,
     sent: u64,
+    peak: u64,
 }
 
 /// Starts `ranks` processes of `job` under the launcher and reads their `RESULT` lines.
@@ -187,11 +190,12 @@ fn launch(launcher: &[String], ranks: usize, job: &str) -> std::result::Result<R
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    let lines: Vec<(f64, u64)> = stdout
+    let lines: Vec<(f64, u64, u64)> = stdout
         .lines()
         .filter_map(|l| {
             let mut w = l.strip_prefix(RESULT)?.split_whitespace().skip(1);
-            Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?))
+            let secs = w.next()?.parse().ok()?;
+            Some((secs, w.next()?.parse().ok()?, w.next()?.parse().ok()?))
         })
         .collect();
     if lines.len() != ranks {
@@ -203,6 +207,7 @@ fn launch(launcher: &[String], ranks: usize, job: &str) -> std::result::Result<R
     Ok(Ran {
         secs: lines.iter().map(|l| l.0).fold(0.0, f64::max),
         sent: lines.iter().map(|l| l.1).sum(),
+        peak: lines.iter().map(|l| l.2).max().unwrap_or(0),
     })
 }
 
@@ -222,12 +227,14 @@ fn drive() {
         .collect();
     let mut secs = vec![vec![]; runs.len()];
     let mut sent = vec![0; runs.len()];
+    let mut peak = vec![0; runs.len()];
     for _ in 0..reps.max(1) {
         for (i, &(job, r)) in runs.iter().enumerate() {
             match launch(&launcher, r, job) {
                 Ok(ran) => {
                     secs[i].push(ran.secs);
                     sent[i] = ran.sent;
+                    peak[i] = ran.peak;
                 }
                 Err(e) => {
                     eprintln!("mpi_ranks: {e}");
@@ -241,6 +248,7 @@ fn drive() {
         Some(Ran {
             secs: median(secs[i].clone()),
             sent: sent[i],
+            peak: peak[i],
         })
     };
     let mut table = Table::new(&format!(
@@ -304,6 +312,21 @@ fn rows(
             if let Some(t) = time(job, r) {
                 let name = format!("{label} {}k rows, {r} ranks", cg_rows / 1000);
                 table.row(&name, "ms", t.secs * 1e3, "1 rank", one.secs * 1e3, false);
+            }
+        }
+    }
+    // Each rank is a process. Its peak includes what every contestant builds whole on every
+    // rank (the initial vector it hands to `from_vec`, the sequential loop it checks against,
+    // the final `read`), so it falls little with ranks; the runtime's own holdings per rank
+    // are the `ranks` bench's `bytes_resident` rows (0.50 at 2 ranks, 0.25 at 4).
+    for job in ["stencil", "cg"] {
+        for &r in ranks_list {
+            if let Some(t) = time(job, r) {
+                let mib = t.peak as f64 / (1 << 20) as f64;
+                table.figure(
+                    &format!("{job} {r} ranks: peak RSS MiB per rank (largest)"),
+                    mib,
+                );
             }
         }
     }
