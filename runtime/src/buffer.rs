@@ -443,28 +443,12 @@ impl Data {
     }
 
     fn into_map(self) -> Option<memmap2::MmapMut> {
-        match self {
-            Data::F64(b) => b.into_map(),
-            Data::F32(b) => b.into_map(),
-            Data::I64(b) => b.into_map(),
-            Data::I32(b) => b.into_map(),
-            Data::U64(b) => b.into_map(),
-            Data::U32(b) => b.into_map(),
-            Data::Range(b) => b.into_map(),
-        }
+        with_buf!(self, b => b.into_map())
     }
 
     /// Bytes of memory the elements occupy now (see [`Buf::resident_bytes`]).
     pub(crate) fn resident_bytes(&self) -> u64 {
-        match self {
-            Data::F64(b) => b.resident_bytes(),
-            Data::F32(b) => b.resident_bytes(),
-            Data::I64(b) => b.resident_bytes(),
-            Data::I32(b) => b.resident_bytes(),
-            Data::U64(b) => b.resident_bytes(),
-            Data::U32(b) => b.resident_bytes(),
-            Data::Range(b) => b.resident_bytes(),
-        }
+        with_buf!(self, b => b.resident_bytes())
     }
 
     /// Zero cells in an ordinary vector.

@@ -1391,6 +1391,14 @@ impl Inner {
         Counters::add(&self.shared.counters.analysis_ns, d.as_nanos() as u64);
     }
 
+    /// `f`, timed as analysis (one of the window's entry points).
+    fn analysed<T>(&self, f: impl FnOnce() -> T) -> T {
+        let t0 = Instant::now();
+        let r = f();
+        self.add_analysis(t0.elapsed());
+        r
+    }
+
     /// A worker would go idle and the adaptive window holds tasks: launch every solved task in
     /// it (fused where allowed). Never blocks: if another thread holds the front lock, `wanted`
     /// tells it to do this when it lets go. Errors wait in `deferred` for the issuing thread.
@@ -1418,13 +1426,13 @@ impl Inner {
                     },
                     1,
                 );
-                let t0 = Instant::now();
-                while !front.window.ready.is_empty() {
-                    if let Err(e) = self.launch_prefix(&mut front) {
-                        front.deferred.get_or_insert(e);
+                self.analysed(|| {
+                    while !front.window.ready.is_empty() {
+                        if let Err(e) = self.launch_prefix(&mut front) {
+                            front.deferred.get_or_insert(e);
+                        }
                     }
-                }
-                self.add_analysis(t0.elapsed());
+                });
             }
             let held = !front.window.is_empty();
             a.held.store(held, Ordering::SeqCst);
@@ -1443,15 +1451,9 @@ impl Inner {
             // task into the window and out again.
             self.analyze_now(front, t)
         } else if front.window.push(t) {
-            let t0 = Instant::now();
-            let r = self.drain(front, false);
-            self.add_analysis(t0.elapsed());
-            r
+            self.analysed(|| self.drain(front, false))
         } else if self.fusion.enabled && self.machine.ranks > 1 {
-            let t0 = Instant::now();
-            let r = self.launch_ended(front);
-            self.add_analysis(t0.elapsed());
-            r
+            self.analysed(|| self.launch_ended(front))
         } else {
             Ok(())
         }
@@ -1500,24 +1502,19 @@ impl Inner {
 
     /// Launches every task in the window (timed as analysis).
     pub(crate) fn drain_all(&self, front: &mut Front) -> Result<()> {
-        let t0 = Instant::now();
-        let r = self.drain(front, true);
-        self.add_analysis(t0.elapsed());
-        r
+        self.analysed(|| self.drain(front, true))
     }
 
     /// Solves and launches one task without passing it through the window.
     fn analyze_now(&self, front: &mut Front, t: Issued) -> Result<()> {
-        let t0 = Instant::now();
-        let r = self.solve(front, t).and_then(|ready| {
+        self.analysed(|| {
+            let ready = self.solve(front, t)?;
             Counters::add(&self.shared.counters.tasks_launched, 1);
             let plan = Plan::single(ready);
             self.agree_launch(&plan)?;
             self.analyse(plan);
             Ok(())
-        });
-        self.add_analysis(t0.elapsed());
-        r
+        })
     }
 
     /// Fusion passes over the window: until it is empty (`all`: a read, fence, future or
