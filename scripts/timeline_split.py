@@ -8,7 +8,8 @@ Usage: scripts/timeline_split.py LOG [FROM TO]
 
 Prints, per thread, the wall time in each state (stack attribution: the innermost open span
 owns the time): body, node (run_node outside the body), poll (spinning / yielding for a
-node), sleep, issue (submit outside replay and helping), replay, help (the issuer's wait
+node), ledger (waiting for a ledger lock another thread holds: only contended acquisitions
+are marked, branch ledger14), sleep, issue (submit outside replay and helping), replay, help (the issuer's wait
 outside nodes, polls and sleeps), outside (none open: the application's loop, a worker
 between nodes); then per point node the delay from ready (queued or kept) to start, and the
 step period.
@@ -27,6 +28,7 @@ OPEN = {
     "ReplayBegin": "replay",
     "HelpBegin": "help",
     "LetGoBegin": "letgo",
+    "LedgerWaitBegin": "ledger",
 }
 CLOSE = {
     "BodyEnd": "body",
@@ -37,6 +39,7 @@ CLOSE = {
     "ReplayEnd": "replay",
     "HelpEnd": "help",
     "LetGoEnd": "letgo",
+    "LedgerWaitEnd": "ledger",
 }
 
 
@@ -112,7 +115,7 @@ def main():
     nsteps = max(1, len(steps))
     print(f"{len(points)} nodes run in the window, {nsteps} tasks (steps)")
     print(f"wall per step {wall / nsteps:.0f} ns")
-    cats = ["body", "node", "letgo", "poll", "sleep", "issue", "replay", "help", "outside"]
+    cats = ["body", "ledger", "node", "letgo", "poll", "sleep", "issue", "replay", "help", "outside"]
     print("per step, ns:".ljust(24) + "".join(c.rjust(9) for c in cats))
     for name, acc in split.items():
         print(name[:23].ljust(24) + "".join(f"{acc[c] / nsteps:9.0f}" for c in cats))

@@ -57,6 +57,18 @@ fn main() {
         if !wrote {
             eprintln!("TESSERA_TIMELINE: built without the `timeline` feature, nothing written");
         }
+        // The ledgers' lock counts (branch ledger14): how often a borrow or a release found
+        // the lock held by the other thread, and how long it waited.
+        let l = tessera_runtime::timeline::ledger_locks();
+        if l.taken > 0 {
+            println!(
+                "ledger locks: {:.2} per step, {:.4} contended per step ({:.2} %), {:.1} ns waited per step",
+                l.taken as f64 / steps as f64,
+                l.contended as f64 / steps as f64,
+                100.0 * l.contended as f64 / l.taken as f64,
+                l.waited_ns as f64 / steps as f64
+            );
+        }
     }
     let s = rt.stats();
     println!(

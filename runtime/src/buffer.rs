@@ -477,9 +477,10 @@ impl Data {
 /// borrows them first, so a borrow is where their old values are zeroed, just before the
 /// borrower touches them (on its own thread, while they are in its cache), and only those.
 #[derive(Default)]
-#[repr(align(128))]
+#[repr(C, align(128))]
 pub(crate) struct Ledger {
-    /// Held borrows: id, rectangle, and how the holder uses the cells.
+    /// Held borrows: rectangle, and how the holder uses the cells (first: on the ledger's
+    /// first cache line).
     active: Mutex<Active>,
     /// The cells not yet zeroed, while there are any.
     stale: Mutex<Option<Stale>>,
@@ -487,12 +488,128 @@ pub(crate) struct Ledger {
     has_stale: AtomicBool,
 }
 
-/// A ledger's held borrows, and the id of the next one (counted under the lock that a borrow
-/// takes anyway: no atomic of its own).
+/// Borrows a ledger keeps in the slots on its first cache line (the rest spill to a list).
+const SLOTS: usize = 6;
+
+/// Bounds a slot's word holds (30 bits each).
+const SLOT_BOUND: usize = 1 << 30;
+
+/// A ledger's held borrows (branch `ledger14`).
+///
+/// The two points of a step borrow and release the same two stores at the same time on two
+/// cores, 16 lock operations a step, each on cache lines the other core wrote last; every
+/// line an operation touches under the lock lengthens the time the other core waits for it.
+/// So a borrow of a one-dimensional rectangle (every borrow of a 1-d store, bounds below
+/// 2^30) is one word in `slots`, which lie on the lock's own cache line with it; the
+/// borrow holds its slot's index, so a release clears one word without searching. Others
+/// (more than `SLOTS` held, other rectangles) go to `more`, looked at only while there are
+/// any. Numbers in DESIGN.md ("The ledger's lock between the two points of a step").
 #[derive(Default)]
 struct Active {
+    /// A slot's word: 0 when free, else [`Settle::slot_word`].
+    slots: [u64; SLOTS],
+    /// Borrows that do not fit a slot, while there are any (boxed: the lock and the slots
+    /// fill one cache line).
+    more: Option<Box<More>>,
+}
+
+/// Borrows that do not fit a ledger's slots.
+struct More {
+    /// Id (`SLOTS` and up), rectangle, how it settles.
     held: Vec<(u64, Rect, Settle)>,
+    /// The id of the next one, less `SLOTS` (restarts with a new `More`: no id is held then).
     next: u64,
+}
+
+// The lock and the slots share one cache line (the `Ledger` is aligned to its own lines).
+const _: () = assert!(std::mem::size_of::<Mutex<Active>>() <= 64);
+
+/// The rectangle of a slot's word.
+fn slot_rect(w: u64) -> Rect {
+    let (lo, hi) = slot_bounds(w);
+    Rect::new(&[lo], &[hi])
+}
+
+/// The bounds of a slot's word's rectangle.
+#[inline]
+fn slot_bounds(w: u64) -> (usize, usize) {
+    let m = SLOT_BOUND as u64 - 1;
+    (((w >> 3) & m) as usize, ((w >> 33) & m) as usize)
+}
+
+impl Active {
+    /// The rectangle of a held borrow that conflicts with borrowing `rect` (`exclusive`: for
+    /// a write), if any.
+    #[inline]
+    fn conflict(&self, rect: &Rect, exclusive: bool) -> Option<Rect> {
+        // A ledger's rectangles all have its store's dimension: slots hold 1-d ones only.
+        if rect.dim() == 1 {
+            let (lo, hi) = (rect.lo()[0], rect.hi()[0]);
+            for &w in &self.slots {
+                if w != 0 && (exclusive || Settle::slot_exclusive(w)) {
+                    let (l, h) = slot_bounds(w);
+                    if l.max(lo) < h.min(hi) {
+                        return Some(slot_rect(w));
+                    }
+                }
+            }
+        }
+        self.more
+            .as_ref()?
+            .held
+            .iter()
+            .find(|(_, r, h)| (exclusive || h.exclusive()) && r.overlaps(rect))
+            .map(|(_, r, _)| *r)
+    }
+
+    /// Records a borrow of `rect` (checked: no conflict); returns its id.
+    #[inline]
+    fn insert(&mut self, rect: Rect, how: Settle) -> u64 {
+        if let Some(w) = how.slot_word(&rect) {
+            if let Some(i) = self.slots.iter().position(|&s| s == 0) {
+                self.slots[i] = w;
+                return i as u64;
+            }
+        }
+        let more = self.more.get_or_insert_with(|| {
+            Box::new(More {
+                held: Vec::new(),
+                next: 0,
+            })
+        });
+        let id = SLOTS as u64 + more.next;
+        more.next += 1;
+        more.held.push((id, rect, how));
+        id
+    }
+
+    /// Forgets the borrow `id`.
+    #[inline]
+    fn remove(&mut self, id: u64) {
+        if id < SLOTS as u64 {
+            self.slots[id as usize] = 0;
+        } else if let Some(more) = self.more.as_mut() {
+            if let Some(i) = more.held.iter().position(|(m, _, _)| *m == id) {
+                more.held.swap_remove(i);
+            }
+            if more.held.is_empty() {
+                self.more = None;
+            }
+        }
+    }
+
+    /// Every held borrow's rectangle and how it settles.
+    fn held(&self) -> Vec<(Rect, Settle)> {
+        let slots = self.slots.iter().filter(|&&w| w != 0);
+        slots
+            .map(|&w| (slot_rect(w), Settle::of_slot(w)))
+            .chain(
+                self.more
+                    .iter()
+                    .flat_map(|m| m.held.iter().map(|(_, r, h)| (*r, *h))),
+            )
+            .collect()
+    }
 }
 
 /// The cells of a buffer recycled from the [`MapPool`] that still hold a dropped store's
@@ -571,6 +688,36 @@ impl Settle {
     fn exclusive(self) -> bool {
         !matches!(self, Settle::ZeroLocked)
     }
+
+    /// A slot's word for a borrow of `rect` that settles so: occupied (bit 0), how (bits 1-2),
+    /// low and high bound (30 bits each); `None` unless `rect` is 1-d with bounds below 2^30.
+    fn slot_word(self, rect: &Rect) -> Option<u64> {
+        let (lo, hi) = (rect.lo(), rect.hi());
+        if rect.dim() != 1 || lo[0] >= SLOT_BOUND || hi[0] >= SLOT_BOUND {
+            return None;
+        }
+        let how = match self {
+            Settle::ZeroLocked => 0,
+            Settle::Zero => 1,
+            Settle::Overwrite => 2,
+        };
+        Some(1 | how << 1 | (lo[0] as u64) << 3 | (hi[0] as u64) << 33)
+    }
+
+    /// How the borrow in a slot's word settles.
+    fn of_slot(w: u64) -> Settle {
+        match (w >> 1) & 3 {
+            0 => Settle::ZeroLocked,
+            1 => Settle::Zero,
+            _ => Settle::Overwrite,
+        }
+    }
+
+    /// Whether the borrow in a slot's word is exclusive (`of_slot(w).exclusive()`).
+    #[inline]
+    fn slot_exclusive(w: u64) -> bool {
+        (w >> 1) & 3 != 0
+    }
 }
 
 /// A held borrow; released on drop.
@@ -608,18 +755,11 @@ impl Ledger {
     }
 
     fn hold(&self, rect: Rect, how: Settle) -> Result<Borrow<'_>, Rect> {
-        let mut active = self.active.lock().unwrap_or_else(|e| e.into_inner());
-        let exclusive = how.exclusive();
-        if let Some((_, other, _)) = active
-            .held
-            .iter()
-            .find(|(_, r, h)| (exclusive || h.exclusive()) && r.overlaps(&rect))
-        {
-            return Err(*other);
+        let mut active = crate::timeline::lock_counted(&self.active);
+        if let Some(other) = active.conflict(&rect, how.exclusive()) {
+            return Err(other);
         }
-        let id = active.next;
-        active.next += 1;
-        active.held.push((id, rect, how));
+        let id = active.insert(rect, how);
         Ok(Borrow { ledger: self, id })
     }
 
@@ -666,7 +806,7 @@ impl Ledger {
         self.has_stale.store(true, Ordering::SeqCst);
         let held: Vec<(Rect, Settle)> = {
             let active = self.active.lock().unwrap_or_else(|e| e.into_inner());
-            active.held.iter().map(|(_, r, h)| (*r, *h)).collect()
+            active.held()
         };
         for (rect, how) in held {
             let claimed = stale.claim(rect);
@@ -704,10 +844,8 @@ impl Ledger {
 
 impl Drop for Borrow<'_> {
     fn drop(&mut self) {
-        let mut active = self.ledger.active.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = active.held.iter().position(|(id, _, _)| *id == self.id) {
-            active.held.swap_remove(i);
-        }
+        let mut active = crate::timeline::lock_counted(&self.ledger.active);
+        active.remove(self.id);
     }
 }
 
@@ -740,6 +878,65 @@ mod tests {
         assert!(l.borrow(b, true).is_ok(), "b was given back");
         drop(ra);
         assert!(l.borrow(a, true).is_ok());
+    }
+
+    #[test]
+    fn the_ledger_refuses_exactly_the_borrows_a_model_of_held_rectangles_refuses() {
+        // Random borrows (shared, exclusive, overwriting) and releases in any order against a
+        // plain list of what is held: borrows in slots and spilled ones (more than the slots
+        // hold, or bounds too large for a slot's word, meeting small ones around 2^30) are
+        // checked against each other, a release frees its own, and an overwriter's borrow is
+        // exclusive like a writer's.
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..200 {
+            let l = Ledger::default();
+            let mut held: Vec<(Borrow, Rect, bool)> = Vec::new();
+            for _ in 0..40 {
+                if !held.is_empty() && next(3) == 0 {
+                    held.swap_remove(next(held.len() as u64) as usize);
+                    continue;
+                }
+                let lo = next(12) as usize + if next(4) == 0 { SLOT_BOUND - 8 } else { 0 };
+                let rect = Rect::new(&[lo], &[lo + 1 + next(4) as usize]);
+                let how = next(3);
+                let exclusive = how != 0;
+                let conflict = held
+                    .iter()
+                    .any(|(_, r, x)| (exclusive || *x) && r.overlaps(&rect));
+                let got = match how {
+                    0 => l.borrow(rect, false),
+                    1 => l.borrow(rect, true),
+                    _ => l.borrow_to_overwrite(rect),
+                };
+                match got {
+                    Ok(b) => {
+                        assert!(
+                            !conflict,
+                            "{rect:?} (exclusive {exclusive}) granted over a conflict"
+                        );
+                        held.push((b, rect, exclusive));
+                    }
+                    Err(other) => {
+                        assert!(
+                            conflict,
+                            "{rect:?} (exclusive {exclusive}) refused, no conflict"
+                        );
+                        assert!(
+                            held.iter().any(|(_, r, x)| *r == other
+                                && (exclusive || *x)
+                                && r.overlaps(&rect)),
+                            "refused naming {other:?}, which is not a held conflicting borrow"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

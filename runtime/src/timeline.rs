@@ -41,12 +41,29 @@ pub enum Ev {
     /// A node lets go of its replay (`Run`): the last one ends the run (recycling).
     LetGoBegin,
     LetGoEnd,
+    /// A ledger lock was found held: the thread waits for it / has it (branch `ledger14`;
+    /// only contended acquisitions are marked, see [`ledger_locks`]).
+    LedgerWaitBegin,
+    LedgerWaitEnd,
+}
+
+/// How often the stores' ledgers were locked since the start, summed over threads (branch
+/// `ledger14`): all zeros without the `timeline` feature.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LedgerLocks {
+    /// Acquisitions of a ledger's lock of held borrows (a borrow and its release: one each).
+    pub taken: u64,
+    /// Of those, the ones that found the lock held by another thread and waited.
+    pub contended: u64,
+    /// Wall time spent waiting in those, ns.
+    pub waited_ns: u64,
 }
 
 #[cfg(feature = "timeline")]
 mod imp {
     use super::Ev;
-    use std::sync::{Arc, Mutex, OnceLock};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
     use std::time::Instant;
 
     type Log = Arc<Mutex<Vec<(u64, Ev, u64)>>>;
@@ -84,6 +101,54 @@ mod imp {
                 .unwrap_or_else(|e| e.into_inner())
                 .push((t, ev, id))
         });
+    }
+
+    /// Per-thread lock counters (taken, contended, waited ns): each thread adds to its own.
+    type Counts = Arc<[AtomicU64; 3]>;
+
+    fn counts() -> &'static Mutex<Vec<Counts>> {
+        static COUNTS: OnceLock<Mutex<Vec<Counts>>> = OnceLock::new();
+        COUNTS.get_or_init(Mutex::default)
+    }
+
+    thread_local! {
+        static MY_COUNTS: Counts = {
+            let c: Counts = Arc::default();
+            counts().lock().unwrap_or_else(|e| e.into_inner()).push(c.clone());
+            c
+        };
+    }
+
+    /// Locks `m` (a ledger's), counting the acquisition; a contended one is timed and marked.
+    pub fn lock_counted<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+        let guard = match m.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                mark(Ev::LedgerWaitBegin, 0);
+                let t = Instant::now();
+                let g = m.lock().unwrap_or_else(|e| e.into_inner());
+                let ns = t.elapsed().as_nanos() as u64;
+                mark(Ev::LedgerWaitEnd, 0);
+                MY_COUNTS.with(|c| {
+                    c[1].fetch_add(1, Ordering::Relaxed);
+                    c[2].fetch_add(ns, Ordering::Relaxed);
+                });
+                g
+            }
+        };
+        MY_COUNTS.with(|c| c[0].fetch_add(1, Ordering::Relaxed));
+        guard
+    }
+
+    pub fn ledger_locks() -> super::LedgerLocks {
+        let mut s = super::LedgerLocks::default();
+        for c in counts().lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            s.taken += c[0].load(Ordering::Relaxed);
+            s.contended += c[1].load(Ordering::Relaxed);
+            s.waited_ns += c[2].load(Ordering::Relaxed);
+        }
+        s
     }
 
     pub fn dump(path: &std::path::Path) -> std::io::Result<bool> {
@@ -141,4 +206,32 @@ pub fn dump(path: &std::path::Path) -> std::io::Result<bool> {
 #[cfg(not(feature = "timeline"))]
 pub fn dump(_path: &std::path::Path) -> std::io::Result<bool> {
     Ok(false)
+}
+
+/// Locks a ledger's mutex; with the `timeline` feature the acquisition is counted (and a
+/// contended one timed and marked), see [`ledger_locks`].
+#[cfg(feature = "timeline")]
+#[inline]
+pub(crate) fn lock_counted<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    imp::lock_counted(m)
+}
+
+/// Locks a ledger's mutex (poisoning ignored: the ledger's state is consistent at every
+/// unlock).
+#[cfg(not(feature = "timeline"))]
+#[inline(always)]
+pub(crate) fn lock_counted<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The ledgers' lock counts so far (all zeros without the `timeline` feature).
+#[cfg(feature = "timeline")]
+pub fn ledger_locks() -> LedgerLocks {
+    imp::ledger_locks()
+}
+
+/// The ledgers' lock counts so far (all zeros without the `timeline` feature).
+#[cfg(not(feature = "timeline"))]
+pub fn ledger_locks() -> LedgerLocks {
+    LedgerLocks::default()
 }
