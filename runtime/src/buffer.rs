@@ -491,25 +491,27 @@ pub(crate) struct Ledger {
 /// Borrows a ledger keeps in the slots on its first cache line (the rest spill to a list).
 const SLOTS: usize = 6;
 
-/// Bounds a slot's word holds (30 bits each).
+/// Bounds a slot's word holds: below 2^30 for a 1-d rectangle, below 2^15 for a 2-d one.
 const SLOT_BOUND: usize = 1 << 30;
+const SLOT_BOUND_2D: usize = 1 << 15;
 
 /// A ledger's held borrows (branch `ledger14`).
 ///
 /// The two points of a step borrow and release the same two stores at the same time on two
 /// cores, 16 lock operations a step, each on cache lines the other core wrote last; every
 /// line an operation touches under the lock lengthens the time the other core waits for it.
-/// So a borrow of a one-dimensional rectangle (every borrow of a 1-d store, bounds below
-/// 2^30) is one word in `slots`, which lie on the lock's own cache line with it; the
+/// So a borrow of a 1-d rectangle with bounds below 2^30, or a 2-d one below 2^15, is one
+/// word in `slots`, which lie on the lock's own cache line with it; the
 /// borrow holds its slot's index, so a release clears one word without searching. Others
-/// (more than `SLOTS` held, other rectangles) go to `more`, looked at only while there are
-/// any. Numbers in DESIGN.md ("The ledger's lock between the two points of a step").
+/// (more than `SLOTS` held, other rectangles) go to `more`, looked at only once there have
+/// been any. Numbers in DESIGN.md ("The ledger's lock between the two points of a step").
 #[derive(Default)]
 struct Active {
     /// A slot's word: 0 when free, else [`Settle::slot_word`].
     slots: [u64; SLOTS],
-    /// Borrows that do not fit a slot, while there are any (boxed: the lock and the slots
-    /// fill one cache line).
+    /// Borrows that do not fit a slot, once there have been any (boxed: the lock and the
+    /// slots fill one cache line; kept when it empties, so a store whose borrows do not fit,
+    /// a 2-d one, allocates it once).
     more: Option<Box<More>>,
 }
 
@@ -517,7 +519,7 @@ struct Active {
 struct More {
     /// Id (`SLOTS` and up), rectangle, how it settles.
     held: Vec<(u64, Rect, Settle)>,
-    /// The id of the next one, less `SLOTS` (restarts with a new `More`: no id is held then).
+    /// The id of the next one, less `SLOTS`.
     next: u64,
 }
 
@@ -526,15 +528,19 @@ const _: () = assert!(std::mem::size_of::<Mutex<Active>>() <= 64);
 
 /// The rectangle of a slot's word.
 fn slot_rect(w: u64) -> Rect {
-    let (lo, hi) = slot_bounds(w);
-    Rect::new(&[lo], &[hi])
+    let (dim, lo, hi) = slot_bounds(w);
+    Rect::new(&lo[..dim], &hi[..dim])
 }
 
-/// The bounds of a slot's word's rectangle.
+/// The dimension and bounds of a slot's word's rectangle ([`Settle::slot_word`]).
 #[inline]
-fn slot_bounds(w: u64) -> (usize, usize) {
-    let m = SLOT_BOUND as u64 - 1;
-    (((w >> 3) & m) as usize, ((w >> 33) & m) as usize)
+fn slot_bounds(w: u64) -> (usize, [usize; 2], [usize; 2]) {
+    let f = |at: u32, bits: u32| ((w >> at) & ((1 << bits) - 1)) as usize;
+    if w & 8 == 0 {
+        (1, [f(4, 30), 0], [f(34, 30), 0])
+    } else {
+        (2, [f(4, 15), f(34, 15)], [f(19, 15), f(49, 15)])
+    }
 }
 
 impl Active {
@@ -542,13 +548,15 @@ impl Active {
     /// a write), if any.
     #[inline]
     fn conflict(&self, rect: &Rect, exclusive: bool) -> Option<Rect> {
-        // A ledger's rectangles all have its store's dimension: slots hold 1-d ones only.
-        if rect.dim() == 1 {
-            let (lo, hi) = (rect.lo()[0], rect.hi()[0]);
+        // A ledger's rectangles all have its store's dimension: slots hold 1-d and 2-d ones.
+        let d = rect.dim();
+        if d <= 2 {
+            let (lo, hi) = (rect.lo(), rect.hi());
             for &w in &self.slots {
                 if w != 0 && (exclusive || Settle::slot_exclusive(w)) {
-                    let (l, h) = slot_bounds(w);
-                    if l.max(lo) < h.min(hi) {
+                    let (wd, l, h) = slot_bounds(w);
+                    debug_assert_eq!(wd, d);
+                    if (0..d).all(|k| l[k].max(lo[k]) < h[k].min(hi[k])) {
                         return Some(slot_rect(w));
                     }
                 }
@@ -591,9 +599,6 @@ impl Active {
         } else if let Some(more) = self.more.as_mut() {
             if let Some(i) = more.held.iter().position(|(m, _, _)| *m == id) {
                 more.held.swap_remove(i);
-            }
-            if more.held.is_empty() {
-                self.more = None;
             }
         }
     }
@@ -690,18 +695,26 @@ impl Settle {
     }
 
     /// A slot's word for a borrow of `rect` that settles so: occupied (bit 0), how (bits 1-2),
-    /// low and high bound (30 bits each); `None` unless `rect` is 1-d with bounds below 2^30.
+    /// 2-d (bit 3), then a 1-d rectangle's low and high bound (30 bits each, from bit 4) or a
+    /// 2-d one's `lo[0]`, `hi[0]`, `lo[1]`, `hi[1]` (15 bits each, from bits 4, 19, 34, 49);
+    /// `None` for other dimensions or larger bounds.
     fn slot_word(self, rect: &Rect) -> Option<u64> {
         let (lo, hi) = (rect.lo(), rect.hi());
-        if rect.dim() != 1 || lo[0] >= SLOT_BOUND || hi[0] >= SLOT_BOUND {
-            return None;
-        }
         let how = match self {
             Settle::ZeroLocked => 0,
             Settle::Zero => 1,
             Settle::Overwrite => 2,
         };
-        Some(1 | how << 1 | (lo[0] as u64) << 3 | (hi[0] as u64) << 33)
+        let b = |x: usize| x as u64;
+        match rect.dim() {
+            1 if lo[0].max(hi[0]) < SLOT_BOUND => {
+                Some(1 | how << 1 | b(lo[0]) << 4 | b(hi[0]) << 34)
+            }
+            2 if lo.iter().chain(hi).all(|&x| x < SLOT_BOUND_2D) => Some(
+                1 | how << 1 | 8 | b(lo[0]) << 4 | b(hi[0]) << 19 | b(lo[1]) << 34 | b(hi[1]) << 49,
+            ),
+            _ => None,
+        }
     }
 
     /// How the borrow in a slot's word settles.
@@ -883,8 +896,9 @@ mod tests {
     #[test]
     fn the_ledger_refuses_exactly_the_borrows_a_model_of_held_rectangles_refuses() {
         // Random borrows (shared, exclusive, overwriting) and releases in any order against a
-        // plain list of what is held: borrows in slots and spilled ones (more than the slots
-        // hold, or bounds too large for a slot's word, meeting small ones around 2^30) are
+        // plain list of what is held, on 1-d and 2-d ledgers: borrows in slots and spilled ones
+        // (more than the slots hold, or bounds too large for a slot's word, meeting small ones
+        // around 2^30 and 2^15) are
         // checked against each other, a release frees its own, and an overwriter's borrow is
         // exclusive like a writer's.
         let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
@@ -894,16 +908,26 @@ mod tests {
             seed ^= seed << 17;
             seed % n
         };
-        for _ in 0..200 {
+        for round in 0..400 {
             let l = Ledger::default();
+            let two_d = round % 2 == 1;
             let mut held: Vec<(Borrow, Rect, bool)> = Vec::new();
             for _ in 0..40 {
                 if !held.is_empty() && next(3) == 0 {
                     held.swap_remove(next(held.len() as u64) as usize);
                     continue;
                 }
-                let lo = next(12) as usize + if next(4) == 0 { SLOT_BOUND - 8 } else { 0 };
-                let rect = Rect::new(&[lo], &[lo + 1 + next(4) as usize]);
+                let mut corner = |bound: usize| {
+                    let lo = next(12) as usize + if next(4) == 0 { bound - 8 } else { 0 };
+                    (lo, lo + 1 + next(4) as usize)
+                };
+                let rect = if two_d {
+                    let ((a, b), (c, d)) = (corner(SLOT_BOUND_2D), corner(SLOT_BOUND_2D));
+                    Rect::new(&[a, c], &[b, d])
+                } else {
+                    let (a, b) = corner(SLOT_BOUND);
+                    Rect::new(&[a], &[b])
+                };
                 let how = next(3);
                 let exclusive = how != 0;
                 let conflict = held
