@@ -331,6 +331,7 @@ impl Appender {
     }
 
     /// Whether the file is allocated ahead of the appends (on by default; tests compare).
+    #[cfg(test)]
     pub(crate) fn set_allocate_ahead(&mut self, on: bool) {
         self.allocates = on;
     }
