@@ -741,6 +741,40 @@ fn errors_in_later_blocks_name_their_line() {
     }
 }
 
+/// Lines that the block packer's runs of distinct entries give back (a repeated entry,
+/// summed; one out of order, which sends the file to the external sort) still count for
+/// the line an error names, in earlier blocks and in the bad line's own block.
+#[test]
+fn errors_after_repeated_entries_name_their_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("repeats.tns");
+    for disorder in [false, true] {
+        let mut text = String::new();
+        let mut lines = 0;
+        for i in 1..=5_000 {
+            text += &format!("{i} 1 0.5\n");
+            lines += 1;
+            if i % 7 == 0 {
+                text += &format!("{i} 1 0.25\n");
+                lines += 1;
+            }
+        }
+        if disorder {
+            text += "2 1 0.5\n";
+            lines += 1;
+        }
+        text += "5001 1 0.5\n5001 1 0.5\n5002 x 0.5\n";
+        lines += 3;
+        std::fs::write(&input, text).unwrap();
+        for (external, err) in errors_sorted_and_external(&input) {
+            assert!(
+                matches!(err, Error::Syntax { line, column: 6, .. } if line == lines),
+                "out of order {disorder}, external sort {external}: {err} (want line {lines})"
+            );
+        }
+    }
+}
+
 /// The errors converting `input` (which must fail) within 64 KiB, sorted (the block packer) and
 /// forced through the external sort (the parallel chunk parser), each with which it was.
 fn errors_sorted_and_external(input: &Path) -> Vec<(bool, Error)> {

@@ -35,6 +35,31 @@
 //! Memory: the budget less what the process itself needs (`working_memory`) is shared out
 //! as block sizes, run sizes and buffer sizes; peak RSS stays within the budget down to
 //! 16 MiB (measured by the conversion bench).
+//!
+//! Sorted text against the parse floor (the conversion bench's pass that only parses every
+//! number on both cores): the block packer parses with the floor's own scanners, so what it
+//! costs beyond the floor is the packing and the output. Measured on the bench's 263 MB
+//! sorted `.tns` (11.2 M entries, 224 MB of `.tcs`), perf's CPU samples: the packing loop
+//! 66% (callgrind: 370 instructions an entry against the floor's 301, of which ~35 build the
+//! nodes and the rest is the same scan with fewer registers free), the output's `pwrite`s
+//! 15% (ext4 taking a delayed-allocation reservation and buffer heads page by page; the
+//! copy itself 2.6%), mapping the input blocks with `MAP_POPULATE` and unmapping them 8%
+//! (with the page-table lock held against the other worker's faults), checksums 2.6%,
+//! first touches of the pieces' arrays 2%. Since (pack16): blocks are mapped without
+//! populating (`blocks::map_range`), the output is allocated ahead of its appends
+//! (`tcs::Appender`, `fallocate`: the writes then fill allocated blocks), and the run's lines
+//! are counted per run and scanned straight into the key (364 instructions an entry).
+//! Interleaved single jobs (`TESSERA_BENCH_JOB=convert chrt -f 1 taskset -c 0,1`, medians):
+//! at load 2 (9 rounds) 0.165 -> 0.152 s against the floor's 0.115 s, 0.70 -> 0.76 of the
+//! floor; in a slower phase at load 3-4 (7 rounds) `.tns` 0.189 -> 0.173 s against 0.124 s
+//! (0.66 -> 0.72), `.mtx` 0.139 -> 0.123 s against 0.089 s (0.64 -> 0.72). The whole bench
+//! (3 rounds, load 4.2-5.2) swings more: sorted `.tns` 0.63-0.65x -> 0.67-0.76x the floor
+//! (1.18-1.45 -> 1.45-1.80 GB/s), `.mtx` 0.61-0.64x -> 0.68-0.75x; under load the converter
+//! (which writes 224 MB and maps and unmaps its input) loses more than the floor.
+//! Tried and left out: the entry before read back from the node rings instead of held in
+//! registers (LLVM spilled the text's position instead: 376 instructions an entry), level
+//! maxima taken from the rings as they are appended instead of a pass over the arrays at
+//! the end (more instructions: two short folds per level every 256 entries).
 
 mod back;
 mod blocks;

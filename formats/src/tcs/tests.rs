@@ -327,20 +327,23 @@ fn large_arrays_read_in_parallel_are_checked() {
 /// Writes `t` as a segmented (version 3) file: every array cut into pieces of `piece`
 /// elements, appended round-robin across the arrays (as a block converter interleaves them).
 fn write_segmented(path: &Path, t: &Tensor<f64, u32>, piece: usize) -> TcsHeader {
-    write_segmented_flushing(path, t, piece, None)
+    write_segmented_flushing(path, t, piece, None, true)
 }
 
-/// [`write_segmented`], syncing behind the appends every `flush` bytes if asked.
+/// [`write_segmented`], syncing behind the appends every `flush` bytes if asked, allocating
+/// the file ahead of them or not (`ahead`).
 fn write_segmented_flushing(
     path: &Path,
     t: &Tensor<f64, u32>,
     piece: usize,
     flush: Option<u64>,
+    ahead: bool,
 ) -> TcsHeader {
     let dir = tempfile::tempdir().unwrap();
     let plain = TcsFile::open(&write(dir.path(), t)).unwrap();
     let h = plain.header();
     let mut app = Appender::create(path, h.rank(), h.arrays.len()).unwrap();
+    app.set_allocate_ahead(ahead);
     if let Some(step) = flush {
         app.flush_behind_every(step);
     }
@@ -369,14 +372,35 @@ fn flushing_behind_the_appends_leaves_the_same_file() {
     let dir = tempfile::tempdir().unwrap();
     let t = sample();
     let (a, b) = (dir.path().join("a.tcs"), dir.path().join("b.tcs"));
-    write_segmented_flushing(&a, &t, 1, None);
+    write_segmented_flushing(&a, &t, 1, None, true);
     for step in [1, 64, 1000] {
-        write_segmented_flushing(&b, &t, 1, Some(step));
+        write_segmented_flushing(&b, &t, 1, Some(step), true);
         assert_eq!(
             std::fs::read(&a).unwrap(),
             std::fs::read(&b).unwrap(),
             "{step}"
         );
+    }
+}
+
+/// A file allocated ahead of its appends (it grows by at least 1 MiB past the data while
+/// they come) ends at its data's length, byte for byte the file appended without it.
+#[test]
+fn allocating_ahead_of_the_appends_leaves_the_same_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = sample();
+    let (a, b) = (dir.path().join("a.tcs"), dir.path().join("b.tcs"));
+    write_segmented_flushing(&a, &t, 2, None, false);
+    write_segmented_flushing(&b, &t, 2, None, true);
+    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+    // The allocation took place (where the file system allocates ahead at all).
+    let mut app = Appender::create(&dir.path().join("c.tcs"), 1, 3).unwrap();
+    app.append::<u8>(0, &[1; 100]).unwrap();
+    let len = app.file().metadata().unwrap().len();
+    let probe = std::fs::File::create(dir.path().join("probe")).unwrap();
+    let flags = rustix::fs::FallocateFlags::empty();
+    if rustix::fs::fallocate(&probe, flags, 0, 4096).is_ok() {
+        assert!(len >= 1 << 20, "{len}");
     }
 }
 

