@@ -1319,14 +1319,20 @@ impl Inner {
         a.held.store(true, Ordering::SeqCst);
         let outstanding = self.shared.outstanding.load(Ordering::SeqCst);
         let idle = outstanding < a.workers;
+        // A lone task predicted to begin a prefix that makes no temporary: holding it idles the
+        // worker for at most one launch saved, also when the worker is only about to idle. It
+        // is launched as a window of one launches it, without being moved into the window,
+        // boxed, taken out and unpended (runtime/DESIGN.md, "Task fusion", `tiny2`).
+        if a.early && a.running_dry(outstanding) && front.window.predicted_gainless(&t) {
+            let r = self.launch_now(front, t);
+            self.add_analysis(t0.elapsed());
+            return r;
+        }
         front.window.push(t);
         let mut first = Ok(());
         self.solve_ahead(front, &mut first);
         let held = front.window.len();
-        // A lone task predicted to begin a prefix that makes no temporary: holding it idles the
-        // worker for at most one launch saved, also when the worker is only about to idle.
-        let alone = a.early && a.running_dry(outstanding) && front.window.predicted_gainless();
-        let r = if !front.window.tasks.is_empty() || (idle && a.hold_idle.is_zero()) || alone {
+        let r = if !front.window.tasks.is_empty() || (idle && a.hold_idle.is_zero()) {
             self.drain(front, true)
         } else if front.window.is_full() {
             self.drain(front, idle)
@@ -1507,14 +1513,17 @@ impl Inner {
 
     /// Solves and launches one task without passing it through the window.
     fn analyze_now(&self, front: &mut Front, t: Issued) -> Result<()> {
-        self.analysed(|| {
-            let ready = self.solve(front, t)?;
-            Counters::add(&self.shared.counters.tasks_launched, 1);
-            let plan = Plan::single(ready);
-            self.agree_launch(&plan)?;
-            self.analyse(plan);
-            Ok(())
-        })
+        self.analysed(|| self.launch_now(front, t))
+    }
+
+    /// [`Inner::analyze_now`], untimed (its callers time themselves).
+    fn launch_now(&self, front: &mut Front, t: Issued) -> Result<()> {
+        let ready = self.solve(front, t)?;
+        Counters::add(&self.shared.counters.tasks_launched, 1);
+        let plan = Plan::single(ready);
+        self.agree_launch(&plan)?;
+        self.analyse(plan);
+        Ok(())
     }
 
     /// Fusion passes over the window: until it is empty (`all`: a read, fence, future or

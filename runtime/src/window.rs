@@ -216,20 +216,18 @@ impl Window {
         self.ready.drain(..n).collect()
     }
 
-    /// True when the window holds one solved task and the last complete prefix begun by a
-    /// task of its name made no temporary (it ended right after it, or the tasks that joined
-    /// it left no store dead): holding it for a chain to join is predicted to gain at most a
-    /// launch, while a worker that could run it idles for the rest of the chain's issue.
-    /// A prediction from the stream's history, as the adaptive window's launches already
-    /// follow timing; a miss only launches a task that could have fused. A task whose last
-    /// prefix made a temporary is held as before, and so is one never seen beginning a
+    /// True when the window is empty and the last complete prefix begun by a task of `t`'s
+    /// name (`t` is about to be issued) made no temporary (it ended right after it, or the
+    /// tasks that joined it left no store dead): holding `t` for a chain to join is predicted
+    /// to gain at most a launch, while a worker that could run it idles for the rest of the
+    /// chain's issue. The caller then launches `t` at once, without passing it through the
+    /// window. A prediction from the stream's history, as the adaptive window's launches
+    /// already follow timing; a miss only launches a task that could have fused. A task whose
+    /// last prefix made a temporary is held as before, and so is one never seen beginning a
     /// complete prefix (Black-Scholes' chain is launched by a read, not ended by a task).
     /// Every [`RECHECK`]-th such prediction answers false, to look at the prefix again.
-    pub(crate) fn predicted_gainless(&mut self) -> bool {
-        if !(self.tasks.is_empty()
-            && self.ready.len() == 1
-            && self.gainless.contains(&addr(&self.ready[0].issued.name)))
-        {
+    pub(crate) fn predicted_gainless(&mut self, t: &Issued) -> bool {
+        if !(self.is_empty() && self.gainless.contains(&addr(&t.name))) {
             return false;
         }
         self.predictions = self.predictions.wrapping_add(1);
