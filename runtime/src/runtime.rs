@@ -1319,14 +1319,20 @@ impl Inner {
         a.held.store(true, Ordering::SeqCst);
         let outstanding = self.shared.outstanding.load(Ordering::SeqCst);
         let idle = outstanding < a.workers;
+        // A lone task predicted to begin a prefix that makes no temporary: holding it idles the
+        // worker for at most one launch saved, also when the worker is only about to idle. It
+        // is launched as a window of one launches it, without being moved into the window,
+        // boxed, taken out and unpended (runtime/DESIGN.md, "Task fusion", `tiny2`).
+        if a.early && a.running_dry(outstanding) && front.window.predicted_gainless(&t) {
+            let r = self.launch_now(front, t);
+            self.add_analysis(t0.elapsed());
+            return r;
+        }
         front.window.push(t);
         let mut first = Ok(());
         self.solve_ahead(front, &mut first);
         let held = front.window.len();
-        // A lone task predicted to begin a prefix that makes no temporary: holding it idles the
-        // worker for at most one launch saved, also when the worker is only about to idle.
-        let alone = a.early && a.running_dry(outstanding) && front.window.predicted_gainless();
-        let r = if !front.window.tasks.is_empty() || (idle && a.hold_idle.is_zero()) || alone {
+        let r = if !front.window.tasks.is_empty() || (idle && a.hold_idle.is_zero()) {
             self.drain(front, true)
         } else if front.window.is_full() {
             self.drain(front, idle)
@@ -1507,14 +1513,17 @@ impl Inner {
 
     /// Solves and launches one task without passing it through the window.
     fn analyze_now(&self, front: &mut Front, t: Issued) -> Result<()> {
-        self.analysed(|| {
-            let ready = self.solve(front, t)?;
-            Counters::add(&self.shared.counters.tasks_launched, 1);
-            let plan = Plan::single(ready);
-            self.agree_launch(&plan)?;
-            self.analyse(plan);
-            Ok(())
-        })
+        self.analysed(|| self.launch_now(front, t))
+    }
+
+    /// [`Inner::analyze_now`], untimed (its callers time themselves).
+    fn launch_now(&self, front: &mut Front, t: Issued) -> Result<()> {
+        let ready = self.solve(front, t)?;
+        Counters::add(&self.shared.counters.tasks_launched, 1);
+        let plan = Plan::single(ready);
+        self.agree_launch(&plan)?;
+        self.analyse(plan);
+        Ok(())
     }
 
     /// Fusion passes over the window: until it is empty (`all`: a read, fence, future or
@@ -1549,8 +1558,10 @@ impl Inner {
                 break;
             }
             let t = front.window.tasks.pop_front().expect("just seen");
+            // Into the box of a task launched before, if the window kept one.
+            let spare = front.window.spare_box();
             // A task that fails leaves the window here: its pending references go back.
-            let r = self.solve_then(front, t, window::unpend_task, Box::new);
+            let r = self.solve_then(front, t, window::unpend_task, |r| window::rebox(spare, r));
             match r {
                 Ok(ready) => front.window.ready.push_back(ready),
                 Err(e) => {
@@ -1574,15 +1585,10 @@ impl Inner {
             .as_ref()
             .is_some_and(|s| s.args.iter().any(|a| a.local));
         let mut prefix = front.window.take(n, temporaries);
-        // A task launched alone moves into its plan: its stores are listed first. A fused
-        // prefix outlives its plan, so its tasks give their references back in place.
-        let alone = shape.is_none().then(|| window::pended(&prefix[0].issued));
         Counters::add(&counters.tasks_launched, 1);
         let plan = match shape {
-            None => {
-                let t = prefix.pop().expect("a prefix has a task");
-                Plan::single(*t)
-            }
+            // Taken out of its box, which the window keeps (`Window::give_back`).
+            None => Plan::take_single(&mut prefix[0]),
             Some(shape) => {
                 Counters::add(&counters.fused_launches, 1);
                 Counters::add(&counters.tasks_fused, n as u64);
@@ -1616,8 +1622,9 @@ impl Inner {
         if r.is_ok() {
             self.analyse(plan);
         }
-        alone.into_iter().for_each(window::unpend);
+        // The tasks outlive their plan: they give their references back in place.
         prefix.iter().for_each(|t| window::unpend_task(&t.issued));
+        front.window.give_back(prefix);
         r
     }
 
@@ -2132,6 +2139,23 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
+    /// [`Plan::single`] of a task left in place (its box reused): its arguments, scalars,
+    /// result and sharding key are taken, its name and body shared; its issued arguments stay
+    /// for [`window::unpend_task`].
+    pub(crate) fn take_single(t: &mut Ready) -> Plan {
+        Plan {
+            name: t.issued.name.clone(),
+            body: t.issued.body.clone(),
+            domain: t.domain,
+            token: t.token,
+            args: std::mem::take(&mut t.args),
+            scalars: std::mem::take(&mut t.issued.scalars),
+            results: t.issued.result.take().into_iter().collect(),
+            fused: None,
+            shard: t.issued.shard.take(),
+        }
+    }
+
     pub(crate) fn single(mut t: Ready) -> Plan {
         Plan {
             name: t.issued.name,

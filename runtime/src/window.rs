@@ -47,7 +47,14 @@ pub(crate) struct Window {
     /// which can only keep a store that would have been a temporary. Ids, not addresses: an
     /// id is never reused, and it is the same on every rank.
     pub later: Vec<u64>,
+    /// Boxes of launched tasks, emptied ([`Ready::hollow`]), for the next tasks solved
+    /// ([`rebox`]); at most [`SPARE`]. Boxes on purpose: what is kept is the allocation.
+    #[allow(clippy::vec_box)]
+    spare: Vec<Box<Ready>>,
 }
+
+/// Empty boxes the window keeps (a CG iteration has six tasks in it at most).
+const SPARE: usize = 16;
 
 /// [`Window::later`] is rebuilt from the tracer's held tasks past this many entries.
 const LATER_MAX: usize = 1024;
@@ -56,8 +63,7 @@ const LATER_MAX: usize = 1024;
 /// (CG fuses at most three), so inline, not a list allocated per launch.
 pub(crate) type Taken = smallvec::SmallVec<[Box<Ready>; 8]>;
 
-/// The distinct stores of a task launched alone ([`pended`]) or launched
-/// (`Launched::roots`): inline up to eight (SpMV has five), not a list allocated per launch.
+/// The distinct stores of a launched task (`Launched::roots`): inline up to eight (SpMV has five), not a list allocated per launch.
 pub(crate) type Roots = smallvec::SmallVec<[Arc<StoreRoot>; 8]>;
 
 /// Task names remembered as beginning prefixes that made no temporary.
@@ -90,6 +96,28 @@ impl Window {
             predictions: 0,
             gainless_shapes: smallvec::SmallVec::new(),
             later: Vec::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// An empty box for the next task solved ([`rebox`]), if the window kept one.
+    pub(crate) fn spare_box(&mut self) -> Option<Box<Ready>> {
+        self.spare.pop()
+    }
+
+    /// Keeps the boxes of launched tasks (their pending references given back already)
+    /// for the tasks solved next, emptied: a `Ready` is larger than the allocator's
+    /// per-thread cache takes (1032 bytes in glibc), so each box allocated and freed took the
+    /// allocator's arena lock, which a worker freeing what the issuer allocated (a launched
+    /// task, a dropped store) holds as often; under that contention both threads slept in
+    /// the kernel (runtime/DESIGN.md, "Task fusion", `tiny2`).
+    pub(crate) fn give_back(&mut self, prefix: Taken) {
+        for mut t in prefix {
+            if self.spare.len() == SPARE {
+                break;
+            }
+            t.hollow();
+            self.spare.push(t);
         }
     }
 
@@ -188,20 +216,18 @@ impl Window {
         self.ready.drain(..n).collect()
     }
 
-    /// True when the window holds one solved task and the last complete prefix begun by a
-    /// task of its name made no temporary (it ended right after it, or the tasks that joined
-    /// it left no store dead): holding it for a chain to join is predicted to gain at most a
-    /// launch, while a worker that could run it idles for the rest of the chain's issue.
-    /// A prediction from the stream's history, as the adaptive window's launches already
-    /// follow timing; a miss only launches a task that could have fused. A task whose last
-    /// prefix made a temporary is held as before, and so is one never seen beginning a
+    /// True when the window is empty and the last complete prefix begun by a task of `t`'s
+    /// name (`t` is about to be issued) made no temporary (it ended right after it, or the
+    /// tasks that joined it left no store dead): holding `t` for a chain to join is predicted
+    /// to gain at most a launch, while a worker that could run it idles for the rest of the
+    /// chain's issue. The caller then launches `t` at once, without passing it through the
+    /// window. A prediction from the stream's history, as the adaptive window's launches
+    /// already follow timing; a miss only launches a task that could have fused. A task whose
+    /// last prefix made a temporary is held as before, and so is one never seen beginning a
     /// complete prefix (Black-Scholes' chain is launched by a read, not ended by a task).
     /// Every [`RECHECK`]-th such prediction answers false, to look at the prefix again.
-    pub(crate) fn predicted_gainless(&mut self) -> bool {
-        if !(self.tasks.is_empty()
-            && self.ready.len() == 1
-            && self.gainless.contains(&addr(&self.ready[0].issued.name)))
-        {
+    pub(crate) fn predicted_gainless(&mut self, t: &Issued) -> bool {
+        if !(self.is_empty() && self.gainless.contains(&addr(&t.name))) {
             return false;
         }
         self.predictions = self.predictions.wrapping_add(1);
@@ -256,33 +282,26 @@ fn remember<T: PartialEq + Copy>(
     }
 }
 
+/// `r` in `spare` (an emptied box, [`Window::spare_box`]) or in a new box.
+pub(crate) fn rebox(spare: Option<Box<Ready>>, r: Ready) -> Box<Ready> {
+    match spare {
+        Some(mut b) => {
+            *b = r;
+            b
+        }
+        None => Box::new(r),
+    }
+}
+
 /// Whether `later` ([`Window::later`]) has `root`.
 pub(crate) fn named_in(later: &[u64], root: &Arc<StoreRoot>) -> bool {
     later.contains(&root.id)
 }
 
-/// The stores a task that leaves the window named, once each: call [`unpend`] with them after
-/// the task is launched (whose nodes then hold their own references) or dropped.
-pub(crate) fn pended(t: &Issued) -> Roots {
-    let mut roots = Roots::new();
-    for a in &t.args {
-        if !roots.iter().any(|r| Arc::ptr_eq(r, &a.root)) {
-            roots.push(a.root.clone());
-        }
-    }
-    roots
-}
-
-/// Drops the window's pending references of a task that left it (see [`Window::push`]).
-pub(crate) fn unpend(roots: Roots) {
-    for r in roots {
-        r.pending_refs.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// Drops the window's pending references of a task that left it (see [`Window::push`]), after
 /// it was launched or when it failed to solve: once per store it names, as they were taken,
-/// with no list of its stores made ([`pended`] is for a task that moves into its plan).
+/// with no list of its stores made (a task launched alone leaves its box in place too:
+/// `Plan::take_single`).
 pub(crate) fn unpend_task(t: &Issued) {
     for (i, a) in t.args.iter().enumerate() {
         if !t.args[..i].iter().any(|b| Arc::ptr_eq(&a.root, &b.root)) {

@@ -35,6 +35,23 @@ pub(crate) struct Ready {
     pub parts: crate::solver::Parts,
 }
 
+impl Ready {
+    /// Empties a launched task for its box to be reused ([`crate::window::Window::give_back`]):
+    /// drops every store, future, scalar and constraint it holds. What stays is its name, body
+    /// and kernel (the registration's, which outlive any task) and the lists' spilled buffers.
+    pub(crate) fn hollow(&mut self) {
+        let t = &mut self.issued;
+        t.args.clear();
+        t.constraints.clear();
+        t.scalars.clear();
+        t.result = None;
+        t.shard = None;
+        t.kernel = None;
+        self.args.clear();
+        self.parts.clear();
+    }
+}
+
 /// What the pass does with a window: fuse, and how.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FusionConfig {

@@ -165,6 +165,35 @@ fn an_aligned_chain_fuses_into_one_task() {
     assert_eq!(rt.read::<f64>(&y).unwrap(), want);
 }
 
+/// The window keeps the boxes of launched tasks for the next tasks solved (emptied): a store
+/// the application drops after its tasks ran, launched alone or fused, is freed then, not
+/// when a box happens to be reused.
+#[test]
+fn stores_of_launched_tasks_are_freed_when_the_application_drops_them() {
+    let rt = rt(8, true);
+    let x = input(&rt, 64);
+    let base = launched(&rt).bytes_resident;
+    {
+        let (y, z, w) = (
+            rt.create(DType::F64, &[64]).unwrap(),
+            rt.create(DType::F64, &[64]).unwrap(),
+            rt.create(DType::F64, &[64]).unwrap(),
+        );
+        // [y = 2x + 1, z = 3y - 1] fused; w over another launch domain, alone.
+        axpb(&rt, "axpb", &x, &y, 2.0, 1.0);
+        axpb(&rt, "axpb", &y, &z, 3.0, -1.0);
+        axpb_over(&rt, "axpb", (&z, &w), (1.0, 0.0), 3);
+        let s = launched(&rt);
+        assert_eq!((s.tasks_launched, s.fused_launches), (2, 1), "{s:?}");
+        assert_eq!(s.bytes_resident, base + 3 * 64 * 8);
+        assert_eq!(
+            rt.read::<f64>(&w).unwrap()[4],
+            3.0 * (2.0 * 1.0 + 1.0) - 1.0
+        );
+    }
+    assert_eq!(launched(&rt).bytes_resident, base, "y, z and w are freed");
+}
+
 #[test]
 fn different_launch_domains_end_the_prefix() {
     let rt = rt(8, true);
