@@ -677,7 +677,7 @@ fn a_body_panicking_on_the_issuing_thread_fails_its_task_not_the_caller() {
     assert_eq!(rt.read::<f64>(&x).unwrap(), vec![2.0; 2]);
 }
 
-/// A point's read views of one store share one borrow, taken at its first read view and
+/// A point's read views of one store share one borrow, taken when the point starts and
 /// released when the point ends (branch ledger15): the views see the right cells, a later task
 /// writes the same cells, and a point that writes one part of a store while it reads two
 /// others (disjoint: overlapping arguments one of which writes are refused at submit) still
