@@ -676,3 +676,52 @@ fn a_body_panicking_on_the_issuing_thread_fails_its_task_not_the_caller() {
     rt.fill(&x, 2.0).unwrap();
     assert_eq!(rt.read::<f64>(&x).unwrap(), vec![2.0; 2]);
 }
+
+/// A point's read views of one store share one borrow, taken when the point starts and
+/// released when the point ends (branch ledger15): the views see the right cells, a later task
+/// writes the same cells, and a point that writes one part of a store while it reads two
+/// others (disjoint: overlapping arguments one of which writes are refused at submit) still
+/// works. Fails if the point's borrow is never released (`std::mem::forget(b)` in
+/// `Held::take` instead of keeping it: the later write finds the cells in use).
+#[test]
+fn a_point_s_read_views_of_one_store_share_a_borrow_released_when_it_ends() {
+    for threads in [1, 2] {
+        let rt = Runtime::new(threads);
+        rt.register("read_two", |ctx| {
+            let s = {
+                let (a, b) = (ctx.read::<f64>(1), ctx.read::<f64>(2));
+                a.as_slice().iter().sum::<f64>() * 10.0 + b.as_slice().iter().sum::<f64>()
+            };
+            ctx.write::<f64>(0).fill(s);
+        })
+        .unwrap();
+        rt.register("set", |ctx| {
+            ctx.write::<f64>(0).fill(ctx.scalar(0).as_f64())
+        })
+        .unwrap();
+        let x = rt.from_vec(&[5], vec![1.0f64, 2.0, 3.0, 4.0, 5.0]).unwrap();
+        let part = |r: std::ops::Range<usize>| x.slice(0, r).unwrap();
+        let y = rt.create(DType::F64, &[2]).unwrap();
+        rt.task("read_two")
+            .write(&y)
+            .read(&part(0..2))
+            .read(&part(2..4))
+            .submit()
+            .unwrap();
+        assert_eq!(rt.read::<f64>(&y).unwrap(), vec![37.0, 37.0]);
+        rt.task("set")
+            .write(&part(0..4))
+            .scalar(9.0)
+            .submit()
+            .unwrap();
+        assert_eq!(rt.read::<f64>(&x).unwrap(), vec![9.0, 9.0, 9.0, 9.0, 5.0]);
+        // The point writes x[4..5] and reads x[0..2] and x[2..4].
+        rt.task("read_two")
+            .write(&part(4..5))
+            .read(&part(0..2))
+            .read(&part(2..4))
+            .submit()
+            .unwrap();
+        assert_eq!(rt.read::<f64>(&x).unwrap(), vec![9.0, 9.0, 9.0, 9.0, 198.0]);
+    }
+}
