@@ -292,15 +292,18 @@ pub fn text_to_tcs(
                     &temp_parent,
                     progress,
                 )?,
-                None => None,
+                None => Fast::General,
             },
         };
-        if let Some(report) = done {
-            return Ok(report);
-        }
-        if FileKind::of(input)? == FileKind::Tns {
-            // Out of order: sort (the general path also finds any later syntax error).
-            return sort_and_build(input, output, &format, opts, &temp_parent, progress);
+        match done {
+            Fast::Done(report) => return Ok(report),
+            // Out of order: sort (the general path also finds any later syntax error). An
+            // `.mtx` file goes straight there too: the checked single pass below would only
+            // stop at its first entry out of order, after its parser had read ahead.
+            Fast::Unsorted => {
+                return sort_and_build(input, output, &format, opts, &temp_parent, progress)
+            }
+            Fast::General => {}
         }
     }
     // Sorted input is parsed once when the dense level sizes need no first pass: arrays are
@@ -383,8 +386,17 @@ pub fn text_to_tcs(
     }
 }
 
-/// The block packer (`stitch`) on a text file; `None` when the file must take the general
-/// path (out of order, or an `.mtx` entry count to be checked line by line).
+/// What the block packer made of a text file.
+enum Fast {
+    Done(ConvertReport),
+    /// Out of order: the external sort takes it.
+    Unsorted,
+    /// The general path takes it (an `.mtx` entry count to be checked line by line, or a
+    /// layout the block packer does not read).
+    General,
+}
+
+/// The block packer (`stitch`) on a text file.
 #[allow(clippy::too_many_arguments)]
 fn fast<S: LineSyntax>(
     input: &Path,
@@ -398,7 +410,7 @@ fn fast<S: LineSyntax>(
     opts: &ConvertOptions,
     temp_parent: &Path,
     progress: &dyn Progress,
-) -> Result<Option<ConvertReport>> {
+) -> Result<Fast> {
     let text = stitch::Input {
         path: input.to_path_buf(),
         syntax,
@@ -409,7 +421,7 @@ fn fast<S: LineSyntax>(
     };
     Ok(
         match stitch::convert(&text, output, format, opts, temp_parent, progress)? {
-            stitch::Outcome::Done(d) => Some(ConvertReport {
+            stitch::Outcome::Done(d) => Fast::Done(ConvertReport {
                 entries_read: d.entries_read,
                 entries_written: d.entries_written,
                 dims: d.dims,
@@ -419,7 +431,8 @@ fn fast<S: LineSyntax>(
                 merge_rounds: 0,
                 output_bytes: d.bytes,
             }),
-            stitch::Outcome::Fallback => None,
+            stitch::Outcome::Unsorted => Fast::Unsorted,
+            stitch::Outcome::Fallback => Fast::General,
         },
     )
 }
