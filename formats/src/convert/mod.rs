@@ -60,6 +60,31 @@
 //! registers (LLVM spilled the text's position instead: 376 instructions an entry), level
 //! maxima taken from the rings as they are appended instead of a pass over the arrays at
 //! the end (more instructions: two short folds per level every 256 entries).
+//!
+//! Unsorted against sorted (issue 16: at most 2.5x). Unsorted `.tns` and `.mtx` take the
+//! same machinery (parse workers packing keys into pairs, runs held distributed by top bits,
+//! the bucketed final merge: perf shows the same shares, parse 29-34%, bucket sorts 11%,
+//! merge and pack 7-10%, distribution 6%), and cost about the same per entry (the bench's
+//! files have the same 11.2 M entries: 0.57-0.60 CPU s each at 256 MiB); but sorted
+//! `.mtx` (rank 2: one coordinate to parse and one level to pack fewer) is cheaper than
+//! sorted `.tns`, so its ratio is the higher one. Until mtx16, an unsorted `.mtx` that the
+//! block packer found out of order also took the general checked single pass
+//! (`scan::CheckedTextSource`) before the sort, as `.tns` did not: it stops at the second
+//! entry, but only after its parallel parser had read and parsed blocks ahead (and it
+//! opened the output and its spools). Now the block packer tells an entry out of order
+//! (`stitch::Outcome::Unsorted`) from an entry count to check line by line, and the first
+//! goes straight to the external sort. Interleaved single jobs (9 rounds,
+//! `TESSERA_BENCH_JOB=convert chrt -f 1 taskset -c 0,1 perf stat -e task-clock`, 256 MiB,
+//! load 3.8-4.4, medians): the bench's 239 MB unsorted `.mtx` 0.317 -> 0.298 s, CPU
+//! 602 -> 567 ms; 7 more rounds each (load 4.4-5.2): unsorted `.mtx` 0.329 -> 0.304 s,
+//! sorted `.mtx` 0.130 / 0.132 s (unchanged), so unsorted ÷ sorted `.mtx` 2.53 -> 2.31;
+//! `.tns` unchanged. The whole bench (`TESSERA_BENCH_CONVERSION_BUDGETS=16,64,256`,
+//! interleaved old, new, new, old): unsorted ÷ sorted `.mtx` 2.52x (load 3.2) and 2.83x
+//! (load 7.4) -> 2.25x (4.4) and 2.17x (6.8); peak RSS of unsorted `.mtx` at 256 MiB
+//! 223-225 -> 210 MiB (the checked pass's parser blocks and spools are gone), within the
+//! budget at 16/64/256 MiB. Not done: rank-2 runs are planned with the 16 bytes an entry
+//! of their own radix scratch (`Hold::new`) even when they are held distributed, which
+//! needs none: the unsorted `.mtx` makes 24 runs where the `.tns` of as many entries makes 20.
 
 mod back;
 mod blocks;
