@@ -78,7 +78,9 @@
 //! load 3.8-4.4, medians): the bench's 239 MB unsorted `.mtx` 0.317 -> 0.298 s, CPU
 //! 602 -> 567 ms; 7 more rounds each (load 4.4-5.2): unsorted `.mtx` 0.329 -> 0.304 s,
 //! sorted `.mtx` 0.130 / 0.132 s (unchanged), so unsorted ÷ sorted `.mtx` 2.53 -> 2.31;
-//! `.tns` unchanged. The whole bench (`TESSERA_BENCH_CONVERSION_BUDGETS=16,64,256`,
+//! `.tns` unchanged. Under smaller budgets the parser reads less ahead and the gain is
+//! within noise (unsorted `.mtx`, load 2.5-3.5: 64 MiB 0.310 -> 0.302 s, 7 rounds; 16 MiB
+//! 0.530 -> 0.522 s, 9 rounds). The whole bench (`TESSERA_BENCH_CONVERSION_BUDGETS=16,64,256`,
 //! interleaved old, new, new, old): unsorted ÷ sorted `.mtx` 2.52x (load 3.2) and 2.83x
 //! (load 7.4) -> 2.25x (4.4) and 2.17x (6.8); peak RSS of unsorted `.mtx` at 256 MiB
 //! 223-225 -> 210 MiB (the checked pass's parser blocks and spools are gone), within the
