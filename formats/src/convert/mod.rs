@@ -73,7 +73,11 @@
 //! entry, but only after its parallel parser had read and parsed blocks ahead (and it
 //! opened the output and its spools). Now the block packer tells an entry out of order
 //! (`stitch::Outcome::Unsorted`) from an entry count to check line by line, and the first
-//! goes straight to the external sort. Interleaved single jobs (9 rounds,
+//! goes straight to the external sort. Callgrind (`TESSERA_BENCH_JOB=convert valgrind
+//! --tool=callgrind conversion IN out.tcs 268435456`, the bench's generator at 64 MiB, 2.8 M
+//! entries): unsorted `.mtx` 1,747.6 M -> 1,595.6 M instructions (625 -> 571 an entry;
+//! `parse_block` 958.6 M -> 816.4 M, the rest unchanged), unsorted `.tns` 1,871.8 M both
+//! (669 an entry). Interleaved single jobs (9 rounds,
 //! `TESSERA_BENCH_JOB=convert chrt -f 1 taskset -c 0,1 perf stat -e task-clock`, 256 MiB,
 //! load 3.8-4.4, medians): the bench's 239 MB unsorted `.mtx` 0.317 -> 0.298 s, CPU
 //! 602 -> 567 ms; 7 more rounds each (load 4.4-5.2): unsorted `.mtx` 0.329 -> 0.304 s,
