@@ -976,3 +976,58 @@ proptest! {
         prop_assert_eq!(read_nonzeros(&a), reference(&entries));
     }
 }
+
+/// Records the stages a conversion goes through.
+#[derive(Default)]
+struct Stages(std::sync::Mutex<Vec<String>>);
+
+impl tessera_formats::Progress for Stages {
+    fn stage(&self, name: &str, _: u64) {
+        self.0.lock().unwrap().push(name.to_string());
+    }
+    fn update(&self, _: u64) {}
+}
+
+/// An unsorted `coordinate general` `.mtx` file found out of order by the block packer goes
+/// straight to the external sort, as an unsorted `.tns` does (no second, checked pass that
+/// stops at its first entry out of order), and gives the bytes of the plain external sort;
+/// one that also promises more entries than it holds is still rejected.
+#[test]
+fn unsorted_mtx_goes_straight_to_the_external_sort() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 20_000u64;
+    let lines: Vec<String> = (0..n)
+        .map(|i| {
+            let k = (i * 7919) % n;
+            format!("{} {} {}.25", k % 300 + 1, k / 300 + 1, i % 17)
+        })
+        .collect();
+    let input = dir.path().join("u.mtx");
+    let header = format!("%%MatrixMarket matrix coordinate real general\n300 70 {n}\n");
+    std::fs::write(&input, format!("{header}{}\n", lines.join("\n"))).unwrap();
+    let (fast, plain) = (dir.path().join("fast.tcs"), dir.path().join("plain.tcs"));
+    let stages = Stages::default();
+    let opts = ConvertOptions::default();
+    let report = convert(&input, &fast, &opts, &stages).unwrap();
+    assert!(!report.presorted);
+    let stages = stages.0.into_inner().unwrap();
+    let sort = stages.iter().position(|s| s == "sort runs").unwrap();
+    assert_eq!(stages[..sort], ["convert"], "{stages:?}");
+    let forced = ConvertOptions {
+        force_external_sort: true,
+        ..ConvertOptions::default()
+    };
+    convert(&input, &plain, &forced, &NoProgress).unwrap();
+    assert_eq!(tcs_bytes(&fast), tcs_bytes(&plain));
+
+    let short = dir.path().join("short.mtx");
+    let header = format!(
+        "%%MatrixMarket matrix coordinate real general\n300 70 {}\n",
+        n + 1
+    );
+    std::fs::write(&short, format!("{header}{}\n", lines.join("\n"))).unwrap();
+    for opts in [&opts, &forced] {
+        let e = convert(&short, &dir.path().join("s.tcs"), opts, &NoProgress).unwrap_err();
+        assert!(e.to_string().contains("short.mtx"), "{e}");
+    }
+}

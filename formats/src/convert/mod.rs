@@ -60,6 +60,37 @@
 //! registers (LLVM spilled the text's position instead: 376 instructions an entry), level
 //! maxima taken from the rings as they are appended instead of a pass over the arrays at
 //! the end (more instructions: two short folds per level every 256 entries).
+//!
+//! Unsorted against sorted (issue 16: at most 2.5x). Unsorted `.tns` and `.mtx` take the
+//! same machinery (parse workers packing keys into pairs, runs held distributed by top bits,
+//! the bucketed final merge: perf shows the same shares, parse 29-34%, bucket sorts 11%,
+//! merge and pack 7-10%, distribution 6%), and cost about the same per entry (the bench's
+//! files have the same 11.2 M entries: 0.57-0.60 CPU s each at 256 MiB); but sorted
+//! `.mtx` (rank 2: one coordinate to parse and one level to pack fewer) is cheaper than
+//! sorted `.tns`, so its ratio is the higher one. Until mtx16, an unsorted `.mtx` that the
+//! block packer found out of order also took the general checked single pass
+//! (`scan::CheckedTextSource`) before the sort, as `.tns` did not: it stops at the second
+//! entry, but only after its parallel parser had read and parsed blocks ahead (and it
+//! opened the output and its spools). Now the block packer tells an entry out of order
+//! (`stitch::Outcome::Unsorted`) from an entry count to check line by line, and the first
+//! goes straight to the external sort. Callgrind (`TESSERA_BENCH_JOB=convert valgrind
+//! --tool=callgrind conversion IN out.tcs 268435456`, the bench's generator at 64 MiB, 2.8 M
+//! entries): unsorted `.mtx` 1,747.6 M -> 1,595.6 M instructions (625 -> 571 an entry;
+//! `parse_block` 958.6 M -> 816.4 M, the rest unchanged), unsorted `.tns` 1,871.8 M both
+//! (669 an entry). Interleaved single jobs (9 rounds,
+//! `TESSERA_BENCH_JOB=convert chrt -f 1 taskset -c 0,1 perf stat -e task-clock`, 256 MiB,
+//! load 3.8-4.4, medians): the bench's 239 MB unsorted `.mtx` 0.317 -> 0.298 s, CPU
+//! 602 -> 567 ms; 7 more rounds each (load 4.4-5.2): unsorted `.mtx` 0.329 -> 0.304 s,
+//! sorted `.mtx` 0.130 / 0.132 s (unchanged), so unsorted ÷ sorted `.mtx` 2.53 -> 2.31;
+//! `.tns` unchanged. Under smaller budgets the parser reads less ahead and the gain is
+//! within noise (unsorted `.mtx`, load 2.5-3.5: 64 MiB 0.310 -> 0.302 s, 7 rounds; 16 MiB
+//! 0.530 -> 0.522 s, 9 rounds). The whole bench (`TESSERA_BENCH_CONVERSION_BUDGETS=16,64,256`,
+//! interleaved old, new, new, old): unsorted ÷ sorted `.mtx` 2.52x (load 3.2) and 2.83x
+//! (load 7.4) -> 2.25x (4.4) and 2.17x (6.8); peak RSS of unsorted `.mtx` at 256 MiB
+//! 223-225 -> 210 MiB (the checked pass's parser blocks and spools are gone), within the
+//! budget at 16/64/256 MiB. Not done: rank-2 runs are planned with the 16 bytes an entry
+//! of their own radix scratch (`Hold::new`) even when they are held distributed, which
+//! needs none: the unsorted `.mtx` makes 24 runs where the `.tns` of as many entries makes 20.
 
 mod back;
 mod blocks;
@@ -292,15 +323,18 @@ pub fn text_to_tcs(
                     &temp_parent,
                     progress,
                 )?,
-                None => None,
+                None => Fast::General,
             },
         };
-        if let Some(report) = done {
-            return Ok(report);
-        }
-        if FileKind::of(input)? == FileKind::Tns {
-            // Out of order: sort (the general path also finds any later syntax error).
-            return sort_and_build(input, output, &format, opts, &temp_parent, progress);
+        match done {
+            Fast::Done(report) => return Ok(report),
+            // Out of order: sort (the general path also finds any later syntax error). An
+            // `.mtx` file goes straight there too: the checked single pass below would only
+            // stop at its first entry out of order, after its parser had read ahead.
+            Fast::Unsorted => {
+                return sort_and_build(input, output, &format, opts, &temp_parent, progress)
+            }
+            Fast::General => {}
         }
     }
     // Sorted input is parsed once when the dense level sizes need no first pass: arrays are
@@ -383,8 +417,17 @@ pub fn text_to_tcs(
     }
 }
 
-/// The block packer (`stitch`) on a text file; `None` when the file must take the general
-/// path (out of order, or an `.mtx` entry count to be checked line by line).
+/// What the block packer made of a text file.
+enum Fast {
+    Done(ConvertReport),
+    /// Out of order: the external sort takes it.
+    Unsorted,
+    /// The general path takes it (an `.mtx` entry count to be checked line by line, or a
+    /// layout the block packer does not read).
+    General,
+}
+
+/// The block packer (`stitch`) on a text file.
 #[allow(clippy::too_many_arguments)]
 fn fast<S: LineSyntax>(
     input: &Path,
@@ -398,7 +441,7 @@ fn fast<S: LineSyntax>(
     opts: &ConvertOptions,
     temp_parent: &Path,
     progress: &dyn Progress,
-) -> Result<Option<ConvertReport>> {
+) -> Result<Fast> {
     let text = stitch::Input {
         path: input.to_path_buf(),
         syntax,
@@ -409,7 +452,7 @@ fn fast<S: LineSyntax>(
     };
     Ok(
         match stitch::convert(&text, output, format, opts, temp_parent, progress)? {
-            stitch::Outcome::Done(d) => Some(ConvertReport {
+            stitch::Outcome::Done(d) => Fast::Done(ConvertReport {
                 entries_read: d.entries_read,
                 entries_written: d.entries_written,
                 dims: d.dims,
@@ -419,7 +462,8 @@ fn fast<S: LineSyntax>(
                 merge_rounds: 0,
                 output_bytes: d.bytes,
             }),
-            stitch::Outcome::Fallback => None,
+            stitch::Outcome::Unsorted => Fast::Unsorted,
+            stitch::Outcome::Fallback => Fast::General,
         },
     )
 }

@@ -38,8 +38,11 @@ pub(crate) struct Input<S> {
 /// What the fast path did.
 pub(crate) enum Outcome {
     Done(Done),
-    /// The input is not sorted in storage order, or does not hold the entries its header
-    /// promises: the general path sorts it (or says on which line it is wrong).
+    /// The input is not sorted in storage order (and has no error before the first entry
+    /// out of order): the external sort takes it.
+    Unsorted,
+    /// An `.mtx` file does not hold the entries its header promises: the general path says
+    /// on which line it is wrong.
     Fallback,
 }
 
@@ -335,6 +338,9 @@ fn typed<const R: usize, I: Index, V: Value, S: LineSyntax>(job: &Job<'_, S>) ->
         return Err(Error::io(output, e));
     }
     let _ = temp_dir;
+    if st.unsorted {
+        return Ok(Outcome::Unsorted);
+    }
     if st.fallback || input.entries.is_some_and(|n| n != st.entries_read) {
         return Ok(Outcome::Fallback);
     }
@@ -367,6 +373,8 @@ struct Stitcher<'a, I, V, S> {
     lines: u64,
     bytes: u64,
     fallback: bool,
+    /// The fallback is for an entry out of order (see [`Outcome::Unsorted`]).
+    unsorted: bool,
     scratch_i: Vec<I>,
     scratch_v: Vec<V>,
 }
@@ -407,6 +415,7 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
             lines: input.lines_before,
             bytes: input.data_start,
             fallback: false,
+            unsorted: false,
             scratch_i: Vec::new(),
             scratch_v: Vec::new(),
         }
@@ -446,6 +455,7 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
                 .unwrap_or(rank);
             if f < rank && piece.first[f] < self.last[f] {
                 self.fallback = true;
+                self.unsorted = true;
                 return Ok(false);
             }
             if f == rank && self.duplicates == Duplicates::Error {
@@ -559,6 +569,7 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
         Err(match stop {
             Stop::Unsorted => {
                 self.fallback = true;
+                self.unsorted = true;
                 return Ok(false);
             }
             Stop::Syntax { line, column, kind } => Error::Syntax {
