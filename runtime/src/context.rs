@@ -129,11 +129,7 @@ fn exact_union(rects: &[&Rect]) -> Option<Rect> {
             return None;
         }
     }
-    let (mut l, mut h) = ([0; MAX_DIMS], [0; MAX_DIMS]);
-    l[..dim].copy_from_slice(flo);
-    h[..dim].copy_from_slice(fhi);
-    (l[k], h[k]) = (lo, hi);
-    Some(Rect::new(&l[..dim], &h[..dim]))
+    Some(first.with_range(k, lo, hi))
 }
 
 /// One point's task-local buffers for a fused task's temporaries, by fused argument: each

@@ -372,8 +372,9 @@ struct Stitcher<'a, I, V, S> {
     entries_written: u64,
     lines: u64,
     bytes: u64,
+    /// More entries than an `.mtx` header promises ([`Outcome::Fallback`]).
     fallback: bool,
-    /// The fallback is for an entry out of order (see [`Outcome::Unsorted`]).
+    /// An entry out of order ([`Outcome::Unsorted`]).
     unsorted: bool,
     scratch_i: Vec<I>,
     scratch_v: Vec<V>,
@@ -454,7 +455,6 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
                 .position(|k| piece.first[k] != self.last[k])
                 .unwrap_or(rank);
             if f < rank && piece.first[f] < self.last[f] {
-                self.fallback = true;
                 self.unsorted = true;
                 return Ok(false);
             }
@@ -568,7 +568,6 @@ impl<'a, I: Index, V: Value, S> Stitcher<'a, I, V, S> {
         let path = self.input.path.clone();
         Err(match stop {
             Stop::Unsorted => {
-                self.fallback = true;
                 self.unsorted = true;
                 return Ok(false);
             }

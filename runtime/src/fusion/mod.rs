@@ -37,8 +37,9 @@ pub(crate) struct Ready {
 
 impl Ready {
     /// Empties a launched task for its box to be reused ([`crate::window::Window::give_back`]):
-    /// drops every store, future, scalar and constraint it holds. What stays is its name, body
-    /// and kernel (the registration's, which outlive any task) and the lists' spilled buffers.
+    /// drops every store, future, scalar and constraint it holds now, not when the box is next
+    /// filled. What stays is its name and body (the registration's, which outlive any task);
+    /// only the box's allocation is reused ([`crate::window::rebox`] replaces the whole value).
     pub(crate) fn hollow(&mut self) {
         let t = &mut self.issued;
         t.args.clear();
