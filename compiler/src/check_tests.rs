@@ -339,3 +339,44 @@ fn bind_checks_every_use_of_a_tensor() {
         "{e}"
     );
 }
+
+#[test]
+fn bind_cached_checks_every_call_against_the_signature_not_the_first_call() {
+    // The cache holds the signature's parsed formats: a call with another format after a
+    // good one (or a good one after a bad one) is judged afresh, as `bind` judges it.
+    let sig = crate::bind::Signature {
+        output: crate::bind::Operand {
+            name: "y",
+            format: "d",
+            uses: &[&["i"]],
+        },
+        inputs: &[
+            crate::bind::Operand {
+                name: "A",
+                format: "ds",
+                uses: &[&["i", "j"]],
+            },
+            crate::bind::Operand {
+                name: "x",
+                format: "d",
+                uses: &[&["j"]],
+            },
+        ],
+    };
+    let csr = Format::parse("csr", 2).unwrap();
+    let csc = Format::parse("csc", 2).unwrap();
+    let v = Format::dense(1);
+    for first in [&csr, &csc] {
+        let cache = crate::bind::FormatCache::new();
+        for f in [first, &csc, &csr, &csr, &csc] {
+            let cached = sig.bind_cached(&cache, &[(&[3, 4], f), (&[4], &v)]);
+            assert_eq!(cached, sig.bind(&[(&[3, 4], f), (&[4], &v)]), "{f}");
+            assert_eq!(cached.is_ok(), f == &csr, "{f}");
+        }
+        let e = sig.bind_cached(&cache, &[(&[3, 4], &csr), (&[5], &v)]);
+        assert!(
+            matches!(e, Err(crate::bind::BindError::Dim { .. })),
+            "{e:?}"
+        );
+    }
+}

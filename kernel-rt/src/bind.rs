@@ -111,11 +111,56 @@ impl fmt::Display for BindError {
 
 impl std::error::Error for BindError {}
 
+/// A signature's input formats, parsed on first use and kept: a `tensor!` call site holds
+/// one in a `static` beside its signature and passes it to [`Signature::bind_cached`], so
+/// that a statement run in a loop does not parse its formats on every run (~700
+/// instructions an operand). It must only ever be used with one signature.
+pub struct FormatCache(std::sync::OnceLock<Vec<Option<Format>>>);
+
+impl FormatCache {
+    pub const fn new() -> FormatCache {
+        FormatCache(std::sync::OnceLock::new())
+    }
+}
+
+impl Default for FormatCache {
+    fn default() -> Self {
+        FormatCache::new()
+    }
+}
+
 impl Signature<'_> {
     /// Checks the inputs' formats and dimensions (in kernel order) and returns the
     /// dimensions of the output.
     pub fn bind(&self, inputs: &[(&[usize], &Format)]) -> Result<Vec<usize>, BindError> {
-        if inputs.len() != self.inputs.len() {
+        let wanted: Vec<Option<Format>> = self.parsed_inputs();
+        self.bind_parsed(&wanted, inputs)
+    }
+
+    /// [`Signature::bind`] with the expected formats parsed once into `cache` (which must
+    /// only ever be used with this signature).
+    pub fn bind_cached(
+        &self,
+        cache: &FormatCache,
+        inputs: &[(&[usize], &Format)],
+    ) -> Result<Vec<usize>, BindError> {
+        let wanted = cache.0.get_or_init(|| self.parsed_inputs());
+        self.bind_parsed(wanted, inputs)
+    }
+
+    /// Each input's expected format (`None`: its text does not parse, and nothing matches it).
+    fn parsed_inputs(&self) -> Vec<Option<Format>> {
+        (self.inputs.iter())
+            .map(|op| Format::parse(op.format, op.rank()).ok())
+            .collect()
+    }
+
+    fn bind_parsed(
+        &self,
+        wanted: &[Option<Format>],
+        inputs: &[(&[usize], &Format)],
+    ) -> Result<Vec<usize>, BindError> {
+        if inputs.len() != self.inputs.len() || wanted.len() != self.inputs.len() {
             return Err(BindError::Arity {
                 expected: self.inputs.len(),
                 found: inputs.len(),
@@ -123,8 +168,9 @@ impl Signature<'_> {
         }
         // (variable, dimension, tensor, mode) of the first use of each variable.
         let mut seen: Vec<(&str, usize, &str, usize)> = Vec::new();
-        for (op, (dims, format)) in self.inputs.iter().zip(inputs) {
-            check_operand(op, dims, Some(format))?;
+        for ((op, want), (dims, format)) in self.inputs.iter().zip(wanted).zip(inputs) {
+            check_dims(op, dims)?;
+            check_format(op, want.as_ref(), format)?;
             for vars in op.uses {
                 for (mode, (var, &dim)) in vars.iter().zip(dims.iter()).enumerate() {
                     agree(&mut seen, var, dim, op.name, mode)?;
@@ -147,7 +193,9 @@ impl Signature<'_> {
         format: &Format,
         expected: &[usize],
     ) -> Result<(), BindError> {
-        check_operand(&self.output, dims, Some(format))?;
+        check_dims(&self.output, dims)?;
+        let want = Format::parse(self.output.format, self.output.rank()).ok();
+        check_format(&self.output, want.as_ref(), format)?;
         for (mode, (&d, &e)) in dims.iter().zip(expected).enumerate() {
             if d != e {
                 return Err(BindError::Dim {
@@ -165,11 +213,7 @@ impl Signature<'_> {
     }
 }
 
-fn check_operand(
-    op: &Operand<'_>,
-    dims: &[usize],
-    format: Option<&Format>,
-) -> Result<(), BindError> {
+fn check_dims(op: &Operand<'_>, dims: &[usize]) -> Result<(), BindError> {
     if dims.len() != op.rank() {
         return Err(BindError::Rank {
             tensor: op.name.to_string(),
@@ -177,15 +221,17 @@ fn check_operand(
             found: dims.len(),
         });
     }
-    if let Some(found) = format {
-        let matches = Format::parse(op.format, op.rank()).is_ok_and(|want| want == *found);
-        if !matches {
-            return Err(BindError::Format {
-                tensor: op.name.to_string(),
-                expected: op.format.to_string(),
-                found: found.to_string(),
-            });
-        }
+    Ok(())
+}
+
+/// `found` is `want`, `op.format` parsed (`None`: it does not parse, and nothing matches).
+fn check_format(op: &Operand<'_>, want: Option<&Format>, found: &Format) -> Result<(), BindError> {
+    if want != Some(found) {
+        return Err(BindError::Format {
+            tensor: op.name.to_string(),
+            expected: op.format.to_string(),
+            found: found.to_string(),
+        });
     }
     Ok(())
 }

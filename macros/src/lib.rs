@@ -322,8 +322,13 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
                 #kernel_fn
             }
             const __TESSERA_SIGNATURE: #private::bind::Signature<'static> = #signature;
+            // This call site's parsed formats (one `static` per expansion).
+            static __TESSERA_FORMATS: #private::bind::FormatCache =
+                #private::bind::FormatCache::new();
             #(#bindings)*
-            match __TESSERA_SIGNATURE.bind(&[#((#vars.dims(), #vars.format())),*]) {
+            match __TESSERA_SIGNATURE
+                .bind_cached(&__TESSERA_FORMATS, &[#((#vars.dims(), #vars.format())),*])
+            {
                 ::core::result::Result::Ok(__out_dims) => ::core::result::Result::Ok(
                     __tessera_kernel::kernel(&[#(#vars),*], &__out_dims, #user_fns)
                 ),
@@ -381,10 +386,18 @@ fn expand_on_runtime(source: &Source, rt: TokenTree) -> Result<TokenStream2, Dia
                 #kernel_fn
             }
             const __TESSERA_SIGNATURE: #private::bind::Signature<'static> = #signature;
+            // What this call site works out once: its parsed formats, its kernel and plan,
+            // the shapes it ran over (one `static` each per expansion).
+            static __TESSERA_FORMATS: #private::bind::FormatCache =
+                #private::bind::FormatCache::new();
+            static __TESSERA_SITE: #private::plans::Site = #private::plans::Site::new();
             #(#bindings)*
-            match __TESSERA_SIGNATURE.bind(&[#((#vars.dims(), #vars.format())),*]) {
+            match __TESSERA_SIGNATURE
+                .bind_cached(&__TESSERA_FORMATS, &[#((#vars.dims(), #vars.format())),*])
+            {
                 ::core::result::Result::Ok(__out_dims) => #private::plans::#run(
                     &#rt,
+                    &__TESSERA_SITE,
                     #text,
                     #fingerprint,
                     &[#(#vars),*],

@@ -245,11 +245,18 @@ fn resident(ptr: *mut u8, len: usize) -> u64 {
 ///
 /// On one rank a large store is an ordinary buffer (so that taking its elements moves them
 /// without a copy), and the pool keeps those of dropped stores too: one of the same type and
-/// size is reused whole, every cell stale ([`Data::reused`]).
+/// size is reused whole, every cell stale ([`Data::reused`]). So it does with small ones
+/// (from [`SMALL_MIN_BYTES`], at most [`SMALL_KEPT`] of them): a `tensor!` CG at 4096 rows
+/// makes four 32 KiB vectors per iteration, and each was allocated and zero-filled anew
+/// (calloc and memset were ~14 % of its instructions), often freed by a worker into the
+/// issuing thread's malloc arena; reused whole, a vector written whole (`write_all`) is
+/// neither zeroed nor allocated.
 #[derive(Default)]
 pub(crate) struct MapPool {
     maps: Mutex<Vec<memmap2::MmapMut>>,
     owned: Mutex<Vec<Data>>,
+    /// Ordinary buffers of [`SMALL_MIN_BYTES`] up to [`SPARSE_MIN_BYTES`] (not included).
+    small: Mutex<Vec<Data>>,
 }
 
 /// Most mappings a pool keeps (dropped stores beyond this are unmapped).
@@ -262,14 +269,31 @@ const POOL_MAPS: usize = 4;
 /// are bounded by count only: a rank holds only the pages its pieces touched.
 const POOL_BYTES: usize = 128 << 20;
 
+/// The least bytes of a small ordinary buffer the pool keeps: below this malloc's own free
+/// lists are as quick as the pool's lock, scan and stale-cell bookkeeping.
+const SMALL_MIN_BYTES: usize = 4 << 10;
+
+/// Most small ordinary buffers a pool keeps (under [`SPARSE_MIN_BYTES`] each, so at most
+/// 2 MiB in all): the vectors a few iterations of a solver drop.
+const SMALL_KEPT: usize = 32;
+
 impl MapPool {
-    /// Keeps `data` for reuse — its mapping, or a large ordinary buffer — if the pool has
-    /// room ([`POOL_MAPS`] of each kind; ordinary buffers [`POOL_BYTES`] in all).
+    /// Keeps `data` for reuse — its mapping, or an ordinary buffer of at least
+    /// [`SMALL_MIN_BYTES`] — if the pool has room ([`POOL_MAPS`] mappings and as many large
+    /// ordinary buffers, [`POOL_BYTES`] of them in all; [`SMALL_KEPT`] small ones).
     pub(crate) fn put(&self, data: Data) {
         if data.is_mapped() {
             let mut maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(map) = data.into_map().filter(|_| maps.len() < POOL_MAPS) {
                 maps.push(map);
+            }
+            return;
+        }
+        let bytes = data.bytes();
+        if (SMALL_MIN_BYTES..SPARSE_MIN_BYTES).contains(&bytes) {
+            let mut small = self.small.lock().unwrap_or_else(|e| e.into_inner());
+            if small.len() < SMALL_KEPT {
+                small.push(data);
             }
             return;
         }
@@ -283,7 +307,15 @@ impl MapPool {
 
     /// A kept ordinary buffer of `dtype` and `len` cells.
     fn take_owned(&self, dtype: DType, len: usize) -> Option<Data> {
-        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        let bytes = len * dtype.size();
+        if bytes < SMALL_MIN_BYTES {
+            return None;
+        }
+        let list = match bytes < SPARSE_MIN_BYTES {
+            true => &self.small,
+            false => &self.owned,
+        };
+        let mut owned = list.lock().unwrap_or_else(|e| e.into_inner());
         let i = owned
             .iter()
             .position(|d| d.dtype() == dtype && d.bytes() == len * dtype.size())?;
@@ -1048,6 +1080,32 @@ mod tests {
             Data::reused(DType::U64, whole, &pool).is_none(),
             "taken once"
         );
+    }
+
+    #[test]
+    fn a_small_ordinary_buffer_is_reused_whole_up_to_the_count_kept() {
+        let pool = MapPool::default();
+        let len = SMALL_MIN_BYTES / 8; // u64 cells: the smallest size kept
+        let b = Buf::from_vec(vec![5u64; len]);
+        let ptr = b.base();
+        pool.put(Data::U64(b));
+        pool.put(Data::U64(Buf::from_vec(vec![5u64; len - 1]))); // smaller: not kept
+        let whole = Rect::new(&[0], &[len]);
+        let (data, stale) = Data::reused(DType::U64, whole, &pool).expect("kept");
+        let Data::U64(b) = &data else { unreachable!() };
+        assert_eq!(b.base(), ptr, "the kept buffer, not a new one");
+        assert_eq!(stale.ranges, vec![0..len * 8], "every cell is stale");
+        let short = Rect::new(&[0], &[len - 1]);
+        assert!(Data::reused(DType::U64, short, &pool).is_none());
+        for _ in 0..SMALL_KEPT + 3 {
+            pool.put(Data::F64(Buf::from_vec(vec![1.0; len])));
+        }
+        assert_eq!(
+            pool.small.lock().unwrap().len(),
+            SMALL_KEPT,
+            "a bounded count"
+        );
+        assert!(pool.owned.lock().unwrap().is_empty(), "large ones apart");
     }
 
     #[test]

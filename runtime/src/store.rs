@@ -404,6 +404,13 @@ impl Store {
         self.root.id
     }
 
+    /// The id of the runtime that made the store: unique in the process (ids are never
+    /// reused, not even after that runtime is dropped). What a caller keeping per-runtime
+    /// facts (which of its tasks a runtime has registered) keys them by.
+    pub fn runtime_id(&self) -> u64 {
+        self.root.runtime
+    }
+
     pub fn dtype(&self) -> DType {
         self.root.dtype
     }

@@ -282,3 +282,47 @@ fn scalar_operands_give_the_plain_values_and_kernel_fuse() -> Res<()> {
     assert_eq!(got.vals(), want_i.vals(), "i64");
     Ok(())
 }
+
+/// A `tensor!(rt => ...)` call site keeps what it worked out on its first run (its plan, the
+/// shapes it ran with: `plans::Site`). Run again over tensors of other dimensions, in any
+/// order and on two runtimes in turn (each registers the statement's task once), it gives
+/// each run the plain `tensor!` values of its own inputs.
+#[test]
+fn a_call_site_run_over_changing_shapes_gives_each_its_own_values() -> Res<()> {
+    fn spmv(rt: &Runtime, A: &Stored<f64>, x: &Stored<f64>) -> Res<Stored<f64>> {
+        Ok(tensor!(rt => y(i) = A(i,j) * x(j); A: csr; split(i, io, ii, 4))?)
+    }
+    fn gemv(rt: &Runtime, B: &Stored<f64>, x: &Stored<f64>) -> Res<Stored<f64>> {
+        Ok(tensor!(rt => y(i) = B(i,j) * x(j); split(i, io, ii, 4))?)
+    }
+    fn scaled(rt: &Runtime, y: &Stored<f64>) -> Res<Stored<f64>> {
+        Ok(tensor!(rt => z(i) = 2 * y(i) - 1)?)
+    }
+    let rts = [runtime(4), runtime(1)];
+    // (7, 5) then (7, 9): the same output dimensions over other input dimensions.
+    let runs = [(7, 5), (7, 9), (12, 9), (7, 5), (3, 11), (12, 9), (7, 5)];
+    for (k, (m, n)) in runs.into_iter().enumerate() {
+        let rt = &rts[k % 2];
+        let entries: Vec<(Vec<usize>, f64)> = (0..m)
+            .flat_map(|i| (0..n).map(move |j| (i, j)))
+            .filter(|(i, j)| (i * 3 + j * 5) % 4 != 0)
+            .map(|(i, j)| (vec![i, j], (i * n + j) as f64 * 0.25 - 3.0))
+            .collect();
+        let A = Tensor::from_entries(vec![m, n], "csr", entries)?;
+        let x = Tensor::dense_from_vec(vec![n], (0..n).map(|j| 1.0 + j as f64).collect())?;
+        let want = tensor!(y(i) = A(i,j) * x(j); A: csr)?;
+        let (As, xs) = (Stored::upload(rt, &A)?, Stored::upload(rt, &x)?);
+        let y = spmv(rt, &As, &xs)?;
+        let got = y.to_tensor(rt)?;
+        assert_eq!(got.dims(), &[m], "{m}×{n}");
+        assert_eq!(got.vals(), want.vals(), "{m}×{n}");
+        let z = scaled(rt, &y)?.to_tensor(rt)?;
+        assert_eq!(z.vals(), tensor!(z(i) = 2 * want(i) - 1)?.vals(), "{m}×{n}");
+        // A dense matrix: its loops run to the dimensions the shape holds.
+        let B = A.to_format("dd")?;
+        let want = tensor!(y(i) = B(i, j) * x(j))?;
+        let got = gemv(rt, &Stored::upload(rt, &B)?, &xs)?.to_tensor(rt)?;
+        assert_eq!(got.vals(), want.vals(), "dense {m}×{n}");
+    }
+    Ok(())
+}

@@ -189,9 +189,18 @@ impl Gen<'_> {
     pub(super) fn format_expr(&self) -> TokenStream {
         let f = self.k.output_tensor().format.to_string();
         let rank = self.k.output_tensor().rank();
-        quote! {
-            ::tessera_formats::Format::parse(#f, #rank).expect("the output format was valid at compile time")
-        }
+        // Parsed once per kernel (a plan calls a block kernel once per block per run), then
+        // cloned: a clone is two small copies, a parse ~1 k instructions.
+        quote! {{
+            static OUT_FORMAT: ::std::sync::OnceLock<::tessera_formats::Format> =
+                ::std::sync::OnceLock::new();
+            OUT_FORMAT
+                .get_or_init(|| {
+                    ::tessera_formats::Format::parse(#f, #rank)
+                        .expect("the output format was valid at compile time")
+                })
+                .clone()
+        }}
     }
 
     pub(super) fn output_init(&self) -> TokenStream {

@@ -24,7 +24,7 @@
 
 use std::borrow::Cow;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tessera_formats::{Format, Index, Level, LevelType, LevelView, Tensor, TensorView, Value};
 use tessera_runtime::{
@@ -175,7 +175,7 @@ pub fn run_stored_result<V: PlanValue, I: PlanIndex>(
 ) -> Result<PlanResult<V, I>, PlanRunError> {
     // `execute` checks the inputs' formats and dimensions against the kernel.
     let refs: Vec<&Stored<V, I>> = stored.iter().collect();
-    let output = execute(rt, plan, kernel, &refs, out_dims, compiled)?;
+    let output = execute(rt, None, plan, kernel, &refs, out_dims, compiled)?;
     let starts = OutputLayout::new(kernel, out_dims, plan)?.groups;
     let levels = kernel.output_tensor().format.mode_order().len();
     let groups = (starts.iter().enumerate())
@@ -355,8 +355,21 @@ pub fn run_stored<V: PlanValue, I: PlanIndex>(
     out_dims: &[usize],
     block: Option<BlockFn<V, I>>,
 ) -> Result<Stored<V, I>, PlanRunError> {
+    run_stored_at(rt, None, plan, kernel, inputs, out_dims, block)
+}
+
+/// [`run_stored`] from a call site ([`Site`], made for this `plan` and `kernel`).
+fn run_stored_at<V: PlanValue, I: PlanIndex>(
+    rt: &Runtime,
+    site: Option<&Site>,
+    plan: &Plan,
+    kernel: &Kernel,
+    inputs: &[&Stored<V, I>],
+    out_dims: &[usize],
+    block: Option<BlockFn<V, I>>,
+) -> Result<Stored<V, I>, PlanRunError> {
     let format = kernel.output_tensor().format.clone();
-    let t = match execute(rt, plan, kernel, inputs, out_dims, block)? {
+    let t = match execute(rt, site, plan, kernel, inputs, out_dims, block)? {
         // One store dimension: the layout `upload` gives a dense tensor.
         Output::Dense(y) if y.shape().is_some_and(|s| s.len() == 1) => {
             return Ok(Stored::dense_values(y, format, out_dims));
@@ -375,15 +388,98 @@ pub fn run_stored<V: PlanValue, I: PlanIndex>(
 /// ([`run_elementwise`] for one that is).
 pub fn run_text<V: PlanValue, I: PlanIndex>(
     rt: &Runtime,
+    site: &Site,
     text: &'static str,
     fingerprint: u64,
     inputs: &[&Stored<V, I>],
     out_dims: &[usize],
     block: BlockFn<V, I>,
 ) -> Result<Stored<V, I>, PlanRunError> {
-    let planned = planned(text, fingerprint)?;
-    let (kernel, plan) = &*planned;
-    run_stored(rt, plan, kernel, inputs, out_dims, Some(block))
+    let planned = site.planned(text, fingerprint)?;
+    let (kernel, plan) = &**planned;
+    run_stored_at(rt, Some(site), plan, kernel, inputs, out_dims, Some(block))
+}
+
+/// What one `tensor!(rt => ...)` call site works out on its first run and keeps: the macro
+/// holds one in a `static` per expansion and passes it with the statement's text. Every run
+/// of a statement in a loop (a solver's iteration) otherwise looked up its plan by hashing
+/// its text, compared the whole kernel and plan to find its [`Shape`], checked the inputs'
+/// dimensions against the kernel again, and (element-wise) re-derived which inputs are
+/// scalars and its task's name: about 5 k instructions a statement on the issuing thread.
+///
+/// Sound because everything kept is a function of what is fixed per call site (its text,
+/// so its kernel and plan) and of what is compared on every run: a shape is taken only for
+/// inputs of the same dimensions, formats and layouts, output dimensions, element types and
+/// block kernel (a generic function's call site runs with several), a task name only for
+/// the same chunk body.
+pub struct Site {
+    planned: OnceLock<Arc<(Kernel, Plan)>>,
+    elementwise: OnceLock<elementwise::Facts>,
+    /// Element-wise task names, by the chunk body's address and value type.
+    names: Mutex<Vec<elementwise::Named>>,
+    /// The latest [`SHAPES_KEPT`] shapes the statement ran with.
+    shapes: Mutex<Vec<Arc<Shape>>>,
+}
+
+impl Default for Site {
+    fn default() -> Self {
+        Site::new()
+    }
+}
+
+impl Site {
+    pub const fn new() -> Site {
+        Site {
+            planned: OnceLock::new(),
+            elementwise: OnceLock::new(),
+            names: Mutex::new(Vec::new()),
+            shapes: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The kernel and plan of the site's statement `text` ([`planned`], once).
+    fn planned(
+        &self,
+        text: &'static str,
+        fingerprint: u64,
+    ) -> Result<&Arc<(Kernel, Plan)>, PlanRunError> {
+        if let Some(p) = self.planned.get() {
+            return Ok(p);
+        }
+        let p = planned(text, fingerprint)?;
+        Ok(self.planned.get_or_init(|| p))
+    }
+
+    /// The kept shape of a run over `inputs` (after re-packing) with `out_dims`, if any.
+    fn shape<V: PlanValue, I: PlanIndex>(
+        &self,
+        inputs: &[&Stored<V, I>],
+        out_dims: &[usize],
+        compiled: Option<BlockFn<V, I>>,
+    ) -> Option<Arc<Shape>> {
+        let compiled_at = compiled.map(|f| f as usize);
+        let shapes = self.shapes.lock().unwrap_or_else(|e| e.into_inner());
+        shapes
+            .iter()
+            .find(|s| {
+                s.compiled == compiled_at
+                    && s.value_type == std::any::type_name::<V>()
+                    && s.index_type == std::any::type_name::<I>()
+                    && s.out_dims == out_dims
+                    && s.in_dims.iter().eq(inputs.iter().map(|t| &t.dims))
+                    && s.formats.iter().eq(inputs.iter().map(|t| &t.format))
+                    && s.layouts.iter().eq(inputs.iter().map(|t| &t.layout))
+            })
+            .cloned()
+    }
+
+    fn keep(&self, shape: Arc<Shape>) {
+        let mut shapes = self.shapes.lock().unwrap_or_else(|e| e.into_inner());
+        if shapes.len() >= SHAPES_KEPT {
+            shapes.remove(0);
+        }
+        shapes.push(shape);
+    }
 }
 
 /// The kernel and plan of the statement `text`, made on first use and kept for the process
@@ -443,9 +539,11 @@ fn dense_tensor<V: PlanValue, I: PlanIndex>(
     Ok(Tensor::from_parts(out_dims.to_vec(), format, levels, vals)?)
 }
 
-/// Issues the plan's launches over stored inputs.
+/// Issues the plan's launches over stored inputs (from a call site: `site`, made for this
+/// plan and kernel).
 fn execute<V: PlanValue, I: PlanIndex>(
     rt: &Runtime,
+    site: Option<&Site>,
     plan: &Plan,
     kernel: &Kernel,
     inputs: &[&Stored<V, I>],
@@ -460,23 +558,45 @@ fn execute<V: PlanValue, I: PlanIndex>(
     let inputs: Vec<&Stored<V, I>> = (inputs.iter().zip(&repacked))
         .map(|(given, re)| re.as_ref().unwrap_or(given))
         .collect();
-    let shapes: Vec<(&Format, &[usize])> =
-        inputs.iter().map(|t| (&t.format, &t.dims[..])).collect();
-    let dims = interp::checked_dims_of(kernel, &shapes, out_dims)?;
     let grid = &plan.grid;
-    let out = OutputLayout::new(kernel, out_dims, plan)?;
     let stores: Vec<Vec<Store>> = inputs.iter().map(|t| t.stores.clone()).collect();
-    let shape = Shape::of(plan, kernel, &inputs, dims, out_dims, out, compiled);
-    let body = Arc::new(Body {
-        shape: shape.clone(),
-        rebased: RebasedCache::default(),
-    });
-    match rt.register(&shape.name, move |ctx| body.run::<V, I>(ctx, compiled)) {
-        // The same plan over tensors of the same shapes ran on `rt` before: its task (an
-        // equal body) is reused, so the runtime sees the statement as one task each time.
-        Ok(()) | Err(RuntimeError::DuplicateTask(_)) => {}
-        Err(e) => return Err(e.into()),
-    }
+    // A call site's run over inputs of the shapes of one before: their dimensions were
+    // checked then (the same dimensions, formats and kernel agree again).
+    let kept = site.and_then(|s| s.shape(&inputs, out_dims, compiled));
+    let shape = match kept {
+        Some(shape) => shape,
+        None => {
+            let shapes: Vec<(&Format, &[usize])> =
+                inputs.iter().map(|t| (&t.format, &t.dims[..])).collect();
+            let dims = interp::checked_dims_of(kernel, &shapes, out_dims)?;
+            let out = OutputLayout::new(kernel, out_dims, plan)?;
+            let shape = Shape::of(plan, kernel, &inputs, dims, out_dims, out, compiled);
+            if let Some(site) = site {
+                site.keep(shape.clone());
+            }
+            shape
+        }
+    };
+    // `runtime`: the id of `rt` (from a store it made), when known.
+    let register = |runtime: Option<u64>| -> Result<(), PlanRunError> {
+        if runtime.is_some_and(|id| shape.registered.contains(id)) {
+            return Ok(());
+        }
+        let body = Arc::new(Body {
+            shape: shape.clone(),
+            rebased: RebasedCache::default(),
+        });
+        match rt.register(&shape.name, move |ctx| body.run::<V, I>(ctx, compiled)) {
+            // The same plan over tensors of the same shapes ran on `rt` before: its task (an
+            // equal body) is reused, so the runtime sees the statement as one task each time.
+            Ok(()) | Err(RuntimeError::DuplicateTask(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if let Some(id) = runtime {
+            shape.registered.insert(id);
+        }
+        Ok(())
+    };
     let out = &shape.out;
     let run = Run {
         name: &shape.name,
@@ -486,6 +606,7 @@ fn execute<V: PlanValue, I: PlanIndex>(
     };
     if out.dense {
         let y = rt.create(V::DTYPE, &out.shape)?;
+        register(Some(y.runtime_id()))?;
         // Blocks fold into the output with the reduction: it starts at its identity (a new
         // store holds zeros, the identity of `+` and `or`).
         let fill = kernel.reduce.fill();
@@ -497,6 +618,7 @@ fn execute<V: PlanValue, I: PlanIndex>(
         }
         return Ok(Output::Dense(y));
     }
+    register(None)?;
     // A sparse output stays as its launches' entries until it is read or stored: across
     // ranks each rank then handles only its own (`entries`).
     let mut pieces = Vec::new();
@@ -609,10 +731,11 @@ fn launch_task(rt: &Runtime, run: &Run, outs: &[Store], launch: usize) -> Result
     let (plan, body, inputs) = (run.plan, run.body, run.inputs);
     let grid = &plan.grid;
     let views = launch_views(body, inputs, launch)?;
+    let parts = body.launch_parts();
     let mut t = rt
         .task(run.name)
         .scalar(launch as u64)
-        .launch_domain(&grid.domain());
+        .launch_domain(&parts.domain);
     // The ids of the inputs' `pos` stores, in input and level order: the key of each point's
     // rebased pieces (`RebasedCache`).
     for (layout, stores) in body.layouts.iter().zip(&views) {
@@ -620,9 +743,9 @@ fn launch_task(rt: &Runtime, run: &Run, outs: &[Store], launch: usize) -> Result
             t = t.scalar(stores[pos].id());
         }
     }
-    if let Some(dims) = plan.shard_dims() {
+    if let Some(dims) = &parts.shard_dims {
         // `map(...)`: across ranks these launch dimensions pick each point's rank.
-        t = t.shard_by(&dims);
+        t = t.shard_by(dims);
     }
     let out_arg = &plan.args[0];
     for s in outs {
@@ -638,12 +761,9 @@ fn launch_task(rt: &Runtime, run: &Run, outs: &[Store], launch: usize) -> Result
         };
     }
     if body.out.dense {
-        t = match &out_arg.partition {
-            Partition::Tiled { dims } => {
-                let cuts = body.out.cuts(dims, grid, &body.dims);
-                t.tile(&outs[0], &cuts)
-            }
-            _ => t.broadcast(&outs[0], &(0..body.out.shape.len()).collect::<Vec<_>>()),
+        t = match &parts.out_cuts {
+            Some(cuts) => t.tile(&outs[0], cuts),
+            None => t.broadcast(&outs[0], &(0..body.out.shape.len()).collect::<Vec<_>>()),
         };
     }
     // The store (or this launch's view of it) a plan argument names.
@@ -657,7 +777,7 @@ fn launch_task(rt: &Runtime, run: &Run, outs: &[Store], launch: usize) -> Result
             t = t.read(s);
         }
     }
-    for arg in &plan.args[outs.len()..] {
+    for (a, arg) in plan.args.iter().enumerate().skip(outs.len()) {
         let tensor = &arg.store.tensor;
         let slot = input_slot(&body.kernel, tensor);
         let store = |kind: StoreKind| find(tensor, kind).expect("the plan's stores were uploaded");
@@ -670,11 +790,11 @@ fn launch_task(rt: &Runtime, run: &Run, outs: &[Store], launch: usize) -> Result
             Partition::Tiled { dims } if sequential(grid, dims[0]) => {
                 t.broadcast(store(arg.store.kind), &[0])
             }
-            Partition::Tiled { dims } => {
-                let g = dims[0].expect("inputs are tiled by their first level");
-                let scale = body.layouts[slot].prefix_inner;
-                let cut = grid_cut(grid, g, body.dims[grid.vars[g].var_id], scale);
-                t.tile(store(arg.store.kind), &[cut])
+            Partition::Tiled { .. } => {
+                let cut = parts.in_cuts[a]
+                    .as_ref()
+                    .expect("made for every tiled input");
+                t.tile(store(arg.store.kind), std::slice::from_ref(cut))
             }
             Partition::Aligned(_) => t.align(&outs[0], store(arg.store.kind)),
             Partition::Image(src) if whole_on_one_rank(rt, src.kind, arg.store.kind) => {
@@ -832,7 +952,7 @@ impl OutputLayout {
 }
 
 /// Where an input's stores are, in the order `upload` made them.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 struct InputLayout {
     /// Per level: for compressed levels, the indices of its `pos` and `crd` stores.
     levels: Vec<Option<(usize, usize)>>,
@@ -955,11 +1075,53 @@ struct Shape {
     out: OutputLayout,
     /// The output's privilege in the plan.
     privilege: Privilege,
+    /// What every launch passes the runtime besides its stores, made on first use.
+    launch: OnceLock<LaunchParts>,
+    /// The runtimes the shape's task is registered on (its body: one per runtime).
+    registered: RegisteredOn,
     /// A written dense output whose every point writes every cell of its tile: launched
     /// with `write_all`, so a recycled buffer is not zeroed first. The interpreter's tile
     /// and a compiled kernel's own buffer are copied whole into the tile (`write_tile`); a
     /// kernel writing the tile in place must assign it whole ([`Kernel::assigns_every_cell`]).
     writes_all: bool,
+}
+
+/// The latest few runtimes (by id, [`Store::runtime_id`]: never reused in a process) a task
+/// is known to be registered on, so that a statement run again on one neither builds its
+/// body anew nor takes the registry's write lock to be told it is there (~1.5 k
+/// instructions a run). A runtime not listed (never seen, or pushed out) is asked again,
+/// which is only slower.
+#[derive(Default)]
+struct RegisteredOn(Mutex<Vec<u64>>);
+
+/// Runtimes a [`RegisteredOn`] lists.
+const REGISTERED_KEPT: usize = 4;
+
+impl RegisteredOn {
+    fn contains(&self, runtime: u64) -> bool {
+        let ids = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        ids.contains(&runtime)
+    }
+
+    fn insert(&self, runtime: u64) {
+        let mut ids = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !ids.contains(&runtime) {
+            if ids.len() >= REGISTERED_KEPT {
+                ids.remove(0);
+            }
+            ids.push(runtime);
+        }
+    }
+}
+
+/// See [`Shape::launch_parts`].
+struct LaunchParts {
+    domain: Vec<usize>,
+    shard_dims: Option<Vec<usize>>,
+    /// A dense output tiled by the grid: its cuts (else it is broadcast).
+    out_cuts: Option<Vec<Cut>>,
+    /// Per plan argument: the cut of an input tiled by a parallel grid variable.
+    in_cuts: Vec<Option<Cut>>,
 }
 
 /// The most shapes kept per statement: a statement run over ever new shapes (a property
@@ -1020,6 +1182,8 @@ impl Shape {
             layouts: inputs.iter().map(|t| t.layout.clone()).collect(),
             out,
             privilege: plan.args[0].privilege,
+            launch: OnceLock::new(),
+            registered: RegisteredOn::default(),
             writes_all,
         };
         shape.name = task_name(plan, &shape, compiled);
@@ -1031,6 +1195,40 @@ impl Shape {
         }
         list.push(shape.clone());
         shape
+    }
+
+    /// The launch domain, output cuts and input cuts of every launch of the shape's plan:
+    /// functions of the plan and the dimensions alone, made once (they cost ~1 k
+    /// instructions a launch, on the issuing thread).
+    fn launch_parts(&self) -> &LaunchParts {
+        self.launch.get_or_init(|| {
+            let (plan, grid) = (&self.plan, &self.grid);
+            let out_cuts = match &plan.args[0].partition {
+                Partition::Tiled { dims } if self.out.dense => {
+                    Some(self.out.cuts(dims, grid, &self.dims))
+                }
+                _ => None,
+            };
+            // Output arguments (the first, or two) are tiled above, never here.
+            let in_cuts = (plan.args.iter().enumerate())
+                .map(|(a, arg)| match &arg.partition {
+                    Partition::Tiled { dims } if a > 0 && !sequential(grid, dims[0]) => {
+                        // Inputs are tiled by their first level (`launch_task` relies on it).
+                        let g = dims[0]?;
+                        let slot = input_slot(&self.kernel, &arg.store.tensor);
+                        let scale = self.layouts[slot].prefix_inner;
+                        Some(grid_cut(grid, g, self.dims[grid.vars[g].var_id], scale))
+                    }
+                    _ => None,
+                })
+                .collect();
+            LaunchParts {
+                domain: grid.domain(),
+                shard_dims: plan.shard_dims(),
+                out_cuts,
+                in_cuts,
+            }
+        })
     }
 
     /// The cells of input `slot`'s first store that launch `launch` reads, when a sequential

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tessera_formats::LevelType;
 use tessera_runtime::{Chunk, Future, Runtime};
 
-use super::{planned, PlanRunError, PlanValue, Stored};
+use super::{PlanRunError, PlanValue, Site, Stored};
 use crate::ir::{Domain, Kernel, OutputKind};
 
 /// A generated element-wise chunk body ([`crate::codegen::emit_elementwise`]).
@@ -73,25 +73,31 @@ pub fn scalar_inputs(k: &Kernel) -> Vec<bool> {
 /// `tensor!(rt => ...)` expands to for an element-wise statement.
 pub fn run_elementwise<V: PlanValue, I: super::PlanIndex>(
     rt: &Runtime,
+    site: &Site,
     text: &'static str,
     fingerprint: u64,
     inputs: &[&Stored<V, I>],
     out_dims: &[usize],
     body: ChunkFn<V>,
 ) -> Result<Stored<V, I>, PlanRunError> {
-    let planned = planned(text, fingerprint)?;
-    let kernel = &planned.0;
-    if !is_elementwise(kernel) {
+    let facts = match site.elementwise.get() {
+        Some(f) => f,
+        None => {
+            let f = Facts::of(&site.planned(text, fingerprint)?.0);
+            site.elementwise.get_or_init(|| f)
+        }
+    };
+    if !facts.elementwise {
         return Err(PlanRunError::Plan(format!(
             "`{text}` is not an element-wise statement; it runs as a plan (`run_text`)"
         )));
     }
     let cells: usize = out_dims.iter().product();
-    let name = task_name::<V>(text, body);
-    register(rt, &name, body)?;
-    let scalar = scalar_inputs(kernel);
+    let y = rt.create(V::DTYPE, &[cells])?;
+    let name = site.task_name::<V>(text, body, y.runtime_id(), rt)?;
+    let scalar = &facts.scalar;
     let mut t = rt.task(&name);
-    for ((input, name), &scalar) in inputs.iter().zip(kernel.inputs()).zip(&scalar) {
+    for ((input, name), &scalar) in inputs.iter().zip(&facts.inputs).zip(scalar) {
         let vals = &input.stores[input.layout.vals];
         // `bind` checked formats and dimensions; a `Stored` of a dense tensor is its values.
         let want = if scalar { 1 } else { cells };
@@ -105,14 +111,82 @@ pub fn run_elementwise<V: PlanValue, I: super::PlanIndex>(
             false => t.read(vals),
         };
     }
-    let y = rt.create(V::DTYPE, &[cells])?;
-    t = t.write(&y);
-    for (input, _) in inputs.iter().zip(&scalar).filter(|(_, &s)| !s) {
+    // The chunk body assigns every element of its output (`emit_elementwise`): a recycled
+    // buffer's old values need no zeroing first.
+    t = t.write_all(&y);
+    for (input, _) in inputs.iter().zip(scalar).filter(|(_, &s)| !s) {
         t = t.align(&y, &input.stores[input.layout.vals]);
     }
     t.submit()?;
-    let format = kernel.output_tensor().format.clone();
-    Ok(Stored::dense_values(y, format, out_dims))
+    Ok(Stored::dense_values(y, facts.format.clone(), out_dims))
+}
+
+/// What an element-wise call site needs of its kernel on every run, worked out once.
+pub(super) struct Facts {
+    elementwise: bool,
+    /// Per input slot: whether it is a scalar ([`scalar_inputs`]).
+    scalar: Vec<bool>,
+    /// The input slots' names.
+    inputs: Vec<String>,
+    /// The output's format.
+    format: tessera_formats::Format,
+}
+
+impl Facts {
+    fn of(kernel: &Kernel) -> Facts {
+        Facts {
+            elementwise: is_elementwise(kernel),
+            scalar: scalar_inputs(kernel),
+            inputs: kernel.inputs().iter().map(|n| n.to_string()).collect(),
+            format: kernel.output_tensor().format.clone(),
+        }
+    }
+}
+
+impl Site {
+    /// The task name of the site's statement `text` with chunk body `body` ([`task_name`]),
+    /// kept per body (a generic function's call site has one per value type), registered on
+    /// `rt` (whose id is `runtime`) unless it is known to be.
+    fn task_name<V: PlanValue>(
+        &self,
+        text: &'static str,
+        body: ChunkFn<V>,
+        runtime: u64,
+        rt: &Runtime,
+    ) -> Result<Arc<str>, PlanRunError> {
+        let key = (body as usize, std::any::TypeId::of::<V>());
+        let (name, registered) = {
+            let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+            match names.iter().find(|n| (n.body, n.value) == key) {
+                Some(n) => (n.name.clone(), n.registered.clone()),
+                None => {
+                    let n = Named {
+                        body: key.0,
+                        value: key.1,
+                        name: task_name::<V>(text, body),
+                        registered: Default::default(),
+                    };
+                    let got = (n.name.clone(), n.registered.clone());
+                    names.push(n);
+                    got
+                }
+            }
+        };
+        if !registered.contains(runtime) {
+            register(rt, &name, body)?;
+            registered.insert(runtime);
+        }
+        Ok(name)
+    }
+}
+
+/// An element-wise task name a [`Site`] keeps: for the chunk body at `body` over values of
+/// type `value`, and the runtimes it is registered on.
+pub(super) struct Named {
+    body: usize,
+    value: std::any::TypeId,
+    name: Arc<str>,
+    registered: Arc<super::RegisteredOn>,
 }
 impl<V: PlanValue, I: super::PlanIndex> Stored<V, I> {
     /// The one value of this rank-0 tensor as a future ([`Runtime::value_future`]), made on
