@@ -326,3 +326,36 @@ fn a_call_site_run_over_changing_shapes_gives_each_its_own_values() -> Res<()> {
     }
     Ok(())
 }
+
+/// A rank-0 statement whose one point writes its value (`b = a * a + a`) hands that value to
+/// the statements taking it as a scalar as a future of its own task: no second task reads
+/// the store for them (`value_future`), and the values are the plain ones for `f64`, `f32`
+/// and `i64`, on the runtime's one-point task whether the block kernel writes its tile in
+/// place or not.
+#[test]
+fn a_computed_scalar_is_a_future_of_its_own_task() -> Res<()> {
+    macro_rules! check {
+        ($t:ty, $a:expr, $xs:expr) => {{
+            let x = Tensor::<$t>::dense_from_vec(vec![4], $xs)?;
+            let a = Tensor::<$t>::dense_from_vec(vec![], vec![$a])?;
+            let want = {
+                let b = tensor!(b = a * a + a)?;
+                tensor!(y(i) = b * x(i) - b)?
+            };
+            for window in [1, 4] {
+                let rt = runtime(window);
+                let (x, a) = (Stored::upload(&rt, &x)?, Stored::upload(&rt, &a)?);
+                let before = rt.stats().tasks_issued;
+                let b = tensor!(rt => b = a * a + a)?;
+                let y = tensor!(rt => y(i) = b * x(i) - b)?;
+                assert_eq!(y.to_tensor(&rt)?.vals(), want.vals(), "{}", stringify!($t));
+                let issued = rt.stats().tasks_issued - before;
+                assert_eq!(issued, 2, "b's task and y's, no value task: {}", stringify!($t));
+            }
+        }};
+    }
+    check!(f64, 1.25, vec![0.5, -2.0, 3.0, 1e-3]);
+    check!(f32, -0.75, vec![0.5, -2.0, 3.0, 1e-3]);
+    check!(i64, -3, vec![4, -2, 0, i64::MAX / 64]);
+    Ok(())
+}

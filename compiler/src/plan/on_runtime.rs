@@ -371,10 +371,14 @@ fn run_stored_at<V: PlanValue, I: PlanIndex>(
     let format = kernel.output_tensor().format.clone();
     let t = match execute(rt, site, plan, kernel, inputs, out_dims, block)? {
         // One store dimension: the layout `upload` gives a dense tensor.
-        Output::Dense(y) if y.shape().is_some_and(|s| s.len() == 1) => {
-            return Ok(Stored::dense_values(y, format, out_dims));
+        Output::Dense(y, value) if y.shape().is_some_and(|s| s.len() == 1) => {
+            let stored = Stored::dense_values(y, format, out_dims);
+            if let Some(f) = value {
+                let _ = stored.value.set(f);
+            }
+            return Ok(stored);
         }
-        Output::Dense(y) => dense_tensor(&format, out_dims, rt.take::<V>(y)?)?,
+        Output::Dense(y, _) => dense_tensor(&format, out_dims, rt.take::<V>(y)?)?,
         Output::Entries(e) => e.into_tensor(rt)?,
     };
     Stored::from_tensor(rt, t)
@@ -514,9 +518,10 @@ fn planned(text: &'static str, fingerprint: u64) -> Result<Arc<(Kernel, Plan)>, 
     Ok(planned)
 }
 
-/// What a plan's launches produced: a dense output's store, or a sparse output's entries.
+/// What a plan's launches produced: a dense output's store (and for a rank-0 one written by
+/// one point, a future of its value: [`Shape::value_result`]), or a sparse output's entries.
 enum Output {
-    Dense(Store),
+    Dense(Store, Option<tessera_runtime::Future>),
     Entries(entries::Entries),
 }
 
@@ -613,10 +618,11 @@ fn execute<V: PlanValue, I: PlanIndex>(
         if fill != 0.0 && plan.args[0].privilege != Privilege::Write {
             rt.fill(&y, fill)?;
         }
+        let mut value = None;
         for launch in 0..grid.launches() {
-            launch_task(rt, &run, std::slice::from_ref(&y), launch)?;
+            value = launch_task(rt, &run, std::slice::from_ref(&y), launch)?;
         }
-        return Ok(Output::Dense(y));
+        return Ok(Output::Dense(y, value));
     }
     register(None)?;
     // A sparse output stays as its launches' entries until it is read or stored: across
@@ -726,8 +732,14 @@ struct Run<'a> {
 }
 
 /// Issues one launch of the block task: outputs first, then every input's stores, with the
-/// plan's constraints.
-fn launch_task(rt: &Runtime, run: &Run, outs: &[Store], launch: usize) -> Result<(), PlanRunError> {
+/// plan's constraints. A rank-0 output written by one point is also returned as a future of
+/// its value (on one rank: [`Shape::value_result`]).
+fn launch_task(
+    rt: &Runtime,
+    run: &Run,
+    outs: &[Store],
+    launch: usize,
+) -> Result<Option<tessera_runtime::Future>, PlanRunError> {
     let (plan, body, inputs) = (run.plan, run.body, run.inputs);
     let grid = &plan.grid;
     let views = launch_views(body, inputs, launch)?;
@@ -807,8 +819,14 @@ fn launch_task(rt: &Runtime, run: &Run, outs: &[Store], launch: usize) -> Result
             Partition::Pieces => t,
         };
     }
+    if body.value_result && rt.ranks() == 1 {
+        // The point sets its one value as the task's result (`Body::run`); `Sum` over one
+        // point is that value itself. An element-wise statement taking this tensor as a
+        // scalar then takes this future, not one more task reading the store.
+        return Ok(Some(t.submit_reduce(ReduceOp::Sum)?));
+    }
     t.submit()?;
-    Ok(())
+    Ok(None)
 }
 
 /// Whether an image of `source` into `target` is read whole instead: a dense vector imaged
@@ -1079,6 +1097,12 @@ struct Shape {
     launch: OnceLock<LaunchParts>,
     /// The runtimes the shape's task is registered on (its body: one per runtime).
     registered: RegisteredOn,
+    /// A rank-0 dense output written (not folded) by the one point of one launch: the point
+    /// also sets the value it writes as the task's result, which one rank launches with
+    /// `submit_reduce` (`launch_task`), so the statement's `Stored` holds a future of its
+    /// value from the start (CG's step sizes `alpha = rr / pq`, then scalars of element-wise
+    /// statements, needed one `value_future` task each).
+    value_result: bool,
     /// A written dense output whose every point writes every cell of its tile: launched
     /// with `write_all`, so a recycled buffer is not zeroed first. The interpreter's tile
     /// and a compiled kernel's own buffer are copied whole into the tile (`write_tile`); a
@@ -1184,6 +1208,10 @@ impl Shape {
             privilege: plan.args[0].privilege,
             launch: OnceLock::new(),
             registered: RegisteredOn::default(),
+            value_result: out_dims.is_empty()
+                && plan.args[0].privilege == Privilege::Write
+                && plan.grid.launches() == 1
+                && plan.grid.domain().iter().product::<usize>() == 1,
             writes_all,
         };
         shape.name = task_name(plan, &shape, compiled);
@@ -1312,6 +1340,9 @@ impl Body {
                     &block.first,
                     Some(tile.as_mut_slice()),
                 );
+                if self.value_result {
+                    ctx.set_result(scalar_of(tile.as_mut_slice()[0]));
+                }
                 debug_assert!(
                     none.is_none(),
                     "a block kernel given its tile returns nothing"
@@ -1332,6 +1363,10 @@ impl Body {
         };
         if self.out.dense {
             self.write_tile(ctx, &result);
+            if self.value_result {
+                // Rank 0: the one value, which `write_tile` wrote.
+                ctx.set_result(scalar_of(result.vals()[0]));
+            }
         } else {
             let mut coords = Vec::new();
             let mut vals = Vec::new();
@@ -1636,6 +1671,28 @@ fn owned<V: Value, I: Index>(v: &TensorView<V, I>) -> Tensor<V, I> {
         v.vals().to_vec(),
     )
     .unwrap_or_else(|e| panic!("a block of a valid tensor: {e}"))
+}
+
+/// `v` as the runtime's scalar, as `Runtime::value_future` makes it (floats as `F64`, exact
+/// for `f32`; signed integers as `I64`, unsigned as `U64`), so `V::from_scalar` gives `v`.
+fn scalar_of<V: PlanValue>(v: V) -> tessera_runtime::Scalar {
+    use tessera_runtime::Scalar;
+    let any = &v as &dyn std::any::Any;
+    if let Some(x) = any.downcast_ref::<f64>() {
+        Scalar::F64(*x)
+    } else if let Some(x) = any.downcast_ref::<f32>() {
+        Scalar::F64(*x as f64)
+    } else if let Some(x) = any.downcast_ref::<i64>() {
+        Scalar::I64(*x)
+    } else if let Some(x) = any.downcast_ref::<i32>() {
+        Scalar::I64(*x as i64)
+    } else if let Some(x) = any.downcast_ref::<u64>() {
+        Scalar::U64(*x)
+    } else if let Some(x) = any.downcast_ref::<u32>() {
+        Scalar::U64(*x as u64)
+    } else {
+        unreachable!("plan values are numbers")
+    }
 }
 
 /// Calls `f` on every cell of `r`, row-major.

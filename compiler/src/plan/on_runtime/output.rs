@@ -29,7 +29,7 @@ impl<V: PlanValue, I: PlanIndex> PlanResult<V, I> {
     /// (no copy); across ranks every rank gathers it.
     pub fn into_tensor(self, rt: &Runtime) -> Result<Tensor<V, I>, PlanRunError> {
         match self.output {
-            Output::Dense(y) => dense_tensor(&self.format, &self.dims, rt.take::<V>(y)?),
+            Output::Dense(y, _) => dense_tensor(&self.format, &self.dims, rt.take::<V>(y)?),
             Output::Entries(e) => e.into_tensor(rt),
         }
     }
@@ -42,7 +42,7 @@ impl<V: PlanValue, I: PlanIndex> PlanResult<V, I> {
         root: usize,
     ) -> Result<Option<Tensor<V, I>>, PlanRunError> {
         match self.output {
-            Output::Dense(y) => match rt.read_on::<V>(&y, root)? {
+            Output::Dense(y, _) => match rt.read_on::<V>(&y, root)? {
                 Some(vals) => Ok(Some(dense_tensor(&self.format, &self.dims, vals)?)),
                 None => Ok(None),
             },
@@ -80,7 +80,7 @@ impl<V: PlanValue, I: PlanIndex> PlanResult<V, I> {
         // A dense output's tiles are cut into equal runs of the file by the storer; a sparse
         // output's blocks were balanced by their entries, and the file is cut between them.
         let (blocks, cuts) = match self.output {
-            Output::Dense(y) => {
+            Output::Dense(y, _) => {
                 let blocks = rt
                     .read_own::<V>(&y)
                     .map_err(PlanRunError::from)
