@@ -386,8 +386,9 @@ fn run_stored_at<V: PlanValue, I: PlanIndex>(
 
 /// Runs the statement `text` (a `tensor!` statement with a distribution schedule) on stored
 /// tensors, each point running `block`, the statement's generated block kernel. The plan is
-/// made from `text` on first use and kept for the process (keyed by the text); `fingerprint`
-/// ([`super::kernel_fingerprint`] of the kernel `block` was generated from) must match it.
+/// made from `text` on first use and kept for the process (keyed by the text) and by the
+/// call site's `site`; `fingerprint` ([`super::kernel_fingerprint`] of the kernel `block`
+/// was generated from) must match it.
 /// This is what `tensor!(rt => ...)` expands to for a statement that is not element-wise
 /// ([`run_elementwise`] for one that is).
 pub fn run_text<V: PlanValue, I: PlanIndex>(
