@@ -49,13 +49,17 @@ impl<'a> Held<'a> {
     /// covers exactly the cells the arguments cover, and no view of this point can write them.
     ///
     /// Which arguments go together is the task's [`ReadGroups`], worked out once when it was
-    /// launched (branch metg17); what depends on the point or on time is checked here: each
-    /// member is still a read, not local, of the group's store (so a group that did not match
-    /// the arguments would cost the sharing, never a borrow), the store is bound, the point has
-    /// a sub-store of each, and their union is one rectangle.
+    /// launched (branch metg17); for a replayed task the union of each group at each point
+    /// too, once per recording. What depends on the point or on time is checked here: each
+    /// member is still a read, not local, of the group's store, the store is bound, and the
+    /// point has a sub-store of each; then either their union is worked out, or the recorded
+    /// union is taken once it is seen to contain every member's sub-store. So groups or
+    /// unions that did not match the arguments could cost the sharing (or refuse a borrow,
+    /// as an overlap does), never leave a view's cells outside the point's borrow.
     fn take(task: &'a Launched, point: usize) -> Held<'a> {
         let mut held = Held::default();
-        for &mask in task.read_groups.masks() {
+        let groups = &task.read_groups;
+        for (g, &mask) in groups.masks().iter().enumerate() {
             let Some(a) = task.args.get(mask.trailing_zeros() as usize) else {
                 continue;
             };
@@ -65,6 +69,7 @@ impl<'a> Held<'a> {
             if a.root.bound().is_none() {
                 continue;
             }
+            let recorded = groups.union(g, point);
             let mut rects: [&Rect; 16] = [r0; 16];
             let (mut m, mut bits) = (0, mask);
             while bits != 0 {
@@ -75,6 +80,7 @@ impl<'a> Held<'a> {
                     .get(j)
                     .filter(|b| ReadGroups::reads(b) && Arc::ptr_eq(&b.root, &a.root))
                     .and_then(|b| b.rects.get(point))
+                    .filter(|r| recorded.is_none_or(|u| covers(u, r)))
                 else {
                     break;
                 };
@@ -84,7 +90,7 @@ impl<'a> Held<'a> {
             if bits != 0 || m < 2 {
                 continue;
             }
-            let Some(rect) = exact_union(&rects[..m]) else {
+            let Some(rect) = recorded.copied().or_else(|| exact_union(&rects[..m])) else {
                 continue;
             };
             if let Ok(b) = a.root.ledger.borrow(rect, false) {
@@ -105,11 +111,16 @@ impl<'a> Held<'a> {
 /// once per launched task ([`Launched::read_groups`]: by `Inner::launched` and
 /// `launch_fused`, and once per recording for a replayed task, whose stores and privileges
 /// every replay verifies) instead of at every point, as ledger15 did (~+320 instructions a
-/// point, most of them this search).
-#[derive(Clone, Copy, Default, PartialEq, Eq, Debug)]
+/// point, most of them this search and the union).
+#[derive(Clone, Default, Debug)]
 pub(crate) struct ReadGroups {
     masks: [u16; 8],
     len: u8,
+    /// A recorded task's: each group's union at each point (`[point * len + group]`,
+    /// [`exact_union`] of its members' sub-stores, `None` where there is none), worked out
+    /// once per recording from the sub-stores every replay launches with
+    /// ([`ReadGroups::with_unions`]). `None`: worked out at each point.
+    unions: Option<Arc<[Option<Rect>]>>,
 }
 
 impl ReadGroups {
@@ -140,6 +151,36 @@ impl ReadGroups {
         groups
     }
 
+    /// [`ReadGroups::of`] `args`, with each group's union at each of `points` points (a
+    /// recorded task's: its sub-stores are the same at every replay).
+    pub(crate) fn with_unions(args: &[LaunchArg], points: usize) -> ReadGroups {
+        let mut groups = ReadGroups::of(args);
+        if groups.len == 0 {
+            return groups;
+        }
+        let unions = (0..points)
+            .flat_map(|p| {
+                groups.masks().iter().map(move |&mask| {
+                    let rects: Option<Vec<&Rect>> = (0..args.len())
+                        .filter(|j| mask >> j & 1 == 1)
+                        .map(|j| args[j].rects.get(p))
+                        .collect();
+                    exact_union(&rects?)
+                })
+            })
+            .collect();
+        groups.unions = Some(unions);
+        groups
+    }
+
+    /// The recorded union of group `g` at `point`, if there is one.
+    fn union(&self, g: usize, point: usize) -> Option<&Rect> {
+        self.unions
+            .as_deref()?
+            .get(point * usize::from(self.len) + g)?
+            .as_ref()
+    }
+
     /// Whether a point's view of `a` may be covered by a group's borrow.
     fn reads(a: &LaunchArg) -> bool {
         a.privilege == Privilege::Read && !a.local
@@ -148,6 +189,14 @@ impl ReadGroups {
     fn masks(&self) -> &[u16] {
         &self.masks[..usize::from(self.len)]
     }
+}
+
+/// Whether `u` holds every cell of `r`, same dimension (`Rect::contains`, inlined and without
+/// its empty case: a recorded union's members are never empty).
+#[inline]
+fn covers(u: &Rect, r: &Rect) -> bool {
+    let n = r.dim();
+    n == u.dim() && (0..n).all(|d| u.lo()[d] <= r.lo()[d] && r.hi()[d] <= u.hi()[d])
 }
 
 /// The union of `rects` (same dimension) when it is exactly one non-empty rectangle that
@@ -855,6 +904,64 @@ mod tests {
         (lo[0]..hi[0])
             .flat_map(|i| (l1..h1).map(move |j| (i, j)))
             .collect()
+    }
+
+    /// A recorded union is the point's borrow only where it holds every member's sub-store
+    /// (`covers` in `Held::take`): one that does not match the arguments costs the sharing,
+    /// never leaves a view's cells outside the point's borrows. Fails with the `covers` check
+    /// removed (the point's borrow is the recorded [0, 2), both views count as covered, and a
+    /// write of [2, 3), which the second view reads, is not refused).
+    #[test]
+    fn a_recorded_union_that_misses_a_member_s_cells_is_not_used() {
+        let rt = Runtime::new(1);
+        let x = rt.from_vec(&[4], vec![0.0f64; 4]).unwrap();
+        let root = x.root.clone();
+        let read = |lo: usize, hi: usize| LaunchArg {
+            root: root.clone(),
+            view: Rect::new(&[0], &[4]),
+            privilege: Privilege::Read,
+            overwrite: false,
+            rects: Arc::from(vec![Rect::new(&[lo], &[hi])]),
+            local: false,
+        };
+        let args: crate::task::Args<LaunchArg> = [read(0, 2), read(1, 3)].into_iter().collect();
+        let task = |read_groups: ReadGroups| Launched {
+            position: 0,
+            name: Arc::from("t"),
+            body: Arc::new(|_: &mut TaskContext<'_>| {}),
+            domain: crate::partition::Domain::new(&[1]).unwrap(),
+            token: 0,
+            args: args
+                .iter()
+                .map(|a| read(a.rects[0].lo()[0], a.rects[0].hi()[0]))
+                .collect(),
+            read_groups,
+            scalars: Default::default(),
+            results: Default::default(),
+            fused: None,
+            roots: Default::default(),
+            remaining: std::sync::atomic::AtomicUsize::new(1),
+            outs: Vec::new(),
+            failure: Mutex::new(None),
+            has_finish: false,
+            dist: None,
+        };
+        let last = Rect::new(&[2], &[3]);
+        // As recorded: the union [0, 3) covers both views; a write of [2, 3) is refused.
+        let right = task(ReadGroups::with_unions(&args, 1));
+        assert_eq!(right.read_groups.union(0, 0), Some(&Rect::new(&[0], &[3])));
+        let held = Held::take(&right, 0);
+        assert_eq!(held.covered, 0b11);
+        assert!(root.ledger.borrow(last, true).is_err());
+        drop(held);
+        // A union that misses [2, 3): not used, no view covered, the write is not refused.
+        let mut groups = ReadGroups::with_unions(&args, 1);
+        groups.unions = Some(Arc::from(vec![Some(Rect::new(&[0], &[2]))]));
+        let wrong = task(groups);
+        let held = Held::take(&wrong, 0);
+        assert_eq!(held.covered, 0);
+        assert!(held.borrows.is_empty());
+        assert!(root.ledger.borrow(last, true).is_ok());
     }
 
     proptest! {

@@ -323,8 +323,9 @@ pub(crate) struct SolvedTask {
     token: u64,
     /// Per argument: its view and per-point sub-stores.
     args: SmallVec<[(Rect, Arc<[Rect]>); 4]>,
-    /// The task's read groups: a function of its stores' pattern and privileges, which every
-    /// replay verifies (`IssuedTrace::matches`), so worked out once here.
+    /// The task's read groups and their unions at each point: a function of its stores'
+    /// pattern and privileges, which every replay verifies (`IssuedTrace::matches`), and of
+    /// the recorded sub-stores, so worked out once here.
     read_groups: ReadGroups,
 }
 
@@ -334,7 +335,7 @@ impl SolvedTask {
             domain: p.domain,
             token: p.token,
             args: p.args.iter().map(|a| (a.view, a.rects.clone())).collect(),
-            read_groups: ReadGroups::of(&p.args),
+            read_groups: ReadGroups::with_unions(&p.args, p.domain.len()),
         }
     }
 
@@ -402,7 +403,7 @@ impl SolvedTask {
             token: self.token,
             roots: Launched::hold_roots(t.args.iter().map(|a| &a.root)),
             args: self.launch_args(t),
-            read_groups: self.read_groups,
+            read_groups: self.read_groups.clone(),
             scalars: t.scalars.clone(),
             results,
             fused: None,
@@ -442,7 +443,7 @@ impl SolvedTask {
         *domain = self.domain;
         *token = self.token;
         self.push_args(t, args);
-        *read_groups = self.read_groups;
+        read_groups.clone_from(&self.read_groups);
         // Pushed one by one, not `extend`ed (its general path costs about twice as much).
         scalars.clear();
         for x in &t.scalars {
