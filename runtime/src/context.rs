@@ -47,47 +47,156 @@ impl<'a> Held<'a> {
     /// overwritten by the point, sub-stores with gaps between them, a borrow refused) keeps
     /// one borrow per view, so every conflict is refused and reported as before: the union
     /// covers exactly the cells the arguments cover, and no view of this point can write them.
+    ///
+    /// Which arguments go together is the task's [`ReadGroups`], worked out once when it was
+    /// launched (branch metg17); for a replayed task the union of each group at each point
+    /// too, once per recording. What depends on the point or on time is checked here: each
+    /// member is still a read, not local, of the group's store, the store is bound, and the
+    /// point has a sub-store of each; then either their union is worked out, or the recorded
+    /// union is taken once it is seen to contain every member's sub-store. So groups or
+    /// unions that did not match the arguments could cost the sharing (or refuse a borrow,
+    /// as an overlap does), never leave a view's cells outside the point's borrow.
     fn take(task: &'a Launched, point: usize) -> Held<'a> {
         let mut held = Held::default();
-        let args = &task.args;
-        if args.len() < 2 || args.len() > 16 {
-            return held;
-        }
-        let reads = |a: &LaunchArg| a.privilege == Privilege::Read && !a.local;
-        let mut seen = 0u64;
-        for (i, a) in args.iter().enumerate() {
-            if seen >> i & 1 == 1 || !reads(a) {
+        let groups = &task.read_groups;
+        for (g, &mask) in groups.masks().iter().enumerate() {
+            let Some(a) = task.args.get(mask.trailing_zeros() as usize) else {
+                continue;
+            };
+            let Some(r0) = a.rects.get(point) else {
+                continue;
+            };
+            if a.root.bound().is_none() {
                 continue;
             }
-            let (mut group, mut ok) = (0u64, true);
-            for (j, b) in args.iter().enumerate() {
-                if Arc::ptr_eq(&a.root, &b.root) {
-                    seen |= 1 << j;
-                    ok &= reads(b) && b.rects.len() > point;
-                    group |= 1 << j;
-                }
+            let recorded = groups.union(g, point);
+            let mut rects: [&Rect; 16] = [r0; 16];
+            let (mut m, mut bits) = (0, mask);
+            while bits != 0 {
+                let j = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let Some(r) = task
+                    .args
+                    .get(j)
+                    .filter(|b| ReadGroups::reads(b) && Arc::ptr_eq(&b.root, &a.root))
+                    .and_then(|b| b.rects.get(point))
+                    .filter(|r| recorded.is_none_or(|u| covers(u, r)))
+                else {
+                    break;
+                };
+                rects[m] = r;
+                m += 1;
             }
-            if !ok || group.count_ones() < 2 || a.root.bound().is_none() {
+            if bits != 0 || m < 2 {
                 continue;
             }
-            let mut rects: [&Rect; 16] = [&args[i].rects[point]; 16];
-            let mut m = 0;
-            for (j, b) in args.iter().enumerate() {
-                if group >> j & 1 == 1 {
-                    rects[m] = &b.rects[point];
-                    m += 1;
-                }
-            }
-            let Some(rect) = exact_union(&rects[..m]) else {
+            let Some(rect) = recorded.copied().or_else(|| exact_union(&rects[..m])) else {
                 continue;
             };
             if let Ok(b) = a.root.ledger.borrow(rect, false) {
                 held.borrows.push(b);
-                held.covered |= group;
+                held.covered |= u64::from(mask);
+                #[cfg(test)]
+                tests::count_group_borrow(&a.root);
             }
         }
         held
     }
+}
+
+/// Which of a task's arguments a point's [`Held`] borrow covers together: per store that the
+/// task passes through two or more arguments, all `Privilege::Read` and none local, the mask
+/// of those arguments (at most 16 arguments looked at, so at most 8 groups). A function of
+/// the arguments' stores, privileges and locality alone, the same at every point: worked out
+/// once per launched task ([`Launched::read_groups`]: by `Inner::launched` and
+/// `launch_fused`, and once per recording for a replayed task, whose stores and privileges
+/// every replay verifies) instead of at every point, as ledger15 did (~+320 instructions a
+/// point, most of them this search and the union).
+#[derive(Clone, Default, Debug)]
+pub(crate) struct ReadGroups {
+    masks: [u16; 8],
+    len: u8,
+    /// A recorded task's: each group's union at each point (`[point * len + group]`,
+    /// [`exact_union`] of its members' sub-stores, `None` where there is none), worked out
+    /// once per recording from the sub-stores every replay launches with
+    /// ([`ReadGroups::with_unions`]). `None`: worked out at each point.
+    unions: Option<Arc<[Option<Rect>]>>,
+}
+
+impl ReadGroups {
+    /// The groups of `args`.
+    pub(crate) fn of(args: &[LaunchArg]) -> ReadGroups {
+        let mut groups = ReadGroups::default();
+        if args.len() < 2 || args.len() > 16 {
+            return groups;
+        }
+        let mut seen = 0u32;
+        for (i, a) in args.iter().enumerate() {
+            if seen >> i & 1 == 1 || !ReadGroups::reads(a) {
+                continue;
+            }
+            let (mut group, mut ok) = (0u16, true);
+            for (j, b) in args.iter().enumerate() {
+                if Arc::ptr_eq(&a.root, &b.root) {
+                    seen |= 1 << j;
+                    ok &= ReadGroups::reads(b);
+                    group |= 1 << j;
+                }
+            }
+            if ok && group.count_ones() >= 2 {
+                groups.masks[usize::from(groups.len)] = group;
+                groups.len += 1;
+            }
+        }
+        groups
+    }
+
+    /// [`ReadGroups::of`] `args`, with each group's union at each of `points` points (a
+    /// recorded task's: its sub-stores are the same at every replay).
+    pub(crate) fn with_unions(args: &[LaunchArg], points: usize) -> ReadGroups {
+        let mut groups = ReadGroups::of(args);
+        if groups.len == 0 {
+            return groups;
+        }
+        let unions = (0..points)
+            .flat_map(|p| {
+                groups.masks().iter().map(move |&mask| {
+                    let rects: Option<Vec<&Rect>> = (0..args.len())
+                        .filter(|j| mask >> j & 1 == 1)
+                        .map(|j| args[j].rects.get(p))
+                        .collect();
+                    exact_union(&rects?)
+                })
+            })
+            .collect();
+        groups.unions = Some(unions);
+        groups
+    }
+
+    /// The recorded union of group `g` at `point`, if there is one.
+    fn union(&self, g: usize, point: usize) -> Option<&Rect> {
+        self.unions
+            .as_deref()?
+            .get(point * usize::from(self.len) + g)?
+            .as_ref()
+    }
+
+    /// Whether a point's view of `a` may be covered by a group's borrow.
+    fn reads(a: &LaunchArg) -> bool {
+        a.privilege == Privilege::Read && !a.local
+    }
+
+    fn masks(&self) -> &[u16] {
+        &self.masks[..usize::from(self.len)]
+    }
+}
+
+/// Whether `u` holds every cell of `r`, same dimension (`Rect::contains`, inlined and without
+/// its empty case: a recorded union's members are never empty).
+#[inline]
+fn covers(u: &Rect, r: &Rect) -> bool {
+    let n = r.dim();
+    n == u.dim() && (0..n).all(|d| u.lo()[d] <= r.lo()[d] && r.hi()[d] <= u.hi()[d])
 }
 
 /// The union of `rects` (same dimension) when it is exactly one non-empty rectangle that
@@ -685,7 +794,108 @@ impl<T: Element> Drop for ReduceView<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::StoreRoot;
+    use crate::{DType, Runtime};
     use proptest::prelude::*;
+
+    /// Per store (its root's address while it lives): how many points took a group borrow of
+    /// it. Keyed by store, not a plain count, because tests run in parallel.
+    static GROUP_BORROWS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+    pub(super) fn count_group_borrow(root: &Arc<StoreRoot>) {
+        let key = Arc::as_ptr(root) as usize;
+        let mut counts = GROUP_BORROWS.lock().unwrap_or_else(|e| e.into_inner());
+        match counts.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((key, 1)),
+        }
+    }
+
+    /// Group borrows counted for `root` since the last call (the entry is removed: a later
+    /// store at the same address starts from zero).
+    fn group_borrows(root: &Arc<StoreRoot>) -> usize {
+        let key = Arc::as_ptr(root) as usize;
+        let mut counts = GROUP_BORROWS.lock().unwrap_or_else(|e| e.into_inner());
+        let n = counts.iter().find(|(k, _)| *k == key).map_or(0, |c| c.1);
+        counts.retain(|(k, _)| *k != key);
+        n
+    }
+
+    /// Every point of the stencil's step (three read views of one store, one write of the
+    /// other) takes one group borrow of the store it reads, whether its task was analysed,
+    /// replayed or replayed as actors (branch metg17: the grouping is worked out once per
+    /// launched task, on each of the three paths that launch one, and per point only checked).
+    /// Fails with the groups left empty on any path: `ReadGroups::default()` for
+    /// `ReadGroups::of` in `SolvedTask::of` (replays) or in `Inner::launched` (analysed
+    /// tasks), or `renew` not copying them into a reused task.
+    #[test]
+    fn every_stencil_point_takes_one_borrow_for_its_three_reads_analysed_or_replayed() {
+        let (steps, width) = (200usize, 3usize);
+        for (tracing, actors) in [(false, false), (true, false), (true, true)] {
+            let rt = Runtime::builder()
+                .threads(2)
+                .window_size(1)
+                .tracing(tracing)
+                .actors(actors)
+                .build();
+            rt.register("step", |ctx| {
+                let (l, c, r) = (ctx.read::<f64>(1), ctx.read::<f64>(2), ctx.read::<f64>(3));
+                let mut out = ctx.write::<f64>(0);
+                for i in out.range() {
+                    // The neighbours are read (their views are what is counted) but weigh 0.
+                    out.set_at(i, c.at(i) + 1.0 + 0.0 * (l.at(i) + r.at(i)));
+                }
+            })
+            .unwrap();
+            let stores = [0, 1].map(|_| rt.create(DType::F64, &[width + 2]).unwrap());
+            for s in &stores {
+                rt.fill(s, 1.0).unwrap();
+                group_borrows(&s.root);
+            }
+            let views = |s: &crate::Store| {
+                [0..width, 1..width + 1, 2..width + 2].map(|r| s.slice(0, r).unwrap())
+            };
+            let [va, vb] = [views(&stores[0]), views(&stores[1])];
+            for step in 0..steps {
+                let (cur, next) = if step % 2 == 0 {
+                    (&va, &vb)
+                } else {
+                    (&vb, &va)
+                };
+                rt.task("step")
+                    .write(&next[1])
+                    .read(&cur[0])
+                    .read(&cur[1])
+                    .read(&cur[2])
+                    .align(&next[1], &cur[0])
+                    .align(&next[1], &cur[1])
+                    .align(&next[1], &cur[2])
+                    .launch_domain(&[width])
+                    .submit()
+                    .unwrap();
+            }
+            rt.fence().unwrap();
+            // Each interior cell gains one a step (step k writes k + 2; the last one, `a`).
+            let got = rt.read::<f64>(&stores[0]).unwrap();
+            assert_eq!(got[1..=width], vec![1.0 + steps as f64; width][..]);
+            let s = rt.stats();
+            if tracing {
+                assert!(
+                    s.tasks_traced > steps as u64 / 2,
+                    "{tracing} {actors}: {s:?}"
+                );
+            }
+            if actors {
+                assert!(s.actor_replays > 0, "{s:?}");
+            }
+            let taken: usize = stores.iter().map(|s| group_borrows(&s.root)).sum();
+            assert_eq!(
+                taken,
+                steps * width,
+                "tracing {tracing} actors {actors}: group borrows"
+            );
+        }
+    }
 
     /// The cells of `r` (at most 2-d here), as a set.
     fn cells(r: &Rect) -> std::collections::BTreeSet<(usize, usize)> {
@@ -694,6 +904,64 @@ mod tests {
         (lo[0]..hi[0])
             .flat_map(|i| (l1..h1).map(move |j| (i, j)))
             .collect()
+    }
+
+    /// A recorded union is the point's borrow only where it holds every member's sub-store
+    /// (`covers` in `Held::take`): one that does not match the arguments costs the sharing,
+    /// never leaves a view's cells outside the point's borrows. Fails with the `covers` check
+    /// removed (the point's borrow is the recorded [0, 2), both views count as covered, and a
+    /// write of [2, 3), which the second view reads, is not refused).
+    #[test]
+    fn a_recorded_union_that_misses_a_member_s_cells_is_not_used() {
+        let rt = Runtime::new(1);
+        let x = rt.from_vec(&[4], vec![0.0f64; 4]).unwrap();
+        let root = x.root.clone();
+        let read = |lo: usize, hi: usize| LaunchArg {
+            root: root.clone(),
+            view: Rect::new(&[0], &[4]),
+            privilege: Privilege::Read,
+            overwrite: false,
+            rects: Arc::from(vec![Rect::new(&[lo], &[hi])]),
+            local: false,
+        };
+        let args: crate::task::Args<LaunchArg> = [read(0, 2), read(1, 3)].into_iter().collect();
+        let task = |read_groups: ReadGroups| Launched {
+            position: 0,
+            name: Arc::from("t"),
+            body: Arc::new(|_: &mut TaskContext<'_>| {}),
+            domain: crate::partition::Domain::new(&[1]).unwrap(),
+            token: 0,
+            args: args
+                .iter()
+                .map(|a| read(a.rects[0].lo()[0], a.rects[0].hi()[0]))
+                .collect(),
+            read_groups,
+            scalars: Default::default(),
+            results: Default::default(),
+            fused: None,
+            roots: Default::default(),
+            remaining: std::sync::atomic::AtomicUsize::new(1),
+            outs: Vec::new(),
+            failure: Mutex::new(None),
+            has_finish: false,
+            dist: None,
+        };
+        let last = Rect::new(&[2], &[3]);
+        // As recorded: the union [0, 3) covers both views; a write of [2, 3) is refused.
+        let right = task(ReadGroups::with_unions(&args, 1));
+        assert_eq!(right.read_groups.union(0, 0), Some(&Rect::new(&[0], &[3])));
+        let held = Held::take(&right, 0);
+        assert_eq!(held.covered, 0b11);
+        assert!(root.ledger.borrow(last, true).is_err());
+        drop(held);
+        // A union that misses [2, 3): not used, no view covered, the write is not refused.
+        let mut groups = ReadGroups::with_unions(&args, 1);
+        groups.unions = Some(Arc::from(vec![Some(Rect::new(&[0], &[2]))]));
+        let wrong = task(groups);
+        let held = Held::take(&wrong, 0);
+        assert_eq!(held.covered, 0);
+        assert!(held.borrows.is_empty());
+        assert!(root.ledger.borrow(last, true).is_ok());
     }
 
     proptest! {

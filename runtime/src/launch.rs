@@ -1,7 +1,7 @@
 //! An index task after analysis, and what running its points and its finish step does.
 
 use crate::buffer::{Buf, Data};
-use crate::context::TaskContext;
+use crate::context::{ReadGroups, TaskContext};
 use crate::dtype::{DType, Element, PosRange, ReduceOp, Scalar};
 use crate::error::RuntimeError;
 use crate::fusion::FusedShape;
@@ -56,6 +56,9 @@ pub(crate) struct Launched {
     #[allow(dead_code)] // read by tracing, a later layer
     pub token: u64,
     pub args: Args<LaunchArg>,
+    /// Which read arguments a point's one shared borrow covers together
+    /// ([`ReadGroups::of`]`(&args)`, worked out once per task, not at every point).
+    pub read_groups: ReadGroups,
     pub scalars: Scalars,
     /// Folded results, each with its future: one for `submit_reduce`, one per sub-task that
     /// has one in a fused task.
@@ -116,6 +119,7 @@ impl Launched {
             domain: _,
             token: _,
             args,
+            read_groups,
             scalars,
             results,
             fused,
@@ -127,6 +131,7 @@ impl Launched {
             dist,
         } = self;
         args.clear();
+        *read_groups = ReadGroups::default();
         scalars.clear();
         results.clear();
         *fused = None;

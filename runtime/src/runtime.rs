@@ -1931,6 +1931,7 @@ impl Inner {
             body: t.body,
             domain,
             token: t.token,
+            read_groups: crate::context::ReadGroups::of(&t.args),
             args: t.args,
             scalars: t.scalars,
             results: t.results,

@@ -14,6 +14,7 @@
 
 use super::record::{producer_in, Producer};
 use crate::constraint::Constraint;
+use crate::context::ReadGroups;
 use crate::dtype::ReduceOp;
 use crate::fusion::FusedShape;
 use crate::launch::{LaunchArg, Launched};
@@ -322,6 +323,10 @@ pub(crate) struct SolvedTask {
     token: u64,
     /// Per argument: its view and per-point sub-stores.
     args: SmallVec<[(Rect, Arc<[Rect]>); 4]>,
+    /// The task's read groups and their unions at each point: a function of its stores'
+    /// pattern and privileges, which every replay verifies (`IssuedTrace::matches`), and of
+    /// the recorded sub-stores, so worked out once here.
+    read_groups: ReadGroups,
 }
 
 impl SolvedTask {
@@ -330,6 +335,7 @@ impl SolvedTask {
             domain: p.domain,
             token: p.token,
             args: p.args.iter().map(|a| (a.view, a.rects.clone())).collect(),
+            read_groups: ReadGroups::with_unions(&p.args, p.domain.len()),
         }
     }
 
@@ -397,6 +403,7 @@ impl SolvedTask {
             token: self.token,
             roots: Launched::hold_roots(t.args.iter().map(|a| &a.root)),
             args: self.launch_args(t),
+            read_groups: self.read_groups.clone(),
             scalars: t.scalars.clone(),
             results,
             fused: None,
@@ -419,6 +426,7 @@ impl SolvedTask {
             domain,
             token,
             args,
+            read_groups,
             scalars,
             results,
             fused,
@@ -435,6 +443,7 @@ impl SolvedTask {
         *domain = self.domain;
         *token = self.token;
         self.push_args(t, args);
+        read_groups.clone_from(&self.read_groups);
         // Pushed one by one, not `extend`ed (its general path costs about twice as much).
         scalars.clear();
         for x in &t.scalars {
@@ -514,6 +523,7 @@ pub(crate) fn launch_fused(
         domain,
         token,
         roots: Launched::hold_roots(args.iter().map(|a| &a.root)),
+        read_groups: ReadGroups::of(&args),
         args,
         scalars,
         results,
@@ -542,6 +552,7 @@ fn renew_fused(
         domain,
         token,
         args,
+        read_groups,
         scalars,
         results,
         fused,
@@ -557,6 +568,7 @@ fn renew_fused(
     body.clone_from(fused_body);
     *domain = solved[0].domain;
     push_fused_args(shape, tasks, solved, args);
+    *read_groups = ReadGroups::of(args);
     *token = push_fused_scalars(tasks, solved, scalars, results);
     *fused = Some(shape.clone());
     roots.clear();
