@@ -74,9 +74,15 @@
 //! 0.1041 s): its rows hold 2.8 entries on average, so the compare's branch goes either way
 //! unpredictably, and on the generator's 64 MiB `.mtx` (0.7 entries a row) callgrind counts
 //! 293 -> 300 instructions an entry (0.0431 -> 0.0438 s, within noise). Matrices with
-//! longer rows (most real ones) take the short path on most lines. Sorted `.tns` being
-//! faster, unsorted `.tns` ÷ sorted rose from 1.8-1.9 to about 2.0-2.4 (the unsorted path,
-//! whose lines do not repeat their first coordinates, is unchanged).
+//! longer rows (most real ones) take the short path on most lines. The whole bench
+//! (`TESSERA_BENCH_CONVERSION_BUDGETS=16,64,256`, 7 runs interleaved old and new, load
+//! 5.2-8.6, one new run disturbed by other work left out): sorted `.tns` 0.69-0.70x ->
+//! 0.86-0.90x the floor (1.52-1.64 -> 1.94-2.02 GB/s), sorted `.mtx` 0.67-0.69x ->
+//! 0.67-0.71x. Sorted `.tns` being faster, unsorted `.tns` ÷ sorted rose from 1.8-1.9 to
+//! 2.3-2.6 (over 2.5 in one run of four): the unsorted path, whose lines do not repeat
+//! their first coordinates, is unchanged, and is now the one to make faster (its parse
+//! workers read the text through `read` into buffers and the collecting thread copies
+//! their pairs into the run: ~9% of its samples).
 //!
 //! The whole bench against single jobs (pack17): pack16 read sorted `.tns` at 0.72-0.76x
 //! the floor in single jobs and 0.66-0.67x in whole-bench runs. Both time the same way
