@@ -160,6 +160,44 @@ pub fn entry_line<const R: usize>(
     Some((v, line_end(text, i + n)?))
 }
 
+/// [`entry_line`] on a line whose first coordinate (`coords[0]` already) and the separator
+/// byte after it end just before `text[at..]`: the other coordinates into `coords[1..]`, the
+/// value and where the next line begins. The same entry as `entry_line` from the line's
+/// start gives, where the line begins with the bytes (first coordinate and separator) of a
+/// line that `entry_line` took with that first coordinate.
+#[inline(always)]
+pub fn entry_line_past_first<const R: usize>(
+    text: &[u8],
+    at: usize,
+    coords: &mut [u64; R],
+) -> Option<(f64, usize)> {
+    let mut i = at;
+    while matches!(text.get(i), Some(b' ' | b'\t')) {
+        i += 1;
+    }
+    let (_, rest) = coords.split_at_mut(1.min(R));
+    for c in rest.iter_mut() {
+        let (x, n) = digits_at(text, i)?;
+        i += n;
+        if x == 0 || !matches!(text.get(i), Some(b' ' | b'\t')) {
+            return None;
+        }
+        i += 1;
+        while matches!(text.get(i), Some(b' ' | b'\t')) {
+            i += 1;
+        }
+        *c = x - 1;
+    }
+    let (v, n) = decimal_at(text, i)?;
+    Some((v, line_end(text, i + n)?))
+}
+
+/// Digits at the start of the little-endian word `x` (8 when all its bytes are digits).
+#[inline(always)]
+pub fn digits_in_word(x: u64) -> usize {
+    digit_run(x)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

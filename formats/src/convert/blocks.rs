@@ -71,6 +71,23 @@ pub(crate) trait LineSyntax: Sync {
         }
         crate::numbers::entry_line::<R>(text, at, coords)
     }
+
+    /// [`entry_unbounded`](LineSyntax::entry_unbounded) of a line that begins with the
+    /// bytes of the first coordinate and separator of a line it took, that coordinate
+    /// already in `coords[0]`, from `text[at..]` past them (see
+    /// `numbers::entry_line_past_first`).
+    #[inline(always)]
+    fn entry_unbounded_past_first<const R: usize>(
+        &self,
+        text: &[u8],
+        at: usize,
+        coords: &mut [u64; R],
+    ) -> Option<(f64, usize)> {
+        if !self.scans_entries() {
+            return None;
+        }
+        crate::numbers::entry_line_past_first::<R>(text, at, coords)
+    }
 }
 
 /// What the packing of every block needs to know.
@@ -442,9 +459,9 @@ fn pack<const R: usize, I: Index, S: LineSyntax>(
     // Levels in mode order (the common case) need no permutation of each entry's key.
     let in_order = plan.order.iter().enumerate().all(|(k, &m)| k == m);
     if in_order {
-        pack_lines::<R, I, S, true, false>(text, syntax, plan, piece)
+        pack_lines::<R, I, S, true, false, true>(text, syntax, plan, piece)
     } else {
-        pack_lines::<R, I, S, false, false>(text, syntax, plan, piece)
+        pack_lines::<R, I, S, false, false, true>(text, syntax, plan, piece)
     }
     // The declared bounds hold for every entry when they hold for the largest coordinates of
     // each mode: one check per block instead of one per line. When they do not (or a
@@ -458,9 +475,9 @@ fn pack<const R: usize, I: Index, S: LineSyntax>(
     let overflow = matches!(piece.stop, Some(Stop::Overflow(_)));
     if piece.entries > 0 && (overflow || !syntax.inside(&largest)) {
         if in_order {
-            pack_lines::<R, I, S, true, true>(text, syntax, plan, piece)
+            pack_lines::<R, I, S, true, true, true>(text, syntax, plan, piece)
         } else {
-            pack_lines::<R, I, S, false, true>(text, syntax, plan, piece)
+            pack_lines::<R, I, S, false, true, true>(text, syntax, plan, piece)
         }
     }
 }
@@ -473,6 +490,7 @@ fn pack_lines<
     S: LineSyntax,
     const IN_ORDER: bool,
     const BOUNDED: bool,
+    const SAME_LEAD: bool,
 >(
     text: &[u8],
     syntax: &S,
@@ -494,9 +512,41 @@ fn pack_lines<
             // it needs the general path; a line the scanner refuses is left to the loop below.
             // Every line the run takes is an entry it pushes or the one it gives back.
             let before = builder.piece.entries;
+            // In mode order, a line that begins with the bytes of the line before's first
+            // coordinate and the separator after it (`lead` of `lead_mask`, `lead_len` bytes;
+            // no mask at a run's first line) has its first coordinate, which the key still
+            // holds: only the rest of the line is scanned. In sorted text the first
+            // coordinate changes least often.
+            let (mut lead, mut lead_mask, mut lead_len) = (0u64, 0u64, 0usize);
             let pending = builder.push_run(|key| {
                 if at >= text.len() {
                     return None;
+                }
+                if IN_ORDER && !BOUNDED && R >= 2 && SAME_LEAD {
+                    let word = text
+                        .get(at..at + 8)
+                        .map(|w| u64::from_le_bytes(w.try_into().expect("eight bytes")));
+                    let Some(word) = word else {
+                        let (v, next) = syntax.entry_unbounded::<R>(text, at, key)?;
+                        at = next;
+                        return Some(v);
+                    };
+                    let (v, next) = if lead_mask != 0 && (word ^ lead) & lead_mask == 0 {
+                        syntax.entry_unbounded_past_first::<R>(text, at + lead_len, key)?
+                    } else {
+                        let found = syntax.entry_unbounded::<R>(text, at, key)?;
+                        // The first coordinate's digits and the separator after them, when
+                        // they lie within the word.
+                        lead_len = crate::numbers::digits_in_word(word) + 1;
+                        lead_mask = match lead_len {
+                            2..=8 => u64::MAX >> (64 - 8 * lead_len),
+                            _ => 0,
+                        };
+                        lead = word;
+                        found
+                    };
+                    at = next;
+                    return Some(v);
                 }
                 // Levels in mode order: the coordinates are scanned straight into the key (a
                 // line refused half-way leaves it half-written, and the run ends unused).
@@ -992,6 +1042,89 @@ mod tests {
                 assert_eq!(a.entries, n as u64, "{what}");
                 assert_eq!(b.entries, n as u64, "{what}");
             }
+        }
+    }
+
+    /// Sorted text of rank `R` with first coordinates repeated over many lines, in the
+    /// shapes the one-pass scanner takes and some it refuses, deterministic: separators of
+    /// spaces and tabs, first coordinates that are prefixes of the next one's digits ("12 "
+    /// then "123 "), of 1 to 9 digits, repeated entries, comments, CRLF, and (when `bad`) a
+    /// line that begins like the one before but breaks later.
+    fn lead_text<const R: usize>(lines: usize, seed: u64, bad: bool) -> Vec<u8> {
+        let mut x = seed;
+        let mut next = |m: u64| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) % m
+        };
+        let mut key = [1u64; R];
+        let mut s = String::new();
+        for n in 0..lines {
+            match next(64) {
+                // A first coordinate whose digits begin with the last one's.
+                0 if key[0] < 100_000_000 => {
+                    key[0] = key[0] * 10 + next(10);
+                    key[1..].fill(1);
+                }
+                0 | 1 => {
+                    key[0] += 1 + next(3) * 1000;
+                    key[1..].fill(1);
+                }
+                2 => key[0] += 1,
+                3 => {}
+                4 => s.push_str("# comment\n"),
+                _ => key[R - 1] += 1 + next(3),
+            }
+            for (k, c) in key.iter().enumerate() {
+                let sep = match (k, next(8)) {
+                    (0, 0) => "\t",
+                    (_, 1) => "  ",
+                    (_, 2) => " \t",
+                    _ => " ",
+                };
+                s.push_str(&format!("{c}{sep}"));
+            }
+            let end = if next(16) == 0 { "\r\n" } else { "\n" };
+            if bad && n == lines / 2 {
+                s.push_str(&format!("x{}{end}", next(100)));
+            } else {
+                s.push_str(&format!("{}.{}{end}", next(100), next(1000)));
+            }
+        }
+        s.into_bytes()
+    }
+
+    /// The lines that begin with the line before's first coordinate and separator, scanned
+    /// past them (`SAME_LEAD`), make the piece that scanning every line whole makes: the same
+    /// arrays, maxima, counts and stop (a syntax error on the same line), at ranks 2 to 4.
+    #[test]
+    fn lines_with_the_same_first_coordinate_pack_as_whole_lines() {
+        fn check<const R: usize>(seed: u64) {
+            for (lines, bad) in [(1, false), (40, false), (3000, false), (3000, true)] {
+                let text = lead_text::<R>(lines, seed, bad);
+                let syntax = crate::tns::TnsSyntax { dims: None };
+                let plan = plan(R, false);
+                let mut a = Piece::<u32>::default();
+                pack_lines::<R, u32, _, true, false, true>(&text, &syntax, &plan, &mut a);
+                let mut b = Piece::<u32>::default();
+                pack_lines::<R, u32, _, true, false, false>(&text, &syntax, &plan, &mut b);
+                let what = format!("rank {R}, {lines} lines, seed {seed}, bad {bad}");
+                assert_eq!(a.crd, b.crd, "{what}");
+                assert_eq!(a.pos, b.pos, "{what}");
+                assert_eq!(a.vals, b.vals, "{what}");
+                assert_eq!(a.head, b.head, "{what}");
+                assert_eq!((&a.first, &a.last, &a.max), (&b.first, &b.last, &b.max));
+                assert_eq!((a.entries, a.newlines), (b.entries, b.newlines), "{what}");
+                assert_eq!(format!("{:?}", a.stop), format!("{:?}", b.stop), "{what}");
+                assert_eq!(a.stop.is_some(), bad, "{what}: {:?}", a.stop);
+                assert!(a.entries >= (lines as u64) / 2, "{what}: {}", a.entries);
+            }
+        }
+        for seed in 1..4 {
+            check::<2>(seed);
+            check::<3>(seed);
+            check::<4>(seed);
         }
     }
 

@@ -60,6 +60,42 @@
 //! registers (LLVM spilled the text's position instead: 376 instructions an entry), level
 //! maxima taken from the rings as they are appended instead of a pass over the arrays at
 //! the end (more instructions: two short folds per level every 256 entries).
+//! Since (pack17): a line that begins with the bytes of the line before's first coordinate
+//! and the separator after it (one masked compare of the line's first eight bytes) is
+//! scanned past them, the key keeping that coordinate (`numbers::entry_line_past_first`):
+//! in sorted text the first coordinate changes least often (the bench's `.tns` repeats it
+//! on 99% of lines, its `.mtx` on ~64%). It takes one field's scan off most lines and off
+//! the chain of loads that each depend on the position the last one found, which is what
+//! bounds the loop: callgrind counts 364 -> 330 instructions an entry (the floor's 301),
+//! and time fell by more. Interleaved single jobs (9 rounds, load 5.8-6.0): sorted `.tns`
+//! 0.2125 / 0.2021 -> 0.1566 / 0.1622 s against the floor's 0.1462 s (0.69-0.72 -> 0.90-0.93
+//! of the floor), CPU 0.43 -> 0.32 s; sorted `.mtx` unchanged within noise (0.142 -> 0.141
+//! s, floor 0.105 s; 9 more rounds at load 7: 0.1347 / 0.1389 -> 0.1340 / 0.1360 s, floor
+//! 0.1041 s): its rows hold 2.8 entries on average, so the compare's branch goes either way
+//! unpredictably, and on the generator's 64 MiB `.mtx` (0.7 entries a row) callgrind counts
+//! 293 -> 300 instructions an entry (0.0431 -> 0.0438 s, within noise). Matrices with
+//! longer rows (most real ones) take the short path on most lines. The whole bench
+//! (`TESSERA_BENCH_CONVERSION_BUDGETS=16,64,256`, 7 runs interleaved old and new, load
+//! 5.2-8.6, one new run disturbed by other work left out): sorted `.tns` 0.69-0.70x ->
+//! 0.86-0.90x the floor (1.52-1.64 -> 1.94-2.02 GB/s), sorted `.mtx` 0.67-0.69x ->
+//! 0.67-0.71x. Sorted `.tns` being faster, unsorted `.tns` ÷ sorted rose from 1.8-1.9 to
+//! 2.3-2.6 (over 2.5 in one run of four): the unsorted path, whose lines do not repeat
+//! their first coordinates, is unchanged, and is now the one to make faster (its parse
+//! workers read the text through `read` into buffers and the collecting thread copies
+//! their pairs into the run: ~9% of its samples).
+//!
+//! The whole bench against single jobs (pack17): pack16 read sorted `.tns` at 0.72-0.76x
+//! the floor in single jobs and 0.66-0.67x in whole-bench runs. Both time the same way
+//! (a child process per job under the same `chrt -f 1 taskset -c 0,1`, the same
+//! threads: `available_parallelism`, two; the file warm in the page cache for the floor
+//! and the conversion alike). Interleaved in one period (load 4.3-6.1), the bench's job
+//! order (floor, read, write, sorted, unsorted, `.mtx` floor, `.mtx`, unsorted `.mtx`,
+//! `--sync`) gave the floor 0.138 s and sorted 0.194 s (0.71x), floor and sorted alone
+//! 0.142 / 0.192 s and 0.147 / 0.196 s (0.74x, 0.75x); and syncing the file system and
+//! removing the last output before every job (so that no job inherits another's
+//! write-back or journal work) changed nothing (9 rounds: sorted 0.1845 -> 0.1887 s, floor
+//! 0.1357 -> 0.1367 s). The gap between the reports is the VM's speed states and the load
+//! of the moment, not the bench; the bench was left as it is.
 //!
 //! Unsorted against sorted (issue 16: at most 2.5x). Unsorted `.tns` and `.mtx` take the
 //! same machinery (parse workers packing keys into pairs, runs held distributed by top bits,
@@ -88,9 +124,16 @@
 //! interleaved old, new, new, old): unsorted ÷ sorted `.mtx` 2.52x (load 3.2) and 2.83x
 //! (load 7.4) -> 2.25x (4.4) and 2.17x (6.8); peak RSS of unsorted `.mtx` at 256 MiB
 //! 223-225 -> 210 MiB (the checked pass's parser blocks and spools are gone), within the
-//! budget at 16/64/256 MiB. Not done: rank-2 runs are planned with the 16 bytes an entry
-//! of their own radix scratch (`Hold::new`) even when they are held distributed, which
-//! needs none: the unsorted `.mtx` makes 24 runs where the `.tns` of as many entries makes 20.
+//! budget at 16/64/256 MiB. Tried (pack17) and left out: rank-2 runs planned without the
+//! 16 bytes an entry of their own radix scratch (`Hold::new`) when all of them are to be
+//! held distributed (which needs none; a run past the estimate then spills held runs to
+//! make room for the scratch it takes): the bench's unsorted `.mtx` at 256 MiB made 16 runs
+//! instead of 24, byte-identical output at 16/64/128/192/256 MiB, but no faster
+//! (interleaved, 7 rounds, load 5.5-6.1: 0.289 / 0.301 s before, 0.297 / 0.293 s after, CPU
+//! 0.55-0.56 s both) and peak RSS 222 -> 236 MiB (a larger run buffer). Where unsorted
+//! `.mtx` time goes (perf, 256 MiB): parse workers 29%, bucket sorts 10%, merge and pack
+//! 10%, distribution 7%, copies of text into read buffers and of pairs into the run buffer
+//! (`_copy_to_iter`, `memmove`) 9%, page faults of fresh held runs ~6%.
 
 mod back;
 mod blocks;
