@@ -134,6 +134,22 @@
 //! `.mtx` time goes (perf, 256 MiB): parse workers 29%, bucket sorts 10%, merge and pack
 //! 10%, distribution 7%, copies of text into read buffers and of pairs into the run buffer
 //! (`_copy_to_iter`, `memmove`) 9%, page faults of fresh held runs ~6%.
+//! Tried (pack18) and left out: the parallel parser's blocks mapped instead of read (a
+//! `chunks::map_blocks` beside `read_blocks`, through `blocks::map_range`, with the same
+//! cuts, so byte-identical output: cmp at 16/64/256/1024 MiB on the generator's files and
+//! random ones). The kernel's copy goes, but faults and unmaps take its place: on the
+//! bench's 263 MB unsorted `.tns` and 239 MB unsorted `.mtx` at 256 MiB (9 interleaved
+//! single jobs, `TESSERA_BENCH_JOB=convert chrt -f 1 taskset -c 0,1 /usr/bin/time`, load
+//! 4.6-6.0, medians) `.tns` 0.331 -> 0.337 s (user 0.42 -> 0.44 s, system 0.21 s both),
+//! `.mtx` 0.301 s both (user 0.38 -> 0.37 s, system 0.18 -> 0.20 s); on the generator's
+//! 64 MiB `.tns` 0.098 -> 0.096 s at 256 MiB, even at 64 MiB (512 KiB blocks), and slower
+//! at 16 MiB (128 KiB blocks: 0.106 -> 0.120 s, user 0.11 -> 0.14 s); callgrind's user
+//! instructions 1,871.8 M -> 1,869.6 M. Whole-bench runs (interleaved, load 2.9-6.3)
+//! went either way within their noise (unsorted ÷ sorted `.tns` 2.26-2.52 mapped, 2.24-2.53
+//! read). The patch is kept outside the tree (`/tmp/pack18/map_blocks.diff`). Of the
+//! copies' ~9%, the text's (`_copy_to_iter`) is 3.6% of the samples (`perf record -g`, the
+//! 263 MB `.tns` at 256 MiB), `memmove` 5.4%; parse workers 32%, bucket sorts
+//! (`lsd_sort_pairs`) 11%, distribution 6%, merge and pack 6%, munmap of freed memory ~1.5%.
 
 mod back;
 mod blocks;
