@@ -292,9 +292,12 @@ impl MapPool {
         let bytes = data.bytes();
         if (SMALL_MIN_BYTES..SPARSE_MIN_BYTES).contains(&bytes) {
             let mut small = self.small.lock().unwrap_or_else(|e| e.into_inner());
-            if small.len() < SMALL_KEPT {
-                small.push(data);
+            // The oldest goes when full: a program whose vector sizes change gets the pool's
+            // use back instead of keeping buffers of sizes it no longer makes.
+            if small.len() >= SMALL_KEPT {
+                small.remove(0);
             }
+            small.push(data);
             return;
         }
         let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
@@ -1106,6 +1109,13 @@ mod tests {
             "a bounded count"
         );
         assert!(pool.owned.lock().unwrap().is_empty(), "large ones apart");
+        // Full of one size, a buffer of another is still kept (the oldest goes).
+        pool.put(Data::U32(Buf::from_vec(vec![7u32; len * 2])));
+        let other = Rect::new(&[0], &[len * 2]);
+        assert!(
+            Data::reused(DType::U32, other, &pool).is_some(),
+            "the newest is kept"
+        );
     }
 
     #[test]
