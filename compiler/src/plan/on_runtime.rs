@@ -480,10 +480,7 @@ impl Site {
 
     fn keep(&self, shape: Arc<Shape>) {
         let mut shapes = self.shapes.lock().unwrap_or_else(|e| e.into_inner());
-        if shapes.len() >= SHAPES_KEPT {
-            shapes.remove(0);
-        }
-        shapes.push(shape);
+        keep_latest(&mut shapes, shape, SHAPES_KEPT);
     }
 }
 
@@ -1131,12 +1128,19 @@ impl RegisteredOn {
     fn insert(&self, runtime: u64) {
         let mut ids = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if !ids.contains(&runtime) {
-            if ids.len() >= REGISTERED_KEPT {
-                ids.remove(0);
-            }
-            ids.push(runtime);
+            keep_latest(&mut ids, runtime, REGISTERED_KEPT);
         }
     }
+}
+
+/// Appends `item` to `list`, dropping the oldest first when `list` holds `most` already: the
+/// bounded caches of this module (shapes per statement and per call site, runtimes a task
+/// is registered on) keep their latest entries.
+fn keep_latest<T>(list: &mut Vec<T>, item: T, most: usize) {
+    if list.len() >= most {
+        list.remove(0);
+    }
+    list.push(item);
 }
 
 /// See [`Shape::launch_parts`].
@@ -1219,10 +1223,7 @@ impl Shape {
         let shape = Arc::new(shape);
         let mut kept = lock();
         let list = kept.entry(plan.source.clone()).or_default();
-        if list.len() >= SHAPES_KEPT {
-            list.remove(0);
-        }
-        list.push(shape.clone());
+        keep_latest(list, shape.clone(), SHAPES_KEPT);
         shape
     }
 
