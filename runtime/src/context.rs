@@ -80,7 +80,7 @@ impl<'a> Held<'a> {
                     .get(j)
                     .filter(|b| ReadGroups::reads(b) && Arc::ptr_eq(&b.root, &a.root))
                     .and_then(|b| b.rects.get(point))
-                    .filter(|r| recorded.is_none_or(|u| covers(u, r)))
+                    .filter(|r| recorded.is_none_or(|u| u.contains(r)))
                 else {
                     break;
                 };
@@ -189,14 +189,6 @@ impl ReadGroups {
     fn masks(&self) -> &[u16] {
         &self.masks[..usize::from(self.len)]
     }
-}
-
-/// Whether `u` holds every cell of `r`, same dimension (`Rect::contains`, inlined and without
-/// its empty case: a recorded union's members are never empty).
-#[inline]
-fn covers(u: &Rect, r: &Rect) -> bool {
-    let n = r.dim();
-    n == u.dim() && (0..n).all(|d| u.lo()[d] <= r.lo()[d] && r.hi()[d] <= u.hi()[d])
 }
 
 /// The union of `rects` (same dimension) when it is exactly one non-empty rectangle that
@@ -907,8 +899,8 @@ mod tests {
     }
 
     /// A recorded union is the point's borrow only where it holds every member's sub-store
-    /// (`covers` in `Held::take`): one that does not match the arguments costs the sharing,
-    /// never leaves a view's cells outside the point's borrows. Fails with the `covers` check
+    /// (`Rect::contains` in `Held::take`): one that does not match the arguments costs the sharing,
+    /// never leaves a view's cells outside the point's borrows. Fails with the containment check
     /// removed (the point's borrow is the recorded [0, 2), both views count as covered, and a
     /// write of [2, 3), which the second view reads, is not refused).
     #[test]

@@ -81,6 +81,9 @@ impl Rect {
     }
 
     /// True when every point of `other` lies in `self` (an empty `other` is contained).
+    /// Inlined: a point's read group checks each member against its recorded union with it
+    /// (`context::Held::take`), where the call cost more than the comparison.
+    #[inline]
     pub fn contains(&self, other: &Rect) -> bool {
         other.is_empty()
             || (0..self.dim()).all(|d| self.lo[d] <= other.lo[d] && other.hi[d] <= self.hi[d])
