@@ -63,45 +63,61 @@ impl<'a> Held<'a> {
             let Some(a) = task.args.get(mask.trailing_zeros() as usize) else {
                 continue;
             };
-            let Some(r0) = a.rects.get(point) else {
-                continue;
-            };
             if a.root.bound().is_none() {
                 continue;
             }
-            let recorded = groups.union(g, point);
-            let mut rects: [&Rect; 16] = [r0; 16];
-            let (mut m, mut bits) = (0, mask);
-            while bits != 0 {
-                let j = bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let Some(r) = task
-                    .args
-                    .get(j)
-                    .filter(|b| ReadGroups::reads(b) && Arc::ptr_eq(&b.root, &a.root))
-                    .and_then(|b| b.rects.get(point))
-                    .filter(|r| recorded.is_none_or(|u| u.contains(r)))
-                else {
-                    break;
-                };
-                rects[m] = r;
-                m += 1;
-            }
-            if bits != 0 || m < 2 {
-                continue;
-            }
-            let Some(rect) = recorded.copied().or_else(|| exact_union(&rects[..m])) else {
-                continue;
+            // Checked against this task's arguments when it was launched (branch metg19).
+            let rect = match groups.verified_union(g, point) {
+                Some(u) => *u,
+                None => {
+                    let recorded = groups.union(g, point);
+                    let mut rects: [&Rect; 16] = [&a.view; 16];
+                    let Some(m) = members(&task.args, mask, point, recorded, &mut rects) else {
+                        continue;
+                    };
+                    match recorded.copied().or_else(|| exact_union(&rects[..m])) {
+                        Some(rect) => rect,
+                        None => continue,
+                    }
+                }
             };
             if let Ok(b) = a.root.ledger.borrow(rect, false) {
                 held.borrows.push(b);
                 held.covered |= u64::from(mask);
                 #[cfg(test)]
-                tests::count_group_borrow(&a.root);
+                tests::count_group_borrow(&a.root, groups.verified_union(g, point).is_some());
             }
         }
         held
     }
+}
+
+/// The sub-stores at `point` of the arguments in `mask` (into `rects`, in argument order) and
+/// their count, when there are two or more and each is a read, not local, of the store of the
+/// first, has a sub-store at `point`, and lies in `within` (if given); else `None`. What a
+/// point's shared borrow of a group needs of its members ([`Held::take`],
+/// [`ReadGroups::verify`]).
+fn members<'t>(
+    args: &'t [LaunchArg],
+    mask: u16,
+    point: usize,
+    within: Option<&Rect>,
+    rects: &mut [&'t Rect; 16],
+) -> Option<usize> {
+    let a = args.get(mask.trailing_zeros() as usize)?;
+    let (mut m, mut bits) = (0, mask);
+    while bits != 0 {
+        let j = bits.trailing_zeros() as usize;
+        bits &= bits - 1;
+        let r = args
+            .get(j)
+            .filter(|b| ReadGroups::reads(b) && Arc::ptr_eq(&b.root, &a.root))
+            .and_then(|b| b.rects.get(point))
+            .filter(|r| within.is_none_or(|u| u.contains(r)))?;
+        rects[m] = r;
+        m += 1;
+    }
+    (m >= 2).then_some(m)
 }
 
 /// Which of a task's arguments a point's [`Held`] borrow covers together: per store that the
@@ -112,7 +128,7 @@ impl<'a> Held<'a> {
 /// `launch_fused`, and once per recording for a replayed task, whose stores and privileges
 /// every replay verifies) instead of at every point, as ledger15 did (~+320 instructions a
 /// point, most of them this search and the union).
-#[derive(Clone, Default, Debug)]
+#[derive(Default, Debug)]
 pub(crate) struct ReadGroups {
     masks: [u16; 8],
     len: u8,
@@ -121,6 +137,28 @@ pub(crate) struct ReadGroups {
     /// once per recording from the sub-stores every replay launches with
     /// ([`ReadGroups::with_unions`]). `None`: worked out at each point.
     unions: Option<Arc<[Option<Rect>]>>,
+    /// Bit `point * len + group` (the first 64): that union holds the sub-store of each of
+    /// the group's members at that point, as recorded ([`ReadGroups::check_unions`], once
+    /// per recording).
+    contained: u64,
+    /// The bits of `contained` that hold for the launched task's own arguments
+    /// ([`ReadGroups::verify`], once per task on the issuing thread): the group's members
+    /// are reads, not local, of one store, with the very sub-stores the unions were checked
+    /// against. A point takes such a union as it is. Never copied: it is about one task.
+    verified: u64,
+}
+
+impl Clone for ReadGroups {
+    /// A copy is not verified (`verified` is about one task's arguments).
+    fn clone(&self) -> Self {
+        ReadGroups {
+            masks: self.masks,
+            len: self.len,
+            unions: self.unions.clone(),
+            contained: self.contained,
+            verified: 0,
+        }
+    }
 }
 
 impl ReadGroups {
@@ -170,7 +208,82 @@ impl ReadGroups {
             })
             .collect();
         groups.unions = Some(unions);
+        groups.check_unions(args);
         groups
+    }
+
+    /// Sets [`ReadGroups::contained`]: which recorded unions hold every member's sub-store
+    /// at their point in `args` (the recorded arguments, whose sub-stores every replay
+    /// launches with).
+    fn check_unions(&mut self, args: &[LaunchArg]) {
+        self.contained = 0;
+        let Some(unions) = self.unions.as_deref() else {
+            return;
+        };
+        let len = usize::from(self.len);
+        for (i, u) in unions.iter().enumerate().take(64) {
+            let Some(u) = u else {
+                continue;
+            };
+            let (point, g) = (i / len, i % len);
+            if members(args, self.masks[g], point, Some(u), &mut [u; 16]).is_some() {
+                self.contained |= 1 << i;
+            }
+        }
+    }
+
+    /// Which recorded unions a point of the launched task whose arguments are `args` may take
+    /// without checking them (branch metg19): those [`ReadGroups::contained`] says hold
+    /// their members' recorded sub-stores, for groups whose members in `args` are still
+    /// reads, not local, of one store, each with the very sub-stores recorded (`recorded(j)`:
+    /// argument `j`'s, the same `Arc`). That is what [`Held::take`] checks at each point
+    /// (~200 instructions a stencil point, on the critical path of a step), once per task on
+    /// the issuing thread, with no rectangle compared. Call once the arguments are final.
+    pub(crate) fn verify<'r>(
+        &mut self,
+        args: &[LaunchArg],
+        recorded: impl Fn(usize) -> Option<&'r Arc<[Rect]>>,
+    ) {
+        self.verified = 0;
+        if self.contained == 0 {
+            return;
+        }
+        let len = usize::from(self.len);
+        for g in 0..len {
+            let mask = self.masks[g];
+            let Some(a) = args.get(mask.trailing_zeros() as usize) else {
+                continue;
+            };
+            let (mut bits, mut ok) = (mask, true);
+            while bits != 0 && ok {
+                let j = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                ok = args.get(j).is_some_and(|b| {
+                    ReadGroups::reads(b)
+                        && Arc::ptr_eq(&b.root, &a.root)
+                        && recorded(j).is_some_and(|r| Arc::ptr_eq(r, &b.rects))
+                });
+            }
+            if ok {
+                // Group `g` at every point: bits g, g + len, g + 2 len, ... (doubling).
+                let (mut at, mut step) = (1u64 << g, len);
+                while step < 64 {
+                    at |= at << step;
+                    step *= 2;
+                }
+                self.verified |= self.contained & at;
+            }
+        }
+    }
+
+    /// The recorded union of group `g` at `point` when [`ReadGroups::verify`] found it right
+    /// for this task's arguments.
+    fn verified_union(&self, g: usize, point: usize) -> Option<&Rect> {
+        let i = point * usize::from(self.len) + g;
+        if i >= 64 || self.verified >> i & 1 == 0 {
+            return None;
+        }
+        self.unions.as_deref()?.get(i)?.as_ref()
     }
 
     /// The recorded union of group `g` at `point`, if there is one.
@@ -791,24 +904,30 @@ mod tests {
     use proptest::prelude::*;
 
     /// Per store (its root's address while it lives): how many points took a group borrow of
-    /// it. Keyed by store, not a plain count, because tests run in parallel.
-    static GROUP_BORROWS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+    /// it, and how many of those took a union verified when the task was launched
+    /// (`ReadGroups::verify`, branch metg19). Keyed by store, not a plain count, because
+    /// tests run in parallel.
+    static GROUP_BORROWS: Mutex<Vec<(usize, [usize; 2])>> = Mutex::new(Vec::new());
 
-    pub(super) fn count_group_borrow(root: &Arc<StoreRoot>) {
+    pub(super) fn count_group_borrow(root: &Arc<StoreRoot>, unchecked: bool) {
         let key = Arc::as_ptr(root) as usize;
         let mut counts = GROUP_BORROWS.lock().unwrap_or_else(|e| e.into_inner());
+        let add = [1, usize::from(unchecked)];
         match counts.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((key, 1)),
+            Some((_, n)) => *n = [n[0] + add[0], n[1] + add[1]],
+            None => counts.push((key, add)),
         }
     }
 
-    /// Group borrows counted for `root` since the last call (the entry is removed: a later
-    /// store at the same address starts from zero).
-    fn group_borrows(root: &Arc<StoreRoot>) -> usize {
+    /// Group borrows counted for `root` since the last call, and how many took a verified
+    /// union (the entry is removed: a later store at the same address starts from zero).
+    fn group_borrows(root: &Arc<StoreRoot>) -> [usize; 2] {
         let key = Arc::as_ptr(root) as usize;
         let mut counts = GROUP_BORROWS.lock().unwrap_or_else(|e| e.into_inner());
-        let n = counts.iter().find(|(k, _)| *k == key).map_or(0, |c| c.1);
+        let n = counts
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or([0, 0], |c| c.1);
         counts.retain(|(k, _)| *k != key);
         n
     }
@@ -819,7 +938,9 @@ mod tests {
     /// launched task, on each of the three paths that launch one, and per point only checked).
     /// Fails with the groups left empty on any path: `ReadGroups::default()` for
     /// `ReadGroups::of` in `SolvedTask::of` (replays) or in `Inner::launched` (analysed
-    /// tasks), or `renew` not copying them into a reused task.
+    /// tasks), or `renew` not copying them into a reused task. Under actors every replayed
+    /// task's points take their recorded union unchecked (branch metg19): fails with
+    /// `ReadGroups::verify` left out of `SolvedTask::launch` or of `renew`.
     #[test]
     fn every_stencil_point_takes_one_borrow_for_its_three_reads_analysed_or_replayed() {
         let (steps, width) = (200usize, 3usize);
@@ -880,11 +1001,23 @@ mod tests {
             if actors {
                 assert!(s.actor_replays > 0, "{s:?}");
             }
-            let taken: usize = stores.iter().map(|s| group_borrows(&s.root)).sum();
+            let [taken, unchecked] = stores
+                .iter()
+                .map(|s| group_borrows(&s.root))
+                .fold([0, 0], |[a, b], [c, d]| [a + c, b + d]);
             assert_eq!(
                 taken,
                 steps * width,
                 "tracing {tracing} actors {actors}: group borrows"
+            );
+            // Replays without actors launch through a `Plan` (no recorded unions); with
+            // actors, each replayed task (not its recording) is verified when launched.
+            let replayed = if actors { s.tasks_unsolved as usize } else { 0 };
+            assert!(!actors || replayed > steps / 2, "{s:?}");
+            assert_eq!(
+                unchecked,
+                replayed * width,
+                "tracing {tracing} actors {actors}: verified unions taken"
             );
         }
     }
@@ -954,6 +1087,109 @@ mod tests {
         assert_eq!(held.covered, 0);
         assert!(held.borrows.is_empty());
         assert!(root.ledger.borrow(last, true).is_ok());
+    }
+
+    /// A recorded union is taken at a point without checking (branch metg19) only where
+    /// `ReadGroups::verify` found, for the launched task, that the group's members are still
+    /// reads of one store with the very sub-stores recorded (the same `Arc`s), and
+    /// `check_unions` found, once per recording, that the union holds them. Fails with
+    /// `verify` not comparing the sub-stores' `Arc`s, the privileges or the stores, with
+    /// `check_unions` not checking containment, with a copy keeping `verified`, or with
+    /// `Held::take` taking the recorded union without looking at `verified` (the tampered
+    /// union below is then the point's borrow and a write of [2, 3) is not refused).
+    #[test]
+    fn a_union_is_taken_unchecked_only_for_a_task_with_the_recorded_members() {
+        let rt = Runtime::new(1);
+        let [x, y] = [0, 1].map(|_| rt.from_vec(&[4], vec![0.0f64; 4]).unwrap());
+        let arg = |root: &Arc<StoreRoot>, privilege, lo: usize, hi: usize| LaunchArg {
+            root: root.clone(),
+            view: Rect::new(&[0], &[4]),
+            privilege,
+            overwrite: false,
+            rects: Arc::from(vec![Rect::new(&[lo], &[hi])]),
+            local: false,
+        };
+        let recorded: crate::task::Args<LaunchArg> = [
+            arg(&x.root, Privilege::Read, 0, 2),
+            arg(&x.root, Privilege::Read, 1, 3),
+        ]
+        .into_iter()
+        .collect();
+        // The recorded argument `j` with `f` applied (the same sub-stores `Arc`).
+        let like = |j: usize, f: &dyn Fn(&mut LaunchArg)| {
+            let a = &recorded[j];
+            let mut b = LaunchArg {
+                root: a.root.clone(),
+                view: a.view,
+                privilege: a.privilege,
+                overwrite: a.overwrite,
+                rects: a.rects.clone(),
+                local: a.local,
+            };
+            f(&mut b);
+            b
+        };
+        let task = |args: Vec<LaunchArg>, groups: &ReadGroups| {
+            let mut read_groups = groups.clone();
+            read_groups.verify(&args, |j| recorded.get(j).map(|a| &a.rects));
+            Launched {
+                position: 0,
+                name: Arc::from("t"),
+                body: Arc::new(|_: &mut TaskContext<'_>| {}),
+                domain: crate::partition::Domain::new(&[1]).unwrap(),
+                token: 0,
+                args: args.into_iter().collect(),
+                read_groups,
+                scalars: Default::default(),
+                results: Default::default(),
+                fused: None,
+                roots: Default::default(),
+                remaining: std::sync::atomic::AtomicUsize::new(1),
+                outs: Vec::new(),
+                failure: Mutex::new(None),
+                has_finish: false,
+                dist: None,
+            }
+        };
+        let groups = ReadGroups::with_unions(&recorded, 1);
+        assert_eq!(groups.contained, 1);
+        let last = Rect::new(&[2], &[3]);
+        // The recorded members: verified, taken unchecked; a write of [2, 3) is refused.
+        let same = task(vec![like(0, &|_| {}), like(1, &|_| {})], &groups);
+        assert_eq!(same.read_groups.verified, 1);
+        assert_eq!(
+            same.read_groups.clone().verified,
+            0,
+            "a copy is not verified"
+        );
+        let held = Held::take(&same, 0);
+        assert_eq!(held.covered, 0b11);
+        assert!(x.root.ledger.borrow(last, true).is_err());
+        drop(held);
+        // Equal sub-stores in another `Arc`, a member written, a member of another store:
+        // not verified (the point checks for itself, as before).
+        let other_rects = |b: &mut LaunchArg| b.rects = Arc::from(vec![Rect::new(&[1], &[3])]);
+        let written = |b: &mut LaunchArg| b.privilege = Privilege::ReadWrite;
+        let elsewhere = |b: &mut LaunchArg| b.root = y.root.clone();
+        for f in [
+            &other_rects as &dyn Fn(&mut LaunchArg),
+            &written,
+            &elsewhere,
+        ] {
+            let t = task(vec![like(0, &|_| {}), like(1, f)], &groups);
+            assert_eq!(t.read_groups.verified, 0);
+        }
+        // A union that misses [2, 3) of the second member (tampered with after recording):
+        // not contained, not verified, and the point's own check refuses it.
+        let mut wrong = groups.clone();
+        wrong.unions = Some(Arc::from(vec![Some(Rect::new(&[0], &[2]))]));
+        wrong.check_unions(&recorded);
+        assert_eq!(wrong.contained, 0);
+        let t = task(vec![like(0, &|_| {}), like(1, &|_| {})], &wrong);
+        assert_eq!(t.read_groups.verified, 0);
+        let held = Held::take(&t, 0);
+        assert_eq!(held.covered, 0);
+        assert!(x.root.ledger.borrow(last, true).is_ok());
     }
 
     proptest! {
