@@ -407,6 +407,7 @@ impl<'a> TaskContext<'a> {
     }
 
     /// The fused argument behind the body's argument `arg`.
+    #[inline]
     fn map(&self, arg: usize) -> usize {
         let n = self.args_len();
         if arg >= n {
@@ -416,6 +417,7 @@ impl<'a> TaskContext<'a> {
     }
 
     /// Number of store arguments the body was given.
+    #[inline]
     pub(crate) fn args_len(&self) -> usize {
         self.sub.map_or(self.task.args.len(), |s| s.args.len())
     }
