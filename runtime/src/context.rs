@@ -63,45 +63,61 @@ impl<'a> Held<'a> {
             let Some(a) = task.args.get(mask.trailing_zeros() as usize) else {
                 continue;
             };
-            let Some(r0) = a.rects.get(point) else {
-                continue;
-            };
             if a.root.bound().is_none() {
                 continue;
             }
-            let recorded = groups.union(g, point);
-            let mut rects: [&Rect; 16] = [r0; 16];
-            let (mut m, mut bits) = (0, mask);
-            while bits != 0 {
-                let j = bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let Some(r) = task
-                    .args
-                    .get(j)
-                    .filter(|b| ReadGroups::reads(b) && Arc::ptr_eq(&b.root, &a.root))
-                    .and_then(|b| b.rects.get(point))
-                    .filter(|r| recorded.is_none_or(|u| u.contains(r)))
-                else {
-                    break;
-                };
-                rects[m] = r;
-                m += 1;
-            }
-            if bits != 0 || m < 2 {
-                continue;
-            }
-            let Some(rect) = recorded.copied().or_else(|| exact_union(&rects[..m])) else {
-                continue;
+            // Checked against this task's arguments when it was launched (branch metg19).
+            let rect = match groups.verified_union(g, point) {
+                Some(u) => *u,
+                None => {
+                    let recorded = groups.union(g, point);
+                    let mut rects: [&Rect; 16] = [&a.view; 16];
+                    let Some(m) = members(&task.args, mask, point, recorded, &mut rects) else {
+                        continue;
+                    };
+                    match recorded.copied().or_else(|| exact_union(&rects[..m])) {
+                        Some(rect) => rect,
+                        None => continue,
+                    }
+                }
             };
             if let Ok(b) = a.root.ledger.borrow(rect, false) {
                 held.borrows.push(b);
                 held.covered |= u64::from(mask);
                 #[cfg(test)]
-                tests::count_group_borrow(&a.root);
+                tests::count_group_borrow(&a.root, groups.verified_union(g, point).is_some());
             }
         }
         held
     }
+}
+
+/// The sub-stores at `point` of the arguments in `mask` (into `rects`, in argument order) and
+/// their count, when there are two or more and each is a read, not local, of the store of the
+/// first, has a sub-store at `point`, and lies in `within` (if given); else `None`. What a
+/// point's shared borrow of a group needs of its members ([`Held::take`],
+/// [`ReadGroups::verify`]).
+fn members<'t>(
+    args: &'t [LaunchArg],
+    mask: u16,
+    point: usize,
+    within: Option<&Rect>,
+    rects: &mut [&'t Rect; 16],
+) -> Option<usize> {
+    let a = args.get(mask.trailing_zeros() as usize)?;
+    let (mut m, mut bits) = (0, mask);
+    while bits != 0 {
+        let j = bits.trailing_zeros() as usize;
+        bits &= bits - 1;
+        let r = args
+            .get(j)
+            .filter(|b| ReadGroups::reads(b) && Arc::ptr_eq(&b.root, &a.root))
+            .and_then(|b| b.rects.get(point))
+            .filter(|r| within.is_none_or(|u| u.contains(r)))?;
+        rects[m] = r;
+        m += 1;
+    }
+    (m >= 2).then_some(m)
 }
 
 /// Which of a task's arguments a point's [`Held`] borrow covers together: per store that the
@@ -112,7 +128,7 @@ impl<'a> Held<'a> {
 /// `launch_fused`, and once per recording for a replayed task, whose stores and privileges
 /// every replay verifies) instead of at every point, as ledger15 did (~+320 instructions a
 /// point, most of them this search and the union).
-#[derive(Clone, Default, Debug)]
+#[derive(Default, Debug)]
 pub(crate) struct ReadGroups {
     masks: [u16; 8],
     len: u8,
@@ -121,6 +137,28 @@ pub(crate) struct ReadGroups {
     /// once per recording from the sub-stores every replay launches with
     /// ([`ReadGroups::with_unions`]). `None`: worked out at each point.
     unions: Option<Arc<[Option<Rect>]>>,
+    /// Bit `point * len + group` (the first 64): that union holds the sub-store of each of
+    /// the group's members at that point, as recorded ([`ReadGroups::check_unions`], once
+    /// per recording).
+    contained: u64,
+    /// The bits of `contained` that hold for the launched task's own arguments
+    /// ([`ReadGroups::verify`], once per task on the issuing thread): the group's members
+    /// are reads, not local, of one store, with the very sub-stores the unions were checked
+    /// against. A point takes such a union as it is. Never copied: it is about one task.
+    verified: u64,
+}
+
+impl Clone for ReadGroups {
+    /// A copy is not verified (`verified` is about one task's arguments).
+    fn clone(&self) -> Self {
+        ReadGroups {
+            masks: self.masks,
+            len: self.len,
+            unions: self.unions.clone(),
+            contained: self.contained,
+            verified: 0,
+        }
+    }
 }
 
 impl ReadGroups {
@@ -170,7 +208,82 @@ impl ReadGroups {
             })
             .collect();
         groups.unions = Some(unions);
+        groups.check_unions(args);
         groups
+    }
+
+    /// Sets [`ReadGroups::contained`]: which recorded unions hold every member's sub-store
+    /// at their point in `args` (the recorded arguments, whose sub-stores every replay
+    /// launches with).
+    fn check_unions(&mut self, args: &[LaunchArg]) {
+        self.contained = 0;
+        let Some(unions) = self.unions.as_deref() else {
+            return;
+        };
+        let len = usize::from(self.len);
+        for (i, u) in unions.iter().enumerate().take(64) {
+            let Some(u) = u else {
+                continue;
+            };
+            let (point, g) = (i / len, i % len);
+            if members(args, self.masks[g], point, Some(u), &mut [u; 16]).is_some() {
+                self.contained |= 1 << i;
+            }
+        }
+    }
+
+    /// Which recorded unions a point of the launched task whose arguments are `args` may take
+    /// without checking them (branch metg19): those [`ReadGroups::contained`] says hold
+    /// their members' recorded sub-stores, for groups whose members in `args` are still
+    /// reads, not local, of one store, each with the very sub-stores recorded (`recorded(j)`:
+    /// argument `j`'s, the same `Arc`). That is what [`Held::take`] checks at each point
+    /// (~200 instructions a stencil point, on the critical path of a step), once per task on
+    /// the issuing thread, with no rectangle compared. Call once the arguments are final.
+    pub(crate) fn verify<'r>(
+        &mut self,
+        args: &[LaunchArg],
+        recorded: impl Fn(usize) -> Option<&'r Arc<[Rect]>>,
+    ) {
+        self.verified = 0;
+        if self.contained == 0 {
+            return;
+        }
+        let len = usize::from(self.len);
+        for g in 0..len {
+            let mask = self.masks[g];
+            let Some(a) = args.get(mask.trailing_zeros() as usize) else {
+                continue;
+            };
+            let (mut bits, mut ok) = (mask, true);
+            while bits != 0 && ok {
+                let j = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                ok = args.get(j).is_some_and(|b| {
+                    ReadGroups::reads(b)
+                        && Arc::ptr_eq(&b.root, &a.root)
+                        && recorded(j).is_some_and(|r| Arc::ptr_eq(r, &b.rects))
+                });
+            }
+            if ok {
+                // Group `g` at every point: bits g, g + len, g + 2 len, ... (doubling).
+                let (mut at, mut step) = (1u64 << g, len);
+                while step < 64 {
+                    at |= at << step;
+                    step *= 2;
+                }
+                self.verified |= self.contained & at;
+            }
+        }
+    }
+
+    /// The recorded union of group `g` at `point` when [`ReadGroups::verify`] found it right
+    /// for this task's arguments.
+    fn verified_union(&self, g: usize, point: usize) -> Option<&Rect> {
+        let i = point * usize::from(self.len) + g;
+        if i >= 64 || self.verified >> i & 1 == 0 {
+            return None;
+        }
+        self.unions.as_deref()?.get(i)?.as_ref()
     }
 
     /// The recorded union of group `g` at `point`, if there is one.
@@ -294,15 +407,17 @@ impl<'a> TaskContext<'a> {
     }
 
     /// The fused argument behind the body's argument `arg`.
+    #[inline]
     fn map(&self, arg: usize) -> usize {
         let n = self.args_len();
         if arg >= n {
-            panic!("argument {arg} does not exist (the task has {n})");
+            no_argument(arg, n);
         }
         self.sub.map_or(arg, |s| s.args[arg].0)
     }
 
     /// Number of store arguments the body was given.
+    #[inline]
     pub(crate) fn args_len(&self) -> usize {
         self.sub.map_or(self.task.args.len(), |s| s.args.len())
     }
@@ -397,7 +512,7 @@ impl<'a> TaskContext<'a> {
 
     /// Emits this point's piece of unbound argument `arg`.
     pub fn emit<T: Element>(&self, arg: usize, piece: Vec<T>) {
-        self.check(
+        let (_, at) = self.check(
             arg,
             T::DTYPE,
             |p| p == Privilege::WriteUnbound,
@@ -407,30 +522,33 @@ impl<'a> TaskContext<'a> {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .pieces
-            .push((self.map(arg), T::wrap(Buf::from_vec(piece))));
+            .push((at, T::wrap(Buf::from_vec(piece))));
     }
 
-    /// Argument `arg` and the privilege the body was given it with, looked up once (a view
-    /// used to look the argument up three times, through calls that were not inlined).
+    /// Argument `arg`, the privilege the body was given it with and its (fused) argument
+    /// number, looked up once (a view used to look the argument up three times, through
+    /// calls that were not inlined).
     #[inline]
-    fn arg_privilege(&self, arg: usize) -> (&'a LaunchArg, Privilege) {
+    fn arg_privilege(&self, arg: usize) -> (&'a LaunchArg, Privilege, usize) {
         let n = self.args_len();
         if arg >= n {
-            panic!("argument {arg} does not exist (the task has {n})");
+            no_argument(arg, n);
         }
         match self.sub {
             Some(s) => {
                 let (i, p) = s.args[arg];
-                (&self.task.args[i], p)
+                (&self.task.args[i], p, i)
             }
             None => {
                 let a = &self.task.args[arg];
-                (a, a.privilege)
+                (a, a.privilege, arg)
             }
         }
     }
 
-    /// Argument `arg`, after checking that its privilege allows `what` and it holds `dtype`.
+    /// Argument `arg` and its (fused) argument number, after checking that its privilege
+    /// allows `what` and it holds `dtype`. The failures are out of line (`#[cold]`), so that
+    /// this inlines into the views a body makes (branch metg19).
     #[inline]
     fn check(
         &self,
@@ -438,25 +556,31 @@ impl<'a> TaskContext<'a> {
         dtype: DType,
         ok: impl Fn(Privilege) -> bool,
         what: &str,
-    ) -> &'a LaunchArg {
-        let (a, p) = self.arg_privilege(arg);
+    ) -> (&'a LaunchArg, usize) {
+        let (a, p, at) = self.arg_privilege(arg);
         if !ok(p) {
-            panic!("argument {arg} was passed with {p:?}, which does not allow {what}");
+            not_allowed(arg, p, what);
         }
         if a.root.dtype != dtype {
-            panic!("argument {arg} holds {:?}, not {dtype:?}", a.root.dtype);
+            wrong_dtype(arg, a.root.dtype, dtype);
         }
-        a
+        (a, at)
     }
 
-    /// A view of argument `arg` (`a`, already checked).
-    fn view<T: Element>(&self, a: &'a LaunchArg, arg: usize, exclusive: bool) -> RawView<'a, T> {
+    /// A view of argument `arg` (`a`, already checked; `at`: its fused argument number).
+    fn view<T: Element>(
+        &self,
+        a: &'a LaunchArg,
+        at: usize,
+        arg: usize,
+        exclusive: bool,
+    ) -> RawView<'a, T> {
         if a.local {
-            return self.local_view(arg, exclusive);
+            return self.local_view(a, at, arg, exclusive);
         }
         let bound = a.root.bound().expect("bound stores only");
         let rect = &a.rects[self.point];
-        if !exclusive && self.held.covered >> self.map(arg) & 1 == 1 {
+        if !exclusive && self.held.covered >> at & 1 == 1 {
             // The point's borrow of this store covers the view (`Held::take`).
             return RawView {
                 buf: T::buf(a.root.data().expect("bound")).expect("dtype checked"),
@@ -489,11 +613,16 @@ impl<'a> TaskContext<'a> {
     }
 
     /// A view of a temporary's scratch: the point's sub-store, laid out on its own.
-    fn local_view<T: Element>(&self, arg: usize, exclusive: bool) -> RawView<'a, T> {
-        let a = self.arg(arg);
+    fn local_view<T: Element>(
+        &self,
+        a: &'a LaunchArg,
+        at: usize,
+        arg: usize,
+        exclusive: bool,
+    ) -> RawView<'a, T> {
         let (data, ledger) = self
             .locals
-            .and_then(|l| l.bufs.get(self.map(arg))?.as_ref())
+            .and_then(|l| l.bufs.get(at)?.as_ref())
             .expect("a local argument has scratch in its point");
         let rect = &a.rects[self.point];
         RawView {
@@ -511,34 +640,34 @@ impl<'a> TaskContext<'a> {
 
     /// A read-only view of argument `arg` (passed with `read` or `read_write`).
     pub fn read<T: Element>(&self, arg: usize) -> ReadView<'a, T> {
-        let a = self.check(
+        let (a, at) = self.check(
             arg,
             T::DTYPE,
             |p| matches!(p, Privilege::Read | Privilege::ReadWrite),
             "reading",
         );
         ReadView {
-            raw: self.view(a, arg, false),
+            raw: self.view(a, at, arg, false),
         }
     }
 
     /// A writable view of argument `arg` (passed with `write` or `read_write`).
     pub fn write<T: Element>(&self, arg: usize) -> WriteView<'a, T> {
-        let a = self.check(
+        let (a, at) = self.check(
             arg,
             T::DTYPE,
             |p| matches!(p, Privilege::Write | Privilege::ReadWrite),
             "writing",
         );
         WriteView {
-            raw: self.view(a, arg, true),
+            raw: self.view(a, at, arg, true),
         }
     }
 
     /// A reduction view of argument `arg`: starts at the operator's identity and is folded into
     /// the store after all points, in point order.
     pub fn reduce<T: Element>(&self, arg: usize) -> ReduceView<'_, T> {
-        let a = self.check(
+        let (a, at) = self.check(
             arg,
             T::DTYPE,
             |p| matches!(p, Privilege::Reduce(_)),
@@ -554,10 +683,31 @@ impl<'a> TaskContext<'a> {
             rect,
             origin: a.view,
             op,
-            arg: self.map(arg),
+            arg: at,
             sink: &self.out,
         }
     }
+}
+
+/// A body named an argument its task does not have.
+#[cold]
+#[inline(never)]
+fn no_argument(arg: usize, n: usize) -> ! {
+    panic!("argument {arg} does not exist (the task has {n})");
+}
+
+/// A body asked for a view its argument's privilege does not allow.
+#[cold]
+#[inline(never)]
+fn not_allowed(arg: usize, p: Privilege, what: &str) -> ! {
+    panic!("argument {arg} was passed with {p:?}, which does not allow {what}");
+}
+
+/// A body asked for a view of another element type than its argument holds.
+#[cold]
+#[inline(never)]
+fn wrong_dtype(arg: usize, has: DType, want: DType) -> ! {
+    panic!("argument {arg} holds {has:?}, not {want:?}");
 }
 
 /// The shared part of read and write views.
@@ -791,24 +941,30 @@ mod tests {
     use proptest::prelude::*;
 
     /// Per store (its root's address while it lives): how many points took a group borrow of
-    /// it. Keyed by store, not a plain count, because tests run in parallel.
-    static GROUP_BORROWS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+    /// it, and how many of those took a union verified when the task was launched
+    /// (`ReadGroups::verify`, branch metg19). Keyed by store, not a plain count, because
+    /// tests run in parallel.
+    static GROUP_BORROWS: Mutex<Vec<(usize, [usize; 2])>> = Mutex::new(Vec::new());
 
-    pub(super) fn count_group_borrow(root: &Arc<StoreRoot>) {
+    pub(super) fn count_group_borrow(root: &Arc<StoreRoot>, unchecked: bool) {
         let key = Arc::as_ptr(root) as usize;
         let mut counts = GROUP_BORROWS.lock().unwrap_or_else(|e| e.into_inner());
+        let add = [1, usize::from(unchecked)];
         match counts.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((key, 1)),
+            Some((_, n)) => *n = [n[0] + add[0], n[1] + add[1]],
+            None => counts.push((key, add)),
         }
     }
 
-    /// Group borrows counted for `root` since the last call (the entry is removed: a later
-    /// store at the same address starts from zero).
-    fn group_borrows(root: &Arc<StoreRoot>) -> usize {
+    /// Group borrows counted for `root` since the last call, and how many took a verified
+    /// union (the entry is removed: a later store at the same address starts from zero).
+    fn group_borrows(root: &Arc<StoreRoot>) -> [usize; 2] {
         let key = Arc::as_ptr(root) as usize;
         let mut counts = GROUP_BORROWS.lock().unwrap_or_else(|e| e.into_inner());
-        let n = counts.iter().find(|(k, _)| *k == key).map_or(0, |c| c.1);
+        let n = counts
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or([0, 0], |c| c.1);
         counts.retain(|(k, _)| *k != key);
         n
     }
@@ -819,7 +975,9 @@ mod tests {
     /// launched task, on each of the three paths that launch one, and per point only checked).
     /// Fails with the groups left empty on any path: `ReadGroups::default()` for
     /// `ReadGroups::of` in `SolvedTask::of` (replays) or in `Inner::launched` (analysed
-    /// tasks), or `renew` not copying them into a reused task.
+    /// tasks), or `renew` not copying them into a reused task. Under actors every replayed
+    /// task's points take their recorded union unchecked (branch metg19): fails with
+    /// `ReadGroups::verify` left out of `SolvedTask::launch` or of `renew`.
     #[test]
     fn every_stencil_point_takes_one_borrow_for_its_three_reads_analysed_or_replayed() {
         let (steps, width) = (200usize, 3usize);
@@ -880,11 +1038,23 @@ mod tests {
             if actors {
                 assert!(s.actor_replays > 0, "{s:?}");
             }
-            let taken: usize = stores.iter().map(|s| group_borrows(&s.root)).sum();
+            let [taken, unchecked] = stores
+                .iter()
+                .map(|s| group_borrows(&s.root))
+                .fold([0, 0], |[a, b], [c, d]| [a + c, b + d]);
             assert_eq!(
                 taken,
                 steps * width,
                 "tracing {tracing} actors {actors}: group borrows"
+            );
+            // Replays without actors launch through a `Plan` (no recorded unions); with
+            // actors, each replayed task (not its recording) is verified when launched.
+            let replayed = if actors { s.tasks_unsolved as usize } else { 0 };
+            assert!(!actors || replayed > steps / 2, "{s:?}");
+            assert_eq!(
+                unchecked,
+                replayed * width,
+                "tracing {tracing} actors {actors}: verified unions taken"
             );
         }
     }
@@ -954,6 +1124,152 @@ mod tests {
         assert_eq!(held.covered, 0);
         assert!(held.borrows.is_empty());
         assert!(root.ledger.borrow(last, true).is_ok());
+    }
+
+    /// A recorded union is taken at a point without checking (branch metg19) only where
+    /// `ReadGroups::verify` found, for the launched task, that the group's members are still
+    /// reads of one store with the very sub-stores recorded (the same `Arc`s), and
+    /// `check_unions` found, once per recording, that the union holds them. Fails with
+    /// `verify` not comparing the sub-stores' `Arc`s, the privileges or the stores, with
+    /// `check_unions` not checking containment, with a copy keeping `verified`, or with
+    /// `Held::take` taking the recorded union without looking at `verified` (the tampered
+    /// union below is then the point's borrow and a write of [2, 3) is not refused).
+    #[test]
+    fn a_union_is_taken_unchecked_only_for_a_task_with_the_recorded_members() {
+        let rt = Runtime::new(1);
+        let [x, y] = [0, 1].map(|_| rt.from_vec(&[4], vec![0.0f64; 4]).unwrap());
+        let arg = |root: &Arc<StoreRoot>, privilege, lo: usize, hi: usize| LaunchArg {
+            root: root.clone(),
+            view: Rect::new(&[0], &[4]),
+            privilege,
+            overwrite: false,
+            rects: Arc::from(vec![Rect::new(&[lo], &[hi])]),
+            local: false,
+        };
+        let recorded: crate::task::Args<LaunchArg> = [
+            arg(&x.root, Privilege::Read, 0, 2),
+            arg(&x.root, Privilege::Read, 1, 3),
+        ]
+        .into_iter()
+        .collect();
+        // The recorded argument `j` with `f` applied (the same sub-stores `Arc`).
+        let like = |j: usize, f: &dyn Fn(&mut LaunchArg)| {
+            let a = &recorded[j];
+            let mut b = LaunchArg {
+                root: a.root.clone(),
+                view: a.view,
+                privilege: a.privilege,
+                overwrite: a.overwrite,
+                rects: a.rects.clone(),
+                local: a.local,
+            };
+            f(&mut b);
+            b
+        };
+        let task = |args: Vec<LaunchArg>, groups: &ReadGroups| {
+            let mut read_groups = groups.clone();
+            read_groups.verify(&args, |j| recorded.get(j).map(|a| &a.rects));
+            Launched {
+                position: 0,
+                name: Arc::from("t"),
+                body: Arc::new(|_: &mut TaskContext<'_>| {}),
+                domain: crate::partition::Domain::new(&[1]).unwrap(),
+                token: 0,
+                args: args.into_iter().collect(),
+                read_groups,
+                scalars: Default::default(),
+                results: Default::default(),
+                fused: None,
+                roots: Default::default(),
+                remaining: std::sync::atomic::AtomicUsize::new(1),
+                outs: Vec::new(),
+                failure: Mutex::new(None),
+                has_finish: false,
+                dist: None,
+            }
+        };
+        let groups = ReadGroups::with_unions(&recorded, 1);
+        assert_eq!(groups.contained, 1);
+        let last = Rect::new(&[2], &[3]);
+        // The recorded members: verified, taken unchecked; a write of [2, 3) is refused.
+        let same = task(vec![like(0, &|_| {}), like(1, &|_| {})], &groups);
+        assert_eq!(same.read_groups.verified, 1);
+        assert_eq!(
+            same.read_groups.clone().verified,
+            0,
+            "a copy is not verified"
+        );
+        let held = Held::take(&same, 0);
+        assert_eq!(held.covered, 0b11);
+        assert!(x.root.ledger.borrow(last, true).is_err());
+        drop(held);
+        // Equal sub-stores in another `Arc`, a member written, a member of another store:
+        // not verified (the point checks for itself, as before).
+        let other_rects = |b: &mut LaunchArg| b.rects = Arc::from(vec![Rect::new(&[1], &[3])]);
+        let written = |b: &mut LaunchArg| b.privilege = Privilege::ReadWrite;
+        let elsewhere = |b: &mut LaunchArg| b.root = y.root.clone();
+        for f in [
+            &other_rects as &dyn Fn(&mut LaunchArg),
+            &written,
+            &elsewhere,
+        ] {
+            let t = task(vec![like(0, &|_| {}), like(1, f)], &groups);
+            assert_eq!(t.read_groups.verified, 0);
+        }
+        // A union that misses [2, 3) of the second member (tampered with after recording):
+        // not contained, not verified, and the point's own check refuses it.
+        let mut wrong = groups.clone();
+        wrong.unions = Some(Arc::from(vec![Some(Rect::new(&[0], &[2]))]));
+        wrong.check_unions(&recorded);
+        assert_eq!(wrong.contained, 0);
+        let t = task(vec![like(0, &|_| {}), like(1, &|_| {})], &wrong);
+        assert_eq!(t.read_groups.verified, 0);
+        let held = Held::take(&t, 0);
+        assert_eq!(held.covered, 0);
+        assert!(x.root.ledger.borrow(last, true).is_ok());
+    }
+
+    /// A body's misuse of its arguments fails its task with the message it always had (the
+    /// panics are out of line since branch metg19, so that `check` inlines into the views):
+    /// an argument the task does not have, a view its privilege does not allow, another
+    /// element type. Fails with any of the three messages changed.
+    #[test]
+    fn a_body_s_misuse_of_an_argument_fails_its_task_with_a_clear_message() {
+        let rt = Runtime::new(2);
+        rt.register("missing", |ctx| {
+            ctx.read::<f64>(3);
+        })
+        .unwrap();
+        rt.register("privilege", |ctx| {
+            ctx.write::<f64>(0);
+        })
+        .unwrap();
+        rt.register("dtype", |ctx| {
+            ctx.read::<f32>(0);
+        })
+        .unwrap();
+        for (name, want) in [
+            ("missing", "argument 3 does not exist (the task has 1)"),
+            (
+                "privilege",
+                "argument 0 was passed with Read, which does not allow writing",
+            ),
+            ("dtype", "argument 0 holds F64, not F32"),
+        ] {
+            let x = rt.create(DType::F64, &[4]).unwrap();
+            rt.fill(&x, 1.0).unwrap();
+            let f = rt
+                .task(name)
+                .read(&x)
+                .submit_reduce(crate::ReduceOp::Sum)
+                .unwrap();
+            match f.get() {
+                Err(crate::RuntimeError::TaskFailed { message, .. }) => {
+                    assert!(message.contains(want), "{name}: {message}")
+                }
+                other => panic!("{name}: expected a task failure, got {other:?}"),
+            }
+        }
     }
 
     proptest! {

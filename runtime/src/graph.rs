@@ -154,10 +154,16 @@ impl Node {
 
     /// Marks the node done and returns the successors that became ready.
     pub(crate) fn complete(&self, completion: &Completion) -> NodeList {
-        let succs = {
+        let mut succs = {
             let mut s = self.succs.lock().unwrap_or_else(|e| e.into_inner());
             self.done.store(true, Ordering::Release);
-            std::mem::take(&mut *s)
+            // Most nodes of a replayed trace have no listed successor (their edges inside
+            // the trace are counted, `tracing::actors`): nothing to move out.
+            if s.is_empty() {
+                NodeList::new()
+            } else {
+                std::mem::take(&mut *s)
+            }
         };
         // Dekker pattern with a waiter (`watch`, then `wait_until`'s fence, then `is_done`):
         // either it sees `done` or this sees `watched`.
@@ -165,7 +171,9 @@ impl Node {
         if self.watched.load(Ordering::SeqCst) || completion.any.load(Ordering::SeqCst) > 0 {
             completion.notify();
         }
-        succs.into_iter().filter(|s| s.release()).collect()
+        // In place: collecting into a new list took `SmallVec::extend`'s general path.
+        succs.retain(|s| s.release());
+        succs
     }
 
     /// Makes the node's completion signal the runtime's [`Completion`]: call before waiting

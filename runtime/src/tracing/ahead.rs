@@ -395,6 +395,9 @@ impl SolvedTask {
         if let Some(r) = &t.result {
             results.push(r.clone());
         }
+        let args = self.launch_args(t);
+        let mut read_groups = self.read_groups.clone();
+        read_groups.verify(&args, |j| self.args.get(j).map(|a| &a.1));
         Arc::new(Launched {
             position,
             name: t.name.clone(),
@@ -402,8 +405,8 @@ impl SolvedTask {
             domain: self.domain,
             token: self.token,
             roots: Launched::hold_roots(t.args.iter().map(|a| &a.root)),
-            args: self.launch_args(t),
-            read_groups: self.read_groups.clone(),
+            args,
+            read_groups,
             scalars: t.scalars.clone(),
             results,
             fused: None,
@@ -444,6 +447,7 @@ impl SolvedTask {
         *token = self.token;
         self.push_args(t, args);
         read_groups.clone_from(&self.read_groups);
+        read_groups.verify(args, |j| self.args.get(j).map(|a| &a.1));
         // Pushed one by one, not `extend`ed (its general path costs about twice as much).
         scalars.clear();
         for x in &t.scalars {
