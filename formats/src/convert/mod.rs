@@ -178,6 +178,21 @@
 //! 16,64,256`, two runs at load 1.9-3.5): sorted `.tns` 0.91x, 0.92x the floor (2.31, 2.29
 //! GB/s); unsorted ÷ sorted `.tns` 2.27, 2.33; sorted `.mtx` 0.72x, 0.71x; unsorted ÷ sorted
 //! `.mtx` 2.40, 2.40; peak RSS within every budget (unsorted `.mtx` 13.7-14.5 MiB at 16 MiB).
+//! Since (pack19): the bucketed final merge sorts each bucket with digits of 12 bits where
+//! that takes a pass fewer than digits of 11 (`runs::sort_bucket_in`: the bench's unsorted
+//! `.mtx` has keys of 44 bits, 10 of them the buckets', so 34 bits in 3 passes instead of
+//! 4), and packs the bucket from whichever buffer the last pass wrote (no copy back after
+//! an odd number of passes). Byte-identical (cmp at 16/64/256 MiB, unsorted `.mtx` and
+//! `.tns`). Callgrind (`TESSERA_BENCH_JOB=convert valgrind --tool=callgrind conversion IN
+//! out.tcs 268435456`, the generator's 64 MiB unsorted `.mtx`, 2,796,202 entries): 1,594.5 M
+//! -> 1,539.6 M instructions (570 -> 551 an entry; the bucket sort 349.7 M -> 294.9 M; the
+//! same change without the copy back had `memcpy` 118.7 M -> 165.8 M and saved only 11.7
+//! M). Interleaved single jobs (21 rounds, `perf stat -e task-clock chrt -f 1 taskset -c
+//! 0,1`, 256 MiB, load 3-4, medians): the bench's unsorted `.mtx` 0.2932 -> 0.2817 s, CPU
+//! 556 -> 538 ms (21 more rounds beside a callgrind run: 0.2725 -> 0.2605 s); unsorted `.tns` (41 bits below its
+//! buckets: 4 passes either way) 0.3157 / 0.3153 s, unchanged. The whole bench at load 4-5
+//! (two runs each, interleaved) stays within its noise: unsorted ÷ sorted `.mtx` 2.46, 2.46
+//! before, 2.50, 2.47 after (its sorted `.mtx` moved 0.106-0.113 s between runs).
 
 mod back;
 mod blocks;
