@@ -168,13 +168,13 @@
 //! lock the other thread's faults take). (3) The bucketed merge's sort reading the runs'
 //! sections in its first scatter pass instead of from a gathered copy (`sort_buckets`'
 //! `memcpy`, 3.6% of samples): with (1), 21 rounds u 0.288 -> 0.296 s, um 0.267 -> 0.275 s;
-//! its loops written without iterator adapters, 15 rounds u 0.301 (this tree), 0.305 (1),
+//! its loops written without iterator adapters, 15 rounds u 0.301 (main), 0.305 (1),
 //! 0.308 s (1 and 3). The patches are kept outside the tree (`/tmp/pack19/*.diff`).
 //! (4) The first-coordinate skip off for rank 2 (sorted `.mtx` rows hold 2.8 entries): 21
 //! rounds of the 239 MB sorted `.mtx` 0.1234 -> 0.1279 s: the skip pays even there, kept.
 //! Where sorted `.mtx` time goes (perf, 256 MiB): the packing loop 65% of samples (about the
 //! floor's CPU time), the output's `pwrite`s 10%, checksums 2.8%, first touches of the
-//! pieces' arrays ~2.5%. Whole-bench runs of this tree (`TESSERA_BENCH_CONVERSION_BUDGETS=
+//! pieces' arrays ~2.5%. Whole-bench runs before the change below (`TESSERA_BENCH_CONVERSION_BUDGETS=
 //! 16,64,256`, two runs at load 1.9-3.5): sorted `.tns` 0.91x, 0.92x the floor (2.31, 2.29
 //! GB/s); unsorted ÷ sorted `.tns` 2.27, 2.33; sorted `.mtx` 0.72x, 0.71x; unsorted ÷ sorted
 //! `.mtx` 2.40, 2.40; peak RSS within every budget (unsorted `.mtx` 13.7-14.5 MiB at 16 MiB).
