@@ -150,6 +150,49 @@
 //! copies' ~9%, the text's (`_copy_to_iter`) is 3.6% of the samples (`perf record -g`, the
 //! 263 MB `.tns` at 256 MiB), `memmove` 5.4%; parse workers 32%, bucket sorts
 //! (`lsd_sort_pairs`) 11%, distribution 6%, merge and pack 6%, munmap of freed memory ~1.5%.
+//!
+//! Tried (pack19) and left out, each byte-identical (cmp at 16/64/256 MiB on the bench's
+//! four files) and none faster: timed as interleaved single jobs (`TESSERA_BENCH_JOB=convert
+//! perf stat -e task-clock chrt -f 1 taskset -c 0,1`, 256 MiB, load 3-5, medians), the
+//! bench's 263 MB unsorted `.tns` (u) and 239 MB unsorted `.mtx` (um). (1) Runs *gathered*:
+//! the parse workers' chunks of pairs kept as they come (a chunk split between runs copied)
+//! and distributed by top bits straight into the held run, instead of copied into the run
+//! buffer first (the `memmove`; used chunks handed back to the parser): 9 rounds u 550 -> 544
+//! ms CPU, um 498 -> 486 ms; 15 rounds u 0.301 -> 0.305 s wall (581 -> 588 ms CPU); peak
+//! RSS of um 222 -> 247 MB (freed chunks stay in the allocator's arenas), page faults of u
+//! 59.4k -> 62.2k. The copy's samples do not go away but move to the distribution's reads. (2)
+//! On top of (1), held runs mapped on their own (`memmap2`, safe API): with `MADV_HUGEPAGE` faults fell
+//! 59k -> 24k but CPU rose 0.58 -> 0.72-0.77 s (huge page allocation with `defrag=madvise`
+//! on this VM, as the huge pages tried before); with `MAP_POPULATE` faults fell 62k -> 19k,
+//! CPU within noise, wall 0.271 -> 0.279 s (the populate runs serially in `mmap`, under the
+//! lock the other thread's faults take). (3) The bucketed merge's sort reading the runs'
+//! sections in its first scatter pass instead of from a gathered copy (`sort_buckets`'
+//! `memcpy`, 3.6% of samples): with (1), 21 rounds u 0.288 -> 0.296 s, um 0.267 -> 0.275 s;
+//! its loops written without iterator adapters, 15 rounds u 0.301 (main), 0.305 (1),
+//! 0.308 s (1 and 3). The patches are kept outside the tree (`/tmp/pack19/*.diff`).
+//! (4) The first-coordinate skip off for rank 2 (sorted `.mtx` rows hold 2.8 entries): 21
+//! rounds of the 239 MB sorted `.mtx` 0.1234 -> 0.1279 s: the skip pays even there, kept.
+//! Where sorted `.mtx` time goes (perf, 256 MiB): the packing loop 65% of samples (about the
+//! floor's CPU time), the output's `pwrite`s 10%, checksums 2.8%, first touches of the
+//! pieces' arrays ~2.5%. Whole-bench runs before the change below (`TESSERA_BENCH_CONVERSION_BUDGETS=
+//! 16,64,256`, two runs at load 1.9-3.5): sorted `.tns` 0.91x, 0.92x the floor (2.31, 2.29
+//! GB/s); unsorted ÷ sorted `.tns` 2.27, 2.33; sorted `.mtx` 0.72x, 0.71x; unsorted ÷ sorted
+//! `.mtx` 2.40, 2.40; peak RSS within every budget (unsorted `.mtx` 13.7-14.5 MiB at 16 MiB).
+//! Since (pack19): the bucketed final merge sorts each bucket with digits of 12 bits where
+//! that takes a pass fewer than digits of 11 (`runs::sort_bucket_in`: the bench's unsorted
+//! `.mtx` has keys of 44 bits, 10 of them the buckets', so 34 bits in 3 passes instead of
+//! 4), and packs the bucket from whichever buffer the last pass wrote (no copy back after
+//! an odd number of passes). Byte-identical (cmp at 16/64/256 MiB, unsorted `.mtx` and
+//! `.tns`). Callgrind (`TESSERA_BENCH_JOB=convert valgrind --tool=callgrind conversion IN
+//! out.tcs 268435456`, the generator's 64 MiB unsorted `.mtx`, 2,796,202 entries): 1,594.5 M
+//! -> 1,539.6 M instructions (570 -> 551 an entry; the bucket sort 349.7 M -> 294.9 M; the
+//! same change without the copy back had `memcpy` 118.7 M -> 165.8 M and saved only 11.7
+//! M). Interleaved single jobs (21 rounds, `perf stat -e task-clock chrt -f 1 taskset -c
+//! 0,1`, 256 MiB, load 3-4, medians): the bench's unsorted `.mtx` 0.2932 -> 0.2817 s, CPU
+//! 556 -> 538 ms (21 more rounds beside a callgrind run: 0.2725 -> 0.2605 s); unsorted `.tns` (41 bits below its
+//! buckets: 4 passes either way) 0.3157 / 0.3153 s, unchanged. The whole bench at load 4-5
+//! (two runs each, interleaved) stays within its noise: unsorted ÷ sorted `.mtx` 2.46, 2.46
+//! before, 2.50, 2.47 after (its sorted `.mtx` moved 0.106-0.113 s between runs).
 
 mod back;
 mod blocks;

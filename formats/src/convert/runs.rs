@@ -828,11 +828,26 @@ fn sort_buckets_of(run: &mut Run) -> Result<()> {
 /// with `scratch` as long as `pairs`: by the bits below the highest in which two keys
 /// differ.
 fn sort_bucket(pairs: &mut [[u64; 2]], scratch: &mut [[u64; 2]]) {
+    if sort_bucket_in(pairs, scratch) {
+        pairs.copy_from_slice(scratch);
+    }
+}
+
+/// [`sort_bucket`] leaving the sorted pairs in `scratch` when its last pass wrote them there
+/// (true), and with digits of 12 bits where they take a pass fewer than digits of 11 (keys
+/// of 34 to 36 bits below the bucket's, as rank-2 keys of 44 bits with 10 top bits):
+/// histograms of 4,096 counts, for buckets of [`BUCKET_PAIRS`] or more pairs. For the
+/// final merge, which packs the pairs from wherever they lie.
+fn sort_bucket_in(pairs: &mut [[u64; 2]], scratch: &mut [[u64; 2]]) -> bool {
     let Some(first) = pairs.first().map(|p| p[0]) else {
-        return;
+        return false;
     };
     let span = pairs.iter().fold(0, |a, p| a | (p[0] ^ first));
-    lsd_sort_pairs(pairs, scratch, 64 - span.leading_zeros());
+    let bits = 64 - span.leading_zeros();
+    match bits.div_ceil(LSD_DIGIT + 1) < bits.div_ceil(LSD_DIGIT) {
+        true => lsd_sort_pairs_in::<{ 2 * LSD_BUCKETS }>(pairs, scratch, bits),
+        false => lsd_sort_pairs_in::<LSD_BUCKETS>(pairs, scratch, bits),
+    }
 }
 
 /// Sorts records by key, stably; fixed-size records for ranks up to 8 sort without
@@ -999,27 +1014,42 @@ fn msd_then_lsd(pairs: &mut [[u64; 2]], scratch: &mut [[u64; 2]], bits: u32, top
 /// digit of up to 11 bits, every pass's histogram taken in one read, passes where every key
 /// has the same digit skipped. Linear in the pairs, where the comparison sort was n log n.
 fn lsd_sort_pairs(pairs: &mut [[u64; 2]], scratch: &mut [[u64; 2]], bits: u32) {
-    const MAX_DIGIT: u32 = 11;
+    if lsd_sort_pairs_in::<LSD_BUCKETS>(pairs, scratch, bits) {
+        pairs.copy_from_slice(scratch);
+    }
+}
+
+/// The widest digit of [`lsd_sort_pairs`], and the counts of its histograms.
+const LSD_DIGIT: u32 = 11;
+const LSD_BUCKETS: usize = 1 << LSD_DIGIT;
+
+/// [`lsd_sort_pairs`] with histograms of `BUCKETS` counts (a power of two: digits of up to
+/// its bits), leaving the sorted pairs where the last pass wrote them: true when that is
+/// `scratch` (an odd number of passes), which then holds them instead of `pairs`.
+fn lsd_sort_pairs_in<const BUCKETS: usize>(
+    pairs: &mut [[u64; 2]],
+    scratch: &mut [[u64; 2]],
+    bits: u32,
+) -> bool {
     let n = pairs.len();
     if n < 2 || bits == 0 {
-        return;
+        return false;
     }
     if n < 256 {
         // A few pairs (a bucket of `msd_then_lsd`): the stable insertion and merge sort
         // beats clearing and summing histograms of thousands of counts.
         pairs.sort_by_key(|p| p[0]);
-        return;
+        return false;
     }
-    let passes = bits.div_ceil(MAX_DIGIT);
+    let passes = bits.div_ceil(BUCKETS.trailing_zeros());
     let digit = bits.div_ceil(passes);
     let mask = (1u64 << digit) - 1;
     let buckets = 1usize << digit;
     // Every pass's histogram in one read of the keys. A histogram is an array of the
     // largest digit's size, and every digit is masked to it (a no-op, `mask` is no wider):
     // its counts are then indexed without bounds checks.
-    const MAX_BUCKETS: usize = 1 << MAX_DIGIT;
-    let digit_of = |key: u64, shift: u32| ((key >> shift) & mask) as usize & (MAX_BUCKETS - 1);
-    let mut counts = vec![[0usize; MAX_BUCKETS]; passes as usize];
+    let digit_of = |key: u64, shift: u32| ((key >> shift) & mask) as usize & (BUCKETS - 1);
+    let mut counts = vec![[0usize; BUCKETS]; passes as usize];
     for p in pairs.iter() {
         for (d, count) in counts.iter_mut().enumerate() {
             count[digit_of(p[0], d as u32 * digit)] += 1;
@@ -1044,9 +1074,7 @@ fn lsd_sort_pairs(pairs: &mut [[u64; 2]], scratch: &mut [[u64; 2]], bits: u32) {
         std::mem::swap(&mut from, &mut to);
         in_scratch = !in_scratch;
     }
-    if in_scratch {
-        to.copy_from_slice(from);
-    }
+    in_scratch
 }
 
 /// Sums sorted records with equal keys into one (or rejects them), in place; returns the
@@ -1943,8 +1971,11 @@ impl MergeSource {
                     at += s.len();
                 }
                 if n > 0 {
-                    sort_bucket(&mut pairs[..n], &mut scratch[..n]);
-                    f(&pairs[..n])?;
+                    let sorted = match sort_bucket_in(&mut pairs[..n], &mut scratch[..n]) {
+                        true => &scratch[..n],
+                        false => &pairs[..n],
+                    };
+                    f(sorted)?;
                 }
             }
             Ok(())
@@ -2529,6 +2560,35 @@ mod tests {
                 msd_then_lsd(&mut distributed, &mut scratch, bits, 1 + (seed % u64::from(TOP_DIGIT)) as u32);
                 prop_assert_eq!(distributed, want);
             }
+        }
+
+        /// A bucket's sort is the stable sort, in the buffer it says: keys of up to 48 bits,
+        /// so digits of 11 bits and of 12 (34 to 36 bits: three passes, the last into the
+        /// scratch), an odd or even number of passes, and buckets below the radix sort's
+        /// 256 pairs.
+        #[test]
+        fn bucket_sort_is_the_stable_sort_where_it_says(
+            bits in prop_oneof![1u32..49, 34u32..37],
+            spread in 1u64..5000,
+            n in 0usize..6000,
+            seed in any::<u64>(),
+        ) {
+            let mut x = seed | 1;
+            let mut next = || { x ^= x << 13; x ^= x >> 7; x ^= x << 17; x };
+            let keys: Vec<u64> = (0..spread).map(|_| next() & ((1u64 << bits) - 1)).collect();
+            let mut pairs: Vec<[u64; 2]> =
+                (0..n as u64).map(|i| [keys[(next() % spread) as usize], i]).collect();
+            let mut want = pairs.clone();
+            want.sort_by_key(|p| p[0]);
+            let mut scratch = vec![[0u64; 2]; n];
+            let mut copied = pairs.clone();
+            let sorted = match sort_bucket_in(&mut pairs, &mut scratch) {
+                true => &scratch,
+                false => &pairs,
+            };
+            prop_assert_eq!(sorted, &want);
+            sort_bucket(&mut copied, &mut scratch);
+            prop_assert_eq!(copied, want);
         }
 
         /// The in-memory merge of sorted sections is the stable sort of their concatenation:
