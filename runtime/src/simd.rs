@@ -5,8 +5,10 @@
 //! `f64` per instruction), and an element-wise loop of arithmetic (Black-Scholes' `exp`, `ln`
 //! and distribution function, written to vectorise) runs in about half the instructions there.
 //! Vector math libraries pick their code path at run time for this reason; [`wide`] does the
-//! same for a closure: it calls the closure inside a function compiled for AVX2 + FMA when the
-//! CPU has both, and plainly otherwise.
+//! same for a closure: it calls the closure inside a function compiled for AVX-512 (F, DQ, VL)
+//! with AVX2 + FMA when the CPU has all of those (eight `f64` per instruction; on the bench
+//! VM's Zen 5, fused Black-Scholes 23 -> 17 ms), else for AVX2 + FMA when it has both, and
+//! plainly otherwise.
 //!
 //! The results do not change: Rust never contracts `a * b + c` into a fused multiply-add
 //! unless asked (`f64::mul_add`, which is correctly rounded on both paths), and the wider
