@@ -19,37 +19,34 @@ const ROUND_BITS: u64 = 0x4338_0000_0000_0000;
 const LN2_HI: f64 = f64::from_bits(0x3FE6_2E42_FEE0_0000);
 const LN2_LO: f64 = f64::from_bits(0x3DEA_39EF_3579_3C76);
 
-/// `1/k!` for k = 0 to 13.
-const EXP_TAYLOR: [f64; 14] = [
+/// `e^r` on `|r| <= ln 2 / 2` to degree 11: a Chebyshev fit computed in 50-digit arithmetic
+/// (mpmath `chebyfit`) and rounded to `f64`; the rounded polynomial's relative error is below
+/// `1.7e-17` (0.08 ulp) on the interval. The Taylor series needs degree 13 for the same.
+const EXP_POLY: [f64; 12] = [
     1.0,
     1.0,
-    0.5,
-    1.0 / 6.0,
-    1.0 / 24.0,
-    1.0 / 120.0,
-    1.0 / 720.0,
-    1.0 / 5_040.0,
-    1.0 / 40_320.0,
-    1.0 / 362_880.0,
-    1.0 / 3_628_800.0,
-    1.0 / 39_916_800.0,
-    1.0 / 479_001_600.0,
-    1.0 / 6_227_020_800.0,
+    0.500_000_000_000_001_9,
+    0.166_666_666_666_666_8,
+    0.041_666_666_666_488_1,
+    0.008_333_333_333_319_601,
+    0.001_388_888_895_231_477_5,
+    0.000_198_412_698_900_471_13,
+    2.480_148_548_232_849_4e-5,
+    2.755_724_091_857_897e-6,
+    2.763_263_963_904_103e-7,
+    2.511_003_760_596_377_7e-8,
 ];
-/// `1/(2k+1)` for k = 0 to 11.
-const ATANH_SERIES: [f64; 12] = [
+/// `(atanh(s)/s - 1) / s^2` as a polynomial in `z = s^2` on `|s| <= 0.1716`: fdlibm's
+/// `Lg1`..`Lg7` (`e_log.c`, error below `2^-58.45`) halved, after the leading 1.
+const LN_POLY: [f64; 8] = [
     1.0,
-    1.0 / 3.0,
-    1.0 / 5.0,
-    1.0 / 7.0,
-    1.0 / 9.0,
-    1.0 / 11.0,
-    1.0 / 13.0,
-    1.0 / 15.0,
-    1.0 / 17.0,
-    1.0 / 19.0,
-    1.0 / 21.0,
-    1.0 / 23.0,
+    f64::from_bits(0x3FE5_5555_5555_5593) / 2.0,
+    f64::from_bits(0x3FD9_9999_9997_FA04) / 2.0,
+    f64::from_bits(0x3FD2_4924_9422_9359) / 2.0,
+    f64::from_bits(0x3FCC_71C5_1D8E_78AF) / 2.0,
+    f64::from_bits(0x3FC7_4664_96CB_03DE) / 2.0,
+    f64::from_bits(0x3FC3_9A09_D078_C69F) / 2.0,
+    f64::from_bits(0x3FC2_F112_DF3E_5244) / 2.0,
 ];
 
 /// `c[0] + c[1] x + ... + c[N-1] x^(N-1)` (N at most 16) by Estrin's scheme: pairs
@@ -101,8 +98,8 @@ pub fn exp(x: f64) -> f64 {
     let t = x * std::f64::consts::LOG2_E + ROUND;
     let n = t - ROUND;
     let r = (x - n * LN2_HI) - n * LN2_LO;
-    // e^r by its Taylor series to r^13 (the next term is below 2e-16 relatively).
-    let p = estrin(r, EXP_TAYLOR);
+    // e^r by a degree-11 polynomial (error below 0.08 ulp on the interval).
+    let p = estrin(r, EXP_POLY);
     // 2^n built in the exponent field: n + 1023 is in [2, 2046].
     let biased = t.to_bits().wrapping_sub(ROUND_BITS).wrapping_add(1023);
     p * f64::from_bits(biased << 52)
@@ -120,10 +117,11 @@ pub fn ln(x: f64) -> f64 {
     let big = m > SQRT2;
     let m = if big { m * 0.5 } else { m };
     let e = if big { e + 1.0 } else { e };
-    // ln m = 2 atanh(s) = 2 (s + s^3/3 + s^5/5 + ...), |s| <= 0.172, to s^23.
+    // ln m = 2 atanh(s) = 2 s (1 + z/3 + z^2/5 + ...), z = s^2, |s| <= 0.172: fdlibm's
+    // degree-7 fit in z (the series needs degree 11).
     let s = (m - 1.0) / (m + 1.0);
     let z = s * s;
-    let p = estrin(z, ATANH_SERIES);
+    let p = estrin(z, LN_POLY);
     e * LN2_HI + (2.0 * s * p + e * LN2_LO)
 }
 
@@ -137,6 +135,49 @@ mod tests {
             .map(|i| lo + (hi - lo) * i as f64 / n as f64)
             .map(|x| ((f(x) - g(x)) / g(x)).abs())
             .fold(0.0, f64::max)
+    }
+
+    /// Largest distance in units in the last place from libm over `n + 1` points spread
+    /// evenly over `[lo, hi]` (`log`: evenly in the logarithm), results positive.
+    fn worst_ulps(
+        f: fn(f64) -> f64,
+        g: fn(f64) -> f64,
+        lo: f64,
+        hi: f64,
+        n: usize,
+        log: bool,
+    ) -> u64 {
+        (0..=n)
+            .map(|i| {
+                let t = i as f64 / n as f64;
+                if log {
+                    (lo.ln() + (hi.ln() - lo.ln()) * t).exp()
+                } else {
+                    lo + (hi - lo) * t
+                }
+            })
+            .filter(|&x| g(x) > 0.0)
+            .map(|x| f(x).to_bits().abs_diff(g(x).to_bits()))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Measured (bs19), 1,000,004 points each: exp at most 2 ulps from libm on [-700, 700] and
+    /// on [-1, 1]; ln at most 3 ulps on [1e-300, 1e300] (evenly in the logarithm) and 4 on
+    /// [0.5, 2] (the Taylor/atanh-series versions before: 2, 2, 4, 5). The bounds guard the
+    /// polynomials: dropping the last coefficient of either fails them.
+    #[test]
+    fn exp_and_ln_are_within_a_few_ulps_of_libm() {
+        let got = [
+            worst_ulps(exp, f64::exp, -700.0, 700.0, 1_000_003, false),
+            worst_ulps(exp, f64::exp, -1.0, 1.0, 1_000_003, false),
+            worst_ulps(ln, f64::ln, 1e-300, 1e300, 1_000_003, true),
+            worst_ulps(ln, f64::ln, 0.5, 2.0, 1_000_003, false),
+        ];
+        assert!(
+            got[..2].iter().all(|&u| u <= 2) && got[2..].iter().all(|&u| u <= 4),
+            "{got:?}"
+        );
     }
 
     #[test]

@@ -17,9 +17,12 @@ use smallvec::SmallVec;
 use std::sync::OnceLock;
 
 /// Elements per chunk: every live array of a fused chain keeps one chunk in cache (Black-Scholes'
-/// 21 arrays of `f64` take 168 KiB, inside a 1 MiB L2). 256, 512 and 2048 were tried on the
-/// fusion bench; their differences were inside the noise of the shared 2-core VM.
-pub(crate) const CHUNK: usize = 1024;
+/// 21 arrays of `f64` take 672 KiB, inside a 1 MiB L2). 256, 512 and 2048 were tried on the
+/// fusion bench with AVX2 bodies; their differences were inside the noise of the shared 2-core
+/// VM. With AVX-512 bodies (bs19) the calls per chunk show: fused Black-Scholes 23-25 ms at
+/// 256, 16.0-17.9 at 1024, 14.5-15.5 at 2048, 14.0-15.0 at 4096 (unfused 54-64 ms at 2048
+/// and 4096, 58-67 at 1024: noisy, not slower).
+pub(crate) const CHUNK: usize = 4096;
 
 /// One chunk of an element-wise task: equal-length slices of its arguments, inputs (arguments
 /// passed with `read`) and outputs (`write` or `read_write`) each in argument order.
@@ -128,9 +131,14 @@ impl Elementwise {
                 scalars,
                 result,
             };
-            // Compiled for AVX2 + FMA where the CPU has them (bitwise the same results): a
-            // body marked `#[inline(always)]` vectorises four `f64` wide there.
-            crate::simd::wide(|| body(&mut chunk))
+            // Compiled for AVX-512 or AVX2 + FMA where the CPU has them (bitwise the same
+            // results): a body marked `#[inline(always)]` vectorises eight or four `f64` wide
+            // there. This closure is `#[inline(always)]` too: `wide` calls it from three paths,
+            // and LLVM inlined it into none of them without (fused Black-Scholes 23 -> 35 ms).
+            crate::simd::wide(
+                #[inline(always)]
+                || body(&mut chunk),
+            )
         };
         Elementwise {
             dtype: T::DTYPE,
