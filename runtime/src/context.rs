@@ -1073,6 +1073,28 @@ mod tests {
     /// never leaves a view's cells outside the point's borrows. Fails with the containment check
     /// removed (the point's borrow is the recorded [0, 2), both views count as covered, and a
     /// write of [2, 3), which the second view reads, is not refused).
+    /// A one-point task named `t` with an empty body, over `args`.
+    fn one_point_task(args: crate::task::Args<LaunchArg>, read_groups: ReadGroups) -> Launched {
+        Launched {
+            position: 0,
+            name: Arc::from("t"),
+            body: Arc::new(|_: &mut TaskContext<'_>| {}),
+            domain: crate::partition::Domain::new(&[1]).unwrap(),
+            token: 0,
+            args,
+            read_groups,
+            scalars: Default::default(),
+            results: Default::default(),
+            fused: None,
+            roots: Default::default(),
+            remaining: std::sync::atomic::AtomicUsize::new(1),
+            outs: Vec::new(),
+            failure: Mutex::new(None),
+            has_finish: false,
+            dist: None,
+        }
+    }
+
     #[test]
     fn a_recorded_union_that_misses_a_member_s_cells_is_not_used() {
         let rt = Runtime::new(1);
@@ -1087,26 +1109,11 @@ mod tests {
             local: false,
         };
         let args: crate::task::Args<LaunchArg> = [read(0, 2), read(1, 3)].into_iter().collect();
-        let task = |read_groups: ReadGroups| Launched {
-            position: 0,
-            name: Arc::from("t"),
-            body: Arc::new(|_: &mut TaskContext<'_>| {}),
-            domain: crate::partition::Domain::new(&[1]).unwrap(),
-            token: 0,
-            args: args
+        let task = |read_groups: ReadGroups| {
+            let args = args
                 .iter()
-                .map(|a| read(a.rects[0].lo()[0], a.rects[0].hi()[0]))
-                .collect(),
-            read_groups,
-            scalars: Default::default(),
-            results: Default::default(),
-            fused: None,
-            roots: Default::default(),
-            remaining: std::sync::atomic::AtomicUsize::new(1),
-            outs: Vec::new(),
-            failure: Mutex::new(None),
-            has_finish: false,
-            dist: None,
+                .map(|a| read(a.rects[0].lo()[0], a.rects[0].hi()[0]));
+            one_point_task(args.collect(), read_groups)
         };
         let last = Rect::new(&[2], &[3]);
         // As recorded: the union [0, 3) covers both views; a write of [2, 3) is refused.
@@ -1169,24 +1176,7 @@ mod tests {
         let task = |args: Vec<LaunchArg>, groups: &ReadGroups| {
             let mut read_groups = groups.clone();
             read_groups.verify(&args, |j| recorded.get(j).map(|a| &a.rects));
-            Launched {
-                position: 0,
-                name: Arc::from("t"),
-                body: Arc::new(|_: &mut TaskContext<'_>| {}),
-                domain: crate::partition::Domain::new(&[1]).unwrap(),
-                token: 0,
-                args: args.into_iter().collect(),
-                read_groups,
-                scalars: Default::default(),
-                results: Default::default(),
-                fused: None,
-                roots: Default::default(),
-                remaining: std::sync::atomic::AtomicUsize::new(1),
-                outs: Vec::new(),
-                failure: Mutex::new(None),
-                has_finish: false,
-                dist: None,
-            }
+            one_point_task(args.into_iter().collect(), read_groups)
         };
         let groups = ReadGroups::with_unions(&recorded, 1);
         assert_eq!(groups.contained, 1);
