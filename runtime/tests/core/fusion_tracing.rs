@@ -660,3 +660,95 @@ fn a_chain_longer_than_a_trace_fuses_with_tracing_on_by_default() {
         "the intermediates are not allocated: {st:?}"
     );
 }
+
+/// Tasks in [`periodic_chain`]'s chain: Black-Scholes' 18, longer than the 16-task traces of
+/// main b893fb4 (runtime/DESIGN.md, `tbs20`).
+const PERIOD: usize = 18;
+
+/// [`PERIOD`] element-wise tasks `t_{k+1} = a_k t_k + b_k` from `x` to a fresh `y`, the same
+/// every iteration (the Black-Scholes bench's stream: one chain per run, then a flush), over
+/// fresh intermediates dropped at the end of the chain; `y` is read (the flush), `iterations`
+/// times. Each iteration's read values, as bits.
+fn periodic_chain(rt: &Runtime, iterations: usize) -> (Vec<Vec<u64>>, Stats) {
+    let x = rt
+        .from_vec(&[N], (0..N).map(|i| i as f64 * 0.25 - 7.0).collect())
+        .unwrap();
+    let mut reads = Vec::new();
+    for _ in 0..iterations {
+        let y = rt.create(DType::F64, &[N]).unwrap();
+        {
+            let mut prev: Option<Store> = None;
+            for k in 0..PERIOD {
+                let src = prev.as_ref().unwrap_or(&x);
+                let dst = if k + 1 == PERIOD {
+                    y.clone()
+                } else {
+                    rt.create(DType::F64, &[N]).unwrap()
+                };
+                axpb(
+                    rt,
+                    "ew_axpb",
+                    src,
+                    &dst,
+                    0.5 + (k % 4) as f64 / 8.0,
+                    k as f64 / 4.0 - 1.0,
+                );
+                prev = Some(dst);
+            }
+        }
+        let v = rt.read::<f64>(&y).unwrap();
+        reads.push(v.into_iter().map(f64::to_bits).collect());
+    }
+    (reads, launched(rt))
+}
+
+/// A chain repeated whole between flushes is traced whole: the trace's own fusion pass makes
+/// it one launch with every intermediate a temporary, as the untraced window does. Before
+/// `tbs20` the 18-task period exceeded the longest trace, so the finder found a piece of it
+/// (cut at the flush), and replaying the piece split the chain: more launches, intermediates
+/// crossing the cut made and written through memory.
+#[test]
+#[ignore = "open (issues 13 + 14, runtime/DESIGN.md `tbs20`): fails on main, the target of the fix"]
+fn a_repeated_chain_longer_than_sixteen_tasks_is_traced_whole() {
+    let iterations = 12;
+    let build = |tracing: bool| {
+        // A long window hold: under load a lapse between two submits splits an untraced chain.
+        let rt = Runtime::builder()
+            .threads(2)
+            .min_piece_size(4)
+            .tracing(tracing)
+            .trace_sampling(4)
+            .window_hold(std::time::Duration::from_secs(10))
+            .build();
+        register(&rt).unwrap();
+        rt
+    };
+    let (want, plain) = periodic_chain(&build(false), iterations);
+    let (got, st) = periodic_chain(&build(true), iterations);
+    let first = got.iter().zip(&want).position(|(a, b)| a != b);
+    assert_eq!(first, None, "first differing iteration: {st:?}");
+    // Untraced: one fused launch and PERIOD - 1 temporaries per iteration.
+    assert_eq!(
+        plain.temporaries_eliminated,
+        ((PERIOD - 1) * iterations) as u64,
+        "{plain:?}"
+    );
+    assert!(st.traces_replayed >= (iterations - 4) as u64, "{st:?}");
+    assert_eq!(
+        st.tasks_traced,
+        PERIOD as u64 * st.traces_replayed,
+        "every trace is the whole chain: {st:?}"
+    );
+    assert!(
+        st.tasks_launched <= plain.tasks_launched,
+        "{st:?} vs {plain:?}"
+    );
+    assert_eq!(
+        st.temporaries_eliminated, plain.temporaries_eliminated,
+        "{st:?} vs {plain:?}"
+    );
+    assert!(
+        st.bytes_allocated <= plain.bytes_allocated,
+        "{st:?} vs {plain:?}"
+    );
+}
