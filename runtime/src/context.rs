@@ -549,7 +549,7 @@ impl<'a> TaskContext<'a> {
     /// Argument `arg` and its (fused) argument number, after checking that its privilege
     /// allows `what` and it holds `dtype`. The failures are out of line (`#[cold]`), so that
     /// this inlines into the views a body makes (branch metg19).
-    #[inline]
+    #[inline(always)]
     fn check(
         &self,
         arg: usize,
@@ -568,7 +568,32 @@ impl<'a> TaskContext<'a> {
     }
 
     /// A view of argument `arg` (`a`, already checked; `at`: its fused argument number).
+    /// A read the point's borrow already covers (`Held::take`: the stencil's three reads)
+    /// needs no borrow of its own and is made inline in the body; the rest out of line.
+    #[inline(always)]
     fn view<T: Element>(
+        &self,
+        a: &'a LaunchArg,
+        at: usize,
+        arg: usize,
+        exclusive: bool,
+    ) -> RawView<'a, T> {
+        if !exclusive && !a.local && self.held.covered >> at & 1 == 1 {
+            let bound = a.root.bound().expect("bound stores only");
+            return RawView {
+                buf: T::buf(a.root.data().expect("bound")).expect("dtype checked"),
+                whole: &bound.rect,
+                rect: &a.rects[self.point],
+                origin: &a.view,
+                _borrow: None,
+            };
+        }
+        self.view_borrowed(a, at, arg, exclusive)
+    }
+
+    /// A view that takes a borrow of its own (or a temporary's scratch).
+    #[inline(never)]
+    fn view_borrowed<T: Element>(
         &self,
         a: &'a LaunchArg,
         at: usize,
@@ -580,16 +605,6 @@ impl<'a> TaskContext<'a> {
         }
         let bound = a.root.bound().expect("bound stores only");
         let rect = &a.rects[self.point];
-        if !exclusive && self.held.covered >> at & 1 == 1 {
-            // The point's borrow of this store covers the view (`Held::take`).
-            return RawView {
-                buf: T::buf(a.root.data().expect("bound")).expect("dtype checked"),
-                whole: &bound.rect,
-                rect,
-                origin: &a.view,
-                _borrow: None,
-            };
-        }
         // A `write_all` argument's point writes every cell: old values need not be zeroed.
         let ledger = &a.root.ledger;
         let borrow = if exclusive && a.overwrite {
@@ -639,6 +654,7 @@ impl<'a> TaskContext<'a> {
     }
 
     /// A read-only view of argument `arg` (passed with `read` or `read_write`).
+    #[inline]
     pub fn read<T: Element>(&self, arg: usize) -> ReadView<'a, T> {
         let (a, at) = self.check(
             arg,
@@ -652,6 +668,7 @@ impl<'a> TaskContext<'a> {
     }
 
     /// A writable view of argument `arg` (passed with `write` or `read_write`).
+    #[inline]
     pub fn write<T: Element>(&self, arg: usize) -> WriteView<'a, T> {
         let (a, at) = self.check(
             arg,
@@ -758,10 +775,33 @@ impl<T: Element> RawView<'_, T> {
         (n <= 1 || whole_rows).then(|| (self.whole.linear(self.rect.lo()), self.rect.volume()))
     }
 
+    /// Buffer offset of index `i` of a 1-d view, checked as `offset` checks it: the element
+    /// accessors of a stencil or vector body call this per element, so the 1-d case is one
+    /// add, one range check and one subtraction (`Rect::linear` of one dimension), inline;
+    /// anything else (and the panic) goes through `offset`.
+    #[inline(always)]
+    fn offset_1d(&self, i: usize) -> usize {
+        if self.rect.dim() == 1 {
+            if let Some(p) = i.checked_add(self.origin.lo()[0]) {
+                if self.rect.lo()[0] <= p && p < self.rect.hi()[0] {
+                    return p - self.whole.lo()[0];
+                }
+            }
+        }
+        self.offset(&[i])
+    }
+
     #[inline]
     fn get(&self, idx: &[usize]) -> T {
         let o = self.offset(idx);
         // SAFETY: the view holds a ledger borrow of `rect`, which contains `o` (checked above).
+        unsafe { *self.buf.base().add(o) }
+    }
+
+    #[inline(always)]
+    fn get_at(&self, i: usize) -> T {
+        let o = self.offset_1d(i);
+        // SAFETY: as in `get`: `offset_1d` checked that `rect` contains the cell.
         unsafe { *self.buf.base().add(o) }
     }
 
@@ -809,7 +849,7 @@ impl<T: Element> ReadView<'_, T> {
     /// The element at index `i` of a 1-d store.
     #[inline]
     pub fn at(&self, i: usize) -> T {
-        self.raw.get(&[i])
+        self.raw.get_at(i)
     }
     /// The sub-store as a slice (1-d stores, or n-d sub-stores of whole rows); element 0 is the
     /// sub-store's first index.
@@ -840,7 +880,7 @@ impl<T: Element> WriteView<'_, T> {
     /// The element at index `i` of a 1-d store.
     #[inline]
     pub fn at(&self, i: usize) -> T {
-        self.raw.get(&[i])
+        self.raw.get_at(i)
     }
     /// Sets the element at n-d index `idx`.
     #[inline]
@@ -852,7 +892,9 @@ impl<T: Element> WriteView<'_, T> {
     /// Sets the element at index `i` of a 1-d store.
     #[inline]
     pub fn set_at(&mut self, i: usize, v: T) {
-        self.set(&[i], v)
+        let o = self.raw.offset_1d(i);
+        // SAFETY: exclusive ledger borrow of `rect`, which contains `o` (checked by `offset_1d`).
+        unsafe { *self.raw.buf.base().add(o) = v }
     }
     /// The sub-store as a slice (1-d stores, or n-d sub-stores of whole rows).
     pub fn as_slice(&self) -> &[T] {

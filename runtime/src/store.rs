@@ -197,6 +197,7 @@ impl StoreRoot {
         }
     }
 
+    #[inline]
     pub(crate) fn bound(&self) -> Option<&Bound> {
         self.bound.get()
     }
@@ -206,9 +207,20 @@ impl StoreRoot {
     /// ordinary buffer on one rank) with its old values zeroed only where a borrow needs it
     /// (`Ledger::install_stale`): a store written whole (`write_all`, CG's fresh `q` every
     /// iteration) is neither zero-filled nor faulted in again.
+    #[inline]
     pub(crate) fn data(&self) -> Option<&Data> {
         let b = self.bound.get()?;
-        Some(b.data.get_or_init(|| {
+        // The first call allocates, out of line: every view of every point calls this.
+        match b.data.get() {
+            Some(data) => Some(data),
+            None => Some(self.allocate(b)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn allocate<'s>(&'s self, b: &'s Bound) -> &'s Data {
+        b.data.get_or_init(|| {
             self.mem.add(b.bytes(), self.sparse);
             let (data, stale) = if self.sparse {
                 Data::sparse(b.dtype, b.rect, Some(&self.mem.pool))
@@ -222,7 +234,7 @@ impl StoreRoot {
                 self.ledger.install_stale(stale);
             }
             data
-        }))
+        })
     }
 
     /// Bytes of memory the elements occupy now (0 before they are allocated).

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Condvar, Mutex};
 use std::thread::ThreadId;
 use std::time::Duration;
-use tessera_runtime::{DType, Future, PosRange, ReduceOp, Runtime, RuntimeError, Scalar};
+use tessera_runtime::{DType, Future, PosRange, ReduceOp, Runtime, RuntimeError, Scalar, Store};
 
 #[test]
 fn stores_of_every_type_round_trip_and_fill() {
@@ -724,4 +724,68 @@ fn a_point_s_read_views_of_one_store_share_a_borrow_released_when_it_ends() {
             .unwrap();
         assert_eq!(rt.read::<f64>(&x).unwrap(), vec![9.0, 9.0, 9.0, 9.0, 198.0]);
     }
+}
+
+/// `at` / `set_at` on 1-d views take an inline path (branch metg21): on a slice (a view whose
+/// origin is not 0) split over points, each point reads and writes exactly its own cells, and
+/// an index one below its range, or a 1-d index into a 2-d store, fails the task, as before.
+#[test]
+fn one_d_element_access_on_a_sliced_view_stays_in_its_point() {
+    let rt = Runtime::new(2);
+    rt.register("double_at", |ctx| {
+        let r = ctx.read::<f64>(0);
+        let mut w = ctx.write::<f64>(1);
+        for i in w.range() {
+            w.set_at(i, 2.0 * r.at(i));
+        }
+    })
+    .unwrap();
+    rt.register("below", |ctx| {
+        let r = ctx.read::<f64>(0);
+        let start = r.range().start;
+        if start > 0 {
+            std::hint::black_box(r.at(start - 1));
+        }
+    })
+    .unwrap();
+    rt.register("flat_in_2d", |ctx| {
+        std::hint::black_box(ctx.read::<f64>(0).at(0));
+    })
+    .unwrap();
+    let src = rt
+        .from_vec(&[12], (0..12).map(f64::from).collect())
+        .unwrap();
+    let dst = rt.create(DType::F64, &[12]).unwrap();
+    rt.task("double_at")
+        .read(&src.slice(0, 3..11).unwrap())
+        .write(&dst.slice(0, 2..10).unwrap())
+        .launch_domain(&[4])
+        .submit()
+        .unwrap();
+    let want: Vec<f64> = (0..12)
+        .map(|i| {
+            if (2..10).contains(&i) {
+                2.0 * (i + 1) as f64
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    assert_eq!(rt.read::<f64>(&dst).unwrap(), want);
+    let failure = |name: &str, s: &Store| {
+        let f = rt
+            .task(name)
+            .read(s)
+            .launch_domain(&[2])
+            .submit_reduce(ReduceOp::Sum);
+        match f.unwrap().get() {
+            Err(RuntimeError::TaskFailed { message, .. }) => message,
+            other => panic!("expected {name} to fail, got {other:?}"),
+        }
+    };
+    let below = failure("below", &src.slice(0, 3..11).unwrap());
+    assert!(below.contains("outside this point's sub-store"), "{below}");
+    let m = rt.create(DType::F64, &[4, 3]).unwrap();
+    let flat = failure("flat_in_2d", &m);
+    assert!(flat.contains("outside this point's sub-store"), "{flat}");
 }
