@@ -96,7 +96,7 @@ fn register(rt: &Runtime) -> Result<()> {
     unary(rt, "ln", |x, _| vmath::ln(x))?;
     unary(rt, "exp", |x, _| vmath::exp(x))?;
     unary(rt, "scale", |x, k| x * k)?;
-    unary(rt, "cnd", |x, _| cnd(x))?;
+    unary(rt, "cnd", |x, _| vmath::cnd(x))?;
     binary(rt, "add", |x, y| x + y)?;
     binary(rt, "sub", |x, y| x - y)?;
     binary(rt, "mul", |x, y| x * y)?;
@@ -144,23 +144,6 @@ fn scalar(c: &Chunk<'_, f64>, i: usize) -> f64 {
     match c.scalar(i) {
         Scalar::F64(x) => x,
         s => s.as_f64(),
-    }
-}
-
-/// The cumulative normal distribution (Abramowitz–Stegun 26.2.17, as the Black-Scholes
-/// benchmarks use), branch-free with the vectorisable `exp`.
-#[inline(always)]
-fn cnd(x: f64) -> f64 {
-    let k = 1.0 / (1.0 + 0.231_641_9 * x.abs());
-    let poly = k
-        * (0.319_381_530
-            + k * (-0.356_563_782
-                + k * (1.781_477_937 + k * (-1.821_255_978 + k * 1.330_274_429))));
-    let w = 1.0 - 0.398_942_280_401_432_7 * vmath::exp(-0.5 * x * x) * poly;
-    if x < 0.0 {
-        1.0 - w
-    } else {
-        w
     }
 }
 
@@ -238,7 +221,7 @@ fn black_scholes_hand(s: &[f64], k: &[f64], t: &[f64], call: &mut [f64], put: &m
                         let d1 = (vmath::ln(s / k) + t * (RATE + 0.5 * VOL * VOL)) / vol_t;
                         let d2 = d1 - vol_t;
                         let k_disc = k * vmath::exp(t * -RATE);
-                        let c_ = s * cnd(d1) - k_disc * cnd(d2);
+                        let c_ = s * vmath::cnd(d1) - k_disc * vmath::cnd(d2);
                         *c = c_;
                         *p = c_ - s + k_disc;
                     }

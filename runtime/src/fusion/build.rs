@@ -51,6 +51,9 @@ pub(crate) struct FusedShape {
     pub args: Args<FusedArg>,
     /// Every sub-task is element-wise (reads, writes and results only): one chunked loop.
     pub kernel: bool,
+    /// For each argument, the chunk buffer a temporary lives in when the chunked loop runs,
+    /// and how many buffers (temporaries whose lives do not overlap share one: `scratch.rs`).
+    pub scratch: (Vec<Option<usize>>, usize),
 }
 
 fn merge(a: Privilege, b: Privilege) -> Privilege {
@@ -119,11 +122,14 @@ pub(crate) fn shape(prefix: &[Box<Ready>], local: impl Fn(&Arc<StoreRoot>) -> bo
             })
     });
     let names: Vec<&str> = subs.iter().map(|s| &*s.name).collect();
+    let local: Vec<bool> = args.iter().map(|a| a.local).collect();
+    let scratch = super::scratch::share(subs.iter().map(|s| &s.args[..]), &local);
     FusedShape {
         name: format!("fused({})", names.join(",")).into(),
         subs,
         args,
         kernel,
+        scratch,
     }
 }
 

@@ -118,7 +118,8 @@ impl Elementwise {
             // are built): store cells inside a ledger borrow the point holds (exclusive for
             // outputs) or scratch private to the point. No output overlaps another slice: a
             // task's written argument never aliases its other arguments (checked at submit),
-            // and scratch buffers are distinct allocations.
+            // and the temporaries of one step are in distinct scratch buffers (a buffer is
+            // shared only by temporaries whose lives do not overlap: `scratch::share`).
             let mut chunk = Chunk {
                 ins: ins
                     .iter()

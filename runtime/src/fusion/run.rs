@@ -106,16 +106,26 @@ fn kernel_point(task: &Launched, shape: &FusedShape, point: usize) -> Option<Poi
     let n = n.unwrap_or(0);
     // Held for the whole loop: every store cell the point touches, exclusive where written.
     let mut borrows: SmallVec<[Borrow<'_>; 8]> = SmallVec::new();
-    // Temporaries live in this thread's reused chunk buffers (no allocation per point).
+    // Temporaries live in this thread's reused chunk buffers (no allocation per point), those
+    // whose lives do not overlap in one buffer (`shape.scratch`), as large as its largest
+    // element type needs.
+    let (buffer_of, buffers) = &shape.scratch;
+    let mut bytes: SmallVec<[usize; 8]> = smallvec::smallvec![0; *buffers];
+    for (a, b) in task.args.iter().zip(buffer_of) {
+        if let (true, Some(b)) = (a.local, b) {
+            bytes[*b] = bytes[*b].max(CHUNK.min(n) * a.root.dtype.size());
+        }
+    }
     let mut scratch = Scratch::default();
+    let bases: SmallVec<[*mut u8; 8]> = bytes.iter().map(|&b| scratch.take(b)).collect();
     let mut slots: SmallVec<[Slot; 8]> = SmallVec::new();
     // Temporaries read before they are written: cleared before every chunk.
     let mut cleared: SmallVec<[Slot; 4]> = SmallVec::new();
-    for ((a, f), &(start, _)) in task.args.iter().zip(&shape.args).zip(&spans) {
+    for (((a, f), &(start, _)), b) in task.args.iter().zip(&shape.args).zip(&spans).zip(buffer_of) {
         let size = a.root.dtype.size();
         if a.local {
             let slot = Slot {
-                base: scratch.take(CHUNK.min(n) * size),
+                base: bases[b.expect("a temporary has a buffer")],
                 size,
                 scratch: true,
             };
