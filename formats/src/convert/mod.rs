@@ -203,7 +203,10 @@
 //! MiB): `sort_bucket_in` 602 / 606 / 571 -> 459 / 439 / 571 samples (12.8-14.6% ->
 //! 10.7-11.5% of each run); interleaved single jobs (9 rounds, `TESSERA_BENCH_JOB=convert
 //! chrt -f 1 taskset -c 0,1`, load 6-9, medians) 0.587 -> 0.576 s, CPU 1.10 -> 1.07 s;
-//! output cmp-identical. The whole bench (`TESSERA_BENCH_CONVERSION_BUDGETS=16,64,256`,
+//! 11 more rounds at load 8.4-10.4 (other jobs holding the cores: walls 0.5-2.6 s) CPU
+//! 0.98 s both: a gain of ~2% of the CPU time at most, within that noise. Output
+//! cmp-identical (the bench's unsorted `.mtx` and `.tns` and the generator's 64 MiB ones,
+//! at 16, 64 and 256 MiB). The whole bench (`TESSERA_BENCH_CONVERSION_BUDGETS=16,64,256`,
 //! three pairs old, new interleaved, load 8.6-10.4): unsorted `.mtx` 0.669 / 0.589 /
 //! 0.581 -> 0.558 / 0.561 / 0.586 s; unsorted ÷ sorted `.mtx` 2.96 / 2.90 / 2.01 -> 2.52 /
 //! 2.65 / 2.57 (the 2.01 a run whose sorted `.mtx` took 0.289 s against 0.203-0.228 s in
