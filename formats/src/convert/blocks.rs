@@ -1134,7 +1134,7 @@ mod tests {
 
     /// A run gives back, unpushed, the entry with a coordinate past 32 bits (at either
     /// level), one that repeats the entry before and one that comes before it; `push` then
-    /// says what is wrong.
+    /// says what is wrong. (Fails with `push_run`'s check of the width removed: checked.)
     #[test]
     fn a_run_stops_at_a_coordinate_past_the_width_a_repeat_or_a_step_back() {
         let big = 1u64 << 32;
