@@ -201,7 +201,10 @@
 //! of L1 beside the lines it writes, not 32 KiB; runs hold at most `u32::MAX` entries).
 //! perf (`-F 4000`, cpu-clock, 3 runs each, the bench's 239 MB unsorted `.mtx` at 256
 //! MiB): `sort_bucket_in` 602 / 606 / 571 -> 459 / 439 / 571 samples (12.8-14.6% ->
-//! 10.7-11.5% of each run); interleaved single jobs (9 rounds, `TESSERA_BENCH_JOB=convert
+//! 10.7-11.5% of each run); callgrind (`TESSERA_BENCH_JOB=convert valgrind
+//! --tool=callgrind conversion IN out.tcs 268435456`, the generator's 64 MiB unsorted
+//! `.mtx`, 2,796,202 entries) 1,540.2 M -> 1,518.6 M instructions (551 -> 543 an entry;
+//! `sort_bucket_in` 294.9 M -> 285.4 M); interleaved single jobs (9 rounds, `TESSERA_BENCH_JOB=convert
 //! chrt -f 1 taskset -c 0,1`, load 6-9, medians) 0.587 -> 0.576 s, CPU 1.10 -> 1.07 s;
 //! 11 more rounds at load 8.4-10.4 (other jobs holding the cores: walls 0.5-2.6 s) CPU
 //! 0.98 s both: a gain of ~2% of the CPU time at most, within that noise. Output
