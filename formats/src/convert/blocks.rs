@@ -1045,6 +1045,123 @@ mod tests {
         }
     }
 
+    /// Keys of rank `R` in storage order, deterministic: steps at every level (a new node
+    /// at level 0 every ~3 entries, as the rows of a sorted `.mtx`), repeats, and
+    /// coordinates up to `top` (so that those of 32 bits take their highest bits).
+    fn sorted_keys_of<const R: usize>(n: usize, seed: u64, top: u64) -> Vec<[u64; R]> {
+        let mut x = seed;
+        let mut key = [0u64; R];
+        let mut keys = vec![key];
+        while keys.len() < n {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let level = match (x >> 33) % 8 {
+                0 => None,
+                1..=3 => Some(0),
+                r => Some(r as usize % R),
+            };
+            if let Some(k) = level {
+                let room = top - key[k];
+                if room == 0 {
+                    continue;
+                }
+                key[k] += 1 + (x >> 40) % room.min(1 << 20);
+                if (x >> 61) == 0 {
+                    // Now and then a jump to the width's top.
+                    key[k] = top - (x >> 50) % ((top - key[k]).min(2) + 1);
+                }
+                key[k + 1..].fill(0);
+            }
+            keys.push(key);
+        }
+        keys
+    }
+
+    /// [`build`] for keys of rank `R` and width `I`.
+    fn build_of<const R: usize, I: Index>(keys: &[[u64; R]], runs: bool) -> Piece<I> {
+        let mut b = Builder::<R, I>::new(Piece::default(), &plan(R, false));
+        b.batched = runs && R >= 2;
+        let mut i = 0;
+        while i < keys.len() {
+            if b.runs() {
+                let pending = b.push_run(|key| {
+                    *key = *keys.get(i)?;
+                    i += 1;
+                    Some(i as f64)
+                });
+                if let Some((key, v)) = pending {
+                    b.push(key, v).unwrap();
+                }
+            } else {
+                i += 1;
+                b.push(keys[i - 1], i as f64).unwrap();
+            }
+        }
+        b.finish()
+    }
+
+    /// Runs of entries (`push_run`) make the arrays that pushing each entry makes, at ranks
+    /// 2 to 4 and both widths, with new nodes at level 0 every few entries (as the rows of
+    /// a sorted `.mtx`) and coordinates up to the width's top.
+    #[test]
+    fn runs_make_the_arrays_of_single_pushes_at_every_rank_and_width() {
+        fn check<const R: usize, I: Index>(top: u64) {
+            for (n, seed) in [(2, 1), (300, 2), (5000, 3), (20_000, 4)] {
+                let keys = sorted_keys_of::<R>(n, seed, top);
+                let (a, b) = (
+                    build_of::<R, I>(&keys, true),
+                    build_of::<R, I>(&keys, false),
+                );
+                let what = format!("rank {R}, {} bits, {n} entries, top {top}", I::BITS);
+                assert_eq!(a.crd, b.crd, "{what}");
+                assert_eq!(a.pos, b.pos, "{what}");
+                assert_eq!(a.vals, b.vals, "{what}");
+                assert_eq!(a.head, b.head, "{what}");
+                assert_eq!((&a.first, &a.last, &a.max), (&b.first, &b.last, &b.max));
+                assert_eq!((a.entries, b.entries), (n as u64, n as u64), "{what}");
+            }
+        }
+        for top in [7, 4_000_000, u64::from(u32::MAX)] {
+            check::<2, u32>(top);
+            check::<3, u32>(top);
+            check::<4, u32>(top);
+            check::<2, u64>(top);
+        }
+        check::<2, u64>(u64::MAX);
+        check::<4, u64>(u64::MAX);
+    }
+
+    /// A run gives back, unpushed, the entry with a coordinate past 32 bits (at either
+    /// level), one that repeats the entry before and one that comes before it; `push` then
+    /// says what is wrong. (Fails with `push_run`'s check of the width removed: checked.)
+    #[test]
+    fn a_run_stops_at_a_coordinate_past_the_width_a_repeat_or_a_step_back() {
+        let big = 1u64 << 32;
+        for (bad, want) in [
+            ([3, big], "Overflow"),
+            ([4, big - 1 + big], "Overflow"),
+            ([big, 0], "Overflow"),
+            ([3, 6], "Duplicate"),
+            ([3, 5], "Unsorted"),
+            ([2, 9], "Unsorted"),
+        ] {
+            let mut plan = plan(2, false);
+            plan.duplicates = Duplicates::Error;
+            let mut b = Builder::<2, u32>::new(Piece::default(), &plan);
+            b.push([3, 5], 1.0).unwrap();
+            let mut keys = [[3, 6], bad, [9, 9]].into_iter();
+            let pending = b.push_run(|key| {
+                *key = keys.next()?;
+                Some(2.0)
+            });
+            assert_eq!(pending, Some((bad, 2.0)), "{bad:?}");
+            assert_eq!(b.piece.entries, 2, "{bad:?}");
+            let stop = b.push(bad, 2.0).expect_err("a bad entry");
+            assert!(format!("{stop:?}").starts_with(want), "{bad:?}: {stop:?}");
+        }
+    }
+
     /// Sorted text of rank `R` with first coordinates repeated over many lines, in the
     /// shapes the one-pass scanner takes and some it refuses, deterministic: separators of
     /// spaces and tabs, first coordinates that are prefixes of the next one's digits ("12 "

@@ -193,6 +193,42 @@
 //! buckets: 4 passes either way) 0.3157 / 0.3153 s, unchanged. The whole bench at load 4-5
 //! (two runs each, interleaved) stays within its noise: unsorted ÷ sorted `.mtx` 2.46, 2.46
 //! before, 2.50, 2.47 after (its sorted `.mtx` moved 0.106-0.113 s between runs).
+//!
+//! conv21 (issue 16's `.mtx` margins), measured under load 6-11 (other builds on the two
+//! cores: every figure about twice the quiet ones above, and the whole bench's `.mtx`
+//! ratios moving 2.0-2.96 between runs of one binary). Since: the radix sort's histograms
+//! count in 32 bits (`runs::lsd_sort_pairs_in`: a pass's 4,096 write positions take 16 KiB
+//! of L1 beside the lines it writes, not 32 KiB; runs hold at most `u32::MAX` entries).
+//! perf (`-F 4000`, cpu-clock, 3 runs each, the bench's 239 MB unsorted `.mtx` at 256
+//! MiB): `sort_bucket_in` 602 / 606 / 571 -> 459 / 439 / 571 samples (12.8-14.6% ->
+//! 10.7-11.5% of each run); callgrind (`TESSERA_BENCH_JOB=convert valgrind
+//! --tool=callgrind conversion IN out.tcs 268435456`, the generator's 64 MiB unsorted
+//! `.mtx`, 2,796,202 entries) 1,540.2 M -> 1,518.6 M instructions (551 -> 543 an entry;
+//! `sort_bucket_in` 294.9 M -> 285.4 M); interleaved single jobs (9 rounds, `TESSERA_BENCH_JOB=convert
+//! chrt -f 1 taskset -c 0,1`, load 6-9, medians) 0.587 -> 0.576 s, CPU 1.10 -> 1.07 s;
+//! 11 more rounds at load 8.4-10.4 (other jobs holding the cores: walls 0.5-2.6 s) CPU
+//! 0.98 s both: a gain of ~2% of the CPU time at most, within that noise. Output
+//! cmp-identical (the bench's unsorted `.mtx` and `.tns` and the generator's 64 MiB ones,
+//! at 16, 64 and 256 MiB). The whole bench (`TESSERA_BENCH_CONVERSION_BUDGETS=16,64,256`,
+//! three pairs old, new interleaved, load 8.6-10.4): unsorted `.mtx` 0.669 / 0.589 /
+//! 0.581 -> 0.558 / 0.561 / 0.586 s; unsorted ÷ sorted `.mtx` 2.96 / 2.90 / 2.01 -> 2.52 /
+//! 2.65 / 2.57 (the 2.01 a run whose sorted `.mtx` took 0.289 s against 0.203-0.228 s in
+//! the others); sorted `.mtx` 0.80 / 0.69 / 0.63x -> 0.75 / 0.76 / 0.79x the floor and
+//! sorted `.tns` 0.64 / 0.61 / 0.62x -> 0.73 / 0.69 / 0.72x (neither path changed: the
+//! load's drift); unsorted ÷ sorted `.tns` 2.39 / 2.06 / 2.31 -> 2.16 / 2.28 / 2.60; peak
+//! RSS within every budget (unsorted `.mtx` at 16 MiB 13.1-14.3 MiB). Under this load the
+//! goals' margins (0.7x, 2.5x) are inside the bench's noise either way: they need quiet
+//! runs to settle. Tried and left out: the runs of the block packer (`Builder::push_run`)
+//! ordering keys of a 32-bit width by one number (coordinates in 32-bit fields, level 0
+//! highest: one comparison for in order and new, and the level from the leading zeros of
+//! the XOR, instead of a branch per level, which in a sorted `.mtx` of ~3 entries a row
+//! seemed to go either way): callgrind on the bench's sorted `.mtx` (11,184,810 entries,
+//! 256 MiB) 3,226.8 M -> 3,461.4 M instructions (288.5 -> 309.5 an entry; `pack` 3,066.4 M
+//! -> 3,301.0 M), 7 interleaved single jobs (load 9.5-10.8) 0.252 -> 0.292 s, CPU 0.50 ->
+//! 0.57 s. The branch on level 0 follows the first-coordinate skip's branch (`SAME_LEAD`),
+//! which goes the same way, so it is predicted; and with the level known only as a
+//! number, `Batch::put` is no longer specialised per level. The patch is kept outside the
+//! tree (`/tmp/conv21/narrow_and_tests.diff`; its tests are in the tree).
 
 mod back;
 mod blocks;
