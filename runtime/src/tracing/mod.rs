@@ -34,6 +34,7 @@ pub(crate) mod actors;
 pub(crate) mod ahead;
 mod finder;
 mod fuse;
+mod intervals;
 mod record;
 pub(crate) mod replay;
 mod ruler;

@@ -46,6 +46,14 @@ const YOUNG: u64 = 2 * MAX_TRACE as u64;
 /// long trace delays its first tasks (and the buffer holds up to three times this).
 pub(crate) const MAX_TRACE: usize = 16;
 
+/// Longest trace that is a whole flush interval repeated (`intervals.rs`, branch `tbs21`): the
+/// untraced window's longest fused launch, so that a loop body the window fuses in one launch
+/// is not cut into pieces by tracing. Held tasks wait for the interval's end, a flush the
+/// program issues anyway. Within [`YOUNG`], so a fresh store is named alike wherever such a
+/// trace uses it.
+const LONG_TRACE: usize = crate::runtime::DEFAULT_WINDOW;
+const _: () = assert!(LONG_TRACE as u64 <= YOUNG);
+
 /// The issuing side's tracing state.
 pub(crate) struct Tracing {
     tracer: Tracer,
@@ -61,12 +69,15 @@ pub(crate) struct Tracing {
     pub(crate) token_mask: u64,
     /// Per store seen: the issued task (`seq`) that first used it; dead stores are pruned
     /// when it has doubled since the last pruning (`prune_at`).
-    first_use: HashMap<u64, (u64, std::sync::Weak<StoreRoot>)>,
+    /// Also kept: whether that first use only read it ([`Tracing::store_name`]).
+    first_use: HashMap<u64, (FirstUse, std::sync::Weak<StoreRoot>)>,
     prune_at: usize,
     /// The last stores looked up in `first_use`, (id, first use), most recent first: a loop
     /// names the same few stores in every task, and a map probe per argument was a sixth of
     /// the token's cost. Ids are never reused, so an entry never goes stale.
-    recent: [(u64, u64); 4],
+    recent: [(u64, FirstUse); 4],
+    /// `seq` at the last flush (read, fence, future wait) of the tracer.
+    flushed_at: u64,
     /// Workers to compile replayed traces into actors for (`None`: actors off).
     actors: Option<usize>,
     /// The replay last instantiated as actors, while nothing has been analysed since.
@@ -91,6 +102,14 @@ pub(crate) struct Tracing {
     /// Held tasks of streaks compared so far, for sampling their timing
     /// ([`Tracing::streak_clock`]).
     clock_skip: u64,
+}
+
+/// A store's first use in the issued stream: the task (`seq`), and whether it only read the
+/// store (its contents came from the application: `from_vec`, a fill).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct FirstUse {
+    seq: u64,
+    read: bool,
 }
 
 /// One in this many held tasks of a streak is timed ([`Tracing::streak_clock`]).
@@ -180,6 +199,7 @@ impl Tracing {
             tracer: Tracer::new(TracerConfig {
                 sample_unit,
                 max_len: MAX_TRACE,
+                long_len: LONG_TRACE,
                 one_pointer: true,
                 skip_replayed: true,
                 ..TracerConfig::default()
@@ -190,7 +210,14 @@ impl Tracing {
             token_mask: u64::MAX,
             first_use: HashMap::default(),
             prune_at: 64,
-            recent: [(u64::MAX, 0); 4],
+            recent: [(
+                u64::MAX,
+                FirstUse {
+                    seq: 0,
+                    read: false,
+                },
+            ); 4],
+            flushed_at: 0,
             actors,
             last: None,
             in_flight: Default::default(),
@@ -229,7 +256,7 @@ impl Tracing {
         for a in &t.args {
             // The same store again (several views of one store): its first use is noted.
             if !last.is_some_and(|l| Arc::ptr_eq(l, &a.root)) {
-                self.store_name(&a.root);
+                self.store_name(&a.root, || reads_only(&t.args, &a.root));
             }
             last = Some(&a.root);
         }
@@ -329,29 +356,48 @@ impl Tracing {
     /// that distance (`true`), an older one by its id. A loop that makes fresh stores every
     /// iteration uses each at the same distance from its first use every iteration, so its
     /// tokens repeat (replays verify the stores' pattern: `ahead::IssuedTrace`); a store the
-    /// loop reuses is named by its id once old.
-    fn store_name(&mut self, root: &Arc<StoreRoot>) -> (bool, u64) {
-        let seq = self.seq;
+    /// loop reuses is named by its id once old. `args`: the issuing task's arguments.
+    ///
+    /// A store whose first use only read it and came before the last flush is named by its id
+    /// however young (branch `tbs21`): a loop's input made before the loop (Black-Scholes'
+    /// `from_vec` inputs) then has one name in every iteration after the first, where by
+    /// distance it had a new one each time until `YOUNG` tasks had passed, so a loop body
+    /// flushed every iteration did not repeat within the finder's first window. A store the
+    /// loop makes (written first), or reads first within one flush interval, is named as
+    /// before. `read`: whether the issuing task only reads `root` (asked at its first use).
+    fn store_name(&mut self, root: &Arc<StoreRoot>, read: impl FnOnce() -> bool) -> (bool, u64) {
         let first = match self.recent.iter().find(|&&(id, _)| id == root.id) {
             Some(&(_, first)) => first,
             None => {
-                if self.first_use.len() >= self.prune_at {
-                    self.first_use.retain(|_, (_, w)| w.strong_count() > 0);
-                    self.prune_at = (2 * self.first_use.len()).max(64);
-                }
-                let (first, _) = *self
-                    .first_use
-                    .entry(root.id)
-                    .or_insert_with(|| (seq, Arc::downgrade(root)));
+                let first = self.note_first_use(root, read);
                 self.recent.rotate_right(1);
                 self.recent[0] = (root.id, first);
                 first
             }
         };
-        match seq - first {
+        if first.read && first.seq <= self.flushed_at {
+            return (false, root.id);
+        }
+        match self.seq - first.seq {
             d if d < YOUNG => (true, d),
             _ => (false, root.id),
         }
+    }
+
+    /// `root`'s first use, noted now if this (`read`: only reading it) is it.
+    fn note_first_use(&mut self, root: &Arc<StoreRoot>, read: impl FnOnce() -> bool) -> FirstUse {
+        if self.first_use.len() >= self.prune_at {
+            self.first_use.retain(|_, (_, w)| w.strong_count() > 0);
+            self.prune_at = (2 * self.first_use.len()).max(64);
+        }
+        let seq = self.seq;
+        self.first_use
+            .entry(root.id)
+            .or_insert_with(|| {
+                let read = read();
+                (FirstUse { seq, read }, Arc::downgrade(root))
+            })
+            .0
     }
 
     /// The task's token as the tracer sees it: what the solver and the analysis depend on
@@ -375,7 +421,7 @@ impl Tracing {
             }
         }
         for a in &t.args {
-            let (young, name) = self.store_name(&a.root);
+            let (young, name) = self.store_name(&a.root, || reads_only(&t.args, &a.root));
             (young, name).hash(&mut h);
             match &a.view.rect() {
                 None => h.write_usize(usize::MAX),
@@ -392,6 +438,13 @@ impl Tracing {
         }
         h.finish() & self.token_mask
     }
+}
+
+/// Whether a task with `args` only reads `root` (no argument over it writes).
+fn reads_only(args: &[IssuedArg], root: &Arc<StoreRoot>) -> bool {
+    !args
+        .iter()
+        .any(|a| Arc::ptr_eq(&a.root, root) && a.privilege.writes())
 }
 
 /// Counts a launch's writes in its stores' versions (fusion's temporaries and the solve
@@ -732,6 +785,7 @@ impl Inner {
             },
         );
         let actions = tr.tracer.flush();
+        tr.flushed_at = tr.seq;
         keep_first(&mut first, self.act(front, tr, actions));
         // A flush launches everything: the last replay is not deferred past it.
         keep_first(&mut first, self.run_pending(front, tr, None));
@@ -1230,9 +1284,39 @@ mod tests {
                 _ => (false, r.id),
             };
             young += usize::from(want.0 && want.1 > 0);
-            assert_eq!(tr.store_name(r), want, "step {step}, store {}", r.id);
+            assert_eq!(
+                tr.store_name(r, || false),
+                want,
+                "step {step}, store {}",
+                r.id
+            );
         }
         assert!(young > 0, "the stream names young stores by distance too");
+    }
+
+    /// A store first used by a read before the last flush (a loop's input made before the
+    /// loop) is named by its id however young; one first written, or first read after the
+    /// last flush, by its distance while young. Mutation-checked: without the rule (naming by
+    /// distance only) the input's names after the flush differ.
+    #[test]
+    fn a_store_read_first_before_the_last_flush_is_named_by_its_id() {
+        let mut tr = Tracing::new(64, None);
+        let (input, made, late) = (root(1), root(2), root(3));
+        tr.seq = 1;
+        assert_eq!(tr.store_name(&input, || true), (true, 0));
+        assert_eq!(tr.store_name(&made, || false), (true, 0));
+        tr.seq = 3;
+        assert_eq!(tr.store_name(&input, || true), (true, 2), "no flush yet");
+        tr.flushed_at = 3;
+        for seq in [4, 9] {
+            tr.seq = seq;
+            assert_eq!(tr.store_name(&input, || true), (false, 1));
+            assert_eq!(tr.store_name(&made, || false), (true, seq - 1));
+        }
+        // First read after the last flush: by distance.
+        assert_eq!(tr.store_name(&late, || true), (true, 0));
+        tr.seq = 12;
+        assert_eq!(tr.store_name(&late, || true), (true, 3));
     }
 
     /// The issuing thread ends the runs in flight that every vertex has run (oldest first,

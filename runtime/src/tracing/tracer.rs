@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::ops::Range;
 
+use super::intervals::Intervals;
 use super::{Action, Finder, FinderCost, Replayer, RulerSampler, ScoreParams};
 
 /// Settings of a [`Tracer`].
@@ -16,6 +17,9 @@ pub struct TracerConfig {
     /// Shortest and longest trace worth recording.
     pub min_len: usize,
     pub max_len: usize,
+    /// Longest candidate that is a whole flush interval repeated (`intervals.rs`); only
+    /// intervals longer than `max_len` are proposed so. At most `max_len`: off.
+    pub long_len: usize,
     /// Occurrences the finder must see in a window to propose a candidate.
     pub min_repeats: usize,
     pub score: ScoreParams,
@@ -33,6 +37,7 @@ impl Default for TracerConfig {
             sample_unit: 64,
             min_len: 2,
             max_len: usize::MAX,
+            long_len: 0,
             min_repeats: 2,
             score: ScoreParams::default(),
             one_pointer: false,
@@ -114,7 +119,15 @@ impl Tracer {
                 if cuts.is_empty() {
                     self.replayer.ingest(recent, &groups);
                 } else {
-                    let pieces = cut_groups(&groups, &cuts, c.min_len);
+                    let mut pieces = cut_groups(&groups, &cuts, c.min_len);
+                    if c.long_len > c.max_len {
+                        let iv = Intervals::new(&cuts, renamed.len(), first == 1);
+                        let (max, long) = (c.max_len, c.long_len);
+                        pieces.retain(|g| !iv.piece_of_a_whole(renamed, g, max, long));
+                        let mut whole = iv.repeated_whole(renamed, max, long, c.min_repeats);
+                        whole.append(&mut pieces);
+                        pieces = whole;
+                    }
                     self.replayer.ingest(recent, &pieces);
                 }
             }
@@ -352,6 +365,58 @@ mod tests {
             [vec![2..4, 8..10], vec![4..8, 10..14]]
         );
         assert_eq!(cut_groups(&[vec![0..3, 3..6]], &[1], 2), [vec![1..3, 4..6]]);
+    }
+
+    /// Each iteration's replays (as trace lengths) of an 18-token body flushed after every
+    /// iteration, the first iteration's first token different (a store named by distance then):
+    /// the runtime's configuration with `long_len`.
+    fn flushed_body_replays(long_len: usize) -> Vec<Vec<usize>> {
+        let mut tracer = Tracer::new(TracerConfig {
+            sample_unit: 4,
+            max_len: 16,
+            long_len,
+            one_pointer: true,
+            skip_replayed: true,
+            ..TracerConfig::default()
+        });
+        (0..12u64)
+            .map(|it| {
+                let mut actions: Vec<Action> = (0..18u64)
+                    .flat_map(|t| tracer.issue(if it == 0 && t == 0 { 99 } else { t }))
+                    .collect();
+                actions.extend(tracer.flush());
+                assert_eq!(tokens_of(&actions).len(), 18, "every task handed back once");
+                actions
+                    .iter()
+                    .filter_map(|a| match a {
+                        Action::Replay { tokens, .. } => Some(tokens.len()),
+                        Action::Release(_) => None,
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// A loop body longer than `max_len`, flushed every iteration, is replayed whole once it has
+    /// repeated whole (`Intervals::repeated_whole`), and no piece of it is replayed before
+    /// (`Intervals::piece_of_a_whole`). Mutation-checked: without the whole-interval
+    /// candidates nothing of 18 is replayed; without dropping the pieces, pieces of up to 16
+    /// are replayed in the first iterations.
+    #[test]
+    fn a_flushed_body_longer_than_max_len_is_replayed_whole() {
+        let replays = flushed_body_replays(32);
+        assert!(
+            replays.iter().flatten().all(|&n| n == 18),
+            "only whole bodies are replayed: {replays:?}"
+        );
+        assert!(
+            replays[4..].iter().all(|r| r == &[18]),
+            "from the fifth iteration on: {replays:?}"
+        );
+        // Off (`long_len` ≤ `max_len`): pieces, as before.
+        let off = flushed_body_replays(0);
+        assert!(off.iter().flatten().all(|&n| n <= 16), "{off:?}");
+        assert!(off.iter().flatten().count() > 0, "{off:?}");
     }
 
     #[test]

@@ -708,7 +708,6 @@ fn periodic_chain(rt: &Runtime, iterations: usize) -> (Vec<Vec<u64>>, Stats) {
 /// (cut at the flush), and replaying the piece split the chain: more launches, intermediates
 /// crossing the cut made and written through memory.
 #[test]
-#[ignore = "open (issues 13 + 14, runtime/DESIGN.md `tbs20`): fails on main, the target of the fix"]
 fn a_repeated_chain_longer_than_sixteen_tasks_is_traced_whole() {
     let iterations = 12;
     let build = |tracing: bool| {
@@ -743,6 +742,41 @@ fn a_repeated_chain_longer_than_sixteen_tasks_is_traced_whole() {
         st.tasks_launched <= plain.tasks_launched,
         "{st:?} vs {plain:?}"
     );
+    assert_eq!(
+        st.temporaries_eliminated, plain.temporaries_eliminated,
+        "{st:?} vs {plain:?}"
+    );
+    assert!(
+        st.bytes_allocated <= plain.bytes_allocated,
+        "{st:?} vs {plain:?}"
+    );
+}
+
+/// The fusion bench's Black-Scholes stream: six iterations of the 18-task chain at the default
+/// `trace_sampling` (64), so the finder runs once, over the first 64 tasks. Its input `x`
+/// (`from_vec`, read first, before the first flush) is named by its id from the second
+/// iteration on, so iterations 2 and 3 repeat whole inside that one window, and the last two
+/// iterations are traced whole (branch `tbs21`). Mutation-checked: with `x` named by its
+/// distance from first use (the read-first rule off, or `flushed_at` never set), iterations 2
+/// and 3 differ in the window and nothing is traced.
+#[test]
+fn a_loop_input_is_named_alike_in_every_iteration_after_the_first_flush() {
+    let iterations = 6;
+    let build = |tracing: bool| {
+        let rt = Runtime::builder()
+            .threads(2)
+            .min_piece_size(4)
+            .tracing(tracing)
+            .window_hold(std::time::Duration::from_secs(10))
+            .build();
+        register(&rt).unwrap();
+        rt
+    };
+    let (want, plain) = periodic_chain(&build(false), iterations);
+    let (got, st) = periodic_chain(&build(true), iterations);
+    assert_eq!(got, want);
+    assert_eq!(st.traces_replayed, 2, "the last two iterations: {st:?}");
+    assert_eq!(st.tasks_traced, 2 * PERIOD as u64, "{st:?}");
     assert_eq!(
         st.temporaries_eliminated, plain.temporaries_eliminated,
         "{st:?} vs {plain:?}"
