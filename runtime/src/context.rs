@@ -579,14 +579,7 @@ impl<'a> TaskContext<'a> {
         exclusive: bool,
     ) -> RawView<'a, T> {
         if !exclusive && !a.local && self.held.covered >> at & 1 == 1 {
-            let bound = a.root.bound().expect("bound stores only");
-            return RawView {
-                buf: T::buf(a.root.data().expect("bound")).expect("dtype checked"),
-                whole: &bound.rect,
-                rect: &a.rects[self.point],
-                origin: &a.view,
-                _borrow: None,
-            };
+            return RawView::of_store(a, &a.rects[self.point], None);
         }
         self.view_borrowed(a, at, arg, exclusive)
     }
@@ -603,7 +596,6 @@ impl<'a> TaskContext<'a> {
         if a.local {
             return self.local_view(a, at, arg, exclusive);
         }
-        let bound = a.root.bound().expect("bound stores only");
         let rect = &a.rects[self.point];
         // A `write_all` argument's point writes every cell: old values need not be zeroed.
         let ledger = &a.root.ledger;
@@ -618,13 +610,7 @@ impl<'a> TaskContext<'a> {
                 a.root.id
             )
         });
-        RawView {
-            buf: T::buf(a.root.data().expect("bound")).expect("dtype checked"),
-            whole: &bound.rect,
-            rect,
-            origin: &a.view,
-            _borrow: Some(borrow),
-        }
+        RawView::of_store(a, rect, Some(borrow))
     }
 
     /// A view of a temporary's scratch: the point's sub-store, laid out on its own.
@@ -744,7 +730,20 @@ struct RawView<'a, T> {
     _borrow: Option<Borrow<'a>>,
 }
 
-impl<T: Element> RawView<'_, T> {
+impl<'a, T: Element> RawView<'a, T> {
+    /// The cells `rect` of argument `a`'s (bound) store, in the store's own buffer.
+    #[inline(always)]
+    fn of_store(a: &'a LaunchArg, rect: &'a Rect, borrow: Option<Borrow<'a>>) -> RawView<'a, T> {
+        let bound = a.root.bound().expect("bound stores only");
+        RawView {
+            buf: T::buf(a.root.data().expect("bound")).expect("dtype checked"),
+            whole: &bound.rect,
+            rect,
+            origin: &a.view,
+            _borrow: borrow,
+        }
+    }
+
     /// Buffer offset of view index `idx`, after checking it lies in the sub-store.
     #[inline]
     fn offset(&self, idx: &[usize]) -> usize {

@@ -999,25 +999,7 @@ mod tests {
     /// The piece a builder makes from `keys`: through `push_run` where it may (the batch
     /// of node rings) or through `push` alone (the arrays appended to directly).
     fn build(keys: &[[u64; 3]], dense_top: bool, runs: bool) -> Piece<u32> {
-        let mut b = Builder::<3, u32>::new(Piece::default(), &plan(3, dense_top));
-        b.batched = runs;
-        let mut i = 0;
-        while i < keys.len() {
-            if b.runs() {
-                let pending = b.push_run(|key| {
-                    *key = *keys.get(i)?;
-                    i += 1;
-                    Some(i as f64)
-                });
-                if let Some((key, v)) = pending {
-                    b.push(key, v).unwrap();
-                }
-            } else {
-                i += 1;
-                b.push(keys[i - 1], i as f64).unwrap();
-            }
-        }
-        b.finish()
+        build_of::<3, u32>(keys, dense_top, runs)
     }
 
     /// The batch of node rings makes the arrays that pushing each node makes, over many
@@ -1079,8 +1061,12 @@ mod tests {
     }
 
     /// [`build`] for keys of rank `R` and width `I`.
-    fn build_of<const R: usize, I: Index>(keys: &[[u64; R]], runs: bool) -> Piece<I> {
-        let mut b = Builder::<R, I>::new(Piece::default(), &plan(R, false));
+    fn build_of<const R: usize, I: Index>(
+        keys: &[[u64; R]],
+        dense_top: bool,
+        runs: bool,
+    ) -> Piece<I> {
+        let mut b = Builder::<R, I>::new(Piece::default(), &plan(R, dense_top));
         b.batched = runs && R >= 2;
         let mut i = 0;
         while i < keys.len() {
@@ -1110,8 +1096,8 @@ mod tests {
             for (n, seed) in [(2, 1), (300, 2), (5000, 3), (20_000, 4)] {
                 let keys = sorted_keys_of::<R>(n, seed, top);
                 let (a, b) = (
-                    build_of::<R, I>(&keys, true),
-                    build_of::<R, I>(&keys, false),
+                    build_of::<R, I>(&keys, false, true),
+                    build_of::<R, I>(&keys, false, false),
                 );
                 let what = format!("rank {R}, {} bits, {n} entries, top {top}", I::BITS);
                 assert_eq!(a.crd, b.crd, "{what}");
