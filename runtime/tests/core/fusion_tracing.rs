@@ -702,6 +702,21 @@ fn periodic_chain(rt: &Runtime, iterations: usize) -> (Vec<Vec<u64>>, Stats) {
     (reads, launched(rt))
 }
 
+/// A runtime for [`periodic_chain`]: two threads, tracing on or off, the finder run every
+/// `sampling` tasks (64 is the default). A long window hold: under load a lapse between two
+/// submits would split an untraced chain.
+fn chain_runtime(tracing: bool, sampling: usize) -> Runtime {
+    let rt = Runtime::builder()
+        .threads(2)
+        .min_piece_size(4)
+        .tracing(tracing)
+        .trace_sampling(sampling)
+        .window_hold(std::time::Duration::from_secs(10))
+        .build();
+    register(&rt).unwrap();
+    rt
+}
+
 /// A chain repeated whole between flushes is traced whole: the trace's own fusion pass makes
 /// it one launch with every intermediate a temporary, as the untraced window does. Before
 /// `tbs20` the 18-task period exceeded the longest trace, so the finder found a piece of it
@@ -710,20 +725,8 @@ fn periodic_chain(rt: &Runtime, iterations: usize) -> (Vec<Vec<u64>>, Stats) {
 #[test]
 fn a_repeated_chain_longer_than_sixteen_tasks_is_traced_whole() {
     let iterations = 12;
-    let build = |tracing: bool| {
-        // A long window hold: under load a lapse between two submits splits an untraced chain.
-        let rt = Runtime::builder()
-            .threads(2)
-            .min_piece_size(4)
-            .tracing(tracing)
-            .trace_sampling(4)
-            .window_hold(std::time::Duration::from_secs(10))
-            .build();
-        register(&rt).unwrap();
-        rt
-    };
-    let (want, plain) = periodic_chain(&build(false), iterations);
-    let (got, st) = periodic_chain(&build(true), iterations);
+    let (want, plain) = periodic_chain(&chain_runtime(false, 4), iterations);
+    let (got, st) = periodic_chain(&chain_runtime(true, 4), iterations);
     let first = got.iter().zip(&want).position(|(a, b)| a != b);
     assert_eq!(first, None, "first differing iteration: {st:?}");
     // Untraced: one fused launch and PERIOD - 1 temporaries per iteration.
@@ -762,18 +765,8 @@ fn a_repeated_chain_longer_than_sixteen_tasks_is_traced_whole() {
 #[test]
 fn a_loop_input_is_named_alike_in_every_iteration_after_the_first_flush() {
     let iterations = 6;
-    let build = |tracing: bool| {
-        let rt = Runtime::builder()
-            .threads(2)
-            .min_piece_size(4)
-            .tracing(tracing)
-            .window_hold(std::time::Duration::from_secs(10))
-            .build();
-        register(&rt).unwrap();
-        rt
-    };
-    let (want, plain) = periodic_chain(&build(false), iterations);
-    let (got, st) = periodic_chain(&build(true), iterations);
+    let (want, plain) = periodic_chain(&chain_runtime(false, 64), iterations);
+    let (got, st) = periodic_chain(&chain_runtime(true, 64), iterations);
     assert_eq!(got, want);
     assert_eq!(st.traces_replayed, 2, "the last two iterations: {st:?}");
     assert_eq!(st.tasks_traced, 2 * PERIOD as u64, "{st:?}");
