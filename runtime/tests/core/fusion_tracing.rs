@@ -636,15 +636,7 @@ fn a_chain_longer_than_a_trace_fuses_with_tracing_on_by_default() {
     let (want, _) = long_chain(&runtime(false, false), iterations);
     // The default window, its hold for the next submit made long: under load a 100 µs hold
     // can lapse between two submits, which only splits a chain (values are the same).
-    let rt = Runtime::builder()
-        .threads(2)
-        .min_piece_size(4)
-        .tracing(true)
-        .trace_sampling(4)
-        .window_hold(std::time::Duration::from_secs(10))
-        .build();
-    register(&rt).unwrap();
-    let (got, st) = long_chain(&rt, iterations);
+    let (got, st) = long_chain(&chain_runtime(true, 4), iterations);
     let first = got.iter().zip(&want).position(|(a, b)| a != b);
     assert_eq!(first, None, "first differing iteration: {st:?}");
     let issued = (LONG * iterations) as u64;
