@@ -572,6 +572,54 @@ fn a_temporary_read_before_written_starts_at_zero_in_every_chunk() {
     );
 }
 
+/// A `write_all` output of a kernel-fused chain is not zeroed before the chunk loop (its
+/// first sub-task assigns every element): seen through a body that breaks the promise, whose
+/// output keeps the values of the dropped store whose buffer the pool recycled for it, where a
+/// plain `write` reads zeros. The chain's other results are exactly what the bodies wrote.
+/// (Fails with `fusion/run.rs` `borrow` taking `Ledger::borrow` for every argument: the
+/// promise-breaking output reads zeros there.)
+#[test]
+fn a_write_all_output_of_a_fused_chain_is_not_zeroed_first() {
+    // Several chunks per point, the last one short; above the pool's small-buffer bound.
+    let n = 3 * 4096 + 17;
+    let run = |write_all: bool| {
+        let rt = rt(16, true);
+        // Breaks `write_all`'s promise on purpose: assigns nothing.
+        rt.register_elementwise::<f64>("ew_none", |_: &mut Chunk<'_, f64>| {})
+            .unwrap();
+        let x = input(&rt, n);
+        // A store of 7s, dropped: the pool keeps its buffer for the next store of its size.
+        let sevens = rt.create(DType::F64, &[n]).unwrap();
+        axpb(&rt, "ew_axpb", &x, &sevens, 0.0, 7.0);
+        rt.read::<f64>(&sevens).unwrap();
+        drop(sevens);
+        let kept = rt.create(DType::F64, &[n]).unwrap();
+        let out = rt.create(DType::F64, &[n]).unwrap();
+        let t = rt.task("ew_none").read(&x);
+        let t = if write_all {
+            t.write_all(&kept)
+        } else {
+            t.write(&kept)
+        };
+        t.align(&x, &kept).submit().unwrap();
+        // Reads what the first sub-task left, in the same chunk loop.
+        axpb(&rt, "ew_axpb", &kept, &out, 2.0, 0.5);
+        let stats = launched(&rt);
+        assert_eq!(stats.kernel_fused_launches, 1, "{stats:?}");
+        (
+            rt.read::<f64>(&kept).unwrap(),
+            rt.read::<f64>(&out).unwrap(),
+        )
+    };
+    for (write_all, old) in [(true, 7.0), (false, 0.0)] {
+        let (kept, out) = run(write_all);
+        let bad = kept.iter().position(|&v| v != old);
+        assert_eq!(bad, None, "write_all {write_all}: kept");
+        let bad = out.iter().position(|&v| v != 2.0 * old + 0.5);
+        assert_eq!(bad, None, "write_all {write_all}: out");
+    }
+}
+
 /// Where a random element-wise chain's coefficient comes from.
 #[derive(Clone, Debug)]
 enum Coef {
