@@ -147,12 +147,15 @@ fn scalar(c: &Chunk<'_, f64>, i: usize) -> f64 {
     }
 }
 
+/// `y = op(x, k)`, a new store. Its output is `write_all`: an element-wise body assigns every
+/// element of its `write` output (`Chunk::split`), so the runtime need not zero `y`'s cells
+/// first where its buffer is a recycled one (bs22).
 fn un(rt: &Runtime, op: &str, x: &Store, k: f64) -> Store {
     let n = x.shape().expect("bound")[0];
     let y = rt.create(DType::F64, &[n]).expect("store");
     rt.task(op)
         .read(x)
-        .write(&y)
+        .write_all(&y)
         .scalar(k)
         .align(x, &y)
         .submit()
@@ -160,13 +163,14 @@ fn un(rt: &Runtime, op: &str, x: &Store, k: f64) -> Store {
     y
 }
 
+/// `z = op(x, y)`, a new store, `write_all` as in [`un`].
 fn bin(rt: &Runtime, op: &str, x: &Store, y: &Store) -> Store {
     let n = x.shape().expect("bound")[0];
     let z = rt.create(DType::F64, &[n]).expect("store");
     rt.task(op)
         .read(x)
         .read(y)
-        .write(&z)
+        .write_all(&z)
         .align(x, y)
         .align(x, &z)
         .submit()
