@@ -328,7 +328,10 @@ fn bench_black_scholes_statements(
     );
     let stats = rts[0].stats().since(&before);
     // Fused and unfused statements agree bitwise; both agree with the hand-registered tasks
-    // up to rounding.
+    // up to `vmath::cnd`'s distance from the formula evaluated with libm's `exp` (at most
+    // 1.3e-9, bs22), which the call price multiplies by `S` and `K e^-rT` (each below 125
+    // here): 3.3e-7 (measured 5.2e-8; 1e-9 before bs22, when `cnd` was the formula to
+    // rounding). A wrong constant or operator in the generated code is off by far more.
     let read = |i: usize| {
         let [s, k, t] = &stored[i];
         let (c, p) = black_scholes_statements(&rts[i], s, k, t).expect("statements");
@@ -350,7 +353,7 @@ fn bench_black_scholes_statements(
         .map(|(a, b)| (a - b).abs() / a.abs().max(1.0))
         .fold(0.0, f64::max);
     assert!(
-        worst < 1e-9,
+        worst < 3.3e-7,
         "tensor! Black-Scholes differs from the tasks by {worst:e}"
     );
     // Per fused run (each rep and the warm-up).
