@@ -186,7 +186,11 @@ pub fn cnd(x: f64) -> f64 {
     let b = fma(k, b, 1.781_477_937);
     let b = fma(k, b, -0.356_563_782);
     let poly = k * fma(k, b, 0.319_381_530);
-    let w = fma(-0.398_942_280_401_432_7 * exp_for_cnd(-0.5 * x * x), poly, 1.0);
+    let w = fma(
+        -0.398_942_280_401_432_7 * exp_for_cnd(-0.5 * x * x),
+        poly,
+        1.0,
+    );
     if x < 0.0 {
         1.0 - w
     } else {
