@@ -346,8 +346,7 @@ fn run_point(task: &Launched, point: usize, counters: &Counters) {
             (task.body)(&mut ctx);
             timeline::mark(Ev::BodyEnd, 0);
             // Only a finish step reads what a point leaves (most tasks have none).
-            task.has_finish
-                .then(|| std::mem::take(&mut *ctx.out.lock().unwrap_or_else(|e| e.into_inner())))
+            task.has_finish.then(|| ctx.out.take())
         }
     }));
     match r {

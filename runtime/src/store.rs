@@ -217,6 +217,17 @@ impl StoreRoot {
         }
     }
 
+    /// [`StoreRoot::bound`] and [`StoreRoot::data`] together, the bound looked up once: a
+    /// view takes both for every argument of every point.
+    #[inline]
+    pub(crate) fn bound_data(&self) -> Option<(&Bound, &Data)> {
+        let b = self.bound.get()?;
+        match b.data.get() {
+            Some(data) => Some((b, data)),
+            None => Some((b, self.allocate(b))),
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn allocate<'s>(&'s self, b: &'s Bound) -> &'s Data {
