@@ -290,6 +290,13 @@ impl StoreRoot {
         self.poison_error()
     }
 
+    /// Whether the store may be poisoned ([`StoreRoot::poisoned`] is `None` when not): one
+    /// load, for a point's look at all its stores at once before it asks argument by argument.
+    #[inline]
+    pub(crate) fn tainted(&self) -> bool {
+        self.tainted.load(Ordering::Acquire)
+    }
+
     #[cold]
     fn poison_error(&self) -> Option<RuntimeError> {
         self.poison
