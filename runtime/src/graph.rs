@@ -171,8 +171,12 @@ impl Node {
         if self.watched.load(Ordering::SeqCst) || completion.any.load(Ordering::SeqCst) > 0 {
             completion.notify();
         }
-        // In place: collecting into a new list took `SmallVec::extend`'s general path.
-        succs.retain(|s| s.release());
+        // In place: collecting into a new list took `SmallVec::extend`'s general path. Not
+        // called on the empty list an actor vertex takes (an out-of-line call, ~28
+        // instructions a point, branch metg22).
+        if !succs.is_empty() {
+            succs.retain(|s| s.release());
+        }
         succs
     }
 

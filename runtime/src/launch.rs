@@ -314,13 +314,12 @@ fn finish_step(task: &Launched) {
 
 /// Why a point cannot run: an input written by a failed task, or a failed future argument.
 fn failed_input(task: &Launched) -> Option<String> {
-    for a in task
-        .args
-        .iter()
-        .filter(|a| !a.local && matches!(a.privilege, Privilege::Read | Privilege::ReadWrite))
-    {
-        if let Some(e) = a.root.poisoned() {
-            return Some(format!("input store#{} was not computed: {e}", a.root.id));
+    // `roots` holds every argument's store once (`Launched::hold_roots` over the arguments):
+    // when none is tainted no input can be poisoned, and a stencil point looks at its two
+    // stores instead of filtering its four arguments (branch metg22).
+    if task.roots.iter().any(|r| r.tainted()) {
+        if let Some(msg) = poisoned_input(task) {
+            return Some(msg);
         }
     }
     task.scalars.iter().enumerate().find_map(|(i, s)| match s {
@@ -330,6 +329,17 @@ fn failed_input(task: &Launched) -> Option<String> {
         },
         ScalarArg::Value(_) => None,
     })
+}
+
+/// The first store the task reads (not a temporary) that a failed task wrote, as a message.
+fn poisoned_input(task: &Launched) -> Option<String> {
+    task.args
+        .iter()
+        .filter(|a| !a.local && matches!(a.privilege, Privilege::Read | Privilege::ReadWrite))
+        .find_map(|a| {
+            let e = a.root.poisoned()?;
+            Some(format!("input store#{} was not computed: {e}", a.root.id))
+        })
 }
 
 fn run_point(task: &Launched, point: usize, counters: &Counters) {
@@ -346,8 +356,7 @@ fn run_point(task: &Launched, point: usize, counters: &Counters) {
             (task.body)(&mut ctx);
             timeline::mark(Ev::BodyEnd, 0);
             // Only a finish step reads what a point leaves (most tasks have none).
-            task.has_finish
-                .then(|| std::mem::take(&mut *ctx.out.lock().unwrap_or_else(|e| e.into_inner())))
+            task.has_finish.then(|| ctx.out.take())
         }
     }));
     match r {

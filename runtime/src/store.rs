@@ -217,6 +217,17 @@ impl StoreRoot {
         }
     }
 
+    /// [`StoreRoot::bound`] and [`StoreRoot::data`] together, the bound looked up once: a
+    /// view takes both for every argument of every point.
+    #[inline]
+    pub(crate) fn bound_data(&self) -> Option<(&Bound, &Data)> {
+        let b = self.bound.get()?;
+        match b.data.get() {
+            Some(data) => Some((b, data)),
+            None => Some((b, self.allocate(b))),
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn allocate<'s>(&'s self, b: &'s Bound) -> &'s Data {
@@ -277,6 +288,13 @@ impl StoreRoot {
             return None;
         }
         self.poison_error()
+    }
+
+    /// Whether the store may be poisoned ([`StoreRoot::poisoned`] is `None` when not): one
+    /// load, for a point's look at all its stores at once before it asks argument by argument.
+    #[inline]
+    pub(crate) fn tainted(&self) -> bool {
+        self.tainted.load(Ordering::Acquire)
     }
 
     #[cold]

@@ -42,7 +42,7 @@ pub(crate) fn run_fused_point(task: &Launched, shape: &FusedShape, point: usize)
                 None => resume_unwind(p),
             }
         }
-        let o = std::mem::take(ctx.out.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let o = ctx.out.take();
         out.reduce.extend(o.reduce);
         out.pieces.extend(o.pieces);
         for (slot, v) in o.results.into_iter().enumerate() {
