@@ -1138,11 +1138,18 @@ mod tests {
             .collect()
     }
 
-    /// A recorded union is the point's borrow only where it holds every member's sub-store
-    /// (`Rect::contains` in `Held::take`): one that does not match the arguments costs the sharing,
-    /// never leaves a view's cells outside the point's borrows. Fails with the containment check
-    /// removed (the point's borrow is the recorded [0, 2), both views count as covered, and a
-    /// write of [2, 3), which the second view reads, is not refused).
+    /// A read of `root`'s cells [lo, hi) through a view of all four.
+    fn read_arg(root: &Arc<StoreRoot>, lo: usize, hi: usize) -> LaunchArg {
+        LaunchArg {
+            root: root.clone(),
+            view: Rect::new(&[0], &[4]),
+            privilege: Privilege::Read,
+            overwrite: false,
+            rects: Arc::from(vec![Rect::new(&[lo], &[hi])]),
+            local: false,
+        }
+    }
+
     /// A one-point task named `t` with an empty body, over `args`.
     fn one_point_task(args: crate::task::Args<LaunchArg>, read_groups: ReadGroups) -> Launched {
         Launched {
@@ -1165,19 +1172,17 @@ mod tests {
         }
     }
 
+    /// A recorded union is the point's borrow only where it holds every member's sub-store
+    /// (`Rect::contains` in `Held::take`): one that does not match the arguments costs the sharing,
+    /// never leaves a view's cells outside the point's borrows. Fails with the containment check
+    /// removed (the point's borrow is the recorded [0, 2), both views count as covered, and a
+    /// write of [2, 3), which the second view reads, is not refused).
     #[test]
     fn a_recorded_union_that_misses_a_member_s_cells_is_not_used() {
         let rt = Runtime::new(1);
         let x = rt.from_vec(&[4], vec![0.0f64; 4]).unwrap();
         let root = x.root.clone();
-        let read = |lo: usize, hi: usize| LaunchArg {
-            root: root.clone(),
-            view: Rect::new(&[0], &[4]),
-            privilege: Privilege::Read,
-            overwrite: false,
-            rects: Arc::from(vec![Rect::new(&[lo], &[hi])]),
-            local: false,
-        };
+        let read = |lo: usize, hi: usize| read_arg(&root, lo, hi);
         let args: crate::task::Args<LaunchArg> = [read(0, 2), read(1, 3)].into_iter().collect();
         let task = |read_groups: ReadGroups| {
             let args = args
@@ -1213,17 +1218,9 @@ mod tests {
         let roots: Vec<_> = (0..3)
             .map(|_| rt.from_vec(&[4], vec![0.0f64; 4]).unwrap().root.clone())
             .collect();
-        let read = |root: &Arc<StoreRoot>, lo: usize, hi: usize| LaunchArg {
-            root: root.clone(),
-            view: Rect::new(&[0], &[4]),
-            privilege: Privilege::Read,
-            overwrite: false,
-            rects: Arc::from(vec![Rect::new(&[lo], &[hi])]),
-            local: false,
-        };
         let args: crate::task::Args<LaunchArg> = roots
             .iter()
-            .flat_map(|r| [read(r, 0, 2), read(r, 1, 3)])
+            .flat_map(|r| [read_arg(r, 0, 2), read_arg(r, 1, 3)])
             .collect();
         let groups = ReadGroups::of(&args);
         let task = one_point_task(args, groups);
