@@ -209,12 +209,7 @@ impl StoreRoot {
     /// iteration) is neither zero-filled nor faulted in again.
     #[inline]
     pub(crate) fn data(&self) -> Option<&Data> {
-        let b = self.bound.get()?;
-        // The first call allocates, out of line: every view of every point calls this.
-        match b.data.get() {
-            Some(data) => Some(data),
-            None => Some(self.allocate(b)),
-        }
+        self.bound_data().map(|(_, data)| data)
     }
 
     /// [`StoreRoot::bound`] and [`StoreRoot::data`] together, the bound looked up once: a
@@ -222,6 +217,7 @@ impl StoreRoot {
     #[inline]
     pub(crate) fn bound_data(&self) -> Option<(&Bound, &Data)> {
         let b = self.bound.get()?;
+        // The first call allocates, out of line: every view of every point calls this.
         match b.data.get() {
             Some(data) => Some((b, data)),
             None => Some((b, self.allocate(b))),
@@ -284,7 +280,7 @@ impl StoreRoot {
     /// common answer (every point asks it of every store it reads).
     #[inline]
     pub(crate) fn poisoned(&self) -> Option<RuntimeError> {
-        if !self.tainted.load(Ordering::Acquire) {
+        if !self.tainted() {
             return None;
         }
         self.poison_error()
