@@ -629,19 +629,7 @@ impl<'a> TaskContext<'a> {
             return self.local_view(a, at, arg, exclusive);
         }
         let rect = &a.rects[self.point];
-        // A `write_all` argument's point writes every cell: old values need not be zeroed.
-        let ledger = &a.root.ledger;
-        let borrow = if exclusive && a.overwrite {
-            ledger.borrow_to_overwrite(*rect)
-        } else {
-            ledger.borrow(*rect, exclusive)
-        };
-        let borrow = borrow.unwrap_or_else(|other| {
-            panic!(
-                "internal error: sub-store {rect:?} of store#{} is in use ({other:?})",
-                a.root.id
-            )
-        });
+        let borrow = a.borrow_cells(*rect, exclusive);
         RawView::of_store(a, rect, Some(borrow))
     }
 

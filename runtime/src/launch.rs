@@ -1,6 +1,6 @@
 //! An index task after analysis, and what running its points and its finish step does.
 
-use crate::buffer::{Buf, Data};
+use crate::buffer::{Borrow, Buf, Data};
 use crate::context::{ReadGroups, TaskContext};
 use crate::dtype::{DType, Element, PosRange, ReduceOp, Scalar};
 use crate::error::RuntimeError;
@@ -31,6 +31,28 @@ pub(crate) struct LaunchArg {
     pub rects: Arc<[Rect]>,
     /// A fused task's temporary: each point works on scratch, the store is never touched.
     pub local: bool,
+}
+
+impl LaunchArg {
+    /// A point's (or a kernel-fused chunk loop's) borrow of the store's cells `rect`,
+    /// exclusive where it writes them. A `write_all` argument's cells are not zeroed first:
+    /// its body assigns every one before anything reads it, so a pool-recycled buffer skips
+    /// a pass over the whole store (bs22). The runtime's ordering of tasks makes a conflict
+    /// here a bug, hence the panic.
+    pub(crate) fn borrow_cells(&self, rect: Rect, exclusive: bool) -> Borrow<'_> {
+        let ledger = &self.root.ledger;
+        let borrow = if exclusive && self.overwrite {
+            ledger.borrow_to_overwrite(rect)
+        } else {
+            ledger.borrow(rect, exclusive)
+        };
+        borrow.unwrap_or_else(|other| {
+            panic!(
+                "internal error: sub-store {rect:?} of store#{} is in use ({other:?})",
+                self.root.id
+            )
+        })
+    }
 }
 
 /// What one point leaves behind for the finish step.

@@ -7,7 +7,7 @@ use super::FusedShape;
 use crate::buffer::{Borrow, Data};
 use crate::context::{Locals, TaskContext};
 use crate::dtype::Scalar;
-use crate::launch::{LaunchArg, Launched, PointOut};
+use crate::launch::{Launched, PointOut};
 use crate::rect::Rect;
 use crate::task::{Privilege, ScalarArg};
 use smallvec::SmallVec;
@@ -137,12 +137,9 @@ fn kernel_point(task: &Launched, shape: &FusedShape, point: usize) -> Option<Poi
             continue;
         }
         let rect = a.rects[point];
-        let b = borrow(a, rect).unwrap_or_else(|o| {
-            panic!(
-                "internal error: sub-store {rect:?} of store#{} is in use ({o:?})",
-                a.root.id
-            )
-        });
+        // Not zeroed where the sub-task naming it first promised `write_all`: each chunk's
+        // steps run in issue order, so that sub-task assigns the chunk before a later reads it.
+        let b = a.borrow_cells(rect, a.privilege.writes());
         borrows.push(b);
         let data = a.root.data().expect("bound");
         slots.push(Slot {
@@ -190,21 +187,6 @@ fn kernel_point(task: &Launched, shape: &FusedShape, point: usize) -> Option<Poi
         results,
         ..PointOut::default()
     })
-}
-
-/// The chunk loop's borrow of a store argument's cells `rect`, exclusive where it is written.
-/// A `write_all` argument (`overwrite`, from the sub-task naming it first) is not zeroed:
-/// that sub-task's body assigns every element of each chunk before a later step of the
-/// chunk reads it (the steps run in issue order), as `TaskContext::view` does for a point.
-/// On a pool-recycled output this skips a pass over the whole store (Black-Scholes' two
-/// 32 MiB outputs, bs22).
-fn borrow(a: &LaunchArg, rect: Rect) -> Result<Borrow<'_>, Rect> {
-    let ledger = &a.root.ledger;
-    if a.overwrite && a.privilege.writes() {
-        ledger.borrow_to_overwrite(rect)
-    } else {
-        ledger.borrow(rect, a.privilege.writes())
-    }
 }
 
 fn scalar_value(s: &ScalarArg) -> Scalar {
