@@ -26,9 +26,13 @@ use crate::rect::Rect;
 use smallvec::SmallVec;
 use std::sync::Arc;
 
+/// Inline up to two writers and two reader groups: a store made in a loop (each iteration's
+/// new vectors) has about that many before it is dropped, and its state is often freed on a
+/// worker (the last task holding the store), where freeing the issuer's allocations contends
+/// for the issuer's malloc arena.
 pub(crate) struct AccessState {
-    writers: Vec<(Rect, Arc<Node>)>,
-    readers: Vec<ReaderGroup>,
+    writers: SmallVec<[(Rect, Arc<Node>); 2]>,
+    readers: SmallVec<[ReaderGroup; 2]>,
     /// Group count at which groups of finished readers are next dropped.
     groups_prune_at: usize,
 }
@@ -36,8 +40,8 @@ pub(crate) struct AccessState {
 impl Default for AccessState {
     fn default() -> Self {
         AccessState {
-            writers: vec![],
-            readers: vec![],
+            writers: SmallVec::new(),
+            readers: SmallVec::new(),
             groups_prune_at: PRUNE_MIN,
         }
     }

@@ -462,7 +462,7 @@ impl Data {
                 base: buf.base() as usize,
                 size: std::mem::size_of::<T>(),
                 whole,
-                ranges,
+                ranges: ranges.into(),
             });
             (T::wrap(buf), stale)
         }
@@ -638,8 +638,9 @@ impl Active {
         }
     }
 
-    /// Every held borrow's rectangle and how it settles.
-    fn held(&self) -> Vec<(Rect, Settle)> {
+    /// Every held borrow's rectangle and how it settles (inline up to two: the borrow that
+    /// allocated a recycled buffer is usually the only one).
+    fn held(&self) -> smallvec::SmallVec<[(Rect, Settle); 2]> {
         let slots = self.slots.iter().filter(|&&w| w != 0);
         slots
             .map(|&w| (slot_rect(w), Settle::of_slot(w)))
@@ -662,28 +663,33 @@ pub(crate) struct Stale {
     size: usize,
     whole: Rect,
     /// Sorted, disjoint byte ranges of the buffer that still hold old values.
-    ranges: Vec<Range<usize>>,
+    ranges: Ranges,
 }
+
+/// Byte ranges of a buffer, inline up to two: a store's points claim their cells as they
+/// borrow them, on the workers, and a 1-d point's cells are one run (no allocation, whose
+/// free on another thread would contend for the allocating thread's arena).
+type Ranges = smallvec::SmallVec<[Range<usize>; 2]>;
 
 impl Stale {
     /// Removes `rect`'s cells from the stale ranges; returns the byte ranges removed.
-    fn claim(&mut self, rect: Rect) -> Vec<Range<usize>> {
-        let mut runs: Vec<Range<usize>> = Vec::new();
+    fn claim(&mut self, rect: Rect) -> Ranges {
+        let mut runs = Ranges::new();
         let size = self.size;
         // Row-major runs come in increasing order.
         rect.for_each_run(&self.whole, |start, len| {
             runs.push(start * size..(start + len) * size)
         });
         let (Some(first), Some(last)) = (runs.first(), runs.last()) else {
-            return Vec::new();
+            return Ranges::new();
         };
         // The stale ranges that can meet a run: a binary search each way.
         let a = self.ranges.partition_point(|r| r.end <= first.start);
         let b = self.ranges.partition_point(|r| r.start < last.end);
         if a >= b {
-            return Vec::new();
+            return Ranges::new();
         }
-        let (mut kept, mut claimed) = (Vec::new(), Vec::new());
+        let (mut kept, mut claimed) = (Ranges::new(), Ranges::new());
         let mut j = 0;
         for r in &self.ranges[a..b] {
             // Runs ending before `r` cannot meet it or any later range.
@@ -705,7 +711,8 @@ impl Stale {
                 kept.push(at..r.end);
             }
         }
-        self.ranges.splice(a..b, kept);
+        self.ranges.drain(a..b);
+        self.ranges.insert_many(a, kept);
         claimed
     }
 }
@@ -852,7 +859,7 @@ impl Ledger {
         // Set before the held borrows are listed: a borrow listed after this sees it (its
         // lock of `active` follows this one's), and one listed before is settled here.
         self.has_stale.store(true, Ordering::SeqCst);
-        let held: Vec<(Rect, Settle)> = {
+        let held = {
             let active = self.active.lock().unwrap_or_else(|e| e.into_inner());
             active.held()
         };
@@ -1075,7 +1082,7 @@ mod tests {
         let Data::U64(b) = &data else { unreachable!() };
         assert_eq!(b.base(), ptr, "the kept buffer, not a new one");
         assert_eq!(
-            stale.ranges,
+            stale.ranges.to_vec(),
             vec![0..len * 8],
             "every cell still holds an old value"
         );
@@ -1097,7 +1104,11 @@ mod tests {
         let (data, stale) = Data::reused(DType::U64, whole, &pool).expect("kept");
         let Data::U64(b) = &data else { unreachable!() };
         assert_eq!(b.base(), ptr, "the kept buffer, not a new one");
-        assert_eq!(stale.ranges, vec![0..len * 8], "every cell is stale");
+        assert_eq!(
+            stale.ranges.to_vec(),
+            vec![0..len * 8],
+            "every cell is stale"
+        );
         let short = Rect::new(&[0], &[len - 1]);
         assert!(Data::reused(DType::U64, short, &pool).is_none());
         for _ in 0..SMALL_KEPT + 3 {
@@ -1155,7 +1166,7 @@ mod tests {
         let (len, written) = (1 << 17, 3 * 512); // 1 MiB of u64; three pages written
         let (mut data, stale) = recycled(len, written);
         assert_eq!(
-            stale.ranges,
+            stale.ranges.to_vec(),
             vec![Range {
                 start: 0,
                 end: written * 8
@@ -1242,19 +1253,19 @@ mod tests {
             base: 0,
             size: 1,
             whole: Rect::new(&[0, 0], &[4, 8]),
-            ranges: vec![Range { start: 0, end: 32 }],
+            ranges: smallvec::smallvec![Range { start: 0, end: 32 }],
         };
         let claimed = s.claim(Rect::new(&[1, 2], &[3, 5]));
-        assert_eq!(claimed, [10..13, 18..21]);
-        assert_eq!(s.ranges, [0..10, 13..18, 21..32]);
+        assert_eq!(claimed[..], [10..13, 18..21]);
+        assert_eq!(s.ranges[..], [0..10, 13..18, 21..32]);
         // A rectangle over claimed and stale cells claims only the stale ones.
         assert_eq!(
-            s.claim(Rect::new(&[1, 0], &[3, 8])),
+            s.claim(Rect::new(&[1, 0], &[3, 8]))[..],
             [8..10, 13..16, 16..18, 21..24]
         );
-        assert_eq!(s.ranges, [0..8, 24..32]);
+        assert_eq!(s.ranges[..], [0..8, 24..32]);
         assert!(s.claim(Rect::new(&[1, 0], &[3, 8])).is_empty());
-        assert_eq!(s.claim(Rect::new(&[0, 0], &[4, 8])), [0..8, 24..32]);
+        assert_eq!(s.claim(Rect::new(&[0, 0], &[4, 8]))[..], [0..8, 24..32]);
         assert!(s.ranges.is_empty());
     }
 }

@@ -156,9 +156,11 @@ impl Rect {
             return;
         }
         let run = self.extent(n - 1);
-        let mut idx: Vec<usize> = self.lo().to_vec();
+        // A copy of `lo`, not a `Vec`: this runs for every borrow of a recycled buffer's cells
+        // (`buffer::Stale::claim`), on the workers, where an allocation is an arena lock.
+        let mut idx = self.lo;
         loop {
-            f(whole.linear(&idx), run);
+            f(whole.linear(&idx[..n]), run);
             // Advance the multi-index over all dimensions but the last.
             let mut d = n - 1;
             loop {

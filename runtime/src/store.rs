@@ -137,12 +137,16 @@ pub(crate) struct StoreRoot {
     cleared: AtomicU64,
 }
 
+/// A store's key partitions, most recent first: at most four (`solver::record_keys`), kept
+/// inline, since every new store gets one as its first task is solved.
+pub(crate) type Keys = smallvec::SmallVec<[PartitionId; 4]>;
+
 /// Analysis-side metadata, touched only by the issuing side.
 #[derive(Default)]
 pub(crate) struct RootMeta {
     pub access: AccessState,
     /// Key partitions: the last partition used for each view (by bounds) of the store.
-    pub keys: Vec<PartitionId>,
+    pub keys: Keys,
     /// Bumped on every write, so that images computed from old values are not reused.
     pub version: u64,
     /// For an unbound store: the node that will bind it.

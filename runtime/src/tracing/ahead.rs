@@ -18,7 +18,7 @@ use crate::context::ReadGroups;
 use crate::dtype::ReduceOp;
 use crate::fusion::FusedShape;
 use crate::launch::{LaunchArg, Launched};
-use crate::partition::{Domain, PartitionId};
+use crate::partition::Domain;
 use crate::rect::Rect;
 use crate::runtime::Plan;
 use crate::store::{StoreRoot, ViewKey};
@@ -660,8 +660,8 @@ fn is_image_src(t: &Issued, root: &Arc<StoreRoot>) -> bool {
 /// (postcondition), per store of the trace.
 pub(crate) struct Conditions {
     at: Vec<(usize, usize)>,
-    keys_before: Vec<Vec<PartitionId>>,
-    keys_after: Vec<Vec<PartitionId>>,
+    keys_before: Vec<crate::store::Keys>,
+    keys_after: Vec<crate::store::Keys>,
     /// For image sources: (store's index in `at`, its id, version at the start of the
     /// trace). An image is computed from the source's values: the same store at the same
     /// version (bumped by every write) has the same values; another store may not.
