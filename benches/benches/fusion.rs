@@ -12,7 +12,11 @@
 //! Black-Scholes is also written as 12 `tensor!(rt => ...)` statements (each compiled to an
 //! element-wise task) and timed fused vs window 1 vs the hand-registered tasks fused; CG is
 //! also written as 8 `tensor!` statements per iteration (its updates element-wise tasks with
-//! scalar operands) and timed fused vs unfused.
+//! scalar operands) and timed fused vs unfused. The CG and BiCGSTAB programs' vector updates
+//! are combined by hand (`x += (ρ / pq) p` is one task, so is the direction update): fusion
+//! finds little left to do there. CG is also written *naturally* (`cg natural`: one vector
+//! operation per task, a new vector for every result, 9 tasks an iteration, as the thesis'
+//! Figure 4.10 runs it) and timed fused vs unfused and against the combined tasks unfused.
 //!
 //! Programs: Black-Scholes over 5 arrays larger than the last-level cache (3 inputs, 2
 //! outputs, 19 tasks; `exp` and `ln` from [`tessera_benches::vmath`], written to vectorise,
@@ -33,8 +37,10 @@
 //! `TESSERA_BENCH_WINDOW` (window for the fused runs: `adaptive` (the default, at most
 //! `DEFAULT_WINDOW` tasks), `adaptive:N`, or a fixed window `N`), `TESSERA_BENCH_SWEEP=1`
 //! (also time the default against adaptive windows of other sizes),
-//! `TESSERA_BENCH_ONLY=black-scholes|cg|cg-tensor|bicgstab:fused|unfused|hand` (run one
-//! contestant alone, for profilers and instruction counts).
+//! `TESSERA_BENCH_ONLY=black-scholes|cg|cg-natural|cg-tensor|bicgstab:fused|unfused|hand` (run
+//! one contestant alone, for profilers and instruction counts; built with
+//! `--features tessera-runtime/timeline`, `TESSERA_TIMELINE=PATH` also writes the runtime's
+//! per-thread event log there, for `scripts/timeline_split.py`).
 
 use rayon::prelude::*;
 use std::time::Instant;
@@ -110,6 +116,17 @@ fn register(rt: &Runtime) -> Result<()> {
         let (ins, outs) = c.split();
         for (y, x) in outs[0].iter_mut().zip(ins[0].iter()) {
             *y += a * x;
+        }
+    })?;
+    // y = (num / den) * x: a step of a future scalar times a vector, as a new vector.
+    rt.register_elementwise::<f64>("scale_ratio", |c: &mut Chunk<'_, f64>| {
+        if c.is_empty() {
+            return;
+        }
+        let a = scalar(c, 0) / scalar(c, 1);
+        let (ins, outs) = c.split();
+        for (y, x) in outs[0].iter_mut().zip(ins[0].iter()) {
+            *y = a * x;
         }
     })?;
     // p = r + (num / den) * (p - w * v): the BiCGSTAB direction update (`w` 0 for CG).
@@ -408,6 +425,39 @@ fn axpy_ratio(rt: &Runtime, sign: f64, num: &Future, den: &Future, x: &Store, y:
         .expect("submit");
 }
 
+/// `(num / den) * x`, a new store (`write_all`, as in [`un`]).
+fn scale_ratio(rt: &Runtime, x: &Store, num: &Future, den: &Future) -> Store {
+    let n = x.shape().expect("bound")[0];
+    let y = rt.create(DType::F64, &[n]).expect("store");
+    rt.task("scale_ratio")
+        .read(x)
+        .write_all(&y)
+        .future(num)
+        .future(den)
+        .align(x, &y)
+        .submit()
+        .expect("submit");
+    y
+}
+
+/// One CG iteration as it is naturally written, one vector operation per task and a new vector
+/// for each result (`x = x + α p` as a scaling and an add, as NumPy or cuPyNumeric code is):
+/// the thesis' CG (Table 4.1: 12.1 tasks an iteration unfused, 4.1 fused), against
+/// [`cg_iteration`]'s tasks combined by hand. Same arithmetic as [`cg_hand`], rounded alike
+/// (`α p` is `(rs / pq) · p` in both).
+fn cg_natural_iteration(rt: &Runtime, a: &Csr, s: &mut Cg) {
+    let q = spmv(rt, a, &s.p);
+    let pq = dot(rt, &s.p, &q);
+    let alpha_p = scale_ratio(rt, &s.p, &s.rs, &pq);
+    s.x = bin(rt, "add", &s.x, &alpha_p);
+    let alpha_q = scale_ratio(rt, &q, &s.rs, &pq);
+    s.r = bin(rt, "sub", &s.r, &alpha_q);
+    let rs_new = dot(rt, &s.r, &s.r);
+    let beta_p = scale_ratio(rt, &s.p, &rs_new, &s.rs);
+    s.p = bin(rt, "add", &s.r, &beta_p);
+    s.rs = rs_new;
+}
+
 /// The CG state: iterate, residual, direction and `r·r`.
 struct Cg {
     x: Store,
@@ -436,8 +486,8 @@ fn cg_iteration(rt: &Runtime, a: &Csr, s: &mut Cg) {
     s.rs = rs_new;
 }
 
-/// Seconds per iteration of [`ITERS`] hand-loop CG iterations from `x = 0`.
-fn cg_hand_run(host: &HostCsr, b: &[f64]) -> f64 {
+/// Seconds per iteration of [`ITERS`] hand-loop CG iterations from `x = 0`, and the last `r·r`.
+fn cg_hand_run(host: &HostCsr, b: &[f64]) -> (f64, f64) {
     let n = b.len();
     let (mut x, mut r, mut p, mut q) = (vec![0.0; n], b.to_vec(), b.to_vec(), vec![0.0; n]);
     let mut rs: f64 = b.iter().map(|v| v * v).sum();
@@ -446,8 +496,7 @@ fn cg_hand_run(host: &HostCsr, b: &[f64]) -> f64 {
         for _ in 0..ITERS {
             cg_hand(host, &mut x, &mut r, &mut p, &mut q, &mut rs);
         }
-        std::hint::black_box(rs);
-        t0.elapsed().as_secs_f64() / ITERS as f64
+        (t0.elapsed().as_secs_f64() / ITERS as f64, rs)
     })
 }
 
@@ -663,7 +712,7 @@ fn bench_cg_statements(threads: usize, window: WindowPolicy, k: usize, reps: usi
         t0.elapsed().as_secs_f64() / ITERS as f64
     };
     let before = rts.each_ref().map(|rt| rt.stats());
-    let times = interleave(reps, || run(0), || run(1), || cg_hand_run(&host, &b));
+    let times = interleave(reps, || run(0), || run(1), || cg_hand_run(&host, &b).0);
     per_iteration(&rts, &before, times, reps)
 }
 
@@ -768,15 +817,15 @@ struct Measured {
     stats_unfused: Stats,
 }
 
-/// `TESSERA_BENCH_ONLY=PROGRAM:CONTESTANT` (`black-scholes`, `cg`, `cg-tensor` or
-/// `bicgstab`; `fused`, `unfused` or `hand`): run that one alone, `REPS + 1` times, for a
+/// `TESSERA_BENCH_ONLY=PROGRAM:CONTESTANT` (`black-scholes`, `cg`, `cg-natural`, `cg-tensor`
+/// or `bicgstab`; `fused`, `unfused` or `hand`): run that one alone, `REPS + 1` times, for a
 /// profiler or an instruction count (`valgrind --tool=cachegrind`; two values of
 /// `TESSERA_BENCH_REPS` give the count per run).
 fn only() -> Option<(String, String)> {
     let s = std::env::var("TESSERA_BENCH_ONLY").ok()?;
     let bad = || panic!("TESSERA_BENCH_ONLY={s}: expected PROGRAM:fused|unfused|hand");
     let (program, who) = s.split_once(':').unwrap_or_else(bad);
-    let programs = ["black-scholes", "cg", "cg-tensor", "bicgstab"];
+    let programs = ["black-scholes", "cg", "cg-natural", "cg-tensor", "bicgstab"];
     if !programs.contains(&program) || !["fused", "unfused", "hand"].contains(&who) {
         bad();
     }
@@ -817,6 +866,7 @@ fn main() {
         let m = match &*program {
             "black-scholes" => bench_black_scholes(threads, window, bs_n, reps),
             "cg" => bench_cg(threads, window, cg_k, sreps),
+            "cg-natural" => bench_cg_natural(threads, window, cg_k, sreps),
             "cg-tensor" => bench_cg_statements(threads, window, cg_k, sreps),
             _ => bench_bicgstab(threads, window, cg_k, sreps),
         };
@@ -829,6 +879,13 @@ fn main() {
             "{program} {who}: {:.4} ms per run or iteration, {s:?}",
             t * 1e3
         );
+        // Built with `--features tessera-runtime/timeline`: the per-thread event log of the
+        // runs (`scripts/timeline_split.py`).
+        if let Some(path) = std::env::var_os("TESSERA_TIMELINE") {
+            if !tessera_runtime::timeline::dump(std::path::Path::new(&path)).expect("dump") {
+                eprintln!("TESSERA_TIMELINE: built without the `timeline` feature");
+            }
+        }
         return;
     }
     let copy_bw = copy_bandwidth(bs_n, reps);
@@ -921,6 +978,27 @@ fn main() {
         false,
     );
     report_tasks(&mut table, "cg", &cg);
+
+    // The thesis' comparison (Figure 4.10): CG as naturally written, fused, against itself
+    // unfused and against the tasks above, which combine its vector updates by hand.
+    let cgn = bench_cg_natural(threads, window, cg_k, sreps);
+    table.row(
+        "cg natural iteration fused vs unfused",
+        "ms",
+        cgn.fused * 1e3,
+        "unfused",
+        cgn.unfused * 1e3,
+        false,
+    );
+    table.row(
+        "cg natural fused vs combined tasks unfused",
+        "ms",
+        cgn.fused * 1e3,
+        "combined",
+        cg.unfused * 1e3,
+        false,
+    );
+    report_tasks(&mut table, "cg natural", &cgn);
 
     let cgs = bench_cg_statements(threads, window, cg_k, sreps);
     table.row(
@@ -1022,6 +1100,11 @@ fn main() {
     }
     table.figure("cg_speedup_vs_unfused", cg.unfused / cg.fused);
     table.figure("cg_hand_vs_unfused", cg.unfused / cg.hand);
+    table.figure("cg_natural_speedup_vs_unfused", cgn.unfused / cgn.fused);
+    table.figure(
+        "cg_natural_fused_vs_combined_unfused",
+        cg.unfused / cgn.fused,
+    );
     table.figure("cg_statements_speedup_vs_unfused", cgs.unfused / cgs.fused);
     table.figure(
         "cg_statements kernel-fused launches per iteration",
@@ -1324,6 +1407,20 @@ fn problem(threads: usize, window: WindowPolicy, k: usize) -> Problem {
 const ITERS: usize = 100;
 
 fn bench_cg(threads: usize, window: WindowPolicy, k: usize, reps: usize) -> Measured {
+    bench_cg_with(threads, window, k, reps, cg_iteration)
+}
+
+fn bench_cg_natural(threads: usize, window: WindowPolicy, k: usize, reps: usize) -> Measured {
+    bench_cg_with(threads, window, k, reps, cg_natural_iteration)
+}
+
+fn bench_cg_with(
+    threads: usize,
+    window: WindowPolicy,
+    k: usize,
+    reps: usize,
+    iteration: fn(&Runtime, &Csr, &mut Cg),
+) -> Measured {
     let Problem {
         host,
         n,
@@ -1331,6 +1428,7 @@ fn bench_cg(threads: usize, window: WindowPolicy, k: usize, reps: usize) -> Meas
         rts,
         mats,
     } = problem(threads, window, k);
+    // `ITERS` iterations from `x = 0` on runtime `i`: seconds per iteration and the last `r·r`.
     let run = |i: usize| {
         let rt = &rts[i];
         let r = rt.from_vec(&[n], b.clone()).expect("store");
@@ -1341,17 +1439,30 @@ fn bench_cg(threads: usize, window: WindowPolicy, k: usize, reps: usize) -> Meas
         let mut st = Cg { x, r, p, rs };
         let t0 = Instant::now();
         for _ in 0..ITERS {
-            cg_iteration(rt, &mats[i], &mut st);
+            iteration(rt, &mats[i], &mut st);
         }
         let v = st.rs.get().expect("rs").as_f64();
         rt.fence().expect("fence");
-        let el = t0.elapsed().as_secs_f64() / ITERS as f64;
-        std::hint::black_box(v);
-        el
+        (t0.elapsed().as_secs_f64() / ITERS as f64, v)
     };
     let before = rts.each_ref().map(|rt| rt.stats());
-    let times = interleave(reps, || run(0), || run(1), || cg_hand_run(&host, &b));
-    per_iteration(&rts, &before, times, reps)
+    let times = interleave(reps, || run(0).0, || run(1).0, || cg_hand_run(&host, &b).0);
+    let m = per_iteration(&rts, &before, times, reps);
+    if only().is_none() {
+        // Fusion must not change a bit; the hand loop sums its dots in another order.
+        let ((_, fused), (_, unfused)) = (run(0), run(1));
+        assert_eq!(
+            fused.to_bits(),
+            unfused.to_bits(),
+            "fused CG differs from unfused"
+        );
+        let (_, hand) = cg_hand_run(&host, &b);
+        assert!(
+            (fused - hand).abs() <= 1e-9 * hand.abs(),
+            "CG's r·r after {ITERS} iterations: {fused} on the runtime, {hand} by the hand loop"
+        );
+    }
+    m
 }
 
 /// The figures of one program: times, and the fused and unfused runtimes' counters per unit
