@@ -640,8 +640,6 @@ fn sort_and_build(
         };
         let out =
             stitch::convert_merged(&source, &text, output, format, opts, temp_parent, progress)?;
-        // The held runs' pages freed on every core, not one (see `MergeSource::release`).
-        source.release(crate::chunks::parse_threads());
         return Ok(ConvertReport {
             entries_read: sorted.entries,
             entries_written: out.entries_written,

@@ -1469,52 +1469,6 @@ pub(crate) struct MergeSource {
     _temp: tempfile::TempDir,
 }
 
-impl MergeSource {
-    /// Frees the runs held in memory on up to `threads` threads, each a share of about equal
-    /// bytes. Freeing is unmapping their pages, serial work after the final merge: on the
-    /// bench's 263 MB unsorted `.tns` at 256 MiB, ~180 MB held, about 28 ms on one core
-    /// with the other idle (4-5% of the conversion's wall time).
-    pub(crate) fn release(mut self, threads: usize) {
-        let runs = std::mem::take(&mut self.runs);
-        let held: Vec<usize> = runs
-            .iter()
-            .map(|r| r.held.as_ref().map_or(0, |h| h.len()))
-            .collect();
-        let mut parts = Vec::new();
-        let mut runs = runs.into_iter();
-        for n in shares(&held, threads) {
-            parts.push(runs.by_ref().take(n).collect::<Vec<Run>>());
-        }
-        let mine = parts.pop().unwrap_or_default();
-        std::thread::scope(|scope| {
-            for part in parts {
-                scope.spawn(move || drop(part));
-            }
-            drop(mine);
-        });
-    }
-}
-
-/// Counts of consecutive items, at most `parts` of them and none empty but for no items at
-/// all, whose `sizes` add up to about equal shares: each share closes once it holds its
-/// part of the total.
-fn shares(sizes: &[usize], parts: usize) -> Vec<usize> {
-    let total: usize = sizes.iter().sum();
-    let per = total.div_ceil(parts.max(1)).max(1);
-    let mut counts = vec![0usize];
-    let mut in_share = 0;
-    for &n in sizes {
-        if in_share >= per && counts.len() < parts.max(1) {
-            counts.push(0);
-            in_share = 0;
-        }
-        *counts.last_mut().expect("a share") += 1;
-        in_share += n;
-    }
-    counts.retain(|&c| c > 0);
-    counts
-}
-
 impl SortedSource for MergeSource {
     fn scan(
         &mut self,
@@ -2392,25 +2346,6 @@ mod tests {
 
     /// Many runs shorter than the sampling step (38 runs of one entry) once left no
     /// samples at all and the range cut indexed an empty list.
-    /// Held runs are freed in shares of about equal bytes on every thread, every run once.
-    #[test]
-    fn held_runs_are_freed_in_equal_shares() {
-        assert_eq!(super::shares(&[], 2), Vec::<usize>::new());
-        assert_eq!(super::shares(&[5], 2), vec![1]);
-        assert_eq!(super::shares(&[4, 4, 4, 4], 2), vec![2, 2]);
-        assert_eq!(super::shares(&[4, 4, 4, 4, 1], 2), vec![3, 2]);
-        assert_eq!(super::shares(&[9, 1, 1, 1], 2), vec![1, 3]);
-        assert_eq!(super::shares(&[0, 0, 0], 2), vec![3]);
-        assert_eq!(super::shares(&[3, 3, 3], 1), vec![3]);
-        assert_eq!(super::shares(&[3, 3, 3], 0), vec![3]);
-        for parts in 1..5 {
-            let sizes = [7, 1, 0, 3, 3, 8, 2, 2, 5];
-            let counts = super::shares(&sizes, parts);
-            assert!(counts.len() <= parts && counts.iter().all(|&c| c > 0));
-            assert_eq!(counts.iter().sum::<usize>(), sizes.len());
-        }
-    }
-
     #[test]
     fn runs_shorter_than_the_sampling_step_are_sampled() {
         check_ranges(1, 1, 38, 1, 19, false, 0).unwrap();
