@@ -432,12 +432,18 @@ fn parse_block(
     let packing = how.packing.as_ref();
     // The rank chosen once per block, not per line: the scanner's coordinates are then a
     // fixed array, copied into the chunk (or packed) without a loop of pushes.
-    match (how.scan, rank) {
-        (true, 1) => parse_lines::<1>(block, rank, dims, (parse, packing), chunk),
-        (true, 2) => parse_lines::<2>(block, rank, dims, (parse, packing), chunk),
-        (true, 3) => parse_lines::<3>(block, rank, dims, (parse, packing), chunk),
-        (true, 4) => parse_lines::<4>(block, rank, dims, (parse, packing), chunk),
-        _ => parse_lines::<0>(block, rank, dims, (parse, packing), chunk),
+    // Packing too: the loop then holds no per-line choice between pairs and coordinates.
+    let args = (parse, packing);
+    match (how.scan, rank, packing.is_some()) {
+        (true, 1, false) => parse_lines::<1, false>(block, rank, dims, args, chunk),
+        (true, 2, false) => parse_lines::<2, false>(block, rank, dims, args, chunk),
+        (true, 3, false) => parse_lines::<3, false>(block, rank, dims, args, chunk),
+        (true, 4, false) => parse_lines::<4, false>(block, rank, dims, args, chunk),
+        (true, 1, true) => parse_lines::<1, true>(block, rank, dims, args, chunk),
+        (true, 2, true) => parse_lines::<2, true>(block, rank, dims, args, chunk),
+        (true, 3, true) => parse_lines::<3, true>(block, rank, dims, args, chunk),
+        (true, 4, true) => parse_lines::<4, true>(block, rank, dims, args, chunk),
+        _ => parse_lines::<0, false>(block, rank, dims, args, chunk),
     }
 }
 
@@ -507,8 +513,8 @@ fn mirror_lines(
 }
 
 /// [`parse_block`], with the one-pass scanner for rank `R` (`R` = `rank`), or without it
-/// (`R` = 0).
-fn parse_lines<const R: usize>(
+/// (`R` = 0); `P`: the scanned lines' keys packed (`packing` is set).
+fn parse_lines<const R: usize, const P: bool>(
     block: &[u8],
     rank: usize,
     dims: Option<&[u64]>,
@@ -526,42 +532,38 @@ fn parse_lines<const R: usize>(
     // levels below its own), so that packing unrolls into shifts and ORs, with no index
     // through the level order. A shift of 64 belongs to an empty field, whose coordinate
     // the declared bounds (checked on every scanned line) hold at 0.
-    let shifts: Option<[u32; R]> = packing.filter(|_| R > 0).map(|p| {
-        let mut shifts = [0u32; R];
+    let mut shifts = [0u32; R];
+    if let Some(p) = packing.filter(|_| R > 0) {
         for (k, &m) in p.order.iter().enumerate() {
             shifts[m] = p.bits[k + 1..].iter().sum();
         }
-        shifts
-    });
+    }
     let mut coords = vec![0u64; rank];
     let mut fixed = [0u64; R];
-    // The declared bounds of the scanned lines as an array (a mode without one: no bound),
-    // checked without a branch or an iterator per coordinate.
-    let bounds: Option<[u64; R]> =
-        dims.map(|d| std::array::from_fn(|k| d.get(k).copied().unwrap_or(u64::MAX)));
+    // The declared bounds of the scanned lines as an array (a mode without one, or no
+    // declared dimensions: `u64::MAX`, above every scanned coordinate, as a scanned number
+    // is at least 1), checked without a branch or an iterator per coordinate.
+    let bounds: [u64; R] =
+        std::array::from_fn(|k| dims.and_then(|d| d.get(k).copied()).unwrap_or(u64::MAX));
+    // One count per line: every line but one at the block's end without a newline ends
+    // with one, and every line holds an entry but those counted `no_entry` (comments, blank
+    // lines, an error); the scanned lines' loop then counts nothing else (its counters
+    // lived on the stack, beside the scanner's registers).
     let mut start = 0;
     let mut line_no = 0u64;
-    let mut newlines = 0u64;
-    let mut entry_lines = 0u64;
+    let mut no_entry = 0u64;
     while start < block.len() {
         if R > 0 {
             if let Some((v, next)) = crate::numbers::entry_line::<R>(block, start, &mut fixed)
-                .filter(|_| {
-                    bounds.is_none_or(|d| (0..R).fold(true, |ok, k| ok & (fixed[k] < d[k])))
-                })
+                .filter(|_| (0..R).fold(true, |ok, k| ok & (fixed[k] < bounds[k])))
             {
                 line_no += 1;
-                entry_lines += 1;
-                newlines += u64::from(block[next - 1] == b'\n');
-                match &shifts {
-                    Some(shifts) => {
-                        let key = (0..R).fold(0u64, |p, m| p | fixed[m].wrapping_shl(shifts[m]));
-                        chunk.pairs.push([key, v.to_bits()]);
-                    }
-                    None => {
-                        chunk.coords.extend_from_slice(&fixed);
-                        chunk.vals.push(v);
-                    }
+                if P {
+                    let key = (0..R).fold(0u64, |p, m| p | fixed[m].wrapping_shl(shifts[m]));
+                    chunk.pairs.push([key, v.to_bits()]);
+                } else {
+                    chunk.coords.extend_from_slice(&fixed);
+                    chunk.vals.push(v);
                 }
                 start = next;
                 continue;
@@ -570,15 +572,11 @@ fn parse_lines<const R: usize>(
         let end = memchr::memchr(b'\n', &block[start..]).map(|i| start + i);
         let mut line = &block[start..end.unwrap_or(block.len())];
         line_no += 1;
-        if end.is_some() {
-            newlines += 1;
-        }
         if let Some(stripped) = line.strip_suffix(b"\r") {
             line = stripped;
         }
         match parse(line, &mut coords, dims) {
             Ok(Some(v)) => {
-                entry_lines += 1;
                 match packing {
                     Some(p) => chunk
                         .pairs
@@ -593,13 +591,13 @@ fn parse_lines<const R: usize>(
                     }
                 }
             }
-            Ok(None) => {}
+            Ok(None) => no_entry += 1,
             Err((column, kind)) => {
                 return Parsed {
                     chunk,
-                    newlines,
+                    newlines: line_no - u64::from(end.is_none()),
                     bytes: block.len() as u64,
-                    lines: entry_lines,
+                    lines: line_no - no_entry - 1,
                     error: Some((line_no, column, kind)),
                 };
             }
@@ -608,9 +606,9 @@ fn parse_lines<const R: usize>(
     }
     Parsed {
         chunk,
-        newlines,
+        newlines: line_no - u64::from(block.last().is_some_and(|&b| b != b'\n')),
         bytes: block.len() as u64,
-        lines: entry_lines,
+        lines: line_no - no_entry,
         error: None,
     }
 }
@@ -622,4 +620,58 @@ pub(crate) fn parse_threads() -> usize {
         .map(|n| n.get())
         .unwrap_or(1)
         .min(4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_block, Chunk, How, KeyPacking};
+
+    /// The counts a block hands out (newlines for the next block's line numbers, entry
+    /// lines for the `.mtx` entry count, the line of an error), which the scanned lines'
+    /// loop derives from one count per line: checked against the text itself, with and
+    /// without packed keys, over comments, blank lines, CRLF ends, lines the scanner leaves
+    /// to the line parser, a last line with or without its newline, and an error.
+    #[test]
+    fn block_counts_follow_the_text() {
+        let blocks: [&[u8]; 6] = [
+            b"1 2 3 1.5\n2 2 2 2.5\n",
+            b"1 2 3 1.5\n# note\n\n2 2 2 -2.5e1\r\n3 1 1 4\n3 3 3 0.5",
+            b"# c\n1 2 3 1.5\r\n",
+            b"\n\n",
+            b"1 2 3 1.5\n2  2\t2 1\n# x",
+            b"",
+        ];
+        let dims = [3u64, 3, 3];
+        for packing in [None, KeyPacking::of(&dims, &[0, 1, 2], &[2, 2, 2])] {
+            let how = How {
+                scan: true,
+                packing: packing.clone(),
+                mirror: None,
+            };
+            for text in blocks {
+                let parse = crate::tns::parse_line as super::LineParser;
+                let p = parse_block(text, 3, Some(&dims), (parse, &how), Chunk::default());
+                let newlines = text.iter().filter(|&&b| b == b'\n').count() as u64;
+                let entries = match &packing {
+                    Some(_) => p.chunk.pairs.len(),
+                    None => p.chunk.vals.len(),
+                };
+                assert_eq!(p.newlines, newlines, "{:?}", String::from_utf8_lossy(text));
+                assert_eq!(
+                    p.lines,
+                    entries as u64,
+                    "{:?}",
+                    String::from_utf8_lossy(text)
+                );
+                assert!(p.error.is_none());
+            }
+            // An error on line 4 (of 5): the entries before it, and its line.
+            let text = b"1 2 3 1.5\n# c\n2 2 2 1\n9 9 9 1\n1 1 1 1\n";
+            let parse = crate::tns::parse_line as super::LineParser;
+            let p = parse_block(text, 3, Some(&dims), (parse, &how), Chunk::default());
+            assert_eq!(p.lines, 2);
+            assert_eq!(p.error.map(|e| e.0), Some(4));
+            assert_eq!(p.newlines, 4);
+        }
+    }
 }

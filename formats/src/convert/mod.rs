@@ -229,6 +229,49 @@
 //! which goes the same way, so it is predicted; and with the level known only as a
 //! number, `Batch::put` is no longer specialised per level. The patch is kept outside the
 //! tree (`/tmp/conv21/narrow_and_tests.diff`; its tests are in the tree).
+//!
+//! conv23 (issue 16, load 3.3-7.2: another helper building on the two cores). Where the
+//! unsorted `.tns` job's time goes, by phase (`perf record -F 4000 -e cpu-clock`, the bench's
+//! 263 MB file at 256 MiB, samples binned per 40 ms against two cores' worth): collecting
+//! runs (parse workers, the reader thread's `read`, this thread's copy into the run buffer,
+//! the spill threads' distribution into held runs) ~0.40 s at 82-97% of both cores; the
+//! bucketed final merge ~0.18 s at 99-100%; then ~28 ms on one core (`munmap` of the ~180
+//! MB of held runs when the merge source drops). Page faults of fresh held runs (clear_page,
+//! the fault path) are ~8% of the samples. Callgrind (the generator's 64 MiB unsorted `.tns`,
+//! 2,796,202 entries): `parse_block` 1,009.3 M instructions (361 an entry) against the parse
+//! floor's 841.5 M (301) on the same file; its loop kept the block's pointer and length,
+//! the three line counters and the coordinates on the stack, and chose per line between
+//! packed pairs and coordinates and whether bounds were declared. Since (conv23): the
+//! packing is chosen per block (`chunks::parse_lines::<R, P>`), the bounds are an array
+//! (`u64::MAX` where none is declared), and the loop counts only lines (newlines and entry
+//! lines follow: every line but a last one at the block's end ends with a newline, and
+//! every line holds an entry but those the line parser finds none in, or an error in):
+//! `parse_block` 1,009.3 M -> 953.4 M (361 -> 341 an entry), the whole job 1,835.2 M ->
+//! 1,779.4 M; unsorted `.mtx` (the generator's 64 MiB, 2,796,202 entries) `parse_block`
+//! 816.4 M -> 757.6 M (292 -> 271), the job 1,517.8 M -> 1,459.5 M. Output cmp-identical
+//! (the bench's unsorted `.tns` and `.mtx` at 16, 64 and 256 MiB, the generator's 64 MiB
+//! ones at 256 MiB); the block counts are pinned by `chunks::tests`. Interleaved single jobs
+//! (15 rounds, `TESSERA_BENCH_JOB=convert chrt -f 1 taskset -c 0,1`, 256 MiB, load 5.4-7.2,
+//! medians): unsorted `.tns` 0.600 -> 0.584 s (CPU 1.11 -> 1.10 s), unsorted `.mtx` 0.492 /
+//! 0.495 s (within noise). The whole bench (`TESSERA_BENCH_CONVERSION_BUDGETS=16,64,256`,
+//! interleaved new, old, old, new at load 4.6-7.2): unsorted ÷ sorted `.tns` 2.38, 2.39 (old
+//! 2.49, 2.57), `.mtx` 3.04, 2.76 (old 2.57, 2.92: its runs moved 0.47-0.57 s either way);
+//! unsorted CPU 1.06, 1.05 s (old 1.19, 1.09 s); peak RSS within every budget (unsorted
+//! `.mtx` at 16 MiB 13.6-13.7 MiB). Tried and left out: (1) the held runs freed on every core after the
+//! final merge (`MergeSource::release`: the runs cut into shares of equal bytes, one scoped
+//! thread each): the tail fell from ~28 to ~20 ms in a profile (the two `munmap`s contend),
+//! but interleaved single jobs (15 rounds, load 4-5.7) gave unsorted `.tns` 0.5555 -> 0.5596
+//! s and `.mtx` 0.4486 -> 0.4484 s: kept outside the tree (`/tmp/conv23/release.diff`). (2)
+//! More parser blocks in flight (`chunks::ParallelParser`, at most 3 per worker instead of 2,
+//! so that the parser runs on through a spill): 0.569 -> 0.579 s (15 rounds), peak RSS +5
+//! MiB. (3) A separate loop over the lines of the common shape (`scan_packed`, breaking out
+//! to the general loop at the first other line) before the counters changed: 1,009.3 M ->
+//! 1,012.1 M, as LLVM had laid out the same loop. What is left above the floor in
+//! `parse_block` (~40 instructions an entry): the pointer and length reloaded from the stack
+//! at every field (the floor's loop spills them too), the bounds compares, the key's shifts
+//! and the push. The idle core-time while runs are collected (~10%, ~40 ms of core time)
+//! was not traced to one wait; the next step is `perf sched` (or `sched_switch` with
+//! wakeups) on that phase to see which thread the others wait for around each spill.
 
 mod back;
 mod blocks;
