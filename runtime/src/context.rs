@@ -1157,6 +1157,7 @@ mod tests {
             failure: Mutex::new(None),
             has_finish: false,
             dist: None,
+            kept_rects: Default::default(),
         }
     }
 

@@ -1943,6 +1943,7 @@ impl Inner {
             failure: Mutex::new(None),
             has_finish,
             dist,
+            kept_rects: Default::default(),
         })
     }
 
