@@ -1157,7 +1157,6 @@ mod tests {
             failure: Mutex::new(None),
             has_finish: false,
             dist: None,
-            kept_rects: Default::default(),
         }
     }
 

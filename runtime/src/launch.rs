@@ -96,11 +96,6 @@ pub(crate) struct Launched {
     pub has_finish: bool,
     /// Across ranks: the task's place in the replicated stream (`None` on one rank).
     pub dist: Option<crate::replicate::finish::Dist>,
-    /// An emptied task's sub-store lists, last argument first ([`Launched::empty`]): a
-    /// recording's, which keep no store alive. Renewing the task for the same recorded task
-    /// moves them back instead of cloning the recording's (`SolvedTask::renew`, metg23).
-    /// Empty in a live task.
-    pub kept_rects: Args<Arc<[Rect]>>,
 }
 
 impl Launched {
@@ -156,16 +151,8 @@ impl Launched {
             failure,
             has_finish: _,
             dist,
-            kept_rects,
         } = self;
-        // The stores go; the sub-store lists stay for the next renewal (an `Arc<[Rect]>`
-        // cloned at every launch and dropped at every end was two atomic read-modify-writes
-        // per argument, on the line whose rectangles every point reads).
-        // Popped (no `Drain` to build and drop): the lists are kept last argument first.
-        kept_rects.clear();
-        while let Some(a) = args.pop() {
-            kept_rects.push(a.rects);
-        }
+        args.clear();
         *read_groups = ReadGroups::default();
         scalars.clear();
         results.clear();

@@ -1943,7 +1943,6 @@ impl Inner {
             failure: Mutex::new(None),
             has_finish,
             dist,
-            kept_rects: Default::default(),
         })
     }
 

@@ -139,12 +139,7 @@ impl Compiled {
     pub(crate) fn take_spare_tasks(&self, n: usize) -> Vec<Arc<Launched>> {
         let mut spare = self.spare_tasks.lock();
         let keep = spare.len().saturating_sub(n);
-        // Reversed: the replay pops them, so its j-th task renews the j-th task of an ended
-        // run (the same recorded task when every one came back: its kept sub-store lists
-        // are the ones it launches with, `Launched::kept_rects`).
-        let mut tasks = spare.split_off(keep);
-        tasks.reverse();
-        tasks
+        spare.split_off(keep)
     }
 
     /// Ended runs' node lists kept for renewal.

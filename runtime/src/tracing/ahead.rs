@@ -376,10 +376,12 @@ impl SolvedTask {
     /// workers free missed its thread cache, and the new task was copied into its `Arc`).
     ///
     /// The held task stays where it is held (moving it out took two copies per task) but
-    /// gives up what the launch keeps: its arguments' stores, scalars and result are taken,
-    /// its name and body swapped for the spare's (metg23). Cloning them and dropping the held
-    /// task's copies was two atomic read-modify-writes per reference, ~14 per stencil task.
-    /// The caller drops the held task right after, so nothing reads what was taken.
+    /// gives up what the launch keeps without a copy: its scalars and result are taken, its
+    /// name and body swapped for the spare's (metg23: a clone and the held copy's drop were
+    /// two atomic read-modify-writes per reference). Its arguments are read: taking their
+    /// stores too (`SmallVec::drain`) saved 8 atomics a task but cost ~80 instructions more
+    /// than it saved, and was slower on the stencil (runtime/DESIGN.md, metg23). The caller
+    /// drops the held task right after, so nothing reads what was taken.
     pub(crate) fn launch(
         &self,
         t: &mut Issued,
@@ -408,7 +410,7 @@ impl SolvedTask {
             body: t.body.clone(),
             domain: self.domain,
             token: self.token,
-            roots: Launched::hold_roots(args.iter().map(|a| &a.root)),
+            roots: Launched::hold_roots(t.args.iter().map(|a| &a.root)),
             args,
             read_groups,
             scalars: std::mem::take(&mut t.scalars),
@@ -419,7 +421,6 @@ impl SolvedTask {
             failure: Mutex::new(None),
             has_finish,
             dist: None,
-            kept_rects: Default::default(),
         })
     }
 
@@ -444,7 +445,6 @@ impl SolvedTask {
             failure,
             has_finish,
             dist,
-            kept_rects,
         } = l;
         *position = at;
         // Swapped, not cloned: the held task drops the spare's (the same ones, as a rule).
@@ -452,7 +452,7 @@ impl SolvedTask {
         std::mem::swap(body, &mut t.body);
         *domain = self.domain;
         *token = self.token;
-        self.push_args(t, args, kept_rects);
+        self.push_args(t, args);
         read_groups.clone_from(&self.read_groups);
         read_groups.verify(args, |j| self.args.get(j).map(|a| &a.1));
         // The spare's list is empty ([`Launched::empty`]): the held task drops it.
@@ -463,7 +463,7 @@ impl SolvedTask {
         }
         *fused = None;
         roots.clear();
-        Launched::hold_roots_into(args.iter().map(|a| &a.root), roots);
+        Launched::hold_roots_into(t.args.iter().map(|a| &a.root), roots);
         *remaining.get_mut() = points;
         outs.clear();
         if finish {
@@ -476,33 +476,25 @@ impl SolvedTask {
 
     /// `t`'s arguments with the recorded views and sub-stores. Pushed one by one: `collect`
     /// went through `SmallVec::extend`'s general path, twice the instructions.
-    fn launch_args(&self, t: &mut Issued) -> Args<LaunchArg> {
+    fn launch_args(&self, t: &Issued) -> Args<LaunchArg> {
         let mut args: Args<LaunchArg> = Args::new();
-        self.push_args(t, &mut args, &mut Args::new());
+        self.push_args(t, &mut args);
         args
     }
 
-    /// [`SolvedTask::launch_args`] into `args` (emptied first). `t`'s arguments are taken:
-    /// their stores move into the launch. `kept`: a spare task's sub-store lists, last
-    /// argument first ([`Launched::kept_rects`], emptied here); one that is the recorded list
-    /// of the same argument is moved back, any other dropped and the recorded one cloned.
-    fn push_args(&self, t: &mut Issued, args: &mut Args<LaunchArg>, kept: &mut Args<Arc<[Rect]>>) {
+    /// [`SolvedTask::launch_args`] into `args` (emptied first).
+    fn push_args(&self, t: &Issued, args: &mut Args<LaunchArg>) {
         args.clear();
-        for (a, (view, rects)) in t.args.drain(..).zip(&self.args) {
-            let rects = match kept.pop() {
-                Some(k) if Arc::ptr_eq(&k, rects) => k,
-                _ => rects.clone(),
-            };
+        for (a, (view, rects)) in t.args.iter().zip(&self.args) {
             args.push(LaunchArg {
-                root: a.root,
+                root: a.root.clone(),
                 view: *view,
                 privilege: a.privilege,
                 overwrite: a.overwrite,
-                rects,
+                rects: rects.clone(),
                 local: false,
             });
         }
-        kept.clear();
     }
 }
 
@@ -549,7 +541,6 @@ pub(crate) fn launch_fused(
         failure: Mutex::new(None),
         has_finish,
         dist: None,
-        kept_rects: Default::default(),
     })
 }
 
@@ -579,11 +570,8 @@ fn renew_fused(
         failure,
         has_finish,
         dist,
-        kept_rects,
     } = l;
     *position = at;
-    // A fused task's lists are the cuts' own: the kept ones (another task's) go.
-    kept_rects.clear();
     name.clone_from(&shape.name);
     body.clone_from(fused_body);
     *domain = solved[0].domain;
@@ -744,6 +732,7 @@ impl Conditions {
 mod tests {
     use super::*;
     use crate::dtype::DType;
+    use crate::future::FutureCell;
     use crate::store::ViewKey;
     use crate::task::{IssuedArg, Privilege};
 
@@ -782,70 +771,63 @@ mod tests {
         }
     }
 
-    fn solved(rects: &[&Arc<[Rect]>]) -> SolvedTask {
+    fn solved(n: usize) -> SolvedTask {
         let whole = Rect::from_shape(&[4]);
+        let lists: Arc<[Rect]> = Arc::from(vec![Rect::new(&[0], &[2]), Rect::new(&[2], &[4])]);
         SolvedTask {
             domain: Domain::new(&[2]).unwrap(),
             token: 0,
-            args: rects.iter().map(|&r| (whole, r.clone())).collect(),
+            args: (0..n).map(|_| (whole, lists.clone())).collect(),
             read_groups: ReadGroups::default(),
         }
     }
 
-    /// A launch takes the held task's stores (no clone: the held task is dropped next), an
-    /// emptied task keeps its sub-store lists but no store, renewing it for the task whose
-    /// lists they are moves them back (metg23), and a spare's lists that are another task's
-    /// are never launched with: they are let go and the recorded ones used. Counted in
-    /// references; fails with `empty` keeping no lists, with kept lists left in a live task,
-    /// and with a kept list used without comparing it to the recorded one.
+    fn with_result(mut t: Issued, cell: &Arc<FutureCell>) -> Issued {
+        t.result = Some((ReduceOp::Sum, cell.clone()));
+        t.scalars.push(crate::task::ScalarArg::Future(cell.clone()));
+        t
+    }
+
+    /// A launch takes the held task's scalars and result and swaps its name and body for a
+    /// spare's (metg23: no clone of what the held task, dropped next, would let go), reads its
+    /// arguments, and an emptied task keeps no store, scalar or future; renewed, it is what a
+    /// new launch makes. Counted in references; fails with the scalars or the result cloned
+    /// (one reference too many while the held task lives) or the name not swapped.
     #[test]
-    fn a_renewed_task_moves_its_kept_sub_store_lists_back_and_keeps_no_store() {
+    fn a_replayed_launch_takes_the_held_task_s_scalars_result_and_name() {
         let (a, b) = (root(1), root(2));
-        let lists = |lo: usize| -> Arc<[Rect]> {
-            Arc::from(vec![
-                Rect::new(&[lo], &[lo + 2]),
-                Rect::new(&[lo + 2], &[lo + 4]),
-            ])
-        };
-        let (ra, rb, other) = (lists(0), lists(4), lists(8));
-        let s = solved(&[&ra, &rb]);
-        let mut t = issued(&[&a, &b]);
+        let cell = Arc::new(FutureCell {
+            value: Default::default(),
+            node: Default::default(),
+            rt: std::sync::Weak::new(),
+            launched_as: Default::default(),
+        });
+        let s = solved(2);
+        let mut t = with_result(issued(&[&a, &b]), &cell);
         let mut l = s.launch(&mut t, 0, None);
-        assert!(t.args.is_empty(), "the held task's arguments were taken");
+        assert!(t.result.is_none() && t.scalars.is_empty(), "taken");
+        assert_eq!(
+            Arc::strong_count(&cell),
+            3,
+            "ours, the launch's result and scalar"
+        );
         assert_eq!(
             Arc::strong_count(&a),
-            3,
-            "ours, the launch's argument and root"
+            4,
+            "ours, the held task's, argument and root"
         );
-        assert!(Arc::ptr_eq(&l.args[0].rects, &ra) && Arc::ptr_eq(&l.args[1].rects, &rb));
         drop(t);
         Arc::get_mut(&mut l).expect("nobody else holds it").empty();
         assert_eq!(Arc::strong_count(&a), 1, "an emptied task keeps no store");
-        assert_eq!(l.kept_rects.len(), 2);
-        assert_eq!(
-            Arc::strong_count(&ra),
-            3,
-            "the recording's, ours, the kept one"
-        );
-        // Renewed for the same recorded task: the kept lists are the launch's.
-        let mut t = issued(&[&b, &a]);
+        assert_eq!(Arc::strong_count(&cell), 1, "nor a future");
+        // Renewed: the held task gets the spare's name (and drops it with itself).
+        let mut t = with_result(issued(&[&b, &a]), &cell);
+        t.name = Arc::from("u");
         let l = s.launch(&mut t, 1, Some(l));
-        assert!(l.kept_rects.is_empty());
-        assert!(Arc::ptr_eq(&l.args[0].rects, &ra) && Arc::ptr_eq(&l.args[1].rects, &rb));
-        assert_eq!((Arc::strong_count(&ra), Arc::strong_count(&rb)), (3, 3));
+        assert_eq!((&*l.name, &*t.name), ("u", "t"));
+        assert!(t.result.is_none() && t.scalars.is_empty(), "taken");
+        assert_eq!(Arc::strong_count(&cell), 3);
         assert!(Arc::ptr_eq(&l.args[0].root, &b) && l.position == 1);
-        // Emptied and renewed for another task: its lists are dropped, the other's cloned.
-        let mut l = l;
-        Arc::get_mut(&mut l).expect("nobody else holds it").empty();
-        let s2 = solved(&[&other]);
-        let l = s2.launch(&mut issued(&[&a]), 2, Some(l));
-        assert_eq!((Arc::strong_count(&ra), Arc::strong_count(&rb)), (2, 2));
-        assert_eq!(
-            Arc::strong_count(&other),
-            3,
-            "ours, the recording's, the launch's"
-        );
-        assert!(Arc::ptr_eq(&l.args[0].rects, &other) && l.args.len() == 1);
-        assert_eq!(Arc::strong_count(&a), 3);
+        assert_eq!((l.roots.len(), l.results.len(), l.scalars.len()), (2, 1, 1));
     }
 }
