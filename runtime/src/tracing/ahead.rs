@@ -374,14 +374,20 @@ impl SolvedTask {
     /// `spare`: an ended task of an earlier replay ([`Launched::empty`], `actors::Run`'s
     /// `Drop`), renewed in place rather than allocating (the issuer's allocations of tasks the
     /// workers free missed its thread cache, and the new task was copied into its `Arc`).
+    ///
+    /// The held task stays where it is held (moving it out took two copies per task) but
+    /// gives up what the launch keeps without a copy: its scalars and result are taken, its
+    /// name and body swapped for the spare's (metg23: a clone and the held copy's drop were
+    /// two atomic read-modify-writes per reference). Its arguments are read: taking their
+    /// stores too (`SmallVec::drain`) saved 8 atomics a task but cost ~80 instructions more
+    /// than it saved, and was slower on the stencil (runtime/DESIGN.md, metg23). The caller
+    /// drops the held task right after, so nothing reads what was taken.
     pub(crate) fn launch(
         &self,
-        t: &Issued,
+        t: &mut Issued,
         position: u64,
         spare: Option<Arc<Launched>>,
     ) -> Arc<Launched> {
-        // The held task is read, not moved (it is large: moving it out of the held list took
-        // two copies per task), and dropped in place afterwards.
         let has_finish =
             Launched::needs_finish(t.args.iter().map(|a| a.privilege), t.result.is_some());
         let points = self.domain.len();
@@ -392,8 +398,8 @@ impl SolvedTask {
             }
         }
         let mut results = Args::new();
-        if let Some(r) = &t.result {
-            results.push(r.clone());
+        if let Some(r) = t.result.take() {
+            results.push(r);
         }
         let args = self.launch_args(t);
         let mut read_groups = self.read_groups.clone();
@@ -407,7 +413,7 @@ impl SolvedTask {
             roots: Launched::hold_roots(t.args.iter().map(|a| &a.root)),
             args,
             read_groups,
-            scalars: t.scalars.clone(),
+            scalars: std::mem::take(&mut t.scalars),
             results,
             fused: None,
             remaining: AtomicUsize::new(points),
@@ -420,7 +426,7 @@ impl SolvedTask {
 
     /// What [`SolvedTask::launch`] makes, written over an emptied spare task (every field:
     /// destructured, so that a new field is not forgotten).
-    fn renew(&self, l: &mut Launched, t: &Issued, at: u64, finish: bool) {
+    fn renew(&self, l: &mut Launched, t: &mut Issued, at: u64, finish: bool) {
         let points = self.domain.len();
         let Launched {
             position,
@@ -441,21 +447,19 @@ impl SolvedTask {
             dist,
         } = l;
         *position = at;
-        name.clone_from(&t.name);
-        body.clone_from(&t.body);
+        // Swapped, not cloned: the held task drops the spare's (the same ones, as a rule).
+        std::mem::swap(name, &mut t.name);
+        std::mem::swap(body, &mut t.body);
         *domain = self.domain;
         *token = self.token;
         self.push_args(t, args);
         read_groups.clone_from(&self.read_groups);
         read_groups.verify(args, |j| self.args.get(j).map(|a| &a.1));
-        // Pushed one by one, not `extend`ed (its general path costs about twice as much).
-        scalars.clear();
-        for x in &t.scalars {
-            scalars.push(x.clone());
-        }
+        // The spare's list is empty ([`Launched::empty`]): the held task drops it.
+        std::mem::swap(scalars, &mut t.scalars);
         results.clear();
-        if let Some(r) = &t.result {
-            results.push(r.clone());
+        if let Some(r) = t.result.take() {
+            results.push(r);
         }
         *fused = None;
         roots.clear();
@@ -721,5 +725,109 @@ impl Conditions {
                 root.key_epoch.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+    use crate::future::FutureCell;
+    use crate::store::ViewKey;
+    use crate::task::{IssuedArg, Privilege};
+
+    fn root(id: u64) -> Arc<StoreRoot> {
+        Arc::new(StoreRoot::new(
+            id,
+            0,
+            DType::F64,
+            1,
+            None,
+            Arc::default(),
+            false,
+        ))
+    }
+
+    fn issued(roots: &[&Arc<StoreRoot>]) -> Issued {
+        let body: TaskBody = Arc::new(|_| {});
+        Issued {
+            name: Arc::from("t"),
+            body,
+            kernel: None,
+            args: roots
+                .iter()
+                .map(|&r| IssuedArg {
+                    root: r.clone(),
+                    view: ViewKey::of(None),
+                    privilege: Privilege::Read,
+                    overwrite: false,
+                })
+                .collect(),
+            constraints: Args::new(),
+            scalars: Scalars::new(),
+            domain: None,
+            result: None,
+            shard: None,
+        }
+    }
+
+    fn solved(n: usize) -> SolvedTask {
+        let whole = Rect::from_shape(&[4]);
+        let lists: Arc<[Rect]> = Arc::from(vec![Rect::new(&[0], &[2]), Rect::new(&[2], &[4])]);
+        SolvedTask {
+            domain: Domain::new(&[2]).unwrap(),
+            token: 0,
+            args: (0..n).map(|_| (whole, lists.clone())).collect(),
+            read_groups: ReadGroups::default(),
+        }
+    }
+
+    fn with_result(mut t: Issued, cell: &Arc<FutureCell>) -> Issued {
+        t.result = Some((ReduceOp::Sum, cell.clone()));
+        t.scalars.push(crate::task::ScalarArg::Future(cell.clone()));
+        t
+    }
+
+    /// A launch takes the held task's scalars and result and swaps its name and body for a
+    /// spare's (metg23: no clone of what the held task, dropped next, would let go), reads its
+    /// arguments, and an emptied task keeps no store, scalar or future; renewed, it is what a
+    /// new launch makes. Counted in references; fails with the scalars or the result cloned
+    /// (one reference too many while the held task lives) or the name not swapped.
+    #[test]
+    fn a_replayed_launch_takes_the_held_task_s_scalars_result_and_name() {
+        let (a, b) = (root(1), root(2));
+        let cell = Arc::new(FutureCell {
+            value: Default::default(),
+            node: Default::default(),
+            rt: std::sync::Weak::new(),
+            launched_as: Default::default(),
+        });
+        let s = solved(2);
+        let mut t = with_result(issued(&[&a, &b]), &cell);
+        let mut l = s.launch(&mut t, 0, None);
+        assert!(t.result.is_none() && t.scalars.is_empty(), "taken");
+        assert_eq!(
+            Arc::strong_count(&cell),
+            3,
+            "ours, the launch's result and scalar"
+        );
+        assert_eq!(
+            Arc::strong_count(&a),
+            4,
+            "ours, the held task's, argument and root"
+        );
+        drop(t);
+        Arc::get_mut(&mut l).expect("nobody else holds it").empty();
+        assert_eq!(Arc::strong_count(&a), 1, "an emptied task keeps no store");
+        assert_eq!(Arc::strong_count(&cell), 1, "nor a future");
+        // Renewed: the held task gets the spare's name (and drops it with itself).
+        let mut t = with_result(issued(&[&b, &a]), &cell);
+        t.name = Arc::from("u");
+        let l = s.launch(&mut t, 1, Some(l));
+        assert_eq!((&*l.name, &*t.name), ("u", "t"));
+        assert!(t.result.is_none() && t.scalars.is_empty(), "taken");
+        assert_eq!(Arc::strong_count(&cell), 3);
+        assert!(Arc::ptr_eq(&l.args[0].root, &b) && l.position == 1);
+        assert_eq!((l.roots.len(), l.results.len(), l.scalars.len()), (2, 1, 1));
     }
 }

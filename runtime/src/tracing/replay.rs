@@ -972,10 +972,10 @@ impl Inner {
                 let mut start = 0;
                 for c in &rec.cuts {
                     let at = start..start + c.len;
-                    let (held, solved) = (&tr.held[at.clone()], &rec.solved[at]);
+                    let (held, solved) = (&mut tr.held[at.clone()], &rec.solved[at]);
                     let position = self.next_position();
                     tasks.push(match &c.shape {
-                        None => solved[0].launch(&held[0], position, spare.pop()),
+                        None => solved[0].launch(&mut held[0], position, spare.pop()),
                         Some(shape) => launch_fused(
                             shape,
                             &self.fused_body,
@@ -999,9 +999,12 @@ impl Inner {
                     None => Vec::new(),
                 };
                 let solved = &rec.solved;
-                let launch =
-                    |(t, s): (&Issued, &SolvedTask)| s.launch(t, self.next_position(), spare.pop());
-                let tasks = tr.held[..n].iter().zip(solved).map(launch).collect();
+                // Each held task gives its launch what it keeps (`SolvedTask::launch`), and
+                // is dropped below.
+                let launch = |(t, s): (&mut Issued, &SolvedTask)| {
+                    s.launch(t, self.next_position(), spare.pop())
+                };
+                let tasks = tr.held[..n].iter_mut().zip(solved).map(launch).collect();
                 tr.held.drain(..n);
                 (tasks, roots)
             }
