@@ -182,6 +182,21 @@ pub(crate) struct RootMeta {
 }
 
 impl StoreRoot {
+    /// A 1-element `f64` root with id `id`, no runtime attached: for unit tests that only
+    /// need stores to name.
+    #[cfg(test)]
+    pub(crate) fn for_test(id: u64) -> Arc<StoreRoot> {
+        Arc::new(StoreRoot::new(
+            id,
+            0,
+            DType::F64,
+            1,
+            None,
+            Arc::default(),
+            false,
+        ))
+    }
+
     pub(crate) fn new(
         id: u64,
         runtime: u64,

@@ -731,21 +731,12 @@ impl Conditions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dtype::DType;
     use crate::future::FutureCell;
     use crate::store::ViewKey;
     use crate::task::{IssuedArg, Privilege};
 
     fn root(id: u64) -> Arc<StoreRoot> {
-        Arc::new(StoreRoot::new(
-            id,
-            0,
-            DType::F64,
-            1,
-            None,
-            Arc::default(),
-            false,
-        ))
+        StoreRoot::for_test(id)
     }
 
     fn issued(roots: &[&Arc<StoreRoot>]) -> Issued {

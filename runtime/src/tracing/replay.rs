@@ -1255,18 +1255,9 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dtype::DType;
 
     fn root(id: u64) -> Arc<StoreRoot> {
-        Arc::new(StoreRoot::new(
-            id,
-            0,
-            DType::F64,
-            1,
-            None,
-            Arc::default(),
-            false,
-        ))
+        StoreRoot::for_test(id)
     }
 
     /// The small cache in front of `first_use` answers as the map does, with more stores in
