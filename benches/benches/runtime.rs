@@ -542,6 +542,12 @@ fn main() {
         "actors stencil: replays linked to the one before (%)",
         100.0 * ast.actor_linked_replays as f64 / ast.actor_replays.max(1) as f64,
     );
+    // Points of a verified replay view their stores without ledger borrows (runtime/DESIGN.md,
+    // "Replays without ledger borrows"; `TESSERA_VERIFIED_REPLAYS=0` keeps the borrows).
+    table.figure(
+        "actors stencil: replays verified, no ledger borrows (%)",
+        100.0 * ast.verified_replays as f64 / ast.actor_replays.max(1) as f64,
+    );
     table.figure(
         "CG (actors): tasks replayed in iterations 21-60 (%)",
         100.0 * cg_share,

@@ -72,12 +72,13 @@ fn main() {
     }
     let s = rt.stats();
     println!(
-        "steps {steps} width {width}: {} tasks issued, {} solved, {} traced, {} actor replays; \
-         {:.3} µs per step; tracing path {:.0} ns per launched task",
+        "steps {steps} width {width}: {} tasks issued, {} solved, {} traced, {} actor replays \
+         ({} verified); {:.3} µs per step; tracing path {:.0} ns per launched task",
         s.tasks_issued,
         s.tasks_solved,
         s.tasks_traced,
         s.actor_replays,
+        s.verified_replays,
         wall.as_secs_f64() * 1e6 / steps as f64,
         // The runtime bench's figure of the same name (issue 14): the issuing thread's time
         // in the tracer, the streak's compares and the replays (sampled clock reads).

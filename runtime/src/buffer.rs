@@ -781,6 +781,9 @@ pub(crate) struct Borrow<'a> {
     id: u64,
 }
 
+/// The id of a borrow [`Ledger::unheld`] made: nothing to release.
+const UNHELD: u64 = u64::MAX;
+
 impl Ledger {
     /// Borrows `rect`, exclusively for writes. Fails (and borrows nothing) if the borrow
     /// conflicts with one already held. Cells of a recycled buffer that still hold old values
@@ -807,6 +810,25 @@ impl Ledger {
         let b = self.hold(rect, Settle::Overwrite)?;
         self.settle(rect, Settle::Overwrite);
         Ok(b)
+    }
+
+    /// What a point of a verified replay takes instead of a borrow (`tracing::verify`): the
+    /// recorded graph orders it after every conflicting access, so nothing is held and
+    /// nothing refused; the stale cells of `rect` are settled as [`Ledger::borrow`] (or,
+    /// `overwrite`, [`Ledger::borrow_to_overwrite`]) would. The caller has made the store's
+    /// elements first (`StoreRoot::data`): a recycled buffer installed later settles only
+    /// the borrows held at that time.
+    pub(crate) fn unheld(&self, rect: Rect, exclusive: bool, overwrite: bool) -> Borrow<'_> {
+        let how = match (exclusive, overwrite) {
+            (true, true) => Settle::Overwrite,
+            (true, false) => Settle::Zero,
+            (false, _) => Settle::ZeroLocked,
+        };
+        self.settle(rect, how);
+        Borrow {
+            ledger: self,
+            id: UNHELD,
+        }
     }
 
     fn hold(&self, rect: Rect, how: Settle) -> Result<Borrow<'_>, Rect> {
@@ -899,6 +921,9 @@ impl Ledger {
 
 impl Drop for Borrow<'_> {
     fn drop(&mut self) {
+        if self.id == UNHELD {
+            return;
+        }
         let mut active = crate::timeline::lock_counted(&self.ledger.active);
         active.remove(self.id);
     }
@@ -1199,6 +1224,26 @@ mod tests {
             assert_eq!(*v, if (200..300).contains(&i) { 5 } else { 0 }, "cell {i}");
         }
         assert!(!l.has_stale.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn an_unheld_borrow_holds_nothing_and_settles_its_cells_as_a_borrow_would() {
+        let (mut data, stale) = recycled(1 << 17, 1024);
+        let l = Ledger::default();
+        l.install_stale(stale);
+        let read = l.unheld(Rect::new(&[0], &[100]), false, false);
+        let write = l.unheld(Rect::new(&[100], &[200]), true, false);
+        let over = l.unheld(Rect::new(&[200], &[300]), true, true);
+        // Nothing held: borrows of the same cells are granted, and a real one still refuses.
+        let held = l.borrow(Rect::new(&[0], &[300]), true).unwrap();
+        assert!(l.borrow(Rect::new(&[50], &[60]), false).is_err());
+        drop((read, write, over, held));
+        let got = cells(&mut data, 0..1024);
+        for (i, v) in got.iter().enumerate() {
+            // Zeroed where read or written, the overwriter's cells left to it.
+            let zero = i < 200;
+            assert_eq!(*v, if zero { 0 } else { 5 }, "cell {i}");
+        }
     }
 
     #[test]

@@ -28,6 +28,8 @@ pub struct TaskContext<'a> {
     /// (branch ledger15): taken when the context is made, released when it drops (both
     /// inside the point's run, before it finishes).
     held: Held<'a>,
+    /// A point of a verified replay (`tracing::verify`): its views hold no ledger borrows.
+    trusted: bool,
 }
 
 /// One point's borrows of the stores it reads through several arguments and never writes:
@@ -61,7 +63,7 @@ impl<'a> Held<'a> {
     /// union is taken once it is seen to contain every member's sub-store. So groups or
     /// unions that did not match the arguments could cost the sharing (or refuse a borrow,
     /// as an overlap does), never leave a view's cells outside the point's borrow.
-    fn take(task: &'a Launched, point: usize) -> Held<'a> {
+    fn take(task: &'a Launched, point: usize, trusted: bool) -> Held<'a> {
         let mut held = Held::default();
         let groups = &task.read_groups;
         for (g, &mask) in groups.masks().iter().enumerate() {
@@ -86,7 +88,15 @@ impl<'a> Held<'a> {
                     }
                 }
             };
-            if let Ok(b) = a.root.ledger.borrow(rect, false) {
+            let b = match trusted {
+                true => {
+                    // Elements made first: see `Ledger::unheld`.
+                    let _ = a.root.data();
+                    Ok(a.root.ledger.unheld(rect, false, false))
+                }
+                false => a.root.ledger.borrow(rect, false),
+            };
+            if let Ok(b) = b {
                 match held.first {
                     None => held.first = Some(b),
                     Some(_) => held.rest.push(b),
@@ -406,7 +416,9 @@ impl Locals {
 }
 
 impl<'a> TaskContext<'a> {
-    pub(crate) fn new(task: &'a Launched, point: usize) -> TaskContext<'a> {
+    /// The context of `task`'s point `point`; `trusted`: a point of a verified replay, whose
+    /// views hold no ledger borrows (`tracing::verify`).
+    pub(crate) fn at(task: &'a Launched, point: usize, trusted: bool) -> TaskContext<'a> {
         TaskContext {
             task,
             point,
@@ -414,7 +426,8 @@ impl<'a> TaskContext<'a> {
             out: Outbox::default(),
             sub: None,
             locals: None,
-            held: Held::take(task, point),
+            held: Held::take(task, point, trusted),
+            trusted,
         }
     }
 
@@ -424,11 +437,12 @@ impl<'a> TaskContext<'a> {
         point: usize,
         sub: &'a SubShape,
         locals: &'a Locals,
+        trusted: bool,
     ) -> TaskContext<'a> {
         TaskContext {
             sub: Some(sub),
             locals: Some(locals),
-            ..TaskContext::new(task, point)
+            ..TaskContext::at(task, point, trusted)
         }
     }
 
@@ -629,7 +643,7 @@ impl<'a> TaskContext<'a> {
             return self.local_view(a, at, arg, exclusive);
         }
         let rect = &a.rects[self.point];
-        let borrow = a.borrow_cells(*rect, exclusive);
+        let borrow = a.borrow_cells(*rect, exclusive, self.trusted);
         RawView::of_store(a, rect, Some(borrow))
     }
 
@@ -746,7 +760,11 @@ struct RawView<'a, T> {
     rect: &'a Rect,
     /// The store view the task was given, root coordinates.
     origin: &'a Rect,
-    /// `None` when the point's own borrow covers the view ([`Held`]).
+    /// `None` when the point's own borrow covers the view ([`Held`]). A ledger borrow, which
+    /// refuses any overlapping borrow held for writing; in a point of a verified replay, one
+    /// that holds nothing ([`crate::buffer::Ledger::unheld`]), in whose place the trace's
+    /// recorded graph, checked once to order every two conflicting accesses of the trace and
+    /// of two linked replays (`tracing::verify`), keeps other points off these cells.
     _borrow: Option<Borrow<'a>>,
 }
 
@@ -813,7 +831,8 @@ impl<'a, T: Element> RawView<'a, T> {
     #[inline]
     fn get(&self, idx: &[usize]) -> T {
         let o = self.offset(idx);
-        // SAFETY: the view holds a ledger borrow of `rect`, which contains `o` (checked above).
+        // SAFETY: the view holds a borrow of `rect` (see `_borrow`), which contains `o`
+        // (checked above).
         unsafe { *self.buf.base().add(o) }
     }
 
@@ -905,14 +924,15 @@ impl<T: Element> WriteView<'_, T> {
     #[inline]
     pub fn set(&mut self, idx: &[usize], v: T) {
         let o = self.raw.offset(idx);
-        // SAFETY: exclusive ledger borrow of `rect`, which contains `o`.
+        // SAFETY: exclusive borrow of `rect` (see `RawView::_borrow`), which contains `o`.
         unsafe { *self.raw.buf.base().add(o) = v }
     }
     /// Sets the element at index `i` of a 1-d store.
     #[inline]
     pub fn set_at(&mut self, i: usize, v: T) {
         let o = self.raw.offset_1d(i);
-        // SAFETY: exclusive ledger borrow of `rect`, which contains `o` (checked by `offset_1d`).
+        // SAFETY: exclusive borrow of `rect` (see `RawView::_borrow`), which contains `o`
+        // (checked by `offset_1d`).
         unsafe { *self.raw.buf.base().add(o) = v }
     }
     /// The sub-store as a slice (1-d stores, or n-d sub-stores of whole rows).
@@ -922,7 +942,8 @@ impl<T: Element> WriteView<'_, T> {
     /// The sub-store as a mutable slice (1-d stores, or n-d sub-stores of whole rows).
     pub fn as_mut_slice(&mut self) -> &mut [T] {
         let (ptr, len) = self.raw.run();
-        // SAFETY: exclusive ledger borrow of exactly these cells; `&mut self` prevents aliases.
+        // SAFETY: exclusive borrow of exactly these cells (see `RawView::_borrow`); `&mut self`
+        // prevents aliases.
         unsafe { std::slice::from_raw_parts_mut(ptr, len) }
     }
     /// Sets every element of the sub-store to `v`.
@@ -1182,7 +1203,7 @@ mod tests {
         // As recorded: the union [0, 3) covers both views; a write of [2, 3) is refused.
         let right = task(ReadGroups::with_unions(&args, 1));
         assert_eq!(right.read_groups.union(0, 0), Some(&Rect::new(&[0], &[3])));
-        let held = Held::take(&right, 0);
+        let held = Held::take(&right, 0, false);
         assert_eq!(held.covered, 0b11);
         assert!(root.ledger.borrow(last, true).is_err());
         drop(held);
@@ -1190,7 +1211,7 @@ mod tests {
         let mut groups = ReadGroups::with_unions(&args, 1);
         groups.unions = Some(Arc::from(vec![Some(Rect::new(&[0], &[2]))]));
         let wrong = task(groups);
-        let held = Held::take(&wrong, 0);
+        let held = Held::take(&wrong, 0, false);
         assert_eq!(held.covered, 0);
         assert!(held.first.is_none() && held.rest.is_empty());
         assert!(root.ledger.borrow(last, true).is_ok());
@@ -1212,7 +1233,7 @@ mod tests {
             .collect();
         let groups = ReadGroups::of(&args);
         let task = one_point_task(args, groups);
-        let held = Held::take(&task, 0);
+        let held = Held::take(&task, 0, false);
         assert_eq!(held.covered, 0b11_1111);
         assert!(held.first.is_some());
         assert_eq!(held.rest.len(), 2);
@@ -1287,7 +1308,7 @@ mod tests {
             0,
             "a copy is not verified"
         );
-        let held = Held::take(&same, 0);
+        let held = Held::take(&same, 0, false);
         assert_eq!(held.covered, 0b11);
         assert!(x.root.ledger.borrow(last, true).is_err());
         drop(held);
@@ -1312,7 +1333,7 @@ mod tests {
         assert_eq!(wrong.contained, 0);
         let t = task(vec![like(0, &|_| {}), like(1, &|_| {})], &wrong);
         assert_eq!(t.read_groups.verified, 0);
-        let held = Held::take(&t, 0);
+        let held = Held::take(&t, 0, false);
         assert_eq!(held.covered, 0);
         assert!(x.root.ledger.borrow(last, true).is_ok());
     }

@@ -152,6 +152,7 @@ pub struct RuntimeBuilder {
     tracing: bool,
     trace_sampling: usize,
     actors: bool,
+    verified_replays: bool,
     ranks: Option<Ranks>,
     agreement: bool,
     worker_jitter_us: u32,
@@ -212,6 +213,10 @@ impl Default for RuntimeBuilder {
             tracing: tracing_default(),
             trace_sampling: 64,
             actors: actors_default(),
+            verified_replays: !matches!(
+                std::env::var("TESSERA_VERIFIED_REPLAYS").as_deref(),
+                Ok("0")
+            ),
             ranks: None,
             agreement: agreement_default(),
             worker_jitter_us: 0,
@@ -330,6 +335,17 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Lets the points of an actor replay view their stores without ledger borrows when the
+    /// trace's recorded graph was verified, once, to order every two conflicting accesses
+    /// (default on, or the environment variable `TESSERA_VERIFIED_REPLAYS=0|1`). Off, every
+    /// view borrows its cells from the store's ledger, as ordinary tasks' do: a check paid at
+    /// every view, on cache lines the points of one step share (runtime/DESIGN.md, "Replays
+    /// without ledger borrows").
+    pub fn verified_replays(mut self, on: bool) -> Self {
+        self.verified_replays = on;
+        self
+    }
+
     /// Point tasks that may be issued and not yet run before `submit` waits (default 128 per
     /// thread, between 256 and 4096: enough lookahead to keep the workers fed without waking the
     /// issuer too often, short enough that the dependence lists the analysis scans stay short).
@@ -431,6 +447,7 @@ impl RuntimeBuilder {
                     let mut t = Tracing::new(self.trace_sampling, self.actors.then_some(workers));
                     // Replayed traces are fused by the trace's own pass (tracing/fuse.rs).
                     t.fuse = self.fusion;
+                    t.verified = self.verified_replays;
                     Box::new(t)
                 }),
                 deferred: None,

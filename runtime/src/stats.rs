@@ -37,6 +37,7 @@ pub(crate) struct Counters {
     pub tracing_ns: AtomicU64,
     pub actor_replays: AtomicU64,
     pub actor_linked_replays: AtomicU64,
+    pub verified_replays: AtomicU64,
     pub tasks_solved: AtomicU64,
     pub tasks_unsolved: AtomicU64,
     // Determinism of tracing (branch `determ`).
@@ -86,6 +87,7 @@ impl Counters {
             tracing_ns: g(&self.tracing_ns),
             actor_replays: g(&self.actor_replays),
             actor_linked_replays: g(&self.actor_linked_replays),
+            verified_replays: g(&self.verified_replays),
             tasks_solved: g(&self.tasks_solved),
             tasks_unsolved: g(&self.tasks_unsolved),
             tasks_held: g(&self.tasks_held),
@@ -177,6 +179,10 @@ pub struct Stats {
     /// replay before by recorded edges (no entry vertex: the two overlap).
     pub actor_replays: u64,
     pub actor_linked_replays: u64,
+    /// Actor replays whose points viewed their stores without ledger borrows: the trace's
+    /// graph (and its link to the replay before) was verified to order every conflicting
+    /// access (`RuntimeBuilder::verified_replays`).
+    pub verified_replays: u64,
     /// Issued tasks solved (by the solver or its memo), and issued tasks launched from a
     /// recorded trace with no solve at all (replay ahead of the solver). Every issued task
     /// that launched is one or the other.
@@ -277,6 +283,7 @@ impl Stats {
             tracing_ns: self.tracing_ns - earlier.tracing_ns,
             actor_replays: self.actor_replays - earlier.actor_replays,
             actor_linked_replays: self.actor_linked_replays - earlier.actor_linked_replays,
+            verified_replays: self.verified_replays - earlier.verified_replays,
             tasks_solved: self.tasks_solved - earlier.tasks_solved,
             tasks_unsolved: self.tasks_unsolved - earlier.tasks_unsolved,
             tasks_held: self.tasks_held - earlier.tasks_held,

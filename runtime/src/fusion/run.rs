@@ -14,9 +14,16 @@ use smallvec::SmallVec;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
 /// Runs `point` of fused task `task` and returns what it leaves for the finish step.
-pub(crate) fn run_fused_point(task: &Launched, shape: &FusedShape, point: usize) -> PointOut {
+/// `trusted`: a point of a verified replay (`tracing::verify`), whose views hold no ledger
+/// borrows.
+pub(crate) fn run_fused_point(
+    task: &Launched,
+    shape: &FusedShape,
+    point: usize,
+    trusted: bool,
+) -> PointOut {
     if shape.kernel {
-        if let Some(out) = kernel_point(task, shape, point) {
+        if let Some(out) = kernel_point(task, shape, point, trusted) {
             return out;
         }
     }
@@ -28,7 +35,7 @@ pub(crate) fn run_fused_point(task: &Launched, shape: &FusedShape, point: usize)
     let Some(first) = shape.subs.first() else {
         return out;
     };
-    let mut ctx = TaskContext::for_sub(task, point, first, &locals);
+    let mut ctx = TaskContext::for_sub(task, point, first, &locals, trusted);
     for sub in &shape.subs {
         ctx.set_sub(sub);
         if let Err(p) = catch_unwind(AssertUnwindSafe(|| (sub.body)(&mut ctx))) {
@@ -79,7 +86,12 @@ fn base(d: &Data) -> *mut u8 {
 /// The chunk loop over `point`, or `None` when the point's sub-stores do not line up (not
 /// contiguous, different lengths, or an element type other than a kernel's): the caller then
 /// runs the bodies.
-fn kernel_point(task: &Launched, shape: &FusedShape, point: usize) -> Option<PointOut> {
+fn kernel_point(
+    task: &Launched,
+    shape: &FusedShape,
+    point: usize,
+    trusted: bool,
+) -> Option<PointOut> {
     let mut n = None;
     let mut spans: SmallVec<[(usize, usize); 8]> = SmallVec::new();
     for a in &task.args {
@@ -139,7 +151,7 @@ fn kernel_point(task: &Launched, shape: &FusedShape, point: usize) -> Option<Poi
         let rect = a.rects[point];
         // Not zeroed where the sub-task naming it first promised `write_all`: each chunk's
         // steps run in issue order, so that sub-task assigns the chunk before a later reads it.
-        let b = a.borrow_cells(rect, a.privilege.writes());
+        let b = a.borrow_cells(rect, a.privilege.writes(), trusted);
         borrows.push(b);
         let data = a.root.data().expect("bound");
         slots.push(Slot {

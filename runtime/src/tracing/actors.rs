@@ -158,6 +158,8 @@ impl Compiled {
 pub(crate) struct Run {
     compiled: Arc<Compiled>,
     tasks: Vec<Arc<Launched>>,
+    /// Whether its points view their stores without ledger borrows (`tracing::verify`).
+    trusted: bool,
     /// Set once right after the nodes are made (each node's work refers to this run; the
     /// cycle ends as each node runs and drops its work).
     nodes: OnceLock<Vec<Arc<Node>>>,
@@ -207,10 +209,18 @@ impl Run {
     /// in-edges inside the trace (plus the issue guard), not yet started. The replay's
     /// tasks and nodes are read through the run ([`Run::tasks`], [`Run::nodes`]), not
     /// copied out of it (two lists of reference counts per replay).
-    pub(crate) fn new(compiled: &Arc<Compiled>, tasks: Vec<Arc<Launched>>) -> Arc<Run> {
+    /// `trusted`: the recorded graph (and the link to the replay before, if any) was verified
+    /// to order every conflicting access (`tracing::verify`), so the points take no ledger
+    /// borrows.
+    pub(crate) fn new(
+        compiled: &Arc<Compiled>,
+        tasks: Vec<Arc<Launched>>,
+        trusted: bool,
+    ) -> Arc<Run> {
         let run = Arc::new(Run {
             compiled: compiled.clone(),
             tasks,
+            trusted,
             nodes: OnceLock::new(),
         });
         // One ended run's nodes, taken out under the lock and renewed after it: a worker
@@ -258,6 +268,11 @@ impl Run {
         }
     }
 
+    /// Whether the replay's points take no ledger borrows ([`Run::new`]).
+    pub(crate) fn trusted(&self) -> bool {
+        self.trusted
+    }
+
     /// Counts `vertex` done for its static successors; pushes those that became ready.
     pub(crate) fn release_succs(&self, vertex: u32, ready: &mut crate::graph::NodeList) {
         let nodes = self.nodes.get().expect("nodes are set before any runs");
@@ -303,7 +318,7 @@ mod tests {
             stores: vec![],
         };
         let c = Arc::new(Compiled::new(&g, &[2, 2], &[false, true], 2));
-        let run = Run::new(&c, vec![]);
+        let run = Run::new(&c, vec![], false);
         let nodes = run.nodes().to_vec();
         let done = crate::graph::Completion::default();
         // Vertex 0 stays held (as a store's last access would hold it); vertex 1 is taken
@@ -325,7 +340,7 @@ mod tests {
         let kept: Vec<*const Node> = c.spare.lock().iter().flatten().map(Arc::as_ptr).collect();
         assert_eq!(kept, old);
         let spare = [old[2], old[3], old[4]];
-        let next = Run::new(&c, vec![]);
+        let next = Run::new(&c, vec![], false);
         assert!(c.spare.lock().is_empty());
         let renewed = next
             .nodes()

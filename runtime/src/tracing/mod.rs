@@ -41,6 +41,7 @@ mod ruler;
 mod suffix;
 mod tracer;
 mod trie;
+mod verify;
 
 pub use finder::{find_repeats, Finder};
 pub use ruler::RulerSampler;

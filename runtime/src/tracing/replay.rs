@@ -80,6 +80,9 @@ pub(crate) struct Tracing {
     flushed_at: u64,
     /// Workers to compile replayed traces into actors for (`None`: actors off).
     actors: Option<usize>,
+    /// Whether an actor replay of a verified trace runs its points without ledger borrows
+    /// (`RuntimeBuilder::verified_replays`).
+    pub verified: bool,
     /// The replay last instantiated as actors, while nothing has been analysed since.
     last: Option<LastReplay>,
     /// The last replays instantiated as actors, oldest first, kept so that the issuing thread
@@ -225,6 +228,7 @@ impl Tracing {
             streak: None,
             just_replayed: None,
             fuse: false,
+            verified: false,
             pending: None,
             clock_skip: 0,
         }
@@ -1016,8 +1020,9 @@ impl Inner {
             cross.closed.then_some((cross, again, l))
         });
         tr.decide(Decision::Replayed(trace, n, link.is_some()), counters);
+        let verified = tr.verified;
         let rec = tr.recordings.get_mut(&trace).expect("recorded above");
-        tr.last = self.instantiate_actors(rec, workers, trace, link, tasks);
+        tr.last = self.instantiate_actors(rec, workers, trace, link, tasks, verified);
         if let Some(l) = tr.last.as_mut() {
             l.roots = roots;
         }
@@ -1111,6 +1116,7 @@ impl Inner {
         trace: TraceId,
         link: Option<(Arc<Cross>, bool, LastReplay)>,
         tasks: Vec<Arc<Launched>>,
+        verified: bool,
     ) -> Option<LastReplay> {
         let counters = &self.shared.counters;
         Counters::add(&counters.actor_replays, 1);
@@ -1122,7 +1128,14 @@ impl Inner {
                 Arc::new(Compiled::new(&rec.graph, &points, &finish, workers))
             })
             .clone();
-        let run = Run::new(&compiled, tasks);
+        // The points take no ledger borrows when the recorded graph, and the link to the
+        // replay before if there is one, order every conflicting access (`verify.rs`).
+        let trusted =
+            verified && rec.trusted && link.as_ref().is_none_or(|(cross, ..)| cross.trusted);
+        if trusted {
+            Counters::add(&counters.verified_replays, 1);
+        }
+        let run = Run::new(&compiled, tasks, trusted);
         let (tasks, nodes) = (run.tasks(), run.nodes());
         let mut first = 0;
         for (i, t) in tasks.iter().enumerate() {
@@ -1329,14 +1342,14 @@ mod tests {
         let mut tr = Tracing::new(64, Some(1));
         // What running a vertex does to its run's reference: the work is taken and dropped.
         let run_all = |r: &Arc<Run>| r.nodes().iter().for_each(|n| drop(n.take_work()));
-        let (a, b) = (Run::new(&c, vec![]), Run::new(&c, vec![]));
+        let (a, b) = (Run::new(&c, vec![], false), Run::new(&c, vec![], false));
         tr.end_runs(Some(&a));
         tr.end_runs(Some(&b));
         // Run `b` ends first: `a` is older and still running, so nothing ends yet.
         run_all(&b);
         let (weak_a, weak_b) = (Arc::downgrade(&a), Arc::downgrade(&b));
         drop((a, b));
-        let c2 = Run::new(&c, vec![]);
+        let c2 = Run::new(&c, vec![], false);
         tr.end_runs(Some(&c2));
         assert_eq!(tr.in_flight.len(), 3);
         assert!(
@@ -1354,7 +1367,9 @@ mod tests {
             "their nodes went back to the compiled trace"
         );
         // Never more than IN_FLIGHT, ended or not (the oldest is let go: a worker ends it).
-        let runs: Vec<_> = (0..2 * IN_FLIGHT).map(|_| Run::new(&c, vec![])).collect();
+        let runs: Vec<_> = (0..2 * IN_FLIGHT)
+            .map(|_| Run::new(&c, vec![], false))
+            .collect();
         for r in &runs {
             tr.end_runs(Some(r));
             assert!(tr.in_flight.len() <= IN_FLIGHT);

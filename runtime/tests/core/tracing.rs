@@ -24,15 +24,20 @@ fn runtime(threads: usize, mode: Mode) -> Runtime {
         .min_piece_size(4)
         .tracing(mode != Untraced)
         .actors(mode == Actors)
+        .verified_replays(true)
         .trace_sampling(8)
         .build()
 }
 
-/// Replays ran as actors exactly when the mode says so.
+/// Replays ran as actors exactly when the mode says so, each with its graph verified to order
+/// every conflicting access (so its points took no ledger borrows).
 fn check_actors(mode: Mode, st: &Stats) {
     match mode {
-        Actors => assert_eq!(st.actor_replays, st.traces_replayed, "{st:?}"),
-        _ => assert_eq!(st.actor_replays, 0, "{st:?}"),
+        Actors => {
+            assert_eq!(st.actor_replays, st.traces_replayed, "{st:?}");
+            assert_eq!(st.verified_replays, st.actor_replays, "{st:?}");
+        }
+        _ => assert_eq!(st.actor_replays + st.verified_replays, 0, "{st:?}"),
     }
 }
 
@@ -67,7 +72,10 @@ fn stencil_step(rt: &Runtime, cur: &Store, next: &Store, n: usize, width: usize)
 }
 
 fn stencil(threads: usize, mode: Mode, steps: usize) -> Result<(Vec<f64>, Stats)> {
-    let rt = runtime(threads, mode);
+    stencil_on(runtime(threads, mode), steps)
+}
+
+fn stencil_on(rt: Runtime, steps: usize) -> Result<(Vec<f64>, Stats)> {
     register_stencil(&rt)?;
     let n = 40;
     let init: Vec<f64> = (0..n + 2).map(|i| (i * 7 % 5) as f64).collect();
@@ -103,6 +111,32 @@ fn a_traced_stencil_equals_the_untraced_one_bitwise() {
                 assert!(2 * st.actor_linked_replays > st.actor_replays, "{st:?}");
             }
         }
+    }
+}
+
+/// Replays as actors with every view borrowed from the ledger (`verified_replays(false)`)
+/// and without (the default): the same stores, bitwise, at one, two and three threads.
+#[test]
+fn a_stencil_replayed_without_ledger_borrows_equals_one_with_them() {
+    for threads in [1, 2, 3] {
+        let run = |verified| {
+            let rt = Runtime::builder()
+                .threads(threads)
+                .min_piece_size(4)
+                .tracing(true)
+                .actors(true)
+                .verified_replays(verified)
+                .trace_sampling(8)
+                .build();
+            stencil_on(rt, 300).unwrap()
+        };
+        let ((checked, off), (trusted, on)) = (run(false), run(true));
+        assert_eq!(trusted, checked, "threads = {threads}");
+        assert!(
+            off.actor_replays > 20 && off.verified_replays == 0,
+            "{off:?}"
+        );
+        assert_eq!(on.verified_replays, on.actor_replays, "{on:?}");
     }
 }
 
