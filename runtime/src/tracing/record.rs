@@ -612,6 +612,16 @@ mod tests {
         Rect::new(&[lo], &[hi])
     }
 
+    /// A xorshift generator from `seed`: each call gives a number below its argument.
+    fn below(mut seed: u64) -> impl FnMut(u64) -> u64 {
+        move |m| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        }
+    }
+
     /// Whether `(s, v)` stands for `(r, u)` as [`Reach::reduce`] defines it, by a naive
     /// transitive closure (`path[u][v]`: a path of one edge or more).
     fn stands_for(
@@ -660,13 +670,7 @@ mod tests {
     /// naive search over every conflicting pair.
     #[test]
     fn logical_graphs_order_every_conflict_and_the_check_sees_a_missing_edge() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |m: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % m
-        };
+        let mut next = below(0x2545_f491_4f6c_dd1du64);
         let mut outcomes = [0usize; 2];
         for _ in 0..300 {
             let mut sigs: Vec<Sig> = Vec::new();
@@ -787,13 +791,7 @@ mod tests {
     /// reader stands for it, and every reader left out has a kept one standing for it.
     #[test]
     fn reduced_readers_match_the_definition_on_random_graphs() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move |m: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % m
-        };
+        let mut next = below(0x9e37_79b9_7f4a_7c15u64);
         for _ in 0..300 {
             let n = 1 + next(12) as u32;
             let mut edges: Vec<(u32, u32)> = (0..next(30))
