@@ -348,14 +348,23 @@ impl Hold {
 
     /// Bytes the held runs may take beside a run buffer of `cap` entries: what collecting
     /// leaves them, and at most three quarters of the budget (the final merge's at least a
-    /// quarter).
+    /// quarter), or an eighth when only part of the input is held (see [`Hold::plan`]).
     fn limit(&self, cap: usize) -> usize {
         if self.off {
             return 0;
         }
+        // Held in part, runs up to what collecting leaves them took peak RSS past the
+        // budget as collecting ended and the final merge began (the generator's 954 MB
+        // unsorted `.mtx` at 128 MiB: 148 MiB, at 192 MiB: 203 MiB); at most a quarter
+        // still peaked at 127.5 of 128 MiB: without held runs, that moment already peaks
+        // ~21 MiB above the collecting's plateau (106 MiB at 128, sampled every 3 ms).
+        let most = match self.part {
+            true => self.memory / 8,
+            false => self.memory / 4 * 3,
+        };
         (self.collecting())
             .saturating_sub(cap * self.per_entry)
-            .min(self.memory / 4 * 3)
+            .min(most)
     }
 
     /// Whether the runs of a buffer of `n` entries (of a run buffer of `cap`) stay in
