@@ -27,7 +27,12 @@
 //! - `TESSERA_BENCH_CONVERSION_REPS`: repetitions (default 3);
 //! - `TESSERA_BENCH_CONVERSION_BUDGETS`: memory budgets in MiB for the RSS rows (default
 //!   `16,64,256`); the timed conversions use the largest;
-//! - `TESSERA_BENCH_DIR`: where to put the files (default: the system temp directory).
+//! - `TESSERA_BENCH_DIR`: where to put the files (default: the system temp directory);
+//! - `TESSERA_BENCH_CONVERSION_PAIR_BYTES`: when set, also the sorted / unsorted pairs
+//!   (`.tns` and `.mtx`) at this size, e.g. `1073741824` for issue 16's check at 1 GB (a
+//!   gigabyte pair's spill and page-cache costs differ from the 256 MiB files'), timed
+//!   interleaved at the largest budget after the other jobs, their files removed after; the
+//!   table then has their unsorted ÷ sorted rows. Unset (the default), nothing more runs.
 //!
 //! `TESSERA_BENCH_JOB=generate conversion PATH sorted|unsorted|mtx|unsorted-mtx BYTES` writes one of the
 //! bench's inputs and exits, and `TESSERA_BENCH_JOB=convert conversion IN OUT MEMORY [sync]` converts
@@ -137,6 +142,11 @@ fn main() {
         let ump = child("convert", &[s(&mtx_unsorted), s(&out), &m]);
         rss.push((b, sp, up, mp, ump));
     }
+
+    let pair = std::env::var("TESSERA_BENCH_CONVERSION_PAIR_BYTES")
+        .ok()
+        .and_then(|b| b.trim().parse::<u64>().ok())
+        .map(|b| pair_at(d, b, reps, &mem));
 
     let mut table = Table::new(&format!(
         "conversion -> .tcs (sss, u32, f64), {sorted_mb:.0} MB sorted / {unsorted_mb:.0} MB unsorted .tns, {mtx_mb:.0} MB sorted / unsorted .mtx; budget {} MiB; medians of {reps} interleaved rounds",
@@ -275,9 +285,77 @@ fn main() {
         "write floor MB/s (output bytes)",
         out_bytes.parse::<f64>().unwrap_or(0.0) / 1e6 / write.seconds,
     );
+    if let Some(p) = &pair {
+        let at = format!("{:.0} MB", p.mb);
+        for (what, (sorted, unsorted)) in [(".tns", &p.tns), (".mtx", &p.mtx)] {
+            table.row(
+                &format!("unsorted vs sorted {what} time at {at}"),
+                "s",
+                unsorted.seconds,
+                "sorted",
+                sorted.seconds,
+                false,
+            );
+            table.row(
+                &format!(
+                    "unsorted {what} peak RSS at {at}, budget {:.0}",
+                    mib(memory)
+                ),
+                "MiB",
+                mib(unsorted.peak),
+                "budget",
+                mib(memory),
+                false,
+            );
+        }
+    }
     table.figure("entries", fast.entries as f64);
     table.figure("load average at the end", load_average());
     table.print();
+}
+
+/// The sorted / unsorted pairs at one size (`TESSERA_BENCH_CONVERSION_PAIR_BYTES`): medians of
+/// `reps` interleaved rounds, (sorted, unsorted) each.
+struct Pair {
+    /// Megabytes of the unsorted `.tns`.
+    mb: f64,
+    tns: (Job, Job),
+    mtx: (Job, Job),
+}
+
+/// Generates the pairs of about `bytes` each in `d`, times them at budget `mem`, and
+/// removes them (four files of that size otherwise stay until the bench ends).
+fn pair_at(d: &Path, bytes: u64, reps: usize, mem: &str) -> Pair {
+    let nnz = bytes / LINE_BYTES;
+    let files = [
+        (d.join("pair-s.tns"), &DIMS[..], true),
+        (d.join("pair-u.tns"), &DIMS[..], false),
+        (d.join("pair-s.mtx"), &MTX_DIMS[..], true),
+        (d.join("pair-u.mtx"), &MTX_DIMS[..], false),
+    ];
+    eprintln!("generating the pairs of ~{} MiB", bytes >> 20);
+    for (path, dims, sorted) in &files {
+        generate(path, dims, nnz, *sorted);
+    }
+    let out = d.join("pair-out.tcs");
+    let mut jobs: Vec<Vec<Job>> = files.iter().map(|_| Vec::new()).collect();
+    for rep in 0..reps {
+        eprintln!("pair round {}/{reps}", rep + 1);
+        for (j, (path, _, _)) in files.iter().enumerate() {
+            jobs[j].push(child("convert", &[s(path), s(&out), mem]));
+        }
+    }
+    let mb = std::fs::metadata(&files[1].0).map_or(0.0, |m| m.len() as f64 / 1e6);
+    for (path, _, _) in &files {
+        let _ = std::fs::remove_file(path);
+    }
+    let _ = std::fs::remove_file(&out);
+    let m: Vec<Job> = jobs.iter().map(|r| median(r)).collect();
+    Pair {
+        mb,
+        tns: (m[0], m[1]),
+        mtx: (m[2], m[3]),
+    }
 }
 
 fn s(p: &Path) -> &str {

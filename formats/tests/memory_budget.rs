@@ -209,7 +209,9 @@ fn entries_of(path: &Path) -> Vec<(Vec<usize>, f64)> {
 /// Sorted runs the budget holds in memory (`runs::Hold`) make the same tensor as the same
 /// runs written to disk and read back (`ConvertOptions::spill_runs`), within the budget: at
 /// 16 MiB a 12 MB input is held whole in runs made smaller for it (`Hold::plan`), a 16 MB
-/// one is not held at all (it would not fit), and one of 700k entries whose first lines
+/// one is not held at all (it would not fit, and its final merge would not take the runs by
+/// buckets: `Hold::planned`), at 64 MiB an 80 MB one is held in part (it would not fit: its
+/// first runs are held while they fit, the rest spilled), and one of 700k entries whose first lines
 /// are long (so that the estimate at the first run falls short) fills the room for held
 /// runs part way through, the rest spilled; at 32 MiB the 16 MB input is held whole in runs
 /// of the usual size. With repeated coordinates, whose values are summed in input order
@@ -249,11 +251,13 @@ fn runs_held_in_memory_make_the_tensor_of_spilled_runs_within_the_budget() {
     let smaller = write("520k.tns", 520_000, usize::MAX);
     let larger = write("700k.tns", 700_000, usize::MAX);
     let uneven = write("uneven.tns", 700_000, 6 << 20);
+    let largest = write("3500k.tns", 3_500_000, usize::MAX);
     // (input, budget, runs spilled: none, some or all)
     let (none, some, all) = (0, 1, 2);
     let cases = [
         (&smaller, 16usize, none),
         (&larger, 16, all),
+        (&largest, 64, some),
         (&uneven, 16, some),
         (&larger, 32, none),
     ];

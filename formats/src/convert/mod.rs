@@ -272,6 +272,45 @@
 //! and the push. The idle core-time while runs are collected (~10%, ~40 ms of core time)
 //! was not traced to one wait; the next step is `perf sched` (or `sched_switch` with
 //! wakeups) on that phase to see which thread the others wait for around each spill.
+//!
+//! conv24 (issue 16 at 1 GB: the generator's 1.05 GB `.tns` pair, 44.7 M entries, and
+//! 954 MB `.mtx` pair, `TESSERA_BENCH_JOB=generate conversion PATH KIND 1073741824`; load
+//! 1.6-3.9). At this size the unsorted `.tns` spills all 44 runs at 256 MiB (its pairs, 715
+//! MB, would not fit, so `Hold::plan` held none) and peaks at 85 MB. perf (`-F 4000 -e
+//! cpu-clock -g`, 256 MiB, 20.0 k samples, 5.0 CPU s): kernel 36.5% of the samples, by the
+//! first user frame above: the output's `pwrite`s (`Piece::write_deferred`) 10.3%, the
+//! spills' `write`s (`write_pairs`) 9.7%, the input's `read` (`default_read_to_end`) 8.9%,
+//! reading runs back (`read_packed`) 2.1%, removing the run files 0.9%; user `parse_block`
+//! 32.4%, `lsd_sort_pairs_in` 9.6%, `distribute` 7.8%, the merge's closure 5.0%, `memmove`
+//! 4.0%. The sorted `.tns` (7.8 k samples): `pack` 65%, output `pwrite`s 12.8%, faults of the
+//! mapped input 4.2%. The output's page-cache copy (`copy_folio_from_iter_atomic` under
+//! `write_deferred`) took 1,334 samples unsorted against 475 sorted for the same bytes,
+//! and `rwsem_spin_on_owner` 351 against 135: not traced further (the pieces' arrays cold in
+//! cache after the merge, or memory bandwidth shared with the other core's sort, are
+//! guesses). Output files of one input differ byte for byte between budgets at this size
+//! (segments follow the merge's key ranges: 894,862,672 bytes at 256 MiB, 894,885,648 at 192
+//! MiB from ffda735 alone), so the checks below write the text back (`tessera-data convert
+//! X.tcs X.tns`) and `cmp` it with ffda735's. Since (conv24): an input too large to hold
+//! whole has its first runs held while they fit, the rest spilled (`Hold::plan`,
+//! `Hold::planned`: only when the final merge takes the runs by buckets, which it does at
+//! 1 GB from 192 MiB up, not at 16 or 64 MiB), at most an eighth of the budget. Held up to
+//! what collecting leaves them (~half the budget: 8 of 44 runs), 4 interleaved single jobs
+//! (`TESSERA_BENCH_JOB=convert chrt -f 1 taskset -c 0,1 /usr/bin/time`) gave the unsorted
+//! `.tns` system time 1.47-1.81 -> 1.13-1.39 s and wall 2.65 -> 2.39 s (medians), but peak
+//! RSS past the budget on the `.mtx` (128 MiB: 148 MiB, 192 MiB: 203 MiB); at most a quarter,
+//! 127.5 MiB at 128 MiB. The end of collecting already peaks above its plateau without held
+//! runs (RSS sampled every 3 ms, ffda735, unsorted `.mtx`: 85 -> 106 MiB at 128 MiB, 127 ->
+//! 140 at 192, none at 256), which is what an eighth leaves room for. With an eighth (2 of 44
+//! `.tns` runs held at 256 MiB, 2 of 34 `.mtx`), 5 interleaved rounds (load 1.9-2.6,
+//! medians): unsorted `.tns` 2.22 -> 2.17 s (system 1.29 -> 1.13 s), unsorted `.mtx` 2.00 ->
+//! 1.88 s; sorted `.tns` 0.87-1.30 s in these periods, so the 1 GB ratio stays ~2-2.7 and
+//! the goal is not met. Peak RSS at 1 GB (`.mtx` / `.tns`): 16 MiB 14.3 MiB (`.tns`), 64 MiB
+//! 31.8 MiB (`.tns`), 128 MiB 107 / 61 MiB, 192 MiB 141 / 88 MiB, 256 MiB 169 / 116 MiB; text
+//! written back identical at 16, 64 and 256 MiB (`.tns`) and 256 MiB (`.mtx`). The next steps:
+//! find what the end of collecting allocates beside the run buffer (then hold up to a
+//! quarter or more: the half measured above paid ~0.25 s), and why the output's copies cost
+//! 2.8x on the unsorted path. The conversion bench's `TESSERA_BENCH_CONVERSION_PAIR_BYTES`
+//! runs the pairs at a chosen size (its table's "at N MB" rows).
 
 mod back;
 mod blocks;

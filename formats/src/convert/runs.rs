@@ -140,6 +140,7 @@ pub(crate) fn sort_runs(
                                 && runs <= final_runs
                                 && bucket <= small
                         });
+                    hold.planned(run.top.is_some());
                 }
                 // The buffer still has its capacity of before (it shrinks below).
                 let keep = hold.take(run.len(), run.recs.capacity() / (rank + 1));
@@ -311,7 +312,10 @@ struct Hold {
     /// Write runs to disk even when held (`ConvertOptions::spill_runs`): the same
     /// accounting, so the same final merge, with the runs read back from files.
     to_disk: bool,
-    /// No run is held: the input will not fit (see [`Hold::plan`]).
+    /// The input will not fit whole (see [`Hold::plan`]): its first runs are held while
+    /// they fit, the rest spilled.
+    part: bool,
+    /// No run is held (see [`Hold::planned`]).
     off: bool,
 }
 
@@ -330,6 +334,7 @@ impl Hold {
             per_entry: record + scratch,
             held: 0,
             to_disk: opts.spill_runs,
+            part: false,
             off: false,
         }
     }
@@ -343,14 +348,23 @@ impl Hold {
 
     /// Bytes the held runs may take beside a run buffer of `cap` entries: what collecting
     /// leaves them, and at most three quarters of the budget (the final merge's at least a
-    /// quarter).
+    /// quarter), or an eighth when only part of the input is held (see [`Hold::plan`]).
     fn limit(&self, cap: usize) -> usize {
         if self.off {
             return 0;
         }
+        // Held in part, runs up to what collecting leaves them took peak RSS past the
+        // budget as collecting ended and the final merge began (the generator's 954 MB
+        // unsorted `.mtx` at 128 MiB: 148 MiB, at 192 MiB: 203 MiB); at most a quarter
+        // still peaked at 127.5 of 128 MiB: without held runs, that moment already peaks
+        // ~21 MiB above the collecting's plateau (106 MiB at 128, sampled every 3 ms).
+        let most = match self.part {
+            true => self.memory / 8,
+            false => self.memory / 4 * 3,
+        };
         (self.collecting())
             .saturating_sub(cap * self.per_entry)
-            .min(self.memory / 4 * 3)
+            .min(most)
     }
 
     /// Whether the runs of a buffer of `n` entries (of a run buffer of `cap`) stay in
@@ -367,11 +381,15 @@ impl Hold {
     /// Decides, at the first full run buffer of `cap` entries, from an estimate of the
     /// input's `entries`, whether runs are held: all of them (with a 32nd to spare) fit
     /// beside this buffer, or beside a smaller one of at least a quarter of `cap` (the
-    /// size returned, for the runs from now on), or else none is held and every run is
-    /// spilled as before. Holding only part of a large input saves little of its spill
-    /// but takes that part from the final merge's budget: on a 2.1 GB unsorted `.tns` at
-    /// 256 MiB, 10 of 88 runs held made the conversion slower (31.1 s against 27.6 s, one
-    /// run each under load).
+    /// size returned, for the runs from now on), or else the first runs are held while they
+    /// fit and the rest spilled (when the final merge takes the runs by buckets, see
+    /// [`Hold::planned`]). Before conv24 none was held then: on a 2.1 GB unsorted `.tns` at
+    /// 256 MiB, 10 of 88 runs held had made the conversion slower (31.1 s against 27.6 s,
+    /// one run each under load, before the bucketed final merge). With it (conv24, the
+    /// generator's 1.05 GB unsorted `.tns`, 44.7 M entries, 256 MiB, 4 interleaved single
+    /// jobs at load 2-4, `TESSERA_BENCH_JOB=convert chrt -f 1 taskset -c 0,1`): 8 of 44 runs
+    /// held, system time 1.47-1.81 -> 1.13-1.39 s, wall 2.47-2.94 -> 2.18-2.66 s (medians
+    /// 2.65 -> 2.39 s), peak RSS 85 -> 214 MB; the same tensor (text written back, cmp).
     fn plan(&mut self, cap: usize, entries: usize) -> Option<usize> {
         let bytes = (entries + entries / 32) * 16;
         if bytes <= self.limit(cap) {
@@ -379,10 +397,18 @@ impl Hold {
         }
         let smaller = self.collecting().saturating_sub(bytes) / self.per_entry;
         if bytes > self.limit(0) || smaller < cap / 4 {
-            self.off = true;
+            self.part = true;
             return None;
         }
         Some(smaller)
+    }
+
+    /// After [`Hold::plan`]: whether the final merge is expected to take the runs by
+    /// buckets (`bucketed`, see `MergeSource::bucketed`). Runs held in part of an input
+    /// too large for them stay held only then: merge rounds (or a merge of sorted runs)
+    /// would have their buffers beside the held runs.
+    fn planned(&mut self, bucketed: bool) {
+        self.off = self.part && !bucketed;
     }
 }
 
