@@ -213,9 +213,11 @@ impl Default for RuntimeBuilder {
             tracing: tracing_default(),
             trace_sampling: 64,
             actors: actors_default(),
-            verified_replays: !matches!(
+            // Off by default until the postcondition hole of a twice-linked replay is fixed
+            // (runtime/DESIGN.md, "Replays without ledger borrows", review39).
+            verified_replays: matches!(
                 std::env::var("TESSERA_VERIFIED_REPLAYS").as_deref(),
-                Ok("0")
+                Ok("1")
             ),
             ranks: None,
             agreement: agreement_default(),
@@ -337,7 +339,7 @@ impl RuntimeBuilder {
 
     /// Lets the points of an actor replay view their stores without ledger borrows when the
     /// trace's recorded graph was verified, once, to order every two conflicting accesses
-    /// (default on, or the environment variable `TESSERA_VERIFIED_REPLAYS=0|1`). Off, every
+    /// (default off, or the environment variable `TESSERA_VERIFIED_REPLAYS=0|1`). Off, every
     /// view borrows its cells from the store's ledger, as ordinary tasks' do: a check paid at
     /// every view, on cache lines the points of one step share (runtime/DESIGN.md, "Replays
     /// without ledger borrows").
