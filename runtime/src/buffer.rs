@@ -852,22 +852,23 @@ impl Ledger {
         };
         let claimed = stale.claim(rect);
         let base = stale.base as *mut u8;
+        if matches!(how, Settle::ZeroLocked) {
+            // SAFETY: the claimed ranges lie in the buffer (pieces of its stale ranges) and
+            // are the cells of a borrow the caller holds; any other borrower of them settles
+            // under this lock before touching them, and finds them claimed.
+            unsafe { zero_bytes(base, &claimed) };
+        }
+        // Cleared only now: another reader of these cells that sees the flag clear skips the
+        // lock, so the cells must be zeros by then (review39 found it cleared before).
         if stale.ranges.is_empty() {
             *guard = None;
             self.has_stale.store(false, Ordering::Release);
         }
-        match how {
-            Settle::Overwrite => {}
-            // SAFETY: the claimed ranges lie in the buffer (pieces of its stale ranges) and
-            // are the cells of a borrow the caller holds; any other borrower of them settles
-            // under this lock before touching them, and finds them claimed.
-            Settle::ZeroLocked => unsafe { zero_bytes(base, &claimed) },
-            Settle::Zero => {
-                drop(guard);
-                // SAFETY: as above, and the borrow is exclusive: no one else can borrow these
-                // cells until it is released.
-                unsafe { zero_bytes(base, &claimed) }
-            }
+        if matches!(how, Settle::Zero) {
+            drop(guard);
+            // SAFETY: as above, and the borrow is exclusive: no one else can borrow these
+            // cells until it is released, so they may be zeroed after the flag is cleared.
+            unsafe { zero_bytes(base, &claimed) }
         }
     }
 
@@ -1244,6 +1245,37 @@ mod tests {
             let zero = i < 200;
             assert_eq!(*v, if zero { 0 } else { 5 }, "cell {i}");
         }
+    }
+
+    #[test]
+    fn two_readers_of_stale_cells_both_see_zeros() {
+        // The first reader zeroes the cells under the stale lock; the second, arriving while
+        // it does, must not skip the lock on a flag cleared before the zeroing ends.
+        let len = 1 << 17; // 1 MiB of u64, all written
+        let mut saw_old = 0;
+        for _ in 0..64 {
+            let (_data, stale) = recycled(len, len);
+            let base = stale.base;
+            let l = Ledger::default();
+            l.install_stale(stale);
+            let start = std::sync::Barrier::new(2);
+            let read = || {
+                start.wait();
+                let _b = l.borrow(Rect::new(&[0], &[len]), false).unwrap();
+                // The last cell first: zeroing runs upwards, so it is zeroed last.
+                (0..len).rev().step_by(4096).any(|i| {
+                    // SAFETY: `i < len` cells of the buffer, alive in `_data`; a shared
+                    // borrow of them is held.
+                    unsafe { std::ptr::read_volatile((base as *const u64).add(i)) != 0 }
+                })
+            };
+            saw_old += std::thread::scope(|s| {
+                let other = s.spawn(read);
+                let mine = read();
+                mine as usize + other.join().unwrap() as usize
+            });
+        }
+        assert_eq!(saw_old, 0, "a reader saw a stale cell after its borrow");
     }
 
     #[test]
