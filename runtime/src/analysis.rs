@@ -213,21 +213,63 @@ impl AccessState {
     }
 
     /// A replayed trace's postcondition when it follows a replay of the same trace (actors):
-    /// the accesses recorded over both, which stand for every pending access (no edges).
+    /// the accesses recorded over both (no edges), added to the pending accesses of earlier
+    /// replays that they do not supersede.
+    ///
+    /// An earlier access is dropped only when it has finished or lies inside a rectangle one
+    /// of the new writers writes (other than `pre`, which comes before every replay of the
+    /// chain): that writer is ordered after it, since the access conflicts with the writer's
+    /// copy in the replay after its own, and the writer's copies are ordered one after the
+    /// next. Every other earlier access stays: reads of a store no replay writes are ordered
+    /// after nothing of the later replays, and a later writer must wait for each of them
+    /// (review39: keeping only the two last replays' accesses let it overtake the reads of
+    /// the replay two back).
     pub(crate) fn set<'a>(
         &mut self,
+        pre: &Arc<Node>,
         writers: impl Iterator<Item = (Rect, &'a Arc<Node>)>,
         readers: impl Iterator<Item = (Rect, &'a Arc<Node>)>,
     ) {
-        self.writers.clear();
-        // The groups are kept, emptied, and dropped below if no reader comes back: a replay of
-        // the same trace sets the same rectangles, more readers each than a group holds
-        // inline, and reusing them saves an allocation and a free per group per replay.
+        let writers: SmallVec<[(Rect, &Arc<Node>); 4]> = writers.collect();
+        let covered = |r: &Rect| {
+            writers
+                .iter()
+                .any(|(w, n)| !Arc::ptr_eq(n, pre) && w.contains(r))
+        };
+        self.writers.retain(|(r, n)| !n.is_done() && !covered(r));
+        // Emptied groups are kept, and dropped below if no reader comes back: a replay of the
+        // same trace reads the same rectangles, and reusing a group saves an allocation and a
+        // free per group per replay.
         for g in &mut self.readers {
-            g.nodes.clear();
+            if covered(&g.rect) {
+                g.nodes.clear();
+            } else {
+                g.nodes.retain(|n| !n.is_done());
+            }
             g.prune_at = PRUNE_MIN;
         }
-        self.push(writers, readers);
+        // Accesses of the last replay are in both (when pending and not superseded).
+        for (rect, n) in writers {
+            if !self
+                .writers
+                .iter()
+                .any(|(r, m)| *r == rect && Arc::ptr_eq(m, n))
+            {
+                self.writers.push((rect, n.clone()));
+            }
+        }
+        for (rect, n) in readers {
+            match self.readers.iter_mut().find(|g| g.rect == rect) {
+                Some(g) if g.nodes.iter().any(|m| Arc::ptr_eq(m, n)) => {}
+                Some(g) => g.nodes.push(n.clone()),
+                None => self.readers.push(ReaderGroup {
+                    rect,
+                    nodes: smallvec::smallvec![n.clone()],
+                    prune_at: PRUNE_MIN,
+                }),
+            }
+        }
+        self.groups_prune_at = PRUNE_MIN;
         self.readers.retain(|g| !g.nodes.is_empty());
     }
 

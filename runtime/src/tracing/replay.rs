@@ -176,10 +176,10 @@ enum Decision {
 /// writer of each whole store ([`PRE`]) followed by the previous trace's final accesses.
 /// That holds, for the stores the previous trace uses, after a replay behind an entry vertex
 /// (`exact`); a trace using another store is not linked (`Cross::closed`). After a linked replay the state
-/// also holds accesses of the replay before it that the last one did not cover; a next replay
-/// of the *same* trace over the *same* stores in the same roles is still ordered after them
-/// (each of its accesses has a counterpart in the last replay, which was ordered after them),
-/// another is not, so it takes an entry vertex.
+/// also holds accesses of earlier replays that the last ones did not supersede
+/// (`AccessState::set`); a next replay of the *same* trace over the *same* stores in the same
+/// roles is still ordered after them (each of its accesses has a counterpart in the last
+/// replay, which was ordered after them), another is not, so it takes an entry vertex.
 struct LastReplay {
     trace: TraceId,
     exact: bool,
@@ -1171,11 +1171,11 @@ impl Inner {
                 for st in &cross.stores {
                     let of = if st.before { last.run.tasks() } else { tasks };
                     let v = |&(r, u): &(_, u32)| (r, vertex(u));
-                    of[st.at.0].args[st.at.1]
-                        .root
-                        .meta()
-                        .access
-                        .set(st.writers.iter().map(v), st.readers.iter().map(v));
+                    of[st.at.0].args[st.at.1].root.meta().access.set(
+                        &last.pre,
+                        st.writers.iter().map(v),
+                        st.readers.iter().map(v),
+                    );
                 }
                 // Linked to another trace (or stores), the state is no longer one a next link
                 // assumes.

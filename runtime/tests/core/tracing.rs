@@ -421,6 +421,104 @@ fn reader_outside_the_trace(threads: usize, mode: Mode) {
 }
 
 #[test]
+fn a_writer_after_linked_replays_waits_for_the_reads_of_every_replay() {
+    // Each iteration writes `w` and reads `s` into a future; reads never conflict, so nothing
+    // orders one replay's read of `s` before the next replays. A writer of `s` issued after
+    // the loop must still wait for all of them, including a replay two or more back from the
+    // last (review39: a twice-linked replay's access state dropped them). One read, `back`
+    // iterations from the end, waits up to 100 ms for the writer: it must not come.
+    for back in 2..=9 {
+        for verified in [false, true] {
+            writer_after_linked_replays(back, verified);
+        }
+    }
+}
+
+fn writer_after_linked_replays(back: usize, verified: bool) {
+    let rt = Runtime::builder()
+        .threads(2)
+        .tracing(true)
+        .actors(true)
+        .verified_replays(verified)
+        .trace_sampling(8)
+        .build();
+    let iterations = 48;
+    let slow = iterations - 1 - back;
+    let (peeks, wrote, early) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    rt.register("bump", |ctx| {
+        for x in ctx.write::<f64>(0).as_mut_slice() {
+            *x += 1.0;
+        }
+    })
+    .unwrap();
+    let (p, w, e) = (peeks.clone(), wrote.clone(), early.clone());
+    rt.register("peek", move |ctx| {
+        if p.fetch_add(1, Ordering::SeqCst) == slow {
+            let start = std::time::Instant::now();
+            while start.elapsed() < std::time::Duration::from_millis(100) {
+                if w.load(Ordering::SeqCst) != 0 {
+                    e.store(1, Ordering::SeqCst);
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>());
+    })
+    .unwrap();
+    let w = wrote.clone();
+    rt.register("overwrite", move |ctx| {
+        w.store(1, Ordering::SeqCst);
+        ctx.write::<f64>(0).as_mut_slice().fill(7.0);
+    })
+    .unwrap();
+    let (ws, s) = (
+        rt.create(DType::F64, &[8]).unwrap(),
+        rt.from_vec(&[8], vec![1.0; 8]).unwrap(),
+    );
+    let mut sums = Vec::new();
+    for _ in 0..iterations {
+        rt.task("bump")
+            .read_write(&ws)
+            .launch_domain(&[2])
+            .submit()
+            .unwrap();
+        sums.push(
+            rt.task("peek")
+                .read(&s)
+                .launch_domain(&[1])
+                .submit_reduce(ReduceOp::Sum)
+                .unwrap(),
+        );
+    }
+    rt.task("overwrite")
+        .write(&s)
+        .launch_domain(&[1])
+        .submit()
+        .unwrap();
+    assert_eq!(rt.read::<f64>(&s).unwrap(), [7.0; 8]);
+    let st = rt.stats();
+    let wrong: Vec<usize> = (0..iterations)
+        .filter(|&i| sums[i].get().unwrap().as_f64() != 8.0)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "reads {wrong:?} of s saw the later write (back {back}, verified {verified}): {st:?}"
+    );
+    assert!(st.actor_linked_replays >= 3, "{st:?}");
+    assert_eq!(
+        early.load(Ordering::SeqCst),
+        0,
+        "the writer of s ran while read {slow} of it still ran (back {back}, verified \
+         {verified}): {st:?}"
+    );
+}
+
+#[test]
 fn a_panicking_body_in_a_replayed_trace_fails_its_task() {
     for mode in [Traced, Actors] {
         for threads in [1, 2] {
