@@ -426,15 +426,19 @@ fn a_writer_after_linked_replays_waits_for_the_reads_of_every_replay() {
     // orders one replay's read of `s` before the next replays. A writer of `s` issued after
     // the loop must still wait for all of them, including a replay two or more back from the
     // last (review39: a twice-linked replay's access state dropped them). One read, `back`
-    // iterations from the end, waits up to 100 ms for the writer: it must not come.
+    // iterations from the end, waits up to 100 ms for the writer: it must not come. With
+    // `half`, each iteration also rewrites half of `s` before its read (what the access state
+    // keeps of a read only partly covered by a later write).
     for back in 2..=9 {
         for verified in [false, true] {
-            writer_after_linked_replays(back, verified);
+            for half in [false, true] {
+                writer_after_linked_replays(back, verified, half);
+            }
         }
     }
 }
 
-fn writer_after_linked_replays(back: usize, verified: bool) {
+fn writer_after_linked_replays(back: usize, verified: bool, half: bool) {
     let rt = Runtime::builder()
         .threads(2)
         .tracing(true)
@@ -470,6 +474,8 @@ fn writer_after_linked_replays(back: usize, verified: bool) {
         ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>());
     })
     .unwrap();
+    rt.register("refill", |ctx| ctx.write::<f64>(0).as_mut_slice().fill(1.0))
+        .unwrap();
     let w = wrote.clone();
     rt.register("overwrite", move |ctx| {
         w.store(1, Ordering::SeqCst);
@@ -487,6 +493,13 @@ fn writer_after_linked_replays(back: usize, verified: bool) {
             .launch_domain(&[2])
             .submit()
             .unwrap();
+        if half {
+            rt.task("refill")
+                .write(&s.slice(0, 0..4).unwrap())
+                .launch_domain(&[1])
+                .submit()
+                .unwrap();
+        }
         sums.push(
             rt.task("peek")
                 .read(&s)
@@ -507,14 +520,14 @@ fn writer_after_linked_replays(back: usize, verified: bool) {
         .collect();
     assert!(
         wrong.is_empty(),
-        "reads {wrong:?} of s saw the later write (back {back}, verified {verified}): {st:?}"
+        "reads {wrong:?} of s saw the later write (back {back}, verified {verified}, half {half}): {st:?}"
     );
     assert!(st.actor_linked_replays >= 3, "{st:?}");
     assert_eq!(
         early.load(Ordering::SeqCst),
         0,
         "the writer of s ran while read {slow} of it still ran (back {back}, verified \
-         {verified}): {st:?}"
+         {verified}, half {half}): {st:?}"
     );
 }
 
