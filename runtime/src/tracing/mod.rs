@@ -83,3 +83,15 @@ impl FinderCost {
         }
     }
 }
+
+/// A xorshift generator from `seed` for the tracing tests: each call gives a number below its
+/// argument.
+#[cfg(test)]
+pub(crate) fn below(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |m| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % m
+    }
+}

@@ -606,20 +606,11 @@ impl Reach {
 
 #[cfg(test)]
 mod tests {
+    use super::super::below;
     use super::*;
 
     fn cell(lo: usize, hi: usize) -> Rect {
         Rect::new(&[lo], &[hi])
-    }
-
-    /// A xorshift generator from `seed`: each call gives a number below its argument.
-    fn below(mut seed: u64) -> impl FnMut(u64) -> u64 {
-        move |m| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % m
-        }
     }
 
     /// Whether `(s, v)` stands for `(r, u)` as [`Reach::reduce`] defines it, by a naive

@@ -180,18 +180,12 @@ mod tests {
 
     #[test]
     fn the_closure_matches_a_search_on_random_dags() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = super::super::below(0x9e37_79b9_7f4a_7c15);
         for _ in 0..50 {
-            let n = 1 + (next() % 150) as usize;
-            let edges: Vec<(u32, u32)> = (0..next() % 300)
+            let n = 1 + next(150) as usize;
+            let edges: Vec<(u32, u32)> = (0..next(300))
                 .filter_map(|_| {
-                    let (a, b) = ((next() % n as u64) as u32, (next() % n as u64) as u32);
+                    let (a, b) = (next(n as u64) as u32, next(n as u64) as u32);
                     (a < b).then_some((a, b))
                 })
                 .collect();
