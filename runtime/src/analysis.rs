@@ -248,7 +248,18 @@ impl AccessState {
             }
             g.prune_at = PRUNE_MIN;
         }
-        // Accesses of the last replay are in both (when pending and not superseded).
+        self.push(writers.into_iter(), readers);
+        self.readers.retain(|g| !g.nodes.is_empty());
+    }
+
+    /// Adds final accesses of a replay, each once (after [`AccessState::set`] the last
+    /// replay's pending accesses are both kept and among the new ones).
+    fn push<'a>(
+        &mut self,
+        writers: impl Iterator<Item = (Rect, &'a Arc<Node>)>,
+        readers: impl Iterator<Item = (Rect, &'a Arc<Node>)>,
+    ) {
+        self.groups_prune_at = PRUNE_MIN;
         for (rect, n) in writers {
             if !self
                 .writers
@@ -261,27 +272,6 @@ impl AccessState {
         for (rect, n) in readers {
             match self.readers.iter_mut().find(|g| g.rect == rect) {
                 Some(g) if g.nodes.iter().any(|m| Arc::ptr_eq(m, n)) => {}
-                Some(g) => g.nodes.push(n.clone()),
-                None => self.readers.push(ReaderGroup {
-                    rect,
-                    nodes: smallvec::smallvec![n.clone()],
-                    prune_at: PRUNE_MIN,
-                }),
-            }
-        }
-        self.groups_prune_at = PRUNE_MIN;
-        self.readers.retain(|g| !g.nodes.is_empty());
-    }
-
-    fn push<'a>(
-        &mut self,
-        writers: impl Iterator<Item = (Rect, &'a Arc<Node>)>,
-        readers: impl Iterator<Item = (Rect, &'a Arc<Node>)>,
-    ) {
-        self.groups_prune_at = PRUNE_MIN;
-        self.writers.extend(writers.map(|(r, n)| (r, n.clone())));
-        for (rect, n) in readers {
-            match self.readers.iter_mut().find(|g| g.rect == rect) {
                 Some(g) => g.nodes.push(n.clone()),
                 None => self.readers.push(ReaderGroup {
                     rect,
