@@ -816,8 +816,8 @@ impl Ledger {
     /// recorded graph orders it after every conflicting access, so nothing is held and
     /// nothing refused; the stale cells of `rect` are settled as [`Ledger::borrow`] (or,
     /// `overwrite`, [`Ledger::borrow_to_overwrite`]) would. The caller has made the store's
-    /// elements first (`StoreRoot::data`): a recycled buffer installed later settles only
-    /// the borrows held at that time.
+    /// elements first (callers go through `StoreRoot::unheld`): a recycled buffer installed
+    /// later settles only the borrows held at that time.
     pub(crate) fn unheld(&self, rect: Rect, exclusive: bool, overwrite: bool) -> Borrow<'_> {
         let how = match (exclusive, overwrite) {
             (true, true) => Settle::Overwrite,

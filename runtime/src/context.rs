@@ -89,11 +89,7 @@ impl<'a> Held<'a> {
                 }
             };
             let b = match trusted {
-                true => {
-                    // Elements made first: see `Ledger::unheld`.
-                    let _ = a.root.data();
-                    Ok(a.root.ledger.unheld(rect, false, false))
-                }
+                true => Ok(a.root.unheld(rect, false, false)),
                 false => a.root.ledger.borrow(rect, false),
             };
             if let Ok(b) = b {

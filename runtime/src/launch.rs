@@ -44,9 +44,7 @@ impl LaunchArg {
     pub(crate) fn borrow_cells(&self, rect: Rect, exclusive: bool, trusted: bool) -> Borrow<'_> {
         let ledger = &self.root.ledger;
         if trusted {
-            // Elements made first: see `Ledger::unheld`.
-            let _ = self.root.data();
-            return ledger.unheld(rect, exclusive, self.overwrite);
+            return self.root.unheld(rect, exclusive, self.overwrite);
         }
         let borrow = if exclusive && self.overwrite {
             ledger.borrow_to_overwrite(rect)

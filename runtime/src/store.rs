@@ -1,7 +1,7 @@
 //! Stores: n-d arrays of one element type, their views (slices), and the two reference counts.
 
 use crate::analysis::AccessState;
-use crate::buffer::{Data, Ledger, MapPool};
+use crate::buffer::{Borrow, Data, Ledger, MapPool};
 use crate::dtype::DType;
 use crate::error::{Result, RuntimeError};
 use crate::graph::Node;
@@ -245,6 +245,14 @@ impl StoreRoot {
     #[inline]
     pub(crate) fn data(&self) -> Option<&Data> {
         self.bound_data().map(|(_, data)| data)
+    }
+
+    /// What a point of a verified replay takes for `rect` instead of a ledger borrow
+    /// ([`Ledger::unheld`]), the elements made first so that the stale cells of a recycled
+    /// buffer are installed before they are settled.
+    pub(crate) fn unheld(&self, rect: Rect, exclusive: bool, overwrite: bool) -> Borrow<'_> {
+        let _ = self.data();
+        self.ledger.unheld(rect, exclusive, overwrite)
     }
 
     /// [`StoreRoot::bound`] and [`StoreRoot::data`] together, the bound looked up once: a

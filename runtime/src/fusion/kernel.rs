@@ -116,7 +116,8 @@ impl Elementwise {
             // SAFETY: the one place element-wise bodies see memory. Callers (`run_chunks`)
             // pass pointers to `len` initialised elements of `T` (dtype checked when the steps
             // are built): store cells inside a borrow the point holds (exclusive for
-            // outputs; a ledger borrow, or a verified replay's, `Ledger::unheld`) or scratch private to the point. No output overlaps another slice: a
+            // outputs; a ledger borrow, or a verified replay's, `Ledger::unheld`) or scratch
+            // private to the point. No output overlaps another slice: a
             // task's written argument never aliases its other arguments (checked at submit),
             // and the temporaries of one step are in distinct scratch buffers (a buffer is
             // shared only by temporaries whose lives do not overlap: `scratch::share`).
