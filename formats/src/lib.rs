@@ -28,6 +28,7 @@ mod mtx;
 #[doc(hidden)]
 pub mod numbers;
 mod pack;
+mod piecewise;
 pub mod tcs;
 mod tensor;
 mod text;

@@ -186,7 +186,6 @@ impl<I: Index> Piece<I> {
         crcs: &LateCrcs,
         failed: &Mutex<Option<std::io::Error>>,
     ) {
-        use std::os::unix::fs::FileExt;
         for w in self.writes.drain(..) {
             let bytes: &[u8] = match w.array {
                 PieceArray::Crd(k) => bytemuck::cast_slice(&self.crd[k][w.range]),
@@ -194,7 +193,7 @@ impl<I: Index> Piece<I> {
                 PieceArray::Vals => bytemuck::cast_slice(&self.vals[w.range]),
             };
             crcs.hash(w.crc_slot, bytes);
-            if let Err(e) = files[w.file].write_all_at(bytes, w.at) {
+            if let Err(e) = crate::piecewise::write_all_at(&files[w.file], bytes, w.at) {
                 if let Ok(mut f) = failed.lock() {
                     f.get_or_insert(e);
                 }

@@ -712,6 +712,7 @@ fn sort_and_build(
         ..opts.clone()
     };
     if stitch::supports(format) {
+        source.read_once();
         let text = stitch::Input {
             path: input.to_path_buf(),
             syntax: (),

@@ -81,9 +81,7 @@ impl TcsWriter {
         }
         self.crcs.lock().expect("no panics while locked")[array] = None;
         let at = a.offset + elem_offset * size;
-        self.file
-            .file()
-            .write_all_at(bytemuck::cast_slice(data), at)
+        crate::piecewise::write_all_at(self.file.file(), bytemuck::cast_slice(data), at)
             .map_err(|e| Error::io(self.file.target(), e))
     }
 
@@ -473,9 +471,7 @@ impl Appender {
     pub fn append<T: bytemuck::Pod>(&mut self, array: usize, data: &[T]) -> Result<()> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         let at = self.reserve(array, bytes);
-        self.file
-            .file()
-            .write_all_at(bytes, at)
+        crate::piecewise::write_all_at(self.file.file(), bytes, at)
             .map_err(|e| Error::io(self.file.target(), e))
     }
 
@@ -608,7 +604,7 @@ impl<T: bytemuck::Pod> ArrayWriter<'_, T> {
         }
         self.crc.update(&self.buf);
         let file = self.writer.file.file();
-        file.write_all_at(&self.buf, self.at)
+        crate::piecewise::write_all_at(file, &self.buf, self.at)
             .map_err(|e| Error::io(self.writer.file.target(), e))?;
         self.at += len;
         self.buf.clear();
