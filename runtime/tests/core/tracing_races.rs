@@ -264,7 +264,11 @@ impl Detector {
         let start = Instant::now();
         // Mostly 0-150 µs; one body in 16 holds its accesses for 2 ms (replays run far ahead).
         let h = (me as u64).wrapping_mul(2_654_435_761) >> 7;
-        let spin = Duration::from_micros(if h % 16 == 0 { 2000 } else { h % 7 * 25 });
+        let spin = Duration::from_micros(if h.is_multiple_of(16) {
+            2000
+        } else {
+            h % 7 * 25
+        });
         while start.elapsed() < spin {
             std::hint::spin_loop();
         }
