@@ -394,8 +394,8 @@ fn random_body(next: &mut impl FnMut(u64) -> u64) -> (Vec<Step>, bool) {
 }
 
 /// A random program: phases, each one of three random bodies repeated 3-20 times, sometimes a
-/// host read between iterations. Returns every value it read (results and host reads) and the
-/// final stores.
+/// host read or a fence between iterations. Returns every value it read (results, host reads,
+/// the final stores: the last one taken).
 fn random_program(seed: u64, rt: &Runtime) -> Result<Vec<f64>> {
     let mut rng = seed;
     let mut next = move |m: u64| {
@@ -468,9 +468,14 @@ fn random_program(seed: u64, rt: &Runtime) -> Result<Vec<f64>> {
     for f in futures {
         seen.push(f.get()?.as_f64());
     }
+    // The last store taken (waits for its pending readers and writers, `AccessState::pending`,
+    // then moves the buffer out if nothing else holds the store, or copies it).
+    let mut stores = stores;
+    let last = stores.pop().expect("three stores");
     for s in &stores {
         seen.extend(rt.read::<f64>(s)?);
     }
+    seen.extend(rt.take::<f64>(last)?);
     Ok(seen)
 }
 
