@@ -13,6 +13,7 @@ mod solver;
 mod streams;
 mod tiles;
 mod tracing;
+mod tracing_races;
 
 /// Every cell of `r`, row-major.
 pub(crate) fn cells(r: &tessera_runtime::Rect) -> Vec<Vec<usize>> {
