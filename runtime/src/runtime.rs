@@ -213,13 +213,11 @@ impl Default for RuntimeBuilder {
             tracing: tracing_default(),
             trace_sampling: 64,
             actors: actors_default(),
-            // Off by default: the hole review39 found (a twice-linked replay's postcondition)
-            // is fixed (stop 40), but the second review that should clear the linked chains
-            // for running without the ledger's check has not been done (runtime/DESIGN.md,
-            // "Replays without ledger borrows").
-            verified_replays: matches!(
+            // On since the second review of linked chains found no hole (review41, stop 41;
+            // runtime/DESIGN.md, "Replays without ledger borrows").
+            verified_replays: !matches!(
                 std::env::var("TESSERA_VERIFIED_REPLAYS").as_deref(),
-                Ok("1")
+                Ok("0")
             ),
             ranks: None,
             agreement: agreement_default(),
@@ -341,7 +339,7 @@ impl RuntimeBuilder {
 
     /// Lets the points of an actor replay view their stores without ledger borrows when the
     /// trace's recorded graph was verified, once, to order every two conflicting accesses
-    /// (default off, or the environment variable `TESSERA_VERIFIED_REPLAYS=0|1`). Off, every
+    /// (default on, or the environment variable `TESSERA_VERIFIED_REPLAYS=0|1`). Off, every
     /// view borrows its cells from the store's ledger, as ordinary tasks' do: a check paid at
     /// every view, on cache lines the points of one step share (runtime/DESIGN.md, "Replays
     /// without ledger borrows").
