@@ -285,13 +285,7 @@ fn random_dag(seed: u64, threads: usize, mode: Mode) -> Result<(Vec<Vec<f64>>, S
     let stores: Vec<Store> = (0..5)
         .map(|i| rt.from_vec(&[n], (0..n).map(|j| (i * n + j) as f64).collect()))
         .collect::<Result<_>>()?;
-    let mut rng = seed;
-    let mut next = move |m: u64| {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng % m
-    };
+    let mut next = below(seed);
     let body: Vec<[u64; 5]> = (0..7)
         .map(|_| [next(5), next(5), next(5), next(3), next(2)])
         .collect();
@@ -695,5 +689,16 @@ fn tracing_decisions_do_not_depend_on_the_workers_timing() {
         let first = (0..fast.len()).find(|&i| fast[i] != slow[i]);
         assert_eq!(first, None, "{mode:?}\n{fast:?}\n{slow:?}");
         assert!(fast.iter().any(|d| d.3 > 0), "nothing replayed: {fast:?}");
+    }
+}
+
+/// A xorshift generator from `seed` for the random programs of these tests: each call gives
+/// a number below its argument.
+pub(crate) fn below(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |m| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % m
     }
 }

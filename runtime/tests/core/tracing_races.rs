@@ -430,13 +430,7 @@ fn random_body(next: &mut impl FnMut(u64) -> u64) -> (Vec<Step>, bool) {
 /// host read or a fence between iterations. Returns every value it read (results, host reads,
 /// the final stores: the last one taken).
 fn random_program(seed: u64, rt: &Runtime) -> Result<Vec<f64>> {
-    let mut rng = seed;
-    let mut next = move |m: u64| {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng % m
-    };
+    let mut next = crate::tracing::below(seed);
     let bodies: Vec<(Vec<Step>, bool)> = (0..3).map(|_| random_body(&mut next)).collect();
     let stores: Vec<Store> = (0..3)
         .map(|i| rt.from_vec(&[8], (0..8).map(|j| (i * 8 + j) as f64).collect()))
