@@ -326,7 +326,22 @@
 //! output reuses those pages. Jobs timed as a new user's single conversion would be (the
 //! last output removed and the machine idle 8 s before each; `TESSERA_BENCH_JOB=convert
 //! chrt -f 1 taskset -c 0,1 /usr/bin/time conversion X o.tcs 268435456`), old and new
-//! interleaved: see the closing note (stop 41) for the figures. Tried and left out:
+//! interleaved, medians, 4 rounds of the four 1 GB files): unsorted `.tns` 2.49 -> 2.31 s
+//! (system 1.90 -> 1.65 s), unsorted `.mtx` 2.08 -> 1.69 s (1.54 -> 0.76 s), sorted `.tns`
+//! 0.91 / 0.90 s, sorted `.mtx` 0.76 / 0.73 s: unsorted ÷ sorted `.tns` 2.74 -> 2.57, `.mtx`
+//! 2.74 -> 2.32; 5 rounds of the `.tns` pair alone (each file idle ~20 s instead of ~40 s
+//! between its jobs): unsorted 2.37 -> 2.06 s (system 1.84 -> 1.20 s), sorted 0.93 / 0.90 s,
+//! 2.55 -> 2.29. Output byte-identical (`cmp`, old and new, at 16, 64 and 256 MiB, both
+//! unsorted files); peak RSS unchanged (16 MiB: 13.4-14.4 MiB; 64 MiB: 30-45 MiB), and
+//! 16 MiB no slower (3 interleaved rounds: 8.33-9.92 s old, 7.58-9.87 s new). How long the
+//! input sat idle moves the unsorted job's system time by ~0.5 s (its first read of the
+//! page cache), which is why the two sets differ. At 2 GB (the generator's 2.1 GB pair, 2
+//! rounds) nothing changed: unsorted 5.75 / 5.73 s, sorted 2.61 / 2.35 s (system 1.5-1.9 s:
+//! the sorted output too now pays for fresh pages), and a profile shows the spills' and the
+//! output's copies at 14% and 12% of the samples again, in 512 KiB writes: past ~1 GB of
+//! fresh memory the cheap pages (free, not yet reported to the host) run out whatever the
+//! size of the writes. What is left is the bytes themselves: fewer spilled bytes (13-byte
+//! records: 51-bit keys less the 11 bucket bits fit 5 bytes) or more held. Tried and left out:
 //! the input's reads in pieces of 256 KiB (`read_to_end` asks for up to 1 MiB at once): the
 //! first pass over an input idle for a while costs the same whatever the size of the reads
 //! (the same file read again at once: 0.10 s for 1 GB either way), and a profile showed the
