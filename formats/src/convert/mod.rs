@@ -319,33 +319,35 @@
 //! a new file took 1.04-1.11 s of system time in 2-16 MiB writes, 0.24-0.29 s in 64 KiB-1
 //! MiB writes, and 0.20 s in 4 MiB writes into pages freed a moment before (`dd`, see
 //! `piecewise`). The unsorted path wrote its spilled runs whole (16 MB a call: 18% of a
-//! cold run's samples) and then the output into fresh pages while the runs' pages stayed
-//! held until their removal at the end (the 2.8x cost of its output copies above). Since
-//! (conv25): large writes go in pieces of 512 KiB (`piecewise`), and the parallel final
-//! merge punches what it has read out of the run files (`MergeSource::read_once`), so the
-//! output reuses those pages. Jobs timed as a new user's single conversion would be (the
-//! last output removed and the machine idle 8 s before each; `TESSERA_BENCH_JOB=convert
-//! chrt -f 1 taskset -c 0,1 /usr/bin/time conversion X o.tcs 268435456`), old and new
-//! interleaved, medians, 4 rounds of the four 1 GB files): unsorted `.tns` 2.49 -> 2.31 s
-//! (system 1.90 -> 1.65 s), unsorted `.mtx` 2.08 -> 1.69 s (1.54 -> 0.76 s), sorted `.tns`
-//! 0.91 / 0.90 s, sorted `.mtx` 0.76 / 0.73 s: unsorted ÷ sorted `.tns` 2.74 -> 2.57, `.mtx`
-//! 2.74 -> 2.32; 5 rounds of the `.tns` pair alone (each file idle ~20 s instead of ~40 s
-//! between its jobs): unsorted 2.37 -> 2.06 s (system 1.84 -> 1.20 s), sorted 0.93 / 0.90 s,
-//! 2.55 -> 2.29. Output byte-identical (`cmp`, old and new, at 16, 64 and 256 MiB, both
-//! unsorted files); peak RSS unchanged (16 MiB: 13.4-14.4 MiB; 64 MiB: 30-45 MiB), and
-//! 16 MiB no slower (3 interleaved rounds: 8.33-9.92 s old, 7.58-9.87 s new). How long the
-//! input sat idle moves the unsorted job's system time by ~0.5 s (its first read of the
-//! page cache), which is why the two sets differ. At 2 GB (the generator's 2.1 GB pair, 2
-//! rounds) nothing changed: unsorted 5.75 / 5.73 s, sorted 2.61 / 2.35 s (system 1.5-1.9 s:
-//! the sorted output too now pays for fresh pages), and a profile shows the spills' and the
-//! output's copies at 14% and 12% of the samples again, in 512 KiB writes: past ~1 GB of
-//! fresh memory the cheap pages (free, not yet reported to the host) run out whatever the
-//! size of the writes. What is left is the bytes themselves: fewer spilled bytes (13-byte
-//! records: 51-bit keys less the 11 bucket bits fit 5 bytes) or more held. Tried and left out:
-//! the input's reads in pieces of 256 KiB (`read_to_end` asks for up to 1 MiB at once): the
-//! first pass over an input idle for a while costs the same whatever the size of the reads
-//! (the same file read again at once: 0.10 s for 1 GB either way), and a profile showed the
-//! same share (8.8%) for the reader.
+//! cold run's samples, against 1.6% after). Since (conv25): large writes go in pieces of
+//! 512 KiB (`piecewise`). Jobs timed as a new user's single conversion would be (the last
+//! output removed and the machine idle 8 s before each; `TESSERA_BENCH_JOB=convert chrt -f 1
+//! taskset -c 0,1 /usr/bin/time conversion X o.tcs 268435456`), old and new interleaved,
+//! medians, 4 rounds of the four 1 GB files: unsorted `.tns` 2.49 -> 2.31 s (system 1.90 ->
+//! 1.65 s), unsorted `.mtx` 2.08 -> 1.69 s (1.54 -> 0.76 s), sorted `.tns` 0.91 / 0.90 s,
+//! sorted `.mtx` 0.76 / 0.73 s: unsorted ÷ sorted `.tns` 2.74 -> 2.57, `.mtx` 2.74 -> 2.32;
+//! 5 rounds of the `.tns` pair alone (each file idle ~20 s instead of ~40 s between its
+//! jobs): unsorted 2.37 -> 2.06 s (system 1.84 -> 1.20 s), sorted 0.93 / 0.90 s, 2.55 ->
+//! 2.29. How long the input sat idle moves the unsorted job's system time by ~0.5 s (its
+//! first read of those page-cache pages), which is why the sets differ. Output
+//! byte-identical (`cmp`, old and new, at 16, 64 and 256 MiB, both unsorted files); peak RSS
+//! unchanged (16 MiB: 13.4-14.4 MiB; 64 MiB: 30-45 MiB). At 2 GB (the generator's 2.1 GB
+//! pair, 2 rounds) nothing changed: unsorted 5.75 / 5.73 s, sorted 2.61 / 2.35 s (system
+//! 1.5-1.9 s: the sorted output too pays for fresh pages), and a profile shows the spills'
+//! and the output's copies at 14% and 12% of the samples again, in 512 KiB writes: past ~1
+//! GB of fresh memory the cheap pages (free, not yet reported to the host) run out whatever
+//! the size of the writes. What is left is the bytes themselves: fewer spilled bytes
+//! (13-byte records: 51-bit keys less the 11 bucket bits fit 5 bytes) or more runs held.
+//! Tried and left out: (1) the final merge punching what it has read out of the run files
+//! (`fallocate(PUNCH_HOLE)` of each section's whole pages after its read, the files opened
+//! writable), so that the output would reuse those pages: 6 interleaved cold rounds against
+//! the pieces alone, unsorted `.tns` 1.80-2.55 s (system 1.04-1.32 s) -> 1.96-2.35 s
+//! (1.24-1.51 s), unsorted `.mtx` 1.59-1.85 -> 1.67-2.08 s (system 0.79-0.83 -> 0.95-1.12
+//! s): the punches cost more than the reuse gives. (2) The input's reads in pieces of 256
+//! KiB (`read_to_end` asks for up to 1 MiB at once): 4 interleaved cold rounds, unsorted
+//! `.tns` 2.05 / 2.04 s, `.mtx` 1.63 / 1.69 s; the first pass over an input idle for a while
+//! costs the same whatever the size of the reads (the same file read again at once: 0.10 s
+//! for 1 GB either way).
 
 mod back;
 mod blocks;
@@ -747,7 +749,6 @@ fn sort_and_build(
         ..opts.clone()
     };
     if stitch::supports(format) {
-        source.read_once();
         let text = stitch::Input {
             path: input.to_path_buf(),
             syntax: (),

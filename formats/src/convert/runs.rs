@@ -184,7 +184,6 @@ pub(crate) fn sort_runs(
             buffer: 0,
             packing: None,
             files: Default::default(),
-            once: false,
             _temp: temp,
         };
         return Ok(Sorted {
@@ -281,7 +280,6 @@ pub(crate) fn sort_runs(
         buffer,
         packing: packing(&level_max),
         files: Default::default(),
-        once: false,
         _temp: temp,
     };
     Ok(Sorted {
@@ -1492,8 +1490,6 @@ pub(crate) struct MergeSource {
     /// one (positioned reads, so the workers share them): one `open` per run and range cost
     /// 10 000 opens of a 64 MB file at 16 MiB. `None` for a run held in memory.
     files: std::sync::OnceLock<Vec<Option<File>>>,
-    /// Each record of the runs' files is read once (see [`MergeSource::read_once`]).
-    once: bool,
     /// Removed (with the runs) when the source is dropped, on success or failure.
     _temp: tempfile::TempDir,
 }
@@ -1976,8 +1972,9 @@ impl MergeSource {
                 offsets.push(at);
                 if run.held.is_none() {
                     let (from, len) = (starts[r][first], starts[r][end] - starts[r][first]);
+                    let file = self.files()?[r].as_ref();
                     let section = &mut read[at..at + len];
-                    self.read_section(r, from as u64, bits, (chunk, raw), section)?;
+                    read_packed(run, file, self.rank, from as u64, bits, chunk, raw, section)?;
                     at += len;
                 }
             }
@@ -2036,50 +2033,6 @@ impl MergeSource {
         self.merge_packed(lo, hi, bits, chunk, f)
     }
 
-    /// Promises that the final merge reads each record of the runs once (the parallel merge
-    /// of `stitch`: every key range once, each by one worker), so that what it has read can
-    /// be dropped from the page cache at once (see [`MergeSource::read_section`]).
-    pub(crate) fn read_once(&mut self) {
-        self.once = true;
-    }
-
-    /// [`read_packed`] of records `from..from + out.len()` of run `r`. With
-    /// [`MergeSource::read_once`], the whole pages of the file they were read from are then
-    /// punched out of it: their page-cache pages go back to the kernel now rather than
-    /// when the run is removed at the end, and the output written meanwhile reuses them.
-    /// On this VM (free pages reported to the host: virtio-balloon's free page reporting) a
-    /// page that has been free a few seconds costs a fault in the host at its next first
-    /// touch: writing 720 MB into fresh page-cache pages took 1.0 s of system time, into
-    /// pages freed a moment before 0.2 s (`dd if=/dev/zero bs=4M count=180`, repeated
-    /// after `rm`). An unsorted 1 GB input spills ~715 MB of runs, which the output
-    /// (~900 MB) would otherwise have to find in fresh pages. Failing to punch (a file
-    /// system without holes) changes nothing but that.
-    fn read_section(
-        &self,
-        r: usize,
-        from: u64,
-        bits: &[u32],
-        (chunk, raw): (usize, &mut Vec<u8>),
-        out: &mut [[u64; 2]],
-    ) -> Result<()> {
-        let (run, file) = (&self.runs[r], self.files()?[r].as_ref());
-        read_packed(run, file, self.rank, from, bits, chunk, raw, out)?;
-        if let (true, Some(file)) = (self.once, file) {
-            const PAGE: u64 = 4096;
-            let rec = run.record_bytes(self.rank) as u64;
-            let (start, end) = (from * rec, (from + out.len() as u64) * rec);
-            // Whole pages only: a page shared with a neighbouring section (read by another
-            // worker, maybe not yet) is left to the run's removal.
-            let (start, end) = (start.next_multiple_of(PAGE), end / PAGE * PAGE);
-            if start < end {
-                let mode =
-                    rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
-                let _ = rustix::fs::fallocate(file, mode, start, end - start);
-            }
-        }
-        Ok(())
-    }
-
     /// The runs' files (see [`MergeSource::files`]), opened at the first call.
     fn files(&self) -> Result<&[Option<File>]> {
         if let Some(files) = self.files.get() {
@@ -2123,10 +2076,11 @@ impl MergeSource {
                 *pairs = vec![[0; 2]; n];
             }
             let mut bounds = vec![0];
-            for r in 0..self.runs.len() {
+            for (r, run) in self.runs.iter().enumerate() {
+                let file = self.files()?[r].as_ref();
                 let (at, len) = (bounds[r], (hi[r] - lo[r]) as usize);
                 let section = &mut pairs[at..at + len];
-                self.read_section(r, lo[r], bits, (chunk, raw), section)?;
+                read_packed(run, file, self.rank, lo[r], bits, chunk, raw, section)?;
                 bounds.push(at + len);
             }
             batch.resize(MERGED_BATCH, [0; 2]);
@@ -2768,7 +2722,6 @@ mod tests {
                 buffer: 4096,
                 packing: Some(vec![20]),
                 files: Default::default(),
-                once: false,
                 _temp: temp,
             };
             prop_assert!(source.bucketed());
