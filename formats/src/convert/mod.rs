@@ -343,7 +343,12 @@
 //! writable), so that the output would reuse those pages: 6 interleaved cold rounds against
 //! the pieces alone, unsorted `.tns` 1.80-2.55 s (system 1.04-1.32 s) -> 1.96-2.35 s
 //! (1.24-1.51 s), unsorted `.mtx` 1.59-1.85 -> 1.67-2.08 s (system 0.79-0.83 -> 0.95-1.12
-//! s): the punches cost more than the reuse gives. (2) The input's reads in pieces of 256
+//! s): the punches cost more than the reuse gives; at 2 GB as well (5 cold rounds, job
+//! order rotated: 5.01-5.76 s against 4.31-6.81 s for the pieces alone, whose medians
+//! 4.46 s beat the old 5.18 s). At 2 GB after the change (3 rounds, pair alone): sorted
+//! 1.73-1.96 s, unsorted 4.61-5.44 s (system 2.7-3.7 s), 2.6-2.8x: the goal is not met
+//! there. The job's order in a round moves a 2 GB job by up to 2 s (what the jobs before
+//! it freed, and how recently): rotate the order. (2) The input's reads in pieces of 256
 //! KiB (`read_to_end` asks for up to 1 MiB at once): 4 interleaved cold rounds, unsorted
 //! `.tns` 2.05 / 2.04 s, `.mtx` 1.63 / 1.69 s; the first pass over an input idle for a while
 //! costs the same whatever the size of the reads (the same file read again at once: 0.10 s
