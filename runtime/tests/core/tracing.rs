@@ -3,6 +3,7 @@
 //! without tracing.
 
 use crate::sparse::{cg, spmv_into, Csr, HostCsr};
+use crate::tracing_races::{actors, saw};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tessera_runtime::transport::{run_ranks, TransportError};
@@ -433,13 +434,7 @@ fn a_writer_after_linked_replays_waits_for_the_reads_of_every_replay() {
 }
 
 fn writer_after_linked_replays(back: usize, verified: bool, half: bool) {
-    let rt = Runtime::builder()
-        .threads(2)
-        .tracing(true)
-        .actors(true)
-        .verified_replays(verified)
-        .trace_sampling(8)
-        .build();
+    let rt = actors(2, verified);
     let iterations = 48;
     let slow = iterations - 1 - back;
     let (peeks, wrote, early) = (
@@ -455,15 +450,8 @@ fn writer_after_linked_replays(back: usize, verified: bool, half: bool) {
     .unwrap();
     let (p, w, e) = (peeks.clone(), wrote.clone(), early.clone());
     rt.register("peek", move |ctx| {
-        if p.fetch_add(1, Ordering::SeqCst) == slow {
-            let start = std::time::Instant::now();
-            while start.elapsed() < std::time::Duration::from_millis(100) {
-                if w.load(Ordering::SeqCst) != 0 {
-                    e.store(1, Ordering::SeqCst);
-                    break;
-                }
-                std::hint::spin_loop();
-            }
+        if p.fetch_add(1, Ordering::SeqCst) == slow && saw(&w) {
+            e.store(1, Ordering::SeqCst);
         }
         ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>());
     })

@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_runtime::{DType, Future, Rect, ReduceOp, Result, Runtime, Stats, Store};
 
-fn actors(threads: usize, verified: bool) -> Runtime {
+/// A runtime that traces and replays as actors, verified replays as asked.
+pub(crate) fn actors(threads: usize, verified: bool) -> Runtime {
     Runtime::builder()
         .threads(threads)
         .tracing(true)
@@ -27,7 +28,7 @@ fn actors(threads: usize, verified: bool) -> Runtime {
 }
 
 /// Spins until `flag` is set or 100 ms pass; true if it was set.
-fn saw(flag: &AtomicUsize) -> bool {
+pub(crate) fn saw(flag: &AtomicUsize) -> bool {
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(100) {
         if flag.load(Ordering::SeqCst) != 0 {
