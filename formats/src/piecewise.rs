@@ -12,7 +12,6 @@
 //! a while is slower whatever the size of its reads.
 
 use std::fs::File;
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 
 /// The largest piece written at once: a quarter of the 2 MiB at which the cost above
@@ -27,13 +26,6 @@ pub(crate) fn write_all_at(file: &File, bytes: &[u8], at: u64) -> std::io::Resul
         at += piece.len() as u64;
     }
     Ok(())
-}
-
-/// `out.write_all(bytes)` in pieces of at most [`PIECE`] bytes.
-pub(crate) fn write_all(out: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
-    bytes
-        .chunks(PIECE)
-        .try_for_each(|piece| out.write_all(piece))
 }
 
 #[cfg(test)]
@@ -55,9 +47,9 @@ mod tests {
         assert!(back[..at].iter().all(|&b| b == 0));
         assert_eq!(&back[at..], &bytes[..]);
         let path = dir.path().join("seq");
-        let mut file = File::create(&path).unwrap();
-        write_all(&mut file, &bytes[..PIECE]).unwrap();
-        write_all(&mut file, &bytes[PIECE..]).unwrap();
+        let file = File::create(&path).unwrap();
+        write_all_at(&file, &bytes[..PIECE], 0).unwrap();
+        write_all_at(&file, &bytes[PIECE..], PIECE as u64).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), bytes);
     }
 }

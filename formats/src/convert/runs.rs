@@ -750,8 +750,8 @@ fn write_pairs(
     let held = if keep {
         Some(Box::from(pairs))
     } else {
-        let mut out = File::create(path).map_err(|e| Error::io(path, e))?;
-        crate::piecewise::write_all(&mut out, bytemuck::cast_slice(pairs))
+        let out = File::create(path).map_err(|e| Error::io(path, e))?;
+        crate::piecewise::write_all_at(&out, bytemuck::cast_slice(pairs), 0)
             .map_err(|e| Error::io(path, e))?;
         None
     };
