@@ -353,6 +353,21 @@
 //! `.tns` 2.05 / 2.04 s, `.mtx` 1.63 / 1.69 s; the first pass over an input idle for a while
 //! costs the same whatever the size of the reads (the same file read again at once: 0.10 s
 //! for 1 GB either way).
+//!
+//! conv26 (issue 16 at 2 GB, 2026-12-05; the VM on a Zen 3 host since, no AVX-512: every
+//! figure here differs from conv25's). Since: spilled runs distributed by their keys' top
+//! bits are written as compact records (`runs::distribute_compact`: the key's bits below
+//! its bucket's in the fewest bytes, then the value; 13 bytes instead of 16 for the 2.1 GB
+//! `.tns`, whose keys have 51 bits, 11 of them the bucket's), read back bucket by bucket
+//! (`runs::read_compact`, spread into pairs in place). Output byte-identical (`cmp` at 2 GB,
+//! 256 MiB). Cold single jobs as in conv25 (`/usr/bin/time`, order rotated each round,
+//! medians): with the machine's memory free, 6 rounds at 2 GB: sorted 1.81 s, unsorted 4.09
+//! -> 4.04 s (2.26 -> 2.23x); 4 rounds at 1 GB: sorted 0.92 s, unsorted 2.25 -> 2.21 s.
+//! Where the page cache cannot hold input, spills and output together (the job in a memory
+//! cgroup that charges its page cache: `memory.limit_in_bytes`), fewer bytes reach the disk:
+//! 2 GB unsorted at 1 GiB 7.53 -> 7.38 s (3 rounds), at 1.5 GiB 8.08 -> 5.39 s (4 rounds),
+//! at 2 GiB 6.15 -> 5.78 s (3 rounds); sorted 1.9-2.3 s there, so a file larger than the
+//! free memory still converts unsorted at ~2.5-3.3x sorted.
 
 mod back;
 mod blocks;
