@@ -1,21 +1,27 @@
-//! Parsing `.tns` text on worker threads: the file is cut into blocks at line ends, blocks are
-//! parsed in parallel into batches of binary entries, and batches are handed out in file order
-//! with line numbers (for errors) restored from each block's count of newlines. At most a few
-//! blocks per worker are in flight, so memory stays bounded.
+//! Parsing `.tns` text on worker threads: the file is cut into blocks of the lines that start
+//! in each fixed byte range, which the workers map (as the block packer does,
+//! `convert::blocks::Blocks`) and parse in parallel into batches of binary entries; batches
+//! are handed out in file order with line numbers (for errors) restored from each block's
+//! count of newlines. At most a few blocks per worker are in flight, so memory stays bounded.
+//!
+//! Mapped, not read (conv26): a `read` into a buffer is a copy in the kernel, and on the bench
+//! VM's Zen 3 host that copy took 8% of an unsorted conversion's samples, on a thread of its
+//! own; mapping costs a fault per 16 pages and an unmap per block. Unsorted `.tns` at 256 MiB
+//! 0.54 -> 0.49 s and 0.58 -> 0.54 s (7 and 9 interleaved single jobs), at 1 GB 2.15 -> 1.96 s
+//! (`.mtx` 1.79 -> 1.67 s). On the earlier Zen 5 host the copy was 3.6% and mapping gained
+//! nothing (pack18, `convert/mod.rs`).
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
+use crate::convert::blocks::{Blocks, MAX_LINE};
 use crate::error::{Error, Result, SyntaxError};
 
-/// Text read per block at most (less under a small memory budget).
+/// Text mapped per block at most (less under a small memory budget).
 const BLOCK: usize = 2 << 20;
-/// Lines longer than this are rejected (as by the sequential reader).
-const MAX_LINE: usize = 16 << 20;
 
 /// A batch of entries: `coords` holds `rank` 0-based coordinates per entry, in mode order,
 /// and `vals` their values; or, from a reader asked to pack keys
@@ -125,34 +131,15 @@ struct Parsed {
     error: Option<(u64, u64, SyntaxError)>,
 }
 
-/// Buffers handed back for reuse: allocating a fresh block and batch for every block lets
+/// Batches handed back for reuse: allocating a fresh batch for every block lets
 /// the allocator's arenas grow well past what is in use (their peak RSS, not the
 /// parser's, then broke small memory budgets).
 #[derive(Default)]
 struct Spare {
-    texts: Mutex<Vec<Vec<u8>>>,
     chunks: Mutex<Vec<Chunk>>,
 }
 
 impl Spare {
-    fn take_text(&self) -> Vec<u8> {
-        let mut t = self
-            .texts
-            .lock()
-            .map(|mut v| v.pop())
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        t.clear();
-        t
-    }
-
-    fn give_text(&self, t: Vec<u8>) {
-        if let Ok(mut v) = self.texts.lock() {
-            v.push(t);
-        }
-    }
-
     fn take_chunk(&self) -> Chunk {
         self.chunks
             .lock()
@@ -169,19 +156,19 @@ impl Spare {
     }
 }
 
-/// What the reader thread or a worker hands back for one block.
+/// What a worker hands back for one block.
 enum Block {
     Parsed(Parsed),
-    /// Reading failed (I/O error) before this block.
+    /// Mapping the block failed (I/O error).
     Failed(std::io::Error),
     /// The next line is longer than [`MAX_LINE`].
     LongLine,
 }
 
-/// The parallel block parser of one file: a reader thread cuts the file into blocks at line
-/// ends (so that the consumer never waits on `read`), workers parse them, and the consumer
-/// takes the results in file order. The consumer returns a credit for every block it takes;
-/// the reader needs one per block, which bounds the blocks in flight.
+/// The parallel block parser of one file: a thread hands out block numbers in order, workers
+/// map and parse those blocks, and the consumer takes the results in file order. The consumer
+/// returns a credit for every block it takes; a block is handed out for a credit, which
+/// bounds the blocks in flight.
 pub(crate) struct ParallelParser {
     path: PathBuf,
     credits: Option<mpsc::SyncSender<()>>,
@@ -213,16 +200,22 @@ impl ParallelParser {
         threads: usize,
         memory: usize,
     ) -> Result<Self> {
-        let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
-        file.seek(SeekFrom::Start(from.0))
-            .map_err(|e| Error::io(path, e))?;
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
         // A block in flight holds its text and its parsed entries (about 2.5 blocks in all);
         // an eighth of the memory budget bounds how many may be in flight.
         // Under a small budget the blocks shrink before their number does.
         let block = (memory / 128).clamp(64 << 10, BLOCK);
         let in_flight = (memory / 8 / (block * 5 / 2)).clamp(1, 2 * threads.max(1));
         let threads = threads.clamp(1, in_flight);
-        let (job_tx, job_rx) = mpsc::sync_channel::<(u64, Vec<u8>)>(threads);
+        let blocks = Arc::new(Blocks {
+            file,
+            start: from.0,
+            len,
+            size: block as u64,
+        });
+        let count = blocks.count() as u64;
+        let (job_tx, job_rx) = mpsc::sync_channel::<u64>(threads);
         let (res_tx, res_rx) = mpsc::channel();
         let (credit_tx, credit_rx) = mpsc::sync_channel::<()>(in_flight);
         for _ in 0..in_flight {
@@ -235,22 +228,29 @@ impl ParallelParser {
         let workers = (0..threads)
             .map(|_| {
                 let (rx, tx, dims) = (Arc::clone(&job_rx), res_tx.clone(), Arc::clone(&dims));
-                let (spare, how) = (Arc::clone(&spare), Arc::clone(&how));
+                let (spare, how, blocks) =
+                    (Arc::clone(&spare), Arc::clone(&how), Arc::clone(&blocks));
                 std::thread::spawn(move || loop {
                     let job = rx.lock().map(|r| r.recv());
-                    let Ok(Ok((seq, block))) = job else { return };
-                    let chunk = spare.take_chunk();
-                    let parsed = parse_block(&block, rank, dims.as_deref(), (parse, &how), chunk);
-                    spare.give_text(block);
-                    if tx.send((seq, Block::Parsed(parsed))).is_err() {
+                    let Ok(Ok(seq)) = job else { return };
+                    let block = match blocks.map(seq as usize) {
+                        Ok((text, lines)) => {
+                            let chunk = spare.take_chunk();
+                            let args = (parse, &*how);
+                            let text = &text[lines];
+                            Block::Parsed(parse_block(text, rank, dims.as_deref(), args, chunk))
+                        }
+                        Err(Some(e)) => Block::Failed(e),
+                        Err(None) => Block::LongLine,
+                    };
+                    if tx.send((seq, block)).is_err() {
                         return;
                     }
                 })
             })
             .collect();
-        let texts = Arc::clone(&spare);
-        let reader =
-            std::thread::spawn(move || read_blocks(file, block, &texts, job_tx, res_tx, credit_rx));
+        drop(res_tx);
+        let reader = std::thread::spawn(move || hand_out(count, job_tx, credit_rx));
         Ok(ParallelParser {
             path: path.to_path_buf(),
             credits: Some(credit_tx),
@@ -345,7 +345,7 @@ impl ParallelParser {
 
 impl Drop for ParallelParser {
     fn drop(&mut self) {
-        // Without credits the reader stops, closing the jobs; the workers then stop too.
+        // Without credits the hand-out thread stops, closing the jobs; the workers then stop too.
         self.credits = None;
         while self.results.try_recv().is_ok() {}
         if let Some(r) = self.reader.take() {
@@ -357,61 +357,12 @@ impl Drop for ParallelParser {
     }
 }
 
-/// The reader thread: blocks cut after their last newline, one per credit, numbered in file
-/// order; a failure is reported as the next block.
-fn read_blocks(
-    mut file: File,
-    block_bytes: usize,
-    spare: &Spare,
-    jobs: mpsc::SyncSender<(u64, Vec<u8>)>,
-    results: mpsc::Sender<(u64, Block)>,
-    credits: mpsc::Receiver<()>,
-) {
-    let mut carry = Vec::new();
-    let mut seq = 0u64;
-    let mut eof = false;
-    while !eof && credits.recv().is_ok() {
-        let mut block = spare.take_text();
-        block.append(&mut carry);
-        block.reserve(block_bytes);
-        loop {
-            let before = block.len();
-            // Normally one block; more when a line is longer than what was read so far.
-            let want = block_bytes.max(before) as u64;
-            let n = match (&mut file).take(want).read_to_end(&mut block) {
-                Ok(n) => n,
-                Err(e) => {
-                    let _ = results.send((seq, Block::Failed(e)));
-                    return;
-                }
-            };
-            let at_eof = (n as u64) < want;
-            // The block starts at a line start and the carried part has no newline, so the
-            // first line ends at the first newline of the new bytes (or is still unfinished).
-            let first_line =
-                memchr::memchr(b'\n', &block[before..]).map_or(block.len(), |i| before + i);
-            // Without a newline in the new bytes, the whole block is one (unfinished) line.
-            match (memchr::memrchr(b'\n', &block[before..]), at_eof) {
-                (Some(i), false) => {
-                    carry = block[before + i + 1..].to_vec();
-                    block.truncate(before + i + 1);
-                    break;
-                }
-                _ if first_line >= MAX_LINE => {
-                    let _ = results.send((seq, Block::LongLine));
-                    return;
-                }
-                (_, true) => {
-                    eof = true;
-                    break;
-                }
-                (None, false) => {}
-            }
-        }
-        if jobs.send((seq, block)).is_err() {
+/// The thread that hands blocks `0..count` to the workers in order, one per credit.
+fn hand_out(count: u64, jobs: mpsc::SyncSender<u64>, credits: mpsc::Receiver<()>) {
+    for seq in 0..count {
+        if credits.recv().is_err() || jobs.send(seq).is_err() {
             return;
         }
-        seq += 1;
     }
 }
 

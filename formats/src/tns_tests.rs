@@ -238,6 +238,26 @@ fn parallel_parser_handles_lines_longer_than_a_block_and_rejects_huge_ones() {
         }
     };
     assert!(err.to_string().contains("longer than"), "{err}");
+    // The limit is exact, as for the sequential reader: a line (without its newline) of
+    // `MAX_LINE - 1` bytes is read, one of `MAX_LINE` refused, wherever it starts.
+    let max = 16 << 20;
+    for (len, ok) in [(max - 1, true), (max, false)] {
+        let comment = format!("#{}\n", "x".repeat(len - 1));
+        std::fs::write(&path, format!("1 1 1\n{comment}2 2 2\n")).unwrap();
+        let mut r = TnsReader::open(&path).unwrap();
+        let mut n = 0;
+        let got = loop {
+            match r.next_chunk(&mut chunk) {
+                Ok(true) => n += chunk.len(),
+                Ok(false) => break Ok(n),
+                Err(e) => break Err(e),
+            }
+        };
+        assert_eq!(got.is_ok(), ok, "a line of {len} bytes: {got:?}");
+        if ok {
+            assert_eq!(got.unwrap(), 2);
+        }
+    }
 }
 
 /// A reader asked to pack keys hands out each entry as its packed key (fields by level,

@@ -249,7 +249,7 @@ impl Blocks {
     /// where those lines lie in it; `Err(None)` for a line longer than [`MAX_LINE`]. Each
     /// block is a mapping of its own, unmapped once packed, so that the resident text stays
     /// within the blocks in flight however large the file.
-    fn map(&self, i: usize) -> Result<(Mapped, Range<usize>), Option<std::io::Error>> {
+    pub(crate) fn map(&self, i: usize) -> Result<(Mapped, Range<usize>), Option<std::io::Error>> {
         let lo = self.start + i as u64 * self.size;
         let hi = (lo + self.size).min(self.len);
         // One byte before the block says whether the block begins at a line start.
@@ -269,15 +269,28 @@ impl Blocks {
                 return Ok((map, own..own));
             }
             // The last line that starts in the block ends at the first newline from `hi - 1`.
-            match memchr::memchr(b'\n', &map[own - 1..]) {
-                Some(j) => return Ok((map, begin..own + j)),
-                None if to == self.len => {
-                    let end = map.len();
-                    return Ok((map, begin..end));
-                }
+            let end = match memchr::memchr(b'\n', &map[own - 1..]) {
+                Some(j) => own + j,
+                None if to == self.len => map.len(),
                 None if extra as usize > MAX_LINE => return Err(None),
-                None => extra *= 4,
+                None => {
+                    extra *= 4;
+                    continue;
+                }
+            };
+            // Lines of `MAX_LINE` bytes or more are refused, as by the sequential reader; only
+            // the last can be (the others lie inside the block).
+            let last =
+                memchr::memrchr(b'\n', &map[begin..own - 1]).map_or(begin, |k| begin + k + 1);
+            if map[last..end]
+                .strip_suffix(b"\n")
+                .unwrap_or(&map[last..end])
+                .len()
+                >= MAX_LINE
+            {
+                return Err(None);
             }
+            return Ok((map, begin..end));
         }
     }
 }
@@ -299,7 +312,7 @@ pub fn reset_mapped_peak() {
 }
 
 /// A mapped range of the input, counted in [`MAPPED`] while it lives.
-struct Mapped(Mmap);
+pub(crate) struct Mapped(Mmap);
 
 impl Mapped {
     fn new(map: Mmap) -> Self {

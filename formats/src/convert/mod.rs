@@ -368,9 +368,22 @@
 //! 2 GB unsorted at 1 GiB 7.53 -> 7.38 s (3 rounds), at 1.5 GiB 8.08 -> 5.39 s (4 rounds),
 //! at 2 GiB 6.15 -> 5.78 s (3 rounds); sorted 1.9-2.3 s there, so a file larger than the
 //! free memory still converts unsorted at ~2.5-3.3x sorted.
+//! Since (conv26): the parallel parser's workers map their blocks (`chunks`, through
+//! `blocks::Blocks::map`, which now refuses the last line of a block at `MAX_LINE` bytes as
+//! the sequential reader does) instead of a reader thread `read`ing them: the kernel's copy
+//! was 8.3% of an unsorted 256 MiB job's samples on this host (a timeline of the job,
+//! `perf record -F 4000 -g`, binned per 20 ms and thread: the reader thread's copy 0.11 CPU s
+//! of the collection phase's ~0.75). Output byte-identical (`cmp`: the 263 MB unsorted
+//! `.tns`, the 1 GB `.tns` and `.mtx`). Interleaved single jobs (`TESSERA_BENCH_JOB=convert
+//! chrt -f 1 taskset -c 0,1 /usr/bin/time`, medians): 256 MiB unsorted `.tns` 0.54 -> 0.49 s
+//! (7 rounds), and in a slower period 0.58 -> 0.54 s against sorted 0.24 s (9 rounds: 2.42
+//! -> 2.25x); cold 1 GB (3 rounds) unsorted `.tns` 2.15 -> 1.96 s against sorted 0.89 s
+//! (2.42 -> 2.20x), unsorted `.mtx` 1.79 -> 1.67 s; cold 2 GB (3 rounds, the machine slower
+//! than above) 6.01 -> 5.30 s against sorted 2.20 s (2.73 -> 2.41x). Peak RSS within every
+//! budget (the bench: unsorted `.tns` 10.7-11.6 MiB at 16 MiB).
 
 mod back;
-mod blocks;
+pub(crate) mod blocks;
 mod build;
 mod runs;
 mod scan;
