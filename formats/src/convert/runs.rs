@@ -436,14 +436,12 @@ const MAX_FINAL_RUNS: usize = 256;
 /// The smallest read buffer per run of the parallel final merge's streaming path.
 pub(crate) const MIN_RUN_BUFFER: usize = 2 << 10;
 
-/// Entries of one run while they are collected: records of the level-order key followed by
-/// the value's bits, flattened.
 /// A sorted run on disk. A spilled run whose keys pack into 64 bits (nearly always) is
 /// stored as its sorted (packed key, value) pairs, written as they lie in memory: 16 bytes
 /// a record and no encoding; one only distributed by the top bits of its keys, as compact
-/// records without those bits ([`distribute_compact`]). Otherwise (and for the runs merge rounds write) coordinates are
-/// stored as 32-bit words when all of the run's fit, which cuts the bytes written and read
-/// back by the sort by about a third.
+/// records without those bits ([`distribute_compact`]). Otherwise (and for the runs merge
+/// rounds write) coordinates are stored as 32-bit words when all of the run's fit, which
+/// cuts the bytes written and read back by the sort by about a third.
 pub(crate) struct Run {
     path: PathBuf,
     /// Every coordinate fits 32 bits.
@@ -476,6 +474,8 @@ impl Run {
     }
 }
 
+/// Entries of one run while they are collected: records of the level-order key followed by
+/// the value's bits, flattened.
 pub(crate) struct RunBuffer {
     rank: usize,
     /// Records, or (packed key, value bits) pairs when `packed`; the capacity is that of
