@@ -381,6 +381,17 @@
 //! (2.42 -> 2.20x), unsorted `.mtx` 1.79 -> 1.67 s; cold 2 GB (3 rounds, the machine slower
 //! than above) 6.01 -> 5.30 s against sorted 2.20 s (2.73 -> 2.41x). Peak RSS within every
 //! budget (the bench: unsorted `.tns` 10.7-11.6 MiB at 16 MiB).
+//! Tried and left out (conv26): (1) the bucketed merge's sort with digits of 14 bits where
+//! they take a pass fewer than 12 (keys of 37 to 42 bits below the bucket's: the 263 MB
+//! `.tns` has 41 below 10 top bits, buckets of ~14 k pairs; the 1 GB one 40 below 13, ~29 k):
+//! switched by an environment variable in one binary, 9 interleaved single jobs three times,
+//! 0.49 -> 0.47, 0.48 -> 0.46 and 0.52 -> 0.48 s (user 0.69 -> 0.64 s); but built in as the
+//! only path, against the binary before it, 0.51 -> 0.52 s twice (user 0.72 s both), and the
+//! cold 1 GB jobs within noise (3 rounds: 2.06 -> 2.13 s `.tns`, 1.94 -> 1.93 s `.mtx`): a
+//! gain no larger than code layout moves, left out. (2) Dropping the input's page cache
+//! behind the parser (`posix_fadvise(DONTNEED)`, so that spills reuse just-freed pages): 2 GB
+//! unsorted 4.07 -> 4.47 s (4 rounds), and a second conversion of the file would read the
+//! disk.
 
 mod back;
 pub(crate) mod blocks;
