@@ -165,15 +165,14 @@ enum Block {
     LongLine,
 }
 
-/// The parallel block parser of one file: a thread hands out block numbers in order, workers
-/// map and parse those blocks, and the consumer takes the results in file order. The consumer
-/// returns a credit for every block it takes; a block is handed out for a credit, which
-/// bounds the blocks in flight.
+/// The parallel block parser of one file: workers take block numbers in order, map and parse
+/// those blocks, and the consumer takes the results in file order. The consumer returns a
+/// credit for every block it takes; a worker takes a block for a credit, which bounds the
+/// blocks in flight.
 pub(crate) struct ParallelParser {
     path: PathBuf,
     credits: Option<mpsc::SyncSender<()>>,
     results: mpsc::Receiver<(u64, Block)>,
-    reader: Option<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
     done: bool,
     next_take: u64,
@@ -215,24 +214,32 @@ impl ParallelParser {
             size: block as u64,
         });
         let count = blocks.count() as u64;
-        let (job_tx, job_rx) = mpsc::sync_channel::<u64>(threads);
         let (res_tx, res_rx) = mpsc::channel();
         let (credit_tx, credit_rx) = mpsc::sync_channel::<()>(in_flight);
         for _ in 0..in_flight {
             credit_tx.send(()).expect("room for every credit");
         }
-        let job_rx = Arc::new(Mutex::new(job_rx));
+        // The credits and the next block's number, under one lock: a worker takes a credit,
+        // then a block, so that blocks go out in order, one per credit.
+        let next = Arc::new(Mutex::new((credit_rx, 0u64)));
         let spare = Arc::new(Spare::default());
         let dims = Arc::new(dims);
         let how = Arc::new(how);
         let workers = (0..threads)
             .map(|_| {
-                let (rx, tx, dims) = (Arc::clone(&job_rx), res_tx.clone(), Arc::clone(&dims));
+                let (next, tx, dims) = (Arc::clone(&next), res_tx.clone(), Arc::clone(&dims));
                 let (spare, how, blocks) =
                     (Arc::clone(&spare), Arc::clone(&how), Arc::clone(&blocks));
                 std::thread::spawn(move || loop {
-                    let job = rx.lock().map(|r| r.recv());
-                    let Ok(Ok(seq)) = job else { return };
+                    let seq = {
+                        let Ok(mut next) = next.lock() else { return };
+                        let (credits, seq) = &mut *next;
+                        if *seq == count || credits.recv().is_err() {
+                            return;
+                        }
+                        *seq += 1;
+                        *seq - 1
+                    };
                     let block = match blocks.map(seq as usize) {
                         Ok((text, lines)) => {
                             let chunk = spare.take_chunk();
@@ -250,12 +257,10 @@ impl ParallelParser {
             })
             .collect();
         drop(res_tx);
-        let reader = std::thread::spawn(move || hand_out(count, job_tx, credit_rx));
         Ok(ParallelParser {
             path: path.to_path_buf(),
             credits: Some(credit_tx),
             results: res_rx,
-            reader: Some(reader),
             workers,
             done: false,
             next_take: 0,
@@ -345,23 +350,11 @@ impl ParallelParser {
 
 impl Drop for ParallelParser {
     fn drop(&mut self) {
-        // Without credits the hand-out thread stops, closing the jobs; the workers then stop too.
+        // Without credits the workers stop.
         self.credits = None;
         while self.results.try_recv().is_ok() {}
-        if let Some(r) = self.reader.take() {
-            let _ = r.join();
-        }
         for w in self.workers.drain(..) {
             let _ = w.join();
-        }
-    }
-}
-
-/// The thread that hands blocks `0..count` to the workers in order, one per credit.
-fn hand_out(count: u64, jobs: mpsc::SyncSender<u64>, credits: mpsc::Receiver<()>) {
-    for seq in 0..count {
-        if credits.recv().is_err() || jobs.send(seq).is_err() {
-            return;
         }
     }
 }

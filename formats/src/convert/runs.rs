@@ -856,12 +856,13 @@ fn low_mask(low: u32) -> u64 {
     1u64.checked_shl(low).map_or(u64::MAX, |b| b - 1)
 }
 
-/// Reads buckets `buckets` of a compact run (see [`distribute_compact`]) from its `file`
-/// into `out` (as long as they are) as (packed key, value bits) pairs, the keys packed by
-/// `bits`. The records are read into the tail of `out` and spread forward from its front: a
+/// Reads buckets `buckets` of a compact run (see [`distribute_compact`]; `starts`, where
+/// each of its buckets begins) from its `file` into `out` (as long as they are) as (packed
+/// key, value bits) pairs, the keys packed by `bits`. The records are read into the tail of `out` and spread forward from its front: a
 /// pair never ends past the record after its own, so each is read before it is overwritten.
 fn read_compact(
     run: &Run,
+    starts: &[usize],
     file: &File,
     rank: usize,
     buckets: Range<usize>,
@@ -869,8 +870,8 @@ fn read_compact(
     out: &mut [[u64; 2]],
 ) -> Result<()> {
     use std::os::unix::fs::FileExt;
-    let (Some(low), Some(own), Some(starts)) = (run.low_bits, &run.packed, &run.buckets) else {
-        unreachable!("a compact run is distributed and packed");
+    let (Some(low), Some(own)) = (run.low_bits, &run.packed) else {
+        unreachable!("a compact run is packed");
     };
     let rec = compact_bytes(low);
     let first = starts[buckets.start];
@@ -961,13 +962,12 @@ fn sort_buckets_of(run: &mut Run) -> Result<()> {
         .write(true)
         .open(path)
         .map_err(|e| Error::io(path, e))?;
-    match (run.low_bits, &run.packed) {
-        (Some(_), Some(own)) => {
-            // Read back by its buckets (restored for the read), written back as pairs.
-            run.buckets = Some(starts.clone());
-            let (rank, buckets) = (own.len(), 0..starts.len() - 1);
-            read_compact(run, &file, rank, buckets, &own.clone(), &mut pairs)?;
-            (run.buckets, run.low_bits) = (None, None);
+    match &run.packed {
+        // Read back by its buckets, written back as pairs.
+        Some(own) if run.low_bits.is_some() => {
+            let buckets = 0..starts.len() - 1;
+            read_compact(run, &starts, &file, own.len(), buckets, own, &mut pairs)?;
+            run.low_bits = None;
         }
         _ => file
             .read_exact(bytemuck::cast_slice_mut(&mut pairs))
@@ -2105,7 +2105,8 @@ impl MergeSource {
                     let section = &mut read[at..at + len];
                     match (run.low_bits, file) {
                         (Some(_), Some(file)) => {
-                            read_compact(run, file, self.rank, first..end, bits, section)?
+                            let buckets = first..end;
+                            read_compact(run, starts[r], file, self.rank, buckets, bits, section)?
                         }
                         _ => read_packed(
                             run,
