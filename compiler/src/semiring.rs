@@ -130,8 +130,9 @@ pub fn logical<T: PartialOrd>(op: BinOp, a: T, b: T, zero: T) -> Option<bool> {
 /// A function of one value.
 pub fn unary(f: Func, x: f64) -> f64 {
     match f {
-        Func::Exp => x.exp(),
-        Func::Log => x.ln(),
+        // The generated code's functions (`Value::exp`, `Value::ln`), not libm's.
+        Func::Exp => tessera_formats::math::exp(x),
+        Func::Log => tessera_formats::math::ln(x),
         Func::Sqrt => x.sqrt(),
         Func::Abs => x.abs(),
         Func::Sin => x.sin(),

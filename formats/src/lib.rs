@@ -23,6 +23,7 @@ mod format;
 mod interop;
 mod io;
 mod lines;
+pub mod math;
 mod mtx;
 /// Number scanners of the text parsers' hot loops (for the conversion bench's parse floor).
 #[doc(hidden)]
