@@ -30,6 +30,7 @@ mod mtx;
 pub mod numbers;
 mod pack;
 mod piecewise;
+pub mod simd;
 pub mod tcs;
 mod tensor;
 mod text;

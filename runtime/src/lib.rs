@@ -18,8 +18,9 @@
 //! `fusion` the pass there (task fusion, temporaries, memo, element-wise kernel fusion);
 //! `analysis` dependences; `graph`/`executor`/`launch` execution; `context` what task bodies
 //! see; `buffer` the shared cell buffers and the run-time range ledger that guards every raw
-//! access (the only `unsafe` in the core is cell access under a ledger borrow, and `simd`'s
-//! call of element-wise code compiled for AVX2 + FMA after the CPU was checked for them).
+//! access (the only `unsafe` in the core is cell access under a ledger borrow; `simd`, whose
+//! call of code compiled for AVX2 + FMA after the CPU was checked for them is the other, lives
+//! in `tessera_formats` beside the generated kernels that use it too).
 
 mod analysis;
 mod buffer;
@@ -59,7 +60,9 @@ pub use task::{Privilege, TaskLauncher};
 pub use window::WindowPolicy;
 
 pub mod io;
-pub mod simd;
+/// Element-wise code compiled for the CPU's wide vector instructions (shared with the
+/// compiler's generated kernels, which name only `tessera_formats`).
+pub use tessera_formats::simd;
 #[doc(hidden)]
 pub mod timeline;
 pub mod tracing;

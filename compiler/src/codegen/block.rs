@@ -11,7 +11,7 @@
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
-use super::{nested_fn_attributes, sanitize, Gen, OutTarget};
+use super::{nested_fn_attributes, sanitize, wide_call, Gen, OutTarget};
 use crate::ir::{Kernel, Nest, OutputKind};
 
 /// The block kernel as one function item: `pub fn kernel_block<V: Value, I: Index>(inputs:
@@ -241,6 +241,8 @@ impl Gen<'_> {
         let (names, types): (Vec<Ident>, Vec<TokenStream>) = params.into_iter().unzip();
         let rows = self.pos_slices();
         let nested = nested_fn_attributes();
+        let zero = wide_call(quote!(zero_offsets::<V, I>(#(#outer,)* #(#names),*)));
+        let any = wide_call(quote!(any_offsets::<V, I>(#(#offsets,)* #(#names),*)));
         quote! {
             #nested
             fn zero_offsets<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
@@ -258,9 +260,9 @@ impl Gen<'_> {
                 #nests
             }
             if true #(&& #inner == 0)* {
-                zero_offsets::<V, I>(#(#outer,)* #(#names),*);
+                #zero
             } else {
-                any_offsets::<V, I>(#(#offsets,)* #(#names),*);
+                #any
             }
         }
     }

@@ -222,6 +222,7 @@ impl Gen<'_> {
         let scalars = self.scalar_values(nest);
         let slices = self.pos_slices();
         let nested = super::nested_fn_attributes();
+        let call = super::wide_call(quote!(one_job::<V, I>(#(#names),*)));
         quote! {
             #nested
             fn one_job<V: ::tessera_formats::Value, I: ::tessera_formats::Index>(
@@ -231,7 +232,7 @@ impl Gen<'_> {
                 #scalars
                 #body
             }
-            one_job::<V, I>(#(#names),*);
+            #call
         }
     }
 

@@ -1,4 +1,5 @@
-//! Element-wise code compiled for the CPU's wide vector instructions.
+//! Loops compiled for the CPU's wide vector instructions: the runtime's element-wise bodies
+//! and the compiler's generated kernels (which name only this crate) run through [`wide`].
 //!
 //! Rust builds for the baseline of its target: on x86-64 that is SSE2, two `f64` per
 //! instruction and no fused multiply-add. Nearly every x86-64 CPU in use has AVX2 and FMA (four
@@ -75,6 +76,14 @@ pub fn wide<R>(f: impl FnOnce() -> R) -> R {
         2 => return unsafe { avx2_fma(f) },
         _ => {}
     }
+    plain(f)
+}
+
+/// The plain path, out of line as the wide ones are: on every path `f`'s loops get a function
+/// and its registers to themselves (generated kernels' nests rely on it: inlined into their
+/// kernel they shared its registers and reloaded slices per row).
+#[inline(never)]
+fn plain<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 

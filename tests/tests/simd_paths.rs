@@ -1,0 +1,93 @@
+//! Generated kernels run through `tessera_formats::simd::wide`: compiled for AVX-512, AVX2 +
+//! FMA or the plain baseline, whichever the CPU has. The path must never change a bit. The
+//! path is decided once per process (from the CPU and `TESSERA_SIMD`), so this test runs
+//! itself again as a child process per path and compares the children's bits.
+#![allow(non_snake_case)]
+
+use std::process::Command;
+use tessera::formats::simd;
+use tessera::{tensor, Format, Tensor};
+use tessera_tests::{random_tensor, Rng};
+
+/// Set in the child processes: compute and print, do not spawn.
+const CHILD: &str = "TESSERA_SIMD_PATHS_CHILD";
+
+/// FNV-1a over the bits of every value, in order.
+fn digest(ts: &[Tensor<f64>]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for t in ts {
+        for v in t.to_dense() {
+            for b in v.to_bits().to_le_bytes() {
+                h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+    }
+    h
+}
+
+/// Kernels whose inner loops vectorise (rows of 32 and 16 dense values, element-wise math
+/// with `exp` and `log`), sequential and parallel, on fixed random inputs.
+fn kernels() -> Vec<Tensor<f64>> {
+    let mut rng = Rng::new(42);
+    let fmt = |s: &str, r: usize| Format::parse(s, r).unwrap();
+    let A = random_tensor(&mut rng, &[300, 200], &fmt("csr", 2), 0.05);
+    let B = random_tensor(&mut rng, &[200, 32], &Format::dense(2), 1.0);
+    let x = random_tensor(&mut rng, &[200], &Format::dense(1), 1.0);
+    let T = random_tensor(&mut rng, &[40, 30, 20], &fmt("sss", 3), 0.05);
+    let C = random_tensor(&mut rng, &[30, 16], &Format::dense(2), 1.0);
+    let D = random_tensor(&mut rng, &[20, 16], &Format::dense(2), 1.0);
+    let w = random_tensor(&mut rng, &[1000], &Format::dense(1), 1.0);
+    vec![
+        tensor!(Y(i,j) = A(i,k) * B(k,j); A: csr).unwrap(),
+        tensor!(Y(i,j) = A(i,k) * B(k,j); A: csr; parallelize(i)).unwrap(),
+        tensor!(y(i) = A(i,j) * x(j); A: csr; parallelize(i)).unwrap(),
+        tensor!(M(i,j) = T(i,k,l) * C(k,j) * D(l,j); T: sss).unwrap(),
+        tensor!(M(i,j) = T(i,k,l) * C(k,j) * D(l,j); T: sss; parallelize(i)).unwrap(),
+        tensor!(z(i) = exp(w(i) * 3) - log(abs(w(i)) + 0.5) * sqrt(abs(w(i)))).unwrap(),
+    ]
+}
+
+#[test]
+fn every_simd_path_gives_the_same_bits() {
+    if std::env::var_os(CHILD).is_some() {
+        println!(
+            "PATH {} BITS {:016x}",
+            simd::avx512_available() as u8 + simd::wide_available() as u8,
+            digest(&kernels())
+        );
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let run = |setting: Option<&str>| -> (String, String) {
+        let mut cmd = Command::new(&exe);
+        cmd.args([
+            "--exact",
+            "every_simd_path_gives_the_same_bits",
+            "--nocapture",
+        ]);
+        cmd.env(CHILD, "1").env_remove("TESSERA_SIMD");
+        if let Some(s) = setting {
+            cmd.env("TESSERA_SIMD", s);
+        }
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "child {setting:?} failed: {text}");
+        let line = text.lines().find(|l| l.starts_with("PATH ")).unwrap();
+        let mut words = line.split(' ');
+        let path = words.nth(1).unwrap().to_string();
+        (path, words.nth(1).unwrap().to_string())
+    };
+    let plain = run(Some("0"));
+    let avx2 = run(Some("avx2"));
+    let widest = run(None);
+    assert_eq!(plain.0, "0", "TESSERA_SIMD=0 takes the plain path");
+    // Each child took the path it was asked for, where the CPU has it (this process's own
+    // path is the CPU's widest unless TESSERA_SIMD narrows it).
+    if std::env::var_os("TESSERA_SIMD").is_none() {
+        let widest_here = simd::avx512_available() as u8 + simd::wide_available() as u8;
+        assert_eq!(avx2.0, (simd::wide_available() as u8).to_string());
+        assert_eq!(widest.0, widest_here.to_string());
+    }
+    assert_eq!(plain.1, avx2.1, "AVX2 + FMA changed a bit");
+    assert_eq!(plain.1, widest.1, "the widest path changed a bit");
+}
