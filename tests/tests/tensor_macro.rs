@@ -58,6 +58,10 @@ proptest! {
         let C = tensor!(C(i,j) = A(i,k) * B(k,j); A: csr; B: csr; C: csr).unwrap();
         prop_assert_eq!(C.format(), &fmt("csr", 2));
         assert_close(&dense(&C), &oracle("C(i,j) = A(i,k) * B(k,j)", &[("A", &A), ("B", &B)]), "spgemm");
+        // In parallel jobs, appended in order: the sequential kernel's tensor exactly.
+        let P = tensor!(C(i,j) = A(i,k) * B(k,j); A: csr; B: csr; C: csr; parallelize(i)).unwrap();
+        prop_assert_eq!(P.levels(), C.levels());
+        prop_assert_eq!(P.vals(), C.vals());
         // The same tensor twice, with different index variables.
         let S = random_tensor(&mut rng, &[d[0], d[0]], &fmt("csr", 2), density);
         let SS = tensor!(C(i,j) = S(i,k) * S(k,j); S: csr; C: csr).unwrap();
@@ -337,4 +341,18 @@ fn stored_sums_keep_the_sign_of_zero_of_adding_into_zeros() {
         let bits: Vec<u64> = y.vals().iter().map(|v| v.to_bits()).collect();
         assert_eq!(bits, vec![0u64; 3], "{:?}", y.vals());
     }
+}
+
+/// Parallel SpGEMM over many jobs (256 rows each, rayon tasks of up to 8): rows appended in
+/// order, bitwise the sequential kernel's output.
+#[test]
+fn parallel_spgemm_over_many_jobs_is_the_sequential_one() {
+    let mut rng = Rng::new(11);
+    let A = random_tensor(&mut rng, &[5000, 400], &fmt("csr", 2), 0.01);
+    let B = random_tensor(&mut rng, &[400, 300], &fmt("csr", 2), 0.02);
+    let C = tensor!(C(i,j) = A(i,k) * B(k,j); A: csr; B: csr; C: csr).unwrap();
+    let P = tensor!(C(i,j) = A(i,k) * B(k,j); A: csr; B: csr; C: csr; parallelize(i)).unwrap();
+    assert!(C.vals().len() > 10_000, "{} entries", C.vals().len());
+    assert_eq!(P.levels(), C.levels());
+    assert_eq!(P.vals(), C.vals());
 }
