@@ -144,7 +144,7 @@ macro_rules! impl_value {
             // In f64 and rounded (for `f32` all but correctly rounded): the vectorisable
             // functions of `math`, so generated loops stay SIMD and evaluators agree. Inlined
             // always: called across crates from a loop compiled for AVX-512 or AVX2
-            // (`tessera_runtime::simd::wide`), a call would run the plain path one element
+            // (`crate::simd::wide`), a call would run the plain path one element
             // at a time (the `tensor!` Black-Scholes chain: 50 -> 80 ms).
             #[inline(always)]
             fn exp(self) -> Self {
