@@ -14,6 +14,7 @@ mod chunks;
 pub mod convert;
 mod error;
 mod format;
+pub mod gather;
 #[cfg(any(
     feature = "sprs",
     feature = "nalgebra",

@@ -99,6 +99,27 @@ fn avx512<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Asks the CPU to start loading the cache line that holds `p` (into every level, as for a
+/// read soon), and returns at once: a hint, for [`crate::gather`]'s look-ahead. `p` need not
+/// point into anything: `prefetcht0` never faults, on any address, mapped or not (Intel SDM
+/// vol. 2, PREFETCHh: "prefetches ... do not cause exceptions"; the same on AMD), and it
+/// reads nothing a program can see, so computing `p` with `wrapping_add` past a slice is as
+/// harmless here as it is anywhere pointers are not dereferenced. Elsewhere than x86-64, no
+/// instruction (stable Rust has no prefetch intrinsic there).
+#[inline(always)]
+pub fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: `prefetcht0` needs only SSE, in the x86-64 baseline, and neither reads nor
+        // writes memory the program can observe, nor faults on any address (see above): no
+        // precondition is left for the caller.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// The widest path the running CPU has: 1 plain, 2 AVX2 + FMA, 3 AVX-512 with them.
 fn cpu_path() -> u8 {
     #[cfg(target_arch = "x86_64")]

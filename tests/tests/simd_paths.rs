@@ -1,11 +1,16 @@
 //! Generated kernels run through `tessera_formats::simd::wide`: compiled for AVX-512, AVX2 +
-//! FMA or the plain baseline, whichever the CPU has. The path must never change a bit. The
-//! path is decided once per process (from the CPU and `TESSERA_SIMD`), so this test runs
-//! itself again as a child process per path and compares the children's bits.
+//! FMA or the plain baseline, whichever the CPU has; and their gathers from large vectors
+//! prefetch ahead (`tessera_formats::gather`), in a second copy of the gather loop. Neither
+//! may change a bit. The path is decided once per process (from the CPU and `TESSERA_SIMD`),
+//! and so is whether prefetching is off, forced or left to each call's data
+//! (`TESSERA_PREFETCH`), so these tests run themselves again as child processes, one per
+//! setting, and compare the children's bits.
 #![allow(non_snake_case)]
 
 use std::process::Command;
 use tessera::formats::simd;
+use tessera::plans::Stored;
+use tessera::runtime::Runtime;
 use tessera::{tensor, Format, Tensor};
 use tessera_tests::{random_tensor, Rng};
 
@@ -47,6 +52,64 @@ fn kernels() -> Vec<Tensor<f64>> {
     ]
 }
 
+/// Kernels that gather from dense tensors at a sparse level's coordinates: vectors (CSR SpMV
+/// sequential and parallel, COO SpMV, TTV, a row-split SpMV run as block tasks on a runtime,
+/// with views of the vector at nonzero offsets) and matrix rows (SpMM sequential and
+/// parallel, SDDMM, whose loop walks positions, MTTKRP). Under `TESSERA_PREFETCH=always`
+/// every one runs its look-ahead loop, on inputs far smaller than the caches.
+fn gathers() -> Vec<Tensor<f64>> {
+    let mut rng = Rng::new(7);
+    let fmt = |s: &str, r: usize| Format::parse(s, r).unwrap();
+    let A = random_tensor(&mut rng, &[400, 3000], &fmt("csr", 2), 0.02);
+    let x = random_tensor(&mut rng, &[3000], &Format::dense(1), 1.0);
+    let C = A.to_format("coo").unwrap();
+    let B = random_tensor(&mut rng, &[30, 40, 500], &fmt("sss", 3), 0.05);
+    let c = random_tensor(&mut rng, &[500], &Format::dense(1), 1.0);
+    let R = random_tensor(&mut rng, &[3000, 24], &Format::dense(2), 1.0);
+    let S = random_tensor(&mut rng, &[400, 24], &Format::dense(2), 1.0);
+    let D = random_tensor(&mut rng, &[40, 16], &Format::dense(2), 1.0);
+    let E = random_tensor(&mut rng, &[500, 16], &Format::dense(2), 1.0);
+    let rt = Runtime::builder().threads(2).build();
+    let planned = (|| {
+        let (A, x) = (Stored::upload(&rt, &A)?, Stored::upload(&rt, &x)?);
+        let y = tensor!(rt => y(i) = A(i,j) * x(j); A: csr; split(i, io, ii, 3))?;
+        y.to_tensor(&rt)
+    })()
+    .unwrap();
+    vec![
+        tensor!(y(i) = A(i,j) * x(j); A: csr).unwrap(),
+        tensor!(y(i) = A(i,j) * x(j); A: csr; parallelize(i)).unwrap(),
+        tensor!(y(i) = C(i,j) * x(j); C: coo).unwrap(),
+        tensor!(M(i,j) = B(i,j,k) * c(k); B: sss).unwrap(),
+        planned,
+        tensor!(Y(i,j) = A(i,k) * R(k,j); A: csr).unwrap(),
+        tensor!(Y(i,j) = A(i,k) * R(k,j); A: csr; parallelize(i)).unwrap(),
+        tensor!(Z(i,j) = A(i,j) * S(i,k) * R(j,k); A: csr; Z: csr).unwrap(),
+        tensor!(M(i,j) = B(i,k,l) * D(k,j) * E(l,j); B: sss).unwrap(),
+    ]
+}
+
+/// The `PATH` line of the child process running test `test` with `var` set to `setting` (or
+/// removed): the path it reports and the digest of its bits.
+fn child(test: &str, var: &str, setting: Option<&str>) -> (String, String) {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", test, "--nocapture"]);
+    cmd.env(CHILD, "1").env_remove(var);
+    if let Some(s) = setting {
+        cmd.env(var, s);
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "child {var}={setting:?} failed: {text}"
+    );
+    let line = text.lines().find(|l| l.starts_with("PATH ")).unwrap();
+    let mut words = line.split(' ');
+    let path = words.nth(1).unwrap().to_string();
+    (path, words.nth(1).unwrap().to_string())
+}
+
 #[test]
 fn every_simd_path_gives_the_same_bits() {
     if std::env::var_os(CHILD).is_some() {
@@ -57,25 +120,12 @@ fn every_simd_path_gives_the_same_bits() {
         );
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let run = |setting: Option<&str>| -> (String, String) {
-        let mut cmd = Command::new(&exe);
-        cmd.args([
-            "--exact",
+    let run = |setting| {
+        child(
             "every_simd_path_gives_the_same_bits",
-            "--nocapture",
-        ]);
-        cmd.env(CHILD, "1").env_remove("TESSERA_SIMD");
-        if let Some(s) = setting {
-            cmd.env("TESSERA_SIMD", s);
-        }
-        let out = cmd.output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(out.status.success(), "child {setting:?} failed: {text}");
-        let line = text.lines().find(|l| l.starts_with("PATH ")).unwrap();
-        let mut words = line.split(' ');
-        let path = words.nth(1).unwrap().to_string();
-        (path, words.nth(1).unwrap().to_string())
+            "TESSERA_SIMD",
+            setting,
+        )
     };
     let plain = run(Some("0"));
     let avx2 = run(Some("avx2"));
@@ -90,4 +140,29 @@ fn every_simd_path_gives_the_same_bits() {
     }
     assert_eq!(plain.1, avx2.1, "AVX2 + FMA changed a bit");
     assert_eq!(plain.1, widest.1, "the widest path changed a bit");
+}
+
+#[test]
+fn prefetching_gathers_gives_the_same_bits() {
+    if std::env::var_os(CHILD).is_some() {
+        let setting = std::env::var("TESSERA_PREFETCH").unwrap_or_default();
+        println!("PATH {setting} BITS {:016x}", digest(&gathers()));
+        return;
+    }
+    let run = |setting| {
+        child(
+            "prefetching_gathers_gives_the_same_bits",
+            "TESSERA_PREFETCH",
+            setting,
+        )
+    };
+    let never = run(Some("0"));
+    let always = run(Some("always"));
+    let decided = run(None);
+    assert_eq!((never.0.as_str(), always.0.as_str()), ("0", "always"));
+    assert_eq!(never.1, always.1, "the look-ahead loops changed a bit");
+    assert_eq!(
+        never.1, decided.1,
+        "the loops chosen by the data changed a bit"
+    );
 }

@@ -132,6 +132,7 @@ impl Gen<'_> {
                 false => quote! { let #size: usize = out_dims[#m]; const #off: usize = 0; },
             });
         }
+        out.extend(self.gather_flags());
         out
     }
 
@@ -168,6 +169,7 @@ impl Gen<'_> {
                 params.push((off, quote!(usize)));
             }
         }
+        params.extend(self.gather_params());
         params.push((format_ident!("out_vals"), quote!(&mut [V])));
         if !self.k.user_functions.is_empty() {
             params.push((

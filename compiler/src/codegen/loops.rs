@@ -4,6 +4,7 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
+use super::prefetch::Walk;
 use super::{Gen, OutTarget};
 use crate::ir::{Assembly, Domain, Formula, LevelRef, Nest, OutputKind};
 use tessera_formats::LevelType;
@@ -108,15 +109,12 @@ impl Gen<'_> {
                     // Last level: walk coordinates and values together, as a hand-written loop would.
                     let vals = self.vals(self.tensor_of(r.access));
                     let v = self.val(r.access);
-                    return quote! {
-                        let (lo, hi) = (#lo, #hi);
-                        #narrow
-                        for (c, #v) in #crd[lo..hi].iter().zip(&#vals[lo..hi]) {
-                            let #var = c.to_usize();
-                            let #v: V = *#v;
-                            #label: { #visit }
-                        }
+                    let walk = Walk {
+                        items: quote!(#crd[lo..hi].iter().zip(&#vals[lo..hi])),
+                        item: quote!((c, #v)),
+                        bind: quote!(let #var = c.to_usize(); let #v: V = *#v;),
                     };
+                    return self.walk_level(nest, d, (lo, hi, narrow), walk, &label, &visit);
                 }
                 if self.non_unique(r) {
                     // One visit per coordinate, over its group of positions.
@@ -134,14 +132,12 @@ impl Gen<'_> {
                         }
                     };
                 }
-                quote! {
-                    let (lo, hi) = (#lo, #hi);
-                    #narrow
-                    for #p in lo..hi {
-                        let #var = #crd[#p].to_usize();
-                        #label: { #visit }
-                    }
-                }
+                let walk = Walk {
+                    items: quote!(lo..hi),
+                    item: quote!(#p),
+                    bind: quote!(let #var = #crd[#p].to_usize();),
+                };
+                self.walk_level(nest, d, (lo, hi, narrow), walk, &label, &visit)
             }
             Domain::Universe => {
                 let (first, end) = self.span(lp.var);

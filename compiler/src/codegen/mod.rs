@@ -37,6 +37,7 @@ mod loops;
 mod mirror;
 mod output;
 mod parallel;
+mod prefetch;
 mod signature;
 mod values;
 

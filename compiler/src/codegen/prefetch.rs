@@ -1,0 +1,169 @@
+//! Look-ahead prefetch in loops that gather from dense tensors at a sparse level's
+//! coordinates: SpMV's `x(j)`, SpMM's row `B(k,:)`, SDDMM's `D(j,:)` at each nonzero. The
+//! loop is emitted twice: plain, and walking the coordinates `AHEAD` positions on beside its
+//! own to ask for the lines it will gather then (`tessera_formats::gather`, which explains
+//! why and when). Which one runs is decided once per call from the data (`gather::far`); both
+//! compute the same operations in the same order.
+
+use proc_macro2::{Ident, TokenStream};
+use quote::{format_ident, quote};
+use tessera_formats::LevelType;
+
+use super::Gen;
+use crate::ir::{Domain, LevelRef, Nest};
+
+/// How a loop over one level's positions `lo..hi` walks them: `for #item in #items { #bind
+/// ... }`, `bind` naming the loop variable (and the zipped value).
+pub(super) struct Walk {
+    pub items: TokenStream,
+    pub item: TokenStream,
+    pub bind: TokenStream,
+}
+
+impl Gen<'_> {
+    /// The loop over positions `lo..hi` of loop `d`'s level (after `narrow`), visiting each
+    /// coordinate with `visit` under `label`; with a look-ahead copy where it gathers.
+    pub(super) fn walk_level(
+        &self,
+        nest: &Nest,
+        d: usize,
+        (lo, hi, narrow): (TokenStream, TokenStream, TokenStream),
+        walk: Walk,
+        label: &syn::Lifetime,
+        visit: &TokenStream,
+    ) -> TokenStream {
+        let Walk { items, item, bind } = walk;
+        let plain = quote! {
+            for #item in #items {
+                #bind
+                #label: { #visit }
+            }
+        };
+        let r = nest.loops[d].iterate[0];
+        let gathered = self.gathered(nest, d);
+        if gathered.is_empty() {
+            return quote! {
+                let (lo, hi) = (#lo, #hi);
+                #narrow
+                #plain
+            };
+        }
+        let crd = self.lvl(self.tensor_of(r.access), r.level, "crd");
+        let flags: Vec<Ident> = gathered.iter().map(|g| self.far_flag(r, *g)).collect();
+        let hints: Vec<TokenStream> = gathered.iter().map(|g| self.hint(*g)).collect();
+        quote! {
+            let (lo, hi) = (#lo, #hi);
+            #narrow
+            const AHEAD: usize = ::tessera_formats::gather::AHEAD;
+            if (#(#flags)||*) && hi + AHEAD <= #crd.len() {
+                let ahead = #crd[lo + AHEAD..hi + AHEAD].iter();
+                for (#item, upcoming) in (#items).zip(ahead) {
+                    let upcoming: usize = upcoming.to_usize();
+                    #(#hints)*
+                    #bind
+                    #label: { #visit }
+                }
+            } else {
+                #plain
+            }
+        }
+    }
+
+    /// The dense tensors loop `d` gathers from at its own coordinate: every level dense, the
+    /// first located at this loop's variable (a vector's value, a matrix's row), read by the
+    /// nest. Only loops over one level's unique coordinates.
+    fn gathered(&self, nest: &Nest, d: usize) -> Vec<LevelRef> {
+        let lp = &nest.loops[d];
+        if !matches!(lp.domain, Domain::Single) || self.non_unique(lp.iterate[0]) {
+            return Vec::new();
+        }
+        lp.locate
+            .iter()
+            .copied()
+            .filter(|r| {
+                let t = self.tensor_of(r.access);
+                r.level == 0
+                    && self.k.level_var(*r) == lp.var
+                    && r.access != self.k.output_access
+                    && self.required(nest, r.access)
+                    && self.k.tensors[t]
+                        .format
+                        .levels()
+                        .iter()
+                        .all(|l| *l == LevelType::Dense)
+            })
+            .collect()
+    }
+
+    /// The values of one slice of gathered tensor `g` below its first level: the product of
+    /// its other levels' sizes (`1usize` for a vector).
+    fn row_len(&self, g: LevelRef) -> TokenStream {
+        let t = self.tensor_of(g.access);
+        let sizes = (1..self.k.tensors[t].format.levels().len()).map(|l| self.lvl(t, l, "size"));
+        quote!((1usize #(* #sizes)*))
+    }
+
+    /// Asks for the lines of `g` at coordinate `upcoming` (bound by [`Gen::walk_level`]).
+    fn hint(&self, g: LevelRef) -> TokenStream {
+        let t = self.tensor_of(g.access);
+        let (vals, off) = (self.vals(t), self.lvl(t, 0, "off"));
+        if self.k.tensors[t].format.levels().len() == 1 {
+            return quote!(::tessera_formats::gather::prefetch(#vals, upcoming.wrapping_sub(#off)););
+        }
+        let len = self.row_len(g);
+        quote! {
+            ::tessera_formats::gather::prefetch_row(#vals, upcoming.wrapping_sub(#off).wrapping_mul(#len), #len);
+        }
+    }
+
+    /// The local saying whether the gathers from `g` at level `r`'s coordinates are far
+    /// apart (see [`Gen::gather_flags`]).
+    fn far_flag(&self, r: LevelRef, g: LevelRef) -> Ident {
+        let (t, w) = (self.tensor_of(r.access), self.tensor_of(g.access));
+        format_ident!("far_t{}_l{}_t{}", t, r.level, w)
+    }
+
+    /// Every `(iterated level, gathered tensor)` pair of the kernel's loops, once each.
+    fn gathers(&self) -> Vec<(LevelRef, LevelRef)> {
+        let mut pairs: Vec<(LevelRef, LevelRef)> = Vec::new();
+        for nest in &self.k.nests {
+            for d in 0..nest.loops.len() {
+                let r = nest.loops[d].iterate.first().copied();
+                for g in self.gathered(nest, d) {
+                    let r = r.expect("a gathering loop iterates a level");
+                    let flag = self.far_flag(r, g);
+                    if pairs.iter().all(|(r2, g2)| self.far_flag(*r2, *g2) != flag) {
+                        pairs.push((r, g));
+                    }
+                }
+            }
+        }
+        pairs
+    }
+
+    /// Decides, once per call, each [`Gen::gathers`] pair's flag (`gather::far` over the
+    /// level's whole coordinate array, in slices of the gathered tensor).
+    pub(super) fn gather_flags(&self) -> TokenStream {
+        let flags = self.gathers().into_iter().map(|(r, g)| {
+            let flag = self.far_flag(r, g);
+            let crd = self.lvl(self.tensor_of(r.access), r.level, "crd");
+            let vals = self.vals(self.tensor_of(g.access));
+            let len = self.row_len(g);
+            quote! {
+                let #flag: bool = {
+                    let len: usize = #len.max(1);
+                    ::tessera_formats::gather::far(#crd, #vals.len() / len, len * ::std::mem::size_of::<V>())
+                };
+            }
+        });
+        quote!(#(#flags)*)
+    }
+
+    /// The flags as parameters of the functions the nests are put in.
+    pub(super) fn gather_params(&self) -> Vec<(Ident, TokenStream)> {
+        let pairs = self.gathers().into_iter();
+        pairs
+            .map(|(r, g)| (self.far_flag(r, g), quote!(bool)))
+            .collect()
+    }
+}
