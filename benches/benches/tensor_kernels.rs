@@ -1,6 +1,7 @@
 //! The rest of the kernel list beside hand-written Rust loops, at 1 and 2 threads, on a uniform
 //! and a power-law input each larger than the last-level cache: SDDMM, TTV, TTM, MTTKRP on a
-//! 4-order tensor and SpGEMM (SpMV, SpMM and 3-order MTTKRP are in the `kernels` bench).
+//! 3-order and a 4-order tensor and SpGEMM (SpMV, SpMM and a small 3-order MTTKRP are in the
+//! `kernels` bench).
 //!
 //! Every contestant does the same work per call: allocate its output (a sparse output with its
 //! own copies of the index arrays, as a library call must return) and compute into it. The
@@ -267,6 +268,92 @@ fn bench_ttm(table: &mut Table, scale: f64, spread: Spread) {
     race_pair(table, &name, [&gen, &hand], [&gen_par, &hand_par]);
 }
 
+/// The jobs of a parallel hand-written MTTKRP: `ROWS_PER_JOB` root positions each, owning the
+/// output rows (of `r` values, `n` in all) from its first root's row to the next job's.
+fn root_jobs<'a>(
+    roots: &[u32],
+    n: usize,
+    r: usize,
+    mut rest: &'a mut [f64],
+) -> Vec<(Range<usize>, usize, &'a mut [f64])> {
+    let mut parts = Vec::new();
+    let mut row0 = 0;
+    for lo in (0..roots.len()).step_by(ROWS_PER_JOB) {
+        let hi = (lo + ROWS_PER_JOB).min(roots.len());
+        let end = if hi == roots.len() {
+            n
+        } else {
+            roots[hi] as usize
+        };
+        let (mine, tail) = std::mem::take(&mut rest).split_at_mut((end - row0) * r);
+        parts.push((lo..hi, row0, mine));
+        (rest, row0) = (tail, end);
+    }
+    parts
+}
+
+/// MTTKRP on a 3-order CSF tensor: `A(i,j) = sum B(i,k,l) * C(k,j) * D(l,j)` for the root
+/// positions `roots`, into the output rows starting at row `row0`.
+fn hand_mttkrp3_roots(
+    b: &Tensor<f64, u32>,
+    f: [&[f64]; 2],
+    r: usize,
+    roots: Range<usize>,
+    row0: usize,
+    out: &mut [f64],
+) {
+    let ((_, c0), (p1, c1), (p2, c2)) = (compressed(b, 0), compressed(b, 1), compressed(b, 2));
+    for q0 in roots {
+        let arow = &mut out[(c0[q0] as usize - row0) * r..][..r];
+        for q1 in range(p1, q0) {
+            let crow = &f[0][c1[q1] as usize * r..][..r];
+            for q2 in range(p2, q1) {
+                let (v, drow) = (b.vals()[q2], &f[1][c2[q2] as usize * r..][..r]);
+                for ((a, x), y) in arow.iter_mut().zip(crow).zip(drow) {
+                    *a += v * x * y;
+                }
+            }
+        }
+    }
+}
+
+/// 3-order MTTKRP at the size of issue 16's measurement (2 M nonzeros, rank 16), with factor
+/// matrices of 32 MiB each: together past the last-level cache, as the tensor is.
+fn bench_mttkrp3(table: &mut Table, scale: f64, spread: Spread) {
+    let n = ((1usize << 18) as f64 * scale.sqrt()) as usize;
+    let r = 16;
+    let mut rng = Rng(15);
+    let b = sparse_tensor(n, &[n / 8, 8, 8], spread, &mut rng);
+    let ts: Vec<Tensor<f64, u32>> = (0..2).map(|_| dense(vec![n, r], &mut rng)).collect();
+    let f = [ts[0].vals(), ts[1].vals()];
+    let roots = compressed(&b, 0).1;
+    let hand = || {
+        let mut out = vec![0.0; n * r];
+        hand_mttkrp3_roots(&b, f, r, 0..roots.len(), 0, &mut out);
+        out
+    };
+    let hand_par = || {
+        let mut out = vec![0.0; n * r];
+        root_jobs(roots, n, r, &mut out)
+            .into_par_iter()
+            .for_each(|(q, row0, slice)| hand_mttkrp3_roots(&b, f, r, q, row0, slice));
+        out
+    };
+    let inputs = [&b, &ts[0], &ts[1]];
+    let gen = || generated::mttkrp::<f64, u32>(&inputs, &[n, r]);
+    let gen_par = || generated::mttkrp_par::<f64, u32>(&inputs, &[n, r]);
+    check_same("mttkrp", gen().vals(), &hand());
+    check_same("mttkrp_par", gen_par().vals(), &hand_par());
+    let (g1, g2) = (|| drop(black_box(gen())), || drop(black_box(gen_par())));
+    let (h1, h2) = (|| drop(black_box(hand())), || drop(black_box(hand_par())));
+    let name = format!(
+        "mttkrp 3-order sss {} nnz {} r{r}",
+        spread.name(),
+        b.vals().len()
+    );
+    versus_hand(table, &name, [&g1, &h1], [&g2, &h2]);
+}
+
 /// MTTKRP on a 4-order tensor: `A(i,j) = sum B(i,k,l,m) * C(k,j) * D(l,j) * E(m,j)` for the
 /// root positions `roots`, into the output rows starting at row `row0`.
 fn hand_mttkrp4_roots(
@@ -313,24 +400,9 @@ fn bench_mttkrp4(table: &mut Table, scale: f64, spread: Spread) {
         hand_mttkrp4_roots(&b, f, r, 0..roots.len(), 0, &mut out);
         out
     };
-    // Each job owns the output rows from its first root's row to the next job's.
     let hand_par = || {
         let mut out = vec![0.0; n * r];
-        let mut parts = Vec::new();
-        let mut rest: &mut [f64] = &mut out;
-        let mut row0 = 0;
-        for lo in (0..roots.len()).step_by(ROWS_PER_JOB) {
-            let hi = (lo + ROWS_PER_JOB).min(roots.len());
-            let end = if hi == roots.len() {
-                n
-            } else {
-                roots[hi] as usize
-            };
-            let (mine, tail) = std::mem::take(&mut rest).split_at_mut((end - row0) * r);
-            parts.push((lo..hi, row0, mine));
-            (rest, row0) = (tail, end);
-        }
-        parts
+        root_jobs(roots, n, r, &mut out)
             .into_par_iter()
             .for_each(|(q, row0, slice)| hand_mttkrp4_roots(&b, f, r, q, row0, slice));
         out
@@ -473,10 +545,11 @@ fn main() {
         tessera_benches::contest::reps()
     ));
     type Bench = fn(&mut Table, f64, Spread);
-    let kernels: [(&str, Bench); 5] = [
+    let kernels: [(&str, Bench); 6] = [
         ("sddmm", bench_sddmm),
         ("ttv", bench_ttv),
         ("ttm", bench_ttm),
+        ("mttkrp3", bench_mttkrp3),
         ("mttkrp", bench_mttkrp4),
         ("spgemm", bench_spgemm),
     ];

@@ -33,6 +33,7 @@ fn block_gen(k: &Kernel) -> Gen<'_> {
         block: true,
         mirror: None,
         trusted: false,
+        lookahead: false,
     }
 }
 

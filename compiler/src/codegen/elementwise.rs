@@ -38,6 +38,7 @@ pub fn emit_elementwise_named(k: &Kernel, name: &Ident) -> TokenStream {
         block: false,
         mirror: None,
         trusted: false,
+        lookahead: false,
     };
     // Array inputs are the chunk's aligned slices, scalar inputs its scalar arguments, each
     // in slot order (as `run_elementwise` passes them).

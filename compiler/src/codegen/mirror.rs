@@ -211,7 +211,9 @@ impl Gen<'_> {
                     jobs.push((q0, q1, s, mine));
                     (rest, at, q0) = (tail, e, q1);
                 }
-                jobs.into_par_iter().for_each(move |(q0, q1, out_base, out_row)| {
+                // At most 8 jobs a rayon task, as in `parallel_sparse_rows`: no thread is left
+                // alone with a large last task.
+                jobs.into_par_iter().with_max_len(8).for_each(move |(q0, q1, out_base, out_row)| {
                     #job
                 });
             }

@@ -64,6 +64,7 @@ pub fn emit_named(k: &Kernel, name: &Ident) -> TokenStream {
         block: false,
         mirror: crate::lower::mirror(k),
         trusted: false,
+        lookahead: false,
     };
     g.function(name, quote!(), quote!())
 }
@@ -123,6 +124,9 @@ struct Gen<'k> {
     /// [`Gen::job`]), which sees the `const` zero offsets, and a located dense first level is
     /// indexed without a test (see [`Gen::trusts_first_level`]).
     trusted: bool,
+    /// Emitting the copy of a nest whose gather loops prefetch ahead (see `prefetch`); the
+    /// nest picks a copy once per call, so the plain copy is exactly the loop without them.
+    lookahead: bool,
 }
 
 /// Where a nest writes its dense or scalar output.
@@ -465,6 +469,14 @@ impl Gen<'_> {
     }
 
     fn nest(&self, nest: &Nest) -> TokenStream {
+        match self.lookahead_choice(nest) {
+            Some(choice) => choice,
+            None => self.plain_nest(nest),
+        }
+    }
+
+    /// A nest as one copy (see [`Gen::lookahead_choice`] for the two a gathering nest has).
+    fn plain_nest(&self, nest: &Nest) -> TokenStream {
         if self.block {
             return self.block_nest(nest);
         }

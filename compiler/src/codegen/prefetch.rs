@@ -22,7 +22,9 @@ pub(super) struct Walk {
 
 impl Gen<'_> {
     /// The loop over positions `lo..hi` of loop `d`'s level (after `narrow`), visiting each
-    /// coordinate with `visit` under `label`; with a look-ahead copy where it gathers.
+    /// coordinate with `visit` under `label`; in the look-ahead copy of a nest
+    /// ([`Gen::lookahead_choice`]), asking for the lines of what it gathers `AHEAD` positions
+    /// on, except within `AHEAD` of the level's end.
     pub(super) fn walk_level(
         &self,
         nest: &Nest,
@@ -41,7 +43,7 @@ impl Gen<'_> {
         };
         let r = nest.loops[d].iterate[0];
         let gathered = self.gathered(nest, d);
-        if gathered.is_empty() {
+        if !self.lookahead || gathered.is_empty() {
             return quote! {
                 let (lo, hi) = (#lo, #hi);
                 #narrow
@@ -49,13 +51,12 @@ impl Gen<'_> {
             };
         }
         let crd = self.lvl(self.tensor_of(r.access), r.level, "crd");
-        let flags: Vec<Ident> = gathered.iter().map(|g| self.far_flag(r, *g)).collect();
         let hints: Vec<TokenStream> = gathered.iter().map(|g| self.hint(*g)).collect();
         quote! {
             let (lo, hi) = (#lo, #hi);
             #narrow
             const AHEAD: usize = ::tessera_formats::gather::AHEAD;
-            if (#(#flags)||*) && hi + AHEAD <= #crd.len() {
+            if hi + AHEAD <= #crd.len() {
                 let ahead = #crd[lo + AHEAD..hi + AHEAD].iter();
                 for (#item, upcoming) in (#items).zip(ahead) {
                     let upcoming: usize = upcoming.to_usize();
@@ -67,6 +68,33 @@ impl Gen<'_> {
                 #plain
             }
         }
+    }
+
+    /// A nest that gathers, as two copies: with its gather loops prefetching ahead where one
+    /// of its flags says the gathers are far apart, plain otherwise. The choice is made once
+    /// per call (not per row), so a kernel whose gathers stay near runs the loops it ran
+    /// before prefetching existed, instruction for instruction. `None` for a nest that does not
+    /// gather, and inside either copy.
+    pub(super) fn lookahead_choice(&self, nest: &Nest) -> Option<TokenStream> {
+        if self.lookahead {
+            return None;
+        }
+        let flags: Vec<Ident> = self
+            .nest_gathers(nest)
+            .into_iter()
+            .map(|(r, g)| self.far_flag(r, g))
+            .collect();
+        if flags.is_empty() {
+            return None;
+        }
+        let ahead = Gen {
+            lookahead: true,
+            ..*self
+        };
+        let (ahead, plain) = (ahead.nest(nest), self.plain_nest(nest));
+        Some(quote! {
+            if #(#flags)||* { #ahead } else { #plain }
+        })
     }
 
     /// The dense tensors loop `d` gathers from at its own coordinate: every level dense, the
@@ -123,18 +151,30 @@ impl Gen<'_> {
         format_ident!("far_t{}_l{}_t{}", t, r.level, w)
     }
 
-    /// Every `(iterated level, gathered tensor)` pair of the kernel's loops, once each.
+    /// Every `(iterated level, gathered tensor)` pair of one nest's loops, once each.
+    fn nest_gathers(&self, nest: &Nest) -> Vec<(LevelRef, LevelRef)> {
+        let mut pairs: Vec<(LevelRef, LevelRef)> = Vec::new();
+        for d in 0..nest.loops.len() {
+            let r = nest.loops[d].iterate.first().copied();
+            for g in self.gathered(nest, d) {
+                let r = r.expect("a gathering loop iterates a level");
+                let flag = self.far_flag(r, g);
+                if pairs.iter().all(|(r2, g2)| self.far_flag(*r2, *g2) != flag) {
+                    pairs.push((r, g));
+                }
+            }
+        }
+        pairs
+    }
+
+    /// Every pair of the kernel's nests, once each.
     fn gathers(&self) -> Vec<(LevelRef, LevelRef)> {
         let mut pairs: Vec<(LevelRef, LevelRef)> = Vec::new();
         for nest in &self.k.nests {
-            for d in 0..nest.loops.len() {
-                let r = nest.loops[d].iterate.first().copied();
-                for g in self.gathered(nest, d) {
-                    let r = r.expect("a gathering loop iterates a level");
-                    let flag = self.far_flag(r, g);
-                    if pairs.iter().all(|(r2, g2)| self.far_flag(*r2, *g2) != flag) {
-                        pairs.push((r, g));
-                    }
+            for (r, g) in self.nest_gathers(nest) {
+                let flag = self.far_flag(r, g);
+                if pairs.iter().all(|(r2, g2)| self.far_flag(*r2, *g2) != flag) {
+                    pairs.push((r, g));
                 }
             }
         }
