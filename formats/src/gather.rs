@@ -28,9 +28,55 @@ use crate::Index;
 /// How many positions ahead a gather loop asks for the vector's line.
 pub const AHEAD: usize = 64;
 
-/// A vector of at most this many bytes is taken to stay in the caches (a core's L2 and
-/// its share of L3 on current x86 server parts): no prefetch.
-const CACHED_BYTES: usize = 1 << 20;
+/// A gathered tensor of at most this many bytes is taken to stay in the caches: a third of the
+/// last-level cache ([`last_level_cache`]). Measured on the bench VM (Zen 4, 32 MiB L3, SpMV of
+/// 16 uniform or power-law columns a row, scratch program, the look-ahead loop's time over the
+/// plain loop's): `x` of 2 and 4 MiB 1.15-1.3 (gathers that hit L2 or L3 gain nothing from the
+/// hint and pay its load and instruction), 8 MiB 0.8-1.15, 12 MiB 0.6-0.8 (one 2-thread run
+/// 1.06), 16 MiB 0.7-0.85.
+fn cached_bytes() -> usize {
+    last_level_cache() / 3
+}
+
+/// The last-level cache's size in bytes, read once from Linux's sysfs (the highest-level
+/// unified or data cache of CPU 0); 32 MiB where it cannot be read.
+fn last_level_cache() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| read_last_level_cache().unwrap_or(32 << 20))
+}
+
+fn read_last_level_cache() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    let read = |p: &std::path::Path, f: &str| std::fs::read_to_string(p.join(f)).ok();
+    dir.filter_map(|e| {
+        let p = e.ok()?.path();
+        let level: u32 = read(&p, "level")?.trim().parse().ok()?;
+        if read(&p, "type")?.trim() == "Instruction" {
+            return None;
+        }
+        Some((level, cache_size(&read(&p, "size")?)?))
+    })
+    .max()
+    .map(|(_, bytes)| bytes)
+}
+
+/// Parses sysfs' cache size: `32768K`, `1M`, or plain bytes.
+fn cache_size(text: &str) -> Option<usize> {
+    let t = text.trim();
+    let (digits, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => t.split_at(i),
+        None => (t, ""),
+    };
+    let n: usize = digits.parse().ok()?;
+    let scale = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
 
 /// Two gathers at most this many bytes apart are near: the lines between them are likely
 /// cached or already streamed in by the hardware.
@@ -42,21 +88,21 @@ const ROW_LINES: usize = 8;
 /// Coordinates sampled by [`far`].
 const SAMPLES: usize = 64;
 
-/// Whether a gather loop over the coordinates `crd` (one level's whole array) into a vector of
-/// `len` values of `value_bytes` bytes each should prefetch: the vector is larger than the
-/// caches and, at more than half of `SAMPLES` evenly spaced positions `p`, the gathers at `p`
+/// Whether a gather loop over the coordinates `crd` (one level's whole array) into a tensor of
+/// `len` slices of `value_bytes` bytes each (values of a vector, rows of a matrix) should
+/// prefetch: the tensor is larger than a third of the last-level cache and, at more than half of `SAMPLES` evenly spaced positions `p`, the gathers at `p`
 /// and `p + AHEAD` lie more than `NEAR_BYTES` apart. O(SAMPLES) reads, whatever the size.
 pub fn far<I: Index>(crd: &[I], len: usize, value_bytes: usize) -> bool {
     match setting() {
         Setting::Never => false,
         Setting::Always => true,
-        Setting::Auto => spread(crd, len, value_bytes),
+        Setting::Auto => spread(crd, len, value_bytes, cached_bytes()),
     }
 }
 
-/// [`far`]'s measurement, whatever the environment says.
-fn spread<I: Index>(crd: &[I], len: usize, value_bytes: usize) -> bool {
-    if len.saturating_mul(value_bytes) <= CACHED_BYTES || crd.len() <= AHEAD {
+/// [`far`]'s measurement, whatever the environment says, for caches holding `cached` bytes.
+fn spread<I: Index>(crd: &[I], len: usize, value_bytes: usize, cached: usize) -> bool {
+    if len.saturating_mul(value_bytes) <= cached || crd.len() <= AHEAD {
         return false;
     }
     let span = (crd.len() - AHEAD) as u128;
@@ -152,33 +198,45 @@ mod tests {
     }
 
     const N: usize = 1 << 21;
+    /// Caches of 1 MiB in the tests (the machine's own size is read by `far`).
+    const CACHED: usize = 1 << 20;
 
     #[test]
     fn scattered_gathers_into_a_large_vector_prefetch() {
         let crd = rows(10_000, 16, |r, k| (scramble(r * 16 + k) % N) as u32);
-        assert!(spread(&crd, N, 8));
+        assert!(spread(&crd, N, 8, CACHED));
         // The same gathers into a vector the caches hold do not.
-        assert!(!spread(&crd, CACHED_BYTES / 8, 8));
+        assert!(!spread(&crd, CACHED / 8, 8, CACHED));
     }
 
     #[test]
     fn banded_gathers_do_not_prefetch_however_large_the_vector() {
         // Columns within 64 of the row: `AHEAD` positions on is four rows on.
         let crd = rows(10_000, 16, |r, k| (r + scramble(r * 16 + k) % 64) as u32);
-        assert!(!spread(&crd, N, 8));
+        assert!(!spread(&crd, N, 8, CACHED));
         // Rows of a banded matrix taken in a scattered order are far again.
         let crd = rows(10_000, 16, |r, k| {
             ((scramble(r) % (N - 64)) + scramble(r * 16 + k) % 64) as u32
         });
-        assert!(spread(&crd, N, 8));
+        assert!(spread(&crd, N, 8, CACHED));
     }
 
     #[test]
     fn short_and_empty_levels_never_prefetch() {
         let crd: Vec<u32> = (0..AHEAD as u32).map(|i| i * 100_000).collect();
-        assert!(!spread(&crd, N, 8));
-        assert!(!spread::<u32>(&[], N, 8));
-        assert!(!spread(&crd[..AHEAD / 2], usize::MAX, usize::MAX));
+        assert!(!spread(&crd, N, 8, CACHED));
+        assert!(!spread::<u32>(&[], N, 8, CACHED));
+        assert!(!spread(&crd[..AHEAD / 2], usize::MAX, usize::MAX, CACHED));
+    }
+
+    #[test]
+    fn cache_sizes_read_as_sysfs_writes_them() {
+        assert_eq!(cache_size("32768K\n"), Some(32 << 20));
+        assert_eq!(cache_size("1M"), Some(1 << 20));
+        assert_eq!(cache_size("512"), Some(512));
+        assert_eq!(cache_size("12X"), None);
+        assert_eq!(cache_size(""), None);
+        assert!(last_level_cache() >= 1 << 10);
     }
 
     #[test]
