@@ -24,7 +24,7 @@ impl Gen<'_> {
     /// The loop over positions `lo..hi` of loop `d`'s level (after `narrow`), visiting each
     /// coordinate with `visit` under `label`; in the look-ahead copy of a nest
     /// ([`Gen::lookahead_choice`]), asking for the lines of what it gathers `AHEAD` positions
-    /// on, except within `AHEAD` of the level's end.
+    /// on (fewer within `AHEAD` of the level's end).
     pub(super) fn walk_level(
         &self,
         nest: &Nest,
@@ -35,37 +35,35 @@ impl Gen<'_> {
         visit: &TokenStream,
     ) -> TokenStream {
         let Walk { items, item, bind } = walk;
-        let plain = quote! {
-            for #item in #items {
-                #bind
-                #label: { #visit }
-            }
-        };
         let r = nest.loops[d].iterate[0];
         let gathered = self.gathered(nest, d);
         if !self.lookahead || gathered.is_empty() {
             return quote! {
                 let (lo, hi) = (#lo, #hi);
                 #narrow
-                #plain
+                for #item in #items {
+                    #bind
+                    #label: { #visit }
+                }
             };
         }
         let crd = self.lvl(self.tensor_of(r.access), r.level, "crd");
         let hints: Vec<TokenStream> = gathered.iter().map(|g| self.hint(*g)).collect();
+        // One loop, the body once: within `AHEAD` of the level's end the window slides back
+        // (`shift` shrinks to 0, hinting at positions already near), so no second copy of the
+        // body is needed there (with one per gathering level, a nest's copies would double
+        // per level). `hi <= crd.len()` in a valid tensor; were it not, `shift` is 0 and the
+        // slice panics as the plain loop's own `crd[lo..hi]` would.
         quote! {
             let (lo, hi) = (#lo, #hi);
             #narrow
-            const AHEAD: usize = ::tessera_formats::gather::AHEAD;
-            if hi + AHEAD <= #crd.len() {
-                let ahead = #crd[lo + AHEAD..hi + AHEAD].iter();
-                for (#item, upcoming) in (#items).zip(ahead) {
-                    let upcoming: usize = upcoming.to_usize();
-                    #(#hints)*
-                    #bind
-                    #label: { #visit }
-                }
-            } else {
-                #plain
+            let shift = ::tessera_formats::gather::AHEAD.min(#crd.len().saturating_sub(hi));
+            let ahead = #crd[lo + shift..hi + shift].iter();
+            for (#item, upcoming) in (#items).zip(ahead) {
+                let upcoming: usize = upcoming.to_usize();
+                #(#hints)*
+                #bind
+                #label: { #visit }
             }
         }
     }
@@ -128,7 +126,8 @@ impl Gen<'_> {
     fn row_len(&self, g: LevelRef) -> TokenStream {
         let t = self.tensor_of(g.access);
         let sizes = (1..self.k.tensors[t].format.levels().len()).map(|l| self.lvl(t, l, "size"));
-        quote!((1usize #(* #sizes)*))
+        // Saturating: a tensor with no values may still have huge trailing dimensions.
+        quote!((1usize #(.saturating_mul(#sizes))*))
     }
 
     /// Asks for the lines of `g` at coordinate `upcoming` (bound by [`Gen::walk_level`]).
@@ -192,7 +191,8 @@ impl Gen<'_> {
             quote! {
                 let #flag: bool = {
                     let len: usize = #len.max(1);
-                    ::tessera_formats::gather::far(#crd, #vals.len() / len, len * ::std::mem::size_of::<V>())
+                    let bytes = len.saturating_mul(::std::mem::size_of::<V>());
+                    ::tessera_formats::gather::far(#crd, #vals.len() / len, bytes)
                 };
             }
         });
