@@ -21,7 +21,7 @@
 //! of any size: tests use it to run the look-ahead loops on small tensors); unset or anything
 //! else, [`far`] decides. Read once per process.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
 
 use crate::Index;
 
@@ -41,7 +41,7 @@ fn cached_bytes() -> usize {
 /// The last-level cache's size in bytes, read once from Linux's sysfs (the highest-level
 /// unified or data cache of CPU 0); 32 MiB where it cannot be read.
 fn last_level_cache() -> usize {
-    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    static BYTES: OnceLock<usize> = OnceLock::new();
     *BYTES.get_or_init(|| read_last_level_cache().unwrap_or(32 << 20))
 }
 
@@ -147,22 +147,10 @@ enum Setting {
     Always,
 }
 
-/// 0: not read yet; then 1 + the setting's index.
-static SETTING: AtomicU8 = AtomicU8::new(0);
-
+/// The environment's setting, read once per process.
 fn setting() -> Setting {
-    const ALL: [Setting; 3] = [Setting::Never, Setting::Auto, Setting::Always];
-    match SETTING.load(Ordering::Relaxed) {
-        0 => {
-            let s = parse(std::env::var("TESSERA_PREFETCH").ok().as_deref());
-            SETTING.store(
-                1 + ALL.iter().position(|a| *a == s).unwrap() as u8,
-                Ordering::Relaxed,
-            );
-            s
-        }
-        n => ALL[n as usize - 1],
-    }
+    static SETTING: OnceLock<Setting> = OnceLock::new();
+    *SETTING.get_or_init(|| parse(std::env::var("TESSERA_PREFETCH").ok().as_deref()))
 }
 
 fn parse(env: Option<&str>) -> Setting {

@@ -152,32 +152,32 @@ impl Gen<'_> {
 
     /// Every `(iterated level, gathered tensor)` pair of one nest's loops, once each.
     fn nest_gathers(&self, nest: &Nest) -> Vec<(LevelRef, LevelRef)> {
-        let mut pairs: Vec<(LevelRef, LevelRef)> = Vec::new();
-        for d in 0..nest.loops.len() {
+        let pairs = (0..nest.loops.len()).flat_map(|d| {
             let r = nest.loops[d].iterate.first().copied();
-            for g in self.gathered(nest, d) {
-                let r = r.expect("a gathering loop iterates a level");
-                let flag = self.far_flag(r, g);
-                if pairs.iter().all(|(r2, g2)| self.far_flag(*r2, *g2) != flag) {
-                    pairs.push((r, g));
-                }
-            }
-        }
-        pairs
+            let r = move || r.expect("a gathering loop iterates a level");
+            self.gathered(nest, d).into_iter().map(move |g| (r(), g))
+        });
+        self.unique(pairs)
     }
 
     /// Every pair of the kernel's nests, once each.
     fn gathers(&self) -> Vec<(LevelRef, LevelRef)> {
-        let mut pairs: Vec<(LevelRef, LevelRef)> = Vec::new();
-        for nest in &self.k.nests {
-            for (r, g) in self.nest_gathers(nest) {
-                let flag = self.far_flag(r, g);
-                if pairs.iter().all(|(r2, g2)| self.far_flag(*r2, *g2) != flag) {
-                    pairs.push((r, g));
-                }
+        self.unique(self.k.nests.iter().flat_map(|n| self.nest_gathers(n)))
+    }
+
+    /// `pairs` without repeats of a flag (the same iterated array and gathered tensor).
+    fn unique(
+        &self,
+        pairs: impl Iterator<Item = (LevelRef, LevelRef)>,
+    ) -> Vec<(LevelRef, LevelRef)> {
+        let mut out: Vec<(LevelRef, LevelRef)> = Vec::new();
+        for (r, g) in pairs {
+            let flag = self.far_flag(r, g);
+            if out.iter().all(|(r2, g2)| self.far_flag(*r2, *g2) != flag) {
+                out.push((r, g));
             }
         }
-        pairs
+        out
     }
 
     /// Decides, once per call, each [`Gen::gathers`] pair's flag (`gather::far` over the
