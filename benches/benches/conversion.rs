@@ -344,6 +344,14 @@ fn pair_at(d: &Path, bytes: u64, reps: usize, mem: &str) -> Pair {
             .expect("the generated pair");
     }
     let out = d.join("pair-out.tcs");
+    // One untimed round first: right after four gigabyte files were written, the first
+    // conversions ran up to twice their CPU time (unsorted `.tns` 3.1-3.7 s in the bench,
+    // 1.85-2.0 s as single jobs on the same files a minute later), the cost of the moment,
+    // not of the converter.
+    eprintln!("pair warm-up round");
+    for (path, _, _) in &files {
+        child("convert", &[s(path), s(&out), mem]);
+    }
     let mut jobs: Vec<Vec<Job>> = files.iter().map(|_| Vec::new()).collect();
     for rep in 0..reps {
         eprintln!("pair round {}/{reps}", rep + 1);
