@@ -383,3 +383,30 @@ fn mirrored_jobs_with_dense_output_rows_run_in_a_function_of_their_own() {
         assert_eq!(takes_row, own, "{expr}\n{text}");
     }
 }
+
+/// A gathering nest runs in two copies, one walking its gathers ahead (`gather::far` picks
+/// one per call), except where the copies would be the same: a sparse vector times a dense
+/// one whose only gathering loop is the outer loop a parallel kernel hands out over threads
+/// (not walked ahead) is emitted once, while the sequential kernel and a parallel SpMV (its
+/// gathers in the inner loop) keep both copies.
+#[test]
+fn a_nest_is_emitted_twice_only_where_its_copies_differ() {
+    for (expr, formats, two) in [
+        ("y(i) = a(i) * x(i)", &[("a", "s")][..], true),
+        (
+            "y(i) = a(i) * x(i); parallelize(i)",
+            &[("a", "s")][..],
+            false,
+        ),
+        (
+            "y(i) = A(i,j) * x(j); parallelize(i)",
+            &[("A", "csr")][..],
+            true,
+        ),
+    ] {
+        let case = Case::fixed(expr, formats, &[], 0);
+        let text = codegen::pretty(&codegen::emit(&case.lower().unwrap()));
+        let choices = text.matches("if far_").count();
+        assert_eq!(choices > 0, two, "{expr}:\n{text}");
+    }
+}

@@ -4,7 +4,8 @@
 //! may change a bit. The path is decided once per process (from the CPU and `TESSERA_SIMD`),
 //! and so is whether prefetching is off, forced or left to each call's data
 //! (`TESSERA_PREFETCH`), so these tests run themselves again as child processes, one per
-//! setting, and compare the children's bits.
+//! setting, and compare the children's bits (and check that, left to the data, an SpMV whose
+//! gathers lie far apart in a vector larger than the cache takes the look-ahead copy).
 #![allow(non_snake_case)]
 
 use std::process::Command;
@@ -89,6 +90,37 @@ fn gathers() -> Vec<Tensor<f64>> {
     ]
 }
 
+/// Columns of [`far_spmv`]'s vector: 48 MiB of values, past a third of any last-level cache
+/// up to 144 MiB, so that `gather::far` picks the look-ahead loops when the data decides.
+const FAR_COLUMNS: usize = 6 << 20;
+
+/// A CSR matrix of 64 rows whose 64 nonzeros a row lie far apart in a vector of
+/// [`FAR_COLUMNS`] values, that vector, and whether the data picks the look-ahead copy of
+/// SpMV's gather loop for them ([`tessera::formats::gather::far`], as the kernel asks).
+fn far_spmv() -> (Tensor<f64>, Tensor<f64>, bool) {
+    let (rows, per_row) = (64usize, 64usize);
+    let entries: Vec<(Vec<usize>, f64)> = (0..rows)
+        .flat_map(|i| {
+            (0..per_row).map(move |k| {
+                let j = (k * (FAR_COLUMNS / per_row) + i * 7919) % FAR_COLUMNS;
+                (vec![i, j], 1.0 + (i * per_row + k) as f64 * 1e-3)
+            })
+        })
+        .collect();
+    let A = Tensor::from_entries(vec![rows, FAR_COLUMNS], "csr", entries).unwrap();
+    let x = (0..FAR_COLUMNS)
+        .map(|j| (j % 1013) as f64 * 0.01 - 5.0)
+        .collect();
+    let x = Tensor::dense_from_vec(vec![FAR_COLUMNS], x).unwrap();
+    let far = match &A.levels()[1] {
+        tessera::Level::Compressed { crd, .. } => {
+            tessera::formats::gather::far(crd, FAR_COLUMNS, std::mem::size_of::<f64>())
+        }
+        _ => unreachable!("CSR"),
+    };
+    (A, x, far)
+}
+
 /// The `PATH` line of the child process running test `test` with `var` set to `setting` (or
 /// removed): the path it reports and the digest of its bits.
 fn child(test: &str, var: &str, setting: Option<&str>) -> (String, String) {
@@ -146,7 +178,11 @@ fn every_simd_path_gives_the_same_bits() {
 fn prefetching_gathers_gives_the_same_bits() {
     if std::env::var_os(CHILD).is_some() {
         let setting = std::env::var("TESSERA_PREFETCH").unwrap_or_default();
-        println!("PATH {setting} BITS {:016x}", digest(&gathers()));
+        let (A, x, far) = far_spmv();
+        let mut out = gathers();
+        out.push(tensor!(y(i) = A(i,j) * x(j); A: csr).unwrap());
+        let path = format!("{setting}:{}", far as u8);
+        println!("PATH {path} BITS {:016x}", digest(&out));
         return;
     }
     let run = |setting| {
@@ -159,7 +195,11 @@ fn prefetching_gathers_gives_the_same_bits() {
     let never = run(Some("0"));
     let always = run(Some("always"));
     let decided = run(None);
-    assert_eq!((never.0.as_str(), always.0.as_str()), ("0", "always"));
+    // The data decided for the far-apart SpMV (and only the settings overrule it).
+    assert_eq!(
+        (never.0.as_str(), always.0.as_str(), decided.0.as_str()),
+        ("0:0", "always:1", ":1")
+    );
     assert_eq!(never.1, always.1, "the look-ahead loops changed a bit");
     assert_eq!(
         never.1, decided.1,

@@ -90,6 +90,11 @@ impl Gen<'_> {
             ..*self
         };
         let (ahead, plain) = (ahead.nest(nest), self.plain_nest(nest));
+        // A nest whose only gathering loop is not walked ahead (the outer loop over threads
+        // of a parallel kernel) comes out the same both ways: one copy.
+        if ahead.to_string() == plain.to_string() {
+            return Some(plain);
+        }
         Some(quote! {
             if #(#flags)||* { #ahead } else { #plain }
         })
