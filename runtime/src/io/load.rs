@@ -326,6 +326,10 @@ pub(crate) struct Assigner<'g> {
     index: Vec<usize>,
     /// Per level, the coordinate range of the current index (most entries stay in it).
     range: Vec<(usize, usize)>,
+    /// The key of `index`: `Σ index[k] · strides[k]`, updated as an index changes instead of
+    /// summed over every level at every entry (a split of a 3-order CSF into 4 × 2 blocks:
+    /// 3.3% fewer instructions in all, callgrind).
+    key: usize,
 }
 
 impl<'g> Assigner<'g> {
@@ -343,6 +347,7 @@ impl<'g> Assigner<'g> {
             strides,
             index: vec![0; rank],
             range: vec![(1, 0); rank],
+            key: 0,
         }
     }
 
@@ -353,15 +358,12 @@ impl<'g> Assigner<'g> {
                 let m = self.modes[k];
                 let i = self.grid.range_index(m, c);
                 let r = self.grid.range(m, i);
+                self.key = self.key - self.index[k] * self.strides[k] + i * self.strides[k];
                 self.index[k] = i;
                 self.range[k] = (r.start, r.end);
             }
         }
-        self.index
-            .iter()
-            .zip(&self.strides)
-            .map(|(i, s)| i * s)
-            .sum()
+        self.key
     }
 }
 
