@@ -20,7 +20,7 @@
 use super::assemble::{combine, PartialHeader, PieceStart, Shape, Totals};
 use super::codec::Writer;
 use super::held::Held;
-use super::load::{piece_bounds, pool_headers, walk_blocks, Assigner, BlockShapes, Meta};
+use super::load::{piece_bounds, pool_headers, walk_blocks, Assigner, BlockShapes, ByBlock, Meta};
 use super::partial::{open_probe, walk_chunks, FileProbe};
 use super::section::Section;
 use super::sink::{finish_file, header_of, io_err, sink_limit, FileSink, Written};
@@ -131,16 +131,16 @@ fn split_typed<C: Communicator + ?Sized, V: Value, I: Index>(
 
     // Pass one: this rank's partial header of every block it has entries of, pooled.
     progress.start("split: headers", (piece.1 - piece.0) as u64);
-    let mut headers: BTreeMap<usize, PartialHeader> = BTreeMap::new();
+    let mut headers = ByBlock::new(BTreeMap::new(), grid.block_count()?);
     let walked = walk_chunks(&probe, &meta, piece, progress, |walker| {
         walk_blocks(walker, &assign, progress, |key, coords, _| {
             headers
-                .entry(key)
-                .or_insert_with(|| PartialHeader::new(coords.len()))
+                .entry(key, || PartialHeader::new(coords.len()))
                 .push(coords)
         })
     });
     agreed(comm, walked)?;
+    let headers: BTreeMap<usize, PartialHeader> = headers.into_map();
     let mut w = Writer::default();
     for (key, h) in &headers {
         w.u64(*key as u64);
@@ -278,16 +278,18 @@ fn write_runs<V: Value, I: Index>(
         let sink = FileSink::<V, I>::open(*key as u64, path, &t.header, shape, &t.start, limit)?;
         sinks.insert(*key, sink);
     }
+    let mut sinks = ByBlock::new(sinks, assign.blocks()?);
     walk_chunks(probe, meta, piece, progress, |walker| {
         walk_blocks(walker, assign, progress, |key, coords, v| {
             sinks
-                .get_mut(&key)
-                .expect("a sink for every block seen in pass one")
+                .entry(key, || {
+                    unreachable!("a sink for every block seen in pass one")
+                })
                 .push(coords, v)
         })
     })?;
     let mut runs = Vec::new();
-    for sink in sinks.into_values() {
+    for sink in sinks.into_map().into_values() {
         runs.extend(sink.finish()?);
     }
     Ok(runs)

@@ -153,13 +153,13 @@ where
 
     // 2. Partial block headers, pooled on every rank.
     progress.start("load: headers", (end - start) as u64);
-    let mut headers: BTreeMap<usize, PartialHeader> = BTreeMap::new();
+    let mut headers = ByBlock::new(BTreeMap::new(), grid.block_count()?);
     walk_blocks(&mut walker, &assign, progress, |key, coords, _| {
         headers
-            .entry(key)
-            .or_insert_with(|| PartialHeader::new(coords.len()))
+            .entry(key, || PartialHeader::new(coords.len()))
             .push(coords)
     });
+    let headers: BTreeMap<usize, PartialHeader> = headers.into_map();
     let mut w = Writer::default();
     for (key, h) in &headers {
         w.u64(*key as u64);
@@ -182,17 +182,20 @@ where
     // 3. Block pieces at final positions.
     progress.start("load: pieces", (end - start) as u64);
     walker.restart();
-    let mut builders: BTreeMap<usize, PieceBuilder<'_, V, I>> = starts_of
-        .iter()
-        .filter(|(k, _)| headers.contains_key(k))
-        .map(|(k, (s, shape))| (*k, PieceBuilder::with_header(shape, s, &headers[k])))
-        .collect();
+    let mut builders = ByBlock::new(
+        starts_of
+            .iter()
+            .filter(|(k, _)| headers.contains_key(k))
+            .map(|(k, (s, shape))| (*k, PieceBuilder::with_header(shape, s, &headers[k])))
+            .collect(),
+        grid.block_count()?,
+    );
     walk_blocks(&mut walker, &assign, progress, |key, coords, v| {
         builders
-            .get_mut(&key)
-            .expect("a header for every block seen")
+            .entry(key, || unreachable!("a header for every block seen"))
             .push(coords, v)
     });
+    let builders: BTreeMap<usize, PieceBuilder<'_, V, I>> = builders.into_map();
     drop(walker);
     drop(tree);
 
@@ -351,6 +354,11 @@ impl<'g> Assigner<'g> {
         }
     }
 
+    /// Blocks of the grid (every key is below it).
+    pub(crate) fn blocks(&self) -> Result<usize, IoError> {
+        self.grid.block_count()
+    }
+
     fn key(&mut self, coords: &[usize], changed: usize) -> usize {
         for (k, &c) in coords.iter().enumerate().skip(changed) {
             let (lo, hi) = self.range[k];
@@ -364,6 +372,50 @@ impl<'g> Assigner<'g> {
             }
         }
         self.key
+    }
+}
+
+/// Per-block state looked up at every entry of a walk (partial headers, piece builders,
+/// file sinks): in a slot per block key where the grid has at most [`SLOTS`] blocks (an index
+/// instead of a map search at every entry), else in a map.
+pub(crate) enum ByBlock<T> {
+    Slots(Vec<Option<T>>),
+    Map(BTreeMap<usize, T>),
+}
+
+/// The most blocks [`ByBlock`] keeps slots for.
+pub(crate) const SLOTS: usize = 4096;
+
+impl<T> ByBlock<T> {
+    /// `map`'s states, for a grid of `blocks` blocks (keys below it).
+    pub(crate) fn new(map: BTreeMap<usize, T>, blocks: usize) -> Self {
+        if blocks > SLOTS {
+            return ByBlock::Map(map);
+        }
+        let mut slots: Vec<Option<T>> = (0..blocks).map(|_| None).collect();
+        for (k, v) in map {
+            slots[k] = Some(v);
+        }
+        ByBlock::Slots(slots)
+    }
+
+    /// The state of block `key`, made by `make` if it has none yet.
+    pub(crate) fn entry(&mut self, key: usize, make: impl FnOnce() -> T) -> &mut T {
+        match self {
+            ByBlock::Slots(slots) => slots[key].get_or_insert_with(make),
+            ByBlock::Map(map) => map.entry(key).or_insert_with(make),
+        }
+    }
+
+    pub(crate) fn into_map(self) -> BTreeMap<usize, T> {
+        match self {
+            ByBlock::Slots(slots) => slots
+                .into_iter()
+                .enumerate()
+                .filter_map(|(k, v)| Some((k, v?)))
+                .collect(),
+            ByBlock::Map(map) => map,
+        }
     }
 }
 

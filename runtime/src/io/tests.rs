@@ -647,3 +647,32 @@ mod partial_reads {
         }
     }
 }
+
+/// The per-block states of a walk hold the same whichever way they are kept: slots for a
+/// grid of few blocks (4,096 here), a map past `SLOTS` (10,000 blocks).
+#[test]
+fn per_block_states_are_the_same_in_slots_and_in_a_map() {
+    use load::ByBlock;
+    use std::collections::BTreeMap;
+    let keys = [7usize, 3, 7, 7, 0, 4_000, 3, 42];
+    let run = |blocks: usize| {
+        let mut start = BTreeMap::new();
+        start.insert(42usize, vec![100usize]);
+        let mut by = ByBlock::new(start, blocks);
+        for (i, &k) in keys.iter().enumerate() {
+            by.entry(k, Vec::new).push(i);
+        }
+        (matches!(by, ByBlock::Slots(_)), by.into_map())
+    };
+    let (slots, in_slots) = run(10_000.min(load::SLOTS));
+    let (map, in_map) = run(10_000);
+    assert!(slots && !map, "one of each");
+    assert_eq!(in_slots, in_map);
+    assert_eq!(in_map[&7], vec![0, 2, 3]);
+    assert_eq!(
+        in_map[&42],
+        vec![100, 7],
+        "a state given at the start is kept"
+    );
+    assert_eq!(in_map.len(), 5);
+}
