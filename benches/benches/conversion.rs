@@ -30,9 +30,12 @@
 //! - `TESSERA_BENCH_DIR`: where to put the files (default: the system temp directory);
 //! - `TESSERA_BENCH_CONVERSION_PAIR_BYTES`: when set, also the sorted / unsorted pairs
 //!   (`.tns` and `.mtx`) at this size, e.g. `1073741824` for issue 16's check at 1 GB (a
-//!   gigabyte pair's spill and page-cache costs differ from the 256 MiB files'), timed
-//!   interleaved at the largest budget after the other jobs, their files removed after; the
-//!   table then has their unsorted ÷ sorted rows. Unset (the default), nothing more runs.
+//!   gigabyte pair's spill and page-cache costs differ from the 256 MiB files'), converted
+//!   once untimed and then timed interleaved at the largest budget after the other jobs, their
+//!   files removed after; the table then has their unsorted ÷ sorted rows. On a VM the
+//!   unsorted runs' system time (the spill files' pages) varies by a factor of three from
+//!   minute to minute: read their ratio beside the CPU seconds each job line prints. Unset
+//!   (the default), nothing more runs.
 //!
 //! `TESSERA_BENCH_JOB=generate conversion PATH sorted|unsorted|mtx|unsorted-mtx BYTES` writes one of the
 //! bench's inputs and exits, and `TESSERA_BENCH_JOB=convert conversion IN OUT MEMORY [sync]` converts
