@@ -292,6 +292,36 @@ fn root_jobs<'a>(
     parts
 }
 
+/// A hand-written MTTKRP over every root of `roots`, sequential and in parallel over
+/// [`root_jobs`]: `rows(roots, row0, out)` writes the `r`-wide output rows of `roots` into
+/// `out`, which starts at row `row0`.
+fn hand_by_roots<'a, K>(
+    roots: &'a [u32],
+    n: usize,
+    r: usize,
+    rows: &'a K,
+) -> (
+    impl Fn() -> Vec<f64> + Sync + 'a,
+    impl Fn() -> Vec<f64> + Sync + 'a,
+)
+where
+    K: Fn(Range<usize>, usize, &mut [f64]) + Sync,
+{
+    let sequential = move || {
+        let mut out = vec![0.0; n * r];
+        rows(0..roots.len(), 0, &mut out);
+        out
+    };
+    let parallel = move || {
+        let mut out = vec![0.0; n * r];
+        root_jobs(roots, n, r, &mut out)
+            .into_par_iter()
+            .for_each(|(q, row0, slice)| rows(q, row0, slice));
+        out
+    };
+    (sequential, parallel)
+}
+
 /// MTTKRP on a 3-order CSF tensor: `A(i,j) = sum B(i,k,l) * C(k,j) * D(l,j)` for the root
 /// positions `roots`, into the output rows starting at row `row0`.
 fn hand_mttkrp3_roots(
@@ -326,19 +356,9 @@ fn bench_mttkrp3(table: &mut Table, scale: f64, spread: Spread) {
     let b = sparse_tensor(n, &[n / 8, 8, 8], spread, &mut rng);
     let ts: Vec<Tensor<f64, u32>> = (0..2).map(|_| dense(vec![n, r], &mut rng)).collect();
     let f = [ts[0].vals(), ts[1].vals()];
-    let roots = compressed(&b, 0).1;
-    let hand = || {
-        let mut out = vec![0.0; n * r];
-        hand_mttkrp3_roots(&b, f, r, 0..roots.len(), 0, &mut out);
-        out
-    };
-    let hand_par = || {
-        let mut out = vec![0.0; n * r];
-        root_jobs(roots, n, r, &mut out)
-            .into_par_iter()
-            .for_each(|(q, row0, slice)| hand_mttkrp3_roots(&b, f, r, q, row0, slice));
-        out
-    };
+    let rows =
+        |q: Range<usize>, row0: usize, out: &mut [f64]| hand_mttkrp3_roots(&b, f, r, q, row0, out);
+    let (hand, hand_par) = hand_by_roots(compressed(&b, 0).1, n, r, &rows);
     let inputs = [&b, &ts[0], &ts[1]];
     let gen = || generated::mttkrp::<f64, u32>(&inputs, &[n, r]);
     let gen_par = || generated::mttkrp_par::<f64, u32>(&inputs, &[n, r]);
@@ -394,19 +414,9 @@ fn bench_mttkrp4(table: &mut Table, scale: f64, spread: Spread) {
     let b = sparse_tensor(n, &[n / 2, 6, 6, 6], spread, &mut rng);
     let ts: Vec<Tensor<f64, u32>> = (0..3).map(|_| dense(vec![n, r], &mut rng)).collect();
     let f = [ts[0].vals(), ts[1].vals(), ts[2].vals()];
-    let roots = compressed(&b, 0).1;
-    let hand = || {
-        let mut out = vec![0.0; n * r];
-        hand_mttkrp4_roots(&b, f, r, 0..roots.len(), 0, &mut out);
-        out
-    };
-    let hand_par = || {
-        let mut out = vec![0.0; n * r];
-        root_jobs(roots, n, r, &mut out)
-            .into_par_iter()
-            .for_each(|(q, row0, slice)| hand_mttkrp4_roots(&b, f, r, q, row0, slice));
-        out
-    };
+    let rows =
+        |q: Range<usize>, row0: usize, out: &mut [f64]| hand_mttkrp4_roots(&b, f, r, q, row0, out);
+    let (hand, hand_par) = hand_by_roots(compressed(&b, 0).1, n, r, &rows);
     let inputs = [&b, &ts[0], &ts[1], &ts[2]];
     let gen = || {
         generated::mttkrp4::<f64, u32>(&inputs, &[n, r])

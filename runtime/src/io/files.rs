@@ -131,7 +131,7 @@ fn split_typed<C: Communicator + ?Sized, V: Value, I: Index>(
 
     // Pass one: this rank's partial header of every block it has entries of, pooled.
     progress.start("split: headers", (piece.1 - piece.0) as u64);
-    let mut headers = ByBlock::new(BTreeMap::new(), grid.block_count()?);
+    let mut headers = ByBlock::new(BTreeMap::new(), assign.blocks()?);
     let walked = walk_chunks(&probe, &meta, piece, progress, |walker| {
         walk_blocks(walker, &assign, progress, |key, coords, _| {
             headers

@@ -153,7 +153,7 @@ where
 
     // 2. Partial block headers, pooled on every rank.
     progress.start("load: headers", (end - start) as u64);
-    let mut headers = ByBlock::new(BTreeMap::new(), grid.block_count()?);
+    let mut headers = ByBlock::new(BTreeMap::new(), assign.blocks()?);
     walk_blocks(&mut walker, &assign, progress, |key, coords, _| {
         headers
             .entry(key, || PartialHeader::new(coords.len()))
@@ -188,7 +188,7 @@ where
             .filter(|(k, _)| headers.contains_key(k))
             .map(|(k, (s, shape))| (*k, PieceBuilder::with_header(shape, s, &headers[k])))
             .collect(),
-        grid.block_count()?,
+        assign.blocks()?,
     );
     walk_blocks(&mut walker, &assign, progress, |key, coords, v| {
         builders
