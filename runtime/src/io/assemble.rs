@@ -302,25 +302,32 @@ impl<'s, V: Copy + Default, I: Index> PieceBuilder<'s, V, I> {
             None => self.shared,
             Some(last) => shared_prefix(last, coords, self.coo),
         };
-        for k in d..self.shape.len() {
-            let parent = if k == 0 { 0 } else { self.path[k - 1] };
-            self.path[k] = match self.shape[k] {
+        // Every per-level array cut to the rank once, so that indexing them by `k < rank`
+        // needs no further bounds checks (this is the hot loop of splitting and loading).
+        let rank = self.shape.len();
+        let (shape, coords) = (&self.shape[..rank], &coords[..rank]);
+        let (path, counters) = (&mut self.path[..rank], &mut self.counters[..rank]);
+        let next_pos = &mut self.next_pos[..rank];
+        let (pos, crd) = (&mut self.piece.pos[..rank], &mut self.piece.crd[..rank]);
+        for k in d..rank {
+            let parent = if k == 0 { 0 } else { path[k - 1] };
+            path[k] = match shape[k] {
                 Some((size, offset)) => parent * size as u64 + (coords[k] - offset) as u64,
                 // A singleton level: one child per parent, no `pos`.
                 None if self.coo.is_some_and(|c| k > c) => {
-                    self.piece.crd[k].push(I::from_usize(coords[k]));
-                    self.counters[k] += 1;
-                    self.counters[k] - 1
+                    crd[k].push(I::from_usize(coords[k]));
+                    counters[k] += 1;
+                    counters[k] - 1
                 }
                 None => {
                     // pos[q] for every parent q up to this node's parent: the nodes before it.
-                    while self.next_pos[k] <= parent {
-                        self.piece.pos[k].push(I::from_usize(self.counters[k] as usize));
-                        self.next_pos[k] += 1;
+                    while next_pos[k] <= parent {
+                        pos[k].push(I::from_usize(counters[k] as usize));
+                        next_pos[k] += 1;
                     }
-                    self.piece.crd[k].push(I::from_usize(coords[k]));
-                    self.counters[k] += 1;
-                    self.counters[k] - 1
+                    crd[k].push(I::from_usize(coords[k]));
+                    counters[k] += 1;
+                    counters[k] - 1
                 }
             };
         }

@@ -19,7 +19,7 @@ use super::assemble::{
 };
 use super::codec::{Reader, Writer};
 use super::split::{BlockGrid, BlockRange};
-use super::walk::{leaf_path_in, Tree, ViewTree, Walker};
+use super::walk::{leaf_path_in, Tree, ViewTree, Walk, Walker};
 use super::{IoError, Progress};
 use crate::transport::Communicator;
 use std::collections::BTreeMap;
@@ -138,7 +138,7 @@ pub(crate) fn load_walk<C, T, V, I>(
 ) -> Result<Vec<Block<V, I>>, IoError>
 where
     C: Communicator + ?Sized,
-    T: Tree<V = V>,
+    T: Walk<V = V>,
     V: Value,
     I: Index,
 {
@@ -360,15 +360,20 @@ impl<'g> Assigner<'g> {
     }
 
     fn key(&mut self, coords: &[usize], changed: usize) -> usize {
-        for (k, &c) in coords.iter().enumerate().skip(changed) {
-            let (lo, hi) = self.range[k];
+        // The per-level arrays cut to the rank once: no bounds checks in the loop below.
+        let rank = coords.len();
+        let (range, index) = (&mut self.range[..rank], &mut self.index[..rank]);
+        let (modes, strides) = (&self.modes[..rank], &self.strides[..rank]);
+        for k in changed..rank {
+            let c = coords[k];
+            let (lo, hi) = range[k];
             if c < lo || c >= hi {
-                let m = self.modes[k];
+                let m = modes[k];
                 let i = self.grid.range_index(m, c);
                 let r = self.grid.range(m, i);
-                self.key = self.key - self.index[k] * self.strides[k] + i * self.strides[k];
-                self.index[k] = i;
-                self.range[k] = (r.start, r.end);
+                self.key = self.key - index[k] * strides[k] + i * strides[k];
+                index[k] = i;
+                range[k] = (r.start, r.end);
             }
         }
         self.key
@@ -420,7 +425,7 @@ impl<T> ByBlock<T> {
 }
 
 /// Walks the rest of the walker's leaves, calling `f(block key, coords, value)`.
-pub(crate) fn walk_blocks<T: Tree>(
+pub(crate) fn walk_blocks<T: Walk>(
     walker: &mut Walker<'_, T>,
     assign: &Assigner<'_>,
     progress: &dyn Progress,

@@ -162,9 +162,6 @@ impl<V: Value, I: Index> Tree for FileProbe<'_, V, I> {
     fn crd(&self, k: usize, i: usize) -> usize {
         self.one::<I>(self.array(k).1, i).to_usize()
     }
-    fn val(&self, p: usize) -> V {
-        self.one::<V>(self.vals, p)
-    }
 }
 
 impl Meta {

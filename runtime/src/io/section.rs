@@ -3,7 +3,7 @@
 //! exchange sections when storing (SuperTaco §4.6.1) and read their own from a file when
 //! loading (§4.4).
 
-use super::walk::Tree;
+use super::walk::{Level, Tree, Walk};
 use tessera_formats::{Index, Value};
 
 /// A received section of one block: leaves `[start, end)` with the array parts they need,
@@ -64,19 +64,38 @@ impl<V: Value, I: Index> Section<V, I> {
 
 impl<V: Value, I: Index> Tree for Section<V, I> {
     type V = V;
+    #[inline]
     fn rank(&self) -> usize {
         self.dense.len()
     }
+    #[inline]
     fn dense(&self, k: usize) -> Option<(usize, usize)> {
         self.dense[k]
     }
+    #[inline]
     fn pos(&self, k: usize, q: usize) -> usize {
         self.pos[k][q - self.pos_base[k]].to_usize()
     }
+    #[inline]
     fn crd(&self, k: usize, i: usize) -> usize {
         self.crd[k][i - self.crd_base[k]].to_usize()
     }
-    fn val(&self, p: usize) -> V {
-        self.vals[p - self.start]
+}
+
+impl<V: Value, I: Index> Walk for Section<V, I> {
+    type I = I;
+    fn level(&self, k: usize) -> Level<'_, I> {
+        match self.dense[k] {
+            Some((size, offset)) => Level::Dense { size, offset },
+            None => Level::Compressed {
+                pos: &self.pos[k],
+                pos_base: self.pos_base[k],
+                crd: &self.crd[k],
+                crd_base: self.crd_base[k],
+            },
+        }
+    }
+    fn vals(&self) -> (&[V], usize) {
+        (&self.vals, self.start)
     }
 }

@@ -6,11 +6,11 @@
 //! only its path to the root: `log k` comparisons per entry for `k` pieces. Exhausted and
 //! padding leaves are `EMPTY`, which loses to everything.
 
-use super::walk::{Tree, Walker};
+use super::walk::{Walk, Walker};
 
 const EMPTY: usize = usize::MAX;
 
-pub(crate) struct Tournament<'t, T: Tree> {
+pub(crate) struct Tournament<'t, T: Walk> {
     walkers: Vec<Walker<'t, T>>,
     current: Vec<Option<T::V>>,
     /// `tree[1]` is the root; leaf `i` is node `width + i`.
@@ -18,7 +18,7 @@ pub(crate) struct Tournament<'t, T: Tree> {
     width: usize,
 }
 
-impl<'t, T: Tree> Tournament<'t, T> {
+impl<'t, T: Walk> Tournament<'t, T> {
     pub fn new(walkers: Vec<Walker<'t, T>>) -> Self {
         let width = walkers.len().next_power_of_two().max(1);
         let mut t = Tournament {

@@ -21,8 +21,6 @@ pub(crate) trait Tree {
     fn pos(&self, k: usize, q: usize) -> usize;
     /// `crd[i]` of compressed level `k`.
     fn crd(&self, k: usize, i: usize) -> usize;
-    /// `vals[p]`.
-    fn val(&self, p: usize) -> Self::V;
 }
 
 /// A whole tensor view as a [`Tree`].
@@ -56,8 +54,54 @@ impl<V: Value, I: Index> Tree for ViewTree<'_, '_, V, I> {
             LevelView::Dense { .. } => unreachable!("crd of a dense level"),
         }
     }
-    fn val(&self, p: usize) -> V {
-        self.0.vals()[p]
+}
+
+/// A level as a walk reads it: a dense level's extent, or a compressed level's `pos` and
+/// `crd` parts, which hold the whole tree's entries from positions `pos_base` and `crd_base`
+/// on (a section holds only the parts its leaves touch).
+#[derive(Clone, Copy)]
+pub(crate) enum Level<'a, I> {
+    Dense {
+        size: usize,
+        offset: usize,
+    },
+    Compressed {
+        pos: &'a [I],
+        pos_base: usize,
+        crd: &'a [I],
+        crd_base: usize,
+    },
+}
+
+/// A tree whose arrays are in memory, which a [`Walker`] reads as slices: the walk is the hot
+/// loop of splitting, loading and merging, and a slice per level is what keeps it short
+/// (one subtraction and one bounds check per array read, no per-read dispatch on the tree).
+pub(crate) trait Walk: Tree {
+    type I: Index;
+    /// Level `k`.
+    fn level(&self, k: usize) -> Level<'_, Self::I>;
+    /// The `vals` part and the position of its first value.
+    fn vals(&self) -> (&[Self::V], usize);
+}
+
+impl<V: Value, I: Index> Walk for ViewTree<'_, '_, V, I> {
+    type I = I;
+    fn level(&self, k: usize) -> Level<'_, I> {
+        match self.0.levels()[k] {
+            LevelView::Dense { size, offset, .. } => Level::Dense { size, offset },
+            LevelView::Compressed { pos, crd } => Level::Compressed {
+                pos,
+                pos_base: 0,
+                crd,
+                crd_base: 0,
+            },
+            LevelView::Singleton { .. } => {
+                unreachable!("COO views are re-levelled at the public entry points (see `coo`)")
+            }
+        }
+    }
+    fn vals(&self) -> (&[V], usize) {
+        (self.0.vals(), 0)
     }
 }
 
@@ -94,6 +138,7 @@ pub(crate) fn leaf_path_in<T: Tree>(
 }
 
 /// The coordinate at level `k` of the node at position `p` whose parent is at `parent`.
+#[inline]
 pub(crate) fn coord<T: Tree>(tree: &T, k: usize, p: usize) -> usize {
     match tree.dense(k) {
         Some((size, offset)) => offset + p % size,
@@ -109,8 +154,10 @@ pub(crate) fn coord<T: Tree>(tree: &T, k: usize, p: usize) -> usize {
 const PAD: usize = 16;
 
 /// Steps through leaves `[start, end)` of a tree in storage order.
-pub(crate) struct Walker<'t, T> {
-    tree: &'t T,
+pub(crate) struct Walker<'t, T: Walk> {
+    levels: Vec<Level<'t, T::I>>,
+    vals: &'t [T::V],
+    vals_base: usize,
     rank: usize,
     /// The per-leaf state in one buffer the walker owns: `PAD` words, then the position at
     /// every level (`path`), then the coordinate at every level (`coords`), then `PAD` words.
@@ -123,13 +170,16 @@ pub(crate) struct Walker<'t, T> {
     start: usize,
 }
 
-impl<'t, T: Tree> Walker<'t, T> {
+impl<'t, T: Walk> Walker<'t, T> {
     /// A walker over leaves `[start, end)`, given the position vector of leaf `start` (any
     /// value when the range is empty).
     pub fn new(tree: &'t T, start: usize, end: usize, first: Vec<usize>) -> Self {
         let rank = tree.rank();
+        let (vals, vals_base) = tree.vals();
         let mut walker = Walker {
-            tree,
+            levels: (0..rank).map(|k| tree.level(k)).collect(),
+            vals,
+            vals_base,
             rank,
             state: vec![0; PAD + 2 * rank + PAD],
             next: start,
@@ -164,40 +214,59 @@ impl<'t, T: Tree> Walker<'t, T> {
         if self.next >= self.end {
             return None;
         }
-        let (tree, rank) = (self.tree, self.rank);
+        let rank = self.rank;
         let p = self.next;
         self.next += 1;
+        let levels = &self.levels[..rank];
         let (path, coords) = self.state[PAD..PAD + 2 * rank].split_at_mut(rank);
+        let v = self.vals[p - self.vals_base];
         if !self.started {
             self.started = true;
             for k in 0..rank {
-                coords[k] = coord(tree, k, path[k]);
+                coords[k] = match levels[k] {
+                    Level::Dense { size, offset } => offset + path[k] % size,
+                    Level::Compressed { crd, crd_base, .. } => crd[path[k] - crd_base].to_usize(),
+                };
             }
-            return Some((0, tree.val(p)));
+            return Some((0, v));
         }
+        // Up from the leaf, one level at a time, while the position's parent differs from the
+        // previous leaf's: each level's kind is read once (its coordinate and its parent both
+        // depend on it).
         let mut k = rank - 1;
-        path[k] = p;
+        let mut at = p;
         loop {
-            coords[k] = coord(tree, k, path[k]);
-            if k == 0 {
-                break;
-            }
-            let parent = match tree.dense(k) {
-                Some((size, _)) => path[k] / size,
-                None => {
+            path[k] = at;
+            let parent = match levels[k] {
+                Level::Dense { size, offset } => {
+                    coords[k] = offset + at % size;
+                    at / size
+                }
+                Level::Compressed {
+                    pos,
+                    pos_base,
+                    crd,
+                    crd_base,
+                } => {
+                    coords[k] = crd[at - crd_base].to_usize();
+                    if k == 0 {
+                        break;
+                    }
+                    // The parent is the segment of `pos` holding `at`: the previous leaf's
+                    // parent or one after it (empty segments skipped).
                     let mut q = path[k - 1];
-                    while tree.pos(k, q + 1) <= path[k] {
+                    while pos[q + 1 - pos_base].to_usize() <= at {
                         q += 1;
                     }
                     q
                 }
             };
-            if parent == path[k - 1] {
+            if k == 0 || parent == path[k - 1] {
                 break;
             }
-            path[k - 1] = parent;
+            at = parent;
             k -= 1;
         }
-        Some((k, tree.val(p)))
+        Some((k, v))
     }
 }
