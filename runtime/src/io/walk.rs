@@ -203,6 +203,11 @@ impl<'t, T: Walk> Walker<'t, T> {
         self.started = false;
     }
 
+    /// The levels it reads.
+    pub fn levels(&self) -> &[Level<'t, T::I>] {
+        &self.levels
+    }
+
     /// Level-order coordinates of the current leaf (after [`Walker::advance`] returned it).
     pub fn coords(&self) -> &[usize] {
         &self.state[PAD + self.rank..PAD + 2 * self.rank]
