@@ -358,13 +358,15 @@ fn failed_input(task: &Launched) -> Option<String> {
     })
 }
 
-/// The first store the task reads (not a temporary) that a failed task wrote, as a message.
+/// The first store the task reads (not a temporary) that a failed task from before it in the
+/// stream wrote, as a message (a later task's failure is not this task's input:
+/// [`StoreRoot::poisoned_before`](crate::store::StoreRoot::poisoned_before)).
 fn poisoned_input(task: &Launched) -> Option<String> {
     task.args
         .iter()
         .filter(|a| !a.local && matches!(a.privilege, Privilege::Read | Privilege::ReadWrite))
         .find_map(|a| {
-            let e = a.root.poisoned()?;
+            let e = a.root.poisoned_before(task.position)?;
             Some(format!("input store#{} was not computed: {e}", a.root.id))
         })
 }

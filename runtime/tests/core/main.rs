@@ -7,6 +7,7 @@ mod api;
 mod cg;
 mod fusion;
 mod fusion_tracing;
+mod heldout_streams;
 mod matrices;
 mod ranks;
 mod solver;

@@ -1,0 +1,1069 @@
+//! Held-out task streams (adversarial review): iterated loop bodies that *change* every few
+//! iterations (a replayed trace whose program diverges), mixed element types (f64, i64, f32)
+//! and scalar kinds, futures of every reduction operator consumed as scalars in the same
+//! window, image sources rewritten inside the window, unbound outputs consumed in the window,
+//! reads / fences / `Future::get` / store re-creation in the middle of a body, temporaries
+//! dropped at scope end, and element-wise tasks over offset sub-views, at lengths around the
+//! chunk size. Every configuration (fusion, windows, tracing, actors) must leave every store,
+//! every mid-stream read and every future bitwise equal to the plain runtime (fusion and
+//! tracing off, window of one) on the same threads and piece size.
+
+use proptest::prelude::*;
+use tessera_runtime::{
+    Chunk, DType, Future, ReduceOp, Result, Runtime, Scalar, Store, WindowPolicy,
+};
+
+/// f64 stores of the stream.
+const F: usize = 3;
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// element-wise `d = a * s + t` (f64)
+    Axpy {
+        d: usize,
+        s: usize,
+        t: usize,
+        a: i8,
+    },
+    /// element-wise `x += a * s` in place (f64, `read_write`)
+    AxpyIn {
+        x: usize,
+        s: usize,
+        a: i8,
+    },
+    /// element-wise `d = s * i + u` with an `i64` and a `u64` scalar
+    Mixed {
+        d: usize,
+        s: usize,
+        i: i8,
+        u: u8,
+    },
+    /// element-wise `iv[d] = iv[d] * k + iv[1 - d]` (i64, wrapping)
+    I64 {
+        d: usize,
+        k: i8,
+    },
+    /// element-wise `g = g * k + 1` (f32)
+    F32 {
+        k: i8,
+    },
+    /// hand task `iv[d] = x[s] as i64`
+    ToI64 {
+        d: usize,
+        s: usize,
+    },
+    /// hand task `x[d] = iv[s] as f64 + g as f64`
+    FromInts {
+        d: usize,
+        s: usize,
+    },
+    /// element-wise reduction of `x[s]` with `op` into a future
+    Reduce {
+        s: usize,
+        op: u8,
+    },
+    /// element-wise `x = x * 0.5 + f`, `f` the future `back` reductions ago (if any)
+    UseFuture {
+        x: usize,
+        back: usize,
+    },
+    /// element-wise `iv[0] += f` with `f` the last future converted (`as_i64`), in i64
+    UseFutureI64,
+    /// `Future::get` of the last future, in the middle of the body
+    Get,
+    /// hand task reducing `x[s]` into the broadcast `acc` (bin `i % 3`) with `op`
+    Hist {
+        s: usize,
+        op: u8,
+    },
+    /// `d[i] = s[idx[i]]` through `image(idx -> s)`
+    Gather {
+        d: usize,
+        s: usize,
+    },
+    /// `idx[i] = (idx[i] + k) % n`
+    Shift {
+        k: u8,
+    },
+    /// the positive elements of `x[s]` into a new unbound store
+    Filter {
+        s: usize,
+    },
+    /// `x += Σ` the last unbound store, through a future
+    AddFiltered {
+        x: usize,
+    },
+    /// temporaries: `t = a * s + s; u = t * 2 + t; d = u + s`, `t` and `u` dropped at scope end
+    Temps {
+        d: usize,
+        s: usize,
+        a: i8,
+    },
+    /// element-wise over sub-views: `d[lo..lo+m] = a * s[so..so+m] + d[lo..lo+m]` (m > 0)
+    Views {
+        d: usize,
+        s: usize,
+        lo: u8,
+        so: u8,
+        a: i8,
+    },
+    /// hand three-point stencil through overlapping views of `s`
+    Stencil {
+        d: usize,
+        s: usize,
+    },
+    /// `rt.read` of a store in the middle of the body
+    Read {
+        x: usize,
+    },
+    Fence,
+    /// `x[i]` replaced by a fresh store of the same shape (the old handle dropped)
+    Recreate {
+        x: usize,
+        c: i8,
+    },
+    /// `fill`
+    Fill {
+        x: usize,
+        c: i8,
+    },
+    /// element-wise `d = -s`, panicking when an element of `s` exceeds `lim` (data-dependent,
+    /// so the task's token does not change: the panic may happen inside a replayed trace)
+    Boom {
+        d: usize,
+        s: usize,
+        lim: u8,
+    },
+    /// a fresh store filled (`rt.fill`, not element-wise) and read by an element-wise task
+    /// in the same window, then dropped (a temporary written by a plain task)
+    FillTemp {
+        d: usize,
+        s: usize,
+        c: i8,
+    },
+    /// hand task `d = s + 1` with a `write_all` output
+    WriteAll {
+        d: usize,
+        s: usize,
+    },
+    /// element-wise over row blocks of the 2-d stores at different offsets:
+    /// `m[r0..r0+k, :] += a * m2[s0..s0+k, :]` (element-wise tasks need contiguous
+    /// sub-stores, so whole rows; a column block panics in every configuration)
+    Rows {
+        r0: u8,
+        s0: u8,
+        a: i8,
+    },
+    /// element-wise over the whole 2-d store: `m2 = m * a + m2`
+    Grid {
+        a: i8,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let st = 0..F;
+    let sm = -2i8..=2;
+    prop_oneof![
+        3 => (st.clone(), st.clone(), st.clone(), sm.clone())
+            .prop_map(|(d, s, t, a)| Op::Axpy { d, s, t, a }),
+        3 => (st.clone(), st.clone(), sm.clone()).prop_map(|(x, s, a)| Op::AxpyIn { x, s, a }),
+        1 => (st.clone(), st.clone(), sm.clone(), 0u8..3)
+            .prop_map(|(d, s, i, u)| Op::Mixed { d, s, i, u }),
+        1 => (0usize..2, sm.clone()).prop_map(|(d, k)| Op::I64 { d, k }),
+        1 => sm.clone().prop_map(|k| Op::F32 { k }),
+        1 => (0usize..2, st.clone()).prop_map(|(d, s)| Op::ToI64 { d, s }),
+        1 => (st.clone(), 0usize..2).prop_map(|(d, s)| Op::FromInts { d, s }),
+        2 => (st.clone(), 0u8..4).prop_map(|(s, op)| Op::Reduce { s, op }),
+        2 => (st.clone(), 0usize..3).prop_map(|(x, back)| Op::UseFuture { x, back }),
+        1 => Just(Op::UseFutureI64),
+        1 => Just(Op::Get),
+        1 => (st.clone(), 0u8..4).prop_map(|(s, op)| Op::Hist { s, op }),
+        1 => (st.clone(), st.clone()).prop_map(|(d, s)| Op::Gather { d, s }),
+        1 => (1u8..4).prop_map(|k| Op::Shift { k }),
+        1 => st.clone().prop_map(|s| Op::Filter { s }),
+        1 => st.clone().prop_map(|x| Op::AddFiltered { x }),
+        2 => (st.clone(), st.clone(), sm.clone()).prop_map(|(d, s, a)| Op::Temps { d, s, a }),
+        1 => (st.clone(), st.clone(), any::<u8>(), any::<u8>(), sm.clone())
+            .prop_map(|(d, s, lo, so, a)| Op::Views { d, s, lo, so, a }),
+        1 => (st.clone(), st.clone()).prop_map(|(d, s)| Op::Stencil { d, s }),
+        1 => st.clone().prop_map(|x| Op::Read { x }),
+        1 => Just(Op::Fence),
+        1 => (st.clone(), sm.clone()).prop_map(|(x, c)| Op::Recreate { x, c }),
+        1 => (st.clone(), sm.clone()).prop_map(|(x, c)| Op::Fill { x, c }),
+        1 => (st.clone(), st.clone(), sm.clone()).prop_map(|(d, s, c)| Op::FillTemp { d, s, c }),
+        1 => (st.clone(), st).prop_map(|(d, s)| Op::WriteAll { d, s }),
+        1 => (any::<u8>(), any::<u8>(), sm.clone()).prop_map(|(r0, s0, a)| Op::Rows { r0, s0, a }),
+        1 => sm.prop_map(|a| Op::Grid { a }),
+    ]
+}
+
+/// [`op`] with panicking tasks.
+fn op_or_boom() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => op(),
+        1 => (0..F, 0..F, 3u8..40).prop_map(|(d, s, lim)| Op::Boom { d, s, lim }),
+    ]
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    n: usize,
+    min_piece: usize,
+    threads: usize,
+    a: Vec<Op>,
+    b: Vec<Op>,
+    /// Iterations; iteration `i` runs body `b` when `(i / period) % 2 == 1`, else `a`.
+    iterations: usize,
+    period: usize,
+    /// The first op's scalars also depend on the iteration from this iteration on (a replayed
+    /// trace whose scalar changes).
+    drift_from: Option<usize>,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    case_of(op)
+}
+
+fn case_of<S: Strategy<Value = Op> + 'static>(op: fn() -> S) -> impl Strategy<Value = Case> {
+    (
+        prop_oneof![
+            1 => Just(0usize),
+            4 => 1usize..12,
+            1 => Just(4095usize),
+            1 => Just(4097usize),
+            1 => 8190usize..8194,
+        ],
+        prop_oneof![Just(1usize), Just(3), Just(1024)],
+        1usize..3,
+        proptest::collection::vec(op(), 1..9),
+        proptest::collection::vec(op(), 0..9),
+        4usize..11,
+        1usize..5,
+        proptest::option::of(2usize..8),
+    )
+        .prop_map(
+            |(n, min_piece, threads, a, b, iterations, period, drift_from)| Case {
+                n,
+                min_piece,
+                threads,
+                a,
+                b,
+                iterations,
+                period,
+                drift_from,
+            },
+        )
+}
+
+fn rop(op: u8) -> ReduceOp {
+    [ReduceOp::Sum, ReduceOp::Min, ReduceOp::Max, ReduceOp::Prod][op as usize % 4]
+}
+
+fn register(rt: &Runtime) -> Result<()> {
+    rt.register_elementwise::<f64>("h_axpy", |c: &mut Chunk<'_, f64>| {
+        let a = c.scalar(0).as_f64();
+        let (ins, outs) = c.split();
+        for ((d, s), t) in outs[0].iter_mut().zip(ins[0].iter()).zip(ins[1].iter()) {
+            *d = a * s + t;
+        }
+    })?;
+    rt.register_elementwise::<f64>("h_axpy_in", |c: &mut Chunk<'_, f64>| {
+        let a = c.scalar(0).as_f64();
+        let (ins, outs) = c.split();
+        for (x, s) in outs[0].iter_mut().zip(ins[0].iter()) {
+            *x += a * s;
+        }
+    })?;
+    rt.register_elementwise::<f64>("h_mixed", |c: &mut Chunk<'_, f64>| {
+        let (i, u) = (c.scalar(0), c.scalar(1));
+        assert!(matches!(i, Scalar::I64(_)) && matches!(u, Scalar::U64(_)));
+        let (i, u) = (i.as_f64(), u.as_f64());
+        let (ins, outs) = c.split();
+        for (d, s) in outs[0].iter_mut().zip(ins[0].iter()) {
+            *d = s * i + u;
+        }
+    })?;
+    rt.register_elementwise::<i64>("h_i64", |c: &mut Chunk<'_, i64>| {
+        let k = c.scalar_value(0);
+        let (ins, outs) = c.split();
+        for (d, s) in outs[0].iter_mut().zip(ins[0].iter()) {
+            *d = d.wrapping_mul(k).wrapping_add(*s);
+        }
+    })?;
+    rt.register_elementwise::<i64>("h_i64_add", |c: &mut Chunk<'_, i64>| {
+        let k = c.scalar(0).as_i64();
+        let (_, outs) = c.split();
+        for d in outs[0].iter_mut() {
+            *d = d.wrapping_add(k);
+        }
+    })?;
+    rt.register_elementwise::<f32>("h_f32", |c: &mut Chunk<'_, f32>| {
+        let k = c.scalar(0).as_f64() as f32;
+        let (_, outs) = c.split();
+        for d in outs[0].iter_mut() {
+            *d = *d * k + 1.0;
+        }
+    })?;
+    rt.register("h_to_i64", |ctx| {
+        let s = ctx.read::<f64>(1);
+        let mut d = ctx.write::<i64>(0);
+        for i in d.range() {
+            d.set_at(i, s.at(i) as i64);
+        }
+    })?;
+    rt.register("h_from_ints", |ctx| {
+        let (s, g) = (ctx.read::<i64>(1), ctx.read::<f32>(2));
+        let mut d = ctx.write::<f64>(0);
+        for i in d.range() {
+            d.set_at(i, s.at(i) as f64 + g.at(i) as f64);
+        }
+    })?;
+    for op in 0..4u8 {
+        let o = rop(op);
+        rt.register_elementwise::<f64>(&format!("h_red{op}"), move |c: &mut Chunk<'_, f64>| {
+            let (ins, _) = c.split();
+            let mut acc: Option<f64> = None;
+            for &v in ins[0].iter() {
+                acc = Some(match acc {
+                    None => v,
+                    Some(a) => Scalar::combine(o, Scalar::F64(a), Scalar::F64(v)).as_f64(),
+                });
+            }
+            if let Some(a) = acc {
+                c.add_result(a);
+            }
+        })?;
+    }
+    rt.register_elementwise::<f64>("h_use", |c: &mut Chunk<'_, f64>| {
+        let f = c.scalar(0).as_f64();
+        let (_, outs) = c.split();
+        for x in outs[0].iter_mut() {
+            *x = *x * 0.5 + f;
+        }
+    })?;
+    rt.register("h_hist", |ctx| {
+        let s = ctx.read::<f64>(0);
+        let mut acc = ctx.reduce::<f64>(1);
+        for i in s.range() {
+            acc.reduce_at(i % 3, s.at(i));
+        }
+    })?;
+    rt.register("h_gather", |ctx| {
+        let mut d = ctx.write::<f64>(0);
+        let (idx, s) = (ctx.read::<u64>(1), ctx.read::<f64>(2));
+        for i in d.range() {
+            d.set_at(i, s.at(idx.at(i) as usize));
+        }
+    })?;
+    rt.register("h_shift", |ctx| {
+        let (k, n) = (ctx.scalar(0).as_u64(), ctx.scalar(1).as_u64());
+        ctx.write::<u64>(0)
+            .as_mut_slice()
+            .iter_mut()
+            .for_each(|j| *j = (*j + k) % n);
+    })?;
+    rt.register("h_filter", |ctx| {
+        let s = ctx.read::<f64>(0);
+        ctx.emit(
+            1,
+            s.as_slice()
+                .iter()
+                .copied()
+                .filter(|&v| v > 0.0)
+                .collect::<Vec<f64>>(),
+        );
+    })?;
+    rt.register("h_sum", |ctx| {
+        ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
+    })?;
+    rt.register_elementwise::<f64>("h_boom", |c: &mut Chunk<'_, f64>| {
+        let lim = c.scalar(0).as_f64();
+        let (ins, outs) = c.split();
+        for (d, s) in outs[0].iter_mut().zip(ins[0].iter()) {
+            assert!(*s <= lim, "boom: {s} > {lim}");
+            *d = -s;
+        }
+    })?;
+    rt.register("h_plus1", |ctx| {
+        let s = ctx.read::<f64>(1);
+        let mut d = ctx.write::<f64>(0);
+        for i in d.range() {
+            d.set_at(i, s.at(i) + 1.0);
+        }
+    })?;
+    rt.register("h_stencil", |ctx| {
+        let mut d = ctx.write::<f64>(0);
+        let (l, c, r) = (ctx.read::<f64>(1), ctx.read::<f64>(2), ctx.read::<f64>(3));
+        for i in d.range() {
+            d.set_at(i, l.at(i) + c.at(i) + r.at(i));
+        }
+    })
+}
+
+static REPLAYED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static FUSED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Everything a run can show: mid-stream reads and gets (in order), then the final stores
+/// and every future, as bits.
+/// A read or future that failed (a panicking task upstream) is `None`.
+type Outcome = Vec<Option<Vec<u64>>>;
+
+fn f64_bits(v: Vec<f64>) -> Vec<u64> {
+    v.into_iter().map(f64::to_bits).collect()
+}
+
+struct Cfg {
+    /// Back-pressure: at most this many point tasks outstanding (`max_pending`).
+    pending: Option<usize>,
+    window: WindowPolicy,
+    fusion: bool,
+    tracing: bool,
+    actors: bool,
+    verified: bool,
+}
+
+fn plain() -> Cfg {
+    Cfg {
+        pending: None,
+        window: WindowPolicy::Fixed(1),
+        fusion: false,
+        tracing: false,
+        actors: false,
+        verified: true,
+    }
+}
+
+fn build(c: &Case, cfg: &Cfg) -> Runtime {
+    let b = Runtime::builder();
+    let b = match cfg.window {
+        WindowPolicy::Fixed(n) => b.window_size(n),
+        WindowPolicy::Adaptive { max } => b.adaptive_window(max),
+    };
+    let b = match cfg.pending {
+        Some(p) => b.max_pending(p).worker_jitter(50),
+        None => b,
+    };
+    b.threads(c.threads)
+        .min_piece_size(c.min_piece)
+        .fusion(cfg.fusion)
+        .tracing(cfg.tracing)
+        .actors(cfg.actors)
+        .verified_replays(cfg.verified)
+        .trace_sampling(4)
+        .build()
+}
+
+fn init(n: usize, k: usize) -> Vec<f64> {
+    (0..n)
+        .map(|i| ((i * 7 + k * 3) % 11) as f64 - 5.0)
+        .collect()
+}
+
+fn run(c: &Case, cfg: &Cfg) -> Result<Outcome> {
+    let rt = build(c, cfg);
+    register(&rt)?;
+    let n = c.n;
+    let mut x: Vec<Store> = (0..F)
+        .map(|k| rt.from_vec(&[n], init(n, k)))
+        .collect::<Result<_>>()?;
+    let iv: Vec<Store> = (0..2)
+        .map(|k| rt.from_vec(&[n], (0..n).map(|i| (i as i64 + k) % 5 - 2).collect()))
+        .collect::<Result<_>>()?;
+    let g = rt.from_vec(
+        &[n],
+        (0..n).map(|i| (i % 3) as f32 - 1.0).collect::<Vec<f32>>(),
+    )?;
+    let idx = rt.from_vec(&[n], (0..n).map(|i| ((i * 5 + 1) % n) as u64).collect())?;
+    // A 2-d pair, n x 4.
+    let m = rt.from_vec(&[n, 4], (0..4 * n).map(|i| (i % 7) as f64 - 3.0).collect())?;
+    let m2 = rt.from_vec(&[n, 4], (0..4 * n).map(|i| (i % 5) as f64).collect())?;
+    let acc = rt.from_vec(&[3], vec![1.0f64, -1.0, 0.5])?;
+    let mut futures: Vec<Future> = vec![];
+    let mut filtered: Vec<Store> = vec![];
+    let mut log: Outcome = vec![];
+    for it in 0..c.iterations {
+        let body = if (it / c.period) % 2 == 1 && !c.b.is_empty() {
+            &c.b
+        } else {
+            &c.a
+        };
+        for (k, op) in body.iter().enumerate() {
+            // The drift: the first op's small scalars move with the iteration.
+            let drift = match c.drift_from {
+                Some(from) if k == 0 && it >= from => (it % 3) as i8,
+                _ => 0,
+            };
+            match *op {
+                Op::Axpy { d, s, t, a } if d != s && d != t => rt
+                    .task("h_axpy")
+                    .read(&x[s])
+                    .read(&x[t])
+                    .write(&x[d])
+                    .scalar((a + drift) as f64)
+                    .align(&x[d], &x[s])
+                    .align(&x[d], &x[t])
+                    .submit()?,
+                Op::AxpyIn { x: i, s, a } if i != s => rt
+                    .task("h_axpy_in")
+                    .read(&x[s])
+                    .read_write(&x[i])
+                    .scalar((a + drift) as f64)
+                    .align(&x[i], &x[s])
+                    .submit()?,
+                Op::Mixed { d, s, i, u } if d != s => rt
+                    .task("h_mixed")
+                    .read(&x[s])
+                    .write(&x[d])
+                    .scalar((i + drift) as i64)
+                    .scalar(u as u64)
+                    .align(&x[d], &x[s])
+                    .submit()?,
+                Op::I64 { d, k } => rt
+                    .task("h_i64")
+                    .read(&iv[1 - d])
+                    .read_write(&iv[d])
+                    .scalar((k + drift) as i64)
+                    .align(&iv[0], &iv[1])
+                    .submit()?,
+                Op::F32 { k } => rt
+                    .task("h_f32")
+                    .read_write(&g)
+                    .scalar((k + drift) as f64)
+                    .submit()?,
+                Op::ToI64 { d, s } => rt
+                    .task("h_to_i64")
+                    .write(&iv[d])
+                    .read(&x[s])
+                    .align(&iv[d], &x[s])
+                    .submit()?,
+                Op::FromInts { d, s } => rt
+                    .task("h_from_ints")
+                    .write(&x[d])
+                    .read(&iv[s])
+                    .read(&g)
+                    .align(&x[d], &iv[s])
+                    .align(&x[d], &g)
+                    .submit()?,
+                Op::Reduce { s, op } => {
+                    let name = ["h_red0", "h_red1", "h_red2", "h_red3"][op as usize % 4];
+                    let f = rt.task(name).read(&x[s]).submit_reduce(rop(op))?;
+                    futures.push(f);
+                }
+                Op::UseFuture { x: i, back } => {
+                    if let Some(f) = futures.iter().rev().nth(back) {
+                        rt.task("h_use").read_write(&x[i]).future(f).submit()?;
+                    }
+                }
+                Op::UseFutureI64 => {
+                    if let Some(f) = futures.last() {
+                        rt.task("h_i64_add").read_write(&iv[0]).future(f).submit()?;
+                    }
+                }
+                Op::Get => {
+                    if let Some(f) = futures.last() {
+                        log.push(f.get().ok().map(|v| vec![v.as_f64().to_bits()]));
+                    }
+                }
+                Op::Hist { s, op } => rt
+                    .task("h_hist")
+                    .read(&x[s])
+                    .reduce(&acc, rop(op))
+                    .broadcast(&acc, &[0])
+                    .submit()?,
+                Op::Gather { d, s } if d != s => rt
+                    .task("h_gather")
+                    .write(&x[d])
+                    .read(&idx)
+                    .read(&x[s])
+                    .align(&x[d], &idx)
+                    .image(&idx, &x[s])
+                    .submit()?,
+                Op::Shift { k } => rt
+                    .task("h_shift")
+                    .read_write(&idx)
+                    .scalar(k as u64)
+                    .scalar(n as u64)
+                    .submit()?,
+                Op::Filter { s } => {
+                    let out = rt.create_unbound(DType::F64);
+                    rt.task("h_filter")
+                        .read(&x[s])
+                        .write_unbound(&out)
+                        .submit()?;
+                    filtered.push(out);
+                }
+                Op::AddFiltered { x: i } => {
+                    if let Some(f) = filtered.last() {
+                        let s = rt.task("h_sum").read(f).submit_reduce(ReduceOp::Sum)?;
+                        rt.task("h_use").read_write(&x[i]).future(&s).submit()?;
+                        futures.push(s);
+                    }
+                }
+                Op::Temps { d, s, a } if d != s => {
+                    let t = rt.create(DType::F64, &[n])?;
+                    let u = rt.create(DType::F64, &[n])?;
+                    rt.task("h_axpy")
+                        .read(&x[s])
+                        .read(&x[s])
+                        .write(&t)
+                        .scalar((a + drift) as f64)
+                        .align(&t, &x[s])
+                        .submit()?;
+                    rt.task("h_axpy")
+                        .read(&t)
+                        .read(&t)
+                        .write(&u)
+                        .scalar(2.0)
+                        .align(&t, &u)
+                        .submit()?;
+                    rt.task("h_axpy")
+                        .read(&u)
+                        .read(&x[s])
+                        .write(&x[d])
+                        .scalar(1.0)
+                        .align(&u, &x[s])
+                        .align(&u, &x[d])
+                        .submit()?;
+                }
+                Op::Views { d, s, lo, so, a } if d != s && n >= 2 => {
+                    let m = 1 + (lo as usize + so as usize) % (n - 1);
+                    let lo = lo as usize % (n - m + 1);
+                    let so = so as usize % (n - m + 1);
+                    let dv = x[d].slice(0, lo..lo + m)?;
+                    let sv = x[s].slice(0, so..so + m)?;
+                    rt.task("h_axpy_in")
+                        .read(&sv)
+                        .read_write(&dv)
+                        .scalar((a + drift) as f64)
+                        .align(&dv, &sv)
+                        .submit()?;
+                }
+                Op::Stencil { d, s } if d != s && n >= 3 => {
+                    let out = x[d].slice(0, 1..n - 1)?;
+                    let (l, m, r) = (
+                        x[s].slice(0, 0..n - 2)?,
+                        x[s].slice(0, 1..n - 1)?,
+                        x[s].slice(0, 2..n)?,
+                    );
+                    rt.task("h_stencil")
+                        .write(&out)
+                        .read(&l)
+                        .read(&m)
+                        .read(&r)
+                        .align(&out, &l)
+                        .align(&out, &m)
+                        .align(&out, &r)
+                        .submit()?;
+                }
+                Op::Read { x: i } => log.push(rt.read::<f64>(&x[i]).ok().map(f64_bits)),
+                Op::Fence => rt.fence()?,
+                Op::Recreate { x: i, c } => {
+                    x[i] = rt.from_vec(&[n], vec![c as f64; n])?;
+                }
+                Op::Fill { x: i, c } => rt.fill(&x[i], (c + drift) as f64)?,
+                Op::FillTemp { d, s, c } if d != s => {
+                    let t = rt.create(DType::F64, &[n])?;
+                    rt.fill(&t, (c + drift) as f64)?;
+                    rt.task("h_axpy")
+                        .read(&t)
+                        .read(&x[s])
+                        .write(&x[d])
+                        .scalar(3.0)
+                        .align(&t, &x[s])
+                        .align(&t, &x[d])
+                        .submit()?;
+                }
+                Op::WriteAll { d, s } if d != s => rt
+                    .task("h_plus1")
+                    .write_all(&x[d])
+                    .read(&x[s])
+                    .align(&x[d], &x[s])
+                    .submit()?,
+                Op::Rows { r0, s0, a } if n >= 1 => {
+                    let k = 1 + (r0 as usize ^ s0 as usize) % n;
+                    let (r0, s0) = (r0 as usize % (n - k + 1), s0 as usize % (n - k + 1));
+                    let dv = m.slice(0, r0..r0 + k)?;
+                    let sv = m2.slice(0, s0..s0 + k)?;
+                    rt.task("h_axpy_in")
+                        .read(&sv)
+                        .read_write(&dv)
+                        .scalar((a + drift) as f64)
+                        .align(&dv, &sv)
+                        .submit()?;
+                }
+                Op::Grid { a } => rt
+                    .task("h_axpy")
+                    .read(&m)
+                    .read(&m2)
+                    .write(&m2)
+                    .scalar((a + drift) as f64)
+                    .align(&m, &m2)
+                    .submit()?,
+                Op::Boom { d, s, lim } if d != s => rt
+                    .task("h_boom")
+                    .read(&x[s])
+                    .write(&x[d])
+                    .scalar(lim as f64)
+                    .align(&x[d], &x[s])
+                    .submit()?,
+                _ => {}
+            }
+        }
+    }
+    for s in &x {
+        log.push(rt.read::<f64>(s).ok().map(f64_bits));
+    }
+    for s in &iv {
+        let v = rt.read::<i64>(s).ok();
+        log.push(v.map(|v| v.into_iter().map(|v| v as u64).collect()));
+    }
+    let v = rt.read::<f32>(&g).ok();
+    log.push(v.map(|v| v.into_iter().map(|v| v.to_bits() as u64).collect()));
+    log.push(rt.read::<u64>(&idx).ok());
+    log.push(rt.read::<f64>(&m).ok().map(f64_bits));
+    log.push(rt.read::<f64>(&m2).ok().map(f64_bits));
+    log.push(rt.read::<f64>(&acc).ok().map(f64_bits));
+    for s in &filtered {
+        log.push(rt.read::<f64>(s).ok().map(f64_bits));
+    }
+    for f in &futures {
+        log.push(f.get().ok().map(|v| vec![v.as_f64().to_bits()]));
+    }
+    let st = rt.stats();
+    REPLAYED.fetch_add(
+        st.traces_replayed as usize,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    FUSED.fetch_add(
+        st.fused_launches as usize,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    Ok(log)
+}
+
+fn configs() -> Vec<(&'static str, Cfg)> {
+    let fixed = WindowPolicy::Fixed;
+    let c = |window, fusion, tracing, actors| Cfg {
+        pending: None,
+        window,
+        fusion,
+        tracing,
+        actors,
+        verified: true,
+    };
+    vec![
+        ("fused w4", c(fixed(4), true, false, false)),
+        ("fused w16", c(fixed(16), true, false, false)),
+        ("traced", c(fixed(1), false, true, false)),
+        ("traced actors", c(fixed(1), false, true, true)),
+        ("traced fused w1 actors", c(fixed(1), true, true, true)),
+        ("traced fused w16 actors", c(fixed(16), true, true, true)),
+        ("traced fused w4", c(fixed(4), true, true, false)),
+        (
+            "traced fused adaptive actors",
+            c(WindowPolicy::Adaptive { max: 16 }, true, true, true),
+        ),
+        (
+            "traced fused w16 actors, back-pressure, jitter",
+            Cfg {
+                pending: Some(2),
+                ..c(fixed(16), true, true, true)
+            },
+        ),
+        (
+            "traced fused w16 actors unverified",
+            Cfg {
+                verified: false,
+                ..c(fixed(16), true, true, true)
+            },
+        ),
+    ]
+}
+
+fn check(c: &Case, fused: bool) -> std::result::Result<(), TestCaseError> {
+    let want = match run(c, &plain()) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("plain run fails: {e}");
+            return Err(TestCaseError::reject(format!("plain run fails: {e}")));
+        }
+    };
+    for (name, cfg) in configs().into_iter().filter(|(_, c)| fused || !c.fusion) {
+        let got = run(c, &cfg).map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
+        if got != want {
+            let diff: Vec<String> = (0..got.len().max(want.len()))
+                .filter(|&i| got.get(i) != want.get(i))
+                .map(|i| {
+                    let short = |o: Option<&Option<Vec<u64>>>| match o {
+                        None => "missing".to_string(),
+                        Some(None) => "failed".to_string(),
+                        Some(Some(v)) => format!("{:?}", &v[..v.len().min(6)]),
+                    };
+                    format!(
+                        "[{i}] got {} want {}",
+                        short(got.get(i)),
+                        short(want.get(i))
+                    )
+                })
+                .collect();
+            prop_assert!(
+                false,
+                "{}: {} entries; differ: {:?}",
+                name,
+                want.len(),
+                diff
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn heldout_diverging_loops_match_the_plain_runtime(c in case()) {
+        check(&c, true)?;
+    }
+
+    /// The same with tasks that panic on some data (so inside replayed traces too), without
+    /// fusion: a fused task's failure poisons all its sub-tasks' outputs (see
+    /// `panics::a_panic_fused_next_to_independent_tasks_poisons_only_its_own_outputs`).
+    #[test]
+    #[ignore = "bug: a whole write clears its store's poison only when its last point ends, \
+                so a reader's point that follows an earlier point of it still sees the old \
+                poison (timing-dependent even on the plain runtime; see \
+                a_whole_rewrite_clears_the_poison_for_every_reader_point)"]
+    fn heldout_panicking_loops_traced_match_the_plain_runtime(c in case_of(op_or_boom)) {
+        check(&c, false)?;
+    }
+}
+
+mod panics {
+    use tessera_runtime::{Chunk, DType, ReduceOp, Runtime, WindowPolicy};
+
+    fn rt(window: usize, fusion: bool, tracing: bool) -> Runtime {
+        let rt = Runtime::builder()
+            .threads(2)
+            .window_size(window)
+            .fusion(fusion)
+            .tracing(tracing)
+            .actors(tracing)
+            .trace_sampling(4)
+            .build();
+        rt.register_elementwise::<f64>("p_axpb", |c: &mut Chunk<'_, f64>| {
+            let (a, b) = (c.scalar(0).as_f64(), c.scalar(1).as_f64());
+            let (ins, outs) = c.split();
+            for (y, x) in outs[0].iter_mut().zip(ins[0].iter()) {
+                *y = a * x + b;
+            }
+        })
+        .unwrap();
+        rt.register_elementwise::<f64>("p_boom", |c: &mut Chunk<'_, f64>| {
+            if c.scalar(0).as_f64() != 0.0 {
+                panic!("boom");
+            }
+            let (ins, outs) = c.split();
+            for (y, x) in outs[0].iter_mut().zip(ins[0].iter()) {
+                *y = -x;
+            }
+        })
+        .unwrap();
+        rt.register_elementwise::<f64>("p_sum", |c: &mut Chunk<'_, f64>| {
+            let (ins, _) = c.split();
+            let s: f64 = ins[0].iter().sum();
+            c.add_result(s);
+        })
+        .unwrap();
+        let _ = WindowPolicy::Fixed(1);
+        rt
+    }
+
+    /// What each read and future gives: values, or that it failed.
+    fn outcome(window: usize, fusion: bool) -> Vec<Option<Vec<f64>>> {
+        let rt = rt(window, fusion, false);
+        let n = 64;
+        let x = rt
+            .from_vec(&[n], (0..n).map(|i| i as f64).collect())
+            .unwrap();
+        let (y, z) = (
+            rt.create(DType::F64, &[n]).unwrap(),
+            rt.create(DType::F64, &[n]).unwrap(),
+        );
+        // y = 2x + 1, independent of the failing task
+        rt.task("p_axpb")
+            .read(&x)
+            .write(&y)
+            .scalar(2.0)
+            .scalar(1.0)
+            .align(&x, &y)
+            .submit()
+            .unwrap();
+        let f = rt
+            .task("p_sum")
+            .read(&x)
+            .submit_reduce(ReduceOp::Sum)
+            .unwrap();
+        // z = boom(x): panics
+        rt.task("p_boom")
+            .read(&x)
+            .write(&z)
+            .scalar(1.0)
+            .align(&x, &z)
+            .submit()
+            .unwrap();
+        vec![
+            rt.read::<f64>(&y).ok(),
+            rt.read::<f64>(&z).ok(),
+            f.get().ok().map(|v| vec![v.as_f64()]),
+        ]
+    }
+
+    /// A panicking task fused with tasks that do not depend on it: unfused, only the failing
+    /// task's outputs are poisoned; the independent task's store and future must be the same
+    /// with fusion on.
+    #[test]
+    #[ignore = "bug: a fused task's failure poisons every sub-task's outputs and futures"]
+    fn a_panic_fused_next_to_independent_tasks_poisons_only_its_own_outputs() {
+        let want = outcome(1, false);
+        assert!(want[0].is_some() && want[1].is_none() && want[2].is_some());
+        for window in [4, 16] {
+            assert_eq!(outcome(window, true), want, "window {window}");
+        }
+    }
+}
+
+/// Regression (found by `heldout_panicking_loops_traced_match_the_plain_runtime`): a point
+/// of an earlier task checked its inputs' poison whatever its stream position, so a later
+/// task writing the store it reads, whose failing point touched other cells and so did not
+/// wait for it, failed the earlier reader too when it happened to run first (and poisoned
+/// the reader's outputs): `y = -x` then a failing rewrite of `x` left `y` poisoned in most
+/// runs. The race is forced: the reader's second point waits behind a gate that the failing
+/// point opens.
+#[test]
+fn a_later_task_s_failure_does_not_fail_an_earlier_reader() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    for tracing in [false, true] {
+        let rt = Runtime::builder()
+            .threads(3)
+            .window_size(1)
+            .fusion(false)
+            .tracing(tracing)
+            .build();
+        let open = Arc::new(AtomicBool::new(false));
+        let o = open.clone();
+        rt.register("gate", move |ctx| {
+            if ctx.linear_point() == 1 {
+                let start = Instant::now();
+                while !o.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(5) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                // Let the failing point's poisoning land first.
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            ctx.write::<f64>(0).fill(1.0);
+        })
+        .unwrap();
+        rt.register("negate", |ctx| {
+            let (x, w) = (ctx.read::<f64>(0), ctx.read::<f64>(1));
+            let mut y = ctx.write::<f64>(2);
+            for i in y.range() {
+                y.set_at(i, -x.at(i) * w.at(i));
+            }
+        })
+        .unwrap();
+        let o = open.clone();
+        rt.register("fail_first", move |ctx| {
+            if ctx.linear_point() == 0 {
+                o.store(true, Ordering::SeqCst);
+                panic!("the first point fails");
+            }
+            ctx.write::<f64>(0).fill(7.0);
+        })
+        .unwrap();
+        let x = rt.from_vec(&[4], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+        let (w, y) = (
+            rt.create(DType::F64, &[4]).unwrap(),
+            rt.create(DType::F64, &[4]).unwrap(),
+        );
+        rt.task("gate")
+            .write(&w)
+            .launch_domain(&[2])
+            .submit()
+            .unwrap();
+        rt.task("negate")
+            .read(&x)
+            .read(&w)
+            .write(&y)
+            .align(&x, &w)
+            .align(&x, &y)
+            .launch_domain(&[2])
+            .submit()
+            .unwrap();
+        rt.task("fail_first")
+            .write(&x)
+            .launch_domain(&[2])
+            .submit()
+            .unwrap();
+        assert_eq!(
+            rt.read::<f64>(&y).unwrap(),
+            vec![-1.0, -2.0, -3.0, -4.0],
+            "tracing {tracing}"
+        );
+        assert!(rt.read::<f64>(&x).is_err(), "tracing {tracing}");
+    }
+}
+
+/// A whole rewrite of a poisoned store makes it trustworthy for every later reader
+/// (runtime/DESIGN.md, "Failures"). The clear happens when the rewrite's *last* point ends,
+/// while a reader's point depends only on the rewrite's points it overlaps: the reader's
+/// first point, released by the rewrite's first point while the second still runs, sees the
+/// old poison and fails the reader. Forced here by a slow second point; in the wild it is
+/// timing-dependent (`heldout_panicking_loops_traced_match_the_plain_runtime` finds it on the
+/// plain runtime at 2 threads: a future that fails in some runs only).
+#[test]
+#[ignore = "bug: poison cleared at the rewrite's end, not before its dependents' points run"]
+fn a_whole_rewrite_clears_the_poison_for_every_reader_point() {
+    use std::time::Duration;
+    let rt = Runtime::builder()
+        .threads(3)
+        .window_size(1)
+        .fusion(false)
+        .tracing(false)
+        .build();
+    rt.register("fails", |_| panic!("fails")).unwrap();
+    rt.register("rewrite_slow_second", |ctx| {
+        if ctx.linear_point() == 1 {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        ctx.write::<f64>(0).fill(2.0);
+    })
+    .unwrap();
+    rt.register("copy", |ctx| {
+        let x = ctx.read::<f64>(0);
+        let mut y = ctx.write::<f64>(1);
+        for i in y.range() {
+            y.set_at(i, x.at(i));
+        }
+    })
+    .unwrap();
+    let x = rt.create(DType::F64, &[4]).unwrap();
+    let y = rt.create(DType::F64, &[4]).unwrap();
+    rt.task("fails").write(&x).submit().unwrap();
+    rt.task("rewrite_slow_second")
+        .write(&x)
+        .launch_domain(&[2])
+        .submit()
+        .unwrap();
+    rt.task("copy")
+        .read(&x)
+        .write(&y)
+        .align(&x, &y)
+        .launch_domain(&[2])
+        .submit()
+        .unwrap();
+    assert_eq!(rt.read::<f64>(&x).unwrap(), vec![2.0; 4]);
+    assert_eq!(rt.read::<f64>(&y).unwrap(), vec![2.0; 4]);
+}
