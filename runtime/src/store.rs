@@ -143,16 +143,26 @@ pub(crate) struct StoreRoot {
     /// (`Buf::sparse_zeros`), so a rank's memory holds only the pieces it writes or receives.
     sparse: bool,
     /// Set when a task that writes this store failed: its contents are not to be trusted.
-    /// Every live poisoning with its stream position ([`StoreRoot::set_poison`]), in the
-    /// order they were set: a point asks only for those from before its own task
-    /// ([`StoreRoot::poisoned_before`]), so all of them are kept, not only the latest.
-    poison: Mutex<Vec<(u64, RuntimeError)>>,
+    /// With the stream positions of the earliest and the latest live poisoning
+    /// ([`StoreRoot::set_poison`]): a point asks only for poisonings from no later than its
+    /// own task ([`StoreRoot::poisoned_before`]).
+    poison: Mutex<Option<Poison>>,
     /// Fast check for `poison` (read by every point before it runs).
     tainted: AtomicBool,
     /// The latest stream position at which a task that rewrote the whole store ended
     /// successfully ([`StoreRoot::clear_poison`]): a failure from before it is not these
     /// contents' ([`StoreRoot::set_poison`]).
     cleared: AtomicU64,
+}
+
+/// A store's live poisonings ([`StoreRoot::set_poison`]): the first failure's error, and
+/// the stream positions of the earliest and latest. Two positions, not a list, so that a
+/// loop whose store fails every iteration keeps one entry; the earliest is moved forward
+/// conservatively by a clear that leaves later poisonings ([`StoreRoot::clear_poison`]).
+struct Poison {
+    first: u64,
+    last: u64,
+    err: RuntimeError,
 }
 
 /// A store's key partitions, most recent first: at most four (`solver::record_keys`), kept
@@ -228,7 +238,7 @@ impl StoreRoot {
             key_epoch: AtomicU64::new(0),
             mem,
             sparse,
-            poison: Mutex::new(Vec::new()),
+            poison: Mutex::new(None),
             tainted: AtomicBool::new(false),
             cleared: AtomicU64::new(0),
         }
@@ -338,15 +348,15 @@ impl StoreRoot {
         self.tainted.load(Ordering::Acquire)
     }
 
-    /// [`StoreRoot::poisoned`] as a task at stream position `at` must see it: only a
-    /// poisoning from no later in the stream (an earlier task's failure, or, across ranks, a
-    /// failed piece received for this task, which poisons at the receiving task's position;
-    /// or the task's own failure, as before). A later task that writes the store
-    /// depends only on the points it overlaps, so its failing point may poison the store while
-    /// a point of an earlier reader that touches other cells has not run yet; seeing that
-    /// poison failed the earlier reader (and poisoned its outputs) only when it lost the race:
-    /// an earlier task's outcome depended on the timing of a later one (found by the held-out
-    /// stream tests, `a_later_task_s_failure_does_not_fail_an_earlier_reader`).
+    /// [`StoreRoot::poisoned`] as a point of the task at stream position `at` must see it:
+    /// only a poisoning from no later in the stream (an earlier task's failure, the task's
+    /// own, or, across ranks, a failed piece received for this task, which poisons at the
+    /// receiving task's position). A later task that writes the store depends only on the
+    /// points of this one it overlaps, so its failing point may poison the store before a
+    /// point of this task that reads other cells has run; seeing that poison failed this
+    /// task (and poisoned its outputs) only when it lost the race: an earlier task's outcome
+    /// depended on the timing of a later one, even on the plain runtime (found by the
+    /// held-out stream tests; `a_later_task_s_failure_does_not_fail_an_earlier_reader`).
     #[inline]
     pub(crate) fn poisoned_before(&self, at: u64) -> Option<RuntimeError> {
         if !self.tainted() {
@@ -365,9 +375,9 @@ impl StoreRoot {
         self.poison
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .find(|(p, _)| *p <= at)
-            .map(|(_, e)| e.clone())
+            .as_ref()
+            .filter(|p| p.first <= at)
+            .map(|p| p.err.clone())
     }
 
     /// Marks the contents as produced by a failed task (the first failure is kept), at stream
@@ -386,15 +396,23 @@ impl StoreRoot {
         // the reverse): a clear that this misses sees `tainted` and takes the lock after us.
         self.tainted.store(true, Ordering::SeqCst);
         if at < self.cleared.load(Ordering::SeqCst) {
-            if p.is_empty() {
+            if p.is_none() {
                 self.tainted.store(false, Ordering::Release);
             }
             return;
         }
-        // One entry per failed task (its failing points and its end all poison at its
-        // position; the first failure is kept).
-        if !p.iter().any(|(q, _)| *q == at) {
-            p.push((at, err));
+        match &mut *p {
+            Some(p) => {
+                p.first = p.first.min(at);
+                p.last = p.last.max(at);
+            }
+            None => {
+                *p = Some(Poison {
+                    first: at,
+                    last: at,
+                    err,
+                })
+            }
         }
     }
 
@@ -407,9 +425,15 @@ impl StoreRoot {
         self.cleared.fetch_max(at, Ordering::SeqCst);
         if self.tainted.load(Ordering::SeqCst) {
             let mut p = self.poison.lock().unwrap_or_else(|e| e.into_inner());
-            p.retain(|(q, _)| *q > at);
-            if p.is_empty() {
-                self.tainted.store(false, Ordering::Release);
+            match &mut *p {
+                Some(q) if q.last <= at => {
+                    *p = None;
+                    self.tainted.store(false, Ordering::Release);
+                }
+                // A later poisoning stays; those up to `at` are gone, so the earliest live
+                // one is after `at` (where exactly is not kept: conservatively right after).
+                Some(q) if q.first <= at => q.first = at + 1,
+                _ => {}
             }
         }
     }

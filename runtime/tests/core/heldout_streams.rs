@@ -1,12 +1,20 @@
 //! Held-out task streams (adversarial review): iterated loop bodies that *change* every few
-//! iterations (a replayed trace whose program diverges), mixed element types (f64, i64, f32)
-//! and scalar kinds, futures of every reduction operator consumed as scalars in the same
-//! window, image sources rewritten inside the window, unbound outputs consumed in the window,
-//! reads / fences / `Future::get` / store re-creation in the middle of a body, temporaries
-//! dropped at scope end, and element-wise tasks over offset sub-views, at lengths around the
-//! chunk size. Every configuration (fusion, windows, tracing, actors) must leave every store,
+//! iterations and whose scalars drift (replayed traces whose program diverges half way),
+//! mixed element types (f64, i64, f32) and scalar kinds (i64, u64 scalars to an f64 task),
+//! futures of every reduction operator consumed as scalars in the same window and across
+//! iterations, ready futures and `value_future`s of one-element views, image sources
+//! rewritten inside the window, unbound outputs consumed in the window, reads / fences /
+//! `Future::get` / store re-creation in the middle of a body, temporaries dropped at scope
+//! end (written by element-wise tasks and by `fill`), `write_all`, element-wise tasks over
+//! offset sub-views and 2-d row blocks, reductions with every operator into one store,
+//! lengths 0 to 11 and around the 4096-element chunk, 1 and 2 threads, piece sizes 1, 3 and
+//! 1024, back-pressure (`max_pending(2)`) with worker jitter. Every configuration (fixed and
+//! adaptive fusion windows, tracing, actors, unverified replays) must leave every store,
 //! every mid-stream read and every future bitwise equal to the plain runtime (fusion and
 //! tracing off, window of one) on the same threads and piece size.
+//!
+//! Also here: failures (panicking bodies, failed unbound producers) and what they poison,
+//! with the two bugs found left as ignored tests (see each test's note).
 
 use proptest::prelude::*;
 use tessera_runtime::{
@@ -141,6 +149,17 @@ enum Op {
         s: usize,
         c: i8,
     },
+    /// `x = x * 0.5 + v` with `v` a ready future (`Future::ready`) whose value follows the
+    /// iteration: the same task, a different value every time
+    UseReady {
+        x: usize,
+    },
+    /// `x = x * 0.5 + v` with `v = value_future(x[s][k..k+1])`, a one-element view's value
+    UseValue {
+        x: usize,
+        s: usize,
+        k: u8,
+    },
     /// hand task `d = s + 1` with a `write_all` output
     WriteAll {
         d: usize,
@@ -191,7 +210,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (st.clone(), sm.clone()).prop_map(|(x, c)| Op::Recreate { x, c }),
         1 => (st.clone(), sm.clone()).prop_map(|(x, c)| Op::Fill { x, c }),
         1 => (st.clone(), st.clone(), sm.clone()).prop_map(|(d, s, c)| Op::FillTemp { d, s, c }),
-        1 => (st.clone(), st).prop_map(|(d, s)| Op::WriteAll { d, s }),
+        1 => (st.clone(), st.clone()).prop_map(|(d, s)| Op::WriteAll { d, s }),
+        1 => st.clone().prop_map(|x| Op::UseReady { x }),
+        1 => (st.clone(), st.clone(), any::<u8>()).prop_map(|(x, s, k)| Op::UseValue { x, s, k }),
         1 => (any::<u8>(), any::<u8>(), sm.clone()).prop_map(|(r0, s0, a)| Op::Rows { r0, s0, a }),
         1 => sm.prop_map(|a| Op::Grid { a }),
     ]
@@ -400,9 +421,6 @@ fn register(rt: &Runtime) -> Result<()> {
     })
 }
 
-static REPLAYED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-static FUSED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
 /// Everything a run can show: mid-stream reads and gets (in order), then the final stores
 /// and every future, as bits.
 /// A read or future that failed (a panicking task upstream) is `None`.
@@ -460,6 +478,11 @@ fn init(n: usize, k: usize) -> Vec<f64> {
 }
 
 fn run(c: &Case, cfg: &Cfg) -> Result<Outcome> {
+    run_stats(c, cfg).map(|(o, _)| o)
+}
+
+/// [`run`], with the runtime's statistics at the end.
+fn run_stats(c: &Case, cfg: &Cfg) -> Result<(Outcome, tessera_runtime::Stats)> {
     let rt = build(c, cfg);
     register(&rt)?;
     let n = c.n;
@@ -673,6 +696,15 @@ fn run(c: &Case, cfg: &Cfg) -> Result<Outcome> {
                         .align(&t, &x[d])
                         .submit()?;
                 }
+                Op::UseReady { x: i } => {
+                    let v = Future::ready(it as f64 * 0.25 - 1.0);
+                    rt.task("h_use").read_write(&x[i]).future(&v).submit()?;
+                }
+                Op::UseValue { x: i, s, k } if n >= 1 => {
+                    let k = k as usize % n;
+                    let v = rt.value_future(&x[s].slice(0, k..k + 1)?)?;
+                    rt.task("h_use").read_write(&x[i]).future(&v).submit()?;
+                }
                 Op::WriteAll { d, s } if d != s => rt
                     .task("h_plus1")
                     .write_all(&x[d])
@@ -729,16 +761,7 @@ fn run(c: &Case, cfg: &Cfg) -> Result<Outcome> {
     for f in &futures {
         log.push(f.get().ok().map(|v| vec![v.as_f64().to_bits()]));
     }
-    let st = rt.stats();
-    REPLAYED.fetch_add(
-        st.traces_replayed as usize,
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    FUSED.fetch_add(
-        st.fused_launches as usize,
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    Ok(log)
+    Ok((log, rt.stats()))
 }
 
 fn configs() -> Vec<(&'static str, Cfg)> {
@@ -783,10 +806,7 @@ fn configs() -> Vec<(&'static str, Cfg)> {
 fn check(c: &Case, fused: bool) -> std::result::Result<(), TestCaseError> {
     let want = match run(c, &plain()) {
         Ok(w) => w,
-        Err(e) => {
-            eprintln!("plain run fails: {e}");
-            return Err(TestCaseError::reject(format!("plain run fails: {e}")));
-        }
+        Err(e) => return Err(TestCaseError::reject(format!("plain run fails: {e}"))),
     };
     for (name, cfg) in configs().into_iter().filter(|(_, c)| fused || !c.fusion) {
         let got = run(c, &cfg).map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
@@ -840,7 +860,7 @@ proptest! {
 }
 
 mod panics {
-    use tessera_runtime::{Chunk, DType, ReduceOp, Runtime, WindowPolicy};
+    use tessera_runtime::{Chunk, DType, ReduceOp, Runtime};
 
     fn rt(window: usize, fusion: bool, tracing: bool) -> Runtime {
         let rt = Runtime::builder()
@@ -875,7 +895,6 @@ mod panics {
             c.add_result(s);
         })
         .unwrap();
-        let _ = WindowPolicy::Fixed(1);
         rt
     }
 
@@ -1066,4 +1085,234 @@ fn a_whole_rewrite_clears_the_poison_for_every_reader_point() {
         .unwrap();
     assert_eq!(rt.read::<f64>(&x).unwrap(), vec![2.0; 4]);
     assert_eq!(rt.read::<f64>(&y).unwrap(), vec![2.0; 4]);
+}
+
+/// A loop making a fresh store every iteration, of another element type or length every
+/// few iterations (same tasks, same constraints, so the same tokens): the replays must
+/// notice and give the plain runtime's futures.
+#[test]
+fn fresh_stores_of_another_type_or_length_in_a_traced_loop() {
+    fn go(tracing: bool, fusion: bool, window: usize) -> Vec<(u64, Vec<u64>)> {
+        let rt = Runtime::builder()
+            .threads(2)
+            .min_piece_size(2)
+            .window_size(window)
+            .fusion(fusion)
+            .tracing(tracing)
+            .actors(tracing)
+            .trace_sampling(4)
+            .build();
+        register(&rt).unwrap();
+        rt.register("fill_any", |ctx| {
+            let v = ctx.scalar(0).as_i64();
+            match ctx.dtype(0) {
+                DType::F64 => ctx.write::<f64>(0).fill(v as f64 * 0.5),
+                DType::I64 => ctx.write::<i64>(0).fill(v * 3),
+                DType::F32 => ctx.write::<f32>(0).fill(v as f32 * 0.25),
+                d => panic!("{d:?}"),
+            }
+        })
+        .unwrap();
+        rt.register("sum_any", |ctx| {
+            let r = ctx.rect(0);
+            let s = match ctx.dtype(0) {
+                DType::F64 => ctx.read::<f64>(0).as_slice().iter().sum::<f64>(),
+                DType::I64 => ctx.read::<i64>(0).as_slice().iter().sum::<i64>() as f64 + 0.125,
+                DType::F32 => ctx.read::<f32>(0).as_slice().iter().sum::<f32>() as f64 + 0.5,
+                d => panic!("{d:?}"),
+            };
+            ctx.set_result(s + r.volume() as f64 * 1000.0);
+        })
+        .unwrap();
+        let x = rt.create(DType::F64, &[8]).unwrap();
+        let mut out = vec![];
+        for it in 0..24u64 {
+            let (dt, n) = match it % 5 {
+                3 => (DType::I64, 8),
+                4 => (DType::F32, 8),
+                2 if it % 2 == 0 => (DType::F64, 9),
+                _ => (DType::F64, 8),
+            };
+            let t = rt.create(dt, &[n]).unwrap();
+            rt.task("fill_any")
+                .write(&t)
+                .scalar(it as i64)
+                .submit()
+                .unwrap();
+            let f = rt
+                .task("sum_any")
+                .read(&t)
+                .submit_reduce(ReduceOp::Sum)
+                .unwrap();
+            rt.task("h_use").read_write(&x).future(&f).submit().unwrap();
+            out.push(f);
+        }
+        let xs = rt.read::<f64>(&x).unwrap();
+        if tracing {
+            assert!(rt.stats().traces_replayed > 0, "{:?}", rt.stats());
+        }
+        out.into_iter()
+            .map(|f| {
+                (
+                    f.get().unwrap().as_f64().to_bits(),
+                    xs.iter().map(|v| v.to_bits()).collect(),
+                )
+            })
+            .collect()
+    }
+    let want = go(false, false, 1);
+    for (tracing, fusion, window) in [(true, false, 1), (true, true, 1), (true, true, 8)] {
+        assert_eq!(
+            go(tracing, fusion, window),
+            want,
+            "tracing {tracing} fusion {fusion} window {window}"
+        );
+    }
+}
+
+/// A producer of an unbound store that panics in some iterations of a loop, its reader
+/// (a `submit_reduce`) issued right after it (in the window, in a replayed trace): the
+/// reader's future and the unbound store must fail exactly where the plain runtime's do (the
+/// plain runtime refuses the reader at `submit`; with a window or tracing the error may come
+/// at a later call, as documented, so a refused submit counts as a failed future), later
+/// iterations must recover, and nothing may hang.
+fn failed_unbound_loop(tracing: bool, fusion: bool, window: usize) -> Vec<Option<Vec<u64>>> {
+    let rt = Runtime::builder()
+        .threads(2)
+        .window_size(window)
+        .fusion(fusion)
+        .tracing(tracing)
+        .actors(tracing)
+        .trace_sampling(4)
+        .build();
+    register(&rt).unwrap();
+    rt.register("h_filter_or_fail", |ctx| {
+        let s = ctx.read::<f64>(0);
+        assert!(s.at(0) as i64 % 3 != 2, "filter fails");
+        ctx.emit(1, s.as_slice().to_vec());
+    })
+    .unwrap();
+    rt.register("h_bump", |ctx| {
+        ctx.write::<f64>(0).as_mut_slice()[0] += 1.0;
+    })
+    .unwrap();
+    let x = rt
+        .from_vec(&[6], vec![0.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+        .unwrap();
+    let mut out = vec![];
+    for it in 0..12 {
+        let u = rt.create_unbound(DType::F64);
+        // The failure follows the data (x[0] % 3 == 2), not the task's arguments.
+        rt.task("h_filter_or_fail")
+            .read(&x)
+            .write_unbound(&u)
+            .submit()
+            .unwrap();
+        let f = rt.task("h_sum").read(&u).submit_reduce(ReduceOp::Sum);
+        rt.task("h_bump")
+            .read_write(&x)
+            .launch_domain(&[1])
+            .submit()
+            .unwrap();
+        if it % 4 == 3 {
+            out.push(rt.read::<f64>(&u).ok().map(f64_bits));
+        }
+        let v = f.and_then(|f| f.get());
+        out.push(v.ok().map(|v| vec![v.as_f64().to_bits()]));
+    }
+    out.push(rt.read::<f64>(&x).ok().map(f64_bits));
+    out
+}
+
+/// Runs [`failed_unbound_loop`] in every configuration on another thread: fails if one
+/// hangs (60 s) or panics; gives the plain outcome and each configuration's.
+#[allow(clippy::type_complexity)]
+fn failed_unbound_loops() -> (
+    Vec<Option<Vec<u64>>>,
+    Vec<((bool, bool, usize), Vec<Option<Vec<u64>>>)>,
+) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let want = failed_unbound_loop(false, false, 1);
+        let got: Vec<_> = [
+            (true, false, 1),
+            (true, false, 8),
+            (true, true, 1),
+            (false, true, 8),
+            (true, true, 8),
+        ]
+        .into_iter()
+        .map(|(t, f, w)| ((t, f, w), failed_unbound_loop(t, f, w)))
+        .collect();
+        let _ = tx.send((want, got));
+    });
+    let (want, got) = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("a configuration hung or panicked");
+    assert!(want.iter().any(|v| v.is_none()) && want.iter().any(|v| v.is_some()));
+    (want, got)
+}
+
+#[test]
+fn a_failed_unbound_producer_in_a_loop_fails_its_readers_without_hanging() {
+    let (want, got) = failed_unbound_loops();
+    for (cfg, g) in got.into_iter().filter(|((_, fusion, _), _)| !fusion) {
+        assert_eq!(g, want, "tracing, fusion, window: {cfg:?}");
+    }
+}
+
+/// [`a_failed_unbound_producer_in_a_loop_fails_its_readers_without_hanging`] with fusion:
+/// traced at a window of 8, the reader of the failed unbound store is fused with the next
+/// task (`fused(h_sum,h_bump)`, an in-place update of `x` that does not depend on it); the
+/// poisoned input fails the whole fused task (`launch::failed_input` looks at every
+/// sub-task's inputs), so `x` is poisoned, and since every later iteration updates `x` in
+/// place, every later future and read fails, where the plain runtime recovers at the next
+/// iteration. (The same root cause as
+/// `panics::a_panic_fused_next_to_independent_tasks_poisons_only_its_own_outputs`.)
+#[test]
+#[ignore = "bug: a fused task fails as a whole when one sub-task's input is poisoned"]
+fn a_failed_unbound_producer_does_not_poison_a_task_fused_with_its_reader() {
+    let (want, got) = failed_unbound_loops();
+    for (cfg, g) in got {
+        assert_eq!(g, want, "tracing, fusion, window: {cfg:?}");
+    }
+}
+
+/// The harness does what the property tests rely on: a steady loop body replays traces (as
+/// actors where asked) and fuses, and still matches the plain runtime.
+#[test]
+fn the_harness_replays_and_fuses_a_steady_body() {
+    let c = Case {
+        n: 4097,
+        min_piece: 1024,
+        threads: 2,
+        a: vec![
+            Op::Axpy {
+                d: 0,
+                s: 1,
+                t: 2,
+                a: 1,
+            },
+            Op::AxpyIn { x: 2, s: 0, a: -1 },
+            Op::Reduce { s: 2, op: 0 },
+            Op::UseFuture { x: 1, back: 0 },
+            Op::Temps { d: 1, s: 0, a: 2 },
+        ],
+        b: vec![],
+        iterations: 10,
+        period: 1,
+        drift_from: None,
+    };
+    let (want, _) = run_stats(&c, &plain()).unwrap();
+    for (name, cfg) in configs() {
+        let (got, st) = run_stats(&c, &cfg).unwrap();
+        assert!(got == want, "{name}");
+        if cfg.tracing {
+            assert!(st.traces_replayed > 0, "{name}: {st:?}");
+            assert_eq!(st.actor_replays > 0, cfg.actors, "{name}: {st:?}");
+        }
+        if cfg.fusion {
+            assert!(st.fused_launches > 0, "{name}: {st:?}");
+        }
+    }
 }
