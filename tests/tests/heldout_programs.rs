@@ -34,6 +34,9 @@ enum Op {
     Swap,
     /// `x` rebound to a fresh upload of constant values
     Fresh,
+    /// `A` rebound to a fresh upload of a matrix of the same shape and another pattern
+    /// (the SpMV's image sources change under a replayed trace)
+    FreshMatrix,
     /// `s = sum x` via a reduction, then `y = y * s` (with `s` kept across iterations)
     SumScale,
 }
@@ -50,6 +53,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Swap),
         1 => Just(Op::Fresh),
         1 => Just(Op::SumScale),
+        1 => Just(Op::FreshMatrix),
     ]
 }
 
@@ -86,15 +90,25 @@ fn vector(n: usize, f: impl Fn(usize) -> f64) -> Tensor<f64> {
     Tensor::dense_from_vec(vec![n], (0..n).map(f).collect()).unwrap()
 }
 
-fn matrix(n: usize) -> Tensor<f64> {
+fn matrix(n: usize, k: usize) -> Tensor<f64> {
     let mut seen = std::collections::HashSet::new();
     let entries: Vec<_> = (0..n)
         .flat_map(|i| {
+            // Row i has 1 to 3 entries, depending on `k`.
             [
-                (vec![i, i], 2.0 + (i % 5) as f64),
-                (vec![i, (i * 7 + 3) % n], 0.5),
+                (vec![i, i], 2.0 + ((i + k) % 5) as f64),
+                (vec![i, (i * (7 + k) + 3) % n], 0.5),
+                (
+                    vec![i, (i * 3 + k) % n],
+                    if (i + k).is_multiple_of(3) {
+                        -0.25
+                    } else {
+                        0.0
+                    },
+                ),
             ]
         })
+        .filter(|(_, v)| *v != 0.0)
         .filter(|(c, _)| seen.insert(c.clone()))
         .collect();
     Tensor::from_entries(vec![n, n], "csr", entries).unwrap()
@@ -110,7 +124,8 @@ fn run(p: &Program, rt: &Runtime) -> Res<Vec<Vec<u64>>> {
     let mut x = up(&vector(n, |i| 1.0 + (i % 13) as f64 * 0.1))?;
     let mut y = up(&vector(n, |i| 0.5 - (i % 7) as f64 * 0.2))?;
     let mut z = up(&vector(n, |i| (i % 3) as f64))?;
-    let A = up(&matrix(n))?;
+    let mut A = up(&matrix(n, 0))?;
+    let mut fresh = 0;
     let mut s_kept: Option<Stored<f64>> = None;
     let mut out = Vec::new();
     for it in 0..p.iterations {
@@ -144,6 +159,10 @@ fn run(p: &Program, rt: &Runtime) -> Res<Vec<Vec<u64>>> {
                 Op::MaxMin => z = tensor!(rt => t(i) = max(x(i), y(i)) - min(y(i), z(i)))?,
                 Op::Swap => std::mem::swap(&mut x, &mut y),
                 Op::Fresh => x = up(&vector(n, |i| (i % 5) as f64 * 0.25 - 0.5))?,
+                Op::FreshMatrix => {
+                    fresh += 1;
+                    A = up(&matrix(n, fresh % 3))?;
+                }
                 Op::SumScale => {
                     let s = tensor!(rt => s = x(i); split(i, io, ii, 4); extend(io))?;
                     y = match &s_kept {
@@ -221,4 +240,77 @@ proptest! {
     fn heldout_tensor_programs_match_the_unfused_runtime(p in program()) {
         check(&p)?;
     }
+}
+
+/// An `f32` program: scalars from dot products (a rank-0 `f32` store read back exactly by
+/// `value_future`) used by element-wise chains, in place `+=`, temporaries; on 1 and 2
+/// threads, at lengths around the chunk, every configuration against the unfused runtime.
+fn program_f32(rt: &Runtime, n: usize, rounds: usize) -> Res<Vec<Vec<u32>>> {
+    let v = |f: &dyn Fn(usize) -> f32| {
+        Tensor::<f32>::dense_from_vec(vec![n], (0..n).map(f).collect()).unwrap()
+    };
+    let mut x = Stored::upload(rt, &v(&|i| 1.0 + (i % 11) as f32 * 0.125))?;
+    let mut y = Stored::upload(rt, &v(&|i| 0.5 - (i % 5) as f32 * 0.25))?;
+    let mut out = Vec::new();
+    for r in 0..rounds {
+        let d = tensor!(rt => d = x(i) * y(i); split(i, io, ii, 4); extend(io))?;
+        let a = tensor!(rt => a(i) = x(i) / (1 + abs(d)) + y(i) * 0.5)?;
+        y = tensor!(rt => y(i) += a(i) * 0.25)?;
+        if r % 3 != 2 {
+            x = tensor!(rt => t(i) = a(i) * a(i) / (1 + a(i) * a(i)) - d * 0.001)?;
+        }
+        if r % 4 == 1 {
+            out.push(
+                d.to_tensor(rt)?
+                    .vals()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect(),
+            );
+        }
+    }
+    for t in [&x, &y] {
+        out.push(
+            t.to_tensor(rt)?
+                .vals()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect(),
+        );
+    }
+    Ok(out)
+}
+
+#[test]
+fn heldout_f32_program_matches_the_unfused_runtime() -> Res<()> {
+    for threads in [1, 2] {
+        for n in [1usize, 5, 4095, 4097] {
+            let b = || Runtime::builder().threads(threads);
+            let plain = b().window_size(1).fusion(false).tracing(false).build();
+            let want = program_f32(&plain, n, 9)?;
+            for (name, rt) in [
+                ("window 16", b().window_size(16).tracing(false).build()),
+                (
+                    "tracing, actors",
+                    b().tracing(true).actors(true).trace_sampling(4).build(),
+                ),
+                (
+                    "tracing, no actors, window 4",
+                    b().tracing(true)
+                        .actors(false)
+                        .window_size(4)
+                        .trace_sampling(4)
+                        .build(),
+                ),
+            ] {
+                for round in 0..2 {
+                    assert!(
+                        program_f32(&rt, n, 9)? == want,
+                        "threads {threads}, n {n}, {name}, round {round}"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
 }
