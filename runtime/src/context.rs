@@ -1172,6 +1172,7 @@ mod tests {
             remaining: std::sync::atomic::AtomicUsize::new(1),
             outs: Vec::new(),
             failure: Mutex::new(None),
+            sub_failures: Mutex::default(),
             has_finish: false,
             dist: None,
         }

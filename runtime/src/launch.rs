@@ -4,6 +4,7 @@ use crate::buffer::{Borrow, Buf, Data};
 use crate::context::{ReadGroups, TaskContext};
 use crate::dtype::{DType, Element, PosRange, ReduceOp, Scalar};
 use crate::error::RuntimeError;
+use crate::fusion::failure::{self, SubFailures};
 use crate::fusion::FusedShape;
 use crate::future::FutureCell;
 use crate::graph::{Node, NodeList, Work};
@@ -98,6 +99,9 @@ pub(crate) struct Launched {
     /// What each point left for the finish step (empty when there is none).
     pub outs: Vec<Mutex<PointOut>>,
     pub failure: Mutex<Option<RuntimeError>>,
+    /// A fused task's failed sub-tasks (on one rank), each with its error; empty while none
+    /// has failed ([`crate::fusion::failure`]).
+    pub sub_failures: Mutex<SubFailures>,
     pub has_finish: bool,
     /// Across ranks: the task's place in the replicated stream (`None` on one rank).
     pub dist: Option<crate::replicate::finish::Dist>,
@@ -154,6 +158,7 @@ impl Launched {
             remaining: _,
             outs,
             failure,
+            sub_failures,
             has_finish: _,
             dist,
         } = self;
@@ -165,6 +170,10 @@ impl Launched {
         roots.clear();
         outs.clear();
         *failure.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+        sub_failures
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         *dist = None;
     }
 
@@ -211,6 +220,51 @@ impl Launched {
         }
     }
 
+    /// A fused task whose sub-tasks fail one by one ([`crate::fusion::failure`]): on one rank
+    /// (across ranks a task's failure is one message, so a fused task fails as a whole).
+    pub(crate) fn per_sub(&self) -> Option<&FusedShape> {
+        self.fused.as_deref().filter(|_| self.dist.is_none())
+    }
+
+    /// Records that sub-task `s` of a fused task failed (its first error is kept) and poisons
+    /// the stores it writes at once, as [`Launched::fail_with`] does for a whole task.
+    pub(crate) fn fail_sub(&self, shape: &FusedShape, s: usize, err: RuntimeError) {
+        let mut f = self.sub_failures.lock().unwrap_or_else(|e| e.into_inner());
+        if f.is_empty() {
+            f.resize(shape.subs.len(), None);
+        }
+        let first = f[s].get_or_insert(err).clone();
+        drop(f);
+        for &(j, _) in shape.subs[s].args.iter().filter(|(_, p)| p.writes()) {
+            let a = &self.args[j];
+            if !a.local {
+                a.root.set_poison(first.clone(), self.position);
+            }
+        }
+    }
+
+    /// After the last point: every sub-task's outcome over all points (one that failed in
+    /// some point fails those reading what it wrote everywhere), recorded; `None` when none
+    /// failed.
+    fn settled_subs(&self, shape: &FusedShape) -> Option<SubFailures> {
+        let mut failed = self
+            .sub_failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if failed.is_empty() {
+            return None;
+        }
+        let before = failed.clone();
+        failure::settle(self, shape, &mut failed, 0);
+        for (s, (now, was)) in failed.iter().zip(&before).enumerate() {
+            if let (Some(e), None) = (now, was) {
+                self.fail_sub(shape, s, e.clone());
+            }
+        }
+        Some(failed)
+    }
+
     /// The arguments whose stores the task writes (a local one is not a store's contents).
     fn written(&self) -> impl Iterator<Item = &LaunchArg> {
         self.args
@@ -237,6 +291,19 @@ impl Launched {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         let at = self.position;
+        if let (None, Some(shape)) = (&failure, self.per_sub()) {
+            if let Some(failed) = self.settled_subs(shape) {
+                // Each store as the sub-tasks that wrote it left it.
+                for (j, state) in failure::store_outcomes(self, shape, &failed) {
+                    match state {
+                        Some(err) => self.args[j].root.set_poison(err, at),
+                        None => self.args[j].root.clear_poison(at),
+                    }
+                }
+                self.end_refs();
+                return;
+            }
+        }
         for a in self.written() {
             match &failure {
                 Some(err) => a.root.set_poison(err.clone(), at),
@@ -251,6 +318,11 @@ impl Launched {
                 None => {}
             }
         }
+        self.end_refs();
+    }
+
+    /// Gives back the pending reference the task holds on each of its stores.
+    fn end_refs(&self) {
         for r in &self.roots {
             r.pending_refs.fetch_sub(1, Ordering::AcqRel);
         }
@@ -373,6 +445,9 @@ fn poisoned_input(task: &Launched) -> Option<String> {
 
 /// `trusted`: a point of a verified replay (`tracing::verify`), which takes no ledger borrows.
 fn run_point(task: &Launched, point: usize, counters: &Counters, trusted: bool) {
+    if let Some(shape) = task.per_sub() {
+        return run_fused_subs(task, shape, point, counters, trusted);
+    }
     if let Some(msg) = failed_input(task) {
         task.fail(point, msg);
         finish_point(task, point, counters);
@@ -380,7 +455,11 @@ fn run_point(task: &Launched, point: usize, counters: &Counters, trusted: bool) 
     }
     let r = catch_unwind(AssertUnwindSafe(|| match &task.fused {
         Some(shape) => Some(crate::fusion::run::run_fused_point(
-            task, shape, point, trusted,
+            task,
+            shape,
+            point,
+            trusted,
+            &mut smallvec::smallvec![None; shape.subs.len()],
         )),
         None => {
             let mut ctx = TaskContext::at(task, point, trusted);
@@ -396,16 +475,50 @@ fn run_point(task: &Launched, point: usize, counters: &Counters, trusted: bool) 
             *task.outs[point].lock().unwrap_or_else(|e| e.into_inner()) = out;
         }
         Ok(_) => {}
-        Err(payload) => {
-            let msg = payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "task body panicked".into());
-            task.fail(point, msg);
+        Err(payload) => task.fail(point, panic_message(&*payload)),
+    }
+    finish_point(task, point, counters);
+}
+
+/// [`run_point`] for a fused task whose sub-tasks fail one by one: the sub-tasks that cannot
+/// run are skipped, and each that fails is recorded ([`crate::fusion::failure`]).
+fn run_fused_subs(
+    task: &Launched,
+    shape: &FusedShape,
+    point: usize,
+    counters: &Counters,
+    trusted: bool,
+) {
+    let mut failed: SubFailures = smallvec::smallvec![None; shape.subs.len()];
+    if failure::may_fail_early(task) {
+        failure::settle(task, shape, &mut failed, point);
+    }
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        crate::fusion::run::run_fused_point(task, shape, point, trusted, &mut failed)
+    }));
+    match r {
+        Ok(out) if task.has_finish => {
+            *task.outs[point].lock().unwrap_or_else(|e| e.into_inner()) = out;
+        }
+        Ok(_) => {}
+        // Outside any sub-task's body (the runtime's own work for the point): the whole task.
+        Err(payload) => task.fail(point, panic_message(&*payload)),
+    }
+    for (s, e) in failed.into_iter().enumerate() {
+        if let Some(e) = e {
+            task.fail_sub(shape, s, e);
         }
     }
     finish_point(task, point, counters);
+}
+
+/// A panic's message, as a task failure reports it.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "task body panicked".into())
 }
 
 fn finish_point(task: &Launched, point: usize, counters: &Counters) {
@@ -428,9 +541,22 @@ fn run_finish(task: &Launched) {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
+    // A fused task's sub-tasks that failed: their folds are skipped and their futures fail,
+    // the others' go ahead.
+    let subs = match (&failed, task.per_sub()) {
+        (None, Some(shape)) => task.settled_subs(shape).map(|f| (shape, f)),
+        _ => None,
+    };
+    let sub_failed = |owner: Option<usize>| -> Option<RuntimeError> {
+        let (_, f) = subs.as_ref()?;
+        f[owner?].clone()
+    };
     for (i, a) in task.args.iter().enumerate() {
+        let owner = subs
+            .as_ref()
+            .map(|(shape, _)| failure::reduce_owner(shape, i));
         match a.privilege {
-            Privilege::Reduce(op) if failed.is_none() => {
+            Privilege::Reduce(op) if failed.is_none() && sub_failed(owner).is_none() => {
                 for (rect, data) in summation_trees(a, i, op, &mut outs) {
                     fold(&a.root, rect, op, &data);
                 }
@@ -446,8 +572,11 @@ fn run_finish(task: &Launched) {
         }
     }
     for (slot, (op, cell)) in task.results.iter().enumerate() {
-        let value = match &failed {
-            Some(e) => Err(e.clone()),
+        let owner = subs
+            .as_ref()
+            .and_then(|(shape, _)| failure::result_owner(shape, slot));
+        let value = match failed.clone().or_else(|| sub_failed(owner)) {
+            Some(e) => Err(e),
             None => Ok(outs
                 .iter()
                 .filter_map(|o| o.results.get(slot).copied().flatten())

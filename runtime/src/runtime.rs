@@ -1960,6 +1960,7 @@ impl Inner {
             // Only a finish step reads what points leave behind.
             outs: Launched::outs(n, has_finish),
             failure: Mutex::new(None),
+            sub_failures: Mutex::default(),
             has_finish,
             dist,
         })

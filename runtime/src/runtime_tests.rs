@@ -797,7 +797,7 @@ fn a_launcher_that_differs_only_in_a_constraint_ends_the_streak() {
 /// poisoned; the next iteration's whole write clears it) and every task folds a result.
 /// Returns the stores, the futures' values and the statistics.
 fn recycled_stream(tracing: bool) -> (Vec<f64>, Vec<f64>, Vec<Result<f64>>, Stats) {
-    // A window of one: a fused task fails as a whole, which is not what is compared here.
+    // A window of one and no fusion: one task's failure, unfused, is what is compared here.
     let rt = Runtime::builder()
         .threads(2)
         .min_piece_size(1)
@@ -806,8 +806,8 @@ fn recycled_stream(tracing: bool) -> (Vec<f64>, Vec<f64>, Vec<Result<f64>>, Stat
         .actors(true)
         .trace_sampling(8)
         .window_size(1)
-        // Replays fuse inside traces otherwise, and a fused task fails as a whole: what is
-        // checked here is one task's failure.
+        // Replays fuse inside traces otherwise: what is checked here is one unfused task's
+        // failure.
         .fusion(false)
         .build();
     let (rt, a, b) = with_inc(rt, |o, i| o * 0.5 + i);
@@ -905,7 +905,7 @@ fn consumer_points_run_after_failed_points(tracing: bool, actors: bool, threads:
         .tracing(tracing)
         .actors(actors)
         .trace_sampling(8)
-        .window_size(1) // a fused task fails as a whole: not what is checked here
+        .window_size(1) // one unfused task's failure is what is checked here
         .fusion(false) // nor inside replayed traces
         .build();
     let ran = Arc::new(AtomicUsize::new(0));

@@ -215,21 +215,41 @@ pub(crate) struct Step<'a> {
     pub result: Option<(ReduceOp, usize)>,
 }
 
+/// What [`run_chunks`] does when step `i` panics: given the step, the panic and which steps
+/// still run.
+pub(crate) type OnPanic<'a> = dyn FnMut(usize, Box<dyn std::any::Any + Send>, &mut [bool]) + 'a;
+
 /// Runs `steps` over `n` elements, `chunk` at a time, every step on a chunk before the next
-/// chunk. `results[slot]` receives each step's folded result.
-pub(crate) fn run_chunks(n: usize, chunk: usize, steps: &[Step], results: &mut [Option<Scalar>]) {
+/// chunk. `results[slot]` receives each step's folded result. Only the steps marked in `live`
+/// run; when one panics, `failed(step, payload, live)` says what goes on (it may mark more
+/// steps dead, or resume the panic) and the loop continues with the next step.
+pub(crate) fn run_chunks(
+    n: usize,
+    chunk: usize,
+    steps: &[Step],
+    results: &mut [Option<Scalar>],
+    live: &mut [bool],
+    failed: &mut OnPanic<'_>,
+) {
     let mut ins: SmallVec<[*const u8; 8]> = SmallVec::new();
     let mut outs: SmallVec<[*mut u8; 8]> = SmallVec::new();
     let mut c = 0;
     while c < n {
         let len = chunk.min(n - c);
-        for s in steps {
+        for (i, s) in steps.iter().enumerate() {
+            if !live[i] {
+                continue;
+            }
             ins.clear();
             outs.clear();
             ins.extend(s.ins.iter().map(|x| x.at(c) as *const u8));
             outs.extend(s.outs.iter().map(|x| x.at(c)));
             let result = s.result.map(|(op, slot)| (op, &mut results[slot]));
-            (s.kernel.run)(&ins, &outs, len, &s.scalars, result);
+            let run = || (s.kernel.run)(&ins, &outs, len, &s.scalars, result);
+            if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+                live[i] = false;
+                failed(i, payload, live);
+            }
         }
         c += len;
     }
@@ -289,7 +309,16 @@ pub(crate) fn unfused_body(kernel: &Elementwise, ctx: &mut TaskContext<'_>) {
             result: ctx.result_op().map(|op| (op, 0)),
         };
         let mut result = [None];
-        run_chunks(len.unwrap_or(0), CHUNK, &[step], &mut result);
+        // Unfused, a panic fails the task as before.
+        let resume = &mut |_, p, _: &mut [bool]| std::panic::resume_unwind(p);
+        run_chunks(
+            len.unwrap_or(0),
+            CHUNK,
+            &[step],
+            &mut result,
+            &mut [true],
+            resume,
+        );
         drop((reads, writes));
         if let Some(v) = result[0] {
             ctx.set_result(v);

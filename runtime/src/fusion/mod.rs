@@ -11,6 +11,7 @@
 
 pub(crate) mod build;
 pub(crate) mod constraints;
+pub(crate) mod failure;
 pub(crate) mod kernel;
 pub(crate) mod memo;
 pub(crate) mod run;

@@ -1,13 +1,15 @@
 //! Running one point of a fused task: the element-wise chunk loop when every sub-task is
 //! element-wise and the point's sub-stores line up, else each sub-task's body in issue order.
 
+use super::failure::{self, SubFailures};
 use super::kernel::{run_chunks, zero_kernel, Slot, Step, CHUNK};
 use super::scratch::Scratch;
 use super::FusedShape;
 use crate::buffer::{Borrow, Data};
 use crate::context::{Locals, TaskContext};
 use crate::dtype::Scalar;
-use crate::launch::{Launched, PointOut};
+use crate::error::RuntimeError;
+use crate::launch::{panic_message, Launched, PointOut};
 use crate::rect::Rect;
 use crate::task::{Privilege, ScalarArg};
 use smallvec::SmallVec;
@@ -15,15 +17,18 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
 /// Runs `point` of fused task `task` and returns what it leaves for the finish step.
 /// `trusted`: a point of a verified replay (`tracing::verify`), whose views hold no ledger
-/// borrows.
+/// borrows. `failed`: the sub-tasks that cannot run (skipped); a sub-task whose body panics
+/// is added, with those it fails in turn ([`failure::settle`]), and the others go on. (On more
+/// than one rank a fused task fails as a whole: there a panic goes up, as before.)
 pub(crate) fn run_fused_point(
     task: &Launched,
     shape: &FusedShape,
     point: usize,
     trusted: bool,
+    failed: &mut SubFailures,
 ) -> PointOut {
     if shape.kernel {
-        if let Some(out) = kernel_point(task, shape, point, trusted) {
+        if let Some(out) = kernel_point(task, shape, point, trusted, failed) {
             return out;
         }
     }
@@ -36,18 +41,16 @@ pub(crate) fn run_fused_point(
         return out;
     };
     let mut ctx = TaskContext::for_sub(task, point, first, &locals, trusted);
-    for sub in &shape.subs {
+    for (s, sub) in shape.subs.iter().enumerate() {
+        if failed[s].is_some() {
+            continue;
+        }
         ctx.set_sub(sub);
         if let Err(p) = catch_unwind(AssertUnwindSafe(|| (sub.body)(&mut ctx))) {
-            // Name the sub-task whose body failed, not just the fused task.
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
-            match msg {
-                Some(m) => panic!("in sub-task {}: {m}", sub.name),
-                None => resume_unwind(p),
-            }
+            // What it left is dropped: its folds and results are not to be used.
+            drop(ctx.out.take());
+            sub_panicked(task, shape, point, failed, s, p);
+            continue;
         }
         let o = ctx.out.take();
         out.reduce.extend(o.reduce);
@@ -59,6 +62,36 @@ pub(crate) fn run_fused_point(
         }
     }
     out
+}
+
+/// Sub-task `s` panicked in `point`: recorded in `failed` with the sub-tasks that depend on
+/// it, where sub-tasks fail one by one; across ranks the panic goes on up (naming the
+/// sub-task), failing the whole task.
+fn sub_panicked(
+    task: &Launched,
+    shape: &FusedShape,
+    point: usize,
+    failed: &mut SubFailures,
+    s: usize,
+    payload: Box<dyn std::any::Any + Send>,
+) {
+    let name = &shape.subs[s].name;
+    if task.per_sub().is_none() {
+        match payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|m| m.to_string()))
+        {
+            Some(m) => panic!("in sub-task {name}: {m}"),
+            None => resume_unwind(payload),
+        }
+    }
+    failed[s] = Some(RuntimeError::TaskFailed {
+        task: name.to_string(),
+        point: task.domain.point(point)[..task.domain.dim()].to_vec(),
+        message: panic_message(&*payload),
+    });
+    failure::settle(task, shape, failed, point);
 }
 
 /// The cells `rect` covers in a store laid out over `whole`, when they are one run.
@@ -91,6 +124,7 @@ fn kernel_point(
     shape: &FusedShape,
     point: usize,
     trusted: bool,
+    failed: &mut SubFailures,
 ) -> Option<PointOut> {
     let mut n = None;
     let mut spans: SmallVec<[(usize, usize); 8]> = SmallVec::new();
@@ -167,9 +201,10 @@ fn kernel_point(
         scalars: SmallVec::new(),
         result: None,
     });
+    let first_sub = usize::from(clear.is_some());
     let steps: SmallVec<[Step; 8]> = clear
         .into_iter()
-        .chain(shape.subs.iter().map(|s| {
+        .chain(shape.subs.iter().zip(failed.iter()).map(|(s, f)| {
             Step {
                 kernel: s.kernel.as_deref().expect("checked above"),
                 ins: s
@@ -184,16 +219,39 @@ fn kernel_point(
                     .filter(|(_, p)| *p != Privilege::Read)
                     .map(|(j, _)| slots[*j])
                     .collect(),
-                scalars: task.scalars[s.scalars.clone()]
-                    .iter()
-                    .map(scalar_value)
-                    .collect(),
+                // A failed sub-task's step never runs (its futures may have failed).
+                scalars: match f {
+                    Some(_) => SmallVec::new(),
+                    None => task.scalars[s.scalars.clone()]
+                        .iter()
+                        .map(scalar_value)
+                        .collect(),
+                },
                 result: s.result.map(|slot| (task.results[slot].0, slot)),
             }
         }))
         .collect();
     let mut results: SmallVec<[Option<Scalar>; 1]> = smallvec::smallvec![None; task.results.len()];
-    run_chunks(n, CHUNK, &steps, &mut results);
+    let mut live: SmallVec<[bool; 8]> = (0..steps.len())
+        .map(|i| i < first_sub || failed[i - first_sub].is_none())
+        .collect();
+    run_chunks(
+        n,
+        CHUNK,
+        &steps,
+        &mut results,
+        &mut live,
+        &mut |i, payload, live| {
+            // The zeroing step is the runtime's own: a panic there fails the whole task.
+            if i < first_sub {
+                resume_unwind(payload);
+            }
+            sub_panicked(task, shape, point, failed, i - first_sub, payload);
+            for (l, f) in live[first_sub..].iter_mut().zip(failed.iter()) {
+                *l = f.is_none();
+            }
+        },
+    );
     drop((borrows, scratch));
     Some(PointOut {
         results,

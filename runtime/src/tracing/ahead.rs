@@ -419,6 +419,7 @@ impl SolvedTask {
             remaining: AtomicUsize::new(points),
             outs: Launched::outs(points, has_finish),
             failure: Mutex::new(None),
+            sub_failures: Mutex::default(),
             has_finish,
             dist: None,
         })
@@ -443,6 +444,7 @@ impl SolvedTask {
             remaining,
             outs,
             failure,
+            sub_failures,
             has_finish,
             dist,
         } = l;
@@ -470,6 +472,10 @@ impl SolvedTask {
             outs.extend((0..points).map(|_| Mutex::default()));
         }
         *failure.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+        sub_failures
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         *has_finish = finish;
         *dist = None;
     }
@@ -539,6 +545,7 @@ pub(crate) fn launch_fused(
         remaining: AtomicUsize::new(points),
         outs: Launched::outs(points, has_finish),
         failure: Mutex::new(None),
+        sub_failures: Mutex::default(),
         has_finish,
         dist: None,
     })
@@ -568,6 +575,7 @@ fn renew_fused(
         remaining,
         outs,
         failure,
+        sub_failures,
         has_finish,
         dist,
     } = l;
@@ -589,6 +597,10 @@ fn renew_fused(
         outs.extend((0..points).map(|_| Mutex::default()));
     }
     *failure.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+    sub_failures
+        .get_mut()
+        .unwrap_or_else(|e| e.into_inner())
+        .clear();
     *has_finish = finish;
     *dist = None;
 }

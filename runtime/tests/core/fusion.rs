@@ -1418,3 +1418,41 @@ fn the_window_thread_is_woken_only_for_a_deadline_it_would_miss() {
         "{wakes} wake-ups over 20 holds (at most {bound})"
     );
 }
+
+/// A store poisoned by a failed task, then rewritten whole and read inside one fused task: the
+/// rewrite clears the poison for the sub-task after it, as unfused (the fused task used to
+/// check its merged read-write argument as an input and fail as a whole). Through the bodies
+/// and through the chunk loop. One point per task: over several, a reader's point may follow
+/// an early point of the rewrite before the rewrite's end clears the poison, unfused too
+/// (`heldout_streams::a_whole_rewrite_clears_the_poison_for_every_reader_point`).
+#[test]
+fn a_fused_rewrite_of_a_poisoned_store_clears_it_for_the_sub_task_reading_it() {
+    for name in ["axpb", "ew_axpb"] {
+        let run = |window: usize, fusion: bool| {
+            let rt = rt(window, fusion);
+            rt.register("fail_write", |ctx| {
+                let _ = ctx.write::<f64>(0);
+                panic!("x is not written");
+            })
+            .unwrap();
+            let n = 64;
+            let src = input(&rt, n);
+            let (x, y) = (
+                rt.create(DType::F64, &[n]).unwrap(),
+                rt.create(DType::F64, &[n]).unwrap(),
+            );
+            rt.task("fail_write").write(&x).submit().unwrap();
+            assert!(rt.read::<f64>(&x).is_err(), "x is poisoned");
+            axpb_over(&rt, name, (&src, &x), (2.0, 1.0), 1);
+            axpb_over(&rt, name, (&x, &y), (1.0, 5.0), 1);
+            let _ = rt.fence();
+            let fused = rt.stats().fused_launches;
+            (rt.read::<f64>(&x).ok(), rt.read::<f64>(&y).ok(), fused)
+        };
+        let (want_x, want_y, _) = run(1, false);
+        assert!(want_x.is_some() && want_y.is_some(), "{name}: unfused");
+        let (x, y, fused) = run(4, true);
+        assert!(fused > 0, "{name}: the rewrite and the read fuse");
+        assert_eq!((x, y), (want_x, want_y), "{name}");
+    }
+}

@@ -955,9 +955,9 @@ mod panics {
 
     /// A panicking task fused with tasks that do not depend on it: unfused, only the failing
     /// task's outputs are poisoned; the independent task's store and future must be the same
-    /// with fusion on.
+    /// with fusion on (a fused task used to fail as a whole; now its sub-tasks fail one by
+    /// one, `fusion::failure`).
     #[test]
-    #[ignore = "bug: a fused task's failure poisons every sub-task's outputs and futures"]
     fn a_panic_fused_next_to_independent_tasks_poisons_only_its_own_outputs() {
         let want = outcome(1, false);
         assert!(want[0].is_some() && want[1].is_none() && want[2].is_some());
@@ -1279,13 +1279,12 @@ fn a_failed_unbound_producer_in_a_loop_fails_its_readers_without_hanging() {
 /// [`a_failed_unbound_producer_in_a_loop_fails_its_readers_without_hanging`] with fusion:
 /// traced at a window of 8, the reader of the failed unbound store is fused with the next
 /// task (`fused(h_sum,h_bump)`, an in-place update of `x` that does not depend on it); the
-/// poisoned input fails the whole fused task (`launch::failed_input` looks at every
-/// sub-task's inputs), so `x` is poisoned, and since every later iteration updates `x` in
-/// place, every later future and read fails, where the plain runtime recovers at the next
-/// iteration. (The same root cause as
-/// `panics::a_panic_fused_next_to_independent_tasks_poisons_only_its_own_outputs`.)
+/// poisoned input failed the whole fused task (`launch::failed_input` looked at every
+/// sub-task's inputs), so `x` was poisoned, and since every later iteration updates `x` in
+/// place, every later future and read failed, where the plain runtime recovers at the next
+/// iteration. Now only the reader fails (`fusion::failure`; the same fix as
+/// `panics::a_panic_fused_next_to_independent_tasks_poisons_only_its_own_outputs`).
 #[test]
-#[ignore = "bug: a fused task fails as a whole when one sub-task's input is poisoned"]
 fn a_failed_unbound_producer_does_not_poison_a_task_fused_with_its_reader() {
     let (want, got) = failed_unbound_loops();
     for (cfg, g) in got {

@@ -553,8 +553,8 @@ fn panicking_body(threads: usize, mode: Mode) {
     let st = rt.stats();
     let err = rt.read::<f64>(&a).unwrap_err();
     assert!(
-        // With fusion on, a replay fuses the steps: the fused task fails, naming the step
-        // (`in sub-task step: boom`), as a fused task of the window does.
+        // With fusion on, a replay fuses the steps: the failing sub-task's error names the
+        // step, as a fused task of the window does (across ranks, `fused(step...`).
         matches!(&err, RuntimeError::TaskFailed { task, .. }
             if task == "step" || task.starts_with("fused(step")),
         "{err}"

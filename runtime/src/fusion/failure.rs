@@ -1,0 +1,173 @@
+//! Failures inside a fused task, sub-task by sub-task: a fused task fails where its sub-tasks
+//! would have failed unfused, not as a whole.
+//!
+//! Unfused, a task fails when its body panics, when a future argument failed, or when it
+//! reads a store that an earlier failed task wrote and that nothing rewrote whole since; the
+//! tasks around it run. A fused task keeps that: a point works out which sub-tasks cannot run
+//! ([`settle`], before it starts and again whenever a sub-task's body panics), runs the
+//! others (the chunk loop skips the failed steps), and records each failed sub-task's error
+//! ([`Launched::fail_sub`]). After the last point the task settles once more over all points
+//! (a sub-task that failed in one point fails the sub-tasks reading what it wrote in every
+//! point), and only then poisons stores, clears rewritten ones and completes futures, each by
+//! the sub-task that wrote it ([`Launched::end`], `run_finish`).
+//!
+//! Across ranks a fused task still fails as a whole (the failure travels as one message per
+//! task, `replicate::finish`).
+
+use super::FusedShape;
+use crate::error::RuntimeError;
+use crate::launch::{LaunchArg, Launched};
+use crate::store::StoreRoot;
+use crate::task::{Privilege, ScalarArg};
+use smallvec::SmallVec;
+
+/// Per sub-task, in issue order: its error, or `None` while it can run.
+pub(crate) type SubFailures = SmallVec<[Option<RuntimeError>; 8]>;
+
+/// What a sub-task's store argument stands for while settling: a store, or a temporary (one
+/// per fused argument; it has no store contents).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cell {
+    Store(*const StoreRoot),
+    Temporary(usize),
+}
+
+fn cell(a: &LaunchArg, j: usize) -> Cell {
+    if a.local {
+        Cell::Temporary(j)
+    } else {
+        Cell::Store(std::sync::Arc::as_ptr(&a.root))
+    }
+}
+
+/// A write after which the store is trustworthy again: the whole store, not a fold (as
+/// [`Launched::end`] clears a store's poison).
+fn whole_write(a: &LaunchArg, p: Privilege) -> bool {
+    p.writes()
+        && !matches!(p, Privilege::Reduce(_))
+        && (p == Privilege::WriteUnbound || a.root.bound().is_some_and(|b| b.rect == a.view))
+}
+
+/// Fills in `failed` (known failures kept) with every sub-task that cannot run or cannot be
+/// trusted, in issue order: one whose future argument failed, one reading a store or a
+/// temporary that a failed sub-task before it wrote (and no sub-task between rewrote whole),
+/// one reading a store poisoned before the fused task that no sub-task before it rewrote
+/// whole. New errors name the sub-task and `point`.
+pub(crate) fn settle(
+    task: &Launched,
+    shape: &FusedShape,
+    failed: &mut [Option<RuntimeError>],
+    point: usize,
+) {
+    // Cells written by a failed sub-task so far (with its error), and stores rewritten whole
+    // by one that did not fail (an older poison no longer reaches the sub-tasks after it).
+    let mut bad: SmallVec<[(Cell, RuntimeError); 4]> = SmallVec::new();
+    let mut rewritten: SmallVec<[Cell; 8]> = SmallVec::new();
+    for (s, sub) in shape.subs.iter().enumerate() {
+        if failed[s].is_none() {
+            failed[s] = input_failure(task, sub, &bad, &rewritten).map(|message| {
+                RuntimeError::TaskFailed {
+                    task: sub.name.to_string(),
+                    point: task.domain.point(point)[..task.domain.dim()].to_vec(),
+                    message,
+                }
+            });
+        }
+        for &(j, p) in sub.args.iter().filter(|(_, p)| p.writes()) {
+            let (a, c) = (&task.args[j], cell(&task.args[j], j));
+            bad.retain(|(b, _)| *b != c);
+            match &failed[s] {
+                Some(e) => bad.push((c, e.clone())),
+                None if whole_write(a, p) => rewritten.push(c),
+                None => {}
+            }
+        }
+    }
+}
+
+/// Why sub-task `sub` cannot run, as the unfused task's point would say it.
+fn input_failure(
+    task: &Launched,
+    sub: &super::SubShape,
+    bad: &[(Cell, RuntimeError)],
+    rewritten: &[Cell],
+) -> Option<String> {
+    for (k, i) in sub.scalars.clone().enumerate() {
+        if let ScalarArg::Future(f) = &task.scalars[i] {
+            if let Some(Err(e)) = f.value.get() {
+                return Some(format!("future argument {k} failed: {e}"));
+            }
+        }
+    }
+    let reads = sub
+        .args
+        .iter()
+        .filter(|(_, p)| matches!(p, Privilege::Read | Privilege::ReadWrite));
+    for &(j, _) in reads {
+        let a = &task.args[j];
+        let c = cell(a, j);
+        if let Some((_, e)) = bad.iter().find(|(b, _)| *b == c) {
+            return Some(format!("input store#{} was not computed: {e}", a.root.id));
+        }
+        if !a.local && !rewritten.contains(&c) {
+            if let Some(e) = a.root.poisoned_before(task.position) {
+                return Some(format!("input store#{} was not computed: {e}", a.root.id));
+            }
+        }
+    }
+    None
+}
+
+/// Whether a point must settle before it starts: a store it names is poisoned or a future
+/// argument failed (otherwise no sub-task can fail before its body runs).
+pub(crate) fn may_fail_early(task: &Launched) -> bool {
+    task.roots.iter().any(|r| r.tainted())
+        || task.scalars.iter().any(|s| match s {
+            ScalarArg::Future(f) => matches!(f.value.get(), Some(Err(_))),
+            ScalarArg::Value(_) => false,
+        })
+}
+
+/// What a fused task leaves each store it writes, by its sub-tasks in issue order: poisoned
+/// by the last failed sub-task that wrote it (unless one after rewrote it whole), cleared
+/// when a sub-task rewrote it whole and none failed after, else untouched.
+pub(crate) fn store_outcomes(
+    task: &Launched,
+    shape: &FusedShape,
+    failed: &[Option<RuntimeError>],
+) -> SmallVec<[(usize, Option<RuntimeError>); 8]> {
+    // Per written store argument (first fused argument of its store): `Some(Some(e))`
+    // poisoned, `Some(None)` cleared, absent untouched.
+    let mut out: SmallVec<[(usize, Option<RuntimeError>); 8]> = SmallVec::new();
+    for (s, sub) in shape.subs.iter().enumerate() {
+        for &(j, p) in sub.args.iter().filter(|(_, p)| p.writes()) {
+            let a = &task.args[j];
+            if a.local {
+                continue;
+            }
+            let state = match &failed[s] {
+                Some(e) => Some(e.clone()),
+                None if whole_write(a, p) => None,
+                None => continue,
+            };
+            let same = |(k, _): &(usize, Option<RuntimeError>)| {
+                std::sync::Arc::ptr_eq(&task.args[*k].root, &a.root)
+            };
+            match out.iter_mut().find(|o| same(o)) {
+                Some(o) => o.1 = state,
+                None => out.push((j, state)),
+            }
+        }
+    }
+    out
+}
+
+/// The sub-task whose result fills result slot `slot`.
+pub(crate) fn result_owner(shape: &FusedShape, slot: usize) -> Option<usize> {
+    shape.subs.iter().position(|s| s.result == Some(slot))
+}
+
+/// The sub-task that reduces into fused argument `j` (reductions are never shared).
+pub(crate) fn reduce_owner(shape: &FusedShape, j: usize) -> usize {
+    shape.args[j].from.0
+}
