@@ -226,19 +226,23 @@ impl Launched {
         self.fused.as_deref().filter(|_| self.dist.is_none())
     }
 
-    /// Records that sub-task `s` of a fused task failed (its first error is kept) and poisons
-    /// the stores it writes at once, as [`Launched::fail_with`] does for a whole task.
+    /// Records that sub-task `s` of a fused task failed (its first error is kept).
     pub(crate) fn fail_sub(&self, shape: &FusedShape, s: usize, err: RuntimeError) {
         let mut f = self.sub_failures.lock().unwrap_or_else(|e| e.into_inner());
         if f.is_empty() {
             f.resize(shape.subs.len(), None);
         }
-        let first = f[s].get_or_insert(err).clone();
-        drop(f);
-        for &(j, _) in shape.subs[s].args.iter().filter(|(_, p)| p.writes()) {
-            let a = &self.args[j];
-            if !a.local {
-                a.root.set_poison(first.clone(), self.position);
+        f[s].get_or_insert(err);
+    }
+
+    /// Poisons at once, as [`Launched::fail_with`] does for a whole task, the stores that the
+    /// sub-tasks `failed` leave poisoned: not those a later sub-task rewrote whole (its
+    /// readers' points may run before the task's end, and must see the rewrite's values as
+    /// good, as unfused, where the failed task's poisoning comes before the rewrite).
+    fn poison_failed_subs(&self, shape: &FusedShape, failed: &[Option<RuntimeError>]) {
+        for (j, state) in failure::store_outcomes(self, shape, failed) {
+            if let Some(err) = state {
+                self.args[j].root.set_poison(err, self.position);
             }
         }
     }
@@ -263,6 +267,22 @@ impl Launched {
             }
         }
         Some(failed)
+    }
+
+    /// Tells each store the task writes whole that it does, at the task's position: called as
+    /// the task is launched, in stream order ([`StoreRoot::note_rewrite`]; the same stores a
+    /// successful end clears, [`Launched::end`]).
+    pub(crate) fn note_rewrites(&self) {
+        for a in self.written() {
+            let whole = match a.privilege {
+                Privilege::Reduce(_) => false,
+                Privilege::WriteUnbound => true,
+                _ => a.root.bound().is_some_and(|b| b.rect == a.view),
+            };
+            if whole {
+                a.root.note_rewrite(self.position);
+            }
+        }
     }
 
     /// The arguments whose stores the task writes (a local one is not a store's contents).
@@ -504,9 +524,12 @@ fn run_fused_subs(
         // Outside any sub-task's body (the runtime's own work for the point): the whole task.
         Err(payload) => task.fail(point, panic_message(&*payload)),
     }
-    for (s, e) in failed.into_iter().enumerate() {
-        if let Some(e) = e {
-            task.fail_sub(shape, s, e);
+    if failed.iter().any(Option::is_some) {
+        task.poison_failed_subs(shape, &failed);
+        for (s, e) in failed.into_iter().enumerate() {
+            if let Some(e) = e {
+                task.fail_sub(shape, s, e);
+            }
         }
     }
     finish_point(task, point, counters);

@@ -878,7 +878,7 @@ impl Runtime {
             self.inner
                 .wait_helping(&self.inner.shared.completion, || n.is_done());
         }
-        match store.root.poisoned() {
+        match store.root.poisoned_for_read() {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -1944,7 +1944,7 @@ impl Inner {
             Some(d) => d.seq,
             None => self.next_position(),
         };
-        Arc::new(Launched {
+        let task = Arc::new(Launched {
             position,
             name: t.name,
             body: t.body,
@@ -1963,7 +1963,9 @@ impl Inner {
             sub_failures: Mutex::default(),
             has_finish,
             dist,
-        })
+        });
+        task.note_rewrites();
+        task
     }
 
     /// A plan's task and its point (and finish) nodes, not yet connected to anything; each

@@ -153,7 +153,20 @@ pub(crate) struct StoreRoot {
     /// successfully ([`StoreRoot::clear_poison`]): a failure from before it is not these
     /// contents' ([`StoreRoot::set_poison`]).
     cleared: AtomicU64,
+    /// Stream positions of the latest tasks launched that write the whole store (a ring of
+    /// [`REWRITES`], `u64::MAX` where empty; [`StoreRoot::note_rewrite`]): a reader's point
+    /// ignores poisonings from before the latest one before its own task. The clear above
+    /// comes only when such a task's *last* point ends, while a reader's point depends only on
+    /// the points it overlaps, so without this a reader released by an early point of the
+    /// rewrite saw the old poison in some runs (`a_whole_rewrite_clears_the_poison_for_every_
+    /// reader_point`).
+    rewrites: [AtomicU64; REWRITES],
+    rewrite_next: AtomicUsize,
 }
+
+/// Whole rewrites a store remembers: a reader whose rewrite was pushed out by newer ones (the
+/// issuing thread ran far ahead) sees poisonings as if there were none, as before the ring.
+const REWRITES: usize = 4;
 
 /// A store's live poisonings ([`StoreRoot::set_poison`]): the first failure's error, and
 /// the stream positions of the earliest and latest. Two positions, not a list, so that a
@@ -241,6 +254,8 @@ impl StoreRoot {
             poison: Mutex::new(None),
             tainted: AtomicBool::new(false),
             cleared: AtomicU64::new(0),
+            rewrites: std::array::from_fn(|_| AtomicU64::new(u64::MAX)),
+            rewrite_next: AtomicUsize::new(0),
         }
     }
 
@@ -357,27 +372,70 @@ impl StoreRoot {
     /// task (and poisoned its outputs) only when it lost the race: an earlier task's outcome
     /// depended on the timing of a later one, even on the plain runtime (found by the
     /// held-out stream tests; `a_later_task_s_failure_does_not_fail_an_earlier_reader`).
+    /// Nor one from before the latest whole rewrite launched before the task
+    /// ([`StoreRoot::note_rewrite`]): the cells the point reads come from that rewrite's
+    /// points, which it waited for.
     #[inline]
     pub(crate) fn poisoned_before(&self, at: u64) -> Option<RuntimeError> {
         if !self.tainted() {
             return None;
         }
-        self.poison_error_before(at)
+        self.poison_error_between(self.rewritten_before(at), at)
     }
 
     #[cold]
     fn poison_error(&self) -> Option<RuntimeError> {
-        self.poison_error_before(u64::MAX)
+        self.poison_error_between(0, u64::MAX)
     }
 
+    /// [`StoreRoot::poisoned`] as a read after every task launched so far sees it, once it
+    /// has waited for the writers of what it reads (the latest whole rewrite's points among
+    /// them, but not for the rewrite's end, which clears older poisonings): poisonings from
+    /// before that rewrite are not the contents it reads.
+    pub(crate) fn poisoned_for_read(&self) -> Option<RuntimeError> {
+        if !self.tainted() {
+            return None;
+        }
+        self.poison_error_between(self.rewritten_before(u64::MAX), u64::MAX)
+    }
+
+    /// The poison error if a live poisoning lies in positions `since..=at` (as far as the
+    /// earliest and latest live ones tell).
     #[cold]
-    fn poison_error_before(&self, at: u64) -> Option<RuntimeError> {
+    fn poison_error_between(&self, since: u64, at: u64) -> Option<RuntimeError> {
         self.poison
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .filter(|p| p.first <= at)
+            .filter(|p| p.first <= at && p.last >= since)
             .map(|p| p.err.clone())
+    }
+
+    /// [`StoreRoot::poisoned_before`] without the poisonings at `at` itself: what a fused
+    /// task's sub-task sees of the tasks before the fused one (its own position's poisonings
+    /// are its sub-tasks', which it tells apart by their order, `fusion::failure`).
+    pub(crate) fn poisoned_by_earlier(&self, at: u64) -> Option<RuntimeError> {
+        if !self.tainted() || at == 0 {
+            return None;
+        }
+        self.poison_error_between(self.rewritten_before(at), at - 1)
+    }
+
+    /// Records that the task at stream position `at`, launched now (in stream order), writes
+    /// the whole store.
+    pub(crate) fn note_rewrite(&self, at: u64) {
+        let i = self.rewrite_next.fetch_add(1, Ordering::Relaxed) % REWRITES;
+        self.rewrites[i].store(at, Ordering::Release);
+    }
+
+    /// The latest whole rewrite the store remembers from before position `at` (0: none).
+    #[cold]
+    fn rewritten_before(&self, at: u64) -> u64 {
+        (self.rewrites.iter())
+            .map(|r| r.load(Ordering::Acquire))
+            .filter(|&w| w < at)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Marks the contents as produced by a failed task (the first failure is kept), at stream

@@ -109,8 +109,10 @@ fn input_failure(
         if let Some((_, e)) = bad.iter().find(|(b, _)| *b == c) {
             return Some(format!("input store#{} was not computed: {e}", a.root.id));
         }
+        // Poisonings from before the fused task only: its own position's are its sub-tasks'
+        // (`bad` above), which a sub-task before the failed one must not see.
         if !a.local && !rewritten.contains(&c) {
-            if let Some(e) = a.root.poisoned_before(task.position) {
+            if let Some(e) = a.root.poisoned_by_earlier(task.position) {
                 return Some(format!("input store#{} was not computed: {e}", a.root.id));
             }
         }

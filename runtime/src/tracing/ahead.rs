@@ -394,6 +394,7 @@ impl SolvedTask {
         if let Some(mut spare) = spare {
             if let Some(l) = Arc::get_mut(&mut spare) {
                 self.renew(l, t, position, has_finish);
+                spare.note_rewrites();
                 return spare;
             }
         }
@@ -404,7 +405,7 @@ impl SolvedTask {
         let args = self.launch_args(t);
         let mut read_groups = self.read_groups.clone();
         read_groups.verify(&args, |j| self.args.get(j).map(|a| &a.1));
-        Arc::new(Launched {
+        let task = Arc::new(Launched {
             position,
             name: t.name.clone(),
             body: t.body.clone(),
@@ -422,7 +423,9 @@ impl SolvedTask {
             sub_failures: Mutex::default(),
             has_finish,
             dist: None,
-        })
+        });
+        task.note_rewrites();
+        task
     }
 
     /// What [`SolvedTask::launch`] makes, written over an emptied spare task (every field:
@@ -520,6 +523,7 @@ pub(crate) fn launch_fused(
     if let Some(mut spare) = spare {
         if let Some(l) = Arc::get_mut(&mut spare) {
             renew_fused(l, shape, body, (tasks, solved), position);
+            spare.note_rewrites();
             return spare;
         }
     }
@@ -530,7 +534,7 @@ pub(crate) fn launch_fused(
     let domain = solved[0].domain;
     let points = domain.len();
     let has_finish = Launched::needs_finish(args.iter().map(|a| a.privilege), !results.is_empty());
-    Arc::new(Launched {
+    let task = Arc::new(Launched {
         position,
         name: shape.name.clone(),
         body: body.clone(),
@@ -548,7 +552,9 @@ pub(crate) fn launch_fused(
         sub_failures: Mutex::default(),
         has_finish,
         dist: None,
-    })
+    });
+    task.note_rewrites();
+    task
 }
 
 /// What [`launch_fused`] makes, written over an emptied spare task (every field:

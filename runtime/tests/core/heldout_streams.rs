@@ -862,13 +862,19 @@ proptest! {
     }
 
     /// The same with tasks that panic on some data (so inside replayed traces too), without
-    /// fusion: a fused task's failure poisons all its sub-tasks' outputs (see
-    /// `panics::a_panic_fused_next_to_independent_tasks_poisons_only_its_own_outputs`).
+    /// fusion. It found a later task's failure failing an earlier reader
+    /// (`a_later_task_s_failure_does_not_fail_an_earlier_reader`) and a reader's point
+    /// released by an early point of a whole rewrite seeing the older poison
+    /// (`a_whole_rewrite_clears_the_poison_for_every_reader_point`), both fixed. It still
+    /// fails now and then, traced against plain, in cases where the plain runtime itself gives
+    /// different outcomes from run to run: a poison is per store while dependences are per
+    /// point, so whether a reader's point that does not overlap the failing point sees the
+    /// poison depends on timing. Run it by hand (`--ignored`); the determined cases are
+    /// tested one by one (`panics::*`, `a_failed_unbound_producer_*`,
+    /// `fusion::a_fused_rewrite_*`, the two above).
     #[test]
-    #[ignore = "bug: a whole write clears its store's poison only when its last point ends, \
-                so a reader's point that follows an earlier point of it still sees the old \
-                poison (timing-dependent even on the plain runtime; see \
-                a_whole_rewrite_clears_the_poison_for_every_reader_point)"]
+    #[ignore = "failure visibility across points that do not overlap is timing-dependent on \
+                the plain runtime too: the comparison is not stable"]
     fn heldout_panicking_loops_traced_match_the_plain_runtime(c in case_of(op_or_boom)) {
         check(&c, false)?;
     }
@@ -1058,7 +1064,6 @@ fn a_later_task_s_failure_does_not_fail_an_earlier_reader() {
 /// timing-dependent (`heldout_panicking_loops_traced_match_the_plain_runtime` finds it on the
 /// plain runtime at 2 threads: a future that fails in some runs only).
 #[test]
-#[ignore = "bug: poison cleared at the rewrite's end, not before its dependents' points run"]
 fn a_whole_rewrite_clears_the_poison_for_every_reader_point() {
     use std::time::Duration;
     let rt = Runtime::builder()
