@@ -260,7 +260,9 @@ impl Launched {
             return None;
         }
         let before = failed.clone();
-        failure::settle(self, shape, &mut failed, 0);
+        // Only what the failures inside spread: a sub-task whose points ran is not failed
+        // after the fact by an input poisoned since.
+        failure::settle(self, shape, &mut failed, 0, false);
         for (s, (now, was)) in failed.iter().zip(&before).enumerate() {
             if let (Some(e), None) = (now, was) {
                 self.fail_sub(shape, s, e.clone());
@@ -511,7 +513,7 @@ fn run_fused_subs(
 ) {
     let mut failed: SubFailures = smallvec::smallvec![None; shape.subs.len()];
     if failure::may_fail_early(task) {
-        failure::settle(task, shape, &mut failed, point);
+        failure::settle(task, shape, &mut failed, point, true);
     }
     let r = catch_unwind(AssertUnwindSafe(|| {
         crate::fusion::run::run_fused_point(task, shape, point, trusted, &mut failed)

@@ -168,14 +168,47 @@ pub(crate) struct StoreRoot {
 /// issuing thread ran far ahead) sees poisonings as if there were none, as before the ring.
 const REWRITES: usize = 4;
 
-/// A store's live poisonings ([`StoreRoot::set_poison`]): the first failure's error, and
-/// the stream positions of the earliest and latest. Two positions, not a list, so that a
-/// loop whose store fails every iteration keeps one entry; the earliest is moved forward
-/// conservatively by a clear that leaves later poisonings ([`StoreRoot::clear_poison`]).
+/// A store's live poisonings ([`StoreRoot::set_poison`]): the first failure's error and the
+/// stream positions, exactly for the latest [`POISONINGS`] (a reader asks whether one lies
+/// in a range: between the latest whole rewrite before it and itself), and as one range for
+/// older ones pushed out (counted anywhere in it, conservatively). A clear drops those up to
+/// its position ([`StoreRoot::clear_poison`]), so a loop that rewrites the store keeps few.
 struct Poison {
-    first: u64,
-    last: u64,
+    at: smallvec::SmallVec<[u64; 4]>,
+    older: Option<(u64, u64)>,
     err: RuntimeError,
+}
+
+/// Poisoning positions a store keeps exactly.
+const POISONINGS: usize = 16;
+
+impl Poison {
+    fn add(&mut self, at: u64) {
+        if let Err(i) = self.at.binary_search(&at) {
+            self.at.insert(i, at);
+        }
+        if self.at.len() > POISONINGS {
+            let p = self.at.remove(0);
+            self.older = Some(self.older.map_or((p, p), |(lo, hi)| (lo.min(p), hi.max(p))));
+        }
+    }
+
+    /// Whether a live poisoning lies in positions `since..=at`.
+    fn within(&self, since: u64, at: u64) -> bool {
+        self.at.iter().any(|&p| since <= p && p <= at)
+            || self.older.is_some_and(|(lo, hi)| hi >= since && lo <= at)
+    }
+
+    /// Drops the poisonings up to `at`; true when none is left.
+    fn clear_to(&mut self, at: u64) -> bool {
+        self.at.retain(|p| *p > at);
+        self.older = match self.older {
+            Some((_, hi)) if hi <= at => None,
+            Some((lo, hi)) if lo <= at => Some((at + 1, hi)),
+            o => o,
+        };
+        self.at.is_empty() && self.older.is_none()
+    }
 }
 
 /// A store's key partitions, most recent first: at most four (`solver::record_keys`), kept
@@ -407,7 +440,7 @@ impl StoreRoot {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .filter(|p| p.first <= at && p.last >= since)
+            .filter(|p| p.within(since, at))
             .map(|p| p.err.clone())
     }
 
@@ -460,14 +493,11 @@ impl StoreRoot {
             return;
         }
         match &mut *p {
-            Some(p) => {
-                p.first = p.first.min(at);
-                p.last = p.last.max(at);
-            }
+            Some(p) => p.add(at),
             None => {
                 *p = Some(Poison {
-                    first: at,
-                    last: at,
+                    at: smallvec::smallvec![at],
+                    older: None,
                     err,
                 })
             }
@@ -483,15 +513,10 @@ impl StoreRoot {
         self.cleared.fetch_max(at, Ordering::SeqCst);
         if self.tainted.load(Ordering::SeqCst) {
             let mut p = self.poison.lock().unwrap_or_else(|e| e.into_inner());
-            match &mut *p {
-                Some(q) if q.last <= at => {
-                    *p = None;
-                    self.tainted.store(false, Ordering::Release);
-                }
-                // A later poisoning stays; those up to `at` are gone, so the earliest live
-                // one is after `at` (where exactly is not kept: conservatively right after).
-                Some(q) if q.first <= at => q.first = at + 1,
-                _ => {}
+            // A later poisoning stays; those up to `at` are gone.
+            if p.as_mut().is_some_and(|q| q.clear_to(at)) {
+                *p = None;
+                self.tainted.store(false, Ordering::Release);
             }
         }
     }
@@ -669,5 +694,53 @@ impl std::fmt::Debug for Store {
             self.dtype(),
             self.rect()
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Poison, POISONINGS};
+    use crate::error::RuntimeError;
+
+    fn poison(at: &[u64]) -> Poison {
+        let mut p = Poison {
+            at: smallvec::smallvec![at[0]],
+            older: None,
+            err: RuntimeError::TaskFailed {
+                task: "t".into(),
+                point: vec![0],
+                message: "m".into(),
+            },
+        };
+        at[1..].iter().for_each(|&a| p.add(a));
+        p
+    }
+
+    /// Poisonings at 3 and 10, a whole rewrite at 5: a reader at 7 sees neither (the range
+    /// `5..=7` holds none), one at 12 sees 10, and one that no rewrite covers sees 3. (Two
+    /// positions kept as one range `3..=10` made the reader at 7 fail.)
+    #[test]
+    fn a_reader_sees_only_the_poisonings_in_its_range() {
+        let p = poison(&[10, 3]);
+        assert!(!p.within(5, 7));
+        assert!(p.within(5, 12));
+        assert!(p.within(0, 7));
+        assert!(!p.within(11, 20));
+    }
+
+    #[test]
+    fn a_clear_drops_the_poisonings_up_to_it_and_older_ones_merge_into_a_range() {
+        let mut p = poison(&[3, 10]);
+        assert!(!p.clear_to(5), "10 stays");
+        assert!(!p.within(0, 9) && p.within(0, 10));
+        assert!(p.clear_to(10), "none left");
+        // Past the exact capacity the oldest merge into one range, counted anywhere in it.
+        let all: Vec<u64> = (0..POISONINGS as u64 + 3).map(|i| 2 * i).collect();
+        let mut p = poison(&all);
+        assert_eq!(p.older, Some((0, 4)));
+        assert!(p.within(1, 1), "inside the merged range");
+        assert!(!p.within(7, 7), "an exact gap");
+        assert!(!p.clear_to(2));
+        assert_eq!(p.older, Some((3, 4)));
     }
 }

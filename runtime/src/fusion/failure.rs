@@ -49,15 +49,17 @@ fn whole_write(a: &LaunchArg, p: Privilege) -> bool {
 }
 
 /// Fills in `failed` (known failures kept) with every sub-task that cannot run or cannot be
-/// trusted, in issue order: one whose future argument failed, one reading a store or a
-/// temporary that a failed sub-task before it wrote (and no sub-task between rewrote whole),
-/// one reading a store poisoned before the fused task that no sub-task before it rewrote
-/// whole. New errors name the sub-task and `point`.
+/// trusted, in issue order: one reading a store or a temporary that a failed sub-task before
+/// it wrote (and no sub-task between rewrote whole); with `inputs` (before a point runs any
+/// sub-task: an unfused task looks at its inputs only as its point starts) also one whose
+/// future argument failed, or that reads a store poisoned before the fused task that no
+/// sub-task before it rewrote whole. New errors name the sub-task and `point`.
 pub(crate) fn settle(
     task: &Launched,
     shape: &FusedShape,
     failed: &mut [Option<RuntimeError>],
     point: usize,
+    inputs: bool,
 ) {
     // Cells written by a failed sub-task so far (with its error), and stores rewritten whole
     // by one that did not fail (an older poison no longer reaches the sub-tasks after it).
@@ -65,7 +67,7 @@ pub(crate) fn settle(
     let mut rewritten: SmallVec<[Cell; 8]> = SmallVec::new();
     for (s, sub) in shape.subs.iter().enumerate() {
         if failed[s].is_none() {
-            failed[s] = input_failure(task, sub, &bad, &rewritten).map(|message| {
+            failed[s] = input_failure(task, sub, &bad, &rewritten, inputs).map(|message| {
                 RuntimeError::TaskFailed {
                     task: sub.name.to_string(),
                     point: task.domain.point(point)[..task.domain.dim()].to_vec(),
@@ -75,10 +77,18 @@ pub(crate) fn settle(
         }
         for &(j, p) in sub.args.iter().filter(|(_, p)| p.writes()) {
             let (a, c) = (&task.args[j], cell(&task.args[j], j));
-            bad.retain(|(b, _)| *b != c);
+            // Only a failed writer or a whole rewrite changes what the cell holds for the
+            // sub-tasks after: a partial write leaves a failed writer's cells (unfused, a
+            // partial write does not clear a poison either).
             match &failed[s] {
-                Some(e) => bad.push((c, e.clone())),
-                None if whole_write(a, p) => rewritten.push(c),
+                Some(e) => {
+                    bad.retain(|(b, _)| *b != c);
+                    bad.push((c, e.clone()));
+                }
+                None if whole_write(a, p) => {
+                    bad.retain(|(b, _)| *b != c);
+                    rewritten.push(c);
+                }
                 None => {}
             }
         }
@@ -91,8 +101,9 @@ fn input_failure(
     sub: &super::SubShape,
     bad: &[(Cell, RuntimeError)],
     rewritten: &[Cell],
+    inputs: bool,
 ) -> Option<String> {
-    for (k, i) in sub.scalars.clone().enumerate() {
+    for (k, i) in sub.scalars.clone().enumerate().filter(|_| inputs) {
         if let ScalarArg::Future(f) = &task.scalars[i] {
             if let Some(Err(e)) = f.value.get() {
                 return Some(format!("future argument {k} failed: {e}"));
@@ -111,7 +122,7 @@ fn input_failure(
         }
         // Poisonings from before the fused task only: its own position's are its sub-tasks'
         // (`bad` above), which a sub-task before the failed one must not see.
-        if !a.local && !rewritten.contains(&c) {
+        if inputs && !a.local && !rewritten.contains(&c) {
             if let Some(e) = a.root.poisoned_by_earlier(task.position) {
                 return Some(format!("input store#{} was not computed: {e}", a.root.id));
             }

@@ -91,7 +91,8 @@ fn sub_panicked(
         point: task.domain.point(point)[..task.domain.dim()].to_vec(),
         message: panic_message(&*payload),
     });
-    failure::settle(task, shape, failed, point);
+    // Only what this failure spreads: the sub-tasks that already ran keep their outcome.
+    failure::settle(task, shape, failed, point, false);
 }
 
 /// The cells `rect` covers in a store laid out over `whole`, when they are one run.
