@@ -1419,6 +1419,17 @@ fn the_window_thread_is_woken_only_for_a_deadline_it_would_miss() {
     );
 }
 
+/// [`rt`] with a task `fail_write` whose body panics: it poisons the store it writes.
+fn rt_with_fail_write(window: usize, fusion: bool) -> Runtime {
+    let rt = rt(window, fusion);
+    rt.register("fail_write", |ctx| {
+        let _ = ctx.write::<f64>(0);
+        panic!("x is not written");
+    })
+    .unwrap();
+    rt
+}
+
 /// A store poisoned by a failed task, then rewritten whole and read inside one fused task: the
 /// rewrite clears the poison for the sub-task after it, as unfused (the fused task used to
 /// check its merged read-write argument as an input and fail as a whole). Through the bodies
@@ -1429,12 +1440,7 @@ fn the_window_thread_is_woken_only_for_a_deadline_it_would_miss() {
 fn a_fused_rewrite_of_a_poisoned_store_clears_it_for_the_sub_task_reading_it() {
     for name in ["axpb", "ew_axpb"] {
         let run = |window: usize, fusion: bool| {
-            let rt = rt(window, fusion);
-            rt.register("fail_write", |ctx| {
-                let _ = ctx.write::<f64>(0);
-                panic!("x is not written");
-            })
-            .unwrap();
+            let rt = rt_with_fail_write(window, fusion);
             let n = 64;
             let src = input(&rt, n);
             let (x, y) = (
@@ -1464,12 +1470,7 @@ fn a_fused_rewrite_of_a_poisoned_store_clears_it_for_the_sub_task_reading_it() {
 #[test]
 fn a_partial_write_after_a_failed_sub_task_does_not_unpoison_it_for_a_reader() {
     let run = |window: usize, fusion: bool| {
-        let rt = rt(window, fusion);
-        rt.register("fail_write", |ctx| {
-            let _ = ctx.write::<f64>(0);
-            panic!("x is not written");
-        })
-        .unwrap();
+        let rt = rt_with_fail_write(window, fusion);
         let n = 64;
         let src = input(&rt, n / 2);
         let x = rt.create(DType::F64, &[n]).unwrap();
