@@ -443,13 +443,23 @@ fn failed_input(task: &Launched) -> Option<String> {
             return Some(msg);
         }
     }
-    task.scalars.iter().enumerate().find_map(|(i, s)| match s {
+    failed_future(&task.scalars)
+}
+
+/// The first of `scalars` that is a failed future, as a message naming its place.
+pub(crate) fn failed_future(scalars: &[ScalarArg]) -> Option<String> {
+    scalars.iter().enumerate().find_map(|(i, s)| match s {
         ScalarArg::Future(cell) => match cell.value.get() {
             Some(Err(e)) => Some(format!("future argument {i} failed: {e}")),
             _ => None,
         },
         ScalarArg::Value(_) => None,
     })
+}
+
+/// Why a task reading `root` cannot run, `err` the failure that poisoned it.
+pub(crate) fn not_computed(root: &StoreRoot, err: &dyn std::fmt::Display) -> String {
+    format!("input store#{} was not computed: {err}", root.id)
 }
 
 /// The first store the task reads (not a temporary) that a failed task from before it in the
@@ -461,7 +471,7 @@ fn poisoned_input(task: &Launched) -> Option<String> {
         .filter(|a| !a.local && matches!(a.privilege, Privilege::Read | Privilege::ReadWrite))
         .find_map(|a| {
             let e = a.root.poisoned_before(task.position)?;
-            Some(format!("input store#{} was not computed: {e}", a.root.id))
+            Some(not_computed(&a.root, &e))
         })
 }
 
@@ -539,11 +549,15 @@ fn run_fused_subs(
 
 /// A panic's message, as a task failure reports it.
 pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    panic_text(payload).unwrap_or_else(|| "task body panicked".into())
+}
+
+/// A panic's text, when it carries one (`panic!` with a message).
+pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> Option<String> {
     payload
         .downcast_ref::<String>()
         .cloned()
         .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "task body panicked".into())
 }
 
 fn finish_point(task: &Launched, point: usize, counters: &Counters) {

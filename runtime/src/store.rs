@@ -143,9 +143,8 @@ pub(crate) struct StoreRoot {
     /// (`Buf::sparse_zeros`), so a rank's memory holds only the pieces it writes or receives.
     sparse: bool,
     /// Set when a task that writes this store failed: its contents are not to be trusted.
-    /// With the stream positions of the earliest and the latest live poisoning
-    /// ([`StoreRoot::set_poison`]): a point asks only for poisonings from no later than its
-    /// own task ([`StoreRoot::poisoned_before`]).
+    /// With the stream positions of the live poisonings ([`Poison`]): a point asks only for
+    /// those from no later than its own task ([`StoreRoot::poisoned_before`]).
     poison: Mutex<Option<Poison>>,
     /// Fast check for `poison` (read by every point before it runs).
     tainted: AtomicBool,
@@ -183,6 +182,14 @@ struct Poison {
 const POISONINGS: usize = 16;
 
 impl Poison {
+    fn new(at: u64, err: RuntimeError) -> Self {
+        Poison {
+            at: smallvec::smallvec![at],
+            older: None,
+            err,
+        }
+    }
+
     fn add(&mut self, at: u64) {
         if let Err(i) = self.at.binary_search(&at) {
             self.at.insert(i, at);
@@ -410,10 +417,18 @@ impl StoreRoot {
     /// points, which it waited for.
     #[inline]
     pub(crate) fn poisoned_before(&self, at: u64) -> Option<RuntimeError> {
+        self.poisoned_since_rewrite(at, at)
+    }
+
+    /// A poisoning in positions from the latest whole rewrite before `rewrites_before` up to
+    /// `last`: the one check behind [`StoreRoot::poisoned_before`],
+    /// [`StoreRoot::poisoned_by_earlier`] and [`StoreRoot::poisoned_for_read`].
+    #[inline]
+    fn poisoned_since_rewrite(&self, rewrites_before: u64, last: u64) -> Option<RuntimeError> {
         if !self.tainted() {
             return None;
         }
-        self.poison_error_between(self.rewritten_before(at), at)
+        self.poison_error_between(self.rewritten_before(rewrites_before), last)
     }
 
     #[cold]
@@ -426,14 +441,11 @@ impl StoreRoot {
     /// them, but not for the rewrite's end, which clears older poisonings): poisonings from
     /// before that rewrite are not the contents it reads.
     pub(crate) fn poisoned_for_read(&self) -> Option<RuntimeError> {
-        if !self.tainted() {
-            return None;
-        }
-        self.poison_error_between(self.rewritten_before(u64::MAX), u64::MAX)
+        self.poisoned_since_rewrite(u64::MAX, u64::MAX)
     }
 
-    /// The poison error if a live poisoning lies in positions `since..=at` (as far as the
-    /// earliest and latest live ones tell).
+    /// The poison error if a live poisoning lies in positions `since..=at` (older ones pushed
+    /// out of the exact list count anywhere in their range, [`Poison`]).
     #[cold]
     fn poison_error_between(&self, since: u64, at: u64) -> Option<RuntimeError> {
         self.poison
@@ -448,10 +460,7 @@ impl StoreRoot {
     /// task's sub-task sees of the tasks before the fused one (its own position's poisonings
     /// are its sub-tasks', which it tells apart by their order, `fusion::failure`).
     pub(crate) fn poisoned_by_earlier(&self, at: u64) -> Option<RuntimeError> {
-        if !self.tainted() || at == 0 {
-            return None;
-        }
-        self.poison_error_between(self.rewritten_before(at), at - 1)
+        self.poisoned_since_rewrite(at, at.checked_sub(1)?)
     }
 
     /// Records that the task at stream position `at`, launched now (in stream order), writes
@@ -494,13 +503,7 @@ impl StoreRoot {
         }
         match &mut *p {
             Some(p) => p.add(at),
-            None => {
-                *p = Some(Poison {
-                    at: smallvec::smallvec![at],
-                    older: None,
-                    err,
-                })
-            }
+            None => *p = Some(Poison::new(at, err)),
         }
     }
 
@@ -703,15 +706,12 @@ mod tests {
     use crate::error::RuntimeError;
 
     fn poison(at: &[u64]) -> Poison {
-        let mut p = Poison {
-            at: smallvec::smallvec![at[0]],
-            older: None,
-            err: RuntimeError::TaskFailed {
-                task: "t".into(),
-                point: vec![0],
-                message: "m".into(),
-            },
+        let err = RuntimeError::TaskFailed {
+            task: "t".into(),
+            point: vec![0],
+            message: "m".into(),
         };
+        let mut p = Poison::new(at[0], err);
         at[1..].iter().for_each(|&a| p.add(a));
         p
     }

@@ -16,9 +16,9 @@
 
 use super::FusedShape;
 use crate::error::RuntimeError;
-use crate::launch::{LaunchArg, Launched};
+use crate::launch::{failed_future, not_computed, LaunchArg, Launched};
 use crate::store::StoreRoot;
-use crate::task::{Privilege, ScalarArg};
+use crate::task::Privilege;
 use smallvec::SmallVec;
 
 /// Per sub-task, in issue order: its error, or `None` while it can run.
@@ -103,11 +103,9 @@ fn input_failure(
     rewritten: &[Cell],
     inputs: bool,
 ) -> Option<String> {
-    for (k, i) in sub.scalars.clone().enumerate().filter(|_| inputs) {
-        if let ScalarArg::Future(f) = &task.scalars[i] {
-            if let Some(Err(e)) = f.value.get() {
-                return Some(format!("future argument {k} failed: {e}"));
-            }
+    if inputs {
+        if let Some(msg) = failed_future(&task.scalars[sub.scalars.clone()]) {
+            return Some(msg);
         }
     }
     let reads = sub
@@ -118,13 +116,13 @@ fn input_failure(
         let a = &task.args[j];
         let c = cell(a, j);
         if let Some((_, e)) = bad.iter().find(|(b, _)| *b == c) {
-            return Some(format!("input store#{} was not computed: {e}", a.root.id));
+            return Some(not_computed(&a.root, e));
         }
         // Poisonings from before the fused task only: its own position's are its sub-tasks'
         // (`bad` above), which a sub-task before the failed one must not see.
         if inputs && !a.local && !rewritten.contains(&c) {
             if let Some(e) = a.root.poisoned_by_earlier(task.position) {
-                return Some(format!("input store#{} was not computed: {e}", a.root.id));
+                return Some(not_computed(&a.root, &e));
             }
         }
     }
@@ -134,11 +132,7 @@ fn input_failure(
 /// Whether a point must settle before it starts: a store it names is poisoned or a future
 /// argument failed (otherwise no sub-task can fail before its body runs).
 pub(crate) fn may_fail_early(task: &Launched) -> bool {
-    task.roots.iter().any(|r| r.tainted())
-        || task.scalars.iter().any(|s| match s {
-            ScalarArg::Future(f) => matches!(f.value.get(), Some(Err(_))),
-            ScalarArg::Value(_) => false,
-        })
+    task.roots.iter().any(|r| r.tainted()) || failed_future(&task.scalars).is_some()
 }
 
 /// What a fused task leaves each store it writes, by its sub-tasks in issue order: poisoned

@@ -9,7 +9,7 @@ use crate::buffer::{Borrow, Data};
 use crate::context::{Locals, TaskContext};
 use crate::dtype::Scalar;
 use crate::error::RuntimeError;
-use crate::launch::{panic_message, Launched, PointOut};
+use crate::launch::{panic_message, panic_text, Launched, PointOut};
 use crate::rect::Rect;
 use crate::task::{Privilege, ScalarArg};
 use smallvec::SmallVec;
@@ -77,11 +77,7 @@ fn sub_panicked(
 ) {
     let name = &shape.subs[s].name;
     if task.per_sub().is_none() {
-        match payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|m| m.to_string()))
-        {
+        match panic_text(&*payload) {
             Some(m) => panic!("in sub-task {name}: {m}"),
             None => resume_unwind(payload),
         }
