@@ -59,6 +59,8 @@ const LINE_BYTES: u64 = 24;
 
 fn main() {
     if let Some((job, args)) = child_job() {
+        // As `tessera-data` does: the RSS rows report what its users get.
+        tessera_formats::heap::bound_to_budget();
         run_job(&job, &args);
         return;
     }

@@ -59,6 +59,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    tessera_formats::heap::bound_to_budget();
     let cli = Cli::parse();
     tessera_datasets::progress::install_interrupt_handler();
     let result = match &cli.command {

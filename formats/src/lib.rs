@@ -15,6 +15,7 @@ pub mod convert;
 mod error;
 mod format;
 pub mod gather;
+pub mod heap;
 #[cfg(any(
     feature = "sprs",
     feature = "nalgebra",
