@@ -1173,6 +1173,7 @@ mod tests {
             outs: Vec::new(),
             failure: Mutex::new(None),
             sub_failures: Mutex::default(),
+            since: Default::default(),
             has_finish: false,
             dist: None,
         }

@@ -35,6 +35,12 @@ pub(crate) struct LaunchArg {
 }
 
 impl LaunchArg {
+    /// The cells point `point` works on, in root coordinates (`None` for an unbound output,
+    /// whose cells are not known before it is bound).
+    pub(crate) fn cells(&self, point: usize) -> Option<Rect> {
+        self.rects.get(point).copied()
+    }
+
     /// A point's (or a kernel-fused chunk loop's) borrow of the store's cells `rect`,
     /// exclusive where it writes them. A `write_all` argument's cells are not zeroed first:
     /// its body assigns every one before anything reads it, so a pool-recycled buffer skips
@@ -102,6 +108,10 @@ pub(crate) struct Launched {
     /// A fused task's failed sub-tasks (on one rank), each with its error; empty while none
     /// has failed ([`crate::fusion::failure`]).
     pub sub_failures: Mutex<SubFailures>,
+    /// For each of `roots`, the latest task that wrote the store whole launched before this
+    /// one ([`Launched::note_rewrites`]): a point ignores poisonings from before it
+    /// ([`StoreRoot::poisoned_before`]).
+    pub since: smallvec::SmallVec<[u64; 8]>,
     pub has_finish: bool,
     /// Across ranks: the task's place in the replicated stream (`None` on one rank).
     pub dist: Option<crate::replicate::finish::Dist>,
@@ -159,6 +169,7 @@ impl Launched {
             outs,
             failure,
             sub_failures,
+            since,
             has_finish: _,
             dist,
         } = self;
@@ -175,6 +186,7 @@ impl Launched {
             .unwrap_or_else(|e| e.into_inner())
             .clear();
         *dist = None;
+        since.clear();
     }
 
     /// Where each of `points` points leaves what the finish step reads (nothing without one).
@@ -194,21 +206,32 @@ impl Launched {
         result || privileges.any(|p| matches!(p, Privilege::Reduce(_) | Privilege::WriteUnbound))
     }
 
+    /// Records that point `point` failed: the task fails, and what the point writes is
+    /// poisoned ([`Launched::fail_at`]).
     fn fail(&self, point: usize, message: String) {
-        let point = self.domain.point(point)[..self.domain.dim()].to_vec();
-        self.fail_with(RuntimeError::TaskFailed {
+        let err = RuntimeError::TaskFailed {
             task: self.name.to_string(),
-            point,
+            point: self.domain.point(point)[..self.domain.dim()].to_vec(),
             message,
-        });
+        };
+        self.fail_at(err, Some(point));
     }
 
-    /// Records the task's failure (the first one is kept) and poisons the task's written
-    /// stores at once. Why not only at `end`: a point of a later task depends only on the
-    /// points it overlaps, so it may run while other points of this task still run; poisoning
-    /// here, before the failing point completes, means a consumer point released by a failed
-    /// point always sees the poison, whatever the timing (traced or not, any thread count).
+    /// Records the task's failure with nothing to tell of which point: every store it writes
+    /// is poisoned whole (across ranks, where a failure is one message per task).
     pub(crate) fn fail_with(&self, err: RuntimeError) {
+        self.fail_at(err, None);
+    }
+
+    /// Records the task's failure (the first one is kept) and poisons at once what `point`
+    /// writes (`None`: every store the task writes, whole). Why at once and not at `end`: a
+    /// point of a later task depends only on the points it overlaps, so it may run while
+    /// other points of this task still run; poisoning here, before the failing point
+    /// completes, means a consumer point released by a failed point always sees the poison,
+    /// whatever the timing (traced or not, any thread count). Why only the point's cells: a
+    /// consumer point elsewhere in the store does not wait for this one, so whether it saw a
+    /// store-wide poison depended on timing ([`StoreRoot::poisoned_before`]).
+    fn fail_at(&self, err: RuntimeError, point: Option<usize>) {
         let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
         if f.is_none() {
             *f = Some(err);
@@ -216,7 +239,8 @@ impl Launched {
         // The first failure, so that the poison names the error the task reports.
         let first = f.as_ref().expect("just set").clone();
         for a in self.written() {
-            a.root.set_poison(first.clone(), self.position);
+            a.root
+                .set_poison(first.clone(), self.position, point.and_then(|p| a.cells(p)));
         }
     }
 
@@ -239,10 +263,17 @@ impl Launched {
     /// sub-tasks `failed` leave poisoned: not those a later sub-task rewrote whole (its
     /// readers' points may run before the task's end, and must see the rewrite's values as
     /// good, as unfused, where the failed task's poisoning comes before the rewrite).
-    fn poison_failed_subs(&self, shape: &FusedShape, failed: &[Option<RuntimeError>]) {
+    /// Only the cells of `point`, as an unfused task's failed point does.
+    fn poison_failed_subs(
+        &self,
+        shape: &FusedShape,
+        failed: &[Option<RuntimeError>],
+        point: usize,
+    ) {
         for (j, state) in failure::store_outcomes(self, shape, failed) {
             if let Some(err) = state {
-                self.args[j].root.set_poison(err, self.position);
+                let a = &self.args[j];
+                a.root.set_poison(err, self.position, a.cells(point));
             }
         }
     }
@@ -271,10 +302,15 @@ impl Launched {
         Some(failed)
     }
 
-    /// Tells each store the task writes whole that it does, at the task's position: called as
-    /// the task is launched, in stream order ([`StoreRoot::note_rewrite`]; the same stores a
-    /// successful end clears, [`Launched::end`]).
-    pub(crate) fn note_rewrites(&self) {
+    /// Called as the task is launched, in stream order: records, for each store the task
+    /// uses, the latest whole rewrite launched before it ([`Launched::since`]), then tells
+    /// each store the task writes whole that it does, at the task's position
+    /// ([`StoreRoot::note_rewrite`]; the same stores a successful end clears,
+    /// [`Launched::end`]).
+    pub(crate) fn note_rewrites(&mut self) {
+        self.since.clear();
+        self.since
+            .extend(self.roots.iter().map(|r| r.last_rewrite()));
         for a in self.written() {
             let whole = match a.privilege {
                 Privilege::Reduce(_) => false,
@@ -285,6 +321,13 @@ impl Launched {
                 a.root.note_rewrite(self.position);
             }
         }
+    }
+
+    /// [`Launched::since`] of `root` (0 for a store the task does not name).
+    pub(crate) fn since_of(&self, root: &Arc<StoreRoot>) -> u64 {
+        (self.roots.iter())
+            .position(|r| Arc::ptr_eq(r, root))
+            .map_or(0, |i| self.since[i])
     }
 
     /// The arguments whose stores the task writes (a local one is not a store's contents).
@@ -303,9 +346,11 @@ impl Launched {
             .collect()
     }
 
-    /// Runs after the last point (or the finish step): poisons outputs of a failed task (again:
-    /// `fail_with` did at the failure; this one orders it after earlier tasks' clears), clears
-    /// them after a successful whole write, and drops the task's pending references.
+    /// Runs after the last point (or the finish step): clears the poison of the stores a
+    /// successful task wrote whole, and drops the task's pending references. A failure
+    /// poisoned what it had to as it happened ([`Launched::fail_at`]; a fused task's failed
+    /// sub-tasks, point by point); poisoning the stores whole here again would reach cells
+    /// that no failed point wrote.
     pub(crate) fn end(&self) {
         let failure = self
             .failure
@@ -317,9 +362,8 @@ impl Launched {
             if let Some(failed) = self.settled_subs(shape) {
                 // Each store as the sub-tasks that wrote it left it.
                 for (j, state) in failure::store_outcomes(self, shape, &failed) {
-                    match state {
-                        Some(err) => self.args[j].root.set_poison(err, at),
-                        None => self.args[j].root.clear_poison(at),
+                    if state.is_none() {
+                        self.args[j].root.clear_poison(at);
                     }
                 }
                 self.end_refs();
@@ -328,7 +372,7 @@ impl Launched {
         }
         for a in self.written() {
             match &failure {
-                Some(err) => a.root.set_poison(err.clone(), at),
+                Some(_) => {}
                 // A successful write of the whole store makes it trustworthy again.
                 None if !matches!(a.privilege, Privilege::Reduce(_))
                     && a.root.bound().is_some_and(|b| {
@@ -417,7 +461,11 @@ fn run_work(node: &Arc<Node>, work: Option<Work>, shared: &Shared) -> NodeList {
 /// reported as the task's failure rather than leave its future and dependents waiting forever.
 fn finish_step(task: &Launched) {
     if catch_unwind(AssertUnwindSafe(|| run_finish(task))).is_err() {
-        task.fail(0, "internal error in the finish step".into());
+        task.fail_with(RuntimeError::TaskFailed {
+            task: task.name.to_string(),
+            point: vec![],
+            message: "internal error in the finish step".into(),
+        });
         let err = task
             .failure
             .lock()
@@ -434,12 +482,12 @@ fn finish_step(task: &Launched) {
 }
 
 /// Why a point cannot run: an input written by a failed task, or a failed future argument.
-fn failed_input(task: &Launched) -> Option<String> {
+fn failed_input(task: &Launched, point: usize) -> Option<String> {
     // `roots` holds every argument's store once (`Launched::hold_roots` over the arguments):
     // when none is tainted no input can be poisoned, and a stencil point looks at its two
     // stores instead of filtering its four arguments (branch metg22).
     if task.roots.iter().any(|r| r.tainted()) {
-        if let Some(msg) = poisoned_input(task) {
+        if let Some(msg) = poisoned_input(task, point) {
             return Some(msg);
         }
     }
@@ -465,12 +513,13 @@ pub(crate) fn not_computed(root: &StoreRoot, err: &dyn std::fmt::Display) -> Str
 /// The first store the task reads (not a temporary) that a failed task from before it in the
 /// stream wrote, as a message (a later task's failure is not this task's input:
 /// [`StoreRoot::poisoned_before`](crate::store::StoreRoot::poisoned_before)).
-fn poisoned_input(task: &Launched) -> Option<String> {
+fn poisoned_input(task: &Launched, point: usize) -> Option<String> {
     task.args
         .iter()
         .filter(|a| !a.local && matches!(a.privilege, Privilege::Read | Privilege::ReadWrite))
         .find_map(|a| {
-            let e = a.root.poisoned_before(task.position)?;
+            let cells = a.rects.get(point).unwrap_or(&a.view);
+            let e = (a.root).poisoned_before(task.since_of(&a.root), task.position, cells)?;
             Some(not_computed(&a.root, &e))
         })
 }
@@ -480,7 +529,7 @@ fn run_point(task: &Launched, point: usize, counters: &Counters, trusted: bool) 
     if let Some(shape) = task.per_sub() {
         return run_fused_subs(task, shape, point, counters, trusted);
     }
-    if let Some(msg) = failed_input(task) {
+    if let Some(msg) = failed_input(task, point) {
         task.fail(point, msg);
         finish_point(task, point, counters);
         return;
@@ -537,7 +586,7 @@ fn run_fused_subs(
         Err(payload) => task.fail(point, panic_message(&*payload)),
     }
     if failed.iter().any(Option::is_some) {
-        task.poison_failed_subs(shape, &failed);
+        task.poison_failed_subs(shape, &failed, point);
         for (s, e) in failed.into_iter().enumerate() {
             if let Some(e) = e {
                 task.fail_sub(shape, s, e);

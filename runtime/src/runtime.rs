@@ -854,7 +854,7 @@ impl Runtime {
             // A finished node drops its task (and the task's handles on stores) before it is
             // marked done: once these are done, only handles outside the task graph remain.
             let pending = store.root.meta().access.pending(&rect);
-            self.wait_then_check(pending, &store)?;
+            self.wait_then_check(pending, &store, &rect)?;
             // The authority: no other handle of any kind (a clone, a view, a task) exists.
             if let Some(root) = Arc::get_mut(&mut store.root) {
                 return Ok(match root.take_data() {
@@ -871,14 +871,14 @@ impl Runtime {
             .map(|v| v.expect("every rank receives"))
     }
 
-    /// Waits (helping) for `nodes`, then fails if a task writing `store` failed.
-    fn wait_then_check(&self, nodes: Vec<Arc<Node>>, store: &Store) -> Result<()> {
+    /// Waits (helping) for `nodes`, then fails if a task writing `rect` of `store` failed.
+    fn wait_then_check(&self, nodes: Vec<Arc<Node>>, store: &Store, rect: &Rect) -> Result<()> {
         for n in nodes {
             n.watch();
             self.inner
                 .wait_helping(&self.inner.shared.completion, || n.is_done());
         }
-        match store.root.poisoned_for_read() {
+        match store.root.poisoned_for_read(rect) {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -932,7 +932,7 @@ impl Runtime {
     /// out (row-major): the caller knows this rank holds them.
     fn copy_local<T: Element>(&self, store: &Store, rect: Rect) -> Result<Vec<T>> {
         let writers = store.root.meta().access.pending_writers(&rect);
-        self.wait_then_check(writers, store)?;
+        self.wait_then_check(writers, store, &rect)?;
         let bound = store.root.bound().expect("bound");
         let buf = T::buf(store.root.data().expect("bound")).expect("dtype checked");
         let _b =
@@ -1944,7 +1944,7 @@ impl Inner {
             Some(d) => d.seq,
             None => self.next_position(),
         };
-        let task = Arc::new(Launched {
+        let mut task = Launched {
             position,
             name: t.name,
             body: t.body,
@@ -1961,11 +1961,12 @@ impl Inner {
             outs: Launched::outs(n, has_finish),
             failure: Mutex::new(None),
             sub_failures: Mutex::default(),
+            since: Default::default(),
             has_finish,
             dist,
-        });
+        };
         task.note_rewrites();
-        task
+        Arc::new(task)
     }
 
     /// A plan's task and its point (and finish) nodes, not yet connected to anything; each

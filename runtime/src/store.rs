@@ -152,63 +152,82 @@ pub(crate) struct StoreRoot {
     /// successfully ([`StoreRoot::clear_poison`]): a failure from before it is not these
     /// contents' ([`StoreRoot::set_poison`]).
     cleared: AtomicU64,
-    /// Stream positions of the latest tasks launched that write the whole store (a ring of
-    /// [`REWRITES`], `u64::MAX` where empty; [`StoreRoot::note_rewrite`]): a reader's point
-    /// ignores poisonings from before the latest one before its own task. The clear above
+    /// The stream position of the latest task launched that writes the whole store (0: none;
+    /// [`StoreRoot::note_rewrite`]). A task reads it as it is launched, in stream order, and
+    /// its points ignore poisonings from before it (`Launched::since`). The clear above
     /// comes only when such a task's *last* point ends, while a reader's point depends only on
     /// the points it overlaps, so without this a reader released by an early point of the
     /// rewrite saw the old poison in some runs (`a_whole_rewrite_clears_the_poison_for_every_
-    /// reader_point`).
-    rewrites: [AtomicU64; REWRITES],
-    rewrite_next: AtomicUsize,
+    /// reader_point`). (A ring of the latest four, searched by the reader as it ran, lost the
+    /// one before a reader whenever the issuing thread had launched four more rewrites by
+    /// then: the reader then failed or not by timing.)
+    last_rewrite: AtomicU64,
 }
 
-/// Whole rewrites a store remembers: a reader whose rewrite was pushed out by newer ones (the
-/// issuing thread ran far ahead) sees poisonings as if there were none, as before the ring.
-const REWRITES: usize = 4;
-
-/// A store's live poisonings ([`StoreRoot::set_poison`]): the first failure's error and the
-/// stream positions, exactly for the latest [`POISONINGS`] (a reader asks whether one lies
-/// in a range: between the latest whole rewrite before it and itself), and as one range for
-/// older ones pushed out (counted anywhere in it, conservatively). A clear drops those up to
-/// its position ([`StoreRoot::clear_poison`]), so a loop that rewrites the store keeps few.
+/// A store's live poisonings ([`StoreRoot::set_poison`]): the first failure's error and, for
+/// the latest [`POISONINGS`], each one's stream position and the cells it poisoned (the
+/// failed point's sub-store, or `None` for the whole store), exactly; older ones pushed out
+/// count as one range of positions over the whole store, conservatively. A reader asks
+/// whether one lies in a range of positions (between the latest whole rewrite before it and
+/// itself) and overlaps the cells it reads. A clear drops those up to its position
+/// ([`StoreRoot::clear_poison`]), so a loop that rewrites the store keeps few.
+///
+/// Why cells: a point of a later task depends only on the points it overlaps. A poisoning
+/// by a failed point is seen by exactly the reader points that overlap it, which wait for
+/// it; a store-wide poison was seen also by reader points elsewhere in the store that
+/// happened to start after the failure, so what failed depended on timing (the held-out
+/// panicking streams found plain runs disagreeing with themselves).
 struct Poison {
-    at: smallvec::SmallVec<[u64; 4]>,
+    at: Vec<(u64, Option<Rect>)>,
     older: Option<(u64, u64)>,
     err: RuntimeError,
 }
 
-/// Poisoning positions a store keeps exactly.
-const POISONINGS: usize = 16;
+/// Poisonings a store keeps exactly (a task whose every point fails poisons once a point).
+const POISONINGS: usize = 256;
 
 impl Poison {
-    fn new(at: u64, err: RuntimeError) -> Self {
+    fn new(at: u64, cells: Option<Rect>, err: RuntimeError) -> Self {
         Poison {
-            at: smallvec::smallvec![at],
+            at: vec![(at, cells)],
             older: None,
             err,
         }
     }
 
-    fn add(&mut self, at: u64) {
-        if let Err(i) = self.at.binary_search(&at) {
-            self.at.insert(i, at);
+    fn add(&mut self, at: u64, cells: Option<Rect>) {
+        let i = self.at.partition_point(|(p, _)| *p <= at);
+        if self.at[..i]
+            .iter()
+            .rev()
+            .take_while(|(p, _)| *p == at)
+            .any(|(_, c)| *c == cells)
+        {
+            return;
         }
+        self.at.insert(i, (at, cells));
         if self.at.len() > POISONINGS {
-            let p = self.at.remove(0);
+            let (p, _) = self.at.remove(0);
             self.older = Some(self.older.map_or((p, p), |(lo, hi)| (lo.min(p), hi.max(p))));
         }
     }
 
-    /// Whether a live poisoning lies in positions `since..=at`.
-    fn within(&self, since: u64, at: u64) -> bool {
-        self.at.iter().any(|&p| since <= p && p <= at)
+    /// Whether a live poisoning lies in positions `since..=at` and overlaps `cells` (`None`:
+    /// anywhere in the store).
+    fn within(&self, since: u64, at: u64, cells: Option<&Rect>) -> bool {
+        let overlaps = |c: &Option<Rect>| match (c, cells) {
+            (Some(c), Some(r)) => c.overlaps(r),
+            _ => true,
+        };
+        self.at
+            .iter()
+            .any(|(p, c)| since <= *p && *p <= at && overlaps(c))
             || self.older.is_some_and(|(lo, hi)| hi >= since && lo <= at)
     }
 
     /// Drops the poisonings up to `at`; true when none is left.
     fn clear_to(&mut self, at: u64) -> bool {
-        self.at.retain(|p| *p > at);
+        self.at.retain(|(p, _)| *p > at);
         self.older = match self.older {
             Some((_, hi)) if hi <= at => None,
             Some((lo, hi)) if lo <= at => Some((at + 1, hi)),
@@ -294,8 +313,7 @@ impl StoreRoot {
             poison: Mutex::new(None),
             tainted: AtomicBool::new(false),
             cleared: AtomicU64::new(0),
-            rewrites: std::array::from_fn(|_| AtomicU64::new(u64::MAX)),
-            rewrite_next: AtomicUsize::new(0),
+            last_rewrite: AtomicU64::new(0),
         }
     }
 
@@ -396,6 +414,14 @@ impl StoreRoot {
         self.poison_error()
     }
 
+    /// [`StoreRoot::poisoned`] for the contents of `cells` only.
+    pub(crate) fn poisoned_in(&self, cells: &Rect) -> Option<RuntimeError> {
+        if !self.tainted() {
+            return None;
+        }
+        self.poison_error_between(0, u64::MAX, Some(cells))
+    }
+
     /// Whether the store may be poisoned ([`StoreRoot::poisoned`] is `None` when not): one
     /// load, for a point's look at all its stores at once before it asks argument by argument.
     #[inline]
@@ -403,81 +429,96 @@ impl StoreRoot {
         self.tainted.load(Ordering::Acquire)
     }
 
-    /// [`StoreRoot::poisoned`] as a point of the task at stream position `at` must see it:
-    /// only a poisoning from no later in the stream (an earlier task's failure, the task's
-    /// own, or, across ranks, a failed piece received for this task, which poisons at the
-    /// receiving task's position). A later task that writes the store depends only on the
-    /// points of this one it overlaps, so its failing point may poison the store before a
+    /// [`StoreRoot::poisoned`] as a point of the task at stream position `at` reading `cells`
+    /// must see it: only a poisoning from no later in the stream (an earlier task's failure,
+    /// the task's own, or, across ranks, a failed piece received for this task, which poisons
+    /// at the receiving task's position). A later task that writes the store depends only on
+    /// the points of this one it overlaps, so its failing point may poison the store before a
     /// point of this task that reads other cells has run; seeing that poison failed this
     /// task (and poisoned its outputs) only when it lost the race: an earlier task's outcome
     /// depended on the timing of a later one, even on the plain runtime (found by the
     /// held-out stream tests; `a_later_task_s_failure_does_not_fail_an_earlier_reader`).
-    /// Nor one from before the latest whole rewrite launched before the task
-    /// ([`StoreRoot::note_rewrite`]): the cells the point reads come from that rewrite's
-    /// points, which it waited for.
+    /// Nor one from before `since`, the latest whole rewrite launched before the task
+    /// ([`StoreRoot::last_rewrite`] as it was launched): the cells the point reads come from
+    /// that rewrite's points, which it waited for. Nor one of cells it does not read
+    /// ([`Poison`]).
     #[inline]
-    pub(crate) fn poisoned_before(&self, at: u64) -> Option<RuntimeError> {
-        self.poisoned_since_rewrite(at, at)
+    pub(crate) fn poisoned_before(
+        &self,
+        since: u64,
+        at: u64,
+        cells: &Rect,
+    ) -> Option<RuntimeError> {
+        self.poisoned_between(since, at, Some(cells))
     }
 
-    /// A poisoning in positions from the latest whole rewrite before `rewrites_before` up to
-    /// `last`: the one check behind [`StoreRoot::poisoned_before`],
-    /// [`StoreRoot::poisoned_by_earlier`] and [`StoreRoot::poisoned_for_read`].
+    /// A poisoning of `cells` (`None`: any) in positions `since..=last`: the one check behind
+    /// [`StoreRoot::poisoned_before`], [`StoreRoot::poisoned_by_earlier`] and
+    /// [`StoreRoot::poisoned_for_read`].
     #[inline]
-    fn poisoned_since_rewrite(&self, rewrites_before: u64, last: u64) -> Option<RuntimeError> {
+    fn poisoned_between(
+        &self,
+        since: u64,
+        last: u64,
+        cells: Option<&Rect>,
+    ) -> Option<RuntimeError> {
         if !self.tainted() {
             return None;
         }
-        self.poison_error_between(self.rewritten_before(rewrites_before), last)
+        self.poison_error_between(since, last, cells)
     }
 
     #[cold]
     fn poison_error(&self) -> Option<RuntimeError> {
-        self.poison_error_between(0, u64::MAX)
+        self.poison_error_between(0, u64::MAX, None)
     }
 
-    /// [`StoreRoot::poisoned`] as a read after every task launched so far sees it, once it
-    /// has waited for the writers of what it reads (the latest whole rewrite's points among
-    /// them, but not for the rewrite's end, which clears older poisonings): poisonings from
-    /// before that rewrite are not the contents it reads.
-    pub(crate) fn poisoned_for_read(&self) -> Option<RuntimeError> {
-        self.poisoned_since_rewrite(u64::MAX, u64::MAX)
+    /// [`StoreRoot::poisoned`] as a read of `cells` after every task launched so far sees
+    /// it, once it has waited for the writers of what it reads (the latest whole rewrite's
+    /// points among them, but not for the rewrite's end, which clears older poisonings):
+    /// poisonings from before that rewrite are not the contents it reads.
+    pub(crate) fn poisoned_for_read(&self, cells: &Rect) -> Option<RuntimeError> {
+        self.poisoned_between(self.last_rewrite(), u64::MAX, Some(cells))
     }
 
-    /// The poison error if a live poisoning lies in positions `since..=at` (older ones pushed
-    /// out of the exact list count anywhere in their range, [`Poison`]).
+    /// The poison error if a live poisoning of `cells` lies in positions `since..=at` (older
+    /// ones pushed out of the exact list count anywhere in their range, [`Poison`]).
     #[cold]
-    fn poison_error_between(&self, since: u64, at: u64) -> Option<RuntimeError> {
+    fn poison_error_between(
+        &self,
+        since: u64,
+        at: u64,
+        cells: Option<&Rect>,
+    ) -> Option<RuntimeError> {
         self.poison
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .filter(|p| p.within(since, at))
+            .filter(|p| p.within(since, at, cells))
             .map(|p| p.err.clone())
     }
 
     /// [`StoreRoot::poisoned_before`] without the poisonings at `at` itself: what a fused
     /// task's sub-task sees of the tasks before the fused one (its own position's poisonings
     /// are its sub-tasks', which it tells apart by their order, `fusion::failure`).
-    pub(crate) fn poisoned_by_earlier(&self, at: u64) -> Option<RuntimeError> {
-        self.poisoned_since_rewrite(at, at.checked_sub(1)?)
+    pub(crate) fn poisoned_by_earlier(
+        &self,
+        since: u64,
+        at: u64,
+        cells: &Rect,
+    ) -> Option<RuntimeError> {
+        self.poisoned_between(since, at.checked_sub(1)?, Some(cells))
     }
 
     /// Records that the task at stream position `at`, launched now (in stream order), writes
     /// the whole store.
     pub(crate) fn note_rewrite(&self, at: u64) {
-        let i = self.rewrite_next.fetch_add(1, Ordering::Relaxed) % REWRITES;
-        self.rewrites[i].store(at, Ordering::Release);
+        self.last_rewrite.fetch_max(at, Ordering::AcqRel);
     }
 
-    /// The latest whole rewrite the store remembers from before position `at` (0: none).
-    #[cold]
-    fn rewritten_before(&self, at: u64) -> u64 {
-        (self.rewrites.iter())
-            .map(|r| r.load(Ordering::Acquire))
-            .filter(|&w| w < at)
-            .max()
-            .unwrap_or(0)
+    /// The latest task launched so far that writes the whole store (0: none).
+    pub(crate) fn last_rewrite(&self) -> u64 {
+        self.last_rewrite.load(Ordering::Acquire)
     }
 
     /// Marks the contents as produced by a failed task (the first failure is kept), at stream
@@ -490,7 +531,9 @@ impl StoreRoot {
     /// points depend on the failed task's points, not on its finish step; poisoning then left
     /// the later task's good values poisoned for good (seen under actors, whose finish steps
     /// all go to one worker: `replays_renewing_ended_tasks_fail_fold_and_poison_as_new_ones`).
-    pub(crate) fn set_poison(&self, err: RuntimeError, at: u64) {
+    /// `cells`: what the failure poisons (a failed point's sub-store), `None` for the whole
+    /// store.
+    pub(crate) fn set_poison(&self, err: RuntimeError, at: u64, cells: Option<Rect>) {
         let mut p = self.poison.lock().unwrap_or_else(|e| e.into_inner());
         // `tainted` first, then `cleared` (both sequentially consistent; `clear_poison` does
         // the reverse): a clear that this misses sees `tainted` and takes the lock after us.
@@ -502,8 +545,8 @@ impl StoreRoot {
             return;
         }
         match &mut *p {
-            Some(p) => p.add(at),
-            None => *p = Some(Poison::new(at, err)),
+            Some(p) => p.add(at, cells),
+            None => *p = Some(Poison::new(at, cells, err)),
         }
     }
 
@@ -704,6 +747,7 @@ impl std::fmt::Debug for Store {
 mod tests {
     use super::{Poison, POISONINGS};
     use crate::error::RuntimeError;
+    use crate::rect::Rect;
 
     fn poison(at: &[u64]) -> Poison {
         let err = RuntimeError::TaskFailed {
@@ -711,8 +755,8 @@ mod tests {
             point: vec![0],
             message: "m".into(),
         };
-        let mut p = Poison::new(at[0], err);
-        at[1..].iter().for_each(|&a| p.add(a));
+        let mut p = Poison::new(at[0], None, err);
+        at[1..].iter().for_each(|&a| p.add(a, None));
         p
     }
 
@@ -722,24 +766,51 @@ mod tests {
     #[test]
     fn a_reader_sees_only_the_poisonings_in_its_range() {
         let p = poison(&[10, 3]);
-        assert!(!p.within(5, 7));
-        assert!(p.within(5, 12));
-        assert!(p.within(0, 7));
-        assert!(!p.within(11, 20));
+        assert!(!p.within(5, 7, None));
+        assert!(p.within(5, 12, None));
+        assert!(p.within(0, 7, None));
+        assert!(!p.within(11, 20, None));
+    }
+
+    /// Two failed points of the task at 4 poison their own cells: a reader of other cells
+    /// sees neither, one overlapping either sees it, a whole-store question sees both; the
+    /// same point failing twice is kept once.
+    #[test]
+    fn a_reader_sees_only_the_poisoned_cells_it_reads() {
+        let r = |lo: usize, hi: usize| Rect::new(&[lo], &[hi]);
+        let mut p = poison(&[1]);
+        p.clear_to(1);
+        p.add(4, Some(r(0, 10)));
+        p.add(4, Some(r(20, 30)));
+        p.add(4, Some(r(20, 30)));
+        assert_eq!(p.at.len(), 2);
+        assert!(
+            !p.within(0, 9, Some(&r(10, 20))),
+            "between the failed points"
+        );
+        assert!(p.within(0, 9, Some(&r(5, 15))));
+        assert!(p.within(0, 9, Some(&r(25, 26))));
+        assert!(p.within(0, 9, None));
+        assert!(!p.within(5, 9, Some(&r(0, 30))), "after them");
+        p.add(6, None);
+        assert!(
+            p.within(0, 9, Some(&r(10, 20))),
+            "a whole-store poisoning covers any"
+        );
     }
 
     #[test]
     fn a_clear_drops_the_poisonings_up_to_it_and_older_ones_merge_into_a_range() {
         let mut p = poison(&[3, 10]);
         assert!(!p.clear_to(5), "10 stays");
-        assert!(!p.within(0, 9) && p.within(0, 10));
+        assert!(!p.within(0, 9, None) && p.within(0, 10, None));
         assert!(p.clear_to(10), "none left");
         // Past the exact capacity the oldest merge into one range, counted anywhere in it.
         let all: Vec<u64> = (0..POISONINGS as u64 + 3).map(|i| 2 * i).collect();
         let mut p = poison(&all);
         assert_eq!(p.older, Some((0, 4)));
-        assert!(p.within(1, 1), "inside the merged range");
-        assert!(!p.within(7, 7), "an exact gap");
+        assert!(p.within(1, 1, None), "inside the merged range");
+        assert!(!p.within(7, 7, None), "an exact gap");
         assert!(!p.clear_to(2));
         assert_eq!(p.older, Some((3, 4)));
     }

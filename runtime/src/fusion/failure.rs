@@ -67,7 +67,7 @@ pub(crate) fn settle(
     let mut rewritten: SmallVec<[Cell; 8]> = SmallVec::new();
     for (s, sub) in shape.subs.iter().enumerate() {
         if failed[s].is_none() {
-            failed[s] = input_failure(task, sub, &bad, &rewritten, inputs).map(|message| {
+            failed[s] = input_failure(task, sub, &bad, &rewritten, inputs, point).map(|message| {
                 RuntimeError::TaskFailed {
                     task: sub.name.to_string(),
                     point: task.domain.point(point)[..task.domain.dim()].to_vec(),
@@ -95,13 +95,14 @@ pub(crate) fn settle(
     }
 }
 
-/// Why sub-task `sub` cannot run, as the unfused task's point would say it.
+/// Why sub-task `sub` cannot run at `point`, as the unfused task's point would say it.
 fn input_failure(
     task: &Launched,
     sub: &super::SubShape,
     bad: &[(Cell, RuntimeError)],
     rewritten: &[Cell],
     inputs: bool,
+    point: usize,
 ) -> Option<String> {
     if inputs {
         if let Some(msg) = failed_future(&task.scalars[sub.scalars.clone()]) {
@@ -121,7 +122,10 @@ fn input_failure(
         // Poisonings from before the fused task only: its own position's are its sub-tasks'
         // (`bad` above), which a sub-task before the failed one must not see.
         if inputs && !a.local && !rewritten.contains(&c) {
-            if let Some(e) = a.root.poisoned_by_earlier(task.position) {
+            let cells = a.rects.get(point).unwrap_or(&a.view);
+            if let Some(e) =
+                (a.root).poisoned_by_earlier(task.since_of(&a.root), task.position, cells)
+            {
                 return Some(not_computed(&a.root, &e));
             }
         }

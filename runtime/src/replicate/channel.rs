@@ -356,7 +356,7 @@ fn deliver(recv: Recv, msg: Result<&[u8], RuntimeError>) {
             });
             if let Err(e) = r {
                 // At the receiving task's place in the stream (the key's first word).
-                root.set_poison(e, recv.key[0]);
+                root.set_poison(e, recv.key[0], Some(rect));
             }
         }
         Deliver::Outs { task, point } => {

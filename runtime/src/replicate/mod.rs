@@ -85,7 +85,7 @@ pub(crate) fn send_rect(
 /// of elements it carries (0 for a failure), which the caller counts once per receiver.
 fn piece(root: &StoreRoot, rect: Rect) -> (Writer, u64) {
     let mut w = Writer::default();
-    if let Some(e) = root.poisoned() {
+    if let Some(e) = root.poisoned_in(&rect) {
         w.status(Some(&e.to_string()));
         return (w, 0);
     }
@@ -174,7 +174,11 @@ pub(crate) fn gather(
         });
         if let Err(e) = got {
             // After every task issued so far: the next one to rewrite the store clears it.
-            root.set_poison(e.clone(), ch.seq.load(std::sync::atomic::Ordering::Relaxed));
+            root.set_poison(
+                e.clone(),
+                ch.seq.load(std::sync::atomic::Ordering::Relaxed),
+                Some(*rect),
+            );
             first = first.and(Err(e));
         }
     }

@@ -394,7 +394,7 @@ impl SolvedTask {
         if let Some(mut spare) = spare {
             if let Some(l) = Arc::get_mut(&mut spare) {
                 self.renew(l, t, position, has_finish);
-                spare.note_rewrites();
+                l.note_rewrites();
                 return spare;
             }
         }
@@ -405,7 +405,7 @@ impl SolvedTask {
         let args = self.launch_args(t);
         let mut read_groups = self.read_groups.clone();
         read_groups.verify(&args, |j| self.args.get(j).map(|a| &a.1));
-        let task = Arc::new(Launched {
+        let mut task = Launched {
             position,
             name: t.name.clone(),
             body: t.body.clone(),
@@ -421,11 +421,12 @@ impl SolvedTask {
             outs: Launched::outs(points, has_finish),
             failure: Mutex::new(None),
             sub_failures: Mutex::default(),
+            since: Default::default(),
             has_finish,
             dist: None,
-        });
+        };
         task.note_rewrites();
-        task
+        Arc::new(task)
     }
 
     /// What [`SolvedTask::launch`] makes, written over an emptied spare task (every field:
@@ -448,6 +449,7 @@ impl SolvedTask {
             outs,
             failure,
             sub_failures,
+            since: _, // refilled by `note_rewrites`
             has_finish,
             dist,
         } = l;
@@ -523,7 +525,7 @@ pub(crate) fn launch_fused(
     if let Some(mut spare) = spare {
         if let Some(l) = Arc::get_mut(&mut spare) {
             renew_fused(l, shape, body, (tasks, solved), position);
-            spare.note_rewrites();
+            l.note_rewrites();
             return spare;
         }
     }
@@ -534,7 +536,7 @@ pub(crate) fn launch_fused(
     let domain = solved[0].domain;
     let points = domain.len();
     let has_finish = Launched::needs_finish(args.iter().map(|a| a.privilege), !results.is_empty());
-    let task = Arc::new(Launched {
+    let mut task = Launched {
         position,
         name: shape.name.clone(),
         body: body.clone(),
@@ -550,11 +552,12 @@ pub(crate) fn launch_fused(
         outs: Launched::outs(points, has_finish),
         failure: Mutex::new(None),
         sub_failures: Mutex::default(),
+        since: Default::default(),
         has_finish,
         dist: None,
-    });
+    };
     task.note_rewrites();
-    task
+    Arc::new(task)
 }
 
 /// What [`launch_fused`] makes, written over an emptied spare task (every field:
@@ -582,6 +585,7 @@ fn renew_fused(
         outs,
         failure,
         sub_failures,
+        since: _, // refilled by `note_rewrites`
         has_finish,
         dist,
     } = l;
