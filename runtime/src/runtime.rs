@@ -1696,7 +1696,13 @@ impl Inner {
         self.pool.leave();
     }
 
-    /// Waits (on the issuing side) for an unbound store's producer to bind it.
+    /// Waits (on the issuing side) for an unbound store's producer to bind it. A producer
+    /// that failed binds what its points left, and poisons the store: the waiting task is
+    /// then issued like any reader of a poisoned store, and fails at its points. Returning
+    /// the poison here instead made the issuing call fail only when the producer had not
+    /// ended yet: the same program failed at `submit` or at its points by timing (found by
+    /// the held-out panicking streams). Only a store still unbound after its producer ended
+    /// is an error here.
     pub(crate) fn wait_bound(&self, root: &StoreRoot, task: &str) -> Result<()> {
         if root.bound().is_some() {
             return Ok(());
@@ -1708,10 +1714,13 @@ impl Inner {
         })?;
         Counters::add(&self.shared.counters.blocking_waits, 1);
         producer.wait(&self.shared.completion);
-        if let Some(e) = root.poisoned() {
-            return Err(e);
+        if root.bound().is_some() {
+            return Ok(());
         }
-        Ok(())
+        Err(root.poisoned().unwrap_or(RuntimeError::NeverBound {
+            task: task.into(),
+            store: root.id,
+        }))
     }
 
     /// Solves one task (its launch domain, partitions and sub-stores); on failure its future

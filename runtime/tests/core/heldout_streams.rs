@@ -875,6 +875,13 @@ proptest! {
     fn heldout_panicking_loops_traced_match_the_plain_runtime(c in case_of(op_or_boom)) {
         check(&c, false)?;
     }
+
+    /// The same with fusion (every configuration): a fused task's sub-tasks fail point by
+    /// point as the unfused tasks would, and poison the same cells.
+    #[test]
+    fn heldout_panicking_loops_fused_match_the_plain_runtime(c in case_of(op_or_boom)) {
+        check(&c, true)?;
+    }
 }
 
 mod panics {
@@ -1493,5 +1500,50 @@ fn a_reader_behind_many_later_rewrites_still_sees_the_rewrite_before_it() {
             vec![3.0; 4],
             "tracing {tracing}"
         );
+    }
+}
+
+/// A task reading an unbound store whose producer failed is issued like any reader of a
+/// poisoned store and fails at its points, whether or not the producer has ended when the
+/// task is submitted. The issuing side used to return the poison from `submit` only when it
+/// had to wait for the producer (found by the panicking held-out streams: the same program
+/// failed at `submit` or at its points by timing). Both timings forced: the producer held
+/// back until after the reader is submitted, and the producer ended before it.
+#[test]
+fn a_failed_unbound_producer_fails_its_reader_at_its_points_whatever_the_timing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+    for held in [true, false] {
+        let rt = Runtime::builder().threads(2).window_size(1).build();
+        let open = Arc::new(AtomicBool::new(!held));
+        let o = open.clone();
+        rt.register("filter_fails", move |ctx| {
+            while !o.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            ctx.emit(0, vec![1.0f64, 2.0]);
+            panic!("the producer fails");
+        })
+        .unwrap();
+        rt.register("sum", |ctx| {
+            ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
+        })
+        .unwrap();
+        let f = rt.create_unbound(DType::F64);
+        rt.task("filter_fails").write_unbound(&f).submit().unwrap();
+        if !held {
+            rt.fence().unwrap();
+        }
+        let opener = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            open.store(true, Ordering::SeqCst);
+        });
+        let sum = rt.task("sum").read(&f).submit_reduce(ReduceOp::Sum);
+        opener.join().unwrap();
+        let sum = sum.unwrap_or_else(|e| panic!("held {held}: submit failed: {e}"));
+        let err = sum.get().expect_err("the reader fails").to_string();
+        assert!(err.contains("the producer fails"), "held {held}: {err}");
+        assert!(rt.read::<f64>(&f).is_err(), "held {held}");
     }
 }
