@@ -644,11 +644,17 @@ fn run_finish(task: &Launched) {
             .as_ref()
             .map(|(shape, _)| failure::reduce_owner(shape, i));
         match a.privilege {
-            Privilege::Reduce(op) if failed.is_none() && sub_failed(owner).is_none() => {
-                for (rect, data) in summation_trees(a, i, op, &mut outs) {
-                    fold(&a.root, rect, op, &data);
+            Privilege::Reduce(op) => match failed.clone().or_else(|| sub_failed(owner)) {
+                None => {
+                    for (rect, data) in summation_trees(a, i, op, &mut outs) {
+                        fold(&a.root, rect, op, &data);
+                    }
                 }
-            }
+                // No fold at all: every cell reduced into keeps its old value, not only the
+                // failed point's (which it poisoned as it failed).
+                Some(e) if !a.local => a.root.set_poison(e, task.position, None),
+                Some(_) => {}
+            },
             Privilege::WriteUnbound => match &task.dist {
                 Some(d) => {
                     let lens = crate::replicate::finish::piece_lens(&outs, i);

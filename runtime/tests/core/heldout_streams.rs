@@ -1547,3 +1547,38 @@ fn a_failed_unbound_producer_fails_its_reader_at_its_points_whatever_the_timing(
         assert!(rt.read::<f64>(&f).is_err(), "held {held}");
     }
 }
+
+/// A reduction with a failed point folds nothing (the finish step skips the task's folds), so
+/// every cell it reduces into keeps its old value: the whole store is poisoned, not only the
+/// failed point's cells, or a reader of the other points' cells would read the old values as
+/// if the reduction had happened.
+#[test]
+fn a_failed_reduction_poisons_every_cell_it_reduces_into() {
+    for tracing in [false, true] {
+        let rt = Runtime::builder()
+            .threads(2)
+            .window_size(1)
+            .tracing(tracing)
+            .build();
+        rt.register("add_fail_first", |ctx| {
+            assert!(ctx.linear_point() != 0, "the first point fails");
+            let x = ctx.read::<f64>(0);
+            let mut y = ctx.reduce::<f64>(1);
+            for i in x.range() {
+                y.reduce_at(i, x.at(i));
+            }
+        })
+        .unwrap();
+        let x = rt.from_vec(&[4], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+        let y = rt.from_vec(&[4], vec![10.0; 4]).unwrap();
+        rt.task("add_fail_first")
+            .read(&x)
+            .reduce(&y, ReduceOp::Sum)
+            .align(&x, &y)
+            .launch_domain(&[2])
+            .submit()
+            .unwrap();
+        let second = y.slice(0, 2..4).unwrap();
+        assert!(rt.read::<f64>(&second).is_err(), "tracing {tracing}");
+    }
+}
