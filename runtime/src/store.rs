@@ -416,10 +416,7 @@ impl StoreRoot {
 
     /// [`StoreRoot::poisoned`] for the contents of `cells` only.
     pub(crate) fn poisoned_in(&self, cells: &Rect) -> Option<RuntimeError> {
-        if !self.tainted() {
-            return None;
-        }
-        self.poison_error_between(0, u64::MAX, Some(cells))
+        self.poisoned_between(0, u64::MAX, Some(cells))
     }
 
     /// Whether the store may be poisoned ([`StoreRoot::poisoned`] is `None` when not): one

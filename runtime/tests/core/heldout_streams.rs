@@ -986,66 +986,9 @@ mod panics {
 /// point opens.
 #[test]
 fn a_later_task_s_failure_does_not_fail_an_earlier_reader() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-    use std::time::{Duration, Instant};
     for tracing in [false, true] {
-        let rt = Runtime::builder()
-            .threads(3)
-            .window_size(1)
-            .fusion(false)
-            .tracing(tracing)
-            .build();
-        let open = Arc::new(AtomicBool::new(false));
-        let o = open.clone();
-        rt.register("gate", move |ctx| {
-            if ctx.linear_point() == 1 {
-                let start = Instant::now();
-                while !o.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(5) {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                // Let the failing point's poisoning land first.
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            ctx.write::<f64>(0).fill(1.0);
-        })
-        .unwrap();
-        rt.register("negate", |ctx| {
-            let (x, w) = (ctx.read::<f64>(0), ctx.read::<f64>(1));
-            let mut y = ctx.write::<f64>(2);
-            for i in y.range() {
-                y.set_at(i, -x.at(i) * w.at(i));
-            }
-        })
-        .unwrap();
-        let o = open.clone();
-        rt.register("fail_first", move |ctx| {
-            if ctx.linear_point() == 0 {
-                o.store(true, Ordering::SeqCst);
-                panic!("the first point fails");
-            }
-            ctx.write::<f64>(0).fill(7.0);
-        })
-        .unwrap();
-        let x = rt.from_vec(&[4], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
-        let (w, y) = (
-            rt.create(DType::F64, &[4]).unwrap(),
-            rt.create(DType::F64, &[4]).unwrap(),
-        );
-        rt.task("gate")
-            .write(&w)
-            .launch_domain(&[2])
-            .submit()
-            .unwrap();
-        rt.task("negate")
-            .read(&x)
-            .read(&w)
-            .write(&y)
-            .align(&x, &w)
-            .align(&x, &y)
-            .launch_domain(&[2])
-            .submit()
-            .unwrap();
+        let (rt, x, w, y) = gated_fail_first(tracing);
+        negate(&rt, &x, &w, &y);
         rt.task("fail_first")
             .write(&x)
             .launch_domain(&[2])
@@ -1340,6 +1283,16 @@ fn the_harness_replays_and_fuses_a_steady_body() {
     }
 }
 
+/// A runtime that launches each task as it is submitted (a window of one, no fusion).
+fn one_by_one(threads: usize, tracing: bool) -> Runtime {
+    Runtime::builder()
+        .threads(threads)
+        .window_size(1)
+        .fusion(false)
+        .tracing(tracing)
+        .build()
+}
+
 /// Registers `gate`, whose point `at` waits (up to 5 s) until `open` is set and then 100 ms
 /// more, and writes ones: a reader of its output waits behind it.
 fn register_gate(rt: &Runtime, at: usize, open: &std::sync::Arc<std::sync::atomic::AtomicBool>) {
@@ -1368,6 +1321,42 @@ fn register_gate(rt: &Runtime, at: usize, open: &std::sync::Arc<std::sync::atomi
     .unwrap();
 }
 
+/// Registers `fail_first`, which fills its output with 7 except in point 0, which sets `open`
+/// and panics.
+fn register_fail_first(rt: &Runtime, open: &std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    let o = open.clone();
+    rt.register("fail_first", move |ctx| {
+        if ctx.linear_point() == 0 {
+            o.store(true, std::sync::atomic::Ordering::SeqCst);
+            panic!("the first point fails");
+        }
+        ctx.write::<f64>(0).fill(7.0);
+    })
+    .unwrap();
+}
+
+/// A runtime (three threads, one task at a time) with `gate` and `fail_first` registered so
+/// that the gate's second point waits for `fail_first`'s failing first point, `x = [1, 2, 3,
+/// 4]`, `w` and `y` of the same size, and the gate submitted over `w`: a reader of `w`'s
+/// second half starts only after `fail_first` has failed.
+fn gated_fail_first(tracing: bool) -> (Runtime, Store, Store, Store) {
+    let rt = one_by_one(3, tracing);
+    let open = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    register_gate(&rt, 1, &open);
+    register_fail_first(&rt, &open);
+    let x = rt.from_vec(&[4], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+    let (w, y) = (
+        rt.create(DType::F64, &[4]).unwrap(),
+        rt.create(DType::F64, &[4]).unwrap(),
+    );
+    rt.task("gate")
+        .write(&w)
+        .launch_domain(&[2])
+        .submit()
+        .unwrap();
+    (rt, x, w, y)
+}
+
 /// `y = -x * w` over two points, aligned.
 fn negate(rt: &Runtime, x: &Store, w: &Store, y: &Store) {
     rt.task("negate")
@@ -1388,36 +1377,8 @@ fn negate(rt: &Runtime, x: &Store, w: &Store, y: &Store) {
 /// that the failing point opens, so it starts after the failure; it must still succeed.
 #[test]
 fn a_failed_point_poisons_only_the_cells_it_writes() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
     for tracing in [false, true] {
-        let rt = Runtime::builder()
-            .threads(3)
-            .window_size(1)
-            .fusion(false)
-            .tracing(tracing)
-            .build();
-        let open = Arc::new(AtomicBool::new(false));
-        register_gate(&rt, 1, &open);
-        let o = open.clone();
-        rt.register("fail_first", move |ctx| {
-            if ctx.linear_point() == 0 {
-                o.store(true, Ordering::SeqCst);
-                panic!("the first point fails");
-            }
-            ctx.write::<f64>(0).fill(7.0);
-        })
-        .unwrap();
-        let x = rt.from_vec(&[4], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
-        let (w, y) = (
-            rt.create(DType::F64, &[4]).unwrap(),
-            rt.create(DType::F64, &[4]).unwrap(),
-        );
-        rt.task("gate")
-            .write(&w)
-            .launch_domain(&[2])
-            .submit()
-            .unwrap();
+        let (rt, x, w, y) = gated_fail_first(tracing);
         rt.task("fail_first")
             .write(&x)
             .launch_domain(&[2])
@@ -1448,12 +1409,7 @@ fn a_reader_behind_many_later_rewrites_still_sees_the_rewrite_before_it() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     for tracing in [false, true] {
-        let rt = Runtime::builder()
-            .threads(3)
-            .window_size(1)
-            .fusion(false)
-            .tracing(tracing)
-            .build();
+        let rt = one_by_one(3, tracing);
         let open = Arc::new(AtomicBool::new(false));
         register_gate(&rt, 0, &open);
         rt.register("fail_at", |ctx| {
@@ -1515,7 +1471,7 @@ fn a_failed_unbound_producer_fails_its_reader_at_its_points_whatever_the_timing(
     use std::sync::Arc;
     use std::time::Duration;
     for held in [true, false] {
-        let rt = Runtime::builder().threads(2).window_size(1).build();
+        let rt = one_by_one(2, false);
         let open = Arc::new(AtomicBool::new(!held));
         let o = open.clone();
         rt.register("filter_fails", move |ctx| {
@@ -1555,11 +1511,7 @@ fn a_failed_unbound_producer_fails_its_reader_at_its_points_whatever_the_timing(
 #[test]
 fn a_failed_reduction_poisons_every_cell_it_reduces_into() {
     for tracing in [false, true] {
-        let rt = Runtime::builder()
-            .threads(2)
-            .window_size(1)
-            .tracing(tracing)
-            .build();
+        let rt = one_by_one(2, tracing);
         rt.register("add_fail_first", |ctx| {
             assert!(ctx.linear_point() != 0, "the first point fails");
             let x = ctx.read::<f64>(0);
