@@ -232,15 +232,14 @@ impl Launched {
     /// consumer point elsewhere in the store does not wait for this one, so whether it saw a
     /// store-wide poison depended on timing ([`StoreRoot::poisoned_before`]).
     fn fail_at(&self, err: RuntimeError, point: Option<usize>) {
-        let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
-        if f.is_none() {
-            *f = Some(err);
-        }
-        // The first failure, so that the poison names the error the task reports.
-        let first = f.as_ref().expect("just set").clone();
+        keep_earliest(
+            &mut self.failure.lock().unwrap_or_else(|e| e.into_inner()),
+            err.clone(),
+        );
+        // The point's own error: a reader of these cells is told which point wrote them.
         for a in self.written() {
             a.root
-                .set_poison(first.clone(), self.position, point.and_then(|p| a.cells(p)));
+                .set_poison(err.clone(), self.position, point.and_then(|p| a.cells(p)));
         }
     }
 
@@ -250,13 +249,14 @@ impl Launched {
         self.fused.as_deref().filter(|_| self.dist.is_none())
     }
 
-    /// Records that sub-task `s` of a fused task failed (its first error is kept).
+    /// Records that sub-task `s` of a fused task failed (the error of its lowest failed point
+    /// is kept, [`keep_earliest`]).
     pub(crate) fn fail_sub(&self, shape: &FusedShape, s: usize, err: RuntimeError) {
         let mut f = self.sub_failures.lock().unwrap_or_else(|e| e.into_inner());
         if f.is_empty() {
             f.resize(shape.subs.len(), None);
         }
-        f[s].get_or_insert(err);
+        keep_earliest(&mut f[s], err);
     }
 
     /// Poisons at once, as [`Launched::fail_with`] does for a whole task, the stores that the
@@ -503,6 +503,24 @@ pub(crate) fn failed_future(scalars: &[ScalarArg]) -> Option<String> {
         },
         ScalarArg::Value(_) => None,
     })
+}
+
+/// Keeps in `kept` the failure of the lowest point (row-major) of `err` and the one kept:
+/// the error a task reports (its futures, `read`) must not depend on which of its points
+/// failed first in time. A failure not tied to a point (across ranks, the finish step) is
+/// kept only when none is.
+pub(crate) fn keep_earliest(kept: &mut Option<RuntimeError>, err: RuntimeError) {
+    let point = |e: &RuntimeError| match e {
+        RuntimeError::TaskFailed { point, .. } if !point.is_empty() => Some(point.clone()),
+        _ => None,
+    };
+    let earlier = match kept.as_ref() {
+        None => true,
+        Some(old) => matches!((point(&err), point(old)), (Some(new), Some(old)) if new < old),
+    };
+    if earlier {
+        *kept = Some(err);
+    }
 }
 
 /// Why a task reading `root` cannot run, `err` the failure that poisoned it.

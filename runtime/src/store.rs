@@ -164,76 +164,70 @@ pub(crate) struct StoreRoot {
     last_rewrite: AtomicU64,
 }
 
-/// A store's live poisonings ([`StoreRoot::set_poison`]): the first failure's error and, for
-/// the latest [`POISONINGS`], each one's stream position and the cells it poisoned (the
-/// failed point's sub-store, or `None` for the whole store), exactly; older ones pushed out
-/// count as one range of positions over the whole store, conservatively. A reader asks
-/// whether one lies in a range of positions (between the latest whole rewrite before it and
-/// itself) and overlaps the cells it reads. A clear drops those up to its position
-/// ([`StoreRoot::clear_poison`]), so a loop that rewrites the store keeps few.
+/// A store's live poisonings ([`StoreRoot::set_poison`]), in stream order: each one's
+/// position, the cells it poisoned (the failed point's sub-store, or `None` for the whole
+/// store) and its error. A reader asks for one in a range of positions (between the latest
+/// whole rewrite before it and itself) that overlaps the cells it reads, and gets the
+/// earliest such (lowest position, then lowest cells): a fixed choice, since the set it
+/// chooses from is fixed by the time the reader runs (it waited for every writer of those
+/// cells), while the order in which failures land is not. A clear drops those up to its
+/// position ([`StoreRoot::clear_poison`]), so a loop that rewrites the store keeps few.
 ///
 /// Why cells: a point of a later task depends only on the points it overlaps. A poisoning
 /// by a failed point is seen by exactly the reader points that overlap it, which wait for
 /// it; a store-wide poison was seen also by reader points elsewhere in the store that
 /// happened to start after the failure, so what failed depended on timing (the held-out
-/// panicking streams found plain runs disagreeing with themselves).
+/// panicking streams found plain runs disagreeing with themselves). The list is not capped:
+/// a cap that folded older poisonings into a store-wide range (as until stop 47) brings
+/// that timing back past it (a task failing in 257 points poisoned cells its good points
+/// wrote, for readers that started after the 257th failure only). Each entry costs about
+/// what the failure's own error does.
+#[derive(Default)]
 struct Poison {
-    at: Vec<(u64, Option<Rect>)>,
-    older: Option<(u64, u64)>,
+    at: Vec<Poisoning>,
+}
+
+struct Poisoning {
+    at: u64,
+    cells: Option<Rect>,
     err: RuntimeError,
 }
 
-/// Poisonings a store keeps exactly (a task whose every point fails poisons once a point).
-const POISONINGS: usize = 256;
-
 impl Poison {
-    fn new(at: u64, cells: Option<Rect>, err: RuntimeError) -> Self {
-        Poison {
-            at: vec![(at, cells)],
-            older: None,
-            err,
-        }
-    }
-
-    fn add(&mut self, at: u64, cells: Option<Rect>) {
-        let i = self.at.partition_point(|(p, _)| *p <= at);
+    fn add(&mut self, at: u64, cells: Option<Rect>, err: RuntimeError) {
+        let i = self.at.partition_point(|p| p.at <= at);
+        let same = |p: &&Poisoning| p.at == at;
         if self.at[..i]
             .iter()
             .rev()
-            .take_while(|(p, _)| *p == at)
-            .any(|(_, c)| *c == cells)
+            .take_while(same)
+            .any(|p| p.cells == cells)
         {
             return;
         }
-        self.at.insert(i, (at, cells));
-        if self.at.len() > POISONINGS {
-            let (p, _) = self.at.remove(0);
-            self.older = Some(self.older.map_or((p, p), |(lo, hi)| (lo.min(p), hi.max(p))));
-        }
+        self.at.insert(i, Poisoning { at, cells, err });
     }
 
-    /// Whether a live poisoning lies in positions `since..=at` and overlaps `cells` (`None`:
-    /// anywhere in the store).
-    fn within(&self, since: u64, at: u64, cells: Option<&Rect>) -> bool {
+    /// The error of the earliest live poisoning in positions `since..=at` that overlaps
+    /// `cells` (`None`: anywhere in the store): lowest position, then lowest cells (the whole
+    /// store first, then by lower corner).
+    fn first_within(&self, since: u64, at: u64, cells: Option<&Rect>) -> Option<&RuntimeError> {
         let overlaps = |c: &Option<Rect>| match (c, cells) {
             (Some(c), Some(r)) => c.overlaps(r),
             _ => true,
         };
-        self.at
-            .iter()
-            .any(|(p, c)| since <= *p && *p <= at && overlaps(c))
-            || self.older.is_some_and(|(lo, hi)| hi >= since && lo <= at)
+        (self.at.iter())
+            .filter(|p| since <= p.at && p.at <= at && overlaps(&p.cells))
+            .min_by(|a, b| {
+                (a.at, a.cells.as_ref().map(Rect::lo)).cmp(&(b.at, b.cells.as_ref().map(Rect::lo)))
+            })
+            .map(|p| &p.err)
     }
 
     /// Drops the poisonings up to `at`; true when none is left.
     fn clear_to(&mut self, at: u64) -> bool {
-        self.at.retain(|(p, _)| *p > at);
-        self.older = match self.older {
-            Some((_, hi)) if hi <= at => None,
-            Some((lo, hi)) if lo <= at => Some((at + 1, hi)),
-            o => o,
-        };
-        self.at.is_empty() && self.older.is_none()
+        self.at.retain(|p| p.at > at);
+        self.at.is_empty()
     }
 }
 
@@ -478,8 +472,8 @@ impl StoreRoot {
         self.poisoned_between(self.last_rewrite(), u64::MAX, Some(cells))
     }
 
-    /// The poison error if a live poisoning of `cells` lies in positions `since..=at` (older
-    /// ones pushed out of the exact list count anywhere in their range, [`Poison`]).
+    /// The error of the earliest live poisoning of `cells` in positions `since..=at`
+    /// ([`Poison::first_within`]).
     #[cold]
     fn poison_error_between(
         &self,
@@ -487,12 +481,9 @@ impl StoreRoot {
         at: u64,
         cells: Option<&Rect>,
     ) -> Option<RuntimeError> {
-        self.poison
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        (self.poison.lock().unwrap_or_else(|e| e.into_inner()))
             .as_ref()
-            .filter(|p| p.within(since, at, cells))
-            .map(|p| p.err.clone())
+            .and_then(|p| p.first_within(since, at, cells).cloned())
     }
 
     /// [`StoreRoot::poisoned_before`] without the poisonings at `at` itself: what a fused
@@ -518,8 +509,8 @@ impl StoreRoot {
         self.last_rewrite.load(Ordering::Acquire)
     }
 
-    /// Marks the contents as produced by a failed task (the first failure is kept), at stream
-    /// position `at`: the position of the task whose write or transfer failed
+    /// Marks the contents (`cells`, or the whole store) as produced by a failed task, with its
+    /// error, at stream position `at`: the position of the task whose write or transfer failed
     /// (`Launched::position`; see [`StoreRoot::clear_poison`]).
     ///
     /// A poisoning from before the latest successful whole write that has ended is dropped:
@@ -541,10 +532,7 @@ impl StoreRoot {
             }
             return;
         }
-        match &mut *p {
-            Some(p) => p.add(at, cells),
-            None => *p = Some(Poison::new(at, cells, err)),
-        }
+        p.get_or_insert_with(Poison::default).add(at, cells, err);
     }
 
     /// Marks the contents as trustworthy again: the task at stream position `at` rewrote the
@@ -742,19 +730,26 @@ impl std::fmt::Debug for Store {
 
 #[cfg(test)]
 mod tests {
-    use super::{Poison, POISONINGS};
+    use super::Poison;
     use crate::error::RuntimeError;
     use crate::rect::Rect;
 
-    fn poison(at: &[u64]) -> Poison {
-        let err = RuntimeError::TaskFailed {
+    fn err(point: usize) -> RuntimeError {
+        RuntimeError::TaskFailed {
             task: "t".into(),
-            point: vec![0],
+            point: vec![point],
             message: "m".into(),
-        };
-        let mut p = Poison::new(at[0], None, err);
-        at[1..].iter().for_each(|&a| p.add(a, None));
+        }
+    }
+
+    fn poison(at: &[u64]) -> Poison {
+        let mut p = Poison::default();
+        at.iter().for_each(|&a| p.add(a, None, err(0)));
         p
+    }
+
+    fn r(lo: usize, hi: usize) -> Rect {
+        Rect::new(&[lo], &[hi])
     }
 
     /// Poisonings at 3 and 10, a whole rewrite at 5: a reader at 7 sees neither (the range
@@ -763,10 +758,10 @@ mod tests {
     #[test]
     fn a_reader_sees_only_the_poisonings_in_its_range() {
         let p = poison(&[10, 3]);
-        assert!(!p.within(5, 7, None));
-        assert!(p.within(5, 12, None));
-        assert!(p.within(0, 7, None));
-        assert!(!p.within(11, 20, None));
+        assert!(p.first_within(5, 7, None).is_none());
+        assert!(p.first_within(5, 12, None).is_some());
+        assert!(p.first_within(0, 7, None).is_some());
+        assert!(p.first_within(11, 20, None).is_none());
     }
 
     /// Two failed points of the task at 4 poison their own cells: a reader of other cells
@@ -774,41 +769,82 @@ mod tests {
     /// same point failing twice is kept once.
     #[test]
     fn a_reader_sees_only_the_poisoned_cells_it_reads() {
-        let r = |lo: usize, hi: usize| Rect::new(&[lo], &[hi]);
-        let mut p = poison(&[1]);
-        p.clear_to(1);
-        p.add(4, Some(r(0, 10)));
-        p.add(4, Some(r(20, 30)));
-        p.add(4, Some(r(20, 30)));
+        let mut p = Poison::default();
+        p.add(4, Some(r(0, 10)), err(0));
+        p.add(4, Some(r(20, 30)), err(2));
+        p.add(4, Some(r(20, 30)), err(2));
         assert_eq!(p.at.len(), 2);
         assert!(
-            !p.within(0, 9, Some(&r(10, 20))),
-            "between the failed points"
+            p.first_within(0, 9, Some(&r(10, 20))).is_none(),
+            "between them"
         );
-        assert!(p.within(0, 9, Some(&r(5, 15))));
-        assert!(p.within(0, 9, Some(&r(25, 26))));
-        assert!(p.within(0, 9, None));
-        assert!(!p.within(5, 9, Some(&r(0, 30))), "after them");
-        p.add(6, None);
+        assert!(p.first_within(0, 9, Some(&r(5, 15))).is_some());
+        assert!(p.first_within(0, 9, Some(&r(25, 26))).is_some());
+        assert!(p.first_within(0, 9, None).is_some());
         assert!(
-            p.within(0, 9, Some(&r(10, 20))),
+            p.first_within(5, 9, Some(&r(0, 30))).is_none(),
+            "after them"
+        );
+        p.add(6, None, err(9));
+        assert!(
+            p.first_within(0, 9, Some(&r(10, 20))).is_some(),
             "a whole-store poisoning covers any"
         );
     }
 
+    /// The error a reader gets is the earliest poisoning of its cells, whatever order the
+    /// failures landed in (a reader of one failed point's cells named whichever point of any
+    /// task failed first).
     #[test]
-    fn a_clear_drops_the_poisonings_up_to_it_and_older_ones_merge_into_a_range() {
+    fn a_reader_gets_the_earliest_poisoning_of_its_cells_in_any_arrival_order() {
+        let adds = [
+            (7, r(0, 10), 5),
+            (4, r(20, 30), 2),
+            (4, r(0, 10), 1),
+            (4, r(5, 8), 3),
+        ];
+        let orders: [[usize; 4]; 3] = [[0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2]];
+        for order in orders {
+            let mut p = Poison::default();
+            for i in order {
+                let (at, cells, point) = adds[i].clone();
+                p.add(at, Some(cells), err(point));
+            }
+            let point = |e: Option<&RuntimeError>| match e {
+                Some(RuntimeError::TaskFailed { point, .. }) => Some(point[0]),
+                _ => None,
+            };
+            assert_eq!(
+                point(p.first_within(0, 9, Some(&r(6, 7)))),
+                Some(1),
+                "{order:?}"
+            );
+            assert_eq!(
+                point(p.first_within(0, 9, Some(&r(25, 26)))),
+                Some(2),
+                "{order:?}"
+            );
+            assert_eq!(
+                point(p.first_within(5, 9, Some(&r(6, 7)))),
+                Some(5),
+                "{order:?}"
+            );
+            assert_eq!(point(p.first_within(0, 9, None)), Some(1), "{order:?}");
+        }
+    }
+
+    #[test]
+    fn a_clear_drops_the_poisonings_up_to_it() {
         let mut p = poison(&[3, 10]);
         assert!(!p.clear_to(5), "10 stays");
-        assert!(!p.within(0, 9, None) && p.within(0, 10, None));
+        assert!(p.first_within(0, 9, None).is_none() && p.first_within(0, 10, None).is_some());
         assert!(p.clear_to(10), "none left");
-        // Past the exact capacity the oldest merge into one range, counted anywhere in it.
-        let all: Vec<u64> = (0..POISONINGS as u64 + 3).map(|i| 2 * i).collect();
-        let mut p = poison(&all);
-        assert_eq!(p.older, Some((0, 4)));
-        assert!(p.within(1, 1, None), "inside the merged range");
-        assert!(!p.within(7, 7, None), "an exact gap");
-        assert!(!p.clear_to(2));
-        assert_eq!(p.older, Some((3, 4)));
+        // Not capped: many poisonings stay exact.
+        let mut p = Poison::default();
+        (0..1000).for_each(|i| p.add(1, Some(r(2 * i, 2 * i + 1)), err(i)));
+        assert!(
+            p.first_within(0, 9, Some(&r(1, 2))).is_none(),
+            "a gap between cells"
+        );
     }
 }

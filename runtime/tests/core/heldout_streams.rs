@@ -1534,3 +1534,112 @@ fn a_failed_reduction_poisons_every_cell_it_reduces_into() {
         assert!(rt.read::<f64>(&second).is_err(), "tracing {tracing}");
     }
 }
+
+/// Runs a task failing in its first 257 of 300 points and a reader of it, aligned, and reads
+/// the reader's last cell. `hold`: the first point's failure waits until the reader's last
+/// point has run. A store kept its latest 256 poisonings exactly and older ones as a
+/// store-wide range, so the reader's last point saw the 257th failure as covering its cells
+/// when it ran after it, and not when before (found by a review of the per-cell poisons).
+fn last_cell_after_257_failures(hold: bool) -> Result<Vec<f64>> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let rt = one_by_one(2, false);
+    let done = Arc::new(AtomicBool::new(false));
+    let d = done.clone();
+    rt.register("fail_some", move |ctx| {
+        let p = ctx.linear_point();
+        if p == 0 && hold {
+            let t = Instant::now();
+            while !d.load(Ordering::SeqCst) && t.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        assert!(p >= 257, "fails");
+        ctx.write::<f64>(0).fill(7.0);
+    })?;
+    let d = done.clone();
+    rt.register("copy", move |ctx| {
+        let x = ctx.read::<f64>(0);
+        let mut y = ctx.write::<f64>(1);
+        for i in y.range() {
+            y.set_at(i, x.at(i));
+        }
+        if ctx.linear_point() == 299 {
+            d.store(true, Ordering::SeqCst);
+        }
+    })?;
+    let x = rt.create(DType::F64, &[300])?;
+    let y = rt.create(DType::F64, &[300])?;
+    rt.task("fail_some")
+        .write(&x)
+        .launch_domain(&[300])
+        .submit()?;
+    rt.task("copy")
+        .read(&x)
+        .write(&y)
+        .align(&x, &y)
+        .launch_domain(&[300])
+        .submit()?;
+    rt.read::<f64>(&y.slice(0, 299..300)?)
+}
+
+#[test]
+fn many_failed_points_poison_only_their_cells_whatever_the_timing() {
+    for hold in [true, false] {
+        let got = last_cell_after_257_failures(hold);
+        assert_eq!(got.ok(), Some(vec![7.0]), "hold {hold}");
+    }
+}
+
+/// Two tasks fail writing the two halves of one store, in either order in time; a read of
+/// the first half must name the task that wrote it (the store kept the first error to land
+/// for all its cells), and a task failing in both its points reports its first point's
+/// error, whichever failed first.
+#[test]
+fn the_error_a_failure_reports_does_not_depend_on_which_landed_first() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+    let run = |a_waits: bool| -> (String, String) {
+        let rt = one_by_one(2, false);
+        let flag = Arc::new(AtomicBool::new(false));
+        let f = flag.clone();
+        rt.register("fail_a", move |_ctx| {
+            while a_waits && !f.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(if a_waits { 50 } else { 0 }));
+            panic!("A failed");
+        })
+        .unwrap();
+        let f = flag.clone();
+        rt.register("fail_b", move |ctx| {
+            // Point 1 fails first when A waits, point 0 first otherwise.
+            let late = (ctx.linear_point() == 0) == a_waits;
+            std::thread::sleep(Duration::from_millis(if late { 100 } else { 0 }));
+            f.store(true, Ordering::SeqCst);
+            panic!("B failed");
+        })
+        .unwrap();
+        let x = rt.from_vec(&[4], vec![1.0; 4]).unwrap();
+        let (lo, hi) = (x.slice(0, 0..2).unwrap(), x.slice(0, 2..4).unwrap());
+        rt.task("fail_a")
+            .write(&lo)
+            .launch_domain(&[1])
+            .submit()
+            .unwrap();
+        let b = rt
+            .task("fail_b")
+            .write(&hi)
+            .launch_domain(&[2])
+            .submit_reduce(ReduceOp::Sum)
+            .unwrap();
+        let read = format!("{:?}", rt.read::<f64>(&lo).unwrap_err());
+        (read, format!("{:?}", b.get().unwrap_err()))
+    };
+    let (a_first, b_first) = (run(false), run(true));
+    assert_eq!(a_first, b_first);
+    assert!(a_first.0.contains("fail_a"), "{}", a_first.0);
+    assert!(a_first.1.contains("point: [0]"), "{}", a_first.1);
+}
