@@ -807,7 +807,7 @@ mod tests {
         for order in orders {
             let mut p = Poison::default();
             for i in order {
-                let (at, cells, point) = adds[i].clone();
+                let (at, cells, point) = adds[i];
                 p.add(at, Some(cells), err(point));
             }
             let point = |e: Option<&RuntimeError>| match e {
