@@ -41,6 +41,12 @@ impl LaunchArg {
         self.rects.get(point).copied()
     }
 
+    /// The cells point `point` reads, for its look at their poison: the whole view where no
+    /// sub-store is known.
+    pub(crate) fn read_cells(&self, point: usize) -> &Rect {
+        self.rects.get(point).unwrap_or(&self.view)
+    }
+
     /// A point's (or a kernel-fused chunk loop's) borrow of the store's cells `rect`,
     /// exclusive where it writes them. A `write_all` argument's cells are not zeroed first:
     /// its body assigns every one before anything reads it, so a pool-recycled buffer skips
@@ -169,7 +175,7 @@ impl Launched {
             outs,
             failure,
             sub_failures,
-            since,
+            since: _, // holds no reference; refilled by `note_rewrites`
             has_finish: _,
             dist,
         } = self;
@@ -186,7 +192,6 @@ impl Launched {
             .unwrap_or_else(|e| e.into_inner())
             .clear();
         *dist = None;
-        since.clear();
     }
 
     /// Where each of `points` points leaves what the finish step reads (nothing without one).
@@ -218,12 +223,14 @@ impl Launched {
     }
 
     /// Records the task's failure with nothing to tell of which point: every store it writes
-    /// is poisoned whole (across ranks, where a failure is one message per task).
+    /// is poisoned whole (across ranks, where a failure is one message per task, and a failed
+    /// finish step).
     pub(crate) fn fail_with(&self, err: RuntimeError) {
         self.fail_at(err, None);
     }
 
-    /// Records the task's failure (the first one is kept) and poisons at once what `point`
+    /// Records the task's failure (the lowest point's is kept, [`keep_earliest`]) and poisons
+    /// at once, with this point's own error, what `point`
     /// writes (`None`: every store the task writes, whole). Why at once and not at `end`: a
     /// point of a later task depends only on the points it overlaps, so it may run while
     /// other points of this task still run; poisoning here, before the failing point
@@ -259,11 +266,11 @@ impl Launched {
         keep_earliest(&mut f[s], err);
     }
 
-    /// Poisons at once, as [`Launched::fail_with`] does for a whole task, the stores that the
-    /// sub-tasks `failed` leave poisoned: not those a later sub-task rewrote whole (its
-    /// readers' points may run before the task's end, and must see the rewrite's values as
-    /// good, as unfused, where the failed task's poisoning comes before the rewrite).
-    /// Only the cells of `point`, as an unfused task's failed point does.
+    /// Poisons at once, as [`Launched::fail_at`] does for a failed point, `point`'s cells of
+    /// the stores that the sub-tasks `failed` leave poisoned: not those a later sub-task
+    /// rewrote whole (its readers' points may run before the task's end, and must see the
+    /// rewrite's values as good, as unfused, where the failed task's poisoning comes before
+    /// the rewrite).
     fn poison_failed_subs(
         &self,
         shape: &FusedShape,
@@ -536,8 +543,8 @@ fn poisoned_input(task: &Launched, point: usize) -> Option<String> {
         .iter()
         .filter(|a| !a.local && matches!(a.privilege, Privilege::Read | Privilege::ReadWrite))
         .find_map(|a| {
-            let cells = a.rects.get(point).unwrap_or(&a.view);
-            let e = (a.root).poisoned_before(task.since_of(&a.root), task.position, cells)?;
+            let (since, cells) = (task.since_of(&a.root), a.read_cells(point));
+            let e = a.root.poisoned_before(since, task.position, cells)?;
             Some(not_computed(&a.root, &e))
         })
 }

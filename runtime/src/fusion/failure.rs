@@ -122,10 +122,8 @@ fn input_failure(
         // Poisonings from before the fused task only: its own position's are its sub-tasks'
         // (`bad` above), which a sub-task before the failed one must not see.
         if inputs && !a.local && !rewritten.contains(&c) {
-            let cells = a.rects.get(point).unwrap_or(&a.view);
-            if let Some(e) =
-                (a.root).poisoned_by_earlier(task.since_of(&a.root), task.position, cells)
-            {
+            let (since, cells) = (task.since_of(&a.root), a.read_cells(point));
+            if let Some(e) = a.root.poisoned_by_earlier(since, task.position, cells) {
                 return Some(not_computed(&a.root, &e));
             }
         }
