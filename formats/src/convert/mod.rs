@@ -38,9 +38,11 @@
 //! program uses one `malloc` arena (`crate::heap::bound_to_budget`, as `tessera-data` does):
 //! a 3 GB unsorted `.tns` (125 M entries) at `--memory 16M` peaks at 15.8 MB (20.3 MB
 //! before stop 47, when the fences of every sampled key and the samples themselves were
-//! held while the final merge's key ranges were found). What still grows with the input at
-//! a fixed budget: the final merge's table of range bounds (a row of run positions per
-//! range: 1.9 MB for that file's 7,766 ranges) and the output's extent list.
+//! held while the final merge's key ranges were found), 14.1 MB since the final merge keeps
+//! its ranges' boundary keys and finds each window of their run positions as it reaches it
+//! (`ranges`; the table of every range's positions was 1.9 MB for that file's 7,766 ranges).
+//! What still grows with the input at a fixed budget: the boundary keys (24 bytes a range at
+//! rank 3) and the output's extent list.
 //!
 //! Sorted text against the parse floor (the conversion bench's pass that only parses every
 //! number on both cores): the block packer parses with the floor's own scanners, so what it
@@ -402,6 +404,7 @@
 mod back;
 pub(crate) mod blocks;
 mod build;
+mod ranges;
 mod runs;
 mod scan;
 mod stitch;

@@ -10,6 +10,7 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use super::ranges::{self, Ranges, Span, WINDOW_WORDS};
 use super::{duplicate_error, ConvertOptions, Duplicates, Progress, SortedSource, PROGRESS_EVERY};
 use crate::chunks::Chunk;
 use crate::error::{Error, Result};
@@ -464,8 +465,24 @@ pub(crate) struct Run {
 }
 
 impl Run {
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(super) fn narrow(&self) -> bool {
+        self.narrow
+    }
+
+    pub(super) fn packed(&self) -> Option<&[u32]> {
+        self.packed.as_deref()
+    }
+
+    pub(super) fn held(&self) -> Option<&[[u64; 2]]> {
+        self.held.as_deref()
+    }
+
     /// Bytes of one record: the packed key or the coordinates (32- or 64-bit), and the value.
-    fn record_bytes(&self, rank: usize) -> usize {
+    pub(super) fn record_bytes(&self, rank: usize) -> usize {
         match (self.low_bits, &self.packed) {
             (Some(low), _) => compact_bytes(low),
             (None, Some(_)) => 16,
@@ -1471,7 +1488,7 @@ impl<'a> RunReader<'a> {
 /// One run record: its key (and the key packed, when narrow) and its value. `packing`: the
 /// record is a (packed key, value) pair with fields of these bits.
 #[inline]
-fn decode(
+pub(super) fn decode(
     record: &[u8],
     (narrow, packing): (bool, Option<&[u32]>),
     key: &mut [u64],
@@ -1657,354 +1674,72 @@ impl SortedSource for MergeSource {
     }
 }
 
-/// The final merge cut into key ranges, merged by workers in parallel (`stitch`): boundary
-/// `b` lies at record `at[b][r]` of run `r` (row 0 is every run's start, the last row every
-/// run's end), so range `j` is records `at[j][r]..at[j + 1][r]` of every run. Each inner
-/// boundary is every run's lower bound of one key, so that the entries of a coordinate
-/// never straddle two ranges (their duplicates are summed within one).
-pub(crate) struct Ranges {
-    at: Vec<Vec<u64>>,
-    /// For runs distributed by the top bits of their keys ([`MergeSource::bucketed`]): the
-    /// bucket each boundary lies at (range `j` is buckets `buckets[j]..buckets[j + 1]`);
-    /// empty otherwise.
-    buckets: Vec<usize>,
-}
-
-impl Ranges {
-    pub fn len(&self) -> usize {
-        self.at.len() - 1
-    }
-
-    /// Entries (before summing duplicates) of range `j`.
-    fn entries(&self, j: usize) -> u64 {
-        self.at[j + 1]
-            .iter()
-            .zip(&self.at[j])
-            .map(|(h, l)| h - l)
-            .sum()
-    }
-}
-
-/// A run file opened for positioned reads of single keys (binary searches); a run held in
-/// memory has no file and is read where it lies.
-struct RunFile<'a> {
-    run: &'a Run,
-    file: Option<File>,
-    rank: usize,
-    records: u64,
-    /// Keys read by [`RunFile::sample`], by position: they narrow every later search.
-    fences: Vec<(u64, Vec<u64>)>,
-}
-
-/// Records a binary search reads in one positioned read once its interval is this short.
-const SEARCH_WINDOW: u64 = 256;
-
-/// A run's lower bounds of several keys are found by reading the whole run when it holds
-/// fewer records than this per key: a search costs a few positioned reads (a few µs), about
-/// what decoding this many records from the page cache costs.
-const SCAN_RECORDS_PER_KEY: u64 = 1024;
-
-/// Records read at once by a scan for lower bounds.
-const SCAN_CHUNK: u64 = 4096;
-
-impl<'a> RunFile<'a> {
-    fn open(run: &'a Run, rank: usize) -> Result<Self> {
-        let (file, len) = match &run.held {
-            Some(pairs) => (None, (pairs.len() * 16) as u64),
-            None => {
-                let file = File::open(&run.path).map_err(|e| Error::io(&run.path, e))?;
-                let len = file.metadata().map_err(|e| Error::io(&run.path, e))?.len();
-                (Some(file), len)
-            }
-        };
-        Ok(RunFile {
-            records: len / run.record_bytes(rank) as u64,
-            run,
-            file,
-            rank,
-            fences: Vec::new(),
-        })
-    }
-
-    /// The key of record `i`.
-    fn key(&self, i: u64) -> Result<Vec<u64>> {
-        Ok(self.keys(i..i + 1)?.remove(0))
-    }
-
-    /// The key of record `i`, kept to narrow later searches (positions must grow) when the
-    /// run will be searched for `bounds` keys rather than scanned
-    /// ([`RunFile::lower_bounds`]): a scan reads no fence, and at a small budget the fences
-    /// of every sample were the largest thing the conversion held (4 MB of 11 for a 3 GB
-    /// `.tns` at 16 MiB).
-    fn sample(&mut self, i: u64, bounds: usize) -> Result<Vec<u64>> {
-        let key = self.key(i)?;
-        if self.searched(bounds) {
-            self.fences.push((i, key.clone()));
-        }
-        Ok(key)
-    }
-
-    /// Whether the lower bounds of `keys` keys are found by a search per key (else by one
-    /// scan of the run).
-    fn searched(&self, keys: usize) -> bool {
-        self.records >= keys as u64 * SCAN_RECORDS_PER_KEY
-    }
-
-    /// The keys of records `range`, read at once.
-    fn keys(&self, range: Range<u64>) -> Result<Vec<Vec<u64>>> {
-        let mut keys = Vec::new();
-        self.each_key(range, |k| {
-            keys.push(k.to_vec());
-            true
-        })?;
-        Ok(keys)
-    }
-
-    /// Calls `f` with the keys of records `range` (read at once) in order while it returns
-    /// true; how many keys it took.
-    fn each_key(&self, range: Range<u64>, mut f: impl FnMut(&[u64]) -> bool) -> Result<u64> {
-        let rec = self.run.record_bytes(self.rank);
-        let bytes = self.read(range)?;
-        let layout = (self.run.narrow, self.run.packed.as_deref());
-        let (mut key, mut packed, mut value) = (vec![0; self.rank], 0, 0.0);
-        let mut n = 0;
-        for r in bytes.chunks_exact(rec) {
-            decode(r, layout, &mut key, &mut packed, &mut value);
-            if !f(&key) {
-                break;
-            }
-            n += 1;
-        }
-        Ok(n)
-    }
-
-    /// The bytes of records `range`, read at once.
-    fn read(&self, range: Range<u64>) -> Result<Vec<u8>> {
-        use std::os::unix::fs::FileExt;
-        let rec = self.run.record_bytes(self.rank) as u64;
-        let (from, to) = (range.start * rec, range.end * rec);
-        let Some(file) = &self.file else {
-            let pairs: &[u8] = bytemuck::cast_slice(self.run.held.as_deref().unwrap_or(&[]));
-            return Ok(pairs[from as usize..to as usize].to_vec());
-        };
-        let mut bytes = vec![0u8; (to - from) as usize];
-        file.read_exact_at(&mut bytes, from)
-            .map_err(|e| Error::io(&self.run.path, e))?;
-        Ok(bytes)
-    }
-
-    /// [`RunFile::lower_bound`] of each of `keys` (ascending). Where the keys lie close
-    /// together in the run (many key ranges over many runs: a small budget), by one pass
-    /// over the run read in large chunks instead of a search per key: at 16 MiB the bench's
-    /// 263 MB `.tns` makes 228 runs and 680 ranges, and the searches took 620 000
-    /// positioned reads (about 4 a key and run), more system time than the run's bytes.
-    fn lower_bounds(&self, keys: &[Vec<u64>]) -> Result<Vec<u64>> {
-        if self.searched(keys.len()) {
-            return keys.iter().map(|k| self.lower_bound(k)).collect();
-        }
-        self.scan_bounds(keys, SCAN_CHUNK)
-    }
-
-    /// [`RunFile::lower_bounds`] by one pass over the run, `chunk` records read at once.
-    fn scan_bounds(&self, keys: &[Vec<u64>], chunk: u64) -> Result<Vec<u64>> {
-        // Keys that fit a packed run's fields are compared packed, as the run stores them.
-        let own = self.run.packed.as_deref();
-        let packed: Option<Vec<u64>> = own.and_then(|bits| {
-            keys.iter()
-                .map(|k| {
-                    let fits = k
-                        .iter()
-                        .zip(bits)
-                        .all(|(&c, &b)| c.checked_shr(b) == Some(0) || b >= 64);
-                    fits.then(|| pack(k, bits))
-                })
-                .collect()
-        });
-        let mut bounds = Vec::with_capacity(keys.len());
-        let mut at = 0;
-        while at < self.records && bounds.len() < keys.len() {
-            let end = (at + chunk).min(self.records);
-            let mut i = at;
-            match &packed {
-                Some(packed) => {
-                    for p in self.read(at..end)?.chunks_exact(16) {
-                        let p = u64::from_le_bytes(p[..8].try_into().expect("8 bytes"));
-                        while bounds.len() < keys.len() && packed[bounds.len()] <= p {
-                            bounds.push(i);
-                        }
-                        i += 1;
-                    }
-                }
-                None => {
-                    self.each_key(at..end, |k| {
-                        while bounds.len() < keys.len() && keys[bounds.len()].as_slice() <= k {
-                            bounds.push(i);
-                        }
-                        i += 1;
-                        bounds.len() < keys.len()
-                    })?;
-                }
-            }
-            at = end;
-        }
-        bounds.resize(keys.len(), self.records);
-        Ok(bounds)
-    }
-
-    /// The first record whose key is not below `key`. The sampled keys around `key` bound
-    /// the search, and its last [`SEARCH_WINDOW`] records are read at once: with many runs
-    /// and many key ranges (a small budget) the searches were a positioned read per probe,
-    /// 165 000 reads for a 64 MB file at 16 MiB.
-    fn lower_bound(&self, key: &[u64]) -> Result<u64> {
-        let i = self.fences.partition_point(|(_, k)| k.as_slice() < key);
-        let mut lo = if i > 0 { self.fences[i - 1].0 + 1 } else { 0 };
-        let mut hi = self.fences.get(i).map_or(self.records, |f| f.0);
-        while hi - lo > SEARCH_WINDOW {
-            let mid = lo + (hi - lo) / 2;
-            if self.key(mid)?.as_slice() < key {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        if lo == hi {
-            return Ok(lo);
-        }
-        Ok(lo + self.each_key(lo..hi, |k| k < key)?)
-    }
-}
-
-/// Every run's lower bound of each key (`keys` ascending): one row per key, the runs shared
-/// out among `threads` threads.
-fn lower_bounds(files: &[RunFile], keys: &[Vec<u64>], threads: usize) -> Result<Vec<Vec<u64>>> {
-    let per = files.len().div_ceil(threads.max(1)).max(1);
-    let columns: Vec<Vec<u64>> = if files.len() < 2 || threads < 2 {
-        files
-            .iter()
-            .map(|f| f.lower_bounds(keys))
-            .collect::<Result<_>>()?
-    } else {
-        let parts: Vec<Result<Vec<Vec<u64>>>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = files
-                .chunks(per)
-                .map(|part| {
-                    scope.spawn(move || part.iter().map(|f| f.lower_bounds(keys)).collect())
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("searching threads do not panic"))
-                .collect()
-        });
-        let mut columns = Vec::with_capacity(files.len());
-        for p in parts {
-            columns.extend(p?);
-        }
-        columns
-    };
-    Ok((0..keys.len())
-        .map(|i| columns.iter().map(|c| c[i]).collect())
-        .collect())
-}
-
-/// Samples per range when choosing the boundaries: the more, the more even the ranges.
-const SAMPLES_PER_RANGE: u64 = 8;
-
 impl MergeSource {
     /// Sorted runs on disk (0 when everything fit one in memory).
     pub(crate) fn run_count(&self) -> usize {
         self.runs.len()
     }
 
-    /// Cuts the merged entries into key ranges of about `target` entries (at least
-    /// `min_ranges` when each would still hold a few thousand), none above `2 * target`
-    /// unless it holds one coordinate only. The boundaries are keys sampled evenly from
-    /// every run (so in proportion to its length); a range the samples made too large is
-    /// halved at the middle key of its largest section until it fits.
-    pub(crate) fn ranges(&self, target: u64, min_ranges: usize, threads: usize) -> Result<Ranges> {
+    /// Cuts the merged entries into key ranges of about `target` entries (see
+    /// [`ranges::cut`]; runs held in memory or bucketed are cut where they lie).
+    pub(crate) fn ranges(
+        &self,
+        target: u64,
+        min_ranges: usize,
+        threads: usize,
+    ) -> Result<Ranges<'_>> {
+        self.ranges_in_windows((target, min_ranges), threads, WINDOW_WORDS)
+    }
+
+    /// [`MergeSource::ranges`], rows found `window_words` positions at a time (see
+    /// [`ranges::cut`]: tests vary it).
+    fn ranges_in_windows(
+        &self,
+        (target, min_ranges): (u64, usize),
+        threads: usize,
+        window_words: usize,
+    ) -> Result<Ranges<'_>> {
         let target = target.max(1);
         if let Some(buf) = &self.memory {
             // One sorted run of distinct entries: any cut keeps coordinates whole.
             let n = buf.len() as u64;
             let count = n.div_ceil(target).max(1);
             let at = (0..=count).map(|b| vec![(b * target).min(n)]).collect();
-            return Ok(Ranges {
-                at,
-                buckets: Vec::new(),
-            });
+            return Ok(Ranges::table(at, Vec::new()));
         }
         if self.bucketed() {
             return Ok(self.bucket_ranges(target, min_ranges));
         }
-        let mut files: Vec<RunFile> = self
-            .runs
-            .iter()
-            .map(|r| RunFile::open(r, self.rank))
-            .collect::<Result<_>>()?;
-        let total: u64 = files.iter().map(|f| f.records).sum();
-        let count = total
-            .div_ceil(target)
-            .max((min_ranges as u64).min(total / 4096))
-            .max(1);
-        let step = (total / (count * SAMPLES_PER_RANGE)).max(1);
-        // Sample positions run over the runs laid end to end, so many runs shorter than
-        // `step` are still sampled (per-run positions would skip every one of them).
-        let mut samples = Vec::new();
-        let mut next = step / 2;
-        let mut start = 0;
-        for f in &mut files {
-            while next < start + f.records {
-                samples.push(f.sample(next - start, count as usize - 1)?);
-                next += step;
-            }
-            start += f.records;
-        }
-        samples.sort_unstable();
-        let mut keys: Vec<Vec<u64>> = (1..count)
-            .map(|b| samples[(b * samples.len() as u64 / count) as usize].clone())
-            .collect();
-        // Before the bounds are found: `SAMPLES_PER_RANGE` keys a range, the rest of the
-        // conversion's peak at a small budget.
-        drop(samples);
-        keys.dedup();
-        let mut at = vec![vec![0; files.len()]];
-        at.extend(lower_bounds(&files, &keys, threads)?);
-        at.push(files.iter().map(|f| f.records).collect());
-        at.dedup();
-        let mut ranges = Ranges {
-            at,
-            buckets: Vec::new(),
-        };
-        let mut j = 0;
-        while j < ranges.len() {
-            if ranges.entries(j) <= 2 * target || !split_range(&files, &mut ranges, j)? {
-                j += 1;
-            }
-        }
-        Ok(ranges)
+        let bounds = (target, min_ranges);
+        ranges::cut(&self.runs, self.rank, bounds, threads, window_words)
     }
 
-    /// Merges range `j` of `ranges` into `f` (see [`merge`]), each run read through a
-    /// buffer of at most `buffer` bytes: in memory when the keys pack and the range holds
-    /// at most `in_memory` records (ranges above twice their target hold one coordinate and
-    /// may be of any length), else by the streaming k-way merge.
+    /// The runs the final merge takes.
+    #[cfg(test)]
+    pub(crate) fn runs(&self) -> &[Run] {
+        &self.runs
+    }
+
+    /// Merges the key range `span` (see [`MergeSource::ranges`]) into `f` (see [`merge`]),
+    /// each run read through a buffer of at most `buffer` bytes: in memory when the keys
+    /// pack and the range holds at most `in_memory` records (ranges above twice their target
+    /// hold one coordinate and may be of any length), else by the streaming k-way merge.
     pub(crate) fn merge_range(
         &self,
-        ranges: &Ranges,
-        j: usize,
+        span: &Span,
         (buffer, in_memory): (usize, u64),
         f: &mut dyn FnMut(&[u64], f64) -> Result<()>,
     ) -> Result<()> {
-        let (lo, hi) = (&ranges.at[j], &ranges.at[j + 1]);
+        let (lo, hi) = (&span.lo, &span.hi);
         match &self.memory {
             Some(buf) => (lo[0]..hi[0]).try_for_each(|e| {
                 let (k, v) = buf.record(e as usize);
                 f(k, v)
             }),
-            None => match self.pairs_bits(ranges, j, in_memory) {
+            None => match self.pairs_bits(span, in_memory) {
                 Some(bits) => {
                     let mut key = vec![0; self.rank];
-                    self.merge_range_pairs(ranges, j, buffer, &mut |batch| {
+                    self.merge_range_pairs(span, buffer, &mut |batch| {
                         batch.iter().try_for_each(|p| {
                             unpack(p[0], bits, &mut key);
                             f(&key, f64::from_bits(p[1]))
@@ -2016,12 +1751,12 @@ impl MergeSource {
         }
     }
 
-    /// The fields of the packed keys (see [`packing`]) when range `j` is merged in memory,
-    /// by [`MergeSource::merge_range_pairs`] (the keys pack, and the range holds at most
-    /// `in_memory` records); `None` when it is not.
-    pub(crate) fn pairs_bits(&self, ranges: &Ranges, j: usize, in_memory: u64) -> Option<&[u32]> {
+    /// The fields of the packed keys (see [`packing`]) when the range `span` is merged in
+    /// memory, by [`MergeSource::merge_range_pairs`] (the keys pack, and the range holds at
+    /// most `in_memory` records); `None` when it is not.
+    pub(crate) fn pairs_bits(&self, span: &Span, in_memory: u64) -> Option<&[u32]> {
         match (&self.memory, &self.packing) {
-            (None, Some(bits)) if self.bucketed() || ranges.entries(j) <= in_memory => Some(bits),
+            (None, Some(bits)) if self.bucketed() || span.entries() <= in_memory => Some(bits),
             _ => None,
         }
     }
@@ -2045,7 +1780,7 @@ impl MergeSource {
     /// The ranges of [`MergeSource::ranges`] over bucketed runs: whole buckets of about
     /// `target` entries in all (a single bucket may hold more), at least `min_ranges` when
     /// each would still hold a few thousand.
-    fn bucket_ranges(&self, target: u64, min_ranges: usize) -> Ranges {
+    fn bucket_ranges(&self, target: u64, min_ranges: usize) -> Ranges<'_> {
         // Ranges of runs in files are read whole beside their bucket (see `sort_runs`).
         let target = match self.runs.iter().any(|r| r.held.is_none()) {
             true => (target / 2).max(1),
@@ -2079,7 +1814,7 @@ impl MergeSource {
             .iter()
             .map(|&b| starts.iter().map(|s| s[b] as u64).collect())
             .collect();
-        Ranges { at, buckets: cuts }
+        Ranges::table(at, cuts)
     }
 
     /// Buckets `buckets` of bucketed runs (see [`MergeSource::bucketed`]) in key order, each
@@ -2175,8 +1910,7 @@ impl MergeSource {
     /// its own, instead of taking a call and a copy of the key per entry.
     pub(crate) fn merge_range_pairs(
         &self,
-        ranges: &Ranges,
-        j: usize,
+        span: &Span,
         buffer: usize,
         f: &mut dyn FnMut(&[[u64; 2]]) -> Result<()>,
     ) -> Result<()> {
@@ -2185,11 +1919,10 @@ impl MergeSource {
             .as_deref()
             .expect("packed keys (see `pairs_bits`)");
         let chunk = buffer * self.runs.len() / 2;
-        if let Some(b) = ranges.buckets.get(j..j + 2) {
-            return self.sort_buckets(b[0]..b[1], chunk, f);
+        if let Some(b) = &span.buckets {
+            return self.sort_buckets(b.clone(), chunk, f);
         }
-        let (lo, hi) = (&ranges.at[j], &ranges.at[j + 1]);
-        self.merge_packed(lo, hi, bits, chunk, f)
+        self.merge_packed(&span.lo, &span.hi, bits, chunk, f)
     }
 
     /// The runs' files (see [`MergeSource::files`]), opened at the first call.
@@ -2467,35 +2200,10 @@ fn read_packed(
 
 /// A key's coordinates packed into fields of `bits` (the last level lowest; see [`unpack`]).
 #[inline]
-fn pack(key: &[u64], bits: &[u32]) -> u64 {
+pub(super) fn pack(key: &[u64], bits: &[u32]) -> u64 {
     key.iter()
         .zip(bits)
         .fold(0, |p, (&c, &b)| p.checked_shl(b).unwrap_or(0) | c)
-}
-
-/// Splits range `j` in two at the key in the middle of its largest section (or just above
-/// it, when that key is the range's first); false when the range holds one coordinate only.
-fn split_range(files: &[RunFile], ranges: &mut Ranges, j: usize) -> Result<bool> {
-    let (lo, hi) = (&ranges.at[j], &ranges.at[j + 1]);
-    let r = (0..files.len())
-        .max_by_key(|&r| hi[r] - lo[r])
-        .expect("a run");
-    let mut key = files[r].key(lo[r] + (hi[r] - lo[r]) / 2)?;
-    let mut row = lower_bounds(files, std::slice::from_ref(&key), 1)?.remove(0);
-    if row == *lo {
-        // Every key of the range is at least this one: cut above it instead.
-        let last = key.last_mut().expect("rank of at least 1");
-        let Some(next) = last.checked_add(1) else {
-            return Ok(false);
-        };
-        *last = next;
-        row = lower_bounds(files, std::slice::from_ref(&key), 1)?.remove(0);
-    }
-    if row == *hi {
-        return Ok(false);
-    }
-    ranges.at.insert(j + 1, row);
-    Ok(true)
 }
 
 #[cfg(test)]
@@ -2529,80 +2237,6 @@ mod tests {
     fn runs_shorter_than_the_sampling_step_are_sampled() {
         check_ranges(1, 1, 38, 1, 19, false, 0).unwrap();
         check_ranges(2, 30, 500, 1, 7, true, 9).unwrap();
-    }
-
-    /// A search narrowed by sampled keys and finished in one read finds the first record not
-    /// below the key, as a scan of the whole run does: for keys in the run (repeated ones
-    /// included), between and around them, with fences dense, sparse or absent.
-    #[test]
-    fn lower_bounds_narrowed_by_samples_are_exact() {
-        let dir = tempfile::tempdir().unwrap();
-        let input = dir.path().join("r.tns");
-        let mut text = String::new();
-        let mut x = 7u64;
-        for e in 0..8000 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            text += &format!("{} {} {e}\n", (x >> 40) % 40 + 1, (x >> 20) % 30 + 1);
-        }
-        std::fs::write(&input, text).unwrap();
-        let opts = ConvertOptions {
-            run_entries: Some(4000),
-            ..Default::default()
-        };
-        let format = Format::all_compressed(2);
-        let sorted = sort_runs(&input, &format, &opts, dir.path(), &crate::NoProgress).unwrap();
-        assert!(sorted.source.runs.len() >= 2);
-        for run in &sorted.source.runs {
-            for step in [0u64, 1, 37, 500] {
-                let mut file = RunFile::open(run, 2).unwrap();
-                let all = file.keys(0..file.records).unwrap();
-                assert!(all.len() > 2 * SEARCH_WINDOW as usize);
-                if step > 0 {
-                    // Sampled for as many keys as a scan takes, a run keeps no fence.
-                    let scanned = (file.records / SCAN_RECORDS_PER_KEY + 1) as usize;
-                    file.sample(step / 2, scanned).unwrap();
-                    assert!(file.fences.is_empty());
-                    for i in (step / 2..file.records).step_by(step as usize) {
-                        file.sample(i, 1).unwrap();
-                    }
-                }
-                assert_eq!(file.fences.is_empty(), step == 0);
-                for a in 0..42 {
-                    for b in 0..32 {
-                        let key = [a, b];
-                        let want = all.partition_point(|k| k.as_slice() < key.as_slice());
-                        assert_eq!(file.lower_bound(&key).unwrap(), want as u64, "{key:?}");
-                    }
-                }
-            }
-            // Many keys at once take one pass over the run (in chunks): keys that fit the
-            // run's packed fields compared packed, the others decoded, every key past the
-            // last record at the run's end.
-            let file = RunFile::open(run, 2).unwrap();
-            let all = file.keys(0..file.records).unwrap();
-            // Second coordinates up to 29 take 5 bits: 32 and 33 do not fit.
-            let every: Vec<Vec<u64>> = (0..42)
-                .flat_map(|a| (0..34).map(move |b| vec![a, b]))
-                .collect();
-            let inside: Vec<Vec<u64>> = every
-                .iter()
-                .filter(|k| k[0] < 40 && k[1] < 30)
-                .cloned()
-                .collect();
-            let sparse: Vec<Vec<u64>> = inside.iter().step_by(7).cloned().collect();
-            for keys in [&every, &inside, &sparse] {
-                assert!(file.records < keys.len() as u64 * SCAN_RECORDS_PER_KEY);
-                let want: Vec<u64> = keys
-                    .iter()
-                    .map(|k| all.partition_point(|x| x < k) as u64)
-                    .collect();
-                assert_eq!(file.lower_bounds(keys).unwrap(), want);
-                assert_eq!(file.scan_bounds(keys, 100).unwrap(), want, "in chunks");
-            }
-            assert!(run.packed.is_some(), "the packed comparison is exercised");
-        }
     }
 
     /// Converts `n` random entries with runs of `run_entries`, cuts the merge into ranges
@@ -2653,17 +2287,46 @@ mod tests {
         let mut got = Vec::new();
         for j in 0..ranges.len() {
             let mut keys = std::collections::BTreeSet::new();
+            let span = ranges.span(j).unwrap();
             sorted
                 .source
-                .merge_range(&ranges, j, (64, 2 * target), &mut |k, v| {
+                .merge_range(&span, (64, 2 * target), &mut |k, v| {
                     keys.insert(k.to_vec());
                     got.push((k.to_vec(), v));
                     Ok(())
                 })
                 .unwrap();
-            prop_assert!(ranges.entries(j) <= 2 * target || keys.len() == 1);
+            prop_assert!(span.entries() <= 2 * target || keys.len() == 1);
         }
         prop_assert_eq!(got, want);
+        // Rows found a window at a time, and asked for out of order (a worker late by
+        // more than the window keeps, or ahead of it), are the same ranges.
+        let spans: Vec<(Vec<u64>, Vec<u64>)> = (0..ranges.len())
+            .map(|j| ranges.span(j).map(|s| (s.lo, s.hi)).unwrap())
+            .collect();
+        for words in [1, 2, 3, 7] {
+            let small = sorted
+                .source
+                .ranges_in_windows((target, 3), 2, words)
+                .unwrap();
+            prop_assert_eq!(small.len(), ranges.len());
+            let mut order: Vec<usize> = (0..spans.len()).collect();
+            let late = (next() as usize % spans.len().max(1)).min(spans.len());
+            order.extend((0..late).rev());
+            for _ in 0..spans.len() / 3 {
+                order.push(next() as usize % spans.len());
+            }
+            for j in order {
+                let s = small.span(j).unwrap();
+                prop_assert_eq!(
+                    &(s.lo, s.hi),
+                    &spans[j],
+                    "range {} of windows of {}",
+                    j,
+                    words
+                );
+            }
+        }
         Ok(())
     }
 
@@ -2900,13 +2563,14 @@ mod tests {
             let mut got = Vec::new();
             for j in 0..ranges.len() {
                 let mut range = Vec::new();
+                let span = ranges.span(j).unwrap();
                 source
-                    .merge_range_pairs(&ranges, j, 4096, &mut |b| {
+                    .merge_range_pairs(&span, 4096, &mut |b| {
                         range.extend_from_slice(b);
                         Ok(())
                     })
                     .unwrap();
-                prop_assert_eq!(range.len() as u64, ranges.entries(j));
+                prop_assert_eq!(range.len() as u64, span.entries());
                 got.extend(range);
             }
             prop_assert_eq!(&got, &want);

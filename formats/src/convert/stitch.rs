@@ -180,44 +180,46 @@ fn merged<const R: usize, I: Index, V: Value, S: Sync>(
     let fill = |j: usize, piece: &mut Piece<I>| {
         let mut builder = Builder::<R, I>::new(std::mem::take(piece), &plan);
         let mut stop = None;
-        let merged = match source.pairs_bits(&ranges, j, 2 * target) {
-            // Merged in memory: batches of packed pairs, each key unpacked into an array
-            // here (the common case: one tight loop per rank and width).
-            Some(bits) => {
-                let bits: [u32; R] = bits.try_into().expect("a field per level");
-                source.merge_range_pairs(&ranges, j, buffer, &mut |batch| {
-                    let mut pairs = batch.iter();
-                    let mut next = |key: &mut [u64; R]| {
-                        let p = pairs.next()?;
-                        *key = super::runs::unpack_fixed(p[0], &bits);
-                        Some(canonical_nan(f64::from_bits(p[1])))
-                    };
-                    loop {
-                        // Distinct entries in order many at a time; the others one by one.
-                        let entry = if builder.runs() {
-                            builder.push_run(&mut next)
-                        } else {
-                            let mut key = [0; R];
-                            next(&mut key).map(|v| (key, v))
+        let merged = ranges
+            .span(j)
+            .and_then(|span| match source.pairs_bits(&span, 2 * target) {
+                // Merged in memory: batches of packed pairs, each key unpacked into an array
+                // here (the common case: one tight loop per rank and width).
+                Some(bits) => {
+                    let bits: [u32; R] = bits.try_into().expect("a field per level");
+                    source.merge_range_pairs(&span, buffer, &mut |batch| {
+                        let mut pairs = batch.iter();
+                        let mut next = |key: &mut [u64; R]| {
+                            let p = pairs.next()?;
+                            *key = super::runs::unpack_fixed(p[0], &bits);
+                            Some(canonical_nan(f64::from_bits(p[1])))
                         };
-                        let Some((key, v)) = entry else {
-                            return Ok(());
-                        };
-                        if let Err(s) = builder.push(key, v) {
-                            stop = Some(s);
-                            return Err(Error::Cancelled);
+                        loop {
+                            // Distinct entries in order many at a time; the others one by one.
+                            let entry = if builder.runs() {
+                                builder.push_run(&mut next)
+                            } else {
+                                let mut key = [0; R];
+                                next(&mut key).map(|v| (key, v))
+                            };
+                            let Some((key, v)) = entry else {
+                                return Ok(());
+                            };
+                            if let Err(s) = builder.push(key, v) {
+                                stop = Some(s);
+                                return Err(Error::Cancelled);
+                            }
                         }
-                    }
-                })
-            }
-            None => source.merge_range(&ranges, j, (buffer, 2 * target), &mut |k, v| {
-                let key: [u64; R] = k.try_into().expect("keys of the tensor's rank");
-                builder.push(key, canonical_nan(v)).map_err(|s| {
-                    stop = Some(s);
-                    Error::Cancelled
-                })
-            }),
-        };
+                    })
+                }
+                None => source.merge_range(&span, (buffer, 2 * target), &mut |k, v| {
+                    let key: [u64; R] = k.try_into().expect("keys of the tensor's rank");
+                    builder.push(key, canonical_nan(v)).map_err(|s| {
+                        stop = Some(s);
+                        Error::Cancelled
+                    })
+                }),
+            });
         *piece = builder.finish();
         piece.bytes = piece.entries;
         piece.stop = match (stop, merged) {
