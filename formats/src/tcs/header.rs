@@ -15,6 +15,8 @@ const LEVEL_RECORD: usize = 24;
 const ARRAY_RECORD: usize = 32;
 /// Bytes of one record of a version-3 extent table.
 pub const EXTENT_RECORD: usize = 24;
+/// Records of the extent table encoded at a time by [`TcsHeader::table_chunks`] (96 KiB).
+const TABLE_CHUNK: usize = 4096;
 /// The first version whose arrays are lists of extents.
 pub const SEGMENTED: u32 = 3;
 
@@ -251,13 +253,25 @@ impl TcsHeader {
     /// The extent table's bytes (empty before version 3).
     pub fn table_bytes(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(self.table_len() as usize);
-        for e in &self.extents {
-            b.extend_from_slice(&e.array.to_le_bytes());
-            b.extend_from_slice(&0u32.to_le_bytes());
-            b.extend_from_slice(&e.offset.to_le_bytes());
-            b.extend_from_slice(&e.len.to_le_bytes());
+        for chunk in self.table_chunks() {
+            b.extend_from_slice(&chunk);
         }
         b
+    }
+
+    /// The extent table's bytes in order, [`TABLE_CHUNK`] records at a time: a writer and
+    /// the table's checksum need not hold a second copy of a large table whole.
+    pub(crate) fn table_chunks(&self) -> impl Iterator<Item = Vec<u8>> + '_ {
+        self.extents.chunks(TABLE_CHUNK).map(|extents| {
+            let mut b = Vec::with_capacity(extents.len() * EXTENT_RECORD);
+            for e in extents {
+                b.extend_from_slice(&e.array.to_le_bytes());
+                b.extend_from_slice(&0u32.to_le_bytes());
+                b.extend_from_slice(&e.offset.to_le_bytes());
+                b.extend_from_slice(&e.len.to_le_bytes());
+            }
+            b
+        })
     }
 
     /// The tensor's rank.
@@ -293,8 +307,9 @@ impl TcsHeader {
         }
         // Version 3: the extent count and the extent table's checksum; else reserved zeros.
         let (count, table_crc) = if self.version >= SEGMENTED {
-            let n = self.extents.len() as u64;
-            (n, crc32fast::hash(&self.table_bytes()))
+            let mut crc = crc32fast::Hasher::new();
+            self.table_chunks().for_each(|b| crc.update(&b));
+            (self.extents.len() as u64, crc.finalize())
         } else {
             (0, 0)
         };

@@ -466,6 +466,222 @@ fn checksums_given_by_the_writers_leave_the_same_file() {
     }
 }
 
+/// A tensor of 300 entries: arrays long enough for hundreds of pieces.
+fn wide() -> Tensor<f64, u32> {
+    let entries = (0..300usize).map(|i| (vec![i / 20 % 20, i % 20, i * 7 % 20], i as f64 - 99.5));
+    Tensor::from_entries(
+        vec![20, 20, 20],
+        Format::parse("dss:1,0,2", 3).unwrap(),
+        entries,
+    )
+    .unwrap()
+}
+
+/// A small random number generator (xorshift64*), for the schedules of the tests below.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
+    }
+}
+
+/// The arrays of `plain` cut into pieces, in rounds over the arrays as
+/// [`write_segmented`] appends them: (array, bytes) with `piece(array)` elements each
+/// (some empty, where an array ended).
+fn pieces(plain: &TcsFile, mut piece: impl FnMut() -> usize) -> Vec<(usize, &[u8])> {
+    let h = plain.header();
+    let arrays: Vec<&[u8]> = h.arrays.iter().map(|a| plain.array_bytes(a)).collect();
+    let elem = |i: usize| if i == arrays.len() - 1 { 8 } else { 4 };
+    let mut at = vec![0; arrays.len()];
+    let mut out = Vec::new();
+    while arrays.iter().zip(&at).any(|(a, &at)| at < a.len()) {
+        for (i, a) in arrays.iter().enumerate() {
+            let hi = (at[i] + piece() * elem(i)).min(a.len());
+            out.push((i, &a[at[i]..hi]));
+            at[i] = hi;
+        }
+    }
+    out
+}
+
+/// Finishes `app` with the plain file's header (checksums cleared) and checks that the file
+/// holds the tensor with the checksums of its arrays.
+fn finish_and_check(app: Appender, plain: &TcsFile, path: &Path) -> crate::Result<()> {
+    let mut fresh = plain.header().clone();
+    fresh.arrays.iter_mut().for_each(|a| a.crc32 = 0);
+    app.finish(fresh)?;
+    let f = TcsFile::open(path).unwrap();
+    for (a, b) in f.header().arrays.iter().zip(&plain.header().arrays) {
+        assert_eq!(a.crc32, crc32fast::hash(f.array_bytes(a)), "{}", a.name());
+        assert_eq!(a.crc32, b.crc32, "{}", a.name());
+    }
+    assert_eq!(
+        f.to_tensor::<f64, u32>().unwrap(),
+        plain.to_tensor::<f64, u32>().unwrap()
+    );
+    Ok(())
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// Checksums that writer threads give in a random order, some before and some long after
+    /// later reservations (of the same array and others), between pieces hashed as they are
+    /// appended, fold into each array's checksum: that of the array read back.
+    #[test]
+    fn checksums_folded_out_of_order_across_threads_are_the_arrays(
+        seed in 1u64..,
+        most in 1usize..6,
+        lag in 0usize..12,
+    ) {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let plain = TcsFile::open(&write(dir.path(), &wide())).unwrap();
+        let h = plain.header();
+        let path = dir.path().join("b.tcs");
+        let mut rng = Rng(seed);
+        let pieces = pieces(&plain, || rng.below(most + 1));
+        let mut app = Appender::create(&path, h.rank(), h.arrays.len()).unwrap();
+        let (late, file) = (app.late_crcs(), app.file().try_clone().unwrap());
+        std::thread::scope(|s| {
+            let writers: Vec<_> = (0..3)
+                .map(|_| {
+                    let (tx, rx) = std::sync::mpsc::channel::<(&[u8], u64, usize)>();
+                    let (late, file) = (&late, &file);
+                    s.spawn(move || {
+                        for (bytes, at, slot) in rx {
+                            late.hash(slot, bytes);
+                            file.write_all_at(bytes, at).unwrap();
+                        }
+                    });
+                    tx
+                })
+                .collect();
+            let mut waiting = Vec::new();
+            for (n, &(array, bytes)) in pieces.iter().enumerate() {
+                if rng.below(3) == 0 {
+                    app.append::<u8>(array, bytes).unwrap();
+                } else {
+                    let (at, slot) = app.reserve_unhashed(array, bytes.len() as u64);
+                    waiting.push((bytes, at, slot));
+                }
+                // Random waiting pieces to random writers, while more than up to `lag` wait
+                // (all of them after the last piece).
+                let keep = if n + 1 == pieces.len() { 0 } else { rng.below(lag + 1) };
+                while waiting.len() > keep {
+                    let w = waiting.swap_remove(rng.below(waiting.len()));
+                    writers[rng.below(writers.len())].send(w).unwrap();
+                }
+            }
+        });
+        proptest::prop_assert!(finish_and_check(app, &plain, &path).is_ok());
+    }
+}
+
+/// Checksums folded as they come leave the appender holding only the parts and slots of the
+/// pieces whose writers have not hashed them yet (here the last `LAG`, hashed newest first
+/// within each window), however many pieces came before, and the file byte for byte as when
+/// every piece is hashed on append; a slot never hashed holds up the parts after it in its
+/// array and makes `finish` fail.
+#[test]
+fn folded_checksums_keep_the_pending_state_small() {
+    use std::os::unix::fs::FileExt;
+    const LAG: usize = 4;
+    let dir = tempfile::tempdir().unwrap();
+    let t = wide();
+    let plain = TcsFile::open(&write(dir.path(), &t)).unwrap();
+    let h = plain.header();
+    let (a, b) = (dir.path().join("a.tcs"), dir.path().join("b.tcs"));
+    write_segmented(&a, &t, 1);
+    let pieces = pieces(&plain, || 1);
+    assert!(pieces.len() > 500, "{}", pieces.len());
+    for never in [None, Some(pieces.len() / 3)] {
+        let mut app = Appender::create(&b, h.rank(), h.arrays.len()).unwrap();
+        let late = app.late_crcs();
+        let mut window = Vec::new();
+        let mut most = (0, 0);
+        for (n, &(array, bytes)) in pieces.iter().enumerate() {
+            let (at, slot) = app.reserve_unhashed(array, bytes.len() as u64);
+            app.file().write_all_at(bytes, at).unwrap();
+            if never != Some(n) {
+                window.push((slot, bytes));
+            }
+            let (parts, slots, _) = app.pending();
+            most = (most.0.max(parts), most.1.max(slots));
+            if window.len() == LAG {
+                window
+                    .drain(..)
+                    .rev()
+                    .for_each(|(slot, b)| late.hash(slot, b));
+            }
+        }
+        window.drain(..).for_each(|(slot, b)| late.hash(slot, b));
+        let (_, _, extents) = app.pending();
+        let mut fresh = h.clone();
+        fresh.arrays.iter_mut().for_each(|a| a.crc32 = 0);
+        let header = TcsFile::open(&a).unwrap().header().clone();
+        assert_eq!(extents, header.extents.len());
+        match never {
+            None => {
+                // Reservations hashed within a window: its parts and slots, and the one just
+                // made (no more than 2 parts a slot: the slot's and those hashed now after it).
+                assert!(most.0 <= 2 * (LAG + 1) && most.1 <= LAG + 1, "{most:?}");
+                app.finish(fresh).unwrap();
+                assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+            }
+            Some(_) => {
+                // Every later slot waits behind the one never hashed.
+                assert!(most.1 > pieces.len() / 2, "{most:?}");
+                let e = app.finish(fresh).expect_err("a slot never hashed");
+                assert!(e.to_string().contains("written unhashed"), "{e}");
+            }
+        }
+    }
+}
+
+/// A slot never hashed makes `finish` fail with the array it belongs to, even after the slots
+/// reserved after it, in every array, were hashed and folded; reservations of no bytes need
+/// no checksum.
+#[test]
+fn a_slot_never_hashed_fails_finish() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let plain = TcsFile::open(&write(dir.path(), &sample())).unwrap();
+    let h = plain.header();
+    let path = dir.path().join("b.tcs");
+    let pieces = pieces(&plain, || 1);
+    assert!(pieces.iter().any(|p| p.1.is_empty()));
+    let hashed: Vec<usize> = (0..pieces.len())
+        .filter(|&n| !pieces[n].1.is_empty())
+        .collect();
+    for never in hashed.iter().map(|&n| Some(n)).chain([None]) {
+        let mut app = Appender::create(&path, h.rank(), h.arrays.len()).unwrap();
+        let late = app.late_crcs();
+        for (n, &(array, bytes)) in pieces.iter().enumerate() {
+            let (at, slot) = app.reserve_unhashed(array, bytes.len() as u64);
+            app.file().write_all_at(bytes, at).unwrap();
+            if never != Some(n) && !bytes.is_empty() {
+                late.hash(slot, bytes);
+            }
+        }
+        let done = finish_and_check(app, &plain, &path);
+        let Some(never) = never else {
+            done.unwrap();
+            continue;
+        };
+        let e = done.expect_err("a slot never hashed").to_string();
+        let name = h.arrays[pieces[never].0].name();
+        assert!(
+            e.contains(&format!("bytes of {name} written unhashed")),
+            "{never}: {e}"
+        );
+    }
+}
+
 /// A segmented file reads back as the tensor through every reader, its arrays 64-byte aligned
 /// in memory, and partial reads cross extents.
 #[test]

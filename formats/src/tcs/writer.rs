@@ -1,6 +1,7 @@
 //! Writing `.tcs` files: arrays streamed sequentially or written in pieces at computed
 //! offsets, checksums, then the header; the file appears only when complete.
 
+use std::collections::VecDeque;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Mutex;
@@ -199,19 +200,28 @@ impl TcsWriter {
 /// A segmented (version 3) `.tcs` file written by appending, for writers that learn the level
 /// sizes only at the end (a streaming conversion): pieces of the arrays arrive in any
 /// interleaving, each is given the next place in the data section (an extent of its array, or
-/// the continuation of the last extent when that one is of the same array and ends there), and
-/// the header with the extent table is written by [`finish`](Appender::finish). Reserving is
-/// serial (it decides the order); the writes into reserved places may come from any thread,
-/// through [`file`](Appender::file), and so may the checksums of the bytes they write
-/// ([`reserve_unhashed`](Appender::reserve_unhashed)), combined in order at the end.
+/// the continuation of the last extent when that one is of the same array), and the header
+/// with the extent table is written by [`finish`](Appender::finish). Reserving is serial (it
+/// decides the order); the writes into reserved places may come from any thread, through
+/// [`file`](Appender::file), and so may the checksums of the bytes they write
+/// ([`reserve_unhashed`](Appender::reserve_unhashed)).
+///
+/// What it holds while appending grows by 8 bytes an extent and no more: each extent packed
+/// in 8 bytes (`Extents`), and per array one running checksum into which the parts'
+/// checksums are folded, in order, as they come in (`ArrayCrc`); only the parts after a
+/// checksum not given yet wait, and with them the slots of [`LateCrcs`] not yet folded (in a
+/// conversion, those of the pieces in flight). [`finish`](Appender::finish) then holds the
+/// extents unpacked, 24 bytes each, for the header.
 pub struct Appender {
     file: AtomicFile,
     header_len: u64,
     at: u64,
-    extents: Vec<Extent>,
-    /// Per array, the checksums of its parts in order.
-    crcs: Vec<Vec<CrcPart>>,
+    extents: Extents,
+    /// Per array, the checksum of its bytes so far.
+    crcs: Vec<ArrayCrc>,
     late: LateCrcs,
+    /// The array of each slot of `late` not folded yet, oldest first.
+    owners: VecDeque<u8>,
     /// Where the next [`FlushBehind`] request is due (`None`: not asked for), and the
     /// thread, started at the first request (small files never start it).
     flush_at: Option<u64>,
@@ -230,29 +240,194 @@ enum CrcPart {
     Later { slot: usize, len: u64 },
 }
 
+/// The checksum of one array of an [`Appender`], folded as its parts' checksums come in.
+/// Combining checksums depends on their order, so a part whose writer has not given its
+/// checksum yet holds up the parts after it.
+#[derive(Default)]
+struct ArrayCrc {
+    /// The checksum of the array's bytes before those of `pending`.
+    done: crc32fast::Hasher,
+    /// The parts after those, in order: empty, or a `Later` part first (whose checksum was
+    /// not there when the parts before it were folded). Consecutive `Now` parts are one.
+    pending: VecDeque<CrcPart>,
+}
+
+impl ArrayCrc {
+    /// The next bytes, hashed now: folded at once unless parts before them are pending.
+    fn update(&mut self, bytes: &[u8]) {
+        match self.pending.back_mut() {
+            None => self.done.update(bytes),
+            Some(CrcPart::Now(h)) => h.update(bytes),
+            Some(CrcPart::Later { .. }) => {
+                let mut h = crc32fast::Hasher::new();
+                h.update(bytes);
+                self.pending.push_back(CrcPart::Now(h));
+            }
+        }
+    }
+
+    /// Folds the parts at the front of `pending` whose checksums are known (`landed` gives
+    /// those of slots), up to the first one that is not.
+    fn fold(&mut self, landed: impl Fn(usize) -> Option<u32>) {
+        while let Some(part) = self.pending.front() {
+            let h = match *part {
+                CrcPart::Now(ref h) => h.clone(),
+                CrcPart::Later { slot, len } => match landed(slot) {
+                    Some(crc) => crc32fast::Hasher::new_with_initial_len(crc, len),
+                    None => return,
+                },
+            };
+            self.done.combine(&h);
+            self.pending.pop_front();
+        }
+    }
+
+    /// The array's checksum, its pending parts folded with the checksums in `slots`; `None`
+    /// if one is missing.
+    fn finish(mut self, slots: &Slots) -> Option<u32> {
+        self.fold(|slot| slots.get(slot));
+        self.pending.is_empty().then(|| self.done.finalize())
+    }
+}
+
 /// Checksums of appended bytes that the threads writing them compute (see
-/// [`Appender::reserve_unhashed`]), one slot per reservation: the serial appender then only
-/// combines them at the end, and the bytes are read once, by the thread that writes them
-/// while they are in its cache.
+/// [`Appender::reserve_unhashed`]), one slot per reservation: the serial appender only
+/// combines them, and the bytes are read once, by the thread that writes them while they are
+/// in its cache. The appender folds the checksums as they come in, oldest slot first, and
+/// drops the slots it folded: only the slots from the oldest one still unhashed on are held
+/// (their numbers keep increasing).
 #[derive(Clone, Default)]
-pub struct LateCrcs(std::sync::Arc<Mutex<Vec<Option<u32>>>>);
+pub struct LateCrcs(std::sync::Arc<Mutex<Slots>>);
+
+/// The slots of [`LateCrcs`] not folded yet.
+#[derive(Default)]
+struct Slots {
+    /// Number of the first slot of `crcs` (those before it are folded).
+    base: usize,
+    crcs: VecDeque<Option<u32>>,
+}
+
+impl Slots {
+    fn get(&self, slot: usize) -> Option<u32> {
+        *self.crcs.get(slot.checked_sub(self.base)?)?
+    }
+}
+
+/// The slot of a reservation of no bytes (nothing to hash).
+const NO_SLOT: usize = usize::MAX;
 
 impl LateCrcs {
     /// Records the checksum of `bytes`, exactly the bytes reserved as `slot`.
     pub fn hash(&self, slot: usize, bytes: &[u8]) {
         let crc = crc32fast::hash(bytes);
-        if let Ok(mut slots) = self.0.lock() {
-            if let Some(s) = slots.get_mut(slot) {
-                *s = Some(crc);
-            }
+        let mut slots = self.lock();
+        let base = slots.base;
+        if let Some(s) = slot.checked_sub(base).and_then(|i| slots.crcs.get_mut(i)) {
+            *s = Some(crc);
         }
     }
 
-    fn take(&self) -> Vec<Option<u32>> {
+    /// The slots. No critical section can leave them half-changed (each is a single push,
+    /// pop or store), so a lock poisoned by a panicking thread is taken as it is: a slot its
+    /// writer never hashed still makes [`Appender::finish`] fail.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
         self.0
             .lock()
-            .map(|mut s| std::mem::take(&mut *s))
-            .unwrap_or_default()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A new slot, not hashed yet.
+    fn push(&self) -> usize {
+        let mut slots = self.lock();
+        slots.crcs.push_back(None);
+        slots.base + slots.crcs.len() - 1
+    }
+
+    /// The oldest slot and its checksum, removed, if its writer gave the checksum.
+    fn pop_landed(&self) -> Option<(usize, u32)> {
+        let mut slots = self.lock();
+        let crc = (*slots.crcs.front()?)?;
+        slots.crcs.pop_front();
+        slots.base += 1;
+        Some((slots.base - 1, crc))
+    }
+
+    fn take(&self) -> Slots {
+        std::mem::take(&mut *self.lock())
+    }
+}
+
+/// Bits of a packed extent (see [`Extents`]) that hold its length; the array number has the
+/// other 8 (an appender has at most 256 arrays, a file at most `2 MAX_RANK + 1` = 129).
+const LEN_BITS: u32 = 56;
+const MAX_EXTENT_LEN: u64 = (1 << LEN_BITS) - 1;
+/// Most arrays an [`Appender`] holds: what the array numbers of [`Extents`] can tell apart.
+const MAX_ARRAYS: usize = 1 << (64 - LEN_BITS);
+/// Packed extents per chunk of [`Extents`] (32 KiB).
+const EXTENT_CHUNK: usize = 4096;
+
+/// The extents of an [`Appender`], 8 bytes each: the array number in the top bits, the length
+/// in the low [`LEN_BITS`]. Their offsets need not be kept: the first extent lies at
+/// `header_len` and each next one at the previous one's end aligned up to [`ALIGN`], as
+/// [`Appender::place`] lays them out (and the format requires). In chunks of at most
+/// [`EXTENT_CHUNK`], so that the list never holds much more than its size or copies itself
+/// to grow.
+///
+/// [`ALIGN`]: super::ALIGN
+#[derive(Default)]
+struct Extents {
+    chunks: Vec<Vec<u64>>,
+}
+
+impl Extents {
+    fn push(&mut self, array: usize, len: u64) {
+        assert!(
+            len <= MAX_EXTENT_LEN,
+            "an extent of {len} bytes (2^56 or more)"
+        );
+        debug_assert!(array < MAX_ARRAYS);
+        let packed = (array as u64) << LEN_BITS | len;
+        match self.chunks.last_mut() {
+            Some(c) if c.len() < EXTENT_CHUNK => c.push(packed),
+            _ => self.chunks.push(vec![packed]),
+        }
+    }
+
+    /// Lengthens the last extent by `len` if it is one of array `array` (and stays within
+    /// [`MAX_EXTENT_LEN`]); whether it did.
+    fn extend_last(&mut self, array: usize, len: u64) -> bool {
+        let Some(last) = self.chunks.last_mut().and_then(|c| c.last_mut()) else {
+            return false;
+        };
+        match (*last & MAX_EXTENT_LEN).checked_add(len) {
+            Some(n) if *last >> LEN_BITS == array as u64 && n <= MAX_EXTENT_LEN => {
+                *last = *last & !MAX_EXTENT_LEN | n;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The extents with their offsets, the first at `header_len`, and where the last one
+    /// ends; the packed chunks are freed as they are read.
+    fn unpack(self, header_len: u64) -> (Vec<Extent>, u64) {
+        let mut extents = Vec::with_capacity(self.chunks.iter().map(Vec::len).sum());
+        let mut at = header_len;
+        for chunk in self.chunks {
+            for packed in chunk {
+                let offset = align_up(at).expect("placed before");
+                let len = packed & MAX_EXTENT_LEN;
+                let array = (packed >> LEN_BITS) as u32;
+                extents.push(Extent { array, offset, len });
+                at = offset + len;
+            }
+        }
+        (extents, at)
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.chunks.iter().map(Vec::len).sum()
     }
 }
 
@@ -313,13 +488,20 @@ impl Appender {
                 path: path.to_path_buf(),
                 what: format!("a header for rank {rank}"),
             })?;
+        if arrays > MAX_ARRAYS {
+            return Err(Error::Unsupported {
+                path: path.to_path_buf(),
+                what: format!("appending {arrays} arrays"),
+            });
+        }
         Ok(Appender {
             file: AtomicFile::create(path)?,
             header_len,
             at: header_len,
-            extents: Vec::new(),
-            crcs: (0..arrays).map(|_| Vec::new()).collect(),
+            extents: Extents::default(),
+            crcs: (0..arrays).map(|_| ArrayCrc::default()).collect(),
             late: LateCrcs::default(),
+            owners: VecDeque::new(),
             flush_at: None,
             flush_step: FLUSH_STEP,
             flusher: None,
@@ -411,34 +593,47 @@ impl Appender {
         if bytes.is_empty() {
             return self.at;
         }
-        let parts = &mut self.crcs[array];
-        match parts.last_mut() {
-            Some(CrcPart::Now(h)) => h.update(bytes),
-            _ => {
-                let mut h = crc32fast::Hasher::new();
-                h.update(bytes);
-                parts.push(CrcPart::Now(h));
-            }
-        }
+        self.crcs[array].update(bytes);
         self.place(array, bytes.len() as u64)
     }
 
     /// [`reserve`](Self::reserve) for `len` bytes whose checksum the writer gives later, into
-    /// the returned slot of [`late_crcs`](Self::late_crcs) (before [`finish`](Self::finish)).
+    /// the returned slot of [`late_crcs`](Self::late_crcs) (before [`finish`](Self::finish);
+    /// for no bytes, a slot that takes nothing).
     pub fn reserve_unhashed(&mut self, array: usize, len: u64) -> (u64, usize) {
-        let slot = match self.late.0.lock() {
-            Ok(mut slots) => {
-                slots.push(None);
-                slots.len() - 1
-            }
-            // A writer panicked holding the lock: `finish` reports the missing checksum.
-            Err(_) => usize::MAX,
-        };
         if len == 0 {
-            return (self.at, slot);
+            return (self.at, NO_SLOT);
         }
-        self.crcs[array].push(CrcPart::Later { slot, len });
-        (self.place(array, len), slot)
+        let at = self.place(array, len);
+        let slot = self.late.push();
+        self.owners.push_back(array as u8);
+        self.crcs[array]
+            .pending
+            .push_back(CrcPart::Later { slot, len });
+        self.fold_landed();
+        (at, slot)
+    }
+
+    /// Folds the checksums the writers gave for the oldest slots into their arrays' and drops
+    /// those slots, up to the first slot not hashed yet: each slot once, so O(1) a slot.
+    fn fold_landed(&mut self) {
+        while let Some((slot, crc)) = self.late.pop_landed() {
+            let array = self.owners.pop_front().expect("an array for every slot");
+            // The oldest slot is its array's oldest pending part, first in its `pending`.
+            let a = &mut self.crcs[array as usize];
+            debug_assert!(
+                matches!(a.pending.front(), Some(CrcPart::Later { slot: s, .. }) if *s == slot)
+            );
+            a.fold(|s| (s == slot).then_some(crc));
+        }
+    }
+
+    /// The parts waiting for a checksum, over all arrays, the slots not folded yet and the
+    /// extents.
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> (usize, usize, usize) {
+        let parts = self.crcs.iter().map(|c| c.pending.len()).sum();
+        (parts, self.late.lock().crcs.len(), self.extents.len())
     }
 
     /// Where the writers of [`reserve_unhashed`](Self::reserve_unhashed) bytes put their
@@ -447,19 +642,12 @@ impl Appender {
         self.late.clone()
     }
 
-    /// The next `len` (> 0) bytes of array number `array`: their file offset.
+    /// The next `len` (> 0) bytes of array number `array`: their file offset. The last extent
+    /// always ends at `at` (nothing else moves it), so one of the same array goes on.
     fn place(&mut self, array: usize, len: u64) -> u64 {
-        match self.extents.last_mut() {
-            Some(e) if e.array as usize == array && e.offset + e.len == self.at => e.len += len,
-            _ => {
-                self.at = align_up(self.at).expect("a file shorter than 2^64 bytes");
-                self.extents.push(Extent {
-                    array: array as u32,
-                    offset: self.at,
-                    len: 0,
-                });
-                self.extents.last_mut().expect("just pushed").len = len;
-            }
+        if !self.extents.extend_last(array, len) {
+            self.at = align_up(self.at).expect("a file shorter than 2^64 bytes");
+            self.extents.push(array, len);
         }
         self.at += len;
         self.allocate_ahead();
@@ -493,33 +681,29 @@ impl Appender {
                 "the header does not match the appended arrays".into(),
             ));
         }
-        let late = self.late.take();
-        for (a, parts) in header.arrays.iter_mut().zip(self.crcs) {
-            let mut crc = crc32fast::Hasher::new();
-            for part in parts {
-                match part {
-                    CrcPart::Now(h) => crc.combine(&h),
-                    CrcPart::Later { slot, len } => match late.get(slot) {
-                        Some(&Some(c)) => {
-                            crc.combine(&crc32fast::Hasher::new_with_initial_len(c, len))
-                        }
-                        _ => {
-                            let name = a.name();
-                            return Err(misuse(format!("bytes of {name} written unhashed")));
-                        }
-                    },
-                }
-            }
-            a.crc32 = crc.finalize();
+        let slots = self.late.take();
+        for (a, crc) in header.arrays.iter_mut().zip(std::mem::take(&mut self.crcs)) {
+            let Some(crc) = crc.finish(&slots) else {
+                return Err(misuse(format!("bytes of {} written unhashed", a.name())));
+            };
+            a.crc32 = crc;
         }
+        // The transient peak of finishing, 32 bytes an extent: the extents unpacked (24 bytes
+        // each, allocated whole: `segmented` checks them whole) while the packed ones (8) are
+        // freed a chunk at a time; the table is then encoded a chunk at a time
+        // (`table_chunks`), to be written and hashed, never whole.
+        let (extents, end) = std::mem::take(&mut self.extents).unpack(self.header_len);
+        debug_assert_eq!(end, self.at);
         let header = header
-            .segmented(self.extents)
+            .segmented(extents)
             .map_err(|e| misuse(format!("appended arrays: {e}")))?;
         let f = self.file.file();
-        let table = header.table_bytes();
         let io = |e| Error::io(&target, e);
-        f.write_all_at(&table, header.file_len - table.len() as u64)
-            .map_err(io)?;
+        let mut at = header.file_len - header.table_len();
+        for chunk in header.table_chunks() {
+            f.write_all_at(&chunk, at).map_err(io)?;
+            at += chunk.len() as u64;
+        }
         f.write_all_at(&header.to_bytes(), 0).map_err(io)?;
         crate::retry_interrupted(|| f.set_len(header.file_len)).map_err(io)?;
         self.file.commit()?;
