@@ -36,13 +36,16 @@
 //! as block sizes, run sizes and buffer sizes; peak RSS stays within the budget down to
 //! 16 MiB (measured by the conversion bench), for multi-gigabyte inputs too when the
 //! program uses one `malloc` arena (`crate::heap::bound_to_budget`, as `tessera-data` does):
-//! a 3 GB unsorted `.tns` (125 M entries) at `--memory 16M` peaks at 15.8 MB (20.3 MB
-//! before stop 47, when the fences of every sampled key and the samples themselves were
-//! held while the final merge's key ranges were found), 14.1 MB since the final merge keeps
-//! its ranges' boundary keys and finds each window of their run positions as it reaches it
-//! (`ranges`; the table of every range's positions was 1.9 MB for that file's 7,766 ranges).
-//! What still grows with the input at a fixed budget: the boundary keys (24 bytes a range at
-//! rank 3) and the output's extent list.
+//! a 3 GB unsorted `.tns` (125 M entries) at `--memory 16M` peaks at 11.6 MB, a 10 GB one
+//! (417 M entries, 8,478 runs) at 13.0 MB. Until stop 48 what the conversion held grew with
+//! the input at a fixed budget (10 GB: 48.3 MB; 3 GB: 16.8 MB): the fences of every sampled
+//! key (fixed in stop 47), the final merge's table of every key range's run positions (now
+//! only the ranges' boundary keys, 24 bytes a range at rank 3, and a window of positions
+//! found as the merge reaches it: `ranges`), and the output's extent list and per-part
+//! checksums (now 8 bytes an extent, the checksums folded as they land: `tcs::Appender`).
+//! What still grows: the boundary keys, 8 bytes an extent (six a range at rank 3), and at
+//! `finish` 32 bytes an extent while the extent table is written (157,000 extents, 5 MB, for the 10 GB file, when the merge's
+//! buffers are gone).
 //!
 //! Sorted text against the parse floor (the conversion bench's pass that only parses every
 //! number on both cores): the block packer parses with the floor's own scanners, so what it
