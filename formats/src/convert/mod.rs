@@ -23,7 +23,7 @@
 //! instead of merging sorted runs. When the file declares dimensions
 //! whose fields fit 64 bits, the parse workers pack every key as they parse it (no pass
 //! over the run packs them, and the thread that collects the run only copies pairs). For the formats the block packer
-//! handles, the final merge is cut into key ranges (`runs::Ranges`: every run's lower bounds
+//! handles, the final merge is cut into key ranges (`ranges::Ranges`: every run's lower bounds
 //! of keys sampled from the runs) that workers merge (in memory, when the keys pack) and
 //! pack in parallel like text blocks,
 //! joined in key order by the `Stitcher` (`stitch::convert_merged`); other formats take one

@@ -17,7 +17,7 @@ use super::runs::{decode, pack, Run};
 use crate::error::{Error, Result};
 
 /// Samples per range when choosing the boundaries: the more, the more even the ranges.
-const SAMPLES_PER_RANGE: u64 = 8;
+pub(super) const SAMPLES_PER_RANGE: u64 = 8;
 
 /// Records a search reads in one positioned read once its interval is this short, and the
 /// first step of its gallop from the bound before.
@@ -38,8 +38,9 @@ const SCAN_CHUNK: u64 = 4096;
 pub(super) const WINDOW_WORDS: usize = 16 << 10;
 
 /// Rows below the one asked for that a new window keeps: workers take ranges in order and
-/// at most a few are in flight, so a worker that asks late still finds its rows.
-const WINDOW_LAG: usize = 16;
+/// at most `2 * threads` are in flight, so a worker that asks late still finds its rows
+/// (one later than this searches them alone).
+const WINDOW_LAG: usize = 64;
 
 /// The final merge's key ranges: range `j` is records `row(j)[r]..row(j + 1)[r]` of every
 /// run `r`, row 0 every run's start and row `len()` every run's end.
@@ -217,8 +218,7 @@ impl Cuts {
         self.rows.push(files.iter().map(|f| f.records).collect());
     }
 
-    /// Drops the boundaries whose row equals the one before (empty ranges). Of a key whose
-    /// row equals the end row, the key is dropped and the end row kept.
+    /// Drops the boundaries whose row equals the one before (empty ranges), with their keys.
     fn dedup(&mut self, rank: usize) {
         let (mut keys, mut rows) = (Vec::new(), Vec::new());
         let mut before = &self.from;
@@ -226,11 +226,6 @@ impl Cuts {
             if row != before {
                 rows.push(row.clone());
                 keys.extend_from_slice(self.keys.get(i * rank..(i + 1) * rank).unwrap_or(&[]));
-            } else if i * rank >= self.keys.len() {
-                // The end row, equal to the last key's: keep it without that key.
-                rows.pop();
-                keys.truncate(keys.len().saturating_sub(rank));
-                rows.push(row.clone());
             }
             before = row;
         }
@@ -361,6 +356,14 @@ impl<'a> Lazy<'a> {
         let end = (j + per_window).min(count);
         let mut b = first + kept;
         let mut from = match kept {
+            // Nothing to go on from: the first row searched (a scan from every run's start
+            // would read everything before it).
+            0 if b > 0 => {
+                let row = self.row_searched(b)?;
+                rows.extend_from_slice(&row);
+                b += 1;
+                row
+            }
             0 => vec![0; width],
             _ => rows[rows.len() - width..].to_vec(),
         };
@@ -471,7 +474,7 @@ impl<'a> RunFile<'a> {
     }
 
     /// The key of record `i`.
-    fn key(&self, i: u64) -> Result<Vec<u64>> {
+    pub fn key(&self, i: u64) -> Result<Vec<u64>> {
         let mut key = Vec::new();
         self.each_key(i..i + 1, |k| {
             key = k.to_vec();

@@ -2231,6 +2231,156 @@ mod tests {
         }
     }
 
+    /// The ranges cut a window at a time, asked for by six threads at once (some late) or
+    /// from the middle on and then from the start, are the ranges of the single-table cut (`single_table_cut`, the code
+    /// before stop 48, every lower bound found by a pass over the whole run): for runs held
+    /// in memory or in files, packed or not, scanned or searched (the larger cases), with
+    /// ranges halved at window edges.
+    #[test]
+    fn the_windowed_cut_is_the_single_table_cut() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for case in 0..40 {
+            let rank = 1 + (rnd() % 3) as usize;
+            let spread = 1 + rnd() % 60;
+            let big = case % 10 == 0;
+            let (n, run_entries, target) = match big {
+                true => (3000 + rnd() % 6000, 1500 + rnd() % 4000, 500 + rnd() % 4000),
+                false => (1 + rnd() % 700, 1 + rnd() % 90, 1 + rnd() % 60),
+            };
+            let scale = if rnd() % 4 == 0 { 1u64 << 33 } else { 1 };
+            let mut lines: Vec<Vec<u64>> = (0..n)
+                .map(|_| (0..rank).map(|_| (rnd() % spread) * scale + 1).collect())
+                .collect();
+            if rnd() % 5 == 0 {
+                lines.sort();
+            }
+            let mut text = String::new();
+            for (e, line) in lines.iter().enumerate() {
+                line.iter().for_each(|c| text += &format!("{c} "));
+                text += &format!("{e}\n");
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let input = dir.path().join("r.tns");
+            std::fs::write(&input, text).unwrap();
+            let opts = ConvertOptions {
+                run_entries: Some(run_entries as usize),
+                spill_runs: rnd() % 2 == 0,
+                force_external_sort: true,
+                ..Default::default()
+            };
+            let format = Format::all_compressed(rank);
+            let sorted = sort_runs(&input, &format, &opts, dir.path(), &crate::NoProgress).unwrap();
+            let source = &sorted.source;
+            if source.memory.is_some() || source.bucketed() {
+                continue;
+            }
+            for min_ranges in [3, 1, 64] {
+                let want = single_table_cut(&source.runs, rank, target, min_ranges);
+                for words in [1, 2, 3, 7, 64, WINDOW_WORDS] {
+                    let got = source
+                        .ranges_in_windows((target, min_ranges), 2, words)
+                        .unwrap();
+                    assert_eq!(got.len() + 1, want.len(), "case {case}, windows of {words}");
+                    let next = std::sync::atomic::AtomicUsize::new(0);
+                    let threads = if words == 2 { 6 } else { 1 };
+                    std::thread::scope(|scope| {
+                        for t in 0..threads {
+                            let (got, want, next) = (&got, &want, &next);
+                            scope.spawn(move || loop {
+                                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                if i >= got.len() {
+                                    break;
+                                }
+                                // One thread starts in the middle (nothing to go on from)
+                                // and comes back to the start (behind its window).
+                                let j = match threads {
+                                    1 => (i + got.len() / 2) % got.len(),
+                                    _ => i,
+                                };
+                                if t > 0 && j % 7 == t {
+                                    std::thread::sleep(std::time::Duration::from_micros(300));
+                                }
+                                let s = got.span(j).unwrap();
+                                assert_eq!((&s.lo, &s.hi), (&want[j], &want[j + 1]), "case {case}");
+                            });
+                        }
+                    });
+                }
+            }
+        }
+    }
+
+    /// The rows of the cut as stop 47 made them: sampled keys, a table of every row, and
+    /// oversized ranges halved in place; each lower bound by a pass over the whole run.
+    fn single_table_cut(
+        runs: &[Run],
+        rank: usize,
+        target: u64,
+        min_ranges: usize,
+    ) -> Vec<Vec<u64>> {
+        use super::ranges::{RunFile, SAMPLES_PER_RANGE};
+        let files: Vec<RunFile> = runs
+            .iter()
+            .map(|r| RunFile::open(r, rank).unwrap())
+            .collect();
+        let row_of = |k: &[u64]| -> Vec<u64> {
+            let below = |f: &RunFile| f.each_key(0..f.records, |x| x < k).unwrap();
+            files.iter().map(below).collect()
+        };
+        let total: u64 = files.iter().map(|f| f.records).sum();
+        let count = total
+            .div_ceil(target)
+            .max((min_ranges as u64).min(total / 4096))
+            .max(1);
+        let step = (total / (count * SAMPLES_PER_RANGE)).max(1);
+        let (mut samples, mut next, mut start) = (Vec::new(), step / 2, 0);
+        for f in &files {
+            while next < start + f.records {
+                samples.push(f.key(next - start).unwrap());
+                next += step;
+            }
+            start += f.records;
+        }
+        samples.sort_unstable();
+        let mut keys: Vec<Vec<u64>> = (1..count)
+            .map(|b| samples[(b * samples.len() as u64 / count) as usize].clone())
+            .collect();
+        keys.dedup();
+        let mut at = vec![vec![0; files.len()]];
+        at.extend(keys.iter().map(|k| row_of(k)));
+        at.push(files.iter().map(|f| f.records).collect());
+        at.dedup();
+        let mut j = 0;
+        while j + 1 < at.len() {
+            let (lo, hi) = (at[j].clone(), at[j + 1].clone());
+            let entries: u64 = hi.iter().zip(&lo).map(|(h, l)| h - l).sum();
+            let mut row = None;
+            if entries > 2 * target {
+                let r = (0..files.len()).max_by_key(|&r| hi[r] - lo[r]).unwrap();
+                let mut key = files[r].key(lo[r] + (hi[r] - lo[r]) / 2).unwrap();
+                row = Some(row_of(&key));
+                if row.as_ref() == Some(&lo) {
+                    let last = key.last().unwrap().checked_add(1);
+                    row = last.map(|c| {
+                        *key.last_mut().unwrap() = c;
+                        row_of(&key)
+                    });
+                }
+            }
+            match row.filter(|r| *r != hi) {
+                Some(r) => at.insert(j + 1, r),
+                None => j += 1,
+            }
+        }
+        at
+    }
+
     /// Many runs shorter than the sampling step (38 runs of one entry) once left no
     /// samples at all and the range cut indexed an empty list.
     #[test]

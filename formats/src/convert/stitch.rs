@@ -103,7 +103,7 @@ macro_rules! dispatch {
 use dispatch;
 
 /// The external sort's merged entries (`source`), packed and written like sorted text: the
-/// merge is cut into key ranges (`runs::Ranges`) that workers merge and pack in parallel, as
+/// merge is cut into key ranges (`ranges::Ranges`) that workers merge and pack in parallel, as
 /// they parse blocks of sorted text, and the pieces are joined in key order.
 pub(crate) fn convert_merged(
     source: &MergeSource,

@@ -786,3 +786,26 @@ fn hostile_extent_tables_are_rejected() {
     let e = TcsFile::from_bytes(&bad, &bytes).err().unwrap().to_string();
     assert!(e.contains("extents do not fit"), "{e}");
 }
+
+/// An extent table longer than one chunk of `TcsHeader::table_chunks` (4,096 records) is
+/// written whole, and the header's checksum covers every chunk (found by a review: taking
+/// only the first chunk in either place passed every other test).
+#[test]
+fn an_extent_table_past_one_chunk_is_written_and_checked_whole() {
+    let entries = (0..3000usize).map(|i| {
+        let coords = vec![i / 60 % 50, i % 60, i * 7 % 40];
+        (coords, i as f64 - 99.5)
+    });
+    let format = Format::parse("dss:1,0,2", 3).unwrap();
+    let t = Tensor::from_entries(vec![50, 60, 40], format, entries).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("seg.tcs");
+    write_segmented(&path, &t, 1);
+    let f = TcsFile::open(&path).unwrap();
+    assert!(
+        f.header().extents.len() > 4096,
+        "{}",
+        f.header().extents.len()
+    );
+    assert_eq!(f.to_tensor::<f64, u32>().unwrap(), t);
+}
