@@ -72,8 +72,13 @@ pub(crate) struct Span {
 impl Span {
     /// Entries (before summing duplicates).
     pub fn entries(&self) -> u64 {
-        self.hi.iter().zip(&self.lo).map(|(h, l)| h - l).sum()
+        entries_between(&self.lo, &self.hi)
     }
+}
+
+/// Records between rows `lo` and `hi`, over all runs.
+pub(super) fn entries_between(lo: &[u64], hi: &[u64]) -> u64 {
+    hi.iter().zip(lo).map(|(h, l)| h - l).sum()
 }
 
 impl<'a> Ranges<'a> {
@@ -132,7 +137,7 @@ pub(crate) fn cut(
         .div_ceil(target)
         .max((min_ranges as u64).min(total / 4096))
         .max(1);
-    let sampled = sample_keys(&files, rank, count)?;
+    let sampled = sample_keys(&files, rank, (total, count))?;
     let mut lazy = Lazy::new(files, rank, count, window_words);
     let per_window = (window_words / lazy.files.len().max(1)).max(1) * rank;
     let windows: Vec<&[u64]> = match sampled.is_empty() {
@@ -163,12 +168,12 @@ pub(crate) fn cut(
 }
 
 /// `count - 1` keys picked evenly from [`SAMPLES_PER_RANGE`] keys a range sampled evenly
-/// from the runs laid end to end (so many runs shorter than the sampling step are still
-/// sampled), ascending and distinct, `rank` coordinates each laid end to end. The samples
+/// from the runs (`total` records) laid end to end (so many runs shorter than the sampling
+/// step are still sampled), ascending and distinct, `rank` coordinates each laid end to
+/// end. The samples
 /// are held flat and sorted by index (62 000 of them for a 3 GB `.tns` at 16 MiB: a vector
 /// each took 2.5 times the memory).
-fn sample_keys(files: &[RunFile], rank: usize, count: u64) -> Result<Vec<u64>> {
-    let total: u64 = files.iter().map(|f| f.records).sum();
+fn sample_keys(files: &[RunFile], rank: usize, (total, count): (u64, u64)) -> Result<Vec<u64>> {
     let step = (total / (count * SAMPLES_PER_RANGE)).max(1);
     let mut samples = Vec::new();
     let mut next = step / 2;
@@ -242,8 +247,7 @@ impl Cuts {
                 &self.rows[j - 1]
             };
             let hi = &self.rows[j];
-            let entries: u64 = hi.iter().zip(lo).map(|(h, l)| h - l).sum();
-            match entries > 2 * target {
+            match entries_between(lo, hi) > 2 * target {
                 true => match split_key(files, lo, hi)? {
                     Some((key, row)) => {
                         self.rows.insert(j, row);

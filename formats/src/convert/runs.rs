@@ -1959,7 +1959,7 @@ impl MergeSource {
     ) -> Result<()> {
         PACKED.with(|cell| {
             let (pairs, raw, batch, _) = &mut *cell.borrow_mut();
-            let n = hi.iter().zip(lo).map(|(h, l)| h - l).sum::<u64>() as usize;
+            let n = ranges::entries_between(lo, hi) as usize;
             if pairs.len() < n {
                 // Grown to the largest range so far, and kept at that length: no pairs
                 // zeroed before each read, nor copied when it grows (`reserve` on a
