@@ -207,12 +207,7 @@ impl ParallelParser {
         let block = (memory / 128).clamp(64 << 10, BLOCK);
         let in_flight = (memory / 8 / (block * 5 / 2)).clamp(1, 2 * threads.max(1));
         let threads = threads.clamp(1, in_flight);
-        let blocks = Arc::new(Blocks {
-            file,
-            start: from.0,
-            len,
-            size: block as u64,
-        });
+        let blocks = Arc::new(Blocks::fixed(file, (from.0, len), block as u64));
         let count = blocks.count() as u64;
         let (res_tx, res_rx) = mpsc::channel();
         let (credit_tx, credit_rx) = mpsc::sync_channel::<()>(in_flight);
@@ -240,8 +235,8 @@ impl ParallelParser {
                         *seq += 1;
                         *seq - 1
                     };
-                    let block = match blocks.map(seq as usize) {
-                        Ok((text, lines)) => {
+                    let block = match blocks.map(&blocks.nth(seq as usize)) {
+                        Ok((text, _, lines)) => {
                             let chunk = spare.take_chunk();
                             let args = (parse, &*how);
                             let text = &text[lines];

@@ -149,6 +149,9 @@ pub(crate) struct Piece<I> {
     pub newlines: u64,
     /// Bytes of the block.
     pub bytes: u64,
+    /// The key of the job that goes on where this piece ends (see [`run`]): the next block,
+    /// or the line this piece stopped before when it filled its share ([`Blocks::take`]).
+    pub until: u64,
     /// True when the block's last line has no newline (the file's last line).
     pub open_last_line: bool,
     pub stop: Option<Stop>,
@@ -202,7 +205,26 @@ impl<I: Index> Piece<I> {
     }
 }
 
+/// Bytes of a piece's level arrays `arrays`, `vals` values and `starts` start pairs, by
+/// their lengths. (Their capacities may be up to twice that, and a piece's arrays are reused
+/// with the capacities the largest piece before left: limits on capacities would stop every
+/// later piece at once.)
+fn piece_bytes<'a, I: 'a>(
+    arrays: impl Iterator<Item = &'a Vec<I>>,
+    vals: usize,
+    starts: usize,
+) -> usize {
+    let nodes: usize = arrays.map(Vec::len).sum();
+    nodes * std::mem::size_of::<I>() + vals * 8 + starts * std::mem::size_of::<(u64, I)>()
+}
+
 impl<I> Piece<I> {
+    /// Bytes of the piece's arrays (their lengths).
+    fn filled(&self) -> usize {
+        let arrays = self.crd.iter().chain(&self.pos);
+        piece_bytes(arrays, self.vals.len(), self.starts.len())
+    }
+
     pub fn reset(&mut self, rank: usize) {
         self.writes.clear();
         for v in [&mut self.crd, &mut self.pos] {
@@ -219,6 +241,7 @@ impl<I> Piece<I> {
         self.entries = 0;
         self.newlines = 0;
         self.bytes = 0;
+        self.until = 0;
         self.open_last_line = false;
         self.stop = None;
     }
@@ -226,47 +249,146 @@ impl<I> Piece<I> {
 
 /// Bytes of a piece per byte of text at most: the shortest line (one digit per field) holds
 /// `rank + 1` fields in `2 (rank + 1)` bytes, and its entry packs into at most `rank`
-/// coordinates, `rank - 1` positions (or a start pair) and a value.
+/// coordinates, `rank - 1` positions (or a start pair) and a value. The sample that sizes
+/// the blocks is cut for it ([`sample`]).
 pub(crate) fn piece_bytes_per_text_byte(rank: usize, index_bytes: usize) -> usize {
     let entry = rank * index_bytes + rank.saturating_sub(1) * index_bytes + 8 + 16;
     entry.div_ceil(2 * (rank + 1))
 }
 
-/// The blocks of a file's data section `[start, len)`, `size` bytes each.
+/// The blocks of a file's data section `[start, len)`, claimed by the workers one at a time
+/// ([`Blocks::take`]). A block and the piece packed from it share `share` bytes. Blocks are
+/// sized by what the file's first lines take ([`sample`]), so that lines like them fill the
+/// share; a piece that fills its share before its block ends stops at a line (see
+/// [`Builder::limit`]), and the rest of its block becomes a block of its own, taken before
+/// any new one. So the memory stays within the budget however dense the lines, and blocks
+/// are as large as the lines allow: at a small budget, blocks sized for the densest
+/// possible lines were a sixth of what typical lines need, and each block costs a mapping,
+/// a piece's writes and a hand-over between threads. Every cut depends on the file and the
+/// budget alone, so the output's bytes do too.
 pub(crate) struct Blocks {
     pub file: File,
     pub start: u64,
     pub len: u64,
-    pub size: u64,
+    /// Bytes of text and piece one block may take together.
+    share: usize,
+    /// Entries a piece holds at most (tests cut pieces of a few entries with it).
+    entries: Option<u64>,
+    /// Bytes of a new block.
+    size: u64,
+    claims: Mutex<Claims>,
+}
+
+/// What [`Blocks::take`] hands out: the lines that start in `[lo, hi)` of the file. `lo` is
+/// a line start when `at_line` (the rest of a block whose piece filled up); otherwise the
+/// lines begin after the first newline from `lo - 1`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Block {
+    lo: u64,
+    hi: u64,
+    at_line: bool,
+}
+
+struct Claims {
+    /// Where the next new block begins.
+    next: u64,
+    /// Rests of blocks whose pieces filled up, not taken yet.
+    rests: Vec<Block>,
+}
+
+/// How much one piece may hold (see [`Builder::limit`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limit {
+    pub bytes: usize,
+    pub entries: Option<u64>,
 }
 
 impl Blocks {
+    /// The blocks of `file`'s `[start, len)` of `size` bytes each.
+    fn sized(file: File, (start, len): (u64, u64), size: u64) -> Self {
+        Blocks {
+            file,
+            start,
+            len,
+            share: usize::MAX,
+            entries: None,
+            size,
+            claims: Mutex::new(Claims {
+                next: start,
+                rests: Vec::new(),
+            }),
+        }
+    }
+
+    /// The blocks of `file`'s `[start, len)` of `size` bytes each, taken by number
+    /// ([`Blocks::nth`]): the parallel parser of the external sort, whose blocks are sized
+    /// by what its parsed entries take.
+    pub fn fixed(file: File, data: (u64, u64), size: u64) -> Self {
+        Blocks::sized(file, data, size)
+    }
+
+    /// How many blocks of [`Blocks::fixed`] there are.
     pub fn count(&self) -> usize {
         (self.len.saturating_sub(self.start)).div_ceil(self.size) as usize
     }
 
-    /// Maps the lines that start in block `i` (the last one to its end): the mapping and
-    /// where those lines lie in it; `Err(None)` for a line longer than [`MAX_LINE`]. Each
-    /// block is a mapping of its own, unmapped once packed, so that the resident text stays
-    /// within the blocks in flight however large the file.
-    pub(crate) fn map(&self, i: usize) -> Result<(Mapped, Range<usize>), Option<std::io::Error>> {
+    /// Block `i` of [`Blocks::fixed`].
+    pub fn nth(&self, i: usize) -> Block {
         let lo = self.start + i as u64 * self.size;
         let hi = (lo + self.size).min(self.len);
+        Block {
+            lo,
+            hi,
+            at_line: i == 0,
+        }
+    }
+
+    /// The next block to pack and its key (its first byte, the order the consumer joins
+    /// pieces in): the rest of a block that stopped early, lowest first, or else a new
+    /// block; `None` when neither is left now (a piece in the works may still leave a rest).
+    pub fn take(&self) -> Option<(u64, Block)> {
+        let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        let lowest = (0..claims.rests.len()).min_by_key(|&i| claims.rests[i].lo);
+        if let Some(i) = lowest {
+            let rest = claims.rests.swap_remove(i);
+            return Some((rest.lo, rest));
+        }
+        if claims.next >= self.len {
+            return None;
+        }
+        let lo = claims.next;
+        let hi = (lo + self.size).min(self.len);
+        claims.next = hi;
+        let at_line = lo == self.start;
+        Some((lo, Block { lo, hi, at_line }))
+    }
+
+    /// Maps the lines that start in `block` (the last one to its end): the mapping, the
+    /// file offset it begins at, and where those lines lie in it; `Err(None)` for a line
+    /// longer than [`MAX_LINE`]. Each block is a mapping of its own, unmapped once packed,
+    /// so that the resident text stays within the blocks in flight however large the file.
+    pub(crate) fn map(
+        &self,
+        block: &Block,
+    ) -> Result<(Mapped, u64, Range<usize>), Option<std::io::Error>> {
+        let Block { lo, hi, at_line } = *block;
         // One byte before the block says whether the block begins at a line start.
-        let from = if i == 0 { lo } else { lo - 1 };
+        let from = if at_line { lo } else { lo - 1 };
         let own = (hi - from) as usize;
-        let mut extra = 64u64 << 10;
+        // A page past the block holds the end of its last line but for long lines; the
+        // mapping counts against the budget as the block's text (see `pack_block`).
+        let mut extra = 4u64 << 10;
         loop {
             let to = (hi + extra).min(self.len);
             let map = map_range(&self.file, from, to).map_err(Some)?;
-            let begin = if i == 0 {
+            let begin = if at_line {
                 0
             } else {
                 // No newline in the block: no line starts in it.
                 memchr::memchr(b'\n', &map[..own]).map_or(own, |j| j + 1)
             };
             if begin >= own {
-                return Ok((map, own..own));
+                return Ok((map, from, own..own));
             }
             // The last line that starts in the block ends at the first newline from `hi - 1`.
             let end = match memchr::memchr(b'\n', &map[own - 1..]) {
@@ -290,7 +412,7 @@ impl Blocks {
             {
                 return Err(None);
             }
-            return Ok((map, begin..end));
+            return Ok((map, from, begin..end));
         }
     }
 }
@@ -353,40 +475,116 @@ fn map_range(file: &File, from: u64, to: u64) -> std::io::Result<Mapped> {
     }
 }
 
-/// The piece of text block `i` of `blocks`: its lines parsed and packed (see [`run`]).
+/// The blocks of sorted text `file`'s `[start, len)` for pieces of `entries` entries at most
+/// (`None`: any) that take `share` bytes with their text: sized by packing the first lines
+/// (as many as a block for the densest lines holds, see [`piece_bytes_per_text_byte`]).
+pub(crate) fn sample<const R: usize, I: Index, S: LineSyntax>(
+    file: File,
+    data: (u64, u64),
+    (share, entries): (usize, Option<u64>),
+    syntax: &S,
+    plan: &Plan,
+) -> Blocks {
+    const MAX: usize = 4 << 20;
+    let worst = piece_bytes_per_text_byte(R, std::mem::size_of::<I>());
+    let first = (share / (1 + worst)).clamp(4 << 10, MAX) as u64;
+    let mut blocks = Blocks::sized(file, data, first);
+    // Piece bytes a text byte in the sample; the densest case when it cannot be read (the
+    // run then reports the error) or need not be (blocks of the largest size fit anyway).
+    let mut ratio = worst as f64;
+    let sampled = (first as usize) < MAX && entries.is_none();
+    let text = sampled.then(|| blocks.map(&blocks.nth(0)));
+    if let Some(Ok((text, _, lines))) = text {
+        let mut piece = Piece::<I>::default();
+        let whole = Limit {
+            bytes: usize::MAX,
+            entries: None,
+        };
+        pack::<R, I, S>(&text[lines.clone()], syntax, plan, whole, &mut piece);
+        if piece.stop.is_none() && lines.len() >= 1 << 10 {
+            ratio = piece.filled() as f64 / lines.len() as f64;
+        }
+    }
+    // The text and a quarter more than the sample's piece for it within the share; a third
+    // of the share at least left to the piece.
+    let size = share as f64 / (1.0 + (1.25 * ratio).max(0.5));
+    blocks.size = match entries {
+        Some(_) => 4 << 10,
+        None => (size as usize).clamp(4 << 10, MAX) as u64 & !4095,
+    };
+    (blocks.share, blocks.entries) = (share, entries);
+    blocks
+}
+
+/// The piece of `block` of `blocks`: its lines parsed and packed within the block's share
+/// (see [`Blocks`]); a piece that fills up leaves the rest of its block to be taken next.
 pub(crate) fn pack_block<const R: usize, I: Index, S: LineSyntax>(
     blocks: &Blocks,
     syntax: &S,
     plan: &Plan,
-    i: usize,
+    block: Block,
     piece: &mut Piece<I>,
 ) {
-    match blocks.map(i) {
-        Ok((text, lines)) => {
-            let bytes = (lines.end - lines.start) as u64;
-            pack::<R, I, S>(&text[lines], syntax, plan, piece);
-            piece.bytes = bytes;
+    match blocks.map(&block) {
+        Ok((text, from, lines)) => {
+            let limit = Limit {
+                bytes: blocks.share.saturating_sub(text.len()),
+                entries: blocks.entries,
+            };
+            let rest = pack::<R, I, S>(&text[lines.clone()], syntax, plan, limit, piece);
+            piece.bytes = rest.unwrap_or(lines.len()) as u64;
+            piece.until = match rest {
+                Some(at) => {
+                    let lo = from + (lines.start + at) as u64;
+                    let rest = Block {
+                        lo,
+                        hi: block.hi,
+                        at_line: true,
+                    };
+                    // Before the piece is handed on: the credit it frees takes the rest.
+                    let mut claims = blocks.claims.lock().unwrap_or_else(|e| e.into_inner());
+                    claims.rests.push(rest);
+                    lo
+                }
+                None => block.hi,
+            };
         }
         Err(e) => {
             piece.reset(R);
             piece.stop = Some(e.map_or(Stop::LongLine, Stop::Io));
+            piece.until = block.hi;
         }
     }
 }
 
-/// Runs `threads` workers over jobs `0..n` (text blocks, or key ranges of the external
-/// sort's runs), each filling a piece (`fill(i, piece)`), and hands the pieces to `consume`
-/// in job order; at most `in_flight` pieces exist at once. `consume` returns false to stop
-/// early.
-pub(crate) fn run<I: Index, E>(
-    n: usize,
-    threads: usize,
-    in_flight: usize,
+/// Jobs `0..n` in order for [`run`], each keyed by its number (the piece of job `j` sets
+/// [`Piece::until`] to `j + 1`).
+pub(crate) fn numbered(n: usize) -> impl Fn() -> Option<(u64, usize)> + Sync {
+    let next = AtomicUsize::new(0);
+    move || {
+        let j = next.fetch_add(1, Ordering::Relaxed);
+        (j < n).then_some((j as u64, j))
+    }
+}
+
+/// Runs `threads` workers over jobs (text blocks, or key ranges of the external sort's runs)
+/// that `take` hands out with their keys, each filling a piece (`fill(job, piece)`), and
+/// hands the pieces to `consume` in key order from `keys.start`: after the piece of key `k`
+/// comes the piece whose key is its `until`, until `keys.end`. At most `in_flight` pieces
+/// exist at once. `consume` returns false to stop early.
+///
+/// A job may add a job (the rest of a text block, see [`Blocks`]) that `take` hands out
+/// before any other, as long as it does so before its piece is handed on: the consumer
+/// then frees the credit that takes it, so the piece the consumer waits for is always
+/// being filled or about to be.
+pub(crate) fn run<I: Index, J, E>(
+    keys: Range<u64>,
+    (threads, in_flight): (usize, usize),
     before_reuse: &(dyn Fn(&mut Piece<I>) + Sync),
-    fill: &(dyn Fn(usize, &mut Piece<I>) + Sync),
+    take: &(dyn Fn() -> Option<(u64, J)> + Sync),
+    fill: &(dyn Fn(J, &mut Piece<I>) + Sync),
     mut consume: impl FnMut(&mut Piece<I>) -> Result<bool, E>,
 ) -> Result<(), E> {
-    let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let in_flight = in_flight.max(1);
     // A credit carries a piece to reuse (or none yet).
@@ -397,24 +595,27 @@ pub(crate) fn run<I: Index, E>(
             .expect("room for every credit");
     }
     let credit_rx = Mutex::new(credit_rx);
-    let (done_tx, done_rx) = mpsc::channel::<(usize, Piece<I>)>();
+    let (done_tx, done_rx) = mpsc::channel::<(u64, Piece<I>)>();
     std::thread::scope(|scope| {
         for _ in 0..threads.clamp(1, in_flight) {
             let done_tx = done_tx.clone();
-            let (next, stop, credit_rx) = (&next, &stop, &credit_rx);
+            let (stop, credit_rx) = (&stop, &credit_rx);
             scope.spawn(move || loop {
                 let credit = credit_rx.lock().map(|rx| rx.recv());
                 let Ok(Ok(mut piece)) = credit else { return };
                 before_reuse(&mut piece);
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= n || stop.load(Ordering::Relaxed) {
-                    // No job left: keep taking the pieces the consumer hands back, so that the
+                let job = match stop.load(Ordering::Relaxed) {
+                    true => None,
+                    false => take(),
+                };
+                let Some((key, job)) = job else {
+                    // No job now: keep taking the pieces the consumer hands back, so that the
                     // last ones' deferred writes run on the workers in parallel rather than
                     // serially after them; the channel closes when the consumer is done.
                     continue;
-                }
-                fill(i, &mut piece);
-                if done_tx.send((i, piece)).is_err() {
+                };
+                fill(job, &mut piece);
+                if done_tx.send((key, piece)).is_err() {
                     return;
                 }
             });
@@ -422,18 +623,21 @@ pub(crate) fn run<I: Index, E>(
         drop(done_tx);
         let mut waiting = std::collections::BTreeMap::new();
         let mut result = Ok(());
-        'blocks: for want in 0..n {
+        let mut want = keys.start;
+        'blocks: while want < keys.end {
             let mut piece = loop {
                 if let Some(p) = waiting.remove(&want) {
                     break p;
                 }
                 match done_rx.recv() {
-                    Ok((i, p)) => {
-                        waiting.insert(i, p);
+                    Ok((k, p)) => {
+                        waiting.insert(k, p);
                     }
                     Err(_) => break 'blocks,
                 }
             };
+            debug_assert!(piece.until > want, "every piece moves the key on");
+            want = piece.until.max(want + 1);
             match consume(&mut piece) {
                 Ok(true) => {}
                 Ok(false) => break,
@@ -462,19 +666,21 @@ pub(crate) fn run<I: Index, E>(
 }
 
 /// Parses the lines of `text` and packs their entries into `piece`.
+/// Where it stopped when the piece filled up (`limit`) before the text's end.
 fn pack<const R: usize, I: Index, S: LineSyntax>(
     text: &[u8],
     syntax: &S,
     plan: &Plan,
+    limit: Limit,
     piece: &mut Piece<I>,
-) {
+) -> Option<usize> {
     // Levels in mode order (the common case) need no permutation of each entry's key.
     let in_order = plan.order.iter().enumerate().all(|(k, &m)| k == m);
-    if in_order {
-        pack_lines::<R, I, S, true, false, true>(text, syntax, plan, piece)
+    let rest = if in_order {
+        pack_lines::<R, I, S, true, false, true>(text, syntax, plan, limit, piece)
     } else {
-        pack_lines::<R, I, S, false, false, true>(text, syntax, plan, piece)
-    }
+        pack_lines::<R, I, S, false, false, true>(text, syntax, plan, limit, piece)
+    };
     // The declared bounds hold for every entry when they hold for the largest coordinates of
     // each mode: one check per block instead of one per line. When they do not (or a
     // coordinate overflowed the width, which declared bounds that fit it rule out as well),
@@ -486,12 +692,14 @@ fn pack<const R: usize, I: Index, S: LineSyntax>(
     }
     let overflow = matches!(piece.stop, Some(Stop::Overflow(_)));
     if piece.entries > 0 && (overflow || !syntax.inside(&largest)) {
-        if in_order {
-            pack_lines::<R, I, S, true, true, true>(text, syntax, plan, piece)
+        // The same lines up to the same point, or a stop before it.
+        return if in_order {
+            pack_lines::<R, I, S, true, true, true>(text, syntax, plan, limit, piece)
         } else {
-            pack_lines::<R, I, S, false, true, true>(text, syntax, plan, piece)
-        }
+            pack_lines::<R, I, S, false, true, true>(text, syntax, plan, limit, piece)
+        };
     }
+    rest
 }
 
 /// [`pack`], for levels in mode order (`IN_ORDER`) or not, each line checked against the
@@ -507,17 +715,22 @@ fn pack_lines<
     text: &[u8],
     syntax: &S,
     plan: &Plan,
+    limit: Limit,
     piece: &mut Piece<I>,
-) {
+) -> Option<usize> {
     let mut order = [0usize; R];
     order.copy_from_slice(&plan.order);
     let mut coords = [0u64; R];
     let mut key = [0u64; R];
     let mut line_no = 0u64;
     let mut at = 0;
-    let mut builder = Builder::<R, I>::new(std::mem::take(piece), plan);
+    let builder = Builder::<R, I>::new(std::mem::take(piece), plan);
+    let mut builder = builder.limit(limit.bytes, limit.entries);
     let mut stop = None;
     while at < text.len() {
+        if builder.full() {
+            break;
+        }
         if builder.runs() {
             // The common lines, many at a time: those the one-pass scanner takes, with
             // distinct entries in order. The builder hands back the entry it stopped at, if
@@ -577,6 +790,10 @@ fn pack_lines<
                 Some(v)
             });
             line_no += builder.piece.entries - before + u64::from(pending.is_some());
+            if builder.full() {
+                // Filled by the run, so no line is pending: a new piece takes the rest.
+                continue;
+            }
             if let Some((key, v)) = pending {
                 if let Err(s) = builder.push(key, v) {
                     stop = Some(s);
@@ -633,11 +850,14 @@ fn pack_lines<
             break;
         }
     }
+    let rest = (stop.is_none() && builder.full() && at < text.len()).then_some(at);
     *piece = builder.finish();
     // Every line ends with a newline but perhaps the file's last one.
-    piece.open_last_line = stop.is_none() && !text.is_empty() && text.last() != Some(&b'\n');
+    let to_end = stop.is_none() && rest.is_none();
+    piece.open_last_line = to_end && !text.is_empty() && text.last() != Some(&b'\n');
     piece.newlines = line_no - u64::from(piece.open_last_line);
     piece.stop = stop;
+    rest
 }
 
 /// Packs entries (level-order coordinates) that come in storage order into a piece.
@@ -659,6 +879,11 @@ pub(crate) struct Builder<const R: usize, I> {
     /// ones): distinct entries go through the batch.
     batched: bool,
     duplicates: Duplicates,
+    /// The piece is full once its arrays hold more than `cap` bytes or it has `cap_entries`
+    /// entries (see [`Builder::limit`]); `full` says the first is reached.
+    cap: usize,
+    cap_entries: u64,
+    full: bool,
 }
 
 /// Entries in a batch before it is appended to the level arrays.
@@ -745,7 +970,32 @@ impl<const R: usize, I: Index> Builder<R, I> {
             coo: plan.coo,
             batched: plan.coo >= R && R >= 2,
             duplicates: plan.duplicates,
+            cap: usize::MAX,
+            cap_entries: u64::MAX,
+            full: false,
         }
+    }
+
+    /// Makes the piece full (see [`Builder::full`]) once its arrays hold more than `bytes`
+    /// bytes, checked every [`BATCH`] entries (so a piece may pass it by one batch),
+    /// or once it holds `entries` entries, checked at every entry (tests cut pieces of a few
+    /// entries with it; it turns off the runs of [`Builder::push_run`]).
+    pub fn limit(mut self, bytes: usize, entries: Option<u64>) -> Self {
+        self.cap = bytes;
+        self.cap_entries = entries.unwrap_or(u64::MAX);
+        self
+    }
+
+    /// True when the piece has reached its [`limit`](Builder::limit): the caller stops
+    /// pushing, and a piece of its own takes the entries that follow.
+    pub fn full(&self) -> bool {
+        self.full || self.piece.entries >= self.cap_entries
+    }
+
+    /// Bytes of the level arrays and values so far.
+    fn filled(&self) -> usize {
+        let (p, arrays) = (&self.piece, self.crd.iter().chain(&self.pos));
+        piece_bytes(arrays, p.vals.len(), p.starts.len())
     }
 
     /// Adds an entry; an error when it comes out of order, repeats one that may not be
@@ -822,6 +1072,9 @@ impl<const R: usize, I: Index> Builder<R, I> {
             self.push_nodes(key, f);
             // Values come canonical (see `push`).
             self.piece.vals.push(v);
+            if self.piece.entries.is_multiple_of(BATCH as u64) {
+                self.full = self.filled() > self.cap;
+            }
         }
         self.prev = key;
         self.have = true;
@@ -831,7 +1084,7 @@ impl<const R: usize, I: Index> Builder<R, I> {
     /// True when [`push_run`](Builder::push_run) may take the next entries: after the first
     /// entry, in a format without singleton levels.
     pub fn runs(&self) -> bool {
-        self.batched && self.have
+        self.batched && self.have && self.cap_entries == u64::MAX
     }
 
     /// Pushes the entries `next` fills in (returning their values) until it returns `None`
@@ -857,11 +1110,14 @@ impl<const R: usize, I: Index> Builder<R, I> {
                 break;
             }
             let b = &mut self.batch;
+            prev = key;
             if Batch::put(&mut b.crd, &mut b.pos, &mut b.vals, &mut nodes, &key, f, v) {
                 b.nodes = nodes;
                 self.flush();
+                if self.full {
+                    break;
+                }
             }
-            prev = key;
         }
         self.batch.nodes = nodes;
         self.prev = prev;
@@ -903,6 +1159,7 @@ impl<const R: usize, I: Index> Builder<R, I> {
         }
         let have = self.piece.vals.len();
         append_ring(&mut self.piece.vals, &b.vals, have, b.nodes[R - 1]);
+        self.full = self.filled() > self.cap;
     }
 
     /// The nodes of an entry new from level `f` down, under a dense level 0 or over
@@ -955,12 +1212,80 @@ impl<const R: usize, I: Index> Builder<R, I> {
 mod tests {
     use super::*;
 
+    /// No limit on a piece.
+    const NONE: Limit = Limit {
+        bytes: usize::MAX,
+        entries: None,
+    };
+
     fn plan(rank: usize, dense_top: bool) -> Plan {
         Plan {
             order: (0..rank).collect(),
             dense_top,
             coo: rank,
             duplicates: Duplicates::Sum,
+        }
+    }
+
+    /// Sorted rank-3 text whose first `sparse` lines are long (padded) and the rest short,
+    /// every entry new at every level, the value of line `n` being `n + 0.5`.
+    fn sparse_then_dense(sparse: usize, lines: usize) -> Vec<u8> {
+        let mut text = String::new();
+        for n in 0..lines {
+            let (a, b, c) = (n + 1, n % 7 + 1, n % 5 + 1);
+            let pad = if n < sparse {
+                " ".repeat(60)
+            } else {
+                String::new()
+            };
+            text += &format!("{a} {b} {c}{pad} {n}.5\n");
+        }
+        text.into_bytes()
+    }
+
+    /// A piece that fills its share stops at a line and the rest of its block makes the
+    /// next piece: on text whose first lines are sparse (so blocks are sized for them) and
+    /// the rest dense, at a tight and an ample share, the pieces in key order hold every
+    /// line once, in order (their values and leaf coordinates joined are the whole text's),
+    /// each within its share but for one batch; the tight share cuts blocks into more
+    /// pieces than there are blocks, the ample one does not.
+    #[test]
+    fn pieces_that_fill_their_share_leave_the_rest_of_their_block_to_the_next() {
+        let text = sparse_then_dense(3_000, 60_000);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.tns");
+        std::fs::write(&path, &text).unwrap();
+        let (syntax, plan) = (crate::tns::TnsSyntax { dims: None }, plan(3, false));
+        let mut whole = Piece::<u64>::default();
+        pack::<3, u64, _>(&text, &syntax, &plan, NONE, &mut whole);
+        for (share, cut) in [(96 << 10, true), (64 << 20, false)] {
+            let file = File::open(&path).unwrap();
+            let data = (0, text.len() as u64);
+            let blocks = sample::<3, u64, _>(file, data, (share, None), &syntax, &plan);
+            let fresh = text.len().div_ceil(blocks.size as usize);
+            let (mut vals, mut leaves, mut pieces) = (Vec::new(), Vec::new(), 0);
+            let (mut lines, mut bytes) = (0, 0);
+            let fill = |b: Block, p: &mut Piece<u64>| {
+                pack_block::<3, u64, _>(&blocks, &syntax, &plan, b, p)
+            };
+            let take = || blocks.take();
+            run::<u64, _, ()>(data.0..data.1, (2, 4), &|_| {}, &take, &fill, |p| {
+                assert!(p.stop.is_none(), "{:?}", p.stop);
+                assert!(p.filled() <= share + BATCH * 48, "{} > {share}", p.filled());
+                vals.extend_from_slice(&p.vals);
+                leaves.extend_from_slice(&p.crd[2]);
+                (lines, bytes, pieces) = (lines + p.newlines, bytes + p.bytes, pieces + 1);
+                Ok(true)
+            })
+            .unwrap();
+            assert_eq!((lines, bytes), (60_000, text.len() as u64), "share {share}");
+            assert_eq!(vals, whole.vals, "share {share}");
+            assert_eq!(leaves, whole.crd[2], "share {share}");
+            assert_eq!(
+                pieces > fresh,
+                cut,
+                "share {share}: {pieces} pieces, {fresh} blocks"
+            );
         }
     }
 
@@ -1221,9 +1546,9 @@ mod tests {
                 let syntax = crate::tns::TnsSyntax { dims: None };
                 let plan = plan(R, false);
                 let mut a = Piece::<u32>::default();
-                pack_lines::<R, u32, _, true, false, true>(&text, &syntax, &plan, &mut a);
+                pack_lines::<R, u32, _, true, false, true>(&text, &syntax, &plan, NONE, &mut a);
                 let mut b = Piece::<u32>::default();
-                pack_lines::<R, u32, _, true, false, false>(&text, &syntax, &plan, &mut b);
+                pack_lines::<R, u32, _, true, false, false>(&text, &syntax, &plan, NONE, &mut b);
                 let what = format!("rank {R}, {lines} lines, seed {seed}, bad {bad}");
                 assert_eq!(a.crd, b.crd, "{what}");
                 assert_eq!(a.pos, b.pos, "{what}");

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::blocks::{
-    self, Blocks, Builder, Deferred, LineSyntax, Piece, PieceArray, Plan, Stop, MAX_LINE,
+    self, Block, Builder, Deferred, LineSyntax, Piece, PieceArray, Plan, Stop, MAX_LINE,
 };
 use super::build::{check_dense_size, check_width, layout};
 use super::runs::MergeSource;
@@ -222,6 +222,7 @@ fn merged<const R: usize, I: Index, V: Value, S: Sync>(
             });
         *piece = builder.finish();
         piece.bytes = piece.entries;
+        piece.until = j as u64 + 1;
         piece.stop = match (stop, merged) {
             (Some(s), _) => Some(s),
             (None, Err(e)) => Some(Stop::Io(std::io::Error::other(e.to_string()))),
@@ -230,7 +231,8 @@ fn merged<const R: usize, I: Index, V: Value, S: Sync>(
     };
     let write = |p: &mut Piece<I>| p.write_deferred(&files, &crcs, &failed);
     progress.stage("merge", 0);
-    let ran = blocks::run::<I, Error>(ranges.len(), threads, in_flight, &write, &fill, |p| {
+    let (keys, take) = (0..ranges.len() as u64, blocks::numbered(ranges.len()));
+    let ran = blocks::run::<I, _, Error>(keys, (threads, in_flight), &write, &take, &fill, |p| {
         let joined = st.take(p, progress)?;
         if !joined {
             let e = std::io::Error::other("merged entries came out of order (a bug)");
@@ -305,16 +307,11 @@ fn typed<const R: usize, I: Index, V: Value, S: LineSyntax>(job: &Job<'_, S>) ->
         .map_err(|e| Error::io(&input.path, e))?
         .len();
     let threads = crate::chunks::parse_threads();
-    // Each worker holds a block it packs and one waiting for the consumer.
+    // Each worker holds a block it packs and one waiting for the consumer: half the budget
+    // holds their text and pieces.
     let in_flight = 2 * threads;
-    let per_block = 1 + blocks::piece_bytes_per_text_byte(R, std::mem::size_of::<I>());
-    let size = (opts.memory / 2 / in_flight / per_block).clamp(4 << 10, 4 << 20) & !4095;
-    let blocks = Blocks {
-        file,
-        start: input.data_start,
-        len,
-        size: size as u64,
-    };
+    let data = (input.data_start, len);
+    let entries = opts.run_entries.map(|n| n as u64);
     let dense_top = format.levels()[0] == LevelType::Dense;
     let plan = Plan {
         order: format.mode_order().to_vec(),
@@ -322,16 +319,20 @@ fn typed<const R: usize, I: Index, V: Value, S: LineSyntax>(job: &Job<'_, S>) ->
         coo: format.coo_start().unwrap_or(R),
         duplicates: opts.duplicates,
     };
+    let share = (opts.memory / 2 / in_flight, entries);
+    let blocks = blocks::sample::<R, I, S>(file, data, share, &input.syntax, &plan);
     let (app, files) = appender(format, output, opts.sync)?;
     let crcs = app.late_crcs();
     let failed = Mutex::new(None);
     let mut st = Stitcher::<I, V, S>::new(input, format, opts, app);
     progress.stage("convert", len);
     let write = |p: &mut Piece<I>| p.write_deferred(&files, &crcs, &failed);
-    let fill = |i: usize, p: &mut Piece<I>| {
-        blocks::pack_block::<R, I, S>(&blocks, &input.syntax, &plan, i, p)
+    let fill = |b: Block, p: &mut Piece<I>| {
+        blocks::pack_block::<R, I, S>(&blocks, &input.syntax, &plan, b, p)
     };
-    let ran = blocks::run::<I, Error>(blocks.count(), threads, in_flight, &write, &fill, |p| {
+    let take = || blocks.take();
+    let keys = input.data_start..len;
+    let ran = blocks::run::<I, _, Error>(keys, (threads, in_flight), &write, &take, &fill, |p| {
         st.take(p, progress)
     });
     progress.end_stage();
