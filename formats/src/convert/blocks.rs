@@ -8,7 +8,9 @@
 //! at most one element per array and adds an offset to the positions.
 //!
 //! Workers take blocks in file order; a consumer credit per block bounds the pieces in flight
-//! (and recycles their buffers), so memory stays within the budget whatever the file size.
+//! (and recycles their buffers), and a piece that fills its share of the budget ends early,
+//! the rest of its block packed as a block of its own, so memory stays within the budget
+//! whatever the file size and however dense its lines (see [`Blocks`]).
 
 use std::fs::File;
 use std::ops::Range;
