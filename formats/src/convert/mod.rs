@@ -413,6 +413,7 @@ mod back;
 pub(crate) mod blocks;
 mod build;
 mod ranges;
+mod rounds;
 mod runs;
 mod scan;
 mod stitch;

@@ -236,9 +236,27 @@ pub(crate) fn sort_runs(
     let spilled = runs.iter().filter(|r| r.held.is_none()).count();
     let mut merge_rounds = 0;
     let mut next_id = runs.len();
+    // Keys that pack into a `u64` are merged as pairs, by every core (see `rounds`).
+    let bits = packing(&level_max);
+    let check = super::rounds::Check {
+        input,
+        format,
+        duplicates: opts.duplicates,
+        rank,
+    };
     while runs.len() > final_runs {
         merge_rounds += 1;
         progress.stage(&format!("merge round {merge_rounds}"), runs.len() as u64);
+        if let Some(bits) = &bits {
+            let (merged, size) = super::rounds::plan(runs.len(), final_runs, fan_in, threads);
+            let rest = runs.split_off(merged);
+            let (how, at) = ((size, threads, buffer), (temp.path(), next_id));
+            runs = super::rounds::merge_round(&runs, bits, how, at, &check, progress)?;
+            next_id += runs.len();
+            runs.extend(rest);
+            progress.end_stage();
+            continue;
+        }
         let mut merged = Vec::new();
         for (g, group) in runs.chunks(fan_in).enumerate() {
             let path = temp.path().join(format!("run-{next_id}"));
@@ -465,6 +483,18 @@ pub(crate) struct Run {
 }
 
 impl Run {
+    /// A run written to `path` as sorted pairs packed by `bits` (see `rounds`).
+    pub(super) fn pairs(path: &Path, bits: &[u32]) -> Run {
+        Run {
+            path: path.to_path_buf(),
+            narrow: bits.iter().all(|&b| b <= 32),
+            packed: Some(bits.to_vec()),
+            held: None,
+            buckets: None,
+            low_bits: None,
+        }
+    }
+
     pub(super) fn path(&self) -> &Path {
         &self.path
     }
@@ -1101,7 +1131,7 @@ pub(crate) fn unpack_fixed<const R: usize>(mut p: u64, bits: &[u32; R]) -> [u64;
 
 /// A packed key's coordinates (fields of `bits`, the last level lowest).
 #[inline]
-fn unpack(mut p: u64, bits: &[u32], key: &mut [u64]) {
+pub(super) fn unpack(mut p: u64, bits: &[u32], key: &mut [u64]) {
     for (k, &b) in key.iter_mut().zip(bits).rev() {
         *k = if b == 0 {
             0
@@ -2025,7 +2055,7 @@ fn merge_slices<E>(
 /// The first winner of a tree of losers over `heads` (node `n`'s children are `2n` and
 /// `2n + 1`; nodes `k..` are the leaves, section `n - k`), each node's loser written to
 /// `tree`.
-fn play(node: usize, k: usize, heads: &[u128], tree: &mut [usize]) -> usize {
+pub(super) fn play(node: usize, k: usize, heads: &[u128], tree: &mut [usize]) -> usize {
     if node >= k {
         return node - k;
     }
@@ -2151,7 +2181,7 @@ fn packing(level_max: &[u64]) -> Option<Vec<u32>> {
 /// copied, when held in memory); others are read `chunk` bytes at a time into `raw` and
 /// (re)packed. `file` is the run's, `None` when it is held.
 #[allow(clippy::too_many_arguments)]
-fn read_packed(
+pub(super) fn read_packed(
     run: &Run,
     file: Option<&File>,
     rank: usize,
