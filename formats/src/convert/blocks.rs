@@ -7,10 +7,11 @@
 //! the first entry of a block can continue a node of the previous block, so joining drops
 //! at most one element per array and adds an offset to the positions.
 //!
-//! Workers take blocks in file order; a consumer credit per block bounds the pieces in flight
+//! Workers take blocks in file order; a consumer credit per piece bounds the pieces in flight
 //! (and recycles their buffers), and a piece that fills its share of the budget ends early,
-//! the rest of its block packed as a block of its own, so memory stays within the budget
-//! whatever the file size and however dense its lines (see [`Blocks`]).
+//! the rest of its block packed as a block of its own before any later block, so memory
+//! stays within the budget whatever the file size and however dense its lines (see
+//! [`Blocks`]).
 
 use std::fs::File;
 use std::ops::Range;
@@ -147,9 +148,10 @@ pub(crate) struct Piece<I> {
     pub max: Vec<u64>,
     /// Lines holding entries.
     pub entries: u64,
-    /// Newlines in the block (for line numbers of later blocks).
+    /// Newlines in the piece's text (for line numbers of later pieces).
     pub newlines: u64,
-    /// Bytes of the block.
+    /// Bytes of text the piece took (its block's lines, or those up to where it stopped);
+    /// entries for a key range of the external sort's merge.
     pub bytes: u64,
     /// The key of the job that goes on where this piece ends (see [`run`]): the next block,
     /// or the line this piece stopped before when it filled its share ([`Blocks::take`]).
@@ -207,10 +209,10 @@ impl<I: Index> Piece<I> {
     }
 }
 
-/// Bytes of a piece's level arrays `arrays`, `vals` values and `starts` start pairs, by
-/// their lengths. (Their capacities may be up to twice that, and a piece's arrays are reused
-/// with the capacities the largest piece before left: limits on capacities would stop every
-/// later piece at once.)
+/// Bytes of a piece's level arrays `arrays`, `vals` values (summed and the first entry's)
+/// and `starts` start pairs, by their lengths: a piece's arrays are reused with the
+/// capacities earlier pieces left (see [`Builder::limit`]), so a limit on capacities would
+/// stop every later piece at once.
 fn piece_bytes<'a, I: 'a>(
     arrays: impl Iterator<Item = &'a Vec<I>>,
     vals: usize,
@@ -224,7 +226,7 @@ impl<I> Piece<I> {
     /// Bytes of the piece's arrays (their lengths).
     fn filled(&self) -> usize {
         let arrays = self.crd.iter().chain(&self.pos);
-        piece_bytes(arrays, self.vals.len(), self.starts.len())
+        piece_bytes(arrays, self.vals.len() + self.head.len(), self.starts.len())
     }
 
     pub fn reset(&mut self, rank: usize) {
@@ -266,8 +268,9 @@ pub(crate) fn piece_bytes_per_text_byte(rank: usize, index_bytes: usize) -> usiz
 /// any new one. So the memory stays within the budget however dense the lines, and blocks
 /// are as large as the lines allow: at a small budget, blocks sized for the densest
 /// possible lines were a sixth of what typical lines need, and each block costs a mapping,
-/// a piece's writes and a hand-over between threads. Every cut depends on the file and the
-/// budget alone, so the output's bytes do too.
+/// a piece's writes and a hand-over between threads. Every cut depends on the file, the
+/// budget and the number of parse threads alone (not on timing), so the output's bytes do
+/// too.
 pub(crate) struct Blocks {
     pub file: File,
     pub start: u64,
@@ -282,8 +285,8 @@ pub(crate) struct Blocks {
 }
 
 /// What [`Blocks::take`] hands out: the lines that start in `[lo, hi)` of the file. `lo` is
-/// a line start when `at_line` (the rest of a block whose piece filled up); otherwise the
-/// lines begin after the first newline from `lo - 1`.
+/// a line start when `at_line` (the first block, or the rest of a block whose piece filled
+/// up); otherwise the lines begin after the first newline from `lo - 1`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Block {
     lo: u64,
@@ -298,16 +301,26 @@ struct Claims {
     rests: Vec<Block>,
 }
 
-/// How much one piece may hold (see [`Builder::limit`]).
+/// How much one piece may hold (see [`Builder::limit`]): bytes of its arrays, and entries.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Limit {
     pub bytes: usize,
     pub entries: Option<u64>,
 }
 
+impl Limit {
+    /// No limit: the piece takes the whole text.
+    pub const NONE: Limit = Limit {
+        bytes: usize::MAX,
+        entries: None,
+    };
+}
+
 impl Blocks {
-    /// The blocks of `file`'s `[start, len)` of `size` bytes each.
-    fn sized(file: File, (start, len): (u64, u64), size: u64) -> Self {
+    /// The blocks of `file`'s `[start, len)` of `size` bytes each, taken by number
+    /// ([`Blocks::nth`]): the parallel parser of the external sort, whose blocks are sized
+    /// by what its parsed entries take (the block packer's are set up by [`sample`]).
+    pub fn fixed(file: File, (start, len): (u64, u64), size: u64) -> Self {
         Blocks {
             file,
             start,
@@ -320,13 +333,6 @@ impl Blocks {
                 rests: Vec::new(),
             }),
         }
-    }
-
-    /// The blocks of `file`'s `[start, len)` of `size` bytes each, taken by number
-    /// ([`Blocks::nth`]): the parallel parser of the external sort, whose blocks are sized
-    /// by what its parsed entries take.
-    pub fn fixed(file: File, data: (u64, u64), size: u64) -> Self {
-        Blocks::sized(file, data, size)
     }
 
     /// How many blocks of [`Blocks::fixed`] there are.
@@ -396,7 +402,7 @@ impl Blocks {
             let end = match memchr::memchr(b'\n', &map[own - 1..]) {
                 Some(j) => own + j,
                 None if to == self.len => map.len(),
-                None if extra as usize > MAX_LINE => return Err(None),
+                None if extra as usize >= MAX_LINE => return Err(None),
                 None => {
                     extra *= 4;
                     continue;
@@ -490,7 +496,7 @@ pub(crate) fn sample<const R: usize, I: Index, S: LineSyntax>(
     const MAX: usize = 4 << 20;
     let worst = piece_bytes_per_text_byte(R, std::mem::size_of::<I>());
     let first = (share / (1 + worst)).clamp(4 << 10, MAX) as u64;
-    let mut blocks = Blocks::sized(file, data, first);
+    let mut blocks = Blocks::fixed(file, data, first);
     // Piece bytes a text byte in the sample; the densest case when it cannot be read (the
     // run then reports the error) or need not be (blocks of the largest size fit anyway).
     let mut ratio = worst as f64;
@@ -498,11 +504,7 @@ pub(crate) fn sample<const R: usize, I: Index, S: LineSyntax>(
     let text = sampled.then(|| blocks.map(&blocks.nth(0)));
     if let Some(Ok((text, _, lines))) = text {
         let mut piece = Piece::<I>::default();
-        let whole = Limit {
-            bytes: usize::MAX,
-            entries: None,
-        };
-        pack::<R, I, S>(&text[lines.clone()], syntax, plan, whole, &mut piece);
+        pack::<R, I, S>(&text[lines.clone()], syntax, plan, Limit::NONE, &mut piece);
         if piece.stop.is_none() && lines.len() >= 1 << 10 {
             ratio = piece.filled() as f64 / lines.len() as f64;
         }
@@ -529,8 +531,14 @@ pub(crate) fn pack_block<const R: usize, I: Index, S: LineSyntax>(
 ) {
     match blocks.map(&block) {
         Ok((text, from, lines)) => {
+            // The share less the text mapped, but a quarter of it at least: a line much longer
+            // than the block (mapped whole) would leave nothing, and cut a piece at every
+            // repeat, each rest mapping that line again.
             let limit = Limit {
-                bytes: blocks.share.saturating_sub(text.len()),
+                bytes: blocks
+                    .share
+                    .saturating_sub(text.len())
+                    .max(blocks.share / 4),
                 entries: blocks.entries,
             };
             let rest = pack::<R, I, S>(&text[lines.clone()], syntax, plan, limit, piece);
@@ -611,9 +619,11 @@ pub(crate) fn run<I: Index, J, E>(
                     false => take(),
                 };
                 let Some((key, job)) = job else {
-                    // No job now: keep taking the pieces the consumer hands back, so that the
-                    // last ones' deferred writes run on the workers in parallel rather than
-                    // serially after them; the channel closes when the consumer is done.
+                    // No job now (only near the end: new blocks are left until then): keep
+                    // taking the pieces the consumer hands back, so that the last ones'
+                    // deferred writes run on the workers in parallel rather than serially
+                    // after them; the channel closes when the consumer is done. This credit is
+                    // dropped; a rest added later is taken with the credit its piece frees.
                     continue;
                 };
                 fill(job, &mut piece);
@@ -633,13 +643,16 @@ pub(crate) fn run<I: Index, J, E>(
                 }
                 match done_rx.recv() {
                     Ok((k, p)) => {
-                        waiting.insert(k, p);
+                        let before = waiting.insert(k, p);
+                        assert!(before.is_none(), "two pieces of key {k}");
                     }
                     Err(_) => break 'blocks,
                 }
             };
-            debug_assert!(piece.until > want, "every piece moves the key on");
-            want = piece.until.max(want + 1);
+            // A piece that did not move the key on would leave the consumer waiting for
+            // nothing: a bug, said at once.
+            assert!(piece.until > want, "a piece ends past its key");
+            want = piece.until;
             match consume(&mut piece) {
                 Ok(true) => {}
                 Ok(false) => break,
@@ -727,7 +740,7 @@ fn pack_lines<
     let mut line_no = 0u64;
     let mut at = 0;
     let builder = Builder::<R, I>::new(std::mem::take(piece), plan);
-    let mut builder = builder.limit(limit.bytes, limit.entries);
+    let mut builder = builder.limit(limit);
     let mut stop = None;
     while at < text.len() {
         if builder.full() {
@@ -978,14 +991,34 @@ impl<const R: usize, I: Index> Builder<R, I> {
         }
     }
 
-    /// Makes the piece full (see [`Builder::full`]) once its arrays hold more than `bytes`
-    /// bytes, checked every [`BATCH`] entries (so a piece may pass it by one batch),
-    /// or once it holds `entries` entries, checked at every entry (tests cut pieces of a few
-    /// entries with it; it turns off the runs of [`Builder::push_run`]).
-    pub fn limit(mut self, bytes: usize, entries: Option<u64>) -> Self {
-        self.cap = bytes;
-        self.cap_entries = entries.unwrap_or(u64::MAX);
+    /// Makes the piece full (see [`Builder::full`]) once its arrays hold more than
+    /// `limit.bytes` bytes, checked every [`BATCH`] distinct entries and at every repeat (so
+    /// a piece may pass it by one batch), or once it holds `limit.entries` entries (tests cut
+    /// pieces of a few entries with it). The arrays, reused from piece to piece, keep the
+    /// capacities earlier pieces gave them, each as large as its largest (different pieces
+    /// may peak in different arrays); when those add up to more than twice the limit, they
+    /// are let go and grow again, so that they stay within about twice what one piece holds.
+    pub fn limit(mut self, limit: Limit) -> Self {
+        self.cap = limit.bytes;
+        self.cap_entries = limit.entries.unwrap_or(u64::MAX);
+        if self.capacities() > limit.bytes.saturating_mul(2) {
+            self.crd
+                .iter_mut()
+                .chain(&mut self.pos)
+                .for_each(|a| *a = Vec::new());
+            let p = &mut self.piece;
+            (p.vals, p.head, p.starts) = (Vec::new(), Vec::new(), Vec::new());
+        }
         self
+    }
+
+    /// Heap bytes the arrays hold (their capacities).
+    fn capacities(&self) -> usize {
+        let (p, arrays) = (&self.piece, self.crd.iter().chain(&self.pos));
+        let nodes: usize = arrays.map(Vec::capacity).sum();
+        nodes * std::mem::size_of::<I>()
+            + (p.vals.capacity() + p.head.capacity()) * 8
+            + p.starts.capacity() * std::mem::size_of::<(u64, I)>()
     }
 
     /// True when the piece has reached its [`limit`](Builder::limit): the caller stops
@@ -997,7 +1030,7 @@ impl<const R: usize, I: Index> Builder<R, I> {
     /// Bytes of the level arrays and values so far.
     fn filled(&self) -> usize {
         let (p, arrays) = (&self.piece, self.crd.iter().chain(&self.pos));
-        piece_bytes(arrays, p.vals.len(), p.starts.len())
+        piece_bytes(arrays, p.vals.len() + p.head.len(), p.starts.len())
     }
 
     /// Adds an entry; an error when it comes out of order, repeats one that may not be
@@ -1074,7 +1107,7 @@ impl<const R: usize, I: Index> Builder<R, I> {
             self.push_nodes(key, f);
             // Values come canonical (see `push`).
             self.piece.vals.push(v);
-            if self.piece.entries.is_multiple_of(BATCH as u64) {
+            if self.piece.vals.len().is_multiple_of(BATCH) {
                 self.full = self.filled() > self.cap;
             }
         }
@@ -1086,7 +1119,7 @@ impl<const R: usize, I: Index> Builder<R, I> {
     /// True when [`push_run`](Builder::push_run) may take the next entries: after the first
     /// entry, in a format without singleton levels.
     pub fn runs(&self) -> bool {
-        self.batched && self.have && self.cap_entries == u64::MAX
+        self.batched && self.have
     }
 
     /// Pushes the entries `next` fills in (returning their values) until it returns `None`
@@ -1105,7 +1138,11 @@ impl<const R: usize, I: Index> Builder<R, I> {
         let mut key = [0u64; R];
         let mut pending = None;
         let before = nodes[R - 1];
-        while let Some(v) = next(&mut key) {
+        // Entries the piece may still take (see `limit`): distinct ones, one node each at the
+        // last level.
+        let room = self.cap_entries.saturating_sub(self.piece.entries);
+        while ((nodes[R - 1] - before) as u64) < room {
+            let Some(v) = next(&mut key) else { break };
             let f = (0..R).position(|k| key[k] != prev[k]).unwrap_or(R);
             if f == R || key[f] < prev[f] || key.iter().fold(0, |a, &c| a | c) > I::MAX_U64 {
                 pending = Some((key, v));
@@ -1214,11 +1251,7 @@ impl<const R: usize, I: Index> Builder<R, I> {
 mod tests {
     use super::*;
 
-    /// No limit on a piece.
-    const NONE: Limit = Limit {
-        bytes: usize::MAX,
-        entries: None,
-    };
+    const NONE: Limit = Limit::NONE;
 
     fn plan(rank: usize, dense_top: bool) -> Plan {
         Plan {
@@ -1288,6 +1321,95 @@ mod tests {
                 cut,
                 "share {share}: {pieces} pieces, {fresh} blocks"
             );
+        }
+    }
+
+    fn plan_coo(rank: usize, coo: usize) -> Plan {
+        Plan {
+            coo,
+            ..plan(rank, false)
+        }
+    }
+
+    /// A piece of a format with singleton levels (the builder without batches) fills up by
+    /// its distinct entries even when every other line repeats the one before (every 256th
+    /// entry then a repeat), and the first entry's repeats (its `head`) count too.
+    #[test]
+    fn repeated_entries_fill_a_piece_up_like_distinct_ones() {
+        let limit = Limit {
+            bytes: 1000,
+            entries: None,
+        };
+        let mut b = Builder::<3, u32>::new(Piece::default(), &plan_coo(3, 0)).limit(limit);
+        for i in 0..20_000u64 {
+            b.push([i, i % 5, i % 3], 1.0).unwrap();
+            b.push([i, i % 5, i % 3], 1.0).unwrap();
+            if b.full() {
+                break;
+            }
+        }
+        assert!(b.full());
+        assert!(b.finish().filled() < 1000 + BATCH * 48);
+        let mut b = Builder::<3, u32>::new(Piece::default(), &plan_coo(3, 3)).limit(limit);
+        for _ in 0..200_000 {
+            b.push([1, 1, 1], 1.0).unwrap();
+            if b.full() {
+                break;
+            }
+        }
+        assert!(b.full());
+        assert!(b.finish().head.len() * 8 < 1000 + BATCH * 48);
+    }
+
+    /// `run` hands every piece on once, in key order, however its jobs leave rests (at
+    /// random places, packed slowly or quickly) and at any count of threads and credits.
+    #[test]
+    fn run_hands_on_every_piece_in_key_order_whatever_rests_jobs_leave() {
+        let (n, size) = (40u64, 10u64);
+        for seed in 0..40u64 {
+            for (threads, in_flight) in [(1, 1), (1, 2), (2, 1), (2, 2), (2, 4), (4, 3), (3, 8)] {
+                // (next new block, rests not taken)
+                let state = Mutex::new((0u64, Vec::<(u64, u64)>::new()));
+                let take = || {
+                    let mut s = state.lock().unwrap();
+                    if let Some(i) = (0..s.1.len()).min_by_key(|&i| s.1[i].0) {
+                        let r = s.1.swap_remove(i);
+                        return Some((r.0, r));
+                    }
+                    let lo = s.0;
+                    s.0 += size;
+                    (lo < n * size).then_some((lo, (lo, lo + size)))
+                };
+                let fill = |(lo, hi): (u64, u64), p: &mut Piece<u32>| {
+                    p.reset(1);
+                    let mut x = seed ^ lo.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                    x ^= x >> 29;
+                    if x % 7 == 0 {
+                        std::thread::sleep(std::time::Duration::from_micros(x % 300));
+                    }
+                    let cut = hi - lo > 1 && x % 3 == 0;
+                    let end = if cut { lo + 1 + x % (hi - lo - 1) } else { hi };
+                    if end < hi {
+                        state.lock().unwrap().1.push((end, hi));
+                    }
+                    (p.bytes, p.until) = (lo, end);
+                };
+                let mut at = 0;
+                run::<u32, _, ()>(
+                    0..n * size,
+                    (threads, in_flight),
+                    &|_| {},
+                    &take,
+                    &fill,
+                    |p| {
+                        assert_eq!(p.bytes, at, "seed {seed}, {threads} threads, {in_flight}");
+                        at = p.until;
+                        Ok(true)
+                    },
+                )
+                .unwrap();
+                assert_eq!(at, n * size);
+            }
         }
     }
 

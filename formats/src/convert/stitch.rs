@@ -311,7 +311,7 @@ fn typed<const R: usize, I: Index, V: Value, S: LineSyntax>(job: &Job<'_, S>) ->
     // holds their text and pieces.
     let in_flight = 2 * threads;
     let data = (input.data_start, len);
-    let entries = opts.run_entries.map(|n| n as u64);
+    let entries = opts.run_entries.map(|n| n.max(1) as u64);
     let dense_top = format.levels()[0] == LevelType::Dense;
     let plan = Plan {
         order: format.mode_order().to_vec(),
