@@ -2031,7 +2031,7 @@ impl MergeSource {
 /// key order, equal keys in section order, by a tree of losers (see [`merge_heap`]): each
 /// section's head is held as one 128-bit number, the key above the section's number, so
 /// that one comparison orders keys and breaks ties, and an ended section's head is
-/// `u128::MAX`, above every other. Up to 64 sections, the tree is one of a power of two
+/// `u128::MAX`, above every other. Up to 256 sections, the tree is one of a power of two
 /// leaves known at compile time ([`merge_fixed`]), the extra leaves empty.
 fn merge_slices<E>(
     pairs: &[[u64; 2]],
@@ -2048,6 +2048,9 @@ fn merge_slices<E>(
         9..=16 => merge_fixed::<16, E>(pairs, bounds, f),
         17..=32 => merge_fixed::<32, E>(pairs, bounds, f),
         33..=64 => merge_fixed::<64, E>(pairs, bounds, f),
+        // The final merge takes up to `MAX_FINAL_RUNS` runs at once.
+        65..=128 => merge_fixed::<128, E>(pairs, bounds, f),
+        129..=256 => merge_fixed::<256, E>(pairs, bounds, f),
         _ => merge_general(pairs, bounds, f),
     }
 }
@@ -2635,12 +2638,12 @@ mod tests {
 
         /// The in-memory merge of sorted sections is the stable sort of their concatenation:
         /// key order, equal keys in section order (duplicates summed in input order); every
-        /// tree size of `merge_fixed` and the general merge beyond them (up to 80 sections),
+        /// tree size of `merge_fixed` and the general merge beyond them (up to 300 sections),
         /// and the general merge on the same sections.
         #[test]
         fn slice_merge_is_the_stable_sort(
             sections in proptest::collection::vec(
-                proptest::collection::vec(0u64..20, 0..30), 0..80),
+                proptest::collection::vec(0u64..20, 0..30), 0..300),
         ) {
             let mut pairs = Vec::new();
             let mut bounds = vec![0];
