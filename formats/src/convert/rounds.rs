@@ -156,15 +156,7 @@ fn merge_group(
             s.refill(rank, bits, &mut raw)?;
         }
         heads[winner] = s.head(winner);
-        let mut node = (winner + k) / 2;
-        while node >= 1 {
-            // Selects, as in `runs::merge_general`: the outcome is unpredictable.
-            let other = tree[node];
-            let lost = heads[other] < heads[winner];
-            tree[node] = if lost { winner } else { other };
-            winner = if lost { other } else { winner };
-            node /= 2;
-        }
+        winner = super::runs::replay(winner, &heads, &mut tree);
         if out.batch.len() == BATCH {
             out.write(bits, check)?;
         }

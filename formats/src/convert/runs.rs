@@ -2144,18 +2144,25 @@ fn merge_general<E>(
         f(&pairs[cur[winner]])?;
         cur[winner] += 1;
         heads[winner] = head(winner, cur[winner]);
-        let mut node = (winner + k) / 2;
-        while node >= 1 {
-            // Written as selects (the outcome is unpredictable: a branch would miss half
-            // the time).
-            let other = tree[node];
-            let lost = heads[other] < heads[winner];
-            tree[node] = if lost { winner } else { other };
-            winner = if lost { other } else { winner };
-            node /= 2;
-        }
+        winner = replay(winner, &heads, &mut tree);
     }
     Ok(())
+}
+
+/// The new winner of a tree of losers over `heads` (`tree` as [`play`] left it) after the
+/// head of `winner`, the winner before, changed: the matches on its path to the root
+/// played again. Written as selects (the outcome is unpredictable: a branch would miss
+/// half the time).
+pub(super) fn replay(mut winner: usize, heads: &[u128], tree: &mut [usize]) -> usize {
+    let mut node = (winner + tree.len()) / 2;
+    while node >= 1 {
+        let other = tree[node];
+        let lost = heads[other] < heads[winner];
+        tree[node] = if lost { winner } else { other };
+        winner = if lost { other } else { winner };
+        node /= 2;
+    }
+    winner
 }
 
 thread_local! {
