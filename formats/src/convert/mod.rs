@@ -37,7 +37,7 @@
 //! 16 MiB (measured by the conversion bench), for multi-gigabyte inputs too when the
 //! program uses one `malloc` arena (`crate::heap::bound_to_budget`, as `tessera-data` does):
 //! a 3 GB unsorted `.tns` (125 M entries) at `--memory 16M` peaks at 11.6 MB, a 10 GB one
-//! (417 M entries, 8,478 runs) at 13.0 MB. Until stop 48 what the conversion held grew with
+//! (417 M entries, 8,478 runs) at 13.0-14.5 MB. Until stop 48 what the conversion held grew with
 //! the input at a fixed budget (10 GB: 48.3 MB; 3 GB: 16.8 MB): the fences of every sampled
 //! key (fixed in stop 47), the final merge's table of every key range's run positions (now
 //! only the ranges' boundary keys, 24 bytes a range at rank 3, and a window of positions
