@@ -13,7 +13,7 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use super::runs::{read_packed, unpack, Run};
@@ -29,10 +29,15 @@ use crate::format::Format;
 /// half of the data instead of all of it).
 pub(super) fn plan(runs: usize, target: usize, fan_in: usize, threads: usize) -> (usize, usize) {
     let excess = runs.saturating_sub(target).max(1);
-    let groups = excess.div_ceil(fan_in.max(2) - 1).max(threads).max(1);
+    let groups = excess
+        .div_ceil(fan_in.max(2) - 1)
+        .max(threads.min(excess))
+        .max(1);
     let merged = (excess + groups).min(runs);
-    // Groups of two at least: every group then takes a run off the count.
-    (merged, merged.div_ceil(groups).max(2))
+    // Groups of two at least: every group then takes a run off the count (a last group of
+    // one run would only copy it).
+    let size = merged.div_ceil(groups).max(2);
+    (merged - usize::from(merged % size == 1), size)
 }
 
 /// What a round needs to know of the conversion: the input and format (to name a repeated
@@ -44,73 +49,70 @@ pub(super) struct Check<'a> {
     pub rank: usize,
 }
 
-/// Merges `runs` in consecutive groups of `fan_in` into runs `dir/run-{first_id + g}` of
+/// Merges `runs` in consecutive groups of `size` into runs `dir/run-{first_id + g}` of
 /// pairs packed by `bits`, `threads` groups at once, each run of a group read through
-/// `buffer / threads` bytes (so the round holds what one merge of `fan_in` runs with
+/// `buffer / threads` bytes (so the round holds what one merge of `size` runs with
 /// `buffer` bytes each would). The merged runs come back in group order; the runs merged
 /// are deleted. Equal keys keep run order (sums wait for the final merge, see
-/// `RunBuffer::spill`); with `Duplicates::Error` a repeated key is rejected.
+/// `RunBuffer::spill`); with `Duplicates::Error` a repeated key is rejected, the first
+/// group's that has one whatever the timing (a failed group stops only the groups after
+/// it). Progress counts the runs merged.
 pub(super) fn merge_round(
     runs: &[Run],
     bits: &[u32],
-    (fan_in, threads, buffer): (usize, usize, usize),
+    (size, threads, buffer): (usize, usize, usize),
     (dir, first_id): (&Path, usize),
     check: &Check<'_>,
     progress: &dyn Progress,
 ) -> Result<Vec<Run>> {
-    let groups: Vec<&[Run]> = runs.chunks(fan_in.max(1)).collect();
-    let (next, done, stop) = (
-        AtomicUsize::new(0),
-        AtomicUsize::new(0),
-        AtomicBool::new(false),
-    );
-    let merged: Mutex<Vec<Option<Run>>> = Mutex::new(groups.iter().map(|_| None).collect());
-    let per_run = (buffer / threads.max(1)).max(super::runs::MIN_RUN_BUFFER);
-    // Merges the next group not taken yet; false when none is left (or another failed).
-    let merge_next = || -> Result<bool> {
+    let groups: Vec<&[Run]> = runs.chunks(size.max(1)).collect();
+    // The next group to take, the groups done, and the first that failed.
+    let (next, done) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let failed = AtomicUsize::new(usize::MAX);
+    let merged: Mutex<Vec<Option<Result<Run>>>> = Mutex::new(groups.iter().map(|_| None).collect());
+    let per_run = (buffer / threads.max(1)).max(1 << 10);
+    // Merges the next group not taken yet; false when none is left (or one before failed).
+    let merge_next = || -> bool {
         let g = next.fetch_add(1, Ordering::Relaxed);
-        if g >= groups.len() || stop.load(Ordering::Relaxed) {
-            return Ok(false);
+        if g >= groups.len() || g > failed.load(Ordering::Relaxed) {
+            return false;
         }
         let path = dir.join(format!("run-{}", first_id + g));
         let run = merge_group(groups[g], bits, per_run, &path, check);
-        let run = run.inspect_err(|_| stop.store(true, Ordering::Relaxed))?;
-        for r in groups[g] {
-            let _ = std::fs::remove_file(r.path());
+        match &run {
+            Ok(_) => groups[g].iter().for_each(|r| {
+                let _ = std::fs::remove_file(r.path());
+            }),
+            Err(_) => _ = failed.fetch_min(g, Ordering::Relaxed),
         }
         merged.lock().unwrap_or_else(|e| e.into_inner())[g] = Some(run);
         done.fetch_add(1, Ordering::Relaxed);
-        Ok(true)
+        true
     };
-    std::thread::scope(|scope| {
-        let helpers: Vec<_> = (1..threads.max(1))
-            .map(|_| {
-                scope.spawn(|| -> Result<()> {
-                    while merge_next()? {}
-                    Ok(())
-                })
-            })
-            .collect();
+    let cancelled = std::thread::scope(|scope| {
+        for _ in 1..threads.max(1) {
+            scope.spawn(|| while merge_next() {});
+        }
         // This thread merges too, and reports progress (and a cancel) between its groups.
-        let mine = (|| loop {
-            let groups_done = done.load(Ordering::Relaxed);
-            super::tick(progress, (groups_done * fan_in) as u64)
-                .inspect_err(|_| stop.store(true, Ordering::Relaxed))?;
-            if !merge_next()? {
-                return Ok(());
+        loop {
+            let runs_done = (done.load(Ordering::Relaxed) * size).min(runs.len());
+            if let Err(e) = super::tick(progress, runs_done as u64) {
+                failed.store(0, Ordering::Relaxed);
+                return Some(e);
             }
-        })();
-        let theirs: Result<Vec<()>> = helpers
-            .into_iter()
-            .map(|h| h.join().expect("merge threads do not panic"))
-            .collect();
-        mine.and(theirs.map(drop))
-    })?;
+            if !merge_next() {
+                return None;
+            }
+        }
+    });
+    if let Some(e) = cancelled {
+        return Err(e);
+    }
     let merged = merged.into_inner().unwrap_or_else(|e| e.into_inner());
-    Ok(merged
-        .into_iter()
-        .map(|r| r.expect("every group merged"))
-        .collect())
+    // Every group up to the first that failed was merged, and none after it is kept.
+    let merged: Vec<Run> = merged.into_iter().map_while(|r| r).collect::<Result<_>>()?;
+    assert_eq!(merged.len(), groups.len(), "every group merged");
+    Ok(merged)
 }
 
 /// Merged pairs written at once.
@@ -393,5 +395,26 @@ mod tests {
         let e = merge_round(&shared, &[4, 4], how, (dir.path(), 20), &check, progress);
         let msg = e.err().expect("a repeated key").to_string();
         assert!(msg.contains("[4, 6]"), "{msg}"); // 1-based
+                                                  // A repeat whose entries fall in two batches of the output (keys of 8-bit fields).
+        for split in [BATCH - 1, BATCH, BATCH + 1] {
+            let a: Vec<u64> = (0..split as u64).collect();
+            let mut runs = [write("e", &a), write("f", &[split as u64 - 1])];
+            runs.iter_mut()
+                .for_each(|r| *r = Run::pairs(r.path(), &[8, 8]));
+            let e = merge_round(&runs, &[8, 8], how, (dir.path(), 30), &check, progress);
+            assert!(e.is_err(), "split {split}");
+        }
+        // Repeats in two groups: the first group's is named, whichever thread finds which.
+        for _ in 0..20 {
+            let runs = [
+                write("g", &[0x11]),
+                write("h", &[0x11]),
+                write("i", &[0x22]),
+                write("j", &[0x22]),
+            ];
+            let e = merge_round(&runs, &[4, 4], how, (dir.path(), 40), &check, progress);
+            let msg = e.err().expect("a repeated key").to_string();
+            assert!(msg.contains("[2, 2]"), "{msg}");
+        }
     }
 }

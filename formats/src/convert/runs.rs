@@ -246,9 +246,13 @@ pub(crate) fn sort_runs(
     };
     while runs.len() > final_runs {
         merge_rounds += 1;
-        progress.stage(&format!("merge round {merge_rounds}"), runs.len() as u64);
+        let stage = format!("merge round {merge_rounds}");
         if let Some(bits) = &bits {
+            // Each group's runs are open at once, on every thread: within what the final
+            // merge may hold open (see `final_fan_in`).
+            let fan_in = fan_in.min(MAX_FINAL_RUNS / threads.max(1));
             let (merged, size) = super::rounds::plan(runs.len(), final_runs, fan_in, threads);
+            progress.stage(&stage, merged as u64);
             let rest = runs.split_off(merged);
             let (how, at) = ((size, threads, buffer), (temp.path(), next_id));
             runs = super::rounds::merge_round(&runs, bits, how, at, &check, progress)?;
@@ -257,6 +261,7 @@ pub(crate) fn sort_runs(
             progress.end_stage();
             continue;
         }
+        progress.stage(&stage, runs.len() as u64);
         let mut merged = Vec::new();
         for (g, group) in runs.chunks(fan_in).enumerate() {
             let path = temp.path().join(format!("run-{next_id}"));
@@ -432,9 +437,9 @@ impl Hold {
     }
 }
 
-/// Runs the final merge takes at once. A merge round is a whole serial pass over the data
-/// (at 16 MiB the bench's 263 MB input makes 228 runs, against a round's fan-in of 85), so
-/// it is worth avoiding wherever the final merge can take more runs than a round can. The
+/// Runs the final merge takes at once. A merge round passes the data of the runs it merges
+/// through one more write and read (`rounds`: only the runs past this count), so it is
+/// worth avoiding wherever the final merge can take more runs than a round can. The
 /// parallel final merge (`stitch::merged`) merges a range of packed runs in memory
 /// (positioned reads, no buffer per run), or else reads each run through a buffer of
 /// `memory / 8 / threads / runs`, at least [`MIN_RUN_BUFFER`]: it stays within the budget
@@ -458,9 +463,10 @@ pub(crate) const MIN_RUN_BUFFER: usize = 2 << 10;
 /// A sorted run on disk. A spilled run whose keys pack into 64 bits (nearly always) is
 /// stored as its sorted (packed key, value) pairs, written as they lie in memory: 16 bytes
 /// a record and no encoding; one only distributed by the top bits of its keys, as compact
-/// records without those bits ([`distribute_compact`]). Otherwise (and for the runs merge
-/// rounds write) coordinates are stored as 32-bit words when all of the run's fit, which
-/// cuts the bytes written and read back by the sort by about a third.
+/// records without those bits ([`distribute_compact`]); merge rounds write pairs too
+/// (`rounds`). Otherwise (keys past 64 bits, and the runs their merge rounds write)
+/// coordinates are stored as 32-bit words when all of the run's fit, which cuts the bytes
+/// written and read back by the sort by about a third.
 pub(crate) struct Run {
     path: PathBuf,
     /// Every coordinate fits 32 bits.
