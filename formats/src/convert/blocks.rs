@@ -371,6 +371,12 @@ impl Blocks {
         Some((lo, Block { lo, hi, at_line }))
     }
 
+    /// Leaves `rest`, the rest of a block whose piece filled up, to [`Blocks::take`].
+    fn leave(&self, rest: Block) {
+        let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        claims.rests.push(rest);
+    }
+
     /// Maps the lines that start in `block` (the last one to its end): the mapping, the
     /// file offset it begins at, and where those lines lie in it; `Err(None)` for a line
     /// longer than [`MAX_LINE`]. Each block is a mapping of its own, unmapped once packed,
@@ -546,14 +552,12 @@ pub(crate) fn pack_block<const R: usize, I: Index, S: LineSyntax>(
             piece.until = match rest {
                 Some(at) => {
                     let lo = from + (lines.start + at) as u64;
-                    let rest = Block {
+                    // Before the piece is handed on: the credit it frees takes the rest.
+                    blocks.leave(Block {
                         lo,
                         hi: block.hi,
                         at_line: true,
-                    };
-                    // Before the piece is handed on: the credit it frees takes the rest.
-                    let mut claims = blocks.claims.lock().unwrap_or_else(|e| e.into_inner());
-                    claims.rests.push(rest);
+                    });
                     lo
                 }
                 None => block.hi,

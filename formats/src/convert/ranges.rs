@@ -452,8 +452,8 @@ impl<'a> Lazy<'a> {
 /// A run file opened for positioned reads of keys; a run held in memory has no file and is
 /// read where it lies.
 pub(super) struct RunFile<'a> {
-    run: &'a Run,
-    file: Option<File>,
+    pub run: &'a Run,
+    pub file: Option<File>,
     rank: usize,
     pub records: u64,
 }

@@ -17,6 +17,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use super::ranges::RunFile;
 use super::runs::{read_packed, unpack, Run};
 use super::{duplicate_error, Duplicates, Progress};
 use crate::error::{Error, Result};
@@ -171,36 +172,22 @@ fn merge_group(
 
 /// A run being merged: a chunk of its records as packed pairs, read on from `next`.
 struct Stream<'a> {
-    run: &'a Run,
-    file: Option<File>,
+    source: RunFile<'a>,
     pairs: Vec<[u64; 2]>,
     at: usize,
     next: u64,
-    len: u64,
     /// Records read at once.
     per: usize,
 }
 
 impl<'a> Stream<'a> {
     fn open(run: &'a Run, rank: usize, bytes: usize) -> Result<Self> {
-        let rec = run.record_bytes(rank) as u64;
-        let (file, len) = match run.held() {
-            Some(pairs) => (None, pairs.len() as u64),
-            None => {
-                let path = run.path();
-                let file = File::open(path).map_err(|e| Error::io(path, e))?;
-                let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-                (Some(file), len / rec)
-            }
-        };
         Ok(Stream {
-            run,
-            file,
+            source: RunFile::open(run, rank)?,
             pairs: Vec::new(),
             at: 0,
             next: 0,
-            len,
-            per: (bytes / rec as usize).max(1),
+            per: (bytes / run.record_bytes(rank)).max(1),
         })
     }
 
@@ -214,11 +201,12 @@ impl<'a> Stream<'a> {
 
     /// Reads the next chunk (none at the run's end), its keys packed by `bits`.
     fn refill(&mut self, rank: usize, bits: &[u32], raw: &mut Vec<u8>) -> Result<()> {
-        let n = (self.len - self.next).min(self.per as u64) as usize;
+        let n = (self.source.records - self.next).min(self.per as u64) as usize;
         self.pairs.resize(n, [0; 2]);
-        let (file, chunk) = (self.file.as_ref(), self.per * self.run.record_bytes(rank));
+        let (run, file) = (self.source.run, self.source.file.as_ref());
+        let chunk = self.per * run.record_bytes(rank);
         read_packed(
-            self.run,
+            run,
             file,
             rank,
             self.next,

@@ -489,7 +489,7 @@ pub(crate) struct Run {
 }
 
 impl Run {
-    /// A run written to `path` as sorted pairs packed by `bits` (see `rounds`).
+    /// A run written to `path` as sorted pairs packed by `bits` (by a spill or a round).
     pub(super) fn pairs(path: &Path, bits: &[u32]) -> Run {
         Run {
             path: path.to_path_buf(),
@@ -829,12 +829,8 @@ fn write_pairs(
         None
     };
     Ok(Run {
-        path: path.to_path_buf(),
-        narrow: bits.iter().all(|&b| b <= 32),
-        packed: Some(bits.to_vec()),
         held,
-        buckets: None,
-        low_bits: None,
+        ..Run::pairs(path, bits)
     })
 }
 
