@@ -409,28 +409,33 @@
 //! unsorted 4.07 -> 4.47 s (4 rounds), and a second conversion of the file would read the
 //! disk.
 //!
-//! conv27 (issue 16 at 3 GB, 2026-12-06; an AMD EPYC VM with AVX2 and no AVX-512). The
-//! generator's 2.9 GB pair (125 M entries), default budget, `/usr/bin/time tessera-data
-//! convert X o.tcs -q`, the last output removed and `sync` before each: sorted 3.21 s (user
-//! 4.60 s, system 1.38 s), unsorted 9.71 / 10.31 s (user 9.7-10.6 s, system 5.8-6.8 s):
-//! 3.0-3.2x. Where the unsorted job goes (`perf record -F 2000 -e cpu-clock -g`, samples
-//! binned per 0.5 s): collecting, 0-4 s, both cores busy, `parse_block` 60% of the samples
-//! and `distribute_compact` 12-16%, the spills' copies 2-28%; the bucketed final merge, 4-9 s,
-//! the bucket sorts 15-35% and the output's page-cache copies (`copy_folio_from_iter_atomic`
-//! under `Piece::write_deferred`) 5-20% in its first half, then 35-42% from 6 s on, with
-//! `rwsem_spin_on_owner` 7-16%: both workers write the one output file, whose buffered
-//! writes take its inode lock exclusively, so one spins while the other copies (4.5% of
-//! the whole job's samples, 4.6% of the sorted job's). The page-cache copies took 2.9 CPU s
-//! unsorted (~0.55 s of them the spills') against 0.94 s sorted, for the same 2.5 GB of
-//! output. Not tried: the output written by one
-//! thread (a writer fed by the workers) or in files per worker joined at the end, so that
-//! no core spins on the lock. Repeated by mistake: conv25's punching of read sections, on
-//! ext4, which writes a range's dirty pages back before it punches them (`fallocate -p` of
-//! 500 MB just written waited 0.58 s on the disk; `truncate` drops dirty pages at once):
-//! unsorted 10.3 -> 38 s, output identical. Truncating instead never writes back; it would need
-//! the runs' buckets laid out last first, so that what the merge has read is a file's tail.
-//! After those runs the disk was slower (1 GB written and synced in 2.4 s) and the same
-//! unsorted job took 42-46 s: time 3 GB jobs on a rested machine, and check `sync` times.
+//! conv27 (issue 16 at 3 GB, 2026-12-06; a Firecracker VM on an AMD EPYC host, AVX2 and no
+//! AVX-512, ext4 mounted with `discard`). The generator's 2.9 GB pair (125 M entries),
+//! default budget, `/usr/bin/time tessera-data convert X o.tcs -q`, the last output removed,
+//! `sync` and 20 s idle before each (two rounds): sorted 4.08 / 2.76 s (system 2.66 / 1.30
+//! s), unsorted 8.30 / 10.40 s (system 5.15 / 6.60 s): 2.0-3.8x, medians ~3x. Back to back,
+//! without the idle: sorted 3.21 s, unsorted 9.71 / 10.31 s. Where the unsorted job goes
+//! (`perf record -F 2000 -e cpu-clock -g`, samples binned per 0.5 s): collecting, 0-4 s,
+//! both cores busy, `parse_block` ~60% of the samples and `distribute_compact` 12-16%, the
+//! spills' copies 2-28%; the bucketed final merge, 4-9 s, the bucket sorts 15-35% and the
+//! output's page-cache copies (`copy_folio_from_iter_atomic` under `Piece::write_deferred`)
+//! 5-20% in its first half, then 35-42% from 6 s on, with `rwsem_spin_on_owner` 7-16%: both
+//! workers write the one output file, whose buffered writes take its inode lock
+//! exclusively, so one spins while the other copies (4.5% of the whole job's samples, 4.6%
+//! of the sorted job's). The page-cache copies took 2.9 CPU s unsorted (~0.55 s of them the
+//! spills') against 0.94 s sorted, for the same 2.5 GB of output, probably because the
+//! unsorted output lands in pages never used (conv25) and the sorted one, run right after a
+//! conversion whose output was removed, partly in pages just freed (not checked). Not tried: the output written by one thread or
+//! without the inode lock; the spills laid out last bucket first, so that what the merge has
+//! read is each file's tail and can be truncated (which drops dirty pages at once, unlike
+//! conv25's punching) for the output to reuse, at the price of one read per bucket and run
+//! (~250 k reads at 3 GB: the in-place spread of `read_compact` needs a section's buckets in
+//! ascending order). Repeated by mistake: conv25's punching of read sections, on ext4, which
+//! writes a range's dirty pages back before it punches (`fallocate -p` of 500 MB just
+//! written waited 0.58 s on the disk; `truncate` drops them at once): 315,092 punches took
+//! 33.9 s and the 120 unlinks, now of written-back files whose blocks the `discard` mount
+//! option hands back one by one, 21.9 s (0.6 s without the punches): unsorted 38-55 s,
+//! output identical.
 
 mod back;
 pub(crate) mod blocks;
