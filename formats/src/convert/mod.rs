@@ -425,12 +425,26 @@
 //! of the sorted job's). The page-cache copies took 2.9 CPU s unsorted (~0.55 s of them the
 //! spills') against 0.94 s sorted, for the same 2.5 GB of output, probably because the
 //! unsorted output lands in pages never used (conv25) and the sorted one, run right after a
-//! conversion whose output was removed, partly in pages just freed (not checked). Not tried: the output written by one thread or
-//! without the inode lock; the spills laid out last bucket first, so that what the merge has
-//! read is each file's tail and can be truncated (which drops dirty pages at once, unlike
-//! conv25's punching) for the output to reuse, at the price of one read per bucket and run
-//! (~250 k reads at 3 GB: the in-place spread of `read_compact` needs a section's buckets in
-//! ascending order). Repeated by mistake: conv25's punching of read sections, on ext4, which
+//! conversion whose output was removed, partly in pages just freed (not checked). Not
+//! tried: the output written by one thread or without the inode lock.
+//! Since (conv27): spilled compact runs lie last bucket first, and the final merge cuts each
+//! file down to the buckets it has still to read (`runs::MergeSource::release`, in steps of
+//! 32 MiB read: a cut costs ~45 µs a file, and a cut per range was 187,441 of them, 8.6 s),
+//! so that the output takes the pages the runs give back; truncation drops dirty pages at
+//! once, where conv25's punched holes wrote them back first. A model of it (`python`: 2.5
+//! GB written while a 1.6 GB dirty file is cut down from its end, against the file left as
+//! it is): 2.11 / 2.11 s against 3.86 / 4.65 s, system time 2.03 against 3.61 / 4.32 s.
+//! The 3 GB unsorted `.tns` (cold, interleaved, three rounds): 8.31 / 8.84 / 8.80 s, system
+//! 5.61 / 5.33 / 4.89 s -> 5.75 / 5.71 / 6.81 s, system 2.17 / 2.29 / 2.73 s; at `--memory
+//! 1G` 8.14 -> 5.91 s; at 128M 11.30 / 11.72 s (unchanged); outputs identical (`md5sum`).
+//! Three more cold rounds of the pair, sorted then unsorted: 6.71 / 2.91 / 2.78 s against
+//! 8.08 / 7.44 / 6.69 s (the first sorted job, right after an unsorted one, took system
+//! 5.05 s against 1.4 s: what the job before freed, as in conv25). Where the unsorted job
+//! goes now (`perf record`, as above): collecting 0-4 s, the merge 4-6.8 s with the
+//! output's copies at 5% of its samples (were 35-42%) and the spin on the inode lock at
+//! 1.5%; `parse_block` 33% of all samples, the bucket sorts 12%, `distribute_compact` 10%,
+//! the merge's packing 6%, `memmove` 5%, page-cache copies 4%. Repeated by mistake before
+//! that: conv25's punching of read sections, on ext4, which
 //! writes a range's dirty pages back before it punches (`fallocate -p` of 500 MB just
 //! written waited 0.58 s on the disk; `truncate` drops them at once): 315,092 punches took
 //! 33.9 s and the 120 unlinks, now of written-back files whose blocks the `discard` mount
