@@ -274,7 +274,7 @@
 //! 2.49, 2.57), `.mtx` 3.04, 2.76 (old 2.57, 2.92: its runs moved 0.47-0.57 s either way);
 //! unsorted CPU 1.06, 1.05 s (old 1.19, 1.09 s); peak RSS within every budget (unsorted
 //! `.mtx` at 16 MiB 13.6-13.7 MiB). Tried and left out: (1) the held runs freed on every core after the
-//! final merge (`MergeSource::release`: the runs cut into shares of equal bytes, one scoped
+//! final merge (an earlier `MergeSource::release`: the runs cut into shares of equal bytes, one scoped
 //! thread each): the tail fell from ~28 to ~20 ms in a profile (the two `munmap`s contend),
 //! but interleaved single jobs (15 rounds, load 4-5.7) gave unsorted `.tns` 0.5555 -> 0.5596
 //! s and `.mtx` 0.4486 -> 0.4484 s: kept outside the tree (`/tmp/conv23/release.diff`). (2)
