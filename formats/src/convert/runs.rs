@@ -891,8 +891,9 @@ fn distribute_compact(pairs: &[[u64; 2]], out: &mut [u8], shift: u32, top: u32) 
     let (starts, bucket) = bucket_starts(pairs, shift, top);
     let rec = compact_bytes(shift);
     let low = low_mask(shift);
-    let n = pairs.len();
-    let mut next: Vec<usize> = starts.windows(2).map(|w| (n - w[1]) * rec).collect();
+    let mut next: Vec<usize> = (0..starts.len() - 1)
+        .map(|b| compact_from(&starts, b + 1) * rec)
+        .collect();
     for p in pairs {
         let at = &mut next[bucket(p[0])];
         // All eight bytes of the key, then the value over the ones past its `rec - 8`.
@@ -901,6 +902,14 @@ fn distribute_compact(pairs: &[[u64; 2]], out: &mut [u8], shift: u32, top: u32) 
         *at += rec;
     }
     starts
+}
+
+/// Records of buckets `b..` of a run whose buckets begin at `starts`. A compact run file
+/// holds its buckets last first (see [`distribute_compact`]), so these come first in it: this
+/// is where bucket `b - 1` begins, and the length (in records) of the file cut to buckets
+/// `b..`.
+fn compact_from(starts: &[usize], b: usize) -> usize {
+    starts[starts.len() - 1] - starts[b]
 }
 
 /// The mask of a key's `low` bits.
@@ -934,8 +943,8 @@ fn read_compact(
     let bytes: &mut [u8] = bytemuck::cast_slice_mut(out);
     let tail = (16 - rec) * n;
     // A read past the end (a bucket read after `MergeSource::release` cut it off) fails here.
-    let total = starts[starts.len() - 1];
-    file.read_exact_at(&mut bytes[tail..], ((total - end) * rec) as u64)
+    let at = compact_from(starts, buckets.end) * rec;
+    file.read_exact_at(&mut bytes[tail..], at as u64)
         .map_err(|e| Error::io(&run.path, e))?;
     let mask = low_mask(low);
     let mut i = 0;
@@ -2052,8 +2061,7 @@ impl MergeSource {
         }
         r.cut = upto;
         for (file, starts, rec) in compact {
-            let total = starts[starts.len() - 1];
-            let _ = file.set_len(((total - starts[upto]) * rec) as u64);
+            let _ = file.set_len((compact_from(starts, upto) * rec) as u64);
         }
     }
 
