@@ -1342,7 +1342,8 @@ impl Inner {
         // worker for at most one launch saved, also when the worker is only about to idle. It
         // is launched as a window of one launches it, without being moved into the window,
         // boxed, taken out and unpended (runtime/DESIGN.md, "Task fusion", `tiny2`).
-        if a.early && a.running_dry(outstanding) && front.window.predicted_gainless(&t) {
+        let dry = a.running_dry(outstanding);
+        if a.early && front.window.predicted_gainless(&t, dry) {
             let r = self.launch_now(front, t);
             self.add_analysis(t0.elapsed());
             return r;

@@ -33,9 +33,14 @@ pub(crate) struct Window {
     /// prefix, begun by them, made no temporary (a prefix of one task never does); the most
     /// recent [`GAINLESS`].
     gainless: smallvec::SmallVec<[usize; GAINLESS]>,
-    /// Predictions made so far; every [`RECHECK`]-th is not acted on, so that a prediction
-    /// that has gone stale (the chain after the task now makes a temporary) is seen again.
-    predictions: u32,
+    /// Tasks issued so far whose name was in `gainless`, predicted on or not: every
+    /// [`RECHECK`]-th is held, so that a prediction that has gone stale (the chain after the
+    /// task now makes a temporary) is seen again.
+    gainless_issues: u32,
+    /// Predictions made by [`Window::complete_prefix_may_gain`]; every [`RECHECK`]-th is not
+    /// acted on. Counted apart from `gainless_issues`, so that neither moves the other's
+    /// re-checks.
+    shape_predictions: u32,
     /// [`Prefix::shape_hash`]es of complete prefixes that made no temporary when last
     /// launched, the most recent [`GAINLESS`] ([`Window::complete_prefix_may_gain`]).
     gainless_shapes: smallvec::SmallVec<[u64; GAINLESS]>,
@@ -69,12 +74,16 @@ pub(crate) type Roots = smallvec::SmallVec<[Arc<StoreRoot>; 8]>;
 /// Task names remembered as beginning prefixes that made no temporary.
 const GAINLESS: usize = 8;
 
-/// One prediction in this many holds the task anyway: a task launched at submit never ends a
-/// complete prefix, so without a re-check its name would stay "gainless" for good. Prime: a
-/// chain whose tasks make `k` predictions each time it is issued (two `ew_axpb` in a row make
-/// two) would otherwise have every re-check land on the same task of the chain whenever `k`
-/// divides the period — with 16 and two predictions a chain, always on the second, whose
-/// re-check cannot fuse it with the first (already launched), so the chain stayed unfused.
+/// One in this many issues of a task predicted gainless holds the task anyway: a task
+/// launched at submit never ends a complete prefix, so without a re-check its name would stay
+/// "gainless" for good. The re-checks of a chain issued again and again must move along it:
+/// only one on the chain's first task can fuse the chain (the others find it launched). So
+/// the period is prime (with 16, a chain of two `ew_axpb` had every re-check on the second),
+/// and the count is of every issue of a gainless name, predicted on or not. Counted only
+/// where a prediction was made, a re-check that held a task left the window non-empty for
+/// the rest of its chain, which then made no predictions; that shift put every later
+/// re-check of `ew_axpb, ew_axpb, axpb` on the second `ew_axpb` (17 = 5 × 3 + 2), and the
+/// chain stayed unfused in 10 runs of a test in 60.
 const RECHECK: u32 = 17;
 
 /// An `Arc`'s address, only compared: a task name is interned once per runtime and lives as
@@ -93,7 +102,8 @@ impl Window {
             prefix: Prefix::default(),
             capacity: capacity.max(1),
             gainless: smallvec::SmallVec::new(),
-            predictions: 0,
+            gainless_issues: 0,
+            shape_predictions: 0,
             gainless_shapes: smallvec::SmallVec::new(),
             later: Vec::new(),
             spare: Vec::new(),
@@ -225,13 +235,14 @@ impl Window {
     /// already follow timing; a miss only launches a task that could have fused. A task whose
     /// last prefix made a temporary is held as before, and so is one never seen beginning a
     /// complete prefix (Black-Scholes' chain is launched by a read, not ended by a task).
-    /// Every [`RECHECK`]-th such prediction answers false, to look at the prefix again.
-    pub(crate) fn predicted_gainless(&mut self, t: &Issued) -> bool {
-        if !(self.is_empty() && self.gainless.contains(&addr(&t.name))) {
+    /// `dry`: the workers are about to idle, the only time holding costs. Every [`RECHECK`]-th
+    /// issue of a gainless name answers false, to look at the prefix again.
+    pub(crate) fn predicted_gainless(&mut self, t: &Issued, dry: bool) -> bool {
+        if !self.gainless.contains(&addr(&t.name)) {
             return false;
         }
-        self.predictions = self.predictions.wrapping_add(1);
-        !self.predictions.is_multiple_of(RECHECK)
+        self.gainless_issues = self.gainless_issues.wrapping_add(1);
+        dry && self.is_empty() && !self.gainless_issues.is_multiple_of(RECHECK)
     }
 
     /// Whether holding the complete fusible prefix could still make one of its stores a
@@ -255,8 +266,8 @@ impl Window {
         if !may || !self.gainless_shapes.contains(&self.prefix.shape_hash()) {
             return may;
         }
-        self.predictions = self.predictions.wrapping_add(1);
-        self.predictions.is_multiple_of(RECHECK)
+        self.shape_predictions = self.shape_predictions.wrapping_add(1);
+        self.shape_predictions.is_multiple_of(RECHECK)
     }
 
     /// True when a task issued now would be analysed at once (a window of one, empty): the
