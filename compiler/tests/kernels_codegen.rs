@@ -410,3 +410,36 @@ fn a_nest_is_emitted_twice_only_where_its_copies_differ() {
         assert_eq!(choices > 0, two, "{expr}:\n{text}");
     }
 }
+
+/// A compressed level whose coordinate nothing below reads, and whose loop does nothing but
+/// walk the next level, is not looped over: the next level's positions under the whole range
+/// are walked at once (TTV into `B`'s own first two levels, a sum over a DCSR matrix), and the
+/// unread coordinate is not loaded. Where the coordinate indexes a dense output (`A: dd`), or
+/// the level's position is where the output is written (TTV's `j` loop), the loop stays. The
+/// generated crate above checks the flattened kernels against the oracle.
+#[test]
+fn a_level_whose_coordinate_nothing_reads_is_walked_as_one_range() {
+    for (expr, formats, flat) in [
+        (
+            "A(i,j) = B(i,j,k) * c(k)",
+            &[("B", "csf"), ("A", "ss")][..],
+            true,
+        ),
+        ("a = min[i,j](A(i,j))", &[("A", "dcsr")][..], true),
+        ("a = B(i,j,k) * c(k)", &[("B", "csf")][..], true),
+        (
+            "A(i,j) = B(i,j,k) * c(k)",
+            &[("B", "csf"), ("A", "dd")][..],
+            false,
+        ),
+        ("y(i) = A(i,j) * x(j)", &[("A", "dcsr")][..], false),
+    ] {
+        let case = Case::fixed(expr, formats, &[], 0);
+        let text = codegen::pretty(&codegen::emit(&case.lower().unwrap()));
+        assert_eq!(text.contains("flat_lo"), flat, "{expr}:\n{text}");
+        assert_eq!(text.contains("for p0_0 in"), !flat, "{expr}:\n{text}");
+        if formats == [("B", "csf"), ("A", "ss")] {
+            assert!(!text.contains("t0_l1_crd[p0_1]"), "{expr}:\n{text}");
+        }
+    }
+}

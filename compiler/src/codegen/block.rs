@@ -34,6 +34,7 @@ fn block_gen(k: &Kernel) -> Gen<'_> {
         mirror: None,
         trusted: false,
         lookahead: false,
+        flat: None,
     }
 }
 

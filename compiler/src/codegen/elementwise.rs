@@ -39,6 +39,7 @@ pub fn emit_elementwise_named(k: &Kernel, name: &Ident) -> TokenStream {
         mirror: None,
         trusted: false,
         lookahead: false,
+        flat: None,
     };
     // Array inputs are the chunk's aligned slices, scalar inputs its scalar arguments, each
     // in slot order (as `run_elementwise` passes them).

@@ -4,6 +4,7 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
+use super::flatten::mentions;
 use super::prefetch::Walk;
 use super::{Gen, OutTarget};
 use crate::ir::{Assembly, Domain, Formula, LevelRef, Nest, OutputKind};
@@ -34,12 +35,16 @@ impl Gen<'_> {
             ts.extend(self.apply_entry_factor(nest));
             ts.extend(self.write(nest, target));
         }
-        if let Assembly::Workspace { flush_depth, .. } = nest.assembly {
-            if d == flush_depth && self.mirror.is_none() {
-                ts.extend(self.flush(target));
-            }
+        if self.flushes_at(nest, d) {
+            ts.extend(self.flush(target));
         }
         ts
+    }
+
+    /// Whether the body of loop `d - 1` ends by flushing the row workspace.
+    pub(super) fn flushes_at(&self, nest: &Nest, d: usize) -> bool {
+        matches!(nest.assembly, Assembly::Workspace { flush_depth, .. } if flush_depth == d)
+            && self.mirror.is_none()
     }
 
     /// Whether loop `d` walks level `r` with its values zipped to its coordinates (no position
@@ -59,6 +64,9 @@ impl Gen<'_> {
     /// `(lo, hi)` of a compressed level's children, empty under an absent parent; for a
     /// singleton level, the parent's group of positions.
     pub(super) fn range(&self, nest: &Nest, r: LevelRef) -> (TokenStream, TokenStream) {
+        if let Some(flat) = self.flat_range(r) {
+            return flat;
+        }
         let t = self.tensor_of(r.access);
         let parent = self.parent(r);
         if self.k.level_type(r) == LevelType::Singleton {
@@ -100,6 +108,9 @@ impl Gen<'_> {
         match &lp.domain {
             Domain::Empty => quote!(),
             Domain::Single => {
+                if let Some(ts) = self.flattened(nest, d, target) {
+                    return ts;
+                }
                 let r = lp.iterate[0];
                 let crd = self.lvl(self.tensor_of(r.access), r.level, "crd");
                 let p = self.pos(r);
@@ -132,10 +143,20 @@ impl Gen<'_> {
                         }
                     };
                 }
+                // A coordinate nothing below reads is not loaded (TTV's `j`, the output copying
+                // the level's positions). Its checked load bounded each position by the
+                // level's length, which bounds the next level's `pos[p + 1]` and a mirrored
+                // output's `out[p]` too (both cut to that length): one check of the loop's end
+                // does that instead.
+                let (bind, narrow) = if mentions(&visit, &var) {
+                    (quote!(let #var = #crd[#p].to_usize();), narrow)
+                } else {
+                    (quote!(), quote!(#narrow assert!(hi <= #crd.len());))
+                };
                 let walk = Walk {
                     items: quote!(lo..hi),
                     item: quote!(#p),
-                    bind: quote!(let #var = #crd[#p].to_usize();),
+                    bind,
                 };
                 self.walk_level(nest, d, (lo, hi, narrow), walk, &label, &visit)
             }

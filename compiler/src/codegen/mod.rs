@@ -31,6 +31,7 @@ mod appended;
 mod block;
 mod dense_row;
 mod elementwise;
+mod flatten;
 mod frame;
 mod hoist;
 mod loops;
@@ -65,6 +66,7 @@ pub fn emit_named(k: &Kernel, name: &Ident) -> TokenStream {
         mirror: crate::lower::mirror(k),
         trusted: false,
         lookahead: false,
+        flat: None,
     };
     g.function(name, quote!(), quote!())
 }
@@ -127,6 +129,9 @@ struct Gen<'k> {
     /// Emitting the copy of a nest whose gather loops prefetch ahead (see `prefetch`); the
     /// nest picks a copy once per call, so the plain copy is exactly the loop without them.
     lookahead: bool,
+    /// Emitting the loops below a flattened level (see `flatten`): the next level's range is
+    /// that of the whole range the flattened loop would have walked.
+    flat: Option<LevelRef>,
 }
 
 /// Where a nest writes its dense or scalar output.
