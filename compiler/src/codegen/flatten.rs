@@ -7,11 +7,10 @@
 //! fibres in one loop, as the hand-written `for p1 in 0..fibres` does, instead of a loop over
 //! `i` whose every iteration reads `pos`, `crd` and starts the fibre loop again.
 
-use proc_macro2::{TokenStream, TokenTree};
+use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
-use syn::Ident;
 
-use super::{Gen, OutTarget};
+use super::{mentions, Gen, OutTarget};
 use crate::ir::{Domain, LevelRef, Nest};
 use tessera_formats::LevelType;
 
@@ -89,13 +88,4 @@ impl Gen<'_> {
             quote!(#pos[flat_hi].to_usize()),
         ))
     }
-}
-
-/// Whether `ts` names `id` anywhere, inside groups and macro arguments included.
-pub(super) fn mentions(ts: &TokenStream, id: &Ident) -> bool {
-    ts.clone().into_iter().any(|t| match t {
-        TokenTree::Ident(i) => i == *id,
-        TokenTree::Group(g) => mentions(&g.stream(), id),
-        _ => false,
-    })
 }

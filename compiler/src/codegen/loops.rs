@@ -4,9 +4,8 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 
-use super::flatten::mentions;
 use super::prefetch::Walk;
-use super::{Gen, OutTarget};
+use super::{mentions, Gen, OutTarget};
 use crate::ir::{Assembly, Domain, Formula, LevelRef, Nest, OutputKind};
 use tessera_formats::LevelType;
 

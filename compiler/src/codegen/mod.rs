@@ -71,6 +71,16 @@ pub fn emit_named(k: &Kernel, name: &Ident) -> TokenStream {
     g.function(name, quote!(), quote!())
 }
 
+/// Whether `ts` names `id` anywhere, inside groups and macro arguments included: how the
+/// loops tell that nothing below reads a coordinate or a position (`flatten`, `loops`).
+fn mentions(ts: &TokenStream, id: &Ident) -> bool {
+    ts.clone().into_iter().any(|t| match t {
+        proc_macro2::TokenTree::Ident(i) => i == *id,
+        proc_macro2::TokenTree::Group(g) => mentions(&g.stream(), id),
+        _ => false,
+    })
+}
+
 /// The generated code as formatted Rust source (for `tessera emit`).
 pub fn pretty(tokens: &TokenStream) -> String {
     match syn::parse2::<syn::File>(tokens.clone()) {
