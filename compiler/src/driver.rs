@@ -199,16 +199,14 @@ pub fn generate(
         deps += &path_dep("compiler", ", default-features = false");
         deps += &path_dep("runtime", "");
     }
-    // The dependencies are built once per cache, in one codegen unit each; the program crate,
-    // which every new statement builds, in the default 16: 19 s in one unit and 11 s in 16 for
-    // a distributed SpMV on 2 cores, and its kernel is one function either way (14.2 and
-    // 13.8 ms per call, medians of 5, on a 4 M-entry CSR matrix at one thread).
+    // Everything in cargo's default 16 codegen units, so both cores build each crate: the
+    // first program ever built (tessera-formats is most of it) took 48.8 s with the
+    // dependencies in one unit and 30.8 s in 16; a new statement's crate 19 s in one unit
+    // and 11 s in 16 (distributed SpMV). Reading inputs, the kernel and writing took the same
+    // either way (4 M-entry CSR SpMV from .tcs and from .tns, 5 interleaved runs).
     let manifest = format!(
         "[package]\nname = {name:?}\nversion = \"0.1.0\"\nedition = \"2021\"\npublish = false\n\n\
          {features}[dependencies]\n{deps}rayon = \"1\"\nindicatif = \"0.18\"\nctrlc = {{ version = \"3\", features = [\"termination\"] }}\n\n\
-         [profile.release]\ncodegen-units = 1\n\n\
-         # What each new statement builds: in 16 units, so both cores build it.\n\
-         [profile.release.package.{name:?}]\ncodegen-units = 16\n\n\
          # A crate of its own, not a member of any enclosing workspace.\n[workspace]\n"
     );
     files.push(("Cargo.toml".to_string(), manifest));

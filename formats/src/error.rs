@@ -76,6 +76,20 @@ pub enum Error {
 }
 
 impl Error {
+    /// The file the error names (none for [`Error::Cancelled`]).
+    pub fn path(&self) -> Option<&std::path::Path> {
+        match self {
+            Error::Io { path, .. }
+            | Error::Syntax { path, .. }
+            | Error::Tcs { path, .. }
+            | Error::Tensor { path, .. }
+            | Error::Duplicate { path, .. }
+            | Error::Format { path, .. }
+            | Error::Unsupported { path, .. } => Some(path),
+            Error::Cancelled => None,
+        }
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),

@@ -39,6 +39,124 @@ proptest! {
     }
 }
 
+/// A text file as users write them: entries in any order, duplicates, explicit zeros,
+/// decimals of every length, with or without a `# dims` comment (or a `.mtx` header,
+/// general or symmetric), as `(file name, contents, rank)`.
+fn text_file() -> impl Strategy<Value = (String, String, usize)> {
+    let value = prop_oneof![
+        (-50i32..50).prop_map(|v| v.to_string()),
+        (any::<i64>(), -12i32..12).prop_map(|(m, e)| format!("{}e{e}", m as f64 / 1e9)),
+        any::<f64>()
+            .prop_filter("finite", |v| v.is_finite())
+            .prop_map(|v| format!("{v}")),
+        Just("0".to_string()),
+    ];
+    (1usize..4, any::<bool>(), any::<bool>())
+        .prop_flat_map(move |(rank, declared, symmetric)| {
+            let coord = proptest::collection::vec(1u64..7, rank);
+            let entries = proptest::collection::vec((coord, value.clone()), 0..40);
+            (Just((rank, declared, symmetric)), entries)
+        })
+        .prop_map(|((rank, declared, symmetric), entries)| {
+            let mut text = String::new();
+            if rank == 2 && declared {
+                // Symmetric: the lower triangle only, as the format requires.
+                let kind = if symmetric { "symmetric" } else { "general" };
+                let kept: Vec<_> = entries
+                    .iter()
+                    .filter(|(c, _)| !symmetric || c[0] >= c[1])
+                    .collect();
+                text += &format!("%%MatrixMarket matrix coordinate real {kind}\n");
+                let rows = if symmetric { 7 } else { 6 };
+                text += &format!("% a comment\n{rows} 7 {}\n", kept.len());
+                for (c, v) in kept {
+                    text += &format!("{} {} {v}\n", c[0], c[1]);
+                }
+                return ("t.mtx".to_string(), text, rank);
+            }
+            if declared {
+                let dims: Vec<String> = (0..rank).map(|m| (7 + m).to_string()).collect();
+                text += &format!("# dims {}\n", dims.join(" "));
+            }
+            for (c, v) in &entries {
+                let c: Vec<String> = c.iter().map(u64::to_string).collect();
+                text += &format!("{} {v}\n", c.join(" "));
+            }
+            ("t.tns".to_string(), text, rank)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Reading a text file through the streaming converter gives exactly the tensor the
+    /// in-memory reader builds (same dimensions, levels and value bits), in any format, in
+    /// `f64` and (rounded once) `f32`, with 32- and 64-bit coordinates.
+    #[test]
+    fn text_read_through_the_converter_equals_the_in_memory_reader(
+        ((name, text, _), format) in text_file()
+            .prop_flat_map(|f| { let rank = f.2; (Just(f), format_of(rank)) })
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(&name);
+        std::fs::write(&path, &text).unwrap();
+        let temp = dir.path().join("temp");
+        std::fs::create_dir(&temp).unwrap();
+        let fast = read_converted::<f64, u32>(&path, &format, &NoProgress, &temp);
+        let Ok(slow) = read_text::<f64, u32>(&path, format.clone()) else {
+            // No entries and no declared dimensions: no rank; both refuse the file.
+            let e = fast.expect_err("the in-memory reader refused the file").to_string();
+            prop_assert!(e.contains(&name), "{}", e);
+            return Ok(());
+        };
+        let fast = fast.unwrap().expect("f64 goes through the converter");
+        prop_assert_eq!(&fast, &slow);
+        // In f32 the converter sums duplicates in f64 and rounds once, where the in-memory
+        // reader rounds each and sums in f32: the same entries, the converter's values those
+        // of the f64 read rounded.
+        let narrow: Tensor<f32, u64> = read_converted(&path, &format, &NoProgress, &temp)
+            .unwrap()
+            .expect("f32 goes through the converter");
+        let slow = read_text::<f32, u64>(&path, format.clone()).unwrap();
+        prop_assert_eq!((narrow.dims(), narrow.levels()), (slow.dims(), slow.levels()));
+        let rounded: Vec<f32> = fast.vals().iter().map(|&v| v as f32).collect();
+        prop_assert_eq!(narrow.vals(), &rounded[..]);
+        // Nothing is left behind in the temporary directory.
+        prop_assert_eq!(std::fs::read_dir(&temp).unwrap().count(), 0);
+    }
+}
+
+/// Where no temporary directory can be made the in-memory reader takes over; an input's
+/// error names the input (not a temporary file) and leaves nothing behind; integer values
+/// never go through the converter, which would truncate a fraction.
+#[test]
+fn text_read_falls_back_and_names_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.tns");
+    std::fs::write(&path, "2 1 1.5\n1 2 -2\n").unwrap();
+    let csr = Format::parse("csr", 2).unwrap();
+    let nowhere = dir.path().join("missing").join("dir");
+    let none = read_converted::<f64, u32>(&path, &csr, &NoProgress, &nowhere).unwrap();
+    assert!(
+        none.is_none(),
+        "no temporary directory: the in-memory reader"
+    );
+    let t: Tensor<f64> = Tensor::read(&path, "csr").unwrap();
+    assert_eq!(t.to_dense(), vec![0.0, -2.0, 1.5, 0.0]);
+    let ints = read_converted::<i64, u32>(&path, &csr, &NoProgress, dir.path()).unwrap();
+    assert!(ints.is_none(), "i64 values: the in-memory reader");
+
+    let temp = dir.path().join("temp");
+    std::fs::create_dir(&temp).unwrap();
+    let bad = dir.path().join("bad.tns");
+    std::fs::write(&bad, "1 1 1.0\n2 x 3.0\n").unwrap();
+    let e = read_converted::<f64, u32>(&bad, &csr, &NoProgress, &temp)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("bad.tns:2:"), "{e}");
+    assert_eq!(std::fs::read_dir(&temp).unwrap().count(), 0);
+}
+
 #[test]
 fn a_tcs_file_in_the_requested_format_reads_back_identical() {
     let dir = tempfile::tempdir().unwrap();
