@@ -33,7 +33,7 @@ head -n 5 "$dir/y.tns"
 
 echo "== the same statement distributed: 4 row blocks as tasks on the task runtime"
 echo "   (the first distributed program compiles the compiler and runtime into the program"
-echo "    cache: a few minutes, once; --interpret would run the blocks without a build)"
+echo "    cache: under a minute, once; --interpret would run the blocks without a build)"
 sched="split(i, io, ii, 4)"
 $bin/tessera emit "y(i) = A(i,j) * x(j)" -f A:csr -s "$sched" --plan
 $bin/tessera run "y(i) = A(i,j) * x(j)" -f A:csr -s "$sched" -i A="$dir/A.tcs" -i x="$dir/x.tns" \
