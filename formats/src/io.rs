@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::path::Path;
 
-use crate::convert::{convert, ConvertOptions, NoProgress, Progress};
+use crate::convert::{convert, tick, ConvertOptions, NoProgress, Progress};
 use crate::error::{Error, Result};
 use crate::format::{Format, IntoFormat};
 use crate::tcs::reader::read_tensor;
@@ -64,7 +64,7 @@ impl<V: Value, I: Index> Tensor<V, I> {
                 let format = parse_for(path, format, rank)?;
                 match read_converted(path, &format, progress, &std::env::temp_dir())? {
                     Some(t) => Ok(t),
-                    None => read_text(path, format),
+                    None => read_text(path, format, progress),
                 }
             }
         }
@@ -114,7 +114,11 @@ impl<V: Value, I: Index> Tensor<V, I> {
 }
 
 /// Reads a text file entry by entry into memory (see [`Tensor::read_with_progress`] for when).
-fn read_text<V: Value, I: Index>(path: &Path, format: Format) -> Result<Tensor<V, I>> {
+fn read_text<V: Value, I: Index>(
+    path: &Path,
+    format: Format,
+    progress: &dyn Progress,
+) -> Result<Tensor<V, I>> {
     let tensor_err = |source| Error::Tensor {
         path: path.to_path_buf(),
         source,
@@ -128,6 +132,7 @@ fn read_text<V: Value, I: Index>(path: &Path, format: Format) -> Result<Tensor<V
     let mut max = vec![0usize; rank];
     let mut chunk = Chunk::default();
     let mut c = vec![0usize; rank];
+    progress.stage("read", r.total_bytes());
     while r.next_chunk(&mut chunk)? {
         for (e, &v) in chunk.vals.iter().enumerate() {
             for (m, x) in c.iter_mut().enumerate() {
@@ -136,7 +141,9 @@ fn read_text<V: Value, I: Index>(path: &Path, format: Format) -> Result<Tensor<V
             }
             coo.push(&c, text_value(path, &c, v)?).map_err(tensor_err)?;
         }
+        tick(progress, r.bytes_read())?;
     }
+    progress.end_stage();
     let dims = match r.declared_dims() {
         Some(d) => d.into_iter().map(|x| x as usize).collect(),
         None => max,

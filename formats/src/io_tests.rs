@@ -103,7 +103,7 @@ proptest! {
         let temp = dir.path().join("temp");
         std::fs::create_dir(&temp).unwrap();
         let fast = read_converted::<f64, u32>(&path, &format, &NoProgress, &temp);
-        let Ok(slow) = read_text::<f64, u32>(&path, format.clone()) else {
+        let Ok(slow) = read_text::<f64, u32>(&path, format.clone(), &NoProgress) else {
             // No entries and no declared dimensions: no rank; both refuse the file.
             let e = fast.expect_err("the in-memory reader refused the file").to_string();
             prop_assert!(e.contains(&name), "{}", e);
@@ -117,7 +117,7 @@ proptest! {
         let narrow: Tensor<f32, u64> = read_converted(&path, &format, &NoProgress, &temp)
             .unwrap()
             .expect("f32 goes through the converter");
-        let slow = read_text::<f32, u64>(&path, format.clone()).unwrap();
+        let slow = read_text::<f32, u64>(&path, format.clone(), &NoProgress).unwrap();
         prop_assert_eq!((narrow.dims(), narrow.levels()), (slow.dims(), slow.levels()));
         let rounded: Vec<f32> = fast.vals().iter().map(|&v| v as f32).collect();
         prop_assert_eq!(narrow.vals(), &rounded[..]);
