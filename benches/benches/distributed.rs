@@ -424,9 +424,10 @@ fn mpi_jobs(bin: &str, d: &Path) -> Vec<(usize, Job, Job)> {
                 "-q",
             ],
         );
-        assert_eq!(
-            std::fs::read(d.join("t.tcs")).unwrap(),
-            std::fs::read(&merged).unwrap(),
+        // The same tensor, not the same bytes: the converter lays large arrays out in
+        // extents (`.tcs` version 3), a merge writes them whole (version 1).
+        assert!(
+            same_tensor(&d.join("t.tcs"), &merged),
             "MPI merge at {r} ranks gives the input back"
         );
         std::fs::remove_file(&merged).unwrap();

@@ -78,8 +78,7 @@ pub fn run_and_report(
     output: &std::path::Path,
     work: impl Fn(&dyn Communicator, &dyn Progress) -> Result<Summary, IoError> + Sync,
 ) -> anyhow::Result<ExitCode> {
-    let start = Instant::now();
-    let (summary, how) = on_ranks(ranks, quiet, work)?;
+    let (summary, how, secs) = on_ranks(ranks, quiet, work)?;
     if let Some(s) = summary {
         report(
             verb,
@@ -87,41 +86,44 @@ pub fn run_and_report(
             &output.display().to_string(),
             &s,
             &how,
-            start,
+            secs,
         );
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints a one-line summary with throughput.
-pub fn report(verb: &str, from: &str, to: &str, s: &Summary, how: &str, start: Instant) {
-    let secs = start.elapsed().as_secs_f64();
+/// Prints a one-line summary with throughput (`secs`: the ranks' work).
+pub fn report(verb: &str, from: &str, to: &str, s: &Summary, how: &str, secs: f64) {
     say!("{verb} {from} -> {to}: {} blocks, {} values, {:.1} MB in {secs:.2} s ({:.2} GB/s) on {how}", s.blocks, s.values, s.bytes as f64 / 1e6, s.bytes as f64 / 1e9 / secs.max(1e-9));
 }
 
 /// Runs `f` on every rank: MPI ranks when started by mpirun (and built with the `mpi`
-/// feature), else `ranks` threads. Returns rank 0's result (`None` on other MPI ranks) and a
-/// description of the ranks. Progress is drawn by rank 0 only.
+/// feature), else `ranks` threads. Returns rank 0's result (`None` on other MPI ranks), a
+/// description of the ranks and the seconds rank 0 spent in `f`. Those leave out MPI's start
+/// and finish (`MPI_Init` alone took 0.25 s here), which a split of a small tensor would
+/// otherwise report as its own time. Progress is drawn by rank 0 only.
 pub fn on_ranks<T: Send>(
     ranks: &Ranks,
     quiet: bool,
     f: impl Fn(&dyn Communicator, &dyn Progress) -> Result<T, IoError> + Sync,
-) -> anyhow::Result<(Option<T>, String)> {
+) -> anyhow::Result<(Option<T>, String, f64)> {
     #[cfg(feature = "mpi")]
     if tessera_runtime::transport::mpi::launched_by_mpirun() {
         let bars = Bars::new(quiet);
         let out = tessera_runtime::transport::mpi::run_world(|comm| {
             let progress: &dyn Progress = if comm.rank() == 0 { &bars } else { &NoProgress };
             let timed = Timed::new(comm.rank(), progress);
+            let start = Instant::now();
             let out = f(comm, &timed);
+            let secs = start.elapsed().as_secs_f64();
             timed.report();
             out.map(|t| (comm.rank() == 0).then_some(t))
-                .map(|t| (t, comm.size()))
+                .map(|t| (t, comm.size(), secs))
         });
         bars.finish();
         report_peak_rss();
-        let (t, size) = out?;
-        return Ok((t, format!("{size} MPI ranks")));
+        let (t, size, secs) = out?;
+        return Ok((t, format!("{size} MPI ranks"), secs));
     }
     if tessera_runtime::transport::launched_by_mpirun() {
         // Without the feature every process would run all thread ranks and write the same files.
@@ -131,6 +133,7 @@ pub fn on_ranks<T: Send>(
         anyhow::bail!("--ranks must be at least 1");
     }
     let bars = Bars::new(quiet);
+    let start = Instant::now();
     let mut results = run_ranks(ranks.ranks, |comm| {
         let progress: &dyn Progress = if comm.rank() == 0 { &bars } else { &NoProgress };
         let timed = Timed::new(comm.rank(), progress);
@@ -140,8 +143,9 @@ pub fn on_ranks<T: Send>(
     });
     bars.finish();
     report_peak_rss();
+    let secs = start.elapsed().as_secs_f64();
     let first = results.remove(0)?;
-    Ok((Some(first), format!("{} thread ranks", ranks.ranks)))
+    Ok((Some(first), format!("{} thread ranks", ranks.ranks), secs))
 }
 
 /// With `TESSERA_REPORT_PEAK_RSS` set, prints this process's peak resident memory as
