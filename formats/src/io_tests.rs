@@ -40,8 +40,8 @@ proptest! {
 }
 
 /// A text file as users write them: entries in any order, duplicates, explicit zeros,
-/// decimals of every length, with or without a `# dims` comment (or a `.mtx` header,
-/// general or symmetric), as `(file name, contents, rank)`.
+/// decimals of every length, with or without a `# dims` comment (or a `.mtx` header:
+/// general, symmetric or skew-symmetric, real or pattern), as `(file name, contents, rank)`.
 fn text_file() -> impl Strategy<Value = (String, String, usize)> {
     let value = prop_oneof![
         (-50i32..50).prop_map(|v| v.to_string()),
@@ -51,25 +51,33 @@ fn text_file() -> impl Strategy<Value = (String, String, usize)> {
             .prop_map(|v| format!("{v}")),
         Just("0".to_string()),
     ];
-    (1usize..4, any::<bool>(), any::<bool>())
-        .prop_flat_map(move |(rank, declared, symmetric)| {
+    (1usize..4, any::<bool>(), 0usize..3, any::<bool>())
+        .prop_flat_map(move |(rank, declared, symmetry, pattern)| {
             let coord = proptest::collection::vec(1u64..7, rank);
             let entries = proptest::collection::vec((coord, value.clone()), 0..40);
-            (Just((rank, declared, symmetric)), entries)
+            (Just((rank, declared, symmetry, pattern)), entries)
         })
-        .prop_map(|((rank, declared, symmetric), entries)| {
+        .prop_map(|((rank, declared, symmetry, pattern), entries)| {
             let mut text = String::new();
             if rank == 2 && declared {
-                // Symmetric: the lower triangle only, as the format requires.
-                let kind = if symmetric { "symmetric" } else { "general" };
+                // The lower triangle only where the matrix is symmetric (the diagonal too) or
+                // skew-symmetric (not the diagonal), as the format requires; a pattern matrix
+                // has no values (each entry is 1).
+                let kind = ["general", "symmetric", "skew-symmetric"][symmetry];
                 let kept: Vec<_> = entries
                     .iter()
-                    .filter(|(c, _)| !symmetric || c[0] >= c[1])
+                    .filter(|(c, _)| match symmetry {
+                        0 => true,
+                        1 => c[0] >= c[1],
+                        _ => c[0] > c[1],
+                    })
                     .collect();
-                text += &format!("%%MatrixMarket matrix coordinate real {kind}\n");
-                let rows = if symmetric { 7 } else { 6 };
+                let field = if pattern { "pattern" } else { "real" };
+                text += &format!("%%MatrixMarket matrix coordinate {field} {kind}\n");
+                let rows = if symmetry > 0 { 7 } else { 6 };
                 text += &format!("% a comment\n{rows} 7 {}\n", kept.len());
                 for (c, v) in kept {
+                    let v = if pattern { "" } else { v.as_str() };
                     text += &format!("{} {} {v}\n", c[0], c[1]);
                 }
                 return ("t.mtx".to_string(), text, rank);
