@@ -4,7 +4,7 @@
 use std::fs::File;
 use std::path::Path;
 
-use crate::convert::{convert, tick, ConvertOptions, NoProgress, Progress};
+use crate::convert::{convert, tick, ConvertOptions, Duplicates, NoProgress, Progress};
 use crate::error::{Error, Result};
 use crate::format::{Format, IntoFormat};
 use crate::tcs::reader::read_tensor;
@@ -32,9 +32,9 @@ impl<V: Value, I: Index> Tensor<V, I> {
     /// A `.tns` or `.mtx` file of `f64` or `f32` values goes through the streaming converter
     /// ([`convert`]: every core parses, sorted input is packed as it is read) into a `.tcs`
     /// file in a temporary directory (`TMPDIR`), read back and removed: 0.13 s instead of
-    /// 1.0 s for a 62 MB, 4 M-entry matrix. Where no temporary file can be written, and for
-    /// integer values (which the converter would truncate where this reports a fraction), the
-    /// file is read entry by entry in memory, with the same result.
+    /// 1.0 s for a 62 MB, 4 M-entry matrix. Integer values take the same path when the file
+    /// has no duplicate entries and every value is one. Otherwise, and where no temporary
+    /// file can be written, the file is read entry by entry in memory, with the same result.
     pub fn read_with_progress(
         path: impl AsRef<Path>,
         format: impl IntoFormat,
@@ -157,39 +157,69 @@ fn read_text<V: Value, I: Index>(
 const READ_MEMORY: usize = 1 << 30;
 
 /// `path` (a text file of `format`'s rank) converted to `format` through a `.tcs` file in a
-/// new directory under `temp`, or `None` where the in-memory reader must do it: integer
-/// values (the converter rounds values to `V` where [`text_value`] rejects a fraction), or no
-/// room under `temp` (its errors name files there; those of the input name the input and are
-/// returned).
+/// new directory under `temp`, or `None` where the in-memory reader must do it: no room under
+/// `temp` (errors naming files there), or integer values it would not read as [`text_value`]
+/// does (that reader then names the entry).
+///
+/// Integer values go through the converter as `f64` with duplicates refused, then each is
+/// converted exactly: the converter would sum duplicates in `f64` (0.5 + 0.5 would pass where
+/// the in-memory reader refuses each half) and its packer rounds where [`text_value`] refuses.
+/// Errors naming the input are returned as they are.
 fn read_converted<V: Value, I: Index>(
     path: &Path,
     format: &Format,
     progress: &dyn Progress,
     temp: &Path,
 ) -> Result<Option<Tensor<V, I>>> {
-    if !matches!(V::TYPE, ValueType::F64 | ValueType::F32) {
-        return Ok(None);
-    }
     let Ok(dir) = tempfile::Builder::new()
         .prefix(".tessera-read-")
         .tempdir_in(temp)
     else {
         return Ok(None);
     };
+    let float = matches!(V::TYPE, ValueType::F64 | ValueType::F32);
     let tcs = dir.path().join("tensor.tcs");
     let opts = ConvertOptions {
         format: Some(format.to_string()),
         index_bits: I::BITS,
-        value_type: V::TYPE,
+        value_type: if float { V::TYPE } else { ValueType::F64 },
+        duplicates: if float {
+            Duplicates::Sum
+        } else {
+            Duplicates::Error
+        },
         memory: READ_MEMORY,
         temp_dir: Some(dir.path().to_path_buf()),
         ..ConvertOptions::default()
     };
-    match convert(path, &tcs, &opts, progress).and_then(|_| read_tensor(&tcs)) {
-        Ok(t) => Ok(Some(t)),
+    let converted = convert(path, &tcs, &opts, progress);
+    let read = if float {
+        converted.and_then(|_| read_tensor::<V, I>(&tcs)).map(Some)
+    } else {
+        converted
+            .and_then(|_| read_tensor::<f64, I>(&tcs))
+            .map(exact_values)
+    };
+    match read {
+        Err(Error::Duplicate { .. }) => Ok(None),
         Err(e) if e.path().is_some_and(|p| p.starts_with(dir.path())) => Ok(None),
-        Err(e) => Err(e),
+        other => other,
     }
+}
+
+/// `t`'s values as `V`, or `None` if one is not what [`text_value`] reads as `V` (a fraction,
+/// or an integer of 2^53 or more as `i64`).
+fn exact_values<V: Value, I: Index>(t: Tensor<f64, I>) -> Option<Tensor<V, I>> {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53, as in `text_value`
+    let (dims, format, levels, vals) = t.into_parts();
+    let vals = vals
+        .into_iter()
+        .map(|x| match V::TYPE {
+            ValueType::I64 if x.abs() >= EXACT => None,
+            _ => V::from_f64_exact(x),
+        })
+        .collect::<Option<Vec<V>>>()?;
+    Some(Tensor::from_validated(dims, format, levels, vals))
 }
 
 /// The requested format for a file's tensor of `rank` modes; a misfit names the file.

@@ -23,8 +23,7 @@ pub fn check_output_path(path: &Path, format: &Format) -> Result<(), Box<dyn Err
 
 /// Reads a tensor file and stores it in `format`, converting its values to the program's
 /// type `V` (an error names the entry `V` cannot hold: a fraction read as i64). A text file
-/// of floating-point values goes through the streaming converter, on every core
-/// (`Tensor::read_with_progress`).
+/// goes through the streaming converter, on every core (`Tensor::read_with_progress`).
 pub fn read<V: Value, I: Index>(
     path: &Path,
     format: &Format,
