@@ -141,9 +141,9 @@ pub fn on_ranks<T: Send>(
         timed.report();
         out
     });
+    let secs = start.elapsed().as_secs_f64();
     bars.finish();
     report_peak_rss();
-    let secs = start.elapsed().as_secs_f64();
     let first = results.remove(0)?;
     Ok((Some(first), format!("{} thread ranks", ranks.ranks), secs))
 }
