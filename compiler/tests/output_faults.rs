@@ -162,3 +162,60 @@ fn a_program_interrupted_while_writing_leaves_nothing_half_written() {
         }
     }
 }
+
+/// A compiled program interrupted (SIGINT, then SIGTERM) while it reads a text input leaves
+/// nothing in `TMPDIR`: the input goes through the streaming converter into a temporary
+/// directory there, which the signal handler removes with what it holds. The signal is sent
+/// as soon as that directory appears (a program that finishes first passes too).
+#[test]
+fn a_program_interrupted_while_reading_text_leaves_no_temporary_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name);
+    let n = 400_000u64;
+    write_identity_system(dir.path(), n);
+    let prog = p("prog");
+    let o = tessera()
+        .args(["compile", "y(i) = A(i,j) * x(j) + z(i)", "-f", "A:csr"])
+        .args(["-s", "parallelize(i)", "-o"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for signal in ["-INT", "-TERM"] {
+        let temp = tempfile::tempdir().unwrap();
+        let arg = |name: &str, file: &str| format!("{name}={}", p(file).display());
+        let mut child = Command::new(&prog)
+            .args(["-i", &arg("A", "A.mtx"), "-i", &arg("x", "x.tns")])
+            .args(["-i", &arg("z", "z.tns"), "-o"])
+            .arg(p("y.tcs"))
+            .env("TMPDIR", temp.path())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let reading = || std::fs::read_dir(temp.path()).unwrap().next().is_some();
+        let start = std::time::Instant::now();
+        let mut signalled = false;
+        while child.try_wait().unwrap().is_none() && start.elapsed().as_secs() < 120 {
+            if reading() {
+                Command::new("kill")
+                    .args([signal, &child.id().to_string()])
+                    .status()
+                    .unwrap();
+                signalled = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        let status = child.wait().unwrap();
+        eprintln!("{signal}: signalled while reading: {signalled}, {status:?}");
+        let left: Vec<_> = std::fs::read_dir(temp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "{signal}: left in TMPDIR: {left:?}");
+        assert!(
+            status.success() || signalled,
+            "{signal}: failed without a signal: {status:?}"
+        );
+    }
+}

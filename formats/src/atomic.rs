@@ -1,7 +1,8 @@
 //! Output files that appear only when complete: written to a temporary file in the target's
 //! directory and renamed into place by [`AtomicFile::commit`]; dropped uncommitted, they vanish.
 //! A program stopped by a signal does not unwind, so the temporaries being written are also
-//! listed here for its signal handler to remove ([`remove_pending_files`]).
+//! listed here for its signal handler to remove ([`remove_pending_files`]), as are the
+//! temporary directories of text reads ([`PendingDir`]).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -20,8 +21,8 @@ pub fn retry_interrupted<T>(mut call: impl FnMut() -> std::io::Result<T>) -> std
     }
 }
 
-/// Temporary files of the [`AtomicFile`]s not yet committed or dropped, and whether the
-/// process is exiting (then no new temporary may appear).
+/// Temporary files of the [`AtomicFile`]s not yet committed or dropped, the [`PendingDir`]s
+/// not yet dropped, and whether the process is exiting (then no new temporary may appear).
 struct Pending {
     paths: Vec<PathBuf>,
     closed: bool,
@@ -45,7 +46,44 @@ pub fn remove_pending_files() {
     let mut pending = pending();
     pending.closed = true;
     for p in std::mem::take(&mut pending.paths) {
-        let _ = std::fs::remove_file(p);
+        // A listed directory ([`PendingDir`]) goes with everything in it.
+        if std::fs::remove_file(&p).is_err() {
+            let _ = std::fs::remove_dir_all(&p);
+        }
+    }
+}
+
+/// A temporary directory that [`remove_pending_files`] removes with its contents, as it
+/// removes an [`AtomicFile`]'s temporary; removed when dropped too. `Tensor::read` converts a
+/// text file into one.
+pub(crate) struct PendingDir {
+    dir: tempfile::TempDir,
+    _listed: Listed,
+}
+
+impl PendingDir {
+    /// A new directory in `parent`, named `prefix` and random characters. Created and listed
+    /// under one lock, as [`AtomicFile::create`] does, so that a signal handler either sees it
+    /// or makes this fail.
+    pub(crate) fn create_in(parent: &Path, prefix: &str) -> std::io::Result<PendingDir> {
+        let mut pending = pending();
+        if pending.closed {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Interrupted,
+                "the program is stopping (interrupted by a signal)",
+            ));
+        }
+        let dir = tempfile::Builder::new().prefix(prefix).tempdir_in(parent)?;
+        pending.paths.push(dir.path().to_path_buf());
+        let listed = Listed(dir.path().to_path_buf());
+        Ok(PendingDir {
+            dir,
+            _listed: listed,
+        })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        self.dir.path()
     }
 }
 

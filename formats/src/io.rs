@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::path::Path;
 
+use crate::atomic::PendingDir;
 use crate::convert::{convert, tick, ConvertOptions, Duplicates, NoProgress, Progress};
 use crate::error::{Error, Result};
 use crate::format::{Format, IntoFormat};
@@ -171,10 +172,9 @@ fn read_converted<V: Value, I: Index>(
     progress: &dyn Progress,
     temp: &Path,
 ) -> Result<Option<Tensor<V, I>>> {
-    let Ok(dir) = tempfile::Builder::new()
-        .prefix(".tessera-read-")
-        .tempdir_in(temp)
-    else {
+    // Listed for a signal handler's `remove_pending_files`: Ctrl-C during the read leaves
+    // nothing in `temp`.
+    let Ok(dir) = PendingDir::create_in(temp, ".tessera-read-") else {
         return Ok(None);
     };
     let float = matches!(V::TYPE, ValueType::F64 | ValueType::F32);
