@@ -93,17 +93,11 @@ fn a_full_disk_under_a_programs_output_fails_naming_the_file() {
     }
 }
 
-/// A compiled program interrupted (SIGINT, then SIGTERM) while it writes its output leaves
-/// nothing half-written: either it finished and the output is complete, or it stopped with
-/// no output and no temporary. The signal is sent as soon as the temporary appears, so the
-/// test does not depend on how fast the machine is (a program that finishes first passes too).
-#[test]
-fn a_program_interrupted_while_writing_leaves_nothing_half_written() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = |name: &str| dir.path().join(name);
-    let n = 400_000u64;
-    write_identity_system(dir.path(), n);
-    let prog = p("prog");
+/// `y = A x + z` compiled (with a schedule, so its output is written by the parallel path)
+/// into `dir/prog`, beside its inputs from [`write_identity_system`] of `n` rows.
+fn identity_program(dir: &Path, n: u64) -> std::path::PathBuf {
+    write_identity_system(dir, n);
+    let prog = dir.join("prog");
     let o = tessera()
         .args(["compile", "y(i) = A(i,j) * x(j) + z(i)", "-f", "A:csr"])
         .args(["-s", "parallelize(i)", "-o"])
@@ -111,18 +105,57 @@ fn a_program_interrupted_while_writing_leaves_nothing_half_written() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    prog
+}
+
+/// Starts `dir/prog` on its inputs in `dir`, writing `output`, with `TMPDIR` set to `temp`;
+/// sends it `signal` as soon as `ready()` holds; waits for it. Returns whether the signal was
+/// sent (not if the program finished first) and how the program ended.
+fn signalled_when(
+    dir: &Path,
+    output: &Path,
+    temp: &Path,
+    signal: &str,
+    ready: impl Fn() -> bool,
+) -> (bool, std::process::ExitStatus) {
+    let arg = |name: &str, file: &str| format!("{name}={}", dir.join(file).display());
+    let mut child = Command::new(dir.join("prog"))
+        .args(["-i", &arg("A", "A.mtx"), "-i", &arg("x", "x.tns")])
+        .args(["-i", &arg("z", "z.tns"), "-o"])
+        .arg(output)
+        .env("TMPDIR", temp)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let mut signalled = false;
+    while child.try_wait().unwrap().is_none() && start.elapsed().as_secs() < 120 {
+        if ready() {
+            Command::new("kill")
+                .args([signal, &child.id().to_string()])
+                .status()
+                .unwrap();
+            signalled = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    (signalled, child.wait().unwrap())
+}
+
+/// A compiled program interrupted (SIGINT, then SIGTERM) while it writes its output leaves
+/// nothing half-written: either it finished and the output is complete, or it stopped with
+/// no output and no temporary. The signal is sent as soon as the temporary appears, so the
+/// test does not depend on how fast the machine is (a program that finishes first passes too).
+#[test]
+fn a_program_interrupted_while_writing_leaves_nothing_half_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 400_000u64;
+    identity_program(dir.path(), n);
     let out_dir = tempfile::tempdir().unwrap();
     for signal in ["-INT", "-TERM"] {
         let y = out_dir.path().join("y.tns");
         let _ = std::fs::remove_file(&y);
-        let arg = |name: &str, file: &str| format!("{name}={}", p(file).display());
-        let mut child = Command::new(&prog)
-            .args(["-i", &arg("A", "A.mtx"), "-i", &arg("x", "x.tns")])
-            .args(["-i", &arg("z", "z.tns"), "-o"])
-            .arg(&y)
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
         let partial = || {
             std::fs::read_dir(out_dir.path()).unwrap().any(|e| {
                 e.unwrap()
@@ -131,20 +164,8 @@ fn a_program_interrupted_while_writing_leaves_nothing_half_written() {
                     .ends_with(".partial")
             })
         };
-        let start = std::time::Instant::now();
-        let mut signalled = false;
-        while child.try_wait().unwrap().is_none() && start.elapsed().as_secs() < 120 {
-            if partial() {
-                Command::new("kill")
-                    .args([signal, &child.id().to_string()])
-                    .status()
-                    .unwrap();
-                signalled = true;
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_micros(200));
-        }
-        let status = child.wait().unwrap();
+        let (signalled, status) =
+            signalled_when(dir.path(), &y, &std::env::temp_dir(), signal, partial);
         eprintln!("{signal}: signalled while writing: {signalled}, {status:?}");
         assert!(!partial(), "{signal}: a temporary was left behind");
         if status.success() {
@@ -170,43 +191,12 @@ fn a_program_interrupted_while_writing_leaves_nothing_half_written() {
 #[test]
 fn a_program_interrupted_while_reading_text_leaves_no_temporary_directory() {
     let dir = tempfile::tempdir().unwrap();
-    let p = |name: &str| dir.path().join(name);
-    let n = 400_000u64;
-    write_identity_system(dir.path(), n);
-    let prog = p("prog");
-    let o = tessera()
-        .args(["compile", "y(i) = A(i,j) * x(j) + z(i)", "-f", "A:csr"])
-        .args(["-s", "parallelize(i)", "-o"])
-        .arg(&prog)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    identity_program(dir.path(), 400_000);
     for signal in ["-INT", "-TERM"] {
         let temp = tempfile::tempdir().unwrap();
-        let arg = |name: &str, file: &str| format!("{name}={}", p(file).display());
-        let mut child = Command::new(&prog)
-            .args(["-i", &arg("A", "A.mtx"), "-i", &arg("x", "x.tns")])
-            .args(["-i", &arg("z", "z.tns"), "-o"])
-            .arg(p("y.tcs"))
-            .env("TMPDIR", temp.path())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
         let reading = || std::fs::read_dir(temp.path()).unwrap().next().is_some();
-        let start = std::time::Instant::now();
-        let mut signalled = false;
-        while child.try_wait().unwrap().is_none() && start.elapsed().as_secs() < 120 {
-            if reading() {
-                Command::new("kill")
-                    .args([signal, &child.id().to_string()])
-                    .status()
-                    .unwrap();
-                signalled = true;
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_micros(200));
-        }
-        let status = child.wait().unwrap();
+        let y = dir.path().join("y.tcs");
+        let (signalled, status) = signalled_when(dir.path(), &y, temp.path(), signal, reading);
         eprintln!("{signal}: signalled while reading: {signalled}, {status:?}");
         let left: Vec<_> = std::fs::read_dir(temp.path())
             .unwrap()
