@@ -210,14 +210,10 @@ fn read_converted<V: Value, I: Index>(
 /// `t`'s values as `V`, or `None` if one is not what [`text_value`] reads as `V` (a fraction,
 /// or an integer of 2^53 or more as `i64`).
 fn exact_values<V: Value, I: Index>(t: Tensor<f64, I>) -> Option<Tensor<V, I>> {
-    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53, as in `text_value`
     let (dims, format, levels, vals) = t.into_parts();
     let vals = vals
         .into_iter()
-        .map(|x| match V::TYPE {
-            ValueType::I64 if x.abs() >= EXACT => None,
-            _ => V::from_f64_exact(x),
-        })
+        .map(|x| text_exact(x).ok())
         .collect::<Option<Vec<V>>>()?;
     Some(Tensor::from_validated(dims, format, levels, vals))
 }
@@ -235,16 +231,18 @@ fn parse_for(path: &Path, format: impl IntoFormat, rank: usize) -> Result<Format
 /// Text values are parsed as `f64`, exact for integers below 2^53 only, so an `i64` value
 /// of that size or more is an error too (a `.tcs` file holds any `i64` exactly).
 pub fn text_value<V: Value>(path: &Path, coords: &[usize], x: f64) -> Result<V> {
+    text_exact(x).map_err(|why| unfit::<V>(path, coords, x, why))
+}
+
+/// A text value `x` as `V`, or why `V` cannot hold it exactly (see [`text_value`]).
+fn text_exact<V: Value>(x: f64) -> Result<V, &'static str> {
     const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
     if V::TYPE == ValueType::I64 && x.abs() >= EXACT {
-        return Err(unfit::<V>(
-            path,
-            coords,
-            x,
+        return Err(
             "integers of 2^53 or more are not read exactly from text; store the tensor as .tcs",
-        ));
+        );
     }
-    exact_value(path, coords, x)
+    V::from_f64_exact(x).ok_or("it is not an integer")
 }
 
 /// `x` as `V`, or an error naming the file and the entry (see [`text_value`]).
