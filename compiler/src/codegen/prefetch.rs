@@ -60,6 +60,7 @@ impl Gen<'_> {
             let shift = ::tessera_formats::gather::AHEAD.min(#crd.len().saturating_sub(hi));
             let ahead = #crd[lo + shift..hi + shift].iter();
             for (#item, upcoming) in (#items).zip(ahead) {
+                ::tessera_formats::gather::prefetch_past(upcoming);
                 let upcoming: usize = upcoming.to_usize();
                 #(#hints)*
                 #bind
