@@ -36,53 +36,13 @@ use crate::Index;
 pub const AHEAD: usize = 64;
 
 /// A gathered tensor of at most this many bytes is taken to stay in the caches: a third of the
-/// last-level cache ([`last_level_cache`]). Measured on the bench VM (Zen 4, 32 MiB L3, SpMV of
+/// last-level cache ([`crate::caches::last_level`]). Measured on the bench VM (Zen 4, 32 MiB L3, SpMV of
 /// 16 uniform or power-law columns a row, scratch program, the look-ahead loop's time over the
 /// plain loop's): `x` of 2 and 4 MiB 1.15-1.3 (gathers that hit L2 or L3 gain nothing from the
 /// hint and pay its load and instruction), 8 MiB 0.8-1.15, 12 MiB 0.6-0.8 (one 2-thread run
 /// 1.06), 16 MiB 0.7-0.85.
 fn cached_bytes() -> usize {
-    last_level_cache() / 3
-}
-
-/// The last-level cache's size in bytes, read once from Linux's sysfs (the highest-level
-/// unified or data cache of CPU 0); 32 MiB where it cannot be read.
-fn last_level_cache() -> usize {
-    static BYTES: OnceLock<usize> = OnceLock::new();
-    *BYTES.get_or_init(|| read_last_level_cache().unwrap_or(32 << 20))
-}
-
-fn read_last_level_cache() -> Option<usize> {
-    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
-    let read = |p: &std::path::Path, f: &str| std::fs::read_to_string(p.join(f)).ok();
-    dir.filter_map(|e| {
-        let p = e.ok()?.path();
-        let level: u32 = read(&p, "level")?.trim().parse().ok()?;
-        if read(&p, "type")?.trim() == "Instruction" {
-            return None;
-        }
-        Some((level, cache_size(&read(&p, "size")?)?))
-    })
-    .max()
-    .map(|(_, bytes)| bytes)
-}
-
-/// Parses sysfs' cache size: `32768K`, `1M`, or plain bytes.
-fn cache_size(text: &str) -> Option<usize> {
-    let t = text.trim();
-    let (digits, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        Some((i, _)) => t.split_at(i),
-        None => (t, ""),
-    };
-    let n: usize = digits.parse().ok()?;
-    let scale = match unit {
-        "" => 1,
-        "K" => 1 << 10,
-        "M" => 1 << 20,
-        "G" => 1 << 30,
-        _ => return None,
-    };
-    n.checked_mul(scale)
+    crate::caches::last_level() / 3
 }
 
 /// Two gathers at most this many bytes apart are near: the lines between them are likely
@@ -233,16 +193,6 @@ mod tests {
         assert!(!spread(&crd, N, 8, CACHED));
         assert!(!spread::<u32>(&[], N, 8, CACHED));
         assert!(!spread(&crd[..AHEAD / 2], usize::MAX, usize::MAX, CACHED));
-    }
-
-    #[test]
-    fn cache_sizes_read_as_sysfs_writes_them() {
-        assert_eq!(cache_size("32768K\n"), Some(32 << 20));
-        assert_eq!(cache_size("1M"), Some(1 << 20));
-        assert_eq!(cache_size("512"), Some(512));
-        assert_eq!(cache_size("12X"), None);
-        assert_eq!(cache_size(""), None);
-        assert!(last_level_cache() >= 1 << 10);
     }
 
     #[test]

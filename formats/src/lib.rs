@@ -10,6 +10,7 @@
 //!   matrices and arrays (`interop/`), zero-copy where the layouts agree.
 
 mod atomic;
+pub mod caches;
 mod chunks;
 pub mod convert;
 mod error;

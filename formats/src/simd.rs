@@ -120,6 +120,21 @@ pub fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
+/// As [`prefetch`], into the level-2 cache only: for lines wanted a while from now (the next
+/// chunk of a fused element-wise loop), which would evict the lines in use from level 1.
+#[inline(always)]
+pub fn prefetch_l2<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        // SAFETY: as in `prefetch`: `prefetcht1` is baseline SSE, observes and changes no
+        // memory, and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.cast::<i8>()) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// The widest path the running CPU has: 1 plain, 2 AVX2 + FMA, 3 AVX-512 with them.
 fn cpu_path() -> u8 {
     #[cfg(target_arch = "x86_64")]

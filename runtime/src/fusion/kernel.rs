@@ -16,13 +16,33 @@ use crate::TaskContext;
 use smallvec::SmallVec;
 use std::sync::OnceLock;
 
-/// Elements per chunk: every live array of a fused chain keeps one chunk in cache (Black-Scholes'
-/// 21 arrays of `f64` take 672 KiB, inside a 1 MiB L2). 256, 512 and 2048 were tried on the
-/// fusion bench with AVX2 bodies; their differences were inside the noise of the shared 2-core
-/// VM. With AVX-512 bodies (bs19) the calls per chunk show: fused Black-Scholes 23-25 ms at
-/// 256, 16.0-17.9 at 1024, 14.5-15.5 at 2048, 14.0-15.0 at 4096 (unfused 54-64 ms at 2048
-/// and 4096, 58-67 at 1024: noisy, not slower).
+/// Elements per chunk of an unfused element-wise task, and the most of a fused one
+/// ([`fused_chunk`]). An unfused body streams its sub-stores from memory whatever the chunk
+/// (unfused Black-Scholes 54-64 ms at 2048 and 4096, 58-67 at 1024: noisy, not slower); the
+/// chunk only bounds the calls per element.
 pub(crate) const CHUNK: usize = 4096;
+
+/// The fewest elements per chunk of a fused task: 256 (Black-Scholes' 10 arrays in 20 KiB)
+/// was slower than 512 (40 KiB), 11.3-13.5 against 9.7-10.0 ms, the calls per element
+/// doubling.
+const MIN_FUSED_CHUNK: usize = 512;
+
+/// Elements per chunk of a kernel-fused task whose arrays (stores and scratch buffers) take
+/// `bytes_per_element` bytes of each element together: the largest power of two at which a
+/// chunk of every array fits in 5/6 of the L1 data cache, from [`MIN_FUSED_CHUNK`] to
+/// [`CHUNK`]. Its steps then read and write L1, not L2: on the Zen 5 bench VM (48 KiB L1d)
+/// fused Black-Scholes takes 9.7-10.0 ms at 512 (40 KiB), 11.3-11.9 at 768 (60 KiB) and
+/// 11.0-11.9 at 4096; with the next chunk prefetched ([`prefetch_share`]: without it the
+/// first step to touch a store's chunk waits on memory, 13.6-16.7 ms at 512).
+pub(crate) fn fused_chunk(bytes_per_element: usize) -> usize {
+    chunk_in(tessera_formats::caches::l1_data(), bytes_per_element)
+}
+
+/// [`fused_chunk`] for an L1 data cache of `l1` bytes.
+fn chunk_in(l1: usize, bytes_per_element: usize) -> usize {
+    let fit = (l1 / 6 * 5 / bytes_per_element.max(1)).max(1);
+    (1 << fit.ilog2()).clamp(MIN_FUSED_CHUNK, CHUNK)
+}
 
 /// One chunk of an element-wise task: equal-length slices of its arguments, inputs (arguments
 /// passed with `read`) and outputs (`write` or `read_write`) each in argument order.
@@ -94,7 +114,8 @@ impl<'a, T> Chunk<'a, T> {
     }
 }
 
-type ErasedBody = dyn Fn(&[*const u8], &[*mut u8], usize, &[Scalar], Option<(ReduceOp, &mut Option<Scalar>)>)
+/// A body over the chunk of `len` elements at element `c` of the input and output slots.
+type ErasedBody = dyn Fn(&[Slot], &[Slot], usize, usize, &[Scalar], Option<(ReduceOp, &mut Option<Scalar>)>)
     + Send
     + Sync;
 
@@ -108,31 +129,41 @@ impl Elementwise {
     pub(crate) fn new<T: Element>(
         body: impl Fn(&mut Chunk<'_, T>) + Send + Sync + 'static,
     ) -> Elementwise {
-        let run = move |ins: &[*const u8],
-                        outs: &[*mut u8],
+        let run = move |ins: &[Slot],
+                        outs: &[Slot],
+                        c: usize,
                         len: usize,
                         scalars: &[Scalar],
                         result: Option<(ReduceOp, &mut Option<Scalar>)>| {
             // SAFETY: the one place element-wise bodies see memory. Callers (`run_chunks`)
-            // pass pointers to `len` initialised elements of `T` (dtype checked when the steps
-            // are built): store cells inside a borrow the point holds (exclusive for
-            // outputs; a ledger borrow, or a verified replay's, `Ledger::unheld`) or scratch
-            // private to the point. No output overlaps another slice: a
-            // task's written argument never aliases its other arguments (checked at submit),
-            // and the temporaries of one step are in distinct scratch buffers (a buffer is
-            // shared only by temporaries whose lives do not overlap: `scratch::share`).
+            // pass slots whose `at(c)` points to `len` initialised elements of `T` (dtype
+            // checked when the steps are built; `c + len` within the sub-stores, `len` within
+            // every scratch buffer, which holds a whole chunk): store cells inside a borrow
+            // the point holds (exclusive for outputs; a ledger borrow, or a verified
+            // replay's, `Ledger::unheld`) or scratch private to the point. No output overlaps
+            // another slice: a task's written argument never aliases its other arguments
+            // (checked at submit), and the temporaries of one step are in distinct scratch
+            // buffers (a buffer is shared only by temporaries whose lives do not overlap:
+            // `scratch::share`).
             let mut chunk = Chunk {
-                ins: ins
-                    .iter()
-                    .map(|&p| unsafe { std::slice::from_raw_parts(p as *const T, len) })
-                    .collect(),
-                outs: outs
-                    .iter()
-                    .map(|&p| unsafe { std::slice::from_raw_parts_mut(p as *mut T, len) })
-                    .collect(),
+                ins: SmallVec::new(),
+                outs: SmallVec::new(),
                 scalars,
                 result,
             };
+            // Pushed one by one, not collected: `collect` goes through `SmallVec::extend`'s
+            // reserve path, which with `run_chunks`' own pointer lists (gone: it passes the
+            // slots) took 9 % of fused Black-Scholes at 512-element chunks.
+            for x in ins {
+                chunk
+                    .ins
+                    .push(unsafe { std::slice::from_raw_parts(x.at(c) as *const T, len) });
+            }
+            for x in outs {
+                chunk
+                    .outs
+                    .push(unsafe { std::slice::from_raw_parts_mut(x.at(c) as *mut T, len) });
+            }
             // Compiled for AVX-512 or AVX2 + FMA where the CPU has them (bitwise the same
             // results): a body marked `#[inline(always)]` vectorises eight or four `f64` wide
             // there. This closure is `#[inline(always)]` too: `wide` calls it from three paths,
@@ -220,9 +251,10 @@ pub(crate) struct Step<'a> {
 pub(crate) type OnPanic<'a> = dyn FnMut(usize, Box<dyn std::any::Any + Send>, &mut [bool]) + 'a;
 
 /// Runs `steps` over `n` elements, `chunk` at a time, every step on a chunk before the next
-/// chunk. `results[slot]` receives each step's folded result. Only the steps marked in `live`
-/// run; when one panics, `failed(step, payload, live)` says what goes on (it may mark more
-/// steps dead, or resume the panic) and the loop continues with the next step.
+/// chunk; with `prefetch`, each step first asks for its share of the next chunk's store lines
+/// ([`prefetch_share`]). `results[slot]` receives each step's folded result. Only the steps
+/// marked in `live` run; when one panics, `failed(step, payload, live)` says what goes on (it
+/// may mark more steps dead, or resume the panic) and the loop continues with the next step.
 pub(crate) fn run_chunks(
     n: usize,
     chunk: usize,
@@ -230,28 +262,83 @@ pub(crate) fn run_chunks(
     results: &mut [Option<Scalar>],
     live: &mut [bool],
     failed: &mut OnPanic<'_>,
+    prefetch: bool,
 ) {
-    let mut ins: SmallVec<[*const u8; 8]> = SmallVec::new();
-    let mut outs: SmallVec<[*mut u8; 8]> = SmallVec::new();
+    let streams = if prefetch {
+        streams(steps)
+    } else {
+        SmallVec::new()
+    };
     let mut c = 0;
     while c < n {
         let len = chunk.min(n - c);
+        let next = chunk.min(n - c - len);
         for (i, s) in steps.iter().enumerate() {
+            if next > 0 && !streams.is_empty() {
+                prefetch_share(&streams, c + len, next, i, steps.len());
+            }
             if !live[i] {
                 continue;
             }
-            ins.clear();
-            outs.clear();
-            ins.extend(s.ins.iter().map(|x| x.at(c) as *const u8));
-            outs.extend(s.outs.iter().map(|x| x.at(c)));
             let result = s.result.map(|(op, slot)| (op, &mut results[slot]));
-            let run = || (s.kernel.run)(&ins, &outs, len, &s.scalars, result);
+            let run = || (s.kernel.run)(&s.ins, &s.outs, c, len, &s.scalars, result);
             if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
                 live[i] = false;
                 failed(i, payload, live);
             }
         }
         c += len;
+    }
+}
+
+/// Bytes in a cache line, the unit [`prefetch_share`] asks for.
+const LINE: usize = 64;
+
+/// The distinct store slots of `steps` (not scratch): the arrays a chunk loop streams.
+fn streams(steps: &[Step]) -> SmallVec<[Slot; 8]> {
+    let mut streams: SmallVec<[Slot; 8]> = SmallVec::new();
+    for x in steps.iter().flat_map(|s| s.ins.iter().chain(&s.outs)) {
+        if !x.scratch && !streams.iter().any(|y| y.base == x.base) {
+            streams.push(*x);
+        }
+    }
+    streams
+}
+
+/// Asks for share `step` of `steps` of the lines of `streams`' chunk of `len` elements at
+/// element `at` (the next chunk), into L2. Spread over the steps so the requests overlap with
+/// the bodies' arithmetic instead of queueing at once. Addresses are computed, never read: a
+/// prefetch does not fault (`tessera_formats::simd::prefetch`).
+fn prefetch_share(streams: &[Slot], at: usize, len: usize, step: usize, steps: usize) {
+    share_lines(streams, at, len, step, steps, |p| {
+        tessera_formats::simd::prefetch_l2(p)
+    });
+}
+
+/// The lines [`prefetch_share`] asks for, each passed to `ask`.
+fn share_lines(
+    streams: &[Slot],
+    at: usize,
+    len: usize,
+    step: usize,
+    steps: usize,
+    mut ask: impl FnMut(*const u8),
+) {
+    let lines = |s: &Slot| (len * s.size).div_ceil(LINE);
+    let total: usize = streams.iter().map(lines).sum();
+    let (from, to) = (step * total / steps, (step + 1) * total / steps);
+    // `first`: the index, among all the chunk's lines, of this stream's first line.
+    let mut first = 0;
+    for s in streams {
+        let n = lines(s);
+        let start = s.base.wrapping_add(at * s.size);
+        for l in from.max(first)..to.min(first + n) {
+            ask(start.wrapping_add((l - first) * LINE));
+        }
+        first += n;
+        if first >= to {
+            break;
+        }
     }
 }
 
@@ -318,6 +405,7 @@ pub(crate) fn unfused_body(kernel: &Elementwise, ctx: &mut TaskContext<'_>) {
             &mut result,
             &mut [true],
             resume,
+            false,
         );
         drop((reads, writes));
         if let Some(v) = result[0] {
@@ -332,5 +420,62 @@ pub(crate) fn unfused_body(kernel: &Elementwise, ctx: &mut TaskContext<'_>) {
         DType::U64 => go::<u64>(kernel, ctx),
         DType::U32 => go::<u32>(kernel, ctx),
         DType::Range => go::<crate::dtype::PosRange>(kernel, ctx),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fused_chunk_of_every_array_fits_in_l1() {
+        // Black-Scholes: 5 stores and 5 scratch buffers of `f64`, 48 KiB of L1.
+        assert_eq!(chunk_in(48 << 10, 80), 512);
+        // Two arrays of `f32` fit a whole `CHUNK`; so does anything in a huge L1.
+        assert_eq!(chunk_in(48 << 10, 8), CHUNK);
+        assert_eq!(chunk_in(usize::MAX, 8), CHUNK);
+        // Too many arrays for any chunk to fit: the fewest elements a call is worth.
+        assert_eq!(chunk_in(32 << 10, 400), MIN_FUSED_CHUNK);
+        assert_eq!(chunk_in(0, 0), MIN_FUSED_CHUNK);
+        // Powers of two between: 6 arrays of `f64` in 32 KiB (26 KiB) take 512, not 546.
+        assert_eq!(chunk_in(32 << 10, 48), 512);
+        assert_eq!(chunk_in(64 << 10, 48), 1024);
+    }
+
+    #[test]
+    fn the_next_chunk_is_asked_for_once_across_the_steps() {
+        // Every line of the next chunk of every stream, in exactly one step's share.
+        let (a, b) = (0x10_0000usize, 0x80_0000usize);
+        let streams = [
+            Slot {
+                base: a as *mut u8,
+                size: 8,
+                scratch: false,
+            },
+            Slot {
+                base: b as *mut u8,
+                size: 4,
+                scratch: false,
+            },
+        ];
+        for (at, len, steps) in [(1024, 512, 7), (64, 100, 3), (0, 1, 5), (512, 512, 1)] {
+            let mut asked = Vec::new();
+            for i in 0..steps {
+                share_lines(&streams, at, len, i, steps, |p| asked.push(p as usize));
+            }
+            let mut want: Vec<usize> = streams
+                .iter()
+                .flat_map(|s| {
+                    let (lo, hi) = (
+                        s.base as usize + at * s.size,
+                        s.base as usize + (at + len) * s.size,
+                    );
+                    (lo..hi).step_by(LINE)
+                })
+                .collect();
+            asked.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(asked, want, "at {at}, {len} elements, {steps} steps");
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! element-wise and the point's sub-stores line up, else each sub-task's body in issue order.
 
 use super::failure::{self, SubFailures};
-use super::kernel::{run_chunks, zero_kernel, Slot, Step, CHUNK};
+use super::kernel::{fused_chunk, run_chunks, zero_kernel, Slot, Step, CHUNK};
 use super::scratch::Scratch;
 use super::FusedShape;
 use crate::buffer::{Borrow, Data};
@@ -153,14 +153,28 @@ fn kernel_point(
     // whose lives do not overlap in one buffer (`shape.scratch`), as large as its largest
     // element type needs.
     let (buffer_of, buffers) = &shape.scratch;
-    let mut bytes: SmallVec<[usize; 8]> = smallvec::smallvec![0; *buffers];
+    let mut element: SmallVec<[usize; 8]> = smallvec::smallvec![0; *buffers];
+    let mut stores = 0;
     for (a, b) in task.args.iter().zip(buffer_of) {
-        if let (true, Some(b)) = (a.local, b) {
-            bytes[*b] = bytes[*b].max(CHUNK.min(n) * a.root.dtype.size());
+        match (a.local, b) {
+            (true, Some(b)) => element[*b] = element[*b].max(a.root.dtype.size()),
+            _ => stores += a.root.dtype.size(),
         }
     }
+    // Chunks sized so that one of every array stays in L1, the next one prefetched while the
+    // steps run (`kernel::fused_chunk`), except where a sub-task folds a scalar result: its
+    // chunks' partial results fold in chunk order, and only chunks of the unfused body's
+    // length fold to the unfused result bit for bit. At that length the prefetch does not
+    // pay (Jacobi with its residual 3.6-3.8 ms without, 4.2-4.3 ms with).
+    let (chunk, prefetch) = match task.results.is_empty() {
+        true => (fused_chunk(stores + element.iter().sum::<usize>()), true),
+        false => (CHUNK, false),
+    };
     let mut scratch = Scratch::default();
-    let bases: SmallVec<[*mut u8; 8]> = bytes.iter().map(|&b| scratch.take(b)).collect();
+    let bases: SmallVec<[*mut u8; 8]> = element
+        .iter()
+        .map(|&e| scratch.take(chunk.min(n) * e))
+        .collect();
     let mut slots: SmallVec<[Slot; 8]> = SmallVec::new();
     // Temporaries read before they are written: cleared before every chunk.
     let mut cleared: SmallVec<[Slot; 4]> = SmallVec::new();
@@ -234,7 +248,7 @@ fn kernel_point(
         .collect();
     run_chunks(
         n,
-        CHUNK,
+        chunk,
         &steps,
         &mut results,
         &mut live,
@@ -248,6 +262,7 @@ fn kernel_point(
                 *l = f.is_none();
             }
         },
+        prefetch,
     );
     drop((borrows, scratch));
     Some(PointOut {

@@ -9,9 +9,9 @@
 //!
 //! Temporaries whose lives do not overlap share one buffer ([`share`]): a chunk of every
 //! temporary would otherwise stay in cache at once. Black-Scholes fused has 16 temporaries but
-//! at most 5 alive at any sub-task; with its 5 stores that is 10 chunk-sized arrays (320 KiB
-//! at `CHUNK` = 4096 `f64`) instead of 21 (672 KiB, more than the 512 KiB L2 of a Zen 3 core,
-//! where every step then read its operands from L3).
+//! at most 5 alive at any sub-task; with its 5 stores that is 10 chunk-sized arrays instead
+//! of 21, and the fewer the arrays, the longer the chunk that keeps them all in L1
+//! (`kernel::fused_chunk`: 512 `f64` for Black-Scholes' 10 in a 48 KiB L1).
 
 use crate::task::Privilege;
 use std::cell::RefCell;
