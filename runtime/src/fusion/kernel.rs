@@ -28,20 +28,27 @@ pub(crate) const CHUNK: usize = 4096;
 const MIN_FUSED_CHUNK: usize = 512;
 
 /// Elements per chunk of a kernel-fused task whose arrays (stores and scratch buffers) take
-/// `bytes_per_element` bytes of each element together: the largest power of two at which a
-/// chunk of every array fits in 5/6 of the L1 data cache, from [`MIN_FUSED_CHUNK`] to
-/// [`CHUNK`]. Its steps then read and write L1, not L2: on the Zen 5 bench VM (48 KiB L1d)
-/// fused Black-Scholes takes 9.7-10.0 ms at 512 (40 KiB), 11.3-11.9 at 768 (60 KiB) and
-/// 11.0-11.9 at 4096; with the next chunk prefetched ([`prefetch_share`]: without it the
-/// first step to touch a store's chunk waits on memory, 13.6-16.7 ms at 512).
-pub(crate) fn fused_chunk(bytes_per_element: usize) -> usize {
+/// `bytes_per_element` bytes of each element together: the largest power of two, at most
+/// [`CHUNK`], at which a chunk of every array fits in 5/6 of the L1 data cache, its steps
+/// then reading and writing L1, the next chunk prefetched into L2 meanwhile
+/// ([`prefetch_share`]). `None` where not even [`MIN_FUSED_CHUNK`] fits: the task then runs
+/// `CHUNK` at a time from L2, without the prefetch, as it did before.
+///
+/// Measured on the Zen 5 bench VM (48 KiB L1d, `TESSERA_BENCH_ONLY=black-scholes:fused`, the
+/// chunk and the prefetch made environment variables for the test, interleaved): fused
+/// Black-Scholes 9.7-10.0 ms at 512 (40 KiB), 11.3-11.9 at 768 (60 KiB), 11.0-11.9 at 4096;
+/// 13.6-16.7 at 512 without the prefetch (the first step to touch a store's chunk waits on
+/// memory), and no faster with it at 4096 (11.5-12.4). A Zen 4 host (32 KiB L1d) measured
+/// 512 slower than 4096 without the prefetch (22.9-26.4 against 19.6-20.2 ms, DESIGN.md):
+/// there Black-Scholes' 10 arrays take the `None` path.
+pub(crate) fn fused_chunk(bytes_per_element: usize) -> Option<usize> {
     chunk_in(tessera_formats::caches::l1_data(), bytes_per_element)
 }
 
 /// [`fused_chunk`] for an L1 data cache of `l1` bytes.
-fn chunk_in(l1: usize, bytes_per_element: usize) -> usize {
-    let fit = (l1 / 6 * 5 / bytes_per_element.max(1)).max(1);
-    (1 << fit.ilog2()).clamp(MIN_FUSED_CHUNK, CHUNK)
+fn chunk_in(l1: usize, bytes_per_element: usize) -> Option<usize> {
+    let fit = l1 / 6 * 5 / bytes_per_element.max(1);
+    (fit >= MIN_FUSED_CHUNK).then(|| (1 << fit.ilog2()).min(CHUNK))
 }
 
 /// One chunk of an element-wise task: equal-length slices of its arguments, inputs (arguments
@@ -430,16 +437,17 @@ mod tests {
     #[test]
     fn a_fused_chunk_of_every_array_fits_in_l1() {
         // Black-Scholes: 5 stores and 5 scratch buffers of `f64`, 48 KiB of L1.
-        assert_eq!(chunk_in(48 << 10, 80), 512);
+        assert_eq!(chunk_in(48 << 10, 80), Some(512));
         // Two arrays of `f32` fit a whole `CHUNK`; so does anything in a huge L1.
-        assert_eq!(chunk_in(48 << 10, 8), CHUNK);
-        assert_eq!(chunk_in(usize::MAX, 8), CHUNK);
-        // Too many arrays for any chunk to fit: the fewest elements a call is worth.
-        assert_eq!(chunk_in(32 << 10, 400), MIN_FUSED_CHUNK);
-        assert_eq!(chunk_in(0, 0), MIN_FUSED_CHUNK);
+        assert_eq!(chunk_in(48 << 10, 8), Some(CHUNK));
+        assert_eq!(chunk_in(usize::MAX, 8), Some(CHUNK));
         // Powers of two between: 6 arrays of `f64` in 32 KiB (26 KiB) take 512, not 546.
-        assert_eq!(chunk_in(32 << 10, 48), 512);
-        assert_eq!(chunk_in(64 << 10, 48), 1024);
+        assert_eq!(chunk_in(32 << 10, 48), Some(512));
+        assert_eq!(chunk_in(64 << 10, 48), Some(1024));
+        // Too many arrays for the fewest elements a call is worth: no L1 plan.
+        assert_eq!(chunk_in(32 << 10, 80), None);
+        assert_eq!(chunk_in(48 << 10, 400), None);
+        assert_eq!(chunk_in(0, 0), None);
     }
 
     #[test]
