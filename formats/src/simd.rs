@@ -108,28 +108,31 @@ fn avx512<R>(f: impl FnOnce() -> R) -> R {
 /// instruction (stable Rust has no prefetch intrinsic there).
 #[inline(always)]
 pub fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: `prefetcht0` needs only SSE, in the x86-64 baseline, and neither reads nor
-        // writes memory the program can observe, nor faults on any address (see above): no
-        // precondition is left for the caller.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()) }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
+    prefetch_into::<false, T>(p)
 }
 
-/// As [`prefetch`], into the level-2 cache only: for lines wanted a while from now (the next
-/// chunk of a fused element-wise loop), which would evict the lines in use from level 1.
+/// As [`prefetch`], into the level-2 cache only (`prefetcht1`): for lines wanted a while from
+/// now (the next chunk of a fused element-wise loop), which would evict the lines in use from
+/// level 1.
 #[inline(always)]
 pub fn prefetch_l2<T>(p: *const T) {
+    prefetch_into::<true, T>(p)
+}
+
+#[inline(always)]
+fn prefetch_into<const L2_ONLY: bool, T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-        // SAFETY: as in `prefetch`: `prefetcht1` is baseline SSE, observes and changes no
-        // memory, and never faults.
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(p.cast::<i8>()) }
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+        // SAFETY: `prefetcht0` and `prefetcht1` need only SSE, in the x86-64 baseline, and
+        // neither reads nor writes memory the program can observe, nor faults on any address
+        // (see `prefetch`): no precondition is left for the caller.
+        unsafe {
+            match L2_ONLY {
+                false => _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>()),
+                true => _mm_prefetch::<_MM_HINT_T1>(p.cast::<i8>()),
+            }
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
