@@ -36,8 +36,8 @@ use crate::Index;
 pub const AHEAD: usize = 64;
 
 /// A gathered tensor of at most this many bytes is taken to stay in the caches: a third of the
-/// last-level cache ([`crate::caches::last_level`]). Measured on the bench VM (Zen 4, 32 MiB L3, SpMV of
-/// 16 uniform or power-law columns a row, scratch program, the look-ahead loop's time over the
+/// last-level cache ([`crate::caches::last_level`]). Measured on the bench VM (Zen 4, 32 MiB
+/// L3, SpMV of 16 uniform or power-law columns a row, scratch program, the look-ahead loop's time over the
 /// plain loop's): `x` of 2 and 4 MiB 1.15-1.3 (gathers that hit L2 or L3 gain nothing from the
 /// hint and pay its load and instruction), 8 MiB 0.8-1.15, 12 MiB 0.6-0.8 (one 2-thread run
 /// 1.06), 16 MiB 0.7-0.85.
@@ -94,7 +94,7 @@ pub fn prefetch<T>(vals: &[T], i: usize) {
 /// walk reads next. The walk reads `crd[p + AHEAD]` to hint at what it will gather, and that
 /// read itself waited on memory whenever the hardware prefetcher had not yet reached it
 /// (measured: SpMV with `u32` coordinates, uniform and power-law, 2 M rows, 1 and 2 threads,
-/// scratch program, 9 interleaved runs: 1.05-1.3x faster with this hint than without). The
+/// scratch program, 9 interleaved runs: 1.0-1.3x faster with this hint than without). The
 /// address may lie past the array's end: nothing is read.
 #[inline(always)]
 pub fn prefetch_past<T>(item: &T) {
