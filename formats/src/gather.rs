@@ -40,8 +40,7 @@ pub const AHEAD: usize = 64;
 /// L3, SpMV of 16 uniform or power-law columns a row, scratch program, the look-ahead loop's
 /// time over the plain loop's): `x` of 2 and 4 MiB 1.15-1.3 (gathers that hit L2 or L3 gain
 /// nothing from the hint and pay its load and instruction), 8 MiB 0.8-1.15, 12 MiB 0.6-0.8
-/// (one 2-thread run
-/// 1.06), 16 MiB 0.7-0.85.
+/// (one 2-thread run 1.06), 16 MiB 0.7-0.85.
 fn cached_bytes() -> usize {
     crate::caches::last_level() / 3
 }
