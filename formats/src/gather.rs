@@ -21,12 +21,27 @@
 //! Where the gathers stay near each other (a banded matrix: the next rows' columns are this
 //! row's), the hardware already has the lines, and the extra load and hint per nonzero cost
 //! ~10 % of a loop that is then bound by its instructions. So kernels decide once per call,
-//! with [`far`], and run the plain loop otherwise. A prefetch never changes a result: both
-//! loops compute the same operations in the same order.
+//! with [`reach`], which of three copies of the loop to run (a prefetch never changes a
+//! result: every copy computes the same operations in the same order):
+//! - [`Reach::Far`]: the look-ahead loop above.
+//! - [`Reach::Cached`]: the gathered tensor is larger than level 1 but the gathers hit the
+//!   caches. Then the loop's own streams fall behind: the hardware prefetcher does not keep
+//!   the coordinates and values coming while the gathers keep level 1 busy, and asking for
+//!   them [`STREAM`] positions on ([`prefetch_stream`]) pays. Measured on the Zen 5 bench VM
+//!   (scratch program: rows of 1-31, 1-63 and power-law many nonzeros, `u32` coordinates,
+//!   a vector of 8 Ki-1 Mi `f64`, 15 interleaved runs, also two processes at once): 1.15-1.55x
+//!   faster than the plain loop (1.98x with rows of 32 on average, 1.05-1.09x with rows of
+//!   4-7); at 256 positions on about the same. Not in the look-ahead loop: with gathers that
+//!   miss every cache the extra requests compete with the gathers' (1.45x *slower*).
+//! - [`Reach::L1`]: the plain loop, as a hand-written loop would be. With a vector that fits
+//!   level 1 (up to 32 KiB measured) the stream hints cost 8-25 %; with gathers near each
+//!   other (banded SpMV, `kernels` bench) they gained 5 % with `u32` coordinates and lost 5 %
+//!   with `u64` ones, so those run plain too.
 //!
-//! `TESSERA_PREFETCH=0` never prefetches and `TESSERA_PREFETCH=always` always does (on inputs
-//! of any size: tests use it to run the look-ahead loops on small tensors); unset or anything
-//! else, [`far`] decides. Read once per process.
+//! `TESSERA_PREFETCH=0` never prefetches, `TESSERA_PREFETCH=always` always runs the
+//! look-ahead loops and `TESSERA_PREFETCH=stream` the streaming ones (on inputs of any size:
+//! tests use them to run those loops on small tensors); unset or anything else, [`reach`]
+//! decides. Read once per process.
 
 use std::sync::OnceLock;
 
@@ -52,24 +67,65 @@ const NEAR_BYTES: usize = 32 << 10;
 /// The most lines [`prefetch_row`] asks for (512 bytes: a row of 64 `f64`).
 const ROW_LINES: usize = 8;
 
-/// Coordinates sampled by [`far`].
+/// Coordinates sampled by [`reach`].
 const SAMPLES: usize = 64;
 
-/// Whether a gather loop over the coordinates `crd` (one level's whole array) into a tensor of
-/// `len` slices of `value_bytes` bytes each (values of a vector, rows of a matrix) should
-/// prefetch: the tensor is larger than a third of the last-level cache and, at more than half of `SAMPLES` evenly spaced positions `p`, the gathers at `p`
-/// and `p + AHEAD` lie more than `NEAR_BYTES` apart. O(SAMPLES) reads, whatever the size.
-pub fn far<I: Index>(crd: &[I], len: usize, value_bytes: usize) -> bool {
+/// How far a gather loop's gathers reach: which copy of the loop a kernel runs (see the
+/// module's documentation).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Reach {
+    /// The gathered tensor fits in level 1, or the gathers stay near each other (or
+    /// prefetching is off): the plain loop.
+    L1,
+    /// Apart, in a tensor beyond level 1 that the caches hold: the loop that asks for its own
+    /// coordinates and values [`STREAM`] positions on.
+    Cached,
+    /// Far apart in a tensor larger than the caches: the look-ahead loop.
+    Far,
+}
+
+/// How a gather loop over the coordinates `crd` (one level's whole array) into a tensor of
+/// `len` slices of `value_bytes` bytes each (values of a vector, rows of a matrix) reaches,
+/// where at more than half of `SAMPLES` evenly spaced positions `p` the gathers at `p` and
+/// `p + AHEAD` lie more than `NEAR_BYTES` apart: [`Reach::Far`] if the tensor is larger than
+/// a third of the last-level cache, else [`Reach::Cached`] if it is larger than level 1.
+/// Otherwise, and for gathers that stay near each other (a banded matrix, whose gathers the
+/// hardware streams in with everything else), [`Reach::L1`]. O(SAMPLES) reads, whatever the
+/// size.
+pub fn reach<I: Index>(crd: &[I], len: usize, value_bytes: usize) -> Reach {
     match setting() {
-        Setting::Never => false,
-        Setting::Always => true,
-        Setting::Auto => spread(crd, len, value_bytes, cached_bytes()),
+        Setting::Never => Reach::L1,
+        Setting::Always => Reach::Far,
+        Setting::Stream => Reach::Cached,
+        Setting::Auto => {
+            let caches = (crate::caches::l1_data(), cached_bytes());
+            measure(crd, len, value_bytes, caches)
+        }
     }
 }
 
-/// [`far`]'s measurement, whatever the environment says, for caches holding `cached` bytes.
-fn spread<I: Index>(crd: &[I], len: usize, value_bytes: usize, cached: usize) -> bool {
-    if len.saturating_mul(value_bytes) <= cached || crd.len() <= AHEAD {
+/// [`reach`]'s measurement, whatever the environment says, for a level 1 of `l1` bytes and
+/// caches holding `cached`.
+fn measure<I: Index>(
+    crd: &[I],
+    len: usize,
+    value_bytes: usize,
+    (l1, cached): (usize, usize),
+) -> Reach {
+    let bytes = len.saturating_mul(value_bytes);
+    if bytes <= l1 || !apart(crd, value_bytes) {
+        Reach::L1
+    } else if bytes <= cached {
+        Reach::Cached
+    } else {
+        Reach::Far
+    }
+}
+
+/// Whether the gathers at most of `SAMPLES` evenly spaced positions `p` and `p + AHEAD` lie
+/// more than `NEAR_BYTES` apart (never for `AHEAD` coordinates or fewer).
+fn apart<I: Index>(crd: &[I], value_bytes: usize) -> bool {
+    if crd.len() <= AHEAD {
         return false;
     }
     let span = (crd.len() - AHEAD) as u128;
@@ -101,6 +157,17 @@ pub fn prefetch_past<T>(item: &T) {
     crate::simd::prefetch((item as *const T).wrapping_add(AHEAD));
 }
 
+/// How many positions ahead a streaming loop asks for its own coordinates and values.
+pub const STREAM: usize = 512;
+
+/// Asks for the line `STREAM` elements past `item` in its array (a coordinate or a value the
+/// loop reads now; see [`Reach::Cached`]). The address may lie past the array's end: nothing
+/// is read.
+#[inline(always)]
+pub fn prefetch_stream<T>(item: &T) {
+    crate::simd::prefetch((item as *const T).wrapping_add(STREAM));
+}
+
 /// Asks for every line of `vals[start..start + len]` (a row of a dense matrix), as
 /// [`prefetch`] does for one value; the range may lie outside `vals`.
 #[inline(always)]
@@ -123,6 +190,7 @@ enum Setting {
     Never,
     Auto,
     Always,
+    Stream,
 }
 
 /// The environment's setting, read once per process.
@@ -135,6 +203,7 @@ fn parse(env: Option<&str>) -> Setting {
     match env {
         Some("0") => Setting::Never,
         Some("always") => Setting::Always,
+        Some("stream") => Setting::Stream,
         _ => Setting::Auto,
     }
 }
@@ -164,41 +233,51 @@ mod tests {
     }
 
     const N: usize = 1 << 21;
-    /// Caches of 1 MiB in the tests (the machine's own size is read by `far`).
+    /// Caches of 1 MiB in the tests (the machine's own size is read by `reach`).
     const CACHED: usize = 1 << 20;
 
+    /// Level 1 of 48 KiB and caches of 1 MiB in the tests (the machine's own sizes are read
+    /// by `reach`).
+    const SIZES: (usize, usize) = (48 << 10, CACHED);
+
     #[test]
-    fn scattered_gathers_into_a_large_vector_prefetch() {
+    fn scattered_gathers_into_a_large_vector_look_ahead() {
         let crd = rows(10_000, 16, |r, k| (scramble(r * 16 + k) % N) as u32);
-        assert!(spread(&crd, N, 8, CACHED));
-        // The same gathers into a vector the caches hold do not.
-        assert!(!spread(&crd, CACHED / 8, 8, CACHED));
+        assert_eq!(measure(&crd, N, 8, SIZES), Reach::Far);
+        // The same gathers into a vector the caches hold stream, and into one level 1 holds
+        // run plain.
+        assert_eq!(measure(&crd, CACHED / 8, 8, SIZES), Reach::Cached);
+        assert_eq!(measure(&crd, SIZES.0 / 8 + 1, 8, SIZES), Reach::Cached);
+        assert_eq!(measure(&crd, SIZES.0 / 8, 8, SIZES), Reach::L1);
     }
 
     #[test]
-    fn banded_gathers_do_not_prefetch_however_large_the_vector() {
+    fn banded_gathers_run_plain_however_large_the_vector() {
         // Columns within 64 of the row: `AHEAD` positions on is four rows on.
         let crd = rows(10_000, 16, |r, k| (r + scramble(r * 16 + k) % 64) as u32);
-        assert!(!spread(&crd, N, 8, CACHED));
+        assert_eq!(measure(&crd, N, 8, SIZES), Reach::L1);
+        assert_eq!(measure(&crd, CACHED / 8, 8, SIZES), Reach::L1);
         // Rows of a banded matrix taken in a scattered order are far again.
         let crd = rows(10_000, 16, |r, k| {
             ((scramble(r) % (N - 64)) + scramble(r * 16 + k) % 64) as u32
         });
-        assert!(spread(&crd, N, 8, CACHED));
+        assert_eq!(measure(&crd, N, 8, SIZES), Reach::Far);
     }
 
     #[test]
-    fn short_and_empty_levels_never_prefetch() {
+    fn short_and_empty_levels_run_plain() {
         let crd: Vec<u32> = (0..AHEAD as u32).map(|i| i * 100_000).collect();
-        assert!(!spread(&crd, N, 8, CACHED));
-        assert!(!spread::<u32>(&[], N, 8, CACHED));
-        assert!(!spread(&crd[..AHEAD / 2], usize::MAX, usize::MAX, CACHED));
+        assert_eq!(measure(&crd, N, 8, SIZES), Reach::L1);
+        assert_eq!(measure::<u32>(&[], N, 8, SIZES), Reach::L1);
+        let short = &crd[..AHEAD / 2];
+        assert_eq!(measure(short, usize::MAX, usize::MAX, SIZES), Reach::L1);
     }
 
     #[test]
     fn the_environment_switch_reads_as_documented() {
         assert_eq!(parse(Some("0")), Setting::Never);
         assert_eq!(parse(Some("always")), Setting::Always);
+        assert_eq!(parse(Some("stream")), Setting::Stream);
         assert_eq!(parse(Some("1")), Setting::Auto);
         assert_eq!(parse(None), Setting::Auto);
     }
@@ -212,6 +291,7 @@ mod tests {
         }
         // `AHEAD` past the last element is far outside the array.
         prefetch_past(&v[3]);
+        prefetch_stream(&v[3]);
         assert_eq!(v, [1.0; 4]);
     }
 }

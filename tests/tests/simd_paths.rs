@@ -1,15 +1,16 @@
 //! Generated kernels run through `tessera_formats::simd::wide`: compiled for AVX-512, AVX2 +
-//! FMA or the plain baseline, whichever the CPU has; and their gathers from large vectors
-//! prefetch ahead (`tessera_formats::gather`), in a second copy of the gather loop. Neither
-//! may change a bit. The path is decided once per process (from the CPU and `TESSERA_SIMD`),
-//! and so is whether prefetching is off, forced or left to each call's data
-//! (`TESSERA_PREFETCH`), so these tests run themselves again as child processes, one per
-//! setting, and compare the children's bits (and check that, left to the data, an SpMV whose
-//! gathers lie far apart in a vector larger than the cache takes the look-ahead copy).
+//! FMA or the plain baseline, whichever the CPU has; and their gathers from vectors larger
+//! than level 1 prefetch (`tessera_formats::gather`), in copies of the gather loop that stream
+//! their own arrays ahead or walk the gathers ahead. Neither may change a bit. The path is
+//! decided once per process (from the CPU and `TESSERA_SIMD`), and so is whether prefetching
+//! is off, forced to one copy or left to each call's data (`TESSERA_PREFETCH`), so these tests
+//! run themselves again as child processes, one per setting, and compare the children's bits
+//! (and check that, left to the data, an SpMV whose gathers lie far apart in a vector larger
+//! than the cache takes the look-ahead copy, and one into a cached vector the streaming copy).
 #![allow(non_snake_case)]
 
 use std::process::Command;
-use tessera::formats::simd;
+use tessera::formats::{gather, gather::Reach, simd};
 use tessera::plans::Stored;
 use tessera::runtime::Runtime;
 use tessera::{tensor, Format, Tensor};
@@ -57,7 +58,8 @@ fn kernels() -> Vec<Tensor<f64>> {
 /// sequential and parallel, COO SpMV, TTV, a row-split SpMV run as block tasks on a runtime,
 /// with views of the vector at nonzero offsets) and matrix rows (SpMM sequential and
 /// parallel, SDDMM, whose loop walks positions, MTTKRP). Under `TESSERA_PREFETCH=always`
-/// every one runs its look-ahead loop, on inputs far smaller than the caches.
+/// every one runs its look-ahead loop, under `stream` its streaming one, on inputs far smaller
+/// than the caches.
 fn gathers() -> Vec<Tensor<f64>> {
     let mut rng = Rng::new(7);
     let fmt = |s: &str, r: usize| Format::parse(s, r).unwrap();
@@ -90,35 +92,41 @@ fn gathers() -> Vec<Tensor<f64>> {
     ]
 }
 
-/// Columns of [`far_spmv`]'s vector: 48 MiB of values, past a third of any last-level cache
-/// up to 144 MiB, so that `gather::far` picks the look-ahead loops when the data decides.
+/// Columns of the far SpMV's vector: 48 MiB of values, past a third of any last-level cache
+/// up to 144 MiB, so that `gather::reach` picks the look-ahead loops when the data decides.
 const FAR_COLUMNS: usize = 6 << 20;
 
-/// A CSR matrix of 64 rows whose 64 nonzeros a row lie far apart in a vector of
-/// [`FAR_COLUMNS`] values, that vector, and whether the data picks the look-ahead copy of
-/// SpMV's gather loop for them ([`tessera::formats::gather::far`], as the kernel asks).
-fn far_spmv() -> (Tensor<f64>, Tensor<f64>, bool) {
-    let (rows, per_row) = (64usize, 64usize);
+/// Columns of the cached SpMV's vector: 512 KiB of values, past any level 1 and within a
+/// third of any last-level cache from 1.5 MiB, so that the data picks the streaming loops.
+const CACHED_COLUMNS: usize = 1 << 16;
+
+/// A CSR matrix of 64 rows whose `per_row` nonzeros a row lie far apart in a vector of
+/// `columns` values (and from the next rows': the gathers `gather::AHEAD` positions apart
+/// lie more than 32 KiB apart, for both sizes used), that vector, and which copy of SpMV's
+/// gather loop the data picks for them ([`tessera::formats::gather::reach`], as the kernel
+/// asks).
+fn spmv_over(columns: usize, per_row: usize) -> (Tensor<f64>, Tensor<f64>, Reach) {
+    let rows = 64usize;
     let entries: Vec<(Vec<usize>, f64)> = (0..rows)
         .flat_map(|i| {
             (0..per_row).map(move |k| {
-                let j = (k * (FAR_COLUMNS / per_row) + i * 7919) % FAR_COLUMNS;
+                let j = (k * (columns / per_row) + i * 7919) % columns;
                 (vec![i, j], 1.0 + (i * per_row + k) as f64 * 1e-3)
             })
         })
         .collect();
-    let A = Tensor::from_entries(vec![rows, FAR_COLUMNS], "csr", entries).unwrap();
-    let x = (0..FAR_COLUMNS)
+    let A = Tensor::from_entries(vec![rows, columns], "csr", entries).unwrap();
+    let x = (0..columns)
         .map(|j| (j % 1013) as f64 * 0.01 - 5.0)
         .collect();
-    let x = Tensor::dense_from_vec(vec![FAR_COLUMNS], x).unwrap();
-    let far = match &A.levels()[1] {
+    let x = Tensor::dense_from_vec(vec![columns], x).unwrap();
+    let reach = match &A.levels()[1] {
         tessera::Level::Compressed { crd, .. } => {
-            tessera::formats::gather::far(crd, FAR_COLUMNS, std::mem::size_of::<f64>())
+            gather::reach(crd, columns, std::mem::size_of::<f64>())
         }
         _ => unreachable!("CSR"),
     };
-    (A, x, far)
+    (A, x, reach)
 }
 
 /// The `PATH` line of the child process running test `test` with `var` set to `setting` (or
@@ -178,10 +186,15 @@ fn every_simd_path_gives_the_same_bits() {
 fn prefetching_gathers_gives_the_same_bits() {
     if std::env::var_os(CHILD).is_some() {
         let setting = std::env::var("TESSERA_PREFETCH").unwrap_or_default();
-        let (A, x, far) = far_spmv();
         let mut out = gathers();
-        out.push(tensor!(y(i) = A(i,j) * x(j); A: csr).unwrap());
-        let path = format!("{setting}:{}", far as u8);
+        let mut reached = Vec::new();
+        for (columns, per_row) in [(FAR_COLUMNS, 64), (CACHED_COLUMNS, 4)] {
+            let (A, x, reach) = spmv_over(columns, per_row);
+            out.push(tensor!(y(i) = A(i,j) * x(j); A: csr).unwrap());
+            out.push(tensor!(y(i) = A(i,j) * x(j); A: csr; parallelize(i)).unwrap());
+            reached.push(format!("{reach:?}"));
+        }
+        let path = format!("{setting}:{}", reached.join(","));
         println!("PATH {path} BITS {:016x}", digest(&out));
         return;
     }
@@ -194,13 +207,21 @@ fn prefetching_gathers_gives_the_same_bits() {
     };
     let never = run(Some("0"));
     let always = run(Some("always"));
+    let stream = run(Some("stream"));
     let decided = run(None);
-    // The data decided for the far-apart SpMV (and only the settings overrule it).
+    // The data decided for the far-apart SpMV and the cached one (and only the settings
+    // overrule it).
     assert_eq!(
-        (never.0.as_str(), always.0.as_str(), decided.0.as_str()),
-        ("0:0", "always:1", ":1")
+        [&never.0, &always.0, &stream.0, &decided.0].map(String::as_str),
+        [
+            "0:L1,L1",
+            "always:Far,Far",
+            "stream:Cached,Cached",
+            ":Far,Cached"
+        ]
     );
     assert_eq!(never.1, always.1, "the look-ahead loops changed a bit");
+    assert_eq!(never.1, stream.1, "the streaming loops changed a bit");
     assert_eq!(
         never.1, decided.1,
         "the loops chosen by the data changed a bit"

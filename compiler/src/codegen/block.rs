@@ -11,7 +11,7 @@
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 
-use super::{nested_fn_attributes, sanitize, wide_call, Gen, OutTarget};
+use super::{nested_fn_attributes, sanitize, wide_call, Gen, OutTarget, Prefetch};
 use crate::ir::{Kernel, Nest, OutputKind};
 
 /// The block kernel as one function item: `pub fn kernel_block<V: Value, I: Index>(inputs:
@@ -33,7 +33,7 @@ fn block_gen(k: &Kernel) -> Gen<'_> {
         block: true,
         mirror: None,
         trusted: false,
-        lookahead: false,
+        prefetch: Prefetch::Plain,
         flat: None,
     }
 }

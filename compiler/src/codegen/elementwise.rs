@@ -8,7 +8,7 @@
 //! emitter, the same accumulation into the reduction's identity), so results are bitwise those
 //! of `tensor!` without a runtime.
 
-use super::Gen;
+use super::{Gen, Prefetch};
 use crate::ir::Kernel;
 pub use crate::plan::on_runtime::is_elementwise;
 use crate::plan::on_runtime::scalar_inputs;
@@ -38,7 +38,7 @@ pub fn emit_elementwise_named(k: &Kernel, name: &Ident) -> TokenStream {
         block: false,
         mirror: None,
         trusted: false,
-        lookahead: false,
+        prefetch: Prefetch::Plain,
         flat: None,
     };
     // Array inputs are the chunk's aligned slices, scalar inputs its scalar arguments, each

@@ -123,6 +123,7 @@ impl Gen<'_> {
                         items: quote!(#crd[lo..hi].iter().zip(&#vals[lo..hi])),
                         item: quote!((c, #v)),
                         bind: quote!(let #var = c.to_usize(); let #v: V = *#v;),
+                        streams: vec![quote!(c), quote!(#v)],
                     };
                     return self.walk_level(nest, d, (lo, hi, narrow), walk, &label, &visit);
                 }
@@ -156,6 +157,7 @@ impl Gen<'_> {
                     items: quote!(lo..hi),
                     item: quote!(#p),
                     bind,
+                    streams: Vec::new(),
                 };
                 self.walk_level(nest, d, (lo, hi, narrow), walk, &label, &visit)
             }

@@ -65,7 +65,7 @@ pub fn emit_named(k: &Kernel, name: &Ident) -> TokenStream {
         block: false,
         mirror: crate::lower::mirror(k),
         trusted: false,
-        lookahead: false,
+        prefetch: Prefetch::Plain,
         flat: None,
     };
     g.function(name, quote!(), quote!())
@@ -136,12 +136,23 @@ struct Gen<'k> {
     /// [`Gen::job`]), which sees the `const` zero offsets, and a located dense first level is
     /// indexed without a test (see [`Gen::trusts_first_level`]).
     trusted: bool,
-    /// Emitting the copy of a nest whose gather loops prefetch ahead (see `prefetch`); the
-    /// nest picks a copy once per call, so the plain copy is exactly the loop without them.
-    lookahead: bool,
+    /// Which copy of a gathering nest is being emitted (see `prefetch`); the nest picks a
+    /// copy once per call, so the plain copy is exactly the loop without hints.
+    prefetch: Prefetch,
     /// Emitting the loops below a flattened level (see `flatten`): the next level's range is
     /// that of the whole range the flattened loop would have walked.
     flat: Option<LevelRef>,
+}
+
+/// The copies of a gathering nest (see `prefetch`, and `tessera_formats::gather::Reach`).
+#[derive(Clone, Copy, PartialEq)]
+enum Prefetch {
+    /// No hints (and, outside a copy, the nest still to be split into copies).
+    Plain,
+    /// The last level's walks ask for their own coordinates and values `STREAM` on.
+    Stream,
+    /// The gather loops ask for what they gather `AHEAD` positions on.
+    Ahead,
 }
 
 /// Where a nest writes its dense or scalar output.
@@ -484,13 +495,13 @@ impl Gen<'_> {
     }
 
     fn nest(&self, nest: &Nest) -> TokenStream {
-        match self.lookahead_choice(nest) {
+        match self.prefetch_choice(nest) {
             Some(choice) => choice,
             None => self.plain_nest(nest),
         }
     }
 
-    /// A nest as one copy (see [`Gen::lookahead_choice`] for the two a gathering nest has).
+    /// A nest as one copy (see [`Gen::prefetch_choice`] for the three a gathering nest has).
     fn plain_nest(&self, nest: &Nest) -> TokenStream {
         if self.block {
             return self.block_nest(nest);

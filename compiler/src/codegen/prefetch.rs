@@ -1,15 +1,16 @@
-//! Look-ahead prefetch in loops that gather from dense tensors at a sparse level's
-//! coordinates: SpMV's `x(j)`, SpMM's row `B(k,:)`, SDDMM's `D(j,:)` at each nonzero. The
-//! loop is emitted twice: plain, and walking the coordinates `AHEAD` positions on beside its
-//! own to ask for the lines it will gather then (`tessera_formats::gather`, which explains
-//! why and when). Which one runs is decided once per call from the data (`gather::far`); both
-//! compute the same operations in the same order.
+//! Prefetch in loops that gather from dense tensors at a sparse level's coordinates: SpMV's
+//! `x(j)`, SpMM's row `B(k,:)`, SDDMM's `D(j,:)` at each nonzero. Such a nest is emitted in up
+//! to three copies (`tessera_formats::gather`, which explains why and when each pays): plain;
+//! streaming, its walks over a last level asking for their own coordinates and values
+//! `STREAM` positions on; and look-ahead, walking the coordinates `AHEAD` positions on beside
+//! its own to ask for the lines it will gather then. Which one runs is decided once per call
+//! from the data (`gather::reach`); all compute the same operations in the same order.
 
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
 use tessera_formats::LevelType;
 
-use super::Gen;
+use super::{Gen, Prefetch};
 use crate::ir::{Domain, LevelRef, Nest};
 
 /// How a loop over one level's positions `lo..hi` walks them: `for #item in #items { #bind
@@ -18,12 +19,15 @@ pub(super) struct Walk {
     pub items: TokenStream,
     pub item: TokenStream,
     pub bind: TokenStream,
+    /// References `item` binds to the elements of the arrays the walk streams through (a
+    /// last level's coordinate and value), which the streaming copy asks for ahead.
+    pub streams: Vec<TokenStream>,
 }
 
 impl Gen<'_> {
     /// The loop over positions `lo..hi` of loop `d`'s level (after `narrow`), visiting each
     /// coordinate with `visit` under `label`; in the look-ahead copy of a nest
-    /// ([`Gen::lookahead_choice`]), asking for the lines of what it gathers `AHEAD` positions
+    /// ([`Gen::prefetch_choice`]), asking for the lines of what it gathers `AHEAD` positions
     /// on (fewer within `AHEAD` of the level's end).
     pub(super) fn walk_level(
         &self,
@@ -34,14 +38,24 @@ impl Gen<'_> {
         label: &syn::Lifetime,
         visit: &TokenStream,
     ) -> TokenStream {
-        let Walk { items, item, bind } = walk;
+        let Walk {
+            items,
+            item,
+            bind,
+            streams,
+        } = walk;
         let r = nest.loops[d].iterate[0];
         let gathered = self.gathered(nest, d);
-        if !self.lookahead || gathered.is_empty() {
+        if self.prefetch != Prefetch::Ahead || gathered.is_empty() {
+            let streams = match self.prefetch {
+                Prefetch::Stream => streams,
+                _ => Vec::new(),
+            };
             return quote! {
                 let (lo, hi) = (#lo, #hi);
                 #narrow
                 for #item in #items {
+                    #(::tessera_formats::gather::prefetch_stream(#streams);)*
                     #bind
                     #label: { #visit }
                 }
@@ -69,35 +83,43 @@ impl Gen<'_> {
         }
     }
 
-    /// A nest that gathers, as two copies: with its gather loops prefetching ahead where one
-    /// of its flags says the gathers are far apart, plain otherwise. The choice is made once
-    /// per call (not per row), so a kernel whose gathers stay near runs the loops it ran
-    /// before prefetching existed, instruction for instruction. `None` for a nest that does not
-    /// gather, and inside either copy.
-    pub(super) fn lookahead_choice(&self, nest: &Nest) -> Option<TokenStream> {
-        if self.lookahead {
+    /// A nest that gathers, as copies (see the module's documentation): look-ahead where one of
+    /// its flags says the gathers are far, streaming where one says they reach beyond level 1,
+    /// plain otherwise. The choice is made once per call (not per row), so a kernel whose
+    /// gathers stay in level 1 runs the loops it ran before prefetching existed, instruction
+    /// for instruction. `None` for a nest that does not gather, and inside a copy.
+    pub(super) fn prefetch_choice(&self, nest: &Nest) -> Option<TokenStream> {
+        if self.prefetch != Prefetch::Plain {
             return None;
         }
         let flags: Vec<Ident> = self
             .nest_gathers(nest)
             .into_iter()
-            .map(|(r, g)| self.far_flag(r, g))
+            .map(|(r, g)| self.reach_flag(r, g))
             .collect();
         if flags.is_empty() {
             return None;
         }
-        let ahead = Gen {
-            lookahead: true,
-            ..*self
-        };
-        let (ahead, plain) = (ahead.nest(nest), self.plain_nest(nest));
-        // A nest whose only gathering loop is not walked ahead (the outer loop over threads
-        // of a parallel kernel) comes out the same both ways: one copy.
-        if ahead.to_string() == plain.to_string() {
-            return Some(plain);
-        }
-        Some(quote! {
-            if #(#flags)||* { #ahead } else { #plain }
+        let copy = |prefetch| Gen { prefetch, ..*self }.nest(nest);
+        let (ahead, stream, plain) = (
+            copy(Prefetch::Ahead),
+            copy(Prefetch::Stream),
+            self.plain_nest(nest),
+        );
+        // A copy that comes out the same as the plain one is not emitted: a nest whose only
+        // gathering loop is not walked ahead (the outer loop over threads of a parallel
+        // kernel), or that walks no last level with its values.
+        let same = |copy: &TokenStream| copy.to_string() == plain.to_string();
+        let any =
+            |reach: TokenStream| quote!(#(#flags == ::tessera_formats::gather::Reach::#reach)||*);
+        let (far, cached) = (any(quote!(Far)), any(quote!(Cached)));
+        Some(match (same(&ahead), same(&stream)) {
+            (true, true) => plain,
+            (false, true) => quote!(if #far { #ahead } else { #plain }),
+            (true, false) => quote!(if !(#far) && (#cached) { #stream } else { #plain }),
+            (false, false) => quote! {
+                if #far { #ahead } else if #cached { #stream } else { #plain }
+            },
         })
     }
 
@@ -149,11 +171,11 @@ impl Gen<'_> {
         }
     }
 
-    /// The local saying whether the gathers from `g` at level `r`'s coordinates are far
-    /// apart (see [`Gen::gather_flags`]).
-    fn far_flag(&self, r: LevelRef, g: LevelRef) -> Ident {
+    /// The local saying how far the gathers from `g` at level `r`'s coordinates reach (a
+    /// `gather::Reach`, see [`Gen::gather_flags`]).
+    fn reach_flag(&self, r: LevelRef, g: LevelRef) -> Ident {
         let (t, w) = (self.tensor_of(r.access), self.tensor_of(g.access));
-        format_ident!("far_t{}_l{}_t{}", t, r.level, w)
+        format_ident!("reach_t{}_l{}_t{}", t, r.level, w)
     }
 
     /// Every `(iterated level, gathered tensor)` pair of one nest's loops, once each.
@@ -178,27 +200,27 @@ impl Gen<'_> {
     ) -> Vec<(LevelRef, LevelRef)> {
         let mut out: Vec<(LevelRef, LevelRef)> = Vec::new();
         for (r, g) in pairs {
-            let flag = self.far_flag(r, g);
-            if out.iter().all(|(r2, g2)| self.far_flag(*r2, *g2) != flag) {
+            let flag = self.reach_flag(r, g);
+            if out.iter().all(|(r2, g2)| self.reach_flag(*r2, *g2) != flag) {
                 out.push((r, g));
             }
         }
         out
     }
 
-    /// Decides, once per call, each [`Gen::gathers`] pair's flag (`gather::far` over the
+    /// Decides, once per call, each [`Gen::gathers`] pair's flag (`gather::reach` over the
     /// level's whole coordinate array, in slices of the gathered tensor).
     pub(super) fn gather_flags(&self) -> TokenStream {
         let flags = self.gathers().into_iter().map(|(r, g)| {
-            let flag = self.far_flag(r, g);
+            let flag = self.reach_flag(r, g);
             let crd = self.lvl(self.tensor_of(r.access), r.level, "crd");
             let vals = self.vals(self.tensor_of(g.access));
             let len = self.row_len(g);
             quote! {
-                let #flag: bool = {
+                let #flag: ::tessera_formats::gather::Reach = {
                     let len: usize = #len.max(1);
                     let bytes = len.saturating_mul(::std::mem::size_of::<V>());
-                    ::tessera_formats::gather::far(#crd, #vals.len() / len, bytes)
+                    ::tessera_formats::gather::reach(#crd, #vals.len() / len, bytes)
                 };
             }
         });
@@ -209,7 +231,12 @@ impl Gen<'_> {
     pub(super) fn gather_params(&self) -> Vec<(Ident, TokenStream)> {
         let pairs = self.gathers().into_iter();
         pairs
-            .map(|(r, g)| (self.far_flag(r, g), quote!(bool)))
+            .map(|(r, g)| {
+                (
+                    self.reach_flag(r, g),
+                    quote!(::tessera_formats::gather::Reach),
+                )
+            })
             .collect()
     }
 }
