@@ -251,23 +251,43 @@ fn resident(ptr: *mut u8, len: usize) -> u64 {
 /// (calloc and memset were ~14 % of its instructions), often freed by a worker into the
 /// issuing thread's malloc arena; reused whole, a vector written whole (`write_all`) is
 /// neither zeroed nor allocated.
-#[derive(Default)]
 pub(crate) struct MapPool {
     maps: Mutex<Vec<memmap2::MmapMut>>,
     owned: Mutex<Vec<Data>>,
     /// Ordinary buffers of [`SMALL_MIN_BYTES`] up to [`SPARSE_MIN_BYTES`] (not included).
     small: Mutex<Vec<Data>>,
+    /// Most bytes of ordinary buffers kept ([`pool_bytes`]).
+    budget: usize,
+}
+
+impl Default for MapPool {
+    /// The pool of a runtime of one rank.
+    fn default() -> MapPool {
+        MapPool::with_budget(pool_bytes(1))
+    }
 }
 
 /// Most mappings a pool keeps (dropped stores beyond this are unmapped).
 const POOL_MAPS: usize = 4;
 
-/// Most bytes of ordinary buffers a pool keeps (one rank's dropped stores): a dropped store's
-/// memory stays with the runtime only up to this, about what the allocator itself would keep
-/// (a program that drops a store of gigabytes gets them back), which covers the vectors of
-/// up to 16 M cells an iterative method makes anew every iteration. Mappings (across ranks)
-/// are bounded by count only: a rank holds only the pages its pieces touched.
-const POOL_BYTES: usize = 128 << 20;
+/// Most bytes of ordinary buffers the pool of one of `ranks` ranks keeps: a sixteenth of the
+/// machine's memory shared among the ranks, and at least [`MIN_POOL_BYTES`]. A dropped
+/// store's memory stays with the runtime only up to this (a program that drops a store of
+/// gigabytes gets them back), which covers the vectors an iterative method makes anew every
+/// iteration. A fixed 128 MiB stopped short of vectors of 16 M cells: the naturally written
+/// CG of the fusion bench at 16.8 M unknowns (`TESSERA_BENCH_CG_K=4096`, 134 MB vectors) made
+/// every vector in fresh pages, and page faults and the kernel's zeroing took half of each
+/// iteration (179 ms fused, 227 ms unfused; with the pool 81-100 and 88-104 ms). Mappings
+/// (across ranks) are bounded by count only: a rank holds only the pages its pieces touched.
+fn pool_bytes(ranks: usize) -> usize {
+    // SAFETY: `sysconf` has no preconditions; -1 (unknown) is read as no memory.
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) }.max(0) as usize;
+    let share = pages.saturating_mul(page_size()) / 16 / ranks.max(1);
+    share.max(MIN_POOL_BYTES)
+}
+
+/// The least [`pool_bytes`]: 128 MiB, about what the allocator itself would keep.
+const MIN_POOL_BYTES: usize = 128 << 20;
 
 /// The least bytes of a small ordinary buffer the pool keeps: below this malloc's own free
 /// lists are as quick as the pool's lock, scan and stale-cell bookkeeping.
@@ -278,9 +298,24 @@ const SMALL_MIN_BYTES: usize = 4 << 10;
 const SMALL_KEPT: usize = 32;
 
 impl MapPool {
+    /// A pool keeping at most `budget` bytes of large ordinary buffers.
+    pub(crate) fn with_budget(budget: usize) -> MapPool {
+        MapPool {
+            maps: Mutex::default(),
+            owned: Mutex::default(),
+            small: Mutex::default(),
+            budget,
+        }
+    }
+
+    /// The pool of one of `ranks` ranks ([`pool_bytes`]).
+    pub(crate) fn for_ranks(ranks: usize) -> MapPool {
+        MapPool::with_budget(pool_bytes(ranks))
+    }
+
     /// Keeps `data` for reuse — its mapping, or an ordinary buffer of at least
     /// [`SMALL_MIN_BYTES`] — if the pool has room ([`POOL_MAPS`] mappings and as many large
-    /// ordinary buffers, [`POOL_BYTES`] of them in all; [`SMALL_KEPT`] small ones).
+    /// ordinary buffers, its budget of bytes in all; [`SMALL_KEPT`] small ones).
     pub(crate) fn put(&self, data: Data) {
         if data.is_mapped() {
             let mut maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
@@ -302,7 +337,7 @@ impl MapPool {
         }
         let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
         let kept: usize = owned.iter().map(Data::bytes).sum();
-        let room = POOL_BYTES.saturating_sub(kept);
+        let room = self.budget.saturating_sub(kept);
         if (SPARSE_MIN_BYTES..=room).contains(&data.bytes()) && owned.len() < POOL_MAPS {
             owned.push(data);
         }
@@ -1157,8 +1192,9 @@ mod tests {
 
     #[test]
     fn a_pool_keeps_at_most_its_bytes_of_ordinary_buffers() {
-        let pool = MapPool::default();
-        let len = POOL_BYTES / 8 / 2 + 1; // u64 cells: just over half the pool's bytes
+        let budget = 2 * SPARSE_MIN_BYTES;
+        let pool = MapPool::with_budget(budget);
+        let len = budget / 8 / 2 + 1; // u64 cells: just over half the pool's bytes
         for _ in 0..2 {
             pool.put(Data::U64(Buf::from_vec(vec![0u64; len])));
         }
@@ -1167,6 +1203,14 @@ mod tests {
             1,
             "the second would pass the bytes"
         );
+    }
+
+    #[test]
+    fn a_pool_s_budget_is_a_share_of_memory_never_below_the_least() {
+        assert!(pool_bytes(1) >= MIN_POOL_BYTES);
+        assert!(pool_bytes(4) <= pool_bytes(1));
+        assert_eq!(pool_bytes(usize::MAX), MIN_POOL_BYTES);
+        assert_eq!(MapPool::for_ranks(2).budget, pool_bytes(2));
     }
 
     /// A mapping of `len` u64 whose first `written` cells held 5, dropped into a pool, then

@@ -465,7 +465,7 @@ impl RuntimeBuilder {
             fused_body: Arc::new(|_: &mut TaskContext<'_>| {
                 unreachable!("a fused task runs its sub-tasks' bodies")
             }),
-            mem: Arc::default(),
+            mem: Arc::new(Memory::for_ranks(ranks)),
             roots: Mutex::default(),
             comm_thread: Mutex::default(),
             window_thread: Mutex::default(),

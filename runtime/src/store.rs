@@ -71,6 +71,7 @@ impl Bound {
 
 /// What a runtime's stores take: bytes allocated so far, and bytes held by live stores whose
 /// buffers are whole (the others, across ranks, are measured page by page: `Buf::resident_bytes`).
+/// `Default` is a runtime of one rank's ([`Memory::for_ranks`]).
 #[derive(Default)]
 pub(crate) struct Memory {
     pub allocated: AtomicU64,
@@ -80,6 +81,14 @@ pub(crate) struct Memory {
 }
 
 impl Memory {
+    /// The memory of a runtime of `ranks` ranks: its pool keeps a share of the machine's.
+    pub(crate) fn for_ranks(ranks: usize) -> Memory {
+        Memory {
+            pool: MapPool::for_ranks(ranks),
+            ..Memory::default()
+        }
+    }
+
     fn add(&self, bytes: u64, sparse: bool) {
         self.allocated.fetch_add(bytes, Ordering::Relaxed);
         if !sparse {
