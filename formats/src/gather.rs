@@ -34,9 +34,10 @@
 //!   4-7); at 256 positions on about the same. Not in the look-ahead loop: with gathers that
 //!   miss every cache the extra requests compete with the gathers' (1.45x *slower*).
 //! - [`Reach::L1`]: the plain loop, as a hand-written loop would be. With a vector that fits
-//!   level 1 (up to 32 KiB measured) the stream hints cost 8-25 %; with gathers near each
-//!   other (banded SpMV, `kernels` bench) they gained 5 % with `u32` coordinates and lost 5 %
-//!   with `u64` ones, so those run plain too.
+//!   level 1 (up to 32 KiB measured) the stream hints cost 8-25 %. With gathers near each
+//!   other in a vector larger than the caches (banded SpMV, `kernels` bench, 2 M rows) they
+//!   gained 5 % with `u32` coordinates and lost 5 % with `u64` ones, so those run plain too;
+//!   into a cached vector (200 k rows) they gained 2-17 % in 7 runs of 8, so those stream.
 //!
 //! `TESSERA_PREFETCH=0` never prefetches, `TESSERA_PREFETCH=always` always runs the
 //! look-ahead loops and `TESSERA_PREFETCH=stream` the streaming ones (on inputs of any size:
@@ -74,10 +75,10 @@ const SAMPLES: usize = 64;
 /// module's documentation).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Reach {
-    /// The gathered tensor fits in level 1, or the gathers stay near each other (or
-    /// prefetching is off): the plain loop.
+    /// The gathered tensor fits in level 1, or it is larger than the caches and the gathers
+    /// stay near each other (or prefetching is off): the plain loop.
     L1,
-    /// Apart, in a tensor beyond level 1 that the caches hold: the loop that asks for its own
+    /// A tensor beyond level 1 that the caches hold: the loop that asks for its own
     /// coordinates and values [`STREAM`] positions on.
     Cached,
     /// Far apart in a tensor larger than the caches: the look-ahead loop.
@@ -85,13 +86,12 @@ pub enum Reach {
 }
 
 /// How a gather loop over the coordinates `crd` (one level's whole array) into a tensor of
-/// `len` slices of `value_bytes` bytes each (values of a vector, rows of a matrix) reaches,
-/// where at more than half of `SAMPLES` evenly spaced positions `p` the gathers at `p` and
-/// `p + AHEAD` lie more than `NEAR_BYTES` apart: [`Reach::Far`] if the tensor is larger than
-/// a third of the last-level cache, else [`Reach::Cached`] if it is larger than level 1.
-/// Otherwise, and for gathers that stay near each other (a banded matrix, whose gathers the
-/// hardware streams in with everything else), [`Reach::L1`]. O(SAMPLES) reads, whatever the
-/// size.
+/// `len` slices of `value_bytes` bytes each (values of a vector, rows of a matrix) reaches:
+/// [`Reach::L1`] if the tensor fits in level 1, [`Reach::Cached`] if it fits in a third of the
+/// last-level cache, else [`Reach::Far`] where at more than half of `SAMPLES` evenly spaced
+/// positions `p` the gathers at `p` and `p + AHEAD` lie more than `NEAR_BYTES` apart, and
+/// [`Reach::L1`] where they stay near each other (a banded matrix, whose gathers the hardware
+/// streams in with everything else). O(SAMPLES) reads, whatever the size.
 pub fn reach<I: Index>(crd: &[I], len: usize, value_bytes: usize) -> Reach {
     match setting() {
         Setting::Never => Reach::L1,
@@ -113,12 +113,14 @@ fn measure<I: Index>(
     (l1, cached): (usize, usize),
 ) -> Reach {
     let bytes = len.saturating_mul(value_bytes);
-    if bytes <= l1 || !apart(crd, value_bytes) {
+    if bytes <= l1 {
         Reach::L1
     } else if bytes <= cached {
         Reach::Cached
-    } else {
+    } else if apart(crd, value_bytes) {
         Reach::Far
+    } else {
+        Reach::L1
     }
 }
 
@@ -252,11 +254,11 @@ mod tests {
     }
 
     #[test]
-    fn banded_gathers_run_plain_however_large_the_vector() {
+    fn banded_gathers_run_plain_past_the_caches_and_stream_within_them() {
         // Columns within 64 of the row: `AHEAD` positions on is four rows on.
         let crd = rows(10_000, 16, |r, k| (r + scramble(r * 16 + k) % 64) as u32);
         assert_eq!(measure(&crd, N, 8, SIZES), Reach::L1);
-        assert_eq!(measure(&crd, CACHED / 8, 8, SIZES), Reach::L1);
+        assert_eq!(measure(&crd, CACHED / 8, 8, SIZES), Reach::Cached);
         // Rows of a banded matrix taken in a scattered order are far again.
         let crd = rows(10_000, 16, |r, k| {
             ((scramble(r) % (N - 64)) + scramble(r * 16 + k) % 64) as u32

@@ -28,7 +28,8 @@ impl Gen<'_> {
     /// The loop over positions `lo..hi` of loop `d`'s level (after `narrow`), visiting each
     /// coordinate with `visit` under `label`; in the look-ahead copy of a nest
     /// ([`Gen::prefetch_choice`]), asking for the lines of what it gathers `AHEAD` positions
-    /// on (fewer within `AHEAD` of the level's end).
+    /// on (fewer within `AHEAD` of the level's end), in the streaming copy for the lines of
+    /// `walk.streams` `STREAM` positions on.
     pub(super) fn walk_level(
         &self,
         nest: &Nest,
