@@ -384,34 +384,83 @@ fn mirrored_jobs_with_dense_output_rows_run_in_a_function_of_their_own() {
     }
 }
 
-/// A gathering nest runs in copies, one walking its gathers ahead and one streaming its last
-/// level ahead (`gather::reach` picks one per call), except where a copy would be the same as
-/// the plain one: a sparse vector times a dense one whose only gathering loop is the outer
-/// loop a parallel kernel hands out over threads (not walked ahead, and walking the values in
-/// the job, not in a walk over the level) is emitted once, while the sequential kernel and a
-/// parallel SpMV (its gathers in the inner loop) keep all three. A dense output's loop over a
-/// sparse level without values (TTV's `j`) is not a stream: only its last level is.
+/// A gathering nest runs in copies picked per call by `gather::combine`: one walking its
+/// gathers ahead, one streaming its last level's coordinates and values ahead, and the plain
+/// one for every other case; a copy that would be the same as the plain one is not emitted.
+/// A sparse vector times a dense one whose only gathering loop is the outer loop a parallel
+/// kernel hands out over threads (not walked ahead, and its values not walked in a loop over
+/// the level) has one copy; SDDMM, whose loop walks positions rather than coordinates and
+/// values together, has no streaming copy; a DCSR matrix scaled by a vector at its rows'
+/// coordinates gathers only in the outer loop, which is not walked ahead, but streams its
+/// rows. Each arm holds exactly its own hints.
 #[test]
 fn a_nest_is_emitted_in_copies_only_where_they_differ() {
-    for (expr, formats, copies) in [
-        ("y(i) = a(i) * x(i)", &[("a", "s")][..], 3),
-        ("y(i) = a(i) * x(i); parallelize(i)", &[("a", "s")][..], 1),
+    // Expression, formats, and whether it has a look-ahead and a streaming arm.
+    type Copies<'a> = (&'a str, &'a [(&'a str, &'a str)], (bool, bool));
+    let cases: [Copies; 6] = [
+        ("y(i) = a(i) * x(i)", &[("a", "s")], (true, true)),
+        (
+            "y(i) = a(i) * x(i); parallelize(i)",
+            &[("a", "s")],
+            (false, false),
+        ),
         (
             "y(i) = A(i,j) * x(j); parallelize(i)",
-            &[("A", "csr")][..],
-            3,
+            &[("A", "csr")],
+            (true, true),
         ),
-    ] {
+        (
+            "A(i,j) = B(i,j,k) * c(k)",
+            &[("B", "csf"), ("A", "ss")],
+            (true, true),
+        ),
+        (
+            "Z(i,j) = A(i,j) * S(i,k) * R(j,k)",
+            &[("A", "csr"), ("Z", "csr")],
+            (true, false),
+        ),
+        (
+            "y(i) = B(i,j) * x(i); parallelize(i)",
+            &[("B", "dcsr")],
+            (false, true),
+        ),
+    ];
+    for (expr, formats, (ahead, stream)) in cases {
         let case = Case::fixed(expr, formats, &[], 0);
         let text = codegen::pretty(&codegen::emit(&case.lower().unwrap()));
-        let ahead = text.matches("gather::prefetch_past(").count() > 0;
-        let stream = text.matches("gather::prefetch_stream(").count() > 0;
-        let choices = text.matches("if reach_").count() > 0;
+        let arm = |name: &str| text.split_once(&format!("gather::Prefetch::{name} =>"));
         assert_eq!(
-            (choices, ahead, stream),
-            (copies > 1, copies == 3, copies == 3),
+            (arm("Ahead").is_some(), arm("Stream").is_some()),
+            (ahead, stream),
             "{expr}:\n{text}"
         );
+        assert_eq!(text.contains("gather::combine("), ahead || stream, "{expr}");
+        // The text from each arm to the next holds that arm's hints only.
+        let hints = |body: &str| {
+            (
+                body.contains("prefetch_past("),
+                body.contains("prefetch_stream("),
+            )
+        };
+        let until_next = |rest: &str| {
+            let end = ["gather::Prefetch::Stream =>", "_ =>"]
+                .iter()
+                .filter_map(|m| rest.find(m))
+                .min()
+                .unwrap_or(rest.len());
+            rest[..end].to_string()
+        };
+        if let Some((_, rest)) = arm("Ahead") {
+            assert_eq!(hints(&until_next(rest)), (true, false), "{expr}");
+        }
+        if let Some((_, rest)) = arm("Stream") {
+            let body = &rest[..rest.find("_ =>").unwrap_or(rest.len())];
+            assert_eq!(hints(body), (false, true), "{expr}");
+        }
+        if ahead || stream {
+            let plain = text.rsplit_once("_ =>").unwrap().1;
+            assert_eq!(hints(plain), (false, false), "{expr}");
+        }
     }
 }
 

@@ -21,10 +21,10 @@
 //! Where the gathers stay near each other (a banded matrix: the next rows' columns are this
 //! row's), the hardware already has the lines, and the extra load and hint per nonzero cost
 //! ~10 % of a loop that is then bound by its instructions. So kernels decide once per call,
-//! with [`reach`], which of three copies of the loop to run (a prefetch never changes a
+//! with [`decide`], which of three copies of the loop to run (a prefetch never changes a
 //! result: every copy computes the same operations in the same order):
-//! - [`Reach::Far`]: the look-ahead loop above.
-//! - [`Reach::Cached`]: the gathered tensor is larger than level 1 but the gathers hit the
+//! - [`Prefetch::Ahead`]: the look-ahead loop above.
+//! - [`Prefetch::Stream`]: the gathered tensor is larger than level 1 but the gathers hit the
 //!   caches. Then the loop's own streams fall behind: the hardware prefetcher does not keep
 //!   the coordinates and values coming while the gathers keep level 1 busy, and asking for
 //!   them [`STREAM`] positions on ([`prefetch_stream`]) pays. Measured on the Zen 5 bench VM
@@ -33,15 +33,15 @@
 //!   faster than the plain loop (1.98x with rows of 32 on average, 1.05-1.09x with rows of
 //!   4-7); at 256 positions on about the same. Not in the look-ahead loop: with gathers that
 //!   miss every cache the extra requests compete with the gathers' (1.45x *slower*).
-//! - [`Reach::L1`]: the plain loop, as a hand-written loop would be. With a vector that fits
-//!   level 1 (up to 32 KiB measured) the stream hints cost 8-25 %. With gathers near each
+//! - [`Prefetch::Plain`]: the plain loop, as a hand-written loop would be. With a vector that
+//!   fits level 1 (up to 32 KiB measured) the stream hints cost 8-25 %. With gathers near each
 //!   other in a vector larger than the caches (banded SpMV, `kernels` bench, 2 M rows) they
 //!   gained 5 % with `u32` coordinates and lost 5 % with `u64` ones, so those run plain too;
 //!   into a cached vector (200 k rows) they gained 2-17 % in 7 runs of 8, so those stream.
 //!
 //! `TESSERA_PREFETCH=0` never prefetches, `TESSERA_PREFETCH=always` always runs the
 //! look-ahead loops and `TESSERA_PREFETCH=stream` the streaming ones (on inputs of any size:
-//! tests use them to run those loops on small tensors); unset or anything else, [`reach`]
+//! tests use them to run those loops on small tensors); unset or anything else, [`decide`]
 //! decides. Read once per process.
 
 use std::sync::OnceLock;
@@ -68,35 +68,35 @@ const NEAR_BYTES: usize = 32 << 10;
 /// The most lines [`prefetch_row`] asks for (512 bytes: a row of 64 `f64`).
 const ROW_LINES: usize = 8;
 
-/// Coordinates sampled by [`reach`].
+/// Coordinates sampled by [`decide`].
 const SAMPLES: usize = 64;
 
-/// How far a gather loop's gathers reach: which copy of the loop a kernel runs (see the
-/// module's documentation).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Reach {
-    /// The gathered tensor fits in level 1, or it is larger than the caches and the gathers
-    /// stay near each other (or prefetching is off): the plain loop.
-    L1,
-    /// A tensor beyond level 1 that the caches hold: the loop that asks for its own
-    /// coordinates and values [`STREAM`] positions on.
-    Cached,
-    /// Far apart in a tensor larger than the caches: the look-ahead loop.
-    Far,
+/// Which copy of a gather loop a kernel runs (see the module's documentation), ordered: a nest
+/// with several gathers runs the greatest any of them asks for ([`combine`]).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub enum Prefetch {
+    /// The plain loop: the gathered tensor fits in level 1, or it is larger than the caches
+    /// and the gathers stay near each other, or prefetching is off.
+    Plain,
+    /// The loop that asks for its own coordinates and values [`STREAM`] positions on: the
+    /// tensor is beyond level 1 and the caches hold it.
+    Stream,
+    /// The look-ahead loop: the gathers lie far apart in a tensor larger than the caches.
+    Ahead,
 }
 
-/// How a gather loop over the coordinates `crd` (one level's whole array) into a tensor of
-/// `len` slices of `value_bytes` bytes each (values of a vector, rows of a matrix) reaches:
-/// [`Reach::L1`] if the tensor fits in level 1, [`Reach::Cached`] if it fits in a third of the
-/// last-level cache, else [`Reach::Far`] where at more than half of `SAMPLES` evenly spaced
-/// positions `p` the gathers at `p` and `p + AHEAD` lie more than `NEAR_BYTES` apart, and
-/// [`Reach::L1`] where they stay near each other (a banded matrix, whose gathers the hardware
-/// streams in with everything else). O(SAMPLES) reads, whatever the size.
-pub fn reach<I: Index>(crd: &[I], len: usize, value_bytes: usize) -> Reach {
+/// The copy for a gather loop over the coordinates `crd` (one level's whole array) into a
+/// tensor of `len` slices of `value_bytes` bytes each (values of a vector, rows of a matrix):
+/// plain if the tensor fits in level 1, streaming if it fits in a third of the last-level
+/// cache, else look-ahead where at more than half of `SAMPLES` evenly spaced positions `p` the
+/// gathers at `p` and `p + AHEAD` lie more than `NEAR_BYTES` apart, and plain where they stay
+/// near each other (a banded matrix, whose gathers the hardware streams in with everything
+/// else). O(SAMPLES) reads, whatever the size.
+pub fn decide<I: Index>(crd: &[I], len: usize, value_bytes: usize) -> Prefetch {
     match setting() {
-        Setting::Never => Reach::L1,
-        Setting::Always => Reach::Far,
-        Setting::Stream => Reach::Cached,
+        Setting::Never => Prefetch::Plain,
+        Setting::Always => Prefetch::Ahead,
+        Setting::Stream => Prefetch::Stream,
         Setting::Auto => {
             let caches = (crate::caches::l1_data(), cached_bytes());
             measure(crd, len, value_bytes, caches)
@@ -104,23 +104,29 @@ pub fn reach<I: Index>(crd: &[I], len: usize, value_bytes: usize) -> Reach {
     }
 }
 
-/// [`reach`]'s measurement, whatever the environment says, for a level 1 of `l1` bytes and
+/// The copy a nest with these gathers runs: the greatest one asks for (look-ahead before
+/// streaming before plain; plain for none).
+pub fn combine(decided: &[Prefetch]) -> Prefetch {
+    decided.iter().copied().max().unwrap_or(Prefetch::Plain)
+}
+
+/// [`decide`]'s measurement, whatever the environment says, for a level 1 of `l1` bytes and
 /// caches holding `cached`.
 fn measure<I: Index>(
     crd: &[I],
     len: usize,
     value_bytes: usize,
     (l1, cached): (usize, usize),
-) -> Reach {
+) -> Prefetch {
     let bytes = len.saturating_mul(value_bytes);
     if bytes <= l1 {
-        Reach::L1
+        Prefetch::Plain
     } else if bytes <= cached {
-        Reach::Cached
+        Prefetch::Stream
     } else if apart(crd, value_bytes) {
-        Reach::Far
+        Prefetch::Ahead
     } else {
-        Reach::L1
+        Prefetch::Plain
     }
 }
 
@@ -152,22 +158,27 @@ pub fn prefetch<T>(vals: &[T], i: usize) {
 /// walk reads next. The walk reads `crd[p + AHEAD]` to hint at what it will gather, and that
 /// read itself waited on memory whenever the hardware prefetcher had not yet reached it
 /// (measured: SpMV with `u32` coordinates, uniform and power-law, 2 M rows, 1 and 2 threads,
-/// scratch program, 9 interleaved runs: 1.0-1.3x faster with this hint than without). The
-/// address may lie past the array's end: nothing is read.
+/// scratch program, 9 interleaved runs: 1.0-1.3x faster with this hint than without).
 #[inline(always)]
 pub fn prefetch_past<T>(item: &T) {
-    crate::simd::prefetch((item as *const T).wrapping_add(AHEAD));
+    prefetch_after::<AHEAD, T>(item)
 }
 
 /// How many positions ahead a streaming loop asks for its own coordinates and values.
 pub const STREAM: usize = 512;
 
 /// Asks for the line `STREAM` elements past `item` in its array (a coordinate or a value the
-/// loop reads now; see [`Reach::Cached`]). The address may lie past the array's end: nothing
-/// is read.
+/// streaming loop reads now; see [`Prefetch::Stream`]).
 #[inline(always)]
 pub fn prefetch_stream<T>(item: &T) {
-    crate::simd::prefetch((item as *const T).wrapping_add(STREAM));
+    prefetch_after::<STREAM, T>(item)
+}
+
+/// Asks for the line `N` elements past `item`; the address may lie past the array's end:
+/// nothing is read.
+#[inline(always)]
+fn prefetch_after<const N: usize, T>(item: &T) {
+    crate::simd::prefetch((item as *const T).wrapping_add(N));
 }
 
 /// Asks for every line of `vals[start..start + len]` (a row of a dense matrix), as
@@ -235,44 +246,54 @@ mod tests {
     }
 
     const N: usize = 1 << 21;
-    /// Caches of 1 MiB in the tests (the machine's own size is read by `reach`).
+    /// Caches of 1 MiB in the tests, level 1 of 48 KiB (`SIZES`; the machine's own sizes are
+    /// read by `decide`).
     const CACHED: usize = 1 << 20;
-
-    /// Level 1 of 48 KiB and caches of 1 MiB in the tests (the machine's own sizes are read
-    /// by `reach`).
     const SIZES: (usize, usize) = (48 << 10, CACHED);
+
+    #[test]
+    fn a_nest_runs_the_greatest_copy_its_gathers_ask_for() {
+        use Prefetch::{Ahead, Plain, Stream};
+        assert_eq!(combine(&[]), Plain);
+        assert_eq!(combine(&[Plain, Stream]), Stream);
+        assert_eq!(combine(&[Stream, Ahead, Plain]), Ahead);
+        assert_eq!(combine(&[Plain, Plain]), Plain);
+    }
 
     #[test]
     fn scattered_gathers_into_a_large_vector_look_ahead() {
         let crd = rows(10_000, 16, |r, k| (scramble(r * 16 + k) % N) as u32);
-        assert_eq!(measure(&crd, N, 8, SIZES), Reach::Far);
+        assert_eq!(measure(&crd, N, 8, SIZES), Prefetch::Ahead);
         // The same gathers into a vector the caches hold stream, and into one level 1 holds
         // run plain.
-        assert_eq!(measure(&crd, CACHED / 8, 8, SIZES), Reach::Cached);
-        assert_eq!(measure(&crd, SIZES.0 / 8 + 1, 8, SIZES), Reach::Cached);
-        assert_eq!(measure(&crd, SIZES.0 / 8, 8, SIZES), Reach::L1);
+        assert_eq!(measure(&crd, CACHED / 8, 8, SIZES), Prefetch::Stream);
+        assert_eq!(measure(&crd, SIZES.0 / 8 + 1, 8, SIZES), Prefetch::Stream);
+        assert_eq!(measure(&crd, SIZES.0 / 8, 8, SIZES), Prefetch::Plain);
     }
 
     #[test]
     fn banded_gathers_run_plain_past_the_caches_and_stream_within_them() {
         // Columns within 64 of the row: `AHEAD` positions on is four rows on.
         let crd = rows(10_000, 16, |r, k| (r + scramble(r * 16 + k) % 64) as u32);
-        assert_eq!(measure(&crd, N, 8, SIZES), Reach::L1);
-        assert_eq!(measure(&crd, CACHED / 8, 8, SIZES), Reach::Cached);
+        assert_eq!(measure(&crd, N, 8, SIZES), Prefetch::Plain);
+        assert_eq!(measure(&crd, CACHED / 8, 8, SIZES), Prefetch::Stream);
         // Rows of a banded matrix taken in a scattered order are far again.
         let crd = rows(10_000, 16, |r, k| {
             ((scramble(r) % (N - 64)) + scramble(r * 16 + k) % 64) as u32
         });
-        assert_eq!(measure(&crd, N, 8, SIZES), Reach::Far);
+        assert_eq!(measure(&crd, N, 8, SIZES), Prefetch::Ahead);
     }
 
     #[test]
     fn short_and_empty_levels_run_plain() {
         let crd: Vec<u32> = (0..AHEAD as u32).map(|i| i * 100_000).collect();
-        assert_eq!(measure(&crd, N, 8, SIZES), Reach::L1);
-        assert_eq!(measure::<u32>(&[], N, 8, SIZES), Reach::L1);
+        assert_eq!(measure(&crd, N, 8, SIZES), Prefetch::Plain);
+        assert_eq!(measure::<u32>(&[], N, 8, SIZES), Prefetch::Plain);
         let short = &crd[..AHEAD / 2];
-        assert_eq!(measure(short, usize::MAX, usize::MAX, SIZES), Reach::L1);
+        assert_eq!(
+            measure(short, usize::MAX, usize::MAX, SIZES),
+            Prefetch::Plain
+        );
     }
 
     #[test]

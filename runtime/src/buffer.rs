@@ -261,9 +261,10 @@ pub(crate) struct MapPool {
 }
 
 impl Default for MapPool {
-    /// The pool of a runtime of one rank.
+    /// A pool of the least budget ([`MIN_POOL_BYTES`]); a runtime's is
+    /// [`MapPool::for_ranks`].
     fn default() -> MapPool {
-        MapPool::with_budget(pool_bytes(1))
+        MapPool::with_budget(MIN_POOL_BYTES)
     }
 }
 
@@ -271,19 +272,34 @@ impl Default for MapPool {
 const POOL_MAPS: usize = 4;
 
 /// Most bytes of ordinary buffers the pool of one of `ranks` ranks keeps: a sixteenth of the
-/// machine's memory shared among the ranks, and at least [`MIN_POOL_BYTES`]. A dropped
-/// store's memory stays with the runtime only up to this (a program that drops a store of
-/// gigabytes gets them back), which covers the vectors an iterative method makes anew every
-/// iteration. A fixed 128 MiB stopped short of vectors of 16 M cells: the naturally written
-/// CG of the fusion bench at 16.8 M unknowns (`TESSERA_BENCH_CG_K=4096`, 134 MB vectors) made
-/// every vector in fresh pages, and page faults and the kernel's zeroing took half of each
-/// iteration (179 ms fused, 227 ms unfused; with the pool 81-100 and 88-104 ms). Mappings
-/// (across ranks) are bounded by count only: a rank holds only the pages its pieces touched.
+/// memory this process may use (the machine's, or its control group's limit where lower),
+/// shared among the ranks, and at least [`MIN_POOL_BYTES`]. Enough for the vectors an
+/// iterative method makes anew every iteration: a fixed 128 MiB stopped short of vectors of
+/// 16 M cells, which then came from fresh pages every time, and page faults and the kernel's
+/// zeroing took half of a CG iteration (runtime/DESIGN.md, "CG past the last-level cache").
 fn pool_bytes(ranks: usize) -> usize {
-    // SAFETY: `sysconf` has no preconditions; -1 (unknown) is read as no memory.
-    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) }.max(0) as usize;
-    let share = pages.saturating_mul(page_size()) / 16 / ranks.max(1);
-    share.max(MIN_POOL_BYTES)
+    // SAFETY: `sysconf` has no preconditions; it answers -1 where it cannot tell.
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+    let machine = usize::try_from(pages)
+        .unwrap_or(0)
+        .saturating_mul(page_size());
+    share(machine.min(cgroup_limit().unwrap_or(usize::MAX)), ranks)
+}
+
+/// A rank's [`pool_bytes`] out of `memory` bytes (0 where unknown).
+fn share(memory: usize, ranks: usize) -> usize {
+    (memory / 16 / ranks.max(1)).max(MIN_POOL_BYTES)
+}
+
+/// The memory limit of this process' control group (v2 `memory.max`, else v1
+/// `memory.limit_in_bytes`); `None` where there is none or it cannot be read.
+fn cgroup_limit() -> Option<usize> {
+    [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .find_map(|path| std::fs::read_to_string(path).ok()?.trim().parse().ok())
 }
 
 /// The least [`pool_bytes`]: 128 MiB, about what the allocator itself would keep.
@@ -314,8 +330,9 @@ impl MapPool {
     }
 
     /// Keeps `data` for reuse — its mapping, or an ordinary buffer of at least
-    /// [`SMALL_MIN_BYTES`] — if the pool has room ([`POOL_MAPS`] mappings and as many large
-    /// ordinary buffers, its budget of bytes in all; [`SMALL_KEPT`] small ones).
+    /// [`SMALL_MIN_BYTES`] — if the pool has room ([`POOL_MAPS`] mappings; [`SMALL_KEPT`]
+    /// small buffers and [`POOL_MAPS`] large ones within its budget of bytes, the oldest
+    /// given back to make room).
     pub(crate) fn put(&self, data: Data) {
         if data.is_mapped() {
             let mut maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
@@ -335,12 +352,22 @@ impl MapPool {
             small.push(data);
             return;
         }
-        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
-        let kept: usize = owned.iter().map(Data::bytes).sum();
-        let room = self.budget.saturating_sub(kept);
-        if (SPARSE_MIN_BYTES..=room).contains(&data.bytes()) && owned.len() < POOL_MAPS {
-            owned.push(data);
+        if !(SPARSE_MIN_BYTES..=self.budget).contains(&bytes) {
+            return;
         }
+        let mut owned = self.owned.lock().unwrap_or_else(|e| e.into_inner());
+        // The oldest go, as with small buffers: a store of a size the program no longer makes
+        // must not keep its memory, nor the pool from the sizes it makes now. Freed after the
+        // lock (unmapping a large buffer takes a while).
+        let mut gone = Vec::new();
+        while owned.len() >= POOL_MAPS
+            || owned.iter().map(Data::bytes).sum::<usize>() + bytes > self.budget
+        {
+            gone.push(owned.remove(0));
+        }
+        owned.push(data);
+        drop(owned);
+        drop(gone);
     }
 
     /// A kept ordinary buffer of `dtype` and `len` cells.
@@ -1191,26 +1218,44 @@ mod tests {
     }
 
     #[test]
-    fn a_pool_keeps_at_most_its_bytes_of_ordinary_buffers() {
-        let budget = 2 * SPARSE_MIN_BYTES;
+    fn a_pool_keeps_at_most_its_bytes_of_ordinary_buffers_the_newest_first() {
+        let budget = 4 * SPARSE_MIN_BYTES;
         let pool = MapPool::with_budget(budget);
         let len = budget / 8 / 2 + 1; // u64 cells: just over half the pool's bytes
-        for _ in 0..2 {
-            pool.put(Data::U64(Buf::from_vec(vec![0u64; len])));
+        for v in 0..2u64 {
+            pool.put(Data::U64(Buf::from_vec(vec![v; len])));
         }
-        assert_eq!(
-            pool.owned.lock().unwrap().len(),
-            1,
-            "the second would pass the bytes"
-        );
+        let kept = |pool: &MapPool| -> Vec<usize> {
+            let owned = pool.owned.lock().unwrap();
+            owned.iter().map(Data::bytes).collect()
+        };
+        assert_eq!(kept(&pool), [len * 8], "the two would pass the bytes");
+        let whole = Rect::new(&[0], &[len]);
+        let (data, _) = Data::reused(DType::U64, whole, &pool).expect("the newest");
+        let Data::U64(b) = data else { unreachable!() };
+        assert_eq!(b.into_vec()[0], 1, "the second, not the first");
+        // A smaller size joins; one over the whole budget is never kept.
+        pool.put(Data::U64(Buf::from_vec(vec![0; len])));
+        pool.put(Data::U64(Buf::from_vec(vec![0; SPARSE_MIN_BYTES / 8])));
+        assert_eq!(kept(&pool), [len * 8, SPARSE_MIN_BYTES]);
+        pool.put(Data::U64(Buf::from_vec(vec![0; budget / 8 + 1])));
+        assert_eq!(kept(&pool), [len * 8, SPARSE_MIN_BYTES]);
+        // At most `POOL_MAPS` buffers, whatever their bytes.
+        for _ in 0..POOL_MAPS + 1 {
+            pool.put(Data::U64(Buf::from_vec(vec![0; SPARSE_MIN_BYTES / 8])));
+        }
+        assert_eq!(kept(&pool), [SPARSE_MIN_BYTES; POOL_MAPS]);
     }
 
     #[test]
     fn a_pool_s_budget_is_a_share_of_memory_never_below_the_least() {
-        assert!(pool_bytes(1) >= MIN_POOL_BYTES);
-        assert!(pool_bytes(4) <= pool_bytes(1));
-        assert_eq!(pool_bytes(usize::MAX), MIN_POOL_BYTES);
-        assert_eq!(MapPool::for_ranks(2).budget, pool_bytes(2));
+        const GIB: usize = 1 << 30;
+        assert_eq!(share(64 * GIB, 1), 4 * GIB);
+        assert_eq!(share(64 * GIB, 4), GIB);
+        assert_eq!(share(64 * GIB, 0), 4 * GIB, "no ranks reads as one");
+        assert_eq!(share(0, 1), MIN_POOL_BYTES, "unknown memory: the least");
+        assert_eq!(share(usize::MAX, usize::MAX), MIN_POOL_BYTES);
+        assert!(pool_bytes(1) >= pool_bytes(4) && pool_bytes(4) >= MIN_POOL_BYTES);
     }
 
     /// A mapping of `len` u64 whose first `written` cells held 5, dropped into a pool, then

@@ -205,7 +205,9 @@ pub struct Stats {
     /// Bytes of memory the elements of this runtime's live stores occupy now (a level, not
     /// a counter: `since` keeps the later value). Across ranks stores are allocated page by
     /// page as written, so this is the rank's share: the pages of the pieces its points
-    /// wrote or received (`mincore`).
+    /// wrote or received (`mincore`). Buffers of dropped stores the runtime keeps for reuse
+    /// are not counted (up to a sixteenth of the memory the process may use, shared among
+    /// ranks, at least 128 MiB; the process' RSS includes them).
     pub bytes_resident: u64,
 }
 

@@ -71,7 +71,8 @@ impl Bound {
 
 /// What a runtime's stores take: bytes allocated so far, and bytes held by live stores whose
 /// buffers are whole (the others, across ranks, are measured page by page: `Buf::resident_bytes`).
-/// `Default` is a runtime of one rank's ([`Memory::for_ranks`]).
+/// `Default` (stores made outside a runtime, tests) has a pool of the least budget; a
+/// runtime's is [`Memory::for_ranks`].
 #[derive(Default)]
 pub(crate) struct Memory {
     pub allocated: AtomicU64,

@@ -10,7 +10,7 @@
 #![allow(non_snake_case)]
 
 use std::process::Command;
-use tessera::formats::{gather, gather::Reach, simd};
+use tessera::formats::{gather, gather::Prefetch, simd};
 use tessera::plans::Stored;
 use tessera::runtime::Runtime;
 use tessera::{tensor, Format, Tensor};
@@ -58,8 +58,8 @@ fn kernels() -> Vec<Tensor<f64>> {
 /// sequential and parallel, COO SpMV, TTV, a row-split SpMV run as block tasks on a runtime,
 /// with views of the vector at nonzero offsets) and matrix rows (SpMM sequential and
 /// parallel, SDDMM, whose loop walks positions, MTTKRP). Under `TESSERA_PREFETCH=always`
-/// every one runs its look-ahead loop, under `stream` its streaming one, on inputs far smaller
-/// than the caches.
+/// every one runs its look-ahead loop, under `stream` its streaming one where it has one (not
+/// SDDMM, whose loop walks positions), on inputs far smaller than the caches.
 fn gathers() -> Vec<Tensor<f64>> {
     let mut rng = Rng::new(7);
     let fmt = |s: &str, r: usize| Format::parse(s, r).unwrap();
@@ -93,7 +93,7 @@ fn gathers() -> Vec<Tensor<f64>> {
 }
 
 /// Columns of the far SpMV's vector: 48 MiB of values, past a third of any last-level cache
-/// up to 144 MiB, so that `gather::reach` picks the look-ahead loops when the data decides.
+/// up to 144 MiB, so that `gather::decide` picks the look-ahead loops when the data decides.
 const FAR_COLUMNS: usize = 6 << 20;
 
 /// Columns of the cached SpMV's vector: 512 KiB of values, past any level 1 and within a
@@ -103,9 +103,9 @@ const CACHED_COLUMNS: usize = 1 << 16;
 /// A CSR matrix of 64 rows whose `per_row` nonzeros a row lie far apart in a vector of
 /// `columns` values (and from the next rows': the gathers `gather::AHEAD` positions apart
 /// lie more than 32 KiB apart, for both sizes used), that vector, and which copy of SpMV's
-/// gather loop the data picks for them ([`tessera::formats::gather::reach`], as the kernel
+/// gather loop the data picks for them ([`tessera::formats::gather::decide`], as the kernel
 /// asks).
-fn spmv_over(columns: usize, per_row: usize) -> (Tensor<f64>, Tensor<f64>, Reach) {
+fn spmv_over(columns: usize, per_row: usize) -> (Tensor<f64>, Tensor<f64>, Prefetch) {
     let rows = 64usize;
     let entries: Vec<(Vec<usize>, f64)> = (0..rows)
         .flat_map(|i| {
@@ -120,13 +120,13 @@ fn spmv_over(columns: usize, per_row: usize) -> (Tensor<f64>, Tensor<f64>, Reach
         .map(|j| (j % 1013) as f64 * 0.01 - 5.0)
         .collect();
     let x = Tensor::dense_from_vec(vec![columns], x).unwrap();
-    let reach = match &A.levels()[1] {
+    let copy = match &A.levels()[1] {
         tessera::Level::Compressed { crd, .. } => {
-            gather::reach(crd, columns, std::mem::size_of::<f64>())
+            gather::decide(crd, columns, std::mem::size_of::<f64>())
         }
         _ => unreachable!("CSR"),
     };
-    (A, x, reach)
+    (A, x, copy)
 }
 
 /// The `PATH` line of the child process running test `test` with `var` set to `setting` (or
@@ -187,14 +187,14 @@ fn prefetching_gathers_gives_the_same_bits() {
     if std::env::var_os(CHILD).is_some() {
         let setting = std::env::var("TESSERA_PREFETCH").unwrap_or_default();
         let mut out = gathers();
-        let mut reached = Vec::new();
+        let mut copies = Vec::new();
         for (columns, per_row) in [(FAR_COLUMNS, 64), (CACHED_COLUMNS, 4)] {
-            let (A, x, reach) = spmv_over(columns, per_row);
+            let (A, x, copy) = spmv_over(columns, per_row);
             out.push(tensor!(y(i) = A(i,j) * x(j); A: csr).unwrap());
             out.push(tensor!(y(i) = A(i,j) * x(j); A: csr; parallelize(i)).unwrap());
-            reached.push(format!("{reach:?}"));
+            copies.push(format!("{copy:?}"));
         }
-        let path = format!("{setting}:{}", reached.join(","));
+        let path = format!("{setting}:{}", copies.join(","));
         println!("PATH {path} BITS {:016x}", digest(&out));
         return;
     }
@@ -214,10 +214,10 @@ fn prefetching_gathers_gives_the_same_bits() {
     assert_eq!(
         [&never.0, &always.0, &stream.0, &decided.0].map(String::as_str),
         [
-            "0:L1,L1",
-            "always:Far,Far",
-            "stream:Cached,Cached",
-            ":Far,Cached"
+            "0:Plain,Plain",
+            "always:Ahead,Ahead",
+            "stream:Stream,Stream",
+            ":Ahead,Stream"
         ]
     );
     assert_eq!(never.1, always.1, "the look-ahead loops changed a bit");

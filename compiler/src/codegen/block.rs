@@ -10,8 +10,9 @@
 
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
+use tessera_formats::gather::Prefetch;
 
-use super::{nested_fn_attributes, sanitize, wide_call, Gen, OutTarget, Prefetch};
+use super::{nested_fn_attributes, sanitize, wide_call, Gen, OutTarget};
 use crate::ir::{Kernel, Nest, OutputKind};
 
 /// The block kernel as one function item: `pub fn kernel_block<V: Value, I: Index>(inputs:

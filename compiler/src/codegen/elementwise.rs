@@ -8,12 +8,13 @@
 //! emitter, the same accumulation into the reduction's identity), so results are bitwise those
 //! of `tensor!` without a runtime.
 
-use super::{Gen, Prefetch};
+use super::Gen;
 use crate::ir::Kernel;
 pub use crate::plan::on_runtime::is_elementwise;
 use crate::plan::on_runtime::scalar_inputs;
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
+use tessera_formats::gather::Prefetch;
 
 /// The chunk body of an element-wise kernel ([`is_elementwise`]) as one function item:
 /// `pub fn kernel_chunk<V: Value + Element>(chunk: &mut tessera_runtime::Chunk<'_, V>)`, with

@@ -44,6 +44,7 @@ mod values;
 
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
+use tessera_formats::gather::Prefetch;
 use tessera_formats::LevelType;
 
 pub use block::{emit_block, emit_block_named};
@@ -136,23 +137,13 @@ struct Gen<'k> {
     /// [`Gen::job`]), which sees the `const` zero offsets, and a located dense first level is
     /// indexed without a test (see [`Gen::trusts_first_level`]).
     trusted: bool,
-    /// Which copy of a gathering nest is being emitted (see `prefetch`); the nest picks a
-    /// copy once per call, so the plain copy is exactly the loop without hints.
+    /// Which copy of a gathering nest is being emitted (see `prefetch`; `Plain` also outside
+    /// a copy, the nest still to be split); the nest picks a copy once per call, so the plain
+    /// copy is exactly the loop without hints.
     prefetch: Prefetch,
     /// Emitting the loops below a flattened level (see `flatten`): the next level's range is
     /// that of the whole range the flattened loop would have walked.
     flat: Option<LevelRef>,
-}
-
-/// The copies of a gathering nest (see `prefetch`, and `tessera_formats::gather::Reach`).
-#[derive(Clone, Copy, PartialEq)]
-enum Prefetch {
-    /// No hints (and, outside a copy, the nest still to be split into copies).
-    Plain,
-    /// The last level's walks ask for their own coordinates and values `STREAM` on.
-    Stream,
-    /// The gather loops ask for what they gather `AHEAD` positions on.
-    Ahead,
 }
 
 /// Where a nest writes its dense or scalar output.

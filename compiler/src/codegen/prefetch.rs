@@ -4,13 +4,14 @@
 //! streaming, its walks over a last level asking for their own coordinates and values
 //! `STREAM` positions on; and look-ahead, walking the coordinates `AHEAD` positions on beside
 //! its own to ask for the lines it will gather then. Which one runs is decided once per call
-//! from the data (`gather::reach`); all compute the same operations in the same order.
+//! from the data (`gather::decide`); all compute the same operations in the same order.
 
 use proc_macro2::{Ident, TokenStream};
 use quote::{format_ident, quote};
+use tessera_formats::gather::Prefetch;
 use tessera_formats::LevelType;
 
-use super::{Gen, Prefetch};
+use super::Gen;
 use crate::ir::{Domain, LevelRef, Nest};
 
 /// How a loop over one level's positions `lo..hi` walks them: `for #item in #items { #bind
@@ -84,11 +85,11 @@ impl Gen<'_> {
         }
     }
 
-    /// A nest that gathers, as copies (see the module's documentation): look-ahead where one of
-    /// its flags says the gathers are far, streaming where one says they reach beyond level 1,
-    /// plain otherwise. The choice is made once per call (not per row), so a kernel whose
-    /// gathers stay in level 1 runs the loops it ran before prefetching existed, instruction
-    /// for instruction. `None` for a nest that does not gather, and inside a copy.
+    /// A nest that gathers, as copies (see the module's documentation), one picked per call
+    /// from its flags by `gather::combine` (look-ahead where a gather is far, streaming where
+    /// one reaches past level 1 into the caches, plain otherwise), so a kernel whose gathers
+    /// stay in level 1 runs the loops it ran before prefetching existed, instruction for
+    /// instruction. `None` for a nest that does not gather, and inside a copy.
     pub(super) fn prefetch_choice(&self, nest: &Nest) -> Option<TokenStream> {
         if self.prefetch != Prefetch::Plain {
             return None;
@@ -96,31 +97,32 @@ impl Gen<'_> {
         let flags: Vec<Ident> = self
             .nest_gathers(nest)
             .into_iter()
-            .map(|(r, g)| self.reach_flag(r, g))
+            .map(|(r, g)| self.prefetch_flag(r, g))
             .collect();
         if flags.is_empty() {
             return None;
         }
-        let copy = |prefetch| Gen { prefetch, ..*self }.nest(nest);
-        let (ahead, stream, plain) = (
-            copy(Prefetch::Ahead),
-            copy(Prefetch::Stream),
-            self.plain_nest(nest),
-        );
-        // A copy that comes out the same as the plain one is not emitted: a nest whose only
-        // gathering loop is not walked ahead (the outer loop over threads of a parallel
-        // kernel), or that walks no last level with its values.
-        let same = |copy: &TokenStream| copy.to_string() == plain.to_string();
-        let any =
-            |reach: TokenStream| quote!(#(#flags == ::tessera_formats::gather::Reach::#reach)||*);
-        let (far, cached) = (any(quote!(Far)), any(quote!(Cached)));
-        Some(match (same(&ahead), same(&stream)) {
-            (true, true) => plain,
-            (false, true) => quote!(if #far { #ahead } else { #plain }),
-            (true, false) => quote!(if !(#far) && (#cached) { #stream } else { #plain }),
-            (false, false) => quote! {
-                if #far { #ahead } else if #cached { #stream } else { #plain }
-            },
+        let plain = self.plain_nest(nest);
+        // A copy that comes out the same as the plain one is not emitted (its case runs the
+        // plain copy): a nest whose only gathering loop is not walked ahead (the outer loop
+        // over threads of a parallel kernel), or that walks no last level with its values.
+        let arms: Vec<TokenStream> = [Prefetch::Ahead, Prefetch::Stream]
+            .into_iter()
+            .filter_map(|prefetch| {
+                let copy = Gen { prefetch, ..*self }.nest(nest);
+                let name = format_ident!("{prefetch:?}");
+                (copy.to_string() != plain.to_string())
+                    .then(|| quote!(::tessera_formats::gather::Prefetch::#name => { #copy }))
+            })
+            .collect();
+        if arms.is_empty() {
+            return Some(plain);
+        }
+        Some(quote! {
+            match ::tessera_formats::gather::combine(&[#(#flags),*]) {
+                #(#arms)*
+                _ => { #plain }
+            }
         })
     }
 
@@ -172,11 +174,11 @@ impl Gen<'_> {
         }
     }
 
-    /// The local saying how far the gathers from `g` at level `r`'s coordinates reach (a
-    /// `gather::Reach`, see [`Gen::gather_flags`]).
-    fn reach_flag(&self, r: LevelRef, g: LevelRef) -> Ident {
+    /// The local holding the copy the gathers from `g` at level `r`'s coordinates ask for (a
+    /// `gather::Prefetch`, see [`Gen::gather_flags`]).
+    fn prefetch_flag(&self, r: LevelRef, g: LevelRef) -> Ident {
         let (t, w) = (self.tensor_of(r.access), self.tensor_of(g.access));
-        format_ident!("reach_t{}_l{}_t{}", t, r.level, w)
+        format_ident!("prefetch_t{}_l{}_t{}", t, r.level, w)
     }
 
     /// Every `(iterated level, gathered tensor)` pair of one nest's loops, once each.
@@ -201,27 +203,30 @@ impl Gen<'_> {
     ) -> Vec<(LevelRef, LevelRef)> {
         let mut out: Vec<(LevelRef, LevelRef)> = Vec::new();
         for (r, g) in pairs {
-            let flag = self.reach_flag(r, g);
-            if out.iter().all(|(r2, g2)| self.reach_flag(*r2, *g2) != flag) {
+            let flag = self.prefetch_flag(r, g);
+            if out
+                .iter()
+                .all(|(r2, g2)| self.prefetch_flag(*r2, *g2) != flag)
+            {
                 out.push((r, g));
             }
         }
         out
     }
 
-    /// Decides, once per call, each [`Gen::gathers`] pair's flag (`gather::reach` over the
+    /// Decides, once per call, each [`Gen::gathers`] pair's flag (`gather::decide` over the
     /// level's whole coordinate array, in slices of the gathered tensor).
     pub(super) fn gather_flags(&self) -> TokenStream {
         let flags = self.gathers().into_iter().map(|(r, g)| {
-            let flag = self.reach_flag(r, g);
+            let flag = self.prefetch_flag(r, g);
             let crd = self.lvl(self.tensor_of(r.access), r.level, "crd");
             let vals = self.vals(self.tensor_of(g.access));
             let len = self.row_len(g);
             quote! {
-                let #flag: ::tessera_formats::gather::Reach = {
+                let #flag: ::tessera_formats::gather::Prefetch = {
                     let len: usize = #len.max(1);
                     let bytes = len.saturating_mul(::std::mem::size_of::<V>());
-                    ::tessera_formats::gather::reach(#crd, #vals.len() / len, bytes)
+                    ::tessera_formats::gather::decide(#crd, #vals.len() / len, bytes)
                 };
             }
         });
@@ -234,8 +239,8 @@ impl Gen<'_> {
         pairs
             .map(|(r, g)| {
                 (
-                    self.reach_flag(r, g),
-                    quote!(::tessera_formats::gather::Reach),
+                    self.prefetch_flag(r, g),
+                    quote!(::tessera_formats::gather::Prefetch),
                 )
             })
             .collect()
