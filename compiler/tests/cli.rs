@@ -636,3 +636,26 @@ fn emit_into_a_closed_pipe_ends_quietly() {
     assert!(o.status.success(), "{:?}: {err}", o.status);
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// `--help` of every subcommand ends with the examples, the format and schedule syntax and the
+/// environment variables a user compares paths with (as the README describes them).
+#[test]
+fn help_teaches_syntax_and_environment() {
+    for sub in ["emit", "compile", "run"] {
+        let o = ok(tessera().args([sub, "--help"]).output().unwrap(), sub);
+        let help = String::from_utf8_lossy(&o.stdout);
+        for needle in [
+            "Examples:",
+            "A:ds (CSR)",
+            "split(i, io, ii, 4)",
+            "TESSERA_CACHE_LIMIT",
+            "TESSERA_SIMD=0|avx2",
+            "TESSERA_PREFETCH=0|always|stream",
+        ] {
+            assert!(
+                help.contains(needle),
+                "{sub} --help lacks {needle}:\n{help}"
+            );
+        }
+    }
+}

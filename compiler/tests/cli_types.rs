@@ -241,6 +241,7 @@ fn each_value_type_and_width_against_the_interpreter_in_that_type() {
         help.contains("in f32 values with u32 coordinates"),
         "{help}"
     );
+    assert!(help.contains("TESSERA_PREFETCH=0|always|stream"), "{help}");
 }
 
 #[test]

@@ -30,7 +30,12 @@ Types: values are f64 and coordinates u32 unless .tcs inputs record others or --
 Schedule (-s): directives separated by `;`: split(i, io, ii, 4), split(j, jo, ji, [100, 200]),
 order(io, jo), extend(ko), map(io), parallelize(i). See docs/language.md.
 A schedule with `split` distributes the statement: `emit --plan` shows its block tasks, and
-`run` runs them on the task runtime (`--threads N`, `--stats`).";
+`run` runs them on the task runtime (`--threads N`, `--stats`).
+Environment: TESSERA_CACHE (compiled programs, default ~/.cache/tessera), TESSERA_CACHE_LIMIT
+(MiB, default 4096); for comparisons, in compiled programs too: TESSERA_SIMD=0|avx2 (narrower
+vector paths than the CPU's widest), TESSERA_PREFETCH=0|always|stream (no prefetching, or one
+copy of the gather loops forced; unset, each call picks from its data). Results are bitwise the
+same under every setting.";
 
 /// Compile tensor algebra in Einstein notation to sparse kernels in Rust.
 #[derive(Debug, Parser)]

@@ -57,7 +57,11 @@ fn usage() -> String {
          --threads N    worker threads (default: all cores)\n  \
          --timings      print the time spent reading, computing and writing to stderr\n  \
          --stats        print the task runtime's statistics (a distributed schedule's program)\n  \
-         -h, --help     this text{}",
+         -h, --help     this text{}\n\n\
+         Environment, for comparisons (results are bitwise the same under every setting):\n  \
+         TESSERA_SIMD=0|avx2               vector paths narrower than the CPU's widest\n  \
+         TESSERA_PREFETCH=0|always|stream  no prefetching, or one copy of the gather loops \
+         forced\n                                    (unset: each call picks from its data)",
         <V as tessera_formats::Value>::TYPE.name(),
         std::any::type_name::<I>(),
         std::env::args().next().unwrap_or_else(|| "prog".into()),
