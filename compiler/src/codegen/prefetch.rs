@@ -49,9 +49,10 @@ impl Gen<'_> {
         let r = nest.loops[d].iterate[0];
         let gathered = self.gathered(nest, d);
         if self.prefetch != Prefetch::Ahead || gathered.is_empty() {
-            let streams = match self.prefetch {
-                Prefetch::Stream => streams,
-                _ => Vec::new(),
+            let streams = if self.prefetch == Prefetch::Stream {
+                streams
+            } else {
+                Vec::new()
             };
             return quote! {
                 let (lo, hi) = (#lo, #hi);
@@ -103,6 +104,7 @@ impl Gen<'_> {
             return None;
         }
         let plain = self.plain_nest(nest);
+        let plain_text = plain.to_string();
         // A copy that comes out the same as the plain one is not emitted (its case runs the
         // plain copy): a nest whose only gathering loop is not walked ahead (the outer loop
         // over threads of a parallel kernel), or that walks no last level with its values.
@@ -111,7 +113,7 @@ impl Gen<'_> {
             .filter_map(|prefetch| {
                 let copy = Gen { prefetch, ..*self }.nest(nest);
                 let name = format_ident!("{prefetch:?}");
-                (copy.to_string() != plain.to_string())
+                (copy.to_string() != plain_text)
                     .then(|| quote!(::tessera_formats::gather::Prefetch::#name => { #copy }))
             })
             .collect();
