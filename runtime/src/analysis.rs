@@ -21,7 +21,7 @@
 //! grows with the group. Stand-ins are made only for a caller that starts them
 //! ([`Preds::joining`]).
 
-use crate::graph::{Node, Work};
+use crate::execute::graph::{Node, Work};
 use crate::rect::Rect;
 use smallvec::SmallVec;
 use std::sync::Arc;
@@ -305,7 +305,7 @@ impl AccessState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::Completion;
+    use crate::execute::graph::Completion;
 
     fn rect(lo: usize, hi: usize) -> Rect {
         Rect::new(&[lo], &[hi])

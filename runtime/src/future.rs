@@ -3,7 +3,7 @@
 
 use crate::dtype::Scalar;
 use crate::error::{Result, RuntimeError};
-use crate::graph::Node;
+use crate::execute::graph::Node;
 use crate::runtime::Inner;
 use std::sync::{Arc, OnceLock, Weak};
 

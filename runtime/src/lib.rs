@@ -16,8 +16,8 @@
 //! Module map: [`store`](Store) stores and views; `dtype` element types; `constraint` and
 //! `solver` the front end; `partition` the middle end; `window` the issue→analysis seam and
 //! `fusion` the pass there (task fusion, temporaries, memo, element-wise kernel fusion);
-//! `analysis` dependences; `graph`/`executor`/`launch` execution; `context` what task bodies
-//! see; `buffer` the shared cell buffers and the run-time range ledger that guards every raw
+//! `analysis` dependences; `execute` execution (`graph`/`executor`/`launch`, `actors` for
+//! replayed traces, `context` what task bodies see); `buffer` the shared cell buffers and the run-time range ledger that guards every raw
 //! access (the only `unsafe` in the core is cell access under a ledger borrow; `simd`, whose
 //! call of code compiled for AVX2 + FMA after the CPU was checked for them is the other, lives
 //! in `tessera_formats` beside the generated kernels that use it too).
@@ -25,14 +25,11 @@
 mod analysis;
 mod buffer;
 mod constraint;
-mod context;
 mod dtype;
 mod error;
-mod executor;
+mod execute;
 mod fusion;
 mod future;
-mod graph;
-mod launch;
 mod machine;
 mod partition;
 mod rect;
@@ -46,9 +43,9 @@ mod task;
 mod window;
 
 pub use constraint::Cut;
-pub use context::{ReadView, ReduceView, TaskContext, WriteView};
 pub use dtype::{DType, Element, PosRange, ReduceOp, Scalar};
 pub use error::{Result, RuntimeError};
+pub use execute::context::{ReadView, ReduceView, TaskContext, WriteView};
 pub use fusion::kernel::Chunk;
 pub use future::Future;
 pub use rect::{Rect, MAX_DIMS};

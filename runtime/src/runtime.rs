@@ -5,13 +5,14 @@ use crate::buffer::{Buf, SPARSE_MIN_BYTES};
 use crate::constraint::Constraint;
 use crate::dtype::{DType, Element, PosRange, ReduceOp, Scalar};
 use crate::error::{Result, RuntimeError};
-use crate::executor::{Executor, ThreadPool};
+use crate::execute::executor::{Executor, ThreadPool};
+use crate::execute::graph::{Completion, Node, NodeList, Work};
+use crate::execute::launch::{LaunchArg, Launched};
+use crate::execute::Shared;
 use crate::fusion::kernel::{unfused_body, Chunk, Elementwise};
 use crate::fusion::memo::{self, FusionMemo};
 use crate::fusion::{build, FusedShape, FusionConfig, Ready};
 use crate::future::Future;
-use crate::graph::{Completion, Node, NodeList, Work};
-use crate::launch::{LaunchArg, Launched};
 use crate::machine::Machine;
 use crate::partition::{Domain, Interner, Partition};
 use crate::rect::{Rect, MAX_DIMS};
@@ -36,42 +37,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 static NEXT_RUNTIME: AtomicU64 = AtomicU64::new(1);
-
-/// State the worker threads share with the issuing side.
-#[derive(Default)]
-pub(crate) struct Shared {
-    /// Signalled when a watched node completes (`Node::watch`: read-back, futures) and when
-    /// the pool wakes a sleeping issuer for a node.
-    pub completion: Completion,
-    pub counters: Counters,
-    /// Nodes created and not yet run.
-    pub outstanding: AtomicUsize,
-    /// Signalled when `outstanding` is at or below `low_water` and when the pool wakes a
-    /// sleeping issuer for a node: the issuer waiting on back-pressure or a fence is woken to
-    /// run ready work or to go on, not by every completion.
-    pub idle: Completion,
-    pub low_water: AtomicUsize,
-    /// Across ranks: the communication path (unset on one rank).
-    pub channel: std::sync::OnceLock<Arc<Channel>>,
-    /// Set when the window is adaptive: how a worker about to go idle launches it.
-    pub adaptive: std::sync::OnceLock<Adaptive>,
-}
-
-impl Shared {
-    /// Counts one node as run.
-    pub(crate) fn node_ran(&self) {
-        // SeqCst: pairs with the issuer's `held` store then outstanding load (`Adaptive::idle`).
-        let left = self.outstanding.fetch_sub(1, Ordering::SeqCst) - 1;
-        if left <= self.low_water.load(Ordering::Relaxed) {
-            self.idle.notify();
-        }
-        if let Some(a) = self.adaptive.get().filter(|a| a.idle(left)) {
-            if let Some(inner) = a.inner.upgrade() {
-                inner.idle_flush(a, false);
-            }
-        }
-    }
-}
 
 /// The issuing side's state: the window and the partition table.
 pub(crate) struct Front {
@@ -110,6 +75,9 @@ pub(crate) struct Inner {
     roots: Mutex<Vec<std::sync::Weak<StoreRoot>>>,
     /// Across ranks: the thread receiving this rank's messages.
     comm_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Set when the window is adaptive (also `Shared::on_idle`: how a worker about to go idle
+    /// launches it).
+    pub(crate) adaptive: std::sync::OnceLock<Arc<Adaptive>>,
     /// With an adaptive window: the thread that launches tasks held while workers idle.
     window_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// A submitted launcher's emptied spec, for the next [`Runtime::task`]: the spec is over a
@@ -468,6 +436,7 @@ impl RuntimeBuilder {
             mem: Arc::new(Memory::for_ranks(ranks)),
             roots: Mutex::default(),
             comm_thread: Mutex::default(),
+            adaptive: std::sync::OnceLock::new(),
             window_thread: Mutex::default(),
         };
         if let Some(Ranks(comm)) = self.ranks.filter(|_| ranks > 1) {
@@ -495,20 +464,17 @@ impl RuntimeBuilder {
             inner: Arc::new(inner),
         };
         if let WindowPolicy::Adaptive { .. } = policy {
-            let _ = rt.inner.shared.adaptive.set(Adaptive::new(
+            let a = Arc::new(Adaptive::new(
                 Arc::downgrade(&rt.inner),
                 workers,
                 self.hold_idle,
                 self.early_prefix,
             ));
-            let shared = rt.inner.shared.clone();
+            let _ = rt.inner.adaptive.set(a.clone());
+            let _ = rt.inner.shared.on_idle.set(a.clone());
             let h = std::thread::Builder::new()
                 .name("tessera-window".into())
-                .spawn(move || {
-                    if let Some(a) = shared.adaptive.get() {
-                        a.run_timer()
-                    }
-                })
+                .spawn(move || a.run_timer())
                 .map_err(|e| RuntimeError::Transport(format!("window thread: {e}")))?;
             *rt.inner
                 .window_thread
@@ -1112,7 +1078,7 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         let _ = self.fence();
-        if let Some(a) = self.inner.shared.adaptive.get() {
+        if let Some(a) = self.inner.adaptive.get() {
             a.stop();
             join(&self.inner.window_thread);
         }
@@ -1286,7 +1252,7 @@ impl Inner {
     /// them differently) and the tracer (it cuts at every `get`; no trace spans one). An
     /// adaptive window's launches follow timing anyway, and skipping spares a lock.
     pub(crate) fn flush_known(&self) -> Result<()> {
-        if self.shared.adaptive.get().is_none() {
+        if self.adaptive.get().is_none() {
             return self.flush();
         }
         let traced = self
@@ -1308,7 +1274,7 @@ impl Inner {
     /// worker that went idle before the issuer's `held` store is seen by the issuer's
     /// outstanding count instead (`issue_adaptive` then arms the window thread).
     fn release(&self, front: std::sync::MutexGuard<'_, Front>) {
-        let Some(a) = self.shared.adaptive.get() else {
+        let Some(a) = self.adaptive.get() else {
             return;
         };
         let held = !front.window.is_empty();
@@ -1470,7 +1436,7 @@ impl Inner {
 
     /// Puts a task in the window (past the tracer, if tracing is on).
     pub(crate) fn enqueue(&self, front: &mut Front, t: Issued) -> Result<()> {
-        if let Some(a) = self.shared.adaptive.get() {
+        if let Some(a) = self.adaptive.get() {
             self.issue_adaptive(front, a, t)
         } else if front.window.bypass() {
             // Nothing buffered and nothing to buffer for: analyse now, without a copy of the
@@ -1597,7 +1563,7 @@ impl Inner {
     /// task alone.
     fn launch_prefix(&self, front: &mut Front) -> Result<()> {
         let counters = &self.shared.counters;
-        if let Some(a) = self.shared.adaptive.get() {
+        if let Some(a) = self.adaptive.get() {
             Counters::add(&counters.idle_held_ns, a.idle_held_ns());
         }
         let (n, shape) = self.decide(front);
@@ -1960,7 +1926,7 @@ impl Inner {
             body: t.body,
             domain,
             token: t.token,
-            read_groups: crate::context::ReadGroups::of(&t.args),
+            read_groups: crate::execute::context::ReadGroups::of(&t.args),
             args: t.args,
             scalars: t.scalars,
             results: t.results,

@@ -6,7 +6,7 @@ use crate::buffer::Buf;
 use crate::constraint::{Constraint, Cut};
 use crate::dtype::{DType, Element, PosRange};
 use crate::error::{Result, RuntimeError};
-use crate::graph::Completion;
+use crate::execute::graph::Completion;
 use crate::machine::Machine;
 use crate::partition::{Domain, ImageKey, Interner, Partition, PartitionId};
 use crate::rect::{Rect, MAX_DIMS};

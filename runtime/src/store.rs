@@ -4,7 +4,7 @@ use crate::analysis::AccessState;
 use crate::buffer::{Borrow, Data, Ledger, MapPool};
 use crate::dtype::DType;
 use crate::error::{Result, RuntimeError};
-use crate::graph::Node;
+use crate::execute::graph::Node;
 use crate::partition::PartitionId;
 use crate::rect::Rect;
 use std::ops::Range;

@@ -2,9 +2,9 @@
 //! task with its arguments and constraints.
 
 use crate::constraint::Constraint;
-use crate::context::TaskContext;
 use crate::dtype::{ReduceOp, Scalar};
 use crate::error::Result;
+use crate::execute::context::TaskContext;
 use crate::fusion::kernel::Elementwise;
 use crate::future::{Future, FutureCell};
 use crate::partition::{Domain, PartitionId};

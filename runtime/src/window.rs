@@ -6,6 +6,7 @@
 //! (`ready`: partitions known, not yet launched) and launches the longest fusible prefix as
 //! one task; the rest stays for the next pass.
 
+use crate::execute::OnIdle;
 use crate::fusion::constraints::Prefix;
 use crate::fusion::Ready;
 use crate::runtime::Inner;
@@ -67,9 +68,6 @@ const LATER_MAX: usize = 1024;
 /// A prefix taken out of the window to be launched ([`Window::take`]): a handful of tasks
 /// (CG fuses at most three), so inline, not a list allocated per launch.
 pub(crate) type Taken = smallvec::SmallVec<[Box<Ready>; 8]>;
-
-/// The distinct stores of a launched task (`Launched::roots`): inline up to eight (SpMV has five), not a list allocated per launch.
-pub(crate) type Roots = smallvec::SmallVec<[Arc<StoreRoot>; 8]>;
 
 /// Task names remembered as beginning prefixes that made no temporary.
 const GAINLESS: usize = 8;
@@ -574,6 +572,17 @@ impl Adaptive {
                 inner.idle_flush(self, true);
             }
             t = self.timer.lock().unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// A worker about to go idle launches what the window holds (through `Shared::on_idle`).
+impl OnIdle for Adaptive {
+    fn node_ran(&self, left: usize) {
+        if self.idle(left) {
+            if let Some(inner) = self.inner.upgrade() {
+                inner.idle_flush(self, false);
+            }
         }
     }
 }

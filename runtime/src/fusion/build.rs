@@ -11,8 +11,8 @@
 use super::kernel::Elementwise;
 use super::Ready;
 use crate::dtype::ReduceOp;
+use crate::execute::launch::LaunchArg;
 use crate::future::FutureCell;
-use crate::launch::LaunchArg;
 use crate::runtime::Plan;
 use crate::store::StoreRoot;
 use crate::task::{Args, Privilege, Scalars, TaskBody};

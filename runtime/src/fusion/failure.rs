@@ -16,7 +16,7 @@
 
 use super::FusedShape;
 use crate::error::RuntimeError;
-use crate::launch::{failed_future, not_computed, LaunchArg, Launched};
+use crate::execute::launch::{failed_future, not_computed, LaunchArg, Launched};
 use crate::store::StoreRoot;
 use crate::task::Privilege;
 use smallvec::SmallVec;

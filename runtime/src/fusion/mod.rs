@@ -21,7 +21,7 @@ pub(crate) mod temporaries;
 
 pub(crate) use build::{FusedShape, SubShape};
 
-use crate::launch::LaunchArg;
+use crate::execute::launch::LaunchArg;
 use crate::partition::Domain;
 use crate::task::{Args, Issued};
 

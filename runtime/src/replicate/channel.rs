@@ -24,10 +24,10 @@
 
 use super::codec::{read_out, Reader};
 use crate::error::RuntimeError;
-use crate::graph::Node;
-use crate::launch::Launched;
+use crate::execute::graph::Node;
+use crate::execute::launch::Launched;
+use crate::execute::Shared;
 use crate::rect::Rect;
-use crate::runtime::Shared;
 use crate::stats::Counters;
 use crate::store::StoreRoot;
 use crate::transport::{Communicator, Tag};

@@ -9,7 +9,7 @@
 use crate::buffer::Data;
 use crate::dtype::{DType, Element, PosRange, Scalar};
 use crate::error::RuntimeError;
-use crate::launch::PointOut;
+use crate::execute::launch::PointOut;
 use crate::rect::Rect;
 use crate::store::StoreRoot;
 

@@ -20,7 +20,7 @@ pub(crate) mod share;
 pub(crate) mod valid;
 
 use crate::error::RuntimeError;
-use crate::graph::Node;
+use crate::execute::graph::Node;
 use crate::partition::Domain;
 use crate::rect::Rect;
 use crate::solver::{Span, SpanError};

@@ -6,7 +6,7 @@ use super::finish::Dist;
 use super::owners;
 use super::valid::ValidMap;
 use crate::analysis::Preds;
-use crate::graph::{Node, NodeList, Work};
+use crate::execute::graph::{Node, NodeList, Work};
 use crate::rect::Rect;
 use crate::runtime::{distinct, Inner, Plan};
 use crate::task::{Privilege, ScalarArg};

@@ -14,10 +14,10 @@
 
 use super::record::{producer_in, Producer};
 use crate::constraint::Constraint;
-use crate::context::ReadGroups;
 use crate::dtype::ReduceOp;
+use crate::execute::context::ReadGroups;
+use crate::execute::launch::{LaunchArg, Launched};
 use crate::fusion::FusedShape;
-use crate::launch::{LaunchArg, Launched};
 use crate::partition::Domain;
 use crate::rect::Rect;
 use crate::runtime::Plan;

@@ -26,11 +26,10 @@
 //! or by how recently they were first used, and where its futures come from): equal tokens
 //! make two tasks *candidates* for the same trace entry,
 //! never proof that they are equal. A replay compares the recorded fields of each task it
-//! replaces and falls back to ordinary analysis on any difference. `actors` (crate-private):
-//! a replayed trace compiled into per-worker actors (runtime/DESIGN.md, "Tracing in the launch
-//! path").
+//! replaces and falls back to ordinary analysis on any difference. A replayed trace runs
+//! as per-worker actors (`execute::actors`, crate-private; runtime/DESIGN.md, "Tracing in the
+//! launch path").
 
-pub(crate) mod actors;
 pub(crate) mod ahead;
 mod finder;
 mod fuse;

@@ -23,8 +23,8 @@ use super::ahead::{numbering, Conditions, IssuedTrace, SolvedTask};
 use super::fuse::{launches, Cut};
 use super::verify::{self, Access};
 use crate::dtype::ReduceOp;
+use crate::execute::launch::LaunchArg;
 use crate::fusion::FusedShape;
-use crate::launch::LaunchArg;
 use crate::partition::Domain;
 use crate::rect::Rect;
 use crate::runtime::{distinct, Plan};
@@ -108,7 +108,7 @@ pub(crate) struct Recording {
     /// [`Recording::cross_after`]).
     pub cross: rustc_hash::FxHashMap<(super::TraceId, Vec<u32>), Arc<Cross>>,
     /// The graph compiled into actors (on first replay with actors on).
-    pub actors: Option<std::sync::Arc<super::actors::Compiled>>,
+    pub actors: Option<std::sync::Arc<crate::execute::actors::Compiled>>,
     /// Whether the graph orders every two conflicting accesses of the trace (checked apart
     /// from the analysis that made it, `verify.rs`): its replays as actors view their stores
     /// without ledger borrows.

@@ -12,7 +12,6 @@
 //! window first. Every decision follows from the issued stream alone (`Decision`): a replay
 //! waits for the stores it names to be bound rather than asking whether they are.
 
-use super::actors::{Compiled, Run};
 use super::ahead::{launch_fused, numbering, Conditions, IssuedTrace, SolvedTask};
 use super::fuse;
 use super::record::{traceable, Cross, FinalAccess, Producer, Recording, PRE};
@@ -22,12 +21,13 @@ use crate::constraint::Constraint;
 use crate::dtype::ReduceOp;
 use crate::dtype::Scalar;
 use crate::error::Result;
+use crate::execute::actors::{Compiled, Run};
+use crate::execute::graph::{Node, Work};
+use crate::execute::launch::LaunchArg;
+use crate::execute::launch::Launched;
 use crate::fusion::temporaries::outside_dead_among;
 use crate::fusion::FusedShape;
 use crate::future::FutureCell;
-use crate::graph::{Node, Work};
-use crate::launch::LaunchArg;
-use crate::launch::Launched;
 use crate::runtime::{Front, Inner, Plan};
 use crate::stats::Counters;
 use crate::store::StoreRoot;
@@ -457,7 +457,7 @@ pub(crate) fn bump_versions(plan: &Plan) {
     bump_args(&plan.args);
 }
 
-fn bump_args(args: &[crate::launch::LaunchArg]) {
+fn bump_args(args: &[crate::execute::launch::LaunchArg]) {
     for a in args.iter().filter(|a| !a.local && a.privilege.writes()) {
         a.root.meta().version += 1;
     }
@@ -1125,7 +1125,7 @@ impl Inner {
             .get_or_insert_with(|| {
                 let points: Vec<usize> = tasks.iter().map(|t| t.domain.len()).collect();
                 let finish: Vec<bool> = tasks.iter().map(|t| t.has_finish).collect();
-                Arc::new(Compiled::new(&rec.graph, &points, &finish, workers))
+                Arc::new(Compiled::new(&rec.graph.edges, &points, &finish, workers))
             })
             .clone();
         // The points take no ledger borrows when the recorded graph, and the link to the
@@ -1331,14 +1331,7 @@ mod tests {
     /// `IN_FLIGHT`; a flush lets them all go.
     #[test]
     fn the_issuer_ends_runs_whose_vertices_all_ran_and_keeps_at_most_in_flight() {
-        use crate::tracing::record::Graph;
-        let g = Graph {
-            vertices: 2,
-            edges: vec![(0, 1)],
-            sources: vec![0],
-            stores: vec![],
-        };
-        let c = Arc::new(Compiled::new(&g, &[1, 1], &[false, false], 1));
+        let c = Arc::new(Compiled::new(&[(0, 1)], &[1, 1], &[false, false], 1));
         let mut tr = Tracing::new(64, Some(1));
         // What running a vertex does to its run's reference: the work is taken and dropped.
         let run_all = |r: &Arc<Run>| r.nodes().iter().for_each(|n| drop(n.take_work()));

@@ -16,9 +16,8 @@
 //! them. What comes after sees the trace's final accesses in the stores' access state, as
 //! after ordinary analysis.
 
-use super::record::Graph;
-use crate::graph::{Node, Work};
-use crate::launch::Launched;
+use crate::execute::graph::{Node, Work};
+use crate::execute::launch::Launched;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Where a vertex's work is: task index and point (`FINISH` for the finish step).
@@ -89,12 +88,17 @@ impl std::fmt::Debug for Spare {
 }
 
 impl Compiled {
-    /// Compiles `g`, whose tasks have `points[t]` points and a finish step where
-    /// `finish[t]`, for `workers` workers.
-    pub(crate) fn new(g: &Graph, points: &[usize], finish: &[bool], workers: usize) -> Compiled {
-        let n = g.vertices;
-        let mut at = Vec::with_capacity(n);
-        let mut owner = Vec::with_capacity(n);
+    /// Compiles a trace's logical graph (`tracing::record::Graph`): its `edges` between
+    /// vertices, sorted by source, where the vertices are each task's `points[t]` points and
+    /// then its finish step where `finish[t]`, in task order; for `workers` workers.
+    pub(crate) fn new(
+        edges: &[(u32, u32)],
+        points: &[usize],
+        finish: &[bool],
+        workers: usize,
+    ) -> Compiled {
+        let mut at = Vec::new();
+        let mut owner = Vec::new();
         let workers = workers.max(1);
         for (t, (&pts, &fin)) in points.iter().zip(finish).enumerate() {
             for p in 0..pts {
@@ -112,10 +116,10 @@ impl Compiled {
                 owner.push(0);
             }
         }
-        debug_assert_eq!(at.len(), n);
+        let n = at.len();
         let mut first_succ = vec![0u32; n + 1];
         let mut in_edges = vec![0u32; n];
-        for &(a, b) in &g.edges {
+        for &(a, b) in edges {
             first_succ[a as usize + 1] += 1;
             in_edges[b as usize] += 1;
         }
@@ -123,7 +127,7 @@ impl Compiled {
             first_succ[v + 1] += first_succ[v];
         }
         // Edges are sorted by source: the CSR is their second components in order.
-        let succs = g.edges.iter().map(|&(_, b)| b).collect();
+        let succs = edges.iter().map(|&(_, b)| b).collect();
         Compiled {
             first_succ,
             succs,
@@ -274,7 +278,7 @@ impl Run {
     }
 
     /// Counts `vertex` done for its static successors; pushes those that became ready.
-    pub(crate) fn release_succs(&self, vertex: u32, ready: &mut crate::graph::NodeList) {
+    pub(crate) fn release_succs(&self, vertex: u32, ready: &mut crate::execute::graph::NodeList) {
         let nodes = self.nodes.get().expect("nodes are set before any runs");
         for &s in self.compiled.succs(vertex) {
             let node = &nodes[s as usize];
@@ -292,12 +296,7 @@ mod tests {
     #[test]
     fn compiling_keeps_every_edge_counts_in_edges_and_spreads_points_over_workers() {
         // Task 0: two points; task 1: two points and a finish step (vertex 4).
-        let g = Graph {
-            vertices: 5,
-            edges: vec![(0, 2), (0, 3), (1, 3), (2, 4), (3, 4)],
-            sources: vec![0, 1],
-            stores: vec![],
-        };
+        let g = [(0, 2), (0, 3), (1, 3), (2, 4), (3, 4)];
         let c = Compiled::new(&g, &[2, 2], &[false, true], 2);
         let succs: Vec<Vec<u32>> = (0..5).map(|v| c.succs(v).to_vec()).collect();
         assert_eq!(succs, [vec![2, 3], vec![3], vec![4], vec![4], vec![]]);
@@ -311,16 +310,11 @@ mod tests {
 
     #[test]
     fn a_run_s_finished_nodes_nobody_holds_are_renewed_by_the_next_run_as_good_as_new() {
-        let g = Graph {
-            vertices: 5,
-            edges: vec![(0, 2), (0, 3), (1, 3), (2, 4), (3, 4)],
-            sources: vec![0, 1],
-            stores: vec![],
-        };
+        let g = [(0, 2), (0, 3), (1, 3), (2, 4), (3, 4)];
         let c = Arc::new(Compiled::new(&g, &[2, 2], &[false, true], 2));
         let run = Run::new(&c, vec![], false);
         let nodes = run.nodes().to_vec();
-        let done = crate::graph::Completion::default();
+        let done = crate::execute::graph::Completion::default();
         // Vertex 0 stays held (as a store's last access would hold it); vertex 1 is taken
         // but never completes; the other three finish and nothing holds them.
         for (v, n) in nodes.iter().enumerate() {

@@ -4,8 +4,8 @@
 
 use crate::buffer::{Borrow, Buf, Data, Ledger};
 use crate::dtype::{DType, Element, ReduceOp, Scalar};
+use crate::execute::launch::{LaunchArg, Launched, PointOut};
 use crate::fusion::SubShape;
-use crate::launch::{LaunchArg, Launched, PointOut};
 use crate::rect::{Rect, MAX_DIMS};
 use crate::task::{Privilege, ScalarArg};
 use std::ops::Range;

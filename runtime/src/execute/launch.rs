@@ -1,21 +1,20 @@
 //! An index task after analysis, and what running its points and its finish step does.
 
+use super::Shared;
 use crate::buffer::{Borrow, Buf, Data};
-use crate::context::{ReadGroups, TaskContext};
 use crate::dtype::{DType, Element, PosRange, ReduceOp, Scalar};
 use crate::error::RuntimeError;
+use crate::execute::context::{ReadGroups, TaskContext};
+use crate::execute::graph::{Node, NodeList, Work};
 use crate::fusion::failure::{self, SubFailures};
 use crate::fusion::FusedShape;
 use crate::future::FutureCell;
-use crate::graph::{Node, NodeList, Work};
 use crate::partition::Domain;
 use crate::rect::Rect;
-use crate::runtime::Shared;
 use crate::stats::Counters;
 use crate::store::{Bound, StoreRoot};
 use crate::task::{Args, Privilege, ScalarArg, Scalars, TaskBody};
 use crate::timeline::{self, Ev};
-use crate::window::Roots;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -84,6 +83,10 @@ pub(crate) struct PointOut {
     /// pieces stay on its rank).
     pub remote_lens: Vec<(usize, u64)>,
 }
+
+/// The distinct stores of a launched task (`Launched::roots`): inline up to eight (SpMV has
+/// five), not a list allocated per launch.
+pub(crate) type Roots = smallvec::SmallVec<[Arc<StoreRoot>; 8]>;
 
 pub(crate) struct Launched {
     /// The task's place in the issued stream: its replicated sequence number across ranks,

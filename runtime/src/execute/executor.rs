@@ -2,7 +2,7 @@
 //!
 //! The analysis hands a node to [`Executor::spawn`] once its in-edges are satisfied; the
 //! executor runs it and spawns the successors it makes ready. `ThreadPool` does this with event
-//! counting on worker threads. Replayed traces compiled into actors (`tracing::actors`) run on
+//! counting on worker threads. Replayed traces compiled into actors (`execute::actors`) run on
 //! it too: their vertices are owned by workers, and each worker has a mailbox of the ready
 //! vertices it owns beside the shared queue.
 //!
@@ -13,9 +13,9 @@
 //! step waits for that one; with the issuer as a processor, no core is oversubscribed and it
 //! goes from running points back to issuing without a wake-up.
 
-use crate::graph::{Completion, Node};
-use crate::launch::run_node;
-use crate::runtime::Shared;
+use super::Shared;
+use crate::execute::graph::{Completion, Node};
+use crate::execute::launch::run_node;
 use crate::stats::Counters;
 use crate::timeline::{self, Ev};
 use std::collections::VecDeque;
@@ -87,7 +87,7 @@ struct Queue {
 
 struct PoolState {
     queue: Mutex<Queue>,
-    /// Per worker: the ready actor vertices it owns (`tracing::actors`). Its owner takes from
+    /// Per worker: the ready actor vertices it owns (`execute::actors`). Its owner takes from
     /// it first; an idle worker or the issuing thread takes from any, so an owner busy with a
     /// long point never holds up a ready vertex while a core is free.
     mailboxes: Vec<Mailbox>,
@@ -512,7 +512,7 @@ fn worker(st: &PoolState, me: usize) {
 mod tests {
     use super::*;
     use crate::dtype::DType;
-    use crate::graph::Work;
+    use crate::execute::graph::Work;
     use crate::rect::Rect;
     use crate::replicate::channel::{Channel, Deliver, Recv};
     use crate::store::StoreRoot;

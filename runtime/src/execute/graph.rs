@@ -3,7 +3,7 @@
 //! A node starts with one extra pending count (the "issue guard") so that it cannot become ready
 //! while the analysis is still adding its in-edges; [`Node::release`] drops the guard.
 
-use crate::launch::Launched;
+use crate::execute::launch::Launched;
 use smallvec::SmallVec;
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -18,9 +18,9 @@ pub(crate) enum Work {
     /// A replayed trace's entry: it waits for what came before the trace (no work).
     Boundary,
     /// A vertex of a trace replayed as actors: its work is in the run; finishing it counts
-    /// down its static successors' in-edges (`tracing::actors`).
+    /// down its static successors' in-edges (`execute::actors`).
     Actor {
-        run: Arc<crate::tracing::actors::Run>,
+        run: Arc<crate::execute::actors::Run>,
         vertex: u32,
     },
     /// Across ranks: sends this rank's copy of `rect` of a store to rank `to`.
@@ -158,7 +158,7 @@ impl Node {
             let mut s = self.succs.lock().unwrap_or_else(|e| e.into_inner());
             self.done.store(true, Ordering::Release);
             // Most nodes of a replayed trace have no listed successor (their edges inside
-            // the trace are counted, `tracing::actors`): nothing to move out.
+            // the trace are counted, `execute::actors`): nothing to move out.
             if s.is_empty() {
                 NodeList::new()
             } else {

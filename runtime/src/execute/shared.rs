@@ -1,0 +1,48 @@
+//! What the worker threads share with the issuing side.
+
+use super::graph::Completion;
+use crate::replicate::channel::Channel;
+use crate::stats::Counters;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// State the worker threads share with the issuing side.
+#[derive(Default)]
+pub(crate) struct Shared {
+    /// Signalled when a watched node completes (`Node::watch`: read-back, futures) and when
+    /// the pool wakes a sleeping issuer for a node.
+    pub completion: Completion,
+    pub counters: Counters,
+    /// Nodes created and not yet run.
+    pub outstanding: AtomicUsize,
+    /// Signalled when `outstanding` is at or below `low_water` and when the pool wakes a
+    /// sleeping issuer for a node: the issuer waiting on back-pressure or a fence is woken to
+    /// run ready work or to go on, not by every completion.
+    pub idle: Completion,
+    pub low_water: AtomicUsize,
+    /// Across ranks: the communication path (unset on one rank).
+    pub channel: OnceLock<Arc<Channel>>,
+    /// Told of every node run: set when the window is adaptive (`window::Adaptive`), which
+    /// launches what it holds when a worker is about to go idle.
+    pub on_idle: OnceLock<Arc<dyn OnIdle>>,
+}
+
+/// What a layer above execution does when a node has run, with `left` nodes outstanding.
+/// A hook rather than a call, so that execution does not reach up into the window.
+pub(crate) trait OnIdle: Send + Sync {
+    fn node_ran(&self, left: usize);
+}
+
+impl Shared {
+    /// Counts one node as run.
+    pub(crate) fn node_ran(&self) {
+        // SeqCst: pairs with the issuer's `held` store then outstanding load (`Adaptive::idle`).
+        let left = self.outstanding.fetch_sub(1, Ordering::SeqCst) - 1;
+        if left <= self.low_water.load(Ordering::Relaxed) {
+            self.idle.notify();
+        }
+        if let Some(hook) = self.on_idle.get() {
+            hook.node_ran(left);
+        }
+    }
+}
