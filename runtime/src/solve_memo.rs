@@ -23,10 +23,10 @@
 //! and destinations keep their store and state (the image is made from the source's values).
 
 use crate::constraint::Constraint;
+use crate::issue::task::Args;
 use crate::partition::{Domain, PartitionId};
 use crate::rect::Rect;
 use crate::solver::{Solution, SolverArg};
-use crate::task::Args;
 use rustc_hash::{FxHashMap as HashMap, FxHasher};
 use smallvec::SmallVec;
 use std::hash::{Hash, Hasher};

@@ -9,9 +9,9 @@
 use crate::execute::OnIdle;
 use crate::fusion::constraints::Prefix;
 use crate::fusion::Ready;
+use crate::issue::task::Issued;
 use crate::runtime::Inner;
 use crate::store::StoreRoot;
-use crate::task::Issued;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};

@@ -6,8 +6,8 @@ use crate::buffer::{Borrow, Buf, Data, Ledger};
 use crate::dtype::{DType, Element, ReduceOp, Scalar};
 use crate::execute::launch::{LaunchArg, Launched, PointOut};
 use crate::fusion::SubShape;
+use crate::issue::task::{Privilege, ScalarArg};
 use crate::rect::{Rect, MAX_DIMS};
-use crate::task::{Privilege, ScalarArg};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
@@ -1156,7 +1156,10 @@ mod tests {
     }
 
     /// A one-point task named `t` with an empty body, over `args`.
-    fn one_point_task(args: crate::task::Args<LaunchArg>, read_groups: ReadGroups) -> Launched {
+    fn one_point_task(
+        args: crate::issue::task::Args<LaunchArg>,
+        read_groups: ReadGroups,
+    ) -> Launched {
         Launched {
             position: 0,
             name: Arc::from("t"),
@@ -1190,7 +1193,8 @@ mod tests {
         let x = rt.from_vec(&[4], vec![0.0f64; 4]).unwrap();
         let root = x.root.clone();
         let read = |lo: usize, hi: usize| read_arg(&root, lo, hi);
-        let args: crate::task::Args<LaunchArg> = [read(0, 2), read(1, 3)].into_iter().collect();
+        let args: crate::issue::task::Args<LaunchArg> =
+            [read(0, 2), read(1, 3)].into_iter().collect();
         let task = |read_groups: ReadGroups| {
             let args = args
                 .iter()
@@ -1225,7 +1229,7 @@ mod tests {
         let roots: Vec<_> = (0..3)
             .map(|_| rt.from_vec(&[4], vec![0.0f64; 4]).unwrap().root.clone())
             .collect();
-        let args: crate::task::Args<LaunchArg> = roots
+        let args: crate::issue::task::Args<LaunchArg> = roots
             .iter()
             .flat_map(|r| [read_arg(r, 0, 2), read_arg(r, 1, 3)])
             .collect();
@@ -1270,7 +1274,7 @@ mod tests {
             rects: Arc::from(vec![Rect::new(&[lo], &[hi])]),
             local: false,
         };
-        let recorded: crate::task::Args<LaunchArg> = [
+        let recorded: crate::issue::task::Args<LaunchArg> = [
             arg(&x.root, Privilege::Read, 0, 2),
             arg(&x.root, Privilege::Read, 1, 3),
         ]

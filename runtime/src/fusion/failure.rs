@@ -17,8 +17,8 @@
 use super::FusedShape;
 use crate::error::RuntimeError;
 use crate::execute::launch::{failed_future, not_computed, LaunchArg, Launched};
+use crate::issue::task::Privilege;
 use crate::store::StoreRoot;
-use crate::task::Privilege;
 use smallvec::SmallVec;
 
 /// Per sub-task, in issue order: its error, or `None` while it can run.

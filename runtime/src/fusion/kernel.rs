@@ -11,7 +11,7 @@
 //! sub-stores, so scalar results fold in the same order either way (bitwise equal).
 
 use crate::dtype::{DType, Element, ReduceOp, Scalar};
-use crate::task::Privilege;
+use crate::issue::task::Privilege;
 use crate::TaskContext;
 use smallvec::SmallVec;
 use std::sync::OnceLock;

@@ -17,8 +17,8 @@
 
 use super::build::{self, FusedShape};
 use super::temporaries;
+use crate::issue::task::Privilege;
 use crate::store::StoreRoot;
-use crate::task::Privilege;
 use crate::window::Window;
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;

@@ -22,8 +22,8 @@ pub(crate) mod temporaries;
 pub(crate) use build::{FusedShape, SubShape};
 
 use crate::execute::launch::LaunchArg;
+use crate::issue::task::{Args, Issued};
 use crate::partition::Domain;
-use crate::task::{Args, Issued};
 
 /// A task solved ahead in the window: its launch domain and each argument's partition and
 /// sub-stores are known; it has not been given to the dependence analysis.

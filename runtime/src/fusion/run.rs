@@ -10,8 +10,8 @@ use crate::dtype::Scalar;
 use crate::error::RuntimeError;
 use crate::execute::context::{Locals, TaskContext};
 use crate::execute::launch::{panic_message, panic_text, Launched, PointOut};
+use crate::issue::task::{Privilege, ScalarArg};
 use crate::rect::Rect;
-use crate::task::{Privilege, ScalarArg};
 use smallvec::SmallVec;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 

@@ -13,7 +13,7 @@
 //! of 21, and the fewer the arrays, the longer the chunk that keeps them all in L1
 //! (`kernel::fused_chunk`: 512 `f64` for Black-Scholes' 10 in a 48 KiB L1).
 
-use crate::task::Privilege;
+use crate::issue::task::Privilege;
 use std::cell::RefCell;
 
 /// Buffers kept per thread beyond this many are freed (a fused task has a few temporaries).

@@ -14,8 +14,8 @@
 //! unbound stores are kept. Conditions 1 and 2 within the window are read from the prefix'
 //! per-store effects (`constraints::Prefix::temporaries`); this module checks the rest.
 
+use crate::issue::task::Issued;
 use crate::store::StoreRoot;
-use crate::task::Issued;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -14,9 +14,9 @@ use super::valid::ValidMap;
 use crate::error::RuntimeError;
 use crate::execute::launch::Launched;
 use crate::execute::launch::PointOut;
+use crate::issue::task::Privilege;
 use crate::rect::Rect;
 use crate::store::Bound;
-use crate::task::Privilege;
 
 /// Where a task stands in the replicated stream.
 pub(crate) struct Dist {

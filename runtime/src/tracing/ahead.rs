@@ -18,14 +18,14 @@ use crate::dtype::ReduceOp;
 use crate::execute::context::ReadGroups;
 use crate::execute::launch::{LaunchArg, Launched};
 use crate::fusion::FusedShape;
+use crate::issue::task::{
+    broadcast_mask, Args, Issued, LaunchSpec, Privilege, ScalarArg, Scalars, TaskBody,
+    UserConstraint, ViewId,
+};
 use crate::partition::Domain;
 use crate::rect::Rect;
 use crate::runtime::Plan;
 use crate::store::{StoreRoot, ViewKey};
-use crate::task::{
-    broadcast_mask, Args, Issued, LaunchSpec, Privilege, ScalarArg, Scalars, TaskBody,
-    UserConstraint, ViewId,
-};
 use smallvec::SmallVec;
 use std::hash::Hasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -53,7 +53,7 @@ pub(crate) struct IssuedSig {
     scalars: SmallVec<[Producer; 2]>,
     result: Option<ReduceOp>,
     /// The sharding key across ranks.
-    shard: Option<crate::task::Args<usize>>,
+    shard: Option<crate::issue::task::Args<usize>>,
 }
 
 /// Where a future argument of `t` comes from: a task before it in the trace or not.
@@ -211,7 +211,7 @@ impl IssuedSig {
     /// Whether `args` are the recorded arguments, stores numbered by `number`.
     fn same_args(
         &self,
-        args: &[crate::task::IssuedArg],
+        args: &[crate::issue::task::IssuedArg],
         number: &mut impl FnMut(&Arc<StoreRoot>) -> (u32, bool),
     ) -> bool {
         self.args.len() == args.len()
@@ -236,7 +236,7 @@ impl IssuedSig {
     /// rank) holds as it held when recorded: ranks and types are the recorded ones.
     fn same_user_constraints(
         &self,
-        args: &[crate::task::IssuedArg],
+        args: &[crate::issue::task::IssuedArg],
         user: &[UserConstraint],
     ) -> bool {
         let names = |v: &ViewId, i: usize| v.names(&args[i]);
@@ -754,8 +754,8 @@ impl Conditions {
 mod tests {
     use super::*;
     use crate::future::FutureCell;
+    use crate::issue::task::{IssuedArg, Privilege};
     use crate::store::ViewKey;
-    use crate::task::{IssuedArg, Privilege};
 
     fn root(id: u64) -> Arc<StoreRoot> {
         StoreRoot::for_test(id)
@@ -797,7 +797,8 @@ mod tests {
 
     fn with_result(mut t: Issued, cell: &Arc<FutureCell>) -> Issued {
         t.result = Some((ReduceOp::Sum, cell.clone()));
-        t.scalars.push(crate::task::ScalarArg::Future(cell.clone()));
+        t.scalars
+            .push(crate::issue::task::ScalarArg::Future(cell.clone()));
         t
     }
 

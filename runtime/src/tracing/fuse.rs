@@ -20,9 +20,9 @@
 use crate::fusion::constraints::Prefix;
 use crate::fusion::temporaries::outside_dead_among;
 use crate::fusion::{build, FusedShape, Ready};
+use crate::issue::task::{Issued, TaskBody};
 use crate::runtime::Plan;
 use crate::store::StoreRoot;
-use crate::task::{Issued, TaskBody};
 use std::collections::VecDeque;
 use std::sync::Arc;
 

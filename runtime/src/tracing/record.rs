@@ -25,10 +25,10 @@ use super::verify::{self, Access};
 use crate::dtype::ReduceOp;
 use crate::execute::launch::LaunchArg;
 use crate::fusion::FusedShape;
+use crate::issue::task::{Privilege, ScalarArg, TaskBody};
 use crate::partition::Domain;
 use crate::rect::Rect;
 use crate::runtime::{distinct, Plan};
-use crate::task::{Privilege, ScalarArg, TaskBody};
 use smallvec::SmallVec;
 use std::sync::Arc;
 
@@ -180,7 +180,7 @@ impl Recording {
 /// reading such a store may be: a replay waits for the binding before it records or compares
 /// anything. The answer depends on the task alone, never on whether a store is bound yet
 /// (that depends on whether a worker has run its producer, and ranks would decide apart).
-pub(crate) fn traceable(t: &crate::task::Issued) -> bool {
+pub(crate) fn traceable(t: &crate::issue::task::Issued) -> bool {
     t.args
         .iter()
         .all(|a| a.privilege != Privilege::WriteUnbound)

@@ -28,10 +28,10 @@ use crate::execute::launch::Launched;
 use crate::fusion::temporaries::outside_dead_among;
 use crate::fusion::FusedShape;
 use crate::future::FutureCell;
+use crate::issue::task::{Issued, IssuedArg, LaunchSpec, Registered, ScalarArg};
 use crate::runtime::{Front, Inner, Plan};
 use crate::stats::Counters;
 use crate::store::StoreRoot;
-use crate::task::{Issued, IssuedArg, LaunchSpec, Registered, ScalarArg};
 use rustc_hash::FxHashMap as HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -640,7 +640,7 @@ impl Inner {
         };
         // Pushed one by one: `collect` went through `SmallVec::extend`'s general path (~136
         // instructions per stencil task against about half).
-        let mut constraints = crate::task::Args::new();
+        let mut constraints = crate::issue::task::Args::new();
         for c in recorded {
             constraints.push(c.clone());
         }
