@@ -15,6 +15,9 @@ use crate::store::StoreRoot;
 use std::sync::Arc;
 
 /// Checks that a store can be passed with a privilege.
+// Inlined into the issue path as it was when these lived in `runtime.rs` (callgrind,
+// stencil: ~90 instructions a task more when called).
+#[inline]
 pub(crate) fn check_privilege(task: &str, root: &StoreRoot, p: Privilege) -> Result<()> {
     let bound = root.bound().is_some();
     match p {
@@ -56,6 +59,9 @@ pub(crate) fn check_privilege(task: &str, root: &StoreRoot, p: Privilege) -> Res
 
 /// Turns constraints over stores into constraints over argument positions, checking what can be
 /// checked before shapes are known.
+// Inlined into the issue path as it was when these lived in `runtime.rs` (callgrind,
+// stencil: ~90 instructions a task more when called).
+#[inline]
 pub(crate) fn resolve_constraints(
     task: &str,
     args: &[IssuedArg],

@@ -34,6 +34,7 @@ use crate::stats::Counters;
 use crate::store::StoreRoot;
 use rustc_hash::FxHashMap as HashMap;
 use std::hash::{Hash, Hasher};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -496,6 +497,14 @@ fn same_stores(before: &[Arc<StoreRoot>], now: &[Arc<StoreRoot>]) -> (Vec<u32>, 
     (same, identity)
 }
 
+/// What a replay replays ([`Inner::record_or_verify`]): a trace recorded just now, as its
+/// solved plans, or held tasks verified against the recording, with their distinct stores
+/// (`ahead::numbering`).
+enum Replayable {
+    Recorded(Vec<Plan>),
+    Verified(Vec<Arc<StoreRoot>>),
+}
+
 /// Keeps the first error of several steps.
 fn keep_first(first: &mut Result<()>, r: Result<()>) {
     if first.is_ok() {
@@ -866,66 +875,10 @@ impl Inner {
         );
         let counters = &self.shared.counters;
         tr.just_replayed = None;
-        // Whether a store is bound yet depends on whether its producer has run: wait for every
-        // store the tasks name (their producers were launched before them: a task producing
-        // an unbound store is never held), so that what follows (the recorded or compared
-        // extents and key partitions) is the same in every run. A streak waited as each task
-        // came.
-        let bound = match verified {
-            Some(_) => Ok(()),
-            None => tr.held[..n].iter().try_for_each(|t| {
-                t.args
-                    .iter()
-                    .try_for_each(|a| self.wait_bound(&a.root, &t.name))
-            }),
+        let replayable = match self.record_or_verify(front, tr, trace, n, verified, next) {
+            ControlFlow::Continue(r) => r,
+            ControlFlow::Break(analysed) => return analysed,
         };
-        if bound.is_err() {
-            // A failed producer: solving reports its error on the task reading its store.
-            tr.decide(Decision::Failed(trace, n), counters);
-            let tasks: Vec<Issued> = tr.held.drain(..n).collect();
-            return self.analyse_all(front, tr, tasks);
-        }
-        // `Ok`: the first occurrence, solved and recorded; `Err`: the held tasks replay the
-        // recording (verified, key partitions and versions updated as the solves would have),
-        // with their distinct stores.
-        let recorded = match tr.recordings.get(&trace) {
-            None => match self.record(front, tr, n, next) {
-                Ok((rec, plans)) => {
-                    tr.decide(Decision::Recorded(trace, n), counters);
-                    Counters::add(&counters.traces_recorded, 1);
-                    tr.recordings.insert(trace, rec);
-                    Ok(plans)
-                }
-                Err(failed) => {
-                    tr.decide(Decision::Failed(trace, n), counters);
-                    let (plans, rest, e) = *failed;
-                    // Analysed as usual, without the failing task.
-                    tr.last = None;
-                    plans.into_iter().for_each(|p| self.analyse(p));
-                    let r = self.analyse_all(front, tr, rest);
-                    return Err::<(), _>(e).and(r);
-                }
-            },
-            Some(rec) => {
-                let (held, later) = tr.held.split_at(n);
-                let later = later.iter().chain(next);
-                let roots = verified
-                    .or_else(|| rec.issued.matches(held))
-                    .filter(|_| rec.conditions.hold(held))
-                    .filter(|_| fuse::temporaries_hold(&rec.cuts, held, later));
-                let Some(roots) = roots else {
-                    tr.decide(Decision::Abandoned(trace, n), counters);
-                    Counters::add(&counters.traces_abandoned, 1);
-                    let tasks: Vec<Issued> = tr.held.drain(..n).collect();
-                    return self.analyse_all(front, tr, tasks);
-                };
-                rec.conditions.apply(held);
-                held.iter().for_each(bump_issued_versions);
-                Counters::add(&counters.tasks_unsolved, n as u64);
-                Err(roots)
-            }
-        };
-        let fused = fuse::fuses(&tr.recordings[&trace].cuts);
         Counters::add(
             &counters.tasks_launched,
             tr.recordings[&trace].cuts.len() as u64,
@@ -933,86 +886,12 @@ impl Inner {
         Counters::add(&counters.traces_replayed, 1);
         Counters::add(&counters.tasks_traced, n as u64);
         let Some(workers) = tr.actors else {
-            let plans: Vec<Plan> = match recorded {
-                Ok(plans) => plans,
-                Err(_) => {
-                    let rec = &tr.recordings[&trace];
-                    let plans = tr.held.drain(..n).zip(&rec.solved).map(|(t, s)| s.plan(t));
-                    fuse::launches(&rec.cuts, plans.collect(), &self.fused_body)
-                }
-            };
-            plans
-                .iter()
-                .for_each(|p| self.count_fused(p.fused.as_ref(), &p.args));
-            let rec = &tr.recordings[&trace];
-            debug_assert!(rec.matches(&plans), "a replay launches the recorded tasks");
-            self.instantiate(rec, plans);
-            tr.decide(Decision::Replayed(trace, n, false), counters);
-            tr.just_replayed = Some(trace);
+            self.replay_through_plans(tr, trace, n, replayable);
             return Ok(());
         };
-        let launch = |p: Plan| {
-            let points = p.domain.len();
-            self.launched(p, points, None)
-        };
-        let (tasks, roots): (Vec<Arc<Launched>>, _) = match recorded {
-            Ok(plans) => {
-                plans
-                    .iter()
-                    .for_each(|p| self.count_fused(p.fused.as_ref(), &p.args));
-                let tasks: Vec<_> = plans.into_iter().map(launch).collect();
-                let all = tasks.iter().flat_map(|t| t.args.iter().map(|a| &a.root));
-                let roots = numbering(all).1.into_iter().cloned().collect();
-                (tasks, roots)
-            }
-            Err(roots) if fused => {
-                // Read where held, as below; a fused launch is made new (not renewed).
-                let rec = &tr.recordings[&trace];
-                let mut spare = match &rec.actors {
-                    Some(compiled) => compiled.take_spare_tasks(rec.cuts.len()),
-                    None => Vec::new(),
-                };
-                let mut tasks = Vec::with_capacity(rec.cuts.len());
-                let mut start = 0;
-                for c in &rec.cuts {
-                    let at = start..start + c.len;
-                    let (held, solved) = (&mut tr.held[at.clone()], &rec.solved[at]);
-                    let position = self.next_position();
-                    tasks.push(match &c.shape {
-                        None => solved[0].launch(&mut held[0], position, spare.pop()),
-                        Some(shape) => launch_fused(
-                            shape,
-                            &self.fused_body,
-                            (held, solved),
-                            position,
-                            spare.pop(),
-                        ),
-                    });
-                    start += c.len;
-                }
-                tr.held.drain(..n);
-                for t in &tasks {
-                    self.count_fused(t.fused.as_ref(), &t.args);
-                }
-                (tasks, roots)
-            }
-            Err(roots) => {
-                let rec = &tr.recordings[&trace];
-                let mut spare = match &rec.actors {
-                    Some(compiled) => compiled.take_spare_tasks(n),
-                    None => Vec::new(),
-                };
-                let solved = &rec.solved;
-                // Each held task gives its launch what it keeps (`SolvedTask::launch`), and
-                // is dropped below.
-                let launch = |(t, s): (&mut Issued, &SolvedTask)| {
-                    s.launch(t, self.next_position(), spare.pop())
-                };
-                let tasks = tr.held[..n].iter_mut().zip(solved).map(launch).collect();
-                tr.held.drain(..n);
-                (tasks, roots)
-            }
-        };
+        let (tasks, roots) = self.launch_replayed(tr, trace, n, replayable);
+        // Linked to the replay just before where the recorded crossing edges (`record::Cross`)
+        // cover what lies between them: consecutive replays then overlap, no barrier between.
         let link = tr.last.take().and_then(|l| {
             let (same, again) = same_stores(&l.roots, &roots);
             let again = again && l.trace == trace;
@@ -1030,6 +909,171 @@ impl Inner {
         tr.end_runs(run.as_ref());
         tr.just_replayed = Some(trace);
         Ok(())
+    }
+
+    /// What [`Inner::replay`] replays: the first occurrence of `trace`, solved and recorded
+    /// now, or the held tasks verified against the recording (key partitions and versions
+    /// then updated as their solves would have). `Break` where they were analysed as usual
+    /// instead (a producer failed, a solve failed, or they differ from the recording), with
+    /// the outcome of that.
+    fn record_or_verify(
+        &self,
+        front: &mut Front,
+        tr: &mut Tracing,
+        trace: TraceId,
+        n: usize,
+        verified: Option<Vec<Arc<StoreRoot>>>,
+        next: Option<&Issued>,
+    ) -> ControlFlow<Result<()>, Replayable> {
+        let counters = &self.shared.counters;
+        // Whether a store is bound yet depends on whether its producer has run: wait for every
+        // store the tasks name (their producers were launched before them: a task producing
+        // an unbound store is never held), so that what follows (the recorded or compared
+        // extents and key partitions) is the same in every run. A streak waited as each task
+        // came.
+        let bound = match verified {
+            Some(_) => Ok(()),
+            None => tr.held[..n].iter().try_for_each(|t| {
+                t.args
+                    .iter()
+                    .try_for_each(|a| self.wait_bound(&a.root, &t.name))
+            }),
+        };
+        if bound.is_err() {
+            // A failed producer: solving reports its error on the task reading its store.
+            tr.decide(Decision::Failed(trace, n), counters);
+            let tasks: Vec<Issued> = tr.held.drain(..n).collect();
+            return ControlFlow::Break(self.analyse_all(front, tr, tasks));
+        }
+        let Some(rec) = tr.recordings.get(&trace) else {
+            return match self.record(front, tr, n, next) {
+                Ok((rec, plans)) => {
+                    tr.decide(Decision::Recorded(trace, n), counters);
+                    Counters::add(&counters.traces_recorded, 1);
+                    tr.recordings.insert(trace, rec);
+                    ControlFlow::Continue(Replayable::Recorded(plans))
+                }
+                Err(failed) => {
+                    tr.decide(Decision::Failed(trace, n), counters);
+                    let (plans, rest, e) = *failed;
+                    // Analysed as usual, without the failing task.
+                    tr.last = None;
+                    plans.into_iter().for_each(|p| self.analyse(p));
+                    let r = self.analyse_all(front, tr, rest);
+                    ControlFlow::Break(Err::<(), _>(e).and(r))
+                }
+            };
+        };
+        let (held, later) = tr.held.split_at(n);
+        let later = later.iter().chain(next);
+        let roots = verified
+            .or_else(|| rec.issued.matches(held))
+            .filter(|_| rec.conditions.hold(held))
+            .filter(|_| fuse::temporaries_hold(&rec.cuts, held, later));
+        let Some(roots) = roots else {
+            tr.decide(Decision::Abandoned(trace, n), counters);
+            Counters::add(&counters.traces_abandoned, 1);
+            let tasks: Vec<Issued> = tr.held.drain(..n).collect();
+            return ControlFlow::Break(self.analyse_all(front, tr, tasks));
+        };
+        rec.conditions.apply(held);
+        held.iter().for_each(bump_issued_versions);
+        Counters::add(&counters.tasks_unsolved, n as u64);
+        ControlFlow::Continue(Replayable::Verified(roots))
+    }
+
+    /// A replay without actors: the recorded solves as plans, launched through the thread
+    /// pool's nodes with the recorded graph (`instantiate`).
+    fn replay_through_plans(&self, tr: &mut Tracing, trace: TraceId, n: usize, r: Replayable) {
+        let plans: Vec<Plan> = match r {
+            Replayable::Recorded(plans) => plans,
+            Replayable::Verified(_) => {
+                let rec = &tr.recordings[&trace];
+                let plans = tr.held.drain(..n).zip(&rec.solved).map(|(t, s)| s.plan(t));
+                fuse::launches(&rec.cuts, plans.collect(), &self.fused_body)
+            }
+        };
+        plans
+            .iter()
+            .for_each(|p| self.count_fused(p.fused.as_ref(), &p.args));
+        let rec = &tr.recordings[&trace];
+        debug_assert!(rec.matches(&plans), "a replay launches the recorded tasks");
+        self.instantiate(rec, plans);
+        tr.decide(Decision::Replayed(trace, n, false), &self.shared.counters);
+        tr.just_replayed = Some(trace);
+    }
+
+    /// A replay as actors: the launched tasks (each held task moved once into its launch,
+    /// reusing an ended replay's where the recording keeps spares) and their distinct stores.
+    fn launch_replayed(
+        &self,
+        tr: &mut Tracing,
+        trace: TraceId,
+        n: usize,
+        r: Replayable,
+    ) -> (Vec<Arc<Launched>>, Vec<Arc<StoreRoot>>) {
+        let roots = match r {
+            Replayable::Recorded(plans) => {
+                plans
+                    .iter()
+                    .for_each(|p| self.count_fused(p.fused.as_ref(), &p.args));
+                let launch = |p: Plan| {
+                    let points = p.domain.len();
+                    self.launched(p, points, None)
+                };
+                let tasks: Vec<_> = plans.into_iter().map(launch).collect();
+                let all = tasks.iter().flat_map(|t| t.args.iter().map(|a| &a.root));
+                let roots = numbering(all).1.into_iter().cloned().collect();
+                return (tasks, roots);
+            }
+            Replayable::Verified(roots) => roots,
+        };
+        let rec = &tr.recordings[&trace];
+        if !fuse::fuses(&rec.cuts) {
+            let mut spare = match &rec.actors {
+                Some(compiled) => compiled.take_spare_tasks(n),
+                None => Vec::new(),
+            };
+            // Each held task gives its launch what it keeps (`SolvedTask::launch`), and is
+            // dropped below.
+            let launch =
+                |(t, s): (&mut Issued, &SolvedTask)| s.launch(t, self.next_position(), spare.pop());
+            let tasks = tr.held[..n]
+                .iter_mut()
+                .zip(&rec.solved)
+                .map(launch)
+                .collect();
+            tr.held.drain(..n);
+            return (tasks, roots);
+        }
+        // Read where held, as above; a fused launch is made new (not renewed).
+        let mut spare = match &rec.actors {
+            Some(compiled) => compiled.take_spare_tasks(rec.cuts.len()),
+            None => Vec::new(),
+        };
+        let mut tasks = Vec::with_capacity(rec.cuts.len());
+        let mut start = 0;
+        for c in &rec.cuts {
+            let at = start..start + c.len;
+            let (held, solved) = (&mut tr.held[at.clone()], &rec.solved[at]);
+            let position = self.next_position();
+            tasks.push(match &c.shape {
+                None => solved[0].launch(&mut held[0], position, spare.pop()),
+                Some(shape) => launch_fused(
+                    shape,
+                    &self.fused_body,
+                    (held, solved),
+                    position,
+                    spare.pop(),
+                ),
+            });
+            start += c.len;
+        }
+        tr.held.drain(..n);
+        for t in &tasks {
+            self.count_fused(t.fused.as_ref(), &t.args);
+        }
+        (tasks, roots)
     }
 
     /// Solves a trace's first occurrence task by task (each solve sees the key partitions the
