@@ -4,7 +4,7 @@
 use super::failure::{self, SubFailures};
 use super::kernel::{fused_chunk, run_chunks, zero_kernel, Slot, Step, CHUNK};
 use super::scratch::Scratch;
-use super::FusedShape;
+use super::{FusedShape, SubShape};
 use crate::buffer::{Borrow, Data};
 use crate::dtype::Scalar;
 use crate::error::RuntimeError;
@@ -123,127 +123,17 @@ fn kernel_point(
     trusted: bool,
     failed: &mut SubFailures,
 ) -> Option<PointOut> {
-    let mut n = None;
-    let mut spans: SmallVec<[(usize, usize); 8]> = SmallVec::new();
-    for a in &task.args {
-        let rect = a.rects[point];
-        let span = if a.local {
-            (0, rect.volume())
-        } else {
-            contiguous(&rect, &a.root.bound()?.rect)?
-        };
-        if *n.get_or_insert(span.1) != span.1 {
-            return None;
-        }
-        spans.push(span);
-    }
-    for s in &shape.subs {
-        let dtype = s.kernel.as_ref()?.dtype;
-        if s.args
-            .iter()
-            .any(|(j, _)| task.args[*j].root.dtype != dtype)
-        {
-            return None;
-        }
-    }
-    let n = n.unwrap_or(0);
-    // Held for the whole loop: every store cell the point touches, exclusive where written.
-    let mut borrows: SmallVec<[Borrow<'_>; 8]> = SmallVec::new();
-    // Temporaries live in this thread's reused chunk buffers (no allocation per point), those
-    // whose lives do not overlap in one buffer (`shape.scratch`), as large as its largest
-    // element type needs.
-    let (buffer_of, buffers) = &shape.scratch;
-    let mut element: SmallVec<[usize; 8]> = smallvec::smallvec![0; *buffers];
-    let mut stores = 0;
-    for (a, b) in task.args.iter().zip(buffer_of) {
-        match (a.local, b) {
-            (true, Some(b)) => element[*b] = element[*b].max(a.root.dtype.size()),
-            _ => stores += a.root.dtype.size(),
-        }
-    }
-    // Chunks sized so that one of every array stays in L1, the next one prefetched while the
-    // steps run (`kernel::fused_chunk`), except where a sub-task folds a scalar result: its
-    // chunks' partial results fold in chunk order, and only chunks of the unfused body's
-    // length fold to the unfused result bit for bit. At that length the prefetch does not
-    // pay (Jacobi with its residual 3.6-3.8 ms without, 4.2-4.3 ms with).
-    let l1 = if task.results.is_empty() {
-        fused_chunk(stores + element.iter().sum::<usize>())
-    } else {
-        None
-    };
-    let (chunk, prefetch) = l1.map_or((CHUNK, false), |c| (c, true));
+    let (n, spans) = line_up(task, shape, point)?;
+    let (element, chunk, prefetch) = chunking(task, shape);
     let mut scratch = Scratch::default();
     let bases: SmallVec<[*mut u8; 8]> = element
         .iter()
         .map(|&e| scratch.take(chunk.min(n) * e))
         .collect();
-    let mut slots: SmallVec<[Slot; 8]> = SmallVec::new();
-    // Temporaries read before they are written: cleared before every chunk.
-    let mut cleared: SmallVec<[Slot; 4]> = SmallVec::new();
-    for (((a, f), &(start, _)), b) in task.args.iter().zip(&shape.args).zip(&spans).zip(buffer_of) {
-        let size = a.root.dtype.size();
-        if a.local {
-            let slot = Slot {
-                base: bases[b.expect("a temporary has a buffer")],
-                size,
-                scratch: true,
-            };
-            // The sub-task naming it first was given `write`: its body assigns every element.
-            if shape.subs[f.from.0].args[f.from.1].1 != Privilege::Write {
-                cleared.push(slot);
-            }
-            slots.push(slot);
-            continue;
-        }
-        let rect = a.rects[point];
-        // Not zeroed where the sub-task naming it first promised `write_all`: each chunk's
-        // steps run in issue order, so that sub-task assigns the chunk before a later reads it.
-        let b = a.borrow_cells(rect, a.privilege.writes(), trusted);
-        borrows.push(b);
-        let data = a.root.data().expect("bound");
-        slots.push(Slot {
-            base: base(data).wrapping_add(start * size),
-            size,
-            scratch: false,
-        });
-    }
-    let clear = (!cleared.is_empty()).then(|| Step {
-        kernel: zero_kernel(task.args[0].root.dtype),
-        ins: SmallVec::new(),
-        outs: cleared,
-        scalars: SmallVec::new(),
-        result: None,
-    });
-    let first_sub = usize::from(clear.is_some());
-    let steps: SmallVec<[Step; 8]> = clear
-        .into_iter()
-        .chain(shape.subs.iter().zip(failed.iter()).map(|(s, f)| {
-            Step {
-                kernel: s.kernel.as_deref().expect("checked above"),
-                ins: s
-                    .args
-                    .iter()
-                    .filter(|(_, p)| *p == Privilege::Read)
-                    .map(|(j, _)| slots[*j])
-                    .collect(),
-                outs: s
-                    .args
-                    .iter()
-                    .filter(|(_, p)| *p != Privilege::Read)
-                    .map(|(j, _)| slots[*j])
-                    .collect(),
-                // A failed sub-task's step never runs (its futures may have failed).
-                scalars: match f {
-                    Some(_) => SmallVec::new(),
-                    None => task.scalars[s.scalars.clone()]
-                        .iter()
-                        .map(scalar_value)
-                        .collect(),
-                },
-                result: s.result.map(|slot| (task.results[slot].0, slot)),
-            }
-        }))
-        .collect();
+    // Held for the whole loop: every store cell the point touches, exclusive where written.
+    let mut borrows: SmallVec<[Borrow<'_>; 8]> = SmallVec::new();
+    let (slots, cleared) = slots(task, shape, point, trusted, &spans, &bases, &mut borrows);
+    let (steps, first_sub) = steps(task, shape, &slots, cleared, failed);
     let mut results: SmallVec<[Option<Scalar>; 1]> = smallvec::smallvec![None; task.results.len()];
     let mut live: SmallVec<[bool; 8]> = (0..steps.len())
         .map(|i| i < first_sub || failed[i - first_sub].is_none())
@@ -271,6 +161,159 @@ fn kernel_point(
         results,
         ..PointOut::default()
     })
+}
+
+/// Per argument, the index of the point's first cell in its store (0 in scratch) and the
+/// number of cells.
+type Spans = SmallVec<[(usize, usize); 8]>;
+
+/// Where each argument's cells start in its store (or scratch) and how many the point has,
+/// with that common length; `None` unless every argument is one contiguous run of the same
+/// length and every sub-task's arguments hold its kernel's element type.
+fn line_up(task: &Launched, shape: &FusedShape, point: usize) -> Option<(usize, Spans)> {
+    let mut n = None;
+    let mut spans = Spans::new();
+    for a in &task.args {
+        let rect = a.rects[point];
+        let span = if a.local {
+            (0, rect.volume())
+        } else {
+            contiguous(&rect, &a.root.bound()?.rect)?
+        };
+        if *n.get_or_insert(span.1) != span.1 {
+            return None;
+        }
+        spans.push(span);
+    }
+    for s in &shape.subs {
+        let dtype = s.kernel.as_ref()?.dtype;
+        if s.args
+            .iter()
+            .any(|(j, _)| task.args[*j].root.dtype != dtype)
+        {
+            return None;
+        }
+    }
+    Some((n.unwrap_or(0), spans))
+}
+
+/// The bytes per element of each scratch buffer, the chunk length, and whether the loop
+/// prefetches the next chunk.
+fn chunking(task: &Launched, shape: &FusedShape) -> (SmallVec<[usize; 8]>, usize, bool) {
+    // Temporaries live in this thread's reused chunk buffers (no allocation per point), those
+    // whose lives do not overlap in one buffer (`shape.scratch`), as large as its largest
+    // element type needs.
+    let (buffer_of, buffers) = &shape.scratch;
+    let mut element: SmallVec<[usize; 8]> = smallvec::smallvec![0; *buffers];
+    let mut stores = 0;
+    for (a, b) in task.args.iter().zip(buffer_of) {
+        match (a.local, b) {
+            (true, Some(b)) => element[*b] = element[*b].max(a.root.dtype.size()),
+            _ => stores += a.root.dtype.size(),
+        }
+    }
+    // Chunks sized so that one of every array stays in L1, the next one prefetched while the
+    // steps run (`kernel::fused_chunk`), except where a sub-task folds a scalar result: its
+    // chunks' partial results fold in chunk order, and only chunks of the unfused body's
+    // length fold to the unfused result bit for bit. At that length the prefetch does not
+    // pay (Jacobi with its residual 3.6-3.8 ms without, 4.2-4.3 ms with).
+    let l1 = if task.results.is_empty() {
+        fused_chunk(stores + element.iter().sum::<usize>())
+    } else {
+        None
+    };
+    let (chunk, prefetch) = l1.map_or((CHUNK, false), |c| (c, true));
+    (element, chunk, prefetch)
+}
+
+/// Each argument's slot: its store's cells from the point's first (borrowed into `borrows`
+/// for the whole loop), or a temporary's scratch buffer (`bases`); and the temporaries read
+/// before they are written, which are cleared before every chunk.
+fn slots<'t>(
+    task: &'t Launched,
+    shape: &FusedShape,
+    point: usize,
+    trusted: bool,
+    spans: &[(usize, usize)],
+    bases: &[*mut u8],
+    borrows: &mut SmallVec<[Borrow<'t>; 8]>,
+) -> (SmallVec<[Slot; 8]>, SmallVec<[Slot; 4]>) {
+    let mut slots: SmallVec<[Slot; 8]> = SmallVec::new();
+    let mut cleared: SmallVec<[Slot; 4]> = SmallVec::new();
+    let buffer_of = &shape.scratch.0;
+    for (((a, f), &(start, _)), b) in task.args.iter().zip(&shape.args).zip(spans).zip(buffer_of) {
+        let size = a.root.dtype.size();
+        if a.local {
+            let slot = Slot {
+                base: bases[b.expect("a temporary has a buffer")],
+                size,
+                scratch: true,
+            };
+            // The sub-task naming it first was given `write`: its body assigns every element.
+            if shape.subs[f.from.0].args[f.from.1].1 != Privilege::Write {
+                cleared.push(slot);
+            }
+            slots.push(slot);
+            continue;
+        }
+        let rect = a.rects[point];
+        // Not zeroed where the sub-task naming it first promised `write_all`: each chunk's
+        // steps run in issue order, so that sub-task assigns the chunk before a later reads it.
+        borrows.push(a.borrow_cells(rect, a.privilege.writes(), trusted));
+        let data = a.root.data().expect("bound");
+        slots.push(Slot {
+            base: base(data).wrapping_add(start * size),
+            size,
+            scratch: false,
+        });
+    }
+    (slots, cleared)
+}
+
+/// The chunk loop's steps: the clearing of `cleared` first where there is any, then one per
+/// sub-task, in issue order; and the index of the first sub-task's step.
+fn steps<'s>(
+    task: &Launched,
+    shape: &'s FusedShape,
+    slots: &[Slot],
+    cleared: SmallVec<[Slot; 4]>,
+    failed: &SubFailures,
+) -> (SmallVec<[Step<'s>; 8]>, usize) {
+    let clear = (!cleared.is_empty()).then(|| Step {
+        kernel: zero_kernel(task.args[0].root.dtype),
+        ins: SmallVec::new(),
+        outs: cleared,
+        scalars: SmallVec::new(),
+        result: None,
+    });
+    let first_sub = usize::from(clear.is_some());
+    let slots_with = |s: &SubShape, read: bool| {
+        s.args
+            .iter()
+            .filter(|(_, p)| (*p == Privilege::Read) == read)
+            .map(|(j, _)| slots[*j])
+            .collect()
+    };
+    let steps = clear
+        .into_iter()
+        .chain(shape.subs.iter().zip(failed.iter()).map(|(s, f)| {
+            Step {
+                kernel: s.kernel.as_deref().expect("checked by line_up"),
+                ins: slots_with(s, true),
+                outs: slots_with(s, false),
+                // A failed sub-task's step never runs (its futures may have failed).
+                scalars: match f {
+                    Some(_) => SmallVec::new(),
+                    None => task.scalars[s.scalars.clone()]
+                        .iter()
+                        .map(scalar_value)
+                        .collect(),
+                },
+                result: s.result.map(|slot| (task.results[slot].0, slot)),
+            }
+        }))
+        .collect();
+    (steps, first_sub)
 }
 
 fn scalar_value(s: &ScalarArg) -> Scalar {
