@@ -191,6 +191,18 @@ impl std::fmt::Debug for Rect {
     }
 }
 
+/// The distinct rectangles of `rects`, in first-appearance order (a reduction's finish step
+/// writes each sub-store once, however many points share it).
+pub(crate) fn distinct(rects: &[Rect]) -> smallvec::SmallVec<[Rect; 4]> {
+    let mut seen: smallvec::SmallVec<[Rect; 4]> = smallvec::SmallVec::new();
+    for r in rects {
+        if !seen.contains(r) {
+            seen.push(*r);
+        }
+    }
+    seen
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,10 +33,7 @@ mod schedule;
 mod solve;
 
 pub use builder::{RuntimeBuilder, DEFAULT_TRACING, DEFAULT_WINDOW, RANKS_WINDOW};
-pub(crate) use schedule::distinct;
 pub(crate) use solve::Plan;
-
-static NEXT_RUNTIME: AtomicU64 = AtomicU64::new(1);
 
 /// The issuing side's state: the window and the partition table.
 pub(crate) struct Front {
@@ -75,9 +72,9 @@ pub(crate) struct Inner {
     roots: Mutex<Vec<std::sync::Weak<StoreRoot>>>,
     /// Across ranks: the thread receiving this rank's messages.
     comm_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// Set when the window is adaptive (also `Shared::on_idle`: how a worker about to go idle
+    /// Set when the window is adaptive (also `Shared::on_node_ran`: how a worker about to go idle
     /// launches it).
-    pub(crate) adaptive: std::sync::OnceLock<Arc<Adaptive>>,
+    adaptive: std::sync::OnceLock<Arc<Adaptive>>,
     /// With an adaptive window: the thread that launches tasks held while workers idle.
     window_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// A submitted launcher's emptied spec, for the next [`Runtime::task`]: the spec is over a
@@ -740,5 +737,4 @@ fn fill_body(ctx: &mut TaskContext<'_>) {
 }
 
 #[cfg(test)]
-#[path = "runtime_tests.rs"]
 mod tests;

@@ -6,7 +6,7 @@
 //! (`ready`: partitions known, not yet launched) and launches the longest fusible prefix as
 //! one task; the rest stays for the next pass.
 
-use crate::execute::OnIdle;
+use crate::execute::OnNodeRan;
 use crate::fusion::constraints::Prefix;
 use crate::fusion::Ready;
 use crate::issue::task::Issued;
@@ -488,7 +488,7 @@ impl Adaptive {
     /// it holds tasks and some worker has nothing to run. Sequentially consistent with the
     /// issuer, which sets `held` before it reads the outstanding count (so one of the two sees
     /// the other and no task is left in the window with every worker idle).
-    pub(crate) fn idle(&self, left: usize) -> bool {
+    fn idle(&self, left: usize) -> bool {
         left < self.workers && self.held.load(Ordering::SeqCst)
     }
 
@@ -576,8 +576,8 @@ impl Adaptive {
     }
 }
 
-/// A worker about to go idle launches what the window holds (through `Shared::on_idle`).
-impl OnIdle for Adaptive {
+/// A worker about to go idle launches what the window holds (through `Shared::on_node_ran`).
+impl OnNodeRan for Adaptive {
     fn node_ran(&self, left: usize) {
         if self.idle(left) {
             if let Some(inner) = self.inner.upgrade() {

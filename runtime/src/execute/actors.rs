@@ -97,8 +97,9 @@ impl Compiled {
         finish: &[bool],
         workers: usize,
     ) -> Compiled {
-        let mut at = Vec::new();
-        let mut owner = Vec::new();
+        let n = points.iter().sum::<usize>() + finish.iter().filter(|&&f| f).count();
+        let mut at = Vec::with_capacity(n);
+        let mut owner = Vec::with_capacity(n);
         let workers = workers.max(1);
         for (t, (&pts, &fin)) in points.iter().zip(finish).enumerate() {
             for p in 0..pts {
@@ -116,7 +117,6 @@ impl Compiled {
                 owner.push(0);
             }
         }
-        let n = at.len();
         let mut first_succ = vec![0u32; n + 1];
         let mut in_edges = vec![0u32; n];
         for &(a, b) in edges {

@@ -13,9 +13,9 @@
 //! step waits for that one; with the issuer as a processor, no core is oversubscribed and it
 //! goes from running points back to issuing without a wake-up.
 
-use super::Shared;
 use crate::execute::graph::{Completion, Node};
 use crate::execute::launch::run_node;
+use crate::execute::Shared;
 use crate::stats::Counters;
 use crate::timeline::{self, Ev};
 use std::collections::VecDeque;

@@ -1,11 +1,11 @@
 //! An index task after analysis, and what running its points and its finish step does.
 
-use super::Shared;
 use crate::buffer::{Borrow, Buf, Data};
 use crate::dtype::{DType, Element, PosRange, ReduceOp, Scalar};
 use crate::error::RuntimeError;
 use crate::execute::context::{ReadGroups, TaskContext};
 use crate::execute::graph::{Node, NodeList, Work};
+use crate::execute::Shared;
 use crate::fusion::failure::{self, SubFailures};
 use crate::fusion::FusedShape;
 use crate::future::FutureCell;

@@ -10,9 +10,12 @@
 //! - `context`: what a task body sees of its point (`TaskContext`, the views).
 //! - `actors`: a replayed trace compiled into per-worker actors (thesis ch. 6, Algorithm 4).
 //!
-//! Nothing here calls up into the layers above: where a worker must tell the window that it
-//! is about to go idle (the adaptive window launches what it holds then), it calls the hook
-//! the runtime installed in [`Shared`] (`Shared::on_idle`).
+//! Execution does not call the runtime, the window or the tracer: where a worker must tell
+//! the window that a node has run (the adaptive window launches what it holds when a worker
+//! is about to go idle), it calls the hook the runtime installed in [`Shared`]
+//! (`Shared::on_node_ran`). It does call into `fusion` (a fused task's point runs through
+//! `fusion::run`, its sub-tasks' failures through `fusion::failure`) and uses `issue::task`'s
+//! argument types, as task bodies see them.
 
 pub(crate) mod actors;
 pub(crate) mod context;
@@ -21,4 +24,4 @@ pub(crate) mod graph;
 pub(crate) mod launch;
 mod shared;
 
-pub(crate) use shared::{OnIdle, Shared};
+pub(crate) use shared::{OnNodeRan, Shared};

@@ -48,7 +48,7 @@ pub(crate) fn folds_everywhere(task: &Launched) -> bool {
 /// of overlapping sub-stores on different ranks would each miss the other's contributions.
 /// The same on every rank.
 pub(crate) fn fold_owners(rects: &[Rect], owners: &[usize]) -> Vec<usize> {
-    let d = crate::runtime::distinct(rects);
+    let d = crate::rect::distinct(rects);
     let overlap = d
         .iter()
         .enumerate()

@@ -1,7 +1,7 @@
 //! The runtime's builder: its settings, their defaults and environment switches, and
 //! `try_build`, which wires the layers (pool, window, tracer, transport) into a [`Runtime`].
 
-use super::{fill_body, Front, Inner, Runtime, NEXT_RUNTIME};
+use super::{fill_body, Front, Inner, Runtime};
 use crate::error::{Result, RuntimeError};
 use crate::execute::executor::ThreadPool;
 use crate::execute::Shared;
@@ -18,6 +18,9 @@ use crate::window::{Adaptive, Window, WindowPolicy};
 use crate::{window, TaskContext};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+
+/// Each runtime's id (`StoreRoot::runtime`: a store passed to another runtime is refused).
+static NEXT_RUNTIME: AtomicU64 = AtomicU64::new(1);
 
 /// The communicator a runtime runs across ranks on (see [`RuntimeBuilder::communicator`]).
 #[derive(Clone)]
@@ -403,7 +406,7 @@ impl RuntimeBuilder {
                 self.early_prefix,
             ));
             let _ = rt.inner.adaptive.set(a.clone());
-            let _ = rt.inner.shared.on_idle.set(a.clone());
+            let _ = rt.inner.shared.on_node_ran.set(a.clone());
             let h = std::thread::Builder::new()
                 .name("tessera-window".into())
                 .spawn(move || a.run_timer())

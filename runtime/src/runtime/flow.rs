@@ -11,8 +11,7 @@ use crate::fusion::{build, memo, FusedShape, Ready};
 use crate::issue::task::{Issued, Privilege};
 use crate::stats::Counters;
 use crate::store::StoreRoot;
-use crate::window;
-use crate::window::Adaptive;
+use crate::window::{self, Adaptive};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -82,7 +81,7 @@ impl Inner {
     ///
     /// Timed as analysis once per submit (two clock reads, the second also the hold's
     /// deadline), not once per task solved and prefix launched (runtime/DESIGN.md, `fmemo`).
-    pub(super) fn issue_adaptive(&self, front: &mut Front, a: &Adaptive, t: Issued) -> Result<()> {
+    fn issue_adaptive(&self, front: &mut Front, a: &Adaptive, t: Issued) -> Result<()> {
         let t0 = Instant::now();
         // `held` before reading the outstanding count: see `Adaptive::idle`.
         a.held.store(true, Ordering::SeqCst);
@@ -137,7 +136,7 @@ impl Inner {
     /// BiCGSTAB issues an iteration's 13 tasks (5 prefixes) after waiting on futures; held to
     /// the next idle worker or `get`, its SpMVs started one launch later than unfused, on the
     /// critical path of every iteration (runtime/DESIGN.md, "Task fusion").
-    pub(super) fn launch_complete(&self, front: &mut Front, idle: bool) -> Result<()> {
+    fn launch_complete(&self, front: &mut Front, idle: bool) -> Result<()> {
         let mut first = Ok(());
         while front.window.ready.len() > 1
             && front.window.fusible_prefix() < front.window.ready.len()
@@ -152,7 +151,7 @@ impl Inner {
 
     /// Launches the window's next fusible prefix; its error, if it is the first of a pass,
     /// goes to `first` (the pass goes on: the other prefixes still launch).
-    pub(super) fn launch_prefix_into(&self, front: &mut Front, first: &mut Result<()>) {
+    fn launch_prefix_into(&self, front: &mut Front, first: &mut Result<()>) {
         if let Err(e) = self.launch_prefix(front) {
             if first.is_ok() {
                 *first = Err(e);
@@ -163,12 +162,12 @@ impl Inner {
     /// Adds `d` to the analysis time. The window's entry points (a submit, a flush, an idle
     /// worker's launch) time themselves once, not each task solved or prefix launched: every
     /// clock read is ~26 ns here, 24 per fused CG iteration before.
-    pub(super) fn add_analysis(&self, d: std::time::Duration) {
+    fn add_analysis(&self, d: std::time::Duration) {
         Counters::add(&self.shared.counters.analysis_ns, d.as_nanos() as u64);
     }
 
     /// `f`, timed as analysis (one of the window's entry points).
-    pub(super) fn analysed<T>(&self, f: impl FnOnce() -> T) -> T {
+    fn analysed<T>(&self, f: impl FnOnce() -> T) -> T {
         let t0 = Instant::now();
         let r = f();
         self.add_analysis(t0.elapsed());
@@ -244,7 +243,7 @@ impl Inner {
     /// give a temporary stays) — so ranks agree. A fixed window asked for on one rank still
     /// holds everything (its errors come at the flush, as documented); there the adaptive
     /// default launches ended prefixes when a worker would go idle.
-    pub(super) fn launch_ended(&self, front: &mut Front) -> Result<()> {
+    fn launch_ended(&self, front: &mut Front) -> Result<()> {
         let mut first = Ok(());
         loop {
             self.solve_ahead(front, &mut first);
@@ -262,7 +261,7 @@ impl Inner {
 
     /// Launches everything issued so far: the tracer's held tasks (issued after everything in
     /// the window) go to the window or are replayed, then the window is launched.
-    pub(super) fn flush_locked(&self, front: &mut Front) -> Result<()> {
+    fn flush_locked(&self, front: &mut Front) -> Result<()> {
         let r = match front.tracing.take() {
             Some(mut tr) => {
                 let r = self.release_held(front, &mut tr);
@@ -282,12 +281,12 @@ impl Inner {
     }
 
     /// Solves and launches one task without passing it through the window.
-    pub(super) fn analyze_now(&self, front: &mut Front, t: Issued) -> Result<()> {
+    fn analyze_now(&self, front: &mut Front, t: Issued) -> Result<()> {
         self.analysed(|| self.launch_now(front, t))
     }
 
     /// [`Inner::analyze_now`], untimed (its callers time themselves).
-    pub(super) fn launch_now(&self, front: &mut Front, t: Issued) -> Result<()> {
+    fn launch_now(&self, front: &mut Front, t: Issued) -> Result<()> {
         let ready = self.solve(front, t)?;
         Counters::add(&self.shared.counters.tasks_launched, 1);
         let plan = Plan::single(ready);
@@ -299,7 +298,7 @@ impl Inner {
     /// Fusion passes over the window: until it is empty (`all`: a read, fence, future or
     /// drop), or, with fusion on, until it is no longer full (the rest waits for more tasks,
     /// so that the next prefix can grow). Untimed: its callers time themselves.
-    pub(super) fn drain(&self, front: &mut Front, all: bool) -> Result<()> {
+    fn drain(&self, front: &mut Front, all: bool) -> Result<()> {
         let mut first = Ok(());
         loop {
             self.solve_ahead(front, &mut first);
@@ -322,7 +321,7 @@ impl Inner {
     /// is solved after the tasks ahead of it are launched. A task that fails to solve is
     /// dropped (its future gets the error), and the first error is kept for the caller.
     /// Untimed: its callers time themselves.
-    pub(super) fn solve_ahead(&self, front: &mut Front, first: &mut Result<()>) {
+    fn solve_ahead(&self, front: &mut Front, first: &mut Result<()>) {
         while let Some(t) = front.window.tasks.front() {
             if !front.window.ready.is_empty() && needs_values(t, &front.window.ready) {
                 break;
@@ -345,7 +344,7 @@ impl Inner {
 
     /// Launches the longest fusible prefix of the solved tasks: one fused task, or the first
     /// task alone.
-    pub(super) fn launch_prefix(&self, front: &mut Front) -> Result<()> {
+    fn launch_prefix(&self, front: &mut Front) -> Result<()> {
         let counters = &self.shared.counters;
         if let Some(a) = self.adaptive.get() {
             Counters::add(&counters.idle_held_ns, a.idle_held_ns());
@@ -402,7 +401,7 @@ impl Inner {
     /// issued). The window extends its fusible prefix as tasks are solved (each task checked
     /// once); the shape is looked up by the prefix' canonical form when the memo is on, so an
     /// isomorphic prefix reuses the fused task built before (its name, body and argument maps).
-    pub(super) fn decide(&self, front: &mut Front) -> (usize, Option<Arc<FusedShape>>) {
+    fn decide(&self, front: &mut Front) -> (usize, Option<Arc<FusedShape>>) {
         if !self.fusion.enabled || front.window.ready.len() == 1 {
             return (1, None);
         }

@@ -8,7 +8,7 @@ use crate::execute::executor::Executor;
 use crate::execute::graph::{Node, NodeList, Work};
 use crate::execute::launch::{LaunchArg, Launched};
 use crate::issue::task::{Privilege, ScalarArg};
-use crate::rect::Rect;
+use crate::rect::{distinct, Rect};
 use crate::stats::Counters;
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -238,16 +238,4 @@ impl Built {
         all.extend(self.finish);
         all.into_iter()
     }
-}
-
-/// The distinct rectangles of `rects`, in first-appearance order (a reduction's finish step
-/// writes each sub-store once, however many points share it).
-pub(crate) fn distinct(rects: &[Rect]) -> SmallVec<[Rect; 4]> {
-    let mut seen: SmallVec<[Rect; 4]> = SmallVec::new();
-    for r in rects {
-        if !seen.contains(r) {
-            seen.push(*r);
-        }
-    }
-    seen
 }

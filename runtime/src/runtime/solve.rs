@@ -57,7 +57,7 @@ impl Inner {
     }
 
     #[allow(clippy::type_complexity)]
-    pub(super) fn solve_inner(
+    fn solve_inner(
         &self,
         front: &mut Front,
         t: &Issued,
@@ -130,7 +130,7 @@ impl Inner {
 
     /// Across ranks with the agreement check on: every rank must have solved this task alike
     /// (token: domain, partitions, stores, views; and every point's sub-stores).
-    pub(super) fn agree(&self, task: &str, token: u64, args: &[LaunchArg]) -> Result<()> {
+    fn agree(&self, task: &str, token: u64, args: &[LaunchArg]) -> Result<()> {
         let Some(ch) = self.shared.channel.get().filter(|c| c.agreement) else {
             return Ok(());
         };
@@ -223,7 +223,7 @@ impl Plan {
 }
 
 /// Each argument's per-point sub-stores (empty for unbound outputs).
-pub(super) fn sub_stores(interner: &Interner, sol: &Solution) -> Args<Arc<[Rect]>> {
+fn sub_stores(interner: &Interner, sol: &Solution) -> Args<Arc<[Rect]>> {
     sol.parts
         .iter()
         .map(|p| match p {
@@ -239,11 +239,7 @@ pub(super) fn sub_stores(interner: &Interner, sol: &Solution) -> Args<Arc<[Rect]
 }
 
 /// The task's arguments with their views and per-point sub-stores.
-pub(super) fn launch_args(
-    t: &Issued,
-    sargs: &[SolverArg],
-    rects: &[Arc<[Rect]>],
-) -> Args<LaunchArg> {
+fn launch_args(t: &Issued, sargs: &[SolverArg], rects: &[Arc<[Rect]>]) -> Args<LaunchArg> {
     t.args
         .iter()
         .zip(sargs)

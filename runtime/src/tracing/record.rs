@@ -27,8 +27,9 @@ use crate::execute::launch::LaunchArg;
 use crate::fusion::FusedShape;
 use crate::issue::task::{Privilege, ScalarArg, TaskBody};
 use crate::partition::Domain;
+use crate::rect::distinct;
 use crate::rect::Rect;
-use crate::runtime::{distinct, Plan};
+use crate::runtime::Plan;
 use smallvec::SmallVec;
 use std::sync::Arc;
 

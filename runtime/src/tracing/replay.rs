@@ -23,8 +23,7 @@ use crate::dtype::Scalar;
 use crate::error::Result;
 use crate::execute::actors::{Compiled, Run};
 use crate::execute::graph::{Node, Work};
-use crate::execute::launch::LaunchArg;
-use crate::execute::launch::Launched;
+use crate::execute::launch::{LaunchArg, Launched};
 use crate::fusion::temporaries::outside_dead_among;
 use crate::fusion::FusedShape;
 use crate::future::FutureCell;
@@ -1003,8 +1002,9 @@ impl Inner {
         tr.just_replayed = Some(trace);
     }
 
-    /// A replay as actors: the launched tasks (each held task moved once into its launch,
-    /// reusing an ended replay's where the recording keeps spares) and their distinct stores.
+    /// A replay as actors: the launched tasks and their distinct stores. A first occurrence
+    /// launches its solved plans; a verified replay moves each held task once into its
+    /// launch, reusing an ended replay's where the recording keeps spares.
     fn launch_replayed(
         &self,
         tr: &mut Tracing,
@@ -1169,6 +1169,11 @@ impl Inner {
             .get_or_insert_with(|| {
                 let points: Vec<usize> = tasks.iter().map(|t| t.domain.len()).collect();
                 let finish: Vec<bool> = tasks.iter().map(|t| t.has_finish).collect();
+                debug_assert_eq!(
+                    points.iter().sum::<usize>() + finish.iter().filter(|&&f| f).count(),
+                    rec.graph.vertices,
+                    "the recorded graph has a vertex per point and finish step"
+                );
                 Arc::new(Compiled::new(&rec.graph.edges, &points, &finish, workers))
             })
             .clone();
