@@ -14,6 +14,7 @@ use crate::dtype::{DType, Element, ReduceOp, Scalar};
 use crate::issue::task::Privilege;
 use crate::TaskContext;
 use smallvec::SmallVec;
+use std::ops::Range;
 use std::sync::OnceLock;
 
 /// Elements per chunk of an unfused element-wise task, and the most of a fused one
@@ -276,12 +277,17 @@ pub(crate) fn run_chunks(
     } else {
         SmallVec::new()
     };
+    // Each step's share of a whole next chunk, worked out once (it was per step and chunk:
+    // a division and a walk over the streams, ~6 % of fused Black-Scholes' samples).
+    let plan = SharePlan::new(&streams, chunk, steps.len());
     let mut c = 0;
     while c < n {
         let len = chunk.min(n - c);
         let next = chunk.min(n - c - len);
         for (i, s) in steps.iter().enumerate() {
-            if next > 0 && !streams.is_empty() {
+            if next == chunk {
+                plan.ask(i, &streams, c + len);
+            } else if next > 0 && !streams.is_empty() {
                 prefetch_share(&streams, c + len, next, i, steps.len());
             }
             if !live[i] {
@@ -331,20 +337,81 @@ fn share_lines(
     steps: usize,
     mut ask: impl FnMut(*const u8),
 ) {
+    share_ranges(streams, len, step, steps, |k, lines| {
+        let start = streams[k].base.wrapping_add(at * streams[k].size);
+        for l in lines {
+            ask(start.wrapping_add(l * LINE));
+        }
+    });
+}
+
+/// Share `step` of `steps` of the lines of a chunk of `len` elements of every stream, as
+/// ranges of line numbers within stream `k`'s chunk, each passed to `range(k, lines)`.
+fn share_ranges(
+    streams: &[Slot],
+    len: usize,
+    step: usize,
+    steps: usize,
+    mut range: impl FnMut(usize, Range<usize>),
+) {
     let lines = |s: &Slot| (len * s.size).div_ceil(LINE);
     let total: usize = streams.iter().map(lines).sum();
     let (from, to) = (step * total / steps, (step + 1) * total / steps);
     // `first`: the index, among all the chunk's lines, of this stream's first line.
     let mut first = 0;
-    for s in streams {
+    for (k, s) in streams.iter().enumerate() {
         let n = lines(s);
-        let start = s.base.wrapping_add(at * s.size);
-        for l in from.max(first)..to.min(first + n) {
-            ask(start.wrapping_add((l - first) * LINE));
+        let (lo, hi) = (from.max(first), to.min(first + n));
+        if lo < hi {
+            range(k, lo - first..hi - first);
         }
         first += n;
         if first >= to {
             break;
+        }
+    }
+}
+
+/// [`share_ranges`] for every step, for chunks of a fixed length: what each step of a chunk
+/// loop asks for of the next chunk when it is a whole one.
+struct SharePlan {
+    /// `(stream, lines)` of every step, in step order; step `i`'s are
+    /// `ranges[first[i]..first[i + 1]]`.
+    ranges: SmallVec<[(usize, Range<usize>); 24]>,
+    first: SmallVec<[usize; 24]>,
+}
+
+impl SharePlan {
+    fn new(streams: &[Slot], len: usize, steps: usize) -> SharePlan {
+        let mut plan = SharePlan {
+            ranges: SmallVec::new(),
+            first: SmallVec::new(),
+        };
+        for step in 0..steps {
+            plan.first.push(plan.ranges.len());
+            if !streams.is_empty() {
+                share_ranges(streams, len, step, steps, |k, l| plan.ranges.push((k, l)));
+            }
+        }
+        plan.first.push(plan.ranges.len());
+        plan
+    }
+
+    /// Step `step`'s share of the chunk at element `at`, into L2 (as [`prefetch_share`]).
+    #[inline]
+    fn ask(&self, step: usize, streams: &[Slot], at: usize) {
+        self.each_line(step, streams, at, tessera_formats::simd::prefetch_l2);
+    }
+
+    /// The lines [`SharePlan::ask`] asks for, each passed to `f`.
+    #[inline(always)]
+    fn each_line(&self, step: usize, streams: &[Slot], at: usize, mut f: impl FnMut(*const u8)) {
+        for (k, lines) in &self.ranges[self.first[step]..self.first[step + 1]] {
+            let s = &streams[*k];
+            let start = s.base.wrapping_add(at * s.size);
+            for l in lines.clone() {
+                f(start.wrapping_add(l * LINE));
+            }
         }
     }
 }
@@ -484,6 +551,38 @@ mod tests {
             asked.sort_unstable();
             want.sort_unstable();
             assert_eq!(asked, want, "at {at}, {len} elements, {steps} steps");
+        }
+    }
+
+    #[test]
+    fn a_share_plan_asks_each_step_for_what_share_lines_works_out_per_chunk() {
+        let slot = |base: usize, size| Slot {
+            base: base as *mut u8,
+            size,
+            scratch: false,
+        };
+        let five = [8, 8, 4, 8, 2].map(|size| slot(size << 24, size));
+        for (streams, len, steps) in [
+            (&five[..], 512, 18),
+            (&five[..2], 4096, 7),
+            (&five[..1], 100, 3),
+            (&five[..], 8, 40),
+            (&five[..0], 512, 4),
+        ] {
+            let plan = SharePlan::new(streams, len, steps);
+            for step in 0..steps {
+                for at in [len, 5 * len] {
+                    let (mut planned, mut worked_out) = (Vec::new(), Vec::new());
+                    plan.each_line(step, streams, at, |p| planned.push(p as usize));
+                    share_lines(streams, at, len, step, steps, |p| {
+                        worked_out.push(p as usize)
+                    });
+                    assert_eq!(
+                        planned, worked_out,
+                        "step {step} of {steps}, {len} elements"
+                    );
+                }
+            }
         }
     }
 }
