@@ -3,6 +3,8 @@
 //! A `Rect` is a half-open box `[lo, hi)` of at most [`MAX_DIMS`] dimensions. It is `Copy` so
 //! that the analysis can pass sub-store bounds around without allocating.
 
+use smallvec::SmallVec;
+
 /// The largest number of dimensions a store may have.
 pub const MAX_DIMS: usize = 4;
 
@@ -193,8 +195,8 @@ impl std::fmt::Debug for Rect {
 
 /// The distinct rectangles of `rects`, in first-appearance order (a reduction's finish step
 /// writes each sub-store once, however many points share it).
-pub(crate) fn distinct(rects: &[Rect]) -> smallvec::SmallVec<[Rect; 4]> {
-    let mut seen: smallvec::SmallVec<[Rect; 4]> = smallvec::SmallVec::new();
+pub(crate) fn distinct(rects: &[Rect]) -> SmallVec<[Rect; 4]> {
+    let mut seen: SmallVec<[Rect; 4]> = SmallVec::new();
     for r in rects {
         if !seen.contains(r) {
             seen.push(*r);
