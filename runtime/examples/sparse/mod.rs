@@ -153,10 +153,14 @@ pub fn register_spmv(rt: &Runtime) -> Result<()> {
         let (crd_s, vals_s, x_s) = (crd.as_slice(), vals.as_slice(), x.as_slice());
         // Rows through slices too: `pos` and `y` are aligned (the same rows), and a slice walk
         // costs a fraction of `at`/`set_at`'s checked n-d indexing per row.
+        // A row's coordinates and values zipped: one bounds check a nonzero (the gathered
+        // `x`), not three (callgrind, the fusion bench's CG: this body 108.5 M -> 95.3 M
+        // instructions).
         for (yi, r) in y.as_mut_slice().iter_mut().zip(pos.as_slice()) {
+            let (lo, hi) = (r.lo as usize - crd_lo, r.hi as usize - crd_lo);
             let mut sum = 0.0;
-            for k in r.lo as usize - crd_lo..r.hi as usize - crd_lo {
-                sum += vals_s[k] * x_s[crd_s[k] as usize - x_lo];
+            for (v, &j) in vals_s[lo..hi].iter().zip(&crd_s[lo..hi]) {
+                sum += v * x_s[j as usize - x_lo];
             }
             *yi = sum;
         }
