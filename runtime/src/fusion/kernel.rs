@@ -338,11 +338,17 @@ fn share_lines(
     mut ask: impl FnMut(*const u8),
 ) {
     share_ranges(streams, len, step, steps, |k, lines| {
-        let start = streams[k].base.wrapping_add(at * streams[k].size);
-        for l in lines {
-            ask(start.wrapping_add(l * LINE));
-        }
+        each_line(&streams[k], at, lines, &mut ask)
     });
+}
+
+/// The addresses of lines `lines` of `s`'s chunk at element `at`, each passed to `f`.
+#[inline(always)]
+fn each_line(s: &Slot, at: usize, lines: Range<usize>, f: &mut impl FnMut(*const u8)) {
+    let start = s.base.wrapping_add(at * s.size);
+    for l in lines {
+        f(start.wrapping_add(l * LINE));
+    }
 }
 
 /// Share `step` of `steps` of the lines of a chunk of `len` elements of every stream, as
@@ -389,9 +395,7 @@ impl SharePlan {
         };
         for step in 0..steps {
             plan.first.push(plan.ranges.len());
-            if !streams.is_empty() {
-                share_ranges(streams, len, step, steps, |k, l| plan.ranges.push((k, l)));
-            }
+            share_ranges(streams, len, step, steps, |k, l| plan.ranges.push((k, l)));
         }
         plan.first.push(plan.ranges.len());
         plan
@@ -407,11 +411,7 @@ impl SharePlan {
     #[inline(always)]
     fn each_line(&self, step: usize, streams: &[Slot], at: usize, mut f: impl FnMut(*const u8)) {
         for (k, lines) in &self.ranges[self.first[step]..self.first[step + 1]] {
-            let s = &streams[*k];
-            let start = s.base.wrapping_add(at * s.size);
-            for l in lines.clone() {
-                f(start.wrapping_add(l * LINE));
-            }
+            each_line(&streams[*k], at, lines.clone(), &mut f);
         }
     }
 }
