@@ -457,7 +457,7 @@ pub(crate) fn bump_versions(plan: &Plan) {
     bump_args(&plan.args);
 }
 
-fn bump_args(args: &[crate::execute::launch::LaunchArg]) {
+fn bump_args(args: &[LaunchArg]) {
     for a in args.iter().filter(|a| !a.local && a.privilege.writes()) {
         a.root.meta().version += 1;
     }
