@@ -23,6 +23,9 @@ pub(crate) struct Bound {
     /// scheduled (a function of the task stream, alike on every rank) while allocation
     /// happens wherever a point first touches the cells (timing).
     used: AtomicBool,
+    /// A point has begun allocating `data`: others wait for it spinning, not asleep on the
+    /// `OnceLock` ([`StoreRoot::allocate`]). A hint only; `data` decides.
+    allocating: AtomicBool,
 }
 
 impl Bound {
@@ -36,6 +39,7 @@ impl Bound {
             dtype,
             data: cell,
             used: AtomicBool::new(true),
+            allocating: AtomicBool::new(true),
         }
     }
 
@@ -46,6 +50,7 @@ impl Bound {
             dtype,
             data: OnceLock::new(),
             used: AtomicBool::new(false),
+            allocating: AtomicBool::new(false),
         }
     }
 
@@ -103,6 +108,10 @@ impl Memory {
         }
     }
 }
+
+/// How many times a point looks for elements another point is allocating before it blocks
+/// ([`StoreRoot::allocate`]): the first quarter spinning, the rest yielding.
+const ALLOCATION_SPINS: u32 = 256;
 
 impl Drop for StoreRoot {
     fn drop(&mut self) {
@@ -359,6 +368,22 @@ impl StoreRoot {
     #[cold]
     #[inline(never)]
     fn allocate<'s>(&'s self, b: &'s Bound) -> &'s Data {
+        // The points of a launch often view a fresh store at once. A loser of the `OnceLock`'s
+        // race sleeps on a futex until the winner wakes it, which on this VM cost more than
+        // the allocation (a pooled buffer, or calloc): a CG making a new vector per result
+        // lost ~5 % of an iteration to it. So a point that finds another allocating waits
+        // for it spinning, then yielding, and only then blocks.
+        if b.allocating.swap(true, Ordering::AcqRel) {
+            for i in 0..ALLOCATION_SPINS {
+                if let Some(data) = b.data.get() {
+                    return data;
+                }
+                match i < ALLOCATION_SPINS / 4 {
+                    true => std::hint::spin_loop(),
+                    false => std::thread::yield_now(),
+                }
+            }
+        }
         b.data.get_or_init(|| {
             self.mem.add(b.bytes(), self.sparse);
             let (data, stale) = if self.sparse {
@@ -390,6 +415,7 @@ impl StoreRoot {
         self.ledger.settle_all();
         let b = self.bound.get_mut()?;
         let data = b.data.take()?;
+        *b.allocating.get_mut() = false;
         self.mem.remove(b.bytes(), self.sparse);
         Some(data)
     }

@@ -1030,3 +1030,34 @@ fn a_failed_task_ending_after_a_later_whole_write_does_not_poison_it() {
     let err = rt.read::<f64>(&r).unwrap_err().to_string();
     assert!(err.contains("fails"), "{err}");
 }
+
+/// The points of a launch view a fresh store at once, and all but one wait for the one that
+/// allocates it (spinning first: `StoreRoot::allocate`). Each fresh store here gets the buffer
+/// of the one dropped before it, full of 9.0s: every point must still see zeros.
+#[test]
+fn points_viewing_a_fresh_store_at_once_all_see_it_zeroed() {
+    let rt = Runtime::builder()
+        .threads(3)
+        .min_piece_size(1)
+        .tracing(false)
+        .build();
+    rt.register("fill", |ctx| {
+        let mut w = ctx.write::<f64>(0);
+        let cells = w.as_mut_slice();
+        assert!(cells.iter().all(|&v| v == 0.0), "a fresh store reads zeros");
+        cells.fill(9.0);
+    })
+    .unwrap();
+    let before = rt.stats();
+    for _ in 0..200 {
+        let s = rt.create(DType::F64, &[4096]).unwrap();
+        rt.task("fill")
+            .read_write(&s)
+            .launch_domain(&[4])
+            .submit()
+            .unwrap();
+        assert_eq!(rt.read::<f64>(&s).unwrap(), vec![9.0; 4096]);
+    }
+    let st = rt.stats().since(&before);
+    assert_eq!(st.points_run, 800, "{st:?}");
+}
