@@ -371,7 +371,7 @@ impl StoreRoot {
         // The points of a launch often view a fresh store at once. A loser of the `OnceLock`'s
         // race sleeps on a futex until the winner wakes it, which on this VM cost more than
         // the allocation (a pooled buffer, or calloc): a CG making a new vector per result
-        // lost ~5 % of an iteration to it. So a point that finds another allocating waits
+        // lost ~3 % of an iteration to it. So a point that finds another allocating waits
         // for it spinning, then yielding, and only then blocks.
         if b.allocating.swap(true, Ordering::AcqRel) {
             for i in 0..ALLOCATION_SPINS {
