@@ -17,10 +17,13 @@
 //! (`let q = spmv(a, p)`): keyed on store ids, every task naming such a store missed, was
 //! solved again and left an entry that could never hit (3 of a CG iteration's 6 tasks, 8 of
 //! BiCGSTAB's 12). On a miss the memo therefore looks again with the stores renamed: an
-//! argument that is no image's source or destination is named by its first appearance among
-//! the task's arguments and described by its key partitions themselves (ids of interned
-//! partitions, which do not name a store), which is all the solver reads of it; image sources
-//! and destinations keep their store and state (the image is made from the source's values).
+//! argument that is no image's source is named by its first appearance among the task's
+//! arguments and described by its key partitions themselves (ids of interned partitions, which
+//! do not name a store), which is all the solver reads of it; image sources keep their store
+//! and state (the image is made from the source's values). An image's destination is renamed
+//! too: its partition is a function of the source and the destination's bounds (`ImageKey`
+//! names no destination store), so an SpMV over a vector made anew every iteration (CG written
+//! naturally: `p = r + β p`) replays its solve instead of missing the memo every time.
 
 use crate::constraint::Constraint;
 use crate::issue::task::Args;
@@ -92,8 +95,8 @@ pub(crate) struct Probe {
 /// One argument as the renamed lookup sees it.
 #[derive(Clone, PartialEq, Eq)]
 enum RenamedArg {
-    /// An image's source or destination, or an unbound output: the store itself and its
-    /// state, as in the lookup by ids.
+    /// An image's source, or an unbound output: the store itself and its state, as in the
+    /// lookup by ids.
     Same { root: u64, now: Partitioning },
     /// Any other store: the position of its first appearance among the task's arguments and
     /// its key partitions (what `Solver::find_key` and `record_keys` read of it).
@@ -116,11 +119,9 @@ impl Renamed {
             .iter()
             .enumerate()
             .map(|(i, a)| {
-                let same = a.rect.is_none()
-                    || t.constraints.iter().any(
-                        |c| matches!(c, Constraint::Image { src, dst } if *src == i || *dst == i),
-                    );
-                let store = if same {
+                // An image's destination is renamed like any store: the image is made from
+                // the source's values and the destination's bounds only (`ImageKey`).
+                let store = if a.rect.is_none() || is_image_src(t.constraints, i) {
                     RenamedArg::Same {
                         root: a.root.id,
                         now: now[i],

@@ -501,6 +501,33 @@ fn tasks_on_stores_made_anew_every_iteration_replay_their_solutions() {
 }
 
 #[test]
+fn an_spmv_over_a_vector_made_anew_every_iteration_replays_its_solution() {
+    // CG written naturally makes `p` anew every iteration, and the SpMV reads it through an
+    // image of the matrix' coordinates. The image's destination is renamed in the solve memo
+    // (its partition is a function of the source and the destination's bounds), so the SpMV
+    // replays from the second iteration on; keyed on the destination's store it was solved
+    // again every iteration. Every product must still read its own `x`.
+    let rt = rt(2);
+    sparse::register_spmv(&rt).unwrap();
+    let host = HostCsr::laplacian_2d(8);
+    let a = Csr::upload(&rt, &host).unwrap();
+    let steps = 12;
+    let before = rt.stats();
+    for step in 0..steps {
+        let xs: Vec<f64> = (0..64).map(|i| ((i + step) % 7) as f64).collect();
+        let x = rt.from_vec(&[64], xs.clone()).unwrap();
+        let y = sparse::spmv(&rt, &a, &x).unwrap();
+        assert_eq!(rt.read::<f64>(&y).unwrap(), host.spmv(&xs), "step {step}");
+    }
+    let s = rt.stats().since(&before);
+    assert!(
+        s.solutions_replayed >= steps as u64 - 2,
+        "{} of {steps} SpMV solutions replayed",
+        s.solutions_replayed
+    );
+}
+
+#[test]
 fn a_renamed_store_replays_only_under_the_same_key_partitions() {
     // Two fresh stores, written through 4 and through 2 pieces (their key partitions), then
     // read by a task that lets the solver choose: it follows each store's key partition. The
