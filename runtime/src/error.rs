@@ -41,6 +41,11 @@ pub enum RuntimeError {
     #[error("store#{store} belongs to another runtime")]
     ForeignStore { store: u64 },
     #[error(
+        "task `{task}`: scalar argument {index} is a future of another runtime (read it with \
+         `Future::get` and pass the value with `scalar`)"
+    )]
+    ForeignFuture { task: String, index: usize },
+    #[error(
         "task `{task}`: constraint {constraint} names store#{store}, which is not an argument"
     )]
     NotAnArgument {

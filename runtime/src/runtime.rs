@@ -13,7 +13,7 @@ use crate::future::Future;
 use crate::issue::task::{
     Issued, LaunchSpec, Privilege, Registered, Registry, TaskBody, TaskLauncher,
 };
-use crate::issue::validate::{check_privilege, check_shard, resolve_constraints};
+use crate::issue::validate::{check_futures, check_privilege, check_shard, resolve_constraints};
 use crate::machine::Machine;
 use crate::partition::{Domain, Interner};
 use crate::rect::{Rect, MAX_DIMS};
@@ -605,6 +605,7 @@ impl Runtime {
             }
             check_privilege(&task, &a.root, a.privilege)?;
         }
+        check_futures(&task, &l.scalars, &self.inner)?;
         let mut front = self.inner.front.lock().unwrap_or_else(|e| e.into_inner());
         let future = result.map(|_| Future::pending(Arc::downgrade(&self.inner)));
         let mut result = result.zip(future.as_ref().map(|f| f.cell.clone()));

@@ -359,3 +359,37 @@ fn a_computed_scalar_is_a_future_of_its_own_task() -> Res<()> {
     check!(i64, -3, vec![4, -2, 0, i64::MAX / 64]);
     Ok(())
 }
+
+/// A scalar result (`s = x(i) * x(i)`, a future) of one runtime used in a statement on
+/// another is refused with an error that names the cause, under every window and thread
+/// count: it used to run before the value existed (an internal error) or hang, by timing.
+#[test]
+fn a_scalar_result_of_another_runtime_is_refused() {
+    let vector = |n: usize, f: fn(usize) -> f64| -> Tensor<f64> {
+        Tensor::dense_from_vec(vec![n], (0..n).map(f).collect()).unwrap()
+    };
+    for (threads, window) in [(1, 1), (2, 1), (2, 8)] {
+        let runtime = || {
+            Runtime::builder()
+                .threads(threads)
+                .window_size(window)
+                .build()
+        };
+        let (ra, rb) = (runtime(), runtime());
+        let x = Stored::upload(&ra, &vector(8, |i| i as f64)).unwrap();
+        let z = Stored::upload(&rb, &vector(8, |_| 1.0)).unwrap();
+        let s = tensor!(ra => s = x(i) * x(i)).unwrap();
+        let Err(err) = tensor!(rb => y(i) = s * z(i)) else {
+            panic!("threads {threads}, window {window}: another runtime's scalar was taken");
+        };
+        let err = err.to_string();
+        assert!(
+            err.contains("future of another runtime"),
+            "threads {threads}, window {window}: {err}"
+        );
+        // On its own runtime the same statement runs: 140 = Σ i² for i < 8.
+        let z = Stored::upload(&ra, &vector(8, |_| 1.0)).unwrap();
+        let y = tensor!(ra => y(i) = s * z(i)).unwrap();
+        assert_eq!(y.to_tensor(&ra).unwrap().vals(), &[140.0; 8]);
+    }
+}

@@ -5,16 +5,39 @@
 //! `resolve_constraints`) are `#[inline]`, as they were inside `runtime.rs`: called across
 //! modules they cost ~110 instructions a task more (`stencil_steps`, callgrind).
 
-use super::task::{broadcast_mask, Args, IssuedArg, Privilege, UserConstraint, ViewId};
+use super::task::{broadcast_mask, Args, IssuedArg, Privilege, ScalarArg, UserConstraint, ViewId};
 use crate::constraint::Constraint;
 use crate::dtype::{DType, Element, PosRange};
 use crate::error::{Result, RuntimeError};
 use crate::execute::launch::LaunchArg;
+use crate::future::FutureCell;
 use crate::partition::{Domain, Interner, Partition};
 use crate::rect::Rect;
+use crate::runtime::Inner;
 use crate::solver::{Solution, SolverArg};
 use crate::store::StoreRoot;
 use std::sync::Arc;
+
+/// Checks that every future argument is a result of `rt` (or a ready value, or the result of
+/// a runtime that is gone, whose value is known). Another runtime's task would set it without
+/// this one's graph knowing: an edge from a node of another pool, or none while the producer
+/// waits in that runtime's window, and the task ran before its value existed or never.
+#[inline]
+pub(crate) fn check_futures(task: &str, scalars: &[ScalarArg], rt: &Arc<Inner>) -> Result<()> {
+    let foreign = |cell: &FutureCell| {
+        !std::ptr::eq(cell.rt.as_ptr(), Arc::as_ptr(rt)) && cell.rt.strong_count() > 0
+    };
+    let found = scalars
+        .iter()
+        .position(|s| matches!(s, ScalarArg::Future(cell) if foreign(cell)));
+    match found {
+        Some(index) => Err(RuntimeError::ForeignFuture {
+            task: task.to_string(),
+            index,
+        }),
+        None => Ok(()),
+    }
+}
 
 /// Checks that a store can be passed with a privilege.
 #[inline]

@@ -493,6 +493,78 @@ fn names_are_registered_once() {
     ));
 }
 
+/// Another runtime's future is refused at submit, whatever that runtime's window and whether
+/// its producer has run: it used to be accepted, and the task ran before the value existed
+/// (an internal error) or waited on another pool's node (a hang), depending on timing. A
+/// ready value and the result of a runtime that is gone (its value known) are taken.
+#[test]
+fn another_runtimes_future_is_refused_at_submit() {
+    for (threads, window) in [(1, 1), (2, 1), (2, 8), (3, 8)] {
+        let make = || {
+            let rt = Runtime::builder()
+                .threads(threads)
+                .window_size(window)
+                .build();
+            rt.register("total", |ctx| {
+                ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
+            })
+            .unwrap();
+            rt.register("add", |ctx| {
+                let a = ctx.scalar(1).as_f64();
+                let x = ctx.read::<f64>(0).as_slice().to_vec();
+                let mut y = ctx.write::<f64>(1);
+                for (y, x) in y.as_mut_slice().iter_mut().zip(x) {
+                    *y = x + a;
+                }
+            })
+            .unwrap();
+            rt
+        };
+        let (a, b) = (make(), make());
+        let total = |rt: &Runtime| {
+            let x = rt.from_vec(&[4], vec![1.0f64, 2.0, 3.0, 4.0]).unwrap();
+            rt.task("total")
+                .read(&x)
+                .submit_reduce(ReduceOp::Sum)
+                .unwrap()
+        };
+        let add = |f: &Future| {
+            let x = b.from_vec(&[4], vec![0.0f64; 4]).unwrap();
+            let y = b.create(DType::F64, &[4]).unwrap();
+            b.task("add")
+                .read(&x)
+                .write(&y)
+                .scalar(0.5)
+                .future(f)
+                .align(&x, &y)
+                .submit()
+                .map(|()| b.read::<f64>(&y).unwrap())
+        };
+        let foreign = total(&a);
+        let err = add(&foreign).unwrap_err();
+        assert_eq!(
+            err,
+            RuntimeError::ForeignFuture {
+                task: "add".into(),
+                index: 1
+            },
+            "threads {threads}, window {window}"
+        );
+        assert!(err.to_string().contains("Future::get"), "{err}");
+        // Also once its value is known: the answer must not depend on timing.
+        assert_eq!(foreign.get().unwrap().as_f64(), 10.0);
+        assert!(matches!(
+            add(&foreign),
+            Err(RuntimeError::ForeignFuture { .. })
+        ));
+        // Its own runtime's future, a ready value, a gone runtime's result: taken.
+        assert_eq!(add(&total(&b)).unwrap(), vec![10.0; 4]);
+        assert_eq!(add(&Future::ready(2.0)).unwrap(), vec![2.0; 4]);
+        drop(a);
+        assert_eq!(add(&foreign).unwrap(), vec![10.0; 4]);
+    }
+}
+
 #[test]
 fn statistics_count_tasks_points_and_analysis_time() {
     // A window of one: the five tasks are counted as launched, not fused into one.
