@@ -1,9 +1,10 @@
-//! Validation of a launch: what can be refused before it is solved (privileges, constraint
-//! membership and types, tilings, sharding keys) and after (equal shapes under `align`, no
-//! two points racing on a store). Every refusal is a [`RuntimeError`] naming the task and the
-//! store, never a panic. The two checks on every submit (`check_privilege`,
-//! `resolve_constraints`) are `#[inline]`, as they were inside `runtime.rs`: called across
-//! modules they cost ~110 instructions a task more (`stencil_steps`, callgrind).
+//! Validation of a launch: what can be refused before it is solved (privileges, another
+//! runtime's futures, constraint membership and types, tilings, sharding keys) and after
+//! (equal shapes under `align`, no two points racing on a store). Every refusal is a
+//! [`RuntimeError`] naming the task and the store or argument, never a panic. The checks on
+//! every submit (`check_privilege`, `check_futures`, `resolve_constraints`) are `#[inline]`, as
+//! the first and last were inside `runtime.rs`: called across modules they cost ~110
+//! instructions a task more (`stencil_steps`, callgrind).
 
 use super::task::{broadcast_mask, Args, IssuedArg, Privilege, ScalarArg, UserConstraint, ViewId};
 use crate::constraint::Constraint;
