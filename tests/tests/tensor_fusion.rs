@@ -393,3 +393,43 @@ fn a_scalar_result_of_another_runtime_is_refused() {
         assert_eq!(y.to_tensor(&ra).unwrap().vals(), &[140.0; 8]);
     }
 }
+
+/// `y(i) += A(i,j) * w(j)` with `w` the very stored tensor `y` (a reference): the statement
+/// reads one store through two partitions, a tile for the old `y` and the image of `A`'s
+/// columns for `w`. Split over blocks, each point's `w` was given the tile (both arguments
+/// named one view), and the kernel indexed past it. The values must be plain `tensor!`'s.
+#[test]
+fn an_operand_that_is_the_accumulated_output_reads_all_it_needs() {
+    let n = 64;
+    // Each row reads columns far outside its own block: i, (i + 17) % n, (i * 7 + 3) % n.
+    let mut entries: Vec<(Vec<usize>, f64)> = Vec::new();
+    for i in 0..n {
+        let mut cols = vec![i, (i + 17) % n, (i * 7 + 3) % n];
+        cols.sort();
+        cols.dedup();
+        for (k, j) in cols.into_iter().enumerate() {
+            entries.push((vec![i, j], 1.0 + k as f64 * 0.5 + i as f64 * 0.01));
+        }
+    }
+    let a_host: Tensor<f64> = Tensor::from_entries(vec![n, n], "csr", entries).unwrap();
+    let x_host: Tensor<f64> =
+        Tensor::dense_from_vec(vec![n], (0..n).map(|i| i as f64 * 0.25).collect()).unwrap();
+    // Plain `tensor!` with `y` and `w` distinct tensors of the same values.
+    let want = {
+        let A = &a_host;
+        let (y, w) = (x_host.clone(), &x_host);
+        tensor!(y(i) += A(i,j) * w(j); A: csr).unwrap()
+    };
+    for threads in [1, 2] {
+        let rt = Runtime::builder().threads(threads).fusion(false).build();
+        let A = Stored::upload(&rt, &a_host).unwrap();
+        let y = Stored::upload(&rt, &x_host).unwrap();
+        let w = &y;
+        let split = tensor!(rt => y(i) += A(i,j) * w(j); A: csr; split(i, io, ii, 4)).unwrap();
+        let whole = tensor!(rt => y(i) += A(i,j) * w(j); A: csr).unwrap();
+        for (what, got) in [("split", split), ("whole", whole)] {
+            let got = got.to_tensor(&rt).unwrap();
+            assert_eq!(got.vals(), want.vals(), "{what}, threads {threads}");
+        }
+    }
+}

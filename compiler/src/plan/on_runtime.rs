@@ -562,7 +562,7 @@ fn execute<V: PlanValue, I: PlanIndex>(
         .map(|(given, re)| re.as_ref().unwrap_or(given))
         .collect();
     let grid = &plan.grid;
-    let stores: Vec<Vec<Store>> = inputs.iter().map(|t| t.stores.clone()).collect();
+    let stores = distinct_views(inputs.iter().map(|t| t.stores.clone()).collect())?;
     // A call site's run over inputs of the shapes of one before: their dimensions were
     // checked then (the same dimensions, formats and kernel agree again).
     let kept = site.and_then(|s| s.shape(&inputs, out_dims, compiled));
@@ -639,6 +639,27 @@ fn execute<V: PlanValue, I: PlanIndex>(
         dims: out_dims.to_vec(),
         format: kernel.output_tensor().format.clone(),
     }))
+}
+
+/// The inputs' stores, each store that an earlier input also holds replaced by a view of its
+/// whole extent. An operand given twice (`y(i) += A(i,j) * w(j)` with `w = &y`) is read
+/// through two partitions, a tile of the old `y` and the image of `A`'s columns for `w`; the
+/// launch's constraints name arguments by their view, so with one view both named the first
+/// argument, and `w`'s points got the tile and indexed past it. A view of the whole extent is
+/// a view of its own (`ViewKey`), so each occurrence is partitioned as its own operand.
+fn distinct_views(mut stores: Vec<Vec<Store>>) -> Result<Vec<Vec<Store>>, RuntimeError> {
+    let mut seen = Vec::new();
+    for input in &mut stores {
+        for s in input.iter_mut() {
+            // A rank-0 store has no dimension to view and is never partitioned.
+            let extent = s.shape().and_then(|shape| shape.first().copied());
+            if let (true, Some(extent)) = (seen.contains(&s.id()), extent) {
+                *s = s.slice(0, 0..extent)?;
+            }
+        }
+        seen.extend(input.iter().map(Store::id));
+    }
+    Ok(stores)
 }
 
 /// The inputs the kernel re-packs ([`Kernel::repacks`]: their mode order agrees with no loop
