@@ -89,20 +89,32 @@ pub(crate) fn resolve_constraints(
     args: &[IssuedArg],
     cons: &[UserConstraint],
 ) -> Result<Args<Constraint>> {
-    // Unbound outputs have no extent to partition: constraints cannot name them.
-    let pos = |v: &ViewId, c: &'static str| match args.iter().position(|a| v.names(a)) {
-        None => Err(RuntimeError::NotAnArgument {
-            task: task.into(),
-            constraint: c,
-            store: v.store,
-        }),
-        Some(i) if args[i].privilege == Privilege::WriteUnbound => {
-            Err(RuntimeError::UnboundMisuse {
+    // Unbound outputs have no extent to partition: constraints cannot name them. A view given
+    // as two arguments (two reads: aliasing with a write is refused) may be partitioned two
+    // ways, so a constraint naming it must not silently pick the first.
+    let pos = |v: &ViewId, c: &'static str| {
+        let mut named = (0..args.len()).filter(|&i| v.names(&args[i]));
+        match (named.next(), named.next()) {
+            (None, _) => Err(RuntimeError::NotAnArgument {
                 task: task.into(),
+                constraint: c,
                 store: v.store,
-            })
+            }),
+            (Some(a), Some(b)) => Err(RuntimeError::AmbiguousConstraint {
+                task: task.into(),
+                constraint: c,
+                store: v.store,
+                a,
+                b,
+            }),
+            (Some(i), None) if args[i].privilege == Privilege::WriteUnbound => {
+                Err(RuntimeError::UnboundMisuse {
+                    task: task.into(),
+                    store: v.store,
+                })
+            }
+            (Some(i), None) => Ok(i),
         }
-        Some(i) => Ok(i),
     };
     let one = |c: &UserConstraint| -> Result<Constraint> {
         Ok(match c {

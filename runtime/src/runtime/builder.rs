@@ -191,6 +191,11 @@ impl RuntimeBuilder {
     /// instead of analysed. While a candidate sequence still matches, its tasks are held back
     /// (not started); a read, fence or future's `get` hands them back. The tasks it hands on
     /// go to the window (by default the adaptive one, as untraced), where they are fused.
+    ///
+    /// Across ranks (with a [`communicator`](Self::communicator) of more than one rank)
+    /// tracing is not done yet, whatever this says: a replay builds the nodes of every point,
+    /// and making it build only this rank's points and their transfers is not done. Every
+    /// task is analysed as untraced, with the same results; `Stats::tasks_traced` stays 0.
     pub fn tracing(mut self, on: bool) -> Self {
         self.tracing = on;
         self

@@ -212,6 +212,51 @@ fn constraint_errors_name_the_task_and_store() {
 }
 
 #[test]
+fn a_constraint_naming_a_view_given_twice_is_refused() {
+    let rt = rt(2);
+    rt.register("noop", |_| {}).unwrap();
+    // Each point writes the length of its sub-store of argument 1 into its cells of y.
+    rt.register("len_of_second", |ctx| {
+        let n = ctx.read::<f64>(1).as_slice().len() as f64;
+        ctx.write::<f64>(2).as_mut_slice().fill(n);
+    })
+    .unwrap();
+    let x = rt.create(DType::F64, &[8]).unwrap();
+    let y = rt.create(DType::F64, &[8]).unwrap();
+    for (name, e) in [
+        (
+            "align",
+            rt.task("noop").read(&x).read(&x).write(&y).align(&x, &y),
+        ),
+        (
+            "broadcast",
+            rt.task("noop").read(&x).read(&x).broadcast(&x, &[0]),
+        ),
+    ]
+    .map(|(c, t)| (c, t.submit().unwrap_err()))
+    {
+        assert!(
+            matches!(e, RuntimeError::AmbiguousConstraint { a: 0, b: 1, constraint, .. } if constraint == name),
+            "{e}"
+        );
+        assert!(e.to_string().contains("a view of its own"), "{e}");
+    }
+    // With a view of its own the constraint says which argument it means: the first is tiled
+    // like y, the second is seen whole by every point.
+    let whole = x.slice(0, 0..8).unwrap();
+    rt.task("len_of_second")
+        .read(&x)
+        .read(&whole)
+        .write(&y)
+        .align(&x, &y)
+        .broadcast(&whole, &[0])
+        .launch_domain(&[4])
+        .submit()
+        .unwrap();
+    assert_eq!(rt.read::<f64>(&y).unwrap(), vec![8.0; 8]);
+}
+
+#[test]
 fn racing_arguments_are_refused() {
     let rt = rt(2);
     rt.register("noop", |_| {}).unwrap();
