@@ -1428,11 +1428,27 @@ where
 /// What a program read: per store read and per future, its value's bits, or its error.
 type Outcomes = Vec<std::result::Result<Vec<u64>, String>>;
 
+/// How [`fused_failure_stream`] runs its tasks: as bodies; as bodies with two unbound outputs
+/// fused in too (the finish step then runs on rank 0, which sends the outcome); element-wise
+/// (the chunk loop).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Bodies {
+    Plain,
+    Unbound,
+    Kernel,
+}
+
 /// Registers the tasks of [`fused_failure_stream`]: `ff_h` (`y = 2 x`, panicking at its last
 /// point: as a body, at point 5; element-wise, on the cell holding the sentinel -1),
-/// `ff_map` (`y = a x + b`) and `ff_sum` (`Σ x` as a result), as bodies or element-wise.
+/// `ff_map` (`y = a x + b`), `ff_sum` (`Σ x` as a result), as bodies or element-wise, and
+/// `ff_emit` (the positive cells of `x`, into an unbound output).
 fn register_fused_failure(rt: &Runtime, kernel: bool) -> Result<()> {
     use tessera_runtime::Chunk;
+    rt.register("ff_emit", |ctx| {
+        let x = ctx.read::<f64>(0);
+        let keep: Vec<f64> = x.range().map(|i| x.at(i)).filter(|&v| v > 0.0).collect();
+        ctx.emit(1, keep);
+    })?;
     if kernel {
         rt.register_elementwise::<f64>("ff_h", |c: &mut Chunk<'_, f64>| {
             let (ins, outs) = c.split();
@@ -1480,12 +1496,13 @@ fn register_fused_failure(rt: &Runtime, kernel: bool) -> Result<()> {
 /// what it writes; `s` and a future read `h`'s output, so they fail too, and nothing else may.
 /// Then, after a fence, `later` reads `other`'s output, and two copies on one point (rank 0)
 /// read all of `h`'s and `other`'s outputs: the failed cells come from the last rank as a
-/// poisoned piece, the good ones as values. With `kernel` every task is element-wise (the
-/// chunk loop) and the failing fused task has no futures (no finish step); without, they are
-/// bodies and it has three. Returns what every read and future gave, in issue order, and
-/// this rank's statistics.
-fn fused_failure_stream(rt: &Runtime, kernel: bool) -> Result<(Outcomes, Stats)> {
+/// poisoned piece, the good ones as values. Element-wise, the failing fused task has no
+/// futures (no finish step; they come after the fence); as bodies it has three, and with
+/// `Unbound` two unbound outputs too, one of them `s`'s positive cells. Returns what every
+/// read and future gave, in issue order, and this rank's statistics.
+fn fused_failure_stream(rt: &Runtime, bodies: Bodies) -> Result<(Outcomes, Stats)> {
     use tessera_runtime::{DType, Store};
+    let kernel = bodies == Bodies::Kernel;
     register_fused_failure(rt, kernel)?;
     let n = 90;
     // Point 5 of 6 (cells 75..90) runs on the last rank at every rank count.
@@ -1510,6 +1527,15 @@ fn fused_failure_stream(rt: &Runtime, kernel: bool) -> Result<(Outcomes, Stats)>
             .launch_domain(&[points])
             .submit_reduce(ReduceOp::Sum)
     };
+    let emit = |from: &Store| -> Result<Store> {
+        let out = rt.create_unbound(DType::F64);
+        rt.task("ff_emit")
+            .read(from)
+            .write_unbound(&out)
+            .launch_domain(&[6])
+            .submit()?;
+        Ok(out)
+    };
     let (h, s, s2, other) = (new()?, new()?, new()?, new()?);
     rt.task("ff_h")
         .read(&x)
@@ -1524,6 +1550,10 @@ fn fused_failure_stream(rt: &Runtime, kernel: bool) -> Result<(Outcomes, Stats)>
     if !kernel {
         futures.extend([sum(&other, 6)?, sum(&s, 6)?, sum(&s2, 6)?]);
     }
+    let unbound = match bodies {
+        Bodies::Unbound => vec![emit(&other)?, emit(&s)?],
+        _ => vec![],
+    };
     rt.fence()?;
     let later = new()?;
     map(&other, &later, 1.0, -1.0, 6)?;
@@ -1546,6 +1576,13 @@ fn fused_failure_stream(rt: &Runtime, kernel: bool) -> Result<(Outcomes, Stats)>
         let r = f.get().map(|v| vec![v.as_f64().to_bits()]);
         got.push(r.map_err(|e| e.to_string()));
     }
+    for store in &unbound {
+        let r = rt.read::<f64>(store);
+        got.push(
+            r.map(|v| v.iter().map(|x| x.to_bits()).collect())
+                .map_err(|e| e.to_string()),
+        );
+    }
     Ok((got, rt.stats()))
 }
 
@@ -1558,30 +1595,38 @@ fn fused_failure_stream(rt: &Runtime, kernel: bool) -> Result<(Outcomes, Stats)>
 #[test]
 fn a_fused_task_fails_sub_task_by_sub_task_on_every_rank() {
     let mut wrong = vec![];
-    for kernel in [false, true] {
+    for bodies in [Bodies::Plain, Bodies::Unbound, Bodies::Kernel] {
         let configure = move |fusion: bool| {
             move |b: RuntimeBuilder, _rank: usize| {
                 b.threads(2).window_size(16).fusion(fusion).tracing(false)
             }
         };
-        let run = move |rt: &Runtime| fused_failure_stream(rt, kernel);
+        let run = move |rt: &Runtime| fused_failure_stream(rt, bodies);
         let want = all_ok(on_ranks_with(1, configure(false), run)).remove(0).0;
-        // h, s, the copy of h and s's future fail; everything else reads values.
+        // h, s, the copy of h, s's future (and the positive cells of s) fail; everything
+        // else reads values.
         let failed: Vec<usize> = (want.iter().enumerate())
             .filter_map(|(i, r)| r.is_err().then_some(i))
             .collect();
-        assert_eq!(failed, [0, 1, 5, 8], "kernel {kernel}: one rank unfused");
+        let mut expected = vec![0, 1, 5, 8];
+        if bodies == Bodies::Unbound {
+            expected.push(12);
+        }
+        assert_eq!(failed, expected, "{bodies:?}: one rank unfused");
         for round in 0..2 {
             for (ranks, fusion) in (1..=4).flat_map(|r| [(r, false), (r, true)]) {
                 let got = all_ok(on_ranks_with(ranks, configure(fusion), run));
                 for (rank, (outcomes, stats)) in got.iter().enumerate() {
-                    let at = format!("kernel {kernel}, round {round}, {ranks} ranks, fusion {fusion}, rank {rank}");
+                    let at = format!(
+                        "{bodies:?}, round {round}, {ranks} ranks, fusion {fusion}, rank {rank}"
+                    );
                     if fusion {
                         assert!(
                             stats.tasks_launched < stats.tasks_issued,
                             "{at}: nothing fused"
                         );
                     }
+                    assert_eq!(outcomes.len(), want.len(), "{at}");
                     for (i, (g, w)) in outcomes.iter().zip(&want).enumerate() {
                         match (g, w) {
                             (Ok(g), Ok(w)) if g == w => {}
