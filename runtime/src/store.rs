@@ -210,33 +210,63 @@ struct Poisoning {
     at: u64,
     cells: Option<Rect>,
     err: RuntimeError,
+    /// Across ranks: a failed piece received for the task at `at` (`replicate`), that is,
+    /// that task's input from before it, not something it wrote.
+    received: bool,
 }
 
 impl Poison {
+    #[cfg(test)]
     fn add(&mut self, at: u64, cells: Option<Rect>, err: RuntimeError) {
-        let i = self.at.partition_point(|p| p.at <= at);
-        let same = |p: &&Poisoning| p.at == at;
+        self.insert(Poisoning {
+            at,
+            cells,
+            err,
+            received: false,
+        });
+    }
+
+    fn insert(&mut self, new: Poisoning) {
+        let i = self.at.partition_point(|p| p.at <= new.at);
+        let same = |p: &&Poisoning| p.at == new.at;
         if self.at[..i]
             .iter()
             .rev()
             .take_while(same)
-            .any(|p| p.cells == cells)
+            .any(|p| p.cells == new.cells && p.received == new.received)
         {
             return;
         }
-        self.at.insert(i, Poisoning { at, cells, err });
+        self.at.insert(i, new);
     }
 
     /// The error of the earliest live poisoning in positions `since..=at` that overlaps
     /// `cells` (`None`: anywhere in the store): lowest position, then lowest cells (the whole
     /// store first, then by lower corner).
     fn first_within(&self, since: u64, at: u64, cells: Option<&Rect>) -> Option<&RuntimeError> {
+        self.first_where(cells, |p| since <= p.at && p.at <= at)
+    }
+
+    /// [`Poison::first_within`] counting, of the poisonings at `at` itself, only the received
+    /// ones: what a fused task's sub-task sees of its inputs (its task's own poisonings are
+    /// its sub-tasks', `fusion::failure`).
+    fn first_input_within(&self, since: u64, at: u64, cells: &Rect) -> Option<&RuntimeError> {
+        self.first_where(Some(cells), |p| {
+            since <= p.at && (p.at < at || p.at == at && p.received)
+        })
+    }
+
+    fn first_where(
+        &self,
+        cells: Option<&Rect>,
+        keep: impl Fn(&Poisoning) -> bool,
+    ) -> Option<&RuntimeError> {
         let overlaps = |c: &Option<Rect>| match (c, cells) {
             (Some(c), Some(r)) => c.overlaps(r),
             _ => true,
         };
         (self.at.iter())
-            .filter(|p| since <= p.at && p.at <= at && overlaps(&p.cells))
+            .filter(|p| keep(p) && overlaps(&p.cells))
             .min_by(|a, b| {
                 (a.at, a.cells.as_ref().map(Rect::lo)).cmp(&(b.at, b.cells.as_ref().map(Rect::lo)))
             })
@@ -480,8 +510,7 @@ impl StoreRoot {
     }
 
     /// A poisoning of `cells` (`None`: any) in positions `since..=last`: the one check behind
-    /// [`StoreRoot::poisoned_before`], [`StoreRoot::poisoned_by_earlier`] and
-    /// [`StoreRoot::poisoned_for_read`].
+    /// [`StoreRoot::poisoned_before`] and [`StoreRoot::poisoned_for_read`].
     #[inline]
     fn poisoned_between(
         &self,
@@ -522,16 +551,22 @@ impl StoreRoot {
             .and_then(|p| p.first_within(since, at, cells).cloned())
     }
 
-    /// [`StoreRoot::poisoned_before`] without the poisonings at `at` itself: what a fused
-    /// task's sub-task sees of the tasks before the fused one (its own position's poisonings
-    /// are its sub-tasks', which it tells apart by their order, `fusion::failure`).
+    /// [`StoreRoot::poisoned_before`] without the poisonings at `at` itself but the received
+    /// ones: what a fused task's sub-task sees of the tasks before the fused one (its own
+    /// position's poisonings are its sub-tasks', which it tells apart by their order,
+    /// `fusion::failure`; a failed piece received for it, across ranks, is its input).
     pub(crate) fn poisoned_by_earlier(
         &self,
         since: u64,
         at: u64,
         cells: &Rect,
     ) -> Option<RuntimeError> {
-        self.poisoned_between(since, at.checked_sub(1)?, Some(cells))
+        if !self.tainted() {
+            return None;
+        }
+        (self.poison.lock().unwrap_or_else(|e| e.into_inner()))
+            .as_ref()
+            .and_then(|p| p.first_input_within(since, at, cells).cloned())
     }
 
     /// Records that the task at stream position `at`, launched now (in stream order), writes
@@ -558,6 +593,17 @@ impl StoreRoot {
     /// `cells`: what the failure poisons (a failed point's sub-store), `None` for the whole
     /// store.
     pub(crate) fn set_poison(&self, err: RuntimeError, at: u64, cells: Option<Rect>) {
+        self.poison_at(err, at, cells, false);
+    }
+
+    /// [`StoreRoot::set_poison`] for a failed piece received for the task at `at` (across
+    /// ranks): that task's input, which its sub-tasks see if fused
+    /// ([`StoreRoot::poisoned_by_earlier`]).
+    pub(crate) fn set_received_poison(&self, err: RuntimeError, at: u64, cells: Option<Rect>) {
+        self.poison_at(err, at, cells, true);
+    }
+
+    fn poison_at(&self, err: RuntimeError, at: u64, cells: Option<Rect>, received: bool) {
         let mut p = self.poison.lock().unwrap_or_else(|e| e.into_inner());
         // `tainted` first, then `cleared` (both sequentially consistent; `clear_poison` does
         // the reverse): a clear that this misses sees `tainted` and takes the lock after us.
@@ -568,7 +614,12 @@ impl StoreRoot {
             }
             return;
         }
-        p.get_or_insert_with(Poison::default).add(at, cells, err);
+        p.get_or_insert_with(Poison::default).insert(Poisoning {
+            at,
+            cells,
+            err,
+            received,
+        });
     }
 
     /// Marks the contents as trustworthy again: the task at stream position `at` rewrote the
@@ -798,6 +849,32 @@ mod tests {
         assert!(p.first_within(5, 12, None).is_some());
         assert!(p.first_within(0, 7, None).is_some());
         assert!(p.first_within(11, 20, None).is_none());
+    }
+
+    /// A fused task at 6 sees, of the poisonings at its own position, only a piece received
+    /// for it (its input), not what its own sub-tasks poisoned; earlier ones it sees either
+    /// way, later ones never.
+    #[test]
+    fn a_fused_task_sees_a_piece_received_for_it_but_not_its_own_poisonings() {
+        let mut p = Poison::default();
+        p.add(6, Some(r(0, 10)), err(0));
+        assert!(p.first_input_within(0, 6, &r(0, 10)).is_none(), "its own");
+        assert!(p.first_within(0, 6, Some(&r(0, 10))).is_some());
+        p.insert(super::Poisoning {
+            at: 6,
+            cells: Some(r(20, 30)),
+            err: err(2),
+            received: true,
+        });
+        assert!(p.first_input_within(0, 6, &r(25, 26)).is_some(), "received");
+        assert!(
+            p.first_input_within(0, 7, &r(5, 6)).is_some(),
+            "from before the task"
+        );
+        assert!(
+            p.first_input_within(0, 5, &r(25, 26)).is_none(),
+            "from after it"
+        );
     }
 
     /// Two failed points of the task at 4 poison their own cells: a reader of other cells

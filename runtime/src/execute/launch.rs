@@ -114,8 +114,9 @@ pub(crate) struct Launched {
     /// What each point left for the finish step (empty when there is none).
     pub outs: Vec<Mutex<PointOut>>,
     pub failure: Mutex<Option<RuntimeError>>,
-    /// A fused task's failed sub-tasks (on one rank), each with its error; empty while none
-    /// has failed ([`crate::fusion::failure`]).
+    /// A fused task's failed sub-tasks, each with its error; empty while none has failed
+    /// ([`crate::fusion::failure`]). Across ranks: this rank's points', and those other ranks
+    /// sent with their leftovers or outcome (`replicate::finish`).
     pub sub_failures: Mutex<SubFailures>,
     /// For each of `roots`, the latest task that wrote the store whole launched before this
     /// one ([`Launched::note_rewrites`]): a point ignores poisonings from before it
@@ -226,8 +227,8 @@ impl Launched {
     }
 
     /// Records the task's failure with nothing to tell of which point: every store it writes
-    /// is poisoned whole (across ranks, where a failure is one message per task, and a failed
-    /// finish step).
+    /// is poisoned whole (a task's failure received from another rank, which does not say
+    /// which point failed, and a failed finish step).
     pub(crate) fn fail_with(&self, err: RuntimeError) {
         self.fail_at(err, None);
     }
@@ -253,10 +254,10 @@ impl Launched {
         }
     }
 
-    /// A fused task whose sub-tasks fail one by one ([`crate::fusion::failure`]): on one rank
-    /// (across ranks a task's failure is one message, so a fused task fails as a whole).
+    /// A fused task, whose sub-tasks fail one by one ([`crate::fusion::failure`]), on one
+    /// rank and across ranks alike.
     pub(crate) fn per_sub(&self) -> Option<&FusedShape> {
-        self.fused.as_deref().filter(|_| self.dist.is_none())
+        self.fused.as_deref()
     }
 
     /// Records that sub-task `s` of a fused task failed (the error of its lowest failed point
@@ -267,6 +268,19 @@ impl Launched {
             f.resize(shape.subs.len(), None);
         }
         keep_earliest(&mut f[s], err);
+    }
+
+    /// [`Launched::fail_sub`] for each failed sub-task of `failed` (another rank's, across
+    /// ranks; ignored for a task that is not fused).
+    pub(crate) fn fail_subs(&self, failed: SubFailures) {
+        let Some(shape) = self.per_sub() else {
+            return;
+        };
+        for (s, e) in failed.into_iter().enumerate() {
+            if let (Some(e), true) = (e, s < shape.subs.len()) {
+                self.fail_sub(shape, s, e);
+            }
+        }
     }
 
     /// Poisons at once, as [`Launched::fail_at`] does for a failed point, `point`'s cells of
@@ -370,12 +384,7 @@ impl Launched {
         let at = self.position;
         if let (None, Some(shape)) = (&failure, self.per_sub()) {
             if let Some(failed) = self.settled_subs(shape) {
-                // Each store as the sub-tasks that wrote it left it.
-                for (j, state) in failure::store_outcomes(self, shape, &failed) {
-                    if state.is_none() {
-                        self.args[j].root.clear_poison(at);
-                    }
-                }
+                self.end_subs(shape, &failed);
                 self.end_refs();
                 return;
             }
@@ -395,6 +404,25 @@ impl Launched {
             }
         }
         self.end_refs();
+    }
+
+    /// A fused task's end when sub-tasks failed: each store as the sub-tasks that wrote it
+    /// left it. Cleared after a good whole rewrite; an unbound output a failed sub-task wrote
+    /// is poisoned whole. Its cells are not known before it is bound, so the failed point
+    /// poisoned it whole, but only on its own rank: across ranks a rank whose points emitted
+    /// nothing of it would read the others' pieces as good (on one rank this repeats the
+    /// point's poisoning). Every other store stays as the failed points left it.
+    fn end_subs(&self, shape: &FusedShape, failed: &[Option<RuntimeError>]) {
+        for (j, state) in failure::store_outcomes(self, shape, failed) {
+            let a = &self.args[j];
+            match state {
+                None => a.root.clear_poison(self.position),
+                Some(e) if a.privilege == Privilege::WriteUnbound => {
+                    a.root.set_poison(e, self.position, None)
+                }
+                Some(_) => {}
+            }
+        }
     }
 
     /// Gives back the pending reference the task holds on each of its stores.
@@ -562,22 +590,13 @@ fn run_point(task: &Launched, point: usize, counters: &Counters, trusted: bool) 
         finish_point(task, point, counters);
         return;
     }
-    let r = catch_unwind(AssertUnwindSafe(|| match &task.fused {
-        Some(shape) => Some(crate::fusion::run::run_fused_point(
-            task,
-            shape,
-            point,
-            trusted,
-            &mut smallvec::smallvec![None; shape.subs.len()],
-        )),
-        None => {
-            let mut ctx = TaskContext::at(task, point, trusted);
-            timeline::mark(Ev::BodyBegin, 0);
-            (task.body)(&mut ctx);
-            timeline::mark(Ev::BodyEnd, 0);
-            // Only a finish step reads what a point leaves (most tasks have none).
-            task.has_finish.then(|| ctx.out.take())
-        }
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        let mut ctx = TaskContext::at(task, point, trusted);
+        timeline::mark(Ev::BodyBegin, 0);
+        (task.body)(&mut ctx);
+        timeline::mark(Ev::BodyEnd, 0);
+        // Only a finish step reads what a point leaves (most tasks have none).
+        task.has_finish.then(|| ctx.out.take())
     }));
     match r {
         Ok(Some(out)) if task.has_finish => {
@@ -630,7 +649,7 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// A panic's text, when it carries one (`panic!` with a message).
-pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> Option<String> {
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> Option<String> {
     payload
         .downcast_ref::<String>()
         .cloned()

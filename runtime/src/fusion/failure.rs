@@ -8,11 +8,17 @@
 //! others (the chunk loop skips the failed steps), and records each failed sub-task's error
 //! ([`Launched::fail_sub`]). After the last point the task settles once more over all points
 //! (a sub-task that failed in one point fails the sub-tasks reading what it wrote in every
-//! point), and only then poisons stores, clears rewritten ones and completes futures, each by
-//! the sub-task that wrote it ([`Launched::end`], `run_finish`).
+//! point), and only then clears rewritten stores, poisons the folds and unbound outputs of
+//! failed sub-tasks and completes futures, each by the sub-task that wrote it
+//! ([`Launched::end`], `run_finish`).
 //!
-//! Across ranks a fused task still fails as a whole (the failure travels as one message per
-//! task, `replicate::finish`).
+//! Across ranks it is the same, rank by rank: a rank's points settle and poison their own
+//! cells as above, and what crosses ranks says which sub-tasks failed, not that the whole task
+//! did (only a failure of the runtime's own work for a point does that). A poisoned piece sent to another rank carries the error of the sub-task that
+//! wrote it and poisons the receiving task's input only (`StoreRoot::set_received_poison`,
+//! which a fused receiver's sub-tasks see, [`settle`]); the finish step's messages carry each
+//! failed sub-task's error (`replicate::finish`, `codec::Failures`), so the settle at the
+//! task's end fails the same sub-tasks, folds and futures on every rank.
 
 use super::FusedShape;
 use crate::error::RuntimeError;
@@ -119,8 +125,9 @@ fn input_failure(
         if let Some((_, e)) = bad.iter().find(|(b, _)| *b == c) {
             return Some(not_computed(&a.root, e));
         }
-        // Poisonings from before the fused task only: its own position's are its sub-tasks'
-        // (`bad` above), which a sub-task before the failed one must not see.
+        // Poisonings from before the fused task only (and, across ranks, failed pieces
+        // received for it, its inputs): its own position's are its sub-tasks' (`bad` above),
+        // which a sub-task before the failed one must not see.
         if inputs && !a.local && !rewritten.contains(&c) {
             let (since, cells) = (task.since_of(&a.root), a.read_cells(point));
             if let Some(e) = a.root.poisoned_by_earlier(since, task.position, cells) {

@@ -9,7 +9,7 @@ use crate::buffer::{Borrow, Data};
 use crate::dtype::Scalar;
 use crate::error::RuntimeError;
 use crate::execute::context::{Locals, TaskContext};
-use crate::execute::launch::{panic_message, panic_text, Launched, PointOut};
+use crate::execute::launch::{panic_message, Launched, PointOut};
 use crate::issue::task::{Privilege, ScalarArg};
 use crate::rect::Rect;
 use smallvec::SmallVec;
@@ -18,8 +18,7 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 /// Runs `point` of fused task `task` and returns what it leaves for the finish step.
 /// `trusted`: a point of a verified replay (`tracing::verify`), whose views hold no ledger
 /// borrows. `failed`: the sub-tasks that cannot run (skipped); a sub-task whose body panics
-/// is added, with those it fails in turn ([`failure::settle`]), and the others go on. (On more
-/// than one rank a fused task fails as a whole: there a panic goes up, as before.)
+/// is added, with those it fails in turn ([`failure::settle`]), and the others go on.
 pub(crate) fn run_fused_point(
     task: &Launched,
     shape: &FusedShape,
@@ -65,8 +64,7 @@ pub(crate) fn run_fused_point(
 }
 
 /// Sub-task `s` panicked in `point`: recorded in `failed` with the sub-tasks that depend on
-/// it, where sub-tasks fail one by one; across ranks the panic goes on up (naming the
-/// sub-task), failing the whole task.
+/// it.
 fn sub_panicked(
     task: &Launched,
     shape: &FusedShape,
@@ -75,15 +73,8 @@ fn sub_panicked(
     s: usize,
     payload: Box<dyn std::any::Any + Send>,
 ) {
-    let name = &shape.subs[s].name;
-    if task.per_sub().is_none() {
-        match panic_text(&*payload) {
-            Some(m) => panic!("in sub-task {name}: {m}"),
-            None => resume_unwind(payload),
-        }
-    }
     failed[s] = Some(RuntimeError::TaskFailed {
-        task: name.to_string(),
+        task: shape.subs[s].name.to_string(),
         point: task.domain.point(point)[..task.domain.dim()].to_vec(),
         message: panic_message(&*payload),
     });

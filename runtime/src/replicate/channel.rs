@@ -355,21 +355,17 @@ fn deliver(recv: Recv, msg: Result<&[u8], RuntimeError>) {
                 }
             });
             if let Err(e) = r {
-                // At the receiving task's place in the stream (the key's first word).
-                root.set_poison(e, recv.key[0], Some(rect));
+                // At the receiving task's place in the stream (the key's first word), as its
+                // input (a fused receiving task's sub-tasks see it).
+                root.set_received_poison(e, recv.key[0], Some(rect));
             }
         }
         Deliver::Outs { task, point } => {
             let r = msg.and_then(|m| read_out(&mut Reader { buf: m, from }));
             match r {
-                Ok((out, failure)) => {
+                Ok((out, failures)) => {
                     *task.outs[point].lock().unwrap_or_else(|e| e.into_inner()) = out;
-                    if let Some(message) = failure {
-                        task.fail_with(RuntimeError::Remote {
-                            rank: from,
-                            message,
-                        });
-                    }
+                    super::finish::apply_failures(&task, failures, from);
                 }
                 Err(e) => task.fail_with(e),
             }

@@ -1,5 +1,5 @@
 //! What travels between ranks, as bytes: store rectangles, a point's leftovers for the finish
-//! step, and the finish step's outcome.
+//! step, the finish step's outcome, and the failures both carry ([`Failures`]).
 //!
 //! Elements are copied as their in-memory bytes: every element type is plain data without
 //! padding (`PosRange` is `repr(C)` of two `u64`), and ranks of one job run one build on one
@@ -10,6 +10,7 @@ use crate::buffer::Data;
 use crate::dtype::{DType, Element, PosRange, Scalar};
 use crate::error::RuntimeError;
 use crate::execute::launch::PointOut;
+use crate::fusion::failure::SubFailures;
 use crate::rect::Rect;
 use crate::store::StoreRoot;
 
@@ -43,6 +44,34 @@ impl Writer {
         };
         self.u64(k);
         self.u64(bits);
+    }
+    /// An optional error: 0; 1 and a task failure's parts (so that the receiver rebuilds the
+    /// same error, and keeps the lowest point's as the sender does: `launch::keep_earliest`);
+    /// or 2 and any other error's text.
+    pub fn error(&mut self, err: Option<&RuntimeError>) {
+        match err {
+            None => self.u64(0),
+            Some(RuntimeError::TaskFailed {
+                task,
+                point,
+                message,
+            }) => {
+                self.u64(1);
+                self.bytes(task.as_bytes());
+                self.u64(point.len() as u64);
+                point.iter().for_each(|&c| self.u64(c as u64));
+                self.bytes(message.as_bytes());
+            }
+            Some(e) => {
+                self.u64(2);
+                self.bytes(e.to_string().as_bytes());
+            }
+        }
+    }
+    pub fn failures(&mut self, f: &Failures) {
+        self.status(f.task.as_deref());
+        self.u64(f.subs.len() as u64);
+        f.subs.iter().for_each(|e| self.error(e.as_ref()));
     }
     pub fn data(&mut self, d: &Data) {
         self.u64(dtype_code(d.dtype()));
@@ -94,6 +123,42 @@ impl<'a> Reader<'a> {
             0 => None,
             _ => Some(String::from_utf8_lossy(self.bytes()?).into_owned()),
         })
+    }
+    fn text(&mut self) -> Result<String, RuntimeError> {
+        Ok(String::from_utf8_lossy(self.bytes()?).into_owned())
+    }
+    /// What [`Writer::error`] wrote; an error other than a task failure comes back as
+    /// [`RuntimeError::Remote`] from the sender.
+    pub fn error(&mut self) -> Result<Option<RuntimeError>, RuntimeError> {
+        Ok(match self.u64()? {
+            0 => None,
+            1 => {
+                let task = self.text()?;
+                let dim = self.u64()? as usize;
+                if dim > crate::rect::MAX_DIMS {
+                    return Err(self.bad("point"));
+                }
+                let point = (0..dim)
+                    .map(|_| self.u64().map(|c| c as usize))
+                    .collect::<Result<_, _>>()?;
+                let message = self.text()?;
+                Some(RuntimeError::TaskFailed {
+                    task,
+                    point,
+                    message,
+                })
+            }
+            _ => Some(RuntimeError::Remote {
+                rank: self.from,
+                message: self.text()?,
+            }),
+        })
+    }
+    pub fn failures(&mut self) -> Result<Failures, RuntimeError> {
+        let task = self.status()?;
+        let n = self.u64()? as usize;
+        let subs = (0..n).map(|_| self.error()).collect::<Result<_, _>>()?;
+        Ok(Failures { task, subs })
     }
     pub fn scalar(&mut self) -> Result<Scalar, RuntimeError> {
         let (k, bits) = (self.u64()?, self.u64()?);
@@ -220,12 +285,22 @@ pub(crate) fn write_rect(
     Ok(())
 }
 
-/// A point's leftovers for the finish step, and whether the task failed on its rank: its
+/// The failures a message carries across ranks: the task's as a whole (its text), and, for a
+/// fused task, each sub-task's ([`crate::fusion::failure`]: its sub-tasks fail one by one on
+/// every rank as on one; empty when none failed). Nothing else of a failure crosses ranks but
+/// the poisoned pieces (a `Send` of a poisoned sub-store carries its error).
+#[derive(Default)]
+pub(crate) struct Failures {
+    pub task: Option<String>,
+    pub subs: SubFailures,
+}
+
+/// A point's leftovers for the finish step, and the failures on its rank so far: its
 /// reduction buffers and results, and only the lengths of its unbound pieces (which stay on
 /// its rank).
-pub(crate) fn write_out(out: &PointOut, failure: Option<&str>) -> Vec<u8> {
+pub(crate) fn write_out(out: &PointOut, failures: &Failures) -> Vec<u8> {
     let mut w = Writer::default();
-    w.status(failure);
+    w.failures(failures);
     w.u64(out.reduce.len() as u64);
     for (arg, d) in &out.reduce {
         w.u64(*arg as u64);
@@ -249,8 +324,8 @@ pub(crate) fn write_out(out: &PointOut, failure: Option<&str>) -> Vec<u8> {
     w.0
 }
 
-pub(crate) fn read_out(r: &mut Reader<'_>) -> Result<(PointOut, Option<String>), RuntimeError> {
-    let failure = r.status()?;
+pub(crate) fn read_out(r: &mut Reader<'_>) -> Result<(PointOut, Failures), RuntimeError> {
+    let failures = r.failures()?;
     let mut out = PointOut::default();
     for _ in 0..r.u64()? {
         let arg = r.u64()? as usize;
@@ -267,7 +342,7 @@ pub(crate) fn read_out(r: &mut Reader<'_>) -> Result<(PointOut, Option<String>),
         };
         out.results.push(s);
     }
-    Ok((out, failure))
+    Ok((out, failures))
 }
 
 /// Copies `src` into `dst` from element `at` on (same element type).
@@ -281,4 +356,41 @@ pub(crate) fn copy_into(dst: &Data, at: usize, src: &Data) {
     // SAFETY: `dst` is a store being bound by the finish step (no view of it exists yet) and
     // `src` a point's private piece; the assert keeps the copy inside both.
     unsafe { std::ptr::copy_nonoverlapping(data_ptr(src), data_ptr(dst).add(at * size), n * size) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A sub-task's failure crosses ranks as the same error (so every rank keeps the same
+    /// lowest point's); another error as its text from the sender.
+    #[test]
+    fn failures_come_back_as_the_errors_sent() {
+        let failed = RuntimeError::TaskFailed {
+            task: "h".into(),
+            point: vec![5, 1],
+            message: "h refuses".into(),
+        };
+        let other = RuntimeError::Transport("gone".into());
+        let sent = Failures {
+            task: Some("whole".into()),
+            subs: smallvec::smallvec![None, Some(failed.clone()), Some(other.clone())],
+        };
+        let mut w = Writer::default();
+        w.failures(&sent);
+        let got = Reader { buf: &w.0, from: 3 }.failures().unwrap();
+        assert_eq!(got.task.as_deref(), Some("whole"));
+        let remote = RuntimeError::Remote {
+            rank: 3,
+            message: other.to_string(),
+        };
+        assert_eq!(got.subs.as_slice(), [None, Some(failed), Some(remote)]);
+        // A short message is an error, not a panic.
+        assert!(Reader {
+            buf: &w.0[..20],
+            from: 3
+        }
+        .failures()
+        .is_err());
+    }
 }

@@ -7,9 +7,17 @@
 //! keeps the fold at rank 0, which then sends the outcome — futures' values, the outputs'
 //! piece lengths, the failure — to every other rank, whose finish node is the receive of that
 //! message.
+//!
+//! Failures travel with these messages as [`Failures`]: the task's, and a fused task's failed
+//! sub-tasks one by one. Every rank that ends the task then knows every point's sub-task
+//! failures, so its end-of-task settle (`Launched::end`, `run_finish`: a sub-task failed in one
+//! point fails its readers in every point) fails the same sub-tasks, folds and futures on every
+//! rank, as one rank does. A fused task without a finish step sends nothing: each rank ends
+//! it on what its own points did, as it ends an unfused task (what a failed sub-task wrote is
+//! poisoned where its point ran, and reaches other ranks only as a poisoned piece).
 
 use super::channel::{key, Channel, KIND_FINISH, KIND_OUTS};
-use super::codec::{Reader, Writer};
+use super::codec::{Failures, Reader, Writer};
 use super::valid::ValidMap;
 use crate::error::RuntimeError;
 use crate::execute::launch::Launched;
@@ -72,7 +80,7 @@ pub(crate) fn after_point(task: &Launched, point: usize, dist: &Dist) {
         }
         return;
     }
-    let failed = failure_text(task);
+    let failed = failures(task);
     let ch = &dist.channel;
     let folder = |arg: usize| dist.folders[arg][point];
     // The point's results stay here too (this rank's own finish step folds them), and so do
@@ -100,7 +108,7 @@ pub(crate) fn after_point(task: &Launched, point: usize, dist: &Dist) {
             .map(|(arg, d)| super::codec::data_len(d) * task.args[*arg].root.dtype.size())
             .sum();
         ch.count_bytes(bytes);
-        let body = super::codec::write_out(&out, failed.as_deref());
+        let body = super::codec::write_out(&out, &failed);
         ch.send(to, key(dist.seq, KIND_OUTS, 0, point, 0), &body);
     }
 }
@@ -111,13 +119,9 @@ pub(crate) fn broadcast(task: &Launched, dist: &Dist) {
     if folds_everywhere(task) {
         return;
     }
-    let failed = task
-        .failure
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
     let mut w = Writer::default();
-    w.status(failed.as_ref().map(|e| e.to_string()).as_deref());
+    // After the settle over every point (`run_finish`): the sub-tasks that failed anywhere.
+    w.failures(&failures(task));
     w.u64(task.results.len() as u64);
     for (_, cell) in &task.results {
         match cell.value.get() {
@@ -162,12 +166,7 @@ pub(crate) fn apply(task: &Launched, msg: Result<&[u8], RuntimeError>, from: usi
 
 fn read(task: &Launched, r: &mut Reader<'_>) -> Result<(), RuntimeError> {
     let from = r.from;
-    if let Some(message) = r.status()? {
-        task.fail_with(RuntimeError::Remote {
-            rank: from,
-            message,
-        });
-    }
+    apply_failures(task, r.failures()?, from);
     let n = r.u64()? as usize;
     for slot in 0..n {
         let value = match r.status()? {
@@ -284,27 +283,44 @@ fn bind_empty(root: &crate::store::StoreRoot) {
     }
 }
 
-/// The task's failure on this rank so far, as the text a point's leftovers carry.
-fn failure_text(task: &Launched) -> Option<String> {
-    task.failure
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-        .map(|e| e.to_string())
+/// The failures on this rank so far, as a point's leftovers and rank 0's outcome carry them.
+fn failures(task: &Launched) -> Failures {
+    let failure = task.failure.lock().unwrap_or_else(|e| e.into_inner());
+    Failures {
+        task: failure.as_ref().map(ToString::to_string),
+        subs: task
+            .sub_failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone(),
+    }
+}
+
+/// Records the failures another rank sent: the task's fails it here too (and poisons what it
+/// writes, whole: which cells failed there is not said); each failed sub-task's only joins
+/// this rank's list, for the end-of-task settle (the cells it poisoned are poisoned there).
+pub(crate) fn apply_failures(task: &Launched, f: Failures, from: usize) {
+    if let Some(message) = f.task {
+        task.fail_with(RuntimeError::Remote {
+            rank: from,
+            message,
+        });
+    }
+    task.fail_subs(f.subs);
 }
 
 /// On a rank other than 0, after one of its points ran: its leftovers (and the task's failure
 /// here, if any) go to rank 0's finish step.
 fn send_out(task: &Launched, point: usize, dist: &Dist) {
     let out = std::mem::take(&mut *task.outs[point].lock().unwrap_or_else(|e| e.into_inner()));
-    let failed = failure_text(task);
+    let failed = failures(task);
     let bytes: usize = out
         .reduce
         .iter()
         .map(|(arg, d)| super::codec::data_len(d) * task.args[*arg].root.dtype.size())
         .sum();
     dist.channel.count_bytes(bytes);
-    let body = super::codec::write_out(&out, failed.as_deref());
+    let body = super::codec::write_out(&out, &failed);
     // Unbound pieces stay here until the finish step's outcome binds the store.
     task.outs[point]
         .lock()

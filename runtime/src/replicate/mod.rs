@@ -173,8 +173,9 @@ pub(crate) fn gather(
             None => write_rect(root, *rect, r),
         });
         if let Err(e) = got {
-            // After every task issued so far: the next one to rewrite the store clears it.
-            root.set_poison(
+            // After every task issued so far, as the next one's input: the next one to
+            // rewrite the store clears it.
+            root.set_received_poison(
                 e.clone(),
                 ch.seq.load(std::sync::atomic::Ordering::Relaxed),
                 Some(*rect),

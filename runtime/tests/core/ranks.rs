@@ -1424,3 +1424,228 @@ where
         }
     }
 }
+
+/// What a program read: per store read and per future, its value's bits, or its error.
+type Outcomes = Vec<std::result::Result<Vec<u64>, String>>;
+
+/// How [`fused_failure_stream`] runs its tasks: as bodies; as bodies with two unbound outputs
+/// fused in too (the finish step then runs on rank 0, which sends the outcome); element-wise
+/// (the chunk loop).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Bodies {
+    Plain,
+    Unbound,
+    Kernel,
+}
+
+/// Registers the tasks of [`fused_failure_stream`]: `ff_h` (`y = 2 x`, panicking at its last
+/// point: as a body, at point 5; element-wise, on the cell holding the sentinel -1),
+/// `ff_map` (`y = a x + b`), `ff_sum` (`Σ x` as a result), as bodies or element-wise, and
+/// `ff_emit` (the positive cells of `x`, into an unbound output).
+fn register_fused_failure(rt: &Runtime, kernel: bool) -> Result<()> {
+    use tessera_runtime::Chunk;
+    rt.register("ff_emit", |ctx| {
+        let x = ctx.read::<f64>(0);
+        let keep: Vec<f64> = x.range().map(|i| x.at(i)).filter(|&v| v > 0.0).collect();
+        ctx.emit(1, keep);
+    })?;
+    if kernel {
+        rt.register_elementwise::<f64>("ff_h", |c: &mut Chunk<'_, f64>| {
+            let (ins, outs) = c.split();
+            assert!(!ins[0].contains(&-1.0), "h refuses the sentinel");
+            for (y, x) in outs[0].iter_mut().zip(ins[0].iter()) {
+                *y = 2.0 * x;
+            }
+        })?;
+        rt.register_elementwise::<f64>("ff_map", |c: &mut Chunk<'_, f64>| {
+            let (a, b) = (c.scalar(0).as_f64(), c.scalar(1).as_f64());
+            let (ins, outs) = c.split();
+            for (y, x) in outs[0].iter_mut().zip(ins[0].iter()) {
+                *y = a * x + b;
+            }
+        })?;
+        return rt.register_elementwise::<f64>("ff_sum", |c: &mut Chunk<'_, f64>| {
+            let (ins, _) = c.split();
+            let s: f64 = ins[0].iter().sum();
+            c.add_result(s);
+        });
+    }
+    rt.register("ff_h", |ctx| {
+        assert!(ctx.linear_point() != 5, "h refuses point 5");
+        let x = ctx.read::<f64>(0);
+        let mut y = ctx.write::<f64>(1);
+        for i in y.range() {
+            y.set_at(i, 2.0 * x.at(i));
+        }
+    })?;
+    rt.register("ff_map", |ctx| {
+        let (a, b) = (ctx.scalar(0).as_f64(), ctx.scalar(1).as_f64());
+        let x = ctx.read::<f64>(0);
+        let mut y = ctx.write::<f64>(1);
+        for i in y.range() {
+            y.set_at(i, a * x.at(i) + b);
+        }
+    })?;
+    rt.register("ff_sum", |ctx| {
+        let x = ctx.read::<f64>(0);
+        ctx.set_result(x.range().map(|i| x.at(i)).sum::<f64>())
+    })
+}
+
+/// A task `h` failing at its last point, fused (with fusion on) beside tasks that do not read
+/// what it writes; `s` and a future read `h`'s output, so they fail too, and nothing else may.
+/// Then, after a fence, `later` reads `other`'s output, and two copies on one point (rank 0)
+/// read all of `h`'s and `other`'s outputs: the failed cells come from the last rank as a
+/// poisoned piece, the good ones as values. Element-wise, the failing fused task has no
+/// futures (no finish step; they come after the fence); as bodies it has three, and with
+/// `Unbound` two unbound outputs too, one of them `s`'s positive cells. Returns what every
+/// read and future gave, in issue order, and this rank's statistics.
+fn fused_failure_stream(rt: &Runtime, bodies: Bodies) -> Result<(Outcomes, Stats)> {
+    use tessera_runtime::{DType, Store};
+    let kernel = bodies == Bodies::Kernel;
+    register_fused_failure(rt, kernel)?;
+    let n = 90;
+    // Point 5 of 6 (cells 75..90) runs on the last rank at every rank count.
+    let x: Vec<f64> = (0..n)
+        .map(|i| if i == 80 { -1.0 } else { i as f64 })
+        .collect();
+    let x = rt.from_vec(&[n], x)?;
+    let new = || rt.create(DType::F64, &[n]);
+    let map = |from: &Store, to: &Store, a: f64, b: f64, points: usize| {
+        rt.task("ff_map")
+            .read(from)
+            .write(to)
+            .scalar(a)
+            .scalar(b)
+            .align(from, to)
+            .launch_domain(&[points])
+            .submit()
+    };
+    let sum = |of: &Store, points: usize| {
+        rt.task("ff_sum")
+            .read(of)
+            .launch_domain(&[points])
+            .submit_reduce(ReduceOp::Sum)
+    };
+    let emit = |from: &Store| -> Result<Store> {
+        let out = rt.create_unbound(DType::F64);
+        rt.task("ff_emit")
+            .read(from)
+            .write_unbound(&out)
+            .launch_domain(&[6])
+            .submit()?;
+        Ok(out)
+    };
+    let (h, s, s2, other) = (new()?, new()?, new()?, new()?);
+    rt.task("ff_h")
+        .read(&x)
+        .write(&h)
+        .align(&x, &h)
+        .launch_domain(&[6])
+        .submit()?;
+    map(&x, &s2, 1.0, 1.0, 6)?;
+    map(&h, &s, 1.0, 1.0, 6)?;
+    map(&x, &other, 3.0, 2.0, 6)?;
+    let mut futures = vec![];
+    if !kernel {
+        futures.extend([sum(&other, 6)?, sum(&s, 6)?, sum(&s2, 6)?]);
+    }
+    let unbound = match bodies {
+        Bodies::Unbound => vec![emit(&other)?, emit(&s)?],
+        _ => vec![],
+    };
+    rt.fence()?;
+    let later = new()?;
+    map(&other, &later, 1.0, -1.0, 6)?;
+    if kernel {
+        futures.extend([sum(&other, 6)?, sum(&s, 6)?, sum(&s2, 6)?]);
+    }
+    let (wh, wo) = (new()?, new()?);
+    map(&h, &wh, 1.0, 0.0, 1)?;
+    map(&other, &wo, 1.0, 0.0, 1)?;
+    futures.push(sum(&other, 1)?);
+    let mut got: Outcomes = vec![];
+    for store in [&h, &s, &s2, &other, &later, &wh, &wo] {
+        let r = rt.read::<f64>(store);
+        got.push(
+            r.map(|v| v.iter().map(|x| x.to_bits()).collect())
+                .map_err(|e| e.to_string()),
+        );
+    }
+    for f in &futures {
+        let r = f.get().map(|v| vec![v.as_f64().to_bits()]);
+        got.push(r.map_err(|e| e.to_string()));
+    }
+    for store in &unbound {
+        let r = rt.read::<f64>(store);
+        got.push(
+            r.map(|v| v.iter().map(|x| x.to_bits()).collect())
+                .map_err(|e| e.to_string()),
+        );
+    }
+    Ok((got, rt.stats()))
+}
+
+/// Regression (the second adversarial hunt): across ranks a fused task failed as a whole (its
+/// failure crossed ranks as one text per task), so with 2-4 ranks and fusion on the tasks
+/// fused beside a failing one (`s2`, `other`, their futures) and the tasks reading their
+/// outputs (`later`, a copy) failed too, where one rank, or fusion off, runs them. Every rank
+/// of every configuration must read what one rank without fusion reads: the same values,
+/// bit for bit, and an error exactly where it has one, naming the original panic.
+#[test]
+fn a_fused_task_fails_sub_task_by_sub_task_on_every_rank() {
+    let mut wrong = vec![];
+    for bodies in [Bodies::Plain, Bodies::Unbound, Bodies::Kernel] {
+        let configure = move |fusion: bool| {
+            move |b: RuntimeBuilder, _rank: usize| {
+                b.threads(2).window_size(16).fusion(fusion).tracing(false)
+            }
+        };
+        let run = move |rt: &Runtime| fused_failure_stream(rt, bodies);
+        let want = all_ok(on_ranks_with(1, configure(false), run)).remove(0).0;
+        // h, s, the copy of h, s's future (and the positive cells of s) fail; everything
+        // else reads values.
+        let failed: Vec<usize> = (want.iter().enumerate())
+            .filter_map(|(i, r)| r.is_err().then_some(i))
+            .collect();
+        let mut expected = vec![0, 1, 5, 8];
+        if bodies == Bodies::Unbound {
+            expected.push(12);
+        }
+        assert_eq!(failed, expected, "{bodies:?}: one rank unfused");
+        for round in 0..2 {
+            for (ranks, fusion) in (1..=4).flat_map(|r| [(r, false), (r, true)]) {
+                let got = all_ok(on_ranks_with(ranks, configure(fusion), run));
+                for (rank, (outcomes, stats)) in got.iter().enumerate() {
+                    let at = format!(
+                        "{bodies:?}, round {round}, {ranks} ranks, fusion {fusion}, rank {rank}"
+                    );
+                    if fusion {
+                        assert!(
+                            stats.tasks_launched < stats.tasks_issued,
+                            "{at}: nothing fused"
+                        );
+                    }
+                    assert_eq!(outcomes.len(), want.len(), "{at}");
+                    for (i, (g, w)) in outcomes.iter().zip(&want).enumerate() {
+                        match (g, w) {
+                            (Ok(g), Ok(w)) if g == w => {}
+                            (Ok(_), Ok(_)) => {
+                                wrong.push(format!("{at}: outcome {i}: other values"))
+                            }
+                            (Err(g), Err(_)) if g.contains("refuses") => {}
+                            (Err(g), _) => wrong.push(format!("{at}: outcome {i}: {g}")),
+                            (Ok(_), Err(_)) => wrong.push(format!("{at}: outcome {i}: values")),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} outcomes differ from one rank's:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}
