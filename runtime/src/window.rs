@@ -152,6 +152,16 @@ impl Window {
         held.iter().for_each(|t| self.note_later(t));
     }
 
+    /// Undoes one [`Window::note_later`] of `t`, which is entering the window: one entry per
+    /// argument, so notes of the same stores made for other tasks stay.
+    pub(crate) fn forget_later(&mut self, t: &Issued) {
+        for a in &t.args {
+            if let Some(i) = self.later.iter().rposition(|&id| id == a.root.id) {
+                self.later.swap_remove(i);
+            }
+        }
+    }
+
     /// After the tracer handed tasks on: forgets the stores of tasks no longer held (all of
     /// them when it holds none; else rebuilt from `held` once the list has grown long).
     pub(crate) fn settle_later(&mut self, held: &[Issued]) {

@@ -114,6 +114,9 @@ pub(crate) struct Recording {
     /// from the analysis that made it, `verify.rs`): its replays as actors view their stores
     /// without ledger borrows.
     pub trusted: bool,
+    /// Replays in a row that found the tasks as recorded but not the temporary flags
+    /// (`Tracing::flags_went_stale`).
+    pub flag_misses: u8,
 }
 
 impl Recording {
@@ -155,6 +158,7 @@ impl Recording {
             graph,
             cross: Default::default(),
             actors: None,
+            flag_misses: 0,
         };
         (rec, plans)
     }

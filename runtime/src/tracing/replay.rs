@@ -118,6 +118,10 @@ struct FirstUse {
 /// One in this many held tasks of a streak is timed ([`Tracing::streak_clock`]).
 const CLOCK_SAMPLE: u64 = 16;
 
+/// Replays in a row abandoned for their temporary flags alone after which a trace is recorded
+/// anew ([`Tracing::flags_went_stale`]).
+const RERECORD_AFTER: u8 = 2;
+
 /// A trace complete and to be replayed, deferred (with fusion inside traces) to the next
 /// issue or flush: a store the trace makes and the application drops at the end of the scope
 /// that issued the trace is dropped *after* the trace's last task is issued, so a replay at
@@ -335,6 +339,29 @@ impl Tracing {
     #[cfg(test)]
     pub(crate) fn history(&self) -> Vec<u64> {
         self.tracer.history().collect()
+    }
+
+    /// After a replay of `trace` found its tasks as recorded but not its temporary flags
+    /// (Definition 4 depends on the application's handles, `fuse::temporaries_hold`): whether
+    /// the recording is dropped, to be made again from these tasks. So it is the
+    /// [`RERECORD_AFTER`]-th such replay in a row: a recording made when the application
+    /// happened to keep a temporary would otherwise abandon every later replay, while flags
+    /// that alternate (a store kept every other iteration) are not recorded anew each time.
+    /// What other recordings worked out for a replay following one of `trace`
+    /// (`Recording::cross`) goes with it: the new recording's launches may differ.
+    fn flags_went_stale(&mut self, trace: TraceId) -> bool {
+        let Some(rec) = self.recordings.get_mut(&trace) else {
+            return false;
+        };
+        rec.flag_misses += 1;
+        if rec.flag_misses < RERECORD_AFTER {
+            return false;
+        }
+        self.recordings.remove(&trace);
+        for r in self.recordings.values_mut() {
+            r.cross.retain(|(before, _), _| *before != trace);
+        }
+        true
     }
 
     /// The recorded edges and accesses of `trace` replayed right after `before`, its stores
@@ -841,10 +868,16 @@ impl Inner {
     /// Ordinary analysis of `tasks`, one by one through the window.
     fn analyse_all(&self, front: &mut Front, tr: &mut Tracing, tasks: Vec<Issued>) -> Result<()> {
         tr.last = None;
-        // What stays held was issued after `tasks`: the window must see it as later.
+        // What stays held was issued after `tasks`: the window must see it as later. So are
+        // the tasks of `tasks` not enqueued yet, for a prefix the window decides while taking
+        // the ones before: a streak held them unnoted (`Window::note_streak_task`), and its
+        // replay may still be abandoned.
         front.window.note_held(&tr.held);
+        front.window.note_held(&tasks);
         let mut first = Ok(());
         for t in tasks {
+            // In the window from here on, where the window sees what it names.
+            front.window.forget_later(&t);
             keep_first(&mut first, self.enqueue(front, t));
         }
         first
@@ -945,40 +978,61 @@ impl Inner {
             return ControlFlow::Break(self.analyse_all(front, tr, tasks));
         }
         let Some(rec) = tr.recordings.get(&trace) else {
-            return match self.record(front, tr, n, next) {
-                Ok((rec, plans)) => {
-                    tr.decide(Decision::Recorded(trace, n), counters);
-                    Counters::add(&counters.traces_recorded, 1);
-                    tr.recordings.insert(trace, rec);
-                    ControlFlow::Continue(Replayable::Recorded(plans))
-                }
-                Err(failed) => {
-                    tr.decide(Decision::Failed(trace, n), counters);
-                    let (plans, rest, e) = *failed;
-                    // Analysed as usual, without the failing task.
-                    tr.last = None;
-                    plans.into_iter().for_each(|p| self.analyse(p));
-                    let r = self.analyse_all(front, tr, rest);
-                    ControlFlow::Break(Err::<(), _>(e).and(r))
-                }
-            };
+            return self.record_now(front, tr, trace, n, next);
         };
         let (held, later) = tr.held.split_at(n);
         let later = later.iter().chain(next);
-        let roots = verified
+        let same = verified
             .or_else(|| rec.issued.matches(held))
-            .filter(|_| rec.conditions.hold(held))
-            .filter(|_| fuse::temporaries_hold(&rec.cuts, held, later));
-        let Some(roots) = roots else {
+            .filter(|_| rec.conditions.hold(held));
+        let matched = same.is_some();
+        let flags = matched && fuse::temporaries_hold(&rec.cuts, held, later);
+        let Some(roots) = same.filter(|_| flags) else {
+            if matched && tr.flags_went_stale(trace) {
+                return self.record_now(front, tr, trace, n, next);
+            }
             tr.decide(Decision::Abandoned(trace, n), counters);
             Counters::add(&counters.traces_abandoned, 1);
             let tasks: Vec<Issued> = tr.held.drain(..n).collect();
             return ControlFlow::Break(self.analyse_all(front, tr, tasks));
         };
+        let rec = tr.recordings.get_mut(&trace).expect("looked up above");
+        rec.flag_misses = 0;
+        let held = &tr.held[..n];
         rec.conditions.apply(held);
         held.iter().for_each(bump_issued_versions);
         Counters::add(&counters.tasks_unsolved, n as u64);
         ControlFlow::Continue(Replayable::Verified(roots))
+    }
+
+    /// [`Inner::record_or_verify`] for a trace recorded now: its first occurrence, or one
+    /// whose recording's temporary flags went stale ([`Tracing::flags_went_stale`]).
+    fn record_now(
+        &self,
+        front: &mut Front,
+        tr: &mut Tracing,
+        trace: TraceId,
+        n: usize,
+        next: Option<&Issued>,
+    ) -> ControlFlow<Result<()>, Replayable> {
+        let counters = &self.shared.counters;
+        match self.record(front, tr, n, next) {
+            Ok((rec, plans)) => {
+                tr.decide(Decision::Recorded(trace, n), counters);
+                Counters::add(&counters.traces_recorded, 1);
+                tr.recordings.insert(trace, rec);
+                ControlFlow::Continue(Replayable::Recorded(plans))
+            }
+            Err(failed) => {
+                tr.decide(Decision::Failed(trace, n), counters);
+                let (plans, rest, e) = *failed;
+                // Analysed as usual, without the failing task.
+                tr.last = None;
+                plans.into_iter().for_each(|p| self.analyse(p));
+                let r = self.analyse_all(front, tr, rest);
+                ControlFlow::Break(Err::<(), _>(e).and(r))
+            }
+        }
     }
 
     /// A replay without actors: the recorded solves as plans, launched through the thread

@@ -97,6 +97,33 @@ fn a_replay_whose_temporary_is_kept_this_time_falls_back() {
     }
 }
 
+/// Whatever iteration the application keeps an intermediate in, the one its trace happens to
+/// be recorded in included, the replays after it are not abandoned for good: a recording
+/// whose temporary flags no longer hold is made anew (`Tracing::flags_went_stale`). Before,
+/// keeping the intermediate of the recorded iteration abandoned every later replay.
+#[test]
+fn a_trace_recorded_while_a_temporary_was_kept_is_recorded_anew() {
+    let iterations = 60;
+    let (want, _, _) = chain(&runtime(false, false), "ew_axpb", iterations, None);
+    let kept: Vec<f64> = (0..N)
+        .map(|i| 2.0 * (i as f64 * 0.25 - 7.0) + 1.0)
+        .collect();
+    for keep in 0..24 {
+        let (got, got_kept, st) = chain(&runtime(true, true), "ew_axpb", iterations, Some(keep));
+        assert_eq!(got, want, "kept in iteration {keep}");
+        assert_eq!(
+            got_kept.as_deref(),
+            Some(&kept[..]),
+            "kept in iteration {keep}"
+        );
+        assert!(
+            st.traces_abandoned <= 3,
+            "kept in iteration {keep}: {} replays abandoned: {st:?}",
+            st.traces_abandoned
+        );
+    }
+}
+
 /// A CG-like loop: `q` is made fresh from `p`, its sum becomes a future `a` (through a
 /// one-element store), `x += a p` and `r += a q` read it, and the application drops `q`
 /// before it reads `r`'s sum, every iteration. The tracer holds the updates (a trace found
@@ -152,6 +179,64 @@ fn cg_like(tracing: bool, actors: bool) -> (Vec<u64>, Vec<u64>, Stats) {
     }
     let bits = rt.read::<f64>(&x).unwrap().into_iter().map(f64::to_bits);
     (bits.collect(), sums, launched(&rt))
+}
+
+/// A loop whose replay streak is abandoned once (the application keeps `t1`, a temporary of
+/// the recorded trace, in iteration `keep`): `t1` feeds `t2`, two hand tasks end the prefix,
+/// and `y += t2` reads `t2` last. Returns `y`, `a` and `b`.
+fn streak_abandoned(traced: bool, window: usize, keep: usize) -> Vec<Vec<f64>> {
+    let rt = Runtime::builder()
+        .threads(2)
+        .min_piece_size(4)
+        .tracing(traced)
+        .fusion(traced)
+        .window_size(if traced { window } else { 1 })
+        .trace_sampling(4)
+        .build();
+    register(&rt).unwrap();
+    let n = 16;
+    let x = rt
+        .from_vec(&[n], (0..n).map(|i| i as f64).collect())
+        .unwrap();
+    let fresh = || rt.create(DType::F64, &[n]).unwrap();
+    let (a, b, y) = (fresh(), fresh(), fresh());
+    let mut kept = None;
+    for it in 0..30 {
+        let (t1, t2) = (fresh(), fresh());
+        axpb(&rt, "ew_axpb", &x, &t1, 2.0, 1.0);
+        axpb(&rt, "ew_axpb", &t1, &t2, 3.0, 0.0);
+        axpb(&rt, "axpb", &x, &a, 1.0, 0.5);
+        axpb(&rt, "axpb", &x, &b, -1.0, 0.0);
+        rt.task("ew_axpy")
+            .read(&t2)
+            .read_write(&y)
+            .scalar(1.0)
+            .align(&t2, &y)
+            .submit()
+            .unwrap();
+        if it == keep {
+            kept = Some(t1);
+        }
+    }
+    drop(kept);
+    [y, a, b].map(|s| rt.read::<f64>(&s).unwrap()).to_vec()
+}
+
+/// Found by an adversarial hunt: a completed replay streak whose replay is abandoned hands
+/// its tasks to the window one by one, and the streak had not noted their stores as later
+/// (`Window::note_streak_task` notes nothing while the window is empty). A prefix the window
+/// decided before the last of them arrived made `t2` a temporary although `y += t2`, still
+/// being handed on, reads it: one iteration added zeros.
+#[test]
+fn an_abandoned_streak_s_tasks_keep_what_they_read_from_becoming_temporaries() {
+    for keep in [10, 20, 25, 29] {
+        let want = streak_abandoned(false, 1, keep);
+        assert_eq!(want[0][3], 30.0 * 3.0 * (2.0 * 3.0 + 1.0));
+        for window in [2, 3, 4, 8] {
+            let got = streak_abandoned(true, window, keep);
+            assert_eq!(got, want, "kept at {keep}, window {window}");
+        }
+    }
 }
 
 #[test]
