@@ -54,18 +54,6 @@ pub enum RuntimeError {
         store: u64,
     },
     #[error(
-        "task `{task}`: constraint {constraint} names store#{store}, which is arguments {a} and \
-         {b} with the same view, so it could mean either (give one of them a view of its own, \
-         e.g. `store.slice(..)`, and name that one)"
-    )]
-    AmbiguousConstraint {
-        task: String,
-        constraint: &'static str,
-        store: u64,
-        a: usize,
-        b: usize,
-    },
-    #[error(
         "task `{task}`: align(store#{a}, store#{b}) needs equal shapes, got {sa:?} and {sb:?}"
     )]
     AlignShapes {

@@ -243,6 +243,11 @@ impl Issued {
 
 /// Builds one index task: arguments (in the order the body indexes them), scalars, constraints.
 ///
+/// Constraints name views (a store handle or a slice of it). A view given as several
+/// arguments (`read(&v).read(&v)`, a dot of `v` with itself) is one operand to the constraints
+/// that name it: every occurrence gets the partition they give. To partition two occurrences
+/// differently, give one of them a view of its own (`v.slice(0, 0..n)` is one).
+///
 /// ```
 /// # use tessera_runtime::*;
 /// let rt = Runtime::new(2);

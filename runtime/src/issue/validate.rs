@@ -89,32 +89,20 @@ pub(crate) fn resolve_constraints(
     args: &[IssuedArg],
     cons: &[UserConstraint],
 ) -> Result<Args<Constraint>> {
-    // Unbound outputs have no extent to partition: constraints cannot name them. A view given
-    // as two arguments (two reads: aliasing with a write is refused) may be partitioned two
-    // ways, so a constraint naming it must not silently pick the first.
-    let pos = |v: &ViewId, c: &'static str| {
-        let mut named = (0..args.len()).filter(|&i| v.names(&args[i]));
-        match (named.next(), named.next()) {
-            (None, _) => Err(RuntimeError::NotAnArgument {
+    // Unbound outputs have no extent to partition: constraints cannot name them.
+    let pos = |v: &ViewId, c: &'static str| match args.iter().position(|a| v.names(a)) {
+        None => Err(RuntimeError::NotAnArgument {
+            task: task.into(),
+            constraint: c,
+            store: v.store,
+        }),
+        Some(i) if args[i].privilege == Privilege::WriteUnbound => {
+            Err(RuntimeError::UnboundMisuse {
                 task: task.into(),
-                constraint: c,
                 store: v.store,
-            }),
-            (Some(a), Some(b)) => Err(RuntimeError::AmbiguousConstraint {
-                task: task.into(),
-                constraint: c,
-                store: v.store,
-                a,
-                b,
-            }),
-            (Some(i), None) if args[i].privilege == Privilege::WriteUnbound => {
-                Err(RuntimeError::UnboundMisuse {
-                    task: task.into(),
-                    store: v.store,
-                })
-            }
-            (Some(i), None) => Ok(i),
+            })
         }
+        Some(i) => Ok(i),
     };
     let one = |c: &UserConstraint| -> Result<Constraint> {
         Ok(match c {
@@ -163,7 +151,49 @@ pub(crate) fn resolve_constraints(
     for c in cons {
         out.push(one(c)?);
     }
+    if repeats_a_view(args) {
+        align_repeated_views(args, &mut out);
+    }
     Ok(out)
+}
+
+/// Whether two arguments are the same view of one store (both read: aliasing with a write is
+/// refused). A few comparisons; almost never true.
+#[inline]
+pub(crate) fn repeats_a_view(args: &[IssuedArg]) -> bool {
+    (1..args.len()).any(|j| args[..j].iter().any(|a| same_view(a, &args[j])))
+}
+
+fn same_view(a: &IssuedArg, b: &IssuedArg) -> bool {
+    a.view == b.view && Arc::ptr_eq(&a.root, &b.root)
+}
+
+/// A constraint names a view, and a view given as several arguments is one operand to it:
+/// each later occurrence of a view that a constraint resolved to (its first occurrence) is
+/// aligned with that one, so every occurrence gets the partition the constraints give
+/// (`read(v).read(v).align(v, v)`, a dot of `v` with itself, tiles both alike; an image into
+/// `w` that is also the tiled `y` is the solver's clear "tiled ... cannot also be an image",
+/// not the image's points reading a tile). An alignment already there is not added twice.
+#[cold]
+fn align_repeated_views(args: &[IssuedArg], out: &mut Args<Constraint>) {
+    let named: Vec<usize> = out.iter().flat_map(positions).collect();
+    for &first in &named {
+        for k in first + 1..args.len() {
+            let align = Constraint::Align(first, k);
+            if same_view(&args[first], &args[k]) && !out.contains(&align) {
+                out.push(align);
+            }
+        }
+    }
+}
+
+/// The argument positions a constraint names.
+fn positions(c: &Constraint) -> smallvec::SmallVec<[usize; 2]> {
+    match *c {
+        Constraint::Align(a, b) => smallvec::smallvec![a, b],
+        Constraint::Image { src, dst } => smallvec::smallvec![src, dst],
+        Constraint::Broadcast(a, _) | Constraint::Tile(a, _) => smallvec::smallvec![a],
+    }
 }
 
 /// What can be checked of a tiling before the launch domain is known: one cut per

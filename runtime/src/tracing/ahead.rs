@@ -228,17 +228,24 @@ impl IssuedSig {
 
     /// Whether the user's constraints (over views) resolve to the recorded ones (over argument
     /// positions), `args` being already the recorded arguments ([`IssuedSig::same_args`]).
-    /// Resolving takes the *first* argument naming a view; the recorded position was the first
+    /// Resolving takes the first argument naming a view; the recorded position was the first
     /// in the recording, and arguments with the same store numbers and views name a view at
     /// the same positions, so it is the first here too: checking that the view names the
-    /// argument at the recorded position is enough. What resolving checks besides (a broadcast
-    /// dimension within the store's rank, an image source's type, a tiling's cuts for the
-    /// rank) holds as it held when recorded: ranks and types are the recorded ones.
+    /// argument at the recorded position is enough. Where a view is given as several
+    /// arguments, resolving adds alignments (`validate::align_repeated_views`), and this
+    /// resolves the launcher's constraints to compare them (rare). What resolving checks
+    /// besides (a broadcast dimension within the store's rank, an image source's type, a
+    /// tiling's cuts for the rank) holds as it held when recorded: ranks and types are the
+    /// recorded ones.
     fn same_user_constraints(
         &self,
         args: &[crate::issue::task::IssuedArg],
         user: &[UserConstraint],
     ) -> bool {
+        if crate::issue::validate::repeats_a_view(args) {
+            return crate::issue::validate::resolve_constraints("", args, user)
+                .is_ok_and(|c| c[..] == self.constraints[..]);
+        }
         let names = |v: &ViewId, i: usize| v.names(&args[i]);
         self.constraints.len() == user.len()
             && self

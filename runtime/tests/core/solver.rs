@@ -211,10 +211,13 @@ fn constraint_errors_name_the_task_and_store() {
     );
 }
 
+/// A constraint names a view, and a view given as several arguments is one operand to it:
+/// every occurrence gets the partition (before, only the first did, and the others were cut
+/// as if unconstrained: a broadcast view read as a tile, an image destination read as the tile
+/// its other occurrence had).
 #[test]
-fn a_constraint_naming_a_view_given_twice_is_refused() {
+fn a_constraint_on_a_view_given_twice_partitions_both() {
     let rt = rt(2);
-    rt.register("noop", |_| {}).unwrap();
     // Each point writes the length of its sub-store of argument 1 into its cells of y.
     rt.register("len_of_second", |ctx| {
         let n = ctx.read::<f64>(1).as_slice().len() as f64;
@@ -222,38 +225,51 @@ fn a_constraint_naming_a_view_given_twice_is_refused() {
     })
     .unwrap();
     let x = rt.create(DType::F64, &[8]).unwrap();
-    let y = rt.create(DType::F64, &[8]).unwrap();
-    for (name, e) in [
-        (
-            "align",
-            rt.task("noop").read(&x).read(&x).write(&y).align(&x, &y),
-        ),
-        (
-            "broadcast",
-            rt.task("noop").read(&x).read(&x).broadcast(&x, &[0]),
-        ),
-    ]
-    .map(|(c, t)| (c, t.submit().unwrap_err()))
-    {
-        assert!(
-            matches!(e, RuntimeError::AmbiguousConstraint { a: 0, b: 1, constraint, .. } if constraint == name),
-            "{e}"
-        );
-        assert!(e.to_string().contains("a view of its own"), "{e}");
-    }
-    // With a view of its own the constraint says which argument it means: the first is tiled
-    // like y, the second is seen whole by every point.
-    let whole = x.slice(0, 0..8).unwrap();
+    let (y, y2) = (
+        rt.create(DType::F64, &[8]).unwrap(),
+        rt.create(DType::F64, &[8]).unwrap(),
+    );
     rt.task("len_of_second")
         .read(&x)
-        .read(&whole)
+        .read(&x)
         .write(&y)
-        .align(&x, &y)
-        .broadcast(&whole, &[0])
+        .broadcast(&x, &[0])
         .launch_domain(&[4])
         .submit()
         .unwrap();
     assert_eq!(rt.read::<f64>(&y).unwrap(), vec![8.0; 8]);
+    // Each point writes 1 where its sub-stores of arguments 1 and 2 are the same cells.
+    rt.register("same_parts", |ctx| {
+        let same = ctx.read::<f64>(1).range() == ctx.read::<f64>(2).range();
+        ctx.write::<f64>(3)
+            .as_mut_slice()
+            .fill(f64::from(u8::from(same)));
+    })
+    .unwrap();
+    rt.task("same_parts")
+        .read(&y)
+        .read(&x)
+        .read(&x)
+        .write(&y2)
+        .align(&x, &y2)
+        .launch_domain(&[4])
+        .submit()
+        .unwrap();
+    assert_eq!(rt.read::<f64>(&y2).unwrap(), vec![1.0; 8]);
+    // x's parts are the images of idx's halves: [0, 2] and [5, 6].
+    let idx = rt.from_vec(&[4], vec![0i64, 2, 5, 6]).unwrap();
+    let z = rt.create(DType::F64, &[4]).unwrap();
+    rt.task("same_parts")
+        .read(&idx)
+        .read(&x)
+        .read(&x)
+        .write(&z)
+        .image(&idx, &x)
+        .align(&idx, &z)
+        .launch_domain(&[2])
+        .submit()
+        .unwrap();
+    assert_eq!(rt.read::<f64>(&z).unwrap(), vec![1.0; 4]);
 }
 
 #[test]
