@@ -92,9 +92,13 @@ fn gathers() -> Vec<Tensor<f64>> {
     ]
 }
 
-/// Columns of the far SpMV's vector: 48 MiB of values, past a third of any last-level cache
-/// up to 144 MiB, so that `gather::decide` picks the look-ahead loops when the data decides.
-const FAR_COLUMNS: usize = 6 << 20;
+/// Columns of the far SpMV's vector: at least 48 MiB of values, and twice a third of this
+/// machine's last-level cache (a Xeon of this project's machines has 260 MiB), so that
+/// `gather::decide` picks the look-ahead loops when the data decides.
+fn far_columns() -> usize {
+    let third = tessera::formats::caches::last_level() / 3;
+    (6 << 20).max(2 * third / std::mem::size_of::<f64>())
+}
 
 /// Columns of the cached SpMV's vector: 512 KiB of values, past any level 1 and within a
 /// third of any last-level cache from 1.5 MiB, so that the data picks the streaming loops.
@@ -188,7 +192,7 @@ fn prefetching_gathers_gives_the_same_bits() {
         let setting = std::env::var("TESSERA_PREFETCH").unwrap_or_default();
         let mut out = gathers();
         let mut copies = Vec::new();
-        for (columns, per_row) in [(FAR_COLUMNS, 64), (CACHED_COLUMNS, 4)] {
+        for (columns, per_row) in [(far_columns(), 64), (CACHED_COLUMNS, 4)] {
             let (A, x, copy) = spmv_over(columns, per_row);
             out.push(tensor!(y(i) = A(i,j) * x(j); A: csr).unwrap());
             out.push(tensor!(y(i) = A(i,j) * x(j); A: csr; parallelize(i)).unwrap());
