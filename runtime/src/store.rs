@@ -210,8 +210,10 @@ struct Poisoning {
     at: u64,
     cells: Option<Rect>,
     err: RuntimeError,
-    /// Across ranks: a failed piece received for the task at `at` (`replicate`), that is,
-    /// that task's input from before it, not something it wrote.
+    /// Across ranks: received in a piece (`replicate::receive_piece`), that is, an input of
+    /// the task it came for, not something that task wrote. Mostly at the sender's position,
+    /// before that task's; only a piece that failed to travel poisons at the receiving task's
+    /// own position, and this tells it apart from that task's own poisonings.
     received: bool,
 }
 
@@ -277,6 +279,25 @@ impl Poison {
     fn clear_to(&mut self, at: u64) -> bool {
         self.at.retain(|p| p.at > at);
         self.at.is_empty()
+    }
+
+    /// Drops the poisonings from before `at` (strictly); true when none is left.
+    fn clear_below(&mut self, at: u64) -> bool {
+        self.at.retain(|p| p.at >= at);
+        self.at.is_empty()
+    }
+
+    /// Every live poisoning in positions `since..=at` that overlaps `cells`, each with its
+    /// position, its cells inside `cells` and its error, in stream order.
+    fn all_within(&self, since: u64, at: u64, cells: &Rect) -> Vec<(u64, Rect, RuntimeError)> {
+        (self.at.iter())
+            .filter(|p| since <= p.at && p.at <= at)
+            .filter(|p| p.cells.as_ref().is_none_or(|c| c.overlaps(cells)))
+            .map(|p| {
+                let c = p.cells.as_ref().map_or(*cells, |c| c.intersect(cells));
+                (p.at, c, p.err.clone())
+            })
+            .collect()
     }
 }
 
@@ -474,11 +495,6 @@ impl StoreRoot {
         self.poison_error()
     }
 
-    /// [`StoreRoot::poisoned`] for the contents of `cells` only.
-    pub(crate) fn poisoned_in(&self, cells: &Rect) -> Option<RuntimeError> {
-        self.poisoned_between(0, u64::MAX, Some(cells))
-    }
-
     /// Whether the store may be poisoned ([`StoreRoot::poisoned`] is `None` when not): one
     /// load, for a point's look at all its stores at once before it asks argument by argument.
     #[inline]
@@ -488,8 +504,8 @@ impl StoreRoot {
 
     /// [`StoreRoot::poisoned`] as a point of the task at stream position `at` reading `cells`
     /// must see it: only a poisoning from no later in the stream (an earlier task's failure,
-    /// the task's own, or, across ranks, a failed piece received for this task, which poisons
-    /// at the receiving task's position). A later task that writes the store depends only on
+    /// the task's own, or, across ranks, a failed piece received for this task, at the
+    /// sender's position of it). A later task that writes the store depends only on
     /// the points of this one it overlaps, so its failing point may poison the store before a
     /// point of this task that reads other cells has run; seeing that poison failed this
     /// task (and poisoned its outputs) only when it lost the race: an earlier task's outcome
@@ -551,6 +567,26 @@ impl StoreRoot {
             .and_then(|p| p.first_within(since, at, cells).cloned())
     }
 
+    /// Across ranks, what a piece of `cells` sent for a task carries: every poisoning of
+    /// those cells that the task (at `at`, ignoring those from before `since`, as
+    /// [`StoreRoot::poisoned_before`]) would see here, with its position and its cells inside
+    /// `cells` (`replicate::piece`). The receiver records each as it is
+    /// ([`StoreRoot::set_received_poison`]), so its copy of `cells` is poisoned exactly where
+    /// and as of when this one is.
+    pub(crate) fn poisonings_between(
+        &self,
+        since: u64,
+        at: u64,
+        cells: &Rect,
+    ) -> Vec<(u64, Rect, RuntimeError)> {
+        if !self.tainted() {
+            return vec![];
+        }
+        (self.poison.lock().unwrap_or_else(|e| e.into_inner()))
+            .as_ref()
+            .map_or_else(Vec::new, |p| p.all_within(since, at, cells))
+    }
+
     /// [`StoreRoot::poisoned_before`] without the poisonings at `at` itself but the received
     /// ones: what a fused task's sub-task sees of the tasks before the fused one (its own
     /// position's poisonings are its sub-tasks', which it tells apart by their order,
@@ -596,8 +632,10 @@ impl StoreRoot {
         self.poison_at(err, at, cells, false);
     }
 
-    /// [`StoreRoot::set_poison`] for a failed piece received for the task at `at` (across
-    /// ranks): that task's input, which its sub-tasks see if fused
+    /// [`StoreRoot::set_poison`] for a failed piece received (across ranks): the sender's
+    /// poisoning of those cells at its own position `at` (`replicate::piece`), or, for a piece
+    /// that failed to travel, `at` is the receiving task's position. Either way it is the
+    /// receiving task's input, which its sub-tasks see if fused
     /// ([`StoreRoot::poisoned_by_earlier`]).
     pub(crate) fn set_received_poison(&self, err: RuntimeError, at: u64, cells: Option<Rect>) {
         self.poison_at(err, at, cells, true);
@@ -620,6 +658,29 @@ impl StoreRoot {
             err,
             received,
         });
+    }
+
+    /// Across ranks, instead of [`StoreRoot::clear_poison`]: the task at `at` writes the
+    /// whole store and every access of it on this rank up to that task's (its own points
+    /// included) has finished (`Work::Clear`, after them in the graph). Drops the poisonings
+    /// from before `at`: every task launched since reads from `at` on
+    /// ([`StoreRoot::last_rewrite`]), and none launched before still looks here. At the
+    /// rewrite's end, as on one rank, was too early: a rank's share of the rewrite depends
+    /// only on that rank's readers of the cells it writes there (none, on a rank holding no
+    /// point of it, which ends it as it is scheduled), so a reader of other cells, or a
+    /// failed piece it waits for, came after the clear and computed from failed cells as if
+    /// they were good (`a_reader_sees_its_poisoned_cells_though_a_later_rewrite_ended_first_
+    /// on_its_rank`). The rewrite's own poisonings (at `at`) stay, whatever its outcome: only
+    /// older ones are replaced by it for the tasks after it.
+    pub(crate) fn clear_poison_before(&self, at: u64) {
+        self.cleared.fetch_max(at, Ordering::SeqCst);
+        if self.tainted.load(Ordering::SeqCst) {
+            let mut p = self.poison.lock().unwrap_or_else(|e| e.into_inner());
+            if p.as_mut().is_some_and(|q| q.clear_below(at)) {
+                *p = None;
+                self.tainted.store(false, Ordering::Release);
+            }
+        }
     }
 
     /// Marks the contents as trustworthy again: the task at stream position `at` rewrote the

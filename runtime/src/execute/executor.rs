@@ -888,6 +888,8 @@ mod tests {
             rect: Rect::new(&[0], &[1]),
             to: 1,
             key: [0; 4],
+            since: 0,
+            at: 0,
         });
         pool.spawn(send.clone());
         let first = try_pop(&pool.state, None, false).expect("two nodes queued");

@@ -23,12 +23,23 @@ pub(crate) enum Work {
         run: Arc<crate::execute::actors::Run>,
         vertex: u32,
     },
-    /// Across ranks: sends this rank's copy of `rect` of a store to rank `to`.
+    /// Across ranks: sends this rank's copy of `rect` of a store to rank `to`, with the
+    /// poisonings of it that the task at stream position `at` sees (none from before `since`,
+    /// the latest whole rewrite launched before it: `replicate::piece`).
     Send {
         root: Arc<crate::store::StoreRoot>,
         rect: crate::rect::Rect,
         to: usize,
         key: crate::replicate::channel::Key,
+        since: u64,
+        at: u64,
+    },
+    /// Across ranks: after every access of a store on this rank up to the task at `at`, which
+    /// writes it whole, drops its poisonings from before that task
+    /// ([`crate::store::StoreRoot::clear_poison_before`]).
+    Clear {
+        root: Arc<crate::store::StoreRoot>,
+        at: u64,
     },
     /// Across ranks: a message this node waits for (completed by the communication thread
     /// when it arrives after the node's local predecessors are done).

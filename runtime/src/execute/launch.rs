@@ -227,10 +227,25 @@ impl Launched {
     }
 
     /// Records the task's failure with nothing to tell of which point: every store it writes
-    /// is poisoned whole (a task's failure received from another rank, which does not say
-    /// which point failed, and a failed finish step).
+    /// is poisoned whole (a failed finish step, a malformed message, the job's failure; a
+    /// point's failure another rank reports is [`Launched::fail_remote`]).
     pub(crate) fn fail_with(&self, err: RuntimeError) {
         self.fail_at(err, None);
+    }
+
+    /// Records a failure of the task that another rank reports (a point's leftovers, rank 0's
+    /// outcome: `replicate::finish::apply_failures`): the futures and folds fail, as on one
+    /// rank, but nothing is poisoned here. The failed point poisoned its own cells on its own
+    /// rank, and they reach this one only as poisoned pieces, when a task reads them; what
+    /// one rank poisons whole (a reduced store, an unbound output) every rank poisons whole
+    /// at the task's end ([`Launched::end`], `run_finish`). Poisoning every store the task
+    /// writes whole, as until the third hunt, failed readers of cells that good points wrote
+    /// (`a_task_with_a_finish_step_failing_on_one_rank_keeps_its_good_cells_on_every_rank`).
+    pub(crate) fn fail_remote(&self, err: RuntimeError) {
+        keep_earliest(
+            &mut self.failure.lock().unwrap_or_else(|e| e.into_inner()),
+            err,
+        );
     }
 
     /// Records the task's failure (the lowest point's is kept, [`keep_earliest`]) and poisons
@@ -375,6 +390,14 @@ impl Launched {
     /// poisoned what it had to as it happened ([`Launched::fail_at`]; a fused task's failed
     /// sub-tasks, point by point); poisoning the stores whole here again would reach cells
     /// that no failed point wrote.
+    ///
+    /// Across ranks a bound store is not cleared here but by a `Work::Clear` node after every
+    /// access of it on this rank up to this task (`replicate::schedule`,
+    /// [`StoreRoot::clear_poison_before`]); and a failed task poisons whole, on every rank,
+    /// what one rank poisons whole: its unbound outputs (the failed point poisoned them whole
+    /// on its own rank only; a rank whose points emitted good pieces would read them as good)
+    /// and the stores it reduces into (no fold at all: `run_finish` does it on the ranks that
+    /// fold, this on the others).
     pub(crate) fn end(&self) {
         let failure = self
             .failure
@@ -389,9 +412,20 @@ impl Launched {
                 return;
             }
         }
+        let ranks = self.dist.is_some();
         for a in self.written() {
             match &failure {
+                Some(e)
+                    if ranks
+                        && matches!(
+                            a.privilege,
+                            Privilege::Reduce(_) | Privilege::WriteUnbound
+                        ) =>
+                {
+                    a.root.set_poison(e.clone(), at, None)
+                }
                 Some(_) => {}
+                None if ranks && a.privilege != Privilege::WriteUnbound => {}
                 // A successful write of the whole store makes it trustworthy again.
                 None if !matches!(a.privilege, Privilege::Reduce(_))
                     && a.root.bound().is_some_and(|b| {
@@ -412,12 +446,20 @@ impl Launched {
     /// poisoned it whole, but only on its own rank: across ranks a rank whose points emitted
     /// nothing of it would read the others' pieces as good (on one rank this repeats the
     /// point's poisoning). Every other store stays as the failed points left it.
+    /// Across ranks a bound store is cleared by `Work::Clear` instead (as in
+    /// [`Launched::end`]), and a store a failed sub-task reduced into is poisoned whole here
+    /// on every rank, as `run_finish` does on the ranks that fold.
     fn end_subs(&self, shape: &FusedShape, failed: &[Option<RuntimeError>]) {
+        let ranks = self.dist.is_some();
         for (j, state) in failure::store_outcomes(self, shape, failed) {
             let a = &self.args[j];
             match state {
+                None if ranks && a.privilege != Privilege::WriteUnbound => {}
                 None => a.root.clear_poison(self.position),
                 Some(e) if a.privilege == Privilege::WriteUnbound => {
+                    a.root.set_poison(e, self.position, None)
+                }
+                Some(e) if ranks && matches!(a.privilege, Privilege::Reduce(_)) => {
                     a.root.set_poison(e, self.position, None)
                 }
                 Some(_) => {}
@@ -472,10 +514,14 @@ fn run_work(node: &Arc<Node>, work: Option<Work>, shared: &Shared) -> NodeList {
             rect,
             to,
             key,
+            since,
+            at,
         }) => {
             let ch = shared.channel.get().expect("sends exist only across ranks");
-            crate::replicate::send_rect(ch, &root, rect, to, key, &shared.counters);
+            let as_of = (since, at);
+            crate::replicate::send_rect(ch, &root, rect, to, key, as_of, &shared.counters);
         }
+        Some(Work::Clear { root, at }) => root.clear_poison_before(at),
         Some(Work::Recv(recv)) => {
             let ch = shared
                 .channel

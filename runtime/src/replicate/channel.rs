@@ -344,21 +344,18 @@ fn deliver(recv: Recv, msg: Result<&[u8], RuntimeError>) {
     let from = recv.from;
     match recv.deliver {
         Deliver::Data { root, rect } => {
-            let r = msg.and_then(|m| {
-                let mut r = Reader { buf: m, from };
-                match r.status()? {
-                    Some(message) => Err(RuntimeError::Remote {
-                        rank: from,
-                        message,
-                    }),
-                    None => super::codec::write_rect(&root, rect, &mut r),
+            // A failure that did not travel poisons at the receiving task's place in the
+            // stream (the key's first word), as its input; the poisonings a piece carries
+            // keep the sender's positions (`replicate::piece`).
+            let _ = match msg {
+                Ok(m) => {
+                    super::receive_piece(&root, rect, &mut Reader { buf: m, from }, recv.key[0])
                 }
-            });
-            if let Err(e) = r {
-                // At the receiving task's place in the stream (the key's first word), as its
-                // input (a fused receiving task's sub-tasks see it).
-                root.set_received_poison(e, recv.key[0], Some(rect));
-            }
+                Err(e) => {
+                    root.set_received_poison(e, recv.key[0], Some(rect));
+                    Ok(())
+                }
+            };
         }
         Deliver::Outs { task, point } => {
             let r = msg.and_then(|m| read_out(&mut Reader { buf: m, from }));

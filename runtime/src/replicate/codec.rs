@@ -183,6 +183,29 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Appends a rectangle: its dimension, then its lower and upper corners.
+pub(crate) fn write_cells(w: &mut Writer, r: &Rect) {
+    w.u64(r.dim() as u64);
+    r.lo().iter().chain(r.hi()).for_each(|&c| w.u64(c as u64));
+}
+
+/// Reads what [`write_cells`] appended.
+pub(crate) fn read_cells(r: &mut Reader<'_>) -> Result<Rect, RuntimeError> {
+    let dim = r.u64()? as usize;
+    if dim > crate::rect::MAX_DIMS {
+        return Err(r.bad("cells"));
+    }
+    let mut c = [0usize; 2 * crate::rect::MAX_DIMS];
+    for x in c.iter_mut().take(2 * dim) {
+        *x = r.u64()? as usize;
+    }
+    let (lo, hi) = (&c[..dim], &c[dim..2 * dim]);
+    if lo.iter().zip(hi).any(|(l, h)| l > h) {
+        return Err(r.bad("cells"));
+    }
+    Ok(Rect::new(lo, hi))
+}
+
 /// Element types by their code in messages.
 const DTYPES: [DType; 7] = [
     DType::F64,

@@ -296,12 +296,14 @@ fn failures(task: &Launched) -> Failures {
     }
 }
 
-/// Records the failures another rank sent: the task's fails it here too (and poisons what it
-/// writes, whole: which cells failed there is not said); each failed sub-task's only joins
-/// this rank's list, for the end-of-task settle (the cells it poisoned are poisoned there).
+/// Records the failures another rank sent: the task's fails it here too (its futures and
+/// folds), poisoning nothing (`Launched::fail_remote`: the failed point's cells are poisoned
+/// there and travel as poisoned pieces; what one rank poisons whole, every rank poisons whole
+/// at the task's end); each failed sub-task's only joins this rank's list, for the end-of-task
+/// settle (the cells it poisoned are poisoned there).
 pub(crate) fn apply_failures(task: &Launched, f: Failures, from: usize) {
     if let Some(message) = f.task {
-        task.fail_with(RuntimeError::Remote {
+        task.fail_remote(RuntimeError::Remote {
             rank: from,
             message,
         });

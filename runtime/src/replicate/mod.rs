@@ -67,40 +67,106 @@ pub fn shard_owners(extents: &[usize], key: Option<&[usize]>, ranks: usize) -> O
     Domain::new(extents).map(|d| owners(&d, key, ranks.max(1)))
 }
 
-/// A `Send` node's work: this rank's copy of `rect` (or the store's failure) to rank `to`.
+/// A `Send` node's work: this rank's copy of `rect`, with its poisonings as the task it is
+/// sent for sees them (`as_of`: that task's `since` and position), to rank `to`.
 pub(crate) fn send_rect(
     ch: &Channel,
     root: &StoreRoot,
     rect: Rect,
     to: usize,
     key: Key,
+    as_of: (u64, u64),
     counters: &Counters,
 ) {
-    let (w, bytes) = piece(root, rect);
+    let (w, bytes) = piece(root, rect, as_of);
     Counters::add(&counters.bytes_sent, bytes);
     ch.send(to, key, &w.0);
 }
 
-/// A status and the elements of `rect`, or the store's (or the copy's) failure; and the bytes
-/// of elements it carries (0 for a failure), which the caller counts once per receiver.
-fn piece(root: &StoreRoot, rect: Rect) -> (Writer, u64) {
+/// What a piece of `rect` carries: a status; then the poisonings of `rect` in positions
+/// `as_of.0..=as_of.1` (each with its position, its cells inside `rect` and its error), and the
+/// elements of `rect`. Or a failure to read the elements. Also the bytes of elements it
+/// carries, which the caller counts once per receiver.
+///
+/// The poisonings are those the task the piece is sent for would see here (a gather's: a
+/// read's, from the latest whole rewrite launched on): not every live one (`poisoned_in`, until
+/// the third hunt). A poisoning from before a whole rewrite lives until the rewrite's clear,
+/// which comes after the piece's writers, so a piece sent in between shipped a failure the
+/// task does not see on one rank (`a_send_ships_what_its_task_would_read_not_a_poisoning_
+/// from_before_a_rewrite`). Each poisoning travels as it is, not as one failure of the whole
+/// piece, so the receiver's copy is poisoned exactly where and as of when the sender's is:
+/// recorded at the receiving task's position instead, a failed piece received as a whole
+/// rewrite's input failed the rewrite's readers until its end there (`a_failed_piece_received_
+/// for_a_rewrite_does_not_fail_the_rewrite_s_readers`), and cells of the piece no failed point
+/// wrote read as failed there. The elements travel even where poisoned (those cells are read
+/// by no one).
+fn piece(root: &StoreRoot, rect: Rect, as_of: (u64, u64)) -> (Writer, u64) {
     let mut w = Writer::default();
-    if let Some(e) = root.poisoned_in(&rect) {
+    let mut body = Writer::default();
+    if let Err(e) = read_rect(root, rect, &mut body) {
         w.status(Some(&e.to_string()));
         return (w, 0);
     }
-    let mut body = Writer::default();
-    match read_rect(root, rect, &mut body) {
-        Ok(()) => {
-            w.status(None);
-            w.0.extend_from_slice(&body.0);
-            (w, (rect.volume() * root.dtype.size()) as u64)
-        }
-        Err(e) => {
-            w.status(Some(&e.to_string()));
-            (w, 0)
-        }
+    w.status(None);
+    let poisonings = root.poisonings_between(as_of.0, as_of.1, &rect);
+    w.u64(poisonings.len() as u64);
+    for (at, cells, err) in &poisonings {
+        w.u64(*at);
+        codec::write_cells(&mut w, cells);
+        w.error(Some(err));
     }
+    w.0.extend_from_slice(&body.0);
+    (w, (rect.volume() * root.dtype.size()) as u64)
+}
+
+/// Applies a received piece of `rect` (what [`piece`] wrote) to this rank's copy: its
+/// elements, and each of its poisonings at the sender's position (the task it was sent for,
+/// and every later reader of these cells here, then sees what it would see on the sender).
+/// A piece that failed to travel (or to be read) poisons all of `rect` at `fallback`, the
+/// receiving task's position. `Err` only for that.
+pub(crate) fn receive_piece(
+    root: &StoreRoot,
+    rect: Rect,
+    r: &mut Reader<'_>,
+    fallback: u64,
+) -> Result<(), RuntimeError> {
+    let got = read_piece(root, rect, r);
+    if let Err(e) = &got {
+        root.set_received_poison(e.clone(), fallback, Some(rect));
+    }
+    got
+}
+
+/// [`receive_piece`] but for the failure's poisoning.
+fn read_piece(root: &StoreRoot, rect: Rect, r: &mut Reader<'_>) -> Result<(), RuntimeError> {
+    if let Some(message) = r.status()? {
+        return Err(RuntimeError::Remote {
+            rank: r.from,
+            message,
+        });
+    }
+    let n = r.u64()? as usize;
+    let mut poisonings = Vec::with_capacity(n.min(1024));
+    for _ in 0..n {
+        let at = r.u64()?;
+        let cells = codec::read_cells(r)?;
+        if cells.dim() != rect.dim() {
+            return Err(RuntimeError::Remote {
+                rank: r.from,
+                message: "malformed message: poisoned cells of another dimension".into(),
+            });
+        }
+        let err = r.error()?.ok_or_else(|| RuntimeError::Remote {
+            rank: r.from,
+            message: "malformed message: a poisoning without an error".into(),
+        })?;
+        poisonings.push((at, cells.intersect(&rect), err));
+    }
+    write_rect(root, rect, r)?;
+    for (at, cells, err) in poisonings {
+        root.set_received_poison(err, at, Some(cells));
+    }
+    Ok(())
 }
 
 fn transport(e: crate::transport::TransportError) -> RuntimeError {
@@ -143,7 +209,8 @@ pub(crate) fn gather(
         if holders.trailing_zeros() as usize != me {
             continue;
         }
-        let (w, bytes) = piece(root, *rect);
+        // As a read after every task launched so far sees it (`poisoned_for_read`).
+        let (w, bytes) = piece(root, *rect, (root.last_rewrite(), u64::MAX));
         for (r, o) in out.iter_mut().enumerate() {
             if receivers & !holders & (1 << r) != 0 {
                 o.extend_from_slice(&w.0);
@@ -165,21 +232,11 @@ pub(crate) fn gather(
             continue;
         }
         let r = &mut readers[holders.trailing_zeros() as usize];
-        let got = r.status().and_then(|s| match s {
-            Some(message) => Err(RuntimeError::Remote {
-                rank: r.from,
-                message,
-            }),
-            None => write_rect(root, *rect, r),
-        });
-        if let Err(e) = got {
-            // After every task issued so far, as the next one's input: the next one to
-            // rewrite the store clears it.
-            root.set_received_poison(
-                e.clone(),
-                ch.seq.load(std::sync::atomic::Ordering::Relaxed),
-                Some(*rect),
-            );
+        // A failure that did not travel poisons after every task issued so far, as the next
+        // one's input. The poisonings that came as they are, the read's own check
+        // (`poisoned_for_read`) reports, as one rank would.
+        let next = ch.seq.load(std::sync::atomic::Ordering::Relaxed);
+        if let Err(e) = receive_piece(root, *rect, r, next) {
             first = first.and(Err(e));
         }
     }

@@ -90,11 +90,14 @@ impl Inner {
                 for (j, (piece, from)) in valid.missing(&rect, to).into_iter().enumerate() {
                     let k = key(seq, KIND_DATA, i, p, j);
                     if from == me {
+                        // The piece as this task sees it (`replicate::piece`).
                         let node = Node::new(Work::Send {
                             root: a.root.clone(),
                             rect: piece,
                             to,
                             key: k,
+                            since: task.since_of(&a.root),
+                            at: seq,
                         });
                         meta.access.read(piece, &node, &mut Preds::default());
                         extra.push(node);
@@ -171,6 +174,33 @@ impl Inner {
                 Node::add_edge(&node, f);
                 extra.push(node);
             }
+        }
+        // A store this task writes whole drops its older poisonings only once every access of
+        // it here up to this task's has finished (`StoreRoot::clear_poison_before`): not at
+        // the task's end, which waits only for this rank's readers of the cells its points
+        // here write. Only a store poisoned by now gets one: a poisoning that lands later
+        // stays until a later rewrite's clear (no reader after this task sees it).
+        let mut cleared: SmallVec<[&Arc<crate::store::StoreRoot>; 4]> = SmallVec::new();
+        for a in task.args.iter().filter(|a| !a.local) {
+            let whole = match a.privilege {
+                Privilege::Write | Privilege::ReadWrite => a.root.bound().map(|b| b.rect),
+                _ => None,
+            };
+            let Some(whole) = whole.filter(|w| *w == a.view) else {
+                continue;
+            };
+            if !a.root.tainted() || cleared.iter().any(|r| Arc::ptr_eq(r, &a.root)) {
+                continue;
+            }
+            cleared.push(&a.root);
+            let node = Node::new(Work::Clear {
+                root: a.root.clone(),
+                at: seq,
+            });
+            for pred in a.root.meta().access.pending(&whole) {
+                Node::add_edge(&pred, &node);
+            }
+            extra.push(node);
         }
         if mine.is_empty() && b.finish.is_none() {
             // Nothing of this task runs here: it ends now (its pending references drop).
