@@ -40,6 +40,20 @@ impl LaunchArg {
         self.rects.get(point).copied()
     }
 
+    /// Poisons, for the task at `at` whose reduction into this argument failed (no fold at
+    /// all), the cells its points reduce into: only those keep a value short of the task's
+    /// contributions. Not the whole store: a reader of other cells does not wait for the fold,
+    /// so whether it saw a store-wide poison depended on timing
+    /// (`a_failed_reduction_poisons_only_the_cells_reduced_into`).
+    pub(crate) fn poison_reduced(&self, err: RuntimeError, at: u64) {
+        if self.rects.is_empty() {
+            return self.root.set_poison(err, at, Some(self.view));
+        }
+        for r in crate::rect::distinct(&self.rects) {
+            self.root.set_poison(err.clone(), at, Some(r));
+        }
+    }
+
     /// The cells point `point` reads, for its look at their poison: the whole view where no
     /// sub-store is known.
     pub(crate) fn read_cells(&self, point: usize) -> &Rect {
@@ -415,13 +429,10 @@ impl Launched {
         let ranks = self.dist.is_some();
         for a in self.written() {
             match &failure {
-                Some(e)
-                    if ranks
-                        && matches!(
-                            a.privilege,
-                            Privilege::Reduce(_) | Privilege::WriteUnbound
-                        ) =>
-                {
+                Some(e) if ranks && matches!(a.privilege, Privilege::Reduce(_)) => {
+                    a.poison_reduced(e.clone(), at)
+                }
+                Some(e) if ranks && a.privilege == Privilege::WriteUnbound => {
                     a.root.set_poison(e.clone(), at, None)
                 }
                 Some(_) => {}
@@ -460,7 +471,7 @@ impl Launched {
                     a.root.set_poison(e, self.position, None)
                 }
                 Some(e) if ranks && matches!(a.privilege, Privilege::Reduce(_)) => {
-                    a.root.set_poison(e, self.position, None)
+                    a.poison_reduced(e, self.position)
                 }
                 Some(_) => {}
             }
@@ -745,7 +756,7 @@ fn run_finish(task: &Launched) {
                 }
                 // No fold at all: every cell reduced into keeps its old value, not only the
                 // failed point's (which it poisoned as it failed).
-                Some(e) if !a.local => a.root.set_poison(e, task.position, None),
+                Some(e) if !a.local => a.poison_reduced(e, task.position),
                 Some(_) => {}
             },
             Privilege::WriteUnbound => match &task.dist {

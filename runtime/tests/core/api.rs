@@ -410,6 +410,38 @@ fn a_failing_task_poisons_what_it_writes_and_its_future() {
     assert_eq!(rt.read::<f64>(&x).unwrap(), vec![1.0; 8]);
 }
 
+/// A failed reduction poisons the cells its points reduce into, not the whole store: a reader
+/// of other cells does not wait for the reduction's finish step, so with a store-wide poison
+/// it failed or not depending on whether the finish had run (after a fence, always).
+#[test]
+fn a_failed_reduction_poisons_only_the_cells_reduced_into() {
+    for threads in [1, 2, 3] {
+        let rt = Runtime::new(threads);
+        rt.register("add_one", |ctx| {
+            assert!(ctx.linear_point() != 1, "point 1 refuses");
+            let mut acc = ctx.reduce::<f64>(0);
+            for i in acc.range() {
+                acc.reduce_at(i, 1.0);
+            }
+        })
+        .unwrap();
+        let s = rt
+            .from_vec(&[20], (0..20).map(f64::from).collect())
+            .unwrap();
+        let (reduced, other) = (s.slice(0, 0..10).unwrap(), s.slice(0, 10..20).unwrap());
+        rt.task("add_one")
+            .reduce(&reduced, ReduceOp::Sum)
+            .launch_domain(&[2])
+            .submit()
+            .unwrap();
+        rt.fence().unwrap();
+        let e = rt.read::<f64>(&reduced).unwrap_err();
+        assert!(e.to_string().contains("point 1 refuses"), "{e}");
+        let want: Vec<f64> = (10..20).map(f64::from).collect();
+        assert_eq!(rt.read::<f64>(&other).unwrap(), want, "threads {threads}");
+    }
+}
+
 /// A task that writes part of a store depends only on the points of an earlier whole write it
 /// overlaps, so it can fail before that earlier task ends; the earlier task's successful end
 /// must not wipe the later failure (it did: poison was cleared by any whole write ending).
