@@ -1642,12 +1642,7 @@ fn a_fused_task_fails_sub_task_by_sub_task_on_every_rank() {
             }
         }
     }
-    assert!(
-        wrong.is_empty(),
-        "{} outcomes differ from one rank's:\n{}",
-        wrong.len(),
-        wrong.join("\n")
-    );
+    assert_none_differ(&wrong);
 }
 
 /// One read or future, as bits (or the error's text): what a rank saw, compared bitwise with
@@ -1813,18 +1808,41 @@ fn a_task_with_a_finish_step_failing_on_one_rank_keeps_its_good_cells_on_every_r
             wrong.extend(differences(&want, ranks, got, &format!("{kind:?}")));
         }
     }
-    assert!(
-        wrong.is_empty(),
-        "{} outcomes differ from one rank's:\n{}",
-        wrong.len(),
-        wrong.join("\n")
-    );
+    assert_none_differ(&wrong);
 }
 
 /// Builder options for the gated streams below: one task per window (each is launched as it
 /// is submitted, so a rank's issuing thread knows what it has scheduled), no fusion.
 fn gated(b: RuntimeBuilder, _rank: usize) -> RuntimeBuilder {
     b.threads(2).window_size(1).fusion(false)
+}
+
+/// A gated stream's outcomes on one rank (its gate open) and, in three rounds on two ranks
+/// with a fresh gate each, how they differ from those.
+fn gated_rounds<F>(stream: F) -> (Vec<Outcome>, Vec<String>)
+where
+    F: Fn(&Runtime, &Gate) -> Result<Vec<Outcome>> + Clone + Send + Sync + 'static,
+{
+    let one = stream.clone();
+    let want = all_ok(on_ranks_with(1, gated, move |rt| one(rt, &Gate::default()))).remove(0);
+    let mut wrong = vec![];
+    for round in 0..3 {
+        let (gate, stream) = (Gate::default(), stream.clone());
+        let _open = gate.guard();
+        let got = all_ok(on_ranks_with(2, gated, move |rt| stream(rt, &gate)));
+        wrong.extend(differences(&want, 2, got, &format!("round {round}")));
+    }
+    (want, wrong)
+}
+
+/// Fails with every difference from one rank's outcomes, listed.
+fn assert_none_differ(wrong: &[String]) {
+    assert!(
+        wrong.is_empty(),
+        "{} outcomes differ from one rank's:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
 }
 
 /// `sp_fail` fails at point 0 (rank 0), poisoning `x[0..10]`; `sp_rewrite` then writes all of
@@ -1906,27 +1924,11 @@ fn stale_poison_stream(rt: &Runtime, gate: &Gate, gather: bool) -> Result<Vec<Ou
 fn a_send_ships_what_its_task_would_read_not_a_poisoning_from_before_a_rewrite() {
     let mut wrong = vec![];
     for gather in [false, true] {
-        let want = all_ok(on_ranks_with(1, gated, move |rt| {
-            stale_poison_stream(rt, &Gate::default(), gather)
-        }))
-        .remove(0);
+        let (want, differ) = gated_rounds(move |rt, gate| stale_poison_stream(rt, gate, gather));
         assert!(want.iter().all(|r| r.is_ok()), "one rank: {want:?}");
-        for round in 0..3 {
-            let gate = Gate::default();
-            let _open = gate.guard();
-            let got = all_ok(on_ranks_with(2, gated, move |rt| {
-                stale_poison_stream(rt, &gate, gather)
-            }));
-            let what = format!("gather {gather}, round {round}");
-            wrong.extend(differences(&want, 2, got, &what));
-        }
+        wrong.extend(differ.into_iter().map(|d| format!("gather {gather}, {d}")));
     }
-    assert!(
-        wrong.is_empty(),
-        "{} outcomes differ from one rank's:\n{}",
-        wrong.len(),
-        wrong.join("\n")
-    );
+    assert_none_differ(&wrong);
 }
 
 /// Two poisonings a rank's reader must see though a later whole rewrite with no point for
@@ -2031,29 +2033,12 @@ fn dropped_poison_stream(rt: &Runtime, gate: &Gate) -> Result<Vec<Outcome>> {
 /// rank fails. The gate forces the order.
 #[test]
 fn a_reader_sees_its_poisoned_cells_though_a_later_rewrite_ended_first_on_its_rank() {
-    let want = all_ok(on_ranks_with(1, gated, |rt| {
-        dropped_poison_stream(rt, &Gate::default())
-    }))
-    .remove(0);
+    let (want, wrong) = gated_rounds(dropped_poison_stream);
     let failed: Vec<usize> = (want.iter().enumerate())
         .filter_map(|(i, r)| r.is_err().then_some(i))
         .collect();
     assert_eq!(failed, [0, 1, 2, 3], "one rank: {want:?}");
-    let mut wrong = vec![];
-    for round in 0..3 {
-        let gate = Gate::default();
-        let _open = gate.guard();
-        let got = all_ok(on_ranks_with(2, gated, move |rt| {
-            dropped_poison_stream(rt, &gate)
-        }));
-        wrong.extend(differences(&want, 2, got, &format!("round {round}")));
-    }
-    assert!(
-        wrong.is_empty(),
-        "{} outcomes differ from one rank's:\n{}",
-        wrong.len(),
-        wrong.join("\n")
-    );
+    assert_none_differ(&wrong);
 }
 
 /// `rw_fail`'s point 1 (rank 1) poisons `x[11..21]`; `rw_rewrite` writes all of `x` (with a
@@ -2114,24 +2099,7 @@ fn rewrite_input_stream(rt: &Runtime, gate: &Gate) -> Result<Vec<Outcome>> {
 /// as the sender kept it. The gate keeps the rewrite from ending until the copy was read.
 #[test]
 fn a_failed_piece_received_for_a_rewrite_does_not_fail_the_rewrite_s_readers() {
-    let want = all_ok(on_ranks_with(1, gated, |rt| {
-        rewrite_input_stream(rt, &Gate::default())
-    }))
-    .remove(0);
+    let (want, wrong) = gated_rounds(rewrite_input_stream);
     assert!(want.iter().all(|r| r.is_ok()), "one rank: {want:?}");
-    let mut wrong = vec![];
-    for round in 0..3 {
-        let gate = Gate::default();
-        let _open = gate.guard();
-        let got = all_ok(on_ranks_with(2, gated, move |rt| {
-            rewrite_input_stream(rt, &gate)
-        }));
-        wrong.extend(differences(&want, 2, got, &format!("round {round}")));
-    }
-    assert!(
-        wrong.is_empty(),
-        "{} outcomes differ from one rank's:\n{}",
-        wrong.len(),
-        wrong.join("\n")
-    );
+    assert_none_differ(&wrong);
 }
