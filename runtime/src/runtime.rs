@@ -118,6 +118,12 @@ impl Runtime {
         self.inner.machine.ranks
     }
 
+    /// This runtime's id: what [`Store::runtime_id`] gives for its stores (unique in the
+    /// process, never reused), so a caller can tell another runtime's store before issuing.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
     /// Registers a task body under a stable name.
     pub fn register(
         &self,

@@ -384,7 +384,16 @@ fn a_scalar_result_of_another_runtime_is_refused() {
         };
         let err = err.to_string();
         assert!(
-            err.contains("future of another runtime"),
+            err.contains("operand `s` belongs to another runtime") && err.contains("to_tensor"),
+            "threads {threads}, window {window}: {err}"
+        );
+        // A planned statement (a dot) names the operand too.
+        let Err(err) = tensor!(rb => d = z(i) * x(i)) else {
+            panic!("threads {threads}, window {window}: another runtime's vector was taken");
+        };
+        let err = err.to_string();
+        assert!(
+            err.contains("operand `x` belongs to another runtime"),
             "threads {threads}, window {window}: {err}"
         );
         // On its own runtime the same statement runs: 140 = Σ i² for i < 8.

@@ -402,7 +402,28 @@ pub fn run_text<V: PlanValue, I: PlanIndex>(
 ) -> Result<Stored<V, I>, PlanRunError> {
     let planned = site.planned(text, fingerprint)?;
     let (kernel, plan) = &**planned;
+    same_runtime(rt, text, inputs, &kernel.inputs())?;
     run_stored_at(rt, Some(site), plan, kernel, inputs, out_dims, Some(block))
+}
+
+/// Every operand's stores belong to `rt` (a [`Stored`] lives on the runtime it was uploaded to
+/// or computed on); else an error naming the first operand that does not, and what to do. The
+/// runtime's own refusal names only a store number, or a scalar argument by position.
+fn same_runtime<V: PlanValue, I: PlanIndex, S: AsRef<str>>(
+    rt: &Runtime,
+    text: &str,
+    inputs: &[&Stored<V, I>],
+    names: &[S],
+) -> Result<(), PlanRunError> {
+    let foreign = |t: &&&Stored<V, I>| t.stores.iter().any(|s| s.runtime_id() != rt.id());
+    match inputs.iter().zip(names).find(|(t, _)| foreign(t)) {
+        None => Ok(()),
+        Some((_, name)) => Err(PlanRunError::Plan(format!(
+            "`{text}`: operand `{}` belongs to another runtime; read it there with \
+             `to_tensor` and `Stored::upload` it to this one",
+            name.as_ref()
+        ))),
+    }
 }
 
 /// What one `tensor!(rt => ...)` call site works out on its first run and keeps: the macro

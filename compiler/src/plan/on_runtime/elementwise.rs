@@ -87,6 +87,7 @@ pub fn run_elementwise<V: PlanValue, I: super::PlanIndex>(
             site.elementwise.get_or_init(|| f)
         }
     };
+    super::same_runtime(rt, text, inputs, &facts.inputs)?;
     if !facts.elementwise {
         return Err(PlanRunError::Plan(format!(
             "`{text}` is not an element-wise statement; it runs as a plan (`run_text`)"
