@@ -281,12 +281,6 @@ impl Poison {
         self.at.is_empty()
     }
 
-    /// Drops the poisonings from before `at` (strictly); true when none is left.
-    fn clear_below(&mut self, at: u64) -> bool {
-        self.at.retain(|p| p.at >= at);
-        self.at.is_empty()
-    }
-
     /// Every live poisoning in positions `since..=at` that overlaps `cells`, each with its
     /// position, its cells inside `cells` and its error, in stream order.
     fn all_within(&self, since: u64, at: u64, cells: &Rect) -> Vec<(u64, Rect, RuntimeError)> {
@@ -673,14 +667,7 @@ impl StoreRoot {
     /// on_its_rank`). The rewrite's own poisonings (at `at`) stay, whatever its outcome: only
     /// older ones are replaced by it for the tasks after it.
     pub(crate) fn clear_poison_before(&self, at: u64) {
-        self.cleared.fetch_max(at, Ordering::SeqCst);
-        if self.tainted.load(Ordering::SeqCst) {
-            let mut p = self.poison.lock().unwrap_or_else(|e| e.into_inner());
-            if p.as_mut().is_some_and(|q| q.clear_below(at)) {
-                *p = None;
-                self.tainted.store(false, Ordering::Release);
-            }
-        }
+        self.drop_poisonings(at, at.checked_sub(1));
     }
 
     /// Marks the contents as trustworthy again: the task at stream position `at` rewrote the
@@ -689,13 +676,20 @@ impl StoreRoot {
     /// the points it overlaps, so it may fail (or, across ranks, receive a failed piece)
     /// before the earlier task ends; that failure must survive the earlier task's end.
     pub(crate) fn clear_poison(&self, at: u64) {
-        self.cleared.fetch_max(at, Ordering::SeqCst);
+        self.drop_poisonings(at, Some(at));
+    }
+
+    /// Refuses poisonings from before `cleared` from now on and drops those up to `up_to`
+    /// (`None`: none); a later poisoning stays.
+    fn drop_poisonings(&self, cleared: u64, up_to: Option<u64>) {
+        self.cleared.fetch_max(cleared, Ordering::SeqCst);
         if self.tainted.load(Ordering::SeqCst) {
             let mut p = self.poison.lock().unwrap_or_else(|e| e.into_inner());
-            // A later poisoning stays; those up to `at` are gone.
-            if p.as_mut().is_some_and(|q| q.clear_to(at)) {
-                *p = None;
-                self.tainted.store(false, Ordering::Release);
+            if let (Some(q), Some(up_to)) = (p.as_mut(), up_to) {
+                if q.clear_to(up_to) {
+                    *p = None;
+                    self.tainted.store(false, Ordering::Release);
+                }
             }
         }
     }
