@@ -362,7 +362,7 @@ fn deliver(recv: Recv, msg: Result<&[u8], RuntimeError>) {
             match r {
                 Ok((out, failures)) => {
                     *task.outs[point].lock().unwrap_or_else(|e| e.into_inner()) = out;
-                    super::finish::apply_failures(&task, failures, from);
+                    super::finish::apply_failures(&task, failures);
                 }
                 Err(e) => task.fail_with(e),
             }

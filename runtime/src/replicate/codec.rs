@@ -69,7 +69,7 @@ impl Writer {
         }
     }
     pub fn failures(&mut self, f: &Failures) {
-        self.status(f.task.as_deref());
+        self.error(f.task.as_ref());
         self.u64(f.subs.len() as u64);
         f.subs.iter().for_each(|e| self.error(e.as_ref()));
     }
@@ -155,7 +155,7 @@ impl<'a> Reader<'a> {
         })
     }
     pub fn failures(&mut self) -> Result<Failures, RuntimeError> {
-        let task = self.status()?;
+        let task = self.error()?;
         let n = self.u64()? as usize;
         let subs = (0..n).map(|_| self.error()).collect::<Result<_, _>>()?;
         Ok(Failures { task, subs })
@@ -314,7 +314,8 @@ pub(crate) fn write_rect(
 /// the poisoned pieces (a `Send` of a poisoned sub-store carries its error).
 #[derive(Default)]
 pub(crate) struct Failures {
-    pub task: Option<String>,
+    /// The task's failure kept on the sender (its lowest failed point's there).
+    pub task: Option<RuntimeError>,
     pub subs: SubFailures,
 }
 
@@ -385,8 +386,8 @@ pub(crate) fn copy_into(dst: &Data, at: usize, src: &Data) {
 mod tests {
     use super::*;
 
-    /// A sub-task's failure crosses ranks as the same error (so every rank keeps the same
-    /// lowest point's); another error as its text from the sender.
+    /// A task's or sub-task's failure crosses ranks as the same error (so every rank keeps
+    /// the same lowest point's); another error as its text from the sender.
     #[test]
     fn failures_come_back_as_the_errors_sent() {
         let failed = RuntimeError::TaskFailed {
@@ -395,19 +396,28 @@ mod tests {
             message: "h refuses".into(),
         };
         let other = RuntimeError::Transport("gone".into());
-        let sent = Failures {
-            task: Some("whole".into()),
-            subs: smallvec::smallvec![None, Some(failed.clone()), Some(other.clone())],
-        };
-        let mut w = Writer::default();
-        w.failures(&sent);
-        let got = Reader { buf: &w.0, from: 3 }.failures().unwrap();
-        assert_eq!(got.task.as_deref(), Some("whole"));
         let remote = RuntimeError::Remote {
             rank: 3,
             message: other.to_string(),
         };
-        assert_eq!(got.subs.as_slice(), [None, Some(failed), Some(remote)]);
+        for task in [failed.clone(), other.clone()] {
+            let sent = Failures {
+                task: Some(task.clone()),
+                subs: smallvec::smallvec![None, Some(failed.clone()), Some(other.clone())],
+            };
+            let mut w = Writer::default();
+            w.failures(&sent);
+            let got = Reader { buf: &w.0, from: 3 }.failures().unwrap();
+            let want = if task == failed { &failed } else { &remote };
+            assert_eq!(got.task.as_ref(), Some(want));
+            let subs = [None, Some(failed.clone()), Some(remote.clone())];
+            assert_eq!(got.subs.as_slice(), subs);
+        }
+        let mut w = Writer::default();
+        w.failures(&Failures {
+            task: Some(failed.clone()),
+            subs: Default::default(),
+        });
         // A short message is an error, not a panic.
         assert!(Reader {
             buf: &w.0[..20],

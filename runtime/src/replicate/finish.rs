@@ -126,11 +126,15 @@ pub(crate) fn broadcast(task: &Launched, dist: &Dist) {
     for (_, cell) in &task.results {
         match cell.value.get() {
             Some(Ok(s)) => {
-                w.status(None);
+                w.error(None);
                 w.scalar(*s);
             }
-            Some(Err(e)) => w.status(Some(&e.to_string())),
-            None => w.status(Some("the finish step set no value")),
+            // As the error itself: a failed point's comes back as the same error on every
+            // rank, as one rank reports it.
+            Some(Err(e)) => w.error(Some(e)),
+            None => w.error(Some(&RuntimeError::Transport(
+                "the finish step set no value".into(),
+            ))),
         }
     }
     // Unbound outputs: every point's length (the extents are their prefix sums).
@@ -166,15 +170,12 @@ pub(crate) fn apply(task: &Launched, msg: Result<&[u8], RuntimeError>, from: usi
 
 fn read(task: &Launched, r: &mut Reader<'_>) -> Result<(), RuntimeError> {
     let from = r.from;
-    apply_failures(task, r.failures()?, from);
+    apply_failures(task, r.failures()?);
     let n = r.u64()? as usize;
     for slot in 0..n {
-        let value = match r.status()? {
+        let value = match r.error()? {
             None => Ok(r.scalar()?),
-            Some(message) => Err(RuntimeError::Remote {
-                rank: from,
-                message,
-            }),
+            Some(e) => Err(e),
         };
         if let Some((_, cell)) = task.results.get(slot) {
             let _ = cell.value.set(value);
@@ -287,7 +288,7 @@ fn bind_empty(root: &crate::store::StoreRoot) {
 fn failures(task: &Launched) -> Failures {
     let failure = task.failure.lock().unwrap_or_else(|e| e.into_inner());
     Failures {
-        task: failure.as_ref().map(ToString::to_string),
+        task: failure.clone(),
         subs: task
             .sub_failures
             .lock()
@@ -301,12 +302,9 @@ fn failures(task: &Launched) -> Failures {
 /// there and travel as poisoned pieces; what one rank poisons whole, every rank poisons whole
 /// at the task's end); each failed sub-task's only joins this rank's list, for the end-of-task
 /// settle (the cells it poisoned are poisoned there).
-pub(crate) fn apply_failures(task: &Launched, f: Failures, from: usize) {
-    if let Some(message) = f.task {
-        task.fail_remote(RuntimeError::Remote {
-            rank: from,
-            message,
-        });
+pub(crate) fn apply_failures(task: &Launched, f: Failures) {
+    if let Some(e) = f.task {
+        task.fail_remote(e);
     }
     task.fail_subs(f.subs);
 }

@@ -320,6 +320,74 @@ fn a_task_failing_on_one_rank_is_an_error_on_every_rank() {
     }
 }
 
+/// A task failing at points on two ranks reports, on every rank, the error one rank reports:
+/// its lowest failed point's (`launch::keep_earliest`), whichever failure arrives first. The
+/// lowest failed point fails last here, so that the other rank's failure is always the first
+/// to land (on every rank: point 4's, then point 1's replaces it as the lower point).
+#[test]
+fn a_task_failing_on_several_ranks_reports_its_lowest_point_s_error_on_every_rank() {
+    // Fused (the two tasks are one: failures cross as each sub-task's) and not.
+    let run = |ranks: usize, fusion: bool| {
+        let configure = move |b: RuntimeBuilder, _| b.threads(2).fusion(fusion);
+        on_ranks_with(ranks, configure, |rt| {
+            rt.register("fragile_sum", |ctx| {
+                let p = ctx.linear_point();
+                if p == 1 {
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                }
+                assert!(p != 1 && p != 4, "point {p} refuses");
+                let sum = ctx.read::<f64>(0).as_slice().iter().sum::<f64>();
+                ctx.write::<f64>(1).as_mut_slice().fill(sum);
+                ctx.set_result(sum)
+            })?;
+            let x = rt.from_vec(&[60], vec![1.0; 60])?;
+            // Each point writes its tile of `z`: the points are spread over the ranks.
+            let z = rt.create(tessera_runtime::DType::F64, &[60])?;
+            let sum = |op| {
+                rt.task("fragile_sum")
+                    .read(&x)
+                    .write(&z)
+                    .align(&x, &z)
+                    .launch_domain(&[6])
+                    .submit_reduce(op)
+            };
+            // Two futures: one folded on every rank, one at rank 0 and sent out with a
+            // store reduced beside it (a finish step folding at one rank).
+            let f = sum(ReduceOp::Sum)?;
+            let y = rt.create(tessera_runtime::DType::F64, &[1])?;
+            let g = rt
+                .task("fragile_sum")
+                .read(&x)
+                .write(&z)
+                .reduce(&y, ReduceOp::Sum)
+                .align(&x, &z)
+                .launch_domain(&[6])
+                .submit_reduce(ReduceOp::Max)?;
+            Ok((
+                f.get().map_err(|e| e.to_string()),
+                g.get().map_err(|e| e.to_string()),
+            ))
+        })
+    };
+    for fusion in [false, true] {
+        let one = all_ok(run(1, fusion)).remove(0);
+        let want = one.0.clone().expect_err("the task fails");
+        assert!(want.contains("point 1 refuses"), "one rank: {want}");
+        assert_eq!(one.1.as_ref(), Err(&want));
+        for ranks in [2, 3] {
+            for (rank, got) in all_ok(run(ranks, fusion)).into_iter().enumerate() {
+                let at = format!("fusion {fusion}, {ranks} ranks, rank {rank}");
+                assert_eq!(got.0.as_ref(), Err(&want), "{at}: the folded future");
+                assert_eq!(
+                    got.1.as_ref(),
+                    Err(&want),
+                    "{at}: the future beside a reduction"
+                );
+            }
+        }
+    }
+}
+
 fn register_copy(rt: &Runtime) -> Result<()> {
     rt.register("tessera.copy", |ctx| {
         let x = ctx.read::<f64>(0);
