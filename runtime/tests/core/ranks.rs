@@ -366,6 +366,7 @@ fn a_task_failing_on_several_ranks_reports_its_lowest_point_s_error_on_every_ran
             Ok((
                 f.get().map_err(|e| e.to_string()),
                 g.get().map_err(|e| e.to_string()),
+                rt.read::<f64>(&z).map_err(|e| e.to_string()),
             ))
         })
     };
@@ -374,6 +375,7 @@ fn a_task_failing_on_several_ranks_reports_its_lowest_point_s_error_on_every_ran
         let want = one.0.clone().expect_err("the task fails");
         assert!(want.contains("point 1 refuses"), "one rank: {want}");
         assert_eq!(one.1.as_ref(), Err(&want));
+        let read = one.2.clone().expect_err("z was written by failed points");
         for ranks in [2, 3] {
             for (rank, got) in all_ok(run(ranks, fusion)).into_iter().enumerate() {
                 let at = format!("fusion {fusion}, {ranks} ranks, rank {rank}");
@@ -383,6 +385,7 @@ fn a_task_failing_on_several_ranks_reports_its_lowest_point_s_error_on_every_ran
                     Err(&want),
                     "{at}: the future beside a reduction"
                 );
+                assert_eq!(got.2.as_ref(), Err(&read), "{at}: reading z");
             }
         }
     }
