@@ -230,13 +230,20 @@ impl Poison {
 
     fn insert(&mut self, new: Poisoning) {
         let i = self.at.partition_point(|p| p.at <= new.at);
-        let same = |p: &&Poisoning| p.at == new.at;
-        if self.at[..i]
-            .iter()
+        let same = |p: &&mut Poisoning| p.at == new.at;
+        if let Some(p) = self.at[..i]
+            .iter_mut()
             .rev()
             .take_while(same)
-            .any(|p| p.cells == new.cells && p.received == new.received)
+            .find(|p| p.cells == new.cells && p.received == new.received)
         {
+            // The same cells poisoned again at the same position (two failed points reducing
+            // into one sub-store, two points of an unbound output, the finish step after its
+            // points): the lowest point's error is kept, as the task keeps it, whichever came
+            // first in time.
+            let mut kept = Some(p.err.clone());
+            crate::execute::launch::keep_earliest(&mut kept, new.err);
+            p.err = kept.expect("kept");
             return;
         }
         self.at.insert(i, new);

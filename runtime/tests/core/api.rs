@@ -893,3 +893,69 @@ fn one_d_element_access_on_a_sliced_view_stays_in_its_point() {
     let flat = failure("flat_in_2d", &m);
     assert!(flat.contains("outside this point's sub-store"), "{flat}");
 }
+
+/// Review of stop 58 (branch review-59): a failed reduction whose points reduce into the same
+/// cells (a broadcast accumulator). Reading the store must give the error the task reports
+/// (its lowest failed point's, `launch::keep_earliest`), not whichever point failed first in
+/// time: `LaunchArg::poison_reduced` poisons each sub-store with the kept error, but
+/// `Poison::insert` drops it as a duplicate of the failed point's own poisoning of the same
+/// cells at the same position (before 7abe501 the finish step's whole-store poisoning, `None`
+/// cells, sorted first and won).
+#[test]
+fn review_reading_a_failed_reduction_gives_its_lowest_point_s_error() {
+    for threads in [2, 3] {
+        let rt = Runtime::new(threads);
+        rt.register("slow_fragile_add", |ctx| {
+            let p = ctx.linear_point();
+            if p == 1 {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            assert!(p != 1 && p != 4, "point {p} refuses");
+            ctx.reduce::<f64>(0).reduce_at(0, 1.0);
+            ctx.set_result(1.0);
+        })
+        .unwrap();
+        let y = rt.create(DType::F64, &[1]).unwrap();
+        let f = rt
+            .task("slow_fragile_add")
+            .reduce(&y, ReduceOp::Sum)
+            .broadcast(&y, &[0])
+            .launch_domain(&[6])
+            .submit_reduce(ReduceOp::Sum)
+            .unwrap();
+        let from_future = f.get().unwrap_err().to_string();
+        let from_read = rt.read::<f64>(&y).unwrap_err().to_string();
+        assert!(from_future.contains("point 1 refuses"), "future: {from_future}");
+        assert_eq!(from_read, from_future, "threads {threads}: reading y");
+    }
+}
+
+/// Review of stop 58: the same for an unbound output that two points fail to emit (each
+/// failed point poisons it whole, at the same position: the first to fail in time is kept).
+#[test]
+fn review_reading_a_failed_unbound_output_gives_its_lowest_point_s_error() {
+    for threads in [2, 3] {
+        let rt = Runtime::new(threads);
+        rt.register("slow_fragile_emit", |ctx| {
+            let p = ctx.linear_point();
+            if p == 1 {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            assert!(p != 1 && p != 4, "point {p} refuses");
+            ctx.emit(0, vec![p as f64]);
+            ctx.set_result(1.0);
+        })
+        .unwrap();
+        let u = rt.create_unbound(DType::F64);
+        let f = rt
+            .task("slow_fragile_emit")
+            .write_unbound(&u)
+            .launch_domain(&[6])
+            .submit_reduce(ReduceOp::Sum)
+            .unwrap();
+        let from_future = f.get().unwrap_err().to_string();
+        let from_read = rt.read::<f64>(&u).unwrap_err().to_string();
+        assert!(from_future.contains("point 1 refuses"), "future: {from_future}");
+        assert_eq!(from_read, from_future, "threads {threads}: reading u");
+    }
+}

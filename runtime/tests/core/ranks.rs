@@ -2176,3 +2176,41 @@ fn a_failed_piece_received_for_a_rewrite_does_not_fail_the_rewrite_s_readers() {
     assert!(want.iter().all(|r| r.is_ok()), "one rank: {want:?}");
     assert_none_differ(&wrong);
 }
+
+/// Review of stop 58 (branch review-59): an unbound output two points fail to emit, on
+/// different ranks. Each failed point poisons it whole where it runs, and every rank poisons
+/// it whole again with the task's kept (lowest point's) error at its end
+/// (`Launched::end`); `Poison::insert` dropped that as a duplicate, so a rank that ran the
+/// first point to fail in time kept that point's error and read it, where one rank reads the
+/// lowest point's.
+#[test]
+fn review_an_unbound_output_two_points_fail_gives_one_error_on_every_rank() {
+    let run = |ranks: usize| {
+        on_ranks(ranks, 2, |rt| {
+            rt.register("slow_fragile_emit", |ctx| {
+                let p = ctx.linear_point();
+                if p == 1 {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                assert!(p != 1 && p != 4, "point {p} refuses");
+                ctx.emit(0, vec![p as f64]);
+            })?;
+            let u = rt.create_unbound(tessera_runtime::DType::F64);
+            rt.task("slow_fragile_emit")
+                .write_unbound(&u)
+                .launch_domain(&[6])
+                .submit()?;
+            Ok(rt.read::<f64>(&u).map_err(|e| e.to_string()))
+        })
+    };
+    let mut wrong = vec![];
+    for ranks in [1, 2, 3] {
+        for (rank, got) in all_ok(run(ranks)).into_iter().enumerate() {
+            let e = got.expect_err("u was emitted by failed points");
+            if !e.contains("point 1 refuses") {
+                wrong.push(format!("{ranks} ranks, rank {rank}: {e}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
