@@ -47,7 +47,8 @@ impl Writer {
     }
     /// An optional error: 0; 1 and a task failure's parts (so that the receiver rebuilds the
     /// same error, and keeps the lowest point's as the sender does: `launch::keep_earliest`);
-    /// or 2 and any other error's text.
+    /// 3, the rank and the text of an error another rank reported (relayed as it is, not as
+    /// "rank 0: rank 1: ..."); or 2 and any other error's text.
     pub fn error(&mut self, err: Option<&RuntimeError>) {
         match err {
             None => self.u64(0),
@@ -60,6 +61,11 @@ impl Writer {
                 self.bytes(task.as_bytes());
                 self.u64(point.len() as u64);
                 point.iter().for_each(|&c| self.u64(c as u64));
+                self.bytes(message.as_bytes());
+            }
+            Some(RuntimeError::Remote { rank, message }) => {
+                self.u64(3);
+                self.u64(*rank as u64);
                 self.bytes(message.as_bytes());
             }
             Some(e) => {
@@ -148,10 +154,18 @@ impl<'a> Reader<'a> {
                     message,
                 })
             }
-            _ => Some(RuntimeError::Remote {
+            2 => Some(RuntimeError::Remote {
                 rank: self.from,
                 message: self.text()?,
             }),
+            3 => {
+                let rank = self.u64()? as usize;
+                Some(RuntimeError::Remote {
+                    rank,
+                    message: self.text()?,
+                })
+            }
+            _ => return Err(self.bad("error kind")),
         })
     }
     pub fn failures(&mut self) -> Result<Failures, RuntimeError> {
@@ -413,6 +427,15 @@ mod tests {
             let subs = [None, Some(failed.clone()), Some(remote.clone())];
             assert_eq!(got.subs.as_slice(), subs);
         }
+        // Relayed by another rank (rank 0 passing rank 3's on): still rank 3's.
+        let mut w = Writer::default();
+        w.error(Some(&remote));
+        let relayed = Reader { buf: &w.0, from: 0 }.error().unwrap();
+        assert_eq!(relayed.as_ref(), Some(&remote));
+        // An unknown kind is a malformed message.
+        let mut w = Writer::default();
+        w.u64(9);
+        assert!(Reader { buf: &w.0, from: 0 }.error().is_err());
         let mut w = Writer::default();
         w.failures(&Failures {
             task: Some(failed.clone()),

@@ -132,9 +132,10 @@ pub(crate) fn broadcast(task: &Launched, dist: &Dist) {
             // As the error itself: a failed point's comes back as the same error on every
             // rank, as one rank reports it.
             Some(Err(e)) => w.error(Some(e)),
-            None => w.error(Some(&RuntimeError::Transport(
-                "the finish step set no value".into(),
-            ))),
+            None => w.error(Some(&RuntimeError::Remote {
+                rank: dist.channel.rank,
+                message: "the finish step set no value".into(),
+            })),
         }
     }
     // Unbound outputs: every point's length (the extents are their prefix sums).

@@ -894,15 +894,15 @@ fn one_d_element_access_on_a_sliced_view_stays_in_its_point() {
     assert!(flat.contains("outside this point's sub-store"), "{flat}");
 }
 
-/// Review of stop 58 (branch review-59): a failed reduction whose points reduce into the same
+/// A failed reduction whose points reduce into the same
 /// cells (a broadcast accumulator). Reading the store must give the error the task reports
 /// (its lowest failed point's, `launch::keep_earliest`), not whichever point failed first in
 /// time: `LaunchArg::poison_reduced` poisons each sub-store with the kept error, but
 /// `Poison::insert` drops it as a duplicate of the failed point's own poisoning of the same
 /// cells at the same position (before 7abe501 the finish step's whole-store poisoning, `None`
-/// cells, sorted first and won).
+/// cells, sorted first and won). Found by stop 59's review.
 #[test]
-fn review_reading_a_failed_reduction_gives_its_lowest_point_s_error() {
+fn reading_a_failed_reduction_gives_its_lowest_point_s_error() {
     for threads in [2, 3] {
         let rt = Runtime::new(threads);
         rt.register("slow_fragile_add", |ctx| {
@@ -925,15 +925,18 @@ fn review_reading_a_failed_reduction_gives_its_lowest_point_s_error() {
             .unwrap();
         let from_future = f.get().unwrap_err().to_string();
         let from_read = rt.read::<f64>(&y).unwrap_err().to_string();
-        assert!(from_future.contains("point 1 refuses"), "future: {from_future}");
+        assert!(
+            from_future.contains("point 1 refuses"),
+            "future: {from_future}"
+        );
         assert_eq!(from_read, from_future, "threads {threads}: reading y");
     }
 }
 
-/// Review of stop 58: the same for an unbound output that two points fail to emit (each
+/// The same for an unbound output that two points fail to emit (each
 /// failed point poisons it whole, at the same position: the first to fail in time is kept).
 #[test]
-fn review_reading_a_failed_unbound_output_gives_its_lowest_point_s_error() {
+fn reading_a_failed_unbound_output_gives_its_lowest_point_s_error() {
     for threads in [2, 3] {
         let rt = Runtime::new(threads);
         rt.register("slow_fragile_emit", |ctx| {
@@ -955,7 +958,10 @@ fn review_reading_a_failed_unbound_output_gives_its_lowest_point_s_error() {
             .unwrap();
         let from_future = f.get().unwrap_err().to_string();
         let from_read = rt.read::<f64>(&u).unwrap_err().to_string();
-        assert!(from_future.contains("point 1 refuses"), "future: {from_future}");
+        assert!(
+            from_future.contains("point 1 refuses"),
+            "future: {from_future}"
+        );
         assert_eq!(from_read, from_future, "threads {threads}: reading u");
     }
 }
