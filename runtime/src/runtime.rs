@@ -562,6 +562,10 @@ impl Runtime {
         self.inner.wait_helping(&shared.idle, || {
             shared.outstanding.load(Ordering::Acquire) == 0
         });
+        let mut front = self.inner.front.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tr) = front.tracing.as_mut() {
+            tr.let_go_of_replays();
+        }
         Ok(())
     }
 

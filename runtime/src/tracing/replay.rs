@@ -255,6 +255,16 @@ impl Tracing {
         }
     }
 
+    /// After a fence (every task has run): lets go of the last replay, kept so that the next
+    /// replay could be linked to it ([`LastReplay`]), and of the runs in flight. They hold
+    /// their tasks, and so the stores those name: a traced loop's last replay kept the
+    /// stores the application dropped after the loop alive for as long as nothing else was
+    /// issued. After a fence a link orders nothing an entry vertex does not.
+    pub(crate) fn let_go_of_replays(&mut self) {
+        self.last = None;
+        self.in_flight.clear();
+    }
+
     /// What issuing `t` changes in the naming of later tokens, without its token: the count
     /// of issued tasks, its stores' first uses and its future's producer number (a task held
     /// in a streak; [`Tracing::token`] does the same and hashes).
