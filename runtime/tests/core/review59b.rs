@@ -1,0 +1,105 @@
+//! Review 59b: fusion's temporaries against handles and references that Definition 4's
+//! checks do not see.
+
+use super::fusion::{axpb, register};
+use tessera_runtime::{DType, Runtime, Store};
+
+fn rt(window: usize) -> Runtime {
+    let rt = Runtime::builder()
+        .threads(2)
+        .min_piece_size(4)
+        .window_size(window)
+        .fusion(true)
+        .build();
+    register(&rt).unwrap();
+    rt
+}
+
+fn input(rt: &Runtime, n: usize) -> Store {
+    rt.from_vec(&[n], (0..n).map(|i| i as f64 - 3.0).collect())
+        .unwrap()
+}
+
+/// A launcher names a store by its root, not by an application handle: a store the
+/// application dropped after building a launcher that reads it, but before submitting it,
+/// has no handle left, and a prefix launched in between (a fence, a read, an idle worker)
+/// made it a temporary: the launcher's task then read zeros.
+#[test]
+fn a_store_named_by_a_launcher_not_yet_submitted_is_no_temporary() {
+    let n = 64;
+    let rt = rt(8);
+    let x = input(&rt, n);
+    let (y, z) = (
+        rt.create(DType::F64, &[n]).unwrap(),
+        rt.create(DType::F64, &[n]).unwrap(),
+    );
+    let t = rt.create(DType::F64, &[n]).unwrap();
+    axpb(&rt, "axpb", &x, &t, 2.0, 0.0); // t = 2x
+    axpb(&rt, "axpb", &t, &y, 1.0, 1.0); // y = t + 1
+    let later = rt
+        .task("axpb")
+        .read(&t)
+        .write(&z)
+        .scalar(1.0)
+        .scalar(0.0)
+        .align(&t, &z); // z = t
+    drop(t);
+    rt.fence().unwrap(); // launches [t = 2x, y = t + 1] fused
+    later.submit().unwrap();
+    let want: Vec<f64> = (0..n).map(|i| 2.0 * (i as f64 - 3.0)).collect();
+    assert_eq!(rt.read::<f64>(&z).unwrap(), want, "z = t = 2x");
+}
+
+/// The chunk loop clears a temporary read before it is written with the zeroing kernel of
+/// the fused task's *first argument's* element type (`fusion/run.rs`, `steps`): an `f64`
+/// temporary in a task whose first argument is `f32` had only the first half of each chunk's
+/// bytes cleared, and read the previous chunk's values in the rest (and an `f32` temporary
+/// behind an `f64` first argument is cleared past its buffer's end).
+#[test]
+fn a_temporary_read_before_written_is_cleared_whole_whatever_the_first_argument_s_type() {
+    let n = 3 * 4096 + 17;
+    let run = |fusion: bool| {
+        let rt = Runtime::builder()
+            .threads(2)
+            .min_piece_size(4)
+            .window_size(16)
+            .fusion(fusion)
+            .build();
+        register(&rt).unwrap();
+        rt.register_elementwise::<f32>("ew32_axpb", |c: &mut tessera_runtime::Chunk<'_, f32>| {
+            let (a, b) = (c.scalar(0).as_f64() as f32, c.scalar(1).as_f64() as f32);
+            let (ins, outs) = c.split();
+            for (y, x) in outs[0].iter_mut().zip(ins[0].iter()) {
+                *y = a * x + b;
+            }
+        })
+        .unwrap();
+        let x32 = rt
+            .from_vec(&[n], (0..n).map(|i| i as f32).collect())
+            .unwrap();
+        let y32 = rt.create(DType::F32, &[n]).unwrap();
+        let x = input(&rt, n);
+        let out = rt.create(DType::F64, &[n]).unwrap();
+        for _ in 0..2 {
+            let t = rt.create(DType::F64, &[n]).unwrap();
+            axpb(&rt, "ew32_axpb", &x32, &y32, 1.0, 1.0);
+            rt.task("ew_axpy")
+                .read(&x)
+                .read_write(&t)
+                .scalar(2.0)
+                .align(&x, &t)
+                .submit()
+                .unwrap();
+            axpb(&rt, "ew_axpb", &t, &out, 1.0, 0.5);
+            drop(t);
+            rt.fence().unwrap();
+        }
+        (rt.read::<f64>(&out).unwrap(), rt.stats())
+    };
+    let (fused, s) = run(true);
+    assert_eq!(s.kernel_fused_launches, 2, "{s:?}");
+    assert_eq!(s.temporaries_eliminated, 2, "{s:?}");
+    let want: Vec<f64> = (0..n).map(|i| 2.0 * (i as f64 - 3.0) + 0.5).collect();
+    let bad = (0..n).find(|&i| fused[i] != want[i]);
+    assert_eq!(bad, None, "first wrong element (of {n}): {:?}", bad.map(|i| (fused[i], want[i])));
+}
