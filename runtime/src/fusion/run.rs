@@ -6,7 +6,7 @@ use super::kernel::{fused_chunk, run_chunks, zero_kernel, Slot, Step, CHUNK};
 use super::scratch::Scratch;
 use super::{FusedShape, SubShape};
 use crate::buffer::{Borrow, Data};
-use crate::dtype::Scalar;
+use crate::dtype::{DType, Scalar};
 use crate::error::RuntimeError;
 use crate::execute::context::{Locals, TaskContext};
 use crate::execute::launch::{panic_message, Launched, PointOut};
@@ -217,6 +217,10 @@ fn chunking(task: &Launched, shape: &FusedShape) -> (SmallVec<[usize; 8]>, usize
     (element, chunk, prefetch)
 }
 
+/// Temporaries read before they are written, with their element types: each is cleared
+/// before every chunk by the zeroing kernel of its own type.
+type Cleared = SmallVec<[(DType, Slot); 4]>;
+
 /// Each argument's slot: its store's cells from the point's first (borrowed into `borrows`
 /// for the whole loop), or a temporary's scratch buffer (`bases`); and the temporaries read
 /// before they are written, which are cleared before every chunk.
@@ -228,9 +232,9 @@ fn slots<'t>(
     spans: &[(usize, usize)],
     bases: &[*mut u8],
     borrows: &mut SmallVec<[Borrow<'t>; 8]>,
-) -> (SmallVec<[Slot; 8]>, SmallVec<[Slot; 4]>) {
+) -> (SmallVec<[Slot; 8]>, Cleared) {
     let mut slots: SmallVec<[Slot; 8]> = SmallVec::new();
-    let mut cleared: SmallVec<[Slot; 4]> = SmallVec::new();
+    let mut cleared = Cleared::new();
     let buffer_of = &shape.scratch.0;
     for (((a, f), &(start, _)), b) in task.args.iter().zip(&shape.args).zip(spans).zip(buffer_of) {
         let size = a.root.dtype.size();
@@ -242,7 +246,7 @@ fn slots<'t>(
             };
             // The sub-task naming it first was given `write`: its body assigns every element.
             if shape.subs[f.from.0].args[f.from.1].1 != Privilege::Write {
-                cleared.push(slot);
+                cleared.push((a.root.dtype, slot));
             }
             slots.push(slot);
             continue;
@@ -261,23 +265,30 @@ fn slots<'t>(
     (slots, cleared)
 }
 
-/// The chunk loop's steps: the clearing of `cleared` first where there is any, then one per
+/// The chunk loop's steps: the clearing of `cleared` first where there is any (one step per
+/// element type: a zeroing kernel clears `len` elements of its own type), then one per
 /// sub-task, in issue order; and the index of the first sub-task's step.
 fn steps<'s>(
     task: &Launched,
     shape: &'s FusedShape,
     slots: &[Slot],
-    cleared: SmallVec<[Slot; 4]>,
+    cleared: Cleared,
     failed: &SubFailures,
 ) -> (SmallVec<[Step<'s>; 8]>, usize) {
-    let clear = (!cleared.is_empty()).then(|| Step {
-        kernel: zero_kernel(task.args[0].root.dtype),
-        ins: SmallVec::new(),
-        outs: cleared,
-        scalars: SmallVec::new(),
-        result: None,
-    });
-    let first_sub = usize::from(clear.is_some());
+    let mut clear: SmallVec<[Step<'s>; 2]> = SmallVec::new();
+    for (dtype, slot) in cleared {
+        match clear.iter_mut().find(|s| s.kernel.dtype == dtype) {
+            Some(s) => s.outs.push(slot),
+            None => clear.push(Step {
+                kernel: zero_kernel(dtype),
+                ins: SmallVec::new(),
+                outs: smallvec::smallvec![slot],
+                scalars: SmallVec::new(),
+                result: None,
+            }),
+        }
+    }
+    let first_sub = clear.len();
     let slots_with = |s: &SubShape, read: bool| {
         s.args
             .iter()

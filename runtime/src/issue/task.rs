@@ -180,11 +180,15 @@ impl Issued {
         domain: Option<Domain>,
         result: Option<(ReduceOp, Arc<FutureCell>)>,
     ) -> Issued {
+        let args = std::mem::take(&mut spec.args);
+        // The launcher's references become the issued task's, which the window and the
+        // tracer see (the caller holds the front lock: no prefix is decided in between).
+        LaunchSpec::unhold(&args);
         Issued {
             name: reg.name,
             body: reg.body,
             kernel: reg.kernel,
-            args: std::mem::take(&mut spec.args),
+            args,
             constraints,
             scalars: std::mem::take(&mut spec.scalars),
             domain,
@@ -276,8 +280,10 @@ pub(crate) struct LaunchSpec {
     /// The registered task, looked up once when the launcher is made; the unknown name
     /// otherwise (reported by `submit`).
     pub task: std::result::Result<Registered, String>,
-    /// Arguments as the issued task will hold them: a reference to the store's root, not an
-    /// application handle.
+    /// Arguments as the issued task will hold them: a reference to the store's root, counted
+    /// as an application handle (`StoreRoot::app_refs`) until the task is issued
+    /// ([`Issued::from_spec`]) or the launcher dropped: the task it will issue may read the
+    /// store, so no fused prefix may make it a temporary meanwhile.
     pub args: IssuedArgs,
     pub constraints: Args<UserConstraint>,
     pub scalars: Scalars,
@@ -285,11 +291,33 @@ pub(crate) struct LaunchSpec {
     pub shard: Option<Args<usize>>,
 }
 
+impl LaunchSpec {
+    /// Gives back the application references a launcher's arguments took
+    /// ([`TaskLauncher::read`] and the like).
+    fn unhold(args: &[IssuedArg]) {
+        for a in args {
+            a.root
+                .app_refs
+                .fetch_sub(1, std::sync::atomic::Ordering::Release);
+        }
+    }
+}
+
+impl Drop for LaunchSpec {
+    fn drop(&mut self) {
+        LaunchSpec::unhold(&self.args);
+    }
+}
+
 // The builder methods are small and called once per task per argument: `#[inline]` lets
 // them inline across crates, so the launcher is built in place rather than moved per call.
 impl<'rt> TaskLauncher<'rt> {
     #[inline]
     fn arg(mut self, s: &Store, p: Privilege) -> Self {
+        // Until submitted, an application reference (`LaunchSpec::args`).
+        s.root
+            .app_refs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.spec.args.push(IssuedArg {
             root: s.root.clone(),
             view: s.view,
