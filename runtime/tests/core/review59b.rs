@@ -166,3 +166,42 @@ fn kernel_fused_2d_row_views_with_offsets_match_unfused() {
     let bad = (0..fused.len()).find(|&i| fused[i].to_bits() != unfused[i].to_bits());
     assert_eq!(bad, None, "{s:?}");
 }
+
+/// Under the default (adaptive) window with fusion and tracing on, a loop whose bodies make,
+/// fuse and drop intermediates leaves nothing resident once the application dropped its
+/// stores and fenced.
+#[test]
+fn stores_of_fused_and_traced_loops_are_freed_under_the_adaptive_window() {
+    for tracing in [false, true] {
+        let rt = Runtime::builder()
+            .threads(2)
+            .min_piece_size(4)
+            .fusion(true)
+            .tracing(tracing)
+            .build();
+        register(&rt).unwrap();
+        let n = 4096 + 3;
+        let base = super::fusion::launched(&rt).bytes_resident;
+        {
+            let x = input(&rt, n);
+            let mut acc = rt.create(DType::F64, &[n]).unwrap();
+            for _ in 0..40 {
+                let t = rt.create(DType::F64, &[n]).unwrap();
+                let next = rt.create(DType::F64, &[n]).unwrap();
+                axpb(&rt, "ew_axpb", &x, &t, 0.5, 1.0);
+                rt.task("ew_mul")
+                    .read(&t)
+                    .read(&acc)
+                    .write(&next)
+                    .align(&t, &acc)
+                    .align(&t, &next)
+                    .submit()
+                    .unwrap();
+                acc = next;
+            }
+            rt.read::<f64>(&acc).unwrap();
+        }
+        let s = super::fusion::launched(&rt);
+        assert_eq!(s.bytes_resident, base, "tracing {tracing}: {s:?}");
+    }
+}
