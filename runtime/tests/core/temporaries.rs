@@ -1,5 +1,6 @@
-//! Review 59b: fusion's temporaries against handles and references that Definition 4's
-//! checks do not see.
+//! Fusion's temporaries against handles and references that Definition 4's
+//! checks do not see (found by stop 59's review of the fusion layer), and kernel fusion over
+//! offset 2-d views.
 
 use super::fusion::{axpb, register};
 use tessera_runtime::{DType, Runtime, Store};
@@ -101,7 +102,12 @@ fn a_temporary_read_before_written_is_cleared_whole_whatever_the_first_argument_
     assert_eq!(s.temporaries_eliminated, 2, "{s:?}");
     let want: Vec<f64> = (0..n).map(|i| 2.0 * (i as f64 - 3.0) + 0.5).collect();
     let bad = (0..n).find(|&i| fused[i] != want[i]);
-    assert_eq!(bad, None, "first wrong element (of {n}): {:?}", bad.map(|i| (fused[i], want[i])));
+    assert_eq!(
+        bad,
+        None,
+        "first wrong element (of {n}): {:?}",
+        bad.map(|i| (fused[i], want[i]))
+    );
 }
 
 /// Kernel fusion over 2-d row views with offsets, a length that is no multiple of a chunk,
