@@ -148,8 +148,10 @@ pub(crate) struct StoreRoot {
     pub dim: usize,
     bound: OnceLock<Bound>,
     pub ledger: Ledger,
-    /// Handles the application holds ([`Store`] clones).
-    pub app_refs: AtomicUsize,
+    /// Handles the application holds ([`Store`] clones), and launchers naming the store that
+    /// are not submitted yet (`issue::task::LaunchSpec`). On its own lines: the issuing
+    /// thread writes it twice per argument of every task it issues.
+    pub app_refs: OwnLine<AtomicUsize>,
     /// Issued tasks that use the store and have not finished.
     pub pending_refs: OwnLine<AtomicUsize>,
     pub meta: OwnLine<Mutex<RootMeta>>,
@@ -369,7 +371,7 @@ impl StoreRoot {
             dim,
             bound: cell,
             ledger: Ledger::default(),
-            app_refs: AtomicUsize::new(0),
+            app_refs: OwnLine(AtomicUsize::new(0)),
             pending_refs: OwnLine(AtomicUsize::new(0)),
             meta: OwnLine(Mutex::default()),
             key_epoch: AtomicU64::new(0),
