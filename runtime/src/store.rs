@@ -844,7 +844,8 @@ impl Store {
         ))
     }
 
-    /// Handles the application holds on this store (all views counted).
+    /// Handles the application holds on this store (all views counted), and task launchers
+    /// naming it that are not submitted yet.
     pub fn app_refs(&self) -> usize {
         self.root.app_refs.load(Ordering::Relaxed)
     }
