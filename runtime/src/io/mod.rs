@@ -116,4 +116,6 @@ impl Progress for NoProgress {}
 #[cfg(test)]
 mod file_tests;
 #[cfg(test)]
+mod review_tests;
+#[cfg(test)]
 mod tests;
