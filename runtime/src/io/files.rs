@@ -373,6 +373,8 @@ pub fn merge_dir<C: Communicator + ?Sized>(
             })
             .collect::<Result<Vec<_>, _>>(),
     )?;
+    // The blocks must be the whole grid of one split, each piece once.
+    agreed(comm, check_split(&files, &headers))?;
     // Every file must hold the same value type and coordinate width.
     let mut kinds: Vec<(ValueType, u32)> = headers
         .iter()
@@ -401,6 +403,124 @@ pub fn merge_dir<C: Communicator + ?Sized>(
         blocks: files.len(),
         ..summary
     })
+}
+
+/// The blocks' split metadata (a whole tensor's file is the one piece of a split into 1 per
+/// mode): every block of the same dimensions and split counts, each piece of the grid present
+/// exactly once, and the pieces' ranges along each mode the same for the same index and
+/// tiling `0..dim` in index order. A block missing, one copied twice, or one of another split
+/// is an error naming the files, not a merged tensor short of entries.
+fn check_split(files: &[PathBuf], headers: &[TcsHeader]) -> Result<(), IoError> {
+    let (Some(p0), Some(h0)) = (files.first(), headers.first()) else {
+        return Ok(());
+    };
+    let mismatch = |p: &Path, what: String| {
+        IoError::Mismatch(format!(
+            "{} and {}: {what}; merge the blocks of one split",
+            p0.display(),
+            p.display()
+        ))
+    };
+    // Per mode and piece index: the piece's range and a file that has it.
+    let mut ranges: Vec<BTreeMap<u64, (u64, u64, &Path)>> = vec![BTreeMap::new(); h0.rank()];
+    let mut pieces: BTreeMap<Vec<u64>, &Path> = BTreeMap::new();
+    for (p, h) in files.iter().zip(headers) {
+        if h.dims() != h0.dims() {
+            return Err(mismatch(
+                p,
+                format!("dimensions {:?} and {:?}", h0.dims(), h.dims()),
+            ));
+        }
+        for (m, (mode, first)) in h.modes.iter().zip(&h0.modes).enumerate() {
+            if mode.split_count != first.split_count {
+                return Err(mismatch(
+                    p,
+                    format!(
+                        "mode {m} split into {} and {} pieces",
+                        first.split_count, mode.split_count
+                    ),
+                ));
+            }
+            let range = (mode.split_lo, mode.split_hi, p.as_path());
+            let seen = ranges[m].entry(mode.split_index).or_insert(range);
+            if (seen.0, seen.1) != (range.0, range.1) {
+                return Err(IoError::Mismatch(format!(
+                    "{} and {}: piece {} of mode {m} covers [{}, {}) in one, [{}, {}) in the other; merge the blocks of one split",
+                    seen.2.display(),
+                    p.display(),
+                    mode.split_index,
+                    seen.0,
+                    seen.1,
+                    range.0,
+                    range.1
+                )));
+            }
+        }
+        let index: Vec<u64> = h.modes.iter().map(|m| m.split_index).collect();
+        if let Some(other) = pieces.insert(index.clone(), p) {
+            return Err(IoError::Mismatch(format!(
+                "{} and {} are both block {index:?} of the split",
+                other.display(),
+                p.display()
+            )));
+        }
+    }
+    let expected = h0
+        .modes
+        .iter()
+        .try_fold(1u64, |n, m| n.checked_mul(m.split_count));
+    if expected != Some(files.len() as u64) {
+        // The first piece of the grid (row-major) that no file holds.
+        let counts: Vec<u64> = h0.modes.iter().map(|m| m.split_count).collect();
+        let mut index = vec![0u64; counts.len()];
+        let missing = loop {
+            if !pieces.contains_key(&index) {
+                break Some(index);
+            }
+            let mut k = counts.len();
+            loop {
+                if k == 0 {
+                    break;
+                }
+                k -= 1;
+                index[k] += 1;
+                if index[k] < counts[k] {
+                    break;
+                }
+                index[k] = 0;
+            }
+            if index.iter().all(|&i| i == 0) {
+                break None;
+            }
+        };
+        return Err(IoError::Mismatch(format!(
+            "the split has {} blocks ({counts:?} pieces per mode) but {} holds {}{}",
+            expected.map_or("too many".to_string(), |n| n.to_string()),
+            p0.parent().unwrap_or(Path::new(".")).display(),
+            files.len(),
+            missing.map_or(String::new(), |i| format!(": block {i:?} is missing"))
+        )));
+    }
+    // Every index of every mode is present (the grid is complete): the ranges must tile.
+    for (m, (by_index, mode)) in ranges.iter().zip(&h0.modes).enumerate() {
+        let mut at = 0;
+        for (&i, &(lo, hi, p)) in by_index {
+            if lo != at || hi < lo {
+                return Err(IoError::Mismatch(format!(
+                    "{}: piece {i} of mode {m} covers [{lo}, {hi}), but the pieces before it end at {at}",
+                    p.display()
+                )));
+            }
+            at = hi;
+        }
+        if at != mode.dim {
+            return Err(IoError::Mismatch(format!(
+                "the pieces of mode {m} end at {at}, not at its dimension {}",
+                mode.dim
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The block files of a merge, with their headers.

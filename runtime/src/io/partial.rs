@@ -137,11 +137,15 @@ impl<'a, V: Value, I: Index> FileProbe<'a, V, I> {
             s.crd[k] = self.read(crd, a[k]..z[k] + 1)?;
         }
         s.vals = self.read(self.vals, start..end)?;
-        let bound: Vec<usize> = meta
+        // A block's coordinates lie in its split range (a whole tensor's: `0..dim`).
+        let bound: Vec<std::ops::Range<usize>> = meta
             .format
             .mode_order()
             .iter()
-            .map(|&m| meta.dims[m])
+            .map(|&m| {
+                let mode = &self.header.modes[m];
+                mode.split_lo as usize..mode.split_hi as usize
+            })
             .collect();
         s.check(&bound).map_err(corrupt)?;
         Ok(s)

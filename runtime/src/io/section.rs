@@ -32,12 +32,12 @@ impl<V: Value, I: Index> Section<V, I> {
     /// Checks what walking leaves `[start, end)` from path `first` relies on, so that a
     /// corrupt file gives an error rather than a wrong walk or an out-of-bounds index: every
     /// `pos` part non-decreasing and ending past the section's last node, every `crd` part
-    /// below the dimension `bound[k]` of its level.
-    pub fn check(&self, bound: &[usize]) -> Result<(), String> {
+    /// inside the range `bound[k]` of its level (the dimension, or a block's split range).
+    pub fn check(&self, bound: &[std::ops::Range<usize>]) -> Result<(), String> {
         if self.start >= self.end {
             return Ok(());
         }
-        for (k, (dense, &bound)) in self.dense.iter().zip(bound).enumerate() {
+        for (k, (dense, bound)) in self.dense.iter().zip(bound).enumerate() {
             if dense.is_some() {
                 continue;
             }
@@ -49,9 +49,9 @@ impl<V: Value, I: Index> Section<V, I> {
             if crd.is_empty() || pos.last().map(|p| p.to_usize()) < Some(last_node) {
                 return Err(format!("pos of level {k} does not cover its coordinates"));
             }
-            if let Some(c) = crd.iter().find(|c| c.to_usize() >= bound) {
+            if let Some(c) = crd.iter().find(|c| !bound.contains(&c.to_usize())) {
                 return Err(format!(
-                    "crd of level {k} holds {c}, outside the dimension {bound}"
+                    "crd of level {k} holds {c}, outside the dimension (or the block's split range) {bound:?}"
                 ));
             }
         }
