@@ -7,13 +7,15 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tessera_formats::Progress;
 
 /// Set by the first Ctrl-C (or SIGTERM): long work stops at its next progress report and
-/// removes its temporary files; a second signal exits at once.
+/// removes its temporary files; a second signal removes the listed temporaries and exits.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 /// Installs the handler that sets the interruption flag (once per process).
 pub fn install_interrupt_handler() {
     let _ = ctrlc::set_handler(|| {
         if INTERRUPTED.swap(true, Ordering::SeqCst) {
+            // Exiting does not unwind: remove the temporaries being written first.
+            tessera_formats::remove_pending_files();
             std::process::exit(130);
         }
     });

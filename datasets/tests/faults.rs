@@ -396,3 +396,46 @@ fn a_huge_dense_output_stops_at_a_signal_and_an_impossible_one_is_refused() {
         .iter()
         .all(|n| !n.starts_with("huge.tcs") && !n.starts_with('.')));
 }
+
+/// Review 59d: a second Ctrl-C exits at once (`exit(130)`, no unwinding); it must still
+/// remove the temporaries (`.c.tcs.X.partial`, `.tessera-sort.X/`). Two signals sent back to
+/// back land either both before the cleanup (exit 130) or one after it (exit 1): nothing may
+/// be left either way. Before the fix, runs that exited 130 left both temporaries.
+#[test]
+fn review_59d_a_second_sigint_during_convert_leaves_no_temporaries() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    big_input(d, "t.tns");
+    for round in 0..4 {
+        let child = bin()
+            .args(["convert", "t.tns", "c.tcs", "--memory", "1M", "-q"])
+            .current_dir(d)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        let mut child = child;
+        while temporaries(d).is_empty()
+            && child.try_wait().unwrap().is_none()
+            && start.elapsed().as_secs() < 20
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let pid = child.id().to_string();
+        let _ = Command::new("sh")
+            .args(["-c", &format!("kill -INT {pid}; kill -INT {pid}")])
+            .status();
+        let o = wait_bounded(child, Duration::from_secs(120));
+        let temps = temporaries(d);
+        assert!(
+            temps.is_empty(),
+            "round {round}: exit {:?} left {temps:?}",
+            o.status.code()
+        );
+        if !o.status.success() {
+            assert!(!d.join("c.tcs").exists(), "round {round}: output left");
+        }
+        let _ = std::fs::remove_file(d.join("c.tcs"));
+    }
+}

@@ -56,9 +56,9 @@ pub(crate) fn sort_runs(
         .run_entries
         .unwrap_or(run_bytes / per_entry)
         .clamp(1, u32::MAX as usize);
-    let temp = tempfile::Builder::new()
-        .prefix(".tessera-sort.")
-        .tempdir_in(temp_parent)
+    // Listed for a signal handler's `remove_pending_files`: a second Ctrl-C exits at once,
+    // without unwinding to this directory's drop.
+    let temp = crate::atomic::PendingDir::create_in(temp_parent, ".tessera-sort.")
         .map_err(|e| Error::io(temp_parent, e))?;
     let order = format.mode_order();
     // With declared dimensions whose fields fit one `u64`, the parse workers pack every key
@@ -1692,7 +1692,7 @@ pub(crate) struct MergeSource {
     /// The buckets every compact run has been read through (see [`MergeSource::release`]).
     released: std::sync::Mutex<Released>,
     /// Removed (with the runs) when the source is dropped, on success or failure.
-    _temp: tempfile::TempDir,
+    _temp: crate::atomic::PendingDir,
 }
 
 /// The buckets read by the final merge (see [`MergeSource::release`]): every bucket below
@@ -2828,7 +2828,7 @@ mod tests {
             want.sort_by_key(|p| p[0]);
             // A fresh source each time: the merge cuts the compact runs' files as it reads.
             let source = || -> MergeSource {
-                let temp = tempfile::tempdir().unwrap();
+                let temp = crate::atomic::PendingDir::create_in(&std::env::temp_dir(), ".t").unwrap();
                 let mut runs = Vec::new();
                 for (i, ks) in keys.iter().enumerate() {
                     let pairs: Vec<[u64; 2]> =
