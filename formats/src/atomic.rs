@@ -46,9 +46,15 @@ pub fn remove_pending_files() {
     let mut pending = pending();
     pending.closed = true;
     for p in std::mem::take(&mut pending.paths) {
-        // A listed directory ([`PendingDir`]) goes with everything in it.
+        // A listed directory ([`PendingDir`]) goes with everything in it. Its writers may
+        // still be adding files (the external sort's runs): a file made between the listing
+        // and the `rmdir` fails the removal, so it is tried again.
         if std::fs::remove_file(&p).is_err() {
-            let _ = std::fs::remove_dir_all(&p);
+            for _ in 0..100 {
+                if std::fs::remove_dir_all(&p).is_ok() || !p.exists() {
+                    break;
+                }
+            }
         }
     }
 }

@@ -77,6 +77,9 @@ pub fn split_file<C: Communicator + ?Sized>(
         });
     let (file, h) = agreed(comm, opened)?;
     let grid = agreed(comm, spec.grid(&h.dims()))?;
+    // The pieces are read in ranges, which no checksum covers: the ranks first check every
+    // array's checksum together, each a share of its bytes, as `TcsFile::open` would.
+    verify_shared(comm, &file, input, &h, progress)?;
     let prepared = if comm.rank() == 0 {
         prepare_out_dir(out_dir)
     } else {
@@ -532,6 +535,79 @@ struct Blocks<'a> {
 
 fn open(path: &Path) -> Result<File, IoError> {
     File::open(path).map_err(|e| io_err(path, e))
+}
+
+/// Checks every array's checksum of the file `path` with the ranks sharing the work: rank
+/// `r` of `n` hashes bytes `[len r / n, len (r+1) / n)` of each array (through its extents),
+/// the ranks gather their checksums and combine them in order. Collective; a mismatch is an
+/// error on every rank.
+fn verify_shared<C: Communicator + ?Sized>(
+    comm: &C,
+    file: &File,
+    path: &Path,
+    header: &TcsHeader,
+    progress: &dyn Progress,
+) -> Result<(), IoError> {
+    let (me, n) = (comm.rank() as u64, comm.size() as u64);
+    let share = |len: u64, r: u64| {
+        let at = |r: u64| (u128::from(len) * u128::from(r) / u128::from(n)) as u64;
+        at(r)..at(r + 1)
+    };
+    let total: u64 = header
+        .arrays
+        .iter()
+        .map(|a| share(a.len, me).end - share(a.len, me).start)
+        .sum();
+    progress.start("split: verify", total);
+    let mine = (|| {
+        let mut buf = vec![0u8; CHECK_CHUNK as usize];
+        let mut crcs = Vec::with_capacity(header.arrays.len());
+        for (i, a) in header.arrays.iter().enumerate() {
+            let want = share(a.len, me);
+            let mut crc = crc32fast::Hasher::new();
+            let mut start = 0u64;
+            for (offset, len) in header.array_extents(i) {
+                let (mut lo, hi) = (want.start.max(start), want.end.min(start + len));
+                while lo < hi {
+                    if progress.cancelled() {
+                        return Err(IoError::Cancelled);
+                    }
+                    let k = (hi - lo).min(CHECK_CHUNK) as usize;
+                    file.read_exact_at(&mut buf[..k], offset + (lo - start))
+                        .map_err(|e| io_err(path, e))?;
+                    crc.update(&buf[..k]);
+                    progress.advance(k as u64);
+                    lo += k as u64;
+                }
+                start += len;
+            }
+            crcs.push(u64::from(crc.finalize()));
+        }
+        Ok(crcs)
+    })();
+    let mine = agreed(comm, mine)?;
+    let all = comm.all_gather_u64(&mine)?;
+    for (i, a) in header.arrays.iter().enumerate() {
+        let mut crc = crc32fast::Hasher::new();
+        for (r, crcs) in all.iter().enumerate() {
+            let part = share(a.len, r as u64);
+            let got = crcs.get(i).copied().ok_or_else(|| {
+                IoError::Internal(format!("rank {r} sent no checksum for array {i}"))
+            })?;
+            crc.combine(&crc32fast::Hasher::new_with_initial_len(
+                got as u32,
+                part.end - part.start,
+            ));
+        }
+        if crc.finalize() != a.crc32 {
+            return Err(IoError::File(format!(
+                "{}: the checksum of {} does not match its data (the file is corrupt)",
+                path.display(),
+                a.name()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Bytes read at once when verifying a checksum.

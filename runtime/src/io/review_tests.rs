@@ -93,7 +93,6 @@ fn review_59d_blocks_of_two_splits_mixed_are_refused() {
 /// in `vals` goes into the blocks, which get fresh, valid checksums (the corruption is
 /// laundered; merging them back gives a valid file with the wrong value).
 #[test]
-#[ignore = "review-59d: open bug, split_file never checks the input's array checksums"]
 fn review_59d_a_split_of_a_corrupt_file_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.tcs");
