@@ -128,6 +128,13 @@ fn split_typed<C: Communicator + ?Sized, V: Value, I: Index>(
     (file, input, header, grid, out_dir, progress): SplitArgs<'_>,
 ) -> Result<usize, IoError> {
     let (probe, meta) = agreed(comm, open_probe::<V, I>(file, input, header, grid.dims()))?;
+    // Every rank checks a share of the levels (the pieces alone do not establish them).
+    progress.start("split: check", 0);
+    let share = (comm.rank() as u64, comm.size() as u64);
+    agreed(
+        comm,
+        check_levels::<I>(file, input, header, share, progress),
+    )?;
     let piece = piece_bounds(comm, &probe, &meta)?;
     agreed(comm, probe.take_error().map_or(Ok(()), Err))?;
     let assign = Assigner::new(&meta.format, grid);
@@ -610,6 +617,113 @@ fn verify_shared<C: Communicator + ?Sized>(
     Ok(())
 }
 
+/// Elements read at once by [`check_levels`].
+const CHECK_ELEMS: u64 = 1 << 16;
+
+/// The level invariants `TcsFile::open` checks, on share `share` of `shares` of the file's
+/// parent positions at each compressed level, streamed a chunk at a time: `pos` starts at 0,
+/// never falls (each share reads one element past its end, the next share's first) and ends
+/// at the length of `crd`; under every parent `crd` strictly increases and lies in the
+/// mode's split range (`0..dim` for a whole tensor). The pieces split and merge read are
+/// checked one by one, which cannot see a `pos` that falls between them or a parent that no
+/// piece walks; together the shares see all. Singleton levels are refused by the callers.
+fn check_levels<I: Index>(
+    file: &File,
+    path: &Path,
+    header: &TcsHeader,
+    (share, shares): (u64, u64),
+    progress: &dyn Progress,
+) -> Result<(), IoError> {
+    use tessera_formats::tcs::{read_array_range, ArrayKind};
+    use tessera_formats::LevelType;
+    let corrupt = |what: String| IoError::File(format!("{}: {what}", path.display()));
+    let read = |array: usize, r: std::ops::Range<u64>| {
+        read_array_range::<I>(file, path, header, array, r).map_err(file_err)
+    };
+    let find = |kind: ArrayKind, k: usize| {
+        header
+            .arrays
+            .iter()
+            .position(|a| a.kind == kind && a.level as usize == k)
+            .ok_or_else(|| corrupt(format!("no {kind:?} array for level {k}")))
+    };
+    let mut parents: u64 = 1;
+    for (k, l) in header.levels.iter().enumerate() {
+        match l.level_type {
+            LevelType::Dense => {
+                parents = parents
+                    .checked_mul(l.size)
+                    .ok_or_else(|| corrupt("too many positions".into()))?;
+                continue;
+            }
+            LevelType::Singleton => return Ok(()),
+            LevelType::Compressed => {}
+        }
+        let (pos_at, crd_at) = (find(ArrayKind::Pos, k)?, find(ArrayKind::Crd, k)?);
+        let len = l.size;
+        let mode = &header.modes[l.mode as usize];
+        let range = mode.split_lo..mode.split_hi;
+        let part = |r: u64| (u128::from(parents) * u128::from(r) / u128::from(shares)) as u64;
+        let (a, b) = (part(share), part(share + 1));
+        // pos[a..=b], and crd from pos[a] on, a chunk at a time.
+        let mut prev: Option<u64> = None;
+        let mut crd: Vec<I> = Vec::new();
+        let (mut crd_at_elem, mut crd_next) = (0u64, 0u64);
+        let mut q = a;
+        while q <= b {
+            if progress.cancelled() {
+                return Err(IoError::Cancelled);
+            }
+            let end = (q + CHECK_ELEMS).min(b + 1);
+            let pos = read(pos_at, q..end)?;
+            for (i, p) in pos.iter().enumerate() {
+                let (at, p) = (q + i as u64, p.to_usize() as u64);
+                if at == 0 && p != 0 {
+                    return Err(corrupt(format!("pos of level {k} starts at {p}, not 0")));
+                }
+                if p > len || prev.is_some_and(|x| p < x) {
+                    return Err(corrupt(format!(
+                        "pos of level {k} falls or passes the end of crd ({len}) at {at}"
+                    )));
+                }
+                if at == parents && p != len {
+                    return Err(corrupt(format!(
+                        "pos of level {k} ends at {p}, but crd holds {len}"
+                    )));
+                }
+                if let Some(from) = prev {
+                    // The segment of parent at - 1: crd[from..p].
+                    let mut last: Option<u64> = None;
+                    for c in from..p {
+                        if c >= crd_next {
+                            crd_at_elem = c;
+                            crd_next = (c + CHECK_ELEMS).min(len);
+                            crd = read(crd_at, crd_at_elem..crd_next)?;
+                        }
+                        let x = crd[(c - crd_at_elem) as usize].to_usize() as u64;
+                        if !range.contains(&x) {
+                            return Err(corrupt(format!(
+                                "crd of level {k} holds {x} at {c}, outside the dimension (or the block's split range) {range:?}"
+                            )));
+                        }
+                        if last.is_some_and(|y| x <= y) {
+                            return Err(corrupt(format!(
+                                "crd of level {k} does not increase under parent {} at {c}",
+                                at - 1
+                            )));
+                        }
+                        last = Some(x);
+                    }
+                }
+                prev = Some(p);
+            }
+            q = end;
+        }
+        parents = len;
+    }
+    Ok(())
+}
+
 /// Bytes read at once when verifying a checksum.
 const CHECK_CHUNK: u64 = 1 << 20;
 
@@ -651,7 +765,9 @@ fn merge_typed<C: Communicator + ?Sized, V: Value, I: Index>(
     progress.start("merge: verify", blocks.paths.len().div_ceil(n) as u64);
     let verified = files().skip(me).step_by(n).try_for_each(|(p, h)| {
         progress.advance(1);
-        verify_checksums(&open(p)?, p, h)
+        let file = open(p)?;
+        verify_checksums(&file, p, h)?;
+        check_levels::<I>(&file, p, h, (0, 1), progress)
     });
     agreed(comm, verified)?;
     // The layout and this rank's sections, the same computation on every rank.

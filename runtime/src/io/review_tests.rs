@@ -115,7 +115,6 @@ fn review_59d_a_split_of_a_corrupt_file_is_refused() {
 /// but whose arrays break the invariants `TcsFile::open` checks: each must be an error, not
 /// a panic and not a success.
 #[test]
-#[ignore = "review-59d: open bug, split (and merge, for pos[0] != 0) trust pos/crd they only check piecewise"]
 fn review_59d_split_and_merge_refuse_crafted_arrays() {
     // Arrays of a CSR file: 0 pos of level 1, 1 crd of level 1, 2 vals.
     type Patch = fn(&mut [u32]);
