@@ -4,8 +4,10 @@
 //! time ([`walk_chunks`]). No rank maps or reads the whole file, so a rank's memory is a
 //! chunk, not the tensor.
 //!
-//! The parts read are checked before they are walked ([`Section::check`]). Array checksums cover whole arrays and
-//! cannot be checked on a part: `tessera-data info` verifies them.
+//! The parts read are checked before they are walked ([`Section::check`]). Array checksums
+//! cover whole arrays and cannot be checked on a part, nor can a part show a `pos` that falls
+//! between two parts: before walking, the ranks check every checksum and the level
+//! invariants together, each a share (`files::verify_shared`, `files::check_levels`).
 
 use super::held::Held;
 use super::load::Meta;
