@@ -397,12 +397,12 @@ fn a_huge_dense_output_stops_at_a_signal_and_an_impossible_one_is_refused() {
         .all(|n| !n.starts_with("huge.tcs") && !n.starts_with('.')));
 }
 
-/// Review 59d: a second Ctrl-C exits at once (`exit(130)`, no unwinding); it must still
+/// A second Ctrl-C exits at once (`exit(130)`, no unwinding); it must still
 /// remove the temporaries (`.c.tcs.X.partial`, `.tessera-sort.X/`). Two signals sent back to
 /// back land either both before the cleanup (exit 130) or one after it (exit 1): nothing may
 /// be left either way. Before the fix, runs that exited 130 left both temporaries.
 #[test]
-fn review_59d_a_second_sigint_during_convert_leaves_no_temporaries() {
+fn a_second_sigint_during_convert_leaves_no_temporaries() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     big_input(d, "t.tns");

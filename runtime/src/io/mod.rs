@@ -26,6 +26,7 @@ mod codec;
 mod coo;
 mod files;
 mod held;
+mod input_checks;
 mod load;
 mod partial;
 mod section;
@@ -116,6 +117,6 @@ impl Progress for NoProgress {}
 #[cfg(test)]
 mod file_tests;
 #[cfg(test)]
-mod review_tests;
-#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod untrusted_tests;

@@ -1,4 +1,5 @@
-//! Review 59d: untrusted block files and inputs of split/merge.
+//! Untrusted block files and inputs of split/merge (found by stop 59's review of the file
+//! formats): missing, mixed or out-of-range blocks, corrupt or crafted arrays.
 
 use super::*;
 use crate::transport::run_ranks;
@@ -47,7 +48,7 @@ fn patch(path: &Path, array: usize, f: impl FnOnce(&mut [u32])) {
 /// tensor without that block's entries: the split metadata of the block headers (split
 /// index and count per mode) is never checked.
 #[test]
-fn review_59d_a_merge_with_a_block_missing_is_refused() {
+fn a_merge_with_a_block_missing_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.tcs");
     write_tensor(&input, &matrix(), None).unwrap();
@@ -70,7 +71,7 @@ fn review_59d_a_merge_with_a_block_missing_is_refused() {
 /// directory: when their entries do not collide the merge succeeds, although the blocks'
 /// ranges neither tile the tensor nor come from one split.
 #[test]
-fn review_59d_blocks_of_two_splits_mixed_are_refused() {
+fn blocks_of_two_splits_mixed_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.tcs");
     write_tensor(&input, &matrix(), None).unwrap();
@@ -93,7 +94,7 @@ fn review_59d_blocks_of_two_splits_mixed_are_refused() {
 /// in `vals` goes into the blocks, which get fresh, valid checksums (the corruption is
 /// laundered; merging them back gives a valid file with the wrong value).
 #[test]
-fn review_59d_a_split_of_a_corrupt_file_is_refused() {
+fn a_split_of_a_corrupt_file_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.tcs");
     write_tensor(&input, &matrix(), None).unwrap();
@@ -115,7 +116,7 @@ fn review_59d_a_split_of_a_corrupt_file_is_refused() {
 /// but whose arrays break the invariants `TcsFile::open` checks: each must be an error, not
 /// a panic and not a success.
 #[test]
-fn review_59d_split_and_merge_refuse_crafted_arrays() {
+fn split_and_merge_refuse_crafted_arrays() {
     // Arrays of a CSR file: 0 pos of level 1, 1 crd of level 1, 2 vals.
     type Patch = fn(&mut [u32]);
     let cases: [(&str, usize, Patch); 5] = [
@@ -170,7 +171,7 @@ fn review_59d_split_and_merge_refuse_crafted_arrays() {
 /// `TcsFile::open` does (`OutsideSplit`), rather than trust the ranges. DCSR: a dense row
 /// level outside the range is already refused by the header checks.
 #[test]
-fn review_59d_a_block_with_entries_outside_its_range_is_refused() {
+fn a_block_with_entries_outside_its_range_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.tcs");
     write_tensor(&input, &matrix_in("dcsr"), None).unwrap();

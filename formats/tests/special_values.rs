@@ -1,11 +1,11 @@
-//! Review 59d: text inputs with special values and layouts.
+//! Text inputs with special values and layouts.
 
 use tessera_formats::{convert, ConvertOptions, NoProgress, TcsFile, Tensor};
 
 /// A skew-symmetric `.mtx` NaN is mirrored as `-v`: the stored NaNs must still be the one
 /// canonical NaN (docs/tcs.md, Values), whichever path reads the file.
 #[test]
-fn review_59d_skew_symmetric_nan_is_stored_canonical() {
+fn skew_symmetric_nan_is_stored_canonical() {
     let dir = tempfile::tempdir().unwrap();
     let mtx = dir.path().join("s.mtx");
     std::fs::write(
