@@ -10,6 +10,7 @@ mod fusion_tracing;
 mod heldout_streams;
 mod matrices;
 mod ranks;
+mod review_59c;
 mod solver;
 mod streams;
 mod temporaries;

@@ -266,11 +266,11 @@ fn the_first_writer_after_a_chain_of_replays_waits_for_its_reads() {
 /// Accesses of the bodies running now, checked in by each body before it makes a view and
 /// checked out after: a race detector independent of the ledger (which verified replays skip).
 #[derive(Default)]
-struct Detector {
+pub(crate) struct Detector {
     /// (body, store tag, cells, writes).
     active: Mutex<Vec<(usize, u64, Rect, bool)>>,
     next: AtomicUsize,
-    races: Mutex<Vec<String>>,
+    pub(crate) races: Mutex<Vec<String>>,
 }
 
 impl Detector {
@@ -324,7 +324,7 @@ fn cells_of(ctx: &tessera_runtime::TaskContext<'_>, i: usize) -> (u64, Rect) {
 /// Registers the random programs' tasks, each checking in with `d`: `r` reads (its result the
 /// sum), `w` writes scalar 2 plus the cell index, `rw` updates in place, `r_w` writes the sum
 /// of what it reads, `red` adds one to every cell (its finish step folds: not checked in).
-fn register_checked(rt: &Runtime, d: &Arc<Detector>) -> Result<()> {
+pub(crate) fn register_checked(rt: &Runtime, d: &Arc<Detector>) -> Result<()> {
     let dd = d.clone();
     rt.register("r", move |ctx| {
         let me = dd.enter(
