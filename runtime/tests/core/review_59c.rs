@@ -303,3 +303,87 @@ fn panics_in_linked_replays_fail_and_heal_as_without_tracing() {
         }
     }
 }
+
+/// Two threads issue their own traced ping-pong loops (own stores) into one runtime while a
+/// third fences over and over: fences land between any two tasks of either loop, and a
+/// fence's `let_go_of_replays` may drop the last replay another thread just made (the next
+/// replay is then entered through an entry vertex). Each loop's values equal its run alone,
+/// untraced.
+#[test]
+fn fences_from_another_thread_between_replays_of_two_issuing_threads() {
+    fn lp(rt: &Runtime, seed: f64, steps: usize) -> Result<Vec<f64>> {
+        let a = rt.from_vec(&[16], (0..16).map(|i| seed + f64::from(i)).collect())?;
+        let b = rt.create(DType::F64, &[16])?;
+        for s in 0..steps {
+            let (x, y) = if s % 2 == 0 { (&a, &b) } else { (&b, &a) };
+            rt.task("inc")
+                .scalar(0u64)
+                .read(x)
+                .write(y)
+                .align(x, y)
+                .launch_domain(&[2])
+                .submit()?;
+            let h = y.slice(0, 4..12)?;
+            rt.task("set2")
+                .read(&h)
+                .write(&y.slice(0, 0..4)?)
+                .launch_domain(&[1])
+                .submit()?;
+        }
+        rt.read::<f64>(&a)
+    }
+    fn reg(rt: &Runtime) {
+        register_failing(rt).unwrap();
+        rt.register("set2", |ctx| {
+            let s: f64 = ctx.read::<f64>(0).as_slice().iter().sum();
+            ctx.write::<f64>(1).as_mut_slice().fill(s * 0.125);
+        })
+        .unwrap();
+    }
+    let plain = Runtime::builder().threads(1).build();
+    reg(&plain);
+    let want: Vec<Vec<f64>> = (0..2)
+        .map(|k| lp(&plain, 10.0 * f64::from(k), 1500).unwrap())
+        .collect();
+    for threads in 1..=3 {
+        for verified in [false, true] {
+            let rt = Runtime::builder()
+                .threads(threads)
+                .tracing(true)
+                .actors(true)
+                .verified_replays(verified)
+                .trace_sampling(8)
+                .build();
+            reg(&rt);
+            let done = std::sync::atomic::AtomicBool::new(false);
+            let got: Vec<Vec<f64>> = std::thread::scope(|sc| {
+                let fencer = sc.spawn(|| {
+                    let mut n = 0;
+                    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                        rt.fence().unwrap();
+                        n += 1;
+                        std::thread::sleep(std::time::Duration::from_micros(50));
+                    }
+                    n
+                });
+                let hs: Vec<_> = (0..2)
+                    .map(|k| {
+                        let rt = &rt;
+                        sc.spawn(move || lp(rt, 10.0 * f64::from(k), 1500).unwrap())
+                    })
+                    .collect();
+                let got = hs.into_iter().map(|h| h.join().unwrap()).collect();
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+                let n = fencer.join().unwrap();
+                assert!(n > 0, "{n} fences");
+                got
+            });
+            let st = rt.stats();
+            assert_eq!(got, want, "threads {threads}, verified {verified}: {st:?}");
+            eprintln!(
+                "threads {threads} verified {verified}: replayed {} linked {} abandoned {}",
+                st.traces_replayed, st.actor_linked_replays, st.traces_abandoned
+            );
+        }
+    }
+}
