@@ -146,6 +146,15 @@ impl Compiled {
         spare.split_off(keep)
     }
 
+    /// Lets go of the spare nodes and tasks kept for the next replays (at a fence: the trace
+    /// may never be replayed again, and its spares would stay for good). Freed outside the
+    /// locks.
+    pub(crate) fn let_go_of_spares(&self) {
+        let nodes = std::mem::take(&mut *self.spare.lock());
+        let tasks = std::mem::take(&mut *self.spare_tasks.lock());
+        drop((nodes, tasks));
+    }
+
     /// Ended runs' node lists kept for renewal.
     #[cfg(test)]
     pub(crate) fn spare_runs(&self) -> usize {
