@@ -101,7 +101,7 @@ fn program(seed: u64, rt: &Runtime) -> Result<Vec<f64>> {
                         ("rw", _) => task.read_write(&v),
                         _ => task.reduce(&v, ReduceOp::Sum),
                     };
-                    task = task.scalar(tag as u64).scalar(off as u64);
+                    task = task.scalar(tag).scalar(off as u64);
                 }
                 match s.kind {
                     "w" => task = task.scalar(1.5),
