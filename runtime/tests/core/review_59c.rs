@@ -445,3 +445,66 @@ fn recordings_of_finished_loops_are_never_let_go() {
     );
     }
 }
+
+/// One store as two arguments of one task (read one view, write another), overlapping across
+/// points or not, in traced loops with linked replays: values as untraced.
+#[test]
+fn a_store_read_and_written_through_two_views_of_one_task_replays_as_untraced() {
+    fn prog(rt: &Runtime, overlap: bool) -> Result<Vec<f64>> {
+        rt.register("shift", |ctx| {
+            let x: Vec<f64> = ctx.read::<f64>(0).as_slice().to_vec();
+            let mut y = ctx.write::<f64>(1);
+            for (o, i) in y.as_mut_slice().iter_mut().zip(&x) {
+                *o = 0.5 * i + 1.0;
+            }
+        })?;
+        let a = rt.from_vec(&[12], (0..12).map(f64::from).collect())?;
+        let b = rt.from_vec(&[12], (0..12).map(|i| f64::from(i) * 2.0).collect())?;
+        let (r, w) = if overlap {
+            (2..8, 4..10)
+        } else {
+            (0..6, 6..12)
+        };
+        for s in 0..80 {
+            let z = if s % 3 == 0 { &a } else { &b };
+            let (x, y) = (z.slice(0, r.clone())?, z.slice(0, w.clone())?);
+            rt.task("shift")
+                .read(&x)
+                .write(&y)
+                .align(&x, &y)
+                .launch_domain(&[2])
+                .submit()?;
+        }
+        let mut out = rt.read::<f64>(&a)?;
+        out.extend(rt.read::<f64>(&b)?);
+        Ok(out)
+    }
+    for overlap in [false, true] {
+        let want = prog(&Runtime::builder().threads(1).build(), overlap);
+        for threads in 1..=3 {
+            for verified in [false, true] {
+                let rt = Runtime::builder()
+                    .threads(threads)
+                    .tracing(true)
+                    .actors(true)
+                    .verified_replays(verified)
+                    .trace_sampling(4)
+                    .build();
+                let got = prog(&rt, overlap);
+                let st = rt.stats();
+                let at = format!("overlap {overlap}, threads {threads}, verified {verified}");
+                match (&want, &got) {
+                    (Ok(w), Ok(g)) => assert_eq!(g, w, "{at}: {st:?}"),
+                    _ => assert_eq!(got.is_err(), want.is_err(), "{at}: {got:?} {want:?}"),
+                }
+                eprintln!(
+                    "{at}: want ok {} replayed {} linked {} verified {}",
+                    want.is_ok(),
+                    st.traces_replayed,
+                    st.actor_linked_replays,
+                    st.verified_replays
+                );
+            }
+        }
+    }
+}
