@@ -497,13 +497,8 @@ fn a_store_read_and_written_through_two_views_of_one_task_replays_as_untraced() 
                     (Ok(w), Ok(g)) => assert_eq!(g, w, "{at}: {st:?}"),
                     _ => assert_eq!(got.is_err(), want.is_err(), "{at}: {got:?} {want:?}"),
                 }
-                eprintln!(
-                    "{at}: want ok {} replayed {} linked {} verified {}",
-                    want.is_ok(),
-                    st.traces_replayed,
-                    st.actor_linked_replays,
-                    st.verified_replays
-                );
+                // Overlapping views are refused either way; disjoint ones replay, linked.
+                assert!(overlap || st.actor_linked_replays > 5, "{at}: {st:?}");
             }
         }
     }
