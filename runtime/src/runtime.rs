@@ -424,6 +424,16 @@ impl Runtime {
             // marked done: once these are done, only handles outside the task graph remain.
             let pending = store.root.meta().access.pending(&rect);
             self.wait_then_check(pending, &store, &rect)?;
+            // With tracing, the tracer's first-use map holds a weak reference to every store it
+            // has seen (`Tracing::store_name`), which `Arc::get_mut` counts as a handle: every
+            // `take` of a traced program copied (review-59c). It never upgrades it, and no task
+            // can name this store again (this is its last handle): forgotten here.
+            if Arc::strong_count(&store.root) == 1 && Arc::weak_count(&store.root) > 0 {
+                let mut front = self.inner.front.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(tr) = front.tracing.as_mut() {
+                    tr.forget_store(store.root.id);
+                }
+            }
             // The authority: no other handle of any kind (a clone, a view, a task) exists.
             if let Some(root) = Arc::get_mut(&mut store.root) {
                 return Ok(match root.take_data() {

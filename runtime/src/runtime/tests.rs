@@ -1186,3 +1186,47 @@ fn replays_of_one_recording_over_stores_in_other_roles_match_the_untraced_run() 
     }
     assert!(linked > 20, "{linked} linked replays");
 }
+
+/// Review 59c: `take` of a traced program's store moves the buffer out, as without tracing.
+/// It always copied: the tracer's first-use map keeps a weak reference to every store it saw
+/// (`Tracing::store_name`), and `Arc::get_mut`, `take`'s test that no other handle exists,
+/// counts weak references too (fails without `Tracing::forget_store`, also after a fence).
+/// Without a fence the last replay may still hold the store (then it copies, correctly).
+#[test]
+fn take_moves_a_traced_store_s_buffer_out() {
+    for (tracing, fence) in [(false, false), (true, true)] {
+        let rt = Runtime::builder()
+            .threads(2)
+            .tracing(tracing)
+            .actors(true)
+            .trace_sampling(8)
+            .build();
+        rt.register("triple", |ctx| {
+            let mut w = ctx.write::<u64>(0);
+            w.as_mut_slice()
+                .iter_mut()
+                .for_each(|x| *x = x.wrapping_mul(3));
+        })
+        .unwrap();
+        let v: Vec<u64> = (0..1000).collect();
+        let ptr = v.as_ptr();
+        let s = rt.from_vec(&[1000], v).unwrap();
+        for _ in 0..200 {
+            rt.task("triple")
+                .read_write(&s)
+                .launch_domain(&[2])
+                .submit()
+                .unwrap();
+        }
+        assert!(!tracing || rt.stats().actor_replays > 5, "{:?}", rt.stats());
+        if fence {
+            rt.fence().unwrap();
+        }
+        let out = rt.take::<u64>(s).unwrap();
+        let want: Vec<u64> = (0..1000u64)
+            .map(|x| x.wrapping_mul(3u64.wrapping_pow(200)))
+            .collect();
+        assert_eq!(out, want);
+        assert_eq!(out.as_ptr(), ptr, "tracing {tracing}: moved, not copied");
+    }
+}

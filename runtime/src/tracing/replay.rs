@@ -273,6 +273,13 @@ impl Tracing {
         }
     }
 
+    /// Forgets store `id`'s first use (its weak reference kept `Runtime::take` from moving
+    /// the buffer out). Only for a store no task can name again: its first use would only be
+    /// pruned later, and `recent` may keep it (ids are never reused).
+    pub(crate) fn forget_store(&mut self, id: u64) {
+        self.first_use.remove(&id);
+    }
+
     /// What issuing `t` changes in the naming of later tokens, without its token: the count
     /// of issued tasks, its stores' first uses and its future's producer number (a task held
     /// in a streak; [`Tracing::token`] does the same and hashes).
