@@ -1,4 +1,4 @@
-//! Review 59c: linked actor replays where the stores change roles between iterations (the
+//! Linked actor replays (from stop 59's review of the replay path) where the stores change roles between iterations (the
 //! same bodies over permuted stores, so consecutive replays are of different traces over the
 //! same stores in other orders), stores dropped and made anew between phases, and host reads,
 //! fences and future waits at any task of a body, not only between iterations. Every body
@@ -385,64 +385,6 @@ fn fences_from_another_thread_between_replays_of_two_issuing_threads() {
                 st.traces_replayed, st.actor_linked_replays, st.traces_abandoned
             );
         }
-    }
-}
-
-/// Resident set size of this process in bytes (Linux).
-fn rss() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/statm").unwrap();
-    let pages: u64 = s.split_whitespace().nth(1).unwrap().parse().unwrap();
-    pages * 4096
-}
-
-/// Memory a long-running program's finished traced loops keep: every "request" makes its own
-/// stores (named by id once old: new tokens, new traces, new recordings), runs a traced loop,
-/// drops its stores and fences. A measurement (resident size is noisy): run with `--ignored
-/// --nocapture`. Per 1000 requests, debug build: untraced +0.5 MiB; traced +6.7 MiB; actors
-/// +27.7 MiB before the fence let go of compiled traces' spare nodes and tasks, +3.5 MiB
-/// after. What stays is the recordings themselves (and their compiled graphs), never
-/// evicted: dropping every recording at each fence (a throwaway build) left +0.5-0.7 MiB.
-#[test]
-#[ignore]
-fn recordings_of_finished_loops_are_never_let_go() {
-    for (tracing, actors) in [(false, false), (true, false), (true, true)] {
-        let rt = Runtime::builder()
-            .threads(2)
-            .tracing(tracing)
-            .actors(actors)
-            .trace_sampling(8)
-            .build();
-        register_failing(&rt).unwrap();
-        let request = |rt: &Runtime| {
-            let a = rt.from_vec(&[64], vec![1.0; 64]).unwrap();
-            let b = rt.create(DType::F64, &[64]).unwrap();
-            for s in 0..200 {
-                let (x, y) = if s % 2 == 0 { (&a, &b) } else { (&b, &a) };
-                rt.task("inc")
-                    .scalar(0u64)
-                    .read(x)
-                    .write(y)
-                    .align(x, y)
-                    .launch_domain(&[4])
-                    .submit()
-                    .unwrap();
-            }
-            rt.fence().unwrap();
-        };
-        for _ in 0..50 {
-            request(&rt);
-        }
-        let (before, rec0) = (rss(), rt.stats().traces_recorded);
-        for _ in 0..1000 {
-            request(&rt);
-        }
-        let st = rt.stats();
-        eprintln!(
-        "tracing {tracing} actors {actors}: recorded {} traces more, resident +{} KiB, store bytes resident {}",
-        st.traces_recorded - rec0,
-        (rss() as i64 - before as i64) / 1024,
-        st.bytes_resident
-    );
     }
 }
 
