@@ -1230,3 +1230,58 @@ fn take_moves_a_traced_store_s_buffer_out() {
         assert_eq!(out.as_ptr(), ptr, "tracing {tracing}: moved, not copied");
     }
 }
+
+/// A long-running program whose traced loops each run over stores of their own (a request
+/// loop: every loop's stores are old, so named by id, so each loop is a new trace) keeps a
+/// bounded number of recordings: a fence lets go of those neither made nor replayed since the
+/// fence before (it kept every one for good, ~7 KiB each, with actors ~28 KiB). A loop whose
+/// trace is replayed between fences keeps it; the values are those of the untraced runtime.
+#[test]
+fn a_fence_lets_go_of_recordings_unused_since_the_fence_before() {
+    let run = |tracing: bool, actors: bool| {
+        let rt = Runtime::builder()
+            .threads(2)
+            .min_piece_size(1)
+            .tracing(tracing)
+            .actors(actors)
+            .trace_sampling(8)
+            .build();
+        let (rt, _, _) = with_inc(rt, |o, i| o * 0.5 + i + 1.0);
+        let mut out = vec![];
+        let mut most = 0;
+        for request in 0..40 {
+            let a = rt.from_vec(&[8], vec![request as f64; 8]).unwrap();
+            let b = rt.create(DType::F64, &[8]).unwrap();
+            // Fences inside a loop too: its trace is replayed in every interval.
+            for s in 0..120 {
+                let (x, y) = if s % 2 == 0 { (&a, &b) } else { (&b, &a) };
+                rt.task("inc")
+                    .read(x)
+                    .write(y)
+                    .align(x, y)
+                    .submit()
+                    .unwrap();
+                if s % 40 == 39 {
+                    rt.fence().unwrap();
+                }
+            }
+            out.push(rt.read::<f64>(&a).unwrap());
+            rt.fence().unwrap();
+            if let Some(tr) = rt.inner.front.lock().unwrap().tracing.as_ref() {
+                most = most.max(tr.recorded());
+            }
+        }
+        (out, most, rt.stats())
+    };
+    let (want, _, _) = run(false, false);
+    for actors in [false, true] {
+        let (got, most, st) = run(true, actors);
+        assert_eq!(got, want, "actors {actors}");
+        assert!(st.traces_recorded >= 40, "a trace per loop: {st:?}");
+        assert!(st.traced_share() > 0.5, "{st:?}");
+        assert!(
+            most <= 4,
+            "actors {actors}: {most} recordings kept at a fence"
+        );
+    }
+}

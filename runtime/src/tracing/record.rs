@@ -117,6 +117,9 @@ pub(crate) struct Recording {
     /// Replays in a row that found the tasks as recorded but not the temporary flags
     /// (`Tracing::flags_went_stale`).
     pub flag_misses: u8,
+    /// Recorded or replayed since the last fence: a recording that was neither is let go at
+    /// the fence (`Tracing::let_go_of_replays`).
+    pub used: bool,
 }
 
 impl Recording {
@@ -159,6 +162,7 @@ impl Recording {
             cross: Default::default(),
             actors: None,
             flag_misses: 0,
+            used: true,
         };
         (rec, plans)
     }

@@ -260,17 +260,49 @@ impl Tracing {
     /// their tasks, and so the stores those name: a traced loop's last replay kept the
     /// stores the application dropped after the loop alive for as long as nothing else was
     /// issued. After a fence a link orders nothing an entry vertex does not.
-    /// Also the compiled traces' spare nodes and tasks (`actors::Compiled`): a cache for the
-    /// next replays, kept by every recording for good, ~24 KiB a finished trace of 4-point
-    /// tasks (review-59c, `review_59c::recordings_of_finished_loops_are_never_let_go`: a
-    /// program running 1000 traced loops over stores of their own kept 27.7 MiB more
-    /// resident with actors, 3.5 MiB with this). A replay after a fence allocates them anew.
+    /// Also the recordings not used since the last fence
+    /// ([`Tracing::let_go_of_unused_recordings`]), and the compiled traces' spare nodes and
+    /// tasks (`actors::Compiled`): a cache for the next replays, kept by every recording for
+    /// good, ~24 KiB a finished trace of 4-point tasks (a program running 1000 traced loops
+    /// over stores of their own kept 27.7 MiB more resident with actors, 3.5 MiB without the
+    /// spares). A replay after a fence allocates them anew.
     pub(crate) fn let_go_of_replays(&mut self) {
         self.last = None;
         self.in_flight.clear();
+        self.let_go_of_unused_recordings();
         for c in self.recordings.values().filter_map(|r| r.actors.as_ref()) {
             c.let_go_of_spares();
         }
+    }
+
+    /// Lets go of the recordings neither made nor replayed since the last fence, but those a
+    /// streak or a pending replay names, with what other recordings worked out for following
+    /// them (`Recording::cross`). A long-running program whose traced loops each run over
+    /// stores of their own (named by id once old: a new trace per loop) kept every recording
+    /// for good. Decided by the stream alone (fences, replays); a trace let go is recorded
+    /// again at its next occurrence, as the first time.
+    fn let_go_of_unused_recordings(&mut self) {
+        let named = [
+            self.streak.as_ref().map(|s| s.trace),
+            self.pending.as_ref().map(|p| p.trace),
+            self.just_replayed,
+        ];
+        let before = self.recordings.len();
+        self.recordings
+            .retain(|id, r| std::mem::take(&mut r.used) || named.contains(&Some(*id)));
+        if self.recordings.len() == before {
+            return;
+        }
+        let kept: rustc_hash::FxHashSet<TraceId> = self.recordings.keys().copied().collect();
+        for r in self.recordings.values_mut() {
+            r.cross.retain(|(trace, _), _| kept.contains(trace));
+        }
+    }
+
+    /// How many traces are recorded.
+    #[cfg(test)]
+    pub(crate) fn recorded(&self) -> usize {
+        self.recordings.len()
     }
 
     /// Forgets store `id`'s first use (its weak reference kept `Runtime::take` from moving
@@ -1023,6 +1055,7 @@ impl Inner {
         };
         let rec = tr.recordings.get_mut(&trace).expect("looked up above");
         rec.flag_misses = 0;
+        rec.used = true;
         let held = &tr.held[..n];
         rec.conditions.apply(held);
         held.iter().for_each(bump_issued_versions);
