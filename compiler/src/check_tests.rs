@@ -198,6 +198,25 @@ fn schedule_errors_point_at_the_culprit() {
         "only reduction variables are extended",
         "io",
     );
+    // Across directives too: `map(io); map(io)` was accepted, and the statement then failed
+    // when it ran, on one rank as well, with the runtime's `BadShardKey` (launch dimension 0
+    // named twice in the sharding key).
+    let src = "y(i) = A(i,j) * x(j); split(i, io, ii, 2); map(io); map(io)";
+    let d = fails(src, "`io` is named twice in `map`", "io");
+    assert_eq!(d.span.start, src.rfind("io").unwrap(), "the second `io`");
+    fails(
+        "y(i) = A(i,j) * x(j); split(i, io, ii, 2); split(j, jo, ji, 2); map(io, jo); map(jo)",
+        "`jo` is named twice in `map`",
+        "jo",
+    );
+    fails(
+        "y(i) = A(i,j) * x(j); split(j, jo, ji, 2); extend(jo); extend(jo)",
+        "`jo` is named twice in `extend`",
+        "jo",
+    );
+    // Different variables in separate `map`s stay one key.
+    let c = checked("y(i) = A(i,j) * x(j); split(i, io, ii, 2); split(j, jo, ji, 2); map(io); map(jo)");
+    assert_eq!(c.schedule.map, ["io", "jo"]);
     fails(
         "y(i) = A(i,j) * x(j); parallelize(j)",
         "parallelizing it would race",

@@ -48,11 +48,15 @@ pub(super) fn check_schedule(
             }
             Directive::Order(names) => {
                 once(&mut order_span, &item.span, "order")?;
-                sched.order = Some(block_vars(&known, names, "order")?);
+                sched.order = Some(block_vars(&known, names, "order", &[])?);
             }
-            Directive::Map(names) => sched.map.extend(block_vars(&known, names, "map")?),
+            Directive::Map(names) => {
+                let names = block_vars(&known, names, "map", &sched.map)?;
+                sched.map.extend(names);
+            }
             Directive::Extend(v) => {
-                let name = block_vars(&known, std::slice::from_ref(v), "extend")?.remove(0);
+                let one = std::slice::from_ref(v);
+                let name = block_vars(&known, one, "extend", &sched.extend)?.remove(0);
                 let root = &known[lookup(&known, v)?].root;
                 if is_free(root) {
                     return Err(Diagnostic::new(
@@ -103,11 +107,14 @@ fn lookup(known: &[SchedVar], v: &Ident) -> Result<usize, Diagnostic> {
     })
 }
 
-/// Names that must be outer (block) variables of splits, each named once.
+/// Names that must be outer (block) variables of splits, each named once, also across the
+/// directive's earlier items (`before`: `map(io); map(io)` would shard by one launch
+/// dimension twice, which the runtime refuses when the statement runs).
 fn block_vars(
     known: &[SchedVar],
     names: &[Ident],
     directive: &str,
+    before: &[String],
 ) -> Result<Vec<String>, Diagnostic> {
     let mut out: Vec<String> = Vec::new();
     for n in names {
@@ -120,7 +127,7 @@ fn block_vars(
             .label("not a block variable")
             .hint(format!("split it first, e.g. `split({0}, {0}o, {0}i, 2); {directive}({0}o)`", n.name)));
         }
-        if out.contains(&n.name) {
+        if out.contains(&n.name) || before.contains(&n.name) {
             return Err(Diagnostic::new(
                 format!("`{}` is named twice in `{directive}`", n.name),
                 n.span.clone(),
