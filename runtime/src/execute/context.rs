@@ -37,7 +37,8 @@ pub struct TaskContext<'a> {
 /// views of its input were three borrows and three releases on the line both points use).
 #[derive(Default)]
 struct Held<'a> {
-    /// Bit `i`: a read view of (fused) argument `i` is covered by `borrows`, no borrow of its own.
+    /// Bit `i`: a read view of (fused) argument `i` is covered by `borrows`, no borrow of its own
+    /// (arguments from 64 on never are: `ReadGroups::of` groups at most 16).
     covered: u64,
     /// The borrows: most points hold one group (a stencil's input) or none, so the first is
     /// inline and the rest in a list that allocates only for a second group. Dropping these
@@ -620,7 +621,9 @@ impl<'a> TaskContext<'a> {
         arg: usize,
         exclusive: bool,
     ) -> RawView<'a, T> {
-        if !exclusive && !a.local && self.held.covered >> at & 1 == 1 {
+        // `covered` has a bit per argument below 64 (read groups only form among 16): a
+        // fused task has more arguments than that, whose shift would overflow.
+        if !exclusive && !a.local && at < 64 && self.held.covered >> at & 1 == 1 {
             return RawView::of_store(a, &a.rects[self.point], None);
         }
         self.view_borrowed(a, at, arg, exclusive)

@@ -963,5 +963,49 @@ fn reading_a_failed_unbound_output_gives_its_lowest_point_s_error() {
             "future: {from_future}"
         );
         assert_eq!(from_read, from_future, "threads {threads}: reading u");
+
+/// A task of more than 64 arguments (a fused task of a window's worth of statements has as
+/// many) reads each of them. A point's view of argument `at` tested bit `at` of a 64-bit
+/// mask of covered reads (`Held::covered`): from argument 64 on the shift overflowed, which
+/// panicked in debug builds (the point failed with "attempt to shift right with overflow").
+#[test]
+fn a_task_reads_past_its_64th_argument() {
+    for (fusion, window) in [(false, 1), (true, 32)] {
+        let rt = Runtime::builder()
+            .threads(2)
+            .fusion(fusion)
+            .window_size(window)
+            .build();
+        rt.register("sum_all", |ctx| {
+            let s: f64 = (1..71).map(|a| ctx.read::<f64>(a).as_slice()[0]).sum();
+            ctx.write::<f64>(0).fill(s);
+        })
+        .unwrap();
+        rt.register("sum3", |ctx| {
+            let s: f64 = (1..4).map(|a| ctx.read::<f64>(a).as_slice()[0]).sum();
+            ctx.write::<f64>(0).fill(s);
+        })
+        .unwrap();
+        let xs: Vec<_> = (0..70)
+            .map(|i| rt.from_vec(&[1], vec![i as f64]).unwrap())
+            .collect();
+        // One task of 71 arguments.
+        let y = rt.create(DType::F64, &[1]).unwrap();
+        let t = xs.iter().fold(rt.task("sum_all").write(&y), |t, x| t.read(x));
+        t.launch_domain(&[1]).submit().unwrap();
+        // 20 tasks of 4 arguments each, which a window of 32 fuses into one of 80.
+        let ys: Vec<_> = (0..20)
+            .map(|k| {
+                let y = rt.create(DType::F64, &[1]).unwrap();
+                let t = (0..3).fold(rt.task("sum3").write(&y), |t, j| t.read(&xs[3 * k + j]));
+                t.launch_domain(&[1]).submit().unwrap();
+                y
+            })
+            .collect();
+        assert_eq!(rt.read::<f64>(&y).unwrap(), vec![(0..70).sum::<usize>() as f64]);
+        for (k, y) in ys.iter().enumerate() {
+            let want = (3 * k..3 * k + 3).sum::<usize>() as f64;
+            assert_eq!(rt.read::<f64>(y).unwrap(), vec![want], "fusion {fusion}, task {k}");
+        }
     }
 }
