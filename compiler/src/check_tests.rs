@@ -215,7 +215,8 @@ fn schedule_errors_point_at_the_culprit() {
         "jo",
     );
     // Different variables in separate `map`s stay one key.
-    let c = checked("y(i) = A(i,j) * x(j); split(i, io, ii, 2); split(j, jo, ji, 2); map(io); map(jo)");
+    let c =
+        checked("y(i) = A(i,j) * x(j); split(i, io, ii, 2); split(j, jo, ji, 2); map(io); map(jo)");
     assert_eq!(c.schedule.map, ["io", "jo"]);
     fails(
         "y(i) = A(i,j) * x(j); parallelize(j)",

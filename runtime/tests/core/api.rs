@@ -963,6 +963,8 @@ fn reading_a_failed_unbound_output_gives_its_lowest_point_s_error() {
             "future: {from_future}"
         );
         assert_eq!(from_read, from_future, "threads {threads}: reading u");
+    }
+}
 
 /// A task of more than 64 arguments (a fused task of a window's worth of statements has as
 /// many) reads each of them. A point's view of argument `at` tested bit `at` of a 64-bit
@@ -991,7 +993,9 @@ fn a_task_reads_past_its_64th_argument() {
             .collect();
         // One task of 71 arguments.
         let y = rt.create(DType::F64, &[1]).unwrap();
-        let t = xs.iter().fold(rt.task("sum_all").write(&y), |t, x| t.read(x));
+        let t = xs
+            .iter()
+            .fold(rt.task("sum_all").write(&y), |t, x| t.read(x));
         t.launch_domain(&[1]).submit().unwrap();
         // 20 tasks of 4 arguments each, which a window of 32 fuses into one of 80.
         let ys: Vec<_> = (0..20)
@@ -1002,10 +1006,17 @@ fn a_task_reads_past_its_64th_argument() {
                 y
             })
             .collect();
-        assert_eq!(rt.read::<f64>(&y).unwrap(), vec![(0..70).sum::<usize>() as f64]);
+        assert_eq!(
+            rt.read::<f64>(&y).unwrap(),
+            vec![(0..70).sum::<usize>() as f64]
+        );
         for (k, y) in ys.iter().enumerate() {
             let want = (3 * k..3 * k + 3).sum::<usize>() as f64;
-            assert_eq!(rt.read::<f64>(y).unwrap(), vec![want], "fusion {fusion}, task {k}");
+            assert_eq!(
+                rt.read::<f64>(y).unwrap(),
+                vec![want],
+                "fusion {fusion}, task {k}"
+            );
         }
     }
 }
