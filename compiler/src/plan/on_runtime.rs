@@ -875,8 +875,11 @@ fn launch_task(
 /// starts at coordinate 0, so the block kernel runs its copy without `x`'s offset: the image
 /// of a row block starts at its least column, almost never 0, and that copy subtracts it
 /// once per nonzero (5 of the bench's 8 blocks did). The cost is coarser dependences on the
-/// vector (each point waits for every writer of it, not only of its image). Across ranks
-/// the image stays: it is what a rank receives.
+/// vector (each point waits for every writer of it, not only of its image), and, when a task
+/// writing the vector failed, a point sees every poisoned cell of it, not only those its
+/// image reaches: on one rank such a statement fails where across ranks it computes from the
+/// good cells it reads (stop 59's hunt, `poisoned_tiles_outside_an_image_agree_across_ranks`
+/// on branch `hunt-e`). Across ranks the image stays: it is what a rank receives.
 fn whole_on_one_rank(rt: &Runtime, source: StoreKind, target: StoreKind) -> bool {
     rt.ranks() == 1 && matches!((source, target), (StoreKind::Crd(_), StoreKind::Vals))
 }
