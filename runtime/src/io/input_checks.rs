@@ -196,11 +196,7 @@ pub(super) fn verify_shared<C: Communicator + ?Sized>(
             ));
         }
         if crc.finalize() != a.crc32 {
-            return Err(IoError::File(format!(
-                "{}: the checksum of {} does not match its data (the file is corrupt)",
-                path.display(),
-                a.name()
-            )));
+            return Err(corrupt(path, &a.name()));
         }
     }
     Ok(())
@@ -337,12 +333,16 @@ pub(super) fn verify_checksums(
             }
         }
         if crc.finalize() != a.crc32 {
-            return Err(IoError::File(format!(
-                "{}: the checksum of {} does not match its data (the file is corrupt)",
-                path.display(),
-                a.name()
-            )));
+            return Err(corrupt(path, &a.name()));
         }
     }
     Ok(())
+}
+
+/// The error of an array whose checksum does not match its data.
+fn corrupt(path: &Path, array: &str) -> IoError {
+    IoError::File(format!(
+        "{}: the checksum of {array} does not match its data (the file is corrupt)",
+        path.display()
+    ))
 }

@@ -1,44 +1,13 @@
-//! Linked actor replays (from stop 59's review of the replay path) where the stores change roles between iterations (the
-//! same bodies over permuted stores, so consecutive replays are of different traces over the
-//! same stores in other orders), stores dropped and made anew between phases, and host reads,
-//! fences and future waits at any task of a body, not only between iterations. Every body
-//! checks its accesses in the race detector of `tracing_races` (independent of the ledger,
-//! which verified replays skip); values are compared bitwise with the untraced run.
+//! Linked actor replays (from stop 59's review of the replay path) where the stores change
+//! roles between iterations (the same bodies over permuted stores, so consecutive replays are
+//! of different traces over the same stores in other orders), stores dropped and made anew
+//! between phases, and host reads, fences and future waits at any task of a body, not only
+//! between iterations. Every body checks its accesses in the race detector of `tracing_races`
+//! (independent of the ledger, which verified replays skip); values are compared bitwise with
+//! the untraced run.
 
-use crate::tracing_races::{register_checked, Detector};
-use std::sync::Arc;
+use crate::tracing_races::{race_checked, random_body, seeds, Step, VIEWS};
 use tessera_runtime::{DType, Future, ReduceOp, Result, Runtime, Store};
-
-#[derive(Clone, Debug)]
-struct Step {
-    kind: &'static str,
-    args: Vec<(usize, usize)>,
-    points: usize,
-}
-
-const VIEWS: [(usize, usize); 4] = [(0, 8), (0, 4), (4, 4), (2, 4)];
-
-fn random_body(next: &mut impl FnMut(u64) -> u64) -> (Vec<Step>, bool) {
-    let fresh = next(6) == 0;
-    let stores = if fresh { 4 } else { 3 };
-    let steps = (0..1 + next(4))
-        .map(|_| {
-            let kind = ["r", "r", "w", "wf", "rw", "r_w", "red"][next(7) as usize];
-            let a = next(stores) as usize;
-            let mut args = vec![(a, next(4) as usize)];
-            if kind == "r_w" {
-                let b = (a + 1 + next(stores - 1) as usize) % stores as usize;
-                args.push((b, next(4) as usize));
-            }
-            Step {
-                kind,
-                args,
-                points: 1 + next(2) as usize,
-            }
-        })
-        .collect();
-    (steps, fresh)
-}
 
 const PERMS: [[usize; 3]; 6] = [
     [0, 1, 2],
@@ -54,7 +23,7 @@ const PERMS: [[usize; 3]; 6] = [
 /// replaced by new ones between phases. Every value read is returned.
 fn program(seed: u64, rt: &Runtime) -> Result<Vec<f64>> {
     let mut next = crate::tracing::below(seed);
-    let bodies: Vec<(Vec<Step>, bool)> = (0..3).map(|_| random_body(&mut next)).collect();
+    let bodies: Vec<(Vec<Step>, bool)> = (0..3).map(|_| random_body(&mut next, 4)).collect();
     let mut stores: Vec<Store> = (0..3)
         .map(|i| rt.from_vec(&[8], (0..8).map(|j| (i * 8 + j) as f64).collect()))
         .collect::<Result<_>>()?;
@@ -152,40 +121,8 @@ fn program(seed: u64, rt: &Runtime) -> Result<Vec<f64>> {
 
 #[test]
 fn permuted_stores_and_host_waits_inside_bodies_keep_linked_replays_race_free() {
-    let (mut linked, mut replays) = (0, 0);
-    let seeds: Vec<u64> = match std::env::var("TESSERA_REVIEW_SEEDS") {
-        Ok(s) => {
-            let (a, b) = s.split_once("..").expect("a..b");
-            (a.parse().unwrap()..b.parse().unwrap()).collect()
-        }
-        Err(_) => (1..=12).collect(),
-    };
-    for seed in seeds {
-        let d = Arc::new(Detector::default());
-        let rt = Runtime::builder().threads(2).tracing(false).build();
-        register_checked(&rt, &d).unwrap();
-        let want = program(seed, &rt).unwrap();
-        for threads in 1..=3 {
-            let d = Arc::new(Detector::default());
-            let rt = Runtime::builder()
-                .threads(threads)
-                .tracing(true)
-                .actors(true)
-                .fusion(seed % 3 != 0)
-                .verified_replays(true)
-                .trace_sampling(8)
-                .build();
-            register_checked(&rt, &d).unwrap();
-            let at = format!("seed {seed}, threads {threads}");
-            let got = program(seed, &rt).unwrap_or_else(|e| panic!("{at}: {e}"));
-            let st = rt.stats();
-            assert_eq!(got, want, "{at}: {st:?}");
-            let races = d.races.lock().unwrap();
-            assert!(races.is_empty(), "{at}: {races:?} {st:?}");
-            linked += st.actor_linked_replays;
-            replays += st.actor_replays;
-        }
-    }
+    let seeds = seeds("TESSERA_REVIEW_SEEDS", (1..=12).collect());
+    let (replays, linked) = race_checked(&seeds, program, &[true]);
     eprintln!("{replays} replays, {linked} linked");
     assert!(replays > 50, "{replays} replays, {linked} linked");
 }

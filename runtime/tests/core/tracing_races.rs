@@ -396,19 +396,20 @@ pub(crate) fn register_checked(rt: &Runtime, d: &Arc<Detector>) -> Result<()> {
 /// One task of a random body: kind, (store, view) per argument (store 3: the body's fresh
 /// store), launch domain.
 #[derive(Clone, Debug)]
-struct Step {
-    kind: &'static str,
-    args: Vec<(usize, usize)>,
-    points: usize,
+pub(crate) struct Step {
+    pub kind: &'static str,
+    pub args: Vec<(usize, usize)>,
+    pub points: usize,
 }
 
 /// The views of an 8-cell store a random step may take: offset and length.
-const VIEWS: [(usize, usize); 4] = [(0, 8), (0, 4), (4, 4), (2, 4)];
+pub(crate) const VIEWS: [(usize, usize); 4] = [(0, 8), (0, 4), (4, 4), (2, 4)];
 
-fn random_body(next: &mut impl FnMut(u64) -> u64) -> (Vec<Step>, bool) {
+/// A random body of 1 to `most` steps, and whether it makes a fresh store.
+pub(crate) fn random_body(next: &mut impl FnMut(u64) -> u64, most: u64) -> (Vec<Step>, bool) {
     let fresh = next(6) == 0;
     let stores = if fresh { 4 } else { 3 };
-    let steps = (0..1 + next(3))
+    let steps = (0..1 + next(most))
         .map(|_| {
             let kind = ["r", "r", "w", "wf", "rw", "r_w", "red"][next(7) as usize];
             let a = next(stores) as usize;
@@ -432,7 +433,7 @@ fn random_body(next: &mut impl FnMut(u64) -> u64) -> (Vec<Step>, bool) {
 /// the final stores: the last one taken).
 fn random_program(seed: u64, rt: &Runtime) -> Result<Vec<f64>> {
     let mut next = crate::tracing::below(seed);
-    let bodies: Vec<(Vec<Step>, bool)> = (0..3).map(|_| random_body(&mut next)).collect();
+    let bodies: Vec<(Vec<Step>, bool)> = (0..3).map(|_| random_body(&mut next, 3)).collect();
     let stores: Vec<Store> = (0..3)
         .map(|i| rt.from_vec(&[8], (0..8).map(|j| (i * 8 + j) as f64).collect()))
         .collect::<Result<_>>()?;
@@ -507,29 +508,34 @@ fn random_program(seed: u64, rt: &Runtime) -> Result<Vec<f64>> {
     Ok(seen)
 }
 
-/// Seeds whose programs ran conflicting accesses together (most runs: 9-10 of these in each of
-/// three tries) with review39's bug put back in `AccessState::set` (every earlier access
-/// dropped); seeds 1-150 tried. Seeds 1-300 pass as the code is (`TESSERA_RACE_SEEDS=1..300`
-/// runs them: ~2 min debug).
-const SEEDS_39: [u64; 10] = [60, 64, 68, 71, 87, 106, 110, 116, 131, 136];
-
-#[test]
-fn random_programs_of_repeated_bodies_never_run_conflicting_accesses_together() {
-    let (mut linked, mut replays) = (0, 0);
-    let seeds: Vec<u64> = match std::env::var("TESSERA_RACE_SEEDS") {
+/// The seeds `var` names (`a..b`), else `default`.
+pub(crate) fn seeds(var: &str, default: Vec<u64>) -> Vec<u64> {
+    match std::env::var(var) {
         Ok(s) => {
-            let (a, b) = s.split_once("..").expect("TESSERA_RACE_SEEDS=a..b");
+            let (a, b) = s.split_once("..").expect("a..b");
             (a.parse().unwrap()..b.parse().unwrap()).collect()
         }
-        Err(_) => (1..=10).chain(SEEDS_39).collect(),
-    };
-    for seed in seeds {
+        Err(_) => default,
+    }
+}
+
+/// Runs `program` of every seed untraced, then traced with actors on 1-3 threads, replays
+/// verified or not as `verified` lists, every body's accesses checked by a race detector:
+/// each run must give the untraced values and run no conflicting accesses together. Returns
+/// the actor replays and the linked ones, over all runs.
+pub(crate) fn race_checked(
+    seeds: &[u64],
+    program: fn(u64, &Runtime) -> Result<Vec<f64>>,
+    verified: &[bool],
+) -> (u64, u64) {
+    let (mut replays, mut linked) = (0, 0);
+    for &seed in seeds {
         let d = Arc::new(Detector::default());
         let rt = Runtime::builder().threads(2).tracing(false).build();
         register_checked(&rt, &d).unwrap();
-        let want = random_program(seed, &rt).unwrap();
+        let want = program(seed, &rt).unwrap();
         for threads in 1..=3 {
-            for verified in [false, true] {
+            for &verified in verified {
                 let d = Arc::new(Detector::default());
                 let rt = Runtime::builder()
                     .threads(threads)
@@ -541,7 +547,7 @@ fn random_programs_of_repeated_bodies_never_run_conflicting_accesses_together() 
                     .build();
                 register_checked(&rt, &d).unwrap();
                 let at = format!("seed {seed}, threads {threads}, verified {verified}");
-                let got = random_program(seed, &rt).unwrap_or_else(|e| panic!("{at}: {e}"));
+                let got = program(seed, &rt).unwrap_or_else(|e| panic!("{at}: {e}"));
                 let st = rt.stats();
                 assert_eq!(got, want, "{at}: {st:?}");
                 let races = d.races.lock().unwrap();
@@ -551,6 +557,19 @@ fn random_programs_of_repeated_bodies_never_run_conflicting_accesses_together() 
             }
         }
     }
+    (replays, linked)
+}
+
+/// Seeds whose programs ran conflicting accesses together (most runs: 9-10 of these in each of
+/// three tries) with review39's bug put back in `AccessState::set` (every earlier access
+/// dropped); seeds 1-150 tried. Seeds 1-300 pass as the code is (`TESSERA_RACE_SEEDS=1..300`
+/// runs them: ~2 min debug).
+const SEEDS_39: [u64; 10] = [60, 64, 68, 71, 87, 106, 110, 116, 131, 136];
+
+#[test]
+fn random_programs_of_repeated_bodies_never_run_conflicting_accesses_together() {
+    let seeds = seeds("TESSERA_RACE_SEEDS", (1..=10).chain(SEEDS_39).collect());
+    let (replays, linked) = race_checked(&seeds, random_program, &[false, true]);
     // The programs replay, and link replays: the cases test something.
     assert!(
         replays > 100 && linked > 50,
