@@ -882,7 +882,7 @@ fn main() {
         .ok();
     eprintln!(
         "{threads} threads, window {window:?}, {reps} interleaved repetitions ({sreps} for CG and BiCGSTAB), Black-Scholes over {bs_n} elements ({} MiB per array)",
-        bs_n * 8 >> 20
+        (bs_n * 8) >> 20
     );
     let mut table = Table::new(&format!(
         "Task and kernel fusion ({threads} threads, window {window:?}; medians of {reps}, of {sreps} for CG and BiCGSTAB)"
