@@ -32,7 +32,8 @@
 //! BiCGSTAB runs, default 5 × `REPS`: a run of [`ITERS`] iterations takes 5–15 ms there, and
 //! their medians over 5 runs moved 2× between two quiet runs of the bench; under
 //! `TESSERA_BENCH_ONLY`, `REPS`), `TESSERA_BENCH_BS_N` (Black-Scholes elements, default
-//! 4 Mi, 32 MiB per array, or more where the last-level cache is large: [`default_bs_n`]), `TESSERA_BENCH_CG_K` (grid side of the CG and BiCGSTAB Laplacian, default 64: tasks short
+//! 4 Mi, 32 MiB per array, or more where the last-level cache is large: [`default_bs_n`]),
+//! `TESSERA_BENCH_CG_K` (grid side of the CG and BiCGSTAB Laplacian, default 64: tasks short
 //! enough that launching them is a visible part of an iteration),
 //! `TESSERA_BENCH_WINDOW` (window for the fused runs: `adaptive` (the default, at most
 //! `DEFAULT_WINDOW` tasks), `adaptive:N`, or a fixed window `N`), `TESSERA_BENCH_SWEEP=1`

@@ -426,7 +426,7 @@ impl Runtime {
             self.wait_then_check(pending, &store, &rect)?;
             // With tracing, the tracer's first-use map holds a weak reference to every store it
             // has seen (`Tracing::store_name`), which `Arc::get_mut` counts as a handle: every
-            // `take` of a traced program copied (review-59c). It never upgrades it, and no task
+            // `take` of a traced program copied (stop 59). It never upgrades it, and no task
             // can name this store again (this is its last handle): forgotten here.
             if Arc::strong_count(&store.root) == 1 && Arc::weak_count(&store.root) > 0 {
                 let mut front = self.inner.front.lock().unwrap_or_else(|e| e.into_inner());

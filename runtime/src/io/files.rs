@@ -2,17 +2,19 @@
 //! [`merge_blocks`], with no data exchanged between ranks.
 //!
 //! - [`split_file`]: the ranks first check the input together (every array's checksum and
-//!   the level invariants, each rank a share); each rank then reads only its piece of the
-//!   input, a chunk at a time, and walks it twice: pass one gathers a partial header per block, pooled over the ranks (the block
-//!   layouts and every rank's starting counters); block owners create the block files at full
-//!   length; pass two writes each entry's `pos`/`crd`/`vals` straight into its block file at
-//!   its final offset (`sink`). Owners then write the tails and headers, with checksums
-//!   combined from the ranks' runs, and rename the files into place.
+//!   the level invariants, each rank a share: `input_checks`); each rank then reads only its
+//!   piece of the input, a chunk at a time, and walks it twice: pass one gathers a partial
+//!   header per block, pooled over the ranks (the block layouts and every rank's starting
+//!   counters); block owners create the block files at full length; pass two writes each
+//!   entry's `pos`/`crd`/`vals` straight into its block file at its final offset (`sink`).
+//!   Owners then write the tails and headers, with checksums combined from the ranks' runs,
+//!   and rename the files into place.
 //! - [`merge_dir`]: every rank reads every block's header (the blocks must be the complete
-//!   grid of one split: `check_split`) and checks a share of the blocks in full, cuts every block at the same
-//!   coordinate-space cuts and reads its sections straight from the block files; a tournament
-//!   merge (twice: header, then runs) writes its piece of the output arrays at offsets from
-//!   the pooled header into one temporary file; rank 0 finishes it and renames it into place.
+//!   grid of one split: `check_split`) and checks a share of the blocks in full, cuts every
+//!   block at the same coordinate-space cuts and reads its sections straight from the block
+//!   files; a tournament merge (twice: header, then runs) writes its piece of the output
+//!   arrays at offsets from the pooled header into one temporary file; rank 0 finishes it and
+//!   renames it into place.
 //!
 //! Only headers, counters and checksums travel between ranks, so a rank's memory is its
 //! chunk or its sections plus bounded buffers, and the ranks' work is all in parallel.

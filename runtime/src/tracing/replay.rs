@@ -290,9 +290,14 @@ impl Tracing {
         let before = self.recordings.len();
         self.recordings
             .retain(|id, r| std::mem::take(&mut r.used) || named.contains(&Some(*id)));
-        if self.recordings.len() == before {
-            return;
+        if self.recordings.len() < before {
+            self.forget_crosses();
         }
+    }
+
+    /// Drops what recordings worked out for following a trace no longer recorded
+    /// (`Recording::cross`): a recording made anew of that trace may launch differently.
+    fn forget_crosses(&mut self) {
         let kept: rustc_hash::FxHashSet<TraceId> = self.recordings.keys().copied().collect();
         for r in self.recordings.values_mut() {
             r.cross.retain(|(trace, _), _| kept.contains(trace));
@@ -415,9 +420,7 @@ impl Tracing {
             return false;
         }
         self.recordings.remove(&trace);
-        for r in self.recordings.values_mut() {
-            r.cross.retain(|(before, _), _| *before != trace);
-        }
+        self.forget_crosses();
         true
     }
 

@@ -894,6 +894,18 @@ fn one_d_element_access_on_a_sliced_view_stays_in_its_point() {
     assert!(flat.contains("outside this point's sub-store"), "{flat}");
 }
 
+/// For a task of 6 points whose failing points fail out of order: points 1 and 4 refuse
+/// (panic), point 1 after 200 ms, so that point 4's failure always lands first. Returns the
+/// point.
+pub(crate) fn refuse_points_1_and_4(ctx: &tessera_runtime::TaskContext) -> usize {
+    let p = ctx.linear_point();
+    if p == 1 {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(p != 1 && p != 4, "point {p} refuses");
+    p
+}
+
 /// A failed reduction whose points reduce into the same
 /// cells (a broadcast accumulator). Reading the store must give the error the task reports
 /// (its lowest failed point's, `launch::keep_earliest`), not whichever point failed first in
@@ -906,11 +918,7 @@ fn reading_a_failed_reduction_gives_its_lowest_point_s_error() {
     for threads in [2, 3] {
         let rt = Runtime::new(threads);
         rt.register("slow_fragile_add", |ctx| {
-            let p = ctx.linear_point();
-            if p == 1 {
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            assert!(p != 1 && p != 4, "point {p} refuses");
+            refuse_points_1_and_4(ctx);
             ctx.reduce::<f64>(0).reduce_at(0, 1.0);
             ctx.set_result(1.0);
         })
@@ -940,11 +948,7 @@ fn reading_a_failed_unbound_output_gives_its_lowest_point_s_error() {
     for threads in [2, 3] {
         let rt = Runtime::new(threads);
         rt.register("slow_fragile_emit", |ctx| {
-            let p = ctx.linear_point();
-            if p == 1 {
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            assert!(p != 1 && p != 4, "point {p} refuses");
+            let p = refuse_points_1_and_4(ctx);
             ctx.emit(0, vec![p as f64]);
             ctx.set_result(1.0);
         })

@@ -8,7 +8,7 @@ use tessera_runtime::{
     Chunk, DType, ReduceOp, Result, Runtime, RuntimeError, Stats, Store, TaskLauncher,
 };
 
-fn rt(window: usize, fusion: bool) -> Runtime {
+pub(crate) fn rt(window: usize, fusion: bool) -> Runtime {
     let rt = Runtime::builder()
         .threads(2)
         .min_piece_size(4)
@@ -114,6 +114,18 @@ fn axpb_over(
 fn input(rt: &Runtime, n: usize) -> Store {
     rt.from_vec(&[n], (0..n).map(|i| i as f64 - 3.0).collect())
         .unwrap()
+}
+
+/// `out = a * b` cell by cell (`ew_mul`), aligned.
+pub(crate) fn mul(rt: &Runtime, a: &Store, b: &Store, out: &Store) {
+    rt.task("ew_mul")
+        .read(a)
+        .read(b)
+        .write(out)
+        .align(a, b)
+        .align(a, out)
+        .submit()
+        .unwrap();
 }
 
 pub(crate) fn launched(rt: &Runtime) -> Stats {
@@ -492,14 +504,7 @@ fn kernel_fused_results_equal_unfused_ones() {
             let t = rt.create(DType::F64, &[n]).unwrap();
             let u = rt.create(DType::F64, &[n]).unwrap();
             axpb(&rt, "ew_axpb", &x, &t, 0.5, 0.1);
-            rt.task("ew_mul")
-                .read(&t)
-                .read(&y)
-                .write(&u)
-                .align(&t, &y)
-                .align(&t, &u)
-                .submit()
-                .unwrap();
+            mul(&rt, &t, &y, &u);
             axpb(&rt, "ew_axpb", &u, &out, 3.0, -0.3);
             rt.task("ew_dot")
                 .read(&out)
@@ -999,14 +1004,7 @@ fn tasks_issued_while_the_workers_are_busy_fuse_under_the_default_window() {
             rt.create(DType::F64, &[n]).unwrap(),
         );
         axpb(rt, "ew_axpb", &x, &t, 0.5, 0.1);
-        rt.task("ew_mul")
-            .read(&t)
-            .read(&x)
-            .write(&u)
-            .align(&t, &x)
-            .align(&t, &u)
-            .submit()
-            .unwrap();
+        mul(rt, &t, &x, &u);
         axpb(rt, "ew_axpb", &u, &out, 3.0, -0.3);
         out
     };

@@ -6,7 +6,7 @@
 //! (independent of the ledger, which verified replays skip); values are compared bitwise with
 //! the untraced run.
 
-use crate::tracing_races::{race_checked, random_body, seeds, Step, VIEWS};
+use crate::tracing_races::{fresh_store, race_checked, random_body, seeds, Step, VIEWS};
 use tessera_runtime::{DType, Future, ReduceOp, Result, Runtime, Store};
 
 const PERMS: [[usize; 3]; 6] = [
@@ -41,19 +41,7 @@ fn program(seed: u64, rt: &Runtime) -> Result<Vec<f64>> {
         let host = next(3) == 0;
         for it in 0..4 + next(18) as usize {
             let perm = perms[it % k];
-            let t = if *fresh {
-                let t = rt.create(DType::F64, &[8])?;
-                rt.task("w")
-                    .write(&t)
-                    .scalar(3u64)
-                    .scalar(0u64)
-                    .scalar(5.0)
-                    .launch_domain(&[2])
-                    .submit()?;
-                Some(t)
-            } else {
-                None
-            };
+            let t = fresh_store(rt, *fresh)?;
             for s in steps {
                 let mut task = rt.task(s.kind);
                 for (a, &(store, view)) in s.args.iter().enumerate() {

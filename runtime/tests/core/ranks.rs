@@ -1,6 +1,7 @@
 //! The runtime across thread ranks (control replication): every rank issues the same stream,
 //! runs its block of each task's points, and reads the same values as one rank does.
 
+use crate::api::refuse_points_1_and_4;
 use crate::sparse::{cg, Csr, HostCsr};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -332,11 +333,7 @@ fn a_task_failing_on_several_ranks_reports_its_lowest_point_s_error_on_every_ran
         on_ranks_with(ranks, configure, |rt| {
             let body = |emit: bool| {
                 move |ctx: &mut tessera_runtime::TaskContext| {
-                    let p = ctx.linear_point();
-                    if p == 1 {
-                        std::thread::sleep(std::time::Duration::from_millis(200));
-                    }
-                    assert!(p != 1 && p != 4, "point {p} refuses");
+                    refuse_points_1_and_4(ctx);
                     let sum = ctx.read::<f64>(0).as_slice().iter().sum::<f64>();
                     ctx.write::<f64>(1).as_mut_slice().fill(sum);
                     if emit {
@@ -2196,11 +2193,7 @@ fn an_unbound_output_two_points_fail_to_emit_reads_one_error_on_every_rank() {
     let run = |ranks: usize| {
         on_ranks(ranks, 2, |rt| {
             rt.register("slow_fragile_emit", |ctx| {
-                let p = ctx.linear_point();
-                if p == 1 {
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                assert!(p != 1 && p != 4, "point {p} refuses");
+                let p = refuse_points_1_and_4(ctx);
                 ctx.emit(0, vec![p as f64]);
             })?;
             let u = rt.create_unbound(tessera_runtime::DType::F64);

@@ -2,19 +2,8 @@
 //! checks do not see (found by stop 59's review of the fusion layer), and kernel fusion over
 //! offset 2-d views.
 
-use super::fusion::{axpb, register};
+use super::fusion::{axpb, mul, register, rt};
 use tessera_runtime::{DType, Runtime, Store};
-
-fn rt(window: usize) -> Runtime {
-    let rt = Runtime::builder()
-        .threads(2)
-        .min_piece_size(4)
-        .window_size(window)
-        .fusion(true)
-        .build();
-    register(&rt).unwrap();
-    rt
-}
 
 fn input(rt: &Runtime, n: usize) -> Store {
     rt.from_vec(&[n], (0..n).map(|i| i as f64 - 3.0).collect())
@@ -28,7 +17,7 @@ fn input(rt: &Runtime, n: usize) -> Store {
 #[test]
 fn a_store_named_by_a_launcher_not_yet_submitted_is_no_temporary() {
     let n = 64;
-    let rt = rt(8);
+    let rt = rt(8, true);
     let x = input(&rt, n);
     let (y, z) = (
         rt.create(DType::F64, &[n]).unwrap(),
@@ -60,13 +49,7 @@ fn a_store_named_by_a_launcher_not_yet_submitted_is_no_temporary() {
 fn a_temporary_read_before_written_is_cleared_whole_whatever_the_first_argument_s_type() {
     let n = 3 * 4096 + 17;
     let run = |fusion: bool| {
-        let rt = Runtime::builder()
-            .threads(2)
-            .min_piece_size(4)
-            .window_size(16)
-            .fusion(fusion)
-            .build();
-        register(&rt).unwrap();
+        let rt = rt(16, fusion);
         rt.register_elementwise::<f32>("ew32_axpb", |c: &mut tessera_runtime::Chunk<'_, f32>| {
             let (a, b) = (c.scalar(0).as_f64() as f32, c.scalar(1).as_f64() as f32);
             let (ins, outs) = c.split();
@@ -117,13 +100,7 @@ fn kernel_fused_2d_row_views_with_offsets_match_unfused() {
     use tessera_runtime::Store;
     let (rows, cols) = (37, 301);
     let run = |fusion: bool| {
-        let rt = Runtime::builder()
-            .threads(2)
-            .min_piece_size(4)
-            .window_size(16)
-            .fusion(fusion)
-            .build();
-        register(&rt).unwrap();
+        let rt = rt(16, fusion);
         let x = rt
             .from_vec(
                 &[rows, cols],
@@ -146,14 +123,7 @@ fn kernel_fused_2d_row_views_with_offsets_match_unfused() {
             let t = rt.create(DType::F64, &xv.shape().unwrap()).unwrap();
             let u = rt.create(DType::F64, &xv.shape().unwrap()).unwrap();
             axpb(&rt, "ew_axpb", xv, &t, 2.0, 1.0);
-            rt.task("ew_mul")
-                .read(&t)
-                .read(yv)
-                .write(&u)
-                .align(&t, yv)
-                .align(&t, &u)
-                .submit()
-                .unwrap();
+            mul(&rt, &t, yv, &u);
             axpb(&rt, "ew_axpb", &u, ov, 1.0, -0.25);
         };
         chain(&xv, &yv, &ov);
@@ -195,14 +165,7 @@ fn stores_of_fused_and_traced_loops_are_freed_under_the_adaptive_window() {
                 let t = rt.create(DType::F64, &[n]).unwrap();
                 let next = rt.create(DType::F64, &[n]).unwrap();
                 axpb(&rt, "ew_axpb", &x, &t, 0.5, 1.0);
-                rt.task("ew_mul")
-                    .read(&t)
-                    .read(&acc)
-                    .write(&next)
-                    .align(&t, &acc)
-                    .align(&t, &next)
-                    .submit()
-                    .unwrap();
+                mul(&rt, &t, &acc, &next);
                 acc = next;
             }
             rt.read::<f64>(&acc).unwrap();

@@ -405,6 +405,22 @@ pub(crate) struct Step {
 /// The views of an 8-cell store a random step may take: offset and length.
 pub(crate) const VIEWS: [(usize, usize); 4] = [(0, 8), (0, 4), (4, 4), (2, 4)];
 
+/// A body's fresh store (store 3 of its steps), written whole by a `w` task, if it has one.
+pub(crate) fn fresh_store(rt: &Runtime, fresh: bool) -> Result<Option<Store>> {
+    if !fresh {
+        return Ok(None);
+    }
+    let t = rt.create(DType::F64, &[8])?;
+    rt.task("w")
+        .write(&t)
+        .scalar(3u64)
+        .scalar(0u64)
+        .scalar(5.0)
+        .launch_domain(&[2])
+        .submit()?;
+    Ok(Some(t))
+}
+
 /// A random body of 1 to `most` steps, and whether it makes a fresh store.
 pub(crate) fn random_body(next: &mut impl FnMut(u64) -> u64, most: u64) -> (Vec<Step>, bool) {
     let fresh = next(6) == 0;
@@ -443,19 +459,7 @@ fn random_program(seed: u64, rt: &Runtime) -> Result<Vec<f64>> {
     for _ in 0..6 {
         let (steps, fresh) = &bodies[next(3) as usize];
         for _ in 0..3 + next(18) {
-            let t = if *fresh {
-                let t = rt.create(DType::F64, &[8])?;
-                rt.task("w")
-                    .write(&t)
-                    .scalar(3u64)
-                    .scalar(0u64)
-                    .scalar(5.0)
-                    .launch_domain(&[2])
-                    .submit()?;
-                Some(t)
-            } else {
-                None
-            };
+            let t = fresh_store(rt, *fresh)?;
             for s in steps {
                 let mut task = rt.task(s.kind);
                 for (k, &(store, view)) in s.args.iter().enumerate() {
