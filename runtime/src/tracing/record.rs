@@ -117,9 +117,11 @@ pub(crate) struct Recording {
     /// Replays in a row that found the tasks as recorded but not the temporary flags
     /// (`Tracing::flags_went_stale`).
     pub flag_misses: u8,
-    /// Recorded or replayed since the last fence: a recording that was neither is let go at
-    /// the fence (`Tracing::let_go_of_replays`).
+    /// Recorded or replayed since the last fence (`Tracing::let_go_of_replays`).
     pub used: bool,
+    /// Fences in a row before which the recording was neither made nor replayed: at
+    /// `KEEP_IDLE` it is let go (`Tracing::let_go_of_unused_recordings`).
+    pub idle: u8,
 }
 
 impl Recording {
@@ -163,6 +165,7 @@ impl Recording {
             actors: None,
             flag_misses: 0,
             used: true,
+            idle: 0,
         };
         (rec, plans)
     }

@@ -200,6 +200,12 @@ struct LastReplay {
 /// 28), so that the oldest has usually ended when it is looked at.
 const IN_FLIGHT: usize = 16;
 
+/// Fences in a row a recording may go unused before it is let go
+/// ([`Tracing::let_go_of_unused_recordings`]): a program alternating up to this many traced
+/// phases between fences replays each from its recording. What stays is bounded by the
+/// traces recorded within the last `KEEP_IDLE` fence intervals.
+pub(crate) const KEEP_IDLE: u8 = 8;
+
 impl Tracing {
     pub(crate) fn new(sample_unit: usize, actors: Option<usize>) -> Tracing {
         Tracing {
@@ -260,27 +266,31 @@ impl Tracing {
     /// their tasks, and so the stores those name: a traced loop's last replay kept the
     /// stores the application dropped after the loop alive for as long as nothing else was
     /// issued. After a fence a link orders nothing an entry vertex does not.
-    /// Also the recordings not used since the last fence
-    /// ([`Tracing::let_go_of_unused_recordings`]), and the compiled traces' spare nodes and
-    /// tasks (`actors::Compiled`): a cache for the next replays, kept by every recording for
-    /// good, ~24 KiB a finished trace of 4-point tasks (a program running 1000 traced loops
-    /// over stores of their own kept 27.7 MiB more resident with actors, 3.5 MiB without the
-    /// spares). A replay after a fence allocates them anew.
+    /// Also the recordings idle for [`KEEP_IDLE`] fences
+    /// ([`Tracing::let_go_of_unused_recordings`]), and the spare nodes and tasks
+    /// (`actors::Compiled`) of the compiled traces not replayed since the last fence: a cache
+    /// for the next replays, which every recording kept for good, ~24 KiB a finished trace of
+    /// 4-point tasks (a program running 1000 traced loops over stores of their own kept
+    /// 27.7 MiB more resident with actors, 3.5 MiB without the spares). A replay after an idle
+    /// interval allocates them anew. The spares are emptied tasks: they hold no store.
     pub(crate) fn let_go_of_replays(&mut self) {
         self.last = None;
         self.in_flight.clear();
         self.let_go_of_unused_recordings();
-        for c in self.recordings.values().filter_map(|r| r.actors.as_ref()) {
+        let idle = self.recordings.values().filter(|r| r.idle > 0);
+        for c in idle.filter_map(|r| r.actors.as_ref()) {
             c.let_go_of_spares();
         }
     }
 
-    /// Lets go of the recordings neither made nor replayed since the last fence, but those a
-    /// streak or a pending replay names, with what other recordings worked out for following
-    /// them (`Recording::cross`). A long-running program whose traced loops each run over
-    /// stores of their own (named by id once old: a new trace per loop) kept every recording
-    /// for good. Decided by the stream alone (fences, replays); a trace let go is recorded
-    /// again at its next occurrence, as the first time.
+    /// Lets go of the recordings neither made nor replayed before any of the last
+    /// [`KEEP_IDLE`] fences, but those a streak or a pending replay names, with what other
+    /// recordings worked out for following them (`Recording::cross`). A long-running program
+    /// whose traced loops each run over stores of their own (named by id once old: a new trace
+    /// per loop) kept every recording for good; letting go at the first idle fence instead
+    /// made a program whose phases alternate between fences (a time step, a fence, an output
+    /// step, a fence) record every phase anew each time. Decided by the stream alone (fences,
+    /// replays); a trace let go is recorded again at its next occurrence, as the first time.
     fn let_go_of_unused_recordings(&mut self) {
         let named = [
             self.streak.as_ref().map(|s| s.trace),
@@ -288,8 +298,14 @@ impl Tracing {
             self.just_replayed,
         ];
         let before = self.recordings.len();
-        self.recordings
-            .retain(|id, r| std::mem::take(&mut r.used) || named.contains(&Some(*id)));
+        self.recordings.retain(|id, r| {
+            r.idle = if std::mem::take(&mut r.used) || named.contains(&Some(*id)) {
+                0
+            } else {
+                r.idle + 1
+            };
+            r.idle < KEEP_IDLE
+        });
         if self.recordings.len() < before {
             self.forget_crosses();
         }
