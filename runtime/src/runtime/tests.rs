@@ -1340,4 +1340,3 @@ fn recorded(rt: &Runtime) -> usize {
     let front = rt.inner.front.lock().unwrap();
     front.tracing.as_ref().map_or(0, |tr| tr.recorded())
 }
-
