@@ -170,6 +170,13 @@ fn invalid_files_fail_with_locations_and_leave_nothing() {
     let o = run(d, &["generate", "--dims", "3,3", "-o", "x.tns"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("--nnz or --density"), "{}", text(&o));
+    // A dimension past 32 bits names the flag that takes it.
+    let huge = "%%MatrixMarket matrix coordinate real general\n99999999999 2 1\n1 1 1.0\n";
+    std::fs::write(d.join("huge.mtx"), huge).unwrap();
+    let o = run(d, &["convert", "huge.mtx", "huge.tcs"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("`--index-width 64`"), "{}", text(&o));
+    std::fs::remove_file(d.join("huge.mtx")).unwrap();
     assert_eq!(names(d), vec!["bad.tns", "junk.tcs"]);
 }
 
