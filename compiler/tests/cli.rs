@@ -549,6 +549,49 @@ fn paths_are_checked_before_any_build() {
         err.contains("A.mtx") && err.contains("cannot read"),
         "{err}"
     );
+    // What the program would refuse only after a build of minutes: an output or input of no
+    // tensor file's extension, a name given twice, a text input with no entries, an absurd
+    // thread count.
+    let file = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let a = format!(
+        "A={}",
+        file(
+            "A.mtx",
+            "%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 1.0\n"
+        )
+    );
+    let x = format!("x={}", file("x.tns", "1 1.0\n2 2.0\n"));
+    let x_txt = format!("x={}", file("x.txt", "1 1.0\n"));
+    let x_empty = format!("x={}", file("e.tns", ""));
+    let txt = dir.path().join("y.txt").display().to_string();
+    let run = |inputs: &[&str], output: &str, more: &[&str]| {
+        let mut args = vec!["run", "y(i) = A(i,j) * x(j)", "-f", "A:csr"];
+        for i in inputs {
+            args.extend(["-i", i]);
+        }
+        args.extend(["-o", output]);
+        args.extend(more);
+        cmd(&args)
+    };
+    let cases: [(Output, &[&str]); 5] = [
+        (run(&[&a, &x], &txt, &[]), &["-o", "y.txt", "extension"]),
+        (run(&[&a, &x_txt], &out, &[]), &["x.txt", "extension"]),
+        (run(&[&a, &x, &x], &out, &[]), &["`x` is given twice"]),
+        (run(&[&a, &x_empty], &out, &[]), &["e.tns", "no entries"]),
+        (
+            run(&[&a, &x], &out, &["--threads", "100000"]),
+            &["--threads", "1 to 1024"],
+        ),
+    ];
+    for (o, want) in cases {
+        let err = failed(o, "a run refused before its build");
+        assert!(want.iter().all(|w| err.contains(w)), "{want:?}: {err}");
+        assert!(!err.contains("building"), "built first: {err}");
+    }
     assert!(!cache.exists(), "something was built");
 
     // `cache info` and `cache clean` on that cache.

@@ -170,7 +170,35 @@ fn invalid_files_fail_with_locations_and_leave_nothing() {
     let o = run(d, &["generate", "--dims", "3,3", "-o", "x.tns"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("--nnz or --density"), "{}", text(&o));
+    // A dimension past 32 bits names the flag that takes it.
+    let huge = "%%MatrixMarket matrix coordinate real general\n99999999999 2 1\n1 1 1.0\n";
+    std::fs::write(d.join("huge.mtx"), huge).unwrap();
+    let o = run(d, &["convert", "huge.mtx", "huge.tcs"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("`--index-width 64`"), "{}", text(&o));
+    std::fs::remove_file(d.join("huge.mtx")).unwrap();
     assert_eq!(names(d), vec!["bad.tns", "junk.tcs"]);
+}
+
+/// A budget far above the input and the machine (`--memory 1000T`) is a bound, not a size:
+/// the run buffer of an unsorted input was reserved from it (103 GB), the allocation failed
+/// and the process aborted, leaving its `.tessera-sort.*` directory behind.
+#[test]
+fn an_absurd_memory_budget_is_a_bound_not_a_reservation() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let gen = [
+        "generate", "--dims", "300,300", "--nnz", "2000", "-o", "u.tns", "-q",
+    ];
+    assert!(run(d, &gen).status.success());
+    let o = run(d, &["convert", "u.tns", "u.tcs", "--memory", "1000T", "-q"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("2000 entries read"), "{}", text(&o));
+    assert_eq!(
+        names(d),
+        vec!["u.tcs", "u.tns"],
+        "no temporary files remain"
+    );
 }
 
 #[test]

@@ -81,6 +81,16 @@ fn bad_splits_and_inputs_fail_with_a_message() {
         failed(run(d, &["split", "nope.tcs", "--blocks", "0:2", "-o", "b"])).contains("nope.tcs")
     );
     assert!(failed(run(d, &["merge", "empty", "-o", "x.tcs"])).contains("empty"));
+    // Thread ranks cost time and memory with the square of their number: 100000 of them
+    // took 23 GB before they were refused.
+    for n in ["0", "100000"] {
+        let err = failed(run(
+            d,
+            &["split", "m.tcs", "--blocks", "0:2", "-o", "r", "--ranks", n],
+        ));
+        assert!(err.contains("--ranks") && err.contains("1 to 256"), "{err}");
+        assert!(!d.join("r").exists());
+    }
     ok(run(
         d,
         &["split", "m.tcs", "--blocks", "0:2", "-o", "b", "-q"],

@@ -4,6 +4,7 @@
 
 use anyhow::bail;
 use std::path::Path;
+use tessera_formats::FileKind;
 
 /// `-o PATH`: its directory exists (and is a directory), and `PATH` is not itself one.
 pub fn check_output(path: &Path, flag: &str) -> anyhow::Result<()> {
@@ -30,18 +31,37 @@ pub fn check_output(path: &Path, flag: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `-i NAME=PATH`: each path is an existing file.
+/// `-o PATH` of `run`: also a tensor file's extension, which the program would otherwise
+/// refuse only after the build.
+pub fn check_tensor_output(path: &Path, flag: &str) -> anyhow::Result<()> {
+    check_output(path, flag)?;
+    if let Err(e) = FileKind::of(path) {
+        bail!("`{flag} {}`: {e}", path.display());
+    }
+    Ok(())
+}
+
+/// `-i NAME=PATH`: each path is an existing file with a tensor file's extension, and no
+/// name is given twice (the program refuses both, but only after the build).
 pub fn check_inputs(inputs: &[String]) -> anyhow::Result<()> {
+    let mut seen = Vec::new();
     for i in inputs {
-        let Some((_, path)) = i.split_once('=') else {
+        let Some((name, path)) = i.split_once('=') else {
             continue; // the program reports the malformed flag with its usage
         };
+        if seen.contains(&name) {
+            bail!("`-i {i}`: `{name}` is given twice");
+        }
+        seen.push(name);
         let p = Path::new(path);
         if p.is_dir() {
             bail!("`-i {i}`: {path} is a directory, not a tensor file");
         }
         if let Err(e) = std::fs::File::open(p) {
             bail!("`-i {i}`: cannot read {path}: {e}");
+        }
+        if let Err(e) = FileKind::of(p) {
+            bail!("`-i {i}`: {e}");
         }
     }
     Ok(())
@@ -66,5 +86,17 @@ mod tests {
         assert!(e.contains("a.tns") && e.contains("cannot read"), "{e}");
         std::fs::write(dir.path().join("a.tns"), "1 1 1.0\n").unwrap();
         check_inputs(&[format!("A={}", dir.path().join("a.tns").display())]).unwrap();
+
+        let a = format!("A={}", dir.path().join("a.tns").display());
+        let e = check_inputs(&[a.clone(), a.clone()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("given twice"), "{e}");
+        std::fs::write(dir.path().join("a.txt"), "1 1 1.0\n").unwrap();
+        let e = check_inputs(&[format!("A={}", dir.path().join("a.txt").display())]);
+        assert!(e.unwrap_err().to_string().contains("extension"));
+        let e = check_tensor_output(&dir.path().join("y.txt"), "-o").unwrap_err();
+        assert!(e.to_string().contains("extension"), "{e}");
+        check_tensor_output(&dir.path().join("y.tns"), "-o").unwrap();
     }
 }

@@ -22,8 +22,8 @@ pub struct RunArgs {
     /// The output file (.tns, .mtx or .tcs; a scalar is written as a one-line .tns).
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: PathBuf,
-    /// Worker threads for a parallelized loop (default: all cores).
-    #[arg(long, value_name = "N")]
+    /// Worker threads for a parallelized loop, 1 to 1024 (default: all cores).
+    #[arg(long, value_name = "N", value_parser = threads_arg)]
     pub threads: Option<usize>,
     /// Print the time spent reading, computing and writing to stderr.
     #[arg(long)]
@@ -38,11 +38,27 @@ pub struct RunArgs {
     pub interpret: bool,
 }
 
+/// The most worker threads a program takes (the generated `main` has the same bound): the
+/// thread pools' work stealing slows down with the square of their threads, so that a typo
+/// such as `--threads 100000` ran a small SpMV for minutes instead of being refused.
+pub const MAX_THREADS: usize = 1024;
+
+/// `--threads N`: a count from 1 to [`MAX_THREADS`].
+fn threads_arg(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=MAX_THREADS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "expected a number of threads from 1 to {MAX_THREADS}"
+        )),
+    }
+}
+
 /// Dimensions that input files declare in a header (`.mtx`, or `.tns` with `# dims`), so that
-/// a mismatch is reported against the expression before anything is built. Files without a
-/// header, unreadable files and `.tcs` (whose header is checked with the whole file) are left
-/// to the program, which checks every input when it reads it.
-fn header_dims(inputs: &[String]) -> Dims {
+/// a mismatch is reported against the expression before anything is built. A text file whose
+/// start cannot be read (empty, a bad `.mtx` header) is an error now, naming its flag, not
+/// after a build of minutes. Files without a header and `.tcs` (whose header is checked with
+/// the whole file) are left to the program, which checks every input when it reads it.
+fn header_dims(inputs: &[String]) -> anyhow::Result<Dims> {
     let mut dims = Dims::new();
     for i in inputs {
         let Some((name, path)) = i.split_once('=') else {
@@ -52,21 +68,22 @@ fn header_dims(inputs: &[String]) -> Dims {
         if !matches!(FileKind::of(path), Ok(FileKind::Tns | FileKind::Mtx)) {
             continue;
         }
-        if let Some(d) = open_text(path).ok().and_then(|r| r.declared_dims()) {
+        let reader = open_text(path).map_err(|e| anyhow::anyhow!("`-i {i}`: {e}"))?;
+        if let Some(d) = reader.declared_dims() {
             dims.insert(
                 name.to_string(),
                 d.into_iter().map(|x| x as usize).collect(),
             );
         }
     }
-    dims
+    Ok(dims)
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Before any build: every input readable, the output's directory there.
     super::paths::check_inputs(&args.inputs)?;
-    super::paths::check_output(&args.output, "-o")?;
-    let dims = header_dims(&args.inputs);
+    super::paths::check_tensor_output(&args.output, "-o")?;
+    let dims = header_dims(&args.inputs)?;
     let c = super::front(&args.statement, &dims)?;
     if args.interpret {
         match &c.plan {

@@ -54,7 +54,7 @@ fn usage() -> String {
          Usage: {} {} -o PATH [--threads N]\n\n\
          Options:\n  -i NAME=PATH   an input tensor (.tns, .mtx or .tcs)\n  \
          -o PATH        the output (.tns, .mtx or .tcs); a scalar is a one-line .tns\n  \
-         --threads N    worker threads (default: all cores)\n  \
+         --threads N    worker threads, 1 to 1024 (default: all cores)\n  \
          --timings      print the time spent reading, computing and writing to stderr\n  \
          --stats        print the task runtime's statistics (a distributed schedule's program)\n  \
          -h, --help     this text{}\n\n\
@@ -106,11 +106,13 @@ fn parse_args() -> Result<Option<Args>, String> {
             "-o" | "--output" => output = Some(PathBuf::from(value("-o")?)),
             "--threads" => {
                 let v = value("--threads")?;
+                // Bounded as `tessera run --threads` is: past a thousand threads the pools'
+                // work stealing makes even a small kernel take minutes.
                 let n: usize = v
                     .parse()
                     .ok()
-                    .filter(|&n| n > 0)
-                    .ok_or_else(|| format!("`--threads {v}`: expected a positive integer"))?;
+                    .filter(|&n| (1..=1024).contains(&n))
+                    .ok_or_else(|| format!("`--threads {v}`: expected a number of threads from 1 to 1024"))?;
                 threads = Some(n);
             }
             other => return Err(format!("unexpected argument `{other}`\n\n{}", usage())),

@@ -83,6 +83,16 @@ impl From<DupArg> for Duplicates {
 }
 
 impl TcsOptions {
+    /// A conversion's error, with the flag that mends it when a coordinate or dimension does
+    /// not fit 32 bits (the converter's own message, shared with the library and generated
+    /// programs, can only say "use 64-bit coordinates").
+    pub fn explain(&self, e: anyhow::Error) -> anyhow::Error {
+        if self.index_width == "32" && e.to_string().contains("64-bit coordinates") {
+            return anyhow::anyhow!("{} (`--index-width 64`)", crate::error_chain(&e));
+        }
+        e
+    }
+
     /// The conversion's options; `duplicates` says what to do with repeated coordinates.
     pub fn to_options(&self, duplicates: Duplicates) -> ConvertOptions {
         ConvertOptions {
@@ -109,7 +119,8 @@ impl Args {
             sync: self.sync,
             ..self.tcs.to_options(self.duplicates.into())
         };
-        let r = tessera_formats::convert(&self.input, &self.output, &opts, &bars)?;
+        let r = tessera_formats::convert(&self.input, &self.output, &opts, &bars)
+            .map_err(|e| self.tcs.explain(e.into()))?;
         let secs = start.elapsed().as_secs_f64();
         let dims: Vec<String> = r.dims.iter().map(|d| d.to_string()).collect();
         let to_tcs = self

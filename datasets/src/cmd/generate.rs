@@ -93,7 +93,8 @@ impl Args {
             &self.tcs.to_options(Duplicates::Sum),
             &bars,
             &|n| bar.set_position(n),
-        )?;
+        )
+        .map_err(|e| self.tcs.explain(e))?;
         bar.finish_and_clear();
         eprintln!(
             "{}: {n} entries ({} {}, seed {})",

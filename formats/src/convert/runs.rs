@@ -15,7 +15,7 @@ use super::{duplicate_error, ConvertOptions, Duplicates, Progress, SortedSource,
 use crate::chunks::Chunk;
 use crate::error::{Error, Result};
 use crate::format::Format;
-use crate::text::open_text;
+use crate::text::{open_text, EntryReader};
 
 /// The result of run generation: a source that merges the runs, and what was learned.
 pub(crate) struct Sorted {
@@ -37,6 +37,30 @@ fn merge_buffer(memory: usize) -> usize {
 
 /// Reads `input`, sorts it into runs by storage order and merges runs until at most `fan_in`
 /// remain; the returned source performs the final merge each time it is scanned.
+/// The most entries a text file of this size can hold: a line takes at least two bytes
+/// (`1\n`, a value of an array-layout `.mtx`) and a symmetric matrix's line gives two
+/// entries. The run is never reserved larger, so that a budget far above the input
+/// (`--memory 100G` for a 30 MB file) does not reserve 25 GB that the file cannot fill.
+fn most_entries(reader: &dyn EntryReader) -> usize {
+    usize::try_from(reader.total_bytes()).map_or(usize::MAX, |b| b.saturating_add(1))
+}
+
+/// The run's records, reserved at once: a budget larger than the machine can give is an
+/// error naming `--memory`, not an abort that leaves the sorted runs' directory behind.
+fn run_records(input: &Path, len: usize) -> Result<Vec<u64>> {
+    let mut recs = Vec::new();
+    recs.try_reserve_exact(len)
+        .map_err(|_| Error::Unsupported {
+            path: input.to_path_buf(),
+            what: format!(
+                "cannot allocate the {} MiB of a sorted run within the memory budget; give a \
+             smaller --memory",
+                (len * 8) >> 20
+            ),
+        })?;
+    Ok(recs)
+}
+
 pub(crate) fn sort_runs(
     input: &Path,
     format: &Format,
@@ -73,7 +97,7 @@ pub(crate) fn sort_runs(
         .filter(|bits| reader.pack_keys(order, bits));
     let mut run = RunBuffer {
         rank,
-        recs: Vec::with_capacity(cap * (rank + 1)),
+        recs: run_records(input, cap.min(most_entries(&*reader)) * (rank + 1))?,
         writer_buffer: merge_buffer(opts.memory),
         packed: packed.clone(),
         top: None,
