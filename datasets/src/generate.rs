@@ -71,7 +71,7 @@ pub enum SpecError {
         "--sorted is only available for --kind uniform (other kinds are sorted or not by nature)"
     )]
     Sorted,
-    #[error("the tensor has more than 2^64 cells")]
+    #[error("the tensor has 2^64 cells or more")]
     TooLarge,
     #[error("{nnz} distinct entries do not fit in {capacity} cells{what}; lower --nnz, or give --duplicates to allow repeated coordinates")]
     TooMany {

@@ -167,6 +167,46 @@ fn invalid_files_fail_with_locations_and_leave_nothing() {
     let o = run(d, &["convert", "bad.tns", "out.tcs", "--memory", "lots"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("--memory"), "{}", text(&o));
+    // Flags that only shape a .tcs output are refused for a text one, not ignored.
+    std::fs::write(d.join("ok.tns"), "1 2 3.0\n").unwrap();
+    for flags in [&["-f", "ds"][..], &["--temp-dir", "."]] {
+        let o = run(d, &[&["convert", "ok.tns", "ok.mtx"][..], flags].concat());
+        assert!(!o.status.success(), "{flags:?}");
+        assert!(
+            text(&o).contains(flags[0]) && text(&o).contains("ok.mtx"),
+            "{}",
+            text(&o)
+        );
+    }
+    assert_eq!(names(d), vec!["bad.tns", "junk.tcs", "ok.tns"]);
+    // A coordinate too large for any tensor is the input's fault, not the output's.
+    std::fs::write(d.join("far.tns"), "18446744073709551615 1 1.0\n").unwrap();
+    let o = run(d, &["convert", "far.tns", "far.tcs", "--index-width", "64"]);
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(
+        t.contains("far.tns") && t.contains("mode 0") && !t.contains("far.tcs"),
+        "{t}"
+    );
+    // A temporary directory that cannot take the sorted runs names its flag.
+    std::fs::write(d.join("two.tns"), "2 1 1.0\n1 1 2.0\n").unwrap();
+    let o = run(
+        d,
+        &[
+            "convert",
+            "two.tns",
+            "two.tcs",
+            "--memory",
+            "1",
+            "--temp-dir",
+            "nowhere",
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(text(&o).contains("--temp-dir"), "{}", text(&o));
+    for f in ["far.tns", "two.tns", "ok.tns"].map(|f| d.join(f)) {
+        std::fs::remove_file(f).unwrap();
+    }
     let o = run(d, &["generate", "--dims", "3,3", "-o", "x.tns"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("--nnz or --density"), "{}", text(&o));

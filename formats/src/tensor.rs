@@ -41,6 +41,8 @@ pub enum TensorError {
     IndexOverflow { value: u64, bits: u32 },
     #[error("the tensor is too large to address (size overflows)")]
     TooLarge,
+    #[error("mode {mode} has dimension {dim}, more than a tensor may have (2^63 - 1): is a coordinate wrong?")]
+    DimensionTooLarge { mode: usize, dim: u64 },
     #[error("the tensor needs {bytes} bytes of memory, more than this machine can give; store it with compressed levels (e.g. `s` instead of `d`) or use a smaller tensor")]
     OutOfMemory { bytes: u128 },
     #[error("dense data has {got} values but the dimensions {dims:?} need {expected}")]

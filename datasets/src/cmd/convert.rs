@@ -90,7 +90,14 @@ impl TcsOptions {
         if self.index_width == "32" && e.to_string().contains("64-bit coordinates") {
             return anyhow::anyhow!("{} (`--index-width 64`)", crate::error_chain(&e));
         }
-        e
+        // A sorted run that cannot be written names the directory; say which flag chose it.
+        let chain = crate::error_chain(&e);
+        match &self.temp_dir {
+            Some(dir) if chain.contains(&dir.display().to_string()) => {
+                anyhow::anyhow!("{chain} (the directory `--temp-dir` gives)")
+            }
+            _ => e,
+        }
     }
 
     /// The conversion's options; `duplicates` says what to do with repeated coordinates.
@@ -111,7 +118,30 @@ impl TcsOptions {
 }
 
 impl Args {
+    /// `--format` and `--temp-dir` shape a `.tcs` output (its levels; the sorted runs of
+    /// building it): given for a text output they would be ignored, and the user would get a
+    /// file other than the one asked for.
+    fn refuse_tcs_flags_for_text(&self) -> anyhow::Result<()> {
+        let to_tcs = self
+            .output
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("tcs"));
+        let given = [
+            ("--format", self.tcs.format.is_some()),
+            ("--temp-dir", self.tcs.temp_dir.is_some()),
+        ];
+        match given.iter().find(|(_, on)| *on && !to_tcs) {
+            Some((flag, _)) => anyhow::bail!(
+                "{flag} shapes a .tcs output, but {} is text (.tns or .mtx): \
+                 drop {flag}, or write a .tcs file",
+                self.output.display()
+            ),
+            None => Ok(()),
+        }
+    }
+
     pub fn run(&self, quiet: bool) -> anyhow::Result<ExitCode> {
+        self.refuse_tcs_flags_for_text()?;
         let start = Instant::now();
         let bars = Bars::new(quiet);
         let input_bytes = std::fs::metadata(&self.input).map(|m| m.len()).unwrap_or(0);

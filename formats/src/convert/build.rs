@@ -434,8 +434,17 @@ pub(crate) fn check_dense_size<V: Value>(format: &Format, dims: &[u64]) -> Resul
         .ok_or(TensorError::TooLarge)
 }
 
-/// Coordinates and positions must fit the chosen width; say how to fix it if not.
+/// Coordinates and positions must fit the chosen width; say how to fix it if not. A
+/// dimension past what a `.tcs` file may declare (`isize::MAX`: it must be addressable) is the
+/// input's fault too, found here rather than as an invalid output header.
 pub(crate) fn check_width<I: Index>(dims: &[u64], counts: &[u64]) -> Result<(), TensorError> {
+    if let Some((mode, &dim)) = dims
+        .iter()
+        .enumerate()
+        .find(|(_, &d)| d > isize::MAX as u64)
+    {
+        return Err(TensorError::DimensionTooLarge { mode, dim });
+    }
     for x in dims
         .iter()
         .map(|d| d.saturating_sub(1))
