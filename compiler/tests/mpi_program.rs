@@ -346,3 +346,29 @@ fn a_program_built_without_mpi_refuses_mpirun() {
     );
     assert!(!y.exists());
 }
+
+/// An output in a directory that does not exist is refused by every rank before anything is
+/// read or computed, naming the flag and the directory (it was found only when writing: after
+/// the whole computation, as rank 0 aborting the job or as a temporary file's name).
+#[test]
+fn an_output_in_a_missing_directory_is_refused_before_computing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, x) = inputs(dir.path());
+    let prog = compile(dir.path(), "split(i, io, ii, 4); map(io)", true, "spmv");
+    for name in ["y.tcs", "y.tns"] {
+        let y = dir.path().join("nodir").join(name);
+        let out = launch(&prog, 2, &run_args(&a, &x, &y));
+        assert!(!out.status.success(), "{}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.matches("nodir does not exist").count(),
+            2,
+            "each rank names the directory: {}",
+            text(&out)
+        );
+        assert!(stderr.contains("`-o "), "the flag: {}", text(&out));
+        // No `--stats` line: nothing ran.
+        assert!(!stderr.contains("point tasks run"), "{}", text(&out));
+    }
+    assert!(!dir.path().join("nodir").exists());
+}
