@@ -372,3 +372,77 @@ fn an_output_in_a_missing_directory_is_refused_before_computing() {
     }
     assert!(!dir.path().join("nodir").exists());
 }
+
+/// Ranks interrupted (SIGINT, then SIGTERM, as each rank's own signal) while they store a
+/// `.tcs` output leave no temporary file: the storer's temporary, which rank 0 names for all
+/// ranks, is listed for the signal handler like any output's. Either the job finished and the
+/// file is complete, or it stopped and there is no file. The signal is sent as soon as the
+/// temporary appears; a job that finishes first passes too. Reuses the program of the `.tcs`
+/// output test (`split(i, io, ii, 3)` of the SpMM), on a 40 MB output.
+#[test]
+fn ranks_interrupted_while_storing_a_tcs_output_leave_no_temporary() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, k, n) = (50_000usize, 200usize, 100usize);
+    let entries = (0..m).flat_map(|i| [(vec![i, i % k], 1.0), (vec![i, (i * 7) % k], -0.5)]);
+    let a = Tensor::<f64, u32>::from_entries(vec![m, k], "csr", entries).unwrap();
+    let b = (0..k * n).map(|v| (v % 13) as f64).collect();
+    let b = Tensor::<f64, u32>::dense_from_vec(vec![k, n], b).unwrap();
+    let (pa, pb) = (dir.path().join("A.tcs"), dir.path().join("B.tcs"));
+    a.write(&pa).unwrap();
+    b.write(&pb).unwrap();
+    let statement = "C(i,j) = A(i,k) * B(k,j)";
+    let prog = compile_with(
+        dir.path(),
+        statement,
+        &["A:csr"],
+        "split(i, io, ii, 3)",
+        true,
+        "mm",
+    );
+    let out_dir = tempfile::tempdir().unwrap();
+    let c = out_dir.path().join("C.tcs");
+    let temporary = || {
+        std::fs::read_dir(out_dir.path())
+            .unwrap()
+            .any(|e| e.unwrap().file_name().to_string_lossy().contains(".merge-"))
+    };
+    for signal in ["-INT", "-TERM"] {
+        let _ = std::fs::remove_file(&c);
+        let mut args = run_args(&pa, &pb, &c);
+        args[3] = format!("B={}", pb.display());
+        let mut job = Command::new("mpirun")
+            .args(["--allow-run-as-root", "--oversubscribe", "-n", "2"])
+            .arg(&prog)
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let (mut signalled, start) = (false, std::time::Instant::now());
+        let status = loop {
+            if let Some(status) = job.try_wait().unwrap() {
+                break status;
+            }
+            assert!(start.elapsed().as_secs() < 120, "{signal}: the job hung");
+            if !signalled && temporary() {
+                // The ranks themselves, by their parent's id: the signal a rank gets when
+                // its terminal's Ctrl-C or a batch system stops it.
+                let parent = job.id().to_string();
+                let _ = Command::new("pkill").args([signal, "-P", &parent]).status();
+                signalled = true;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        };
+        eprintln!("{signal}: signalled while storing: {signalled}, {status:?}");
+        assert!(!temporary(), "{signal}: a temporary was left behind");
+        assert!(
+            status.success() || signalled,
+            "{signal}: failed without a signal: {status:?}"
+        );
+        // A file there is whole (its checksums hold), whatever the status.
+        if status.success() || c.exists() {
+            let read = Tensor::<f64, u32>::read(&c, "dd").unwrap();
+            assert_eq!(read.dims(), [m, n], "{signal}");
+        }
+    }
+}
