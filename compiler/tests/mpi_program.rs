@@ -345,6 +345,13 @@ fn a_program_built_without_mpi_refuses_mpirun() {
         text(&out)
     );
     assert!(!y.exists());
+    // A job of one rank is one process: it runs (the docs refuse only several ranks).
+    let one = dir.path().join("y1.tns");
+    let out = launch(&prog, 0, &run_args(&a, &x, &one));
+    assert!(out.status.success(), "one process: {}", text(&out));
+    let out = launch(&prog, 1, &run_args(&a, &x, &y));
+    assert!(out.status.success(), "mpirun -n 1: {}", text(&out));
+    assert_eq!(read_y(&y), read_y(&one));
 }
 
 /// An output in a directory that does not exist is refused by every rank before anything is
