@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use tessera_formats::Tensor;
+use tessera_formats::{TcsHeader, Tensor};
 
 fn tessera() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
@@ -329,6 +329,34 @@ fn a_missing_input_on_every_rank_is_one_clear_error() {
         text(&out)
     );
     assert!(!y.exists(), "no output is written");
+}
+
+/// A `.tcs` input whose alignment padding is damaged is refused across ranks as on one
+/// process (the ranks reading shares did not look at the padding, and computed).
+#[test]
+fn a_tcs_input_with_damaged_padding_is_refused_across_ranks_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, x) = inputs(dir.path());
+    let header = TcsHeader::read_from(&std::fs::File::open(&a).unwrap(), &a).unwrap();
+    let gap = (header.gaps().into_iter())
+        .find(|g| !g.is_empty())
+        .expect("an array padded to alignment");
+    let mut bytes = std::fs::read(&a).unwrap();
+    bytes[gap.start as usize] = 1;
+    std::fs::write(&a, bytes).unwrap();
+    let prog = compile(dir.path(), "split(i, io, ii, 4); map(io)", true, "spmv");
+    for ranks in [0, 2] {
+        let y = dir.path().join(format!("y{ranks}.tns"));
+        let out = launch(&prog, ranks, &run_args(&a, &x, &y));
+        assert!(!out.status.success(), "{ranks} ranks: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("A.tcs") && stderr.contains("padding"),
+            "{ranks} ranks: {}",
+            text(&out)
+        );
+        assert!(!y.exists());
+    }
 }
 
 #[test]
