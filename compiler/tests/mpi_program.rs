@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use tessera_formats::Tensor;
+use tessera_formats::{TcsHeader, Tensor};
 
 fn tessera() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
@@ -331,6 +331,34 @@ fn a_missing_input_on_every_rank_is_one_clear_error() {
     assert!(!y.exists(), "no output is written");
 }
 
+/// A `.tcs` input whose alignment padding is damaged is refused across ranks as on one
+/// process (the ranks reading shares did not look at the padding, and computed).
+#[test]
+fn a_tcs_input_with_damaged_padding_is_refused_across_ranks_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, x) = inputs(dir.path());
+    let header = TcsHeader::read_from(&std::fs::File::open(&a).unwrap(), &a).unwrap();
+    let gap = (header.gaps().into_iter())
+        .find(|g| !g.is_empty())
+        .expect("an array padded to alignment");
+    let mut bytes = std::fs::read(&a).unwrap();
+    bytes[gap.start as usize] = 1;
+    std::fs::write(&a, bytes).unwrap();
+    let prog = compile(dir.path(), "split(i, io, ii, 4); map(io)", true, "spmv");
+    for ranks in [0, 2] {
+        let y = dir.path().join(format!("y{ranks}.tns"));
+        let out = launch(&prog, ranks, &run_args(&a, &x, &y));
+        assert!(!out.status.success(), "{ranks} ranks: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("A.tcs") && stderr.contains("padding"),
+            "{ranks} ranks: {}",
+            text(&out)
+        );
+        assert!(!y.exists());
+    }
+}
+
 #[test]
 fn a_program_built_without_mpi_refuses_mpirun() {
     let dir = tempfile::tempdir().unwrap();
@@ -345,4 +373,111 @@ fn a_program_built_without_mpi_refuses_mpirun() {
         text(&out)
     );
     assert!(!y.exists());
+    // A job of one rank is one process: it runs (the docs refuse only several ranks).
+    let one = dir.path().join("y1.tns");
+    let out = launch(&prog, 0, &run_args(&a, &x, &one));
+    assert!(out.status.success(), "one process: {}", text(&out));
+    let out = launch(&prog, 1, &run_args(&a, &x, &y));
+    assert!(out.status.success(), "mpirun -n 1: {}", text(&out));
+    assert_eq!(read_y(&y), read_y(&one));
+}
+
+/// An output in a directory that does not exist is refused by every rank before anything is
+/// read or computed, naming the flag and the directory (it was found only when writing: after
+/// the whole computation, as rank 0 aborting the job or as a temporary file's name).
+#[test]
+fn an_output_in_a_missing_directory_is_refused_before_computing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, x) = inputs(dir.path());
+    let prog = compile(dir.path(), "split(i, io, ii, 4); map(io)", true, "spmv");
+    for name in ["y.tcs", "y.tns"] {
+        let y = dir.path().join("nodir").join(name);
+        let out = launch(&prog, 2, &run_args(&a, &x, &y));
+        assert!(!out.status.success(), "{}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.matches("nodir does not exist").count(),
+            2,
+            "each rank names the directory: {}",
+            text(&out)
+        );
+        assert!(stderr.contains("`-o "), "the flag: {}", text(&out));
+        // No `--stats` line: nothing ran.
+        assert!(!stderr.contains("point tasks run"), "{}", text(&out));
+    }
+    assert!(!dir.path().join("nodir").exists());
+}
+
+/// Ranks interrupted (SIGINT, then SIGTERM, as each rank's own signal) while they store a
+/// `.tcs` output leave no temporary file: the storer's temporary, which rank 0 names for all
+/// ranks, is listed for the signal handler like any output's. Either the job finished and the
+/// file is complete, or it stopped and there is no file. The signal is sent as soon as the
+/// temporary appears; a job that finishes first passes too. Reuses the program of the `.tcs`
+/// output test (`split(i, io, ii, 3)` of the SpMM), on a 40 MB output.
+#[test]
+fn ranks_interrupted_while_storing_a_tcs_output_leave_no_temporary() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, k, n) = (50_000usize, 200usize, 100usize);
+    let entries = (0..m).flat_map(|i| [(vec![i, i % k], 1.0), (vec![i, (i * 7) % k], -0.5)]);
+    let a = Tensor::<f64, u32>::from_entries(vec![m, k], "csr", entries).unwrap();
+    let b = (0..k * n).map(|v| (v % 13) as f64).collect();
+    let b = Tensor::<f64, u32>::dense_from_vec(vec![k, n], b).unwrap();
+    let (pa, pb) = (dir.path().join("A.tcs"), dir.path().join("B.tcs"));
+    a.write(&pa).unwrap();
+    b.write(&pb).unwrap();
+    let statement = "C(i,j) = A(i,k) * B(k,j)";
+    let prog = compile_with(
+        dir.path(),
+        statement,
+        &["A:csr"],
+        "split(i, io, ii, 3)",
+        true,
+        "mm",
+    );
+    let out_dir = tempfile::tempdir().unwrap();
+    let c = out_dir.path().join("C.tcs");
+    let temporary = || {
+        std::fs::read_dir(out_dir.path())
+            .unwrap()
+            .any(|e| e.unwrap().file_name().to_string_lossy().contains(".merge-"))
+    };
+    for signal in ["-INT", "-TERM"] {
+        let _ = std::fs::remove_file(&c);
+        let mut args = run_args(&pa, &pb, &c);
+        args[3] = format!("B={}", pb.display());
+        let mut job = Command::new("mpirun")
+            .args(["--allow-run-as-root", "--oversubscribe", "-n", "2"])
+            .arg(&prog)
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let (mut signalled, start) = (false, std::time::Instant::now());
+        let status = loop {
+            if let Some(status) = job.try_wait().unwrap() {
+                break status;
+            }
+            assert!(start.elapsed().as_secs() < 120, "{signal}: the job hung");
+            if !signalled && temporary() {
+                // The ranks themselves, by their parent's id: the signal a rank gets when
+                // its terminal's Ctrl-C or a batch system stops it.
+                let parent = job.id().to_string();
+                let _ = Command::new("pkill").args([signal, "-P", &parent]).status();
+                signalled = true;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        };
+        eprintln!("{signal}: signalled while storing: {signalled}, {status:?}");
+        assert!(!temporary(), "{signal}: a temporary was left behind");
+        assert!(
+            status.success() || signalled,
+            "{signal}: failed without a signal: {status:?}"
+        );
+        // A file there is whole (its checksums hold), whatever the status.
+        if status.success() || c.exists() {
+            let read = Tensor::<f64, u32>::read(&c, "dd").unwrap();
+            assert_eq!(read.dims(), [m, n], "{signal}");
+        }
+    }
 }

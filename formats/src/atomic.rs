@@ -93,6 +93,32 @@ impl PendingDir {
     }
 }
 
+/// A file at a name its creator chose, listed for [`remove_pending_files`] until dropped: the
+/// temporary of a file that several processes write at once (the distributed storer's, whose
+/// name every rank must know, so not an [`AtomicFile`]'s private one). Dropping it does not
+/// remove the file; its owner renames it into place or removes it.
+pub struct PendingFile {
+    _listed: Listed,
+}
+
+impl PendingFile {
+    /// Creates (or truncates) `path` and lists it, under one lock as [`AtomicFile::create`]
+    /// does: a signal handler either sees it listed or makes this fail.
+    pub fn create(path: &Path) -> std::io::Result<(File, PendingFile)> {
+        let mut pending = pending();
+        if pending.closed {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Interrupted,
+                "the program is stopping (interrupted by a signal)",
+            ));
+        }
+        let file = File::create(path)?;
+        pending.paths.push(path.to_path_buf());
+        let listed = Listed(path.to_path_buf());
+        Ok((file, PendingFile { _listed: listed }))
+    }
+}
+
 /// A temporary's entry in [`PENDING`], removed when the `AtomicFile` is committed or dropped.
 struct Listed(PathBuf);
 

@@ -41,7 +41,7 @@ mod tns;
 mod value;
 mod view;
 
-pub use atomic::{remove_pending_files, retry_interrupted, AtomicFile};
+pub use atomic::{remove_pending_files, retry_interrupted, AtomicFile, PendingFile};
 pub use chunks::Chunk;
 pub use convert::{convert, ConvertOptions, ConvertReport, Duplicates, NoProgress, Progress};
 pub use error::{Error, Result, SyntaxError};

@@ -8,8 +8,19 @@ use std::io::IsTerminal;
 use std::path::Path;
 use tessera_formats::{open_text, FileKind, Format, Index, Progress, TcsHeader, Tensor, Value};
 
-/// Rejects an output path that cannot hold the output before any work is done.
+/// Rejects an output path that cannot hold the output before any work is done: found only
+/// when writing, a missing directory would cost the whole computation (across ranks it also
+/// surfaced as a temporary file's name, or as rank 0 alone aborting the job).
 pub fn check_output_path(path: &Path, format: &Format) -> Result<(), Box<dyn Error>> {
+    let shown = path.display();
+    if path.is_dir() {
+        return Err(format!("`-o {shown}`: {shown} is a directory; give a file name inside it").into());
+    }
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        let why = if dir.exists() { "is not a directory" } else { "does not exist" };
+        return Err(format!("`-o {shown}`: the directory {} {why}", dir.display()).into());
+    }
     match FileKind::of(path)? {
         FileKind::Mtx if format.rank() != 2 => Err(format!(
             "{}: a .mtx file holds a matrix, but the output has rank {}; use .tns or .tcs",

@@ -31,7 +31,10 @@ fn main() -> ExitCode {
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            // One write: `eprintln!` writes the pieces one by one, and `mpirun` forwards
+            // them as they come, so the ranks' messages interleaved ("error: error: ...").
+            let line = format!("error: {e}\n");
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
             ExitCode::FAILURE
         }
     }

@@ -51,7 +51,8 @@ impl Ranks {
 }
 
 /// Runs `f` on this process's ranks: under `mpirun`, on the job's communicator (a program
-/// built without `--mpi` refuses, rather than run as N copies that each compute everything).
+/// built without `--mpi` refuses several ranks, rather than run as N copies that each compute
+/// everything; one rank is just this process).
 pub fn with_ranks(
     f: impl FnOnce(&Ranks) -> Result<(), Box<dyn Error>>,
 ) -> Result<(), Box<dyn Error>> {
@@ -62,10 +63,23 @@ pub fn with_ranks(
     return tessera_runtime::transport::mpi::run_world_threaded(|comm| {
         f(&Ranks(Some(comm.clone())))
     });
+    // A job of one rank is just this process (a launcher that does not say is refused).
+    #[cfg(not(feature = "mpi"))]
+    if mpirun_ranks() == Some(1) {
+        return f(&Ranks(None));
+    }
     #[cfg(not(feature = "mpi"))]
     Err("this program was started by mpirun but built without MPI support, so every rank \
          would compute the whole statement; build it with `tessera compile --mpi`"
         .into())
+}
+
+/// The job size `mpirun` gives its processes (Open MPI, MPICH/PMI), without linking MPI.
+#[cfg(not(feature = "mpi"))]
+fn mpirun_ranks() -> Option<usize> {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
 }
 
 /// An input as this rank read it: the whole tensor, or (a `.tcs` file across ranks) its

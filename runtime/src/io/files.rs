@@ -39,7 +39,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use tessera_formats::tcs::{ModeInfo, TcsHeader};
-use tessera_formats::{retry_interrupted, Index, TensorView, Value, ValueType};
+use tessera_formats::{retry_interrupted, Index, PendingFile, TensorView, Value, ValueType};
 
 /// What a split or merge did, the same on every rank.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -544,17 +544,21 @@ fn write_merged<C: Communicator + ?Sized, V: Value, I: Index>(
     let (mut merge, _, start, totals) = merge_header(comm, layout, sections, coo, progress)?;
     let header = header_of::<V, I>(&layout.dims, &layout.format, &layout.shape, &totals, None)?;
     // Rank 0 names and creates the temporary file; under MPI the ranks are processes with
-    // different ids, so the name travels with an all-gather.
+    // different ids, so the name travels with an all-gather. It is listed for the program's
+    // signal handler (`remove_pending_files`) while held: a Ctrl-C during the write, which
+    // does not unwind, would otherwise leave a full-length file behind.
     let (temp, created) = if me == 0 {
         let temp = temp_path(output);
-        let created = File::create(&temp)
-            .and_then(|f| retry_interrupted(|| f.set_len(header.file_len)))
+        let created = PendingFile::create(&temp)
+            .and_then(|(f, listed)| {
+                retry_interrupted(|| f.set_len(header.file_len)).map(|()| listed)
+            })
             .map_err(|e| io_err(&temp, e));
-        (temp, created)
+        (temp, created.map(Some))
     } else {
-        (PathBuf::new(), Ok(()))
+        (PathBuf::new(), Ok(None))
     };
-    agreed(comm, created)?;
+    let _listed = agreed(comm, created)?;
     let names = comm.all_gather(temp.to_string_lossy().as_bytes());
     let temp = match names {
         Ok(names) => PathBuf::from(String::from_utf8_lossy(&names[0]).into_owned()),

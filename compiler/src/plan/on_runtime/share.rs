@@ -181,6 +181,9 @@ fn read_local<V: PlanValue, I: PlanIndex>(
     let Some(rows_of) = row_shares(plan, tensor, rows, comm.size()) else {
         return Ok(None);
     };
+    if comm.rank() == 0 {
+        check_gaps(&file, path, &header)?;
+    }
     let reader = Reader {
         file: &file,
         path,
@@ -239,6 +242,23 @@ fn read_local<V: PlanValue, I: PlanIndex>(
         header: header.clone(),
     };
     Ok(Some((share, checks)))
+}
+
+/// The file's alignment padding is zero bytes, as a whole read checks (one process refused a
+/// file that ranks reading shares accepted). A few bytes per array: rank 0 reads them all,
+/// and its failure fails every rank's read.
+fn check_gaps(file: &File, path: &Path, header: &TcsHeader) -> Result<(), PlanRunError> {
+    use std::os::unix::fs::FileExt;
+    for g in header.gaps() {
+        let mut gap = vec![0u8; (g.end - g.start) as usize];
+        file.read_exact_at(&mut gap, g.start)
+            .map_err(|e| err(path, e.to_string()))?;
+        if let Some(i) = gap.iter().position(|&b| b != 0) {
+            let at = g.start + i as u64;
+            return Err(err(path, format!("nonzero padding byte at offset {at}")));
+        }
+    }
+    Ok(())
 }
 
 /// A file a share can be read of: the program's types and format, not a block, one dense
