@@ -141,7 +141,7 @@ impl SourceMap {
         let mut report = Report::build(ReportKind::Error, primary.clone())
             .with_config(config)
             .with_message(&d.message)
-            .with_label(Label::new(primary).with_message(&d.label).with_order(0));
+            .with_label(primary_label(primary, &d.label));
         for (i, (span, text)) in d.related.iter().enumerate() {
             report = report.with_label(
                 Label::new(labelled(span))
@@ -176,5 +176,16 @@ pub fn lower_diagnostic(e: &crate::lower::LowerError) -> Diagnostic {
             Diagnostic::new(short, e.span()).label("here").hint(h)
         }
         None => Diagnostic::new(message, e.span()).label("here"),
+    }
+}
+
+/// The label under the primary span: with no text, only the underline (an empty message
+/// drew an arrow pointing at nothing).
+fn primary_label<S: ariadne::Span>(span: S, text: &str) -> Label<S> {
+    let label = Label::new(span).with_order(0);
+    if text.is_empty() {
+        label
+    } else {
+        label.with_message(text)
     }
 }

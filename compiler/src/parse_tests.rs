@@ -145,6 +145,29 @@ fn command_line_pieces_have_their_own_offsets() {
     assert!(text.contains("-s paralelize(i)"), "{text}");
 }
 
+/// A rendered syntax error never draws an arrow to an empty label: either the span says
+/// something or it is only underlined.
+#[test]
+fn rendered_errors_label_their_span_or_only_underline_it() {
+    for (expr, schedule) in [
+        (
+            "y(i) = x(i)",
+            Some("split(i, io, ii, 99999999999999999999999)"),
+        ),
+        ("y(i) = 99999999999999999999999 * x(i)", None),
+        ("y(i) = x(i) +", None),
+        ("y(i) = x(i)", Some("paralelize(i)")),
+    ] {
+        let mut sources = SourceMap::new();
+        let d = command_line(expr, &[], schedule, &mut sources).unwrap_err();
+        let text = sources.render(&d, false);
+        let empty = text
+            .lines()
+            .find(|l| l.trim_end().ends_with('─') && l.contains('╰'));
+        assert_eq!(empty, None, "an arrow to nothing:\n{text}");
+    }
+}
+
 #[test]
 fn syntax_errors_point_at_the_culprit() {
     fails("y(i) = A(i,j) x(j)", "unexpected `x`", "x");

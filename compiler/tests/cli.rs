@@ -186,6 +186,41 @@ fn compile_and_run_on_files() {
         "{err}"
     );
     assert!(!p("bad.tns").exists());
+    assert!(err.contains("without a `# dims"), "the likely cause: {err}");
+    // Every .tns input declaring its dimensions: the note about undeclared ones is not given.
+    let declared = |name: &str, t: &Tensor<f64>| {
+        let mut w = TnsWriter::create(&p(name)).unwrap();
+        w.write_comment(&format!("dims {}", t.dims()[0])).unwrap();
+        for (c, v) in t.entries() {
+            w.write_entry(&[c[0] as u64], v).unwrap();
+        }
+        w.finish().unwrap();
+    };
+    declared("z.tns", &z);
+    declared("short.tns", &short);
+    // (`tessera run` refuses declared dimensions that do not match before it builds; the
+    // compiled program, from the cache, is what reads them.)
+    let spmv = p("spmv");
+    let out = tessera()
+        .args(["compile", expr, "-f", "A:csr", "-s", "parallelize(i)", "-o"])
+        .arg(&spmv)
+        .output()
+        .unwrap();
+    ok(out, "tessera compile");
+    let out = Command::new(&spmv)
+        .args([
+            "-i",
+            &arg("A", &p("A.mtx")),
+            "-i",
+            &arg("x", &p("short.tns")),
+        ])
+        .args(["-i", &arg("z", &p("z.tns")), "-o"])
+        .arg(p("bad.tns"))
+        .output()
+        .unwrap();
+    let err = failed(out, "mismatched program");
+    assert!(err.contains("dimension mismatch for index `j`"), "{err}");
+    assert!(!err.contains("without a `# dims"), "{err}");
 
     // `compile`: a scalar from a rank-3 tensor, written as a one-line .tns.
     let b = tensor(&[3, 2, 4], 5);

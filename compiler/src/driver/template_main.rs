@@ -188,8 +188,7 @@ fn read_inputs(
     }
     let dims: Vec<(&[usize], &Format)> = tensors.iter().map(|t| (t.dims(), t.format())).collect();
     let out_dims = SIGNATURE.bind(&dims).map_err(|e| {
-        let tns = args.inputs.iter().any(|(_, p)| p.extension().is_some_and(|x| x == "tns"));
-        if tns && matches!(e, bind::BindError::Dim { .. }) {
+        if matches!(e, bind::BindError::Dim { .. }) && args.inputs.iter().any(|(_, p)| undeclared(p)) {
             format!(
                 "{e}\n  note: a .tns file without a `# dims D1 D2 ...` line has no header, so each of its \
                  dimensions is the largest coordinate it contains; add that line to declare them"
@@ -199,4 +198,11 @@ fn read_inputs(
         }
     })?;
     Ok((tensors, out_dims))
+}
+
+/// Whether `path` is a `.tns` file without a `# dims` line: its dimensions are then its
+/// largest coordinates, the likely cause of a dimension mismatch.
+fn undeclared(path: &std::path::Path) -> bool {
+    path.extension().is_some_and(|x| x == "tns")
+        && tessera_formats::open_text(path).is_ok_and(|r| r.declared_dims().is_none())
 }
