@@ -125,6 +125,16 @@ impl Runtime {
     }
 
     /// Registers a task body under a stable name.
+    ///
+    /// A panic in the body fails its task ([`RuntimeError::TaskFailed`]) and poisons what the
+    /// failing point writes. The body must not wait on the issuing side: `fence` from a body
+    /// fails with [`RuntimeError::InsideTask`], and a `read`, `take` or `Future::get` of
+    /// something the body's own task or a later one produces waits for good.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::DuplicateTask`] when `name` is taken (the runtime's own tasks are named
+    /// `tessera.*`).
     pub fn register(
         &self,
         name: &str,
@@ -566,7 +576,15 @@ impl Runtime {
 
     /// Waits until every issued task has run. Fails only if analysing a task still in the window
     /// fails; task failures are reported by `read` and futures.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::InsideTask`] when called from a body of this runtime's task: the task
+    /// calling it is one of those it would wait for.
     pub fn fence(&self) -> Result<()> {
+        if self.inner.shared.in_node() {
+            return Err(RuntimeError::InsideTask { call: "fence" });
+        }
         self.inner.flush()?;
         let shared = &self.inner.shared;
         self.inner.wait_helping(&shared.idle, || {

@@ -1024,3 +1024,82 @@ fn a_task_reads_past_its_64th_argument() {
         }
     }
 }
+
+/// A launch domain whose point count overflows (or passes the 2^32 - 1 points a replay
+/// numbers) is refused at submit: `[usize::MAX, 2]` used to panic in the solver, on the
+/// application's thread, with a layout error.
+#[test]
+fn a_launch_domain_too_large_to_count_is_refused_at_submit() {
+    let rt = Runtime::new(1);
+    rt.register("t", |_| {}).unwrap();
+    let x = rt.create(DType::F64, &[4]).unwrap();
+    for domain in [vec![usize::MAX, 2], vec![1 << 32]] {
+        assert_eq!(
+            rt.task("t").read(&x).launch_domain(&domain).submit(),
+            Err(RuntimeError::BadLaunchDomain {
+                task: "t".into(),
+                domain
+            })
+        );
+    }
+    assert_eq!(rt.read::<f64>(&x).unwrap(), vec![0.0; 4]);
+}
+
+/// `fence` from a task body fails with `InsideTask` on every window and with tracing: it
+/// used to wait for every issued task, the calling one included, for good.
+#[test]
+fn fence_from_a_task_body_fails_instead_of_waiting_for_itself() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for b in [
+            Runtime::builder().threads(1),
+            Runtime::builder().threads(2).window_size(4),
+            Runtime::builder().threads(2).tracing(true),
+        ] {
+            let rt = Arc::new(b.build());
+            let me = Arc::downgrade(&rt);
+            let got = Arc::new(Mutex::new(Vec::new()));
+            let g = got.clone();
+            rt.register("fence", move |_| {
+                let rt = me.upgrade().expect("the test holds the runtime");
+                g.lock().unwrap().push(rt.fence());
+            })
+            .unwrap();
+            let x = rt.create(DType::F64, &[4]).unwrap();
+            for _ in 0..3 {
+                rt.task("fence").read_write(&x).submit().unwrap();
+            }
+            rt.fence().unwrap();
+            let got = std::mem::take(&mut *got.lock().unwrap());
+            assert!(!got.is_empty());
+            for e in got {
+                assert_eq!(e, Err(RuntimeError::InsideTask { call: "fence" }));
+            }
+        }
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("a fence inside a task body waited for its own task");
+}
+
+/// `range` of a 0-d store's view fails the task with a message saying why (it failed with
+/// an index out of bounds inside the runtime's view code).
+#[test]
+fn range_of_a_0d_view_fails_its_task_naming_why() {
+    let rt = Runtime::new(1);
+    rt.register("range", |ctx| {
+        let _ = ctx.read::<f64>(0).range();
+    })
+    .unwrap();
+    let (x, y) = (
+        rt.create(DType::F64, &[]).unwrap(),
+        rt.create(DType::F64, &[]).unwrap(),
+    );
+    rt.task("range").read(&x).write(&y).submit().unwrap();
+    match rt.read::<f64>(&y) {
+        Err(RuntimeError::TaskFailed { message, .. }) => {
+            assert!(message.contains("0-d store"), "{message}")
+        }
+        other => panic!("expected the task to fail, got {other:?}"),
+    }
+}
