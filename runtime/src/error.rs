@@ -165,6 +165,8 @@ pub enum RuntimeError {
     Unbound { store: u64 },
     #[error("store#{store}: read-back collided with a task touching {rect}; issue tasks from one thread at a time")]
     ConcurrentAccess { store: u64, rect: String },
+    #[error("store#{store}: its {bytes} bytes of elements cannot be allocated")]
+    OutOfMemory { store: u64, bytes: u64 },
     #[error("`{call}` was called from inside a task body, and would wait for that task itself: call it from the thread that issues the tasks")]
     InsideTask { call: &'static str },
     #[error("store#{store} of shape {shape:?} is not one value: only a one-element store becomes a scalar future")]

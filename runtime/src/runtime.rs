@@ -255,7 +255,14 @@ impl Runtime {
         Ok(())
     }
 
-    /// A zero-filled store.
+    /// A zero-filled store. Its elements take memory at its first access: a store this
+    /// machine cannot hold fails the task that first touches it (and a `read`) with
+    /// [`RuntimeError::OutOfMemory`].
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::TooManyDims`] past [`MAX_DIMS`] dimensions, and
+    /// [`RuntimeError::ShapeTooLarge`] when the store's bytes do not fit an `isize`.
     pub fn create(&self, dtype: DType, shape: &[usize]) -> Result<Store> {
         Self::check_shape(dtype, shape)?;
         let rect = Rect::from_shape(shape);
@@ -522,6 +529,14 @@ impl Runtime {
     fn copy_local<T: Element>(&self, store: &Store, rect: Rect) -> Result<Vec<T>> {
         let writers = store.root.meta().access.pending_writers(&rect);
         self.wait_then_check(writers, store, &rect)?;
+        // A store no task touched is allocated here, and its copy after it: neither may abort.
+        store.root.check_allocatable()?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(rect.volume())
+            .map_err(|_| RuntimeError::OutOfMemory {
+                store: store.id(),
+                bytes: (rect.volume() * T::DTYPE.size()) as u64,
+            })?;
         let bound = store.root.bound().expect("bound");
         let buf = T::buf(store.root.data().expect("bound")).expect("dtype checked");
         let _b =
@@ -533,7 +548,6 @@ impl Runtime {
                     store: store.id(),
                     rect: format!("{r:?}"),
                 })?;
-        let mut out = Vec::with_capacity(rect.volume());
         rect.for_each_run(&bound.rect, |start, len| {
             // SAFETY: shared ledger borrow of `rect`; runs lie inside it.
             out.extend_from_slice(unsafe {

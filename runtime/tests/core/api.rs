@@ -1103,3 +1103,30 @@ fn range_of_a_0d_view_fails_its_task_naming_why() {
         other => panic!("expected the task to fail, got {other:?}"),
     }
 }
+
+/// A store `create` takes but this machine cannot hold fails the task that first touches it
+/// and the read of it with `OutOfMemory`: its first access aborted the process.
+#[test]
+fn a_store_too_large_for_memory_fails_its_first_access_not_the_process() {
+    let rt = Runtime::new(1);
+    // 2^45 elements of 8 bytes: 256 TiB, past any address space the kernel lends.
+    let huge = rt.create(DType::F64, &[1 << 45]).unwrap();
+    let part = huge.slice(0, 0..4).unwrap();
+    rt.fill(&part, 1.0).unwrap();
+    for read in [rt.read::<f64>(&part), rt.read::<f64>(&huge)] {
+        match read {
+            Err(RuntimeError::TaskFailed { message, .. }) => {
+                assert!(message.contains("cannot be allocated"), "{message}")
+            }
+            other => panic!("expected the fill to fail, got {other:?}"),
+        }
+    }
+    let untouched = rt.create(DType::F64, &[1 << 45]).unwrap();
+    assert_eq!(
+        rt.read::<f64>(&untouched),
+        Err(RuntimeError::OutOfMemory {
+            store: untouched.id(),
+            bytes: 1 << 48
+        })
+    );
+}
