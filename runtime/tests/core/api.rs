@@ -1130,3 +1130,19 @@ fn a_store_too_large_for_memory_fails_its_first_access_not_the_process() {
         })
     );
 }
+
+/// The runtime's own tasks are registered when it is built, so an application task cannot
+/// take their names: `value_future`'s task was registered at its first call, and a task of
+/// that name registered before ran in its place (its result became the "value").
+#[test]
+fn the_runtime_s_own_task_names_are_taken_from_the_start() {
+    let rt = Runtime::new(1);
+    for name in ["tessera.fill", "tessera.value_future"] {
+        assert_eq!(
+            rt.register(name, |ctx| ctx.set_result(-1.0)),
+            Err(RuntimeError::DuplicateTask(name.into()))
+        );
+    }
+    let one = rt.from_vec(&[1, 1], vec![7.5f64]).unwrap();
+    assert_eq!(rt.value_future(&one).unwrap().get(), Ok(Scalar::F64(7.5)));
+}
