@@ -1146,3 +1146,34 @@ fn the_runtime_s_own_task_names_are_taken_from_the_start() {
     let one = rt.from_vec(&[1, 1], vec![7.5f64]).unwrap();
     assert_eq!(rt.value_future(&one).unwrap().get(), Ok(Scalar::F64(7.5)));
 }
+
+/// An unbound store given twice to one task (as `write_unbound` both times, or also as a
+/// write) is refused as aliased: it was taken, and the second argument's pieces were dropped.
+#[test]
+fn an_unbound_output_given_twice_is_refused_as_aliased() {
+    let rt = Runtime::builder().threads(2).window_size(1).build();
+    rt.register("emit", |ctx| {
+        ctx.emit::<f64>(0, vec![1.0]);
+        ctx.emit::<f64>(1, vec![2.0]);
+    })
+    .unwrap();
+    let u = rt.create_unbound(DType::F64);
+    assert_eq!(
+        rt.task("emit").write_unbound(&u).write_unbound(&u).submit(),
+        Err(RuntimeError::AliasedArguments {
+            task: "emit".into(),
+            a: 0,
+            b: 1,
+            store: u.id()
+        })
+    );
+    let v = rt.create_unbound(DType::F64);
+    let w = rt.create_unbound(DType::F64);
+    rt.task("emit")
+        .write_unbound(&v)
+        .write_unbound(&w)
+        .submit()
+        .unwrap();
+    assert_eq!(rt.read::<f64>(&v).unwrap(), vec![1.0]);
+    assert_eq!(rt.read::<f64>(&w).unwrap(), vec![2.0]);
+}
