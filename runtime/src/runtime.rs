@@ -88,6 +88,16 @@ pub(crate) struct Inner {
 /// partitions the stores, finds the parallelism and runs point tasks on worker threads (and on
 /// the application's thread while it waits), with results identical to running the stream in
 /// order.
+///
+/// A `Runtime` is `Send + Sync`: several application threads may issue tasks on one runtime
+/// (through an `Arc`). The stream is then the order their submits reach it, each thread's own
+/// order kept, and a `read` of cells a task issued by another thread is writing at that
+/// moment may fail with [`RuntimeError::ConcurrentAccess`] rather than wait for it: order
+/// such a read after that thread's submit yourself. Across ranks every rank must issue the
+/// same stream, so issue from one thread there.
+///
+/// Dropping the runtime waits for every issued task (as [`Runtime::fence`]), so a body that
+/// never returns keeps the drop, `fence` and a `read` of what it writes waiting for good.
 pub struct Runtime {
     inner: Arc<Inner>,
 }
