@@ -139,7 +139,8 @@ impl Runtime {
     /// A panic in the body fails its task ([`RuntimeError::TaskFailed`]) and poisons what the
     /// failing point writes. The body must not wait on the issuing side: `fence` from a body
     /// fails with [`RuntimeError::InsideTask`], and a `read`, `take` or `Future::get` of
-    /// something the body's own task or a later one produces waits for good.
+    /// something the body's own task or a later one produces waits for good. Tasks a body
+    /// submits join the stream when it runs, a place that depends on timing.
     ///
     /// # Errors
     ///
