@@ -600,17 +600,22 @@ impl Runtime {
     }
 
     /// Waits until every issued task has run. Fails only if analysing a task still in the window
-    /// fails; task failures are reported by `read` and futures.
+    /// fails (that task is dropped, and the others are waited for all the same); task
+    /// failures are reported by `read` and futures.
     ///
     /// # Errors
     ///
-    /// [`RuntimeError::InsideTask`] when called from a body of this runtime's task: the task
-    /// calling it is one of those it would wait for.
+    /// The first error of analysing a task in the window, and [`RuntimeError::InsideTask`]
+    /// when called from a body of this runtime's task: the task calling it is one of those
+    /// it would wait for.
     pub fn fence(&self) -> Result<()> {
         if self.inner.shared.in_node() {
             return Err(RuntimeError::InsideTask { call: "fence" });
         }
-        self.inner.flush()?;
+        // Not `?`: the tasks launched before the failing one still run, and the caller (and
+        // dropping the runtime, which fences before it stops the workers) must be able to
+        // count on them having ended; it returned while they ran.
+        let flushed = self.inner.flush();
         let shared = &self.inner.shared;
         self.inner.wait_helping(&shared.idle, || {
             shared.outstanding.load(Ordering::Acquire) == 0
@@ -619,7 +624,7 @@ impl Runtime {
         if let Some(tr) = front.tracing.as_mut() {
             tr.let_go_of_replays();
         }
-        Ok(())
+        flushed
     }
 
     /// A snapshot of the runtime's counters.

@@ -1177,3 +1177,49 @@ fn an_unbound_output_given_twice_is_refused_as_aliased() {
     assert_eq!(rt.read::<f64>(&v).unwrap(), vec![1.0]);
     assert_eq!(rt.read::<f64>(&w).unwrap(), vec![2.0]);
 }
+
+/// A task whose analysis fails only when the window is flushed (an image of a store a task
+/// in the window writes) does not keep `fence` (nor the runtime's drop, which fences) from
+/// waiting for the tasks before it: `fence` returned the error while they still ran.
+#[test]
+fn a_failure_found_at_flush_still_lets_the_tasks_before_it_finish() {
+    for drop_it in [false, true] {
+        let rt = Runtime::builder().threads(2).window_size(8).build();
+        rt.register("slow_sum", |ctx| {
+            std::thread::sleep(Duration::from_millis(50));
+            ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
+        })
+        .unwrap();
+        rt.register("id", |_| {}).unwrap();
+        let x = rt.from_vec(&[4], vec![1.0f64; 4]).unwrap();
+        let idx = rt.create(DType::U64, &[2]).unwrap();
+        rt.fill(&idx, 100u64).unwrap();
+        // Queued behind the fill on the one worker: running when the image fails.
+        let f = rt
+            .task("slow_sum")
+            .read(&x)
+            .launch_domain(&[2])
+            .submit_reduce(ReduceOp::Sum)
+            .unwrap();
+        // Solved only once the fill has run: the image reaches past `x`.
+        rt.task("id")
+            .read(&idx)
+            .read(&x)
+            .image(&idx, &x)
+            .submit()
+            .unwrap();
+        if drop_it {
+            drop(rt);
+        } else {
+            assert!(matches!(
+                rt.fence(),
+                Err(RuntimeError::ImageOutOfBounds { .. })
+            ));
+        }
+        assert_eq!(
+            f.try_get(),
+            Some(Ok(Scalar::F64(4.0))),
+            "dropped: {drop_it}"
+        );
+    }
+}
