@@ -123,7 +123,7 @@ pub enum RuntimeError {
     UnboundMisuse { task: String, store: u64 },
     #[error("task `{task}`: store#{store} is unbound and has no task that will bind it")]
     NeverBound { task: String, store: u64 },
-    #[error("task `{task}`: launch domain {domain:?} is empty or has more than 4 dimensions")]
+    #[error("task `{task}`: launch domain {domain:?} is empty, has more than 4 dimensions or more than 2^32 - 1 points")]
     BadLaunchDomain { task: String, domain: Vec<usize> },
     #[error("the shares of a {len}-element store must be disjoint and cover it: {why}")]
     BadShares { len: usize, why: String },
@@ -165,6 +165,10 @@ pub enum RuntimeError {
     Unbound { store: u64 },
     #[error("store#{store}: read-back collided with a task touching {rect}; issue tasks from one thread at a time")]
     ConcurrentAccess { store: u64, rect: String },
+    #[error("store#{store}: its {bytes} bytes of elements cannot be allocated")]
+    OutOfMemory { store: u64, bytes: u64 },
+    #[error("`{call}` was called from inside a task body, and would wait for that task itself: call it from the thread that issues the tasks")]
+    InsideTask { call: &'static str },
     #[error("store#{store} of shape {shape:?} is not one value: only a one-element store becomes a scalar future")]
     NotOneValue {
         store: u64,

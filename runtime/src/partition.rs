@@ -6,6 +6,11 @@ use crate::rect::{Rect, MAX_DIMS};
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
+/// The most points a launch domain has: replayed traces number a task's points in 32 bits
+/// (`execute::actors`), and a larger domain given to `launch_domain` overflowed the point
+/// count (`[usize::MAX, 2]`) and panicked in the solver instead of failing `submit`.
+pub const MAX_POINTS: usize = u32::MAX as usize;
+
 /// A rectangular launch domain `[0, extents)`; each point is one point task.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Domain {
@@ -13,13 +18,16 @@ pub struct Domain {
 }
 
 impl Domain {
-    /// The domain `[0, extents)`, or `None` when it is empty or has too many dimensions.
+    /// The domain `[0, extents)`, or `None` when it is empty, has too many dimensions or more
+    /// than [`MAX_POINTS`] points.
     pub fn new(extents: &[usize]) -> Option<Domain> {
-        (!extents.is_empty() && extents.len() <= MAX_DIMS && extents.iter().all(|&e| e > 0)).then(
-            || Domain {
-                rect: Rect::from_shape(extents),
-            },
-        )
+        let points = extents.iter().try_fold(1usize, |n, &e| n.checked_mul(e));
+        (!extents.is_empty()
+            && extents.len() <= MAX_DIMS
+            && points.is_some_and(|n| (1..=MAX_POINTS).contains(&n)))
+        .then(|| Domain {
+            rect: Rect::from_shape(extents),
+        })
     }
 
     pub fn dim(&self) -> usize {

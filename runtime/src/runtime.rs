@@ -88,6 +88,16 @@ pub(crate) struct Inner {
 /// partitions the stores, finds the parallelism and runs point tasks on worker threads (and on
 /// the application's thread while it waits), with results identical to running the stream in
 /// order.
+///
+/// A `Runtime` is `Send + Sync`: several application threads may issue tasks on one runtime
+/// (through an `Arc`). The stream is then the order their submits reach it, each thread's own
+/// order kept, and a `read` of cells a task issued by another thread is writing at that
+/// moment may fail with [`RuntimeError::ConcurrentAccess`] rather than wait for it: order
+/// such a read after that thread's submit yourself. Across ranks every rank must issue the
+/// same stream, so issue from one thread there.
+///
+/// Dropping the runtime waits for every issued task (as [`Runtime::fence`]), so a body that
+/// never returns keeps the drop, `fence` and a `read` of what it writes waiting for good.
 pub struct Runtime {
     inner: Arc<Inner>,
 }
@@ -125,6 +135,17 @@ impl Runtime {
     }
 
     /// Registers a task body under a stable name.
+    ///
+    /// A panic in the body fails its task ([`RuntimeError::TaskFailed`]) and poisons what the
+    /// failing point writes. The body must not wait on the issuing side: `fence` from a body
+    /// fails with [`RuntimeError::InsideTask`], and a `read`, `take` or `Future::get` of
+    /// something the body's own task or a later one produces waits for good. Tasks a body
+    /// submits join the stream when it runs, a place that depends on timing.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::DuplicateTask`] when `name` is taken (the runtime's own tasks are named
+    /// `tessera.*`).
     pub fn register(
         &self,
         name: &str,
@@ -245,7 +266,14 @@ impl Runtime {
         Ok(())
     }
 
-    /// A zero-filled store.
+    /// A zero-filled store. Its elements take memory at its first access: a store this
+    /// machine cannot hold fails the task that first touches it (and a `read`) with
+    /// [`RuntimeError::OutOfMemory`].
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError::TooManyDims`] past [`MAX_DIMS`] dimensions, and
+    /// [`RuntimeError::ShapeTooLarge`] when the store's bytes do not fit an `isize`.
     pub fn create(&self, dtype: DType, shape: &[usize]) -> Result<Store> {
         Self::check_shape(dtype, shape)?;
         let rect = Rect::from_shape(shape);
@@ -512,6 +540,14 @@ impl Runtime {
     fn copy_local<T: Element>(&self, store: &Store, rect: Rect) -> Result<Vec<T>> {
         let writers = store.root.meta().access.pending_writers(&rect);
         self.wait_then_check(writers, store, &rect)?;
+        // A store no task touched is allocated here, and its copy after it: neither may abort.
+        store.root.check_allocatable()?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(rect.volume())
+            .map_err(|_| RuntimeError::OutOfMemory {
+                store: store.id(),
+                bytes: (rect.volume() * T::DTYPE.size()) as u64,
+            })?;
         let bound = store.root.bound().expect("bound");
         let buf = T::buf(store.root.data().expect("bound")).expect("dtype checked");
         let _b =
@@ -523,7 +559,6 @@ impl Runtime {
                     store: store.id(),
                     rect: format!("{r:?}"),
                 })?;
-        let mut out = Vec::with_capacity(rect.volume());
         rect.for_each_run(&bound.rect, |start, len| {
             // SAFETY: shared ledger borrow of `rect`; runs lie inside it.
             out.extend_from_slice(unsafe {
@@ -565,9 +600,22 @@ impl Runtime {
     }
 
     /// Waits until every issued task has run. Fails only if analysing a task still in the window
-    /// fails; task failures are reported by `read` and futures.
+    /// fails (that task is dropped, and the others are waited for all the same); task
+    /// failures are reported by `read` and futures.
+    ///
+    /// # Errors
+    ///
+    /// The first error of analysing a task in the window, and [`RuntimeError::InsideTask`]
+    /// when called from a body of this runtime's task: the task calling it is one of those
+    /// it would wait for.
     pub fn fence(&self) -> Result<()> {
-        self.inner.flush()?;
+        if self.inner.shared.in_node() {
+            return Err(RuntimeError::InsideTask { call: "fence" });
+        }
+        // Not `?`: the tasks launched before the failing one still run, and the caller (and
+        // dropping the runtime, which fences before it stops the workers) must be able to
+        // count on them having ended; it returned while they ran.
+        let flushed = self.inner.flush();
         let shared = &self.inner.shared;
         self.inner.wait_helping(&shared.idle, || {
             shared.outstanding.load(Ordering::Acquire) == 0
@@ -576,7 +624,7 @@ impl Runtime {
         if let Some(tr) = front.tracing.as_mut() {
             tr.let_go_of_replays();
         }
-        Ok(())
+        flushed
     }
 
     /// A snapshot of the runtime's counters.

@@ -74,6 +74,10 @@ impl Bound {
     }
 }
 
+/// Stores of at least this many bytes are reserved fallibly before their elements are made
+/// (`StoreRoot::check_allocatable`).
+const RESERVE_FIRST_BYTES: u64 = 64 << 20;
+
 /// What a runtime's stores take: bytes allocated so far, and bytes held by live stores whose
 /// buffers are whole (the others, across ranks, are measured page by page: `Buf::resident_bytes`).
 /// `Default` (stores made outside a runtime, tests) has a pool of the least budget; a
@@ -419,9 +423,33 @@ impl StoreRoot {
         }
     }
 
+    /// Whether the elements are allocated or can be: a store of `create` takes memory only at
+    /// its first access, and a shape that passed `create` but that the machine cannot hold
+    /// aborted the process there (the global allocator's failure handler). Large stores are
+    /// first reserved fallibly and given back, which costs one mapping and unmapping next to
+    /// a first touch of at least [`RESERVE_FIRST_BYTES`].
+    pub(crate) fn check_allocatable(&self) -> Result<()> {
+        let Some(b) = self.bound.get().filter(|b| b.data.get().is_none()) else {
+            return Ok(());
+        };
+        let bytes = b.bytes();
+        if bytes < RESERVE_FIRST_BYTES || Vec::<u8>::new().try_reserve_exact(bytes as usize).is_ok()
+        {
+            return Ok(());
+        }
+        Err(RuntimeError::OutOfMemory {
+            store: self.id,
+            bytes,
+        })
+    }
+
     #[cold]
     #[inline(never)]
     fn allocate<'s>(&'s self, b: &'s Bound) -> &'s Data {
+        // In a point this fails its task (and poisons what it writes) instead of aborting.
+        if let Err(e) = self.check_allocatable() {
+            panic!("{e}");
+        }
         // The points of a launch often view a fresh store at once. A loser of the `OnceLock`'s
         // race sleeps on a futex until the winner wakes it, which on this VM cost more than
         // the allocation (a pooled buffer, or calloc): a CG making a new vector per result

@@ -859,9 +859,21 @@ impl<'a, T: Element> RawView<'a, T> {
     }
 
     fn range(&self) -> Range<usize> {
-        let lo = self.rect.lo()[0] - self.origin.lo()[0];
-        lo..lo + self.rect.extent(0)
+        dim0_range(self.rect, self.origin)
     }
+}
+
+/// The indices of dimension 0 that sub-store `rect` of view `origin` covers, in view
+/// coordinates. A 0-d store has no dimension 0: that is named instead of failing the task
+/// with an index out of bounds inside the runtime.
+fn dim0_range(rect: &Rect, origin: &Rect) -> Range<usize> {
+    if rect.dim() == 0 {
+        panic!(
+            "`range` of a 0-d store: it has no dimension 0 (read its one element with `get(&[])`)"
+        );
+    }
+    let lo = rect.lo()[0] - origin.lo()[0];
+    lo..lo + rect.extent(0)
 }
 
 /// A read-only, bounds-checked view of a sub-store.
@@ -875,6 +887,10 @@ impl<T: Element> ReadView<'_, T> {
         self.raw.rect.untranslate(self.raw.origin.lo())
     }
     /// The indices of dimension 0 this point owns.
+    ///
+    /// # Panics
+    ///
+    /// On a 0-d store, which has no dimension 0 (failing the task, as any panic in a body).
     pub fn range(&self) -> Range<usize> {
         self.raw.range()
     }
@@ -906,6 +922,10 @@ impl<T: Element> WriteView<'_, T> {
         self.raw.rect.untranslate(self.raw.origin.lo())
     }
     /// The indices of dimension 0 this point owns.
+    ///
+    /// # Panics
+    ///
+    /// On a 0-d store, which has no dimension 0 (failing the task, as any panic in a body).
     pub fn range(&self) -> Range<usize> {
         self.raw.range()
     }
@@ -973,9 +993,12 @@ impl<T: Element> ReduceView<'_, T> {
         self.rect.untranslate(self.origin.lo())
     }
     /// The indices of dimension 0 this point owns.
+    ///
+    /// # Panics
+    ///
+    /// On a 0-d store, which has no dimension 0 (failing the task, as any panic in a body).
     pub fn range(&self) -> Range<usize> {
-        let lo = self.rect.lo()[0] - self.origin.lo()[0];
-        lo..lo + self.rect.extent(0)
+        dim0_range(&self.rect, &self.origin)
     }
     /// Folds `v` into the element at n-d index `idx`.
     pub fn reduce(&mut self, idx: &[usize], v: T) {

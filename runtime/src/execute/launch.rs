@@ -490,6 +490,8 @@ impl Launched {
 /// message has not come: the communication thread completes it).
 pub(crate) fn run_node(node: &Arc<Node>, shared: &Shared) -> NodeList {
     timeline::mark(Ev::NodeBegin, Arc::as_ptr(node) as u64);
+    // A body that calls `fence` is told so instead of waiting for its own task for good.
+    let _running = super::RunningNode::enter(shared);
     let ready = match node.take_work() {
         Some(Work::Actor { run, vertex }) => {
             match run.vertex(vertex) {

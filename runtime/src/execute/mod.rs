@@ -24,4 +24,4 @@ pub(crate) mod graph;
 pub(crate) mod launch;
 mod shared;
 
-pub(crate) use shared::{OnNodeRan, Shared};
+pub(crate) use shared::{OnNodeRan, RunningNode, Shared};

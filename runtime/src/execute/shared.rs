@@ -3,6 +3,7 @@
 use super::graph::Completion;
 use crate::replicate::channel::Channel;
 use crate::stats::Counters;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -47,5 +48,34 @@ impl Shared {
         if let Some(hook) = self.on_node_ran.get() {
             hook.node_ran(left);
         }
+    }
+}
+
+thread_local! {
+    /// The `Shared` (as an address) of the runtime whose node this thread is running, if any.
+    static RUNNING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Marks the running thread as inside a node of `shared`'s runtime until dropped (a node
+/// run while the issuing thread helps, inside another node's body's runtime call, nests).
+pub(crate) struct RunningNode(usize);
+
+impl RunningNode {
+    pub(crate) fn enter(shared: &Shared) -> RunningNode {
+        RunningNode(RUNNING.replace(shared as *const Shared as usize))
+    }
+}
+
+impl Drop for RunningNode {
+    fn drop(&mut self) {
+        RUNNING.set(self.0);
+    }
+}
+
+impl Shared {
+    /// Whether this thread is running one of this runtime's nodes (a task body that called
+    /// back into the runtime).
+    pub(crate) fn in_node(&self) -> bool {
+        RUNNING.get() == self as *const Shared as usize
     }
 }

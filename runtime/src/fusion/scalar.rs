@@ -15,8 +15,10 @@ use crate::future::Future;
 use crate::store::Store;
 use crate::{Runtime, TaskContext};
 
-/// The name the one-point task is registered under (once per runtime, on first use).
-const VALUE_TASK: &str = "tessera::value_future";
+/// The name the one-point task is registered under, when the runtime is built: registered
+/// on first use, an application's task of this name registered before it ran in its place
+/// and its result became the "value".
+pub(crate) const VALUE_TASK: &str = "tessera.value_future";
 
 impl Runtime {
     /// A future of the one value of `store` (of any shape with one element), filled once the
@@ -35,10 +37,6 @@ impl Runtime {
                 shape,
             });
         }
-        match self.register(VALUE_TASK, |ctx| ctx.set_result(first_value(ctx))) {
-            Ok(()) | Err(RuntimeError::DuplicateTask(_)) => {}
-            Err(e) => return Err(e),
-        }
         // One point, whatever the machine: the value is folded from that point alone. `Sum`
         // with one point is the value itself (no identity is added to it).
         self.task(VALUE_TASK)
@@ -46,6 +44,11 @@ impl Runtime {
             .launch_domain(&[1])
             .submit_reduce(crate::ReduceOp::Sum)
     }
+}
+
+/// The body of [`VALUE_TASK`].
+pub(crate) fn value_body(ctx: &mut TaskContext<'_>) {
+    ctx.set_result(first_value(ctx))
 }
 
 /// The first element of argument 0, as a scalar.

@@ -423,6 +423,9 @@ impl RuntimeBuilder {
         }
         rt.register("tessera.fill", fill_body)
             .expect("fresh registry");
+        let value = crate::fusion::scalar::VALUE_TASK;
+        rt.register(value, crate::fusion::scalar::value_body)
+            .expect("fresh registry");
         Ok(rt)
     }
 }

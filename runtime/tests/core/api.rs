@@ -1024,3 +1024,202 @@ fn a_task_reads_past_its_64th_argument() {
         }
     }
 }
+
+/// A launch domain whose point count overflows (or passes the 2^32 - 1 points a replay
+/// numbers) is refused at submit: `[usize::MAX, 2]` used to panic in the solver, on the
+/// application's thread, with a layout error.
+#[test]
+fn a_launch_domain_too_large_to_count_is_refused_at_submit() {
+    let rt = Runtime::new(1);
+    rt.register("t", |_| {}).unwrap();
+    let x = rt.create(DType::F64, &[4]).unwrap();
+    for domain in [vec![usize::MAX, 2], vec![1 << 32]] {
+        assert_eq!(
+            rt.task("t").read(&x).launch_domain(&domain).submit(),
+            Err(RuntimeError::BadLaunchDomain {
+                task: "t".into(),
+                domain
+            })
+        );
+    }
+    assert_eq!(rt.read::<f64>(&x).unwrap(), vec![0.0; 4]);
+}
+
+/// `fence` from a task body fails with `InsideTask` on every window and with tracing: it
+/// used to wait for every issued task, the calling one included, for good.
+#[test]
+fn fence_from_a_task_body_fails_instead_of_waiting_for_itself() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for b in [
+            Runtime::builder().threads(1),
+            Runtime::builder().threads(2).window_size(4),
+            Runtime::builder().threads(2).tracing(true),
+        ] {
+            let rt = Arc::new(b.build());
+            let me = Arc::downgrade(&rt);
+            let got = Arc::new(Mutex::new(Vec::new()));
+            let g = got.clone();
+            rt.register("fence", move |_| {
+                let rt = me.upgrade().expect("the test holds the runtime");
+                g.lock().unwrap().push(rt.fence());
+            })
+            .unwrap();
+            let x = rt.create(DType::F64, &[4]).unwrap();
+            for _ in 0..3 {
+                rt.task("fence").read_write(&x).submit().unwrap();
+            }
+            rt.fence().unwrap();
+            let got = std::mem::take(&mut *got.lock().unwrap());
+            assert!(!got.is_empty());
+            for e in got {
+                assert_eq!(e, Err(RuntimeError::InsideTask { call: "fence" }));
+            }
+        }
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("a fence inside a task body waited for its own task");
+}
+
+/// `range` of a 0-d store's view fails the task with a message saying why (it failed with
+/// an index out of bounds inside the runtime's view code).
+#[test]
+fn range_of_a_0d_view_fails_its_task_naming_why() {
+    let rt = Runtime::new(1);
+    rt.register("range", |ctx| {
+        let _ = ctx.read::<f64>(0).range();
+    })
+    .unwrap();
+    let (x, y) = (
+        rt.create(DType::F64, &[]).unwrap(),
+        rt.create(DType::F64, &[]).unwrap(),
+    );
+    rt.task("range").read(&x).write(&y).submit().unwrap();
+    match rt.read::<f64>(&y) {
+        Err(RuntimeError::TaskFailed { message, .. }) => {
+            assert!(message.contains("0-d store"), "{message}")
+        }
+        other => panic!("expected the task to fail, got {other:?}"),
+    }
+}
+
+/// A store `create` takes but this machine cannot hold fails the task that first touches it
+/// and the read of it with `OutOfMemory`: its first access aborted the process.
+#[test]
+fn a_store_too_large_for_memory_fails_its_first_access_not_the_process() {
+    let rt = Runtime::new(1);
+    // 2^45 elements of 8 bytes: 256 TiB, past any address space the kernel lends.
+    let huge = rt.create(DType::F64, &[1 << 45]).unwrap();
+    let part = huge.slice(0, 0..4).unwrap();
+    rt.fill(&part, 1.0).unwrap();
+    for read in [rt.read::<f64>(&part), rt.read::<f64>(&huge)] {
+        match read {
+            Err(RuntimeError::TaskFailed { message, .. }) => {
+                assert!(message.contains("cannot be allocated"), "{message}")
+            }
+            other => panic!("expected the fill to fail, got {other:?}"),
+        }
+    }
+    let untouched = rt.create(DType::F64, &[1 << 45]).unwrap();
+    assert_eq!(
+        rt.read::<f64>(&untouched),
+        Err(RuntimeError::OutOfMemory {
+            store: untouched.id(),
+            bytes: 1 << 48
+        })
+    );
+}
+
+/// The runtime's own tasks are registered when it is built, so an application task cannot
+/// take their names: `value_future`'s task was registered at its first call, and a task of
+/// that name registered before ran in its place (its result became the "value").
+#[test]
+fn the_runtime_s_own_task_names_are_taken_from_the_start() {
+    let rt = Runtime::new(1);
+    for name in ["tessera.fill", "tessera.value_future"] {
+        assert_eq!(
+            rt.register(name, |ctx| ctx.set_result(-1.0)),
+            Err(RuntimeError::DuplicateTask(name.into()))
+        );
+    }
+    let one = rt.from_vec(&[1, 1], vec![7.5f64]).unwrap();
+    assert_eq!(rt.value_future(&one).unwrap().get(), Ok(Scalar::F64(7.5)));
+}
+
+/// An unbound store given twice to one task (as `write_unbound` both times, or also as a
+/// write) is refused as aliased: it was taken, and the second argument's pieces were dropped.
+#[test]
+fn an_unbound_output_given_twice_is_refused_as_aliased() {
+    let rt = Runtime::builder().threads(2).window_size(1).build();
+    rt.register("emit", |ctx| {
+        ctx.emit::<f64>(0, vec![1.0]);
+        ctx.emit::<f64>(1, vec![2.0]);
+    })
+    .unwrap();
+    let u = rt.create_unbound(DType::F64);
+    assert_eq!(
+        rt.task("emit").write_unbound(&u).write_unbound(&u).submit(),
+        Err(RuntimeError::AliasedArguments {
+            task: "emit".into(),
+            a: 0,
+            b: 1,
+            store: u.id()
+        })
+    );
+    let v = rt.create_unbound(DType::F64);
+    let w = rt.create_unbound(DType::F64);
+    rt.task("emit")
+        .write_unbound(&v)
+        .write_unbound(&w)
+        .submit()
+        .unwrap();
+    assert_eq!(rt.read::<f64>(&v).unwrap(), vec![1.0]);
+    assert_eq!(rt.read::<f64>(&w).unwrap(), vec![2.0]);
+}
+
+/// A task whose analysis fails only when the window is flushed (an image of a store a task
+/// in the window writes) does not keep `fence` (nor the runtime's drop, which fences) from
+/// waiting for the tasks before it: `fence` returned the error while they still ran.
+#[test]
+fn a_failure_found_at_flush_still_lets_the_tasks_before_it_finish() {
+    for drop_it in [false, true] {
+        let rt = Runtime::builder().threads(2).window_size(8).build();
+        rt.register("slow_sum", |ctx| {
+            std::thread::sleep(Duration::from_millis(50));
+            ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
+        })
+        .unwrap();
+        rt.register("id", |_| {}).unwrap();
+        let x = rt.from_vec(&[4], vec![1.0f64; 4]).unwrap();
+        let idx = rt.create(DType::U64, &[2]).unwrap();
+        rt.fill(&idx, 100u64).unwrap();
+        // Queued behind the fill on the one worker: running when the image fails.
+        let f = rt
+            .task("slow_sum")
+            .read(&x)
+            .launch_domain(&[2])
+            .submit_reduce(ReduceOp::Sum)
+            .unwrap();
+        // Solved only once the fill has run: the image reaches past `x`.
+        rt.task("id")
+            .read(&idx)
+            .read(&x)
+            .image(&idx, &x)
+            .submit()
+            .unwrap();
+        if drop_it {
+            drop(rt);
+        } else {
+            assert!(matches!(
+                rt.fence(),
+                Err(RuntimeError::ImageOutOfBounds { .. })
+            ));
+        }
+        assert_eq!(
+            f.try_get(),
+            Some(Ok(Scalar::F64(4.0))),
+            "dropped: {drop_it}"
+        );
+    }
+}
