@@ -1241,14 +1241,7 @@ fn take_moves_a_traced_store_s_buffer_out() {
 #[test]
 fn a_fence_lets_go_of_recordings_idle_for_several_fences() {
     let run = |tracing: bool, actors: bool| {
-        let rt = Runtime::builder()
-            .threads(2)
-            .min_piece_size(1)
-            .tracing(tracing)
-            .actors(actors)
-            .trace_sampling(8)
-            .build();
-        let (rt, _, _) = with_inc(rt, |o, i| o * 0.5 + i + 1.0);
+        let (rt, _, _) = traced_inc(tracing, actors);
         let mut out = vec![];
         let mut most = 0;
         for request in 0..40 {
@@ -1290,14 +1283,7 @@ fn a_fence_lets_go_of_recordings_idle_for_several_fences() {
 #[test]
 fn phases_alternating_between_fences_keep_their_recordings() {
     let run = |tracing: bool, actors: bool| {
-        let rt = Runtime::builder()
-            .threads(2)
-            .min_piece_size(1)
-            .tracing(tracing)
-            .actors(actors)
-            .trace_sampling(8)
-            .build();
-        let (rt, a, b) = with_inc(rt, |o, i| o * 0.5 + i + 1.0);
+        let (rt, a, b) = traced_inc(tracing, actors);
         let c = rt.from_vec(&[8], vec![2.0; 8]).unwrap();
         let d = rt.create(DType::F64, &[8]).unwrap();
         let phases = [(&a, &b), (&c, &d)];
@@ -1323,6 +1309,18 @@ fn phases_alternating_between_fences_keep_their_recordings() {
             "actors {actors}: every phase recorded anew: {st:?}"
         );
     }
+}
+
+/// [`with_inc`] on a 2-thread runtime sampling its stream for repeats every 8 tasks.
+fn traced_inc(tracing: bool, actors: bool) -> (Runtime, Store, Store) {
+    let rt = Runtime::builder()
+        .threads(2)
+        .min_piece_size(1)
+        .tracing(tracing)
+        .actors(actors)
+        .trace_sampling(8)
+        .build();
+    with_inc(rt, |o, i| o * 0.5 + i + 1.0)
 }
 
 /// `inc` from `x` into `y`, aligned.
