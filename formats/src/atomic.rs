@@ -21,6 +21,30 @@ pub fn retry_interrupted<T>(mut call: impl FnMut() -> std::io::Result<T>) -> std
     }
 }
 
+/// Why `path` cannot take an output file, if it cannot: it is a directory, or its directory
+/// does not exist or is not one. For checks before work whose result it would hold (found
+/// only when the output is written, a missing directory costs the whole computation); the
+/// caller names the flag.
+pub fn output_path_problem(path: &Path) -> Option<String> {
+    let shown = path.display();
+    if path.is_dir() {
+        return Some(format!(
+            "{shown} is a directory; give a file name inside it"
+        ));
+    }
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir.exists() {
+        return Some(format!(
+            "the directory {} does not exist (create it first)",
+            dir.display()
+        ));
+    }
+    (!dir.is_dir()).then(|| format!("{} is not a directory", dir.display()))
+}
+
 /// Temporary files of the [`AtomicFile`]s not yet committed or dropped, the [`PendingDir`]s
 /// not yet dropped, and whether the process is exiting (then no new temporary may appear).
 struct Pending {

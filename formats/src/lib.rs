@@ -41,7 +41,9 @@ mod tns;
 mod value;
 mod view;
 
-pub use atomic::{remove_pending_files, retry_interrupted, AtomicFile, PendingFile};
+pub use atomic::{
+    output_path_problem, remove_pending_files, retry_interrupted, AtomicFile, PendingFile,
+};
 pub use chunks::Chunk;
 pub use convert::{convert, ConvertOptions, ConvertReport, Duplicates, NoProgress, Progress};
 pub use error::{Error, Result, SyntaxError};

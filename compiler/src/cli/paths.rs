@@ -4,29 +4,15 @@
 
 use anyhow::bail;
 use std::path::Path;
-use tessera_formats::FileKind;
+use tessera_formats::{output_path_problem, FileKind};
 
 /// `-o PATH`: its directory exists (and is a directory), and `PATH` is not itself one.
 pub fn check_output(path: &Path, flag: &str) -> anyhow::Result<()> {
-    let shown = path.display();
     if path.as_os_str().is_empty() {
         bail!("`{flag}` names no file");
     }
-    if path.is_dir() {
-        bail!("`{flag} {shown}`: {shown} is a directory; give a file name inside it");
-    }
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if !dir.exists() {
-        bail!(
-            "`{flag} {shown}`: the directory {} does not exist (create it first)",
-            dir.display()
-        );
-    }
-    if !dir.is_dir() {
-        bail!("`{flag} {shown}`: {} is not a directory", dir.display());
+    if let Some(why) = output_path_problem(path) {
+        bail!("`{flag} {}`: {why}", path.display());
     }
     Ok(())
 }

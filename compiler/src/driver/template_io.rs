@@ -12,14 +12,8 @@ use tessera_formats::{open_text, FileKind, Format, Index, Progress, TcsHeader, T
 /// when writing, a missing directory would cost the whole computation (across ranks it also
 /// surfaced as a temporary file's name, or as rank 0 alone aborting the job).
 pub fn check_output_path(path: &Path, format: &Format) -> Result<(), Box<dyn Error>> {
-    let shown = path.display();
-    if path.is_dir() {
-        return Err(format!("`-o {shown}`: {shown} is a directory; give a file name inside it").into());
-    }
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        let why = if dir.exists() { "is not a directory" } else { "does not exist" };
-        return Err(format!("`-o {shown}`: the directory {} {why}", dir.display()).into());
+    if let Some(why) = tessera_formats::output_path_problem(path) {
+        return Err(format!("`-o {}`: {why}", path.display()).into());
     }
     match FileKind::of(path)? {
         FileKind::Mtx if format.rank() != 2 => Err(format!(

@@ -292,12 +292,10 @@ pub(crate) fn check_aliasing(
         for (j, b) in args.iter().enumerate().skip(i + 1) {
             // An unbound output has no sub-stores to overlap yet, and it is written whole:
             // given twice, the second argument's pieces were dropped without a word.
-            let unbound = [a, b]
-                .iter()
-                .any(|x| x.privilege == Privilege::WriteUnbound);
+            let unbound = |x: &LaunchArg| x.privilege == Privilege::WriteUnbound;
             if Arc::ptr_eq(&a.root, &b.root)
                 && (a.privilege.writes() || b.privilege.writes())
-                && (unbound || overlap(&a.rects, &b.rects, false))
+                && (unbound(a) || unbound(b) || overlap(&a.rects, &b.rects, false))
             {
                 return Err(RuntimeError::AliasedArguments {
                     task: task.into(),
