@@ -6,7 +6,7 @@
 //! (independent of the ledger, which verified replays skip); values are compared bitwise with
 //! the untraced run.
 
-use crate::tracing_races::{fresh_store, race_checked, random_body, seeds, Step, VIEWS};
+use crate::tracing_races::{fresh_store, race_checked, random_body, seeds, submit_step, Step};
 use tessera_runtime::{DType, Future, ReduceOp, Result, Runtime, Store};
 
 const PERMS: [[usize; 3]; 6] = [
@@ -43,34 +43,13 @@ fn program(seed: u64, rt: &Runtime) -> Result<Vec<f64>> {
             let perm = perms[it % k];
             let t = fresh_store(rt, *fresh)?;
             for s in steps {
-                let mut task = rt.task(s.kind);
-                for (a, &(store, view)) in s.args.iter().enumerate() {
-                    let (off, len) = VIEWS[view];
-                    let (root, tag) = if store == 3 {
+                submit_step(rt, s, &mut futures, &ready, |store| {
+                    if store == 3 {
                         (t.as_ref().expect("fresh"), 3)
                     } else {
                         (&stores[perm[store]], tags[perm[store]])
-                    };
-                    let v = root.slice(0, off..off + len)?;
-                    task = match (s.kind, a) {
-                        ("r", _) | ("r_w", 0) => task.read(&v),
-                        ("w" | "wf", _) | ("r_w", _) => task.write(&v),
-                        ("rw", _) => task.read_write(&v),
-                        _ => task.reduce(&v, ReduceOp::Sum),
-                    };
-                    task = task.scalar(tag).scalar(off as u64);
-                }
-                match s.kind {
-                    "w" => task = task.scalar(1.5),
-                    "wf" => task = task.future(futures.last().unwrap_or(&ready)),
-                    _ => {}
-                }
-                task = task.launch_domain(&[s.points]);
-                if s.kind == "r" {
-                    futures.push(task.submit_reduce(ReduceOp::Sum)?);
-                } else {
-                    task.submit()?;
-                }
+                    }
+                })?;
                 if host {
                     match next(30) {
                         0 => seen.extend(rt.read::<f64>(&stores[next(3) as usize])?),

@@ -444,6 +444,43 @@ pub(crate) fn random_body(next: &mut impl FnMut(u64) -> u64, most: u64) -> (Vec<
     (steps, fresh)
 }
 
+/// Submits step `s`, each argument a view of the store `arg` gives for its store number, with
+/// the tag the race detector knows it by: a `r` step's sum joins `futures`, and a `wf` step
+/// reads the last of them (or `ready`), a future made by this replay or an earlier one.
+pub(crate) fn submit_step<'s>(
+    rt: &Runtime,
+    s: &Step,
+    futures: &mut Vec<Future>,
+    ready: &Future,
+    arg: impl Fn(usize) -> (&'s Store, u64),
+) -> Result<()> {
+    let mut task = rt.task(s.kind);
+    for (k, &(store, view)) in s.args.iter().enumerate() {
+        let (off, len) = VIEWS[view];
+        let (root, tag) = arg(store);
+        let v = root.slice(0, off..off + len)?;
+        task = match (s.kind, k) {
+            ("r", _) | ("r_w", 0) => task.read(&v),
+            ("w" | "wf", _) | ("r_w", _) => task.write(&v),
+            ("rw", _) => task.read_write(&v),
+            _ => task.reduce(&v, ReduceOp::Sum),
+        };
+        task = task.scalar(tag).scalar(off as u64);
+    }
+    match s.kind {
+        "w" => task = task.scalar(1.5),
+        "wf" => task = task.future(futures.last().unwrap_or(ready)),
+        _ => {}
+    }
+    task = task.launch_domain(&[s.points]);
+    if s.kind == "r" {
+        futures.push(task.submit_reduce(ReduceOp::Sum)?);
+    } else {
+        task.submit()?;
+    }
+    Ok(())
+}
+
 /// A random program: phases, each one of three random bodies repeated 3-20 times, sometimes a
 /// host read or a fence between iterations. Returns every value it read (results, host reads,
 /// the final stores: the last one taken).
@@ -461,35 +498,14 @@ fn random_program(seed: u64, rt: &Runtime) -> Result<Vec<f64>> {
         for _ in 0..3 + next(18) {
             let t = fresh_store(rt, *fresh)?;
             for s in steps {
-                let mut task = rt.task(s.kind);
-                for (k, &(store, view)) in s.args.iter().enumerate() {
-                    let (off, len) = VIEWS[view];
+                submit_step(rt, s, &mut futures, &ready, |store| {
                     let root = if store == 3 {
                         t.as_ref().expect("fresh")
                     } else {
                         &stores[store]
                     };
-                    let v = root.slice(0, off..off + len)?;
-                    task = match (s.kind, k) {
-                        ("r", _) | ("r_w", 0) => task.read(&v),
-                        ("w" | "wf", _) | ("r_w", _) => task.write(&v),
-                        ("rw", _) => task.read_write(&v),
-                        _ => task.reduce(&v, ReduceOp::Sum),
-                    };
-                    task = task.scalar(store as u64).scalar(off as u64);
-                }
-                match s.kind {
-                    "w" => task = task.scalar(1.5),
-                    // The last read's sum: a future made by this replay or an earlier one.
-                    "wf" => task = task.future(futures.last().unwrap_or(&ready)),
-                    _ => {}
-                }
-                task = task.launch_domain(&[s.points]);
-                if s.kind == "r" {
-                    futures.push(task.submit_reduce(ReduceOp::Sum)?);
-                } else {
-                    task.submit()?;
-                }
+                    (root, store as u64)
+                })?;
             }
             match next(24) {
                 0 | 1 => seen.extend(rt.read::<f64>(&stores[next(3) as usize])?),
