@@ -6,7 +6,9 @@
 //! (independent of the ledger, which verified replays skip); values are compared bitwise with
 //! the untraced run.
 
-use crate::tracing_races::{fresh_store, race_checked, random_body, seeds, submit_step, Step};
+use crate::tracing_races::{
+    actors, fresh_store, race_checked, random_body, seeds, submit_step, Step,
+};
 use tessera_runtime::{DType, Future, ReduceOp, Result, Runtime, Store};
 
 const PERMS: [[usize; 3]; 6] = [
@@ -251,13 +253,7 @@ fn fences_from_another_thread_between_replays_of_two_issuing_threads() {
         .collect();
     for threads in 1..=3 {
         for verified in [false, true] {
-            let rt = Runtime::builder()
-                .threads(threads)
-                .tracing(true)
-                .actors(true)
-                .verified_replays(verified)
-                .trace_sampling(8)
-                .build();
+            let rt = actors(threads, verified);
             reg(&rt);
             let done = std::sync::atomic::AtomicBool::new(false);
             let got: Vec<Vec<f64>> = std::thread::scope(|sc| {
