@@ -7,7 +7,8 @@
 //!   run as one chunked loop, dead intermediates never allocated);
 //! * **unfused**: the same with fusion off (every task launched at submit, streaming whole
 //!   stores);
-//! * **hand**: one hand-written Rust loop doing the same arithmetic over rayon chunks.
+//! * **hand**: one hand-written Rust loop doing the same arithmetic over rayon chunks (for
+//!   CG also on one thread, as a user would write it for a problem of the bench's size).
 //!
 //! Black-Scholes is also written as 12 `tensor!(rt => ...)` statements (each compiled to an
 //! element-wise task) and timed fused vs window 1 vs the hand-registered tasks fused; CG is
@@ -504,6 +505,49 @@ fn cg_hand_run(host: &HostCsr, b: &[f64]) -> (f64, f64) {
     })
 }
 
+/// Seconds per iteration of [`ITERS`] iterations of [`cg_hand_serial`] from `x = 0`.
+fn cg_hand_serial_run(host: &HostCsr, b: &[f64]) -> f64 {
+    let n = b.len();
+    let (mut x, mut r, mut p, mut q) = (vec![0.0; n], b.to_vec(), b.to_vec(), vec![0.0; n]);
+    let mut rs: f64 = b.iter().map(|v| v * v).sum();
+    let t0 = Instant::now();
+    for _ in 0..ITERS {
+        cg_hand_serial(host, &mut x, &mut r, &mut p, &mut q, &mut rs);
+    }
+    std::hint::black_box(rs);
+    t0.elapsed().as_secs_f64() / ITERS as f64
+}
+
+/// [`cg_hand`] on one thread, as a user would write it for a problem this small: no fork or
+/// join at all (the dots sum in another order than the parallel loops').
+fn cg_hand_serial(
+    a: &HostCsr,
+    x: &mut [f64],
+    r: &mut [f64],
+    p: &mut [f64],
+    q: &mut [f64],
+    rs: &mut f64,
+) {
+    for (i, qi) in q.iter_mut().enumerate() {
+        let (lo, hi) = (a.pos[i].lo as usize, a.pos[i].hi as usize);
+        let row = a.vals[lo..hi].iter().zip(&a.crd[lo..hi]);
+        *qi = row.map(|(v, &j)| v * p[j as usize]).sum();
+    }
+    let pq: f64 = p.iter().zip(q.iter()).map(|(a, b)| a * b).sum();
+    let alpha = *rs / pq;
+    let mut rs_new = 0.0;
+    for (((x, r), p), q) in x.iter_mut().zip(r.iter_mut()).zip(p.iter()).zip(q.iter()) {
+        *x += alpha * p;
+        *r -= alpha * q;
+        rs_new += *r * *r;
+    }
+    let beta = rs_new / *rs;
+    for (p, r) in p.iter_mut().zip(r.iter()) {
+        *p = r + beta * *p;
+    }
+    *rs = rs_new;
+}
+
 /// Runs `f` on a thread of rayon's pool, so that its parallel loops fork and join inside the
 /// pool. Called from outside it, every parallel loop is injected into the pool and the caller
 /// sleeps until it is done: a wake-up and a context switch per loop, five or six per CG
@@ -689,7 +733,7 @@ fn bench_cg_statements(threads: usize, window: WindowPolicy, k: usize, reps: usi
         .map(|(i, e)| (vec![i, host.crd[e] as usize], host.vals[e]))
         .collect();
     let a = Tensor::from_entries(vec![n, n], "csr", entries).expect("laplacian");
-    let b: Vec<f64> = (0..n).map(|i| 1.0 + (i % 5) as f64).collect();
+    let b = cg_rhs(n);
     let rts = fused_and_unfused(threads, window);
     let vector = |rt: &Runtime, v: Vec<f64>| {
         Stored::upload(rt, &Tensor::dense_from_vec(vec![n], v).expect("vector")).expect("upload")
@@ -1001,6 +1045,18 @@ fn main() {
         cg.fused * 1e3,
         "hand loop",
         cg.hand * 1e3,
+        false,
+    );
+    // What a user would write for a problem this small: one thread, no runtime, no joins.
+    let host = HostCsr::laplacian_2d(cg_k);
+    let b = cg_rhs(host.pos.len());
+    let serial = median((0..sreps).map(|_| cg_hand_serial_run(&host, &b)).collect());
+    table.row(
+        "cg iteration fused vs hand loop on one thread",
+        "ms",
+        cg.fused * 1e3,
+        "one thread",
+        serial * 1e3,
         false,
     );
     report_tasks(&mut table, "cg", &cg);
@@ -1424,10 +1480,15 @@ fn problem(threads: usize, window: WindowPolicy, k: usize) -> Problem {
     Problem {
         host,
         n,
-        b: (0..n).map(|i| 1.0 + (i % 5) as f64).collect(),
+        b: cg_rhs(n),
         rts,
         mats,
     }
+}
+
+/// The right-hand side of the CG and BiCGSTAB runs, `n` entries.
+fn cg_rhs(n: usize) -> Vec<f64> {
+    (0..n).map(|i| 1.0 + (i % 5) as f64).collect()
 }
 
 /// Iterations per timed CG, BiCGSTAB or Jacobi run (enough that filling the window at the
