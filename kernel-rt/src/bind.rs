@@ -65,6 +65,9 @@ pub enum BindError {
         first_mode: usize,
         first_dim: usize,
     },
+    /// The output's dense levels would hold more values than an allocation can: the product
+    /// of their dimensions overflows (a dense outer product of two long sparse vectors).
+    TooLarge { tensor: String, dims: Vec<usize> },
 }
 
 impl fmt::Display for BindError {
@@ -105,6 +108,13 @@ impl fmt::Display for BindError {
                      dimension {dim}, but mode {first_mode} of `{first_tensor}` has {first_dim}"
                 )
             }
+            BindError::TooLarge { tensor, dims } => write!(
+                f,
+                "the output `{tensor}` of dimensions {dims:?} is too large to allocate in its \
+                 dense levels (give `{tensor}` a compressed format, e.g. `{tensor}: {}`, or \
+                 use smaller operands)",
+                "s".repeat(dims.len())
+            ),
         }
     }
 }
@@ -148,9 +158,10 @@ impl Signature<'_> {
         self.bind_parsed(wanted, inputs)
     }
 
-    /// Each input's expected format (`None`: its text does not parse, and nothing matches it).
+    /// Each input's expected format, then the output's (`None`: its text does not parse,
+    /// and nothing matches it).
     fn parsed_inputs(&self) -> Vec<Option<Format>> {
-        (self.inputs.iter())
+        (self.inputs.iter().chain([&self.output]))
             .map(|op| Format::parse(op.format, op.rank()).ok())
             .collect()
     }
@@ -160,7 +171,7 @@ impl Signature<'_> {
         wanted: &[Option<Format>],
         inputs: &[(&[usize], &Format)],
     ) -> Result<Vec<usize>, BindError> {
-        if inputs.len() != self.inputs.len() || wanted.len() != self.inputs.len() {
+        if inputs.len() != self.inputs.len() || wanted.len() != self.inputs.len() + 1 {
             return Err(BindError::Arity {
                 expected: self.inputs.len(),
                 found: inputs.len(),
@@ -179,10 +190,12 @@ impl Signature<'_> {
         }
         // The checker guarantees every output variable indexes an input.
         let out_vars = self.output.uses.first().copied().unwrap_or(&[]);
-        Ok(out_vars
+        let out_dims: Vec<usize> = out_vars
             .iter()
             .map(|v| seen.iter().find(|s| s.0 == *v).map_or(0, |s| s.1))
-            .collect())
+            .collect();
+        check_size(&self.output, wanted[self.inputs.len()].as_ref(), &out_dims)?;
+        Ok(out_dims)
     }
 
     /// For `+=`: checks an existing output against the dimensions [`Signature::bind`]
@@ -211,6 +224,29 @@ impl Signature<'_> {
         }
         Ok(())
     }
+}
+
+/// The most values a kernel's output may hold in its leading dense levels: an allocation of
+/// 8-byte values stays below `isize::MAX` bytes, which `Vec` needs (past it, it panics).
+pub const MAX_DENSE_VALUES: usize = isize::MAX as usize / 8;
+
+/// Refuses an output whose leading dense levels (allocated whole, before any compressed
+/// level: all of a dense output) would hold more than [`MAX_DENSE_VALUES`] values, instead of
+/// letting the kernel's allocation overflow.
+fn check_size(op: &Operand<'_>, format: Option<&Format>, dims: &[usize]) -> Result<(), BindError> {
+    let Some(format) = format else {
+        return Ok(());
+    };
+    let dense = format.levels().iter().take_while(|l| !l.is_sparse());
+    let mut levels = format.mode_order().iter().zip(dense);
+    let values = levels.try_fold(1usize, |n, (&m, _)| n.checked_mul(dims[m]));
+    if values.is_some_and(|n| n <= MAX_DENSE_VALUES) {
+        return Ok(());
+    }
+    Err(BindError::TooLarge {
+        tensor: op.name.to_string(),
+        dims: dims.to_vec(),
+    })
 }
 
 fn check_dims(op: &Operand<'_>, dims: &[usize]) -> Result<(), BindError> {

@@ -1,0 +1,60 @@
+//! The `tensor!` facade misused at run time: each input that once panicked, hung or gave a
+//! wrong value, now an error that names the tensor.
+#![allow(non_snake_case)]
+
+use tessera::plans::{PlanRunError, Stored};
+use tessera::runtime::Runtime;
+use tessera::{tensor, BindError, Tensor};
+
+/// A sparse vector of dimension `n` with one entry.
+fn long_sparse(n: usize, at: usize) -> Tensor<f64, u64> {
+    Tensor::from_entries(vec![n], "s", [(vec![at], 1.0)]).unwrap()
+}
+
+/// The dense outer product of two long sparse vectors has 2^80 cells: the kernel's
+/// allocation overflowed and panicked ("output dimensions fit in memory").
+#[test]
+fn a_dense_output_too_large_to_allocate_is_an_error_naming_it() {
+    let (a, b) = (long_sparse(1 << 40, 1), long_sparse(1 << 40, 2));
+    let err = tensor!(C(i,j) = a(i) * b(j); a: s; b: s).unwrap_err();
+    assert_eq!(
+        err,
+        BindError::TooLarge {
+            tensor: "C".into(),
+            dims: vec![1 << 40, 1 << 40]
+        }
+    );
+    assert!(err.to_string().contains("`C: ss`"), "{err}");
+    // Stored compressed, the same product is one entry.
+    let C = tensor!(C(i,j) = a(i) * b(j); a: s; b: s; C: ss).unwrap();
+    assert_eq!((C.nnz(), C.entries().next()), (1, Some((vec![1, 2], 1.0))));
+}
+
+/// One dense level of 2^62 values: the allocation's byte count overflows (it panicked with
+/// "capacity overflow").
+#[test]
+fn a_dense_vector_longer_than_memory_is_an_error() {
+    let a = long_sparse(1 << 62, 3);
+    let err = tensor!(y(i) = a(i) * 2; a: s).unwrap_err();
+    assert!(
+        matches!(&err, BindError::TooLarge { tensor, .. } if tensor == "y"),
+        "{err}"
+    );
+    let y = tensor!(y(i) = a(i) * 2; a: s; y: s).unwrap();
+    assert_eq!(y.entries().collect::<Vec<_>>(), vec![(vec![3], 2.0)]);
+}
+
+/// On the runtime the plan's output layout multiplied the dimensions unchecked ("attempt to
+/// multiply with overflow").
+#[test]
+fn a_dense_output_too_large_on_the_runtime_is_an_error() {
+    let rt = Runtime::new(2);
+    let a = Stored::upload(&rt, &long_sparse(1 << 40, 1)).unwrap();
+    let Err(err) = tensor!(rt => C(i,j) = a(i) * a(j); a: s; split(i, io, ii, 4)) else {
+        panic!("a dense output of 2^80 cells was accepted");
+    };
+    assert!(
+        matches!(&err, PlanRunError::Bind(BindError::TooLarge { tensor, .. }) if tensor == "C"),
+        "{err}"
+    );
+}
