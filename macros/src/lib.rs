@@ -144,10 +144,12 @@ impl Source {
                         self.push(close, g.span_close(), false);
                     }
                 }
+                // Rust splits the constant `.5` into `.` and `5`: kept together, it is one
+                // number again (`.` means nothing else in a statement).
                 TokenTree::Punct(p) => self.push(
                     &p.as_char().to_string(),
                     p.span(),
-                    p.spacing() == Spacing::Joint,
+                    p.spacing() == Spacing::Joint || p.as_char() == '.',
                 ),
                 TokenTree::Ident(i) => self.push(&i.to_string(), i.span(), false),
                 TokenTree::Literal(l) => self.push(&l.to_string(), l.span(), false),
@@ -189,6 +191,7 @@ impl Source {
 /// The statement checked and lowered, with errors at their spans. `f(x(i))` may call a Rust
 /// function `f` in scope.
 fn front(source: &Source) -> Result<(check::Checked, Kernel), Diagnostic> {
+    refuse_hash(source)?;
     let stmt = parse::program(&source.text, 0)?;
     let checked = check::check_tensor_macro(stmt, &Dims::new())?;
     if checked.inputs().is_empty() {
@@ -207,6 +210,33 @@ fn front(source: &Source) -> Result<(check::Checked, Kernel), Diagnostic> {
         d
     })?;
     Ok((checked, kernel))
+}
+
+/// Refuses a `#` anywhere in the input. In the statement language `#` starts a comment that
+/// runs to the end of the line, and the macro's tokens are joined into one line: a stray `#`
+/// (or a raw identifier `r#x`) would silently drop the rest of the statement, its formats
+/// and schedule included.
+fn refuse_hash(source: &Source) -> Result<(), Diagnostic> {
+    let Some(at) = source.text.find('#') else {
+        return Ok(());
+    };
+    let token = source.text[..at]
+        .rfind(' ')
+        .map_or(0, |k| k + 1);
+    let raw = source.text[token..].starts_with("r#");
+    let d = Diagnostic::new(
+        "`#` cannot appear in a `tensor!` statement",
+        if raw { token..at + 1 } else { at..at + 1 },
+    );
+    Err(if raw {
+        d.label("a raw identifier")
+            .hint("name the tensor or function with a plain identifier (rename the variable)")
+    } else {
+        d.label("here").hint(
+            "comments inside `tensor!` are Rust comments (`// ...`); `#` would comment out \
+             the rest of the statement",
+        )
+    })
 }
 
 /// The statement's signature and the bindings of its input tensors (`__tessera_in{k}`, each

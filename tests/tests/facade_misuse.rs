@@ -58,3 +58,12 @@ fn a_dense_output_too_large_on_the_runtime_is_an_error() {
         "{err}"
     );
 }
+
+/// `docs/language.md` lists `.5` among the constants; Rust splits it into `.` and `5`, and the
+/// macro refused it ("unexpected character `.`").
+#[test]
+fn a_constant_written_without_its_leading_zero_is_a_number() {
+    let x: Tensor<f64> = Tensor::dense_from_vec(vec![2], vec![1.0, -4.0]).unwrap();
+    let y = tensor!(y(i) = x(i) * .5 + .25e1).unwrap();
+    assert_eq!(y.vals(), &[3.0, 0.5]);
+}
