@@ -283,11 +283,48 @@ fn bind_inputs(
     let vars: Vec<_> = (0..inputs.len())
         .map(|k| format_ident!("__tessera_in{}", k))
         .collect();
+    let mut bindings = bindings;
+    bindings.extend(infinite_fill(source, checked));
+    bindings.extend(fractions(source, checked));
     Ok(Bound {
         signature,
         bindings,
         vars,
     })
+}
+
+/// For a `min`/`max` reduction, whose missing entries are ±∞: a check that the value type
+/// holds infinities (not `i64`), a type error at the reduction otherwise.
+fn infinite_fill(source: &Source, checked: &check::Checked) -> Option<TokenStream2> {
+    if checked.reduce.fill().is_finite() {
+        return None;
+    }
+    let private = paths::private();
+    let at = source.span_of(&checked.statement.assignment.rhs.span);
+    Some(quote_spanned! {at=> #private::infinite_fill(__tessera_in0); })
+}
+
+/// For a statement with a fractional constant: a check that the value type holds fractions
+/// (not `i64`, which would truncate it), a type error at the constant otherwise.
+fn fractions(source: &Source, checked: &check::Checked) -> Option<TokenStream2> {
+    let constant = fractional_constant(&checked.statement.assignment.rhs)?;
+    let private = paths::private();
+    let at = source.span_of(&constant.span);
+    Some(quote_spanned! {at=> #private::fractions(__tessera_in0); })
+}
+
+/// The first constant of `e` that is not an integer.
+fn fractional_constant(e: &tessera_compiler::ast::Expr) -> Option<&tessera_compiler::ast::Expr> {
+    use tessera_compiler::ast::ExprKind;
+    match &e.kind {
+        ExprKind::Const(c) if c.fract() != 0.0 => Some(e),
+        ExprKind::Access(_) | ExprKind::Const(_) => None,
+        ExprKind::Neg(x) | ExprKind::Call(_, x) | ExprKind::UserCall(_, x) => {
+            fractional_constant(x)
+        }
+        ExprKind::Reduce(_, _, x) => fractional_constant(x),
+        ExprKind::Binary(_, a, b) => fractional_constant(a).or_else(|| fractional_constant(b)),
+    }
 }
 
 /// The caller's functions a statement calls (`f(x(i))`), by name, each at its first call.
