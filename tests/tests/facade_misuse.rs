@@ -67,3 +67,14 @@ fn a_constant_written_without_its_leading_zero_is_a_number() {
     let y = tensor!(y(i) = x(i) * .5 + .25e1).unwrap();
     assert_eq!(y.vals(), &[3.0, 0.5]);
 }
+
+/// What the error of `tests/ui/read_in_two_mode_orders.rs` says to do: the transposed use
+/// reads a second tensor holding the same values by columns.
+#[test]
+fn a_tensor_read_in_both_mode_orders_works_as_the_error_advises() {
+    let A: Tensor<f64> =
+        Tensor::from_entries(vec![2, 2], "csr", [(vec![0, 1], 1.0), (vec![1, 1], 2.0)]).unwrap();
+    let At = A.to_format("csc").unwrap();
+    let C = tensor!(C(i,j) = A(i,j) + At(j,i); A: csr; At: csc).unwrap();
+    assert_eq!(C.to_dense(), vec![0.0, 1.0, 1.0, 4.0]);
+}
