@@ -37,7 +37,10 @@ mod paths;
 
 #[proc_macro]
 pub fn tensor(input: TokenStream) -> TokenStream {
-    let (runtime, statement) = split_runtime(input.into());
+    let (runtime, statement) = match split_runtime(input.into()) {
+        Ok(split) => split,
+        Err(error) => return error.into(),
+    };
     let source = Source::from_tokens(statement);
     let expanded = match runtime {
         None => expand(&source),
@@ -51,16 +54,36 @@ pub fn tensor(input: TokenStream) -> TokenStream {
 
 /// `RT => STATEMENT`: the runtime the statement runs on (a name, or an expression in
 /// parentheses), when the input starts with one.
-fn split_runtime(ts: TokenStream2) -> (Option<TokenTree>, TokenStream2) {
+/// A runtime given as anything else (`self.rt => ...`, `&rt => ...`) is a compile error at
+/// it, rather than the statement parser's "unexpected character" at its first token.
+fn split_runtime(ts: TokenStream2) -> Result<(Option<TokenTree>, TokenStream2), TokenStream2> {
     let tts: Vec<TokenTree> = ts.into_iter().collect();
-    if let [first @ (TokenTree::Ident(_) | TokenTree::Group(_)), TokenTree::Punct(a), TokenTree::Punct(b), ..] =
-        &tts[..]
-    {
-        if a.as_char() == '=' && a.spacing() == Spacing::Joint && b.as_char() == '>' {
-            return (Some(first.clone()), tts[3..].iter().cloned().collect());
+    let arrow = |w: &[TokenTree]| {
+        matches!(w, [TokenTree::Punct(a), TokenTree::Punct(b)]
+            if a.as_char() == '=' && a.spacing() == Spacing::Joint && b.as_char() == '>')
+    };
+    if let [first @ (TokenTree::Ident(_) | TokenTree::Group(_)), ..] = &tts[..] {
+        if tts.len() >= 3 && arrow(&tts[1..3]) {
+            return Ok((Some(first.clone()), tts[3..].iter().cloned().collect()));
         }
     }
-    (None, tts.into_iter().collect())
+    match tts.windows(2).position(arrow) {
+        Some(k) => Err(misplaced_runtime(&tts[..k.max(1)])),
+        None => Ok((None, tts.into_iter().collect())),
+    }
+}
+
+/// The error for the tokens before a `=>` that are not a runtime the macro can take.
+fn misplaced_runtime(before: &[TokenTree]) -> TokenStream2 {
+    let text: TokenStream2 = before.iter().cloned().collect();
+    let d = Diagnostic::new(
+        "the runtime before `=>` must be a name or an expression in parentheses",
+        0..0,
+    )
+    .label("the runtime")
+    .hint(format!("write `tensor!(({text}) => STATEMENT)`"));
+    let (first, last) = (before[0].span(), before[before.len() - 1].span());
+    compile_error(&d, (first, last))
 }
 
 /// `::core::compile_error!{"..."}` covering `start..end`: the path carries the first span and
