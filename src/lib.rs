@@ -41,6 +41,9 @@ pub use tessera_runtime as runtime;
 /// (`tensor!(rt => ...)`; feature `plans`).
 #[cfg(feature = "plans")]
 pub mod plans {
+    /// The value and coordinate types a runtime stores: the bounds of a function generic over
+    /// the tensors it passes to `tensor!(rt => ...)`.
+    pub use tessera_compiler::plan::on_runtime::{PlanIndex, PlanValue};
     pub use tessera_compiler::plan::on_runtime::{PlanRunError, Stored};
 }
 

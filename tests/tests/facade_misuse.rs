@@ -78,3 +78,24 @@ fn a_tensor_read_in_both_mode_orders_works_as_the_error_advises() {
     let C = tensor!(C(i,j) = A(i,j) + At(j,i); A: csr; At: csc).unwrap();
     assert_eq!(C.to_dense(), vec![0.0, 1.0, 1.0, 4.0]);
 }
+
+/// A function generic over the tensors it runs on the runtime needs `Stored`'s bounds, which
+/// the facade did not export (only `tessera::__private` had them).
+fn doubled<V: tessera::plans::PlanValue, I: tessera::plans::PlanIndex>(
+    rt: &Runtime,
+    x: &Stored<V, I>,
+) -> Result<Stored<V, I>, PlanRunError> {
+    tensor!(rt => y(i) = x(i) + x(i))
+}
+
+#[test]
+fn a_generic_function_over_stored_tensors_names_its_bounds_from_the_facade() {
+    let rt = Runtime::new(2);
+    let x = Tensor::<f64>::dense_from_vec(vec![2], vec![1.5, -2.0]).unwrap();
+    let y = doubled(&rt, &Stored::upload(&rt, &x).unwrap()).unwrap();
+    assert_eq!(y.to_tensor(&rt).unwrap().vals(), &[3.0, -4.0]);
+    // The same call site over f32 values with 64-bit coordinates.
+    let x = Tensor::<f32, u64>::dense_from_vec(vec![2], vec![0.25, 4.0]).unwrap();
+    let y = doubled(&rt, &Stored::upload(&rt, &x).unwrap()).unwrap();
+    assert_eq!(y.to_tensor(&rt).unwrap().vals(), &[0.5, 8.0]);
+}
