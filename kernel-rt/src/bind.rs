@@ -65,8 +65,8 @@ pub enum BindError {
         first_mode: usize,
         first_dim: usize,
     },
-    /// The output's dense levels would hold more values than an allocation can: the product
-    /// of their dimensions overflows (a dense outer product of two long sparse vectors).
+    /// A run of the output's dense levels would hold more values than an allocation can: the
+    /// product of their dimensions overflows (a dense outer product of two long sparse vectors).
     TooLarge { tensor: String, dims: Vec<usize> },
 }
 
@@ -230,23 +230,28 @@ impl Signature<'_> {
 /// 8-byte values stays below `isize::MAX` bytes, which `Vec` needs (past it, it panics).
 pub const MAX_DENSE_VALUES: usize = isize::MAX as usize / 8;
 
-/// Refuses an output whose leading dense levels (allocated whole, before any compressed
-/// level: all of a dense output) would hold more than [`MAX_DENSE_VALUES`] values, instead of
-/// letting the kernel's allocation overflow.
+/// Refuses an output with a run of dense levels holding more than [`MAX_DENSE_VALUES`]
+/// values per entry of the level above it (the leading run is allocated whole: all of a dense
+/// output; a run below a compressed level once per stored entry), instead of letting the
+/// kernel's allocation overflow.
 fn check_size(op: &Operand<'_>, format: Option<&Format>, dims: &[usize]) -> Result<(), BindError> {
     let Some(format) = format else {
         return Ok(());
     };
-    let dense = format.levels().iter().take_while(|l| !l.is_sparse());
-    let mut levels = format.mode_order().iter().zip(dense);
-    let values = levels.try_fold(1usize, |n, (&m, _)| n.checked_mul(dims[m]));
-    if values.is_some_and(|n| n <= MAX_DENSE_VALUES) {
-        return Ok(());
+    let mut run = Some(1usize);
+    for (&mode, level) in format.mode_order().iter().zip(format.levels()) {
+        run = match level.is_sparse() {
+            true => Some(1),
+            false => run.and_then(|n| n.checked_mul(dims[mode])),
+        };
+        if run.is_none_or(|n| n > MAX_DENSE_VALUES) {
+            return Err(BindError::TooLarge {
+                tensor: op.name.to_string(),
+                dims: dims.to_vec(),
+            });
+        }
     }
-    Err(BindError::TooLarge {
-        tensor: op.name.to_string(),
-        dims: dims.to_vec(),
-    })
+    Ok(())
 }
 
 fn check_dims(op: &Operand<'_>, dims: &[usize]) -> Result<(), BindError> {

@@ -99,3 +99,15 @@ fn a_generic_function_over_stored_tensors_names_its_bounds_from_the_facade() {
     let y = doubled(&rt, &Stored::upload(&rt, &x).unwrap()).unwrap();
     assert_eq!(y.to_tensor(&rt).unwrap().vals(), &[0.5, 8.0]);
 }
+
+/// Dense levels below a compressed one hold their values per stored entry: `C: sd` with
+/// 2^62 columns panicked with "capacity overflow" at the first row.
+#[test]
+fn dense_levels_below_a_compressed_one_too_large_are_an_error() {
+    let (a, b) = (long_sparse(4, 1), long_sparse(1 << 62, 2));
+    let err = tensor!(C(i,j) = a(i) * b(j); a: s; b: s; C: sd).unwrap_err();
+    assert!(
+        matches!(&err, BindError::TooLarge { tensor, .. } if tensor == "C"),
+        "{err}"
+    );
+}
