@@ -157,6 +157,11 @@ impl Source {
                         Delimiter::Parenthesis => ("(", ")"),
                         Delimiter::Bracket => ("[", "]"),
                         Delimiter::Brace => ("{", "}"),
+                        // An invisible group is a `macro_rules!` fragment (`$e:expr`), one
+                        // operand in Rust: `$e * 2` with `$e` = `a(i) + b(i)` is `(a(i) +
+                        // b(i)) * 2`, so it keeps its parentheses here (a single token needs
+                        // none, and a name must stay a name).
+                        Delimiter::None if g.stream().into_iter().nth(1).is_some() => ("(", ")"),
                         Delimiter::None => ("", ""),
                     };
                     if !open.is_empty() {

@@ -111,3 +111,31 @@ fn dense_levels_below_a_compressed_one_too_large_are_an_error() {
         "{err}"
     );
 }
+
+/// A `macro_rules!` fragment is one operand in Rust; the macro flattened it, so
+/// `$e * 2` with `$e` = `a(i) + b(i)` computed `a(i) + b(i) * 2` (21 instead of 22).
+macro_rules! doubled_sum {
+    ($e:expr) => {
+        tensor!(y(i) = $e * 2)
+    };
+}
+macro_rules! negated {
+    ($e:expr) => {
+        tensor!(y(i) = -$e)
+    };
+}
+/// A name passed as a fragment still names the tensor.
+macro_rules! halved {
+    ($t:expr) => {
+        tensor!(y(i) = $t(i) / 2)
+    };
+}
+
+#[test]
+fn a_macro_rules_expression_fragment_keeps_its_grouping() {
+    let a: Tensor<f64> = Tensor::dense_from_vec(vec![2], vec![1.0, 2.0]).unwrap();
+    let b: Tensor<f64> = Tensor::dense_from_vec(vec![2], vec![10.0, 20.0]).unwrap();
+    assert_eq!(doubled_sum!(a(i) + b(i)).unwrap().vals(), &[22.0, 44.0]);
+    assert_eq!(negated!(a(i) - b(i)).unwrap().vals(), &[9.0, 18.0]);
+    assert_eq!(halved!(b).unwrap().vals(), &[5.0, 10.0]);
+}
