@@ -220,6 +220,7 @@ impl Source {
 /// function `f` in scope.
 fn front(source: &Source) -> Result<(check::Checked, Kernel), Diagnostic> {
     refuse_hash(source)?;
+    refuse_rust_numbers(source)?;
     let stmt = parse::program(&source.text, 0)?;
     let checked = check::check_tensor_macro(stmt, &Dims::new())?;
     if checked.inputs().is_empty() {
@@ -265,6 +266,61 @@ fn refuse_hash(source: &Source) -> Result<(), Diagnostic> {
              the rest of the statement",
         )
     })
+}
+
+/// Refuses a Rust number the statement language does not read (`2.0f32`, `1_000`, `0x10`):
+/// the parser stopped inside it and advised a missing `*`.
+fn refuse_rust_numbers(source: &Source) -> Result<(), Diagnostic> {
+    for (range, _) in &source.tokens {
+        let token = &source.text[range.clone()];
+        if !token.starts_with(|c: char| c.is_ascii_digit()) {
+            continue;
+        }
+        if number_prefix(token) == token.len() {
+            continue;
+        }
+        // `1_000` is `1000`, `2.0f32` is `2.0`; `0x10` has no decimal spelling here.
+        let digits = token.replace('_', "");
+        let number = &digits[..number_prefix(&digits)];
+        let radix = matches!(digits.as_bytes().get(number.len()), Some(b'x' | b'o' | b'b'));
+        let write = match radix {
+            true => String::new(),
+            false => format!("write `{number}`: "),
+        };
+        return Err(Diagnostic::new(
+            format!("`{token}` is not a constant of the statement language"),
+            range.clone(),
+        )
+        .label("a Rust number")
+        .hint(format!(
+            "{write}a constant is a plain decimal number (`2`, `2.5`, `1e-3`), without a type \
+             suffix or `_`, and takes the tensors' value type"
+        )));
+    }
+    Ok(())
+}
+
+/// The length of the decimal number (`12`, `1.5`, `2.`, `1e-3`) that `token` starts with.
+fn number_prefix(token: &str) -> usize {
+    let b = token.as_bytes();
+    let digits = |mut k: usize| {
+        while k < b.len() && b[k].is_ascii_digit() {
+            k += 1;
+        }
+        k
+    };
+    let mut k = digits(0);
+    if b.get(k) == Some(&b'.') {
+        k = digits(k + 1);
+    }
+    if matches!(b.get(k), Some(b'e' | b'E')) {
+        let sign = usize::from(matches!(b.get(k + 1), Some(b'+' | b'-')));
+        let exponent = digits(k + 1 + sign);
+        if exponent > k + 1 + sign {
+            k = exponent;
+        }
+    }
+    k
 }
 
 /// The statement's signature and the bindings of its input tensors (`__tessera_in{k}`, each
