@@ -249,9 +249,7 @@ fn refuse_hash(source: &Source) -> Result<(), Diagnostic> {
     let Some(at) = source.text.find('#') else {
         return Ok(());
     };
-    let token = source.text[..at]
-        .rfind(' ')
-        .map_or(0, |k| k + 1);
+    let token = source.text[..at].rfind(' ').map_or(0, |k| k + 1);
     let raw = source.text[token..].starts_with("r#");
     let d = Diagnostic::new(
         "`#` cannot appear in a `tensor!` statement",
@@ -282,7 +280,10 @@ fn refuse_rust_numbers(source: &Source) -> Result<(), Diagnostic> {
         // `1_000` is `1000`, `2.0f32` is `2.0`; `0x10` has no decimal spelling here.
         let digits = token.replace('_', "");
         let number = &digits[..number_prefix(&digits)];
-        let radix = matches!(digits.as_bytes().get(number.len()), Some(b'x' | b'o' | b'b'));
+        let radix = matches!(
+            digits.as_bytes().get(number.len()),
+            Some(b'x' | b'o' | b'b')
+        );
         let write = match radix {
             true => String::new(),
             false => format!("write `{number}`: "),

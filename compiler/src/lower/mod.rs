@@ -520,8 +520,7 @@ fn no_order_error(
         if order::topo_order(vars, &with_uses, pref).is_none() {
             continue;
         }
-        let with_out: Vec<(VarId, VarId)> =
-            with_uses.iter().chain(&out_edges).copied().collect();
+        let with_out: Vec<(VarId, VarId)> = with_uses.iter().chain(&out_edges).copied().collect();
         let out_in_order = order::topo_order(vars, &with_out, pref).is_some();
         // The previous value of a `+=` output shares the output's format: never re-packed;
         // nor, under `min`/`max`, a format whose dense levels below a compressed one would be
@@ -571,7 +570,10 @@ fn edges_when_stored(k: &Kernel, b: AccessId, to: &Format) -> Vec<(VarId, VarId)
     let Some(last) = to.levels().iter().rposition(|l| l.is_sparse()) else {
         return Vec::new();
     };
-    level_vars[..=last].windows(2).map(|w| (w[0], w[1])).collect()
+    level_vars[..=last]
+        .windows(2)
+        .map(|w| (w[0], w[1]))
+        .collect()
 }
 
 /// When a tensor with compressed levels is read with its modes in two orders (`A(i,j) +
@@ -591,8 +593,7 @@ fn read_in_two_orders(k: &Kernel, operands: &[AccessId]) -> Option<LowerError> {
         let first = operands[..n].iter().find(|&&a| {
             k.accesses[a].tensor == k.accesses[b].tensor && {
                 let (x, y) = (mode_vars(a), mode_vars(b));
-                x.iter().zip(&y).any(|(u, v)| u != v)
-                    && x.iter().all(|v| y.contains(v))
+                x.iter().zip(&y).any(|(u, v)| u != v) && x.iter().all(|v| y.contains(v))
             }
         });
         if first.is_some() {
