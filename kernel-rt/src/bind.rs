@@ -111,8 +111,8 @@ impl fmt::Display for BindError {
             BindError::TooLarge { tensor, dims } => write!(
                 f,
                 "the output `{tensor}` of dimensions {dims:?} is too large to allocate in its \
-                 dense levels (give `{tensor}` a compressed format, e.g. `{tensor}: {}`, or \
-                 use smaller operands)",
+                 dense levels (give `{tensor}` a compressed format, e.g. `{}`, or use smaller \
+                 operands)",
                 "s".repeat(dims.len())
             ),
         }
