@@ -226,8 +226,8 @@ impl Signature<'_> {
     }
 }
 
-/// The most values a kernel's output may hold in its leading dense levels: an allocation of
-/// 8-byte values stays below `isize::MAX` bytes, which `Vec` needs (past it, it panics).
+/// The most values a run of a kernel's dense output levels may hold: an allocation of 8-byte
+/// values stays below `isize::MAX` bytes, which `Vec` needs (past it, it panics).
 pub const MAX_DENSE_VALUES: usize = isize::MAX as usize / 8;
 
 /// Refuses an output with a run of dense levels holding more than [`MAX_DENSE_VALUES`]

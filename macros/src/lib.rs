@@ -68,22 +68,32 @@ fn split_runtime(ts: TokenStream2) -> Result<(Option<TokenTree>, TokenStream2), 
         }
     }
     match tts.windows(2).position(arrow) {
-        Some(k) => Err(misplaced_runtime(&tts[..k.max(1)])),
+        Some(0) => Err(misplaced_runtime(&tts[..2], None)),
+        Some(k) => Err(misplaced_runtime(&tts[..k], Some(&tts[..k]))),
         None => Ok((None, tts.into_iter().collect())),
     }
 }
 
-/// The error for the tokens before a `=>` that are not a runtime the macro can take.
-fn misplaced_runtime(before: &[TokenTree]) -> TokenStream2 {
-    let text: TokenStream2 = before.iter().cloned().collect();
-    let d = Diagnostic::new(
-        "the runtime before `=>` must be a name or an expression in parentheses",
-        0..0,
-    )
-    .label("the runtime")
-    .hint(format!("write `tensor!(({text}) => STATEMENT)`"));
-    let (first, last) = (before[0].span(), before[before.len() - 1].span());
-    compile_error(&d, (first, last))
+/// The error at `at` for the tokens before a `=>` (`runtime`, none when `=>` comes first)
+/// that are not a runtime the macro can take.
+fn misplaced_runtime(at: &[TokenTree], runtime: Option<&[TokenTree]>) -> TokenStream2 {
+    let d = match runtime {
+        Some(runtime) => {
+            let text: TokenStream2 = runtime.iter().cloned().collect();
+            Diagnostic::new(
+                "the runtime before `=>` must be a name or an expression in parentheses",
+                0..0,
+            )
+            .label("the runtime")
+            .hint(format!("write `tensor!(({text}) => STATEMENT)`"))
+        }
+        None => Diagnostic::new("the runtime is missing before `=>`", 0..0)
+            .label("no runtime")
+            .hint(
+                "write `tensor!(rt => STATEMENT)` with the `tessera::runtime::Runtime` to run on",
+            ),
+    };
+    compile_error(&d, (at[0].span(), at[at.len() - 1].span()))
 }
 
 /// `::core::compile_error!{"..."}` covering `start..end`: the path carries the first span and

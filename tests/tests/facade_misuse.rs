@@ -24,7 +24,11 @@ fn a_dense_output_too_large_to_allocate_is_an_error_naming_it() {
             dims: vec![1 << 40, 1 << 40]
         }
     );
-    assert!(err.to_string().contains("`C` a compressed format, e.g. `ss`"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("`C` a compressed format, e.g. `ss`"),
+        "{err}"
+    );
     // Stored compressed, the same product is one entry.
     let C = tensor!(C(i,j) = a(i) * b(j); a: s; b: s; C: ss).unwrap();
     assert_eq!((C.nnz(), C.entries().next()), (1, Some((vec![1, 2], 1.0))));

@@ -14,6 +14,7 @@ impl Solver {
         let _ = tensor!(self.rt => y(i) = x(i) * 2);
         let rt = &self.rt;
         let _ = tensor!(&rt => y(i) = x(i) * 2);
+        let _ = tensor!(=> y(i) = x(i) * 2);
         let _ = tensor!((&self.rt) => y(i) = x(i) * 2);
     }
 }
