@@ -134,8 +134,39 @@ fn compile_error(d: &Diagnostic, (start, end): (Span, Span)) -> TokenStream2 {
 struct Source {
     text: String,
     tokens: Vec<(std::ops::Range<usize>, Span)>,
+    /// The kind of the last token, which decides the space before the next one.
+    last: Option<Kind>,
     /// Where to report when the input is empty.
     all: Span,
+}
+
+/// What a token is, for the spacing of the text (which runtime errors and task names quote).
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    /// A name or a number.
+    Word,
+    Open,
+    Close,
+    /// Punctuation joined to the next token (`+` of `+=`, `.` of `.5`).
+    Joint,
+    /// `,` `;` `:`, written against what they follow.
+    Separator,
+    /// Other punctuation (`=`, `*`, an unjoined `+`).
+    Operator,
+}
+
+impl Kind {
+    /// Whether a space separates a token of kind `self` from the next one, of kind `next`.
+    /// Words stay apart (`2 x` is not `2x`), as does punctuation Rust did not join (`+ =`
+    /// is not `+=`); otherwise spaces only make the text read like the source.
+    fn space_before(self, next: Kind) -> bool {
+        !matches!(
+            (self, next),
+            (Kind::Open | Kind::Joint, _)
+                | (_, Kind::Close | Kind::Separator)
+                | (Kind::Word | Kind::Close, Kind::Open)
+        )
+    }
 }
 
 impl Source {
@@ -143,20 +174,21 @@ impl Source {
         let mut s = Source {
             text: String::new(),
             tokens: Vec::new(),
+            last: None,
             all: Span::call_site(),
         };
         s.push_stream(ts);
         s
     }
 
-    fn push(&mut self, text: &str, span: Span, joint: bool) {
+    fn push(&mut self, text: &str, span: Span, kind: Kind) {
+        if self.last.is_some_and(|last| last.space_before(kind)) {
+            self.text.push(' ');
+        }
         let start = self.text.len();
         self.text += text;
         self.tokens.push((start..self.text.len(), span));
-        // `+=` arrives as `+` (joint) then `=`: keep joint punctuation together.
-        if !joint {
-            self.text.push(' ');
-        }
+        self.last = Some(kind);
     }
 
     fn push_stream(&mut self, ts: TokenStream2) {
@@ -175,22 +207,26 @@ impl Source {
                         Delimiter::None => ("", ""),
                     };
                     if !open.is_empty() {
-                        self.push(open, g.span_open(), false);
+                        self.push(open, g.span_open(), Kind::Open);
                     }
                     self.push_stream(g.stream());
                     if !close.is_empty() {
-                        self.push(close, g.span_close(), false);
+                        self.push(close, g.span_close(), Kind::Close);
                     }
                 }
-                // Rust splits the constant `.5` into `.` and `5`: kept together, it is one
-                // number again (`.` means nothing else in a statement).
-                TokenTree::Punct(p) => self.push(
-                    &p.as_char().to_string(),
-                    p.span(),
-                    p.spacing() == Spacing::Joint || p.as_char() == '.',
-                ),
-                TokenTree::Ident(i) => self.push(&i.to_string(), i.span(), false),
-                TokenTree::Literal(l) => self.push(&l.to_string(), l.span(), false),
+                TokenTree::Punct(p) => {
+                    let kind = match p.as_char() {
+                        // Rust splits the constant `.5` into `.` and `5`: kept together, it
+                        // is one number again (`.` means nothing else in a statement).
+                        '.' => Kind::Joint,
+                        _ if p.spacing() == Spacing::Joint => Kind::Joint,
+                        ',' | ';' | ':' => Kind::Separator,
+                        _ => Kind::Operator,
+                    };
+                    self.push(&p.as_char().to_string(), p.span(), kind);
+                }
+                TokenTree::Ident(i) => self.push(&i.to_string(), i.span(), Kind::Word),
+                TokenTree::Literal(l) => self.push(&l.to_string(), l.span(), Kind::Word),
             }
         }
     }
@@ -259,11 +295,14 @@ fn refuse_hash(source: &Source) -> Result<(), Diagnostic> {
     let Some(at) = source.text.find('#') else {
         return Ok(());
     };
-    let token = source.text[..at].rfind(' ').map_or(0, |k| k + 1);
-    let raw = source.text[token..].starts_with("r#");
+    let token = (source.tokens.iter())
+        .map(|(range, _)| range.clone())
+        .find(|range| range.contains(&at))
+        .unwrap_or(at..at + 1);
+    let raw = source.text[token.clone()].starts_with("r#");
     let d = Diagnostic::new(
         "`#` cannot appear in a `tensor!` statement",
-        if raw { token..at + 1 } else { at..at + 1 },
+        if raw { token } else { at..at + 1 },
     );
     Err(if raw {
         d.label("a raw identifier")

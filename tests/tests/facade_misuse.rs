@@ -143,3 +143,27 @@ fn a_macro_rules_expression_fragment_keeps_its_grouping() {
     assert_eq!(negated!(a(i) - b(i)).unwrap().vals(), &[9.0, 18.0]);
     assert_eq!(halved!(b).unwrap().vals(), &[5.0, 10.0]);
 }
+
+/// An operand of another runtime is an error naming it and quoting the statement as written
+/// (it was quoted with a space between every two tokens: `y ( i ) = A ( i , j ) ...`).
+#[test]
+fn an_operand_of_another_runtime_is_named_in_the_statement_as_written() {
+    let (rt, other) = (Runtime::new(2), Runtime::new(1));
+    let a = Tensor::<f64>::from_entries(vec![2, 2], "csr", [(vec![0, 1], 2.0)]).unwrap();
+    let A = Stored::upload(&rt, &a).unwrap();
+    let x = Tensor::<f64>::dense_from_vec(vec![2], vec![1.0, 3.0]).unwrap();
+    let x = Stored::upload(&other, &x).unwrap();
+    let y = Stored::upload(
+        &rt,
+        &Tensor::<f64>::dense_from_vec(vec![2], vec![0.0; 2]).unwrap(),
+    );
+    let y = y.unwrap();
+    let Err(err) = tensor!(rt => y(i) += A(i,j) * x(j) * -.5; A: csr; split(i, io, ii, 4)) else {
+        panic!("an operand of another runtime was accepted");
+    };
+    assert_eq!(
+        err.to_string(),
+        "`y(i) += A(i, j) * x(j) * -.5; A: csr; split(i, io, ii, 4)`: operand `x` belongs to \
+         another runtime; read it there with `to_tensor` and `Stored::upload` it to this one"
+    );
+}
