@@ -68,6 +68,9 @@ pub enum BindError {
     /// A run of the output's dense levels would hold more values than an allocation can: the
     /// product of their dimensions overflows (a dense outer product of two long sparse vectors).
     TooLarge { tensor: String, dims: Vec<usize> },
+    /// The kernel keeps an array over the whole range of an index variable (a workspace, a
+    /// counting sort's counts), and the range is longer than any allocation can hold.
+    Extent { var: String, dim: usize },
 }
 
 impl fmt::Display for BindError {
@@ -114,6 +117,12 @@ impl fmt::Display for BindError {
                  dense levels (give `{tensor}` a compressed format, e.g. `{}`, or use smaller \
                  operands)",
                 "s".repeat(dims.len())
+            ),
+            BindError::Extent { var, dim } => write!(
+                f,
+                "index `{var}` ranges over {dim} coordinates, but the kernel keeps an array \
+                 over its whole range, which cannot be allocated past {MAX_DENSE_VALUES} \
+                 (use smaller dimensions)"
             ),
         }
     }
@@ -252,6 +261,18 @@ fn check_size(op: &Operand<'_>, format: Option<&Format>, dims: &[usize]) -> Resu
         }
     }
     Ok(())
+}
+
+/// Refuses an index variable whose range a kernel's array over it (`extents`: each variable
+/// and its dimension) could not hold, instead of letting the allocation panic.
+pub fn check_extents(extents: &[(&str, usize)]) -> Result<(), BindError> {
+    match extents.iter().find(|(_, dim)| *dim >= MAX_DENSE_VALUES) {
+        Some(&(var, dim)) => Err(BindError::Extent {
+            var: var.to_string(),
+            dim,
+        }),
+        None => Ok(()),
+    }
 }
 
 fn check_dims(op: &Operand<'_>, dims: &[usize]) -> Result<(), BindError> {

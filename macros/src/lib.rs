@@ -30,7 +30,7 @@ use proc_macro2::{
 use quote::{format_ident, quote, quote_spanned};
 use tessera_compiler::check::{self, Dims};
 use tessera_compiler::diagnostics::Diagnostic;
-use tessera_compiler::ir::Kernel;
+use tessera_compiler::ir::{DimSource, Kernel};
 use tessera_compiler::{codegen, diagnostics, lower, parse, plan};
 
 mod paths;
@@ -427,6 +427,26 @@ fn bind_inputs(
     })
 }
 
+/// `bind::check_extents` over the index variables the kernel keeps an array over (see
+/// `codegen::dense_extents`), each extent read from the input or output dimension it comes
+/// from; a closure of `__out_dims` would capture nothing else.
+fn extents_check(kernel: &Kernel) -> TokenStream2 {
+    let private = paths::private();
+    let extents = codegen::dense_extents(kernel)
+        .into_iter()
+        .map(|(var, dim)| {
+            let dim = match dim {
+                DimSource::Input { slot, mode } => {
+                    let input = format_ident!("__tessera_in{}", slot);
+                    quote!(#input.dims()[#mode])
+                }
+                DimSource::Output { mode } => quote!(__out_dims[#mode]),
+            };
+            quote!((#var, #dim))
+        });
+    quote!(#private::bind::check_extents(&[#(#extents),*]))
+}
+
 /// For a `min`/`max` reduction, whose missing entries are ±∞: a check that the value type
 /// holds infinities (not `i64`), a type error at the reduction otherwise.
 fn infinite_fill(source: &Source, checked: &check::Checked) -> Option<TokenStream2> {
@@ -516,6 +536,7 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
         &kernel,
         quote!(#private::tessera_formats::Tensor),
     )?;
+    let extents = extents_check(&kernel);
     Ok(quote! {
         {
             #[allow(clippy::all, unused, non_snake_case)]
@@ -529,6 +550,7 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
             #(#bindings)*
             match __TESSERA_SIGNATURE
                 .bind_cached(&__TESSERA_FORMATS, &[#((#vars.dims(), #vars.format())),*])
+                .and_then(|__out_dims| #extents.map(|()| __out_dims))
             {
                 ::core::result::Result::Ok(__out_dims) => ::core::result::Result::Ok(
                     __tessera_kernel::kernel(&[#(#vars),*], &__out_dims, #user_fns)
@@ -579,6 +601,7 @@ fn expand_on_runtime(source: &Source, rt: TokenTree) -> Result<TokenStream2, Dia
         bindings,
         vars,
     } = bind_inputs(source, &checked, &kernel, quote!(#private::plans::Stored))?;
+    let extents = extents_check(&kernel);
     let text = &source.text;
     Ok(quote! {
         {
@@ -595,6 +618,7 @@ fn expand_on_runtime(source: &Source, rt: TokenTree) -> Result<TokenStream2, Dia
             #(#bindings)*
             match __TESSERA_SIGNATURE
                 .bind_cached(&__TESSERA_FORMATS, &[#((#vars.dims(), #vars.format())),*])
+                .and_then(|__out_dims| #extents.map(|()| __out_dims))
             {
                 ::core::result::Result::Ok(__out_dims) => #private::plans::#run(
                     &#rt,

@@ -167,3 +167,38 @@ fn an_operand_of_another_runtime_is_named_in_the_statement_as_written() {
          another runtime; read it there with `to_tensor` and `Stored::upload` it to this one"
     );
 }
+
+/// SpGEMM keeps a dense workspace over the output's columns, and a transposition counts
+/// coordinates per row: over 2^62 columns both panicked with "capacity overflow". Now an
+/// error naming the index; a statement that keeps no such array still runs over them.
+#[test]
+fn an_index_too_long_for_the_kernel_s_dense_array_is_an_error_naming_it() {
+    let n = 1usize << 62;
+    let A: Tensor<f64, u64> = Tensor::from_entries(vec![3, 3], "csr", [(vec![0, 1], 2.0)]).unwrap();
+    let B: Tensor<f64, u64> = Tensor::from_entries(vec![3, n], "csr", [(vec![1, 5], 3.0)]).unwrap();
+    let err = tensor!(C(i,j) = A(i,k) * B(k,j); A: csr; B: csr; C: csr).unwrap_err();
+    assert_eq!(
+        err,
+        BindError::Extent {
+            var: "j".into(),
+            dim: n
+        }
+    );
+    assert!(
+        err.to_string().starts_with("index `j` ranges over"),
+        "{err}"
+    );
+    let T: Tensor<f64, u64> =
+        Tensor::from_entries(vec![n, 3], "dcsr", [(vec![5, 1], 3.0)]).unwrap();
+    let err = tensor!(C(j,i) = T(i,j); T: dcsr; C: dcsr).unwrap_err();
+    assert!(
+        matches!(err, BindError::Extent { dim, .. } if dim == n),
+        "{err}"
+    );
+    let C = tensor!(C(i,j) = B(i,j) + B(i,j); B: csr; C: csr).unwrap();
+    assert_eq!(C.entries().collect::<Vec<_>>(), vec![(vec![1, 5], 6.0)]);
+    // Small dimensions are untouched by the check.
+    let B: Tensor<f64, u64> = Tensor::from_entries(vec![3, 7], "csr", [(vec![1, 5], 3.0)]).unwrap();
+    let C = tensor!(C(i,j) = A(i,k) * B(k,j); A: csr; B: csr; C: csr).unwrap();
+    assert_eq!(C.entries().collect::<Vec<_>>(), vec![(vec![0, 5], 6.0)]);
+}
