@@ -41,6 +41,9 @@ pub use tessera_runtime as runtime;
 /// (`tensor!(rt => ...)`; feature `plans`).
 #[cfg(feature = "plans")]
 pub mod plans {
+    /// The value and coordinate types a runtime stores: the bounds of a function generic over
+    /// the tensors it passes to `tensor!(rt => ...)`.
+    pub use tessera_compiler::plan::on_runtime::{PlanIndex, PlanValue};
     pub use tessera_compiler::plan::on_runtime::{PlanRunError, Stored};
 }
 
@@ -63,6 +66,57 @@ pub mod __private {
     pub use tessera_kernel_rt::{bind, rayon, tessera_formats};
     #[cfg(feature = "plans")]
     pub use tessera_runtime;
+
+    /// Value types that hold ±∞, the missing entries of a `min`/`max` reduction. In `i64`
+    /// they would be `i64::MAX`/`MIN`, and adding to them overflows (a panic in debug builds,
+    /// a wrong value in release), so such a statement over `i64` tensors is a type error at
+    /// the reduction, as `tessera run --type i64` refuses it.
+    #[diagnostic::on_unimplemented(
+        message = "a `min`/`max` reduction needs `f32` or `f64` tensors, not `{Self}`",
+        label = "its missing entries are ±∞, which `{Self}` cannot hold",
+        note = "convert the tensors to `f64` (`Tensor::from_entries` with `v as f64`)"
+    )]
+    pub trait InfiniteFill {}
+    impl InfiniteFill for f32 {}
+    impl InfiniteFill for f64 {}
+
+    /// Value types that hold fractions: a constant such as `0.5` in `i64` would be truncated
+    /// (to 0), so a statement with one over `i64` tensors is a type error at the constant, as
+    /// `tessera run --type i64` refuses it.
+    #[diagnostic::on_unimplemented(
+        message = "a fractional constant needs `f32` or `f64` tensors, not `{Self}`",
+        label = "`{Self}` would truncate this constant",
+        note = "write an integer constant, or convert the tensors to `f64`"
+    )]
+    pub trait Fractions {}
+    impl Fractions for f32 {}
+    impl Fractions for f64 {}
+
+    /// Compiles only when the operand's values hold fractions (see [`Fractions`]).
+    pub fn fractions<T: Operand>(_: &T)
+    where
+        T::Value: Fractions,
+    {
+    }
+
+    /// The value type of an operand (a tensor, or one kept in a runtime's stores).
+    pub trait Operand {
+        type Value;
+    }
+    impl<V: crate::Value, I: crate::Index> Operand for crate::Tensor<V, I> {
+        type Value = V;
+    }
+    #[cfg(feature = "plans")]
+    impl<V: plans::PlanValue, I: plans::PlanIndex> Operand for plans::Stored<V, I> {
+        type Value = V;
+    }
+
+    /// Compiles only when the operand's values hold ±∞ (see [`InfiniteFill`]).
+    pub fn infinite_fill<T: Operand>(_: &T)
+    where
+        T::Value: InfiniteFill,
+    {
+    }
 }
 
 /// The README's Rust examples, compiled and run by `cargo test --doc`.

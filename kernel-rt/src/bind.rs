@@ -65,6 +65,12 @@ pub enum BindError {
         first_mode: usize,
         first_dim: usize,
     },
+    /// A run of the output's dense levels would hold more values than an allocation can: the
+    /// product of their dimensions overflows (a dense outer product of two long sparse vectors).
+    TooLarge { tensor: String, dims: Vec<usize> },
+    /// The kernel keeps an array over the whole range of an index variable (a workspace, a
+    /// counting sort's counts), and the range is longer than any allocation can hold.
+    Extent { var: String, dim: usize },
 }
 
 impl fmt::Display for BindError {
@@ -105,6 +111,19 @@ impl fmt::Display for BindError {
                      dimension {dim}, but mode {first_mode} of `{first_tensor}` has {first_dim}"
                 )
             }
+            BindError::TooLarge { tensor, dims } => write!(
+                f,
+                "the output `{tensor}` of dimensions {dims:?} is too large to allocate in its \
+                 dense levels (give `{tensor}` a compressed format, e.g. `{}`, or use smaller \
+                 operands)",
+                "s".repeat(dims.len())
+            ),
+            BindError::Extent { var, dim } => write!(
+                f,
+                "index `{var}` ranges over {dim} coordinates, but the kernel keeps an array \
+                 over its whole range, which cannot be allocated past {MAX_DENSE_VALUES} \
+                 (use smaller dimensions)"
+            ),
         }
     }
 }
@@ -148,9 +167,10 @@ impl Signature<'_> {
         self.bind_parsed(wanted, inputs)
     }
 
-    /// Each input's expected format (`None`: its text does not parse, and nothing matches it).
+    /// Each input's expected format, then the output's (`None`: its text does not parse,
+    /// and nothing matches it).
     fn parsed_inputs(&self) -> Vec<Option<Format>> {
-        (self.inputs.iter())
+        (self.inputs.iter().chain([&self.output]))
             .map(|op| Format::parse(op.format, op.rank()).ok())
             .collect()
     }
@@ -160,7 +180,7 @@ impl Signature<'_> {
         wanted: &[Option<Format>],
         inputs: &[(&[usize], &Format)],
     ) -> Result<Vec<usize>, BindError> {
-        if inputs.len() != self.inputs.len() || wanted.len() != self.inputs.len() {
+        if inputs.len() != self.inputs.len() || wanted.len() != self.inputs.len() + 1 {
             return Err(BindError::Arity {
                 expected: self.inputs.len(),
                 found: inputs.len(),
@@ -179,10 +199,12 @@ impl Signature<'_> {
         }
         // The checker guarantees every output variable indexes an input.
         let out_vars = self.output.uses.first().copied().unwrap_or(&[]);
-        Ok(out_vars
+        let out_dims: Vec<usize> = out_vars
             .iter()
             .map(|v| seen.iter().find(|s| s.0 == *v).map_or(0, |s| s.1))
-            .collect())
+            .collect();
+        check_size(&self.output, wanted[self.inputs.len()].as_ref(), &out_dims)?;
+        Ok(out_dims)
     }
 
     /// For `+=`: checks an existing output against the dimensions [`Signature::bind`]
@@ -210,6 +232,46 @@ impl Signature<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// The most values a run of a kernel's dense output levels may hold: an allocation of 8-byte
+/// values stays below `isize::MAX` bytes, which `Vec` needs (past it, it panics).
+pub const MAX_DENSE_VALUES: usize = isize::MAX as usize / 8;
+
+/// Refuses an output with a run of dense levels holding more than [`MAX_DENSE_VALUES`]
+/// values per entry of the level above it (the leading run is allocated whole: all of a dense
+/// output; a run below a compressed level once per stored entry), instead of letting the
+/// kernel's allocation overflow.
+fn check_size(op: &Operand<'_>, format: Option<&Format>, dims: &[usize]) -> Result<(), BindError> {
+    let Some(format) = format else {
+        return Ok(());
+    };
+    let mut run = Some(1usize);
+    for (&mode, level) in format.mode_order().iter().zip(format.levels()) {
+        run = match level.is_sparse() {
+            true => Some(1),
+            false => run.and_then(|n| n.checked_mul(dims[mode])),
+        };
+        if run.is_none_or(|n| n > MAX_DENSE_VALUES) {
+            return Err(BindError::TooLarge {
+                tensor: op.name.to_string(),
+                dims: dims.to_vec(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Refuses an index variable whose range a kernel's array over it (`extents`: each variable
+/// and its dimension) could not hold, instead of letting the allocation panic.
+pub fn check_extents(extents: &[(&str, usize)]) -> Result<(), BindError> {
+    match extents.iter().find(|(_, dim)| *dim >= MAX_DENSE_VALUES) {
+        Some(&(var, dim)) => Err(BindError::Extent {
+            var: var.to_string(),
+            dim,
+        }),
+        None => Ok(()),
     }
 }
 

@@ -30,14 +30,17 @@ use proc_macro2::{
 use quote::{format_ident, quote, quote_spanned};
 use tessera_compiler::check::{self, Dims};
 use tessera_compiler::diagnostics::Diagnostic;
-use tessera_compiler::ir::Kernel;
+use tessera_compiler::ir::{DimSource, Kernel};
 use tessera_compiler::{codegen, diagnostics, lower, parse, plan};
 
 mod paths;
 
 #[proc_macro]
 pub fn tensor(input: TokenStream) -> TokenStream {
-    let (runtime, statement) = split_runtime(input.into());
+    let (runtime, statement) = match split_runtime(input.into()) {
+        Ok(split) => split,
+        Err(error) => return error.into(),
+    };
     let source = Source::from_tokens(statement);
     let expanded = match runtime {
         None => expand(&source),
@@ -51,16 +54,46 @@ pub fn tensor(input: TokenStream) -> TokenStream {
 
 /// `RT => STATEMENT`: the runtime the statement runs on (a name, or an expression in
 /// parentheses), when the input starts with one.
-fn split_runtime(ts: TokenStream2) -> (Option<TokenTree>, TokenStream2) {
+/// A runtime given as anything else (`self.rt => ...`, `&rt => ...`) is a compile error at
+/// it, rather than the statement parser's "unexpected character" at its first token.
+fn split_runtime(ts: TokenStream2) -> Result<(Option<TokenTree>, TokenStream2), TokenStream2> {
     let tts: Vec<TokenTree> = ts.into_iter().collect();
-    if let [first @ (TokenTree::Ident(_) | TokenTree::Group(_)), TokenTree::Punct(a), TokenTree::Punct(b), ..] =
-        &tts[..]
-    {
-        if a.as_char() == '=' && a.spacing() == Spacing::Joint && b.as_char() == '>' {
-            return (Some(first.clone()), tts[3..].iter().cloned().collect());
+    let arrow = |w: &[TokenTree]| {
+        matches!(w, [TokenTree::Punct(a), TokenTree::Punct(b)]
+            if a.as_char() == '=' && a.spacing() == Spacing::Joint && b.as_char() == '>')
+    };
+    if let [first @ (TokenTree::Ident(_) | TokenTree::Group(_)), ..] = &tts[..] {
+        if tts.len() >= 3 && arrow(&tts[1..3]) {
+            return Ok((Some(first.clone()), tts[3..].iter().cloned().collect()));
         }
     }
-    (None, tts.into_iter().collect())
+    match tts.windows(2).position(arrow) {
+        Some(0) => Err(misplaced_runtime(&tts[..2], None)),
+        Some(k) => Err(misplaced_runtime(&tts[..k], Some(&tts[..k]))),
+        None => Ok((None, tts.into_iter().collect())),
+    }
+}
+
+/// The error at `at` for the tokens before a `=>` (`runtime`, none when `=>` comes first)
+/// that are not a runtime the macro can take.
+fn misplaced_runtime(at: &[TokenTree], runtime: Option<&[TokenTree]>) -> TokenStream2 {
+    let d = match runtime {
+        Some(runtime) => {
+            let text: TokenStream2 = runtime.iter().cloned().collect();
+            Diagnostic::new(
+                "the runtime before `=>` must be a name or an expression in parentheses",
+                0..0,
+            )
+            .label("the runtime")
+            .hint(format!("write `tensor!(({text}) => STATEMENT)`"))
+        }
+        None => Diagnostic::new("the runtime is missing before `=>`", 0..0)
+            .label("no runtime")
+            .hint(
+                "write `tensor!(rt => STATEMENT)` with the `tessera::runtime::Runtime` to run on",
+            ),
+    };
+    compile_error(&d, (at[0].span(), at[at.len() - 1].span()))
 }
 
 /// `::core::compile_error!{"..."}` covering `start..end`: the path carries the first span and
@@ -101,8 +134,39 @@ fn compile_error(d: &Diagnostic, (start, end): (Span, Span)) -> TokenStream2 {
 struct Source {
     text: String,
     tokens: Vec<(std::ops::Range<usize>, Span)>,
+    /// The kind of the last token, which decides the space before the next one.
+    last: Option<Kind>,
     /// Where to report when the input is empty.
     all: Span,
+}
+
+/// What a token is, for the spacing of the text (which runtime errors and task names quote).
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    /// A name or a number.
+    Word,
+    Open,
+    Close,
+    /// Punctuation joined to the next token (`+` of `+=`, `.` of `.5`).
+    Joint,
+    /// `,` `;` `:`, written against what they follow.
+    Separator,
+    /// Other punctuation (`=`, `*`, an unjoined `+`).
+    Operator,
+}
+
+impl Kind {
+    /// Whether a space separates a token of kind `self` from the next one, of kind `next`.
+    /// Words stay apart (`2 x` is not `2x`), as does punctuation Rust did not join (`+ =`
+    /// is not `+=`); otherwise spaces only make the text read like the source.
+    fn space_before(self, next: Kind) -> bool {
+        !matches!(
+            (self, next),
+            (Kind::Open | Kind::Joint, _)
+                | (_, Kind::Close | Kind::Separator)
+                | (Kind::Word | Kind::Close, Kind::Open)
+        )
+    }
 }
 
 impl Source {
@@ -110,20 +174,21 @@ impl Source {
         let mut s = Source {
             text: String::new(),
             tokens: Vec::new(),
+            last: None,
             all: Span::call_site(),
         };
         s.push_stream(ts);
         s
     }
 
-    fn push(&mut self, text: &str, span: Span, joint: bool) {
+    fn push(&mut self, text: &str, span: Span, kind: Kind) {
+        if self.last.is_some_and(|last| last.space_before(kind)) {
+            self.text.push(' ');
+        }
         let start = self.text.len();
         self.text += text;
         self.tokens.push((start..self.text.len(), span));
-        // `+=` arrives as `+` (joint) then `=`: keep joint punctuation together.
-        if !joint {
-            self.text.push(' ');
-        }
+        self.last = Some(kind);
     }
 
     fn push_stream(&mut self, ts: TokenStream2) {
@@ -134,23 +199,34 @@ impl Source {
                         Delimiter::Parenthesis => ("(", ")"),
                         Delimiter::Bracket => ("[", "]"),
                         Delimiter::Brace => ("{", "}"),
+                        // An invisible group is a `macro_rules!` fragment (`$e:expr`), one
+                        // operand in Rust: `$e * 2` with `$e` = `a(i) + b(i)` is `(a(i) +
+                        // b(i)) * 2`, so it keeps its parentheses here (a single token needs
+                        // none, and a name must stay a name).
+                        Delimiter::None if g.stream().into_iter().nth(1).is_some() => ("(", ")"),
                         Delimiter::None => ("", ""),
                     };
                     if !open.is_empty() {
-                        self.push(open, g.span_open(), false);
+                        self.push(open, g.span_open(), Kind::Open);
                     }
                     self.push_stream(g.stream());
                     if !close.is_empty() {
-                        self.push(close, g.span_close(), false);
+                        self.push(close, g.span_close(), Kind::Close);
                     }
                 }
-                TokenTree::Punct(p) => self.push(
-                    &p.as_char().to_string(),
-                    p.span(),
-                    p.spacing() == Spacing::Joint,
-                ),
-                TokenTree::Ident(i) => self.push(&i.to_string(), i.span(), false),
-                TokenTree::Literal(l) => self.push(&l.to_string(), l.span(), false),
+                TokenTree::Punct(p) => {
+                    let kind = match p.as_char() {
+                        // Rust splits the constant `.5` into `.` and `5`: kept together, it
+                        // is one number again (`.` means nothing else in a statement).
+                        '.' => Kind::Joint,
+                        _ if p.spacing() == Spacing::Joint => Kind::Joint,
+                        ',' | ';' | ':' => Kind::Separator,
+                        _ => Kind::Operator,
+                    };
+                    self.push(&p.as_char().to_string(), p.span(), kind);
+                }
+                TokenTree::Ident(i) => self.push(&i.to_string(), i.span(), Kind::Word),
+                TokenTree::Literal(l) => self.push(&l.to_string(), l.span(), Kind::Word),
             }
         }
     }
@@ -189,6 +265,8 @@ impl Source {
 /// The statement checked and lowered, with errors at their spans. `f(x(i))` may call a Rust
 /// function `f` in scope.
 fn front(source: &Source) -> Result<(check::Checked, Kernel), Diagnostic> {
+    refuse_hash(source)?;
+    refuse_rust_numbers(source)?;
     let stmt = parse::program(&source.text, 0)?;
     let checked = check::check_tensor_macro(stmt, &Dims::new())?;
     if checked.inputs().is_empty() {
@@ -207,6 +285,92 @@ fn front(source: &Source) -> Result<(check::Checked, Kernel), Diagnostic> {
         d
     })?;
     Ok((checked, kernel))
+}
+
+/// Refuses a `#` anywhere in the input. In the statement language `#` starts a comment that
+/// runs to the end of the line, and the macro's tokens are joined into one line: a stray `#`
+/// (or a raw identifier `r#x`) would silently drop the rest of the statement, its formats
+/// and schedule included.
+fn refuse_hash(source: &Source) -> Result<(), Diagnostic> {
+    let Some(at) = source.text.find('#') else {
+        return Ok(());
+    };
+    let token = (source.tokens.iter())
+        .map(|(range, _)| range.clone())
+        .find(|range| range.contains(&at))
+        .unwrap_or(at..at + 1);
+    let raw = source.text[token.clone()].starts_with("r#");
+    let d = Diagnostic::new(
+        "`#` cannot appear in a `tensor!` statement",
+        if raw { token } else { at..at + 1 },
+    );
+    Err(if raw {
+        d.label("a raw identifier")
+            .hint("name the tensor or function with a plain identifier (rename the variable)")
+    } else {
+        d.label("here").hint(
+            "comments inside `tensor!` are Rust comments (`// ...`); `#` would comment out \
+             the rest of the statement",
+        )
+    })
+}
+
+/// Refuses a Rust number the statement language does not read (`2.0f32`, `1_000`, `0x10`):
+/// the parser stopped inside it and advised a missing `*`.
+fn refuse_rust_numbers(source: &Source) -> Result<(), Diagnostic> {
+    for (range, _) in &source.tokens {
+        let token = &source.text[range.clone()];
+        if !token.starts_with(|c: char| c.is_ascii_digit()) {
+            continue;
+        }
+        if number_prefix(token) == token.len() {
+            continue;
+        }
+        // `1_000` is `1000`, `2.0f32` is `2.0`; `0x10` has no decimal spelling here.
+        let digits = token.replace('_', "");
+        let number = &digits[..number_prefix(&digits)];
+        let radix = matches!(
+            digits.as_bytes().get(number.len()),
+            Some(b'x' | b'o' | b'b')
+        );
+        let write = match radix {
+            true => String::new(),
+            false => format!("write `{number}`: "),
+        };
+        return Err(Diagnostic::new(
+            format!("`{token}` is not a constant of the statement language"),
+            range.clone(),
+        )
+        .label("a Rust number")
+        .hint(format!(
+            "{write}a constant is a plain decimal number (`2`, `2.5`, `1e-3`), without a type \
+             suffix or `_`, and takes the tensors' value type"
+        )));
+    }
+    Ok(())
+}
+
+/// The length of the decimal number (`12`, `1.5`, `2.`, `1e-3`) that `token` starts with.
+fn number_prefix(token: &str) -> usize {
+    let b = token.as_bytes();
+    let digits = |mut k: usize| {
+        while k < b.len() && b[k].is_ascii_digit() {
+            k += 1;
+        }
+        k
+    };
+    let mut k = digits(0);
+    if b.get(k) == Some(&b'.') {
+        k = digits(k + 1);
+    }
+    if matches!(b.get(k), Some(b'e' | b'E')) {
+        let sign = usize::from(matches!(b.get(k + 1), Some(b'+' | b'-')));
+        let exponent = digits(k + 1 + sign);
+        if exponent > k + 1 + sign {
+            k = exponent;
+        }
+    }
+    k
 }
 
 /// The statement's signature and the bindings of its input tensors (`__tessera_in{k}`, each
@@ -253,11 +417,68 @@ fn bind_inputs(
     let vars: Vec<_> = (0..inputs.len())
         .map(|k| format_ident!("__tessera_in{}", k))
         .collect();
+    let mut bindings = bindings;
+    bindings.extend(infinite_fill(source, checked));
+    bindings.extend(fractions(source, checked));
     Ok(Bound {
         signature,
         bindings,
         vars,
     })
+}
+
+/// `bind::check_extents` over the index variables the kernel keeps an array over (see
+/// `codegen::dense_extents`), each extent read from the input or output dimension it comes
+/// from; a closure of `__out_dims` would capture nothing else.
+fn extents_check(kernel: &Kernel) -> TokenStream2 {
+    let private = paths::private();
+    let extents = codegen::dense_extents(kernel)
+        .into_iter()
+        .map(|(var, dim)| {
+            let dim = match dim {
+                DimSource::Input { slot, mode } => {
+                    let input = format_ident!("__tessera_in{}", slot);
+                    quote!(#input.dims()[#mode])
+                }
+                DimSource::Output { mode } => quote!(__out_dims[#mode]),
+            };
+            quote!((#var, #dim))
+        });
+    quote!(#private::bind::check_extents(&[#(#extents),*]))
+}
+
+/// For a `min`/`max` reduction, whose missing entries are ±∞: a check that the value type
+/// holds infinities (not `i64`), a type error at the reduction otherwise.
+fn infinite_fill(source: &Source, checked: &check::Checked) -> Option<TokenStream2> {
+    if checked.reduce.fill().is_finite() {
+        return None;
+    }
+    let private = paths::private();
+    let at = source.span_of(&checked.statement.assignment.rhs.span);
+    Some(quote_spanned! {at=> #private::infinite_fill(__tessera_in0); })
+}
+
+/// For a statement with a fractional constant: a check that the value type holds fractions
+/// (not `i64`, which would truncate it), a type error at the constant otherwise.
+fn fractions(source: &Source, checked: &check::Checked) -> Option<TokenStream2> {
+    let constant = fractional_constant(&checked.statement.assignment.rhs)?;
+    let private = paths::private();
+    let at = source.span_of(&constant.span);
+    Some(quote_spanned! {at=> #private::fractions(__tessera_in0); })
+}
+
+/// The first constant of `e` that is not an integer.
+fn fractional_constant(e: &tessera_compiler::ast::Expr) -> Option<&tessera_compiler::ast::Expr> {
+    use tessera_compiler::ast::ExprKind;
+    match &e.kind {
+        ExprKind::Const(c) if c.fract() != 0.0 => Some(e),
+        ExprKind::Access(_) | ExprKind::Const(_) => None,
+        ExprKind::Neg(x) | ExprKind::Call(_, x) | ExprKind::UserCall(_, x) => {
+            fractional_constant(x)
+        }
+        ExprKind::Reduce(_, _, x) => fractional_constant(x),
+        ExprKind::Binary(_, a, b) => fractional_constant(a).or_else(|| fractional_constant(b)),
+    }
 }
 
 /// The caller's functions a statement calls (`f(x(i))`), by name, each at its first call.
@@ -315,6 +536,7 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
         &kernel,
         quote!(#private::tessera_formats::Tensor),
     )?;
+    let extents = extents_check(&kernel);
     Ok(quote! {
         {
             #[allow(clippy::all, unused, non_snake_case)]
@@ -328,6 +550,7 @@ fn expand(source: &Source) -> Result<TokenStream2, Diagnostic> {
             #(#bindings)*
             match __TESSERA_SIGNATURE
                 .bind_cached(&__TESSERA_FORMATS, &[#((#vars.dims(), #vars.format())),*])
+                .and_then(|__out_dims| #extents.map(|()| __out_dims))
             {
                 ::core::result::Result::Ok(__out_dims) => ::core::result::Result::Ok(
                     __tessera_kernel::kernel(&[#(#vars),*], &__out_dims, #user_fns)
@@ -378,6 +601,7 @@ fn expand_on_runtime(source: &Source, rt: TokenTree) -> Result<TokenStream2, Dia
         bindings,
         vars,
     } = bind_inputs(source, &checked, &kernel, quote!(#private::plans::Stored))?;
+    let extents = extents_check(&kernel);
     let text = &source.text;
     Ok(quote! {
         {
@@ -394,6 +618,7 @@ fn expand_on_runtime(source: &Source, rt: TokenTree) -> Result<TokenStream2, Dia
             #(#bindings)*
             match __TESSERA_SIGNATURE
                 .bind_cached(&__TESSERA_FORMATS, &[#((#vars.dims(), #vars.format())),*])
+                .and_then(|__out_dims| #extents.map(|()| __out_dims))
             {
                 ::core::result::Result::Ok(__out_dims) => #private::plans::#run(
                     &#rt,

@@ -72,6 +72,36 @@ pub fn emit_named(k: &Kernel, name: &Ident) -> TokenStream {
     g.function(name, quote!(), quote!())
 }
 
+/// The index variables over whose whole extent the kernel allocates an array, with where
+/// their extents come from: a workspace's variable (`vec![fill; extent]`), every output level
+/// of a scattered output and every mode of a re-packed input (a counting sort's counts, one
+/// per coordinate). `tensor!` refuses extents no allocation can hold before calling the
+/// kernel, which would panic with "capacity overflow".
+pub fn dense_extents(k: &Kernel) -> Vec<(String, crate::ir::DimSource)> {
+    let mut vars: Vec<usize> = Vec::new();
+    for n in &k.nests {
+        match n.assembly {
+            crate::ir::Assembly::Workspace { var, .. } => vars.push(var),
+            crate::ir::Assembly::Scatter => {
+                vars.extend(&k.accesses[k.output_access].level_vars);
+            }
+            _ => {}
+        }
+    }
+    for r in &k.repacks {
+        let uses = k
+            .accesses
+            .iter()
+            .filter(|a| k.tensors[a.tensor].input_slot == Some(r.slot));
+        vars.extend(uses.flat_map(|a| a.level_vars.iter().copied()));
+    }
+    vars.sort_unstable();
+    vars.dedup();
+    vars.into_iter()
+        .map(|v| (k.vars[v].name.clone(), k.vars[v].dim))
+        .collect()
+}
+
 /// Whether `ts` names `id` anywhere, inside groups and macro arguments included: how the
 /// loops tell that nothing below reads a coordinate or a position (`flatten`, `loops`).
 fn mentions(ts: &TokenStream, id: &Ident) -> bool {

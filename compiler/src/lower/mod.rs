@@ -483,19 +483,19 @@ fn no_order_error(
         if per_access[i].is_empty() {
             continue;
         }
+        let acc = &k.accesses[*a];
+        let tensor = &k.tensors[acc.tensor];
+        // Re-storing a tensor changes every use of it: all of them leave the graph here.
+        let same = |j: usize| k.accesses[operands[j]].tensor == acc.tensor;
         let others: Vec<(VarId, VarId)> = per_access
             .iter()
             .enumerate()
-            .filter(|(j, _)| *j != i)
+            .filter(|(j, _)| !same(*j))
             .flat_map(|(_, e)| e.iter().copied())
             .collect();
         let Some(order) = order::topo_order(vars, &others, pref) else {
             continue;
         };
-        let with_out: Vec<(VarId, VarId)> = others.iter().chain(&out_edges).copied().collect();
-        let out_in_order = order::topo_order(vars, &with_out, pref).is_some();
-        let acc = &k.accesses[*a];
-        let tensor = &k.tensors[acc.tensor];
         // Mode m's variable is level_vars[level_of_mode[m]]; sort modes by loop position.
         let level_of_mode = tensor.format.level_of_mode();
         let mut modes: Vec<usize> = (0..tensor.rank()).collect();
@@ -506,14 +506,28 @@ fn no_order_error(
         let letters: String = tensor.format.levels().iter().map(|l| l.letter()).collect();
         let mo: Vec<String> = modes.iter().map(|m| m.to_string()).collect();
         let mo = mo.join(",");
+        // ... and comes back in the new mode order, for each use: `A(i,j) + A(j,i)` has
+        // none that serves both uses, so re-storing `A` is no advice.
+        let Ok(to) = Format::new(tensor.format.levels().to_vec(), modes.clone()) else {
+            continue;
+        };
+        let mut with_uses = others.clone();
+        for (j, b) in operands.iter().enumerate() {
+            if same(j) {
+                with_uses.extend(edges_when_stored(k, *b, &to));
+            }
+        }
+        if order::topo_order(vars, &with_uses, pref).is_none() {
+            continue;
+        }
+        let with_out: Vec<(VarId, VarId)> = with_uses.iter().chain(&out_edges).copied().collect();
+        let out_in_order = order::topo_order(vars, &with_out, pref).is_some();
         // The previous value of a `+=` output shares the output's format: never re-packed;
         // nor, under `min`/`max`, a format whose dense levels below a compressed one would be
         // padded with 0 rather than the fill.
         let padded = padded_levels(&tensor.format);
         let repack = (tensor.name != k.output_tensor().name && !(padded && k.reduce.fill() != 0.0))
-            .then(|| Format::new(tensor.format.levels().to_vec(), modes.clone()).ok())
-            .flatten()
-            .map(|f| (tensor.name.clone(), f));
+            .then(|| (tensor.name.clone(), to));
         let cost = (
             tensor.rank(),
             tensor
@@ -536,11 +550,67 @@ fn no_order_error(
             best = Some((cost, err));
         }
     }
-    best.map(|b| b.1).unwrap_or_else(|| LowerError::NoLoopOrder {
-        span: span.clone(),
-        hint: "no single operand can be re-stored to fix this; give the operands mode orders that agree".into(),
-        repack: None,
-    })
+    best.map(|b| b.1)
+        .or_else(|| read_in_two_orders(k, operands))
+        .unwrap_or_else(|| LowerError::NoLoopOrder {
+            span: span.clone(),
+            hint: "no single operand can be re-stored to fix this; give the operands mode orders that agree".into(),
+            repack: None,
+        })
+}
+
+/// The precedence edges access `b` asks for once its tensor is stored in `to` (a format of
+/// the same rank): its mode variables taken in `to`'s level order.
+fn edges_when_stored(k: &Kernel, b: AccessId, to: &Format) -> Vec<(VarId, VarId)> {
+    let acc = &k.accesses[b];
+    let level_of_mode = k.tensors[acc.tensor].format.level_of_mode();
+    let level_vars: Vec<VarId> = (to.mode_order().iter())
+        .map(|&m| acc.level_vars[level_of_mode[m]])
+        .collect();
+    let Some(last) = to.levels().iter().rposition(|l| l.is_sparse()) else {
+        return Vec::new();
+    };
+    level_vars[..=last]
+        .windows(2)
+        .map(|w| (w[0], w[1]))
+        .collect()
+}
+
+/// When a tensor with compressed levels is read with its modes in two orders (`A(i,j) +
+/// A(j,i)`), no format of it serves both uses: the error at the second use says to pass the
+/// values a second time, stored in the other order.
+fn read_in_two_orders(k: &Kernel, operands: &[AccessId]) -> Option<LowerError> {
+    let mode_vars = |a: AccessId| -> Vec<VarId> {
+        let acc = &k.accesses[a];
+        let level_of_mode = k.tensors[acc.tensor].format.level_of_mode();
+        level_of_mode.iter().map(|&l| acc.level_vars[l]).collect()
+    };
+    for (n, &b) in operands.iter().enumerate() {
+        let tensor = &k.tensors[k.accesses[b].tensor];
+        if !tensor.format.levels().iter().any(|l| l.is_sparse()) {
+            continue;
+        }
+        let first = operands[..n].iter().find(|&&a| {
+            k.accesses[a].tensor == k.accesses[b].tensor && {
+                let (x, y) = (mode_vars(a), mode_vars(b));
+                x.iter().zip(&y).any(|(u, v)| u != v) && x.iter().all(|v| y.contains(v))
+            }
+        });
+        if first.is_some() {
+            let name = &tensor.name;
+            return Some(LowerError::NoLoopOrder {
+                span: k.accesses[b].span.clone(),
+                hint: format!(
+                    "no single operand can be re-stored to fix this: `{name}` is read with its \
+                     modes in two orders, which no one format of it serves; for this use, pass \
+                     the same values as a second tensor stored in the other mode order \
+                     (in Rust `Tensor::to_format`; on the command line the same file again)"
+                ),
+                repack: None,
+            });
+        }
+    }
+    None
 }
 
 /// True when a dense level lies below a compressed one (`sd`): stored with zeros in the

@@ -986,10 +986,19 @@ impl OutputLayout {
         }
         let mut shape = Vec::new();
         let mut groups = Vec::new();
+        // Refused here too (plans run without `bind` from the command line): a product
+        // that overflows would panic, or in release wrap to a store of the wrong size.
+        let too_large = || tessera_kernel_rt::bind::BindError::TooLarge {
+            tensor: kernel.output_tensor().name.clone(),
+            dims: out_dims.to_vec(),
+        };
         for (n, &l) in starts.iter().enumerate() {
             let end = starts.get(n + 1).copied().unwrap_or(sizes.len());
-            let inner: usize = sizes[l + 1..end].iter().product();
-            shape.push(sizes[l] * inner);
+            let product = |levels: &[usize]| -> Option<usize> {
+                levels.iter().try_fold(1usize, |p, &d| p.checked_mul(d))
+            };
+            let inner = product(&sizes[l + 1..end]).ok_or_else(too_large)?;
+            shape.push(sizes[l].checked_mul(inner).ok_or_else(too_large)?);
             groups.push((l, inner));
         }
         Ok(OutputLayout {
