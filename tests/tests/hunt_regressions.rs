@@ -1,0 +1,117 @@
+//! Regressions found by the adversarial hunt (`hunt_streams.rs`, `hunt_programs.rs`), each
+//! the minimal program that showed the bug, run in the configurations that disagreed.
+
+use tessera::runtime::{Chunk, DType, ReduceOp, Runtime, Store};
+
+fn runtime(window: usize, fusion: bool, tracing: bool) -> Runtime {
+    Runtime::builder()
+        .threads(2)
+        .window_size(window)
+        .fusion(fusion)
+        .tracing(tracing)
+        .actors(tracing)
+        .trace_sampling(1)
+        .build()
+}
+
+/// Registers `inc` (element-wise u32 `y = x + 1`), `hist` (a hand task summing each point's
+/// first element of `x` into the broadcast `acc`) and `total` (element-wise u64 sum of `x` as a result).
+fn register(rt: &Runtime) {
+    rt.register_elementwise::<u32>("inc", |c: &mut Chunk<'_, u32>| {
+        let (ins, outs) = c.split();
+        for (y, x) in outs[0].iter_mut().zip(ins[0].iter()) {
+            *y = x.wrapping_add(1);
+        }
+    })
+    .unwrap();
+    rt.register("hist", |ctx| {
+        let x = ctx.read::<u32>(0);
+        let mut acc = ctx.reduce::<u32>(1);
+        // One element a point: the points' partial sums overflow only when folded.
+        if let Some(i) = x.range().next() {
+            acc.reduce_at(0, x.at(i));
+        }
+    })
+    .unwrap();
+    rt.register_elementwise::<u64>("total", |c: &mut Chunk<'_, u64>| {
+        let (ins, _) = c.split();
+        let s = ins[0].iter().fold(0u64, |a, b| a.wrapping_add(*b));
+        c.add_result(s);
+    })
+    .unwrap();
+}
+
+/// What a fold that fails in the finish step leaves: `y` (written by a task fused with the
+/// failing one, or not), whether `acc` and the future failed, and `y`, `acc` and the future
+/// again after a fence.
+fn fold_failure_outcome(rt: &Runtime) -> Vec<Option<Vec<u64>>> {
+    register(rt);
+    let n = 8;
+    // Two points' values of x (and of big, summed) overflow when the finish step folds them.
+    let x = rt.from_vec(&[n], vec![u32::MAX / 2 + 1; n]).unwrap();
+    let y = rt.create(DType::U32, &[n]).unwrap();
+    let acc = rt.from_vec(&[1], vec![1u32]).unwrap();
+    let big = rt.from_vec(&[n], vec![u64::MAX / 6; n]).unwrap();
+    let z = rt.create(DType::U32, &[n]).unwrap();
+    let inc = |out: &Store| {
+        rt.task("inc")
+            .read(&x)
+            .write(out)
+            .align(&x, out)
+            .launch_domain(&[2])
+            .submit()
+            .unwrap()
+    };
+    inc(&y);
+    rt.task("hist")
+        .read(&x)
+        .reduce(&acc, ReduceOp::Sum)
+        .broadcast(&acc, &[0])
+        .launch_domain(&[2])
+        .submit()
+        .unwrap();
+    inc(&z);
+    let f = rt
+        .task("total")
+        .read(&big)
+        .launch_domain(&[2])
+        .submit_reduce(ReduceOp::Sum)
+        .unwrap();
+    let u = |s: &Store| {
+        rt.read::<u32>(s)
+            .ok()
+            .map(|v| v.into_iter().map(u64::from).collect())
+    };
+    let mut out = vec![
+        u(&y),
+        u(&z),
+        u(&acc),
+        f.get().ok().map(|v| vec![v.as_u64()]),
+    ];
+    rt.fence().unwrap();
+    out.extend([u(&y), u(&z), u(&acc)]);
+    out
+}
+
+/// Regression (found by `hunt_integer_and_view_streams_match_the_plain_runtime`: a u32
+/// reduction into a broadcast store, fused after an element-wise chain): a panic in a fused
+/// task's finish step (here an integer fold that overflows, which panics in a debug build)
+/// failed the whole fused task and poisoned every store it wrote whole, so `y`, which a
+/// sub-task fused with the failing fold wrote correctly, could not be read; unfused only the
+/// folding task fails. Now the fold's sub-task alone fails, as unfused.
+#[test]
+fn a_failed_fold_in_a_fused_finish_step_fails_only_its_sub_task() {
+    let want = fold_failure_outcome(&runtime(1, false, false));
+    assert_eq!(want[0], Some(vec![(u32::MAX / 2 + 2) as u64; 8]));
+    assert_eq!(want[2], None, "the fold into acc overflows");
+    assert_eq!(want[3], None, "the result's fold overflows");
+    for (window, tracing) in [(2, false), (4, false), (16, false), (4, true), (16, true)] {
+        let rt = runtime(window, true, tracing);
+        let got = fold_failure_outcome(&rt);
+        assert_eq!(got, want, "window {window}, tracing {tracing}");
+        assert!(
+            rt.stats().fused_launches > 0,
+            "window {window}: nothing fused"
+        );
+    }
+}
