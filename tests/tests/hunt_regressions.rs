@@ -115,3 +115,72 @@ fn a_failed_fold_in_a_fused_finish_step_fails_only_its_sub_task() {
         );
     }
 }
+
+/// The errors a program sees when a sub-task has both a poisoned input and a failed future:
+/// `s` written by a failing task, a sum of `s` (its future fails), then `s += sum` fused with
+/// an independent task, then the reads of `s` and `w` and the future's error.
+fn poisoned_input_and_failed_future(rt: &Runtime) -> Vec<Result<Vec<f64>, String>> {
+    rt.register_elementwise::<f64>("boom", |_c: &mut Chunk<'_, f64>| panic!("boom"))
+        .unwrap();
+    rt.register_elementwise::<f64>("sum", |c: &mut Chunk<'_, f64>| {
+        let (ins, _) = c.split();
+        let s: f64 = ins[0].iter().sum();
+        c.add_result(s);
+    })
+    .unwrap();
+    rt.register_elementwise::<f64>("add", |c: &mut Chunk<'_, f64>| {
+        let f = c.scalar(0).as_f64();
+        let (_, outs) = c.split();
+        outs[0].iter_mut().for_each(|x| *x += f);
+    })
+    .unwrap();
+    let n = 8;
+    let s = rt.from_vec(&[n], vec![1.0; n]).unwrap();
+    let w = rt.from_vec(&[n], vec![2.0; n]).unwrap();
+    rt.task("boom").write(&s).submit().unwrap();
+    let f = rt
+        .task("sum")
+        .read(&s)
+        .submit_reduce(ReduceOp::Sum)
+        .unwrap();
+    rt.task("add").read_write(&s).future(&f).submit().unwrap();
+    rt.task("add")
+        .read_write(&w)
+        .future(&tessera::runtime::Future::ready(1.0))
+        .submit()
+        .unwrap();
+    let text = |r: tessera::runtime::Result<Vec<f64>>| r.map_err(|e| e.to_string());
+    vec![
+        text(rt.read::<f64>(&s)),
+        text(rt.read::<f64>(&w)),
+        text(f.get().map(|v| vec![v.as_f64()])),
+    ]
+}
+
+/// Regression (found by `hunt_panicking_integer_streams_match_the_plain_runtime` once it
+/// compared errors' texts): a point looks at its poisoned inputs before its failed futures,
+/// but a fused sub-task looked at its futures first, so the same failure read as "future
+/// argument 0 failed: ..." fused and "input store#N was not computed: ..." unfused.
+#[test]
+fn a_fused_sub_task_reports_a_poisoned_input_before_a_failed_future() {
+    let want = poisoned_input_and_failed_future(&runtime(1, false, false));
+    assert!(
+        want[0]
+            .as_ref()
+            .is_err_and(|e| e.contains("was not computed")),
+        "{want:?}"
+    );
+    assert_eq!(want[1], Ok(vec![3.0; 8]));
+    for window in [2, 4, 16] {
+        let rt = runtime(window, true, false);
+        assert_eq!(
+            poisoned_input_and_failed_future(&rt),
+            want,
+            "window {window}"
+        );
+        assert!(
+            rt.stats().fused_launches > 0,
+            "window {window}: nothing fused"
+        );
+    }
+}

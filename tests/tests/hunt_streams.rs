@@ -139,6 +139,21 @@ enum Op {
     ShiftIdx {
         k: u8,
     },
+    /// a fresh store written on its first `k` cells only (a hand task over a view), then
+    /// read whole by an element-wise task: `x[d] = t * 0.5 + 1` (the rest reads zeros, even
+    /// where its buffer is recycled), then dropped
+    PartialFresh {
+        d: usize,
+        s: usize,
+        k: u8,
+    },
+    /// the same through element-wise tasks over the view only: `t[..k] = x[s][..k] * 0.5 + 1;
+    /// x[d][..k] += t[..k]` (a temporary that is a view of a fresh store)
+    ViewTemp {
+        d: usize,
+        s: usize,
+        k: u8,
+    },
     /// element-wise u32 `u[d] = u[s] - 1` that panics when an element of `u[s]` is 0 or
     /// above `lim` (data-dependent: same token, so it may fail inside a replay)
     BoomU {
@@ -179,6 +194,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (two.clone(), 0u8..3).prop_map(|(s, op)| Op::HistU { s, op }),
         1 => (two.clone(), two.clone()).prop_map(|(d, s)| Op::GatherU { d, s }),
         1 => (1u8..5).prop_map(|k| Op::ShiftIdx { k }),
+        1 => (three.clone(), three.clone(), any::<u8>())
+            .prop_map(|(d, s, k)| Op::PartialFresh { d, s, k }),
+        1 => (three.clone(), three.clone(), any::<u8>())
+            .prop_map(|(d, s, k)| Op::ViewTemp { d, s, k }),
     ]
 }
 
@@ -199,6 +218,9 @@ struct Case {
     iterations: usize,
     /// Iteration `i` runs `b` when `(i / period) % 2 == 1`.
     period: usize,
+    /// From this iteration on, views, split points and launch domains move with the
+    /// iteration (the same tasks over other sub-stores: a replay must notice).
+    drift_from: Option<usize>,
 }
 
 fn case_of<S: Strategy<Value = Op> + 'static>(op: fn() -> S) -> impl Strategy<Value = Case> {
@@ -209,17 +231,20 @@ fn case_of<S: Strategy<Value = Op> + 'static>(op: fn() -> S) -> impl Strategy<Va
         proptest::collection::vec(op(), 1..8),
         proptest::collection::vec(op(), 0..6),
         prop_oneof![3 => 3usize..10, 1 => 20usize..40],
-        1usize..4,
+        (1usize..4, proptest::option::of(1usize..6)),
     )
-        .prop_map(|(n, min_piece, threads, a, b, iterations, period)| Case {
-            n,
-            min_piece,
-            threads,
-            a,
-            b,
-            iterations,
-            period,
-        })
+        .prop_map(
+            |(n, min_piece, threads, a, b, iterations, (period, drift_from))| Case {
+                n,
+                min_piece,
+                threads,
+                a,
+                b,
+                iterations,
+                period,
+                drift_from,
+            },
+        )
 }
 
 fn rop(op: u8) -> ReduceOp {
@@ -385,6 +410,13 @@ fn register(rt: &Runtime) -> Result<()> {
             .iter_mut()
             .for_each(|j| *j = (*j + k) % n);
     })?;
+    rt.register("f_copy_view", |ctx| {
+        let s = ctx.read::<f64>(1);
+        let mut d = ctx.write::<f64>(0);
+        for i in d.range() {
+            d.set_at(i, s.at(i) - 0.75);
+        }
+    })?;
     rt.register_elementwise::<u32>("u_boom", |c: &mut Chunk<'_, u32>| {
         let lim = c.scalar(0).as_u64() as u32;
         let (ins, outs) = c.split();
@@ -395,7 +427,13 @@ fn register(rt: &Runtime) -> Result<()> {
     })
 }
 
-type Outcome = Vec<Option<Vec<u64>>>;
+/// Reads and futures in order: values as bits, or the error's text (which must be the same
+/// in every configuration too).
+type Outcome = Vec<std::result::Result<Vec<u64>, String>>;
+
+fn text(e: tessera::runtime::RuntimeError) -> String {
+    e.to_string()
+}
 
 struct Cfg {
     window: WindowPolicy,
@@ -571,7 +609,8 @@ fn state(rt: &Runtime, n: usize) -> Result<State> {
     })
 }
 
-fn apply(rt: &Runtime, s: &mut State, op: &Op, n: usize, it: usize) -> Result<()> {
+/// Applies `op` at iteration `it`; `dr` moves its views, cuts and launch domains (0: fixed).
+fn apply(rt: &Runtime, s: &mut State, op: &Op, n: usize, it: usize, dr: usize) -> Result<()> {
     let (x, u) = (&mut s.x, &s.u);
     match *op {
         Op::U32 { d, k } => rt
@@ -614,14 +653,14 @@ fn apply(rt: &Runtime, s: &mut State, op: &Op, n: usize, it: usize) -> Result<()
         }
         Op::I32 { k, pts } => {
             let t = rt.task("i_chain").read_write(&s.i).scalar(k as i64);
-            let t = match pts {
+            let t = match (pts as usize + dr) % 4 {
                 0 => t,
-                p => t.launch_domain(&[p as usize]),
+                p => t.launch_domain(&[p]),
             };
             t.submit()?
         }
         Op::U64Tile { k, cut } => {
-            let c = cut as usize % (n + 1);
+            let c = (cut as usize + dr) % (n + 1);
             rt.task("q_mix")
                 .read_write(&s.q)
                 .scalar(k as u64)
@@ -664,7 +703,7 @@ fn apply(rt: &Runtime, s: &mut State, op: &Op, n: usize, it: usize) -> Result<()
             .align(&x[src], &x[d])
             .submit()?,
         Op::Halves { x: i, k } => {
-            let h = n / 2;
+            let h = (n / 2).saturating_sub(dr % 2).max(1);
             let (lo, hi) = (x[i].slice(0, 0..h)?, x[i].slice(0, h..2 * h)?);
             rt.task("f_addk")
                 .read(&hi)
@@ -680,7 +719,7 @@ fn apply(rt: &Runtime, s: &mut State, op: &Op, n: usize, it: usize) -> Result<()
                 .submit()?;
         }
         Op::Shifted { d, s: src, sh } => {
-            let sh = sh as usize % n;
+            let sh = (sh as usize + dr) % n;
             let m = n - sh;
             let (dv, sv) = (x[d].slice(0, 0..m)?, x[src].slice(0, sh..n)?);
             if d == src && sh == 0 {
@@ -707,7 +746,7 @@ fn apply(rt: &Runtime, s: &mut State, op: &Op, n: usize, it: usize) -> Result<()
             rt.task("f_halve").read_write(&x[src]).submit()?;
         }
         Op::ReplaceAlias { i, d, lo } if i != d => {
-            let lo = lo as usize % n;
+            let lo = (lo as usize + dr) % n;
             let old = x[i].slice(0, lo..n)?;
             x[i] = rt.from_vec(&[n], vec![it as f64 - 2.5; n])?;
             let dv = x[d].slice(0, 0..n - lo)?;
@@ -730,23 +769,23 @@ fn apply(rt: &Runtime, s: &mut State, op: &Op, n: usize, it: usize) -> Result<()
             let old = std::mem::replace(&mut x[i], rt.create(DType::F64, &[1])?);
             match rt.take::<f64>(old) {
                 Ok(v) => {
-                    s.log.push(Some(f64_bits(v.clone())));
+                    s.log.push(Ok(f64_bits(v.clone())));
                     x[i] = rt.from_vec(&[n], v)?;
                 }
-                Err(_) => {
-                    s.log.push(None);
+                Err(e) => {
+                    s.log.push(Err(text(e)));
                     x[i] = rt.from_vec(&[n], vec![1.5; n])?;
                 }
             }
         }
         Op::FillU { d, c } => rt.fill(&u[d], c as u64)?,
         Op::ReadU { s: src } => {
-            let v = rt.read::<u32>(&u[src]).ok().map(u32_bits);
+            let v = rt.read::<u32>(&u[src]).map_err(text).map(u32_bits);
             s.log.push(v);
         }
         Op::Fence => rt.fence()?,
         Op::ValueU { d, s: src, k } => {
-            let k = k as usize % n;
+            let k = (k as usize + dr) % n;
             let v = rt.value_future(&u[src].slice(0, k..k + 1)?)?;
             rt.task("u_use").read_write(&u[d]).future(&v).submit()?;
         }
@@ -789,6 +828,45 @@ fn apply(rt: &Runtime, s: &mut State, op: &Op, n: usize, it: usize) -> Result<()
             .scalar(k as u64)
             .scalar(n as u64)
             .submit()?,
+        Op::PartialFresh { d, s: src, k } if d != src => {
+            let k = 1 + (k as usize + dr) % n;
+            let t = rt.create(DType::F64, &[n])?;
+            let (tv, sv) = (t.slice(0, 0..k)?, x[src].slice(0, 0..k)?);
+            rt.task("f_copy_view")
+                .write(&tv)
+                .read(&sv)
+                .align(&tv, &sv)
+                .submit()?;
+            drop(tv);
+            rt.task("f_axpb")
+                .read(&t)
+                .write(&x[d])
+                .scalar(0.5)
+                .align(&t, &x[d])
+                .submit()?;
+        }
+        Op::ViewTemp { d, s: src, k } if d != src => {
+            let k = 1 + (k as usize + dr) % n;
+            let t = rt.create(DType::F64, &[n])?;
+            let (tv, sv, dv) = (
+                t.slice(0, 0..k)?,
+                x[src].slice(0, 0..k)?,
+                x[d].slice(0, 0..k)?,
+            );
+            drop(t);
+            rt.task("f_axpb")
+                .read(&sv)
+                .write(&tv)
+                .scalar(0.5)
+                .align(&tv, &sv)
+                .submit()?;
+            rt.task("f_addk")
+                .read(&tv)
+                .read_write(&dv)
+                .scalar(1.0)
+                .align(&tv, &dv)
+                .submit()?;
+        }
         Op::BoomU { d, s: src, lim } if d != src => rt
             .task("u_boom")
             .read(&u[src])
@@ -812,29 +890,30 @@ fn run(c: &Case, cfg: &Cfg) -> Result<Outcome> {
             &c.a
         };
         for op in body {
-            apply(&rt, &mut s, op, c.n, it)?;
+            let dr = c.drift_from.filter(|&f| it >= f).map_or(0, |_| it);
+            apply(&rt, &mut s, op, c.n, it, dr)?;
         }
     }
     let mut log = std::mem::take(&mut s.log);
     for x in &s.x {
-        log.push(rt.read::<f64>(x).ok().map(f64_bits));
+        log.push(rt.read::<f64>(x).map_err(text).map(f64_bits));
     }
     for u in &s.u {
-        log.push(rt.read::<u32>(u).ok().map(u32_bits));
+        log.push(rt.read::<u32>(u).map_err(text).map(u32_bits));
     }
     log.push(
         rt.read::<i32>(&s.i)
-            .ok()
+            .map_err(text)
             .map(|v| v.into_iter().map(|v| v as u32 as u64).collect()),
     );
-    log.push(rt.read::<u64>(&s.q).ok());
-    log.push(rt.read::<u32>(&s.acc).ok().map(u32_bits));
-    log.push(rt.read::<u32>(&s.idx).ok().map(u32_bits));
+    log.push(rt.read::<u64>(&s.q).map_err(text));
+    log.push(rt.read::<u32>(&s.acc).map_err(text).map(u32_bits));
+    log.push(rt.read::<u32>(&s.idx).map_err(text).map(u32_bits));
     for f in &s.filtered {
-        log.push(rt.read::<u32>(f).ok().map(u32_bits));
+        log.push(rt.read::<u32>(f).map_err(text).map(u32_bits));
     }
     for f in &s.futures {
-        log.push(f.get().ok().map(|v| match v {
+        log.push(f.get().map_err(text).map(|v| match v {
             Scalar::F64(v) => vec![0, v.to_bits()],
             Scalar::I64(v) => vec![1, v as u64],
             Scalar::U64(v) => vec![2, v],

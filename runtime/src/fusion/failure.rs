@@ -110,11 +110,6 @@ fn input_failure(
     inputs: bool,
     point: usize,
 ) -> Option<String> {
-    if inputs {
-        if let Some(msg) = failed_future(&task.scalars[sub.scalars.clone()]) {
-            return Some(msg);
-        }
-    }
     let reads = sub
         .args
         .iter()
@@ -134,6 +129,11 @@ fn input_failure(
                 return Some(not_computed(&a.root, &e));
             }
         }
+    }
+    // After the inputs, as an unfused point looks (`launch::failed_input`): a sub-task with
+    // a poisoned input and a failed future reports the input, fused or not.
+    if inputs {
+        return failed_future(&task.scalars[sub.scalars.clone()]);
     }
     None
 }
