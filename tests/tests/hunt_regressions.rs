@@ -184,3 +184,79 @@ fn a_fused_sub_task_reports_a_poisoned_input_before_a_failed_future() {
         );
     }
 }
+
+/// Two iterations of `t = x * 0.5 + 1; w = boom(t); y += w` (`t`, `w` dropped, `boom`
+/// panics): the error reading `y` gives, and `x`.
+fn failing_chain_twice(rt: &Runtime) -> Vec<Result<Vec<f64>, String>> {
+    rt.register_elementwise::<f64>("axpb", |c: &mut Chunk<'_, f64>| {
+        let (ins, outs) = c.split();
+        for (d, s) in outs[0].iter_mut().zip(ins[0].iter()) {
+            *d = s * 0.5 + 1.0;
+        }
+    })
+    .unwrap();
+    rt.register_elementwise::<f64>("boom", |_c: &mut Chunk<'_, f64>| panic!("boom"))
+        .unwrap();
+    rt.register_elementwise::<f64>("add_in", |c: &mut Chunk<'_, f64>| {
+        let (ins, outs) = c.split();
+        for (d, s) in outs[0].iter_mut().zip(ins[0].iter()) {
+            *d += s;
+        }
+    })
+    .unwrap();
+    let n = 8;
+    let x = rt.from_vec(&[n], vec![1.0; n]).unwrap();
+    let y = rt.from_vec(&[n], vec![2.0; n]).unwrap();
+    for _ in 0..2 {
+        let t = rt.create(DType::F64, &[n]).unwrap();
+        let w = rt.create(DType::F64, &[n]).unwrap();
+        rt.task("axpb")
+            .read(&x)
+            .write(&t)
+            .align(&x, &t)
+            .submit()
+            .unwrap();
+        rt.task("boom")
+            .read(&t)
+            .write(&w)
+            .align(&t, &w)
+            .submit()
+            .unwrap();
+        rt.task("add_in")
+            .read(&w)
+            .read_write(&y)
+            .align(&w, &y)
+            .submit()
+            .unwrap();
+    }
+    let text = |r: tessera::runtime::Result<Vec<f64>>| r.map_err(|e| e.to_string());
+    vec![text(rt.read::<f64>(&y)), text(rt.read::<f64>(&x))]
+}
+
+/// Regression (found by `hunt_panicking_integer_streams_match_the_plain_runtime`, its
+/// `BoomTemps`): a fused point settles its sub-tasks' inputs before any runs, so in the
+/// second iteration `y += w` failed at once for `y` (poisoned by the first iteration) and
+/// kept that error when `boom`, earlier in the same fused task, then failed; unfused, `boom`
+/// fails first and `y += w` fails for `w`, its first argument: the errors' texts differed
+/// ("input store#1 was not computed: ..." against "... store#N ...: boom"). Now a panic
+/// settles the point's sub-tasks afresh from their own panics, in issue order.
+#[test]
+fn a_fused_sub_task_failed_early_reports_the_input_an_earlier_panic_poisoned() {
+    let want = failing_chain_twice(&runtime(1, false, false));
+    assert!(
+        want[0].as_ref().is_err_and(|e| e.ends_with("boom")),
+        "{want:?}"
+    );
+    for (window, tracing) in [(3, false), (4, false), (16, false), (3, true)] {
+        let rt = runtime(window, true, tracing);
+        assert_eq!(
+            failing_chain_twice(&rt),
+            want,
+            "window {window}, tracing {tracing}"
+        );
+        assert!(
+            rt.stats().fused_launches > 0,
+            "window {window}: nothing fused"
+        );
+    }
+}

@@ -154,6 +154,20 @@ enum Op {
         s: usize,
         k: u8,
     },
+    /// f64 temporaries with a data-dependent panic in the middle: `t = x[s] * 0.5 + 1;
+    /// w = -t` (panics where `t > lim`); `x[d] += w` (t, w dropped)
+    BoomTemps {
+        d: usize,
+        s: usize,
+        lim: u8,
+    },
+    /// hand task `x[d] = x[s] + 1` whose second point panics when `x[s]` there holds a
+    /// value above `lim`
+    BoomHand {
+        d: usize,
+        s: usize,
+        lim: u8,
+    },
     /// element-wise u32 `u[d] = u[s] - 1` that panics when an element of `u[s]` is 0 or
     /// above `lim` (data-dependent: same token, so it may fail inside a replay)
     BoomU {
@@ -205,6 +219,8 @@ fn op_or_boom() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => op(),
         1 => (0usize..2, 0usize..2, 2u8..60).prop_map(|(d, s, lim)| Op::BoomU { d, s, lim }),
+        1 => (0usize..3, 0usize..3, 0u8..12).prop_map(|(d, s, lim)| Op::BoomTemps { d, s, lim }),
+        1 => (0usize..3, 0usize..3, 0u8..12).prop_map(|(d, s, lim)| Op::BoomHand { d, s, lim }),
     ]
 }
 
@@ -415,6 +431,23 @@ fn register(rt: &Runtime) -> Result<()> {
         let mut d = ctx.write::<f64>(0);
         for i in d.range() {
             d.set_at(i, s.at(i) - 0.75);
+        }
+    })?;
+    rt.register_elementwise::<f64>("f_neg_boom", |c: &mut Chunk<'_, f64>| {
+        let lim = c.scalar(0).as_f64();
+        let (ins, outs) = c.split();
+        for (d, s) in outs[0].iter_mut().zip(ins[0].iter()) {
+            assert!(*s <= lim, "f boom: {s} > {lim}");
+            *d = -s;
+        }
+    })?;
+    rt.register("f_hand_boom", |ctx| {
+        let lim = ctx.scalar(0).as_f64();
+        let s = ctx.read::<f64>(1);
+        let mut d = ctx.write::<f64>(0);
+        for i in d.range() {
+            assert!(ctx.linear_point() != 1 || s.at(i) <= lim, "hand boom");
+            d.set_at(i, s.at(i) + 1.0);
         }
     })?;
     rt.register_elementwise::<u32>("u_boom", |c: &mut Chunk<'_, u32>| {
@@ -867,6 +900,35 @@ fn apply(rt: &Runtime, s: &mut State, op: &Op, n: usize, it: usize, dr: usize) -
                 .align(&tv, &dv)
                 .submit()?;
         }
+        Op::BoomTemps { d, s: src, lim } if d != src => {
+            let t = rt.create(DType::F64, &[n])?;
+            let w = rt.create(DType::F64, &[n])?;
+            rt.task("f_axpb")
+                .read(&x[src])
+                .write(&t)
+                .scalar(0.5)
+                .align(&t, &x[src])
+                .submit()?;
+            rt.task("f_neg_boom")
+                .read(&t)
+                .write(&w)
+                .scalar(lim as f64)
+                .align(&t, &w)
+                .submit()?;
+            rt.task("f_addk")
+                .read(&w)
+                .read_write(&x[d])
+                .scalar(1.0)
+                .align(&w, &x[d])
+                .submit()?;
+        }
+        Op::BoomHand { d, s: src, lim } if d != src => rt
+            .task("f_hand_boom")
+            .write(&x[d])
+            .read(&x[src])
+            .scalar(lim as f64)
+            .align(&x[d], &x[src])
+            .submit()?,
         Op::BoomU { d, s: src, lim } if d != src => rt
             .task("u_boom")
             .read(&u[src])

@@ -67,19 +67,49 @@ pub(crate) fn settle(
     point: usize,
     inputs: bool,
 ) {
+    settle_over(task, shape, failed, None, point, inputs);
+}
+
+/// `failed` worked out afresh at `point` from the sub-tasks' own panics there (`panics`), as
+/// unfused points in issue order would see them: each sub-task fails for its first input
+/// that cannot be trusted (or its failed future) when there is one, else for its own panic.
+/// A sub-task that failed for an input before an earlier one panicked may fail for another
+/// input now (the one the panic reached, if it comes first), and one that panicked in a chunk
+/// before an earlier sub-task panicked in a later chunk fails for the input that reaches it:
+/// unfused it would not have run.
+pub(crate) fn resettle(
+    task: &Launched,
+    shape: &FusedShape,
+    failed: &mut [Option<RuntimeError>],
+    panics: &[Option<RuntimeError>],
+    point: usize,
+) {
+    failed.iter_mut().for_each(|f| *f = None);
+    settle_over(task, shape, failed, Some(panics), point, true);
+}
+
+/// [`settle`], where a sub-task without an input failure takes its own panic from `panics`.
+fn settle_over(
+    task: &Launched,
+    shape: &FusedShape,
+    failed: &mut [Option<RuntimeError>],
+    panics: Option<&[Option<RuntimeError>]>,
+    point: usize,
+    inputs: bool,
+) {
     // Cells written by a failed sub-task so far (with its error), and stores rewritten whole
     // by one that did not fail (an older poison no longer reaches the sub-tasks after it).
     let mut bad: SmallVec<[(Cell, RuntimeError); 4]> = SmallVec::new();
     let mut rewritten: SmallVec<[Cell; 8]> = SmallVec::new();
     for (s, sub) in shape.subs.iter().enumerate() {
         if failed[s].is_none() {
-            failed[s] = input_failure(task, sub, &bad, &rewritten, inputs, point).map(|message| {
-                RuntimeError::TaskFailed {
+            failed[s] = input_failure(task, sub, &bad, &rewritten, inputs, point)
+                .map(|message| RuntimeError::TaskFailed {
                     task: sub.name.to_string(),
                     point: task.domain.point(point)[..task.domain.dim()].to_vec(),
                     message,
-                }
-            });
+                })
+                .or_else(|| panics.and_then(|p| p[s].clone()));
         }
         for &(j, p) in sub.args.iter().filter(|(_, p)| p.writes()) {
             let (a, c) = (&task.args[j], cell(&task.args[j], j));
