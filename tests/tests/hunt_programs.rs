@@ -192,6 +192,7 @@ fn check(p: &Program) -> Result<(), TestCaseError> {
         ("window 3", b().window_size(3).tracing(false).build()),
         ("window 7", b().window_size(7).tracing(false).build()),
         ("adaptive", b().tracing(false).build()),
+        ("adaptive, tracing, actors", b().tracing(true).build()),
         (
             "tracing, sampling 1",
             b().tracing(true).actors(false).trace_sampling(1).build(),

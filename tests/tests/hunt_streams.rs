@@ -168,6 +168,28 @@ enum Op {
         s: usize,
         lim: u8,
     },
+    /// the positive elements of `x[s]` into a fresh unbound f64 store; the producer panics
+    /// (after emitting) when an element is above `lim`
+    FilterF {
+        s: usize,
+        lim: u8,
+    },
+    /// `x[d] = x[d] * 0.5 + Σ` the last unbound f64 store (through a future)
+    AddFilteredF {
+        d: usize,
+    },
+    /// `Future::get` of the last future, logged, in the middle of the body
+    Get,
+    /// `fill` of `x[d]`
+    FillF {
+        d: usize,
+        c: i8,
+    },
+    /// `x[i]` replaced by a fresh store (the old handle dropped)
+    Recreate {
+        i: usize,
+        c: i8,
+    },
     /// element-wise u32 `u[d] = u[s] - 1` that panics when an element of `u[s]` is 0 or
     /// above `lim` (data-dependent: same token, so it may fail inside a replay)
     BoomU {
@@ -212,6 +234,11 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(d, s, k)| Op::PartialFresh { d, s, k }),
         1 => (three.clone(), three.clone(), any::<u8>())
             .prop_map(|(d, s, k)| Op::ViewTemp { d, s, k }),
+        1 => (three.clone(), Just(200u8)).prop_map(|(s, lim)| Op::FilterF { s, lim }),
+        1 => three.clone().prop_map(|d| Op::AddFilteredF { d }),
+        1 => Just(Op::Get),
+        1 => (three.clone(), -3i8..4).prop_map(|(d, c)| Op::FillF { d, c }),
+        1 => (three.clone(), -3i8..4).prop_map(|(i, c)| Op::Recreate { i, c }),
     ]
 }
 
@@ -221,6 +248,7 @@ fn op_or_boom() -> impl Strategy<Value = Op> {
         1 => (0usize..2, 0usize..2, 2u8..60).prop_map(|(d, s, lim)| Op::BoomU { d, s, lim }),
         1 => (0usize..3, 0usize..3, 0u8..12).prop_map(|(d, s, lim)| Op::BoomTemps { d, s, lim }),
         1 => (0usize..3, 0usize..3, 0u8..12).prop_map(|(d, s, lim)| Op::BoomHand { d, s, lim }),
+        1 => (0usize..3, 0u8..12).prop_map(|(s, lim)| Op::FilterF { s, lim }),
     ]
 }
 
@@ -450,6 +478,17 @@ fn register(rt: &Runtime) -> Result<()> {
             d.set_at(i, s.at(i) + 1.0);
         }
     })?;
+    rt.register("f_filter", |ctx| {
+        let lim = ctx.scalar(0).as_f64();
+        let s = ctx.read::<f64>(0);
+        let pos: Vec<f64> = s.as_slice().iter().copied().filter(|&v| v > 0.0).collect();
+        let over = pos.iter().any(|&v| v > lim);
+        ctx.emit(1, pos);
+        assert!(!over, "filter boom");
+    })?;
+    rt.register("f_sum", |ctx| {
+        ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
+    })?;
     rt.register_elementwise::<u32>("u_boom", |c: &mut Chunk<'_, u32>| {
         let lim = c.scalar(0).as_u64() as u32;
         let (ins, outs) = c.split();
@@ -477,6 +516,10 @@ struct Cfg {
     sampling: usize,
     /// Threads, when not the case's (actors at one thread).
     threads: Option<usize>,
+    /// Replays whose points borrow from the ledger (`verified_replays(false)`).
+    unverified: bool,
+    /// Back-pressure (`max_pending`) with workers slowed at random.
+    pending: Option<usize>,
 }
 
 fn plain() -> Cfg {
@@ -488,6 +531,8 @@ fn plain() -> Cfg {
         actors: false,
         sampling: 4,
         threads: None,
+        unverified: false,
+        pending: None,
     }
 }
 
@@ -501,6 +546,8 @@ fn configs() -> Vec<(&'static str, Cfg)> {
         actors,
         sampling: 4,
         threads: None,
+        unverified: false,
+        pending: None,
     };
     vec![
         ("fused w2", c(fixed(2), true, false, false)),
@@ -540,6 +587,21 @@ fn configs() -> Vec<(&'static str, Cfg)> {
         (
             "traced fused adaptive 3 actors",
             c(WindowPolicy::Adaptive { max: 3 }, true, true, true),
+        ),
+        (
+            "traced fused w5 actors unverified",
+            Cfg {
+                unverified: true,
+                ..c(fixed(5), true, true, true)
+            },
+        ),
+        (
+            "traced fused w4 actors, back-pressure, jitter",
+            Cfg {
+                pending: Some(3),
+                sampling: 2,
+                ..c(fixed(4), true, true, true)
+            },
         ),
     ]
 }
@@ -582,14 +644,19 @@ fn build(c: &Case, cfg: &Cfg) -> Runtime {
         WindowPolicy::Fixed(n) => b.window_size(n),
         WindowPolicy::Adaptive { max } => b.adaptive_window(max),
     };
-    b.threads(cfg.threads.unwrap_or(c.threads))
+    let b = b
+        .threads(cfg.threads.unwrap_or(c.threads))
         .min_piece_size(c.min_piece)
         .fusion(cfg.fusion)
         .fusion_memo(cfg.memo)
         .tracing(cfg.tracing)
         .actors(cfg.actors)
         .trace_sampling(cfg.sampling)
-        .build()
+        .verified_replays(!cfg.unverified);
+    match cfg.pending {
+        Some(p) => b.max_pending(p).worker_jitter(30).build(),
+        None => b.build(),
+    }
 }
 
 fn f64_bits(v: Vec<f64>) -> Vec<u64> {
@@ -608,6 +675,7 @@ struct State {
     q: Store,
     futures: Vec<Future>,
     filtered: Vec<Store>,
+    filtered_f: Vec<Store>,
     acc: Store,
     idx: Store,
     log: Outcome,
@@ -636,6 +704,7 @@ fn state(rt: &Runtime, n: usize) -> Result<State> {
         q,
         futures: vec![],
         filtered: vec![],
+        filtered_f: vec![],
         acc: rt.from_vec(&[3], vec![7u32, 1, 100])?,
         idx: rt.from_vec(&[n], (0..n).map(|i| ((i * 7 + 2) % n) as u32).collect())?,
         log: vec![],
@@ -929,6 +998,30 @@ fn apply(rt: &Runtime, s: &mut State, op: &Op, n: usize, it: usize, dr: usize) -
             .scalar(lim as f64)
             .align(&x[d], &x[src])
             .submit()?,
+        Op::FilterF { s: src, lim } => {
+            let out = rt.create_unbound(DType::F64);
+            rt.task("f_filter")
+                .read(&x[src])
+                .write_unbound(&out)
+                .scalar(lim as f64 + 5.0)
+                .submit()?;
+            s.filtered_f.push(out);
+        }
+        Op::AddFilteredF { d } => {
+            if let Some(f) = s.filtered_f.last() {
+                let v = rt.task("f_sum").read(f).submit_reduce(ReduceOp::Sum)?;
+                rt.task("f_usef").read_write(&x[d]).future(&v).submit()?;
+                s.futures.push(v);
+            }
+        }
+        Op::Get => {
+            if let Some(f) = s.futures.last() {
+                let v = f.get().map_err(text).map(|v| vec![v.as_f64().to_bits()]);
+                s.log.push(v);
+            }
+        }
+        Op::FillF { d, c } => rt.fill(&x[d], (c as f64) + dr as f64)?,
+        Op::Recreate { i, c } => x[i] = rt.from_vec(&[n], vec![c as f64 * 0.5; n])?,
         Op::BoomU { d, s: src, lim } if d != src => rt
             .task("u_boom")
             .read(&u[src])
@@ -973,6 +1066,9 @@ fn run(c: &Case, cfg: &Cfg) -> Result<Outcome> {
     log.push(rt.read::<u32>(&s.idx).map_err(text).map(u32_bits));
     for f in &s.filtered {
         log.push(rt.read::<u32>(f).map_err(text).map(u32_bits));
+    }
+    for f in &s.filtered_f {
+        log.push(rt.read::<f64>(f).map_err(text).map(f64_bits));
     }
     for f in &s.futures {
         log.push(f.get().map_err(text).map(|v| match v {
