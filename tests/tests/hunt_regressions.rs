@@ -260,3 +260,78 @@ fn a_fused_sub_task_failed_early_reports_the_input_an_earlier_panic_poisoned() {
         );
     }
 }
+
+/// `x` fails (a panicking writer), then two reductions of `x` into `acc` and, between them,
+/// a failing rewrite of `x` from `y`: both reductions fail, for different errors. Returns
+/// what reading `acc` and a partly rewritten `z` give.
+fn two_failed_writers_of_one_store(rt: &Runtime) -> Vec<Result<Vec<f64>, String>> {
+    rt.register("fail_w", |ctx| {
+        let v = ctx.scalar(0).as_f64();
+        assert!(v < 0.0, "fail_w {v}");
+        ctx.write::<f64>(0).fill(v);
+    })
+    .unwrap();
+    rt.register("sum_into", |ctx| {
+        let x = ctx.read::<f64>(0);
+        let mut acc = ctx.reduce::<f64>(1);
+        for i in x.range() {
+            acc.reduce_at(0, x.at(i));
+        }
+    })
+    .unwrap();
+    let n = 4;
+    let x = rt.from_vec(&[n], vec![1.0; n]).unwrap();
+    let acc = rt.from_vec(&[1], vec![0.0]).unwrap();
+    let z = rt.from_vec(&[n], vec![5.0; n]).unwrap();
+    let half = z.slice(0, 0..2).unwrap();
+    let fail = |s: &Store, v: f64| {
+        let t = rt.task("fail_w").write(s).scalar(v);
+        t.launch_domain(&[1]).submit().unwrap()
+    };
+    let sum = || {
+        rt.task("sum_into")
+            .read(&x)
+            .reduce(&acc, ReduceOp::Sum)
+            .broadcast(&acc, &[0])
+            .launch_domain(&[1])
+            .submit()
+            .unwrap()
+    };
+    fail(&x, 1.0);
+    sum();
+    fail(&x, 2.0);
+    sum();
+    // Two failing partial writes of `z`: the first one's error is what a reader sees.
+    fail(&half, 3.0);
+    fail(&half, 4.0);
+    let text = |r: tessera::runtime::Result<Vec<f64>>| r.map_err(|e| e.to_string());
+    vec![text(rt.read::<f64>(&acc)), text(rt.read::<f64>(&z))]
+}
+
+/// Regression (found by `hunt_panicking_integer_streams_match_the_plain_runtime` with
+/// windows of 4: two failing u32 histograms into one store fused into one task): a reader
+/// of cells several failed tasks wrote (reduced into, or wrote partly) sees the earliest
+/// failure since the last whole rewrite; a fused task recorded the *last* failed sub-task's
+/// error for them (and a later sub-task reading them saw the last one too), so `acc` and
+/// `z` gave another error's text fused.
+#[test]
+fn several_failed_writers_of_one_store_fused_report_the_first() {
+    let want = two_failed_writers_of_one_store(&runtime(1, false, false));
+    assert!(
+        want[0].as_ref().is_err_and(|e| e.contains("fail_w 1")),
+        "{want:?}"
+    );
+    assert!(
+        want[1].as_ref().is_err_and(|e| e.contains("fail_w 3")),
+        "{want:?}"
+    );
+    for (window, tracing) in [(4, false), (8, false), (8, true)] {
+        let rt = runtime(window, true, tracing);
+        let got = two_failed_writers_of_one_store(&rt);
+        assert_eq!(got, want, "window {window}, tracing {tracing}");
+        assert!(
+            rt.stats().fused_launches > 0,
+            "window {window}: nothing fused"
+        );
+    }
+}
