@@ -823,8 +823,8 @@ fn fold_results(outs: &[PointOut], slot: usize, op: ReduceOp) -> Scalar {
 /// Unfused, the folding task's finish step fails: its futures fail and every store it writes
 /// is poisoned whole ([`finish_step`]). A fused task fails only the sub-task `owner` whose
 /// fold it was, as that task would have failed alone: its futures fail, and the stores it
-/// leaves poisoned (not those a later sub-task rewrote whole: [`failure::store_outcomes`])
-/// are poisoned whole. Its other sub-tasks' outputs, folds and futures stand, as they do
+/// writes that are left poisoned (not those a later sub-task rewrote whole:
+/// [`failure::store_outcomes`]) are poisoned whole. Its other sub-tasks' outputs, folds and futures stand, as they do
 /// unfused (it used to fail the whole fused task). Not fused: the panic goes on to
 /// [`finish_step`].
 fn fold_panicked(
@@ -837,15 +837,19 @@ fn fold_panicked(
         std::panic::resume_unwind(payload);
     };
     let err = finish_error(&shape.subs[s].name);
-    let mut only: SubFailures = smallvec::smallvec![None; shape.subs.len()];
-    only[s] = Some(err.clone());
-    for (j, state) in failure::store_outcomes(task, shape, &only) {
-        if let Some(e) = state {
-            task.args[j].root.set_poison(e, task.position, None);
-        }
-    }
     task.fail_sub(shape, s, err.clone());
     failed[s] = Some(err);
+    let writes = |root: &Arc<StoreRoot>| {
+        (shape.subs[s].args.iter())
+            .any(|&(k, p)| p.writes() && Arc::ptr_eq(&task.args[k].root, root))
+    };
+    // As readers would see them (the first failure since the last whole rewrite).
+    for (j, state) in failure::store_outcomes(task, shape, failed) {
+        let root = &task.args[j].root;
+        if let (Some(e), true) = (state, writes(root)) {
+            root.set_poison(e, task.position, None);
+        }
+    }
 }
 
 /// The error of a task whose finish step failed.
