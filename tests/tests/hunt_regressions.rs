@@ -335,3 +335,58 @@ fn several_failed_writers_of_one_store_fused_report_the_first() {
         );
     }
 }
+
+/// Two reductions into one store failing at different points (the first at point 1, the
+/// second at point 0), and the error reading the store gives.
+fn reductions_failing_at_different_points(rt: &Runtime) -> Result<Vec<f64>, String> {
+    rt.register("sum_fail_at", |ctx| {
+        let at = ctx.scalar(0).as_u64() as usize;
+        assert!(ctx.linear_point() != at, "sum fails at {at}");
+        let x = ctx.read::<f64>(0);
+        let mut acc = ctx.reduce::<f64>(1);
+        for i in x.range() {
+            acc.reduce_at(0, x.at(i));
+        }
+    })
+    .unwrap();
+    let x = rt.from_vec(&[4], vec![1.0; 4]).unwrap();
+    let acc = rt.from_vec(&[1], vec![0.0]).unwrap();
+    for at in [1u64, 0] {
+        rt.task("sum_fail_at")
+            .read(&x)
+            .reduce(&acc, ReduceOp::Sum)
+            .broadcast(&acc, &[0])
+            .scalar(at)
+            .launch_domain(&[2])
+            .submit()
+            .unwrap();
+    }
+    rt.read::<f64>(&acc).map_err(|e| e.to_string())
+}
+
+/// Regression (a review of the fix above): fused, each failed point poisoned the cells it
+/// reduces into with the first sub-task that failed *at that point*, so the second
+/// reduction's point-0 failure came before the first's point-1 failure in the store (same
+/// position and cells: the lowest point wins); unfused, the first reduction's failure is the
+/// earlier one. Now a fused task poisons reduced stores at its finish step only, with the
+/// first failed reduction's error.
+#[test]
+fn reductions_failing_at_different_points_fused_report_the_first_reduction() {
+    let want = reductions_failing_at_different_points(&runtime(1, false, false));
+    assert!(
+        want.as_ref().is_err_and(|e| e.contains("sum fails at 1")),
+        "{want:?}"
+    );
+    for window in [2, 4] {
+        let rt = runtime(window, true, false);
+        assert_eq!(
+            reductions_failing_at_different_points(&rt),
+            want,
+            "window {window}"
+        );
+        assert!(
+            rt.stats().fused_launches > 0,
+            "window {window}: nothing fused"
+        );
+    }
+}

@@ -1135,4 +1135,3 @@ proptest! {
         check(&c)?;
     }
 }
-

@@ -324,8 +324,12 @@ impl Launched {
         point: usize,
     ) {
         for (j, state) in failure::store_outcomes(self, shape, failed) {
-            if let Some(err) = state {
-                let a = &self.args[j];
+            let a = &self.args[j];
+            // A store reduced into is poisoned at the finish step, by the first failed
+            // reduction (`run_finish`): its readers wait for that step, and a point's
+            // poisoning here, at the fused task's position and the same cells, would win
+            // over it when its point is lower, though its reduction comes later.
+            if let (Some(err), false) = (state, matches!(a.privilege, Privilege::Reduce(_))) {
                 a.root.set_poison(err, self.position, a.cells(point));
             }
         }
@@ -763,7 +767,11 @@ fn run_finish(task: &Launched) {
                 }
                 // No fold at all: every cell reduced into keeps its old value, not only the
                 // failed point's (which it poisoned as it failed).
-                Some(e) if !a.local => a.poison_reduced(e, task.position),
+                // Fused, only the first failed reduction into the store: unfused, its
+                // poisoning comes first in the stream, and a reader sees the earliest.
+                Some(e) if !a.local && !failed_before(task, &subs, i) => {
+                    a.poison_reduced(e, task.position)
+                }
                 Some(_) => {}
             },
             Privilege::WriteUnbound => match &task.dist {
@@ -806,6 +814,20 @@ fn run_finish(task: &Launched) {
         crate::replicate::finish::broadcast(task, d);
     }
     task.end();
+}
+
+/// Whether a fused argument before reduction argument `i` reduces into the same store for
+/// a sub-task that failed (`subs`: the fused task's settled sub-task failures).
+fn failed_before(task: &Launched, subs: &Option<(&FusedShape, SubFailures)>, i: usize) -> bool {
+    let Some((shape, failed)) = subs else {
+        return false;
+    };
+    let root = &task.args[i].root;
+    (0..i).any(|k| {
+        matches!(task.args[k].privilege, Privilege::Reduce(_))
+            && Arc::ptr_eq(&task.args[k].root, root)
+            && failed[failure::reduce_owner(shape, k)].is_some()
+    })
 }
 
 /// Result slot `slot` folded over the points in point order with `op` (the operator's `f64`
