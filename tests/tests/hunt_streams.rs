@@ -190,6 +190,26 @@ enum Op {
         i: usize,
         c: i8,
     },
+    /// hand task reducing `u[s]` (min) into the view `acc[1..3]`
+    HistView {
+        s: usize,
+    },
+    /// hand task writing both halves of `x[d]` as two arguments (disjoint views of one store)
+    TwoHalves {
+        d: usize,
+        s: usize,
+    },
+    /// i32 chain with a temporary and a result: `t = i * k; i = t - i`, `Σ t` as a future
+    /// used by `u[0] += f`
+    I32TempSum {
+        k: i8,
+    },
+    /// element-wise over the 2-d `m` (n x 3) and its row block `m[r..r+k, :]`
+    Grid {
+        r: u8,
+        k: u8,
+        a: i8,
+    },
     /// element-wise u32 `u[d] = u[s] - 1` that panics when an element of `u[s]` is 0 or
     /// above `lim` (data-dependent: same token, so it may fail inside a replay)
     BoomU {
@@ -239,6 +259,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Get),
         1 => (three.clone(), -3i8..4).prop_map(|(d, c)| Op::FillF { d, c }),
         1 => (three.clone(), -3i8..4).prop_map(|(i, c)| Op::Recreate { i, c }),
+        1 => two.clone().prop_map(|s| Op::HistView { s }),
+        1 => (three.clone(), three.clone()).prop_map(|(d, s)| Op::TwoHalves { d, s }),
+        1 => (-2i8..3).prop_map(|k| Op::I32TempSum { k }),
+        2 => (any::<u8>(), any::<u8>(), -2i8..3).prop_map(|(r, k, a)| Op::Grid { r, k, a }),
     ]
 }
 
@@ -489,6 +513,49 @@ fn register(rt: &Runtime) -> Result<()> {
     rt.register("f_sum", |ctx| {
         ctx.set_result(ctx.read::<f64>(0).as_slice().iter().sum::<f64>())
     })?;
+    rt.register("u_hist_min", |ctx| {
+        let s = ctx.read::<u32>(0);
+        let mut acc = ctx.reduce::<u32>(1);
+        for i in s.range() {
+            acc.reduce_at(i % 2, s.at(i));
+        }
+    })?;
+    rt.register("f_halves", |ctx| {
+        let s = ctx.read::<f64>(2);
+        let mut lo = ctx.write::<f64>(0);
+        for i in lo.range() {
+            lo.set_at(i, s.at(i) * 2.0);
+        }
+        let mut hi = ctx.write::<f64>(1);
+        for i in hi.range() {
+            hi.set_at(i, -s.at(i));
+        }
+    })?;
+    rt.register_elementwise::<i32>("i_mul", |c: &mut Chunk<'_, i32>| {
+        let k = c.scalar(0).as_i64() as i32;
+        let (ins, outs) = c.split();
+        for (d, s) in outs[0].iter_mut().zip(ins[0].iter()) {
+            *d = s.wrapping_mul(k);
+        }
+    })?;
+    rt.register_elementwise::<i32>("i_sub", |c: &mut Chunk<'_, i32>| {
+        let (ins, outs) = c.split();
+        for (d, s) in outs[0].iter_mut().zip(ins[0].iter()) {
+            *d = s.wrapping_sub(*d);
+        }
+    })?;
+    rt.register_elementwise::<i32>("i_sum", |c: &mut Chunk<'_, i32>| {
+        let (ins, _) = c.split();
+        let v = ins[0].iter().fold(0i64, |a, &b| a.wrapping_add(b as i64));
+        c.add_result(v);
+    })?;
+    rt.register_elementwise::<u32>("u_add_i", |c: &mut Chunk<'_, u32>| {
+        let f = c.scalar(0).as_i64() as u32;
+        let (_, outs) = c.split();
+        for d in outs[0].iter_mut() {
+            *d = d.wrapping_add(f);
+        }
+    })?;
     rt.register_elementwise::<u32>("u_boom", |c: &mut Chunk<'_, u32>| {
         let lim = c.scalar(0).as_u64() as u32;
         let (ins, outs) = c.split();
@@ -676,6 +743,8 @@ struct State {
     futures: Vec<Future>,
     filtered: Vec<Store>,
     filtered_f: Vec<Store>,
+    m: Store,
+    m2: Store,
     acc: Store,
     idx: Store,
     log: Outcome,
@@ -705,6 +774,8 @@ fn state(rt: &Runtime, n: usize) -> Result<State> {
         futures: vec![],
         filtered: vec![],
         filtered_f: vec![],
+        m: rt.from_vec(&[n, 3], (0..3 * n).map(|i| (i % 7) as f64 - 3.0).collect())?,
+        m2: rt.from_vec(&[n, 3], (0..3 * n).map(|i| (i % 5) as f64).collect())?,
         acc: rt.from_vec(&[3], vec![7u32, 1, 100])?,
         idx: rt.from_vec(&[n], (0..n).map(|i| ((i * 7 + 2) % n) as u32).collect())?,
         log: vec![],
@@ -1022,6 +1093,61 @@ fn apply(rt: &Runtime, s: &mut State, op: &Op, n: usize, it: usize, dr: usize) -
         }
         Op::FillF { d, c } => rt.fill(&x[d], (c as f64) + dr as f64)?,
         Op::Recreate { i, c } => x[i] = rt.from_vec(&[n], vec![c as f64 * 0.5; n])?,
+        Op::HistView { s: src } => {
+            let v = s.acc.slice(0, 1..3)?;
+            rt.task("u_hist_min")
+                .read(&u[src])
+                .reduce(&v, ReduceOp::Min)
+                .broadcast(&v, &[0])
+                .submit()?
+        }
+        Op::TwoHalves { d, s: src } if d != src => {
+            let h = n / 2;
+            let (lo, hi) = (x[d].slice(0, 0..h)?, x[d].slice(0, h..2 * h)?);
+            let slo = x[src].slice(0, 0..h)?;
+            rt.task("f_halves")
+                .write(&lo)
+                .write(&hi)
+                .read(&slo)
+                .align(&lo, &hi)
+                .align(&lo, &slo)
+                .submit()?;
+        }
+        Op::I32TempSum { k } => {
+            let t = rt.create(DType::I32, &[n])?;
+            rt.task("i_mul")
+                .read(&s.i)
+                .write(&t)
+                .scalar((k + 1) as i64)
+                .align(&t, &s.i)
+                .submit()?;
+            rt.task("i_sub")
+                .read(&t)
+                .read_write(&s.i)
+                .align(&t, &s.i)
+                .submit()?;
+            let f = rt.task("i_sum").read(&t).submit_reduce(ReduceOp::Sum)?;
+            rt.task("u_add_i").read_write(&u[0]).future(&f).submit()?;
+            s.futures.push(f);
+        }
+        Op::Grid { r, k, a } => {
+            let k = 1 + (k as usize + dr) % n;
+            let r = (r as usize + dr) % (n - k + 1);
+            let blk = s.m.slice(0, r..r + k)?;
+            let other = s.m2.slice(0, 0..k)?;
+            rt.task("f_addk")
+                .read(&other)
+                .read_write(&blk)
+                .scalar(a as f64)
+                .align(&other, &blk)
+                .submit()?;
+            rt.task("f_axpb")
+                .read(&s.m)
+                .write(&s.m2)
+                .scalar(0.5)
+                .align(&s.m, &s.m2)
+                .submit()?;
+        }
         Op::BoomU { d, s: src, lim } if d != src => rt
             .task("u_boom")
             .read(&u[src])
@@ -1067,6 +1193,8 @@ fn run(c: &Case, cfg: &Cfg) -> Result<Outcome> {
     for f in &s.filtered {
         log.push(rt.read::<u32>(f).map_err(text).map(u32_bits));
     }
+    log.push(rt.read::<f64>(&s.m).map_err(text).map(f64_bits));
+    log.push(rt.read::<f64>(&s.m2).map_err(text).map(f64_bits));
     for f in &s.filtered_f {
         log.push(rt.read::<f64>(f).map_err(text).map(f64_bits));
     }
