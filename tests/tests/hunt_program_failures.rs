@@ -170,7 +170,7 @@ fn check(p: &Program) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
     fn hunt_programs_with_panicking_functions_match_the_unfused_runtime(p in program()) {

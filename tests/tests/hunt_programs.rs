@@ -233,7 +233,7 @@ fn check(p: &Program) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
     fn hunt_sparse_tensor_programs_match_the_unfused_runtime(p in program()) {
