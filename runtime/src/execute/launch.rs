@@ -324,8 +324,12 @@ impl Launched {
         point: usize,
     ) {
         for (j, state) in failure::store_outcomes(self, shape, failed) {
-            if let Some(err) = state {
-                let a = &self.args[j];
+            let a = &self.args[j];
+            // A store reduced into is poisoned at the finish step, by the first failed
+            // reduction (`run_finish`): its readers wait for that step, and a point's
+            // poisoning here, at the fused task's position and the same cells, would win
+            // over it when its point is lower, though its reduction comes later.
+            if let (Some(err), false) = (state, matches!(a.privilege, Privilege::Reduce(_))) {
                 a.root.set_poison(err, self.position, a.cells(point));
             }
         }
@@ -558,11 +562,7 @@ fn run_work(node: &Arc<Node>, work: Option<Work>, shared: &Shared) -> NodeList {
 /// reported as the task's failure rather than leave its future and dependents waiting forever.
 fn finish_step(task: &Launched) {
     if catch_unwind(AssertUnwindSafe(|| run_finish(task))).is_err() {
-        task.fail_with(RuntimeError::TaskFailed {
-            task: task.name.to_string(),
-            point: vec![],
-            message: "internal error in the finish step".into(),
-        });
+        task.fail_with(finish_error(&task.name));
         let err = task
             .failure
             .lock()
@@ -737,11 +737,15 @@ fn run_finish(task: &Launched) {
         .clone();
     // A fused task's sub-tasks that failed: their folds are skipped and their futures fail,
     // the others' go ahead.
-    let subs = match (&failed, task.per_sub()) {
-        (None, Some(shape)) => task.settled_subs(shape).map(|f| (shape, f)),
+    let mut subs = match (&failed, task.per_sub()) {
+        (None, Some(shape)) => Some((
+            shape,
+            task.settled_subs(shape)
+                .unwrap_or_else(|| smallvec::smallvec![None; shape.subs.len()]),
+        )),
         _ => None,
     };
-    let sub_failed = |owner: Option<usize>| -> Option<RuntimeError> {
+    let sub_failed = |subs: &Option<(&FusedShape, SubFailures)>, owner: Option<usize>| {
         let (_, f) = subs.as_ref()?;
         f[owner?].clone()
     };
@@ -750,15 +754,24 @@ fn run_finish(task: &Launched) {
             .as_ref()
             .map(|(shape, _)| failure::reduce_owner(shape, i));
         match a.privilege {
-            Privilege::Reduce(op) => match failed.clone().or_else(|| sub_failed(owner)) {
+            Privilege::Reduce(op) => match failed.clone().or_else(|| sub_failed(&subs, owner)) {
                 None => {
-                    for (rect, data) in summation_trees(a, i, op, &mut outs) {
-                        fold(&a.root, rect, op, &data);
+                    let folded = catch_unwind(AssertUnwindSafe(|| {
+                        for (rect, data) in summation_trees(a, i, op, &mut outs) {
+                            fold(&a.root, rect, op, &data);
+                        }
+                    }));
+                    if let Err(payload) = folded {
+                        fold_panicked(task, &mut subs, owner, payload);
                     }
                 }
                 // No fold at all: every cell reduced into keeps its old value, not only the
                 // failed point's (which it poisoned as it failed).
-                Some(e) if !a.local => a.poison_reduced(e, task.position),
+                // Fused, only the first failed reduction into the store: unfused, its
+                // poisoning comes first in the stream, and a reader sees the earliest.
+                Some(e) if !a.local && !failed_before(task, &subs, i) => {
+                    a.poison_reduced(e, task.position)
+                }
                 Some(_) => {}
             },
             Privilege::WriteUnbound => match &task.dist {
@@ -771,19 +784,29 @@ fn run_finish(task: &Launched) {
             _ => {}
         }
     }
-    for (slot, (op, cell)) in task.results.iter().enumerate() {
+    // Every fold first, then the futures: a sub-task whose result fails to fold fails its
+    // futures, all of them, as unfused.
+    let mut values: smallvec::SmallVec<[Option<Scalar>; 2]> = smallvec::SmallVec::new();
+    for (slot, (op, _)) in task.results.iter().enumerate() {
         let owner = subs
             .as_ref()
             .and_then(|(shape, _)| failure::result_owner(shape, slot));
-        let value = match failed.clone().or_else(|| sub_failed(owner)) {
+        let folded = catch_unwind(AssertUnwindSafe(|| fold_results(&outs, slot, *op)));
+        values.push(folded.map_or_else(
+            |payload| {
+                fold_panicked(task, &mut subs, owner, payload);
+                None
+            },
+            Some,
+        ));
+    }
+    for (slot, ((_, cell), v)) in task.results.iter().zip(values).enumerate() {
+        let owner = subs
+            .as_ref()
+            .and_then(|(shape, _)| failure::result_owner(shape, slot));
+        let value = match failed.clone().or_else(|| sub_failed(&subs, owner)) {
             Some(e) => Err(e),
-            None => Ok(outs
-                .iter()
-                .filter_map(|o| o.results.get(slot).copied().flatten())
-                .reduce(|a, b| Scalar::combine(*op, a, b))
-                .unwrap_or(Scalar::F64(
-                    f64::identity(*op).expect("f64 has every identity"),
-                ))),
+            None => Ok(v.expect("a fold that failed failed its sub-task")),
         };
         let _ = cell.value.set(value);
     }
@@ -791,6 +814,73 @@ fn run_finish(task: &Launched) {
         crate::replicate::finish::broadcast(task, d);
     }
     task.end();
+}
+
+/// Whether a fused argument before reduction argument `i` reduces into the same store for
+/// a sub-task that failed (`subs`: the fused task's settled sub-task failures).
+fn failed_before(task: &Launched, subs: &Option<(&FusedShape, SubFailures)>, i: usize) -> bool {
+    let Some((shape, failed)) = subs else {
+        return false;
+    };
+    let root = &task.args[i].root;
+    (0..i).any(|k| {
+        matches!(task.args[k].privilege, Privilege::Reduce(_))
+            && Arc::ptr_eq(&task.args[k].root, root)
+            && failed[failure::reduce_owner(shape, k)].is_some()
+    })
+}
+
+/// Result slot `slot` folded over the points in point order with `op` (the operator's `f64`
+/// identity when no point set one).
+fn fold_results(outs: &[PointOut], slot: usize, op: ReduceOp) -> Scalar {
+    outs.iter()
+        .filter_map(|o| o.results.get(slot).copied().flatten())
+        .reduce(|a, b| Scalar::combine(op, a, b))
+        .unwrap_or(Scalar::F64(
+            f64::identity(op).expect("f64 has every identity"),
+        ))
+}
+
+/// A fold of the finish step panicked (an integer fold that overflows, in a debug build).
+/// Unfused, the folding task's finish step fails: its futures fail and every store it writes
+/// is poisoned whole ([`finish_step`]). A fused task fails only the sub-task `owner` whose
+/// fold it was, as that task would have failed alone: its futures fail, and the stores it
+/// writes that are left poisoned (not those a later sub-task rewrote whole:
+/// [`failure::store_outcomes`]) are poisoned whole. Its other sub-tasks' outputs, folds and futures stand, as they do
+/// unfused (it used to fail the whole fused task). Not fused: the panic goes on to
+/// [`finish_step`].
+fn fold_panicked(
+    task: &Launched,
+    subs: &mut Option<(&FusedShape, SubFailures)>,
+    owner: Option<usize>,
+    payload: Box<dyn std::any::Any + Send>,
+) {
+    let (Some((shape, failed)), Some(s)) = (subs.as_mut(), owner) else {
+        std::panic::resume_unwind(payload);
+    };
+    let err = finish_error(&shape.subs[s].name);
+    task.fail_sub(shape, s, err.clone());
+    failed[s] = Some(err);
+    let writes = |root: &Arc<StoreRoot>| {
+        (shape.subs[s].args.iter())
+            .any(|&(k, p)| p.writes() && Arc::ptr_eq(&task.args[k].root, root))
+    };
+    // As readers would see them (the first failure since the last whole rewrite).
+    for (j, state) in failure::store_outcomes(task, shape, failed) {
+        let root = &task.args[j].root;
+        if let (Some(e), true) = (state, writes(root)) {
+            root.set_poison(e, task.position, None);
+        }
+    }
+}
+
+/// The error of a task whose finish step failed.
+fn finish_error(task: &str) -> RuntimeError {
+    RuntimeError::TaskFailed {
+        task: task.to_string(),
+        point: vec![],
+        message: "internal error in the finish step".into(),
+    }
 }
 
 /// The points' private buffers for reduction argument `arg`, combined per sub-store by a

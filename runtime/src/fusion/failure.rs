@@ -67,54 +67,102 @@ pub(crate) fn settle(
     point: usize,
     inputs: bool,
 ) {
-    // Cells written by a failed sub-task so far (with its error), and stores rewritten whole
-    // by one that did not fail (an older poison no longer reaches the sub-tasks after it).
-    let mut bad: SmallVec<[(Cell, RuntimeError); 4]> = SmallVec::new();
-    let mut rewritten: SmallVec<[Cell; 8]> = SmallVec::new();
+    settle_over(task, shape, failed, None, point, inputs);
+}
+
+/// `failed` worked out afresh at `point` from the sub-tasks' own panics there (`panics`), as
+/// unfused points in issue order would see them: each sub-task fails for its first input
+/// that cannot be trusted (or its failed future) when there is one, else for its own panic.
+/// A sub-task that failed for an input before an earlier one panicked may fail for another
+/// input now (the one the panic reached, if it comes first), and one that panicked in a chunk
+/// before an earlier sub-task panicked in a later chunk fails for the input that reaches it:
+/// unfused it would not have run.
+pub(crate) fn resettle(
+    task: &Launched,
+    shape: &FusedShape,
+    failed: &mut [Option<RuntimeError>],
+    panics: &[Option<RuntimeError>],
+    point: usize,
+) {
+    failed.iter_mut().for_each(|f| *f = None);
+    settle_over(task, shape, failed, Some(panics), point, true);
+}
+
+/// [`settle`], where a sub-task without an input failure takes its own panic from `panics`.
+fn settle_over(
+    task: &Launched,
+    shape: &FusedShape,
+    failed: &mut [Option<RuntimeError>],
+    panics: Option<&[Option<RuntimeError>]>,
+    point: usize,
+    inputs: bool,
+) {
+    // What the sub-tasks so far left in each cell they wrote (`Left`).
+    let mut left: SmallVec<[Left; 8]> = SmallVec::new();
     for (s, sub) in shape.subs.iter().enumerate() {
         if failed[s].is_none() {
-            failed[s] = input_failure(task, sub, &bad, &rewritten, inputs, point).map(|message| {
-                RuntimeError::TaskFailed {
+            failed[s] = input_failure(task, sub, &left, inputs, point)
+                .map(|message| RuntimeError::TaskFailed {
                     task: sub.name.to_string(),
                     point: task.domain.point(point)[..task.domain.dim()].to_vec(),
                     message,
-                }
-            });
+                })
+                .or_else(|| panics.and_then(|p| p[s].clone()));
         }
         for &(j, p) in sub.args.iter().filter(|(_, p)| p.writes()) {
             let (a, c) = (&task.args[j], cell(&task.args[j], j));
-            // Only a failed writer or a whole rewrite changes what the cell holds for the
-            // sub-tasks after: a partial write leaves a failed writer's cells (unfused, a
-            // partial write does not clear a poison either).
-            match &failed[s] {
-                Some(e) => {
-                    bad.retain(|(b, _)| *b != c);
-                    bad.push((c, e.clone()));
-                }
-                None if whole_write(a, p) => {
-                    bad.retain(|(b, _)| *b != c);
-                    rewritten.push(c);
-                }
-                None => {}
-            }
+            Left::wrote(&mut left, c, whole_write(a, p), &failed[s]);
         }
     }
 }
 
-/// Why sub-task `sub` cannot run at `point`, as the unfused task's point would say it.
+/// What the sub-tasks so far left in one cell (a store, or a temporary), as unfused tasks
+/// would have left it for a reader: `whole`, a sub-task rewrote it whole (failed or not:
+/// poisonings from before it no longer reach the sub-tasks after, as a task's latest whole
+/// rewrite hides older poisonings, `StoreRoot::last_rewrite`); `bad`, the first failure
+/// since, which a reader sees (a store's reader sees its earliest poisoning since its last
+/// whole rewrite, `Poison::first_within`, not the latest).
+struct Left {
+    cell: Cell,
+    whole: bool,
+    bad: Option<RuntimeError>,
+}
+
+impl Left {
+    /// Sub-task outcome `failed` wrote cell `c`, whole or not.
+    fn wrote(left: &mut SmallVec<[Left; 8]>, c: Cell, whole: bool, failed: &Option<RuntimeError>) {
+        let i = match left.iter().position(|l| l.cell == c) {
+            Some(i) => i,
+            None => {
+                left.push(Left {
+                    cell: c,
+                    whole: false,
+                    bad: None,
+                });
+                left.len() - 1
+            }
+        };
+        let l = &mut left[i];
+        if whole {
+            l.whole = true;
+            l.bad = failed.clone();
+        } else if l.bad.is_none() {
+            l.bad = failed.clone();
+        }
+    }
+}
+
+/// Why sub-task `sub` cannot run at `point`, as the unfused task's point would say it: its
+/// first input that cannot be trusted, poisoned before the fused task (the earliest
+/// poisoning wins, unless a sub-task before rewrote the store whole) or by a failed sub-task
+/// before it; then its failed future.
 fn input_failure(
     task: &Launched,
     sub: &super::SubShape,
-    bad: &[(Cell, RuntimeError)],
-    rewritten: &[Cell],
+    left: &[Left],
     inputs: bool,
     point: usize,
 ) -> Option<String> {
-    if inputs {
-        if let Some(msg) = failed_future(&task.scalars[sub.scalars.clone()]) {
-            return Some(msg);
-        }
-    }
     let reads = sub
         .args
         .iter()
@@ -122,18 +170,24 @@ fn input_failure(
     for &(j, _) in reads {
         let a = &task.args[j];
         let c = cell(a, j);
-        if let Some((_, e)) = bad.iter().find(|(b, _)| *b == c) {
-            return Some(not_computed(&a.root, e));
-        }
+        let l = left.iter().find(|l| l.cell == c);
         // Poisonings from before the fused task only (and, across ranks, failed pieces
-        // received for it, its inputs): its own position's are its sub-tasks' (`bad` above),
+        // received for it, its inputs): its own position's are its sub-tasks' (`left`),
         // which a sub-task before the failed one must not see.
-        if inputs && !a.local && !rewritten.contains(&c) {
+        if inputs && !a.local && !l.is_some_and(|l| l.whole) {
             let (since, cells) = (task.since_of(&a.root), a.read_cells(point));
             if let Some(e) = a.root.poisoned_by_earlier(since, task.position, cells) {
                 return Some(not_computed(&a.root, &e));
             }
         }
+        if let Some(e) = l.and_then(|l| l.bad.as_ref()) {
+            return Some(not_computed(&a.root, e));
+        }
+    }
+    // After the inputs, as an unfused point looks (`launch::failed_input`): a sub-task with
+    // a poisoned input and a failed future reports the input, fused or not.
+    if inputs {
+        return failed_future(&task.scalars[sub.scalars.clone()]);
     }
     None
 }
@@ -144,9 +198,10 @@ pub(crate) fn may_fail_early(task: &Launched) -> bool {
     task.roots.iter().any(|r| r.tainted()) || failed_future(&task.scalars).is_some()
 }
 
-/// What a fused task leaves each store it writes, by its sub-tasks in issue order: poisoned
-/// by the last failed sub-task that wrote it (unless one after rewrote it whole), cleared
-/// when a sub-task rewrote it whole and none failed after, else untouched.
+/// What a fused task leaves each store it writes, by its sub-tasks in issue order, as its
+/// readers after it would see it unfused: poisoned by the first failed sub-task since the
+/// last that wrote it whole (that one included), cleared when that one did not fail and none
+/// failed after it, else untouched.
 pub(crate) fn store_outcomes(
     task: &Launched,
     shape: &FusedShape,
@@ -161,17 +216,19 @@ pub(crate) fn store_outcomes(
             if a.local {
                 continue;
             }
-            let state = match &failed[s] {
-                Some(e) => Some(e.clone()),
-                None if whole_write(a, p) => None,
-                None => continue,
-            };
+            let whole = whole_write(a, p);
+            if failed[s].is_none() && !whole {
+                continue;
+            }
             let same = |(k, _): &(usize, Option<RuntimeError>)| {
                 std::sync::Arc::ptr_eq(&task.args[*k].root, &a.root)
             };
             match out.iter_mut().find(|o| same(o)) {
-                Some(o) => o.1 = state,
-                None => out.push((j, state)),
+                // A whole rewrite: its own outcome. A partial failed write: the earlier
+                // failure since the last whole rewrite, if any, stays the one readers see.
+                Some(o) if whole || o.1.is_none() => o.1 = failed[s].clone(),
+                Some(_) => {}
+                None => out.push((j, failed[s].clone())),
             }
         }
     }

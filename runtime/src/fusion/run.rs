@@ -26,8 +26,11 @@ pub(crate) fn run_fused_point(
     trusted: bool,
     failed: &mut SubFailures,
 ) -> PointOut {
+    // Each sub-task's own panic in this point, kept apart from `failed` (which also says
+    // what failed for want of inputs): a later panic of an earlier sub-task settles again.
+    let mut panics: SubFailures = smallvec::smallvec![None; shape.subs.len()];
     if shape.kernel {
-        if let Some(out) = kernel_point(task, shape, point, trusted, failed) {
+        if let Some(out) = kernel_point(task, shape, point, trusted, failed, &mut panics) {
             return out;
         }
     }
@@ -48,7 +51,7 @@ pub(crate) fn run_fused_point(
         if let Err(p) = catch_unwind(AssertUnwindSafe(|| (sub.body)(&mut ctx))) {
             // What it left is dropped: its folds and results are not to be used.
             drop(ctx.out.take());
-            sub_panicked(task, shape, point, failed, s, p);
+            sub_panicked(task, shape, point, failed, &mut panics, s, p);
             continue;
         }
         let o = ctx.out.take();
@@ -63,23 +66,25 @@ pub(crate) fn run_fused_point(
     out
 }
 
-/// Sub-task `s` panicked in `point`: recorded in `failed` with the sub-tasks that depend on
-/// it.
+/// Sub-task `s` panicked in `point`: recorded in `panics`, and `failed` settled anew from
+/// the panics so far ([`failure::resettle`]): a later sub-task that this failure reaches
+/// fails with the error its unfused point would give, even where it had failed already
+/// for another input (it checked its inputs before `s` ran; unfused, `s` fails first).
 fn sub_panicked(
     task: &Launched,
     shape: &FusedShape,
     point: usize,
     failed: &mut SubFailures,
+    panics: &mut SubFailures,
     s: usize,
     payload: Box<dyn std::any::Any + Send>,
 ) {
-    failed[s] = Some(RuntimeError::TaskFailed {
+    panics[s] = Some(RuntimeError::TaskFailed {
         task: shape.subs[s].name.to_string(),
         point: task.domain.point(point)[..task.domain.dim()].to_vec(),
         message: panic_message(&*payload),
     });
-    // Only what this failure spreads: the sub-tasks that already ran keep their outcome.
-    failure::settle(task, shape, failed, point, false);
+    failure::resettle(task, shape, failed, panics, point);
 }
 
 /// The cells `rect` covers in a store laid out over `whole`, when they are one run.
@@ -113,6 +118,7 @@ fn kernel_point(
     point: usize,
     trusted: bool,
     failed: &mut SubFailures,
+    panics: &mut SubFailures,
 ) -> Option<PointOut> {
     let (n, spans) = line_up(task, shape, point)?;
     let (element, chunk, prefetch) = chunking(task, shape);
@@ -140,7 +146,7 @@ fn kernel_point(
             if i < first_sub {
                 resume_unwind(payload);
             }
-            sub_panicked(task, shape, point, failed, i - first_sub, payload);
+            sub_panicked(task, shape, point, failed, panics, i - first_sub, payload);
             for (l, f) in live[first_sub..].iter_mut().zip(failed.iter()) {
                 *l = f.is_none();
             }
