@@ -52,7 +52,8 @@ impl PosRange {
     }
 }
 
-/// An associative, commutative reduction operator.
+/// An associative, commutative reduction operator. Over integers, `Sum` and `Prod` wrap on
+/// overflow (in debug builds too), so the result does not depend on the build.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
     Sum,
@@ -151,8 +152,12 @@ pub trait Element:
     fn wrap(buf: Buf<Self>) -> Data;
 }
 
+/// `$add` and `$mul` combine `Sum` and `Prod`: plain for floats, wrapping for integers, so that
+/// an integer reduction that overflows gives the same (wrapped) value in debug and release
+/// builds — it panicked in debug builds only, failing the task there alone — as NumPy's do.
 macro_rules! numeric {
-    ($t:ty, $variant:ident, $zero:expr, $one:expr, $min:expr, $max:expr, $span:expr, $from:expr) => {
+    ($t:ty, $variant:ident, $zero:expr, $one:expr, $min:expr, $max:expr, $span:expr, $from:expr,
+     $add:expr, $mul:expr) => {
         impl sealed::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = DType::$variant;
@@ -166,8 +171,14 @@ macro_rules! numeric {
             }
             fn combine(op: ReduceOp, a: Self, b: Self) -> Self {
                 match op {
-                    ReduceOp::Sum => a + b,
-                    ReduceOp::Prod => a * b,
+                    ReduceOp::Sum => {
+                        let f: fn(Self, Self) -> Self = $add;
+                        f(a, b)
+                    }
+                    ReduceOp::Prod => {
+                        let f: fn(Self, Self) -> Self = $mul;
+                        f(a, b)
+                    }
                     ReduceOp::Min => {
                         if b < a {
                             b
@@ -219,7 +230,9 @@ numeric!(
     f64::NEG_INFINITY,
     f64::INFINITY,
     |_| None,
-    |s| Some(s.as_f64())
+    |s| Some(s.as_f64()),
+    |a, b| a + b,
+    |a, b| a * b
 );
 numeric!(
     f32,
@@ -229,7 +242,9 @@ numeric!(
     f32::NEG_INFINITY,
     f32::INFINITY,
     |_| None,
-    |s| Some(s.as_f64() as f32)
+    |s| Some(s.as_f64() as f32),
+    |a, b| a + b,
+    |a, b| a * b
 );
 numeric!(
     i64,
@@ -243,7 +258,9 @@ numeric!(
         Scalar::F64(_) => None,
         Scalar::I64(v) => Some(v),
         Scalar::U64(v) => i64::try_from(v).ok(),
-    }
+    },
+    i64::wrapping_add,
+    i64::wrapping_mul
 );
 numeric!(
     i32,
@@ -257,7 +274,9 @@ numeric!(
         Scalar::F64(_) => None,
         Scalar::I64(v) => i32::try_from(v).ok(),
         Scalar::U64(v) => i32::try_from(v).ok(),
-    }
+    },
+    i32::wrapping_add,
+    i32::wrapping_mul
 );
 numeric!(
     u64,
@@ -271,7 +290,9 @@ numeric!(
         Scalar::F64(_) => None,
         Scalar::I64(v) => u64::try_from(v).ok(),
         Scalar::U64(v) => Some(v),
-    }
+    },
+    u64::wrapping_add,
+    u64::wrapping_mul
 );
 numeric!(
     u32,
@@ -285,7 +306,9 @@ numeric!(
         Scalar::F64(_) => None,
         Scalar::I64(v) => u32::try_from(v).ok(),
         Scalar::U64(v) => u32::try_from(v).ok(),
-    }
+    },
+    u32::wrapping_add,
+    u32::wrapping_mul
 );
 
 impl sealed::Sealed for PosRange {}

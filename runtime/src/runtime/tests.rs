@@ -1338,3 +1338,32 @@ fn recorded(rt: &Runtime) -> usize {
     let front = rt.inner.front.lock().unwrap();
     front.tracing.as_ref().map_or(0, |tr| tr.recorded())
 }
+
+/// Integer reductions wrap on overflow, in a store and in a future, as release builds always
+/// did: debug builds panicked in the fold instead, failing the task there alone (hunt review,
+/// stop 61). The suite runs in debug, so this fails without wrapping folds.
+#[test]
+fn integer_reductions_that_overflow_wrap_in_every_build() {
+    let rt = plain(2);
+    rt.register("add_max", |ctx| {
+        ctx.reduce::<u32>(0).reduce_at(0, u32::MAX);
+        ctx.set_result(u64::MAX);
+    })
+    .unwrap();
+    let r = rt.from_vec(&[1], vec![5u32]).unwrap();
+    let total = rt
+        .task("add_max")
+        .reduce(&r, ReduceOp::Sum)
+        .broadcast(&r, &[0])
+        .launch_domain(&[3])
+        .submit_reduce(ReduceOp::Sum)
+        .unwrap();
+    // 5 + 3 (2^32 - 1) = 5 - 3 (mod 2^32); 3 (2^64 - 1) = -3 (mod 2^64).
+    assert_eq!(rt.read::<u32>(&r).unwrap(), vec![2]);
+    assert_eq!(total.get().unwrap(), Scalar::U64(u64::MAX - 2));
+    assert_eq!(i32::combine(ReduceOp::Prod, i32::MIN, -1), i32::MIN);
+    assert_eq!(
+        f64::combine(ReduceOp::Sum, f64::MAX, f64::MAX),
+        f64::INFINITY
+    );
+}
