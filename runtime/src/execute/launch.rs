@@ -841,7 +841,8 @@ fn fold_results(outs: &[PointOut], slot: usize, op: ReduceOp) -> Scalar {
         ))
 }
 
-/// A fold of the finish step panicked (an integer fold that overflows, in a debug build).
+/// A fold of the finish step panicked (integer folds wrap since stop 61 and float folds cannot
+/// panic, so this is a guard against an internal error, kept so that one fails as unfused).
 /// Unfused, the folding task's finish step fails: its futures fail and every store it writes
 /// is poisoned whole ([`finish_step`]). A fused task fails only the sub-task `owner` whose
 /// fold it was, as that task would have failed alone: its futures fail, and the stores it
