@@ -7,7 +7,11 @@
 //! two threads, at lengths around the kernel-fused loop's chunk.
 #![allow(non_snake_case)]
 
+#[path = "common/same_stores.rs"]
+mod same_stores;
+
 use proptest::prelude::*;
+use same_stores::same_on_every_runtime;
 use tessera::plans::Stored;
 use tessera::runtime::Runtime;
 use tessera::{tensor, Tensor};
@@ -214,23 +218,8 @@ fn check(p: &Program) -> Result<(), TestCaseError> {
                 .build(),
         ),
     ];
-    for (name, rt) in configs {
-        // Twice on the same runtime: traces recorded the first time replay the second.
-        for round in 0..2 {
-            let got = run(p, &rt).map_err(|e| TestCaseError::fail(format!("{name}: {e}")))?;
-            prop_assert!(
-                got == want,
-                "{} (round {}): {:?}",
-                name,
-                round,
-                got.iter()
-                    .zip(&want)
-                    .position(|(g, w)| g != w)
-                    .map(|k| format!("result {k} differs"))
-            );
-        }
-    }
-    Ok(())
+    // Twice on the same runtime: traces recorded the first time replay the second.
+    same_on_every_runtime(configs, &want, |rt| run(p, rt))
 }
 
 proptest! {
