@@ -110,13 +110,21 @@ fn big_case(expr: &str, rng: &mut Rng) -> Case {
         .tensors
         .iter()
         .filter(|t| t.rank > 0)
-        .map(|t| (t.name.clone(), common::random_format(t.rank, rng).to_string()))
+        .map(|t| {
+            (
+                t.name.clone(),
+                common::random_format(t.rank, rng).to_string(),
+            )
+        })
         .collect();
     let max = [0, 40, 30, 16, 7, 5][plain.checked.vars.len().min(5)];
     let dims: Vec<(String, usize)> = (plain.checked.vars.iter())
         .map(|v| (v.name.clone(), rng.below(max + 1)))
         .collect();
-    let formats: Vec<(&str, &str)> = formats.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let formats: Vec<(&str, &str)> = formats
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
     let dims: Vec<(&str, usize)> = dims.iter().map(|(a, d)| (a.as_str(), *d)).collect();
     Case::fixed(expr, &formats, &dims, rng.next())
 }
@@ -134,7 +142,11 @@ struct Instance {
 
 fn instance(expr: &str, seed: u64, big: bool) -> Option<Instance> {
     let mut rng = Rng(seed);
-    let case = if big { big_case(expr, &mut rng) } else { Case::random(expr, &mut rng) };
+    let case = if big {
+        big_case(expr, &mut rng)
+    } else {
+        Case::random(expr, &mut rng)
+    };
     let sched = schedule(&case, &mut rng);
     let src = format!("{}; {sched}", case.source);
     let src = src.trim_end_matches("; ").to_string();
@@ -177,7 +189,10 @@ fn assert_valid(out: &Tensor<f64, u32>, inst: &Instance, what: &str) {
         .map(|(c, _)| order.iter().map(|&m| c[m]).collect())
         .collect();
     for w in stored.windows(2) {
-        assert!(w[0] < w[1], "entries out of order or repeated: {w:?}\n{what}");
+        assert!(
+            w[0] < w[1],
+            "entries out of order or repeated: {w:?}\n{what}"
+        );
     }
 }
 
@@ -265,5 +280,91 @@ fn random_statements_formats_and_schedules_match_the_reference() {
             .filter(|s| check_instance(expr, s * 7919 + n as u64 * 104_729, big))
             .count();
         assert!(ran > 0, "{expr}: no random instance lowered");
+    }
+}
+
+/// Inputs that are blocks (a first dense level holding only a window of its coordinates, with
+/// an offset: what a `.tcs` block file holds) run planned as the whole tensors they stand for.
+#[test]
+fn block_inputs_run_planned_as_the_tensors_they_stand_for() {
+    let mut ran = 0;
+    for seed in 0..40u64 {
+        for expr in [
+            "y(i) = A(i,j) * x(j)",
+            "C(i,j) = A(i,k) * B(k,j)",
+            "C(i,j) = A(i,j) + B(i,j)",
+        ] {
+            let mut rng = Rng(seed);
+            let case = Case::random_opts(expr, &mut rng, true);
+            let (blocks, data) = common::block_inputs::<u32>(&case, &mut rng);
+            let want = common::oracle_on(&case, &data);
+            let sched = schedule(&case, &mut rng);
+            let src = format!("{}; {sched}", case.source);
+            let src = src.trim_end_matches("; ").to_string();
+            let c = checked(&src);
+            let Ok(kernel) = lower::lower(&c) else {
+                continue;
+            };
+            let plan = plan::plan(&c, &kernel).unwrap();
+            let refs: Vec<&Tensor<f64, u32>> = blocks.iter().collect();
+            let what = format!("{src} with dims {:?}\n{plan}", case.dims);
+            let pooled = exec::run_interp(&plan, &kernel, &refs, &case.out_dims(), 2)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            common::assert_close(&pooled.output.to_dense(), &want, &format!("pool: {what}"));
+            let rt = tessera_runtime::Runtime::new(2);
+            let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                plan::on_runtime::run(&rt, &plan, &kernel, &refs, &case.out_dims())
+            }))
+            .unwrap_or_else(|_| panic!("runtime panicked: {what}"));
+            match got {
+                Ok(t) => common::assert_close(&t.to_dense(), &want, &format!("runtime: {what}")),
+                Err(e) => panic!("runtime: {what}: {e}"),
+            }
+            ran += 1;
+        }
+    }
+    assert!(ran > 20, "only {ran} block cases lowered");
+}
+
+/// Regression: a block input (a dense level holding the window `offset..offset+size` of its
+/// mode) was stored as it is, and the plan's tiles cut its store by coordinate from 0: rows
+/// 2..4 of `A` ran as rows 0..2 (a wrong answer), and a block of no rows was sliced past its
+/// store (an error naming only a store number). It now runs as the whole tensor it stands for.
+#[test]
+fn a_block_input_is_not_shifted_to_coordinate_zero() {
+    let src = "y(i) = A(i,j) * x(j); split(i, io, ii, 2)";
+    let (c, x) = (
+        checked(src),
+        Tensor::<f64, u32>::dense_from_vec(vec![2], vec![1.0, 10.0]),
+    );
+    let kernel = lower::lower(&c).unwrap();
+    let plan = plan::plan(&c, &kernel).unwrap();
+    let x = x.unwrap();
+    // A is 4 × 2 with rows 2 and 3 stored: [[0, 0], [0, 0], [1, 2], [3, 4]].
+    let dense = tessera_formats::Level::Dense { size: 2, offset: 2 };
+    let col = tessera_formats::Level::Dense { size: 2, offset: 0 };
+    let format = tessera_formats::Format::dense(2);
+    let a = Tensor::from_parts(
+        vec![4, 2],
+        format,
+        vec![dense, col],
+        vec![1.0, 2.0, 3.0, 4.0],
+    );
+    let a = a.unwrap();
+    let empty = tessera_formats::Level::Dense { size: 0, offset: 0 };
+    let col = tessera_formats::Level::Dense { size: 2, offset: 0 };
+    let none = Tensor::from_parts(
+        vec![4, 2],
+        tessera_formats::Format::dense(2),
+        vec![empty, col],
+        vec![],
+    );
+    let none = none.unwrap();
+    for threads in [1, 2] {
+        let rt = tessera_runtime::Runtime::new(threads);
+        let y = plan::on_runtime::run(&rt, &plan, &kernel, &[&a, &x], &[4]).unwrap();
+        assert_eq!(y.to_dense(), [0.0, 0.0, 21.0, 43.0]);
+        let y = plan::on_runtime::run(&rt, &plan, &kernel, &[&none, &x], &[4]).unwrap();
+        assert_eq!(y.to_dense(), [0.0; 4]);
     }
 }
