@@ -29,7 +29,10 @@ fn assert_valid(t: &Tensor<f64>, what: &str) {
         .map(|(c, _)| order.iter().map(|&m| c[m]).collect())
         .collect();
     for w in stored.windows(2) {
-        assert!(w[0] < w[1], "{what}: entries out of order or repeated: {w:?}");
+        assert!(
+            w[0] < w[1],
+            "{what}: entries out of order or repeated: {w:?}"
+        );
     }
 }
 
@@ -171,7 +174,11 @@ fn cases() -> Vec<Case> {
         },
         Case {
             text: "y(i) += A(i,j) * x(j)",
-            operands: &[("A", "csr", &['i', 'j']), ("x", "d", &['j']), ("y", "d", &['i'])],
+            operands: &[
+                ("A", "csr", &['i', 'j']),
+                ("x", "d", &['j']),
+                ("y", "d", &['i']),
+            ],
             out_format: "d",
             run: |rt, t| {
                 let (A, x, y) = (up(rt, &t[0])?, up(rt, &t[1])?, up(rt, &t[2])?);
@@ -181,7 +188,11 @@ fn cases() -> Vec<Case> {
         },
         Case {
             text: "y(i) += A(i,j) * x(j)",
-            operands: &[("A", "csr", &['i', 'j']), ("x", "d", &['j']), ("y", "d", &['i'])],
+            operands: &[
+                ("A", "csr", &['i', 'j']),
+                ("x", "d", &['j']),
+                ("y", "d", &['i']),
+            ],
             out_format: "d",
             run: |rt, t| {
                 let (A, x, y) = (up(rt, &t[0])?, up(rt, &t[1])?, up(rt, &t[2])?);
@@ -196,6 +207,61 @@ fn cases() -> Vec<Case> {
             run: |rt, t| {
                 let (b, c) = (up(rt, &t[0])?, up(rt, &t[1])?);
                 tensor!(rt => a = b(i) * c(i); b: s; split(i, io, ii, 5); extend(io))?.to_tensor(rt)
+            },
+        },
+        Case {
+            text: "y(i) = A(i,j) * x(j)",
+            operands: &[("A", "dd", &['i', 'j']), ("x", "d", &['j'])],
+            out_format: "d",
+            run: |rt, t| {
+                let (A, x) = (up(rt, &t[0])?, up(rt, &t[1])?);
+                tensor!(rt => y(i) = A(i,j) * x(j); split(i, io, ii, 3); parallelize(i))?
+                    .to_tensor(rt)
+            },
+        },
+        Case {
+            text: "y(i) = A(i,j) * x(j)",
+            operands: &[("A", "csr", &['i', 'j']), ("x", "d", &['j'])],
+            out_format: "d",
+            run: |rt, t| {
+                let (A, x) = (up(rt, &t[0])?, up(rt, &t[1])?);
+                tensor!(rt => y(i) = A(i,j) * x(j); A: csr; split(i, io, ii, 2); split(j, jo, ji, 2); extend(jo); parallelize(i))?
+                    .to_tensor(rt)
+            },
+        },
+        Case {
+            text: "C(i,j) = A(i,k) * B(k,j)",
+            operands: &[("A", "csr", &['i', 'k']), ("B", "csr", &['k', 'j'])],
+            out_format: "csr",
+            run: |rt, t| {
+                let (A, B) = (up(rt, &t[0])?, up(rt, &t[1])?);
+                tensor!(rt => C(i,j) = A(i,k) * B(k,j); A: csr; B: csr; C: csr; split(i, io, ii, 3); parallelize(i))?
+                    .to_tensor(rt)
+            },
+        },
+        Case {
+            text: "C(i,j) = A(i,k) * B(k,j)",
+            operands: &[("A", "csr", &['i', 'k']), ("B", "dd", &['k', 'j'])],
+            out_format: "dd",
+            run: |rt, t| {
+                let (A, B) = (up(rt, &t[0])?, up(rt, &t[1])?);
+                tensor!(rt => C(i,j) = A(i,k) * B(k,j); A: csr; split(j, jo, ji, 2); split(i, io, ii, 2); parallelize(i))?
+                    .to_tensor(rt)
+            },
+        },
+        // A sparse output of a split statement, as a stored input of the next split statement.
+        Case {
+            text: "y(i) = A(i,k) * B(k,j) * x(j)",
+            operands: &[
+                ("A", "csr", &['i', 'k']),
+                ("B", "csr", &['k', 'j']),
+                ("x", "d", &['j']),
+            ],
+            out_format: "d",
+            run: |rt, t| {
+                let (A, B, x) = (up(rt, &t[0])?, up(rt, &t[1])?, up(rt, &t[2])?);
+                let C = tensor!(rt => C(i,j) = A(i,k) * B(k,j); A: csr; B: csr; C: csr; split(k, ko, ki, 2); extend(ko))?;
+                tensor!(rt => y(i) = C(i,j) * x(j); C: csr; split(i, io, ii, 3))?.to_tensor(rt)
             },
         },
     ]
@@ -244,12 +310,39 @@ fn scheduled_tensor_statements_match_the_oracle_at_every_thread_count() {
                 match &first {
                     None => first = Some(d.data),
                     Some(f) => assert!(
-                        f.iter().zip(&d.data).all(|(a, b)| a.to_bits() == b.to_bits()),
+                        f.iter()
+                            .zip(&d.data)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
                         "{what}: thread counts differ: {f:?} vs {:?}",
                         d.data
                     ),
                 }
             }
         }
+    }
+}
+
+/// A `parallelize`d loop inside block tasks, with blocks of more rows than one parallel job
+/// takes (4096 rows of one column): every job's rows are the block's, not the whole output's.
+#[test]
+fn a_parallel_loop_inside_blocks_covers_each_block_once() {
+    let rt = Runtime::new(2);
+    for rows in [4095, 9000, 12_289] {
+        let vals: Vec<f64> = (0..rows * 2).map(|n| (n % 7) as f64 - 3.0).collect();
+        let a = Tensor::dense_from_vec(vec![rows, 2], vals).unwrap();
+        let x = Tensor::dense_from_vec(vec![2], vec![1.0, 0.5]).unwrap();
+        let want = oracle("y(i) = A(i,j) * x(j)", &[("A", &a), ("x", &x)]);
+        let (A, x) = (up(&rt, &a).unwrap(), up(&rt, &x).unwrap());
+        let run = || -> Result<Tensor<f64>, PlanRunError> {
+            tensor!(rt => y(i) = A(i,j) * x(j); split(i, io, ii, 3); parallelize(i))?.to_tensor(&rt)
+        };
+        assert_close(&dense(&run().unwrap()), &want, &format!("{rows} rows"));
+        let sparse = Tensor::from_entries(vec![rows, 2], "csr", a.entries().collect::<Vec<_>>());
+        let A = up(&rt, &sparse.unwrap()).unwrap();
+        let run = || -> Result<Tensor<f64>, PlanRunError> {
+            tensor!(rt => y(i) = A(i,j) * x(j); A: csr; split(i, io, ii, 3); parallelize(i))?
+                .to_tensor(&rt)
+        };
+        assert_close(&dense(&run().unwrap()), &want, &format!("csr, {rows} rows"));
     }
 }
