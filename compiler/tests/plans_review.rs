@@ -261,7 +261,59 @@ fn check_instance(expr: &str, seed: u64, big: bool) -> bool {
             again
         });
     }
+    check_integers(&inst);
+    if std::env::var("PLANS_REVIEW_RANKS").is_ok() {
+        check_ranks(&inst);
+    }
     true
+}
+
+/// A `+` statement over `i64` values and `u64` coordinates on the runtime: the inputs are
+/// small integers, so every summation order gives the reference's result exactly.
+fn check_integers(inst: &Instance) {
+    let c = &inst.case.checked;
+    if c.reduce != tessera_compiler::ast::ReduceOp::Sum || c.statement.assignment.accumulate {
+        return;
+    }
+    let inputs: Vec<Tensor<i64, u64>> = inst.case.input_tensors_as::<i64, u64>();
+    let refs: Vec<&Tensor<i64, u64>> = inputs.iter().collect();
+    let rt = tessera_runtime::Runtime::new(2);
+    let out = plan::on_runtime::run(&rt, &inst.plan, &inst.kernel, &refs, &inst.case.out_dims())
+        .unwrap_or_else(|e| panic!("i64: {}: {e}", inst.src));
+    let got: Vec<f64> = out.to_dense().iter().map(|&v| v as f64).collect();
+    assert_eq!(got, inst.want, "i64: {} with dims {:?}", inst.src, inst.case.dims);
+}
+
+/// The plan across 2 and 3 thread ranks: every rank's whole output is the one-process
+/// output, bit for bit.
+fn check_ranks(inst: &Instance) {
+    use std::sync::Arc;
+    use tessera_runtime::transport::{run_ranks, ThreadComm};
+    let out_dims = inst.case.out_dims();
+    let one = tessera_runtime::Runtime::new(1);
+    let want = plan::on_runtime::run(&one, &inst.plan, &inst.kernel, &refs(inst), &out_dims)
+        .unwrap()
+        .to_dense();
+    for ranks in [2, 3] {
+        let got = run_ranks(ranks, |comm: &ThreadComm| {
+            let rt = tessera_runtime::Runtime::builder()
+                .threads(1)
+                .communicator(Arc::new(comm.clone()))
+                .try_build()?;
+            plan::on_runtime::run(&rt, &inst.plan, &inst.kernel, &refs(inst), &out_dims)
+                .map_err(|e| tessera_runtime::RuntimeError::Transport(e.to_string()))
+        });
+        for (rank, out) in got.into_iter().enumerate() {
+            let what = format!("{} rank {rank} of {ranks}, dims {:?}\n{}", inst.src, inst.case.dims, inst.plan);
+            let out = out.unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_valid(&out, inst, &what);
+            let out = out.to_dense();
+            assert!(
+                out.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{what}: {out:?} vs one process {want:?}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -272,7 +324,12 @@ fn random_statements_formats_and_schedules_match_the_reference() {
         .unwrap_or(12);
     let big = std::env::var("PLANS_REVIEW_BIG").is_ok();
     let only = std::env::var("PLANS_REVIEW_ONLY").unwrap_or_default();
-    for (n, expr) in grammar().iter().enumerate() {
+    let mut exprs = grammar();
+    if std::env::var("PLANS_REVIEW_ALL").is_ok() {
+        exprs.extend(common::catalogue());
+        exprs.extend(common::semiring_catalogue());
+    }
+    for (n, expr) in exprs.iter().enumerate() {
         if !expr.contains(only.as_str()) {
             continue;
         }
