@@ -282,7 +282,12 @@ fn operands(case: &Case, dims: &[(char, usize)], rng: &mut Rng) -> Vec<Tensor<f6
 
 #[test]
 fn scheduled_tensor_statements_match_the_oracle_at_every_thread_count() {
-    let runtimes: Vec<Runtime> = [1, 2, 3].iter().map(|&t| Runtime::new(t)).collect();
+    // 1, 2 and 3 threads with tracing off, then 2 and 3 with it on: every case runs 40 times
+    // on each runtime, so a traced sequence replays.
+    let runtimes: Vec<Runtime> = [(1, false), (2, false), (3, false), (2, true), (3, true)]
+        .iter()
+        .map(|&(t, tracing)| Runtime::builder().threads(t).tracing(tracing).build())
+        .collect();
     for (n, case) in cases().iter().enumerate() {
         for seed in 0..40u64 {
             let mut rng = Rng::new(seed * 31 + n as u64);
@@ -299,6 +304,13 @@ fn scheduled_tensor_statements_match_the_oracle_at_every_thread_count() {
             let mut first: Option<Vec<f64>> = None;
             for rt in &runtimes {
                 let got = (case.run)(rt, &ins).unwrap_or_else(|e| panic!("{what}: {e}"));
+                // Again on the same runtime: the same task sequence, which tracing replays.
+                let bits =
+                    |t: &Tensor<f64>| t.to_dense().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                for _ in 0..3 {
+                    let again = (case.run)(rt, &ins).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert_eq!(bits(&got), bits(&again), "{what}: a run again differs");
+                }
                 let out_format = match case.out_format {
                     "" => Format::dense(0),
                     f => fmt(f, want.dims.len()),
@@ -319,6 +331,12 @@ fn scheduled_tensor_statements_match_the_oracle_at_every_thread_count() {
                 }
             }
         }
+    }
+    for rt in &runtimes[3..] {
+        assert!(
+            rt.stats().tasks_traced > 0,
+            "tracing on: nothing was replayed"
+        );
     }
 }
 
