@@ -264,6 +264,7 @@ fn check_instance(expr: &str, seed: u64, big: bool) -> bool {
         });
     }
     check_integers(&inst);
+    check_f32(&inst);
     if std::env::var("PLANS_REVIEW_RANKS").is_ok() {
         check_ranks(&inst);
     }
@@ -303,6 +304,39 @@ fn check_integers(inst: &Instance) {
         "i64: {} with dims {:?}",
         inst.src, inst.case.dims
     );
+}
+
+/// `f32` values on the runtime: bitwise the same at 1 and 3 threads (the fold order is the
+/// grid's, whatever the value type), and close to the reference.
+fn check_f32(inst: &Instance) {
+    let mut inputs: Vec<Tensor<f32, u32>> = inst.case.input_tensors_as::<f32, u32>();
+    if inst.inputs.len() > inputs.len() {
+        // `+=`: the previous output, last.
+        let old = inst.inputs.last().expect("the previous output");
+        let entries = old.entries().map(|(c, v)| (c, v as f32));
+        let old = Tensor::from_entries(old.dims().to_vec(), old.format().clone(), entries);
+        inputs.push(old.unwrap());
+    }
+    let refs: Vec<&Tensor<f32, u32>> = inputs.iter().collect();
+    let run = |threads| {
+        let rt = tessera_runtime::Runtime::new(threads);
+        let out =
+            plan::on_runtime::run(&rt, &inst.plan, &inst.kernel, &refs, &inst.case.out_dims());
+        let out = out.unwrap_or_else(|e| panic!("f32: {}: {e}", inst.src));
+        common::densify(&out, inst.case.fill())
+    };
+    let (one, three) = (run(1), run(3));
+    let what = format!("f32: {} with dims {:?}", inst.src, inst.case.dims);
+    assert!(
+        one.iter()
+            .zip(&three)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "{what}: 1 and 3 threads differ: {one:?} vs {three:?}"
+    );
+    for (g, w) in one.iter().zip(&inst.want) {
+        let ok = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= 1e-3 * (1.0 + w.abs());
+        assert!(ok, "{what}: got {g}, want {w}");
+    }
 }
 
 /// The plan across 2 and 3 thread ranks: every rank's whole output is the one-process

@@ -264,6 +264,22 @@ fn cases() -> Vec<Case> {
                 tensor!(rt => y(i) = C(i,j) * x(j); C: csr; split(i, io, ii, 3))?.to_tensor(rt)
             },
         },
+        // A dense output in column-major order, as the stored input of the next statement.
+        Case {
+            text: "y(i) = A(i,k) * B(k,j) * x(j)",
+            operands: &[
+                ("A", "csr", &['i', 'k']),
+                ("B", "dd", &['k', 'j']),
+                ("x", "d", &['j']),
+            ],
+            out_format: "d",
+            run: |rt, t| {
+                let (A, B, x) = (up(rt, &t[0])?, up(rt, &t[1])?, up(rt, &t[2])?);
+                let C = tensor!(rt => C(i,j) = A(i,k) * B(k,j); A: csr; C: dd:1,0; split(j, jo, ji, 3); split(i, io, ii, 2))?;
+                tensor!(rt => y(i) = C(i,j) * x(j); C: dd:1,0; split(j, jo, ji, 2); extend(jo))?
+                    .to_tensor(rt)
+            },
+        },
     ]
 }
 
