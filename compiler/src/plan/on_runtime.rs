@@ -209,6 +209,9 @@ impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
     /// Only `crd` and `vals` are copied; each `pos` is read in place into its ranges (the
     /// tensor is not cloned whole first).
     pub fn upload(rt: &Runtime, t: &Tensor<V, I>) -> Result<Self, PlanRunError> {
+        if let Some(whole) = whole_of_block(t)? {
+            return Self::from_tensor(rt, whole);
+        }
         if t.format().coo_start().is_some() {
             return Self::from_tensor(rt, t.clone());
         }
@@ -226,6 +229,10 @@ impl<V: PlanValue, I: PlanIndex> Stored<V, I> {
     /// Moves a tensor's arrays into new stores of `rt`: its `crd` and `vals` become stores
     /// without a copy; each compressed level's `pos` becomes its ranges (one per parent).
     pub fn from_tensor(rt: &Runtime, t: Tensor<V, I>) -> Result<Self, PlanRunError> {
+        let t = match whole_of_block(&t)? {
+            Some(whole) => whole,
+            None => t,
+        };
         // Singleton (COO) levels are stored in their unique form (`sq` as `ss`): the same
         // entries in the same order, so every point re-levels its block (see `Body::run`).
         let unique = match t.format().coo_start() {
@@ -1052,6 +1059,25 @@ impl InputLayout {
             .next()
             .map_or(self.vals, |p| p.0)
     }
+}
+
+/// A block — a tensor with a dense level holding only the window `offset..offset+size` of
+/// its mode, as a `.tcs` block file gives — as the whole tensor it stands for (zeros outside
+/// the window); `None` for a whole tensor, which is stored as it is. A plan's stores index
+/// every dense level from coordinate 0 over its whole mode (tiles, images and windows are cut
+/// by coordinate), so a block stored as it is ran with its window shifted to coordinate 0: a
+/// wrong answer, or a slice past the store.
+fn whole_of_block<V: Value, I: Index>(
+    t: &Tensor<V, I>,
+) -> Result<Option<Tensor<V, I>>, tessera_formats::TensorError> {
+    let order = t.format().mode_order();
+    let windowed = t.levels().iter().zip(order).any(|(l, &m)| {
+        matches!(l, Level::Dense { size, offset } if *offset != 0 || *size != t.dims()[m])
+    });
+    if !windowed {
+        return Ok(None);
+    }
+    Tensor::from_entries(t.dims().to_vec(), t.format().clone(), t.entries()).map(Some)
 }
 
 /// `t`, stored in `format`'s unique form (see [`Stored::from_tensor`]), in `format`.
