@@ -48,6 +48,18 @@ fn checked(src: &str) -> Checked {
     check::check(stmt, &check::Dims::new()).unwrap_or_else(|e| panic!("{src}: {e:?}"))
 }
 
+/// `case` with a random schedule: its source, checked statement, kernel and plan; `None`
+/// where lowering refuses the statement (a schedule the kernel cannot take).
+fn scheduled(case: &Case, rng: &mut Rng) -> Option<(String, Checked, Kernel, Plan)> {
+    let sched = schedule(case, rng);
+    let src = format!("{}; {sched}", case.source);
+    let src = src.trim_end_matches("; ").to_string();
+    let c = checked(&src);
+    let kernel = lower::lower(&c).ok()?;
+    let plan = plan::plan(&c, &kernel).unwrap_or_else(|d| panic!("{src}: {d:?}"));
+    Some((src, c, kernel, plan))
+}
+
 /// The number of ranges or split points of one split of a variable of extent `dim`: the
 /// edge cases (1, the extent, past the extent) as often as a random count.
 fn split_kind(dim: usize, rng: &mut Rng) -> String {
@@ -147,12 +159,7 @@ fn instance(expr: &str, seed: u64, big: bool) -> Option<Instance> {
     } else {
         Case::random(expr, &mut rng)
     };
-    let sched = schedule(&case, &mut rng);
-    let src = format!("{}; {sched}", case.source);
-    let src = src.trim_end_matches("; ").to_string();
-    let c = checked(&src);
-    let kernel = lower::lower(&c).ok()?;
-    let plan = plan::plan(&c, &kernel).unwrap_or_else(|d| panic!("{src}: {d:?}"));
+    let (src, c, kernel, plan) = scheduled(&case, &mut rng)?;
     let mut inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
     let mut initial = None;
     if c.statement.assignment.accumulate {
@@ -415,14 +422,9 @@ fn block_inputs_run_planned_as_the_tensors_they_stand_for() {
             let case = Case::random_opts(expr, &mut rng, true);
             let (blocks, data) = common::block_inputs::<u32>(&case, &mut rng);
             let want = common::oracle_on(&case, &data);
-            let sched = schedule(&case, &mut rng);
-            let src = format!("{}; {sched}", case.source);
-            let src = src.trim_end_matches("; ").to_string();
-            let c = checked(&src);
-            let Ok(kernel) = lower::lower(&c) else {
+            let Some((src, _, kernel, plan)) = scheduled(&case, &mut rng) else {
                 continue;
             };
-            let plan = plan::plan(&c, &kernel).unwrap();
             let refs: Vec<&Tensor<f64, u32>> = blocks.iter().collect();
             let what = format!("{src} with dims {:?}\n{plan}", case.dims);
             let pooled = exec::run_interp(&plan, &kernel, &refs, &case.out_dims(), 2)
@@ -517,14 +519,9 @@ fn a_tensor_read_twice_with_different_partitions_matches_the_reference() {
                 .collect();
             let dims: Vec<(&str, usize)> = ["i", "j", "k"].iter().map(|v| (*v, n)).collect();
             let case = Case::fixed(expr, &formats, &dims, rng.next());
-            let sched = schedule(&case, &mut rng);
-            let src = format!("{}; {sched}", case.source);
-            let src = src.trim_end_matches("; ").to_string();
-            let c = checked(&src);
-            let Ok(kernel) = lower::lower(&c) else {
+            let Some((src, _, kernel, plan)) = scheduled(&case, &mut rng) else {
                 continue;
             };
-            let plan = plan::plan(&c, &kernel).unwrap();
             let inputs: Vec<Tensor<f64, u32>> = case.input_tensors();
             let inst = Instance {
                 src,
