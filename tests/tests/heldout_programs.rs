@@ -7,11 +7,11 @@
 //! two threads, at lengths around the kernel-fused loop's chunk.
 #![allow(non_snake_case)]
 
-#[path = "common/same_stores.rs"]
-mod same_stores;
+#[path = "common/held_out.rs"]
+mod held_out;
 
+use held_out::{bits, programs, same_on_every_runtime, vector};
 use proptest::prelude::*;
-use same_stores::same_on_every_runtime;
 use tessera::plans::Stored;
 use tessera::runtime::Runtime;
 use tessera::{tensor, Tensor};
@@ -61,37 +61,17 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-#[derive(Clone, Debug)]
-struct Program {
-    n: usize,
-    threads: usize,
-    a: Vec<Op>,
-    b: Vec<Op>,
-    iterations: usize,
-    period: usize,
-}
+type Program = held_out::Program<Op>;
 
 fn program() -> impl Strategy<Value = Program> {
-    (
+    programs(
+        op,
         prop_oneof![3 => 1usize..20, 1 => 4090usize..4100, 1 => Just(8193usize)],
         1usize..3,
-        proptest::collection::vec(op(), 1..6),
-        proptest::collection::vec(op(), 0..6),
+        (1..6, 0..6),
         3usize..9,
         1usize..4,
     )
-        .prop_map(|(n, threads, a, b, iterations, period)| Program {
-            n,
-            threads,
-            a,
-            b,
-            iterations,
-            period,
-        })
-}
-
-fn vector(n: usize, f: impl Fn(usize) -> f64) -> Tensor<f64> {
-    Tensor::dense_from_vec(vec![n], (0..n).map(f).collect()).unwrap()
 }
 
 fn matrix(n: usize, k: usize) -> Tensor<f64> {
@@ -118,10 +98,6 @@ fn matrix(n: usize, k: usize) -> Tensor<f64> {
     Tensor::from_entries(vec![n, n], "csr", entries).unwrap()
 }
 
-fn bits(t: &Tensor<f64>) -> Vec<u64> {
-    t.vals().iter().map(|v| v.to_bits()).collect()
-}
-
 fn run(p: &Program, rt: &Runtime) -> Res<Vec<Vec<u64>>> {
     let n = p.n;
     let up = |t: &Tensor<f64>| Stored::upload(rt, t);
@@ -133,11 +109,7 @@ fn run(p: &Program, rt: &Runtime) -> Res<Vec<Vec<u64>>> {
     let mut s_kept: Option<Stored<f64>> = None;
     let mut out = Vec::new();
     for it in 0..p.iterations {
-        let body = if (it / p.period) % 2 == 1 && !p.b.is_empty() {
-            &p.b
-        } else {
-            &p.a
-        };
+        let body = p.body(it);
         let mut kept = Vec::new();
         for op in body {
             match op {

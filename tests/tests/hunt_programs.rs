@@ -9,11 +9,11 @@
 //! untraced runtime on the same threads, twice on one runtime (the second run replays).
 #![allow(non_snake_case)]
 
-#[path = "common/same_stores.rs"]
-mod same_stores;
+#[path = "common/held_out.rs"]
+mod held_out;
 
+use held_out::{bits, programs, same_on_every_runtime, vector};
 use proptest::prelude::*;
-use same_stores::same_on_every_runtime;
 use tessera::plans::Stored;
 use tessera::runtime::Runtime;
 use tessera::{tensor, Tensor};
@@ -65,37 +65,17 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-#[derive(Clone, Debug)]
-struct Program {
-    n: usize,
-    threads: usize,
-    a: Vec<Op>,
-    b: Vec<Op>,
-    iterations: usize,
-    period: usize,
-}
+type Program = held_out::Program<Op>;
 
 fn program() -> impl Strategy<Value = Program> {
-    (
+    programs(
+        op,
         prop_oneof![4 => 1usize..12, 1 => 60usize..70],
         1usize..5,
-        proptest::collection::vec(op(), 1..5),
-        proptest::collection::vec(op(), 0..4),
+        (1..5, 0..4),
         3usize..7,
         1usize..3,
     )
-        .prop_map(|(n, threads, a, b, iterations, period)| Program {
-            n,
-            threads,
-            a,
-            b,
-            iterations,
-            period,
-        })
-}
-
-fn vector(n: usize, f: impl Fn(usize) -> f64) -> Tensor<f64> {
-    Tensor::dense_from_vec(vec![n], (0..n).map(f).collect()).unwrap()
 }
 
 /// An `n x n` matrix in `format` with 1 to 3 entries a row.
@@ -118,10 +98,6 @@ fn dense2(n: usize, f: impl Fn(usize) -> f64) -> Tensor<f64> {
     Tensor::dense_from_vec(vec![n, n], (0..n * n).map(f).collect()).unwrap()
 }
 
-fn bits(t: &Tensor<f64>) -> Vec<u64> {
-    t.vals().iter().map(|v| v.to_bits()).collect()
-}
-
 fn run(p: &Program, rt: &Runtime) -> Res<Vec<Vec<u64>>> {
     let n = p.n;
     let up = |t: &Tensor<f64>| Stored::upload(rt, t);
@@ -136,11 +112,7 @@ fn run(p: &Program, rt: &Runtime) -> Res<Vec<Vec<u64>>> {
     let mut N = up(&dense2(n, |i| 1.0 - (i % 3) as f64))?;
     let mut out = Vec::new();
     for it in 0..p.iterations {
-        let body = if (it / p.period) % 2 == 1 && !p.b.is_empty() {
-            &p.b
-        } else {
-            &p.a
-        };
+        let body = p.body(it);
         for op in body {
             match op {
                 Op::Csc => {
